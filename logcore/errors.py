@@ -1,0 +1,120 @@
+"""The seglog error hierarchy: shallow and semantic, one root.
+
+Broker handlers map these to Kafka error codes; the CLI prints their message.
+Storage credentials never appear in a message.
+"""
+from __future__ import annotations
+
+
+class SegLogError(Exception):
+    """Root of every error seglog raises on purpose."""
+
+
+class CorruptRecordError(SegLogError):
+    """Bytes that are not a valid RecordBatch v2 (bad size, magic, CRC or record layout)."""
+
+    def __init__(self, message: str, *, file: str | None = None, position: int | None = None):
+        where = []
+        if file is not None:
+            where.append(f"file {file}")
+        if position is not None:
+            where.append(f"position {position}")
+        full = f"{message} ({', '.join(where)})" if where else message
+        super().__init__(full)
+        self.file = file
+        self.position = position
+        self.reason = message
+
+
+class UnsupportedMagicError(CorruptRecordError):
+    """A legacy (magic 0/1) message set: seglog reads and writes RecordBatch v2 only."""
+
+
+class InvalidRecordError(SegLogError):
+    """A well-formed batch that a log must not accept (client sent offsets, control batch, null key on a compacted topic...)."""
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A batch larger than max.message.bytes or segment.bytes."""
+
+
+class CorruptIndexError(SegLogError):
+    """An index or checkpoint file that fails its sanity checks."""
+
+    def __init__(self, message: str, *, file: str | None = None):
+        super().__init__(f"{message} (file {file})" if file else message)
+        self.file = file
+
+
+class OffsetOutOfRangeError(SegLogError):
+    """A requested offset below the log start offset or above the log end offset."""
+
+    def __init__(self, message: str, *, topic: str | None = None, partition: int | None = None,
+                 offset: int | None = None, log_start_offset: int | None = None,
+                 log_end_offset: int | None = None):
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class FencedWriterError(SegLogError):
+    """This writer's leader epoch is no longer the partition's: another writer took over."""
+
+
+class CommitFailedError(SegLogError):
+    """A conditional write lost a race; refresh state and retry."""
+
+
+class CommitStateUnknownError(SegLogError):
+    """A commit may or may not have happened (e.g. a timeout after sending); re-read before retrying."""
+
+
+class DuplicateSequenceError(SegLogError):
+    """An idempotent producer resent a batch that is already in the log."""
+
+
+class OutOfOrderSequenceError(InvalidRecordError):
+    """An idempotent producer's sequence number is not the next one expected."""
+
+
+class InvalidProducerEpochError(FencedWriterError):
+    """An idempotent producer's epoch is older than the one the log knows."""
+
+
+class StorageError(SegLogError):
+    """Root of storage-backend failures."""
+
+
+class RetriableStorageError(StorageError):
+    """A transient backend failure (timeout, throttling, 5xx): the operation may be retried."""
+
+
+class ResourceNotFoundError(StorageError):
+    """A file, object, bucket or topic that does not exist."""
+
+
+class TopicNotFoundError(ResourceNotFoundError):
+    """The topic does not exist in the log root."""
+
+
+class TopicExistsError(SegLogError):
+    """A topic with that name already exists in the log root."""
+
+
+class NotALogRootError(SegLogError):
+    """The given location is not a seglog / Kafka log root."""
+
+
+class ReadOnlyLogError(SegLogError):
+    """A write was attempted on a log opened read-only (e.g. a copy of a Kafka broker's log dir)."""
+
+
+class InvalidConfigError(SegLogError, ValueError):
+    """A config or option with an unknown name, a bad value, or a bad combination."""
+
+
+class InvalidTopicError(InvalidConfigError):
+    """A topic name Kafka would reject."""
