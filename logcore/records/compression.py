@@ -1,0 +1,161 @@
+"""The five RecordBatch codecs, with Kafka's exact stream formats.
+
+gzip: RFC 1952. snappy: xerial snappy-java framing on write, xerial or raw snappy on read.
+lz4: LZ4 frame with independent 64 KiB blocks, no checksums (Kafka rejects linked blocks).
+zstd: standard frames, level 3 by default.
+Decompression failures raise CorruptRecordError without a position; batch code adds it.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import zlib
+from enum import IntEnum
+
+import cramjam
+import lz4.frame
+import zstandard
+
+from logcore.errors import CorruptRecordError
+
+
+class Compression(IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+# Kafka's default levels (CompressionType.*.defaultLevel).
+DEFAULT_LEVELS = {Compression.GZIP: 6, Compression.LZ4: 9, Compression.ZSTD: 3}
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+_INT32 = struct.Struct(">i")
+
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_FLG_BLOCK_INDEPENDENT = 0x20
+
+_zstd_local = threading.local()  # zstandard contexts are not thread-safe
+
+
+def codec_of(codec: Compression | int | str) -> Compression:
+    """A Compression from its id or (case-insensitive) name, e.g. 'zstd'."""
+    if isinstance(codec, str):
+        try:
+            return Compression[codec.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown compression codec {codec!r}; expected one of "
+                             f"{', '.join(c.name.lower() for c in Compression)}") from None
+    try:
+        return Compression(codec)
+    except ValueError:
+        raise CorruptRecordError(f"unknown compression codec id {codec}") from None
+
+
+def compress(codec: Compression | int, data, level: int | None = None) -> bytes:
+    codec = codec_of(codec)
+    if codec is Compression.NONE:
+        return bytes(data)
+    if codec is Compression.GZIP:
+        c = zlib.compressobj(DEFAULT_LEVELS[codec] if level is None else level, zlib.DEFLATED, 31)
+        return c.compress(data) + c.flush()
+    if codec is Compression.SNAPPY:
+        return _xerial_snappy_compress(data)
+    if codec is Compression.LZ4:
+        return lz4.frame.compress(
+            data, compression_level=DEFAULT_LEVELS[codec] if level is None else level,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False,
+            store_size=False)
+    return _zstd_compressor(DEFAULT_LEVELS[codec] if level is None else level).compress(data)
+
+
+def decompress(codec: Compression | int, data) -> bytes:
+    """Decompress a batch's record section; CorruptRecordError on any malformed stream."""
+    codec = codec_of(codec)
+    try:
+        if codec is Compression.NONE:
+            return bytes(data)
+        if codec is Compression.GZIP:
+            return _gunzip(data)
+        if codec is Compression.SNAPPY:
+            return _snappy_decompress(data)
+        if codec is Compression.LZ4:
+            return _lz4_decompress(data)
+        d = _zstd_decompressor().decompressobj(read_across_frames=True)
+        return d.decompress(data)
+    except CorruptRecordError:
+        raise
+    except Exception as exc:  # every codec library has its own error types
+        raise CorruptRecordError(f"cannot decompress {codec.name.lower()} data: {exc}") from exc
+
+
+def _gunzip(data) -> bytes:
+    # Java's GZIPInputStream reads concatenated members, so do we.
+    out = []
+    view = memoryview(data)
+    while True:
+        d = zlib.decompressobj(31)
+        out.append(d.decompress(view))
+        if not d.eof:
+            raise CorruptRecordError("truncated gzip stream")
+        view = memoryview(d.unused_data) if d.unused_data else None
+        if not view:
+            return b"".join(out)
+
+
+def _xerial_snappy_compress(data) -> bytes:
+    view = memoryview(data)
+    parts = [_XERIAL_HEADER]
+    for start in range(0, len(view), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(view[start:start + _XERIAL_BLOCK]))
+        parts.append(_INT32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_decompress(data) -> bytes:
+    view = memoryview(data)
+    if len(view) < 16 or view[:8] != XERIAL_MAGIC:
+        return bytes(cramjam.snappy.decompress_raw(view))
+    pos, end = 16, len(view)
+    out = []
+    while pos < end:
+        if end - pos < 4:
+            raise CorruptRecordError("truncated xerial snappy block length")
+        (n,) = _INT32.unpack_from(view, pos)
+        pos += 4
+        if n < 0 or pos + n > end:
+            raise CorruptRecordError(f"xerial snappy block of {n} bytes runs past the end of the data")
+        out.append(bytes(cramjam.snappy.decompress_raw(view[pos:pos + n])))
+        pos += n
+    return b"".join(out)
+
+
+def _lz4_decompress(data) -> bytes:
+    view = memoryview(data)
+    if len(view) < 5 or view[:4] != _LZ4_MAGIC:
+        raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic")
+    if not view[4] & _LZ4_FLG_BLOCK_INDEPENDENT:
+        raise CorruptRecordError("lz4 frame uses dependent (linked) blocks, which Kafka does not allow")
+    out, consumed = lz4.frame.decompress(view, return_bytearray=False, return_bytes_read=True)
+    if consumed != len(view):
+        raise CorruptRecordError(f"{len(view) - consumed} bytes after the end of the lz4 frame")
+    return out
+
+
+def _zstd_compressor(level: int) -> zstandard.ZstdCompressor:
+    cache = _zstd_local.__dict__.setdefault("compressors", {})
+    comp = cache.get(level)
+    if comp is None:
+        comp = cache[level] = zstandard.ZstdCompressor(level=level)
+    return comp
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    d = getattr(_zstd_local, "decompressor", None)
+    if d is None:
+        d = _zstd_local.decompressor = zstandard.ZstdDecompressor()
+    return d
