@@ -1,0 +1,791 @@
+"""Topic configs, declared once: Kafka's name, type, default, validator and a one-line doc.
+
+Every topic config is a `ConfigKey` class attribute of `LogConfig`; the attribute's Python name is
+the typed accessor (`cfg.segment_bytes`), the key's `name` is Kafka's property name. Root-level
+(broker) defaults use Kafka's broker names (`log.segment.bytes`, `log.retention.hours`, ...) and map
+onto the topic configs they default. `docs/configuration.md` is generated from these declarations:
+
+    python -m logcore.log.config --markdown > docs/configuration.md
+
+Also here: Kafka's topic-name rules and a Java `.properties` reader, because both are part of
+"what configuration a user may give" and nothing below `log/` needs them.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from logcore.errors import InvalidConfigError, InvalidTopicError
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+INT32_MIN = -(2**31)
+INT64_MIN = -(2**63)
+
+_MS_PER_HOUR = 3_600_000
+_MS_PER_MINUTE = 60_000
+
+
+class ConfigType(Enum):
+    """Kafka's ConfigDef types that topic configs use."""
+
+    INT = "int"
+    LONG = "long"
+    DOUBLE = "double"
+    BOOLEAN = "boolean"
+    STRING = "string"
+    LIST = "list"
+
+
+def _parse(name: str, ctype: ConfigType, raw: Any) -> Any:
+    """Parse a property value (a string, or an already typed value) as Kafka's ConfigDef does."""
+    if ctype in (ConfigType.INT, ConfigType.LONG):
+        if isinstance(raw, bool):
+            raise _bad(name, raw, f"expected a whole number ({ctype.value})")
+        if isinstance(raw, int):
+            value = raw
+        else:
+            text = str(raw).strip()
+            if not re.fullmatch(r"[+-]?\d+", text):
+                raise _bad(name, raw, f"expected a whole number ({ctype.value})")
+            value = int(text)
+        lo, hi = (INT32_MIN, INT32_MAX) if ctype is ConfigType.INT else (INT64_MIN, INT64_MAX)
+        if not lo <= value <= hi:
+            raise _bad(name, raw, f"out of range for a {ctype.value} ({lo}..{hi})")
+        return value
+    if ctype is ConfigType.DOUBLE:
+        if isinstance(raw, bool):
+            raise _bad(name, raw, "expected a number (double)")
+        try:
+            return float(str(raw).strip()) if not isinstance(raw, (int, float)) else float(raw)
+        except ValueError:
+            raise _bad(name, raw, "expected a number (double)") from None
+    if ctype is ConfigType.BOOLEAN:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text not in ("true", "false"):
+            raise _bad(name, raw, "expected true or false")
+        return text == "true"
+    if ctype is ConfigType.LIST:
+        if isinstance(raw, (list, tuple)):
+            return tuple(str(v).strip() for v in raw)
+        text = str(raw).strip()
+        return tuple(part.strip() for part in text.split(",")) if text else ()
+    return str(raw).strip()
+
+
+def _bad(name: str, value: Any, reason: str) -> InvalidConfigError:
+    return InvalidConfigError(f"Invalid value {value!r} for configuration {name}: {reason}")
+
+
+def _format(ctype: ConfigType, value: Any) -> str:
+    """The canonical property-file form of a typed value."""
+    if ctype is ConfigType.BOOLEAN:
+        return "true" if value else "false"
+    if ctype is ConfigType.LIST:
+        return ",".join(value)
+    if ctype is ConfigType.DOUBLE:
+        return repr(float(value))
+    return str(value)
+
+
+# --- validators: each checks a parsed value and says in words what it allows ---------------------
+
+@dataclass(frozen=True)
+class Validator:
+    check: Callable[[Any], bool]
+    allowed: str            # what is allowed, in words, for errors and the docs table
+
+    def __call__(self, name: str, value: Any) -> None:
+        if not self.check(value):
+            raise _bad(name, _format_any(value), f"must be {self.allowed}")
+
+
+def _format_any(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def at_least(minimum: int | float) -> Validator:
+    return Validator(lambda v: v >= minimum, f"at least {minimum}")
+
+
+def between(lo: int | float, hi: int | float) -> Validator:
+    return Validator(lambda v: lo <= v <= hi, f"between {lo} and {hi}")
+
+
+def one_of(*choices: str) -> Validator:
+    return Validator(lambda v: v in choices, "one of " + ", ".join(choices))
+
+
+def list_of(*choices: str, allow_empty: bool = False) -> Validator:
+    def check(values: tuple[str, ...]) -> bool:
+        if not values and not allow_empty:
+            return False
+        return all(v in choices for v in values) and len(set(values)) == len(values)
+
+    return Validator(check, "a comma-separated list of " + ", ".join(choices) + " (no repeats)")
+
+
+def level_or(default_marker: int, lo: int, hi: int) -> Validator:
+    """Compression levels: a range, or the codec's 'use the library default' marker."""
+    return Validator(lambda v: v == default_marker or lo <= v <= hi,
+                     f"{default_marker} or between {lo} and {hi}")
+
+
+# --- declarations -----------------------------------------------------------------------------
+
+class ConfigKey:
+    """One declared topic config; as a class attribute of LogConfig it is the typed accessor."""
+
+    def __init__(self, name: str, ctype: ConfigType, default: Any, doc: str, *,
+                 validator: Validator | None = None, broker_names: tuple[str, ...] = (),
+                 category: str = "log"):
+        self.name = name
+        self.type = ctype
+        self.default = _parse(name, ctype, default)
+        self.validator = validator
+        self.doc = doc
+        # broker-level (root) names that default this config, highest precedence first;
+        # an entry "name*factor" is in units of `factor` ms (log.retention.hours*3600000).
+        self.broker_names = broker_names
+        self.category = category
+        self.attr = ""                      # set by __set_name__
+        if validator is not None:
+            validator(name, self.default)
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.attr = attr
+
+    def __get__(self, instance: "LogConfig | None", owner: type) -> Any:
+        if instance is None:
+            return self
+        return instance._values[self.name]
+
+    def parse(self, raw: Any) -> Any:
+        """Parse and validate one value; errors name this config, the value and what is allowed."""
+        value = _parse(self.name, self.type, raw)
+        if self.validator is not None:
+            self.validator(self.name, value)
+        return value
+
+    def format(self, value: Any) -> str:
+        return _format(self.type, value)
+
+    def broker_name_list(self) -> list[str]:
+        return [n.split("*")[0] for n in self.broker_names]
+
+
+_DAY_MS = 86_400_000
+_WEEK_MS = 7 * _DAY_MS
+
+
+class LogConfig:
+    """A topic's resolved config: Kafka defaults < root defaults < topic overrides.
+
+    Attributes are typed (`segment_bytes: int`, `cleanup_policy: tuple[str, ...]`, ...);
+    `overrides` holds the topic-level settings as given (canonical string form).
+    """
+
+    cleanup_policy: tuple[str, ...] = ConfigKey(
+        "cleanup.policy", ConfigType.LIST, "delete",
+        "What happens to old segments: `delete` (retention by time/size), `compact` (keep the "
+        "latest record per key), or both.",
+        validator=list_of("delete", "compact"), broker_names=("log.cleanup.policy",),
+        category="retention")
+    segment_bytes: int = ConfigKey(
+        "segment.bytes", ConfigType.INT, 1073741824,
+        "Size of a segment's .log file at which a new segment is rolled.",
+        validator=at_least(14), broker_names=("log.segment.bytes",), category="segment")
+    segment_ms: int = ConfigKey(
+        "segment.ms", ConfigType.LONG, _WEEK_MS,
+        "Roll a new segment when the active one's first record is this old, even if not full.",
+        validator=at_least(1),
+        broker_names=("log.roll.ms", f"log.roll.hours*{_MS_PER_HOUR}"), category="segment")
+    segment_jitter_ms: int = ConfigKey(
+        "segment.jitter.ms", ConfigType.LONG, 0,
+        "Maximum random jitter subtracted from segment.ms, so that segments do not all roll at once.",
+        validator=at_least(0),
+        broker_names=("log.roll.jitter.ms", f"log.roll.jitter.hours*{_MS_PER_HOUR}"),
+        category="segment")
+    segment_index_bytes: int = ConfigKey(
+        "segment.index.bytes", ConfigType.INT, 10485760,
+        "Maximum size of a segment's offset and time index files; a full index rolls the segment.",
+        validator=at_least(4), broker_names=("log.index.size.max.bytes",), category="segment")
+    index_interval_bytes: int = ConfigKey(
+        "index.interval.bytes", ConfigType.INT, 4096,
+        "Bytes of batches appended between two offset-index entries (index density).",
+        validator=at_least(0), broker_names=("log.index.interval.bytes",), category="segment")
+    preallocate: bool = ConfigKey(
+        "preallocate", ConfigType.BOOLEAN, False,
+        "Create new segment files at full segment.bytes length (local disk only).",
+        broker_names=("log.preallocate",), category="segment")
+    retention_ms: int = ConfigKey(
+        "retention.ms", ConfigType.LONG, _WEEK_MS,
+        "Delete segments whose newest record is older than this (`delete` policy); -1 keeps them forever.",
+        validator=at_least(-1),
+        broker_names=("log.retention.ms", f"log.retention.minutes*{_MS_PER_MINUTE}",
+                      f"log.retention.hours*{_MS_PER_HOUR}"),
+        category="retention")
+    retention_bytes: int = ConfigKey(
+        "retention.bytes", ConfigType.LONG, -1,
+        "Delete the oldest segments while the partition is larger than this (`delete` policy); -1: no limit.",
+        broker_names=("log.retention.bytes",), category="retention")
+    file_delete_delay_ms: int = ConfigKey(
+        "file.delete.delay.ms", ConfigType.LONG, 60000,
+        "Time a deleted segment's files are kept (renamed `.deleted`) before they are removed.",
+        validator=at_least(0), broker_names=("log.segment.delete.delay.ms",), category="retention")
+    delete_retention_ms: int = ConfigKey(
+        "delete.retention.ms", ConfigType.LONG, _DAY_MS,
+        "How long compaction keeps tombstones (and empty transaction markers) after it first sees them.",
+        validator=at_least(0), broker_names=("log.cleaner.delete.retention.ms",),
+        category="compaction")
+    min_compaction_lag_ms: int = ConfigKey(
+        "min.compaction.lag.ms", ConfigType.LONG, 0,
+        "Minimum age of a record before compaction may remove it.",
+        validator=at_least(0), broker_names=("log.cleaner.min.compaction.lag.ms",),
+        category="compaction")
+    max_compaction_lag_ms: int = ConfigKey(
+        "max.compaction.lag.ms", ConfigType.LONG, INT64_MAX,
+        "Maximum age of an uncompacted record before the log is compacted regardless of the dirty ratio.",
+        validator=at_least(1), broker_names=("log.cleaner.max.compaction.lag.ms",),
+        category="compaction")
+    min_cleanable_dirty_ratio: float = ConfigKey(
+        "min.cleanable.dirty.ratio", ConfigType.DOUBLE, 0.5,
+        "Compact a log when its uncompacted bytes exceed this fraction of the log.",
+        validator=between(0, 1), broker_names=("log.cleaner.min.cleanable.ratio",),
+        category="compaction")
+    flush_messages: int = ConfigKey(
+        "flush.messages", ConfigType.LONG, INT64_MAX,
+        "fsync the log after this many appended records (the default leaves it to commit/the OS).",
+        validator=at_least(1), broker_names=("log.flush.interval.messages",), category="durability")
+    flush_ms: int = ConfigKey(
+        "flush.ms", ConfigType.LONG, INT64_MAX,
+        "fsync the log when the last flush is older than this (the default leaves it to commit/the OS).",
+        validator=at_least(0), broker_names=("log.flush.interval.ms",), category="durability")
+    max_message_bytes: int = ConfigKey(
+        "max.message.bytes", ConfigType.INT, 1048588,
+        "Largest record batch the log accepts, in bytes (after compression).",
+        validator=at_least(0), broker_names=("message.max.bytes",), category="records")
+    message_timestamp_type: str = ConfigKey(
+        "message.timestamp.type", ConfigType.STRING, "CreateTime",
+        "Record timestamps: the producer's `CreateTime` or the log's `LogAppendTime`.",
+        validator=one_of("CreateTime", "LogAppendTime"),
+        broker_names=("log.message.timestamp.type",), category="records")
+    message_timestamp_before_max_ms: int = ConfigKey(
+        "message.timestamp.before.max.ms", ConfigType.LONG, INT64_MAX,
+        "Reject CreateTime records whose timestamp is more than this far in the past.",
+        validator=at_least(0), broker_names=("log.message.timestamp.before.max.ms",),
+        category="records")
+    message_timestamp_after_max_ms: int = ConfigKey(
+        "message.timestamp.after.max.ms", ConfigType.LONG, INT64_MAX,
+        "Reject CreateTime records whose timestamp is more than this far in the future.",
+        validator=at_least(0), broker_names=("log.message.timestamp.after.max.ms",),
+        category="records")
+    compression_type: str = ConfigKey(
+        "compression.type", ConfigType.STRING, "producer",
+        "Codec of stored batches: `producer` keeps the producer's, the others recompress.",
+        validator=one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+        broker_names=("compression.type",), category="records")
+    compression_gzip_level: int = ConfigKey(
+        "compression.gzip.level", ConfigType.INT, -1,
+        "gzip level when the log recompresses with gzip (-1: zlib's default).",
+        validator=level_or(-1, 1, 9), broker_names=("compression.gzip.level",),
+        category="records")
+    compression_lz4_level: int = ConfigKey(
+        "compression.lz4.level", ConfigType.INT, 9,
+        "lz4 level when the log recompresses with lz4.",
+        validator=between(1, 17), broker_names=("compression.lz4.level",), category="records")
+    compression_zstd_level: int = ConfigKey(
+        "compression.zstd.level", ConfigType.INT, 3,
+        "zstd level when the log recompresses with zstd.",
+        validator=between(-131072, 22), broker_names=("compression.zstd.level",),
+        category="records")
+    min_insync_replicas: int = ConfigKey(
+        "min.insync.replicas", ConfigType.INT, 1,
+        "Replicas that must acknowledge an acks=all append (replicated mode).",
+        validator=at_least(1), broker_names=("min.insync.replicas",), category="replication")
+    unclean_leader_election_enable: bool = ConfigKey(
+        "unclean.leader.election.enable", ConfigType.BOOLEAN, False,
+        "Allow an out-of-sync replica to become leader (may lose acknowledged data).",
+        broker_names=("unclean.leader.election.enable",), category="replication")
+    remote_storage_enable: bool = ConfigKey(
+        "remote.storage.enable", ConfigType.BOOLEAN, False,
+        "Tier closed segments to remote storage (KIP-405); not allowed with `compact`.",
+        category="tiered")
+    local_retention_ms: int = ConfigKey(
+        "local.retention.ms", ConfigType.LONG, -2,
+        "With remote storage: how long segments stay on local storage; -2 uses retention.ms.",
+        validator=at_least(-2), broker_names=("log.local.retention.ms",), category="tiered")
+    local_retention_bytes: int = ConfigKey(
+        "local.retention.bytes", ConfigType.LONG, -2,
+        "With remote storage: local size limit per partition; -2 uses retention.bytes.",
+        validator=at_least(-2), broker_names=("log.local.retention.bytes",), category="tiered")
+    remote_log_copy_disable: bool = ConfigKey(
+        "remote.log.copy.disable", ConfigType.BOOLEAN, False,
+        "With remote storage: stop copying new segments (tiered data stays readable).",
+        category="tiered")
+
+    def __init__(self, values: dict[str, Any], overrides: dict[str, str] | None = None):
+        self._values = values
+        self.overrides: dict[str, str] = dict(overrides or {})
+
+    # --- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def from_props(cls, overrides: dict[str, str] | None = None,
+                   defaults: dict[str, str] | None = None) -> "LogConfig":
+        """Resolve Kafka defaults < `defaults` (root-level, broker or topic names) < `overrides`.
+
+        Every value is parsed and validated, and the cross-field rules are checked on the result.
+        """
+        values = {key.name: key.default for key in CONFIG_KEYS.values()}
+        values.update(resolve_root_defaults(defaults or {}))
+        parsed_overrides = _parse_topic_props(overrides or {})
+        values.update(parsed_overrides)
+        check_cross_field_rules(values)
+        canonical = {name: CONFIG_KEYS[name].format(v) for name, v in parsed_overrides.items()}
+        return cls(values, canonical)
+
+    # --- derived views -------------------------------------------------------------------------
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """local.retention.ms with -2 resolved to retention.ms."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+
+    def get(self, name: str) -> Any:
+        """Typed value by Kafka name."""
+        key_for(name)
+        return self._values[name]
+
+    def to_properties(self) -> dict[str, str]:
+        """Every topic config, by Kafka name, in canonical string form (for describe)."""
+        return {name: key.format(self._values[name]) for name, key in CONFIG_KEYS.items()}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LogConfig) and self._values == other._values
+
+    def __repr__(self) -> str:
+        return f"LogConfig(overrides={self.overrides!r})"
+
+
+CONFIG_KEYS: dict[str, ConfigKey] = {
+    v.name: v for v in vars(LogConfig).values() if isinstance(v, ConfigKey)
+}
+
+# broker-level name -> (topic config key, multiplier to ms or 1), precedence within a topic key
+_BROKER_NAMES: dict[str, tuple[ConfigKey, int, int]] = {}
+for _key in CONFIG_KEYS.values():
+    for _rank, _entry in enumerate(_key.broker_names):
+        _bname, _, _factor = _entry.partition("*")
+        _BROKER_NAMES[_bname] = (_key, int(_factor or 1), _rank)
+
+
+def key_for(name: str) -> ConfigKey:
+    """The declaration of topic config `name`; unknown names fail with the closest known one."""
+    key = CONFIG_KEYS.get(name)
+    if key is None:
+        raise InvalidConfigError(_unknown_message(name, CONFIG_KEYS))
+    return key
+
+
+def _unknown_message(name: str, known: Iterable[str], what: str = "topic config") -> str:
+    message = f"Unknown {what} {name!r}"
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    if close:
+        message += f"; did you mean {close[0]!r}?"
+    return message
+
+
+def _parse_topic_props(props: dict[str, Any]) -> dict[str, Any]:
+    return {name: key_for(name).parse(raw) for name, raw in props.items()}
+
+
+def resolve_root_defaults(defaults: dict[str, Any]) -> dict[str, Any]:
+    """Root-level defaults (Kafka broker names like log.retention.hours, or topic names) -> typed
+    topic config values. Within one topic config the most precise broker name wins, as in Kafka
+    (log.retention.ms > log.retention.minutes > log.retention.hours); a topic name given directly
+    wins over its broker names."""
+    chosen: dict[str, tuple[int, Any]] = {}
+    for name, raw in defaults.items():
+        if name in CONFIG_KEYS:
+            key, factor, rank = CONFIG_KEYS[name], 1, -1
+        elif name in _BROKER_NAMES:
+            key, factor, rank = _BROKER_NAMES[name]
+        else:
+            known = list(CONFIG_KEYS) + list(_BROKER_NAMES)
+            raise InvalidConfigError(_unknown_message(name, known, "root config"))
+        if factor != 1:
+            value = _parse(name, ConfigType.LONG, raw)
+            value = value * factor if value >= 0 else value   # -1 (forever) stays -1
+            try:
+                value = key.parse(value)
+            except InvalidConfigError as exc:
+                raise InvalidConfigError(f"{exc} (from {name}={raw})") from None
+        else:
+            try:
+                value = key.parse(raw)
+            except InvalidConfigError as exc:
+                if name != key.name:
+                    raise InvalidConfigError(f"{exc} (from {name}={raw})") from None
+                raise
+        if key.name not in chosen or rank < chosen[key.name][0]:
+            chosen[key.name] = (rank, value)
+    return {name: value for name, (_, value) in chosen.items()}
+
+
+# --- cross-field rules: one function each, errors name both settings ---------------------------
+
+def check_compaction_lags(values: dict[str, Any]) -> None:
+    lo, hi = values["min.compaction.lag.ms"], values["max.compaction.lag.ms"]
+    if lo > hi:
+        raise InvalidConfigError(
+            f"min.compaction.lag.ms ({lo}) must not be greater than max.compaction.lag.ms ({hi})")
+
+
+def check_remote_storage_not_compacted(values: dict[str, Any]) -> None:
+    if values["remote.storage.enable"] and "compact" in values["cleanup.policy"]:
+        raise InvalidConfigError(
+            "remote.storage.enable=true is not supported with cleanup.policy="
+            f"{','.join(values['cleanup.policy'])}: tiered storage needs a non-compacted topic")
+
+
+def check_local_retention_ms(values: dict[str, Any]) -> None:
+    """Kafka checks this only for remote-storage topics: local limits mean nothing otherwise."""
+    if not values["remote.storage.enable"]:
+        return
+    local, total = values["local.retention.ms"], values["retention.ms"]
+    if local == -2 or total == -1:
+        return
+    if local == -1:
+        raise InvalidConfigError(
+            f"local.retention.ms=-1 (forever) is not allowed when retention.ms={total} is finite")
+    if local > total:
+        raise InvalidConfigError(
+            f"local.retention.ms ({local}) must not be greater than retention.ms ({total})")
+
+
+def check_local_retention_bytes(values: dict[str, Any]) -> None:
+    if not values["remote.storage.enable"]:
+        return
+    local, total = values["local.retention.bytes"], values["retention.bytes"]
+    if local == -2 or total == -1:
+        return
+    if local == -1:
+        raise InvalidConfigError(
+            f"local.retention.bytes=-1 (unlimited) is not allowed when retention.bytes={total} is finite")
+    if local > total:
+        raise InvalidConfigError(
+            f"local.retention.bytes ({local}) must not be greater than retention.bytes ({total})")
+
+
+def check_retention_when_copy_disabled(values: dict[str, Any]) -> None:
+    """With copying to remote storage disabled, local and total retention must agree (Kafka rule)."""
+    if not (values["remote.storage.enable"] and values["remote.log.copy.disable"]):
+        return
+    for local_name, total_name in (("local.retention.ms", "retention.ms"),
+                                   ("local.retention.bytes", "retention.bytes")):
+        local, total = values[local_name], values[total_name]
+        if local != -2 and local != total:
+            raise InvalidConfigError(
+                f"{local_name} ({local}) must equal {total_name} ({total}) when "
+                "remote.log.copy.disable=true")
+
+
+CROSS_FIELD_RULES: tuple[Callable[[dict[str, Any]], None], ...] = (
+    check_compaction_lags,
+    check_remote_storage_not_compacted,
+    check_local_retention_ms,
+    check_local_retention_bytes,
+    check_retention_when_copy_disabled,
+)
+
+
+def check_cross_field_rules(values: dict[str, Any]) -> None:
+    for rule in CROSS_FIELD_RULES:
+        rule(values)
+
+
+def validate_topic_overrides(overrides: dict[str, str],
+                             defaults: dict[str, str] | None = None) -> dict[str, str]:
+    """Check a topic's overrides (names, values, cross-field rules against the resolved config);
+    returns them in canonical string form."""
+    return LogConfig.from_props(overrides, defaults).overrides
+
+
+# --- topic names (Kafka's org.apache.kafka.common.internals.Topic rules) ----------------------
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def validate_topic_name(name: str) -> None:
+    """Raise InvalidTopicError with the reason when Kafka would reject `name`."""
+    if not name:
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError('Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters "
+            f"({len(name)} given), topic name: {name[:40]}...")
+    if not _LEGAL_TOPIC.fullmatch(name):
+        bad = sorted({c for c in name if not re.fullmatch(r"[a-zA-Z0-9._-]", c)})
+        raise InvalidTopicError(
+            f"Topic name {name!r} is illegal, it contains a character other than ASCII "
+            f"alphanumerics, '.', '_' and '-' (found {''.join(bad)!r})")
+
+
+def has_collision_chars(name: str) -> bool:
+    return "." in name or "_" in name
+
+
+def unify_collision_chars(name: str) -> str:
+    """'.' and '_' map to the same metric name in Kafka, so topics differing only there collide."""
+    return name.replace(".", "_")
+
+
+def topic_collision_warning(name: str, existing: Iterable[str] = ()) -> str | None:
+    """A warning when `name` collides with an existing topic, or could collide in future (Kafka's
+    kafka-topics warning for names holding '.' or '_'); None when neither applies."""
+    unified = unify_collision_chars(name)
+    for other in existing:
+        if other != name and unify_collision_chars(other) == unified:
+            return f"Topic {name!r} collides with existing topic {other!r} ('.' and '_' are equivalent)"
+    if has_collision_chars(name):
+        return ("WARNING: Due to limitations in metric names, topics with a period ('.') or "
+                "underscore ('_') could collide. To avoid issues it is best to use either, but not both.")
+    return None
+
+
+def colliding_topic(name: str, existing: Iterable[str]) -> str | None:
+    """The existing topic that `name` collides with on '.' vs '_', if any."""
+    unified = unify_collision_chars(name)
+    for other in existing:
+        if other != name and unify_collision_chars(other) == unified:
+            return other
+    return None
+
+
+# --- Java .properties files ------------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
+    """(first physical line number, logical line): joins lines ending in an odd number of
+    backslashes, dropping the continuation line's leading whitespace, as java.util.Properties does."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        start = i
+        line = lines[i].lstrip(" \t\f")
+        if line.startswith(("#", "!")) or not line:
+            i += 1
+            continue
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i + 1 < len(lines):
+            i += 1
+            line = line[:-1] + lines[i].lstrip(" \t\f")
+        if (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            line = line[:-1]                       # continuation at end of file
+        i += 1
+        yield start + 1, line
+
+
+def _unescape(text: str, where: str) -> str:
+    out = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\" or i + 1 >= len(text):
+            out.append(c)
+            i += 1
+            continue
+        n = text[i + 1]
+        if n == "u":
+            digits = text[i + 2:i + 6]
+            if not re.fullmatch(r"[0-9a-fA-F]{4}", digits):
+                raise InvalidConfigError(f"Malformed \\uxxxx escape {text[i:i + 6]!r} ({where})")
+            out.append(chr(int(digits, 16)))
+            i += 6
+            continue
+        out.append(_ESCAPES.get(n, n))
+        i += 2
+    return "".join(out)
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "=: \t\f":
+            break
+        i += 1
+    key, rest = line[:i], line[i:]
+    rest = rest.lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return key, rest
+
+
+def load_properties(source: str | os.PathLike) -> dict[str, str]:
+    """Parse Java .properties: a path (os.PathLike, or a one-line str naming an existing file) or
+    the text itself. Comments start with # or !; `key=value`, `key: value` or `key value`;
+    backslash escapes and line continuations."""
+    if isinstance(source, os.PathLike) or (
+            isinstance(source, str) and "\n" not in source and os.path.isfile(source)):
+        path = Path(source)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InvalidConfigError(f"Properties file not found: {path}") from None
+        origin = str(path)
+    else:
+        text, origin = str(source), "<text>"
+    props: dict[str, str] = {}
+    for lineno, line in _logical_lines(text):
+        where = f"{origin} line {lineno}"
+        raw_key, raw_value = _split_key_value(line)
+        props[_unescape(raw_key, where)] = _unescape(raw_value, where)
+    return props
+
+
+# --- generated documentation -----------------------------------------------------------------
+
+_CATEGORY_TITLES = {
+    "segment": "Segments and indexes",
+    "retention": "Retention and cleanup",
+    "compaction": "Compaction",
+    "durability": "Flushing",
+    "records": "Records, timestamps and compression",
+    "replication": "Replication",
+    "tiered": "Tiered storage",
+}
+
+
+def _doc_default(key: ConfigKey) -> str:
+    text = key.format(key.default)
+    if key.default == INT64_MAX and key.type is ConfigType.LONG:
+        return f"{text} (Long.MAX_VALUE)"
+    if key.type is ConfigType.LONG and isinstance(key.default, int) and key.default > 0 \
+            and key.name.endswith(".ms") and key.default % _MS_PER_HOUR == 0:
+        return f"{text} ({key.default // _MS_PER_HOUR} h)"
+    if key.type is ConfigType.INT and key.name.endswith(".bytes") and key.default >= 1 << 20:
+        if key.default % (1 << 30) == 0:
+            return f"{text} ({key.default >> 30} GiB)"
+        if key.default % (1 << 20) == 0:
+            return f"{text} ({key.default >> 20} MiB)"
+    return text
+
+
+def _doc_broker_name(entry: str) -> str:
+    name, _, factor = entry.partition("*")
+    unit = {str(_MS_PER_HOUR): " (hours)", str(_MS_PER_MINUTE): " (minutes)"}.get(factor, "")
+    return f"`{name}`{unit}"
+
+
+def config_markdown() -> str:
+    """docs/configuration.md, generated from the declarations above."""
+    out = [
+        "# Topic configuration",
+        "",
+        "<!-- Generated by `python -m logcore.log.config --markdown > docs/configuration.md`;",
+        "     edit the declarations in logcore/log/config.py, not this file. -->",
+        "",
+        "Topic configs use Apache Kafka's names, types and defaults. A topic's effective config is",
+        "Kafka's default, overridden by the log root's defaults (Kafka's broker-level names, e.g.",
+        "`log.retention.hours`, or the topic names themselves; see `conf/topic-defaults.properties`),",
+        "overridden by the topic's own settings (`seglog topics --create T --config k=v`).",
+        "Root defaults and topic overrides are stored in `<root>/seglog-topics.json`.",
+        "",
+        "Where several broker names default one topic config, the more precise one wins",
+        "(`log.retention.ms` over `log.retention.minutes` over `log.retention.hours`).",
+        "",
+    ]
+    for category, title in _CATEGORY_TITLES.items():
+        keys = [k for k in CONFIG_KEYS.values() if k.category == category]
+        if not keys:
+            continue
+        out += [f"## {title}", "",
+                "| name | type | default | allowed | root-level name | description |",
+                "|---|---|---|---|---|---|"]
+        for k in keys:
+            allowed = k.validator.allowed if k.validator else (
+                "true or false" if k.type is ConfigType.BOOLEAN else "any")
+            broker = ", ".join(_doc_broker_name(n) for n in k.broker_names) or "-"
+            out.append(f"| `{k.name}` | {k.type.value} | `{_doc_default(k)}` | {allowed} | "
+                       f"{broker} | {k.doc} |")
+        out.append("")
+    out += ["## Rules between settings", ""]
+    for rule in CROSS_FIELD_RULES:
+        out.append(f"- {_RULE_TEXT[rule.__name__]}")
+    out += ["", "## Topic names", "",
+            f"Kafka's rules: not empty, at most {MAX_TOPIC_NAME_LENGTH} characters, only ASCII letters,",
+            "digits, `.`, `_` and `-`, and not `.` or `..`. Names that differ only by `.` versus `_`",
+            "collide (Kafka's metric names), so creating one next to the other is refused.", ""]
+    return "\n".join(out)
+
+
+_RULE_TEXT = {
+    "check_compaction_lags": "`min.compaction.lag.ms` must not exceed `max.compaction.lag.ms`.",
+    "check_remote_storage_not_compacted":
+        "`remote.storage.enable=true` is refused when `cleanup.policy` contains `compact`.",
+    "check_local_retention_ms":
+        "with `remote.storage.enable=true`, `local.retention.ms` must not exceed a finite "
+        "`retention.ms` (nor be -1 then).",
+    "check_local_retention_bytes":
+        "with `remote.storage.enable=true`, `local.retention.bytes` must not exceed a finite "
+        "`retention.bytes` (nor be -1 then).",
+    "check_retention_when_copy_disabled":
+        "with `remote.storage.enable=true` and `remote.log.copy.disable=true`, local and total "
+        "retention must be equal.",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m logcore.log.config",
+                                     description="Print the topic config reference.")
+    parser.add_argument("--markdown", action="store_true", help="docs/configuration.md content")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        sys.stdout.write(config_markdown())
+    else:
+        for name, value in LogConfig.from_props().to_properties().items():
+            print(f"{name}={value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
