@@ -1,0 +1,107 @@
+"""An append-only local file with positional reads: the body of an active segment or index."""
+from __future__ import annotations
+
+import os
+
+from logcore.errors import ReadOnlyLogError, ResourceNotFoundError, StorageError
+
+
+class AppendFile:
+    """A local file opened for appending (single writer) and positional reads.
+
+    Writes go straight to the OS with pwrite at the tracked end (no user-space buffer), so
+    `pread` sees them at once and `flush` only has to fsync.
+    """
+
+    def __init__(self, os_path: str, *, read_only: bool = False, display: str | None = None):
+        self.path = os_path
+        self.read_only = read_only
+        self._display = display or os_path
+        flags = (os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._fd: int | None = os.open(os_path, flags, 0o644)
+        except FileNotFoundError as exc:
+            raise ResourceNotFoundError(f"file not found: {self._display}") from exc
+        self._end = os.fstat(self._fd).st_size
+
+    def _fileno(self) -> int:
+        if self._fd is None:
+            raise StorageError(f"{self._display} is closed")
+        return self._fd
+
+    def _refuse_if_read_only(self, operation: str) -> None:
+        if self.read_only:
+            raise ReadOnlyLogError(f"cannot {operation} {self._display}: opened read-only")
+
+    def append(self, data: bytes) -> int:
+        """Write `data` at the end; returns the position where it starts."""
+        self._refuse_if_read_only("append to")
+        fd = self._fileno()
+        start = self._end
+        view = memoryview(data)
+        written = 0
+        while written < len(view):  # pwrite may write less than asked (signals, full disk)
+            written += os.pwrite(fd, view[written:], start + written)
+        self._end = start + written
+        return start
+
+    def size(self) -> int:
+        if self.read_only:
+            return os.fstat(self._fileno()).st_size  # the writer may be another process
+        return self._end
+
+    def pread(self, start: int, length: int) -> bytes:
+        """Up to `length` bytes from `start` (fewer only at the end of the file)."""
+        if start < 0 or length < 0:
+            raise StorageError(f"bad read of {self._display}: start {start}, length {length}")
+        fd = self._fileno()
+        data = os.pread(fd, length, start)
+        if len(data) == length or not data:
+            return data
+        parts = [data]  # short read before EOF: keep reading
+        got = len(data)
+        while got < length:
+            more = os.pread(fd, length - got, start + got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def truncate(self, size: int) -> None:
+        self._refuse_if_read_only("truncate")
+        if size < 0:
+            raise StorageError(f"cannot truncate {self._display} to negative size {size}")
+        os.ftruncate(self._fileno(), size)
+        self._end = size
+
+    def flush(self, fsync: bool = True) -> None:
+        """Make appended bytes durable (nothing is buffered in this process)."""
+        if fsync and not self.read_only:
+            os.fdatasync(self._fileno())
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def __enter__(self) -> AppendFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"AppendFile({self._display!r}, size={self._end})"

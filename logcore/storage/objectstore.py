@@ -1,0 +1,304 @@
+"""Object-store storage over fsspec: whole-object PUTs, ranged GETs, conditional writes.
+
+S3 (s3fs) gets its conditional writes from the server: `If-None-Match: *` for put_if_absent and
+`If-Match: <etag>` for put_if_version, sent through s3fs's botocore client. Other fsspec backends
+(memory:// for tests) get the same semantics emulated under one process-wide lock, with a content
+digest as the version: valid only when this process is the only writer, as it always is for memory://.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import threading
+import time
+from contextlib import nullcontext
+from typing import Any
+
+from fsspec.asyn import sync
+
+from logcore.errors import ResourceNotFoundError, RetriableStorageError, SegLogError, StorageError
+from logcore.storage.base import Storage
+
+S3_PROTOCOLS = ("s3", "s3a")
+# One lock for every emulated conditional write in this process (memory:// has one global store).
+_EMULATION_LOCK = threading.RLock()
+# A racing conditional write in flight on AWS answers 409: the outcome of ours is not decided yet.
+_CONFLICT_RETRIES = 10
+
+_RETRIABLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                    "RequestTimeTooSkewed", "ServiceUnavailable", "InternalError", "503", "500"}
+_RETRIABLE_ERRNOS = {errno.EBUSY, errno.ETIMEDOUT, errno.EAGAIN, errno.ECONNRESET,
+                     errno.ECONNREFUSED, getattr(errno, "EREMOTEIO", 121)}
+
+
+def _client_error(exc: BaseException | None) -> Any:
+    """The botocore ClientError behind an s3fs exception (s3fs keeps it as __cause__), if any."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if hasattr(exc, "response") and isinstance(getattr(exc, "response"), dict):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def _error_code_and_status(exc: BaseException) -> tuple[str | None, int | None]:
+    ce = _client_error(exc)
+    if ce is None:
+        return None, None
+    code = ce.response.get("Error", {}).get("Code")
+    status = ce.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code, status
+
+
+def is_precondition_failed(exc: BaseException) -> bool:
+    """A 412 from any server: moto/AWS map it to FileExistsError, SeaweedFS to OSError(EINVAL)."""
+    if isinstance(exc, FileExistsError):
+        return True
+    code, status = _error_code_and_status(exc)
+    return code == "PreconditionFailed" or status == 412
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    code, status = _error_code_and_status(exc)
+    return code == "ConditionalRequestConflict" or status == 409
+
+
+def _is_retriable(exc: BaseException) -> bool:
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
+        return True
+    code, status = _error_code_and_status(exc)
+    if code in _RETRIABLE_CODES or (status is not None and (status >= 500 or status == 429)):
+        return True
+    if code is None and isinstance(exc, OSError) and exc.errno in _RETRIABLE_ERRNOS:
+        return True
+    module = type(exc).__module__ or ""
+    # botocore/aiohttp transport failures: connection refused/reset, read/connect timeouts
+    return module.startswith(("botocore", "aiobotocore", "aiohttp", "urllib3")) and code is None
+
+
+class ObjectStorage(Storage):
+    is_local = False
+
+    def __init__(self, url: str, fs: Any, *, read_only: bool = False, secrets: tuple[str, ...] = ()):
+        protocol = url.split("://", 1)[0]
+        self.url = _printable_url(url)
+        self.read_only = read_only
+        self.protocol = protocol
+        self._fs = fs
+        self._is_s3 = protocol in S3_PROTOCOLS
+        self._root = fs._strip_protocol(url).rstrip("/")
+        self._secrets = tuple(s for s in secrets if len(s) >= 4)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _full(self, path: str) -> str:
+        rel = self._check_path(path)
+        return f"{self._root}/{rel}" if rel else self._root
+
+    def _redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _translate(self, exc: BaseException, operation: str, path: str) -> SegLogError:
+        """Map a backend exception to the seglog hierarchy; never leaks storage options."""
+        if isinstance(exc, SegLogError):
+            return exc
+        where = self.describe(path)
+        if isinstance(exc, FileNotFoundError):
+            return ResourceNotFoundError(f"not found: {where}")
+        detail = self._redact(f"{type(exc).__name__}: {exc}")
+        if _is_retriable(exc):
+            return RetriableStorageError(f"{operation} {where} failed (transient, retry): {detail}")
+        if isinstance(exc, PermissionError):
+            return StorageError(f"{operation} {where}: access denied: {detail}")
+        return StorageError(f"{operation} {where} failed: {detail}")
+
+    def _bucket_key(self, full: str) -> tuple[str, str]:
+        bucket, key, _ = self._fs.split_path(full)
+        return bucket, key
+
+    def _digest(self, data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        full = self._full(path)
+        try:
+            return bool(self._fs.exists(full))
+        except Exception as exc:
+            raise self._translate(exc, "check", path) from exc
+
+    def size(self, path: str) -> int:
+        full = self._full(path)
+        try:
+            info = self._fs.info(full)
+        except Exception as exc:
+            raise self._translate(exc, "stat", path) from exc
+        if info.get("type") == "directory":
+            raise StorageError(f"{self.describe(path)} is a folder, not a file")
+        return int(info["size"])
+
+    def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
+        if start < 0 or (end is not None and end < start):
+            raise StorageError(f"bad range [{start}, {end}) for {self.describe(path)}")
+        if end is not None and end == start:
+            if not self.exists(path):
+                raise ResourceNotFoundError(f"not found: {self.describe(path)}")
+            return b""
+        full = self._full(path)
+        try:
+            return self._fs.cat_file(full, start=start or None, end=end)
+        except Exception as exc:
+            code, status = _error_code_and_status(exc)
+            if (code == "InvalidRange" or status == 416) and start > 0:
+                return b""  # start at or past the end: an empty range, not an error
+            raise self._translate(exc, "read", path) from exc
+
+    def list_dir(self, path: str = "") -> list[str]:
+        full = self._full(path)
+        try:
+            entries = self._fs.ls(full, detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise self._translate(exc, "list", path) from exc
+        prefix = full.rstrip("/") + "/"
+        names = {e.rstrip("/")[len(prefix):] for e in entries if e.rstrip("/").startswith(prefix)}
+        return sorted(n for n in names if n and "/" not in n)
+
+    def read_versioned(self, path: str) -> tuple[bytes, str] | None:
+        full = self._full(path)
+        try:
+            if self._is_s3:
+                bucket, key = self._bucket_key(full)
+                return sync(self._fs.loop, self._s3_get, bucket, key)
+            with _EMULATION_LOCK:
+                data = self._fs.cat_file(full)
+                return data, self._digest(data)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._translate(exc, "read", path) from exc
+
+    async def _s3_get(self, bucket: str, key: str) -> tuple[bytes, str]:
+        resp = await self._fs._call_s3("get_object", Bucket=bucket, Key=key)
+        body = resp["Body"]
+        try:
+            data = await body.read()
+        finally:
+            body.close()
+        return data, resp["ETag"]
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def makedirs(self, path: str) -> None:
+        # Object stores have no folders: a prefix exists once an object below it does.
+        self._refuse_if_read_only(path, "create folder")
+        self._check_path(path)
+
+    def delete(self, path: str, missing_ok: bool = True) -> None:
+        self._refuse_if_read_only(path, "delete")
+        full = self._full(path)
+        try:
+            if not missing_ok and not self._fs.exists(full):
+                raise ResourceNotFoundError(f"not found: {self.describe(path)}")
+            with _EMULATION_LOCK if not self._is_s3 else nullcontext():
+                self._fs.rm_file(full)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise ResourceNotFoundError(f"not found: {self.describe(path)}") from None
+        except Exception as exc:
+            raise self._translate(exc, "delete", path) from exc
+
+    def delete_dir(self, path: str) -> None:
+        self._refuse_if_read_only(path, "delete folder")
+        full = self._full(path)
+        if full == self._root:
+            raise StorageError(f"refusing to delete the storage root {self.url}")
+        try:
+            self._fs.rm(full, recursive=True)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            raise self._translate(exc, "delete folder", path) from exc
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        # A single PUT (multipart above s3fs's chunk size) becomes visible whole or not at all.
+        self._refuse_if_read_only(path, "write")
+        full = self._full(path)
+        try:
+            if self._is_s3:
+                self._fs.pipe_file(full, bytes(data))
+            else:
+                with _EMULATION_LOCK:
+                    self._fs.pipe_file(full, bytes(data))
+        except Exception as exc:
+            raise self._translate(exc, "write", path) from exc
+
+    def put_if_absent(self, path: str, data: bytes) -> str | None:
+        self._refuse_if_read_only(path, "create")
+        full = self._full(path)
+        if not self._is_s3:
+            with _EMULATION_LOCK:
+                if self._fs.exists(full):
+                    return None
+                self._fs.pipe_file(full, bytes(data))
+                return self._digest(data)
+        bucket, key = self._bucket_key(full)
+        return self._s3_conditional_put(path, bucket, key, bytes(data), IfNoneMatch="*")
+
+    def put_if_version(self, path: str, data: bytes, version: str) -> str | None:
+        self._refuse_if_read_only(path, "write")
+        full = self._full(path)
+        if not self._is_s3:
+            with _EMULATION_LOCK:
+                try:
+                    current = self._fs.cat_file(full)
+                except FileNotFoundError:
+                    return None
+                if self._digest(current) != version:
+                    return None
+                self._fs.pipe_file(full, bytes(data))
+                return self._digest(data)
+        bucket, key = self._bucket_key(full)
+        return self._s3_conditional_put(path, bucket, key, bytes(data), IfMatch=version)
+
+    def _s3_conditional_put(self, path: str, bucket: str, key: str, data: bytes,
+                            **condition: str) -> str | None:
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                resp = self._fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
+                return resp["ETag"]
+            except FileNotFoundError:
+                return None  # If-Match on an object that is gone: the version is stale
+            except Exception as exc:
+                if is_precondition_failed(exc):
+                    return None
+                if _is_conflict(exc) and attempt + 1 < _CONFLICT_RETRIES:
+                    time.sleep(0.01 * (attempt + 1))
+                    continue
+                raise self._translate(exc, "conditional write of", path) from exc
+        raise RetriableStorageError(f"conditional write of {self.describe(path)} kept conflicting")
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, ObjectStorage) and other._fs is self._fs
+                and (other._root, other.read_only) == (self._root, self.read_only))
+
+    def __hash__(self) -> int:
+        return hash((self.protocol, self._root, self.read_only))
+
+
+def _printable_url(url: str) -> str:
+    """The url without any user:password@ part."""
+    protocol, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, tail = rest.partition("/")
+    if "@" in netloc:
+        netloc = netloc.rsplit("@", 1)[1]
+    return f"{protocol}://{netloc}{slash}{tail}".rstrip("/") or url
+
