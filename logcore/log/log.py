@@ -1,0 +1,775 @@
+"""One partition's log: its segments, offsets (log start, HW, LSO, LEO), appends, reads, recovery.
+
+Visibility (DESIGN section 4): readers never see data at or above the high watermark, and with
+read_committed not at or above the last stable offset. The HW moves only at `commit()`, which
+makes everything appended so far durable (fsync on local disk, published objects on an object
+store) and records the HW where other processes find it. A writer that takes a partition cuts
+whatever a previous writer appended but never committed, so uncommitted data never becomes
+visible later.
+
+A writer holds the partition's leader epoch (writer_fence): every batch it writes is stamped
+with that epoch, and every append (local disk) or commit (object store) checks it, so a stale
+writer is fenced before it can change anything.
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from logcore.errors import (CorruptIndexError, CorruptRecordError, FencedWriterError,
+                            InvalidRecordError, OffsetOutOfRangeError, ReadOnlyLogError,
+                            RecordTooLargeError, SegLogError)
+from logcore.records.batch import (BatchHeader, Record, TimestampType, build_batch, decode_records,
+                                   iter_batches, parse_header, set_base_offset, set_log_append_time,
+                                   set_partition_leader_epoch)
+from logcore.records.compression import Compression
+from logcore.records.control import ControlType, decode_control_key
+from logcore.log.leader_epoch import LeaderEpochCache
+from logcore.log.checkpoint import LeaderEpochCheckpoint
+from logcore.log.producer_state import ProducerStateManager
+from logcore.log.segment import (LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, _SegmentExists,
+                                 parse_segment_name, segment_name)
+
+logger = logging.getLogger(__name__)
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+CLEAN_SHUTDOWN = ".seglog-clean-shutdown"
+KAFKA_CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted", "log_end")
+TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
+
+_COMPRESSION_BY_NAME = {"uncompressed": Compression.NONE, "none": Compression.NONE,
+                        "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+                        "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    record_count: int
+    log_append_time: int = -1
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    data: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: list = field(default_factory=list)
+
+
+@dataclass
+class RecoveryReport:
+    """What opening a log had to repair: one entry per segment that was cut or rebuilt."""
+    truncated: list[tuple[str, int, int, str]] = field(default_factory=list)  # file, position, bytes, why
+    rebuilt_indexes: list[str] = field(default_factory=list)
+    deleted_segments: list[str] = field(default_factory=list)
+
+
+class Log:
+    """A partition's log. Open it through `LogRoot.log(topic, partition)`."""
+
+    def __init__(self, storage, directory: str, topic: str, partition: int, config, state_store, *,
+                 fence=None, read_only: bool = False, kafka_clean: bool = False,
+                 truncate_uncommitted: bool = True):
+        self.storage = storage
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.state_store = state_store
+        self.fence = fence
+        self.read_only = read_only or storage.read_only
+        self.writer = fence is not None
+        self.truncate_uncommitted = truncate_uncommitted
+        self.segments: list[LogSegment] = []
+        self.bases: list[int] = []
+        self.recovery = RecoveryReport()
+        self.leader_epoch = -1
+        self.high_watermark = 0
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self.producer_state = ProducerStateManager(
+            max_producer_id_expiration_ms=getattr(config, "producer_id_expiration_ms", 86_400_000))
+        self._lock = threading.RLock()
+        self._unflushed = 0
+        self._last_flush_ms = _now_ms()
+        self._closed = False
+        epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
+        self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path),
+                                            persist=not self.read_only)
+        if self.writer and self.read_only:
+            raise ReadOnlyLogError(f"cannot open {directory} for writing: the log is read-only")
+        if self.writer:
+            self.leader_epoch = fence.acquire()
+        with self._critical() if self.writer else nullcontext():
+            self._load(kafka_clean)
+
+    # ------------------------------------------------------------------ opening
+    @property
+    def _local_writer(self) -> bool:
+        return self.writer and self.storage.is_local
+
+    def _new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False) -> LogSegment:
+        return LogSegment(self.storage, self.dir, base_offset,
+                          index_interval_bytes=self.config.index_interval_bytes,
+                          max_index_size=self.config.segment_index_bytes,
+                          writable=writable, in_memory=in_memory)
+
+    def _list_files(self) -> list[str]:
+        if not self.storage.exists(self.dir):
+            return []
+        return self.storage.list_dir(self.dir)
+
+    def _load(self, kafka_clean: bool) -> None:
+        names = self._list_files()
+        can_write = self.writer and not self.read_only
+        if can_write:
+            self._clean_temporary_files(names)
+            names = self._list_files()
+        bases = sorted({parsed[0] for parsed in map(parse_segment_name, names)
+                        if parsed is not None and parsed[1] == LOG_SUFFIX})
+        clean = kafka_clean or CLEAN_SHUTDOWN in names
+        state = self.state_store.load()
+        if self.writer and not self.storage.is_local:
+            state = self.state_store.take_over(self.leader_epoch)
+        self.recovery_point = state.recovery_point if state.recovery_point is not None else 0
+        for i, base in enumerate(bases):
+            active_local = can_write and self.storage.is_local and i == len(bases) - 1
+            self.segments.append(self._new_segment(base, writable=active_local))
+        self.bases = [s.base_offset for s in self.segments]
+        if not self.storage.is_local and len(self.segments) > 0:
+            self._drop_unreachable_object_segments()
+        self._check_indexes(can_write)
+        if self.storage.is_local and not clean and self.segments:
+            self._recover(can_write)
+        if not self.segments:
+            start = state.log_start_offset or 0
+            if can_write:
+                self._roll_to(start)
+            else:
+                self.log_start_offset = start
+        first_base = self.segments[0].base_offset if self.segments else self.log_start_offset
+        self.log_start_offset = max(state.log_start_offset or 0, first_base)
+        leo = self.log_end_offset
+        self.epoch_cache.truncate_from_end(leo)
+        hw = state.high_watermark
+        if hw is None:
+            # No committed HW: nothing is visible (a Kafka copy without a checkpoint entry, or
+            # a partition that was never committed).
+            hw = self.log_start_offset
+            if self.read_only and self.segments and leo > self.log_start_offset:
+                logger.warning("no high watermark for %s-%d in the checkpoint: nothing is readable",
+                               self.topic, self.partition)
+        self.high_watermark = min(max(hw, self.log_start_offset), leo)
+        if self.writer:
+            if self.truncate_uncommitted and leo > self.high_watermark:
+                logger.warning("%s-%d: dropping %d uncommitted offsets above the high watermark %d",
+                               self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
+                self._truncate_locked(self.high_watermark)
+            self._rebuild_producer_state()
+            if not self.storage.is_local:
+                # The published segments are immutable: new data goes into a fresh in-memory one.
+                self._roll_to(self.log_end_offset)
+            self.epoch_cache.assign(self.leader_epoch, self.log_end_offset)
+            if self.storage.is_local:
+                self.storage.delete(self.storage.join(self.dir, CLEAN_SHUTDOWN), missing_ok=True)
+
+    def _clean_temporary_files(self, names: list[str]) -> None:
+        """Kafka's load step 1-2: drop `.deleted`/`.cleaned` leftovers, finish complete swaps."""
+        swaps = [n for n in names if n.endswith(".swap")]
+        for name in names:
+            if name.endswith(".deleted") or name.endswith(".cleaned"):
+                self.storage.delete(self.storage.join(self.dir, name))
+        if swaps and self.storage.is_local:
+            for name in swaps:
+                target = name[: -len(".swap")]
+                self.storage.rename(self.storage.join(self.dir, name), self.storage.join(self.dir, target))
+        if self.storage.is_local:
+            logs = {n[:20] for n in names if n.endswith(LOG_SUFFIX) and parse_segment_name(n)}
+            for name in names:
+                parsed = parse_segment_name(name)
+                if parsed and parsed[1] in (".index", ".timeindex", ".txnindex") and name[:20] not in logs:
+                    self.storage.delete(self.storage.join(self.dir, name))
+
+    def _drop_unreachable_object_segments(self) -> None:
+        """Object stores: a fenced writer may have published a segment after it lost the partition.
+
+        Such a segment starts at or above the offset where the next writer took over and carries
+        the older epoch; the leader-epoch checkpoint says which epoch owns each offset.
+        """
+        entries = self.epoch_cache.entries
+        if len(entries) < 2:
+            return
+        first_takeover = entries[1][1]
+        keep = []
+        for seg in self.segments:
+            if seg.base_offset >= first_takeover:
+                head = seg.read_bytes(0, 61)
+                if len(head) == 61:
+                    ple = parse_header(head).partition_leader_epoch
+                    owner = self.epoch_cache.epoch_for_offset(seg.base_offset)
+                    if ple >= 0 and owner is not None and ple != owner:
+                        logger.warning("ignoring segment %s: written by fenced epoch %d, offset owned by %d",
+                                       seg.log_path, ple, owner)
+                        if self.writer:
+                            seg.delete_files()
+                        continue
+            keep.append(seg)
+        self.segments = keep
+        self.bases = [s.base_offset for s in keep]
+
+    def _check_indexes(self, can_write: bool) -> None:
+        """Rebuild any missing or insane index of a sealed segment (in memory when read-only)."""
+        for i, seg in enumerate(self.segments):
+            problem = None
+            if not self.storage.exists(seg.index_path):
+                problem = "missing offset index"
+            else:
+                try:
+                    seg.offset_index.sanity_check()
+                    seg.time_index.sanity_check()
+                    seg.offset_index.check_against_size(seg.size())
+                except CorruptIndexError as exc:
+                    problem = str(exc)
+            if problem is None:
+                continue
+            logger.warning("rebuilding indexes of %s: %s", seg.log_path, problem)
+            self.recovery.rebuilt_indexes.append(seg.log_path)
+            result = seg.recover(write=can_write and self.storage.is_local)
+            if result.truncated_bytes:
+                self._note_truncation(seg, result)
+
+    def _note_truncation(self, seg: LogSegment, result) -> None:
+        self.recovery.truncated.append((seg.log_path, result.valid_bytes, result.truncated_bytes,
+                                        result.error or "torn tail"))
+        logger.warning("%s: dropped %d bytes from position %d (%s)", seg.log_path,
+                       result.truncated_bytes, result.valid_bytes, result.error or "torn tail")
+
+    def _recover(self, can_write: bool) -> None:
+        """After an unclean shutdown: validate segments from the recovery point, cut the tail."""
+        start = max(0, bisect.bisect_right(self.bases, self.recovery_point) - 1)
+        for i in range(start, len(self.segments)):
+            seg = self.segments[i]
+            if seg.log_path in self.recovery.rebuilt_indexes and i < len(self.segments) - 1:
+                continue
+            result = seg.recover(self._replay_epoch, write=can_write)
+            if result.truncated_bytes:
+                self._note_truncation(seg, result)
+                later = self.segments[i + 1:]
+                if later:
+                    for dropped in later:
+                        self.recovery.deleted_segments.append(dropped.log_path)
+                        logger.warning("deleting %s after the corrupt tail of %s", dropped.log_path, seg.log_path)
+                        if can_write:
+                            dropped.close()
+                            dropped.delete_files()
+                    self.segments = self.segments[: i + 1]
+                    self.bases = self.bases[: i + 1]
+                    if can_write and not seg.writable and self.storage.is_local:
+                        # The cut segment becomes the active one again.
+                        seg.close()
+                        self.segments[i] = self._new_segment(seg.base_offset, writable=True)
+                        self.segments[i].recover(write=True)
+                break
+
+    def _replay_epoch(self, header: BatchHeader, data, seg) -> None:
+        if header.partition_leader_epoch >= 0 and self.epoch_cache.persist:
+            latest = self.epoch_cache.latest_epoch
+            if latest is None or header.partition_leader_epoch > latest:
+                self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+
+    def _rebuild_producer_state(self) -> None:
+        """Replay producer fields of every batch (headers only; control keys for markers)."""
+        self.producer_state.clear()
+        for seg in self.segments:
+            for pos, header in seg.scan_headers(0):
+                if header.producer_id < 0:
+                    continue
+                control = None
+                if header.is_control:
+                    data = seg.read_bytes(pos, pos + header.size)
+                    control = _control_type(data, header, seg.log_path, pos)
+                self.producer_state.replay(header, control)
+
+    # ------------------------------------------------------------------ offsets
+    @property
+    def log_end_offset(self) -> int:
+        if not self.segments:
+            return self.log_start_offset
+        return self.segments[-1].next_offset()
+
+    @property
+    def last_stable_offset(self) -> int:
+        first_unstable = self.producer_state.first_unstable_offset()
+        if first_unstable is None:
+            return self.high_watermark
+        return min(first_unstable, self.high_watermark)
+
+    def _bound(self, isolation: str) -> int:
+        if isolation == "read_committed":
+            return self.last_stable_offset
+        if isolation == "read_uncommitted":
+            return self.high_watermark
+        if isolation == "log_end":
+            return self.log_end_offset
+        raise ValueError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation!r}")
+
+    # ------------------------------------------------------------------ fencing
+    @contextmanager
+    def _critical(self):
+        """Writes happen here: under the fence (local: a lock held across the write)."""
+        if not self.writer:
+            raise ReadOnlyLogError(f"{self.topic}-{self.partition} was opened for reading only")
+        with self._lock:
+            if self.storage.is_local:
+                with self.fence.critical():
+                    yield
+            else:
+                yield
+
+    # ------------------------------------------------------------------ appending
+    def _roll_to(self, base_offset: int) -> LogSegment:
+        in_memory = not self.storage.is_local
+        if self.segments:
+            active = self.segments[-1]
+            if active.writable and not active.in_memory:
+                active.seal()
+                active.close()
+                self.segments[-1] = self._new_segment(active.base_offset, writable=False)
+            if active.size() == 0 and active.base_offset == base_offset:
+                return self.segments[-1]
+            if active.in_memory and active.size() > 0:
+                raise SegLogError("cannot roll an unpublished object-store segment")
+            if active.in_memory and active.size() == 0:
+                self.segments.pop()
+                self.bases.pop()
+        if self.storage.is_local:
+            self.storage.makedirs(self.dir)
+        seg = self._new_segment(base_offset, writable=True, in_memory=in_memory)
+        self.segments.append(seg)
+        self.bases.append(base_offset)
+        if self.storage.is_local and self.producer_state.has_entries():
+            self.producer_state.write_snapshot(self.storage, self.dir, base_offset)
+        return seg
+
+    def _compression(self, compression) -> Compression:
+        if compression is not None:
+            return Compression(compression)
+        name = getattr(self.config, "compression_type", "producer")
+        return _COMPRESSION_BY_NAME.get(name, Compression.NONE)
+
+    def append_records(self, records: Iterable, *, compression: Compression | None = None,
+                       producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                       is_transactional: bool = False) -> AppendInfo:
+        """Append records as one batch: offsets from the LEO, this writer's epoch stamped.
+
+        `records`: (key, value, headers, timestamp_ms or None) tuples or Record-like objects.
+        """
+        now = _now_ms()
+        items = []
+        for item in records:
+            if isinstance(item, Record):
+                items.append((item.key, item.value, item.headers, item.timestamp))
+            else:
+                key, value, headers, ts = (tuple(item) + (None, None, None, None))[:4]
+                items.append((key, value, headers or (), now if ts is None else ts))
+        if not items:
+            raise InvalidRecordError("cannot append an empty batch")
+        log_append = self._log_append_time()
+        with self._critical():
+            batch = build_batch(items, base_offset=self.log_end_offset,
+                                compression=self._compression(compression),
+                                producer_id=producer_id, producer_epoch=producer_epoch,
+                                base_sequence=base_sequence, is_transactional=is_transactional,
+                                partition_leader_epoch=self.leader_epoch,
+                                timestamp_type=TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME,
+                                log_append_time=now if log_append else None)
+            return self._append_locked(bytearray(batch), now, validated=True)
+
+    def _log_append_time(self) -> bool:
+        return getattr(self.config, "message_timestamp_type", "CreateTime") == "LogAppendTime"
+
+    def append_batch(self, batch: bytes) -> AppendInfo:
+        """Append one client-built RecordBatch v2: validated, offsets assigned, epoch stamped."""
+        with self._critical():
+            return self._append_locked(bytearray(batch), _now_ms(), validated=False)
+
+    def _validate_client_batch(self, data: bytearray, now: int) -> BatchHeader:
+        batches = list(iter_batches(data, source=f"{self.topic}-{self.partition} append",
+                                    allow_partial_tail=False))
+        if len(batches) != 1:
+            raise InvalidRecordError(f"an append takes exactly one batch, got {len(batches)}")
+        pos, header = batches[0]
+        if header.size != len(data):
+            raise InvalidRecordError(f"batch is {header.size} bytes but {len(data)} were given")
+        max_bytes = getattr(self.config, "max_message_bytes", 1048588)
+        if header.size > max_bytes:
+            raise RecordTooLargeError(f"batch of {header.size} bytes exceeds max.message.bytes={max_bytes}")
+        if header.is_control:
+            raise InvalidRecordError("clients may not append control batches")
+        if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+            raise InvalidRecordError(
+                f"batch record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}")
+        if header.producer_id >= 0 and header.base_sequence < 0:
+            raise InvalidRecordError(f"producer {header.producer_id} sent a batch without a sequence number")
+        records = decode_records(data, 0, header, source=f"{self.topic}-{self.partition} append")
+        for i, record in enumerate(records):
+            if record.offset != header.base_offset + i:
+                raise InvalidRecordError(f"record {i} has offset delta {record.offset - header.base_offset}, expected {i}")
+            if getattr(self.config, "compact", False) and record.key is None:
+                raise InvalidRecordError(
+                    f"compacted topic {self.topic} requires a key on every record (record {i} has none)")
+        if header.timestamp_type == TimestampType.CREATE_TIME:
+            before = getattr(self.config, "message_timestamp_before_max_ms", 2**63 - 1)
+            after = getattr(self.config, "message_timestamp_after_max_ms", 2**63 - 1)
+            for record in records:
+                if now - record.timestamp > before or record.timestamp - now > after:
+                    raise InvalidRecordError(
+                        f"record timestamp {record.timestamp} is outside the allowed range around {now}"
+                        " (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+        elif header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+            raise InvalidRecordError("producers may not set LogAppendTime timestamps")
+        return header
+
+    def _append_locked(self, data: bytearray, now: int, *, validated: bool) -> AppendInfo:
+        if self._closed:
+            raise SegLogError(f"{self.topic}-{self.partition} is closed")
+        if validated:
+            header = parse_header(data)
+        else:
+            header = self._validate_client_batch(data, now)
+        if header.size > self.config.segment_bytes:
+            raise RecordTooLargeError(
+                f"batch of {header.size} bytes exceeds segment.bytes={self.config.segment_bytes}")
+        control = None
+        if header.producer_id >= 0:
+            duplicate = self.producer_state.find_duplicate(header)
+            if duplicate is not None:
+                first, last, ts = duplicate
+                return AppendInfo(first, last, ts, header.records_count, duplicate=True)
+            self.producer_state.check_sequence(header)
+        leo = self.log_end_offset
+        if not validated:
+            set_base_offset(data, leo)
+            set_partition_leader_epoch(data, self.leader_epoch)
+            if self._log_append_time():
+                set_log_append_time(data, now)
+            header = parse_header(data)
+        active = self.segments[-1]
+        if active.should_roll(header.size, header.max_timestamp, header.last_offset,
+                              segment_bytes=self.config.segment_bytes,
+                              segment_ms=self.config.segment_ms, now_ms=now):
+            if active.in_memory:
+                # An object-store segment is published at commit; rolling it means committing.
+                self._commit_locked()
+            else:
+                active = self._roll_to(leo)
+            active = self.segments[-1]
+        if header.producer_id >= 0 and header.is_control:
+            control = _control_type(data, header, "append", 0)
+        active.append(data, [header])
+        if header.producer_id >= 0:
+            aborted = self.producer_state.update(header, control, last_stable_offset=self.last_stable_offset)
+            if aborted is not None:
+                active.txn_index.append(aborted)
+        self._unflushed += header.records_count
+        self._maybe_flush(now)
+        log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
+        return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
+                          header.records_count, log_append)
+
+    def append_control(self, control_type: ControlType, *, producer_id: int, producer_epoch: int,
+                       coordinator_epoch: int = 0) -> AppendInfo:
+        """Write a transaction marker (COMMIT/ABORT) for a producer's open transaction."""
+        from logcore.records.batch import build_control_batch
+
+        with self._critical():
+            batch = build_control_batch(control_type, producer_id=producer_id, producer_epoch=producer_epoch,
+                                        coordinator_epoch=coordinator_epoch, base_offset=self.log_end_offset,
+                                        timestamp_ms=_now_ms(), partition_leader_epoch=self.leader_epoch)
+            return self._append_locked(bytearray(batch), _now_ms(), validated=True)
+
+    def _maybe_flush(self, now: int) -> None:
+        if (self._unflushed >= self.config.flush_messages
+                or now - self._last_flush_ms >= self.config.flush_ms):
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self.storage.is_local:
+            for seg in self.segments:
+                if seg.writable:
+                    seg.flush()
+            self.recovery_point = self.log_end_offset
+        self._unflushed = 0
+        self._last_flush_ms = _now_ms()
+
+    def flush(self) -> None:
+        """fsync appended data (local disk); on object stores data is durable once committed."""
+        with self._critical():
+            self._flush_locked()
+            self.state_store.set_recovery_point(self.recovery_point)
+
+    # ------------------------------------------------------------------ commit
+    def commit(self) -> None:
+        """Make everything appended durable and visible: the high watermark moves to the LEO."""
+        with self._critical():
+            self._commit_locked()
+
+    def _commit_locked(self) -> None:
+        if self.storage.is_local:
+            self._flush_locked()
+        else:
+            self.fence.check()
+            active = self.segments[-1]
+            if active.in_memory and active.size() > 0:
+                self._publish(active)
+                self._roll_to(self.log_end_offset)
+            self.epoch_cache.flush()
+        leo = self.log_end_offset
+        first_base = self.segments[0].base_offset if self.segments else leo
+        self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
+                                first_segment_base=first_base, epoch=self.leader_epoch,
+                                recovery_point=self.recovery_point if self.storage.is_local else None)
+        self.high_watermark = leo
+
+    def _publish(self, seg: LogSegment) -> None:
+        try:
+            seg.publish()
+        except _SegmentExists:
+            # Either we are fenced, or a fenced writer left an uncommitted segment at this base.
+            self.fence.check()
+            head = self.storage.read(seg.log_path, 0, 61)
+            if len(head) == 61 and parse_header(head).partition_leader_epoch < self.leader_epoch:
+                logger.warning("replacing %s left by a fenced writer", seg.log_path)
+                self.storage.delete(seg.log_path)
+                seg.in_memory = True
+                seg.writable = True
+                seg.publish()
+            else:
+                raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
+
+    # ------------------------------------------------------------------ reading
+    def refresh(self) -> None:
+        """Readers: pick up new segments and the latest committed offsets (another process writes)."""
+        if self.writer:
+            return
+        with self._lock:
+            state = self.state_store.load()
+            names = self._list_files()
+            bases = sorted({p[0] for p in map(parse_segment_name, names) if p and p[1] == LOG_SUFFIX})
+            known = set(self.bases)
+            gone = [s for s in self.segments if s.base_offset not in set(bases)]
+            if gone:
+                self.segments = [s for s in self.segments if s.base_offset in set(bases)]
+            for base in bases:
+                if base not in known:
+                    self.segments.append(self._new_segment(base, writable=False))
+            self.segments.sort(key=lambda s: s.base_offset)
+            self.bases = [s.base_offset for s in self.segments]
+            for seg in self.segments[-2:]:
+                seg._next_offset = None
+            if not self.storage.is_local and self.segments:
+                self._drop_unreachable_object_segments()
+            first_base = self.segments[0].base_offset if self.segments else 0
+            self.log_start_offset = max(state.log_start_offset or 0, first_base)
+            hw = state.high_watermark if state.high_watermark is not None else self.log_start_offset
+            self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self.bases, offset) - 1)
+
+    def read(self, offset: int, max_bytes: int = 1 << 20, *, isolation: str = "read_committed",
+             min_one_batch: bool = True) -> FetchResult:
+        """Whole batches from the one holding `offset`, none at or above the isolation bound."""
+        with self._lock:
+            bound = self._bound(isolation)
+            leo = self.log_end_offset
+            if offset < self.log_start_offset or offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range for {self.topic}-{self.partition}"
+                    f" (log start {self.log_start_offset}, log end {leo})",
+                    topic=self.topic, partition=self.partition, offset=offset,
+                    log_start_offset=self.log_start_offset, log_end_offset=leo)
+            result = b""
+            if offset < bound:
+                i = self._segment_index(offset)
+                position = offset
+                while i < len(self.segments):
+                    seg = self.segments[i]
+                    if seg.base_offset >= bound:
+                        break
+                    result = seg.read(position, max_bytes, bound, min_one_batch)
+                    if result:
+                        break
+                    i += 1
+                    if i < len(self.segments):
+                        position = max(position, self.segments[i].base_offset)
+            aborted = []
+            if isolation == "read_committed" and result:
+                aborted = self._collect_aborted(offset, bound)
+            return FetchResult(result, self.high_watermark, self.last_stable_offset,
+                               self.log_start_offset, aborted)
+
+    def _collect_aborted(self, fetch_offset: int, upper_bound: int) -> list:
+        found = []
+        for seg in self.segments[self._segment_index(fetch_offset):]:
+            entries, complete = seg.txn_index.collect_aborted(fetch_offset, upper_bound)
+            found.extend(entries)
+            if complete:
+                break
+        return found
+
+    def read_records(self, offset: int, *, max_records: int | None = None,
+                     isolation: str = "read_committed") -> Iterator[Record]:
+        """Data records from `offset` on (control records and aborted data skipped)."""
+        emitted = 0
+        position = max(offset, self.log_start_offset)
+        while max_records is None or emitted < max_records:
+            fetch = self.read(position, 1 << 20, isolation=isolation)
+            if not fetch.data:
+                return
+            aborted = {(a.producer_id, a.first_offset, a.last_offset) for a in fetch.aborted}
+            next_position = position
+            for pos, header in iter_batches(fetch.data, source=f"{self.topic}-{self.partition}"):
+                next_position = header.next_offset
+                if header.is_control or header.last_offset < position:
+                    continue
+                if header.is_transactional and any(
+                        pid == header.producer_id and first <= header.base_offset <= last
+                        for pid, first, last in aborted):
+                    continue
+                for record in decode_records(fetch.data, pos, header, source=f"{self.topic}-{self.partition}"):
+                    if record.offset < position:
+                        continue
+                    yield record
+                    emitted += 1
+                    if max_records is not None and emitted >= max_records:
+                        return
+            if next_position <= position:
+                return
+            position = next_position
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= timestamp_ms, below the HW."""
+        with self._lock:
+            for seg in self.segments:
+                if seg.largest_timestamp_for_lookup() < timestamp_ms:
+                    continue
+                found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+                if found is not None and found[0] < self.high_watermark:
+                    return found
+                if found is not None:
+                    return None
+            return None
+
+    # ------------------------------------------------------------------ truncation and close
+    def truncate_to(self, offset: int) -> None:
+        """Remove every offset >= `offset` (a writer dropping uncommitted or diverged data)."""
+        with self._critical():
+            self._truncate_locked(offset)
+
+    def _truncate_locked(self, offset: int) -> None:
+        if offset >= self.log_end_offset:
+            return
+        keep = [s for s in self.segments if s.base_offset < offset or s is self.segments[0]]
+        for seg in self.segments:
+            if seg not in keep:
+                seg.close()
+                seg.delete_files()
+        self.segments = keep
+        self.bases = [s.base_offset for s in keep]
+        last = self.segments[-1]
+        if last.base_offset >= offset:
+            # Everything goes: restart the log at `offset`.
+            last.close()
+            last.delete_files()
+            self.segments, self.bases = [], []
+            self.log_start_offset = offset
+            if not self.storage.is_local:
+                self._roll_to(offset)
+            else:
+                self._roll_to(offset)
+        elif self.storage.is_local:
+            if not last.writable:
+                last.close()
+                last = self._new_segment(last.base_offset, writable=True)
+                self.segments[-1] = last
+            last.truncate_to(offset)
+        else:
+            # Object segments are immutable: keep the part below `offset` as a new in-memory one.
+            data = last.read_bytes(0, last.size())
+            kept = bytearray()
+            for pos, header in iter_batches(data, source=last.log_path):
+                if header.base_offset >= offset:
+                    break
+                kept += data[pos:pos + header.size]
+            last.delete_files()
+            seg = self._new_segment(last.base_offset, writable=True, in_memory=True)
+            headers = [h for _p, h in iter_batches(bytes(kept))]
+            if headers:
+                seg.append(bytes(kept), headers)
+            self.segments[-1] = seg
+        self.high_watermark = min(self.high_watermark, offset)
+        self.epoch_cache.truncate_from_end(offset)
+        self._rebuild_producer_state()
+        if self.storage.is_local:
+            self.producer_state.delete_snapshots_above(self.storage, self.dir, offset)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with self._lock:
+            if self.writer:
+                try:
+                    with self._critical():
+                        if self.storage.is_local:
+                            self._flush_locked()
+                            if self.producer_state.has_entries():
+                                self.producer_state.write_snapshot(self.storage, self.dir, self.log_end_offset)
+                            for seg in self.segments:
+                                seg.close()
+                            self.state_store.set_recovery_point(self.log_end_offset)
+                            self.storage.write_atomic(self.storage.join(self.dir, CLEAN_SHUTDOWN),
+                                                      str(self.log_end_offset).encode())
+                except FencedWriterError:
+                    logger.warning("%s-%d: closing a fenced writer; nothing more is written",
+                                   self.topic, self.partition)
+                    for seg in self.segments:
+                        seg.data.close()
+            else:
+                for seg in self.segments:
+                    seg.offset_index.close()
+                    seg.time_index.close()
+                    seg.data.close()
+            self._closed = True
+
+    def __enter__(self) -> "Log":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset},"
+                f" hw={self.high_watermark}, leo={self.log_end_offset}, epoch={self.leader_epoch})")
+
+
+def _control_type(data, header: BatchHeader, source: str, pos: int) -> ControlType | None:
+    records = decode_records(data, pos, header, source=source)
+    if not records or records[0].key is None:
+        return None
+    return decode_control_key(records[0].key)

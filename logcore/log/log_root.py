@@ -1,0 +1,294 @@
+"""A log root: topics and their partitions in one folder or bucket prefix.
+
+The root is self-describing: `seglog-topics.json` holds what Kafka keeps in its controller (topic
+ids, partition counts, config overrides, root-level defaults), replaced with conditional writes so
+that concurrent admin calls cannot lose each other's changes. A copy of a Kafka broker's log dir
+(no `seglog-topics.json`, but `<topic>-<partition>` folders and Kafka's checkpoints) opens
+read-only: topics and partitions come from the folder names, configs are Kafka's defaults.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootError,
+                            ReadOnlyLogError, SegLogError, TopicExistsError, TopicNotFoundError)
+from logcore.log.config import LogConfig, validate_topic_name, validate_topic_overrides
+from logcore.log.log import KAFKA_CLEAN_SHUTDOWN, Log
+from logcore.log.partition_metadata import PartitionMetadata, new_topic_id
+from logcore.log.partition_state import (HW_CHECKPOINT, LOG_START_CHECKPOINT,
+                                         RECOVERY_POINT_CHECKPOINT, LocalPartitionState,
+                                         ObjectPartitionState)
+from logcore.log.writer_fence import WriterFence
+from logcore.storage import open_storage
+
+logger = logging.getLogger(__name__)
+
+TOPICS_FILE = "seglog-topics.json"
+META_PROPERTIES = "meta.properties"
+PARTITION_METADATA = "partition.metadata"
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+_KAFKA_ROOT_FILES = (HW_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT,
+                     "cleaner-offset-checkpoint", META_PROPERTIES, KAFKA_CLEAN_SHUTDOWN)
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def partition_dir(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class LogRoot:
+    """Topics and partitions of one root. Open with `LogRoot.open(url)`."""
+
+    def __init__(self, storage, *, kafka_copy: bool, defaults: dict[str, str] | None = None):
+        self.storage = storage
+        self.kafka_copy = kafka_copy
+        self.read_only = storage.read_only or kafka_copy
+        self._open_logs: list[Log] = []
+        self._defaults_override = dict(defaults or {})
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, url: str, *, storage_options: dict | None = None, read_only: bool = False,
+             create: bool = False, defaults: dict[str, str] | None = None) -> "LogRoot":
+        storage = open_storage(url, storage_options, read_only=read_only)
+        names = storage.list_dir("") if storage.exists("") else []
+        if TOPICS_FILE in names:
+            return cls(storage, kafka_copy=False, defaults=defaults)
+        kafka_like = any(n in _KAFKA_ROOT_FILES for n in names) or any(
+            _PARTITION_DIR.match(n) and storage.exists(storage.join(n, "")) for n in names
+            if _PARTITION_DIR.match(n))
+        if kafka_like and not create:
+            if not read_only:
+                logger.info("%s has no %s: opening it read-only as a copy of a Kafka log dir",
+                            storage.url, TOPICS_FILE)
+            ro = open_storage(url, storage_options, read_only=True)
+            return cls(ro, kafka_copy=True, defaults=defaults)
+        if not create:
+            raise NotALogRootError(
+                f"{storage.url} is not a log root: it has no {TOPICS_FILE} and no Kafka partition"
+                " folders (create one with `seglog topics --create`, or LogRoot.open(..., create=True))")
+        if read_only:
+            raise ReadOnlyLogError(f"cannot create a log root at {storage.url} read-only")
+        if names and not kafka_like and any(not n.startswith(".") for n in names):
+            raise NotALogRootError(
+                f"{storage.url} is not empty and is not a log root (found {', '.join(names[:5])});"
+                " refusing to create a log root there")
+        storage.makedirs("")
+        doc = {"version": 1, "cluster_id": _new_id(), "defaults": dict(defaults or {}), "topics": {}}
+        if storage.put_if_absent(TOPICS_FILE, _dump(doc)) is None:
+            pass  # someone else created it first: theirs stands
+        if not storage.exists(META_PROPERTIES):
+            current = json.loads(storage.read(TOPICS_FILE))
+            storage.write_atomic(META_PROPERTIES, (
+                "# seglog log root\nversion=1\n"
+                f"cluster.id={current.get('cluster_id', '')}\nnode.id=0\n").encode())
+        return cls(storage, kafka_copy=False, defaults=defaults)
+
+    @property
+    def url(self) -> str:
+        return self.storage.url
+
+    # ------------------------------------------------------------------ topic metadata
+    def _read_doc(self) -> tuple[dict, str | None]:
+        found = self.storage.read_versioned(TOPICS_FILE)
+        if found is None:
+            return {"version": 1, "defaults": {}, "topics": {}}, None
+        data, version = found
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise NotALogRootError(f"{self.storage.url}/{TOPICS_FILE} is not valid JSON: {exc}") from exc
+        if not isinstance(doc, dict) or "topics" not in doc:
+            raise NotALogRootError(f"{self.storage.url}/{TOPICS_FILE} has no topics table")
+        return doc, version
+
+    def _update_doc(self, change) -> dict:
+        """Read-modify-write of the topics file with a conditional replace (retried on a lost race)."""
+        self._require_writable()
+        for _ in range(50):
+            doc, version = self._read_doc()
+            result = change(doc)
+            data = _dump(doc)
+            new = (self.storage.put_if_absent(TOPICS_FILE, data) if version is None
+                   else self.storage.put_if_version(TOPICS_FILE, data, version))
+            if new is not None:
+                return result
+            time.sleep(0.01)
+        raise CommitFailedError(f"could not update {TOPICS_FILE}: too many concurrent changes")
+
+    def _require_writable(self) -> None:
+        if self.read_only:
+            what = "a copy of a Kafka log dir" if self.kafka_copy else "opened read-only"
+            raise ReadOnlyLogError(f"{self.storage.url} is {what}: it is never written")
+
+    def _kafka_topics(self) -> dict[str, dict]:
+        topics: dict[str, dict] = {}
+        for name in self.storage.list_dir(""):
+            m = _PARTITION_DIR.match(name)
+            if not m or "." in name.rsplit("-", 1)[1]:
+                continue
+            t = topics.setdefault(m["topic"], {"partitions": 0, "config": {}, "topic_id": ""})
+            t["partitions"] = max(t["partitions"], int(m["partition"]) + 1)
+            if not t["topic_id"]:
+                try:
+                    meta = PartitionMetadata.read(self.storage, self.storage.join(name, PARTITION_METADATA))
+                    t["topic_id"] = meta.topic_id if meta else ""
+                except SegLogError:
+                    pass
+        return topics
+
+    def _topics(self) -> dict[str, dict]:
+        if self.kafka_copy:
+            return self._kafka_topics()
+        return self._read_doc()[0]["topics"]
+
+    def defaults(self) -> dict[str, str]:
+        base = {} if self.kafka_copy else dict(self._read_doc()[0].get("defaults", {}))
+        base.update(self._defaults_override)
+        return base
+
+    def list_topics(self) -> list[str]:
+        return sorted(self._topics())
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        topics = self._topics()
+        if name not in topics:
+            raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
+        t = topics[name]
+        return TopicInfo(name, t.get("topic_id", ""), int(t["partitions"]), dict(t.get("config", {})))
+
+    def topic_config(self, name: str) -> LogConfig:
+        return LogConfig.from_props(self.describe_topic(name).config, self.defaults())
+
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> TopicInfo:
+        self._require_writable()
+        validate_topic_name(name)
+        if not isinstance(partitions, int) or partitions < 1:
+            raise InvalidConfigError(f"partitions must be a positive integer, got {partitions!r}")
+        overrides = {k: str(v) for k, v in (config or {}).items()}
+        validate_topic_overrides(overrides)
+        LogConfig.from_props(overrides, self.defaults())   # cross-field rules against the defaults
+        topic_id = new_topic_id()
+
+        def add(doc):
+            if name in doc["topics"]:
+                raise TopicExistsError(f"topic {name!r} already exists in {self.storage.url}")
+            doc["topics"][name] = {"topic_id": topic_id, "partitions": partitions, "config": overrides}
+
+        self._update_doc(add)
+        for p in range(partitions):
+            self._init_partition(name, p, topic_id)
+        return TopicInfo(name, topic_id, partitions, overrides)
+
+    def _init_partition(self, topic: str, partition: int, topic_id: str) -> None:
+        d = partition_dir(topic, partition)
+        self.storage.makedirs(d)
+        PartitionMetadata(topic_id).write(self.storage, self.storage.join(d, PARTITION_METADATA))
+
+    def add_partitions(self, name: str, total: int) -> TopicInfo:
+        self._require_writable()
+
+        def grow(doc):
+            if name not in doc["topics"]:
+                raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
+            t = doc["topics"][name]
+            if not isinstance(total, int) or total <= t["partitions"]:
+                raise InvalidConfigError(
+                    f"topic {name!r} has {t['partitions']} partitions; the count can only grow"
+                    f" (asked for {total})")
+            old = t["partitions"]
+            t["partitions"] = total
+            return old, t["topic_id"]
+
+        old, topic_id = self._update_doc(grow)
+        for p in range(old, total):
+            self._init_partition(name, p, topic_id)
+        return self.describe_topic(name)
+
+    def alter_topic_config(self, name: str, config: dict[str, str]) -> TopicInfo:
+        overrides = {k: str(v) for k, v in config.items()}
+        validate_topic_overrides(overrides)
+
+        def alter(doc):
+            if name not in doc["topics"]:
+                raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
+            merged = dict(doc["topics"][name].get("config", {}))
+            merged.update(overrides)
+            LogConfig.from_props(merged, doc.get("defaults", {}))
+            doc["topics"][name]["config"] = merged
+
+        self._update_doc(alter)
+        return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        self._require_writable()
+
+        def remove(doc):
+            if name not in doc["topics"]:
+                raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
+            return doc["topics"].pop(name)["partitions"]
+
+        count = self._update_doc(remove)
+        for p in range(count):
+            d = partition_dir(name, p)
+            if self.storage.is_local:
+                LocalPartitionState(self.storage, name, p).forget()
+            self.storage.delete_dir(d)
+
+    # ------------------------------------------------------------------ partitions
+    def log(self, topic: str, partition: int, *, writer: bool = False,
+            truncate_uncommitted: bool = True) -> Log:
+        info = self.describe_topic(topic)
+        if not 0 <= partition < info.partitions:
+            raise TopicNotFoundError(
+                f"topic {topic!r} has partitions 0..{info.partitions - 1}; there is no partition {partition}")
+        if writer:
+            self._require_writable()
+        d = partition_dir(topic, partition)
+        config = LogConfig.from_props(info.config, self.defaults())
+        if self.storage.is_local:
+            state = LocalPartitionState(self.storage, topic, partition)
+        else:
+            state = ObjectPartitionState(self.storage, d)
+        fence = WriterFence(self.storage, d) if writer else None
+        kafka_clean = self.kafka_copy and self.storage.exists(KAFKA_CLEAN_SHUTDOWN)
+        log = Log(self.storage, d, topic, partition, config, state, fence=fence,
+                  read_only=self.read_only or not writer, kafka_clean=kafka_clean,
+                  truncate_uncommitted=truncate_uncommitted)
+        self._open_logs.append(log)
+        return log
+
+    def close(self) -> None:
+        for log in self._open_logs:
+            log.close()
+        self._open_logs.clear()
+
+    def __enter__(self) -> "LogRoot":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LogRoot({self.storage.url}{', kafka copy' if self.kafka_copy else ''})"
+
+
+def _dump(doc: dict) -> bytes:
+    return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+
+def _new_id() -> str:
+    import base64
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -1,0 +1,148 @@
+"""Where a partition's committed offsets live: high watermark, log start offset, recovery point.
+
+On a local disk these are Kafka's own root checkpoint files (`replication-offset-checkpoint`,
+`log-start-offset-checkpoint`, `recovery-point-offset-checkpoint`), shared by every partition of
+the root and updated read-modify-write under a lock file, so that a copy of a Kafka broker's log
+dir is read with that broker's high watermarks and Kafka's tools read ours.
+
+Object stores have no lock and no rename, and several writers (one per partition) must not
+contend on one object: each partition keeps a `partition-state.json` object there, replaced with
+If-Match. It carries the writer epoch, so a writer that takes the partition changes the object
+and a fenced writer's conditional replace fails.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from logcore.errors import CommitFailedError, CorruptIndexError, FencedWriterError
+from logcore.log.checkpoint import OffsetCheckpoint
+
+HW_CHECKPOINT = "replication-offset-checkpoint"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+ROOT_LOCK = ".seglog-root.lock"
+OBJECT_STATE = "partition-state.json"
+
+
+@dataclass
+class PartitionState:
+    high_watermark: int | None = None
+    log_start_offset: int | None = None
+    recovery_point: int | None = None
+
+
+class LocalPartitionState:
+    """A partition's entries in the root's Kafka checkpoint files."""
+
+    def __init__(self, storage, topic: str, partition: int, root: str = ""):
+        self.storage = storage
+        self.key = (topic, partition)
+        self.root = root
+        self._hw = OffsetCheckpoint(storage, storage.join(root, HW_CHECKPOINT) if root else HW_CHECKPOINT)
+        self._rp = OffsetCheckpoint(storage, storage.join(root, RECOVERY_POINT_CHECKPOINT) if root else RECOVERY_POINT_CHECKPOINT)
+        self._ls = OffsetCheckpoint(storage, storage.join(root, LOG_START_CHECKPOINT) if root else LOG_START_CHECKPOINT)
+
+    def load(self) -> PartitionState:
+        return PartitionState(self._hw.read().get(self.key), self._ls.read().get(self.key),
+                              self._rp.read().get(self.key))
+
+    def _update(self, checkpoint: OffsetCheckpoint, value: int | None) -> None:
+        entries = checkpoint.read()
+        if value is None:
+            if self.key not in entries:
+                return
+            entries.pop(self.key)
+        elif entries.get(self.key) == value:
+            return
+        else:
+            entries[self.key] = value
+        checkpoint.write(entries)
+
+    def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
+               epoch: int, recovery_point: int | None = None) -> None:
+        # Callers hold the partition's writer lock (the fence); the root lock serialises the
+        # read-modify-write of files shared with other partitions' writers.
+        with self.storage.lock(ROOT_LOCK):
+            self._update(self._hw, high_watermark)
+            # Kafka writes a log start offset only when it is above the first segment's base.
+            self._update(self._ls, log_start_offset if log_start_offset > first_segment_base else None)
+            if recovery_point is not None:
+                self._update(self._rp, recovery_point)
+
+    def set_recovery_point(self, offset: int) -> None:
+        with self.storage.lock(ROOT_LOCK):
+            self._update(self._rp, offset)
+
+    def forget(self) -> None:
+        """Drop this partition from the root checkpoints (topic deletion)."""
+        with self.storage.lock(ROOT_LOCK):
+            for checkpoint in (self._hw, self._rp, self._ls):
+                self._update(checkpoint, None)
+
+
+class ObjectPartitionState:
+    """A partition's committed offsets in one object, replaced with If-Match."""
+
+    def __init__(self, storage, partition_dir: str):
+        self.storage = storage
+        self.path = storage.join(partition_dir, OBJECT_STATE)
+        self.version: str | None = None
+        self.epoch: int = -1
+
+    def load(self) -> PartitionState:
+        found = self.storage.read_versioned(self.path)
+        if found is None:
+            self.version = None
+            return PartitionState()
+        data, self.version = found
+        try:
+            doc = json.loads(data)
+            self.epoch = int(doc.get("leader_epoch", -1))
+            return PartitionState(int(doc["high_watermark"]), int(doc["log_start_offset"]), None)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptIndexError(f"unreadable partition state: {exc}", file=self.path) from exc
+
+    def _put(self, doc: dict) -> bool:
+        data = json.dumps(doc, sort_keys=True).encode()
+        if self.version is None:
+            new = self.storage.put_if_absent(self.path, data)
+        else:
+            new = self.storage.put_if_version(self.path, data, self.version)
+        if new is None:
+            return False
+        self.version = new
+        return True
+
+    def take_over(self, epoch: int) -> PartitionState:
+        """Stamp a new writer epoch into the state so that older writers' commits fail."""
+        while True:
+            state = self.load()
+            if self.epoch > epoch:
+                raise FencedWriterError(
+                    f"partition state {self.path} already has writer epoch {self.epoch}, newer than {epoch}")
+            doc = {"high_watermark": state.high_watermark or 0,
+                   "log_start_offset": state.log_start_offset or 0, "leader_epoch": epoch}
+            if self._put(doc):
+                self.epoch = epoch
+                return PartitionState(doc["high_watermark"], doc["log_start_offset"], None)
+
+    def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
+               epoch: int, recovery_point: int | None = None) -> None:
+        doc = {"high_watermark": high_watermark, "log_start_offset": log_start_offset,
+               "leader_epoch": epoch}
+        if not self._put(doc):
+            current = self.load()
+            if self.epoch != epoch:
+                raise FencedWriterError(
+                    f"partition {self.path.rsplit('/', 2)[-2]} was taken by writer epoch {self.epoch};"
+                    f" this writer's epoch {epoch} is fenced")
+            raise CommitFailedError(
+                f"partition state {self.path} changed under the writer (high watermark now"
+                f" {current.high_watermark}); refresh and retry")
+
+    def set_recovery_point(self, offset: int) -> None:
+        pass
+
+    def forget(self) -> None:
+        self.storage.delete(self.path, missing_ok=True)

@@ -1,0 +1,477 @@
+"""One log segment: a `.log` file of RecordBatch v2 batches plus its offset, time and txn indexes.
+
+A segment is either *active* (the writer appends to it) or *sealed* (immutable). On a local disk
+the active segment is a real file appended in place; on an object store it is held in memory and
+published as immutable objects when the writer commits or rolls (object stores have no append).
+Readers in other processes see a local active segment grow; they bound every read by offset
+(the high watermark), never by what happens to be in the file.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from logcore.errors import CorruptIndexError, CorruptRecordError, SegLogError
+from logcore.records.batch import HEADER_SIZE, BatchHeader, iter_batches, parse_header
+from logcore.log.offset_index import OffsetIndex
+from logcore.log.time_index import TimeIndex
+from logcore.log.txn_index import TransactionIndex
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+SCAN_CHUNK = 64 * 1024
+INT32_MAX = 2**31 - 1
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    """Kafka's file name: the base offset as 20 zero-padded digits, then the suffix."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_segment_name(name: str) -> tuple[int, str] | None:
+    """(base offset, suffix) for a name like 00000000000000001234.log, else None."""
+    dot = name.find(".")
+    if dot != 20 or not name[:20].isdigit():
+        return None
+    return int(name[:20]), name[20:]
+
+
+@dataclass
+class ScanResult:
+    """What a validating scan of a segment found."""
+    valid_bytes: int
+    truncated_bytes: int
+    next_offset: int | None
+    error: str | None
+
+
+class _FileData:
+    """Bytes of a segment on local disk, appended in place (writer) or read as it grows."""
+
+    def __init__(self, storage, path: str, writable: bool):
+        self.storage = storage
+        self.path = path
+        self.file = storage.open_append(path) if writable else None
+
+    def size(self) -> int:
+        if self.file is not None:
+            return self.file.size()
+        return self.storage.size(self.path) if self.storage.exists(self.path) else 0
+
+    def read(self, start: int, end: int) -> bytes:
+        if self.file is not None:
+            end = min(end, self.file.size())
+            return self.file.pread(start, end - start) if end > start else b""
+        return self.storage.read(self.path, start, end)
+
+    def append(self, data) -> int:
+        return self.file.append(data)
+
+    def truncate(self, size: int) -> None:
+        self.file.truncate(size)
+
+    def flush(self) -> None:
+        if self.file is not None:
+            self.file.flush(fsync=True)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+class _MemoryData:
+    """Bytes of an object-store segment that is still being written: published at commit/roll."""
+
+    def __init__(self, initial: bytes = b""):
+        self.buf = bytearray(initial)
+
+    def size(self) -> int:
+        return len(self.buf)
+
+    def read(self, start: int, end: int) -> bytes:
+        return bytes(self.buf[start:min(end, len(self.buf))])
+
+    def append(self, data) -> int:
+        pos = len(self.buf)
+        self.buf += data
+        return pos
+
+    def truncate(self, size: int) -> None:
+        del self.buf[size:]
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _ObjectData:
+    """Bytes of a published (immutable) segment object, read with ranged GETs."""
+
+    def __init__(self, storage, path: str, size: int | None = None):
+        self.storage = storage
+        self.path = path
+        self._size = size
+
+    def size(self) -> int:
+        if self._size is None:
+            self._size = self.storage.size(self.path)
+        return self._size
+
+    def read(self, start: int, end: int) -> bytes:
+        end = min(end, self.size())
+        return self.storage.read(self.path, start, end) if end > start else b""
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class LogSegment:
+    """A `.log` file and its indexes, starting at `base_offset`."""
+
+    def __init__(self, storage, directory: str, base_offset: int, *, index_interval_bytes: int,
+                 max_index_size: int, writable: bool, in_memory: bool = False,
+                 created_ms: int | None = None, limit_bytes: int | None = None):
+        self.storage = storage
+        self.dir = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
+        self.writable = writable
+        self.in_memory = in_memory
+        self.log_path = storage.join(directory, segment_name(base_offset, LOG_SUFFIX))
+        self.index_path = storage.join(directory, segment_name(base_offset, INDEX_SUFFIX))
+        self.time_index_path = storage.join(directory, segment_name(base_offset, TIME_INDEX_SUFFIX))
+        self.txn_index_path = storage.join(directory, segment_name(base_offset, TXN_INDEX_SUFFIX))
+        if in_memory:
+            self.data = _MemoryData()
+        elif storage.is_local:
+            self.data = _FileData(storage, self.log_path, writable)
+        else:
+            self.data = _ObjectData(storage, self.log_path)
+        # A read-only view of a file that may have a torn tail: reads stop at `limit_bytes`.
+        self.limit_bytes = limit_bytes
+        index_writable = writable
+        self.offset_index = OffsetIndex(storage, self.index_path, base_offset,
+                                        max_index_size=max_index_size, writable=index_writable,
+                                        in_memory=in_memory)
+        self.time_index = TimeIndex(storage, self.time_index_path, base_offset,
+                                    max_index_size=max_index_size, writable=index_writable,
+                                    in_memory=in_memory)
+        self.txn_index = TransactionIndex(storage, self.txn_index_path, writable=index_writable,
+                                          in_memory=in_memory)
+        self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp: int | None = None
+        self._next_offset: int | None = None
+
+    # ---------------------------------------------------------------- sizes and offsets
+    def size(self) -> int:
+        size = self.data.size()
+        return min(size, self.limit_bytes) if self.limit_bytes is not None else size
+
+    def next_offset(self) -> int:
+        """Offset after the last batch in this segment (base offset when empty)."""
+        if self._next_offset is None:
+            self._next_offset = self._read_next_offset()
+        return self._next_offset
+
+    def _read_next_offset(self) -> int:
+        entry_offset, position = self.offset_index.lookup(2**63 - 1)
+        next_offset = self.base_offset
+        if entry_offset > self.base_offset or position > 0:
+            next_offset = entry_offset
+        for _pos, header in self.scan_headers(position):
+            next_offset = header.next_offset
+        return next_offset
+
+    @property
+    def largest_timestamp(self) -> int:
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        entry = self.time_index.last_entry
+        return entry[0] if entry is not None else -1
+
+    # ---------------------------------------------------------------- reading
+    def read_bytes(self, start: int, end: int) -> bytes:
+        end = min(end, self.size())
+        return self.data.read(start, end) if end > start else b""
+
+    def scan_headers(self, start: int = 0, end: int | None = None):
+        """Batch headers from `start` (a batch boundary) to `end`, without CRC checks.
+
+        Reads in chunks; stops quietly at a partial trailing batch (a torn tail or a batch that
+        is still being written by another process).
+        """
+        limit = self.size() if end is None else min(end, self.size())
+        pos = start
+        while pos + HEADER_SIZE <= limit:
+            chunk = self.read_bytes(pos, min(limit, pos + SCAN_CHUNK))
+            off = 0
+            while off + HEADER_SIZE <= len(chunk):
+                header = parse_header(chunk, off)
+                if header.magic != 2 or header.size < HEADER_SIZE:
+                    # Let the validating path produce the precise error.
+                    list(iter_batches(chunk[off:off + HEADER_SIZE + 64], source=self.log_path,
+                                      base_position=pos + off, verify_crc=False))
+                    raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
+                                             file=self.log_path, position=pos + off)
+                if pos + off + header.size > limit:
+                    return
+                yield pos + off, header
+                off += header.size
+            if off == 0:
+                return
+            pos += off
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= offset."""
+        _, position = self.offset_index.lookup(offset)
+        for pos, header in self.scan_headers(max(position, start_position)):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True) -> bytes:
+        """Whole batches from the one holding `offset`, none starting at or above `max_offset`."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return b""
+        start, _ = found
+        end = start
+        total = 0
+        for pos, header in self.scan_headers(start):
+            if header.base_offset >= max_offset:
+                break
+            if total + header.size > max_bytes and not (min_one_batch and total == 0):
+                break
+            total += header.size
+            end = pos + header.size
+            if total >= max_bytes:
+                break
+        return self.read_bytes(start, end)
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
+        from logcore.records.batch import decode_records  # local: only used on this path
+
+        _, index_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(index_offset, starting_offset))
+        for pos, header in self.scan_headers(position):
+            if header.is_control or header.max_timestamp < timestamp:
+                continue
+            data = self.read_bytes(pos, pos + header.size)
+            for record in decode_records(data, 0, source=self.log_path, base_position=pos):
+                if record.timestamp >= timestamp and record.offset >= starting_offset:
+                    return record.offset, record.timestamp
+        return None
+
+    # ---------------------------------------------------------------- writing
+    def append(self, data, headers: list[BatchHeader]) -> int:
+        """Append validated batches (their offsets already assigned); returns the position."""
+        position = self.data.size()
+        if headers and self.first_batch_timestamp is None and position == 0:
+            self.first_batch_timestamp = headers[0].max_timestamp
+        self.data.append(data)
+        batch_pos = position
+        for header in headers:
+            if header.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(header.last_offset, batch_pos)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                self.bytes_since_last_index_entry = 0
+            self.bytes_since_last_index_entry += header.size
+            batch_pos += header.size
+        self._next_offset = headers[-1].next_offset if headers else self._next_offset
+        return position
+
+    def should_roll(self, batch_size: int, max_timestamp: int, last_offset: int, *,
+                    segment_bytes: int, segment_ms: int, now_ms: int) -> bool:
+        size = self.size()
+        if size > segment_bytes - batch_size:
+            return True
+        if size > 0:
+            if self.first_batch_timestamp is not None and self.first_batch_timestamp >= 0:
+                waited = max_timestamp - self.first_batch_timestamp
+            else:
+                waited = now_ms - self.created_ms
+            if waited > segment_ms:
+                return True
+        if self.offset_index.is_full() or self.time_index.is_full():
+            return True
+        return last_offset - self.base_offset > INT32_MAX
+
+    def seal(self) -> None:
+        """The segment stops being active: final time-index entry, trimmed indexes, data closed."""
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp,
+                                         skip_full_check=True)
+        self.offset_index.trim()
+        self.time_index.trim()
+        self.data.flush()
+
+    def flush(self) -> None:
+        self.data.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.txn_index.flush()
+
+    def publish(self) -> None:
+        """Object store: write this in-memory segment as immutable objects (indexes first, `.log` last).
+
+        The `.log` object is created with If-None-Match, so a fenced writer can never replace a
+        segment that another writer published; readers list `.log` objects, so a segment is
+        visible only once all of its files are there.
+        """
+        assert self.in_memory
+        self.seal()
+        self.storage.write_atomic(self.index_path, self.offset_index.to_bytes())
+        self.storage.write_atomic(self.time_index_path, self.time_index.to_bytes())
+        if self.txn_index.entries:
+            self.storage.write_atomic(self.txn_index_path, self.txn_index.to_bytes())
+        data = bytes(self.data.buf)
+        if self.storage.put_if_absent(self.log_path, data) is None:
+            existing = self.storage.read(self.log_path)
+            if existing != data:
+                raise _SegmentExists(self.log_path)
+        self.data = _ObjectData(self.storage, self.log_path, len(data))
+        self.in_memory = False
+        self.writable = False
+
+    # ---------------------------------------------------------------- recovery and truncation
+    def recover(self, on_batch=None, *, write: bool = True) -> ScanResult:
+        """Validate every batch, rebuild the indexes, and cut a torn or corrupt tail.
+
+        `on_batch(header, data_of_batch)` is called for each valid batch (producer state and
+        leader-epoch replay). With write=False (read-only copies) nothing is written: the torn
+        tail is only hidden through `limit_bytes` and the indexes are rebuilt in memory.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.txn_index.reset()
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = None
+        file_size = self.data.size()
+        valid = 0
+        next_offset = None
+        error = None
+        pos = 0
+        while pos < file_size:
+            head = self.data.read(pos, min(file_size, pos + SCAN_CHUNK))
+            if len(head) < 17:
+                error = f"{file_size - pos} trailing bytes, shorter than a batch header"
+                break
+            size_field = int.from_bytes(head[8:12], "big", signed=True) + 12
+            if size_field < HEADER_SIZE or pos + size_field > file_size:
+                error = (f"batch at position {pos} declares {size_field} bytes"
+                         + (", past the end of the file" if pos + size_field > file_size else ""))
+                break
+            data = head[:size_field] if size_field <= len(head) else self.data.read(pos, pos + size_field)
+            try:
+                batches = list(iter_batches(data, source=self.log_path, base_position=pos,
+                                            verify_crc=True, allow_partial_tail=False))
+            except CorruptRecordError as exc:
+                error = str(exc)
+                break
+            _, header = batches[0]
+            if header.base_offset < self.base_offset or header.last_offset - self.base_offset > INT32_MAX:
+                error = (f"batch at position {pos} has offsets {header.base_offset}..{header.last_offset}"
+                         f" outside segment base {self.base_offset}")
+                break
+            if next_offset is not None and header.base_offset < next_offset:
+                error = f"batch at position {pos} has base offset {header.base_offset} below {next_offset}"
+                break
+            if header.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+            if self.first_batch_timestamp is None:
+                self.first_batch_timestamp = header.max_timestamp
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(header.last_offset, pos, persist=write)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp,
+                                             persist=write)
+                self.bytes_since_last_index_entry = 0
+            self.bytes_since_last_index_entry += size_field
+            if on_batch is not None:
+                on_batch(header, data, self)
+            next_offset = header.next_offset
+            pos += size_field
+            valid = pos
+        truncated = file_size - valid
+        if truncated:
+            if write:
+                self.data.truncate(valid)
+            else:
+                self.limit_bytes = valid
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp,
+                                         skip_full_check=True, persist=write)
+        self._next_offset = next_offset if next_offset is not None else self.base_offset
+        return ScanResult(valid, truncated, next_offset, error)
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch at or above `offset` (cut at a batch boundary); returns bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, header = found
+        if header.base_offset < offset:
+            # The batch holding `offset` starts below it: keep it whole, cut after it.
+            position += header.size
+        size = self.data.size()
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        self.data.truncate(position)
+        self._next_offset = None
+        # Recompute the in-memory max timestamp from what is left.
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp = -1
+        for _pos, h in self.scan_headers(0):
+            if h.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = h.max_timestamp
+                self.offset_of_max_timestamp = h.last_offset
+        self.bytes_since_last_index_entry = 0
+        return size - position
+
+    def close(self) -> None:
+        if self.writable and not self.in_memory:
+            self.seal()
+        self.offset_index.close()
+        self.time_index.close()
+        self.txn_index.close()
+        self.data.close()
+
+    def delete_files(self) -> None:
+        for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index_path):
+            self.storage.delete(path, missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size()})"
+
+
+class _SegmentExists(SegLogError):
+    """Another writer already published a different segment with this base offset."""
+
+    def __init__(self, path: str):
+        super().__init__(f"segment {path} was already published by another writer")
+        self.path = path
