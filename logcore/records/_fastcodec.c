@@ -1,0 +1,531 @@
+/*
+ * _fastcodec: the per-record work of batches_to_arrow in C.
+ *
+ * decode_sections() walks the records of already-decompressed record sections (one per batch),
+ * validates them exactly like logcore.records.batch.decode_records does, and gathers the columns
+ * into Arrow-layout buffers (int64 offsets, int64 microsecond timestamps, int32 timestamp types,
+ * binary key/value with int32 offsets and validity bitmaps, optional headers as
+ * list<struct<key string, value binary>>). The buffers are bytearrays that Python wraps without
+ * copying. Corrupt input raises RecordError(section_index, record_index, message); nothing is ever
+ * read outside the given [start, end) range of a section.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *RecordError;
+
+/* Smallest possible encoded record: length, attributes, timestampDelta, offsetDelta, keyLength,
+ * valueLength, headerCount, one byte each. Bounds the number of records a section can hold. */
+#define MIN_RECORD_BYTES 7
+#define INT32_LIMIT 2147483647LL
+
+typedef struct {
+    PyObject *obj; /* bytearray */
+    char *p;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} obuf;
+
+static int obuf_init(obuf *b, Py_ssize_t cap) {
+    if (cap < 64)
+        cap = 64;
+    b->obj = PyByteArray_FromStringAndSize(NULL, cap);
+    if (b->obj == NULL)
+        return -1;
+    b->p = PyByteArray_AS_STRING(b->obj);
+    b->len = 0;
+    b->cap = cap;
+    return 0;
+}
+
+static int obuf_grow(obuf *b, Py_ssize_t need) {
+    Py_ssize_t want = b->len + need;
+    Py_ssize_t ncap = b->cap * 2;
+    if (ncap < want)
+        ncap = want;
+    if (PyByteArray_Resize(b->obj, ncap) < 0)
+        return -1;
+    b->p = PyByteArray_AS_STRING(b->obj);
+    b->cap = ncap;
+    return 0;
+}
+
+static int obuf_finish(obuf *b) { return PyByteArray_Resize(b->obj, b->len); }
+
+#define ENSURE(b, n)                                                                              \
+    do {                                                                                          \
+        if ((b)->len + (Py_ssize_t)(n) > (b)->cap && obuf_grow((b), (Py_ssize_t)(n)) < 0)         \
+            goto fail;                                                                            \
+    } while (0)
+
+/* Zigzag varint of at most 5 bytes; bits past 32 are dropped as Java does.
+ * Returns 0, -1 (runs past end) or -2 (too long). */
+static inline int read_varint(const uint8_t **pp, const uint8_t *end, int32_t *out) {
+    const uint8_t *p = *pp;
+    uint32_t raw = 0;
+    int i;
+    if (p < end && *p < 0x80) {
+        raw = *p;
+        *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
+        *pp = p + 1;
+        return 0;
+    }
+    for (i = 0; i < 5; i++) {
+        uint8_t b;
+        if (p >= end)
+            return -1;
+        b = *p++;
+        raw |= (uint32_t)(b & 0x7f) << (7 * i);
+        if (b < 0x80) {
+            *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
+            *pp = p;
+            return 0;
+        }
+    }
+    return -2;
+}
+
+static inline int read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out) {
+    const uint8_t *p = *pp;
+    uint64_t raw = 0;
+    int i;
+    if (p < end && *p < 0x80) {
+        raw = *p;
+        *out = (int64_t)((raw >> 1) ^ (0ull - (raw & 1ull)));
+        *pp = p + 1;
+        return 0;
+    }
+    for (i = 0; i < 10; i++) {
+        uint8_t b;
+        if (p >= end)
+            return -1;
+        b = *p++;
+        raw |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (b < 0x80) {
+            *out = (int64_t)((raw >> 1) ^ (0ull - (raw & 1ull)));
+            *pp = p;
+            return 0;
+        }
+    }
+    return -2;
+}
+
+/* Strict UTF-8 (no overlongs, no surrogates, <= U+10FFFF), as Python's decoder. */
+static int valid_utf8(const uint8_t *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80)
+                return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            uint8_t c1;
+            if (i + 2 >= n)
+                return 0;
+            c1 = s[i + 1];
+            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80)
+                return 0;
+            if (c == 0xE0 && c1 < 0xA0)
+                return 0; /* overlong */
+            if (c == 0xED && c1 >= 0xA0)
+                return 0; /* surrogate */
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            uint8_t c1;
+            if (i + 3 >= n)
+                return 0;
+            c1 = s[i + 1];
+            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
+                return 0;
+            if (c == 0xF0 && c1 < 0x90)
+                return 0;
+            if (c == 0xF4 && c1 >= 0x90)
+                return 0;
+            i += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+typedef struct {
+    PyObject *buffer;
+    Py_ssize_t start, end;
+    long long base_offset, base_timestamp, max_timestamp;
+    int timestamp_type;
+    long long count;
+} section_t;
+
+static int parse_section(PyObject *item, section_t *s) {
+    int ts_type;
+    if (!PyTuple_Check(item)) {
+        PyErr_SetString(PyExc_TypeError, "each section must be a tuple");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(item, "OnnLLLiL", &s->buffer, &s->start, &s->end, &s->base_offset,
+                          &s->base_timestamp, &s->max_timestamp, &ts_type, &s->count))
+        return -1;
+    s->timestamp_type = ts_type;
+    return 0;
+}
+
+static void raise_record_error(Py_ssize_t section, long long record, const char *message) {
+    PyObject *args = Py_BuildValue("(nLs)", section, record, message);
+    if (args != NULL) {
+        PyErr_SetObject(RecordError, args);
+        Py_DECREF(args);
+    }
+}
+
+#define CORRUPT(msg)                                                                              \
+    do {                                                                                          \
+        errmsg = (msg);                                                                           \
+        goto corrupt;                                                                             \
+    } while (0)
+
+#define VARINT(dst, limit, what)                                                                  \
+    do {                                                                                          \
+        int rc_ = read_varint(&p, (limit), &(dst));                                               \
+        if (rc_ == -1)                                                                            \
+            CORRUPT(what " runs past the end of the record");                                     \
+        if (rc_ == -2)                                                                            \
+            CORRUPT(what " is a varint longer than 5 bytes");                                     \
+    } while (0)
+
+static PyObject *decode_sections(PyObject *self, PyObject *args) {
+    PyObject *sections;
+    long long min_offset, max_offset;
+    int include_headers;
+    Py_ssize_t nsec, si;
+    Py_ssize_t data_cap = 0, row_cap = 0;
+    obuf offs = {0}, tss = {0}, tst = {0}, kvalid = {0}, koffs = {0}, kdata = {0};
+    obuf vvalid = {0}, voffs = {0}, vdata = {0};
+    obuf lvalid = {0}, loffs = {0}, hkoffs = {0}, hkdata = {0}, hvvalid = {0}, hvoffs = {0},
+         hvdata = {0};
+    Py_ssize_t rows = 0, key_nulls = 0, value_nulls = 0, list_nulls = 0, hrows = 0,
+               hvalue_nulls = 0;
+    Py_buffer view;
+    int have_view = 0;
+    const char *errmsg = NULL;
+    long long record_index = 0;
+    PyObject *result = NULL;
+
+    if (!PyArg_ParseTuple(args, "O!LLp", &PyList_Type, &sections, &min_offset, &max_offset,
+                          &include_headers))
+        return NULL;
+    nsec = PyList_GET_SIZE(sections);
+
+    /* First pass: bounds on rows and data bytes, so per-record arrays never grow. */
+    for (si = 0; si < nsec; si++) {
+        section_t s;
+        Py_ssize_t len, bound;
+        if (parse_section(PyList_GET_ITEM(sections, si), &s) < 0)
+            return NULL;
+        if (s.start < 0 || s.end < s.start) {
+            PyErr_SetString(PyExc_ValueError, "bad section range");
+            return NULL;
+        }
+        len = s.end - s.start;
+        bound = len / MIN_RECORD_BYTES;
+        if (s.count >= 0 && s.count < bound)
+            bound = (Py_ssize_t)s.count;
+        row_cap += bound;
+        data_cap += len;
+    }
+
+    if (obuf_init(&offs, row_cap * 8) < 0 || obuf_init(&tss, row_cap * 8) < 0 ||
+        obuf_init(&tst, row_cap * 4) < 0 || obuf_init(&kvalid, row_cap / 8 + 1) < 0 ||
+        obuf_init(&koffs, (row_cap + 1) * 4) < 0 || obuf_init(&kdata, data_cap) < 0 ||
+        obuf_init(&vvalid, row_cap / 8 + 1) < 0 || obuf_init(&voffs, (row_cap + 1) * 4) < 0 ||
+        obuf_init(&vdata, data_cap) < 0)
+        goto fail;
+    memset(kvalid.p, 0, kvalid.cap);
+    memset(vvalid.p, 0, vvalid.cap);
+    ((int32_t *)koffs.p)[0] = 0;
+    ((int32_t *)voffs.p)[0] = 0;
+    if (include_headers) {
+        if (obuf_init(&lvalid, row_cap / 8 + 1) < 0 || obuf_init(&loffs, (row_cap + 1) * 4) < 0 ||
+            obuf_init(&hkoffs, 1024) < 0 || obuf_init(&hkdata, 1024) < 0 ||
+            obuf_init(&hvvalid, 128) < 0 || obuf_init(&hvoffs, 1024) < 0 ||
+            obuf_init(&hvdata, 1024) < 0)
+            goto fail;
+        memset(lvalid.p, 0, lvalid.cap);
+        ((int32_t *)loffs.p)[0] = 0;
+        ((int32_t *)hkoffs.p)[0] = 0;
+        ((int32_t *)hvoffs.p)[0] = 0;
+        hkoffs.len = hvoffs.len = 4;
+    }
+
+    {
+        int64_t *o_off = (int64_t *)offs.p;
+        int64_t *o_ts = (int64_t *)tss.p;
+        int32_t *o_tst = (int32_t *)tst.p;
+        uint8_t *o_kvalid = (uint8_t *)kvalid.p, *o_vvalid = (uint8_t *)vvalid.p;
+        int32_t *o_koffs = (int32_t *)koffs.p, *o_voffs = (int32_t *)voffs.p;
+        char *o_kdata = kdata.p, *o_vdata = vdata.p;
+        Py_ssize_t kd_len = 0, vd_len = 0;
+
+        for (si = 0; si < nsec; si++) {
+            section_t s;
+            const uint8_t *p, *e;
+            long long r;
+            int log_append = 0;
+            record_index = 0;
+            if (parse_section(PyList_GET_ITEM(sections, si), &s) < 0)
+                goto fail;
+            if (PyObject_GetBuffer(s.buffer, &view, PyBUF_SIMPLE) < 0)
+                goto fail;
+            have_view = 1;
+            if (s.end > view.len) {
+                PyErr_SetString(PyExc_ValueError, "section range past the end of its buffer");
+                goto fail;
+            }
+            if (s.count < 0)
+                CORRUPT("negative record count");
+            log_append = s.timestamp_type == 1;
+            p = (const uint8_t *)view.buf + s.start;
+            e = (const uint8_t *)view.buf + s.end;
+
+            for (r = 0; r < s.count; r++) {
+                int32_t length, offset_delta, klen, vlen, hcount, i;
+                int64_t ts_delta, offset, ts;
+                const uint8_t *re, *kptr, *vptr;
+                int keep;
+                record_index = r;
+                {
+                    int rc = read_varint(&p, e, &length);
+                    if (rc == -1)
+                        CORRUPT("record length runs past the end of the batch");
+                    if (rc == -2)
+                        CORRUPT("record length is a varint longer than 5 bytes");
+                }
+                if (length < 0 || length > e - p)
+                    CORRUPT("record length does not fit the bytes left in the batch");
+                re = p + length;
+                if (p >= re)
+                    CORRUPT("record attributes run past the end of the record");
+                p++; /* attributes: unused */
+                {
+                    int rc = read_varlong(&p, re, &ts_delta);
+                    if (rc == -1)
+                        CORRUPT("timestamp delta runs past the end of the record");
+                    if (rc == -2)
+                        CORRUPT("timestamp delta is a varlong longer than 10 bytes");
+                }
+                VARINT(offset_delta, re, "offset delta");
+                VARINT(klen, re, "key length");
+                if (klen < -1 || klen > re - p)
+                    CORRUPT("key length does not fit the record");
+                kptr = p;
+                if (klen > 0)
+                    p += klen;
+                VARINT(vlen, re, "value length");
+                if (vlen < -1 || vlen > re - p)
+                    CORRUPT("value length does not fit the record");
+                vptr = p;
+                if (vlen > 0)
+                    p += vlen;
+                VARINT(hcount, re, "header count");
+                if (hcount < 0)
+                    CORRUPT("negative header count");
+                if (hcount > re - p)
+                    CORRUPT("header count is larger than the bytes left in the record");
+
+                offset = (int64_t)((uint64_t)s.base_offset + (uint64_t)(int64_t)offset_delta);
+                keep = offset >= min_offset && offset < max_offset;
+
+                for (i = 0; i < hcount; i++) {
+                    int32_t hklen, hvlen;
+                    const uint8_t *hk, *hv;
+                    VARINT(hklen, re, "header key length");
+                    if (hklen < 0 || hklen > re - p)
+                        CORRUPT("header key length is negative or does not fit the record");
+                    hk = p;
+                    p += hklen;
+                    if (!valid_utf8(hk, hklen))
+                        CORRUPT("header key is not valid UTF-8");
+                    VARINT(hvlen, re, "header value length");
+                    if (hvlen < -1 || hvlen > re - p)
+                        CORRUPT("header value length does not fit the record");
+                    hv = p;
+                    if (hvlen > 0)
+                        p += hvlen;
+                    if (include_headers && keep) {
+                        ENSURE(&hkdata, hklen);
+                        memcpy(hkdata.p + hkdata.len, hk, hklen);
+                        hkdata.len += hklen;
+                        if (hkdata.len > INT32_LIMIT) {
+                            PyErr_SetString(PyExc_OverflowError,
+                                            "more than 2 GiB of header keys for one Arrow batch");
+                            goto fail;
+                        }
+                        ENSURE(&hkoffs, 4);
+                        *(int32_t *)(hkoffs.p + hkoffs.len) = (int32_t)hkdata.len;
+                        hkoffs.len += 4;
+                        if ((hrows & 7) == 0) {
+                            ENSURE(&hvvalid, 1);
+                            hvvalid.p[hvvalid.len++] = 0;
+                        }
+                        if (hvlen >= 0) {
+                            ENSURE(&hvdata, hvlen);
+                            memcpy(hvdata.p + hvdata.len, hv, hvlen);
+                            hvdata.len += hvlen;
+                            if (hvdata.len > INT32_LIMIT) {
+                                PyErr_SetString(PyExc_OverflowError,
+                                                "more than 2 GiB of header values for one Arrow batch");
+                                goto fail;
+                            }
+                            hvvalid.p[hrows >> 3] |= (char)(1 << (hrows & 7));
+                        } else {
+                            hvalue_nulls++;
+                        }
+                        ENSURE(&hvoffs, 4);
+                        *(int32_t *)(hvoffs.p + hvoffs.len) = (int32_t)hvdata.len;
+                        hvoffs.len += 4;
+                        hrows++;
+                    }
+                }
+                if (p != re)
+                    CORRUPT("record length does not match the bytes its fields use");
+                if (!keep)
+                    continue;
+
+                if (log_append)
+                    ts = s.max_timestamp;
+                else
+                    ts = (int64_t)((uint64_t)s.base_timestamp + (uint64_t)ts_delta);
+                o_off[rows] = offset;
+                o_ts[rows] = (int64_t)((uint64_t)ts * 1000u);
+                o_tst[rows] = s.timestamp_type;
+                if (klen >= 0) {
+                    if (kd_len + klen > INT32_LIMIT) {
+                        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of keys for one Arrow batch");
+                        goto fail;
+                    }
+                    memcpy(o_kdata + kd_len, kptr, klen);
+                    kd_len += klen;
+                    o_kvalid[rows >> 3] |= (uint8_t)(1 << (rows & 7));
+                } else {
+                    key_nulls++;
+                }
+                o_koffs[rows + 1] = (int32_t)kd_len;
+                if (vlen >= 0) {
+                    if (vd_len + vlen > INT32_LIMIT) {
+                        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of values for one Arrow batch");
+                        goto fail;
+                    }
+                    memcpy(o_vdata + vd_len, vptr, vlen);
+                    vd_len += vlen;
+                    o_vvalid[rows >> 3] |= (uint8_t)(1 << (rows & 7));
+                } else {
+                    value_nulls++;
+                }
+                o_voffs[rows + 1] = (int32_t)vd_len;
+                if (include_headers) {
+                    if (hcount > 0)
+                        ((uint8_t *)lvalid.p)[rows >> 3] |= (uint8_t)(1 << (rows & 7));
+                    else
+                        list_nulls++;
+                    ((int32_t *)loffs.p)[rows + 1] = (int32_t)hrows;
+                }
+                rows++;
+            }
+            if (p != e)
+                CORRUPT("trailing bytes after the last record of the batch");
+            PyBuffer_Release(&view);
+            have_view = 0;
+        }
+        offs.len = rows * 8;
+        tss.len = rows * 8;
+        tst.len = rows * 4;
+        kvalid.len = vvalid.len = (rows + 7) / 8;
+        koffs.len = voffs.len = (rows + 1) * 4;
+        kdata.len = kd_len;
+        vdata.len = vd_len;
+        if (include_headers) {
+            lvalid.len = (rows + 7) / 8;
+            loffs.len = (rows + 1) * 4;
+        }
+    }
+
+    if (obuf_finish(&offs) < 0 || obuf_finish(&tss) < 0 || obuf_finish(&tst) < 0 ||
+        obuf_finish(&kvalid) < 0 || obuf_finish(&koffs) < 0 || obuf_finish(&kdata) < 0 ||
+        obuf_finish(&vvalid) < 0 || obuf_finish(&voffs) < 0 || obuf_finish(&vdata) < 0)
+        goto fail;
+    if (include_headers) {
+        PyObject *headers;
+        if (obuf_finish(&lvalid) < 0 || obuf_finish(&loffs) < 0 || obuf_finish(&hkoffs) < 0 ||
+            obuf_finish(&hkdata) < 0 || obuf_finish(&hvvalid) < 0 || obuf_finish(&hvoffs) < 0 ||
+            obuf_finish(&hvdata) < 0)
+            goto fail;
+        headers = Py_BuildValue("(OOnnOOOOOn)", lvalid.obj, loffs.obj, list_nulls, hrows,
+                                hkoffs.obj, hkdata.obj, hvvalid.obj, hvoffs.obj, hvdata.obj,
+                                hvalue_nulls);
+        if (headers == NULL)
+            goto fail;
+        result = Py_BuildValue("(nOOOOOOnOOOnN)", rows, offs.obj, tss.obj, tst.obj, kvalid.obj,
+                               koffs.obj, kdata.obj, key_nulls, vvalid.obj, voffs.obj, vdata.obj,
+                               value_nulls, headers);
+    } else {
+        result = Py_BuildValue("(nOOOOOOnOOOnO)", rows, offs.obj, tss.obj, tst.obj, kvalid.obj,
+                               koffs.obj, kdata.obj, key_nulls, vvalid.obj, voffs.obj, vdata.obj,
+                               value_nulls, Py_None);
+    }
+    goto cleanup;
+
+corrupt:
+    raise_record_error(si, record_index, errmsg);
+fail:
+    result = NULL;
+cleanup:
+    if (have_view)
+        PyBuffer_Release(&view);
+    Py_XDECREF(offs.obj);
+    Py_XDECREF(tss.obj);
+    Py_XDECREF(tst.obj);
+    Py_XDECREF(kvalid.obj);
+    Py_XDECREF(koffs.obj);
+    Py_XDECREF(kdata.obj);
+    Py_XDECREF(vvalid.obj);
+    Py_XDECREF(voffs.obj);
+    Py_XDECREF(vdata.obj);
+    Py_XDECREF(lvalid.obj);
+    Py_XDECREF(loffs.obj);
+    Py_XDECREF(hkoffs.obj);
+    Py_XDECREF(hkdata.obj);
+    Py_XDECREF(hvvalid.obj);
+    Py_XDECREF(hvoffs.obj);
+    Py_XDECREF(hvdata.obj);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_sections", decode_sections, METH_VARARGS,
+     "decode_sections(sections, min_offset, max_offset, include_headers) -> tuple of Arrow buffers.\n"
+     "sections: list of (buffer, start, end, base_offset, base_timestamp, max_timestamp,\n"
+     "timestamp_type, records_count) for the decompressed record section of each batch."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_fastcodec",
+                                       "RecordBatch v2 record scanning into Arrow buffers.", -1,
+                                       methods};
+
+PyMODINIT_FUNC PyInit__fastcodec(void) {
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL)
+        return NULL;
+    RecordError = PyErr_NewException("logcore.records._fastcodec.RecordError", PyExc_ValueError, NULL);
+    if (RecordError == NULL || PyModule_AddObject(m, "RecordError", RecordError) < 0) {
+        Py_XDECREF(RecordError);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(RecordError);
+    return m;
+}

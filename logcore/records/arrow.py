@@ -1,0 +1,125 @@
+"""batches_to_arrow: a run of RecordBatch v2 bytes straight into Arrow columns.
+
+The Spark source's hot path. Python walks the batch headers (CRC check, filters, decompression
+through the codec libraries); the C extension `_fastcodec` scans every record and fills
+Arrow-layout buffers, which become pyarrow arrays without a copy.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Iterable
+
+import pyarrow as pa
+
+from logcore.errors import CorruptRecordError
+from logcore.records import _fastcodec
+from logcore.records.batch import (
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    _scan,
+)
+from logcore.records.compression import decompress
+
+HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+HEADERS_TYPE = pa.list_(HEADER_TYPE)
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+_BASE_FIELDS = [
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", TIMESTAMP_TYPE),
+    pa.field("timestampType", pa.int32()),
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+]
+SCHEMA = pa.schema(_BASE_FIELDS)
+SCHEMA_WITH_HEADERS = pa.schema(_BASE_FIELDS + [pa.field("headers", HEADERS_TYPE)])
+
+INT64_MAX = (1 << 63) - 1
+
+# attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, (epoch), (baseSequence), recordsCount
+_TAIL = struct.Struct(">hiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+
+
+def _aborted_lookup(aborted: Iterable[tuple[int, int, int]] | None) -> dict[int, list[tuple[int, int]]]:
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for producer_id, first_offset, last_offset in aborted or ():
+        ranges.setdefault(producer_id, []).append((first_offset, last_offset))
+    return ranges
+
+
+def _binary(type_, length: int, validity, offsets, data, null_count: int) -> pa.Array:
+    return pa.Array.from_buffers(type_, length,
+                                 [pa.py_buffer(validity) if null_count else None,
+                                  pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=null_count)
+
+
+def batches_to_arrow(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
+                     aborted: Iterable[tuple[int, int, int]] | None = None, source: str | None = None,
+                     base_position: int = 0) -> pa.RecordBatch:
+    """Decode every complete data batch in `data` into one Arrow record batch.
+
+    Control batches are skipped, compressed batches decompressed. Records with offsets outside
+    [min_offset, max_offset) are dropped; transactional batches of a producer whose base offset lies
+    in one of its `aborted` (producer_id, first_offset, last_offset) ranges are dropped. Bad bytes
+    raise CorruptRecordError(file=source, position=base_position + batch position).
+    """
+    aborted_ranges = _aborted_lookup(aborted)
+    sections = []
+    positions = []
+    unpack_tail = _TAIL.unpack_from
+    unpack_base = _BASE_OFFSET.unpack_from
+    for pos, size in _scan(data, 0, source, base_position, True, True):
+        attributes, last_delta, base_ts, max_ts, producer_id, _, _, count = unpack_tail(data, pos + 21)
+        if attributes & CONTROL_MASK:
+            continue
+        (base_offset,) = unpack_base(data, pos)
+        if base_offset + last_delta < min_offset or base_offset >= max_offset:
+            continue
+        if aborted_ranges and attributes & TRANSACTIONAL_MASK and producer_id in aborted_ranges:
+            if any(first <= base_offset <= last for first, last in aborted_ranges[producer_id]):
+                continue
+        ts_type = 1 if attributes & TIMESTAMP_TYPE_MASK else 0
+        codec = attributes & COMPRESSION_MASK
+        if codec:
+            try:
+                raw = decompress(codec, memoryview(data)[pos + HEADER_SIZE:pos + size])
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(exc.reason, file=source, position=base_position + pos) from exc
+            sections.append((raw, 0, len(raw), base_offset, base_ts, max_ts, ts_type, count))
+        else:
+            sections.append((data, pos + HEADER_SIZE, pos + size, base_offset, base_ts, max_ts, ts_type, count))
+        positions.append(pos)
+    try:
+        cols = _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers)
+    except _fastcodec.RecordError as exc:
+        index, record, message = exc.args
+        raise CorruptRecordError(f"record {record}: {message}", file=source,
+                                 position=base_position + positions[index]) from None
+    return _to_record_batch(cols, include_headers)
+
+
+def _to_record_batch(cols: tuple, include_headers: bool) -> pa.RecordBatch:
+    (rows, offsets, timestamps, ts_types, k_valid, k_offsets, k_data, k_nulls,
+     v_valid, v_offsets, v_data, v_nulls, headers) = cols
+    arrays = [
+        pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(offsets)]),
+        pa.Array.from_buffers(TIMESTAMP_TYPE, rows, [None, pa.py_buffer(timestamps)]),
+        pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(ts_types)]),
+        _binary(pa.binary(), rows, k_valid, k_offsets, k_data, k_nulls),
+        _binary(pa.binary(), rows, v_valid, v_offsets, v_data, v_nulls),
+    ]
+    if not include_headers:
+        return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+    (l_valid, l_offsets, l_nulls, h_rows, hk_offsets, hk_data, hv_valid, hv_offsets, hv_data, hv_nulls) = headers
+    h_keys = _binary(pa.string(), h_rows, None, hk_offsets, hk_data, 0)
+    h_values = _binary(pa.binary(), h_rows, hv_valid, hv_offsets, hv_data, hv_nulls)
+    entries = pa.StructArray.from_arrays([h_keys, h_values], fields=list(HEADER_TYPE))
+    arrays.append(pa.Array.from_buffers(HEADERS_TYPE, rows,
+                                        [pa.py_buffer(l_valid) if l_nulls else None, pa.py_buffer(l_offsets)],
+                                        null_count=l_nulls, children=[entries]))
+    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA_WITH_HEADERS)
