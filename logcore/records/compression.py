@@ -84,8 +84,7 @@ def decompress(codec: Compression | int, data) -> bytes:
             return _snappy_decompress(data)
         if codec is Compression.LZ4:
             return _lz4_decompress(data)
-        d = _zstd_decompressor().decompressobj(read_across_frames=True)
-        return d.decompress(data)
+        return _unzstd(data)
     except CorruptRecordError:
         raise
     except Exception as exc:  # every codec library has its own error types
@@ -101,6 +100,21 @@ def _gunzip(data) -> bytes:
         out.append(d.decompress(view))
         if not d.eof:
             raise CorruptRecordError("truncated gzip stream")
+        view = memoryview(d.unused_data) if d.unused_data else None
+        if not view:
+            return b"".join(out)
+
+
+def _unzstd(data) -> bytes:
+    # Frames are decoded one by one so a truncated last frame is an error, not silently short.
+    out = []
+    view = memoryview(data)
+    decompressor = _zstd_decompressor()
+    while True:
+        d = decompressor.decompressobj()
+        out.append(d.decompress(view))
+        if not d.eof:
+            raise CorruptRecordError("truncated zstd stream")
         view = memoryview(d.unused_data) if d.unused_data else None
         if not view:
             return b"".join(out)

@@ -1,0 +1,81 @@
+import gzip
+import os
+import struct
+
+import cramjam
+import lz4.frame
+import pytest
+
+from logcore.errors import CorruptRecordError
+from logcore.records.compression import Compression, codec_of, compress, decompress
+
+PAYLOADS = [b"", b"x", os.urandom(1000), b"abc" * 50_000, os.urandom(70_000) + b"\x00" * 70_000]
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+@pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: f"{len(p)}B")
+def test_round_trip(codec, payload):
+    assert decompress(codec, compress(codec, payload)) == payload
+
+
+def test_snappy_writes_xerial_framing_with_32k_blocks():
+    data = os.urandom(100_000)
+    out = compress(Compression.SNAPPY, data)
+    assert out[:16] == b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    pos, blocks = 16, []
+    while pos < len(out):
+        (n,) = struct.unpack_from(">i", out, pos)
+        blocks.append(bytes(cramjam.snappy.decompress_raw(out[pos + 4:pos + 4 + n])))
+        pos += 4 + n
+    assert [len(b) for b in blocks] == [32768, 32768, 32768, 100_000 - 3 * 32768]
+    assert b"".join(blocks) == data
+
+
+def test_snappy_reads_raw_blocks():
+    data = b"hello snappy " * 1000
+    assert decompress(Compression.SNAPPY, bytes(cramjam.snappy.compress_raw(data))) == data
+
+
+def test_lz4_frame_has_independent_64k_blocks_and_no_checksums():
+    out = compress(Compression.LZ4, os.urandom(200_000))
+    assert out[:4] == b"\x04\x22\x4d\x18"
+    flg, bd = out[4], out[5]
+    assert flg >> 6 == 1            # version 01
+    assert flg & 0x20               # block independence
+    assert not flg & 0x10           # no block checksum
+    assert not flg & 0x04           # no content checksum
+    assert not flg & 0x08           # no content size
+    assert (bd >> 4) & 0x7 == 4     # 64 KiB max block
+
+
+def test_lz4_linked_blocks_are_rejected():
+    linked = lz4.frame.compress(b"a" * 200_000, block_linked=True)
+    with pytest.raises(CorruptRecordError, match="dependent"):
+        decompress(Compression.LZ4, linked)
+
+
+def test_gzip_reads_concatenated_members():
+    data = gzip.compress(b"first ") + gzip.compress(b"second")
+    assert decompress(Compression.GZIP, data) == b"first second"
+
+
+def test_zstd_reads_frames_without_content_size():
+    import zstandard
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(b"q" * 5000)
+    assert decompress(Compression.ZSTD, frame + frame) == b"q" * 10000
+
+
+@pytest.mark.parametrize("codec", [c for c in Compression if c is not Compression.NONE])
+def test_garbage_raises_corrupt_record_error(codec):
+    good = compress(codec, os.urandom(5000))
+    for bad in (b"", b"\x00" * 20, good[: len(good) // 2]):
+        with pytest.raises(CorruptRecordError):
+            decompress(codec, bad)
+
+
+def test_codec_names_and_ids():
+    assert codec_of("ZSTD") is Compression.ZSTD and codec_of(2) is Compression.SNAPPY
+    with pytest.raises(ValueError, match="brotli"):
+        codec_of("brotli")
+    with pytest.raises(CorruptRecordError, match="7"):
+        codec_of(7)
