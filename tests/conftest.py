@@ -12,6 +12,7 @@ Fixtures for other suites:
   s3_bucket            a fresh bucket per test
   any_storage_url      StorageTarget over local, memory and s3 (the s3 one marked `s3`)
   s3_backend_url       StorageTarget over every S3 backend separately (seaweedfs and moto)
+  storage_targets      StorageTargets.make(kind) for tests that need several roots or other kinds
 """
 from __future__ import annotations
 
@@ -309,41 +310,65 @@ def s3_bucket(s3_endpoint: S3Endpoint) -> Iterator[str]:
     cleanup()
 
 
-def _forced_backend_skip(backend: str) -> None:
-    forced = os.environ.get("S3_BACKEND", "auto")
-    if forced not in ("auto", backend):
-        pytest.skip(f"S3_BACKEND={forced} forces one backend")
+class StorageTargets:
+    """Makes fresh storage roots of any kind for one test and removes them afterwards."""
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path: Path):
+        self._request = request
+        self._tmp_path = tmp_path
+        self._cleanups: list[Callable[[], None]] = []
+
+    def make(self, kind: str) -> StorageTarget:
+        """kind: local | memory | s3 (the session's preferred server) | seaweedfs | moto | minio."""
+        if kind == "local":
+            return StorageTarget("local", str(self._tmp_path / f"root-{uuid.uuid4().hex[:8]}"))
+        if kind == "memory":
+            url = f"memory://seglog-{uuid.uuid4().hex}"
+            self._cleanups.append(lambda: _remove_memory_root(url))
+            return StorageTarget("memory", url)
+        if kind == "s3":
+            endpoint = self._request.getfixturevalue("s3_endpoint")
+        else:
+            forced = os.environ.get("S3_BACKEND", "auto")
+            if forced not in ("auto", kind):
+                pytest.skip(f"S3_BACKEND={forced} forces one backend")
+            endpoint = self._request.getfixturevalue("s3_servers").get(kind)
+        bucket, cleanup = _make_bucket(endpoint)
+        self._cleanups.append(cleanup)
+        name = "s3" if kind == "s3" else f"s3-{kind}"
+        return StorageTarget(name, f"s3://{bucket}/root", endpoint.storage_options(), endpoint.backend)
+
+    def cleanup(self) -> None:
+        for cleanup in reversed(self._cleanups):
+            cleanup()
+        self._cleanups.clear()
 
 
-def _s3_target(endpoint: S3Endpoint, kind: str) -> Iterator[StorageTarget]:
-    bucket, cleanup = _make_bucket(endpoint)
-    yield StorageTarget(kind, f"s3://{bucket}/root", endpoint.storage_options(), endpoint.backend)
-    cleanup()
+def _remove_memory_root(url: str) -> None:
+    import fsspec
+    memory = fsspec.filesystem("memory")
+    if memory.exists(url):  # memory:// is one store per process: free what the test left
+        memory.rm(url, recursive=True)
+
+
+@pytest.fixture
+def storage_targets(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StorageTargets]:
+    targets = StorageTargets(request, tmp_path)
+    yield targets
+    targets.cleanup()
 
 
 @pytest.fixture(params=["local", "memory", pytest.param("s3", marks=pytest.mark.s3)])
-def any_storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StorageTarget]:
+def any_storage_url(request: pytest.FixtureRequest, storage_targets: StorageTargets) -> StorageTarget:
     """A fresh storage root on local disk, in fsspec memory, and on the session's S3 server."""
-    if request.param == "local":
-        yield StorageTarget("local", str(tmp_path / "root"))
-    elif request.param == "memory":
-        url = f"memory://seglog-{uuid.uuid4().hex}"
-        yield StorageTarget("memory", url)
-        import fsspec
-        memory = fsspec.filesystem("memory")
-        if memory.exists(url):  # memory:// is one store per process: free what the test left
-            memory.rm(url, recursive=True)
-    else:
-        yield from _s3_target(request.getfixturevalue("s3_endpoint"), "s3")
+    return storage_targets.make(request.param)
 
 
 @pytest.fixture(params=[pytest.param("seaweedfs", marks=pytest.mark.s3),
                         pytest.param("moto", marks=pytest.mark.s3)])
-def s3_backend_url(request: pytest.FixtureRequest, s3_servers: S3Servers) -> Iterator[StorageTarget]:
+def s3_backend_url(request: pytest.FixtureRequest, storage_targets: StorageTargets) -> StorageTarget:
     """A fresh S3 root on each backend in turn: a real S3 server (SeaweedFS) and moto's server."""
-    _forced_backend_skip(request.param)
-    endpoint = s3_servers.get(request.param)
-    yield from _s3_target(endpoint, f"s3-{request.param}")
+    return storage_targets.make(request.param)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -220,9 +220,20 @@ class ObjectStorage(Storage):
         if full == self._root:
             raise StorageError(f"refusing to delete the storage root {self.url}")
         try:
-            self._fs.rm(full, recursive=True)
-        except FileNotFoundError:
-            pass
+            folders = [full]
+            if self._is_s3:
+                found = self._fs.find(full, withdirs=True, detail=True)
+                folders += [p for p, info in found.items() if info.get("type") == "directory"]
+            try:
+                self._fs.rm(full, recursive=True)
+            except FileNotFoundError:
+                pass
+            if self._is_s3:
+                # SeaweedFS keeps emptied folders as listable prefixes until their "dir/" key is
+                # deleted; on other servers these DELETEs of absent keys are no-ops.
+                for folder in sorted(set(folders), key=len, reverse=True):
+                    bucket, key = self._bucket_key(folder)
+                    self._fs.call_s3("delete_object", Bucket=bucket, Key=key.rstrip("/") + "/")
         except Exception as exc:
             raise self._translate(exc, "delete folder", path) from exc
 
