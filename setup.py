@@ -2,8 +2,6 @@
 from setuptools import Extension, setup
 
 setup(
-    packages=["logcore", "logcore.records", "logcore.storage", "logcore.log", "logcore.tools",
-              "pyspark_seglog"],
     ext_modules=[
         Extension(
             "logcore.records._fastcodec",

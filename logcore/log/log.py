@@ -28,7 +28,7 @@ from logcore.records.batch import (BatchHeader, Record, TimestampType, build_bat
                                    iter_batches, parse_header, set_base_offset, set_log_append_time,
                                    set_partition_leader_epoch)
 from logcore.records.compression import Compression
-from logcore.records.control import ControlType, decode_control_key
+from logcore.records.control import ControlType, parse_control_type
 from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerStateManager
@@ -109,8 +109,7 @@ class Log:
         self._last_flush_ms = _now_ms()
         self._closed = False
         epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
-        self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path),
-                                            persist=not self.read_only)
+        self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         if self.writer and self.read_only:
             raise ReadOnlyLogError(f"cannot open {directory} for writing: the log is read-only")
         if self.writer:
@@ -165,7 +164,8 @@ class Log:
         first_base = self.segments[0].base_offset if self.segments else self.log_start_offset
         self.log_start_offset = max(state.log_start_offset or 0, first_base)
         leo = self.log_end_offset
-        self.epoch_cache.truncate_from_end(leo)
+        if not self.read_only:
+            self.epoch_cache.truncate_from_end(leo)
         hw = state.high_watermark
         if hw is None:
             # No committed HW: nothing is visible (a Kafka copy without a checkpoint entry, or
@@ -240,9 +240,7 @@ class Log:
                 problem = "missing offset index"
             else:
                 try:
-                    seg.offset_index.sanity_check()
-                    seg.time_index.sanity_check()
-                    seg.offset_index.check_against_size(seg.size())
+                    seg.check_index_against_log()
                 except CorruptIndexError as exc:
                     problem = str(exc)
             if problem is None:
@@ -287,7 +285,7 @@ class Log:
                 break
 
     def _replay_epoch(self, header: BatchHeader, data, seg) -> None:
-        if header.partition_leader_epoch >= 0 and self.epoch_cache.persist:
+        if header.partition_leader_epoch >= 0 and not self.read_only:
             latest = self.epoch_cache.latest_epoch
             if latest is None or header.partition_leader_epoch > latest:
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
@@ -627,9 +625,9 @@ class Log:
     def _collect_aborted(self, fetch_offset: int, upper_bound: int) -> list:
         found = []
         for seg in self.segments[self._segment_index(fetch_offset):]:
-            entries, complete = seg.txn_index.collect_aborted(fetch_offset, upper_bound)
-            found.extend(entries)
-            if complete:
+            result = seg.txn_index.collect_aborted(fetch_offset, upper_bound)
+            found.extend(result.aborted)
+            if result.is_complete:
                 break
         return found
 
@@ -664,17 +662,41 @@ class Log:
             position = next_position
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record with timestamp >= timestamp_ms, below the HW."""
+        """(offset, timestamp) of the first record with timestamp >= timestamp_ms, below the HW.
+
+        The first segment whose largest timestamp reaches the target is found by binary search
+        over the running maximum of the segments' largest timestamps (cached for sealed
+        segments), then the segment's time and offset indexes narrow the scan.
+        """
         with self._lock:
-            for seg in self.segments:
-                if seg.largest_timestamp_for_lookup() < timestamp_ms:
-                    continue
-                found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
-                if found is not None and found[0] < self.high_watermark:
-                    return found
-                if found is not None:
-                    return None
+            if not self.segments:
+                return None
+            sealed = self._sealed_running_max_timestamps()
+            i = bisect.bisect_left(sealed, timestamp_ms)
+            if i == len(sealed) and self.segments[-1].largest_timestamp < timestamp_ms:
+                return None
+            found = self.segments[i].find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+            if found is None:
+                # The running maximum came from an earlier segment: scan on from here.
+                for seg in self.segments[i + 1:]:
+                    found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+                    if found is not None:
+                        break
+            if found is not None and found[0] < self.high_watermark:
+                return found
             return None
+
+    def _sealed_running_max_timestamps(self) -> list[int]:
+        """Running maximum of the largest timestamps of every segment but the active one."""
+        sealed = len(self.segments) - 1
+        key = (sealed, self.bases[0] if self.bases else -1)
+        if getattr(self, "_ts_cache_key", None) != key:
+            running, current = [], -1
+            for seg in self.segments[:sealed]:
+                current = max(current, seg.largest_timestamp)
+                running.append(current)
+            self._ts_cache, self._ts_cache_key = running, key
+        return self._ts_cache
 
     # ------------------------------------------------------------------ truncation and close
     def truncate_to(self, offset: int) -> None:
@@ -772,4 +794,4 @@ def _control_type(data, header: BatchHeader, source: str, pos: int) -> ControlTy
     records = decode_records(data, pos, header, source=source)
     if not records or records[0].key is None:
         return None
-    return decode_control_key(records[0].key)
+    return parse_control_type(records[0].key)

@@ -19,7 +19,8 @@ from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootEr
                             ReadOnlyLogError, SegLogError, TopicExistsError, TopicNotFoundError)
 from logcore.log.config import LogConfig, validate_topic_name, validate_topic_overrides
 from logcore.log.log import KAFKA_CLEAN_SHUTDOWN, Log
-from logcore.log.partition_metadata import PartitionMetadata, new_topic_id
+from logcore.log.partition_metadata import (PartitionMetadataFile, format_topic_id, new_topic_id,
+                                           parse_topic_id)
 from logcore.log.partition_state import (HW_CHECKPOINT, LOG_START_CHECKPOINT,
                                          RECOVERY_POINT_CHECKPOINT, LocalPartitionState,
                                          ObjectPartitionState)
@@ -143,8 +144,8 @@ class LogRoot:
             t["partitions"] = max(t["partitions"], int(m["partition"]) + 1)
             if not t["topic_id"]:
                 try:
-                    meta = PartitionMetadata.read(self.storage, self.storage.join(name, PARTITION_METADATA))
-                    t["topic_id"] = meta.topic_id if meta else ""
+                    meta = PartitionMetadataFile(self.storage, self.storage.join(name, PARTITION_METADATA)).read()
+                    t["topic_id"] = format_topic_id(meta.topic_id) if meta else ""
                 except SegLogError:
                     pass
         return topics
@@ -180,7 +181,7 @@ class LogRoot:
         overrides = {k: str(v) for k, v in (config or {}).items()}
         validate_topic_overrides(overrides)
         LogConfig.from_props(overrides, self.defaults())   # cross-field rules against the defaults
-        topic_id = new_topic_id()
+        topic_id = format_topic_id(new_topic_id())
 
         def add(doc):
             if name in doc["topics"]:
@@ -195,7 +196,7 @@ class LogRoot:
     def _init_partition(self, topic: str, partition: int, topic_id: str) -> None:
         d = partition_dir(topic, partition)
         self.storage.makedirs(d)
-        PartitionMetadata(topic_id).write(self.storage, self.storage.join(d, PARTITION_METADATA))
+        PartitionMetadataFile(self.storage, self.storage.join(d, PARTITION_METADATA)).write(parse_topic_id(topic_id))
 
     def add_partitions(self, name: str, total: int) -> TopicInfo:
         self._require_writable()

@@ -164,21 +164,64 @@ class LogSegment:
             self.data = _ObjectData(storage, self.log_path)
         # A read-only view of a file that may have a torn tail: reads stop at `limit_bytes`.
         self.limit_bytes = limit_bytes
-        index_writable = writable
-        self.offset_index = OffsetIndex(storage, self.index_path, base_offset,
-                                        max_index_size=max_index_size, writable=index_writable,
-                                        in_memory=in_memory)
-        self.time_index = TimeIndex(storage, self.time_index_path, base_offset,
-                                    max_index_size=max_index_size, writable=index_writable,
-                                    in_memory=in_memory)
-        self.txn_index = TransactionIndex(storage, self.txn_index_path, writable=index_writable,
-                                          in_memory=in_memory)
+        # Indexes open lazily (as Kafka's LazyIndex): a log of thousands of segments opens fast.
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._txn_index: TransactionIndex | None = None
+        self._index_writable = writable
         self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp: int | None = None
         self._next_offset: int | None = None
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            self._offset_index = self._open_index(OffsetIndex, self.index_path, self._index_writable)
+        return self._offset_index
+
+    @offset_index.setter
+    def offset_index(self, index: OffsetIndex) -> None:
+        self._offset_index = index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            self._time_index = self._open_index(TimeIndex, self.time_index_path, self._index_writable)
+        return self._time_index
+
+    @time_index.setter
+    def time_index(self, index: TimeIndex) -> None:
+        self._time_index = index
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        if self._txn_index is None:
+            self._txn_index = TransactionIndex(self.storage, self.txn_index_path, self.base_offset,
+                                               writable=self._index_writable)
+        return self._txn_index
+
+    def _open_index(self, cls, path: str, writable: bool):
+        index = cls(self.storage, path, self.base_offset, max_index_size=self.max_index_size,
+                    writable=writable)
+        if not writable:
+            # A live writer preallocates its active index (zeros past the last entry): only the
+            # leading entries that are in order are real.
+            _limit_entries(index, index.valid_prefix_entries())
+        return index
+
+    def check_index_against_log(self) -> None:
+        """Kafka's sanity checks plus: no index entry may point past the end of the `.log`."""
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+        if self.offset_index.entries:
+            _, position = self.offset_index.last_entry
+            if position >= max(self.size(), 1):
+                raise CorruptIndexError(
+                    f"offset index entry points at position {position}, past the end of the"
+                    f" log ({self.size()} bytes)", file=self.index_path)
 
     # ---------------------------------------------------------------- sizes and offsets
     def size(self) -> int:
@@ -202,10 +245,14 @@ class LogSegment:
 
     @property
     def largest_timestamp(self) -> int:
+        """Largest record timestamp in the segment (time index, or a scan of the tail)."""
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
-        entry = self.time_index.last_entry
-        return entry[0] if entry is not None else -1
+        ts, offset = self.time_index.last_entry
+        _, position = self.offset_index.lookup(max(offset, self.base_offset))
+        for _pos, header in self.scan_headers(position):
+            ts = max(ts, header.max_timestamp)
+        return ts
 
     # ---------------------------------------------------------------- reading
     def read_bytes(self, start: int, end: int) -> bytes:
@@ -329,9 +376,9 @@ class LogSegment:
 
     def flush(self) -> None:
         self.data.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
-        self.txn_index.flush()
+        for index in (self._offset_index, self._time_index, self._txn_index):
+            if index is not None and index.writable:
+                index.flush()
 
     def publish(self) -> None:
         """Object store: write this in-memory segment as immutable objects (indexes first, `.log` last).
@@ -363,9 +410,15 @@ class LogSegment:
         leader-epoch replay). With write=False (read-only copies) nothing is written: the torn
         tail is only hidden through `limit_bytes` and the indexes are rebuilt in memory.
         """
-        self.offset_index.reset()
-        self.time_index.reset()
-        self.txn_index.reset()
+        if write:
+            self.offset_index.reset()
+            self.time_index.reset()
+        else:
+            # Read-only copy: rebuild the indexes in memory, never touch the files.
+            self.offset_index = OffsetIndex(None, self.index_path, self.base_offset,
+                                            max_index_size=self.max_index_size, writable=True)
+            self.time_index = TimeIndex(None, self.time_index_path, self.base_offset,
+                                        max_index_size=self.max_index_size, writable=True)
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
@@ -406,9 +459,8 @@ class LogSegment:
             if self.first_batch_timestamp is None:
                 self.first_batch_timestamp = header.max_timestamp
             if self.bytes_since_last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(header.last_offset, pos, persist=write)
-                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp,
-                                             persist=write)
+                self.offset_index.append(header.last_offset, pos)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
                 self.bytes_since_last_index_entry = 0
             self.bytes_since_last_index_entry += size_field
             if on_batch is not None:
@@ -420,11 +472,13 @@ class LogSegment:
         if truncated:
             if write:
                 self.data.truncate(valid)
+                if next_offset is not None:
+                    self.txn_index.truncate_to(next_offset)
             else:
                 self.limit_bytes = valid
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp,
-                                         skip_full_check=True, persist=write)
+                                         skip_full_check=True)
         self._next_offset = next_offset if next_offset is not None else self.base_offset
         return ScanResult(valid, truncated, next_offset, error)
 
@@ -456,9 +510,9 @@ class LogSegment:
     def close(self) -> None:
         if self.writable and not self.in_memory:
             self.seal()
-        self.offset_index.close()
-        self.time_index.close()
-        self.txn_index.close()
+        for index in (self._offset_index, self._time_index, self._txn_index):
+            if index is not None:
+                index.close()
         self.data.close()
 
     def delete_files(self) -> None:
@@ -467,6 +521,11 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size()})"
+
+
+def _limit_entries(index, count: int) -> None:
+    """Ignore entries past `count` of a read-only index (they are a writer's preallocation)."""
+    index._n = min(index._n, count)
 
 
 class _SegmentExists(SegLogError):

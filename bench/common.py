@@ -1,0 +1,27 @@
+"""Shared helpers for seglog benchmarks: timing, and the table every benchmark prints."""
+from __future__ import annotations
+
+import time
+
+
+def best_of(fn, repeat: int = 5, warmup: int = 1) -> float:
+    """Best wall time of `fn()` over `repeat` runs, after `warmup` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def print_table(title: str, rows: list[tuple[str, float, float, str]]) -> list[str]:
+    """Rows: (metric, seglog figure, anchor figure, unit). Prints figure, anchor and their ratio."""
+    lines = [f"### {title}", "", "| metric | seglog | anchor | ratio |", "|---|---:|---:|---:|"]
+    for metric, value, anchor, unit in rows:
+        ratio = value / anchor if anchor else float("nan")
+        lines.append(f"| {metric} | {value:,.1f} {unit} | {anchor:,.1f} {unit} | {ratio:.2f}x |")
+    text = "\n".join(lines)
+    print(text + "\n", flush=True)
+    return lines
