@@ -1,0 +1,93 @@
+"""ObjectStorage specifics: url resolution, error mapping, secrets never printed."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from logcore.errors import InvalidConfigError, ResourceNotFoundError, RetriableStorageError
+from logcore.storage import ObjectStorage, open_storage
+from logcore.storage.objectstore import is_precondition_failed
+
+
+def test_memory_and_s3_urls_give_object_storage():
+    assert isinstance(open_storage("memory://seglog-resolve"), ObjectStorage)
+    s3 = open_storage("s3://bucket/prefix/", {"key": "AKIAEXAMPLEKEY", "secret": "s3cr3t-value",
+                                              "endpoint_url": "http://127.0.0.1:9"})
+    assert isinstance(s3, ObjectStorage) and not s3.is_local
+    assert s3.url == "s3://bucket/prefix"
+    assert "s3cr3t" not in repr(s3) and "AKIA" not in repr(s3)
+
+
+def test_user_info_in_url_is_not_printed():
+    storage = open_storage("memory://user:hunter2@seglog-userinfo/x")
+    assert "hunter2" not in storage.url and "hunter2" not in repr(storage)
+
+
+def test_bad_urls_name_the_problem():
+    with pytest.raises(InvalidConfigError, match="no bucket"):
+        open_storage("s3:///prefix")
+    with pytest.raises(InvalidConfigError, match="nosuchproto"):
+        open_storage("nosuchproto://x/y")
+    with pytest.raises(InvalidConfigError, match="absolute"):
+        open_storage("file://relative/path")
+    with pytest.raises(InvalidConfigError):
+        open_storage("")
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_server_is_retriable_and_hides_secrets():
+    secret = "very-secret-value-123"
+    storage = open_storage("s3://seglog-nobucket/root", {
+        "endpoint_url": f"http://127.0.0.1:{_closed_port()}", "key": "AKIDEXAMPLEKEY99",
+        "secret": secret, "client_kwargs": {"region_name": "us-east-1"},
+        "config_kwargs": {"connect_timeout": 0.5, "read_timeout": 0.5, "retries": {"max_attempts": 1}}})
+    with pytest.raises(RetriableStorageError) as info:
+        storage.read("p/00000000000000000000.log")
+    assert "p/00000000000000000000.log" in str(info.value)
+    assert secret not in str(info.value) and "AKIDEXAMPLEKEY99" not in str(info.value)
+
+
+@pytest.mark.s3
+def test_secrets_absent_from_errors_on_real_server(s3_endpoint, s3_bucket):
+    options = s3_endpoint.storage_options()
+    if s3_endpoint.backend in ("seaweedfs", "moto"):  # these accept any credentials
+        options.update(key="AKIDUNIQUEKEY77", secret="unique-secret-value-77")
+    storage = open_storage(f"s3://{s3_bucket}/root", options)
+    storage.write_atomic("a", b"1")
+    for call in (lambda: storage.read("missing"), lambda: storage.size("missing"),
+                 lambda: storage.delete("missing", missing_ok=False)):
+        with pytest.raises(ResourceNotFoundError) as info:
+            call()
+        assert options["secret"] not in str(info.value) and options["key"] not in str(info.value)
+        assert "missing" in str(info.value)
+
+
+@pytest.mark.s3
+def test_missing_bucket_is_resource_not_found(s3_endpoint):
+    storage = open_storage("s3://seglog-no-such-bucket-7f3a/root", s3_endpoint.storage_options())
+    with pytest.raises(ResourceNotFoundError, match="seglog-no-such-bucket-7f3a"):
+        storage.read("x")
+    assert storage.read_versioned("x") is None
+    assert storage.list_dir("") == []
+
+
+def test_precondition_failed_recognised_in_all_its_forms():
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    def s3fs_error(code: str, status: int, **extra: str) -> BaseException:
+        response = {"Error": {"Code": code, "Message": code, **extra},
+                    "ResponseMetadata": {"HTTPStatusCode": status}}
+        return translate_boto_error(ClientError(response, "PutObject"))
+
+    moto_style = s3fs_error("PreconditionFailed", 412, Condition="If-None-Match")
+    assert isinstance(moto_style, FileExistsError) and is_precondition_failed(moto_style)
+    seaweed_style = s3fs_error("PreconditionFailed", 412)  # no Condition element in the body
+    assert not isinstance(seaweed_style, FileExistsError) and is_precondition_failed(seaweed_style)
+    assert not is_precondition_failed(s3fs_error("InvalidArgument", 400))
