@@ -1,0 +1,596 @@
+"""`seglog`: the command line, shaped like Kafka's console tools.
+
+    seglog topics  --root R --create T --partitions N [--config k=v ...] | --list | --describe | ...
+    seglog produce --root R --topic T < lines
+    seglog consume --root R --topic T --from-beginning
+    seglog dump    --files 00000000000000000000.log --print-data-log
+
+Errors the user can fix (SegLogError) print as one line `seglog: error: <message>` and exit 1;
+usage errors exit 2 as argparse does. Storage options never appear in any output.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import BinaryIO, Sequence, TextIO
+
+from logcore import __version__
+from logcore.errors import InvalidConfigError, NotALogRootError, SegLogError
+from logcore.log.config import (
+    colliding_topic,
+    load_properties,
+    topic_collision_warning,
+    validate_topic_name,
+)
+from logcore.tools.dump import DumpOptions, dump_files
+from logcore.tools.partitioner import murmur2_partition
+
+PROG = "seglog"
+
+_EXAMPLES_TOPICS = """examples:
+  seglog topics --root /data/logs --create clicks --partitions 8 --config cleanup.policy=compact
+  seglog topics --root s3://bucket/logs --storage-option endpoint_url=http://127.0.0.1:9000 --list
+  seglog topics --root /data/logs --describe --topic clicks
+  seglog topics --root /data/logs --alter --topic clicks --partitions 12
+  seglog topics --root /data/logs --delete --topic clicks
+"""
+_EXAMPLES_PRODUCE = """examples:
+  printf 'hello\\nworld\\n' | seglog produce --root /data/logs --topic clicks
+  printf 'user1:click\\n' | seglog produce --root /data/logs --topic clicks --key-separator :
+  seglog produce --root /data/logs --topic clicks --compression-type zstd --header source=cli < events.txt
+
+Each input line is one record (value = the line without its newline). With --key-separator, the
+text before the first separator is the key. Keyed records go to murmur2(key) mod partitions, like
+Kafka's default partitioner; records without a key fill one partition per batch, round-robin.
+"""
+_EXAMPLES_CONSUME = """examples:
+  seglog consume --root /data/logs --topic clicks --from-beginning
+  seglog consume --root /data/logs --topic clicks --partition 0 --offset 42 --max-messages 10
+  seglog consume --root /data/logs --topic clicks --from-beginning --print-key --print-headers
+  seglog consume --root /data/logs --topic clicks --follow
+
+Output lines are like kafka-console-consumer's: [timestamp] [partition] [offset] [headers] [key]
+value, separated by --key-separator (a tab by default); headers as k:v,k:v or NO_HEADERS.
+Without --from-beginning, --offset or --timestamp reading starts at the end.
+"""
+_EXAMPLES_DUMP = """examples:
+  seglog dump --files /data/logs/clicks-0/00000000000000000000.log --print-data-log
+  seglog dump --files clicks-0/00000000000000000000.index clicks-0/00000000000000000000.timeindex
+  seglog dump --files s3://bucket/logs/clicks-0/00000000000000000000.log --storage-option anon=true
+
+Prints what Kafka's kafka-dump-log prints for .log, .index, .timeindex, .txnindex and .snapshot
+files, plus seglog's reading of checkpoint files and partition.metadata. Corrupt data is reported
+with its file and byte position; the exit status is then 1.
+"""
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+def _key_value(text: str, what: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise InvalidConfigError(f"{what} must be key=value, got {text!r}")
+    return key, value
+
+
+def parse_storage_options(items: Sequence[str] | None) -> dict:
+    """`--storage-option k=v`: values that read as JSON (true, 3, {"a": 1}) are typed, others are
+    strings; a dotted key (client_kwargs.region_name=x) builds a nested dict."""
+    options: dict = {}
+    for item in items or ():
+        key, raw = _key_value(item, "--storage-option")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        target = options
+        *parents, leaf = key.split(".")
+        for part in parents:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise InvalidConfigError(f"--storage-option {key}: {part} is already set to a value")
+        target[leaf] = value
+    return options
+
+
+def _configs(items: Sequence[str] | None) -> dict[str, str]:
+    configs: dict[str, str] = {}
+    for item in items or ():
+        key, value = _key_value(item, "--config")
+        configs[key] = value
+    return configs
+
+
+def _unescape_separator(text: str) -> str:
+    # Lets a shell user type --key-separator '\t' for a tab, as Kafka's properties do.
+    return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+
+
+def _open_root(args, *, create: bool = False, read_only: bool = False, defaults: dict | None = None):
+    from logcore.log.log_root import LogRoot
+
+    options = parse_storage_options(args.storage_option)
+    if not create:
+        return LogRoot.open(args.root, storage_options=options, read_only=read_only)
+    try:
+        return LogRoot.open(args.root, storage_options=options)
+    except NotALogRootError:
+        # Only an empty or missing location becomes a new root: nothing is written elsewhere.
+        return LogRoot.open(args.root, storage_options=options, create=True, defaults=defaults)
+
+
+def _stdout_bytes() -> BinaryIO:
+    return getattr(sys.stdout, "buffer", None) or _TextAsBinary(sys.stdout)
+
+
+class _TextAsBinary:
+    """A binary facade over a text stream (a StringIO in tests without .buffer)."""
+
+    def __init__(self, text: TextIO):
+        self.text = text
+
+    def write(self, data: bytes) -> int:
+        self.text.write(data.decode("utf-8", errors="replace"))
+        return len(data)
+
+    def flush(self) -> None:
+        self.text.flush()
+
+
+# ------------------------------------------------------------------------------------ topics
+
+def cmd_topics(args) -> int:
+    actions = [a for a in ("create", "list", "describe", "delete", "alter") if getattr(args, a)]
+    if len(actions) != 1:
+        raise InvalidConfigError("give exactly one of --create, --list, --describe, --delete, --alter")
+    action = actions[0]
+    out = sys.stdout
+    if action == "create":
+        name = args.create
+        validate_topic_name(name)
+        if args.partitions is None or args.partitions < 1:
+            raise InvalidConfigError(f"--create needs --partitions N with N >= 1, got {args.partitions}")
+        configs = _configs(args.config)
+        defaults = load_properties(args.defaults) if args.defaults else None
+        root = _open_root(args, create=True, defaults=defaults)
+        try:
+            existing = root.list_topics()
+            if name in existing and args.if_not_exists:
+                return 0
+            other = colliding_topic(name, existing)
+            if other is not None:
+                raise InvalidConfigError(
+                    f"Topic {name!r} collides with existing topic {other!r}: '.' and '_' are the same in "
+                    "Kafka's metric names")
+            warning = topic_collision_warning(name, existing)
+            if warning:
+                sys.stderr.write(warning + "\n")
+            root.create_topic(name, args.partitions, configs)
+        finally:
+            root.close()
+        out.write(f"Created topic {name}.\n")
+        return 0
+
+    if args.config:
+        raise InvalidConfigError("--config applies to --create only")
+    root = _open_root(args, read_only=action in ("list", "describe"))
+    try:
+        if action == "list":
+            for name in root.list_topics():
+                out.write(name + "\n")
+        elif action == "describe":
+            names = [args.topic] if args.topic else root.list_topics()
+            for name in names:
+                _describe(root, name, out, args.all_configs)
+        elif action == "delete":
+            _require_topic(args, "--delete")
+            root.delete_topic(args.topic)
+            out.write(f"Deleted topic {args.topic}.\n")
+        elif action == "alter":
+            _require_topic(args, "--alter")
+            if args.partitions is None:
+                raise InvalidConfigError("--alter needs --partitions N (the new, larger count)")
+            current = root.describe_topic(args.topic).partitions
+            if args.partitions <= current:
+                raise InvalidConfigError(
+                    f"The topic {args.topic} currently has {current} partition(s); {args.partitions} would not "
+                    "be an increase (partitions can only be added)")
+            root.add_partitions(args.topic, args.partitions)
+            out.write(f"Topic {args.topic} now has {args.partitions} partitions.\n")
+    finally:
+        root.close()
+    return 0
+
+
+def _require_topic(args, action: str) -> None:
+    if not args.topic:
+        raise InvalidConfigError(f"{action} needs --topic T")
+
+
+def _describe(root, name: str, out: TextIO, all_configs: bool) -> None:
+    info = root.describe_topic(name)
+    if all_configs:
+        configs = root.topic_config(name).to_properties()
+    else:
+        configs = info.config
+    config_text = ",".join(f"{k}={v}" for k, v in sorted(configs.items()))
+    out.write(f"Topic: {info.name}\tTopicId: {info.topic_id}\tPartitionCount: {info.partitions}\t"
+              f"ReplicationFactor: 1\tConfigs: {config_text}\n")
+    for p in range(info.partitions):
+        log = root.log(name, p)
+        try:
+            out.write(f"\tTopic: {info.name}\tPartition: {p}\tLogStartOffset: {log.log_start_offset}\t"
+                      f"HighWatermark: {log.high_watermark}\tLogEndOffset: {log.log_end_offset}\n")
+        finally:
+            log.close()
+
+
+# ------------------------------------------------------------------------------------ produce
+
+def _compression_arg(name: str | None):
+    if name is None:
+        return None
+    from logcore.records.compression import codec_of
+
+    try:
+        return codec_of("none" if name == "uncompressed" else name)
+    except ValueError as exc:
+        raise InvalidConfigError(f"--compression-type: {exc}") from None
+
+
+class _Producer:
+    """Buffers records per partition, appends them in batches, commits every partition it wrote."""
+
+    def __init__(self, root, topic: str, partitions: int, *, batch_size: int, compression):
+        self.root = root
+        self.topic = topic
+        self.partitions = partitions
+        self.batch_size = batch_size
+        self.compression = compression
+        self.logs: dict = {}
+        self.buffers: dict[int, list] = {}
+        self.counts = [0] * partitions
+        self.sticky = 0                     # partition for records without a key
+
+    def add(self, partition: int | None, record: tuple) -> None:
+        keyless = partition is None
+        p = self.sticky if keyless else partition
+        buffer = self.buffers.setdefault(p, [])
+        buffer.append(record)
+        if len(buffer) >= self.batch_size:
+            self.append(p)
+            if keyless:                     # sticky partitioning: the next batch goes elsewhere
+                self.sticky = (self.sticky + 1) % self.partitions
+
+    def append(self, p: int) -> None:
+        buffer = self.buffers.pop(p, None)
+        if not buffer:
+            return
+        log = self.logs.get(p)
+        if log is None:
+            log = self.logs[p] = self.root.log(self.topic, p, writer=True)
+        log.append_records(buffer, compression=self.compression)
+        self.counts[p] += len(buffer)
+
+    def commit(self) -> None:
+        for p in sorted(self.buffers):
+            self.append(p)
+        for log in self.logs.values():
+            log.commit()
+
+    def close(self) -> None:
+        for log in self.logs.values():
+            log.close()
+
+
+def _read_lines(stream: BinaryIO):
+    for line in stream:
+        if line.endswith(b"\r\n"):
+            yield line[:-2]
+        elif line.endswith(b"\n"):
+            yield line[:-1]
+        else:
+            yield line
+
+
+def cmd_produce(args) -> int:
+    started = time.monotonic()
+    headers = tuple((k, v.encode()) for k, v in (_key_value(h, "--header") for h in args.header or ()))
+    separator = _unescape_separator(args.key_separator).encode() if args.key_separator is not None else None
+    if separator == b"":
+        raise InvalidConfigError("--key-separator must not be empty")
+    if args.batch_size < 1:
+        raise InvalidConfigError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.commit_every < 0:
+        raise InvalidConfigError(f"--commit-every must be >= 0, got {args.commit_every}")
+    compression = _compression_arg(args.compression_type)
+    root = _open_root(args)
+    producer = None
+    try:
+        info = root.describe_topic(args.topic)
+        if args.partition is not None and not 0 <= args.partition < info.partitions:
+            raise InvalidConfigError(f"--partition {args.partition}: topic {args.topic} has partitions "
+                                     f"0..{info.partitions - 1}")
+        producer = _Producer(root, args.topic, info.partitions, batch_size=args.batch_size,
+                             compression=compression)
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        lines = 0
+        try:
+            for number, line in enumerate(_read_lines(stdin), start=1):
+                if isinstance(line, str):
+                    line = line.encode()
+                key = None
+                if separator is not None:
+                    key, found, value = line.partition(separator)
+                    if not found:
+                        raise InvalidConfigError(
+                            f"No key separator {args.key_separator!r} found on line number {number}: "
+                            f"{line[:80].decode('utf-8', 'replace')!r}")
+                else:
+                    value = line
+                if args.partition is not None:
+                    partition = args.partition
+                elif key is not None:
+                    partition = murmur2_partition(key, info.partitions)
+                else:
+                    partition = None
+                producer.add(partition, (key, value, headers, args.timestamp))
+                lines += 1
+                if args.commit_every and lines % args.commit_every == 0:
+                    producer.commit()
+        finally:
+            producer.commit()      # what was read before an error is still produced, as Kafka's would be
+        spread = ", ".join(f"{p}: {n}" for p, n in enumerate(producer.counts) if n)
+        sys.stderr.write(f"Produced {lines} records to topic {args.topic} "
+                         f"({spread or 'nothing'}) in {time.monotonic() - started:.3f} s\n")
+    finally:
+        if producer is not None:
+            producer.close()
+        root.close()
+    return 0
+
+
+# ------------------------------------------------------------------------------------ consume
+
+class _Formatter:
+    """kafka-console-consumer's DefaultMessageFormatter."""
+
+    def __init__(self, args):
+        self.sep = _unescape_separator(args.key_separator).encode()
+        self.columns = [("timestamp", args.print_timestamp), ("partition", args.print_partition),
+                        ("offset", args.print_offset), ("headers", args.print_headers),
+                        ("key", args.print_key)]
+
+    def format(self, partition: int, record, timestamp_type: str) -> bytes:
+        parts: list[bytes] = []
+        for column, wanted in self.columns:
+            if not wanted:
+                continue
+            if column == "timestamp":
+                parts.append(f"{timestamp_type}:{record.timestamp}".encode())
+            elif column == "partition":
+                parts.append(f"Partition:{partition}".encode())
+            elif column == "offset":
+                parts.append(f"Offset:{record.offset}".encode())
+            elif column == "headers":
+                if record.headers:
+                    parts.append(b",".join(k.encode() + b":" + (b"null" if v is None else v)
+                                           for k, v in record.headers))
+                else:
+                    parts.append(b"NO_HEADERS")
+            elif column == "key":
+                parts.append(b"null" if record.key is None else record.key)
+        parts.append(b"null" if record.value is None else record.value)
+        return self.sep.join(parts) + b"\n"
+
+
+def _start_offset(args, log) -> int:
+    if args.from_beginning:
+        return log.log_start_offset
+    if args.offset is not None:
+        if args.offset == "earliest":
+            return log.log_start_offset
+        if args.offset == "latest":
+            return log.high_watermark
+        try:
+            offset = int(args.offset)
+        except ValueError:
+            raise InvalidConfigError(f"--offset must be a number, earliest or latest, got {args.offset!r}") from None
+        if offset < 0:
+            raise InvalidConfigError(f"--offset must be >= 0, got {offset}")
+        return offset
+    if args.timestamp is not None:
+        found = log.offset_for_timestamp(args.timestamp)
+        return found[0] if found is not None else log.high_watermark
+    return log.high_watermark
+
+
+def cmd_consume(args) -> int:
+    if sum(x is not None and x is not False for x in (args.from_beginning or None, args.offset, args.timestamp)) > 1:
+        raise InvalidConfigError("give at most one of --from-beginning, --offset, --timestamp")
+    if args.offset is not None and args.partition is None:
+        raise InvalidConfigError("--offset needs --partition (offsets are per partition)")
+    if args.max_messages is not None and args.max_messages < 0:
+        raise InvalidConfigError(f"--max-messages must be >= 0, got {args.max_messages}")
+    formatter = _Formatter(args)
+    out = _stdout_bytes()
+    root = _open_root(args, read_only=True)
+    total = 0
+    try:
+        info = root.describe_topic(args.topic)
+        if args.partition is not None and not 0 <= args.partition < info.partitions:
+            raise InvalidConfigError(f"--partition {args.partition}: topic {args.topic} has partitions "
+                                     f"0..{info.partitions - 1}")
+        timestamp_type = "LogAppendTime" if root.topic_config(args.topic).log_append_time else "CreateTime"
+        partitions = [args.partition] if args.partition is not None else list(range(info.partitions))
+        logs = {p: root.log(args.topic, p) for p in partitions}
+        positions = {p: _start_offset(args, log) for p, log in logs.items()}
+        deadline = None if args.timeout_ms is None else time.monotonic() + args.timeout_ms / 1000
+        while True:
+            progressed = False
+            for p in partitions:
+                remaining = None if args.max_messages is None else args.max_messages - total
+                if remaining == 0:
+                    break
+                log = logs[p]
+                for record in log.read_records(positions[p], max_records=remaining,
+                                               isolation=args.isolation_level):
+                    out.write(formatter.format(p, record, timestamp_type))
+                    positions[p] = record.offset + 1
+                    total += 1
+                    progressed = True
+                # skip control records and aborted data at the end of what is visible
+                bound = log.last_stable_offset if args.isolation_level == "read_committed" else log.high_watermark
+                if positions[p] < bound and (remaining is None or total < args.max_messages):
+                    positions[p] = bound
+            out.flush()
+            if not args.follow or (args.max_messages is not None and total >= args.max_messages):
+                break
+            if progressed and args.timeout_ms is not None:
+                deadline = time.monotonic() + args.timeout_ms / 1000
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            time.sleep(args.poll_interval_ms / 1000)
+            for log in logs.values():
+                log.refresh()
+    finally:
+        root.close()
+    sys.stderr.write(f"Processed a total of {total} messages\n")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ dump
+
+def cmd_dump(args) -> int:
+    files = [f for item in args.files for f in item.split(",") if f]
+    options = DumpOptions(print_data_log=args.print_data_log, deep_iteration=args.deep_iteration,
+                          verify_index_only=args.verify_index_only, index_sanity_check=args.index_sanity_check,
+                          max_message_size=args.max_message_size, max_bytes=args.max_bytes,
+                          skip_record_metadata=args.skip_record_metadata)
+    return dump_files(files, options, sys.stdout, sys.stderr, parse_storage_options(args.storage_option))
+
+
+# ------------------------------------------------------------------------------------ parser
+
+def _add_root(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", required=True, metavar="URL",
+                        help="the log root: a local folder, file:///path or s3://bucket/prefix (any fsspec URL)")
+    _add_storage_option(parser)
+
+
+def _add_storage_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--storage-option", action="append", metavar="K=V",
+                        help="fsspec option for the root's filesystem, e.g. endpoint_url=http://127.0.0.1:9000, "
+                             "key=..., secret=..., client_kwargs.region_name=us-east-1 (repeatable; never printed)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="seglog: a Kafka-format segmented log on local disk and S3.",
+        epilog="Run `seglog COMMAND --help` for a command's options and examples.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    raw = argparse.RawDescriptionHelpFormatter
+
+    topics = sub.add_parser("topics", help="create, list, describe, delete or grow topics",
+                            description="Manage the topics of a log root (like kafka-topics).",
+                            epilog=_EXAMPLES_TOPICS, formatter_class=raw)
+    _add_root(topics)
+    topics.add_argument("--create", metavar="TOPIC", help="create a topic (needs --partitions)")
+    topics.add_argument("--list", action="store_true", help="list the topics, one per line")
+    topics.add_argument("--describe", action="store_true", help="describe --topic T, or every topic")
+    topics.add_argument("--delete", action="store_true", help="delete --topic T and all its data")
+    topics.add_argument("--alter", action="store_true", help="add partitions to --topic T (--partitions N)")
+    topics.add_argument("--topic", metavar="TOPIC", help="the topic for --describe, --delete, --alter")
+    topics.add_argument("--partitions", type=int, metavar="N", help="partition count (create) or new count (alter)")
+    topics.add_argument("--config", action="append", metavar="K=V",
+                        help="topic config override for --create, Kafka names (repeatable); see docs/configuration.md")
+    topics.add_argument("--if-not-exists", action="store_true", help="with --create: do nothing if the topic exists")
+    topics.add_argument("--all-configs", action="store_true", help="with --describe: every config, not only overrides")
+    topics.add_argument("--defaults", metavar="FILE",
+                        help="with --create on a new root: root-level defaults (.properties with Kafka's log.* names)")
+    topics.set_defaults(func=cmd_topics)
+
+    produce = sub.add_parser("produce", help="append lines from stdin as records",
+                             description="Append stdin lines to a topic (like kafka-console-producer).",
+                             epilog=_EXAMPLES_PRODUCE, formatter_class=raw)
+    _add_root(produce)
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--partition", type=int, metavar="N", help="write every record to this partition")
+    produce.add_argument("--key-separator", metavar="SEP", help="split each line into key SEP value")
+    produce.add_argument("--compression-type", metavar="CODEC",
+                         choices=["none", "uncompressed", "gzip", "snappy", "lz4", "zstd"],
+                         help="batch codec: none, gzip, snappy, lz4, zstd (default: the topic's compression.type)")
+    produce.add_argument("--header", action="append", metavar="K=V", help="header added to every record (repeatable)")
+    produce.add_argument("--timestamp", type=int, metavar="MS", help="CreateTime of every record (default: now)")
+    produce.add_argument("--batch-size", type=int, default=1000, metavar="N", help="records per batch (default 1000)")
+    produce.add_argument("--commit-every", type=int, default=10000, metavar="N",
+                         help="commit (make visible) every N lines; 0: only at the end (default 10000)")
+    produce.set_defaults(func=cmd_produce)
+
+    consume = sub.add_parser("consume", help="print records to stdout",
+                             description="Print a topic's records (like kafka-console-consumer).",
+                             epilog=_EXAMPLES_CONSUME, formatter_class=raw)
+    _add_root(consume)
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--partition", type=int, metavar="N", help="only this partition (default: all)")
+    consume.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
+    consume.add_argument("--offset", metavar="N", help="start offset (needs --partition): a number, earliest or latest")
+    consume.add_argument("--timestamp", type=int, metavar="MS", help="start at the first record with timestamp >= MS")
+    consume.add_argument("--max-messages", type=int, metavar="N", help="stop after N records")
+    consume.add_argument("--print-key", action="store_true")
+    consume.add_argument("--print-headers", action="store_true")
+    consume.add_argument("--print-offset", action="store_true")
+    consume.add_argument("--print-partition", action="store_true")
+    consume.add_argument("--print-timestamp", action="store_true")
+    consume.add_argument("--key-separator", default="\t", metavar="SEP", help="column separator (default: tab)")
+    consume.add_argument("--isolation-level", choices=["read_committed", "read_uncommitted"],
+                         default="read_committed", help="read_committed (default) hides open and aborted transactions")
+    consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    consume.add_argument("--timeout-ms", type=int, metavar="MS", help="with --follow: stop after MS without records")
+    consume.add_argument("--poll-interval-ms", type=int, default=500, metavar="MS", help=argparse.SUPPRESS)
+    consume.set_defaults(func=cmd_consume)
+
+    dump = sub.add_parser("dump", help="print segment, index, snapshot and checkpoint files",
+                          description="Dump log files the way Kafka's DumpLogSegments does.",
+                          epilog=_EXAMPLES_DUMP, formatter_class=raw)
+    dump.add_argument("--files", nargs="+", required=True, metavar="FILE",
+                      help="files to dump (local paths or URLs; commas also separate)")
+    dump.add_argument("--print-data-log", action="store_true", help="print keys and values (implies --deep-iteration)")
+    dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
+    dump.add_argument("--verify-index-only", action="store_true", help="check index entries without printing them")
+    dump.add_argument("--index-sanity-check", action="store_true", help="only run the index sanity check")
+    dump.add_argument("--skip-record-metadata", action="store_true", help="do not print record metadata")
+    dump.add_argument("--max-message-size", type=int, default=5 * 1024 * 1024, metavar="BYTES")
+    dump.add_argument("--max-bytes", type=int, default=2**31 - 1, metavar="BYTES", help="read at most this much of a .log")
+    _add_storage_option(dump)
+    dump.set_defaults(func=cmd_dump)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:          # --help, --version and usage errors
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except SegLogError as exc:
+        sys.stdout.flush()
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
