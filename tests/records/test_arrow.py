@@ -1,0 +1,164 @@
+"""batches_to_arrow: schema, filters, transactions, and validation of corrupt input by the C scanner."""
+import os
+import random
+import time
+
+import pyarrow as pa
+import pytest
+
+from logcore.errors import CorruptRecordError, UnsupportedMagicError
+from logcore.records import (
+    Compression, ControlType, TimestampType, batches_to_arrow, build_batch, build_control_batch, decode_records,
+    iter_batches,
+)
+from logcore.records.arrow import SCHEMA, SCHEMA_WITH_HEADERS
+
+from test_batch import LAYOUT_CASES, raw_batch
+
+
+def test_schema_is_exactly_the_kafka_source_schema():
+    data = build_batch([(b"k", b"v", (("h", b"1"),), 1000)])
+    assert batches_to_arrow(data).schema == SCHEMA
+    t = batches_to_arrow(data, include_headers=True)
+    assert t.schema == SCHEMA_WITH_HEADERS
+    assert str(t.schema.field("timestamp").type) == "timestamp[us, tz=UTC]"
+    assert t.schema.field("headers").type == pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    assert all(f.nullable for f in t.schema)
+
+
+def test_empty_input_gives_an_empty_batch():
+    for data in (b"", bytearray(), memoryview(b"")):
+        t = batches_to_arrow(data, include_headers=True)
+        assert t.num_rows == 0 and t.schema == SCHEMA_WITH_HEADERS
+
+
+def test_values_nulls_headers_and_timestamps():
+    data = build_batch([(None, b"a", (), 1), (b"k", None, (("x", None), ("y", b"")), 2)], base_offset=10,
+                       compression=Compression.ZSTD)
+    data += build_batch([(b"z", b"b", (), 3)], base_offset=12, timestamp_type=TimestampType.LOG_APPEND_TIME,
+                        log_append_time=50)
+    t = batches_to_arrow(memoryview(bytearray(data)), include_headers=True)
+    assert t.column("offset").to_pylist() == [10, 11, 12]
+    assert t.column("timestamp").cast(pa.int64()).to_pylist() == [1000, 2000, 50_000]
+    assert t.column("timestampType").to_pylist() == [0, 0, 1]
+    assert t.column("key").to_pylist() == [None, b"k", b"z"]
+    assert t.column("value").to_pylist() == [b"a", None, b"b"]
+    assert t.column("headers").to_pylist() == [None, [{"key": "x", "value": None}, {"key": "y", "value": b""}], None]
+
+
+def test_control_batches_skipped_and_aborted_transactions_dropped():
+    def txn(pid, base, values):
+        return build_batch([(None, v, (), 1) for v in values], base_offset=base, producer_id=pid, producer_epoch=0,
+                           base_sequence=0, is_transactional=True)
+    data = b"".join([
+        txn(1, 0, [b"a1", b"a2"]),                 # aborted below
+        txn(2, 2, [b"c1"]),                        # committed
+        build_batch([(None, b"plain", (), 1)], base_offset=3, producer_id=1, producer_epoch=0, base_sequence=9),
+        build_control_batch(ControlType.ABORT, producer_id=1, producer_epoch=0, base_offset=4, timestamp_ms=1),
+        build_control_batch(ControlType.COMMIT, producer_id=2, producer_epoch=0, base_offset=5, timestamp_ms=1),
+        txn(1, 6, [b"a3"]),                        # a later transaction of producer 1: visible
+    ])
+    assert batches_to_arrow(data).column("value").to_pylist() == [b"a1", b"a2", b"c1", b"plain", b"a3"]
+    t = batches_to_arrow(data, aborted=[(1, 0, 4)])
+    assert t.column("value").to_pylist() == [b"c1", b"plain", b"a3"]
+    assert t.column("offset").to_pylist() == [2, 3, 6]
+
+
+def test_offset_range_filter_is_half_open():
+    data = b"".join(build_batch([(None, b"%d" % (i + j), (), 1) for j in range(5)], base_offset=i, compression=c)
+                    for i, c in zip(range(0, 25, 5), Compression))
+    t = batches_to_arrow(data, min_offset=3, max_offset=17)
+    assert t.column("offset").to_pylist() == list(range(3, 17))
+
+
+def test_partial_tail_is_ignored_and_errors_name_file_and_position():
+    a = build_batch([(b"k", b"v", (), 1)])
+    b = build_batch([(b"k", b"w", (), 1)], base_offset=1)
+    assert batches_to_arrow(a + b[:-3]).num_rows == 1
+    bad = bytearray(a + b)
+    bad[len(a) + 64] ^= 0x10
+    with pytest.raises(CorruptRecordError, match="CRC") as info:
+        batches_to_arrow(bad, source="t-0/0.log", base_position=4096)
+    assert (info.value.file, info.value.position) == ("t-0/0.log", 4096 + len(a))
+    legacy = bytearray(b)
+    legacy[16] = 1
+    with pytest.raises(UnsupportedMagicError, match="position 12"):
+        batches_to_arrow(a + bytes(legacy), base_position=12 - len(a))
+
+
+@pytest.mark.parametrize("name", list(LAYOUT_CASES))
+def test_c_scanner_rejects_what_the_python_decoder_rejects(name):
+    section, count, _ = LAYOUT_CASES[name]
+    good = build_batch([(b"ok", b"ok", (), 1)])
+    data = good + raw_batch(section, count=count)
+    for include_headers in (False, True):
+        with pytest.raises(CorruptRecordError, match="record") as info:
+            batches_to_arrow(data, source="s.log", base_position=7, include_headers=include_headers)
+        assert (info.value.file, info.value.position) == ("s.log", 7 + len(good))
+
+
+def test_corrupt_compressed_stream_reports_the_batch_position():
+    good = build_batch([(b"ok", b"ok", (), 1)])
+    section = os.urandom(40)
+    bad = raw_batch(section, count=1, attributes=int(Compression.LZ4))
+    with pytest.raises(CorruptRecordError, match="lz4") as info:
+        batches_to_arrow(good + bad, source="c.log")
+    assert info.value.position == len(good)
+
+
+def _both_decoders(data: bytes):
+    """Outcome of the Python decoder and of the C path: the rows, or 'corrupt'."""
+    try:
+        expected = [(r.offset, r.key, r.value) for pos, h in iter_batches(data) if not h.is_control
+                    for r in decode_records(data, pos, h) if r.offset >= 0]  # batches_to_arrow's default min_offset
+    except CorruptRecordError:
+        expected = "corrupt"
+    try:
+        t = batches_to_arrow(data, include_headers=True)
+        t.validate(full=True)
+        got = list(zip(t.column("offset").to_pylist(), t.column("key").to_pylist(), t.column("value").to_pylist()))
+    except CorruptRecordError:
+        got = "corrupt"
+    return expected, got
+
+
+def test_fuzz_mutated_sections_with_valid_crc():
+    """Random mutations of record sections (CRC recomputed so the C scanner sees them): no crash, same verdict."""
+    rng = random.Random(1234)
+    records = [(b"key%d" % i if i % 3 else None, os.urandom(i % 40) if i % 5 else None,
+                (("h", b"v"), ("n", None)) if i % 2 else (), i) for i in range(12)]
+    seed_section = build_batch(records)[61:]
+    deadline = time.monotonic() + 8
+    runs = 0
+    while time.monotonic() < deadline:
+        section = bytearray(seed_section)
+        for _ in range(rng.randint(1, 6)):
+            op = rng.random()
+            i = rng.randrange(len(section) + 1)
+            if op < 0.5 and section:
+                section[min(i, len(section) - 1)] = rng.randrange(256)
+            elif op < 0.75:
+                section[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 4)))
+            else:
+                del section[i:i + rng.randint(1, 8)]
+        count = rng.choice([12, 12, 12, rng.randint(0, 20)])
+        data = raw_batch(bytes(section), count=count, last_delta=11)
+        expected, got = _both_decoders(data)
+        assert got == expected
+        runs += 1
+    assert runs > 100
+
+
+def test_fuzz_random_bytes_never_crash():
+    rng = random.Random(99)
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        section = bytes(rng.randrange(256) for _ in range(rng.randint(0, 200)))
+        data = raw_batch(section, count=rng.randint(0, 40), last_delta=0)
+        expected, got = _both_decoders(data)
+        assert got == expected
+        garbage = bytes(rng.randrange(256) for _ in range(rng.randint(0, 120)))
+        try:
+            batches_to_arrow(garbage)
+        except CorruptRecordError:
+            pass
