@@ -28,10 +28,10 @@ from logcore.records.batch import (BatchHeader, Record, TimestampType, build_bat
                                    iter_batches, parse_header, set_base_offset, set_log_append_time,
                                    set_partition_leader_epoch)
 from logcore.records.compression import Compression
-from logcore.records.control import ControlType, parse_control_type
+from logcore.records.control import ControlType, EndTransactionMarker, parse_control_type
 from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
-from logcore.log.producer_state import ProducerStateManager
+from logcore.log.producer_state import ProducerBatch, ProducerStateManager
 from logcore.log.segment import (LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, _SegmentExists,
                                  parse_segment_name, segment_name)
 
@@ -102,8 +102,7 @@ class Log:
         self.high_watermark = 0
         self.log_start_offset = 0
         self.recovery_point = 0
-        self.producer_state = ProducerStateManager(
-            max_producer_id_expiration_ms=getattr(config, "producer_id_expiration_ms", 86_400_000))
+        self.producer_state = ProducerStateManager(storage, directory, name=f"{topic}-{partition}")
         self._lock = threading.RLock()
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
@@ -291,17 +290,23 @@ class Log:
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
 
     def _rebuild_producer_state(self) -> None:
-        """Replay producer fields of every batch (headers only; control keys for markers)."""
-        self.producer_state.clear()
-        for seg in self.segments:
+        """Reload the newest usable snapshot, then replay producer fields of later batches.
+
+        Only batch headers are read, plus the one record of each transaction marker.
+        """
+        leo = self.log_end_offset
+        self.producer_state.truncate_and_reload(self.log_start_offset, leo, _now_ms())
+        start = self.producer_state.map_end_offset
+        for seg in self.segments[self._segment_index(start):]:
             for pos, header in seg.scan_headers(0):
-                if header.producer_id < 0:
+                if header.last_offset < start or header.producer_id < 0:
                     continue
-                control = None
+                marker = None
                 if header.is_control:
-                    data = seg.read_bytes(pos, pos + header.size)
-                    control = _control_type(data, header, seg.log_path, pos)
-                self.producer_state.replay(header, control)
+                    marker = _end_marker(seg.read_bytes(pos, pos + header.size), header, seg.log_path, pos)
+                self.producer_state.replay(ProducerBatch.from_header(header, marker))
+        self.producer_state.update_map_end_offset(leo)
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
 
     # ------------------------------------------------------------------ offsets
     @property
@@ -312,7 +317,7 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        first_unstable = self.producer_state.first_unstable_offset()
+        first_unstable = self.producer_state.first_unstable_offset
         if first_unstable is None:
             return self.high_watermark
         return min(first_unstable, self.high_watermark)
@@ -360,8 +365,8 @@ class Log:
         seg = self._new_segment(base_offset, writable=True, in_memory=in_memory)
         self.segments.append(seg)
         self.bases.append(base_offset)
-        if self.storage.is_local and self.producer_state.has_entries():
-            self.producer_state.write_snapshot(self.storage, self.dir, base_offset)
+        if self.storage.is_local and self.writer and self.producer_state.producers:
+            self.producer_state.write_snapshot(base_offset)
         return seg
 
     def _compression(self, compression) -> Compression:
@@ -453,13 +458,6 @@ class Log:
         if header.size > self.config.segment_bytes:
             raise RecordTooLargeError(
                 f"batch of {header.size} bytes exceeds segment.bytes={self.config.segment_bytes}")
-        control = None
-        if header.producer_id >= 0:
-            duplicate = self.producer_state.find_duplicate(header)
-            if duplicate is not None:
-                first, last, ts = duplicate
-                return AppendInfo(first, last, ts, header.records_count, duplicate=True)
-            self.producer_state.check_sequence(header)
         leo = self.log_end_offset
         if not validated:
             set_base_offset(data, leo)
@@ -467,6 +465,14 @@ class Log:
             if self._log_append_time():
                 set_log_append_time(data, now)
             header = parse_header(data)
+        analysis = None
+        if header.producer_id >= 0:
+            marker = _end_marker(data, header, "append", 0) if header.is_control else None
+            analysis = self.producer_state.analyze([ProducerBatch.from_header(header, marker)])
+            if analysis.duplicate is not None:
+                d = analysis.duplicate
+                return AppendInfo(d.first_offset, d.last_offset, d.timestamp, header.records_count,
+                                  duplicate=True)
         active = self.segments[-1]
         if active.should_roll(header.size, header.max_timestamp, header.last_offset,
                               segment_bytes=self.config.segment_bytes,
@@ -475,14 +481,11 @@ class Log:
                 # An object-store segment is published at commit; rolling it means committing.
                 self._commit_locked()
             else:
-                active = self._roll_to(leo)
+                self._roll_to(leo)
             active = self.segments[-1]
-        if header.producer_id >= 0 and header.is_control:
-            control = _control_type(data, header, "append", 0)
         active.append(data, [header])
-        if header.producer_id >= 0:
-            aborted = self.producer_state.update(header, control, last_stable_offset=self.last_stable_offset)
-            if aborted is not None:
+        if analysis is not None:
+            for aborted in self.producer_state.complete_append(analysis, header.next_offset):
                 active.txn_index.append(aborted)
         self._unflushed += header.records_count
         self._maybe_flush(now)
@@ -543,6 +546,7 @@ class Log:
                                 first_segment_base=first_base, epoch=self.leader_epoch,
                                 recovery_point=self.recovery_point if self.storage.is_local else None)
         self.high_watermark = leo
+        self.producer_state.on_high_watermark_updated(leo)
 
     def _publish(self, seg: LogSegment) -> None:
         try:
@@ -748,8 +752,6 @@ class Log:
         self.high_watermark = min(self.high_watermark, offset)
         self.epoch_cache.truncate_from_end(offset)
         self._rebuild_producer_state()
-        if self.storage.is_local:
-            self.producer_state.delete_snapshots_above(self.storage, self.dir, offset)
 
     def close(self) -> None:
         if self._closed:
@@ -760,8 +762,8 @@ class Log:
                     with self._critical():
                         if self.storage.is_local:
                             self._flush_locked()
-                            if self.producer_state.has_entries():
-                                self.producer_state.write_snapshot(self.storage, self.dir, self.log_end_offset)
+                            if self.producer_state.producers:
+                                self.producer_state.write_snapshot(self.log_end_offset)
                             for seg in self.segments:
                                 seg.close()
                             self.state_store.set_recovery_point(self.log_end_offset)
@@ -790,8 +792,11 @@ class Log:
                 f" hw={self.high_watermark}, leo={self.log_end_offset}, epoch={self.leader_epoch})")
 
 
-def _control_type(data, header: BatchHeader, source: str, pos: int) -> ControlType | None:
+def _end_marker(data, header: BatchHeader, source: str, pos: int) -> EndTransactionMarker | None:
+    """The transaction marker in a control batch (None for other control record types)."""
     records = decode_records(data, pos, header, source=source)
-    if not records or records[0].key is None:
+    if not records:
         return None
-    return parse_control_type(records[0].key)
+    if parse_control_type(records[0].key) not in (ControlType.ABORT, ControlType.COMMIT):
+        return None
+    return EndTransactionMarker.decode(records[0].key, records[0].value)
