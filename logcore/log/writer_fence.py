@@ -1,0 +1,216 @@
+"""Writer fencing by leader epoch: at most one writer per partition.
+
+A writer takes a partition by bumping the epoch in the partition's `writer-epoch` file (a seglog
+file, not Kafka's): JSON `{"epoch": N, "writer": "<random id>", "acquired_ms": T}`. The bump is a
+conditional write (put_if_absent for the first epoch, put_if_version after), retried on a lost
+race, so racing writers always end up with distinct epochs and exactly one of them current.
+
+Local disk: `acquire` and `critical` also hold an flock on the partition's `.writer.lock`, so a
+write done inside `critical()` never interleaves with a takeover. The check inside is one stat:
+the fence keeps the epoch file it wrote open, which pins its inode (no reuse), so "same inode,
+mtime and size at the path" means "still my file". Object stores have no locks: `check` reads
+the epoch object (one GET) and the caller's own conditional commit is the final guard.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from logcore.errors import CommitFailedError, CorruptIndexError, FencedWriterError
+from logcore.storage import Storage
+
+EPOCH_FILE = "writer-epoch"
+LOCK_FILE = ".writer.lock"
+_MAX_ACQUIRE_ATTEMPTS = 200
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    epoch: int
+    writer: str
+    acquired_ms: int
+
+    def encode(self) -> bytes:
+        return json.dumps({"epoch": self.epoch, "writer": self.writer,
+                           "acquired_ms": self.acquired_ms}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes, source: str) -> EpochRecord:
+        try:
+            obj = json.loads(data)
+            epoch, writer, acquired = obj["epoch"], obj["writer"], obj.get("acquired_ms", 0)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CorruptIndexError(f"unreadable writer epoch ({type(exc).__name__}: {exc})",
+                                    file=source) from None
+        if (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0
+                or not isinstance(writer, str) or not isinstance(acquired, int)):
+            raise CorruptIndexError(f"bad writer epoch record {obj!r}", file=source)
+        return cls(epoch, writer, acquired)
+
+
+class WriterFence:
+    """One writer's claim on one partition folder of a storage."""
+
+    def __init__(self, storage: Storage, partition_dir: str, *, writer_id: str | None = None):
+        self.storage = storage
+        self.partition_dir = partition_dir.strip("/")
+        self.writer_id = writer_id or secrets.token_hex(8)
+        self.epoch_path = storage.join(self.partition_dir, EPOCH_FILE)
+        self.lock_path = storage.join(self.partition_dir, LOCK_FILE)
+        self._epoch: int | None = None
+        self._version: str | None = None       # object stores: the ETag of my epoch object
+        self._pinned_fd: int | None = None     # local: my epoch file, held open to pin its inode
+        self._pinned_key: tuple[int, int, int] | None = None
+        self._lock_fd: int | None = None       # local: .writer.lock, flocked in critical()
+        self._thread_lock = threading.Lock()   # flock does not exclude threads sharing one fd
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _read(self) -> tuple[EpochRecord, str] | None:
+        found = self.storage.read_versioned(self.epoch_path)
+        if found is None:
+            return None
+        return EpochRecord.decode(found[0], self.storage.describe(self.epoch_path)), found[1]
+
+    def current_epoch(self) -> int:
+        """The partition's epoch now (-1 if no writer ever took it); bumps nothing."""
+        found = self._read()
+        return -1 if found is None else found[0].epoch
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        """My epoch: stamp it into every batch this writer writes."""
+        if self._epoch is None:
+            raise FencedWriterError(f"writer {self.writer_id} has not acquired partition "
+                                    f"{self.storage.describe(self.partition_dir)}")
+        return self._epoch
+
+    # -- taking the partition ------------------------------------------------------------------
+
+    def acquire(self, min_epoch: int = 0) -> int:
+        """Bump the partition's epoch (to at least `min_epoch`) and make it mine; returns it."""
+        if self.storage.is_local:
+            with self.storage.lock(self.lock_path):
+                epoch = self._bump(min_epoch)
+                self._pin_local(epoch)
+            if self._lock_fd is None:
+                self._lock_fd = os.open(self.storage.local_path(self.lock_path),
+                                        os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            return epoch
+        return self._bump(min_epoch)
+
+    def _bump(self, min_epoch: int) -> int:
+        for attempt in range(_MAX_ACQUIRE_ATTEMPTS):
+            found = self._read()
+            now_ms = int(time.time() * 1000)
+            if found is None:
+                epoch = max(0, min_epoch)
+                version = self.storage.put_if_absent(
+                    self.epoch_path, EpochRecord(epoch, self.writer_id, now_ms).encode())
+            else:
+                epoch = max(found[0].epoch + 1, min_epoch)
+                version = self.storage.put_if_version(
+                    self.epoch_path, EpochRecord(epoch, self.writer_id, now_ms).encode(), found[1])
+            if version is not None:
+                self._epoch, self._version = epoch, version
+                return epoch
+            # lost the race to another writer: back off a little, re-read, bump past it
+            time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 20)))
+        raise CommitFailedError(f"could not take partition {self.storage.describe(self.partition_dir)}: "
+                                f"lost {_MAX_ACQUIRE_ATTEMPTS} races for its writer epoch")
+
+    def _pin_local(self, epoch: int) -> None:
+        self._unpin()
+        fd = os.open(self.storage.local_path(self.epoch_path), os.O_RDONLY | os.O_CLOEXEC)
+        st = os.fstat(fd)
+        record = EpochRecord.decode(os.pread(fd, max(st.st_size, 1), 0),
+                                    self.storage.describe(self.epoch_path))
+        if (record.epoch, record.writer) != (epoch, self.writer_id):  # cannot happen under the flock
+            os.close(fd)
+            raise self._fenced(record.epoch)
+        self._pinned_fd = fd
+        self._pinned_key = (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _unpin(self) -> None:
+        if self._pinned_fd is not None:
+            os.close(self._pinned_fd)
+            self._pinned_fd, self._pinned_key = None, None
+
+    # -- checking ------------------------------------------------------------------------------
+
+    def _fenced(self, current: int) -> FencedWriterError:
+        return FencedWriterError(
+            f"writer {self.writer_id} is fenced on partition "
+            f"{self.storage.describe(self.partition_dir)}: it holds epoch {self._epoch}, "
+            f"the partition's epoch is now {current}")
+
+    def check(self) -> None:
+        """Raise FencedWriterError unless the partition's epoch is still mine."""
+        mine = self.partition_leader_epoch
+        if self.storage.is_local and self._pinned_key is not None:
+            try:
+                st = os.stat(self.storage.local_path(self.epoch_path))
+            except FileNotFoundError:
+                raise self._fenced(-1) from None
+            if (st.st_ino, st.st_mtime_ns, st.st_size) == self._pinned_key:
+                return
+        found = self._read()
+        if found is None:
+            raise self._fenced(-1)
+        record, version = found
+        if (record.epoch, record.writer) != (mine, self.writer_id):
+            raise self._fenced(record.epoch)
+        if self.storage.is_local:
+            self._pin_local(mine)  # rewritten with my own record: follow the new inode
+        else:
+            self._version = version
+
+    @contextmanager
+    def critical(self) -> Iterator[None]:
+        """A section in which this writer may write: checked first, and on local disk no other
+        writer can take the partition until it ends."""
+        self.partition_leader_epoch  # raises if never acquired
+        if not self.storage.is_local or self._lock_fd is None:
+            self.check()
+            yield
+            return
+        with self._thread_lock:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                self.check()
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the local file handles (the epoch stays mine until someone bumps it)."""
+        self._unpin()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> WriterFence:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"WriterFence({self.storage.describe(self.partition_dir)!r}, "
+                f"writer={self.writer_id}, epoch={self._epoch})")
