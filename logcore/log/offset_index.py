@@ -136,6 +136,7 @@ class AbstractIndex:
     def _open_for_write(self) -> None:
         assert self.storage is not None and self.path is not None
         os_path = self.storage.local_path(self.path)
+        os.makedirs(os.path.dirname(os_path), exist_ok=True)
         self._fd = os.open(os_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         # Preallocate (sparse) to the maximum size while active, like Kafka's mmap'd index.
         self._resize_file(max(self.max_entries, self._n) * self.ENTRY_SIZE)
@@ -235,18 +236,21 @@ class AbstractIndex:
             os.ftruncate(self._fd, max(length, count * self.ENTRY_SIZE))
 
     def reset(self) -> None:
-        """Remove every entry (recovery rebuilds the index from the log)."""
+        """Remove every entry and regrow to the maximum size (recovery rebuilds the index)."""
         self.truncate_to_entries(0)
         self.resize(self.max_index_size)
 
-    def resize(self, max_index_size: int) -> None:
-        """Set the maximum size; on local disk the file is sized to it (Kafka's `resize`).
+    def grow(self) -> None:
+        """Back to the configured maximum size (an inactive segment's index becomes active again,
+        e.g. after truncation)."""
+        self.resize(self.max_index_size)
 
-        Entries beyond the new capacity are dropped.
-        """
+    def resize(self, new_size: int) -> None:
+        """Set the capacity to `new_size` bytes; on local disk the file is sized to it (Kafka's
+        `resize`). `max_index_size`, the configured maximum, is unchanged. Entries beyond the
+        new capacity are dropped."""
         self._check_writable()
-        self.max_index_size = max_index_size
-        self.max_entries = max_index_size // self.ENTRY_SIZE
+        self.max_entries = new_size // self.ENTRY_SIZE
         if self._n > self.max_entries:
             self.truncate_to_entries(self.max_entries)
         self._resize_file(self.max_entries * self.ENTRY_SIZE)

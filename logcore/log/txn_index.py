@@ -178,14 +178,14 @@ class TransactionIndex:
         if txn.version != CURRENT_VERSION:
             raise InvalidRecordError(f"aborted transaction version {txn.version} is not "
                                      f"{CURRENT_VERSION} ({self.KIND} {self._where})")
+        file = self._append_file()   # before counting the new entry: it aligns the file
+        if file is not None:
+            file.append(txn.to_bytes())
         if self._n == len(self._rows):
             self._rows = np.resize(self._rows, max(16, 2 * self._n))
         self._rows[self._n] = (txn.version, txn.producer_id, txn.first_offset, txn.last_offset,
                                txn.last_stable_offset)
         self._n += 1
-        file = self._append_file()
-        if file is not None:
-            file.append(txn.to_bytes())
         self._file_length = self._n * ENTRY_SIZE
 
     def truncate_to(self, offset: int) -> None:
