@@ -23,6 +23,7 @@ from logcore.log.config import (
     load_properties,
     topic_collision_warning,
     validate_topic_name,
+    validate_topic_overrides,
 )
 from logcore.tools.dump import DumpOptions, dump_files
 from logcore.tools.partitioner import murmur2_partition
@@ -154,6 +155,7 @@ def cmd_topics(args) -> int:
             raise InvalidConfigError(f"--create needs --partitions N with N >= 1, got {args.partitions}")
         configs = _configs(args.config)
         defaults = load_properties(args.defaults) if args.defaults else None
+        validate_topic_overrides(configs, defaults)     # bad input fails before anything is written
         root = _open_root(args, create=True, defaults=defaults)
         try:
             existing = root.list_topics()
