@@ -390,16 +390,37 @@ def decode_records(buf, pos: int, header: BatchHeader | None = None, *, source: 
     index = 0
     try:
         for index in range(count):
-            length, p = _varint(data, p, end, 5, 32)
+            # Single-byte varints (the common case) are decoded inline; _varint handles the rest.
+            b = data[p] if p < end else 0x80
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                length, p = _varint(data, p, end, 5, 32)
             if length < 0 or p + length > end:
                 raise _Truncated(f"record length {length} does not fit the {end - p} bytes left")
             rec_end = p + length
             p += 1  # attributes: unused
-            ts_delta, p = _varint(data, p, rec_end, 10, 64)
-            offset_delta, p = _varint(data, p, rec_end, 5, 32)
+            b = data[p] if p < rec_end else 0x80
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                ts_delta, p = _varint(data, p, rec_end, 10, 64)
+            b = data[p] if p < rec_end else 0x80
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                offset_delta, p = _varint(data, p, rec_end, 5, 32)
             fields = []
             for _ in range(2):  # key, value
-                n, p = _varint(data, p, rec_end, 5, 32)
+                b = data[p] if p < rec_end else 0x80
+                if b < 0x80:
+                    n = (b >> 1) ^ -(b & 1)
+                    p += 1
+                else:
+                    n, p = _varint(data, p, rec_end, 5, 32)
                 if n == -1:
                     fields.append(None)
                     continue
@@ -407,7 +428,12 @@ def decode_records(buf, pos: int, header: BatchHeader | None = None, *, source: 
                     raise _Truncated(f"field length {n} does not fit the record")
                 fields.append(bytes(data[p:p + n]))
                 p += n
-            header_count, p = _varint(data, p, rec_end, 5, 32)
+            b = data[p] if p < rec_end else 0x80
+            if b < 0x80:
+                header_count = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                header_count, p = _varint(data, p, rec_end, 5, 32)
             if header_count < 0:
                 raise _Truncated(f"negative header count {header_count}")
             if header_count > rec_end - p:
@@ -429,10 +455,17 @@ def decode_records(buf, pos: int, header: BatchHeader | None = None, *, source: 
                 p += n
             if p != rec_end:
                 raise _Truncated(f"record declares {length} bytes but its fields use {length - (rec_end - p)}")
-            timestamp = log_append_time if log_append_time is not None else _wrap64(base_timestamp + ts_delta)
+            if log_append_time is None:
+                timestamp = base_timestamp + ts_delta
+                if not _INT64_MIN <= timestamp <= _INT64_MAX:
+                    timestamp = _wrap64(timestamp)
+            else:
+                timestamp = log_append_time
+            offset = base_offset + offset_delta
+            if not _INT64_MIN <= offset <= _INT64_MAX:
+                offset = _wrap64(offset)
             sequence = _wrap_sequence(base_sequence, offset_delta) if base_sequence >= 0 else -1
-            records.append(Record(_wrap64(base_offset + offset_delta), timestamp, fields[0], fields[1],
-                                  tuple(headers), sequence))
+            records.append(Record(offset, timestamp, fields[0], fields[1], tuple(headers), sequence))
     except _Truncated as exc:
         raise CorruptRecordError(f"record {index}: {exc}", **where) from None
     except (IndexError, UnicodeDecodeError) as exc:
