@@ -295,7 +295,10 @@ class LogSegment:
         return None
 
     def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True) -> bytes:
-        """Whole batches from the one holding `offset`, none starting at or above `max_offset`."""
+        """Whole batches from the one holding `offset`, each wholly below `max_offset`.
+
+        As Kafka, a batch that straddles the bound (the HW or LSO) is not served at all.
+        """
         found = self.translate_offset(offset)
         if found is None:
             return b""
@@ -303,7 +306,7 @@ class LogSegment:
         end = start
         total = 0
         for pos, header in self.scan_headers(start):
-            if header.base_offset >= max_offset:
+            if header.last_offset >= max_offset:
                 break
             if total + header.size > max_bytes and not (min_one_batch and total == 0):
                 break
