@@ -360,3 +360,77 @@ def test_s3_round_trip(capsys, monkeypatch, s3_bucket, s3_storage_options):
                           "--partitions", "1")
     assert code == 1 and "not a log root" in err
     assert fs.ls(f"{s3_bucket}/other", refresh=True) == [f"{s3_bucket}/other/readme.txt"]
+
+
+# ------------------------------------------------------------------------------------ transactions, follow
+
+def _write_transactions(root: str, *, leave_open: bool) -> None:
+    from logcore.records import ControlType
+
+    with LogRoot.open(root) as r:
+        log = r.log("tx", 0, writer=True)
+        log.append_records([(b"k", b"plain", (), 1)])
+        log.append_records([(b"k", b"aborted-1", (), 2), (b"k", b"aborted-2", (), 2)], producer_id=5,
+                           producer_epoch=0, base_sequence=0, is_transactional=True)
+        log.append_control(ControlType.ABORT, producer_id=5, producer_epoch=0)
+        log.append_records([(b"k", b"after", (), 3)])
+        if leave_open:
+            log.append_records([(b"k", b"open", (), 4)], producer_id=6, producer_epoch=0, base_sequence=0,
+                               is_transactional=True)
+        log.commit()
+        log.close()
+
+
+def test_isolation_levels_aborted_transaction(capsys, root):
+    create(capsys, root, "tx", 1)
+    _write_transactions(root, leave_open=False)
+    _, out, _ = seglog(capsys, "consume", "--root", root, "--topic", "tx", "--from-beginning")
+    assert out == "plain\nafter\n"                       # aborted data hidden
+    _, out, _ = seglog(capsys, "consume", "--root", root, "--topic", "tx", "--from-beginning",
+                       "--isolation-level", "read_uncommitted")
+    assert out == "plain\naborted-1\naborted-2\nafter\n"
+    # every file the engine wrote reads back cleanly with the dump tool
+    files = sorted(str(f) for f in (Path(root) / "tx-0").iterdir()
+                   if f.suffix in (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+                   or f.name in ("leader-epoch-checkpoint", "partition.metadata"))
+    code, out, err = seglog(capsys, "dump", "--files", *files, "--deep-iteration")
+    assert code == 0, err
+    assert "Mismatches" not in err and "not found" not in err
+    assert "endTxnMarker: ABORT coordinatorEpoch: 0" in out
+    assert "producerId: 5 firstOffset: 1 lastOffset: 3" in out            # the .txnindex entry
+
+
+@pytest.mark.xfail(reason="a Log opened as a reader does not rebuild producer state yet, so its LSO "
+                          "ignores open transactions (logcore/log/log.py)", strict=False)
+def test_isolation_levels_open_transaction(capsys, root):
+    create(capsys, root, "tx", 1)
+    _write_transactions(root, leave_open=True)
+    _, out, _ = seglog(capsys, "consume", "--root", root, "--topic", "tx", "--from-beginning")
+    assert out == "plain\nafter\n"                       # the open transaction is not visible yet
+    _, out, _ = seglog(capsys, "consume", "--root", root, "--topic", "tx", "--from-beginning",
+                       "--isolation-level", "read_uncommitted")
+    assert out == "plain\naborted-1\naborted-2\nafter\nopen\n"
+
+
+def test_follow_sees_new_records(tmp_path):
+    exe = shutil.which("seglog")
+    if exe is None:
+        pytest.skip("the seglog console script is not installed (pip install -e .)")
+    root = str(tmp_path / "root")
+    assert main(["topics", "--root", root, "--create", "f", "--partitions", "1"]) == 0
+    follower = subprocess.Popen([exe, "consume", "--root", root, "--topic", "f", "--follow", "--timeout-ms",
+                                 "8000", "--max-messages", "2", "--poll-interval-ms", "100"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        import time
+        time.sleep(1.5)                               # the follower has started at the (empty) end
+        produced = subprocess.run([exe, "produce", "--root", root, "--topic", "f"], input=b"one\ntwo\n",
+                                  capture_output=True, timeout=60)
+        assert produced.returncode == 0, produced.stderr
+        out, err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert follower.returncode == 0, err
+    assert out == b"one\ntwo\n"
