@@ -190,6 +190,20 @@ class AbstractIndex:
             bad[1:] |= self._order_violations()
         return int(np.argmax(bad)) if bad.any() else n
 
+    def drop_invalid_tail(self) -> int:
+        """Keep only `valid_prefix_entries()`; returns how many entries were dropped.
+
+        On a read-only index only the in-memory view changes (a reader of a live, preallocated
+        active index); a writable one is truncated on disk too."""
+        valid = self.valid_prefix_entries()
+        dropped = self._n - valid
+        if dropped:
+            if self.writable:
+                self.truncate_to_entries(valid)
+            else:
+                self._n = valid
+        return dropped
+
     def _bad_entries(self) -> np.ndarray:
         """bad[i] is True when entry i cannot be valid on its own (e.g. a negative offset)."""
         return np.zeros(self._n, dtype=bool)

@@ -162,6 +162,8 @@ def test_crash_leaves_zero_padding_that_loads_as_entries(local, tmp_path):
     assert loaded.entries == 20  # Kafka's rule: floor(length / 8) entries, padding included
     assert loaded.valid_prefix_entries() == 3
     assert loaded.file_length == 160
+    assert loaded.drop_invalid_tail() == 17
+    assert loaded.lookup(10**6) == (30, 300) and loaded.entries == 3
 
 
 def test_truncate_on_disk_zeroes_the_dropped_entries(local, tmp_path):
