@@ -94,7 +94,11 @@ class Storage(ABC):
 
     @abstractmethod
     def put_if_version(self, path: str, data: bytes, version: str) -> str | None:
-        """Replace only if the current version is `version`: the new version, or None if stale."""
+        """Replace only if the current version is `version`: the new version, or None if stale.
+
+        Versions may be content-derived (S3 ETag, memory digest, the local token's digest):
+        rewriting identical bytes can leave the version unchanged, so a compare-and-swap
+        guards the content, and a writer that needs a change to be seen writes new content."""
 
     # -- local-only operations -----------------------------------------------------------------
 

@@ -151,6 +151,11 @@ class ObjectStorage(Storage):
             return b""
         full = self._full(path)
         try:
+            if self._is_s3:
+                # One GET (s3fs's cat_file adds a HEAD for whole-object reads).
+                bucket, key = self._bucket_key(full)
+                byte_range = f"bytes={start}-{'' if end is None else end - 1}" if start or end else None
+                return sync(self._fs.loop, self._s3_get, bucket, key, byte_range)[0]
             return self._fs.cat_file(full, start=start or None, end=end)
         except Exception as exc:
             code, status = _error_code_and_status(exc)
@@ -184,8 +189,9 @@ class ObjectStorage(Storage):
         except Exception as exc:
             raise self._translate(exc, "read", path) from exc
 
-    async def _s3_get(self, bucket: str, key: str) -> tuple[bytes, str]:
-        resp = await self._fs._call_s3("get_object", Bucket=bucket, Key=key)
+    async def _s3_get(self, bucket: str, key: str, byte_range: str | None = None) -> tuple[bytes, str]:
+        extra = {"Range": byte_range} if byte_range else {}
+        resp = await self._fs._call_s3("get_object", Bucket=bucket, Key=key, **extra)
         body = resp["Body"]
         try:
             data = await body.read()
