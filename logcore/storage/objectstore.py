@@ -17,7 +17,8 @@ from typing import Any
 
 from fsspec.asyn import sync
 
-from logcore.errors import ResourceNotFoundError, RetriableStorageError, SegLogError, StorageError
+from logcore.errors import (CommitStateUnknownError, ResourceNotFoundError, RetriableStorageError,
+                            SegLogError, StorageError)
 from logcore.storage.base import Storage
 
 S3_PROTOCOLS = ("s3", "s3a")
@@ -298,6 +299,11 @@ class ObjectStorage(Storage):
                 if _is_conflict(exc) and attempt + 1 < _CONFLICT_RETRIES:
                     time.sleep(0.01 * (attempt + 1))
                     continue
+                if _is_retriable(exc):
+                    # the PUT may have been applied before the failure: only a re-read can tell
+                    raise CommitStateUnknownError(
+                        f"conditional write of {self.describe(path)}: outcome unknown, re-read "
+                        f"before retrying ({self._redact(f'{type(exc).__name__}: {exc}')})") from exc
                 raise self._translate(exc, "conditional write of", path) from exc
         raise RetriableStorageError(f"conditional write of {self.describe(path)} kept conflicting")
 

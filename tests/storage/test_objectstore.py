@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from logcore.errors import InvalidConfigError, ResourceNotFoundError, RetriableStorageError
+from logcore.errors import CommitStateUnknownError, InvalidConfigError, ResourceNotFoundError, RetriableStorageError
 from logcore.storage import ObjectStorage, open_storage
 from logcore.storage.objectstore import is_precondition_failed
 
@@ -51,6 +51,10 @@ def test_unreachable_server_is_retriable_and_hides_secrets():
         storage.read("p/00000000000000000000.log")
     assert "p/00000000000000000000.log" in str(info.value)
     assert secret not in str(info.value) and "AKIDEXAMPLEKEY99" not in str(info.value)
+    # a conditional write that fails in transit may have been applied: state unknown, not "lost"
+    with pytest.raises(CommitStateUnknownError, match="re-read") as info:
+        storage.put_if_absent("p/writer-epoch", b"{}")
+    assert secret not in str(info.value)
 
 
 @pytest.mark.s3
