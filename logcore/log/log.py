@@ -21,12 +21,15 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+import numpy as np
+
 from logcore.errors import (CorruptIndexError, CorruptRecordError, FencedWriterError,
                             InvalidRecordError, OffsetOutOfRangeError, ReadOnlyLogError,
                             RecordTooLargeError, SegLogError)
-from logcore.records.batch import (BatchHeader, Record, TimestampType, build_batch, decode_records,
+from logcore.records.batch import (HEADER_SIZE, BatchHeader, Record, TimestampType, build_batch, decode_records,
                                    iter_batches, parse_header, set_base_offset, set_log_append_time,
                                    set_partition_leader_epoch)
+from logcore.records.arrow import record_columns
 from logcore.records.compression import Compression
 from logcore.records.control import ControlType, EndTransactionMarker, parse_control_type
 from logcore.log.leader_epoch import LeaderEpochCache
@@ -46,6 +49,9 @@ TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
 _COMPRESSION_BY_NAME = {"uncompressed": Compression.NONE, "none": Compression.NONE,
                         "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
                         "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+
+
+_DELTAS = np.arange(1 << 16, dtype=np.int64)   # expected offset deltas of a produced batch
 
 
 def _now_ms() -> int:
@@ -95,6 +101,13 @@ class Log:
         self.read_only = read_only or storage.read_only
         self.writer = fence is not None
         self.truncate_uncommitted = truncate_uncommitted
+        # Hot-path copies of the config (read on every append).
+        self._segment_bytes = config.segment_bytes
+        self._segment_ms = config.segment_ms
+        self._flush_messages = config.flush_messages
+        self._flush_ms = config.flush_ms
+        self._max_message_bytes = config.max_message_bytes
+        self._compact = config.compact
         self.segments: list[LogSegment] = []
         self.bases: list[int] = []
         self.recovery = RecoveryReport()
@@ -412,14 +425,16 @@ class Log:
             return self._append_locked(bytearray(batch), _now_ms(), validated=False)
 
     def _validate_client_batch(self, data: bytearray, now: int) -> BatchHeader:
-        batches = list(iter_batches(data, source=f"{self.topic}-{self.partition} append",
-                                    allow_partial_tail=False))
-        if len(batches) != 1:
-            raise InvalidRecordError(f"an append takes exactly one batch, got {len(batches)}")
-        pos, header = batches[0]
+        source = f"{self.topic}-{self.partition} append"
+        if len(data) < HEADER_SIZE:
+            raise CorruptRecordError(f"{len(data)} bytes is shorter than a batch header", file=source,
+                                     position=0)
+        header = parse_header(data)
         if header.size != len(data):
-            raise InvalidRecordError(f"batch is {header.size} bytes but {len(data)} were given")
-        max_bytes = getattr(self.config, "max_message_bytes", 1048588)
+            raise InvalidRecordError(
+                f"an append takes exactly one whole batch: the batch declares {header.size} bytes"
+                f" but {len(data)} were given")
+        max_bytes = self._max_message_bytes
         if header.size > max_bytes:
             raise RecordTooLargeError(f"batch of {header.size} bytes exceeds max.message.bytes={max_bytes}")
         if header.is_control:
@@ -429,21 +444,33 @@ class Log:
                 f"batch record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}")
         if header.producer_id >= 0 and header.base_sequence < 0:
             raise InvalidRecordError(f"producer {header.producer_id} sent a batch without a sequence number")
-        records = decode_records(data, 0, header, source=f"{self.topic}-{self.partition} append")
-        for i, record in enumerate(records):
-            if record.offset != header.base_offset + i:
-                raise InvalidRecordError(f"record {i} has offset delta {record.offset - header.base_offset}, expected {i}")
-            if getattr(self.config, "compact", False) and record.key is None:
-                raise InvalidRecordError(
-                    f"compacted topic {self.topic} requires a key on every record (record {i} has none)")
+        # Magic, CRC and record-level validation in C (the rules of decode_records); the checks
+        # on the columns are vectorised.
+        columns = record_columns(data, source=source)
+        if columns.rows != header.records_count:
+            raise InvalidRecordError(
+                f"batch declares {header.records_count} records but holds {columns.rows}")
+        deltas = columns.offsets - header.base_offset
+        expected = _DELTAS[:columns.rows] if columns.rows <= len(_DELTAS) else np.arange(columns.rows)
+        if not np.array_equal(deltas, expected):
+            i = int(np.argmax(deltas != expected))
+            raise InvalidRecordError(
+                f"record {i} has offset delta {int(offsets[i]) - header.base_offset}, expected {i}")
+        if self._compact and columns.key_nulls:
+            valid = np.unpackbits(np.frombuffer(columns.key_validity, dtype=np.uint8), bitorder="little")
+            i = int(np.argmin(valid[:columns.rows]))
+            raise InvalidRecordError(
+                f"compacted topic {self.topic} requires a key on every record (record {i} has none)")
         if header.timestamp_type == TimestampType.CREATE_TIME:
-            before = getattr(self.config, "message_timestamp_before_max_ms", 2**63 - 1)
-            after = getattr(self.config, "message_timestamp_after_max_ms", 2**63 - 1)
-            for record in records:
-                if now - record.timestamp > before or record.timestamp - now > after:
+            before = self.config.message_timestamp_before_max_ms
+            after = self.config.message_timestamp_after_max_ms
+            if before < 2**63 - 1 or after < 2**63 - 1:
+                ts = columns.timestamps_ms
+                bad = (now - ts > before) | (ts - now > after)
+                if bad.any():
                     raise InvalidRecordError(
-                        f"record timestamp {record.timestamp} is outside the allowed range around {now}"
-                        " (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+                        f"record timestamp {int(ts[np.argmax(bad)])} is outside the allowed range around"
+                        f" {now} (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
         elif header.timestamp_type == TimestampType.LOG_APPEND_TIME:
             raise InvalidRecordError("producers may not set LogAppendTime timestamps")
         return header
@@ -455,9 +482,9 @@ class Log:
             header = parse_header(data)
         else:
             header = self._validate_client_batch(data, now)
-        if header.size > self.config.segment_bytes:
+        if header.size > self._segment_bytes:
             raise RecordTooLargeError(
-                f"batch of {header.size} bytes exceeds segment.bytes={self.config.segment_bytes}")
+                f"batch of {header.size} bytes exceeds segment.bytes={self._segment_bytes}")
         leo = self.log_end_offset
         if not validated:
             set_base_offset(data, leo)
@@ -475,8 +502,8 @@ class Log:
                                   duplicate=True)
         active = self.segments[-1]
         if active.should_roll(header.size, header.max_timestamp, header.last_offset,
-                              segment_bytes=self.config.segment_bytes,
-                              segment_ms=self.config.segment_ms, now_ms=now):
+                              segment_bytes=self._segment_bytes,
+                              segment_ms=self._segment_ms, now_ms=now):
             if active.in_memory:
                 # An object-store segment is published at commit; rolling it means committing.
                 self._commit_locked()
@@ -505,8 +532,7 @@ class Log:
             return self._append_locked(bytearray(batch), _now_ms(), validated=True)
 
     def _maybe_flush(self, now: int) -> None:
-        if (self._unflushed >= self.config.flush_messages
-                or now - self._last_flush_ms >= self.config.flush_ms):
+        if self._unflushed >= self._flush_messages or now - self._last_flush_ms >= self._flush_ms:
             self._flush_locked()
 
     def _flush_locked(self) -> None:

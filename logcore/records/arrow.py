@@ -6,9 +6,12 @@ Arrow-layout buffers, which become pyarrow arrays without a copy.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import struct
 from typing import Iterable
 
+import numpy as np
 import pyarrow as pa
 
 from logcore.errors import CorruptRecordError
@@ -68,6 +71,38 @@ def batches_to_arrow(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, 
     in one of its `aborted` (producer_id, first_offset, last_offset) ranges are dropped. Bad bytes
     raise CorruptRecordError(file=source, position=base_position + batch position).
     """
+    cols = _decode_columns(data, min_offset=min_offset, max_offset=max_offset,
+                           include_headers=include_headers, aborted=aborted, source=source,
+                           base_position=base_position)
+    return _to_record_batch(cols, include_headers)
+
+
+@dataclass(frozen=True)
+class RecordColumns:
+    """What validating a produced batch needs, without building Arrow arrays."""
+    rows: int
+    offsets: np.ndarray          # int64
+    timestamps_ms: np.ndarray    # int64
+    key_nulls: int
+    key_validity: bytes | None   # Arrow validity bitmap of the keys (None when no null)
+
+
+def record_columns(data, *, source: str | None = None, base_position: int = 0) -> RecordColumns:
+    """Validate every record of the data batches in `data` (CRC, layout) and return key columns.
+
+    The produce path uses this: full validation in C at a fraction of the cost of Arrow arrays.
+    """
+    cols = _decode_columns(data, source=source, base_position=base_position)
+    rows, offsets, timestamps, _types, k_valid, _ko, _kd, k_nulls = cols[:8]
+    return RecordColumns(rows, np.frombuffer(offsets, dtype=np.int64, count=rows),
+                         np.frombuffer(timestamps, dtype=np.int64, count=rows) // 1000,
+                         k_nulls, bytes(k_valid) if k_nulls else None)
+
+
+def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
+                     aborted: Iterable[tuple[int, int, int]] | None = None, source: str | None = None,
+                     base_position: int = 0) -> tuple:
+    """The C decoder's raw column buffers (see _to_record_batch for their layout)."""
     aborted_ranges = _aborted_lookup(aborted)
     sections = []
     positions = []
@@ -95,12 +130,11 @@ def batches_to_arrow(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, 
             sections.append((data, pos + HEADER_SIZE, pos + size, base_offset, base_ts, max_ts, ts_type, count))
         positions.append(pos)
     try:
-        cols = _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers)
+        return _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers)
     except _fastcodec.RecordError as exc:
         index, record, message = exc.args
         raise CorruptRecordError(f"record {record}: {message}", file=source,
                                  position=base_position + positions[index]) from None
-    return _to_record_batch(cols, include_headers)
 
 
 def _to_record_batch(cols: tuple, include_headers: bool) -> pa.RecordBatch:
