@@ -187,6 +187,8 @@ class Log:
                 logger.warning("no high watermark for %s-%d in the checkpoint: nothing is readable",
                                self.topic, self.partition)
         self.high_watermark = min(max(hw, self.log_start_offset), leo)
+        if not self.writer:
+            self._rebuild_producer_state()
         if self.writer:
             if self.truncate_uncommitted and leo > self.high_watermark:
                 logger.warning("%s-%d: dropping %d uncommitted offsets above the high watermark %d",
@@ -309,7 +311,14 @@ class Log:
         """
         leo = self.log_end_offset
         self.producer_state.truncate_and_reload(self.log_start_offset, leo, _now_ms())
-        start = self.producer_state.map_end_offset
+        self._replay_producer_state(self.producer_state.map_end_offset)
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
+
+    def _replay_producer_state(self, start: int) -> None:
+        """Replay the producer fields of batches from `start` to the LEO (headers only)."""
+        leo = self.log_end_offset
+        if start >= leo:
+            return
         for seg in self.segments[self._segment_index(start):]:
             for pos, header in seg.scan_headers(0):
                 if header.last_offset < start or header.producer_id < 0:
@@ -319,7 +328,6 @@ class Log:
                     marker = _end_marker(seg.read_bytes(pos, pos + header.size), header, seg.log_path, pos)
                 self.producer_state.replay(ProducerBatch.from_header(header, marker))
         self.producer_state.update_map_end_offset(leo)
-        self.producer_state.on_high_watermark_updated(self.high_watermark)
 
     # ------------------------------------------------------------------ offsets
     @property
@@ -616,6 +624,8 @@ class Log:
             self.log_start_offset = max(state.log_start_offset or 0, first_base)
             hw = state.high_watermark if state.high_watermark is not None else self.log_start_offset
             self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+            self._replay_producer_state(self.producer_state.map_end_offset)
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
 
     def _segment_index(self, offset: int) -> int:
         return max(0, bisect.bisect_right(self.bases, offset) - 1)

@@ -52,8 +52,12 @@ def partition_dir(topic: str, partition: int) -> str:
 class LogRoot:
     """Topics and partitions of one root. Open with `LogRoot.open(url)`."""
 
-    def __init__(self, storage, *, kafka_copy: bool, defaults: dict[str, str] | None = None):
+    def __init__(self, storage, *, kafka_copy: bool, defaults: dict[str, str] | None = None,
+                 url: str | None = None, storage_options: dict | None = None):
         self.storage = storage
+        self._url = url
+        self._storage_options = storage_options
+        self._reader_storage = storage if storage.read_only else None
         self.kafka_copy = kafka_copy
         self.read_only = storage.read_only or kafka_copy
         self._open_logs: list[Log] = []
@@ -66,7 +70,8 @@ class LogRoot:
         storage = open_storage(url, storage_options, read_only=read_only)
         names = storage.list_dir("") if storage.exists("") else []
         if TOPICS_FILE in names:
-            return cls(storage, kafka_copy=False, defaults=defaults)
+            return cls(storage, kafka_copy=False, defaults=defaults, url=url,
+                       storage_options=storage_options)
         kafka_like = any(n in _KAFKA_ROOT_FILES for n in names) or any(
             _PARTITION_DIR.match(n) and storage.exists(storage.join(n, "")) for n in names
             if _PARTITION_DIR.match(n))
@@ -75,7 +80,7 @@ class LogRoot:
                 logger.info("%s has no %s: opening it read-only as a copy of a Kafka log dir",
                             storage.url, TOPICS_FILE)
             ro = open_storage(url, storage_options, read_only=True)
-            return cls(ro, kafka_copy=True, defaults=defaults)
+            return cls(ro, kafka_copy=True, defaults=defaults, url=url, storage_options=storage_options)
         if not create:
             raise NotALogRootError(
                 f"{storage.url} is not a log root: it has no {TOPICS_FILE} and no Kafka partition"
@@ -95,7 +100,8 @@ class LogRoot:
             storage.write_atomic(META_PROPERTIES, (
                 "# seglog log root\nversion=1\n"
                 f"cluster.id={current.get('cluster_id', '')}\nnode.id=0\n").encode())
-        return cls(storage, kafka_copy=False, defaults=defaults)
+        return cls(storage, kafka_copy=False, defaults=defaults, url=url,
+                   storage_options=storage_options)
 
     @property
     def url(self) -> str:
@@ -259,17 +265,26 @@ class LogRoot:
             self._require_writable()
         d = partition_dir(topic, partition)
         config = LogConfig.from_props(info.config, self.defaults())
-        if self.storage.is_local:
-            state = LocalPartitionState(self.storage, topic, partition)
+        # A reader gets a read-only view of the storage: it can never change what it reads.
+        storage = self.storage if writer else self._read_only_storage()
+        if storage.is_local:
+            state = LocalPartitionState(storage, topic, partition)
         else:
-            state = ObjectPartitionState(self.storage, d)
-        fence = WriterFence(self.storage, d) if writer else None
-        kafka_clean = self.kafka_copy and self.storage.exists(KAFKA_CLEAN_SHUTDOWN)
-        log = Log(self.storage, d, topic, partition, config, state, fence=fence,
+            state = ObjectPartitionState(storage, d)
+        fence = WriterFence(storage, d) if writer else None
+        kafka_clean = self.kafka_copy and storage.exists(KAFKA_CLEAN_SHUTDOWN)
+        log = Log(storage, d, topic, partition, config, state, fence=fence,
                   read_only=self.read_only or not writer, kafka_clean=kafka_clean,
                   truncate_uncommitted=truncate_uncommitted)
         self._open_logs.append(log)
         return log
+
+    def _read_only_storage(self):
+        if self._reader_storage is None:
+            if self._url is None:
+                return self.storage
+            self._reader_storage = open_storage(self._url, self._storage_options, read_only=True)
+        return self._reader_storage
 
     def close(self) -> None:
         for log in self._open_logs:

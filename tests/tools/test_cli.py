@@ -400,8 +400,6 @@ def test_isolation_levels_aborted_transaction(capsys, root):
     assert "producerId: 5 firstOffset: 1 lastOffset: 3" in out            # the .txnindex entry
 
 
-@pytest.mark.xfail(reason="a Log opened as a reader does not rebuild producer state yet, so its LSO "
-                          "ignores open transactions (logcore/log/log.py)", strict=False)
 def test_isolation_levels_open_transaction(capsys, root):
     create(capsys, root, "tx", 1)
     _write_transactions(root, leave_open=True)
