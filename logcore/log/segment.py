@@ -358,6 +358,12 @@ class LogSegment:
         if size > segment_bytes - batch_size:
             return True
         if size > 0:
+            if self.first_batch_timestamp is None:
+                # A segment reopened with data in it: as Kafka, take the roll time from its
+                # first batch, not from when this process opened it.
+                head = self.read_bytes(0, HEADER_SIZE)
+                if len(head) == HEADER_SIZE:
+                    self.first_batch_timestamp = parse_header(head).max_timestamp
             if self.first_batch_timestamp is not None and self.first_batch_timestamp >= 0:
                 waited = max_timestamp - self.first_batch_timestamp
             else:
