@@ -658,13 +658,17 @@ class Log:
                         position = max(position, self.segments[i].base_offset)
             aborted = []
             if isolation == "read_committed" and result:
-                aborted = self._collect_aborted(offset, bound)
+                # As Kafka: aborted transactions overlapping the fetched range only.
+                upper = _next_offset_after(result)
+                aborted = self._collect_aborted(offset, upper)
             return FetchResult(result, self.high_watermark, self.last_stable_offset,
                                self.log_start_offset, aborted)
 
     def _collect_aborted(self, fetch_offset: int, upper_bound: int) -> list:
         found = []
         for seg in self.segments[self._segment_index(fetch_offset):]:
+            if seg.base_offset >= upper_bound:
+                break
             result = seg.txn_index.collect_aborted(fetch_offset, upper_bound)
             found.extend(result.aborted)
             if result.is_complete:
@@ -826,6 +830,14 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset},"
                 f" hw={self.high_watermark}, leo={self.log_end_offset}, epoch={self.leader_epoch})")
+
+
+def _next_offset_after(data: bytes) -> int:
+    """The offset after the last whole batch in `data` (which starts at a batch boundary)."""
+    next_offset = -1
+    for _pos, header in iter_batches(data, verify_crc=False):
+        next_offset = header.next_offset
+    return next_offset
 
 
 def _end_marker(data, header: BatchHeader, source: str, pos: int) -> EndTransactionMarker | None:

@@ -9,6 +9,7 @@ Readers in other processes see a local active segment grow; they bound every rea
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from dataclasses import dataclass
 
@@ -248,10 +249,28 @@ class LogSegment:
         """Largest record timestamp in the segment (time index, or a scan of the tail)."""
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
+        if self._time_index is None and not self.writable:
+            # A sealed segment's last time-index entry holds its largest timestamp: read 12 bytes
+            # instead of loading the whole index (timestamp lookups over thousands of segments).
+            tail = self._sealed_time_index_tail()
+            if tail is not None:
+                return tail
         ts, offset = self.time_index.last_entry
         _, position = self.offset_index.lookup(max(offset, self.base_offset))
         for _pos, header in self.scan_headers(position):
             ts = max(ts, header.max_timestamp)
+        return ts
+
+    def _sealed_time_index_tail(self) -> int | None:
+        try:
+            size = self.storage.size(self.time_index_path)
+        except SegLogError:
+            return None
+        if size < 12 or size % 12:
+            return None
+        ts, rel = struct.unpack(">qi", self.storage.read(self.time_index_path, size - 12, size))
+        if rel < 0 or ts <= 0:
+            return None     # zero padding or damage: let the full index (and its checks) decide
         return ts
 
     # ---------------------------------------------------------------- reading

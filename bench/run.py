@@ -1,0 +1,50 @@
+"""Run every seglog benchmark and write the tables to docs/benchmarks.md.
+
+Each benchmark prints its figures beside an anchor measured in the same run, as a ratio.
+Usage: python bench/run.py [--no-write]
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import bench_append  # noqa: E402
+import bench_decode  # noqa: E402
+import bench_lookup  # noqa: E402
+import bench_read_memory  # noqa: E402
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
+
+
+def main() -> None:
+    sections = [
+        bench_decode.main([]),
+        bench_append.main(),
+        bench_lookup.main(),
+        bench_read_memory.main(),
+    ]
+    if "--no-write" in sys.argv:
+        return
+    header = [
+        "# seglog benchmarks",
+        "",
+        "Written by `python bench/run.py`. Every figure stands beside an anchor measured in the same",
+        "run on the same machine; the ratio is seglog / anchor.",
+        "",
+        f"Last run: {datetime.date.today().isoformat()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        "",
+    ]
+    body = []
+    for lines in sections:
+        body.extend(lines + [""])
+    with open(DOC, "w") as f:
+        f.write("\n".join(header + body))
+    print(f"wrote {os.path.normpath(DOC)}")
+
+
+if __name__ == "__main__":
+    main()
