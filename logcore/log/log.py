@@ -109,6 +109,7 @@ class Log:
         self._max_message_bytes = config.max_message_bytes
         self._compact = config.compact
         self.segments: list[LogSegment] = []
+        self._txn_bases: set[int] = set()        # segments that have a .txnindex
         self.bases: list[int] = []
         self.recovery = RecoveryReport()
         self.leader_epoch = -1
@@ -153,6 +154,7 @@ class Log:
             names = self._list_files()
         bases = sorted({parsed[0] for parsed in map(parse_segment_name, names)
                         if parsed is not None and parsed[1] == LOG_SUFFIX})
+        self._txn_bases = _txn_index_bases(names)
         clean = kafka_clean or CLEAN_SHUTDOWN in names
         state = self.state_store.load()
         if self.writer and not self.storage.is_local:
@@ -522,6 +524,7 @@ class Log:
         if analysis is not None:
             for aborted in self.producer_state.complete_append(analysis, header.next_offset):
                 active.txn_index.append(aborted)
+                self._txn_bases.add(active.base_offset)
         self._unflushed += header.records_count
         self._maybe_flush(now)
         log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
@@ -607,6 +610,7 @@ class Log:
             state = self.state_store.load()
             names = self._list_files()
             bases = sorted({p[0] for p in map(parse_segment_name, names) if p and p[1] == LOG_SUFFIX})
+            self._txn_bases = _txn_index_bases(names)
             known = set(self.bases)
             gone = [s for s in self.segments if s.base_offset not in set(bases)]
             if gone:
@@ -658,17 +662,24 @@ class Log:
                         position = max(position, self.segments[i].base_offset)
             aborted = []
             if isolation == "read_committed" and result:
-                # As Kafka: aborted transactions overlapping the fetched range only.
-                upper = _next_offset_after(result)
-                aborted = self._collect_aborted(offset, upper)
+                aborted = self._collect_aborted(offset, _next_offset_after(result))
             return FetchResult(result, self.high_watermark, self.last_stable_offset,
                                self.log_start_offset, aborted)
 
     def _collect_aborted(self, fetch_offset: int, upper_bound: int) -> list:
+        """Aborted transactions overlapping [fetch_offset, upper_bound), as Kafka collects them.
+
+        An entry sits in the segment of its marker, which may come after the fetched data, so the
+        search goes on through later segments until an entry's LSO reaches the bound; only
+        segments that have a transaction index are visited.
+        """
         found = []
-        for seg in self.segments[self._segment_index(fetch_offset):]:
-            if seg.base_offset >= upper_bound:
-                break
+        start = self.bases[self._segment_index(fetch_offset)] if self.bases else 0
+        by_base = {s.base_offset: s for s in self.segments}
+        for base in sorted(b for b in self._txn_bases if b >= start):
+            seg = by_base.get(base)
+            if seg is None:
+                continue
             result = seg.txn_index.collect_aborted(fetch_offset, upper_bound)
             found.extend(result.aborted)
             if result.is_complete:
@@ -830,6 +841,10 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset},"
                 f" hw={self.high_watermark}, leo={self.log_end_offset}, epoch={self.leader_epoch})")
+
+
+def _txn_index_bases(names: list[str]) -> set[int]:
+    return {p[0] for p in map(parse_segment_name, names) if p and p[1] == ".txnindex"}
 
 
 def _next_offset_after(data: bytes) -> int:
