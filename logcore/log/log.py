@@ -674,12 +674,14 @@ class Log:
         segments that have a transaction index are visited.
         """
         found = []
+        if not self._txn_bases:
+            return found
         start = self.bases[self._segment_index(fetch_offset)] if self.bases else 0
-        by_base = {s.base_offset: s for s in self.segments}
         for base in sorted(b for b in self._txn_bases if b >= start):
-            seg = by_base.get(base)
-            if seg is None:
+            i = bisect.bisect_left(self.bases, base)
+            if i == len(self.bases) or self.bases[i] != base:
                 continue
+            seg = self.segments[i]
             result = seg.txn_index.collect_aborted(fetch_offset, upper_bound)
             found.extend(result.aborted)
             if result.is_complete:
