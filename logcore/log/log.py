@@ -263,9 +263,22 @@ class Log:
                 continue
             logger.warning("rebuilding indexes of %s: %s", seg.log_path, problem)
             self.recovery.rebuilt_indexes.append(seg.log_path)
-            result = seg.recover(write=can_write and self.storage.is_local)
+            result = self._recover_segment(i, None, write=can_write and self.storage.is_local)
             if result.truncated_bytes:
                 self._note_truncation(seg, result)
+
+    def _recover_segment(self, i: int, on_batch, *, write: bool):
+        """Recover segment i; a sealed one (opened read-only) is reopened writable for the
+        rebuild and sealed again afterwards, so its indexes end up rebuilt and trimmed on disk."""
+        seg = self.segments[i]
+        if not write or seg.writable:
+            return seg.recover(on_batch, write=write)
+        seg.close()
+        seg = self._new_segment(seg.base_offset, writable=True)
+        result = seg.recover(on_batch, write=True)
+        seg.close()
+        self.segments[i] = self._new_segment(seg.base_offset, writable=False)
+        return result
 
     def _note_truncation(self, seg: LogSegment, result) -> None:
         self.recovery.truncated.append((seg.log_path, result.valid_bytes, result.truncated_bytes,
@@ -280,7 +293,7 @@ class Log:
             seg = self.segments[i]
             if seg.log_path in self.recovery.rebuilt_indexes and i < len(self.segments) - 1:
                 continue
-            result = seg.recover(self._replay_epoch, write=can_write)
+            result = self._recover_segment(i, self._replay_epoch, write=can_write)
             if result.truncated_bytes:
                 self._note_truncation(seg, result)
                 later = self.segments[i + 1:]
