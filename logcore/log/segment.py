@@ -200,12 +200,19 @@ class LogSegment:
     @property
     def txn_index(self) -> TransactionIndex:
         if self._txn_index is None:
-            self._txn_index = TransactionIndex(self.storage, self.txn_index_path, self.base_offset,
-                                               writable=self._index_writable)
+            self._txn_index = TransactionIndex(self._index_storage, self.txn_index_path,
+                                               self.base_offset, writable=self._index_writable)
         return self._txn_index
 
+    @property
+    def _index_storage(self):
+        # An unpublished (in-memory) segment starts with empty indexes: objects already at its
+        # paths belong to a segment another (fenced) writer left there, and publish() writes
+        # this segment's own.
+        return None if self.in_memory else self.storage
+
     def _open_index(self, cls, path: str, writable: bool):
-        index = cls(self.storage, path, self.base_offset, max_index_size=self.max_index_size,
+        index = cls(self._index_storage, path, self.base_offset, max_index_size=self.max_index_size,
                     writable=writable)
         if not writable:
             # A live writer preallocates its active index (zeros past the last entry): only the
