@@ -624,6 +624,12 @@ class Log:
             names = self._list_files()
             bases = sorted({p[0] for p in map(parse_segment_name, names) if p and p[1] == LOG_SUFFIX})
             self._txn_bases = _txn_index_bases(names)
+            if not self.storage.is_local:
+                # An object segment at or above the HW this reader knew may since have been
+                # replaced (a new writer replacing a fenced writer's leftover): open those
+                # afresh. Segments below the HW are final.
+                self.segments = [s for s in self.segments if s.base_offset < self.high_watermark]
+                self.bases = [s.base_offset for s in self.segments]
             known = set(self.bases)
             gone = [s for s in self.segments if s.base_offset not in set(bases)]
             if gone:
