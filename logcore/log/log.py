@@ -607,7 +607,9 @@ class Log:
             head = self.storage.read(seg.log_path, 0, 61)
             if len(head) == 61 and parse_header(head).partition_leader_epoch < self.leader_epoch:
                 logger.warning("replacing %s left by a fenced writer", seg.log_path)
-                self.storage.delete(seg.log_path)
+                # Its index objects go first: a reader must never pair them with our `.log`.
+                for path in (seg.index_path, seg.time_index_path, seg.txn_index_path, seg.log_path):
+                    self.storage.delete(path)
                 seg.in_memory = True
                 seg.writable = True
                 seg.publish()

@@ -416,23 +416,25 @@ class LogSegment:
                 index.flush()
 
     def publish(self) -> None:
-        """Object store: write this in-memory segment as immutable objects (indexes first, `.log` last).
+        """Object store: write this in-memory segment as immutable objects (`.log` first).
 
         The `.log` object is created with If-None-Match, so a fenced writer can never replace a
-        segment that another writer published; readers list `.log` objects, so a segment is
-        visible only once all of its files are there.
+        segment that another writer published, and it goes first so that a writer losing that
+        race writes nothing at all (not over the winner's index objects). A reader that lists
+        the `.log` before its indexes are there finds no index and scans the segment; it never
+        reads it anyway until the high watermark, committed after publish, covers it.
         """
         assert self.in_memory
         self.seal()
-        self.storage.write_atomic(self.index_path, self.offset_index.to_bytes())
-        self.storage.write_atomic(self.time_index_path, self.time_index.to_bytes())
-        if self.txn_index.entries:
-            self.storage.write_atomic(self.txn_index_path, self.txn_index.to_bytes())
         data = bytes(self.data.buf)
         if self.storage.put_if_absent(self.log_path, data) is None:
             existing = self.storage.read(self.log_path)
             if existing != data:
                 raise _SegmentExists(self.log_path)
+        self.storage.write_atomic(self.index_path, self.offset_index.to_bytes())
+        self.storage.write_atomic(self.time_index_path, self.time_index.to_bytes())
+        if self.txn_index.entries:
+            self.storage.write_atomic(self.txn_index_path, self.txn_index.to_bytes())
         self.data = _ObjectData(self.storage, self.log_path, len(data))
         self.in_memory = False
         self.writable = False
