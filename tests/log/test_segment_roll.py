@@ -239,3 +239,66 @@ def test_index_entries_follow_index_interval_bytes(open_root):
     assert [(int(t), int(r)) for t, r in got_t] == want_times
     # Entries are sparse: far fewer than batches, and every gap covers more than the interval.
     assert 0 < len(want_offsets) < 150 // 2
+
+
+# ---------------------------------------------------------------------------------------------
+# sealed segments after a crash (local disk)
+
+def _crashed_after_rolls(open_root, config):
+    """A writer that committed, rolled several segments and died before its next flush."""
+    root = open_root()
+    root.create_topic("t", config=config)
+    log = root.log("t", 0, writer=True)
+    for i in range(5):
+        log.append_records([(b"k", b"c" * 100, (), T0 + i)])
+    log.commit()
+    for i in range(5, 40):
+        log.append_records([(b"k", b"u" * 100, (), T0 + i)])
+    assert len(log.segments) > 3 and log.recovery_point < log.segments[-2].base_offset
+    return log                                 # never closed: no clean-shutdown marker
+
+
+@local_only
+def test_sealed_segments_above_the_recovery_point_are_recovered(open_root):
+    interval = 150
+    crashed = _crashed_after_rolls(open_root, {"segment.bytes": "1000",
+                                               "index.interval.bytes": str(interval)})
+    bases = [s.base_offset for s in crashed.segments]
+    # The next writer recovers every segment from the recovery point, sealed ones included
+    # (their indexes are rebuilt in place and trimmed), and keeps the uncommitted tail here.
+    again = open_root(create=False).log("t", 0, writer=True, truncate_uncommitted=False)
+    assert again.recovery.truncated == []
+    assert [s.base_offset for s in again.segments] == bases
+    assert again.log_end_offset == 40
+    check_sealed_segments(again, interval)
+    assert [r.offset for r in again.read_records(0, isolation="log_end")] == list(range(40))
+    # A writer that drops the uncommitted tail cuts back to the committed high watermark.
+    again.close()
+    third = open_root(create=False).log("t", 0, writer=True)
+    assert third.log_end_offset == third.high_watermark == 5
+    assert [r.value for r in third.read_records(0)] == [b"c" * 100] * 5
+    assert [base for base, _ in segment_files(third)] == [0]
+
+
+@local_only
+def test_missing_index_of_a_sealed_segment_is_rebuilt_and_trimmed(open_root):
+    interval = 100
+    root = open_root()
+    root.create_topic("t", config={"segment.bytes": "1500", "index.interval.bytes": str(interval)})
+    log = root.log("t", 0, writer=True)
+    for i in range(40):
+        log.append_records([(b"k", b"x" * 60, (), T0 + i)])
+    log.commit()
+    log.close()
+    files = segment_files(log)
+    assert len(files) > 3
+    storage = log.storage
+    damaged = storage.join(log.dir, files[1][1].replace(".log", ".index"))
+    want = storage.read(damaged)
+    assert len(want) >= 16, "the test needs index entries"
+    storage.delete(damaged)
+    writer = open_root(create=False).log("t", 0, writer=True)
+    assert writer.recovery.rebuilt_indexes == [storage.join(log.dir, files[1][1])]
+    assert storage.read(damaged) == want
+    check_sealed_segments(writer, interval)
+    assert [r.offset for r in writer.read_records(0)] == list(range(40))
