@@ -81,7 +81,7 @@ def test_flush_messages_counts_records(root, monkeypatch):
     assert (syncs.on(path), log.recovery_point) == (3, 11)
 
 
-def test_defaults_do_not_fsync_until_commit(root, monkeypatch, tmp_path):
+def test_defaults_do_not_fsync_until_commit(root, monkeypatch):
     root.create_topic("t")
     log = root.log("t", 0, writer=True)
     syncs = SyncCounter(monkeypatch)
@@ -129,7 +129,7 @@ def test_commit_writes_kafka_format_root_checkpoints(root, tmp_path):
     assert [r.offset for r in reader.read_records(0)] == [0, 1, 2, 3]
 
 
-def test_flush_moves_the_recovery_point_but_not_the_high_watermark(root, tmp_path):
+def test_flush_moves_the_recovery_point_but_not_the_high_watermark(root):
     root.create_topic("t")
     log = root.log("t", 0, writer=True)
     for i in range(4):

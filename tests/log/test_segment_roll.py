@@ -2,6 +2,7 @@
 checked on the files the log leaves behind."""
 from __future__ import annotations
 
+import os
 import random
 import re
 
@@ -77,7 +78,7 @@ def check_sealed_segments(log, interval: int) -> list[tuple[int, bytes]]:
 def check_contiguous_and_boundaries(log, segments) -> None:
     bases = [base for base, _ in segments]
     assert [r.offset for r in log.read_records(0)] == list(range(log.log_end_offset))
-    for prev_end, base in zip(bases[1:], bases[1:]):
+    for base in bases[1:]:
         assert next(log.read_records(base)).offset == base
         assert next(log.read_records(base - 1)).offset == base - 1
         first = next(iter_batches(log.read(base).data))[1]
@@ -132,7 +133,6 @@ def test_active_index_is_preallocated_and_trimmed_on_close(open_root):
     base, name = segment_files(log)[-1]
     index_path = log.storage.local_path(log.storage.join(log.dir, name.replace(".log", ".index")))
     time_path = index_path.replace(".index", ".timeindex")
-    import os
     assert os.path.getsize(index_path) == 4000           # Kafka preallocates the active index
     assert os.path.getsize(time_path) == 4000 // 12 * 12
     log.close()
