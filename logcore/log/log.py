@@ -166,7 +166,7 @@ class Log:
         self.bases = [s.base_offset for s in self.segments]
         if not self.storage.is_local and len(self.segments) > 0:
             self._drop_unreachable_object_segments()
-        self._check_indexes(can_write)
+        self._check_indexes(can_write, skip_active=self.storage.is_local and not clean and can_write)
         if self.storage.is_local and not clean and self.segments:
             self._recover(can_write)
         if not self.segments:
@@ -248,9 +248,15 @@ class Log:
         self.segments = keep
         self.bases = [s.base_offset for s in keep]
 
-    def _check_indexes(self, can_write: bool) -> None:
-        """Rebuild any missing or insane index of a sealed segment (in memory when read-only)."""
+    def _check_indexes(self, can_write: bool, skip_active: bool = False) -> None:
+        """Rebuild any missing or insane index of a sealed segment (in memory when read-only).
+
+        skip_active: the last segment is about to be recovered (rebuilt) anyway; its index may be
+        a crashed or live writer's preallocation, which is not worth a warning.
+        """
         for i, seg in enumerate(self.segments):
+            if skip_active and i == len(self.segments) - 1:
+                continue
             problem = None
             if not self.storage.exists(seg.index_path):
                 problem = "missing offset index"
