@@ -112,6 +112,7 @@ class Log:
         self._txn_bases: set[int] = set()        # segments that have a .txnindex
         self.bases: list[int] = []
         self.recovery = RecoveryReport()
+        self.commit_marker: dict | None = None
         self.leader_epoch = -1
         self.high_watermark = 0
         self.log_start_offset = 0
@@ -159,6 +160,7 @@ class Log:
         state = self.state_store.load()
         if self.writer and not self.storage.is_local:
             state = self.state_store.take_over(self.leader_epoch)
+        self.commit_marker = state.marker
         self.recovery_point = state.recovery_point if state.recovery_point is not None else 0
         for i, base in enumerate(bases):
             active_local = can_write and self.storage.is_local and i == len(bases) - 1
@@ -504,7 +506,8 @@ class Log:
             raise InvalidRecordError("producers may not set LogAppendTime timestamps")
         return header
 
-    def _append_locked(self, data: bytearray, now: int, *, validated: bool) -> AppendInfo:
+    def _append_locked(self, data: bytearray, now: int, *, validated: bool,
+                       assign: bool = False) -> AppendInfo:
         if self._closed:
             raise SegLogError(f"{self.topic}-{self.partition} is closed")
         if validated:
@@ -515,7 +518,7 @@ class Log:
             raise RecordTooLargeError(
                 f"batch of {header.size} bytes exceeds segment.bytes={self._segment_bytes}")
         leo = self.log_end_offset
-        if not validated:
+        if not validated or assign:
             set_base_offset(data, leo)
             set_partition_leader_epoch(data, self.leader_epoch)
             if self._log_append_time():
@@ -550,6 +553,23 @@ class Log:
         return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
                           header.records_count, log_append)
 
+    def append_staged(self, data: bytes) -> tuple[int, int]:
+        """Append batches this engine built earlier (e.g. staged by Spark sink tasks).
+
+        Each batch is checked (size, magic, CRC), gets its offsets from the LEO and this writer's
+        epoch; the records are not re-validated. Returns (first offset, last offset).
+        """
+        first = last = -1
+        now = _now_ms()
+        with self._critical():
+            for pos, header in iter_batches(data, source=f"{self.topic}-{self.partition} staged",
+                                            allow_partial_tail=False):
+                info = self._append_locked(bytearray(data[pos:pos + header.size]), now,
+                                           validated=True, assign=True)
+                first = info.first_offset if first < 0 else first
+                last = info.last_offset
+        return first, last
+
     def append_control(self, control_type: ControlType, *, producer_id: int, producer_epoch: int,
                        coordinator_epoch: int = 0) -> AppendInfo:
         """Write a transaction marker (COMMIT/ABORT) for a producer's open transaction."""
@@ -581,12 +601,17 @@ class Log:
             self.state_store.set_recovery_point(self.recovery_point)
 
     # ------------------------------------------------------------------ commit
-    def commit(self) -> None:
-        """Make everything appended durable and visible: the high watermark moves to the LEO."""
-        with self._critical():
-            self._commit_locked()
+    def commit(self, marker: dict | None = None) -> None:
+        """Make everything appended durable and visible: the high watermark moves to the LEO.
 
-    def _commit_locked(self) -> None:
+        `marker` (a small JSON-able dict) is recorded with this commit and becomes the log's
+        `commit_marker` exactly when the new HW does, crash or not: the Spark sink records its
+        (query, batch) there so that a replayed batch is recognised as already committed.
+        """
+        with self._critical():
+            self._commit_locked(marker)
+
+    def _commit_locked(self, marker: dict | None = None) -> None:
         if self.storage.is_local:
             self._flush_locked()
         else:
@@ -600,8 +625,11 @@ class Log:
         first_base = self.segments[0].base_offset if self.segments else leo
         self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
                                 first_segment_base=first_base, epoch=self.leader_epoch,
-                                recovery_point=self.recovery_point if self.storage.is_local else None)
+                                recovery_point=self.recovery_point if self.storage.is_local else None,
+                                marker=marker)
         self.high_watermark = leo
+        if marker is not None:
+            self.commit_marker = marker
         self.producer_state.on_high_watermark_updated(leo)
 
     def _publish(self, seg: LogSegment) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from logcore.errors import CommitFailedError, CorruptIndexError, FencedWriterError
+from logcore.errors import CommitFailedError, CorruptIndexError, FencedWriterError, SegLogError
 from logcore.log.checkpoint import OffsetCheckpoint
 
 HW_CHECKPOINT = "replication-offset-checkpoint"
@@ -30,6 +30,12 @@ class PartitionState:
     high_watermark: int | None = None
     log_start_offset: int | None = None
     recovery_point: int | None = None
+    # What the last commit recorded with its HW (e.g. the sink's query and batch id): visible
+    # exactly when that commit's HW is, so a replayed commit can tell it already happened.
+    marker: dict | None = None
+
+
+COMMIT_MARKER = "commit-marker.json"
 
 
 class LocalPartitionState:
@@ -39,13 +45,36 @@ class LocalPartitionState:
         self.storage = storage
         self.key = (topic, partition)
         self.root = root
+        self._marker_path = storage.join(root, f"{topic}-{partition}", COMMIT_MARKER)
         self._hw = OffsetCheckpoint(storage, storage.join(root, HW_CHECKPOINT) if root else HW_CHECKPOINT)
         self._rp = OffsetCheckpoint(storage, storage.join(root, RECOVERY_POINT_CHECKPOINT) if root else RECOVERY_POINT_CHECKPOINT)
         self._ls = OffsetCheckpoint(storage, storage.join(root, LOG_START_CHECKPOINT) if root else LOG_START_CHECKPOINT)
 
     def load(self) -> PartitionState:
-        return PartitionState(self._hw.read().get(self.key), self._ls.read().get(self.key),
-                              self._rp.read().get(self.key))
+        hw = self._hw.read().get(self.key)
+        return PartitionState(hw, self._ls.read().get(self.key), self._rp.read().get(self.key),
+                              self._resolve_marker(hw))
+
+    def _read_markers(self) -> dict:
+        try:
+            return json.loads(self.storage.read(self._marker_path))
+        except SegLogError:
+            return {}
+        except ValueError as exc:
+            raise CorruptIndexError(f"unreadable commit marker: {exc}", file=self._marker_path) from exc
+
+    def _resolve_marker(self, high_watermark: int | None) -> dict | None:
+        """The marker of the newest commit whose HW reached the checkpoint.
+
+        The marker file is written before the HW checkpoint; a crash in between leaves a
+        `current` entry above the checkpointed HW, and then `previous` is the one that counts.
+        """
+        doc = self._read_markers()
+        for key in ("current", "previous"):
+            entry = doc.get(key)
+            if entry and high_watermark is not None and entry["high_watermark"] <= high_watermark:
+                return entry["marker"]
+        return None
 
     def _update(self, checkpoint: OffsetCheckpoint, value: int | None) -> None:
         entries = checkpoint.read()
@@ -60,9 +89,15 @@ class LocalPartitionState:
         checkpoint.write(entries)
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
-               epoch: int, recovery_point: int | None = None) -> None:
+               epoch: int, recovery_point: int | None = None, marker: dict | None = None) -> None:
         # Callers hold the partition's writer lock (the fence); the root lock serialises the
         # read-modify-write of files shared with other partitions' writers.
+        if marker is not None:
+            previous = self._resolve_marker(self._hw.read().get(self.key))
+            doc = {"current": {"marker": marker, "high_watermark": high_watermark}}
+            if previous is not None:
+                doc["previous"] = {"marker": previous, "high_watermark": self._hw.read().get(self.key)}
+            self.storage.write_atomic(self._marker_path, json.dumps(doc, sort_keys=True).encode())
         with self.storage.lock(ROOT_LOCK):
             self._update(self._hw, high_watermark)
             # Kafka writes a log start offset only when it is above the first segment's base.
@@ -89,6 +124,7 @@ class ObjectPartitionState:
         self.path = storage.join(partition_dir, OBJECT_STATE)
         self.version: str | None = None
         self.epoch: int = -1
+        self.marker: dict | None = None
 
     def load(self) -> PartitionState:
         found = self.storage.read_versioned(self.path)
@@ -99,7 +135,9 @@ class ObjectPartitionState:
         try:
             doc = json.loads(data)
             self.epoch = int(doc.get("leader_epoch", -1))
-            return PartitionState(int(doc["high_watermark"]), int(doc["log_start_offset"]), None)
+            self.marker = doc.get("marker")
+            return PartitionState(int(doc["high_watermark"]), int(doc["log_start_offset"]), None,
+                                  self.marker)
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptIndexError(f"unreadable partition state: {exc}", file=self.path) from exc
 
@@ -123,15 +161,23 @@ class ObjectPartitionState:
                     f"partition state {self.path} already has writer epoch {self.epoch}, newer than {epoch}")
             doc = {"high_watermark": state.high_watermark or 0,
                    "log_start_offset": state.log_start_offset or 0, "leader_epoch": epoch}
+            if state.marker is not None:
+                doc["marker"] = state.marker
             if self._put(doc):
                 self.epoch = epoch
-                return PartitionState(doc["high_watermark"], doc["log_start_offset"], None)
+                return PartitionState(doc["high_watermark"], doc["log_start_offset"], None,
+                                      state.marker)
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
-               epoch: int, recovery_point: int | None = None) -> None:
+               epoch: int, recovery_point: int | None = None, marker: dict | None = None) -> None:
         doc = {"high_watermark": high_watermark, "log_start_offset": log_start_offset,
                "leader_epoch": epoch}
-        if not self._put(doc):
+        marker = marker if marker is not None else self.marker
+        if marker is not None:
+            doc["marker"] = marker      # replaced in the same conditional write as the HW
+        if self._put(doc):
+            self.marker = marker
+        else:
             current = self.load()
             if self.epoch != epoch:
                 raise FencedWriterError(
