@@ -17,6 +17,7 @@ import time
 from typing import BinaryIO, Sequence, TextIO
 
 from logcore import __version__
+from logcore.storage.options import nested_storage_options
 from logcore.errors import InvalidConfigError, NotALogRootError, SegLogError
 from logcore.log.config import (
     colliding_topic,
@@ -77,23 +78,9 @@ def _key_value(text: str, what: str) -> tuple[str, str]:
 
 
 def parse_storage_options(items: Sequence[str] | None) -> dict:
-    """`--storage-option k=v`: values that read as JSON (true, 3, {"a": 1}) are typed, others are
-    strings; a dotted key (client_kwargs.region_name=x) builds a nested dict."""
-    options: dict = {}
-    for item in items or ():
-        key, raw = _key_value(item, "--storage-option")
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            value = raw
-        target = options
-        *parents, leaf = key.split(".")
-        for part in parents:
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                raise InvalidConfigError(f"--storage-option {key}: {part} is already set to a value")
-        target[leaf] = value
-    return options
+    """`--storage-option k=v` pairs -> fsspec options (see logcore.storage.options)."""
+    return nested_storage_options((_key_value(item, "--storage-option") for item in items or ()),
+                                  "--storage-option")
 
 
 def _configs(items: Sequence[str] | None) -> dict[str, str]:
