@@ -505,7 +505,256 @@ cleanup:
     return result;
 }
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* Encoding (the Spark sink's hot path).                                                       */
+
+static inline char *put_uvarint(char *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (char)((v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (char)v;
+    return p;
+}
+
+static inline char *put_varlong(char *p, int64_t v) {
+    return put_uvarint(p, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+static inline int uvarint_size(uint64_t v) {
+    int n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline int varlong_size(int64_t v) {
+    return uvarint_size(((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+/* A binary column as Arrow lays it out: int32 offsets (n + 1, already shifted by the array's
+ * offset), data bytes and an optional byte-per-row validity (nonzero = present). Offsets are
+ * checked for rows [lo, hi), the rows the caller reads. */
+typedef struct {
+    Py_buffer offs, data, valid;
+    int has_valid;
+} bincol;
+
+static int bincol_get(PyObject *offs, PyObject *data, PyObject *valid, bincol *c, Py_ssize_t n,
+                      Py_ssize_t lo, Py_ssize_t hi, const char *what) {
+    memset(c, 0, sizeof(*c));
+    if (PyObject_GetBuffer(offs, &c->offs, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (PyObject_GetBuffer(data, &c->data, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&c->offs);
+        return -1;
+    }
+    if (valid != Py_None) {
+        if (PyObject_GetBuffer(valid, &c->valid, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&c->offs);
+            PyBuffer_Release(&c->data);
+            return -1;
+        }
+        c->has_valid = 1;
+    }
+    if (c->offs.len < (n + 1) * 4 || (c->has_valid && c->valid.len < n)) {
+        PyErr_Format(PyExc_ValueError, "%s column buffers are shorter than %zd rows", what, n);
+        return -2;
+    }
+    const int32_t *o = (const int32_t *)c->offs.buf;
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        if (o[i] < 0 || o[i + 1] < o[i] || o[i + 1] > c->data.len) {
+            PyErr_Format(PyExc_ValueError, "%s column offsets out of range at row %zd", what, i);
+            return -2;
+        }
+    }
+    return 0;
+}
+
+static void bincol_release(bincol *c) {
+    if (c->offs.obj)
+        PyBuffer_Release(&c->offs);
+    if (c->data.obj)
+        PyBuffer_Release(&c->data);
+    if (c->has_valid)
+        PyBuffer_Release(&c->valid);
+}
+
+static inline int bincol_null(const bincol *c, Py_ssize_t i) {
+    return c->has_valid && ((const uint8_t *)c->valid.buf)[i] == 0;
+}
+
+/* encode_records(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,
+ *                timestamps, base_timestamp, start, end) -> bytes
+ * The records section of a RecordBatch v2 for rows [start, end): offsetDelta = row - start,
+ * timestampDelta = timestamps[row] - base_timestamp, no headers. key_valid / value_valid may be
+ * None (no nulls). */
+static PyObject *encode_records(PyObject *self, PyObject *args) {
+    Py_ssize_t n, start, end;
+    long long base_ts;
+    PyObject *ko, *kd, *kv, *vo, *vd, *vv, *tso;
+    if (!PyArg_ParseTuple(args, "nOOOOOOOLnn", &n, &ko, &kd, &kv, &vo, &vd, &vv, &tso, &base_ts,
+                          &start, &end))
+        return NULL;
+    if (start < 0 || end > n || start > end) {
+        PyErr_Format(PyExc_ValueError, "row range [%zd, %zd) outside 0..%zd", start, end, n);
+        return NULL;
+    }
+    bincol key, val;
+    Py_buffer ts;
+    PyObject *result = NULL;
+    memset(&key, 0, sizeof(key));
+    memset(&val, 0, sizeof(val));
+    if (bincol_get(ko, kd, kv, &key, n, start, end, "key") < 0 ||
+        bincol_get(vo, vd, vv, &val, n, start, end, "value") < 0)
+        goto done;
+    if (PyObject_GetBuffer(tso, &ts, PyBUF_SIMPLE) < 0)
+        goto done;
+    if (ts.len < n * 8) {
+        PyErr_Format(PyExc_ValueError, "timestamps buffer shorter than %zd rows", n);
+        PyBuffer_Release(&ts);
+        goto done;
+    }
+    const int32_t *koff = (const int32_t *)key.offs.buf, *voff = (const int32_t *)val.offs.buf;
+    const int64_t *t = (const int64_t *)ts.buf;
+    /* exact size first: one allocation, no growth */
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = start; i < end; i++) {
+        int64_t body = 1 + varlong_size(t[i] - base_ts) + uvarint_size((uint64_t)(i - start) << 1) + 1;
+        if (bincol_null(&key, i))
+            body += 1;
+        else {
+            int64_t l = koff[i + 1] - koff[i];
+            body += uvarint_size((uint64_t)l << 1) + l;
+        }
+        if (bincol_null(&val, i))
+            body += 1;
+        else {
+            int64_t l = voff[i + 1] - voff[i];
+            body += uvarint_size((uint64_t)l << 1) + l;
+        }
+        if (body > INT32_LIMIT) {
+            PyErr_Format(PyExc_ValueError, "record at row %zd is too large (%lld bytes)", i, (long long)body);
+            PyBuffer_Release(&ts);
+            goto done;
+        }
+        total += uvarint_size((uint64_t)body << 1) + body;
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) {
+        PyBuffer_Release(&ts);
+        goto done;
+    }
+    char *p = PyBytes_AS_STRING(result);
+    const char *kdat = (const char *)key.data.buf, *vdat = (const char *)val.data.buf;
+    for (Py_ssize_t i = start; i < end; i++) {
+        int64_t tsd = t[i] - base_ts;
+        int64_t od = i - start;
+        int knull = bincol_null(&key, i), vnull = bincol_null(&val, i);
+        int64_t kl = knull ? -1 : koff[i + 1] - koff[i];
+        int64_t vl = vnull ? -1 : voff[i + 1] - voff[i];
+        int64_t body = 1 + varlong_size(tsd) + varlong_size(od) + varlong_size(kl) + (kl > 0 ? kl : 0) +
+                       varlong_size(vl) + (vl > 0 ? vl : 0) + 1;
+        p = put_varlong(p, body);
+        *p++ = 0; /* attributes */
+        p = put_varlong(p, tsd);
+        p = put_varlong(p, od);
+        p = put_varlong(p, kl);
+        if (kl > 0) {
+            memcpy(p, kdat + koff[i], (size_t)kl);
+            p += kl;
+        }
+        p = put_varlong(p, vl);
+        if (vl > 0) {
+            memcpy(p, vdat + voff[i], (size_t)vl);
+            p += vl;
+        }
+        *p++ = 0; /* header count */
+    }
+    PyBuffer_Release(&ts);
+done:
+    bincol_release(&key);
+    bincol_release(&val);
+    return result;
+}
+
+/* Kafka's murmur2 (Utils.murmur2, seed 0x9747b28c) as an unsigned 32-bit value. */
+static uint32_t murmur2(const uint8_t *data, Py_ssize_t length) {
+    const uint32_t m = 0x5bd1e995;
+    const int r = 24;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t full = length - (length & 3);
+    for (Py_ssize_t i = 0; i < full; i += 4) {
+        uint32_t k = (uint32_t)data[i] | ((uint32_t)data[i + 1] << 8) | ((uint32_t)data[i + 2] << 16) |
+                     ((uint32_t)data[i + 3] << 24);
+        k *= m;
+        k ^= k >> r;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)data[full + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[full + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)data[full];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+/* murmur2_partitions(n, offsets, data, valid, partitions) -> bytes of n native int32:
+ * (murmur2(key) & 0x7fffffff) % partitions, or -1 for a null key. */
+static PyObject *murmur2_partitions(PyObject *self, PyObject *args) {
+    Py_ssize_t n;
+    long parts;
+    PyObject *o, *d, *v;
+    if (!PyArg_ParseTuple(args, "nOOOl", &n, &o, &d, &v, &parts))
+        return NULL;
+    if (parts < 1) {
+        PyErr_SetString(PyExc_ValueError, "partitions must be >= 1");
+        return NULL;
+    }
+    bincol key;
+    memset(&key, 0, sizeof(key));
+    if (bincol_get(o, d, v, &key, n, 0, n, "key") < 0) {
+        bincol_release(&key);
+        return NULL;
+    }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (result != NULL) {
+        int32_t *out = (int32_t *)PyBytes_AS_STRING(result);
+        const int32_t *off = (const int32_t *)key.offs.buf;
+        const uint8_t *dat = (const uint8_t *)key.data.buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (bincol_null(&key, i))
+                out[i] = -1;
+            else
+                out[i] = (int32_t)((murmur2(dat + off[i], off[i + 1] - off[i]) & 0x7fffffffu) % (uint32_t)parts);
+        }
+    }
+    bincol_release(&key);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"encode_records", encode_records, METH_VARARGS,
+     "encode_records(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,\n"
+     "timestamps, base_timestamp, start, end) -> bytes: the records section (no headers) of rows\n"
+     "[start, end) of Arrow-layout binary columns."},
+    {"murmur2_partitions", murmur2_partitions, METH_VARARGS,
+     "murmur2_partitions(n, offsets, data, valid, partitions) -> bytes of int32: Kafka's default\n"
+     "partitioner for each key of an Arrow-layout binary column, -1 for null keys."},
     {"decode_sections", decode_sections, METH_VARARGS,
      "decode_sections(sections, min_offset, max_offset, include_headers) -> tuple of Arrow buffers.\n"
      "sections: list of (buffer, start, end, base_offset, base_timestamp, max_timestamp,\n"

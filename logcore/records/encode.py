@@ -1,0 +1,144 @@
+"""Arrow columns straight into RecordBatch v2 bytes: the Spark sink's hot path.
+
+`encode_batches` cuts a run of rows (Arrow `binary` key and value columns, int64 millisecond
+timestamps) into batches of at most `batch_bytes` of records (Kafka's producer `batch.size`) and
+`max_records` records, and returns the batches' bytes. Records without headers are encoded by the
+C extension `_fastcodec.encode_records` (no per-row Python); a chunk that holds headers goes
+through the reference encoder of `batch.py`. The result is byte-for-byte what `build_batch` makes
+from the same records.
+
+`murmur2_partitions` is Kafka's default partitioner for a whole key column at once.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from logcore.errors import InvalidRecordError
+from logcore.records import _fastcodec
+from logcore.records.batch import (
+    _assemble,
+    _encode_record,
+)
+from logcore.records.compression import Compression, codec_of, compress
+
+# Bytes a record costs besides its key and value, used only to cut batches (upper bound for
+# small records: length, attributes, timestamp and offset deltas, key/value lengths, headers).
+_RECORD_OVERHEAD = 21
+
+
+def _binary_parts(arr: pa.Array):
+    """(offsets int32 numpy from row 0, data buffer, validity uint8 numpy or None) of a binary array."""
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
+        arr = arr.cast(pa.binary())
+    if not pa.types.is_binary(arr.type):
+        raise TypeError(f"expected a binary or string column, got {arr.type}")
+    n = len(arr)
+    bufs = arr.buffers()
+    if bufs[1] is None:            # all-null array of length 0 or a null-typed array
+        offsets = np.zeros(n + 1, dtype=np.int32)
+    else:
+        offsets = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=arr.offset * 4)
+    data = bufs[2] if bufs[2] is not None else b""
+    valid = None
+    if arr.null_count:
+        valid = arr.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
+    return offsets, data, valid
+
+
+def murmur2_partitions(keys: pa.Array, partitions: int) -> np.ndarray:
+    """Kafka's default partitioner for each key (int32 numpy array); -1 where the key is null."""
+    offsets, data, valid = _binary_parts(keys)
+    out = _fastcodec.murmur2_partitions(len(keys), offsets, data, valid, int(partitions))
+    return np.frombuffer(out, dtype=np.int32)
+
+
+def _has_headers(headers: pa.Array | None, start: int, end: int) -> bool:
+    if headers is None:
+        return False
+    part = headers.slice(start, end - start)
+    if part.null_count == len(part):
+        return False
+    lengths = pa.compute.list_value_length(part)
+    return bool(pa.compute.max(lengths).as_py() or 0)
+
+
+def _chunk_bounds(sizes: np.ndarray, batch_bytes: int, max_records: int | None) -> list[tuple[int, int]]:
+    """Row ranges whose estimated record bytes stay within batch_bytes (at least one row each)."""
+    n = len(sizes)
+    bounds = []
+    cum = np.cumsum(sizes, dtype=np.int64)
+    start = 0
+    base = 0
+    while start < n:
+        end = int(np.searchsorted(cum, base + batch_bytes, side="right"))
+        end = max(end, start + 1)
+        if max_records is not None:
+            end = min(end, start + max_records)
+        end = min(end, n)
+        bounds.append((start, end))
+        base = int(cum[end - 1])
+        start = end
+    return bounds
+
+
+def encode_batches(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray, *,
+                   headers: pa.Array | None = None, compression: Compression | int = Compression.NONE,
+                   compression_level: int | None = None, batch_bytes: int = 16384,
+                   max_records: int | None = None, partition_leader_epoch: int = -1) -> list[bytes]:
+    """RecordBatch v2 batches (CreateTime, base offset 0) for the rows of these columns.
+
+    keys / values: Arrow binary or string arrays (nulls allowed); timestamps_ms: int64 per row;
+    headers: optional list<struct<key string, value binary>> array. Offsets inside each batch
+    start at 0: the log assigns real ones when the batch is appended.
+    """
+    n = len(values)
+    if len(keys) != n or len(timestamps_ms) != n or (headers is not None and len(headers) != n):
+        raise InvalidRecordError("key, value, timestamp and header columns differ in length")
+    if n == 0:
+        return []
+    if batch_bytes < 1:
+        raise InvalidRecordError(f"batch_bytes must be >= 1, got {batch_bytes}")
+    codec = codec_of(compression)
+    ko, kd, kv = _binary_parts(keys)
+    vo, vd, vv = _binary_parts(values)
+    ts = np.ascontiguousarray(timestamps_ms, dtype=np.int64)
+    sizes = (np.diff(ko).astype(np.int64) + np.diff(vo).astype(np.int64) + _RECORD_OVERHEAD)
+    if headers is not None and headers.null_count < n:
+        # headers count toward the batch size too (rarely used: estimate from the flattened values)
+        lengths = pa.compute.list_value_length(headers).fill_null(0).to_numpy(zero_copy_only=False)
+        sizes += lengths.astype(np.int64) * 16
+    out = []
+    attributes = int(codec)
+    for start, end in _chunk_bounds(sizes, batch_bytes, max_records):
+        base_ts = int(ts[start])
+        if _has_headers(headers, start, end):
+            section = _encode_python(keys, values, ts, headers, start, end, base_ts)
+        else:
+            section = _fastcodec.encode_records(n, ko, kd, kv, vo, vd, vv, ts, base_ts, start, end)
+        if codec is not Compression.NONE:
+            section = compress(codec, section, compression_level)
+        out.append(_assemble(section, base_offset=0, attributes=attributes, last_offset_delta=end - start - 1,
+                             base_timestamp=base_ts, max_timestamp=int(ts[start:end].max()),
+                             producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                             records_count=end - start, partition_leader_epoch=partition_leader_epoch))
+    return out
+
+
+def _encode_python(keys, values, ts, headers, start: int, end: int, base_ts: int) -> bytes:
+    """The records section of rows [start, end) through the reference encoder (rows with headers)."""
+    ks = keys.slice(start, end - start).to_pylist()
+    vs = values.slice(start, end - start).to_pylist()
+    hs = headers.slice(start, end - start).to_pylist()
+    parts = []
+    for i, (k, v, h) in enumerate(zip(ks, vs, hs)):
+        if isinstance(k, str):
+            k = k.encode()
+        if isinstance(v, str):
+            v = v.encode()
+        hdrs = tuple((e["key"], e["value"]) for e in h) if h else ()
+        parts.append(_encode_record(i, int(ts[start + i]) - base_ts, k, v, hdrs))
+    return b"".join(parts)
+
+
+__all__ = ["encode_batches", "murmur2_partitions"]
