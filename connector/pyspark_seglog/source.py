@@ -1,0 +1,465 @@
+"""The seglog source: Spark's Kafka source over a log root, for streaming and batch queries.
+
+Driver side (`SeglogStreamReader`, `SeglogBatchReader`): resolve the subscription to partitions,
+offsets to ranges `[from, until)` never above the HW (LSO with read_committed), rate-limit them
+and cut them into `SeglogInputPartition`s. Task side (`read_partition`): open the partition
+read-only and decode bounded windows of whole batches straight into Arrow.
+
+Spark pickles the reader for its tasks and keeps the driver's stream reader alive for the whole
+query: the open logs live in `_logs`, created lazily and never pickled.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import time
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, ReadMinRows,
+                                              SupportsTriggerAvailableNow)
+
+from logcore.errors import InvalidConfigError, OffsetOutOfRangeError, TopicNotFoundError
+from logcore.log.log_root import LogRoot
+from logcore.records.arrow import batches_to_arrow
+from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
+from pyspark_seglog.schema import arrow_schema
+from pyspark_seglog.source_options import (EARLIEST, LATEST, OffsetSpec, SourceOptions,
+                                           parse_source_options)
+
+logger = logging.getLogger("pyspark_seglog.source")
+
+# Bytes of whole batches fetched and decoded at a time by a task: bounds a task's memory and
+# makes each yielded Arrow batch large (about 80k rows of 100-byte values).
+READ_WINDOW_BYTES = 8 << 20
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+# ------------------------------------------------------------------------------- input partition
+
+class SeglogInputPartition(InputPartition):
+    """One task's work: offsets [start, until) of one partition, and how to reach it."""
+
+    def __init__(self, root: str, storage_options: dict, topic: str, partition: int, start: int,
+                 until: int, isolation: str, include_headers: bool, fail_on_data_loss: bool):
+        super().__init__(None)
+        self.root = root
+        self.storage_options = storage_options
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.until = until
+        self.isolation = isolation
+        self.include_headers = include_headers
+        self.fail_on_data_loss = fail_on_data_loss
+
+    def __repr__(self) -> str:          # storage options (credentials) are never printed
+        return (f"SeglogInputPartition({self.topic}-{self.partition} [{self.start}, {self.until}),"
+                f" {self.isolation})")
+
+
+def _input_partitions(opts: SourceOptions, ranges: list[OffsetRange]) -> list[SeglogInputPartition]:
+    pieces = split_ranges(ranges, min_partitions=opts.min_partitions,
+                          max_records_per_partition=opts.max_records_per_partition)
+    return [SeglogInputPartition(opts.root, opts.storage_options, r.topic, r.partition, r.start,
+                                 r.until, opts.isolation, opts.include_headers, opts.fail_on_data_loss)
+            for r in pieces]
+
+
+# ------------------------------------------------------------------------------- data loss
+
+def data_loss(topic: str, partition: int, wanted: int, log_start: int, fail: bool, what: str = "") -> int:
+    """Offsets below the log start are gone: fail (failOnDataLoss=true) or skip to the log start."""
+    message = (f"{topic}-{partition}: offsets {wanted} to {log_start - 1} are no longer in the log"
+               f" (it now starts at offset {log_start}: removed by retention or deleted){what}")
+    if fail:
+        raise OffsetOutOfRangeError(
+            f"data loss: {message}. Set the option failOnDataLoss=false to skip lost data with a warning"
+            " instead of failing the query",
+            topic=topic, partition=partition, offset=wanted, log_start_offset=log_start)
+    logger.warning("failOnDataLoss=false: %s; skipping to offset %d", message, log_start)
+    return log_start
+
+
+# ------------------------------------------------------------------------------- task side
+
+class _Constants:
+    """The constant topic and partition columns, built once and sliced per batch (no copy)."""
+
+    def __init__(self, topic: str, partition: int):
+        self.topic = topic.encode()
+        self.partition = partition
+        self.capacity = 0
+        self.topic_array = None
+        self.partition_array = None
+
+    def columns(self, rows: int) -> tuple[pa.Array, pa.Array]:
+        if rows > self.capacity:
+            cap = max(rows, 1 << 16)
+            width = len(self.topic)
+            offsets = np.arange(0, (cap + 1) * width, width, dtype=np.int32) if width else \
+                np.zeros(cap + 1, dtype=np.int32)
+            self.topic_array = pa.Array.from_buffers(
+                pa.string(), cap, [None, pa.py_buffer(offsets), pa.py_buffer(self.topic * cap)])
+            self.partition_array = pa.array(np.full(cap, self.partition, dtype=np.int32))
+            self.capacity = cap
+        return self.topic_array.slice(0, rows), self.partition_array.slice(0, rows)
+
+
+def _next_offset(data) -> int:
+    """The offset after the last whole batch of `data` (which holds whole batches only)."""
+    pos, end, last = 0, len(data), -1
+    unpack = _I32.unpack_from
+    while pos + 12 <= end:
+        size = unpack(data, pos + 8)[0] + 12
+        if pos + size > end:
+            break
+        last = pos
+        pos += size
+    if last < 0:
+        return -1
+    return _I64.unpack_from(data, last)[0] + unpack(data, last + 23)[0] + 1
+
+
+def read_partition(p: SeglogInputPartition):
+    """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until)."""
+    schema = arrow_schema(p.include_headers)
+    root = LogRoot.open(p.root, storage_options=p.storage_options, read_only=True)
+    try:
+        log = root.log(p.topic, p.partition)
+        name = f"{p.topic}-{p.partition}"
+        constants = _Constants(p.topic, p.partition)
+        offset = p.start
+        if offset < log.log_start_offset:
+            offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
+        while offset < p.until:
+            try:
+                fetch = log.read(offset, READ_WINDOW_BYTES, isolation=p.isolation)
+            except OffsetOutOfRangeError as exc:
+                if exc.log_start_offset is not None and offset < exc.log_start_offset:
+                    offset = data_loss(p.topic, p.partition, offset, exc.log_start_offset,
+                                       p.fail_on_data_loss, " while the task was reading it")
+                    continue
+                raise
+            data = fetch.data
+            if not data:
+                bound = fetch.last_stable_offset if p.isolation == "read_committed" else fetch.high_watermark
+                message = (f"{name}: the log now ends at offset {bound}, below the planned end {p.until}"
+                           f" (was it truncated or deleted?)")
+                if p.fail_on_data_loss:
+                    raise OffsetOutOfRangeError(
+                        f"data loss: {message}. Set the option failOnDataLoss=false to skip it",
+                        topic=p.topic, partition=p.partition, offset=offset, log_end_offset=bound)
+                logger.warning("failOnDataLoss=false: %s; stopping this range at %d", message, offset)
+                return
+            following = _next_offset(data)
+            aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in fetch.aborted] or None
+            batch = batches_to_arrow(data, min_offset=offset, max_offset=p.until,
+                                     include_headers=p.include_headers, aborted=aborted, source=name)
+            rows = batch.num_rows
+            if rows:
+                topic_col, partition_col = constants.columns(rows)
+                cols = batch.columns     # offset, timestamp, timestampType, key, value[, headers]
+                arrays = [cols[3], cols[4], topic_col, partition_col, cols[0], cols[1], cols[2]]
+                if p.include_headers:
+                    arrays.append(cols[5])
+                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+            if following <= offset:
+                return
+            offset = following
+    finally:
+        root.close()
+
+
+# ------------------------------------------------------------------------------- driver side
+
+class _Logs:
+    """The driver's view of a root: subscribed partitions and their open (read-only) logs."""
+
+    def __init__(self, opts: SourceOptions):
+        self.opts = opts
+        self._root: LogRoot | None = None
+        self._logs: dict = {}
+        self._fresh: set = set()
+
+    @property
+    def root(self) -> LogRoot:
+        if self._root is None:
+            self._root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options,
+                                      read_only=True)
+        return self._root
+
+    def topic_partitions(self) -> list:
+        """The partitions the subscription covers right now (new topics and partitions included)."""
+        opts, root = self.opts, self.root
+        if opts.strategy == "assign":
+            counts = {}
+            for topic in {t for t, _p in opts.assigned}:
+                try:
+                    counts[topic] = root.describe_topic(topic).partitions
+                except TopicNotFoundError:
+                    counts[topic] = 0
+            return [(t, p) for t, p in opts.assigned if p < counts[t]]
+        if opts.strategy == "subscribe":
+            existing = set(root.list_topics())
+            topics = [t for t in opts.topics if t in existing]
+        else:
+            topics = [t for t in root.list_topics() if opts.matches(t)]
+        out = []
+        for topic in sorted(topics):
+            try:
+                count = root.describe_topic(topic).partitions
+            except TopicNotFoundError:
+                continue            # deleted between the listing and now
+            out.extend((topic, p) for p in range(count))
+        return out
+
+    def log(self, tp):
+        log = self._logs.get(tp)
+        if log is None:
+            log = self.root.log(*tp)
+            self._logs[tp] = log
+            self._fresh.add(tp)
+        return log
+
+    def refresh(self, tps) -> None:
+        for tp in tps:
+            log = self.log(tp)
+            if tp in self._fresh:
+                self._fresh.discard(tp)
+            else:
+                log.refresh()
+        self._fresh.clear()
+
+    def earliest(self, tp) -> int:
+        return self.log(tp).log_start_offset
+
+    def latest(self, tp) -> int:
+        log = self.log(tp)
+        return log.last_stable_offset if self.opts.isolation == "read_committed" else log.high_watermark
+
+    def close(self) -> None:
+        if self._root is not None:
+            self._root.close()
+        self._root = None
+        self._logs.clear()
+        self._fresh.clear()
+
+
+def _check_covers(spec: OffsetSpec, tps: list) -> None:
+    """A JSON of offsets/timestamps must name exactly the subscribed partitions (as Spark asks)."""
+    named, current = set(spec.offsets), set(tps)
+    missing = sorted(current - named)
+    extra = sorted(named - current)
+    if missing:
+        t, p = missing[0]
+        raise InvalidConfigError(
+            f"option {spec.option} gives no value for {t}-{p}; give every partition of the subscribed"
+            f" topics ({', '.join(f'{a}-{b}' for a, b in sorted(current))}): -2 means earliest, -1 latest")
+    if extra:
+        t, p = extra[0]
+        raise InvalidConfigError(
+            f"option {spec.option} names {t}-{p}, which is not a partition of the subscribed topics"
+            f" ({', '.join(f'{a}-{b}' for a, b in sorted(current)) or 'none exist yet'})")
+
+
+def resolve(spec: OffsetSpec, tps: list, logs: _Logs, opts: SourceOptions, *, starting: bool) -> dict:
+    """Offsets for `spec` over `tps`: {(topic, partition): offset}, never above latest."""
+    out = {}
+    if spec.kind in ("offsets", "timestamps"):
+        _check_covers(spec, tps)
+    for tp in tps:
+        earliest, latest = logs.earliest(tp), logs.latest(tp)
+        if spec.kind == "earliest":
+            out[tp] = earliest
+        elif spec.kind == "latest":
+            out[tp] = latest
+        elif spec.kind == "offsets":
+            wanted = spec.offsets[tp]
+            if wanted == EARLIEST:
+                out[tp] = earliest
+            elif wanted == LATEST:
+                out[tp] = latest
+            elif wanted < earliest:
+                out[tp] = data_loss(tp[0], tp[1], wanted, earliest, opts.fail_on_data_loss,
+                                    f" (option {spec.option})")
+            elif not starting:
+                out[tp] = min(wanted, latest)       # never past the HW (LSO)
+            else:
+                out[tp] = wanted
+        else:
+            ts = spec.timestamp if spec.kind == "timestamp" else spec.offsets[tp]
+            found = logs.log(tp).offset_for_timestamp(ts)
+            if found is not None:
+                out[tp] = max(earliest, min(found[0], latest))
+            elif not starting or opts.timestamp_strategy == "latest":
+                out[tp] = latest
+            else:
+                raise InvalidConfigError(
+                    f"option {spec.option}: no record of {tp[0]}-{tp[1]} has a timestamp >= {ts};"
+                    " set startingOffsetsByTimestampStrategy=latest to start at the latest offset instead")
+    return out
+
+
+class _ReaderBase:
+    """State shared by both readers: the options and the lazily opened root."""
+
+    opts: SourceOptions
+
+    def _driver_logs(self) -> _Logs:
+        if self.__dict__.get("_logs") is None:
+            self._logs = _Logs(self.opts)
+        return self._logs
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_logs"] = None           # open handles stay on the driver
+        return state
+
+    def read(self, partition):
+        return read_partition(partition)
+
+
+class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """readStream.format("seglog"): Spark's Kafka micro-batch source over a log root."""
+
+    def __init__(self, options: dict, schema):
+        self.opts = parse_source_options(options, streaming=True)
+        self.schema = schema
+        self._logs = None
+        self._available_now: dict | None = None     # offsets recorded for Trigger.AvailableNow
+        self._latest: dict | None = None            # latest available, for progress (lag)
+        self._last_trigger_ms: float | None = None  # for minOffsetsPerTrigger / maxTriggerDelay
+        self._committed: dict | None = None
+
+    # -- limits
+    def getDefaultReadLimit(self):
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        logs = self._driver_logs()
+        tps = logs.topic_partitions()
+        logs.refresh(tps)
+        self._available_now = {tp: logs.latest(tp) for tp in tps}
+
+    # -- offsets
+    def initialOffset(self) -> dict:
+        logs = self._driver_logs()
+        tps = logs.topic_partitions()
+        logs.refresh(tps)
+        return to_spark(resolve(self.opts.starting, tps, logs, self.opts, starting=True))
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        logs = self._driver_logs()
+        begin_given = from_spark(start)
+        if self._available_now is not None:
+            tps = sorted(set(self._available_now) | set(begin_given))
+        else:
+            tps = logs.topic_partitions()
+        live = [tp for tp in tps if tp not in begin_given or self._exists(tp)]
+        logs.refresh(live)
+        latest = {tp: logs.latest(tp) for tp in live}
+        begin = {}
+        for tp in live:
+            if tp in begin_given:
+                begin[tp] = begin_given[tp]
+                if not self.opts.fail_on_data_loss:
+                    begin[tp] = max(begin[tp], logs.earliest(tp))
+            else:
+                begin[tp] = logs.earliest(tp)       # a new partition starts at earliest
+        self._latest = dict(latest)
+        if self._available_now is not None:
+            latest = {tp: min(latest[tp], self._available_now.get(tp, begin[tp])) for tp in live}
+        latest = {tp: max(latest[tp], begin[tp]) for tp in live}
+
+        if (self.opts.min_offsets_per_trigger is not None and self._available_now is None
+                and not isinstance(limit, ReadAllAvailable)):
+            now = time.monotonic() * 1000
+            if self._last_trigger_ms is None:
+                self._last_trigger_ms = now
+            backlog = sum(latest[tp] - begin[tp] for tp in live)
+            if (backlog < self.opts.min_offsets_per_trigger
+                    and now - self._last_trigger_ms < self.opts.max_trigger_delay_ms):
+                return start            # not enough yet: no batch this trigger
+            self._last_trigger_ms = now
+
+        end = prorate(begin, latest, limit.max_rows) if isinstance(limit, ReadMaxRows) else latest
+        result = dict(begin_given)      # partitions that vanished keep their offset
+        result.update(end)
+        return to_spark(result)
+
+    def _exists(self, tp) -> bool:
+        try:
+            return tp[1] < self._driver_logs().root.describe_topic(tp[0]).partitions
+        except TopicNotFoundError:
+            logger.warning("%s-%d no longer exists (topic deleted?); it is no longer read", *tp)
+            return False
+
+    def reportLatestOffset(self):
+        return None if self._latest is None else to_spark(self._latest)
+
+    def partitions(self, start: dict, end: dict):
+        begin_given, until = from_spark(start), from_spark(end)
+        if begin_given == until:
+            return []
+        logs = self._driver_logs()
+        ranges = []
+        for tp, stop in sorted(until.items()):
+            if tp in begin_given:
+                first = begin_given[tp]
+            else:
+                first = min(logs.earliest(tp), stop)     # a new partition: from earliest
+            if first > stop:
+                message = (f"{tp[0]}-{tp[1]}: the planned range [{first}, {stop}) runs backwards"
+                           " (was the log truncated or recreated?)")
+                if self.opts.fail_on_data_loss:
+                    raise OffsetOutOfRangeError(
+                        f"data loss: {message}. Set the option failOnDataLoss=false to skip it",
+                        topic=tp[0], partition=tp[1], offset=first)
+                logger.warning("failOnDataLoss=false: %s; skipped", message)
+                continue
+            if first < stop and tp in logs._logs and first < logs.earliest(tp):
+                first = min(stop, data_loss(tp[0], tp[1], first, logs.earliest(tp),
+                                            self.opts.fail_on_data_loss))
+            ranges.append(OffsetRange(tp[0], tp[1], first, stop))
+        return _input_partitions(self.opts, ranges)
+
+    def commit(self, end: dict) -> None:
+        self._committed = end           # offsets live in Spark's checkpoint; nothing to do here
+
+    def stop(self) -> None:
+        if self.__dict__.get("_logs") is not None:
+            self._logs.close()
+
+
+class SeglogBatchReader(_ReaderBase, DataSourceReader):
+    """read.format("seglog"): the offsets between startingOffsets and endingOffsets, once."""
+
+    def __init__(self, options: dict, schema):
+        self.opts = parse_source_options(options, streaming=False)
+        self.schema = schema
+        self._logs = None
+
+    def partitions(self):
+        logs = _Logs(self.opts)
+        try:
+            tps = logs.topic_partitions()
+            start = resolve(self.opts.starting, tps, logs, self.opts, starting=True)
+            end = resolve(self.opts.ending, tps, logs, self.opts, starting=False)
+            ranges = []
+            for tp in tps:
+                if start[tp] > end[tp]:
+                    raise InvalidConfigError(
+                        f"{tp[0]}-{tp[1]}: the starting offset {start[tp]} ({self.opts.starting.option})"
+                        f" is after the ending offset {end[tp]} ({self.opts.ending.option})")
+                ranges.append(OffsetRange(tp[0], tp[1], start[tp], end[tp]))
+            return _input_partitions(self.opts, ranges)
+        finally:
+            logs.close()
