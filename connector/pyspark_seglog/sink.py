@@ -1,0 +1,485 @@
+"""The seglog sink: `df.writeStream.format("seglog")` (exactly-once) and `df.write.format("seglog")`.
+
+Protocol (docs/sink-protocol.md has the full argument):
+- tasks (`write`) encode their rows into RecordBatch v2 batches per target partition and stage
+  them under `<root>/.seglog-staging/<query>/<batch>/<topic>-<p>/<task>-<attempt>-<uuid>-<n>`;
+  nothing a task does is visible; the commit message lists the staged objects;
+- the driver (`commit`) pins the batch's content in a manifest (first commit attempt wins), checks
+  every target partition's commit marker (already has this batch: skip; another query: fenced),
+  appends the staged batches (`Log.append_staged`) and commits each partition with the marker
+  {"query", "batch"}; then records the batch as done and deletes the staging.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from logcore.errors import (
+    FencedWriterError,
+    InvalidConfigError,
+    InvalidRecordError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
+from logcore.log.log_root import LogRoot
+from logcore.records.compression import Compression
+from logcore.records.encode import encode_batches
+from logcore.storage import open_storage
+
+from pyspark_seglog.partitioner import DefaultPartitioner
+from pyspark_seglog.sink_options import SinkOptions, parse_sink_options
+
+logger = logging.getLogger(__name__)
+
+STAGING_DIR = ".seglog-staging"
+MANIFEST = "_manifest.json"
+COMMITTED = "_committed.json"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+_COMPRESSION_BY_TOPIC_CONFIG = {"uncompressed": Compression.NONE, "producer": Compression.NONE,
+                                "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+                                "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+
+# ------------------------------------------------------------------------------- input schema
+
+_BIN_OR_STR = "string or binary"
+_ALLOWED = {
+    "value": _BIN_OR_STR,
+    "key": _BIN_OR_STR,
+    "topic": "string",
+    "partition": "int",
+    "headers": "array<struct<key: string, value: binary>>",
+    "timestamp": "timestamp",
+}
+
+
+def _headers_ok(dt) -> bool:
+    if not isinstance(dt, ArrayType) or not isinstance(dt.elementType, StructType):
+        return False
+    fields = dt.elementType.fields
+    return (len(fields) == 2 and fields[0].name == "key" and isinstance(fields[0].dataType, StringType)
+            and fields[1].name == "value" and isinstance(fields[1].dataType, BinaryType))
+
+
+def _type_ok(name: str, dt) -> bool:
+    if name in ("value", "key"):
+        return isinstance(dt, (StringType, BinaryType))
+    if name == "topic":
+        return isinstance(dt, StringType)
+    if name == "partition":
+        return isinstance(dt, IntegerType)
+    if name == "timestamp":
+        return isinstance(dt, TimestampType)
+    return _headers_ok(dt)
+
+
+def input_columns(schema, has_topic_option: bool) -> dict[str, str]:
+    """Map of sink column (value, key, ...) -> the input's column name; checks names and types.
+
+    Column names match case-insensitively, as in Spark's Kafka sink; other columns are ignored.
+    """
+    if isinstance(schema, str):
+        raise InvalidConfigError(f"the seglog sink needs a resolved input schema, got {schema!r}")
+    found: dict[str, str] = {}
+    for f in schema.fields:
+        name = f.name.lower()
+        if name not in _ALLOWED:
+            continue
+        if name in found:
+            raise InvalidConfigError(f"input has two `{name}` columns ({found[name]!r}, {f.name!r})")
+        if not _type_ok(name, f.dataType):
+            raise InvalidConfigError(
+                f"input column `{f.name}` has type {f.dataType.simpleString()}; the seglog sink needs"
+                f" {_ALLOWED[name]} there")
+        found[name] = f.name
+    if "value" not in found:
+        raise InvalidConfigError(
+            "input has no `value` column: the seglog sink needs `value` (string or binary), optionally"
+            f" key, topic, partition, headers, timestamp (got: {', '.join(schema.fieldNames()) or 'no columns'})")
+    if "topic" not in found and not has_topic_option:
+        raise InvalidConfigError(
+            "no topic: set the `topic` option or give the input a `topic` column (string)")
+    return found
+
+
+# ------------------------------------------------------------------------------- commit messages
+
+@dataclass
+class StagedPart:
+    topic: str
+    partition: int
+    path: str            # relative to the root
+    records: int
+    task: int
+    seq: int             # order of this part within its task and partition
+
+
+@dataclass
+class SeglogCommitMessage(WriterCommitMessage):
+    query_id: str
+    batch_id: int
+    task: int
+    attempt: int
+    parts: list[StagedPart] = field(default_factory=list)
+
+
+def _staging(query_id: str, batch_id: int | None = None) -> str:
+    base = f"{STAGING_DIR}/{query_id}"
+    return base if batch_id is None else f"{base}/{batch_id}"
+
+
+# ------------------------------------------------------------------------------- the writers
+
+class _SeglogWriterBase:
+    streaming = True
+
+    def __init__(self, options: dict, schema, overwrite: bool):
+        self.opts: SinkOptions = parse_sink_options(options)
+        self.columns = input_columns(schema, self.opts.topic is not None)
+        self.overwrite = overwrite
+        if self.opts.topic is not None:
+            # fail (or create the topic) when the write is planned, not in the tasks
+            root = self._open_root()
+            try:
+                self._ensure_topic(root, self.opts.topic)
+            finally:
+                root.close()
+
+    # -- shared helpers ---------------------------------------------------------------------
+    def _open_root(self) -> LogRoot:
+        return LogRoot.open(self.opts.root, storage_options=self.opts.storage_options,
+                            create=self.opts.auto_create)
+
+    def _ensure_topic(self, root: LogRoot, topic: str):
+        try:
+            return root.describe_topic(topic)
+        except TopicNotFoundError:
+            if not self.opts.auto_create:
+                raise TopicNotFoundError(
+                    f"topic {topic!r} does not exist in {root.url} and autoCreateTopics=false:"
+                    " create it first (seglog topics --create) or set autoCreateTopics=true") from None
+        try:
+            return root.create_topic(topic, self.opts.topic_partitions, self.opts.topic_config)
+        except TopicExistsError:         # another task or query created it meanwhile
+            return root.describe_topic(topic)
+
+    # -- tasks ------------------------------------------------------------------------------
+    def _identity(self, ctx) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def write(self, iterator):
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        query_id, batch_id = self._identity(ctx)
+        stager = _TaskStager(self, query_id, batch_id, task, attempt)
+        try:
+            for batch in iterator:
+                stager.add(batch)
+            stager.flush_all()
+        finally:
+            stager.close()
+        return SeglogCommitMessage(query_id, batch_id, task, attempt, stager.parts)
+
+    # -- driver -----------------------------------------------------------------------------
+    def _commit(self, messages, batch_id: int) -> None:
+        msgs = [m for m in messages if m is not None]
+        if not msgs:
+            return                          # no task succeeded: nothing was ever staged for commit
+        query_id = msgs[0].query_id
+        storage = open_storage(self.opts.root, self.opts.storage_options)
+        staging = _staging(query_id, batch_id)
+        parts = [p for m in msgs for p in m.parts]
+        if self.streaming:
+            committed = _read_json(storage, f"{_staging(query_id)}/{COMMITTED}")
+            if committed is not None and committed.get("batch", -1) >= batch_id:
+                logger.info("seglog sink: batch %s of query %s was already committed", batch_id, query_id)
+                _cleanup(storage, query_id, batch_id)
+                return
+            # The first commit attempt pins what this batch is; a replay after a crash publishes
+            # exactly that, whatever its own tasks staged.
+            manifest = {"query": query_id, "batch": batch_id,
+                        "parts": [p.__dict__ for p in parts]}
+            path = f"{staging}/{MANIFEST}"
+            if storage.put_if_absent(path, json.dumps(manifest).encode()) is None:
+                pinned = _read_json(storage, path)
+                parts = [StagedPart(**p) for p in pinned["parts"]]
+        by_partition: dict[tuple[str, int], list[StagedPart]] = {}
+        for p in parts:
+            by_partition.setdefault((p.topic, p.partition), []).append(p)
+        root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options)
+        try:
+            logs = {}
+            try:
+                # take every target partition and check its owner before publishing any of them
+                for tp in sorted(by_partition):
+                    log = root.log(*tp, writer=True)
+                    logs[tp] = log
+                    if self.streaming:
+                        self._check_owner(log, query_id)
+                for tp, log in sorted(logs.items()):
+                    marker = log.commit_marker
+                    if (self.streaming and marker is not None and marker.get("query") == query_id
+                            and marker.get("batch", -1) >= batch_id):
+                        continue            # published by an earlier attempt of this commit
+                    for part in sorted(by_partition[tp], key=lambda p: (p.task, p.seq)):
+                        log.append_staged(storage.read(part.path))
+                    log.commit(marker={"query": query_id, "batch": batch_id} if self.streaming else None)
+            finally:
+                for log in logs.values():
+                    log.close()
+        finally:
+            root.close()
+        if self.streaming:
+            storage.write_atomic(f"{_staging(query_id)}/{COMMITTED}",
+                                 json.dumps({"batch": batch_id}).encode())
+        _cleanup(storage, query_id, batch_id)
+
+    def _check_owner(self, log, query_id: str) -> None:
+        marker = log.commit_marker
+        if marker is None or "query" not in marker or marker["query"] == query_id:
+            return
+        if self.opts.takeover:
+            logger.warning("seglog sink: query %s takes over %s-%s from query %s (takeover=true)",
+                           query_id, log.topic, log.partition, marker["query"])
+            return
+        raise FencedWriterError(
+            f"{log.topic}-{log.partition} was last written by streaming query {marker['query']}"
+            f" (batch {marker.get('batch')}); this query is {query_id}. Only one query writes a"
+            " topic: stop the other one, or set takeover=true on this one (the other query is then"
+            " fenced at its next commit)")
+
+    def _abort(self, messages, batch_id: int) -> None:
+        msgs = [m for m in messages if m is not None]
+        if not msgs:
+            return      # nothing known; leftovers go with the next commit's cleanup
+        storage = open_storage(self.opts.root, self.opts.storage_options)
+        staging = _staging(msgs[0].query_id, batch_id)
+        if storage.exists(f"{staging}/{MANIFEST}"):
+            # an earlier commit attempt pinned this batch: its parts must survive for the replay
+            pinned = {p["path"] for p in _read_json(storage, f"{staging}/{MANIFEST}")["parts"]}
+            for m in msgs:
+                for p in m.parts:
+                    if p.path not in pinned:
+                        storage.delete(p.path)
+        elif storage.exists(staging):
+            storage.delete_dir(staging)
+
+
+class SeglogStreamWriter(_SeglogWriterBase, DataSourceStreamArrowWriter):
+    """writeStream.format("seglog"): exactly-once per (query id, batch id)."""
+
+    streaming = True
+
+    def _identity(self, ctx) -> tuple[str, int]:
+        query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
+        batch_id = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
+        if not query_id or batch_id is None:
+            raise InvalidConfigError(
+                f"seglog stream writer: the task has no {QUERY_ID_PROPERTY} / {BATCH_ID_PROPERTY}"
+                " local property (is this a streaming query?)")
+        return query_id, int(batch_id)
+
+    def commit(self, messages, batchId: int) -> None:
+        self._commit(messages, batchId)
+
+    def abort(self, messages, batchId: int) -> None:
+        self._abort(messages, batchId)
+
+
+class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
+    """df.write.format("seglog"): append only; each partition gets the job's rows in one commit."""
+
+    streaming = False
+
+    def __init__(self, options: dict, schema, overwrite: bool):
+        if overwrite:
+            raise InvalidConfigError(
+                "the seglog sink only appends: save mode Overwrite is not supported (use append,"
+                " as with Spark's Kafka sink)")
+        super().__init__(options, schema, overwrite)
+        # made when the write is planned; this instance is pickled to the tasks and to commit()
+        self.job_id = f"job-{uuid.uuid4().hex}"
+
+    def _identity(self, ctx) -> tuple[str, int]:
+        return self.job_id, 0
+
+    def commit(self, messages) -> None:
+        self._commit(messages, 0)
+
+    def abort(self, messages) -> None:
+        self._abort(messages, 0)
+        storage = open_storage(self.opts.root, self.opts.storage_options)
+        if storage.exists(_staging(self.job_id)):
+            storage.delete_dir(_staging(self.job_id))
+
+
+# ------------------------------------------------------------------------------- staging
+
+def _read_json(storage, path: str):
+    if not storage.exists(path):
+        return None
+    return json.loads(storage.read(path))
+
+
+def _cleanup(storage, query_id: str, batch_id: int) -> None:
+    """Delete the staging of this batch and of every older batch of the query."""
+    base = _staging(query_id)
+    if not storage.exists(base):
+        return
+    for name in storage.list_dir(base):
+        if name.isdigit() and int(name) <= batch_id:
+            storage.delete_dir(f"{base}/{name}")
+    if not any(n.isdigit() for n in storage.list_dir(base)) and not storage.exists(f"{base}/{COMMITTED}"):
+        storage.delete_dir(base)
+
+
+class _TaskStager:
+    """One task attempt's rows: routed, encoded and staged per target partition."""
+
+    def __init__(self, writer: _SeglogWriterBase, query_id: str, batch_id: int, task: int, attempt: int):
+        self.w = writer
+        self.opts = writer.opts
+        self.cols = writer.columns
+        self.prefix = _staging(query_id, batch_id)
+        self.name = f"{task}-{attempt}-{uuid.uuid4().hex[:12]}"
+        self.task = task
+        self.storage = open_storage(self.opts.root, self.opts.storage_options)
+        self.root: LogRoot | None = None
+        self.topics: dict[str, tuple[int, Compression]] = {}
+        self.partitioner = DefaultPartitioner(start=task)
+        self.buffers: dict[tuple[str, int], list] = {}
+        self.buffered: dict[tuple[str, int], list[int]] = {}    # [bytes, records]
+        self.seq: dict[tuple[str, int], int] = {}
+        self.parts: list[StagedPart] = []
+
+    def close(self) -> None:
+        if self.root is not None:
+            self.root.close()
+
+    def _topic(self, topic: str) -> tuple[int, Compression]:
+        found = self.topics.get(topic)
+        if found is None:
+            if self.root is None:
+                self.root = self.w._open_root()
+            info = self.w._ensure_topic(self.root, topic)
+            if self.opts.compression is not None:
+                codec = self.opts.compression
+            else:
+                name = self.root.topic_config(topic).compression_type
+                codec = _COMPRESSION_BY_TOPIC_CONFIG.get(name, Compression.NONE)
+            found = self.topics[topic] = (info.partitions, codec)
+        return found
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        cols = self.cols
+        if self.opts.topic is not None:
+            self._add_topic(self.opts.topic, batch)
+            return
+        topics = batch.column(cols["topic"])
+        if topics.null_count:
+            raise InvalidRecordError(
+                "a row has a null `topic` and no `topic` option is set: every row needs a topic")
+        unique = pc.unique(topics).to_pylist()
+        if len(unique) == 1:
+            self._add_topic(unique[0], batch)
+            return
+        for name in unique:
+            self._add_topic(name, batch.filter(pc.equal(topics, name)))
+
+    def _add_topic(self, topic: str, batch: pa.RecordBatch) -> None:
+        cols = self.cols
+        count, codec = self._topic(topic)
+        n = batch.num_rows
+        values = batch.column(cols["value"])
+        keys = batch.column(cols["key"]) if "key" in cols else pa.nulls(n, pa.binary())
+        parts = None
+        if "partition" in cols:
+            given = batch.column(cols["partition"])
+            if given.null_count < n:
+                arr = given.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+                bad = (arr >= count) | (arr < -1)
+                if bad.any():
+                    row = int(np.flatnonzero(bad)[0])
+                    raise InvalidRecordError(
+                        f"row has partition {int(arr[row])} but topic {topic!r} has partitions 0..{count - 1}")
+                if given.null_count:
+                    auto = self.partitioner.partitions(topic, keys, count)
+                    arr = np.where(arr < 0, auto, arr).astype(np.int32)
+                parts = arr
+        if parts is None:
+            parts = self.partitioner.partitions(topic, keys, count)
+        if "timestamp" in cols:
+            tcol = batch.column(cols["timestamp"])
+            us = tcol.cast(pa.int64()).fill_null(int(time.time() * 1_000_000)).to_numpy(zero_copy_only=False)
+            ts = us // 1000
+        else:
+            ts = np.full(n, int(time.time() * 1000), dtype=np.int64)
+        headers = batch.column(cols["headers"]) if "headers" in cols else None
+        if count == 1 or (parts == parts[0]).all():
+            self._encode(topic, int(parts[0]), codec, keys, values, ts, headers)
+            return
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        idx = pa.array(order)
+        keys, values = keys.take(idx), values.take(idx)
+        headers = headers.take(idx) if headers is not None else None
+        ts = ts[order]
+        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+        starts = np.concatenate(([0], bounds))
+        ends = np.concatenate((bounds, [n]))
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            self._encode(topic, int(sorted_parts[s]), codec, keys.slice(s, e - s), values.slice(s, e - s),
+                         ts[s:e], headers.slice(s, e - s) if headers is not None else None)
+
+    def _encode(self, topic, partition, codec, keys, values, ts, headers) -> None:
+        batches = encode_batches(keys, values, ts, headers=headers, compression=codec,
+                                 batch_bytes=self.opts.batch_size, max_records=self.opts.max_records)
+        tp = (topic, partition)
+        self.buffers.setdefault(tp, []).extend(batches)
+        acc = self.buffered.setdefault(tp, [0, 0])
+        acc[0] += sum(len(b) for b in batches)
+        acc[1] += len(values)
+        if acc[0] >= self.opts.staging_part_bytes:
+            self._flush(tp)
+
+    def _flush(self, tp) -> None:
+        data = self.buffers.pop(tp, None)
+        size, records = self.buffered.pop(tp, (0, 0))
+        if not data:
+            return
+        seq = self.seq.get(tp, 0)
+        self.seq[tp] = seq + 1
+        path = f"{self.prefix}/{tp[0]}-{tp[1]}/{self.name}-{seq}"
+        self.storage.write_atomic(path, b"".join(data))
+        self.parts.append(StagedPart(tp[0], tp[1], path, records, self.task, seq))
+
+    def flush_all(self) -> None:
+        for tp in sorted(self.buffers):
+            self._flush(tp)

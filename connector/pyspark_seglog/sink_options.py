@@ -1,0 +1,134 @@
+"""The sink's options, parsed and validated once when Spark plans the write.
+
+Spark lower-cases option names before they reach a Python data source, so every name is matched
+in lower case. Names mirror Spark's Kafka sink and Kafka's producer where one exists
+(`topic`, `compression.type`, `batch.size`); `kafka.*` options are accepted and ignored so that
+a pipeline moving from `format("kafka")` changes the format and the path only. Anything else
+unknown fails with the closest known name.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from logcore.errors import InvalidConfigError
+from logcore.log.config import validate_topic_overrides
+from logcore.records.compression import Compression
+
+from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
+
+TOPIC_CONFIG_PREFIX = "topic.config."
+DEFAULT_BATCH_SIZE = 16384                 # Kafka producer's batch.size
+DEFAULT_TOPIC_PARTITIONS = 1
+DEFAULT_STAGING_PART_BYTES = 8 << 20
+
+# option (lower case) -> one-line doc, for errors and docs/spark-options.md
+KNOWN_OPTIONS = {
+    "path": "the log root (also given as save(path) / start(path))",
+    "topic": "topic for every row; overrides the `topic` column",
+    "compression.type": "none (or uncompressed), gzip, snappy, lz4, zstd; default: the topic's compression.type",
+    "batch.size": "bytes of records per RecordBatch (Kafka producer's batch.size)",
+    "maxrecordsperbatch": "at most this many records per RecordBatch",
+    "autocreatetopics": "create a missing topic (true) or fail (false)",
+    "topic.partitions": "partition count of a topic the sink creates",
+    "takeover": "take a topic whose partitions were last written by another streaming query",
+    "staging.part.bytes": "a task stages its encoded batches in objects of about this size",
+    "includeheaders": "accepted for Kafka compatibility: a `headers` column is always written",
+    "checkpointlocation": "Spark's streaming checkpoint (read by Spark, not by the sink)",
+}
+_PREFIXES = ("kafka.", STORAGE_PREFIX, TOPIC_CONFIG_PREFIX)
+
+_CODECS = {"none": Compression.NONE, "uncompressed": Compression.NONE, "gzip": Compression.GZIP,
+           "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    root: str
+    storage_options: dict = field(repr=False)
+    topic: str | None
+    compression: Compression | None          # None: the topic's compression.type
+    batch_size: int
+    max_records: int | None
+    auto_create: bool
+    topic_partitions: int
+    topic_config: dict
+    takeover: bool
+    staging_part_bytes: int
+
+
+def _bool(options, name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value in ("true", "false"):
+        return value == "true"
+    raise InvalidConfigError(f"option {name}={raw!r} is not a boolean: use true or false")
+
+
+def _int(options, name: str, default: int | None, minimum: int) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise InvalidConfigError(f"option {name}={raw!r} must be an integer >= {minimum}")
+    return value
+
+
+def check_unknown(options) -> None:
+    for name in options:
+        low = name.lower()
+        if low in KNOWN_OPTIONS or low.startswith(_PREFIXES):
+            continue
+        close = difflib.get_close_matches(low, list(KNOWN_OPTIONS), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InvalidConfigError(
+            f"unknown seglog sink option {name!r}{hint} Known options: {', '.join(sorted(KNOWN_OPTIONS))},"
+            " plus storage.*, topic.config.* and kafka.* (ignored)")
+
+
+def parse_sink_options(options) -> SinkOptions:
+    """Validate every sink option; raises InvalidConfigError naming the option and what is allowed."""
+    options = {str(k).lower(): v for k, v in options.items()}
+    check_unknown(options)
+    root = root_url(options)
+    topic = options.get("topic")
+    if topic is not None and not str(topic).strip():
+        raise InvalidConfigError("option topic='' is empty: give a topic name or drop the option")
+    raw_codec = options.get("compression.type")
+    compression = None
+    if raw_codec is not None:
+        name = str(raw_codec).strip().lower()
+        if name == "producer":
+            compression = None
+        elif name in _CODECS:
+            compression = _CODECS[name]
+        else:
+            raise InvalidConfigError(
+                f"option compression.type={raw_codec!r} is not a codec: use none, gzip, snappy, lz4 or zstd"
+                " (or producer / leave it out for the topic's compression.type)")
+    topic_config = {k[len(TOPIC_CONFIG_PREFIX):]: str(v) for k, v in options.items()
+                    if k.startswith(TOPIC_CONFIG_PREFIX)}
+    if topic_config:
+        try:
+            validate_topic_overrides(topic_config)
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(f"option topic.config.*: {exc}") from None
+    return SinkOptions(
+        root=root,
+        storage_options=storage_options(options),
+        topic=str(topic) if topic is not None else None,
+        compression=compression,
+        batch_size=_int(options, "batch.size", DEFAULT_BATCH_SIZE, 1),
+        max_records=_int(options, "maxrecordsperbatch", None, 1),
+        auto_create=_bool(options, "autocreatetopics", True),
+        topic_partitions=_int(options, "topic.partitions", DEFAULT_TOPIC_PARTITIONS, 1),
+        topic_config=topic_config,
+        takeover=_bool(options, "takeover", False),
+        staging_part_bytes=_int(options, "staging.part.bytes", DEFAULT_STAGING_PART_BYTES, 1),
+    )
