@@ -358,11 +358,25 @@ class LogSegment:
         return None
 
     # ---------------------------------------------------------------- writing
+    def _load_max_timestamp(self) -> None:
+        """A reopened non-empty segment: its max timestamp so far, as Kafka takes it lazily from
+        the time index's last entry (scanning the batch headers when the index is empty), so that
+        appending older timestamps never offers the time index an entry below its last one."""
+        ts, offset = self.time_index.last_entry
+        if ts < 0:
+            for _pos, h in self.scan_headers(0):
+                if h.max_timestamp > ts:
+                    ts, offset = h.max_timestamp, h.last_offset
+        if ts >= 0:
+            self.max_timestamp_so_far, self.offset_of_max_timestamp = ts, offset
+
     def append(self, data, headers: list[BatchHeader]) -> int:
         """Append validated batches (their offsets already assigned); returns the position."""
         position = self.data.size()
         if headers and self.first_batch_timestamp is None and position == 0:
             self.first_batch_timestamp = headers[0].max_timestamp
+        if self.max_timestamp_so_far < 0 and position > 0:
+            self._load_max_timestamp()
         self.data.append(data)
         batch_pos = position
         for header in headers:
