@@ -35,6 +35,7 @@ from pyspark.sql.types import (
 )
 
 from logcore.errors import (
+    CommitFailedError,
     FencedWriterError,
     InvalidConfigError,
     InvalidRecordError,
@@ -219,13 +220,10 @@ class _SeglogWriterBase:
                 logger.info("seglog sink: batch %s of query %s was already committed", batch_id, query_id)
                 _cleanup(storage, query_id, batch_id)
                 return
-            # The first commit attempt pins what this batch is; a replay after a crash publishes
-            # exactly that, whatever its own tasks staged.
-            manifest = {"query": query_id, "batch": batch_id,
-                        "parts": [p.__dict__ for p in parts]}
-            path = f"{staging}/{MANIFEST}"
-            if storage.put_if_absent(path, json.dumps(manifest).encode()) is None:
-                pinned = _read_json(storage, path)
+            # The first commit attempt pins what this batch is (its manifest); a replay after a
+            # crash publishes exactly that, whatever its own tasks staged.
+            pinned = _read_json(storage, f"{staging}/{MANIFEST}")
+            if pinned is not None:
                 parts = [StagedPart(**p) for p in pinned["parts"]]
         by_partition: dict[tuple[str, int], list[StagedPart]] = {}
         for p in parts:
@@ -240,6 +238,11 @@ class _SeglogWriterBase:
                     logs[tp] = log
                     if self.streaming:
                         self._check_owner(log, query_id)
+                if self.streaming and pinned is None:
+                    manifest = {"query": query_id, "batch": batch_id, "parts": [p.__dict__ for p in parts]}
+                    if storage.put_if_absent(f"{staging}/{MANIFEST}", json.dumps(manifest).encode()) is None:
+                        raise CommitFailedError(
+                            f"another commit of batch {batch_id} of query {query_id} is running")
                 for tp, log in sorted(logs.items()):
                     marker = log.commit_marker
                     if (self.streaming and marker is not None and marker.get("query") == query_id
