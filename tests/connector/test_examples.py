@@ -1,0 +1,170 @@
+"""The examples run as a user runs them: `python examples/<name>.py ...` in a fresh process.
+
+Each example starts its own SparkSession (it is a script), so these tests do not use the shared
+`spark` fixture; they check the printed results against what was written and look at the log
+files themselves through logcore.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from logcore.log.log_root import LogRoot
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _skip_without_java() -> None:
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        pytest.skip("no Java runtime (java on PATH or JAVA_HOME) for Spark")
+
+
+def run_example(name: str, *args: str, cwd: Path, timeout: float, env: dict | None = None):
+    _skip_without_java()
+    began = time.monotonic()
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=cwd, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+    elapsed = time.monotonic() - began
+    assert proc.returncode == 0, f"{name} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout, proc.stderr, elapsed
+
+
+def records_in(root: str, topic: str, storage_options: dict | None = None) -> int:
+    """Records below the high watermark of every partition of `topic`, read by logcore alone."""
+    with LogRoot.open(root, storage_options=storage_options, read_only=True) as r:
+        total = 0
+        for p in range(r.describe_topic(topic).partitions):
+            total += sum(1 for _ in r.log(topic, p).read_records(0))
+        return total
+
+
+def test_quickstart_writes_reads_and_aggregates_in_under_two_minutes(tmp_path):
+    root = tmp_path / "quickstart-root"
+    out, _err, elapsed = run_example("quickstart.py", str(root), cwd=tmp_path, timeout=120)
+    assert elapsed < 120
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["written_this_run"] == summary["events_in_log"] == 150_000
+    # Aggregates: one line per event type, summing to every event written.
+    section = out.split("events per type")[1].split("top users")[0]
+    per_type = {m[1]: int(m[2].replace(",", "")) for m in re.finditer(r"^\s+(\w+)\s+([\d,]+)$", section, re.M)}
+    assert set(per_type) == {"view", "click", "add_to_cart", "purchase"}
+    assert sum(per_type.values()) == 150_000
+    top = re.findall(r"^\s+user_\d{3}\s+events=([\d,]+)", out, re.M)
+    assert len(top) == 5
+    # Streaming progress was printed for the writer's three micro-batches and the reader's four.
+    assert len(re.findall(r"\[write\] batch \d+: numInputRows=50,000", out)) == 3
+    read_rows = [int(n.replace(",", "")) for n in re.findall(r"\[read\] batch \d+: numInputRows=([\d,]+)", out)]
+    assert sum(read_rows) == 150_000 and len(read_rows) == 4
+    assert "latestOffset={\"clicks\"" in out
+    # The log itself, read without Spark, holds each event once.
+    assert records_in(str(root), "clicks") == 150_000
+
+
+def test_compacted_changelog_keeps_the_latest_email_per_user(tmp_path):
+    root = tmp_path / "changelog-root"
+    out, _err, _ = run_example("compacted_changelog.py", str(root), cwd=tmp_path, timeout=240)
+    expected = {"user-1": "user1@example.com", "user-2": "user.two@example.com",
+                "user-4": "user4@example.com", "user-5": "five@example.net",
+                "user-6": "user6@example.com", "user-7": "seven@example.org"}
+    batch_part = out.split("latest email per user")[1].split("rebuilt by a streaming read")[0]
+    shown = dict(re.findall(r"^\s+(user-\d+)\s+(\S+@\S+)", batch_part, re.M))
+    assert shown == expected
+    assert "6 users, identical to the batch result" in out
+    assert "14 records in the log" in out
+    with LogRoot.open(str(root), read_only=True) as r:
+        assert r.describe_topic("user-emails").config.get("cleanup.policy") == "compact"
+        # Tombstones are real records with a null value.
+        values = [rec.value for p in range(r.describe_topic("user-emails").partitions)
+                  for rec in r.log("user-emails", p).read_records(0)]
+    assert len(values) == 14 and values.count(None) == 2
+
+
+def _kafka_batch(base_offset: int, records: list[tuple[bytes, bytes, int]], epoch: int) -> bytes:
+    """A RecordBatch v2 from kafka-python's own builder, offsets and epoch stamped as a broker does."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i, (key, value, ts) in enumerate(records):
+        builder.append(i, timestamp=ts, key=key, value=value, headers=[])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base_offset)
+    struct.pack_into(">i", data, 12, epoch)
+    return bytes(data)
+
+
+def _make_kafka_logdir(folder: Path) -> None:
+    """`payments` (2 partitions, 2 segments each, 30 records per partition) and `__consumer_offsets`."""
+    folder.mkdir()
+    (folder / "meta.properties").write_text("version=1\ncluster.id=test-cluster\nnode.id=3\n")
+    for topic, partitions in (("payments", 2), ("__consumer_offsets", 1)):
+        for p in range(partitions):
+            part = folder / f"{topic}-{p}"
+            part.mkdir()
+            (part / "leader-epoch-checkpoint").write_text("0\n1\n4 0\n")
+            (part / "partition.metadata").write_text("version: 0\ntopic_id: q9J5nY1PQW6M4o7lM5w6Yw\n")
+            offset = 0
+            for _segment in range(2):
+                base, batches = offset, []
+                for _ in range(3):
+                    recs = [(b"acct-%d" % ((offset + i) % 4), b"%s-%d-%d" % (topic.encode(), p, offset + i),
+                             1_700_000_000_000 + offset + i) for i in range(5)]
+                    batches.append(_kafka_batch(offset, recs, epoch=4))
+                    offset += 5
+                (part / f"{base:020d}.log").write_bytes(b"".join(batches))
+                (part / f"{base:020d}.index").write_bytes(b"")
+                (part / f"{base:020d}.timeindex").write_bytes(b"")
+    # The broker had replicated payments-1 only up to offset 25 (of 30).
+    (folder / "replication-offset-checkpoint").write_text(
+        "0\n3\npayments 0 30\npayments 1 25\n__consumer_offsets 0 30\n")
+    (folder / "recovery-point-offset-checkpoint").write_text(
+        "0\n3\npayments 0 30\npayments 1 30\n__consumer_offsets 0 30\n")
+    (folder / "log-start-offset-checkpoint").write_text("0\n0\n")
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_kafka_logdir_copy_is_read_up_to_the_brokers_high_watermark_and_left_untouched(tmp_path):
+    pytest.importorskip("kafka.record.default_records")
+    copy = tmp_path / "kafka-copy"
+    _make_kafka_logdir(copy)
+    before = _digest(copy)
+    out, _err, _ = run_example("kafka_logdir_copy.py", str(copy), cwd=tmp_path, timeout=240)
+    assert "a copy of a Kafka log dir, read-only" in out
+    assert "payments-0: 30 records, offsets 0..29" in out
+    assert "payments-1: 25 records, offsets 0..24" in out      # bounded by the broker's checkpoint
+    assert "__consumer_offsets" not in out.split("batch read")[1]   # internal topics skipped
+    assert "records per partition: payments-0=30, payments-1=25" in out
+    assert "55 records streamed" in out
+    assert "payments-0@0 acct-0: payments-0-0" in out
+    assert "the copy is unchanged" in out
+    assert _digest(copy) == before
+
+
+@pytest.mark.s3
+def test_s3_root_example_against_the_session_s3_server(tmp_path, s3_endpoint, s3_bucket):
+    root = f"s3://{s3_bucket}/example-root"
+    out, err, _ = run_example(
+        "s3_root.py", root, "--endpoint-url", s3_endpoint.endpoint_url, "--region", s3_endpoint.region,
+        cwd=tmp_path, timeout=240,
+        env={"AWS_ACCESS_KEY_ID": s3_endpoint.key, "AWS_SECRET_ACCESS_KEY": s3_endpoint.secret})
+    assert "batch read: 20,000 records in topic 'clicks'" in out
+    counts = re.search(r"records per partition: (.*)", out).group(1)
+    assert sum(int(n.replace(",", "")) for n in re.findall(r"=([\d,]+)", counts)) == 20_000
+    assert records_in(root, "clicks", s3_endpoint.storage_options()) == 20_000
+    if len(s3_endpoint.secret) >= 6:
+        assert s3_endpoint.secret not in out + err
