@@ -11,7 +11,7 @@ the whole array on every call, which makes a lookup linear) and written through 
   is active, entries are written in place with pwrite, and `trim()` / `close()` cut the file to
   its exact size, as Kafka does;
 - writable elsewhere (object stores): entries live in memory; `flush()` publishes `to_bytes()`;
-- read-only: the file is read once (numpy.memmap on local disk, a ranged read elsewhere) and
+- read-only: the file is read once (a plain read on local disk, a ranged read elsewhere) and
   decoded into the columns. Like Kafka, a file holds `floor(length / entry_size)` entries, so a
   zero-padded file left by a crash shows its padding as entries: callers check
   `valid_prefix_entries()` / `sanity_check()` and rebuild.
@@ -104,18 +104,11 @@ class AbstractIndex:
     def _load(self) -> None:
         assert self.storage is not None and self.path is not None
         if self.storage.is_local:
-            os_path = self.storage.local_path(self.path)
-            length = os.path.getsize(os_path)
-            count = length // self.ENTRY_SIZE
-            if count:
-                # Map, decode the two columns into native arrays, drop the mapping: a mapping kept
-                # open could SIGBUS if another process truncates the file.
-                mapped = np.memmap(os_path, dtype=self.FILE_DTYPE, mode="r", shape=(count,))
-                try:
-                    self._set_columns(mapped["key"], mapped["value"], count)
-                finally:
-                    del mapped
-            self._file_length = length
+            # A plain read, not a mapping: a live writer preallocates its active index and trims
+            # it at close, and touching a mapped page past the new end of file is a SIGBUS
+            # (seen with readers opening partitions that a writer keeps reopening).
+            with open(self.storage.local_path(self.path), "rb") as f:
+                self._set_from_file_bytes(f.read())
         else:
             self._set_from_file_bytes(self.storage.read(self.path))
 
