@@ -1,9 +1,11 @@
 """Spark connector throughput and per-micro-batch overhead, each figure beside its anchor.
 
 One SparkSession (local[2], driver memory 6g). The same N records (default 4M, ~100-byte values,
-4 partitions) are held three ways: a seglog log root, Parquet files, Arrow IPC files. After one
-warm-up round of every scenario, each scenario runs `--runs` times (interleaved) and the median
-is reported:
+4 partitions) are held three ways: a seglog log root, Parquet files, Arrow IPC files. Every
+scenario runs once per round, a figure right before its anchors; after `--warmup` rounds (1),
+`--runs` rounds (3) are measured, and each table row shows the figure and anchor of the round
+whose ratio is the median one (a paired measurement: steadier than separate medians when the
+machine's load varies).
 
 (a) source -> noop, Trigger.AvailableNow, one micro-batch holding every record:
     seglog source vs a Python source that only yields prebuilt Arrow batches of the Kafka schema
@@ -18,7 +20,7 @@ is reported:
 
 Stream rows/s = rows / triggerExecution of the micro-batch (which includes the sink's commit);
 batch rows/s = rows / wall time of df.write. Every run checks that all N rows arrived.
-Run: python bench/bench_spark.py [--rows N] [--runs R]
+Run: python bench/bench_spark.py [--rows N] [--runs R] [--warmup W] [--only source|sink|overhead]
 """
 from __future__ import annotations
 
@@ -217,7 +219,8 @@ class Bench:
 
     def sink_stream_seglog(self) -> float:
         root = self.fresh("sink-log")
-        rate = self.run_stream(self._stream_input(), "seglog", {"topic": TOPIC}, root)
+        rate = self.run_stream(self._stream_input(), "seglog",
+                               {"topic": TOPIC, "topic.partitions": PARTITIONS}, root)
         self._check_log(root, TOPIC)
         shutil.rmtree(root)
         return rate
@@ -242,7 +245,7 @@ class Bench:
     def sink_batch_seglog(self) -> float:
         root = self.fresh("sink-log")
         rate = self._timed_write(self._batch_input().write.format("seglog").mode("append")
-                                 .option("topic", TOPIC), root)
+                                 .option("topic", TOPIC).option("topic.partitions", PARTITIONS), root)
         self._check_log(root, TOPIC)
         shutil.rmtree(root)
         return rate
@@ -298,14 +301,34 @@ class Bench:
         return self.tiny_batches(df)
 
 
+SCENARIOS = {
+    "source": ["source_seglog", "source_ceiling", "source_parquet"],
+    "sink": ["sink_stream_seglog", "sink_stream_ceiling", "sink_stream_parquet",
+             "sink_batch_seglog", "sink_batch_ceiling", "sink_batch_parquet"],
+    "overhead": ["tiny_seglog", "tiny_rate"],
+}
+
+
+def paired(results: dict[str, list[float]], name: str, anchor: str) -> tuple[float, float]:
+    """(figure, anchor) from the round whose ratio is the median one.
+
+    A figure and its anchor run back to back in every round, so their ratio is steadier than
+    either figure when the machine's load changes between rounds; reporting both from one round
+    keeps the printed ratio equal to figure / anchor.
+    """
+    pairs = sorted(zip(results[name], results[anchor]), key=lambda fa: fa[0] / fa[1])
+    return pairs[(len(pairs) - 1) // 2]
+
+
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
-    parser.add_argument("--runs", type=int, default=3, help="measured runs per scenario (after one warm-up)")
-    parser.add_argument("--only", choices=("source", "sink", "overhead"), action="append",
+    parser.add_argument("--runs", type=int, default=3, help="measured rounds (after the warm-up ones)")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up rounds (not reported)")
+    parser.add_argument("--only", choices=tuple(SCENARIOS), action="append",
                         help="run only these parts (repeatable)")
     args = parser.parse_args(argv if argv is not None else [])
-    parts = args.only or ["source", "sink", "overhead"]
+    parts = args.only or list(SCENARIOS)
 
     workdir = tempfile.mkdtemp(prefix="seglog-bench-spark-")
     spark = None
@@ -315,58 +338,53 @@ def main(argv: list[str] | None = None) -> list[str]:
         spark = spark_session()
         print(f"SparkSession in {time.perf_counter() - t0:.1f} s", flush=True)
         bench = Bench(spark, paths, workdir, args.rows)
-        scenarios = {
-            "source": ["source_seglog", "source_ceiling", "source_parquet"],
-            "sink": ["sink_stream_seglog", "sink_stream_ceiling", "sink_stream_parquet",
-                     "sink_batch_seglog", "sink_batch_ceiling", "sink_batch_parquet"],
-        }
-        names = [n for part in ("source", "sink") if part in parts for n in scenarios[part]]
+        names = [n for part in SCENARIOS if part in parts for n in SCENARIOS[part]]
         results: dict[str, list[float]] = {n: [] for n in names}
-        for round_no in range(args.runs + 1):          # round 0 warms up
+        for round_no in range(args.warmup + args.runs):
+            label = "warm-up" if round_no < args.warmup else f"run {round_no - args.warmup + 1}"
             for name in names:
-                rate = getattr(bench, name)()
-                label = "warm-up" if round_no == 0 else f"run {round_no}"
-                print(f"  {label}: {name} {rate:,.0f} rows/s", flush=True)
-                if round_no:
-                    results[name].append(rate)
-        med = {n: statistics.median(v) for n, v in results.items()}
+                figure = getattr(bench, name)()
+                unit = "ms" if name.startswith("tiny") else "rows/s"
+                print(f"  {label}: {name} {figure:,.0f} {unit}", flush=True)
+                if round_no >= args.warmup:
+                    results[name].append(figure)
         lines: list[str] = []
         rows_m = f"{args.rows / 1e6:g}M"
+        how = f"{args.runs} rounds after {args.warmup} warm-up, figures from the round with the median ratio"
         if "source" in parts:
             lines += print_table(
-                f"Spark source -> noop ({rows_m} records of {VALUE_SIZE}-byte values, local[2],"
-                f" one AvailableNow micro-batch, median of {args.runs} after a warm-up)", [
-                    ("seglog source vs Python Arrow source ceiling", med["source_seglog"],
-                     med["source_ceiling"], "rows/s"),
-                    ("seglog source vs Parquet file-stream source", med["source_seglog"],
-                     med["source_parquet"], "rows/s"),
-                    ("(anchors) Python Arrow ceiling vs Parquet", med["source_ceiling"],
-                     med["source_parquet"], "rows/s"),
+                f"Spark source -> noop ({rows_m} records of {VALUE_SIZE}-byte values, {PARTITIONS}"
+                f" partitions, local[2], one AvailableNow micro-batch; {how})", [
+                    ("seglog source vs Python Arrow source ceiling",
+                     *paired(results, "source_seglog", "source_ceiling"), "rows/s"),
+                    ("seglog source vs Parquet file-stream source",
+                     *paired(results, "source_seglog", "source_parquet"), "rows/s"),
+                    ("(anchors) Python Arrow ceiling vs Parquet",
+                     *paired(results, "source_ceiling", "source_parquet"), "rows/s"),
                 ]) + [""]
         if "sink" in parts:
             lines += print_table(
-                f"Spark sink, Parquet input of key+value ({rows_m} records, local[2], median of"
-                f" {args.runs} after a warm-up)", [
-                    ("stream: seglog sink vs counting Arrow writer", med["sink_stream_seglog"],
-                     med["sink_stream_ceiling"], "rows/s"),
-                    ("stream: seglog sink vs Parquet writer", med["sink_stream_seglog"],
-                     med["sink_stream_parquet"], "rows/s"),
-                    ("batch: seglog sink vs counting Arrow writer", med["sink_batch_seglog"],
-                     med["sink_batch_ceiling"], "rows/s"),
-                    ("batch: seglog sink vs Parquet writer", med["sink_batch_seglog"],
-                     med["sink_batch_parquet"], "rows/s"),
-                    ("(anchors) stream: counting writer vs Parquet", med["sink_stream_ceiling"],
-                     med["sink_stream_parquet"], "rows/s"),
-                    ("(anchors) batch: counting writer vs Parquet", med["sink_batch_ceiling"],
-                     med["sink_batch_parquet"], "rows/s"),
+                f"Spark sink, Parquet input of key+value ({rows_m} records, {PARTITIONS} target"
+                f" partitions, local[2]; {how})", [
+                    ("stream: seglog sink vs counting Arrow writer",
+                     *paired(results, "sink_stream_seglog", "sink_stream_ceiling"), "rows/s"),
+                    ("stream: seglog sink vs Parquet writer",
+                     *paired(results, "sink_stream_seglog", "sink_stream_parquet"), "rows/s"),
+                    ("batch: seglog sink vs counting Arrow writer",
+                     *paired(results, "sink_batch_seglog", "sink_batch_ceiling"), "rows/s"),
+                    ("batch: seglog sink vs Parquet writer",
+                     *paired(results, "sink_batch_seglog", "sink_batch_parquet"), "rows/s"),
+                    ("(anchors) stream: counting writer vs Parquet",
+                     *paired(results, "sink_stream_ceiling", "sink_stream_parquet"), "rows/s"),
+                    ("(anchors) batch: counting writer vs Parquet",
+                     *paired(results, "sink_batch_ceiling", "sink_batch_parquet"), "rows/s"),
                 ]) + [""]
         if "overhead" in parts:
-            seglog_ms = bench.tiny_seglog()
-            rate_ms = bench.tiny_rate()
             lines += print_table(
                 f"Per-micro-batch overhead ({PARTITIONS} tasks, one record per partition, median"
-                f" triggerExecution of batches 3..{TINY_BATCHES})", [
-                    ("seglog source -> noop vs rate-micro-batch -> noop", seglog_ms, rate_ms, "ms"),
+                f" triggerExecution of batches 3..{TINY_BATCHES}; {how})", [
+                    ("seglog source -> noop vs rate-micro-batch -> noop",
+                     *paired(results, "tiny_seglog", "tiny_rate"), "ms"),
                 ])
         return lines
     finally:

@@ -16,6 +16,7 @@ import bench_append  # noqa: E402
 import bench_decode  # noqa: E402
 import bench_lookup  # noqa: E402
 import bench_read_memory  # noqa: E402
+import bench_spark  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
 
@@ -26,6 +27,7 @@ def main() -> None:
         bench_append.main(),
         bench_lookup.main(),
         bench_read_memory.main(),
+        bench_spark.main(),
     ]
     if "--no-write" in sys.argv:
         return
