@@ -35,7 +35,7 @@ SOURCE_OPTIONS = {name.lower(): name for name in (
 # format("kafka") changes the format and the path only) and ignored.
 IGNORED_OPTIONS = {name.lower(): name for name in (
     "groupIdPrefix", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
-    "fetchOffset.retryIntervalMs", "maxOffsetsPerTrigger.strict",
+    "fetchOffset.retryIntervalMs",
 )}
 KAFKA_PREFIX = "kafka."
 # Kafka consumer settings Spark's Kafka source refuses, with why.

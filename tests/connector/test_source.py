@@ -65,6 +65,7 @@ def run_available_now(df, checkpoint, collector, timeout=180):
             raise q.exception()
     finally:
         q.stop()
+    return q
 
 
 def checkpoint_offsets(checkpoint: Path, batch: int) -> dict:
@@ -184,9 +185,13 @@ def test_stream_available_now_rate_limit_checkpoint_and_restart(spark, tmp_path)
     append(url, "t", 1, 0, 20)
     checkpoint = tmp_path / "ck"
     first = Collector()
-    run_available_now(stream(spark, url, subscribe="t", startingOffsets="earliest",
-                             maxOffsetsPerTrigger=40), checkpoint, first)
+    q = run_available_now(stream(spark, url, subscribe="t", startingOffsets="earliest",
+                                 maxOffsetsPerTrigger=40), checkpoint, first)
     assert [n for _b, n in sorted(first.batches)] == [40, 40]
+    progress = [p for p in q.recentProgress if p["numInputRows"]]
+    source = progress[0]["sources"][0]
+    assert json.loads(source["endOffset"]) == {"t": {"0": 30, "1": 10}}
+    assert json.loads(source["latestOffset"]) == {"t": {"0": 60, "1": 20}}   # the lag shows
     assert checkpoint_offsets(checkpoint, 0) == {"t": {"0": 30, "1": 10}}
     assert checkpoint_offsets(checkpoint, 1) == {"t": {"0": 60, "1": 20}}
     # more data, restart from the checkpoint: the rest exactly once
