@@ -1,0 +1,78 @@
+"""A streaming job for the sink's fault tests, run as its own driver process (own SparkSession).
+
+    python sink_fault_job.py <input dir> <log root> <checkpoint> <mode>
+
+mode `task-failure`: master local[2,3] (each task may be retried); a UDF fails every task's first
+attempt after the writer has taken (and staged) part of the task's rows; AvailableNow.
+mode `long`: a long stream (one input file per micro-batch) that the test kills with SIGKILL;
+mode `finish`: the same stream with AvailableNow, to run the remaining input to the end.
+Prints "STARTED <query id>" once the query runs, "BATCH <id> ..." after each micro-batch and "DONE"
+when it ends.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    src, root, ckpt, mode = sys.argv[1:5]
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    spark = (SparkSession.builder.master("local[2,3]" if mode == "task-failure" else "local[2]")
+             .appName(f"seglog-sink-{mode}")
+             .config("spark.ui.enabled", "false")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.sql.shuffle.partitions", "2")
+             # small Arrow batches: a task hands the writer several batches before it fails
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "300")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    schema = spark.read.parquet(src).schema
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(src)
+    if mode == "task-failure":
+        @F.udf(BinaryType())
+        def fail_first_attempt(value, i):
+            from pyspark import TaskContext
+            ctx = TaskContext.get()
+            if ctx.attemptNumber() == 0 and i % 1000 == 950:
+                raise RuntimeError(f"injected failure of task {ctx.partitionId()} attempt 0 at row {i}")
+            return value
+
+        df = df.withColumn("value", fail_first_attempt(F.col("value"), F.col("id")))
+    writer = (df.writeStream.format("seglog").option("topic", "events").option("topic.partitions", "3")
+              .option("staging.part.bytes", "1").option("checkpointLocation", ckpt))
+    if mode == "long":
+        writer = writer.trigger(processingTime="0 seconds")
+    else:
+        writer = writer.trigger(availableNow=True)
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Progress(StreamingQueryListener):
+        def onQueryStarted(self, event):
+            pass
+
+        def onQueryProgress(self, event):
+            print(f"BATCH {event.progress.batchId} rows {event.progress.numInputRows}", flush=True)
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            pass
+
+    spark.streams.addListener(Progress())
+    q = writer.start(root)
+    print(f"STARTED {q.id}", flush=True)
+    q.awaitTermination()
+    print("DONE", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()
