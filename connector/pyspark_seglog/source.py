@@ -361,11 +361,11 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
     def latestOffset(self, start: dict, limit) -> dict:
         logs = self._driver_logs()
         begin_given = from_spark(start)
+        # Partitions that vanished (a deleted topic) are not read; their offsets are carried on.
         if self._available_now is not None:
-            tps = sorted(set(self._available_now) | set(begin_given))
+            live = sorted(self._available_now)
         else:
-            tps = logs.topic_partitions()
-        live = [tp for tp in tps if tp not in begin_given or self._exists(tp)]
+            live = logs.topic_partitions()
         logs.refresh(live)
         latest = {tp: logs.latest(tp) for tp in live}
         begin = {}
@@ -396,13 +396,6 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
         result = dict(begin_given)      # partitions that vanished keep their offset
         result.update(end)
         return to_spark(result)
-
-    def _exists(self, tp) -> bool:
-        try:
-            return tp[1] < self._driver_logs().root.describe_topic(tp[0]).partitions
-        except TopicNotFoundError:
-            logger.warning("%s-%d no longer exists (topic deleted?); it is no longer read", *tp)
-            return False
 
     def reportLatestOffset(self):
         return None if self._latest is None else to_spark(self._latest)

@@ -261,7 +261,8 @@ def test_stream_concurrent_appends_new_topics_and_partitions(spark, tmp_path):
     assert len(collector.batches) > 1
 
 
-def test_stream_s3_root(spark, storage_targets):
+@pytest.mark.s3
+def test_s3_root_batch_and_stream(spark, storage_targets, tmp_path):
     target = storage_targets.make("s3")
     root = LogRoot.open(target.url, storage_options=target.storage_options, create=True)
     root.create_topic("t", 2)
@@ -277,6 +278,14 @@ def test_stream_s3_root(spark, storage_targets):
     assert got == [(p, i, value_of("t", p, i)) for p in range(2) for i in range(25)]
     plan = df._jdf.queryExecution().toString()
     assert so["secret"] not in plan
+    # streaming on the same root: the driver refreshes object-store logs between triggers
+    append(target.url, "t", 1, 25, 15, storage_options=so)
+    collector = Collector()
+    run_available_now(stream(spark, target.url, subscribe="t", startingOffsets="earliest",
+                             maxOffsetsPerTrigger=30, **options), tmp_path / "ck", collector)
+    assert sorted(collector.rows) == [("t", p, i, value_of("t", p, i))
+                                      for p in range(2) for i in range(25 if p == 0 else 40)]
+    assert len(collector.batches) == 3
 
 
 def _kafka_copy_module():
