@@ -322,6 +322,10 @@ class _ReaderBase:
         return state
 
     def read(self, partition):
+        if not isinstance(partition, SeglogInputPartition):
+            # A batch query with nothing to read: partitions() was empty and Spark runs one
+            # task with a placeholder partition.
+            return iter(())
         return read_partition(partition)
 
 
