@@ -193,7 +193,7 @@ def _strategy(options) -> tuple[str, tuple, str | None, tuple]:
     return kind, (), None, tuple(assigned)
 
 
-def _offset_spec(options, *, prefix: str, default: str, streaming: bool) -> OffsetSpec:
+def _offset_spec(options, *, prefix: str, default: str) -> OffsetSpec:
     """starting* / ending* options; precedence as in Spark: timestamp, by-timestamp, offsets."""
     ts_name, by_ts_name, off_name = (f"{prefix}timestamp", f"{prefix}offsetsbytimestamp",
                                      f"{prefix}offsets")
@@ -233,8 +233,7 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
     storage = storage_options(options)
     strategy, topics, pattern, assigned = _strategy(options)
 
-    starting = _offset_spec(options, prefix="starting", default="latest" if streaming else "earliest",
-                            streaming=streaming)
+    starting = _offset_spec(options, prefix="starting", default="latest" if streaming else "earliest")
     if streaming:
         given = [k for k in ENDING_OPTIONS if options.get(k) is not None]
         if given:
@@ -243,7 +242,7 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
                 " a streaming query reads on as the log grows")
         ending = OffsetSpec("latest")
     else:
-        ending = _offset_spec(options, prefix="ending", default="latest", streaming=False)
+        ending = _offset_spec(options, prefix="ending", default="latest")
         if starting.kind == "latest" or (starting.kind == "offsets" and LATEST in starting.offsets.values()):
             raise InvalidConfigError(
                 f"option {starting.option}={options.get('startingoffsets')!r}: a batch query cannot"

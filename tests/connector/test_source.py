@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import threading
 import time
 from datetime import datetime, timezone
