@@ -195,7 +195,7 @@ APPENDER = textwrap.dedent("""
             if i % 15 == 0:
                 log.commit()
                 committed = log.high_watermark
-                if committed == 15:
+                if committed == 300:          # three or more segments of 3000 bytes rolled
                     print("ready", flush=True)
             if i > 3_000_000:
                 break
@@ -217,7 +217,7 @@ def test_two_processes_contend_on_local_disk(tmp_path, delay):
                             stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-        time.sleep(delay)                     # let the first writer run on (and roll)
+        time.sleep(delay)                     # let the first writer run on
         b = LogRoot.open(root_path).log("t", 0, writer=True)
         out, err = proc.communicate(timeout=60)
     finally:
