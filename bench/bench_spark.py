@@ -282,11 +282,17 @@ class Bench:
         finally:
             # Stopping an endless query interrupts the micro-batch in flight, which Spark logs
             # as an aborted write at ERROR level: expected here, so not printed.
-            self.spark.sparkContext.setLogLevel("OFF")
+            # The killed tasks log after stop() returns: stay quiet until no stage is running.
+            sc = self.spark.sparkContext
+            sc.setLogLevel("OFF")
             try:
                 query.stop()
+                quiet_until = time.monotonic() + 10
+                while sc.statusTracker().getActiveStageIds() and time.monotonic() < quiet_until:
+                    time.sleep(0.1)
+                time.sleep(0.5)
             finally:
-                self.spark.sparkContext.setLogLevel("ERROR")
+                sc.setLogLevel("ERROR")
         return statistics.median(p["durationMs"]["triggerExecution"] for p in batches[2:TINY_BATCHES])
 
     def tiny_seglog(self) -> float:
