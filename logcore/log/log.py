@@ -557,18 +557,67 @@ class Log:
         """Append batches this engine built earlier (e.g. staged by Spark sink tasks).
 
         Each batch is checked (size, magic, CRC), gets its offsets from the LEO and this writer's
-        epoch; the records are not re-validated. Returns (first offset, last offset).
+        epoch (patched in place: the CRC does not cover them); the records are not re-validated.
+        Runs of batches go to a segment in one write, with Kafka's roll rules applied per batch.
+        Returns (first offset, last offset), or (-1, -1) for no batch.
         """
-        first = last = -1
+        source = f"{self.topic}-{self.partition} staged"
+        buf = bytearray(data)
+        batches = list(iter_batches(buf, source=source, allow_partial_tail=False))
+        if not batches:
+            return -1, -1
+        if any(h.producer_id >= 0 or h.is_control for _, h in batches):
+            # Producer state must see these one by one: the general path.
+            first = last = -1
+            with self._critical():
+                for pos, header in batches:
+                    info = self._append_locked(bytearray(buf[pos:pos + header.size]), _now_ms(),
+                                               validated=True, assign=True)
+                    first = info.first_offset if first < 0 else first
+                    last = info.last_offset
+            return first, last
         now = _now_ms()
+        log_append = self._log_append_time()
         with self._critical():
-            for pos, header in iter_batches(data, source=f"{self.topic}-{self.partition} staged",
-                                            allow_partial_tail=False):
-                info = self._append_locked(bytearray(data[pos:pos + header.size]), now,
-                                           validated=True, assign=True)
-                first = info.first_offset if first < 0 else first
-                last = info.last_offset
-        return first, last
+            if self._closed:
+                raise SegLogError(f"{self.topic}-{self.partition} is closed")
+            first = next_offset = self.log_end_offset
+            run_start, run_end, run_headers = batches[0][0], batches[0][0], []
+            run_first_ts = None
+            for pos, header in batches:
+                if header.size > self._segment_bytes:
+                    raise RecordTooLargeError(
+                        f"batch of {header.size} bytes exceeds segment.bytes={self._segment_bytes}")
+                set_base_offset(buf, next_offset, pos)
+                set_partition_leader_epoch(buf, self.leader_epoch, pos)
+                if log_append:
+                    set_log_append_time(buf, now, pos)
+                header = parse_header(buf, pos)
+                active = self.segments[-1]
+                if active.should_roll(header.size, header.max_timestamp, header.last_offset,
+                                      segment_bytes=self._segment_bytes, segment_ms=self._segment_ms,
+                                      now_ms=now, pending_bytes=run_end - run_start,
+                                      pending_batches=len(run_headers),
+                                      pending_first_timestamp=run_first_ts):
+                    if run_headers:
+                        active.append(memoryview(buf)[run_start:run_end], run_headers)
+                    if active.in_memory:
+                        self._commit_locked()
+                    else:
+                        self._roll_to(next_offset)
+                    run_start, run_end, run_headers, run_first_ts = pos, pos, [], None
+                if pos != run_end:          # batches are contiguous in the staged bytes
+                    raise SegLogError(f"{source}: batch at {pos} does not follow {run_end}")
+                if run_first_ts is None:
+                    run_first_ts = header.max_timestamp
+                run_headers.append(header)
+                run_end = pos + header.size
+                next_offset = header.next_offset
+            if run_headers:
+                self.segments[-1].append(memoryview(buf)[run_start:run_end], run_headers)
+            self._unflushed += sum(h.records_count for _, h in batches)
+            self._maybe_flush(now)
+        return first, next_offset - 1
 
     def append_control(self, control_type: ControlType, *, producer_id: int, producer_epoch: int,
                        coordinator_epoch: int = 0) -> AppendInfo:

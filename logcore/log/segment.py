@@ -393,12 +393,20 @@ class LogSegment:
         return position
 
     def should_roll(self, batch_size: int, max_timestamp: int, last_offset: int, *,
-                    segment_bytes: int, segment_ms: int, now_ms: int) -> bool:
-        size = self.size()
+                    segment_bytes: int, segment_ms: int, now_ms: int, pending_bytes: int = 0,
+                    pending_batches: int = 0, pending_first_timestamp: int | None = None) -> bool:
+        """Kafka's roll rules for appending one more batch. `pending_*` describe batches that
+        will be written before it in the same run (an append of many staged batches)."""
+        size = self.size() + pending_bytes
         if size > segment_bytes - batch_size:
             return True
         if size > 0:
-            if self.first_batch_timestamp is None:
+            if self.first_batch_timestamp is None and self.size() == 0:
+                if pending_first_timestamp is not None:
+                    waited = max_timestamp - pending_first_timestamp
+                    if pending_first_timestamp >= 0 and waited > segment_ms:
+                        return True
+            elif self.first_batch_timestamp is None:
                 # A segment reopened with data in it: as Kafka, take the roll time from its
                 # first batch, not from when this process opened it.
                 head = self.read_bytes(0, HEADER_SIZE)
@@ -406,11 +414,18 @@ class LogSegment:
                     self.first_batch_timestamp = parse_header(head).max_timestamp
             if self.first_batch_timestamp is not None and self.first_batch_timestamp >= 0:
                 waited = max_timestamp - self.first_batch_timestamp
+            elif self.first_batch_timestamp is None and self.size() == 0:
+                waited = -1
             else:
                 waited = now_ms - self.created_ms
             if waited > segment_ms:
                 return True
-        if self.offset_index.is_full() or self.time_index.is_full():
+        if pending_batches:
+            # Each pending batch adds at most one entry to each index.
+            if (self.offset_index.entries + pending_batches >= self.offset_index.max_entries
+                    or self.time_index.entries + pending_batches >= self.time_index.max_entries - 1):
+                return True
+        elif self.offset_index.is_full() or self.time_index.is_full():
             return True
         return last_offset - self.base_offset > INT32_MAX
 

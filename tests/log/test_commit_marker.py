@@ -71,3 +71,30 @@ def test_append_staged_assigns_offsets(open_root):
     data = log.read(0).data
     assert [h.base_offset for _, h in iter_batches(data)] == [0, 1, 3]
     assert [r.value for r in log.read_records(0)] == [b"v", b"1", b"2", b"3"]
+
+
+def test_append_staged_rolls_like_single_appends(open_root):
+    """A long staged run is cut into segments by the same rules as batch-by-batch appends."""
+    from logcore.records.batch import build_batch, iter_batches
+    root = open_root()
+    root.create_topic("t", config={"segment.bytes": "4000", "index.interval.bytes": "300"})
+    log = root.log("t", 0, writer=True)
+    staged = b"".join(build_batch([(b"k%d" % (3 * b + i), b"v" * 40, (), 1000 + b) for i in range(3)])
+                      for b in range(60))
+    assert log.append_staged(staged) == (0, 179)
+    log.commit({"batch": 0})
+    assert log.commit_marker == {"batch": 0}
+    assert len(log.segments) > 3
+    for seg in log.segments[:-1]:
+        assert seg.size() <= 4000
+    offsets = [r.offset for r in log.read_records(0)]
+    assert offsets == list(range(180))
+    # Every segment's batches carry this writer's epoch and start at its base offset.
+    for seg in log.segments:
+        headers = [h for _, h in iter_batches(seg.read_bytes(0, seg.size()))]
+        if not headers:
+            continue                 # an object store's fresh segment after the commit
+        assert headers[0].base_offset == seg.base_offset
+        assert all(h.partition_leader_epoch == log.leader_epoch for h in headers)
+    for offset in (0, 61, 122, 179):
+        assert next(log.read_records(offset)).offset == offset
