@@ -1,0 +1,50 @@
+"""The sink on an S3 root (the session's S3 server): staging, publishing and reading back."""
+from __future__ import annotations
+
+import pytest
+
+from logcore.log.log_root import LogRoot
+
+pytestmark = pytest.mark.s3
+
+
+def test_stream_and_batch_writes_to_an_s3_root(spark, storage_targets, tmp_path):
+    target = storage_targets.make("s3")
+    so = target.storage_options
+    options = {"storage.endpoint_url": so["endpoint_url"], "storage.key": so["key"],
+               "storage.secret": so["secret"], "storage.anon": "false",
+               "storage.client_kwargs.region_name": so["client_kwargs"]["region_name"]}
+    rows = [(f"user-{i % 7}", f"event-{i}") for i in range(300)]
+    df = spark.createDataFrame(rows, "key string, value string")
+    (df.write.format("seglog").options(**options).option("topic", "events")
+       .option("topic.partitions", "3").mode("append").save(target.url))
+
+    # A streaming query onto the same root: parquet files in, seglog out, exactly once.
+    src = tmp_path / "in"
+    spark.createDataFrame([(f"k{i}", f"stream-{i}") for i in range(120)],
+                          "key string, value string").repartition(2).write.parquet(str(src / "a"))
+    query = (spark.readStream.schema("key string, value string").parquet(str(src / "a"))
+             .writeStream.format("seglog").options(**options).option("topic", "events")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
+             .start(target.url))
+    try:
+        query.awaitTermination(120)
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+    root = LogRoot.open(target.url, storage_options=so)
+    values = []
+    for p in range(root.describe_topic("events").partitions):
+        values += [r.value.decode() for r in root.log("events", p).read_records(0)]
+    assert sorted(values) == sorted([v for _, v in rows] + [f"stream-{i}" for i in range(120)])
+    # Nothing staged is left behind once the batches are published: each query keeps only its
+    # record of committed batches.
+    storage = root.storage
+    if storage.exists(".seglog-staging"):
+        for query in storage.list_dir(".seglog-staging"):
+            assert storage.list_dir(f".seglog-staging/{query}") in ([], ["_committed.json"])
+    # And the seglog source reads the same rows back from S3.
+    back = (spark.read.format("seglog").options(**options).option("subscribe", "events")
+            .load(target.url).selectExpr("CAST(value AS STRING) AS v").collect())
+    assert sorted(r.v for r in back) == sorted(values)
