@@ -186,8 +186,7 @@ class _SeglogWriterBase:
             return root.describe_topic(topic)
 
     # -- tasks ------------------------------------------------------------------------------
-    def _identity(self, ctx) -> tuple[str, int]:
-        raise NotImplementedError
+    # Subclasses define `_identity(ctx) -> (query or job id, batch id)`.
 
     def write(self, iterator):
         from pyspark import TaskContext
