@@ -85,8 +85,11 @@ class Storage(ABC):
         """Delete a folder and everything below it; a missing folder is fine."""
 
     @abstractmethod
-    def write_atomic(self, path: str, data: bytes) -> None:
-        """Replace the whole file; readers see the old or the new content, never a mix."""
+    def write_atomic(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        """Replace the whole file; readers see the old or the new content, never a mix.
+
+        durable=False skips the fsyncs on local disk: for scratch files that a crash may lose
+        (staging that a retry rewrites), never for anything a commit relies on."""
 
     @abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> str | None:

@@ -154,8 +154,8 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             pass  # already gone (or removed concurrently)
 
-    def _write_tmp(self, os_path: str, data: bytes) -> tuple[str, int]:
-        """Write `data` to a fresh, fsynced temp file beside `os_path`; returns (tmp path, open fd)."""
+    def _write_tmp(self, os_path: str, data: bytes, durable: bool = True) -> tuple[str, int]:
+        """Write `data` to a fresh (fsynced) temp file beside `os_path`; returns (tmp path, open fd)."""
         folder, name = os.path.split(os_path)
         os.makedirs(folder, exist_ok=True)
         tmp = os.path.join(folder, f".{name}{TMP_MARKER}{secrets.token_hex(6)}")
@@ -164,19 +164,20 @@ class LocalStorage(Storage):
             view, written = memoryview(data), 0
             while written < len(view):
                 written += os.write(fd, view[written:])
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
             raise
         return tmp, fd
 
-    def write_atomic(self, path: str, data: bytes) -> None:
+    def write_atomic(self, path: str, data: bytes, *, durable: bool = True) -> None:
         self._refuse_if_read_only(path, "write")
-        self._replace(self.local_path(path), data)
+        self._replace(self.local_path(path), data, durable)
 
-    def _replace(self, os_path: str, data: bytes) -> os.stat_result:
-        tmp, fd = self._write_tmp(os_path, data)
+    def _replace(self, os_path: str, data: bytes, durable: bool = True) -> os.stat_result:
+        tmp, fd = self._write_tmp(os_path, data, durable)
         try:
             st = os.fstat(fd)
             os.replace(tmp, os_path)
@@ -185,7 +186,8 @@ class LocalStorage(Storage):
             raise
         finally:
             os.close(fd)
-        _fsync_dir(os.path.dirname(os_path))
+        if durable:
+            _fsync_dir(os.path.dirname(os_path))
         return st
 
     def put_if_absent(self, path: str, data: bytes) -> str | None:

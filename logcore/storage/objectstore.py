@@ -244,7 +244,7 @@ class ObjectStorage(Storage):
         except Exception as exc:
             raise self._translate(exc, "delete folder", path) from exc
 
-    def write_atomic(self, path: str, data: bytes) -> None:
+    def write_atomic(self, path: str, data: bytes, *, durable: bool = True) -> None:
         # A single PUT (multipart above s3fs's chunk size) becomes visible whole or not at all.
         self._refuse_if_read_only(path, "write")
         full = self._full(path)
