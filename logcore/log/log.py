@@ -409,7 +409,8 @@ class Log:
         seg = self._new_segment(base_offset, writable=True, in_memory=in_memory)
         self.segments.append(seg)
         self.bases.append(base_offset)
-        if self.storage.is_local and self.writer and self.producer_state.producers:
+        if self.storage.is_local and self.writer:
+            # As Kafka, a snapshot at every roll, empty or not: readers replay only what follows.
             self.producer_state.write_snapshot(base_offset)
         return seg
 
@@ -766,7 +767,8 @@ class Log:
                         position = max(position, self.segments[i].base_offset)
             aborted = []
             if isolation == "read_committed" and result:
-                aborted = self._collect_aborted(offset, _next_offset_after(result))
+                if self._txn_bases:     # no aborted transaction anywhere: nothing to collect
+                    aborted = self._collect_aborted(offset, _next_offset_after(result))
             return FetchResult(result, self.high_watermark, self.last_stable_offset,
                                self.log_start_offset, aborted)
 
@@ -919,8 +921,7 @@ class Log:
                     with self._critical():
                         if self.storage.is_local:
                             self._flush_locked()
-                            if self.producer_state.producers:
-                                self.producer_state.write_snapshot(self.log_end_offset)
+                            self.producer_state.write_snapshot(self.log_end_offset)
                             for seg in self.segments:
                                 seg.close()
                             self.state_store.set_recovery_point(self.log_end_offset)

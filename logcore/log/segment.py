@@ -328,19 +328,22 @@ class LogSegment:
         found = self.translate_offset(offset)
         if found is None:
             return b""
-        start, _ = found
-        end = start
-        total = 0
-        for pos, header in self.scan_headers(start):
-            if header.last_offset >= max_offset:
+        start, first = found
+        if first.last_offset >= max_offset:
+            return b""
+        # One read for the whole window; the batch headers are walked in that buffer.
+        want = max(max_bytes, first.size) if min_one_batch else max_bytes
+        buf = self.read_bytes(start, start + want)
+        end = 0
+        while end + HEADER_SIZE <= len(buf):
+            header = parse_header(buf, end)
+            if header.magic != 2 or header.size < HEADER_SIZE:
+                raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
+                                         file=self.log_path, position=start + end)
+            if header.last_offset >= max_offset or end + header.size > len(buf):
                 break
-            if total + header.size > max_bytes and not (min_one_batch and total == 0):
-                break
-            total += header.size
-            end = pos + header.size
-            if total >= max_bytes:
-                break
-        return self.read_bytes(start, end)
+            end += header.size
+        return buf[:end] if end < len(buf) else buf
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
