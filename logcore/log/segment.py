@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from logcore.errors import CorruptIndexError, CorruptRecordError, SegLogError
+from logcore.errors import CorruptIndexError, CorruptRecordError, ResourceNotFoundError, SegLogError
 from logcore.records.batch import HEADER_SIZE, BatchHeader, iter_batches, parse_header
 from logcore.log.offset_index import OffsetIndex
 from logcore.log.time_index import TimeIndex
@@ -29,6 +29,7 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
 SCAN_CHUNK = 64 * 1024
+FIRST_SCAN_CHUNK = 1024
 INT32_MAX = 2**31 - 1
 
 
@@ -65,7 +66,10 @@ class _FileData:
     def size(self) -> int:
         if self.file is not None:
             return self.file.size()
-        return self.storage.size(self.path) if self.storage.exists(self.path) else 0
+        try:
+            return self.storage.size(self.path)
+        except ResourceNotFoundError:
+            return 0
 
     def read(self, start: int, end: int) -> bytes:
         if self.file is not None:
@@ -293,8 +297,12 @@ class LogSegment:
         """
         limit = self.size() if end is None else min(end, self.size())
         pos = start
+        # Start small (a lookup usually needs one or two headers past the index entry) and
+        # grow the chunk for long scans.
+        chunk_size = FIRST_SCAN_CHUNK
         while pos + HEADER_SIZE <= limit:
-            chunk = self.read_bytes(pos, min(limit, pos + SCAN_CHUNK))
+            chunk = self.read_bytes(pos, min(limit, pos + chunk_size))
+            chunk_size = min(SCAN_CHUNK, chunk_size * 4)
             off = 0
             while off + HEADER_SIZE <= len(chunk):
                 header = parse_header(chunk, off)
