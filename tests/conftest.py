@@ -135,9 +135,12 @@ def _start_external() -> tuple[S3Endpoint, Callable[[], None]]:
 
 def _start_minio() -> tuple[S3Endpoint, Callable[[], None]]:
     try:
-        from testcontainers.minio import MinioContainer
-    except ImportError as exc:
-        raise LookupError("testcontainers is not installed") from exc
+        from testcontainers.community.minio import MinioContainer
+    except ImportError:
+        try:                                  # testcontainers releases before the community split
+            from testcontainers.minio import MinioContainer
+        except ImportError as exc:
+            raise LookupError("testcontainers is not installed") from exc
     if not _docker_available():
         raise LookupError("no Docker daemon answers")
     container = MinioContainer("minio/minio:latest").start()
