@@ -383,8 +383,11 @@ class Log:
             raise ReadOnlyLogError(f"{self.topic}-{self.partition} was opened for reading only")
         with self._lock:
             if self.storage.is_local:
-                with self.fence.critical():
+                self.fence.enter_critical()
+                try:
                     yield
+                finally:
+                    self.fence.exit_critical()
             else:
                 yield
 
@@ -484,7 +487,7 @@ class Log:
                 f"batch declares {header.records_count} records but holds {columns.rows}")
         deltas = columns.offsets - header.base_offset
         expected = _DELTAS[:columns.rows] if columns.rows <= len(_DELTAS) else np.arange(columns.rows)
-        if not np.array_equal(deltas, expected):
+        if not (deltas == expected).all():
             i = int(np.argmax(deltas != expected))
             raise InvalidRecordError(
                 f"record {i} has offset delta {int(offsets[i]) - header.base_offset}, expected {i}")

@@ -71,6 +71,7 @@ class WriterFence:
         self._pinned_key: tuple[int, int, int] | None = None
         self._lock_fd: int | None = None       # local: .writer.lock, flocked in critical()
         self._thread_lock = threading.Lock()   # flock does not exclude threads sharing one fd
+        self._epoch_os_path: str | None = None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -156,8 +157,10 @@ class WriterFence:
         """Raise FencedWriterError unless the partition's epoch is still mine."""
         mine = self.partition_leader_epoch
         if self.storage.is_local and self._pinned_key is not None:
+            if self._epoch_os_path is None:      # resolved once: this runs on every append
+                self._epoch_os_path = self.storage.local_path(self.epoch_path)
             try:
-                st = os.stat(self.storage.local_path(self.epoch_path))
+                st = os.stat(self._epoch_os_path)
             except FileNotFoundError:
                 raise self._fenced(-1) from None
             if (st.st_ino, st.st_mtime_ns, st.st_size) == self._pinned_key:
@@ -177,18 +180,38 @@ class WriterFence:
     def critical(self) -> Iterator[None]:
         """A section in which this writer may write: checked first, and on local disk no other
         writer can take the partition until it ends."""
+        self.enter_critical()
+        try:
+            yield
+        finally:
+            self.exit_critical()
+
+    def enter_critical(self) -> None:
+        """`critical()` without a context manager (the append path calls it for every batch):
+        must be paired with exit_critical(), also when this raises nothing."""
         self.partition_leader_epoch  # raises if never acquired
         if not self.storage.is_local or self._lock_fd is None:
             self.check()
-            yield
             return
-        with self._thread_lock:
+        self._thread_lock.acquire()
+        try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
                 self.check()
-                yield
-            finally:
+            except BaseException:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                raise
+        except BaseException:
+            self._thread_lock.release()
+            raise
+
+    def exit_critical(self) -> None:
+        if not self.storage.is_local or self._lock_fd is None:
+            return
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
 
     # -- lifetime ------------------------------------------------------------------------------
 
