@@ -235,3 +235,43 @@ def test_build_batch_accepts_record_objects_and_rejects_empty():
     with pytest.raises(InvalidRecordError):
         build_batch([])
     assert isinstance(parse_header(data), BatchHeader)
+
+
+# ------------------------------------------------------------------ batch_fields (bulk header scan)
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(0, 300), st.integers(-1, 2**40),
+                          st.booleans()), min_size=0, max_size=12),
+       st.integers(0, 10_000))
+def test_batch_fields_match_iter_batches(specs, flip):
+    from logcore.records.batch import batch_fields
+    data = bytearray()
+    for count, size, ts, idempotent in specs:
+        records = [(b"k", b"v" * size, (), ts) for _ in range(count)]
+        extra = {"producer_id": 9, "producer_epoch": 0, "base_sequence": 0} if idempotent else {}
+        data += build_batch(records, base_offset=len(data), **extra)
+    fields = batch_fields(bytes(data))
+    expected = [(p, h.size, h.base_offset, h.last_offset_delta, h.max_timestamp, h.producer_id, h.attributes)
+                for p, h in iter_batches(bytes(data))]
+    assert fields.tolist() == [list(e) for e in expected]
+    if data:
+        # One flipped byte: both scanners agree on whether and where the buffer is corrupt.
+        pos = flip % len(data)
+        data[pos] ^= 0x5A
+        try:
+            list(iter_batches(bytes(data), allow_partial_tail=False))
+            py_error = None
+        except CorruptRecordError as exc:
+            py_error = exc.position
+        try:
+            batch_fields(bytes(data), source="staged")
+            c_error = None
+        except CorruptRecordError as exc:
+            c_error = exc.position
+            assert "staged" in str(exc)
+        assert (py_error is None) == (c_error is None)
+        if py_error is not None:
+            assert py_error == c_error
