@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import bisect
 import logging
+import mmap
+import os
 import threading
 import time
 from contextlib import contextmanager, nullcontext
@@ -26,7 +28,7 @@ import numpy as np
 from logcore.errors import (CorruptIndexError, CorruptRecordError, FencedWriterError,
                             InvalidRecordError, OffsetOutOfRangeError, ReadOnlyLogError,
                             RecordTooLargeError, SegLogError)
-from logcore.records.batch import (HEADER_SIZE, BatchHeader, Record, TimestampType, build_batch, decode_records,
+from logcore.records.batch import (CONTROL_MASK, HEADER_SIZE, INT32_MAX, BatchHeader, batch_fields, Record, TimestampType, build_batch, decode_records,
                                    iter_batches, parse_header, set_base_offset, set_log_append_time,
                                    set_partition_leader_epoch)
 from logcore.records.arrow import record_columns
@@ -621,6 +623,76 @@ class Log:
                 self.segments[-1].append(memoryview(buf)[run_start:run_end], run_headers)
             self._unflushed += sum(h.records_count for _, h in batches)
             self._maybe_flush(now)
+        return first, next_offset - 1
+
+    def adopt_staged(self, path: str) -> tuple[int, int] | None:
+        """Local disk: make a staged file of batches a segment of this log without copying it.
+
+        `path` (relative to the storage root, on the log's file system) holds contiguous batches
+        this engine built, as `append_staged` takes them. The file gets a second name as a new
+        segment at the LEO (a hard link), its batches get their offsets and this writer's epoch
+        in place (outside the CRC), its indexes are built, it is fsynced and sealed, and a new
+        active segment follows it. The staged name stays valid, so a commit retried after a
+        crash can adopt it again (a writer that reopens the log drops the uncommitted segment).
+        Returns (first offset, last offset), or None when the file cannot be adopted and must go
+        through `append_staged`: not local disk, a LogAppendTime topic, producer ids or control
+        batches, more than segment.bytes, or more batches than the indexes hold.
+        """
+        if not self.storage.is_local or self._log_append_time():
+            return None
+        source = f"{self.topic}-{self.partition} staged {path}"
+        with open(self.storage.local_path(path), "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0 or size > self._segment_bytes:
+                return None
+            with mmap.mmap(f.fileno(), size) as mm:
+                return self._adopt_mapped(path, mm, source)
+
+    def _adopt_mapped(self, path: str, mm, source: str) -> tuple[int, int] | None:
+        fields = batch_fields(mm, source=source)
+        positions, sizes, _bases, deltas, max_ts, producer_ids, attributes = fields.T
+        counts = deltas + 1
+        max_entries = self.config.segment_index_bytes // 12      # the time index's, the smaller
+        if (len(fields) == 0 or len(fields) >= max_entries - 1 or (producer_ids >= 0).any()
+                or (attributes & CONTROL_MASK).any() or int(counts.sum()) - 1 > INT32_MAX):
+            return None
+        with self._critical():
+            if self._closed:
+                raise SegLogError(f"{self.topic}-{self.partition} is closed")
+            first = self.log_end_offset
+            bases = first + np.concatenate(([0], np.cumsum(counts)[:-1]))
+            last_offsets = bases + deltas
+            # baseOffset, batchLength (unchanged) and partitionLeaderEpoch: the first 16 bytes
+            # of each header, outside the CRC.
+            head = np.empty(len(fields), dtype=[("base", ">i8"), ("length", ">i4"), ("epoch", ">i4")])
+            head["base"] = bases
+            head["length"] = sizes - 12
+            head["epoch"] = self.leader_epoch
+            view = np.frombuffer(mm, dtype=np.uint8)
+            view[positions[:, None] + np.arange(16)] = head.view(np.uint8).reshape(-1, 16)
+            del view
+            active = self.segments[-1]
+            if active.size() == 0 and active.base_offset == first and not active.in_memory:
+                # The empty active segment has the name the adopted file takes.
+                active.close()
+                active.delete_files()
+                self.segments.pop()
+                self.bases.pop()
+            elif active.writable:
+                active.seal()
+                active.close()
+                self.segments[-1] = self._new_segment(active.base_offset, writable=False)
+            seg = self._new_segment(first, writable=False)
+            self.storage.link(path, seg.log_path)
+            seg = self._new_segment(first, writable=True)
+            seg.index_existing(positions, sizes, last_offsets, max_ts)
+            seg.seal()
+            seg.flush()
+            seg.close()
+            self.segments.append(self._new_segment(first, writable=False))
+            self.bases.append(first)
+            next_offset = int(last_offsets[-1]) + 1
+            self._roll_to(next_offset)
         return first, next_offset - 1
 
     def append_control(self, control_type: ControlType, *, producer_id: int, producer_epoch: int,

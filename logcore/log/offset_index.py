@@ -229,6 +229,40 @@ class AbstractIndex:
             os.pwrite(self._fd, self.ENTRY_STRUCT.pack(key, value), position)
         self._n = n + 1
 
+    def append_entries(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Append many entries at once (keys and values as stored: relative offsets, positions or
+        timestamps); they must continue the index in order and fit in it."""
+        self._check_writable()
+        count = len(keys)
+        if count == 0:
+            return
+        n = self._n
+        if n + count > self.max_entries:
+            raise InvalidIndexEntryError(
+                f"cannot append {count} entries to the {self.KIND} {self._where} ({n} entries of max"
+                f" {self.max_entries})")
+        keys = np.asarray(keys, dtype=self.KEY_DTYPE)
+        values = np.asarray(values, dtype=self.VALUE_DTYPE)
+        combined_keys = np.concatenate((self._keys[n - 1:n], keys))
+        if (combined_keys[1:] <= combined_keys[:-1]).any():
+            raise InvalidIndexEntryError(f"entries appended to the {self.KIND} {self._where} are not"
+                                         " in increasing order")
+        if n + count > len(self._keys):
+            capacity = max(_MIN_CAPACITY, 2 * (n + count))
+            self._keys = np.resize(self._keys, capacity)
+            self._values = np.resize(self._values, capacity)
+        self._keys[n:n + count] = keys
+        self._values[n:n + count] = values
+        if self._fd is not None:
+            out = np.empty(count, dtype=self.FILE_DTYPE)
+            out["key"] = keys
+            out["value"] = values
+            position = n * self.ENTRY_SIZE
+            if position + out.nbytes > self._file_length:
+                self._resize_file(position + out.nbytes)
+            os.pwrite(self._fd, out.tobytes(), position)
+        self._n = n + count
+
     def truncate_to_entries(self, count: int) -> None:
         """Keep the first `count` entries (on disk, the rest becomes zeros)."""
         self._check_writable()

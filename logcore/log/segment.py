@@ -389,6 +389,46 @@ class LogSegment:
         if self.max_timestamp_so_far < 0 and position > 0:
             self._load_max_timestamp()
         self.data.append(data)
+        self._index_batches(position, headers)
+        return position
+
+    def index_existing(self, positions: np.ndarray, sizes: np.ndarray, last_offsets: np.ndarray,
+                       max_timestamps: np.ndarray) -> None:
+        """Index the batches already in this fresh segment's `.log` (a staged file adopted as
+        the segment), with the same entries `append` would have made, written in bulk."""
+        if len(positions) == 0:
+            return
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = int(max_timestamps[0])
+        # Kafka's rule: an entry for a batch when more than index.interval.bytes were written
+        # since the last entry (a running sum that resets: a short loop over ints).
+        interval = self.index_interval_bytes
+        since = self.bytes_since_last_index_entry
+        picked = []
+        for i, size in enumerate(sizes.tolist()):
+            if since > interval:
+                picked.append(i)
+                since = 0
+            since += size
+        self.bytes_since_last_index_entry = since
+        running_max = np.maximum.accumulate(max_timestamps)
+        # offset of the running maximum: the last offset of the batch that first reached it
+        new_max = np.concatenate(([True], running_max[1:] > running_max[:-1]))
+        holder = np.maximum.accumulate(np.where(new_max, np.arange(len(sizes)), 0))
+        max_offsets = last_offsets[holder]
+        if picked:
+            at = np.asarray(picked, dtype=np.int64)
+            self.offset_index.append_entries(last_offsets[at] - self.base_offset, positions[at])
+            ts, offs = running_max[at], max_offsets[at]
+            keep = np.concatenate(([ts[0] > self.time_index.max_timestamp], ts[1:] > ts[:-1]))
+            keep &= ts >= 0
+            self.time_index.append_entries(ts[keep], offs[keep] - self.base_offset)
+        if running_max[-1] > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = int(running_max[-1])
+            self.offset_of_max_timestamp = int(max_offsets[-1])
+        self._next_offset = int(last_offsets[-1]) + 1
+
+    def _index_batches(self, position: int, headers: list[BatchHeader]) -> None:
         batch_pos = position
         for header in headers:
             if header.max_timestamp > self.max_timestamp_so_far:
@@ -401,7 +441,6 @@ class LogSegment:
             self.bytes_since_last_index_entry += header.size
             batch_pos += header.size
         self._next_offset = headers[-1].next_offset if headers else self._next_offset
-        return position
 
     def should_roll(self, batch_size: int, max_timestamp: int, last_offset: int, *,
                     segment_bytes: int, segment_ms: int, now_ms: int, pending_bytes: int = 0,

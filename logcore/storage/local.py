@@ -238,6 +238,17 @@ class LocalStorage(Storage):
         if os.path.dirname(src_path) != os.path.dirname(dst_path):
             _fsync_dir(os.path.dirname(src_path))
 
+    def link(self, src: str, dst: str) -> None:
+        """Give the file `src` the second name `dst` (a hard link: no byte is copied)."""
+        self._refuse_if_read_only(dst, "link")
+        src_path, dst_path = self.local_path(src), self.local_path(dst)
+        try:
+            os.link(src_path, dst_path)
+        except FileNotFoundError as exc:
+            raise ResourceNotFoundError(f"cannot link {self.describe(src)} as {self.describe(dst)}: "
+                                        "source not found") from exc
+        _fsync_dir(os.path.dirname(dst_path))
+
     @contextmanager
     def lock(self, path: str) -> Iterator[None]:
         """Exclusive flock on `path` (created if needed), across threads and processes."""
