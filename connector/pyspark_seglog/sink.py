@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +59,15 @@ MANIFEST = "_manifest.json"
 COMMITTED = "_committed.json"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+# Staged parts: on local disk a task appends to a part file in chunks, and the commit adopts a
+# part of at least `staging.adopt.bytes` as a segment (no copy); smaller parts are copied into
+# the active segment, so that small micro-batches do not make a segment each.
+DEFAULT_LOCAL_PART_BYTES = 256 << 20
+DEFAULT_OBJECT_PART_BYTES = 8 << 20
+_WRITE_CHUNK_BYTES = 1 << 20
+_IOV_MAX = 1024
+_PUBLISH_THREADS = 8
 
 _COMPRESSION_BY_TOPIC_CONFIG = {"uncompressed": Compression.NONE, "producer": Compression.NONE,
                                 "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
@@ -134,6 +145,7 @@ class StagedPart:
     records: int
     task: int
     seq: int             # order of this part within its task and partition
+    size: int = 0        # bytes (0 in manifests written before the field existed)
 
 
 @dataclass
@@ -242,14 +254,15 @@ class _SeglogWriterBase:
                     if storage.put_if_absent(f"{staging}/{MANIFEST}", json.dumps(manifest).encode()) is None:
                         raise CommitFailedError(
                             f"another commit of batch {batch_id} of query {query_id} is running")
+                todo = []
                 for tp, log in sorted(logs.items()):
                     marker = log.commit_marker
                     if (self.streaming and marker is not None and marker.get("query") == query_id
                             and marker.get("batch", -1) >= batch_id):
                         continue            # published by an earlier attempt of this commit
-                    for part in sorted(by_partition[tp], key=lambda p: (p.task, p.seq)):
-                        log.append_staged(storage.read(part.path))
-                    log.commit(marker={"query": query_id, "batch": batch_id} if self.streaming else None)
+                    todo.append((log, sorted(by_partition[tp], key=lambda p: (p.task, p.seq))))
+                commit_marker = {"query": query_id, "batch": batch_id} if self.streaming else None
+                _publish_all(storage, todo, commit_marker, self.opts.staging_adopt_bytes)
             finally:
                 for log in logs.values():
                     log.close()
@@ -289,6 +302,31 @@ class _SeglogWriterBase:
                         storage.delete(p.path)
         elif storage.exists(staging):
             storage.delete_dir(staging)
+
+
+def _publish(storage, log, parts: list[StagedPart], marker: dict | None, adopt_bytes: int) -> None:
+    """Append one partition's staged parts in order, then commit it (its HW moves)."""
+    for part in parts:
+        size = part.size or storage.size(part.path)
+        if size >= adopt_bytes and log.adopt_staged(part.path) is not None:
+            continue
+        log.append_staged(storage.read(part.path))
+    log.commit(marker=marker)
+
+
+def _publish_all(storage, todo: list, marker: dict | None, adopt_bytes: int) -> None:
+    """Publish partitions in parallel: each has its own log, fence and fsync."""
+    if len(todo) <= 1:
+        for log, parts in todo:
+            _publish(storage, log, parts, marker, adopt_bytes)
+        return
+    with ThreadPoolExecutor(max_workers=min(len(todo), _PUBLISH_THREADS),
+                            thread_name_prefix="seglog-publish") as pool:
+        futures = [pool.submit(_publish, storage, log, parts, marker, adopt_bytes) for log, parts in todo]
+        errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 class SeglogStreamWriter(_SeglogWriterBase, DataSourceStreamArrowWriter):
@@ -370,11 +408,15 @@ class _TaskStager:
         self.name = f"{task}-{attempt}-{uuid.uuid4().hex[:12]}"
         self.task = task
         self.storage = open_storage(self.opts.root, self.opts.storage_options)
+        # On local disk a part is a file the task appends to and the commit adopts as a
+        # segment; on an object store it is one object written whole.
+        self.local = self.storage.is_local
         self.root: LogRoot | None = None
-        self.topics: dict[str, tuple[int, Compression]] = {}
+        self.topics: dict[str, tuple[int, Compression, int]] = {}   # partitions, codec, part limit
         self.partitioner = DefaultPartitioner(start=task)
         self.buffers: dict[tuple[str, int], list] = {}
         self.buffered: dict[tuple[str, int], list[int]] = {}    # [bytes, records]
+        self.open_parts: dict[tuple[str, int], StagedPart] = {}
         self.seq: dict[tuple[str, int], int] = {}
         self.parts: list[StagedPart] = []
 
@@ -382,18 +424,27 @@ class _TaskStager:
         if self.root is not None:
             self.root.close()
 
-    def _topic(self, topic: str) -> tuple[int, Compression]:
+    def _topic(self, topic: str) -> tuple[int, Compression, int]:
         found = self.topics.get(topic)
         if found is None:
             if self.root is None:
                 self.root = self.w._open_root()
             info = self.w._ensure_topic(self.root, topic)
+            config = self.root.topic_config(topic)
             if self.opts.compression is not None:
                 codec = self.opts.compression
             else:
-                name = self.root.topic_config(topic).compression_type
-                codec = _COMPRESSION_BY_TOPIC_CONFIG.get(name, Compression.NONE)
-            found = self.topics[topic] = (info.partitions, codec)
+                codec = _COMPRESSION_BY_TOPIC_CONFIG.get(config.compression_type, Compression.NONE)
+            if self.opts.staging_part_bytes is not None:
+                limit = self.opts.staging_part_bytes
+            elif self.local:
+                limit = DEFAULT_LOCAL_PART_BYTES
+            else:
+                limit = DEFAULT_OBJECT_PART_BYTES
+            # A part the commit adopts as a segment must fit one (a batch may overshoot by one
+            # batch, so leave room for the largest).
+            limit = max(1, min(limit, config.segment_bytes - 2 * max(self.opts.batch_size, 1 << 20)))
+            found = self.topics[topic] = (info.partitions, codec, limit)
         return found
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -417,7 +468,7 @@ class _TaskStager:
 
     def _add_topic(self, topic: str, batch: pa.RecordBatch) -> None:
         cols = self.cols
-        count, codec = self._topic(topic)
+        count, codec, _limit = self._topic(topic)
         n = batch.num_rows
         values = batch.column(cols["value"])
         keys = batch.column(cols["key"]) if "key" in cols else pa.nulls(n, pa.binary())
@@ -466,24 +517,60 @@ class _TaskStager:
         tp = (topic, partition)
         self.buffers.setdefault(tp, []).extend(batches)
         acc = self.buffered.setdefault(tp, [0, 0])
-        acc[0] += sum(len(b) for b in batches)
+        acc[0] += sum(map(len, batches))
         acc[1] += len(values)
-        if acc[0] >= self.opts.staging_part_bytes:
-            self._flush(tp)
+        limit = self.topics[topic][2]
+        if acc[0] >= (min(limit, _WRITE_CHUNK_BYTES) if self.local else limit):
+            self._write(tp)
 
-    def _flush(self, tp) -> None:
+    def _write(self, tp) -> None:
+        """Stage the buffered batches of `tp`: append them to its open part (local disk), or
+        write them as one part object."""
         data = self.buffers.pop(tp, None)
         size, records = self.buffered.pop(tp, (0, 0))
         if not data:
             return
-        seq = self.seq.get(tp, 0)
-        self.seq[tp] = seq + 1
-        path = f"{self.prefix}/{tp[0]}-{tp[1]}/{self.name}-{seq}"
+        part = self.open_parts.get(tp)
+        if part is None:
+            seq = self.seq.get(tp, 0)
+            self.seq[tp] = seq + 1
+            path = f"{self.prefix}/{tp[0]}-{tp[1]}/{self.name}-{seq}"
+            part = self.open_parts[tp] = StagedPart(tp[0], tp[1], path, 0, self.task, seq)
         # Staging needs no fsync: a staged part that a crash loses fails its commit, and
         # nothing is visible before the commit; the commit itself is durable.
-        self.storage.write_atomic(path, b"".join(data), durable=False)
-        self.parts.append(StagedPart(tp[0], tp[1], path, records, self.task, seq))
+        if self.local:
+            _append_file(self.storage.local_path(part.path), data)
+        else:
+            self.storage.write_atomic(part.path, b"".join(data), durable=False)
+        part.records += records
+        part.size += size
+        if not self.local or part.size >= self.topics[tp[0]][2]:
+            self._finish(tp)
+
+    def _finish(self, tp) -> None:
+        part = self.open_parts.pop(tp, None)
+        if part is not None:
+            self.parts.append(part)
 
     def flush_all(self) -> None:
         for tp in sorted(self.buffers):
-            self._flush(tp)
+            self._write(tp)
+        for tp in sorted(self.open_parts):
+            self._finish(tp)
+
+
+def _append_file(os_path: str, chunks: list) -> None:
+    """Append `chunks` to a local file with few system calls and no joined copy."""
+    os.makedirs(os.path.dirname(os_path), exist_ok=True)
+    fd = os.open(os_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        for i in range(0, len(chunks), _IOV_MAX):
+            group = chunks[i:i + _IOV_MAX]
+            want = sum(map(len, group))
+            done = os.writev(fd, group)
+            if done != want:                 # a short write: finish this group plainly
+                rest = b"".join(group)[done:]
+                while rest:
+                    rest = rest[os.write(fd, rest):]
+    finally:
+        os.close(fd)

@@ -18,9 +18,9 @@ from logcore.records.compression import Compression
 from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
 
 TOPIC_CONFIG_PREFIX = "topic.config."
+DEFAULT_STAGING_ADOPT_BYTES = 4 << 20
 DEFAULT_BATCH_SIZE = 16384                 # Kafka producer's batch.size
 DEFAULT_TOPIC_PARTITIONS = 1
-DEFAULT_STAGING_PART_BYTES = 8 << 20
 
 # option (lower case) -> one-line doc, for errors and docs/spark-options.md
 KNOWN_OPTIONS = {
@@ -32,7 +32,8 @@ KNOWN_OPTIONS = {
     "autocreatetopics": "create a missing topic (true) or fail (false)",
     "topic.partitions": "partition count of a topic the sink creates",
     "takeover": "take a topic whose partitions were last written by another streaming query",
-    "staging.part.bytes": "a task stages its encoded batches in objects of about this size",
+    "staging.part.bytes": "a task stages its encoded batches in parts of about this size",
+    "staging.adopt.bytes": "local disk: a staged part of at least this size becomes a segment as it is (no copy)",
     "includeheaders": "accepted for Kafka compatibility: a `headers` column is always written",
     "checkpointlocation": "Spark's streaming checkpoint (read by Spark, not by the sink)",
 }
@@ -54,7 +55,8 @@ class SinkOptions:
     topic_partitions: int
     topic_config: dict
     takeover: bool
-    staging_part_bytes: int
+    staging_part_bytes: int | None        # None: the sink's default for the storage
+    staging_adopt_bytes: int
 
 
 def _bool(options, name: str, default: bool) -> bool:
@@ -130,5 +132,6 @@ def parse_sink_options(options) -> SinkOptions:
         topic_partitions=_int(options, "topic.partitions", DEFAULT_TOPIC_PARTITIONS, 1),
         topic_config=topic_config,
         takeover=_bool(options, "takeover", False),
-        staging_part_bytes=_int(options, "staging.part.bytes", DEFAULT_STAGING_PART_BYTES, 1),
+        staging_part_bytes=_int(options, "staging.part.bytes", None, 1),
+        staging_adopt_bytes=_int(options, "staging.adopt.bytes", DEFAULT_STAGING_ADOPT_BYTES, 1),
     )
