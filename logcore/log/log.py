@@ -136,11 +136,12 @@ class Log:
     def _local_writer(self) -> bool:
         return self.writer and self.storage.is_local
 
-    def _new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False) -> LogSegment:
+    def _new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
+                     stem: str | None = None) -> LogSegment:
         return LogSegment(self.storage, self.dir, base_offset,
                           index_interval_bytes=self.config.index_interval_bytes,
                           max_index_size=self.config.segment_index_bytes,
-                          writable=writable, in_memory=in_memory)
+                          writable=writable, in_memory=in_memory, stem=stem)
 
     def _list_files(self) -> list[str]:
         if not self.storage.exists(self.dir):
@@ -207,21 +208,46 @@ class Log:
                 self.storage.delete(self.storage.join(self.dir, CLEAN_SHUTDOWN), missing_ok=True)
 
     def _clean_temporary_files(self, names: list[str]) -> None:
-        """Kafka's load step 1-2: drop `.deleted`/`.cleaned` leftovers, finish complete swaps."""
-        swaps = [n for n in names if n.endswith(".swap")]
+        """Kafka's load steps 1-2 for what a crashed cleaner pass left (local disk).
+
+        `.deleted` and `.cleaned` files go; a `.swap` set is complete (its swap committed) unless
+        a `.cleaned` file at or below its base is left, in which case it is rolled back too. A
+        complete set replaces every segment file whose base lies in the range its `.log.swap`
+        covers, then takes its final names.
+        """
+        if not self.storage.is_local:
+            return
+        join = self.storage.join
+        cleaned = [p[0] for p in map(_temp_segment_name, names) if p and p[2] == ".cleaned"]
+        min_cleaned = min(cleaned) if cleaned else None
         for name in names:
             if name.endswith(".deleted") or name.endswith(".cleaned"):
-                self.storage.delete(self.storage.join(self.dir, name))
-        if swaps and self.storage.is_local:
-            for name in swaps:
-                target = name[: -len(".swap")]
-                self.storage.rename(self.storage.join(self.dir, name), self.storage.join(self.dir, target))
-        if self.storage.is_local:
-            logs = {n[:20] for n in names if n.endswith(LOG_SUFFIX) and parse_segment_name(n)}
-            for name in names:
+                self.storage.delete(join(self.dir, name))
+        swaps = [n for n in names if n.endswith(".swap")]
+        if min_cleaned is not None:
+            for name in [n for n in swaps if int(n[:20]) >= min_cleaned]:
+                self.storage.delete(join(self.dir, name))
+            swaps = [n for n in swaps if int(n[:20]) < min_cleaned]
+        swap_logs = [n for n in swaps if n.endswith(LOG_SUFFIX + ".swap")]
+        ranges = []
+        for name in swap_logs:
+            base = int(name[:20])
+            ranges.append((base, _next_offset_of_file(self.storage, join(self.dir, name), base)))
+        if ranges:
+            for name in self._list_files():
                 parsed = parse_segment_name(name)
-                if parsed and parsed[1] in (".index", ".timeindex", ".txnindex") and name[:20] not in logs:
-                    self.storage.delete(self.storage.join(self.dir, name))
+                if not parsed or parsed[1] not in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex", SNAPSHOT_SUFFIX):
+                    continue
+                if parsed[1] != SNAPSHOT_SUFFIX and any(lo <= parsed[0] < hi for lo, hi in ranges):
+                    self.storage.delete(join(self.dir, name))
+        for name in swaps:
+            self.storage.rename(join(self.dir, name), join(self.dir, name[: -len(".swap")]))
+        names = self._list_files()
+        logs = {n[:20] for n in names if n.endswith(LOG_SUFFIX) and parse_segment_name(n)}
+        for name in names:
+            parsed = parse_segment_name(name)
+            if parsed and parsed[1] in (".index", ".timeindex", ".txnindex") and name[:20] not in logs:
+                self.storage.delete(join(self.dir, name))
 
     def _drop_unreachable_object_segments(self) -> None:
         """Object stores: a fenced writer may have published a segment after it lost the partition.
@@ -951,6 +977,29 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset},"
                 f" hw={self.high_watermark}, leo={self.log_end_offset}, epoch={self.leader_epoch})")
+
+
+def _next_offset_of_file(storage, path: str, base: int) -> int:
+    """Offset after the last whole batch of a segment file (headers read one by one)."""
+    pos, size, end = 0, storage.size(path), base
+    while pos + HEADER_SIZE <= size:
+        header = parse_header(storage.read(path, pos, pos + HEADER_SIZE))
+        if header.size < HEADER_SIZE or pos + header.size > size:
+            break
+        end = header.next_offset
+        pos += header.size
+    return end
+
+
+def _temp_segment_name(name: str) -> tuple[int, str, str] | None:
+    """(base, suffix, temporary suffix) of a name like 00000000000000000100.index.cleaned."""
+    parsed = parse_segment_name(name)
+    if parsed is None:
+        return None
+    for temp in TEMP_SUFFIXES:
+        if parsed[1].endswith(temp):
+            return parsed[0], parsed[1][: -len(temp)], temp
+    return None
 
 
 def _txn_index_bases(names: list[str]) -> set[int]:
