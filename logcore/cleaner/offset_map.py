@@ -54,7 +54,10 @@ class OffsetMap:
         self.slots = memory_bytes // ENTRY_BYTES
         self.load_factor = load_factor
         self.max_entries = max(1, int(self.slots * load_factor))
-        self._table = np.zeros(self.slots * ENTRY_BYTES, dtype=np.uint8)
+        # Zeroed up front, sequentially: a lazily zeroed table would take its page faults at
+        # random during the first pass (measured: 10x slower map building on 128 MiB).
+        self._table = np.empty(self.slots * ENTRY_BYTES, dtype=np.uint8)
+        self._table.fill(0)
         self.size = 0
         self.latest_offset = -1
 
@@ -76,7 +79,8 @@ class OffsetMap:
         return self._table
 
     def clear(self) -> None:
-        self._table.fill(0)
+        if self.size:
+            self._table.fill(0)
         self.size = 0
         self.latest_offset = -1
 
