@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from conftest import StorageTarget
+from tests.conftest import StorageTarget
 from logcore.cleaner.cleaner import LogCleaner
 from logcore.errors import CorruptRecordError, InvalidConfigError, ReadOnlyLogError
 from logcore.log.log_root import LogRoot

@@ -2,7 +2,7 @@
 import threading
 import time
 
-from conftest import StorageTarget
+from tests.conftest import StorageTarget
 from logcore.cleaner.cleaner import LogCleaner
 from tests.cleaner.helpers import open_root, reader_root
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import StorageTarget
+from tests.conftest import StorageTarget
 from logcore.log.log_root import LogRoot
 from tests.cleaner.helpers import check_compacted, open_root, read_all, write
 

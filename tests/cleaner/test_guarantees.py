@@ -163,7 +163,7 @@ def test_nothing_to_clean_returns_none(any_storage_url):
 
 
 def test_map_smaller_than_dirty_section_cleans_in_several_passes(tmp_path):
-    from conftest import StorageTarget
+    from tests.conftest import StorageTarget
     target = StorageTarget("local", str(tmp_path / "root"))
     root = open_root(target)
     log = root.log("t", 0, writer=True)

@@ -4,7 +4,7 @@ import tempfile
 
 from hypothesis import given, settings, strategies as st
 
-from conftest import StorageTarget
+from tests.conftest import StorageTarget
 from logcore.cleaner.cleaner import LogCleaner
 from tests.cleaner.helpers import DAY, open_root, read_all
 
