@@ -7,6 +7,11 @@ setup(
             "logcore.records._fastcodec",
             sources=["logcore/records/_fastcodec.c"],
             extra_compile_args=["-O3"],
-        )
+        ),
+        Extension(
+            "logcore.cleaner._offsetmap",
+            sources=["logcore/cleaner/_offsetmap.c"],
+            extra_compile_args=["-O3"],
+        ),
     ],
 )

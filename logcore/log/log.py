@@ -27,8 +27,9 @@ import numpy as np
 
 from logcore.errors import (CorruptIndexError, CorruptRecordError, FencedWriterError,
                             InvalidRecordError, OffsetOutOfRangeError, ReadOnlyLogError,
-                            RecordTooLargeError, SegLogError)
-from logcore.records.batch import (CONTROL_MASK, HEADER_SIZE, INT32_MAX, BatchHeader, batch_fields, Record, TimestampType, build_batch, decode_records,
+                            RecordTooLargeError, ResourceNotFoundError, SegLogError)
+from logcore.records.batch import (CONTROL_MASK, HEADER_SIZE, INT32_MAX, BatchHeader, Record, TimestampType,
+                                   batch_fields, build_batch, decode_records,
                                    iter_batches, parse_header, set_base_offset, set_log_append_time,
                                    set_partition_leader_epoch)
 from logcore.records.arrow import record_columns
@@ -47,6 +48,7 @@ CLEAN_SHUTDOWN = ".seglog-clean-shutdown"
 KAFKA_CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted", "log_end")
 TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
+_READ_ATTEMPTS = 4          # a reader retries a read that met a segment the cleaner replaced
 
 _COMPRESSION_BY_NAME = {"uncompressed": Compression.NONE, "none": Compression.NONE,
                         "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
@@ -138,11 +140,12 @@ class Log:
     def _local_writer(self) -> bool:
         return self.writer and self.storage.is_local
 
-    def _new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False) -> LogSegment:
+    def _new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
+                     stem: str | None = None) -> LogSegment:
         return LogSegment(self.storage, self.dir, base_offset,
                           index_interval_bytes=self.config.index_interval_bytes,
                           max_index_size=self.config.segment_index_bytes,
-                          writable=writable, in_memory=in_memory)
+                          writable=writable, in_memory=in_memory, stem=stem)
 
     def _list_files(self) -> list[str]:
         if not self.storage.exists(self.dir):
@@ -164,9 +167,12 @@ class Log:
             state = self.state_store.take_over(self.leader_epoch)
         self.commit_marker = state.marker
         self.recovery_point = state.recovery_point if state.recovery_point is not None else 0
-        for i, base in enumerate(bases):
-            active_local = can_write and self.storage.is_local and i == len(bases) - 1
-            self.segments.append(self._new_segment(base, writable=active_local))
+        plan = self._segment_plan(names, bases, state)
+        for i, (base, stem) in enumerate(plan):
+            active_local = can_write and self.storage.is_local and i == len(plan) - 1
+            self.segments.append(self._new_segment(base, writable=active_local, stem=stem))
+        if can_write and not self.storage.is_local and state.cleaned:
+            self._delete_replaced_objects(names, state.cleaned)
         self.bases = [s.base_offset for s in self.segments]
         if not self.storage.is_local and len(self.segments) > 0:
             self._drop_unreachable_object_segments()
@@ -209,21 +215,111 @@ class Log:
                 self.storage.delete(self.storage.join(self.dir, CLEAN_SHUTDOWN), missing_ok=True)
 
     def _clean_temporary_files(self, names: list[str]) -> None:
-        """Kafka's load step 1-2: drop `.deleted`/`.cleaned` leftovers, finish complete swaps."""
-        swaps = [n for n in names if n.endswith(".swap")]
+        """Kafka's load steps 1-2 for what a crashed cleaner pass left (local disk).
+
+        `.deleted` and `.cleaned` files go; a `.swap` set is complete (its swap committed) unless
+        a `.cleaned` file at or below its base is left, in which case it is rolled back too. A
+        complete set replaces every segment file whose base lies in the range its `.log.swap`
+        covers, then takes its final names.
+        """
+        if not self.storage.is_local:
+            return
+        join = self.storage.join
+        cleaned = [p[0] for p in map(_temp_segment_name, names) if p and p[2] == ".cleaned"]
+        min_cleaned = min(cleaned) if cleaned else None
         for name in names:
             if name.endswith(".deleted") or name.endswith(".cleaned"):
-                self.storage.delete(self.storage.join(self.dir, name))
-        if swaps and self.storage.is_local:
-            for name in swaps:
-                target = name[: -len(".swap")]
-                self.storage.rename(self.storage.join(self.dir, name), self.storage.join(self.dir, target))
-        if self.storage.is_local:
-            logs = {n[:20] for n in names if n.endswith(LOG_SUFFIX) and parse_segment_name(n)}
-            for name in names:
+                self.storage.delete(join(self.dir, name))
+        swaps = [n for n in names if n.endswith(".swap")]
+        if min_cleaned is not None:
+            for name in [n for n in swaps if int(n[:20]) >= min_cleaned]:
+                self.storage.delete(join(self.dir, name))
+            swaps = [n for n in swaps if int(n[:20]) < min_cleaned]
+        swap_logs = [n for n in swaps if n.endswith(LOG_SUFFIX + ".swap")]
+        ranges = []
+        for name in swap_logs:
+            base = int(name[:20])
+            ranges.append((base, _next_offset_of_file(self.storage, join(self.dir, name), base)))
+        if ranges:
+            for name in self._list_files():
                 parsed = parse_segment_name(name)
-                if parsed and parsed[1] in (".index", ".timeindex", ".txnindex") and name[:20] not in logs:
-                    self.storage.delete(self.storage.join(self.dir, name))
+                if not parsed or parsed[1] not in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex", SNAPSHOT_SUFFIX):
+                    continue
+                if parsed[1] != SNAPSHOT_SUFFIX and any(lo <= parsed[0] < hi for lo, hi in ranges):
+                    self.storage.delete(join(self.dir, name))
+        for name in swaps:
+            self.storage.rename(join(self.dir, name), join(self.dir, name[: -len(".swap")]))
+        names = self._list_files()
+        logs = {n[:20] for n in names if n.endswith(LOG_SUFFIX) and parse_segment_name(n)}
+        for name in names:
+            parsed = parse_segment_name(name)
+            if parsed and parsed[1] in (".index", ".timeindex", ".txnindex") and name[:20] not in logs:
+                self.storage.delete(join(self.dir, name))
+
+    # ------------------------------------------------------------------ cleaned segments
+    def _segment_plan(self, names: list[str], bases: list[int], state) -> list[tuple[int, str | None]]:
+        """(base, stem) of each segment. On an object store the cleaner's list in the partition
+        state names the segments below its end; listed originals there were replaced."""
+        cleaned = getattr(state, "cleaned", None)
+        if self.storage.is_local or not cleaned:
+            return [(b, None) for b in bases]
+        end = int(cleaned["end"])
+        plan = [(int(b), str(stem)) for b, stem in cleaned["segments"]]
+        for base, stem in plan:
+            if stem + ".txnindex" in names:
+                self._txn_bases.add(base)
+        self._txn_bases = {b for b in self._txn_bases if b >= end or any(b == p[0] for p in plan)}
+        return plan + [(b, None) for b in bases if b >= end]
+
+    def _delete_replaced_objects(self, names: list[str], cleaned: dict) -> None:
+        """A writer removes what a cleaner pass left behind: originals below the cleaned end and
+        cleaned objects that no list names (a pass that crashed before its switch)."""
+        end = int(cleaned["end"])
+        listed = {str(stem) for _b, stem in cleaned["segments"]}
+        for name in names:
+            parsed = parse_segment_name(name)
+            if parsed is None or parsed[1] == SNAPSHOT_SUFFIX:
+                continue
+            base, suffix = parsed
+            stem = name.rsplit(".", 1)[0]
+            if suffix in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex"):
+                stale = base < end
+            else:
+                stale = stem not in listed and suffix.count(".") == 2
+            if stale:
+                self.storage.delete(self.storage.join(self.dir, name), missing_ok=True)
+
+    def _refresh_cleaned_objects(self, names: list[str], bases: list[int], state) -> None:
+        plan = self._segment_plan(names, bases, state)
+        # Cleaned segments are immutable under their unique names; an original at or above the
+        # HW this reader knew may have been replaced by a new writer: open it afresh.
+        known = {s.stem: s for s in self.segments
+                 if s.base_offset < self.high_watermark or s.stem != segment_name(s.base_offset, "")}
+        self.segments = [known.get(stem or segment_name(base, "")) or self._new_segment(base, writable=False, stem=stem)
+                         for base, stem in plan]
+        self.bases = [s.base_offset for s in self.segments]
+
+    def _drop_replaced_local_segments(self) -> None:
+        """Local disk: forget segments whose `.log` file was replaced (a cleaned segment swapped
+        in under the same name); the listing's inode numbers tell, without a stat per file."""
+        inodes = {}
+        try:
+            with os.scandir(self.storage.local_path(self.dir)) as it:
+                for entry in it:
+                    if entry.name.endswith(LOG_SUFFIX) and parse_segment_name(entry.name):
+                        inodes[int(entry.name[:20])] = entry.inode()
+        except FileNotFoundError:
+            return
+        keep = []
+        for seg in self.segments:
+            inode = inodes.get(seg.base_offset)
+            known = getattr(seg, "_inode", None)
+            if known is not None and inode is not None and known != inode:
+                seg = self._new_segment(seg.base_offset, writable=False)
+            seg._inode = inode
+            keep.append(seg)
+        self.segments = keep
+        self.bases = [s.base_offset for s in keep]
 
     def _drop_unreachable_object_segments(self) -> None:
         """Object stores: a fenced writer may have published a segment after it lost the partition.
@@ -237,7 +333,7 @@ class Log:
         first_takeover = entries[1][1]
         keep = []
         for seg in self.segments:
-            if seg.base_offset >= first_takeover:
+            if seg.base_offset >= first_takeover and seg.stem == segment_name(seg.base_offset, ""):
                 head = seg.read_bytes(0, 61)
                 if len(head) == 61:
                     ple = parse_header(head).partition_leader_epoch
@@ -785,19 +881,25 @@ class Log:
             names = self._list_files()
             bases = sorted({p[0] for p in map(parse_segment_name, names) if p and p[1] == LOG_SUFFIX})
             self._txn_bases = _txn_index_bases(names)
-            if not self.storage.is_local:
-                # An object segment at or above the HW this reader knew may since have been
-                # replaced (a new writer replacing a fenced writer's leftover): open those
-                # afresh. Segments below the HW are final.
-                self.segments = [s for s in self.segments if s.base_offset < self.high_watermark]
-                self.bases = [s.base_offset for s in self.segments]
-            known = set(self.bases)
-            gone = [s for s in self.segments if s.base_offset not in set(bases)]
-            if gone:
-                self.segments = [s for s in self.segments if s.base_offset in set(bases)]
-            for base in bases:
-                if base not in known:
-                    self.segments.append(self._new_segment(base, writable=False))
+            if self.storage.is_local:
+                self._drop_replaced_local_segments()
+            if not self.storage.is_local and (
+                    state.cleaned or any(s.stem != segment_name(s.base_offset, "") for s in self.segments)):
+                self._refresh_cleaned_objects(names, bases, state)
+            else:
+                if not self.storage.is_local:
+                    # An object segment at or above the HW this reader knew may since have been
+                    # replaced (a new writer replacing a fenced writer's leftover): open those
+                    # afresh. Segments below the HW are final.
+                    self.segments = [s for s in self.segments if s.base_offset < self.high_watermark]
+                    self.bases = [s.base_offset for s in self.segments]
+                known = set(self.bases)
+                gone = [s for s in self.segments if s.base_offset not in set(bases)]
+                if gone:
+                    self.segments = [s for s in self.segments if s.base_offset in set(bases)]
+                for base in bases:
+                    if base not in known:
+                        self.segments.append(self._new_segment(base, writable=False))
             self.segments.sort(key=lambda s: s.base_offset)
             self.bases = [s.base_offset for s in self.segments]
             for seg in self.segments[-2:]:
@@ -816,7 +918,21 @@ class Log:
 
     def read(self, offset: int, max_bytes: int = 1 << 20, *, isolation: str = "read_committed",
              min_one_batch: bool = True) -> FetchResult:
-        """Whole batches from the one holding `offset`, none at or above the isolation bound."""
+        """Whole batches from the one holding `offset`, none at or above the isolation bound.
+
+        A reader in another process than the writer may find a segment it knew replaced or gone
+        (the cleaner swapped it): it refreshes its view of the segments and reads again.
+        """
+        for attempt in range(_READ_ATTEMPTS):
+            try:
+                return self._read(offset, max_bytes, isolation, min_one_batch)
+            except (ResourceNotFoundError, CorruptRecordError, CorruptIndexError):
+                if self.writer or attempt == _READ_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.01 * attempt)
+                self.refresh()
+
+    def _read(self, offset: int, max_bytes: int, isolation: str, min_one_batch: bool) -> FetchResult:
         with self._lock:
             bound = self._bound(isolation)
             leo = self.log_end_offset
@@ -1023,6 +1139,29 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset},"
                 f" hw={self.high_watermark}, leo={self.log_end_offset}, epoch={self.leader_epoch})")
+
+
+def _next_offset_of_file(storage, path: str, base: int) -> int:
+    """Offset after the last whole batch of a segment file (headers read one by one)."""
+    pos, size, end = 0, storage.size(path), base
+    while pos + HEADER_SIZE <= size:
+        header = parse_header(storage.read(path, pos, pos + HEADER_SIZE))
+        if header.size < HEADER_SIZE or pos + header.size > size:
+            break
+        end = header.next_offset
+        pos += header.size
+    return end
+
+
+def _temp_segment_name(name: str) -> tuple[int, str, str] | None:
+    """(base, suffix, temporary suffix) of a name like 00000000000000000100.index.cleaned."""
+    parsed = parse_segment_name(name)
+    if parsed is None:
+        return None
+    for temp in TEMP_SUFFIXES:
+        if parsed[1].endswith(temp):
+            return parsed[0], parsed[1][: -len(temp)], temp
+    return None
 
 
 def _txn_index_bases(names: list[str]) -> set[int]:

@@ -33,6 +33,9 @@ class PartitionState:
     # What the last commit recorded with its HW (e.g. the sink's query and batch id): visible
     # exactly when that commit's HW is, so a replayed commit can tell it already happened.
     marker: dict | None = None
+    # Object stores: the cleaner's list of segments below its end ({"end", "segments": [[base,
+    # stem], ...]}); None before the first compaction and on local disk.
+    cleaned: dict | None = None
 
 
 COMMIT_MARKER = "commit-marker.json"
@@ -125,6 +128,8 @@ class ObjectPartitionState:
         self.version: str | None = None
         self.epoch: int = -1
         self.marker: dict | None = None
+        self.cleaned: dict | None = None
+        self._offsets = (0, 0)          # (high watermark, log start) last read or written
 
     def load(self) -> PartitionState:
         found = self.storage.read_versioned(self.path)
@@ -136,8 +141,10 @@ class ObjectPartitionState:
             doc = json.loads(data)
             self.epoch = int(doc.get("leader_epoch", -1))
             self.marker = doc.get("marker")
+            self.cleaned = doc.get("cleaned")
+            self._offsets = (int(doc["high_watermark"]), int(doc["log_start_offset"]))
             return PartitionState(int(doc["high_watermark"]), int(doc["log_start_offset"]), None,
-                                  self.marker)
+                                  self.marker, self.cleaned)
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptIndexError(f"unreadable partition state: {exc}", file=self.path) from exc
 
@@ -163,10 +170,12 @@ class ObjectPartitionState:
                    "log_start_offset": state.log_start_offset or 0, "leader_epoch": epoch}
             if state.marker is not None:
                 doc["marker"] = state.marker
+            if state.cleaned is not None:
+                doc["cleaned"] = state.cleaned
             if self._put(doc):
                 self.epoch = epoch
                 return PartitionState(doc["high_watermark"], doc["log_start_offset"], None,
-                                      state.marker)
+                                      state.marker, state.cleaned)
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
                epoch: int, recovery_point: int | None = None, marker: dict | None = None) -> None:
@@ -175,8 +184,11 @@ class ObjectPartitionState:
         marker = marker if marker is not None else self.marker
         if marker is not None:
             doc["marker"] = marker      # replaced in the same conditional write as the HW
+        if self.cleaned is not None:
+            doc["cleaned"] = self.cleaned
         if self._put(doc):
             self.marker = marker
+            self._offsets = (high_watermark, log_start_offset)
         else:
             current = self.load()
             if self.epoch != epoch:
@@ -186,6 +198,21 @@ class ObjectPartitionState:
             raise CommitFailedError(
                 f"partition state {self.path} changed under the writer (high watermark now"
                 f" {current.high_watermark}); refresh and retry")
+
+    def set_cleaned(self, cleaned: dict, *, epoch: int) -> None:
+        """Switch the partition's cleaned-segment list (the cleaner's swap), conditionally."""
+        doc = {"high_watermark": self._offsets[0], "log_start_offset": self._offsets[1],
+               "leader_epoch": epoch, "cleaned": cleaned}
+        if self.marker is not None:
+            doc["marker"] = self.marker
+        if self._put(doc):
+            self.cleaned = cleaned
+            return
+        self.load()
+        if self.epoch != epoch:
+            raise FencedWriterError(f"partition state {self.path} was taken by writer epoch {self.epoch};"
+                                    f" this writer's epoch {epoch} is fenced")
+        raise CommitFailedError(f"partition state {self.path} changed under the cleaner; retry the pass")
 
     def set_recovery_point(self, offset: int) -> None:
         pass

@@ -149,7 +149,8 @@ class LogSegment:
 
     def __init__(self, storage, directory: str, base_offset: int, *, index_interval_bytes: int,
                  max_index_size: int, writable: bool, in_memory: bool = False,
-                 created_ms: int | None = None, limit_bytes: int | None = None):
+                 created_ms: int | None = None, limit_bytes: int | None = None,
+                 stem: str | None = None):
         self.storage = storage
         self.dir = directory
         self.base_offset = base_offset
@@ -157,10 +158,13 @@ class LogSegment:
         self.max_index_size = max_index_size
         self.writable = writable
         self.in_memory = in_memory
-        self.log_path = storage.join(directory, segment_name(base_offset, LOG_SUFFIX))
-        self.index_path = storage.join(directory, segment_name(base_offset, INDEX_SUFFIX))
-        self.time_index_path = storage.join(directory, segment_name(base_offset, TIME_INDEX_SUFFIX))
-        self.txn_index_path = storage.join(directory, segment_name(base_offset, TXN_INDEX_SUFFIX))
+        # stem: the file name before the suffix; a cleaned object-store segment has its own
+        # (`<base>.<token>`), everything else Kafka's 20-digit base offset.
+        self.stem = stem or segment_name(base_offset, "")
+        self.log_path = storage.join(directory, self.stem + LOG_SUFFIX)
+        self.index_path = storage.join(directory, self.stem + INDEX_SUFFIX)
+        self.time_index_path = storage.join(directory, self.stem + TIME_INDEX_SUFFIX)
+        self.txn_index_path = storage.join(directory, self.stem + TXN_INDEX_SUFFIX)
         if in_memory:
             self.data = _MemoryData()
         elif storage.is_local:

@@ -1,0 +1,1 @@
+"""Log compaction: the offset map and the log cleaner (Kafka's LogCleaner)."""

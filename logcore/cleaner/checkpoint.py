@@ -1,0 +1,56 @@
+"""`cleaner-offset-checkpoint`: where each compacted partition's clean section ends.
+
+Kafka's text offset checkpoint (`topic partition offset` lines) at the log root. On local disk it
+is rewritten under the root lock; on object stores it is an object at the root replaced with a
+conditional write (retried when another partition's cleaner changed it meanwhile).
+"""
+from __future__ import annotations
+
+from logcore.log.checkpoint import OffsetCheckpoint
+from logcore.log.partition_state import ROOT_LOCK
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+
+
+def _root_of(directory: str) -> str:
+    return directory.rsplit("/", 1)[0] if "/" in directory else ""
+
+
+class CleanerCheckpoint:
+    """One partition's entry in its root's `cleaner-offset-checkpoint`."""
+
+    def __init__(self, log):
+        self.log = log
+        self.storage = log.storage
+        root = _root_of(log.dir)
+        self.path = self.storage.join(root, CLEANER_CHECKPOINT) if root else CLEANER_CHECKPOINT
+        self.key = (log.topic, log.partition)
+
+    def read(self) -> int | None:
+        return OffsetCheckpoint(self.storage, self.path).read().get(self.key)
+
+    def first_dirty_offset(self) -> int:
+        """The checkpoint, reset to the log start when it is below it or past the LEO (Kafka)."""
+        found = self.read()
+        if found is None or found < self.log.log_start_offset or found > self.log.log_end_offset:
+            return self.log.log_start_offset
+        return found
+
+    def write(self, offset: int) -> None:
+        if self.storage.is_local:
+            with self.storage.lock(ROOT_LOCK):
+                checkpoint = OffsetCheckpoint(self.storage, self.path)
+                entries = checkpoint.read()
+                entries[self.key] = offset
+                checkpoint.write(entries)
+            return
+        while True:
+            found = self.storage.read_versioned(self.path)
+            entries = OffsetCheckpoint.decode(found[0], source=self.path) if found else {}
+            entries[self.key] = offset
+            data = OffsetCheckpoint.encode(entries)
+            if found is None:
+                if self.storage.put_if_absent(self.path, data) is not None:
+                    return
+            elif self.storage.put_if_version(self.path, data, found[1]) is not None:
+                return

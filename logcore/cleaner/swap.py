@@ -1,0 +1,194 @@
+"""Writing a cleaned segment and swapping it in for the segments it replaces, crash-safely.
+
+Local disk (Kafka's protocol, kafka-storage.md 5.7): the new segment is written as
+`<base>.log.cleaned` (+ `.index.cleaned`, `.timeindex.cleaned`, `.txnindex.cleaned`) and fsynced;
+its files are renamed `.cleaned -> .swap` (the log last: a complete `.swap` set is the commit
+point); the replaced segments' other files are renamed `.deleted`; the `.swap` files are renamed
+to their final names (indexes first, the log last, each rename replacing the old file of the same
+name atomically); the `.deleted` files are removed. `Log._load` finishes or rolls back whatever a
+crash left (see `Log._clean_temporary_files`).
+
+Object stores (no rename): the new segment's objects get a fresh name,
+`<base>.<pass token>.log` (+ indexes), which the plain listing of `.log` objects ignores. One
+conditional write of the partition's `partition-state.json` then records the list of cleaned
+segments and the offset where they end; readers and writers take segments below that offset only
+from the list. Objects of replaced segments are deleted afterwards; a crash in between leaves
+garbage that a writer opening the partition deletes (unlisted cleaned objects, originals below
+the cleaned end).
+"""
+from __future__ import annotations
+
+import uuid
+
+from logcore.errors import SegLogError
+from logcore.log.offset_index import OffsetIndex
+from logcore.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_name
+from logcore.log.time_index import TimeIndex
+from logcore.records.batch import parse_header
+
+CLEANED = ".cleaned"
+SWAP = ".swap"
+DELETED = ".deleted"
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+class SegmentOutput:
+    """A cleaned segment being written: `.cleaned` files (local) or fresh objects (object store)."""
+
+    def __init__(self, log, base_offset: int):
+        self.log = log
+        self.storage = log.storage
+        self.base = base_offset
+        self.local = self.storage.is_local
+        config = log.config
+        self.index_interval = config.index_interval_bytes
+        self.offset_index = OffsetIndex(None, None, base_offset, max_index_size=config.segment_index_bytes,
+                                        writable=True)
+        self.time_index = TimeIndex(None, None, base_offset, max_index_size=config.segment_index_bytes,
+                                    writable=True)
+        self.aborted: list = []          # AbortedTxn entries of the markers kept in this segment
+        self.size = 0
+        self._since_index = 0
+        self._max_ts, self._max_ts_offset = -1, -1
+        self.stem = segment_name(base_offset, "") if self.local else \
+            f"{segment_name(base_offset, '')}.c{uuid.uuid4().hex[:12]}"
+        self.written: list[str] = []     # paths created so far (for abort)
+        if self.local:
+            for suffix in (LOG_SUFFIX,) + _INDEX_SUFFIXES:
+                self.storage.delete(self.path(suffix, CLEANED), missing_ok=True)
+            self._file = self.storage.open_append(self.path(LOG_SUFFIX, CLEANED))
+            self.written.append(self.path(LOG_SUFFIX, CLEANED))
+            self._buf = None
+        else:
+            self._file = None
+            self._buf = bytearray()
+
+    def path(self, suffix: str, temp: str = "") -> str:
+        return self.storage.join(self.log.dir, self.stem + suffix + temp)
+
+    @property
+    def empty(self) -> bool:
+        return self.size == 0
+
+    def append(self, data) -> None:
+        h = parse_header(data)
+        if h.max_timestamp > self._max_ts:
+            self._max_ts, self._max_ts_offset = h.max_timestamp, h.last_offset
+        if self._since_index > self.index_interval:
+            self.offset_index.append(h.last_offset, self.size)
+            self.time_index.maybe_append(self._max_ts, self._max_ts_offset)
+            self._since_index = 0
+        self._since_index += len(data)
+        if self._file is not None:
+            self._file.append(data)
+        else:
+            self._buf += data
+        self.size += len(data)
+
+    def finish(self) -> None:
+        """Write the indexes and make everything durable (not yet visible to the log)."""
+        if self._max_ts >= 0:
+            self.time_index.maybe_append(self._max_ts, self._max_ts_offset, skip_full_check=True)
+        files = {INDEX_SUFFIX: self.offset_index.to_bytes(), TIME_INDEX_SUFFIX: self.time_index.to_bytes()}
+        if self.aborted:
+            files[TXN_INDEX_SUFFIX] = b"".join(a.to_bytes() for a in self.aborted)
+        self.suffixes = list(files) + [LOG_SUFFIX]
+        if self.local:
+            self._file.flush(fsync=True)
+            self._file.close()
+            self._file = None
+            for suffix, data in files.items():
+                self.storage.write_atomic(self.path(suffix, CLEANED), data)
+                self.written.append(self.path(suffix, CLEANED))
+        else:
+            # The .log first with If-None-Match: the name is fresh, so it can only be ours.
+            if self.storage.put_if_absent(self.path(LOG_SUFFIX), bytes(self._buf)) is None:
+                raise SegLogError(f"cleaned segment object {self.path(LOG_SUFFIX)} already exists")
+            self.written.append(self.path(LOG_SUFFIX))
+            self._buf = None
+            for suffix, data in files.items():
+                self.storage.write_atomic(self.path(suffix), data)
+                self.written.append(self.path(suffix))
+
+    def discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        for path in self.written:
+            self.storage.delete(path, missing_ok=True)
+        self.written = []
+
+
+def abort_outputs(outputs) -> None:
+    for out in outputs:
+        out.discard()
+
+
+def _check_still_there(log, outputs) -> None:
+    from logcore.cleaner.cleaner import CleanerAbortedError
+    current = {id(s) for s in log.segments}
+    for group, _out in outputs:
+        if any(id(seg) not in current for seg in group):
+            abort_outputs([o for _g, o in outputs])
+            raise CleanerAbortedError(
+                f"{log.topic}-{log.partition}: segments changed during cleaning (truncated or deleted);"
+                " the pass is abandoned and will run again")
+
+
+def _replace_in_memory(log, group, new_seg) -> None:
+    i = next(k for k, s in enumerate(log.segments) if s is group[0])
+    log.segments[i:i + len(group)] = [new_seg]
+    log.bases = [s.base_offset for s in log.segments]
+    for seg in group:
+        log._txn_bases.discard(seg.base_offset)
+    log._ts_cache_key = None
+
+
+def swap_in(log, outputs) -> None:
+    """Replace each group of segments by its cleaned output, under the log's critical section."""
+    with log._critical():
+        _check_still_there(log, outputs)
+        if log.storage.is_local:
+            for group, out in outputs:
+                _swap_local(log, group, out)
+        else:
+            _swap_object(log, outputs)
+
+
+def _swap_local(log, group, out: SegmentOutput) -> None:
+    storage = log.storage
+    # Commit point: every file of the new segment is `.swap` (the log renamed last).
+    for suffix in out.suffixes:
+        storage.rename(out.path(suffix, CLEANED), out.path(suffix, SWAP))
+    new_names = {out.path(suffix) for suffix in out.suffixes}
+    deleted = []
+    for seg in group:
+        seg.close()
+        for path in (seg.log_path, seg.index_path, seg.time_index_path, seg.txn_index_path):
+            if path not in new_names and storage.exists(path):
+                storage.rename(path, path + DELETED)
+                deleted.append(path + DELETED)
+    for suffix in out.suffixes:
+        storage.rename(out.path(suffix, SWAP), out.path(suffix))
+    new_seg = log._new_segment(out.base, writable=False)
+    _replace_in_memory(log, group, new_seg)
+    if out.aborted:
+        log._txn_bases.add(out.base)
+    for path in deleted:
+        storage.delete(path, missing_ok=True)
+
+
+def _swap_object(log, outputs) -> None:
+    storage = log.storage
+    last_group = outputs[-1][0]
+    i = next(k for k, s in enumerate(log.segments) if s is last_group[-1])
+    end = log.segments[i + 1].base_offset
+    listing = [[out.base, out.stem] for _g, out in outputs]
+    log.state_store.set_cleaned({"end": end, "segments": listing}, epoch=log.leader_epoch)
+    for group, out in outputs:
+        new_seg = log._new_segment(out.base, writable=False, stem=out.stem)
+        _replace_in_memory(log, group, new_seg)
+        if out.aborted:
+            log._txn_bases.add(out.base)
+        for seg in group:
+            seg.delete_files()

@@ -1,0 +1,69 @@
+"""A writer appends, a reader in another handle reads from the start, the cleaner runs: at once."""
+import threading
+import time
+
+from tests.conftest import StorageTarget
+from logcore.cleaner.cleaner import LogCleaner
+from tests.cleaner.helpers import open_root, reader_root
+
+
+def test_append_read_and_clean_concurrently(tmp_path):
+    target = StorageTarget("local", str(tmp_path / "root"))
+    root = open_root(target, segment_bytes=4000)
+    log = root.log("t", 0, writer=True)
+    written = {}
+    stop = threading.Event()
+    errors = []
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            for _ in range(10):
+                info = log.append_records([(b"k%d" % (i % 23), b"value-%d" % i, (), 1_000_000 + i)])
+                written[info.first_offset] = (b"k%d" % (i % 23), b"value-%d" % i)
+                i += 1
+            log.commit()
+
+    def cleaner():
+        c = LogCleaner(dedupe_buffer_size=1 << 14)
+        while not stop.is_set():
+            try:
+                c.clean(log, 2_000_000)
+            except Exception as exc:     # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+            time.sleep(0.01)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=cleaner)]
+    for t in threads:
+        t.start()
+    reader = reader_root(target).log("t", 0)
+    passes = 0
+    deadline = time.monotonic() + 3
+    try:
+        while time.monotonic() < deadline:
+            reader.refresh()
+            seen = {}
+            last = -1
+            for record in reader.read_records(0):
+                assert record.offset > last
+                last = record.offset
+                assert written[record.offset] == (record.key, record.value)
+                seen[record.key] = record.offset
+            # Every key's latest record up to what the reader saw is there, unless the key has a
+            # newer record past `last`: the cleaner works up to the writer's HW, which may be
+            # ahead of the HW this reader refreshed, and a reader that reads on reaches it.
+            newest = {}
+            for offset, (key, _v) in list(written.items()):
+                newest[key] = max(newest.get(key, -1), offset)
+            for offset, (key, _v) in list(written.items()):
+                if offset <= last:
+                    assert seen.get(key, -1) >= offset or newest[key] > last, (key, offset, last)
+            passes += 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert passes > 3
+    root.close()
