@@ -11,7 +11,6 @@ query: the open logs live in `_logs`, created lazily and never pickled.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 
 import numpy as np
@@ -23,6 +22,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, Rea
 from logcore.errors import InvalidConfigError, OffsetOutOfRangeError, TopicNotFoundError
 from logcore.log.log_root import LogRoot
 from logcore.records.arrow import batches_to_arrow
+from logcore.records.batch import F_BASE_OFFSET, F_LAST_DELTA, batch_fields
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
 from pyspark_seglog.schema import arrow_schema
 from pyspark_seglog.source_options import (EARLIEST, LATEST, OffsetSpec, SourceOptions,
@@ -33,9 +33,6 @@ logger = logging.getLogger("pyspark_seglog.source")
 # Bytes of whole batches fetched and decoded at a time by a task: bounds a task's memory and
 # makes each yielded Arrow batch large (about 80k rows of 100-byte values).
 READ_WINDOW_BYTES = 8 << 20
-
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 
 # ------------------------------------------------------------------------------- input partition
@@ -111,17 +108,10 @@ class _Constants:
 
 def _next_offset(data) -> int:
     """The offset after the last whole batch of `data` (which holds whole batches only)."""
-    pos, end, last = 0, len(data), -1
-    unpack = _I32.unpack_from
-    while pos + 12 <= end:
-        size = unpack(data, pos + 8)[0] + 12
-        if pos + size > end:
-            break
-        last = pos
-        pos += size
-    if last < 0:
+    fields = batch_fields(data, verify_crc=False, allow_partial_tail=True)
+    if not len(fields):
         return -1
-    return _I64.unpack_from(data, last)[0] + unpack(data, last + 23)[0] + 1
+    return int(fields[-1, F_BASE_OFFSET] + fields[-1, F_LAST_DELTA]) + 1
 
 
 def read_partition(p: SeglogInputPartition):
@@ -137,7 +127,7 @@ def read_partition(p: SeglogInputPartition):
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
         while offset < p.until:
             try:
-                fetch = log.read(offset, READ_WINDOW_BYTES, isolation=p.isolation)
+                fetch = log.read(offset, READ_WINDOW_BYTES, isolation=p.isolation, view=True)
             except OffsetOutOfRangeError as exc:
                 if exc.log_start_offset is not None and offset < exc.log_start_offset:
                     offset = data_loss(p.topic, p.partition, offset, exc.log_start_offset,

@@ -746,7 +746,7 @@ class Log:
 
     def _adopt_mapped(self, path: str, mm, source: str) -> tuple[int, int] | None:
         fields = batch_fields(mm, source=source)
-        positions, sizes, _bases, deltas, max_ts, producer_ids, attributes = fields.T
+        positions, sizes, _bases, deltas, max_ts, producer_ids, attributes = fields.T[:7]
         counts = deltas + 1
         max_entries = self.config.segment_index_bytes // 12      # the time index's, the smaller
         if (len(fields) == 0 or len(fields) >= max_entries - 1 or (producer_ids >= 0).any()
@@ -917,22 +917,26 @@ class Log:
         return max(0, bisect.bisect_right(self.bases, offset) - 1)
 
     def read(self, offset: int, max_bytes: int = 1 << 20, *, isolation: str = "read_committed",
-             min_one_batch: bool = True) -> FetchResult:
+             min_one_batch: bool = True, view: bool = False) -> FetchResult:
         """Whole batches from the one holding `offset`, none at or above the isolation bound.
+
+        `view=True` gives the data as a memoryview over the bytes read (no copy when the read
+        window is cut at a batch boundary), for callers that only decode it.
 
         A reader in another process than the writer may find a segment it knew replaced or gone
         (the cleaner swapped it): it refreshes its view of the segments and reads again.
         """
         for attempt in range(_READ_ATTEMPTS):
             try:
-                return self._read(offset, max_bytes, isolation, min_one_batch)
+                return self._read(offset, max_bytes, isolation, min_one_batch, view)
             except (ResourceNotFoundError, CorruptRecordError, CorruptIndexError):
                 if self.writer or attempt == _READ_ATTEMPTS - 1:
                     raise
                 time.sleep(0.01 * attempt)
                 self.refresh()
 
-    def _read(self, offset: int, max_bytes: int, isolation: str, min_one_batch: bool) -> FetchResult:
+    def _read(self, offset: int, max_bytes: int, isolation: str, min_one_batch: bool,
+              view: bool = False) -> FetchResult:
         with self._lock:
             bound = self._bound(isolation)
             leo = self.log_end_offset
@@ -950,7 +954,7 @@ class Log:
                     seg = self.segments[i]
                     if seg.base_offset >= bound:
                         break
-                    result = seg.read(position, max_bytes, bound, min_one_batch)
+                    result = seg.read(position, max_bytes, bound, min_one_batch, view=view)
                     if result:
                         break
                     i += 1

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from logcore.errors import CorruptIndexError, CorruptRecordError, ResourceNotFoundError, SegLogError
-from logcore.records.batch import HEADER_SIZE, BatchHeader, iter_batches, parse_header
+from logcore.records.batch import (F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SIZE, HEADER_SIZE, BatchHeader,
+                                   batch_fields, iter_batches, parse_header)
 from logcore.log.offset_index import OffsetIndex
 from logcore.log.time_index import TimeIndex
 from logcore.log.txn_index import TransactionIndex
@@ -332,8 +333,10 @@ class LogSegment:
                 return pos, header
         return None
 
-    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True) -> bytes:
-        """Whole batches from the one holding `offset`, each wholly below `max_offset`.
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True, *,
+             view: bool = False) -> bytes | memoryview:
+        """Whole batches from the one holding `offset`, each wholly below `max_offset` (a
+        memoryview over the bytes read when `view`, else bytes).
 
         As Kafka, a batch that straddles the bound (the HW or LSO) is not served at all.
         """
@@ -346,16 +349,21 @@ class LogSegment:
         # One read for the whole window; the batch headers are walked in that buffer.
         want = max(max_bytes, first.size) if min_one_batch else max_bytes
         buf = self.read_bytes(start, start + want)
-        end = 0
-        while end + HEADER_SIZE <= len(buf):
-            header = parse_header(buf, end)
-            if header.magic != 2 or header.size < HEADER_SIZE:
-                raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
-                                         file=self.log_path, position=start + end)
-            if header.last_offset >= max_offset or end + header.size > len(buf):
-                break
-            end += header.size
-        return buf[:end] if end < len(buf) else buf
+        # The window's headers in one C scan (no CRC here: the decoder checks it), cut before
+        # the first batch that reaches `max_offset`.
+        fields = batch_fields(buf, source=self.log_path, verify_crc=False, allow_partial_tail=True,
+                              base_position=start)
+        last_offsets = fields[:, F_BASE_OFFSET] + fields[:, F_LAST_DELTA]
+        stop = int(np.searchsorted(last_offsets, max_offset, side="left"))
+        if stop < len(fields):
+            end = int(fields[stop, F_POSITION])
+        elif len(fields):
+            end = int(fields[-1, F_POSITION] + fields[-1, F_SIZE])
+        else:
+            end = 0
+        if end == len(buf):
+            return buf
+        return memoryview(buf)[:end] if view else buf[:end]
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`."""

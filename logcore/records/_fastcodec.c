@@ -809,14 +809,14 @@ static inline int32_t be32(const uint8_t *p) {
 }
 static inline int16_t be16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
 
-#define SCAN_FIELDS 7
+#define SCAN_FIELDS 9
 #define BATCH_HEADER_SIZE 61
 #define BATCH_MIN_LENGTH 49 /* batchLength of a header with no record: 61 - 12 */
 
 static PyObject *scan_batches(PyObject *self, PyObject *args) {
     Py_buffer view;
-    int verify_crc;
-    if (!PyArg_ParseTuple(args, "y*p", &view, &verify_crc))
+    int verify_crc, allow_partial_tail = 0;
+    if (!PyArg_ParseTuple(args, "y*p|p", &view, &verify_crc, &allow_partial_tail))
         return NULL;
     const uint8_t *buf = view.buf;
     Py_ssize_t end = view.len;
@@ -828,6 +828,8 @@ static PyObject *scan_batches(PyObject *self, PyObject *args) {
     while (pos < end) {
         Py_ssize_t remaining = end - pos;
         if (remaining < 17) {
+            if (allow_partial_tail)
+                break;
             error = "partial batch: fewer bytes left than a batch header needs";
             bad_pos = pos;
             break;
@@ -840,12 +842,20 @@ static PyObject *scan_batches(PyObject *self, PyObject *args) {
         }
         Py_ssize_t size = (Py_ssize_t)length + 12;
         if (size > remaining) {
+            if (allow_partial_tail)
+                break;
             error = "partial batch: it declares more bytes than remain";
             bad_pos = pos;
             break;
         }
         if (buf[pos + 16] != 2) {
-            error = "not a RecordBatch v2 (magic is not 2)";
+            error = buf[pos + 16] < 2 ? "legacy message format (magic 0 or 1) is not supported; seglog reads RecordBatch v2 (magic 2) only"
+                                      : "unknown record batch magic";
+            bad_pos = pos;
+            break;
+        }
+        if (size < BATCH_HEADER_SIZE) {
+            error = "batch size is smaller than the 61-byte header";
             bad_pos = pos;
             break;
         }
@@ -884,6 +894,8 @@ static PyObject *scan_batches(PyObject *self, PyObject *args) {
         f[4] = be64(h + 35);             /* maxTimestamp */
         f[5] = be64(h + 43);             /* producerId */
         f[6] = be16(h + 21);             /* attributes */
+        f[7] = be64(h + 27);             /* baseTimestamp */
+        f[8] = be32(h + 57);             /* recordsCount */
         f += SCAN_FIELDS;
         pos += size;
     }
@@ -904,9 +916,10 @@ static PyMethodDef methods[] = {
      "sections: list of (buffer, start, end, base_offset, base_timestamp, max_timestamp,\n"
      "timestamp_type, records_count) for the decompressed record section of each batch."},
     {"scan_batches", scan_batches, METH_VARARGS,
-     "scan_batches(buffer, verify_crc) -> bytearray of int64 rows (position, size, baseOffset,\n"
-     "lastOffsetDelta, maxTimestamp, producerId, attributes), one per batch of a buffer of whole\n"
-     "RecordBatch v2 batches; raises RecordError(-1, position, message) at the first bad one."},
+     "scan_batches(buffer, verify_crc, allow_partial_tail=False) -> bytearray of int64 rows\n"
+     "(position, size, baseOffset, lastOffsetDelta, maxTimestamp, producerId, attributes,\n"
+     "baseTimestamp, recordsCount), one per batch; raises RecordError(-1, position, message) at\n"
+     "the first bad one (a partial last batch ends the scan quietly when allow_partial_tail)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_fastcodec",

@@ -22,7 +22,10 @@ from logcore.records.batch import (
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
-    _scan,
+    F_ATTRIBUTES,
+    F_BASE_OFFSET,
+    F_LAST_DELTA,
+    batch_fields,
 )
 from logcore.records.compression import decompress
 
@@ -43,8 +46,6 @@ SCHEMA_WITH_HEADERS = pa.schema(_BASE_FIELDS + [pa.field("headers", HEADERS_TYPE
 INT64_MAX = (1 << 63) - 1
 
 # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, (epoch), (baseSequence), recordsCount
-_TAIL = struct.Struct(">hiqqqhii")
-_BASE_OFFSET = struct.Struct(">q")
 
 
 def _aborted_lookup(aborted: Iterable[tuple[int, int, int]] | None) -> dict[int, list[tuple[int, int]]]:
@@ -104,22 +105,19 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
                      base_position: int = 0) -> tuple:
     """The C decoder's raw column buffers (see _to_record_batch for their layout)."""
     aborted_ranges = _aborted_lookup(aborted)
+    fields = batch_fields(data, source=source, verify_crc=True, allow_partial_tail=True,
+                          base_position=base_position)
+    attributes = fields[:, F_ATTRIBUTES]
+    bases = fields[:, F_BASE_OFFSET]
+    keep = ((attributes & CONTROL_MASK) == 0) & (bases + fields[:, F_LAST_DELTA] >= min_offset) & (bases < max_offset)
     sections = []
     positions = []
-    unpack_tail = _TAIL.unpack_from
-    unpack_base = _BASE_OFFSET.unpack_from
-    for pos, size in _scan(data, 0, source, base_position, True, True):
-        attributes, last_delta, base_ts, max_ts, producer_id, _, _, count = unpack_tail(data, pos + 21)
-        if attributes & CONTROL_MASK:
-            continue
-        (base_offset,) = unpack_base(data, pos)
-        if base_offset + last_delta < min_offset or base_offset >= max_offset:
-            continue
-        if aborted_ranges and attributes & TRANSACTIONAL_MASK and producer_id in aborted_ranges:
+    for pos, size, base_offset, _delta, max_ts, producer_id, attrs, base_ts, count in fields[keep].tolist():
+        if aborted_ranges and attrs & TRANSACTIONAL_MASK and producer_id in aborted_ranges:
             if any(first <= base_offset <= last for first, last in aborted_ranges[producer_id]):
                 continue
-        ts_type = 1 if attributes & TIMESTAMP_TYPE_MASK else 0
-        codec = attributes & COMPRESSION_MASK
+        ts_type = 1 if attrs & TIMESTAMP_TYPE_MASK else 0
+        codec = attrs & COMPRESSION_MASK
         if codec:
             try:
                 raw = decompress(codec, memoryview(data)[pos + HEADER_SIZE:pos + size])

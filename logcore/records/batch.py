@@ -322,21 +322,30 @@ def iter_batches(buf, start: int = 0, *, source: str | None = None, base_positio
         yield pos, BatchHeader(*unpack(buf, pos))
 
 
-def batch_fields(buf, *, source: str | None = None, verify_crc: bool = True):
-    """The headers of a buffer of whole batches as an int64 array, one row per batch with the
-    columns (position, size, baseOffset, lastOffsetDelta, maxTimestamp, producerId, attributes).
+# Columns of batch_fields()
+F_POSITION, F_SIZE, F_BASE_OFFSET, F_LAST_DELTA, F_MAX_TIMESTAMP, F_PRODUCER_ID, F_ATTRIBUTES, \
+    F_BASE_TIMESTAMP, F_RECORDS = range(9)
 
-    Checked as `iter_batches` checks (length, magic, CRC; no partial tail), in C and without
-    the GIL: the bulk path for a staged file the log adopts as a segment."""
+
+def batch_fields(buf, *, source: str | None = None, verify_crc: bool = True, allow_partial_tail: bool = False,
+                 base_position: int = 0):
+    """The headers of a buffer of batches as an int64 array, one row per batch, with the columns
+    F_POSITION, F_SIZE, F_BASE_OFFSET, F_LAST_DELTA, F_MAX_TIMESTAMP, F_PRODUCER_ID,
+    F_ATTRIBUTES, F_BASE_TIMESTAMP, F_RECORDS.
+
+    Checked as `iter_batches` checks (length, magic, CRC), in C and without the GIL; a partial
+    last batch ends the scan when allow_partial_tail, else it is an error."""
     import numpy as np
 
     from logcore.records import _fastcodec
 
     try:
-        raw = _fastcodec.scan_batches(buf, verify_crc)
+        raw = _fastcodec.scan_batches(buf, verify_crc, allow_partial_tail)
     except _fastcodec.RecordError as exc:
-        raise CorruptRecordError(exc.args[2], file=source, position=exc.args[1]) from None
-    return np.frombuffer(raw, dtype=np.int64).reshape(-1, 7)
+        message, position = exc.args[2], base_position + exc.args[1]
+        cls = UnsupportedMagicError if message.startswith("legacy message format") else CorruptRecordError
+        raise cls(message, file=source, position=position) from None
+    return np.frombuffer(raw, dtype=np.int64).reshape(-1, 9)
 
 
 def records_section(buf, pos: int, header: BatchHeader, *, source: str | None = None,

@@ -254,8 +254,8 @@ def test_batch_fields_match_iter_batches(specs, flip):
         extra = {"producer_id": 9, "producer_epoch": 0, "base_sequence": 0} if idempotent else {}
         data += build_batch(records, base_offset=len(data), **extra)
     fields = batch_fields(bytes(data))
-    expected = [(p, h.size, h.base_offset, h.last_offset_delta, h.max_timestamp, h.producer_id, h.attributes)
-                for p, h in iter_batches(bytes(data))]
+    expected = [(p, h.size, h.base_offset, h.last_offset_delta, h.max_timestamp, h.producer_id, h.attributes,
+                 h.base_timestamp, h.records_count) for p, h in iter_batches(bytes(data))]
     assert fields.tolist() == [list(e) for e in expected]
     if data:
         # One flipped byte: both scanners agree on whether and where the buffer is corrupt.
@@ -275,3 +275,14 @@ def test_batch_fields_match_iter_batches(specs, flip):
         assert (py_error is None) == (c_error is None)
         if py_error is not None:
             assert py_error == c_error
+        # A cut anywhere: with allow_partial_tail both stop at the last whole batch.
+        cut = bytes(data[:pos])
+        try:
+            py_rows = [p for p, _ in iter_batches(cut)]
+        except CorruptRecordError:
+            py_rows = None
+        try:
+            c_rows = batch_fields(cut, allow_partial_tail=True)[:, 0].tolist()
+        except CorruptRecordError:
+            c_rows = None
+        assert py_rows == c_rows
