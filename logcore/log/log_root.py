@@ -281,6 +281,12 @@ class LogRoot:
         self._open_logs.append(log)
         return log
 
+    def release_log(self, log: Log) -> None:
+        """Close a log opened through this root now rather than at the root's close."""
+        log.close()
+        if log in self._open_logs:
+            self._open_logs.remove(log)
+
     def _read_only_storage(self):
         if self._reader_storage is None:
             if self._url is None:
