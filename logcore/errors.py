@@ -64,6 +64,14 @@ class FencedWriterError(SegLogError):
     """This writer's leader epoch is no longer the partition's: another writer took over."""
 
 
+class PartitionInUseError(SegLogError):
+    """Another live writer holds the partition, and the caller asked not to take it over."""
+
+
+class PolicyViolationError(SegLogError):
+    """An operation the topic's config forbids (DeleteRecords on a topic without `delete` policy)."""
+
+
 class CommitFailedError(SegLogError):
     """A conditional write lost a race; refresh state and retry."""
 

@@ -240,7 +240,7 @@ class LogConfig:
     retention_bytes: int = ConfigKey(
         "retention.bytes", ConfigType.LONG, -1,
         "Delete the oldest segments while the partition is larger than this (`delete` policy); -1: no limit.",
-        broker_names=("log.retention.bytes",), category="retention")
+        validator=at_least(-1), broker_names=("log.retention.bytes",), category="retention")
     file_delete_delay_ms: int = ConfigKey(
         "file.delete.delay.ms", ConfigType.LONG, 60000,
         "Time a deleted segment's files are kept (renamed `.deleted`) before they are removed.",
@@ -408,6 +408,77 @@ for _key in CONFIG_KEYS.values():
         _BROKER_NAMES[_bname] = (_key, int(_factor or 1), _rank)
 
 
+DOUBLE_MAX = sys.float_info.max        # Java's Double.MAX_VALUE: "unlimited"
+
+
+class MaintenanceConfig:
+    """Root-level settings of the maintenance services (retention checks and the log cleaner),
+    with Kafka's broker names and defaults. They are not topic configs: they say how often and
+    with what resources the services run, for every topic of a root."""
+
+    retention_check_interval_ms: int = ConfigKey(
+        "log.retention.check.interval.ms", ConfigType.LONG, 300000,
+        "How often the maintenance service checks every partition for segments to delete.",
+        validator=at_least(1), category="maintenance")
+    cleaner_enable: bool = ConfigKey(
+        "log.cleaner.enable", ConfigType.BOOLEAN, True,
+        "Run the log cleaner (compaction) for topics whose cleanup.policy contains `compact`.",
+        category="maintenance")
+    cleaner_threads: int = ConfigKey(
+        "log.cleaner.threads", ConfigType.INT, 1,
+        "Number of log cleaner threads.", validator=at_least(0), category="maintenance")
+    cleaner_dedupe_buffer_size: int = ConfigKey(
+        "log.cleaner.dedupe.buffer.size", ConfigType.LONG, 134217728,
+        "Memory of the cleaner's offset map (24 bytes per key), shared by all cleaner threads.",
+        validator=at_least(24), category="maintenance")
+    cleaner_io_buffer_size: int = ConfigKey(
+        "log.cleaner.io.buffer.size", ConfigType.INT, 524288,
+        "I/O buffer memory of the cleaner, shared by all threads (half for reading, half for writing).",
+        validator=at_least(0), category="maintenance")
+    cleaner_io_max_bytes_per_second: float = ConfigKey(
+        "log.cleaner.io.max.bytes.per.second", ConfigType.DOUBLE, DOUBLE_MAX,
+        "Throttle of the cleaner's reads plus writes, in bytes per second (default: unlimited).",
+        validator=Validator(lambda v: v > 0, "greater than 0"), category="maintenance")
+    cleaner_backoff_ms: int = ConfigKey(
+        "log.cleaner.backoff.ms", ConfigType.LONG, 15000,
+        "How long a cleaner thread sleeps when there is no log to clean.",
+        validator=at_least(0), category="maintenance")
+    cleaner_io_buffer_load_factor: float = ConfigKey(
+        "log.cleaner.io.buffer.load.factor", ConfigType.DOUBLE, 0.9,
+        "Fill factor of the cleaner's offset map (entries = buffer / 24 x this factor).",
+        validator=Validator(lambda v: 0 < v <= 1, "greater than 0 and at most 1"),
+        category="maintenance")
+
+    def __init__(self, values: dict[str, Any]):
+        self._values = values
+
+    @classmethod
+    def from_props(cls, props: dict[str, Any] | None = None) -> "MaintenanceConfig":
+        """Kafka defaults < `props`. Topic configs and their broker-level names in `props` (a
+        root's defaults, or a broker-style properties file) are skipped: they belong to
+        LogConfig. Any other unknown name fails, naming the closest known one."""
+        values = {key.name: key.default for key in MAINTENANCE_KEYS.values()}
+        for name, raw in (props or {}).items():
+            key = MAINTENANCE_KEYS.get(name)
+            if key is not None:
+                values[name] = key.parse(raw)
+            elif name not in CONFIG_KEYS and name not in _BROKER_NAMES:
+                known = list(MAINTENANCE_KEYS) + list(CONFIG_KEYS) + list(_BROKER_NAMES)
+                raise InvalidConfigError(_unknown_message(name, known, "root config"))
+        return cls(values)
+
+    def to_properties(self) -> dict[str, str]:
+        return {name: key.format(self._values[name]) for name, key in MAINTENANCE_KEYS.items()}
+
+    def __repr__(self) -> str:
+        return f"MaintenanceConfig({self.to_properties()!r})"
+
+
+MAINTENANCE_KEYS: dict[str, ConfigKey] = {
+    v.name: v for v in vars(MaintenanceConfig).values() if isinstance(v, ConfigKey)
+}
+
+
 def key_for(name: str) -> ConfigKey:
     """The declaration of topic config `name`; unknown names fail with the closest known one."""
     key = CONFIG_KEYS.get(name)
@@ -435,12 +506,14 @@ def resolve_root_defaults(defaults: dict[str, Any]) -> dict[str, Any]:
     wins over its broker names."""
     chosen: dict[str, tuple[int, Any]] = {}
     for name, raw in defaults.items():
+        if name in MAINTENANCE_KEYS:
+            continue        # a service setting kept beside the defaults (MaintenanceConfig)
         if name in CONFIG_KEYS:
             key, factor, rank = CONFIG_KEYS[name], 1, -1
         elif name in _BROKER_NAMES:
             key, factor, rank = _BROKER_NAMES[name]
         else:
-            known = list(CONFIG_KEYS) + list(_BROKER_NAMES)
+            known = list(CONFIG_KEYS) + list(_BROKER_NAMES) + list(MAINTENANCE_KEYS)
             raise InvalidConfigError(_unknown_message(name, known, "root config"))
         if factor != 1:
             value = _parse(name, ConfigType.LONG, raw)
@@ -695,6 +768,8 @@ _CATEGORY_TITLES = {
 
 def _doc_default(key: ConfigKey) -> str:
     text = key.format(key.default)
+    if key.type is ConfigType.DOUBLE and key.default == DOUBLE_MAX:
+        return "Double.MAX_VALUE (unlimited)"
     if key.default == INT64_MAX and key.type is ConfigType.LONG:
         return f"{text} (Long.MAX_VALUE)"
     if key.type is ConfigType.LONG and isinstance(key.default, int) and key.default > 0 \
@@ -746,7 +821,18 @@ def config_markdown() -> str:
             out.append(f"| `{k.name}` | {k.type.value} | `{_doc_default(k)}` | {allowed} | "
                        f"{broker} | {k.doc} |")
         out.append("")
-    out += ["## Rules between settings", ""]
+    out += ["## Root-level maintenance settings", "",
+            "How `seglog maintain` (and later the broker) runs retention and the log cleaner,",
+            "for every topic of a root. Kafka's broker names and defaults; stored with the root's",
+            "defaults in `seglog-topics.json` or given with `seglog maintain --config-file",
+            "conf/maintenance.properties`.", "",
+            "| name | type | default | allowed | description |",
+            "|---|---|---|---|---|"]
+    for k in MAINTENANCE_KEYS.values():
+        allowed = k.validator.allowed if k.validator else (
+            "true or false" if k.type is ConfigType.BOOLEAN else "any")
+        out.append(f"| `{k.name}` | {k.type.value} | `{_doc_default(k)}` | {allowed} | {k.doc} |")
+    out += ["", "## Rules between settings", ""]
     for rule in CROSS_FIELD_RULES:
         out.append(f"- {_RULE_TEXT[rule.__name__]}")
     out += ["", "## Topic names", "",

@@ -14,6 +14,7 @@ writer is fenced before it can change anything.
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import mmap
 import os
@@ -26,8 +27,9 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from logcore.errors import (CorruptIndexError, CorruptRecordError, FencedWriterError,
-                            InvalidRecordError, OffsetOutOfRangeError, ReadOnlyLogError,
-                            RecordTooLargeError, ResourceNotFoundError, SegLogError)
+                            InvalidRecordError, OffsetOutOfRangeError, PolicyViolationError,
+                            ReadOnlyLogError, RecordTooLargeError, ResourceNotFoundError,
+                            SegLogError)
 from logcore.records.batch import (CONTROL_MASK, HEADER_SIZE, INT32_MAX, BatchHeader, Record, TimestampType,
                                    batch_fields, build_batch, decode_records,
                                    iter_batches, parse_header, set_base_offset, set_log_append_time,
@@ -38,8 +40,10 @@ from logcore.records.control import ControlType, EndTransactionMarker, parse_con
 from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
-from logcore.log.segment import (LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, _SegmentExists,
-                                 parse_segment_name, segment_name)
+from logcore.log.retention import RetentionResult, SegmentInfo, deletable_segments
+from logcore.log.segment import (INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX,
+                                 TXN_INDEX_SUFFIX, LogSegment, _SegmentExists, parse_segment_name,
+                                 segment_name)
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +53,8 @@ KAFKA_CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted", "log_end")
 TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
 _READ_ATTEMPTS = 4          # a reader retries a read that met a segment the cleaner replaced
+DELETED_SUFFIX = ".deleted"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 _COMPRESSION_BY_NAME = {"uncompressed": Compression.NONE, "none": Compression.NONE,
                         "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
@@ -187,6 +193,9 @@ class Log:
                 self.log_start_offset = start
         first_base = self.segments[0].base_offset if self.segments else self.log_start_offset
         self.log_start_offset = max(state.log_start_offset or 0, first_base)
+        # Retention moves the log start offset before it removes segments: a crash in between
+        # leaves segments wholly below it, which go now (a reader just ignores them).
+        self._drop_segments_below_start(delete_files=can_write)
         leo = self.log_end_offset
         if not self.read_only:
             self.epoch_cache.truncate_from_end(leo)
@@ -215,20 +224,26 @@ class Log:
                 self.storage.delete(self.storage.join(self.dir, CLEAN_SHUTDOWN), missing_ok=True)
 
     def _clean_temporary_files(self, names: list[str]) -> None:
-        """Kafka's load steps 1-2 for what a crashed cleaner pass left (local disk).
+        """Kafka's load steps 1-2 for what a crash left.
 
-        `.deleted` and `.cleaned` files go; a `.swap` set is complete (its swap committed) unless
-        a `.cleaned` file at or below its base is left, in which case it is rolled back too. A
-        complete set replaces every segment file whose base lies in the range its `.log.swap`
-        covers, then takes its final names.
+        Object stores: a retention deletion marker (`<base>.log.deleted`) takes its segment's
+        objects with it. Local disk: `.deleted` and `.cleaned` files go; a `.swap` set is complete
+        (its swap committed) unless a `.cleaned` file at or below its base is left, in which
+        case it is rolled back too. A complete set replaces every segment file whose base lies
+        in the range its `.log.swap` covers, then takes its final names.
         """
-        if not self.storage.is_local:
-            return
         join = self.storage.join
+        if not self.storage.is_local:
+            for name in names:
+                if name.endswith(DELETED_SUFFIX):
+                    if name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
+                        self._delete_segment_objects(name[:20])
+                    self.storage.delete(join(self.dir, name))
+            return
         cleaned = [p[0] for p in map(_temp_segment_name, names) if p and p[2] == ".cleaned"]
         min_cleaned = min(cleaned) if cleaned else None
         for name in names:
-            if name.endswith(".deleted") or name.endswith(".cleaned"):
+            if name.endswith(DELETED_SUFFIX) or name.endswith(".cleaned"):
                 self.storage.delete(join(self.dir, name))
         swaps = [n for n in names if n.endswith(".swap")]
         if min_cleaned is not None:
@@ -908,6 +923,7 @@ class Log:
                 self._drop_unreachable_object_segments()
             first_base = self.segments[0].base_offset if self.segments else 0
             self.log_start_offset = max(state.log_start_offset or 0, first_base)
+            self._drop_segments_below_start(delete_files=False)
             hw = state.high_watermark if state.high_watermark is not None else self.log_start_offset
             self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
             self._replay_producer_state(self.producer_state.map_end_offset)
@@ -923,29 +939,39 @@ class Log:
         `view=True` gives the data as a memoryview over the bytes read (no copy when the read
         window is cut at a batch boundary), for callers that only decode it.
 
-        A reader in another process than the writer may find a segment it knew replaced or gone
-        (the cleaner swapped it): it refreshes its view of the segments and reads again.
+        A reader in another process than the writer may find a segment it listed replaced (the
+        cleaner swapped it) or gone (retention deleted it): it refreshes its view of the
+        segments and the log start offset and reads again; an offset now below the log start
+        offset is out of range.
         """
         for attempt in range(_READ_ATTEMPTS):
             try:
-                return self._read(offset, max_bytes, isolation, min_one_batch, view)
-            except (ResourceNotFoundError, CorruptRecordError, CorruptIndexError):
+                result = self._read(offset, max_bytes, isolation, min_one_batch, view)
+                if result.data or self.writer or attempt > 0 or offset >= self._bound(isolation):
+                    return result
+                # Nothing where something must be: the segment's files may be gone.
+            except (ResourceNotFoundError, FileNotFoundError, CorruptRecordError, CorruptIndexError):
                 if self.writer or attempt == _READ_ATTEMPTS - 1:
                     raise
                 time.sleep(0.01 * attempt)
-                self.refresh()
+            self.refresh()
+            self._check_in_range(offset)
+        raise SegLogError(f"{self.topic}-{self.partition}: offset {offset} could not be read")
+
+    def _check_in_range(self, offset: int) -> None:
+        leo = self.log_end_offset
+        if offset < self.log_start_offset or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.topic}-{self.partition}"
+                f" (log start {self.log_start_offset}, log end {leo})",
+                topic=self.topic, partition=self.partition, offset=offset,
+                log_start_offset=self.log_start_offset, log_end_offset=leo)
 
     def _read(self, offset: int, max_bytes: int, isolation: str, min_one_batch: bool,
               view: bool = False) -> FetchResult:
         with self._lock:
             bound = self._bound(isolation)
-            leo = self.log_end_offset
-            if offset < self.log_start_offset or offset > leo:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} is out of range for {self.topic}-{self.partition}"
-                    f" (log start {self.log_start_offset}, log end {leo})",
-                    topic=self.topic, partition=self.partition, offset=offset,
-                    log_start_offset=self.log_start_offset, log_end_offset=leo)
+            self._check_in_range(offset)
             result = b""
             if offset < bound:
                 i = self._segment_index(offset)
@@ -957,6 +983,9 @@ class Log:
                     result = seg.read(position, max_bytes, bound, min_one_batch, view=view)
                     if result:
                         break
+                    if not self.writer and i + 1 < len(self.segments) and seg.size() == 0:
+                        # A sealed segment is never empty: retention deleted it under us.
+                        raise ResourceNotFoundError(f"segment {seg.log_path} is gone")
                     i += 1
                     if i < len(self.segments):
                         position = max(position, self.segments[i].base_offset)
@@ -1056,6 +1085,214 @@ class Log:
             self._ts_cache, self._ts_cache_key = running, key
         return self._ts_cache
 
+    # ------------------------------------------------------------------ retention
+    def apply_retention(self, now_ms: int | None = None) -> RetentionResult:
+        """Delete the oldest whole segments that breach the log start offset, retention.bytes or
+        retention.ms (the last two only with `delete` in cleanup.policy), never anything at or
+        above the high watermark. When every segment goes, a new empty active segment is rolled
+        first, as Kafka does. The log start offset and its checkpoint move before any file goes;
+        then the files are renamed `.deleted` (local disk) or marked deleted (object stores) and
+        removed after file.delete.delay.ms (`delete_expired_files`)."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self._critical():
+            decision = deletable_segments(
+                self._segment_infos(), high_watermark=self.high_watermark,
+                log_start_offset=self.log_start_offset, now_ms=now,
+                retention_ms=self.config.retention_ms, retention_bytes=self.config.retention_bytes,
+                delete_policy=self.config.delete)
+            if decision.count == 0:
+                return RetentionResult(0, 0, self.log_start_offset)
+            if decision.count == len(self.segments):
+                self._roll_to(self.log_end_offset)
+            return self._delete_oldest_locked(decision.count, self.log_start_offset, now,
+                                              decision.reasons)
+
+    def delete_records_before(self, offset: int) -> RetentionResult:
+        """Kafka's DeleteRecords: move the log start offset up to `offset` (-1: the high
+        watermark), at most the high watermark, and delete the segments wholly below it.
+
+        PolicyViolationError unless cleanup.policy contains `delete`; OffsetOutOfRangeError for an
+        offset below 0 (other than -1) or above the high watermark. A lower offset than the
+        current log start offset changes nothing."""
+        if not self.config.delete:
+            raise PolicyViolationError(
+                f"cannot delete records of {self.topic}-{self.partition}: its cleanup.policy is"
+                f" {','.join(self.config.cleanup_policy)}, and deleting records needs `delete`")
+        now = _now_ms()
+        with self._critical():
+            target = self.high_watermark if offset == -1 else offset
+            if target < 0 or target > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {self.topic}-{self.partition} before offset {offset}:"
+                    f" it must be between 0 and the high watermark {self.high_watermark} (or -1)",
+                    topic=self.topic, partition=self.partition, offset=offset,
+                    log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
+            if target <= self.log_start_offset:
+                return RetentionResult(0, 0, self.log_start_offset)
+            count = 0
+            while (count + 1 < len(self.segments)
+                   and self.segments[count + 1].base_offset <= target):
+                count += 1
+            return self._delete_oldest_locked(count, target, now, ("delete records",) * count)
+
+    def _segment_infos(self) -> list[SegmentInfo]:
+        infos = []
+        for i, seg in enumerate(self.segments):
+            ts = seg.largest_timestamp
+            if ts < 0:
+                ts = self._segment_mtime_ms(seg)
+            last = i == len(self.segments) - 1
+            following = seg.next_offset() if last else self.segments[i + 1].base_offset
+            infos.append(SegmentInfo(seg.base_offset, following, seg.size(), ts))
+        return infos
+
+    def _segment_mtime_ms(self, seg: LogSegment) -> int:
+        """Kafka's fallback for a segment without timestamps: the file's modification time.
+        Object stores have none to offer here: such a segment never breaches retention.ms."""
+        if self.storage.is_local and not seg.in_memory:
+            try:
+                return int(os.stat(self.storage.local_path(seg.log_path)).st_mtime * 1000)
+            except FileNotFoundError:
+                pass
+        return 2**62
+
+    def _delete_oldest_locked(self, count: int, start_offset: int, now: int,
+                              reasons: tuple[str, ...]) -> RetentionResult:
+        """Delete the oldest `count` segments and move the log start offset to at least
+        `start_offset` and the first remaining segment's base: checkpoint first, files after."""
+        doomed = self.segments[:count]
+        new_start = max(self.log_start_offset, start_offset,
+                        self.segments[count].base_offset if count < len(self.segments) else start_offset)
+        if new_start > self.log_start_offset:
+            first_base = self.segments[0].base_offset
+            self.state_store.commit(high_watermark=self.high_watermark, log_start_offset=new_start,
+                                    first_segment_base=first_base, epoch=self.leader_epoch)
+            self.log_start_offset = new_start
+        self.segments = self.segments[count:]
+        self.bases = [s.base_offset for s in self.segments]
+        self._txn_bases -= {s.base_offset for s in doomed}
+        if not self.read_only:
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
+            self.producer_state.delete_snapshots_before(self.log_start_offset)
+        self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
+        deleted_bytes = 0
+        for seg in doomed:
+            deleted_bytes += seg.size()
+            seg.close()
+            self._retire_segment_files(seg.base_offset, now)
+        if doomed:
+            logger.info("%s-%d: deleted %d segments (%d bytes) below offset %d (%s)", self.topic,
+                        self.partition, len(doomed), deleted_bytes, self.log_start_offset,
+                        ", ".join(sorted(set(reasons))))
+        if self.config.file_delete_delay_ms == 0:
+            for seg in doomed:
+                self._remove_retired_files(seg.base_offset)
+        return RetentionResult(len(doomed), deleted_bytes, self.log_start_offset,
+                               tuple(s.base_offset for s in doomed), reasons)
+
+    def _retire_segment_files(self, base: int, now: int) -> None:
+        """Local disk: rename the segment's files `*.deleted` (an open reader keeps its view).
+        Object stores have no rename: a `<base>.log.deleted` marker records when it went."""
+        if self.storage.is_local:
+            for suffix in SEGMENT_SUFFIXES:
+                path = self.storage.join(self.dir, segment_name(base, suffix))
+                try:
+                    self.storage.rename(path, path + DELETED_SUFFIX)
+                except ResourceNotFoundError:
+                    pass        # an index that was never written
+        else:
+            marker = self.storage.join(self.dir, segment_name(base, LOG_SUFFIX + DELETED_SUFFIX))
+            self.storage.write_atomic(marker, json.dumps({"deleted_ms": now}).encode())
+
+    def _remove_retired_files(self, base: int) -> None:
+        if self.storage.is_local:
+            for suffix in SEGMENT_SUFFIXES:
+                self.storage.delete(self.storage.join(
+                    self.dir, segment_name(base, suffix) + DELETED_SUFFIX), missing_ok=True)
+        else:
+            self._delete_segment_objects(segment_name(base, ""))
+            self.storage.delete(self.storage.join(
+                self.dir, segment_name(base, LOG_SUFFIX + DELETED_SUFFIX)), missing_ok=True)
+
+    def _delete_segment_objects(self, prefix: str) -> None:
+        for suffix in SEGMENT_SUFFIXES:
+            self.storage.delete(self.storage.join(self.dir, prefix + suffix), missing_ok=True)
+
+    def delete_expired_files(self, now_ms: int | None = None) -> int:
+        """Remove deleted segments whose file.delete.delay.ms has passed; returns how many.
+
+        Local disk: `*.deleted` files by their change time (set by the rename). Object stores:
+        segments with a `.log.deleted` marker older than the delay, and segment objects below
+        the log start offset that have no marker yet (a pass interrupted between the log start
+        offset and the marker) get one now."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self._critical():
+            return self._delete_expired_locked(now)
+
+    def _delete_expired_locked(self, now: int) -> int:
+        delay = self.config.file_delete_delay_ms
+        removed = 0
+        names = self._list_files()
+        if self.storage.is_local:
+            for name in names:
+                if not name.endswith(DELETED_SUFFIX) or parse_segment_name(name) is None:
+                    continue
+                path = self.storage.join(self.dir, name)
+                try:
+                    changed_ms = int(os.stat(self.storage.local_path(path)).st_ctime * 1000)
+                except FileNotFoundError:
+                    continue
+                if changed_ms + delay <= now:
+                    self.storage.delete(path)
+                    removed += name.endswith(LOG_SUFFIX + DELETED_SUFFIX)
+            return removed
+        marked = set()
+        for name in names:
+            if not name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
+                continue
+            marked.add(name[:20])
+            path = self.storage.join(self.dir, name)
+            try:
+                deleted_ms = int(json.loads(self.storage.read(path))["deleted_ms"])
+            except (ResourceNotFoundError, ValueError, KeyError, TypeError):
+                deleted_ms = now    # unreadable marker: start its delay now
+            if deleted_ms + delay <= now:
+                self._delete_segment_objects(name[:20])
+                self.storage.delete(path)
+                removed += 1
+        first_live = self.bases[0] if self.bases else self.log_end_offset
+        for name in names:
+            parsed = parse_segment_name(name)
+            if (parsed and parsed[1] == LOG_SUFFIX and parsed[0] < first_live
+                    and name[:20] not in marked):
+                self._retire_segment_files(parsed[0], now)
+                if delay == 0:
+                    self._delete_segment_objects(name[:20])
+                    self.storage.delete(self.storage.join(
+                        self.dir, name + DELETED_SUFFIX))
+                    removed += 1
+        return removed
+
+    def _drop_segments_below_start(self, *, delete_files: bool) -> None:
+        """Forget the leading segments wholly below the log start offset (and, for a writer,
+        remove their files): what a retention pass left when it stopped after the checkpoint."""
+        count = 0
+        while (count + 1 < len(self.segments)
+               and self.segments[count + 1].base_offset <= self.log_start_offset):
+            count += 1
+        if count == 0:
+            return
+        doomed = self.segments[:count]
+        self.segments = self.segments[count:]
+        self.bases = [s.base_offset for s in self.segments]
+        self._txn_bases -= {s.base_offset for s in doomed}
+        for seg in doomed:
+            seg.close()
+            if delete_files:
+                logger.warning("%s-%d: deleting %s, below the log start offset %d", self.topic,
+                               self.partition, seg.log_path, self.log_start_offset)
+                seg.delete_files()
+
     # ------------------------------------------------------------------ truncation and close
     def truncate_to(self, offset: int) -> None:
         """Remove every offset >= `offset` (a writer dropping uncommitted or diverged data)."""
@@ -1127,6 +1364,8 @@ class Log:
                                    self.topic, self.partition)
                     for seg in self.segments:
                         seg.data.close()
+                finally:
+                    self.fence.release()    # this writer no longer holds the partition
             else:
                 for seg in self.segments:
                     seg.offset_index.close()

@@ -256,7 +256,9 @@ class LogRoot:
 
     # ------------------------------------------------------------------ partitions
     def log(self, topic: str, partition: int, *, writer: bool = False,
-            truncate_uncommitted: bool = True) -> Log:
+            truncate_uncommitted: bool = True, only_if_free: bool = False) -> Log:
+        """The partition's log; writer=True takes the partition (fencing any earlier writer),
+        or with only_if_free=True raises PartitionInUseError when another writer holds it."""
         info = self.describe_topic(topic)
         if not 0 <= partition < info.partitions:
             raise TopicNotFoundError(
@@ -271,13 +273,19 @@ class LogRoot:
             state = LocalPartitionState(storage, topic, partition)
         else:
             state = ObjectPartitionState(storage, d)
-        fence = WriterFence(storage, d) if writer else None
+        fence = WriterFence(storage, d, only_if_free=only_if_free) if writer else None
         kafka_clean = self.kafka_copy and storage.exists(KAFKA_CLEAN_SHUTDOWN)
         log = Log(storage, d, topic, partition, config, state, fence=fence,
                   read_only=self.read_only or not writer, kafka_clean=kafka_clean,
                   truncate_uncommitted=truncate_uncommitted)
         self._open_logs.append(log)
         return log
+
+    def release_log(self, log: Log) -> None:
+        """Close a log opened through this root now rather than at the root's close."""
+        log.close()
+        if log in self._open_logs:
+            self._open_logs.remove(log)
 
     def _read_only_storage(self):
         if self._reader_storage is None:

@@ -10,6 +10,13 @@ write done inside `critical()` never interleaves with a takeover. The check insi
 the fence keeps the epoch file it wrote open, which pins its inode (no reuse), so "same inode,
 mtime and size at the path" means "still my file". Object stores have no locks: `check` reads
 the epoch object (one GET) and the caller's own conditional commit is the final guard.
+
+Taking a partition always succeeds and fences the previous writer, except for a caller that only
+wants a partition nobody uses (`only_if_free`, e.g. a maintenance pass, which must not fence a
+live producer or sink). Whether a writer still holds a partition: on local disk every writer
+holds a shared flock on `.writer-held.lock` until it releases (the kernel drops it when the process
+dies), and `only_if_free` needs it exclusively for a moment; on object stores a writer marks its
+epoch record `released` when it closes, and a record that is not released counts as held.
 """
 from __future__ import annotations
 
@@ -24,11 +31,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from logcore.errors import CommitFailedError, CorruptIndexError, FencedWriterError
+from logcore.errors import (CommitFailedError, CorruptIndexError, FencedWriterError,
+                            PartitionInUseError)
 from logcore.storage import Storage
 
 EPOCH_FILE = "writer-epoch"
 LOCK_FILE = ".writer.lock"
+HELD_FILE = ".writer-held.lock"    # a `.lock` name: never listed as partition content
 _MAX_ACQUIRE_ATTEMPTS = 200
 
 
@@ -37,10 +46,13 @@ class EpochRecord:
     epoch: int
     writer: str
     acquired_ms: int
+    released: bool = False          # the writer closed: the partition is free to take
 
     def encode(self) -> bytes:
-        return json.dumps({"epoch": self.epoch, "writer": self.writer,
-                           "acquired_ms": self.acquired_ms}).encode()
+        doc = {"epoch": self.epoch, "writer": self.writer, "acquired_ms": self.acquired_ms}
+        if self.released:
+            doc["released"] = True
+        return json.dumps(doc).encode()
 
     @classmethod
     def decode(cls, data: bytes, source: str) -> EpochRecord:
@@ -53,14 +65,18 @@ class EpochRecord:
         if (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0
                 or not isinstance(writer, str) or not isinstance(acquired, int)):
             raise CorruptIndexError(f"bad writer epoch record {obj!r}", file=source)
-        return cls(epoch, writer, acquired)
+        return cls(epoch, writer, acquired, obj.get("released") is True)
 
 
 class WriterFence:
     """One writer's claim on one partition folder of a storage."""
 
-    def __init__(self, storage: Storage, partition_dir: str, *, writer_id: str | None = None):
+    def __init__(self, storage: Storage, partition_dir: str, *, writer_id: str | None = None,
+                 only_if_free: bool = False):
         self.storage = storage
+        self.only_if_free = only_if_free
+        self.held_path = storage.join(partition_dir.strip("/"), HELD_FILE)
+        self._held_fd: int | None = None       # local: .writer-held.lock, shared-flocked while I write
         self.partition_dir = partition_dir.strip("/")
         self.writer_id = writer_id or secrets.token_hex(8)
         self.epoch_path = storage.join(self.partition_dir, EPOCH_FILE)
@@ -97,21 +113,51 @@ class WriterFence:
     # -- taking the partition ------------------------------------------------------------------
 
     def acquire(self, min_epoch: int = 0) -> int:
-        """Bump the partition's epoch (to at least `min_epoch`) and make it mine; returns it."""
+        """Bump the partition's epoch (to at least `min_epoch`) and make it mine; returns it.
+
+        With `only_if_free`, PartitionInUseError instead when another writer holds it."""
         if self.storage.is_local:
+            self._hold_local()
             with self.storage.lock(self.lock_path):
                 epoch = self._bump(min_epoch)
                 self._pin_local(epoch)
             if self._lock_fd is None:
                 self._lock_fd = os.open(self.storage.local_path(self.lock_path),
                                         os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            if self.only_if_free:
+                fcntl.flock(self._held_fd, fcntl.LOCK_SH)   # now held like any writer's
             return epoch
         return self._bump(min_epoch)
+
+    def _hold_local(self) -> None:
+        if self._held_fd is None:
+            self.storage.makedirs(self.partition_dir)
+            self._held_fd = os.open(self.storage.local_path(self.held_path),
+                                    os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if not self.only_if_free:
+            fcntl.flock(self._held_fd, fcntl.LOCK_SH)
+            return
+        try:
+            fcntl.flock(self._held_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._held_fd)
+            self._held_fd = None
+            raise PartitionInUseError(
+                f"partition {self.storage.describe(self.partition_dir)} is held by another writer"
+                " (a live process has it open for writing)") from None
 
     def _bump(self, min_epoch: int) -> int:
         for attempt in range(_MAX_ACQUIRE_ATTEMPTS):
             found = self._read()
             now_ms = int(time.time() * 1000)
+            if (self.only_if_free and not self.storage.is_local and found is not None
+                    and not found[0].released):
+                record = found[0]
+                raise PartitionInUseError(
+                    f"partition {self.storage.describe(self.partition_dir)} is held by writer epoch"
+                    f" {record.epoch} since {record.acquired_ms} (ms since the epoch): it has not"
+                    " released it (still writing, or it stopped without closing; the next writer"
+                    " that closes the partition releases it)")
             if found is None:
                 epoch = max(0, min_epoch)
                 version = self.storage.put_if_absent(
@@ -215,8 +261,23 @@ class WriterFence:
 
     # -- lifetime ------------------------------------------------------------------------------
 
+    def release(self) -> None:
+        """The writer is done: others may take the partition without fencing anyone (local: the
+        shared hold goes; object stores: the epoch record is marked released if still mine)."""
+        if not self.storage.is_local and self._epoch is not None and self._version is not None:
+            record = EpochRecord(self._epoch, self.writer_id, int(time.time() * 1000), released=True)
+            try:
+                self.storage.put_if_version(self.epoch_path, record.encode(), self._version)
+            except Exception:   # best effort: an unreleased record only makes maintenance wait
+                pass
+            self._version = None
+        self.close()
+
     def close(self) -> None:
         """Release the local file handles (the epoch stays mine until someone bumps it)."""
+        if self._held_fd is not None:
+            os.close(self._held_fd)
+            self._held_fd = None
         self._unpin()
         if self._lock_fd is not None:
             os.close(self._lock_fd)

@@ -4,6 +4,7 @@
     seglog produce --root R --topic T < lines
     seglog consume --root R --topic T --from-beginning
     seglog dump    --files 00000000000000000000.log --print-data-log
+    seglog maintain --root R [--topic T] [--once] [--config-file conf/maintenance.properties]
 
 Errors the user can fix (SegLogError) print as one line `seglog: error: <message>` and exit 1;
 usage errors exit 2 as argparse does. Storage options never appear in any output.
@@ -65,6 +66,21 @@ _EXAMPLES_DUMP = """examples:
 Prints what Kafka's kafka-dump-log prints for .log, .index, .timeindex, .txnindex and .snapshot
 files, plus seglog's reading of checkpoint files and partition.metadata. Corrupt data is reported
 with its file and byte position; the exit status is then 1.
+"""
+
+
+_EXAMPLES_MAINTAIN = """examples:
+  seglog maintain --root /data/logs --once
+  seglog maintain --root /data/logs --topic clicks --once
+  seglog maintain --root s3://bucket/logs --storage-option endpoint_url=http://127.0.0.1:9000 \\
+      --config-file conf/maintenance.properties
+
+Each pass visits every partition of the root (or of --topic): segments wholly older than the
+topic's retention.ms (by their newest record) or beyond its retention.bytes are deleted, oldest
+first, never at or above the high watermark, for topics whose cleanup.policy contains delete.
+The log start offset moves first; the files go after file.delete.delay.ms. A partition that
+another writer (producer, Spark sink, broker) holds is skipped and retried at the next pass.
+Without --once the passes repeat every log.retention.check.interval.ms until Ctrl-C.
 """
 
 
@@ -461,6 +477,129 @@ def cmd_dump(args) -> int:
     return dump_files(files, options, sys.stdout, sys.stderr, parse_storage_options(args.storage_option))
 
 
+# ------------------------------------------------------------------------------------ maintain
+
+def cmd_maintain(args) -> int:
+    import signal
+    import threading
+
+    from logcore.log.config import MaintenanceConfig
+    from logcore.log.log_root import LogRoot
+    from logcore.maintenance.service import MaintenanceService
+
+    props = load_properties(args.config_file) if args.config_file else {}
+    try:
+        MaintenanceConfig.from_props(props)         # a bad file fails before anything is opened
+    except InvalidConfigError as exc:
+        raise InvalidConfigError(f"{args.config_file}: {exc}") from None
+    root = LogRoot.open(args.root, storage_options=parse_storage_options(args.storage_option),
+                        defaults=props)
+    try:
+        if root.read_only:
+            raise InvalidConfigError(f"{root.url} is read-only (a copy of a Kafka log dir?): "
+                                     "nothing can be deleted there")
+        service = MaintenanceService(root, MaintenanceConfig.from_props(root.defaults()))
+        topics = args.topic or None
+        service.partitions(topics)                  # unknown topics fail now
+        report = _MaintainReport(sys.stdout, sys.stderr)
+        if args.once:
+            summary = report.run(lambda progress: service.run_once(topics, progress=progress))
+            report.summary(summary)
+            return 0
+        stop = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        sys.stderr.write(f"seglog maintain: checking {root.url} every "
+                         f"{service.settings.retention_check_interval_ms} ms; Ctrl-C stops\n")
+        try:
+            passes = service.run_forever(stop, topics, on_pass=report.summary,
+                                         progress=report.plain_progress)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        sys.stderr.write(f"seglog maintain: stopped after {passes} passes\n")
+        return 0
+    finally:
+        root.close()
+
+
+class _MaintainReport:
+    """Progress while a pass runs and a table of what it deleted: rich on a terminal, plain
+    lines otherwise (logs, pipes, tests)."""
+
+    def __init__(self, out: TextIO, err: TextIO):
+        self.out = out
+        self.err = err
+        self.rich = out.isatty() and err.isatty()
+
+    def plain_progress(self, done: int, total: int, outcome) -> None:
+        name = f"{outcome.topic}-{outcome.partition}"
+        if outcome.skipped is not None:
+            self.err.write(f"[{done}/{total}] {name}: skipped: {outcome.skipped}\n")
+        else:
+            did = []
+            if outcome.segments_deleted:
+                did.append(f"deleted {outcome.segments_deleted} segments ({outcome.bytes_deleted} bytes),"
+                           f" log start offset now {outcome.log_start_offset}")
+            if outcome.cleaned is not None:
+                c = outcome.cleaned
+                did.append(f"cleaned {c.bytes_read} bytes to {c.bytes_written}"
+                           f" ({c.records_read - c.records_kept} records removed,"
+                           f" {c.segments_before} segments to {c.segments_after})")
+            self.err.write(f"[{done}/{total}] {name}: {'; '.join(did) or 'nothing to do'}\n")
+        self.err.flush()
+
+    def run(self, work):
+        if not self.rich:
+            return work(self.plain_progress)
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      console=Console(file=self.err), transient=True) as bar:
+            task = bar.add_task("maintain", total=None)
+
+            def progress(done: int, total: int, outcome) -> None:
+                bar.update(task, completed=done, total=total,
+                           description=f"{outcome.topic}-{outcome.partition}")
+
+            return work(progress)
+
+    def summary(self, summary) -> None:
+        rows = []
+        for topic, outcomes in sorted(summary.by_topic().items()):
+            starts = ",".join(f"{o.partition}:{o.log_start_offset}" for o in outcomes
+                              if o.skipped is None)
+            skipped = ",".join(str(o.partition) for o in outcomes if o.skipped is not None)
+            cleaned = [o.cleaned for o in outcomes if o.cleaned is not None]
+            rows.append((topic, str(len(outcomes)), str(sum(o.segments_deleted for o in outcomes)),
+                         str(sum(o.bytes_deleted for o in outcomes)),
+                         str(sum(o.files_removed for o in outcomes)), starts or "-",
+                         str(sum(c.bytes_read for c in cleaned)),
+                         str(sum(c.records_read - c.records_kept for c in cleaned)),
+                         skipped or "-"))
+        header = ("topic", "partitions", "segments deleted", "bytes deleted", "files removed",
+                  "log start offsets", "bytes cleaned", "records compacted away", "skipped partitions")
+        if self.rich:
+            from rich.console import Console
+            from rich.table import Table
+
+            table = Table(*header, title="seglog maintain")
+            for row in rows:
+                table.add_row(*row)
+            Console(file=self.out).print(table)
+        else:
+            widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+                      for i, h in enumerate(header)]
+            for row in (header, *rows):
+                self.out.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
+            self.out.write(f"total: {summary.segments_deleted} segments, "
+                           f"{summary.bytes_deleted} bytes deleted; "
+                           f"{len(summary.cleaned)} partitions cleaned; "
+                           f"{len(summary.skipped)} partitions skipped\n")
+        self.out.flush()
+
+
 # ------------------------------------------------------------------------------------ parser
 
 def _add_root(parser: argparse.ArgumentParser) -> None:
@@ -557,6 +696,20 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--max-bytes", type=int, default=2**31 - 1, metavar="BYTES", help="read at most this much of a .log")
     _add_storage_option(dump)
     dump.set_defaults(func=cmd_dump)
+
+    maintain = sub.add_parser("maintain", help="apply retention to a root, once or as a service",
+                              description="Delete segments that retention no longer keeps "
+                                          "(Kafka's retention check and log cleaner).",
+                              epilog=_EXAMPLES_MAINTAIN, formatter_class=raw)
+    _add_root(maintain)
+    maintain.add_argument("--topic", action="append", metavar="TOPIC",
+                          help="only this topic (repeatable; default: every topic)")
+    maintain.add_argument("--once", action="store_true",
+                          help="one pass, then exit (default: repeat every log.retention.check.interval.ms)")
+    maintain.add_argument("--config-file", metavar="FILE",
+                          help="maintenance settings (.properties, Kafka's log.retention.check.interval.ms, "
+                               "log.cleaner.*; also root-level topic defaults), e.g. conf/maintenance.properties")
+    maintain.set_defaults(func=cmd_maintain)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Maintenance services over a log root: retention and (hook) compaction."""

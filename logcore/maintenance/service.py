@@ -1,0 +1,165 @@
+"""The maintenance service: retention (and, where the topic compacts, the log cleaner) over a root.
+
+One pass visits every partition of every topic (or of the topics asked for): it takes the
+partition as a writer only if no other writer holds it (a producer, a Spark sink commit, a
+broker: those are skipped and retried at the next pass, never fenced), applies retention,
+removes deleted segment files whose file.delete.delay.ms has passed, and gives the partition back.
+`run_forever` repeats the pass every log.retention.check.interval.ms until told to stop.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from logcore.cleaner.cleaner import CleanerAbortedError, CleanStats, LogCleaner
+from logcore.errors import FencedWriterError, PartitionInUseError, SegLogError
+from logcore.log.config import MaintenanceConfig
+from logcore.log.log_root import LogRoot
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PartitionOutcome:
+    """What one pass did to one partition."""
+    topic: str
+    partition: int
+    segments_deleted: int = 0
+    bytes_deleted: int = 0
+    log_start_offset: int = -1
+    files_removed: int = 0
+    cleaned: CleanStats | None = None   # the compaction pass, when one ran
+    skipped: str | None = None          # why the partition was left alone this pass
+
+
+@dataclass
+class MaintenanceSummary:
+    """One pass over a root."""
+    started_ms: int
+    outcomes: list[PartitionOutcome] = field(default_factory=list)
+
+    @property
+    def segments_deleted(self) -> int:
+        return sum(o.segments_deleted for o in self.outcomes)
+
+    @property
+    def bytes_deleted(self) -> int:
+        return sum(o.bytes_deleted for o in self.outcomes)
+
+    @property
+    def cleaned(self) -> list[CleanStats]:
+        return [o.cleaned for o in self.outcomes if o.cleaned is not None]
+
+    @property
+    def skipped(self) -> list[PartitionOutcome]:
+        return [o for o in self.outcomes if o.skipped is not None]
+
+    def by_topic(self) -> dict[str, list[PartitionOutcome]]:
+        topics: dict[str, list[PartitionOutcome]] = {}
+        for outcome in self.outcomes:
+            topics.setdefault(outcome.topic, []).append(outcome)
+        return topics
+
+
+# progress(done, total, outcome) after each partition: the CLI draws its progress bar with it.
+ProgressCallback = Callable[[int, int, PartitionOutcome], None]
+
+
+class MaintenanceService:
+    """Retention and compaction for the topics of one log root."""
+
+    def __init__(self, root: LogRoot, settings: MaintenanceConfig | None = None):
+        self.root = root
+        self.settings = settings if settings is not None else MaintenanceConfig.from_props(root.defaults())
+        s = self.settings
+        self.cleaner = LogCleaner(dedupe_buffer_size=s.cleaner_dedupe_buffer_size,
+                                  io_buffer_size=s.cleaner_io_buffer_size,
+                                  io_max_bytes_per_second=s.cleaner_io_max_bytes_per_second,
+                                  load_factor=s.cleaner_io_buffer_load_factor,
+                                  backoff_ms=s.cleaner_backoff_ms)
+
+    def partitions(self, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
+        names = list(topics) if topics else self.root.list_topics()
+        found = []
+        for name in names:
+            info = self.root.describe_topic(name)      # TopicNotFoundError names a wrong topic
+            found.extend((name, p) for p in range(info.partitions))
+        return found
+
+    def run_once(self, topics: Iterable[str] | None = None, *, now_ms: int | None = None,
+                 progress: ProgressCallback | None = None) -> MaintenanceSummary:
+        """One pass over every partition of `topics` (default: all topics of the root)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        summary = MaintenanceSummary(now)
+        work = self.partitions(topics)
+        for done, (topic, partition) in enumerate(work, start=1):
+            outcome = self._maintain_partition(topic, partition, now)
+            summary.outcomes.append(outcome)
+            if progress is not None:
+                progress(done, len(work), outcome)
+        return summary
+
+    def _maintain_partition(self, topic: str, partition: int, now: int) -> PartitionOutcome:
+        outcome = PartitionOutcome(topic, partition)
+        try:
+            log = self.root.log(topic, partition, writer=True, truncate_uncommitted=False,
+                                only_if_free=True)
+        except PartitionInUseError as exc:
+            outcome.skipped = str(exc)
+            logger.info("skipping %s-%d: %s", topic, partition, exc)
+            return outcome
+        try:
+            config = log.config
+            result = log.apply_retention(now)
+            outcome.segments_deleted = result.segments_deleted
+            outcome.bytes_deleted = result.bytes_deleted
+            outcome.log_start_offset = result.log_start_offset
+            outcome.files_removed = log.delete_expired_files(now)
+            if config.compact and self.settings.cleaner_enable and self.settings.cleaner_threads > 0:
+                outcome.cleaned = self._compact(log, now)
+        except FencedWriterError as exc:
+            # A producer or sink took the partition during the pass: it wins; next pass retries.
+            outcome.skipped = f"taken over by another writer during the pass ({exc})"
+            logger.info("%s-%d: %s", topic, partition, outcome.skipped)
+        except SegLogError as exc:
+            # One partition's trouble (a storage error) does not stop the pass over the others.
+            outcome.skipped = f"failed: {exc}"
+            logger.warning("%s-%d: maintenance failed: %s", topic, partition, exc)
+        finally:
+            self.root.release_log(log)
+        return outcome
+
+    def _compact(self, log, now: int) -> CleanStats | None:
+        """One cleaner pass when the log is dirty enough (min.cleanable.dirty.ratio) or overdue
+        (max.compaction.lag.ms); a pass that met concurrent changes runs again next time."""
+        if not self.cleaner.needs_cleaning(log, now):
+            return None
+        try:
+            return self.cleaner.clean(log, now)
+        except CleanerAbortedError as exc:
+            logger.info("%s-%d: cleaning pass aborted, retried at the next pass: %s",
+                        log.topic, log.partition, exc)
+            return None
+
+    def run_forever(self, stop_event: threading.Event, topics: Iterable[str] | None = None, *,
+                    on_pass: Callable[[MaintenanceSummary], None] | None = None,
+                    progress: ProgressCallback | None = None) -> int:
+        """Run a pass every log.retention.check.interval.ms until `stop_event` is set; returns
+        the number of passes. A pass that fails on one partition's storage error is logged and
+        the next pass retries; the service itself keeps running."""
+        interval = self.settings.retention_check_interval_ms / 1000
+        passes = 0
+        while not stop_event.is_set():
+            started = time.monotonic()
+            try:
+                summary = self.run_once(topics, progress=progress)
+                if on_pass is not None:
+                    on_pass(summary)
+            except SegLogError as exc:
+                logger.error("maintenance pass failed: %s", exc)
+            passes += 1
+            stop_event.wait(max(0.0, interval - (time.monotonic() - started)))
+        return passes
