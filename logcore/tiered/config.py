@@ -149,9 +149,9 @@ class TieredConfig:
             else:
                 raise InvalidConfigError(_unknown(name, [RSM_PREFIX + k for k in _RSM_KEYS]))
         storage_options = nested_storage_options(storage_pairs, "rsm.config.storage option")
-        key_files = _key_files(values, key_paths)
-        config = cls(values, storage_options, key_files)
+        config = cls(values, storage_options, {})
         config._check_rules()
+        config.key_files = _key_files(values, key_paths)
         return config
 
     def _check_rules(self) -> None:
