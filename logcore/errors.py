@@ -126,3 +126,13 @@ class InvalidConfigError(SegLogError, ValueError):
 
 class InvalidTopicError(InvalidConfigError):
     """A topic name Kafka would reject."""
+
+
+class RemoteStorageError(StorageError):
+    """A remote storage manager operation failed (KIP-405 RemoteStorageException); the caller may
+    retry the whole operation with a fresh segment id (copy) or as is (fetch, delete)."""
+
+
+class RemoteResourceNotFoundError(RemoteStorageError, ResourceNotFoundError):
+    """A remote segment, one of its indexes, or its manifest does not exist
+    (KIP-405 RemoteResourceNotFoundException)."""

@@ -14,6 +14,7 @@ from logcore.errors import ReadOnlyLogError, StorageError
 
 if TYPE_CHECKING:
     from logcore.storage.append_file import AppendFile
+    from logcore.storage.write_stream import WriteStream
 
 
 class Storage(ABC):
@@ -102,6 +103,11 @@ class Storage(ABC):
         Versions may be content-derived (S3 ETag, memory digest, the local token's digest):
         rewriting identical bytes can leave the version unchanged, so a compare-and-swap
         guards the content, and a writer that needs a change to be seen writes new content."""
+
+    @abstractmethod
+    def open_write(self, path: str, *, part_size: int | None = None) -> WriteStream:
+        """A streamed whole-object write: the object appears complete at commit (a clean `with`
+        exit) or not at all. On S3 a multipart upload of `part_size` parts (see write_stream)."""
 
     # -- local-only operations -----------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from logcore.errors import ResourceNotFoundError, StorageError
 from logcore.storage.append_file import AppendFile
 from logcore.storage.base import Storage
+from logcore.storage.write_stream import LocalWriteStream
 
 # In-flight temporary files of write_atomic/put_if_absent: hidden from list_dir.
 TMP_MARKER = ".seglog-tmp."
@@ -217,6 +218,14 @@ class LocalStorage(Storage):
                 return None
             st = self._replace(os_path, data)
             return _version(st, data)
+
+    def open_write(self, path: str, *, part_size: int | None = None) -> LocalWriteStream:
+        self._refuse_if_read_only(path, "write")
+        os_path = self.local_path(path)
+        folder, name = os.path.split(os_path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f".{name}{TMP_MARKER}{secrets.token_hex(6)}")
+        return LocalWriteStream(os_path, tmp, self.describe(path), _fsync_dir)
 
     # -- local-only operations -----------------------------------------------------------------
 

@@ -20,6 +20,8 @@ from fsspec.asyn import sync
 from logcore.errors import (CommitStateUnknownError, ResourceNotFoundError, RetriableStorageError,
                             SegLogError, StorageError)
 from logcore.storage.base import Storage
+from logcore.storage.write_stream import (DEFAULT_PART_SIZE, BufferedWriteStream,
+                                          S3MultipartWriteStream, WriteStream)
 
 S3_PROTOCOLS = ("s3", "s3a")
 # One lock for every emulated conditional write in this process (memory:// has one global store).
@@ -256,6 +258,22 @@ class ObjectStorage(Storage):
                     self._fs.pipe_file(full, bytes(data))
         except Exception as exc:
             raise self._translate(exc, "write", path) from exc
+
+    def open_write(self, path: str, *, part_size: int | None = None) -> WriteStream:
+        self._refuse_if_read_only(path, "write")
+        full = self._full(path)
+        if not self._is_s3:
+            return BufferedWriteStream(lambda data: self.write_atomic(path, data), self.describe(path))
+        bucket, key = self._bucket_key(full)
+
+        def call(method: str, **kwargs: Any) -> Any:
+            try:
+                return self._fs.call_s3(method, **kwargs)
+            except Exception as exc:
+                raise self._translate(exc, f"{method} of", path) from exc
+
+        return S3MultipartWriteStream(call, bucket, key, self.describe(path),
+                                      part_size or DEFAULT_PART_SIZE)
 
     def put_if_absent(self, path: str, data: bytes) -> str | None:
         self._refuse_if_read_only(path, "create")

@@ -1,0 +1,25 @@
+"""Fixtures of the tiered-storage tests: RSA key pairs on disk (made once per session)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logcore.tiered.encryption import KeyRing, generate_key_pair_pem
+
+
+@pytest.fixture(scope="session")
+def key_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    folder = tmp_path_factory.mktemp("keys")
+    files = {}
+    for key_id in ("k1", "k2"):
+        public, private = generate_key_pair_pem()
+        (folder / f"{key_id}-public.pem").write_bytes(public)
+        (folder / f"{key_id}-private.pem").write_bytes(private)
+        files[key_id] = (folder / f"{key_id}-public.pem", folder / f"{key_id}-private.pem")
+    return files
+
+
+@pytest.fixture(scope="session")
+def ring_k1(key_files) -> KeyRing:
+    return KeyRing.from_pem_files({"k1": key_files["k1"]}, "k1")
