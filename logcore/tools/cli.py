@@ -461,6 +461,11 @@ def cmd_dump(args) -> int:
     return dump_files(files, options, sys.stdout, sys.stderr, parse_storage_options(args.storage_option))
 
 
+def cmd_broker(args) -> int:
+    from logcore.broker.server import run_from_properties
+    return run_from_properties(args.config, _configs(args.override))
+
+
 # ------------------------------------------------------------------------------------ parser
 
 def _add_root(parser: argparse.ArgumentParser) -> None:
@@ -557,6 +562,14 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--max-bytes", type=int, default=2**31 - 1, metavar="BYTES", help="read at most this much of a .log")
     _add_storage_option(dump)
     dump.set_defaults(func=cmd_dump)
+
+    broker = sub.add_parser("broker", help="serve a log root over the Kafka protocol",
+                            description="Run the sidecar broker (like kafka-server-start).",
+                            epilog="example:\n  seglog broker --config conf/broker.properties "
+                                   "--override listeners=PLAINTEXT://127.0.0.1:9093", formatter_class=raw)
+    broker.add_argument("--config", required=True, metavar="FILE", help="broker.properties (Kafka's names)")
+    broker.add_argument("--override", action="append", metavar="K=V", help="override one property (repeatable)")
+    broker.set_defaults(func=cmd_broker)
     return parser
 
 
