@@ -89,9 +89,8 @@ def parse_request(frame: bytes, windows: dict[int, tuple[int, int]]) -> Request:
     except Exception as exc:   # kio raises several types (struct, ValueError, its own): all malformed
         raise ProtocolError(f"malformed api key {api_key} v{api_version} request"
                             f" (correlation id {correlation_id}): {type(exc).__name__}: {exc}") from None
-    if end != len(frame):
-        raise ProtocolError(f"api key {api_key} v{api_version} request has {len(frame) - end}"
-                            " trailing bytes")
+    # Trailing bytes are ignored, as Kafka's own parser does: librdkafka 2.16 sends Metadata v12
+    # with fields that version no longer has.
     return Request(api_key, api_version, correlation_id, header.client_id, body)
 
 
