@@ -85,7 +85,6 @@ def parse_request(frame: bytes, windows: dict[int, tuple[int, int]]) -> Request:
     try:
         header, header_size = read_header(frame, 0)      # readers return (value, bytes read)
         body, body_size = read_body(frame, header_size)
-        end = header_size + body_size
     except Exception as exc:   # kio raises several types (struct, ValueError, its own): all malformed
         raise ProtocolError(f"malformed api key {api_key} v{api_version} request"
                             f" (correlation id {correlation_id}): {type(exc).__name__}: {exc}") from None

@@ -7,52 +7,9 @@ import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
+from confluent_kafka.admin import ConfigResource, NewTopic  # noqa: E402
 
-
-def _admin(b) -> AdminClient:
-    return AdminClient({"bootstrap.servers": b.bootstrap})
-
-
-def create(b, name: str, partitions: int = 1, config: dict | None = None) -> None:
-    admin = _admin(b)        # must outlive the future
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                            config=config or {})])
-    futures[name].result(15)
-
-
-def produce(b, topic: str, values: list[bytes], *, partition: int | None = None, **conf) -> list[tuple]:
-    settings = {"bootstrap.servers": b.bootstrap, "linger.ms": 2}
-    settings.update(conf)
-    p = Producer(settings)
-    acked: list[tuple] = []
-
-    def on_delivery(err, msg):
-        acked.append((err, msg.partition(), msg.offset(), msg.value()))
-
-    for i, v in enumerate(values):
-        kwargs = {"partition": partition} if partition is not None else {}
-        p.produce(topic, key=b"k%d" % i, value=v, on_delivery=on_delivery, **kwargs)
-        p.poll(0)
-    assert p.flush(20) == 0
-    return acked
-
-
-def consume_all(b, topic: str, partitions: int, expected: int, *, start: int = 0,
-                timeout: float = 15, isolation: str = "read_committed") -> list:
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "assign-only", "enable.auto.commit": False,
-                  "isolation.level": isolation, "fetch.wait.max.ms": 100})
-    c.assign([TopicPartition(topic, p, start) for p in range(partitions)])
-    got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < expected and time.monotonic() < deadline:
-        m = c.poll(0.2)
-        if m is None:
-            continue
-        assert m.error() is None, m.error()
-        got.append((m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1]))
-    c.close()
-    return got
+from broker_helpers import _admin, consume_all, create, produce  # noqa: E402
 
 
 def test_create_describe_delete_topics(broker):
