@@ -302,65 +302,53 @@ class Broker:
             return {"responses": [{"name": t.name, "partition_responses": [
                 _produce_result(p.index, error, message=message) for p in t.partition_data]}
                 for t in body.topic_data], "throttle_time": 0}
-        appended = await asyncio.to_thread(self._append_all, body)
+        entries = self._submit_all(body)
         if acks == 0:
-            for part, end, _ in appended:
-                if part is not None:
-                    self._spawn(self._commit_quietly(part, end))
+            for _, fut in entries:
+                if fut is not None:
+                    fut.add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
             return None
-        return self._finish_produce(appended)
+        return self._finish_produce(entries)
 
-    async def _commit_quietly(self, part: Partition, end: int) -> None:
-        try:
-            await self.partitions.commit_through(part, end)
-        except Exception:   # acks=0: nobody to tell; the commit loop logged it
-            pass
-
-    def _append_all(self, body) -> list[tuple[Partition | None, int, dict]]:
+    def _submit_all(self, body) -> list[tuple[dict, asyncio.Future | None]]:
+        """Queue every partition's batch now (keeping this connection's order); errors found
+        before appending are answered directly."""
         out = []
         for t in body.topic_data:
             for pd in t.partition_data:
                 part = self.partitions.get(t.name, pd.index)
                 if part is None:
-                    out.append((None, 0, {"topic": t.name, **_produce_result(
+                    out.append(({"topic": t.name, **_produce_result(
                         pd.index, E.UNKNOWN_TOPIC_OR_PARTITION,
-                        message=f"{t.name}-{pd.index} is not a partition of this broker")}))
-                    continue
-                if not pd.records:
-                    out.append((None, 0, {"topic": t.name, **_produce_result(
-                        pd.index, E.INVALID_RECORD, message="no records")}))
-                    continue
-                try:
-                    if len(pd.records) >= 61 and pd.records[57] & 0x10:
-                        raise _Failed(E.INVALID_TXN_STATE, "transactional batches are not supported")
-                    info = part.log.append_batch(pd.records)
-                except _Failed as exc:
-                    out.append((None, 0, {"topic": t.name, **_produce_result(pd.index, exc.code, message=str(exc))}))
-                    continue
-                except SegLogError as exc:
-                    code = E.error_code(exc)
-                    logger.info("produce to %s-%d rejected (%s): %s", t.name, pd.index, code, exc)
-                    out.append((None, 0, {"topic": t.name, **_produce_result(pd.index, code, message=str(exc))}))
-                    continue
-                except Exception as exc:  # noqa: BLE001 - a bug or an OS error: this partition only
-                    logger.exception("produce to %s-%d failed", t.name, pd.index)
-                    out.append((None, 0, {"topic": t.name, **_produce_result(
-                        pd.index, E.error_code(exc), message=str(exc))}))
-                    continue
-                result = _produce_result(pd.index, E.NONE, base_offset=info.first_offset,
-                                         log_append_time=info.log_append_time,
-                                         log_start_offset=part.log.log_start_offset)
-                out.append((part, info.last_offset + 1, {"topic": t.name, **result}))
+                        message=f"{t.name}-{pd.index} is not a partition of this broker")}, None))
+                elif not pd.records:
+                    out.append(({"topic": t.name, **_produce_result(pd.index, E.INVALID_RECORD,
+                                                                    message="no records")}, None))
+                elif len(pd.records) >= 61 and pd.records[22] & 0x10:
+                    out.append(({"topic": t.name, **_produce_result(
+                        pd.index, E.INVALID_TXN_STATE, message="transactional batches are not supported")}, None))
+                else:
+                    out.append(({"topic": t.name, "index": pd.index, "part": part},
+                                self.partitions.submit(part, bytes(pd.records))))
         return out
 
-    async def _finish_produce(self, appended) -> dict:
+    async def _finish_produce(self, entries) -> dict:
         by_topic: dict[str, list] = {}
-        for part, end, result in appended:
-            if part is not None:
+        for result, fut in entries:
+            if fut is not None:
+                part = result.pop("part")
                 try:
-                    await self.partitions.commit_through(part, end)
-                except Exception as exc:  # noqa: BLE001
-                    result.update(error_code=E.error_code(exc), base_offset=-1, error_message=str(exc))
+                    info = await fut
+                    result.update(_produce_result(result["index"], E.NONE, base_offset=info.first_offset,
+                                                  log_append_time=info.log_append_time,
+                                                  log_start_offset=part.log.log_start_offset))
+                except SegLogError as exc:
+                    code = E.error_code(exc)
+                    logger.info("produce to %s-%d rejected (%s): %s", part.topic, part.index, code, exc)
+                    result.update(_produce_result(result["index"], code, message=str(exc)))
+                except Exception as exc:  # noqa: BLE001 - an OS error or a bug: this partition only
+                    logger.error("produce to %s-%d failed: %r", part.topic, part.index, exc)
+                    result.update(_produce_result(result["index"], E.error_code(exc), message=str(exc)))
             topic = result.pop("topic")
             by_topic.setdefault(topic, []).append(result)
         return {"responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
@@ -495,6 +483,11 @@ class _Failed(Exception):
     def __init__(self, code: int, message: str):
         super().__init__(message)
         self.code = code
+
+
+def _consume_exception(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _produce_result(index: int, error: int, *, base_offset: int = -1, log_append_time: int = -1,

@@ -1,13 +1,12 @@
 """The partitions a broker leads: one writer Log each, group commit, and commit notification.
 
-Log calls block (file I/O, fsync, the log's lock), so they run in worker threads, never on the
-event loop. Appends to a partition are serialised by the log's own lock; the order of one
-connection's requests is kept by the server, which finishes a produce request's appends before
-reading that connection's next request.
-
-Group commit: after an append, `commit_through(end)` waits until the high watermark reaches
-`end`. One commit runs per partition at a time; appends that arrive while it runs are covered
-by the next one, so concurrent producers share an fsync.
+Log calls block (file I/O, fsync, the log's lock), so they run in a worker thread, never on
+the event loop. Each partition has one FIFO of produced batches and one worker task: the worker
+takes everything queued, appends it in order and commits once (group commit: the batches of
+concurrent producers share one fsync and one checkpoint write), then completes each batch's
+future. Appends never wait behind another thread's fsync, and a batch's future resolves only
+once the high watermark covers it. The server submits a request's batches before it reads the
+connection's next request, so one connection's batches keep their order.
 """
 from __future__ import annotations
 
@@ -27,9 +26,8 @@ class Partition:
     topic: str
     index: int
     log: Log
-    committing: bool = False
-    commit_error: BaseException | None = None
-    waiters: list = field(default_factory=list)         # (end offset, future)
+    working: bool = False
+    queue: list = field(default_factory=list)           # (batch bytes, future)
     committed: asyncio.Future | None = None              # resolved at the next commit
     closed: bool = False
 
@@ -85,49 +83,59 @@ class PartitionManager:
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
-    # ---------------------------------------------------------------- commit
-    async def commit_through(self, part: Partition, end: int) -> None:
-        """Return once the HW is at least `end` (raising if the commit that should cover it failed)."""
-        if part.log.high_watermark >= end:
-            return
-        fut = asyncio.get_running_loop().create_future()
-        part.waiters.append((end, fut))
-        if not part.committing:
-            part.committing = True
-            asyncio.get_running_loop().create_task(self._commit_loop(part))
-        await fut
+    # ---------------------------------------------------------------- append + commit
+    def submit(self, part: Partition, batch: bytes) -> asyncio.Future:
+        """Queue one client batch; the future gives its AppendInfo once committed (or the error)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        part.queue.append((batch, fut))
+        if not part.working:
+            part.working = True
+            loop.create_task(self._work(part))
+        return fut
 
-    async def _commit_loop(self, part: Partition) -> None:
+    async def _work(self, part: Partition) -> None:
         try:
-            while part.waiters and not part.closed:
-                try:
-                    await asyncio.to_thread(part.log.commit)
-                    error = None
-                except Exception as exc:  # noqa: BLE001 - handed to every waiter
-                    logger.error("commit of %s-%d failed: %s", part.topic, part.index, exc)
-                    error = exc
-                hw = part.log.high_watermark
-                still = []
-                for end, fut in part.waiters:
+            while part.queue and not part.closed:
+                jobs, part.queue = part.queue, []
+                results, commit_error = await asyncio.to_thread(
+                    _append_and_commit, part.log, [batch for batch, _ in jobs])
+                if commit_error is not None:
+                    logger.error("commit of %s-%d failed: %s", part.topic, part.index, commit_error)
+                for (_, fut), result in zip(jobs, results):
                     if fut.done():
                         continue
-                    if error is not None:
-                        fut.set_exception(error)
-                    elif end <= hw:
-                        fut.set_result(None)
+                    if isinstance(result, BaseException):
+                        fut.set_exception(result)
+                    elif commit_error is not None:
+                        fut.set_exception(commit_error)
                     else:
-                        still.append((end, fut))
-                part.waiters = still
+                        fut.set_result(result)
                 self.notify(part)
-                if error is not None:
-                    break
-            for _, fut in part.waiters:
+            for _, fut in part.queue:
                 if not fut.done():
                     fut.set_exception(ConnectionAbortedError(f"{part.topic}-{part.index} was closed"))
-            part.waiters = []
+            if part.closed:
+                part.queue = []
         finally:
-            part.committing = False
+            part.working = False
 
     def notify(self, part: Partition) -> None:
         if part.committed is not None and not part.committed.done():
             part.committed.set_result(None)
+
+
+def _append_and_commit(log: Log, batches: list[bytes]) -> tuple[list, BaseException | None]:
+    """Append each batch (its own error if rejected), then one commit for all of them."""
+    results: list = []
+    for batch in batches:
+        try:
+            results.append(log.append_batch(batch))
+        except Exception as exc:  # noqa: BLE001 - reported to that batch's producer
+            results.append(exc)
+    try:
+        if log.high_watermark < log.log_end_offset:
+            log.commit()
+    except Exception as exc:  # noqa: BLE001 - reported to every batch of this round
+        return results, exc
+    return results, None
