@@ -600,6 +600,13 @@ class _MaintainReport:
         self.out.flush()
 
 
+# ------------------------------------------------------------------------------------ broker
+
+def cmd_broker(args) -> int:
+    from logcore.broker.server import run_from_properties
+    return run_from_properties(args.config, _configs(args.override))
+
+
 # ------------------------------------------------------------------------------------ parser
 
 def _add_root(parser: argparse.ArgumentParser) -> None:
@@ -710,6 +717,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="maintenance settings (.properties, Kafka's log.retention.check.interval.ms, "
                                "log.cleaner.*; also root-level topic defaults), e.g. conf/maintenance.properties")
     maintain.set_defaults(func=cmd_maintain)
+
+    broker = sub.add_parser("broker", help="serve a log root over the Kafka protocol",
+                            description="Run the sidecar broker (like kafka-server-start).",
+                            epilog="example:\n  seglog broker --config conf/broker.properties "
+                                   "--override listeners=PLAINTEXT://127.0.0.1:9093", formatter_class=raw)
+    broker.add_argument("--config", required=True, metavar="FILE", help="broker.properties (Kafka's names)")
+    broker.add_argument("--override", action="append", metavar="K=V", help="override one property (repeatable)")
+    broker.set_defaults(func=cmd_broker)
     return parser
 
 

@@ -1,0 +1,26 @@
+"""The API version windows this broker serves, advertised verbatim in ApiVersions.
+
+The windows follow what librdkafka and kafka-python send: librdkafka's classic group client
+never goes past FindCoordinator v2, JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v1, so
+those older, non-flexible versions are kept. Produce/Fetch start at v3/v4 (RecordBatch v2).
+"""
+from __future__ import annotations
+
+API_VERSIONS = 18
+
+# api key -> (name, min version, max version)
+SERVED: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 10),
+    1: ("Fetch", 4, 16),
+    2: ("ListOffsets", 1, 7),
+    3: ("Metadata", 1, 12),
+    18: ("ApiVersions", 0, 3),
+    19: ("CreateTopics", 2, 5),
+    20: ("DeleteTopics", 1, 6),
+    22: ("InitProducerId", 0, 4),
+    32: ("DescribeConfigs", 1, 4),
+}
+
+
+def windows(served: dict[int, tuple[str, int, int]] = SERVED) -> dict[int, tuple[int, int]]:
+    return {key: (lo, hi) for key, (_, lo, hi) in served.items()}

@@ -1,0 +1,521 @@
+"""The broker: request handlers over the log root it serves.
+
+Each handler takes a parsed `Request` and returns the response as a dict of Kafka field names
+(see protocol.build), `None` for no response (Produce with acks=0), or an awaitable of either:
+the server awaits a handler's immediate part before it reads the connection's next request, and
+queues the awaitable part so that a slow request (a produce waiting for its commit, a long-polling
+fetch) does not hold up the requests behind it. Responses still go out in request order.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any, Awaitable
+
+from logcore.broker import errors as E
+from logcore.broker.api_versions import SERVED
+from logcore.broker.config import BROKER_KEYS, BrokerConfig
+from logcore.broker.partitions import Partition, PartitionManager
+from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
+from logcore.broker.protocol import ZERO_UUID, Request
+from logcore.errors import InvalidConfigError, SegLogError, TopicExistsError
+from logcore.log.config import CONFIG_KEYS, ConfigType, resolve_root_defaults
+from logcore.log.log_root import LogRoot
+from logcore.log.partition_metadata import parse_topic_id
+
+logger = logging.getLogger(__name__)
+
+INT32_MIN = -(2 ** 31)
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+_KAFKA_CONFIG_TYPE = {ConfigType.BOOLEAN: 1, ConfigType.STRING: 2, ConfigType.INT: 3,
+                      ConfigType.LONG: 5, ConfigType.DOUBLE: 6, ConfigType.LIST: 7}
+# DescribeConfigs config_source values
+SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
+
+Result = dict | None | Awaitable[dict | None]
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, root: LogRoot, advertised: tuple[str, int]):
+        self.config = config
+        self.root = root
+        self.node_id = config.node_id
+        self.host, self.port = advertised
+        self.partitions = PartitionManager(root)
+        self.producer_ids = ProducerIdAllocator(root.storage)
+        self.cluster_id = _cluster_id(root)
+        self.background: set[asyncio.Task] = set()
+        self.handlers = {
+            0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
+            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
+            22: self.init_producer_id, 32: self.describe_configs,
+        }
+        self.served = dict(SERVED)
+
+    def open(self) -> None:
+        self.partitions.open_all()
+
+    def close(self) -> None:
+        self.partitions.close()
+
+    async def handle(self, request: Request) -> Result:
+        return await self.handlers[request.api_key](request)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    # ------------------------------------------------------------------ ApiVersions
+    def api_versions_body(self, error: int = E.NONE) -> dict:
+        return {"error_code": error, "throttle_time": 0,
+                "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                             for k, (_, lo, hi) in sorted(self.served.items())]}
+
+    async def api_versions(self, req: Request) -> dict:
+        return self.api_versions_body()
+
+    # ------------------------------------------------------------------ Metadata
+    def _topic_uuid(self, name: str) -> uuid.UUID:
+        info = self.partitions.topics.get(name)
+        return parse_topic_id(info.topic_id) if info and info.topic_id else ZERO_UUID
+
+    async def metadata(self, req: Request) -> dict:
+        body = req.body
+        v = req.api_version
+        if body.topics is None:
+            names = sorted(self.partitions.topics)
+        else:
+            names = []
+            for t in body.topics:
+                name = t.name
+                if name is None and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
+                    name = self.partitions.topic_ids.get(t.topic_id.bytes)
+                names.append(name)
+        allow_create = getattr(body, "allow_auto_topic_creation", True) and \
+            self.config["auto.create.topics.enable"]
+        topics = []
+        for name in names:
+            if name is None:
+                topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None, "partitions": [],
+                               "topic_authorized_operations": INT32_MIN})
+                continue
+            error = E.NONE
+            if name not in self.partitions.topics:
+                error = E.UNKNOWN_TOPIC_OR_PARTITION
+                if allow_create and body.topics is not None:
+                    error = await asyncio.to_thread(self._auto_create, name)
+            if error != E.NONE:
+                topics.append({"error_code": error, "name": name, "partitions": [],
+                               "topic_authorized_operations": INT32_MIN})
+                continue
+            info = self.partitions.topics[name]
+            parts = []
+            for p in range(info.partitions):
+                part = self.partitions.get(name, p)
+                parts.append({"error_code": E.NONE, "partition_index": p, "leader_id": self.node_id,
+                              "leader_epoch": part.log.leader_epoch if part else -1,
+                              "replica_nodes": [self.node_id], "isr_nodes": [self.node_id],
+                              "offline_replicas": []})
+            topics.append({"error_code": E.NONE, "name": name, "topic_id": self._topic_uuid(name),
+                           "is_internal": name.startswith("__"), "partitions": parts,
+                           "topic_authorized_operations": INT32_MIN})
+        return {"throttle_time": 0,
+                "brokers": [{"node_id": self.node_id, "host": self.host, "port": self.port, "rack": None}],
+                "cluster_id": self.cluster_id, "controller_id": self.node_id, "topics": topics,
+                "cluster_authorized_operations": INT32_MIN}
+
+    def _auto_create(self, name: str) -> int:
+        try:
+            self._create_topic(name, self.config["num.partitions"], {})
+            logger.info("auto-created topic %s", name)
+            return E.NONE
+        except TopicExistsError:
+            return E.NONE
+        except SegLogError as exc:
+            return E.error_code(exc)
+
+    def _create_topic(self, name: str, partitions: int, configs: dict[str, str]):
+        info = self.root.create_topic(name, partitions, configs)
+        self.partitions.open_topic(info)
+        return info
+
+    # ------------------------------------------------------------------ CreateTopics / DeleteTopics
+    async def create_topics(self, req: Request) -> dict:
+        return {"throttle_time": 0, "topics": await asyncio.to_thread(self._create_topics, req.body)}
+
+    def _create_topics(self, body) -> list[dict]:
+        results = []
+        seen = set()
+        for t in body.topics:
+            res = {"name": t.name, "error_code": E.NONE, "error_message": None,
+                   "num_partitions": -1, "replication_factor": -1, "configs": []}
+            results.append(res)
+            partitions = t.num_partitions if t.num_partitions != -1 else self.config["num.partitions"]
+            try:
+                if t.name in seen:
+                    raise _Failed(E.INVALID_REQUEST, f"topic {t.name!r} is listed twice")
+                seen.add(t.name)
+                if t.assignments:
+                    bad = [a for a in t.assignments if list(a.broker_ids) != [self.node_id]]
+                    if bad or t.num_partitions != -1 or t.replication_factor != -1:
+                        raise _Failed(E.INVALID_REPLICA_ASSIGNMENT,
+                                      f"this single broker (node {self.node_id}) holds every replica;"
+                                      " an assignment may only name it, once per partition")
+                    partitions = len(t.assignments)
+                elif t.replication_factor not in (-1, 1):
+                    raise _Failed(E.INVALID_REPLICATION_FACTOR,
+                                  f"replication factor {t.replication_factor} is larger than the 1"
+                                  " available broker")
+                if partitions < 1:
+                    raise _Failed(E.INVALID_PARTITIONS, f"number of partitions {partitions} must be at least 1")
+                configs = {c.name: c.value for c in t.configs if c.value is not None}
+                if t.name in self.partitions.topics:
+                    raise _Failed(E.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
+                if body.validate_only:
+                    from logcore.log.config import (LogConfig, validate_topic_name,
+                                                    validate_topic_overrides)
+                    validate_topic_name(t.name)
+                    validate_topic_overrides(configs)
+                    LogConfig.from_props(configs, self.root.defaults())
+                else:
+                    self._create_topic(t.name, partitions, configs)
+                res.update(num_partitions=partitions, replication_factor=1,
+                           configs=self._describe_topic_configs(t.name, None) if not body.validate_only else [])
+            except _Failed as exc:
+                res.update(error_code=exc.code, error_message=str(exc))
+            except SegLogError as exc:
+                res.update(error_code=E.error_code(exc), error_message=str(exc))
+        return results
+
+    async def delete_topics(self, req: Request) -> dict:
+        body = req.body
+        if req.api_version >= 6:
+            wanted = [(t.name, t.topic_id) for t in body.topics]
+        else:
+            wanted = [(n, None) for n in body.topic_names]
+        return {"throttle_time": 0, "responses": await asyncio.to_thread(self._delete_topics, wanted)}
+
+    def _delete_topics(self, wanted) -> list[dict]:
+        out = []
+        for name, topic_id in wanted:
+            if name is None and topic_id not in (None, ZERO_UUID):
+                name = self.partitions.topic_ids.get(topic_id.bytes)
+                if name is None:
+                    out.append({"name": None, "topic_id": topic_id, "error_code": E.UNKNOWN_TOPIC_ID})
+                    continue
+            tid = self._topic_uuid(name) if name else ZERO_UUID
+            try:
+                if name not in self.partitions.topics:
+                    raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                self.partitions.close_topic(name)
+                self.root.delete_topic(name)
+                out.append({"name": name, "topic_id": tid, "error_code": E.NONE})
+            except _Failed as exc:
+                out.append({"name": name, "topic_id": tid, "error_code": exc.code, "error_message": str(exc)})
+            except SegLogError as exc:
+                out.append({"name": name, "topic_id": tid, "error_code": E.error_code(exc),
+                            "error_message": str(exc)})
+        return out
+
+    # ------------------------------------------------------------------ DescribeConfigs
+    async def describe_configs(self, req: Request) -> dict:
+        results = []
+        for r in req.body.resources:
+            keys = None if r.configuration_keys is None else set(r.configuration_keys)
+            res = {"error_code": E.NONE, "error_message": None, "resource_type": r.resource_type,
+                   "resource_name": r.resource_name, "configs": []}
+            try:
+                if r.resource_type == 2:
+                    if r.resource_name not in self.partitions.topics:
+                        raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist")
+                    res["configs"] = self._describe_topic_configs(r.resource_name, keys)
+                elif r.resource_type == 4:
+                    if r.resource_name not in ("", str(self.node_id)):
+                        raise _Failed(E.INVALID_REQUEST, f"this is broker {self.node_id}, not {r.resource_name}")
+                    res["configs"] = self._describe_broker_configs(keys)
+                else:
+                    raise _Failed(E.INVALID_REQUEST, f"resource type {r.resource_type} is not served")
+            except _Failed as exc:
+                res.update(error_code=exc.code, error_message=str(exc))
+            except SegLogError as exc:
+                res.update(error_code=E.error_code(exc), error_message=str(exc))
+            results.append(res)
+        return {"throttle_time": 0, "results": results}
+
+    def _describe_topic_configs(self, topic: str, keys: set[str] | None) -> list[dict]:
+        config = self.root.topic_config(topic)
+        from_root = set(resolve_root_defaults(self.root.defaults()))
+        out = []
+        for name, value in config.to_properties().items():
+            if keys is not None and name not in keys:
+                continue
+            key = CONFIG_KEYS[name]
+            source = (SOURCE_TOPIC if name in config.overrides else
+                      SOURCE_STATIC_BROKER if name in from_root else SOURCE_DEFAULT)
+            out.append({"name": name, "value": value, "read_only": False, "config_source": source,
+                        "is_default": source == SOURCE_DEFAULT, "is_sensitive": False, "synonyms": [],
+                        "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
+        return out
+
+    def _describe_broker_configs(self, keys: set[str] | None) -> list[dict]:
+        out = []
+        for name, key in BROKER_KEYS.items():
+            if keys is not None and name not in keys:
+                continue
+            value = key.format(self.config.values[name])
+            out.append({"name": name, "value": value, "read_only": True,
+                        "config_source": SOURCE_STATIC_BROKER, "is_sensitive": False, "synonyms": [],
+                        "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
+        return out
+
+    # ------------------------------------------------------------------ InitProducerId
+    async def init_producer_id(self, req: Request) -> dict:
+        body = req.body
+        if body.transactional_id is not None:
+            return {"throttle_time": 0, "error_code": E.INVALID_REQUEST, "producer_id": -1,
+                    "producer_epoch": -1}
+        pid = getattr(body, "producer_id", -1)
+        epoch = getattr(body, "producer_epoch", -1)
+        if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
+            # KIP-360: an idempotent producer bumps its epoch to reset its sequences.
+            return {"throttle_time": 0, "error_code": E.NONE, "producer_id": pid,
+                    "producer_epoch": epoch + 1}
+        pid = await asyncio.to_thread(self.producer_ids.allocate)
+        return {"throttle_time": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
+
+    # ------------------------------------------------------------------ Produce
+    async def produce(self, req: Request) -> Result:
+        body = req.body
+        acks = body.acks
+        error = E.NONE
+        message = None
+        if acks not in (0, 1, -1):
+            error, message = E.INVALID_REQUIRED_ACKS, f"acks={acks} is not one of 0, 1, -1"
+        elif body.transactional_id is not None:
+            error, message = E.INVALID_TXN_STATE, "transactions are not supported by this broker"
+        if error != E.NONE:
+            if acks == 0:
+                return None
+            return {"responses": [{"name": t.name, "partition_responses": [
+                _produce_result(p.index, error, message=message) for p in t.partition_data]}
+                for t in body.topic_data], "throttle_time": 0}
+        entries = self._submit_all(body)
+        if acks == 0:
+            for _, fut in entries:
+                if fut is not None:
+                    fut.add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
+            return None
+        return self._finish_produce(entries)
+
+    def _submit_all(self, body) -> list[tuple[dict, asyncio.Future | None]]:
+        """Queue every partition's batch now (keeping this connection's order); errors found
+        before appending are answered directly."""
+        out = []
+        for t in body.topic_data:
+            for pd in t.partition_data:
+                part = self.partitions.get(t.name, pd.index)
+                if part is None:
+                    out.append(({"topic": t.name, **_produce_result(
+                        pd.index, E.UNKNOWN_TOPIC_OR_PARTITION,
+                        message=f"{t.name}-{pd.index} is not a partition of this broker")}, None))
+                elif not pd.records:
+                    out.append(({"topic": t.name, **_produce_result(pd.index, E.INVALID_RECORD,
+                                                                    message="no records")}, None))
+                elif len(pd.records) >= 61 and pd.records[22] & 0x10:
+                    out.append(({"topic": t.name, **_produce_result(
+                        pd.index, E.INVALID_TXN_STATE, message="transactional batches are not supported")}, None))
+                else:
+                    out.append(({"topic": t.name, "index": pd.index, "part": part},
+                                self.partitions.submit(part, bytes(pd.records))))
+        return out
+
+    async def _finish_produce(self, entries) -> dict:
+        by_topic: dict[str, list] = {}
+        for result, fut in entries:
+            if fut is not None:
+                part = result.pop("part")
+                try:
+                    info = await fut
+                    result.update(_produce_result(result["index"], E.NONE, base_offset=info.first_offset,
+                                                  log_append_time=info.log_append_time,
+                                                  log_start_offset=part.log.log_start_offset))
+                except SegLogError as exc:
+                    code = E.error_code(exc)
+                    logger.info("produce to %s-%d rejected (%s): %s", part.topic, part.index, code, exc)
+                    result.update(_produce_result(result["index"], code, message=str(exc)))
+                except Exception as exc:  # noqa: BLE001 - an OS error or a bug: this partition only
+                    logger.error("produce to %s-%d failed: %r", part.topic, part.index, exc)
+                    result.update(_produce_result(result["index"], E.error_code(exc), message=str(exc)))
+            topic = result.pop("topic")
+            by_topic.setdefault(topic, []).append(result)
+        return {"responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
+                "throttle_time": 0}
+
+    # ------------------------------------------------------------------ ListOffsets
+    async def list_offsets(self, req: Request) -> dict:
+        return {"throttle_time": 0, "topics": await asyncio.to_thread(self._list_offsets, req.body)}
+
+    def _list_offsets(self, body) -> list[dict]:
+        committed = getattr(body, "isolation_level", 0) == 1
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                res = {"partition_index": p.partition_index, "error_code": E.NONE,
+                       "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
+                part = self.partitions.get(t.name, p.partition_index)
+                if part is None:
+                    res["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    log = part.log
+                    try:
+                        if p.timestamp == EARLIEST:
+                            res["offset"] = log.log_start_offset
+                        elif p.timestamp == LATEST:
+                            res["offset"] = log.last_stable_offset if committed else log.high_watermark
+                        elif p.timestamp == MAX_TIMESTAMP:
+                            found = _max_timestamp_offset(log)
+                            if found is not None:
+                                res["offset"], res["timestamp"] = found
+                        elif p.timestamp >= 0:
+                            found = log.offset_for_timestamp(p.timestamp)
+                            if found is not None:
+                                res["offset"], res["timestamp"] = found
+                        else:
+                            res["error_code"] = E.INVALID_REQUEST
+                        if res["offset"] >= 0:
+                            res["leader_epoch"] = log.leader_epoch
+                    except SegLogError as exc:
+                        res["error_code"] = E.error_code(exc)
+                parts.append(res)
+            topics.append({"name": t.name, "partitions": parts})
+        return topics
+
+    # ------------------------------------------------------------------ Fetch
+    async def fetch(self, req: Request) -> Result:
+        body = req.body
+        v = req.api_version
+        if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
+            # This broker never creates fetch sessions (it answers session_id 0).
+            return {"throttle_time": 0, "error_code": E.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
+                    "responses": []}
+        return self._fetch(body, v)
+
+    async def _fetch(self, body, v: int) -> dict:
+        loop = asyncio.get_running_loop()
+        isolation = "read_committed" if getattr(body, "isolation_level", 0) == 1 else "read_uncommitted"
+        max_bytes = max(0, min(body.max_bytes, self.config["fetch.max.bytes"]))
+        deadline = loop.time() + max(0.0, body.max_wait.total_seconds())
+        wanted = []          # (name, topic_id, partition request, Partition | None, error)
+        for t in body.topics:
+            if v >= 13:
+                name = self.partitions.topic_ids.get(t.topic_id.bytes)
+                tid = t.topic_id
+            else:
+                name, tid = t.topic, self._topic_uuid(t.topic)
+            for p in t.partitions:
+                part = self.partitions.get(name, p.partition) if name else None
+                error = E.NONE if part else (E.UNKNOWN_TOPIC_ID if name is None else E.UNKNOWN_TOPIC_OR_PARTITION)
+                wanted.append((name, tid, p, part, error))
+        while True:
+            waits = [part.next_commit() for _, _, _, part, _ in wanted if part is not None]
+            results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
+            remaining = deadline - loop.time()
+            if total >= body.min_bytes or failed or remaining <= 0 or not waits:
+                break
+            await asyncio.wait(waits, timeout=remaining)
+            if loop.time() >= deadline:
+                results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
+                break
+        topics: dict[Any, dict] = {}
+        for (name, tid, _, _, _), res in zip(wanted, results):
+            key = tid if v >= 13 else name
+            topic = topics.get(key)
+            if topic is None:
+                topic = topics[key] = {"topic": name, "topic_id": tid, "partitions": []}
+            topic["partitions"].append(res)
+        return {"throttle_time": 0, "error_code": E.NONE, "session_id": 0,
+                "responses": list(topics.values())}
+
+    def _read_all(self, wanted, isolation: str, max_bytes: int) -> tuple[list[dict], int, bool]:
+        results = []
+        total = 0
+        failed = False
+        for name, tid, p, part, error in wanted:
+            res = {"partition_index": p.partition, "error_code": error, "high_watermark": -1,
+                   "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
+                   "aborted_transactions": None, "records": b""}
+            results.append(res)
+            if part is None:
+                failed = True
+                continue
+            log = part.log
+            try:
+                budget = min(p.partition_max_bytes, max_bytes - total)
+                if budget <= 0 and total > 0:
+                    fetched = None
+                else:
+                    fetched = log.read(p.fetch_offset, max(budget, 0), isolation=isolation,
+                                       min_one_batch=total == 0)
+            except SegLogError as exc:
+                res["error_code"] = E.error_code(exc)
+                res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
+                           log_start_offset=log.log_start_offset)
+                failed = True
+                continue
+            if fetched is None:
+                res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
+                           log_start_offset=log.log_start_offset)
+                continue
+            res.update(high_watermark=fetched.high_watermark, last_stable_offset=fetched.last_stable_offset,
+                       log_start_offset=fetched.log_start_offset, records=fetched.data)
+            if isolation == "read_committed":
+                res["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                                               for a in fetched.aborted]
+            total += len(fetched.data)
+        return results, total, failed
+
+
+class _Failed(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def _consume_exception(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _produce_result(index: int, error: int, *, base_offset: int = -1, log_append_time: int = -1,
+                    log_start_offset: int = -1, message: str | None = None) -> dict:
+    return {"index": index, "error_code": error, "base_offset": base_offset,
+            "log_append_time": log_append_time, "log_start_offset": log_start_offset,
+            "record_errors": [], "error_message": message}
+
+
+def _max_timestamp_offset(log) -> tuple[int, int] | None:
+    """(offset, timestamp) of the record with the largest timestamp below the HW (ListOffsets -3)."""
+    best = None
+    for seg in log.segments:
+        ts = seg.largest_timestamp
+        if ts >= 0 and (best is None or ts > best.largest_timestamp):
+            best = seg
+    if best is None:
+        return None
+    seg = best
+    found = seg.find_offset_by_timestamp(seg.largest_timestamp, log.log_start_offset)
+    if found is None or found[0] >= log.high_watermark:
+        return None
+    return found
+
+
+def _cluster_id(root: LogRoot) -> str:
+    try:
+        doc, _ = root._read_doc()
+        return str(doc.get("cluster_id") or "seglog")
+    except SegLogError:
+        return "seglog"

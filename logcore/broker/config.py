@@ -1,0 +1,149 @@
+"""The broker's own settings (Kafka's broker property names), read from broker.properties.
+
+A broker.properties file holds two kinds of lines: the broker settings declared here
+(listeners, log.dirs, node.id, ...) and log defaults with Kafka's broker-level names
+(log.segment.bytes, log.retention.hours, message.max.bytes, ...) that become the log root's
+topic defaults for this broker. Any other name is an error that names the file and the key.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from logcore.errors import InvalidConfigError
+from logcore.log.config import (ConfigKey, ConfigType, _unknown_message, at_least, between,
+                                load_properties, resolve_root_defaults)
+
+_LISTENER = re.compile(r"^(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)://)?(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
+
+
+def _listener_validator():
+    from logcore.log.config import Validator
+
+    def check(values: tuple[str, ...]) -> bool:
+        return len(values) == 1 and _LISTENER.match(values[0]) is not None \
+            and (_LISTENER.match(values[0])["name"] or "PLAINTEXT") == "PLAINTEXT"
+
+    return Validator(check, "one PLAINTEXT://host:port listener (this broker speaks PLAINTEXT only)")
+
+
+BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
+    ConfigKey("listeners", ConfigType.LIST, "PLAINTEXT://127.0.0.1:9092",
+              "Address the broker listens on; port 0 picks a free port (printed at start).",
+              validator=_listener_validator(), category="broker"),
+    ConfigKey("advertised.listeners", ConfigType.LIST, "",
+              "Address given to clients in Metadata; empty: the listener's (with the bound port).",
+              category="broker"),
+    ConfigKey("log.dirs", ConfigType.LIST, "",
+              "The log root this broker serves (one folder, a seglog log root; created if missing).",
+              category="broker"),
+    ConfigKey("log.dir", ConfigType.STRING, "/tmp/kafka-logs",
+              "The log root when log.dirs is not set (Kafka's name and default).", category="broker"),
+    ConfigKey("node.id", ConfigType.INT, -1, "This broker's id (node.id wins over broker.id).",
+              category="broker"),
+    ConfigKey("broker.id", ConfigType.INT, -1, "This broker's id when node.id is not set; -1: 0.",
+              category="broker"),
+    ConfigKey("num.partitions", ConfigType.INT, 1,
+              "Partitions of a topic created without a count (auto-created or CreateTopics -1).",
+              validator=at_least(1), category="broker"),
+    ConfigKey("default.replication.factor", ConfigType.INT, 1,
+              "Replication factor of new topics: one broker holds every replica, so 1.",
+              validator=between(1, 1), category="broker"),
+    ConfigKey("auto.create.topics.enable", ConfigType.BOOLEAN, True,
+              "Create a topic when a client asks Metadata for one that does not exist.",
+              category="broker"),
+    ConfigKey("socket.request.max.bytes", ConfigType.INT, 104857600,
+              "Largest request frame accepted; a bigger one closes its connection.",
+              validator=at_least(64), category="broker"),
+    ConfigKey("group.initial.rebalance.delay.ms", ConfigType.INT, 3000,
+              "How long the first rebalance of an empty group waits for more members.",
+              validator=at_least(0), category="broker"),
+    ConfigKey("offsets.topic.num.partitions", ConfigType.INT, 50,
+              "Partitions of the internal __consumer_offsets topic.",
+              validator=at_least(1), category="broker"),
+    ConfigKey("group.min.session.timeout.ms", ConfigType.INT, 6000,
+              "Smallest session timeout a group member may ask for.", validator=at_least(1),
+              category="broker"),
+    ConfigKey("group.max.session.timeout.ms", ConfigType.INT, 1800000,
+              "Largest session timeout a group member may ask for.", validator=at_least(1),
+              category="broker"),
+    ConfigKey("fetch.max.bytes", ConfigType.INT, 57671680,
+              "Cap on a fetch response's size whatever the client asks.", validator=at_least(1024),
+              category="broker"),
+    ConfigKey("connections.max.idle.ms", ConfigType.LONG, 600000,
+              "Close a connection idle this long.", validator=at_least(1000), category="broker"),
+)}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    values: dict[str, Any]              # broker settings, typed
+    log_defaults: dict[str, str]        # the rest: topic defaults with broker-level names
+    source: str = "<properties>"
+
+    @classmethod
+    def from_props(cls, props: dict[str, str], source: str = "<properties>") -> "BrokerConfig":
+        values = {k.name: k.default for k in BROKER_KEYS.values()}
+        rest: dict[str, str] = {}
+        for name, raw in props.items():
+            key = BROKER_KEYS.get(name)
+            if key is not None:
+                try:
+                    values[name] = key.parse(raw)
+                except InvalidConfigError as exc:
+                    raise InvalidConfigError(f"{source}: {exc}") from None
+            else:
+                rest[name] = raw
+        try:
+            resolve_root_defaults(rest)     # validates names and values of the log defaults
+        except InvalidConfigError as exc:
+            message = str(exc)
+            if message.startswith("Unknown root config"):
+                bad = next(n for n in rest if n not in _known_log_names())
+                message = _unknown_message(bad, list(BROKER_KEYS) + _known_log_names(), "broker config")
+            raise InvalidConfigError(f"{source}: {message}") from None
+        return cls(values, rest, source)
+
+    @classmethod
+    def load(cls, path: str) -> "BrokerConfig":
+        return cls.from_props(load_properties(path), source=str(path))
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @property
+    def node_id(self) -> int:
+        node = self.values["node.id"]
+        if node < 0:
+            node = self.values["broker.id"]
+        return max(node, 0)
+
+    @property
+    def log_dir(self) -> str:
+        dirs = self.values["log.dirs"]
+        if len(dirs) > 1:
+            raise InvalidConfigError(
+                f"{self.source}: log.dirs={','.join(dirs)}: this broker serves one log root; give one folder")
+        return dirs[0] if dirs else self.values["log.dir"]
+
+    def listener(self) -> tuple[str, int]:
+        m = _LISTENER.match(self.values["listeners"][0])
+        return m["host"].strip("[]") or "0.0.0.0", int(m["port"])
+
+    def advertised(self, bound_host: str, bound_port: int) -> tuple[str, int]:
+        adv = self.values["advertised.listeners"]
+        if adv:
+            m = _LISTENER.match(adv[0])
+            if m is None:
+                raise InvalidConfigError(
+                    f"{self.source}: advertised.listeners={adv[0]!r} is not PLAINTEXT://host:port")
+            port = int(m["port"]) or bound_port
+            return m["host"].strip("[]") or bound_host, port
+        host = bound_host if bound_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        return host, bound_port
+
+
+def _known_log_names() -> list[str]:
+    from logcore.log.config import _BROKER_NAMES, CONFIG_KEYS
+    return list(CONFIG_KEYS) + list(_BROKER_NAMES)

@@ -1,0 +1,78 @@
+"""seglog errors -> Kafka error codes (the numbers of Kafka's `Errors` enum)."""
+from __future__ import annotations
+
+from logcore.errors import (CommitFailedError, CommitStateUnknownError, CorruptRecordError,
+                            FencedWriterError, InvalidConfigError, InvalidProducerEpochError,
+                            InvalidRecordError, InvalidTopicError, OffsetOutOfRangeError,
+                            OutOfOrderSequenceError, RecordTooLargeError, StorageError,
+                            TopicExistsError, TopicNotFoundError, UnsupportedMagicError)
+from logcore.log.producer_state import InvalidTxnStateError
+
+NONE = 0
+UNKNOWN_SERVER_ERROR = -1
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+MESSAGE_TOO_LARGE = 10
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+INVALID_TOPIC_EXCEPTION = 17
+RECORD_LIST_TOO_LARGE = 18
+INVALID_REQUIRED_ACKS = 21
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+INVALID_COMMIT_OFFSET_SIZE = 28
+UNSUPPORTED_VERSION = 35
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+KAFKA_STORAGE_ERROR = 56
+GROUP_ID_NOT_FOUND = 69
+FETCH_SESSION_ID_NOT_FOUND = 70
+MEMBER_ID_REQUIRED = 79
+INVALID_RECORD = 87
+UNKNOWN_TOPIC_ID = 100
+TRANSACTIONAL_ID_NOT_FOUND = 105
+
+# Most specific class first: the first match wins.
+_BY_CLASS: tuple[tuple[type, int], ...] = (
+    (UnsupportedMagicError, UNSUPPORTED_FOR_MESSAGE_FORMAT),
+    (CorruptRecordError, CORRUPT_MESSAGE),
+    (RecordTooLargeError, MESSAGE_TOO_LARGE),
+    (OutOfOrderSequenceError, OUT_OF_ORDER_SEQUENCE_NUMBER),
+    (InvalidTxnStateError, INVALID_TXN_STATE),
+    (InvalidProducerEpochError, INVALID_PRODUCER_EPOCH),
+    (InvalidRecordError, INVALID_RECORD),
+    (OffsetOutOfRangeError, OFFSET_OUT_OF_RANGE),
+    (TopicNotFoundError, UNKNOWN_TOPIC_OR_PARTITION),
+    (TopicExistsError, TOPIC_ALREADY_EXISTS),
+    (InvalidTopicError, INVALID_TOPIC_EXCEPTION),
+    (InvalidConfigError, INVALID_CONFIG),
+    (FencedWriterError, NOT_LEADER_OR_FOLLOWER),
+    (CommitFailedError, NOT_LEADER_OR_FOLLOWER),
+    (CommitStateUnknownError, KAFKA_STORAGE_ERROR),
+    (StorageError, KAFKA_STORAGE_ERROR),
+    (OSError, KAFKA_STORAGE_ERROR),
+)
+
+
+def error_code(exc: BaseException) -> int:
+    for cls, code in _BY_CLASS:
+        if isinstance(exc, cls):
+            return code
+    return UNKNOWN_SERVER_ERROR

@@ -1,0 +1,141 @@
+"""The partitions a broker leads: one writer Log each, group commit, and commit notification.
+
+Log calls block (file I/O, fsync, the log's lock), so they run in a worker thread, never on
+the event loop. Each partition has one FIFO of produced batches and one worker task: the worker
+takes everything queued, appends it in order and commits once (group commit: the batches of
+concurrent producers share one fsync and one checkpoint write), then completes each batch's
+future. Appends never wait behind another thread's fsync, and a batch's future resolves only
+once the high watermark covers it. The server submits a request's batches before it reads the
+connection's next request, so one connection's batches keep their order.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from logcore.log.log import Log
+from logcore.log.log_root import LogRoot, TopicInfo
+from logcore.log.partition_metadata import parse_topic_id
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Partition:
+    topic: str
+    index: int
+    log: Log
+    working: bool = False
+    queue: list = field(default_factory=list)           # (batch bytes, future)
+    committed: asyncio.Future | None = None              # resolved at the next commit
+    closed: bool = False
+
+    def next_commit(self) -> asyncio.Future:
+        if self.committed is None or self.committed.done():
+            self.committed = asyncio.get_running_loop().create_future()
+        return self.committed
+
+
+class PartitionManager:
+    def __init__(self, root: LogRoot):
+        self.root = root
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.topic_ids: dict[bytes, str] = {}             # UUID bytes -> topic name
+
+    # ---------------------------------------------------------------- opening and closing
+    def open_all(self) -> None:
+        """Open every partition of the root as writer (recovering logs a crash left)."""
+        for name in self.root.list_topics():
+            self.open_topic(self.root.describe_topic(name))
+
+    def open_topic(self, info: TopicInfo) -> None:
+        self.topics[info.name] = info
+        if info.topic_id:
+            self.topic_ids[parse_topic_id(info.topic_id).bytes] = info.name
+        for p in range(info.partitions):
+            if (info.name, p) not in self.partitions:
+                log = self.root.log(info.name, p, writer=True)
+                self.partitions[(info.name, p)] = Partition(info.name, p, log)
+
+    def close_topic(self, name: str) -> None:
+        info = self.topics.pop(name, None)
+        if info is None:
+            return
+        self.topic_ids = {k: v for k, v in self.topic_ids.items() if v != name}
+        for p in range(info.partitions):
+            part = self.partitions.pop((name, p), None)
+            if part is not None:
+                part.closed = True
+                part.log.close()
+
+    def close(self) -> None:
+        for part in self.partitions.values():
+            part.closed = True
+            try:
+                part.log.close()
+            except Exception:      # one bad log must not keep the others from closing cleanly
+                logger.exception("closing %s-%d failed", part.topic, part.index)
+        self.partitions.clear()
+        self.root.close()
+
+    def get(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    # ---------------------------------------------------------------- append + commit
+    def submit(self, part: Partition, batch: bytes) -> asyncio.Future:
+        """Queue one client batch; the future gives its AppendInfo once committed (or the error)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        part.queue.append((batch, fut))
+        if not part.working:
+            part.working = True
+            loop.create_task(self._work(part))
+        return fut
+
+    async def _work(self, part: Partition) -> None:
+        try:
+            while part.queue and not part.closed:
+                jobs, part.queue = part.queue, []
+                results, commit_error = await asyncio.to_thread(
+                    _append_and_commit, part.log, [batch for batch, _ in jobs])
+                if commit_error is not None:
+                    logger.error("commit of %s-%d failed: %s", part.topic, part.index, commit_error)
+                for (_, fut), result in zip(jobs, results):
+                    if fut.done():
+                        continue
+                    if isinstance(result, BaseException):
+                        fut.set_exception(result)
+                    elif commit_error is not None:
+                        fut.set_exception(commit_error)
+                    else:
+                        fut.set_result(result)
+                self.notify(part)
+            for _, fut in part.queue:
+                if not fut.done():
+                    fut.set_exception(ConnectionAbortedError(f"{part.topic}-{part.index} was closed"))
+            if part.closed:
+                part.queue = []
+        finally:
+            part.working = False
+
+    def notify(self, part: Partition) -> None:
+        if part.committed is not None and not part.committed.done():
+            part.committed.set_result(None)
+
+
+def _append_and_commit(log: Log, batches: list[bytes]) -> tuple[list, BaseException | None]:
+    """Append each batch (its own error if rejected), then one commit for all of them."""
+    results: list = []
+    for batch in batches:
+        try:
+            results.append(log.append_batch(batch))
+        except Exception as exc:  # noqa: BLE001 - reported to that batch's producer
+            results.append(exc)
+    try:
+        if log.high_watermark < log.log_end_offset:
+            log.commit()
+    except Exception as exc:  # noqa: BLE001 - reported to every batch of this round
+        return results, exc
+    return results, None

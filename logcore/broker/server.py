@@ -1,0 +1,233 @@
+"""The asyncio server: connections, framing, dispatch, in-order responses, clean shutdown.
+
+Per connection, a reader loop takes one frame at a time (bounded by socket.request.max.bytes),
+parses it and runs the handler's immediate part; what the handler leaves to finish later (a
+produce waiting for its commit, a long-polling fetch) is queued, and a writer task sends the
+responses in request order. A frame that cannot be parsed, is truncated or is too large closes
+that connection only, with the reason logged.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import struct
+
+from logcore.broker import errors as E
+from logcore.broker.api_versions import API_VERSIONS, windows
+from logcore.broker.broker import Broker
+from logcore.broker.config import BrokerConfig
+from logcore.broker.protocol import (ProtocolError, UnsupportedRequest, encode_response,
+                                     parse_request, response, response_type)
+from logcore.log.log_root import LogRoot
+
+logger = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+MAX_IN_FLIGHT = 64           # queued responses per connection before the reader waits
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.broker: Broker | None = None
+        self.server: asyncio.base_events.Server | None = None
+        self.connections: set[asyncio.Task] = set()
+        self.windows = windows()
+        self.max_request = config["socket.request.max.bytes"]
+        self.idle_timeout = config["connections.max.idle.ms"] / 1000
+        self._stopping: asyncio.Event | None = None
+
+    async def start(self) -> tuple[str, int]:
+        host, port = self.config.listener()
+        root = await asyncio.to_thread(LogRoot.open, self.config.log_dir, create=True,
+                                       defaults=self.config.log_defaults)
+        self.server = await asyncio.start_server(self._serve_connection, host, port,
+                                                 limit=1 << 20, reuse_address=True)
+        bound = self.server.sockets[0].getsockname()
+        advertised = self.config.advertised(bound[0], bound[1])
+        self.broker = Broker(self.config, root, advertised)
+        await asyncio.to_thread(self.broker.open)
+        self._stopping = asyncio.Event()
+        return bound[0], bound[1]
+
+    async def serve_until_stopped(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self._stopping.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        await self._stopping.wait()
+        await self.stop()
+
+    def request_stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for task in list(self.connections):
+            task.cancel()
+        if self.connections:
+            await asyncio.gather(*self.connections, return_exceptions=True)
+        if self.broker is not None:
+            for task in list(self.broker.background):
+                try:
+                    await asyncio.wait_for(task, 5)
+                except (asyncio.TimeoutError, Exception):
+                    pass
+            await asyncio.to_thread(self.broker.close)
+            self.broker = None
+        logger.info("broker stopped; every log closed cleanly")
+
+    # ------------------------------------------------------------------ connections
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self.connections.add(task)
+        peer = writer.get_extra_info("peername")
+        queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
+        sender = asyncio.get_running_loop().create_task(self._send_responses(queue, writer, peer))
+        try:
+            while True:
+                frame = await self._read_frame(reader, peer)
+                if frame is None:
+                    break
+                item = await self._dispatch(frame, peer)
+                if item is _CLOSE:
+                    break
+                if item is not None:
+                    await queue.put(item)
+        except asyncio.CancelledError:
+            pass
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception:   # noqa: BLE001 - a bug must cost one connection, not the broker
+            logger.exception("connection %s: unexpected error; closing it", peer)
+        finally:
+            try:
+                await queue.put(None)
+                await asyncio.wait_for(sender, 30)
+            except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
+                sender.cancel()
+            writer.close()
+            self.connections.discard(task)
+
+    async def _read_frame(self, reader: asyncio.StreamReader, peer) -> bytes | None:
+        try:
+            head = await asyncio.wait_for(reader.readexactly(4), self.idle_timeout)
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                logger.warning("connection %s: closed inside a frame's size prefix", peer)
+            return None
+        except asyncio.TimeoutError:
+            logger.info("connection %s: idle for %.0f s; closing it", peer, self.idle_timeout)
+            return None
+        (size,) = _SIZE.unpack(head)
+        if size < 0 or size > self.max_request:
+            logger.warning("connection %s: frame of %d bytes is outside 0..socket.request.max.bytes=%d;"
+                           " closing the connection", peer, size, self.max_request)
+            return None
+        try:
+            return await asyncio.wait_for(reader.readexactly(size), self.idle_timeout)
+        except asyncio.IncompleteReadError as exc:
+            logger.warning("connection %s: truncated frame (%d of %d bytes); closing the connection",
+                           peer, len(exc.partial), size)
+            return None
+        except asyncio.TimeoutError:
+            logger.warning("connection %s: frame of %d bytes not completed in %.0f s; closing it",
+                           peer, size, self.idle_timeout)
+            return None
+
+    async def _dispatch(self, frame: bytes, peer):
+        try:
+            request = parse_request(frame, self.windows)
+        except UnsupportedRequest as exc:
+            if exc.api_key == API_VERSIONS:
+                # Kafka answers an ApiVersions version it does not know in v0, with the list.
+                body = response(API_VERSIONS, 0, self.broker.api_versions_body(E.UNSUPPORTED_VERSION))
+                return encode_response(exc.correlation_id, body)
+            logger.warning("connection %s: %s; closing the connection", peer, exc)
+            return _CLOSE
+        except ProtocolError as exc:
+            logger.warning("connection %s: %s; closing the connection", peer, exc)
+            return _CLOSE
+        result = await self.broker.handle(request)
+        if inspect.isawaitable(result):
+            future = asyncio.ensure_future(result)
+            return (request, future)
+        if result is None:
+            return None
+        return (request, result)
+
+    async def _send_responses(self, queue: asyncio.Queue, writer: asyncio.StreamWriter, peer) -> None:
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                if isinstance(item, bytes):
+                    writer.write(item)
+                else:
+                    request, result = item
+                    if isinstance(result, asyncio.Future):
+                        try:
+                            result = await result
+                        except Exception:   # noqa: BLE001
+                            logger.exception("connection %s: request %d v%d failed; closing the connection",
+                                             peer, request.api_key, request.api_version)
+                            break
+                        if result is None:
+                            continue
+                    body = response_type(request.api_key, request.api_version)
+                    from logcore.broker.protocol import build
+                    writer.write(encode_response(request.correlation_id, build(body, result)))
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+            # drop what is still queued: the connection is gone
+            while not queue.empty():
+                item = queue.get_nowait()
+                if isinstance(item, tuple) and isinstance(item[1], asyncio.Future):
+                    item[1].cancel()
+
+
+_CLOSE = object()
+
+
+async def run_broker(config: BrokerConfig, *, ready=None) -> None:
+    """Run a broker until SIGINT/SIGTERM; `ready(host, port)` is called once it listens."""
+    server = BrokerServer(config)
+    host, port = await server.start()
+    logger.info("seglog broker (node %d) serving %s on %s:%d", config.node_id, config.log_dir, host, port)
+    if ready is not None:
+        ready(host, port)
+    await server.serve_until_stopped()
+
+
+def run_from_properties(path: str, overrides: dict[str, str] | None = None) -> int:
+    """`seglog broker --config FILE`: run until SIGINT/SIGTERM, then close every log cleanly.
+
+    Prints `seglog broker listening on PLAINTEXT://host:port` on stdout once clients can connect.
+    """
+    import sys
+
+    from logcore.log.config import load_properties
+
+    props = load_properties(path)
+    props.update(overrides or {})
+    config = BrokerConfig.from_props(props, source=str(path))
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def ready(host: str, port: int) -> None:
+        sys.stdout.write(f"seglog broker listening on PLAINTEXT://{host}:{port}\n")
+        sys.stdout.flush()
+
+    asyncio.run(run_broker(config, ready=ready))
+    return 0

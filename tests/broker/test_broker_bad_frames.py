@@ -1,0 +1,87 @@
+"""Bad frames close only the connection that sent them; everyone else keeps being served."""
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+
+from broker_helpers import (api_versions_frame, connect, consume_all, create, parse_response,  # noqa: E402
+                            ping, produce, recv_frame, request_frame)
+
+
+def _closed(sock, wait: float = 5) -> bool:
+    sock.settimeout(wait)
+    try:
+        return recv_frame(sock) is None
+    except TimeoutError:
+        return False
+
+
+def test_bad_frames_close_only_their_connection(broker):
+    create(broker, "bystander", 1)
+    produce(broker, "bystander", [b"before"], acks="all")
+    healthy = connect(broker)
+    cases = {
+        "random bytes": os.urandom(64),
+        "oversized length": struct.pack(">i", 2**31 - 1) + b"x" * 16,
+        "negative length": struct.pack(">i", -5),
+        "frame shorter than a header": struct.pack(">i", 3) + b"abc",
+        "unknown api key": struct.pack(">ihhi", 8, 9999, 0, 5),
+        "unserved version": api_versions_frame()[:4] + struct.pack(">hhi", 0, 99, 3) + api_versions_frame()[12:],
+        "garbage body": struct.pack(">ihhih", 30, 3, 12, 9, 3) + b"abc" + b"\xff" * 17,
+    }
+    for name, data in cases.items():
+        with connect(broker) as s:
+            s.sendall(data)
+            assert _closed(s), name
+        # The long-lived connection is still served, in order.
+        healthy.sendall(api_versions_frame(11))
+        frame = recv_frame(healthy)
+        assert frame is not None and parse_response(18, 3, frame)[0] == 11, name
+    # A truncated frame: the sender goes away mid-frame.
+    with connect(broker) as s:
+        s.sendall(struct.pack(">i", 1000) + b"\0" * 10)
+        s.shutdown(1)
+        assert _closed(s)
+    healthy.close()
+    assert ping(broker)
+    log = broker.log_text()
+    assert "outside 0..socket.request.max.bytes" in log and "truncated frame" in log
+    assert "unsupported request" in log
+    assert [v for *_, v, _ in consume_all(broker, "bystander", 1, 1)] == [b"before"]
+    produce(broker, "bystander", [b"after"], acks="all")
+
+
+def test_unknown_api_versions_version_is_answered_in_v0(broker):
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+    frame = request_frame(18, 3, ApiVersionsRequest(client_software_name="x", client_software_version="1"), 42)
+    frame = frame[:6] + struct.pack(">h", 77) + frame[8:]        # version 77
+    with connect(broker) as s:
+        s.sendall(frame)
+        reply = recv_frame(s)
+    cid, body = parse_response(18, 0, reply)
+    assert cid == 42 and body.error_code == 35                   # UNSUPPORTED_VERSION
+    keys = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
+    assert keys[0] == (3, 10) and keys[1] == (4, 16)
+
+
+def test_pipelined_requests_get_in_order_responses(broker):
+    with connect(broker) as s:
+        s.sendall(b"".join(api_versions_frame(i) for i in range(1, 21)))
+        ids = [parse_response(18, 3, recv_frame(s))[0] for _ in range(20)]
+    assert ids == list(range(1, 21))
+
+
+def test_frame_over_socket_request_max_bytes(broker_factory):
+    b = broker_factory(socket_request_max_bytes=1024)
+    with connect(b) as s:
+        s.sendall(struct.pack(">i", 1025) + b"\0" * 1025)
+        assert _closed(s)
+    assert ping(b)
+    t0 = time.monotonic()
+    assert "socket.request.max.bytes=1024" in b.log_text()
+    assert time.monotonic() - t0 < 5
