@@ -31,8 +31,11 @@ from pyspark_seglog.source_options import (EARLIEST, LATEST, OffsetSpec, SourceO
 logger = logging.getLogger("pyspark_seglog.source")
 
 # Bytes of whole batches fetched and decoded at a time by a task: bounds a task's memory and
-# makes each yielded Arrow batch large (about 80k rows of 100-byte values).
+# makes each yielded Arrow batch large (about 80k rows of 100-byte values). A task starts with
+# a small window and grows it, so that a tiny range (a micro-batch of a few records) reads and
+# checks a few KiB, not the whole window.
 READ_WINDOW_BYTES = 8 << 20
+FIRST_READ_WINDOW_BYTES = 64 << 10
 
 
 # ------------------------------------------------------------------------------- input partition
@@ -123,11 +126,13 @@ def read_partition(p: SeglogInputPartition):
         name = f"{p.topic}-{p.partition}"
         constants = _Constants(p.topic, p.partition)
         offset = p.start
+        window = min(FIRST_READ_WINDOW_BYTES, READ_WINDOW_BYTES)
         if offset < log.log_start_offset:
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
         while offset < p.until:
             try:
-                fetch = log.read(offset, READ_WINDOW_BYTES, isolation=p.isolation, view=True)
+                fetch = log.read(offset, window, isolation=p.isolation, view=True)
+                window = min(READ_WINDOW_BYTES, window * 4)
             except OffsetOutOfRangeError as exc:
                 if exc.log_start_offset is not None and offset < exc.log_start_offset:
                     offset = data_loss(p.topic, p.partition, offset, exc.log_start_offset,
