@@ -127,11 +127,16 @@ def read_partition(p: SeglogInputPartition):
         constants = _Constants(p.topic, p.partition)
         offset = p.start
         window = min(FIRST_READ_WINDOW_BYTES, READ_WINDOW_BYTES)
+        buffer = bytearray()
         if offset < log.log_start_offset:
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
         while offset < p.until:
             try:
-                fetch = log.read(offset, window, isolation=p.isolation, view=True)
+                if len(buffer) < window:
+                    buffer = bytearray(window)
+                # Read into one reused buffer: the decoder copies what it keeps into Arrow
+                # buffers, so the window's bytes are free again at the next read.
+                fetch = log.read(offset, window, isolation=p.isolation, view=True, buffer=buffer)
                 window = min(READ_WINDOW_BYTES, window * 4)
             except OffsetOutOfRangeError as exc:
                 if exc.log_start_offset is not None and offset < exc.log_start_offset:

@@ -933,11 +933,14 @@ class Log:
         return max(0, bisect.bisect_right(self.bases, offset) - 1)
 
     def read(self, offset: int, max_bytes: int = 1 << 20, *, isolation: str = "read_committed",
-             min_one_batch: bool = True, view: bool = False) -> FetchResult:
+             min_one_batch: bool = True, view: bool = False,
+             buffer: bytearray | None = None) -> FetchResult:
         """Whole batches from the one holding `offset`, none at or above the isolation bound.
 
         `view=True` gives the data as a memoryview over the bytes read (no copy when the read
-        window is cut at a batch boundary), for callers that only decode it.
+        window is cut at a batch boundary), for callers that only decode it; with `buffer`, a
+        local segment is read into it (a reader reusing one buffer allocates nothing per read)
+        and the data is valid until the buffer's next use.
 
         A reader in another process than the writer may find a segment it listed replaced (the
         cleaner swapped it) or gone (retention deleted it): it refreshes its view of the
@@ -946,7 +949,7 @@ class Log:
         """
         for attempt in range(_READ_ATTEMPTS):
             try:
-                result = self._read(offset, max_bytes, isolation, min_one_batch, view)
+                result = self._read(offset, max_bytes, isolation, min_one_batch, view, buffer)
                 if result.data or self.writer or attempt > 0 or offset >= self._bound(isolation):
                     return result
                 # Nothing where something must be: the segment's files may be gone.
@@ -968,7 +971,7 @@ class Log:
                 log_start_offset=self.log_start_offset, log_end_offset=leo)
 
     def _read(self, offset: int, max_bytes: int, isolation: str, min_one_batch: bool,
-              view: bool = False) -> FetchResult:
+              view: bool = False, buffer: bytearray | None = None) -> FetchResult:
         with self._lock:
             bound = self._bound(isolation)
             self._check_in_range(offset)
@@ -980,7 +983,7 @@ class Log:
                     seg = self.segments[i]
                     if seg.base_offset >= bound:
                         break
-                    result = seg.read(position, max_bytes, bound, min_one_batch, view=view)
+                    result = seg.read(position, max_bytes, bound, min_one_batch, view=view, buffer=buffer)
                     if result:
                         break
                     if not self.writer and i + 1 < len(self.segments) and seg.size() == 0:

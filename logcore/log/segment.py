@@ -72,10 +72,12 @@ class _FileData:
         except ResourceNotFoundError:
             return 0
 
-    def read(self, start: int, end: int) -> bytes:
+    def read(self, start: int, end: int, buffer: bytearray | None = None) -> bytes | memoryview:
         if self.file is not None:
             end = min(end, self.file.size())
             return self.file.pread(start, end - start) if end > start else b""
+        if buffer is not None:
+            return self.storage.read_into(self.path, start, end, buffer)
         return self.storage.read(self.path, start, end)
 
     def append(self, data) -> int:
@@ -103,7 +105,7 @@ class _MemoryData:
     def size(self) -> int:
         return len(self.buf)
 
-    def read(self, start: int, end: int) -> bytes:
+    def read(self, start: int, end: int, buffer: bytearray | None = None) -> bytes:
         return bytes(self.buf[start:min(end, len(self.buf))])
 
     def append(self, data) -> int:
@@ -134,7 +136,7 @@ class _ObjectData:
             self._size = self.storage.size(self.path)
         return self._size
 
-    def read(self, start: int, end: int) -> bytes:
+    def read(self, start: int, end: int, buffer: bytearray | None = None) -> bytes:
         end = min(end, self.size())
         return self.storage.read(self.path, start, end) if end > start else b""
 
@@ -290,9 +292,11 @@ class LogSegment:
         return ts
 
     # ---------------------------------------------------------------- reading
-    def read_bytes(self, start: int, end: int) -> bytes:
+    def read_bytes(self, start: int, end: int, buffer: bytearray | None = None) -> bytes | memoryview:
         end = min(end, self.size())
-        return self.data.read(start, end) if end > start else b""
+        if end <= start:
+            return b""
+        return self.data.read(start, end, buffer)
 
     def scan_headers(self, start: int = 0, end: int | None = None):
         """Batch headers from `start` (a batch boundary) to `end`, without CRC checks.
@@ -334,9 +338,10 @@ class LogSegment:
         return None
 
     def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True, *,
-             view: bool = False) -> bytes | memoryview:
+             view: bool = False, buffer: bytearray | None = None) -> bytes | memoryview:
         """Whole batches from the one holding `offset`, each wholly below `max_offset` (a
-        memoryview over the bytes read when `view`, else bytes).
+        memoryview over the bytes read when `view`, else bytes; read into `buffer` when one is
+        given and the storage can, then valid until the buffer's next use).
 
         As Kafka, a batch that straddles the bound (the HW or LSO) is not served at all.
         """
@@ -348,7 +353,7 @@ class LogSegment:
             return b""
         # One read for the whole window; the batch headers are walked in that buffer.
         want = max(max_bytes, first.size) if min_one_batch else max_bytes
-        buf = self.read_bytes(start, start + want)
+        buf = self.read_bytes(start, start + want, buffer)
         # The window's headers in one C scan (no CRC here: the decoder checks it), cut before
         # the first batch that reaches `max_offset`.
         fields = batch_fields(buf, source=self.log_path, verify_crc=False, allow_partial_tail=True,

@@ -100,6 +100,32 @@ class LocalStorage(Storage):
         finally:
             os.close(fd)
 
+    def read_into(self, path: str, start: int, end: int, buffer: bytearray) -> bytes | memoryview:
+        if start < 0 or end < start:
+            raise StorageError(f"bad range [{start}, {end}) for {self.describe(path)}")
+        length = end - start
+        if length > len(buffer):
+            return self.read(path, start, end)
+        try:
+            fd = os.open(self.local_path(path), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError as exc:
+            raise ResourceNotFoundError(f"file not found: {self.describe(path)}") from exc
+        except IsADirectoryError as exc:
+            raise StorageError(f"{self.describe(path)} is a folder, not a file") from exc
+        try:
+            view = memoryview(buffer)
+            got = 0
+            while got < length:      # short reads: go on until EOF
+                n = os.preadv(fd, [view[got:length]], start + got)
+                if n == 0:
+                    break
+                got += n
+            return view[:got]
+        except IsADirectoryError as exc:
+            raise StorageError(f"{self.describe(path)} is a folder, not a file") from exc
+        finally:
+            os.close(fd)
+
     def list_dir(self, path: str = "") -> list[str]:
         try:
             names = os.listdir(self.local_path(path))

@@ -39,11 +39,14 @@ def test_kill_minus_nine_while_applying_retention(tmp_path, seed, delay):
     acked_hw = acked_start = 0
     for _round in range(4):
         proc = subprocess.Popen([sys.executable, "-c", CHILD, url], stdout=subprocess.PIPE, text=True)
-        deadline = time.time() + rng.uniform(0.2, 0.9)
-        while time.time() < deadline:
+        run_for = rng.uniform(0.2, 0.9)
+        deadline = None                  # counted from the child's first commit, not its start-up
+        while deadline is None or time.time() < deadline:
             line = proc.stdout.readline()
             if not line:
                 break
+            if deadline is None:
+                deadline = time.time() + run_for
             what, value = line.split()
             if what == "hw":
                 acked_hw = max(acked_hw, int(value))
