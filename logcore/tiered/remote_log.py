@@ -153,13 +153,13 @@ class RemotePartition(RemoteLogView):
                 fields = batch_fields(buf, source=source, verify_crc=False, allow_partial_tail=True,
                                       base_position=base)
                 lasts = fields[:, F_BASE_OFFSET] + fields[:, F_LAST_DELTA]
-                ends = fields[:, F_POSITION] + fields[:, F_SIZE] - base
+                ends = fields[:, F_POSITION] + fields[:, F_SIZE]    # positions within buf
                 complete = int(ends[-1]) if len(fields) else 0
                 if not found:
                     first = int(np.searchsorted(lasts, offset, side="left"))
                     if first < len(fields):
                         # Drop the batches before the one holding `offset`; scan again from it.
-                        cut = int(fields[first, F_POSITION]) - base
+                        cut = int(fields[first, F_POSITION])
                         buf, base, found = bytes(buf[cut:]), base + cut, True
                         continue
                     if exhausted:
