@@ -472,14 +472,14 @@ class Log:
 
     # ------------------------------------------------------------------ offsets
     def _start_offset(self, checkpointed: int | None, first_base: int) -> int:
-        """The log start offset: the checkpointed one, but never below the first offset that
-        exists (the first local segment's base, or the first remote segment's start)."""
-        floor = first_base
+        """The log start offset: the checkpointed one, but never below the first local
+        segment's base, unless the log has a remote tier. There the checkpoint alone says it: it
+        is written before local copies go (local retention) and before remote segments go
+        (total retention), so it never points below what exists; no entry means the log starts
+        at its first local segment."""
         if self.remote is not None:
-            remote_start = self.remote.start_offset()
-            if remote_start is not None:
-                floor = min(floor, remote_start)
-        return max(checkpointed or 0, floor)
+            return first_base if checkpointed is None else checkpointed
+        return max(checkpointed or 0, first_base)
 
     @property
     def local_log_start_offset(self) -> int:

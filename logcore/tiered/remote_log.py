@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -61,7 +61,9 @@ class RemoteTier:
         return store
 
     def view(self, topic: str, topic_id: str | uuid.UUID, partition: int) -> "RemotePartition":
-        return RemotePartition(self.rsm, self.store(topic, topic_id, partition))
+        """The partition's view; its metadata is read on first need (a log that only reads
+        local offsets never lists the remote root)."""
+        return RemotePartition(self.rsm, lambda: self.store(topic, topic_id, partition))
 
     def close(self) -> None:
         self.rsm.close()
@@ -70,11 +72,19 @@ class RemoteTier:
 class RemotePartition(RemoteLogView):
     """One partition's remote segments, read through the tier's RSM (see the module docstring)."""
 
-    def __init__(self, rsm: FsspecRemoteStorageManager, store: RemoteLogMetadataStore):
+    def __init__(self, rsm: FsspecRemoteStorageManager,
+                 store: RemoteLogMetadataStore | Callable[[], RemoteLogMetadataStore]):
         self.rsm = rsm
-        self.store = store
+        self._store = store if isinstance(store, RemoteLogMetadataStore) else None
+        self._open_store = None if self._store is not None else store
         self._positions: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def store(self) -> RemoteLogMetadataStore:
+        if self._store is None:
+            self._store = self._open_store()
+        return self._store
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -90,7 +100,8 @@ class RemotePartition(RemoteLogView):
         return self.store.highest_offset()
 
     def refresh(self) -> None:
-        self.store.refresh()
+        if self._store is not None:       # else the first use reads everything anyway
+            self._store.refresh()
 
     def _segments_from(self, offset: int) -> list[RemoteLogSegmentMetadata]:
         """Finished segments that end at or after `offset`, in order; refreshed once when the
