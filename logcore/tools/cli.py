@@ -647,15 +647,15 @@ class _MaintainReport:
             tiering = [o.tiering for o in outcomes if o.tiering is not None]
             rows.append((topic, str(len(outcomes)), str(sum(o.segments_deleted for o in outcomes)),
                          str(sum(o.bytes_deleted for o in outcomes)),
-                         str(sum(t.segments_copied for t in tiering)) if tiering else "-",
-                         str(sum(t.remote_segments_deleted for t in tiering)) if tiering else "-",
                          str(sum(o.files_removed for o in outcomes)), starts or "-",
                          str(sum(c.bytes_read for c in cleaned)),
                          str(sum(c.records_read - c.records_kept for c in cleaned)),
-                         skipped or "-"))
-        header = ("topic", "partitions", "segments deleted", "bytes deleted", "segments copied",
-                  "remote segments expired", "files removed",
-                  "log start offsets", "bytes cleaned", "records compacted away", "skipped partitions")
+                         skipped or "-",
+                         str(sum(t.segments_copied for t in tiering)) if tiering else "-",
+                         str(sum(t.remote_segments_deleted for t in tiering)) if tiering else "-"))
+        header = ("topic", "partitions", "segments deleted", "bytes deleted", "files removed",
+                  "log start offsets", "bytes cleaned", "records compacted away", "skipped partitions",
+                  "segments copied", "remote segments expired")
         if self.rich:
             from rich.console import Console
             from rich.table import Table
