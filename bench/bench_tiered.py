@@ -104,9 +104,61 @@ def main(argv: list[str] | None = None) -> list[str]:
             warm_s = best_of(lambda: warm_rsm.fetch_log_segment(meta, 0).read())
             rows.append(("warm read plain (vs local segment file)", mb / warm_s, mb / local_s, "MB/s"))
             warm_rsm.close()
+            rows += log_read_rows(endpoint, tmp, size_mib)
         finally:
             stop()
     return print_table(f"tiered storage, {size_mib} MiB segment, 4 MiB chunks, {endpoint.backend}", rows)
+
+
+def log_read_rows(endpoint, tmp: str, size_mib: int) -> list[tuple]:
+    """Log.read over a tiered topic: every batch read in 1 MiB windows from the remote tier
+    (cold: fresh cache; warm: chunks cached) against the same reads of the local segments
+    before they were tiered."""
+    from logcore.log.log_root import LogRoot
+    from logcore.maintenance.service import MaintenanceService
+    from tests.tiered.tiered_root import all_batches, tiering_defaults
+
+    bucket, _ = _make_bucket(endpoint)
+    url = os.path.join(tmp, "root")
+    root = LogRoot.open(url, create=True, defaults=tiering_defaults(
+        f"s3://{bucket}/tier", endpoint.storage_options(), chunk_size=str(4 * MIB),
+        fetch_chunk_cache_memory_size=str(4 * size_mib * MIB)))
+    root.create_topic("t", config={"remote.storage.enable": "true", "segment.bytes": str(8 * MIB),
+                                   "local.retention.bytes": "1", "retention.bytes": "-1"})
+    log = root.log("t", 0, writer=True)
+    value = bytes(range(256)) * 1
+    while log.log_end_offset * len(value) < size_mib * MIB:
+        log.append_records([(b"k%d" % i, value, (), None) for i in range(500)])
+    log.commit()
+    root.release_log(log)
+    local = LogRoot.open(url, read_only=True).log("t", 0)
+    expected = all_batches(local, 0)
+    local_s = best_of(lambda: all_batches(local, 0))
+    local.close()
+    MaintenanceService(root).run_once()
+    root.close()
+    mb = 0.0
+    timings, gets = [], []
+    for _ in range(2):
+        reader_root = LogRoot.open(url, read_only=True)
+        counted = FaultyStorage(reader_root.remote_tier().rsm.storage)
+        reader_root.remote_tier().rsm.storage = counted
+        reader = reader_root.log("t", 0)
+        t0 = time.perf_counter()
+        data = all_batches(reader, 0)
+        timings.append(time.perf_counter() - t0)
+        gets.append(len(counted.reads))
+        assert data == expected and reader.local_log_start_offset > 0
+        mb = len(data) / 1e6
+        if _ == 0:
+            reader_root.close()
+    warm_s = best_of(lambda: all_batches(reader, 0))
+    reader_root.close()
+    remote_mb = mb * (1 - 8 * MIB / max(len(expected), 1))      # the last segment stays local
+    return [("Log.read warm remote (vs Log.read of the local segments)", mb / warm_s, mb / local_s, "MB/s"),
+            ("Log.read cold remote (vs Log.read of the local segments)", mb / min(timings), mb / local_s, "MB/s"),
+            ("Log.read cold GETs per remote MB (vs data chunks alone; + manifest, index, metadata)", min(gets) / remote_mb,
+             1 / (4 * MIB / 1e6), "GET/MB")]
 
 
 if __name__ == "__main__":

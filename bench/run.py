@@ -17,6 +17,7 @@ import bench_decode  # noqa: E402
 import bench_lookup  # noqa: E402
 import bench_read_memory  # noqa: E402
 import bench_spark  # noqa: E402
+import bench_tiered  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
 
@@ -28,6 +29,7 @@ def main() -> None:
         bench_lookup.main(),
         bench_read_memory.main(),
         bench_spark.main(),
+        bench_tiered.main([]),
     ]
     if "--no-write" in sys.argv:
         return

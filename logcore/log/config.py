@@ -462,7 +462,7 @@ class MaintenanceConfig:
             key = MAINTENANCE_KEYS.get(name)
             if key is not None:
                 values[name] = key.parse(raw)
-            elif name not in CONFIG_KEYS and name not in _BROKER_NAMES:
+            elif name not in CONFIG_KEYS and name not in _BROKER_NAMES and not is_tiered_root_name(name):
                 known = list(MAINTENANCE_KEYS) + list(CONFIG_KEYS) + list(_BROKER_NAMES)
                 raise InvalidConfigError(_unknown_message(name, known, "root config"))
         return cls(values)
@@ -487,6 +487,31 @@ def key_for(name: str) -> ConfigKey:
     return key
 
 
+# --- root-level tiered storage names (declared and checked by logcore.tiered.config) -----------
+
+ROOT_TIERING_ENABLE = "remote.log.storage.system.enable"
+RSM_CONFIG_PREFIX = "rsm.config."
+
+
+def is_tiered_root_name(name: str) -> bool:
+    """Root settings of tiered storage: Kafka's `remote.log.*` broker names and the remote
+    storage manager's `rsm.config.*` (TieredConfig parses and checks them)."""
+    return name.startswith(("remote.log.", RSM_CONFIG_PREFIX)) and name not in CONFIG_KEYS
+
+
+def root_tiering_enabled(defaults: dict[str, Any]) -> bool:
+    raw = defaults.get(ROOT_TIERING_ENABLE, False)
+    return raw if isinstance(raw, bool) else str(raw).strip().lower() == "true"
+
+
+def check_topic_against_root(topic: str, config: "LogConfig", defaults: dict[str, Any]) -> None:
+    """A topic may set remote.storage.enable=true only on a root that enables tiered storage."""
+    if config.remote_storage_enable and not root_tiering_enabled(defaults):
+        raise InvalidConfigError(
+            f"topic {topic}: remote.storage.enable=true needs {ROOT_TIERING_ENABLE}=true at the "
+            "root (with rsm.config.storage.url naming the remote root)")
+
+
 def _unknown_message(name: str, known: Iterable[str], what: str = "topic config") -> str:
     message = f"Unknown {what} {name!r}"
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
@@ -506,8 +531,8 @@ def resolve_root_defaults(defaults: dict[str, Any]) -> dict[str, Any]:
     wins over its broker names."""
     chosen: dict[str, tuple[int, Any]] = {}
     for name, raw in defaults.items():
-        if name in MAINTENANCE_KEYS:
-            continue        # a service setting kept beside the defaults (MaintenanceConfig)
+        if name in MAINTENANCE_KEYS or is_tiered_root_name(name):
+            continue        # a service setting kept beside the defaults (MaintenanceConfig, TieredConfig)
         if name in CONFIG_KEYS:
             key, factor, rank = CONFIG_KEYS[name], 1, -1
         elif name in _BROKER_NAMES:

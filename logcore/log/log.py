@@ -40,6 +40,7 @@ from logcore.records.control import ControlType, EndTransactionMarker, parse_con
 from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
+from logcore.log.remote_view import RemoteLogView
 from logcore.log.retention import RetentionResult, SegmentInfo, deletable_segments
 from logcore.log.segment import (INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX,
                                  TXN_INDEX_SUFFIX, LogSegment, _SegmentExists, parse_segment_name,
@@ -100,8 +101,10 @@ class Log:
 
     def __init__(self, storage, directory: str, topic: str, partition: int, config, state_store, *,
                  fence=None, read_only: bool = False, kafka_clean: bool = False,
-                 truncate_uncommitted: bool = True):
+                 truncate_uncommitted: bool = True, remote: RemoteLogView | None = None):
         self.storage = storage
+        # Tiered storage: the remote segments below the local ones (None: the log is all local).
+        self.remote = remote
         self.dir = directory
         self.topic = topic
         self.partition = partition
@@ -129,6 +132,8 @@ class Log:
         self.recovery_point = 0
         self.producer_state = ProducerStateManager(storage, directory, name=f"{topic}-{partition}")
         self._lock = threading.RLock()
+        self._seen_start_state: int | None = None
+        self._seen_first_base: int | None = None
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
         self._closed = False
@@ -192,7 +197,7 @@ class Log:
             else:
                 self.log_start_offset = start
         first_base = self.segments[0].base_offset if self.segments else self.log_start_offset
-        self.log_start_offset = max(state.log_start_offset or 0, first_base)
+        self.log_start_offset = self._start_offset(state.log_start_offset, first_base)
         # Retention moves the log start offset before it removes segments: a crash in between
         # leaves segments wholly below it, which go now (a reader just ignores them).
         self._drop_segments_below_start(delete_files=can_write)
@@ -466,6 +471,31 @@ class Log:
         self.producer_state.update_map_end_offset(leo)
 
     # ------------------------------------------------------------------ offsets
+    def _start_offset(self, checkpointed: int | None, first_base: int) -> int:
+        """The log start offset: the checkpointed one, but never below the first local
+        segment's base, unless the log has a remote tier. There the checkpoint alone says it: it
+        is written before local copies go (local retention) and before remote segments go
+        (total retention), so it never points below what exists; no entry means the log starts
+        at its first local segment."""
+        if self.remote is not None:
+            return first_base if checkpointed is None else checkpointed
+        return max(checkpointed or 0, first_base)
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset held locally (Kafka's localLogStartOffset): below it, up to the log
+        start offset, offsets are read from the remote tier."""
+        if not self.bases:
+            return self.log_start_offset
+        return max(self.log_start_offset, self.bases[0])
+
+    @property
+    def tiered(self) -> bool:
+        """Segments are copied to the remote tier (remote.storage.enable, copying not disabled),
+        so local retention applies locally and total retention to the remote tier."""
+        return (self.remote is not None and self.config.remote_storage_enable
+                and not self.config.remote_log_copy_disable)
+
     @property
     def log_end_offset(self) -> int:
         if not self.segments:
@@ -922,7 +952,13 @@ class Log:
             if not self.storage.is_local and self.segments:
                 self._drop_unreachable_object_segments()
             first_base = self.segments[0].base_offset if self.segments else 0
-            self.log_start_offset = max(state.log_start_offset or 0, first_base)
+            if self.remote is not None and (state.log_start_offset != self._seen_start_state
+                                            or first_base != self._seen_first_base):
+                # Local copies went (local retention) or remote segments expired (the log start
+                # offset moved): the remote segments this reader knows may be stale.
+                self.remote.refresh()
+            self._seen_start_state, self._seen_first_base = state.log_start_offset, first_base
+            self.log_start_offset = self._start_offset(state.log_start_offset, first_base)
             self._drop_segments_below_start(delete_files=False)
             hw = state.high_watermark if state.high_watermark is not None else self.log_start_offset
             self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
@@ -976,10 +1012,16 @@ class Log:
             bound = self._bound(isolation)
             self._check_in_range(offset)
             result = b""
+            from_remote = False
             if offset < bound:
-                i = self._segment_index(offset)
                 position = offset
-                while i < len(self.segments):
+                if self.remote is not None and offset < self.local_log_start_offset:
+                    result = self.remote.read(offset, max_bytes, bound, min_one_batch)
+                    from_remote = bool(result)
+                    if not from_remote:
+                        position = self.local_log_start_offset
+                i = self._segment_index(position)
+                while not from_remote and i < len(self.segments):
                     seg = self.segments[i]
                     if seg.base_offset >= bound:
                         break
@@ -994,8 +1036,12 @@ class Log:
                         position = max(position, self.segments[i].base_offset)
             aborted = []
             if isolation == "read_committed" and result:
-                if self._txn_bases:     # no aborted transaction anywhere: nothing to collect
-                    aborted = self._collect_aborted(offset, _next_offset_after(result))
+                upper = _next_offset_after(result)
+                complete = False
+                if from_remote:
+                    aborted, complete = self.remote.collect_aborted(offset, upper)
+                if self._txn_bases and not complete:    # else no aborted transaction is local
+                    aborted = aborted + self._collect_aborted(offset, upper)
             return FetchResult(result, self.high_watermark, self.last_stable_offset,
                                self.log_start_offset, aborted)
 
@@ -1098,6 +1144,8 @@ class Log:
         removed after file.delete.delay.ms (`delete_expired_files`)."""
         now = _now_ms() if now_ms is None else now_ms
         with self._critical():
+            if self.tiered:
+                return self._apply_local_retention_locked(now)
             decision = deletable_segments(
                 self._segment_infos(), high_watermark=self.high_watermark,
                 log_start_offset=self.log_start_offset, now_ms=now,
@@ -1109,6 +1157,41 @@ class Log:
                 self._roll_to(self.log_end_offset)
             return self._delete_oldest_locked(decision.count, self.log_start_offset, now,
                                               decision.reasons)
+
+    def _apply_local_retention_locked(self, now: int) -> RetentionResult:
+        """Tiered storage (Kafka's local retention): delete local copies of segments already in
+        the remote tier that breach local.retention.ms / local.retention.bytes (-2: retention.*);
+        the log start offset stays where the remote segments start. Total retention is the
+        remote tier's (logcore.tiered.remote_log_manager), which moves the log start offset."""
+        self.remote.refresh()
+        highest = self.remote.end_offset()
+        copied_end = highest + 1 if highest is not None else 0
+        # A segment may go only when all of it is in the remote tier, or below the log start offset.
+        bound = min(self.high_watermark, max(copied_end, self.log_start_offset))
+        decision = deletable_segments(
+            self._segment_infos(), high_watermark=bound, log_start_offset=self.log_start_offset,
+            now_ms=now, retention_ms=self.config.effective_local_retention_ms,
+            retention_bytes=self.config.effective_local_retention_bytes, delete_policy=True)
+        if decision.count == 0:
+            return RetentionResult(0, 0, self.log_start_offset)
+        reasons = tuple(f"local {r}" if r != "log start offset" else r for r in decision.reasons)
+        return self._delete_oldest_locked(decision.count, self.log_start_offset, now, reasons,
+                                          move_start=False)
+
+    def move_log_start_offset(self, offset: int, reason: str = "log start offset") -> RetentionResult:
+        """Move the log start offset up to `offset` (at most the HW) and delete the local
+        segments wholly below it, whatever the cleanup policy: the remote tier's total retention
+        expiring remote segments. A lower offset than the current one changes nothing."""
+        now = _now_ms()
+        with self._critical():
+            target = min(offset, self.high_watermark)
+            if target <= self.log_start_offset:
+                return RetentionResult(0, 0, self.log_start_offset)
+            count = 0
+            while (count + 1 < len(self.segments)
+                   and self.segments[count + 1].base_offset <= target):
+                count += 1
+            return self._delete_oldest_locked(count, target, now, (reason,) * count)
 
     def delete_records_before(self, offset: int) -> RetentionResult:
         """Kafka's DeleteRecords: move the log start offset up to `offset` (-1: the high
@@ -1160,14 +1243,19 @@ class Log:
         return 2**62
 
     def _delete_oldest_locked(self, count: int, start_offset: int, now: int,
-                              reasons: tuple[str, ...]) -> RetentionResult:
+                              reasons: tuple[str, ...], *, move_start: bool = True) -> RetentionResult:
         """Delete the oldest `count` segments and move the log start offset to at least
-        `start_offset` and the first remaining segment's base: checkpoint first, files after."""
+        `start_offset` and the first remaining segment's base: checkpoint first, files after.
+
+        move_start=False (tiered storage, local retention): the segments' data lives on in the
+        remote tier, so the log start offset stays; the checkpoint still goes first, as it must
+        now record a log start offset below the first local segment."""
         doomed = self.segments[:count]
         new_start = max(self.log_start_offset, start_offset,
-                        self.segments[count].base_offset if count < len(self.segments) else start_offset)
-        if new_start > self.log_start_offset:
-            first_base = self.segments[0].base_offset
+                        self.segments[count].base_offset if 0 < count < len(self.segments) and move_start
+                        else start_offset)
+        if new_start > self.log_start_offset or (not move_start and count):
+            first_base = self.segments[0 if move_start else count].base_offset
             self.state_store.commit(high_watermark=self.high_watermark, log_start_offset=new_start,
                                     first_segment_base=first_base, epoch=self.leader_epoch)
             self.log_start_offset = new_start
@@ -1176,7 +1264,9 @@ class Log:
         self._txn_bases -= {s.base_offset for s in doomed}
         if not self.read_only:
             self.epoch_cache.truncate_from_start(self.log_start_offset)
-            self.producer_state.delete_snapshots_before(self.log_start_offset)
+            # Snapshots below the first local segment are no use locally (a remote segment
+            # carries its own); the one at the first local base is where replay starts.
+            self.producer_state.delete_snapshots_before(self.local_log_start_offset)
         self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
         deleted_bytes = 0
         for seg in doomed:
@@ -1374,6 +1464,8 @@ class Log:
                     seg.offset_index.close()
                     seg.time_index.close()
                     seg.data.close()
+            if self.remote is not None:
+                self.remote.close()
             self._closed = True
 
     def __enter__(self) -> "Log":

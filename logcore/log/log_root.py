@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 
 from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootError,
                             ReadOnlyLogError, SegLogError, TopicExistsError, TopicNotFoundError)
-from logcore.log.config import LogConfig, validate_topic_name, validate_topic_overrides
+from logcore.log.config import (LogConfig, check_topic_against_root, root_tiering_enabled,
+                               validate_topic_name, validate_topic_overrides)
 from logcore.log.log import KAFKA_CLEAN_SHUTDOWN, Log
 from logcore.log.partition_metadata import (PartitionMetadataFile, format_topic_id, new_topic_id,
                                            parse_topic_id)
@@ -62,6 +64,8 @@ class LogRoot:
         self.read_only = storage.read_only or kafka_copy
         self._open_logs: list[Log] = []
         self._defaults_override = dict(defaults or {})
+        self._remote_tier = None            # built on first need from the root's settings
+        self._remote_tier_lock = threading.Lock()
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -186,7 +190,8 @@ class LogRoot:
             raise InvalidConfigError(f"partitions must be a positive integer, got {partitions!r}")
         overrides = {k: str(v) for k, v in (config or {}).items()}
         validate_topic_overrides(overrides)
-        LogConfig.from_props(overrides, self.defaults())   # cross-field rules against the defaults
+        defaults = self.defaults()
+        check_topic_against_root(name, LogConfig.from_props(overrides, defaults), defaults)
         topic_id = format_topic_id(new_topic_id())
 
         def add(doc):
@@ -233,7 +238,8 @@ class LogRoot:
                 raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
             merged = dict(doc["topics"][name].get("config", {}))
             merged.update(overrides)
-            LogConfig.from_props(merged, doc.get("defaults", {}))
+            defaults = {**doc.get("defaults", {}), **self._defaults_override}
+            check_topic_against_root(name, LogConfig.from_props(merged, defaults), defaults)
             doc["topics"][name]["config"] = merged
 
         self._update_doc(alter)
@@ -275,11 +281,31 @@ class LogRoot:
             state = ObjectPartitionState(storage, d)
         fence = WriterFence(storage, d, only_if_free=only_if_free) if writer else None
         kafka_clean = self.kafka_copy and storage.exists(KAFKA_CLEAN_SHUTDOWN)
+        remote = None
+        if config.remote_storage_enable:
+            tier = self.remote_tier()
+            if tier is None:
+                check_topic_against_root(topic, config, self.defaults())
+            remote = tier.view(topic, info.topic_id, partition)
         log = Log(storage, d, topic, partition, config, state, fence=fence,
                   read_only=self.read_only or not writer, kafka_clean=kafka_clean,
-                  truncate_uncommitted=truncate_uncommitted)
+                  truncate_uncommitted=truncate_uncommitted, remote=remote)
         self._open_logs.append(log)
         return log
+
+    def remote_tier(self):
+        """The root's tiered storage (logcore.tiered.remote_log.RemoteTier) when its settings
+        enable it (remote.log.storage.system.enable, rsm.config.*), else None. One per root:
+        its remote storage manager and caches are shared by the root's partition logs."""
+        defaults = self.defaults()
+        if not root_tiering_enabled(defaults):
+            return None
+        with self._remote_tier_lock:
+            if self._remote_tier is None:
+                # The tier sits above the log layer; the root only picks it from its settings.
+                from logcore.tiered.remote_log import RemoteTier
+                self._remote_tier = RemoteTier.from_props(defaults)
+            return self._remote_tier
 
     def release_log(self, log: Log) -> None:
         """Close a log opened through this root now rather than at the root's close."""
@@ -298,6 +324,9 @@ class LogRoot:
         for log in self._open_logs:
             log.close()
         self._open_logs.clear()
+        if self._remote_tier is not None:
+            self._remote_tier.close()
+            self._remote_tier = None
 
     def __enter__(self) -> "LogRoot":
         return self

@@ -103,8 +103,10 @@ class LocalPartitionState:
             self.storage.write_atomic(self._marker_path, json.dumps(doc, sort_keys=True).encode())
         with self.storage.lock(ROOT_LOCK):
             self._update(self._hw, high_watermark)
-            # Kafka writes a log start offset only when it is above the first segment's base.
-            self._update(self._ls, log_start_offset if log_start_offset > first_segment_base else None)
+            # Kafka writes a log start offset only when it differs from the first segment's base:
+            # above it (retention, DeleteRecords) or, with tiered storage, below it (the oldest
+            # offsets are only in the remote tier).
+            self._update(self._ls, log_start_offset if log_start_offset != first_segment_base else None)
             if recovery_point is not None:
                 self._update(self._rp, recovery_point)
 

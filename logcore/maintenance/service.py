@@ -1,9 +1,13 @@
-"""The maintenance service: retention (and, where the topic compacts, the log cleaner) over a root.
+"""The maintenance service: tiering, retention (and, where the topic compacts, the log cleaner)
+over a root.
 
 One pass visits every partition of every topic (or of the topics asked for): it takes the
 partition as a writer only if no other writer holds it (a producer, a Spark sink commit, a
-broker: those are skipped and retried at the next pass, never fenced), applies retention,
-removes deleted segment files whose file.delete.delay.ms has passed, and gives the partition back.
+broker: those are skipped and retried at the next pass, never fenced). For a topic with tiered
+storage it first copies sealed segments to the remote tier (logcore.tiered.remote_log_manager);
+then it applies retention (local retention for a tiered topic: only copied segments go), expires
+remote segments past total retention, removes deleted segment files whose file.delete.delay.ms has
+passed, and gives the partition back.
 `run_forever` repeats the pass every log.retention.check.interval.ms until told to stop.
 """
 from __future__ import annotations
@@ -15,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from logcore.cleaner.cleaner import CleanerAbortedError, CleanStats, LogCleaner
-from logcore.errors import FencedWriterError, PartitionInUseError, SegLogError
+from logcore.errors import FencedWriterError, PartitionInUseError, RemoteStorageError, SegLogError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
+from logcore.tiered.remote_log_manager import RemoteLogManager, TieringResult
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +37,7 @@ class PartitionOutcome:
     log_start_offset: int = -1
     files_removed: int = 0
     cleaned: CleanStats | None = None   # the compaction pass, when one ran
+    tiering: TieringResult | None = None    # copies to and expiry in the remote tier, if tiered
     skipped: str | None = None          # why the partition was left alone this pass
 
 
@@ -80,6 +86,7 @@ class MaintenanceService:
                                   io_max_bytes_per_second=s.cleaner_io_max_bytes_per_second,
                                   load_factor=s.cleaner_io_buffer_load_factor,
                                   backoff_ms=s.cleaner_backoff_ms)
+        self.remote_log_manager = RemoteLogManager()
 
     def partitions(self, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
         names = list(topics) if topics else self.root.list_topics()
@@ -113,10 +120,15 @@ class MaintenanceService:
             return outcome
         try:
             config = log.config
+            if log.remote is not None:
+                outcome.tiering = TieringResult()
+                self._copy_to_remote(log, outcome.tiering)
             result = log.apply_retention(now)
             outcome.segments_deleted = result.segments_deleted
             outcome.bytes_deleted = result.bytes_deleted
-            outcome.log_start_offset = result.log_start_offset
+            if outcome.tiering is not None:
+                self._expire_remote(log, outcome.tiering, now)
+            outcome.log_start_offset = log.log_start_offset
             outcome.files_removed = log.delete_expired_files(now)
             if config.compact and self.settings.cleaner_enable and self.settings.cleaner_threads > 0:
                 outcome.cleaned = self._compact(log, now)
@@ -131,6 +143,26 @@ class MaintenanceService:
         finally:
             self.root.release_log(log)
         return outcome
+
+    def _copy_to_remote(self, log, tiering: TieringResult) -> None:
+        """Finish what a killed pass left, then copy the sealed segments (unless copying is
+        disabled for the topic). A remote-storage failure is reported and retried next pass;
+        local retention still runs (it deletes only segments already copied)."""
+        try:
+            self.remote_log_manager.collect(log, tiering)
+            if log.tiered:
+                self.remote_log_manager.copy_segments(log, tiering)
+        except RemoteStorageError as exc:
+            tiering.error = str(exc)
+        if tiering.error:
+            logger.warning("%s-%d: tiering: %s", log.topic, log.partition, tiering.error)
+
+    def _expire_remote(self, log, tiering: TieringResult, now: int) -> None:
+        try:
+            self.remote_log_manager.expire(log, tiering, now)
+        except RemoteStorageError as exc:
+            tiering.error = str(exc)
+            logger.warning("%s-%d: remote retention: %s", log.topic, log.partition, exc)
 
     def _compact(self, log, now: int) -> CleanStats | None:
         """One cleaner pass when the log is dirty enough (min.cleanable.dirty.ratio) or overdue

@@ -400,7 +400,7 @@ class RemoteSegmentReader(io.RawIOBase):
         return len(data)
 
     def close(self) -> None:
-        for future in self._ahead.values():
-            future.cancel()
+        # Prefetches are not cancelled: their futures are the cache's in-flight entries, which
+        # other readers of the same chunks may be waiting on; they finish into the cache.
         self._ahead.clear()
         super().close()

@@ -5,6 +5,7 @@
     seglog consume --root R --topic T --from-beginning
     seglog dump    --files 00000000000000000000.log --print-data-log
     seglog maintain --root R [--topic T] [--once] [--config-file conf/maintenance.properties]
+    seglog tiered  --root R --topic T --list
 
 Errors the user can fix (SegLogError) print as one line `seglog: error: <message>` and exit 1;
 usage errors exit 2 as argparse does. Storage options never appear in any output.
@@ -62,10 +63,29 @@ _EXAMPLES_DUMP = """examples:
   seglog dump --files /data/logs/clicks-0/00000000000000000000.log --print-data-log
   seglog dump --files clicks-0/00000000000000000000.index clicks-0/00000000000000000000.timeindex
   seglog dump --files s3://bucket/logs/clicks-0/00000000000000000000.log --storage-option anon=true
+  seglog dump --root /data/logs --topic clicks --remote --partition 0 --offset 1234 --print-data-log
 
 Prints what Kafka's kafka-dump-log prints for .log, .index, .timeindex, .txnindex and .snapshot
 files, plus seglog's reading of checkpoint files and partition.metadata. Corrupt data is reported
 with its file and byte position; the exit status is then 1.
+
+Remote segments (tiered storage): --remote dumps the topic's remote segments (of --partition, or
+only the one holding --offset) with their indexes, producer snapshot and leader epochs, fetched
+through the root's remote storage manager, so compressed and encrypted segments print too. A
+segment copied in plain mode can also be given to --files by its URL in the remote root
+(<topic>-<topic id>/<partition>/<start offset>-<segment id>/<start offset>.log).
+"""
+_EXAMPLES_TIERED = """examples:
+  seglog tiered --root /data/logs --topic clicks --list
+  seglog tiered --root /data/logs --topic clicks --partition 0 --list --all-states
+  seglog tiered --root /data/logs --topic clicks --list --config-file conf/tiered-storage.properties
+
+Lists the topic's remote segments from its remote log metadata: partition, segment id, state,
+offsets, size, largest record timestamp, when the state was recorded, and whether the remote
+data is plain (Kafka's bytes) or transformed (compressed and/or encrypted). By default only
+COPY_SEGMENT_FINISHED segments (the ones readers are served); --all-states shows every copy
+attempt and deletion too. The root's tiered storage settings (remote.log.storage.system.enable,
+rsm.config.*) come from its defaults, or from --config-file.
 """
 
 
@@ -81,6 +101,13 @@ first, never at or above the high watermark, for topics whose cleanup.policy con
 The log start offset moves first; the files go after file.delete.delay.ms. A partition that
 another writer (producer, Spark sink, broker) holds is skipped and retried at the next pass.
 Without --once the passes repeat every log.retention.check.interval.ms until Ctrl-C.
+
+Tiered storage (a root with remote.log.storage.system.enable=true and rsm.config.*, a topic with
+remote.storage.enable=true): before retention, every sealed segment below the last stable offset
+that is not yet remote is copied to the remote tier; retention then deletes local copies past
+local.retention.ms / local.retention.bytes (only segments already copied; the log start offset
+stays), and remote segments past retention.ms / retention.bytes are expired (the log start offset
+moves first). A failed copy is retried at the next pass; what a killed pass left is cleaned up.
 """
 
 
@@ -469,12 +496,51 @@ def cmd_consume(args) -> int:
 # ------------------------------------------------------------------------------------ dump
 
 def cmd_dump(args) -> int:
-    files = [f for item in args.files for f in item.split(",") if f]
     options = DumpOptions(print_data_log=args.print_data_log, deep_iteration=args.deep_iteration,
                           verify_index_only=args.verify_index_only, index_sanity_check=args.index_sanity_check,
                           max_message_size=args.max_message_size, max_bytes=args.max_bytes,
                           skip_record_metadata=args.skip_record_metadata)
+    if args.remote:
+        if args.files or not args.root or not args.topic:
+            raise InvalidConfigError("--remote needs --root and --topic (and no --files)")
+        from logcore.tools.remote_segments import dump_remote
+        root = _open_tiered_root(args)
+        try:
+            partitions = [args.partition] if args.partition is not None else None
+            return dump_remote(root, args.topic, partitions, args.offset, options, sys.stdout, sys.stderr)
+        finally:
+            root.close()
+    if not args.files:
+        raise InvalidConfigError("give --files, or --remote with --root and --topic")
+    files = [f for item in args.files for f in item.split(",") if f]
     return dump_files(files, options, sys.stdout, sys.stderr, parse_storage_options(args.storage_option))
+
+
+def _open_tiered_root(args):
+    """The root read-only, with tiered-storage settings from --config-file over its own."""
+    from logcore.log.log_root import LogRoot
+
+    props = load_properties(args.config_file) if args.config_file else {}
+    return LogRoot.open(args.root, storage_options=parse_storage_options(args.storage_option),
+                        read_only=True, defaults=props)
+
+
+# ------------------------------------------------------------------------------------ tiered
+
+def cmd_tiered(args) -> int:
+    from logcore.tools.remote_segments import print_segments, remote_segments
+
+    if not args.list:
+        raise InvalidConfigError("seglog tiered: give --list")
+    root = _open_tiered_root(args)
+    try:
+        partitions = [args.partition] if args.partition is not None else None
+        segments = remote_segments(root, args.topic, partitions, all_states=args.all_states)
+        print_segments(segments, sys.stdout, rich=sys.stdout.isatty(),
+                       title=f"remote segments of {args.topic}")
+    finally:
+        root.close()
+    return 0
 
 
 # ------------------------------------------------------------------------------------ maintain
@@ -498,6 +564,7 @@ def cmd_maintain(args) -> int:
         if root.read_only:
             raise InvalidConfigError(f"{root.url} is read-only (a copy of a Kafka log dir?): "
                                      "nothing can be deleted there")
+        root.remote_tier()                          # bad tiered storage settings fail now
         service = MaintenanceService(root, MaintenanceConfig.from_props(root.defaults()))
         topics = args.topic or None
         service.partitions(topics)                  # unknown topics fail now
@@ -541,6 +608,11 @@ class _MaintainReport:
             if outcome.segments_deleted:
                 did.append(f"deleted {outcome.segments_deleted} segments ({outcome.bytes_deleted} bytes),"
                            f" log start offset now {outcome.log_start_offset}")
+            t = outcome.tiering
+            if t is not None and (t.segments_copied or t.remote_segments_deleted or t.error):
+                did.append(f"copied {t.segments_copied} segments ({t.bytes_copied} bytes) to the remote tier,"
+                           f" expired {t.remote_segments_deleted} remote segments"
+                           f" ({t.remote_bytes_deleted} bytes)" + (f", error: {t.error}" if t.error else ""))
             if outcome.cleaned is not None:
                 c = outcome.cleaned
                 did.append(f"cleaned {c.bytes_read} bytes to {c.bytes_written}"
@@ -572,14 +644,18 @@ class _MaintainReport:
                               if o.skipped is None)
             skipped = ",".join(str(o.partition) for o in outcomes if o.skipped is not None)
             cleaned = [o.cleaned for o in outcomes if o.cleaned is not None]
+            tiering = [o.tiering for o in outcomes if o.tiering is not None]
             rows.append((topic, str(len(outcomes)), str(sum(o.segments_deleted for o in outcomes)),
                          str(sum(o.bytes_deleted for o in outcomes)),
                          str(sum(o.files_removed for o in outcomes)), starts or "-",
                          str(sum(c.bytes_read for c in cleaned)),
                          str(sum(c.records_read - c.records_kept for c in cleaned)),
-                         skipped or "-"))
+                         skipped or "-",
+                         str(sum(t.segments_copied for t in tiering)) if tiering else "-",
+                         str(sum(t.remote_segments_deleted for t in tiering)) if tiering else "-"))
         header = ("topic", "partitions", "segments deleted", "bytes deleted", "files removed",
-                  "log start offsets", "bytes cleaned", "records compacted away", "skipped partitions")
+                  "log start offsets", "bytes cleaned", "records compacted away", "skipped partitions",
+                  "segments copied", "remote segments expired")
         if self.rich:
             from rich.console import Console
             from rich.table import Table
@@ -692,8 +768,16 @@ def build_parser() -> argparse.ArgumentParser:
     dump = sub.add_parser("dump", help="print segment, index, snapshot and checkpoint files",
                           description="Dump log files the way Kafka's DumpLogSegments does.",
                           epilog=_EXAMPLES_DUMP, formatter_class=raw)
-    dump.add_argument("--files", nargs="+", required=True, metavar="FILE",
+    dump.add_argument("--files", nargs="+", metavar="FILE",
                       help="files to dump (local paths or URLs; commas also separate)")
+    dump.add_argument("--remote", action="store_true",
+                      help="dump the remote (tiered) segments of --topic in --root instead of files")
+    dump.add_argument("--root", metavar="URL", help="with --remote: the log root")
+    dump.add_argument("--topic", help="with --remote: the topic")
+    dump.add_argument("--partition", type=int, metavar="N", help="with --remote: only this partition")
+    dump.add_argument("--offset", type=int, metavar="N", help="with --remote: only the segment holding offset N")
+    dump.add_argument("--config-file", metavar="FILE",
+                      help="with --remote: tiered storage settings (rsm.config.*) not stored in the root")
     dump.add_argument("--print-data-log", action="store_true", help="print keys and values (implies --deep-iteration)")
     dump.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
     dump.add_argument("--verify-index-only", action="store_true", help="check index entries without printing them")
@@ -717,6 +801,20 @@ def build_parser() -> argparse.ArgumentParser:
                           help="maintenance settings (.properties, Kafka's log.retention.check.interval.ms, "
                                "log.cleaner.*; also root-level topic defaults), e.g. conf/maintenance.properties")
     maintain.set_defaults(func=cmd_maintain)
+
+    tiered = sub.add_parser("tiered", help="list a topic's remote (tiered) segments",
+                            description="Inspect the remote tier of a topic (tiered storage, KIP-405).",
+                            epilog=_EXAMPLES_TIERED, formatter_class=raw)
+    _add_root(tiered)
+    tiered.add_argument("--topic", required=True)
+    tiered.add_argument("--list", action="store_true", help="list the remote segments")
+    tiered.add_argument("--partition", type=int, metavar="N", help="only this partition (default: all)")
+    tiered.add_argument("--all-states", action="store_true",
+                        help="every copy attempt and deletion, not only finished segments")
+    tiered.add_argument("--config-file", metavar="FILE",
+                        help="tiered storage settings (.properties: remote.log.storage.system.enable, "
+                             "rsm.config.*) when the root's defaults do not hold them")
+    tiered.set_defaults(func=cmd_tiered)
 
     broker = sub.add_parser("broker", help="serve a log root over the Kafka protocol",
                             description="Run the sidecar broker (like kafka-server-start).",

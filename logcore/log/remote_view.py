@@ -1,0 +1,42 @@
+"""What a partition log needs of its remote tier (KIP-405), whatever implements the tier.
+
+A log with tiered storage holds its offsets [log start offset, HW) in two parts: the remote
+segments, from the log start offset up to the highest offset copied, and the local segments, from
+the local log start offset (the first local segment's base) to the LEO. The two overlap while a
+copied segment still has its local copy. `Log.read` serves offsets below the local log start
+from this view; `logcore.tiered.remote_log` implements it over a remote storage manager and the
+partition's remote log metadata.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+
+class RemoteLogView(ABC):
+    """The remote segments of one partition, as its Log reads them."""
+
+    @abstractmethod
+    def start_offset(self) -> int | None:
+        """The first offset of the oldest finished remote segment; None when there is none."""
+
+    @abstractmethod
+    def end_offset(self) -> int | None:
+        """The highest offset held by a finished remote segment (inclusive); None when none."""
+
+    @abstractmethod
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True) -> bytes:
+        """Whole batches of one remote segment, from the batch holding `offset` (or the next
+        offset that exists), each wholly below `max_offset`, at most `max_bytes` (the first batch
+        whole when `min_one_batch`); b"" when no remote segment holds `offset` or anything after it."""
+
+    @abstractmethod
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> tuple[list, bool]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound) from the remote
+        transaction indexes, and whether the search is complete (else the local ones follow)."""
+
+    @abstractmethod
+    def refresh(self) -> None:
+        """Pick up remote segments copied or deleted by another process."""
+
+    def close(self) -> None:
+        """Release what this view holds (the tier's shared caches stay)."""

@@ -1,0 +1,235 @@
+"""A root's remote tier and the per-partition view a Log reads its remote segments through.
+
+`RemoteTier` is built from the root's settings (`remote.log.storage.system.enable`,
+`rsm.config.*`): one remote storage manager, with its chunk, index and manifest caches, shared by
+every partition log of the root. `RemotePartition` implements `logcore.log.remote_view.RemoteLogView`
+over the partition's remote log metadata store: which finished segment holds an offset, where in
+it (the segment's offset index, fetched once and cached), and whole batches read through the RSM.
+"""
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from typing import Any, Callable
+
+import numpy as np
+
+from logcore.errors import RemoteResourceNotFoundError
+from logcore.log.partition_metadata import parse_topic_id
+from logcore.log.remote_view import RemoteLogView
+from logcore.log.txn_index import TransactionIndex
+from logcore.records.batch import (F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SIZE, HEADER_SIZE,
+                                   batch_fields)
+from logcore.tiered.config import TieredConfig
+from logcore.tiered.fsspec_rsm import FsspecRemoteStorageManager
+from logcore.tiered.metadata import RemoteLogSegmentMetadata
+from logcore.tiered.metadata_store import RemoteLogMetadataStore
+from logcore.tiered.rsm import IndexType, SegmentCustomMetadata
+
+_OFFSET_ENTRY = np.dtype([("relative", ">i4"), ("position", ">i4")])
+_POSITION_CACHE_ENTRIES = 256
+_LENGTH_END = 12            # baseOffset (8) + batchLength (4): enough to know a batch's size
+
+
+class RemoteTier:
+    """The tiered storage of one log root: settings, one RSM and a metadata store per partition."""
+
+    def __init__(self, config: TieredConfig, rsm: FsspecRemoteStorageManager | None = None):
+        self.config = config
+        self.rsm = rsm if rsm is not None else FsspecRemoteStorageManager.from_config(config)
+        self._stores: dict[tuple[str, uuid.UUID, int], RemoteLogMetadataStore] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_props(cls, props: dict[str, Any]) -> "RemoteTier | None":
+        """The tier the root settings describe; None when they do not enable tiered storage."""
+        config = TieredConfig.from_props(props)
+        return cls(config) if config.enabled else None
+
+    def store(self, topic: str, topic_id: str | uuid.UUID, partition: int) -> RemoteLogMetadataStore:
+        """The partition's metadata store (one per partition and tier: its replay is cached)."""
+        tid = parse_topic_id(topic_id) if isinstance(topic_id, str) else topic_id
+        key = (topic, tid, partition)
+        with self._lock:
+            store = self._stores.get(key)
+        if store is None:
+            store = RemoteLogMetadataStore(self.rsm.storage, topic, tid, partition,
+                                           custom_metadata_max_bytes=self.config.custom_metadata_max_bytes)
+            with self._lock:
+                store = self._stores.setdefault(key, store)
+        return store
+
+    def view(self, topic: str, topic_id: str | uuid.UUID, partition: int) -> "RemotePartition":
+        """The partition's view; its metadata is read on first need (a log that only reads
+        local offsets never lists the remote root)."""
+        return RemotePartition(self.rsm, lambda: self.store(topic, topic_id, partition))
+
+    def close(self) -> None:
+        self.rsm.close()
+
+
+class RemotePartition(RemoteLogView):
+    """One partition's remote segments, read through the tier's RSM (see the module docstring)."""
+
+    def __init__(self, rsm: FsspecRemoteStorageManager,
+                 store: RemoteLogMetadataStore | Callable[[], RemoteLogMetadataStore]):
+        self.rsm = rsm
+        self._store = store if isinstance(store, RemoteLogMetadataStore) else None
+        self._open_store = None if self._store is not None else store
+        self._positions: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> RemoteLogMetadataStore:
+        if self._store is None:
+            self._store = self._open_store()
+        return self._store
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def segments(self) -> list[RemoteLogSegmentMetadata]:
+        """Finished remote segments by start offset."""
+        return self.store.list_segments()
+
+    def start_offset(self) -> int | None:
+        segments = self.segments()
+        return segments[0].start_offset if segments else None
+
+    def end_offset(self) -> int | None:
+        return self.store.highest_offset()
+
+    def refresh(self) -> None:
+        if self._store is not None:       # else the first use reads everything anyway
+            self._store.refresh()
+
+    def _segments_from(self, offset: int) -> list[RemoteLogSegmentMetadata]:
+        """Finished segments that end at or after `offset`, in order; refreshed once when the
+        cached metadata knows none (another process copied more since)."""
+        found = [m for m in self.segments() if m.end_offset >= offset]
+        if not found:
+            self.store.refresh()
+            found = [m for m in self.segments() if m.end_offset >= offset]
+        return found
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True) -> bytes:
+        for meta in self._segments_from(offset):
+            if meta.start_offset >= max_offset:
+                break
+            data = self._read_segment(meta, max(offset, meta.start_offset), max_bytes, max_offset,
+                                      min_one_batch)
+            if data:
+                return data
+        return b""
+
+    def _position(self, meta: RemoteLogSegmentMetadata, offset: int) -> int:
+        """Byte position in the segment to scan from for `offset`: its offset index's floor entry."""
+        key = meta.segment_id.text
+        with self._lock:
+            cached = self._positions.get(key)
+            if cached is not None:
+                self._positions.move_to_end(key)
+        if cached is None:
+            try:
+                raw = self.rsm.fetch_index(meta, IndexType.OFFSET)
+            except RemoteResourceNotFoundError:
+                raw = b""
+            entries = np.frombuffer(raw, dtype=_OFFSET_ENTRY, count=len(raw) // 8)
+            relative = entries["relative"].astype(np.int64)
+            # Only the leading entries in increasing order are real (a preallocated tail is zeros).
+            bad = np.nonzero(np.diff(relative) <= 0)[0]
+            n = int(bad[0]) + 1 if len(bad) else len(relative)
+            cached = (relative[:n], entries["position"][:n].astype(np.int64))
+            with self._lock:
+                self._positions[key] = cached
+                while len(self._positions) > _POSITION_CACHE_ENTRIES:
+                    self._positions.popitem(last=False)
+        relative, positions = cached
+        slot = int(np.searchsorted(relative, offset - meta.start_offset, side="right")) - 1
+        return int(positions[slot]) if slot >= 0 else 0
+
+    def _read_segment(self, meta: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
+                      max_offset: int, min_one_batch: bool) -> bytes:
+        source = f"remote segment {meta.segment_id} of {meta.topic_id_partition}"
+        position = self._position(meta, offset)
+        stream = self.rsm.fetch_log_segment(meta, position)
+        try:
+            buf: bytes | bytearray = stream.read(max(max_bytes, HEADER_SIZE))
+            base = position                        # segment position of buf[0]
+            found = False
+            while True:
+                exhausted = stream.remaining == 0
+                fields = batch_fields(buf, source=source, verify_crc=False, allow_partial_tail=True,
+                                      base_position=base)
+                lasts = fields[:, F_BASE_OFFSET] + fields[:, F_LAST_DELTA]
+                ends = fields[:, F_POSITION] + fields[:, F_SIZE]    # positions within buf
+                complete = int(ends[-1]) if len(fields) else 0
+                if not found:
+                    first = int(np.searchsorted(lasts, offset, side="left"))
+                    if first < len(fields):
+                        # Drop the batches before the one holding `offset`; scan again from it.
+                        cut = int(fields[first, F_POSITION])
+                        buf, base, found = bytes(buf[cut:]), base + cut, True
+                        continue
+                    if exhausted:
+                        return b""
+                    buf, base = bytearray(buf[complete:]), base + complete
+                    buf += stream.read(max(max_bytes, _tail_need(buf)))
+                    continue
+                if not len(fields):                  # the first wanted batch is not whole yet
+                    if exhausted:
+                        return b""
+                    buf = bytearray(buf)
+                    buf += stream.read(_tail_need(buf))
+                    continue
+                if lasts[0] >= max_offset:
+                    return b""
+                below = int(np.searchsorted(lasts, max_offset, side="left"))
+                fit = int(np.searchsorted(ends[:below], max_bytes, side="right"))
+                if fit == 0 and min_one_batch:
+                    fit = 1
+                if fit == 0:
+                    return b""
+                tail_fits = complete + _tail_size(buf, complete) <= max_bytes
+                if fit == len(fields) == below and not exhausted and tail_fits:
+                    # Everything read fits and the next batch may too: read on.
+                    buf = bytearray(buf)
+                    buf += stream.read(max(max_bytes - len(buf), _tail_need(buf, complete)))
+                    continue
+                end = int(ends[fit - 1])
+                return bytes(buf) if end == len(buf) else bytes(buf[:end])
+        finally:
+            stream.close()
+
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> tuple[list, bool]:
+        found: list = []
+        for meta in self._segments_from(fetch_offset):
+            if meta.start_offset >= upper_bound:
+                return found, True
+            custom = SegmentCustomMetadata.from_bytes(meta.custom_metadata)
+            if custom is not None and IndexType.TRANSACTION not in custom.indexes:
+                continue
+            try:
+                raw = self.rsm.fetch_index(meta, IndexType.TRANSACTION)
+            except RemoteResourceNotFoundError:
+                continue
+            index = TransactionIndex.from_bytes(raw, meta.start_offset, source=str(meta.segment_id))
+            result = index.collect_aborted(fetch_offset, upper_bound)
+            found.extend(result.aborted)
+            if result.is_complete:
+                return found, True
+        return found, False
+
+
+def _tail_size(buf: bytes | bytearray, complete: int) -> int:
+    """The size of the partial batch at buf[complete:], or one header when it is not known yet."""
+    if len(buf) - complete >= _LENGTH_END:
+        return int.from_bytes(buf[complete + 8:complete + 12], "big", signed=True) + _LENGTH_END
+    return HEADER_SIZE
+
+
+def _tail_need(buf: bytes | bytearray, complete: int = 0) -> int:
+    """Bytes still missing to complete the partial batch at buf[complete:] (at least 1)."""
+    return max(1, _tail_size(buf, complete) - (len(buf) - complete))

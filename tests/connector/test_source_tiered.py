@@ -1,0 +1,33 @@
+"""The Spark source reads a topic whose older half lives only in S3 (tiered storage) and gets
+exactly the records it got before tiering."""
+from __future__ import annotations
+
+from logcore.log.log_root import LogRoot
+from logcore.maintenance.service import MaintenanceService
+from tests.tiered.tiered_root import produce, tiering_defaults
+
+
+def test_batch_read_of_a_topic_half_in_s3(spark, tmp_path, storage_targets):
+    remote = storage_targets.make("s3")
+    url = str(tmp_path / "root")
+    root = LogRoot.open(url, create=True, defaults=tiering_defaults(remote.url, remote.storage_options))
+    root.create_topic("t", config={"remote.storage.enable": "true", "segment.bytes": "16384",
+                                   "local.retention.bytes": "120000", "retention.bytes": "-1"})
+    log = root.log("t", 0, writer=True)
+    produce(log, 120, aborted_every=11)
+    hw = log.high_watermark
+    root.release_log(log)
+
+    def read() -> list[tuple]:
+        df = spark.read.format("seglog").option("subscribe", "t").load(url)
+        return sorted(tuple(r) for r in df.select("offset", "key", "value", "timestamp").collect())
+
+    before = read()
+    assert len(before) > 1000
+    MaintenanceService(root).run_once()
+    reader = LogRoot.open(url, read_only=True).log("t", 0)
+    assert reader.log_start_offset == 0 and reader.local_log_start_offset >= hw // 2
+    assert "00000000000000000000.log" not in root.storage.list_dir("t-0")    # only in S3 now
+    reader.close()
+    assert read() == before
+    root.close()
