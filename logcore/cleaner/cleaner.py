@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from logcore.cleaner import _offsetmap
+from logcore.cleaner import _offsetmap, delayed_delete
 from logcore.cleaner.checkpoint import CleanerCheckpoint
 from logcore.cleaner.offset_map import OffsetMap
 from logcore.cleaner.swap import SegmentOutput, abort_outputs, swap_in
@@ -245,6 +245,7 @@ class LogCleaner:
                 " the cleaner compacts only topics whose cleanup.policy includes compact")
         now_ms = _now_ms() if now_ms is None else now_ms
         started = time.monotonic()
+        self.delete_expired_files(log)
         section = self.dirty_section(log, now_ms)
         if section.first_uncleanable <= section.first_dirty:
             return None
@@ -284,6 +285,15 @@ class LogCleaner:
                     log.topic, log.partition, stats.segments_before, stats.segments_after,
                     stats.records_kept, stats.records_read, stats.bytes_read / 1e6, stats.bytes_written / 1e6)
         return stats
+
+    @staticmethod
+    def delete_expired_files(log) -> list[str]:
+        """Remove the files of segments replaced by earlier passes once file.delete.delay.ms has
+        passed (wall clock); every pass starts with it. Returns the paths removed."""
+        if not log.writer:
+            raise ReadOnlyLogError(f"{log.topic}-{log.partition}: deleting replaced segments needs the log"
+                                   " opened as writer")
+        return delayed_delete.delete_expired(log)
 
     def _chunks(self, seg, start_position: int, throttle: Throttler, stats: CleanStats):
         """Whole batches of a sealed segment in buffers of about io_buffer_size (on local disk,

@@ -3,18 +3,19 @@
 Local disk (Kafka's protocol, kafka-storage.md 5.7): the new segment is written as
 `<base>.log.cleaned` (+ `.index.cleaned`, `.timeindex.cleaned`, `.txnindex.cleaned`) and fsynced;
 its files are renamed `.cleaned -> .swap` (the log last: a complete `.swap` set is the commit
-point); the replaced segments' other files are renamed `.deleted`; the `.swap` files are renamed
-to their final names (indexes first, the log last, each rename replacing the old file of the same
-name atomically); the `.deleted` files are removed. `Log._load` finishes or rolls back whatever a
-crash left (see `Log._clean_temporary_files`).
+point); the replaced segments' files are renamed `.deleted` (those the new segment replaces under
+the same name get `.deleted` as a second link); the `.swap` files are renamed to their final names
+(indexes first, the log last, each rename replacing the old file of the same name atomically).
+The `.deleted` files are removed after file.delete.delay.ms (`delayed_delete.py`). `Log._load`
+finishes or rolls back whatever a crash left (see `Log._clean_temporary_files`).
 
 Object stores (no rename): the new segment's objects get a fresh name,
 `<base>.<pass token>.log` (+ indexes), which the plain listing of `.log` objects ignores. One
 conditional write of the partition's `partition-state.json` then records the list of cleaned
 segments and the offset where they end; readers and writers take segments below that offset only
-from the list. Objects of replaced segments are deleted afterwards; a crash in between leaves
-garbage that a writer opening the partition deletes (unlisted cleaned objects, originals below
-the cleaned end).
+from the list; the same write lists the replaced segments with the time their objects may be
+deleted (after file.delete.delay.ms). A crash leaves garbage that a writer opening the partition
+deletes (unlisted cleaned objects, originals below the cleaned end, once not pending).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import uuid
 
 import numpy as np
 
+from logcore.cleaner import delayed_delete
 from logcore.errors import SegLogError
 from logcore.log.offset_index import OffsetIndex
 from logcore.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_name
@@ -205,14 +207,19 @@ def _swap_local(log, group, out: SegmentOutput) -> None:
         storage.rename(out.path(suffix, CLEANED), out.path(suffix, SWAP), durable=False)
     storage.sync_dir(log.dir)
     # 2. The replaced segments' files become `.deleted` (removed after file.delete.delay.ms).
+    # Files the new segment replaces under the same name get the `.deleted` name as a second
+    # link, so that they too stay readable during the delay.
     new_names = {out.path(suffix) for suffix in out.suffixes}
-    deleted = []
     for seg in group:
         seg.close()
         for path in (seg.log_path, seg.index_path, seg.time_index_path, seg.txn_index_path):
-            if path not in new_names and storage.exists(path):
+            if not storage.exists(path):
+                continue
+            storage.delete(path + DELETED, missing_ok=True)
+            if path in new_names:
+                storage.link(path, path + DELETED, durable=False)
+            else:
                 storage.rename(path, path + DELETED, durable=False)
-                deleted.append(path + DELETED)
     storage.sync_dir(log.dir)
     # 3. The new files take their final names, replacing the old files of the same names.
     for suffix in out.suffixes:
@@ -222,8 +229,6 @@ def _swap_local(log, group, out: SegmentOutput) -> None:
     _replace_in_memory(log, group, new_seg)
     if out.aborted:
         log._txn_bases.add(out.base)
-    for path in deleted:
-        storage.delete(path, missing_ok=True)
 
 
 def _swap_object(log, outputs) -> None:
@@ -232,11 +237,18 @@ def _swap_object(log, outputs) -> None:
     i = next(k for k, s in enumerate(log.segments) if s is last_group[-1])
     end = log.segments[i + 1].base_offset
     listing = [[out.base, out.stem] for _g, out in outputs]
-    log.state_store.set_cleaned({"end": end, "segments": listing}, epoch=log.leader_epoch)
+    now = delayed_delete.now_ms()
+    previous = log.state_store.cleaned
+    due = now + log.config.file_delete_delay_ms
+    replaced = delayed_delete.carry_over(previous, now) + [[seg.stem, due] for g, _o in outputs for seg in g]
+    log.state_store.set_cleaned({"end": end, "segments": listing, "replaced": replaced}, epoch=log.leader_epoch)
     for group, out in outputs:
         new_seg = log._new_segment(out.base, writable=False, stem=out.stem)
         _replace_in_memory(log, group, new_seg)
         if out.aborted:
             log._txn_bases.add(out.base)
-        for seg in group:
-            seg.delete_files()
+    # Entries that fell due during the pass leave the list: delete their objects now.
+    kept = {stem for stem, _due in replaced}
+    for stem, _due in delayed_delete.pending_objects(previous):
+        if stem not in kept:
+            delayed_delete.delete_object_segment(log, stem)

@@ -276,12 +276,17 @@ class Log:
         cleaned objects that no list names (a pass that crashed before its switch)."""
         end = int(cleaned["end"])
         listed = {str(stem) for _b, stem in cleaned["segments"]}
+        # Replaced segments stay until their file.delete.delay.ms passed (readers may hold them).
+        now = _now_ms()
+        pending = {str(stem) for stem, due in cleaned.get("replaced", []) if int(due) > now}
         for name in names:
             parsed = parse_segment_name(name)
             if parsed is None or parsed[1] == SNAPSHOT_SUFFIX:
                 continue
             base, suffix = parsed
             stem = name.rsplit(".", 1)[0]
+            if stem in pending:
+                continue
             if suffix in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex"):
                 stale = base < end
             else:
@@ -313,7 +318,7 @@ class Log:
         keep = []
         for seg in self.segments:
             inode = inodes.get(seg.base_offset)
-            known = getattr(seg, "_inode", None)
+            known = getattr(seg, "_inode", None) or getattr(seg.data, "inode", None)
             if known is not None and inode is not None and known != inode:
                 seg = self._new_segment(seg.base_offset, writable=False)
             seg._inode = inode

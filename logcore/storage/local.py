@@ -246,8 +246,9 @@ class LocalStorage(Storage):
         """Make the renames and creations in the folder `path` durable."""
         _fsync_dir(self.local_path(path))
 
-    def link(self, src: str, dst: str) -> None:
-        """Give the file `src` the second name `dst` (a hard link: no byte is copied)."""
+    def link(self, src: str, dst: str, *, durable: bool = True) -> None:
+        """Give the file `src` the second name `dst` (a hard link: no byte is copied);
+        durable=False leaves the folder fsync to a later `sync_dir`."""
         self._refuse_if_read_only(dst, "link")
         src_path, dst_path = self.local_path(src), self.local_path(dst)
         try:
@@ -255,7 +256,8 @@ class LocalStorage(Storage):
         except FileNotFoundError as exc:
             raise ResourceNotFoundError(f"cannot link {self.describe(src)} as {self.describe(dst)}: "
                                         "source not found") from exc
-        _fsync_dir(os.path.dirname(dst_path))
+        if durable:
+            _fsync_dir(os.path.dirname(dst_path))
 
     @contextmanager
     def lock(self, path: str) -> Iterator[None]:
