@@ -171,8 +171,9 @@ class Log:
         for i, (base, stem) in enumerate(plan):
             active_local = can_write and self.storage.is_local and i == len(plan) - 1
             self.segments.append(self._new_segment(base, writable=active_local, stem=stem))
-        if can_write and not self.storage.is_local and state.cleaned:
-            self._delete_replaced_objects(names, state.cleaned)
+        if can_write and not self.storage.is_local:
+            # Also with no cleaned list yet: a first pass killed before its switch leaves objects.
+            self._delete_replaced_objects(names, state.cleaned or {"end": 0, "segments": []})
         self.bases = [s.base_offset for s in self.segments]
         if not self.storage.is_local and len(self.segments) > 0:
             self._drop_unreachable_object_segments()
@@ -1098,11 +1099,17 @@ class Log:
                 if header.base_offset >= offset:
                     break
                 kept += data[pos:pos + header.size]
-            last.delete_files()
             seg = self._new_segment(last.base_offset, writable=True, in_memory=True)
             headers = [h for _p, h in iter_batches(bytes(kept))]
             if headers:
                 seg.append(bytes(kept), headers)
+                # Replace the object by its part below `offset` in one PUT, then its indexes
+                # (publish finds the same bytes there): deleting it first would leave committed
+                # data only in memory, and a crash then would lose it.
+                self.storage.write_atomic(last.log_path, bytes(kept))
+                seg.publish()
+            else:
+                last.delete_files()
             self.segments[-1] = seg
         self.high_watermark = min(self.high_watermark, offset)
         self.epoch_cache.truncate_from_end(offset)
