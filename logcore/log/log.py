@@ -1092,25 +1092,30 @@ class Log:
                 self.segments[-1] = last
             last.truncate_to(offset)
         else:
-            # Object segments are immutable: keep the part below `offset` as a new in-memory one.
+            # Object segments: one holding offsets from `offset` on is cut. An unpublished one
+            # is cut in memory; a published one is replaced by its part below `offset` in one
+            # PUT, then its indexes (deleting it first would leave committed data only in
+            # memory, lost in a crash).
             data = last.read_bytes(0, last.size())
             kept = bytearray()
             for pos, header in iter_batches(data, source=last.log_path):
                 if header.base_offset >= offset:
                     break
                 kept += data[pos:pos + header.size]
-            seg = self._new_segment(last.base_offset, writable=True, in_memory=True)
-            headers = [h for _p, h in iter_batches(bytes(kept))]
-            if headers:
-                seg.append(bytes(kept), headers)
-                # Replace the object by its part below `offset` in one PUT, then its indexes
-                # (publish finds the same bytes there): deleting it first would leave committed
-                # data only in memory, and a crash then would lose it.
-                self.storage.write_atomic(last.log_path, bytes(kept))
-                seg.publish()
-            else:
-                last.delete_files()
-            self.segments[-1] = seg
+            if len(kept) < len(data):
+                seg = self._new_segment(last.base_offset, writable=True, in_memory=True, stem=last.stem)
+                headers = [h for _p, h in iter_batches(bytes(kept))]
+                if headers:
+                    seg.append(bytes(kept), headers)
+                if not last.in_memory:
+                    if headers:
+                        self.storage.write_atomic(last.log_path, bytes(kept))
+                        seg.publish()       # finds the same bytes there, writes the indexes
+                    else:
+                        last.delete_files()
+                self.segments[-1] = seg
+            if not self.segments[-1].in_memory:
+                self._roll_to(self.log_end_offset)      # appends go to a fresh in-memory segment
         self.high_watermark = min(self.high_watermark, offset)
         self.epoch_cache.truncate_from_end(offset)
         self._rebuild_producer_state()
