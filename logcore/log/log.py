@@ -882,6 +882,17 @@ class Log:
         """Readers: pick up new segments and the latest committed offsets (another process writes)."""
         if self.writer:
             return
+        for attempt in range(_READ_ATTEMPTS):
+            try:
+                return self._refresh_once()
+            except ResourceNotFoundError:
+                # A segment file went away between the listing and the scan (a cleaner swap or
+                # retention): list again.
+                if attempt == _READ_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.01 * attempt)
+
+    def _refresh_once(self) -> None:
         with self._lock:
             state = self.state_store.load()
             names = self._list_files()
