@@ -504,11 +504,11 @@ def _map_file(seg) -> memoryview:
 
 def _release(view: memoryview) -> None:
     mapped = view.obj
-    view.release()
     try:
+        view.release()
         mapped.close()
     except BufferError:
-        pass    # a view of it is still referenced (an exception's frame); closed when collected
+        pass    # a view of it is still referenced (the caller's last chunk); unmapped when collected
 
 
 def _batch_rows(chunk, source: str, base_pos: int) -> np.ndarray:
