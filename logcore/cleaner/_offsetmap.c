@@ -281,15 +281,123 @@ static int write_varlong(uint8_t *out, int64_t v) {
     return n;
 }
 
+/* One record of a batch section as the filter saw it. */
+typedef struct {
+    Py_ssize_t start, ts_pos, after_ts, end;
+    int64_t delta;
+    uint8_t keep;
+} rec_t;
+
+typedef struct {
+    Py_ssize_t kept, kept_bytes, tombstones_removed, tombstones_kept;
+    int64_t max_ts;
+    Py_ssize_t bad;          /* index of the bad record, or -1 */
+    const char *error;
+} decision_t;
+
+/* Kafka's keep rule for each record of one (decompressed) section: offset > latest_offset, or a
+ * key whose mapped offset is <= offset (absent keys are kept); keyless records at or below
+ * latest_offset go; a kept tombstone goes when drop_tombstones. Fills recs[0..count). */
+static void decide_records(const uint8_t *data, Py_ssize_t len, Py_ssize_t count, const slot_t *table,
+                           uint64_t slots, int64_t base_offset, int64_t latest_offset, int drop_tombstones,
+                           int64_t old_base_ts, rec_t *recs, decision_t *d) {
+    reader_t r = {data, data + len, NULL};
+    memset(d, 0, sizeof(*d));
+    d->bad = -1;
+    d->max_ts = INT64_MIN;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const uint8_t *rec_start = r.p;
+        int64_t length = read_varlong(&r, 5);
+        if (r.error) { d->bad = i; break; }
+        if (length < 0 || length > r.end - r.p) { r.error = "record length does not fit the section"; d->bad = i; break; }
+        reader_t rr = {r.p, r.p + length, NULL};
+        const uint8_t *body = r.p;
+        rr.p++; /* attributes */
+        const uint8_t *ts_pos = rr.p;
+        int64_t ts_delta = read_varlong(&rr, 10);
+        const uint8_t *after_ts = rr.p;
+        int64_t offset_delta = read_varlong(&rr, 5);
+        int64_t klen = read_varlong(&rr, 5);
+        if (rr.error || rr.p > rr.end) { r.error = rr.error ? rr.error : "record too short"; d->bad = i; break; }
+        const uint8_t *key = rr.p;
+        if (klen < -1 || klen > rr.end - rr.p) { r.error = "key length does not fit the record"; d->bad = i; break; }
+        if (klen > 0)
+            rr.p += klen;
+        int64_t vlen = read_varlong(&rr, 5);
+        if (rr.error) { r.error = rr.error; d->bad = i; break; }
+        if (vlen < -1 || vlen > rr.end - rr.p) { r.error = "value length does not fit the record"; d->bad = i; break; }
+        int64_t offset = base_offset + offset_delta;
+        int k = 1;
+        if (offset <= latest_offset) {
+            if (klen < 0) {
+                k = 0;
+            } else {
+                uint64_t h1, h2;
+                hash128(key, (size_t)klen, &h1, &h2);
+                slot_t *s = find_slot((slot_t *)table, slots, h1, h2);
+                if (s != NULL && !(s->h1 == 0 && s->h2 == 0) && s->offset > offset)
+                    k = 0;
+            }
+            if (k && vlen < 0 && drop_tombstones)
+                k = 0;
+        }
+        if (vlen < 0) {
+            if (k) d->tombstones_kept++; else d->tombstones_removed++;
+        }
+        rec_t *rc = &recs[i];
+        rc->keep = (uint8_t)k;
+        rc->start = rec_start - data;
+        rc->ts_pos = ts_pos - data;
+        rc->after_ts = after_ts - data;
+        rc->end = (body + length) - data;
+        rc->delta = ts_delta;
+        if (k) {
+            d->kept++;
+            d->kept_bytes += (body + length) - rec_start;
+            if (old_base_ts + ts_delta > d->max_ts)
+                d->max_ts = old_base_ts + ts_delta;
+        }
+        r.p = body + length;
+    }
+    if (d->bad < 0 && r.p != r.end) {
+        r.error = "trailing bytes after the last record";
+        d->bad = count;
+    }
+    d->error = r.error;
+}
+
+/* Write the kept records to `o`, timestamp deltas shifted by `shift` (re-encoded when non-zero;
+ * a re-encoded record grows by at most 15 bytes). Returns the bytes written. */
+static Py_ssize_t write_kept(const uint8_t *data, Py_ssize_t count, const rec_t *recs, int64_t shift, uint8_t *o) {
+    Py_ssize_t w = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const rec_t *rc = &recs[i];
+        if (!rc->keep)
+            continue;
+        if (!shift) {
+            memcpy(o + w, data + rc->start, rc->end - rc->start);
+            w += rc->end - rc->start;
+            continue;
+        }
+        uint8_t ts_buf[10], len_buf[5];
+        int ts_n = write_varlong(ts_buf, rc->delta + shift);
+        int64_t body_len = 1 + ts_n + (rc->end - rc->after_ts);
+        int len_n = write_varlong(len_buf, body_len);
+        memcpy(o + w, len_buf, len_n); w += len_n;
+        o[w++] = data[rc->ts_pos - 1]; /* attributes */
+        memcpy(o + w, ts_buf, ts_n); w += ts_n;
+        memcpy(o + w, data + rc->after_ts, rc->end - rc->after_ts); w += rc->end - rc->after_ts;
+    }
+    return w;
+}
+
 /* filter_records(section, count, table, slots, base_offset, latest_offset, drop_tombstones,
  *                old_base_ts, horizon_if_tombstones, has_horizon)
  *   -> (kept_bytes, kept, max_timestamp, tombstones_removed, horizon_set)
  *
- * Keep rule (Kafka's): offset > latest_offset, or a key whose mapped offset is <= offset (absent
- * keys are kept); a kept null value (tombstone) is dropped when drop_tombstones. When
- * horizon_if_tombstones is not INT64_MIN and the batch has no horizon yet and a tombstone is
- * kept, the kept records' timestamp deltas are re-encoded against that horizon (the new base
- * timestamp) and horizon_set is 1. */
+ * The keep rule of decide_records on one section. When horizon_if_tombstones is not INT64_MIN
+ * and the batch has no horizon yet and a tombstone is kept, the kept records' timestamp deltas
+ * are re-encoded against that horizon (the new base timestamp) and horizon_set is 1. */
 static PyObject *filter_records(PyObject *self, PyObject *args) {
     Py_buffer sv, tv;
     PyObject *table_obj;
@@ -304,129 +412,401 @@ static PyObject *filter_records(PyObject *self, PyObject *args) {
         PyBuffer_Release(&sv);
         return NULL;
     }
-    slot_t *table = (slot_t *)tv.buf;
     const uint8_t *data = (const uint8_t *)sv.buf;
-    Py_ssize_t len = sv.len;
-    if (count < 0 || count > len) {
+    if (count < 0 || count > sv.len) {
         PyBuffer_Release(&sv);
         PyBuffer_Release(&tv);
         PyErr_SetString(PyExc_ValueError, "record count does not fit the section");
         return NULL;
     }
-    /* Pass 1: decisions. Per record: start, end, position of the timestamp delta and what follows. */
-    Py_ssize_t *starts = PyMem_Malloc(sizeof(Py_ssize_t) * 4 * (count ? count : 1));
-    uint8_t *keep = PyMem_Malloc(count ? count : 1);
-    int64_t *deltas = PyMem_Malloc(sizeof(int64_t) * (count ? count : 1));
-    if (!starts || !keep || !deltas) {
-        PyMem_Free(starts);
-        PyMem_Free(keep);
-        PyMem_Free(deltas);
+    rec_t *recs = PyMem_Malloc(sizeof(rec_t) * (count ? count : 1));
+    if (!recs) {
         PyBuffer_Release(&sv);
         PyBuffer_Release(&tv);
         return PyErr_NoMemory();
     }
-    reader_t r = {data, data + len, NULL};
-    Py_ssize_t kept = 0, kept_bytes = 0, tombstones_removed = 0, tombstones_kept = 0, bad = -1;
-    int64_t max_ts = INT64_MIN;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        const uint8_t *rec_start = r.p;
-        int64_t length = read_varlong(&r, 5);
-        if (r.error) { bad = i; break; }
-        if (length < 0 || length > r.end - r.p) { r.error = "record length does not fit the section"; bad = i; break; }
-        reader_t rr = {r.p, r.p + length, NULL};
-        const uint8_t *body = r.p;
-        rr.p++; /* attributes */
-        const uint8_t *ts_pos = rr.p;
-        int64_t ts_delta = read_varlong(&rr, 10);
-        const uint8_t *after_ts = rr.p;
-        int64_t offset_delta = read_varlong(&rr, 5);
-        int64_t klen = read_varlong(&rr, 5);
-        if (rr.error || rr.p > rr.end) { r.error = rr.error ? rr.error : "record too short"; bad = i; break; }
-        const uint8_t *key = rr.p;
-        if (klen < -1 || klen > rr.end - rr.p) { r.error = "key length does not fit the record"; bad = i; break; }
-        if (klen > 0)
-            rr.p += klen;
-        int64_t vlen = read_varlong(&rr, 5);
-        if (rr.error) { r.error = rr.error; bad = i; break; }
-        if (vlen < -1 || vlen > rr.end - rr.p) { r.error = "value length does not fit the record"; bad = i; break; }
-        int64_t offset = base_offset + offset_delta;
-        int k = 1;
-        if (offset <= latest_offset) {
-            if (klen < 0) {
-                k = 0;
-            } else {
-                uint64_t h1, h2;
-                hash128(key, (size_t)klen, &h1, &h2);
-                slot_t *s = find_slot(table, slots, h1, h2);
-                if (s != NULL && !(s->h1 == 0 && s->h2 == 0) && s->offset > offset)
-                    k = 0;
-            }
-            if (k && vlen < 0 && drop_tombstones)
-                k = 0;
-        }
-        if (vlen < 0) {
-            if (k) tombstones_kept++; else tombstones_removed++;
-        }
-        keep[i] = (uint8_t)k;
-        starts[4 * i] = rec_start - data;
-        starts[4 * i + 1] = ts_pos - data;
-        starts[4 * i + 2] = after_ts - data;
-        starts[4 * i + 3] = (body + length) - data;
-        deltas[i] = ts_delta;
-        if (k) {
-            kept++;
-            kept_bytes += (body + length) - rec_start;
-            if (old_base_ts + ts_delta > max_ts)
-                max_ts = old_base_ts + ts_delta;
-        }
-        r.p = body + length;
-    }
-    if (bad < 0 && r.p != r.end) {
-        r.error = "trailing bytes after the last record";
-        bad = count;
-    }
+    decision_t d;
+    decide_records(data, sv.len, count, (const slot_t *)tv.buf, slots, base_offset, latest_offset,
+                   drop_tombstones, old_base_ts, recs, &d);
     PyObject *result = NULL;
-    if (bad >= 0) {
-        PyObject *err = Py_BuildValue("ns", bad, r.error);
+    if (d.bad >= 0) {
+        PyObject *err = Py_BuildValue("ns", d.bad, d.error);
         PyErr_SetObject(RecordError, err);
         Py_XDECREF(err);
         goto done;
     }
-    int set_horizon = horizon != INT64_MIN && !has_horizon && tombstones_kept > 0;
+    int set_horizon = horizon != INT64_MIN && !has_horizon && d.tombstones_kept > 0;
     int64_t shift = set_horizon ? (int64_t)old_base_ts - (int64_t)horizon : 0;
-    /* Pass 2: write the kept records (a re-encoded delta grows a record by at most 15 bytes). */
-    PyObject *out = PyBytes_FromStringAndSize(NULL, kept_bytes + (shift ? kept * 16 : 0));
+    PyObject *out = PyBytes_FromStringAndSize(NULL, d.kept_bytes + (shift ? d.kept * 16 : 0));
     if (out == NULL)
         goto done;
-    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
-    Py_ssize_t w = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (!keep[i])
-            continue;
-        Py_ssize_t rs = starts[4 * i], tp = starts[4 * i + 1], at = starts[4 * i + 2], re = starts[4 * i + 3];
-        if (!shift) {
-            memcpy(o + w, data + rs, re - rs);
-            w += re - rs;
-            continue;
-        }
-        uint8_t ts_buf[10], len_buf[5];
-        int ts_n = write_varlong(ts_buf, deltas[i] + shift);
-        int64_t body_len = 1 + ts_n + (re - at);
-        int len_n = write_varlong(len_buf, body_len);
-        memcpy(o + w, len_buf, len_n); w += len_n;
-        o[w++] = data[tp - 1]; /* attributes */
-        memcpy(o + w, ts_buf, ts_n); w += ts_n;
-        memcpy(o + w, data + at, re - at); w += re - at;
-    }
+    Py_ssize_t w = write_kept(data, count, recs, shift, (uint8_t *)PyBytes_AS_STRING(out));
     if (_PyBytes_Resize(&out, w) < 0)
         goto done;
-    result = Py_BuildValue("NnLni", out, kept, (long long)max_ts, tombstones_removed, set_horizon);
+    result = Py_BuildValue("NnLni", out, d.kept, (long long)d.max_ts, d.tombstones_removed, set_horizon);
 done:
-    PyMem_Free(starts);
-    PyMem_Free(keep);
-    PyMem_Free(deltas);
+    PyMem_Free(recs);
     PyBuffer_Release(&sv);
     PyBuffer_Release(&tv);
+    return result;
+}
+
+/* ------------------------------------------------------------------ whole chunks of batches
+ * map_batches and clean_batches take a buffer of whole batches and the rows of
+ * logcore.records.batch.batch_fields (int64: position, size, baseOffset, lastOffsetDelta,
+ * maxTimestamp, producerId, attributes, baseTimestamp, recordsCount) and do one call's work
+ * for many batches: the cleaner's per-batch Python overhead was most of a pass. Only uncompressed, non-control batches are
+ * given to them (the caller handles the others). Errors raise RecordError(row, record, message). */
+
+#define FIELDS 9   /* columns of logcore.records.batch.batch_fields */
+#define HDR 61
+#define ATTR_TS_TYPE 0x08
+#define ATTR_TXN 0x10
+#define ATTR_CONTROL 0x20
+#define ATTR_HORIZON 0x40
+
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_HW_CRC 1
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p, Py_ssize_t n) {
+    uint64_t c = crc;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--)
+        c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return c32;
+}
+#endif
+
+static int hw_crc = 0;
+
+static uint32_t crc32c(const uint8_t *p, Py_ssize_t n) {
+#ifdef HAVE_HW_CRC
+    if (hw_crc)
+        return ~crc_hw(0xffffffffu, p, n);
+#endif
+    uint32_t crc = 0xffffffffu;
+    while (n--)
+        crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+static inline int64_t rd64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+static inline int32_t rd32(const uint8_t *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+static inline void wr64(uint8_t *p, int64_t v) {
+    for (int i = 7; i >= 0; i--) { p[i] = (uint8_t)v; v = (int64_t)((uint64_t)v >> 8); }
+}
+static inline void wr32(uint8_t *p, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    p[0] = (uint8_t)(u >> 24); p[1] = (uint8_t)(u >> 16); p[2] = (uint8_t)(u >> 8); p[3] = (uint8_t)u;
+}
+static inline void wr16(uint8_t *p, int v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+
+static void raise_batch_error(Py_ssize_t row, Py_ssize_t record, const char *message) {
+    PyObject *err = Py_BuildValue("nns", row, record, message);
+    PyErr_SetObject(RecordError, err);
+    Py_XDECREF(err);
+}
+
+/* Checks the rows against the buffer; returns the rows pointer or NULL with an error set. */
+static const int64_t *check_rows(Py_buffer *chunk, Py_buffer *rows, Py_ssize_t first, Py_ssize_t last) {
+    Py_ssize_t n = rows->len / (Py_ssize_t)(FIELDS * 8);
+    if (first < 0 || last < first || last > n) {
+        PyErr_SetString(PyExc_ValueError, "row range outside the batch rows");
+        return NULL;
+    }
+    const int64_t *f = (const int64_t *)rows->buf;
+    for (Py_ssize_t i = first; i < last; i++) {
+        int64_t pos = f[i * FIELDS], size = f[i * FIELDS + 1];
+        if (pos < 0 || size < HDR || pos + size > chunk->len) {
+            PyErr_SetString(PyExc_ValueError, "a batch row points outside the buffer");
+            return NULL;
+        }
+    }
+    return f;
+}
+
+/* map_batches(chunk, rows, first, last, include, table, slots, size, max_entries, min_offset,
+ *             max_offset) -> (size, stop_offset)
+ * Puts key -> offset for each keyed record with offset in [min_offset, max_offset) of the rows
+ * in [first, last) whose include[row] is set, in order. stop_offset is the offset of the first
+ * record not put because the map was full (its key new), or -1 when every record was put. */
+static PyObject *map_batches(PyObject *self, PyObject *args) {
+    Py_buffer chunk, rows, inc, tv;
+    PyObject *table_obj;
+    Py_ssize_t first, last;
+    unsigned long long slots, size, max_entries;
+    long long min_offset, max_offset;
+    if (!PyArg_ParseTuple(args, "y*y*nny*OKKKLL", &chunk, &rows, &first, &last, &inc, &table_obj, &slots,
+                          &size, &max_entries, &min_offset, &max_offset))
+        return NULL;
+    PyObject *result = NULL;
+    int have_table = 0;
+    const int64_t *f = check_rows(&chunk, &rows, first, last);
+    if (f == NULL)
+        goto done;
+    if (inc.len < last) {
+        PyErr_SetString(PyExc_ValueError, "include mask is shorter than the rows");
+        goto done;
+    }
+    if (get_table(table_obj, &tv, slots) < 0)
+        goto done;
+    have_table = 1;
+    slot_t *table = (slot_t *)tv.buf;
+    const uint8_t *buf = (const uint8_t *)chunk.buf, *include = (const uint8_t *)inc.buf;
+    long long stop = -1;
+    Py_ssize_t bad_row = -1, bad_rec = -1;
+    const char *error = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t b = first; b < last && stop < 0 && !error; b++) {
+        if (!include[b])
+            continue;
+        const uint8_t *h = buf + f[b * FIELDS];
+        int64_t base = rd64(h);
+        int32_t count = rd32(h + 57);
+        if (base + rd32(h + 23) < min_offset || base >= max_offset)
+            continue;
+        reader_t r = {h + HDR, h + f[b * FIELDS + 1], NULL};
+        if (count < 0 || count > r.end - r.p) {
+            error = "record count does not fit the batch";
+            bad_row = b;
+            break;
+        }
+        for (int32_t i = 0; i < count; i++) {
+            int64_t length = read_varlong(&r, 5);
+            if (r.error || length < 0 || length > r.end - r.p) {
+                error = r.error ? r.error : "record length does not fit the batch";
+                bad_row = b; bad_rec = i;
+                break;
+            }
+            reader_t rr = {r.p + 1, r.p + length, NULL};
+            r.p += length;
+            read_varlong(&rr, 10); /* timestamp delta */
+            int64_t offset = base + read_varlong(&rr, 5);
+            int64_t klen = read_varlong(&rr, 5);
+            if (rr.error || rr.p > rr.end || klen < -1 || klen > rr.end - rr.p) {
+                error = rr.error ? rr.error : "key length does not fit the record";
+                bad_row = b; bad_rec = i;
+                break;
+            }
+            if (klen < 0 || offset < min_offset || offset >= max_offset)
+                continue;
+            uint64_t h1, h2;
+            hash128(rr.p, (size_t)klen, &h1, &h2);
+            slot_t *s = find_slot(table, slots, h1, h2);
+            int is_new = s == NULL || (s->h1 == 0 && s->h2 == 0);
+            if (is_new && (size >= max_entries || s == NULL)) {
+                stop = offset;
+                break;
+            }
+            if (is_new) {
+                s->h1 = h1;
+                s->h2 = h2;
+                size++;
+            }
+            s->offset = offset;
+        }
+        if (!error && stop < 0 && r.p != r.end) {
+            error = "trailing bytes after the last record";
+            bad_row = b; bad_rec = count;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (error)
+        raise_batch_error(bad_row, bad_rec, error);
+    else
+        result = Py_BuildValue("KL", size, stop);
+done:
+    if (have_table)
+        PyBuffer_Release(&tv);
+    PyBuffer_Release(&chunk);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&inc);
+    return result;
+}
+
+static int in_keep_set(const int64_t *lasts, const int64_t *pids, Py_ssize_t n, int64_t last, int64_t pid) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (lasts[mid] < last) lo = mid + 1; else hi = mid;
+    }
+    for (; lo < n && lasts[lo] == last; lo++)
+        if (pids[lo] == pid)
+            return 1;
+    return 0;
+}
+
+/* clean_batches(chunk, rows, first, last, table, slots, latest_offset, end_offset, now_ms,
+ *               horizon_ms, keep_lasts, keep_pids)
+ *   -> (data, meta, records_read, records_kept, tombstones_removed)
+ * The cleaned bytes of the data batches in rows [first, last) (uncompressed, non-control, not
+ * aborted): a batch whose records all stay (and that needs no delete horizon) is copied byte
+ * for byte; one with some records left is rebuilt (header, records, CRC); an emptied batch is
+ * dropped, or kept as a bare header when it ends at end_offset or its (last offset, producer id)
+ * is in the sorted keep_lasts/keep_pids (producer state needs it). meta holds one int64 row
+ * (last offset, max timestamp, size) per written batch. */
+static PyObject *clean_batches(PyObject *self, PyObject *args) {
+    Py_buffer chunk, rows, tv, kl, kp;
+    PyObject *table_obj;
+    Py_ssize_t first, last;
+    unsigned long long slots;
+    long long latest, end_offset, now_ms, horizon;
+    if (!PyArg_ParseTuple(args, "y*y*nnOKLLLLy*y*", &chunk, &rows, &first, &last, &table_obj, &slots,
+                          &latest, &end_offset, &now_ms, &horizon, &kl, &kp))
+        return NULL;
+    PyObject *result = NULL;
+    int have_table = 0;
+    uint8_t *out = NULL;
+    int64_t *meta = NULL;
+    rec_t *recs = NULL;
+    const int64_t *f = check_rows(&chunk, &rows, first, last);
+    if (f == NULL)
+        goto done;
+    if (get_table(table_obj, &tv, slots) < 0)
+        goto done;
+    have_table = 1;
+    Py_ssize_t n_keep = kl.len / 8;
+    if (kp.len / 8 != n_keep) {
+        PyErr_SetString(PyExc_ValueError, "keep_lasts and keep_pids differ in length");
+        goto done;
+    }
+    /* Output is at most the input plus 15 bytes a record (re-encoded timestamp deltas); the
+     * count of records is bounded by the section length. */
+    Py_ssize_t capacity = 0, max_records = 1;
+    for (Py_ssize_t b = first; b < last; b++) {
+        Py_ssize_t size = f[b * FIELDS + 1];
+        Py_ssize_t count = rd32((const uint8_t *)chunk.buf + f[b * FIELDS] + 57);
+        if (count < 0 || count > size - HDR)
+            count = 0;      /* reported in the main loop */
+        capacity += size + 16 * count;
+        if (count > max_records)
+            max_records = count;
+    }
+    out = PyMem_Malloc(capacity ? capacity : 1);
+    meta = PyMem_Malloc(sizeof(int64_t) * 3 * (last - first ? last - first : 1));
+    recs = PyMem_Malloc(sizeof(rec_t) * max_records);
+    if (!out || !meta || !recs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *buf = (const uint8_t *)chunk.buf;
+    const slot_t *table = (const slot_t *)tv.buf;
+    const int64_t *keep_lasts = (const int64_t *)kl.buf, *keep_pids = (const int64_t *)kp.buf;
+    Py_ssize_t w = 0, m = 0, records_read = 0, records_kept = 0, tombstones_removed = 0;
+    Py_ssize_t bad_row = -1, bad_rec = -1;
+    const char *error = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t b = first; b < last; b++) {
+        const uint8_t *h = buf + f[b * FIELDS];
+        Py_ssize_t size = f[b * FIELDS + 1];
+        int attrs = (h[21] << 8) | h[22];
+        int64_t base = rd64(h), last_offset = base + rd32(h + 23);
+        int64_t base_ts = rd64(h + 27), max_ts_h = rd64(h + 35), pid = rd64(h + 43);
+        int32_t count = rd32(h + 57);
+        if (count < 0 || count > size - HDR) {
+            error = "record count does not fit the batch";
+            bad_row = b;
+            break;
+        }
+        int has_horizon = (attrs & ATTR_HORIZON) != 0;
+        int drop_tombstones = has_horizon && base_ts <= now_ms;
+        decision_t d;
+        decide_records(h + HDR, size - HDR, count, table, slots, base, latest, drop_tombstones, base_ts, recs, &d);
+        if (d.bad >= 0) {
+            error = d.error;
+            bad_row = b; bad_rec = d.bad;
+            break;
+        }
+        records_read += count;
+        records_kept += d.kept;
+        tombstones_removed += d.tombstones_removed;
+        int set_horizon = base <= latest && !has_horizon && d.tombstones_kept > 0;
+        uint8_t *o = out + w;
+        Py_ssize_t written;
+        int64_t max_ts = max_ts_h;
+        if (d.kept == count && !set_horizon) {
+            memcpy(o, h, size);
+            written = size;
+        } else {
+            if (d.kept == 0 && !(last_offset + 1 == end_offset ||
+                                 (pid >= 0 && in_keep_set(keep_lasts, keep_pids, n_keep, last_offset, pid))))
+                continue;    /* dropped */
+            int new_attrs;
+            int64_t new_base_ts;
+            if (d.kept == 0) {
+                /* Kafka's empty batch: no records, offsets and producer fields kept. */
+                new_attrs = attrs & (ATTR_TS_TYPE | ATTR_TXN | ATTR_CONTROL);
+                new_base_ts = -1;
+                written = HDR;
+            } else {
+                new_attrs = attrs | (set_horizon ? ATTR_HORIZON : 0);
+                new_base_ts = set_horizon ? horizon : base_ts;
+                int64_t shift = set_horizon ? base_ts - horizon : 0;
+                written = HDR + write_kept(h + HDR, count, recs, shift, o + HDR);
+                if (!(attrs & ATTR_TS_TYPE))
+                    max_ts = d.max_ts;
+            }
+            memcpy(o, h, HDR);      /* offsets, epoch, magic, producer fields as they were */
+            wr32(o + 8, (int32_t)(written - 12));
+            wr16(o + 21, new_attrs);
+            wr64(o + 27, new_base_ts);
+            wr64(o + 35, max_ts);
+            wr32(o + 57, (int32_t)d.kept);
+            wr32(o + 17, (int32_t)crc32c(o + 21, written - 21));
+        }
+        meta[3 * m] = last_offset;
+        meta[3 * m + 1] = max_ts;
+        meta[3 * m + 2] = written;
+        m++;
+        w += written;
+    }
+    Py_END_ALLOW_THREADS
+    if (error) {
+        raise_batch_error(bad_row, bad_rec, error);
+        goto done;
+    }
+    PyObject *data = PyBytes_FromStringAndSize((const char *)out, w);
+    PyObject *meta_bytes = data ? PyBytes_FromStringAndSize((const char *)meta, m * 3 * 8) : NULL;
+    if (data && meta_bytes)
+        result = Py_BuildValue("NNnnn", data, meta_bytes, records_read, records_kept, tombstones_removed);
+    else {
+        Py_XDECREF(data);
+        Py_XDECREF(meta_bytes);
+    }
+done:
+    PyMem_Free(out);
+    PyMem_Free(meta);
+    PyMem_Free(recs);
+    if (have_table)
+        PyBuffer_Release(&tv);
+    PyBuffer_Release(&chunk);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&kl);
+    PyBuffer_Release(&kp);
     return result;
 }
 
@@ -435,6 +815,9 @@ static PyMethodDef methods[] = {
     {"get_keys", get_keys, METH_VARARGS, "Look a key column up in the table (-1 when absent)."},
     {"filter_records", filter_records, METH_VARARGS,
      "Keep the records of one batch section that the offset map says are live."},
+    {"map_batches", map_batches, METH_VARARGS, "Put the keys of many uncompressed data batches into the table."},
+    {"clean_batches", clean_batches, METH_VARARGS,
+     "The cleaned bytes of many uncompressed data batches, with one (last offset, max timestamp, size) row each."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -442,6 +825,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_offsetmap",
                                     "Offset map and record filtering of the log cleaner.", -1, methods};
 
 PyMODINIT_FUNC PyInit__offsetmap(void) {
+    crc_init();
+#ifdef HAVE_HW_CRC
+    hw_crc = __builtin_cpu_supports("sse4.2");
+#endif
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

@@ -102,6 +102,17 @@ class OffsetMap:
             self.latest_offset = max(self.latest_offset, int(offsets[consumed - 1]))
         return consumed
 
+    def put_batches(self, chunk, rows: np.ndarray, include: np.ndarray, min_offset: int, max_offset: int) -> int:
+        """Put the keyed records with offsets in [min_offset, max_offset) of the uncompressed data
+        batches of `chunk` whose `include` is set (`rows`: its `batch_fields`), in order.
+
+        Returns -1 when every record was put, else the offset of the first record not put (the
+        map filled up; everything before it is in the map). Corrupt records raise
+        `_offsetmap.RecordError(row, record, message)`."""
+        self.size, stop = _offsetmap.map_batches(chunk, rows, 0, len(rows), include, self._table, self.slots,
+                                                 self.size, self.max_entries, min_offset, max_offset)
+        return stop
+
     def get_batch(self, keys: pa.Array) -> np.ndarray:
         """The mapped offset of each key (int64), -1 for absent and null keys."""
         ko, kd, kv = key_column_parts(keys)

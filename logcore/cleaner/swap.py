@@ -3,23 +3,27 @@
 Local disk (Kafka's protocol, kafka-storage.md 5.7): the new segment is written as
 `<base>.log.cleaned` (+ `.index.cleaned`, `.timeindex.cleaned`, `.txnindex.cleaned`) and fsynced;
 its files are renamed `.cleaned -> .swap` (the log last: a complete `.swap` set is the commit
-point); the replaced segments' other files are renamed `.deleted`; the `.swap` files are renamed
-to their final names (indexes first, the log last, each rename replacing the old file of the same
-name atomically); the `.deleted` files are removed. `Log._load` finishes or rolls back whatever a
-crash left (see `Log._clean_temporary_files`).
+point); the replaced segments' files are renamed `.deleted` (those the new segment replaces under
+the same name get `.deleted` as a second link); the `.swap` files are renamed to their final names
+(indexes first, the log last, each rename replacing the old file of the same name atomically).
+The `.deleted` files are removed after file.delete.delay.ms (`delayed_delete.py`). `Log._load`
+finishes or rolls back whatever a crash left (see `Log._clean_temporary_files`).
 
 Object stores (no rename): the new segment's objects get a fresh name,
 `<base>.<pass token>.log` (+ indexes), which the plain listing of `.log` objects ignores. One
 conditional write of the partition's `partition-state.json` then records the list of cleaned
 segments and the offset where they end; readers and writers take segments below that offset only
-from the list. Objects of replaced segments are deleted afterwards; a crash in between leaves
-garbage that a writer opening the partition deletes (unlisted cleaned objects, originals below
-the cleaned end).
+from the list; the same write lists the replaced segments with the time their objects may be
+deleted (after file.delete.delay.ms). A crash leaves garbage that a writer opening the partition
+deletes (unlisted cleaned objects, originals below the cleaned end, once not pending).
 """
 from __future__ import annotations
 
 import uuid
 
+import numpy as np
+
+from logcore.cleaner import delayed_delete
 from logcore.errors import SegLogError
 from logcore.log.offset_index import OffsetIndex
 from logcore.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_name
@@ -85,6 +89,41 @@ class SegmentOutput:
             self._buf += data
         self.size += len(data)
 
+    def append_many(self, data: bytes, meta: bytes) -> None:
+        """Whole batches at once, with one int64 (last offset, max timestamp, size) row each:
+        the same index entries `append` would make batch by batch."""
+        rows = np.frombuffer(meta, dtype=np.int64).reshape(-1, 3)
+        if len(rows) == 0:
+            return
+        last_offsets, max_ts, sizes = rows[:, 0], rows[:, 1], rows[:, 2]
+        positions = self.size + np.cumsum(sizes) - sizes
+        # Running max timestamp over the whole output and the last offset of the batch that
+        # first reached it (a strictly larger timestamp moves it, as in `append`).
+        running = np.maximum.accumulate(np.maximum(max_ts, self._max_ts))
+        previous = np.concatenate(([self._max_ts], running[:-1]))
+        holder = np.maximum.accumulate(np.where(running > previous, np.arange(len(rows)), -1))
+        max_offsets = np.where(holder >= 0, last_offsets[np.maximum(holder, 0)], self._max_ts_offset)
+        # Kafka's rule: an entry when more than index.interval.bytes were written since the last.
+        interval, since, picked = self.index_interval, self._since_index, []
+        for i, size in enumerate(sizes.tolist()):
+            if since > interval:
+                picked.append(i)
+                since = 0
+            since += size
+        self._since_index = since
+        if picked:
+            at = np.asarray(picked, dtype=np.int64)
+            self.offset_index.append_entries(last_offsets[at] - self.base, positions[at])
+            ts, offs = running[at], max_offsets[at]
+            keep = np.concatenate(([ts[0] > self.time_index.max_timestamp], ts[1:] > ts[:-1])) & (ts >= 0)
+            self.time_index.append_entries(ts[keep], offs[keep] - self.base)
+        self._max_ts, self._max_ts_offset = int(running[-1]), int(max_offsets[-1])
+        if self._file is not None:
+            self._file.append(data)
+        else:
+            self._buf += data
+        self.size += len(data)
+
     def finish(self) -> None:
         """Write the indexes and make everything durable (not yet visible to the log)."""
         if self._max_ts >= 0:
@@ -97,9 +136,13 @@ class SegmentOutput:
             self._file.flush(fsync=True)
             self._file.close()
             self._file = None
+            # Plain files, fsynced: a torn `.cleaned` file is removed at load like any other,
+            # and the folder is synced once when the swap renames them.
             for suffix, data in files.items():
-                self.storage.write_atomic(self.path(suffix, CLEANED), data)
                 self.written.append(self.path(suffix, CLEANED))
+                with self.storage.open_append(self.path(suffix, CLEANED)) as f:
+                    f.append(data)
+                    f.flush(fsync=True)
         else:
             # The .log first with If-None-Match: the name is fresh, so it can only be ours.
             if self.storage.put_if_absent(self.path(LOG_SUFFIX), bytes(self._buf)) is None:
@@ -156,26 +199,36 @@ def swap_in(log, outputs) -> None:
 
 
 def _swap_local(log, group, out: SegmentOutput) -> None:
+    """Three renaming steps, each made durable by one folder fsync before the next starts (a
+    crash leaves a state `Log._clean_temporary_files` finishes or rolls back)."""
     storage = log.storage
-    # Commit point: every file of the new segment is `.swap` (the log renamed last).
+    # 1. Commit point: every file of the new segment is `.swap` (the log renamed last).
     for suffix in out.suffixes:
-        storage.rename(out.path(suffix, CLEANED), out.path(suffix, SWAP))
+        storage.rename(out.path(suffix, CLEANED), out.path(suffix, SWAP), durable=False)
+    storage.sync_dir(log.dir)
+    # 2. The replaced segments' files become `.deleted` (removed after file.delete.delay.ms).
+    # Files the new segment replaces under the same name get the `.deleted` name as a second
+    # link, so that they too stay readable during the delay.
     new_names = {out.path(suffix) for suffix in out.suffixes}
-    deleted = []
     for seg in group:
         seg.close()
         for path in (seg.log_path, seg.index_path, seg.time_index_path, seg.txn_index_path):
-            if path not in new_names and storage.exists(path):
-                storage.rename(path, path + DELETED)
-                deleted.append(path + DELETED)
+            if not storage.exists(path):
+                continue
+            storage.delete(path + DELETED, missing_ok=True)
+            if path in new_names:
+                storage.link(path, path + DELETED, durable=False)
+            else:
+                storage.rename(path, path + DELETED, durable=False)
+    storage.sync_dir(log.dir)
+    # 3. The new files take their final names, replacing the old files of the same names.
     for suffix in out.suffixes:
-        storage.rename(out.path(suffix, SWAP), out.path(suffix))
+        storage.rename(out.path(suffix, SWAP), out.path(suffix), durable=False)
+    storage.sync_dir(log.dir)
     new_seg = log._new_segment(out.base, writable=False)
     _replace_in_memory(log, group, new_seg)
     if out.aborted:
         log._txn_bases.add(out.base)
-    for path in deleted:
-        storage.delete(path, missing_ok=True)
 
 
 def _swap_object(log, outputs) -> None:
@@ -184,11 +237,18 @@ def _swap_object(log, outputs) -> None:
     i = next(k for k, s in enumerate(log.segments) if s is last_group[-1])
     end = log.segments[i + 1].base_offset
     listing = [[out.base, out.stem] for _g, out in outputs]
-    log.state_store.set_cleaned({"end": end, "segments": listing}, epoch=log.leader_epoch)
+    now = delayed_delete.now_ms()
+    previous = log.state_store.cleaned
+    due = now + log.config.file_delete_delay_ms
+    replaced = delayed_delete.carry_over(previous, now) + [[seg.stem, due] for g, _o in outputs for seg in g]
+    log.state_store.set_cleaned({"end": end, "segments": listing, "replaced": replaced}, epoch=log.leader_epoch)
     for group, out in outputs:
         new_seg = log._new_segment(out.base, writable=False, stem=out.stem)
         _replace_in_memory(log, group, new_seg)
         if out.aborted:
             log._txn_bases.add(out.base)
-        for seg in group:
-            seg.delete_files()
+    # Entries that fell due during the pass leave the list: delete their objects now.
+    kept = {stem for stem, _due in replaced}
+    for stem, _due in delayed_delete.pending_objects(previous):
+        if stem not in kept:
+            delayed_delete.delete_object_segment(log, stem)

@@ -182,8 +182,9 @@ class Log:
         for i, (base, stem) in enumerate(plan):
             active_local = can_write and self.storage.is_local and i == len(plan) - 1
             self.segments.append(self._new_segment(base, writable=active_local, stem=stem))
-        if can_write and not self.storage.is_local and state.cleaned:
-            self._delete_replaced_objects(names, state.cleaned)
+        if can_write and not self.storage.is_local:
+            # Also with no cleaned list yet: a first pass killed before its switch leaves objects.
+            self._delete_replaced_objects(names, state.cleaned or {"end": 0, "segments": []})
         self.bases = [s.base_offset for s in self.segments]
         if not self.storage.is_local and len(self.segments) > 0:
             self._drop_unreachable_object_segments()
@@ -296,12 +297,17 @@ class Log:
         cleaned objects that no list names (a pass that crashed before its switch)."""
         end = int(cleaned["end"])
         listed = {str(stem) for _b, stem in cleaned["segments"]}
+        # Replaced segments stay until their file.delete.delay.ms passed (readers may hold them).
+        now = _now_ms()
+        pending = {str(stem) for stem, due in cleaned.get("replaced", []) if int(due) > now}
         for name in names:
             parsed = parse_segment_name(name)
             if parsed is None or parsed[1] == SNAPSHOT_SUFFIX:
                 continue
             base, suffix = parsed
             stem = name.rsplit(".", 1)[0]
+            if stem in pending:
+                continue
             if suffix in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex"):
                 stale = base < end
             else:
@@ -333,7 +339,7 @@ class Log:
         keep = []
         for seg in self.segments:
             inode = inodes.get(seg.base_offset)
-            known = getattr(seg, "_inode", None)
+            known = getattr(seg, "_inode", None) or getattr(seg.data, "inode", None)
             if known is not None and inode is not None and known != inode:
                 seg = self._new_segment(seg.base_offset, writable=False)
             seg._inode = inode
@@ -921,6 +927,17 @@ class Log:
         """Readers: pick up new segments and the latest committed offsets (another process writes)."""
         if self.writer:
             return
+        for attempt in range(_READ_ATTEMPTS):
+            try:
+                return self._refresh_once()
+            except ResourceNotFoundError:
+                # A segment file went away between the listing and the scan (a cleaner swap or
+                # retention): list again.
+                if attempt == _READ_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.01 * attempt)
+
+    def _refresh_once(self) -> None:
         with self._lock:
             state = self.state_store.load()
             names = self._list_files()
@@ -1420,19 +1437,30 @@ class Log:
                 self.segments[-1] = last
             last.truncate_to(offset)
         else:
-            # Object segments are immutable: keep the part below `offset` as a new in-memory one.
+            # Object segments: one holding offsets from `offset` on is cut. An unpublished one
+            # is cut in memory; a published one is replaced by its part below `offset` in one
+            # PUT, then its indexes (deleting it first would leave committed data only in
+            # memory, lost in a crash).
             data = last.read_bytes(0, last.size())
             kept = bytearray()
             for pos, header in iter_batches(data, source=last.log_path):
                 if header.base_offset >= offset:
                     break
                 kept += data[pos:pos + header.size]
-            last.delete_files()
-            seg = self._new_segment(last.base_offset, writable=True, in_memory=True)
-            headers = [h for _p, h in iter_batches(bytes(kept))]
-            if headers:
-                seg.append(bytes(kept), headers)
-            self.segments[-1] = seg
+            if len(kept) < len(data):
+                seg = self._new_segment(last.base_offset, writable=True, in_memory=True, stem=last.stem)
+                headers = [h for _p, h in iter_batches(bytes(kept))]
+                if headers:
+                    seg.append(bytes(kept), headers)
+                if not last.in_memory:
+                    if headers:
+                        self.storage.write_atomic(last.log_path, bytes(kept))
+                        seg.publish()       # finds the same bytes there, writes the indexes
+                    else:
+                        last.delete_files()
+                self.segments[-1] = seg
+            if not self.segments[-1].in_memory:
+                self._roll_to(self.log_end_offset)      # appends go to a fresh in-memory segment
         self.high_watermark = min(self.high_watermark, offset)
         self.epoch_cache.truncate_from_end(offset)
         self._rebuild_producer_state()

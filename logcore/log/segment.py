@@ -9,6 +9,7 @@ Readers in other processes see a local active segment grow; they bound every rea
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
+DELETED_SUFFIX = ".deleted"       # a replaced or deleted segment file waiting for file.delete.delay.ms
 SCAN_CHUNK = 64 * 1024
 FIRST_SCAN_CHUNK = 1024
 INT32_MAX = 2**31 - 1
@@ -57,28 +59,83 @@ class ScanResult:
 
 
 class _FileData:
-    """Bytes of a segment on local disk, appended in place (writer) or read as it grows."""
+    """Bytes of a segment on local disk, appended in place (writer) or read as it grows.
+
+    A reader sticks to the file it first read: when the cleaner or retention replaced it (the
+    name now holds another inode), it goes on reading the old file under its `.deleted` name
+    until that is removed after file.delete.delay.ms, as a Kafka reader keeps its open handle.
+    """
 
     def __init__(self, storage, path: str, writable: bool):
         self.storage = storage
         self.path = path
         self.file = storage.open_append(path) if writable else None
+        self.inode: int | None = None
+
+    def _open(self) -> int:
+        os_path = self.storage.local_path(self.path)
+        try:
+            fd = os.open(os_path, os.O_RDONLY | os.O_CLOEXEC)
+            inode = os.fstat(fd).st_ino
+            if self.inode is None:
+                self.inode = inode
+            if inode == self.inode:
+                return fd
+            os.close(fd)
+        except FileNotFoundError:
+            if self.inode is None:
+                raise ResourceNotFoundError(f"file not found: {self.storage.describe(self.path)}") from None
+        try:
+            fd = os.open(os_path + DELETED_SUFFIX, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise ResourceNotFoundError(f"{self.storage.describe(self.path)} was replaced and its old file"
+                                        " is deleted") from None
+        if os.fstat(fd).st_ino != self.inode:
+            os.close(fd)
+            raise ResourceNotFoundError(f"{self.storage.describe(self.path)} was replaced")
+        return fd
 
     def size(self) -> int:
         if self.file is not None:
             return self.file.size()
         try:
-            return self.storage.size(self.path)
+            fd = self._open()
         except ResourceNotFoundError:
+            if self.inode is not None:
+                raise       # the file this reader knew is gone: the reader must refresh
             return 0
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
 
     def read(self, start: int, end: int, buffer: bytearray | None = None) -> bytes | memoryview:
         if self.file is not None:
             end = min(end, self.file.size())
             return self.file.pread(start, end - start) if end > start else b""
-        if buffer is not None:
-            return self.storage.read_into(self.path, start, end, buffer)
-        return self.storage.read(self.path, start, end)
+        fd = self._open()
+        try:
+            length = end - start
+            if buffer is not None and 0 < length <= len(buffer):
+                # into the caller's reused buffer: no fresh memory per read
+                view = memoryview(buffer)
+                got = 0
+                while got < length:
+                    n = os.preadv(fd, [view[got:length]], start + got)
+                    if n == 0:
+                        break
+                    got += n
+                return view[:got]
+            parts, pos = [], start
+            while pos < end:
+                data = os.pread(fd, end - pos, pos)
+                if not data:
+                    break
+                parts.append(data)
+                pos += len(data)
+            return b"".join(parts) if len(parts) != 1 else parts[0]
+        finally:
+            os.close(fd)
 
     def append(self, data) -> int:
         return self.file.append(data)

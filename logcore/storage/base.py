@@ -63,13 +63,6 @@ class Storage(ABC):
     def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
         """Bytes [start, end) of the file; end is exclusive and clamped to the size."""
 
-    def read_into(self, path: str, start: int, end: int, buffer: bytearray) -> bytes | memoryview:
-        """Bytes [start, end) as `read` gives them, placed in `buffer` where the storage can
-        (local files) and the buffer is large enough: a reader that reuses one buffer saves
-        allocating fresh memory for every read. A memoryview result is valid until the
-        buffer's next use."""
-        return self.read(path, start, end)
-
     @abstractmethod
     def list_dir(self, path: str = "") -> list[str]:
         """Sorted child names (files and folders); [] for a folder that does not exist.

@@ -100,32 +100,6 @@ class LocalStorage(Storage):
         finally:
             os.close(fd)
 
-    def read_into(self, path: str, start: int, end: int, buffer: bytearray) -> bytes | memoryview:
-        if start < 0 or end < start:
-            raise StorageError(f"bad range [{start}, {end}) for {self.describe(path)}")
-        length = end - start
-        if length > len(buffer):
-            return self.read(path, start, end)
-        try:
-            fd = os.open(self.local_path(path), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError as exc:
-            raise ResourceNotFoundError(f"file not found: {self.describe(path)}") from exc
-        except IsADirectoryError as exc:
-            raise StorageError(f"{self.describe(path)} is a folder, not a file") from exc
-        try:
-            view = memoryview(buffer)
-            got = 0
-            while got < length:      # short reads: go on until EOF
-                n = os.preadv(fd, [view[got:length]], start + got)
-                if n == 0:
-                    break
-                got += n
-            return view[:got]
-        except IsADirectoryError as exc:
-            raise StorageError(f"{self.describe(path)} is a folder, not a file") from exc
-        finally:
-            os.close(fd)
-
     def list_dir(self, path: str = "") -> list[str]:
         try:
             names = os.listdir(self.local_path(path))
@@ -261,7 +235,9 @@ class LocalStorage(Storage):
             os.makedirs(os.path.dirname(os_path), exist_ok=True)
         return AppendFile(os_path, read_only=self.read_only, display=self.describe(path))
 
-    def rename(self, src: str, dst: str) -> None:
+    def rename(self, src: str, dst: str, *, durable: bool = True) -> None:
+        """Atomic rename. durable=False skips the folder fsync: the caller renames several files
+        and makes them durable together with `sync_dir` (one fsync instead of one each)."""
         self._refuse_if_read_only(src, "rename")
         src_path, dst_path = self.local_path(src), self.local_path(dst)
         try:
@@ -269,12 +245,19 @@ class LocalStorage(Storage):
         except FileNotFoundError as exc:
             raise ResourceNotFoundError(f"cannot rename {self.describe(src)} to {self.describe(dst)}: "
                                         "source not found") from exc
+        if not durable:
+            return
         _fsync_dir(os.path.dirname(dst_path))
         if os.path.dirname(src_path) != os.path.dirname(dst_path):
             _fsync_dir(os.path.dirname(src_path))
 
-    def link(self, src: str, dst: str) -> None:
-        """Give the file `src` the second name `dst` (a hard link: no byte is copied)."""
+    def sync_dir(self, path: str) -> None:
+        """Make the renames and creations in the folder `path` durable."""
+        _fsync_dir(self.local_path(path))
+
+    def link(self, src: str, dst: str, *, durable: bool = True) -> None:
+        """Give the file `src` the second name `dst` (a hard link: no byte is copied);
+        durable=False leaves the folder fsync to a later `sync_dir`."""
         self._refuse_if_read_only(dst, "link")
         src_path, dst_path = self.local_path(src), self.local_path(dst)
         try:
@@ -282,7 +265,8 @@ class LocalStorage(Storage):
         except FileNotFoundError as exc:
             raise ResourceNotFoundError(f"cannot link {self.describe(src)} as {self.describe(dst)}: "
                                         "source not found") from exc
-        _fsync_dir(os.path.dirname(dst_path))
+        if durable:
+            _fsync_dir(os.path.dirname(dst_path))
 
     @contextmanager
     def lock(self, path: str) -> Iterator[None]:
