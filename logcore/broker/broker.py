@@ -19,11 +19,12 @@ from logcore.broker.api_versions import SERVED
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS, BrokerConfig
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, GroupCoordinator
+from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import Partition, PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.protocol import ZERO_UUID, Request
 from logcore.errors import InvalidConfigError, SegLogError, TopicExistsError
-from logcore.log.config import CONFIG_KEYS, ConfigType, resolve_root_defaults
+from logcore.log.config import CONFIG_KEYS, ConfigType, MaintenanceConfig, resolve_root_defaults
 from logcore.log.log_root import LogRoot
 from logcore.log.partition_metadata import parse_topic_id
 
@@ -55,6 +56,7 @@ class Broker:
             initial_delay_ms=config["group.initial.rebalance.delay.ms"],
             min_session_ms=config["group.min.session.timeout.ms"],
             max_session_ms=config["group.max.session.timeout.ms"])
+        self.maintenance = BrokerMaintenance(self.partitions, MaintenanceConfig.from_props(config.log_defaults))
         self.handlers = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
@@ -71,9 +73,11 @@ class Broker:
 
     async def start(self) -> None:
         await self.groups.start()
+        self.maintenance.start()
 
     async def stop(self) -> None:
         await self.groups.stop()
+        await asyncio.to_thread(self.maintenance.stop)
 
     def close(self) -> None:
         self.partitions.close()
@@ -83,7 +87,8 @@ class Broker:
         if OT.TOPIC in self.partitions.topics:
             return
         try:
-            self._create_topic(OT.TOPIC, self.config["offsets.topic.num.partitions"], OT.TOPIC_CONFIG)
+            self._create_topic(OT.TOPIC, self.config["offsets.topic.num.partitions"],
+                               {**OT.TOPIC_CONFIG, "segment.bytes": str(self.config["offsets.topic.segment.bytes"])})
             logger.info("created %s (%d partitions, compacted)", OT.TOPIC,
                         self.config["offsets.topic.num.partitions"])
         except TopicExistsError:

@@ -20,8 +20,7 @@ OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
-# Kafka's offsets.topic.segment.bytes default: the topic is small and compacts often.
-TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+TOPIC_CONFIG = {"cleanup.policy": "compact"}     # segment.bytes: offsets.topic.segment.bytes
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
