@@ -13,6 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 import bench_append  # noqa: E402
+import bench_broker  # noqa: E402
 import bench_decode  # noqa: E402
 import bench_lookup  # noqa: E402
 import bench_read_memory  # noqa: E402
@@ -28,6 +29,7 @@ def main() -> None:
         bench_lookup.main(),
         bench_read_memory.main(),
         bench_spark.main(),
+        bench_broker.main([]),
     ]
     if "--no-write" in sys.argv:
         return

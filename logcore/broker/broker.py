@@ -527,13 +527,8 @@ class Broker:
             return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE,
                     "error_message": "this broker has no transaction coordinator", "node_id": -1,
                     "host": "", "port": -1}
-        try:
-            await self.groups.ensure_topic()
-        except SegLogError as exc:
-            logger.error("cannot create %s: %s", OT.TOPIC, exc)
-            return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE,
-                    "error_message": str(exc), "node_id": -1, "host": "", "port": -1}
-        # The one broker coordinates every group.
+        # The one broker coordinates every group. __consumer_offsets is created at the first
+        # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
         return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
                 "node_id": self.node_id, "host": self.host, "port": self.port}
 
