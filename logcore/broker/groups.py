@@ -1,0 +1,484 @@
+"""The group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
+and committed offsets (OffsetCommit, OffsetFetch) kept in the compacted `__consumer_offsets` topic.
+
+A group moves Empty -> PreparingRebalance -> CompletingRebalance -> Stable as in Kafka's classic
+protocol. A rebalance parks every member's JoinGroup until all known members have rejoined (or
+their rebalance timeout passes; those that did not are dropped); the first rebalance of an
+empty group waits group.initial.rebalance.delay.ms after the last newcomer. The leader gets
+every member's subscription and computes the assignment client-side; its SyncGroup hands each
+member its share. Members that stop heartbeating for their session timeout are removed.
+
+Committed offsets and each generation's group metadata are appended to the group's partition
+of `__consumer_offsets` (through the partition's append queue and group commit) before the
+request is answered, so they survive a restart: at start the coordinator reads the topic back.
+A restarted broker knows each group's generation but not its members: they are told
+UNKNOWN_MEMBER_ID at their next heartbeat and rejoin.
+
+Everything here runs on the event loop; only the log appends and the load go to threads.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from logcore.broker import errors as E
+from logcore.broker import offsets_topic as OT
+from logcore.broker.partitions import Partition, PartitionManager
+from logcore.errors import SegLogError
+from logcore.records.batch import build_batch
+
+logger = logging.getLogger(__name__)
+
+EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
+OFFSET_METADATA_MAX_BYTES = 4096        # Kafka's offset.metadata.max.bytes
+EXPIRY_CHECK_S = 0.1
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    last_seen: float
+    assignment: bytes = b""
+    join: asyncio.Future | None = None      # the parked JoinGroup response
+    sync: asyncio.Future | None = None      # the parked SyncGroup response
+
+    def metadata_for(self, protocol: str) -> bytes:
+        return next(m for name, m in self.protocols if name == protocol)
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, float] = field(default_factory=dict)   # member id -> expiry (MEMBER_ID_REQUIRED issued)
+    offsets: dict[tuple[str, int], OT.CommittedOffset] = field(default_factory=dict)
+    changed: asyncio.Event | None = None
+    rebalance: asyncio.Task | None = None
+    last_newcomer: float = 0.0
+
+    def supported(self) -> set[str]:
+        names = None
+        for m in self.members.values():
+            mine = {name for name, _ in m.protocols}
+            names = mine if names is None else names & mine
+        return names or set()
+
+    def select_protocol(self) -> str:
+        """Kafka's vote: each member votes for its most preferred protocol all members support."""
+        candidates = self.supported()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = next(name for name, _ in m.protocols if name in candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(sorted(votes), key=lambda name: votes[name])
+
+    def all_joined(self) -> bool:
+        return not self.pending and all(m.join is not None for m in self.members.values())
+
+
+class GroupCoordinator:
+    def __init__(self, partitions: PartitionManager, ensure_topic: Callable[[], None], *,
+                 num_partitions: int, initial_delay_ms: int, min_session_ms: int, max_session_ms: int):
+        self.partitions = partitions
+        self._ensure_topic = ensure_topic         # blocking: creates __consumer_offsets if missing
+        self.num_partitions = num_partitions
+        self.initial_delay = initial_delay_ms / 1000
+        self.min_session_ms = min_session_ms
+        self.max_session_ms = max_session_ms
+        self.groups: dict[str, Group] = {}
+        self._expiry: asyncio.Task | None = None
+        self._topic_ready = False
+        self._topic_lock: asyncio.Lock | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def load(self) -> int:
+        """Rebuild groups and committed offsets from `__consumer_offsets` (blocking; at start).
+        Returns the number of records read."""
+        info = self.partitions.topics.get(OT.TOPIC)
+        if info is None:
+            return 0
+        self._topic_ready = True
+        if info.partitions != self.num_partitions:
+            logger.warning("%s has %d partitions, offsets.topic.num.partitions says %d: the topic wins",
+                           OT.TOPIC, info.partitions, self.num_partitions)
+            self.num_partitions = info.partitions
+        count = 0
+        for p in range(info.partitions):
+            part = self.partitions.get(OT.TOPIC, p)
+            log = part.log
+            where = f"{OT.TOPIC}-{p}"
+            for record in log.read_records(log.log_start_offset, isolation="read_uncommitted"):
+                count += 1
+                self._apply(record, f"{where} offset {record.offset}")
+        for group in self.groups.values():
+            group.state = EMPTY
+        logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OT.TOPIC)
+        return count
+
+    def _apply(self, record, where: str) -> None:
+        if record.key is None:
+            return
+        try:
+            key = OT.parse_key(record.key, where)
+            if isinstance(key, OT.OffsetKey):
+                group = self._group(key.group)
+                if record.value is None:
+                    group.offsets.pop((key.topic, key.partition), None)
+                else:
+                    group.offsets[(key.topic, key.partition)] = OT.parse_offset_value(record.value, where)
+            elif isinstance(key, OT.GroupKey):
+                if record.value is None:
+                    self.groups.pop(key.group, None)
+                else:
+                    g = OT.parse_group_value(record.value, where)
+                    group = self._group(key.group)
+                    group.generation, group.protocol_type = g.generation, g.protocol_type or None
+        except SegLogError as exc:     # one bad record must not keep the broker from starting
+            logger.warning("skipping a record of %s: %s", OT.TOPIC, exc)
+
+    async def start(self) -> None:
+        self._expiry = asyncio.get_running_loop().create_task(self._expire_members())
+
+    async def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        for group in self.groups.values():
+            if group.rebalance is not None:
+                group.rebalance.cancel()
+
+    def _group(self, group_id: str) -> Group:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id)
+        return group
+
+    def _changed(self, group: Group) -> asyncio.Event:
+        if group.changed is None:
+            group.changed = asyncio.Event()
+        return group.changed
+
+    # ------------------------------------------------------------------ the offsets topic
+    async def ensure_topic(self) -> None:
+        if self._topic_ready:
+            return
+        if self._topic_lock is None:
+            self._topic_lock = asyncio.Lock()
+        async with self._topic_lock:
+            if not self._topic_ready:
+                await asyncio.to_thread(self._ensure_topic)
+                self._topic_ready = True
+
+    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append records to the group's partition and wait for their commit."""
+        await self.ensure_topic()
+        part: Partition | None = self.partitions.get(OT.TOPIC, partition_for(group_id, self.num_partitions))
+        if part is None:
+            raise SegLogError(f"{OT.TOPIC} partition of group {group_id!r} is not open")
+        now = int(time.time() * 1000)
+        batch = build_batch([(k, v, (), now) for k, v in records])
+        await self.partitions.submit(part, batch)
+
+    def _group_record(self, group: Group) -> OT.GroupRecord:
+        return OT.GroupRecord(
+            group.protocol_type or "", group.generation, group.protocol, group.leader, int(time.time() * 1000),
+            [OT.MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                             m.rebalance_timeout_ms, m.session_timeout_ms,
+                             m.metadata_for(group.protocol) if group.protocol else b"", m.assignment)
+             for m in group.members.values()])
+
+    # ------------------------------------------------------------------ JoinGroup
+    async def join(self, *, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                   client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_member: bool) -> dict:
+        if not group_id:
+            return _join_error(E.INVALID_GROUP_ID, member_id)
+        if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
+            return _join_error(E.INVALID_SESSION_TIMEOUT, member_id)
+        if not protocols or not protocol_type:
+            return _join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        await self.ensure_topic()
+        group = self._group(group_id)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if group.members and (protocol_type != group.protocol_type
+                              or not group.supported() & {name for name, _ in protocols}):
+            return _join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            if require_known_member:
+                # KIP-394: hand out the id first; the member joins again with it.
+                group.pending[member_id] = now + session_timeout_ms / 1000
+                return _join_error(E.MEMBER_ID_REQUIRED, member_id)
+        elif member_id not in group.members and member_id not in group.pending:
+            return _join_error(E.UNKNOWN_MEMBER_ID, member_id)
+        group.pending.pop(member_id, None)
+        member = group.members.get(member_id)
+        if member is None:
+            member = Member(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                            rebalance_timeout_ms, protocol_type, list(protocols), now)
+            group.members[member_id] = member
+            group.last_newcomer = now
+            if group.protocol_type is None or len(group.members) == 1:
+                group.protocol_type = protocol_type
+        else:
+            unchanged = member.protocols == list(protocols)
+            member.last_seen = now
+            member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+            if group.state in (STABLE, COMPLETING) and unchanged and member_id != group.leader:
+                # A follower asking again with the same subscription: nothing to rebalance.
+                return self._join_response(group, member)
+            member.protocols = list(protocols)
+        if member.join is not None and not member.join.done():
+            member.join.set_result(_join_error(E.REBALANCE_IN_PROGRESS, member_id))
+        member.join = loop.create_future()
+        self._prepare_rebalance(group, f"member {member_id} joined")
+        self._changed(group).set()
+        return await member.join
+
+    def _join_response(self, group: Group, member: Member) -> dict:
+        members = []
+        if member.member_id == group.leader:
+            members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                        "metadata": m.metadata_for(group.protocol)} for m in group.members.values()]
+        return {"throttle_time": 0, "error_code": E.NONE, "generation_id": group.generation,
+                "protocol_type": group.protocol_type, "protocol_name": group.protocol,
+                "leader": group.leader or "", "member_id": member.member_id, "members": members,
+                "skip_assignment": False}
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        for m in group.members.values():       # a SyncGroup waiting on the old generation is over
+            if m.sync is not None and not m.sync.done():
+                m.sync.set_result(_sync_error(E.REBALANCE_IN_PROGRESS))
+            m.sync = None
+        if group.state == PREPARING:
+            return
+        logger.info("group %s: rebalancing (generation %d): %s", group.group_id, group.generation, reason)
+        initial = group.state == EMPTY
+        group.state = PREPARING
+        group.rebalance = asyncio.get_running_loop().create_task(self._rebalance(group, initial))
+
+    async def _rebalance(self, group: Group, initial: bool) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        changed = self._changed(group)
+        while True:
+            timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+            deadline = started + timeout
+            now = loop.time()
+            ready_at = min(group.last_newcomer + self.initial_delay, deadline) if initial else now
+            if group.all_joined() and now >= ready_at:
+                break
+            if now >= deadline:
+                for mid in [mid for mid, m in group.members.items() if m.join is None]:
+                    logger.info("group %s: member %s did not rejoin in time; removed", group.group_id, mid)
+                    del group.members[mid]
+                group.pending.clear()
+                break
+            changed.clear()
+            wake = min(deadline, ready_at) if group.all_joined() else deadline
+            try:
+                await asyncio.wait_for(changed.wait(), max(0.0, wake - now))
+            except asyncio.TimeoutError:
+                pass
+        await self._complete_join(group)
+
+    async def _complete_join(self, group: Group) -> None:
+        group.rebalance = None
+        group.generation += 1
+        if not group.members:
+            group.state, group.protocol, group.leader = EMPTY, None, None
+            logger.info("group %s: empty at generation %d", group.group_id, group.generation)
+            await self._persist_group(group)
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = COMPLETING
+        now = asyncio.get_running_loop().time()
+        logger.info("group %s: generation %d with %d members, protocol %s, leader %s", group.group_id,
+                    group.generation, len(group.members), group.protocol, group.leader)
+        for m in group.members.values():
+            m.last_seen = now
+            m.assignment = b""
+            if m.join is not None and not m.join.done():
+                m.join.set_result(self._join_response(group, m))
+            m.join = None
+
+    async def _persist_group(self, group: Group) -> bool:
+        try:
+            await self._append(group.group_id, [(OT.group_key(group.group_id),
+                                                 OT.group_value(self._group_record(group)))])
+            return True
+        except Exception as exc:  # noqa: BLE001 - reported to the members, the broker goes on
+            logger.error("group %s: writing its metadata to %s failed: %s", group.group_id, OT.TOPIC, exc)
+            return False
+
+    # ------------------------------------------------------------------ SyncGroup
+    async def sync(self, *, group_id: str, generation_id: int, member_id: str,
+                   assignments: list[tuple[str, bytes]]) -> dict:
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return _sync_error(E.UNKNOWN_MEMBER_ID)
+        member = group.members[member_id]
+        member.last_seen = asyncio.get_running_loop().time()
+        if generation_id != group.generation:
+            return _sync_error(E.ILLEGAL_GENERATION)
+        if group.state == PREPARING:
+            return _sync_error(E.REBALANCE_IN_PROGRESS)
+        if group.state == STABLE:
+            return {"throttle_time": 0, "error_code": E.NONE, "assignment": member.assignment,
+                    "protocol_type": group.protocol_type, "protocol_name": group.protocol}
+        if member.sync is not None and not member.sync.done():
+            member.sync.set_result(_sync_error(E.REBALANCE_IN_PROGRESS))
+        member.sync = asyncio.get_running_loop().create_future()
+        waiting = member.sync
+        if member_id == group.leader:
+            given = dict(assignments)
+            for m in group.members.values():
+                m.assignment = given.get(m.member_id, b"")
+            generation = group.generation
+            ok = await self._persist_group(group)
+            if group.generation == generation and group.state == COMPLETING:
+                if ok:
+                    group.state = STABLE
+                    for m in group.members.values():
+                        if m.sync is not None and not m.sync.done():
+                            m.sync.set_result({"throttle_time": 0, "error_code": E.NONE,
+                                               "assignment": m.assignment, "protocol_type": group.protocol_type,
+                                               "protocol_name": group.protocol})
+                        m.sync = None
+                else:
+                    self._prepare_rebalance(group, "its metadata could not be written")
+        return await waiting
+
+    # ------------------------------------------------------------------ Heartbeat / LeaveGroup
+    def heartbeat(self, *, group_id: str, generation_id: int, member_id: str) -> int:
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return E.UNKNOWN_MEMBER_ID
+        group.members[member_id].last_seen = asyncio.get_running_loop().time()
+        if generation_id != group.generation:
+            return E.ILLEGAL_GENERATION
+        if group.state == PREPARING:
+            return E.REBALANCE_IN_PROGRESS
+        return E.NONE
+
+    def leave(self, group_id: str, member_ids: list[str]) -> list[int]:
+        group = self.groups.get(group_id)
+        codes = []
+        left = []
+        for mid in member_ids:
+            if group is None or (mid not in group.members and mid not in group.pending):
+                codes.append(E.UNKNOWN_MEMBER_ID)
+                continue
+            codes.append(E.NONE)
+            group.pending.pop(mid, None)
+            member = group.members.pop(mid, None)
+            if member is not None:
+                left.append(mid)
+                if member.join is not None and not member.join.done():
+                    member.join.set_result(_join_error(E.UNKNOWN_MEMBER_ID, mid))
+                if member.sync is not None and not member.sync.done():
+                    member.sync.set_result(_sync_error(E.UNKNOWN_MEMBER_ID))
+        if group is not None and left:
+            self._member_gone(group, f"member {', '.join(left)} left")
+        return codes
+
+    def _member_gone(self, group: Group, reason: str) -> None:
+        if group.state in (STABLE, COMPLETING):
+            self._prepare_rebalance(group, reason)
+        self._changed(group).set()
+
+    async def _expire_members(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(EXPIRY_CHECK_S)
+            now = loop.time()
+            for group in list(self.groups.values()):
+                for mid, expires in list(group.pending.items()):
+                    if now >= expires:
+                        del group.pending[mid]
+                        self._changed(group).set()
+                gone = [mid for mid, m in group.members.items()
+                        if m.join is None and now - m.last_seen > m.session_timeout_ms / 1000]
+                for mid in gone:
+                    member = group.members.pop(mid)
+                    if member.sync is not None and not member.sync.done():
+                        member.sync.set_result(_sync_error(E.UNKNOWN_MEMBER_ID))
+                if gone:
+                    logger.info("group %s: session of %s expired", group.group_id, ", ".join(gone))
+                    self._member_gone(group, f"session of {', '.join(gone)} expired")
+
+    # ------------------------------------------------------------------ offsets
+    def check_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
+        group = self.groups.get(group_id)
+        if generation_id < 0 and not member_id:
+            # A consumer that assigns its own partitions: allowed while no member owns the group.
+            if group is not None and group.members:
+                return E.UNKNOWN_MEMBER_ID
+            return E.NONE
+        if group is None or member_id not in group.members:
+            return E.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation:
+            return E.ILLEGAL_GENERATION
+        if group.state == COMPLETING:
+            return E.REBALANCE_IN_PROGRESS
+        group.members[member_id].last_seen = asyncio.get_running_loop().time()
+        return E.NONE
+
+    async def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], OT.CommittedOffset]) -> int:
+        """Append the offsets and wait for their commit; the error code for all of them."""
+        if not group_id:
+            return E.INVALID_GROUP_ID
+        if not offsets:
+            return E.NONE
+        records = [(OT.offset_key(group_id, t, p), OT.offset_value(c)) for (t, p), c in offsets.items()]
+        try:
+            await self._append(group_id, records)
+        except Exception as exc:  # noqa: BLE001 - the client retries
+            logger.error("group %s: committing offsets failed: %s", group_id, exc)
+            return E.COORDINATOR_NOT_AVAILABLE
+        self._group(group_id).offsets.update(offsets)
+        return E.NONE
+
+    def committed(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+                  ) -> list[tuple[str, list[tuple[int, OT.CommittedOffset | None]]]]:
+        group = self.groups.get(group_id)
+        stored = group.offsets if group is not None else {}
+        if topics is None:
+            by_topic: dict[str, list] = {}
+            for (t, p), c in sorted(stored.items()):
+                by_topic.setdefault(t, []).append((p, c))
+            return list(by_topic.items())
+        return [(t, [(p, stored.get((t, p))) for p in parts]) for t, parts in topics]
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    return OT.partition_for(group_id, partitions)
+
+
+def _join_error(code: int, member_id: str) -> dict:
+    return {"throttle_time": 0, "error_code": code, "generation_id": -1, "protocol_type": None,
+            "protocol_name": "", "leader": "", "member_id": member_id, "members": [],
+            "skip_assignment": False}
+
+
+def _sync_error(code: int) -> dict:
+    return {"throttle_time": 0, "error_code": code, "assignment": b"", "protocol_type": None,
+            "protocol_name": None}
