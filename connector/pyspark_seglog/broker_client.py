@@ -47,8 +47,10 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 KAFKA_STORAGE_ERROR = 56
 # Errors after which the same request may succeed when sent again.
-RETRIABLE = frozenset({NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR,
-                       14, 15, 16, 19, 20})   # coordinator loading/not available, not enough replicas
+# (An unknown partition too, as Kafka's producer: it may be a broker still starting; the
+# delivery timeout bounds the wait for one that is really gone.)
+RETRIABLE = frozenset({UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
+                       KAFKA_STORAGE_ERROR, 14, 15, 16, 19, 20})   # 14-16 coordinator, 19-20 replicas
 
 _SIZE = struct.Struct(">i")
 DEFAULT_TIMEOUT_S = 30.0

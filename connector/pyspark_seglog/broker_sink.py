@@ -153,15 +153,16 @@ class TaskProducer(RowRouter):
 
     # ---------------------------------------------------------------- sending
     def _pump(self, drain: bool) -> None:
-        """Fill the in-flight window; with `drain`, wait until nothing is queued or in flight
-        (else only until the window has room again)."""
+        """Fill the in-flight window; with `drain`, wait until nothing is queued or in flight,
+        else only while more than MAX_QUEUED_BYTES wait to be sent (the broker works on the
+        window while the task encodes more)."""
         started = time.monotonic()
         failures = 0
         while True:
             try:
                 while len(self.in_flight) < MAX_IN_FLIGHT and self.queued_bytes:
                     self._send_next()
-                if not self.in_flight or (not drain and len(self.in_flight) < MAX_IN_FLIGHT):
+                if not self.in_flight or (not drain and self.queued_bytes <= MAX_QUEUED_BYTES):
                     return
                 self._receive_next()
             except _Retry as retry:
