@@ -14,14 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -40,7 +36,6 @@ from logcore.errors import (
     CommitFailedError,
     FencedWriterError,
     InvalidConfigError,
-    InvalidRecordError,
     TopicExistsError,
     TopicNotFoundError,
 )
@@ -49,7 +44,8 @@ from logcore.records.compression import Compression
 from logcore.records.encode import encode_batches
 from logcore.storage import open_storage
 
-from pyspark_seglog.partitioner import DefaultPartitioner
+from pyspark_seglog.broker_client import BrokerClient
+from pyspark_seglog.row_router import RowRouter
 from pyspark_seglog.sink_options import SinkOptions, parse_sink_options
 
 logger = logging.getLogger(__name__)
@@ -171,7 +167,11 @@ class _SeglogWriterBase:
         self.opts: SinkOptions = parse_sink_options(options)
         self.columns = input_columns(schema, self.opts.topic is not None)
         self.overwrite = overwrite
-        if self.opts.topic is not None:
+        if self.opts.topic is not None and self.opts.bootstrap_servers is not None:
+            from pyspark_seglog.broker_sink import ensure_topic
+            with BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-sink") as client:
+                ensure_topic(client, self.opts, self.opts.topic)
+        elif self.opts.topic is not None:
             # fail (or create the topic) when the write is planned, not in the tasks
             root = self._open_root()
             try:
@@ -206,6 +206,8 @@ class _SeglogWriterBase:
         ctx = TaskContext.get()
         task = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
+        if self.opts.bootstrap_servers is not None:
+            return self._produce(iterator, task, attempt)
         query_id, batch_id = self._identity(ctx)
         stager = _TaskStager(self, query_id, batch_id, task, attempt)
         try:
@@ -216,8 +218,23 @@ class _SeglogWriterBase:
             stager.close()
         return SeglogCommitMessage(query_id, batch_id, task, attempt, stager.parts)
 
+    def _produce(self, iterator, task: int, attempt: int):
+        """kafka.bootstrap.servers: produce this attempt's rows through the broker (at-least-once)."""
+        from pyspark_seglog.broker_sink import TaskProducer
+        producer = TaskProducer(self.opts, self.columns, task, attempt)
+        try:
+            for batch in iterator:
+                producer.add(batch)
+            producer.flush()
+        finally:
+            producer.close()
+        return producer.message()
+
     # -- driver -----------------------------------------------------------------------------
     def _commit(self, messages, batch_id: int) -> None:
+        if self.opts.bootstrap_servers is not None:
+            _log_produced(messages, batch_id, "committed")
+            return                          # the tasks' rows are in the broker's log already
         msgs = [m for m in messages if m is not None]
         if not msgs:
             return                          # no task succeeded: nothing was ever staged for commit
@@ -288,6 +305,9 @@ class _SeglogWriterBase:
             " fenced at its next commit)")
 
     def _abort(self, messages, batch_id: int) -> None:
+        if self.opts.bootstrap_servers is not None:
+            _log_produced(messages, batch_id, "aborted (rows already produced stay in the topic)")
+            return
         msgs = [m for m in messages if m is not None]
         if not msgs:
             return      # nothing known; leftovers go with the next commit's cleanup
@@ -302,6 +322,12 @@ class _SeglogWriterBase:
                         storage.delete(p.path)
         elif storage.exists(staging):
             storage.delete_dir(staging)
+
+
+def _log_produced(messages, batch_id: int, outcome: str) -> None:
+    rows = sum(sum(m.records.values()) for m in messages if m is not None)
+    logger.info("seglog sink (through a broker): batch %s %s; %d rows produced by %d of %d tasks",
+                batch_id, outcome, rows, sum(m is not None for m in messages), len(messages))
 
 
 def _publish(storage, log, parts: list[StagedPart], marker: dict | None, adopt_bytes: int) -> None:
@@ -372,6 +398,8 @@ class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
 
     def abort(self, messages) -> None:
         self._abort(messages, 0)
+        if self.opts.bootstrap_servers is not None:
+            return
         storage = open_storage(self.opts.root, self.opts.storage_options)
         if storage.exists(_staging(self.job_id)):
             storage.delete_dir(_staging(self.job_id))
@@ -397,23 +425,20 @@ def _cleanup(storage, query_id: str, batch_id: int) -> None:
         storage.delete_dir(base)
 
 
-class _TaskStager:
+class _TaskStager(RowRouter):
     """One task attempt's rows: routed, encoded and staged per target partition."""
 
     def __init__(self, writer: _SeglogWriterBase, query_id: str, batch_id: int, task: int, attempt: int):
+        super().__init__(writer.opts, writer.columns, task)
         self.w = writer
-        self.opts = writer.opts
-        self.cols = writer.columns
         self.prefix = _staging(query_id, batch_id)
         self.name = f"{task}-{attempt}-{uuid.uuid4().hex[:12]}"
-        self.task = task
         self.storage = open_storage(self.opts.root, self.opts.storage_options)
         # On local disk a part is a file the task appends to and the commit adopts as a
         # segment; on an object store it is one object written whole.
         self.local = self.storage.is_local
         self.root: LogRoot | None = None
         self.topics: dict[str, tuple[int, Compression, int]] = {}   # partitions, codec, part limit
-        self.partitioner = DefaultPartitioner(start=task)
         self.buffers: dict[tuple[str, int], list] = {}
         self.buffered: dict[tuple[str, int], list[int]] = {}    # [bytes, records]
         self.open_parts: dict[tuple[str, int], StagedPart] = {}
@@ -446,70 +471,6 @@ class _TaskStager:
             limit = max(1, min(limit, config.segment_bytes - 2 * max(self.opts.batch_size, 1 << 20)))
             found = self.topics[topic] = (info.partitions, codec, limit)
         return found
-
-    def add(self, batch: pa.RecordBatch) -> None:
-        n = batch.num_rows
-        if n == 0:
-            return
-        cols = self.cols
-        if self.opts.topic is not None:
-            self._add_topic(self.opts.topic, batch)
-            return
-        topics = batch.column(cols["topic"])
-        if topics.null_count:
-            raise InvalidRecordError(
-                "a row has a null `topic` and no `topic` option is set: every row needs a topic")
-        unique = pc.unique(topics).to_pylist()
-        if len(unique) == 1:
-            self._add_topic(unique[0], batch)
-            return
-        for name in unique:
-            self._add_topic(name, batch.filter(pc.equal(topics, name)))
-
-    def _add_topic(self, topic: str, batch: pa.RecordBatch) -> None:
-        cols = self.cols
-        count, codec, _limit = self._topic(topic)
-        n = batch.num_rows
-        values = batch.column(cols["value"])
-        keys = batch.column(cols["key"]) if "key" in cols else pa.nulls(n, pa.binary())
-        parts = None
-        if "partition" in cols:
-            given = batch.column(cols["partition"])
-            if given.null_count < n:
-                arr = given.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-                bad = (arr >= count) | (arr < -1)
-                if bad.any():
-                    row = int(np.flatnonzero(bad)[0])
-                    raise InvalidRecordError(
-                        f"row has partition {int(arr[row])} but topic {topic!r} has partitions 0..{count - 1}")
-                if given.null_count:
-                    auto = self.partitioner.partitions(topic, keys, count)
-                    arr = np.where(arr < 0, auto, arr).astype(np.int32)
-                parts = arr
-        if parts is None:
-            parts = self.partitioner.partitions(topic, keys, count)
-        if "timestamp" in cols:
-            tcol = batch.column(cols["timestamp"])
-            us = tcol.cast(pa.int64()).fill_null(int(time.time() * 1_000_000)).to_numpy(zero_copy_only=False)
-            ts = us // 1000
-        else:
-            ts = np.full(n, int(time.time() * 1000), dtype=np.int64)
-        headers = batch.column(cols["headers"]) if "headers" in cols else None
-        if count == 1 or (parts == parts[0]).all():
-            self._encode(topic, int(parts[0]), codec, keys, values, ts, headers)
-            return
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        idx = pa.array(order)
-        keys, values = keys.take(idx), values.take(idx)
-        headers = headers.take(idx) if headers is not None else None
-        ts = ts[order]
-        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-        starts = np.concatenate(([0], bounds))
-        ends = np.concatenate((bounds, [n]))
-        for s, e in zip(starts.tolist(), ends.tolist()):
-            self._encode(topic, int(sorted_parts[s]), codec, keys.slice(s, e - s), values.slice(s, e - s),
-                         ts[s:e], headers.slice(s, e - s) if headers is not None else None)
 
     def _encode(self, topic, partition, codec, keys, values, ts, headers) -> None:
         batches = encode_batches(keys, values, ts, headers=headers, compression=codec,

@@ -2,9 +2,11 @@
 
 Spark lower-cases option names before they reach a Python data source, so every name is matched
 in lower case. Names mirror Spark's Kafka sink and Kafka's producer where one exists
-(`topic`, `compression.type`, `batch.size`); `kafka.*` options are accepted and ignored so that
-a pipeline moving from `format("kafka")` changes the format and the path only. Anything else
-unknown fails with the closest known name.
+(`topic`, `compression.type`, `batch.size`). `kafka.bootstrap.servers` sends the rows through
+a `seglog broker` over the Kafka protocol instead of committing them into the root (the path may
+then be omitted); `kafka.delivery.timeout.ms` bounds its retries. Other `kafka.*` options are
+accepted and ignored so that a pipeline moving from `format("kafka")` changes the format only.
+Anything else unknown fails with the closest known name.
 """
 from __future__ import annotations
 
@@ -15,11 +17,18 @@ from logcore.errors import InvalidConfigError
 from logcore.log.config import validate_topic_overrides
 from logcore.records.compression import Compression
 
+from pyspark_seglog.broker_client import parse_bootstrap
 from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
 
 TOPIC_CONFIG_PREFIX = "topic.config."
 DEFAULT_STAGING_ADOPT_BYTES = 4 << 20
 DEFAULT_BATCH_SIZE = 16384                 # Kafka producer's batch.size
+# Through a broker each RecordBatch costs a request slot and a share of a commit: bigger
+# batches by default (still well under the broker's default message.max.bytes, 1 MiB).
+DEFAULT_BROKER_BATCH_SIZE = 256 << 10
+DEFAULT_DELIVERY_TIMEOUT_MS = 120_000      # Kafka producer's delivery.timeout.ms
+BOOTSTRAP_OPTION = "kafka.bootstrap.servers"
+DELIVERY_TIMEOUT_OPTION = "kafka.delivery.timeout.ms"
 DEFAULT_TOPIC_PARTITIONS = 1
 
 # option (lower case) -> one-line doc, for errors and docs/spark-options.md
@@ -45,7 +54,7 @@ _CODECS = {"none": Compression.NONE, "uncompressed": Compression.NONE, "gzip": C
 
 @dataclass(frozen=True)
 class SinkOptions:
-    root: str
+    root: str | None                         # None: writing through a broker, no path given
     storage_options: dict = field(repr=False)
     topic: str | None
     compression: Compression | None          # None: the topic's compression.type
@@ -57,6 +66,8 @@ class SinkOptions:
     takeover: bool
     staging_part_bytes: int | None        # None: the sink's default for the storage
     staging_adopt_bytes: int
+    bootstrap_servers: str | None = None     # produce through this broker instead of the root
+    delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS
 
 
 def _bool(options, name: str, default: bool) -> bool:
@@ -91,14 +102,19 @@ def check_unknown(options) -> None:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidConfigError(
             f"unknown seglog sink option {name!r}{hint} Known options: {', '.join(sorted(KNOWN_OPTIONS))},"
-            " plus storage.*, topic.config.* and kafka.* (ignored)")
+            " plus storage.*, topic.config.*, kafka.bootstrap.servers, kafka.delivery.timeout.ms and"
+            " other kafka.* (ignored)")
 
 
 def parse_sink_options(options) -> SinkOptions:
     """Validate every sink option; raises InvalidConfigError naming the option and what is allowed."""
     options = {str(k).lower(): v for k, v in options.items()}
     check_unknown(options)
-    root = root_url(options)
+    bootstrap = options.get(BOOTSTRAP_OPTION)
+    if bootstrap is not None:
+        parse_bootstrap(str(bootstrap))        # fails now, naming the option, if malformed
+        bootstrap = str(bootstrap).strip()
+    root = root_url(options) if bootstrap is None or options.get("path") else None
     topic = options.get("topic")
     if topic is not None and not str(topic).strip():
         raise InvalidConfigError("option topic='' is empty: give a topic name or drop the option")
@@ -126,7 +142,8 @@ def parse_sink_options(options) -> SinkOptions:
         storage_options=storage_options(options),
         topic=str(topic) if topic is not None else None,
         compression=compression,
-        batch_size=_int(options, "batch.size", DEFAULT_BATCH_SIZE, 1),
+        batch_size=_int(options, "batch.size",
+                        DEFAULT_BATCH_SIZE if bootstrap is None else DEFAULT_BROKER_BATCH_SIZE, 1),
         max_records=_int(options, "maxrecordsperbatch", None, 1),
         auto_create=_bool(options, "autocreatetopics", True),
         topic_partitions=_int(options, "topic.partitions", DEFAULT_TOPIC_PARTITIONS, 1),
@@ -134,4 +151,6 @@ def parse_sink_options(options) -> SinkOptions:
         takeover=_bool(options, "takeover", False),
         staging_part_bytes=_int(options, "staging.part.bytes", None, 1),
         staging_adopt_bytes=_int(options, "staging.adopt.bytes", DEFAULT_STAGING_ADOPT_BYTES, 1),
+        bootstrap_servers=bootstrap,
+        delivery_timeout_ms=_int(options, DELIVERY_TIMEOUT_OPTION, DEFAULT_DELIVERY_TIMEOUT_MS, 1),
     )

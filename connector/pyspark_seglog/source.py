@@ -23,6 +23,7 @@ from logcore.errors import InvalidConfigError, OffsetOutOfRangeError, TopicNotFo
 from logcore.log.log_root import LogRoot
 from logcore.records.arrow import batches_to_arrow
 from logcore.records.batch import F_BASE_OFFSET, F_LAST_DELTA, batch_fields
+from pyspark_seglog.broker_client import BrokerClient, BrokerConnectionError
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
 from pyspark_seglog.schema import arrow_schema
 from pyspark_seglog.source_options import (EARLIEST, LATEST, OffsetSpec, SourceOptions,
@@ -179,13 +180,19 @@ def read_partition(p: SeglogInputPartition):
 # ------------------------------------------------------------------------------- driver side
 
 class _Logs:
-    """The driver's view of a root: subscribed partitions and their open (read-only) logs."""
+    """The driver's view of a root: subscribed partitions and their open (read-only) logs.
+
+    With kafka.bootstrap.servers the latest offsets come from the broker that writes the root
+    (one ListOffsets request per refresh), not from the root's checkpoint.
+    """
 
     def __init__(self, opts: SourceOptions):
         self.opts = opts
         self._root: LogRoot | None = None
         self._logs: dict = {}
         self._fresh: set = set()
+        self._broker: BrokerClient | None = None
+        self._broker_latest: dict = {}
 
     @property
     def root(self) -> LogRoot:
@@ -228,6 +235,12 @@ class _Logs:
         return log
 
     def refresh(self, tps) -> None:
+        tps = list(tps)
+        if self.opts.bootstrap_servers is not None:
+            # Ask the broker first: its HW never runs ahead of the root's checkpoint (the broker
+            # checkpoints before it moves the HW), so logs refreshed after this hold every
+            # offset it returns.
+            self._broker_latest.update(self._ask_broker(tps))
         for tp in tps:
             log = self.log(tp)
             if tp in self._fresh:
@@ -236,19 +249,42 @@ class _Logs:
                 log.refresh()
         self._fresh.clear()
 
+    def _ask_broker(self, tps: list) -> dict:
+        if not tps:
+            return {}
+        for attempt in (1, 2):
+            if self._broker is None:
+                self._broker = BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-source")
+            try:
+                return self._broker.list_offsets(tps, isolation=self.opts.isolation)
+            except BrokerConnectionError:
+                self._broker.close()
+                self._broker = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
     def earliest(self, tp) -> int:
         return self.log(tp).log_start_offset
 
     def latest(self, tp) -> int:
+        if self.opts.bootstrap_servers is not None:
+            if tp not in self._broker_latest:
+                self._broker_latest.update(self._ask_broker([tp]))
+            return self._broker_latest[tp]
         log = self.log(tp)
         return log.last_stable_offset if self.opts.isolation == "read_committed" else log.high_watermark
 
     def close(self) -> None:
         if self._root is not None:
             self._root.close()
+        if self._broker is not None:
+            self._broker.close()
         self._root = None
+        self._broker = None
         self._logs.clear()
         self._fresh.clear()
+        self._broker_latest.clear()
 
 
 def _check_covers(spec: OffsetSpec, tps: list) -> None:
@@ -450,6 +486,7 @@ class SeglogBatchReader(_ReaderBase, DataSourceReader):
         logs = _Logs(self.opts)
         try:
             tps = logs.topic_partitions()
+            logs.refresh(tps)
             start = resolve(self.opts.starting, tps, logs, self.opts, starting=True)
             end = resolve(self.opts.ending, tps, logs, self.opts, starting=False)
             ranges = []

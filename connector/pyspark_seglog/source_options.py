@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from logcore.errors import InvalidConfigError
+from pyspark_seglog.broker_client import parse_bootstrap
 from pyspark_seglog.offsets import parse_assign, parse_partition_map
 from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
 
@@ -38,6 +39,7 @@ IGNORED_OPTIONS = {name.lower(): name for name in (
     "fetchOffset.retryIntervalMs",
 )}
 KAFKA_PREFIX = "kafka."
+BOOTSTRAP_OPTION = "kafka.bootstrap.servers"
 # Kafka consumer settings Spark's Kafka source refuses, with why.
 REJECTED_KAFKA_OPTIONS = {
     "auto.offset.reset": (
@@ -134,6 +136,10 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     isolation: str = "read_committed"
+    # kafka.bootstrap.servers: ask this broker for each partition's latest offset (its HW, or
+    # LSO with read_committed) instead of reading the root's checkpoint; records still come
+    # from the root, which must be the broker's log dir.
+    bootstrap_servers: str | None = None
 
     def matches(self, topic: str) -> bool:
         """Whether a topic belongs to the subscription (subscribe / subscribePattern)."""
@@ -278,6 +284,9 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
     delay_ms = DEFAULT_MAX_TRIGGER_DELAY_MS if delay_raw is None else parse_duration_ms(delay_raw)
 
     isolation = _isolation(options)
+    bootstrap = options.get(BOOTSTRAP_OPTION)
+    if bootstrap is not None:
+        parse_bootstrap(str(bootstrap))        # fails now, naming the option, if malformed
     return SourceOptions(
         root=root, storage_options=storage, strategy=strategy, topics=topics, pattern=pattern,
         assigned=assigned, starting=starting, ending=ending, timestamp_strategy=ts_strategy,
@@ -287,7 +296,8 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
         max_records_per_partition=_parse_int(options, "maxrecordsperpartition"),
         fail_on_data_loss=parse_bool(options, "failondataloss", True),
         include_headers=parse_bool(options, "includeheaders", False),
-        isolation=isolation)
+        isolation=isolation,
+        bootstrap_servers=None if bootstrap is None else str(bootstrap).strip())
 
 
 def _isolation(options) -> str:

@@ -43,13 +43,18 @@ class BrokerServer:
         host, port = self.config.listener()
         root = await asyncio.to_thread(LogRoot.open, self.config.log_dir, create=True,
                                        defaults=self.config.log_defaults)
+        # Bound now (port 0 resolves) but accepting only once every partition is open: a
+        # client that connects during start-up waits in the backlog instead of being told
+        # that existing partitions are unknown.
         self.server = await asyncio.start_server(self._serve_connection, host, port,
-                                                 limit=1 << 20, reuse_address=True)
+                                                 limit=1 << 20, reuse_address=True,
+                                                 start_serving=False)
         bound = self.server.sockets[0].getsockname()
         advertised = self.config.advertised(bound[0], bound[1])
         self.broker = Broker(self.config, root, advertised)
         await asyncio.to_thread(self.broker.open)
         await self.broker.start()
+        await self.server.start_serving()      # clients connect only once every partition is open
         self._stopping = asyncio.Event()
         return bound[0], bound[1]
 

@@ -26,6 +26,8 @@ from logcore.records.compression import Compression, codec_of, compress
 # small records: length, attributes, timestamp and offset deltas, key/value lengths, headers).
 _RECORD_OVERHEAD = 21
 
+_SEQUENCE_WRAP = 1 << 31
+
 
 def _binary_parts(arr: pa.Array):
     """(offsets int32 numpy from row 0, data buffer, validity uint8 numpy or None) of a binary array."""
@@ -85,12 +87,16 @@ def _chunk_bounds(sizes: np.ndarray, batch_bytes: int, max_records: int | None) 
 def encode_batches(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray, *,
                    headers: pa.Array | None = None, compression: Compression | int = Compression.NONE,
                    compression_level: int | None = None, batch_bytes: int = 16384,
-                   max_records: int | None = None, partition_leader_epoch: int = -1) -> list[bytes]:
+                   max_records: int | None = None, partition_leader_epoch: int = -1,
+                   producer_id: int = -1, producer_epoch: int = -1,
+                   base_sequence: int = -1) -> list[bytes]:
     """RecordBatch v2 batches (CreateTime, base offset 0) for the rows of these columns.
 
     keys / values: Arrow binary or string arrays (nulls allowed); timestamps_ms: int64 per row;
     headers: optional list<struct<key string, value binary>> array. Offsets inside each batch
     start at 0: the log assigns real ones when the batch is appended.
+    An idempotent producer gives its id, epoch and the sequence number of the first row: each
+    batch's baseSequence is that of its first row (wrapping after 2**31 - 1, as Kafka's).
     """
     n = len(values)
     if len(keys) != n or len(timestamps_ms) != n or (headers is not None and len(headers) != n):
@@ -120,7 +126,8 @@ def encode_batches(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray, 
             section = compress(codec, section, compression_level)
         out.append(_assemble(section, base_offset=0, attributes=attributes, last_offset_delta=end - start - 1,
                              base_timestamp=base_ts, max_timestamp=int(ts[start:end].max()),
-                             producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                             producer_id=producer_id, producer_epoch=producer_epoch,
+                             base_sequence=-1 if base_sequence < 0 else (base_sequence + start) % _SEQUENCE_WRAP,
                              records_count=end - start, partition_leader_epoch=partition_leader_epoch))
     return out
 

@@ -52,6 +52,8 @@ def test_storage_options_and_ignored_kafka_options():
                   "groupIdPrefix": "x", "kafkaConsumer.pollTimeoutMs": "1000"})
     assert s.storage_options == {"endpoint_url": "http://127.0.0.1:9000",
                                  "client_kwargs": {"region_name": "eu"}}
+    assert s.bootstrap_servers == "host:9092"      # used to ask the broker for latest offsets
+    assert stream().bootstrap_servers is None
 
 
 # ----------------------------------------------------------------------------- subscription

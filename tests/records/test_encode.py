@@ -70,6 +70,21 @@ def test_headers_go_through_the_reference_encoder():
                                  (b"k3", b"c", (("n", None),), 12)])
 
 
+def test_idempotent_producer_fields_and_sequences_per_batch():
+    values = pa.array([b"v%d" % i for i in range(10)])
+    keys = pa.nulls(10, pa.binary())
+    ts = np.arange(10, dtype=np.int64)
+    batches = encode_batches(keys, values, ts, max_records=4, producer_id=77, producer_epoch=3,
+                             base_sequence=2**31 - 6)
+    headers = [h for b in batches for _pos, h in iter_batches(b, allow_partial_tail=False)]
+    assert [(h.producer_id, h.producer_epoch, h.records_count) for h in headers] == [(77, 3, 4), (77, 3, 4), (77, 3, 2)]
+    # each batch starts at its first row's sequence, wrapping past 2**31 - 1 as Kafka does
+    assert [h.base_sequence for h in headers] == [2**31 - 6, 2**31 - 2, 2]
+    expected = build_batch([(None, b"v%d" % i, (), i) for i in range(4)], producer_id=77, producer_epoch=3,
+                           base_sequence=2**31 - 6)
+    assert batches[0] == expected
+
+
 @pytest.mark.parametrize("codec", list(Compression))
 def test_kafka_python_reads_every_codec(codec):
     from kafka import codec as kc

@@ -1,0 +1,278 @@
+"""The sink's broker path (`kafka.bootstrap.servers`): a task produces its rows through a broker.
+
+Each task attempt is one idempotent producer: it gets a fresh producer id from InitProducerId,
+routes and encodes its rows as the log-dir sink does (`RowRouter`, `logcore.records.encode`),
+stamps each RecordBatch with the producer id, epoch and per-partition sequence numbers, and
+sends Produce requests with acks=all: one batch per partition per request, up to
+`MAX_IN_FLIGHT` requests in flight on one connection. A request that fails with a retriable
+error or a broken connection is sent again, with the same bytes and sequences, after the
+requests behind it are drained; the broker answers a batch it already appended with its
+original offset instead of appending it twice. `write()` returns once every batch is
+acknowledged (committed by the broker: durable and visible).
+
+Delivery is at-least-once (docs/sink-protocol.md): a retried task attempt, or a micro-batch
+replayed after a driver failure, is a new producer and writes its rows again; rows a failed
+attempt had already produced stay visible. The broker has no transactions to hide them.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import WriterCommitMessage
+
+from logcore.errors import TopicNotFoundError
+from logcore.records.compression import Compression
+from logcore.records.encode import encode_batches
+
+from pyspark_seglog.broker_client import (
+    DUPLICATE_SEQUENCE_NUMBER,
+    NONE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    PRODUCE,
+    RETRIABLE,
+    BrokerClient,
+    BrokerConnectionError,
+    BrokerError,
+    error_name,
+)
+from pyspark_seglog.row_router import RowRouter
+from pyspark_seglog.sink_options import SinkOptions
+
+logger = logging.getLogger(__name__)
+
+# The broker de-duplicates the last 5 batches of each producer and partition (as Kafka), and a
+# request holds at most one batch per partition: 5 requests in flight keep every retry in reach.
+MAX_IN_FLIGHT = 5
+MAX_REQUEST_BYTES = 16 << 20          # under the broker's socket.request.max.bytes (100 MiB)
+MAX_QUEUED_BYTES = 64 << 20           # encoded but unsent: bounds a task's memory
+ACKS_ALL = -1
+REQUEST_TIMEOUT_MS = 30_000
+RETRY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
+SEQUENCE_WRAP = 1 << 31
+
+_CODECS = {"uncompressed": Compression.NONE, "producer": Compression.NONE, "gzip": Compression.GZIP,
+           "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+
+
+@dataclass
+class BrokerWriteMessage(WriterCommitMessage):
+    """What one task attempt produced (already visible: there is nothing to publish)."""
+    task: int
+    attempt: int
+    producer_id: int
+    records: dict[str, int] = field(default_factory=dict)     # "topic-partition" -> rows
+
+
+def ensure_topic(client: BrokerClient, opts: SinkOptions, topic: str) -> int:
+    """The topic's partition count on the broker, creating the topic if missing and allowed."""
+    count = client.partition_counts([topic])[topic]
+    if count is not None:
+        return count
+    if not opts.auto_create:
+        raise TopicNotFoundError(
+            f"topic {topic!r} does not exist on {client.where()} and autoCreateTopics=false:"
+            " create it first (seglog topics --create, or any Kafka admin client) or set"
+            " autoCreateTopics=true")
+    client.create_topic(topic, opts.topic_partitions, opts.topic_config)
+    count = client.partition_counts([topic])[topic]
+    if count is None:
+        raise BrokerError(f"{client.where()} created topic {topic!r} but does not list it")
+    return count
+
+
+@dataclass
+class _Batch:
+    tp: tuple[str, int]
+    data: bytes
+    sequence: int
+    records: int
+    ordinal: int          # the sequence without wrapping: sorts a partition's batches
+
+
+class TaskProducer(RowRouter):
+    """One task attempt's rows, produced through the broker by one idempotent producer."""
+
+    def __init__(self, opts: SinkOptions, columns: dict[str, str], task: int, attempt: int):
+        super().__init__(opts, columns, task)
+        self.attempt = attempt
+        self.client = BrokerClient(opts.bootstrap_servers, client_id=f"seglog-spark-sink-{task}-{attempt}")
+        self.deadline_s = opts.delivery_timeout_ms / 1000
+        self.producer_id, self.epoch = self._with_retries(self.client.init_producer_id, "InitProducerId")
+        self.topics: dict[str, tuple[int, Compression]] = {}
+        self.sequences: dict[tuple[str, int], int] = {}       # next row's ordinal per partition
+        self.queues: dict[tuple[str, int], deque[_Batch]] = {}
+        self.queued_bytes = 0
+        self.in_flight: deque[list[_Batch]] = deque()
+        self.acked: dict[tuple[str, int], int] = {}
+
+    def close(self) -> None:
+        self.client.close()
+
+    def message(self) -> BrokerWriteMessage:
+        return BrokerWriteMessage(self.task, self.attempt, self.producer_id,
+                                  {f"{t}-{p}": n for (t, p), n in sorted(self.acked.items())})
+
+    # ---------------------------------------------------------------- routing and encoding
+    def _topic(self, topic: str) -> tuple[int, Compression]:
+        found = self.topics.get(topic)
+        if found is None:
+            count = self._with_retries(lambda: ensure_topic(self.client, self.opts, topic), "Metadata")
+            codec = self.opts.compression
+            if codec is None:
+                config = self._with_retries(lambda: self.client.topic_config(topic, ["compression.type"]),
+                                            "DescribeConfigs")
+                codec = _CODECS.get(config.get("compression.type") or "producer", Compression.NONE)
+            found = self.topics[topic] = (count, codec)
+        return found
+
+    def _encode(self, topic: str, partition: int, codec: Compression, keys: pa.Array, values: pa.Array,
+                ts: np.ndarray, headers: pa.Array | None) -> None:
+        tp = (topic, partition)
+        ordinal = self.sequences.get(tp, 0)
+        batches = encode_batches(keys, values, ts, headers=headers, compression=codec,
+                                 batch_bytes=self.opts.batch_size, max_records=self.opts.max_records,
+                                 producer_id=self.producer_id, producer_epoch=self.epoch,
+                                 base_sequence=ordinal % SEQUENCE_WRAP)
+        queue = self.queues.setdefault(tp, deque())
+        for data in batches:
+            records = int.from_bytes(data[57:61], "big")        # recordsCount
+            queue.append(_Batch(tp, data, ordinal % SEQUENCE_WRAP, records, ordinal))
+            ordinal += records
+            self.queued_bytes += len(data)
+        self.sequences[tp] = ordinal
+        self._pump(drain=self.queued_bytes > MAX_QUEUED_BYTES)
+
+    def flush(self) -> None:
+        """Send everything and wait until the broker acknowledged every batch."""
+        self._pump(drain=True)
+
+    # ---------------------------------------------------------------- sending
+    def _pump(self, drain: bool) -> None:
+        """Fill the in-flight window; with `drain`, wait until nothing is queued or in flight,
+        else only while more than MAX_QUEUED_BYTES wait to be sent (the broker works on the
+        window while the task encodes more)."""
+        started = time.monotonic()
+        failures = 0
+        while True:
+            try:
+                while len(self.in_flight) < MAX_IN_FLIGHT and self.queued_bytes:
+                    self._send_next()
+                if not self.in_flight or (not drain and self.queued_bytes <= MAX_QUEUED_BYTES):
+                    return
+                self._receive_next()
+            except _Retry as retry:
+                failures += 1
+                self._recover(retry)
+                waited = time.monotonic() - started
+                if waited > self.deadline_s:
+                    raise BrokerError(
+                        f"gave up producing to {self.client.where()} after {waited:.0f} s"
+                        f" ({failures} retries; kafka.delivery.timeout.ms={self.opts.delivery_timeout_ms}):"
+                        f" {retry.reason}") from None
+                logger.warning("seglog sink task %d attempt %d: retrying produce (%s)", self.task,
+                               self.attempt, retry.reason)
+                time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
+
+    def _send_next(self) -> None:
+        batches, size = [], 0
+        for tp, queue in self.queues.items():
+            if queue and (not batches or size + len(queue[0].data) <= MAX_REQUEST_BYTES):
+                batch = queue.popleft()
+                batches.append(batch)
+                size += len(batch.data)
+        by_topic: dict[str, list] = {}
+        for b in batches:
+            by_topic.setdefault(b.tp[0], []).append({"index": b.tp[1], "records": b.data})
+        self.queued_bytes -= size
+        self.in_flight.append(batches)
+        try:
+            self.client.send(PRODUCE, {
+                "transactional_id": None, "acks": ACKS_ALL, "timeout": REQUEST_TIMEOUT_MS,
+                "topic_data": [{"name": t, "partition_data": ps} for t, ps in by_topic.items()]})
+        except BrokerConnectionError as exc:
+            raise _Retry(str(exc)) from None
+
+    def _receive_next(self, *, retrying: set | None = None) -> list[_Batch]:
+        """Handle the oldest response; returns its batches that must be sent again."""
+        batches = self.in_flight[0]
+        try:
+            body = self.client.receive()
+        except BrokerConnectionError as exc:
+            raise _Retry(str(exc)) from None
+        self.in_flight.popleft()
+        results = {(t.name, p.index): p for t in body.responses for p in t.partition_responses}
+        again, reasons = [], []
+        for b in batches:
+            r = results.get(b.tp)
+            if r is None:
+                raise BrokerError(f"{self.client.where()} did not answer for {b.tp[0]}-{b.tp[1]}")
+            code = int(r.error_code)
+            if code in (NONE, DUPLICATE_SEQUENCE_NUMBER):       # a duplicate is already in the log
+                self.acked[b.tp] = self.acked.get(b.tp, 0) + b.records
+                continue
+            message = f"{b.tp[0]}-{b.tp[1]}: {error_name(code)} {getattr(r, 'error_message', '') or ''}".rstrip()
+            if code in RETRIABLE or (code == OUT_OF_ORDER_SEQUENCE_NUMBER and retrying is not None
+                                     and b.tp in retrying):
+                again.append(b)             # (out of order: an earlier batch of it is being retried)
+                reasons.append(message)
+                continue
+            hint = ""
+            if code == 10:                  # MESSAGE_TOO_LARGE
+                hint = " (lower the option batch.size, or raise the topic's max.message.bytes)"
+            raise BrokerError(f"{self.client.where()} refused a batch of {message}{hint}", code)
+        if again and retrying is None:
+            raise _Retry("; ".join(reasons), again)
+        return again
+
+    def _recover(self, retry: "_Retry") -> None:
+        """After a failed request: collect every unacknowledged batch (draining the responses
+        still coming) and queue them again, in sequence order, ahead of the unsent ones."""
+        again = list(retry.batches)
+        retrying = {b.tp for b in again}
+        # The request whose response failed is still at the head of in_flight when the
+        # connection broke; when a response carried the error it was already popped.
+        while self.in_flight:
+            if self.client.in_flight:
+                try:
+                    again.extend(self._receive_next(retrying=retrying | {b.tp for b in again}))
+                    continue
+                except _Retry:
+                    pass                     # the connection broke: the rest is unknown
+            again.extend(b for batches in self.in_flight for b in batches)
+            self.in_flight.clear()
+        self.client.close()                  # a fresh connection for the resend
+        by_tp: dict[tuple[str, int], list[_Batch]] = {}
+        for b in again:
+            by_tp.setdefault(b.tp, []).append(b)
+        for tp, batches in by_tp.items():
+            batches.sort(key=lambda b: b.ordinal)
+            queue = self.queues.setdefault(tp, deque())
+            queue.extendleft(reversed(batches))
+            self.queued_bytes += sum(len(b.data) for b in batches)
+
+    def _with_retries(self, call, what: str):
+        started = time.monotonic()
+        failures = 0
+        while True:
+            try:
+                return call()
+            except BrokerConnectionError as exc:
+                failures += 1
+                self.client.close()
+                if time.monotonic() - started > min(self.deadline_s, 30):
+                    raise BrokerConnectionError(f"{what}: {exc}") from None
+                time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
+
+
+class _Retry(Exception):
+    """A request failed in a way that sending it again may fix."""
+
+    def __init__(self, reason: str, batches: list[_Batch] | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.batches = batches or []

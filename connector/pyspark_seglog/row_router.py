@@ -1,0 +1,103 @@
+"""Routing a sink task's rows to topic-partitions, ready for encoding.
+
+`RowRouter` takes the Arrow batches a sink task receives, picks each row's topic (the `topic`
+option or column) and partition (the `partition` column, else Kafka's default partitioner),
+and hands each (topic, partition) slice of keys, values, timestamps and headers to `_encode`.
+Subclasses say where the encoded batches go: staged files (`sink._TaskStager`) or Produce
+requests to a broker (`broker_sink.TaskProducer`).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from logcore.errors import InvalidRecordError
+from logcore.records.compression import Compression
+
+from pyspark_seglog.partitioner import DefaultPartitioner
+from pyspark_seglog.sink_options import SinkOptions
+
+
+class RowRouter:
+    """One task attempt's rows, split by target (topic, partition)."""
+
+    def __init__(self, opts: SinkOptions, columns: dict[str, str], task: int):
+        self.opts = opts
+        self.cols = columns
+        self.task = task
+        self.partitioner = DefaultPartitioner(start=task)
+
+    def _topic(self, topic: str) -> tuple:
+        """(partition count, codec, ...) of a topic, created if missing and allowed."""
+        raise NotImplementedError
+
+    def _encode(self, topic: str, partition: int, codec: Compression, keys: pa.Array, values: pa.Array,
+                ts: np.ndarray, headers: pa.Array | None) -> None:
+        raise NotImplementedError
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        cols = self.cols
+        if self.opts.topic is not None:
+            self._add_topic(self.opts.topic, batch)
+            return
+        topics = batch.column(cols["topic"])
+        if topics.null_count:
+            raise InvalidRecordError(
+                "a row has a null `topic` and no `topic` option is set: every row needs a topic")
+        unique = pc.unique(topics).to_pylist()
+        if len(unique) == 1:
+            self._add_topic(unique[0], batch)
+            return
+        for name in unique:
+            self._add_topic(name, batch.filter(pc.equal(topics, name)))
+
+    def _add_topic(self, topic: str, batch: pa.RecordBatch) -> None:
+        cols = self.cols
+        count, codec = self._topic(topic)[:2]
+        n = batch.num_rows
+        values = batch.column(cols["value"])
+        keys = batch.column(cols["key"]) if "key" in cols else pa.nulls(n, pa.binary())
+        parts = None
+        if "partition" in cols:
+            given = batch.column(cols["partition"])
+            if given.null_count < n:
+                arr = given.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+                bad = (arr >= count) | (arr < -1)
+                if bad.any():
+                    row = int(np.flatnonzero(bad)[0])
+                    raise InvalidRecordError(
+                        f"row has partition {int(arr[row])} but topic {topic!r} has partitions 0..{count - 1}")
+                if given.null_count:
+                    auto = self.partitioner.partitions(topic, keys, count)
+                    arr = np.where(arr < 0, auto, arr).astype(np.int32)
+                parts = arr
+        if parts is None:
+            parts = self.partitioner.partitions(topic, keys, count)
+        if "timestamp" in cols:
+            tcol = batch.column(cols["timestamp"])
+            us = tcol.cast(pa.int64()).fill_null(int(time.time() * 1_000_000)).to_numpy(zero_copy_only=False)
+            ts = us // 1000
+        else:
+            ts = np.full(n, int(time.time() * 1000), dtype=np.int64)
+        headers = batch.column(cols["headers"]) if "headers" in cols else None
+        if count == 1 or (parts == parts[0]).all():
+            self._encode(topic, int(parts[0]), codec, keys, values, ts, headers)
+            return
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        idx = pa.array(order)
+        keys, values = keys.take(idx), values.take(idx)
+        headers = headers.take(idx) if headers is not None else None
+        ts = ts[order]
+        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+        starts = np.concatenate(([0], bounds))
+        ends = np.concatenate((bounds, [n]))
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            self._encode(topic, int(sorted_parts[s]), codec, keys.slice(s, e - s), values.slice(s, e - s),
+                         ts[s:e], headers.slice(s, e - s) if headers is not None else None)
