@@ -9,6 +9,7 @@ requests to a broker (`broker_sink.TaskProducer`).
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 
 import numpy as np
 import pyarrow as pa
@@ -21,8 +22,9 @@ from pyspark_seglog.partitioner import DefaultPartitioner
 from pyspark_seglog.sink_options import SinkOptions
 
 
-class RowRouter:
-    """One task attempt's rows, split by target (topic, partition)."""
+class RowRouter(ABC):
+    """One task attempt's rows, split by target (topic, partition); subclasses say what a topic
+    is and where a partition's encoded rows go (staged files, or Produce requests)."""
 
     def __init__(self, opts: SinkOptions, columns: dict[str, str], task: int):
         self.opts = opts
@@ -30,13 +32,14 @@ class RowRouter:
         self.task = task
         self.partitioner = DefaultPartitioner(start=task)
 
+    @abstractmethod
     def _topic(self, topic: str) -> tuple:
         """(partition count, codec, ...) of a topic, created if missing and allowed."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _encode(self, topic: str, partition: int, codec: Compression, keys: pa.Array, values: pa.Array,
                 ts: np.ndarray, headers: pa.Array | None) -> None:
-        raise NotImplementedError
+        """Encode one partition's rows and hand them on."""
 
     def add(self, batch: pa.RecordBatch) -> None:
         n = batch.num_rows

@@ -38,8 +38,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("log.dirs", ConfigType.LIST, "",
               "The log root this broker serves (one folder, a seglog log root; created if missing).",
               category="broker"),
-    ConfigKey("log.dir", ConfigType.STRING, "/tmp/kafka-logs",
-              "The log root when log.dirs is not set (Kafka's name and default).", category="broker"),
+    ConfigKey("log.dir", ConfigType.STRING, "kafka-logs",
+              "The log root when log.dirs is not set (Kafka's name; Kafka's default folder name,"
+              " relative to the working directory rather than under the system's temp folder).",
+              category="broker"),
     ConfigKey("node.id", ConfigType.INT, -1, "This broker's id (node.id wins over broker.id).",
               category="broker"),
     ConfigKey("broker.id", ConfigType.INT, -1, "This broker's id when node.id is not set; -1: 0.",
