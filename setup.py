@@ -1,4 +1,5 @@
-"""Build hook for the C accelerator of the record codec (the rest is in pyproject.toml)."""
+"""Build hook for the C accelerators: the record codec and the cleaner's offset map (the rest is
+in pyproject.toml). Both include logcore/records/crc32c.h."""
 from setuptools import Extension, setup
 
 setup(
@@ -6,11 +7,13 @@ setup(
         Extension(
             "logcore.records._fastcodec",
             sources=["logcore/records/_fastcodec.c"],
+            depends=["logcore/records/crc32c.h"],
             extra_compile_args=["-O3"],
         ),
         Extension(
             "logcore.cleaner._offsetmap",
             sources=["logcore/cleaner/_offsetmap.c"],
+            depends=["logcore/records/crc32c.h"],
             extra_compile_args=["-O3"],
         ),
     ],

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../records/crc32c.h"
+
 static PyObject *RecordError;
 
 #define DOUBLE_HASH_PROBES 8
@@ -455,8 +457,8 @@ done:
  * map_batches and clean_batches take a buffer of whole batches and the rows of
  * logcore.records.batch.batch_fields (int64: position, size, baseOffset, lastOffsetDelta,
  * maxTimestamp, producerId, attributes, baseTimestamp, recordsCount) and do one call's work
- * for many batches: the cleaner's per-batch Python overhead was most of a pass. Only uncompressed, non-control batches are
- * given to them (the caller handles the others). Errors raise RecordError(row, record, message). */
+ * for many batches: the cleaner's per-batch Python overhead was most of a pass. Only
+ * uncompressed, non-control batches are given to them (the caller handles the others). Errors raise RecordError(row, record, message). */
 
 #define FIELDS 9   /* columns of logcore.records.batch.batch_fields */
 #define HDR 61
@@ -464,48 +466,6 @@ done:
 #define ATTR_TXN 0x10
 #define ATTR_CONTROL 0x20
 #define ATTR_HORIZON 0x40
-
-static uint32_t crc_table[256];
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc_table[i] = c;
-    }
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_HW_CRC 1
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p, Py_ssize_t n) {
-    uint64_t c = crc;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = __builtin_ia32_crc32di(c, v);
-        p += 8;
-        n -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (n--)
-        c32 = __builtin_ia32_crc32qi(c32, *p++);
-    return c32;
-}
-#endif
-
-static int hw_crc = 0;
-
-static uint32_t crc32c(const uint8_t *p, Py_ssize_t n) {
-#ifdef HAVE_HW_CRC
-    if (hw_crc)
-        return ~crc_hw(0xffffffffu, p, n);
-#endif
-    uint32_t crc = 0xffffffffu;
-    while (n--)
-        crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return ~crc;
-}
 
 static inline int64_t rd64(const uint8_t *p) {
     uint64_t v = 0;
@@ -776,7 +736,7 @@ static PyObject *clean_batches(PyObject *self, PyObject *args) {
             wr64(o + 27, new_base_ts);
             wr64(o + 35, max_ts);
             wr32(o + 57, (int32_t)d.kept);
-            wr32(o + 17, (int32_t)crc32c(o + 21, written - 21));
+            wr32(o + 17, (int32_t)crc32c_of(o + 21, written - 21));
         }
         meta[3 * m] = last_offset;
         meta[3 * m + 1] = max_ts;
@@ -825,10 +785,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_offsetmap",
                                     "Offset map and record filtering of the log cleaner.", -1, methods};
 
 PyMODINIT_FUNC PyInit__offsetmap(void) {
-    crc_init();
-#ifdef HAVE_HW_CRC
-    hw_crc = __builtin_cpu_supports("sse4.2");
-#endif
+    crc32c_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

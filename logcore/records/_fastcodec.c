@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "crc32c.h"
+
 static PyObject *RecordError;
 
 /* Smallest possible encoded record: length, attributes, timestampDelta, offsetDelta, keyLength,
@@ -753,51 +755,6 @@ static PyObject *murmur2_partitions(PyObject *self, PyObject *args) {
  * log adopts as a segment), checks each as logcore.records.batch._scan does (length, magic, CRC)
  * and returns their fields as one int64 array, without holding the GIL while it runs. */
 
-static uint32_t crc32c_table[256];
-
-static void crc32c_init_table(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc32c_table[i] = c;
-    }
-}
-
-static uint32_t crc32c_soft(uint32_t crc, const uint8_t *p, Py_ssize_t n) {
-    while (n--)
-        crc = crc32c_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return crc;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_HW_CRC 1
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, Py_ssize_t n) {
-    uint64_t c = crc;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = __builtin_ia32_crc32di(c, v);
-        p += 8;
-        n -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (n--)
-        c32 = __builtin_ia32_crc32qi(c32, *p++);
-    return c32;
-}
-#endif
-
-static int hw_crc = 0;
-
-static uint32_t crc32c_of(const uint8_t *p, Py_ssize_t n) {
-#ifdef HAVE_HW_CRC
-    if (hw_crc)
-        return ~crc32c_hw(0xffffffffu, p, n);
-#endif
-    return ~crc32c_soft(0xffffffffu, p, n);
-}
-
 static inline int64_t be64(const uint8_t *p) {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
@@ -937,9 +894,6 @@ PyMODINIT_FUNC PyInit__fastcodec(void) {
         return NULL;
     }
     Py_INCREF(RecordError);
-    crc32c_init_table();
-#ifdef HAVE_HW_CRC
-    hw_crc = __builtin_cpu_supports("sse4.2");
-#endif
+    crc32c_init();
     return m;
 }
