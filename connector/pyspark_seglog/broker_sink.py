@@ -131,7 +131,12 @@ class TaskProducer(RowRouter):
         return found
 
     def _encode(self, topic: str, partition: int, codec: Compression, keys: pa.Array, values: pa.Array,
-                ts: np.ndarray, headers: pa.Array | None) -> None:
+                ts: np.ndarray, headers: pa.Array | None, rows: np.ndarray | None) -> None:
+        if rows is not None:
+            # Produce requests carry one batch each: take this partition's rows, then cut them.
+            idx = pa.array(rows)
+            keys, values, ts = keys.take(idx), values.take(idx), ts[rows]
+            headers = headers.take(idx) if headers is not None else None
         tp = (topic, partition)
         ordinal = self.sequences.get(tp, 0)
         batches = encode_batches(keys, values, ts, headers=headers, compression=codec,

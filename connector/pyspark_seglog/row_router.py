@@ -22,6 +22,11 @@ from pyspark_seglog.partitioner import DefaultPartitioner
 from pyspark_seglog.sink_options import SinkOptions
 
 
+# Up to this many partitions, a partition's rows are found with one pass each over the batch's
+# partition column; above it, with one stable sort.
+_SCAN_PARTITIONS = 32
+
+
 class RowRouter(ABC):
     """One task attempt's rows, split by target (topic, partition); subclasses say what a topic
     is and where a partition's encoded rows go (staged files, or Produce requests)."""
@@ -38,8 +43,9 @@ class RowRouter(ABC):
 
     @abstractmethod
     def _encode(self, topic: str, partition: int, codec: Compression, keys: pa.Array, values: pa.Array,
-                ts: np.ndarray, headers: pa.Array | None) -> None:
-        """Encode one partition's rows and hand them on."""
+                ts: np.ndarray, headers: pa.Array | None, rows: np.ndarray | None) -> None:
+        """Encode one partition's rows and hand them on: the columns' `rows` (int64 row numbers,
+        in order), or all of them when `rows` is None."""
 
     def add(self, batch: pa.RecordBatch) -> None:
         n = batch.num_rows
@@ -90,17 +96,19 @@ class RowRouter(ABC):
             ts = np.full(n, int(time.time() * 1000), dtype=np.int64)
         headers = batch.column(cols["headers"]) if "headers" in cols else None
         if count == 1 or (parts == parts[0]).all():
-            self._encode(topic, int(parts[0]), codec, keys, values, ts, headers)
+            self._encode(topic, int(parts[0]), codec, keys, values, ts, headers, None)
+            return
+        # Each partition's rows as row numbers, in input order: the encoder reads them where they
+        # are, so the columns are never copied into partition order.
+        if count <= _SCAN_PARTITIONS:
+            present = np.flatnonzero(np.bincount(parts, minlength=count))
+            for p in present.tolist():
+                self._encode(topic, p, codec, keys, values, ts, headers, np.flatnonzero(parts == p))
             return
         order = np.argsort(parts, kind="stable")
         sorted_parts = parts[order]
-        idx = pa.array(order)
-        keys, values = keys.take(idx), values.take(idx)
-        headers = headers.take(idx) if headers is not None else None
-        ts = ts[order]
         bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [n]))
         for s, e in zip(starts.tolist(), ends.tolist()):
-            self._encode(topic, int(sorted_parts[s]), codec, keys.slice(s, e - s), values.slice(s, e - s),
-                         ts[s:e], headers.slice(s, e - s) if headers is not None else None)
+            self._encode(topic, int(sorted_parts[s]), codec, keys, values, ts, headers, order[s:e])

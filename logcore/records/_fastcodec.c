@@ -683,6 +683,198 @@ done:
     return result;
 }
 
+static inline char *put_be16(char *p, int v) {
+    p[0] = (char)(v >> 8);
+    p[1] = (char)v;
+    return p + 2;
+}
+
+static inline char *put_be32(char *p, uint32_t v) {
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+    return p + 4;
+}
+
+static inline char *put_be64(char *p, uint64_t v) {
+    put_be32(p, (uint32_t)(v >> 32));
+    return put_be32(p + 4, (uint32_t)v);
+}
+
+/* The exact encoded size of one record (its length varint included). */
+static inline int64_t record_size(int64_t tsd, int64_t od, int64_t kl, int64_t vl) {
+    int64_t body = 1 + varlong_size(tsd) + varlong_size(od) + varlong_size(kl) + (kl > 0 ? kl : 0) +
+                   varlong_size(vl) + (vl > 0 ? vl : 0) + 1;
+    return varlong_size(body) + body;
+}
+
+#define BATCH_HEADER 61
+#define SEQUENCE_WRAP 2147483648LL
+
+/* encode_batch_run(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,
+ *                  timestamps, rows, batch_bytes, max_records, partition_leader_epoch,
+ *                  producer_id, producer_epoch, base_sequence) -> (bytes, batch_count)
+ * Uncompressed RecordBatch v2 batches (CreateTime, base offset 0, no headers) for the rows of
+ * Arrow-layout binary columns, concatenated. `rows` (int64 buffer or None) lists the rows to
+ * encode in order; None means 0..n-1. Batches are cut as encode.py's _chunk_bounds does: rows are
+ * added while the estimated record bytes (key + value + 21 per row) stay within batch_bytes (at
+ * least one row), and at most max_records (<= 0: no limit). The records of a batch are numbered
+ * from 0; baseSequence (when base_sequence >= 0) is that of the batch's first row in the run. */
+static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
+    Py_ssize_t n, batch_bytes, max_records;
+    int leader_epoch, producer_epoch, base_sequence;
+    long long producer_id;
+    PyObject *ko, *kd, *kv, *vo, *vd, *vv, *tso, *rowso;
+    if (!PyArg_ParseTuple(args, "nOOOOOOOOnniLii", &n, &ko, &kd, &kv, &vo, &vd, &vv, &tso, &rowso,
+                          &batch_bytes, &max_records, &leader_epoch, &producer_id, &producer_epoch,
+                          &base_sequence))
+        return NULL;
+    if (batch_bytes < 1) {
+        PyErr_Format(PyExc_ValueError, "batch_bytes must be >= 1, got %zd", batch_bytes);
+        return NULL;
+    }
+    bincol key, val;
+    Py_buffer ts, rowsbuf;
+    int have_ts = 0, have_rows = 0;
+    PyObject *result = NULL, *data = NULL;
+    Py_ssize_t *cuts = NULL;
+    memset(&key, 0, sizeof(key));
+    memset(&val, 0, sizeof(val));
+    if (bincol_get(ko, kd, kv, &key, n, 0, n, "key") < 0 || bincol_get(vo, vd, vv, &val, n, 0, n, "value") < 0)
+        goto done;
+    if (PyObject_GetBuffer(tso, &ts, PyBUF_SIMPLE) < 0)
+        goto done;
+    have_ts = 1;
+    if (ts.len < n * 8) {
+        PyErr_Format(PyExc_ValueError, "timestamps buffer shorter than %zd rows", n);
+        goto done;
+    }
+    Py_ssize_t count = n;
+    const int64_t *rows = NULL;
+    if (rowso != Py_None) {
+        if (PyObject_GetBuffer(rowso, &rowsbuf, PyBUF_SIMPLE) < 0)
+            goto done;
+        have_rows = 1;
+        count = rowsbuf.len / 8;
+        rows = (const int64_t *)rowsbuf.buf;
+        for (Py_ssize_t j = 0; j < count; j++) {
+            if (rows[j] < 0 || rows[j] >= n) {
+                PyErr_Format(PyExc_ValueError, "row index %lld at %zd outside 0..%zd", (long long)rows[j], j, n);
+                goto done;
+            }
+        }
+    }
+    const int32_t *koff = (const int32_t *)key.offs.buf, *voff = (const int32_t *)val.offs.buf;
+    const int64_t *t = (const int64_t *)ts.buf;
+    const char *kdat = (const char *)key.data.buf, *vdat = (const char *)val.data.buf;
+    cuts = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(count + 1));
+    if (cuts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* pass 1: cut points and the exact output size */
+    Py_ssize_t batches = 0, total = 0, j = 0;
+    while (j < count) {
+        Py_ssize_t first = j;
+        int64_t estimate = 0, bytes = 0;
+        int64_t base_ts = t[rows ? rows[j] : j];
+        while (j < count) {
+            Py_ssize_t i = rows ? rows[j] : j;
+            int64_t kl = bincol_null(&key, i) ? -1 : koff[i + 1] - koff[i];
+            int64_t vl = bincol_null(&val, i) ? -1 : voff[i + 1] - voff[i];
+            int64_t est = (int64_t)(koff[i + 1] - koff[i]) + (voff[i + 1] - voff[i]) + 21;
+            if (j > first && (estimate + est > batch_bytes || (max_records > 0 && j - first >= max_records)))
+                break;
+            estimate += est;
+            int64_t size = record_size(t[i] - base_ts, j - first, kl, vl);
+            if (size > INT32_LIMIT) {
+                PyErr_Format(PyExc_ValueError, "record at row %zd is too large (%lld bytes)", i, (long long)size);
+                goto done;
+            }
+            bytes += size;
+            j++;
+        }
+        if (BATCH_HEADER + bytes > INT32_LIMIT) {
+            PyErr_Format(PyExc_ValueError, "a batch of rows %zd..%zd is too large", first, j);
+            goto done;
+        }
+        cuts[batches++] = j;
+        total += BATCH_HEADER + bytes;
+    }
+    data = PyBytes_FromStringAndSize(NULL, total);
+    if (data == NULL)
+        goto done;
+    char *out = PyBytes_AS_STRING(data);
+    /* pass 2: records, then each batch's header and CRC (the GIL is not needed: buffers are held) */
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t from = 0;
+    char *p = out;
+    for (Py_ssize_t b = 0; b < batches; b++) {
+        char *head = p;
+        p += BATCH_HEADER;
+        Py_ssize_t to = cuts[b];
+        int64_t base_ts = t[rows ? rows[from] : from], max_ts = base_ts;
+        for (Py_ssize_t jj = from; jj < to; jj++) {
+            Py_ssize_t i = rows ? rows[jj] : jj;
+            int64_t tsd = t[i] - base_ts, od = jj - from;
+            if (t[i] > max_ts)
+                max_ts = t[i];
+            int knull = bincol_null(&key, i), vnull = bincol_null(&val, i);
+            int64_t kl = knull ? -1 : koff[i + 1] - koff[i];
+            int64_t vl = vnull ? -1 : voff[i + 1] - voff[i];
+            int64_t body = 1 + varlong_size(tsd) + varlong_size(od) + varlong_size(kl) + (kl > 0 ? kl : 0) +
+                           varlong_size(vl) + (vl > 0 ? vl : 0) + 1;
+            p = put_varlong(p, body);
+            *p++ = 0; /* attributes */
+            p = put_varlong(p, tsd);
+            p = put_varlong(p, od);
+            p = put_varlong(p, kl);
+            if (kl > 0) {
+                memcpy(p, kdat + koff[i], (size_t)kl);
+                p += kl;
+            }
+            p = put_varlong(p, vl);
+            if (vl > 0) {
+                memcpy(p, vdat + voff[i], (size_t)vl);
+                p += vl;
+            }
+            *p++ = 0; /* header count */
+        }
+        int32_t records = (int32_t)(to - from);
+        int32_t seq = base_sequence < 0 ? -1 : (int32_t)(((int64_t)base_sequence + from) % SEQUENCE_WRAP);
+        char *h = head;
+        h = put_be64(h, 0);                                   /* baseOffset */
+        h = put_be32(h, (uint32_t)(p - head - 12));           /* batchLength */
+        h = put_be32(h, (uint32_t)leader_epoch);              /* partitionLeaderEpoch */
+        *h++ = 2;                                             /* magic */
+        char *crc_at = h;
+        h += 4;
+        h = put_be16(h, 0);                                   /* attributes: none, CreateTime */
+        h = put_be32(h, (uint32_t)(records - 1));             /* lastOffsetDelta */
+        h = put_be64(h, (uint64_t)base_ts);
+        h = put_be64(h, (uint64_t)max_ts);
+        h = put_be64(h, (uint64_t)producer_id);
+        h = put_be16(h, producer_epoch);
+        h = put_be32(h, (uint32_t)seq);
+        put_be32(h, (uint32_t)records);
+        put_be32(crc_at, crc32c_of((const uint8_t *)crc_at + 4, p - crc_at - 4));
+        from = to;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(On)", data, batches);
+done:
+    Py_XDECREF(data);
+    PyMem_Free(cuts);
+    if (have_rows)
+        PyBuffer_Release(&rowsbuf);
+    if (have_ts)
+        PyBuffer_Release(&ts);
+    bincol_release(&key);
+    bincol_release(&val);
+    return result;
+}
+
 /* Kafka's murmur2 (Utils.murmur2, seed 0x9747b28c) as an unsigned 32-bit value. */
 static uint32_t murmur2(const uint8_t *data, Py_ssize_t length) {
     const uint32_t m = 0x5bd1e995;
@@ -865,6 +1057,11 @@ static PyMethodDef methods[] = {
      "encode_records(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,\n"
      "timestamps, base_timestamp, start, end) -> bytes: the records section (no headers) of rows\n"
      "[start, end) of Arrow-layout binary columns."},
+    {"encode_batch_run", encode_batch_run, METH_VARARGS,
+     "encode_batch_run(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,\n"
+     "timestamps, rows, batch_bytes, max_records, partition_leader_epoch, producer_id,\n"
+     "producer_epoch, base_sequence) -> (bytes, batch_count): uncompressed batches without headers\n"
+     "for the rows (all, or those listed in the int64 buffer `rows`), concatenated."},
     {"murmur2_partitions", murmur2_partitions, METH_VARARGS,
      "murmur2_partitions(n, offsets, data, valid, partitions) -> bytes of int32: Kafka's default\n"
      "partitioner for each key of an Arrow-layout binary column, -1 for null keys."},

@@ -132,6 +132,46 @@ def encode_batches(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray, 
     return out
 
 
+def encode_batch_run(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray, *,
+                     rows: np.ndarray | None = None, headers: pa.Array | None = None,
+                     compression: Compression | int = Compression.NONE, compression_level: int | None = None,
+                     batch_bytes: int = 16384, max_records: int | None = None,
+                     partition_leader_epoch: int = -1, producer_id: int = -1, producer_epoch: int = -1,
+                     base_sequence: int = -1) -> tuple[bytes, int]:
+    """The batches `encode_batches` makes, concatenated, and how many there are.
+
+    `rows` (int64 row numbers) picks and orders the rows to encode without copying the columns:
+    the result equals `encode_batches` of the columns taken in that order. Uncompressed rows
+    without headers are encoded, batch headers and CRCs included, in one C call.
+    """
+    n = len(values)
+    if len(keys) != n or len(timestamps_ms) != n or (headers is not None and len(headers) != n):
+        raise InvalidRecordError("key, value, timestamp and header columns differ in length")
+    codec = codec_of(compression)
+    if codec is Compression.NONE and (headers is None or headers.null_count == n
+                                      or not _has_headers(headers, 0, n)):
+        ko, kd, kv = _binary_parts(keys)
+        vo, vd, vv = _binary_parts(values)
+        ts = np.ascontiguousarray(timestamps_ms, dtype=np.int64)
+        order = None if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+        if batch_bytes < 1:
+            raise InvalidRecordError(f"batch_bytes must be >= 1, got {batch_bytes}")
+        return _fastcodec.encode_batch_run(n, ko, kd, kv, vo, vd, vv, ts, order, batch_bytes,
+                                           max_records or 0, partition_leader_epoch, producer_id,
+                                           producer_epoch, base_sequence)
+    if rows is not None:
+        idx = pa.array(np.asarray(rows, dtype=np.int64))
+        keys, values = keys.take(idx), values.take(idx)
+        headers = headers.take(idx) if headers is not None else None
+        timestamps_ms = np.asarray(timestamps_ms)[np.asarray(rows, dtype=np.int64)]
+    batches = encode_batches(keys, values, timestamps_ms, headers=headers, compression=codec,
+                             compression_level=compression_level, batch_bytes=batch_bytes,
+                             max_records=max_records, partition_leader_epoch=partition_leader_epoch,
+                             producer_id=producer_id, producer_epoch=producer_epoch,
+                             base_sequence=base_sequence)
+    return b"".join(batches), len(batches)
+
+
 def _encode_python(keys, values, ts, headers, start: int, end: int, base_ts: int) -> bytes:
     """The records section of rows [start, end) through the reference encoder (rows with headers)."""
     ks = keys.slice(start, end - start).to_pylist()
@@ -148,4 +188,4 @@ def _encode_python(keys, values, ts, headers, start: int, end: int, base_ts: int
     return b"".join(parts)
 
 
-__all__ = ["encode_batches", "murmur2_partitions"]
+__all__ = ["encode_batch_run", "encode_batches", "murmur2_partitions"]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from logcore.records.batch import build_batch, decode_records, iter_batches
 from logcore.records.compression import Compression
-from logcore.records.encode import encode_batches, murmur2_partitions
+from logcore.records.encode import encode_batch_run, encode_batches, murmur2_partitions
 from logcore.tools.partitioner import murmur2_partition
 
 kafka_default = pytest.importorskip("kafka.partitioner.default", reason="kafka-python is not installed")
@@ -48,6 +48,47 @@ def test_same_bytes_as_build_batch(data, batch_bytes, max_records):
         assert batch == expected
         i += count
     assert i == len(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows, st.integers(1, 2000), st.one_of(st.none(), st.integers(1, 7)), st.randoms(use_true_random=False),
+       st.one_of(st.just(-1), st.integers(0, 2**31 - 1)))
+def test_batch_run_equals_the_batches_of_the_taken_rows(data, batch_bytes, max_records, rnd, sequence):
+    """The one-call C encoder of a row selection makes exactly the per-batch encoder's bytes."""
+    keys = pa.array([k for k, _, _ in data], pa.binary())
+    values = pa.array([v for _, v, _ in data], pa.binary())
+    ts = np.array([t for _, _, t in data], dtype=np.int64)
+    picked = rnd.sample(range(len(data)), rnd.randint(0, len(data)))
+    rows = np.array(picked, dtype=np.int64)
+    producer = {"producer_id": 9, "producer_epoch": 2} if sequence >= 0 else {}
+    run, count = encode_batch_run(keys, values, ts, rows=rows, batch_bytes=batch_bytes,
+                                  max_records=max_records, base_sequence=sequence,
+                                  partition_leader_epoch=4, **producer)
+    idx = pa.array(rows, pa.int64())
+    expected = encode_batches(keys.take(idx), values.take(idx), ts[rows], batch_bytes=batch_bytes,
+                              max_records=max_records, base_sequence=sequence, partition_leader_epoch=4,
+                              **producer)
+    assert run == b"".join(expected) and count == len(expected)
+    whole, _ = encode_batch_run(keys, values, ts, batch_bytes=batch_bytes, max_records=max_records)
+    assert whole == b"".join(encode_batches(keys, values, ts, batch_bytes=batch_bytes, max_records=max_records))
+
+
+def test_batch_run_rejects_rows_outside_the_columns():
+    values = pa.array([b"a", b"b"])
+    with pytest.raises(ValueError, match="row index 2 at 1 outside"):
+        encode_batch_run(pa.nulls(2, pa.binary()), values, np.zeros(2, np.int64), rows=np.array([0, 2]))
+
+
+def test_batch_run_with_a_codec_or_headers_takes_the_rows():
+    keys = pa.array([b"k1", b"k2", b"k3"])
+    values = pa.array([b"a", b"b", b"c"])
+    headers = pa.array([[{"key": "h", "value": b"x"}], None, None], HEADERS)
+    ts = np.array([10, 11, 12], dtype=np.int64)
+    rows = np.array([2, 0])
+    run, count = encode_batch_run(keys, values, ts, rows=rows, headers=headers)
+    assert count == 1 and run == build_batch([(b"k3", b"c", (), 12), (b"k1", b"a", (("h", b"x"),), 10)])
+    run, _ = encode_batch_run(keys, values, ts, rows=rows, compression=Compression.ZSTD)
+    assert run == build_batch([(b"k3", b"c", (), 12), (b"k1", b"a", (), 10)], compression=Compression.ZSTD)
 
 
 def test_sliced_string_columns_and_nulls():
