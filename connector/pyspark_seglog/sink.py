@@ -41,8 +41,9 @@ from logcore.errors import (
 )
 from logcore.log.log_root import LogRoot
 from logcore.records.compression import Compression
-from logcore.records.encode import encode_batches
+from logcore.records.encode import encode_batch_run
 from logcore.storage import open_storage
+from logcore.storage.writeback import start_writeback
 
 from pyspark_seglog.broker_client import BrokerClient
 from pyspark_seglog.row_router import RowRouter
@@ -472,14 +473,14 @@ class _TaskStager(RowRouter):
             found = self.topics[topic] = (info.partitions, codec, limit)
         return found
 
-    def _encode(self, topic, partition, codec, keys, values, ts, headers) -> None:
-        batches = encode_batches(keys, values, ts, headers=headers, compression=codec,
-                                 batch_bytes=self.opts.batch_size, max_records=self.opts.max_records)
+    def _encode(self, topic, partition, codec, keys, values, ts, headers, rows) -> None:
+        data, _ = encode_batch_run(keys, values, ts, rows=rows, headers=headers, compression=codec,
+                                   batch_bytes=self.opts.batch_size, max_records=self.opts.max_records)
         tp = (topic, partition)
-        self.buffers.setdefault(tp, []).extend(batches)
+        self.buffers.setdefault(tp, []).append(data)
         acc = self.buffered.setdefault(tp, [0, 0])
-        acc[0] += sum(map(len, batches))
-        acc[1] += len(values)
+        acc[0] += len(data)
+        acc[1] += len(values) if rows is None else len(rows)
         limit = self.topics[topic][2]
         if acc[0] >= (min(limit, _WRITE_CHUNK_BYTES) if self.local else limit):
             self._write(tp)
@@ -525,6 +526,7 @@ def _append_file(os_path: str, chunks: list) -> None:
     os.makedirs(os.path.dirname(os_path), exist_ok=True)
     fd = os.open(os_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
+        start = os.lseek(fd, 0, os.SEEK_END)
         for i in range(0, len(chunks), _IOV_MAX):
             group = chunks[i:i + _IOV_MAX]
             want = sum(map(len, group))
@@ -533,5 +535,7 @@ def _append_file(os_path: str, chunks: list) -> None:
                 rest = b"".join(group)[done:]
                 while rest:
                     rest = rest[os.write(fd, rest):]
+        # The commit fsyncs the part when it adopts it: let the disk start on it now.
+        start_writeback(fd, start, os.lseek(fd, 0, os.SEEK_CUR) - start)
     finally:
         os.close(fd)
