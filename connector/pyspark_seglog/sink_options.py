@@ -35,8 +35,9 @@ DEFAULT_TOPIC_PARTITIONS = 1
 KNOWN_OPTIONS = {
     "path": "the log root (also given as save(path) / start(path))",
     "topic": "topic for every row; overrides the `topic` column",
-    "compression.type": "none (or uncompressed), gzip, snappy, lz4, zstd; default: the topic's compression.type",
-    "batch.size": "bytes of records per RecordBatch (Kafka producer's batch.size)",
+    "compression.type": "none (or uncompressed), gzip, snappy, lz4, zstd; default: the topic's compression.type"
+                        " (also kafka.compression.type)",
+    "batch.size": "bytes of records per RecordBatch (Kafka producer's batch.size; also kafka.batch.size)",
     "maxrecordsperbatch": "at most this many records per RecordBatch",
     "autocreatetopics": "create a missing topic (true) or fail (false)",
     "topic.partitions": "partition count of a topic the sink creates",
@@ -106,6 +107,18 @@ def check_unknown(options) -> None:
             " other kafka.* (ignored)")
 
 
+def _alias(options: dict, name: str) -> None:
+    """Spark's Kafka sink takes producer settings as `kafka.<name>`: honour them as `<name>`."""
+    prefixed = options.pop(f"kafka.{name}", None)
+    if prefixed is None:
+        return
+    given = options.get(name)
+    if given is not None and str(given).strip().lower() != str(prefixed).strip().lower():
+        raise InvalidConfigError(
+            f"options {name}={given!r} and kafka.{name}={prefixed!r} disagree: give one of them")
+    options[name] = prefixed
+
+
 def parse_sink_options(options) -> SinkOptions:
     """Validate every sink option; raises InvalidConfigError naming the option and what is allowed."""
     options = {str(k).lower(): v for k, v in options.items()}
@@ -118,6 +131,8 @@ def parse_sink_options(options) -> SinkOptions:
     topic = options.get("topic")
     if topic is not None and not str(topic).strip():
         raise InvalidConfigError("option topic='' is empty: give a topic name or drop the option")
+    _alias(options, "compression.type")
+    _alias(options, "batch.size")
     raw_codec = options.get("compression.type")
     compression = None
     if raw_codec is not None:

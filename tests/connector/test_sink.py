@@ -319,6 +319,9 @@ def test_fencing_and_takeover_at_the_driver(tmp_path):
     ({"topic": "t", "topic.config.cleanup.policy": "shred"}, "topic.config"),
     ({"topic": ""}, "option topic='' is empty"),
     ({}, "no topic: set the `topic` option"),
+    ({"topic": "t", "kafka.compression.type": "brotli"}, "compression.type='brotli'"),
+    ({"topic": "t", "batch.size": "100", "kafka.batch.size": "200"},
+     "batch.size='100' and kafka.batch.size='200' disagree"),
 ])
 def test_bad_options(tmp_path, options, match):
     with pytest.raises(InvalidConfigError, match=match):
@@ -367,6 +370,17 @@ def test_kafka_options_ignored_and_missing_topic_without_autocreate(tmp_path):
         SeglogStreamWriter({"path": root, "topic": "u", "autocreatetopics": "false"}, _schema(), False)
     with pytest.raises(InvalidConfigError, match="Overwrite"):
         SeglogBatchWriter({"path": root, "topic": "t"}, _schema(), True)
+
+
+def test_kafka_producer_settings_of_spark_kafka_sink_are_honoured(tmp_path):
+    """A pipeline moving from format("kafka") keeps kafka.compression.type and kafka.batch.size."""
+    from pyspark_seglog.sink_options import parse_sink_options
+    opts = parse_sink_options({"path": str(tmp_path), "topic": "t", "kafka.compression.type": "ZSTD",
+                               "kafka.batch.size": "65536"})
+    assert (opts.compression, opts.batch_size) == (Compression.ZSTD, 65536)
+    same = parse_sink_options({"path": str(tmp_path), "topic": "t", "compression.type": "lz4",
+                               "kafka.compression.type": "lz4"})
+    assert same.compression == Compression.LZ4
 
 
 def test_partition_out_of_range_and_created_topic_config(tmp_path):
