@@ -563,7 +563,9 @@ class Log:
         self.bases.append(base_offset)
         if self.storage.is_local and self.writer:
             # As Kafka, a snapshot at every roll, empty or not: readers replay only what follows.
-            self.producer_state.write_snapshot(base_offset)
+            # Not fsynced (Kafka flushes it later too): a snapshot torn by a power loss fails its
+            # CRC and recovery falls back to an older one and replays from there.
+            self.producer_state.write_snapshot(base_offset, durable=False)
         return seg
 
     def _compression(self, compression) -> Compression:

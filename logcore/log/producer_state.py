@@ -387,10 +387,10 @@ def list_snapshot_offsets(storage: Storage, directory: str) -> list[int]:
 
 
 def write_snapshot(storage: Storage, directory: str, offset: int,
-                   entries: Iterable[ProducerStateEntry]) -> str:
-    """Write `<offset>.snapshot` atomically; returns its path."""
+                   entries: Iterable[ProducerStateEntry], *, durable: bool = True) -> str:
+    """Write `<offset>.snapshot` atomically (fsynced unless not `durable`); returns its path."""
     path = storage.join(directory, snapshot_file_name(offset))
-    storage.write_atomic(path, encode_snapshot(entries))
+    storage.write_atomic(path, encode_snapshot(entries), durable=durable)
     return path
 
 
@@ -581,9 +581,10 @@ class ProducerStateManager:
         self.write_snapshot(self.map_end_offset)
         return self.map_end_offset
 
-    def write_snapshot(self, offset: int | None = None) -> str:
+    def write_snapshot(self, offset: int | None = None, *, durable: bool = True) -> str:
         offset = self.map_end_offset if offset is None else offset
-        path = write_snapshot(self.storage, self.directory, offset, self._producers.values())
+        path = write_snapshot(self.storage, self.directory, offset, self._producers.values(),
+                              durable=durable)
         self.last_snapshot_offset = offset
         return path
 
