@@ -47,7 +47,7 @@ from logcore.storage.writeback import start_writeback
 
 from pyspark_seglog.broker_client import BrokerClient
 from pyspark_seglog.row_router import RowRouter
-from pyspark_seglog.sink_options import SinkOptions, parse_sink_options
+from pyspark_seglog.sink_options import SinkOptions, default_batch_size, parse_sink_options
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ DEFAULT_LOCAL_PART_BYTES = 256 << 20
 DEFAULT_OBJECT_PART_BYTES = 8 << 20
 _WRITE_CHUNK_BYTES = 1 << 20
 _IOV_MAX = 1024
+_PAGE = 4096
 _PUBLISH_THREADS = 8
 
 _COMPRESSION_BY_TOPIC_CONFIG = {"uncompressed": Compression.NONE, "producer": Compression.NONE,
@@ -258,14 +259,25 @@ class _SeglogWriterBase:
         for p in parts:
             by_partition.setdefault((p.topic, p.partition), []).append(p)
         root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options)
+        pool = ThreadPoolExecutor(max_workers=max(1, min(len(by_partition), _PUBLISH_THREADS)),
+                                  thread_name_prefix="seglog-publish")
         try:
             logs = {}
             try:
-                # take every target partition and check its owner before publishing any of them
-                for tp in sorted(by_partition):
-                    log = root.log(*tp, writer=True)
-                    logs[tp] = log
-                    if self.streaming:
+                # Take every target partition and check its owner before publishing any of them.
+                # Partitions are taken, published and closed in parallel: each has its own fence,
+                # files and fsyncs.
+                opened = {tp: pool.submit(root.log, *tp, writer=True) for tp in sorted(by_partition)}
+                errors = []
+                for tp, future in opened.items():
+                    try:
+                        logs[tp] = future.result()
+                    except Exception as exc:          # noqa: BLE001 - re-raised below
+                        errors.append(exc)
+                if errors:
+                    raise errors[0]
+                if self.streaming:
+                    for log in logs.values():
                         self._check_owner(log, query_id)
                 if self.streaming and pinned is None:
                     manifest = {"query": query_id, "batch": batch_id, "parts": [p.__dict__ for p in parts]}
@@ -280,11 +292,12 @@ class _SeglogWriterBase:
                         continue            # published by an earlier attempt of this commit
                     todo.append((log, sorted(by_partition[tp], key=lambda p: (p.task, p.seq))))
                 commit_marker = {"query": query_id, "batch": batch_id} if self.streaming else None
-                _publish_all(storage, todo, commit_marker, self.opts.staging_adopt_bytes)
+                _run_all(pool, [(_publish, storage, log, parts, commit_marker, self.opts.staging_adopt_bytes)
+                                for log, parts in todo])
             finally:
-                for log in logs.values():
-                    log.close()
+                _run_all(pool, [(log.close,) for log in logs.values()])
         finally:
+            pool.shutdown()
             root.close()
         if self.streaming:
             storage.write_atomic(f"{_staging(query_id)}/{COMMITTED}",
@@ -341,16 +354,10 @@ def _publish(storage, log, parts: list[StagedPart], marker: dict | None, adopt_b
     log.commit(marker=marker)
 
 
-def _publish_all(storage, todo: list, marker: dict | None, adopt_bytes: int) -> None:
-    """Publish partitions in parallel: each has its own log, fence and fsync."""
-    if len(todo) <= 1:
-        for log, parts in todo:
-            _publish(storage, log, parts, marker, adopt_bytes)
-        return
-    with ThreadPoolExecutor(max_workers=min(len(todo), _PUBLISH_THREADS),
-                            thread_name_prefix="seglog-publish") as pool:
-        futures = [pool.submit(_publish, storage, log, parts, marker, adopt_bytes) for log, parts in todo]
-        errors = [f.exception() for f in futures]
+def _run_all(pool: ThreadPoolExecutor, calls: list[tuple]) -> None:
+    """Run every call (a function and its arguments) in the pool; raise the first error."""
+    futures = [pool.submit(*call) for call in calls]
+    errors = [f.exception() for f in futures]
     for error in errors:
         if error is not None:
             raise error
@@ -439,7 +446,7 @@ class _TaskStager(RowRouter):
         # segment; on an object store it is one object written whole.
         self.local = self.storage.is_local
         self.root: LogRoot | None = None
-        self.topics: dict[str, tuple[int, Compression, int]] = {}   # partitions, codec, part limit
+        self.topics: dict[str, tuple[int, Compression, int, int]] = {}   # partitions, codec, part limit, batch bytes
         self.buffers: dict[tuple[str, int], list] = {}
         self.buffered: dict[tuple[str, int], list[int]] = {}    # [bytes, records]
         self.open_parts: dict[tuple[str, int], StagedPart] = {}
@@ -467,15 +474,16 @@ class _TaskStager(RowRouter):
                 limit = DEFAULT_LOCAL_PART_BYTES
             else:
                 limit = DEFAULT_OBJECT_PART_BYTES
+            batch_bytes = self.opts.batch_size or default_batch_size(config.max_message_bytes)
             # A part the commit adopts as a segment must fit one (a batch may overshoot by one
             # batch, so leave room for the largest).
-            limit = max(1, min(limit, config.segment_bytes - 2 * max(self.opts.batch_size, 1 << 20)))
-            found = self.topics[topic] = (info.partitions, codec, limit)
+            limit = max(1, min(limit, config.segment_bytes - 2 * max(batch_bytes, 1 << 20)))
+            found = self.topics[topic] = (info.partitions, codec, limit, batch_bytes)
         return found
 
     def _encode(self, topic, partition, codec, keys, values, ts, headers, rows) -> None:
         data, _ = encode_batch_run(keys, values, ts, rows=rows, headers=headers, compression=codec,
-                                   batch_bytes=self.opts.batch_size, max_records=self.opts.max_records)
+                                   batch_bytes=self.topics[topic][3], max_records=self.opts.max_records)
         tp = (topic, partition)
         self.buffers.setdefault(tp, []).append(data)
         acc = self.buffered.setdefault(tp, [0, 0])
@@ -535,7 +543,10 @@ def _append_file(os_path: str, chunks: list) -> None:
                 rest = b"".join(group)[done:]
                 while rest:
                     rest = rest[os.write(fd, rest):]
-        # The commit fsyncs the part when it adopts it: let the disk start on it now.
-        start_writeback(fd, start, os.lseek(fd, 0, os.SEEK_CUR) - start)
+        # The commit fsyncs the part when it adopts it: let the disk start on it now. Whole pages
+        # only: appending into a page under write-back can wait for that write to finish.
+        first = start - start % _PAGE
+        end = os.lseek(fd, 0, os.SEEK_CUR)
+        start_writeback(fd, first, end - end % _PAGE - first)
     finally:
         os.close(fd)

@@ -383,6 +383,26 @@ def test_kafka_producer_settings_of_spark_kafka_sink_are_honoured(tmp_path):
     assert same.compression == Compression.LZ4
 
 
+@pytest.mark.parametrize("topic_config, largest", [({}, 524294), ({"max.message.bytes": "20000"}, 10000)])
+def test_default_batch_size_follows_the_topic_max_message_bytes(tmp_path, topic_config, largest):
+    """Into a root, batches hold up to 1,000,000 bytes of records, at most half max.message.bytes."""
+    root = str(tmp_path / "root")
+    options = {"path": root, "topic": "t", **{f"topic.config.{k}": v for k, v in topic_config.items()}}
+    w = SeglogBatchWriter(options, _schema(), False)
+    stager = _TaskStager(w, w.job_id, 0, 0, 0)
+    rows = 20000
+    stager.add(pa.RecordBatch.from_arrays([pa.array([b"k"] * rows), pa.array([b"v" * 100] * rows)],
+                                          ["key", "value"]))
+    stager.flush_all()
+    w.commit([SeglogCommitMessage(w.job_id, 0, 0, 0, stager.parts)])
+    data = open(os.path.join(root, "t-0", "00000000000000000000.log"), "rb").read()
+    headers = [h for _, h in iter_batches(data)]
+    assert sum(h.records_count for h in headers) == rows
+    estimate = largest // (1 + 100 + 21)      # records per batch by the sink's size estimate
+    assert max(h.records_count for h in headers) == min(rows, estimate)
+    assert max(h.size for h in headers) <= largest + 61
+
+
 def test_partition_out_of_range_and_created_topic_config(tmp_path):
     from pyspark.sql.types import IntegerType, StructField
     root = str(tmp_path / "root")
