@@ -27,6 +27,7 @@ from logcore.errors import InvalidConfigError, SegLogError, TopicExistsError
 from logcore.log.config import CONFIG_KEYS, ConfigType, MaintenanceConfig, resolve_root_defaults
 from logcore.log.log_root import LogRoot
 from logcore.log.partition_metadata import parse_topic_id
+from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
 
 logger = logging.getLogger(__name__)
 
@@ -311,6 +312,23 @@ class Broker:
             value = key.format(self.config.values[name])
             out.append({"name": name, "value": value, "read_only": True,
                         "config_source": SOURCE_STATIC_BROKER, "is_sensitive": False, "synonyms": [],
+                        "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
+        return out + self._describe_tiered_configs(keys)
+
+    def _describe_tiered_configs(self, keys: set[str] | None) -> list[dict]:
+        """The root's tiered-storage settings in effect (broker.properties over the root's
+        stored defaults); the rsm.config.storage.* options other than the URL (credentials,
+        endpoints) are not reported."""
+        defaults = self.root.defaults()
+        tiered = TieredConfig.from_props(defaults)
+        out = []
+        for short, key in TIERED_KEYS.items():
+            name = short if key.category == "tiered" else RSM_PREFIX + short
+            if keys is not None and name not in keys:
+                continue
+            source = SOURCE_STATIC_BROKER if name in defaults else SOURCE_DEFAULT
+            out.append({"name": name, "value": key.format(tiered.get(short)), "read_only": True,
+                        "config_source": source, "is_sensitive": False, "synonyms": [],
                         "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
         return out
 

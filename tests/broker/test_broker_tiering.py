@@ -109,6 +109,13 @@ def test_broker_tiers_to_s3_and_serves_earliest_from_remote(broker_factory, s3_e
     configs = next(iter(described.values())).result(10)
     assert configs["remote.storage.enable"].value == "true"
     assert configs["local.retention.bytes"].value == "4096"
+    described = admin.describe_configs([ConfigResource("broker", "0")])
+    configs = next(iter(described.values())).result(10)
+    assert configs["remote.log.storage.system.enable"].value == "true"
+    assert configs["rsm.config.storage.url"].value == settings["rsm.config.storage.url"]
+    assert configs["remote.log.manager.task.interval.ms"].value == "200"
+    assert not any(name.startswith("rsm.config.storage.") and name != "rsm.config.storage.url"
+                   for name in configs)          # credentials and endpoints are not reported
 
     # ListOffsets earliest is the remote start; a consumer from there reads everything once.
     assert _earliest(b, "cold") == 0
