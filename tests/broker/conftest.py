@@ -91,6 +91,12 @@ def _start_factory(base: Path, started: list):
 
 
 @pytest.fixture
+def broker_env() -> dict:
+    """The environment a `seglog` subprocess of a test runs with (this checkout first)."""
+    return _env()
+
+
+@pytest.fixture
 def broker_factory(tmp_path):
     """Start brokers for one test (restarts, kills, special settings)."""
     started: list[RunningBroker] = []

@@ -20,7 +20,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: 
 from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: E402
 
 from broker_helpers import consume_all, create, produce  # noqa: E402
-from conftest import _env  # noqa: E402
 
 from logcore.broker.config import BrokerConfig  # noqa: E402
 from logcore.errors import InvalidConfigError  # noqa: E402
@@ -138,13 +137,13 @@ def test_broker_tiers_to_s3_and_serves_earliest_from_remote(broker_factory, s3_e
     _check_all(b2, "cold", values + more)
 
 
-def _start_fails(tmp_path, props: dict[str, str]) -> str:
+def _start_fails(tmp_path, env: dict, props: dict[str, str]) -> str:
     """Run `seglog broker` with these settings; it must exit with an error: its stderr."""
     conf = tmp_path / "bad-broker.properties"
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "logs"), **props}
     conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     done = subprocess.run([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                          capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=60)
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert done.returncode != 0 and "listening on" not in done.stdout, done.stderr
     assert "Traceback" not in done.stderr
     return done.stderr
@@ -168,19 +167,19 @@ def test_bad_tiering_config_names_the_setting(tmp_path, props, named):
     assert str(info.value).startswith("broker.properties: ")
 
 
-def test_bad_tiering_config_fails_broker_start(tmp_path):
-    err = _start_fails(tmp_path, {"remote.log.storage.system.enable": "true"})
+def test_bad_tiering_config_fails_broker_start(tmp_path, broker_env):
+    err = _start_fails(tmp_path, broker_env, {"remote.log.storage.system.enable": "true"})
     assert "remote.log.storage.system.enable=true needs rsm.config.storage.url" in err
 
 
-def test_unwritable_remote_root_fails_broker_start(tmp_path, s3_endpoint):
+def test_unwritable_remote_root_fails_broker_start(tmp_path, broker_env, s3_endpoint):
     settings = _tiered_settings(s3_endpoint, "no-such-bucket-seglog")
-    err = _start_fails(tmp_path, settings)
+    err = _start_fails(tmp_path, broker_env, settings)
     assert "rsm.config.storage.url=s3://no-such-bucket-seglog/tier" in err
     assert s3_endpoint.secret not in err.replace("rsm.config.storage.secret", "")
 
 
-def test_tiered_topic_needs_tiering_enabled_broker(broker, tmp_path):
+def test_tiered_topic_needs_tiering_enabled_broker(broker, tmp_path, broker_env):
     # A broker without tiering refuses CreateTopics with remote.storage.enable=true, naming it.
     with pytest.raises(Exception, match="remote.log.storage.system.enable"):
         create(broker, "tiered-refused", 1, {"remote.storage.enable": "true"})
@@ -193,5 +192,5 @@ def test_tiered_topic_needs_tiering_enabled_broker(broker, tmp_path):
     doc = json.loads(stored.read_text())
     doc["defaults"] = {}            # the root's own defaults say nothing of tiering
     stored.write_text(json.dumps(doc))
-    err = _start_fails(tmp_path, {})
+    err = _start_fails(tmp_path, broker_env, {})
     assert "remote.storage.enable" in err and "remote.log.storage.system.enable" in err
