@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: E402
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
 
 from broker_helpers import consume_all, create, produce  # noqa: E402
 
@@ -183,6 +183,11 @@ def test_tiered_topic_needs_tiering_enabled_broker(broker, tmp_path, broker_env)
     # A broker without tiering refuses CreateTopics with remote.storage.enable=true, naming it.
     with pytest.raises(Exception, match="remote.log.storage.system.enable"):
         create(broker, "tiered-refused", 1, {"remote.storage.enable": "true"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics([NewTopic("tiered-refused", 1, 1, config={"remote.storage.enable": "true"})],
+                                  validate_only=True)
+    with pytest.raises(Exception, match="remote.log.storage.system.enable"):
+        futures["tiered-refused"].result(15)
     # A root holding a tiered topic, then served by a broker without tiering: the start fails
     # naming both settings rather than serving the topic without its remote part.
     tiering = {"remote.log.storage.system.enable": "true", "rsm.config.storage.url": str(tmp_path / "remote")}
