@@ -4,8 +4,9 @@ same consumer reading the same records from local segments, through the same bro
 
 Two 1-partition topics get the same 1 KiB records: `local` (all local) and `cold`
 (remote.storage.enable=true, local.retention.bytes=1: once the broker's tiering pass has copied
-its sealed segments, only the active segment stays local). Broker CPU seconds are printed beside
-each figure.
+its sealed segments, only the active segment stays local). Each is read twice, alternated; the
+best of each is kept. The data is larger than the default 64 MiB chunk cache, so every read of
+`cold` fetches from S3. Broker CPU seconds are printed beside the figure.
 
     python bench/bench_broker_tiered.py [--mib 64]
 """
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         try:
             bucket, _ = _make_bucket(endpoint)
             proc, bootstrap = start_tiered_broker(tmp, endpoint, bucket)
-            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})   # quiet when the broker stops
             common = {"segment.bytes": str(SEGMENT)}
             for name, config in (("local", common), ("cold", {**common, "remote.storage.enable": "true",
                                                                 "local.retention.bytes": "1"})):
@@ -110,17 +111,15 @@ def main(argv: list[str] | None = None) -> list[str]:
                 if time.monotonic() > deadline:
                     raise SystemExit("the broker did not tier the cold topic within 300 s")
                 time.sleep(0.5)
-            rows = []
-            figures = {}
-            for name in ("local", "cold", "cold"):             # cold twice: chunk cache cold, then warm
-                cpu0 = _cpu_of(proc.pid)
-                seconds = consume_from_earliest(bootstrap, name, n)
-                key = name if name not in figures else "cold (again)"
-                figures[key] = (mb / seconds, _cpu_of(proc.pid) - cpu0)
-            local_mbs, local_cpu = figures["local"]
-            for key, label in (("cold", "consume from S3, earliest"), ("cold (again)", "consume from S3 again")):
-                mbs, cpu = figures[key]
-                rows.append((f"{label} (broker CPU {cpu:.1f} s vs {local_cpu:.1f} s local)", mbs, local_mbs, "MB/s"))
+            best: dict[str, tuple[float, float]] = {}
+            for _ in range(2):                  # alternated, best of two each
+                for name in ("local", "cold"):
+                    cpu0 = _cpu_of(proc.pid)
+                    figure = (mb / consume_from_earliest(bootstrap, name, n), _cpu_of(proc.pid) - cpu0)
+                    best[name] = max(best.get(name, figure), figure)
+            (local_mbs, local_cpu), (cold_mbs, cold_cpu) = best["local"], best["cold"]
+            rows = [(f"consume from earliest, data in S3 (broker CPU {cold_cpu:.1f} s vs {local_cpu:.1f} s)",
+                     cold_mbs, local_mbs, "MB/s")]
             return print_table(f"broker fetch of tiered data: {args.mib} MiB, 1 KiB records, "
                                f"{endpoint.backend} (anchor: the same data from local segments)", rows)
         finally:
