@@ -27,6 +27,7 @@ from logcore.errors import InvalidConfigError, SegLogError, TopicExistsError
 from logcore.log.config import CONFIG_KEYS, ConfigType, MaintenanceConfig, resolve_root_defaults
 from logcore.log.log_root import LogRoot
 from logcore.log.partition_metadata import parse_topic_id
+from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,9 @@ class Broker:
             initial_delay_ms=config["group.initial.rebalance.delay.ms"],
             min_session_ms=config["group.min.session.timeout.ms"],
             max_session_ms=config["group.max.session.timeout.ms"])
-        self.maintenance = BrokerMaintenance(self.partitions, MaintenanceConfig.from_props(config.log_defaults))
+        self.maintenance = BrokerMaintenance(
+            self.partitions, MaintenanceConfig.from_props(config.log_defaults),
+            tiering_interval_ms=config["remote.log.manager.task.interval.ms"], broker_id=self.node_id)
         self.handlers = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
@@ -67,7 +70,11 @@ class Broker:
         self.served = dict(SERVED)
 
     def open(self) -> None:
-        """Open every partition (blocking) and rebuild the groups from __consumer_offsets."""
+        """Open every partition (blocking) and rebuild the groups from __consumer_offsets.
+        With tiered storage, a remote root that cannot be written fails the start."""
+        tier = self.root.remote_tier()
+        if tier is not None:
+            tier.check_access()
         self.partitions.open_all()
         self.groups.load()
 
@@ -209,11 +216,12 @@ class Broker:
                 if t.name in self.partitions.topics:
                     raise _Failed(E.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
                 if body.validate_only:
-                    from logcore.log.config import (LogConfig, validate_topic_name,
-                                                    validate_topic_overrides)
+                    from logcore.log.config import (LogConfig, check_topic_against_root,
+                                                    validate_topic_name, validate_topic_overrides)
                     validate_topic_name(t.name)
                     validate_topic_overrides(configs)
-                    LogConfig.from_props(configs, self.root.defaults())
+                    defaults = self.root.defaults()
+                    check_topic_against_root(t.name, LogConfig.from_props(configs, defaults), defaults)
                 else:
                     self._create_topic(t.name, partitions, configs)
                 res.update(num_partitions=partitions, replication_factor=1,
@@ -304,6 +312,23 @@ class Broker:
             value = key.format(self.config.values[name])
             out.append({"name": name, "value": value, "read_only": True,
                         "config_source": SOURCE_STATIC_BROKER, "is_sensitive": False, "synonyms": [],
+                        "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
+        return out + self._describe_tiered_configs(keys)
+
+    def _describe_tiered_configs(self, keys: set[str] | None) -> list[dict]:
+        """The root's tiered-storage settings in effect (broker.properties over the root's
+        stored defaults); the rsm.config.storage.* options other than the URL (credentials,
+        endpoints) are not reported."""
+        defaults = self.root.defaults()
+        tiered = TieredConfig.from_props(defaults)
+        out = []
+        for short, key in TIERED_KEYS.items():
+            name = short if key.category == "tiered" else RSM_PREFIX + short
+            if keys is not None and name not in keys:
+                continue
+            source = SOURCE_STATIC_BROKER if name in defaults else SOURCE_DEFAULT
+            out.append({"name": name, "value": key.format(tiered.get(short)), "read_only": True,
+                        "config_source": source, "is_sensitive": False, "synonyms": [],
                         "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
         return out
 

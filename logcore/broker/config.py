@@ -3,7 +3,9 @@
 A broker.properties file holds two kinds of lines: the broker settings declared here
 (listeners, log.dirs, node.id, ...) and log defaults with Kafka's broker-level names
 (log.segment.bytes, log.retention.hours, message.max.bytes, ...) that become the log root's
-topic defaults for this broker. Any other name is an error that names the file and the key.
+topic defaults for this broker, among them the root's tiered-storage settings
+(remote.log.storage.system.enable, rsm.config.*; logcore.tiered.config). Any other name is an
+error that names the file and the key.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 from logcore.errors import InvalidConfigError
 from logcore.log.config import (ConfigKey, ConfigType, _unknown_message, at_least, between,
                                 load_properties, resolve_root_defaults)
+from logcore.tiered.config import TieredConfig
 
 _LISTENER = re.compile(r"^(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)://)?(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
 
@@ -78,6 +81,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
               category="broker"),
     ConfigKey("connections.max.idle.ms", ConfigType.LONG, 600000,
               "Close a connection idle this long.", validator=at_least(1000), category="broker"),
+    ConfigKey("remote.log.manager.task.interval.ms", ConfigType.LONG, 30000,
+              "How often the background service tiers the partitions of tiered topics (copy to the"
+              " remote tier, local and remote retention); other retention work runs every"
+              " log.retention.check.interval.ms.", validator=at_least(1), category="broker"),
 )}
 
 
@@ -86,6 +93,7 @@ class BrokerConfig:
     values: dict[str, Any]              # broker settings, typed
     log_defaults: dict[str, str]        # the rest: topic defaults with broker-level names
     source: str = "<properties>"
+    tiered: TieredConfig | None = None  # the tiered-storage settings among log_defaults
 
     @classmethod
     def from_props(cls, props: dict[str, str], source: str = "<properties>") -> "BrokerConfig":
@@ -108,7 +116,11 @@ class BrokerConfig:
                 bad = next(n for n in rest if n not in _known_log_names())
                 message = _unknown_message(bad, list(BROKER_KEYS) + _known_log_names(), "broker config")
             raise InvalidConfigError(f"{source}: {message}") from None
-        return cls(values, rest, source)
+        try:
+            tiered = TieredConfig.from_props(rest)    # remote.log.*, rsm.config.*: as `seglog maintain`
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(f"{source}: {exc}") from None
+        return cls(values, rest, source, tiered)
 
     @classmethod
     def load(cls, path: str) -> "BrokerConfig":

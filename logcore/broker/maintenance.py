@@ -1,10 +1,18 @@
-"""The broker's background services: retention and compaction of the logs it serves.
+"""The broker's background services: retention, compaction and tiering of the logs it serves.
 
-A thread runs a pass every log.retention.check.interval.ms over the partitions the broker has
-open (including `__consumer_offsets`), through MaintenanceService.maintain_log on the broker's
-own writer Log objects: the broker already holds every partition, so the service neither takes
-nor fences them. A Log serialises the service's deletions and segment swaps with the
-broker's appends under its own lock; a fetch reads under the same lock.
+A thread runs passes over the partitions the broker has open (including `__consumer_offsets`),
+through MaintenanceService.maintain_log on the broker's own writer Log objects: the broker
+already holds (leads) every partition, so the service neither takes nor fences them. Every
+log.retention.check.interval.ms a pass visits every partition; in between, every
+remote.log.manager.task.interval.ms, a pass visits the partitions that have a remote tier
+(topics with remote.storage.enable=true): it copies their sealed segments below the LSO to the
+remote tier, deletes local copies past local retention and expires remote segments past total
+retention (logcore.tiered.remote_log_manager), as Kafka's remote log manager task does.
+
+A Log serialises the service's deletions, log start offset moves and segment swaps with the
+broker's appends under its own lock, and a fetch reads under the same lock, so a reader is
+never sent to a segment being deleted. Copies read only sealed segments, which appends never
+touch.
 """
 from __future__ import annotations
 
@@ -12,18 +20,20 @@ import logging
 import threading
 import time
 
-from logcore.broker.partitions import PartitionManager
+from logcore.broker.partitions import Partition, PartitionManager
 from logcore.log.config import MaintenanceConfig
-from logcore.maintenance.service import MaintenanceService, MaintenanceSummary
+from logcore.maintenance.service import MaintenanceService, MaintenanceSummary, PartitionOutcome
 
 logger = logging.getLogger(__name__)
 
 
 class BrokerMaintenance:
-    def __init__(self, partitions: PartitionManager, settings: MaintenanceConfig):
+    def __init__(self, partitions: PartitionManager, settings: MaintenanceConfig, *,
+                 tiering_interval_ms: int = 30000, broker_id: int = -1):
         self.partitions = partitions
-        self.service = MaintenanceService(partitions.root, settings)
+        self.service = MaintenanceService(partitions.root, settings, broker_id=broker_id)
         self.interval = settings.retention_check_interval_ms / 1000
+        self.tiering_interval = tiering_interval_ms / 1000
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
@@ -38,13 +48,14 @@ class BrokerMaintenance:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def run_once(self, now_ms: int | None = None) -> MaintenanceSummary:
+    def run_once(self, now_ms: int | None = None, *, tiered_only: bool = False) -> MaintenanceSummary:
+        """One pass over every open partition, or (`tiered_only`) over those with a remote tier."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         summary = MaintenanceSummary(now)
         for part in list(self.partitions.partitions.values()):
             if self._stop.is_set():
                 break
-            if part.closed:
+            if part.closed or (tiered_only and part.log.remote is None):
                 continue
             try:
                 outcome = self.service.maintain_log(part.log, now)
@@ -53,18 +64,39 @@ class BrokerMaintenance:
                     logger.warning("%s-%d: maintenance failed: %s", part.topic, part.index, exc)
                 continue
             summary.outcomes.append(outcome)
-            if outcome.segments_deleted or outcome.cleaned is not None:
-                logger.info("%s-%d: retention deleted %d segments (%d bytes), log start %d%s",
-                            part.topic, part.index, outcome.segments_deleted, outcome.bytes_deleted,
-                            outcome.log_start_offset,
-                            f"; compacted {outcome.cleaned.records_read} -> {outcome.cleaned.records_kept}"
-                            " records" if outcome.cleaned is not None else "")
+            _log_outcome(part, outcome)
         return summary
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        # Tiering passes only when the root has tiered storage; the full pass as before.
+        tiering = self.partitions.root.remote_tier() is not None and self.tiering_interval < self.interval
+        next_full = time.monotonic() + self.interval
+        while True:
+            wait = next_full - time.monotonic()
+            if tiering:
+                wait = min(wait, self.tiering_interval)
+            if self._stop.wait(max(0.0, wait)):
+                return
+            full = time.monotonic() >= next_full
             try:
-                self.run_once()
+                self.run_once(tiered_only=not full)
             except Exception:  # noqa: BLE001 - the service keeps running; the next pass retries
                 logger.exception("maintenance pass failed")
+            if full:
+                next_full = time.monotonic() + self.interval
             self.passes += 1
+
+
+def _log_outcome(part: Partition, outcome: PartitionOutcome) -> None:
+    if outcome.segments_deleted or outcome.cleaned is not None:
+        logger.info("%s-%d: retention deleted %d segments (%d bytes), log start %d%s",
+                    part.topic, part.index, outcome.segments_deleted, outcome.bytes_deleted,
+                    outcome.log_start_offset,
+                    f"; compacted {outcome.cleaned.records_read} -> {outcome.cleaned.records_kept}"
+                    " records" if outcome.cleaned is not None else "")
+    tiering = outcome.tiering
+    if tiering is not None and (tiering.segments_copied or tiering.remote_segments_deleted):
+        logger.info("%s-%d: tiering copied %d segments (%d bytes), expired %d remote segments"
+                    " (%d bytes); local log start %d", part.topic, part.index,
+                    tiering.segments_copied, tiering.bytes_copied, tiering.remote_segments_deleted,
+                    tiering.remote_bytes_deleted, part.log.local_log_start_offset)

@@ -77,7 +77,8 @@ ProgressCallback = Callable[[int, int, PartitionOutcome], None]
 class MaintenanceService:
     """Retention and compaction for the topics of one log root."""
 
-    def __init__(self, root: LogRoot, settings: MaintenanceConfig | None = None):
+    def __init__(self, root: LogRoot, settings: MaintenanceConfig | None = None, *, broker_id: int = -1):
+        """broker_id: recorded in the remote log metadata of the segments this service copies."""
         self.root = root
         self.settings = settings if settings is not None else MaintenanceConfig.from_props(root.defaults())
         s = self.settings
@@ -86,7 +87,7 @@ class MaintenanceService:
                                   io_max_bytes_per_second=s.cleaner_io_max_bytes_per_second,
                                   load_factor=s.cleaner_io_buffer_load_factor,
                                   backoff_ms=s.cleaner_backoff_ms)
-        self.remote_log_manager = RemoteLogManager()
+        self.remote_log_manager = RemoteLogManager(broker_id)
 
     def partitions(self, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
         names = list(topics) if topics else self.root.list_topics()

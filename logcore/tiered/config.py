@@ -28,6 +28,8 @@ RSM_PREFIX = "rsm.config."
 STORAGE_PREFIX = "storage."
 KEY_PAIRS_PREFIX = "encryption.key.pairs."
 _MIB = 1024 * 1024
+# The one remote storage manager (a Kafka broker.properties may name it; any other is refused).
+FSSPEC_RSM_CLASS = "logcore.tiered.fsspec_rsm.FsspecRemoteStorageManager"
 
 _KEY_ID = Validator(lambda v: v == "" or (v.replace("-", "").replace("_", "").isalnum()),
                     "empty or letters, digits, '-' and '_'")
@@ -42,6 +44,11 @@ class TieredConfig:
     system_enable: bool = ConfigKey(
         "remote.log.storage.system.enable", ConfigType.BOOLEAN, False,
         "Enable tiered storage for the root; topics opt in with remote.storage.enable.",
+        category="tiered")
+    manager_class_name: str = ConfigKey(
+        "remote.log.storage.manager.class.name", ConfigType.STRING, "",
+        f"The remote storage manager; seglog has one: empty or {FSSPEC_RSM_CLASS}.",
+        validator=Validator(lambda v: v in ("", FSSPEC_RSM_CLASS), f"empty or {FSSPEC_RSM_CLASS}"),
         category="tiered")
     custom_metadata_max_bytes: int = ConfigKey(
         "remote.log.metadata.custom.metadata.max.bytes", ConfigType.INT, 128,
@@ -219,7 +226,7 @@ _KNOWN_KAFKA_REMOTE = frozenset({
     "remote.log.manager.task.interval.ms", "remote.log.manager.thread.pool.size",
     "remote.log.reader.threads", "remote.log.index.file.cache.total.size.bytes",
     "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.fetch.max.bytes.per.second",
-    "remote.log.storage.manager.class.name", "remote.log.metadata.manager.class.name",
+    "remote.log.metadata.manager.class.name",
     "remote.log.copy.disable", "remote.log.delete.on.disable",
 })
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from logcore.errors import RemoteResourceNotFoundError
+from logcore.errors import InvalidConfigError, RemoteResourceNotFoundError, SegLogError
 from logcore.log.partition_metadata import parse_topic_id
 from logcore.log.remote_view import RemoteLogView
 from logcore.log.txn_index import TransactionIndex
@@ -46,6 +46,18 @@ class RemoteTier:
         """The tier the root settings describe; None when they do not enable tiered storage."""
         config = TieredConfig.from_props(props)
         return cls(config) if config.enabled else None
+
+    def check_access(self) -> None:
+        """Write and delete a small object at the remote root, so that a wrong URL, bucket or
+        credentials fail when a process starts, naming the setting, not at its first copy."""
+        storage = self.rsm.storage
+        probe = f".seglog-access-check-{uuid.uuid4().hex}"
+        try:
+            storage.write_atomic(probe, b"")
+            storage.delete(probe)
+        except SegLogError as exc:
+            raise InvalidConfigError(f"rsm.config.storage.url={self.config.storage_url}: the remote "
+                                     f"root cannot be written: {exc}") from None
 
     def store(self, topic: str, topic_id: str | uuid.UUID, partition: int) -> RemoteLogMetadataStore:
         """The partition's metadata store (one per partition and tier: its replay is cached)."""

@@ -564,7 +564,9 @@ def cmd_maintain(args) -> int:
         if root.read_only:
             raise InvalidConfigError(f"{root.url} is read-only (a copy of a Kafka log dir?): "
                                      "nothing can be deleted there")
-        root.remote_tier()                          # bad tiered storage settings fail now
+        tier = root.remote_tier()                   # bad tiered storage settings fail now,
+        if tier is not None:
+            tier.check_access()                     # and so does a remote root we cannot write
         service = MaintenanceService(root, MaintenanceConfig.from_props(root.defaults()))
         topics = args.topic or None
         service.partitions(topics)                  # unknown topics fail now

@@ -63,7 +63,9 @@ def _start_factory(base: Path, started: list):
         conf = base / f"broker-{counter[0]}.properties"
         settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(root), "node.id": "0",
                     "num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
-        settings.update({k.replace("_", "."): str(v) for k, v in props.items()})
+        # Python names stand for dotted ones (log_retention_ms); a name given with its dots is
+        # kept as is (rsm.config.storage.endpoint_url has underscores of its own).
+        settings.update({k if "." in k else k.replace("_", "."): str(v) for k, v in props.items()})
         conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         err = base / f"broker-{counter[0]}.stderr"
         with open(err, "wb") as err_file:
@@ -86,6 +88,12 @@ def _start_factory(base: Path, started: list):
         return broker
 
     return start
+
+
+@pytest.fixture
+def broker_env() -> dict:
+    """The environment a `seglog` subprocess of a test runs with (this checkout first)."""
+    return _env()
 
 
 @pytest.fixture

@@ -74,3 +74,12 @@ def test_conf_file_parses_with_its_defaults():
             short = key[len("rsm.config."):]
             from logcore.tiered.config import TIERED_KEYS
             assert TIERED_KEYS[short].format(cfg.get(short)) == value, key
+
+
+def test_manager_class_name_names_the_fsspec_rsm():
+    from logcore.tiered.config import FSSPEC_RSM_CLASS
+    cls = FsspecRemoteStorageManager
+    assert f"{cls.__module__}.{cls.__qualname__}" == FSSPEC_RSM_CLASS
+    assert TieredConfig.from_props({"remote.log.storage.manager.class.name": FSSPEC_RSM_CLASS}).enabled is False
+    with pytest.raises(InvalidConfigError, match=r"remote\.log\.storage\.manager\.class\.name"):
+        TieredConfig.from_props({"remote.log.storage.manager.class.name": "org.example.Rsm"})
