@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import bench_append  # noqa: E402
 import bench_broker  # noqa: E402
+import bench_broker_tiered  # noqa: E402
 import bench_clean  # noqa: E402
 import bench_decode  # noqa: E402
 import bench_lookup  # noqa: E402
@@ -34,6 +35,7 @@ def main() -> None:
         bench_spark.main(),
         bench_tiered.main([]),
         bench_broker.main([]),
+        bench_broker_tiered.main([]),
     ]
     if "--no-write" in sys.argv:
         return
