@@ -518,9 +518,12 @@ class Broker:
                            log_start_offset=log.log_start_offset)
                 continue
             data = fetched.data
-            if isinstance(data, FileSlice) and data.size < SENDFILE_MIN_BYTES:
-                with data:             # a small range is cheaper copied than sent with sendfile
-                    data = data.read()
+            if isinstance(data, FileSlice):
+                if data.size < SENDFILE_MIN_BYTES:
+                    with data:         # a small range is cheaper copied than sent with sendfile
+                        data = data.read()
+                else:                  # a consumer reading history: read this and the next range ahead
+                    data.prefetch(ahead=data.size)
             res.update(high_watermark=fetched.high_watermark, last_stable_offset=fetched.last_stable_offset,
                        log_start_offset=fetched.log_start_offset, records=data)
             if isolation == "read_committed":
