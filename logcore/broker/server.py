@@ -198,7 +198,7 @@ class BrokerServer:
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
-        except _ShortSend as exc:
+        except (_ShortSend, OSError) as exc:     # a file range that cannot be read or sent whole
             logger.error("connection %s: %s; closing the connection", peer, exc)
         finally:
             writer.close()

@@ -14,6 +14,7 @@ writer is fenced before it can change anything.
 from __future__ import annotations
 
 import bisect
+import errno
 import json
 import logging
 import mmap
@@ -1546,7 +1547,14 @@ def _slice(seg: LogSegment, offset: int, max_bytes: int, bound: int, min_one_bat
     start, end, next_offset = seg.locate(offset, max_bytes, bound, min_one_batch)
     if end <= start:
         return b""
-    return FileSlice(seg.data.open_fd(), start, end - start, next_offset, seg.log_path)
+    try:
+        fd = seg.data.open_fd()
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        # Out of descriptors (many slices in flight): copy this range instead of failing the read.
+        return seg.read_bytes(start, end)
+    return FileSlice(fd, start, end - start, next_offset, seg.log_path)
 
 
 def _next_offset_after(data: bytes | FileSlice) -> int:
