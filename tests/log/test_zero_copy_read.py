@@ -117,3 +117,24 @@ def test_object_store_log_falls_back_to_bytes(tmp_path):
         assert isinstance(got.data, bytes | memoryview) and len(got.data) > 500
     finally:
         root.close()
+
+
+def test_slice_outlives_a_cleaner_swap_of_its_segment(tmp_path):
+    from logcore.cleaner.cleaner import LogCleaner
+    root = LogRoot.open(str(tmp_path / "root"), create=True)
+    try:
+        root.create_topic("c", config={"cleanup.policy": "compact", "segment.bytes": "4000",
+                                       "min.cleanable.dirty.ratio": "0.01", "file.delete.delay.ms": "0"})
+        log = root.log("c", 0, writer=True)
+        for i in range(200):
+            log.append_records([(b"key%d" % (i % 5), b"v%03d" % i * 20, (), 1_700_000_000_000 + i)])
+        log.commit()
+        held = log.read(0, 1 << 20, zero_copy=True).data
+        expected = bytes(log.read(0, 1 << 20).data)
+        stats = LogCleaner(dedupe_buffer_size=1 << 20).clean(log, now_ms=1_800_000_000_000)
+        assert stats is not None
+        assert bytes(log.read(0, 1 << 20).data) != expected        # the segment was rewritten
+        with held:
+            assert held.read() == expected                          # the held range was not
+    finally:
+        root.close()
