@@ -17,6 +17,7 @@ import bench_broker  # noqa: E402
 import bench_broker_tiered  # noqa: E402
 import bench_clean  # noqa: E402
 import bench_decode  # noqa: E402
+import bench_fetch_cold  # noqa: E402
 import bench_lookup  # noqa: E402
 import bench_read_memory  # noqa: E402
 import bench_spark  # noqa: E402
@@ -36,6 +37,7 @@ def main() -> None:
         bench_tiered.main([]),
         bench_broker.main([]),
         bench_broker_tiered.main([]),
+        bench_fetch_cold.main([]),
     ]
     if "--no-write" in sys.argv:
         return

@@ -18,12 +18,14 @@ from logcore.broker import errors as E
 from logcore.broker.api_versions import SERVED
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS, BrokerConfig
+from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import Partition, PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.protocol import ZERO_UUID, Request
 from logcore.errors import InvalidConfigError, SegLogError, TopicExistsError
+from logcore.log.file_slice import FileSlice
 from logcore.log.config import CONFIG_KEYS, ConfigType, MaintenanceConfig, resolve_root_defaults
 from logcore.log.log_root import LogRoot
 from logcore.log.partition_metadata import parse_topic_id
@@ -38,7 +40,11 @@ _KAFKA_CONFIG_TYPE = {ConfigType.BOOLEAN: 1, ConfigType.STRING: 2, ConfigType.IN
 # DescribeConfigs config_source values
 SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 
-Result = dict | None | Awaitable[dict | None]
+# Fetch records below this size are copied into the response: sendfile's fixed cost (an
+# event-loop round trip per range) is larger than copying them.
+SENDFILE_MIN_BYTES = 64 * 1024
+
+Result = dict | EncodedResponse | None | Awaitable[dict | EncodedResponse | None]
 
 
 class Broker:
@@ -467,9 +473,9 @@ class Broker:
             # This broker never creates fetch sessions (it answers session_id 0).
             return {"throttle_time": 0, "error_code": E.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
                     "responses": []}
-        return self._fetch(body, v)
+        return self._fetch(body, v, req.correlation_id)
 
-    async def _fetch(self, body, v: int) -> dict:
+    async def _fetch(self, body, v: int, correlation_id: int) -> EncodedResponse:
         loop = asyncio.get_running_loop()
         isolation = "read_committed" if getattr(body, "isolation_level", 0) == 1 else "read_uncommitted"
         max_bytes = max(0, min(body.max_bytes, self.config["fetch.max.bytes"]))
@@ -491,6 +497,7 @@ class Broker:
             remaining = deadline - loop.time()
             if total >= body.min_bytes or failed or remaining <= 0 or not waits:
                 break
+            _close_records(results)           # not enough yet: wait, then read again
             await asyncio.wait(waits, timeout=remaining)
             if loop.time() >= deadline:
                 results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
@@ -502,8 +509,8 @@ class Broker:
             if topic is None:
                 topic = topics[key] = {"topic": name, "topic_id": tid, "partitions": []}
             topic["partitions"].append(res)
-        return {"throttle_time": 0, "error_code": E.NONE, "session_id": 0,
-                "responses": list(topics.values())}
+        return encode_fetch_response(correlation_id, v, {
+            "throttle_time": 0, "error_code": E.NONE, "session_id": 0, "responses": list(topics.values())})
 
     def _read_all(self, wanted, isolation: str, max_bytes: int) -> tuple[list[dict], int, bool]:
         results = []
@@ -524,7 +531,7 @@ class Broker:
                     fetched = None
                 else:
                     fetched = log.read(p.fetch_offset, max(budget, 0), isolation=isolation,
-                                       min_one_batch=total == 0)
+                                       min_one_batch=total == 0, zero_copy=True)
             except SegLogError as exc:
                 res["error_code"] = E.error_code(exc)
                 res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
@@ -535,12 +542,19 @@ class Broker:
                 res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
                            log_start_offset=log.log_start_offset)
                 continue
+            data = fetched.data
+            if isinstance(data, FileSlice):
+                if data.size < SENDFILE_MIN_BYTES:
+                    with data:         # a small range is cheaper copied than sent with sendfile
+                        data = data.read()
+                else:                  # a consumer reading history: read this and the next range ahead
+                    data.prefetch(ahead=data.size)
             res.update(high_watermark=fetched.high_watermark, last_stable_offset=fetched.last_stable_offset,
-                       log_start_offset=fetched.log_start_offset, records=fetched.data)
+                       log_start_offset=fetched.log_start_offset, records=data)
             if isolation == "read_committed":
                 res["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
                                                for a in fetched.aborted]
-            total += len(fetched.data)
+            total += len(data)
         return results, total, failed
 
 
@@ -668,6 +682,12 @@ class _Failed(Exception):
     def __init__(self, code: int, message: str):
         super().__init__(message)
         self.code = code
+
+
+def _close_records(results: list[dict]) -> None:
+    for res in results:
+        if isinstance(res["records"], FileSlice):
+            res["records"].close()
 
 
 def _consume_exception(fut: asyncio.Future) -> None:

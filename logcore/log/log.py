@@ -14,6 +14,7 @@ writer is fenced before it can change anything.
 from __future__ import annotations
 
 import bisect
+import errno
 import json
 import logging
 import mmap
@@ -40,6 +41,7 @@ from logcore.records.control import ControlType, EndTransactionMarker, parse_con
 from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
+from logcore.log.file_slice import FileSlice
 from logcore.log.remote_view import RemoteLogView
 from logcore.log.retention import RetentionResult, SegmentInfo, deletable_segments
 from logcore.log.segment import (INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX,
@@ -81,7 +83,7 @@ class AppendInfo:
 
 @dataclass(frozen=True)
 class FetchResult:
-    data: bytes
+    data: bytes | FileSlice
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
@@ -989,13 +991,15 @@ class Log:
 
     def read(self, offset: int, max_bytes: int = 1 << 20, *, isolation: str = "read_committed",
              min_one_batch: bool = True, view: bool = False,
-             buffer: bytearray | None = None) -> FetchResult:
+             buffer: bytearray | None = None, zero_copy: bool = False) -> FetchResult:
         """Whole batches from the one holding `offset`, none at or above the isolation bound.
 
         `view=True` gives the data as a memoryview over the bytes read (no copy when the read
         window is cut at a batch boundary), for callers that only decode it; with `buffer`, a
         local segment is read into it (a reader reusing one buffer allocates nothing per read)
-        and the data is valid until the buffer's next use.
+        and the data is valid until the buffer's next use. With `zero_copy`, batches in a local
+        segment file come as a FileSlice (an open range of the file, for sendfile; the caller
+        closes it) and only other storage (remote tier, object store) as bytes.
 
         A reader in another process than the writer may find a segment it listed replaced (the
         cleaner swapped it) or gone (retention deleted it): it refreshes its view of the
@@ -1004,7 +1008,7 @@ class Log:
         """
         for attempt in range(_READ_ATTEMPTS):
             try:
-                result = self._read(offset, max_bytes, isolation, min_one_batch, view, buffer)
+                result = self._read(offset, max_bytes, isolation, min_one_batch, view, buffer, zero_copy)
                 if result.data or self.writer or attempt > 0 or offset >= self._bound(isolation):
                     return result
                 # Nothing where something must be: the segment's files may be gone.
@@ -1026,7 +1030,8 @@ class Log:
                 log_start_offset=self.log_start_offset, log_end_offset=leo)
 
     def _read(self, offset: int, max_bytes: int, isolation: str, min_one_batch: bool,
-              view: bool = False, buffer: bytearray | None = None) -> FetchResult:
+              view: bool = False, buffer: bytearray | None = None,
+              zero_copy: bool = False) -> FetchResult:
         with self._lock:
             bound = self._bound(isolation)
             self._check_in_range(offset)
@@ -1044,7 +1049,10 @@ class Log:
                     seg = self.segments[i]
                     if seg.base_offset >= bound:
                         break
-                    result = seg.read(position, max_bytes, bound, min_one_batch, view=view, buffer=buffer)
+                    if zero_copy and seg.is_local_file:
+                        result = _slice(seg, position, max_bytes, bound, min_one_batch)
+                    else:
+                        result = seg.read(position, max_bytes, bound, min_one_batch, view=view, buffer=buffer)
                     if result:
                         break
                     if not self.writer and i + 1 < len(self.segments) and seg.size() == 0:
@@ -1536,8 +1544,25 @@ def _txn_index_bases(names: list[str]) -> set[int]:
     return {p[0] for p in map(parse_segment_name, names) if p and p[1] == ".txnindex"}
 
 
-def _next_offset_after(data: bytes) -> int:
+def _slice(seg: LogSegment, offset: int, max_bytes: int, bound: int, min_one_batch: bool) -> FileSlice | bytes:
+    """What `seg.read` would return, as an open range of the segment's file (b"" for none)."""
+    start, end, next_offset = seg.locate(offset, max_bytes, bound, min_one_batch)
+    if end <= start:
+        return b""
+    try:
+        fd = seg.data.open_fd()
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        # Out of descriptors (many slices in flight): copy this range instead of failing the read.
+        return seg.read_bytes(start, end)
+    return FileSlice(fd, start, end - start, next_offset, seg.log_path)
+
+
+def _next_offset_after(data: bytes | FileSlice) -> int:
     """The offset after the last whole batch in `data` (which starts at a batch boundary)."""
+    if isinstance(data, FileSlice):
+        return data.next_offset
     next_offset = -1
     for _pos, header in iter_batches(data, verify_crc=False):
         next_offset = header.next_offset

@@ -137,6 +137,12 @@ class _FileData:
         finally:
             os.close(fd)
 
+    def open_fd(self) -> int:
+        """A descriptor of this reader's (or the writer's) file that the caller must close."""
+        if self.file is not None:
+            return self.file.duplicate_fd()
+        return self._open()
+
     def append(self, data) -> int:
         return self.file.append(data)
 
@@ -426,6 +432,55 @@ class LogSegment:
         if end == len(buf):
             return buf
         return memoryview(buf)[:end] if view else buf[:end]
+
+    def locate(self, offset: int, max_bytes: int, max_offset: int,
+               min_one_batch: bool = True) -> tuple[int, int, int]:
+        """(start, end, next offset) of the batches `read` would return, found from the offset
+        index and the batch headers alone: the data between is not read (zero-copy fetch).
+        start == end when there is nothing to return.
+        """
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0, 0, offset
+        start, first = found
+        if first.last_offset >= max_offset:
+            return start, start, offset
+        want = max(max_bytes, first.size) if min_one_batch else max_bytes
+        size = self.size()
+        limit = min(start + want, size)
+        # Jump to the last index entry whose batch starts at or below `limit` and ends below
+        # `max_offset` (entries are (last offset, position) of batch starts): every batch before
+        # it is whole within the window. Then walk headers from there.
+        index = self.offset_index
+        positions, keys = index.value_column(), index.key_column()
+        k = min(int(np.searchsorted(positions, limit, side="right")),
+                int(np.searchsorted(keys, min(max(max_offset - self.base_offset, -1), INT32_MAX),
+                                    side="left"))) - 1
+        pos = max(start, int(positions[k])) if k >= 0 else start
+        end, next_offset = pos, None if pos > start else offset
+        while pos + HEADER_SIZE <= (size if next_offset is None else limit):
+            header = self._header_at(pos)
+            if next_offset is None:
+                next_offset = header.base_offset      # where the batches before `pos` end
+            if header.last_offset >= max_offset or pos + header.size > limit:
+                break
+            pos += header.size
+            end, next_offset = pos, header.next_offset
+        if next_offset is None:
+            raise CorruptRecordError(f"offset index entry points past the end ({size} bytes)",
+                                     file=self.log_path, position=pos)
+        return start, end, next_offset
+
+    def _header_at(self, pos: int) -> BatchHeader:
+        header = parse_header(self.read_bytes(pos, pos + HEADER_SIZE))
+        if header.magic != 2 or header.size < HEADER_SIZE:
+            raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
+                                     file=self.log_path, position=pos)
+        return header
+
+    @property
+    def is_local_file(self) -> bool:
+        return isinstance(self.data, _FileData)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`."""

@@ -29,6 +29,13 @@ class AppendFile:
             raise StorageError(f"{self._display} is closed")
         return self._fd
 
+    def duplicate_fd(self) -> int:
+        """A new descriptor of the same open file (for zero-copy sends that outlive this one).
+
+        The two share a file position; this class only uses positional I/O, so neither cares.
+        """
+        return os.dup(self._fileno())
+
     def _refuse_if_read_only(self, operation: str) -> None:
         if self.read_only:
             raise ReadOnlyLogError(f"cannot {operation} {self._display}: opened read-only")
