@@ -93,9 +93,12 @@ class LocalPartitionState:
         checkpoint.write(entries)
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
-               epoch: int, recovery_point: int | None = None, marker: dict | None = None) -> None:
+               epoch: int, recovery_point: int | None = None, marker: dict | None = None,
+               durable: bool = True) -> None:
         # Callers hold the partition's writer lock (the fence); the root lock serialises the
-        # read-modify-write of files shared with other partitions' writers.
+        # read-modify-write of files shared with other partitions' writers. durable=False
+        # replaces the files (write + rename) without fsync: the page cache keeps them across a
+        # crash of the process, not across a power cut.
         if marker is not None:
             previous = self._resolve_marker(self._hw.read().get(self.key))
             doc = {"current": {"marker": marker, "high_watermark": high_watermark}}
@@ -108,7 +111,8 @@ class LocalPartitionState:
         _root_checkpoints(self.storage, self.root).commit(
             self.key, {self._hw: high_watermark,
                        self._ls: log_start_offset if log_start_offset != first_segment_base else None,
-                       **({self._rp: recovery_point} if recovery_point is not None else {})})
+                       **({self._rp: recovery_point} if recovery_point is not None else {})},
+            durable=durable)
 
     def set_recovery_point(self, offset: int) -> None:
         with self.storage.lock(ROOT_LOCK):
@@ -129,24 +133,29 @@ class _RootCheckpoints:
     one read-modify-write (and its fsyncs) of each file instead of queueing on the root lock.
 
     The first committer to find no write in progress writes everything queued so far; the
-    others wait for the round that holds their entries and see its error if it failed.
+    others wait for the round that holds their entries and see its error if it failed. A round
+    is durable (fsync of each file and of the folder) when any of its committers asked for it.
     """
 
     def __init__(self, storage):
         self.storage = storage
         self._cv = threading.Condition()
         self._pending: dict[tuple, dict] = {}       # checkpoint path -> {key: value or None}
+        self._pending_durable = False
         self._files: dict[str, OffsetCheckpoint] = {}
+        self._unsynced: set[str] = set()            # files last replaced without fsync
         self._writing = False
         self._next_round = 1                        # the round that takes what is queued now
         self._done_round = 0
         self._failed: dict[int, BaseException] = {}
 
-    def commit(self, key: tuple, values: dict[OffsetCheckpoint, int | None]) -> None:
+    def commit(self, key: tuple, values: dict[OffsetCheckpoint, int | None], *,
+               durable: bool = True) -> None:
         with self._cv:
             for checkpoint, value in values.items():
                 self._files[checkpoint.path] = checkpoint
                 self._pending.setdefault(checkpoint.path, {})[key] = value
+            self._pending_durable |= durable
             mine = self._next_round
             while self._done_round < mine:
                 if self._writing:
@@ -154,12 +163,13 @@ class _RootCheckpoints:
                     continue
                 self._writing = True
                 batch, self._pending = self._pending, {}
+                batch_durable, self._pending_durable = self._pending_durable, False
                 this_round = self._next_round
                 self._next_round += 1
                 error = None
                 self._cv.release()
                 try:
-                    self._write(batch)
+                    self._write(batch, batch_durable)
                 except BaseException as exc:  # noqa: BLE001 - given to every committer of the round
                     error = exc
                 finally:
@@ -175,7 +185,7 @@ class _RootCheckpoints:
         if error is not None:
             raise error
 
-    def _write(self, batch: dict[str, dict]) -> None:
+    def _write(self, batch: dict[str, dict], durable: bool) -> None:
         with self.storage.lock(ROOT_LOCK):
             for path, changes in batch.items():
                 checkpoint = self._files[path]
@@ -186,8 +196,14 @@ class _RootCheckpoints:
                         entries.pop(key, None)
                     else:
                         entries[key] = value
-                if entries != before:
-                    checkpoint.write(entries)
+                # A durable round also rewrites an unchanged file that a previous round left
+                # unsynced: its content is only in the page cache.
+                if entries != before or (durable and path in self._unsynced):
+                    checkpoint.write(entries, durable=durable)
+                    if durable:
+                        self._unsynced.discard(path)
+                    else:
+                        self._unsynced.add(path)
 
 
 _ROOTS: dict[tuple[str, str], _RootCheckpoints] = {}
@@ -262,7 +278,9 @@ class ObjectPartitionState:
                                       state.marker, state.cleaned)
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
-               epoch: int, recovery_point: int | None = None, marker: dict | None = None) -> None:
+               epoch: int, recovery_point: int | None = None, marker: dict | None = None,
+               durable: bool = True) -> None:
+        # A conditional PUT is durable once it returns: `durable` changes nothing here.
         doc = {"high_watermark": high_watermark, "log_start_offset": log_start_offset,
                "leader_epoch": epoch}
         marker = marker if marker is not None else self.marker
