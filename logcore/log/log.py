@@ -223,6 +223,14 @@ class Log:
                 logger.warning("no high watermark for %s-%d in the checkpoint: nothing is readable",
                                self.topic, self.partition)
         self.high_watermark = min(max(hw, self.log_start_offset), leo)
+        if self._local_writer and state.high_watermark is not None and state.high_watermark > leo:
+            # Committed data that a power cut took (it was not fsynced): the stored HW comes
+            # down to the LEO now, or offsets appended from here would count as committed.
+            logger.warning("%s-%d: the committed high watermark %d is above the log end %d",
+                           self.topic, self.partition, state.high_watermark, leo)
+            self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
+                                    first_segment_base=self.segments[0].base_offset if self.segments else leo,
+                                    epoch=self.leader_epoch, recovery_point=self.recovery_point)
         if not self.writer:
             self._rebuild_producer_state()
         if self.writer:
@@ -1433,7 +1441,15 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove every offset >= `offset` (a writer dropping uncommitted or diverged data)."""
         with self._critical():
+            committed = self.high_watermark
             self._truncate_locked(offset)
+            if self.storage.is_local and self.high_watermark < committed:
+                # The stored HW comes down too: it must never cover offsets appended later.
+                first = self.segments[0].base_offset if self.segments else self.log_end_offset
+                self.state_store.commit(high_watermark=self.high_watermark,
+                                        log_start_offset=self.log_start_offset,
+                                        first_segment_base=first, epoch=self.leader_epoch,
+                                        recovery_point=self.recovery_point)
 
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self.log_end_offset:
