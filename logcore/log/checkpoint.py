@@ -143,9 +143,10 @@ class OffsetCheckpoint(_CheckpointFile):
         data = self._read_bytes()
         return {} if data is None else self.decode(data, source=self._where)
 
-    def write(self, offsets: Mapping[tuple[str, int], int]) -> None:
-        """Replace the file with `offsets` (lines sorted by topic, partition)."""
-        self.storage.write_atomic(self.path, self.encode(offsets))
+    def write(self, offsets: Mapping[tuple[str, int], int], *, durable: bool = True) -> None:
+        """Replace the file with `offsets` (lines sorted by topic, partition); durable=False
+        skips the fsyncs (the rename is still atomic for readers and survives a process crash)."""
+        self.storage.write_atomic(self.path, self.encode(offsets), durable=durable)
 
 
 class LeaderEpochCheckpoint(_CheckpointFile):

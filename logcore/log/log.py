@@ -3,7 +3,11 @@
 Visibility (DESIGN section 4): readers never see data at or above the high watermark, and with
 read_committed not at or above the last stable offset. The HW moves only at `commit()`, which
 makes everything appended so far durable (fsync on local disk, published objects on an object
-store) and records the HW where other processes find it. A writer that takes a partition cuts
+store) and records the HW where other processes find it. `commit(durable=False)` (local disk:
+the broker, as Kafka) records the HW without fsync: the data and the checkpoint are in the page
+cache, so they survive a crash of the process but not a power cut; the data is fsynced by the
+flush policy (flush.messages / flush.ms), at each roll (which moves the recovery point) and at
+close. A writer that takes a partition cuts
 whatever a previous writer appended but never committed, so uncommitted data never becomes
 visible later.
 
@@ -138,6 +142,8 @@ class Log:
         self._seen_first_base: int | None = None
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
+        self._checkpointed_recovery_point = 0       # the recovery point the last commit wrote
+        self._state_unsynced = False                # a commit wrote the HW without fsync
         self._closed = False
         epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
@@ -180,6 +186,7 @@ class Log:
             state = self.state_store.take_over(self.leader_epoch)
         self.commit_marker = state.marker
         self.recovery_point = state.recovery_point if state.recovery_point is not None else 0
+        self._checkpointed_recovery_point = self.recovery_point
         plan = self._segment_plan(names, bases, state)
         for i, (base, stem) in enumerate(plan):
             active_local = can_write and self.storage.is_local and i == len(plan) - 1
@@ -205,6 +212,8 @@ class Log:
         # leaves segments wholly below it, which go now (a reader just ignores them).
         self._drop_segments_below_start(delete_files=can_write)
         leo = self.log_end_offset
+        # As Kafka: nothing above the LEO can be flushed (a recovery cut it, or a power cut lost it).
+        self.recovery_point = min(self.recovery_point, leo)
         if not self.read_only:
             self.epoch_cache.truncate_from_end(leo)
         hw = state.high_watermark
@@ -216,6 +225,14 @@ class Log:
                 logger.warning("no high watermark for %s-%d in the checkpoint: nothing is readable",
                                self.topic, self.partition)
         self.high_watermark = min(max(hw, self.log_start_offset), leo)
+        if self._local_writer and state.high_watermark is not None and state.high_watermark > leo:
+            # Committed data that a power cut took (it was not fsynced): the stored HW comes
+            # down to the LEO now, or offsets appended from here would count as committed.
+            logger.warning("%s-%d: the committed high watermark %d is above the log end %d",
+                           self.topic, self.partition, state.high_watermark, leo)
+            self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
+                                    first_segment_base=self.segments[0].base_offset if self.segments else leo,
+                                    epoch=self.leader_epoch, recovery_point=self.recovery_point)
         if not self.writer:
             self._rebuild_producer_state()
         if self.writer:
@@ -548,9 +565,11 @@ class Log:
         if self.segments:
             active = self.segments[-1]
             if active.writable and not active.in_memory:
-                active.seal()
+                active.seal()               # fsyncs it: every offset below its end is on disk
                 active.close()
                 self.segments[-1] = self._new_segment(active.base_offset, writable=False)
+                if self.writer:
+                    self.recovery_point = max(self.recovery_point, active.next_offset())
             if active.size() == 0 and active.base_offset == base_offset:
                 return self.segments[-1]
             if active.in_memory and active.size() > 0:
@@ -877,19 +896,32 @@ class Log:
             self.state_store.set_recovery_point(self.recovery_point)
 
     # ------------------------------------------------------------------ commit
-    def commit(self, marker: dict | None = None) -> None:
-        """Make everything appended durable and visible: the high watermark moves to the LEO.
+    def commit(self, marker: dict | None = None, *, durable: bool = True) -> None:
+        """Make everything appended visible (and durable): the high watermark moves to the LEO.
 
         `marker` (a small JSON-able dict) is recorded with this commit and becomes the log's
         `commit_marker` exactly when the new HW does, crash or not: the Spark sink records its
         (query, batch) there so that a replayed batch is recognised as already committed.
-        """
-        with self._critical():
-            self._commit_locked(marker)
 
-    def _commit_locked(self, marker: dict | None = None) -> None:
+        durable=False (local disk; Kafka's default, the broker's commit): no fsync. The HW
+        checkpoint is still replaced (write + rename) before the HW moves, so a writer that
+        takes the partition after a crash of this process keeps what was committed; the data
+        is fsynced per flush.messages / flush.ms, at rolls and at close, and a commit after such
+        a flush writes the checkpoints durably. A power cut may lose what was not fsynced. A
+        commit with a marker is always durable. Object stores are durable at every commit.
+        """
+        if marker is not None and not durable:
+            raise ValueError("a commit with a marker must be durable (durable=True)")
+        with self._critical():
+            self._commit_locked(marker, durable=durable)
+
+    def _commit_locked(self, marker: dict | None = None, *, durable: bool = True) -> None:
         if self.storage.is_local:
-            self._flush_locked()
+            if durable:
+                self._flush_locked()
+            # The recovery point moved (flush policy, roll): record it durably, as Kafka's
+            # recovery-point checkpoint is.
+            durable = durable or self.recovery_point != self._checkpointed_recovery_point
         else:
             self.fence.check()
             active = self.segments[-1]
@@ -902,7 +934,9 @@ class Log:
         self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
                                 first_segment_base=first_base, epoch=self.leader_epoch,
                                 recovery_point=self.recovery_point if self.storage.is_local else None,
-                                marker=marker)
+                                marker=marker, durable=durable)
+        self._checkpointed_recovery_point = self.recovery_point
+        self._state_unsynced = not durable
         self.high_watermark = leo
         if marker is not None:
             self.commit_marker = marker
@@ -1417,7 +1451,15 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove every offset >= `offset` (a writer dropping uncommitted or diverged data)."""
         with self._critical():
+            committed = self.high_watermark
             self._truncate_locked(offset)
+            if self.storage.is_local and self.high_watermark < committed:
+                # The stored HW comes down too: it must never cover offsets appended later.
+                first = self.segments[0].base_offset if self.segments else self.log_end_offset
+                self.state_store.commit(high_watermark=self.high_watermark,
+                                        log_start_offset=self.log_start_offset,
+                                        first_segment_base=first, epoch=self.leader_epoch,
+                                        recovery_point=self.recovery_point)
 
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self.log_end_offset:
@@ -1472,6 +1514,7 @@ class Log:
             if not self.segments[-1].in_memory:
                 self._roll_to(self.log_end_offset)      # appends go to a fresh in-memory segment
         self.high_watermark = min(self.high_watermark, offset)
+        self.recovery_point = min(self.recovery_point, offset)
         self.epoch_cache.truncate_from_end(offset)
         self._rebuild_producer_state()
 
@@ -1487,7 +1530,17 @@ class Log:
                             self.producer_state.write_snapshot(self.log_end_offset)
                             for seg in self.segments:
                                 seg.close()
-                            self.state_store.set_recovery_point(self.log_end_offset)
+                            if self._state_unsynced:
+                                # The last commit's HW checkpoint was not fsynced: make it
+                                # durable (with the recovery point) before the marker says clean.
+                                first = self.segments[0].base_offset if self.segments else self.log_end_offset
+                                self.state_store.commit(
+                                    high_watermark=self.high_watermark,
+                                    log_start_offset=self.log_start_offset, first_segment_base=first,
+                                    epoch=self.leader_epoch, recovery_point=self.log_end_offset)
+                                self._state_unsynced = False
+                            else:
+                                self.state_store.set_recovery_point(self.log_end_offset)
                             self.storage.write_atomic(self.storage.join(self.dir, CLEAN_SHUTDOWN),
                                                       str(self.log_end_offset).encode())
                 except FencedWriterError:

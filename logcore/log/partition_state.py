@@ -5,6 +5,15 @@ On a local disk these are Kafka's own root checkpoint files (`replication-offset
 the root and updated read-modify-write under a lock file, so that a copy of a Kafka broker's log
 dir is read with that broker's high watermarks and Kafka's tools read ours.
 
+Beside them each partition keeps its latest committed HW in `<topic>-<p>/high-watermark`
+(seglog's: 16 bytes, overwritten in place). A commit without fsync (the broker's, as Kafka's
+produce path) writes only that file: one pwrite, where replacing a root file is a create and a
+rename that the file system journals (about 0.1 ms, and ms-long stalls behind other processes'
+fsyncs on a busy disk); the root files follow at most every ROOT_CHECKPOINT_INTERVAL_MS (Kafka's
+replica.high.watermark.checkpoint.interval.ms) and at every durable commit. The committed HW is
+the larger of the two: every commit writes both or the file, so neither is ever ahead of a
+commit, and a durable commit needs no fsync of the file (its root checkpoint is fsynced).
+
 Object stores have no lock and no rename, and several writers (one per partition) must not
 contend on one object: each partition keeps a `partition-state.json` object there, replaced with
 If-Match. It carries the writer epoch, so a writer that takes the partition changes the object
@@ -13,7 +22,11 @@ and a fenced writer's conditional replace fails.
 from __future__ import annotations
 
 import json
+import os
+import struct
 import threading
+import time
+import zlib
 from dataclasses import dataclass
 
 from logcore.errors import CommitFailedError, CorruptIndexError, FencedWriterError, SegLogError
@@ -24,6 +37,11 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 ROOT_LOCK = ".seglog-root.lock"
 OBJECT_STATE = "partition-state.json"
+HW_FILE = "high-watermark"
+ROOT_CHECKPOINT_INTERVAL_MS = 5000      # root files after commits without fsync (Kafka's HW interval)
+_HW_RECORD = struct.Struct(">4sqI")     # magic, high watermark, CRC-32 of the first 12 bytes
+_HW_MAGIC = b"SGHW"
+_HW_READ_ATTEMPTS = 3                   # a reader may meet a write in progress: read again
 
 
 @dataclass
@@ -50,14 +68,46 @@ class LocalPartitionState:
         self.key = (topic, partition)
         self.root = root
         self._marker_path = storage.join(root, f"{topic}-{partition}", COMMIT_MARKER)
+        self._hw_path = storage.join(root, f"{topic}-{partition}", HW_FILE)
+        self._root_written = float("-inf")      # monotonic time of this writer's last root write
         self._hw = OffsetCheckpoint(storage, storage.join(root, HW_CHECKPOINT) if root else HW_CHECKPOINT)
         self._rp = OffsetCheckpoint(storage, storage.join(root, RECOVERY_POINT_CHECKPOINT) if root else RECOVERY_POINT_CHECKPOINT)
         self._ls = OffsetCheckpoint(storage, storage.join(root, LOG_START_CHECKPOINT) if root else LOG_START_CHECKPOINT)
 
     def load(self) -> PartitionState:
         hw = self._hw.read().get(self.key)
+        in_file = self._read_hw_file()
+        if in_file is not None and (hw is None or in_file > hw):
+            hw = in_file
         return PartitionState(hw, self._ls.read().get(self.key), self._rp.read().get(self.key),
                               self._resolve_marker(hw))
+
+    def _read_hw_file(self) -> int | None:
+        """The HW in the partition's high-watermark file; None if missing or not valid (a torn
+        write after a power cut: the root checkpoint, fsynced at durable commits, then counts)."""
+        try:
+            fd = os.open(self.storage.local_path(self._hw_path), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            for _ in range(_HW_READ_ATTEMPTS):
+                data = os.pread(fd, _HW_RECORD.size, 0)
+                if len(data) == _HW_RECORD.size:
+                    magic, hw, crc = _HW_RECORD.unpack(data)
+                    if magic == _HW_MAGIC and crc == zlib.crc32(data[:12]) and hw >= 0:
+                        return hw
+            return None
+        finally:
+            os.close(fd)
+
+    def _write_hw_file(self, high_watermark: int) -> None:
+        record = _HW_RECORD.pack(_HW_MAGIC, high_watermark, 0)
+        record = record[:12] + struct.pack(">I", zlib.crc32(record[:12]))
+        fd = os.open(self.storage.local_path(self._hw_path), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.pwrite(fd, record, 0)
+        finally:
+            os.close(fd)
 
     def _read_markers(self) -> dict:
         try:
@@ -93,22 +143,31 @@ class LocalPartitionState:
         checkpoint.write(entries)
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
-               epoch: int, recovery_point: int | None = None, marker: dict | None = None) -> None:
+               epoch: int, recovery_point: int | None = None, marker: dict | None = None,
+               durable: bool = True) -> None:
         # Callers hold the partition's writer lock (the fence); the root lock serialises the
-        # read-modify-write of files shared with other partitions' writers.
+        # read-modify-write of files shared with other partitions' writers. durable=False
+        # replaces the files (write + rename) without fsync: the page cache keeps them across a
+        # crash of the process, not across a power cut.
         if marker is not None:
             previous = self._resolve_marker(self._hw.read().get(self.key))
             doc = {"current": {"marker": marker, "high_watermark": high_watermark}}
             if previous is not None:
                 doc["previous"] = {"marker": previous, "high_watermark": self._hw.read().get(self.key)}
             self.storage.write_atomic(self._marker_path, json.dumps(doc, sort_keys=True).encode())
-        # Kafka writes a log start offset only when it differs from the first segment's base:
-        # above it (retention, DeleteRecords) or, with tiered storage, below it (the oldest
-        # offsets are only in the remote tier).
-        _root_checkpoints(self.storage, self.root).commit(
-            self.key, {self._hw: high_watermark,
-                       self._ls: log_start_offset if log_start_offset != first_segment_base else None,
-                       **({self._rp: recovery_point} if recovery_point is not None else {})})
+        now = time.monotonic()
+        if durable or (now - self._root_written) * 1000 >= ROOT_CHECKPOINT_INTERVAL_MS:
+            # Kafka writes a log start offset only when it differs from the first segment's base:
+            # above it (retention, DeleteRecords) or, with tiered storage, below it (the oldest
+            # offsets are only in the remote tier).
+            _root_checkpoints(self.storage, self.root).commit(
+                self.key, {self._hw: high_watermark,
+                           self._ls: log_start_offset if log_start_offset != first_segment_base else None,
+                           **({self._rp: recovery_point} if recovery_point is not None else {})},
+                durable=durable)
+            self._root_written = now
+        # After the root files: a durable commit that fails there has not moved the HW.
+        self._write_hw_file(high_watermark)
 
     def set_recovery_point(self, offset: int) -> None:
         with self.storage.lock(ROOT_LOCK):
@@ -119,6 +178,7 @@ class LocalPartitionState:
         with self.storage.lock(ROOT_LOCK):
             for checkpoint in (self._hw, self._rp, self._ls):
                 self._update(checkpoint, None)
+        self.storage.delete(self._hw_path, missing_ok=True)
 
 
 _REMOVE = None
@@ -129,24 +189,29 @@ class _RootCheckpoints:
     one read-modify-write (and its fsyncs) of each file instead of queueing on the root lock.
 
     The first committer to find no write in progress writes everything queued so far; the
-    others wait for the round that holds their entries and see its error if it failed.
+    others wait for the round that holds their entries and see its error if it failed. A round
+    is durable (fsync of each file and of the folder) when any of its committers asked for it.
     """
 
     def __init__(self, storage):
         self.storage = storage
         self._cv = threading.Condition()
         self._pending: dict[tuple, dict] = {}       # checkpoint path -> {key: value or None}
+        self._pending_durable = False
         self._files: dict[str, OffsetCheckpoint] = {}
+        self._unsynced: set[str] = set()            # files last replaced without fsync
         self._writing = False
         self._next_round = 1                        # the round that takes what is queued now
         self._done_round = 0
         self._failed: dict[int, BaseException] = {}
 
-    def commit(self, key: tuple, values: dict[OffsetCheckpoint, int | None]) -> None:
+    def commit(self, key: tuple, values: dict[OffsetCheckpoint, int | None], *,
+               durable: bool = True) -> None:
         with self._cv:
             for checkpoint, value in values.items():
                 self._files[checkpoint.path] = checkpoint
                 self._pending.setdefault(checkpoint.path, {})[key] = value
+            self._pending_durable |= durable
             mine = self._next_round
             while self._done_round < mine:
                 if self._writing:
@@ -154,12 +219,13 @@ class _RootCheckpoints:
                     continue
                 self._writing = True
                 batch, self._pending = self._pending, {}
+                batch_durable, self._pending_durable = self._pending_durable, False
                 this_round = self._next_round
                 self._next_round += 1
                 error = None
                 self._cv.release()
                 try:
-                    self._write(batch)
+                    self._write(batch, batch_durable)
                 except BaseException as exc:  # noqa: BLE001 - given to every committer of the round
                     error = exc
                 finally:
@@ -175,7 +241,7 @@ class _RootCheckpoints:
         if error is not None:
             raise error
 
-    def _write(self, batch: dict[str, dict]) -> None:
+    def _write(self, batch: dict[str, dict], durable: bool) -> None:
         with self.storage.lock(ROOT_LOCK):
             for path, changes in batch.items():
                 checkpoint = self._files[path]
@@ -186,8 +252,14 @@ class _RootCheckpoints:
                         entries.pop(key, None)
                     else:
                         entries[key] = value
-                if entries != before:
-                    checkpoint.write(entries)
+                # A durable round also rewrites an unchanged file that a previous round left
+                # unsynced: its content is only in the page cache.
+                if entries != before or (durable and path in self._unsynced):
+                    checkpoint.write(entries, durable=durable)
+                    if durable:
+                        self._unsynced.discard(path)
+                    else:
+                        self._unsynced.add(path)
 
 
 _ROOTS: dict[tuple[str, str], _RootCheckpoints] = {}
@@ -262,7 +334,9 @@ class ObjectPartitionState:
                                       state.marker, state.cleaned)
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
-               epoch: int, recovery_point: int | None = None, marker: dict | None = None) -> None:
+               epoch: int, recovery_point: int | None = None, marker: dict | None = None,
+               durable: bool = True) -> None:
+        # A conditional PUT is durable once it returns: `durable` changes nothing here.
         doc = {"high_watermark": high_watermark, "log_start_offset": log_start_offset,
                "leader_epoch": epoch}
         marker = marker if marker is not None else self.marker

@@ -12,6 +12,14 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402
 
 from broker_helpers import consume_all, create, produce  # noqa: E402
+from logcore.log.checkpoint import OffsetCheckpoint  # noqa: E402
+from logcore.log.log_root import LogRoot  # noqa: E402
+from logcore.log.partition_state import HW_CHECKPOINT, RECOVERY_POINT_CHECKPOINT  # noqa: E402
+from logcore.storage import open_storage  # noqa: E402
+
+
+def _checkpoint(root, name: str) -> dict:
+    return OffsetCheckpoint(open_storage(str(root)), name).read()
 
 
 def test_clean_restart_keeps_acknowledged_data(broker_factory):
@@ -19,9 +27,15 @@ def test_clean_restart_keeps_acknowledged_data(broker_factory):
     create(b, "keep", 2)
     values = [b"r%d" % i for i in range(400)]
     acked = produce(b, "keep", values, acks="all", **{"enable.idempotence": True})
+    ends = {p: max(o for _, pp, o, _ in acked if pp == p) + 1 for p in (0, 1)}
     assert b.stop(signal.SIGTERM) == 0
+    # A clean shutdown flushes what the produce path did not fsync: the recovery point and the
+    # HW reach the LEO in the root checkpoints, and each partition has its clean-shutdown marker.
+    recovery_points = _checkpoint(b.root, RECOVERY_POINT_CHECKPOINT)
+    high_watermarks = _checkpoint(b.root, HW_CHECKPOINT)
     for p in (0, 1):
-        assert (b.root / f"keep-{p}" / ".seglog-clean-shutdown").exists()
+        assert recovery_points[("keep", p)] == high_watermarks[("keep", p)] == ends[p]
+        assert (b.root / f"keep-{p}" / ".seglog-clean-shutdown").read_text() == str(ends[p])
     assert "closed cleanly" in b.log_text()
     b2 = broker_factory(b.root)
     got = consume_all(b2, "keep", 2, 400)
@@ -63,7 +77,24 @@ def test_sigkill_during_produce_loses_no_acknowledged_record(broker_factory):
     t.join()
     p.flush(5)                    # what was in flight fails (timeout); only successes count
     assert len(acked) >= 2000
+    # The produce path does not fsync (Kafka's default flush.messages): the committed HW that a
+    # reader of the log dir sees covers every acknowledged record, while the recovery point is
+    # still where the log started.
+    recovery_points = _checkpoint(b.root, RECOVERY_POINT_CHECKPOINT)
+    reader_root = LogRoot.open(str(b.root))
+    for part in (0, 1):
+        acked_end = max((o + 1 for pp, o, _ in acked if pp == part), default=0)
+        with reader_root.log("crash", part) as reader:
+            assert reader.high_watermark >= acked_end
+        assert recovery_points.get(("crash", part), 0) < acked_end
+    reader_root.close()
+    assert not (b.root / "crash-0" / ".seglog-clean-shutdown").exists()
+    # A torn write at the end of partition 0's unflushed tail: the recovery at the next start
+    # validates the tail from the recovery point and cuts it; nothing acknowledged is lost.
+    with open(b.root / "crash-0" / "00000000000000000000.log", "ab") as f:
+        f.write(b"\x00\x00\x10\x00" + b"\xab" * 40)
     b2 = broker_factory(b.root)
+    assert "00000000000000000000.log: dropped 44 bytes" in b2.log_text()
     # Read everything the recovered log holds (unacknowledged records may have survived too: a
     # count of acknowledged ones would stop the read early).
     from confluent_kafka import Consumer, TopicPartition

@@ -42,7 +42,7 @@ def test_marker_written_but_hw_not_moved_is_not_visible(tmp_path, monkeypatch):
     from logcore.log import partition_state
     original = partition_state._RootCheckpoints._write
 
-    def crash_on_hw(self, batch):        # the checkpoint write of every committing partition
+    def crash_on_hw(self, batch, durable):   # the checkpoint write of every committing partition
         raise Crash()
 
     monkeypatch.setattr(partition_state._RootCheckpoints, "_write", crash_on_hw)

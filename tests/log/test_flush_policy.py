@@ -9,7 +9,8 @@ import pytest
 from logcore.log.checkpoint import OffsetCheckpoint
 from logcore.log.log import CLEAN_SHUTDOWN
 from logcore.log.log_root import LogRoot
-from logcore.log.partition_state import HW_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
+from logcore.log.partition_state import HW_CHECKPOINT, HW_FILE, RECOVERY_POINT_CHECKPOINT
+from logcore.records.batch import iter_batches
 
 T0 = 1_700_000_000_000
 
@@ -184,3 +185,120 @@ def test_unclean_shutdown_recovers_from_the_recovery_point(root, tmp_path):
     assert [t[2] for t in writer.recovery.truncated] == [30]
     assert writer.log_end_offset == 5
     assert [r.value for r in writer.read_records(0)] == [b"v%d" % i for i in range(5)]
+
+
+# ---------------------------------------------------------------- commit(durable=False)
+def hw_checkpoint_file(tmp_path) -> str:
+    return str(tmp_path / "root" / HW_CHECKPOINT)
+
+
+def test_commit_without_fsync_is_visible_and_survives_a_process_crash(root, tmp_path, monkeypatch):
+    root.create_topic("t")
+    log = root.log("t", 0, writer=True)
+    syncs = SyncCounter(monkeypatch)
+    for i in range(5):
+        append_one(log, i)
+    log.commit(durable=False)
+    assert log.high_watermark == 5
+    assert syncs.inodes == []                      # no fsync at all: data nor checkpoints
+    assert log.recovery_point == 0
+    append_one(log, 5)                             # appended, never committed
+    # Another process sees the committed HW at once.
+    reader = LogRoot.open(str(tmp_path / "root")).log("t", 0)
+    assert reader.high_watermark == 5
+    reader.close()
+    # The process dies (no close): the next writer validates the unflushed tail from the
+    # recovery point, keeps what was committed and cuts only the uncommitted record.
+    writer = LogRoot.open(str(tmp_path / "root")).log("t", 0, writer=True)
+    assert writer.log_end_offset == writer.high_watermark == 5
+    assert [r.value for r in writer.read_records(0)] == [b"v%d" % i for i in range(5)]
+
+
+def test_a_commit_marker_needs_a_durable_commit(root):
+    root.create_topic("t")
+    log = root.log("t", 0, writer=True)
+    append_one(log, 0)
+    with pytest.raises(ValueError, match="durable"):
+        log.commit({"batch": 1}, durable=False)
+    assert log.high_watermark == 0
+
+
+def test_close_makes_commits_without_fsync_durable(root, tmp_path, monkeypatch):
+    root.create_topic("t")
+    log = root.log("t", 0, writer=True)
+    for i in range(4):
+        append_one(log, i)
+        log.commit(durable=False)
+    syncs = SyncCounter(monkeypatch)
+    data = active_log_file(log)
+    log.close()
+    assert syncs.on(data) >= 1
+    assert syncs.on(hw_checkpoint_file(tmp_path)) >= 1
+    assert OffsetCheckpoint(root.storage, HW_CHECKPOINT).read() == {("t", 0): 4}
+    assert OffsetCheckpoint(root.storage, RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 4}
+    assert (tmp_path / "root" / "t-0" / CLEAN_SHUTDOWN).read_text() == "4"
+
+
+def test_a_flush_by_policy_makes_the_commit_durable(root, tmp_path, monkeypatch):
+    """flush.messages=1: the data is fsynced at the append and the commit that follows writes
+    the checkpoints durably, so every acknowledged batch of such a topic is on disk."""
+    root.create_topic("t", config={"flush.messages": "1"})
+    log = root.log("t", 0, writer=True)
+    syncs = SyncCounter(monkeypatch)
+    for i in range(3):
+        append_one(log, i)
+        log.commit(durable=False)
+        assert syncs.on(active_log_file(log)) == i + 1
+        assert syncs.on(hw_checkpoint_file(tmp_path)) >= 1      # the file this commit wrote
+        assert OffsetCheckpoint(root.storage, RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): i + 1}
+
+
+def test_a_roll_moves_the_recovery_point(root):
+    root.create_topic("t", config={"segment.bytes": "300"})
+    log = root.log("t", 0, writer=True)
+    for i in range(12):
+        log.append_records([(b"k", b"x" * 100, (), T0 + i)])
+    assert len(log.segments) > 2
+    # Each roll fsynced the segment it sealed: the recovery point is the active segment's base.
+    assert log.recovery_point == log.segments[-1].base_offset
+    log.commit(durable=False)
+    assert OffsetCheckpoint(root.storage, RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): log.recovery_point}
+
+
+def test_a_torn_high_watermark_file_falls_back_to_the_root_checkpoint(root, tmp_path):
+    root.create_topic("t")
+    log = root.log("t", 0, writer=True)
+    for i in range(3):
+        append_one(log, i)
+    log.commit()
+    for i in range(3, 5):
+        append_one(log, i)
+    log.commit(durable=False)
+    hw_file = tmp_path / "root" / "t-0" / HW_FILE
+    reader = LogRoot.open(str(tmp_path / "root")).log("t", 0)
+    assert reader.high_watermark == 5
+    reader.close()
+    hw_file.write_bytes(hw_file.read_bytes()[:8] + b"\xff" * 8)   # a power cut's torn write
+    reader = LogRoot.open(str(tmp_path / "root")).log("t", 0)
+    assert reader.high_watermark == 3
+    reader.close()
+
+
+def test_a_stored_high_watermark_above_the_log_end_comes_down(root, tmp_path):
+    """After a power cut took committed but unflushed data, the stored HW must not cover
+    offsets that a later writer appends and never commits."""
+    root.create_topic("t")
+    log = root.log("t", 0, writer=True)
+    for i in range(6):
+        append_one(log, i)
+    log.commit(durable=False)
+    path = active_log_file(log)
+    ends = [pos + h.size for pos, h in iter_batches(open(path, "rb").read())]
+    log.close()
+    (tmp_path / "root" / "t-0" / CLEAN_SHUTDOWN).unlink()
+    os.truncate(path, ends[2])                   # only 3 batches reached the disk
+    writer = LogRoot.open(str(tmp_path / "root")).log("t", 0, writer=True)
+    assert writer.log_end_offset == writer.high_watermark == 3
+    append_one(writer, 3)                        # appended, never committed; the process dies
+    again = LogRoot.open(str(tmp_path / "root")).log("t", 0, writer=True)
+    assert again.log_end_offset == again.high_watermark == 3
