@@ -589,6 +589,36 @@ static inline int bincol_null(const bincol *c, Py_ssize_t i) {
     return c->has_valid && ((const uint8_t *)c->valid.buf)[i] == 0;
 }
 
+/* The exact encoded size of one record (its length varint included). */
+static inline int64_t record_size(int64_t tsd, int64_t od, int64_t kl, int64_t vl) {
+    int64_t body = 1 + varlong_size(tsd) + varlong_size(od) + varlong_size(kl) + (kl > 0 ? kl : 0) +
+                   varlong_size(vl) + (vl > 0 ? vl : 0) + 1;
+    return varlong_size(body) + body;
+}
+
+/* One record without headers (key/value length -1: null); returns the end. */
+static inline char *put_record(char *p, int64_t tsd, int64_t od, const char *k, int64_t kl, const char *v,
+                               int64_t vl) {
+    int64_t body = 1 + varlong_size(tsd) + varlong_size(od) + varlong_size(kl) + (kl > 0 ? kl : 0) +
+                   varlong_size(vl) + (vl > 0 ? vl : 0) + 1;
+    p = put_varlong(p, body);
+    *p++ = 0; /* attributes */
+    p = put_varlong(p, tsd);
+    p = put_varlong(p, od);
+    p = put_varlong(p, kl);
+    if (kl > 0) {
+        memcpy(p, k, (size_t)kl);
+        p += kl;
+    }
+    p = put_varlong(p, vl);
+    if (vl > 0) {
+        memcpy(p, v, (size_t)vl);
+        p += vl;
+    }
+    *p++ = 0; /* header count */
+    return p;
+}
+
 /* encode_records(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,
  *                timestamps, base_timestamp, start, end) -> bytes
  * The records section of a RecordBatch v2 for rows [start, end): offsetDelta = row - start,
@@ -653,28 +683,9 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
     char *p = PyBytes_AS_STRING(result);
     const char *kdat = (const char *)key.data.buf, *vdat = (const char *)val.data.buf;
     for (Py_ssize_t i = start; i < end; i++) {
-        int64_t tsd = t[i] - base_ts;
-        int64_t od = i - start;
-        int knull = bincol_null(&key, i), vnull = bincol_null(&val, i);
-        int64_t kl = knull ? -1 : koff[i + 1] - koff[i];
-        int64_t vl = vnull ? -1 : voff[i + 1] - voff[i];
-        int64_t body = 1 + varlong_size(tsd) + varlong_size(od) + varlong_size(kl) + (kl > 0 ? kl : 0) +
-                       varlong_size(vl) + (vl > 0 ? vl : 0) + 1;
-        p = put_varlong(p, body);
-        *p++ = 0; /* attributes */
-        p = put_varlong(p, tsd);
-        p = put_varlong(p, od);
-        p = put_varlong(p, kl);
-        if (kl > 0) {
-            memcpy(p, kdat + koff[i], (size_t)kl);
-            p += kl;
-        }
-        p = put_varlong(p, vl);
-        if (vl > 0) {
-            memcpy(p, vdat + voff[i], (size_t)vl);
-            p += vl;
-        }
-        *p++ = 0; /* header count */
+        int64_t kl = bincol_null(&key, i) ? -1 : koff[i + 1] - koff[i];
+        int64_t vl = bincol_null(&val, i) ? -1 : voff[i + 1] - voff[i];
+        p = put_record(p, t[i] - base_ts, i - start, kdat + koff[i], kl, vdat + voff[i], vl);
     }
     PyBuffer_Release(&ts);
 done:
@@ -700,13 +711,6 @@ static inline char *put_be32(char *p, uint32_t v) {
 static inline char *put_be64(char *p, uint64_t v) {
     put_be32(p, (uint32_t)(v >> 32));
     return put_be32(p + 4, (uint32_t)v);
-}
-
-/* The exact encoded size of one record (its length varint included). */
-static inline int64_t record_size(int64_t tsd, int64_t od, int64_t kl, int64_t vl) {
-    int64_t body = 1 + varlong_size(tsd) + varlong_size(od) + varlong_size(kl) + (kl > 0 ? kl : 0) +
-                   varlong_size(vl) + (vl > 0 ? vl : 0) + 1;
-    return varlong_size(body) + body;
 }
 
 #define BATCH_HEADER 61
@@ -817,29 +821,11 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
         int64_t base_ts = t[rows ? rows[from] : from], max_ts = base_ts;
         for (Py_ssize_t jj = from; jj < to; jj++) {
             Py_ssize_t i = rows ? rows[jj] : jj;
-            int64_t tsd = t[i] - base_ts, od = jj - from;
             if (t[i] > max_ts)
                 max_ts = t[i];
-            int knull = bincol_null(&key, i), vnull = bincol_null(&val, i);
-            int64_t kl = knull ? -1 : koff[i + 1] - koff[i];
-            int64_t vl = vnull ? -1 : voff[i + 1] - voff[i];
-            int64_t body = 1 + varlong_size(tsd) + varlong_size(od) + varlong_size(kl) + (kl > 0 ? kl : 0) +
-                           varlong_size(vl) + (vl > 0 ? vl : 0) + 1;
-            p = put_varlong(p, body);
-            *p++ = 0; /* attributes */
-            p = put_varlong(p, tsd);
-            p = put_varlong(p, od);
-            p = put_varlong(p, kl);
-            if (kl > 0) {
-                memcpy(p, kdat + koff[i], (size_t)kl);
-                p += kl;
-            }
-            p = put_varlong(p, vl);
-            if (vl > 0) {
-                memcpy(p, vdat + voff[i], (size_t)vl);
-                p += vl;
-            }
-            *p++ = 0; /* header count */
+            int64_t kl = bincol_null(&key, i) ? -1 : koff[i + 1] - koff[i];
+            int64_t vl = bincol_null(&val, i) ? -1 : voff[i + 1] - voff[i];
+            p = put_record(p, t[i] - base_ts, jj - from, kdat + koff[i], kl, vdat + voff[i], vl);
         }
         int32_t records = (int32_t)(to - from);
         int32_t seq = base_sequence < 0 ? -1 : (int32_t)(((int64_t)base_sequence + from) % SEQUENCE_WRAP);
