@@ -39,9 +39,11 @@ def _self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def start_broker(workdir: str) -> tuple[subprocess.Popen, str]:
+def start_broker(workdir: str, settings: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """A `seglog broker` on an ephemeral port with its log dir in `workdir` (plus `settings`)."""
     conf = Path(workdir) / "broker.properties"
-    conf.write_text(f"listeners=PLAINTEXT://127.0.0.1:0\nlog.dirs={workdir}/logs\nnode.id=0\n")
+    base = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": f"{workdir}/logs", "node.id": "0"}
+    conf.write_text("".join(f"{k}={v}\n" for k, v in {**base, **(settings or {})}.items()))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
                             stdout=subprocess.PIPE, stderr=open(Path(workdir) / "broker.log", "wb"), env=env)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, os.path.dirname(__file__))
 from common import print_table  # noqa: E402
 
-from bench_broker import RECORD, _cpu_of  # noqa: E402
+from bench_broker import RECORD, _cpu_of, start_broker  # noqa: E402
 from bench_tiered import start_server  # noqa: E402
 from tests.conftest import _make_bucket  # noqa: E402
 
@@ -32,22 +32,12 @@ SEGMENT = 8 << 20
 
 
 def start_tiered_broker(workdir: str, endpoint, bucket: str):
-    import subprocess
-    conf = Path(workdir) / "broker.properties"
-    settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": f"{workdir}/logs", "node.id": "0",
-                "remote.log.storage.system.enable": "true", "rsm.config.storage.url": f"s3://{bucket}/tier",
-                "rsm.config.storage.endpoint_url": endpoint.endpoint_url,
-                "rsm.config.storage.key": endpoint.key, "rsm.config.storage.secret": endpoint.secret,
-                "rsm.config.storage.client_kwargs.region_name": endpoint.region,
-                "remote.log.manager.task.interval.ms": "500", "log.segment.delete.delay.ms": "0"}
-    conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                            stdout=subprocess.PIPE, stderr=open(Path(workdir) / "broker.log", "wb"), env=env)
-    line = proc.stdout.readline().decode()
-    if "listening on" not in line:
-        raise SystemExit(f"broker did not start: {line!r}")
-    return proc, line.strip().rsplit("//", 1)[1]
+    return start_broker(workdir, {
+        "remote.log.storage.system.enable": "true", "rsm.config.storage.url": f"s3://{bucket}/tier",
+        "rsm.config.storage.endpoint_url": endpoint.endpoint_url,
+        "rsm.config.storage.key": endpoint.key, "rsm.config.storage.secret": endpoint.secret,
+        "rsm.config.storage.client_kwargs.region_name": endpoint.region,
+        "remote.log.manager.task.interval.ms": "500", "log.segment.delete.delay.ms": "0"})
 
 
 def fill(bootstrap: str, topic: str, n: int) -> None:

@@ -7,6 +7,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
+def wait_until(predicate, timeout: float = 30) -> bool:
+    """Poll `predicate` every 0.2 s until it holds or `timeout` seconds pass; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return predicate()
+
+
 def _admin(b) -> AdminClient:
     return AdminClient({"bootstrap.servers": b.bootstrap})
 

@@ -1,14 +1,13 @@
 """The broker's background retention and compaction, on the logs it holds open while it serves."""
 from __future__ import annotations
 
-import time
 
 import pytest
 
 pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
-from broker_helpers import consume_all, create, produce  # noqa: E402
+from broker_helpers import consume_all, create, produce, wait_until  # noqa: E402
 
 SERVICE = {"log.retention.check.interval.ms": 200, "log.segment.delete.delay.ms": 0}
 
@@ -19,15 +18,6 @@ def _low_watermark(b, topic: str, partition: int = 0) -> int:
         return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[0]
     finally:
         c.close()
-
-
-def _wait(predicate, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return predicate()
 
 
 def test_retention_deletes_old_segments_while_serving(broker_factory):
@@ -46,7 +36,7 @@ def test_retention_deletes_old_segments_while_serving(broker_factory):
                 continue
         return bool(sizes) and sum(sizes) - max(sizes) <= 4096
 
-    assert _wait(lambda: _low_watermark(b, "short") > 0 and within_retention())
+    assert wait_until(lambda: _low_watermark(b, "short") > 0 and within_retention())
     low = _low_watermark(b, "short")
     assert int(segments()[0].stem) == low
     # The broker still serves the rest, and keeps appending.
@@ -79,7 +69,7 @@ def test_compacted_topic_and_consumer_offsets_are_cleaned(broker_factory):
         with LogRoot.open(str(b.root)) as root:
             return sum(1 for _ in root.log("table", 0).read_records(0))
 
-    assert _wait(lambda: records_left() < 100)
+    assert wait_until(lambda: records_left() < 100)
     left = records_left()
     got = consume_all(b, "table", 1, left, timeout=10)
     assert len(got) == left
@@ -93,7 +83,7 @@ def test_compacted_topic_and_consumer_offsets_are_cleaned(broker_factory):
         with LogRoot.open(str(b.root)) as root:
             return sum(1 for _ in root.log("__consumer_offsets", 0).read_records(0))
 
-    assert _wait(lambda: offsets_records() < 30)
+    assert wait_until(lambda: offsets_records() < 30)
     b.stop()
     b2 = broker_factory(b.root)
     c2 = Consumer({"bootstrap.servers": b2.bootstrap, "group.id": "cg", "enable.auto.commit": False})

@@ -11,7 +11,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -19,7 +18,7 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
 
-from broker_helpers import consume_all, create, produce  # noqa: E402
+from broker_helpers import consume_all, create, produce, wait_until  # noqa: E402
 
 from logcore.broker.config import BrokerConfig  # noqa: E402
 from logcore.errors import InvalidConfigError  # noqa: E402
@@ -40,15 +39,6 @@ def _tiered_settings(endpoint, bucket: str) -> dict[str, str]:
             "rsm.config.storage.secret": endpoint.secret,
             "rsm.config.storage.client_kwargs.region_name": endpoint.region,
             "rsm.config.chunk.size": "4096"}
-
-
-def _wait(predicate, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return predicate()
 
 
 def _local_segments(b, topic: str) -> dict[int, int]:
@@ -94,7 +84,7 @@ def test_broker_tiers_to_s3_and_serves_earliest_from_remote(broker_factory, s3_e
         assert all(err is None for err, *_ in acked)
 
     # The background service copies sealed segments and deletes local copies past 4 KiB.
-    assert _wait(lambda: min(_local_segments(b, "cold")) > 0 and
+    assert wait_until(lambda: min(_local_segments(b, "cold")) > 0 and
                  sum(_local_segments(b, "cold").values()) <= 3 * 4096)
     local_start = min(_local_segments(b, "cold"))
     remote = _remote(b, settings, "cold")
@@ -121,7 +111,7 @@ def test_broker_tiers_to_s3_and_serves_earliest_from_remote(broker_factory, s3_e
     _check_all(b, "cold", values)
 
     # Total retention (remote plus local) moved the log start offset past expired remote segments.
-    assert _wait(lambda: _earliest(b, "short") > 0 and _remote(b, settings, "short")
+    assert wait_until(lambda: _earliest(b, "short") > 0 and _remote(b, settings, "short")
                  and _remote(b, settings, "short")[0][0] == _earliest(b, "short"))
     start = _earliest(b, "short")
     got = consume_all(b, "short", 1, RECORDS - start, start=OFFSET_BEGINNING, timeout=30)
@@ -133,7 +123,7 @@ def test_broker_tiers_to_s3_and_serves_earliest_from_remote(broker_factory, s3_e
     assert _earliest(b2, "cold") == 0
     more = [b"%04d-" % i + b"w" * 195 for i in range(RECORDS, RECORDS + 60)]
     produce(b2, "cold", more, acks="all", **{"batch.num.messages": 5})
-    assert _wait(lambda: _remote(b2, settings, "cold")[-1][1] >= RECORDS)
+    assert wait_until(lambda: _remote(b2, settings, "cold")[-1][1] >= RECORDS)
     _check_all(b2, "cold", values + more)
 
 
