@@ -662,7 +662,7 @@ class Log:
         if not (deltas == expected).all():
             i = int(np.argmax(deltas != expected))
             raise InvalidRecordError(
-                f"record {i} has offset delta {int(offsets[i]) - header.base_offset}, expected {i}")
+                f"record {i} has offset delta {int(deltas[i])}, expected {i}")
         if self._compact and columns.key_nulls:
             valid = np.unpackbits(np.frombuffer(columns.key_validity, dtype=np.uint8), bitorder="little")
             i = int(np.argmin(valid[:columns.rows]))
@@ -1159,29 +1159,44 @@ class Log:
             position = next_position
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record with timestamp >= timestamp_ms, below the HW.
+        """(offset, timestamp) of the first record with timestamp >= timestamp_ms, at or above
+        the log start offset and below the HW (Kafka's ListOffsets by timestamp).
 
-        The first segment whose largest timestamp reaches the target is found by binary search
-        over the running maximum of the segments' largest timestamps (cached for sealed
-        segments), then the segment's time and offset indexes narrow the scan.
+        With a remote tier, the remote segments below the local log start are searched first
+        (KIP-405: by their metadata's max timestamp, then the segment's remote time and offset
+        indexes); the local segments answer when they hold nothing.
         """
         with self._lock:
-            if not self.segments:
-                return None
-            sealed = self._sealed_running_max_timestamps()
-            i = bisect.bisect_left(sealed, timestamp_ms)
-            if i == len(sealed) and self.segments[-1].largest_timestamp < timestamp_ms:
-                return None
-            found = self.segments[i].find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+            found = None
+            local_start = self.local_log_start_offset
+            if self.remote is not None and self.log_start_offset < local_start:
+                found = self.remote.find_offset_by_timestamp(timestamp_ms, self.log_start_offset,
+                                                             local_start)
             if found is None:
-                # The running maximum came from an earlier segment: scan on from here.
-                for seg in self.segments[i + 1:]:
-                    found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
-                    if found is not None:
-                        break
+                found = self._local_offset_for_timestamp(timestamp_ms)
             if found is not None and found[0] < self.high_watermark:
                 return found
             return None
+
+    def _local_offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """The local segments' answer. The first segment whose largest timestamp reaches the
+        target is found by binary search over the running maximum of the segments' largest
+        timestamps (cached for sealed segments), then the segment's time and offset indexes
+        narrow the scan."""
+        if not self.segments:
+            return None
+        sealed = self._sealed_running_max_timestamps()
+        i = bisect.bisect_left(sealed, timestamp_ms)
+        if i == len(sealed) and self.segments[-1].largest_timestamp < timestamp_ms:
+            return None
+        found = self.segments[i].find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+        if found is None:
+            # The running maximum came from an earlier segment: scan on from here.
+            for seg in self.segments[i + 1:]:
+                found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+                if found is not None:
+                    break
+        return found
 
     def _sealed_running_max_timestamps(self) -> list[int]:
         """Running maximum of the largest timestamps of every segment but the active one."""

@@ -4,7 +4,7 @@ A log with tiered storage holds its offsets [log start offset, HW) in two parts:
 segments, from the log start offset up to the highest offset copied, and the local segments, from
 the local log start offset (the first local segment's base) to the LEO. The two overlap while a
 copied segment still has its local copy. `Log.read` serves offsets below the local log start
-from this view; `logcore.tiered.remote_log` implements it over a remote storage manager and the
+from this view, and `Log.offset_for_timestamp` searches it before the local segments; `logcore.tiered.remote_log` implements it over a remote storage manager and the
 partition's remote log metadata.
 """
 from __future__ import annotations
@@ -28,6 +28,13 @@ class RemoteLogView(ABC):
         """Whole batches of one remote segment, from the batch holding `offset` (or the next
         offset that exists), each wholly below `max_offset`, at most `max_bytes` (the first batch
         whole when `min_one_batch`); b"" when no remote segment holds `offset` or anything after it."""
+
+    @abstractmethod
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int,
+                                 below_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp` and offset >=
+        `starting_offset`, in the remote segments that start below `below_offset` (the local
+        log start: the local segments answer from there); None when none of them holds one."""
 
     @abstractmethod
     def collect_aborted(self, fetch_offset: int, upper_bound: int) -> tuple[list, bool]:

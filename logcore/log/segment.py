@@ -18,7 +18,8 @@ import numpy as np
 
 from logcore.errors import CorruptIndexError, CorruptRecordError, ResourceNotFoundError, SegLogError
 from logcore.records.batch import (F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SIZE, HEADER_SIZE, BatchHeader,
-                                   batch_fields, iter_batches, parse_header)
+                                   batch_fields, first_record_at_or_after, iter_batches,
+                                   may_hold_timestamp, parse_header)
 from logcore.log.offset_index import OffsetIndex
 from logcore.log.time_index import TimeIndex
 from logcore.log.txn_index import TransactionIndex
@@ -484,17 +485,14 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
-        from logcore.records.batch import decode_records  # local: only used on this path
-
         _, index_offset = self.time_index.lookup(timestamp)
         _, position = self.offset_index.lookup(max(index_offset, starting_offset))
         for pos, header in self.scan_headers(position):
-            if header.is_control or header.max_timestamp < timestamp:
-                continue
-            data = self.read_bytes(pos, pos + header.size)
-            for record in decode_records(data, 0, source=self.log_path, base_position=pos):
-                if record.timestamp >= timestamp and record.offset >= starting_offset:
-                    return record.offset, record.timestamp
+            if may_hold_timestamp(header, timestamp, starting_offset):
+                found = first_record_at_or_after(self.read_bytes(pos, pos + header.size), 0, timestamp,
+                                                 starting_offset, source=self.log_path, base_position=pos)
+                if found is not None:
+                    return found
         return None
 
     # ---------------------------------------------------------------- writing

@@ -501,6 +501,29 @@ def decode_records(buf, pos: int, header: BatchHeader | None = None, *, source: 
     return records
 
 
+# -------------------------------------------------------------------------- search by timestamp
+# ListOffsets by timestamp answers the first record (offset order) whose timestamp reaches the
+# target, at or above a starting offset (the log start). Local and remote segments share this.
+
+def may_hold_timestamp(header: BatchHeader, timestamp: int, starting_offset: int) -> bool:
+    """Whether the batch can hold the answer: a data batch whose max timestamp reaches the
+    target and whose last offset is not below the starting offset (control batches hold no
+    records a consumer sees)."""
+    return (not header.is_control and header.max_timestamp >= timestamp
+            and header.last_offset >= starting_offset)
+
+
+def first_record_at_or_after(buf, pos: int, timestamp: int, starting_offset: int, *,
+                             source: str | None = None,
+                             base_position: int = 0) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of the batch at `pos` with timestamp >= the
+    target and offset >= starting_offset; None when it has none. The batch is fully checked."""
+    for record in decode_records(buf, pos, source=source, base_position=base_position):
+        if record.timestamp >= timestamp and record.offset >= starting_offset:
+            return record.offset, record.timestamp
+    return None
+
+
 # ---------------------------------------------------------------------------------------- in place
 
 def set_base_offset(buf, base_offset: int, pos: int = 0) -> None:

@@ -19,8 +19,10 @@ from logcore.errors import InvalidConfigError, RemoteResourceNotFoundError, SegL
 from logcore.log.partition_metadata import parse_topic_id
 from logcore.log.remote_view import RemoteLogView
 from logcore.log.txn_index import TransactionIndex
+from logcore.log.time_index import TimeIndex
 from logcore.records.batch import (F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SIZE, HEADER_SIZE,
-                                   batch_fields)
+                                   batch_fields, first_record_at_or_after, iter_batches,
+                                   may_hold_timestamp)
 from logcore.tiered.config import TieredConfig
 from logcore.tiered.fsspec_rsm import FsspecRemoteStorageManager
 from logcore.tiered.metadata import RemoteLogSegmentMetadata
@@ -28,7 +30,8 @@ from logcore.tiered.metadata_store import RemoteLogMetadataStore
 from logcore.tiered.rsm import IndexType, SegmentCustomMetadata
 
 _OFFSET_ENTRY = np.dtype([("relative", ">i4"), ("position", ">i4")])
-_POSITION_CACHE_ENTRIES = 256
+_INDEX_CACHE_ENTRIES = 256
+_TIMESTAMP_SCAN_BYTES = 256 * 1024  # a window of batches read per step of a timestamp search
 _LENGTH_END = 12            # baseOffset (8) + batchLength (4): enough to know a batch's size
 
 
@@ -89,7 +92,8 @@ class RemotePartition(RemoteLogView):
         self.rsm = rsm
         self._store = store if isinstance(store, RemoteLogMetadataStore) else None
         self._open_store = None if self._store is not None else store
-        self._positions: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        # Parsed remote indexes by (segment id, index type), most recently used last.
+        self._indexes: OrderedDict[tuple[str, IndexType], Any] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -136,31 +140,75 @@ class RemotePartition(RemoteLogView):
                 return data
         return b""
 
+    def _index(self, meta: RemoteLogSegmentMetadata, index_type: IndexType,
+               parse: Callable[[bytes], Any]) -> Any:
+        """One of the segment's indexes, fetched through the RSM (b"" when the segment has none)
+        and parsed once: the parsed form is kept for the most recently used segments."""
+        key = (meta.segment_id.text, index_type)
+        with self._lock:
+            cached = self._indexes.get(key)
+            if cached is not None:
+                self._indexes.move_to_end(key)
+                return cached
+        try:
+            raw = self.rsm.fetch_index(meta, index_type)
+        except RemoteResourceNotFoundError:
+            raw = b""
+        cached = parse(raw)
+        with self._lock:
+            self._indexes[key] = cached
+            while len(self._indexes) > _INDEX_CACHE_ENTRIES:
+                self._indexes.popitem(last=False)
+        return cached
+
     def _position(self, meta: RemoteLogSegmentMetadata, offset: int) -> int:
         """Byte position in the segment to scan from for `offset`: its offset index's floor entry."""
-        key = meta.segment_id.text
-        with self._lock:
-            cached = self._positions.get(key)
-            if cached is not None:
-                self._positions.move_to_end(key)
-        if cached is None:
-            try:
-                raw = self.rsm.fetch_index(meta, IndexType.OFFSET)
-            except RemoteResourceNotFoundError:
-                raw = b""
-            entries = np.frombuffer(raw, dtype=_OFFSET_ENTRY, count=len(raw) // 8)
-            relative = entries["relative"].astype(np.int64)
-            # Only the leading entries in increasing order are real (a preallocated tail is zeros).
-            bad = np.nonzero(np.diff(relative) <= 0)[0]
-            n = int(bad[0]) + 1 if len(bad) else len(relative)
-            cached = (relative[:n], entries["position"][:n].astype(np.int64))
-            with self._lock:
-                self._positions[key] = cached
-                while len(self._positions) > _POSITION_CACHE_ENTRIES:
-                    self._positions.popitem(last=False)
-        relative, positions = cached
+        relative, positions = self._index(meta, IndexType.OFFSET, _parse_offset_index)
         slot = int(np.searchsorted(relative, offset - meta.start_offset, side="right")) - 1
         return int(positions[slot]) if slot >= 0 else 0
+
+    def _time_index(self, meta: RemoteLogSegmentMetadata) -> TimeIndex:
+        def parse(raw: bytes) -> TimeIndex:
+            index = TimeIndex.from_bytes(raw, meta.start_offset, source=f"time index of {meta.segment_id}")
+            index.drop_invalid_tail()      # only the leading entries in order are real
+            return index
+        return self._index(meta, IndexType.TIMESTAMP, parse)
+
+    # -- search by timestamp -------------------------------------------------------------------
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int,
+                                 below_offset: int) -> tuple[int, int] | None:
+        # KIP-405: the first segment (offset order) whose max timestamp reaches the target and
+        # that ends at or after the starting offset; scan on when its records that reach the
+        # target all lie below the starting offset (as the local search does).
+        for meta in self._segments_from(starting_offset):
+            if meta.start_offset >= below_offset:
+                break
+            if meta.max_timestamp_ms < timestamp:
+                continue
+            found = self._find_in_segment(meta, timestamp, starting_offset)
+            if found is not None:
+                return found
+        return None
+
+    def _find_in_segment(self, meta: RemoteLogSegmentMetadata, timestamp: int,
+                         starting_offset: int) -> tuple[int, int] | None:
+        """As a local segment searches: the time index's floor entry for the target, the offset
+        index's position for it, then whole batches forward through the remote read path."""
+        source = f"remote segment {meta.segment_id} of {meta.topic_id_partition}"
+        _, index_offset = self._time_index(meta).lookup(timestamp)
+        offset = max(index_offset, starting_offset, meta.start_offset)
+        while offset <= meta.end_offset:
+            data = self._read_segment(meta, offset, _TIMESTAMP_SCAN_BYTES, meta.end_offset + 1, True)
+            if not data:
+                return None
+            for pos, header in iter_batches(data, source=source, verify_crc=False):
+                if may_hold_timestamp(header, timestamp, starting_offset):
+                    found = first_record_at_or_after(data, pos, timestamp, starting_offset, source=source)
+                    if found is not None:
+                        return found
+                offset = header.next_offset
+        return None
 
     def _read_segment(self, meta: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
                       max_offset: int, min_one_batch: bool) -> bytes:
@@ -233,6 +281,16 @@ class RemotePartition(RemoteLogView):
             if result.is_complete:
                 return found, True
         return found, False
+
+
+def _parse_offset_index(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(relative offsets, positions) of an offset index's entries."""
+    entries = np.frombuffer(raw, dtype=_OFFSET_ENTRY, count=len(raw) // 8)
+    relative = entries["relative"].astype(np.int64)
+    # Only the leading entries in increasing order are real (a preallocated tail is zeros).
+    bad = np.nonzero(np.diff(relative) <= 0)[0]
+    n = int(bad[0]) + 1 if len(bad) else len(relative)
+    return relative[:n], entries["position"][:n].astype(np.int64)
 
 
 def _tail_size(buf: bytes | bytearray, complete: int) -> int:

@@ -28,7 +28,8 @@ def create(b, name: str, partitions: int = 1, config: dict | None = None) -> Non
     futures[name].result(15)
 
 
-def produce(b, topic: str, values: list[bytes], *, partition: int | None = None, **conf) -> list[tuple]:
+def produce(b, topic: str, values: list[bytes], *, partition: int | None = None,
+            timestamps: list[int] | None = None, **conf) -> list[tuple]:
     settings = {"bootstrap.servers": b.bootstrap, "linger.ms": 2}
     settings.update(conf)
     p = Producer(settings)
@@ -39,6 +40,8 @@ def produce(b, topic: str, values: list[bytes], *, partition: int | None = None,
 
     for i, v in enumerate(values):
         kwargs = {"partition": partition} if partition is not None else {}
+        if timestamps is not None:
+            kwargs["timestamp"] = timestamps[i]
         p.produce(topic, key=b"k%d" % i, value=v, on_delivery=on_delivery, **kwargs)
         p.poll(0)
     assert p.flush(20) == 0

@@ -3,7 +3,8 @@
 A broker configured with tiered storage (Kafka's names in broker.properties) copies sealed
 segments of topics with remote.storage.enable=true to a real S3 server, deletes their local
 copies past local.retention.bytes, and serves a consumer starting at the earliest offset every
-record exactly once, the old part read back from S3, before and after a restart.
+record exactly once, the old part read back from S3, before and after a restart, and answers
+ListOffsets by timestamp from the remote part.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -78,14 +80,22 @@ def test_broker_tiers_to_s3_and_serves_earliest_from_remote(broker_factory, s3_e
     create(b, "cold", 1, TOPIC_CONFIG)
     # "short" also has a total retention: remote segments past it are expired.
     create(b, "short", 1, {**TOPIC_CONFIG, "retention.bytes": "12288"})
+    create(b, "timed", 1, TOPIC_CONFIG)
     values = [b"%04d-" % i + b"v" * 195 for i in range(RECORDS)]
     for topic in ("cold", "short"):
         acked = produce(b, topic, values, acks="all", **{"batch.num.messages": 5})
         assert all(err is None for err, *_ in acked)
+    # Records 10 ms apart, an hour ago (within time retention); every 7th batch of five lies 5 s
+    # further back, so the answer is not always the record after the previous one.
+    start_ms = (int(time.time()) - 3600) * 1000
+    stamps = [start_ms + 10 * i - (5000 if i // 5 % 7 == 6 else 0) for i in range(RECORDS)]
+    acked = produce(b, "timed", values, timestamps=stamps, acks="all", **{"batch.num.messages": 5})
+    assert all(err is None for err, *_ in acked)
 
     # The background service copies sealed segments and deletes local copies past 4 KiB.
-    assert wait_until(lambda: min(_local_segments(b, "cold")) > 0 and
-                 sum(_local_segments(b, "cold").values()) <= 3 * 4096)
+    for topic in ("cold", "timed"):
+        assert wait_until(lambda: min(_local_segments(b, topic)) > 0 and
+                          sum(_local_segments(b, topic).values()) <= 3 * 4096)
     local_start = min(_local_segments(b, "cold"))
     remote = _remote(b, settings, "cold")
     assert remote[0][0] == 0 and len(remote) >= 5
@@ -109,6 +119,19 @@ def test_broker_tiers_to_s3_and_serves_earliest_from_remote(broker_factory, s3_e
     # ListOffsets earliest is the remote start; a consumer from there reads everything once.
     assert _earliest(b, "cold") == 0
     _check_all(b, "cold", values)
+
+    # ListOffsets by timestamp finds the offsets only S3 holds (KIP-405), as a search over every
+    # record would: the first offset whose timestamp reaches the target.
+    local_start = min(_local_segments(b, "timed"))
+    assert local_start > RECORDS // 2
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "by-time"})
+    picked = {0, stamps[0], stamps[-1], stamps[-1] + 1, stamps[local_start - 1], stamps[local_start]}
+    picked.update(ts + d for ts in stamps[5::29] for d in (-1, 0, 1))
+    for target in sorted(picked):
+        want = next((o for o, ts in enumerate(stamps) if ts >= target), -1)
+        found = c.offsets_for_times([TopicPartition("timed", 0, target)], timeout=10)[0]
+        assert (found.error, found.offset) == (None, want), target
+    c.close()
 
     # Total retention (remote plus local) moved the log start offset past expired remote segments.
     assert wait_until(lambda: _earliest(b, "short") > 0 and _remote(b, settings, "short")

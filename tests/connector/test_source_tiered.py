@@ -1,5 +1,6 @@
 """The Spark source reads a topic whose older half lives only in S3 (tiered storage) and gets
-exactly the records it got before tiering."""
+exactly the records it got before tiering; startingTimestamp / endingTimestamp there find offsets
+through the remote tier."""
 from __future__ import annotations
 
 from logcore.log.log_root import LogRoot
@@ -30,4 +31,21 @@ def test_batch_read_of_a_topic_half_in_s3(spark, tmp_path, storage_targets):
     assert "00000000000000000000.log" not in root.storage.list_dir("t-0")    # only in S3 now
     reader.close()
     assert read() == before
+
+    # startingTimestamp / endingTimestamp in the part only S3 holds: found by the remote search,
+    # the range is [first offset reaching the start, first offset reaching the end).
+    def times() -> list[tuple[int, int]]:
+        df = spark.read.format("seglog").option("subscribe", "t").load(url)
+        return sorted(tuple(r) for r in df.selectExpr("offset", "unix_millis(timestamp)").collect())
+
+    stamps = times()
+    first_local = next(i for i, (o, _ts) in enumerate(stamps) if o >= hw // 2)
+    start_ts, end_ts = stamps[first_local // 4][1], stamps[first_local // 2][1] + 1
+    assert start_ts > stamps[0][1]                       # not simply the earliest offset
+    start_at = next(o for o, ts in stamps if ts >= start_ts)
+    end_at = next(o for o, ts in stamps if ts >= end_ts)
+    df = (spark.read.format("seglog").option("subscribe", "t").option("startingTimestamp", str(start_ts))
+          .option("endingTimestamp", str(end_ts)).load(url))
+    got = sorted(r.offset for r in df.select("offset").collect())
+    assert got == [o for o, _ts in stamps if start_at <= o < end_at] and got
     root.close()

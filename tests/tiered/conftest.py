@@ -23,3 +23,12 @@ def key_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path,
 @pytest.fixture(scope="session")
 def ring_k1(key_files) -> KeyRing:
     return KeyRing.from_pem_files({"k1": key_files["k1"]}, "k1")
+
+
+@pytest.fixture(params=["folder", pytest.param("s3", marks=pytest.mark.s3)])
+def remote(request, tmp_path, storage_targets):
+    """(remote root url, storage options): a local folder, or a bucket on the session's S3 server."""
+    if request.param == "folder":
+        return str(tmp_path / "remote"), {}
+    target = storage_targets.make("s3")
+    return target.url, target.storage_options

@@ -19,15 +19,6 @@ TOPIC_CONFIG = {"remote.storage.enable": "true", "segment.bytes": "16384",
                 "local.retention.bytes": "40000", "retention.bytes": "-1"}
 
 
-@pytest.fixture(params=["folder", pytest.param("s3", marks=pytest.mark.s3)])
-def remote(request, tmp_path, storage_targets):
-    """(remote root url, storage options): a local folder, or a bucket on the session's S3 server."""
-    if request.param == "folder":
-        return str(tmp_path / "remote"), {}
-    target = storage_targets.make("s3")
-    return target.url, target.storage_options
-
-
 def tiered_root(tmp_path, remote, topic_config=None, **rsm) -> tuple[str, LogRoot]:
     url = str(tmp_path / "root")
     root = LogRoot.open(url, create=True, defaults=tiering_defaults(*remote, **rsm))
