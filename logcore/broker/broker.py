@@ -21,10 +21,10 @@ from logcore.broker.config import BROKER_KEYS, BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
-from logcore.broker.partitions import Partition, PartitionManager
+from logcore.broker.partitions import PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.protocol import ZERO_UUID, Request
-from logcore.errors import InvalidConfigError, SegLogError, TopicExistsError
+from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.file_slice import FileSlice
 from logcore.log.config import CONFIG_KEYS, ConfigType, MaintenanceConfig, resolve_root_defaults
 from logcore.log.log_root import LogRoot
@@ -131,7 +131,6 @@ class Broker:
 
     async def metadata(self, req: Request) -> dict:
         body = req.body
-        v = req.api_version
         if body.topics is None:
             names = sorted(self.partitions.topics)
         else:

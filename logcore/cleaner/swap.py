@@ -232,7 +232,6 @@ def _swap_local(log, group, out: SegmentOutput) -> None:
 
 
 def _swap_object(log, outputs) -> None:
-    storage = log.storage
     last_group = outputs[-1][0]
     i = next(k for k, s in enumerate(log.segments) if s is last_group[-1])
     end = log.segments[i + 1].base_offset

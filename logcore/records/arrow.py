@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import struct
 from typing import Iterable
 
 import numpy as np

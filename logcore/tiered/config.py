@@ -190,7 +190,7 @@ def _key_files(values: dict[str, Any], key_paths: dict[str, dict[str, str]]) -> 
                 f"rsm.config.encryption.key.pairs={','.join(declared) or '(empty)'}")
     files = {}
     for key_id in declared:
-        _KEY_ID(f"rsm.config.encryption.key.pairs", key_id)
+        _KEY_ID("rsm.config.encryption.key.pairs", key_id)
         paths = key_paths.get(key_id, {})
         for which in ("public.key.file", "private.key.file"):
             if not paths.get(which):

@@ -13,7 +13,6 @@ usage errors exit 2 as argparse does. Storage options never appear in any output
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import BinaryIO, Sequence, TextIO

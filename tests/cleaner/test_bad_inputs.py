@@ -6,7 +6,6 @@ import pytest
 from tests.conftest import StorageTarget
 from logcore.cleaner.cleaner import LogCleaner
 from logcore.errors import CorruptRecordError, InvalidConfigError, ReadOnlyLogError
-from logcore.log.log_root import LogRoot
 from tests.cleaner.helpers import open_root, reader_root, write
 
 

@@ -131,7 +131,7 @@ def test_aborted_transactions_removed(any_storage_url):
     from logcore.records.control import ControlType
     root = open_root(any_storage_url)
     log = root.log("t", 0, writer=True)
-    written = write(log, _items(20))
+    write(log, _items(20))
     pid, epoch = 42, 0
     aborted = []
     for seq in range(3):

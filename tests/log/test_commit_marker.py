@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from logcore.log.partition_state import COMMIT_MARKER, LocalPartitionState
+from logcore.log.partition_state import COMMIT_MARKER
 
 
 def test_marker_follows_commits(open_root):

@@ -25,7 +25,7 @@ def make_cache(storage, entries=()):
 
 
 def test_assign_persists_synchronously(storage):
-    cache = make_cache(storage, [(0, 0), (3, 1200)])
+    make_cache(storage, [(0, 0), (3, 1200)])
     assert storage.read("t-0/leader-epoch-checkpoint") == b"0\n2\n0 0\n3 1200\n"
     assert make_cache(storage).entries == [(0, 0), (3, 1200)]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from logcore.errors import RemoteStorageError, RetriableStorageError
+from logcore.errors import RemoteStorageError
 from logcore.storage import open_storage
 from logcore.tiered.fsspec_rsm import FsspecRemoteStorageManager, segment_folder
 from logcore.tiered.metadata import RemoteLogSegmentState as S

@@ -9,7 +9,6 @@ import pytest
 from logcore.errors import RemoteResourceNotFoundError, RemoteStorageError
 from logcore.records.compression import Compression
 from logcore.storage import open_storage
-from logcore.tiered.cache import ChunkCache
 from logcore.tiered.encryption import KeyRing
 from logcore.tiered.fsspec_rsm import FsspecRemoteStorageManager, segment_folder
 from logcore.tiered.rsm import IndexType, SegmentCustomMetadata

@@ -151,7 +151,7 @@ def test_corrupt_crc_reported_and_next_file_dumped(tmp_path, capsys):
     assert code == 1
     batch_lines = [fields(line) for line in out if line.startswith("baseOffset")]
     assert [b["isvalid"] for b in batch_lines[:3]] == ["true", "false", "true"]
-    assert f"seglog: error: CRC mismatch" in err
+    assert "seglog: error: CRC mismatch" in err
     assert f"(file {path}, position {bad_position})" in err
     assert f"Dumping {good}" in out                                   # went on with the next file
     assert "Log starting offset: 100" in out
