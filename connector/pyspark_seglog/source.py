@@ -26,16 +26,15 @@ from logcore.records.batch import F_BASE_OFFSET, F_LAST_DELTA, batch_fields
 from pyspark_seglog.broker_client import BrokerClient, BrokerConnectionError
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
 from pyspark_seglog.schema import arrow_schema
-from pyspark_seglog.source_options import (EARLIEST, LATEST, OffsetSpec, SourceOptions,
-                                           parse_source_options)
+from pyspark_seglog.source_options import (DEFAULT_FETCH_BYTES, EARLIEST, LATEST, OffsetSpec,
+                                           SourceOptions, parse_source_options)
 
 logger = logging.getLogger("pyspark_seglog.source")
 
-# Bytes of whole batches fetched and decoded at a time by a task: bounds a task's memory and
-# makes each yielded Arrow batch large (about 80k rows of 100-byte values). A task starts with
-# a small window and grows it, so that a tiny range (a micro-batch of a few records) reads and
-# checks a few KiB, not the whole window.
-READ_WINDOW_BYTES = 8 << 20
+# A task reads and decodes bounded windows of whole batches, at most the option
+# kafka.max.partition.fetch.bytes (8 MiB by default, about 70k rows of 100-byte values): bounds a
+# task's memory and makes each yielded Arrow batch large. A task starts with a small window and
+# grows it, so that a tiny range (a micro-batch of a few records) reads and checks a few KiB.
 FIRST_READ_WINDOW_BYTES = 64 << 10
 
 
@@ -45,7 +44,8 @@ class SeglogInputPartition(InputPartition):
     """One task's work: offsets [start, until) of one partition, and how to reach it."""
 
     def __init__(self, root: str, storage_options: dict, topic: str, partition: int, start: int,
-                 until: int, isolation: str, include_headers: bool, fail_on_data_loss: bool):
+                 until: int, isolation: str, include_headers: bool, fail_on_data_loss: bool,
+                 fetch_bytes: int = DEFAULT_FETCH_BYTES):
         super().__init__(None)
         self.root = root
         self.storage_options = storage_options
@@ -56,6 +56,7 @@ class SeglogInputPartition(InputPartition):
         self.isolation = isolation
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
+        self.fetch_bytes = fetch_bytes
 
     def __repr__(self) -> str:          # storage options (credentials) are never printed
         return (f"SeglogInputPartition({self.topic}-{self.partition} [{self.start}, {self.until}),"
@@ -66,7 +67,8 @@ def _input_partitions(opts: SourceOptions, ranges: list[OffsetRange]) -> list[Se
     pieces = split_ranges(ranges, min_partitions=opts.min_partitions,
                           max_records_per_partition=opts.max_records_per_partition)
     return [SeglogInputPartition(opts.root, opts.storage_options, r.topic, r.partition, r.start,
-                                 r.until, opts.isolation, opts.include_headers, opts.fail_on_data_loss)
+                                 r.until, opts.isolation, opts.include_headers, opts.fail_on_data_loss,
+                                 opts.fetch_bytes)
             for r in pieces]
 
 
@@ -127,7 +129,7 @@ def read_partition(p: SeglogInputPartition):
         name = f"{p.topic}-{p.partition}"
         constants = _Constants(p.topic, p.partition)
         offset = p.start
-        window = min(FIRST_READ_WINDOW_BYTES, READ_WINDOW_BYTES)
+        window = min(FIRST_READ_WINDOW_BYTES, p.fetch_bytes)
         buffer = bytearray()
         if offset < log.log_start_offset:
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
@@ -138,7 +140,7 @@ def read_partition(p: SeglogInputPartition):
                 # Read into one reused buffer: the decoder copies what it keeps into Arrow
                 # buffers, so the window's bytes are free again at the next read.
                 fetch = log.read(offset, window, isolation=p.isolation, view=True, buffer=buffer)
-                window = min(READ_WINDOW_BYTES, window * 4)
+                window = min(p.fetch_bytes, window * 4)
             except OffsetOutOfRangeError as exc:
                 if exc.log_start_offset is not None and offset < exc.log_start_offset:
                     offset = data_loss(p.topic, p.partition, offset, exc.log_start_offset,

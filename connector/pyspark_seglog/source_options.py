@@ -40,6 +40,10 @@ IGNORED_OPTIONS = {name.lower(): name for name in (
 )}
 KAFKA_PREFIX = "kafka."
 BOOTSTRAP_OPTION = "kafka.bootstrap.servers"
+# The Kafka consumer's per-partition fetch size: here the most bytes of whole batches a task
+# reads and decodes at a time (so also about the size of each Arrow batch it yields).
+FETCH_BYTES_OPTION = "kafka.max.partition.fetch.bytes"
+DEFAULT_FETCH_BYTES = 8 << 20
 # Kafka consumer settings Spark's Kafka source refuses, with why.
 REJECTED_KAFKA_OPTIONS = {
     "auto.offset.reset": (
@@ -140,6 +144,7 @@ class SourceOptions:
     # LSO with read_committed) instead of reading the root's checkpoint; records still come
     # from the root, which must be the broker's log dir.
     bootstrap_servers: str | None = None
+    fetch_bytes: int = DEFAULT_FETCH_BYTES         # kafka.max.partition.fetch.bytes
 
     def matches(self, topic: str) -> bool:
         """Whether a topic belongs to the subscription (subscribe / subscribePattern)."""
@@ -297,7 +302,8 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
         fail_on_data_loss=parse_bool(options, "failondataloss", True),
         include_headers=parse_bool(options, "includeheaders", False),
         isolation=isolation,
-        bootstrap_servers=None if bootstrap is None else str(bootstrap).strip())
+        bootstrap_servers=None if bootstrap is None else str(bootstrap).strip(),
+        fetch_bytes=_parse_int(options, FETCH_BYTES_OPTION) or DEFAULT_FETCH_BYTES)
 
 
 def _isolation(options) -> str:

@@ -5,9 +5,10 @@
  * validates them exactly like logcore.records.batch.decode_records does, and gathers the columns
  * into Arrow-layout buffers (int64 offsets, int64 microsecond timestamps, int32 timestamp types,
  * binary key/value with int32 offsets and validity bitmaps, optional headers as
- * list<struct<key string, value binary>>). The buffers are bytearrays that Python wraps without
- * copying. Corrupt input raises RecordError(section_index, record_index, message); nothing is ever
- * read outside the given [start, end) range of a section.
+ * list<struct<key string, value binary>>). The buffers are bytearrays, or buffers from the
+ * caller's allocator, that Python wraps without copying. Corrupt input raises
+ * RecordError(section_index, record_index, message); nothing is ever read outside the given
+ * [start, end) range of a section.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,10 +25,11 @@ static PyObject *RecordError;
 #define INT32_LIMIT 2147483647LL
 
 typedef struct {
-    PyObject *obj; /* bytearray */
+    PyObject *obj; /* bytearray, or a fixed-size buffer from the caller's allocator */
     char *p;
     Py_ssize_t len;
     Py_ssize_t cap;
+    int fixed;
 } obuf;
 
 static int obuf_init(obuf *b, Py_ssize_t cap) {
@@ -39,12 +41,17 @@ static int obuf_init(obuf *b, Py_ssize_t cap) {
     b->p = PyByteArray_AS_STRING(b->obj);
     b->len = 0;
     b->cap = cap;
+    b->fixed = 0;
     return 0;
 }
 
 static int obuf_grow(obuf *b, Py_ssize_t need) {
     Py_ssize_t want = b->len + need;
     Py_ssize_t ncap = b->cap * 2;
+    if (b->fixed) {
+        PyErr_SetString(PyExc_SystemError, "a fixed-size output buffer cannot grow");
+        return -1;
+    }
     if (ncap < want)
         ncap = want;
     if (PyByteArray_Resize(b->obj, ncap) < 0)
@@ -54,7 +61,51 @@ static int obuf_grow(obuf *b, Py_ssize_t need) {
     return 0;
 }
 
-static int obuf_finish(obuf *b) { return PyByteArray_Resize(b->obj, b->len); }
+/* A buffer of exactly `cap` bytes from `allocate(cap)` (a new object exporting a writable,
+ * fixed-size buffer: its memory must not move while the object lives). A pooling allocator
+ * (pyarrow.allocate_buffer) hands back memory it already holds, where a fresh bytearray of
+ * megabytes costs a page fault per 4 KiB touched. Without an allocator: a bytearray. */
+static int obuf_init_with(obuf *b, Py_ssize_t cap, PyObject *allocate) {
+    Py_buffer v;
+    if (allocate == NULL)
+        return obuf_init(b, cap);
+    if (cap < 64)
+        cap = 64;
+    b->obj = PyObject_CallFunction(allocate, "n", cap);
+    if (b->obj == NULL)
+        return -1;
+    if (PyObject_GetBuffer(b->obj, &v, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (v.len < cap) {
+        PyBuffer_Release(&v);
+        PyErr_Format(PyExc_ValueError, "allocate(%zd) returned a buffer of %zd bytes", cap, v.len);
+        return -1;
+    }
+    b->p = (char *)v.buf;
+    PyBuffer_Release(&v);
+    b->len = 0;
+    b->cap = cap;
+    b->fixed = 1;
+    return 0;
+}
+
+/* Cut the buffer to the bytes written: a bytearray is resized, a fixed buffer becomes a
+ * memoryview of its first `len` bytes (which keeps it alive). */
+static int obuf_finish(obuf *b) {
+    PyObject *view, *head;
+    if (!b->fixed)
+        return PyByteArray_Resize(b->obj, b->len);
+    view = PyMemoryView_FromObject(b->obj);
+    if (view == NULL)
+        return -1;
+    head = PySequence_GetSlice(view, 0, b->len);
+    Py_DECREF(view);
+    if (head == NULL)
+        return -1;
+    Py_SETREF(b->obj, head);
+    b->fixed = 0;
+    return 0;
+}
 
 #define ENSURE(b, n)                                                                              \
     do {                                                                                          \
@@ -217,10 +268,13 @@ static PyObject *decode_sections(PyObject *self, PyObject *args) {
     const char *errmsg = NULL;
     long long record_index = 0;
     PyObject *result = NULL;
+    PyObject *allocate = NULL;
 
-    if (!PyArg_ParseTuple(args, "O!LLp", &PyList_Type, &sections, &min_offset, &max_offset,
-                          &include_headers))
+    if (!PyArg_ParseTuple(args, "O!LLp|O", &PyList_Type, &sections, &min_offset, &max_offset,
+                          &include_headers, &allocate))
         return NULL;
+    if (allocate == Py_None)
+        allocate = NULL;
     nsec = PyList_GET_SIZE(sections);
 
     /* First pass: bounds on rows and data bytes, so per-record arrays never grow. */
@@ -241,11 +295,16 @@ static PyObject *decode_sections(PyObject *self, PyObject *args) {
         data_cap += len;
     }
 
-    if (obuf_init(&offs, row_cap * 8) < 0 || obuf_init(&tss, row_cap * 8) < 0 ||
-        obuf_init(&tst, row_cap * 4) < 0 || obuf_init(&kvalid, row_cap / 8 + 1) < 0 ||
-        obuf_init(&koffs, (row_cap + 1) * 4) < 0 || obuf_init(&kdata, data_cap) < 0 ||
-        obuf_init(&vvalid, row_cap / 8 + 1) < 0 || obuf_init(&voffs, (row_cap + 1) * 4) < 0 ||
-        obuf_init(&vdata, data_cap) < 0)
+    /* Sized to the bounds up front, so these never grow and may come from `allocate`. */
+    if (obuf_init_with(&offs, row_cap * 8, allocate) < 0 ||
+        obuf_init_with(&tss, row_cap * 8, allocate) < 0 ||
+        obuf_init_with(&tst, row_cap * 4, allocate) < 0 ||
+        obuf_init_with(&kvalid, row_cap / 8 + 1, allocate) < 0 ||
+        obuf_init_with(&koffs, (row_cap + 1) * 4, allocate) < 0 ||
+        obuf_init_with(&kdata, data_cap, allocate) < 0 ||
+        obuf_init_with(&vvalid, row_cap / 8 + 1, allocate) < 0 ||
+        obuf_init_with(&voffs, (row_cap + 1) * 4, allocate) < 0 ||
+        obuf_init_with(&vdata, data_cap, allocate) < 0)
         goto fail;
     memset(kvalid.p, 0, kvalid.cap);
     memset(vvalid.p, 0, vvalid.cap);
@@ -1052,9 +1111,11 @@ static PyMethodDef methods[] = {
      "murmur2_partitions(n, offsets, data, valid, partitions) -> bytes of int32: Kafka's default\n"
      "partitioner for each key of an Arrow-layout binary column, -1 for null keys."},
     {"decode_sections", decode_sections, METH_VARARGS,
-     "decode_sections(sections, min_offset, max_offset, include_headers) -> tuple of Arrow buffers.\n"
-     "sections: list of (buffer, start, end, base_offset, base_timestamp, max_timestamp,\n"
-     "timestamp_type, records_count) for the decompressed record section of each batch."},
+     "decode_sections(sections, min_offset, max_offset, include_headers, allocate=None) -> tuple\n"
+     "of Arrow buffers. sections: list of (buffer, start, end, base_offset, base_timestamp,\n"
+     "max_timestamp, timestamp_type, records_count) for the decompressed record section of each\n"
+     "batch. allocate(n), when given, returns a new fixed-size writable buffer of n bytes for each\n"
+     "column buffer of bounded size (those come back as memoryviews of the bytes used)."},
     {"scan_batches", scan_batches, METH_VARARGS,
      "scan_batches(buffer, verify_crc, allow_partial_tail=False) -> bytearray of int64 rows\n"
      "(position, size, baseOffset, lastOffsetDelta, maxTimestamp, producerId, attributes,\n"

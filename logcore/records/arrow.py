@@ -127,7 +127,10 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
             sections.append((data, pos + HEADER_SIZE, pos + size, base_offset, base_ts, max_ts, ts_type, count))
         positions.append(pos)
     try:
-        return _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers)
+        # Column buffers from Arrow's memory pool, which keeps freed memory for the next call:
+        # fresh multi-MiB bytearrays would cost a page fault per 4 KiB written.
+        return _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers,
+                                          pa.allocate_buffer)
     except _fastcodec.RecordError as exc:
         index, record, message = exc.args
         raise CorruptRecordError(f"record {record}: {message}", file=source,

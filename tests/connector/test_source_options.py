@@ -56,6 +56,14 @@ def test_storage_options_and_ignored_kafka_options():
     assert stream().bootstrap_servers is None
 
 
+def test_fetch_bytes_option_bounds_the_task_read_window():
+    assert stream().fetch_bytes == 8 << 20
+    s = stream(**{"kafka.max.partition.fetch.bytes": "1048576", "minPartitions": "8"})
+    assert s.fetch_bytes == 1 << 20
+    assert "kafka.max.partition.fetch.bytes='0'" in error(**{"kafka.max.partition.fetch.bytes": "0"})
+    assert "integer" in error(**{"kafka.max.partition.fetch.bytes": "1MB"})
+
+
 # ----------------------------------------------------------------------------- subscription
 
 def test_subscription_strategies():

@@ -74,8 +74,10 @@ def retain_from(url: str, topic: str, partition: int, segment_number: int) -> in
     return new_start
 
 
-def part(url, topic, partition, start, until, *, isolation="read_committed", headers=False, fail=True):
-    return SeglogInputPartition(url, {}, topic, partition, start, until, isolation, headers, fail)
+def part(url, topic, partition, start, until, *, isolation="read_committed", headers=False, fail=True,
+         fetch_bytes=8 << 20):
+    return SeglogInputPartition(url, {}, topic, partition, start, until, isolation, headers, fail,
+                                fetch_bytes)
 
 
 def rows_of(batches) -> list[dict]:
@@ -107,11 +109,11 @@ def test_read_yields_the_exact_schema_and_values(tmp_path):
     assert plain[0].schema == arrow_schema(False)
 
 
-def test_read_bounds_start_and_end_inside_batches_over_many_windows(tmp_path, monkeypatch):
+def test_read_bounds_start_and_end_inside_batches_over_many_windows(tmp_path):
     url = make_root(tmp_path / "r", {"t": 1})
     append(url, "t", 0, 0, 500, per_batch=10)
-    monkeypatch.setattr(source_module, "READ_WINDOW_BYTES", 700)   # a couple of batches per fetch
-    batches = list(read_partition(part(url, "t", 0, 13, 407)))
+    # kafka.max.partition.fetch.bytes=700: a couple of batches per fetch
+    batches = list(read_partition(part(url, "t", 0, 13, 407, fetch_bytes=700)))
     assert len(batches) > 10
     assert [r["offset"] for r in rows_of(batches)] == list(range(13, 407))
     # every batch keeps its own bytes: the task reads each window into one reused buffer

@@ -162,3 +162,31 @@ def test_fuzz_random_bytes_never_crash():
             batches_to_arrow(garbage)
         except CorruptRecordError:
             pass
+
+
+def test_decoder_fills_buffers_from_the_given_allocator_and_cuts_them_to_size():
+    from logcore.records import _fastcodec
+    data = build_batch([(b"k%d" % i, b"value-%d" % i if i % 3 else None, (), 1000 + i) for i in range(50)],
+                       base_offset=7)
+    section = [(data, 61, len(data), 7, 1000, 1049, 0, 50)]
+    plain = _fastcodec.decode_sections(section, 0, 1 << 62, False)
+    sizes = []
+
+    def allocate(n):
+        sizes.append(n)
+        return bytearray(b"\xee" * n)      # garbage: every byte used must be written by the decoder
+    pooled = _fastcodec.decode_sections(section, 10, 40, False, allocate)
+    assert len(sizes) == 9 and all(n >= 64 for n in sizes)
+    assert pooled[0] == 30
+    cut = _fastcodec.decode_sections(section, 10, 40, False)
+    for a, b in zip(pooled[1:12], cut[1:12]):
+        assert bytes(a) == bytes(b)         # same bytes, each cut to its used length
+    assert plain[0] == 50
+    pool = batches_to_arrow(data, min_offset=10, max_offset=40)   # the pyarrow pool path
+    assert pool.column("offset").to_pylist() == list(range(10, 40))
+    assert pool.column("value").to_pylist() == [b"value-%d" % i if i % 3 else None for i in range(3, 33)]
+
+    with pytest.raises(ValueError, match="allocate"):
+        _fastcodec.decode_sections(section, 0, 1 << 62, False, lambda n: bytearray(n - 1))
+    with pytest.raises(BufferError):
+        _fastcodec.decode_sections(section, 0, 1 << 62, False, lambda n: b"x" * n)   # read-only
