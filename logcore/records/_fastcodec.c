@@ -269,9 +269,10 @@ static PyObject *decode_sections(PyObject *self, PyObject *args) {
     long long record_index = 0;
     PyObject *result = NULL;
     PyObject *allocate = NULL;
+    int copy_data = 1;
 
-    if (!PyArg_ParseTuple(args, "O!LLp|O", &PyList_Type, &sections, &min_offset, &max_offset,
-                          &include_headers, &allocate))
+    if (!PyArg_ParseTuple(args, "O!LLp|Op", &PyList_Type, &sections, &min_offset, &max_offset,
+                          &include_headers, &allocate, &copy_data))
         return NULL;
     if (allocate == Py_None)
         allocate = NULL;
@@ -301,10 +302,10 @@ static PyObject *decode_sections(PyObject *self, PyObject *args) {
         obuf_init_with(&tst, row_cap * 4, allocate) < 0 ||
         obuf_init_with(&kvalid, row_cap / 8 + 1, allocate) < 0 ||
         obuf_init_with(&koffs, (row_cap + 1) * 4, allocate) < 0 ||
-        obuf_init_with(&kdata, data_cap, allocate) < 0 ||
+        obuf_init_with(&kdata, copy_data ? data_cap : 0, allocate) < 0 ||
         obuf_init_with(&vvalid, row_cap / 8 + 1, allocate) < 0 ||
         obuf_init_with(&voffs, (row_cap + 1) * 4, allocate) < 0 ||
-        obuf_init_with(&vdata, data_cap, allocate) < 0)
+        obuf_init_with(&vdata, copy_data ? data_cap : 0, allocate) < 0)
         goto fail;
     memset(kvalid.p, 0, kvalid.cap);
     memset(vvalid.p, 0, vvalid.cap);
@@ -469,8 +470,10 @@ static PyObject *decode_sections(PyObject *self, PyObject *args) {
                         PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of keys for one Arrow batch");
                         goto fail;
                     }
-                    memcpy(o_kdata + kd_len, kptr, klen);
-                    kd_len += klen;
+                    if (copy_data) {
+                        memcpy(o_kdata + kd_len, kptr, klen);
+                        kd_len += klen;
+                    }
                     o_kvalid[rows >> 3] |= (uint8_t)(1 << (rows & 7));
                 } else {
                     key_nulls++;
@@ -481,8 +484,10 @@ static PyObject *decode_sections(PyObject *self, PyObject *args) {
                         PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of values for one Arrow batch");
                         goto fail;
                     }
-                    memcpy(o_vdata + vd_len, vptr, vlen);
-                    vd_len += vlen;
+                    if (copy_data) {
+                        memcpy(o_vdata + vd_len, vptr, vlen);
+                        vd_len += vlen;
+                    }
                     o_vvalid[rows >> 3] |= (uint8_t)(1 << (rows & 7));
                 } else {
                     value_nulls++;
@@ -1111,11 +1116,14 @@ static PyMethodDef methods[] = {
      "murmur2_partitions(n, offsets, data, valid, partitions) -> bytes of int32: Kafka's default\n"
      "partitioner for each key of an Arrow-layout binary column, -1 for null keys."},
     {"decode_sections", decode_sections, METH_VARARGS,
-     "decode_sections(sections, min_offset, max_offset, include_headers, allocate=None) -> tuple\n"
+     "decode_sections(sections, min_offset, max_offset, include_headers, allocate=None,\n"
+     "copy_data=True) -> tuple"
      "of Arrow buffers. sections: list of (buffer, start, end, base_offset, base_timestamp,\n"
      "max_timestamp, timestamp_type, records_count) for the decompressed record section of each\n"
      "batch. allocate(n), when given, returns a new fixed-size writable buffer of n bytes for each\n"
-     "column buffer of bounded size (those come back as memoryviews of the bytes used)."},
+     "column buffer of bounded size (those come back as memoryviews of the bytes used).\n"
+     "copy_data=False validates every record but leaves the key and value data out (empty data\n"
+     "buffers, zero offsets): for callers that need offsets, timestamps and null counts only."},
     {"scan_batches", scan_batches, METH_VARARGS,
      "scan_batches(buffer, verify_crc, allow_partial_tail=False) -> bytearray of int64 rows\n"
      "(position, size, baseOffset, lastOffsetDelta, maxTimestamp, producerId, attributes,\n"

@@ -92,7 +92,8 @@ def record_columns(data, *, source: str | None = None, base_position: int = 0) -
 
     The produce path uses this: full validation in C at a fraction of the cost of Arrow arrays.
     """
-    cols = _decode_columns(data, source=source, base_position=base_position)
+    # Keys and values are validated but not copied: the produce path needs neither.
+    cols = _decode_columns(data, source=source, base_position=base_position, copy_data=False)
     rows, offsets, timestamps, _types, k_valid, _ko, _kd, k_nulls = cols[:8]
     return RecordColumns(rows, np.frombuffer(offsets, dtype=np.int64, count=rows),
                          np.frombuffer(timestamps, dtype=np.int64, count=rows) // 1000,
@@ -101,7 +102,7 @@ def record_columns(data, *, source: str | None = None, base_position: int = 0) -
 
 def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
                      aborted: Iterable[tuple[int, int, int]] | None = None, source: str | None = None,
-                     base_position: int = 0) -> tuple:
+                     base_position: int = 0, copy_data: bool = True) -> tuple:
     """The C decoder's raw column buffers (see _to_record_batch for their layout)."""
     aborted_ranges = _aborted_lookup(aborted)
     fields = batch_fields(data, source=source, verify_crc=True, allow_partial_tail=True,
@@ -130,7 +131,7 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
         # Column buffers from Arrow's memory pool, which keeps freed memory for the next call:
         # fresh multi-MiB bytearrays would cost a page fault per 4 KiB written.
         return _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers,
-                                          pa.allocate_buffer)
+                                          pa.allocate_buffer, copy_data)
     except _fastcodec.RecordError as exc:
         index, record, message = exc.args
         raise CorruptRecordError(f"record {record}: {message}", file=source,

@@ -11,7 +11,7 @@ from logcore.records import (
     Compression, ControlType, TimestampType, batches_to_arrow, build_batch, build_control_batch, decode_records,
     iter_batches,
 )
-from logcore.records.arrow import SCHEMA, SCHEMA_WITH_HEADERS
+from logcore.records.arrow import SCHEMA, SCHEMA_WITH_HEADERS, record_columns
 
 from test_batch import LAYOUT_CASES, raw_batch
 
@@ -95,6 +95,25 @@ def test_c_scanner_rejects_what_the_python_decoder_rejects(name):
         with pytest.raises(CorruptRecordError, match="record") as info:
             batches_to_arrow(data, source="s.log", base_position=7, include_headers=include_headers)
         assert (info.value.file, info.value.position) == ("s.log", 7 + len(good))
+
+
+@pytest.mark.parametrize("name", list(LAYOUT_CASES))
+def test_produce_validation_without_data_copies_rejects_the_same(name):
+    """record_columns (the produce path) validates every record without copying keys and values."""
+    section, count, _ = LAYOUT_CASES[name]
+    with pytest.raises(CorruptRecordError, match="record") as info:
+        record_columns(raw_batch(section, count=count), source="p", base_position=3)
+    assert (info.value.file, info.value.position) == ("p", 3)
+
+
+def test_produce_validation_columns_match_the_full_decode():
+    batch = build_batch([(None, b"v0", (), 10), (b"k1", None, (("h", b"x"),), 12), (b"k2", b"v2" * 50, (), 11)],
+                        base_offset=40, compression=Compression.NONE)
+    cols = record_columns(batch)
+    full = batches_to_arrow(batch)
+    assert cols.rows == 3 and list(cols.offsets) == full.column("offset").to_pylist() == [40, 41, 42]
+    assert list(cols.timestamps_ms) == [10, 12, 11]
+    assert cols.key_nulls == 1
 
 
 def test_corrupt_compressed_stream_reports_the_batch_position():
