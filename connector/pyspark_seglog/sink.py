@@ -41,7 +41,7 @@ from logcore.errors import (
 )
 from logcore.log.log_root import LogRoot
 from logcore.records.compression import Compression
-from logcore.records.encode import encode_batch_run
+from logcore.records.encode import encode_batch_run_into
 from logcore.storage import open_storage
 from logcore.storage.writeback import start_writeback
 
@@ -63,7 +63,7 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 DEFAULT_LOCAL_PART_BYTES = 256 << 20
 DEFAULT_OBJECT_PART_BYTES = 8 << 20
 _WRITE_CHUNK_BYTES = 1 << 20
-_IOV_MAX = 1024
+_FIRST_BUFFER_BYTES = 256 << 10
 _PAGE = 4096
 _PUBLISH_THREADS = 8
 
@@ -433,6 +433,16 @@ def _cleanup(storage, query_id: str, batch_id: int) -> None:
         storage.delete_dir(base)
 
 
+class _PartBuffer:
+    """A target partition's encoded batches not yet staged: one reusable buffer, so encoding
+    costs no allocation (and no fresh pages) per call."""
+
+    def __init__(self):
+        self.data = bytearray(_FIRST_BUFFER_BYTES)
+        self.fill = 0
+        self.records = 0
+
+
 class _TaskStager(RowRouter):
     """One task attempt's rows: routed, encoded and staged per target partition."""
 
@@ -447,13 +457,16 @@ class _TaskStager(RowRouter):
         self.local = self.storage.is_local
         self.root: LogRoot | None = None
         self.topics: dict[str, tuple[int, Compression, int, int]] = {}   # partitions, codec, part limit, batch bytes
-        self.buffers: dict[tuple[str, int], list] = {}
-        self.buffered: dict[tuple[str, int], list[int]] = {}    # [bytes, records]
+        self.pending: dict[tuple[str, int], _PartBuffer] = {}
         self.open_parts: dict[tuple[str, int], StagedPart] = {}
+        self.part_files: dict[tuple[str, int], int] = {}        # local: the open part's descriptor
         self.seq: dict[tuple[str, int], int] = {}
         self.parts: list[StagedPart] = []
 
     def close(self) -> None:
+        for fd in self.part_files.values():
+            os.close(fd)
+        self.part_files.clear()
         if self.root is not None:
             self.root.close()
 
@@ -482,23 +495,37 @@ class _TaskStager(RowRouter):
         return found
 
     def _encode(self, topic, partition, codec, keys, values, ts, headers, rows) -> None:
-        data, _ = encode_batch_run(keys, values, ts, rows=rows, headers=headers, compression=codec,
-                                   batch_bytes=self.topics[topic][3], max_records=self.opts.max_records)
         tp = (topic, partition)
-        self.buffers.setdefault(tp, []).append(data)
-        acc = self.buffered.setdefault(tp, [0, 0])
-        acc[0] += len(data)
-        acc[1] += len(values) if rows is None else len(rows)
-        limit = self.topics[topic][2]
-        if acc[0] >= (min(limit, _WRITE_CHUNK_BYTES) if self.local else limit):
+        out = self.pending.get(tp)
+        if out is None:
+            out = self.pending[tp] = _PartBuffer()
+        limit, batch_bytes = self.topics[topic][2:4]
+        threshold = min(limit, _WRITE_CHUNK_BYTES) if self.local else limit
+        while True:
+            size, batches = encode_batch_run_into(
+                out.data, out.fill, keys, values, ts, rows=rows, headers=headers, compression=codec,
+                batch_bytes=batch_bytes, max_records=self.opts.max_records)
+            if batches >= 0:
+                break
+            # No room. A buffer that cannot hold a chunk plus these rows grows (once, usually);
+            # a big enough one is staged and reused.
+            want = threshold + 2 * size
+            if len(out.data) < want:
+                grown = bytearray(want)
+                grown[:out.fill] = memoryview(out.data)[:out.fill]
+                out.data = grown
+            else:
+                self._write(tp)
+        out.fill += size
+        out.records += len(values) if rows is None else len(rows)
+        if out.fill >= threshold:
             self._write(tp)
 
     def _write(self, tp) -> None:
-        """Stage the buffered batches of `tp`: append them to its open part (local disk), or
+        """Stage the encoded batches of `tp`: append them to its open part (local disk), or
         write them as one part object."""
-        data = self.buffers.pop(tp, None)
-        size, records = self.buffered.pop(tp, (0, 0))
-        if not data:
+        out = self.pending.get(tp)
+        if out is None or out.fill == 0:
             return
         part = self.open_parts.get(tp)
         if part is None:
@@ -506,47 +533,47 @@ class _TaskStager(RowRouter):
             self.seq[tp] = seq + 1
             path = f"{self.prefix}/{tp[0]}-{tp[1]}/{self.name}-{seq}"
             part = self.open_parts[tp] = StagedPart(tp[0], tp[1], path, 0, self.task, seq)
+        data = memoryview(out.data)[:out.fill]
         # Staging needs no fsync: a staged part that a crash loses fails its commit, and
         # nothing is visible before the commit; the commit itself is durable.
         if self.local:
-            _append_file(self.storage.local_path(part.path), data)
+            fd = self.part_files.get(tp)
+            if fd is None:
+                os_path = self.storage.local_path(part.path)
+                os.makedirs(os.path.dirname(os_path), exist_ok=True)
+                fd = self.part_files[tp] = os.open(os_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            _write_at_end(fd, part.size, data)
         else:
-            self.storage.write_atomic(part.path, b"".join(data), durable=False)
-        part.records += records
-        part.size += size
+            self.storage.write_atomic(part.path, bytes(data), durable=False)
+        del data
+        part.records += out.records
+        part.size += out.fill
+        out.fill = out.records = 0
         if not self.local or part.size >= self.topics[tp[0]][2]:
             self._finish(tp)
 
     def _finish(self, tp) -> None:
+        fd = self.part_files.pop(tp, None)
+        if fd is not None:
+            os.close(fd)
         part = self.open_parts.pop(tp, None)
         if part is not None:
             self.parts.append(part)
 
     def flush_all(self) -> None:
-        for tp in sorted(self.buffers):
+        for tp in sorted(self.pending):
             self._write(tp)
         for tp in sorted(self.open_parts):
             self._finish(tp)
 
 
-def _append_file(os_path: str, chunks: list) -> None:
-    """Append `chunks` to a local file with few system calls and no joined copy."""
-    os.makedirs(os.path.dirname(os_path), exist_ok=True)
-    fd = os.open(os_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        start = os.lseek(fd, 0, os.SEEK_END)
-        for i in range(0, len(chunks), _IOV_MAX):
-            group = chunks[i:i + _IOV_MAX]
-            want = sum(map(len, group))
-            done = os.writev(fd, group)
-            if done != want:                 # a short write: finish this group plainly
-                rest = b"".join(group)[done:]
-                while rest:
-                    rest = rest[os.write(fd, rest):]
-        # The commit fsyncs the part when it adopts it: let the disk start on it now. Whole pages
-        # only: appending into a page under write-back can wait for that write to finish.
-        first = start - start % _PAGE
-        end = os.lseek(fd, 0, os.SEEK_CUR)
-        start_writeback(fd, first, end - end % _PAGE - first)
-    finally:
-        os.close(fd)
+def _write_at_end(fd: int, start: int, data: memoryview) -> None:
+    """Write `data` at `start`, the end of a part file, and start its write-back."""
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], start + done)
+    # The commit fsyncs the part when it adopts it: let the disk start on it now. Whole pages
+    # only: appending into a page under write-back can wait for that write to finish.
+    first = start - start % _PAGE
+    end = start + len(data)
+    start_writeback(fd, first, end - end % _PAGE - first)

@@ -640,6 +640,19 @@ static int bincol_get(PyObject *offs, PyObject *data, PyObject *valid, bincol *c
     return 0;
 }
 
+/* The offsets of the listed rows (already known to be in 0..n-1), as bincol_get checks a range. */
+static int bincol_check_rows(const bincol *c, const int64_t *rows, Py_ssize_t count, const char *what) {
+    const int32_t *o = (const int32_t *)c->offs.buf;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        int64_t i = rows[j];
+        if (o[i] < 0 || o[i + 1] < o[i] || o[i + 1] > c->data.len) {
+            PyErr_Format(PyExc_ValueError, "%s column offsets out of range at row %lld", what, (long long)i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static void bincol_release(bincol *c) {
     if (c->offs.obj)
         PyBuffer_Release(&c->offs);
@@ -793,23 +806,27 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
     Py_ssize_t n, batch_bytes, max_records;
     int leader_epoch, producer_epoch, base_sequence;
     long long producer_id;
-    PyObject *ko, *kd, *kv, *vo, *vd, *vv, *tso, *rowso;
-    if (!PyArg_ParseTuple(args, "nOOOOOOOOnniLii", &n, &ko, &kd, &kv, &vo, &vd, &vv, &tso, &rowso,
+    PyObject *ko, *kd, *kv, *vo, *vd, *vv, *tso, *rowso, *outo = Py_None;
+    Py_ssize_t out_pos = 0;
+    if (!PyArg_ParseTuple(args, "nOOOOOOOOnniLii|On", &n, &ko, &kd, &kv, &vo, &vd, &vv, &tso, &rowso,
                           &batch_bytes, &max_records, &leader_epoch, &producer_id, &producer_epoch,
-                          &base_sequence))
+                          &base_sequence, &outo, &out_pos))
         return NULL;
     if (batch_bytes < 1) {
         PyErr_Format(PyExc_ValueError, "batch_bytes must be >= 1, got %zd", batch_bytes);
         return NULL;
     }
     bincol key, val;
-    Py_buffer ts, rowsbuf;
-    int have_ts = 0, have_rows = 0;
+    Py_buffer ts, rowsbuf, outbuf;
+    int have_ts = 0, have_rows = 0, have_out = 0;
     PyObject *result = NULL, *data = NULL;
     Py_ssize_t *cuts = NULL;
     memset(&key, 0, sizeof(key));
     memset(&val, 0, sizeof(val));
-    if (bincol_get(ko, kd, kv, &key, n, 0, n, "key") < 0 || bincol_get(vo, vd, vv, &val, n, 0, n, "value") < 0)
+    /* Offsets are checked for the rows read: all of them, or (below) those listed. */
+    Py_ssize_t checked = rowso == Py_None ? n : 0;
+    if (bincol_get(ko, kd, kv, &key, n, 0, checked, "key") < 0 ||
+        bincol_get(vo, vd, vv, &val, n, 0, checked, "value") < 0)
         goto done;
     if (PyObject_GetBuffer(tso, &ts, PyBUF_SIMPLE) < 0)
         goto done;
@@ -832,6 +849,8 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
                 goto done;
             }
         }
+        if (bincol_check_rows(&key, rows, count, "key") < 0 || bincol_check_rows(&val, rows, count, "value") < 0)
+            goto done;
     }
     const int32_t *koff = (const int32_t *)key.offs.buf, *voff = (const int32_t *)val.offs.buf;
     const int64_t *t = (const int64_t *)ts.buf;
@@ -870,10 +889,28 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
         cuts[batches++] = j;
         total += BATCH_HEADER + bytes;
     }
-    data = PyBytes_FromStringAndSize(NULL, total);
-    if (data == NULL)
-        goto done;
-    char *out = PyBytes_AS_STRING(data);
+    char *out;
+    if (outo != Py_None) {
+        /* Into the caller's buffer at out_pos; when the batches do not fit, nothing is written
+         * and the batch count is -1 (the caller makes room and asks again). */
+        if (PyObject_GetBuffer(outo, &outbuf, PyBUF_WRITABLE) < 0)
+            goto done;
+        have_out = 1;
+        if (out_pos < 0 || out_pos > outbuf.len) {
+            PyErr_Format(PyExc_ValueError, "output position %zd outside 0..%zd", out_pos, outbuf.len);
+            goto done;
+        }
+        if (outbuf.len - out_pos < total) {
+            result = Py_BuildValue("(nn)", total, (Py_ssize_t)-1);
+            goto done;
+        }
+        out = (char *)outbuf.buf + out_pos;
+    } else {
+        data = PyBytes_FromStringAndSize(NULL, total);
+        if (data == NULL)
+            goto done;
+        out = PyBytes_AS_STRING(data);
+    }
     /* pass 2: records, then each batch's header and CRC (the GIL is not needed: buffers are held) */
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t from = 0;
@@ -912,10 +949,15 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
         from = to;
     }
     Py_END_ALLOW_THREADS
-    result = Py_BuildValue("(On)", data, batches);
+    if (have_out)
+        result = Py_BuildValue("(nn)", total, batches);
+    else
+        result = Py_BuildValue("(On)", data, batches);
 done:
     Py_XDECREF(data);
     PyMem_Free(cuts);
+    if (have_out)
+        PyBuffer_Release(&outbuf);
     if (have_rows)
         PyBuffer_Release(&rowsbuf);
     if (have_ts)
@@ -1110,8 +1152,10 @@ static PyMethodDef methods[] = {
     {"encode_batch_run", encode_batch_run, METH_VARARGS,
      "encode_batch_run(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,\n"
      "timestamps, rows, batch_bytes, max_records, partition_leader_epoch, producer_id,\n"
-     "producer_epoch, base_sequence) -> (bytes, batch_count): uncompressed batches without headers\n"
-     "for the rows (all, or those listed in the int64 buffer `rows`), concatenated."},
+     "producer_epoch, base_sequence[, out, out_pos]) -> (bytes, batch_count): uncompressed batches\n"
+     "without headers for the rows (all, or those listed in the int64 buffer `rows`), concatenated.\n"
+     "With a writable buffer `out`: written at out_pos, returns (size, batch_count), or (size, -1)\n"
+     "and writes nothing when size bytes do not fit there."},
     {"murmur2_partitions", murmur2_partitions, METH_VARARGS,
      "murmur2_partitions(n, offsets, data, valid, partitions) -> bytes of int32: Kafka's default\n"
      "partitioner for each key of an Arrow-layout binary column, -1 for null keys."},

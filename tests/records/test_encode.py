@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from logcore.records.batch import build_batch, decode_records, iter_batches
 from logcore.records.compression import Compression
-from logcore.records.encode import encode_batch_run, encode_batches, murmur2_partitions
+from logcore.records.encode import encode_batch_run, encode_batch_run_into, encode_batches, murmur2_partitions
 from logcore.tools.partitioner import murmur2_partition
 
 kafka_default = pytest.importorskip("kafka.partitioner.default", reason="kafka-python is not installed")
@@ -71,6 +71,41 @@ def test_batch_run_equals_the_batches_of_the_taken_rows(data, batch_bytes, max_r
     assert run == b"".join(expected) and count == len(expected)
     whole, _ = encode_batch_run(keys, values, ts, batch_bytes=batch_bytes, max_records=max_records)
     assert whole == b"".join(encode_batches(keys, values, ts, batch_bytes=batch_bytes, max_records=max_records))
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows, st.integers(1, 2000), st.integers(0, 64), st.randoms(use_true_random=False))
+def test_batch_run_into_a_buffer_writes_the_same_bytes_or_nothing(data, batch_bytes, pos, rnd):
+    """Into a caller's buffer: the bytes encode_batch_run returns, at `pos`; when they do not fit,
+    (size, -1) and the buffer is untouched."""
+    keys = pa.array([k for k, _, _ in data], pa.binary())
+    values = pa.array([v for _, v, _ in data], pa.binary())
+    ts = np.array([t for _, _, t in data], dtype=np.int64)
+    rows = np.array(rnd.sample(range(len(data)), rnd.randint(1, len(data))), dtype=np.int64)
+    expected, count = encode_batch_run(keys, values, ts, rows=rows, batch_bytes=batch_bytes)
+    out = bytearray(b"\xee" * (pos + len(expected) + 5))
+    assert encode_batch_run_into(out, pos, keys, values, ts, rows=rows, batch_bytes=batch_bytes) == (
+        len(expected), count)
+    assert out[pos:pos + len(expected)] == expected and out[:pos] == b"\xee" * pos
+    small = bytearray(b"\xee" * (pos + len(expected) - 1))
+    assert encode_batch_run_into(small, pos, keys, values, ts, rows=rows, batch_bytes=batch_bytes) == (
+        len(expected), -1)
+    assert small == b"\xee" * len(small)
+
+
+def test_batch_run_into_a_buffer_with_a_codec_or_headers():
+    keys = pa.array([b"k1", b"k2"])
+    values = pa.array([b"a", b"b"])
+    headers = pa.array([[{"key": "h", "value": b"x"}], None], HEADERS)
+    ts = np.array([10, 11], dtype=np.int64)
+    for options in ({"headers": headers}, {"compression": Compression.GZIP}):
+        expected, count = encode_batch_run(keys, values, ts, **options)
+        out = bytearray(len(expected) + 3)
+        assert encode_batch_run_into(out, 3, keys, values, ts, **options) == (len(expected), count)
+        assert out[3:] == expected
+        assert encode_batch_run_into(bytearray(4), 0, keys, values, ts, **options) == (len(expected), -1)
+    with pytest.raises(ValueError, match="output position 9 outside 0..4"):
+        encode_batch_run_into(bytearray(4), 9, keys, values, ts)
 
 
 def test_batch_run_rejects_rows_outside_the_columns():
