@@ -16,7 +16,8 @@ machine's load varies).
     vs Spark's Parquet writer.
 (c) per-micro-batch overhead of a tiny batch (one record per partition, 4 tasks): median
     triggerExecution over 12 back-to-back micro-batches (first two dropped), seglog source ->
-    noop vs rate-micro-batch -> noop.
+    noop vs rate-micro-batch -> noop (a JVM source) and vs a trivial Python stream source
+    (bench/spark_anchors.py: what Spark's machinery costs any Python source).
 
 Stream rows/s = rows / triggerExecution of the micro-batch (which includes the sink's commit);
 batch rows/s = rows / wall time of df.write. Every run checks that all N rows arrived.
@@ -141,9 +142,10 @@ def spark_session():
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    from spark_anchors import ArrowCeilingDataSource, CountingSinkDataSource
+    from spark_anchors import ArrowCeilingDataSource, CountingSinkDataSource, TinyPythonSource
     spark.dataSource.register(ArrowCeilingDataSource)
     spark.dataSource.register(CountingSinkDataSource)
+    spark.dataSource.register(TinyPythonSource)
     return spark
 
 
@@ -293,12 +295,20 @@ class Bench:
                 time.sleep(0.5)
             finally:
                 sc.setLogLevel("ERROR")
-        return statistics.median(p["durationMs"]["triggerExecution"] for p in batches[2:TINY_BATCHES])
+        kept = batches[2:TINY_BATCHES]
+        parts = sorted({k for p in kept for k in p["durationMs"] if k != "triggerExecution"})
+        print("    median ms: " + ", ".join(
+            f"{k} {statistics.median(p['durationMs'].get(k, 0) for p in kept):g}" for k in parts), flush=True)
+        return statistics.median(p["durationMs"]["triggerExecution"] for p in kept)
 
     def tiny_seglog(self) -> float:
         df = (self.spark.readStream.format("seglog").option("subscribe", "tiny")
               .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", PARTITIONS)
               .load(self.paths["log"]))
+        return self.tiny_batches(df)
+
+    def tiny_python(self) -> float:
+        df = self.spark.readStream.format("bench_tiny_python").option("partitions", PARTITIONS).load()
         return self.tiny_batches(df)
 
     def tiny_rate(self) -> float:
@@ -311,7 +321,7 @@ SCENARIOS = {
     "source": ["source_seglog", "source_ceiling", "source_parquet"],
     "sink": ["sink_stream_seglog", "sink_stream_ceiling", "sink_stream_parquet",
              "sink_batch_seglog", "sink_batch_ceiling", "sink_batch_parquet"],
-    "overhead": ["tiny_seglog", "tiny_rate"],
+    "overhead": ["tiny_seglog", "tiny_python", "tiny_rate"],
 }
 
 
@@ -391,6 +401,10 @@ def main(argv: list[str] | None = None) -> list[str]:
                 f" triggerExecution of batches 3..{TINY_BATCHES}; {how})", [
                     ("seglog source -> noop vs rate-micro-batch -> noop",
                      *paired(results, "tiny_seglog", "tiny_rate"), "ms"),
+                    ("seglog source -> noop vs trivial Python source -> noop",
+                     *paired(results, "tiny_seglog", "tiny_python"), "ms"),
+                    ("(anchors) trivial Python source vs rate-micro-batch",
+                     *paired(results, "tiny_python", "tiny_rate"), "ms"),
                 ])
         return lines
     finally:

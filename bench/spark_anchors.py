@@ -4,6 +4,9 @@
   record batches of the Kafka source's schema, read zero-copy from Arrow IPC files (one file per
   input partition, memory-mapped). Its rows/s is the ceiling of any Python source on this
   machine: Spark's cost of taking Arrow batches from a Python worker.
+- `format("bench_tiny_python")`: an endless stream source whose every micro-batch holds one
+  prebuilt record per partition (option `partitions`): what any Python streaming source costs
+  per micro-batch, beside `rate-micro-batch`, a JVM source.
 - `format("bench_count_sink")`: a stream and batch Arrow writer that only counts its input rows
   (and reports the count on commit, so the benchmark can check every row arrived). Its rows/s
   is the ceiling of any Python sink.
@@ -101,6 +104,57 @@ class ArrowCeilingDataSource(DataSource):
 
     def reader(self, schema):
         return _CeilingBatchReader(self.options["path"])
+
+
+class _TinyPartition(InputPartition):
+    def __init__(self, index: int, batch: int):
+        super().__init__(index)
+        self.index, self.batch = index, batch
+
+
+def _tiny_record(partition: int, offset: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({
+        "key": pa.array([b"k"]), "value": pa.array([b"v"]), "topic": pa.array(["tiny"]),
+        "partition": pa.array([partition], pa.int32()), "offset": pa.array([offset], pa.int64()),
+        "timestamp": pa.array([0], pa.timestamp("us", tz="UTC")),
+        "timestampType": pa.array([0], pa.int32())})
+
+
+class _TinyStreamReader(DataSourceStreamReader):
+    """Micro-batch k holds one record per partition: offsets are {"batch": k}."""
+
+    def __init__(self, partitions: int):
+        self.count = partitions
+        self.next = 0
+
+    def initialOffset(self) -> dict:
+        return {"batch": 0}
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        return {"batch": start["batch"] + 1}
+
+    def partitions(self, start: dict, end: dict):
+        return [_TinyPartition(i, start["batch"]) for i in range(self.count)]
+
+    def read(self, partition):
+        yield _tiny_record(partition.index, partition.batch)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class TinyPythonSource(DataSource):
+    """An endless stream of one record per partition per micro-batch, built in the reader."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_tiny_python"
+
+    def schema(self) -> str:
+        return KAFKA_DDL
+
+    def streamReader(self, schema):
+        return _TinyStreamReader(int(self.options.get("partitions", "4")))
 
 
 @dataclass
