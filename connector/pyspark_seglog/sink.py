@@ -216,8 +216,13 @@ class _SeglogWriterBase:
             for batch in iterator:
                 stager.add(batch)
             stager.flush_all()
-        finally:
+        except BaseException:
+            # A failed or killed attempt's parts are never committed: remove them now, also when
+            # the job's abort has already swept the staging (it may run before this task ends).
             stager.close()
+            stager.discard()
+            raise
+        stager.close()
         return SeglogCommitMessage(query_id, batch_id, task, attempt, stager.parts)
 
     def _produce(self, iterator, task: int, attempt: int):
@@ -469,6 +474,16 @@ class _TaskStager(RowRouter):
         self.part_files.clear()
         if self.root is not None:
             self.root.close()
+
+    def discard(self) -> None:
+        """Delete every part this attempt staged (best effort: it runs on the failure path)."""
+        for part in self.parts + list(self.open_parts.values()):
+            try:
+                self.storage.delete(part.path, missing_ok=True)
+            except Exception as exc:          # noqa: BLE001 - the task's own error matters more
+                logger.warning("seglog sink: could not delete staged part %s: %s", part.path, exc)
+        self.parts.clear()
+        self.open_parts.clear()
 
     def _topic(self, topic: str) -> tuple[int, Compression, int]:
         found = self.topics.get(topic)

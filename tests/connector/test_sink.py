@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -189,6 +190,26 @@ def test_batch_write_is_atomic_per_job(spark, tmp_path):
         (df.write.format("seglog").option("topic", "t").option("staging.part.bytes", "1")
          .mode("append").save(root))
     assert sum(len(v) for v in read_all(root, "t").values()) == 0
+    # The job's other task may still be ending (killed) after the abort: it removes its own parts.
+    deadline = time.monotonic() + 30
+    while spark.sparkContext.statusTracker().getActiveStageIds() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert staging_leftovers(root) == []
+
+
+def test_a_failed_task_removes_what_it_staged(tmp_path):
+    root = str(tmp_path / "root")
+    w = SeglogBatchWriter({"path": root, "topic": "t", "staging.part.bytes": "1"}, _schema(), False)
+
+    def input_that_fails():
+        for start in (0, 100):
+            yield pa.RecordBatch.from_arrays([pa.array([b"k%d" % i for i in range(start, start + 100)]),
+                                              pa.array([b"v"] * 100)], ["key", "value"])
+        assert staging_leftovers(root), "the task staged parts before its input failed"
+        raise RuntimeError("input failed")
+
+    with pytest.raises(RuntimeError, match="input failed"):
+        w.write(input_that_fails())
     assert staging_leftovers(root) == []
 
 
