@@ -1,10 +1,12 @@
 """The partitions a broker leads: one writer Log each, group commit, and commit notification.
 
-Log calls block (file I/O, fsync, the log's lock), so they run in a worker thread, never on
-the event loop. Each partition has one FIFO of produced batches and one worker task: the worker
-takes everything queued, appends it in order and commits once (group commit: the batches of
-concurrent producers share one fsync and one checkpoint write), then completes each batch's
-future. Appends never wait behind another thread's fsync, and a batch's future resolves only
+Each partition has one FIFO of produced batches and one worker task: the worker takes
+everything queued, appends it in order and commits once (group commit: the batches of
+concurrent producers share one commit), then completes each batch's future. The common round
+(page-cache writes and the partition's HW file pwrite, no fsync) runs on the event loop
+(Log.append_and_commit_nowait); a round that would block (a fsync from the flush policy, a
+segment roll, a durable or root checkpoint write, a lock another thread holds) continues in a
+worker thread. Appends never wait behind another thread's fsync, and a batch's future resolves only
 once the high watermark covers it. The server submits a request's batches before it reads the
 connection's next request, so one connection's batches keep their order.
 """
@@ -98,8 +100,15 @@ class PartitionManager:
         try:
             while part.queue and not part.closed:
                 jobs, part.queue = part.queue, []
-                results, commit_error = await asyncio.to_thread(
-                    _append_and_commit, part.log, [batch for batch, _ in jobs])
+                batches = [batch for batch, _ in jobs]
+                # Usually nothing slow is due (no fsync, roll or root checkpoint write): append
+                # and commit right here, which costs less than the hop to a thread and back.
+                results, committed = part.log.append_and_commit_nowait(batches)
+                commit_error = None
+                if not committed or len(results) < len(batches):
+                    more, commit_error = await asyncio.to_thread(
+                        _append_and_commit, part.log, batches[len(results):])
+                    results += more
                 if commit_error is not None:
                     logger.error("commit of %s-%d failed: %s", part.topic, part.index, commit_error)
                 for (_, fut), result in zip(jobs, results):

@@ -169,6 +169,11 @@ class LocalPartitionState:
         # After the root files: a durable commit that fails there has not moved the HW.
         self._write_hw_file(high_watermark)
 
+    def root_write_due(self) -> bool:
+        """Whether the next commit without fsync also replaces the root checkpoint files (a
+        create and a rename under the root lock, which other writers may hold)."""
+        return (time.monotonic() - self._root_written) * 1000 >= ROOT_CHECKPOINT_INTERVAL_MS
+
     def set_recovery_point(self, offset: int) -> None:
         with self.storage.lock(ROOT_LOCK):
             self._update(self._rp, offset)
