@@ -641,6 +641,9 @@ class Log:
         not block (the broker's event loop): only what takes no fsync, roll, root checkpoint
         write or wait for a lock is done here.
 
+        A batch given as a writable buffer (a bytearray, or a writable memoryview such as a
+        slice of the request frame) gets its offsets and epoch stamped in place (no copy).
+
         Returns (results, committed): one AppendInfo or exception per batch handled (a prefix
         of `batches`; it stops before a batch that would roll a segment or reach the flush
         policy), and whether the HW now covers everything appended. The caller finishes what
@@ -657,7 +660,8 @@ class Log:
                 try:
                     for batch in batches:
                         try:
-                            results.append(self._append_locked(bytearray(batch), _now_ms(), validated=False))
+                            data = batch if _writable(batch) else bytearray(batch)
+                            results.append(self._append_locked(data, _now_ms(), validated=False))
                         except _WouldBlock:
                             return results, False
                         except Exception as exc:  # noqa: BLE001 - that batch's own error
@@ -1640,6 +1644,10 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset},"
                 f" hw={self.high_watermark}, leo={self.log_end_offset}, epoch={self.leader_epoch})")
+
+
+def _writable(buf) -> bool:
+    return isinstance(buf, bytearray) or isinstance(buf, memoryview) and not buf.readonly and buf.contiguous
 
 
 def _next_offset_of_file(storage, path: str, base: int) -> int:

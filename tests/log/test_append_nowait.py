@@ -136,3 +136,22 @@ def test_object_store_logs_always_take_the_blocking_path(tmp_path):
         assert log.append_and_commit_nowait([client_batch(0)]) == ([], False)
     finally:
         root.close()
+
+
+def test_writable_buffers_are_stamped_in_place(root):
+    root.create_topic("t")
+    log = root.log("t", 0, writer=True)
+    log.append_records([(b"a", b"b", (), T0)])
+    log.commit()
+    frame = bytearray(b"head") + bytearray(client_batch(0)) + bytearray(client_batch(1))
+    size = len(client_batch(0))
+    views = [memoryview(frame)[4:4 + size], memoryview(frame)[4 + size:]]
+    results, committed = log.append_and_commit_nowait(views)
+    assert committed and [r.first_offset for r in results] == [1, 2]
+    stamped = [h.base_offset for _, h in iter_batches(bytes(frame[4:]))]
+    assert stamped == [1, 2]                      # the caller's buffer holds what was written
+    assert log.read(1).data == bytes(frame[4:])
+    # Read-only buffers are copied, never written to.
+    original = client_batch(2)
+    log.append_and_commit_nowait([memoryview(original)])
+    assert original == client_batch(2)
