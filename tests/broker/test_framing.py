@@ -65,7 +65,7 @@ async def _collect(payloads, seed, *, end=b"", max_frame=10 << 20):
     async def reader():
         while (f := await conn.read_frame(5)) is not None:
             got.append(bytes(f))
-            assert isinstance(f, bytearray)
+            assert not memoryview(f).readonly
 
     task = asyncio.create_task(reader())
     for i in range(0, len(stream), 300_000):           # let the reader run between deliveries
@@ -111,4 +111,26 @@ def test_reading_pauses_while_frames_wait():
             assert len(await conn.read_frame(1)) == 1 << 20
         assert not t.paused
         assert await conn.read_frame(0.05) is None          # idle
+    asyncio.run(run())
+
+
+def test_large_frame_buffers_are_reused_only_once_released():
+    async def run():
+        conn = FrameConnection(10 << 20, lambda c: asyncio.sleep(0))
+        conn.connection_made(FakeTransport())
+        rng = random.Random(5)
+        payloads = [os.urandom(300_000) for _ in range(3)]
+        feed(conn, frame(payloads[0]), rng)
+        first = await conn.read_frame(1)
+        records = first[100:200]                     # a handler still holds a slice
+        del first
+        feed(conn, frame(payloads[1]), rng)
+        second = await conn.read_frame(1)
+        assert records.obj is not second.obj         # not reused while a view is alive
+        assert bytes(records) == payloads[0][100:200]
+        held = records.obj
+        del records
+        feed(conn, frame(payloads[2]), rng)
+        third = await conn.read_frame(1)
+        assert third.obj is held and bytes(third) == payloads[2]
     asyncio.run(run())
