@@ -376,6 +376,8 @@ class Broker:
                 if fut is not None:
                     fut.add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
             return None
+        if all(fut is None or fut.done() for _, fut in entries):
+            return self._produce_response(entries, req)       # committed on the loop already
         return self._finish_produce(entries, req)
 
     def _submit_all(self, body) -> list[tuple[dict, asyncio.Future | None]]:
@@ -405,20 +407,28 @@ class Broker:
         return out
 
     async def _finish_produce(self, entries, req: Request) -> bytes:
+        for _, fut in entries:
+            if fut is not None:
+                await asyncio.wait([fut])
+        return self._produce_response(entries, req)
+
+    def _produce_response(self, entries, req: Request) -> bytes:
+        """The encoded response, once every submitted batch's future is done."""
         by_topic: dict[str, list] = {}
         for result, fut in entries:
             if fut is not None:
                 part = result.pop("part")
-                try:
-                    info = await fut
+                exc = fut.exception()
+                if exc is None:
+                    info = fut.result()
                     result.update(_produce_result(result["index"], E.NONE, base_offset=info.first_offset,
                                                   log_append_time=info.log_append_time,
                                                   log_start_offset=part.log.log_start_offset))
-                except SegLogError as exc:
+                elif isinstance(exc, SegLogError):
                     code = E.error_code(exc)
                     logger.info("produce to %s-%d rejected (%s): %s", part.topic, part.index, code, exc)
                     result.update(_produce_result(result["index"], code, message=str(exc)))
-                except Exception as exc:  # noqa: BLE001 - an OS error or a bug: this partition only
+                else:   # an OS error or a bug: this partition only
                     logger.error("produce to %s-%d failed: %r", part.topic, part.index, exc)
                     result.update(_produce_result(result["index"], E.error_code(exc), message=str(exc)))
             topic = result.pop("topic")

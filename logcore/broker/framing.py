@@ -215,6 +215,11 @@ class FrameConnection(asyncio.BufferedProtocol):
         return frame
 
     # ------------------------------------------------------------------ writing
+    @property
+    def write_paused(self) -> bool:
+        """The transport's buffer is above its high-water mark (drain() would wait)."""
+        return self._write_paused
+
     def write(self, data) -> None:
         self.transport.write(data)
 

@@ -99,7 +99,8 @@ class BrokerServer:
         self.connections.add(task)
         peer = conn.peer
         queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
-        sender = asyncio.get_running_loop().create_task(self._send_responses(queue, conn, peer))
+        sending = _Sending()
+        sender = asyncio.get_running_loop().create_task(self._send_responses(queue, conn, peer, sending))
         try:
             while True:
                 frame = await conn.read_frame(self.idle_timeout)
@@ -108,8 +109,14 @@ class BrokerServer:
                 item = await self._dispatch(frame, peer)
                 if item is _CLOSE:
                     break
-                if item is not None:
-                    await queue.put(item)
+                if item is None:
+                    continue
+                if not sending.busy and queue.empty() and not conn.write_paused:
+                    ready = _ready_frame(item)
+                    if ready is not None:       # nothing ahead of it: no hop through the sender
+                        conn.write(ready)
+                        continue
+                await queue.put(item)
         except asyncio.CancelledError:
             pass
         except ConnectionError:
@@ -146,10 +153,13 @@ class BrokerServer:
             return None
         return (request, result)
 
-    async def _send_responses(self, queue: asyncio.Queue, writer: FrameConnection, peer) -> None:
+    async def _send_responses(self, queue: asyncio.Queue, writer: FrameConnection, peer,
+                              sending: _Sending) -> None:
         try:
             while True:
+                sending.busy = False
                 item = await queue.get()
+                sending.busy = True
                 if item is None:
                     break
                 if isinstance(item, bytes):
@@ -165,13 +175,10 @@ class BrokerServer:
                             break
                         if result is None:
                             continue
-                    if isinstance(result, bytes):
-                        writer.write(result)
-                    elif isinstance(result, EncodedResponse):
+                    if isinstance(result, EncodedResponse):
                         await _send_pieces(writer, result)
                     else:
-                        body = response_type(request.api_key, request.api_version)
-                        writer.write(encode_response(request.correlation_id, build(body, result)))
+                        writer.write(_encoded(request, result))
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -187,6 +194,28 @@ class BrokerServer:
 
 
 _CLOSE = object()
+
+
+class _Sending:
+    """Whether a connection's sender task is working on a response (else it waits for one)."""
+    busy = False
+
+
+def _encoded(request, result: dict | bytes) -> bytes:
+    if isinstance(result, bytes):
+        return result
+    body = response_type(request.api_key, request.api_version)
+    return encode_response(request.correlation_id, build(body, result))
+
+
+def _ready_frame(item) -> bytes | None:
+    """The response frame of a queue item that needs no waiting and no sendfile, else None."""
+    if isinstance(item, bytes):
+        return item
+    request, result = item
+    if isinstance(result, (asyncio.Future, EncodedResponse)):
+        return None
+    return _encoded(request, result)
 
 
 class _ShortSend(Exception):

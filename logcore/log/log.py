@@ -652,7 +652,10 @@ class Log:
         if not (self.writer and self.storage.is_local) or not self._lock.acquire(blocking=False):
             return [], False
         try:
-            if self._closed or not self.fence.try_enter_critical():
+            try:
+                if self._closed or not self.fence.try_enter_critical():
+                    return [], False
+            except Exception:  # noqa: BLE001 - e.g. fenced: the blocking path reports it per batch
                 return [], False
             try:
                 results: list = []
