@@ -69,6 +69,7 @@ _COMPRESSION_BY_NAME = {"uncompressed": Compression.NONE, "none": Compression.NO
 
 
 _DELTAS = np.arange(1 << 16, dtype=np.int64)   # expected offset deltas of a produced batch
+_SMALL_BATCH = 16                                 # records: checked in a Python loop
 
 
 def _now_ms() -> int:
@@ -718,12 +719,16 @@ class Log:
         if columns.rows != header.records_count:
             raise InvalidRecordError(
                 f"batch declares {header.records_count} records but holds {columns.rows}")
-        deltas = columns.offsets - header.base_offset
-        expected = _DELTAS[:columns.rows] if columns.rows <= len(_DELTAS) else np.arange(columns.rows)
-        if not (deltas == expected).all():
-            i = int(np.argmax(deltas != expected))
+        if columns.rows <= _SMALL_BATCH:    # numpy's fixed cost exceeds the loop's
+            deltas = [o - header.base_offset for o in columns.offsets.tolist()]
+            bad = next((i for i, d in enumerate(deltas) if d != i), None)
+        else:
+            deltas = columns.offsets - header.base_offset
+            expected = _DELTAS[:columns.rows] if columns.rows <= len(_DELTAS) else np.arange(columns.rows)
+            bad = None if (deltas == expected).all() else int(np.argmax(deltas != expected))
+        if bad is not None:
             raise InvalidRecordError(
-                f"record {i} has offset delta {int(deltas[i])}, expected {i}")
+                f"record {bad} has offset delta {int(deltas[bad])}, expected {bad}")
         if self._compact and columns.key_nulls:
             valid = np.unpackbits(np.frombuffer(columns.key_validity, dtype=np.uint8), bitorder="little")
             i = int(np.argmin(valid[:columns.rows]))
@@ -1628,6 +1633,7 @@ class Log:
                     for seg in self.segments:
                         seg.data.close()
                 finally:
+                    self.state_store.close()
                     self.fence.release()    # this writer no longer holds the partition
             else:
                 for seg in self.segments:

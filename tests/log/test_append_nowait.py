@@ -155,3 +155,25 @@ def test_writable_buffers_are_stamped_in_place(root):
     original = client_batch(2)
     log.append_and_commit_nowait([memoryview(original)])
     assert original == client_batch(2)
+
+
+@pytest.mark.parametrize("rows", [3, 40])        # the small-batch loop and the numpy check
+def test_wrong_offset_delta_is_rejected(root, rows):
+    import struct
+
+    from logcore.records.batch import _encode_record
+    from logcore.records.crc import crc32c
+    root.create_topic("t")
+    log = root.log("t", 0, writer=True)
+    log.commit()
+    good = bytearray(build_batch([(b"k", b"v", (), T0)] * rows, base_offset=0))
+    # Re-encode the last record with offset delta rows (not rows - 1): same length, new CRC.
+    last = _encode_record(rows - 1, 0, b"k", b"v", ())
+    wrong = _encode_record(rows, 0, b"k", b"v", ())
+    assert len(last) == len(wrong) and good.endswith(last)
+    bad = good[:-len(last)] + wrong
+    struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))
+    results, _ = log.append_and_commit_nowait([bytes(bad)])
+    assert isinstance(results[0], InvalidRecordError)
+    assert f"record {rows - 1} has offset delta {rows}, expected {rows - 1}" in str(results[0])
+    assert log.log_end_offset == 0
