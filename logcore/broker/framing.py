@@ -44,6 +44,9 @@ def _unreferenced(buf: bytearray) -> bool:
     return True
 
 
+_IDLE = object()       # what the reader's waiter gets when the idle timeout fires
+
+
 class FrameConnection(asyncio.BufferedProtocol):
     """Frames of at most `max_frame` bytes; `serve(connection)` runs for the connection's life."""
 
@@ -63,6 +66,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._queued_bytes = 0
         self._reading_paused = False
         self._waiter: asyncio.Future | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._closed_reason: str | None = None      # why no more frames come (logged once taken)
         self._eof = False
         self._lost = False
@@ -73,7 +77,10 @@ class FrameConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
-        asyncio.get_running_loop().create_task(self._serve(self))
+        loop = asyncio.get_running_loop()
+        self._loop_time = loop.time
+        self._last_received = loop.time()
+        loop.create_task(self._serve(self))
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
@@ -81,6 +88,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         return self._scratch_view[self._scratch_len:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._last_received = self._loop_time()
         if self._frame is not None:
             self._filled += nbytes
             if self._filled == self._frame_size:
@@ -96,6 +104,9 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         self._finish(self._partial_reason())
         for fut in self._drain_waiters:
             if not fut.done():
@@ -181,31 +192,48 @@ class FrameConnection(asyncio.BufferedProtocol):
             self._closed_reason = reason
         self._wake()
 
+    def _check_idle(self, idle_timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        quiet = loop.time() - self._last_received
+        if quiet >= idle_timeout and self._waiter is not None and not self._waiter.done():
+            self._idle_timer = None
+            self._waiter.set_result(_IDLE)
+        elif not self._lost:
+            self._idle_timer = loop.call_later(max(idle_timeout - quiet, 0.001), self._check_idle,
+                                               idle_timeout)
+        else:
+            self._idle_timer = None
+
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
     async def read_frame(self, idle_timeout: float) -> bytearray | memoryview | None:
-        """The next frame, or None when the connection ends (EOF, a bad or truncated frame,
-        idle for `idle_timeout` s; the reason is logged)."""
+        """The next frame, or None when the connection ends (EOF, a bad or truncated frame, no
+        byte received for `idle_timeout` s while waiting; the reason is logged)."""
         while not self._frames:
             if self._eof:
                 if self._closed_reason is not None:
                     logger.warning("connection %s: %s", self.peer, self._closed_reason)
                     self._closed_reason = None
                 return None
-            self._waiter = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            self._waiter = loop.create_future()
+            if self._idle_timer is None:
+                # One timer per connection, re-armed when it fires early (cheaper than a
+                # wait_for per read, which also costs an extra event-loop round).
+                self._idle_timer = loop.call_later(idle_timeout, self._check_idle, idle_timeout)
             try:
-                await asyncio.wait_for(self._waiter, idle_timeout)
-            except asyncio.TimeoutError:
+                idle = await self._waiter
+            finally:
+                self._waiter = None
+            if idle is _IDLE:
                 if self._frame is not None or self._scratch_len:
                     logger.warning("connection %s: a frame not completed in %.0f s; closing it",
                                    self.peer, idle_timeout)
                 else:
                     logger.info("connection %s: idle for %.0f s; closing it", self.peer, idle_timeout)
                 return None
-            finally:
-                self._waiter = None
         frame = self._frames.popleft()
         self._queued_bytes -= len(frame)
         if self._reading_paused and self._queued_bytes <= MAX_QUEUED_BYTES // 2:

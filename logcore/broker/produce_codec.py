@@ -18,7 +18,7 @@ from logcore.broker.wire import WireReader, array_length, write_string
 
 PRODUCE = 0
 FLEXIBLE_FROM = 9
-_HEADER = struct.Struct(">hhi")                  # api_key, api_version, correlation_id
+_HEADER_CLIENT = struct.Struct(">hhih")          # api_key, api_version, correlation_id, client_id length
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -55,8 +55,18 @@ def decode_produce_request(frame, version: int) -> tuple[int, str | None, Produc
     """
     flexible = version >= FLEXIBLE_FROM
     r = WireReader(frame)
-    _key, _version, correlation_id = r.unpack(_HEADER)
-    client_id = r.string(flexible=False)              # header v1/v2: client_id is never compact
+    buf, end = r.buf, r.end
+    if end < _HEADER_CLIENT.size:
+        raise ValueError(f"a {end}-byte frame is shorter than a request header")
+    _key, _version, correlation_id, n = _HEADER_CLIENT.unpack_from(buf, 0)
+    pos = _HEADER_CLIENT.size
+    client_id = None                                  # header v1/v2: client_id is never compact
+    if n >= 0:
+        if pos + n > end:
+            raise ValueError(f"{n} bytes at byte {pos} run past the end of the {end}-byte frame")
+        client_id = str(buf[pos:pos + n], "utf-8")
+        pos += n
+    r.pos = pos
     if flexible:
         r.skip_tagged_fields()
     transactional_id = r.string(flexible)
