@@ -257,7 +257,7 @@ def _table(args, results: dict[str, dict], skipped: dict[str, str]) -> list[str]
                  + " | ".join(f"{results[n]['unpaced p50']:.0f} / {results[n]['unpaced p99']:.0f} ms"
                               for n in ["seglog broker"] + peers) + " | |")
     lines.append("| CPU s: broker produce / client produce / broker consume / client consume | "
-                 + " | ".join(" / ".join(f"{v:.1f}" for v in results[n]["cpu"]) for n in ["seglog broker"] + peers)
+                 + " | ".join(" / ".join(f"{v:.2f}" for v in results[n]["cpu"]) for n in ["seglog broker"] + peers)
                  + " | |")
     lines.append("")
     lines.append("Ratios: throughput seglog / better peer, latency better peer / seglog (above 1: seglog ahead)."

@@ -1,7 +1,8 @@
 """The broker: request handlers over the log root it serves.
 
 Each handler takes a parsed `Request` and returns the response as a dict of Kafka field names
-(see protocol.build), `None` for no response (Produce with acks=0), or an awaitable of either:
+(see protocol.build), an encoded frame (bytes, EncodedResponse: Produce and Fetch are encoded by
+hand), `None` for no response (Produce with acks=0), or an awaitable of either:
 the server awaits a handler's immediate part before it reads the connection's next request, and
 queues the awaitable part so that a slow request (a produce waiting for its commit, a long-polling
 fetch) does not hold up the requests behind it. Responses still go out in request order.
@@ -22,6 +23,7 @@ from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import PartitionManager
+from logcore.broker.produce_codec import encode_produce_response
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.protocol import ZERO_UUID, Request
 from logcore.errors import SegLogError, TopicExistsError
@@ -44,7 +46,7 @@ SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 # event-loop round trip per range) is larger than copying them.
 SENDFILE_MIN_BYTES = 64 * 1024
 
-Result = dict | EncodedResponse | None | Awaitable[dict | EncodedResponse | None]
+Result = dict | bytes | EncodedResponse | None | Awaitable[dict | bytes | EncodedResponse | None]
 
 
 class Broker:
@@ -374,7 +376,9 @@ class Broker:
                 if fut is not None:
                     fut.add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
             return None
-        return self._finish_produce(entries)
+        if all(fut is None or fut.done() for _, fut in entries):
+            return self._produce_response(entries, req)       # committed on the loop already
+        return self._finish_produce(entries, req)
 
     def _submit_all(self, body) -> list[tuple[dict, asyncio.Future | None]]:
         """Queue every partition's batch now (keeping this connection's order); errors found
@@ -399,30 +403,39 @@ class Broker:
                         pd.index, E.INVALID_TXN_STATE, message="transactional batches are not supported")}, None))
                 else:
                     out.append(({"topic": t.name, "index": pd.index, "part": part},
-                                self.partitions.submit(part, bytes(pd.records))))
+                                self.partitions.submit(part, pd.records)))
         return out
 
-    async def _finish_produce(self, entries) -> dict:
+    async def _finish_produce(self, entries, req: Request) -> bytes:
+        for _, fut in entries:
+            if fut is not None:
+                await asyncio.wait([fut])
+        return self._produce_response(entries, req)
+
+    def _produce_response(self, entries, req: Request) -> bytes:
+        """The encoded response, once every submitted batch's future is done."""
         by_topic: dict[str, list] = {}
         for result, fut in entries:
             if fut is not None:
                 part = result.pop("part")
-                try:
-                    info = await fut
+                exc = fut.exception()
+                if exc is None:
+                    info = fut.result()
                     result.update(_produce_result(result["index"], E.NONE, base_offset=info.first_offset,
                                                   log_append_time=info.log_append_time,
                                                   log_start_offset=part.log.log_start_offset))
-                except SegLogError as exc:
+                elif isinstance(exc, SegLogError):
                     code = E.error_code(exc)
                     logger.info("produce to %s-%d rejected (%s): %s", part.topic, part.index, code, exc)
                     result.update(_produce_result(result["index"], code, message=str(exc)))
-                except Exception as exc:  # noqa: BLE001 - an OS error or a bug: this partition only
+                else:   # an OS error or a bug: this partition only
                     logger.error("produce to %s-%d failed: %r", part.topic, part.index, exc)
                     result.update(_produce_result(result["index"], E.error_code(exc), message=str(exc)))
             topic = result.pop("topic")
             by_topic.setdefault(topic, []).append(result)
-        return {"responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
-                "throttle_time": 0}
+        return encode_produce_response(req.correlation_id, req.api_version, {
+            "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
+            "throttle_time": 0})
 
     # ------------------------------------------------------------------ ListOffsets
     async def list_offsets(self, req: Request) -> dict:

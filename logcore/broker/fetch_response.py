@@ -15,6 +15,7 @@ import struct
 import uuid
 from dataclasses import dataclass
 
+from logcore.broker.wire import array_length, uvarint
 from logcore.log.file_slice import FileSlice
 
 _I32 = struct.Struct(">i")
@@ -53,20 +54,6 @@ class EncodedResponse:
         return b"".join(p.read() if isinstance(p, FileSlice) else p for p in self.pieces)
 
 
-def _uvarint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _array_length(out: bytearray, n: int | None, flexible: bool) -> None:
-    if flexible:
-        _uvarint(out, 0 if n is None else n + 1)
-    else:
-        out += _I32.pack(-1 if n is None else n)
-
-
 def encode_fetch_response(correlation_id: int, version: int, body: dict) -> EncodedResponse:
     """Encode `body` (the Fetch handler's dict: Kafka field names) as Fetch response `version`."""
     if not 4 <= version <= 16:
@@ -83,7 +70,7 @@ def encode_fetch_response(correlation_id: int, version: int, body: dict) -> Enco
     else:
         out += _I32.pack(throttle)
     topics = body.get("responses", [])
-    _array_length(out, len(topics), flexible)
+    array_length(out, len(topics), flexible)
     for topic in topics:
         if version >= TOPIC_ID_FROM:
             tid = topic["topic_id"]
@@ -91,12 +78,12 @@ def encode_fetch_response(correlation_id: int, version: int, body: dict) -> Enco
         else:
             name = topic["topic"].encode()
             if flexible:
-                _uvarint(out, len(name) + 1)
+                uvarint(out, len(name) + 1)
             else:
                 out += _I16.pack(len(name))
             out += name
         partitions = topic["partitions"]
-        _array_length(out, len(partitions), flexible)
+        array_length(out, len(partitions), flexible)
         for p in partitions:
             if version >= 5:
                 out += _PARTITION_V5.pack(p["partition_index"], int(p["error_code"]), p["high_watermark"],
@@ -105,7 +92,7 @@ def encode_fetch_response(correlation_id: int, version: int, body: dict) -> Enco
                 out += _PARTITION_V4.pack(p["partition_index"], int(p["error_code"]), p["high_watermark"],
                                           p["last_stable_offset"])
             aborted = p.get("aborted_transactions")
-            _array_length(out, None if aborted is None else len(aborted), flexible)
+            array_length(out, None if aborted is None else len(aborted), flexible)
             for a in aborted or ():
                 out += _PRODUCER.pack(a["producer_id"], a["first_offset"])
                 if flexible:
@@ -114,9 +101,9 @@ def encode_fetch_response(correlation_id: int, version: int, body: dict) -> Enco
                 out += _I32.pack(p.get("preferred_read_replica", -1))
             records = p.get("records")
             if records is None:
-                _array_length(out, None, flexible)
+                array_length(out, None, flexible)
             else:
-                _array_length(out, len(records), flexible)
+                array_length(out, len(records), flexible)
                 if isinstance(records, FileSlice) or len(records) > INLINE_MAX:
                     pieces.append(bytes(out))
                     pieces.append(records)

@@ -1,10 +1,12 @@
 """The partitions a broker leads: one writer Log each, group commit, and commit notification.
 
-Log calls block (file I/O, fsync, the log's lock), so they run in a worker thread, never on
-the event loop. Each partition has one FIFO of produced batches and one worker task: the worker
-takes everything queued, appends it in order and commits once (group commit: the batches of
-concurrent producers share one fsync and one checkpoint write), then completes each batch's
-future. Appends never wait behind another thread's fsync, and a batch's future resolves only
+The common produce round (page-cache writes and the partition's HW file pwrite, no fsync) runs
+on the event loop, inside `submit`: an idle partition appends and commits a batch at once
+(Log.append_and_commit_nowait), without a task or a thread hop. A round that would block (a
+fsync from the flush policy, a segment roll, a durable or root checkpoint write, a lock another
+thread holds) continues in a worker task that runs it in a thread; batches submitted meanwhile
+queue up, and the worker takes everything queued, appends it in order and commits once (group
+commit: the batches of concurrent producers share one fsync). A batch's future resolves only
 once the high watermark covers it. The server submits a request's batches before it reads the
 connection's next request, so one connection's batches keep their order.
 """
@@ -84,41 +86,74 @@ class PartitionManager:
         return self.partitions.get((topic, index))
 
     # ---------------------------------------------------------------- append + commit
-    def submit(self, part: Partition, batch: bytes) -> asyncio.Future:
-        """Queue one client batch; the future gives its AppendInfo once committed (or the error)."""
+    def submit(self, part: Partition, batch) -> asyncio.Future:
+        """Queue one client batch; the future gives its AppendInfo once committed (or the error).
+
+        When the partition is idle and nothing slow is due, the batch is appended and committed
+        before this returns (the future is already done)."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
+        if part.closed:
+            fut.set_exception(ConnectionAbortedError(f"{part.topic}-{part.index} was closed"))
+            return fut
         part.queue.append((batch, fut))
         if not part.working:
             part.working = True
-            loop.create_task(self._work(part))
+            leftover = self._round_nowait(part)
+            if leftover is None:
+                part.working = False
+            else:
+                loop.create_task(self._work(part, leftover))
         return fut
 
-    async def _work(self, part: Partition) -> None:
+    def _round_nowait(self, part: Partition) -> tuple[list, list] | None:
+        """Append and commit everything queued, here on the event loop, if nothing slow is due
+        (Log.append_and_commit_nowait). None when done, else (jobs, results so far) for the
+        blocking path."""
+        jobs, part.queue = part.queue, []
         try:
-            while part.queue and not part.closed:
-                jobs, part.queue = part.queue, []
-                results, commit_error = await asyncio.to_thread(
-                    _append_and_commit, part.log, [batch for batch, _ in jobs])
-                if commit_error is not None:
-                    logger.error("commit of %s-%d failed: %s", part.topic, part.index, commit_error)
-                for (_, fut), result in zip(jobs, results):
-                    if fut.done():
-                        continue
-                    if isinstance(result, BaseException):
-                        fut.set_exception(result)
-                    elif commit_error is not None:
-                        fut.set_exception(commit_error)
-                    else:
-                        fut.set_result(result)
-                self.notify(part)
-            for _, fut in part.queue:
+            results, committed = part.log.append_and_commit_nowait([batch for batch, _ in jobs])
+        except Exception:  # noqa: BLE001 - a bug here must not leave the futures unresolved
+            logger.exception("append of %s-%d on the event loop failed; retrying in a thread",
+                             part.topic, part.index)
+            results, committed = [], False
+        if committed and len(results) == len(jobs):
+            self._complete(part, jobs, results, None)
+            return None
+        return jobs, results
+
+    async def _work(self, part: Partition, leftover: tuple[list, list] | None) -> None:
+        """Finish rounds that must block (fsync, roll, root checkpoint, a busy lock) in a
+        worker thread; then whatever was queued meanwhile, on the loop again if it can."""
+        try:
+            while leftover is not None and not part.closed:
+                jobs, results = leftover
+                more, commit_error = await asyncio.to_thread(
+                    _append_and_commit, part.log, [batch for batch, _ in jobs[len(results):]])
+                self._complete(part, jobs, results + more, commit_error)
+                leftover = self._round_nowait(part) if part.queue and not part.closed else None
+            closed = ConnectionAbortedError(f"{part.topic}-{part.index} was closed")
+            for _, fut in (leftover[0] if leftover else []) + part.queue:
                 if not fut.done():
-                    fut.set_exception(ConnectionAbortedError(f"{part.topic}-{part.index} was closed"))
-            if part.closed:
-                part.queue = []
+                    fut.set_exception(closed)
+            part.queue = []
         finally:
             part.working = False
+
+    def _complete(self, part: Partition, jobs: list, results: list,
+                  commit_error: BaseException | None) -> None:
+        if commit_error is not None:
+            logger.error("commit of %s-%d failed: %s", part.topic, part.index, commit_error)
+        for (_, fut), result in zip(jobs, results):
+            if fut.done():
+                continue
+            if isinstance(result, BaseException):
+                fut.set_exception(result)
+            elif commit_error is not None:
+                fut.set_exception(commit_error)
+            else:
+                fut.set_result(result)
+        self.notify(part)
 
     def notify(self, part: Partition) -> None:
         if part.committed is not None and not part.committed.done():

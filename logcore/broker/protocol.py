@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
+from logcore.broker.produce_codec import PRODUCE, decode_produce_request
 from logcore.errors import SegLogError
 
 _SIZE = struct.Struct(">i")
@@ -68,8 +69,9 @@ def _request_reader(api_key: int, api_version: int):
     return entity_reader(schema.__header_schema__), entity_reader(schema)
 
 
-def parse_request(frame: bytes, windows: dict[int, tuple[int, int]]) -> Request:
-    """Parse one request frame (size prefix removed) whose API and version lie in `windows`."""
+def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]]) -> Request:
+    """Parse one request frame (size prefix removed) whose API and version lie in `windows`.
+    Produce records are views of `frame` (writable if it is)."""
     api_key, api_version, correlation_id = peek_header(frame)
     window = windows.get(api_key)
     if window is None or not window[0] <= api_version <= window[1]:
@@ -77,11 +79,21 @@ def parse_request(frame: bytes, windows: dict[int, tuple[int, int]]) -> Request:
             f"unsupported request: api key {api_key} version {api_version}"
             + ("" if window is None else f" (this broker serves versions {window[0]}..{window[1]})"),
             api_key=api_key, api_version=api_version, correlation_id=correlation_id)
+    if api_key == PRODUCE:
+        # By hand: each partition's records stay a view of the frame (see produce_codec).
+        try:
+            _, client_id, body = decode_produce_request(frame, api_version)
+        except (ValueError, struct.error) as exc:
+            raise ProtocolError(f"malformed api key {api_key} v{api_version} request"
+                                f" (correlation id {correlation_id}): {exc}") from None
+        return Request(api_key, api_version, correlation_id, client_id, body)
     try:
         read_header, read_body = _request_reader(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity) as exc:   # a window wider than kio knows: a bug of ours
         raise UnsupportedRequest(str(exc), api_key=api_key, api_version=api_version,
                                  correlation_id=correlation_id) from None
+    if not isinstance(frame, bytes):
+        frame = memoryview(frame).toreadonly()           # kio reads only read-only buffers
     try:
         header, header_size = read_header(frame, 0)      # readers return (value, bytes read)
         body, body_size = read_body(frame, header_size)

@@ -12,13 +12,13 @@ import asyncio
 import inspect
 import logging
 import signal
-import struct
 
 from logcore.broker import errors as E
 from logcore.broker.api_versions import API_VERSIONS, windows
 from logcore.broker.broker import Broker
 from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
+from logcore.broker.framing import FrameConnection
 from logcore.broker.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                      parse_request, response, response_type)
 from logcore.log.file_slice import FileSlice
@@ -26,7 +26,6 @@ from logcore.log.log_root import LogRoot
 
 logger = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
 MAX_IN_FLIGHT = 64           # queued responses per connection before the reader waits
 
 
@@ -48,9 +47,8 @@ class BrokerServer:
         # Bound now (port 0 resolves) but accepting only once every partition is open: a
         # client that connects during start-up waits in the backlog instead of being told
         # that existing partitions are unknown.
-        self.server = await asyncio.start_server(self._serve_connection, host, port,
-                                                 limit=1 << 20, reuse_address=True,
-                                                 start_serving=False)
+        self.server = await asyncio.get_running_loop().create_server(
+            self._new_connection, host, port, reuse_address=True, start_serving=False)
         bound = self.server.sockets[0].getsockname()
         advertised = self.config.advertised(bound[0], bound[1])
         self.broker = Broker(self.config, root, advertised)
@@ -93,25 +91,35 @@ class BrokerServer:
         logger.info("broker stopped; every log closed cleanly")
 
     # ------------------------------------------------------------------ connections
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _new_connection(self) -> FrameConnection:
+        return FrameConnection(self.max_request, self._serve_connection)
+
+    async def _serve_connection(self, conn: FrameConnection) -> None:
         task = asyncio.current_task()
         self.connections.add(task)
-        peer = writer.get_extra_info("peername")
+        peer = conn.peer
         queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
-        sender = asyncio.get_running_loop().create_task(self._send_responses(queue, writer, peer))
+        sending = _Sending()
+        sender = asyncio.get_running_loop().create_task(self._send_responses(queue, conn, peer, sending))
         try:
             while True:
-                frame = await self._read_frame(reader, peer)
+                frame = await conn.read_frame(self.idle_timeout)
                 if frame is None:
                     break
                 item = await self._dispatch(frame, peer)
                 if item is _CLOSE:
                     break
-                if item is not None:
-                    await queue.put(item)
+                if item is None:
+                    continue
+                if not sending.busy and queue.empty() and not conn.write_paused:
+                    ready = _ready_frame(item)
+                    if ready is not None:       # nothing ahead of it: no hop through the sender
+                        conn.write(ready)
+                        continue
+                await queue.put(item)
         except asyncio.CancelledError:
             pass
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except ConnectionError:
             pass
         except Exception:   # noqa: BLE001 - a bug must cost one connection, not the broker
             logger.exception("connection %s: unexpected error; closing it", peer)
@@ -121,36 +129,10 @@ class BrokerServer:
                 await asyncio.wait_for(sender, 30)
             except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
                 sender.cancel()
-            writer.close()
+            conn.close()
             self.connections.discard(task)
 
-    async def _read_frame(self, reader: asyncio.StreamReader, peer) -> bytes | None:
-        try:
-            head = await asyncio.wait_for(reader.readexactly(4), self.idle_timeout)
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial:
-                logger.warning("connection %s: closed inside a frame's size prefix", peer)
-            return None
-        except asyncio.TimeoutError:
-            logger.info("connection %s: idle for %.0f s; closing it", peer, self.idle_timeout)
-            return None
-        (size,) = _SIZE.unpack(head)
-        if size < 0 or size > self.max_request:
-            logger.warning("connection %s: frame of %d bytes is outside 0..socket.request.max.bytes=%d;"
-                           " closing the connection", peer, size, self.max_request)
-            return None
-        try:
-            return await asyncio.wait_for(reader.readexactly(size), self.idle_timeout)
-        except asyncio.IncompleteReadError as exc:
-            logger.warning("connection %s: truncated frame (%d of %d bytes); closing the connection",
-                           peer, len(exc.partial), size)
-            return None
-        except asyncio.TimeoutError:
-            logger.warning("connection %s: frame of %d bytes not completed in %.0f s; closing it",
-                           peer, size, self.idle_timeout)
-            return None
-
-    async def _dispatch(self, frame: bytes, peer):
+    async def _dispatch(self, frame: bytearray, peer):
         try:
             request = parse_request(frame, self.windows)
         except UnsupportedRequest as exc:
@@ -171,10 +153,13 @@ class BrokerServer:
             return None
         return (request, result)
 
-    async def _send_responses(self, queue: asyncio.Queue, writer: asyncio.StreamWriter, peer) -> None:
+    async def _send_responses(self, queue: asyncio.Queue, writer: FrameConnection, peer,
+                              sending: _Sending) -> None:
         try:
             while True:
+                sending.busy = False
                 item = await queue.get()
+                sending.busy = True
                 if item is None:
                     break
                 if isinstance(item, bytes):
@@ -193,8 +178,7 @@ class BrokerServer:
                     if isinstance(result, EncodedResponse):
                         await _send_pieces(writer, result)
                     else:
-                        body = response_type(request.api_key, request.api_version)
-                        writer.write(encode_response(request.correlation_id, build(body, result)))
+                        writer.write(_encoded(request, result))
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -212,11 +196,33 @@ class BrokerServer:
 _CLOSE = object()
 
 
+class _Sending:
+    """Whether a connection's sender task is working on a response (else it waits for one)."""
+    busy = False
+
+
+def _encoded(request, result: dict | bytes) -> bytes:
+    if isinstance(result, bytes):
+        return result
+    body = response_type(request.api_key, request.api_version)
+    return encode_response(request.correlation_id, build(body, result))
+
+
+def _ready_frame(item) -> bytes | None:
+    """The response frame of a queue item that needs no waiting and no sendfile, else None."""
+    if isinstance(item, bytes):
+        return item
+    request, result = item
+    if isinstance(result, (asyncio.Future, EncodedResponse)):
+        return None
+    return _encoded(request, result)
+
+
 class _ShortSend(Exception):
     """A file range ended before the length its response announced: the frame cannot be completed."""
 
 
-async def _send_pieces(writer: asyncio.StreamWriter, response: EncodedResponse) -> None:
+async def _send_pieces(writer: FrameConnection, response: EncodedResponse) -> None:
     """Send a response's pieces in order: bytes through the transport, file ranges with sendfile
     (the kernel copies page cache to the socket; asyncio falls back to read+send on transports
     that cannot). The slices are closed whatever happens."""

@@ -69,6 +69,7 @@ _COMPRESSION_BY_NAME = {"uncompressed": Compression.NONE, "none": Compression.NO
 
 
 _DELTAS = np.arange(1 << 16, dtype=np.int64)   # expected offset deltas of a produced batch
+_SMALL_BATCH = 16                                 # records: checked in a Python loop
 
 
 def _now_ms() -> int:
@@ -100,6 +101,10 @@ class RecoveryReport:
     truncated: list[tuple[str, int, int, str]] = field(default_factory=list)  # file, position, bytes, why
     rebuilt_indexes: list[str] = field(default_factory=list)
     deleted_segments: list[str] = field(default_factory=list)
+
+
+class _WouldBlock(Exception):
+    """append_and_commit_nowait reached a batch that would roll a segment or fsync."""
 
 
 class Log:
@@ -145,6 +150,7 @@ class Log:
         self._checkpointed_recovery_point = 0       # the recovery point the last commit wrote
         self._state_unsynced = False                # a commit wrote the HW without fsync
         self._closed = False
+        self._nonblocking = False                   # inside append_and_commit_nowait
         epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         if self.writer and self.read_only:
@@ -631,6 +637,62 @@ class Log:
         with self._critical():
             return self._append_locked(bytearray(batch), _now_ms(), validated=False)
 
+    def append_and_commit_nowait(self, batches: list[bytes]) -> tuple[list, bool]:
+        """append_batch() each of `batches`, then commit(durable=False), for a caller that must
+        not block (the broker's event loop): only what takes no fsync, roll, root checkpoint
+        write or wait for a lock is done here.
+
+        A batch given as a writable buffer (a bytearray, or a writable memoryview such as a
+        slice of the request frame) gets its offsets and epoch stamped in place (no copy).
+
+        Returns (results, committed): one AppendInfo or exception per batch handled (a prefix
+        of `batches`; it stops before a batch that would roll a segment or reach the flush
+        policy), and whether the HW now covers everything appended. The caller finishes what
+        is left (the other batches, the commit) where it may block.
+        """
+        if not (self.writer and self.storage.is_local) or not self._lock.acquire(blocking=False):
+            return [], False
+        try:
+            try:
+                if self._closed or not self.fence.try_enter_critical():
+                    return [], False
+            except Exception:  # noqa: BLE001 - e.g. fenced: the blocking path reports it per batch
+                return [], False
+            try:
+                results: list = []
+                self._nonblocking = True
+                try:
+                    for batch in batches:
+                        try:
+                            data = batch if _writable(batch) else bytearray(batch)
+                            results.append(self._append_locked(data, _now_ms(), validated=False))
+                        except _WouldBlock:
+                            return results, False
+                        except Exception as exc:  # noqa: BLE001 - that batch's own error
+                            results.append(exc)
+                finally:
+                    self._nonblocking = False
+                if self.high_watermark < self.log_end_offset:
+                    # A moved recovery point is written durably (fsync); the root files are
+                    # replaced under the root lock: both are left to the blocking path.
+                    if (self.recovery_point != self._checkpointed_recovery_point
+                            or self.state_store.root_write_due()):
+                        return results, False
+                    try:
+                        self._commit_locked(durable=False)
+                    except Exception:  # noqa: BLE001 - the HW did not move: the blocking path retries
+                        logger.debug("non-blocking commit of %s-%d failed; retrying in a thread",
+                                     self.topic, self.partition, exc_info=True)
+                        return results, False
+                return results, True
+            finally:
+                self.fence.exit_critical()
+        finally:
+            self._lock.release()
+
+    def _flush_due(self, records: int, now: int) -> bool:
+        return self._unflushed + records >= self._flush_messages or now - self._last_flush_ms >= self._flush_ms
+
     def _validate_client_batch(self, data: bytearray, now: int) -> BatchHeader:
         source = f"{self.topic}-{self.partition} append"
         if len(data) < HEADER_SIZE:
@@ -657,12 +719,16 @@ class Log:
         if columns.rows != header.records_count:
             raise InvalidRecordError(
                 f"batch declares {header.records_count} records but holds {columns.rows}")
-        deltas = columns.offsets - header.base_offset
-        expected = _DELTAS[:columns.rows] if columns.rows <= len(_DELTAS) else np.arange(columns.rows)
-        if not (deltas == expected).all():
-            i = int(np.argmax(deltas != expected))
+        if columns.rows <= _SMALL_BATCH:    # numpy's fixed cost exceeds the loop's
+            deltas = [o - header.base_offset for o in columns.offsets.tolist()]
+            bad = next((i for i, d in enumerate(deltas) if d != i), None)
+        else:
+            deltas = columns.offsets - header.base_offset
+            expected = _DELTAS[:columns.rows] if columns.rows <= len(_DELTAS) else np.arange(columns.rows)
+            bad = None if (deltas == expected).all() else int(np.argmax(deltas != expected))
+        if bad is not None:
             raise InvalidRecordError(
-                f"record {i} has offset delta {int(deltas[i])}, expected {i}")
+                f"record {bad} has offset delta {int(deltas[bad])}, expected {bad}")
         if self._compact and columns.key_nulls:
             valid = np.unpackbits(np.frombuffer(columns.key_validity, dtype=np.uint8), bitorder="little")
             i = int(np.argmin(valid[:columns.rows]))
@@ -709,9 +775,12 @@ class Log:
                 return AppendInfo(d.first_offset, d.last_offset, d.timestamp, header.records_count,
                                   duplicate=True)
         active = self.segments[-1]
-        if active.should_roll(header.size, header.max_timestamp, header.last_offset,
-                              segment_bytes=self._segment_bytes,
-                              segment_ms=self._segment_ms, now_ms=now):
+        roll = active.should_roll(header.size, header.max_timestamp, header.last_offset,
+                                  segment_bytes=self._segment_bytes,
+                                  segment_ms=self._segment_ms, now_ms=now)
+        if self._nonblocking and (roll or self._flush_due(header.records_count, now)):
+            raise _WouldBlock()     # nothing changed yet: the blocking path appends this batch
+        if roll:
             if active.in_memory:
                 # An object-store segment is published at commit; rolling it means committing.
                 self._commit_locked()
@@ -877,7 +946,7 @@ class Log:
             return self._append_locked(bytearray(batch), _now_ms(), validated=True)
 
     def _maybe_flush(self, now: int) -> None:
-        if self._unflushed >= self._flush_messages or now - self._last_flush_ms >= self._flush_ms:
+        if self._flush_due(0, now):
             self._flush_locked()
 
     def _flush_locked(self) -> None:
@@ -1564,6 +1633,7 @@ class Log:
                     for seg in self.segments:
                         seg.data.close()
                 finally:
+                    self.state_store.close()
                     self.fence.release()    # this writer no longer holds the partition
             else:
                 for seg in self.segments:
@@ -1583,6 +1653,10 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset},"
                 f" hw={self.high_watermark}, leo={self.log_end_offset}, epoch={self.leader_epoch})")
+
+
+def _writable(buf) -> bool:
+    return isinstance(buf, bytearray) or isinstance(buf, memoryview) and not buf.readonly and buf.contiguous
 
 
 def _next_offset_of_file(storage, path: str, base: int) -> int:

@@ -70,6 +70,7 @@ class LocalPartitionState:
         self._marker_path = storage.join(root, f"{topic}-{partition}", COMMIT_MARKER)
         self._hw_path = storage.join(root, f"{topic}-{partition}", HW_FILE)
         self._root_written = float("-inf")      # monotonic time of this writer's last root write
+        self._hw_fd: int | None = None          # the high-watermark file, open for writing
         self._hw = OffsetCheckpoint(storage, storage.join(root, HW_CHECKPOINT) if root else HW_CHECKPOINT)
         self._rp = OffsetCheckpoint(storage, storage.join(root, RECOVERY_POINT_CHECKPOINT) if root else RECOVERY_POINT_CHECKPOINT)
         self._ls = OffsetCheckpoint(storage, storage.join(root, LOG_START_CHECKPOINT) if root else LOG_START_CHECKPOINT)
@@ -103,11 +104,16 @@ class LocalPartitionState:
     def _write_hw_file(self, high_watermark: int) -> None:
         record = _HW_RECORD.pack(_HW_MAGIC, high_watermark, 0)
         record = record[:12] + struct.pack(">I", zlib.crc32(record[:12]))
-        fd = os.open(self.storage.local_path(self._hw_path), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            os.pwrite(fd, record, 0)
-        finally:
-            os.close(fd)
+        if self._hw_fd is None:     # kept open: the broker commits thousands of times a second
+            self._hw_fd = os.open(self.storage.local_path(self._hw_path),
+                                  os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        os.pwrite(self._hw_fd, record, 0)
+
+    def close(self) -> None:
+        """Release the open high-watermark file (the writer closes)."""
+        if self._hw_fd is not None:
+            os.close(self._hw_fd)
+            self._hw_fd = None
 
     def _read_markers(self) -> dict:
         try:
@@ -169,6 +175,11 @@ class LocalPartitionState:
         # After the root files: a durable commit that fails there has not moved the HW.
         self._write_hw_file(high_watermark)
 
+    def root_write_due(self) -> bool:
+        """Whether the next commit without fsync also replaces the root checkpoint files (a
+        create and a rename under the root lock, which other writers may hold)."""
+        return (time.monotonic() - self._root_written) * 1000 >= ROOT_CHECKPOINT_INTERVAL_MS
+
     def set_recovery_point(self, offset: int) -> None:
         with self.storage.lock(ROOT_LOCK):
             self._update(self._rp, offset)
@@ -178,6 +189,7 @@ class LocalPartitionState:
         with self.storage.lock(ROOT_LOCK):
             for checkpoint in (self._hw, self._rp, self._ls):
                 self._update(checkpoint, None)
+        self.close()
         self.storage.delete(self._hw_path, missing_ok=True)
 
 
@@ -373,6 +385,9 @@ class ObjectPartitionState:
         raise CommitFailedError(f"partition state {self.path} changed under the cleaner; retry the pass")
 
     def set_recovery_point(self, offset: int) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
     def forget(self) -> None:

@@ -251,6 +251,31 @@ class WriterFence:
             self._thread_lock.release()
             raise
 
+    def try_enter_critical(self) -> bool:
+        """enter_critical() for a caller that must not wait (an event loop): False, holding
+        nothing, when another thread or process is inside a critical section now, or on object
+        stores (the check is a GET). A True must be paired with exit_critical()."""
+        self.partition_leader_epoch  # raises if never acquired
+        if not self.storage.is_local or self._lock_fd is None:
+            return False
+        if not self._thread_lock.acquire(blocking=False):
+            return False
+        try:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._thread_lock.release()
+                return False
+            try:
+                self.check()
+            except BaseException:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                raise
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        return True
+
     def exit_critical(self) -> None:
         if not self.storage.is_local or self._lock_fd is None:
             return

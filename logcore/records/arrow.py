@@ -21,9 +21,6 @@ from logcore.records.batch import (
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
-    F_ATTRIBUTES,
-    F_BASE_OFFSET,
-    F_LAST_DELTA,
     batch_fields,
 )
 from logcore.records.compression import decompress
@@ -82,9 +79,14 @@ class RecordColumns:
     """What validating a produced batch needs, without building Arrow arrays."""
     rows: int
     offsets: np.ndarray          # int64
-    timestamps_ms: np.ndarray    # int64
     key_nulls: int
     key_validity: bytes | None   # Arrow validity bitmap of the keys (None when no null)
+    timestamps_us: object        # int64 microseconds, the decoder's buffer
+
+    @property
+    def timestamps_ms(self) -> np.ndarray:
+        """int64 per row (computed on demand: most topics set no timestamp bounds)."""
+        return np.frombuffer(self.timestamps_us, dtype=np.int64, count=self.rows) // 1000
 
 
 def record_columns(data, *, source: str | None = None, base_position: int = 0) -> RecordColumns:
@@ -96,8 +98,7 @@ def record_columns(data, *, source: str | None = None, base_position: int = 0) -
     cols = _decode_columns(data, source=source, base_position=base_position, copy_data=False)
     rows, offsets, timestamps, _types, k_valid, _ko, _kd, k_nulls = cols[:8]
     return RecordColumns(rows, np.frombuffer(offsets, dtype=np.int64, count=rows),
-                         np.frombuffer(timestamps, dtype=np.int64, count=rows) // 1000,
-                         k_nulls, bytes(k_valid) if k_nulls else None)
+                         k_nulls, bytes(k_valid) if k_nulls else None, timestamps)
 
 
 def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
@@ -107,12 +108,13 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
     aborted_ranges = _aborted_lookup(aborted)
     fields = batch_fields(data, source=source, verify_crc=True, allow_partial_tail=True,
                           base_position=base_position)
-    attributes = fields[:, F_ATTRIBUTES]
-    bases = fields[:, F_BASE_OFFSET]
-    keep = ((attributes & CONTROL_MASK) == 0) & (bases + fields[:, F_LAST_DELTA] >= min_offset) & (bases < max_offset)
     sections = []
     positions = []
-    for pos, size, base_offset, _delta, max_ts, producer_id, attrs, base_ts, count in fields[keep].tolist():
+    # Filtered here rather than with numpy masks: most calls (a produced batch, a fetch) see
+    # a handful of batches, where the masks' fixed cost dominates.
+    for pos, size, base_offset, delta, max_ts, producer_id, attrs, base_ts, count in fields.tolist():
+        if attrs & CONTROL_MASK or base_offset + delta < min_offset or base_offset >= max_offset:
+            continue
         if aborted_ranges and attrs & TRANSACTIONAL_MASK and producer_id in aborted_ranges:
             if any(first <= base_offset <= last for first, last in aborted_ranges[producer_id]):
                 continue
@@ -129,9 +131,11 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
         positions.append(pos)
     try:
         # Column buffers from Arrow's memory pool, which keeps freed memory for the next call:
-        # fresh multi-MiB bytearrays would cost a page fault per 4 KiB written.
+        # fresh multi-MiB bytearrays would cost a page fault per 4 KiB written. Without the
+        # keys and values (validation) the buffers are small, and bytearrays cost a fifth of
+        # the nine pool calls.
         return _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers,
-                                          pa.allocate_buffer, copy_data)
+                                          pa.allocate_buffer if copy_data else None, copy_data)
     except _fastcodec.RecordError as exc:
         index, record, message = exc.args
         raise CorruptRecordError(f"record {record}: {message}", file=source,

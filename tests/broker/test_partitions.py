@@ -1,0 +1,73 @@
+"""PartitionManager.submit: the event-loop round and the thread round keep order and only
+resolve a batch's future once the high watermark covers it."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from logcore.broker.partitions import PartitionManager
+from logcore.log.log_root import LogRoot
+from logcore.records.batch import build_batch
+
+T0 = 1_700_000_000_000
+
+
+def batch(i: int, size: int = 10) -> bytes:
+    return build_batch([(b"k%d" % i, b"v" * size, (), T0 + i)], base_offset=0)
+
+
+@pytest.fixture
+def manager(tmp_path):
+    root = LogRoot.open(str(tmp_path / "root"), create=True)
+    root.create_topic("small", config={"segment.bytes": "2000"})
+    root.create_topic("plain")
+    pm = PartitionManager(root)
+    pm.open_all()
+    yield pm
+    pm.close()
+
+
+def test_idle_partition_commits_inside_submit(manager):
+    async def run():
+        part = manager.get("plain", 0)
+        await manager.submit(part, batch(0))            # the first commit also writes the root files
+        fut = manager.submit(part, batch(1))
+        assert fut.done() and fut.result().first_offset == 1
+        assert part.log.high_watermark == 2 and not part.working
+    asyncio.run(run())
+
+
+def test_rounds_that_block_keep_order_and_commit_before_answering(manager):
+    async def run():
+        part = manager.get("small", 0)
+        futs = [manager.submit(part, batch(i, size=300)) for i in range(12)]   # rolls: thread rounds
+        infos = await asyncio.gather(*futs)
+        assert [i.first_offset for i in infos] == list(range(12))
+        assert part.log.high_watermark == 12 and len(part.log.segments) > 1
+        assert not part.working and not part.queue
+        records = list(part.log.read_records(0))
+        assert [r.key for r in records] == [b"k%d" % i for i in range(12)]
+    asyncio.run(run())
+
+
+def test_bad_batch_fails_alone(manager):
+    async def run():
+        part = manager.get("plain", 0)
+        await manager.submit(part, batch(0))
+        corrupt = bytearray(batch(1))
+        corrupt[-1] ^= 0xFF
+        bad, good = manager.submit(part, bytes(corrupt)), manager.submit(part, batch(2))
+        with pytest.raises(Exception, match="(?i)crc"):
+            await bad
+        assert (await good).first_offset == 1
+    asyncio.run(run())
+
+
+def test_closed_partition_fails_new_batches(manager):
+    async def run():
+        part = manager.get("plain", 0)
+        manager.close_topic("plain")
+        with pytest.raises(ConnectionAbortedError):
+            await manager.submit(part, batch(0))
+    asyncio.run(run())
