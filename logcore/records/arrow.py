@@ -71,10 +71,25 @@ def batches_to_arrow(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, 
     in one of its `aborted` (producer_id, first_offset, last_offset) ranges are dropped. Bad bytes
     raise CorruptRecordError(file=source, position=base_position + batch position).
     """
-    cols = _decode_columns(data, min_offset=min_offset, max_offset=max_offset,
-                           include_headers=include_headers, aborted=aborted, source=source,
-                           base_position=base_position)
-    return _to_record_batch(cols, include_headers)
+    return decode_batches(data, min_offset=min_offset, max_offset=max_offset, include_headers=include_headers,
+                          aborted=aborted, source=source, base_position=base_position).batch
+
+
+@dataclass(frozen=True)
+class DecodedBatches:
+    """What `decode_batches` found in a run of batches."""
+    batch: pa.RecordBatch       # the records kept, as batches_to_arrow gives them
+    next_offset: int            # the offset after the last complete batch (control ones too), -1 if none
+
+
+def decode_batches(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
+                   aborted: Iterable[tuple[int, int, int]] | None = None, source: str | None = None,
+                   base_position: int = 0) -> DecodedBatches:
+    """batches_to_arrow, plus where the next read starts: one scan of the headers for both."""
+    cols, next_offset = _decode_columns(data, min_offset=min_offset, max_offset=max_offset,
+                                        include_headers=include_headers, aborted=aborted, source=source,
+                                        base_position=base_position)
+    return DecodedBatches(_to_record_batch(cols, include_headers), next_offset)
 
 
 @dataclass(frozen=True)
@@ -93,7 +108,7 @@ def record_columns(data, *, source: str | None = None, base_position: int = 0) -
     The produce path uses this: full validation in C at a fraction of the cost of Arrow arrays.
     """
     # Keys and values are validated but not copied: the produce path needs neither.
-    cols = _decode_columns(data, source=source, base_position=base_position, copy_data=False)
+    cols, _next = _decode_columns(data, source=source, base_position=base_position, copy_data=False)
     rows, offsets, timestamps, _types, k_valid, _ko, _kd, k_nulls = cols[:8]
     return RecordColumns(rows, np.frombuffer(offsets, dtype=np.int64, count=rows),
                          np.frombuffer(timestamps, dtype=np.int64, count=rows) // 1000,
@@ -102,11 +117,13 @@ def record_columns(data, *, source: str | None = None, base_position: int = 0) -
 
 def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
                      aborted: Iterable[tuple[int, int, int]] | None = None, source: str | None = None,
-                     base_position: int = 0, copy_data: bool = True) -> tuple:
-    """The C decoder's raw column buffers (see _to_record_batch for their layout)."""
+                     base_position: int = 0, copy_data: bool = True) -> tuple[tuple, int]:
+    """The C decoder's raw column buffers (see _to_record_batch for their layout) and the offset
+    after the last complete batch of `data` (-1 when it holds none)."""
     aborted_ranges = _aborted_lookup(aborted)
     fields = batch_fields(data, source=source, verify_crc=True, allow_partial_tail=True,
                           base_position=base_position)
+    next_offset = int(fields[-1, F_BASE_OFFSET] + fields[-1, F_LAST_DELTA]) + 1 if len(fields) else -1
     attributes = fields[:, F_ATTRIBUTES]
     bases = fields[:, F_BASE_OFFSET]
     keep = ((attributes & CONTROL_MASK) == 0) & (bases + fields[:, F_LAST_DELTA] >= min_offset) & (bases < max_offset)
@@ -130,12 +147,13 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
     try:
         # Column buffers from Arrow's memory pool, which keeps freed memory for the next call:
         # fresh multi-MiB bytearrays would cost a page fault per 4 KiB written.
-        return _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers,
+        cols = _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers,
                                           pa.allocate_buffer, copy_data)
     except _fastcodec.RecordError as exc:
         index, record, message = exc.args
         raise CorruptRecordError(f"record {record}: {message}", file=source,
                                  position=base_position + positions[index]) from None
+    return cols, next_offset
 
 
 def _to_record_batch(cols: tuple, include_headers: bool) -> pa.RecordBatch:
