@@ -16,6 +16,7 @@ import pyarrow as pa
 from logcore.errors import CorruptRecordError
 from logcore.records import _fastcodec
 from logcore.records.batch import (
+    ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_MASK,
     HEADER_SIZE,
@@ -43,6 +44,7 @@ SCHEMA = pa.schema(_BASE_FIELDS)
 SCHEMA_WITH_HEADERS = pa.schema(_BASE_FIELDS + [pa.field("headers", HEADERS_TYPE)])
 
 INT64_MAX = (1 << 63) - 1
+CRC_COVERED_FROM = ATTRIBUTES_OFFSET    # a batch's CRC covers its bytes from the attributes on
 
 # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, (epoch), (baseSequence), recordsCount
 
@@ -121,7 +123,9 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
     """The C decoder's raw column buffers (see _to_record_batch for their layout) and the offset
     after the last complete batch of `data` (-1 when it holds none)."""
     aborted_ranges = _aborted_lookup(aborted)
-    fields = batch_fields(data, source=source, verify_crc=True, allow_partial_tail=True,
+    # Headers only here: the decoder checks each batch's CRC right before reading its records,
+    # while its bytes are in cache (one pass over the window instead of two).
+    fields = batch_fields(data, source=source, verify_crc=False, allow_partial_tail=True,
                           base_position=base_position)
     next_offset = int(fields[-1, F_BASE_OFFSET] + fields[-1, F_LAST_DELTA]) + 1 if len(fields) else -1
     attributes = fields[:, F_ATTRIBUTES]
@@ -129,20 +133,28 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
     keep = ((attributes & CONTROL_MASK) == 0) & (bases + fields[:, F_LAST_DELTA] >= min_offset) & (bases < max_offset)
     sections = []
     positions = []
-    for pos, size, base_offset, _delta, max_ts, producer_id, attrs, base_ts, count in fields[keep].tolist():
-        if aborted_ranges and attrs & TRANSACTIONAL_MASK and producer_id in aborted_ranges:
-            if any(first <= base_offset <= last for first, last in aborted_ranges[producer_id]):
-                continue
+    for (pos, size, base_offset, _delta, max_ts, producer_id, attrs, base_ts, count), wanted in zip(
+            fields.tolist(), keep.tolist()):
+        crc_from = pos + CRC_COVERED_FROM
+        if wanted and aborted_ranges and attrs & TRANSACTIONAL_MASK and producer_id in aborted_ranges:
+            wanted = not any(first <= base_offset <= last for first, last in aborted_ranges[producer_id])
         ts_type = 1 if attrs & TIMESTAMP_TYPE_MASK else 0
         codec = attrs & COMPRESSION_MASK
-        if codec:
+        if not wanted:
+            # Skipped batches (control, out of range, aborted) are CRC-checked all the same,
+            # as Kafka's consumer checks every batch it fetches.
+            sections.append((data, pos + size, pos + size, base_offset, 0, 0, 0, 0, crc_from))
+        elif codec:
+            batch_fields(memoryview(data)[pos:pos + size], source=source, verify_crc=True,
+                         base_position=base_position + pos)
             try:
                 raw = decompress(codec, memoryview(data)[pos + HEADER_SIZE:pos + size])
             except CorruptRecordError as exc:
                 raise CorruptRecordError(exc.reason, file=source, position=base_position + pos) from exc
             sections.append((raw, 0, len(raw), base_offset, base_ts, max_ts, ts_type, count))
         else:
-            sections.append((data, pos + HEADER_SIZE, pos + size, base_offset, base_ts, max_ts, ts_type, count))
+            sections.append((data, pos + HEADER_SIZE, pos + size, base_offset, base_ts, max_ts, ts_type, count,
+                             crc_from))
         positions.append(pos)
     try:
         # Column buffers from Arrow's memory pool, which keeps freed memory for the next call:
@@ -151,7 +163,7 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
                                           pa.allocate_buffer, copy_data)
     except _fastcodec.RecordError as exc:
         index, record, message = exc.args
-        raise CorruptRecordError(f"record {record}: {message}", file=source,
+        raise CorruptRecordError(f"record {record}: {message}" if record >= 0 else message, file=source,
                                  position=base_position + positions[index]) from None
     return cols, next_offset
 
