@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, Rea
 
 from logcore.errors import InvalidConfigError, OffsetOutOfRangeError, TopicNotFoundError
 from logcore.log.log_root import LogRoot
-from logcore.records.arrow import decode_batches
+from logcore.records.arrow import BufferRecycler, decode_batches
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
 from pyspark_seglog.schema import arrow_schema
 from pyspark_seglog.source_options import (DEFAULT_FETCH_BYTES, EARLIEST, LATEST, OffsetSpec,
@@ -144,6 +144,8 @@ class _WindowBuffers:
 
 
 _WINDOW_BUFFERS = _WindowBuffers()
+# Arrow column buffers, handed out again once Spark has sent (and dropped) the batch using them.
+_COLUMN_BUFFERS = BufferRecycler()
 
 
 def read_partition(p: SeglogInputPartition):
@@ -190,7 +192,8 @@ def read_partition(p: SeglogInputPartition):
                 return
             aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in fetch.aborted] or None
             decoded = decode_batches(data, min_offset=offset, max_offset=p.until,
-                                     include_headers=p.include_headers, aborted=aborted, source=name)
+                                     include_headers=p.include_headers, aborted=aborted, source=name,
+                                     allocate=_COLUMN_BUFFERS)
             del data, fetch     # no view of the window outlives this read
             batch = decoded.batch
             rows = batch.num_rows

@@ -6,9 +6,10 @@ Arrow-layout buffers, which become pyarrow arrays without a copy.
 """
 from __future__ import annotations
 
+import sys
+import threading
 from dataclasses import dataclass
-
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -86,11 +87,16 @@ class DecodedBatches:
 
 def decode_batches(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
                    aborted: Iterable[tuple[int, int, int]] | None = None, source: str | None = None,
-                   base_position: int = 0) -> DecodedBatches:
-    """batches_to_arrow, plus where the next read starts: one scan of the headers for both."""
+                   base_position: int = 0, allocate: Callable[[int], object] | None = None) -> DecodedBatches:
+    """batches_to_arrow, plus where the next read starts: one scan of the headers for both.
+
+    `allocate(n)` gives the column buffers (a writable buffer of at least n bytes that does not
+    move), by default from Arrow's memory pool; a `BufferRecycler` reuses buffers whose arrays
+    are gone.
+    """
     cols, next_offset = _decode_columns(data, min_offset=min_offset, max_offset=max_offset,
                                         include_headers=include_headers, aborted=aborted, source=source,
-                                        base_position=base_position)
+                                        base_position=base_position, allocate=allocate)
     return DecodedBatches(_to_record_batch(cols, include_headers), next_offset)
 
 
@@ -119,7 +125,8 @@ def record_columns(data, *, source: str | None = None, base_position: int = 0) -
 
 def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
                      aborted: Iterable[tuple[int, int, int]] | None = None, source: str | None = None,
-                     base_position: int = 0, copy_data: bool = True) -> tuple[tuple, int]:
+                     base_position: int = 0, copy_data: bool = True,
+                     allocate: Callable[[int], object] | None = None) -> tuple[tuple, int]:
     """The C decoder's raw column buffers (see _to_record_batch for their layout) and the offset
     after the last complete batch of `data` (-1 when it holds none)."""
     aborted_ranges = _aborted_lookup(aborted)
@@ -160,12 +167,51 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
         # Column buffers from Arrow's memory pool, which keeps freed memory for the next call:
         # fresh multi-MiB bytearrays would cost a page fault per 4 KiB written.
         cols = _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers,
-                                          pa.allocate_buffer, copy_data)
+                                          allocate or pa.allocate_buffer, copy_data)
     except _fastcodec.RecordError as exc:
         index, record, message = exc.args
         raise CorruptRecordError(f"record {record}: {message}" if record >= 0 else message, file=source,
                                  position=base_position + positions[index]) from None
     return cols, next_offset
+
+
+class BufferRecycler:
+    """An `allocate` for decode_batches that hands out again the buffers no array uses any more.
+
+    A reader that decodes window after window into short-lived Arrow batches (a Spark task hands
+    each to Spark, which drops it after sending it) would otherwise get memory the allocator has
+    returned to the system in between, and pay a zeroed page for every 4 KiB it writes. Holds at
+    most `max_buffers` buffers and `max_bytes` bytes; a buffer still in use is never handed out.
+    """
+
+    def __init__(self, max_buffers: int = 32, max_bytes: int = 96 << 20):
+        self.max_buffers = max_buffers
+        self.max_bytes = max_bytes
+        self._held: list[bytearray] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, size: int) -> bytearray:
+        with self._lock:
+            held = self._held
+            best = -1
+            for i in range(len(held)):
+                # In use while an Arrow buffer (through a memoryview) refers to it: then its
+                # count is above the list's reference and getrefcount's own.
+                if len(held[i]) >= size and sys.getrefcount(held[i]) <= 2 and (
+                        best < 0 or len(held[i]) < len(held[best])):
+                    best = i
+            if best >= 0:
+                return held[best]
+            fresh = bytearray(size)
+            held.append(fresh)
+            self._trim()
+            return fresh
+
+    def _trim(self) -> None:
+        """Forget the oldest buffers beyond the limits (ones still in use live on with their arrays)."""
+        total = sum(len(b) for b in self._held)
+        while self._held and (len(self._held) > self.max_buffers or total > self.max_bytes):
+            total -= len(self._held.pop(0))
 
 
 def _to_record_batch(cols: tuple, include_headers: bool) -> pa.RecordBatch:
