@@ -20,7 +20,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from logcore.broker.protocol import build
-from logcore.errors import InvalidConfigError, SegLogError, TopicNotFoundError
+from logcore.errors import SegLogError, TopicNotFoundError
+from pyspark_seglog.bootstrap import parse_bootstrap
 
 PRODUCE, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = \
     0, 2, 3, 18, 19, 22, 32
@@ -74,27 +75,6 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name.upper()
     except ValueError:
         return f"error {code}"
-
-
-def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
-    """`host:port[,host:port...]` (IPv6 as `[addr]:port`), as Kafka's bootstrap.servers."""
-    out = []
-    for item in str(servers).split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "://" in item:                 # a listener spelled with its protocol
-            item = item.split("://", 1)[1]
-        host, sep, port = item.rpartition(":")
-        host = host.strip("[]")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidConfigError(
-                f"option kafka.bootstrap.servers={servers!r}: {item!r} is not host:port")
-        out.append((host, int(port)))
-    if not out:
-        raise InvalidConfigError(
-            f"option kafka.bootstrap.servers={servers!r}: give at least one host:port")
-    return out
 
 
 @cache

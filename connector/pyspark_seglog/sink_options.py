@@ -17,7 +17,7 @@ from logcore.errors import InvalidConfigError
 from logcore.log.config import validate_topic_overrides
 from logcore.records.compression import Compression
 
-from pyspark_seglog.broker_client import parse_bootstrap
+from pyspark_seglog.bootstrap import parse_bootstrap
 from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
 
 TOPIC_CONFIG_PREFIX = "topic.config."

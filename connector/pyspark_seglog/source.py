@@ -11,6 +11,7 @@ query: the open logs live in `_logs`, created lazily and never pickled.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import numpy as np
@@ -21,9 +22,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, Rea
 
 from logcore.errors import InvalidConfigError, OffsetOutOfRangeError, TopicNotFoundError
 from logcore.log.log_root import LogRoot
-from logcore.records.arrow import batches_to_arrow
-from logcore.records.batch import F_BASE_OFFSET, F_LAST_DELTA, batch_fields
-from pyspark_seglog.broker_client import BrokerClient, BrokerConnectionError
+from logcore.records.arrow import BufferRecycler, decode_batches
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
 from pyspark_seglog.schema import arrow_schema
 from pyspark_seglog.source_options import (DEFAULT_FETCH_BYTES, EARLIEST, LATEST, OffsetSpec,
@@ -107,36 +106,67 @@ class _Constants:
                 np.zeros(cap + 1, dtype=np.int32)
             self.topic_array = pa.Array.from_buffers(
                 pa.string(), cap, [None, pa.py_buffer(offsets), pa.py_buffer(self.topic * cap)])
-            self.partition_array = pa.array(np.full(cap, self.partition, dtype=np.int32))
+            # from_buffers, not pa.array(ndarray): that one imports pandas, whose objects the
+            # Spark worker's gc.collect() after every task would then walk.
+            self.partition_array = pa.Array.from_buffers(
+                pa.int32(), cap, [None, pa.py_buffer(np.full(cap, self.partition, dtype=np.int32))])
             self.capacity = cap
         return self.topic_array.slice(0, rows), self.partition_array.slice(0, rows)
 
 
-def _next_offset(data) -> int:
-    """The offset after the last whole batch of `data` (which holds whole batches only)."""
-    fields = batch_fields(data, verify_crc=False, allow_partial_tail=True)
-    if not len(fields):
-        return -1
-    return int(fields[-1, F_BASE_OFFSET] + fields[-1, F_LAST_DELTA]) + 1
+class _WindowBuffers:
+    """Read-window buffers kept for the next task of the same (reused) Python worker.
+
+    A fresh multi-MiB bytearray costs a zero-filled page per 4 KiB the read touches; a task
+    takes a kept buffer and gives it back when done. At most `keep` are kept (one per task
+    that runs at the same time in this process, usually one).
+    """
+
+    def __init__(self, keep: int = 2):
+        self.keep = keep
+        self._free: list[bytearray] = []
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bytearray:
+        with self._lock:
+            if self._free:
+                buffer = max(self._free, key=len)
+                self._free.remove(buffer)
+                if len(buffer) >= size:
+                    return buffer
+        return bytearray(size)
+
+    def give_back(self, buffer: bytearray) -> None:
+        with self._lock:
+            self._free.append(buffer)
+            self._free.sort(key=len, reverse=True)
+            del self._free[self.keep:]
+
+
+_WINDOW_BUFFERS = _WindowBuffers()
+# Arrow column buffers, handed out again once Spark has sent (and dropped) the batch using them.
+_COLUMN_BUFFERS = BufferRecycler()
 
 
 def read_partition(p: SeglogInputPartition):
     """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until)."""
     schema = arrow_schema(p.include_headers)
     root = LogRoot.open(p.root, storage_options=p.storage_options, read_only=True)
+    buffer = None
     try:
         log = root.log(p.topic, p.partition)
         name = f"{p.topic}-{p.partition}"
         constants = _Constants(p.topic, p.partition)
         offset = p.start
         window = min(FIRST_READ_WINDOW_BYTES, p.fetch_bytes)
-        buffer = bytearray()
         if offset < log.log_start_offset:
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
         while offset < p.until:
             try:
-                if len(buffer) < window:
-                    buffer = bytearray(window)
+                if buffer is None or len(buffer) < window:
+                    if buffer is not None:
+                        _WINDOW_BUFFERS.give_back(buffer)
+                    buffer = _WINDOW_BUFFERS.take(window)
                 # Read into one reused buffer: the decoder copies what it keeps into Arrow
                 # buffers, so the window's bytes are free again at the next read.
                 fetch = log.read(offset, window, isolation=p.isolation, view=True, buffer=buffer)
@@ -160,10 +190,12 @@ def read_partition(p: SeglogInputPartition):
                         topic=p.topic, partition=p.partition, offset=offset, log_end_offset=bound)
                 logger.warning("failOnDataLoss=false: %s; stopping this range at %d", message, offset)
                 return
-            following = _next_offset(data)
             aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in fetch.aborted] or None
-            batch = batches_to_arrow(data, min_offset=offset, max_offset=p.until,
-                                     include_headers=p.include_headers, aborted=aborted, source=name)
+            decoded = decode_batches(data, min_offset=offset, max_offset=p.until,
+                                     include_headers=p.include_headers, aborted=aborted, source=name,
+                                     allocate=_COLUMN_BUFFERS)
+            del data, fetch     # no view of the window outlives this read
+            batch = decoded.batch
             rows = batch.num_rows
             if rows:
                 topic_col, partition_col = constants.columns(rows)
@@ -172,10 +204,12 @@ def read_partition(p: SeglogInputPartition):
                 if p.include_headers:
                     arrays.append(cols[5])
                 yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-            if following <= offset:
+            if decoded.next_offset <= offset:
                 return
-            offset = following
+            offset = decoded.next_offset
     finally:
+        if buffer is not None:
+            _WINDOW_BUFFERS.give_back(buffer)
         root.close()
 
 
@@ -193,7 +227,7 @@ class _Logs:
         self._root: LogRoot | None = None
         self._logs: dict = {}
         self._fresh: set = set()
-        self._broker: BrokerClient | None = None
+        self._broker = None             # a BrokerClient, with kafka.bootstrap.servers
         self._broker_latest: dict = {}
 
     @property
@@ -254,6 +288,8 @@ class _Logs:
     def _ask_broker(self, tps: list) -> dict:
         if not tps:
             return {}
+        # Imported here: the Kafka protocol package is large, and Spark tasks never need it.
+        from pyspark_seglog.broker_client import BrokerClient, BrokerConnectionError
         for attempt in (1, 2):
             if self._broker is None:
                 self._broker = BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-source")

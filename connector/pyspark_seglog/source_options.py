@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from logcore.errors import InvalidConfigError
-from pyspark_seglog.broker_client import parse_bootstrap
+from pyspark_seglog.bootstrap import parse_bootstrap
 from pyspark_seglog.offsets import parse_assign, parse_partition_map
 from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
 

@@ -35,8 +35,8 @@ from logcore.errors import (CorruptIndexError, CorruptRecordError, FencedWriterE
                             InvalidRecordError, OffsetOutOfRangeError, PolicyViolationError,
                             ReadOnlyLogError, RecordTooLargeError, ResourceNotFoundError,
                             SegLogError)
-from logcore.records.batch import (CONTROL_MASK, HEADER_SIZE, INT32_MAX, BatchHeader, Record, TimestampType,
-                                   batch_fields, build_batch, decode_records,
+from logcore.records.batch import (CONTROL_MASK, F_BASE_OFFSET, F_LAST_DELTA, HEADER_SIZE, INT32_MAX,
+                                   BatchHeader, Record, TimestampType, batch_fields, build_batch, decode_records,
                                    iter_batches, parse_header, set_base_offset, set_log_append_time,
                                    set_partition_leader_epoch)
 from logcore.records.arrow import record_columns
@@ -1165,7 +1165,9 @@ class Log:
                     if i < len(self.segments):
                         position = max(position, self.segments[i].base_offset)
             aborted = []
-            if isolation == "read_committed" and result:
+            # Aborted transactions can only come from the remote tier or a local .txnindex:
+            # without either, the fetched batches are not walked again here.
+            if isolation == "read_committed" and result and (from_remote or self._txn_bases):
                 upper = _next_offset_after(result)
                 complete = False
                 if from_remote:
@@ -1705,10 +1707,10 @@ def _next_offset_after(data: bytes | FileSlice) -> int:
     """The offset after the last whole batch in `data` (which starts at a batch boundary)."""
     if isinstance(data, FileSlice):
         return data.next_offset
-    next_offset = -1
-    for _pos, header in iter_batches(data, verify_crc=False):
-        next_offset = header.next_offset
-    return next_offset
+    fields = batch_fields(data, verify_crc=False, allow_partial_tail=True)
+    if not len(fields):
+        return -1
+    return int(fields[-1, F_BASE_OFFSET] + fields[-1, F_LAST_DELTA]) + 1
 
 
 def _end_marker(data, header: BatchHeader, source: str, pos: int) -> EndTransactionMarker | None:

@@ -19,6 +19,18 @@
 
 static PyObject *RecordError;
 
+/* Big-endian fields of batch headers. */
+static inline int64_t be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+static inline int32_t be32(const uint8_t *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+static inline int16_t be16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+
 /* Smallest possible encoded record: length, attributes, timestampDelta, offsetDelta, keyLength,
  * valueLength, headerCount, one byte each. Bounds the number of records a section can hold. */
 #define MIN_RECORD_BYTES 7
@@ -213,6 +225,8 @@ typedef struct {
     long long base_offset, base_timestamp, max_timestamp;
     int timestamp_type;
     long long count;
+    Py_ssize_t crc_from; /* -1, or where the batch's CRC-covered bytes start (its CRC is the 4
+                          * bytes before): checked just before the records are decoded */
 } section_t;
 
 static int parse_section(PyObject *item, section_t *s) {
@@ -221,9 +235,16 @@ static int parse_section(PyObject *item, section_t *s) {
         PyErr_SetString(PyExc_TypeError, "each section must be a tuple");
         return -1;
     }
-    if (!PyArg_ParseTuple(item, "OnnLLLiL", &s->buffer, &s->start, &s->end, &s->base_offset,
-                          &s->base_timestamp, &s->max_timestamp, &ts_type, &s->count))
+    s->crc_from = -1;
+    if (PyTuple_GET_SIZE(item) == 9) {
+        if (!PyArg_ParseTuple(item, "OnnLLLiLn", &s->buffer, &s->start, &s->end, &s->base_offset,
+                              &s->base_timestamp, &s->max_timestamp, &ts_type, &s->count,
+                              &s->crc_from))
+            return -1;
+    } else if (!PyArg_ParseTuple(item, "OnnLLLiL", &s->buffer, &s->start, &s->end, &s->base_offset,
+                                 &s->base_timestamp, &s->max_timestamp, &ts_type, &s->count)) {
         return -1;
+    }
     s->timestamp_type = ts_type;
     return 0;
 }
@@ -347,6 +368,19 @@ static PyObject *decode_sections(PyObject *self, PyObject *args) {
             if (s.end > view.len) {
                 PyErr_SetString(PyExc_ValueError, "section range past the end of its buffer");
                 goto fail;
+            }
+            if (s.crc_from >= 0) {
+                /* The whole batch, right before its records are read: they are then in cache. */
+                const uint8_t *b = (const uint8_t *)view.buf;
+                if (s.crc_from < 4 || s.crc_from > s.start) {
+                    PyErr_SetString(PyExc_ValueError, "bad CRC range for a section");
+                    goto fail;
+                }
+                if ((uint32_t)be32(b + s.crc_from - 4) != crc32c_of(b + s.crc_from, s.end - s.crc_from)) {
+                    record_index = -1;
+                    errmsg = "CRC mismatch";
+                    goto corrupt;
+                }
             }
             if (s.count < 0)
                 CORRUPT("negative record count");
@@ -1039,17 +1073,6 @@ static PyObject *murmur2_partitions(PyObject *self, PyObject *args) {
  * log adopts as a segment), checks each as logcore.records.batch._scan does (length, magic, CRC)
  * and returns their fields as one int64 array, without holding the GIL while it runs. */
 
-static inline int64_t be64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return (int64_t)v;
-}
-static inline int32_t be32(const uint8_t *p) {
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
-}
-static inline int16_t be16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
-
 #define SCAN_FIELDS 9
 #define BATCH_HEADER_SIZE 61
 #define BATCH_MIN_LENGTH 49 /* batchLength of a header with no record: 61 - 12 */
@@ -1163,8 +1186,10 @@ static PyMethodDef methods[] = {
      "decode_sections(sections, min_offset, max_offset, include_headers, allocate=None,\n"
      "copy_data=True) -> tuple"
      "of Arrow buffers. sections: list of (buffer, start, end, base_offset, base_timestamp,\n"
-     "max_timestamp, timestamp_type, records_count) for the decompressed record section of each\n"
-     "batch. allocate(n), when given, returns a new fixed-size writable buffer of n bytes for each\n"
+     "max_timestamp, timestamp_type, records_count[, crc_from]) for the decompressed record section\n"
+     "of each batch. With crc_from, the batch's CRC (the 4 bytes before buffer[crc_from]) is checked\n"
+     "over buffer[crc_from:end] first (RecordError with record -1 on mismatch); a section with\n"
+     "start == end and no record only checks the CRC. allocate(n), when given, returns a new fixed-size writable buffer of n bytes for each\n"
      "column buffer of bounded size (those come back as memoryviews of the bytes used).\n"
      "copy_data=False validates every record but leaves the key and value data out (empty data\n"
      "buffers, zero offsets): for callers that need offsets, timestamps and null counts only."},

@@ -6,9 +6,10 @@ Arrow-layout buffers, which become pyarrow arrays without a copy.
 """
 from __future__ import annotations
 
+import sys
+import threading
 from dataclasses import dataclass
-
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -16,11 +17,14 @@ import pyarrow as pa
 from logcore.errors import CorruptRecordError
 from logcore.records import _fastcodec
 from logcore.records.batch import (
+    ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     CONTROL_MASK,
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
+    F_BASE_OFFSET,
+    F_LAST_DELTA,
     batch_fields,
 )
 from logcore.records.compression import decompress
@@ -40,6 +44,7 @@ SCHEMA = pa.schema(_BASE_FIELDS)
 SCHEMA_WITH_HEADERS = pa.schema(_BASE_FIELDS + [pa.field("headers", HEADERS_TYPE)])
 
 INT64_MAX = (1 << 63) - 1
+CRC_COVERED_FROM = ATTRIBUTES_OFFSET    # a batch's CRC covers its bytes from the attributes on
 
 # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, (epoch), (baseSequence), recordsCount
 
@@ -68,10 +73,30 @@ def batches_to_arrow(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, 
     in one of its `aborted` (producer_id, first_offset, last_offset) ranges are dropped. Bad bytes
     raise CorruptRecordError(file=source, position=base_position + batch position).
     """
-    cols = _decode_columns(data, min_offset=min_offset, max_offset=max_offset,
-                           include_headers=include_headers, aborted=aborted, source=source,
-                           base_position=base_position)
-    return _to_record_batch(cols, include_headers)
+    return decode_batches(data, min_offset=min_offset, max_offset=max_offset, include_headers=include_headers,
+                          aborted=aborted, source=source, base_position=base_position).batch
+
+
+@dataclass(frozen=True)
+class DecodedBatches:
+    """What `decode_batches` found in a run of batches."""
+    batch: pa.RecordBatch       # the records kept, as batches_to_arrow gives them
+    next_offset: int            # the offset after the last complete batch (control ones too), -1 if none
+
+
+def decode_batches(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
+                   aborted: Iterable[tuple[int, int, int]] | None = None, source: str | None = None,
+                   base_position: int = 0, allocate: Callable[[int], object] | None = None) -> DecodedBatches:
+    """batches_to_arrow, plus where the next read starts: one scan of the headers for both.
+
+    `allocate(n)` gives the column buffers (a writable buffer of at least n bytes that does not
+    move), by default from Arrow's memory pool; a `BufferRecycler` reuses buffers whose arrays
+    are gone.
+    """
+    cols, next_offset = _decode_columns(data, min_offset=min_offset, max_offset=max_offset,
+                                        include_headers=include_headers, aborted=aborted, source=source,
+                                        base_position=base_position, allocate=allocate)
+    return DecodedBatches(_to_record_batch(cols, include_headers), next_offset)
 
 
 @dataclass(frozen=True)
@@ -95,7 +120,7 @@ def record_columns(data, *, source: str | None = None, base_position: int = 0) -
     The produce path uses this: full validation in C at a fraction of the cost of Arrow arrays.
     """
     # Keys and values are validated but not copied: the produce path needs neither.
-    cols = _decode_columns(data, source=source, base_position=base_position, copy_data=False)
+    cols, _next = _decode_columns(data, source=source, base_position=base_position, copy_data=False)
     rows, offsets, timestamps, _types, k_valid, _ko, _kd, k_nulls = cols[:8]
     return RecordColumns(rows, np.frombuffer(offsets, dtype=np.int64, count=rows),
                          k_nulls, bytes(k_valid) if k_nulls else None, timestamps)
@@ -103,43 +128,94 @@ def record_columns(data, *, source: str | None = None, base_position: int = 0) -
 
 def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
                      aborted: Iterable[tuple[int, int, int]] | None = None, source: str | None = None,
-                     base_position: int = 0, copy_data: bool = True) -> tuple:
-    """The C decoder's raw column buffers (see _to_record_batch for their layout)."""
+                     base_position: int = 0, copy_data: bool = True,
+                     allocate: Callable[[int], object] | None = None) -> tuple[tuple, int]:
+    """The C decoder's raw column buffers (see _to_record_batch for their layout) and the offset
+    after the last complete batch of `data` (-1 when it holds none)."""
     aborted_ranges = _aborted_lookup(aborted)
-    fields = batch_fields(data, source=source, verify_crc=True, allow_partial_tail=True,
+    # Headers only here: the decoder checks each batch's CRC right before reading its records,
+    # while its bytes are in cache (one pass over the window instead of two).
+    fields = batch_fields(data, source=source, verify_crc=False, allow_partial_tail=True,
                           base_position=base_position)
+    next_offset = int(fields[-1, F_BASE_OFFSET] + fields[-1, F_LAST_DELTA]) + 1 if len(fields) else -1
     sections = []
     positions = []
     # Filtered here rather than with numpy masks: most calls (a produced batch, a fetch) see
     # a handful of batches, where the masks' fixed cost dominates.
     for pos, size, base_offset, delta, max_ts, producer_id, attrs, base_ts, count in fields.tolist():
-        if attrs & CONTROL_MASK or base_offset + delta < min_offset or base_offset >= max_offset:
-            continue
-        if aborted_ranges and attrs & TRANSACTIONAL_MASK and producer_id in aborted_ranges:
-            if any(first <= base_offset <= last for first, last in aborted_ranges[producer_id]):
-                continue
+        crc_from = pos + CRC_COVERED_FROM
+        wanted = not (attrs & CONTROL_MASK or base_offset + delta < min_offset or base_offset >= max_offset)
+        if wanted and aborted_ranges and attrs & TRANSACTIONAL_MASK and producer_id in aborted_ranges:
+            wanted = not any(first <= base_offset <= last for first, last in aborted_ranges[producer_id])
         ts_type = 1 if attrs & TIMESTAMP_TYPE_MASK else 0
         codec = attrs & COMPRESSION_MASK
-        if codec:
+        if not wanted:
+            # Skipped batches (control, out of range, aborted) are CRC-checked all the same,
+            # as Kafka's consumer checks every batch it fetches.
+            sections.append((data, pos + size, pos + size, base_offset, 0, 0, 0, 0, crc_from))
+        elif codec:
+            batch_fields(memoryview(data)[pos:pos + size], source=source, verify_crc=True,
+                         base_position=base_position + pos)
             try:
                 raw = decompress(codec, memoryview(data)[pos + HEADER_SIZE:pos + size])
             except CorruptRecordError as exc:
                 raise CorruptRecordError(exc.reason, file=source, position=base_position + pos) from exc
             sections.append((raw, 0, len(raw), base_offset, base_ts, max_ts, ts_type, count))
         else:
-            sections.append((data, pos + HEADER_SIZE, pos + size, base_offset, base_ts, max_ts, ts_type, count))
+            sections.append((data, pos + HEADER_SIZE, pos + size, base_offset, base_ts, max_ts, ts_type, count,
+                             crc_from))
         positions.append(pos)
     try:
         # Column buffers from Arrow's memory pool, which keeps freed memory for the next call:
         # fresh multi-MiB bytearrays would cost a page fault per 4 KiB written. Without the
         # keys and values (validation) the buffers are small, and bytearrays cost a fifth of
         # the nine pool calls.
-        return _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers,
-                                          pa.allocate_buffer if copy_data else None, copy_data)
+        cols = _fastcodec.decode_sections(sections, min_offset, max_offset, include_headers,
+                                          (allocate or pa.allocate_buffer) if copy_data else None, copy_data)
     except _fastcodec.RecordError as exc:
         index, record, message = exc.args
-        raise CorruptRecordError(f"record {record}: {message}", file=source,
+        raise CorruptRecordError(f"record {record}: {message}" if record >= 0 else message, file=source,
                                  position=base_position + positions[index]) from None
+    return cols, next_offset
+
+
+class BufferRecycler:
+    """An `allocate` for decode_batches that hands out again the buffers no array uses any more.
+
+    A reader that decodes window after window into short-lived Arrow batches (a Spark task hands
+    each to Spark, which drops it after sending it) would otherwise get memory the allocator has
+    returned to the system in between, and pay a zeroed page for every 4 KiB it writes. Holds at
+    most `max_buffers` buffers and `max_bytes` bytes; a buffer still in use is never handed out.
+    """
+
+    def __init__(self, max_buffers: int = 32, max_bytes: int = 96 << 20):
+        self.max_buffers = max_buffers
+        self.max_bytes = max_bytes
+        self._held: list[bytearray] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, size: int) -> bytearray:
+        with self._lock:
+            held = self._held
+            best = -1
+            for i in range(len(held)):
+                # In use while an Arrow buffer (through a memoryview) refers to it: then its
+                # count is above the list's reference and getrefcount's own.
+                if len(held[i]) >= size and sys.getrefcount(held[i]) <= 2 and (
+                        best < 0 or len(held[i]) < len(held[best])):
+                    best = i
+            if best >= 0:
+                return held[best]
+            fresh = bytearray(size)
+            held.append(fresh)
+            self._trim()
+            return fresh
+
+    def _trim(self) -> None:
+        """Forget the oldest buffers beyond the limits (ones still in use live on with their arrays)."""
+        total = sum(len(b) for b in self._held)
+        while self._held and (len(self._held) > self.max_buffers or total > self.max_bytes):
+            total -= len(self._held.pop(0))
 
 
 def _to_record_batch(cols: tuple, include_headers: bool) -> pa.RecordBatch:

@@ -3,12 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import fsspec
-
 from logcore.errors import InvalidConfigError
 from logcore.storage.base import Storage
 from logcore.storage.local import LocalStorage
-from logcore.storage.objectstore import S3_PROTOCOLS, ObjectStorage
 
 _LOCAL_PROTOCOLS = ("file", "local")
 # Option keys whose values are secrets: redacted from any message that might echo them.
@@ -32,6 +29,11 @@ def open_storage(url: str, storage_options: dict[str, Any] | None = None, *,
         if not rest.startswith("/"):
             raise InvalidConfigError(f"storage url {url!r} must be absolute (file:///path)")
         return LocalStorage(rest, read_only=read_only)
+
+    # Imported here: local roots never load fsspec (a Spark task's worker stays lighter).
+    import fsspec
+
+    from logcore.storage.objectstore import S3_PROTOCOLS, ObjectStorage
 
     options = dict(storage_options or {})
     if protocol in S3_PROTOCOLS:

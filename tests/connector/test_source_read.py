@@ -120,6 +120,27 @@ def test_read_bounds_start_and_end_inside_batches_over_many_windows(tmp_path):
     assert [r["value"] for r in rows_of(batches)] == [b"t-0-%d" % o for o in range(13, 407)]
 
 
+def test_tasks_reading_at_the_same_time_never_share_a_window(tmp_path):
+    """Window and column buffers are kept for the next task of a worker: two reads interleaved
+    (and abandoned half-way) each keep their own bytes."""
+    url = make_root(tmp_path / "r", {"t": 2})
+    for p in (0, 1):
+        append(url, "t", p, 0, 300, per_batch=10)
+    abandoned = read_partition(part(url, "t", 0, 0, 300, fetch_bytes=2000))
+    next(abandoned)
+    a = read_partition(part(url, "t", 0, 0, 300, fetch_bytes=2000))
+    b = read_partition(part(url, "t", 1, 5, 300, fetch_bytes=2000))
+    got = {0: [], 1: []}
+    for batch_a, batch_b in zip(a, b):
+        got[0].append(batch_a)
+        got[1].append(batch_b)
+    got[0] += list(a)
+    got[1] += list(b)
+    abandoned.close()
+    assert [r["value"] for r in rows_of(got[0])] == [b"t-0-%d" % o for o in range(300)]
+    assert [r["value"] for r in rows_of(got[1])] == [b"t-1-%d" % o for o in range(5, 300)]
+
+
 def test_read_continues_across_gaps(tmp_path):
     """Aborted and control batches leave gaps in the offsets: the read goes on after them."""
     url = make_root(tmp_path / "r", {"t": 1})

@@ -11,7 +11,7 @@ from logcore.records import (
     Compression, ControlType, TimestampType, batches_to_arrow, build_batch, build_control_batch, decode_records,
     iter_batches,
 )
-from logcore.records.arrow import SCHEMA, SCHEMA_WITH_HEADERS, record_columns
+from logcore.records.arrow import SCHEMA, SCHEMA_WITH_HEADERS, BufferRecycler, decode_batches, record_columns
 
 from test_batch import LAYOUT_CASES, raw_batch
 
@@ -209,3 +209,64 @@ def test_decoder_fills_buffers_from_the_given_allocator_and_cuts_them_to_size():
         _fastcodec.decode_sections(section, 0, 1 << 62, False, lambda n: bytearray(n - 1))
     with pytest.raises(BufferError):
         _fastcodec.decode_sections(section, 0, 1 << 62, False, lambda n: b"x" * n)   # read-only
+
+
+def _flip(data: bytes, at: int) -> bytearray:
+    bad = bytearray(data)
+    bad[at] ^= 0x01
+    return bad
+
+
+def test_every_batch_is_crc_checked_whether_decoded_or_skipped():
+    """The decoder checks CRCs batch by batch: batches it skips (control, aborted, out of the
+    offset range) and compressed ones (before decompressing) are checked all the same."""
+    plain = build_batch([(b"k", b"v%d" % i, (), 1) for i in range(3)], base_offset=0)
+    control = build_control_batch(ControlType.COMMIT, producer_id=2, producer_epoch=0, base_offset=3, timestamp_ms=1)
+    zstd = build_batch([(b"k", b"z", (), 1)], base_offset=4, compression=Compression.ZSTD)
+    aborted = build_batch([(None, b"a", (), 1)], base_offset=5, producer_id=1, producer_epoch=0, base_sequence=0,
+                          is_transactional=True)
+    tail = build_batch([(b"k", b"t", (), 1)], base_offset=6)
+    parts = [plain, control, zstd, aborted, tail]
+    data = b"".join(parts)
+    t = batches_to_arrow(data, min_offset=1, aborted=[(1, 5, 5)])
+    assert t.column("offset").to_pylist() == [1, 2, 4, 6]
+    for i, part in enumerate(parts):
+        start = sum(len(p) for p in parts[:i])
+        for at in (start + 30, start + len(part) - 1):         # a header field, the last record byte
+            with pytest.raises(CorruptRecordError, match="^CRC mismatch") as info:
+                batches_to_arrow(_flip(data, at), min_offset=1, aborted=[(1, 5, 5)], source="x.log",
+                                 base_position=100)
+            assert (info.value.file, info.value.position) == ("x.log", 100 + start)
+    # Skipped because it lies wholly below min_offset: still checked.
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        batches_to_arrow(_flip(data, len(plain) - 1), min_offset=3)
+
+
+def test_decode_batches_gives_the_next_offset_past_trailing_control_batches():
+    data = (build_batch([(b"k", b"v", (), 1), (b"k", b"w", (), 1)], base_offset=10)
+            + build_control_batch(ControlType.ABORT, producer_id=1, producer_epoch=0, base_offset=12, timestamp_ms=1))
+    decoded = decode_batches(data + data[:20])          # a partial batch at the end is not counted
+    assert decoded.batch.column("offset").to_pylist() == [10, 11]
+    assert decoded.next_offset == 13
+    assert decode_batches(b"").next_offset == -1
+    assert decode_batches(data, max_offset=11).batch.num_rows == 1
+
+
+def test_buffer_recycler_reuses_only_buffers_no_array_holds():
+    data = build_batch([(b"key-%d" % i, b"value-%d" % i * 10, (), i) for i in range(500)])
+    recycler = BufferRecycler()
+    first = decode_batches(data, allocate=recycler).batch
+    held = len(recycler._held)
+    assert held > 0
+    second = decode_batches(data, allocate=recycler).batch
+    assert len(recycler._held) > held             # the first batch's buffers were still in use
+    assert second.equals(first) and first.equals(batches_to_arrow(data))
+    expected = first.to_pylist()
+    count = len(recycler._held)
+    del second
+    third = decode_batches(data, allocate=recycler).batch
+    assert len(recycler._held) == count           # the second batch's buffers came back
+    assert first.to_pylist() == expected == third.to_pylist()   # reuse never overwrote a live batch
+    small = BufferRecycler(max_buffers=3, max_bytes=1 << 30)
+    batches = [decode_batches(data, allocate=small).batch for _ in range(3)]
+    assert len(small._held) <= 3 and all(b.to_pylist() == expected for b in batches)
