@@ -72,12 +72,15 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._lost = False
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
-        loop = asyncio.get_running_loop()
+        # The connection's loop for its whole life (asyncio.get_running_loop costs a getpid
+        # system call per call on Python 3.11).
+        self._loop = loop = asyncio.get_running_loop()
         self._loop_time = loop.time
         self._last_received = loop.time()
         loop.create_task(self._serve(self))
@@ -193,7 +196,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._wake()
 
     def _check_idle(self, idle_timeout: float) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         quiet = loop.time() - self._last_received
         if quiet >= idle_timeout and self._waiter is not None and not self._waiter.done():
             self._idle_timer = None
@@ -217,7 +220,7 @@ class FrameConnection(asyncio.BufferedProtocol):
                     logger.warning("connection %s: %s", self.peer, self._closed_reason)
                     self._closed_reason = None
                 return None
-            loop = asyncio.get_running_loop()
+            loop = self._loop
             self._waiter = loop.create_future()
             if self._idle_timer is None:
                 # One timer per connection, re-armed when it fires early (cheaper than a
@@ -258,7 +261,7 @@ class FrameConnection(asyncio.BufferedProtocol):
             if self._lost:
                 raise ConnectionResetError("connection lost")
         if self._write_paused:
-            fut = asyncio.get_running_loop().create_future()
+            fut = self._loop.create_future()
             self._drain_waiters.append(fut)
             await fut
 
