@@ -49,6 +49,7 @@ from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
 from logcore.log.file_slice import FileSlice
 from logcore.log.remote_view import RemoteLogView
+from logcore.log.segment_flusher import PendingFlush, segment_flusher
 from logcore.log.retention import RetentionResult, SegmentInfo, deletable_segments
 from logcore.log.segment import (INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX,
                                  TXN_INDEX_SUFFIX, LogSegment, _SegmentExists, parse_segment_name,
@@ -153,6 +154,8 @@ class Log:
         self._state_unsynced = False                # a commit wrote the HW without fsync
         self._closed = False
         self._nonblocking = False                   # inside append_and_commit_nowait
+        self._pending_flushes: list[PendingFlush] = []   # rolled segments not yet fsynced, in roll order
+        self._flush_generation = 0                  # bumped by truncation: older pending flushes move nothing
         epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         if self.writer and self.read_only:
@@ -573,11 +576,18 @@ class Log:
         if self.segments:
             active = self.segments[-1]
             if active.writable and not active.in_memory:
-                active.seal()               # fsyncs it: every offset below its end is on disk
+                if self.writer and self.storage.is_local:
+                    # As Kafka: the sealed segment is fsynced in the background, not under the
+                    # log's lock; the recovery point passes it once that fsync returned.
+                    pending = PendingFlush(active.data.open_fd(), active.next_offset(),
+                                           self._flush_generation, active.log_path)
+                    active.seal(fsync=False)
+                    self._pending_flushes.append(pending)
+                    segment_flusher().submit(pending, self._flushed_in_background)
+                else:
+                    active.seal()
                 active.close()
                 self.segments[-1] = self._new_segment(active.base_offset, writable=False)
-                if self.writer:
-                    self.recovery_point = max(self.recovery_point, active.next_offset())
             if active.size() == 0 and active.base_offset == base_offset:
                 return self.segments[-1]
             if active.in_memory and active.size() > 0:
@@ -990,8 +1000,30 @@ class Log:
         if self._flush_due(0, now):
             self._flush_locked()
 
+    def _flushed_in_background(self, pending: PendingFlush) -> None:
+        """The flusher thread synced `pending`: move the recovery point (under the lock)."""
+        with self._lock:
+            if not self._closed:
+                self._advance_past_synced()
+
+    def _advance_past_synced(self) -> None:
+        """Move the recovery point past the synced head of the pending flushes (roll order: a
+        segment counts only once every older one is on disk too)."""
+        while self._pending_flushes and self._pending_flushes[0].synced:
+            pending = self._pending_flushes.pop(0)
+            if pending.generation == self._flush_generation:
+                self.recovery_point = max(self.recovery_point, pending.end_offset)
+            pending.close()
+
+    def _sync_pending_flushes(self) -> None:
+        """fsync every rolled segment the flusher has not synced yet, here and now."""
+        for pending in self._pending_flushes:
+            pending.sync()
+        self._advance_past_synced()
+
     def _flush_locked(self) -> None:
         if self.storage.is_local:
+            self._sync_pending_flushes()
             for seg in self.segments:
                 if seg.writable:
                     seg.flush()
@@ -1589,6 +1621,7 @@ class Log:
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self.log_end_offset:
             return
+        self._flush_generation += 1     # a pending flush of a rolled segment must not move the recovery point now
         keep = [s for s in self.segments if s.base_offset < offset or s is self.segments[0]]
         for seg in self.segments:
             if seg not in keep:
@@ -1674,6 +1707,9 @@ class Log:
                     for seg in self.segments:
                         seg.data.close()
                 finally:
+                    for pending in self._pending_flushes:     # synced by _flush_locked unless it failed
+                        pending.close()
+                    self._pending_flushes = []
                     self.state_store.close()
                     self.fence.release()    # this writer no longer holds the partition
             else:
