@@ -24,6 +24,9 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _PARTITION_V3 = struct.Struct(">ihqq")           # index, error_code, base_offset, log_append_time
 _PARTITION_V5 = struct.Struct(">ihqqq")          # ... log_start_offset
+# v8+: an empty record_errors array and a null error_message (flexible: and no tagged field)
+_NO_ERRORS = _I32.pack(0) + _I16.pack(-1)
+_NO_ERRORS_FLEXIBLE = b"\x01\x00\x00"
 
 
 @dataclass(slots=True)
@@ -124,6 +127,9 @@ def encode_produce_results(correlation_id: int, version: int, topics: list, thro
                 out += _PARTITION_V3.pack(index, error_code, base_offset, log_append_time)
             if version >= 8:
                 errors = p[6] if len(p) > 6 else ()
+                if not errors and message is None:    # no record error, no message: fixed bytes
+                    out += _NO_ERRORS_FLEXIBLE if flexible else _NO_ERRORS
+                    continue
                 array_length(out, len(errors), flexible)
                 for batch_index, batch_message in errors:
                     out += _I32.pack(batch_index)

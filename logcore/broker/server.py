@@ -146,6 +146,8 @@ class BrokerServer:
             logger.warning("connection %s: %s; closing the connection", peer, exc)
             return _CLOSE
         result = await self.broker.handle(request)
+        if isinstance(result, (bytes, dict)):       # the common answers (isawaitable is an ABC check)
+            return (request, result)
         if inspect.isawaitable(result):
             future = asyncio.ensure_future(result)
             return (request, future)
