@@ -356,6 +356,11 @@ class Broker:
 
     # ------------------------------------------------------------------ Produce
     async def produce(self, req: Request) -> Result:
+        return self.produce_now(req)
+
+    def produce_now(self, req: Request) -> Result:
+        """Produce without a coroutine of its own: the response (bytes, or a dict for a request
+        refused as a whole), None for acks=0, or an awaitable when a batch waits for a commit."""
         body = req.body
         acks = body.acks
         error = E.NONE

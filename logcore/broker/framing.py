@@ -48,11 +48,18 @@ _IDLE = object()       # what the reader's waiter gets when the idle timeout fir
 
 
 class FrameConnection(asyncio.BufferedProtocol):
-    """Frames of at most `max_frame` bytes; `serve(connection)` runs for the connection's life."""
+    """Frames of at most `max_frame` bytes; `serve(connection)` runs for the connection's life.
 
-    def __init__(self, max_frame: int, serve: Callable[[FrameConnection], Awaitable[None]]):
+    `handle_now(connection, frame) -> bool`, when given, is offered each frame that arrives
+    while the reader is parked in read_frame with nothing queued (so no earlier frame is being
+    handled): it may handle the frame right here, in the protocol callback (True), saving the
+    reader task's wake-up, or leave it to the reader (False)."""
+
+    def __init__(self, max_frame: int, serve: Callable[[FrameConnection], Awaitable[None]],
+                 handle_now: Callable[[FrameConnection, object], bool] | None = None):
         self.max_frame = max_frame
         self._serve = serve
+        self._handle_now = handle_now
         self.transport: asyncio.Transport | None = None
         self.peer = None
         self._scratch = bytearray(SCRATCH_BYTES)
@@ -73,6 +80,9 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The server's per-connection response queue and sender state (for handle_now).
+        self.responses: asyncio.Queue | None = None
+        self.sending = None
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -171,6 +181,9 @@ class FrameConnection(asyncio.BufferedProtocol):
         return memoryview(spare)[:size]
 
     def _push(self, frame) -> None:
+        if (self._handle_now is not None and not self._frames and self._waiter is not None
+                and not self._waiter.done() and self._handle_now(self, frame)):
+            return
         self._frames.append(frame)
         self._queued_bytes += len(frame)
         if self._queued_bytes > MAX_QUEUED_BYTES and not self._reading_paused:
