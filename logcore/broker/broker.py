@@ -23,7 +23,7 @@ from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import PartitionManager
-from logcore.broker.produce_codec import encode_produce_response
+from logcore.broker.produce_codec import encode_produce_results
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.protocol import ZERO_UUID, Request
 from logcore.errors import SegLogError, TopicExistsError
@@ -356,6 +356,11 @@ class Broker:
 
     # ------------------------------------------------------------------ Produce
     async def produce(self, req: Request) -> Result:
+        return self.produce_now(req)
+
+    def produce_now(self, req: Request) -> Result:
+        """Produce without a coroutine of its own: the response (bytes, or a dict for a request
+        refused as a whole), None for acks=0, or an awaitable when a batch waits for a commit."""
         body = req.body
         acks = body.acks
         error = E.NONE
@@ -372,70 +377,71 @@ class Broker:
                 for t in body.topic_data], "throttle_time": 0}
         entries = self._submit_all(body)
         if acks == 0:
-            for _, fut in entries:
-                if fut is not None:
-                    fut.add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
+            for entry in entries:
+                if entry[3] is not None:
+                    entry[3].add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
             return None
-        if all(fut is None or fut.done() for _, fut in entries):
+        if all(entry[3] is None or entry[3].done() for entry in entries):
             return self._produce_response(entries, req)       # committed on the loop already
         return self._finish_produce(entries, req)
 
-    def _submit_all(self, body) -> list[tuple[dict, asyncio.Future | None]]:
+    def _submit_all(self, body) -> list[tuple]:
         """Queue every partition's batch now (keeping this connection's order); errors found
-        before appending are answered directly."""
+        before appending are answered directly. One (topic, index, partition, future, error
+        code, message) per partition of the request."""
         out = []
+        loop = asyncio.get_running_loop()
         for t in body.topic_data:
+            name = t.name
             for pd in t.partition_data:
-                part = self.partitions.get(t.name, pd.index)
-                if t.name == OT.TOPIC:
-                    out.append(({"topic": t.name, **_produce_result(
-                        pd.index, E.INVALID_TOPIC_EXCEPTION,
-                        message=f"{OT.TOPIC} is internal: only the group coordinator writes it")}, None))
+                part = self.partitions.get(name, pd.index)
+                records = pd.records
+                if name == OT.TOPIC:
+                    out.append((name, pd.index, None, None, E.INVALID_TOPIC_EXCEPTION,
+                                f"{OT.TOPIC} is internal: only the group coordinator writes it"))
                 elif part is None:
-                    out.append(({"topic": t.name, **_produce_result(
-                        pd.index, E.UNKNOWN_TOPIC_OR_PARTITION,
-                        message=f"{t.name}-{pd.index} is not a partition of this broker")}, None))
-                elif not pd.records:
-                    out.append(({"topic": t.name, **_produce_result(pd.index, E.INVALID_RECORD,
-                                                                    message="no records")}, None))
-                elif len(pd.records) >= 61 and pd.records[22] & 0x10:
-                    out.append(({"topic": t.name, **_produce_result(
-                        pd.index, E.INVALID_TXN_STATE, message="transactional batches are not supported")}, None))
+                    out.append((name, pd.index, None, None, E.UNKNOWN_TOPIC_OR_PARTITION,
+                                f"{name}-{pd.index} is not a partition of this broker"))
+                elif not records:
+                    out.append((name, pd.index, None, None, E.INVALID_RECORD, "no records"))
+                elif len(records) >= 61 and records[22] & 0x10:
+                    out.append((name, pd.index, None, None, E.INVALID_TXN_STATE,
+                                "transactional batches are not supported"))
                 else:
-                    out.append(({"topic": t.name, "index": pd.index, "part": part},
-                                self.partitions.submit(part, pd.records)))
+                    out.append((name, pd.index, part, self.partitions.submit(part, records, loop), E.NONE, None))
         return out
 
     async def _finish_produce(self, entries, req: Request) -> bytes:
-        for _, fut in entries:
-            if fut is not None:
-                await asyncio.wait([fut])
+        for entry in entries:
+            if entry[3] is not None:
+                await asyncio.wait([entry[3]])
         return self._produce_response(entries, req)
 
     def _produce_response(self, entries, req: Request) -> bytes:
         """The encoded response, once every submitted batch's future is done."""
         by_topic: dict[str, list] = {}
-        for result, fut in entries:
-            if fut is not None:
-                part = result.pop("part")
+        for topic, index, part, fut, code, message in entries:
+            if fut is None:
+                result = (index, code, -1, -1, -1, message)
+            else:
                 exc = fut.exception()
                 if exc is None:
                     info = fut.result()
-                    result.update(_produce_result(result["index"], E.NONE, base_offset=info.first_offset,
-                                                  log_append_time=info.log_append_time,
-                                                  log_start_offset=part.log.log_start_offset))
+                    result = (index, E.NONE, info.first_offset, info.log_append_time,
+                              part.log.log_start_offset, None)
                 elif isinstance(exc, SegLogError):
                     code = E.error_code(exc)
                     logger.info("produce to %s-%d rejected (%s): %s", part.topic, part.index, code, exc)
-                    result.update(_produce_result(result["index"], code, message=str(exc)))
+                    result = (index, code, -1, -1, -1, str(exc))
                 else:   # an OS error or a bug: this partition only
                     logger.error("produce to %s-%d failed: %r", part.topic, part.index, exc)
-                    result.update(_produce_result(result["index"], E.error_code(exc), message=str(exc)))
-            topic = result.pop("topic")
-            by_topic.setdefault(topic, []).append(result)
-        return encode_produce_response(req.correlation_id, req.api_version, {
-            "responses": [{"name": t, "partition_responses": ps} for t, ps in by_topic.items()],
-            "throttle_time": 0})
+                    result = (index, E.error_code(exc), -1, -1, -1, str(exc))
+            results = by_topic.get(topic)
+            if results is None:
+                by_topic[topic] = [result]
+            else:
+                results.append(result)
+        return encode_produce_results(req.correlation_id, req.api_version, list(by_topic.items()))
 
     # ------------------------------------------------------------------ ListOffsets
     async def list_offsets(self, req: Request) -> dict:

@@ -19,7 +19,6 @@ import asyncio
 import collections
 import logging
 import struct
-import sys
 from collections.abc import Awaitable, Callable
 
 logger = logging.getLogger(__name__)
@@ -48,11 +47,18 @@ _IDLE = object()       # what the reader's waiter gets when the idle timeout fir
 
 
 class FrameConnection(asyncio.BufferedProtocol):
-    """Frames of at most `max_frame` bytes; `serve(connection)` runs for the connection's life."""
+    """Frames of at most `max_frame` bytes; `serve(connection)` runs for the connection's life.
 
-    def __init__(self, max_frame: int, serve: Callable[[FrameConnection], Awaitable[None]]):
+    `handle_now(connection, frame) -> bool`, when given, is offered each frame that arrives
+    while the reader is parked in read_frame with nothing queued (so no earlier frame is being
+    handled): it may handle the frame right here, in the protocol callback (True), saving the
+    reader task's wake-up, or leave it to the reader (False)."""
+
+    def __init__(self, max_frame: int, serve: Callable[[FrameConnection], Awaitable[None]],
+                 handle_now: Callable[[FrameConnection, object], bool] | None = None):
         self.max_frame = max_frame
         self._serve = serve
+        self._handle_now = handle_now
         self.transport: asyncio.Transport | None = None
         self.peer = None
         self._scratch = bytearray(SCRATCH_BYTES)
@@ -72,12 +78,18 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._lost = False
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # The server's per-connection response queue and sender state (for handle_now).
+        self.responses: asyncio.Queue | None = None
+        self.sending = None
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
-        loop = asyncio.get_running_loop()
+        # The connection's loop for its whole life (asyncio.get_running_loop costs a getpid
+        # system call per call on Python 3.11).
+        self._loop = loop = asyncio.get_running_loop()
         self._loop_time = loop.time
         self._last_received = loop.time()
         loop.create_task(self._serve(self))
@@ -168,6 +180,9 @@ class FrameConnection(asyncio.BufferedProtocol):
         return memoryview(spare)[:size]
 
     def _push(self, frame) -> None:
+        if (self._handle_now is not None and not self._frames and self._waiter is not None
+                and not self._waiter.done() and self._handle_now(self, frame)):
+            return
         self._frames.append(frame)
         self._queued_bytes += len(frame)
         if self._queued_bytes > MAX_QUEUED_BYTES and not self._reading_paused:
@@ -193,7 +208,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._wake()
 
     def _check_idle(self, idle_timeout: float) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         quiet = loop.time() - self._last_received
         if quiet >= idle_timeout and self._waiter is not None and not self._waiter.done():
             self._idle_timer = None
@@ -217,7 +232,7 @@ class FrameConnection(asyncio.BufferedProtocol):
                     logger.warning("connection %s: %s", self.peer, self._closed_reason)
                     self._closed_reason = None
                 return None
-            loop = asyncio.get_running_loop()
+            loop = self._loop
             self._waiter = loop.create_future()
             if self._idle_timer is None:
                 # One timer per connection, re-armed when it fires early (cheaper than a
@@ -258,7 +273,7 @@ class FrameConnection(asyncio.BufferedProtocol):
             if self._lost:
                 raise ConnectionResetError("connection lost")
         if self._write_paused:
-            fut = asyncio.get_running_loop().create_future()
+            fut = self._loop.create_future()
             self._drain_waiters.append(fut)
             await fut
 

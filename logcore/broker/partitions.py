@@ -86,12 +86,14 @@ class PartitionManager:
         return self.partitions.get((topic, index))
 
     # ---------------------------------------------------------------- append + commit
-    def submit(self, part: Partition, batch) -> asyncio.Future:
+    def submit(self, part: Partition, batch, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Future:
         """Queue one client batch; the future gives its AppendInfo once committed (or the error).
 
         When the partition is idle and nothing slow is due, the batch is appended and committed
-        before this returns (the future is already done)."""
-        loop = asyncio.get_running_loop()
+        before this returns (the future is already done). `loop`: the running loop, when the
+        caller has it (asyncio.get_running_loop costs a system call on Python 3.11)."""
+        if loop is None:
+            loop = asyncio.get_running_loop()
         fut = loop.create_future()
         if part.closed:
             fut.set_exception(ConnectionAbortedError(f"{part.topic}-{part.index} was closed"))

@@ -24,6 +24,9 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _PARTITION_V3 = struct.Struct(">ihqq")           # index, error_code, base_offset, log_append_time
 _PARTITION_V5 = struct.Struct(">ihqqq")          # ... log_start_offset
+# v8+: an empty record_errors array and a null error_message (flexible: and no tagged field)
+_NO_ERRORS = _I32.pack(0) + _I16.pack(-1)
+_NO_ERRORS_FLEXIBLE = b"\x01\x00\x00"
 
 
 @dataclass(slots=True)
@@ -93,6 +96,18 @@ def decode_produce_request(frame, version: int) -> tuple[int, str | None, Produc
 def encode_produce_response(correlation_id: int, version: int, body: dict) -> bytes:
     """The whole frame (size prefix included) of Produce response `version` for the handler's
     dict (Kafka field names: responses / partition_responses / index, error_code, ...)."""
+    topics = [(topic["name"], [
+        (p["index"], int(p["error_code"]), p["base_offset"], p["log_append_time"], p.get("log_start_offset", -1),
+         p.get("error_message"), [(e["batch_index"], e.get("batch_index_error_message"))
+                                  for e in p.get("record_errors") or ()])
+        for p in topic["partition_responses"]]) for topic in body["responses"]]
+    return encode_produce_results(correlation_id, version, topics, int(body.get("throttle_time", 0)))
+
+
+def encode_produce_results(correlation_id: int, version: int, topics: list, throttle_time: int = 0) -> bytes:
+    """The whole frame of Produce response `version` from tuples: topics is a list of (name,
+    partitions), each partition (index, error_code, base_offset, log_append_time,
+    log_start_offset, error_message[, record_errors as (batch_index, message) pairs])."""
     if not 3 <= version <= 10:
         raise ValueError(f"Produce response version {version} is not encoded here (3..10)")
     flexible = version >= FLEXIBLE_FROM
@@ -100,33 +115,33 @@ def encode_produce_response(correlation_id: int, version: int, body: dict) -> by
     out += _I32.pack(correlation_id)
     if flexible:
         out.append(0)                                   # response header tagged fields
-    topics = body["responses"]
     array_length(out, len(topics), flexible)
-    for topic in topics:
-        write_string(out, topic["name"], flexible)
-        partitions = topic["partition_responses"]
+    for name, partitions in topics:
+        write_string(out, name, flexible)
         array_length(out, len(partitions), flexible)
         for p in partitions:
+            index, error_code, base_offset, log_append_time, log_start_offset, message = p[:6]
             if version >= 5:
-                out += _PARTITION_V5.pack(p["index"], int(p["error_code"]), p["base_offset"],
-                                          p["log_append_time"], p["log_start_offset"])
+                out += _PARTITION_V5.pack(index, error_code, base_offset, log_append_time, log_start_offset)
             else:
-                out += _PARTITION_V3.pack(p["index"], int(p["error_code"]), p["base_offset"],
-                                          p["log_append_time"])
+                out += _PARTITION_V3.pack(index, error_code, base_offset, log_append_time)
             if version >= 8:
-                errors = p.get("record_errors") or ()
+                errors = p[6] if len(p) > 6 else ()
+                if not errors and message is None:    # no record error, no message: fixed bytes
+                    out += _NO_ERRORS_FLEXIBLE if flexible else _NO_ERRORS
+                    continue
                 array_length(out, len(errors), flexible)
-                for e in errors:
-                    out += _I32.pack(e["batch_index"])
-                    write_string(out, e.get("batch_index_error_message"), flexible)
+                for batch_index, batch_message in errors:
+                    out += _I32.pack(batch_index)
+                    write_string(out, batch_message, flexible)
                     if flexible:
                         out.append(0)
-                write_string(out, p.get("error_message"), flexible)
+                write_string(out, message, flexible)
             if flexible:
                 out.append(0)                           # partition tagged fields
         if flexible:
             out.append(0)                               # topic tagged fields
-    out += _I32.pack(int(body.get("throttle_time", 0)))
+    out += _I32.pack(throttle_time)
     if flexible:
         out.append(0)                                   # response tagged fields
     _I32.pack_into(out, 0, len(out) - 4)

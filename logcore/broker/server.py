@@ -19,6 +19,7 @@ from logcore.broker.broker import Broker
 from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.framing import FrameConnection
+from logcore.broker.produce_codec import PRODUCE
 from logcore.broker.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                      parse_request, response, response_type)
 from logcore.log.file_slice import FileSlice
@@ -92,7 +93,38 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ connections
     def _new_connection(self) -> FrameConnection:
-        return FrameConnection(self.max_request, self._serve_connection)
+        return FrameConnection(self.max_request, self._serve_connection, self._produce_now)
+
+    def _produce_now(self, conn: FrameConnection, frame) -> bool:
+        """A Produce request that arrives while the connection's reader is parked, handled in
+        the protocol callback (no task wake-up, one event-loop round less per request). Its
+        response is written at once when nothing is ahead of it, else queued in order; anything
+        else (another API, a frame that does not parse, a full response queue) is left to the
+        reader, which reports errors as usual."""
+        queue, sending = conn.responses, conn.sending
+        if queue is None or queue.full() or len(frame) < 2 or frame[0] != 0 or frame[1] != PRODUCE:
+            return False
+        try:
+            request = parse_request(frame, self.windows)
+        except (UnsupportedRequest, ProtocolError):
+            return False
+        try:
+            result = self.broker.produce_now(request)
+        except Exception:   # noqa: BLE001 - a bug must cost one connection, not the broker
+            logger.exception("connection %s: unexpected error; closing it", conn.peer)
+            conn.close()
+            return True
+        if result is None:
+            return True
+        if inspect.isawaitable(result):
+            queue.put_nowait((request, asyncio.ensure_future(result)))
+            return True
+        item = (request, result)
+        if not sending.busy and queue.empty() and not conn.write_paused:
+            conn.write(_ready_frame(item))
+        else:
+            queue.put_nowait(item)
+        return True
 
     async def _serve_connection(self, conn: FrameConnection) -> None:
         task = asyncio.current_task()
@@ -100,6 +132,7 @@ class BrokerServer:
         peer = conn.peer
         queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
         sending = _Sending()
+        conn.responses, conn.sending = queue, sending       # for _produce_now
         sender = asyncio.get_running_loop().create_task(self._send_responses(queue, conn, peer, sending))
         try:
             while True:
@@ -129,6 +162,7 @@ class BrokerServer:
                 await asyncio.wait_for(sender, 30)
             except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
                 sender.cancel()
+            conn.responses = None
             conn.close()
             self.connections.discard(task)
 
@@ -146,6 +180,8 @@ class BrokerServer:
             logger.warning("connection %s: %s; closing the connection", peer, exc)
             return _CLOSE
         result = await self.broker.handle(request)
+        if isinstance(result, (bytes, dict)):       # the common answers (isawaitable is an ABC check)
+            return (request, result)
         if inspect.isawaitable(result):
             future = asyncio.ensure_future(result)
             return (request, future)

@@ -59,6 +59,12 @@ class WireReader:
         return fmt.unpack_from(self.buf, self._take(fmt.size))
 
     def uvarint(self) -> int:
+        pos = self.pos
+        if pos < self.end:
+            b = self.buf[pos]
+            if b < 0x80:                # one byte: nearly every length and count
+                self.pos = pos + 1
+                return b
         value = shift = 0
         while True:
             if self.pos >= self.end:
@@ -109,6 +115,10 @@ class WireReader:
         return self.buf[start:start + n]
 
     def skip_tagged_fields(self) -> None:
+        pos = self.pos
+        if pos < self.end and self.buf[pos] == 0:     # no tagged field: nearly always
+            self.pos = pos + 1
+            return
         for _ in range(self.uvarint()):
             self.uvarint()                               # tag
             self._take(self.uvarint())                   # size, then the field's bytes

@@ -35,8 +35,10 @@ from logcore.errors import (CorruptIndexError, CorruptRecordError, FencedWriterE
                             InvalidRecordError, OffsetOutOfRangeError, PolicyViolationError,
                             ReadOnlyLogError, RecordTooLargeError, ResourceNotFoundError,
                             SegLogError)
-from logcore.records.batch import (CONTROL_MASK, F_BASE_OFFSET, F_LAST_DELTA, HEADER_SIZE, INT32_MAX,
-                                   BatchHeader, Record, TimestampType, batch_fields, build_batch, decode_records,
+from logcore.records.batch import (ATTRIBUTES_OFFSET, CONTROL_MASK, F_BASE_OFFSET, F_LAST_DELTA, HEADER_SIZE,
+                                   INT32_MAX, LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader,
+                                   Record, TimestampType, batch_fields, build_batch, check_produced_records,
+                                   decode_records, header_fields,
                                    iter_batches, parse_header, set_base_offset, set_log_append_time,
                                    set_partition_leader_epoch)
 from logcore.records.arrow import record_columns
@@ -47,6 +49,7 @@ from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
 from logcore.log.file_slice import FileSlice
 from logcore.log.remote_view import RemoteLogView
+from logcore.log.segment_flusher import PendingFlush, segment_flusher
 from logcore.log.retention import RetentionResult, SegmentInfo, deletable_segments
 from logcore.log.segment import (INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX,
                                  TXN_INDEX_SUFFIX, LogSegment, _SegmentExists, parse_segment_name,
@@ -151,6 +154,8 @@ class Log:
         self._state_unsynced = False                # a commit wrote the HW without fsync
         self._closed = False
         self._nonblocking = False                   # inside append_and_commit_nowait
+        self._pending_flushes: list[PendingFlush] = []   # rolled segments not yet fsynced, in roll order
+        self._flush_generation = 0                  # bumped by truncation: older pending flushes move nothing
         epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         if self.writer and self.read_only:
@@ -571,11 +576,18 @@ class Log:
         if self.segments:
             active = self.segments[-1]
             if active.writable and not active.in_memory:
-                active.seal()               # fsyncs it: every offset below its end is on disk
+                if self.writer and self.storage.is_local:
+                    # As Kafka: the sealed segment is fsynced in the background, not under the
+                    # log's lock; the recovery point passes it once that fsync returned.
+                    pending = PendingFlush(active.data.open_fd(), active.next_offset(),
+                                           self._flush_generation, active.log_path)
+                    active.seal(fsync=False)
+                    self._pending_flushes.append(pending)
+                    segment_flusher().submit(pending, self._flushed_in_background)
+                else:
+                    active.seal()
                 active.close()
                 self.segments[-1] = self._new_segment(active.base_offset, writable=False)
-                if self.writer:
-                    self.recovery_point = max(self.recovery_point, active.next_offset())
             if active.size() == 0 and active.base_offset == base_offset:
                 return self.segments[-1]
             if active.in_memory and active.size() > 0:
@@ -693,37 +705,64 @@ class Log:
     def _flush_due(self, records: int, now: int) -> bool:
         return self._unflushed + records >= self._flush_messages or now - self._last_flush_ms >= self._flush_ms
 
-    def _validate_client_batch(self, data: bytearray, now: int) -> BatchHeader:
+    def _validate_client_batch(self, data: bytearray, now: int) -> tuple:
+        """Every check of a client-built batch; returns its header fields (BatchHeader's order)."""
         source = f"{self.topic}-{self.partition} append"
         if len(data) < HEADER_SIZE:
             raise CorruptRecordError(f"{len(data)} bytes is shorter than a batch header", file=source,
                                      position=0)
-        header = parse_header(data)
-        if header.size != len(data):
+        fields = header_fields(data)
+        (base_offset, batch_length, _epoch, _magic, _crc, attributes, last_offset_delta, _base_ts,
+         _max_ts, producer_id, _producer_epoch, base_sequence, records_count) = fields
+        size = batch_length + LOG_OVERHEAD
+        if size != len(data):
             raise InvalidRecordError(
-                f"an append takes exactly one whole batch: the batch declares {header.size} bytes"
+                f"an append takes exactly one whole batch: the batch declares {size} bytes"
                 f" but {len(data)} were given")
         max_bytes = self._max_message_bytes
-        if header.size > max_bytes:
-            raise RecordTooLargeError(f"batch of {header.size} bytes exceeds max.message.bytes={max_bytes}")
-        if header.is_control:
+        if size > max_bytes:
+            raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_bytes}")
+        if attributes & CONTROL_MASK:
             raise InvalidRecordError("clients may not append control batches")
-        if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+        if records_count <= 0 or records_count != last_offset_delta + 1:
             raise InvalidRecordError(
-                f"batch record count {header.records_count} does not match lastOffsetDelta {header.last_offset_delta}")
-        if header.producer_id >= 0 and header.base_sequence < 0:
-            raise InvalidRecordError(f"producer {header.producer_id} sent a batch without a sequence number")
-        # Magic, CRC and record-level validation in C (the rules of decode_records); the checks
-        # on the columns are vectorised.
+                f"batch record count {records_count} does not match lastOffsetDelta {last_offset_delta}")
+        if producer_id >= 0 and base_sequence < 0:
+            raise InvalidRecordError(f"producer {producer_id} sent a batch without a sequence number")
+        # Magic, CRC and every record in one C call (the rules of decode_records).
+        checked = check_produced_records(data, source=source)
+        if checked is None:               # compressed: decompressed and checked as columns
+            self._check_record_columns(data, base_offset, records_count, now, source)
+        else:
+            bad, delta, null_key, min_ts, max_ts = checked
+            if bad >= 0:
+                raise InvalidRecordError(f"record {bad} has offset delta {delta}, expected {bad}")
+            if self._compact and null_key >= 0:
+                raise InvalidRecordError(
+                    f"compacted topic {self.topic} requires a key on every record (record {null_key} has none)")
+            if not attributes & TIMESTAMP_TYPE_MASK:
+                before = self.config.message_timestamp_before_max_ms
+                after = self.config.message_timestamp_after_max_ms
+                if now - min_ts > before or max_ts - now > after:
+                    # out of bounds: the column check names the first record outside
+                    self._check_record_columns(data, base_offset, records_count, now, source)
+        if attributes & TIMESTAMP_TYPE_MASK:
+            raise InvalidRecordError("producers may not set LogAppendTime timestamps")
+        return fields
+
+    def _check_record_columns(self, data, base_offset: int, records_count: int, now: int,
+                              source: str) -> None:
+        """The record checks of _validate_client_batch on decoded columns (compressed batches,
+        and the error message of a timestamp out of bounds)."""
         columns = record_columns(data, source=source)
-        if columns.rows != header.records_count:
+        if columns.rows != records_count:
             raise InvalidRecordError(
-                f"batch declares {header.records_count} records but holds {columns.rows}")
+                f"batch declares {records_count} records but holds {columns.rows}")
         if columns.rows <= _SMALL_BATCH:    # numpy's fixed cost exceeds the loop's
-            deltas = [o - header.base_offset for o in columns.offsets.tolist()]
+            deltas = [o - base_offset for o in columns.offsets.tolist()]
             bad = next((i for i, d in enumerate(deltas) if d != i), None)
         else:
-            deltas = columns.offsets - header.base_offset
+            deltas = columns.offsets - base_offset
             expected = _DELTAS[:columns.rows] if columns.rows <= len(_DELTAS) else np.arange(columns.rows)
             bad = None if (deltas == expected).all() else int(np.argmax(deltas != expected))
         if bad is not None:
@@ -734,7 +773,7 @@ class Log:
             i = int(np.argmin(valid[:columns.rows]))
             raise InvalidRecordError(
                 f"compacted topic {self.topic} requires a key on every record (record {i} has none)")
-        if header.timestamp_type == TimestampType.CREATE_TIME:
+        if data[ATTRIBUTES_OFFSET + 1] & TIMESTAMP_TYPE_MASK == 0:
             before = self.config.message_timestamp_before_max_ms
             after = self.config.message_timestamp_after_max_ms
             if before < 2**63 - 1 or after < 2**63 - 1:
@@ -744,9 +783,6 @@ class Log:
                     raise InvalidRecordError(
                         f"record timestamp {int(ts[np.argmax(bad)])} is outside the allowed range around"
                         f" {now} (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
-        elif header.timestamp_type == TimestampType.LOG_APPEND_TIME:
-            raise InvalidRecordError("producers may not set LogAppendTime timestamps")
-        return header
 
     def _append_locked(self, data: bytearray, now: int, *, validated: bool,
                        assign: bool = False) -> AppendInfo:
@@ -754,20 +790,31 @@ class Log:
             raise SegLogError(f"{self.topic}-{self.partition} is closed")
         if validated:
             header = parse_header(data)
+            size = header.size
         else:
-            header = self._validate_client_batch(data, now)
-        if header.size > self._segment_bytes:
+            fields = self._validate_client_batch(data, now)
+            size = fields[1] + LOG_OVERHEAD
+        if size > self._segment_bytes:
             raise RecordTooLargeError(
-                f"batch of {header.size} bytes exceeds segment.bytes={self._segment_bytes}")
+                f"batch of {size} bytes exceeds segment.bytes={self._segment_bytes}")
         leo = self.log_end_offset
         if not validated or assign:
             set_base_offset(data, leo)
             set_partition_leader_epoch(data, self.leader_epoch)
             if self._log_append_time():
                 set_log_append_time(data, now)
-            header = parse_header(data)
+                header = parse_header(data)
+            elif validated:
+                header = parse_header(data)
+            else:                           # the stamped header without parsing it again
+                header = BatchHeader(leo, fields[1], self.leader_epoch, *fields[3:])
         analysis = None
+        next_batch = False
         if header.producer_id >= 0:
+            next_batch = (not header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK)
+                          and self.producer_state.is_next_batch(header.producer_id, header.producer_epoch,
+                                                                header.base_sequence))
+        if header.producer_id >= 0 and not next_batch:
             marker = _end_marker(data, header, "append", 0) if header.is_control else None
             analysis = self.producer_state.analyze([ProducerBatch.from_header(header, marker)])
             if analysis.duplicate is not None:
@@ -788,7 +835,11 @@ class Log:
                 self._roll_to(leo)
             active = self.segments[-1]
         active.append(data, [header])
-        if analysis is not None:
+        if next_batch:
+            self.producer_state.append_next_batch(header.producer_id, header.last_sequence,
+                                                  header.base_offset, header.last_offset,
+                                                  header.max_timestamp)
+        elif analysis is not None:
             for aborted in self.producer_state.complete_append(analysis, header.next_offset):
                 active.txn_index.append(aborted)
                 self._txn_bases.add(active.base_offset)
@@ -949,8 +1000,30 @@ class Log:
         if self._flush_due(0, now):
             self._flush_locked()
 
+    def _flushed_in_background(self, pending: PendingFlush) -> None:
+        """The flusher thread synced `pending`: move the recovery point (under the lock)."""
+        with self._lock:
+            if not self._closed:
+                self._advance_past_synced()
+
+    def _advance_past_synced(self) -> None:
+        """Move the recovery point past the synced head of the pending flushes (roll order: a
+        segment counts only once every older one is on disk too)."""
+        while self._pending_flushes and self._pending_flushes[0].synced:
+            pending = self._pending_flushes.pop(0)
+            if pending.generation == self._flush_generation:
+                self.recovery_point = max(self.recovery_point, pending.end_offset)
+            pending.close()
+
+    def _sync_pending_flushes(self) -> None:
+        """fsync every rolled segment the flusher has not synced yet, here and now."""
+        for pending in self._pending_flushes:
+            pending.sync()
+        self._advance_past_synced()
+
     def _flush_locked(self) -> None:
         if self.storage.is_local:
+            self._sync_pending_flushes()
             for seg in self.segments:
                 if seg.writable:
                     seg.flush()
@@ -1550,6 +1623,7 @@ class Log:
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self.log_end_offset:
             return
+        self._flush_generation += 1     # a pending flush of a rolled segment must not move the recovery point now
         keep = [s for s in self.segments if s.base_offset < offset or s is self.segments[0]]
         for seg in self.segments:
             if seg not in keep:
@@ -1635,6 +1709,9 @@ class Log:
                     for seg in self.segments:
                         seg.data.close()
                 finally:
+                    for pending in self._pending_flushes:     # synced by _flush_locked unless it failed
+                        pending.close()
+                    self._pending_flushes = []
                     self.state_store.close()
                     self.fence.release()    # this writer no longer holds the partition
             else:

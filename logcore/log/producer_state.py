@@ -505,6 +505,25 @@ class ProducerStateManager:
                 analysis.completed_txns.append(completed)
         return analysis
 
+    def is_next_batch(self, producer_id: int, producer_epoch: int, first_seq: int) -> bool:
+        """A client's non-transactional data batch that simply continues its producer (known
+        id, same epoch, no open transaction, first sequence right after the last one): the
+        common case, which `analyze` would accept, and which cannot be a retry (the retained
+        batches all lie below that sequence). `append_next_batch` records it once written."""
+        entry = self._producers.get(producer_id)
+        return (entry is not None and entry.producer_epoch == producer_epoch and bool(entry.batches)
+                and entry.current_txn_first_offset is None
+                and _in_sequence(entry.batches[-1].last_seq, first_seq))
+
+    def append_next_batch(self, producer_id: int, last_seq: int, first_offset: int,
+                          last_offset: int, max_timestamp: int) -> None:
+        """What complete_append(analyze(batch)) does for a batch `is_next_batch` accepted."""
+        entry = self._producers[producer_id]
+        entry._add_batch_metadata(BatchMetadata(last_seq, last_offset, last_offset - first_offset,
+                                                max_timestamp))
+        entry.last_timestamp = max_timestamp
+        self.map_end_offset = last_offset + 1
+
     def update(self, info: ProducerAppendInfo) -> None:
         current = self._producers.get(info.producer_id)
         if current is None:

@@ -606,14 +606,16 @@ class LogSegment:
             return True
         return last_offset - self.base_offset > INT32_MAX
 
-    def seal(self) -> None:
-        """The segment stops being active: final time-index entry, trimmed indexes, data closed."""
+    def seal(self, *, fsync: bool = True) -> None:
+        """The segment stops being active: final time-index entry, trimmed indexes, data
+        fsynced (unless the caller has that done elsewhere: a writer's background flush)."""
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp,
                                          skip_full_check=True)
         self.offset_index.trim()
         self.time_index.trim()
-        self.data.flush()
+        if fsync:
+            self.data.flush()
 
     def flush(self) -> None:
         self.data.flush()

@@ -1167,7 +1167,148 @@ static PyObject *scan_batches(PyObject *self, PyObject *args) {
     return out;
 }
 
+
+/* check_produced_batch: the record-level checks of one produced, uncompressed batch (the
+ * broker's produce path), in one call and without building columns. Magic and CRC as
+ * scan_batches (RecordError(-1, 0, message)); every record as decode_sections validates it
+ * (RecordError(0, record, message)). Returns (first record whose offset delta is not its index
+ * or -1, that delta, first record with a null key or -1, smallest and largest record
+ * timestamp in ms), or None for a compressed batch (the caller decompresses). The caller has
+ * checked that the buffer holds exactly the batch its header declares. */
+static PyObject *check_produced_batch(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    const char *errmsg = NULL;
+    long long record_index = 0;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    const uint8_t *buf = view.buf;
+    Py_ssize_t size = view.len;
+    if (size < BATCH_HEADER_SIZE || (Py_ssize_t)be32(buf + 8) + 12 != size) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "check_produced_batch takes exactly one whole batch");
+        return NULL;
+    }
+    if (buf[16] != 2) {
+        raise_record_error(-1, 0,
+                           buf[16] < 2 ? "legacy message format (magic 0 or 1) is not supported; seglog reads RecordBatch v2 (magic 2) only"
+                                       : "unknown record batch magic");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int crc_ok;
+    Py_BEGIN_ALLOW_THREADS
+    crc_ok = (uint32_t)be32(buf + 17) == crc32c_of(buf + 21, size - 21);
+    Py_END_ALLOW_THREADS
+    if (!crc_ok) {
+        raise_record_error(-1, 0, "CRC mismatch");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int16_t attributes = be16(buf + 21);
+    if (attributes & 0x7) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    {
+        const uint8_t *p = buf + BATCH_HEADER_SIZE, *e = buf + size;
+        int64_t base_ts = be64(buf + 27), max_ts = be64(buf + 35);
+        int32_t count = be32(buf + 57);
+        int log_append = (attributes & 0x8) != 0;
+        long long bad_delta = -1, first_null_key = -1;
+        int32_t bad_delta_value = 0;
+        int64_t min_seen = INT64_MAX, max_seen = INT64_MIN;
+        if (count < 0)
+            CORRUPT("negative record count");
+        for (long long r = 0; r < count; r++) {
+            int32_t length, offset_delta, klen, vlen, hcount, i;
+            int64_t ts_delta, ts;
+            const uint8_t *re;
+            record_index = r;
+            {
+                int rc = read_varint(&p, e, &length);
+                if (rc == -1)
+                    CORRUPT("record length runs past the end of the batch");
+                if (rc == -2)
+                    CORRUPT("record length is a varint longer than 5 bytes");
+            }
+            if (length < 0 || length > e - p)
+                CORRUPT("record length does not fit the bytes left in the batch");
+            re = p + length;
+            if (p >= re)
+                CORRUPT("record attributes run past the end of the record");
+            p++;
+            {
+                int rc = read_varlong(&p, re, &ts_delta);
+                if (rc == -1)
+                    CORRUPT("timestamp delta runs past the end of the record");
+                if (rc == -2)
+                    CORRUPT("timestamp delta is a varlong longer than 10 bytes");
+            }
+            VARINT(offset_delta, re, "offset delta");
+            VARINT(klen, re, "key length");
+            if (klen < -1 || klen > re - p)
+                CORRUPT("key length does not fit the record");
+            if (klen > 0)
+                p += klen;
+            VARINT(vlen, re, "value length");
+            if (vlen < -1 || vlen > re - p)
+                CORRUPT("value length does not fit the record");
+            if (vlen > 0)
+                p += vlen;
+            VARINT(hcount, re, "header count");
+            if (hcount < 0)
+                CORRUPT("negative header count");
+            if (hcount > re - p)
+                CORRUPT("header count is larger than the bytes left in the record");
+            for (i = 0; i < hcount; i++) {
+                int32_t hklen, hvlen;
+                const uint8_t *hk;
+                VARINT(hklen, re, "header key length");
+                if (hklen < 0 || hklen > re - p)
+                    CORRUPT("header key length is negative or does not fit the record");
+                hk = p;
+                p += hklen;
+                if (!valid_utf8(hk, hklen))
+                    CORRUPT("header key is not valid UTF-8");
+                VARINT(hvlen, re, "header value length");
+                if (hvlen < -1 || hvlen > re - p)
+                    CORRUPT("header value length does not fit the record");
+                if (hvlen > 0)
+                    p += hvlen;
+            }
+            if (p != re)
+                CORRUPT("record length does not match the bytes its fields use");
+            if (offset_delta != r && bad_delta < 0) {
+                bad_delta = r;
+                bad_delta_value = offset_delta;
+            }
+            if (klen < 0 && first_null_key < 0)
+                first_null_key = r;
+            ts = log_append ? max_ts : (int64_t)((uint64_t)base_ts + (uint64_t)ts_delta);
+            if (ts < min_seen)
+                min_seen = ts;
+            if (ts > max_seen)
+                max_seen = ts;
+        }
+        if (p != e)
+            CORRUPT("trailing bytes after the last record of the batch");
+        result = Py_BuildValue("(LiLLL)", bad_delta, (int)bad_delta_value, first_null_key,
+                               (long long)min_seen, (long long)max_seen);
+        goto done;
+    }
+corrupt:
+    raise_record_error(0, record_index, errmsg);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"check_produced_batch", check_produced_batch, METH_VARARGS,
+     "check_produced_batch(buffer) -> (bad_delta_index, bad_delta, first_null_key, min_timestamp,\n"
+     "max_timestamp) or None when compressed: magic, CRC and every record of exactly one batch\n"
+     "validated; RecordError(-1, 0, message) for the batch, (0, record, message) for a record."},
     {"encode_records", encode_records, METH_VARARGS,
      "encode_records(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,\n"
      "timestamps, base_timestamp, start, end) -> bytes: the records section (no headers) of rows\n"

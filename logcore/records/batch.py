@@ -348,6 +348,32 @@ def batch_fields(buf, *, source: str | None = None, verify_crc: bool = True, all
     return np.frombuffer(raw, dtype=np.int64).reshape(-1, 9)
 
 
+def header_fields(buf) -> tuple:
+    """The 13 header fields of the batch at the start of `buf` as a tuple, in BatchHeader's
+    order (no dataclass: the produce path checks a few fields before it needs one)."""
+    return _HEADER.unpack_from(buf, 0)
+
+
+def check_produced_records(buf, *, source: str | None = None) -> tuple[int, int, int, int, int] | None:
+    """Validate exactly one uncompressed batch as a produce request brings it: magic, CRC and
+    every record (decode_records' rules), in one C call that builds nothing.
+
+    Returns (first record whose offset delta is not its index or -1, that delta, first record
+    with a null key or -1, smallest record timestamp, largest record timestamp), or None for a
+    compressed batch (validate it through `logcore.records.arrow.record_columns`). The caller
+    checks that `buf` holds exactly the batch its header declares."""
+    from logcore.records import _fastcodec
+
+    try:
+        return _fastcodec.check_produced_batch(buf)
+    except _fastcodec.RecordError as exc:
+        section, where, message = exc.args
+        if section < 0:
+            cls = UnsupportedMagicError if message.startswith("legacy message format") else CorruptRecordError
+            raise cls(message, file=source, position=0) from None
+        raise CorruptRecordError(f"record {where}: {message}", file=source, position=0) from None
+
+
 def records_section(buf, pos: int, header: BatchHeader, *, source: str | None = None,
                     base_position: int = 0):
     """The (decompressed) record bytes of the batch at `pos`, as a buffer."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logcore.errors import InvalidProducerEpochError, OutOfOrderSequenceError
@@ -356,3 +356,39 @@ def test_replay_rebuilds_aborted_transactions(state):
     aborted = [a for b in batches for a in state.replay(b)]
     assert aborted == [AbortedTxn(9, 0, 2, 3)]
     assert state.map_end_offset == 3
+
+
+# The managers are made per example and write nothing to the storage: sharing it is safe.
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(-2, 3), st.integers(1, 4), st.booleans()),
+                min_size=1, max_size=25))
+def test_next_batch_shortcut_matches_analyze(storage, steps):
+    """is_next_batch/append_next_batch (the log's shortcut for an in-sequence batch) leaves the
+    same state as analyze + complete_append, and accepts only batches that analyze accepts
+    without finding a duplicate."""
+    plain, fast = ProducerStateManager(storage, "p-0"), ProducerStateManager(storage, "f-0")
+    offset, next_seq = 0, {}
+    for epoch, seq_shift, count, txn in steps:
+        first_seq = max(0, next_seq.get(epoch, 0) + seq_shift)
+        last_seq = increment_sequence(first_seq, count - 1)
+        batch = ProducerBatch(PID, epoch, first_seq, last_seq, offset, offset + count - 1, 1000 + offset, txn)
+        try:
+            analysis = plain.analyze([batch])
+        except Exception as exc:  # noqa: BLE001 - the shortcut must not accept what analyze refuses
+            assert txn or not fast.is_next_batch(PID, epoch, first_seq), exc
+            continue
+        shortcut = not txn and fast.is_next_batch(PID, epoch, first_seq)
+        if analysis.duplicate is not None:
+            assert not shortcut
+            continue
+        plain.complete_append(analysis, offset + count)
+        if shortcut:
+            fast.append_next_batch(PID, last_seq, offset, offset + count - 1, 1000 + offset)
+        else:
+            fast.complete_append(fast.analyze([batch]), offset + count)
+        offset += count
+        next_seq[epoch] = last_seq + 1
+        a, b = plain.last_entry(PID), fast.last_entry(PID)
+        assert (a.producer_epoch, a.last_timestamp, a.current_txn_first_offset, list(a.batches)) == \
+               (b.producer_epoch, b.last_timestamp, b.current_txn_first_offset, list(b.batches))
+        assert plain.map_end_offset == fast.map_end_offset

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import time
 
 import numpy as np
 import pytest
@@ -256,8 +257,12 @@ def _crashed_after_rolls(open_root, config):
     log.commit()
     for i in range(5, 40):
         log.append_records([(b"k", b"u" * 100, (), T0 + i)])
-    # Each roll fsynced the segment it sealed (the recovery point moves in memory, as Kafka's
-    # roll flush), but only a commit checkpoints it: the next writer recovers from offset 5.
+    # Each roll has the segment it sealed fsynced in the background (the recovery point moves
+    # in memory once that is done, as Kafka's roll flush), but only a commit checkpoints it:
+    # the next writer recovers from offset 5.
+    deadline = time.monotonic() + 10
+    while log.recovery_point != log.segments[-1].base_offset and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert len(log.segments) > 3 and log.recovery_point == log.segments[-1].base_offset
     checkpointed = OffsetCheckpoint(root.storage, RECOVERY_POINT_CHECKPOINT).read()
     assert checkpointed[("t", 0)] == 5 < log.segments[-2].base_offset
