@@ -263,14 +263,85 @@ static void raise_record_error(Py_ssize_t section, long long record, const char 
         goto corrupt;                                                                             \
     } while (0)
 
-#define VARINT(dst, limit, what)                                                                  \
+/* One record's fields, as parse_record found them (key/value length -1: null). */
+typedef struct {
+    int64_t ts_delta;
+    int32_t offset_delta, klen, vlen, hcount;
+    const uint8_t *key, *value, *headers; /* headers: where the hcount headers start */
+} record_view;
+
+#define RECORD_VARINT(dst, limit, what)                                                           \
     do {                                                                                          \
         int rc_ = read_varint(&p, (limit), &(dst));                                               \
         if (rc_ == -1)                                                                            \
-            CORRUPT(what " runs past the end of the record");                                     \
+            return what " runs past the end of the record";                                       \
         if (rc_ == -2)                                                                            \
-            CORRUPT(what " is a varint longer than 5 bytes");                                     \
+            return what " is a varint longer than 5 bytes";                                       \
     } while (0)
+
+/* The record at *pp of a records section that ends at `e`: every field checked as Kafka reads
+ * a DefaultRecord (lengths, varint sizes, UTF-8 header keys, nothing left over). On success *pp
+ * moves past the record and NULL is returned; otherwise the error message. The decoder and the
+ * produce check both read records through here. */
+static const char *parse_record(const uint8_t **pp, const uint8_t *e, record_view *rv) {
+    const uint8_t *p = *pp, *re;
+    int32_t length;
+    int rc = read_varint(&p, e, &length);
+    if (rc == -1)
+        return "record length runs past the end of the batch";
+    if (rc == -2)
+        return "record length is a varint longer than 5 bytes";
+    if (length < 0 || length > e - p)
+        return "record length does not fit the bytes left in the batch";
+    re = p + length;
+    if (p >= re)
+        return "record attributes run past the end of the record";
+    p++; /* attributes: unused */
+    rc = read_varlong(&p, re, &rv->ts_delta);
+    if (rc == -1)
+        return "timestamp delta runs past the end of the record";
+    if (rc == -2)
+        return "timestamp delta is a varlong longer than 10 bytes";
+    RECORD_VARINT(rv->offset_delta, re, "offset delta");
+    RECORD_VARINT(rv->klen, re, "key length");
+    if (rv->klen < -1 || rv->klen > re - p)
+        return "key length does not fit the record";
+    rv->key = p;
+    if (rv->klen > 0)
+        p += rv->klen;
+    RECORD_VARINT(rv->vlen, re, "value length");
+    if (rv->vlen < -1 || rv->vlen > re - p)
+        return "value length does not fit the record";
+    rv->value = p;
+    if (rv->vlen > 0)
+        p += rv->vlen;
+    RECORD_VARINT(rv->hcount, re, "header count");
+    if (rv->hcount < 0)
+        return "negative header count";
+    if (rv->hcount > re - p)
+        return "header count is larger than the bytes left in the record";
+    rv->headers = p;
+    for (int32_t i = 0; i < rv->hcount; i++) {
+        int32_t hklen, hvlen;
+        const uint8_t *hk;
+        RECORD_VARINT(hklen, re, "header key length");
+        if (hklen < 0 || hklen > re - p)
+            return "header key length is negative or does not fit the record";
+        hk = p;
+        p += hklen;
+        if (!valid_utf8(hk, hklen))
+            return "header key is not valid UTF-8";
+        RECORD_VARINT(hvlen, re, "header value length");
+        if (hvlen < -1 || hvlen > re - p)
+            return "header value length does not fit the record";
+        if (hvlen > 0)
+            p += hvlen;
+    }
+    if (p != re)
+        return "record length does not match the bytes its fields use";
+    *pp = p;
+    return NULL;
+}
 
 static PyObject *decode_sections(PyObject *self, PyObject *args) {
     PyObject *sections;
@@ -389,70 +460,36 @@ static PyObject *decode_sections(PyObject *self, PyObject *args) {
             e = (const uint8_t *)view.buf + s.end;
 
             for (r = 0; r < s.count; r++) {
-                int32_t length, offset_delta, klen, vlen, hcount, i;
+                record_view rv;
+                int32_t klen, vlen, hcount, i;
                 int64_t ts_delta, offset, ts;
-                const uint8_t *re, *kptr, *vptr;
+                const uint8_t *kptr, *vptr;
                 int keep;
                 record_index = r;
-                {
-                    int rc = read_varint(&p, e, &length);
-                    if (rc == -1)
-                        CORRUPT("record length runs past the end of the batch");
-                    if (rc == -2)
-                        CORRUPT("record length is a varint longer than 5 bytes");
-                }
-                if (length < 0 || length > e - p)
-                    CORRUPT("record length does not fit the bytes left in the batch");
-                re = p + length;
-                if (p >= re)
-                    CORRUPT("record attributes run past the end of the record");
-                p++; /* attributes: unused */
-                {
-                    int rc = read_varlong(&p, re, &ts_delta);
-                    if (rc == -1)
-                        CORRUPT("timestamp delta runs past the end of the record");
-                    if (rc == -2)
-                        CORRUPT("timestamp delta is a varlong longer than 10 bytes");
-                }
-                VARINT(offset_delta, re, "offset delta");
-                VARINT(klen, re, "key length");
-                if (klen < -1 || klen > re - p)
-                    CORRUPT("key length does not fit the record");
-                kptr = p;
-                if (klen > 0)
-                    p += klen;
-                VARINT(vlen, re, "value length");
-                if (vlen < -1 || vlen > re - p)
-                    CORRUPT("value length does not fit the record");
-                vptr = p;
-                if (vlen > 0)
-                    p += vlen;
-                VARINT(hcount, re, "header count");
-                if (hcount < 0)
-                    CORRUPT("negative header count");
-                if (hcount > re - p)
-                    CORRUPT("header count is larger than the bytes left in the record");
-
-                offset = (int64_t)((uint64_t)s.base_offset + (uint64_t)(int64_t)offset_delta);
+                if ((errmsg = parse_record(&p, e, &rv)) != NULL)
+                    goto corrupt;
+                klen = rv.klen;
+                vlen = rv.vlen;
+                hcount = rv.hcount;
+                kptr = rv.key;
+                vptr = rv.value;
+                ts_delta = rv.ts_delta;
+                offset = (int64_t)((uint64_t)s.base_offset + (uint64_t)(int64_t)rv.offset_delta);
                 keep = offset >= min_offset && offset < max_offset;
 
-                for (i = 0; i < hcount; i++) {
-                    int32_t hklen, hvlen;
-                    const uint8_t *hk, *hv;
-                    VARINT(hklen, re, "header key length");
-                    if (hklen < 0 || hklen > re - p)
-                        CORRUPT("header key length is negative or does not fit the record");
-                    hk = p;
-                    p += hklen;
-                    if (!valid_utf8(hk, hklen))
-                        CORRUPT("header key is not valid UTF-8");
-                    VARINT(hvlen, re, "header value length");
-                    if (hvlen < -1 || hvlen > re - p)
-                        CORRUPT("header value length does not fit the record");
-                    hv = p;
-                    if (hvlen > 0)
-                        p += hvlen;
-                    if (include_headers && keep) {
+                if (include_headers && keep) {
+                    /* The headers were checked by parse_record: read them again to copy them. */
+                    const uint8_t *h = rv.headers;
+                    for (i = 0; i < hcount; i++) {
+                        int32_t hklen = 0, hvlen = -1;
+                        const uint8_t *hk, *hv;
+                        read_varint(&h, p, &hklen);
+                        hk = h;
+                        h += hklen;
+                        read_varint(&h, p, &hvlen);
+                        hv = h;
+                        if (hvlen > 0)
+                            h += hvlen;
                         ENSURE(&hkdata, hklen);
                         memcpy(hkdata.p + hkdata.len, hk, hklen);
                         hkdata.len += hklen;
@@ -487,8 +524,6 @@ static PyObject *decode_sections(PyObject *self, PyObject *args) {
                         hrows++;
                     }
                 }
-                if (p != re)
-                    CORRUPT("record length does not match the bytes its fields use");
                 if (!keep)
                     continue;
 
@@ -1221,64 +1256,13 @@ static PyObject *check_produced_batch(PyObject *self, PyObject *args) {
         if (count < 0)
             CORRUPT("negative record count");
         for (long long r = 0; r < count; r++) {
-            int32_t length, offset_delta, klen, vlen, hcount, i;
-            int64_t ts_delta, ts;
-            const uint8_t *re;
+            record_view rv;
+            int64_t ts;
             record_index = r;
-            {
-                int rc = read_varint(&p, e, &length);
-                if (rc == -1)
-                    CORRUPT("record length runs past the end of the batch");
-                if (rc == -2)
-                    CORRUPT("record length is a varint longer than 5 bytes");
-            }
-            if (length < 0 || length > e - p)
-                CORRUPT("record length does not fit the bytes left in the batch");
-            re = p + length;
-            if (p >= re)
-                CORRUPT("record attributes run past the end of the record");
-            p++;
-            {
-                int rc = read_varlong(&p, re, &ts_delta);
-                if (rc == -1)
-                    CORRUPT("timestamp delta runs past the end of the record");
-                if (rc == -2)
-                    CORRUPT("timestamp delta is a varlong longer than 10 bytes");
-            }
-            VARINT(offset_delta, re, "offset delta");
-            VARINT(klen, re, "key length");
-            if (klen < -1 || klen > re - p)
-                CORRUPT("key length does not fit the record");
-            if (klen > 0)
-                p += klen;
-            VARINT(vlen, re, "value length");
-            if (vlen < -1 || vlen > re - p)
-                CORRUPT("value length does not fit the record");
-            if (vlen > 0)
-                p += vlen;
-            VARINT(hcount, re, "header count");
-            if (hcount < 0)
-                CORRUPT("negative header count");
-            if (hcount > re - p)
-                CORRUPT("header count is larger than the bytes left in the record");
-            for (i = 0; i < hcount; i++) {
-                int32_t hklen, hvlen;
-                const uint8_t *hk;
-                VARINT(hklen, re, "header key length");
-                if (hklen < 0 || hklen > re - p)
-                    CORRUPT("header key length is negative or does not fit the record");
-                hk = p;
-                p += hklen;
-                if (!valid_utf8(hk, hklen))
-                    CORRUPT("header key is not valid UTF-8");
-                VARINT(hvlen, re, "header value length");
-                if (hvlen < -1 || hvlen > re - p)
-                    CORRUPT("header value length does not fit the record");
-                if (hvlen > 0)
-                    p += hvlen;
-            }
-            if (p != re)
-                CORRUPT("record length does not match the bytes its fields use");
+            if ((errmsg = parse_record(&p, e, &rv)) != NULL)
+                goto corrupt;
+            int32_t offset_delta = rv.offset_delta, klen = rv.klen;
+            int64_t ts_delta = rv.ts_delta;
             if (offset_delta != r && bad_delta < 0) {
                 bad_delta = r;
                 bad_delta_value = offset_delta;
