@@ -241,12 +241,7 @@ class WriterFence:
             return
         self._thread_lock.acquire()
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-            try:
-                self.check()
-            except BaseException:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-                raise
+            self._lock_file_and_check(wait=True)
         except BaseException:
             self._thread_lock.release()
             raise
@@ -261,18 +256,26 @@ class WriterFence:
         if not self._thread_lock.acquire(blocking=False):
             return False
         try:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self._thread_lock.release()
-                return False
-            try:
-                self.check()
-            except BaseException:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-                raise
+            taken = self._lock_file_and_check(wait=False)
         except BaseException:
             self._thread_lock.release()
+            raise
+        if not taken:
+            self._thread_lock.release()
+        return taken
+
+    def _lock_file_and_check(self, *, wait: bool) -> bool:
+        """flock the partition's lock file, then check the fence (the lock is let go if that
+        fails). False, holding nothing, when wait=False and another process holds it. The caller
+        holds the thread lock."""
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            self.check()
+        except BaseException:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             raise
         return True
 
