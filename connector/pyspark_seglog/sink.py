@@ -43,7 +43,7 @@ from logcore.log.log_root import LogRoot
 from logcore.records.compression import Compression
 from logcore.records.encode import encode_batch_run_into
 from logcore.storage import open_storage
-from logcore.storage.writeback import start_writeback
+from logcore.storage.direct_writer import DirectFileWriter, aligned_buffer
 
 from pyspark_seglog.broker_client import BrokerClient
 from pyspark_seglog.row_router import RowRouter
@@ -64,7 +64,6 @@ DEFAULT_LOCAL_PART_BYTES = 256 << 20
 DEFAULT_OBJECT_PART_BYTES = 8 << 20
 _WRITE_CHUNK_BYTES = 1 << 20
 _FIRST_BUFFER_BYTES = 256 << 10
-_PAGE = 4096
 _PUBLISH_THREADS = 8
 
 _COMPRESSION_BY_TOPIC_CONFIG = {"uncompressed": Compression.NONE, "producer": Compression.NONE,
@@ -297,8 +296,12 @@ class _SeglogWriterBase:
                         continue            # published by an earlier attempt of this commit
                     todo.append((log, sorted(by_partition[tp], key=lambda p: (p.task, p.seq))))
                 commit_marker = {"query": query_id, "batch": batch_id} if self.streaming else None
-                _run_all(pool, [(_publish, storage, log, parts, commit_marker, self.opts.staging_adopt_bytes)
-                                for log, parts in todo])
+                # Parts this job's tasks staged and reported in this driver's lifetime are as
+                # they wrote them: their CRCs are not read back. A replay of a pinned manifest
+                # (after a crash, maybe of the machine) checks every CRC.
+                verify_crc = pinned is not None if self.streaming else False
+                _run_all(pool, [(_publish, storage, log, parts, commit_marker, self.opts.staging_adopt_bytes,
+                                 verify_crc) for log, parts in todo])
             finally:
                 _run_all(pool, [(log.close,) for log in logs.values()])
         finally:
@@ -349,11 +352,12 @@ def _log_produced(messages, batch_id: int, outcome: str) -> None:
                 batch_id, outcome, rows, sum(m is not None for m in messages), len(messages))
 
 
-def _publish(storage, log, parts: list[StagedPart], marker: dict | None, adopt_bytes: int) -> None:
+def _publish(storage, log, parts: list[StagedPart], marker: dict | None, adopt_bytes: int,
+             verify_crc: bool) -> None:
     """Append one partition's staged parts in order, then commit it (its HW moves)."""
     for part in parts:
         size = part.size or storage.size(part.path)
-        if size >= adopt_bytes and log.adopt_staged(part.path) is not None:
+        if size >= adopt_bytes and log.adopt_staged(part.path, verify_crc=verify_crc) is not None:
             continue
         log.append_staged(storage.read(part.path))
     log.commit(marker=marker)
@@ -439,12 +443,15 @@ def _cleanup(storage, query_id: str, batch_id: int) -> None:
 
 
 class _PartBuffer:
-    """A target partition's encoded batches not yet staged: one reusable buffer, so encoding
-    costs no allocation (and no fresh pages) per call."""
+    """A target partition's encoded batches not yet staged: one reusable, page-aligned buffer,
+    so encoding costs no allocation (and no fresh pages) per call, and a local part file takes
+    it with O_DIRECT. It may start with a few bytes already counted in the open part (the
+    unaligned tail its last direct write kept)."""
 
     def __init__(self):
-        self.data = bytearray(_FIRST_BUFFER_BYTES)
+        self.data = aligned_buffer(_FIRST_BUFFER_BYTES)
         self.fill = 0
+        self.kept = 0           # bytes at the start that belong to the open part already
         self.records = 0
 
 
@@ -464,13 +471,13 @@ class _TaskStager(RowRouter):
         self.topics: dict[str, tuple[int, Compression, int, int]] = {}   # partitions, codec, part limit, batch bytes
         self.pending: dict[tuple[str, int], _PartBuffer] = {}
         self.open_parts: dict[tuple[str, int], StagedPart] = {}
-        self.part_files: dict[tuple[str, int], int] = {}        # local: the open part's descriptor
+        self.part_files: dict[tuple[str, int], DirectFileWriter] = {}    # local: the open part's file
         self.seq: dict[tuple[str, int], int] = {}
         self.parts: list[StagedPart] = []
 
     def close(self) -> None:
-        for fd in self.part_files.values():
-            os.close(fd)
+        for file in self.part_files.values():
+            file.abandon()
         self.part_files.clear()
         if self.root is not None:
             self.root.close()
@@ -526,8 +533,9 @@ class _TaskStager(RowRouter):
             # a big enough one is staged and reused.
             want = threshold + 2 * size
             if len(out.data) < want:
-                grown = bytearray(want)
-                grown[:out.fill] = memoryview(out.data)[:out.fill]
+                grown = aligned_buffer(want)
+                grown[:out.fill] = out.data[:out.fill]
+                out.data.close()
                 out.data = grown
             else:
                 self._write(tp)
@@ -540,7 +548,7 @@ class _TaskStager(RowRouter):
         """Stage the encoded batches of `tp`: append them to its open part (local disk), or
         write them as one part object."""
         out = self.pending.get(tp)
-        if out is None or out.fill == 0:
+        if out is None or out.fill == out.kept:
             return
         part = self.open_parts.get(tp)
         if part is None:
@@ -548,29 +556,31 @@ class _TaskStager(RowRouter):
             self.seq[tp] = seq + 1
             path = f"{self.prefix}/{tp[0]}-{tp[1]}/{self.name}-{seq}"
             part = self.open_parts[tp] = StagedPart(tp[0], tp[1], path, 0, self.task, seq)
-        data = memoryview(out.data)[:out.fill]
         # Staging needs no fsync: a staged part that a crash loses fails its commit, and
         # nothing is visible before the commit; the commit itself is durable.
         if self.local:
-            fd = self.part_files.get(tp)
-            if fd is None:
+            file = self.part_files.get(tp)
+            if file is None:
                 os_path = self.storage.local_path(part.path)
                 os.makedirs(os.path.dirname(os_path), exist_ok=True)
-                fd = self.part_files[tp] = os.open(os_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            _write_at_end(fd, part.size, data)
+                file = self.part_files[tp] = DirectFileWriter(os_path)
+            out.fill = out.kept = file.write(out.data, out.fill)
+            part.size = file.size
         else:
-            self.storage.write_atomic(part.path, bytes(data), durable=False)
-        del data
+            self.storage.write_atomic(part.path, out.data[:out.fill], durable=False)
+            part.size += out.fill
+            out.fill = 0
         part.records += out.records
-        part.size += out.fill
-        out.fill = out.records = 0
+        out.records = 0
         if not self.local or part.size >= self.topics[tp[0]][2]:
             self._finish(tp)
 
     def _finish(self, tp) -> None:
-        fd = self.part_files.pop(tp, None)
-        if fd is not None:
-            os.close(fd)
+        file = self.part_files.pop(tp, None)
+        if file is not None:
+            out = self.pending[tp]
+            file.close(out.data)
+            out.fill = out.kept = 0
         part = self.open_parts.pop(tp, None)
         if part is not None:
             self.parts.append(part)
@@ -582,13 +592,3 @@ class _TaskStager(RowRouter):
             self._finish(tp)
 
 
-def _write_at_end(fd: int, start: int, data: memoryview) -> None:
-    """Write `data` at `start`, the end of a part file, and start its write-back."""
-    done = 0
-    while done < len(data):
-        done += os.pwrite(fd, data[done:], start + done)
-    # The commit fsyncs the part when it adopts it: let the disk start on it now. Whole pages
-    # only: appending into a page under write-back can wait for that write to finish.
-    first = start - start % _PAGE
-    end = start + len(data)
-    start_writeback(fd, first, end - end % _PAGE - first)

@@ -915,7 +915,7 @@ class Log:
             self._maybe_flush(now)
         return first, next_offset - 1
 
-    def adopt_staged(self, path: str) -> tuple[int, int] | None:
+    def adopt_staged(self, path: str, *, verify_crc: bool = True) -> tuple[int, int] | None:
         """Local disk: make a staged file of batches a segment of this log without copying it.
 
         `path` (relative to the storage root, on the log's file system) holds contiguous batches
@@ -927,6 +927,11 @@ class Log:
         Returns (first offset, last offset), or None when the file cannot be adopted and must go
         through `append_staged`: not local disk, a LogAppendTime topic, producer ids or control
         batches, more than segment.bytes, or more batches than the indexes hold.
+
+        Every batch's length and magic are checked, and with `verify_crc` its CRC too. A caller
+        that wrote the file itself in this process's lifetime (nothing but a crash of the machine
+        could have torn it since) may skip the CRCs: then only the headers are read, which for a
+        file written past the page cache saves reading it all back from the disk.
         """
         if not self.storage.is_local or self._log_append_time():
             return None
@@ -936,10 +941,12 @@ class Log:
             if size == 0 or size > self._segment_bytes:
                 return None
             with mmap.mmap(f.fileno(), size) as mm:
-                return self._adopt_mapped(path, mm, source)
+                if not verify_crc and hasattr(mm, "madvise"):
+                    mm.madvise(mmap.MADV_RANDOM)     # only the headers' pages are read
+                return self._adopt_mapped(path, mm, source, verify_crc)
 
-    def _adopt_mapped(self, path: str, mm, source: str) -> tuple[int, int] | None:
-        fields = batch_fields(mm, source=source)
+    def _adopt_mapped(self, path: str, mm, source: str, verify_crc: bool) -> tuple[int, int] | None:
+        fields = batch_fields(mm, source=source, verify_crc=verify_crc)
         positions, sizes, _bases, deltas, max_ts, producer_ids, attributes = fields.T[:7]
         counts = deltas + 1
         max_entries = self.config.segment_index_bytes // 12      # the time index's, the smaller

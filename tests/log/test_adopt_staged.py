@@ -58,7 +58,8 @@ def segment_files(log):
     return out
 
 
-def test_adopted_segment_matches_appended_batches(tmp_path):
+@pytest.mark.parametrize("verify_crc", [True, False])
+def test_adopted_segment_matches_appended_batches(tmp_path, verify_crc):
     data = staged_bytes(2000)
     with open_root(tmp_path / "a") as root_a, open_root(tmp_path / "b") as root_b:
         for root in (root_a, root_b):
@@ -69,7 +70,7 @@ def test_adopted_segment_matches_appended_batches(tmp_path):
             log.append_records([(b"x", b"first", (), 999)])
             log.commit()
         path = stage(tmp_path / "a", "part-0", data)
-        assert adopted.adopt_staged(path) == (1, 2000)
+        assert adopted.adopt_staged(path, verify_crc=verify_crc) == (1, 2000)
         # the reference: the same batches appended into a fresh segment
         copied._roll_to(copied.log_end_offset)
         assert copied.append_staged(data) == (1, 2000)
@@ -142,6 +143,26 @@ def test_corrupt_staged_file_names_file_and_position_and_changes_nothing(tmp_pat
             log.adopt_staged(stage(tmp_path, "bad", bytes(data)))
         assert "bad" in str(err.value) and str(second) in str(err.value)
         assert log.log_end_offset == 1 and len(log.segments) == 1
+        log.close()
+
+
+def test_without_crc_checks_headers_still_catch_a_torn_file(tmp_path):
+    """verify_crc=False (a file the caller wrote itself) reads only the headers, which still
+    catch a file cut short or a batch whose header is gone (zeros where a crash left a hole)."""
+    data = bytearray(staged_bytes(200))
+    second = next(p for p, _ in iter_batches(data) if p > 0)
+    holed = bytearray(data)
+    holed[second:second + 61] = bytes(61)
+    with open_root(tmp_path) as root:
+        root.create_topic("t", config=TOPIC_CONFIG)
+        log = root.log("t", 0, writer=True)
+        for name, bad, where in (("cut", bytes(data[:-5]), None), ("holed", bytes(holed), second)):
+            with pytest.raises(CorruptRecordError) as err:
+                log.adopt_staged(stage(tmp_path, name, bad), verify_crc=False)
+            assert name in str(err.value)
+            if where is not None:
+                assert str(where) in str(err.value)
+        assert log.log_end_offset == 0 and len(log.segments) == 1
         log.close()
 
 

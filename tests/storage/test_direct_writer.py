@@ -1,0 +1,94 @@
+"""DirectFileWriter: a file written past the page cache holds exactly the bytes handed to it."""
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logcore.storage import direct_writer
+from logcore.storage.direct_writer import ALIGN, DirectFileWriter, aligned_buffer
+
+
+def write_chunks(path: str, chunks: list[bytes]) -> DirectFileWriter:
+    """Append `chunks` the way the sink does: each after the bytes the last write kept."""
+    buf = aligned_buffer(max([len(c) for c in chunks] + [0]) + 2 * ALIGN)
+    writer = DirectFileWriter(path)
+    kept = 0
+    for chunk in chunks:
+        buf[kept:kept + len(chunk)] = chunk
+        kept = writer.write(buf, kept + len(chunk))
+        assert 0 <= kept < ALIGN or not writer.direct
+    writer.close(buf)
+    return writer
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3 * ALIGN + 7), max_size=8), st.randoms(use_true_random=False))
+def test_file_holds_every_byte_written(tmp_path_factory, sizes, rnd):
+    path = str(tmp_path_factory.mktemp("direct") / "part")
+    chunks = [rnd.randbytes(n) for n in sizes]
+    writer = write_chunks(path, chunks)
+    expected = b"".join(chunks)
+    assert writer.size == len(expected)
+    with open(path, "rb") as f:
+        assert f.read() == expected
+
+
+def test_local_disk_is_written_direct(tmp_path):
+    # The project's test machines use ext4 or xfs for temporary files, which take O_DIRECT.
+    writer = DirectFileWriter(str(tmp_path / "part"))
+    writer.abandon()
+    if not hasattr(os, "O_DIRECT"):
+        pytest.skip("this platform has no O_DIRECT")
+    assert writer.direct
+
+
+def test_refused_o_direct_falls_back_to_the_page_cache(tmp_path, monkeypatch):
+    """A file system that refuses O_DIRECT at open (EINVAL) gets buffered writes, same bytes."""
+    if not hasattr(os, "O_DIRECT"):
+        pytest.skip("this platform has no O_DIRECT")
+    real_open = os.open
+
+    def refusing_open(path, flags, *args):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument", path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(direct_writer.os, "open", refusing_open)
+    chunks = [b"a" * 5000, b"b" * 3, b"c" * ALIGN]
+    writer = write_chunks(str(tmp_path / "part"), chunks)
+    assert not writer.direct
+    assert (tmp_path / "part").read_bytes() == b"".join(chunks)
+
+
+def test_refused_direct_write_falls_back_before_anything_is_written(tmp_path, monkeypatch):
+    """Some file systems take O_DIRECT at open and refuse its writes: the first write goes buffered."""
+    if not hasattr(os, "O_DIRECT"):
+        pytest.skip("this platform has no O_DIRECT")
+    real_pwrite = os.pwrite
+
+    def refusing_pwrite(fd, data, offset):
+        if direct_writer.fcntl.fcntl(fd, direct_writer.fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(direct_writer.os, "pwrite", refusing_pwrite)
+    chunks = [b"x" * (2 * ALIGN + 1), b"y" * 10]
+    writer = write_chunks(str(tmp_path / "part"), chunks)
+    assert not writer.direct
+    assert (tmp_path / "part").read_bytes() == b"".join(chunks)
+
+
+def test_a_write_must_keep_the_bytes_kept_before(tmp_path):
+    buf = aligned_buffer(2 * ALIGN)
+    writer = DirectFileWriter(str(tmp_path / "part"))
+    try:
+        kept = writer.write(buf, ALIGN + 10)
+        if kept:
+            with pytest.raises(ValueError, match="loses"):
+                writer.write(buf, kept - 1)
+    finally:
+        writer.close(buf)
