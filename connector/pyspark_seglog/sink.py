@@ -18,6 +18,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -40,6 +42,7 @@ from logcore.errors import (
     TopicNotFoundError,
 )
 from logcore.log.log_root import LogRoot
+from logcore.records.batch import F_POSITION, batch_fields
 from logcore.records.compression import Compression
 from logcore.records.encode import encode_batch_run_into
 from logcore.storage import open_storage
@@ -64,6 +67,7 @@ DEFAULT_LOCAL_PART_BYTES = 256 << 20
 DEFAULT_OBJECT_PART_BYTES = 8 << 20
 _WRITE_CHUNK_BYTES = 1 << 20
 _FIRST_BUFFER_BYTES = 256 << 10
+_MAX_KEPT_BATCHES = 1 << 16     # a part's batch_fields rows sent with its commit message (4.5 MiB)
 _PUBLISH_THREADS = 8
 
 _COMPRESSION_BY_TOPIC_CONFIG = {"uncompressed": Compression.NONE, "producer": Compression.NONE,
@@ -143,6 +147,12 @@ class StagedPart:
     task: int
     seq: int             # order of this part within its task and partition
     size: int = 0        # bytes (0 in manifests written before the field existed)
+    # local disk: the part's batch_fields rows (int64, 9 per batch) as the task encoded them, so
+    # the commit need not scan the part; never in a manifest (a replay scans and checks CRCs)
+    batches: bytes | None = None
+
+    def manifest_entry(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "batches"}
 
 
 @dataclass
@@ -284,7 +294,7 @@ class _SeglogWriterBase:
                     for log in logs.values():
                         self._check_owner(log, query_id)
                 if self.streaming and pinned is None:
-                    manifest = {"query": query_id, "batch": batch_id, "parts": [p.__dict__ for p in parts]}
+                    manifest = {"query": query_id, "batch": batch_id, "parts": [p.manifest_entry() for p in parts]}
                     if storage.put_if_absent(f"{staging}/{MANIFEST}", json.dumps(manifest).encode()) is None:
                         raise CommitFailedError(
                             f"another commit of batch {batch_id} of query {query_id} is running")
@@ -357,7 +367,8 @@ def _publish(storage, log, parts: list[StagedPart], marker: dict | None, adopt_b
     """Append one partition's staged parts in order, then commit it (its HW moves)."""
     for part in parts:
         size = part.size or storage.size(part.path)
-        if size >= adopt_bytes and log.adopt_staged(part.path, verify_crc=verify_crc) is not None:
+        fields = None if part.batches is None else np.frombuffer(part.batches, dtype=np.int64).reshape(-1, 9)
+        if size >= adopt_bytes and log.adopt_staged(part.path, verify_crc=verify_crc, fields=fields) is not None:
             continue
         log.append_staged(storage.read(part.path))
     log.commit(marker=marker)
@@ -453,6 +464,8 @@ class _PartBuffer:
         self.fill = 0
         self.kept = 0           # bytes at the start that belong to the open part already
         self.records = 0
+        self.part_base = 0      # the position in the open (or next) part of data[0]
+        self.fields: list[np.ndarray] = []     # local: batch_fields rows of the open part
 
 
 class _TaskStager(RowRouter):
@@ -539,6 +552,12 @@ class _TaskStager(RowRouter):
                 out.data = grown
             else:
                 self._write(tp)
+        if self.local and batches:
+            # The headers just encoded, while in cache: the commit adopts the part without
+            # scanning it (see StagedPart.batches).
+            fields = batch_fields(memoryview(out.data)[out.fill:out.fill + size], verify_crc=False)
+            fields[:, F_POSITION] += out.part_base + out.fill
+            out.fields.append(fields)
         out.fill += size
         out.records += len(values) if rows is None else len(rows)
         if out.fill >= threshold:
@@ -566,6 +585,7 @@ class _TaskStager(RowRouter):
                 file = self.part_files[tp] = DirectFileWriter(os_path)
             out.fill = out.kept = file.write(out.data, out.fill)
             part.size = file.size
+            out.part_base = part.size - out.kept
         else:
             self.storage.write_atomic(part.path, out.data[:out.fill], durable=False)
             part.size += out.fill
@@ -577,11 +597,14 @@ class _TaskStager(RowRouter):
 
     def _finish(self, tp) -> None:
         file = self.part_files.pop(tp, None)
+        part = self.open_parts.pop(tp, None)
         if file is not None:
             out = self.pending[tp]
             file.close(out.data)
-            out.fill = out.kept = 0
-        part = self.open_parts.pop(tp, None)
+            out.fill = out.kept = out.part_base = 0
+            fields, out.fields = out.fields, []
+            if part is not None and 0 < sum(len(f) for f in fields) <= _MAX_KEPT_BATCHES:
+                part.batches = np.concatenate(fields).tobytes()
         if part is not None:
             self.parts.append(part)
 

@@ -16,7 +16,7 @@ import pytest
 
 from logcore.errors import CorruptRecordError
 from logcore.log.log_root import LogRoot
-from logcore.records.batch import build_batch, iter_batches
+from logcore.records.batch import batch_fields, build_batch, iter_batches
 from logcore.records.encode import encode_batches
 
 TOPIC_CONFIG = {"index.interval.bytes": "300", "segment.bytes": "1000000"}
@@ -58,9 +58,14 @@ def segment_files(log):
     return out
 
 
-@pytest.mark.parametrize("verify_crc", [True, False])
-def test_adopted_segment_matches_appended_batches(tmp_path, verify_crc):
+@pytest.mark.parametrize("how", ["verify_crc", "headers", "fields", "wrong_fields"])
+def test_adopted_segment_matches_appended_batches(tmp_path, how):
+    """However the batches are found (CRC scan, header scan, the writer's own batch_fields rows,
+    rows that do not match the file and are ignored), the segment is the same."""
     data = staged_bytes(2000)
+    fields = batch_fields(data)
+    if how == "wrong_fields":
+        fields = fields[1:].copy()
     with open_root(tmp_path / "a") as root_a, open_root(tmp_path / "b") as root_b:
         for root in (root_a, root_b):
             root.create_topic("t", config=TOPIC_CONFIG)
@@ -70,7 +75,10 @@ def test_adopted_segment_matches_appended_batches(tmp_path, verify_crc):
             log.append_records([(b"x", b"first", (), 999)])
             log.commit()
         path = stage(tmp_path / "a", "part-0", data)
-        assert adopted.adopt_staged(path, verify_crc=verify_crc) == (1, 2000)
+        kwargs = {"verify_crc": how == "verify_crc"}
+        if how.endswith("fields"):
+            kwargs["fields"] = fields
+        assert adopted.adopt_staged(path, **kwargs) == (1, 2000)
         # the reference: the same batches appended into a fresh segment
         copied._roll_to(copied.log_end_offset)
         assert copied.append_staged(data) == (1, 2000)
