@@ -454,18 +454,27 @@ def _cleanup(storage, query_id: str, batch_id: int) -> None:
 
 
 class _PartBuffer:
-    """A target partition's encoded batches not yet staged: one reusable, page-aligned buffer,
-    so encoding costs no allocation (and no fresh pages) per call, and a local part file takes
-    it with O_DIRECT. It may start with a few bytes already counted in the open part (the
-    unaligned tail its last direct write kept)."""
+    """A target partition's encoded batches not yet staged: reusable, page-aligned buffers, so
+    encoding costs no allocation (and no fresh pages) per call, and a local part file takes them
+    with O_DIRECT. On local disk there are two: the task encodes into one while the other is
+    being written (`writing`) on the stager's writer thread. A buffer may start with a few bytes
+    already counted in the open part (the unaligned tail carried over from the last write)."""
 
     def __init__(self):
         self.data = aligned_buffer(_FIRST_BUFFER_BYTES)
+        self.spare = None
+        self.writing = None     # the Future of the spare buffer's write
         self.fill = 0
         self.kept = 0           # bytes at the start that belong to the open part already
         self.records = 0
         self.part_base = 0      # the position in the open (or next) part of data[0]
         self.fields: list[np.ndarray] = []     # local: batch_fields rows of the open part
+
+    def wait(self) -> None:
+        """Wait for the spare buffer's write; raise its error."""
+        writing, self.writing = self.writing, None
+        if writing is not None:
+            writing.result()
 
 
 class _TaskStager(RowRouter):
@@ -487,8 +496,12 @@ class _TaskStager(RowRouter):
         self.part_files: dict[tuple[str, int], DirectFileWriter] = {}    # local: the open part's file
         self.seq: dict[tuple[str, int], int] = {}
         self.parts: list[StagedPart] = []
+        # local: part files are written on one thread while the task encodes the next chunk
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix="seglog-stage") if self.local else None
 
     def close(self) -> None:
+        if self.writer is not None:
+            self.writer.shutdown(wait=True)     # no write may be running on a closed file
         for file in self.part_files.values():
             file.abandon()
         self.part_files.clear()
@@ -548,7 +561,7 @@ class _TaskStager(RowRouter):
             if len(out.data) < want:
                 grown = aligned_buffer(want)
                 grown[:out.fill] = out.data[:out.fill]
-                out.data.close()
+                out.data.close()    # not the buffer being written: that is the spare
                 out.data = grown
             else:
                 self._write(tp)
@@ -583,9 +596,21 @@ class _TaskStager(RowRouter):
                 os_path = self.storage.local_path(part.path)
                 os.makedirs(os.path.dirname(os_path), exist_ok=True)
                 file = self.part_files[tp] = DirectFileWriter(os_path)
-            out.fill = out.kept = file.write(out.data, out.fill)
-            part.size = file.size
-            out.part_base = part.size - out.kept
+            # Write whole blocks of this buffer on the writer thread; carry the rest to the
+            # start of the spare one (once its own write is done) and encode on into that.
+            out.wait()
+            length = file.aligned(out.fill)
+            rest = out.fill - length
+            if out.spare is None or len(out.spare) < len(out.data):
+                if out.spare is not None:
+                    out.spare.close()
+                out.spare = aligned_buffer(len(out.data))
+            out.spare[:rest] = out.data[length:out.fill]
+            out.writing = self.writer.submit(file.write, out.data, length)
+            out.data, out.spare = out.spare, out.data
+            part.size = out.part_base + out.fill
+            out.fill = out.kept = rest
+            out.part_base = part.size - rest
         else:
             self.storage.write_atomic(part.path, out.data[:out.fill], durable=False)
             part.size += out.fill
@@ -600,7 +625,8 @@ class _TaskStager(RowRouter):
         part = self.open_parts.pop(tp, None)
         if file is not None:
             out = self.pending[tp]
-            file.close(out.data)
+            out.wait()
+            file.close(out.data, out.fill)
             out.fill = out.kept = out.part_base = 0
             fields, out.fields = out.fields, []
             if part is not None and 0 < sum(len(f) for f in fields) <= _MAX_KEPT_BATCHES:

@@ -8,10 +8,10 @@ commit's fsync then waits for the write-back. With O_DIRECT the disk reads the w
 reused buffer instead, so a part costs little CPU and is on the disk when the write returns.
 
 O_DIRECT wants the buffer's address, the file position and the length aligned to the device's
-block size. The writer therefore writes the aligned prefix of what it is given and moves the
-unaligned tail to the start of the buffer, where the caller's next bytes follow it; `close`
-writes the last tail padded to a block and truncates the file to its true size. Buffers come
-from `aligned_buffer` (anonymous mmap: page-aligned).
+block size. The caller therefore writes whole blocks (`aligned` says how much of what it holds)
+and carries the rest to the start of its next buffer; `close` writes the last bytes padded to a
+block and truncates the file to its true size. Buffers come from `aligned_buffer` (anonymous
+mmap: page-aligned).
 
 Where O_DIRECT is refused (tmpfs and some network or FUSE file systems answer EINVAL), the
 writer goes through the page cache and queues each written range for write-back as it goes
@@ -36,12 +36,15 @@ def aligned_buffer(size: int) -> mmap.mmap:
 
 
 class DirectFileWriter:
-    """Appends to a new file (created or truncated), bypassing the page cache where it can."""
+    """Appends to a new file (created or truncated), bypassing the page cache where it can.
+
+    One thread at a time may call it; a caller may do its writes on a background thread while
+    it fills another buffer (the Spark sink does), and `aligned` may be asked meanwhile.
+    """
 
     def __init__(self, path: str):
         self.path = path
         self._written = 0       # bytes in the file: a multiple of ALIGN while direct
-        self._kept = 0          # bytes at the start of the caller's buffer, not yet written
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         self.direct = hasattr(os, "O_DIRECT")
         if self.direct:
@@ -56,65 +59,59 @@ class DirectFileWriter:
 
     @property
     def size(self) -> int:
-        """The file's size once closed: everything handed to `write` so far."""
-        return self._written + self._kept
+        """Bytes written so far."""
+        return self._written
 
-    def write(self, buf, length: int) -> int:
-        """Append `buf[:length]`, which starts with the bytes kept by the previous call.
+    def aligned(self, length: int) -> int:
+        """How much of `length` bytes `write` takes now: whole blocks while direct, else all.
+        The rest goes at the start of the next write, or to `close`."""
+        return length - length % ALIGN if self.direct else length
 
-        Returns how many bytes are kept (now at the start of `buf`) for the next call or for
-        `close`: the caller puts its next bytes after them. `buf` must come from
-        `aligned_buffer` while the writer is direct.
-        """
-        if length < self._kept:
-            raise ValueError(f"{self.path}: write of {length} bytes loses the {self._kept} kept ones")
+    def write(self, buf, length: int) -> None:
+        """Append `buf[:length]`; `length` as `aligned` gives it, `buf` from `aligned_buffer`."""
+        if length % ALIGN and self.direct:
+            raise ValueError(f"{self.path}: a direct write of {length} bytes is not whole blocks")
         view = memoryview(buf)
         try:
             if self.direct:
-                aligned = length - length % ALIGN
                 try:
-                    self._pwrite_all(view[:aligned])
+                    self._pwrite_all(view[:length])
                 except OSError as exc:
                     # Some file systems take O_DIRECT at open but refuse its writes.
                     if exc.errno != errno.EINVAL or self._written:
                         raise
                     self._go_buffered()
-                    return self.write(buf, length)
-                tail = length - aligned
-                if tail:
-                    view[:tail] = view[aligned:length]
-                self._kept = tail
+                    self.write(buf, length)
             else:
                 start = self._written
                 self._pwrite_all(view[:length])
-                self._kept = 0
                 # Whole pages only: appending into a page under write-back can wait for it.
                 first = start - start % ALIGN
                 end = self._written - self._written % ALIGN
                 start_writeback(self._fd, first, end - first)
         finally:
             view.release()
-        return self._kept
 
-    def close(self, buf=None) -> None:
-        """Write the kept tail (from the start of `buf`, padded to a block, then cut off by a
+    def close(self, buf=None, length: int = 0) -> None:
+        """Write the last `buf[:length]` (while direct: padded to a block, then cut off by a
         truncate) and close the file."""
         if self._fd < 0:
             return
         try:
-            if self._kept:
-                if buf is None:
-                    raise ValueError(f"{self.path}: close needs the buffer holding the last {self._kept} bytes")
-                padded = -(-self._kept // ALIGN) * ALIGN
-                view = memoryview(buf)
-                try:
-                    view[self._kept:padded] = bytes(padded - self._kept)
-                    size = self._written + self._kept
-                    self._pwrite_all(view[:padded])
-                finally:
-                    view.release()
-                os.ftruncate(self._fd, size)
-                self._written, self._kept = size, 0
+            if length:
+                if self.direct:
+                    padded = -(-length // ALIGN) * ALIGN
+                    view = memoryview(buf)
+                    try:
+                        view[length:padded] = bytes(padded - length)
+                        size = self._written + length
+                        self._pwrite_all(view[:padded])
+                    finally:
+                        view.release()
+                    os.ftruncate(self._fd, size)
+                    self._written = size
+                else:
+                    self.write(buf, length)
         finally:
             self.abandon()
 
