@@ -598,10 +598,10 @@ class Log:
         if self.storage.is_local:
             self.storage.makedirs(self.dir)
         seg = self._new_segment(base_offset, writable=True, in_memory=in_memory)
-        # Its next offset is known before the segment is published: a thread that reads the LEO
-        # without the lock (the cleaner) must not compute it lazily while this writer appends,
+        # Its next offset and indexes are there before the segment is published: a thread that
+        # reads the LEO without the lock must not compute it lazily while this writer appends,
         # or its stale result, stored after the append, hands the same offset out twice.
-        seg.next_offset()
+        seg.fill_lazy_state()
         self.segments.append(seg)
         self.bases.append(base_offset)
         if self.storage.is_local and self.writer:

@@ -318,12 +318,23 @@ class LogSegment:
         Computed on first use and cached. The lazy computation is only safe where nobody appends
         meanwhile: any thread may call this without the log's lock (the cleaner reads the LEO),
         and a value computed before an append but stored after it would put the LEO back. So a
-        writer fills it before other threads can see a segment it appends to (`Log._roll_to`),
-        appends and truncation set it, and only sealed segments and read-only views compute it.
+        writer fills it before other threads can see a segment it appends to (`fill_lazy_state`
+        in `Log._roll_to`), appends and truncation set it, and only sealed segments and
+        read-only views compute it.
         """
         if self._next_offset is None:
             self._next_offset = self._read_next_offset()
         return self._next_offset
+
+    def fill_lazy_state(self) -> None:
+        """Open the indexes and compute the next offset now. A writer calls this under its lock
+        before other threads can see a segment it will append to: filled lazily by another
+        thread, they would race its appends (a stale next offset stored over the one an append
+        set, see next_offset; or a second writable index object over the same file, loading the
+        first one's zero preallocation as entries)."""
+        self._offset_index = self.offset_index
+        self._time_index = self.time_index
+        self._next_offset = self.next_offset()
 
     def _read_next_offset(self) -> int:
         entry_offset, position = self.offset_index.lookup(2**63 - 1)

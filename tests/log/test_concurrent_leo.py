@@ -31,6 +31,7 @@ def test_leo_read_during_the_first_append_after_a_roll(open_root, monkeypatch):
     def append(seg, data, headers):
         if seg.base_offset > 0 and seg.size() == 0 and not rolled.is_set():
             # The first append into the segment the writer just rolled to.
+            seen["filled"] = (seg._offset_index is not None, seg._time_index is not None, seg._next_offset)
             rolled.set()
             assert computed.wait(WAIT_S), "the other thread did not read the LEO"
             try:
@@ -73,6 +74,8 @@ def test_leo_read_during_the_first_append_after_a_roll(open_root, monkeypatch):
     assert offsets == list(range(len(offsets))), offsets
     assert log.log_end_offset == len(offsets)
     assert seen["leo"] == len(offsets) - 3      # the new segment's base: read before the append
+    # What other threads would otherwise fill lazily was there before the segment was published.
+    assert seen["filled"] == (True, True, len(offsets) - 3)
     log.commit()
     records = [(r.offset, r.value) for r in log.read_records(0)]
     assert records == [(n, b"value-%d" % n) for n in range(len(offsets))]
