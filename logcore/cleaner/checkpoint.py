@@ -31,7 +31,10 @@ class CleanerCheckpoint:
 
     def first_dirty_offset(self) -> int:
         """The checkpoint, reset to the log start when it is below it or past the LEO (Kafka)."""
-        found = self.read()
+        return self.within_log(self.read())
+
+    def within_log(self, found: int | None) -> int:
+        """A checkpointed first dirty offset (`read()`), reset as `first_dirty_offset` does."""
         if found is None or found < self.log.log_start_offset or found > self.log.log_end_offset:
             return self.log.log_start_offset
         return found

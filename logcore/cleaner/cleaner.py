@@ -175,11 +175,17 @@ class LogCleaner:
     # ------------------------------------------------------------------ choosing
     def dirty_section(self, log, now_ms: int | None = None) -> DirtySection:
         now_ms = _now_ms() if now_ms is None else now_ms
-        segments = list(log.segments)
+        checkpoint = CleanerCheckpoint(log)
+        checkpointed = checkpoint.read()
+        with log._lock:
+            # What the writer changes under its lock (segments, offsets, producer state), read as
+            # one snapshot: an unlocked read can meet the producer state's dicts mid-change.
+            segments = list(log.segments)
+            first_dirty = checkpoint.within_log(checkpointed)
+            leo, hw, lso = log.log_end_offset, log.high_watermark, log.last_stable_offset
         sealed = segments[:-1]
-        first_dirty = CleanerCheckpoint(log).first_dirty_offset()
         bases = [s.base_offset for s in segments]
-        bound = min(bases[-1] if bases else log.log_end_offset, log.high_watermark, log.last_stable_offset)
+        bound = min(bases[-1] if bases else leo, hw, lso)
         lag = log.config.min_compaction_lag_ms
         ends = [bases[i + 1] for i in range(len(sealed))]
         if lag > 0:
@@ -595,9 +601,11 @@ def _aborted_transactions(log, upper: int) -> list:
 
 
 def _last_producer_offsets(log) -> dict[int, tuple[int, int]]:
-    """producer id -> (last data offset, epoch) from the writer's producer state."""
-    return {pid: (entry.last_data_offset, entry.producer_epoch)
-            for pid, entry in log.producer_state.producers.items()}
+    """producer id -> (last data offset, epoch) from the writer's producer state (under the
+    log's lock: the writer adds producers while the pass runs)."""
+    with log._lock:
+        return {pid: (entry.last_data_offset, entry.producer_epoch)
+                for pid, entry in log.producer_state.producers.items()}
 
 
 def _group_by_size(to_clean: list, sealed: list, segment_bytes: int, first_uncleanable: int) -> list[list]:

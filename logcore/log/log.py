@@ -618,6 +618,10 @@ class Log:
         if self.storage.is_local:
             self.storage.makedirs(self.dir)
         seg = self._new_segment(base_offset, writable=True, in_memory=in_memory)
+        # Its next offset and indexes are there before the segment is published: a thread that
+        # reads the LEO without the lock must not compute it lazily while this writer appends,
+        # or its stale result, stored after the append, hands the same offset out twice.
+        seg.fill_lazy_state()
         self.segments.append(seg)
         self.bases.append(base_offset)
         if self.storage.is_local and self.writer:
@@ -1682,9 +1686,12 @@ class Log:
         elif self.storage.is_local:
             if not last.writable:
                 last.close()
-                last = self._new_segment(last.base_offset, writable=True)
-                self.segments[-1] = last
-            last.truncate_to(offset)
+                # Cut before it is published, for the same reason as in _roll_to.
+                reopened = self._new_segment(last.base_offset, writable=True)
+                reopened.truncate_to(offset)
+                self.segments[-1] = reopened
+            else:
+                last.truncate_to(offset)
         else:
             # Object segments: one holding offsets from `offset` on is cut. An unpublished one
             # is cut in memory; a published one is replaced by its part below `offset` in one

@@ -250,7 +250,8 @@ class LogSegment:
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp: int | None = None
-        self._next_offset: int | None = None
+        # A fresh in-memory segment is empty; see next_offset() for why it is set here.
+        self._next_offset: int | None = base_offset if in_memory else None
 
     @property
     def offset_index(self) -> OffsetIndex:
@@ -312,10 +313,28 @@ class LogSegment:
         return min(size, self.limit_bytes) if self.limit_bytes is not None else size
 
     def next_offset(self) -> int:
-        """Offset after the last batch in this segment (base offset when empty)."""
+        """Offset after the last batch in this segment (base offset when empty).
+
+        Computed on first use and cached. The lazy computation is only safe where nobody appends
+        meanwhile: any thread may call this without the log's lock (the cleaner reads the LEO),
+        and a value computed before an append but stored after it would put the LEO back. So a
+        writer fills it before other threads can see a segment it appends to (`fill_lazy_state`
+        in `Log._roll_to`), appends and truncation set it, and only sealed segments and
+        read-only views compute it.
+        """
         if self._next_offset is None:
             self._next_offset = self._read_next_offset()
         return self._next_offset
+
+    def fill_lazy_state(self) -> None:
+        """Open the indexes and compute the next offset now. A writer calls this under its lock
+        before other threads can see a segment it will append to: filled lazily by another
+        thread, they would race its appends (a stale next offset stored over the one an append
+        set, see next_offset; or a second writable index object over the same file, loading the
+        first one's zero preallocation as entries)."""
+        self._offset_index = self.offset_index
+        self._time_index = self.time_index
+        self._next_offset = self.next_offset()
 
     def _read_next_offset(self) -> int:
         entry_offset, position = self.offset_index.lookup(2**63 - 1)
@@ -741,14 +760,17 @@ class LogSegment:
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
         self.data.truncate(position)
-        self._next_offset = None
-        # Recompute the in-memory max timestamp from what is left.
+        # Recompute the in-memory max timestamp and the next offset from what is left. The next
+        # offset is set, not reset for a lazy recomputation: see next_offset().
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
+        next_offset = self.base_offset
         for _pos, h in self.scan_headers(0):
             if h.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = h.max_timestamp
                 self.offset_of_max_timestamp = h.last_offset
+            next_offset = h.next_offset
+        self._next_offset = next_offset
         self.bytes_since_last_index_entry = 0
         return size - position
 

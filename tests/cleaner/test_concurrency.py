@@ -17,12 +17,18 @@ def test_append_read_and_clean_concurrently(tmp_path):
 
     def writer():
         i = 0
-        while not stop.is_set():
-            for _ in range(10):
-                info = log.append_records([(b"k%d" % (i % 23), b"value-%d" % i, (), 1_000_000 + i)])
-                written[info.first_offset] = (b"k%d" % (i % 23), b"value-%d" % i)
-                i += 1
-            log.commit()
+        try:
+            while not stop.is_set():
+                for _ in range(10):
+                    info = log.append_records([(b"k%d" % (i % 23), b"value-%d" % i, (), 1_000_000 + i)])
+                    # Offsets are handed out once each, in order: the i-th append gets offset i.
+                    assert info.first_offset == i, (info.first_offset, i, log.bases[-3:])
+                    written[info.first_offset] = (b"k%d" % (i % 23), b"value-%d" % i)
+                    i += 1
+                log.commit()
+        except Exception as exc:     # noqa: BLE001 - reported below
+            errors.append(exc)
+            stop.set()
 
     def cleaner():
         c = LogCleaner(dedupe_buffer_size=1 << 14)
@@ -41,7 +47,7 @@ def test_append_read_and_clean_concurrently(tmp_path):
     passes = 0
     deadline = time.monotonic() + 3
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not stop.is_set():
             reader.refresh()
             seen = {}
             last = -1
@@ -66,4 +72,24 @@ def test_append_read_and_clean_concurrently(tmp_path):
             t.join()
     assert not errors, errors
     assert passes > 3
+    root.close()
+
+
+def test_the_cleaner_reads_the_writers_offsets_under_its_lock(tmp_path):
+    """The cleaner's snapshot of segments, LEO, HW and LSO waits for a writer in the middle of a
+    change (the producer state's dicts are not safe to read meanwhile)."""
+    target = StorageTarget("local", str(tmp_path / "root"))
+    root = open_root(target, segment_bytes=1000)
+    log = root.log("t", 0, writer=True)
+    for i in range(40):
+        log.append_records([(b"k%d" % (i % 5), b"v%d" % i, (), 1_000_000 + i)])
+    log.commit()
+    sections = []
+    with log._lock:         # the writer, mid-change
+        t = threading.Thread(target=lambda: sections.append(LogCleaner().dirty_section(log, 2_000_000)))
+        t.start()
+        t.join(0.2)
+        assert t.is_alive() and not sections
+    t.join(10)
+    assert not t.is_alive() and sections[0].first_uncleanable == log.segments[-1].base_offset
     root.close()
