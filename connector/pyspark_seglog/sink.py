@@ -66,6 +66,11 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 DEFAULT_LOCAL_PART_BYTES = 256 << 20
 DEFAULT_OBJECT_PART_BYTES = 8 << 20
 _WRITE_CHUNK_BYTES = 1 << 20
+# A local task writes each target partition's batches in chunks of _WRITE_CHUNK_BYTES, from two
+# buffers per partition; with many target partitions the chunks shrink so that the buffers stay
+# within this budget (down to _MIN_WRITE_CHUNK_BYTES).
+_STAGING_MEMORY_BYTES = 64 << 20
+_MIN_WRITE_CHUNK_BYTES = 64 << 10
 _FIRST_BUFFER_BYTES = 256 << 10
 _MAX_KEPT_BATCHES = 1 << 16     # a part's batch_fields rows sent with its commit message (4.5 MiB)
 _PUBLISH_THREADS = 8
@@ -490,7 +495,8 @@ class _TaskStager(RowRouter):
         # segment; on an object store it is one object written whole.
         self.local = self.storage.is_local
         self.root: LogRoot | None = None
-        self.topics: dict[str, tuple[int, Compression, int, int]] = {}   # partitions, codec, part limit, batch bytes
+        # topic -> partitions, codec, part limit, batch bytes, write chunk
+        self.topics: dict[str, tuple[int, Compression, int, int, int]] = {}
         self.pending: dict[tuple[str, int], _PartBuffer] = {}
         self.open_parts: dict[tuple[str, int], StagedPart] = {}
         self.part_files: dict[tuple[str, int], DirectFileWriter] = {}    # local: the open part's file
@@ -518,7 +524,7 @@ class _TaskStager(RowRouter):
         self.parts.clear()
         self.open_parts.clear()
 
-    def _topic(self, topic: str) -> tuple[int, Compression, int]:
+    def _topic(self, topic: str) -> tuple[int, Compression, int, int, int]:
         found = self.topics.get(topic)
         if found is None:
             if self.root is None:
@@ -539,7 +545,11 @@ class _TaskStager(RowRouter):
             # A part the commit adopts as a segment must fit one (a batch may overshoot by one
             # batch, so leave room for the largest).
             limit = max(1, min(limit, config.segment_bytes - 2 * max(batch_bytes, 1 << 20)))
-            found = self.topics[topic] = (info.partitions, codec, limit, batch_bytes)
+            chunk = limit
+            if self.local:
+                per_partition = _STAGING_MEMORY_BYTES // (2 * max(1, info.partitions))
+                chunk = min(limit, max(_MIN_WRITE_CHUNK_BYTES, min(_WRITE_CHUNK_BYTES, per_partition)))
+            found = self.topics[topic] = (info.partitions, codec, limit, batch_bytes, chunk)
         return found
 
     def _encode(self, topic, partition, codec, keys, values, ts, headers, rows) -> None:
@@ -547,8 +557,7 @@ class _TaskStager(RowRouter):
         out = self.pending.get(tp)
         if out is None:
             out = self.pending[tp] = _PartBuffer()
-        limit, batch_bytes = self.topics[topic][2:4]
-        threshold = min(limit, _WRITE_CHUNK_BYTES) if self.local else limit
+        limit, batch_bytes, threshold = self.topics[topic][2:5]
         while True:
             size, batches = encode_batch_run_into(
                 out.data, out.fill, keys, values, ts, rows=rows, headers=headers, compression=codec,
