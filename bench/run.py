@@ -17,6 +17,7 @@ import bench_broker  # noqa: E402
 import bench_broker_tiered  # noqa: E402
 import bench_clean  # noqa: E402
 import bench_decode  # noqa: E402
+import bench_encode  # noqa: E402
 import bench_fetch_cold  # noqa: E402
 import bench_lookup  # noqa: E402
 import bench_read_memory  # noqa: E402
@@ -29,6 +30,7 @@ DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
 def main() -> None:
     sections = [
         bench_decode.main([]),
+        bench_encode.main([]),
         bench_append.main(),
         bench_lookup.main(),
         bench_read_memory.main(),

@@ -645,6 +645,15 @@ cleanup:
 /* Encoding (the Spark sink's hot path).                                                       */
 
 static inline char *put_uvarint(char *p, uint64_t v) {
+    if (v < 0x80) {                 /* the common sizes first: lengths and deltas are small */
+        *p = (char)v;
+        return p + 1;
+    }
+    if (v < 0x4000) {
+        p[0] = (char)(v | 0x80);
+        p[1] = (char)(v >> 7);
+        return p + 2;
+    }
     while (v >= 0x80) {
         *p++ = (char)((v & 0x7f) | 0x80);
         v >>= 7;
@@ -653,21 +662,63 @@ static inline char *put_uvarint(char *p, uint64_t v) {
     return p;
 }
 
-static inline char *put_varlong(char *p, int64_t v) {
-    return put_uvarint(p, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+static inline uint64_t zigzag(int64_t v) {
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
 }
 
+static inline char *put_varlong(char *p, int64_t v) {
+    return put_uvarint(p, zigzag(v));
+}
+
+/* Bytes of the varint of v: one per started 7 bits (branch-free: the bit length times 9/64
+ * rounds up exactly for 1..64 bits). */
 static inline int uvarint_size(uint64_t v) {
-    int n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
+    int bits = 64 - __builtin_clzll(v | 1);
+    return (bits * 9 + 64) >> 6;
 }
 
 static inline int varlong_size(int64_t v) {
-    return uvarint_size(((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+    return uvarint_size(zigzag(v));
+}
+
+/* 16 bytes moved as one unit (an unaligned vector load/store where the target has one). */
+typedef struct { uint64_t lo, hi; } bytes16;
+
+/* Copies n key or value bytes and returns d + n. Short lengths (most keys and values) move as
+ * a few fixed-size words that overlap instead of calling memcpy; no byte outside [s, s + n) is
+ * read and none outside [d, d + n) written. */
+static inline char *copy_bytes(char *d, const char *s, size_t n) {
+    if (n <= 16) {
+        if (n >= 8) {
+            uint64_t a, b;
+            memcpy(&a, s, 8);
+            memcpy(&b, s + n - 8, 8);
+            memcpy(d, &a, 8);
+            memcpy(d + n - 8, &b, 8);
+        } else if (n >= 4) {
+            uint32_t a, b;
+            memcpy(&a, s, 4);
+            memcpy(&b, s + n - 4, 4);
+            memcpy(d, &a, 4);
+            memcpy(d + n - 4, &b, 4);
+        } else if (n > 0) {
+            char a = s[0], b = s[n / 2], c = s[n - 1];
+            d[0] = a;
+            d[n / 2] = b;
+            d[n - 1] = c;
+        }
+    } else if (n <= 256) {
+        bytes16 v;
+        for (size_t k = 0; k + 16 < n; k += 16) {
+            memcpy(&v, s + k, 16);
+            memcpy(d + k, &v, 16);
+        }
+        memcpy(&v, s + n - 16, 16);      /* the tail, overlapping the last whole word */
+        memcpy(d + n - 16, &v, 16);
+    } else {
+        memcpy(d, s, n);
+    }
+    return d + n;
 }
 
 /* A binary column as Arrow lays it out: int32 offsets (n + 1, already shifted by the array's
@@ -709,19 +760,6 @@ static int bincol_get(PyObject *offs, PyObject *data, PyObject *valid, bincol *c
     return 0;
 }
 
-/* The offsets of the listed rows (already known to be in 0..n-1), as bincol_get checks a range. */
-static int bincol_check_rows(const bincol *c, const int64_t *rows, Py_ssize_t count, const char *what) {
-    const int32_t *o = (const int32_t *)c->offs.buf;
-    for (Py_ssize_t j = 0; j < count; j++) {
-        int64_t i = rows[j];
-        if (o[i] < 0 || o[i + 1] < o[i] || o[i + 1] > c->data.len) {
-            PyErr_Format(PyExc_ValueError, "%s column offsets out of range at row %lld", what, (long long)i);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 static void bincol_release(bincol *c) {
     if (c->offs.obj)
         PyBuffer_Release(&c->offs);
@@ -735,13 +773,6 @@ static inline int bincol_null(const bincol *c, Py_ssize_t i) {
     return c->has_valid && ((const uint8_t *)c->valid.buf)[i] == 0;
 }
 
-/* The exact encoded size of one record (its length varint included). */
-static inline int64_t record_size(int64_t tsd, int64_t od, int64_t kl, int64_t vl) {
-    int64_t body = 1 + varlong_size(tsd) + varlong_size(od) + varlong_size(kl) + (kl > 0 ? kl : 0) +
-                   varlong_size(vl) + (vl > 0 ? vl : 0) + 1;
-    return varlong_size(body) + body;
-}
-
 /* One record without headers (key/value length -1: null); returns the end. */
 static inline char *put_record(char *p, int64_t tsd, int64_t od, const char *k, int64_t kl, const char *v,
                                int64_t vl) {
@@ -752,15 +783,11 @@ static inline char *put_record(char *p, int64_t tsd, int64_t od, const char *k, 
     p = put_varlong(p, tsd);
     p = put_varlong(p, od);
     p = put_varlong(p, kl);
-    if (kl > 0) {
-        memcpy(p, k, (size_t)kl);
-        p += kl;
-    }
+    if (kl > 0)
+        p = copy_bytes(p, k, (size_t)kl);
     p = put_varlong(p, vl);
-    if (vl > 0) {
-        memcpy(p, v, (size_t)vl);
-        p += vl;
-    }
+    if (vl > 0)
+        p = copy_bytes(p, v, (size_t)vl);
     *p++ = 0; /* header count */
     return p;
 }
@@ -864,13 +891,112 @@ static inline char *put_be64(char *p, uint64_t v) {
 
 /* encode_batch_run(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,
  *                  timestamps, rows, batch_bytes, max_records, partition_leader_epoch,
- *                  producer_id, producer_epoch, base_sequence) -> (bytes, batch_count)
+ *                  producer_id, producer_epoch, base_sequence[, out, out_pos])
+ *     -> (bytes, batch_count), or with `out`: (size, batch_count)
  * Uncompressed RecordBatch v2 batches (CreateTime, base offset 0, no headers) for the rows of
  * Arrow-layout binary columns, concatenated. `rows` (int64 buffer or None) lists the rows to
  * encode in order; None means 0..n-1. Batches are cut as encode.py's _chunk_bounds does: rows are
  * added while the estimated record bytes (key + value + 21 per row) stay within batch_bytes (at
  * least one row), and at most max_records (<= 0: no limit). The records of a batch are numbered
- * from 0; baseSequence (when base_sequence >= 0) is that of the batch's first row in the run. */
+ * from 0; baseSequence (when base_sequence >= 0) is that of the batch's first row in the run.
+ *
+ * Two passes. The first checks every row (index, offsets, sizes), cuts the batches and keeps
+ * what the second needs per row (row_plan), so nothing is written unless all of it fits and is
+ * valid. The second writes each batch's header first (its fields are all known by then), then
+ * its records, checksumming them a few KiB at a time while they are still in the L1 cache. */
+
+typedef struct {
+    int64_t ts_delta;
+    int32_t key_at, key_len;        /* length -1: null */
+    int32_t value_at, value_len;
+    int64_t body;                   /* the record's bytes after its length varint */
+} row_plan;
+
+typedef struct {
+    Py_ssize_t end;                 /* one past the batch's last row (index into the run) */
+    int64_t base_ts, max_ts;
+} batch_plan;
+
+/* Rows ahead whose key and value bytes are prefetched: the rows of a partition are scattered
+ * over the Arrow batch, so each record's value is a likely cache miss (24 measured best, 8 was
+ * ~3 ns/row slower in bench/bench_encode.py's sink-like setting). */
+#define PREFETCH_ROWS 24
+/* Written bytes checksummed together: whole rounds of crc32c_hw's three 256-byte lanes. */
+#define CRC_ROUND 768
+#define CRC_CHUNK (4 * CRC_ROUND)
+
+/* The columns pass 1 reads. */
+typedef struct {
+    const int32_t *koff, *voff;
+    const uint8_t *kvalid, *vvalid;     /* NULL: no nulls */
+    int64_t klimit, vlimit;             /* data buffer lengths */
+    const int64_t *t;
+    Py_ssize_t n;
+} run_columns;
+
+/* Pass 1: checks each row of the run (rows NULL: 0..count-1), cuts the batches and sizes each
+ * record exactly into plan / cuts. Returns the batch count and the run's size in *total, or -1
+ * with an exception set. */
+static inline __attribute__((always_inline)) Py_ssize_t plan_run(
+        const run_columns *c, const int64_t *rows, Py_ssize_t count, Py_ssize_t batch_bytes,
+        Py_ssize_t max_records, row_plan *plan, batch_plan *cuts, Py_ssize_t *total) {
+    const int32_t *koff = c->koff, *voff = c->voff;
+    const uint8_t *kvalid = c->kvalid, *vvalid = c->vvalid;
+    const int64_t klimit = c->klimit, vlimit = c->vlimit, *t = c->t;
+    const Py_ssize_t n = c->n;
+    Py_ssize_t batches = 0, j = 0;
+    *total = 0;
+    while (j < count) {
+        Py_ssize_t first = j;
+        int64_t estimate = 0, bytes = 0, base_ts = 0, max_ts = 0;
+        for (; j < count; j++) {
+            int64_t i = rows ? rows[j] : j;
+            if ((uint64_t)i >= (uint64_t)n) {
+                PyErr_Format(PyExc_ValueError, "row index %lld at %zd outside 0..%zd", (long long)i, j, n);
+                return -1;
+            }
+            int64_t k0 = koff[i], k1 = koff[i + 1], v0 = voff[i], v1 = voff[i + 1];
+            if (k0 < 0 || k1 < k0 || k1 > klimit) {
+                PyErr_Format(PyExc_ValueError, "key column offsets out of range at row %lld", (long long)i);
+                return -1;
+            }
+            if (v0 < 0 || v1 < v0 || v1 > vlimit) {
+                PyErr_Format(PyExc_ValueError, "value column offsets out of range at row %lld", (long long)i);
+                return -1;
+            }
+            int64_t est = (k1 - k0) + (v1 - v0) + 21;
+            if (j > first && (estimate + est > batch_bytes || (max_records > 0 && j - first >= max_records)))
+                break;
+            estimate += est;
+            int64_t stamp = t[i];
+            if (j == first)
+                base_ts = max_ts = stamp;
+            else if (stamp > max_ts)
+                max_ts = stamp;
+            int64_t kl = kvalid && !kvalid[i] ? -1 : k1 - k0;
+            int64_t vl = vvalid && !vvalid[i] ? -1 : v1 - v0;
+            int64_t tsd = (int64_t)((uint64_t)stamp - (uint64_t)base_ts);
+            int64_t body = 1 + varlong_size(tsd) + uvarint_size((uint64_t)(j - first) << 1) +
+                           varlong_size(kl) + (kl > 0 ? kl : 0) + varlong_size(vl) + (vl > 0 ? vl : 0) + 1;
+            int64_t size = uvarint_size((uint64_t)body << 1) + body;
+            if (size > INT32_LIMIT) {
+                PyErr_Format(PyExc_ValueError, "record at row %lld is too large (%lld bytes)", (long long)i,
+                             (long long)size);
+                return -1;
+            }
+            plan[j] = (row_plan){tsd, (int32_t)k0, (int32_t)kl, (int32_t)v0, (int32_t)vl, body};
+            bytes += size;
+        }
+        if (BATCH_HEADER + bytes > INT32_LIMIT) {
+            PyErr_Format(PyExc_ValueError, "a batch of rows %zd..%zd is too large", first, j);
+            return -1;
+        }
+        cuts[batches++] = (batch_plan){j, base_ts, max_ts};
+        *total += BATCH_HEADER + bytes;
+    }
+    return batches;
+}
+
 static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
     Py_ssize_t n, batch_bytes, max_records;
     int leader_epoch, producer_epoch, base_sequence;
@@ -889,13 +1015,12 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
     Py_buffer ts, rowsbuf, outbuf;
     int have_ts = 0, have_rows = 0, have_out = 0;
     PyObject *result = NULL, *data = NULL;
-    Py_ssize_t *cuts = NULL;
+    row_plan *plan = NULL;
+    batch_plan *cuts = NULL;
     memset(&key, 0, sizeof(key));
     memset(&val, 0, sizeof(val));
-    /* Offsets are checked for the rows read: all of them, or (below) those listed. */
-    Py_ssize_t checked = rowso == Py_None ? n : 0;
-    if (bincol_get(ko, kd, kv, &key, n, 0, checked, "key") < 0 ||
-        bincol_get(vo, vd, vv, &val, n, 0, checked, "value") < 0)
+    /* offsets are checked below, for the rows read only */
+    if (bincol_get(ko, kd, kv, &key, n, 0, 0, "key") < 0 || bincol_get(vo, vd, vv, &val, n, 0, 0, "value") < 0)
         goto done;
     if (PyObject_GetBuffer(tso, &ts, PyBUF_SIMPLE) < 0)
         goto done;
@@ -912,52 +1037,26 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
         have_rows = 1;
         count = rowsbuf.len / 8;
         rows = (const int64_t *)rowsbuf.buf;
-        for (Py_ssize_t j = 0; j < count; j++) {
-            if (rows[j] < 0 || rows[j] >= n) {
-                PyErr_Format(PyExc_ValueError, "row index %lld at %zd outside 0..%zd", (long long)rows[j], j, n);
-                goto done;
-            }
-        }
-        if (bincol_check_rows(&key, rows, count, "key") < 0 || bincol_check_rows(&val, rows, count, "value") < 0)
-            goto done;
     }
     const int32_t *koff = (const int32_t *)key.offs.buf, *voff = (const int32_t *)val.offs.buf;
+    const uint8_t *kvalid = key.has_valid ? (const uint8_t *)key.valid.buf : NULL;
+    const uint8_t *vvalid = val.has_valid ? (const uint8_t *)val.valid.buf : NULL;
+    const int64_t klimit = key.data.len, vlimit = val.data.len;
     const int64_t *t = (const int64_t *)ts.buf;
     const char *kdat = (const char *)key.data.buf, *vdat = (const char *)val.data.buf;
-    cuts = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(count + 1));
-    if (cuts == NULL) {
+    plan = PyMem_Malloc(sizeof(row_plan) * (size_t)(count + 1));
+    cuts = PyMem_Malloc(sizeof(batch_plan) * (size_t)(count + 1));
+    if (plan == NULL || cuts == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    /* pass 1: cut points and the exact output size */
-    Py_ssize_t batches = 0, total = 0, j = 0;
-    while (j < count) {
-        Py_ssize_t first = j;
-        int64_t estimate = 0, bytes = 0;
-        int64_t base_ts = t[rows ? rows[j] : j];
-        while (j < count) {
-            Py_ssize_t i = rows ? rows[j] : j;
-            int64_t kl = bincol_null(&key, i) ? -1 : koff[i + 1] - koff[i];
-            int64_t vl = bincol_null(&val, i) ? -1 : voff[i + 1] - voff[i];
-            int64_t est = (int64_t)(koff[i + 1] - koff[i]) + (voff[i + 1] - voff[i]) + 21;
-            if (j > first && (estimate + est > batch_bytes || (max_records > 0 && j - first >= max_records)))
-                break;
-            estimate += est;
-            int64_t size = record_size(t[i] - base_ts, j - first, kl, vl);
-            if (size > INT32_LIMIT) {
-                PyErr_Format(PyExc_ValueError, "record at row %zd is too large (%lld bytes)", i, (long long)size);
-                goto done;
-            }
-            bytes += size;
-            j++;
-        }
-        if (BATCH_HEADER + bytes > INT32_LIMIT) {
-            PyErr_Format(PyExc_ValueError, "a batch of rows %zd..%zd is too large", first, j);
-            goto done;
-        }
-        cuts[batches++] = j;
-        total += BATCH_HEADER + bytes;
-    }
+    /* pass 1, inlined for a row list and for all rows */
+    run_columns cols = {koff, voff, kvalid, vvalid, klimit, vlimit, t, n};
+    Py_ssize_t total;
+    Py_ssize_t batches = rows ? plan_run(&cols, rows, count, batch_bytes, max_records, plan, cuts, &total)
+                              : plan_run(&cols, NULL, count, batch_bytes, max_records, plan, cuts, &total);
+    if (batches < 0)
+        goto done;
     char *out;
     if (outo != Py_None) {
         /* Into the caller's buffer at out_pos; when the batches do not fit, nothing is written
@@ -980,41 +1079,57 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
             goto done;
         out = PyBytes_AS_STRING(data);
     }
-    /* pass 2: records, then each batch's header and CRC (the GIL is not needed: buffers are held) */
+    /* pass 2: per batch, the header, then the records (the GIL is not needed: buffers are held) */
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t from = 0;
     char *p = out;
     for (Py_ssize_t b = 0; b < batches; b++) {
         char *head = p;
-        p += BATCH_HEADER;
-        Py_ssize_t to = cuts[b];
-        int64_t base_ts = t[rows ? rows[from] : from], max_ts = base_ts;
-        for (Py_ssize_t jj = from; jj < to; jj++) {
-            Py_ssize_t i = rows ? rows[jj] : jj;
-            if (t[i] > max_ts)
-                max_ts = t[i];
-            int64_t kl = bincol_null(&key, i) ? -1 : koff[i + 1] - koff[i];
-            int64_t vl = bincol_null(&val, i) ? -1 : voff[i + 1] - voff[i];
-            p = put_record(p, t[i] - base_ts, jj - from, kdat + koff[i], kl, vdat + voff[i], vl);
-        }
+        Py_ssize_t to = cuts[b].end;
         int32_t records = (int32_t)(to - from);
         int32_t seq = base_sequence < 0 ? -1 : (int32_t)(((int64_t)base_sequence + from) % SEQUENCE_WRAP);
-        char *h = head;
-        h = put_be64(h, 0);                                   /* baseOffset */
-        h = put_be32(h, (uint32_t)(p - head - 12));           /* batchLength */
-        h = put_be32(h, (uint32_t)leader_epoch);              /* partitionLeaderEpoch */
-        *h++ = 2;                                             /* magic */
-        char *crc_at = h;
-        h += 4;
+        char *h = head + 21;                                  /* the checksummed part */
         h = put_be16(h, 0);                                   /* attributes: none, CreateTime */
         h = put_be32(h, (uint32_t)(records - 1));             /* lastOffsetDelta */
-        h = put_be64(h, (uint64_t)base_ts);
-        h = put_be64(h, (uint64_t)max_ts);
+        h = put_be64(h, (uint64_t)cuts[b].base_ts);
+        h = put_be64(h, (uint64_t)cuts[b].max_ts);
         h = put_be64(h, (uint64_t)producer_id);
         h = put_be16(h, producer_epoch);
         h = put_be32(h, (uint32_t)seq);
-        put_be32(h, (uint32_t)records);
-        put_be32(crc_at, crc32c_of((const uint8_t *)crc_at + 4, p - crc_at - 4));
+        p = put_be32(h, (uint32_t)records);
+        uint32_t crc = CRC32C_START;
+        const char *unsummed = head + 21;
+        for (Py_ssize_t jj = from; jj < to; jj++) {
+            if (jj + PREFETCH_ROWS < count) {
+                const row_plan *ahead = &plan[jj + PREFETCH_ROWS];
+                __builtin_prefetch(vdat + ahead->value_at);
+                __builtin_prefetch(vdat + ahead->value_at + 64);
+                __builtin_prefetch(kdat + ahead->key_at);
+            }
+            const row_plan *r = &plan[jj];
+            p = put_uvarint(p, (uint64_t)r->body << 1);
+            *p++ = 0;                                         /* attributes */
+            p = put_varlong(p, r->ts_delta);
+            p = put_uvarint(p, (uint64_t)(jj - from) << 1);   /* offsetDelta */
+            p = put_varlong(p, r->key_len);
+            if (r->key_len > 0)
+                p = copy_bytes(p, kdat + r->key_at, (size_t)r->key_len);
+            p = put_varlong(p, r->value_len);
+            if (r->value_len > 0)
+                p = copy_bytes(p, vdat + r->value_at, (size_t)r->value_len);
+            *p++ = 0;                                         /* header count */
+            if (p - unsummed >= CRC_CHUNK) {
+                Py_ssize_t len = (p - unsummed) / CRC_ROUND * CRC_ROUND;
+                crc = crc32c_extend(crc, (const uint8_t *)unsummed, len);
+                unsummed += len;
+            }
+        }
+        crc = crc32c_extend(crc, (const uint8_t *)unsummed, p - unsummed);
+        h = put_be64(head, 0);                                /* baseOffset */
+        h = put_be32(h, (uint32_t)(p - head - 12));           /* batchLength */
+        h = put_be32(h, (uint32_t)leader_epoch);              /* partitionLeaderEpoch */
+        *h++ = 2;                                             /* magic */
+        put_be32(h, ~crc);
         from = to;
     }
     Py_END_ALLOW_THREADS
@@ -1024,6 +1139,7 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
         result = Py_BuildValue("(On)", data, batches);
 done:
     Py_XDECREF(data);
+    PyMem_Free(plan);
     PyMem_Free(cuts);
     if (have_out)
         PyBuffer_Release(&outbuf);

@@ -127,15 +127,22 @@ static void crc32c_init(void) {
 #endif
 }
 
-static uint32_t crc32c_of(const uint8_t *p, Py_ssize_t n) {
+/* The CRC register after `n` more bytes: a checksum can be built piece by piece, e.g. over
+ * the parts of a batch as they are written. Start from CRC32C_START; the checksum is ~register. */
+#define CRC32C_START 0xffffffffu
+
+static uint32_t crc32c_extend(uint32_t crc, const uint8_t *p, Py_ssize_t n) {
 #ifdef SEGLOG_HAVE_HW_CRC
     if (crc32c_hw_ok)
-        return ~crc32c_hw(0xffffffffu, p, n);
+        return crc32c_hw(crc, p, n);
 #endif
-    uint32_t crc = 0xffffffffu;
     while (n--)
         crc = crc32c_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return ~crc;
+    return crc;
+}
+
+static uint32_t crc32c_of(const uint8_t *p, Py_ssize_t n) {
+    return ~crc32c_extend(CRC32C_START, p, n);
 }
 
 #endif

@@ -208,3 +208,27 @@ def test_murmur2_known_vectors():
     got = murmur2_partitions(keys, 2**31 - 1).tolist()
     for (k, h), p in zip(cases.items(), got):
         assert p == (h & 0x7FFFFFFF) % (2**31 - 1)
+
+
+# Lengths on both sides of each of the C encoder's copy paths (0, 1-3, 4-7, 8-16, 17-256, longer).
+_COPY_EDGES = [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 255, 256, 257, 1000]
+edge_bytes = st.one_of(st.none(), st.sampled_from(_COPY_EDGES).map(lambda n: bytes((n + i) % 251 for i in range(n))))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(edge_bytes, edge_bytes, st.integers(0, 2**41)), min_size=1, max_size=400),
+       st.integers(1, 40_000), st.randoms(use_true_random=False))
+def test_batch_run_copy_paths_and_checksum_chunks_match_the_reference(data, batch_bytes, rnd):
+    """Every key/value copy path, and batches long enough that the checksum is taken in several
+    chunks ending at every kind of record boundary, byte for byte as the pure-Python encoder."""
+    keys = pa.array([k for k, _, _ in data], pa.binary())
+    values = pa.array([v for _, v, _ in data], pa.binary())
+    ts = np.array([t for _, _, t in data], dtype=np.int64)
+    rows = np.array(rnd.sample(range(len(data)), rnd.randint(1, len(data))), dtype=np.int64)
+    run, count = encode_batch_run(keys, values, ts, rows=rows, batch_bytes=batch_bytes)
+    taken = [data[r] for r in rows]
+    expected, i = [], 0
+    for _, header in iter_batches(run, allow_partial_tail=False):
+        expected.append(build_batch([(k, v, (), t) for k, v, t in taken[i:i + header.records_count]]))
+        i += header.records_count
+    assert i == len(taken) and count == len(expected) and run == b"".join(expected)
