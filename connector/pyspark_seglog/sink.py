@@ -263,8 +263,12 @@ class _SeglogWriterBase:
         storage = open_storage(self.opts.root, self.opts.storage_options)
         staging = _staging(query_id, batch_id)
         parts = [p for m in msgs for p in m.parts]
+        held: dict[tuple[str, int], tuple[int, str]] = {}
         if self.streaming:
             committed = _read_json(storage, f"{_staging(query_id)}/{COMMITTED}")
+            # (epoch, writer id) this query last held each partition with: taken back at the
+            # same epoch if nobody took the partition since (no leader-epoch entry per batch)
+            held = _held_epochs(committed)
             if committed is not None and committed.get("batch", -1) >= batch_id:
                 logger.info("seglog sink: batch %s of query %s was already committed", batch_id, query_id)
                 _cleanup(storage, query_id, batch_id)
@@ -286,7 +290,8 @@ class _SeglogWriterBase:
                 # Take every target partition and check its owner before publishing any of them.
                 # Partitions are taken, published and closed in parallel: each has its own fence,
                 # files and fsyncs.
-                opened = {tp: pool.submit(root.log, *tp, writer=True) for tp in sorted(by_partition)}
+                opened = {tp: pool.submit(root.log, *tp, writer=True, resume=held.get(tp))
+                          for tp in sorted(by_partition)}
                 errors = []
                 for tp, future in opened.items():
                     try:
@@ -317,14 +322,17 @@ class _SeglogWriterBase:
                 verify_crc = pinned is not None if self.streaming else False
                 _run_all(pool, [(_publish, storage, log, parts, commit_marker, self.opts.staging_adopt_bytes,
                                  verify_crc) for log, parts in todo])
+                held.update((tp, (log.leader_epoch, log.fence.writer_id)) for tp, log in logs.items())
             finally:
                 _run_all(pool, [(log.close,) for log in logs.values()])
         finally:
             pool.shutdown()
             root.close()
         if self.streaming:
+            # Read by the next commit, after the logs released their partitions (close above).
+            epochs = [[topic, p, epoch, writer] for (topic, p), (epoch, writer) in sorted(held.items())]
             storage.write_atomic(f"{_staging(query_id)}/{COMMITTED}",
-                                 json.dumps({"batch": batch_id}).encode())
+                                 json.dumps({"batch": batch_id, "epochs": epochs}).encode())
         _cleanup(storage, query_id, batch_id)
 
     def _check_owner(self, log, query_id: str) -> None:
@@ -377,6 +385,15 @@ def _publish(storage, log, parts: list[StagedPart], marker: dict | None, adopt_b
             continue
         log.append_staged(storage.read(part.path))
     log.commit(marker=marker)
+
+
+def _held_epochs(committed: dict | None) -> dict[tuple[str, int], tuple[int, str]]:
+    """`_committed.json`'s "epochs": [[topic, partition, epoch, writer id], ...] (none in files
+    written before it was recorded, and for a query's first batch)."""
+    if committed is None:
+        return {}
+    return {(str(topic), int(p)): (int(epoch), str(writer))
+            for topic, p, epoch, writer in committed.get("epochs", [])}
 
 
 def _run_all(pool: ThreadPoolExecutor, calls: list[tuple]) -> None:

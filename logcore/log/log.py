@@ -135,7 +135,8 @@ class Log:
 
     def __init__(self, storage, directory: str, topic: str, partition: int, config, state_store, *,
                  fence=None, read_only: bool = False, kafka_clean: bool = False,
-                 truncate_uncommitted: bool = True, remote: RemoteLogView | None = None):
+                 truncate_uncommitted: bool = True, remote: RemoteLogView | None = None,
+                 resume: tuple[int, str] | None = None):
         self.storage = storage
         # Tiered storage: the remote segments below the local ones (None: the log is all local).
         self.remote = remote
@@ -181,7 +182,9 @@ class Log:
         if self.writer and self.read_only:
             raise ReadOnlyLogError(f"cannot open {directory} for writing: the log is read-only")
         if self.writer:
-            self.leader_epoch = fence.acquire()
+            # resume: take the epoch back if nobody took the partition since (WriterFence);
+            # the load below cuts an uncommitted tail either way.
+            self.leader_epoch = fence.acquire(resume=resume)
         with self._critical() if self.writer else nullcontext():
             self._load(kafka_clean)
 

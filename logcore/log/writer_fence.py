@@ -17,6 +17,25 @@ live producer or sink). Whether a writer still holds a partition: on local disk 
 holds a shared flock on `.writer-held.lock` until it releases (the kernel drops it when the process
 dies), and `only_if_free` needs it exclusively for a moment; on object stores a writer marks its
 epoch record `released` when it closes, and a record that is not released counts as held.
+
+Resuming (`acquire(resume=(epoch, writer_id))`): a writer that held the partition and released
+it takes it back at the SAME epoch when nobody took it in between, so a writer that opens and
+closes a partition per commit (the Spark sink, once per micro-batch) does not add a leader-epoch
+entry per commit; Kafka too bumps the epoch only when leadership changes. It resumes only when
+  - the partition's epoch record still names exactly that epoch and writer id (any other
+    writer's takeover, a bump, changed it), and
+  - nobody holds the partition now: on local disk the fence gets `.writer-held.lock`
+    exclusively for a moment (every live writer holds it shared; the kernel drops it when a
+    process dies), on object stores the record is marked `released` and the fence replaces it
+    (released=False) with put_if_version, so of two racing resumers only one wins.
+Otherwise it bumps as any takeover does. Why this is safe: an epoch claims "one writer since
+this epoch's first offset". The record is unchanged since the resumed writer held it, so nobody
+wrote at another epoch in between; and the partition is free, so the earlier holder of that
+identity (maybe a process still alive) has closed or died and cannot write at that epoch any
+more. A zombie that tries to resume after a newer writer took the partition finds another epoch
+or writer id and bumps, which fences the newer writer exactly as any takeover does (and shows as
+a new leader-epoch entry). A resumed fence pins the epoch file anew on local disk, so a later
+takeover (a new file) is still detected by `check`.
 """
 from __future__ import annotations
 
@@ -88,6 +107,7 @@ class WriterFence:
         self._lock_fd: int | None = None       # local: .writer.lock, flocked in critical()
         self._thread_lock = threading.Lock()   # flock does not exclude threads sharing one fd
         self._epoch_os_path: str | None = None
+        self.resumed = False                   # the last acquire took the epoch back (no bump)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -112,31 +132,44 @@ class WriterFence:
 
     # -- taking the partition ------------------------------------------------------------------
 
-    def acquire(self, min_epoch: int = 0) -> int:
+    def acquire(self, min_epoch: int = 0, *, resume: tuple[int, str] | None = None) -> int:
         """Bump the partition's epoch (to at least `min_epoch`) and make it mine; returns it.
 
+        resume=(epoch, writer_id), this partition's `partition_leader_epoch` and `writer_id` when
+        the caller last held it: take it back at that epoch, without a bump, if the record is
+        unchanged and nobody holds the partition (module docstring); `resumed` says which.
         With `only_if_free`, PartitionInUseError instead when another writer holds it."""
+        self.resumed = False
         if self.storage.is_local:
-            self._hold_local()
+            free = self._hold_local(exclusive=resume is not None)
             with self.storage.lock(self.lock_path):
-                epoch = self._bump(min_epoch)
+                epoch = self._bump(min_epoch, resume if free else None)
                 self._pin_local(epoch)
             if self._lock_fd is None:
                 self._lock_fd = os.open(self.storage.local_path(self.lock_path),
                                         os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            if self.only_if_free:
+            if free:
                 fcntl.flock(self._held_fd, fcntl.LOCK_SH)   # now held like any writer's
             return epoch
-        return self._bump(min_epoch)
+        return self._bump(min_epoch, resume)
 
-    def _hold_local(self) -> None:
+    def _hold_local(self, *, exclusive: bool = False) -> bool:
+        """Hold `.writer-held.lock` shared, as every writer does, or return True holding it
+        exclusively (nobody else holds the partition; the caller shares it once it took the
+        partition). `exclusive` asks for that if possible (a resume); `only_if_free` insists."""
         if self._held_fd is None:
             self.storage.makedirs(self.partition_dir)
             self._held_fd = os.open(self.storage.local_path(self.held_path),
                                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         if not self.only_if_free:
+            if exclusive:
+                try:
+                    fcntl.flock(self._held_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    pass                # a live writer holds it: no resume, a takeover
             fcntl.flock(self._held_fd, fcntl.LOCK_SH)
-            return
+            return False
         try:
             fcntl.flock(self._held_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -145,8 +178,11 @@ class WriterFence:
             raise PartitionInUseError(
                 f"partition {self.storage.describe(self.partition_dir)} is held by another writer"
                 " (a live process has it open for writing)") from None
+        return True
 
-    def _bump(self, min_epoch: int) -> int:
+    def _bump(self, min_epoch: int, resume: tuple[int, str] | None = None) -> int:
+        """Take the partition: resume it (see acquire) or write a higher epoch. Local disk: the
+        caller holds the lock file, and passes `resume` only while the partition is free."""
         for attempt in range(_MAX_ACQUIRE_ATTEMPTS):
             found = self._read()
             now_ms = int(time.time() * 1000)
@@ -158,6 +194,23 @@ class WriterFence:
                     f" {record.epoch} since {record.acquired_ms} (ms since the epoch): it has not"
                     " released it (still writing, or it stopped without closing; the next writer"
                     " that closes the partition releases it)")
+            if (resume is not None and found is not None and resume[0] >= min_epoch
+                    and (found[0].epoch, found[0].writer) == (resume[0], resume[1])
+                    and (self.storage.is_local or found[0].released)):
+                epoch, writer = found[0].epoch, found[0].writer
+                if self.storage.is_local:
+                    # Unchanged, and nobody holds it (the caller holds the lock file and the held
+                    # lock exclusively): it is mine as it stands. No write; the caller re-pins it.
+                    version: str | None = found[1]
+                else:
+                    version = self.storage.put_if_version(
+                        self.epoch_path, EpochRecord(epoch, writer, now_ms).encode(), found[1])
+                if version is not None:
+                    self.writer_id, self._epoch, self._version = writer, epoch, version
+                    self.resumed = True
+                    return epoch
+                resume = None           # another writer took or resumed it meanwhile: bump past it
+                continue
             if found is None:
                 epoch = max(0, min_epoch)
                 version = self.storage.put_if_absent(

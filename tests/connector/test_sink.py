@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import time
 
@@ -148,6 +149,95 @@ def test_second_query_is_fenced_and_takeover(spark, tmp_path):
     msg = _stage(root, writer, qa.id, 1, 0, [(b"k1", b"late")])
     with pytest.raises(FencedWriterError, match=qb2.id):
         writer.commit([msg], 1)
+
+
+def epoch_entries(root: str, topic: str, storage_options=None) -> dict[int, list[tuple[int, int]]]:
+    """Each partition's leader-epoch-checkpoint entries."""
+    r = LogRoot.open(root, storage_options=storage_options)
+    try:
+        return {p: r.log(topic, p).epoch_cache.entries for p in range(r.describe_topic(topic).partitions)}
+    finally:
+        r.close()
+
+
+def batch_epochs(root: str, topic: str, storage_options=None) -> set[int]:
+    """The partitionLeaderEpoch of every batch the topic holds."""
+    r = LogRoot.open(root, storage_options=storage_options)
+    try:
+        epochs = set()
+        for p in range(r.describe_topic(topic).partitions):
+            log = r.log(topic, p)
+            for seg in log.segments:
+                data = log.storage.read(seg.log_path)
+                epochs |= {h.partition_leader_epoch for _, h in iter_batches(data)}
+        return epochs
+    finally:
+        r.close()
+
+
+def test_stream_keeps_its_leader_epoch_across_micro_batches(spark, tmp_path):
+    """One leader-epoch entry per partition for a query's many micro-batches (also across a
+    restart of the query); a writer taking a partition in between costs one more entry there."""
+    src, root, ckpt = tmp_path / "in", str(tmp_path / "root"), tmp_path / "ckpt"
+    src.mkdir()
+    for f in range(5):
+        write_input_file(src, f"f{f}.parquet", f * 100, 100)
+    q = run_available_now(spark, src, root, ckpt, topic="t", **{"topic.partitions": "2"})
+    assert q.exception() is None
+    assert len(q.recentProgress) >= 5                      # one micro-batch per file
+    first = epoch_entries(root, "t")
+    assert all(len(entries) == 1 for entries in first.values()), first
+    assert batch_epochs(root, "t") == {first[0][0][0]} == {first[1][0][0]}
+    # the restarted query resumes the epochs its last commit recorded
+    for f in range(5, 7):
+        write_input_file(src, f"f{f}.parquet", f * 100, 100)
+    assert run_available_now(spark, src, root, ckpt, topic="t").exception() is None
+    assert epoch_entries(root, "t") == first
+    # another writer takes partition 0 (fencing nobody: the query's commits released it)
+    with LogRoot.open(root) as r, r.log("t", 0, writer=True) as other:
+        taken = other.leader_epoch
+    assert taken == first[0][0][0] + 1
+    for f in range(7, 9):
+        write_input_file(src, f"f{f}.parquet", f * 100, 100)
+    assert run_available_now(spark, src, root, ckpt, topic="t").exception() is None
+    after = epoch_entries(root, "t")
+    assert after[1] == first[1]                            # untouched partition: still resumed
+    assert [e for e, _ in after[0]] == [first[0][0][0], taken + 1]   # one takeover: one entry
+    check_rows(read_all(root, "t"), range(900))
+
+
+def _commit_batches(root, opts, query_id, batches, first_batch=0, storage_options=None):
+    rows = [(f"k{i}".encode(), b"x") for i in range(40)]
+    for b in range(first_batch, first_batch + batches):
+        w = SeglogStreamWriter(opts, _schema(), False)
+        w.commit([_stage(root, w, query_id, b, 0, rows)], b)
+
+
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_driver_commits_resume_and_a_takeover_is_fenced(tmp_path, kind):
+    root = str(tmp_path / "root") if kind == "local" else f"memory://{tmp_path.name}/root"
+    opts = {"path": root, "topic": "t", "topic.partitions": "2"}
+    _commit_batches(root, opts, "qa", 12)
+    entries = epoch_entries(root, "t")
+    assert all(len(e) == 1 for e in entries.values()), entries
+    committed = json.loads(open_storage(root).read(f"{STAGING_DIR}/qa/{COMMITTED}"))
+    assert committed["batch"] == 11
+    assert sorted((t, p, e) for t, p, e, _ in committed["epochs"]) == [
+        ("t", p, entries[p][0][0]) for p in range(2)]
+    # a writer that holds partition 1 while the next commit runs: the commit takes it over
+    # (a bump, not a resume of the query's epoch) and the holder is fenced
+    r = LogRoot.open(root)
+    holder = r.log("t", 1, writer=True)
+    _commit_batches(root, opts, "qa", 1, first_batch=12)
+    with pytest.raises(FencedWriterError):
+        holder.append_records([(b"k", b"late", (), 1)])
+        holder.commit()
+    r.close()
+    after = epoch_entries(root, "t")
+    assert after[0] == entries[0]
+    assert [e for e, _ in after[1]] == [entries[1][0][0], entries[1][0][0] + 2]
+    assert sum(len(v) for v in read_all(root, "t").values()) == 13 * 40
+    assert all(r.value == b"x" for rs in read_all(root, "t").values() for r in rs)
 
 
 # ------------------------------------------------------------------------------- batch writes

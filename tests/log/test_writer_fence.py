@@ -190,3 +190,131 @@ def test_local_check_notices_takeover_within_one_mtime_tick(tmp_path):
             mine.check()
         mine.acquire()
         mine.check()
+
+
+# -- resuming an epoch ----------------------------------------------------------------------------
+
+def _hold_and_release(storage) -> tuple[int, str]:
+    fence = WriterFence(storage, PARTITION)
+    epoch = fence.acquire()
+    fence.check()
+    fence.release()
+    return epoch, fence.writer_id
+
+
+def test_released_writer_resumes_its_epoch_without_a_bump(storage):
+    token = _hold_and_release(storage)
+    for _ in range(3):
+        fence = WriterFence(storage, PARTITION)
+        assert fence.acquire(resume=token) == token[0]
+        assert fence.resumed and fence.writer_id == token[1]
+        assert fence.current_epoch() == token[0]
+        fence.check()
+        with fence.critical():
+            pass
+        fence.release()
+    # a takeover after a resume is seen, as after a bump
+    fence = WriterFence(storage, PARTITION)
+    fence.acquire(resume=token)
+    assert fence.resumed
+    taker = WriterFence(storage, PARTITION)
+    assert taker.acquire() == token[0] + 1
+    with pytest.raises(FencedWriterError, match=f"epoch {token[0]}.*now {token[0] + 1}"):
+        fence.check()
+    with pytest.raises(FencedWriterError):
+        with fence.critical():
+            pass
+    taker.check()
+
+
+def test_resume_after_another_writer_took_the_partition_bumps_and_fences_it(storage):
+    token = _hold_and_release(storage)
+    other = WriterFence(storage, PARTITION)
+    assert other.acquire() == token[0] + 1
+    other.release()
+    zombie = WriterFence(storage, PARTITION)
+    assert zombie.acquire(resume=token) == token[0] + 2      # not the old epoch: a takeover
+    assert not zombie.resumed and zombie.writer_id != token[1]
+    # the other writer's own token no longer matches either: it bumps too
+    again = WriterFence(storage, PARTITION)
+    assert again.acquire(resume=(other.partition_leader_epoch, other.writer_id)) == token[0] + 3
+    assert not again.resumed
+    with pytest.raises(FencedWriterError):
+        zombie.check()
+
+
+def test_resume_while_the_holder_still_holds_it_bumps(storage):
+    holder = WriterFence(storage, PARTITION)
+    epoch = holder.acquire()
+    # the same identity cannot be taken over silently while its holder is live: a bump fences it
+    second = WriterFence(storage, PARTITION)
+    assert second.acquire(resume=(epoch, holder.writer_id)) == epoch + 1
+    assert not second.resumed
+    with pytest.raises(FencedWriterError):
+        holder.check()
+
+
+def test_racing_resumers_one_resumes_and_the_others_bump(storage):
+    token = _hold_and_release(storage)
+    fences = [WriterFence(storage, PARTITION) for _ in range(4)]
+    barrier = threading.Barrier(len(fences))
+    errors: list[BaseException] = []
+
+    def take(fence: WriterFence) -> None:
+        try:
+            barrier.wait()
+            fence.acquire(resume=token)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=take, args=(f,)) for f in fences]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    epochs = sorted(f.partition_leader_epoch for f in fences)
+    assert len(set(epochs)) == len(fences)          # never two holders of one epoch
+    assert sum(f.resumed for f in fences) <= 1
+    live = []
+    for fence in fences:
+        try:
+            fence.check()
+            live.append(fence)
+        except FencedWriterError:
+            pass
+    assert len(live) == 1 and live[0].partition_leader_epoch == epochs[-1]
+
+
+def test_resume_below_min_epoch_bumps(storage):
+    token = _hold_and_release(storage)
+    fence = WriterFence(storage, PARTITION)
+    assert fence.acquire(min_epoch=5, resume=token) == 5
+    assert not fence.resumed
+
+
+def test_object_store_resume_needs_a_released_record(tmp_path):
+    storage = open_storage("memory://" + tmp_path.name + "-resume")
+    crashed = WriterFence(storage, PARTITION)
+    epoch = crashed.acquire()
+    crashed.close()                      # stopped without release: the record still says held
+    fence = WriterFence(storage, PARTITION)
+    assert fence.acquire(resume=(epoch, crashed.writer_id)) == epoch + 1
+    assert not fence.resumed
+    fence.release()
+    record = json.loads(storage.read(storage.join(PARTITION, EPOCH_FILE)))
+    assert record["released"] is True
+    again = WriterFence(storage, PARTITION)
+    assert again.acquire(resume=(epoch + 1, fence.writer_id)) == epoch + 1 and again.resumed
+    record = json.loads(storage.read(storage.join(PARTITION, EPOCH_FILE)))
+    assert "released" not in record and record["writer"] == fence.writer_id
+
+
+def test_local_resume_after_the_holder_died_keeps_the_epoch(tmp_path):
+    storage = open_storage(str(tmp_path))
+    crashed = WriterFence(storage, PARTITION)
+    epoch = crashed.acquire()
+    crashed.close()                      # as a dead process: its flocks are gone
+    fence = WriterFence(storage, PARTITION)
+    assert fence.acquire(resume=(epoch, crashed.writer_id)) == epoch and fence.resumed
+    fence.check()
