@@ -281,8 +281,12 @@ def test_batch_write_is_atomic_per_job(spark, tmp_path):
          .mode("append").save(root))
     assert sum(len(v) for v in read_all(root, "t").values()) == 0
     # The job's other task may still be ending (killed) after the abort: it removes its own parts.
+    # Its Python worker may go on with that after Spark has marked the stage done, so wait for
+    # the stage, then for the parts to go.
     deadline = time.monotonic() + 30
     while spark.sparkContext.statusTracker().getActiveStageIds() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    while staging_leftovers(root) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert staging_leftovers(root) == []
 
