@@ -57,6 +57,10 @@ logger = logging.getLogger(__name__)
 STAGING_DIR = ".seglog-staging"
 MANIFEST = "_manifest.json"
 COMMITTED = "_committed.json"
+# A batch job's staging folder holds this from planning until its commit or abort ends the job:
+# a task attempt that finishes staging when it is gone (a straggler of an aborted job, a zombie
+# of a committed one) removes what it staged itself, since no commit or abort will.
+JOB_MARKER = "_job"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
@@ -237,6 +241,14 @@ class _SeglogWriterBase:
             stager.discard()
             raise
         stager.close()
+        if not self.streaming and not stager.storage.exists(f"{_staging(query_id)}/{JOB_MARKER}"):
+            # The job ended (aborted, or committed without this attempt) while this attempt
+            # staged: the marker goes before the staging is swept, so these parts may have
+            # been made after the sweep.
+            logger.info("seglog sink: job %s ended before task %s attempt %s finished; its parts"
+                        " are removed", query_id, task, attempt)
+            stager.discard()
+            return SeglogCommitMessage(query_id, batch_id, task, attempt, [])
         return SeglogCommitMessage(query_id, batch_id, task, attempt, stager.parts)
 
     def _produce(self, iterator, task: int, attempt: int):
@@ -333,6 +345,8 @@ class _SeglogWriterBase:
             epochs = [[topic, p, epoch, writer] for (topic, p), (epoch, writer) in sorted(held.items())]
             storage.write_atomic(f"{_staging(query_id)}/{COMMITTED}",
                                  json.dumps({"batch": batch_id, "epochs": epochs}).encode())
+        else:
+            _end_job(storage, query_id)
         _cleanup(storage, query_id, batch_id)
 
     def _check_owner(self, log, query_id: str) -> None:
@@ -439,18 +453,28 @@ class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
         super().__init__(options, schema, overwrite)
         # made when the write is planned; this instance is pickled to the tasks and to commit()
         self.job_id = f"job-{uuid.uuid4().hex}"
+        if self.opts.bootstrap_servers is None:
+            storage = open_storage(self.opts.root, self.opts.storage_options)
+            storage.write_atomic(f"{_staging(self.job_id)}/{JOB_MARKER}", b"", durable=False)
 
     def _identity(self, ctx) -> tuple[str, int]:
         return self.job_id, 0
 
     def commit(self, messages) -> None:
         self._commit(messages, 0)
+        self._sweep()           # a job none of whose tasks staged anything
 
     def abort(self, messages) -> None:
+        if self.opts.bootstrap_servers is None:
+            _end_job(open_storage(self.opts.root, self.opts.storage_options), self.job_id)
         self._abort(messages, 0)
+        self._sweep()
+
+    def _sweep(self) -> None:
         if self.opts.bootstrap_servers is not None:
             return
         storage = open_storage(self.opts.root, self.opts.storage_options)
+        _end_job(storage, self.job_id)
         if storage.exists(_staging(self.job_id)):
             storage.delete_dir(_staging(self.job_id))
 
@@ -461,6 +485,11 @@ def _read_json(storage, path: str):
     if not storage.exists(path):
         return None
     return json.loads(storage.read(path))
+
+
+def _end_job(storage, job_id: str) -> None:
+    """Remove a batch job's marker, before its staging is swept (see JOB_MARKER)."""
+    storage.delete(f"{_staging(job_id)}/{JOB_MARKER}", missing_ok=True)
 
 
 def _cleanup(storage, query_id: str, batch_id: int) -> None:

@@ -18,6 +18,7 @@ from logcore.storage import open_storage
 
 from pyspark_seglog.sink import (
     COMMITTED,
+    JOB_MARKER,
     STAGING_DIR,
     SeglogBatchWriter,
     SeglogCommitMessage,
@@ -79,7 +80,7 @@ def staging_leftovers(root: str) -> list[str]:
     base = os.path.join(root, STAGING_DIR)
     found = []
     for dirpath, _, files in os.walk(base):
-        found += [os.path.relpath(os.path.join(dirpath, f), base) for f in files if f != COMMITTED]
+        found += [os.path.relpath(os.path.join(dirpath, f), base) for f in files if f not in (COMMITTED, JOB_MARKER)]
     return found
 
 
@@ -305,6 +306,36 @@ def test_a_failed_task_removes_what_it_staged(tmp_path):
     with pytest.raises(RuntimeError, match="input failed"):
         w.write(input_that_fails())
     assert staging_leftovers(root) == []
+
+
+def _rows(start: int, n: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([b"k%d" % i for i in range(start, start + n)]),
+                                       pa.array([b"v%d" % i for i in range(start, start + n)])], ["key", "value"])
+
+
+def test_an_attempt_that_ends_after_the_jobs_abort_removes_its_parts(tmp_path):
+    """Spark may abort a batch job (another task failed) while a task is still staging; no
+    commit or abort comes after, so that task must not leave its parts behind."""
+    root = str(tmp_path / "root")
+    w = SeglogBatchWriter({"path": root, "topic": "t", "staging.part.bytes": "1"}, _schema(), False)
+    assert staging_leftovers(root) == [] and os.listdir(os.path.join(root, STAGING_DIR))
+    w.abort([])
+    message = w.write(iter([_rows(0, 100), _rows(100, 100)]))
+    assert message.parts == []
+    assert staging_leftovers(root) == []
+    assert sum(len(v) for v in read_all(root, "t").values()) == 0
+
+
+def test_a_zombie_attempt_after_the_commit_removes_its_parts(tmp_path):
+    root = str(tmp_path / "root")
+    w = SeglogBatchWriter({"path": root, "topic": "t"}, _schema(), False)
+    w.commit([w.write(iter([_rows(0, 300)]))])
+    assert not os.path.exists(os.path.join(root, STAGING_DIR, w.job_id))
+    # a second attempt of the same task that Spark no longer waits for finishes now
+    assert w.write(iter([_rows(0, 300)])).parts == []
+    assert staging_leftovers(root) == []
+    assert sorted(r.value for v in read_all(root, "t").values() for r in v) == sorted(
+        b"v%d" % i for i in range(300))
 
 
 def test_overwrite_and_bad_options_fail_at_start(spark, tmp_path):
