@@ -1,5 +1,5 @@
 """Build hook for the C accelerators: the record codec and the cleaner's offset map (the rest is
-in pyproject.toml). Both include logcore/records/crc32c.h."""
+in pyproject.toml). Both include logcore/records/crc32c.h and bigendian.h."""
 from setuptools import Extension, setup
 
 setup(
@@ -7,13 +7,13 @@ setup(
         Extension(
             "logcore.records._fastcodec",
             sources=["logcore/records/_fastcodec.c"],
-            depends=["logcore/records/crc32c.h"],
+            depends=["logcore/records/bigendian.h", "logcore/records/crc32c.h"],
             extra_compile_args=["-O3"],
         ),
         Extension(
             "logcore.cleaner._offsetmap",
             sources=["logcore/cleaner/_offsetmap.c"],
-            depends=["logcore/records/crc32c.h"],
+            depends=["logcore/records/bigendian.h", "logcore/records/crc32c.h"],
             extra_compile_args=["-O3"],
         ),
     ],

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../records/bigendian.h"
 #include "../records/crc32c.h"
 
 static PyObject *RecordError;
@@ -467,15 +468,6 @@ done:
 #define ATTR_CONTROL 0x20
 #define ATTR_HORIZON 0x40
 
-static inline int64_t rd64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return (int64_t)v;
-}
-static inline int32_t rd32(const uint8_t *p) {
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
-}
 static inline void wr64(uint8_t *p, int64_t v) {
     for (int i = 7; i >= 0; i--) { p[i] = (uint8_t)v; v = (int64_t)((uint64_t)v >> 8); }
 }
@@ -545,9 +537,9 @@ static PyObject *map_batches(PyObject *self, PyObject *args) {
         if (!include[b])
             continue;
         const uint8_t *h = buf + f[b * FIELDS];
-        int64_t base = rd64(h);
-        int32_t count = rd32(h + 57);
-        if (base + rd32(h + 23) < min_offset || base >= max_offset)
+        int64_t base = be64(h);
+        int32_t count = be32(h + 57);
+        if (base + be32(h + 23) < min_offset || base >= max_offset)
             continue;
         reader_t r = {h + HDR, h + f[b * FIELDS + 1], NULL};
         if (count < 0 || count > r.end - r.p) {
@@ -659,7 +651,7 @@ static PyObject *clean_batches(PyObject *self, PyObject *args) {
     Py_ssize_t capacity = 0, max_records = 1;
     for (Py_ssize_t b = first; b < last; b++) {
         Py_ssize_t size = f[b * FIELDS + 1];
-        Py_ssize_t count = rd32((const uint8_t *)chunk.buf + f[b * FIELDS] + 57);
+        Py_ssize_t count = be32((const uint8_t *)chunk.buf + f[b * FIELDS] + 57);
         if (count < 0 || count > size - HDR)
             count = 0;      /* reported in the main loop */
         capacity += size + 16 * count;
@@ -684,9 +676,9 @@ static PyObject *clean_batches(PyObject *self, PyObject *args) {
         const uint8_t *h = buf + f[b * FIELDS];
         Py_ssize_t size = f[b * FIELDS + 1];
         int attrs = (h[21] << 8) | h[22];
-        int64_t base = rd64(h), last_offset = base + rd32(h + 23);
-        int64_t base_ts = rd64(h + 27), max_ts_h = rd64(h + 35), pid = rd64(h + 43);
-        int32_t count = rd32(h + 57);
+        int64_t base = be64(h), last_offset = base + be32(h + 23);
+        int64_t base_ts = be64(h + 27), max_ts_h = be64(h + 35), pid = be64(h + 43);
+        int32_t count = be32(h + 57);
         if (count < 0 || count > size - HDR) {
             error = "record count does not fit the batch";
             bad_row = b;
