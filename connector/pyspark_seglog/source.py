@@ -27,6 +27,7 @@ from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_rang
 from pyspark_seglog.schema import arrow_schema
 from pyspark_seglog.source_options import (DEFAULT_FETCH_BYTES, EARLIEST, LATEST, OffsetSpec,
                                            SourceOptions, parse_source_options)
+from pyspark_seglog.worker_heap import freeze_import_heap
 
 logger = logging.getLogger("pyspark_seglog.source")
 
@@ -396,6 +397,7 @@ class _ReaderBase:
         return state
 
     def read(self, partition):
+        freeze_import_heap()
         if not isinstance(partition, SeglogInputPartition):
             # A batch query with nothing to read: partitions() was empty and Spark runs one
             # task with a placeholder partition.
