@@ -46,11 +46,12 @@ from logcore.records.batch import F_POSITION, batch_fields
 from logcore.records.compression import Compression
 from logcore.records.encode import encode_batch_run_into
 from logcore.storage import open_storage
-from logcore.storage.direct_writer import DirectFileWriter, aligned_buffer
+from logcore.storage.direct_writer import DirectFileWriter
 
-from pyspark_seglog.broker_client import BrokerClient
+from pyspark_seglog.buffer_pool import AlignedBufferPool
 from pyspark_seglog.row_router import RowRouter
 from pyspark_seglog.sink_options import SinkOptions, default_batch_size, parse_sink_options
+from pyspark_seglog.worker_heap import freeze_import_heap
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ _WRITE_CHUNK_BYTES = 1 << 20
 _STAGING_MEMORY_BYTES = 64 << 20
 _MIN_WRITE_CHUNK_BYTES = 64 << 10
 _FIRST_BUFFER_BYTES = 256 << 10
+# Encode buffers outlive a task: the worker's next task reuses their pages (see buffer_pool).
+_STAGING_BUFFERS = AlignedBufferPool(keep_bytes=_STAGING_MEMORY_BYTES)
 _MAX_KEPT_BATCHES = 1 << 16     # a part's batch_fields rows sent with its commit message (4.5 MiB)
 _PUBLISH_THREADS = 8
 
@@ -188,6 +191,8 @@ class _SeglogWriterBase:
         self.columns = input_columns(schema, self.opts.topic is not None)
         self.overwrite = overwrite
         if self.opts.topic is not None and self.opts.bootstrap_servers is not None:
+            # imported here: the Kafka protocol package is heavy, and file-root writes never use it
+            from pyspark_seglog.broker_client import BrokerClient
             from pyspark_seglog.broker_sink import ensure_topic
             with BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-sink") as client:
                 ensure_topic(client, self.opts, self.opts.topic)
@@ -224,6 +229,7 @@ class _SeglogWriterBase:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
+        freeze_import_heap()
         task = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
         if self.opts.bootstrap_servers is not None:
@@ -512,7 +518,7 @@ class _PartBuffer:
     already counted in the open part (the unaligned tail carried over from the last write)."""
 
     def __init__(self):
-        self.data = aligned_buffer(_FIRST_BUFFER_BYTES)
+        self.data = _STAGING_BUFFERS.take(_FIRST_BUFFER_BYTES)
         self.spare = None
         self.writing = None     # the Future of the spare buffer's write
         self.fill = 0
@@ -557,6 +563,12 @@ class _TaskStager(RowRouter):
         for file in self.part_files.values():
             file.abandon()
         self.part_files.clear()
+        for out in self.pending.values():       # no write of them is running either now
+            for buffer in (out.data, out.spare):
+                if buffer is not None:
+                    _STAGING_BUFFERS.give_back(buffer)
+            out.data = out.spare = None
+        self.pending.clear()
         if self.root is not None:
             self.root.close()
 
@@ -614,9 +626,9 @@ class _TaskStager(RowRouter):
             # a big enough one is staged and reused.
             want = threshold + 2 * size
             if len(out.data) < want:
-                grown = aligned_buffer(want)
+                grown = _STAGING_BUFFERS.take(want)
                 grown[:out.fill] = out.data[:out.fill]
-                out.data.close()    # not the buffer being written: that is the spare
+                _STAGING_BUFFERS.give_back(out.data)   # not the one being written: the spare is
                 out.data = grown
             else:
                 self._write(tp)
@@ -658,8 +670,8 @@ class _TaskStager(RowRouter):
             rest = out.fill - length
             if out.spare is None or len(out.spare) < len(out.data):
                 if out.spare is not None:
-                    out.spare.close()
-                out.spare = aligned_buffer(len(out.data))
+                    _STAGING_BUFFERS.give_back(out.spare)
+                out.spare = _STAGING_BUFFERS.take(len(out.data))
             out.spare[:rest] = out.data[length:out.fill]
             out.writing = self.writer.submit(file.write, out.data, length)
             out.data, out.spare = out.spare, out.data
