@@ -2,7 +2,8 @@
 
 One SparkSession (local[2], driver memory 6g). The same N records (default 4M, ~100-byte values,
 4 partitions) are held three ways: a seglog log root, Parquet files, Arrow IPC files. Every
-scenario runs once per round, a figure right before its anchors; after `--warmup` rounds (1),
+scenario runs once per round, a figure right before its anchors (every other round in reverse
+order, so that none always runs first while the JVM still compiles); after `--warmup` rounds (1),
 `--runs` rounds (3) are measured, and each table row shows the figure and anchor of the round
 whose ratio is the median one (a paired measurement: steadier than separate medians when the
 machine's load varies).
@@ -358,7 +359,10 @@ def main(argv: list[str] | None = None) -> list[str]:
         results: dict[str, list[float]] = {n: [] for n in names}
         for round_no in range(args.warmup + args.runs):
             label = "warm-up" if round_no < args.warmup else f"run {round_no - args.warmup + 1}"
-            for name in names:
+            # Every other round runs in reverse order, so that no figure always runs before its
+            # anchors: the JVM is still compiling hot code during the first rounds, which
+            # slows whichever query runs first in a round.
+            for name in (names if round_no % 2 == 0 else names[::-1]):
                 figure = getattr(bench, name)()
                 unit = "ms" if name.startswith("tiny") else "rows/s"
                 print(f"  {label}: {name} {figure:,.0f} {unit}", flush=True)
