@@ -391,13 +391,21 @@ def _log_produced(messages, batch_id: int, outcome: str) -> None:
 
 def _publish(storage, log, parts: list[StagedPart], marker: dict | None, adopt_bytes: int,
              verify_crc: bool) -> None:
-    """Append one partition's staged parts in order, then commit it (its HW moves)."""
-    for part in parts:
-        size = part.size or storage.size(part.path)
-        fields = None if part.batches is None else np.frombuffer(part.batches, dtype=np.int64).reshape(-1, 9)
-        if size >= adopt_bytes and log.adopt_staged(part.path, verify_crc=verify_crc, fields=fields) is not None:
-            continue
-        log.append_staged(storage.read(part.path))
+    """Append one partition's staged parts in order, then commit it (its HW moves). Runs of
+    parts big enough to adopt are adopted together (one folder fsync, one roll per run)."""
+    i = 0
+    while i < len(parts):
+        run = []
+        while i + len(run) < len(parts):
+            part = parts[i + len(run)]
+            if (part.size or storage.size(part.path)) < adopt_bytes:
+                break
+            fields = None if part.batches is None else np.frombuffer(part.batches, dtype=np.int64).reshape(-1, 9)
+            run.append((part.path, fields))
+        i += len(log.adopt_staged_many(run, verify_crc=verify_crc)) if run else 0
+        if i < len(parts):           # too small, or not adoptable: copied into the log
+            log.append_staged(storage.read(parts[i].path))
+            i += 1
     log.commit(marker=marker)
 
 

@@ -774,9 +774,11 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         return size - position
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
+        """Seal (an active segment) and release the files; sync=False skips the fdatasync, for
+        a segment whose files are deleted next or synced elsewhere."""
         if self.writable and not self.in_memory:
-            self.seal()
+            self.seal(fsync=sync)
         for index in (self._offset_index, self._time_index, self._txn_index):
             if index is not None:
                 index.close()

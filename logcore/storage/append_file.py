@@ -23,6 +23,10 @@ class AppendFile:
         except FileNotFoundError as exc:
             raise ResourceNotFoundError(f"file not found: {self._display}") from exc
         self._end = os.fstat(self._fd).st_size
+        # Whether this file may hold bytes not yet fdatasync'ed. An existing file opened for
+        # writing may (whoever wrote it did not necessarily sync it), so it starts True; a
+        # flush with nothing written since the last one is then a no-op, not a second fdatasync.
+        self._unsynced = not read_only
 
     def _fileno(self) -> int:
         if self._fd is None:
@@ -50,6 +54,7 @@ class AppendFile:
         while written < len(view):  # pwrite may write less than asked (signals, full disk)
             written += os.pwrite(fd, view[written:], start + written)
         self._end = start + written
+        self._unsynced = True
         return start
 
     def size(self) -> int:
@@ -81,11 +86,14 @@ class AppendFile:
             raise StorageError(f"cannot truncate {self._display} to negative size {size}")
         os.ftruncate(self._fileno(), size)
         self._end = size
+        self._unsynced = True
 
     def flush(self, fsync: bool = True) -> None:
-        """Make appended bytes durable (nothing is buffered in this process)."""
-        if fsync and not self.read_only:
+        """Make appended bytes durable (nothing is buffered in this process). Nothing to do
+        when nothing was written (appended, truncated) through this object since its last flush."""
+        if fsync and self._unsynced:
             os.fdatasync(self._fileno())
+            self._unsynced = False
 
     def close(self) -> None:
         if self._fd is not None:
