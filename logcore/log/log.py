@@ -49,7 +49,7 @@ from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
 from logcore.log.file_slice import FileSlice
 from logcore.log.remote_view import RemoteLogView
-from logcore.log.segment_flusher import PendingFlush, segment_flusher
+from logcore.log.segment_flusher import PendingFlush, segment_flusher, sync_all
 from logcore.log.retention import RetentionResult, SegmentInfo, deletable_segments
 from logcore.log.segment import (INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX,
                                  TXN_INDEX_SUFFIX, LogSegment, _SegmentExists, parse_segment_name,
@@ -980,26 +980,35 @@ class Log:
         if not parts or not self.storage.is_local or self._log_append_time():
             return []
         adopted: list[tuple[int, int]] = []
+        written: list[LogSegment] = []       # adopted, sealed, not yet synced nor closed
         with self._critical():
             if self._closed:
                 raise SegLogError(f"{self.topic}-{self.partition} is closed")
             try:
                 for path, fields in parts:
-                    got = self._adopt_file(path, verify_crc, fields)
+                    got = self._adopt_file(path, verify_crc, fields, written)
                     if got is None:
                         break
                     adopted.append(got)
             finally:
                 if adopted:
-                    # The new names are durable before anyone (commit, close) can record a
-                    # recovery point or HW past them, also when a later file failed.
+                    # Everything adopted is durable before anyone (commit, close) can record a
+                    # recovery point or HW past it, also when a later file failed: each .log
+                    # (the staged bytes, written past the page cache without a sync, and the
+                    # patched headers) and index, all at once, then the new names.
+                    try:
+                        sync_all([call for seg in written for call in seg.flush_calls()])
+                    finally:
+                        for seg in written:
+                            seg.close()     # nothing left to sync
                     self.storage.sync_dir(self.dir)
                     # One roll for the lot: segments adopted back to back need no active
                     # segment (nor producer snapshot: they hold no producer ids) between them.
                     self._roll_to(adopted[-1][1] + 1)
         return adopted
 
-    def _adopt_file(self, path: str, verify_crc: bool, fields: np.ndarray | None) -> tuple[int, int] | None:
+    def _adopt_file(self, path: str, verify_crc: bool, fields: np.ndarray | None,
+                    written: list) -> tuple[int, int] | None:
         source = f"{self.topic}-{self.partition} staged {path}"
         with open(self.storage.local_path(path), "r+b") as f:
             size = os.fstat(f.fileno()).st_size
@@ -1014,11 +1023,12 @@ class Log:
                     mm.madvise(mmap.MADV_RANDOM)     # only the headers' pages are read
                 if fields is None:
                     fields = batch_fields(mm, source=source, verify_crc=verify_crc)
-                return self._adopt_mapped(path, mm, fields)
+                return self._adopt_mapped(path, mm, fields, written)
 
-    def _adopt_mapped(self, path: str, mm, fields: np.ndarray) -> tuple[int, int] | None:
+    def _adopt_mapped(self, path: str, mm, fields: np.ndarray, written: list) -> tuple[int, int] | None:
         """Under the critical section: patch, link and index one staged file as the segment
-        at the LEO. The caller fsyncs the folder and rolls (`adopt_staged_many`)."""
+        at the LEO; its writable segment goes to `written`. The caller syncs and closes those,
+        fsyncs the folder and rolls (`adopt_staged_many`)."""
         positions, sizes, _bases, deltas, max_ts, producer_ids, attributes = fields.T[:7]
         counts = deltas + 1
         max_entries = self.config.segment_index_bytes // 12      # the time index's, the smaller
@@ -1054,10 +1064,7 @@ class Log:
         seg = self._new_segment(first, writable=True)
         seg.index_existing(positions, sizes, last_offsets, max_ts)
         seg.seal(fsync=False)
-        # One fdatasync of the .log (the patched headers and the staged bytes, written past the
-        # page cache without one) and one fsync per index; close() then has nothing left to sync.
-        seg.flush()
-        seg.close()
+        written.append(seg)
         self.segments.append(self._new_segment(first, writable=False))
         self.bases.append(first)
         return first, int(last_offsets[-1])

@@ -132,16 +132,22 @@ class AbstractIndex:
         assert self.storage is not None and self.path is not None
         os_path = self.storage.local_path(self.path)
         os.makedirs(os.path.dirname(os_path), exist_ok=True)
-        self._fd = os.open(os_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._unsynced = True       # whoever wrote it before did not necessarily sync it
+        try:
+            self._fd = os.open(os_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            self._unsynced = False      # created here: no entry to sync yet
+        except FileExistsError:
+            self._fd = os.open(os_path, os.O_RDWR | os.O_CLOEXEC)
+            self._unsynced = True       # whoever wrote it before did not necessarily sync it
         # Preallocate (sparse) to the maximum size while active, like Kafka's mmap'd index.
         self._resize_file(max(self.max_entries, self._n) * self.ENTRY_SIZE)
 
     def _resize_file(self, length: int) -> None:
         if self._fd is not None:
+            # A new length alone needs no sync: a crash leaves the entries with or without
+            # zero padding, which loading tolerates (valid_prefix_entries). Dropped entries do
+            # (truncate_to_entries).
             os.ftruncate(self._fd, length)
             self._file_length = length
-            self._unsynced = True
 
     # -- reading ---------------------------------------------------------------------------------
 

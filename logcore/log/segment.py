@@ -637,10 +637,17 @@ class LogSegment:
             self.data.flush()
 
     def flush(self) -> None:
-        self.data.flush()
+        for flush in self.flush_calls():
+            flush()
+
+    def flush_calls(self) -> list:
+        """What `flush` does, one call per file (the .log and each writable index), for a
+        caller that syncs several files at once."""
+        calls = [self.data.flush]
         for index in (self._offset_index, self._time_index, self._txn_index):
             if index is not None and index.writable:
-                index.flush()
+                calls.append(index.flush)
+        return calls
 
     def publish(self) -> None:
         """Object store: write this in-memory segment as immutable objects (`.log` first).

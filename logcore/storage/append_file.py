@@ -17,16 +17,25 @@ class AppendFile:
         self.path = os_path
         self.read_only = read_only
         self._display = display or os_path
-        flags = (os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT) | getattr(os, "O_CLOEXEC", 0)
+        cloexec = getattr(os, "O_CLOEXEC", 0)
+        created = False
         try:
-            self._fd: int | None = os.open(os_path, flags, 0o644)
+            if read_only:
+                self._fd: int | None = os.open(os_path, os.O_RDONLY | cloexec)
+            else:
+                try:
+                    self._fd = os.open(os_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | cloexec, 0o644)
+                    created = True
+                except FileExistsError:
+                    self._fd = os.open(os_path, os.O_RDWR | cloexec)
         except FileNotFoundError as exc:
             raise ResourceNotFoundError(f"file not found: {self._display}") from exc
         self._end = os.fstat(self._fd).st_size
-        # Whether this file may hold bytes not yet fdatasync'ed. An existing file opened for
-        # writing may (whoever wrote it did not necessarily sync it), so it starts True; a
-        # flush with nothing written since the last one is then a no-op, not a second fdatasync.
-        self._unsynced = not read_only
+        # Whether this file may hold bytes not yet fdatasync'ed, so that a flush with nothing
+        # written since the last one is a no-op, not another fdatasync. An existing file opened
+        # for writing may (whoever wrote it did not necessarily sync it); a file this open
+        # created holds nothing (that its name survives a crash is its folder's fsync's business).
+        self._unsynced = not read_only and not created
 
     def _fileno(self) -> int:
         if self._fd is None:
