@@ -334,12 +334,16 @@ class _SeglogWriterBase:
                 # they wrote them: their CRCs are not read back. A replay of a pinned manifest
                 # (after a crash, maybe of the machine) checks every CRC.
                 verify_crc = pinned is not None if self.streaming else False
-                _run_all(pool, [(_append_parts, storage, log, parts, self.opts.staging_adopt_bytes,
-                                 verify_crc) for log, parts in todo])
-                # Every partition's data is in place before any HW moves: the commits then run
-                # at the same time and share rounds of the root checkpoint files (and their
-                # fsyncs) instead of each rewriting them in turn.
-                _run_all(pool, [(log.commit, commit_marker) for log, _ in todo])
+                appended = _run_each(pool, [(_append_parts, storage, log, parts, self.opts.staging_adopt_bytes,
+                                             verify_crc) for log, parts in todo])
+                # The partitions whose parts are all in place commit together: they share rounds
+                # of the root checkpoint files (and their fsyncs) instead of each rewriting them
+                # in turn. A partition whose append failed stays as it was (the replay finishes it).
+                committed = _run_each(pool, [(log.commit, commit_marker)
+                                             for (log, _), error in zip(todo, appended) if error is None])
+                for error in appended + committed:
+                    if error is not None:
+                        raise error
                 held.update((tp, (log.leader_epoch, log.fence.writer_id)) for tp, log in logs.items())
             finally:
                 _run_all(pool, [(log.close,) for log in logs.values()])
@@ -433,11 +437,15 @@ def _shared_publish_pool() -> ThreadPoolExecutor:
         return _publish_pool[1]
 
 
+def _run_each(pool: ThreadPoolExecutor, calls: list[tuple]) -> list[BaseException | None]:
+    """Run every call (a function and its arguments) in the pool; each one's error or None."""
+    futures = [pool.submit(*call) for call in calls]
+    return [f.exception() for f in futures]
+
+
 def _run_all(pool: ThreadPoolExecutor, calls: list[tuple]) -> None:
     """Run every call (a function and its arguments) in the pool; raise the first error."""
-    futures = [pool.submit(*call) for call in calls]
-    errors = [f.exception() for f in futures]
-    for error in errors:
+    for error in _run_each(pool, calls):
         if error is not None:
             raise error
 
