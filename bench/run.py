@@ -21,6 +21,7 @@ import bench_encode  # noqa: E402
 import bench_fetch_cold  # noqa: E402
 import bench_lookup  # noqa: E402
 import bench_read_memory  # noqa: E402
+import bench_sink_commit  # noqa: E402
 import bench_sink_epoch  # noqa: E402
 import bench_spark  # noqa: E402
 import bench_tiered  # noqa: E402
@@ -37,6 +38,7 @@ def main() -> None:
         bench_read_memory.main(),
         bench_clean.main(),
         bench_spark.main(),
+        bench_sink_commit.main([]),
         bench_sink_epoch.main([]),
         bench_tiered.main([]),
         bench_broker.main([]),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -81,6 +82,8 @@ _FIRST_BUFFER_BYTES = 256 << 10
 _STAGING_BUFFERS = AlignedBufferPool(keep_bytes=_STAGING_MEMORY_BYTES)
 _MAX_KEPT_BATCHES = 1 << 16     # a part's batch_fields rows sent with its commit message (4.5 MiB)
 _PUBLISH_THREADS = 8
+_publish_pool: tuple[int, ThreadPoolExecutor] | None = None     # (pid that made it, pool)
+_publish_pool_lock = threading.Lock()
 
 _COMPRESSION_BY_TOPIC_CONFIG = {"uncompressed": Compression.NONE, "producer": Compression.NONE,
                                 "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
@@ -300,8 +303,7 @@ class _SeglogWriterBase:
         for p in parts:
             by_partition.setdefault((p.topic, p.partition), []).append(p)
         root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options)
-        pool = ThreadPoolExecutor(max_workers=max(1, min(len(by_partition), _PUBLISH_THREADS)),
-                                  thread_name_prefix="seglog-publish")
+        pool = _shared_publish_pool()
         try:
             logs = {}
             try:
@@ -338,13 +340,20 @@ class _SeglogWriterBase:
                 # they wrote them: their CRCs are not read back. A replay of a pinned manifest
                 # (after a crash, maybe of the machine) checks every CRC.
                 verify_crc = pinned is not None if self.streaming else False
-                _run_all(pool, [(_publish, storage, log, parts, commit_marker, self.opts.staging_adopt_bytes,
-                                 verify_crc) for log, parts in todo])
+                appended = _run_each(pool, [(_append_parts, storage, log, parts, self.opts.staging_adopt_bytes,
+                                             verify_crc) for log, parts in todo])
+                # The partitions whose parts are all in place commit together: they share rounds
+                # of the root checkpoint files (and their fsyncs) instead of each rewriting them
+                # in turn. A partition whose append failed stays as it was (the replay finishes it).
+                committed = _run_each(pool, [(log.commit, commit_marker)
+                                             for (log, _), error in zip(todo, appended) if error is None])
+                for error in appended + committed:
+                    if error is not None:
+                        raise error
                 held.update((tp, (log.leader_epoch, log.fence.writer_id)) for tp, log in logs.items())
             finally:
                 _run_all(pool, [(log.close,) for log in logs.values()])
         finally:
-            pool.shutdown()
             root.close()
         if self.streaming:
             # Read by the next commit, after the logs released their partitions (close above).
@@ -395,16 +404,22 @@ def _log_produced(messages, batch_id: int, outcome: str) -> None:
                 batch_id, outcome, rows, sum(m is not None for m in messages), len(messages))
 
 
-def _publish(storage, log, parts: list[StagedPart], marker: dict | None, adopt_bytes: int,
-             verify_crc: bool) -> None:
-    """Append one partition's staged parts in order, then commit it (its HW moves)."""
-    for part in parts:
-        size = part.size or storage.size(part.path)
-        fields = None if part.batches is None else np.frombuffer(part.batches, dtype=np.int64).reshape(-1, 9)
-        if size >= adopt_bytes and log.adopt_staged(part.path, verify_crc=verify_crc, fields=fields) is not None:
-            continue
-        log.append_staged(storage.read(part.path))
-    log.commit(marker=marker)
+def _append_parts(storage, log, parts: list[StagedPart], adopt_bytes: int, verify_crc: bool) -> None:
+    """Append one partition's staged parts in order (not committed: its HW stays). Runs of
+    parts big enough to adopt are adopted together (one folder fsync, one roll per run)."""
+    i = 0
+    while i < len(parts):
+        run = []
+        while i + len(run) < len(parts):
+            part = parts[i + len(run)]
+            if (part.size or storage.size(part.path)) < adopt_bytes:
+                break
+            fields = None if part.batches is None else np.frombuffer(part.batches, dtype=np.int64).reshape(-1, 9)
+            run.append((part.path, fields))
+        i += len(log.adopt_staged_many(run, verify_crc=verify_crc)) if run else 0
+        if i < len(parts):           # too small, or not adoptable: copied into the log
+            log.append_staged(storage.read(parts[i].path))
+            i += 1
 
 
 def _held_epochs(committed: dict | None) -> dict[tuple[str, int], tuple[int, str]]:
@@ -416,11 +431,27 @@ def _held_epochs(committed: dict | None) -> dict[tuple[str, int], tuple[int, str
             for topic, p, epoch, writer in committed.get("epochs", [])}
 
 
+def _shared_publish_pool() -> ThreadPoolExecutor:
+    """The driver's threads that take, publish and close partitions, kept from one commit to the
+    next: starting them anew was a visible part of a commit's wall time. Every commit waits for
+    all it submitted (`_run_all`), so commits may share it. A forked child makes its own (the
+    parent's threads do not exist there)."""
+    global _publish_pool
+    with _publish_pool_lock:
+        if _publish_pool is None or _publish_pool[0] != os.getpid():
+            _publish_pool = (os.getpid(), ThreadPoolExecutor(_PUBLISH_THREADS, thread_name_prefix="seglog-publish"))
+        return _publish_pool[1]
+
+
+def _run_each(pool: ThreadPoolExecutor, calls: list[tuple]) -> list[BaseException | None]:
+    """Run every call (a function and its arguments) in the pool; each one's error or None."""
+    futures = [pool.submit(*call) for call in calls]
+    return [f.exception() for f in futures]
+
+
 def _run_all(pool: ThreadPoolExecutor, calls: list[tuple]) -> None:
     """Run every call (a function and its arguments) in the pool; raise the first error."""
-    futures = [pool.submit(*call) for call in calls]
-    errors = [f.exception() for f in futures]
-    for error in errors:
+    for error in _run_each(pool, calls):
         if error is not None:
             raise error
 

@@ -49,7 +49,7 @@ from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
 from logcore.log.file_slice import FileSlice
 from logcore.log.remote_view import RemoteLogView
-from logcore.log.segment_flusher import PendingFlush, segment_flusher
+from logcore.log.segment_flusher import PendingFlush, segment_flusher, sync_all
 from logcore.log.retention import RetentionResult, SegmentInfo, deletable_segments
 from logcore.log.segment import (INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX,
                                  TXN_INDEX_SUFFIX, LogSegment, _SegmentExists, parse_segment_name,
@@ -965,8 +965,50 @@ class Log:
         (fadvise WILLNEED) instead of one fault at a time. Rows that do not tile the file
         exactly are ignored and the headers scanned.
         """
-        if not self.storage.is_local or self._log_append_time():
-            return None
+        adopted = self.adopt_staged_many([(path, fields)], verify_crc=verify_crc)
+        return adopted[0] if adopted else None
+
+    def adopt_staged_many(self, parts: list[tuple[str, np.ndarray | None]], *,
+                          verify_crc: bool = True) -> list[tuple[int, int]]:
+        """`adopt_staged` for several staged files in order, as one step: one folder fsync for
+        all their new names and one new active segment after the last (not one per file).
+
+        `parts` are (path, batch_fields rows or None). Returns the (first, last offset) of each
+        file adopted: the leading ones, up to the first that cannot be adopted (the caller
+        appends that one with `append_staged` and goes on with the rest).
+        """
+        if not parts or not self.storage.is_local or self._log_append_time():
+            return []
+        adopted: list[tuple[int, int]] = []
+        written: list[LogSegment] = []       # adopted, sealed, not yet synced nor closed
+        with self._critical():
+            if self._closed:
+                raise SegLogError(f"{self.topic}-{self.partition} is closed")
+            try:
+                for path, fields in parts:
+                    got = self._adopt_file(path, verify_crc, fields, written)
+                    if got is None:
+                        break
+                    adopted.append(got)
+            finally:
+                if adopted:
+                    # Everything adopted is durable before anyone (commit, close) can record a
+                    # recovery point or HW past it, also when a later file failed: each .log
+                    # (the staged bytes, written past the page cache without a sync, and the
+                    # patched headers) and index, all at once, then the new names.
+                    try:
+                        sync_all([call for seg in written for call in seg.flush_calls()])
+                    finally:
+                        for seg in written:
+                            seg.close()     # nothing left to sync
+                    self.storage.sync_dir(self.dir)
+                    # One roll for the lot: segments adopted back to back need no active
+                    # segment (nor producer snapshot: they hold no producer ids) between them.
+                    self._roll_to(adopted[-1][1] + 1)
+        return adopted
+
+    def _adopt_file(self, path: str, verify_crc: bool, fields: np.ndarray | None,
+                    written: list) -> tuple[int, int] | None:
         source = f"{self.topic}-{self.partition} staged {path}"
         with open(self.storage.local_path(path), "r+b") as f:
             size = os.fstat(f.fileno()).st_size
@@ -981,53 +1023,51 @@ class Log:
                     mm.madvise(mmap.MADV_RANDOM)     # only the headers' pages are read
                 if fields is None:
                     fields = batch_fields(mm, source=source, verify_crc=verify_crc)
-                return self._adopt_mapped(path, mm, fields)
+                return self._adopt_mapped(path, mm, fields, written)
 
-    def _adopt_mapped(self, path: str, mm, fields: np.ndarray) -> tuple[int, int] | None:
+    def _adopt_mapped(self, path: str, mm, fields: np.ndarray, written: list) -> tuple[int, int] | None:
+        """Under the critical section: patch, link and index one staged file as the segment
+        at the LEO; its writable segment goes to `written`. The caller syncs and closes those,
+        fsyncs the folder and rolls (`adopt_staged_many`)."""
         positions, sizes, _bases, deltas, max_ts, producer_ids, attributes = fields.T[:7]
         counts = deltas + 1
         max_entries = self.config.segment_index_bytes // 12      # the time index's, the smaller
         if (len(fields) == 0 or len(fields) >= max_entries - 1 or (producer_ids >= 0).any()
                 or (attributes & CONTROL_MASK).any() or int(counts.sum()) - 1 > INT32_MAX):
             return None
-        with self._critical():
-            if self._closed:
-                raise SegLogError(f"{self.topic}-{self.partition} is closed")
-            first = self.log_end_offset
-            bases = first + np.concatenate(([0], np.cumsum(counts)[:-1]))
-            last_offsets = bases + deltas
-            # baseOffset, batchLength (unchanged) and partitionLeaderEpoch: the first 16 bytes
-            # of each header, outside the CRC.
-            head = np.empty(len(fields), dtype=[("base", ">i8"), ("length", ">i4"), ("epoch", ">i4")])
-            head["base"] = bases
-            head["length"] = sizes - 12
-            head["epoch"] = self.leader_epoch
-            view = np.frombuffer(mm, dtype=np.uint8)
-            view[positions[:, None] + np.arange(16)] = head.view(np.uint8).reshape(-1, 16)
-            del view
-            active = self.segments[-1]
-            if active.size() == 0 and active.base_offset == first and not active.in_memory:
-                # The empty active segment has the name the adopted file takes.
-                active.close()
-                active.delete_files()
-                self.segments.pop()
-                self.bases.pop()
-            elif active.writable:
-                active.seal()
-                active.close()
-                self.segments[-1] = self._new_segment(active.base_offset, writable=False)
-            seg = self._new_segment(first, writable=False)
-            self.storage.link(path, seg.log_path)
-            seg = self._new_segment(first, writable=True)
-            seg.index_existing(positions, sizes, last_offsets, max_ts)
-            seg.seal()
-            seg.flush()
-            seg.close()
-            self.segments.append(self._new_segment(first, writable=False))
-            self.bases.append(first)
-            next_offset = int(last_offsets[-1]) + 1
-            self._roll_to(next_offset)
-        return first, next_offset - 1
+        first = self.log_end_offset
+        bases = first + np.concatenate(([0], np.cumsum(counts)[:-1]))
+        last_offsets = bases + deltas
+        # baseOffset, batchLength (unchanged) and partitionLeaderEpoch: the first 16 bytes
+        # of each header, outside the CRC.
+        head = np.empty(len(fields), dtype=[("base", ">i8"), ("length", ">i4"), ("epoch", ">i4")])
+        head["base"] = bases
+        head["length"] = sizes - 12
+        head["epoch"] = self.leader_epoch
+        view = np.frombuffer(mm, dtype=np.uint8)
+        view[positions[:, None] + np.arange(16)] = head.view(np.uint8).reshape(-1, 16)
+        del view
+        active = self.segments[-1]
+        if active.size() == 0 and active.base_offset == first and not active.in_memory:
+            # The empty active segment has the name the adopted file takes. Its files are
+            # deleted right here: not synced first (nothing could rely on them).
+            active.close(sync=False)
+            active.delete_files()
+            self.segments.pop()
+            self.bases.pop()
+        elif active.writable:
+            active.seal()
+            active.close()
+            self.segments[-1] = self._new_segment(active.base_offset, writable=False)
+        seg = self._new_segment(first, writable=False)
+        self.storage.link(path, seg.log_path, durable=False)     # folder fsync: adopt_staged_many
+        seg = self._new_segment(first, writable=True)
+        seg.index_existing(positions, sizes, last_offsets, max_ts)
+        seg.seal(fsync=False)
+        written.append(seg)
+        self.segments.append(self._new_segment(first, writable=False))
+        self.bases.append(first)
+        return first, int(last_offsets[-1])
 
     def append_control(self, control_type: ControlType, *, producer_id: int, producer_epoch: int,
                        coordinator_epoch: int = 0) -> AppendInfo:

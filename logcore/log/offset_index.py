@@ -75,6 +75,8 @@ class AbstractIndex:
         self._values = np.empty(0, dtype=self.VALUE_DTYPE)
         self._file_length = 0     # length of the file as found or as last sized by us
         self._fd: int | None = None
+        # whether the open file may hold changes not yet fsynced (see flush)
+        self._unsynced = False
         self._closed = False
         if storage is not None and path is not None and storage.exists(path):
             self._load()
@@ -130,12 +132,20 @@ class AbstractIndex:
         assert self.storage is not None and self.path is not None
         os_path = self.storage.local_path(self.path)
         os.makedirs(os.path.dirname(os_path), exist_ok=True)
-        self._fd = os.open(os_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self._fd = os.open(os_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            self._unsynced = False      # created here: no entry to sync yet
+        except FileExistsError:
+            self._fd = os.open(os_path, os.O_RDWR | os.O_CLOEXEC)
+            self._unsynced = True       # whoever wrote it before did not necessarily sync it
         # Preallocate (sparse) to the maximum size while active, like Kafka's mmap'd index.
         self._resize_file(max(self.max_entries, self._n) * self.ENTRY_SIZE)
 
     def _resize_file(self, length: int) -> None:
         if self._fd is not None:
+            # A new length alone needs no sync: a crash leaves the entries with or without
+            # zero padding, which loading tolerates (valid_prefix_entries). Dropped entries do
+            # (truncate_to_entries).
             os.ftruncate(self._fd, length)
             self._file_length = length
 
@@ -227,6 +237,7 @@ class AbstractIndex:
             if position + self.ENTRY_SIZE > self._file_length:
                 self._resize_file(position + self.ENTRY_SIZE)
             os.pwrite(self._fd, self.ENTRY_STRUCT.pack(key, value), position)
+            self._unsynced = True
         self._n = n + 1
 
     def append_entries(self, keys: np.ndarray, values: np.ndarray) -> None:
@@ -261,6 +272,7 @@ class AbstractIndex:
             if position + out.nbytes > self._file_length:
                 self._resize_file(position + out.nbytes)
             os.pwrite(self._fd, out.tobytes(), position)
+            self._unsynced = True
         self._n = n + count
 
     def truncate_to_entries(self, count: int) -> None:
@@ -275,6 +287,7 @@ class AbstractIndex:
             # Cut and regrow: the dropped entries read back as zero padding, not stale data.
             os.ftruncate(self._fd, count * self.ENTRY_SIZE)
             os.ftruncate(self._fd, max(length, count * self.ENTRY_SIZE))
+            self._unsynced = True
 
     def reset(self) -> None:
         """Remove every entry and regrow to the maximum size (recovery rebuilds the index)."""
@@ -309,10 +322,13 @@ class AbstractIndex:
         return out.tobytes()
 
     def flush(self) -> None:
-        """Make the entries durable: fsync on local disk, publish the whole object elsewhere."""
+        """Make the entries durable: fsync on local disk (not again when nothing changed since
+        the last one), publish the whole object elsewhere."""
         self._check_writable()
         if self._fd is not None:
-            os.fsync(self._fd)
+            if self._unsynced:
+                os.fsync(self._fd)
+                self._unsynced = False
         elif self.storage is not None and self.path is not None:
             data = self.to_bytes()
             self.storage.write_atomic(self.path, data)

@@ -255,6 +255,7 @@ class _RootCheckpoints:
 
     def _write(self, batch: dict[str, dict], durable: bool) -> None:
         with self.storage.lock(ROOT_LOCK):
+            writes: list[tuple[str, bytes]] = []
             for path, changes in batch.items():
                 checkpoint = self._files[path]
                 entries = checkpoint.read()
@@ -267,11 +268,15 @@ class _RootCheckpoints:
                 # A durable round also rewrites an unchanged file that a previous round left
                 # unsynced: its content is only in the page cache.
                 if entries != before or (durable and path in self._unsynced):
-                    checkpoint.write(entries, durable=durable)
-                    if durable:
-                        self._unsynced.discard(path)
-                    else:
-                        self._unsynced.add(path)
+                    writes.append((path, checkpoint.encode(entries)))
+            # All the round's files at once: one folder fsync for them (each file is replaced
+            # atomically on its own, as when they were written one by one).
+            self.storage.write_atomic_many(writes, durable=durable)
+            for path, _ in writes:
+                if durable:
+                    self._unsynced.discard(path)
+                else:
+                    self._unsynced.add(path)
 
 
 _ROOTS: dict[tuple[str, str], _RootCheckpoints] = {}

@@ -637,10 +637,17 @@ class LogSegment:
             self.data.flush()
 
     def flush(self) -> None:
-        self.data.flush()
+        for flush in self.flush_calls():
+            flush()
+
+    def flush_calls(self) -> list:
+        """What `flush` does, one call per file (the .log and each writable index), for a
+        caller that syncs several files at once."""
+        calls = [self.data.flush]
         for index in (self._offset_index, self._time_index, self._txn_index):
             if index is not None and index.writable:
-                index.flush()
+                calls.append(index.flush)
+        return calls
 
     def publish(self) -> None:
         """Object store: write this in-memory segment as immutable objects (`.log` first).
@@ -774,9 +781,11 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         return size - position
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
+        """Seal (an active segment) and release the files; sync=False skips the fdatasync, for
+        a segment whose files are deleted next or synced elsewhere."""
         if self.writable and not self.in_memory:
-            self.seal()
+            self.seal(fsync=sync)
         for index in (self._offset_index, self._time_index, self._txn_index):
             if index is not None:
                 index.close()

@@ -18,6 +18,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -91,3 +92,33 @@ def segment_flusher() -> SegmentFlusher:
         if _shared is None or _shared_pid != os.getpid():
             _shared, _shared_pid = SegmentFlusher(), os.getpid()
         return _shared
+
+
+# -- syncing several files at once ---------------------------------------------------------------
+
+_SYNC_THREADS = 8
+_sync_pool: tuple[int, ThreadPoolExecutor] | None = None     # (pid that made it, pool)
+
+
+def sync_all(flushes: list[Callable[[], None]]) -> None:
+    """Run the flush calls (fsync / fdatasync of distinct files) at the same time and wait for
+    all; raise the first error. One caller's files then share the file system's journal commits
+    instead of waiting for one each in turn (an adopted segment's .log and two indexes)."""
+    global _sync_pool
+    if len(flushes) <= 1:
+        for flush in flushes:
+            flush()
+        return
+    with _shared_lock:
+        if _sync_pool is None or _sync_pool[0] != os.getpid():
+            _sync_pool = (os.getpid(), ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="segment-sync"))
+        pool = _sync_pool[1]
+    futures = [pool.submit(flush) for flush in flushes[1:]]
+    errors = []
+    try:
+        flushes[0]()                # on this thread meanwhile
+    except BaseException as exc:    # noqa: BLE001 - raised below, after the others finished
+        errors.append(exc)
+    errors += [e for e in (f.exception() for f in futures) if e is not None]
+    if errors:
+        raise errors[0]

@@ -17,12 +17,25 @@ class AppendFile:
         self.path = os_path
         self.read_only = read_only
         self._display = display or os_path
-        flags = (os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT) | getattr(os, "O_CLOEXEC", 0)
+        cloexec = getattr(os, "O_CLOEXEC", 0)
+        created = False
         try:
-            self._fd: int | None = os.open(os_path, flags, 0o644)
+            if read_only:
+                self._fd: int | None = os.open(os_path, os.O_RDONLY | cloexec)
+            else:
+                try:
+                    self._fd = os.open(os_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | cloexec, 0o644)
+                    created = True
+                except FileExistsError:
+                    self._fd = os.open(os_path, os.O_RDWR | cloexec)
         except FileNotFoundError as exc:
             raise ResourceNotFoundError(f"file not found: {self._display}") from exc
         self._end = os.fstat(self._fd).st_size
+        # Whether this file may hold bytes not yet fdatasync'ed, so that a flush with nothing
+        # written since the last one is a no-op, not another fdatasync. An existing file opened
+        # for writing may (whoever wrote it did not necessarily sync it); a file this open
+        # created holds nothing (that its name survives a crash is its folder's fsync's business).
+        self._unsynced = not read_only and not created
 
     def _fileno(self) -> int:
         if self._fd is None:
@@ -50,6 +63,7 @@ class AppendFile:
         while written < len(view):  # pwrite may write less than asked (signals, full disk)
             written += os.pwrite(fd, view[written:], start + written)
         self._end = start + written
+        self._unsynced = True
         return start
 
     def size(self) -> int:
@@ -81,11 +95,14 @@ class AppendFile:
             raise StorageError(f"cannot truncate {self._display} to negative size {size}")
         os.ftruncate(self._fileno(), size)
         self._end = size
+        self._unsynced = True
 
     def flush(self, fsync: bool = True) -> None:
-        """Make appended bytes durable (nothing is buffered in this process)."""
-        if fsync and not self.read_only:
+        """Make appended bytes durable (nothing is buffered in this process). Nothing to do
+        when nothing was written (appended, truncated) through this object since its last flush."""
+        if fsync and self._unsynced:
             os.fdatasync(self._fileno())
+            self._unsynced = False
 
     def close(self) -> None:
         if self._fd is not None:

@@ -92,6 +92,12 @@ class Storage(ABC):
         durable=False skips the fsyncs on local disk: for scratch files that a crash may lose
         (staging that a retry rewrites), never for anything a commit relies on."""
 
+    def write_atomic_many(self, items: list[tuple[str, bytes]], *, durable: bool = True) -> None:
+        """`write_atomic` of each (path, data); each file on its own is replaced atomically
+        (not the set). Local disk shares the waits: see LocalStorage."""
+        for path, data in items:
+            self.write_atomic(path, data, durable=durable)
+
     @abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> str | None:
         """Create with full content if nothing is there: the new version, or None if it exists."""

@@ -224,3 +224,86 @@ def test_adopted_segments_survive_unclean_shutdown_recovery(tmp_path):
             assert [r.offset for r in log.read_records(0)] == list(range(1200))
             for seg in log.segments:
                 seg.check_index_against_log()
+
+
+class SyncCalls:
+    """Records the file behind each fsync / fdatasync while active (and can make one fail)."""
+
+    def __init__(self, monkeypatch, fail_on: str | None = None):
+        self.paths: list[str] = []
+        for name in ("fsync", "fdatasync"):
+            real = getattr(os, name)
+
+            def call(fd, real=real):
+                path = os.readlink(f"/proc/self/fd/{fd}")
+                self.paths.append(path)
+                if fail_on is not None and path.endswith(fail_on):
+                    raise OSError(5, "injected I/O error", path)
+                return real(fd)
+            monkeypatch.setattr(os, name, call)
+
+    def names(self) -> list[str]:
+        return sorted(os.path.basename(p) for p in self.paths)
+
+
+def test_adopt_many_syncs_each_file_once_and_the_folder_once(tmp_path, monkeypatch):
+    """Several parts in one step: offsets follow on, each adopted .log and index is synced
+    exactly once, the partition folder once, the empty active segment it replaced not at all,
+    and the commit after it syncs no empty new active segment."""
+    with open_root(tmp_path) as root:
+        root.create_topic("t", config=TOPIC_CONFIG)
+        log = root.log("t", 0, writer=True)
+        paths = [stage(tmp_path, f"p{i}", staged_bytes(n, seed=i)) for i, n in enumerate((300, 10, 200))]
+        syncs = SyncCalls(monkeypatch)
+        assert log.adopt_staged_many([(p, None) for p in paths]) == [(0, 299), (300, 309), (310, 509)]
+        bases = ("00000000000000000000", "00000000000000000300", "00000000000000000310")
+        assert syncs.names() == sorted([f"{b}{s}" for b in bases for s in (".log", ".index", ".timeindex")]
+                                       + ["t-0"])
+        del syncs.paths[:]
+        log.commit()
+        # the root checkpoint files and their folder only: the new active segment at 510 is empty
+        assert not [p for p in syncs.paths if "00000000000000000510" in p]
+        log.close()
+    with open_root(tmp_path) as root, root.log("t", 0) as reader:
+        assert [r.offset for r in reader.read_records(0)] == list(range(510))
+
+
+def test_adopt_many_stops_at_the_first_file_it_cannot_adopt(tmp_path):
+    idempotent = build_batch([(b"k", b"v", (), 1)], producer_id=7, producer_epoch=0, base_sequence=0)
+    with open_root(tmp_path) as root:
+        root.create_topic("t", config=TOPIC_CONFIG)
+        with root.log("t", 0, writer=True) as log:
+            paths = [stage(tmp_path, "a", staged_bytes(50)), stage(tmp_path, "pid", idempotent),
+                     stage(tmp_path, "b", staged_bytes(20, seed=1))]
+            assert log.adopt_staged_many([(p, None) for p in paths]) == [(0, 49)]
+            assert log.log_end_offset == 50
+            log.append_staged((tmp_path / ".staging" / "pid").read_bytes())
+            assert log.adopt_staged_many([(paths[2], None)]) == [(51, 70)]
+            log.commit()
+            assert [r.offset for r in log.read_records(0)] == list(range(71))
+
+
+def test_a_failed_sync_of_an_adopted_file_fails_the_adoption_before_any_commit(tmp_path, monkeypatch):
+    """Fault injection: the adopted .log cannot be synced. The error reaches the caller, the HW
+    stays, and a new writer drops what was adopted; the staged files adopt again."""
+    with open_root(tmp_path) as root:
+        root.create_topic("t", config=TOPIC_CONFIG)
+        with root.log("t", 0, writer=True) as log:
+            log.append_records([(b"k", b"committed", (), 1)])
+            log.commit()
+        paths = [stage(tmp_path, f"p{i}", staged_bytes(100, seed=i)) for i in range(2)]
+        log = root.log("t", 0, writer=True)
+        with monkeypatch.context() as patch:
+            SyncCalls(patch, fail_on="00000000000000000101.log")
+            with pytest.raises(OSError, match="injected"):
+                log.adopt_staged_many([(p, None) for p in paths])
+        assert log.high_watermark == 1
+        log.close()
+        with root.log("t", 0) as reader:
+            assert reader.high_watermark == 1 and [r.value for r in reader.read_records(0)] == [b"committed"]
+        with root.log("t", 0, writer=True) as log:
+            assert log.log_end_offset == 1
+            assert log.adopt_staged_many([(p, None) for p in paths]) == [(1, 100), (101, 200)]
+            log.commit()
+    with open_root(tmp_path) as root, root.log("t", 0) as reader:
+        assert [r.offset for r in reader.read_records(0)] == list(range(201))

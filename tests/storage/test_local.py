@@ -175,3 +175,20 @@ def test_lock_serialises_threads(storage):
     for t in threads:
         t.join(30)
     assert max(overlaps) == 1 and len(overlaps) == 80
+
+
+def test_write_atomic_many_replaces_each_file_with_one_folder_fsync(tmp_path, monkeypatch):
+    storage = LocalStorage(str(tmp_path))
+    storage.write_atomic("a", b"old a")
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    storage.write_atomic_many([("a", b"new a"), ("b", b"new b")])
+    assert storage.read("a") == b"new a" and storage.read("b") == b"new b"
+    # both temp files, then the folder once (not once per file)
+    assert len(synced) == 3 and synced[-1] == str(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["a", "b"]
