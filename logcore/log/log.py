@@ -607,9 +607,11 @@ class Log:
                     active.seal(fsync=False)
                     self._pending_flushes.append(pending)
                     segment_flusher().submit(pending, self._flushed_in_background)
+                    # not close(): it would seal again with an fdatasync, here under the lock
+                    active.close(sync=False)
                 else:
                     active.seal()
-                active.close()
+                    active.close()
                 self.segments[-1] = self._new_segment(active.base_offset, writable=False)
             if active.size() == 0 and active.base_offset == base_offset:
                 return self.segments[-1]
