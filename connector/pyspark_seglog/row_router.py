@@ -17,14 +17,10 @@ import pyarrow.compute as pc
 
 from logcore.errors import InvalidRecordError
 from logcore.records.compression import Compression
+from logcore.records.encode import group_rows
 
 from pyspark_seglog.partitioner import DefaultPartitioner
 from pyspark_seglog.sink_options import SinkOptions
-
-
-# Up to this many partitions, a partition's rows are found with one pass each over the batch's
-# partition column; above it, with one stable sort.
-_SCAN_PARTITIONS = 32
 
 
 class RowRouter(ABC):
@@ -100,15 +96,7 @@ class RowRouter(ABC):
             return
         # Each partition's rows as row numbers, in input order: the encoder reads them where they
         # are, so the columns are never copied into partition order.
-        if count <= _SCAN_PARTITIONS:
-            present = np.flatnonzero(np.bincount(parts, minlength=count))
-            for p in present.tolist():
-                self._encode(topic, p, codec, keys, values, ts, headers, np.flatnonzero(parts == p))
-            return
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-        starts = np.concatenate(([0], bounds))
-        ends = np.concatenate((bounds, [n]))
-        for s, e in zip(starts.tolist(), ends.tolist()):
-            self._encode(topic, int(sorted_parts[s]), codec, keys, values, ts, headers, order[s:e])
+        order, starts = group_rows(parts, count)
+        present = np.flatnonzero(np.diff(starts))
+        for p, start, end in zip(present.tolist(), starts[present].tolist(), starts[present + 1].tolist()):
+            self._encode(topic, p, codec, keys, values, ts, headers, order[start:end])

@@ -1208,6 +1208,52 @@ static PyObject *murmur2_partitions(PyObject *self, PyObject *args) {
 }
 
 
+/* group_rows(parts, count) -> (order, starts): the row numbers 0..n-1 grouped by their partition
+ * (parts: int32 buffer, each in 0..count-1), keeping input order within a partition (a stable
+ * counting sort: two passes, where numpy needs a pass per partition or a sort). order is
+ * int64[n]; partition p's rows are order[starts[p]:starts[p + 1]], starts being int64[count + 1]. */
+static PyObject *group_rows(PyObject *self, PyObject *args) {
+    Py_buffer pb;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*n", &pb, &count))
+        return NULL;
+    PyObject *order = NULL, *starts = NULL, *result = NULL;
+    const int32_t *parts = (const int32_t *)pb.buf;
+    Py_ssize_t n = pb.len / 4;
+    if (count < 1) {
+        PyErr_Format(PyExc_ValueError, "partition count must be >= 1, got %zd", count);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (parts[i] < 0 || parts[i] >= count) {
+            PyErr_Format(PyExc_ValueError, "row %zd has partition %d, outside 0..%zd", i, parts[i], count - 1);
+            goto done;
+        }
+    }
+    order = PyBytes_FromStringAndSize(NULL, n * 8);
+    starts = PyBytes_FromStringAndSize(NULL, (count + 1) * 8);
+    if (order == NULL || starts == NULL)
+        goto done;
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(order), *st = (int64_t *)PyBytes_AS_STRING(starts);
+    memset(st, 0, (size_t)(count + 1) * 8);
+    for (Py_ssize_t i = 0; i < n; i++)
+        st[parts[i] + 1]++;
+    for (Py_ssize_t p = 0; p < count; p++)
+        st[p + 1] += st[p];
+    /* st[p] is now where partition p's next row goes; afterwards it is partition p + 1's start,
+     * so the loop below shifts the counts back by one partition as it places the rows. */
+    for (Py_ssize_t i = 0; i < n; i++)
+        o[st[parts[i]]++] = i;
+    memmove(st + 1, st, (size_t)count * 8);
+    st[0] = 0;
+    result = Py_BuildValue("(OO)", order, starts);
+done:
+    Py_XDECREF(order);
+    Py_XDECREF(starts);
+    PyBuffer_Release(&pb);
+    return result;
+}
+
 /* ------------------------------------------------------------------------------ batch scanning
  * scan_batches() walks the RecordBatch v2 headers of a buffer of whole batches (a staged file the
  * log adopts as a segment), checks each as logcore.records.batch._scan does (length, magic, CRC)
@@ -1409,6 +1455,9 @@ static PyMethodDef methods[] = {
      "without headers for the rows (all, or those listed in the int64 buffer `rows`), concatenated.\n"
      "With a writable buffer `out`: written at out_pos, returns (size, batch_count), or (size, -1)\n"
      "and writes nothing when size bytes do not fit there."},
+    {"group_rows", group_rows, METH_VARARGS,
+     "group_rows(parts, count) -> (order, starts): bytes of int64 row numbers grouped by partition\n"
+     "(stable) and bytes of int64[count + 1] where each partition's rows start."},
     {"murmur2_partitions", murmur2_partitions, METH_VARARGS,
      "murmur2_partitions(n, offsets, data, valid, partitions) -> bytes of int32: Kafka's default\n"
      "partitioner for each key of an Arrow-layout binary column, -1 for null keys."},

@@ -7,7 +7,8 @@ C extension `_fastcodec.encode_records` (no per-row Python); a chunk that holds 
 through the reference encoder of `batch.py`. The result is byte-for-byte what `build_batch` makes
 from the same records.
 
-`murmur2_partitions` is Kafka's default partitioner for a whole key column at once.
+`murmur2_partitions` is Kafka's default partitioner for a whole key column at once, and
+`group_rows` groups the rows by partition for the encoder.
 """
 from __future__ import annotations
 
@@ -53,6 +54,14 @@ def murmur2_partitions(keys: pa.Array, partitions: int) -> np.ndarray:
     offsets, data, valid = _binary_parts(keys)
     out = _fastcodec.murmur2_partitions(len(keys), offsets, data, valid, int(partitions))
     return np.frombuffer(out, dtype=np.int32)
+
+
+def group_rows(parts: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, starts): the row numbers grouped by partition, input order kept within each
+    (int64), and where each partition's rows start (int64[count + 1]): partition p's rows are
+    order[starts[p]:starts[p + 1]]. `parts` holds each row's partition, 0..count-1."""
+    order, starts = _fastcodec.group_rows(np.ascontiguousarray(parts, dtype=np.int32), int(count))
+    return np.frombuffer(order, dtype=np.int64), np.frombuffer(starts, dtype=np.int64)
 
 
 def _has_headers(headers: pa.Array | None, start: int, end: int) -> bool:
@@ -223,4 +232,4 @@ def _encode_python(keys, values, ts, headers, start: int, end: int, base_ts: int
     return b"".join(parts)
 
 
-__all__ = ["encode_batch_run", "encode_batches", "murmur2_partitions"]
+__all__ = ["encode_batch_run", "encode_batches", "group_rows", "murmur2_partitions"]

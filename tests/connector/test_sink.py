@@ -602,3 +602,26 @@ def test_staged_objects_hold_whole_batches(tmp_path):
     for p in stager.parts:
         assert p.path.startswith(f"{STAGING_DIR}/q/0/t-0/3-1-")
         assert sum(h.records_count for _, h in iter_batches(storage.read(p.path))) == p.records == 2
+
+
+def test_rows_of_many_partitions_land_where_kafka_puts_them_in_order(tmp_path):
+    """100 partitions, several Arrow batches: each keyed row in Kafka's partition for its key,
+    each partition's rows in input order; null keys spread over the partitions."""
+    root = str(tmp_path / "root")
+    w = SeglogBatchWriter({"path": root, "topic": "t", "topic.partitions": "100"}, _schema(), False)
+    batches = []
+    for b in range(3):
+        keys = [None if i % 11 == 0 else b"key-%d" % i for i in range(b * 700, (b + 1) * 700)]
+        values = [b"v%d" % i for i in range(b * 700, (b + 1) * 700)]
+        batches.append(pa.RecordBatch.from_arrays([pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
+                                                  ["key", "value"]))
+    w.commit([w.write(iter(batches))])
+    got = read_all(root, "t")
+    assert sum(len(v) for v in got.values()) == 2100
+    assert sum(1 for v in got.values() if any(r.key is None for r in v)) > 50
+    for p, records in got.items():
+        ids = [int(r.value[1:]) for r in records]
+        assert ids == sorted(ids)
+        for r in records:
+            if r.key is not None:
+                assert kafka_partition(r.key, 100) == p

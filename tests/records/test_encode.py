@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from logcore.records.batch import build_batch, decode_records, iter_batches
 from logcore.records.compression import Compression
-from logcore.records.encode import encode_batch_run, encode_batch_run_into, encode_batches, murmur2_partitions
+from logcore.records.encode import (encode_batch_run, encode_batch_run_into, encode_batches, group_rows,
+                                    murmur2_partitions)
 from logcore.tools.partitioner import murmur2_partition
 
 kafka_default = pytest.importorskip("kafka.partitioner.default", reason="kafka-python is not installed")
@@ -197,6 +198,24 @@ def test_murmur2_partitions_match_kafka_python(keys, partitions):
         else:
             expected = (kafka_default.murmur2(key) & 0x7FFFFFFF) % partitions
             assert p == expected == murmur2_partition(key, partitions)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 40).flatmap(lambda count: st.tuples(
+    st.just(count), st.lists(st.integers(0, count - 1), max_size=200))))
+def test_group_rows_is_a_stable_grouping_by_partition(case):
+    count, parts = case
+    order, starts = group_rows(np.array(parts, dtype=np.int32), count)
+    assert len(starts) == count + 1 and starts[0] == 0 and starts[-1] == len(parts)
+    for p in range(count):
+        assert order[starts[p]:starts[p + 1]].tolist() == [i for i, q in enumerate(parts) if q == p]
+
+
+def test_group_rows_rejects_a_partition_out_of_range():
+    with pytest.raises(ValueError, match="row 2 has partition 4, outside 0..3"):
+        group_rows(np.array([0, 3, 4], dtype=np.int32), 4)
+    with pytest.raises(ValueError, match="row 0 has partition -1"):
+        group_rows(np.array([-1], dtype=np.int32), 4)
 
 
 def test_murmur2_known_vectors():
