@@ -103,11 +103,17 @@ def run_available_now(spark, source_dir, root, ckpt, **options):
 
 # ------------------------------------------------------------------------------- streaming
 
-def test_stream_round_trip_and_restart(spark, tmp_path):
+def stream_input(tmp_path, files: int, rows: int):
+    """(input folder of `files` Parquet files of `rows` rows each, log root, checkpoint)."""
     src, root, ckpt = tmp_path / "in", str(tmp_path / "root"), tmp_path / "ckpt"
     src.mkdir()
-    for f in range(3):
-        write_input_file(src, f"f{f}.parquet", f * 700, 700)
+    for f in range(files):
+        write_input_file(src, f"f{f}.parquet", f * rows, rows)
+    return src, root, ckpt
+
+
+def test_stream_round_trip_and_restart(spark, tmp_path):
+    src, root, ckpt = stream_input(tmp_path, 3, 700)
     q = run_available_now(spark, src, root, ckpt, topic="events", **{"topic.partitions": "3"})
     assert q.exception() is None
     records = read_all(root, "events")
@@ -179,10 +185,7 @@ def batch_epochs(root: str, topic: str, storage_options=None) -> set[int]:
 def test_stream_keeps_its_leader_epoch_across_micro_batches(spark, tmp_path):
     """One leader-epoch entry per partition for a query's many micro-batches (also across a
     restart of the query); a writer taking a partition in between costs one more entry there."""
-    src, root, ckpt = tmp_path / "in", str(tmp_path / "root"), tmp_path / "ckpt"
-    src.mkdir()
-    for f in range(5):
-        write_input_file(src, f"f{f}.parquet", f * 100, 100)
+    src, root, ckpt = stream_input(tmp_path, 5, 100)
     q = run_available_now(spark, src, root, ckpt, topic="t", **{"topic.partitions": "2"})
     assert q.exception() is None
     assert len(q.recentProgress) >= 5                      # one micro-batch per file
