@@ -7,7 +7,6 @@ them back when it ends, so the worker's next task writes into pages that are alr
 """
 from __future__ import annotations
 
-import mmap
 import threading
 
 from logcore.storage.direct_writer import aligned_buffer
@@ -18,10 +17,10 @@ class AlignedBufferPool:
 
     def __init__(self, keep_bytes: int):
         self.keep_bytes = keep_bytes
-        self._free: list[mmap.mmap] = []       # by size, smallest first
+        self._free: list[memoryview] = []       # by size, smallest first
         self._lock = threading.Lock()
 
-    def take(self, size: int) -> mmap.mmap:
+    def take(self, size: int) -> memoryview:
         """The smallest kept buffer of at least `size` bytes, else a new one. Its bytes are
         whatever its last user left: write before reading."""
         with self._lock:
@@ -30,13 +29,17 @@ class AlignedBufferPool:
                     return self._free.pop(i)
         return aligned_buffer(size)
 
-    def give_back(self, buffer: mmap.mmap) -> None:
+    def give_back(self, buffer: memoryview) -> None:
         """Keep `buffer` for a later `take` (its caller must not use it any more)."""
         with self._lock:
             self._free.append(buffer)
             self._free.sort(key=len)
             while sum(len(b) for b in self._free) > self.keep_bytes:
-                self._free.pop(0).close()
+                dropped = self._free.pop(0)
+                try:
+                    dropped.release()       # its memory goes now, not at the next collection
+                except BufferError:
+                    pass                    # still exported somewhere: freed with the last user
 
     def kept_bytes(self) -> int:
         with self._lock:

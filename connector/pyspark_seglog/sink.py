@@ -71,7 +71,7 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 # the active segment, so that small micro-batches do not make a segment each.
 DEFAULT_LOCAL_PART_BYTES = 256 << 20
 DEFAULT_OBJECT_PART_BYTES = 8 << 20
-_WRITE_CHUNK_BYTES = 1 << 20
+_WRITE_CHUNK_BYTES = 4 << 20
 # A local task writes each target partition's batches in chunks of _WRITE_CHUNK_BYTES, from two
 # buffers per partition; with many target partitions the chunks shrink so that the buffers stay
 # within this budget (down to _MIN_WRITE_CHUNK_BYTES).
@@ -636,7 +636,9 @@ class _TaskStager(RowRouter):
             limit = max(1, min(limit, config.segment_bytes - 2 * max(batch_bytes, 1 << 20)))
             chunk = limit
             if self.local:
-                per_partition = _STAGING_MEMORY_BYTES // (2 * max(1, info.partitions))
+                # two buffers per partition, each a chunk plus room for an encode call's batches
+                # (about as much again)
+                per_partition = _STAGING_MEMORY_BYTES // (4 * max(1, info.partitions))
                 chunk = min(limit, max(_MIN_WRITE_CHUNK_BYTES, min(_WRITE_CHUNK_BYTES, per_partition)))
             found = self.topics[topic] = (info.partitions, codec, limit, batch_bytes, chunk)
         return found
@@ -710,7 +712,7 @@ class _TaskStager(RowRouter):
             out.fill = out.kept = rest
             out.part_base = part.size - rest
         else:
-            self.storage.write_atomic(part.path, out.data[:out.fill], durable=False)
+            self.storage.write_atomic(part.path, bytes(out.data[:out.fill]), durable=False)
             part.size += out.fill
             out.fill = 0
         part.records += out.records

@@ -100,3 +100,13 @@ def test_a_direct_write_of_part_of_a_block_is_refused(tmp_path):
         assert writer.size == 0
     finally:
         writer.close()
+
+
+def test_large_buffers_are_aligned_to_a_huge_page_and_small_ones_to_a_block():
+    import ctypes
+    for size, align in ((1, ALIGN), (3 * ALIGN + 1, ALIGN), (direct_writer.HUGE_PAGE + 1, direct_writer.HUGE_PAGE)):
+        buf = aligned_buffer(size)
+        assert len(buf) >= size and len(buf) % align == 0
+        assert ctypes.addressof(ctypes.c_char.from_buffer(buf)) % align == 0
+        assert bytes(buf[:64]) == bytes(64)                  # zeroed
+        buf[len(buf) - 1] = 7                                 # writable to its last byte
