@@ -89,14 +89,19 @@ class RowRouter(ABC):
             us = tcol.cast(pa.int64()).fill_null(int(time.time() * 1_000_000)).to_numpy(zero_copy_only=False)
             ts = us // 1000
         else:
-            ts = np.full(n, int(time.time() * 1000), dtype=np.int64)
+            ts = np.empty(n, dtype=np.int64)
+            ts.fill(int(time.time() * 1000))
         headers = batch.column(cols["headers"]) if "headers" in cols else None
-        if count == 1 or (parts == parts[0]).all():
+        if count == 1:
             self._encode(topic, int(parts[0]), codec, keys, values, ts, headers, None)
             return
         # Each partition's rows as row numbers, in input order: the encoder reads them where they
         # are, so the columns are never copied into partition order.
         order, starts = group_rows(parts, count)
-        present = np.flatnonzero(np.diff(starts))
-        for p, start, end in zip(present.tolist(), starts[present].tolist(), starts[present + 1].tolist()):
-            self._encode(topic, p, codec, keys, values, ts, headers, order[start:end])
+        bounds = starts.tolist()
+        present = [p for p in range(count) if bounds[p + 1] > bounds[p]]
+        if len(present) == 1:           # all rows go to one partition: no row list needed
+            self._encode(topic, present[0], codec, keys, values, ts, headers, None)
+            return
+        for p in present:
+            self._encode(topic, p, codec, keys, values, ts, headers, order[bounds[p]:bounds[p + 1]])

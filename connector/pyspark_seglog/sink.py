@@ -45,7 +45,7 @@ from logcore.errors import (
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import F_POSITION, batch_fields
 from logcore.records.compression import Compression
-from logcore.records.encode import encode_batch_run_into
+from logcore.records.encode import encode_batch_run_into, encode_plain_run_into, plain_columns
 from logcore.storage import open_storage
 from logcore.storage.direct_writer import DirectFileWriter
 
@@ -81,6 +81,7 @@ _FIRST_BUFFER_BYTES = 256 << 10
 # Encode buffers outlive a task: the worker's next task reuses their pages (see buffer_pool).
 _STAGING_BUFFERS = AlignedBufferPool(keep_bytes=_STAGING_MEMORY_BYTES)
 _MAX_KEPT_BATCHES = 1 << 16     # a part's batch_fields rows sent with its commit message (4.5 MiB)
+_FIELD_ROW_BYTES = 9 * 8        # one batch_fields row: 9 int64
 _PUBLISH_THREADS = 8
 _publish_pool: tuple[int, ThreadPoolExecutor] | None = None     # (pid that made it, pool)
 _publish_pool_lock = threading.Lock()
@@ -556,7 +557,7 @@ class _PartBuffer:
         self.kept = 0           # bytes at the start that belong to the open part already
         self.records = 0
         self.part_base = 0      # the position in the open (or next) part of data[0]
-        self.fields: list[np.ndarray] = []     # local: batch_fields rows of the open part
+        self.fields: list[bytes] = []      # local: batch_fields rows of the open part (int64 bytes)
 
     def wait(self) -> None:
         """Wait for the spare buffer's write; raise its error."""
@@ -587,6 +588,8 @@ class _TaskStager(RowRouter):
         self.parts: list[StagedPart] = []
         # local: part files are written on one thread while the task encodes the next chunk
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="seglog-stage") if self.local else None
+        # the last Arrow batch's plain_columns: (keys, values, ts, headers, codec, columns)
+        self._plain: tuple | None = None
 
     def close(self) -> None:
         if self.writer is not None:
@@ -649,10 +652,17 @@ class _TaskStager(RowRouter):
         if out is None:
             out = self.pending[tp] = _PartBuffer()
         limit, batch_bytes, threshold = self.topics[topic][2:5]
+        plain = self._plain_columns(codec, keys, values, ts, headers)
         while True:
-            size, batches = encode_batch_run_into(
-                out.data, out.fill, keys, values, ts, rows=rows, headers=headers, compression=codec,
-                batch_bytes=batch_bytes, max_records=self.opts.max_records)
+            if plain is not None:
+                size, batches, fields = encode_plain_run_into(
+                    plain, out.data, out.fill, rows=rows, batch_bytes=batch_bytes,
+                    max_records=self.opts.max_records, fields_base=out.part_base + out.fill)
+            else:
+                size, batches = encode_batch_run_into(
+                    out.data, out.fill, keys, values, ts, rows=rows, headers=headers, compression=codec,
+                    batch_bytes=batch_bytes, max_records=self.opts.max_records)
+                fields = None
             if batches >= 0:
                 break
             # No room. A buffer that cannot hold a chunk plus these rows grows (once, usually);
@@ -666,15 +676,28 @@ class _TaskStager(RowRouter):
             else:
                 self._write(tp)
         if self.local and batches:
-            # The headers just encoded, while in cache: the commit adopts the part without
-            # scanning it (see StagedPart.batches).
-            fields = batch_fields(memoryview(out.data)[out.fill:out.fill + size], verify_crc=False)
-            fields[:, F_POSITION] += out.part_base + out.fill
+            # The headers just encoded: the commit adopts the part without scanning it (see
+            # StagedPart.batches).
+            if fields is None:
+                scanned = batch_fields(memoryview(out.data)[out.fill:out.fill + size], verify_crc=False)
+                scanned[:, F_POSITION] += out.part_base + out.fill
+                fields = scanned.tobytes()
             out.fields.append(fields)
         out.fill += size
         out.records += len(values) if rows is None else len(rows)
         if out.fill >= threshold:
             self._write(tp)
+
+    def _plain_columns(self, codec, keys, values, ts, headers):
+        """`plain_columns` of an Arrow batch's rows, taken once for all its target partitions
+        (the router hands each partition the same arrays)."""
+        cached = self._plain
+        if (cached is not None and cached[0] is keys and cached[1] is values and cached[2] is ts
+                and cached[3] is headers and cached[4] == codec):
+            return cached[5]
+        columns = plain_columns(keys, values, ts, headers, codec)
+        self._plain = (keys, values, ts, headers, codec, columns)
+        return columns
 
     def _write(self, tp) -> None:
         """Stage the encoded batches of `tp`: append them to its open part (local disk), or
@@ -729,8 +752,8 @@ class _TaskStager(RowRouter):
             file.close(out.data, out.fill)
             out.fill = out.kept = out.part_base = 0
             fields, out.fields = out.fields, []
-            if part is not None and 0 < sum(len(f) for f in fields) <= _MAX_KEPT_BATCHES:
-                part.batches = np.concatenate(fields).tobytes()
+            if part is not None and 0 < sum(len(f) for f in fields) // _FIELD_ROW_BYTES <= _MAX_KEPT_BATCHES:
+                part.batches = b"".join(fields)
         if part is not None:
             self.parts.append(part)
 

@@ -876,12 +876,14 @@ static inline char *put_be64(char *p, uint64_t v) {
 }
 
 #define BATCH_HEADER 61
+#define SCAN_FIELDS 9       /* int64 fields per batch in scan_batches' (and encode_batch_run's) output */
 #define SEQUENCE_WRAP 2147483648LL
 
 /* encode_batch_run(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,
  *                  timestamps, rows, batch_bytes, max_records, partition_leader_epoch,
- *                  producer_id, producer_epoch, base_sequence[, out, out_pos])
- *     -> (bytes, batch_count), or with `out`: (size, batch_count)
+ *                  producer_id, producer_epoch, base_sequence[, out, out_pos[, fields_base]])
+ *     -> (bytes, batch_count), or with `out`: (size, batch_count), or with `out` and
+ *        fields_base >= 0: (size, batch_count, fields)
  * Uncompressed RecordBatch v2 batches (CreateTime, base offset 0, no headers) for the rows of
  * Arrow-layout binary columns, concatenated. `rows` (int64 buffer or None) lists the rows to
  * encode in order; None means 0..n-1. Batches are cut as encode.py's _chunk_bounds does: rows are
@@ -892,7 +894,12 @@ static inline char *put_be64(char *p, uint64_t v) {
  * Two passes. The first checks every row (index, offsets, sizes), cuts the batches and keeps
  * what the second needs per row (row_plan), so nothing is written unless all of it fits and is
  * valid. The second writes each batch's header first (its fields are all known by then), then
- * its records, checksumming them a few KiB at a time while they are still in the L1 cache. */
+ * its records, checksumming them a few KiB at a time while they are still in the L1 cache.
+ *
+ * With fields_base >= 0, `fields` is the batches' header fields as scan_batches returns them
+ * (9 native int64 per batch), each batch's position being fields_base + its offset in the run:
+ * what a caller would otherwise read back from the batches just written. None when the run did
+ * not fit (batch_count -1). */
 
 typedef struct {
     int64_t ts_delta;
@@ -990,12 +997,16 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
     Py_ssize_t n, batch_bytes, max_records;
     int leader_epoch, producer_epoch, base_sequence;
     long long producer_id;
-    PyObject *ko, *kd, *kv, *vo, *vd, *vv, *tso, *rowso, *outo = Py_None;
-    Py_ssize_t out_pos = 0;
-    if (!PyArg_ParseTuple(args, "nOOOOOOOOnniLii|On", &n, &ko, &kd, &kv, &vo, &vd, &vv, &tso, &rowso,
+    PyObject *ko, *kd, *kv, *vo, *vd, *vv, *tso, *rowso, *outo = Py_None, *fields = NULL;
+    Py_ssize_t out_pos = 0, fields_base = -1;
+    if (!PyArg_ParseTuple(args, "nOOOOOOOOnniLii|Onn", &n, &ko, &kd, &kv, &vo, &vd, &vv, &tso, &rowso,
                           &batch_bytes, &max_records, &leader_epoch, &producer_id, &producer_epoch,
-                          &base_sequence, &outo, &out_pos))
+                          &base_sequence, &outo, &out_pos, &fields_base))
         return NULL;
+    if (fields_base >= 0 && outo == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "fields_base needs an output buffer");
+        return NULL;
+    }
     if (batch_bytes < 1) {
         PyErr_Format(PyExc_ValueError, "batch_bytes must be >= 1, got %zd", batch_bytes);
         return NULL;
@@ -1058,10 +1069,18 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
             goto done;
         }
         if (outbuf.len - out_pos < total) {
-            result = Py_BuildValue("(nn)", total, (Py_ssize_t)-1);
+            if (fields_base >= 0)
+                result = Py_BuildValue("(nnO)", total, (Py_ssize_t)-1, Py_None);
+            else
+                result = Py_BuildValue("(nn)", total, (Py_ssize_t)-1);
             goto done;
         }
         out = (char *)outbuf.buf + out_pos;
+        if (fields_base >= 0) {
+            fields = PyBytes_FromStringAndSize(NULL, batches * SCAN_FIELDS * 8);
+            if (fields == NULL)
+                goto done;
+        }
     } else {
         data = PyBytes_FromStringAndSize(NULL, total);
         if (data == NULL)
@@ -1119,15 +1138,30 @@ static PyObject *encode_batch_run(PyObject *self, PyObject *args) {
         h = put_be32(h, (uint32_t)leader_epoch);              /* partitionLeaderEpoch */
         *h++ = 2;                                             /* magic */
         put_be32(h, ~crc);
+        if (fields != NULL) {
+            int64_t *f = (int64_t *)PyBytes_AS_STRING(fields) + b * SCAN_FIELDS;
+            f[0] = fields_base + (head - out);
+            f[1] = p - head;
+            f[2] = 0;                                         /* baseOffset */
+            f[3] = records - 1;                               /* lastOffsetDelta */
+            f[4] = cuts[b].max_ts;
+            f[5] = producer_id;
+            f[6] = 0;                                         /* attributes */
+            f[7] = cuts[b].base_ts;
+            f[8] = records;
+        }
         from = to;
     }
     Py_END_ALLOW_THREADS
-    if (have_out)
+    if (fields != NULL)
+        result = Py_BuildValue("(nnO)", total, batches, fields);
+    else if (have_out)
         result = Py_BuildValue("(nn)", total, batches);
     else
         result = Py_BuildValue("(On)", data, batches);
 done:
     Py_XDECREF(data);
+    Py_XDECREF(fields);
     PyMem_Free(plan);
     PyMem_Free(cuts);
     if (have_out)
@@ -1259,7 +1293,6 @@ done:
  * log adopts as a segment), checks each as logcore.records.batch._scan does (length, magic, CRC)
  * and returns their fields as one int64 array, without holding the GIL while it runs. */
 
-#define SCAN_FIELDS 9
 #define BATCH_HEADER_SIZE 61
 #define BATCH_MIN_LENGTH 49 /* batchLength of a header with no record: 61 - 12 */
 
@@ -1451,10 +1484,12 @@ static PyMethodDef methods[] = {
     {"encode_batch_run", encode_batch_run, METH_VARARGS,
      "encode_batch_run(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,\n"
      "timestamps, rows, batch_bytes, max_records, partition_leader_epoch, producer_id,\n"
-     "producer_epoch, base_sequence[, out, out_pos]) -> (bytes, batch_count): uncompressed batches\n"
-     "without headers for the rows (all, or those listed in the int64 buffer `rows`), concatenated.\n"
-     "With a writable buffer `out`: written at out_pos, returns (size, batch_count), or (size, -1)\n"
-     "and writes nothing when size bytes do not fit there."},
+     "producer_epoch, base_sequence[, out, out_pos[, fields_base]]) -> (bytes, batch_count):\n"
+     "uncompressed batches without headers for the rows (all, or those listed in the int64 buffer\n"
+     "`rows`), concatenated. With a writable buffer `out`: written at out_pos, returns\n"
+     "(size, batch_count), or (size, -1) and writes nothing when size bytes do not fit there.\n"
+     "With fields_base >= 0 also the batches' scan_batches fields (positions from fields_base):\n"
+     "(size, batch_count, fields bytes or None)."},
     {"group_rows", group_rows, METH_VARARGS,
      "group_rows(parts, count) -> (order, starts): bytes of int64 row numbers grouped by partition\n"
      "(stable) and bytes of int64[count + 1] where each partition's rows start."},

@@ -216,6 +216,37 @@ def encode_batch_run_into(out: bytearray, pos: int, keys: pa.Array, values: pa.A
                                        out, pos)
 
 
+def plain_columns(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray,
+                  headers: pa.Array | None = None, compression: Compression | int = Compression.NONE):
+    """Rows that encode without a codec and without record headers, as `encode_plain_run_into`
+    takes them: their buffers, taken out of the Arrow arrays once for several runs over the same
+    rows (one per target partition). None when the rows need `encode_batch_run_into`."""
+    n = len(values)
+    if codec_of(compression) is not Compression.NONE or len(keys) != n or len(timestamps_ms) != n:
+        return None
+    if headers is not None and headers.null_count != n and _has_headers(headers, 0, n):
+        return None
+    ko, kd, kv = _binary_parts(keys)
+    vo, vd, vv = _binary_parts(values)
+    return n, ko, kd, kv, vo, vd, vv, np.ascontiguousarray(timestamps_ms, dtype=np.int64)
+
+
+def encode_plain_run_into(columns: tuple, out, pos: int, *, rows: np.ndarray | None = None,
+                          batch_bytes: int = 16384, max_records: int | None = None,
+                          fields_base: int = 0) -> tuple[int, int, bytes | None]:
+    """`encode_batch_run_into` for `plain_columns`, also returning the batches' `batch_fields`
+    rows (as bytes of native int64, each position fields_base + its offset in the run), so that
+    a caller need not scan what it just wrote: (size, batch count, fields), or (size, -1, None)
+    with nothing written when the batches need more than the `len(out) - pos` bytes there."""
+    if batch_bytes < 1:
+        raise InvalidRecordError(f"batch_bytes must be >= 1, got {batch_bytes}")
+    order = rows
+    if rows is not None and not (type(rows) is np.ndarray and rows.dtype == np.int64 and rows.flags.c_contiguous):
+        order = np.ascontiguousarray(rows, dtype=np.int64)
+    return _fastcodec.encode_batch_run(*columns, order, batch_bytes, max_records or 0, -1, -1, -1, -1,
+                                       out, pos, max(0, fields_base))
+
+
 def _encode_python(keys, values, ts, headers, start: int, end: int, base_ts: int) -> bytes:
     """The records section of rows [start, end) through the reference encoder (rows with headers)."""
     ks = keys.slice(start, end - start).to_pylist()
@@ -232,4 +263,5 @@ def _encode_python(keys, values, ts, headers, start: int, end: int, base_ts: int
     return b"".join(parts)
 
 
-__all__ = ["encode_batch_run", "encode_batches", "group_rows", "murmur2_partitions"]
+__all__ = ["encode_batch_run", "encode_batches", "encode_plain_run_into", "group_rows", "murmur2_partitions",
+           "plain_columns"]

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logcore.records.batch import build_batch, decode_records, iter_batches
+from logcore.records.batch import F_POSITION, batch_fields, build_batch, decode_records, iter_batches
 from logcore.records.compression import Compression
-from logcore.records.encode import (encode_batch_run, encode_batch_run_into, encode_batches, group_rows,
-                                    murmur2_partitions)
+from logcore.records.encode import (encode_batch_run, encode_batch_run_into, encode_batches,
+                                    encode_plain_run_into, group_rows, murmur2_partitions, plain_columns)
 from logcore.tools.partitioner import murmur2_partition
 
 kafka_default = pytest.importorskip("kafka.partitioner.default", reason="kafka-python is not installed")
@@ -92,6 +92,40 @@ def test_batch_run_into_a_buffer_writes_the_same_bytes_or_nothing(data, batch_by
     assert encode_batch_run_into(small, pos, keys, values, ts, rows=rows, batch_bytes=batch_bytes) == (
         len(expected), -1)
     assert small == b"\xee" * len(small)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows, st.integers(1, 2000), st.one_of(st.none(), st.integers(1, 7)), st.integers(0, 64),
+       st.integers(0, 1 << 40), st.randoms(use_true_random=False))
+def test_plain_run_gives_the_same_bytes_and_the_fields_a_scan_would(data, batch_bytes, max_records, pos, base, rnd):
+    """encode_plain_run_into: encode_batch_run_into's bytes, plus the batch_fields rows a scan of
+    them finds (positions from fields_base); when they do not fit, nothing written, no fields."""
+    keys = pa.array([k for k, _, _ in data], pa.binary())
+    values = pa.array([v for _, v, _ in data], pa.binary())
+    ts = np.array([t for _, _, t in data], dtype=np.int64)
+    rows = np.array(rnd.sample(range(len(data)), rnd.randint(1, len(data))), dtype=np.int64)
+    expected, count = encode_batch_run(keys, values, ts, rows=rows, batch_bytes=batch_bytes, max_records=max_records)
+    columns = plain_columns(keys, values, ts)
+    out = bytearray(b"\xee" * (pos + len(expected) + 5))
+    size, got_count, fields = encode_plain_run_into(columns, out, pos, rows=rows, batch_bytes=batch_bytes,
+                                                    max_records=max_records, fields_base=base)
+    assert (size, got_count) == (len(expected), count)
+    assert out[pos:pos + size] == expected
+    scanned = batch_fields(expected)
+    scanned[:, F_POSITION] += base
+    assert np.array_equal(np.frombuffer(fields, dtype=np.int64).reshape(-1, 9), scanned)
+    small = bytearray(b"\xee" * (pos + len(expected) - 1))
+    assert encode_plain_run_into(columns, small, pos, rows=rows, batch_bytes=batch_bytes,
+                                 max_records=max_records) == (len(expected), -1, None)
+    assert small == b"\xee" * len(small)
+
+
+def test_plain_columns_only_for_rows_without_a_codec_or_headers():
+    keys, values, ts = pa.array([b"k1", b"k2"]), pa.array(["a", None]), np.array([10, 11], dtype=np.int64)
+    assert plain_columns(keys, values, ts) is not None
+    assert plain_columns(keys, values, ts, pa.nulls(2, HEADERS)) is not None
+    assert plain_columns(keys, values, ts, pa.array([[{"key": "h", "value": b"x"}], None], HEADERS)) is None
+    assert plain_columns(keys, values, ts, compression=Compression.GZIP) is None
 
 
 def test_batch_run_into_a_buffer_with_a_codec_or_headers():
