@@ -47,7 +47,7 @@ from logcore.records.batch import F_POSITION, batch_fields
 from logcore.records.compression import Compression
 from logcore.records.encode import encode_batch_run_into, encode_plain_run_into, plain_columns
 from logcore.storage import open_storage
-from logcore.storage.direct_writer import DirectFileWriter
+from logcore.storage.direct_writer import ALIGN, DirectFileWriter
 
 from pyspark_seglog.buffer_pool import AlignedBufferPool
 from pyspark_seglog.row_router import RowRouter
@@ -82,6 +82,7 @@ _FIRST_BUFFER_BYTES = 256 << 10
 _STAGING_BUFFERS = AlignedBufferPool(keep_bytes=_STAGING_MEMORY_BYTES)
 _MAX_KEPT_BATCHES = 1 << 16     # a part's batch_fields rows sent with its commit message (4.5 MiB)
 _FIELD_ROW_BYTES = 9 * 8        # one batch_fields row: 9 int64
+_NO_POSITIONS = np.empty(0, dtype=np.int64)
 _PUBLISH_THREADS = 8
 _publish_pool: tuple[int, ThreadPoolExecutor] | None = None     # (pid that made it, pool)
 _publish_pool_lock = threading.Lock()
@@ -417,7 +418,9 @@ def _append_parts(storage, log, parts: list[StagedPart], adopt_bytes: int, verif
                 break
             fields = None if part.batches is None else np.frombuffer(part.batches, dtype=np.int64).reshape(-1, 9)
             run.append((part.path, fields))
-        i += len(log.adopt_staged_many(run, verify_crc=verify_crc)) if run else 0
+        # A task leaves the blocks of its parts' batch headers in the page cache (see
+        # _TaskStager._header_blocks): no need to start reading them first.
+        i += len(log.adopt_staged_many(run, verify_crc=verify_crc, headers_cached=True)) if run else 0
         if i < len(parts):           # too small, or not adoptable: copied into the log
             log.append_staged(storage.read(parts[i].path))
             i += 1
@@ -558,6 +561,10 @@ class _PartBuffer:
         self.records = 0
         self.part_base = 0      # the position in the open (or next) part of data[0]
         self.fields: list[bytes] = []      # local: batch_fields rows of the open part (int64 bytes)
+        # local: the same rows not yet written out, and positions of headers a write left for
+        # the next (their blocks were carried over): see _TaskStager._header_blocks
+        self.heads: list[bytes] = []
+        self.head_rest = _NO_POSITIONS
 
     def wait(self) -> None:
         """Wait for the spare buffer's write; raise its error."""
@@ -683,6 +690,7 @@ class _TaskStager(RowRouter):
                 scanned[:, F_POSITION] += out.part_base + out.fill
                 fields = scanned.tobytes()
             out.fields.append(fields)
+            out.heads.append(fields)
         out.fill += size
         out.records += len(values) if rows is None else len(rows)
         if out.fill >= threshold:
@@ -729,7 +737,7 @@ class _TaskStager(RowRouter):
                     _STAGING_BUFFERS.give_back(out.spare)
                 out.spare = _STAGING_BUFFERS.take(len(out.data))
             out.spare[:rest] = out.data[length:out.fill]
-            out.writing = self.writer.submit(file.write, out.data, length)
+            out.writing = self.writer.submit(file.write, out.data, length, self._header_blocks(out, length))
             out.data, out.spare = out.spare, out.data
             part.size = out.part_base + out.fill
             out.fill = out.kept = rest
@@ -751,11 +759,28 @@ class _TaskStager(RowRouter):
             out.wait()
             file.close(out.data, out.fill)
             out.fill = out.kept = out.part_base = 0
+            out.heads, out.head_rest = [], _NO_POSITIONS
             fields, out.fields = out.fields, []
             if part is not None and 0 < sum(len(f) for f in fields) // _FIELD_ROW_BYTES <= _MAX_KEPT_BATCHES:
                 part.batches = b"".join(fields)
         if part is not None:
             self.parts.append(part)
+
+    @staticmethod
+    def _header_blocks(out: _PartBuffer, length: int) -> np.ndarray:
+        """Offsets in out.data of the blocks that hold the first 16 bytes (what the commit
+        patches) of the batches written now, `out.data[:length]`: kept in the page cache too,
+        so that the commit patches them without reading them from the disk."""
+        if not out.heads and not len(out.head_rest):
+            return _NO_POSITIONS
+        positions = np.frombuffer(b"".join(out.heads), dtype=np.int64)[F_POSITION::9]
+        out.heads = []
+        if len(out.head_rest):
+            positions = np.concatenate((out.head_rest, positions))
+        offsets = positions - out.part_base
+        now = offsets[offsets + 16 <= length]
+        out.head_rest = positions[offsets + 16 > length]
+        return np.unique(np.concatenate((now // ALIGN, (now + 15) // ALIGN))) * ALIGN
 
     def flush_all(self) -> None:
         for tp in sorted(self.pending):

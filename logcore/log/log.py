@@ -971,11 +971,13 @@ class Log:
         return adopted[0] if adopted else None
 
     def adopt_staged_many(self, parts: list[tuple[str, np.ndarray | None]], *,
-                          verify_crc: bool = True) -> list[tuple[int, int]]:
+                          verify_crc: bool = True, headers_cached: bool = False) -> list[tuple[int, int]]:
         """`adopt_staged` for several staged files in order, as one step: one folder fsync for
         all their new names and one new active segment after the last (not one per file).
 
-        `parts` are (path, batch_fields rows or None). Returns the (first, last offset) of each
+        `parts` are (path, batch_fields rows or None). `headers_cached`: the pages holding the
+        batch headers are likely in the page cache already (the writer left them there), so they
+        are not read ahead before being patched. Returns the (first, last offset) of each
         file adopted: the leading ones, up to the first that cannot be adopted (the caller
         appends that one with `append_staged` and goes on with the rest).
         """
@@ -988,7 +990,7 @@ class Log:
                 raise SegLogError(f"{self.topic}-{self.partition} is closed")
             try:
                 for path, fields in parts:
-                    got = self._adopt_file(path, verify_crc, fields, written)
+                    got = self._adopt_file(path, verify_crc, fields, written, headers_cached)
                     if got is None:
                         break
                     adopted.append(got)
@@ -1010,7 +1012,7 @@ class Log:
         return adopted
 
     def _adopt_file(self, path: str, verify_crc: bool, fields: np.ndarray | None,
-                    written: list) -> tuple[int, int] | None:
+                    written: list, headers_cached: bool = False) -> tuple[int, int] | None:
         source = f"{self.topic}-{self.partition} staged {path}"
         with open(self.storage.local_path(path), "r+b") as f:
             size = os.fstat(f.fileno()).st_size
@@ -1018,7 +1020,7 @@ class Log:
                 return None
             if verify_crc or not _tiles(fields, size):
                 fields = None
-            else:
+            elif not headers_cached:
                 _prefetch_headers(f.fileno(), fields[:, 0])
             with mmap.mmap(f.fileno(), size) as mm:
                 if not verify_crc and hasattr(mm, "madvise"):

@@ -68,6 +68,7 @@ class DirectFileWriter:
     def __init__(self, path: str):
         self.path = path
         self._written = 0       # bytes in the file: a multiple of ALIGN while direct
+        self._cache_fd = -1     # the same file through the page cache (see `write`'s keep_cached)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         self.direct = hasattr(os, "O_DIRECT")
         if self.direct:
@@ -90,15 +91,23 @@ class DirectFileWriter:
         The rest goes at the start of the next write, or to `close`."""
         return length - length % ALIGN if self.direct else length
 
-    def write(self, buf, length: int) -> None:
-        """Append `buf[:length]`; `length` as `aligned` gives it, `buf` from `aligned_buffer`."""
+    def write(self, buf, length: int, keep_cached=()) -> None:
+        """Append `buf[:length]`; `length` as `aligned` gives it, `buf` from `aligned_buffer`.
+
+        `keep_cached`: offsets in `buf` of blocks (multiples of ALIGN, below `length`) to leave in
+        the page cache as well, written through it once the direct write is done: the file's
+        next user reads or patches them without a disk read (the sink's commit patches each
+        batch header). They are whole blocks, so the kernel writes them without reading."""
         if length % ALIGN and self.direct:
             raise ValueError(f"{self.path}: a direct write of {length} bytes is not whole blocks")
         view = memoryview(buf)
         try:
             if self.direct:
                 try:
+                    start = self._written
                     self._pwrite_all(view[:length])
+                    if len(keep_cached):
+                        self._cache_blocks(view, start, keep_cached)
                 except OSError as exc:
                     # Some file systems take O_DIRECT at open but refuse its writes.
                     if exc.errno != errno.EINVAL or self._written:
@@ -140,9 +149,21 @@ class DirectFileWriter:
 
     def abandon(self) -> None:
         """Close the file as it is (the failure path: the caller deletes it)."""
+        if self._cache_fd >= 0:
+            os.close(self._cache_fd)
+            self._cache_fd = -1
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def _cache_blocks(self, view: memoryview, start: int, offsets) -> None:
+        # After the direct write returned: a direct write drops cached pages of its own range,
+        # so these must come after it, and later direct writes are past them.
+        if self._cache_fd < 0:
+            self._cache_fd = os.open(self.path, os.O_WRONLY)
+        for offset in offsets:
+            offset = int(offset)
+            os.pwrite(self._cache_fd, view[offset:offset + ALIGN], start + offset)
 
     def _pwrite_all(self, data: memoryview) -> None:
         done = 0

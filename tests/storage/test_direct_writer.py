@@ -12,9 +12,10 @@ from logcore.storage import direct_writer
 from logcore.storage.direct_writer import ALIGN, DirectFileWriter, aligned_buffer
 
 
-def write_chunks(path: str, chunks: list[bytes]) -> DirectFileWriter:
+def write_chunks(path: str, chunks: list[bytes], keep_cached=None) -> DirectFileWriter:
     """Append `chunks` the way the sink does: whole blocks written, the rest carried over to
-    the start of the other of two buffers."""
+    the start of the other of two buffers. keep_cached(length) picks the blocks of each write
+    to leave in the page cache."""
     size = max([len(c) for c in chunks] + [0]) + 2 * ALIGN
     buf, spare = aligned_buffer(size), aligned_buffer(size)
     writer = DirectFileWriter(path)
@@ -25,7 +26,7 @@ def write_chunks(path: str, chunks: list[bytes]) -> DirectFileWriter:
         length = writer.aligned(fill)
         assert fill - length < ALIGN if writer.direct else length == fill
         spare[:fill - length] = buf[length:fill]
-        writer.write(buf, length)
+        writer.write(buf, length, keep_cached(length) if keep_cached else ())
         buf, spare, fill = spare, buf, fill - length
     writer.close(buf, fill)
     return writer
@@ -41,6 +42,53 @@ def test_file_holds_every_byte_written(tmp_path_factory, sizes, rnd):
     assert writer.size == len(expected)
     with open(path, "rb") as f:
         assert f.read() == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 3 * ALIGN + 7), max_size=8), st.randoms(use_true_random=False))
+def test_blocks_kept_in_the_page_cache_hold_the_same_bytes(tmp_path_factory, sizes, rnd):
+    path = str(tmp_path_factory.mktemp("direct") / "part")
+    chunks = [rnd.randbytes(n) for n in sizes]
+
+    def some_blocks(length):
+        return [b * ALIGN for b in range(length // ALIGN) if rnd.random() < 0.5]
+
+    write_chunks(path, chunks, some_blocks)
+    with open(path, "rb") as f:
+        assert f.read() == b"".join(chunks)
+
+
+def _resident_pages(path: str) -> list[bool]:
+    """Which pages of the file are in the page cache (mincore on a mapping of it)."""
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = os.path.getsize(path)
+    vec = (ctypes.c_ubyte * -(-size // mmap.PAGESIZE))()
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), size) as mm:
+        first = ctypes.c_char.from_buffer(mm)
+        failed = libc.mincore(ctypes.c_void_p(ctypes.addressof(first)), ctypes.c_size_t(size), vec)
+        del first
+    if failed:
+        pytest.skip(f"mincore: {os.strerror(ctypes.get_errno())}")
+    return [bool(v & 1) for v in vec]
+
+
+def test_kept_blocks_are_in_the_page_cache_and_the_others_are_not(tmp_path):
+    """What the sink's commit relies on to patch batch headers without disk reads."""
+    path = str(tmp_path / "part")
+    buf = aligned_buffer(8 * ALIGN)
+    buf[:] = bytes(range(256)) * (len(buf) // 256)
+    writer = DirectFileWriter(path)
+    if not writer.direct:
+        writer.abandon()
+        pytest.skip("the temporary directory's file system refuses O_DIRECT")
+    writer.write(buf, 8 * ALIGN, [ALIGN, 5 * ALIGN])
+    writer.close()
+    resident = _resident_pages(path)
+    assert [i for i, r in enumerate(resident) if r] == [1, 5]
+    with open(path, "rb") as f:
+        assert f.read() == bytes(buf)
 
 
 def test_local_disk_is_written_direct(tmp_path):
