@@ -58,10 +58,11 @@ def segment_files(log):
     return out
 
 
-@pytest.mark.parametrize("how", ["verify_crc", "headers", "fields", "wrong_fields"])
+@pytest.mark.parametrize("how", ["verify_crc", "headers", "fields", "fields_cached", "wrong_fields"])
 def test_adopted_segment_matches_appended_batches(tmp_path, how):
     """However the batches are found (CRC scan, header scan, the writer's own batch_fields rows,
-    rows that do not match the file and are ignored), the segment is the same."""
+    with or without reading the header pages ahead, rows that do not match the file and are
+    ignored), the segment is the same."""
     data = staged_bytes(2000)
     fields = batch_fields(data)
     if how == "wrong_fields":
@@ -78,7 +79,10 @@ def test_adopted_segment_matches_appended_batches(tmp_path, how):
         kwargs = {"verify_crc": how == "verify_crc"}
         if how.endswith("fields"):
             kwargs["fields"] = fields
-        assert adopted.adopt_staged(path, **kwargs) == (1, 2000)
+        if how == "fields_cached":
+            assert adopted.adopt_staged_many([(path, fields)], verify_crc=False, headers_cached=True) == [(1, 2000)]
+        else:
+            assert adopted.adopt_staged(path, **kwargs) == (1, 2000)
         # the reference: the same batches appended into a fresh segment
         copied._roll_to(copied.log_end_offset)
         assert copied.append_staged(data) == (1, 2000)

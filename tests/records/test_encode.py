@@ -120,6 +120,13 @@ def test_plain_run_gives_the_same_bytes_and_the_fields_a_scan_would(data, batch_
     assert small == b"\xee" * len(small)
 
 
+def test_fields_need_an_output_buffer():
+    from logcore.records import _fastcodec
+    columns = plain_columns(pa.array([b"k"]), pa.array([b"v"]), np.array([1], dtype=np.int64))
+    with pytest.raises(ValueError, match="fields_base needs an output buffer"):
+        _fastcodec.encode_batch_run(*columns, None, 100, 0, -1, -1, -1, -1, None, 0, 0)
+
+
 def test_plain_columns_only_for_rows_without_a_codec_or_headers():
     keys, values, ts = pa.array([b"k1", b"k2"]), pa.array(["a", None]), np.array([10, 11], dtype=np.int64)
     assert plain_columns(keys, values, ts) is not None
