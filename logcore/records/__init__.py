@@ -31,4 +31,19 @@ def __getattr__(name: str):
     if name == "batches_to_arrow":
         from logcore.records.arrow import batches_to_arrow
         return batches_to_arrow
+    if name == "_fastcodec":
+        # `from logcore.records import _fastcodec` asks here before importing the submodule:
+        # import it, and say what is wrong when this folder has no compiled codec.
+        import importlib
+        import os
+        try:
+            return importlib.import_module("logcore.records._fastcodec")
+        except ModuleNotFoundError as exc:
+            if exc.name != "logcore.records._fastcodec":
+                raise
+            raise ImportError(
+                f"logcore's compiled codec (_fastcodec) is missing from {os.path.dirname(__file__)}: this"
+                " is a source checkout that was not built. Build it in place (pip install -e .), or run"
+                " from another folder so that the installed seglog is imported instead of the"
+                " checkout") from None
     raise AttributeError(name)
