@@ -1882,8 +1882,10 @@ def _next_offset_after(data: bytes | FileSlice) -> int:
 
 
 def _end_marker(data, header: BatchHeader, source: str, pos: int) -> EndTransactionMarker | None:
-    """The transaction marker in a control batch (None for other control record types)."""
-    records = decode_records(data, pos, header, source=source)
+    """The transaction marker in a control batch (None for other control record types).
+
+    `data` holds just this batch; `pos` is where the batch sits in `source` (for errors)."""
+    records = decode_records(data, 0, header, source=source, base_position=pos)
     if not records:
         return None
     if parse_control_type(records[0].key) not in (ControlType.ABORT, ControlType.COMMIT):
