@@ -136,3 +136,15 @@ class RemoteStorageError(StorageError):
 class RemoteResourceNotFoundError(RemoteStorageError, ResourceNotFoundError):
     """A remote segment, one of its indexes, or its manifest does not exist
     (KIP-405 RemoteResourceNotFoundException)."""
+
+
+class RejectedRecordsError(InvalidRecordError):
+    """A batch refused because of some of its records (Kafka's per-record errors, KIP-467).
+
+    `record_errors` lists (index of the record in the batch, Kafka's message for it); the broker
+    answers them as the Produce response's `record_errors`.
+    """
+
+    def __init__(self, message: str, *, record_errors: list[tuple[int, str]]):
+        super().__init__(message)
+        self.record_errors = record_errors

@@ -432,7 +432,7 @@ class Broker:
                 elif isinstance(exc, SegLogError):
                     code = E.error_code(exc)
                     logger.info("produce to %s-%d rejected (%s): %s", part.topic, part.index, code, exc)
-                    result = (index, code, -1, -1, -1, str(exc))
+                    result = (index, code, -1, -1, -1, *E.produce_error_detail(exc))
                 else:   # an OS error or a bug: this partition only
                     logger.error("produce to %s-%d failed: %r", part.topic, part.index, exc)
                     result = (index, E.error_code(exc), -1, -1, -1, str(exc))

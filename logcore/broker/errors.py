@@ -4,7 +4,7 @@ from __future__ import annotations
 from logcore.errors import (CommitFailedError, CommitStateUnknownError, CorruptRecordError,
                             FencedWriterError, InvalidConfigError, InvalidProducerEpochError,
                             InvalidRecordError, InvalidTopicError, OffsetOutOfRangeError,
-                            OutOfOrderSequenceError, RecordTooLargeError, StorageError,
+                            OutOfOrderSequenceError, RecordTooLargeError, RejectedRecordsError, StorageError,
                             TopicExistsError, TopicNotFoundError, UnsupportedMagicError)
 from logcore.log.producer_state import InvalidTxnStateError
 
@@ -79,3 +79,18 @@ def error_code(exc: BaseException) -> int:
         if isinstance(exc, cls):
             return code
     return UNKNOWN_SERVER_ERROR
+
+
+def produce_error_detail(exc: BaseException) -> tuple[str, list[tuple[int, str]]]:
+    """(error_message, record_errors) of a refused Produce partition, as Kafka answers them.
+
+    A batch refused for some of its records (RejectedRecordsError: e.g. records without a key on
+    a compacted topic) gets Kafka's per-record errors and Kafka's summary message (LogValidator's
+    RecordValidationException); any other error its own message and no record errors.
+    """
+    errors = getattr(exc, "record_errors", None)
+    if not isinstance(exc, RejectedRecordsError) or not errors:
+        return str(exc), []
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return (f"One or more records have been rejected due to {len(errors)} record errors in total,"
+            f" and only showing the first three errors at most: [{shown}]"), list(errors)

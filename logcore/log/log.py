@@ -35,6 +35,7 @@ from logcore.errors import (CorruptIndexError, CorruptRecordError, FencedWriterE
                             InvalidRecordError, OffsetOutOfRangeError, PolicyViolationError,
                             ReadOnlyLogError, RecordTooLargeError, ResourceNotFoundError,
                             SegLogError)
+from logcore.errors import RejectedRecordsError
 from logcore.records.batch import (ATTRIBUTES_OFFSET, CONTROL_MASK, F_BASE_OFFSET, F_LAST_DELTA, HEADER_SIZE,
                                    INT32_MAX, LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader,
                                    Record, TimestampType, batch_fields, build_batch, check_produced_records,
@@ -659,6 +660,10 @@ class Log:
                 items.append((key, value, headers or (), now if ts is None else ts))
         if not items:
             raise InvalidRecordError("cannot append an empty batch")
+        if self._compact:
+            missing = [i for i, item in enumerate(items) if item[0] is None]
+            if missing:
+                self._refuse_null_keys(missing, len(items))
         log_append = self._log_append_time()
         with self._critical():
             batch = build_batch(items, base_offset=self.log_end_offset,
@@ -767,8 +772,7 @@ class Log:
             if bad >= 0:
                 raise InvalidRecordError(f"record {bad} has offset delta {delta}, expected {bad}")
             if self._compact and null_key >= 0:
-                raise InvalidRecordError(
-                    f"compacted topic {self.topic} requires a key on every record (record {null_key} has none)")
+                self._refuse_null_keys(_null_key_rows(record_columns(data, source=source)), records_count)
             if not attributes & TIMESTAMP_TYPE_MASK:
                 before = self.config.message_timestamp_before_max_ms
                 after = self.config.message_timestamp_after_max_ms
@@ -798,10 +802,7 @@ class Log:
             raise InvalidRecordError(
                 f"record {bad} has offset delta {int(deltas[bad])}, expected {bad}")
         if self._compact and columns.key_nulls:
-            valid = np.unpackbits(np.frombuffer(columns.key_validity, dtype=np.uint8), bitorder="little")
-            i = int(np.argmin(valid[:columns.rows]))
-            raise InvalidRecordError(
-                f"compacted topic {self.topic} requires a key on every record (record {i} has none)")
+            self._refuse_null_keys(_null_key_rows(columns), columns.rows)
         if data[ATTRIBUTES_OFFSET + 1] & TIMESTAMP_TYPE_MASK == 0:
             before = self.config.message_timestamp_before_max_ms
             after = self.config.message_timestamp_after_max_ms
@@ -812,6 +813,19 @@ class Log:
                     raise InvalidRecordError(
                         f"record timestamp {int(ts[np.argmax(bad)])} is outside the allowed range around"
                         f" {now} (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+
+    def _refuse_null_keys(self, missing: list[int], total: int) -> None:
+        """Kafka's answer to records without a key on a compacted topic (`compact` or
+        `compact,delete`): the whole batch is refused, every such record named (INVALID_RECORD
+        with record errors from the broker), instead of the cleaner dropping them later."""
+        tp = f"{self.topic}-{self.partition}"
+        kafka_message = f"Compacted topic cannot accept message without key in topic partition {tp}."
+        which = (f"record {missing[0]} has none" if len(missing) == 1 else
+                 f"{len(missing)} records have none, the first is record {missing[0]}")
+        raise RejectedRecordsError(
+            f"topic {self.topic} has cleanup.policy={','.join(self.config.cleanup_policy)}: a compacted"
+            f" topic refuses records without a key (batch of {total} records to {tp}: {which})",
+            record_errors=[(i, kafka_message) for i in missing])
 
     def _append_locked(self, data: bytearray, now: int, *, validated: bool,
                        assign: bool = False) -> AppendInfo:
@@ -1850,6 +1864,12 @@ def _temp_segment_name(name: str) -> tuple[int, str, str] | None:
         if parsed[1].endswith(temp):
             return parsed[0], parsed[1][: -len(temp)], temp
     return None
+
+
+def _null_key_rows(columns) -> list[int]:
+    """Row numbers of the records without a key (from a batch's record_columns)."""
+    valid = np.unpackbits(np.frombuffer(columns.key_validity, dtype=np.uint8), bitorder="little")
+    return np.flatnonzero(valid[:columns.rows] == 0).tolist()
 
 
 def _txn_index_bases(names: list[str]) -> set[int]:

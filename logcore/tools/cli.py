@@ -344,6 +344,14 @@ def cmd_produce(args) -> int:
         if args.partition is not None and not 0 <= args.partition < info.partitions:
             raise InvalidConfigError(f"--partition {args.partition}: topic {args.topic} has partitions "
                                      f"0..{info.partitions - 1}")
+        config = root.topic_config(args.topic)
+        if config.compact and separator is None:
+            # Every line would be a record without a key, which a compacted topic refuses (as
+            # Kafka's broker does): say so before reading any input.
+            raise InvalidConfigError(
+                f"topic {args.topic} has cleanup.policy={','.join(config.cleanup_policy)}: a compacted"
+                " topic refuses records without a key, so give every line a key with --key-separator"
+                " SEP (lines `key SEP value`)")
         producer = _Producer(root, args.topic, info.partitions, batch_size=args.batch_size,
                              compression=compression)
         stdin = getattr(sys.stdin, "buffer", sys.stdin)
