@@ -104,6 +104,7 @@ class TaskProducer(RowRouter):
         self.deadline_s = opts.delivery_timeout_ms / 1000
         self.producer_id, self.epoch = self._with_retries(self.client.init_producer_id, "InitProducerId")
         self.topics: dict[str, tuple[int, Compression]] = {}
+        self.policies: dict[str, str] = {}                    # topic -> cleanup.policy
         self.sequences: dict[tuple[str, int], int] = {}       # next row's ordinal per partition
         self.queues: dict[tuple[str, int], deque[_Batch]] = {}
         self.queued_bytes = 0
@@ -129,6 +130,14 @@ class TaskProducer(RowRouter):
                 codec = _CODECS.get(config.get("compression.type") or "producer", Compression.NONE)
             found = self.topics[topic] = (count, codec)
         return found
+
+    def _cleanup_policy(self, topic: str) -> str:
+        policy = self.policies.get(topic)
+        if policy is None:
+            config = self._with_retries(lambda: self.client.topic_config(topic, ["cleanup.policy"]),
+                                        "DescribeConfigs")
+            policy = self.policies[topic] = config.get("cleanup.policy") or ""
+        return policy
 
     def _encode(self, topic: str, partition: int, codec: Compression, keys: pa.Array, values: pa.Array,
                 ts: np.ndarray, headers: pa.Array | None, rows: np.ndarray | None) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logcore.errors import InvalidRecordError
+from logcore.errors import InvalidConfigError, InvalidRecordError
 from logcore.records.compression import Compression
 from logcore.records.encode import group_rows
 
@@ -36,6 +36,11 @@ class RowRouter(ABC):
     @abstractmethod
     def _topic(self, topic: str) -> tuple:
         """(partition count, codec, ...) of a topic, created if missing and allowed."""
+
+    def _cleanup_policy(self, topic: str) -> str:
+        """The topic's cleanup.policy as Kafka lists it ("compact", "compact,delete", ...);
+        subclasses read it from the root or the broker. "" when unknown (no key check)."""
+        return ""
 
     @abstractmethod
     def _encode(self, topic: str, partition: int, codec: Compression, keys: pa.Array, values: pa.Array,
@@ -68,6 +73,10 @@ class RowRouter(ABC):
         n = batch.num_rows
         values = batch.column(cols["value"])
         keys = batch.column(cols["key"]) if "key" in cols else pa.nulls(n, pa.binary())
+        if keys.null_count:
+            policy = self._cleanup_policy(topic)
+            if is_compacted(policy):
+                raise keyless_rows_error(topic, policy, keys.null_count, n, "key" in cols)
         parts = None
         if "partition" in cols:
             given = batch.column(cols["partition"])
@@ -105,3 +114,22 @@ class RowRouter(ABC):
             return
         for p in present:
             self._encode(topic, p, codec, keys, values, ts, headers, order[bounds[p]:bounds[p + 1]])
+
+
+def is_compacted(policy: str) -> bool:
+    """Whether a cleanup.policy value ("compact", "compact,delete", "delete", ...) compacts."""
+    return "compact" in (p.strip() for p in policy.split(","))
+
+
+def keyless_rows_error(topic: str, policy: str, nulls: int, rows: int, has_key_column: bool
+                       ) -> InvalidRecordError | InvalidConfigError:
+    """The sink's refusal of rows without a key for a compacted topic (Kafka's broker refuses
+    such records with INVALID_RECORD; the cleaner would drop them)."""
+    head = f"topic {topic!r} has cleanup.policy={policy}: a compacted topic refuses records without a key"
+    if not has_key_column:       # the schema's fault: an option error at query start
+        return InvalidConfigError(
+            f"{head}, and the DataFrame has no `key` column: add one, e.g."
+            " df.selectExpr(\"CAST(id AS STRING) AS key\", \"value\")")
+    return InvalidRecordError(
+        f"{head}, and {nulls} of the {rows} rows for it in this task have a null `key`: give every"
+        " row a key, or leave those rows out (df.where(\"key IS NOT NULL\"))")

@@ -50,7 +50,7 @@ from logcore.storage import open_storage
 from logcore.storage.direct_writer import ALIGN, DirectFileWriter
 
 from pyspark_seglog.buffer_pool import AlignedBufferPool
-from pyspark_seglog.row_router import RowRouter
+from pyspark_seglog.row_router import RowRouter, is_compacted, keyless_rows_error
 from pyspark_seglog.sink_options import SinkOptions, default_batch_size, parse_sink_options
 from pyspark_seglog.worker_heap import freeze_import_heap
 
@@ -201,13 +201,23 @@ class _SeglogWriterBase:
             from pyspark_seglog.broker_sink import ensure_topic
             with BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-sink") as client:
                 ensure_topic(client, self.opts, self.opts.topic)
+                if "key" not in self.columns:
+                    policy = client.topic_config(self.opts.topic, ["cleanup.policy"]).get("cleanup.policy")
+                    self._check_keys(policy or "")
         elif self.opts.topic is not None:
             # fail (or create the topic) when the write is planned, not in the tasks
             root = self._open_root()
             try:
                 self._ensure_topic(root, self.opts.topic)
+                if "key" not in self.columns:
+                    self._check_keys(",".join(root.topic_config(self.opts.topic).cleanup_policy))
             finally:
                 root.close()
+
+    def _check_keys(self, policy: str) -> None:
+        """No `key` column for a compacted topic: every row would be refused, so fail at start."""
+        if is_compacted(policy):
+            raise keyless_rows_error(self.opts.topic, policy, 0, 0, has_key_column=False)
 
     # -- shared helpers ---------------------------------------------------------------------
     def _open_root(self) -> LogRoot:
@@ -588,6 +598,7 @@ class _TaskStager(RowRouter):
         self.root: LogRoot | None = None
         # topic -> partitions, codec, part limit, batch bytes, write chunk
         self.topics: dict[str, tuple[int, Compression, int, int, int]] = {}
+        self.policies: dict[str, str] = {}      # topic -> cleanup.policy
         self.pending: dict[tuple[str, int], _PartBuffer] = {}
         self.open_parts: dict[tuple[str, int], StagedPart] = {}
         self.part_files: dict[tuple[str, int], DirectFileWriter] = {}    # local: the open part's file
@@ -652,6 +663,13 @@ class _TaskStager(RowRouter):
                 chunk = min(limit, max(_MIN_WRITE_CHUNK_BYTES, min(_WRITE_CHUNK_BYTES, per_partition)))
             found = self.topics[topic] = (info.partitions, codec, limit, batch_bytes, chunk)
         return found
+
+    def _cleanup_policy(self, topic: str) -> str:
+        policy = self.policies.get(topic)
+        if policy is None:
+            self._topic(topic)                  # opens the root
+            policy = self.policies[topic] = ",".join(self.root.topic_config(topic).cleanup_policy)
+        return policy
 
     def _encode(self, topic, partition, codec, keys, values, ts, headers, rows) -> None:
         tp = (topic, partition)
