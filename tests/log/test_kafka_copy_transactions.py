@@ -337,3 +337,24 @@ def test_replay_from_a_kafka_snapshot_at_a_segment_base(tmp_path, capsys):
     assert len(list(copy.rglob("*.snapshot"))) == 1
     check_library(copy, written, hws)
     check_cli(copy, written, hws, capsys)
+
+
+def test_a_damaged_marker_is_reported_at_its_file_position(tmp_path):
+    """A marker whose record is damaged (CRC mismatch) in a cleanly shut down copy: opening names
+    the segment file and the marker's byte position in it, not a position in a read buffer."""
+    from logcore.errors import CorruptRecordError
+
+    copy = tmp_path / "kafka-logs"
+    written, _hws = make_copy(copy, [FIXED_LAYOUT], hw_back=[0], clean=True)
+    base, batches = written[0].segments[1]
+    i = next(i for i, b in enumerate(batches) if struct.unpack_from(">h", b, 21)[0] & 0x20 and i > 0)
+    position = sum(len(b) for b in batches[:i])
+    path = copy / f"{TOPIC}-0" / f"{base:020d}.log"
+    data = bytearray(path.read_bytes())
+    data[position + len(batches[i]) - 1] ^= 0xFF        # the marker's coordinator epoch
+    path.write_bytes(bytes(data))
+    with LogRoot.open(str(copy)) as root:
+        with pytest.raises(CorruptRecordError) as info:
+            root.log(TOPIC, 0)
+    assert info.value.position == position and position > 0
+    assert info.value.file.endswith(f"{base:020d}.log")
