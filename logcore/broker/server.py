@@ -9,6 +9,7 @@ that connection only, with the reason logged.
 from __future__ import annotations
 
 import asyncio
+import struct
 import inspect
 import logging
 import signal
@@ -174,6 +175,10 @@ class BrokerServer:
                 # Kafka answers an ApiVersions version it does not know in v0, with the list.
                 body = response(API_VERSIONS, 0, self.broker.api_versions_body(E.UNSUPPORTED_VERSION))
                 return encode_response(exc.correlation_id, body)
+            answer = _unsupported_answer(frame, exc)
+            if answer is not _CLOSE:
+                logger.info("connection %s: %s; answered UNSUPPORTED_VERSION", peer, exc)
+                return answer
             logger.warning("connection %s: %s; closing the connection", peer, exc)
             return _CLOSE
         except ProtocolError as exc:
@@ -230,6 +235,20 @@ class BrokerServer:
 
 
 _CLOSE = object()
+
+
+def _unsupported_answer(frame, exc: UnsupportedRequest):
+    """UNSUPPORTED_VERSION for a request outside the served windows (see unsupported.py): the
+    response frame, None for an acks=0 Produce, or _CLOSE when no response can be written."""
+    from logcore.broker.unsupported import PRODUCE as _PRODUCE, error_response, old_produce_response
+
+    if exc.api_key == _PRODUCE and 0 <= exc.api_version <= 2:
+        try:
+            return old_produce_response(frame, exc.api_version, exc.correlation_id)
+        except (ValueError, struct.error):
+            return _CLOSE
+    answer = error_response(exc.api_key, exc.api_version, exc.correlation_id)
+    return _CLOSE if answer is None else answer
 
 
 class _Sending:
