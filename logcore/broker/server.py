@@ -23,6 +23,7 @@ from logcore.broker.framing import FrameConnection
 from logcore.broker.produce_codec import PRODUCE
 from logcore.broker.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                      parse_request, response, response_type)
+from logcore.errors import SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.log.log_root import LogRoot
 
@@ -44,13 +45,23 @@ class BrokerServer:
 
     async def start(self) -> tuple[str, int]:
         host, port = self.config.listener()
-        root = await asyncio.to_thread(LogRoot.open, self.config.log_dir, create=True,
-                                       defaults=self.config.log_defaults)
-        # Bound now (port 0 resolves) but accepting only once every partition is open: a
-        # client that connects during start-up waits in the backlog instead of being told
-        # that existing partitions are unknown.
-        self.server = await asyncio.get_running_loop().create_server(
-            self._new_connection, host, port, reuse_address=True, start_serving=False)
+        # Bound first (port 0 resolves), so that a port in use fails before anything is created
+        # in the root, but accepting only once every partition is open: a client that connects
+        # during start-up waits in the backlog instead of being told that existing partitions
+        # are unknown.
+        try:
+            self.server = await asyncio.get_running_loop().create_server(
+                self._new_connection, host, port, reuse_address=True, start_serving=False)
+        except OSError as exc:
+            raise ListenerError(
+                f"{self.config.source}: listeners={','.join(self.config['listeners'])}: cannot listen on "
+                f"{host}:{port}: {exc.strerror or exc}") from None
+        try:
+            root = await asyncio.to_thread(LogRoot.open, self.config.log_dir, create=True,
+                                           defaults=self.config.log_defaults)
+        except BaseException:
+            self.server.close()
+            raise
         bound = self.server.sockets[0].getsockname()
         advertised = self.config.advertised(bound[0], bound[1])
         self.broker = Broker(self.config, root, advertised)
@@ -235,6 +246,10 @@ class BrokerServer:
 
 
 _CLOSE = object()
+
+
+class ListenerError(SegLogError):
+    """The configured listener cannot be bound (port in use, address not local, no permission)."""
 
 
 def _unsupported_answer(frame, exc: UnsupportedRequest):

@@ -1,0 +1,246 @@
+"""Command-line edges a new user hits (issue 15, items 11, 12, 15): `seglog broker` and
+`seglog maintain` set-up errors, produce batching by bytes, tombstones and files, and what
+`maintain --help` and `dump` say. Through main() and, where the process matters, a subprocess."""
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logcore.log.log_root import LogRoot
+from logcore.tools.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "connector"), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
+
+
+def run_seglog(*argv: str, stdin: bytes | None = None, env: dict | None = None, cwd=None,
+               timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *argv], input=stdin,
+                          capture_output=True, env=env or _env(), cwd=cwd, timeout=timeout)
+
+
+def seglog(capsys, *argv: str, stdin: bytes | None = None, monkeypatch=None) -> tuple[int, str, str]:
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# ------------------------------------------------------------------------------------ item 12
+
+def test_broker_port_in_use_one_line_nothing_created(tmp_path):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    root = tmp_path / "logs"
+    conf = tmp_path / "broker.properties"
+    conf.write_text(f"listeners=PLAINTEXT://127.0.0.1:{port}\nlog.dirs={root}\n")
+    try:
+        r = run_seglog("broker", "--config", str(conf), cwd=tmp_path)
+    finally:
+        holder.close()
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("seglog: error: ") and f"127.0.0.1:{port}" in err and "in use" in err
+    assert not root.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["broker.properties"]
+
+
+def test_missing_config_files_say_no_such_file(capsys, tmp_path):
+    missing = str(tmp_path / "nope.properties")
+    code, _, err = seglog(capsys, "broker", "--config", missing)
+    assert code == 1 and err == f"seglog: error: --config {missing}: no such file\n"
+    code, _, err = seglog(capsys, "maintain", "--root", str(tmp_path / "r"), "--once", "--config-file", missing)
+    assert code == 1 and err == f"seglog: error: --config-file {missing}: no such file\n"
+    assert not (tmp_path / "r").exists()
+    code, _, err = seglog(capsys, "tiered", "--root", str(tmp_path / "r"), "--topic", "t", "--list",
+                          "--config-file", missing)
+    assert code == 1 and "no such file" in err
+    code, _, err = seglog(capsys, "broker", "--config", str(tmp_path))
+    assert code == 1 and err == f"seglog: error: --config {tmp_path}: not a file\n"
+
+
+def test_override_without_equals_names_override(capsys, tmp_path):
+    conf = tmp_path / "broker.properties"
+    conf.write_text("listeners=PLAINTEXT://127.0.0.1:0\n")
+    code, _, err = seglog(capsys, "broker", "--config", str(conf), "--override", "foo")
+    assert code == 1 and err == "seglog: error: --override must be key=value, got 'foo'\n"
+
+
+def test_unknown_broker_key_beside_tiered_keys_is_named(capsys, tmp_path):
+    conf = tmp_path / "broker.properties"
+    conf.write_text("listeners=PLAINTEXT://127.0.0.1:0\n"
+                    f"log.dirs={tmp_path / 'logs'}\n"
+                    "remote.log.storage.system.enable=true\n"
+                    f"rsm.config.storage.root={tmp_path / 'remote'}\n"
+                    "log.retention.check.interval.ms=1000\n"
+                    "log.segmnt.bytes=1024\n")
+    code, _, err = seglog(capsys, "broker", "--config", str(conf))
+    assert code == 1
+    assert "'log.segmnt.bytes'" in err and "did you mean 'log.segment.bytes'" in err
+    assert "remote.log.storage.system.enable" not in err
+    assert not (tmp_path / "logs").exists()
+
+
+def test_missing_s3_credentials_are_not_transient(tmp_path):
+    pytest.importorskip("s3fs")
+    env = _env(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        env.pop(name, None)
+    r = run_seglog("topics", "--root", "s3://no-such-bucket/logs", "--storage-option",
+                   "endpoint_url=http://127.0.0.1:9", "--list", env=env)
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert "no credentials" in err and "--storage-option key=" in err
+    assert "transient" not in err and "retry" not in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------------ item 11
+
+def _create(capsys, root: str, topic: str, partitions: int = 1, *configs: str) -> None:
+    args = ["topics", "--root", root, "--create", topic, "--partitions", str(partitions)]
+    for c in configs:
+        args += ["--config", c]
+    code, _, err = seglog(capsys, *args)
+    assert code == 0, err
+
+
+def _batches(capsys, root: str, topic: str, partition: int = 0) -> list[tuple[int, int]]:
+    """(record count, bytes) of every batch of a partition, from `seglog dump`."""
+    import re
+    out = []
+    for seg in sorted((Path(root) / f"{topic}-{partition}").glob("*.log")):
+        code, text, err = seglog(capsys, "dump", "--files", str(seg))
+        assert code == 0, err
+        for line in text.splitlines():
+            if line.startswith("baseOffset"):
+                count = int(re.search(r"count: (\d+)", line)[1])
+                size = int(re.search(r" size: (\d+)", line)[1])
+                out.append((count, size))
+    return out
+
+
+def _records(root: str, topic: str, partition: int = 0) -> list:
+    r = LogRoot.open(root, read_only=True)
+    try:
+        log = r.log(topic, partition)
+        try:
+            return [(rec.key, rec.value) for rec in log.read_records(0)]
+        finally:
+            log.close()
+    finally:
+        r.close()
+
+
+def test_produce_batches_by_bytes_within_segment_bytes(capsys, monkeypatch, tmp_path):
+    root = str(tmp_path / "root")
+    _create(capsys, root, "small", 1, "segment.bytes=65536")
+    lines = b"".join(b"line %05d of a file bigger than one segment, a text long enough to fill it\n" % i
+                     for i in range(2000))
+    assert len(lines) * 1000 // 2000 > 65536        # 1000 records (the old batch) would not fit a segment
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "small", stdin=lines, monkeypatch=monkeypatch)
+    assert code == 0, err
+    batches = _batches(capsys, root, "small")
+    assert sum(c for c, _ in batches) == 2000
+    assert all(size <= 16384 for _, size in batches), batches
+    assert max(size for _, size in batches) > 16384 * 0.9            # batches are filled, not tiny
+    assert len(list((Path(root) / "small-0").glob("*.log"))) >= 2    # the data rolled segments
+    assert [v for _, v in _records(root, "small")] == lines.splitlines()
+
+
+def test_produce_batch_size_and_topic_caps(capsys, monkeypatch, tmp_path):
+    root = str(tmp_path / "root")
+    _create(capsys, root, "t", 1)
+    _create(capsys, root, "capped", 1, "max.message.bytes=2000")
+    data = b"".join(b"%04d some value text\n" % i for i in range(500))
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "t", "--producer-property", "batch.size=1024",
+                          stdin=data, monkeypatch=monkeypatch)
+    assert code == 0, err
+    sizes = [size for _, size in _batches(capsys, root, "t")]
+    assert all(size <= 1024 for size in sizes) and max(sizes) > 1024 * 0.85
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "capped", "--batch-size", "1000000",
+                          stdin=data, monkeypatch=monkeypatch)
+    assert code == 0, err
+    sizes = [size for _, size in _batches(capsys, root, "capped")]
+    assert all(size <= 2000 for size in sizes) and max(sizes) > 2000 * 0.85
+    # one record bigger than the topic's limit is refused with that limit
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "capped", stdin=b"x" * 5000 + b"\n",
+                          monkeypatch=monkeypatch)
+    assert code == 1 and "max.message.bytes" in err
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "t", "--batch-size", "0", stdin=b"a\n",
+                          monkeypatch=monkeypatch)
+    assert code == 1 and "--batch-size must be at least 1 byte" in err
+
+
+def test_produce_tombstones_with_null_marker(capsys, monkeypatch, tmp_path):
+    root = str(tmp_path / "root")
+    _create(capsys, root, "compacted", 1, "cleanup.policy=compact")
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "compacted", "--key-separator", ":",
+                          "--null-marker", "NULL", stdin=b"k1:v1\nk2:v2\nk1:NULL\nk3:NULLS\n", monkeypatch=monkeypatch)
+    assert code == 0, err
+    # Kafka's console producer form: parse.key, key.separator (tab by default), null.marker
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "compacted", "--property", "parse.key=true",
+                          "--property", "null.marker=<null>", stdin=b"k2\t<null>\nk4\tv4\n", monkeypatch=monkeypatch)
+    assert code == 0, err
+    assert _records(root, "compacted") == [(b"k1", b"v1"), (b"k2", b"v2"), (b"k1", None), (b"k3", b"NULLS"),
+                                           (b"k2", None), (b"k4", b"v4")]
+    code, out, _ = seglog(capsys, "consume", "--root", root, "--topic", "compacted", "--from-beginning", "--print-key")
+    assert out.splitlines()[2] == "k1\tnull"
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "compacted", "--property", "nul.marker=x",
+                          stdin=b"a\n", monkeypatch=monkeypatch)
+    assert code == 1 and "--property nul.marker: unknown" in err
+
+
+def test_produce_values_and_keys_from_files(capsys, monkeypatch, tmp_path):
+    root = str(tmp_path / "root")
+    _create(capsys, root, "docs", 2)
+    a, b, ka = tmp_path / "a.json", tmp_path / "b.bin", tmp_path / "a.key"
+    a.write_bytes(b'{\n  "multi": "line"\n}\n')
+    b.write_bytes(bytes(range(256)) * 40)            # binary, newlines and all, 10 KB
+    ka.write_bytes(b"doc-a")
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "docs", "--partition", "1",
+                          "--value-file", str(a), "--value-file", str(b), stdin=b"ignored\n", monkeypatch=monkeypatch)
+    assert code == 0, err
+    assert _records(root, "docs", 1) == [(None, a.read_bytes()), (None, b.read_bytes())]
+    kb = tmp_path / "b.key"
+    kb.write_bytes(b"doc-b")
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "docs", "--value-file", str(a),
+                          "--key-file", str(ka), "--value-file", str(b), "--key-file", str(kb),
+                          stdin=b"", monkeypatch=monkeypatch)
+    assert code == 0, err
+    from logcore.tools.partitioner import murmur2_partition
+    for key, path in ((b"doc-a", a), (b"doc-b", b)):
+        assert (key, path.read_bytes()) in _records(root, "docs", murmur2_partition(key, 2))
+    before = _records(root, "docs", 0) + _records(root, "docs", 1)
+    for argv, message in ((["--value-file", str(a), "--key-file", str(ka), "--key-file", str(kb)],
+                           "--key-file given 2 times for 1 --value-file"),
+                          (["--value-file", str(a), "--value-file", str(tmp_path / "missing")],
+                           f"--value-file {tmp_path / 'missing'}: no such file"),
+                          (["--key-file", str(ka)], "--key-file needs --value-file")):
+        code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "docs", *argv)
+        assert code == 1 and message in err, err
+    assert _records(root, "docs", 0) + _records(root, "docs", 1) == before      # nothing written
+
+
+def test_produce_help_documents_batching_tombstones_and_files(capsys):
+    assert main(["produce", "--help"]) == 0
+    text = capsys.readouterr().out
+    for word in ("--batch-size BYTES", "batch.size", "--null-marker", "null.marker", "tombstone",
+                 "--value-file", "--key-file", "max.message.bytes", "segment.bytes"):
+        assert word in text, word
