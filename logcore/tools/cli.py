@@ -113,6 +113,14 @@ The log start offset moves first; the files go after file.delete.delay.ms. A par
 another writer (producer, Spark sink, broker) holds is skipped and retried at the next pass.
 Without --once the passes repeat every log.retention.check.interval.ms until Ctrl-C.
 
+Compaction (Kafka's log cleaner), for topics whose cleanup.policy contains compact: after
+retention has visited every partition, the partitions whose dirty ratio exceeds
+min.cleanable.dirty.ratio, or whose oldest dirty record is older than max.compaction.lag.ms, are
+cleaned, the most overdue and then the filthiest first, by log.cleaner.threads cleaner threads
+(0 disables compaction). Only the latest record of each key is kept below the first uncleanable
+offset (records younger than min.compaction.lag.ms, the active segment and anything at or above
+the high watermark are never cleaned); tombstones go after delete.retention.ms.
+
 Tiered storage (a root with remote.log.storage.system.enable=true and rsm.config.*, a topic with
 remote.storage.enable=true): before retention, every sealed segment below the last stable offset
 that is not yet remote is copied to the remote tier; retention then deletes local copies past
@@ -992,9 +1000,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage_option(dump)
     dump.set_defaults(func=cmd_dump)
 
-    maintain = sub.add_parser("maintain", help="apply retention to a root, once or as a service",
-                              description="Delete segments that retention no longer keeps "
-                                          "(Kafka's retention check and log cleaner).",
+    maintain = sub.add_parser("maintain", help="apply retention, compaction and tiering to a root, once or as a service",
+                              description="Delete segments that retention no longer keeps, compact topics with "
+                                          "cleanup.policy=compact and tier segments to remote storage "
+                                          "(Kafka's retention check, log cleaner and remote log manager).",
                               epilog=_EXAMPLES_MAINTAIN, formatter_class=raw)
     _add_root(maintain)
     maintain.add_argument("--topic", action="append", metavar="TOPIC",

@@ -244,3 +244,190 @@ def test_produce_help_documents_batching_tombstones_and_files(capsys):
     for word in ("--batch-size BYTES", "batch.size", "--null-marker", "null.marker", "tombstone",
                  "--value-file", "--key-file", "max.message.bytes", "segment.bytes"):
         assert word in text, word
+
+
+# ------------------------------------------------------------------------------------ item 15
+
+def _keyed_lines(n: int, keys: int, start: int = 0) -> bytes:
+    return b"".join(b"k%d:value number %d\n" % (i % keys, i) for i in range(start, start + n))
+
+
+def _produce_keyed(capsys, monkeypatch, root, topic, data: bytes, timestamp: int | None = None):
+    argv = ["produce", "--root", root, "--topic", topic, "--key-separator", ":", "--batch-records", "5"]
+    if timestamp is not None:
+        argv += ["--timestamp", str(timestamp)]
+    code, _, err = seglog(capsys, *argv, stdin=data, monkeypatch=monkeypatch)
+    assert code == 0, err
+
+
+def _compacted(capsys, root, topic, *extra):
+    _create(capsys, root, topic, 1, "cleanup.policy=compact", "segment.bytes=1024",
+            "min.cleanable.dirty.ratio=0.01", *extra)
+
+
+def _maintain(capsys, root, *extra) -> str:
+    code, _, err = seglog(capsys, "maintain", "--root", root, "--once", *extra)
+    assert code == 0, err
+    return err
+
+
+def test_cleaner_cleans_the_filthiest_log_first(capsys, monkeypatch, tmp_path):
+    root = str(tmp_path / "root")
+    _compacted(capsys, root, "a-less")
+    _compacted(capsys, root, "b-dirty")
+    for topic in ("a-less", "b-dirty"):
+        _produce_keyed(capsys, monkeypatch, root, topic, _keyed_lines(200, 10))
+    first = _maintain(capsys, root)
+    assert "a-less-0: cleaned" in first and "b-dirty-0: cleaned" in first
+    _produce_keyed(capsys, monkeypatch, root, "a-less", _keyed_lines(60, 10, 200))
+    _produce_keyed(capsys, monkeypatch, root, "b-dirty", _keyed_lines(400, 10, 200))
+    second = [line for line in _maintain(capsys, root).splitlines() if ": cleaned" in line]
+    # b-dirty holds far more dirty data: it is cleaned first although a-less comes first by name
+    assert [line.split()[1] for line in second] == ["b-dirty-0:", "a-less-0:"], second
+
+
+def test_cleaner_threads_clean_in_parallel(capsys, monkeypatch, tmp_path):
+    import threading
+    import time
+
+    from logcore.cleaner.cleaner import LogCleaner
+
+    root = str(tmp_path / "root")
+    for i in range(4):
+        _compacted(capsys, root, f"c{i}")
+        _produce_keyed(capsys, monkeypatch, root, f"c{i}", _keyed_lines(100, 5))
+    seen, running, peak = [], [0], [0]
+    lock = threading.Lock()
+    real_clean = LogCleaner.clean
+
+    def slow_clean(self, log, now_ms=None):
+        with lock:
+            seen.append((threading.current_thread().name, id(self)))
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        try:
+            time.sleep(0.3)
+            return real_clean(self, log, now_ms)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(LogCleaner, "clean", slow_clean)
+    conf = tmp_path / "maintenance.properties"
+    conf.write_text("log.cleaner.threads=2\n")
+    err = _maintain(capsys, root, "--config-file", str(conf))
+    assert err.count(": cleaned") == 4
+    assert peak[0] == 2 and len({name for name, _ in seen}) == 2 and len({c for _, c in seen}) == 2
+    seen.clear()
+    peak[0] = 0
+    for i in range(4):
+        _produce_keyed(capsys, monkeypatch, root, f"c{i}", _keyed_lines(100, 5, 100))
+    conf.write_text("log.cleaner.threads=1\n")
+    err = _maintain(capsys, root, "--config-file", str(conf))
+    assert err.count(": cleaned") == 4 and peak[0] == 1
+    conf.write_text("log.cleaner.threads=0\n")
+    for i in range(4):
+        _produce_keyed(capsys, monkeypatch, root, f"c{i}", _keyed_lines(100, 5, 200))
+    assert ": cleaned" not in _maintain(capsys, root, "--config-file", str(conf))
+
+
+def _values(root, topic) -> list[bytes]:
+    return [v for _, v in _records(root, topic)]
+
+
+def test_min_compaction_lag_keeps_young_records_uncompacted(capsys, monkeypatch, tmp_path):
+    import time
+    now = int(time.time() * 1000)
+    root = str(tmp_path / "root")
+    hour = 3_600_000
+    _compacted(capsys, root, "young", f"min.compaction.lag.ms={hour}")
+    _compacted(capsys, root, "mixed", f"min.compaction.lag.ms={hour}")
+    _produce_keyed(capsys, monkeypatch, root, "young", _keyed_lines(200, 5), timestamp=now - 60_000)
+    _produce_keyed(capsys, monkeypatch, root, "mixed", _keyed_lines(200, 5), timestamp=now - 2 * hour)
+    _produce_keyed(capsys, monkeypatch, root, "mixed", _keyed_lines(200, 5, 200), timestamp=now - 60_000)
+    err = _maintain(capsys, root)
+    assert "young-0: cleaned" not in err
+    assert len(_values(root, "young")) == 200                 # younger than the lag: untouched
+    mixed = _values(root, "mixed")
+    young_part = [v for v in mixed if int(v.rsplit(b" ", 1)[1]) >= 200]
+    old_part = [v for v in mixed if int(v.rsplit(b" ", 1)[1]) < 200]
+    assert len(young_part) == 200                             # every young record is still there
+    assert len(old_part) < 200 // 2                           # the old ones were compacted
+    assert "mixed-0: cleaned" in err
+
+
+def test_max_compaction_lag_forces_cleaning_below_the_dirty_ratio(capsys, monkeypatch, tmp_path):
+    import time
+    now = int(time.time() * 1000)
+    root = str(tmp_path / "root")
+    for topic, extra in (("lazy", ()), ("overdue", ("max.compaction.lag.ms=60000",))):
+        _create(capsys, root, topic, 1, "cleanup.policy=compact", "segment.bytes=1024",
+                "min.cleanable.dirty.ratio=1", *extra)
+        _produce_keyed(capsys, monkeypatch, root, topic, _keyed_lines(200, 5), timestamp=now - 3_600_000)
+    err = _maintain(capsys, root)
+    assert "lazy-0: cleaned" not in err and len(_values(root, "lazy")) == 200
+    assert "overdue-0: cleaned" in err and len(_values(root, "overdue")) < 200 // 2
+
+
+def test_dump_knows_seglogs_own_files(capsys, monkeypatch, tmp_path):
+    root = tmp_path / "root"
+    _compacted(capsys, str(root), "t")
+    _produce_keyed(capsys, monkeypatch, str(root), "t", _keyed_lines(20, 3))
+    part = root / "t-0"
+    names = [p for p in sorted(part.iterdir()) + sorted(root.iterdir()) if p.is_file()]
+    seglog_files = {"high-watermark", "writer-epoch", ".seglog-clean-shutdown", ".writer.lock",
+                    "seglog-topics.json", "meta.properties", ".seglog-root.lock"}
+    assert seglog_files <= {p.name for p in names}
+    code, out, err = seglog(capsys, "dump", "--files", *map(str, names))
+    assert code == 0, err
+    assert "Ignoring unknown file" not in err and "Ignoring unknown file" not in out
+    r = LogRoot.open(str(root), read_only=True)
+    try:
+        log = r.log("t", 0)
+        hw = log.high_watermark
+        log.close()
+    finally:
+        r.close()
+    assert f"highWatermark: {hw} crc: " in out and "isvalid: true" in out
+    assert "writer epoch (seglog's writer fence)" in out and '"epoch": ' in out
+    assert f"cleanShutdown: true logEndOffset: {hw}" in out
+    assert '"topics": {' in out and "cluster.id: " in out and "lock file (" in out
+    # a damaged high-watermark is reported with its file and position, exit 1
+    data = bytearray((part / "high-watermark").read_bytes())
+    data[13] ^= 0xFF
+    (part / "high-watermark").write_bytes(bytes(data))
+    code, out, err = seglog(capsys, "dump", "--files", str(part / "high-watermark"))
+    assert code == 1 and "isvalid: false" in out
+    assert "position 12" in err and str(part / "high-watermark") in err
+    # credentials in a JSON file of the root are never printed
+    (root / "manifest.json").write_text('{"rsm.config.storage.secret": "s3cr3t-value", "n": 1}')
+    code, out, _ = seglog(capsys, "dump", "--files", str(root / "manifest.json"))
+    assert code == 0 and "s3cr3t-value" not in out and '"n": 1' in out
+
+
+def test_maintain_help_says_it_compacts(capsys):
+    assert main(["maintain", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "compact" in text and "cleanup.policy=compact" in text and "log.cleaner.threads" in text
+    assert main(["--help"]) == 0
+    top = capsys.readouterr().out
+    maintain_line = next(line for line in top.splitlines() if line.strip().startswith("maintain"))
+    assert "compaction" in maintain_line
+
+
+def test_default_outputs_are_git_ignored():
+    """The broker's default log root and the README's output folders never show up in git status."""
+    import shutil as _shutil
+
+    from logcore.broker.config import BROKER_KEYS
+    from logcore.log.config import load_properties
+
+    if _shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout (or no git): nothing to check")
+    conf_dirs = load_properties(str(REPO / "conf" / "broker.properties"))["log.dirs"]
+    paths = [BROKER_KEYS["log.dir"].default, conf_dirs.removeprefix("./"), "logs", "checkpoints",
+             "spark-warehouse", "seglog-quickstart", "seglog-changelog"]
+    r = subprocess.run(["git", "check-ignore", "--no-index", *[f"{p}/00000000000000000000.log" for p in paths]],
+                       cwd=REPO, capture_output=True, text=True, timeout=30)
+    ignored = {line.split("/", 1)[0] for line in r.stdout.splitlines()}
+    assert ignored == set(paths), (paths, r.stdout, r.stderr)
