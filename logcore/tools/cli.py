@@ -309,27 +309,30 @@ BATCH_OVERHEAD = 61            # RecordBatch v2 header bytes
 _TIMESTAMP_DELTA = 5           # zigzag varint bytes of a timestamp delta up to 2**34 ms
 
 
-def _varint_size(n: int) -> int:
-    z = (n << 1) ^ (n >> 63)
-    size = 1
-    while z >= 0x80:
-        z >>= 7
-        size += 1
-    return size
+def _uvarint_size(z: int) -> int:
+    return 1 if z < 0x80 else (z.bit_length() + 6) // 7
+
+
+def _field_size(data: bytes | None) -> int:
+    """A length-prefixed field (key, value, header part): zigzag length varint and the bytes."""
+    if data is None:
+        return 1                   # -1
+    n = len(data)
+    return (1 if n < 64 else (n.bit_length() + 7) // 7) + n
 
 
 def _record_size(record: tuple, offset_delta: int) -> int:
     """A record's bytes in an uncompressed batch, at most a few above the real size (the
     timestamp delta is counted at its widest)."""
     key, value, headers, _ = record
-    body = 1 + _TIMESTAMP_DELTA + _varint_size(offset_delta)
-    for field in (key, value):
-        body += _varint_size(-1) if field is None else _varint_size(len(field)) + len(field)
-    body += _varint_size(len(headers))
-    for k, v in headers:
-        kb = k.encode()
-        body += _varint_size(len(kb)) + len(kb) + (_varint_size(-1) if v is None else _varint_size(len(v)) + len(v))
-    return _varint_size(body) + body
+    body = 1 + _TIMESTAMP_DELTA + _uvarint_size(offset_delta << 1) + _field_size(key) + _field_size(value)
+    if headers:
+        body += _uvarint_size(len(headers) << 1)
+        for k, v in headers:
+            body += _field_size(k.encode()) + _field_size(v)
+    else:
+        body += 1
+    return _uvarint_size(body << 1) + body
 
 
 class _Producer:
