@@ -279,6 +279,10 @@ class Dumper:
             self.dump_properties(file)
         elif name.endswith(".lock") or name in _LOCK_PURPOSES:
             self.dump_lock(file)
+        elif name == ".kafka_cleanshutdown":
+            self.out.write("Kafka's clean-shutdown marker (no data): the broker closed this log dir cleanly\n")
+        elif self._is_folder(file):
+            self.err.write(f"Ignoring folder {file.display}: give the files in it ({file.display}/*)\n")
         else:
             self.err.write(f"Ignoring unknown file {file.display}\n")
 
@@ -536,6 +540,14 @@ class Dumper:
             self.out.write(f"epoch: {epoch} startOffset: {start_offset}\n")
 
     # -- seglog's own files -----------------------------------------------------------------------
+
+    @staticmethod
+    def _is_folder(file: _File) -> bool:
+        import os
+        try:
+            return os.path.isdir(file.storage.local_path(file.name))
+        except Exception:   # noqa: BLE001 - object stores have no folders to tell apart
+            return False
 
     def dump_high_watermark(self, file: _File) -> None:
         data = file.read_all()

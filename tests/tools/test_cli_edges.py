@@ -399,6 +399,10 @@ def test_dump_knows_seglogs_own_files(capsys, monkeypatch, tmp_path):
     code, out, err = seglog(capsys, "dump", "--files", str(part / "high-watermark"))
     assert code == 1 and "isvalid: false" in out
     assert "position 12" in err and str(part / "high-watermark") in err
+    # a folder is named as one; Kafka's clean-shutdown marker is known too
+    (part / ".kafka_cleanshutdown").write_bytes(b"")
+    code, out, err = seglog(capsys, "dump", "--files", str(part), str(part / ".kafka_cleanshutdown"))
+    assert code == 0 and f"Ignoring folder {part}" in err and "Kafka's clean-shutdown marker" in out
     # credentials in a JSON file of the root are never printed
     (root / "manifest.json").write_text('{"rsm.config.storage.secret": "s3cr3t-value", "n": 1}')
     code, out, _ = seglog(capsys, "dump", "--files", str(root / "manifest.json"))
