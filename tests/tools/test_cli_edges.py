@@ -73,6 +73,10 @@ def test_missing_config_files_say_no_such_file(capsys, tmp_path):
     assert code == 1 and "no such file" in err
     code, _, err = seglog(capsys, "broker", "--config", str(tmp_path))
     assert code == 1 and err == f"seglog: error: --config {tmp_path}: not a file\n"
+    code, _, err = seglog(capsys, "topics", "--root", str(tmp_path / "r"), "--create", "t", "--partitions", "1",
+                          "--defaults", missing)
+    assert code == 1 and err == f"seglog: error: --defaults {missing}: no such file\n"
+    assert not (tmp_path / "r").exists()
 
 
 def test_override_without_equals_names_override(capsys, tmp_path):
