@@ -106,6 +106,13 @@ def test_list_consumer_groups(broker):
         from confluent_kafka import ConsumerGroupState
         empty = admin.list_consumer_groups(states={ConsumerGroupState.EMPTY}, request_timeout=10).result(15)
         assert "g-listed" not in {g.group_id for g in empty.valid} and not empty.errors
+        kafka = pytest.importorskip("kafka")
+        kp_admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            listed_by_kafka_python = kp_admin.list_groups()
+        finally:
+            kp_admin.close()
+        assert "g-listed" in repr(listed_by_kafka_python), listed_by_kafka_python
     finally:
         c.close()
     assert wait_until(lambda: listed()["g-listed"].state.name == "EMPTY", 20)
