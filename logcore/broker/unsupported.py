@@ -73,7 +73,7 @@ def error_response(api_key: int, api_version: int, correlation_id: int) -> bytes
     kio does not know that response or it has no top-level error_code."""
     try:
         cls = load_response_schema(api_key, api_version)
-    except (UnknownAPIKey, UnknownEntity, Exception):   # noqa: BLE001 - any lookup failure: cannot answer
+    except (UnknownAPIKey, UnknownEntity, KeyError, ValueError):    # kio does not know it: cannot answer
         return None
     if "error_code" not in getattr(cls, "__dataclass_fields__", {}):
         return None
