@@ -3,6 +3,13 @@
 The windows follow what librdkafka and kafka-python send: librdkafka's classic group client
 never goes past FindCoordinator v2, JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v1, so
 those older, non-flexible versions are kept. Produce/Fetch start at v3/v4 (RecordBatch v2).
+
+ApiVersions advertises Produce from v0 although v0..v2 are refused (answered with
+UNSUPPORTED_VERSION, see unsupported.py), as Apache Kafka 4.0 does (KAFKA-18659): librdkafka
+before 2.8 checks for gzip/snappy/lz4 support with a Produce window that must include v0
+(librdkafka issue #4956) and otherwise sends those batches uncompressed. Every API not listed
+here is not advertised; a client that sends one anyway gets UNSUPPORTED_VERSION where Kafka's
+response format allows it.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ SERVED: dict[int, tuple[str, int, int]] = {
     12: ("Heartbeat", 0, 3),
     13: ("LeaveGroup", 0, 1),
     14: ("SyncGroup", 0, 3),
+    16: ("ListGroups", 0, 5),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 5),
     20: ("DeleteTopics", 1, 6),
@@ -28,6 +36,15 @@ SERVED: dict[int, tuple[str, int, int]] = {
     23: ("OffsetForLeaderEpoch", 2, 4),
     32: ("DescribeConfigs", 1, 4),
 }
+
+
+# api key -> the min version advertised in ApiVersions when it differs from the served one
+ADVERTISED_MIN: dict[int, int] = {0: 0}
+
+
+def advertised(served: dict[int, tuple[str, int, int]] = SERVED) -> list[tuple[int, int, int]]:
+    """(api key, min, max) as ApiVersions lists them."""
+    return [(key, ADVERTISED_MIN.get(key, lo), hi) for key, (_, lo, hi) in sorted(served.items())]
 
 
 def windows(served: dict[int, tuple[str, int, int]] = SERVED) -> dict[int, tuple[int, int]]:

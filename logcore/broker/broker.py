@@ -16,7 +16,7 @@ import uuid
 from typing import Any, Awaitable
 
 from logcore.broker import errors as E
-from logcore.broker.api_versions import SERVED
+from logcore.broker.api_versions import SERVED, advertised
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS, BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
@@ -72,6 +72,7 @@ class Broker:
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
             8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
             11: self.join_group, 12: self.heartbeat, 13: self.leave_group, 14: self.sync_group,
+            16: self.list_groups,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
         }
@@ -121,7 +122,7 @@ class Broker:
     def api_versions_body(self, error: int = E.NONE) -> dict:
         return {"error_code": error, "throttle_time": 0,
                 "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
-                             for k, (_, lo, hi) in sorted(self.served.items())]}
+                             for k, lo, hi in advertised(self.served)]}
 
     async def api_versions(self, req: Request) -> dict:
         return self.api_versions_body()
@@ -342,9 +343,9 @@ class Broker:
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, req: Request) -> dict:
         body = req.body
-        if body.transactional_id is not None:
-            return {"throttle_time": 0, "error_code": E.INVALID_REQUEST, "producer_id": -1,
-                    "producer_epoch": -1}
+        if body.transactional_id is not None:    # no transactions: see find_coordinator
+            return {"throttle_time": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "producer_id": -1, "producer_epoch": -1}
         pid = getattr(body, "producer_id", -1)
         epoch = getattr(body, "producer_epoch", -1)
         if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
@@ -391,6 +392,7 @@ class Broker:
         code, message) per partition of the request."""
         out = []
         loop = asyncio.get_running_loop()
+        acks_all = body.acks == -1
         for t in body.topic_data:
             name = t.name
             for pd in t.partition_data:
@@ -407,6 +409,12 @@ class Broker:
                 elif len(records) >= 61 and records[22] & 0x10:
                     out.append((name, pd.index, None, None, E.INVALID_TXN_STATE,
                                 "transactional batches are not supported"))
+                elif acks_all and part.log.config.min_insync_replicas > 1:
+                    # One replica per partition: Kafka's answer when the ISR is below min.isr.
+                    out.append((name, pd.index, None, None, E.NOT_ENOUGH_REPLICAS,
+                                f"The size of the current ISR 1 is insufficient to satisfy the min.isr "
+                                f"requirement of {part.log.config.min_insync_replicas} for partition "
+                                f"{name}-{pd.index} (this broker keeps one replica per partition)"))
                 else:
                     out.append((name, pd.index, part, self.partitions.submit(part, records, loop), E.NONE, None))
         return out
@@ -581,13 +589,33 @@ class Broker:
         body = req.body
         key_type = getattr(body, "key_type", 0)
         if key_type != 0:
-            return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE,
-                    "error_message": "this broker has no transaction coordinator", "node_id": -1,
-                    "host": "", "port": -1}
+            # No transaction coordinator. COORDINATOR_NOT_AVAILABLE made clients retry until
+            # their timeout; librdkafka's transactional producer fails init_transactions() at
+            # once only on TRANSACTIONAL_ID_AUTHORIZATION_FAILED (or CLUSTER_AUTHORIZATION_FAILED),
+            # and Java's and kafka-python's treat it as fatal too, so that is the answer, with a
+            # message that says why.
+            return {"throttle_time": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "error_message": "transactions are not supported by this broker (seglog): "
+                                     "use an idempotent producer without transactional.id",
+                    "node_id": -1, "host": "", "port": -1}
         # The one broker coordinates every group. __consumer_offsets is created at the first
         # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
         return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
                 "node_id": self.node_id, "host": self.host, "port": self.port}
+
+    async def list_groups(self, req: Request) -> dict:
+        """ListGroups: every group this coordinator knows (all are classic groups), filtered by
+        state (v4+) and type (v5+) as Kafka does."""
+        states = {s.lower() for s in getattr(req.body, "states_filter", ()) or ()}
+        types = {t.lower() for t in getattr(req.body, "types_filter", ()) or ()}
+        groups = []
+        if not types or "classic" in types:
+            for group in list(self.groups.groups.values()):
+                if states and group.state.lower() not in states:
+                    continue
+                groups.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
+                               "group_state": group.state, "group_type": "classic"})
+        return {"throttle_time": 0, "error_code": E.NONE, "groups": groups}
 
     async def join_group(self, req: Request) -> Result:
         b = req.body

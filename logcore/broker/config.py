@@ -16,7 +16,7 @@ from typing import Any
 from logcore.errors import InvalidConfigError
 from logcore.log.config import (ConfigKey, ConfigType, _unknown_message, at_least, between,
                                 load_properties, resolve_root_defaults)
-from logcore.tiered.config import TieredConfig
+from logcore.tiered.config import TIERED_KEYS, TieredConfig
 
 _LISTENER = re.compile(r"^(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)://)?(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
 
@@ -113,8 +113,13 @@ class BrokerConfig:
         except InvalidConfigError as exc:
             message = str(exc)
             if message.startswith("Unknown root config"):
-                bad = next(n for n in rest if n not in _known_log_names())
-                message = _unknown_message(bad, list(BROKER_KEYS) + _known_log_names(), "broker config")
+                # the unknown name itself, not a valid service setting kept beside the defaults
+                # (tiered storage, maintenance), which resolve_root_defaults skips
+                bad = next((n for n in rest if n not in _known_log_names() and not _service_name(n)),
+                           None)
+                if bad is not None:
+                    message = _unknown_message(bad, list(BROKER_KEYS) + _known_log_names()
+                                               + list(TIERED_KEYS), "broker config")
             raise InvalidConfigError(f"{source}: {message}") from None
         try:
             tiered = TieredConfig.from_props(rest)    # remote.log.*, rsm.config.*: as `seglog maintain`
@@ -159,6 +164,11 @@ class BrokerConfig:
             return m["host"].strip("[]") or bound_host, port
         host = bound_host if bound_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         return host, bound_port
+
+
+def _service_name(name: str) -> bool:
+    from logcore.log.config import MAINTENANCE_KEYS, is_tiered_root_name
+    return name in MAINTENANCE_KEYS or is_tiered_root_name(name)
 
 
 def _known_log_names() -> list[str]:

@@ -52,19 +52,43 @@ class BrokerMaintenance:
         """One pass over every open partition, or (`tiered_only`) over those with a remote tier."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         summary = MaintenanceSummary(now)
+        compacted: dict = {}
         for part in list(self.partitions.partitions.values()):
             if self._stop.is_set():
                 break
             if part.closed or (tiered_only and part.log.remote is None):
                 continue
             try:
-                outcome = self.service.maintain_log(part.log, now)
+                # compaction (full passes only; tiered topics never compact) after retention
+                # of every partition: filthiest first (below)
+                outcome = self.service.maintain_log(part.log, now, compact=False)
             except Exception as exc:  # noqa: BLE001 - e.g. the topic was deleted under the pass
                 if not part.closed:
                     logger.warning("%s-%d: maintenance failed: %s", part.topic, part.index, exc)
                 continue
             summary.outcomes.append(outcome)
-            _log_outcome(part, outcome)
+            if not tiered_only and outcome.skipped is None:
+                compacted[part.log] = (part, outcome)
+            else:
+                _log_outcome(part, outcome)
+        logged: set[int] = set()
+
+        def cleaned(outcome: PartitionOutcome) -> None:       # logged in the order cleaned
+            for part, candidate in compacted.values():
+                if candidate is outcome:
+                    _log_outcome(part, outcome)
+                    logged.add(id(outcome))
+
+        if compacted and not self._stop.is_set():
+            try:
+                self.service.clean_open_logs(
+                    [log for log, (part, _) in compacted.items() if not part.closed], now,
+                    {log: outcome for log, (_, outcome) in compacted.items()}, cleaned)
+            except Exception as exc:  # noqa: BLE001 - the next pass retries
+                logger.warning("compaction pass failed: %s", exc)
+        for part, outcome in compacted.values():
+            if id(outcome) not in logged:
+                _log_outcome(part, outcome)
         return summary
 
     def _run(self) -> None:

@@ -9,6 +9,7 @@ that connection only, with the reason logged.
 from __future__ import annotations
 
 import asyncio
+import struct
 import inspect
 import logging
 import signal
@@ -22,6 +23,7 @@ from logcore.broker.framing import FrameConnection
 from logcore.broker.produce_codec import PRODUCE
 from logcore.broker.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                      parse_request, response, response_type)
+from logcore.errors import SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.log.log_root import LogRoot
 
@@ -43,13 +45,23 @@ class BrokerServer:
 
     async def start(self) -> tuple[str, int]:
         host, port = self.config.listener()
-        root = await asyncio.to_thread(LogRoot.open, self.config.log_dir, create=True,
-                                       defaults=self.config.log_defaults)
-        # Bound now (port 0 resolves) but accepting only once every partition is open: a
-        # client that connects during start-up waits in the backlog instead of being told
-        # that existing partitions are unknown.
-        self.server = await asyncio.get_running_loop().create_server(
-            self._new_connection, host, port, reuse_address=True, start_serving=False)
+        # Bound first (port 0 resolves), so that a port in use fails before anything is created
+        # in the root, but accepting only once every partition is open: a client that connects
+        # during start-up waits in the backlog instead of being told that existing partitions
+        # are unknown.
+        try:
+            self.server = await asyncio.get_running_loop().create_server(
+                self._new_connection, host, port, reuse_address=True, start_serving=False)
+        except OSError as exc:
+            raise ListenerError(
+                f"{self.config.source}: listeners={','.join(self.config['listeners'])}: cannot listen on "
+                f"{host}:{port}: {exc.strerror or exc}") from None
+        try:
+            root = await asyncio.to_thread(LogRoot.open, self.config.log_dir, create=True,
+                                           defaults=self.config.log_defaults)
+        except BaseException:
+            self.server.close()
+            raise
         bound = self.server.sockets[0].getsockname()
         advertised = self.config.advertised(bound[0], bound[1])
         self.broker = Broker(self.config, root, advertised)
@@ -174,6 +186,10 @@ class BrokerServer:
                 # Kafka answers an ApiVersions version it does not know in v0, with the list.
                 body = response(API_VERSIONS, 0, self.broker.api_versions_body(E.UNSUPPORTED_VERSION))
                 return encode_response(exc.correlation_id, body)
+            answer = _unsupported_answer(frame, exc)
+            if answer is not _CLOSE:
+                logger.info("connection %s: %s; answered UNSUPPORTED_VERSION", peer, exc)
+                return answer
             logger.warning("connection %s: %s; closing the connection", peer, exc)
             return _CLOSE
         except ProtocolError as exc:
@@ -230,6 +246,24 @@ class BrokerServer:
 
 
 _CLOSE = object()
+
+
+class ListenerError(SegLogError):
+    """The configured listener cannot be bound (port in use, address not local, no permission)."""
+
+
+def _unsupported_answer(frame, exc: UnsupportedRequest):
+    """UNSUPPORTED_VERSION for a request outside the served windows (see unsupported.py): the
+    response frame, None for an acks=0 Produce, or _CLOSE when no response can be written."""
+    from logcore.broker.unsupported import PRODUCE as _PRODUCE, error_response, old_produce_response
+
+    if exc.api_key == _PRODUCE and 0 <= exc.api_version <= 2:
+        try:
+            return old_produce_response(frame, exc.api_version, exc.correlation_id)
+        except (ValueError, struct.error):
+            return _CLOSE
+    answer = error_response(exc.api_key, exc.api_version, exc.correlation_id)
+    return _CLOSE if answer is None else answer
 
 
 class _Sending:

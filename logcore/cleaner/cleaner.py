@@ -223,20 +223,26 @@ class LogCleaner:
         return (section.compaction_overdue and section.dirty_bytes > 0) or \
             section.ratio > log.config.min_cleanable_dirty_ratio
 
+    def rank(self, log, now_ms: int) -> tuple[bool, float] | None:
+        """(overdue, dirty ratio) of a log that needs cleaning, None if it does not: logs are
+        cleaned in decreasing rank, overdue ones (max.compaction.lag.ms) first, then the
+        filthiest (Kafka's LogCleanerManager.grabFilthiestCompactedLog)."""
+        if not log.config.compact:
+            return None
+        section = self.dirty_section(log, now_ms)
+        if section.first_uncleanable <= section.first_dirty:
+            return None
+        overdue = section.compaction_overdue and section.dirty_bytes > 0
+        if not overdue and section.ratio <= log.config.min_cleanable_dirty_ratio:
+            return None
+        return (overdue, section.ratio)
+
     def pick(self, logs, now_ms: int):
         """The filthiest log that needs cleaning (overdue ones first), or None."""
         best, best_key = None, None
         for log in logs:
-            if not log.config.compact:
-                continue
-            section = self.dirty_section(log, now_ms)
-            if section.first_uncleanable <= section.first_dirty:
-                continue
-            overdue = section.compaction_overdue and section.dirty_bytes > 0
-            if not overdue and section.ratio <= log.config.min_cleanable_dirty_ratio:
-                continue
-            key = (overdue, section.ratio)
-            if best_key is None or key > best_key:
+            key = self.rank(log, now_ms)
+            if key is not None and (best_key is None or key > best_key):
                 best, best_key = log, key
         return best
 

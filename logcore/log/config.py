@@ -313,11 +313,16 @@ class LogConfig:
         category="records")
     min_insync_replicas: int = ConfigKey(
         "min.insync.replicas", ConfigType.INT, 1,
-        "Replicas that must acknowledge an acks=all append (replicated mode).",
+        "Replicas that must be in sync for an acks=all produce to succeed. With one replica"
+        " per partition (no replication yet), a value above 1 makes every acks=all produce fail"
+        " with NOT_ENOUGH_REPLICAS, as Kafka does when the ISR is smaller; acks=1 and acks=0"
+        " are not affected.",
         validator=at_least(1), broker_names=("min.insync.replicas",), category="replication")
     unclean_leader_election_enable: bool = ConfigKey(
         "unclean.leader.election.enable", ConfigType.BOOLEAN, False,
-        "Allow an out-of-sync replica to become leader (may lose acknowledged data).",
+        "Allow an out-of-sync replica to become leader (may lose acknowledged data). Accepted"
+        " for compatibility; it has no effect: a partition has one replica, which is always"
+        " its leader.",
         broker_names=("unclean.leader.election.enable",), category="replication")
     remote_storage_enable: bool = ConfigKey(
         "remote.storage.enable", ConfigType.BOOLEAN, False,

@@ -8,6 +8,10 @@ storage it first copies sealed segments to the remote tier (logcore.tiered.remot
 then it applies retention (local retention for a tiered topic: only copied segments go), expires
 remote segments past total retention, removes deleted segment files whose file.delete.delay.ms has
 passed, and gives the partition back.
+Compaction runs after retention has visited every partition: the logs that need cleaning are
+cleaned filthiest first (overdue ones, past max.compaction.lag.ms, before all; LogCleaner.rank
+and pick), by log.cleaner.threads cleaner threads, each with its own cleaner and an equal share of
+log.cleaner.dedupe.buffer.size, as Kafka's cleaner threads.
 `run_forever` repeats the pass every log.retention.check.interval.ms until told to stop.
 """
 from __future__ import annotations
@@ -82,11 +86,15 @@ class MaintenanceService:
         self.root = root
         self.settings = settings if settings is not None else MaintenanceConfig.from_props(root.defaults())
         s = self.settings
-        self.cleaner = LogCleaner(dedupe_buffer_size=s.cleaner_dedupe_buffer_size,
-                                  io_buffer_size=s.cleaner_io_buffer_size,
-                                  io_max_bytes_per_second=s.cleaner_io_max_bytes_per_second,
-                                  load_factor=s.cleaner_io_buffer_load_factor,
-                                  backoff_ms=s.cleaner_backoff_ms)
+        threads = max(1, s.cleaner_threads)
+        # Kafka's cleaner threads each get dedupe.buffer.size / threads and share the I/O rate.
+        self.cleaners = [LogCleaner(dedupe_buffer_size=s.cleaner_dedupe_buffer_size // threads,
+                                    io_buffer_size=s.cleaner_io_buffer_size,
+                                    io_max_bytes_per_second=s.cleaner_io_max_bytes_per_second / threads,
+                                    load_factor=s.cleaner_io_buffer_load_factor,
+                                    backoff_ms=s.cleaner_backoff_ms)
+                         for _ in range(threads)]
+        self.cleaner = self.cleaners[0]
         self.remote_log_manager = RemoteLogManager(broker_id)
 
     def partitions(self, topics: Iterable[str] | None = None) -> list[tuple[str, int]]:
@@ -103,14 +111,36 @@ class MaintenanceService:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         summary = MaintenanceSummary(now)
         work = self.partitions(topics)
-        for done, (topic, partition) in enumerate(work, start=1):
-            outcome = self._maintain_partition(topic, partition, now)
+        done = [0]
+        lock = threading.Lock()
+
+        def report(outcome: PartitionOutcome) -> None:
+            with lock:
+                done[0] += 1
+                if progress is not None:
+                    progress(done[0], len(work), outcome)
+
+        to_clean: list[tuple[tuple, PartitionOutcome]] = []
+        for topic, partition in work:
+            outcome = self._maintain_partition(topic, partition, now, to_clean)
             summary.outcomes.append(outcome)
-            if progress is not None:
-                progress(done, len(work), outcome)
+            if not to_clean or to_clean[-1][1] is not outcome:
+                report(outcome)
+
+        def acquire(outcome: PartitionOutcome):
+            try:
+                return self.root.log(outcome.topic, outcome.partition, writer=True,
+                                     truncate_uncommitted=False, only_if_free=True)
+            except PartitionInUseError as exc:
+                outcome.skipped = str(exc)
+                logger.info("skipping %s-%d: %s", outcome.topic, outcome.partition, exc)
+                return None
+
+        self._clean_in_rank_order(to_clean, now, acquire, self.root.release_log, report)
         return summary
 
-    def _maintain_partition(self, topic: str, partition: int, now: int) -> PartitionOutcome:
+    def _maintain_partition(self, topic: str, partition: int, now: int,
+                            to_clean: list | None = None) -> PartitionOutcome:
         outcome = PartitionOutcome(topic, partition)
         try:
             log = self.root.log(topic, partition, writer=True, truncate_uncommitted=False,
@@ -120,14 +150,94 @@ class MaintenanceService:
             logger.info("skipping %s-%d: %s", topic, partition, exc)
             return outcome
         try:
-            return self.maintain_log(log, now, outcome)
+            self.maintain_log(log, now, outcome, compact=to_clean is None)
+            if to_clean is not None and outcome.skipped is None and self._compaction_on(log):
+                rank = self.cleaner.rank(log, now)
+                if rank is not None:
+                    to_clean.append((rank, outcome))
+            return outcome
         finally:
             self.root.release_log(log)
 
-    def maintain_log(self, log, now: int, outcome: PartitionOutcome | None = None) -> PartitionOutcome:
-        """Retention, expired-file removal and (compacted topics) one cleaner pass on a log
-        already open as writer: the pass of one partition, for a process that holds its logs
-        (the broker runs its own partitions through this instead of taking them)."""
+    def _compaction_on(self, log) -> bool:
+        return bool(log.config.compact and self.settings.cleaner_enable and self.settings.cleaner_threads > 0)
+
+    def clean_open_logs(self, logs: list, now: int, outcomes: dict | None = None,
+                        report: Callable[[PartitionOutcome], None] | None = None) -> dict:
+        """Clean logs this process holds open as writer (the broker's): each cleaner thread
+        takes the filthiest remaining log (LogCleaner.pick) until none needs cleaning. Returns
+        {log: PartitionOutcome} of the logs cleaned or tried."""
+        outcomes = outcomes if outcomes is not None else {}
+        remaining = [log for log in logs if self._compaction_on(log)]
+        lock = threading.Lock()
+
+        def worker(cleaner: LogCleaner) -> None:
+            while True:
+                with lock:
+                    log = cleaner.pick(remaining, now)
+                    if log is None:
+                        return
+                    remaining.remove(log)
+                outcome = outcomes.setdefault(log, PartitionOutcome(log.topic, log.partition))
+                self._clean_one(cleaner, log, now, outcome)
+                if report is not None:
+                    report(outcome)
+
+        self._run_cleaners(worker, len(remaining))
+        return outcomes
+
+    def _clean_in_rank_order(self, to_clean: list, now: int, acquire, release, report) -> None:
+        """Clean the ranked partitions, highest rank first, by the cleaner threads; each one is
+        opened again (acquire) and cleaned if it still needs it (LogCleaner.pick)."""
+        pending = [outcome for _, outcome in sorted(to_clean, key=lambda item: item[0], reverse=True)]
+        lock = threading.Lock()
+
+        def worker(cleaner: LogCleaner) -> None:
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    outcome = pending.pop(0)
+                log = acquire(outcome)
+                if log is not None:
+                    try:
+                        if cleaner.pick([log], now) is log:
+                            self._clean_one(cleaner, log, now, outcome)
+                    finally:
+                        release(log)
+                report(outcome)
+
+        self._run_cleaners(worker, len(pending))
+
+    def _run_cleaners(self, worker, work: int) -> None:
+        threads = min(len(self.cleaners), work)
+        if threads <= 1:
+            if work:
+                worker(self.cleaners[0])
+            return
+        pool = [threading.Thread(target=worker, args=(cleaner,), name=f"seglog-cleaner-{i}", daemon=True)
+                for i, cleaner in enumerate(self.cleaners[:threads])]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+
+    def _clean_one(self, cleaner: LogCleaner, log, now: int, outcome: PartitionOutcome) -> None:
+        try:
+            outcome.cleaned = self._compact(log, now, cleaner)
+        except FencedWriterError as exc:
+            outcome.skipped = f"taken over by another writer during the pass ({exc})"
+            logger.info("%s-%d: %s", log.topic, log.partition, outcome.skipped)
+        except SegLogError as exc:
+            outcome.skipped = f"failed: {exc}"
+            logger.warning("%s-%d: compaction failed: %s", log.topic, log.partition, exc)
+
+    def maintain_log(self, log, now: int, outcome: PartitionOutcome | None = None, *,
+                     compact: bool = True) -> PartitionOutcome:
+        """Retention, expired-file removal and (compacted topics, unless `compact` is False: the
+        caller then cleans in rank order) one cleaner pass on a log already open as writer: the
+        pass of one partition, for a process that holds its logs (the broker runs its own
+        partitions through this instead of taking them)."""
         outcome = outcome if outcome is not None else PartitionOutcome(log.topic, log.partition)
         topic, partition = log.topic, log.partition
         try:
@@ -142,7 +252,7 @@ class MaintenanceService:
                 self._expire_remote(log, outcome.tiering, now)
             outcome.log_start_offset = log.log_start_offset
             outcome.files_removed = log.delete_expired_files(now)
-            if config.compact and self.settings.cleaner_enable and self.settings.cleaner_threads > 0:
+            if compact and self._compaction_on(log):
                 outcome.cleaned = self._compact(log, now)
         except FencedWriterError as exc:
             # A producer or sink took the partition during the pass: it wins; next pass retries.
@@ -174,13 +284,14 @@ class MaintenanceService:
             tiering.error = str(exc)
             logger.warning("%s-%d: remote retention: %s", log.topic, log.partition, exc)
 
-    def _compact(self, log, now: int) -> CleanStats | None:
+    def _compact(self, log, now: int, cleaner: LogCleaner | None = None) -> CleanStats | None:
         """One cleaner pass when the log is dirty enough (min.cleanable.dirty.ratio) or overdue
         (max.compaction.lag.ms); a pass that met concurrent changes runs again next time."""
-        if not self.cleaner.needs_cleaning(log, now):
+        cleaner = cleaner if cleaner is not None else self.cleaner
+        if not cleaner.needs_cleaning(log, now):
             return None
         try:
-            return self.cleaner.clean(log, now)
+            return cleaner.clean(log, now)
         except CleanerAbortedError as exc:
             logger.info("%s-%d: cleaning pass aborted, retried at the next pass: %s",
                         log.topic, log.partition, exc)

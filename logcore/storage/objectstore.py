@@ -68,6 +68,19 @@ def _is_conflict(exc: BaseException) -> bool:
     return code == "ConditionalRequestConflict" or status == 409
 
 
+_CREDENTIAL_ERRORS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
+
+
+def _is_missing_credentials(exc: BaseException) -> bool:
+    """botocore found no (or incomplete) credentials: raised before any request is sent."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if type(exc).__name__ in _CREDENTIAL_ERRORS:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def _is_retriable(exc: BaseException) -> bool:
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
         return True
@@ -113,6 +126,12 @@ class ObjectStorage(Storage):
         if isinstance(exc, FileNotFoundError):
             return ResourceNotFoundError(f"not found: {where}")
         detail = self._redact(f"{type(exc).__name__}: {exc}")
+        if _is_missing_credentials(exc):     # a set-up error, not a transient one: retrying cannot help
+            return StorageError(
+                f"{operation} {where}: no credentials for {self.protocol}:// ({detail}); give them with "
+                "--storage-option key=... --storage-option secret=... (storage options), the "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment variables or an AWS profile, "
+                "or anon=true for a public bucket")
         if _is_retriable(exc):
             return RetriableStorageError(f"{operation} {where} failed (transient, retry): {detail}")
         if isinstance(exc, PermissionError):

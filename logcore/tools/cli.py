@@ -43,10 +43,22 @@ _EXAMPLES_PRODUCE = """examples:
   printf 'hello\\nworld\\n' | seglog produce --root /data/logs --topic clicks
   printf 'user1:click\\n' | seglog produce --root /data/logs --topic clicks --key-separator :
   seglog produce --root /data/logs --topic clicks --compression-type zstd --header source=cli < events.txt
+  printf 'user1:NULL\\n' | seglog produce --root /data/logs --topic clicks --key-separator : --null-marker NULL
+  printf 'user1\\tNULL\\n' | seglog produce --root /data/logs --topic clicks --property parse.key=true \\
+      --property null.marker=NULL
+  seglog produce --root /data/logs --topic docs --value-file a.json --key-file a.key --value-file b.json
 
-Each input line is one record (value = the line without its newline). With --key-separator, the
-text before the first separator is the key. Keyed records go to murmur2(key) mod partitions, like
-Kafka's default partitioner; records without a key fill one partition per batch, round-robin.
+Each input line is one record (value = the line without its newline). With --key-separator (or
+--property parse.key=true and key.separator, a tab by default), the text before the first
+separator is the key. A key or value equal to --null-marker (--property null.marker) is null: a
+null value is a tombstone, which a compacted topic uses to delete its key. --value-file FILE
+produces one record whose value is the whole file (binary, newlines kept) instead of reading
+stdin; --key-file gives the key of the --value-file at the same position.
+
+Keyed records go to murmur2(key) mod partitions, like Kafka's default partitioner; records
+without a key fill one partition per batch, round-robin (sticky). A batch holds up to
+--batch-size bytes (Kafka's batch.size, 16384) and never more than the topic's
+max.message.bytes or segment.bytes; a record larger than that alone is refused with the limit.
 """
 _EXAMPLES_CONSUME = """examples:
   seglog consume --root /data/logs --topic clicks --from-beginning
@@ -101,6 +113,14 @@ The log start offset moves first; the files go after file.delete.delay.ms. A par
 another writer (producer, Spark sink, broker) holds is skipped and retried at the next pass.
 Without --once the passes repeat every log.retention.check.interval.ms until Ctrl-C.
 
+Compaction (Kafka's log cleaner), for topics whose cleanup.policy contains compact: after
+retention has visited every partition, the partitions whose dirty ratio exceeds
+min.cleanable.dirty.ratio, or whose oldest dirty record is older than max.compaction.lag.ms, are
+cleaned, the most overdue and then the filthiest first, by log.cleaner.threads cleaner threads
+(0 disables compaction). Only the latest record of each key is kept below the first uncleanable
+offset (records younger than min.compaction.lag.ms, the active segment and anything at or above
+the high watermark are never cleaned); tombstones go after delete.retention.ms.
+
 Tiered storage (a root with remote.log.storage.system.enable=true and rsm.config.*, a topic with
 remote.storage.enable=true): before retention, every sealed segment below the last stable offset
 that is not yet remote is copied to the remote tier; retention then deletes local copies past
@@ -125,12 +145,26 @@ def parse_storage_options(items: Sequence[str] | None) -> dict:
                                   "--storage-option")
 
 
-def _configs(items: Sequence[str] | None) -> dict[str, str]:
+def _configs(items: Sequence[str] | None, option: str = "--config") -> dict[str, str]:
     configs: dict[str, str] = {}
     for item in items or ():
-        key, value = _key_value(item, "--config")
+        key, value = _key_value(item, option)
         configs[key] = value
     return configs
+
+
+def _properties_file(path: str | None, option: str) -> str | None:
+    """A .properties file given on the command line: it must exist (load_properties would read a
+    missing path as the text of a properties file)."""
+    import os
+
+    if path is None:
+        return None
+    if not os.path.exists(path):
+        raise InvalidConfigError(f"{option} {path}: no such file")
+    if not os.path.isfile(path):
+        raise InvalidConfigError(f"{option} {path}: not a file")
+    return path
 
 
 def _unescape_separator(text: str) -> str:
@@ -183,7 +217,7 @@ def cmd_topics(args) -> int:
         if args.partitions is None or args.partitions < 1:
             raise InvalidConfigError(f"--create needs --partitions N with N >= 1, got {args.partitions}")
         configs = _configs(args.config)
-        defaults = load_properties(args.defaults) if args.defaults else None
+        defaults = load_properties(_properties_file(args.defaults, "--defaults")) if args.defaults else None
         validate_topic_overrides(configs, defaults)     # bad input fails before anything is written
         root = _open_root(args, create=True, defaults=defaults)
         try:
@@ -271,32 +305,107 @@ def _compression_arg(name: str | None):
         raise InvalidConfigError(f"--compression-type: {exc}") from None
 
 
-class _Producer:
-    """Buffers records per partition, appends them in batches, commits every partition it wrote."""
+BATCH_OVERHEAD = 61            # RecordBatch v2 header bytes
+_TIMESTAMP_DELTA = 5           # zigzag varint bytes of a timestamp delta up to 2**34 ms
 
-    def __init__(self, root, topic: str, partitions: int, *, batch_size: int, compression):
+
+def _uvarint_size(z: int) -> int:
+    return 1 if z < 0x80 else (z.bit_length() + 6) // 7
+
+
+def _field_size(data: bytes | None) -> int:
+    """A length-prefixed field (key, value, header part): zigzag length varint and the bytes."""
+    if data is None:
+        return 1                   # -1
+    n = len(data)
+    return (1 if n < 64 else (n.bit_length() + 7) // 7) + n
+
+
+def _record_size(record: tuple, offset_delta: int) -> int:
+    """A record's bytes in an uncompressed batch, at most a few above the real size (the
+    timestamp delta is counted at its widest)."""
+    key, value, headers, _ = record
+    body = 1 + _TIMESTAMP_DELTA + _uvarint_size(offset_delta << 1) + _field_size(key) + _field_size(value)
+    if headers:
+        body += _uvarint_size(len(headers) << 1)
+        for k, v in headers:
+            body += _field_size(k.encode()) + _field_size(v)
+    else:
+        body += 1
+    return _uvarint_size(body << 1) + body
+
+
+class _Producer:
+    """Buffers records per partition, appends them in batches, commits every partition it wrote.
+
+    A batch closes, as the Kafka producer's do, when the next record would take it past
+    `batch_bytes` (the producer's batch.size, capped by the topic's max.message.bytes and
+    segment.bytes so that an append can never be refused for its size), or at `batch_records`
+    records. A record larger than the cap on its own is appended alone (and refused by the log
+    with the topic's limit if it is too large)."""
+
+    def __init__(self, root, topic: str, partitions: int, *, batch_bytes: int, compression,
+                 batch_records: int | None = None, max_message_bytes: int | None = None):
         self.root = root
+        self.max_message_bytes = max_message_bytes
         self.topic = topic
         self.partitions = partitions
-        self.batch_size = batch_size
+        self.batch_bytes = batch_bytes
+        self.batch_records = batch_records
         self.compression = compression
         self.logs: dict = {}
         self.buffers: dict[int, list] = {}
+        self.sizes: dict[int, int] = {}
         self.counts = [0] * partitions
         self.sticky = 0                     # partition for records without a key
 
-    def add(self, partition: int | None, record: tuple) -> None:
+    def _full(self, p: int, size: int) -> bool:
+        buffer = self.buffers.get(p)
+        if not buffer:
+            return False
+        return (self.sizes[p] + size > self.batch_bytes
+                or (self.batch_records is not None and len(buffer) >= self.batch_records))
+
+    def add(self, partition: int | None, record: tuple, where: str = "") -> None:
         keyless = partition is None
         p = self.sticky if keyless else partition
-        buffer = self.buffers.setdefault(p, [])
-        buffer.append(record)
-        if len(buffer) >= self.batch_size:
+        size = _record_size(record, len(self.buffers.get(p, ())))
+        if self.max_message_bytes is not None and BATCH_OVERHEAD + size > self.max_message_bytes:
+            self._check_alone(record, where)
+        if self._full(p, size):
             self.append(p)
             if keyless:                     # sticky partitioning: the next batch goes elsewhere
-                self.sticky = (self.sticky + 1) % self.partitions
+                self.sticky = p = (self.sticky + 1) % self.partitions
+                if self._full(p, size):
+                    self.append(p)
+            size = _record_size(record, len(self.buffers.get(p, ())))
+        buffer = self.buffers.setdefault(p, [])
+        buffer.append(record)
+        self.sizes[p] = self.sizes.get(p, BATCH_OVERHEAD) + size
+
+    def _check_alone(self, record: tuple, where: str) -> None:
+        """A record that may not fit max.message.bytes even alone: its exact batch size decides,
+        as the broker would refuse it (RecordTooLargeError, MESSAGE_TOO_LARGE)."""
+        from logcore.errors import RecordTooLargeError
+        from logcore.records.batch import build_batch
+
+        from logcore.records.compression import Compression
+
+        key, value, headers, ts = record
+        codec = self.compression
+        if codec is None:                   # the topic's compression.type decides
+            name = self.root.topic_config(self.topic).compression_type
+            codec = _compression_arg(name) if name != "producer" else None
+        size = len(build_batch([(key, value, headers, 0 if ts is None else ts)], base_offset=0,
+                               compression=codec if codec is not None else Compression.NONE))
+        if size > self.max_message_bytes:
+            raise RecordTooLargeError(
+                f"the record{where} takes {size} bytes as a batch, more than topic {self.topic}'s "
+                f"max.message.bytes={self.max_message_bytes}")
 
     def append(self, p: int) -> None:
         buffer = self.buffers.pop(p, None)
+        self.sizes.pop(p, None)
         if not buffer:
             return
         log = self.logs.get(p)
@@ -326,17 +435,87 @@ def _read_lines(stream: BinaryIO):
             yield line
 
 
+_LINE_PROPERTIES = ("parse.key", "key.separator", "null.marker", "parse.headers")
+
+
+def _line_properties(items: Sequence[str] | None) -> dict[str, str]:
+    """`--property k=v` of Kafka's console producer line reader (the ones seglog reads)."""
+    props = _configs(items, "--property")
+    for name in props:
+        if name not in _LINE_PROPERTIES:
+            raise InvalidConfigError(f"--property {name}: unknown; seglog produce reads "
+                                     + ", ".join(n for n in _LINE_PROPERTIES if n != "parse.headers"))
+    if "parse.headers" in props:
+        raise InvalidConfigError("--property parse.headers is not supported: give --header K=V")
+    return props
+
+
+def _producer_properties(items: Sequence[str] | None) -> dict[str, str]:
+    props = _configs(items, "--producer-property")
+    for name in props:
+        if name not in ("batch.size", "compression.type"):
+            raise InvalidConfigError(f"--producer-property {name}: unknown; seglog produce reads "
+                                     "batch.size and compression.type")
+    return props
+
+
+def _file_records(args) -> list[tuple[bytes | None, bytes]]:
+    """(key, value) of --value-file records, keys from the paired --key-file."""
+    keys = args.key_file or []
+    if keys and len(keys) != len(args.value_file):
+        raise InvalidConfigError(f"--key-file given {len(keys)} times for {len(args.value_file)} --value-file: "
+                                 "give one key file per value file, in the same order, or none")
+    out = []
+    for i, path in enumerate(args.value_file):
+        key = _read_file(keys[i], "--key-file") if keys else None
+        out.append((key, _read_file(path, "--value-file")))
+    return out
+
+
+def _read_file(path: str, option: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise InvalidConfigError(f"{option} {path}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidConfigError(f"{option} {path}: not a file") from None
+    except OSError as exc:
+        raise InvalidConfigError(f"{option} {path}: {exc.strerror or exc}") from None
+
+
 def cmd_produce(args) -> int:
     started = time.monotonic()
     headers = tuple((k, v.encode()) for k, v in (_key_value(h, "--header") for h in args.header or ()))
-    separator = _unescape_separator(args.key_separator).encode() if args.key_separator is not None else None
+    line_props = _line_properties(args.property)
+    producer_props = _producer_properties(args.producer_property)
+    key_separator = args.key_separator
+    if key_separator is None and line_props.get("parse.key", "false").lower() == "true":
+        key_separator = line_props.get("key.separator", "\t")     # Kafka's default: a tab
+    separator = _unescape_separator(key_separator).encode() if key_separator is not None else None
     if separator == b"":
         raise InvalidConfigError("--key-separator must not be empty")
-    if args.batch_size < 1:
-        raise InvalidConfigError(f"--batch-size must be at least 1, got {args.batch_size}")
+    null_marker = args.null_marker if args.null_marker is not None else line_props.get("null.marker")
+    if null_marker == "":
+        raise InvalidConfigError("--null-marker must not be empty")
+    null = _unescape_separator(null_marker).encode() if null_marker is not None else None
+    batch_size = args.batch_size
+    if "batch.size" in producer_props:
+        try:
+            batch_size = int(producer_props["batch.size"])
+        except ValueError:
+            raise InvalidConfigError(f"--producer-property batch.size must be a number of bytes, "
+                                     f"got {producer_props['batch.size']!r}") from None
+    if batch_size < 1:
+        raise InvalidConfigError(f"--batch-size must be at least 1 byte, got {batch_size}")
+    if args.batch_records is not None and args.batch_records < 1:
+        raise InvalidConfigError(f"--batch-records must be at least 1, got {args.batch_records}")
     if args.commit_every < 0:
         raise InvalidConfigError(f"--commit-every must be >= 0, got {args.commit_every}")
-    compression = _compression_arg(args.compression_type)
+    if args.key_file and not args.value_file:
+        raise InvalidConfigError("--key-file needs --value-file (one key file per value file)")
+    compression = _compression_arg(args.compression_type or producer_props.get("compression.type"))
+    files = _file_records(args) if args.value_file else None       # unreadable files fail before anything is written
     root = _open_root(args)
     producer = None
     try:
@@ -345,40 +524,56 @@ def cmd_produce(args) -> int:
             raise InvalidConfigError(f"--partition {args.partition}: topic {args.topic} has partitions "
                                      f"0..{info.partitions - 1}")
         config = root.topic_config(args.topic)
-        if config.compact and separator is None:
-            # Every line would be a record without a key, which a compacted topic refuses (as
-            # Kafka's broker does): say so before reading any input.
+        if config.compact and separator is None and not args.key_file:
+            # Every record would be without a key, which a compacted topic refuses (as Kafka's
+            # broker does): say so before reading any input.
             raise InvalidConfigError(
                 f"topic {args.topic} has cleanup.policy={','.join(config.cleanup_policy)}: a compacted"
                 " topic refuses records without a key, so give every line a key with --key-separator"
-                " SEP (lines `key SEP value`)")
-        producer = _Producer(root, args.topic, info.partitions, batch_size=args.batch_size,
-                             compression=compression)
-        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+                " SEP (lines `key SEP value`), or give --key-file with --value-file")
+        # Never a batch the log must refuse for its size: capped by the topic's limits.
+        batch_bytes = max(BATCH_OVERHEAD + 1, min(batch_size, config.max_message_bytes, config.segment_bytes))
+        producer = _Producer(root, args.topic, info.partitions, batch_bytes=batch_bytes,
+                             compression=compression, batch_records=args.batch_records,
+                             max_message_bytes=config.max_message_bytes)
+
+        def partition_of(key: bytes | None) -> int | None:
+            if args.partition is not None:
+                return args.partition
+            if key is not None:
+                return murmur2_partition(key, info.partitions)
+            return None
+
         lines = 0
         try:
-            for number, line in enumerate(_read_lines(stdin), start=1):
-                if isinstance(line, str):
-                    line = line.encode()
-                key = None
-                if separator is not None:
-                    key, found, value = line.partition(separator)
-                    if not found:
-                        raise InvalidConfigError(
-                            f"No key separator {args.key_separator!r} found on line number {number}: "
-                            f"{line[:80].decode('utf-8', 'replace')!r}")
-                else:
-                    value = line
-                if args.partition is not None:
-                    partition = args.partition
-                elif key is not None:
-                    partition = murmur2_partition(key, info.partitions)
-                else:
-                    partition = None
-                producer.add(partition, (key, value, headers, args.timestamp))
-                lines += 1
-                if args.commit_every and lines % args.commit_every == 0:
-                    producer.commit()
+            if files is not None:
+                for (key, value), path in zip(files, args.value_file):
+                    producer.add(partition_of(key), (key, value, headers, args.timestamp),
+                                 f" of --value-file {path}")
+                    lines += 1
+            else:
+                stdin = getattr(sys.stdin, "buffer", sys.stdin)
+                for number, line in enumerate(_read_lines(stdin), start=1):
+                    if isinstance(line, str):
+                        line = line.encode()
+                    key = None
+                    if separator is not None:
+                        key, found, value = line.partition(separator)
+                        if not found:
+                            raise InvalidConfigError(
+                                f"No key separator {key_separator!r} found on line number {number}: "
+                                f"{line[:80].decode('utf-8', 'replace')!r}")
+                        if null is not None and key == null:
+                            key = None
+                    else:
+                        value = line
+                    if null is not None and value == null:
+                        value = None                # a tombstone
+                    producer.add(partition_of(key), (key, value, headers, args.timestamp),
+                                 f" on line number {number}")
+                    lines += 1
+                    if args.commit_every and lines % args.commit_every == 0:
+                        producer.commit()
         finally:
             producer.commit()      # what was read before an error is still produced, as Kafka's would be
         spread = ", ".join(f"{p}: {n}" for p, n in enumerate(producer.counts) if n)
@@ -527,7 +722,7 @@ def _open_tiered_root(args):
     """The root read-only, with tiered-storage settings from --config-file over its own."""
     from logcore.log.log_root import LogRoot
 
-    props = load_properties(args.config_file) if args.config_file else {}
+    props = load_properties(_properties_file(args.config_file, "--config-file")) if args.config_file else {}
     return LogRoot.open(args.root, storage_options=parse_storage_options(args.storage_option),
                         read_only=True, defaults=props)
 
@@ -560,7 +755,7 @@ def cmd_maintain(args) -> int:
     from logcore.log.log_root import LogRoot
     from logcore.maintenance.service import MaintenanceService
 
-    props = load_properties(args.config_file) if args.config_file else {}
+    props = load_properties(_properties_file(args.config_file, "--config-file")) if args.config_file else {}
     try:
         MaintenanceConfig.from_props(props)         # a bad file fails before anything is opened
     except InvalidConfigError as exc:
@@ -689,7 +884,8 @@ class _MaintainReport:
 
 def cmd_broker(args) -> int:
     from logcore.broker.server import run_from_properties
-    return run_from_properties(args.config, _configs(args.override))
+    overrides = _configs(args.override, "--override")
+    return run_from_properties(_properties_file(args.config, "--config"), overrides)
 
 
 # ------------------------------------------------------------------------------------ parser
@@ -746,7 +942,24 @@ def build_parser() -> argparse.ArgumentParser:
                          help="batch codec: none, gzip, snappy, lz4, zstd (default: the topic's compression.type)")
     produce.add_argument("--header", action="append", metavar="K=V", help="header added to every record (repeatable)")
     produce.add_argument("--timestamp", type=int, metavar="MS", help="CreateTime of every record (default: now)")
-    produce.add_argument("--batch-size", type=int, default=1000, metavar="N", help="records per batch (default 1000)")
+    produce.add_argument("--batch-size", type=int, default=16384, metavar="BYTES",
+                         help="bytes per batch, Kafka's batch.size (default 16384); never more than the "
+                              "topic's max.message.bytes and segment.bytes")
+    produce.add_argument("--batch-records", type=int, metavar="N",
+                         help="also close a batch at N records (default: by bytes only)")
+    produce.add_argument("--null-marker", metavar="TEXT",
+                         help="a key or value equal to TEXT is written as null: a value of TEXT makes a "
+                              "tombstone (Kafka's null.marker)")
+    produce.add_argument("--property", action="append", metavar="K=V",
+                         help="Kafka console producer reader property: parse.key=true, key.separator=SEP, "
+                              "null.marker=TEXT (repeatable)")
+    produce.add_argument("--producer-property", action="append", metavar="K=V",
+                         help="batch.size=BYTES or compression.type=CODEC, as Kafka's console producer")
+    produce.add_argument("--value-file", action="append", metavar="FILE",
+                         help="produce one record whose value is FILE's bytes, newlines and all (repeatable; "
+                              "stdin is then not read)")
+    produce.add_argument("--key-file", action="append", metavar="FILE",
+                         help="with --value-file: the key of the record of the --value-file at the same position")
     produce.add_argument("--commit-every", type=int, default=10000, metavar="N",
                          help="commit (make visible) every N lines; 0: only at the end (default 10000)")
     produce.set_defaults(func=cmd_produce)
@@ -797,9 +1010,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage_option(dump)
     dump.set_defaults(func=cmd_dump)
 
-    maintain = sub.add_parser("maintain", help="apply retention to a root, once or as a service",
-                              description="Delete segments that retention no longer keeps "
-                                          "(Kafka's retention check and log cleaner).",
+    maintain = sub.add_parser("maintain", help="apply retention, compaction and tiering to a root, once or as a service",
+                              description="Delete segments that retention no longer keeps, compact topics with "
+                                          "cleanup.policy=compact and tier segments to remote storage "
+                                          "(Kafka's retention check, log cleaner and remote log manager).",
                               epilog=_EXAMPLES_MAINTAIN, formatter_class=raw)
     _add_root(maintain)
     maintain.add_argument("--topic", action="append", metavar="TOPIC",

@@ -42,6 +42,20 @@ CHECKPOINT_FILES = (
 )
 TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
 
+# seglog's own files in a partition folder or a root (besides Kafka's)
+HW_FILE = "high-watermark"                  # logcore.log.partition_state: magic, HW, CRC-32
+_HW_RECORD = struct.Struct(">4sqI")
+_HW_MAGIC = b"SGHW"
+CLEAN_SHUTDOWN_FILE = ".seglog-clean-shutdown"   # logcore.log.log: the log end offset at a clean close
+_LOCK_PURPOSES = {
+    ".writer.lock": "flocked by a partition's writer around each critical section",
+    ".writer-held.lock": "flocked (shared) by every writer holding the partition",
+    ".writer-epoch.lock": "flocked while a writer bumps writer-epoch",
+    ".seglog-root.lock": "flocked around read-modify-write of the root checkpoint files",
+    ".seglog-topics.json.lock": "flocked around changes to seglog-topics.json",
+}
+_SECRET_WORDS = ("secret", "password", "token", "customerkey", "storage.key", "access_key", "credential")
+
 
 @dataclass
 class DumpOptions:
@@ -253,6 +267,22 @@ class Dumper:
             self.dump_leader_epoch_checkpoint(file)
         elif name == "partition.metadata":
             self.dump_partition_metadata(file)
+        elif name == HW_FILE:
+            self.dump_high_watermark(file)
+        elif name == CLEAN_SHUTDOWN_FILE:
+            self.dump_clean_shutdown(file)
+        elif name.endswith(".json"):         # writer-epoch is JSON too (below)
+            self.dump_json(file)
+        elif name == "writer-epoch":
+            self.dump_json(file, "writer epoch (seglog's writer fence)")
+        elif name == "meta.properties":
+            self.dump_properties(file)
+        elif name.endswith(".lock") or name in _LOCK_PURPOSES:
+            self.dump_lock(file)
+        elif name == ".kafka_cleanshutdown":
+            self.out.write("Kafka's clean-shutdown marker (no data): the broker closed this log dir cleanly\n")
+        elif self._is_folder(file):
+            self.err.write(f"Ignoring folder {file.display}: give the files in it ({file.display}/*)\n")
         else:
             self.err.write(f"Ignoring unknown file {file.display}\n")
 
@@ -509,6 +539,63 @@ class Dumper:
         for epoch, start_offset in self._checkpoint_lines(file, 2):
             self.out.write(f"epoch: {epoch} startOffset: {start_offset}\n")
 
+    # -- seglog's own files -----------------------------------------------------------------------
+
+    @staticmethod
+    def _is_folder(file: _File) -> bool:
+        import os
+        try:
+            return os.path.isdir(file.storage.local_path(file.name))
+        except Exception:   # noqa: BLE001 - object stores have no folders to tell apart
+            return False
+
+    def dump_high_watermark(self, file: _File) -> None:
+        data = file.read_all()
+        if len(data) != _HW_RECORD.size:
+            raise CorruptIndexError(f"high-watermark of {len(data)} bytes at position 0: expected "
+                                    f"{_HW_RECORD.size} (magic SGHW, offset, CRC-32)", file=file.display)
+        import zlib
+        magic, hw, crc = _HW_RECORD.unpack(data)
+        if magic != _HW_MAGIC:
+            raise CorruptIndexError(f"high-watermark magic {magic!r} at position 0 is not b'SGHW'",
+                                    file=file.display)
+        valid = crc == zlib.crc32(data[:12]) and hw >= 0
+        self.out.write(f"highWatermark: {hw} crc: {crc} isvalid: {_java_bool(valid)}\n")
+        if not valid:
+            raise CorruptIndexError(f"high-watermark CRC {crc} at position 12 does not match its first 12 bytes "
+                                    "(a torn write: the root's replication-offset-checkpoint then counts)",
+                                    file=file.display)
+
+    def dump_clean_shutdown(self, file: _File) -> None:
+        text = file.read_all().decode("utf-8", errors="replace").strip()
+        if not text.lstrip("-").isdigit():
+            raise CorruptIndexError(f"clean-shutdown marker holds {text[:40]!r}, not an offset", file=file.display)
+        self.out.write(f"cleanShutdown: true logEndOffset: {text}\n")
+
+    def dump_json(self, file: _File, what: str | None = None) -> None:
+        import json
+
+        data = file.read_all()
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            position = getattr(exc, "pos", getattr(exc, "start", 0))
+            raise CorruptIndexError(f"not valid JSON at position {position}: {exc}", file=file.display) from None
+        if what:
+            self.out.write(f"{what}\n")
+        self.out.write(json.dumps(_redacted(value), indent=2, sort_keys=True) + "\n")
+
+    def dump_properties(self, file: _File) -> None:
+        text = file.read_all().decode("utf-8", errors="replace")
+        for line in text.splitlines():
+            if line.strip() and not line.lstrip().startswith(("#", "!")):
+                key, _, value = line.partition("=")
+                self.out.write(f"{key.strip()}: {'***' if _is_secret(key) else value.strip()}\n")
+
+    def dump_lock(self, file: _File) -> None:
+        purpose = _LOCK_PURPOSES.get(file.name, "a seglog lock file")
+        self.out.write(f"lock file ({purpose}); {file.size} bytes, no data\n")
+
     def dump_partition_metadata(self, file: _File) -> None:
         text = file.read_all().decode("utf-8", errors="replace")
         for n, line in enumerate(text.splitlines(), start=1):
@@ -551,3 +638,17 @@ def dump_files(paths: list[str], options: DumpOptions, out: TextIO, err: TextIO,
                storage_options: dict | None = None) -> int:
     """Dump every file in `paths`; returns the exit status (1 if any file had corrupt data)."""
     return Dumper(options, out, err, storage_options).dump(paths)
+
+
+def _is_secret(name: str) -> bool:
+    lowered = str(name).lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def _redacted(value):
+    """JSON with the values of secret-looking keys (credentials in tiered settings) replaced."""
+    if isinstance(value, dict):
+        return {k: ("***" if _is_secret(k) and v not in (None, "") else _redacted(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value

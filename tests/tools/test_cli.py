@@ -230,7 +230,7 @@ def test_produce_consume_round_trip_keys_headers_timestamps(capsys, monkeypatch,
 def test_null_keys_round_robin_per_batch_and_fixed_partition(capsys, monkeypatch, root):
     create(capsys, root, "t", 3)
     data = "".join(f"v{i}\n" for i in range(12)).encode()
-    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "t", "--batch-size", "2",
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "t", "--batch-records", "2",
                           stdin=data, monkeypatch=monkeypatch)
     assert code == 0, err
     per_partition = {}
@@ -267,7 +267,7 @@ def test_produce_compressed_then_dump(capsys, monkeypatch, root):
     create(capsys, root, "z", 1)
     data = "".join(f"key{i % 3}:value {i}\n" for i in range(50)).encode()
     code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "z", "--key-separator", ":",
-                          "--compression-type", "zstd", "--batch-size", "20", stdin=data, monkeypatch=monkeypatch)
+                          "--compression-type", "zstd", "--batch-records", "20", stdin=data, monkeypatch=monkeypatch)
     assert code == 0, err
     seg = Path(root) / "z-0" / "00000000000000000000.log"
     code, out, err = seglog(capsys, "dump", "--files", str(seg), "--print-data-log")
