@@ -1,0 +1,188 @@
+"""One owner per root: a root a running `seglog broker` serves is written only through it.
+
+Through the interfaces a user touches: the `seglog` CLI as a subprocess, a real broker
+subprocess, confluent-kafka and kafka-python clients, raw Kafka frames on one connection.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+
+from broker_helpers import (connect, consume_all, create, parse_response, produce,  # noqa: E402
+                            recv_frame, request_frame, wait_until)
+from logcore.log.log_root import LogRoot  # noqa: E402
+from logcore.log.root_owner import OWNER_FILE  # noqa: E402
+
+
+def seglog(env, *args, stdin: bytes = b"", timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin,
+                          capture_output=True, env=env, timeout=timeout)
+
+
+def _metadata(sock, names, correlation_id, version=9):
+    from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
+    body = MetadataRequest(topics=tuple(MetadataRequestTopic(name=n) for n in names),
+                           allow_auto_topic_creation=True, include_cluster_authorized_operations=False,
+                           include_topic_authorized_operations=False)
+    sock.sendall(request_frame(3, version, body, correlation_id))
+    frame = recv_frame(sock)
+    assert frame is not None, "the broker closed the connection"
+    cid, resp = parse_response(3, version, frame)
+    assert cid == correlation_id
+    return resp
+
+
+def test_produce_on_a_served_root_is_refused_naming_the_broker(broker_factory, broker_env, tmp_path):
+    b = broker_factory(tmp_path / "served")
+    create(b, "owned", 1)
+    claim = json.loads((b.root / OWNER_FILE).read_text())
+    assert claim["bootstrap"] == b.bootstrap and claim["pid"] == b.proc.pid
+
+    done = seglog(broker_env, "produce", "--root", str(b.root), "--topic", "owned", stdin=b"a\nb\n")
+    err = done.stderr.decode()
+    assert done.returncode != 0
+    assert f"PLAINTEXT://{b.bootstrap}" in err and f"bootstrap.servers={b.bootstrap}" in err, err
+    assert "written only through that broker" in err, err
+
+    # nothing was taken from the broker: its partition still takes produces at once
+    acked = produce(b, "owned", [b"v0", b"v1"], partition=0, **{"message.timeout.ms": 10000})
+    assert [a[0] for a in acked] == [None, None]
+    assert [r[3] for r in consume_all(b, "owned", 1, 2)] == [b"v0", b"v1"]
+
+    # deletes and maintenance are refused the same way; the broker's own DeleteTopics works
+    done = seglog(broker_env, "topics", "--root", str(b.root), "--delete", "--topic", "owned")
+    assert done.returncode != 0 and f"--bootstrap-server {b.bootstrap}" in done.stderr.decode()
+    done = seglog(broker_env, "maintain", "--root", str(b.root), "--once")
+    assert done.returncode != 0 and f"PLAINTEXT://{b.bootstrap}" in done.stderr.decode()
+    assert (b.root / "owned-0").is_dir()
+
+    # a second broker on the same root does not start, and names the first
+    conf = tmp_path / "second.properties"
+    conf.write_text(f"listeners=PLAINTEXT://127.0.0.1:0\nlog.dirs={b.root}\n")
+    second = subprocess.run([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
+                            capture_output=True, env=broker_env, timeout=60, cwd=tmp_path)
+    assert second.returncode != 0
+    assert f"already served by seglog broker PLAINTEXT://{b.bootstrap}" in second.stderr.decode()
+    assert "Traceback" not in second.stderr.decode()
+
+    # a clean stop removes the claim: the CLI writes the root again
+    assert b.stop() == 0
+    assert not (b.root / OWNER_FILE).exists()
+    done = seglog(broker_env, "produce", "--root", str(b.root), "--topic", "owned", stdin=b"after\n")
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def test_topics_created_and_grown_by_the_cli_are_served_at_once(broker_factory, broker_env, tmp_path):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    b = broker_factory(tmp_path / "served")
+    sock = connect(b)
+    meta = _metadata(sock, ["late"], 1)
+    # before: auto-created by the broker? No: ask for a name that the CLI creates next
+    done = seglog(broker_env, "topics", "--root", str(b.root), "--create", "cli-made", "--partitions", "2")
+    assert done.returncode == 0, done.stderr.decode()
+    # the same connection asks for it (with auto-creation allowed: the old KeyError path)
+    meta = _metadata(sock, ["cli-made"], 2)
+    (topic,) = meta.topics
+    assert topic.error_code == 0 and len(topic.partitions) == 2
+
+    acked = produce(b, "cli-made", [b"p0-%d" % i for i in range(3)], partition=0)
+    acked += produce(b, "cli-made", [b"p1-%d" % i for i in range(3)], partition=1)
+    assert all(a[0] is None for a in acked)
+    assert len(consume_all(b, "cli-made", 2, 6)) == 6
+
+    # grown by the CLI: partition 2 is produced to and fetched by kafka-python
+    done = seglog(broker_env, "topics", "--root", str(b.root), "--alter", "--topic", "cli-made",
+                  "--partitions", "3")
+    assert done.returncode == 0, done.stderr.decode()
+    producer = KafkaProducer(bootstrap_servers=b.bootstrap, acks="all")
+    try:
+        producer.send("cli-made", value=b"third", partition=2).get(timeout=20)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=b.bootstrap, consumer_timeout_ms=10000,
+                             auto_offset_reset="earliest")
+    try:
+        consumer.assign([TopicPartition("cli-made", 2)])
+        got = [m.value for m in consumer]
+    finally:
+        consumer.close()
+    assert got == [b"third"]
+
+    meta = _metadata(sock, ["cli-made"], 3)
+    assert len(meta.topics[0].partitions) == 3
+    sock.close()
+    log = b.log_text()
+    assert "KeyError" not in log and "closing the connection" not in log, log[-3000:]
+
+
+def test_unexpected_metadata_state_is_an_error_code_not_a_dropped_connection(broker_factory, tmp_path):
+    b = broker_factory(tmp_path / "served")
+    create(b, "fine", 1)
+    sock = connect(b)
+    # another process leaves a topics file the broker cannot make sense of (a bad count)
+    path = b.root / "seglog-topics.json"
+    doc = json.loads(path.read_text())
+    doc["topics"]["broken"] = {"topic_id": "", "partitions": "many", "config": {}}
+    path.write_text(json.dumps(doc))
+    meta = _metadata(sock, ["fine", "broken"], 1)
+    assert {t.name: int(t.error_code) for t in meta.topics} == {"fine": -1, "broken": -1}
+    # the connection is still served; once the file is sound again, so is the topic
+    del doc["topics"]["broken"]
+    path.write_text(json.dumps(doc))
+    meta = _metadata(sock, ["fine"], 2)
+    assert meta.topics[0].error_code == 0 and len(meta.topics[0].partitions) == 1
+    sock.close()
+    failures = [line for line in b.log_text().splitlines() if "failed: " in line and "api key 3" in line]
+    assert len(failures) == 1 and "answered error code -1" in failures[0], failures
+
+
+def test_a_fenced_broker_takes_its_partition_back_and_clients_recover_fast(broker_factory, tmp_path):
+    b = broker_factory(tmp_path / "served")
+    create(b, "stolen", 1)
+    assert [a[0] for a in produce(b, "stolen", [b"before"], partition=0)] == [None]
+
+    # A writer that bypasses the rule (an older seglog, a hand-made LogRoot): it takes the
+    # partition from the broker and commits one record.
+    root = LogRoot.open(str(b.root))
+    root.owner_id = json.loads((b.root / OWNER_FILE).read_text())["owner_id"]
+    log = root.log("stolen", 0, writer=True)
+    log.append_records([(None, b"intruder", (), None)])
+    log.commit()
+    root.close()
+
+    started = time.monotonic()
+    acked = produce(b, "stolen", [b"after-%d" % i for i in range(5)], partition=0,
+                    **{"message.timeout.ms": 15000, "retry.backoff.ms": 100})
+    elapsed = time.monotonic() - started
+    assert [a[0] for a in acked] == [None] * 5, acked
+    assert elapsed < 10, f"took {elapsed:.1f} s"
+    values = [r[3] for r in consume_all(b, "stolen", 1, 7)]
+    assert values == [b"before", b"intruder"] + [b"after-%d" % i for i in range(5)]
+    time.sleep(1.5)
+    log_text = b.log_text()
+    assert log_text.count("another writer took the partition") == 1, log_text[-3000:]
+    assert len([line for line in log_text.splitlines() if "stolen-0" in line]) <= 6, log_text[-3000:]
+
+
+def test_a_sigkilled_brokers_claim_does_not_block_writers(broker_factory, broker_env, tmp_path):
+    b = broker_factory(tmp_path / "served")
+    create(b, "orphan", 1)
+    b.stop(signal.SIGKILL)
+    assert (b.root / OWNER_FILE).exists()          # left behind: stale, its lock died with it
+    done = seglog(broker_env, "produce", "--root", str(b.root), "--topic", "orphan", stdin=b"x\n")
+    assert done.returncode == 0, done.stderr.decode()
+    assert "stale claim" in done.stderr.decode()
+    # and a new broker replaces the stale claim and serves what the CLI wrote
+    b2 = broker_factory(b.root)
+    assert json.loads((b.root / OWNER_FILE).read_text())["pid"] == b2.proc.pid
+    assert [r[3] for r in consume_all(b2, "orphan", 1, 1)] == [b"x"]
