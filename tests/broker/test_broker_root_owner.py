@@ -186,3 +186,44 @@ def test_a_sigkilled_brokers_claim_does_not_block_writers(broker_factory, broker
     b2 = broker_factory(b.root)
     assert json.loads((b.root / OWNER_FILE).read_text())["pid"] == b2.proc.pid
     assert [r[3] for r in consume_all(b2, "orphan", 1, 1)] == [b"x"]
+
+
+@pytest.mark.s3
+def test_s3_root_claim_is_a_heartbeat_lease(broker_factory, broker_env, monkeypatch, s3_endpoint, s3_bucket):
+    """On an object store (no locks) the broker renews its claim every lease / 3; a claim from
+    another host blocks writers only until its lease runs out after the last heartbeat."""
+    import fsspec
+
+    root = f"s3://{s3_bucket}/served"
+    for name, value in (("AWS_ACCESS_KEY_ID", s3_endpoint.key), ("AWS_SECRET_ACCESS_KEY", s3_endpoint.secret),
+                        ("AWS_ENDPOINT_URL", s3_endpoint.endpoint_url), ("AWS_DEFAULT_REGION", s3_endpoint.region)):
+        monkeypatch.setenv(name, value)
+        broker_env[name] = value
+    options = []
+    for key, value in s3_endpoint.storage_options().items():
+        options += ["--storage-option", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    b = broker_factory(root)
+    create(b, "remote", 1)
+    fs = fsspec.filesystem("s3", **s3_endpoint.storage_options())
+    claim_path = f"{s3_bucket}/served/{OWNER_FILE}"
+    first = json.loads(fs.cat(claim_path))
+    assert first["bootstrap"] == b.bootstrap
+
+    done = seglog(broker_env, "produce", "--root", root, *options, "--topic", "remote", stdin=b"x\n")
+    assert done.returncode != 0 and f"bootstrap.servers={b.bootstrap}" in done.stderr.decode()
+
+    # the broker renews its claim (every lease / 3 = 10 s by default)
+    assert wait_until(lambda: json.loads(fs.cat(claim_path))["heartbeat_ms"] > first["heartbeat_ms"], 15)
+    b.stop(signal.SIGKILL)
+    # As if that broker ran on another machine and died a moment ago: its claim stands until
+    # lease_ms after its last heartbeat ...
+    claim = dict(first, host="another-host", heartbeat_ms=int(time.time() * 1000))
+    fs.pipe(claim_path, json.dumps(claim).encode())
+    done = seglog(broker_env, "produce", "--root", root, *options, "--topic", "remote", stdin=b"x\n")
+    assert done.returncode != 0 and "pid %d on another-host" % first["pid"] in done.stderr.decode()
+    # ... and no longer: a stale claim never blocks writers
+    claim["heartbeat_ms"] -= claim["lease_ms"] + 1000
+    fs.pipe(claim_path, json.dumps(claim).encode())
+    done = seglog(broker_env, "produce", "--root", root, *options, "--topic", "remote", stdin=b"x\n")
+    assert done.returncode == 0, done.stderr.decode()
+    assert "stale claim" in done.stderr.decode()
