@@ -56,6 +56,7 @@ class PartitionManager:
         self.lock = threading.RLock()
         self._topics_version: str | None = None           # of seglog-topics.json at the last refresh
         self._refreshing = False
+        self._refresh_error: str | None = None            # the last refresh failure, logged once
 
     # ---------------------------------------------------------------- opening and closing
     def open_all(self) -> None:
@@ -92,7 +93,16 @@ class PartitionManager:
         config overrides (DescribeConfigs shows them; open logs keep theirs until the broker
         restarts). Cheap when nothing changed: one read of the topics file."""
         with self.lock:
-            infos, version = self.root.topic_infos()
+            try:
+                infos, version = self.root.topic_infos()
+            except Exception as exc:   # noqa: BLE001 - keep serving what is open; say so once
+                message = f"{type(exc).__name__}: {exc}"
+                if message != self._refresh_error:
+                    self._refresh_error = message
+                    logger.error("cannot read the topics of %s (%s); serving the topics already"
+                                 " open until it can be read", self.root.url, message)
+                return
+            self._refresh_error = None
             if version is not None and version == self._topics_version:
                 return
             for name, info in infos.items():

@@ -64,7 +64,15 @@ class BrokerServer:
             await asyncio.to_thread(root.close)
             raise
         self.broker = Broker(self.config, root, advertised)
-        await asyncio.to_thread(self.broker.open)
+        try:
+            await asyncio.to_thread(self.broker.open)
+        except BaseException:
+            self.server.close()
+            await asyncio.to_thread(self.broker.close)
+            self.broker = None
+            await asyncio.to_thread(self.claim.release)
+            self.claim = None
+            raise
         await self.broker.start()
         await self.server.start_serving()      # clients connect only once every partition is open
         if not root.storage.is_local:

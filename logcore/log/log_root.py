@@ -69,6 +69,7 @@ class LogRoot:
         # The id of this process's claim when it serves the root (a broker): its own writes pass
         # check_not_served; every other process's writes are refused while a live claim stands.
         self.owner_id: str | None = None
+        self._unserved_until = 0.0
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -152,9 +153,12 @@ class LogRoot:
         (logcore.log.root_owner; a stale claim counts as none)."""
         if self.read_only:
             return None
+        if not self.storage.is_local and time.monotonic() < self._unserved_until:
+            return None        # an object store's answer (one GET) holds for a second
         from logcore.log.root_owner import live_owner
         owner = live_owner(self.storage)
         if owner is None or owner.owner_id == self.owner_id:
+            self._unserved_until = time.monotonic() + 1.0
             return None
         return owner
 

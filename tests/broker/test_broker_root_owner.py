@@ -126,24 +126,44 @@ def test_topics_created_and_grown_by_the_cli_are_served_at_once(broker_factory, 
 
 
 def test_unexpected_metadata_state_is_an_error_code_not_a_dropped_connection(broker_factory, tmp_path):
+    from kio.schema.describe_configs.v1.request import DescribeConfigsRequest, DescribeConfigsResource
+
     b = broker_factory(tmp_path / "served")
     create(b, "fine", 1)
     sock = connect(b)
-    # another process leaves a topics file the broker cannot make sense of (a bad count)
+    # another process leaves a topics file the broker cannot make sense of (a count that is no number)
     path = b.root / "seglog-topics.json"
-    doc = json.loads(path.read_text())
+    good = path.read_text()
+    doc = json.loads(good)
     doc["topics"]["broken"] = {"topic_id": "", "partitions": "many", "config": {}}
+    doc["topics"]["fine"]["partitions"] = "one"
     path.write_text(json.dumps(doc))
+    # Metadata: what is open is still served, the unreadable topic is unknown
     meta = _metadata(sock, ["fine", "broken"], 1)
-    assert {t.name: int(t.error_code) for t in meta.topics} == {"fine": -1, "broken": -1}
-    # the connection is still served; once the file is sound again, so is the topic
-    del doc["topics"]["broken"]
-    path.write_text(json.dumps(doc))
-    meta = _metadata(sock, ["fine"], 2)
+    assert {t.name: int(t.error_code) for t in meta.topics} == {"fine": 0, "broken": 3}
+    meta = _metadata(sock, ["fine", "broken"], 2)
+    assert {t.name: int(t.error_code) for t in meta.topics} == {"fine": 0, "broken": 3}
+    # DescribeConfigs must read the topic's entry: its handler fails, the request gets an error
+    # code with the reason, and the connection stays open
+    body = DescribeConfigsRequest(resources=(DescribeConfigsResource(resource_type=2, resource_name="fine",
+                                                                     configuration_keys=None),),
+                                  include_synonyms=False)
+    sock.sendall(request_frame(32, 1, body, 3))
+    frame = recv_frame(sock)
+    assert frame is not None, "the broker closed the connection"
+    cid, resp = parse_response(32, 1, frame)
+    (result,) = resp.results
+    assert cid == 3 and int(result.error_code) == -1 and "ValueError" in result.error_message
+    # once the file is sound again, everything is served on the same connection
+    path.write_text(good)
+    meta = _metadata(sock, ["fine"], 4)
     assert meta.topics[0].error_code == 0 and len(meta.topics[0].partitions) == 1
     sock.close()
-    failures = [line for line in b.log_text().splitlines() if "failed: " in line and "api key 3" in line]
+    lines = b.log_text().splitlines()
+    assert len([line for line in lines if "cannot read the topics of" in line]) == 1, lines[-20:]
+    failures = [line for line in lines if "api key 32" in line and "failed: " in line]
     assert len(failures) == 1 and "answered error code -1" in failures[0], failures
+    assert not any("closing" in line for line in lines), lines[-20:]
 
 
 def test_a_fenced_broker_takes_its_partition_back_and_clients_recover_fast(broker_factory, tmp_path):
