@@ -130,8 +130,8 @@ class Broker:
             return self._failed(request, exc)
 
     def _failed(self, request: Request, exc: Exception) -> Result:
-        code = E.error_code(exc)
-        if code == E.NONE or not isinstance(exc, SegLogError):
+        code = E.error_code(exc)       # UNKNOWN_SERVER_ERROR for anything it does not map
+        if code == E.NONE:
             code = E.UNKNOWN_SERVER_ERROR
         message = f"{type(exc).__name__}: {exc}"
         if request.api_key == 0 and getattr(request.body, "acks", 1) == 0:

@@ -138,7 +138,11 @@ def live_owner(storage) -> OwnerRecord | None:
 
 
 def served_error(root_url: str, record: OwnerRecord, what: str, hint: str | None = None) -> RootServedError:
-    if hint is None:
+    """The refusal of `what` on a served root; `hint` says how to do it through the broker
+    (`{bootstrap}` in it stands for the broker's host:port)."""
+    if hint is not None:
+        hint = hint.replace("{bootstrap}", record.bootstrap)
+    else:
         hint = (f"write through it: Kafka clients with bootstrap.servers={record.bootstrap}, the Spark"
                 f" sink with option kafka.bootstrap.servers={record.bootstrap}")
     return RootServedError(

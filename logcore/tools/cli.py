@@ -340,7 +340,9 @@ def cmd_produce(args) -> int:
     root = _open_root(args)
     producer = None
     try:
-        root.check_not_served("seglog produce")     # before a line of stdin is read
+        root.check_not_served(                     # before a line of stdin is read
+            "seglog produce", f"produce through it with a Kafka client (bootstrap.servers={{bootstrap}}),"
+            f" e.g. kcat -P -b {{bootstrap}} -t {args.topic}")
         info = root.describe_topic(args.topic)
         if args.partition is not None and not 0 <= args.partition < info.partitions:
             raise InvalidConfigError(f"--partition {args.partition}: topic {args.topic} has partitions "
