@@ -13,8 +13,8 @@ Whether a claim is live:
   - local root: the lock file is locked by someone (a momentary non-blocking flock fails);
     a claim whose lock is free is stale whatever its age (its owner died or closed);
   - object store (no locks): the owner rewrites the claim every lease_ms / 3 (`heartbeat_ms`);
-    a claim whose last heartbeat is older than lease_ms is stale. A claim made on this host by
-    a process id that no longer runs is stale at once.
+    a claim whose last heartbeat is older than lease_ms is stale. A claim made on this machine
+    (same host name and boot id) by a process id that no longer runs is stale at once.
 A stale claim never blocks anyone: writers go ahead (with a warning naming it), and a broker
 starting on the root replaces it. A live claim makes every other writer (LogRoot.log(writer=True),
 topic deletion, `seglog produce`, `seglog maintain`, the Spark sink in path mode) fail with
@@ -56,6 +56,7 @@ class OwnerRecord:
     started_ms: int
     heartbeat_ms: int
     lease_ms: int = DEFAULT_LEASE_MS
+    boot_id: str = ""            # the machine's boot id (Linux): pid checks only on the same boot
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), indent=1, sort_keys=True).encode()
@@ -68,7 +69,8 @@ class OwnerRecord:
                        bootstrap=str(doc["bootstrap"]), node_id=int(doc.get("node_id", -1)),
                        pid=int(doc["pid"]), host=str(doc["host"]), owner_id=str(doc["owner_id"]),
                        started_ms=int(doc["started_ms"]), heartbeat_ms=int(doc["heartbeat_ms"]),
-                       lease_ms=int(doc.get("lease_ms", DEFAULT_LEASE_MS)))
+                       lease_ms=int(doc.get("lease_ms", DEFAULT_LEASE_MS)),
+                       boot_id=str(doc.get("boot_id", "")))
         except (ValueError, TypeError, KeyError):
             return None
 
@@ -76,9 +78,19 @@ class OwnerRecord:
         return f"seglog {self.kind} {self.address} (pid {self.pid} on {self.host})"
 
 
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def _pid_gone(record: OwnerRecord) -> bool:
-    """The claim was made on this host by a process that no longer runs."""
-    if record.host != socket.gethostname() or record.pid <= 0:
+    """The claim was made on this machine, since its last boot, by a process that no longer
+    runs (two machines may share a host name; they never share a boot id)."""
+    if (record.pid <= 0 or not record.boot_id or record.boot_id != _boot_id()
+            or record.host != socket.gethostname()):
         return False
     try:
         os.kill(record.pid, 0)
@@ -159,7 +171,7 @@ class OwnerClaim:
         self.owner_id = secrets.token_hex(8)
         now = int(time.time() * 1000)
         self.record = OwnerRecord(kind, address, bootstrap, node_id, os.getpid(), socket.gethostname(),
-                                  self.owner_id, now, now, lease_ms)
+                                  self.owner_id, now, now, lease_ms, _boot_id())
         self._lock_fd: int | None = None
         self._version: str | None = None
         self._warned = False

@@ -236,6 +236,10 @@ def test_s3_root_claim_is_a_heartbeat_lease(broker_factory, broker_env, monkeypa
     # the broker renews its claim (every lease / 3 = 10 s by default)
     assert wait_until(lambda: json.loads(fs.cat(claim_path))["heartbeat_ms"] > first["heartbeat_ms"], 15)
     b.stop(signal.SIGKILL)
+    # its claim names a process of this machine that is gone: stale at once
+    done = seglog(broker_env, "produce", "--root", root, *options, "--topic", "remote", stdin=b"x\n")
+    assert done.returncode == 0, done.stderr.decode()
+    assert "stale claim" in done.stderr.decode()
     # As if that broker ran on another machine and died a moment ago: its claim stands until
     # lease_ms after its last heartbeat ...
     claim = dict(first, host="another-host", heartbeat_ms=int(time.time() * 1000))
