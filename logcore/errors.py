@@ -68,6 +68,15 @@ class PartitionInUseError(SegLogError):
     """Another live writer holds the partition, and the caller asked not to take it over."""
 
 
+class RootServedError(SegLogError):
+    """The log root is served by a running broker: it is written only through that broker.
+    `owner` is the broker's claim (logcore.log.root_owner.OwnerRecord)."""
+
+    def __init__(self, message: str, owner=None):
+        super().__init__(message)
+        self.owner = owner
+
+
 class PolicyViolationError(SegLogError):
     """An operation the topic's config forbids (DeleteRecords on a topic without `delete` policy)."""
 

@@ -39,6 +39,7 @@ from logcore.errors import (
     CommitFailedError,
     FencedWriterError,
     InvalidConfigError,
+    SegLogError,
     TopicExistsError,
     TopicNotFoundError,
 )
@@ -204,13 +205,27 @@ class _SeglogWriterBase:
                 if "key" not in self.columns:
                     policy = client.topic_config(self.opts.topic, ["cleanup.policy"]).get("cleanup.policy")
                     self._check_keys(policy or "")
-        elif self.opts.topic is not None:
-            # fail (or create the topic) when the write is planned, not in the tasks
-            root = self._open_root()
+        elif self.opts.bootstrap_servers is None:
+            # fail (or create the topic) when the write is planned, not in the tasks; and a root
+            # that a broker serves is written only through it (docs/connector.md)
+            if self.opts.topic is not None:
+                root = self._open_root()
+            else:      # the topics come from a column: open only what exists (a served root does)
+                try:
+                    root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options)
+                except SegLogError:
+                    return
             try:
-                self._ensure_topic(root, self.opts.topic)
-                if "key" not in self.columns:
-                    self._check_keys(",".join(root.topic_config(self.opts.topic).cleanup_policy))
+                owner = root.served_by()
+                if owner is not None:
+                    from logcore.log.root_owner import served_error
+                    raise served_error(root.url, owner, "the seglog sink cannot write in path mode",
+                                       f"set option kafka.bootstrap.servers={owner.bootstrap} to"
+                                       " write through it")
+                if self.opts.topic is not None:
+                    self._ensure_topic(root, self.opts.topic)
+                    if "key" not in self.columns:
+                        self._check_keys(",".join(root.topic_config(self.opts.topic).cleanup_policy))
             finally:
                 root.close()
 

@@ -10,6 +10,7 @@ fetch) does not hold up the requests behind it. Responses still go out in reques
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 import uuid
@@ -19,6 +20,7 @@ from logcore.broker import errors as E
 from logcore.broker.api_versions import SERVED, advertised
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS, BrokerConfig
+from logcore.broker.error_response import error_response
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
@@ -111,7 +113,40 @@ class Broker:
             self.partitions.open_topic(self.root.describe_topic(OT.TOPIC))
 
     async def handle(self, request: Request) -> Result:
-        return await self.handlers[request.api_key](request)
+        """The handler's answer; a handler that fails unexpectedly is answered with an error
+        code for what the request named (one log line), never by dropping the connection."""
+        try:
+            result = await self.handlers[request.api_key](request)
+        except Exception as exc:   # noqa: BLE001 - a bug or an unexpected state costs this request only
+            return self._failed(request, exc)
+        if result is not None and not isinstance(result, (dict, bytes, EncodedResponse)) \
+                and inspect.isawaitable(result):
+            return self._guarded(request, result)
+        return result
+
+    async def _guarded(self, request: Request, pending) -> Result:
+        try:
+            return await pending
+        except Exception as exc:   # noqa: BLE001 - as in handle()
+            return self._failed(request, exc)
+
+    def _failed(self, request: Request, exc: Exception) -> Result:
+        code = E.error_code(exc)       # UNKNOWN_SERVER_ERROR for anything it does not map
+        if code == E.NONE:
+            code = E.UNKNOWN_SERVER_ERROR
+        message = f"{type(exc).__name__}: {exc}"
+        if request.api_key == 0 and getattr(request.body, "acks", 1) == 0:
+            logger.error("produce (acks=0, correlation id %d) failed: %s", request.correlation_id, message)
+            return None
+        answer = error_response(request, code, message,
+                                [{"node_id": self.node_id, "host": self.host, "port": self.port, "rack": None}])
+        logger.error("request api key %d v%d (correlation id %d, client %s) failed: %s; answered"
+                     " error code %d%s", request.api_key, request.api_version, request.correlation_id,
+                     request.client_id, message, code, "" if answer is not None else " by closing the connection")
+        logger.debug("request failure", exc_info=exc)
+        if answer is None:
+            raise exc
+        return answer
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -145,6 +180,8 @@ class Broker:
                 names.append(name)
         allow_create = getattr(body, "allow_auto_topic_creation", True) and \
             self.config["auto.create.topics.enable"]
+        # Topics another process created, grew or removed in the root since the last request.
+        await asyncio.to_thread(self.partitions.refresh_topics)
         topics = []
         for name in names:
             if name is None:
@@ -160,7 +197,11 @@ class Broker:
                 topics.append({"error_code": error, "name": name, "partitions": [],
                                "topic_authorized_operations": INT32_MIN})
                 continue
-            info = self.partitions.topics[name]
+            info = self.partitions.topics.get(name)
+            if info is None:      # gone meanwhile (deleted by another request)
+                topics.append({"error_code": E.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": [],
+                               "topic_authorized_operations": INT32_MIN})
+                continue
             parts = []
             for p in range(info.partitions):
                 part = self.partitions.get(name, p)
@@ -182,13 +223,16 @@ class Broker:
             logger.info("auto-created topic %s", name)
             return E.NONE
         except TopicExistsError:
-            return E.NONE
+            # created in the root by another process since the refresh: serve it
+            self.partitions.refresh_topics()
+            return E.NONE if name in self.partitions.topics else E.UNKNOWN_TOPIC_OR_PARTITION
         except SegLogError as exc:
             return E.error_code(exc)
 
     def _create_topic(self, name: str, partitions: int, configs: dict[str, str]):
-        info = self.root.create_topic(name, partitions, configs)
-        self.partitions.open_topic(info)
+        with self.partitions.lock:
+            info = self.root.create_topic(name, partitions, configs)
+            self.partitions.open_topic(info)
         return info
 
     # ------------------------------------------------------------------ CreateTopics / DeleteTopics
@@ -262,8 +306,9 @@ class Broker:
                     raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
                 if name == OT.TOPIC:
                     raise _Failed(E.INVALID_TOPIC_EXCEPTION, f"{OT.TOPIC} is internal; it cannot be deleted")
-                self.partitions.close_topic(name)
-                self.root.delete_topic(name)
+                with self.partitions.lock:
+                    self.partitions.close_topic(name)
+                    self.root.delete_topic(name)
                 out.append({"name": name, "topic_id": tid, "error_code": E.NONE})
             except _Failed as exc:
                 out.append({"name": name, "topic_id": tid, "error_code": exc.code, "error_message": str(exc)})
@@ -361,7 +406,17 @@ class Broker:
 
     def produce_now(self, req: Request) -> Result:
         """Produce without a coroutine of its own: the response (bytes, or a dict for a request
-        refused as a whole), None for acks=0, or an awaitable when a batch waits for a commit."""
+        refused as a whole), None for acks=0, or an awaitable when a batch waits for a commit.
+        Never raises: a failure is answered with error codes (see handle)."""
+        try:
+            result = self._produce_now(req)
+        except Exception as exc:   # noqa: BLE001
+            return self._failed(req, exc)
+        if result is not None and not isinstance(result, (dict, bytes)) and inspect.isawaitable(result):
+            return self._guarded(req, result)
+        return result
+
+    def _produce_now(self, req: Request) -> Result:
         body = req.body
         acks = body.acks
         error = E.NONE
@@ -402,6 +457,7 @@ class Broker:
                     out.append((name, pd.index, None, None, E.INVALID_TOPIC_EXCEPTION,
                                 f"{OT.TOPIC} is internal: only the group coordinator writes it"))
                 elif part is None:
+                    self.partitions.refresh_soon()     # created in the root by another process?
                     out.append((name, pd.index, None, None, E.UNKNOWN_TOPIC_OR_PARTITION,
                                 f"{name}-{pd.index} is not a partition of this broker"))
                 elif not records:
@@ -457,6 +513,9 @@ class Broker:
 
     def _list_offsets(self, body) -> list[dict]:
         committed = getattr(body, "isolation_level", 0) == 1
+        if any(self.partitions.get(t.name, p.partition_index) is None
+               for t in body.topics for p in t.partitions):
+            self.partitions.refresh_topics()      # created in the root by another process?
         topics = []
         for t in body.topics:
             parts = []
@@ -506,6 +565,8 @@ class Broker:
         isolation = "read_committed" if getattr(body, "isolation_level", 0) == 1 else "read_uncommitted"
         max_bytes = max(0, min(body.max_bytes, self.config["fetch.max.bytes"]))
         deadline = loop.time() + max(0.0, body.max_wait.total_seconds())
+        if self._fetch_names_unknown(body, v):
+            await asyncio.to_thread(self.partitions.refresh_topics)   # created by another process?
         wanted = []          # (name, topic_id, partition request, Partition | None, error)
         for t in body.topics:
             if v >= 13:
@@ -537,6 +598,13 @@ class Broker:
             topic["partitions"].append(res)
         return encode_fetch_response(correlation_id, v, {
             "throttle_time": 0, "error_code": E.NONE, "session_id": 0, "responses": list(topics.values())})
+
+    def _fetch_names_unknown(self, body, v: int) -> bool:
+        for t in body.topics:
+            name = self.partitions.topic_ids.get(t.topic_id.bytes) if v >= 13 else t.topic
+            if name is None or any(self.partitions.get(name, p.partition) is None for p in t.partitions):
+                return True
+        return False
 
     def _read_all(self, wanted, isolation: str, max_bytes: int) -> tuple[list[dict], int, bool]:
         results = []

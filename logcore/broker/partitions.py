@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
 
+from logcore.errors import FencedWriterError
 from logcore.log.log import Log
 from logcore.log.log_root import LogRoot, TopicInfo
 from logcore.log.partition_metadata import parse_topic_id
@@ -32,6 +35,8 @@ class Partition:
     queue: list = field(default_factory=list)           # (batch bytes, future)
     committed: asyncio.Future | None = None              # resolved at the next commit
     closed: bool = False
+    retakes: int = 0                                     # times another writer fenced this broker
+    fenced_at: float = 0.0                               # monotonic time of the last takeover
 
     def next_commit(self) -> asyncio.Future:
         if self.committed is None or self.committed.done():
@@ -45,32 +50,122 @@ class PartitionManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.topic_ids: dict[bytes, str] = {}             # UUID bytes -> topic name
+        # Opening, closing and refreshing topics happen in worker threads: one at a time, and a
+        # create or delete of the broker's own holds it across its root change and its opening
+        # or closing (so that a refresh in between never sees half of it).
+        self.lock = threading.RLock()
+        self._topics_version: str | None = None           # of seglog-topics.json at the last refresh
+        self._refreshing = False
+        self._refresh_error: str | None = None            # the last refresh failure, logged once
 
     # ---------------------------------------------------------------- opening and closing
     def open_all(self) -> None:
         """Open every partition of the root as writer (recovering logs a crash left)."""
-        for name in self.root.list_topics():
-            self.open_topic(self.root.describe_topic(name))
+        with self.lock:
+            for name in self.root.list_topics():
+                self.open_topic(self.root.describe_topic(name))
 
     def open_topic(self, info: TopicInfo) -> None:
-        self.topics[info.name] = info
-        if info.topic_id:
-            self.topic_ids[parse_topic_id(info.topic_id).bytes] = info.name
-        for p in range(info.partitions):
-            if (info.name, p) not in self.partitions:
-                log = self.root.log(info.name, p, writer=True)
-                self.partitions[(info.name, p)] = Partition(info.name, p, log)
+        with self.lock:
+            self.topics[info.name] = info
+            if info.topic_id:
+                self.topic_ids[parse_topic_id(info.topic_id).bytes] = info.name
+            for p in range(info.partitions):
+                if (info.name, p) not in self.partitions:
+                    log = self.root.log(info.name, p, writer=True)
+                    self.partitions[(info.name, p)] = Partition(info.name, p, log)
 
     def close_topic(self, name: str) -> None:
-        info = self.topics.pop(name, None)
-        if info is None:
+        with self.lock:
+            info = self.topics.pop(name, None)
+            if info is None:
+                return
+            self.topic_ids = {k: v for k, v in self.topic_ids.items() if v != name}
+            for p in range(info.partitions):
+                part = self.partitions.pop((name, p), None)
+                if part is not None:
+                    part.closed = True
+                    part.log.close()
+
+    def refresh_topics(self) -> None:
+        """Pick up what another process changed in the root's topics file (blocking): topics it
+        created, partitions it added (opened here as writer), topics that are gone (closed),
+        config overrides (DescribeConfigs shows them; open logs keep theirs until the broker
+        restarts). Cheap when nothing changed: one read of the topics file."""
+        with self.lock:
+            try:
+                infos, version = self.root.topic_infos()
+            except Exception as exc:   # noqa: BLE001 - keep serving what is open; say so once
+                message = f"{type(exc).__name__}: {exc}"
+                if message != self._refresh_error:
+                    self._refresh_error = message
+                    logger.error("cannot read the topics of %s (%s); serving the topics already"
+                                 " open until it can be read", self.root.url, message)
+                return
+            self._refresh_error = None
+            if version is not None and version == self._topics_version:
+                return
+            for name, info in infos.items():
+                current = self.topics.get(name)
+                if current is None:
+                    logger.info("topic %s (%d partitions) was created in the root by another process;"
+                                " serving it", name, info.partitions)
+                elif current.topic_id != info.topic_id:
+                    logger.warning("topic %s was deleted and created again in the root by another"
+                                   " process; serving the new one", name)
+                    self.close_topic(name)
+                elif current.partitions < info.partitions:
+                    logger.info("topic %s grew from %d to %d partitions in the root; serving them",
+                                name, current.partitions, info.partitions)
+                elif current == info:
+                    continue
+                try:
+                    self.open_topic(info)
+                except Exception as exc:   # noqa: BLE001 - the other topics are still served
+                    logger.error("cannot open topic %s picked up from the root: %s", name, exc)
+                    return                 # version not recorded: tried again at the next refresh
+            for name in [n for n in self.topics if n not in infos]:
+                logger.warning("topic %s is gone from the root's topics file (removed by another"
+                               " process); no longer serving it", name)
+                self.close_topic(name)
+            self._topics_version = version
+
+    def refresh_soon(self) -> None:
+        """refresh_topics in a worker thread, from the event loop (at most one at a time)."""
+        if self._refreshing:
             return
-        self.topic_ids = {k: v for k, v in self.topic_ids.items() if v != name}
-        for p in range(info.partitions):
-            part = self.partitions.pop((name, p), None)
-            if part is not None:
-                part.closed = True
-                part.log.close()
+        self._refreshing = True
+
+        async def run() -> None:
+            try:
+                await asyncio.to_thread(self.refresh_topics)
+            except Exception as exc:   # noqa: BLE001
+                logger.error("refreshing the topics of %s failed: %s", self.root.url, exc)
+            finally:
+                self._refreshing = False
+        asyncio.get_running_loop().create_task(run())
+
+    def retake(self, part: Partition) -> None:
+        """Another process took `part` (a writer that bypassed the broker's claim on the root):
+        reopen its log as writer, which recovers what that writer committed, cuts what it left
+        uncommitted above the HW and fences it in turn (blocking). Logged once per takeover."""
+        old = part.log
+        current = -1
+        try:
+            current = old.fence.current_epoch()
+        except Exception:   # noqa: BLE001 - only for the message
+            pass
+        logger.warning("%s-%d: another writer took the partition (its epoch is now %d, this broker"
+                       " held %d); a root a broker serves must be written only through it. Taking"
+                       " the partition back: batches in flight are answered NOT_LEADER_OR_FOLLOWER"
+                       " and clients retry", part.topic, part.index, current, old.leader_epoch)
+        try:
+            self.root.release_log(old)
+        except Exception:   # noqa: BLE001 - a fenced log closes what it can
+            logger.debug("closing the fenced log of %s-%d", part.topic, part.index, exc_info=True)
+        part.log = self.root.log(part.topic, part.index, writer=True)
+        part.retakes += 1
+        part.fenced_at = time.monotonic()
 
     def close(self) -> None:
         for part in self.partitions.values():
@@ -133,6 +228,9 @@ class PartitionManager:
                 more, commit_error = await asyncio.to_thread(
                     _append_and_commit, part.log, [batch for batch, _ in jobs[len(results):]])
                 self._complete(part, jobs, results + more, commit_error)
+                if isinstance(commit_error, FencedWriterError) or any(
+                        isinstance(r, FencedWriterError) for r in more):
+                    await self._retake(part)
                 leftover = self._round_nowait(part) if part.queue and not part.closed else None
             closed = ConnectionAbortedError(f"{part.topic}-{part.index} was closed")
             for _, fut in (leftover[0] if leftover else []) + part.queue:
@@ -142,9 +240,23 @@ class PartitionManager:
         finally:
             part.working = False
 
+    async def _retake(self, part: Partition) -> None:
+        # At most one takeover a second per partition: a writer that keeps taking the partition
+        # back must not turn this into a busy loop (its batches meanwhile fail and are retried).
+        wait = part.fenced_at + 1.0 - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        try:
+            await asyncio.to_thread(self.retake, part)
+        except Exception as exc:   # noqa: BLE001 - the next produce tries again
+            logger.error("%s-%d: cannot take the partition back: %s", part.topic, part.index, exc)
+            part.fenced_at = time.monotonic()
+
     def _complete(self, part: Partition, jobs: list, results: list,
                   commit_error: BaseException | None) -> None:
-        if commit_error is not None:
+        if isinstance(commit_error, FencedWriterError):
+            pass                                          # retake() logs it once
+        elif commit_error is not None:
             logger.error("commit of %s-%d failed: %s", part.topic, part.index, commit_error)
         for (_, fut), result in zip(jobs, results):
             if fut.done():

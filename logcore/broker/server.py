@@ -26,6 +26,7 @@ from logcore.broker.protocol import (ProtocolError, UnsupportedRequest, build, e
 from logcore.errors import SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.log.log_root import LogRoot
+from logcore.log.root_owner import OwnerClaim
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ class BrokerServer:
         self.max_request = config["socket.request.max.bytes"]
         self.idle_timeout = config["connections.max.idle.ms"] / 1000
         self._stopping: asyncio.Event | None = None
+        self.claim: OwnerClaim | None = None
+        self._heartbeat: asyncio.Task | None = None
 
     async def start(self) -> tuple[str, int]:
         host, port = self.config.listener()
@@ -64,10 +67,28 @@ class BrokerServer:
             raise
         bound = self.server.sockets[0].getsockname()
         advertised = self.config.advertised(bound[0], bound[1])
+        # Claim the root before any partition is opened: other writers now refuse it, and a
+        # second broker on the same root fails here, naming this one (root_owner).
+        try:
+            self.claim = await asyncio.to_thread(claim_root, root, advertised, self.config.node_id)
+        except BaseException:
+            self.server.close()
+            await asyncio.to_thread(root.close)
+            raise
         self.broker = Broker(self.config, root, advertised)
-        await asyncio.to_thread(self.broker.open)
+        try:
+            await asyncio.to_thread(self.broker.open)
+        except BaseException:
+            self.server.close()
+            await asyncio.to_thread(self.broker.close)
+            self.broker = None
+            await asyncio.to_thread(self.claim.release)
+            self.claim = None
+            raise
         await self.broker.start()
         await self.server.start_serving()      # clients connect only once every partition is open
+        if not root.storage.is_local:
+            self._heartbeat = asyncio.get_running_loop().create_task(_renew_claim(self.claim))
         self._stopping = asyncio.Event()
         return bound[0], bound[1]
 
@@ -101,6 +122,11 @@ class BrokerServer:
                     pass
             await asyncio.to_thread(self.broker.close)
             self.broker = None
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        if self.claim is not None:
+            await asyncio.to_thread(self.claim.release)   # after every log closed
+            self.claim = None
         logger.info("broker stopped; every log closed cleanly")
 
     # ------------------------------------------------------------------ connections
@@ -264,6 +290,29 @@ def _unsupported_answer(frame, exc: UnsupportedRequest):
             return _CLOSE
     answer = error_response(exc.api_key, exc.api_version, exc.correlation_id)
     return _CLOSE if answer is None else answer
+
+
+def claim_root(root: LogRoot, advertised: tuple[str, int], node_id: int) -> OwnerClaim:
+    """Claim the log root for this broker (blocking); the root's own writes then pass its check."""
+    host, port = advertised
+    bootstrap = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    claim = OwnerClaim(root.storage, kind="broker", address=f"PLAINTEXT://{bootstrap}",
+                       bootstrap=bootstrap, node_id=node_id)
+    claim.acquire()
+    root.owner_id = claim.owner_id
+    return claim
+
+
+async def _renew_claim(claim: OwnerClaim) -> None:
+    """Object stores: rewrite the claim's heartbeat every lease / 3 so that it stays live."""
+    while True:
+        await asyncio.sleep(claim.heartbeat_interval_s)
+        try:
+            await asyncio.to_thread(claim.heartbeat)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - retried at the next beat; the lease is 3 beats
+            logger.warning("renewing the claim on %s failed: %s", claim.storage.url, exc)
 
 
 class _Sending:

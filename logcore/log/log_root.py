@@ -66,6 +66,10 @@ class LogRoot:
         self._defaults_override = dict(defaults or {})
         self._remote_tier = None            # built on first need from the root's settings
         self._remote_tier_lock = threading.Lock()
+        # The id of this process's claim when it serves the root (a broker): its own writes pass
+        # check_not_served; every other process's writes are refused while a live claim stands.
+        self.owner_id: str | None = None
+        self._unserved_until = 0.0
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -144,6 +148,28 @@ class LogRoot:
             what = "a copy of a Kafka log dir" if self.kafka_copy else "opened read-only"
             raise ReadOnlyLogError(f"{self.storage.url} is {what}: it is never written")
 
+    def served_by(self):
+        """The live claim of a process (a broker) that serves this root, or None
+        (logcore.log.root_owner; a stale claim counts as none)."""
+        if self.read_only:
+            return None
+        if not self.storage.is_local and time.monotonic() < self._unserved_until:
+            return None        # an object store's answer (one GET) holds for a second
+        from logcore.log.root_owner import live_owner
+        owner = live_owner(self.storage)
+        if owner is None or owner.owner_id == self.owner_id:
+            self._unserved_until = time.monotonic() + 1.0
+            return None
+        return owner
+
+    def check_not_served(self, what: str, hint: str | None = None) -> None:
+        """Raise RootServedError (naming the broker and how to write through it) when another
+        process serves this root: a root a broker serves is written only through that broker."""
+        owner = self.served_by()
+        if owner is not None:
+            from logcore.log.root_owner import served_error
+            raise served_error(self.storage.url, owner, what, hint)
+
     def _kafka_topics(self) -> dict[str, dict]:
         topics: dict[str, dict] = {}
         for name in self.storage.list_dir(""):
@@ -169,6 +195,17 @@ class LogRoot:
         base = {} if self.kafka_copy else dict(self._read_doc()[0].get("defaults", {}))
         base.update(self._defaults_override)
         return base
+
+    def topic_infos(self) -> tuple[dict[str, TopicInfo], str | None]:
+        """Every topic as one consistent snapshot, and the topics file's version (None for a
+        Kafka copy or a root without the file): a caller that keeps the version re-reads only
+        when another process changed the topics."""
+        if self.kafka_copy:
+            doc, version = {"topics": self._kafka_topics()}, None
+        else:
+            doc, version = self._read_doc()
+        return {n: TopicInfo(n, t.get("topic_id", ""), int(t["partitions"]), dict(t.get("config", {})))
+                for n, t in doc["topics"].items()}, version
 
     def list_topics(self) -> list[str]:
         return sorted(self._topics())
@@ -247,6 +284,12 @@ class LogRoot:
 
     def delete_topic(self, name: str) -> None:
         self._require_writable()
+        owner = self.served_by()
+        if owner is not None:
+            from logcore.log.root_owner import served_error
+            raise served_error(self.storage.url, owner, f"cannot delete topic {name!r}",
+                               f"delete it through the broker's DeleteTopics (kafka-topics.sh"
+                               f" --bootstrap-server {owner.bootstrap} --delete --topic {name})")
 
         def remove(doc):
             if name not in doc["topics"]:
@@ -278,6 +321,7 @@ class LogRoot:
                 f"topic {topic!r} has partitions 0..{info.partitions - 1}; there is no partition {partition}")
         if writer:
             self._require_writable()
+            self.check_not_served(f"cannot write {topic}-{partition}")
         d = partition_dir(topic, partition)
         config = LogConfig.from_props(info.config, self.defaults())
         # A reader gets a read-only view of the storage: it can never change what it reads.

@@ -519,6 +519,9 @@ def cmd_produce(args) -> int:
     root = _open_root(args)
     producer = None
     try:
+        root.check_not_served(                     # before a line of stdin is read
+            "seglog produce", f"produce through it with a Kafka client (bootstrap.servers={{bootstrap}}),"
+            f" e.g. kcat -P -b {{bootstrap}} -t {args.topic}")
         info = root.describe_topic(args.topic)
         if args.partition is not None and not 0 <= args.partition < info.partitions:
             raise InvalidConfigError(f"--partition {args.partition}: topic {args.topic} has partitions "
@@ -766,6 +769,12 @@ def cmd_maintain(args) -> int:
         if root.read_only:
             raise InvalidConfigError(f"{root.url} is read-only (a copy of a Kafka log dir?): "
                                      "nothing can be deleted there")
+        owner = root.served_by()
+        if owner is not None:
+            from logcore.log.root_owner import served_error
+            raise served_error(root.url, owner, "seglog maintain",
+                               "the broker applies retention and compaction to its root itself"
+                               " (log.retention.check.interval.ms)")
         tier = root.remote_tier()                   # bad tiered storage settings fail now,
         if tier is not None:
             tier.check_access()                     # and so does a remote root we cannot write

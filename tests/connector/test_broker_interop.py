@@ -294,6 +294,24 @@ def test_spark_sink_produces_through_the_broker(spark, broker, tmp_path):
     assert sorted((k, v) for _p, _o, k, v in copied) == sorted((k, v) for _p, _o, k, v in produced)
 
 
+def test_path_mode_sink_on_a_served_root_names_the_broker_and_the_option(spark, broker):
+    """A root a running broker serves is written only through it: the sink in path mode
+    refuses at the start of the write, naming the broker and kafka.bootstrap.servers; with
+    that option the same write goes through the broker."""
+    create_topic(broker, "interop-owned", 1)
+    hw_before = broker_hw(broker, "interop-owned", 1)
+    df = spark.range(20).selectExpr("cast(id as string) as key", "concat('v-', id) as value")
+    with pytest.raises(Exception) as caught:
+        df.write.format("seglog").option("topic", "interop-owned").mode("append").save(str(broker.root))
+    text = str(caught.value)
+    assert f"served by seglog broker PLAINTEXT://{broker.bootstrap}" in text, text[-2000:]
+    assert f"set option kafka.bootstrap.servers={broker.bootstrap}" in text, text[-2000:]
+    assert broker_hw(broker, "interop-owned", 1) == hw_before        # nothing written, broker not fenced
+    (df.write.format("seglog").option("kafka.bootstrap.servers", broker.bootstrap)
+     .option("topic", "interop-owned").mode("append").save())
+    assert len(librdkafka_consume(broker, "interop-owned", 1, 20)) == 20
+
+
 def test_sink_needs_the_topic_or_creates_it(broker):
     from pyspark.sql.types import BinaryType, StructField, StructType
 

@@ -1,0 +1,80 @@
+"""The answer to a request whose handler failed unexpectedly: Kafka error codes, not a dropped
+connection.
+
+A handler that raises (a bug, or a metadata state it did not expect) costs that request only:
+every topic and partition it named gets the error code, or the response's top-level error code
+when it has one. None for an API this cannot answer (the server then closes that connection,
+as before).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from logcore.broker.protocol import Request, response_type
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 2, 3, 8, 9
+CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS = 19, 20, 23, 32
+
+
+def _fields(api_key: int, api_version: int) -> set[str]:
+    return {f.name for f in dataclasses.fields(response_type(api_key, api_version))}
+
+
+def error_response(req: Request, code: int, message: str, brokers: list[dict]) -> dict | None:
+    """The response (a dict of Kafka field names, see protocol.build) answering `req` with
+    `code` everywhere, or None when the request's API has no way to carry an error."""
+    b: Any = req.body
+    k = req.api_key
+    out: dict[str, Any] = {"throttle_time": 0}
+    if "error_code" in _fields(k, req.api_version):
+        out["error_code"] = code
+    if k == PRODUCE:
+        out["responses"] = [{"name": t.name, "partition_responses": [
+            {"index": p.index, "error_code": code, "base_offset": -1, "log_append_time": -1,
+             "log_start_offset": -1, "record_errors": [], "error_message": message}
+            for p in t.partition_data]} for t in b.topic_data]
+    elif k == FETCH:
+        out["session_id"] = 0
+        out["responses"] = [{"topic": getattr(t, "topic", None), "topic_id": getattr(t, "topic_id", None),
+                             "partitions": [{"partition_index": p.partition, "error_code": code,
+                                             "high_watermark": -1, "last_stable_offset": -1,
+                                             "log_start_offset": -1, "preferred_read_replica": -1,
+                                             "aborted_transactions": None, "records": b""}
+                                            for p in t.partitions]} for t in b.topics]
+    elif k == LIST_OFFSETS:
+        out["topics"] = [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": code, "timestamp": -1, "offset": -1,
+             "leader_epoch": -1, "old_style_offsets": []} for p in t.partitions]} for t in b.topics]
+    elif k == METADATA:
+        out.update(brokers=brokers, cluster_id=None, controller_id=-1,
+                   topics=[{"error_code": code, "name": t.name, "partitions": []}
+                           for t in (b.topics or ())],
+                   cluster_authorized_operations=-(2 ** 31))
+    elif k == OFFSET_COMMIT:
+        out["topics"] = [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
+            for t in b.topics]
+    elif k == OFFSET_FETCH and req.api_version >= 8:
+        out["groups"] = [{"group_id": g.group_id, "error_code": code, "topics": []} for g in b.groups]
+    elif k == CREATE_TOPICS:
+        out["topics"] = [{"name": t.name, "error_code": code, "error_message": message,
+                          "num_partitions": -1, "replication_factor": -1, "configs": []} for t in b.topics]
+    elif k == DELETE_TOPICS:
+        if req.api_version >= 6:
+            out["responses"] = [{"name": t.name, "topic_id": t.topic_id, "error_code": code,
+                                 "error_message": message} for t in b.topics]
+        else:
+            out["responses"] = [{"name": n, "error_code": code} for n in b.topic_names]
+    elif k == OFFSET_FOR_LEADER_EPOCH:
+        out["topics"] = [{"topic": t.topic, "partitions": [
+            {"partition": p.partition, "error_code": code, "leader_epoch": -1, "end_offset": -1}
+            for p in t.partitions]} for t in b.topics]
+    elif k == DESCRIBE_CONFIGS:
+        out["results"] = [{"error_code": code, "error_message": message, "resource_type": r.resource_type,
+                           "resource_name": r.resource_name, "configs": []} for r in b.resources]
+    elif "error_code" not in out:
+        return None
+    if "error_message" in _fields(k, req.api_version):
+        out["error_message"] = message
+    return out
