@@ -18,7 +18,7 @@ from logcore.broker.api_versions import API_VERSIONS, windows
 from logcore.broker.broker import Broker
 from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
-from logcore.broker.framing import FrameConnection
+from logcore.broker.framing import ConnectionLimits, FrameConnection, RequestMemory
 from logcore.broker.produce_codec import PRODUCE
 from logcore.broker.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                      parse_request, response, response_type)
@@ -39,10 +39,16 @@ class BrokerServer:
         self.windows = windows()
         self.max_request = config["socket.request.max.bytes"]
         self.idle_timeout = config["connections.max.idle.ms"] / 1000
+        self.read_timeout = config["socket.request.read.timeout.ms"] / 1000
+        self.memory = RequestMemory(config["queued.max.request.bytes"])
+        self.limits = ConnectionLimits(config["max.connections"], config["max.connections.per.ip"])
         self._stopping: asyncio.Event | None = None
 
     async def start(self) -> tuple[str, int]:
         host, port = self.config.listener()
+        warning = self.config.listener_warning()
+        if warning is not None:
+            logger.warning("%s", warning)
         root = await asyncio.to_thread(LogRoot.open, self.config.log_dir, create=True,
                                        defaults=self.config.log_defaults)
         # Bound now (port 0 resolves) but accepting only once every partition is open: a
@@ -93,7 +99,8 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ connections
     def _new_connection(self) -> FrameConnection:
-        return FrameConnection(self.max_request, self._serve_connection, self._produce_now)
+        return FrameConnection(self.max_request, self._serve_connection, self._produce_now,
+                               memory=self.memory, read_timeout=self.read_timeout, limits=self.limits)
 
     def _produce_now(self, conn: FrameConnection, frame) -> bool:
         """A Produce request that arrives while the connection's reader is parked, handled in
