@@ -295,6 +295,28 @@ def _discard(future: asyncio.Future) -> None:
             result.close()
 
 
+def _return_large_blocks() -> None:
+    """Make glibc serve blocks of 1 MiB and more with mmap, and give them back when freed.
+
+    By default glibc raises its mmap threshold each time a large block is freed (up to 32 MiB),
+    so later blocks of that size come from the heaps of the worker threads' arenas and stay in
+    the process after they are freed: a few decompression-bomb attempts (each inflating up to
+    32 x max.message.bytes in a worker thread) left the broker hundreds of MB larger for good.
+    A fixed threshold also stops that adjustment. Not glibc: nothing to do."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = libc.mallopt if libc is not None else None
+    except (OSError, AttributeError):
+        return
+    if mallopt is not None:
+        M_MMAP_THRESHOLD = -3
+        mallopt(M_MMAP_THRESHOLD, 1 << 20)
+
+
 async def run_broker(config: BrokerConfig, *, ready=None) -> None:
     """Run a broker until SIGINT/SIGTERM; `ready(host, port)` is called once it listens."""
     server = BrokerServer(config)
@@ -317,6 +339,7 @@ def run_from_properties(path: str, overrides: dict[str, str] | None = None) -> i
     props = load_properties(path)
     props.update(overrides or {})
     config = BrokerConfig.from_props(props, source=str(path))
+    _return_large_blocks()
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")

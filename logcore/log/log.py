@@ -797,9 +797,13 @@ class Log:
         try:
             columns = record_columns(data, source=source, max_inflated=max_inflated)
         except RecordTooLargeError as exc:
+            too_large = str(exc)      # raised below, out of this block: no chained traceback
+        else:
+            too_large = None
+        if too_large is not None:
             raise RecordTooLargeError(
-                f"batch of {len(data)} bytes: its {exc} (the limit is {MAX_INFLATION} x"
-                f" max.message.bytes={self._max_message_bytes}); rejected") from None
+                f"batch of {len(data)} bytes: its {too_large} (the limit is {MAX_INFLATION} x"
+                f" max.message.bytes={self._max_message_bytes}); rejected")
         if columns.rows != records_count:
             raise InvalidRecordError(
                 f"batch declares {records_count} records but holds {columns.rows}")

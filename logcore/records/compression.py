@@ -90,7 +90,13 @@ def decompress(codec: Compression | int, data, max_size: int | None = None) -> b
         if codec is Compression.NONE:
             return bytes(data)
         if max_size is not None:
-            return _BOUNDED[codec](memoryview(data), max_size)
+            out = bytearray()
+            try:
+                _BOUNDED[codec](memoryview(data), max_size, out)
+            except BaseException:
+                out.clear()     # the traceback keeps the frames: not the inflated bytes
+                raise
+            return out
         if codec is Compression.GZIP:
             return _gunzip(data)
         if codec is Compression.SNAPPY:
@@ -190,43 +196,44 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
 
 # ------------------------------------------------------------------ bounded (streamed) inflation
 
+_OUT_CHUNK = 1 << 20           # output taken from a decoder at a time
+
+
 def _too_large(codec: str, limit: int) -> RecordTooLargeError:
     return RecordTooLargeError(f"{codec} records inflate to more than {limit} bytes")
 
 
-def _gunzip_bounded(view: memoryview, limit: int) -> bytearray:
-    out = bytearray()
+def _gunzip_bounded(view: memoryview, limit: int, out: bytearray) -> None:
     while True:
         d = zlib.decompressobj(31)
-        chunk = d.decompress(view, limit - len(out) + 1)
+        tail = view
         while True:
-            out += chunk
+            out += d.decompress(tail, min(_OUT_CHUNK, limit - len(out) + 1))
             if len(out) > limit:
                 raise _too_large("gzip", limit)
-            if not d.unconsumed_tail:
+            tail = d.unconsumed_tail
+            if not tail:
                 break
-            chunk = d.decompress(d.unconsumed_tail, limit - len(out) + 1)
         if not d.eof:
             raise CorruptRecordError("truncated gzip stream")
         if not d.unused_data:
-            return out
+            return
         view = memoryview(d.unused_data)
 
 
 _ZSTD_MAX_RATIO = 1 << 15       # an RLE block: a 3-byte header and 1 byte give 128 KiB
-_ZSTD_MIN_SLICE = 256           # so a slice may overshoot the limit by at most 8 MiB
+_ZSTD_MIN_SLICE = 128           # so one slice inflates to at most 4 MiB
 
 
-def _unzstd_bounded(view: memoryview, limit: int) -> bytearray:
-    out = bytearray()
+def _unzstd_bounded(view: memoryview, limit: int, out: bytearray) -> None:
     dctx = _zstd_decompressor()
     while True:
-        d = dctx.decompressobj()
+        d = dctx.decompressobj(write_size=_OUT_CHUNK // 16)
         pos, end = 0, len(view)
         while not d.eof:
             if pos >= end:
                 raise CorruptRecordError("truncated zstd stream")
-            step = max(_ZSTD_MIN_SLICE, (limit - len(out)) // _ZSTD_MAX_RATIO)
+            step = max(_ZSTD_MIN_SLICE, min(limit - len(out), _OUT_CHUNK * 4) // _ZSTD_MAX_RATIO)
             out += d.decompress(view[pos:pos + step])
             pos += step
             if len(out) > limit:
@@ -234,7 +241,7 @@ def _unzstd_bounded(view: memoryview, limit: int) -> bytearray:
         pos = min(pos, end) - len(d.unused_data)
         view = view[pos:]
         if not view:
-            return out
+            return
 
 
 def _snappy_raw_length(view: memoryview) -> int:
@@ -249,7 +256,7 @@ def _snappy_raw_length(view: memoryview) -> int:
     raise CorruptRecordError("snappy block without a valid length preamble")
 
 
-def _unsnappy_bounded(view: memoryview, limit: int) -> bytearray:
+def _unsnappy_bounded(view: memoryview, limit: int, out: bytearray) -> None:
     if len(view) < 16 or view[:8] != XERIAL_MAGIC:
         blocks = [view]
     else:
@@ -263,33 +270,30 @@ def _unsnappy_bounded(view: memoryview, limit: int) -> bytearray:
                 raise CorruptRecordError(f"xerial snappy block of {n} bytes runs past the end of the data")
             blocks.append(view[pos:pos + n])
             pos += n
-    out = bytearray()
     for block in blocks:
         # snappy checks that a block inflates to exactly its declared length
         if len(out) + _snappy_raw_length(block) > limit:
             raise _too_large("snappy", limit)
         out += cramjam.snappy.decompress_raw(block)
-    return out
 
 
-def _lz4_bounded(view: memoryview, limit: int) -> bytearray:
+def _lz4_bounded(view: memoryview, limit: int, out: bytearray) -> None:
     if len(view) < 5 or view[:4] != _LZ4_MAGIC:
         raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic")
     if not view[4] & _LZ4_FLG_BLOCK_INDEPENDENT:
         raise CorruptRecordError("lz4 frame uses dependent (linked) blocks, which Kafka does not allow")
     d = lz4.frame.LZ4FrameDecompressor()
-    out = bytearray(d.decompress(view, max_length=limit + 1))
+    out += d.decompress(view, max_length=min(_OUT_CHUNK, limit + 1))
     while not d.eof:
         if len(out) > limit:
             raise _too_large("lz4", limit)
         if d.needs_input:
             raise CorruptRecordError("truncated lz4 frame")
-        out += d.decompress(b"", max_length=limit - len(out) + 1)
+        out += d.decompress(b"", max_length=min(_OUT_CHUNK, limit - len(out) + 1))
     if len(out) > limit:
         raise _too_large("lz4", limit)
     if d.unused_data:
         raise CorruptRecordError(f"{len(d.unused_data)} bytes after the end of the lz4 frame")
-    return out
 
 
 _BOUNDED = {Compression.GZIP: _gunzip_bounded, Compression.SNAPPY: _unsnappy_bounded,

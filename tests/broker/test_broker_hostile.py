@@ -280,7 +280,10 @@ def test_hostile_run_bounds_memory_and_latency(broker_factory, tmp_path):
     logging.getLogger(__name__).warning("hostile run: %s", report)
     print("hostile run:", report)
     assert counts["bombs"] >= 6 and counts["trickles"] >= 2, report
-    assert status["VmHWM"] < 700 << 20, report
+    # The stated bounds (docs/broker.md, "Hostile input"): the attack adds at most 200 MiB to the
+    # broker's peak, and a well-behaved round trip stays under 0.5 s at p99 and 1.5 s at worst
+    # (a shared two-core machine; typical figures are far lower).
+    assert status["VmHWM"] < base["VmHWM"] + (200 << 20), report
     assert p99 < 0.5 and worst < 1.5, report
     # A clean stop and restart afterwards, every well-behaved record still there.
     assert b.stop() == 0
