@@ -125,9 +125,9 @@ class ConnectionLimits:
         self._unlogged += 1
         now = time.monotonic()
         if now - self._last_log >= self.log_interval:
-            logger.warning("refused %d connection(s) in the last %.0f s, the latest from %s: %s reached",
-                           self._unlogged, min(now - self._last_log, 1e9) if self._last_log > 0 else 0,
-                           ip, reason)
+            logger.warning("connection limit: closed the connection from %s as it was accepted (%s reached);"
+                           " %d closed so since the last such warning (logged at most every %.0f s)",
+                           ip, reason, self._unlogged, self.log_interval)
             self._unlogged = 0
             self._last_log = now
         return False
@@ -298,6 +298,7 @@ class FrameConnection(asyncio.BufferedProtocol):
             if end - start >= size:
                 memory.charge(size)
                 self._charged += size
+                self._frame_started = None         # the next frame's clock starts at its first byte
                 self._push(buf[start:start + size], size)
                 pos = start + size
             else:
@@ -307,8 +308,6 @@ class FrameConnection(asyncio.BufferedProtocol):
         if end > pos and not self._eof:       # part of a size prefix: kept until the next receive
             self._prefix = bytes(buf[pos:end])
             self._frame_begins()
-        elif self._frame_buf is None:
-            self._frame_started = None
         if memory.over and self._frame_buf is None:
             self._wait_for_memory()
 

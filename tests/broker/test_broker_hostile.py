@@ -144,7 +144,7 @@ def test_connection_limits_close_at_accept_and_log_once(broker_factory):
     for s in kept:
         s.close()
     log = b.log_text()
-    assert log.count("refused ") == 1 and "max.connections.per.ip=3 reached" in log
+    assert log.count("connection limit:") == 1 and "max.connections.per.ip=3 reached" in log
 
     c = broker_factory(max_connections=2)
     kept = [connect(c), connect(c)]

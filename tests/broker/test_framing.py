@@ -238,4 +238,4 @@ def test_connection_limits_refuse_at_accept_and_log_once(caplog):
         FrameConnection(1000, lambda c: asyncio.sleep(0), limits=limits).connection_made(t)
         assert not t.closed
     asyncio.run(run())
-    assert caplog.text.count("refused") == 1 and "max.connections.per.ip=2 reached" in caplog.text
+    assert caplog.text.count("connection limit:") == 1 and "max.connections.per.ip=2 reached" in caplog.text
