@@ -110,6 +110,8 @@ class RecoveryReport:
 # max.message.bytes (which Kafka applies to the compressed batch); past it the batch is refused
 # with MESSAGE_TOO_LARGE, the error a Java producer answers by splitting the batch.
 MAX_INFLATION = 32
+# ... of which the broker's event loop inflates at most this much (the rest: a worker thread).
+ON_LOOP_INFLATION = 256 * 1024
 
 
 class _WouldBlock(Exception):
@@ -767,12 +769,20 @@ class Log:
         # Magic, CRC and every record in one C call (the rules of decode_records).
         checked = check_produced_records(data, source=source)
         if checked is None:               # compressed: decompressed and checked as columns
-            if self._nonblocking:
-                # Inflating takes up to MAX_INFLATION x max.message.bytes of work: never on
-                # the broker's event loop (nothing has changed yet; the blocking path appends it).
-                raise _WouldBlock()
-            self._check_record_columns(data, base_offset, records_count, now, source,
-                                       max_inflated=max_bytes * MAX_INFLATION)
+            cap = max_bytes * MAX_INFLATION
+            if self._nonblocking and cap > ON_LOOP_INFLATION:
+                # Inflating may take up to MAX_INFLATION x max.message.bytes of work: on the
+                # broker's event loop only up to ON_LOOP_INFLATION (a fraction of a
+                # millisecond); a batch that inflates further is left to the blocking path,
+                # in a thread (nothing has changed yet).
+                try:
+                    self._check_record_columns(data, base_offset, records_count, now, source,
+                                               max_inflated=ON_LOOP_INFLATION)
+                except RecordTooLargeError:
+                    raise _WouldBlock() from None
+            else:
+                self._check_record_columns(data, base_offset, records_count, now, source,
+                                           max_inflated=cap)
         else:
             bad, delta, null_key, min_ts, max_ts = checked
             if bad >= 0:
