@@ -363,7 +363,9 @@ class FrameConnection(asyncio.BufferedProtocol):
         have, size = len(self._frame_buf), self._frame_size
         new = min(size, have + max(FIRST_STEP, min(have, MAX_STEP)))
         if new == size and POOLED_MIN <= size <= POOLED_MAX:
-            new = -(-size // _POOL_GRANULE) * _POOL_GRANULE
+            rounded = -(-size // _POOL_GRANULE) * _POOL_GRANULE
+            if self._memory.room(rounded - have):     # never what would not fit the bound
+                new = rounded
         return new - have
 
     def _ask_growth(self) -> None:

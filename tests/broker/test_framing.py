@@ -239,3 +239,16 @@ def test_connection_limits_refuse_at_accept_and_log_once(caplog):
         assert not t.closed
     asyncio.run(run())
     assert caplog.text.count("connection limit:") == 1 and "max.connections.per.ip=2 reached" in caplog.text
+
+
+def test_a_frame_as_large_as_the_memory_bound_still_arrives():
+    async def run():
+        memory = RequestMemory(1_000_000)           # not a multiple of the pooled-buffer granule
+        t = FakeTransport()
+        conn = FrameConnection(1_000_000, lambda c: asyncio.sleep(0), memory=memory)
+        conn.connection_made(t)
+        payload = os.urandom(999_000)
+        assert _deliver(conn, t, frame(payload)) == len(payload) + 4 and not t.paused
+        assert bytes(await conn.read_frame(1)) == payload
+        assert memory.used == 0 and memory.peak <= 1_000_000
+    asyncio.run(run())
