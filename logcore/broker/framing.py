@@ -326,7 +326,8 @@ class FrameConnection(asyncio.BufferedProtocol):
         else:
             charge = min(size, max(n, FIRST_STEP))
             buf, self._pooled = bytearray(charge), False
-        buf[:n] = have
+        with memoryview(buf) as view:   # a bytearray's own slice assignment copies `have` first
+            view[:n] = have
         memory.charge(charge)
         self._charged += charge
         self._frame_charge = charge
@@ -411,7 +412,8 @@ class FrameConnection(asyncio.BufferedProtocol):
             buf += _ZEROS[:step]          # in place (a large block grows by mremap, no copy)
         except BufferError:               # a view of the buffer is still alive: copy
             new = bytearray(len(buf) + step)
-            new[:self._filled] = memoryview(buf)[:self._filled]
+            with memoryview(new) as view:
+                view[:self._filled] = memoryview(buf)[:self._filled]
             buf = self._frame_buf = new
         self._frame_cap = min(len(buf), self._frame_size)
 
