@@ -61,6 +61,22 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("socket.request.max.bytes", ConfigType.INT, 104857600,
               "Largest request frame accepted; a bigger one closes its connection.",
               validator=at_least(64), category="broker"),
+    ConfigKey("queued.max.request.bytes", ConfigType.LONG, 209715200,
+              "Request bytes the broker holds at once over all connections (frames being received"
+              " and frames not yet handled); at the bound, connections stop being read until"
+              " memory is released. -1: no bound (Kafka's default; seglog bounds it by default)."
+              " At least socket.request.max.bytes.",
+              validator=at_least(-1), category="broker"),
+    ConfigKey("socket.request.read.timeout.ms", ConfigType.LONG, 60000,
+              "A request frame must arrive whole within this time of its first byte, else its"
+              " connection is closed (seglog's own setting: a client trickling bytes cannot hold"
+              " a connection and its buffer).", validator=at_least(1), category="broker"),
+    ConfigKey("max.connections", ConfigType.INT, 2147483647,
+              "Connections the broker accepts at once; one more is closed as it is made.",
+              validator=at_least(0), category="broker"),
+    ConfigKey("max.connections.per.ip", ConfigType.INT, 2147483647,
+              "Connections accepted at once from one IP address; one more is closed as it is made.",
+              validator=at_least(0), category="broker"),
     ConfigKey("group.initial.rebalance.delay.ms", ConfigType.INT, 3000,
               "How long the first rebalance of an empty group waits for more members.",
               validator=at_least(0), category="broker"),
@@ -108,6 +124,11 @@ class BrokerConfig:
                     raise InvalidConfigError(f"{source}: {exc}") from None
             else:
                 rest[name] = raw
+        queued, frame = values["queued.max.request.bytes"], values["socket.request.max.bytes"]
+        if 0 <= queued < frame:
+            raise InvalidConfigError(
+                f"{source}: queued.max.request.bytes={queued} is below socket.request.max.bytes={frame}:"
+                f" a frame of the largest size could never be received; give -1 or at least {frame}")
         try:
             resolve_root_defaults(rest)     # validates names and values of the log defaults
         except InvalidConfigError as exc:
@@ -152,6 +173,18 @@ class BrokerConfig:
     def listener(self) -> tuple[str, int]:
         m = _LISTENER.match(self.values["listeners"][0])
         return m["host"].strip("[]") or "0.0.0.0", int(m["port"])
+
+    def listener_warning(self) -> str | None:
+        """A warning when the listener binds every network interface (an empty host, 0.0.0.0
+        or ::): this broker has no authentication yet, so anyone who can reach the port can
+        read and write every topic."""
+        host, port = self.listener()
+        if host not in ("0.0.0.0", "::"):
+            return None
+        return (f"listeners={self.values['listeners'][0]} binds every network interface ({host}) and this"
+                f" broker has no authentication: any host that can reach port {port} can read, write"
+                f" and delete every topic; bind 127.0.0.1 or a private address unless the network"
+                f" in front of it is trusted")
 
     def advertised(self, bound_host: str, bound_port: int) -> tuple[str, int]:
         adv = self.values["advertised.listeners"]

@@ -19,7 +19,7 @@ from logcore.broker.api_versions import API_VERSIONS, windows
 from logcore.broker.broker import Broker
 from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
-from logcore.broker.framing import FrameConnection
+from logcore.broker.framing import ConnectionLimits, FrameConnection, RequestMemory
 from logcore.broker.produce_codec import PRODUCE
 from logcore.broker.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                      parse_request, response, response_type)
@@ -42,12 +42,18 @@ class BrokerServer:
         self.windows = windows()
         self.max_request = config["socket.request.max.bytes"]
         self.idle_timeout = config["connections.max.idle.ms"] / 1000
+        self.read_timeout = config["socket.request.read.timeout.ms"] / 1000
+        self.memory = RequestMemory(config["queued.max.request.bytes"])
+        self.limits = ConnectionLimits(config["max.connections"], config["max.connections.per.ip"])
         self._stopping: asyncio.Event | None = None
         self.claim: OwnerClaim | None = None
         self._heartbeat: asyncio.Task | None = None
 
     async def start(self) -> tuple[str, int]:
         host, port = self.config.listener()
+        warning = self.config.listener_warning()
+        if warning is not None:
+            logger.warning("%s", warning)
         # Bound first (port 0 resolves), so that a port in use fails before anything is created
         # in the root, but accepting only once every partition is open: a client that connects
         # during start-up waits in the backlog instead of being told that existing partitions
@@ -131,7 +137,8 @@ class BrokerServer:
 
     # ------------------------------------------------------------------ connections
     def _new_connection(self) -> FrameConnection:
-        return FrameConnection(self.max_request, self._serve_connection, self._produce_now)
+        return FrameConnection(self.max_request, self._serve_connection, self._produce_now,
+                               memory=self.memory, read_timeout=self.read_timeout, limits=self.limits)
 
     def _produce_now(self, conn: FrameConnection, frame) -> bool:
         """A Produce request that arrives while the connection's reader is parked, handled in
@@ -371,6 +378,28 @@ def _discard(future: asyncio.Future) -> None:
             result.close()
 
 
+def _return_large_blocks() -> None:
+    """Make glibc serve blocks of 1 MiB and more with mmap, and give them back when freed.
+
+    By default glibc raises its mmap threshold each time a large block is freed (up to 32 MiB),
+    so later blocks of that size come from the heaps of the worker threads' arenas and stay in
+    the process after they are freed: a few decompression-bomb attempts (each inflating up to
+    32 x max.message.bytes in a worker thread) left the broker hundreds of MB larger for good.
+    A fixed threshold also stops that adjustment. Not glibc: nothing to do."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = libc.mallopt if libc is not None else None
+    except (OSError, AttributeError):
+        return
+    if mallopt is not None:
+        M_MMAP_THRESHOLD = -3
+        mallopt(M_MMAP_THRESHOLD, 1 << 20)
+
+
 async def run_broker(config: BrokerConfig, *, ready=None) -> None:
     """Run a broker until SIGINT/SIGTERM; `ready(host, port)` is called once it listens."""
     server = BrokerServer(config)
@@ -393,6 +422,7 @@ def run_from_properties(path: str, overrides: dict[str, str] | None = None) -> i
     props = load_properties(path)
     props.update(overrides or {})
     config = BrokerConfig.from_props(props, source=str(path))
+    _return_large_blocks()
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -107,6 +107,14 @@ class RecoveryReport:
     deleted_segments: list[str] = field(default_factory=list)
 
 
+# A produced batch's compressed records may inflate to at most this many times the topic's
+# max.message.bytes (which Kafka applies to the compressed batch); past it the batch is refused
+# with MESSAGE_TOO_LARGE, the error a Java producer answers by splitting the batch.
+MAX_INFLATION = 32
+# ... of which the broker's event loop inflates at most this much (the rest: a worker thread).
+ON_LOOP_INFLATION = 256 * 1024
+
+
 class _WouldBlock(Exception):
     """append_and_commit_nowait reached a batch that would roll a segment or fsync."""
 
@@ -766,7 +774,20 @@ class Log:
         # Magic, CRC and every record in one C call (the rules of decode_records).
         checked = check_produced_records(data, source=source)
         if checked is None:               # compressed: decompressed and checked as columns
-            self._check_record_columns(data, base_offset, records_count, now, source)
+            cap = max_bytes * MAX_INFLATION
+            if self._nonblocking and cap > ON_LOOP_INFLATION:
+                # Inflating may take up to MAX_INFLATION x max.message.bytes of work: on the
+                # broker's event loop only up to ON_LOOP_INFLATION (a fraction of a
+                # millisecond); a batch that inflates further is left to the blocking path,
+                # in a thread (nothing has changed yet).
+                try:
+                    self._check_record_columns(data, base_offset, records_count, now, source,
+                                               max_inflated=ON_LOOP_INFLATION)
+                except RecordTooLargeError:
+                    raise _WouldBlock() from None
+            else:
+                self._check_record_columns(data, base_offset, records_count, now, source,
+                                           max_inflated=cap)
         else:
             bad, delta, null_key, min_ts, max_ts = checked
             if bad >= 0:
@@ -784,10 +805,19 @@ class Log:
         return fields
 
     def _check_record_columns(self, data, base_offset: int, records_count: int, now: int,
-                              source: str) -> None:
+                              source: str, max_inflated: int | None = None) -> None:
         """The record checks of _validate_client_batch on decoded columns (compressed batches,
         and the error message of a timestamp out of bounds)."""
-        columns = record_columns(data, source=source)
+        try:
+            columns = record_columns(data, source=source, max_inflated=max_inflated)
+        except RecordTooLargeError as exc:
+            too_large = str(exc)      # raised below, out of this block: no chained traceback
+        else:
+            too_large = None
+        if too_large is not None:
+            raise RecordTooLargeError(
+                f"batch of {len(data)} bytes: its {too_large} (the limit is {MAX_INFLATION} x"
+                f" max.message.bytes={self._max_message_bytes}); rejected")
         if columns.rows != records_count:
             raise InvalidRecordError(
                 f"batch declares {records_count} records but holds {columns.rows}")

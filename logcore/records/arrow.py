@@ -114,13 +114,17 @@ class RecordColumns:
         return np.frombuffer(self.timestamps_us, dtype=np.int64, count=self.rows) // 1000
 
 
-def record_columns(data, *, source: str | None = None, base_position: int = 0) -> RecordColumns:
+def record_columns(data, *, source: str | None = None, base_position: int = 0,
+                   max_inflated: int | None = None) -> RecordColumns:
     """Validate every record of the data batches in `data` (CRC, layout) and return key columns.
 
     The produce path uses this: full validation in C at a fraction of the cost of Arrow arrays.
+    `max_inflated`: a compressed batch whose records inflate past this many bytes raises
+    RecordTooLargeError as soon as the limit is passed (streamed inflation).
     """
     # Keys and values are validated but not copied: the produce path needs neither.
-    cols, _next = _decode_columns(data, source=source, base_position=base_position, copy_data=False)
+    cols, _next = _decode_columns(data, source=source, base_position=base_position, copy_data=False,
+                                  max_inflated=max_inflated)
     rows, offsets, timestamps, _types, k_valid, _ko, _kd, k_nulls = cols[:8]
     return RecordColumns(rows, np.frombuffer(offsets, dtype=np.int64, count=rows),
                          k_nulls, bytes(k_valid) if k_nulls else None, timestamps)
@@ -129,7 +133,8 @@ def record_columns(data, *, source: str | None = None, base_position: int = 0) -
 def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, include_headers: bool = False,
                      aborted: Iterable[tuple[int, int, int]] | None = None, source: str | None = None,
                      base_position: int = 0, copy_data: bool = True,
-                     allocate: Callable[[int], object] | None = None) -> tuple[tuple, int]:
+                     allocate: Callable[[int], object] | None = None,
+                     max_inflated: int | None = None) -> tuple[tuple, int]:
     """The C decoder's raw column buffers (see _to_record_batch for their layout) and the offset
     after the last complete batch of `data` (-1 when it holds none)."""
     aborted_ranges = _aborted_lookup(aborted)
@@ -157,7 +162,7 @@ def _decode_columns(data, *, min_offset: int = 0, max_offset: int = INT64_MAX, i
             batch_fields(memoryview(data)[pos:pos + size], source=source, verify_crc=True,
                          base_position=base_position + pos)
             try:
-                raw = decompress(codec, memoryview(data)[pos + HEADER_SIZE:pos + size])
+                raw = decompress(codec, memoryview(data)[pos + HEADER_SIZE:pos + size], max_inflated)
             except CorruptRecordError as exc:
                 raise CorruptRecordError(exc.reason, file=source, position=base_position + pos) from exc
             sections.append((raw, 0, len(raw), base_offset, base_ts, max_ts, ts_type, count))

@@ -4,6 +4,14 @@ gzip: RFC 1952. snappy: xerial snappy-java framing on write, xerial or raw snapp
 lz4: LZ4 frame with independent 64 KiB blocks, no checksums (Kafka rejects linked blocks).
 zstd: standard frames, level 3 by default.
 Decompression failures raise CorruptRecordError without a position; batch code adds it.
+
+`decompress(..., max_size=n)` inflates streamed and stops as soon as the output passes n bytes
+(RecordTooLargeError), holding at most about n bytes: the broker validates produced batches
+this way, so a small batch that inflates to gigabytes (a decompression bomb) costs at most the
+limit in memory and time. Each codec has a bounded-output decoder: zlib's and lz4's
+`max_length`, zstd fed input in slices whose worst-case output (an RLE block: 4 bytes in,
+128 KiB out) fits what is left of the limit, snappy's length preamble checked before a block
+is inflated.
 """
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ import cramjam
 import lz4.frame
 import zstandard
 
-from logcore.errors import CorruptRecordError
+from logcore.errors import CorruptRecordError, RecordTooLargeError
 
 
 class Compression(IntEnum):
@@ -72,12 +80,23 @@ def compress(codec: Compression | int, data, level: int | None = None) -> bytes:
     return _zstd_compressor(DEFAULT_LEVELS[codec] if level is None else level).compress(data)
 
 
-def decompress(codec: Compression | int, data) -> bytes:
-    """Decompress a batch's record section; CorruptRecordError on any malformed stream."""
+def decompress(codec: Compression | int, data, max_size: int | None = None) -> bytes | bytearray:
+    """Decompress a batch's record section; CorruptRecordError on any malformed stream.
+
+    With `max_size`, inflate streamed and raise RecordTooLargeError as soon as the output
+    would pass `max_size` bytes (the output is then a bytearray)."""
     codec = codec_of(codec)
     try:
         if codec is Compression.NONE:
             return bytes(data)
+        if max_size is not None:
+            out = bytearray()
+            try:
+                _BOUNDED[codec](memoryview(data), max_size, out)
+            except BaseException:
+                out.clear()     # the traceback keeps the frames: not the inflated bytes
+                raise
+            return out
         if codec is Compression.GZIP:
             return _gunzip(data)
         if codec is Compression.SNAPPY:
@@ -85,7 +104,7 @@ def decompress(codec: Compression | int, data) -> bytes:
         if codec is Compression.LZ4:
             return _lz4_decompress(data)
         return _unzstd(data)
-    except CorruptRecordError:
+    except (CorruptRecordError, RecordTooLargeError):
         raise
     except Exception as exc:  # every codec library has its own error types
         raise CorruptRecordError(f"cannot decompress {codec.name.lower()} data: {exc}") from exc
@@ -173,3 +192,109 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
     if d is None:
         d = _zstd_local.decompressor = zstandard.ZstdDecompressor()
     return d
+
+
+# ------------------------------------------------------------------ bounded (streamed) inflation
+
+_OUT_CHUNK = 1 << 20           # output taken from a decoder at a time
+
+
+def _too_large(codec: str, limit: int) -> RecordTooLargeError:
+    return RecordTooLargeError(f"{codec} records inflate to more than {limit} bytes")
+
+
+def _gunzip_bounded(view: memoryview, limit: int, out: bytearray) -> None:
+    while True:
+        d = zlib.decompressobj(31)
+        tail = view
+        while True:
+            out += d.decompress(tail, min(_OUT_CHUNK, limit - len(out) + 1))
+            if len(out) > limit:
+                raise _too_large("gzip", limit)
+            tail = d.unconsumed_tail
+            if not tail:
+                break
+        if not d.eof:
+            raise CorruptRecordError("truncated gzip stream")
+        if not d.unused_data:
+            return
+        view = memoryview(d.unused_data)
+
+
+_ZSTD_MAX_RATIO = 1 << 15       # an RLE block: a 3-byte header and 1 byte give 128 KiB
+_ZSTD_MIN_SLICE = 128           # so one slice inflates to at most 4 MiB
+
+
+def _unzstd_bounded(view: memoryview, limit: int, out: bytearray) -> None:
+    dctx = _zstd_decompressor()
+    while True:
+        d = dctx.decompressobj(write_size=_OUT_CHUNK // 16)
+        pos, end = 0, len(view)
+        while not d.eof:
+            if pos >= end:
+                raise CorruptRecordError("truncated zstd stream")
+            step = max(_ZSTD_MIN_SLICE, min(limit - len(out), _OUT_CHUNK * 4) // _ZSTD_MAX_RATIO)
+            out += d.decompress(view[pos:pos + step])
+            pos += step
+            if len(out) > limit:
+                raise _too_large("zstd", limit)
+        pos = min(pos, end) - len(d.unused_data)
+        view = view[pos:]
+        if not view:
+            return
+
+
+def _snappy_raw_length(view: memoryview) -> int:
+    """The uncompressed length a raw snappy block declares (its varint preamble)."""
+    value = shift = 0
+    for i in range(min(len(view), 5)):
+        byte = view[i]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value
+        shift += 7
+    raise CorruptRecordError("snappy block without a valid length preamble")
+
+
+def _unsnappy_bounded(view: memoryview, limit: int, out: bytearray) -> None:
+    if len(view) < 16 or view[:8] != XERIAL_MAGIC:
+        blocks = [view]
+    else:
+        blocks, pos, end = [], 16, len(view)
+        while pos < end:
+            if end - pos < 4:
+                raise CorruptRecordError("truncated xerial snappy block length")
+            (n,) = _INT32.unpack_from(view, pos)
+            pos += 4
+            if n < 0 or pos + n > end:
+                raise CorruptRecordError(f"xerial snappy block of {n} bytes runs past the end of the data")
+            blocks.append(view[pos:pos + n])
+            pos += n
+    for block in blocks:
+        # snappy checks that a block inflates to exactly its declared length
+        if len(out) + _snappy_raw_length(block) > limit:
+            raise _too_large("snappy", limit)
+        out += cramjam.snappy.decompress_raw(block)
+
+
+def _lz4_bounded(view: memoryview, limit: int, out: bytearray) -> None:
+    if len(view) < 5 or view[:4] != _LZ4_MAGIC:
+        raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic")
+    if not view[4] & _LZ4_FLG_BLOCK_INDEPENDENT:
+        raise CorruptRecordError("lz4 frame uses dependent (linked) blocks, which Kafka does not allow")
+    d = lz4.frame.LZ4FrameDecompressor()
+    out += d.decompress(view, max_length=min(_OUT_CHUNK, limit + 1))
+    while not d.eof:
+        if len(out) > limit:
+            raise _too_large("lz4", limit)
+        if d.needs_input:
+            raise CorruptRecordError("truncated lz4 frame")
+        out += d.decompress(b"", max_length=min(_OUT_CHUNK, limit - len(out) + 1))
+    if len(out) > limit:
+        raise _too_large("lz4", limit)
+    if d.unused_data:
+        raise CorruptRecordError(f"{len(d.unused_data)} bytes after the end of the lz4 frame")
+
+
+_BOUNDED = {Compression.GZIP: _gunzip_bounded, Compression.SNAPPY: _unsnappy_bounded,
+            Compression.LZ4: _lz4_bounded, Compression.ZSTD: _unzstd_bounded}

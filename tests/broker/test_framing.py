@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from logcore.broker.framing import SCRATCH_BYTES, FrameConnection
+from logcore.broker.framing import SCRATCH_BYTES, ConnectionLimits, FrameConnection, RequestMemory
 
 
 class FakeTransport(asyncio.Transport):
@@ -37,6 +37,9 @@ class FakeTransport(asyncio.Transport):
         return self.closed
 
     def close(self):
+        self.closed = True
+
+    def abort(self):
         self.closed = True
 
 
@@ -133,4 +136,119 @@ def test_large_frame_buffers_are_reused_only_once_released():
         feed(conn, frame(payloads[2]), rng)
         third = await conn.read_frame(1)
         assert third.obj is held and bytes(third) == payloads[2]
+    asyncio.run(run())
+
+
+def _deliver(conn: FrameConnection, t: FakeTransport, data: bytes, chunk: int = 16384) -> int:
+    """Deliver as much of `data` as the connection reads before it pauses; bytes delivered."""
+    pos = 0
+    while pos < len(data) and not t.paused and not t.closed:
+        buf = conn.get_buffer(-1)
+        n = min(len(buf), len(data) - pos, chunk)
+        buf[:n] = data[pos:pos + n]
+        del buf
+        conn.buffer_updated(n)
+        pos += n
+    return pos
+
+
+def test_a_frame_costs_what_has_arrived_not_what_it_claims():
+    async def run():
+        memory = RequestMemory(200 << 20)
+        conns = []
+        for _ in range(10):
+            conn = FrameConnection(100 << 20, lambda c: asyncio.sleep(0), memory=memory)
+            conn.connection_made(FakeTransport())
+            feed(conn, struct.pack(">i", 100 << 20) + b"\0" * 68, random.Random(1))
+            conns.append(conn)
+        assert memory.used <= 10 * 64 * 1024
+        # the buffer grows as bytes arrive, and the frame comes out whole
+        payload = os.urandom(3 << 20)
+        conn = FrameConnection(100 << 20, lambda c: asyncio.sleep(0), memory=memory)
+        conn.connection_made(FakeTransport())
+        feed(conn, frame(payload)[:1 << 20], random.Random(2))
+        assert memory.used <= 10 * 64 * 1024 + (2 << 20)
+        feed(conn, frame(payload)[1 << 20:], random.Random(3))
+        assert bytes(await conn.read_frame(1)) == payload
+        for c in conns + [conn]:
+            c.connection_lost(None)
+        assert memory.used == 0
+    asyncio.run(run())
+
+
+def test_request_memory_bound_pauses_reading_until_memory_is_released():
+    async def run():
+        memory = RequestMemory(1 << 20)
+        a, b = FakeTransport(), FakeTransport()
+        ca = FrameConnection(1 << 20, lambda c: asyncio.sleep(0), memory=memory)
+        cb = FrameConnection(1 << 20, lambda c: asyncio.sleep(0), memory=memory)
+        ca.connection_made(a)
+        cb.connection_made(b)
+        first = os.urandom(700_000)
+        assert _deliver(ca, a, frame(first)) == len(first) + 4        # whole, queued, charged
+        second = os.urandom(900_000)
+        sent = _deliver(cb, b, frame(second))
+        assert b.paused and sent < len(second)                      # no room for the rest
+        assert memory.used <= 1 << 20
+        assert bytes(await ca.read_frame(1)) == first               # taken: memory released
+        assert not b.paused
+        assert _deliver(cb, b, frame(second)[sent:]) == len(second) + 4 - sent
+        assert bytes(await cb.read_frame(1)) == second
+        assert memory.peak <= (1 << 20) + 64 * 1024
+    asyncio.run(run())
+
+
+def test_a_frame_not_completed_in_time_closes_its_connection(caplog):
+    caplog.set_level(logging.INFO)
+
+    async def run():
+        conn = FrameConnection(10 << 20, lambda c: asyncio.sleep(0), read_timeout=0.2)
+        t = FakeTransport()
+        conn.connection_made(t)
+        reader = asyncio.ensure_future(conn.read_frame(60))
+        for _ in range(10):                       # a byte every 0.05 s keeps it from idling
+            if t.closed:
+                break
+            feed(conn, b"\0" if _ else struct.pack(">i", 5000), random.Random(0))
+            await asyncio.sleep(0.05)
+        assert t.closed
+        assert await asyncio.wait_for(reader, 1) is None
+    asyncio.run(run())
+    assert "a frame of 5000 bytes (" in caplog.text
+    assert "not completed within socket.request.read.timeout.ms=200" in caplog.text
+
+
+def test_connection_limits_refuse_at_accept_and_log_once(caplog):
+    caplog.set_level(logging.INFO)
+
+    async def run():
+        limits = ConnectionLimits(max_connections=5, max_per_ip=2)
+        made = []
+        for _ in range(4):
+            t = FakeTransport()
+            conn = FrameConnection(1000, lambda c: asyncio.sleep(0), limits=limits)
+            conn.connection_made(t)
+            made.append((conn, t))
+        assert [t.closed for _, t in made] == [False, False, True, True]
+        assert limits.count == 2 and limits.refused == 2
+        made[0][0].connection_lost(None)
+        made[2][0].connection_lost(None)             # a refused one leaves nothing to undo
+        assert limits.count == 1
+        t = FakeTransport()
+        FrameConnection(1000, lambda c: asyncio.sleep(0), limits=limits).connection_made(t)
+        assert not t.closed
+    asyncio.run(run())
+    assert caplog.text.count("connection limit:") == 1 and "max.connections.per.ip=2 reached" in caplog.text
+
+
+def test_a_frame_as_large_as_the_memory_bound_still_arrives():
+    async def run():
+        memory = RequestMemory(1_000_000)           # not a multiple of the pooled-buffer granule
+        t = FakeTransport()
+        conn = FrameConnection(1_000_000, lambda c: asyncio.sleep(0), memory=memory)
+        conn.connection_made(t)
+        payload = os.urandom(999_000)
+        assert _deliver(conn, t, frame(payload)) == len(payload) + 4 and not t.paused
+        assert bytes(await conn.read_frame(1)) == payload
+        assert memory.used == 0 and memory.peak <= 1_000_000
     asyncio.run(run())
