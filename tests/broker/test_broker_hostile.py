@@ -166,7 +166,7 @@ def test_connection_limits_close_at_accept_and_log_once(broker_factory):
     log = b.log_text()
     assert log.count("connection limit:") == 1 and "max.connections.per.ip=3 reached" in log
 
-    c = broker_factory(max_connections=2)
+    c = broker_factory(b.root.parent / "logs-2", max_connections=2)   # one broker per root
     kept = [connect(c), connect(c)]
     for s in kept:
         s.sendall(api_versions_frame(5))
