@@ -290,6 +290,8 @@ def _discard(future: asyncio.Future) -> None:
 
 async def run_broker(config: BrokerConfig, *, ready=None) -> None:
     """Run a broker until SIGINT/SIGTERM; `ready(host, port)` is called once it listens."""
+    from logcore.broker.resources import raise_nofile_limit
+    raise_nofile_limit()
     server = BrokerServer(config)
     host, port = await server.start()
     logger.info("seglog broker (node %d) serving %s on %s:%d", config.node_id, config.log_dir, host, port)
