@@ -21,6 +21,7 @@ from logcore.broker.api_versions import SERVED
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS, BrokerConfig
 from logcore.broker.resources import open_partition_budget
+from logcore.storage.secrets import redact_url
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
@@ -365,7 +366,7 @@ class Broker:
             if keys is not None and name not in keys:
                 continue
             source = SOURCE_STATIC_BROKER if name in defaults else SOURCE_DEFAULT
-            out.append({"name": name, "value": key.format(tiered.get(short)), "read_only": True,
+            out.append({"name": name, "value": redact_url(key.format(tiered.get(short))), "read_only": True,
                         "config_source": source, "is_sensitive": False, "synonyms": [],
                         "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
         return out

@@ -49,3 +49,18 @@ def open_partition_budget(configured: int) -> int:
     if soft == resource.RLIM_INFINITY:
         return 100_000
     return max(MIN_OPEN_PARTITIONS, min(100_000, (soft - RESERVED_FDS) // (FDS_PER_PARTITION + 1)))
+
+
+def check_remote_before_root(config) -> None:
+    """With tiered storage configured, write and delete a probe at the remote root before the
+    log root is created or opened: wrong credentials or a bucket that cannot be written fail
+    the start with nothing written locally."""
+    tiered = getattr(config, "tiered", None)
+    if tiered is None or not tiered.enabled:
+        return
+    from logcore.tiered.remote_log import RemoteTier
+    tier = RemoteTier(tiered)
+    try:
+        tier.check_access()
+    finally:
+        tier.close()

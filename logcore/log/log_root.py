@@ -28,6 +28,7 @@ from logcore.log.partition_state import (HW_CHECKPOINT, LOG_START_CHECKPOINT,
                                          ObjectPartitionState)
 from logcore.log.writer_fence import WriterFence
 from logcore.storage import open_storage
+from logcore.storage.secrets import split_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +75,10 @@ class LogRoot:
         storage = open_storage(url, storage_options, read_only=read_only)
         names = storage.list_dir("") if storage.exists("") else []
         if TOPICS_FILE in names:
-            return cls(storage, kafka_copy=False, defaults=defaults, url=url,
+            root = cls(storage, kafka_copy=False, defaults=defaults, url=url,
                        storage_options=storage_options)
+            root._migrate_secrets()
+            return root
         kafka_like = any(n in _KAFKA_ROOT_FILES for n in names) or any(
             _PARTITION_DIR.match(n) and storage.exists(storage.join(n, "")) for n in names
             if _PARTITION_DIR.match(n))
@@ -96,7 +99,10 @@ class LogRoot:
                 f"{storage.url} is not empty and is not a log root (found {', '.join(names[:5])});"
                 " refusing to create a log root there")
         storage.makedirs("")
-        doc = {"version": 1, "cluster_id": _new_id(), "defaults": dict(defaults or {}), "topics": {}}
+        # Credentials never go into the root (any reader of it could read them): they stay in
+        # the creator's config, which passes them to every open as `defaults`.
+        stored, _ = split_secrets(dict(defaults or {}))
+        doc = {"version": 1, "cluster_id": _new_id(), "defaults": stored, "topics": {}}
         if storage.put_if_absent(TOPICS_FILE, _dump(doc)) is None:
             pass  # someone else created it first: theirs stands
         if not storage.exists(META_PROPERTIES):
@@ -110,6 +116,34 @@ class LogRoot:
     @property
     def url(self) -> str:
         return self.storage.url
+
+    def _migrate_secrets(self) -> None:
+        """A root written by an earlier seglog may hold credentials in its stored defaults
+        (rsm.config.storage.key/secret, a URL with user:password@): keep them in memory for
+        this process and, when the root is writable, rewrite the topics file without them."""
+        found, _ = self._read_doc()
+        stored = dict(found.get("defaults", {}))
+        public, private = split_secrets(stored)
+        if not private:
+            return
+        for name, value in private.items():
+            self._defaults_override.setdefault(name, value)
+        names = ", ".join(sorted(private))
+        if self.read_only:
+            logger.warning("%s/%s holds credentials (%s): they are used but left in place (the root"
+                           " is opened read-only); open it once for writing to remove them, and"
+                           " keep them in the broker's config or the environment instead",
+                           self.storage.url, TOPICS_FILE, names)
+            return
+
+        def strip(doc):
+            doc["defaults"] = split_secrets(dict(doc.get("defaults", {})))[0]
+
+        self._update_doc(strip)
+        logger.warning("%s/%s held credentials (%s): removed from the root's files and kept in"
+                       " memory for this process; give them in the broker's config (or"
+                       " --config-file), the environment or a referenced file from now on",
+                       self.storage.url, TOPICS_FILE, names)
 
     # ------------------------------------------------------------------ topic metadata
     def _read_doc(self) -> tuple[dict, str | None]:
