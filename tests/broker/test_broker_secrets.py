@@ -51,8 +51,14 @@ def _objects(endpoint, bucket: str) -> dict[str, bytes]:
     return {path: fs.cat_file(path) for path in fs.find(bucket)}
 
 
-def test_broker_session_writes_and_logs_no_credentials(broker_factory, s3_endpoint, s3_bucket):
+def test_broker_session_writes_and_logs_no_credentials(broker_factory, s3_endpoint, s3_bucket, tmp_path):
     settings = _tiered(s3_endpoint, s3_bucket)
+    # The secret comes from a referenced owner-only file (Kafka's ${file:PATH:KEY}), the key
+    # from broker.properties itself.
+    creds = tmp_path / "s3-credentials.properties"
+    creds.write_text(f"secret={s3_endpoint.secret}\n")
+    creds.chmod(0o600)
+    settings["rsm.config.storage.secret"] = f"${{file:{creds}:secret}}"
     b = broker_factory(**SERVICE, **settings)
     create(b, "cold", 1, TOPIC_CONFIG)
     acked = produce(b, "cold", [b"%04d" % i + b"v" * 200 for i in range(200)], acks="all",
@@ -127,3 +133,15 @@ def test_s3_root_and_cli_keep_credentials_out(s3_endpoint, s3_bucket, tmp_path, 
     objects = _objects(s3_endpoint, s3_bucket)
     assert any(name.endswith(TOPICS_FILE) for name in objects)
     assert _hits(objects, s3_endpoint.key, s3_endpoint.secret) == []
+
+
+def test_referenced_credentials_file_must_be_owner_only(tmp_path, capsys):
+    creds = tmp_path / "creds.properties"
+    creds.write_text("secret=k-55aa91\n")
+    creds.chmod(0o644)
+    conf = tmp_path / "broker.properties"
+    conf.write_text(f"log.dirs={tmp_path / 'logs'}\nrsm.config.storage.secret=${{file:{creds}:secret}}\n")
+    assert main(["broker", "--config", str(conf)]) == 1
+    err = capsys.readouterr().err
+    assert "mode 0644" in err and "chmod 600" in err and "k-55aa91" not in err
+    assert not (tmp_path / "logs").exists()
