@@ -13,7 +13,7 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from broker_helpers import create  # noqa: E402
+from broker_helpers import create, ping  # noqa: E402
 
 from logcore.log.log_root import LogRoot  # noqa: E402
 
@@ -101,8 +101,13 @@ def test_root_with_more_partitions_than_descriptors_opens_and_serves(broker_fact
     assert got == {i: (0, b"v%d" % i) for i in sample[::3]}
     assert "Too many open files" not in b.log_text()
     assert b.stop() == 0
+    # Closed when idle and reopened (partition 0 was opened at start, then for the produce and
+    # the fetch): it kept its leader epoch each time, one entry in its epoch checkpoint.
+    lines = (root_dir / "wide-0" / "leader-epoch-checkpoint").read_text().split()
+    assert lines[1:] == ["1", "0", "0"], lines
     # A restart under the same limit opens the root again, and every record is there.
     b2 = broker_factory(root_dir, preexec_fn=_low_nofile)
+    assert ping(b2)
     assert b2.stop() == 0
     with LogRoot.open(str(root_dir), read_only=True) as root:
         for i in sample:
