@@ -67,6 +67,7 @@ class LogRoot:
         self._defaults_override = dict(defaults or {})
         self._remote_tier = None            # built on first need from the root's settings
         self._remote_tier_lock = threading.Lock()
+        self._migrating = False             # credentials found in the root: handled once
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -75,10 +76,8 @@ class LogRoot:
         storage = open_storage(url, storage_options, read_only=read_only)
         names = storage.list_dir("") if storage.exists("") else []
         if TOPICS_FILE in names:
-            root = cls(storage, kafka_copy=False, defaults=defaults, url=url,
+            return cls(storage, kafka_copy=False, defaults=defaults, url=url,
                        storage_options=storage_options)
-            root._migrate_secrets()
-            return root
         kafka_like = any(n in _KAFKA_ROOT_FILES for n in names) or any(
             _PARTITION_DIR.match(n) and storage.exists(storage.join(n, "")) for n in names
             if _PARTITION_DIR.match(n))
@@ -117,17 +116,20 @@ class LogRoot:
     def url(self) -> str:
         return self.storage.url
 
-    def _migrate_secrets(self) -> None:
+    def _take_secrets(self, doc: dict) -> None:
         """A root written by an earlier seglog may hold credentials in its stored defaults
-        (rsm.config.storage.key/secret, a URL with user:password@): keep them in memory for
-        this process and, when the root is writable, rewrite the topics file without them."""
-        found, _ = self._read_doc()
-        stored = dict(found.get("defaults", {}))
-        public, private = split_secrets(stored)
+        (rsm.config.storage.key/secret, a URL with user:password@): keep them in memory for this
+        process, drop them from `doc`, and, when the root is writable, rewrite the topics file
+        without them (once, with a warning naming the settings, never their values)."""
+        public, private = split_secrets(dict(doc.get("defaults", {})))
         if not private:
             return
+        doc["defaults"] = public
         for name, value in private.items():
             self._defaults_override.setdefault(name, value)
+        if self._migrating:
+            return
+        self._migrating = True
         names = ", ".join(sorted(private))
         if self.read_only:
             logger.warning("%s/%s holds credentials (%s): they are used but left in place (the root"
@@ -135,11 +137,7 @@ class LogRoot:
                            " keep them in the broker's config or the environment instead",
                            self.storage.url, TOPICS_FILE, names)
             return
-
-        def strip(doc):
-            doc["defaults"] = split_secrets(dict(doc.get("defaults", {})))[0]
-
-        self._update_doc(strip)
+        self._update_doc(lambda _doc: None)         # _read_doc gives it without them
         logger.warning("%s/%s held credentials (%s): removed from the root's files and kept in"
                        " memory for this process; give them in the broker's config (or"
                        " --config-file), the environment or a referenced file from now on",
@@ -157,6 +155,8 @@ class LogRoot:
             raise NotALogRootError(f"{self.storage.url}/{TOPICS_FILE} is not valid JSON: {exc}") from exc
         if not isinstance(doc, dict) or "topics" not in doc:
             raise NotALogRootError(f"{self.storage.url}/{TOPICS_FILE} has no topics table")
+        if doc.get("defaults"):
+            self._take_secrets(doc)
         return doc, version
 
     def _update_doc(self, change) -> dict:
