@@ -190,7 +190,7 @@ class Broker:
         except TopicExistsError:
             return E.NONE
         except _Failed as exc:
-            logger.warning("auto-create of topic %s refused: %s", name, exc)
+            logger.info("auto-create of topic %s refused: %s", name, exc)
             return exc.code
         except SegLogError as exc:
             return E.error_code(exc)
