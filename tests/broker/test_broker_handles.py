@@ -114,3 +114,14 @@ def test_root_with_more_partitions_than_descriptors_opens_and_serves(broker_fact
             log = root.log("wide", i)
             assert [r.value for r in log.read_records(0)] == [b"v%d" % i]
             root.release_log(log)
+
+
+def test_broker_raises_its_soft_open_file_limit_to_the_hard_one(broker_factory):
+    def soft_below_hard():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, NOFILE))
+
+    b = broker_factory(preexec_fn=soft_below_hard)
+    limits = f"/proc/{b.proc.pid}/limits"
+    line = next(x for x in open(limits).read().splitlines() if x.startswith("Max open files"))
+    assert line.split()[3:5] == [str(NOFILE), str(NOFILE)], line
+    assert f"raised the open-file limit (RLIMIT_NOFILE) from 256 to {NOFILE}" in b.log_text()
