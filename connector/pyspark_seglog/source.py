@@ -45,8 +45,9 @@ class SeglogInputPartition(InputPartition):
 
     def __init__(self, root: str, storage_options: dict, topic: str, partition: int, start: int,
                  until: int, isolation: str, include_headers: bool, fail_on_data_loss: bool,
-                 fetch_bytes: int = DEFAULT_FETCH_BYTES):
+                 fetch_bytes: int = DEFAULT_FETCH_BYTES, tiered: dict | None = None):
         super().__init__(None)
+        self.tiered = tiered            # rsm.config.* options: the remote tier's credentials
         self.root = root
         self.storage_options = storage_options
         self.topic = topic
@@ -68,7 +69,7 @@ def _input_partitions(opts: SourceOptions, ranges: list[OffsetRange]) -> list[Se
                           max_records_per_partition=opts.max_records_per_partition)
     return [SeglogInputPartition(opts.root, opts.storage_options, r.topic, r.partition, r.start,
                                  r.until, opts.isolation, opts.include_headers, opts.fail_on_data_loss,
-                                 opts.fetch_bytes)
+                                 opts.fetch_bytes, opts.tiered)
             for r in pieces]
 
 
@@ -152,7 +153,8 @@ _COLUMN_BUFFERS = BufferRecycler()
 def read_partition(p: SeglogInputPartition):
     """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until)."""
     schema = arrow_schema(p.include_headers)
-    root = LogRoot.open(p.root, storage_options=p.storage_options, read_only=True)
+    root = LogRoot.open(p.root, storage_options=p.storage_options, read_only=True,
+                        defaults=getattr(p, "tiered", None))
     buffer = None
     try:
         log = root.log(p.topic, p.partition)
@@ -235,7 +237,7 @@ class _Logs:
     def root(self) -> LogRoot:
         if self._root is None:
             self._root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options,
-                                      read_only=True)
+                                      read_only=True, defaults=self.opts.tiered)
         return self._root
 
     def topic_partitions(self) -> list:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from logcore.errors import InvalidConfigError
 from pyspark_seglog.bootstrap import parse_bootstrap
 from pyspark_seglog.offsets import parse_assign, parse_partition_map
-from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
+from pyspark_seglog.storage_options import (STORAGE_PREFIX, TIERED_PREFIX, root_url, storage_options,
+                                           tiered_settings)
 
 EARLIEST = -2
 LATEST = -1
@@ -145,6 +146,7 @@ class SourceOptions:
     # from the root, which must be the broker's log dir.
     bootstrap_servers: str | None = None
     fetch_bytes: int = DEFAULT_FETCH_BYTES         # kafka.max.partition.fetch.bytes
+    tiered: dict | None = None                     # rsm.config.* (remote-tier credentials)
 
     def matches(self, topic: str) -> bool:
         """Whether a topic belongs to the subscription (subscribe / subscribePattern)."""
@@ -159,7 +161,8 @@ def check_option_names(options) -> None:
     """Unknown and refused options: one error naming the option (and the closest known one)."""
     for name in options:
         key = name.lower()
-        if key in SOURCE_OPTIONS or key in IGNORED_OPTIONS or key.startswith(STORAGE_PREFIX):
+        if (key in SOURCE_OPTIONS or key in IGNORED_OPTIONS or key.startswith(STORAGE_PREFIX)
+                or key.startswith(TIERED_PREFIX)):
             continue
         if key.startswith(KAFKA_PREFIX):
             setting = key[len(KAFKA_PREFIX):]
@@ -293,6 +296,7 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
     if bootstrap is not None:
         parse_bootstrap(str(bootstrap))        # fails now, naming the option, if malformed
     return SourceOptions(
+        tiered=tiered_settings(options),
         root=root, storage_options=storage, strategy=strategy, topics=topics, pattern=pattern,
         assigned=assigned, starting=starting, ending=ending, timestamp_strategy=ts_strategy,
         max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,

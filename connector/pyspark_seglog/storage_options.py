@@ -10,6 +10,9 @@ from logcore.errors import InvalidConfigError
 from logcore.storage.options import nested_storage_options
 
 STORAGE_PREFIX = "storage."
+# Tiered-storage settings of the root that a root never stores (credentials of the remote tier:
+# rsm.config.storage.key / secret / token ...), given to the reader like a broker's config.
+TIERED_PREFIX = "rsm.config."
 
 
 def root_url(options) -> str:
@@ -25,3 +28,10 @@ def storage_options(options) -> dict:
     pairs = [(k[len(STORAGE_PREFIX):], v) for k, v in options.items()
              if k.lower().startswith(STORAGE_PREFIX)]
     return nested_storage_options(pairs, "option storage.*")
+
+
+def tiered_settings(options) -> dict | None:
+    """`rsm.config.*` options: the root's tiered-storage settings over its stored ones (the
+    remote tier's credentials, which the root does not store); None when there are none."""
+    found = {k: str(v) for k, v in options.items() if k.lower().startswith(TIERED_PREFIX)}
+    return found or None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 import uuid
 from typing import Any, Awaitable
@@ -21,6 +22,8 @@ from logcore.broker.api_versions import SERVED, advertised
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS, BrokerConfig
 from logcore.broker.error_response import error_response
+from logcore.broker.resources import open_partition_budget
+from logcore.storage.secrets import redact_url
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
@@ -57,7 +60,8 @@ class Broker:
         self.root = root
         self.node_id = config.node_id
         self.host, self.port = advertised
-        self.partitions = PartitionManager(root)
+        self.partitions = PartitionManager(
+            root, open_partition_budget(config["log.max.open.partitions"]))
         self.producer_ids = ProducerIdAllocator(root.storage)
         self.cluster_id = _cluster_id(root)
         self.background: set[asyncio.Task] = set()
@@ -79,6 +83,7 @@ class Broker:
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
         }
         self.served = dict(SERVED)
+        self._create_lock = threading.Lock()    # topic creation vs. the partition caps
 
     def open(self) -> None:
         """Open every partition (blocking) and rebuild the groups from __consumer_offsets.
@@ -206,7 +211,7 @@ class Broker:
             for p in range(info.partitions):
                 part = self.partitions.get(name, p)
                 parts.append({"error_code": E.NONE, "partition_index": p, "leader_id": self.node_id,
-                              "leader_epoch": part.log.leader_epoch if part else -1,
+                              "leader_epoch": part.leader_epoch if part else -1,
                               "replica_nodes": [self.node_id], "isr_nodes": [self.node_id],
                               "offline_replicas": []})
             topics.append({"error_code": E.NONE, "name": name, "topic_id": self._topic_uuid(name),
@@ -219,15 +224,36 @@ class Broker:
 
     def _auto_create(self, name: str) -> int:
         try:
-            self._create_topic(name, self.config["num.partitions"], {})
+            with self._create_lock:
+                self._check_partition_cap(name, self.config["num.partitions"])
+                self._create_topic(name, self.config["num.partitions"], {})
             logger.info("auto-created topic %s", name)
             return E.NONE
         except TopicExistsError:
             # created in the root by another process since the refresh: serve it
             self.partitions.refresh_topics()
             return E.NONE if name in self.partitions.topics else E.UNKNOWN_TOPIC_OR_PARTITION
+        except _Failed as exc:
+            logger.info("auto-create of topic %s refused: %s", name, exc)
+            return exc.code
         except SegLogError as exc:
             return E.error_code(exc)
+
+    def _check_partition_cap(self, name: str, partitions: int, in_request: int = 0) -> None:
+        """POLICY_VIOLATION when `partitions` more (after `in_request` already created by this
+        request) pass max.partitions.per.request or this broker's max.partitions. The caller
+        holds _create_lock, so that concurrent creations cannot pass the cap together."""
+        per_request = self.config["max.partitions.per.request"]
+        if in_request + partitions > per_request:
+            raise _Failed(E.POLICY_VIOLATION,
+                          f"topic {name!r}: {partitions} partitions (after {in_request} earlier in"
+                          f" this request) exceed max.partitions.per.request={per_request}")
+        cap = self.config["max.partitions"]
+        have = sum(info.partitions for info in self.partitions.topics.values())
+        if have + partitions > cap:
+            raise _Failed(E.POLICY_VIOLATION,
+                          f"topic {name!r}: {partitions} more partitions would make {have + partitions}"
+                          f" on this broker, above max.partitions={cap}")
 
     def _create_topic(self, name: str, partitions: int, configs: dict[str, str]):
         with self.partitions.lock:
@@ -242,6 +268,7 @@ class Broker:
     def _create_topics(self, body) -> list[dict]:
         results = []
         seen = set()
+        in_request = 0          # partitions this request asked for so far (max.partitions.per.request)
         for t in body.topics:
             res = {"name": t.name, "error_code": E.NONE, "error_message": None,
                    "num_partitions": -1, "replication_factor": -1, "configs": []}
@@ -267,6 +294,9 @@ class Broker:
                 configs = {c.name: c.value for c in t.configs if c.value is not None}
                 if t.name in self.partitions.topics:
                     raise _Failed(E.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
+                with self._create_lock:
+                    self._check_partition_cap(t.name, partitions, in_request)
+                    in_request += partitions
                 if body.validate_only:
                     from logcore.log.config import (LogConfig, check_topic_against_root,
                                                     validate_topic_name, validate_topic_overrides)
@@ -275,7 +305,9 @@ class Broker:
                     defaults = self.root.defaults()
                     check_topic_against_root(t.name, LogConfig.from_props(configs, defaults), defaults)
                 else:
-                    self._create_topic(t.name, partitions, configs)
+                    with self._create_lock:
+                        self._check_partition_cap(t.name, partitions)
+                        self._create_topic(t.name, partitions, configs)
                 res.update(num_partitions=partitions, replication_factor=1,
                            configs=self._describe_topic_configs(t.name, None) if not body.validate_only else [])
             except _Failed as exc:
@@ -380,7 +412,7 @@ class Broker:
             if keys is not None and name not in keys:
                 continue
             source = SOURCE_STATIC_BROKER if name in defaults else SOURCE_DEFAULT
-            out.append({"name": name, "value": key.format(tiered.get(short)), "read_only": True,
+            out.append({"name": name, "value": redact_url(key.format(tiered.get(short))), "read_only": True,
                         "config_source": source, "is_sensitive": False, "synonyms": [],
                         "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
         return out

@@ -31,6 +31,11 @@ def _listener_validator():
     return Validator(check, "one PLAINTEXT://host:port listener (this broker speaks PLAINTEXT only)")
 
 
+def _auto_or_at_least(minimum: int):
+    from logcore.log.config import Validator
+    return Validator(lambda v: v == -1 or v >= minimum, f"-1 (automatic) or at least {minimum}")
+
+
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("listeners", ConfigType.LIST, "PLAINTEXT://127.0.0.1:9092",
               "Address the broker listens on; port 0 picks a free port (printed at start).",
@@ -97,6 +102,20 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
               category="broker"),
     ConfigKey("connections.max.idle.ms", ConfigType.LONG, 600000,
               "Close a connection idle this long.", validator=at_least(1000), category="broker"),
+    ConfigKey("max.partitions.per.request", ConfigType.INT, 1000,
+              "Most partitions one CreateTopics request may create (all its topics together); a"
+              " request asking for more fails each topic beyond it with POLICY_VIOLATION (44).",
+              validator=at_least(1), category="broker"),
+    ConfigKey("max.partitions", ConfigType.INT, 10000,
+              "Most partitions this broker leads (every topic, __consumer_offsets included);"
+              " CreateTopics and Metadata auto-create beyond it fail with POLICY_VIOLATION (44)."
+              " Partitions already in the root always open, however many.",
+              validator=at_least(1), category="broker"),
+    ConfigKey("log.max.open.partitions", ConfigType.INT, -1,
+              "Most partition logs kept open at once (each holds ~6 file descriptors); the least"
+              " recently used idle ones are closed and reopened on demand. -1: derived from the"
+              " process's open-file limit (RLIMIT_NOFILE, raised to its hard limit at start).",
+              validator=_auto_or_at_least(16), category="broker"),
     ConfigKey("remote.log.manager.task.interval.ms", ConfigType.LONG, 30000,
               "How often the background service tiers the partitions of tiered topics (copy to the"
               " remote tier, local and remote retention); other retention work runs every"

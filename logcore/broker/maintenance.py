@@ -56,7 +56,7 @@ class BrokerMaintenance:
         for part in list(self.partitions.partitions.values()):
             if self._stop.is_set():
                 break
-            if part.closed or (tiered_only and part.log.remote is None):
+            if part.closed or (tiered_only and (not part.is_open or part.log.remote is None)):
                 continue
             try:
                 # compaction (full passes only; tiered topics never compact) after retention

@@ -9,6 +9,14 @@ queue up, and the worker takes everything queued, appends it in order and commit
 commit: the batches of concurrent producers share one fsync). A batch's future resolves only
 once the high watermark covers it. The server submits a request's batches before it reads the
 connection's next request, so one connection's batches keep their order.
+
+Open logs are bounded (`log.max.open.partitions`, logcore.broker.resources): a partition's writer
+Log is opened on first use and the least recently used idle ones are closed (cleanly, releasing
+their file descriptors) when more would be open; a closed one reopens on demand at the same
+leader epoch when nobody took it meanwhile (WriterFence resume). A log in use is never closed:
+one with queued or running produce work, or the one a thread last took with `Partition.log`
+(each thread pins the partition it is reading until it takes another one or calls
+`PartitionManager.unpin_thread`).
 """
 from __future__ import annotations
 
@@ -16,8 +24,10 @@ import asyncio
 import logging
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from logcore.broker.resources import open_partition_budget
 from logcore.errors import FencedWriterError
 from logcore.log.log import Log
 from logcore.log.log_root import LogRoot, TopicInfo
@@ -26,17 +36,39 @@ from logcore.log.partition_metadata import parse_topic_id
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)
 class Partition:
     topic: str
     index: int
-    log: Log
+    manager: "PartitionManager"
     working: bool = False
     queue: list = field(default_factory=list)           # (batch bytes, future)
     committed: asyncio.Future | None = None              # resolved at the next commit
     closed: bool = False
+    _log: Log | None = None
+    _epoch: int = -1                                     # leader epoch of the last open
+    _resume: tuple[int, str] | None = None               # (epoch, writer id) to take back
+    pins: int = 0                                        # threads whose last partition this is
+    evicting: bool = False
+    gate: threading.Lock = field(default_factory=threading.Lock)   # open vs. close
     retakes: int = 0                                     # times another writer fenced this broker
     fenced_at: float = 0.0                               # monotonic time of the last takeover
+
+    @property
+    def log(self) -> Log:
+        """The partition's writer log, opened now if it is not (blocking); pins it to the
+        calling thread until that thread takes another partition's log."""
+        return self.manager.acquire(self)
+
+    @property
+    def is_open(self) -> bool:
+        return self._log is not None
+
+    @property
+    def leader_epoch(self) -> int:
+        """The leader epoch without opening the log (-1 if never opened by this broker)."""
+        log = self._log
+        return log.leader_epoch if log is not None else self._epoch
 
     def next_commit(self) -> asyncio.Future:
         if self.committed is None or self.committed.done():
@@ -45,11 +77,18 @@ class Partition:
 
 
 class PartitionManager:
-    def __init__(self, root: LogRoot):
+    def __init__(self, root: LogRoot, max_open: int | None = None):
         self.root = root
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.topic_ids: dict[bytes, str] = {}             # UUID bytes -> topic name
+        self.max_open = max_open if max_open is not None else open_partition_budget(-1)
+        self._lock = threading.Lock()                     # pins, the LRU, victims
+        self._open: OrderedDict[Partition, None] = OrderedDict()   # open logs, least recent first
+        self._pinned = threading.local()
+        self.opened = 0                                   # logs opened (first or again)
+        self.evicted = 0                                  # logs closed to stay under max_open
+        self._warned_over = False
         # Opening, closing and refreshing topics happen in worker threads: one at a time, and a
         # create or delete of the broker's own holds it across its root change and its opening
         # or closing (so that a refresh in between never sees half of it).
@@ -60,20 +99,112 @@ class PartitionManager:
 
     # ---------------------------------------------------------------- opening and closing
     def open_all(self) -> None:
-        """Open every partition of the root as writer (recovering logs a crash left)."""
+        """Know every partition of the root; open (recovering logs a crash left) as many as
+        `max_open` allows, the rest on first use."""
         with self.lock:
             for name in self.root.list_topics():
-                self.open_topic(self.root.describe_topic(name))
+                self.open_topic(self.root.describe_topic(name), eager=True)
+        self.unpin_thread()
+        lazy = len(self.partitions) - len(self._open)
+        if lazy > 0:
+            logger.info("%d of %d partitions open (log.max.open.partitions=%d); the other %d open"
+                        " on first use", len(self._open), len(self.partitions), self.max_open, lazy)
 
-    def open_topic(self, info: TopicInfo) -> None:
+    def open_topic(self, info: TopicInfo, eager: bool = True) -> None:
         with self.lock:
             self.topics[info.name] = info
             if info.topic_id:
                 self.topic_ids[parse_topic_id(info.topic_id).bytes] = info.name
             for p in range(info.partitions):
                 if (info.name, p) not in self.partitions:
-                    log = self.root.log(info.name, p, writer=True)
-                    self.partitions[(info.name, p)] = Partition(info.name, p, log)
+                    part = Partition(info.name, p, self)
+                    self.partitions[(info.name, p)] = part
+                    if eager and len(self._open) < self.max_open:
+                        self.acquire(part)
+
+    def acquire(self, part: Partition) -> Log:
+        """`part`'s log, opened if needed, pinned to this thread (its previous pin let go)."""
+        with self._lock:
+            self._pin_locked(part)
+            log = part._log
+            if log is not None and not part.evicting:
+                self._open.move_to_end(part)
+                return log
+        with part.gate:
+            if part._log is None:
+                if part.closed:
+                    raise ConnectionAbortedError(f"{part.topic}-{part.index} was closed")
+                log = self.root.log(part.topic, part.index, writer=True, resume=part._resume)
+                with self._lock:
+                    part._log, part._epoch, part.evicting = log, log.leader_epoch, False
+                    self._open[part] = None
+                    self.opened += 1
+            log = part._log
+        self._evict_over_budget()
+        return log
+
+    def _pin_locked(self, part: Partition) -> None:
+        previous = getattr(self._pinned, "part", None)
+        if previous is part:
+            return
+        if previous is not None:
+            previous.pins -= 1
+        part.pins += 1
+        self._pinned.part = part
+
+    def unpin_thread(self) -> None:
+        """Let go of the partition this thread last took with `Partition.log`."""
+        with self._lock:
+            previous = getattr(self._pinned, "part", None)
+            if previous is not None:
+                previous.pins -= 1
+                self._pinned.part = None
+
+    def _evict_over_budget(self) -> None:
+        with self._lock:
+            over = len(self._open) - self.max_open
+            if over <= 0:
+                return
+            victims = []
+            for part in self._open:
+                if len(victims) >= over:
+                    break
+                if not (part.pins or part.working or part.queue or part.evicting):
+                    part.evicting = True
+                    victims.append(part)
+            if len(victims) < over and not self._warned_over:
+                self._warned_over = True
+                logger.warning("%d partition logs are in use at once, more than"
+                               " log.max.open.partitions=%d", len(self._open), self.max_open)
+        for part in victims:
+            self._close_idle(part)
+
+    def _close_idle(self, part: Partition) -> None:
+        with part.gate:
+            with self._lock:
+                part.evicting = False
+                log = part._log
+                if log is None or part.pins or part.working or part.queue:
+                    return                      # taken again meanwhile: keep it
+                part._log = None
+                self._open.pop(part, None)
+                part._epoch = log.leader_epoch
+                self.evicted += 1
+            fence = getattr(log, "fence", None)
+            part._resume = (log.leader_epoch, fence.writer_id) if fence is not None else None
+            try:
+                self.root.release_log(log)
+            except Exception:  # noqa: BLE001 - a log that fails to close must not stop the others
+                logger.exception("closing idle %s-%d failed", part.topic, part.index)
+
+    def _close_part(self, part: Partition) -> None:
+        with part.gate:
+            with self._lock:
+                part.closed = True
+                log, part._log = part._log, None
+                self._open.pop(part, None)
+            if log is not None:
+                self.root.release_log(log)
 
     def close_topic(self, name: str) -> None:
         with self.lock:
@@ -84,14 +215,13 @@ class PartitionManager:
             for p in range(info.partitions):
                 part = self.partitions.pop((name, p), None)
                 if part is not None:
-                    part.closed = True
-                    part.log.close()
+                    self._close_part(part)
 
     def refresh_topics(self) -> None:
         """Pick up what another process changed in the root's topics file (blocking): topics it
-        created, partitions it added (opened here as writer), topics that are gone (closed),
-        config overrides (DescribeConfigs shows them; open logs keep theirs until the broker
-        restarts). Cheap when nothing changed: one read of the topics file."""
+        created, partitions it added (known here, opened on first use), topics that are gone
+        (closed), config overrides (DescribeConfigs shows them; open logs keep theirs until the
+        broker restarts). Cheap when nothing changed: one read of the topics file."""
         with self.lock:
             try:
                 infos, version = self.root.topic_infos()
@@ -120,7 +250,7 @@ class PartitionManager:
                 elif current == info:
                     continue
                 try:
-                    self.open_topic(info)
+                    self.open_topic(info, eager=False)
                 except Exception as exc:   # noqa: BLE001 - the other topics are still served
                     logger.error("cannot open topic %s picked up from the root: %s", name, exc)
                     return                 # version not recorded: tried again at the next refresh
@@ -149,29 +279,37 @@ class PartitionManager:
         """Another process took `part` (a writer that bypassed the broker's claim on the root):
         reopen its log as writer, which recovers what that writer committed, cuts what it left
         uncommitted above the HW and fences it in turn (blocking). Logged once per takeover."""
-        old = part.log
-        current = -1
-        try:
-            current = old.fence.current_epoch()
-        except Exception:   # noqa: BLE001 - only for the message
-            pass
-        logger.warning("%s-%d: another writer took the partition (its epoch is now %d, this broker"
-                       " held %d); a root a broker serves must be written only through it. Taking"
-                       " the partition back: batches in flight are answered NOT_LEADER_OR_FOLLOWER"
-                       " and clients retry", part.topic, part.index, current, old.leader_epoch)
-        try:
-            self.root.release_log(old)
-        except Exception:   # noqa: BLE001 - a fenced log closes what it can
-            logger.debug("closing the fenced log of %s-%d", part.topic, part.index, exc_info=True)
-        part.log = self.root.log(part.topic, part.index, writer=True)
-        part.retakes += 1
-        part.fenced_at = time.monotonic()
+        with part.gate:
+            old = part._log
+            current = -1
+            try:
+                current = old.fence.current_epoch() if old is not None else -1
+            except Exception:   # noqa: BLE001 - only for the message
+                pass
+            logger.warning("%s-%d: another writer took the partition (its epoch is now %d, this"
+                           " broker held %d); a root a broker serves must be written only through"
+                           " it. Taking the partition back: batches in flight are answered"
+                           " NOT_LEADER_OR_FOLLOWER and clients retry", part.topic, part.index,
+                           current, part.leader_epoch)
+            if old is not None:
+                try:
+                    self.root.release_log(old)
+                except Exception:   # noqa: BLE001 - a fenced log closes what it can
+                    logger.debug("closing the fenced log of %s-%d", part.topic, part.index, exc_info=True)
+            part._resume = None                  # the epoch moved on: take it with a new one
+            log = self.root.log(part.topic, part.index, writer=True)
+            with self._lock:
+                part._log, part._epoch, part.evicting = log, log.leader_epoch, False
+                self._open[part] = None
+                self._open.move_to_end(part)
+                self.opened += 1
+            part.retakes += 1
+            part.fenced_at = time.monotonic()
 
     def close(self) -> None:
-        for part in self.partitions.values():
-            part.closed = True
+        for part in list(self.partitions.values()):
             try:
-                part.log.close()
+                self._close_part(part)
             except Exception:      # one bad log must not keep the others from closing cleanly
                 logger.exception("closing %s-%d failed", part.topic, part.index)
         self.partitions.clear()
@@ -208,6 +346,8 @@ class PartitionManager:
         (Log.append_and_commit_nowait). None when done, else (jobs, results so far) for the
         blocking path."""
         jobs, part.queue = part.queue, []
+        if part._log is None or part.evicting:
+            return jobs, []                     # opening the log blocks: in a worker thread
         try:
             results, committed = part.log.append_and_commit_nowait([batch for batch, _ in jobs])
         except Exception:  # noqa: BLE001 - a bug here must not leave the futures unresolved
@@ -226,7 +366,7 @@ class PartitionManager:
             while leftover is not None and not part.closed:
                 jobs, results = leftover
                 more, commit_error = await asyncio.to_thread(
-                    _append_and_commit, part.log, [batch for batch, _ in jobs[len(results):]])
+                    self._append_and_commit, part, [batch for batch, _ in jobs[len(results):]])
                 self._complete(part, jobs, results + more, commit_error)
                 if isinstance(commit_error, FencedWriterError) or any(
                         isinstance(r, FencedWriterError) for r in more):
@@ -272,6 +412,19 @@ class PartitionManager:
     def notify(self, part: Partition) -> None:
         if part.committed is not None and not part.committed.done():
             part.committed.set_result(None)
+
+
+    def _append_and_commit(self, part: Partition, batches: list[bytes]) -> tuple[list, BaseException | None]:
+        """_append_and_commit on the partition's log (opened here if it is not), in a worker thread."""
+        try:
+            log = part.log
+        except Exception as exc:  # noqa: BLE001 - e.g. the log cannot be opened: every batch fails
+            logger.error("opening %s-%d failed: %s", part.topic, part.index, exc)
+            return [exc] * len(batches), None
+        try:
+            return _append_and_commit(log, batches)
+        finally:
+            self.unpin_thread()
 
 
 def _append_and_commit(log: Log, batches: list[bytes]) -> tuple[list, BaseException | None]:

@@ -402,6 +402,9 @@ def _return_large_blocks() -> None:
 
 async def run_broker(config: BrokerConfig, *, ready=None) -> None:
     """Run a broker until SIGINT/SIGTERM; `ready(host, port)` is called once it listens."""
+    from logcore.broker.resources import check_remote_before_root, raise_nofile_limit
+    raise_nofile_limit()
+    await asyncio.to_thread(check_remote_before_root, config)
     server = BrokerServer(config)
     host, port = await server.start()
     logger.info("seglog broker (node %d) serving %s on %s:%d", config.node_id, config.log_dir, host, port)
@@ -426,6 +429,9 @@ def run_from_properties(path: str, overrides: dict[str, str] | None = None) -> i
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from logcore.storage.secrets import RedactingFilter, secret_values
+    for handler in logging.getLogger().handlers:    # no log line shows a configured credential
+        handler.addFilter(RedactingFilter(secret_values(props)))
 
     def ready(host: str, port: int) -> None:
         sys.stdout.write(f"seglog broker listening on PLAINTEXT://{host}:{port}\n")

@@ -16,6 +16,7 @@ the file and the line.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -139,14 +140,37 @@ class OffsetCheckpoint(_CheckpointFile):
         return result
 
     def read(self) -> dict[tuple[str, int], int]:
-        """{(topic, partition): offset}; empty when the file is missing or empty."""
+        """{(topic, partition): offset}; empty when the file is missing or empty.
+
+        The root's files hold one line per partition and every partition's open reads them:
+        the last decoding of each file is kept and reused while the file's bytes are unchanged
+        (a root with thousands of partitions would otherwise parse them all at every open)."""
         data = self._read_bytes()
-        return {} if data is None else self.decode(data, source=self._where)
+        if data is None:
+            return {}
+        where = self._where
+        with _DECODED_LOCK:
+            cached = _DECODED.get(where)
+        if cached is not None and cached[0] == data:
+            return dict(cached[1])
+        decoded = self.decode(data, source=where)
+        if len(data) >= _CACHE_MIN_BYTES:
+            with _DECODED_LOCK:
+                _DECODED[where] = (bytes(data), dict(decoded))
+                while len(_DECODED) > _CACHE_FILES:
+                    _DECODED.pop(next(iter(_DECODED)))
+        return decoded
 
     def write(self, offsets: Mapping[tuple[str, int], int], *, durable: bool = True) -> None:
         """Replace the file with `offsets` (lines sorted by topic, partition); durable=False
         skips the fsyncs (the rename is still atomic for readers and survives a process crash)."""
         self.storage.write_atomic(self.path, self.encode(offsets), durable=durable)
+
+
+_DECODED: dict[str, tuple[bytes, dict]] = {}    # file -> (its bytes, their decoding)
+_DECODED_LOCK = threading.Lock()
+_CACHE_MIN_BYTES = 4096                         # small files decode faster than they compare
+_CACHE_FILES = 64
 
 
 class LeaderEpochCheckpoint(_CheckpointFile):

@@ -780,7 +780,35 @@ def load_properties(source: str | os.PathLike) -> dict[str, str]:
         where = f"{origin} line {lineno}"
         raw_key, raw_value = _split_key_value(line)
         props[_unescape(raw_key, where)] = _unescape(raw_value, where)
+    base = Path(origin).parent if origin != "<text>" else Path.cwd()
+    for name, value in props.items():
+        if value.startswith("${file:") and value.endswith("}"):
+            props[name] = _file_reference(name, value, base)
     return props
+
+
+def _file_reference(name: str, value: str, base: Path) -> str:
+    """`${file:PATH:KEY}` (Kafka's FileConfigProvider syntax): KEY of the properties file PATH
+    (relative to the file that refers to it), which only its owner may read (mode 0600 or
+    stricter): credentials stay out of the main config and out of any log root."""
+    path_text, sep, key = value[len("${file:"):-1].rpartition(":")
+    if not sep or not path_text or not key:
+        raise InvalidConfigError(f"{name}: a file reference is ${{file:PATH:KEY}}, got a malformed one")
+    path = Path(path_text)
+    if not path.is_absolute():
+        path = base / path
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InvalidConfigError(f"{name}: the referenced file {path} does not exist") from None
+    if os.name == "posix" and mode & 0o077:
+        raise InvalidConfigError(
+            f"{name}: the referenced file {path} has mode {mode & 0o777:04o}; a file holding"
+            " credentials must be readable by its owner only (chmod 600)")
+    found = load_properties(path)
+    if key not in found:
+        raise InvalidConfigError(f"{name}: the referenced file {path} has no key {key!r}")
+    return found[key]
 
 
 # --- generated documentation -----------------------------------------------------------------

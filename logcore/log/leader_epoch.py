@@ -29,7 +29,9 @@ class LeaderEpochCache:
         self._starts: list[int] = []
         if checkpoint is not None:
             # Replay through assign's rules, as Kafka does, so a hand-edited file is made monotonic.
-            for epoch, start in checkpoint.read():
+            stored = checkpoint.read()
+            self._written: list[tuple[int, int]] | None = list(stored)   # what the file holds
+            for epoch, start in stored:
                 self._assign(epoch, start)
             if log_end_offset is not None:
                 self.truncate_from_end(log_end_offset)
@@ -127,13 +129,15 @@ class LeaderEpochCache:
         self._starts.append(start_offset)
         return True
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Remove entries whose start offset is >= `end_offset` (log truncated to it)."""
+    def truncate_from_end(self, end_offset: int, *, flush: bool = True) -> None:
+        """Remove entries whose start offset is >= `end_offset` (log truncated to it);
+        flush=False leaves the write to the caller's next flush()."""
         if end_offset < 0 or not self._starts or self._starts[-1] < end_offset:
             return
         keep = bisect.bisect_left(self._starts, end_offset)
         del self._epochs[keep:], self._starts[keep:]
-        self.flush()
+        if flush:
+            self.flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop entries starting at or below `start_offset` (log start moved to it) and keep the
@@ -156,7 +160,11 @@ class LeaderEpochCache:
     def flush(self) -> None:
         """Write the entries through to the checkpoint (skipped on read-only storage)."""
         if self.checkpoint is not None and not self.checkpoint.storage.read_only:
-            self.checkpoint.write(self.entries)
+            entries = self.entries
+            if entries == getattr(self, "_written", None):
+                return          # the file holds them already (a reopen assigns what it had)
+            self.checkpoint.write(entries)
+            self._written = entries
 
     def __repr__(self) -> str:
         return f"LeaderEpochCache({self._where}, entries={self.entries})"

@@ -258,7 +258,8 @@ class Log:
         # As Kafka: nothing above the LEO can be flushed (a recovery cut it, or a power cut lost it).
         self.recovery_point = min(self.recovery_point, leo)
         if not self.read_only:
-            self.epoch_cache.truncate_from_end(leo)
+            # A writer re-assigns its epoch at the LEO below and writes the file once then.
+            self.epoch_cache.truncate_from_end(leo, flush=not self.writer)
         hw = state.high_watermark
         if hw is None:
             # No committed HW: nothing is visible (a Kafka copy without a checkpoint entry, or
@@ -288,6 +289,7 @@ class Log:
                 # The published segments are immutable: new data goes into a fresh in-memory one.
                 self._roll_to(self.log_end_offset)
             self.epoch_cache.assign(self.leader_epoch, self.log_end_offset)
+            self.epoch_cache.flush()        # the truncation above, when assign changed nothing
             if self.storage.is_local:
                 self.storage.delete(self.storage.join(self.dir, CLEAN_SHUTDOWN), missing_ok=True)
 

@@ -28,6 +28,7 @@ from logcore.log.partition_state import (HW_CHECKPOINT, LOG_START_CHECKPOINT,
                                          ObjectPartitionState)
 from logcore.log.writer_fence import WriterFence
 from logcore.storage import open_storage
+from logcore.storage.secrets import split_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class LogRoot:
         # check_not_served; every other process's writes are refused while a live claim stands.
         self.owner_id: str | None = None
         self._unserved_until = 0.0
+        self._migrating = False             # credentials found in the root: handled once
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -100,7 +102,10 @@ class LogRoot:
                 f"{storage.url} is not empty and is not a log root (found {', '.join(names[:5])});"
                 " refusing to create a log root there")
         storage.makedirs("")
-        doc = {"version": 1, "cluster_id": _new_id(), "defaults": dict(defaults or {}), "topics": {}}
+        # Credentials never go into the root (any reader of it could read them): they stay in
+        # the creator's config, which passes them to every open as `defaults`.
+        stored, _ = split_secrets(dict(defaults or {}))
+        doc = {"version": 1, "cluster_id": _new_id(), "defaults": stored, "topics": {}}
         if storage.put_if_absent(TOPICS_FILE, _dump(doc)) is None:
             pass  # someone else created it first: theirs stands
         if not storage.exists(META_PROPERTIES):
@@ -115,6 +120,33 @@ class LogRoot:
     def url(self) -> str:
         return self.storage.url
 
+    def _take_secrets(self, doc: dict) -> None:
+        """A root written by an earlier seglog may hold credentials in its stored defaults
+        (rsm.config.storage.key/secret, a URL with user:password@): keep them in memory for this
+        process, drop them from `doc`, and, when the root is writable, rewrite the topics file
+        without them (once, with a warning naming the settings, never their values)."""
+        public, private = split_secrets(dict(doc.get("defaults", {})))
+        if not private:
+            return
+        doc["defaults"] = public
+        for name, value in private.items():
+            self._defaults_override.setdefault(name, value)
+        if self._migrating:
+            return
+        self._migrating = True
+        names = ", ".join(sorted(private))
+        if self.read_only:
+            logger.warning("%s/%s holds credentials (%s): they are used but left in place (the root"
+                           " is opened read-only); open it once for writing to remove them, and"
+                           " keep them in the broker's config or the environment instead",
+                           self.storage.url, TOPICS_FILE, names)
+            return
+        self._update_doc(lambda _doc: None)         # _read_doc gives it without them
+        logger.warning("%s/%s held credentials (%s): removed from the root's files and kept in"
+                       " memory for this process; give them in the broker's config (or"
+                       " --config-file), the environment or a referenced file from now on",
+                       self.storage.url, TOPICS_FILE, names)
+
     # ------------------------------------------------------------------ topic metadata
     def _read_doc(self) -> tuple[dict, str | None]:
         found = self.storage.read_versioned(TOPICS_FILE)
@@ -127,6 +159,8 @@ class LogRoot:
             raise NotALogRootError(f"{self.storage.url}/{TOPICS_FILE} is not valid JSON: {exc}") from exc
         if not isinstance(doc, dict) or "topics" not in doc:
             raise NotALogRootError(f"{self.storage.url}/{TOPICS_FILE} has no topics table")
+        if doc.get("defaults"):
+            self._take_secrets(doc)
         return doc, version
 
     def _update_doc(self, change) -> dict:

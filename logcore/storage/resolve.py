@@ -6,11 +6,9 @@ from typing import Any
 from logcore.errors import InvalidConfigError
 from logcore.storage.base import Storage
 from logcore.storage.local import LocalStorage
+from logcore.storage.secrets import redact_url, secret_values
 
 _LOCAL_PROTOCOLS = ("file", "local")
-# Option keys whose values are secrets: redacted from any message that might echo them.
-_SECRET_KEYS = ("key", "secret", "token", "password", "aws_access_key_id",
-                "aws_secret_access_key", "aws_session_token")
 
 
 def open_storage(url: str, storage_options: dict[str, Any] | None = None, *,
@@ -27,7 +25,7 @@ def open_storage(url: str, storage_options: dict[str, Any] | None = None, *,
         return LocalStorage(url, read_only=read_only)
     if protocol in _LOCAL_PROTOCOLS:
         if not rest.startswith("/"):
-            raise InvalidConfigError(f"storage url {url!r} must be absolute (file:///path)")
+            raise InvalidConfigError(f"storage url {redact_url(url)!r} must be absolute (file:///path)")
         return LocalStorage(rest, read_only=read_only)
 
     # Imported here: local roots never load fsspec (a Spark task's worker stays lighter).
@@ -40,7 +38,7 @@ def open_storage(url: str, storage_options: dict[str, Any] | None = None, *,
         # The log reads state other writers change: never answer from s3fs's listing cache.
         options.setdefault("use_listings_cache", False)
         if not rest.split("/", 1)[0]:
-            raise InvalidConfigError(f"storage url {url!r} names no bucket (s3://bucket/prefix)")
+            raise InvalidConfigError(f"storage url {redact_url(url)!r} names no bucket (s3://bucket/prefix)")
     try:
         fs = fsspec.filesystem(protocol, **options)
     except (ValueError, ImportError) as exc:
@@ -50,15 +48,5 @@ def open_storage(url: str, storage_options: dict[str, Any] | None = None, *,
     except TypeError:
         raise InvalidConfigError(
             f"bad storage options for protocol {protocol!r}: option names {sorted(options)}") from None
-    secrets = _secret_values(options)
+    secrets = tuple(secret_values(options)) + tuple(secret_values({"url": url}))
     return ObjectStorage(url, fs, read_only=read_only, secrets=secrets)
-
-
-def _secret_values(options: dict[str, Any]) -> tuple[str, ...]:
-    found: list[str] = []
-    for name, value in options.items():
-        if isinstance(value, dict):
-            found.extend(_secret_values(value))
-        elif isinstance(value, str) and name.lower() in _SECRET_KEYS:
-            found.append(value)
-    return tuple(found)

@@ -59,7 +59,8 @@ class RemoteTier:
             storage.write_atomic(probe, b"")
             storage.delete(probe)
         except SegLogError as exc:
-            raise InvalidConfigError(f"rsm.config.storage.url={self.config.storage_url}: the remote "
+            from logcore.storage.secrets import redact_url
+            raise InvalidConfigError(f"rsm.config.storage.url={redact_url(self.config.storage_url)}: the remote "
                                      f"root cannot be written: {exc}") from None
 
     def store(self, topic: str, topic_id: str | uuid.UUID, partition: int) -> RemoteLogMetadataStore:

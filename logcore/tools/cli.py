@@ -1058,6 +1058,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _redacted(args, text: str) -> str:
+    """`text` without the credentials the command line gave (--storage-option key=/secret=...,
+    a URL's user:password@, the secrets of a --config-file or --override)."""
+    from logcore.storage.secrets import redact, secret_values
+
+    pairs = {k: v for k, _, v in (item.partition("=") for item in getattr(args, "storage_option", None) or ())}
+    found = secret_values(pairs) + secret_values({"root": getattr(args, "root", None) or ""})
+    for item in getattr(args, "override", None) or ():
+        name, _, value = item.partition("=")
+        found += secret_values({name: value})
+    for attr in ("config_file", "config"):
+        path = getattr(args, attr, None)
+        if isinstance(path, str) and path:
+            try:
+                found += secret_values(load_properties(path))
+            except Exception:  # noqa: BLE001 - a file we cannot read holds nothing to hide here
+                pass
+    return redact(text, found)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -1071,7 +1091,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except SegLogError as exc:
         sys.stdout.flush()
-        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        sys.stderr.write(f"{PROG}: error: {_redacted(args, str(exc))}\n")
         return 1
     except KeyboardInterrupt:
         return 130

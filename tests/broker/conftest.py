@@ -57,7 +57,9 @@ def _env() -> dict:
 def _start_factory(base: Path, started: list):
     counter = [0]
 
-    def start(root: Path | None = None, **props) -> RunningBroker:
+    def start(root: Path | None = None, *, preexec_fn=None, **props) -> RunningBroker:
+        """props: broker settings; preexec_fn: run in the broker process before it starts
+        (e.g. resource.setrlimit for a low open-file limit)."""
         root = root or base / "logs"
         counter[0] += 1
         conf = base / f"broker-{counter[0]}.properties"
@@ -70,7 +72,8 @@ def _start_factory(base: Path, started: list):
         err = base / f"broker-{counter[0]}.stderr"
         with open(err, "wb") as err_file:
             proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                                    stdout=subprocess.PIPE, stderr=err_file, env=_env(), cwd=base)
+                                    stdout=subprocess.PIPE, stderr=err_file, env=_env(), cwd=base,
+                                    preexec_fn=preexec_fn)
         broker = RunningBroker(proc, root, "", 0, err)
         started.append(broker)
         deadline = time.monotonic() + START_TIMEOUT

@@ -26,9 +26,14 @@ def ring_k1(key_files) -> KeyRing:
 
 
 @pytest.fixture(params=["folder", pytest.param("s3", marks=pytest.mark.s3)])
-def remote(request, tmp_path, storage_targets):
-    """(remote root url, storage options): a local folder, or a bucket on the session's S3 server."""
+def remote(request, tmp_path, storage_targets, monkeypatch):
+    """(remote root url, storage options): a local folder, or a bucket on the session's S3 server.
+
+    A root never stores credentials: the readers a test opens without the writer's settings
+    (LogRoot.open(url), `seglog consume`) find them in the environment, as a user's would."""
     if request.param == "folder":
         return str(tmp_path / "remote"), {}
     target = storage_targets.make("s3")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", target.storage_options["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", target.storage_options["secret"])
     return target.url, target.storage_options
