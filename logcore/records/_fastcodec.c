@@ -1032,6 +1032,15 @@ static PyObject *murmur2_partitions(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* murmur2(data) -> int: Kafka's murmur2 of one key, signed as Java's Utils.murmur2 returns it. */
+static PyObject *murmur2_one(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t h = murmur2((const uint8_t *)b.buf, b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromLong((long)(int32_t)h);
+}
 
 /* group_rows(parts, count) -> (order, starts): the row numbers 0..n-1 grouped by their partition
  * (parts: int32 buffer, each in 0..count-1), keeping input order within a partition (a stable
@@ -1284,6 +1293,8 @@ static PyMethodDef methods[] = {
     {"group_rows", group_rows, METH_VARARGS,
      "group_rows(parts, count) -> (order, starts): bytes of int64 row numbers grouped by partition\n"
      "(stable) and bytes of int64[count + 1] where each partition's rows start."},
+    {"murmur2", murmur2_one, METH_O,
+     "murmur2(data) -> int: Kafka's murmur2 of one key (Utils.murmur2), a signed 32-bit int."},
     {"murmur2_partitions", murmur2_partitions, METH_VARARGS,
      "murmur2_partitions(n, offsets, data, valid, partitions) -> bytes of int32: Kafka's default\n"
      "partitioner for each key of an Arrow-layout binary column, -1 for null keys."},

@@ -7,8 +7,8 @@ C extension `_fastcodec.encode_records` (no per-row Python); a chunk that holds 
 through the reference encoder of `batch.py`. The result is byte-for-byte what `build_batch` makes
 from the same records.
 
-`murmur2_partitions` is Kafka's default partitioner for a whole key column at once, and
-`group_rows` groups the rows by partition for the encoder.
+`group_rows` groups the rows by partition for the encoder (Kafka's default partitioner is in
+records/partitioner.py).
 """
 from __future__ import annotations
 
@@ -47,13 +47,6 @@ def _binary_parts(arr: pa.Array):
     if arr.null_count:
         valid = arr.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
     return offsets, data, valid
-
-
-def murmur2_partitions(keys: pa.Array, partitions: int) -> np.ndarray:
-    """Kafka's default partitioner for each key (int32 numpy array); -1 where the key is null."""
-    offsets, data, valid = _binary_parts(keys)
-    out = _fastcodec.murmur2_partitions(len(keys), offsets, data, valid, int(partitions))
-    return np.frombuffer(out, dtype=np.int32)
 
 
 def group_rows(parts: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -263,5 +256,5 @@ def _encode_python(keys, values, ts, headers, start: int, end: int, base_ts: int
     return b"".join(parts)
 
 
-__all__ = ["encode_batch_run", "encode_batches", "encode_plain_run_into", "group_rows", "murmur2_partitions",
+__all__ = ["encode_batch_run", "encode_batches", "encode_plain_run_into", "group_rows",
            "plain_columns"]
