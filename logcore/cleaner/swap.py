@@ -25,6 +25,7 @@ import numpy as np
 
 from logcore.cleaner import delayed_delete
 from logcore.errors import SegLogError
+from logcore.log.index_interval import IndexInterval
 from logcore.log.offset_index import OffsetIndex
 from logcore.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_name
 from logcore.log.time_index import TimeIndex
@@ -45,14 +46,13 @@ class SegmentOutput:
         self.base = base_offset
         self.local = self.storage.is_local
         config = log.config
-        self.index_interval = config.index_interval_bytes
+        self.index_interval = IndexInterval(config.index_interval_bytes)
         self.offset_index = OffsetIndex(None, None, base_offset, max_index_size=config.segment_index_bytes,
                                         writable=True)
         self.time_index = TimeIndex(None, None, base_offset, max_index_size=config.segment_index_bytes,
                                     writable=True)
         self.aborted: list = []          # AbortedTxn entries of the markers kept in this segment
         self.size = 0
-        self._since_index = 0
         self._max_ts, self._max_ts_offset = -1, -1
         self.stem = segment_name(base_offset, "") if self.local else \
             f"{segment_name(base_offset, '')}.c{uuid.uuid4().hex[:12]}"
@@ -78,11 +78,9 @@ class SegmentOutput:
         h = parse_header(data)
         if h.max_timestamp > self._max_ts:
             self._max_ts, self._max_ts_offset = h.max_timestamp, h.last_offset
-        if self._since_index > self.index_interval:
+        if self.index_interval.due(len(data)):
             self.offset_index.append(h.last_offset, self.size)
             self.time_index.maybe_append(self._max_ts, self._max_ts_offset)
-            self._since_index = 0
-        self._since_index += len(data)
         if self._file is not None:
             self._file.append(data)
         else:
@@ -103,14 +101,7 @@ class SegmentOutput:
         previous = np.concatenate(([self._max_ts], running[:-1]))
         holder = np.maximum.accumulate(np.where(running > previous, np.arange(len(rows)), -1))
         max_offsets = np.where(holder >= 0, last_offsets[np.maximum(holder, 0)], self._max_ts_offset)
-        # Kafka's rule: an entry when more than index.interval.bytes were written since the last.
-        interval, since, picked = self.index_interval, self._since_index, []
-        for i, size in enumerate(sizes.tolist()):
-            if since > interval:
-                picked.append(i)
-                since = 0
-            since += size
-        self._since_index = since
+        picked = self.index_interval.pick(sizes.tolist())
         if picked:
             at = np.asarray(picked, dtype=np.int64)
             self.offset_index.append_entries(last_offsets[at] - self.base, positions[at])
