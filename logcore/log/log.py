@@ -48,6 +48,7 @@ from logcore.records.control import ControlType, EndTransactionMarker, parse_con
 from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
+from logcore.log.deletion import SEGMENT_SUFFIXES, delete_expired_local, delete_segment_files
 from logcore.log.file_slice import FileSlice
 from logcore.log.remote_view import RemoteLogView
 from logcore.log.segment_flusher import PendingFlush, segment_flusher, sync_all
@@ -65,7 +66,6 @@ ISOLATION_LEVELS = ("read_committed", "read_uncommitted", "log_end")
 TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
 _READ_ATTEMPTS = 4          # a reader retries a read that met a segment the cleaner replaced
 DELETED_SUFFIX = ".deleted"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 _COMPRESSION_BY_NAME = {"uncompressed": Compression.NONE, "none": Compression.NONE,
                         "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
@@ -1630,8 +1630,7 @@ class Log:
                 self.dir, segment_name(base, LOG_SUFFIX + DELETED_SUFFIX)), missing_ok=True)
 
     def _delete_segment_objects(self, prefix: str) -> None:
-        for suffix in SEGMENT_SUFFIXES:
-            self.storage.delete(self.storage.join(self.dir, prefix + suffix), missing_ok=True)
+        delete_segment_files(self.storage, self.dir, prefix)
 
     def delete_expired_files(self, now_ms: int | None = None) -> int:
         """Remove deleted segments whose file.delete.delay.ms has passed; returns how many.
@@ -1649,18 +1648,8 @@ class Log:
         removed = 0
         names = self._list_files()
         if self.storage.is_local:
-            for name in names:
-                if not name.endswith(DELETED_SUFFIX) or parse_segment_name(name) is None:
-                    continue
-                path = self.storage.join(self.dir, name)
-                try:
-                    changed_ms = int(os.stat(self.storage.local_path(path)).st_ctime * 1000)
-                except FileNotFoundError:
-                    continue
-                if changed_ms + delay <= now:
-                    self.storage.delete(path)
-                    removed += name.endswith(LOG_SUFFIX + DELETED_SUFFIX)
-            return removed
+            paths = delete_expired_local(self.storage, self.dir, delay, now)
+            return sum(p.endswith(LOG_SUFFIX + DELETED_SUFFIX) for p in paths)
         marked = set()
         for name in names:
             if not name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
