@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import (ConfigKey, ConfigType, _unknown_message, at_least, between,
+from logcore.log.config import (ConfigKey, ConfigType, unknown_message, at_least, between,
                                 load_properties, resolve_root_defaults)
 from logcore.tiered.config import TieredConfig
 
@@ -114,7 +114,7 @@ class BrokerConfig:
             message = str(exc)
             if message.startswith("Unknown root config"):
                 bad = next(n for n in rest if n not in _known_log_names())
-                message = _unknown_message(bad, list(BROKER_KEYS) + _known_log_names(), "broker config")
+                message = unknown_message(bad, list(BROKER_KEYS) + _known_log_names(), "broker config")
             raise InvalidConfigError(f"{source}: {message}") from None
         try:
             tiered = TieredConfig.from_props(rest)    # remote.log.*, rsm.config.*: as `seglog maintain`
@@ -162,5 +162,5 @@ class BrokerConfig:
 
 
 def _known_log_names() -> list[str]:
-    from logcore.log.config import _BROKER_NAMES, CONFIG_KEYS
-    return list(CONFIG_KEYS) + list(_BROKER_NAMES)
+    from logcore.log.config import BROKER_NAMES, CONFIG_KEYS
+    return list(CONFIG_KEYS) + list(BROKER_NAMES)

@@ -38,7 +38,7 @@ from logcore.errors import CorruptRecordError, InvalidConfigError, ReadOnlyLogEr
 from logcore.records.arrow import batches_to_arrow
 from logcore.records.batch import (COMPRESSION_MASK, CONTROL_MASK, DELETE_HORIZON_MASK, HEADER_SIZE,
                                    LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader,
-                                   _assemble, batch_fields, decode_records, iter_batches,
+                                   assemble_batch, batch_fields, decode_records, iter_batches,
                                    records_section)
 from logcore.records.compression import compress
 from logcore.records.control import ControlType, parse_control_type
@@ -468,12 +468,12 @@ class LogCleaner:
         if h.compression:
             kept_bytes = compress(h.compression, kept_bytes)
         max_timestamp = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else max_ts
-        return _assemble(kept_bytes, base_offset=h.base_offset, attributes=attributes,
-                         last_offset_delta=h.last_offset_delta,
-                         base_timestamp=horizon if horizon_set else h.base_timestamp,
-                         max_timestamp=max_timestamp, producer_id=h.producer_id,
-                         producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-                         records_count=kept, partition_leader_epoch=h.partition_leader_epoch)
+        return assemble_batch(kept_bytes, base_offset=h.base_offset, attributes=attributes,
+                              last_offset_delta=h.last_offset_delta,
+                              base_timestamp=horizon if horizon_set else h.base_timestamp,
+                              max_timestamp=max_timestamp, producer_id=h.producer_id,
+                              producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                              records_count=kept, partition_leader_epoch=h.partition_leader_epoch)
 
     @staticmethod
     def _empty_or_drop(h: BatchHeader, producers: dict, end: int, *, control: bool):
@@ -571,24 +571,24 @@ def _whole_batches_end(buf) -> int:
 def _empty_batch(h: BatchHeader) -> bytes:
     """Kafka's empty batch header: no records, the batch's offsets and producer fields kept."""
     attributes = h.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK)
-    return _assemble(b"", base_offset=h.base_offset, attributes=attributes,
-                     last_offset_delta=h.last_offset_delta, base_timestamp=-1,
-                     max_timestamp=h.max_timestamp, producer_id=h.producer_id,
-                     producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, records_count=0,
-                     partition_leader_epoch=h.partition_leader_epoch)
+    return assemble_batch(b"", base_offset=h.base_offset, attributes=attributes,
+                          last_offset_delta=h.last_offset_delta, base_timestamp=-1,
+                          max_timestamp=h.max_timestamp, producer_id=h.producer_id,
+                          producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, records_count=0,
+                          partition_leader_epoch=h.partition_leader_epoch)
 
 
 def _with_horizon(chunk, pos: int, h: BatchHeader, horizon: int) -> bytes:
     """A control batch with its delete horizon set (records re-encoded against the new base)."""
     records = decode_records(chunk, pos, h, verify_crc=False)
-    from logcore.records.batch import _encode_record
-    body = b"".join(_encode_record(r.offset - h.base_offset, r.timestamp - horizon, r.key, r.value, r.headers)
+    from logcore.records.batch import encode_record
+    body = b"".join(encode_record(r.offset - h.base_offset, r.timestamp - horizon, r.key, r.value, r.headers)
                     for r in records)
-    return _assemble(body, base_offset=h.base_offset, attributes=h.attributes | DELETE_HORIZON_MASK,
-                     last_offset_delta=h.last_offset_delta, base_timestamp=horizon,
-                     max_timestamp=h.max_timestamp, producer_id=h.producer_id,
-                     producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-                     records_count=h.records_count, partition_leader_epoch=h.partition_leader_epoch)
+    return assemble_batch(body, base_offset=h.base_offset, attributes=h.attributes | DELETE_HORIZON_MASK,
+                          last_offset_delta=h.last_offset_delta, base_timestamp=horizon,
+                          max_timestamp=h.max_timestamp, producer_id=h.producer_id,
+                          producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                          records_count=h.records_count, partition_leader_epoch=h.partition_leader_epoch)
 
 
 

@@ -146,6 +146,12 @@ class LogRoot:
             raise NotALogRootError(f"{self.storage.url}/{TOPICS_FILE} has no topics table")
         return doc, version
 
+    def cluster_id(self) -> str | None:
+        """The root's cluster id (written at creation, also in meta.properties), or None when it
+        has none (a Kafka log dir copy). Raises NotALogRootError for an unreadable topics file."""
+        cluster = self._read_doc()[0].get("cluster_id")
+        return str(cluster) if cluster else None
+
     def _update_doc(self, change) -> dict:
         """Read-modify-write of the topics file with a conditional replace (retried on a lost race)."""
         self._require_writable()

@@ -178,8 +178,9 @@ def _encode_headers(headers: tuple) -> bytes:
     return b"".join(parts)
 
 
-def _encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
-                   headers: tuple) -> bytes:
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                  headers: tuple) -> bytes:
+    """One DefaultRecord (its length varint first), for the records section of a v2 batch."""
     body = [b"\x00", encode_varlong(timestamp_delta), encode_varint(offset_delta)]
     for field in (key, value):
         if field is None:
@@ -192,9 +193,11 @@ def _encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, v
     return encode_varint(len(payload)) + payload
 
 
-def _assemble(records_section: bytes, *, base_offset: int, attributes: int, last_offset_delta: int,
-              base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
-              base_sequence: int, records_count: int, partition_leader_epoch: int) -> bytes:
+def assemble_batch(records_section: bytes, *, base_offset: int, attributes: int, last_offset_delta: int,
+                   base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
+                   base_sequence: int, records_count: int, partition_leader_epoch: int) -> bytes:
+    """A whole v2 batch: the 61-byte header (CRC computed here) in front of a records section
+    as given (already compressed when `attributes` names a codec)."""
     out = bytearray(HEADER_SIZE)
     out += records_section
     _HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0,
@@ -232,7 +235,7 @@ def build_batch(records: Iterable, *, base_offset: int = 0, compression: Compres
         timestamps.append(int(ts))
     base_timestamp = timestamps[0] if delete_horizon_ms is None else int(delete_horizon_ms)
     section = b"".join(
-        _encode_record(i, ts - base_timestamp, key, value, headers)
+        encode_record(i, ts - base_timestamp, key, value, headers)
         for i, ((key, value, headers, _), ts) in enumerate(zip(items, timestamps)))
     attributes = int(codec)
     if timestamp_type == TimestampType.LOG_APPEND_TIME:
@@ -246,10 +249,10 @@ def build_batch(records: Iterable, *, base_offset: int = 0, compression: Compres
         attributes |= DELETE_HORIZON_MASK
     if codec is not Compression.NONE:
         section = compress(codec, section, compression_level)
-    return _assemble(section, base_offset=base_offset, attributes=attributes, last_offset_delta=len(items) - 1,
-                     base_timestamp=base_timestamp, max_timestamp=max_timestamp, producer_id=producer_id,
-                     producer_epoch=producer_epoch, base_sequence=base_sequence, records_count=len(items),
-                     partition_leader_epoch=partition_leader_epoch)
+    return assemble_batch(section, base_offset=base_offset, attributes=attributes, last_offset_delta=len(items) - 1,
+                          base_timestamp=base_timestamp, max_timestamp=max_timestamp, producer_id=producer_id,
+                          producer_epoch=producer_epoch, base_sequence=base_sequence, records_count=len(items),
+                          partition_leader_epoch=partition_leader_epoch)
 
 
 def build_control_batch(control_type: ControlType | int, *, producer_id: int, producer_epoch: int,
@@ -257,11 +260,11 @@ def build_control_batch(control_type: ControlType | int, *, producer_id: int, pr
                         partition_leader_epoch: int = -1) -> bytes:
     """A transactional control batch holding one end-transaction marker (ABORT or COMMIT)."""
     marker = EndTransactionMarker(ControlType(control_type), coordinator_epoch)
-    section = _encode_record(0, 0, marker.key(), marker.value(), ())
-    return _assemble(section, base_offset=base_offset, attributes=TRANSACTIONAL_MASK | CONTROL_MASK,
-                     last_offset_delta=0, base_timestamp=timestamp_ms, max_timestamp=timestamp_ms,
-                     producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
-                     records_count=1, partition_leader_epoch=partition_leader_epoch)
+    section = encode_record(0, 0, marker.key(), marker.value(), ())
+    return assemble_batch(section, base_offset=base_offset, attributes=TRANSACTIONAL_MASK | CONTROL_MASK,
+                          last_offset_delta=0, base_timestamp=timestamp_ms, max_timestamp=timestamp_ms,
+                          producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
+                          records_count=1, partition_leader_epoch=partition_leader_epoch)
 
 
 # ----------------------------------------------------------------------------------------- walking

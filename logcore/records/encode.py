@@ -18,8 +18,8 @@ import pyarrow as pa
 from logcore.errors import InvalidRecordError
 from logcore.records import _fastcodec
 from logcore.records.batch import (
-    _assemble,
-    _encode_record,
+    assemble_batch,
+    encode_record,
 )
 from logcore.records.compression import Compression, codec_of, compress
 
@@ -126,11 +126,11 @@ def encode_batches(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray, 
             section = _fastcodec.encode_records(n, ko, kd, kv, vo, vd, vv, ts, base_ts, start, end)
         if codec is not Compression.NONE:
             section = compress(codec, section, compression_level)
-        out.append(_assemble(section, base_offset=0, attributes=attributes, last_offset_delta=end - start - 1,
-                             base_timestamp=base_ts, max_timestamp=int(ts[start:end].max()),
-                             producer_id=producer_id, producer_epoch=producer_epoch,
-                             base_sequence=-1 if base_sequence < 0 else (base_sequence + start) % _SEQUENCE_WRAP,
-                             records_count=end - start, partition_leader_epoch=partition_leader_epoch))
+        out.append(assemble_batch(section, base_offset=0, attributes=attributes, last_offset_delta=end - start - 1,
+                                  base_timestamp=base_ts, max_timestamp=int(ts[start:end].max()),
+                                  producer_id=producer_id, producer_epoch=producer_epoch,
+                                  base_sequence=-1 if base_sequence < 0 else (base_sequence + start) % _SEQUENCE_WRAP,
+                                  records_count=end - start, partition_leader_epoch=partition_leader_epoch))
     return out
 
 
@@ -252,7 +252,7 @@ def _encode_python(keys, values, ts, headers, start: int, end: int, base_ts: int
         if isinstance(v, str):
             v = v.encode()
         hdrs = tuple((e["key"], e["value"]) for e in h) if h else ()
-        parts.append(_encode_record(i, int(ts[start + i]) - base_ts, k, v, hdrs))
+        parts.append(encode_record(i, int(ts[start + i]) - base_ts, k, v, hdrs))
     return b"".join(parts)
 
 
