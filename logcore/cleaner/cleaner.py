@@ -177,12 +177,9 @@ class LogCleaner:
         now_ms = _now_ms() if now_ms is None else now_ms
         checkpoint = CleanerCheckpoint(log)
         checkpointed = checkpoint.read()
-        with log._lock:
-            # What the writer changes under its lock (segments, offsets, producer state), read as
-            # one snapshot: an unlocked read can meet the producer state's dicts mid-change.
-            segments = list(log.segments)
-            first_dirty = checkpoint.within_log(checkpointed)
-            leo, hw, lso = log.log_end_offset, log.high_watermark, log.last_stable_offset
+        # What the writer changes under its lock (segments, offsets), read as one snapshot.
+        segments, log_start, leo, hw, lso = log.cleaning_snapshot()
+        first_dirty = checkpoint.within_log(checkpointed, log_start, leo)
         sealed = segments[:-1]
         bases = [s.base_offset for s in segments]
         bound = min(bases[-1] if bases else leo, hw, lso)
@@ -595,7 +592,7 @@ def _with_horizon(chunk, pos: int, h: BatchHeader, horizon: int) -> bytes:
 def _aborted_transactions(log, upper: int) -> list:
     found = []
     for seg in list(log.segments):
-        if seg.base_offset in log._txn_bases:
+        if log.has_aborted_transactions(seg.base_offset):
             found.extend(a for a in seg.txn_index.all_aborted() if a.first_offset < upper)
     return sorted(found, key=lambda a: (a.first_offset, a.last_offset))
 
@@ -603,9 +600,7 @@ def _aborted_transactions(log, upper: int) -> list:
 def _last_producer_offsets(log) -> dict[int, tuple[int, int]]:
     """producer id -> (last data offset, epoch) from the writer's producer state (under the
     log's lock: the writer adds producers while the pass runs)."""
-    with log._lock:
-        return {pid: (entry.last_data_offset, entry.producer_epoch)
-                for pid, entry in log.producer_state.producers.items()}
+    return log.producer_last_offsets()
 
 
 def _group_by_size(to_clean: list, sealed: list, segment_bytes: int, first_uncleanable: int) -> list[list]:

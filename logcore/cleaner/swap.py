@@ -158,35 +158,25 @@ def abort_outputs(outputs) -> None:
         out.discard()
 
 
-def _check_still_there(log, outputs) -> None:
-    from logcore.cleaner.cleaner import CleanerAbortedError
-    current = {id(s) for s in log.segments}
-    for group, _out in outputs:
-        if any(id(seg) not in current for seg in group):
-            abort_outputs([o for _g, o in outputs])
-            raise CleanerAbortedError(
-                f"{log.topic}-{log.partition}: segments changed during cleaning (truncated or deleted);"
-                " the pass is abandoned and will run again")
-
-
-def _replace_in_memory(log, group, new_seg) -> None:
-    i = next(k for k, s in enumerate(log.segments) if s is group[0])
-    log.segments[i:i + len(group)] = [new_seg]
-    log.bases = [s.base_offset for s in log.segments]
-    for seg in group:
-        log._txn_bases.discard(seg.base_offset)
-    log._ts_cache_key = None
-
-
 def swap_in(log, outputs) -> None:
-    """Replace each group of segments by its cleaned output, under the log's critical section."""
-    with log._critical():
-        _check_still_there(log, outputs)
-        if log.storage.is_local:
+    """Replace each group of segments by its cleaned output (`Log.replace_segments`: the file
+    steps below run under the log's critical section, then the log switches to the new
+    segments). Raises CleanerAbortedError when a group's segments left the log meanwhile."""
+    from logcore.cleaner.cleaner import CleanerAbortedError
+    replacements = [(group, out.base, None if log.storage.is_local else out.stem, bool(out.aborted))
+                    for group, out in outputs]
+    if log.storage.is_local:
+        def swap_files():
             for group, out in outputs:
                 _swap_local(log, group, out)
-        else:
+    else:
+        def swap_files():
             _swap_object(log, outputs)
+    if not log.replace_segments(replacements, swap_files):
+        abort_outputs([o for _g, o in outputs])
+        raise CleanerAbortedError(
+            f"{log.topic}-{log.partition}: segments changed during cleaning (truncated or deleted);"
+            " the pass is abandoned and will run again")
 
 
 def _swap_local(log, group, out: SegmentOutput) -> None:
@@ -216,10 +206,6 @@ def _swap_local(log, group, out: SegmentOutput) -> None:
     for suffix in out.suffixes:
         storage.rename(out.path(suffix, SWAP), out.path(suffix), durable=False)
     storage.sync_dir(log.dir)
-    new_seg = log._new_segment(out.base, writable=False)
-    _replace_in_memory(log, group, new_seg)
-    if out.aborted:
-        log._txn_bases.add(out.base)
 
 
 def _swap_object(log, outputs) -> None:
@@ -232,12 +218,8 @@ def _swap_object(log, outputs) -> None:
     due = now + log.config.file_delete_delay_ms
     replaced = delayed_delete.carry_over(previous, now) + [[seg.stem, due] for g, _o in outputs for seg in g]
     log.state_store.set_cleaned({"end": end, "segments": listing, "replaced": replaced}, epoch=log.leader_epoch)
-    for group, out in outputs:
-        new_seg = log._new_segment(out.base, writable=False, stem=out.stem)
-        _replace_in_memory(log, group, new_seg)
-        if out.aborted:
-            log._txn_bases.add(out.base)
-    # Entries that fell due during the pass leave the list: delete their objects now.
+    # Entries that fell due during the pass leave the list: delete their objects now (segments
+    # of earlier passes, which the log no longer holds).
     kept = {stem for stem, _due in replaced}
     for stem, _due in delayed_delete.pending_objects(previous):
         if stem not in kept:

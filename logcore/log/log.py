@@ -594,6 +594,47 @@ class Log:
             else:
                 yield
 
+    # ------------------------------------------------------------------ for the log cleaner
+    def cleaning_snapshot(self) -> tuple[list[LogSegment], int, int, int, int]:
+        """(segments, log start offset, LEO, HW, LSO), read as one snapshot under the log's lock:
+        the writer changes them together."""
+        with self._lock:
+            return (list(self.segments), self.log_start_offset, self.log_end_offset, self.high_watermark,
+                    self.last_stable_offset)
+
+    def producer_last_offsets(self) -> dict[int, tuple[int, int]]:
+        """producer id -> (last data offset, producer epoch) of the writer's producer state, read
+        under the log's lock (the writer adds producers meanwhile)."""
+        with self._lock:
+            return {pid: (entry.last_data_offset, entry.producer_epoch)
+                    for pid, entry in self.producer_state.producers.items()}
+
+    def has_aborted_transactions(self, base_offset: int) -> bool:
+        """Whether the segment at `base_offset` has a transaction index (aborted transactions)."""
+        return base_offset in self._txn_bases
+
+    def replace_segments(self, replacements: list, swap_files) -> bool:
+        """Kafka's replaceSegments, for the cleaner. `replacements`: (old segments, new base
+        offset, new stem or None, whether the new segment has aborted transactions) for runs of
+        consecutive segments of this log. Under the writer's critical section: False, changing
+        nothing, when any old segment left the log (truncation or retention); else
+        `swap_files()` (the caller's crash-safe file steps) runs, then the new segments, opened
+        read-only, take the old ones' places. Raises ReadOnlyLogError on a reader."""
+        with self._critical():
+            current = {id(seg) for seg in self.segments}
+            if any(id(seg) not in current for old, *_ in replacements for seg in old):
+                return False
+            swap_files()
+            for old, base, stem, has_aborted in replacements:
+                i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
+                self.segments[i:i + len(old)] = [self._new_segment(base, writable=False, stem=stem)]
+                self._txn_bases.difference_update(seg.base_offset for seg in old)
+                if has_aborted:
+                    self._txn_bases.add(base)
+            self.bases = [seg.base_offset for seg in self.segments]
+            self._ts_cache_key = None
+            return True
+
     # ------------------------------------------------------------------ appending
     def _roll_to(self, base_offset: int) -> LogSegment:
         in_memory = not self.storage.is_local
