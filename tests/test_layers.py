@@ -3,7 +3,9 @@
 Dependencies point down: records and storage know nothing of logs; log knows nothing of tiering,
 the cleaner, the broker, the maintenance service or the tools (tiering registers itself with the
 log layer instead); logcore never imports the Spark connector. And no module imports a private
-name (`_x`) of another package: what crosses a package boundary is public.
+name (`_x`) of another package, or uses a private attribute or method of another package's
+objects (the cleaner and the broker go through `Log` / `LogRoot` methods): what crosses a
+package boundary is public.
 """
 from __future__ import annotations
 
@@ -109,6 +111,37 @@ def _private_imports() -> list[str]:
     return sorted(found)
 
 
+def _private_attributes() -> list[str]:
+    """`obj._name` (obj not self/cls) in a package, where `_name` is a private method or a
+    `self._name` attribute of classes in other first-party packages only: reaching into another
+    package's object. (A package that has a private of the same name itself is not flagged.)"""
+    parsed = [(name.rpartition(".")[0] if not is_package else name, path,
+               ast.parse(path.read_text(encoding="utf-8"), str(path))) for name, path, is_package in _modules()]
+    defined: dict[str, set[str]] = {}
+    for package, _path, tree in parsed:
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for node in ast.walk(cls):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    attr = node.name
+                elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                      and isinstance(node.value, ast.Name) and node.value.id == "self"):
+                    attr = node.attr
+                else:
+                    continue
+                if attr.startswith("_") and not attr.startswith("__"):
+                    defined.setdefault(attr, set()).add(package)
+    found = []
+    for package, path, tree in parsed:
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr in defined
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+                    and package not in defined[node.attr]):
+                owners = ", ".join(sorted(defined[node.attr]))
+                found.append(f"{path.relative_to(REPO) if REPO in path.parents else path.name} (line {node.lineno})"
+                             f" uses {ast.unparse(node)}, private to {owners}")
+    return sorted(found)
+
+
 def test_every_module_imports():
     names = []
     for top, folder in SOURCES.items():
@@ -130,6 +163,10 @@ def test_no_private_name_crosses_a_package():
     assert _private_imports() == []
 
 
+def test_no_private_attribute_of_another_package_is_used():
+    assert _private_attributes() == []
+
+
 def test_the_checks_see_what_they_look_for(tmp_path, monkeypatch):
     """The scanners are not vacuous: an upward import and a private import of another package
     in a module written for the purpose are both reported."""
@@ -142,7 +179,9 @@ def test_the_checks_see_what_they_look_for(tmp_path, monkeypatch):
     (folder / "log" / "root.py").write_text(
         "def tier():\n    from logcore.tiered.remote_log import RemoteTier\n    return RemoteTier\n")
     (folder / "log" / "seg.py").write_text("from logcore.records.batch import _assemble\n"
-                                           "from ..records import batch\n")
+                                           "from ..records import batch\n"
+                                           "class Seg:\n    def _critical(self):\n        self._n = 1\n")
+    (folder / "records" / "use.py").write_text("def swap(seg):\n    with seg._critical():\n        return seg._n\n")
     monkeypatch.setitem(SOURCES, "logcore", folder)
     monkeypatch.setitem(SOURCES, "pyspark_seglog", tmp_path / "none")
     (tmp_path / "none").mkdir()
@@ -150,3 +189,5 @@ def test_the_checks_see_what_they_look_for(tmp_path, monkeypatch):
                                    "logcore.log.root (line 2) imports logcore.tiered.remote_log.RemoteTier"]
     assert _private_imports() == ["logcore.log.seg (line 1) imports logcore.records.batch._assemble,"
                                   " private to logcore.records"]
+    assert _private_attributes() == ["use.py (line 2) uses seg._critical, private to logcore.log",
+                                     "use.py (line 3) uses seg._n, private to logcore.log"]
