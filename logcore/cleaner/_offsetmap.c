@@ -10,8 +10,9 @@
  * put_keys / get_keys work on Arrow binary columns (int32 offsets + data + optional per-row
  * validity). filter_records walks the records of one (decompressed) batch section, decides with
  * the map which records the cleaner keeps, and writes the kept records, re-encoding the timestamp
- * delta when the batch's base timestamp changes (the delete horizon). Nothing is read outside the
- * given buffers; corrupt records raise RecordError(record_index, message).
+ * delta when the batch's base timestamp changes (the delete horizon). Records are read by the
+ * record codec's own parser (records/record.h, every field checked as Kafka reads it). Nothing is
+ * read outside the given buffers; corrupt records raise RecordError(record_index, message).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
