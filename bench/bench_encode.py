@@ -32,7 +32,8 @@ from bench_decode import make_values  # noqa: E402
 from common import print_table  # noqa: E402
 
 from logcore.records import encode  # noqa: E402
-from logcore.records.encode import encode_batch_run_into, murmur2_partitions  # noqa: E402
+from logcore.records.encode import encode_batch_run_into  # noqa: E402
+from logcore.records.partitioner import murmur2_partitions  # noqa: E402
 from logcore.storage.direct_writer import aligned_buffer  # noqa: E402
 
 ARROW_BATCH = 10_000

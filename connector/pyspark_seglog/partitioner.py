@@ -2,8 +2,8 @@
 
 Keyed rows: murmur2 of the key bytes, made positive, mod the partition count, exactly as Kafka's
 Java client (and kafka-python) compute it, so a key lands where a Kafka producer would put it. The
-hash runs in C over the Arrow key column (`logcore.records.encode.murmur2_partitions`); the
-pure-Python reference is `logcore.tools.partitioner`.
+hash runs in C over the Arrow key column (`logcore.records.partitioner.murmur2_partitions`), the
+same C hash the CLI uses for one key.
 
 Rows with a null key are spread evenly: round-robin over the partitions, starting at the task's
 partition id and continuing across the Arrow batches of the task. The choice depends only on the
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from logcore.records.encode import murmur2_partitions
+from logcore.records.partitioner import murmur2_partitions
 
 
 class DefaultPartitioner:

@@ -866,7 +866,6 @@ def _max_timestamp_offset(log) -> tuple[int, int] | None:
 
 def _cluster_id(root: LogRoot) -> str:
     try:
-        doc, _ = root._read_doc()
-        return str(doc.get("cluster_id") or "seglog")
+        return root.cluster_id() or "seglog"
     except SegLogError:
         return "seglog"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import (ConfigKey, ConfigType, _unknown_message, at_least, between,
+from logcore.log.config import (ConfigKey, ConfigType, unknown_message, at_least, between,
                                 load_properties, resolve_root_defaults)
 from logcore.tiered.config import TIERED_KEYS, TieredConfig
 
@@ -158,7 +158,7 @@ class BrokerConfig:
                 bad = next((n for n in rest if n not in _known_log_names() and not _service_name(n)),
                            None)
                 if bad is not None:
-                    message = _unknown_message(bad, list(BROKER_KEYS) + _known_log_names()
+                    message = unknown_message(bad, list(BROKER_KEYS) + _known_log_names()
                                                + list(TIERED_KEYS), "broker config")
             raise InvalidConfigError(f"{source}: {message}") from None
         try:
@@ -224,5 +224,5 @@ def _service_name(name: str) -> bool:
 
 
 def _known_log_names() -> list[str]:
-    from logcore.log.config import _BROKER_NAMES, CONFIG_KEYS
-    return list(CONFIG_KEYS) + list(_BROKER_NAMES)
+    from logcore.log.config import BROKER_NAMES, CONFIG_KEYS
+    return list(CONFIG_KEYS) + list(BROKER_NAMES)

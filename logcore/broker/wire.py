@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import struct
 
+from logcore.records.varint import decode_uvarint, encode_uvarint
+
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 
 
 def uvarint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    if value < 0x80:
+        out.append(value)
+    else:
+        out += encode_uvarint(value)
 
 
 def array_length(out: bytearray, n: int | None, flexible: bool) -> None:
@@ -65,18 +67,11 @@ class WireReader:
             if b < 0x80:                # one byte: nearly every length and count
                 self.pos = pos + 1
                 return b
-        value = shift = 0
-        while True:
-            if self.pos >= self.end:
-                raise ValueError(f"varint runs past the end of the {self.end}-byte frame")
-            b = self.buf[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise ValueError(f"varint longer than 5 bytes at byte {self.pos}")
+        try:
+            value, self.pos = decode_uvarint(self.buf, pos, self.end)
+        except ValueError as exc:
+            raise ValueError(f"{exc}: at byte {pos} of the {self.end}-byte frame") from None
+        return value
 
     def _length(self, flexible: bool, wide: bool) -> int:
         """A length prefix: -1 for null."""

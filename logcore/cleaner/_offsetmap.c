@@ -10,8 +10,9 @@
  * put_keys / get_keys work on Arrow binary columns (int32 offsets + data + optional per-row
  * validity). filter_records walks the records of one (decompressed) batch section, decides with
  * the map which records the cleaner keeps, and writes the kept records, re-encoding the timestamp
- * delta when the batch's base timestamp changes (the delete horizon). Nothing is read outside the
- * given buffers; corrupt records raise RecordError(record_index, message).
+ * delta when the batch's base timestamp changes (the delete horizon). Records are read by the
+ * record codec's own parser (records/record.h, every field checked as Kafka reads it). Nothing is
+ * read outside the given buffers; corrupt records raise RecordError(record_index, message).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,6 +21,8 @@
 
 #include "../records/bigendian.h"
 #include "../records/crc32c.h"
+#include "../records/record.h"
+#include "../records/varint.h"
 
 static PyObject *RecordError;
 
@@ -250,40 +253,6 @@ static PyObject *get_keys(PyObject *self, PyObject *args) {
 
 /* ------------------------------------------------------------------ record filtering */
 
-typedef struct {
-    const uint8_t *p, *end;
-    const char *error;
-} reader_t;
-
-static int64_t read_varlong(reader_t *r, int max_bytes) {
-    uint64_t raw = 0;
-    int shift = 0;
-    for (int i = 0; i < max_bytes; i++) {
-        if (r->p >= r->end) {
-            r->error = "varint runs past the end of the record";
-            return 0;
-        }
-        uint8_t b = *r->p++;
-        raw |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80)
-            return (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
-        shift += 7;
-    }
-    r->error = "varint is too long";
-    return 0;
-}
-
-static int write_varlong(uint8_t *out, int64_t v) {
-    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-    int n = 0;
-    while (z >= 0x80) {
-        out[n++] = (uint8_t)(z | 0x80);
-        z >>= 7;
-    }
-    out[n++] = (uint8_t)z;
-    return n;
-}
-
 /* One record of a batch section as the filter saw it. */
 typedef struct {
     Py_ssize_t start, ts_pos, after_ts, end;
@@ -304,69 +273,51 @@ typedef struct {
 static void decide_records(const uint8_t *data, Py_ssize_t len, Py_ssize_t count, const slot_t *table,
                            uint64_t slots, int64_t base_offset, int64_t latest_offset, int drop_tombstones,
                            int64_t old_base_ts, rec_t *recs, decision_t *d) {
-    reader_t r = {data, data + len, NULL};
+    const uint8_t *p = data, *end = data + len;
     memset(d, 0, sizeof(*d));
     d->bad = -1;
     d->max_ts = INT64_MIN;
     for (Py_ssize_t i = 0; i < count; i++) {
-        const uint8_t *rec_start = r.p;
-        int64_t length = read_varlong(&r, 5);
-        if (r.error) { d->bad = i; break; }
-        if (length < 0 || length > r.end - r.p) { r.error = "record length does not fit the section"; d->bad = i; break; }
-        reader_t rr = {r.p, r.p + length, NULL};
-        const uint8_t *body = r.p;
-        rr.p++; /* attributes */
-        const uint8_t *ts_pos = rr.p;
-        int64_t ts_delta = read_varlong(&rr, 10);
-        const uint8_t *after_ts = rr.p;
-        int64_t offset_delta = read_varlong(&rr, 5);
-        int64_t klen = read_varlong(&rr, 5);
-        if (rr.error || rr.p > rr.end) { r.error = rr.error ? rr.error : "record too short"; d->bad = i; break; }
-        const uint8_t *key = rr.p;
-        if (klen < -1 || klen > rr.end - rr.p) { r.error = "key length does not fit the record"; d->bad = i; break; }
-        if (klen > 0)
-            rr.p += klen;
-        int64_t vlen = read_varlong(&rr, 5);
-        if (rr.error) { r.error = rr.error; d->bad = i; break; }
-        if (vlen < -1 || vlen > rr.end - rr.p) { r.error = "value length does not fit the record"; d->bad = i; break; }
-        int64_t offset = base_offset + offset_delta;
+        const uint8_t *rec_start = p;
+        record_view rv;
+        const char *error = parse_record(&p, end, &rv);
+        if (error) { d->error = error; d->bad = i; return; }
+        int64_t offset = base_offset + rv.offset_delta;
         int k = 1;
         if (offset <= latest_offset) {
-            if (klen < 0) {
+            if (rv.klen < 0) {
                 k = 0;
             } else {
                 uint64_t h1, h2;
-                hash128(key, (size_t)klen, &h1, &h2);
+                hash128(rv.key, (size_t)rv.klen, &h1, &h2);
                 slot_t *s = find_slot((slot_t *)table, slots, h1, h2);
                 if (s != NULL && !(s->h1 == 0 && s->h2 == 0) && s->offset > offset)
                     k = 0;
             }
-            if (k && vlen < 0 && drop_tombstones)
+            if (k && rv.vlen < 0 && drop_tombstones)
                 k = 0;
         }
-        if (vlen < 0) {
+        if (rv.vlen < 0) {
             if (k) d->tombstones_kept++; else d->tombstones_removed++;
         }
         rec_t *rc = &recs[i];
         rc->keep = (uint8_t)k;
         rc->start = rec_start - data;
-        rc->ts_pos = ts_pos - data;
-        rc->after_ts = after_ts - data;
-        rc->end = (body + length) - data;
-        rc->delta = ts_delta;
+        rc->ts_pos = (rv.attributes + 1) - data;
+        rc->after_ts = rv.after_ts - data;
+        rc->end = p - data;
+        rc->delta = rv.ts_delta;
         if (k) {
             d->kept++;
-            d->kept_bytes += (body + length) - rec_start;
-            if (old_base_ts + ts_delta > d->max_ts)
-                d->max_ts = old_base_ts + ts_delta;
+            d->kept_bytes += p - rec_start;
+            if (old_base_ts + rv.ts_delta > d->max_ts)
+                d->max_ts = old_base_ts + rv.ts_delta;
         }
-        r.p = body + length;
     }
-    if (d->bad < 0 && r.p != r.end) {
-        r.error = "trailing bytes after the last record";
+    if (p != end) {
+        d->error = "trailing bytes after the last record";
         d->bad = count;
     }
-    d->error = r.error;
 }
 
 /* Write the kept records to `o`, timestamp deltas shifted by `shift` (re-encoded when non-zero;
@@ -382,10 +333,10 @@ static Py_ssize_t write_kept(const uint8_t *data, Py_ssize_t count, const rec_t 
             w += rc->end - rc->start;
             continue;
         }
-        uint8_t ts_buf[10], len_buf[5];
-        int ts_n = write_varlong(ts_buf, rc->delta + shift);
+        char ts_buf[10], len_buf[10];
+        int ts_n = (int)(put_varlong(ts_buf, rc->delta + shift) - ts_buf);
         int64_t body_len = 1 + ts_n + (rc->end - rc->after_ts);
-        int len_n = write_varlong(len_buf, body_len);
+        int len_n = (int)(put_varlong(len_buf, body_len) - len_buf);
         memcpy(o + w, len_buf, len_n); w += len_n;
         o[w++] = data[rc->ts_pos - 1]; /* attributes */
         memcpy(o + w, ts_buf, ts_n); w += ts_n;
@@ -541,33 +492,24 @@ static PyObject *map_batches(PyObject *self, PyObject *args) {
         int32_t count = be32(h + 57);
         if (base + be32(h + 23) < min_offset || base >= max_offset)
             continue;
-        reader_t r = {h + HDR, h + f[b * FIELDS + 1], NULL};
-        if (count < 0 || count > r.end - r.p) {
+        const uint8_t *p = h + HDR, *end = h + f[b * FIELDS + 1];
+        if (count < 0 || count > end - p) {
             error = "record count does not fit the batch";
             bad_row = b;
             break;
         }
         for (int32_t i = 0; i < count; i++) {
-            int64_t length = read_varlong(&r, 5);
-            if (r.error || length < 0 || length > r.end - r.p) {
-                error = r.error ? r.error : "record length does not fit the batch";
+            record_view rv;
+            if ((error = parse_record(&p, end, &rv)) != NULL) {
                 bad_row = b; bad_rec = i;
                 break;
             }
-            reader_t rr = {r.p + 1, r.p + length, NULL};
-            r.p += length;
-            read_varlong(&rr, 10); /* timestamp delta */
-            int64_t offset = base + read_varlong(&rr, 5);
-            int64_t klen = read_varlong(&rr, 5);
-            if (rr.error || rr.p > rr.end || klen < -1 || klen > rr.end - rr.p) {
-                error = rr.error ? rr.error : "key length does not fit the record";
-                bad_row = b; bad_rec = i;
-                break;
-            }
+            int64_t offset = base + rv.offset_delta;
+            int64_t klen = rv.klen;
             if (klen < 0 || offset < min_offset || offset >= max_offset)
                 continue;
             uint64_t h1, h2;
-            hash128(rr.p, (size_t)klen, &h1, &h2);
+            hash128(rv.key, (size_t)klen, &h1, &h2);
             slot_t *s = find_slot(table, slots, h1, h2);
             int is_new = s == NULL || (s->h1 == 0 && s->h2 == 0);
             if (is_new && (size >= max_entries || s == NULL)) {
@@ -581,7 +523,7 @@ static PyObject *map_batches(PyObject *self, PyObject *args) {
             }
             s->offset = offset;
         }
-        if (!error && stop < 0 && r.p != r.end) {
+        if (!error && stop < 0 && p != end) {
             error = "trailing bytes after the last record";
             bad_row = b; bad_rec = count;
         }

@@ -33,10 +33,13 @@ class CleanerCheckpoint:
         """The checkpoint, reset to the log start when it is below it or past the LEO (Kafka)."""
         return self.within_log(self.read())
 
-    def within_log(self, found: int | None) -> int:
-        """A checkpointed first dirty offset (`read()`), reset as `first_dirty_offset` does."""
-        if found is None or found < self.log.log_start_offset or found > self.log.log_end_offset:
-            return self.log.log_start_offset
+    def within_log(self, found: int | None, log_start: int | None = None, leo: int | None = None) -> int:
+        """A checkpointed first dirty offset (`read()`), reset as `first_dirty_offset` does
+        (against the log's current offsets, or the snapshot's `log_start` and `leo`)."""
+        log_start = self.log.log_start_offset if log_start is None else log_start
+        leo = self.log.log_end_offset if leo is None else leo
+        if found is None or found < log_start or found > leo:
+            return log_start
         return found
 
     def write(self, offset: int) -> None:

@@ -38,7 +38,7 @@ from logcore.errors import CorruptRecordError, InvalidConfigError, ReadOnlyLogEr
 from logcore.records.arrow import batches_to_arrow
 from logcore.records.batch import (COMPRESSION_MASK, CONTROL_MASK, DELETE_HORIZON_MASK, HEADER_SIZE,
                                    LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader,
-                                   _assemble, batch_fields, decode_records, iter_batches,
+                                   assemble_batch, batch_fields, decode_records, iter_batches,
                                    records_section)
 from logcore.records.compression import compress
 from logcore.records.control import ControlType, parse_control_type
@@ -177,12 +177,9 @@ class LogCleaner:
         now_ms = _now_ms() if now_ms is None else now_ms
         checkpoint = CleanerCheckpoint(log)
         checkpointed = checkpoint.read()
-        with log._lock:
-            # What the writer changes under its lock (segments, offsets, producer state), read as
-            # one snapshot: an unlocked read can meet the producer state's dicts mid-change.
-            segments = list(log.segments)
-            first_dirty = checkpoint.within_log(checkpointed)
-            leo, hw, lso = log.log_end_offset, log.high_watermark, log.last_stable_offset
+        # What the writer changes under its lock (segments, offsets), read as one snapshot.
+        segments, log_start, leo, hw, lso = log.cleaning_snapshot()
+        first_dirty = checkpoint.within_log(checkpointed, log_start, leo)
         sealed = segments[:-1]
         bases = [s.base_offset for s in segments]
         bound = min(bases[-1] if bases else leo, hw, lso)
@@ -474,12 +471,12 @@ class LogCleaner:
         if h.compression:
             kept_bytes = compress(h.compression, kept_bytes)
         max_timestamp = h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else max_ts
-        return _assemble(kept_bytes, base_offset=h.base_offset, attributes=attributes,
-                         last_offset_delta=h.last_offset_delta,
-                         base_timestamp=horizon if horizon_set else h.base_timestamp,
-                         max_timestamp=max_timestamp, producer_id=h.producer_id,
-                         producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-                         records_count=kept, partition_leader_epoch=h.partition_leader_epoch)
+        return assemble_batch(kept_bytes, base_offset=h.base_offset, attributes=attributes,
+                              last_offset_delta=h.last_offset_delta,
+                              base_timestamp=horizon if horizon_set else h.base_timestamp,
+                              max_timestamp=max_timestamp, producer_id=h.producer_id,
+                              producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                              records_count=kept, partition_leader_epoch=h.partition_leader_epoch)
 
     @staticmethod
     def _empty_or_drop(h: BatchHeader, producers: dict, end: int, *, control: bool):
@@ -577,31 +574,31 @@ def _whole_batches_end(buf) -> int:
 def _empty_batch(h: BatchHeader) -> bytes:
     """Kafka's empty batch header: no records, the batch's offsets and producer fields kept."""
     attributes = h.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK)
-    return _assemble(b"", base_offset=h.base_offset, attributes=attributes,
-                     last_offset_delta=h.last_offset_delta, base_timestamp=-1,
-                     max_timestamp=h.max_timestamp, producer_id=h.producer_id,
-                     producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, records_count=0,
-                     partition_leader_epoch=h.partition_leader_epoch)
+    return assemble_batch(b"", base_offset=h.base_offset, attributes=attributes,
+                          last_offset_delta=h.last_offset_delta, base_timestamp=-1,
+                          max_timestamp=h.max_timestamp, producer_id=h.producer_id,
+                          producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, records_count=0,
+                          partition_leader_epoch=h.partition_leader_epoch)
 
 
 def _with_horizon(chunk, pos: int, h: BatchHeader, horizon: int) -> bytes:
     """A control batch with its delete horizon set (records re-encoded against the new base)."""
     records = decode_records(chunk, pos, h, verify_crc=False)
-    from logcore.records.batch import _encode_record
-    body = b"".join(_encode_record(r.offset - h.base_offset, r.timestamp - horizon, r.key, r.value, r.headers)
+    from logcore.records.batch import encode_record
+    body = b"".join(encode_record(r.offset - h.base_offset, r.timestamp - horizon, r.key, r.value, r.headers)
                     for r in records)
-    return _assemble(body, base_offset=h.base_offset, attributes=h.attributes | DELETE_HORIZON_MASK,
-                     last_offset_delta=h.last_offset_delta, base_timestamp=horizon,
-                     max_timestamp=h.max_timestamp, producer_id=h.producer_id,
-                     producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-                     records_count=h.records_count, partition_leader_epoch=h.partition_leader_epoch)
+    return assemble_batch(body, base_offset=h.base_offset, attributes=h.attributes | DELETE_HORIZON_MASK,
+                          last_offset_delta=h.last_offset_delta, base_timestamp=horizon,
+                          max_timestamp=h.max_timestamp, producer_id=h.producer_id,
+                          producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                          records_count=h.records_count, partition_leader_epoch=h.partition_leader_epoch)
 
 
 
 def _aborted_transactions(log, upper: int) -> list:
     found = []
     for seg in list(log.segments):
-        if seg.base_offset in log._txn_bases:
+        if log.has_aborted_transactions(seg.base_offset):
             found.extend(a for a in seg.txn_index.all_aborted() if a.first_offset < upper)
     return sorted(found, key=lambda a: (a.first_offset, a.last_offset))
 
@@ -609,9 +606,7 @@ def _aborted_transactions(log, upper: int) -> list:
 def _last_producer_offsets(log) -> dict[int, tuple[int, int]]:
     """producer id -> (last data offset, epoch) from the writer's producer state (under the
     log's lock: the writer adds producers while the pass runs)."""
-    with log._lock:
-        return {pid: (entry.last_data_offset, entry.producer_epoch)
-                for pid, entry in log.producer_state.producers.items()}
+    return log.producer_last_offsets()
 
 
 def _group_by_size(to_clean: list, sealed: list, segment_bytes: int, first_uncleanable: int) -> list[list]:

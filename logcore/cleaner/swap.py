@@ -25,6 +25,7 @@ import numpy as np
 
 from logcore.cleaner import delayed_delete
 from logcore.errors import SegLogError
+from logcore.log.index_interval import IndexInterval
 from logcore.log.offset_index import OffsetIndex
 from logcore.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_name
 from logcore.log.time_index import TimeIndex
@@ -45,14 +46,13 @@ class SegmentOutput:
         self.base = base_offset
         self.local = self.storage.is_local
         config = log.config
-        self.index_interval = config.index_interval_bytes
+        self.index_interval = IndexInterval(config.index_interval_bytes)
         self.offset_index = OffsetIndex(None, None, base_offset, max_index_size=config.segment_index_bytes,
                                         writable=True)
         self.time_index = TimeIndex(None, None, base_offset, max_index_size=config.segment_index_bytes,
                                     writable=True)
         self.aborted: list = []          # AbortedTxn entries of the markers kept in this segment
         self.size = 0
-        self._since_index = 0
         self._max_ts, self._max_ts_offset = -1, -1
         self.stem = segment_name(base_offset, "") if self.local else \
             f"{segment_name(base_offset, '')}.c{uuid.uuid4().hex[:12]}"
@@ -78,11 +78,9 @@ class SegmentOutput:
         h = parse_header(data)
         if h.max_timestamp > self._max_ts:
             self._max_ts, self._max_ts_offset = h.max_timestamp, h.last_offset
-        if self._since_index > self.index_interval:
+        if self.index_interval.due(len(data)):
             self.offset_index.append(h.last_offset, self.size)
             self.time_index.maybe_append(self._max_ts, self._max_ts_offset)
-            self._since_index = 0
-        self._since_index += len(data)
         if self._file is not None:
             self._file.append(data)
         else:
@@ -103,14 +101,7 @@ class SegmentOutput:
         previous = np.concatenate(([self._max_ts], running[:-1]))
         holder = np.maximum.accumulate(np.where(running > previous, np.arange(len(rows)), -1))
         max_offsets = np.where(holder >= 0, last_offsets[np.maximum(holder, 0)], self._max_ts_offset)
-        # Kafka's rule: an entry when more than index.interval.bytes were written since the last.
-        interval, since, picked = self.index_interval, self._since_index, []
-        for i, size in enumerate(sizes.tolist()):
-            if since > interval:
-                picked.append(i)
-                since = 0
-            since += size
-        self._since_index = since
+        picked = self.index_interval.pick(sizes.tolist())
         if picked:
             at = np.asarray(picked, dtype=np.int64)
             self.offset_index.append_entries(last_offsets[at] - self.base, positions[at])
@@ -167,35 +158,25 @@ def abort_outputs(outputs) -> None:
         out.discard()
 
 
-def _check_still_there(log, outputs) -> None:
-    from logcore.cleaner.cleaner import CleanerAbortedError
-    current = {id(s) for s in log.segments}
-    for group, _out in outputs:
-        if any(id(seg) not in current for seg in group):
-            abort_outputs([o for _g, o in outputs])
-            raise CleanerAbortedError(
-                f"{log.topic}-{log.partition}: segments changed during cleaning (truncated or deleted);"
-                " the pass is abandoned and will run again")
-
-
-def _replace_in_memory(log, group, new_seg) -> None:
-    i = next(k for k, s in enumerate(log.segments) if s is group[0])
-    log.segments[i:i + len(group)] = [new_seg]
-    log.bases = [s.base_offset for s in log.segments]
-    for seg in group:
-        log._txn_bases.discard(seg.base_offset)
-    log._ts_cache_key = None
-
-
 def swap_in(log, outputs) -> None:
-    """Replace each group of segments by its cleaned output, under the log's critical section."""
-    with log._critical():
-        _check_still_there(log, outputs)
-        if log.storage.is_local:
+    """Replace each group of segments by its cleaned output (`Log.replace_segments`: the file
+    steps below run under the log's critical section, then the log switches to the new
+    segments). Raises CleanerAbortedError when a group's segments left the log meanwhile."""
+    from logcore.cleaner.cleaner import CleanerAbortedError
+    replacements = [(group, out.base, None if log.storage.is_local else out.stem, bool(out.aborted))
+                    for group, out in outputs]
+    if log.storage.is_local:
+        def swap_files():
             for group, out in outputs:
                 _swap_local(log, group, out)
-        else:
+    else:
+        def swap_files():
             _swap_object(log, outputs)
+    if not log.replace_segments(replacements, swap_files):
+        abort_outputs([o for _g, o in outputs])
+        raise CleanerAbortedError(
+            f"{log.topic}-{log.partition}: segments changed during cleaning (truncated or deleted);"
+            " the pass is abandoned and will run again")
 
 
 def _swap_local(log, group, out: SegmentOutput) -> None:
@@ -225,10 +206,6 @@ def _swap_local(log, group, out: SegmentOutput) -> None:
     for suffix in out.suffixes:
         storage.rename(out.path(suffix, SWAP), out.path(suffix), durable=False)
     storage.sync_dir(log.dir)
-    new_seg = log._new_segment(out.base, writable=False)
-    _replace_in_memory(log, group, new_seg)
-    if out.aborted:
-        log._txn_bases.add(out.base)
 
 
 def _swap_object(log, outputs) -> None:
@@ -241,12 +218,8 @@ def _swap_object(log, outputs) -> None:
     due = now + log.config.file_delete_delay_ms
     replaced = delayed_delete.carry_over(previous, now) + [[seg.stem, due] for g, _o in outputs for seg in g]
     log.state_store.set_cleaned({"end": end, "segments": listing, "replaced": replaced}, epoch=log.leader_epoch)
-    for group, out in outputs:
-        new_seg = log._new_segment(out.base, writable=False, stem=out.stem)
-        _replace_in_memory(log, group, new_seg)
-        if out.aborted:
-            log._txn_bases.add(out.base)
-    # Entries that fell due during the pass leave the list: delete their objects now.
+    # Entries that fell due during the pass leave the list: delete their objects now (segments
+    # of earlier passes, which the log no longer holds).
     kept = {stem for stem, _due in replaced}
     for stem, _due in delayed_delete.pending_objects(previous):
         if stem not in kept:

@@ -406,11 +406,11 @@ CONFIG_KEYS: dict[str, ConfigKey] = {
 }
 
 # broker-level name -> (topic config key, multiplier to ms or 1), precedence within a topic key
-_BROKER_NAMES: dict[str, tuple[ConfigKey, int, int]] = {}
+BROKER_NAMES: dict[str, tuple[ConfigKey, int, int]] = {}
 for _key in CONFIG_KEYS.values():
     for _rank, _entry in enumerate(_key.broker_names):
         _bname, _, _factor = _entry.partition("*")
-        _BROKER_NAMES[_bname] = (_key, int(_factor or 1), _rank)
+        BROKER_NAMES[_bname] = (_key, int(_factor or 1), _rank)
 
 
 DOUBLE_MAX = sys.float_info.max        # Java's Double.MAX_VALUE: "unlimited"
@@ -467,9 +467,9 @@ class MaintenanceConfig:
             key = MAINTENANCE_KEYS.get(name)
             if key is not None:
                 values[name] = key.parse(raw)
-            elif name not in CONFIG_KEYS and name not in _BROKER_NAMES and not is_tiered_root_name(name):
-                known = list(MAINTENANCE_KEYS) + list(CONFIG_KEYS) + list(_BROKER_NAMES)
-                raise InvalidConfigError(_unknown_message(name, known, "root config"))
+            elif name not in CONFIG_KEYS and name not in BROKER_NAMES and not is_tiered_root_name(name):
+                known = list(MAINTENANCE_KEYS) + list(CONFIG_KEYS) + list(BROKER_NAMES)
+                raise InvalidConfigError(unknown_message(name, known, "root config"))
         return cls(values)
 
     def to_properties(self) -> dict[str, str]:
@@ -488,7 +488,7 @@ def key_for(name: str) -> ConfigKey:
     """The declaration of topic config `name`; unknown names fail with the closest known one."""
     key = CONFIG_KEYS.get(name)
     if key is None:
-        raise InvalidConfigError(_unknown_message(name, CONFIG_KEYS))
+        raise InvalidConfigError(unknown_message(name, CONFIG_KEYS))
     return key
 
 
@@ -517,7 +517,7 @@ def check_topic_against_root(topic: str, config: "LogConfig", defaults: dict[str
             "root (with rsm.config.storage.url naming the remote root)")
 
 
-def _unknown_message(name: str, known: Iterable[str], what: str = "topic config") -> str:
+def unknown_message(name: str, known: Iterable[str], what: str = "topic config") -> str:
     message = f"Unknown {what} {name!r}"
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     if close:
@@ -540,11 +540,11 @@ def resolve_root_defaults(defaults: dict[str, Any]) -> dict[str, Any]:
             continue        # a service setting kept beside the defaults (MaintenanceConfig, TieredConfig)
         if name in CONFIG_KEYS:
             key, factor, rank = CONFIG_KEYS[name], 1, -1
-        elif name in _BROKER_NAMES:
-            key, factor, rank = _BROKER_NAMES[name]
+        elif name in BROKER_NAMES:
+            key, factor, rank = BROKER_NAMES[name]
         else:
-            known = list(CONFIG_KEYS) + list(_BROKER_NAMES) + list(MAINTENANCE_KEYS)
-            raise InvalidConfigError(_unknown_message(name, known, "root config"))
+            known = list(CONFIG_KEYS) + list(BROKER_NAMES) + list(MAINTENANCE_KEYS)
+            raise InvalidConfigError(unknown_message(name, known, "root config"))
         if factor != 1:
             value = _parse(name, ConfigType.LONG, raw)
             value = value * factor if value >= 0 else value   # -1 (forever) stays -1

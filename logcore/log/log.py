@@ -48,6 +48,7 @@ from logcore.records.control import ControlType, EndTransactionMarker, parse_con
 from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
+from logcore.log.deletion import SEGMENT_SUFFIXES, delete_expired_local, delete_segment_files
 from logcore.log.file_slice import FileSlice
 from logcore.log.remote_view import RemoteLogView
 from logcore.log.segment_flusher import PendingFlush, segment_flusher, sync_all
@@ -65,7 +66,6 @@ ISOLATION_LEVELS = ("read_committed", "read_uncommitted", "log_end")
 TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
 _READ_ATTEMPTS = 4          # a reader retries a read that met a segment the cleaner replaced
 DELETED_SUFFIX = ".deleted"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 _COMPRESSION_BY_NAME = {"uncompressed": Compression.NONE, "none": Compression.NONE,
                         "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
@@ -603,6 +603,47 @@ class Log:
                     self.fence.exit_critical()
             else:
                 yield
+
+    # ------------------------------------------------------------------ for the log cleaner
+    def cleaning_snapshot(self) -> tuple[list[LogSegment], int, int, int, int]:
+        """(segments, log start offset, LEO, HW, LSO), read as one snapshot under the log's lock:
+        the writer changes them together."""
+        with self._lock:
+            return (list(self.segments), self.log_start_offset, self.log_end_offset, self.high_watermark,
+                    self.last_stable_offset)
+
+    def producer_last_offsets(self) -> dict[int, tuple[int, int]]:
+        """producer id -> (last data offset, producer epoch) of the writer's producer state, read
+        under the log's lock (the writer adds producers meanwhile)."""
+        with self._lock:
+            return {pid: (entry.last_data_offset, entry.producer_epoch)
+                    for pid, entry in self.producer_state.producers.items()}
+
+    def has_aborted_transactions(self, base_offset: int) -> bool:
+        """Whether the segment at `base_offset` has a transaction index (aborted transactions)."""
+        return base_offset in self._txn_bases
+
+    def replace_segments(self, replacements: list, swap_files) -> bool:
+        """Kafka's replaceSegments, for the cleaner. `replacements`: (old segments, new base
+        offset, new stem or None, whether the new segment has aborted transactions) for runs of
+        consecutive segments of this log. Under the writer's critical section: False, changing
+        nothing, when any old segment left the log (truncation or retention); else
+        `swap_files()` (the caller's crash-safe file steps) runs, then the new segments, opened
+        read-only, take the old ones' places. Raises ReadOnlyLogError on a reader."""
+        with self._critical():
+            current = {id(seg) for seg in self.segments}
+            if any(id(seg) not in current for old, *_ in replacements for seg in old):
+                return False
+            swap_files()
+            for old, base, stem, has_aborted in replacements:
+                i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
+                self.segments[i:i + len(old)] = [self._new_segment(base, writable=False, stem=stem)]
+                self._txn_bases.difference_update(seg.base_offset for seg in old)
+                if has_aborted:
+                    self._txn_bases.add(base)
+            self.bases = [seg.base_offset for seg in self.segments]
+            self._ts_cache_key = None
+            return True
 
     # ------------------------------------------------------------------ appending
     def _roll_to(self, base_offset: int) -> LogSegment:
@@ -1662,8 +1703,7 @@ class Log:
                 self.dir, segment_name(base, LOG_SUFFIX + DELETED_SUFFIX)), missing_ok=True)
 
     def _delete_segment_objects(self, prefix: str) -> None:
-        for suffix in SEGMENT_SUFFIXES:
-            self.storage.delete(self.storage.join(self.dir, prefix + suffix), missing_ok=True)
+        delete_segment_files(self.storage, self.dir, prefix)
 
     def delete_expired_files(self, now_ms: int | None = None) -> int:
         """Remove deleted segments whose file.delete.delay.ms has passed; returns how many.
@@ -1681,18 +1721,8 @@ class Log:
         removed = 0
         names = self._list_files()
         if self.storage.is_local:
-            for name in names:
-                if not name.endswith(DELETED_SUFFIX) or parse_segment_name(name) is None:
-                    continue
-                path = self.storage.join(self.dir, name)
-                try:
-                    changed_ms = int(os.stat(self.storage.local_path(path)).st_ctime * 1000)
-                except FileNotFoundError:
-                    continue
-                if changed_ms + delay <= now:
-                    self.storage.delete(path)
-                    removed += name.endswith(LOG_SUFFIX + DELETED_SUFFIX)
-            return removed
+            paths = delete_expired_local(self.storage, self.dir, delay, now)
+            return sum(p.endswith(LOG_SUFFIX + DELETED_SUFFIX) for p in paths)
         marked = set()
         for name in names:
             if not name.endswith(LOG_SUFFIX + DELETED_SUFFIX):

@@ -8,6 +8,7 @@ read-only: topics and partitions come from the folder names, configs are Kafka's
 """
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import re
@@ -21,6 +22,7 @@ from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootEr
 from logcore.log.config import (LogConfig, check_topic_against_root, root_tiering_enabled,
                                validate_topic_name, validate_topic_overrides)
 from logcore.log.log import KAFKA_CLEAN_SHUTDOWN, Log
+from logcore.log.remote_view import RemoteTier, RemoteTierFactory, registered_remote_tier
 from logcore.log.partition_metadata import (PartitionMetadataFile, format_topic_id, new_topic_id,
                                            parse_topic_id)
 from logcore.log.partition_state import (HW_CHECKPOINT, LOG_START_CHECKPOINT,
@@ -50,6 +52,25 @@ class TopicInfo:
 
 def partition_dir(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
+
+
+# The package of seglog's remote storage manager (remote.log.storage.manager.class.name: empty
+# or its FsspecRemoteStorageManager), imported by name when no tier registered itself yet.
+DEFAULT_TIER_PACKAGE = "logcore.tiered"
+
+
+def load_remote_tier() -> RemoteTierFactory:
+    """The registered remote tier factory; when none registered yet, import seglog's tier
+    package by name (as Kafka loads its remote storage manager by class name), which registers
+    itself. The factory checks the root's tiered settings, naming any bad one."""
+    factory = registered_remote_tier()
+    if factory is None:
+        importlib.import_module(DEFAULT_TIER_PACKAGE)
+        factory = registered_remote_tier()
+    if factory is None:
+        raise InvalidConfigError(f"importing {DEFAULT_TIER_PACKAGE} registered no remote tier"
+                                 " (logcore.log.remote_view.register_remote_tier)")
+    return factory
 
 
 class LogRoot:
@@ -162,6 +183,12 @@ class LogRoot:
         if doc.get("defaults"):
             self._take_secrets(doc)
         return doc, version
+
+    def cluster_id(self) -> str | None:
+        """The root's cluster id (written at creation, also in meta.properties), or None when it
+        has none (a Kafka log dir copy). Raises NotALogRootError for an unreadable topics file."""
+        cluster = self._read_doc()[0].get("cluster_id")
+        return str(cluster) if cluster else None
 
     def _update_doc(self, change) -> dict:
         """Read-modify-write of the topics file with a conditional replace (retried on a lost race)."""
@@ -378,8 +405,8 @@ class LogRoot:
         self._open_logs.append(log)
         return log
 
-    def remote_tier(self):
-        """The root's tiered storage (logcore.tiered.remote_log.RemoteTier) when its settings
+    def remote_tier(self) -> RemoteTier | None:
+        """The root's tiered storage (the registered `RemoteTier`) when its settings
         enable it (remote.log.storage.system.enable, rsm.config.*), else None. One per root:
         its remote storage manager and caches are shared by the root's partition logs."""
         defaults = self.defaults()
@@ -387,9 +414,8 @@ class LogRoot:
             return None
         with self._remote_tier_lock:
             if self._remote_tier is None:
-                # The tier sits above the log layer; the root only picks it from its settings.
-                from logcore.tiered.remote_log import RemoteTier
-                self._remote_tier = RemoteTier.from_props(defaults)
+                # The tier sits above the log layer and registered itself (see remote_view.py).
+                self._remote_tier = load_remote_tier()(defaults)
             return self._remote_tier
 
     def release_log(self, log: Log) -> None:

@@ -6,10 +6,18 @@ the local log start offset (the first local segment's base) to the LEO. The two 
 copied segment still has its local copy. `Log.read` serves offsets below the local log start
 from this view, and `Log.offset_for_timestamp` searches it before the local segments; `logcore.tiered.remote_log` implements it over a remote storage manager and the
 partition's remote log metadata.
+
+The log layer never imports the tier (it sits above): the tier registers itself here
+(`register_remote_tier`, done when `logcore.tiered` is imported), and a root that enables tiered
+storage gets its `RemoteTier` from the registered factory. When nothing registered yet, the root
+imports the package of the configured remote storage manager (as Kafka loads
+remote.log.storage.manager.class.name), which registers its tier.
 """
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
+from typing import Any, Callable
 
 
 class RemoteLogView(ABC):
@@ -47,3 +55,35 @@ class RemoteLogView(ABC):
 
     def close(self) -> None:
         """Release what this view holds (the tier's shared caches stay)."""
+
+
+class RemoteTier(ABC):
+    """The tiered storage of one log root, as the log layer uses it: a view per partition."""
+
+    @abstractmethod
+    def view(self, topic: str, topic_id, partition: int) -> RemoteLogView:
+        """The partition's remote segments."""
+
+    def close(self) -> None:
+        """Release the tier's remote storage manager and caches."""
+
+
+# Builds the tier from the root settings (None when they do not enable tiering).
+RemoteTierFactory = Callable[[dict[str, Any]], "RemoteTier | None"]
+
+_factory: RemoteTierFactory | None = None
+_factory_lock = threading.Lock()
+
+
+def register_remote_tier(factory: RemoteTierFactory) -> None:
+    """Install the factory of the roots' remote tier (the tiered package calls this on import;
+    a later registration replaces an earlier one)."""
+    global _factory
+    with _factory_lock:
+        _factory = factory
+
+
+def registered_remote_tier() -> RemoteTierFactory | None:
+    """The registered factory, or None when no tier registered itself."""
+    with _factory_lock:
+        return _factory

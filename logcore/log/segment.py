@@ -20,6 +20,7 @@ from logcore.errors import CorruptIndexError, CorruptRecordError, ResourceNotFou
 from logcore.records.batch import (F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SIZE, HEADER_SIZE, BatchHeader,
                                    batch_fields, first_record_at_or_after, iter_batches,
                                    may_hold_timestamp, parse_header)
+from logcore.log.index_interval import IndexInterval
 from logcore.log.offset_index import OffsetIndex
 from logcore.log.time_index import TimeIndex
 from logcore.log.txn_index import TransactionIndex
@@ -246,7 +247,7 @@ class LogSegment:
         self._txn_index: TransactionIndex | None = None
         self._index_writable = writable
         self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
-        self.bytes_since_last_index_entry = 0
+        self.index_interval = IndexInterval(index_interval_bytes)
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp: int | None = None
@@ -546,17 +547,7 @@ class LogSegment:
             return
         if self.first_batch_timestamp is None:
             self.first_batch_timestamp = int(max_timestamps[0])
-        # Kafka's rule: an entry for a batch when more than index.interval.bytes were written
-        # since the last entry (a running sum that resets: a short loop over ints).
-        interval = self.index_interval_bytes
-        since = self.bytes_since_last_index_entry
-        picked = []
-        for i, size in enumerate(sizes.tolist()):
-            if since > interval:
-                picked.append(i)
-                since = 0
-            since += size
-        self.bytes_since_last_index_entry = since
+        picked = self.index_interval.pick(sizes.tolist())
         running_max = np.maximum.accumulate(max_timestamps)
         # offset of the running maximum: the last offset of the batch that first reached it
         new_max = np.concatenate(([True], running_max[1:] > running_max[:-1]))
@@ -580,11 +571,9 @@ class LogSegment:
             if header.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = header.max_timestamp
                 self.offset_of_max_timestamp = header.last_offset
-            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            if self.index_interval.due(header.size):
                 self.offset_index.append(header.last_offset, batch_pos)
                 self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
-                self.bytes_since_last_index_entry = 0
-            self.bytes_since_last_index_entry += header.size
             batch_pos += header.size
         self._next_offset = headers[-1].next_offset if headers else self._next_offset
 
@@ -690,7 +679,7 @@ class LogSegment:
                                             max_index_size=self.max_index_size, writable=True)
             self.time_index = TimeIndex(None, self.time_index_path, self.base_offset,
                                         max_index_size=self.max_index_size, writable=True)
-        self.bytes_since_last_index_entry = 0
+        self.index_interval.reset()
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp = None
@@ -729,11 +718,9 @@ class LogSegment:
                 self.offset_of_max_timestamp = header.last_offset
             if self.first_batch_timestamp is None:
                 self.first_batch_timestamp = header.max_timestamp
-            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            if self.index_interval.due(size_field):
                 self.offset_index.append(header.last_offset, pos)
                 self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
-                self.bytes_since_last_index_entry = 0
-            self.bytes_since_last_index_entry += size_field
             if on_batch is not None:
                 on_batch(header, data, self)
             next_offset = header.next_offset
@@ -778,7 +765,7 @@ class LogSegment:
                 self.offset_of_max_timestamp = h.last_offset
             next_offset = h.next_offset
         self._next_offset = next_offset
-        self.bytes_since_last_index_entry = 0
+        self.index_interval.reset()
         return size - position
 
     def close(self, *, sync: bool = True) -> None:

@@ -17,6 +17,8 @@
 
 #include "bigendian.h"
 #include "crc32c.h"
+#include "record.h"
+#include "varint.h"
 
 static PyObject *RecordError;
 
@@ -114,100 +116,6 @@ static int obuf_finish(obuf *b) {
             goto fail;                                                                            \
     } while (0)
 
-/* Zigzag varint of at most 5 bytes; bits past 32 are dropped as Java does.
- * Returns 0, -1 (runs past end) or -2 (too long). */
-static inline int read_varint(const uint8_t **pp, const uint8_t *end, int32_t *out) {
-    const uint8_t *p = *pp;
-    uint32_t raw = 0;
-    int i;
-    if (p < end && *p < 0x80) {
-        raw = *p;
-        *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
-        *pp = p + 1;
-        return 0;
-    }
-    for (i = 0; i < 5; i++) {
-        uint8_t b;
-        if (p >= end)
-            return -1;
-        b = *p++;
-        raw |= (uint32_t)(b & 0x7f) << (7 * i);
-        if (b < 0x80) {
-            *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
-            *pp = p;
-            return 0;
-        }
-    }
-    return -2;
-}
-
-static inline int read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out) {
-    const uint8_t *p = *pp;
-    uint64_t raw = 0;
-    int i;
-    if (p < end && *p < 0x80) {
-        raw = *p;
-        *out = (int64_t)((raw >> 1) ^ (0ull - (raw & 1ull)));
-        *pp = p + 1;
-        return 0;
-    }
-    for (i = 0; i < 10; i++) {
-        uint8_t b;
-        if (p >= end)
-            return -1;
-        b = *p++;
-        raw |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (b < 0x80) {
-            *out = (int64_t)((raw >> 1) ^ (0ull - (raw & 1ull)));
-            *pp = p;
-            return 0;
-        }
-    }
-    return -2;
-}
-
-/* Strict UTF-8 (no overlongs, no surrogates, <= U+10FFFF), as Python's decoder. */
-static int valid_utf8(const uint8_t *s, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-        } else if (c >= 0xC2 && c <= 0xDF) {
-            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80)
-                return 0;
-            i += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            uint8_t c1;
-            if (i + 2 >= n)
-                return 0;
-            c1 = s[i + 1];
-            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80)
-                return 0;
-            if (c == 0xE0 && c1 < 0xA0)
-                return 0; /* overlong */
-            if (c == 0xED && c1 >= 0xA0)
-                return 0; /* surrogate */
-            i += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            uint8_t c1;
-            if (i + 3 >= n)
-                return 0;
-            c1 = s[i + 1];
-            if ((c1 & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
-                return 0;
-            if (c == 0xF0 && c1 < 0x90)
-                return 0;
-            if (c == 0xF4 && c1 >= 0x90)
-                return 0;
-            i += 4;
-        } else {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 typedef struct {
     PyObject *buffer;
     Py_ssize_t start, end;
@@ -251,86 +159,6 @@ static void raise_record_error(Py_ssize_t section, long long record, const char 
         errmsg = (msg);                                                                           \
         goto corrupt;                                                                             \
     } while (0)
-
-/* One record's fields, as parse_record found them (key/value length -1: null). */
-typedef struct {
-    int64_t ts_delta;
-    int32_t offset_delta, klen, vlen, hcount;
-    const uint8_t *key, *value, *headers; /* headers: where the hcount headers start */
-} record_view;
-
-#define RECORD_VARINT(dst, limit, what)                                                           \
-    do {                                                                                          \
-        int rc_ = read_varint(&p, (limit), &(dst));                                               \
-        if (rc_ == -1)                                                                            \
-            return what " runs past the end of the record";                                       \
-        if (rc_ == -2)                                                                            \
-            return what " is a varint longer than 5 bytes";                                       \
-    } while (0)
-
-/* The record at *pp of a records section that ends at `e`: every field checked as Kafka reads
- * a DefaultRecord (lengths, varint sizes, UTF-8 header keys, nothing left over). On success *pp
- * moves past the record and NULL is returned; otherwise the error message. The decoder and the
- * produce check both read records through here. */
-static const char *parse_record(const uint8_t **pp, const uint8_t *e, record_view *rv) {
-    const uint8_t *p = *pp, *re;
-    int32_t length;
-    int rc = read_varint(&p, e, &length);
-    if (rc == -1)
-        return "record length runs past the end of the batch";
-    if (rc == -2)
-        return "record length is a varint longer than 5 bytes";
-    if (length < 0 || length > e - p)
-        return "record length does not fit the bytes left in the batch";
-    re = p + length;
-    if (p >= re)
-        return "record attributes run past the end of the record";
-    p++; /* attributes: unused */
-    rc = read_varlong(&p, re, &rv->ts_delta);
-    if (rc == -1)
-        return "timestamp delta runs past the end of the record";
-    if (rc == -2)
-        return "timestamp delta is a varlong longer than 10 bytes";
-    RECORD_VARINT(rv->offset_delta, re, "offset delta");
-    RECORD_VARINT(rv->klen, re, "key length");
-    if (rv->klen < -1 || rv->klen > re - p)
-        return "key length does not fit the record";
-    rv->key = p;
-    if (rv->klen > 0)
-        p += rv->klen;
-    RECORD_VARINT(rv->vlen, re, "value length");
-    if (rv->vlen < -1 || rv->vlen > re - p)
-        return "value length does not fit the record";
-    rv->value = p;
-    if (rv->vlen > 0)
-        p += rv->vlen;
-    RECORD_VARINT(rv->hcount, re, "header count");
-    if (rv->hcount < 0)
-        return "negative header count";
-    if (rv->hcount > re - p)
-        return "header count is larger than the bytes left in the record";
-    rv->headers = p;
-    for (int32_t i = 0; i < rv->hcount; i++) {
-        int32_t hklen, hvlen;
-        const uint8_t *hk;
-        RECORD_VARINT(hklen, re, "header key length");
-        if (hklen < 0 || hklen > re - p)
-            return "header key length is negative or does not fit the record";
-        hk = p;
-        p += hklen;
-        if (!valid_utf8(hk, hklen))
-            return "header key is not valid UTF-8";
-        RECORD_VARINT(hvlen, re, "header value length");
-        if (hvlen < -1 || hvlen > re - p)
-            return "header value length does not fit the record";
-        if (hvlen > 0)
-            p += hvlen;
-    }
-    if (p != re)
-        return "record length does not match the bytes its fields use";
-    *pp = p;
-    return NULL;
-}
 
 static PyObject *decode_sections(PyObject *self, PyObject *args) {
     PyObject *sections;
@@ -632,43 +460,6 @@ cleanup:
 
 /* ------------------------------------------------------------------------------------------ */
 /* Encoding (the Spark sink's hot path).                                                       */
-
-static inline char *put_uvarint(char *p, uint64_t v) {
-    if (v < 0x80) {                 /* the common sizes first: lengths and deltas are small */
-        *p = (char)v;
-        return p + 1;
-    }
-    if (v < 0x4000) {
-        p[0] = (char)(v | 0x80);
-        p[1] = (char)(v >> 7);
-        return p + 2;
-    }
-    while (v >= 0x80) {
-        *p++ = (char)((v & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    *p++ = (char)v;
-    return p;
-}
-
-static inline uint64_t zigzag(int64_t v) {
-    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-}
-
-static inline char *put_varlong(char *p, int64_t v) {
-    return put_uvarint(p, zigzag(v));
-}
-
-/* Bytes of the varint of v: one per started 7 bits (branch-free: the bit length times 9/64
- * rounds up exactly for 1..64 bits). */
-static inline int uvarint_size(uint64_t v) {
-    int bits = 64 - __builtin_clzll(v | 1);
-    return (bits * 9 + 64) >> 6;
-}
-
-static inline int varlong_size(int64_t v) {
-    return uvarint_size(zigzag(v));
-}
 
 /* 16 bytes moved as one unit (an unaligned vector load/store where the target has one). */
 typedef struct { uint64_t lo, hi; } bytes16;
@@ -1241,6 +1032,15 @@ static PyObject *murmur2_partitions(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* murmur2(data) -> int: Kafka's murmur2 of one key, signed as Java's Utils.murmur2 returns it. */
+static PyObject *murmur2_one(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t h = murmur2((const uint8_t *)b.buf, b.len);
+    PyBuffer_Release(&b);
+    return PyLong_FromLong((long)(int32_t)h);
+}
 
 /* group_rows(parts, count) -> (order, starts): the row numbers 0..n-1 grouped by their partition
  * (parts: int32 buffer, each in 0..count-1), keeping input order within a partition (a stable
@@ -1493,6 +1293,8 @@ static PyMethodDef methods[] = {
     {"group_rows", group_rows, METH_VARARGS,
      "group_rows(parts, count) -> (order, starts): bytes of int64 row numbers grouped by partition\n"
      "(stable) and bytes of int64[count + 1] where each partition's rows start."},
+    {"murmur2", murmur2_one, METH_O,
+     "murmur2(data) -> int: Kafka's murmur2 of one key (Utils.murmur2), a signed 32-bit int."},
     {"murmur2_partitions", murmur2_partitions, METH_VARARGS,
      "murmur2_partitions(n, offsets, data, valid, partitions) -> bytes of int32: Kafka's default\n"
      "partitioner for each key of an Arrow-layout binary column, -1 for null keys."},

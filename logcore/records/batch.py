@@ -16,7 +16,7 @@ from logcore.errors import CorruptRecordError, InvalidRecordError, UnsupportedMa
 from logcore.records.compression import Compression, codec_of, compress, decompress
 from logcore.records.control import ControlType, EndTransactionMarker
 from logcore.records.crc import crc32c
-from logcore.records.varint import encode_varint, encode_varlong
+from logcore.records.varint import decode_varint, decode_varlong, encode_varint, encode_varlong
 
 MAGIC = 2
 LOG_OVERHEAD = 12              # baseOffset + batchLength
@@ -178,8 +178,9 @@ def _encode_headers(headers: tuple) -> bytes:
     return b"".join(parts)
 
 
-def _encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
-                   headers: tuple) -> bytes:
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                  headers: tuple) -> bytes:
+    """One DefaultRecord (its length varint first), for the records section of a v2 batch."""
     body = [b"\x00", encode_varlong(timestamp_delta), encode_varint(offset_delta)]
     for field in (key, value):
         if field is None:
@@ -192,9 +193,11 @@ def _encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, v
     return encode_varint(len(payload)) + payload
 
 
-def _assemble(records_section: bytes, *, base_offset: int, attributes: int, last_offset_delta: int,
-              base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
-              base_sequence: int, records_count: int, partition_leader_epoch: int) -> bytes:
+def assemble_batch(records_section: bytes, *, base_offset: int, attributes: int, last_offset_delta: int,
+                   base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
+                   base_sequence: int, records_count: int, partition_leader_epoch: int) -> bytes:
+    """A whole v2 batch: the 61-byte header (CRC computed here) in front of a records section
+    as given (already compressed when `attributes` names a codec)."""
     out = bytearray(HEADER_SIZE)
     out += records_section
     _HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0,
@@ -232,7 +235,7 @@ def build_batch(records: Iterable, *, base_offset: int = 0, compression: Compres
         timestamps.append(int(ts))
     base_timestamp = timestamps[0] if delete_horizon_ms is None else int(delete_horizon_ms)
     section = b"".join(
-        _encode_record(i, ts - base_timestamp, key, value, headers)
+        encode_record(i, ts - base_timestamp, key, value, headers)
         for i, ((key, value, headers, _), ts) in enumerate(zip(items, timestamps)))
     attributes = int(codec)
     if timestamp_type == TimestampType.LOG_APPEND_TIME:
@@ -246,10 +249,10 @@ def build_batch(records: Iterable, *, base_offset: int = 0, compression: Compres
         attributes |= DELETE_HORIZON_MASK
     if codec is not Compression.NONE:
         section = compress(codec, section, compression_level)
-    return _assemble(section, base_offset=base_offset, attributes=attributes, last_offset_delta=len(items) - 1,
-                     base_timestamp=base_timestamp, max_timestamp=max_timestamp, producer_id=producer_id,
-                     producer_epoch=producer_epoch, base_sequence=base_sequence, records_count=len(items),
-                     partition_leader_epoch=partition_leader_epoch)
+    return assemble_batch(section, base_offset=base_offset, attributes=attributes, last_offset_delta=len(items) - 1,
+                          base_timestamp=base_timestamp, max_timestamp=max_timestamp, producer_id=producer_id,
+                          producer_epoch=producer_epoch, base_sequence=base_sequence, records_count=len(items),
+                          partition_leader_epoch=partition_leader_epoch)
 
 
 def build_control_batch(control_type: ControlType | int, *, producer_id: int, producer_epoch: int,
@@ -257,11 +260,11 @@ def build_control_batch(control_type: ControlType | int, *, producer_id: int, pr
                         partition_leader_epoch: int = -1) -> bytes:
     """A transactional control batch holding one end-transaction marker (ABORT or COMMIT)."""
     marker = EndTransactionMarker(ControlType(control_type), coordinator_epoch)
-    section = _encode_record(0, 0, marker.key(), marker.value(), ())
-    return _assemble(section, base_offset=base_offset, attributes=TRANSACTIONAL_MASK | CONTROL_MASK,
-                     last_offset_delta=0, base_timestamp=timestamp_ms, max_timestamp=timestamp_ms,
-                     producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
-                     records_count=1, partition_leader_epoch=partition_leader_epoch)
+    section = encode_record(0, 0, marker.key(), marker.value(), ())
+    return assemble_batch(section, base_offset=base_offset, attributes=TRANSACTIONAL_MASK | CONTROL_MASK,
+                          last_offset_delta=0, base_timestamp=timestamp_ms, max_timestamp=timestamp_ms,
+                          producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
+                          records_count=1, partition_leader_epoch=partition_leader_epoch)
 
 
 # ----------------------------------------------------------------------------------------- walking
@@ -393,22 +396,6 @@ class _Truncated(Exception):
     """A field runs past the end of its record; reported as a CorruptRecordError."""
 
 
-def _varint(data, pos: int, end: int, max_bytes: int, bits: int) -> tuple[int, int]:
-    raw = 0
-    shift = 0
-    for _ in range(max_bytes):
-        if pos >= end:
-            raise _Truncated("varint runs past the end of the record")
-        b = data[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            raw &= (1 << bits) - 1
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-    raise _Truncated(f"varint longer than {max_bytes} bytes")
-
-
 def _wrap64(value: int) -> int:
     if _INT64_MIN <= value <= _INT64_MAX:
         return value
@@ -442,13 +429,13 @@ def decode_records(buf, pos: int, header: BatchHeader | None = None, *, source: 
     index = 0
     try:
         for index in range(count):
-            # Single-byte varints (the common case) are decoded inline; _varint handles the rest.
+            # Single-byte varints (the common case) are decoded inline; records.varint does the rest.
             b = data[p] if p < end else 0x80
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                length, p = _varint(data, p, end, 5, 32)
+                length, p = decode_varint(data, p, end)
             if length < 0 or p + length > end:
                 raise _Truncated(f"record length {length} does not fit the {end - p} bytes left")
             rec_end = p + length
@@ -458,13 +445,13 @@ def decode_records(buf, pos: int, header: BatchHeader | None = None, *, source: 
                 ts_delta = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                ts_delta, p = _varint(data, p, rec_end, 10, 64)
+                ts_delta, p = decode_varlong(data, p, rec_end)
             b = data[p] if p < rec_end else 0x80
             if b < 0x80:
                 offset_delta = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                offset_delta, p = _varint(data, p, rec_end, 5, 32)
+                offset_delta, p = decode_varint(data, p, rec_end)
             fields = []
             for _ in range(2):  # key, value
                 b = data[p] if p < rec_end else 0x80
@@ -472,7 +459,7 @@ def decode_records(buf, pos: int, header: BatchHeader | None = None, *, source: 
                     n = (b >> 1) ^ -(b & 1)
                     p += 1
                 else:
-                    n, p = _varint(data, p, rec_end, 5, 32)
+                    n, p = decode_varint(data, p, rec_end)
                 if n == -1:
                     fields.append(None)
                     continue
@@ -485,19 +472,19 @@ def decode_records(buf, pos: int, header: BatchHeader | None = None, *, source: 
                 header_count = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
-                header_count, p = _varint(data, p, rec_end, 5, 32)
+                header_count, p = decode_varint(data, p, rec_end)
             if header_count < 0:
                 raise _Truncated(f"negative header count {header_count}")
             if header_count > rec_end - p:
                 raise _Truncated(f"header count {header_count} is larger than the {rec_end - p} bytes left")
             headers = []
             for _ in range(header_count):
-                n, p = _varint(data, p, rec_end, 5, 32)
+                n, p = decode_varint(data, p, rec_end)
                 if n < 0 or p + n > rec_end:
                     raise _Truncated(f"header key length {n} is negative or does not fit the record")
                 h_key = bytes(data[p:p + n]).decode("utf-8")
                 p += n
-                n, p = _varint(data, p, rec_end, 5, 32)
+                n, p = decode_varint(data, p, rec_end)
                 if n == -1:
                     headers.append((h_key, None))
                     continue
@@ -518,9 +505,8 @@ def decode_records(buf, pos: int, header: BatchHeader | None = None, *, source: 
                 offset = _wrap64(offset)
             sequence = _wrap_sequence(base_sequence, offset_delta) if base_sequence >= 0 else -1
             records.append(Record(offset, timestamp, fields[0], fields[1], tuple(headers), sequence))
-    except _Truncated as exc:
-        raise CorruptRecordError(f"record {index}: {exc}", **where) from None
-    except (IndexError, UnicodeDecodeError) as exc:
+    except (_Truncated, ValueError, IndexError) as exc:  # ValueError: a varint (records.varint), UTF-8
+
         raise CorruptRecordError(f"record {index}: {exc}", **where) from None
     if p != end:
         raise CorruptRecordError(f"{end - p} trailing bytes after the last of {count} records", **where)

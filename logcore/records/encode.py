@@ -7,8 +7,8 @@ C extension `_fastcodec.encode_records` (no per-row Python); a chunk that holds 
 through the reference encoder of `batch.py`. The result is byte-for-byte what `build_batch` makes
 from the same records.
 
-`murmur2_partitions` is Kafka's default partitioner for a whole key column at once, and
-`group_rows` groups the rows by partition for the encoder.
+`group_rows` groups the rows by partition for the encoder (Kafka's default partitioner is in
+records/partitioner.py).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pyarrow as pa
 from logcore.errors import InvalidRecordError
 from logcore.records import _fastcodec
 from logcore.records.batch import (
-    _assemble,
-    _encode_record,
+    assemble_batch,
+    encode_record,
 )
 from logcore.records.compression import Compression, codec_of, compress
 
@@ -47,13 +47,6 @@ def _binary_parts(arr: pa.Array):
     if arr.null_count:
         valid = arr.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
     return offsets, data, valid
-
-
-def murmur2_partitions(keys: pa.Array, partitions: int) -> np.ndarray:
-    """Kafka's default partitioner for each key (int32 numpy array); -1 where the key is null."""
-    offsets, data, valid = _binary_parts(keys)
-    out = _fastcodec.murmur2_partitions(len(keys), offsets, data, valid, int(partitions))
-    return np.frombuffer(out, dtype=np.int32)
 
 
 def group_rows(parts: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -133,11 +126,11 @@ def encode_batches(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray, 
             section = _fastcodec.encode_records(n, ko, kd, kv, vo, vd, vv, ts, base_ts, start, end)
         if codec is not Compression.NONE:
             section = compress(codec, section, compression_level)
-        out.append(_assemble(section, base_offset=0, attributes=attributes, last_offset_delta=end - start - 1,
-                             base_timestamp=base_ts, max_timestamp=int(ts[start:end].max()),
-                             producer_id=producer_id, producer_epoch=producer_epoch,
-                             base_sequence=-1 if base_sequence < 0 else (base_sequence + start) % _SEQUENCE_WRAP,
-                             records_count=end - start, partition_leader_epoch=partition_leader_epoch))
+        out.append(assemble_batch(section, base_offset=0, attributes=attributes, last_offset_delta=end - start - 1,
+                                  base_timestamp=base_ts, max_timestamp=int(ts[start:end].max()),
+                                  producer_id=producer_id, producer_epoch=producer_epoch,
+                                  base_sequence=-1 if base_sequence < 0 else (base_sequence + start) % _SEQUENCE_WRAP,
+                                  records_count=end - start, partition_leader_epoch=partition_leader_epoch))
     return out
 
 
@@ -259,9 +252,9 @@ def _encode_python(keys, values, ts, headers, start: int, end: int, base_ts: int
         if isinstance(v, str):
             v = v.encode()
         hdrs = tuple((e["key"], e["value"]) for e in h) if h else ()
-        parts.append(_encode_record(i, int(ts[start + i]) - base_ts, k, v, hdrs))
+        parts.append(encode_record(i, int(ts[start + i]) - base_ts, k, v, hdrs))
     return b"".join(parts)
 
 
-__all__ = ["encode_batch_run", "encode_batches", "encode_plain_run_into", "group_rows", "murmur2_partitions",
+__all__ = ["encode_batch_run", "encode_batches", "encode_plain_run_into", "group_rows",
            "plain_columns"]

@@ -1,7 +1,9 @@
-"""Zigzag varint (int32) and varlong (int64) codecs of the RecordBatch v2 record layout.
+"""Zigzag varint (int32) and varlong (int64) codecs of the RecordBatch v2 record layout, and the
+unsigned varint of Kafka's flexible protocol versions.
 
-These are the reference implementations, used off the hot path (building batches, the pure-Python
-decoder). Decoders return (value, next_position) and raise ValueError on a truncated or overlong
+The one Python varint codec: the pure-Python record decoder (records/batch.py) and the broker's
+wire reader use it; the C side has its counterpart in records/varint.h. Used off the hot path
+(building batches, the pure-Python decoder). Decoders return (value, next_position) and raise ValueError on a truncated or overlong
 encoding; callers turn that into a CorruptRecordError with the batch position.
 """
 from __future__ import annotations
@@ -31,6 +33,13 @@ def encode_varlong(value: int) -> bytes:
     if not -(1 << 63) <= value < (1 << 63):
         raise ValueError(f"varlong value {value} is outside the int64 range")
     return _encode_unsigned(((value << 1) ^ (value >> 63)) & _MASK64)
+
+
+def encode_uvarint(value: int) -> bytes:
+    """An unsigned varint (flexible-version lengths and counts: no zigzag)."""
+    if value < 0:
+        raise ValueError(f"unsigned varint value {value} is negative")
+    return _encode_unsigned(value)
 
 
 def size_of_varint(value: int) -> int:
@@ -64,3 +73,8 @@ def decode_varlong(buf, pos: int = 0, end: int | None = None) -> tuple[int, int]
     raw, pos = _decode_unsigned(buf, pos, len(buf) if end is None else end, 10)
     raw &= _MASK64
     return (raw >> 1) ^ -(raw & 1), pos
+
+
+def decode_uvarint(buf, pos: int = 0, end: int | None = None) -> tuple[int, int]:
+    """Decode an unsigned varint of at most 5 bytes at `pos` (no zigzag, no masking)."""
+    return _decode_unsigned(buf, pos, len(buf) if end is None else end, 5)

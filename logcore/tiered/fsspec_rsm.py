@@ -49,7 +49,7 @@ def segment_folder(metadata: RemoteLogSegmentMetadata) -> str:
            f"{metadata.start_offset:020d}-{metadata.segment_id.text}"
 
 
-def _index_file_name(metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> str:
+def index_file_name(metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> str:
     base = f"{metadata.start_offset:020d}"
     return {IndexType.OFFSET: f"{base}.index", IndexType.TIMESTAMP: f"{base}.timeindex",
             IndexType.TRANSACTION: f"{base}.txnindex",
@@ -170,7 +170,7 @@ class FsspecRemoteStorageManager(RemoteStorageManager):
             body = read_source(source)
             if data_key is not None:
                 body = data_key.seal(body)
-            name = _index_file_name(metadata, index_type) + (TRANSFORMED_SUFFIX if data_key else "")
+            name = index_file_name(metadata, index_type) + (TRANSFORMED_SUFFIX if data_key else "")
             self.storage.write_atomic(f"{folder}/{name}", body)
             indexes[index_type.value] = IndexEntry(name, len(body))
         encryption = None

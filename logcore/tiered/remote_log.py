@@ -18,6 +18,7 @@ import numpy as np
 from logcore.errors import InvalidConfigError, RemoteResourceNotFoundError, SegLogError
 from logcore.log.partition_metadata import parse_topic_id
 from logcore.log.remote_view import RemoteLogView
+from logcore.log.remote_view import RemoteTier as RemoteTierProtocol
 from logcore.log.txn_index import TransactionIndex
 from logcore.log.time_index import TimeIndex
 from logcore.records.batch import (F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SIZE, HEADER_SIZE,
@@ -35,7 +36,7 @@ _TIMESTAMP_SCAN_BYTES = 256 * 1024  # a window of batches read per step of a tim
 _LENGTH_END = 12            # baseOffset (8) + batchLength (4): enough to know a batch's size
 
 
-class RemoteTier:
+class RemoteTier(RemoteTierProtocol):
     """The tiered storage of one log root: settings, one RSM and a metadata store per partition."""
 
     def __init__(self, config: TieredConfig, rsm: FsspecRemoteStorageManager | None = None):

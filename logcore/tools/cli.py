@@ -28,7 +28,7 @@ from logcore.log.config import (
     validate_topic_overrides,
 )
 from logcore.tools.dump import DumpOptions, dump_files
-from logcore.tools.partitioner import murmur2_partition
+from logcore.records.partitioner import murmur2_partition
 
 PROG = "seglog"
 

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from logcore.errors import InvalidConfigError, RemoteResourceNotFoundError
 from logcore.log.log_root import LogRoot
-from logcore.tiered.fsspec_rsm import _index_file_name, segment_folder
+from logcore.tiered.fsspec_rsm import index_file_name, segment_folder
 from logcore.tiered.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from logcore.tiered.remote_log import RemoteTier
 from logcore.tiered.rsm import IndexType, SegmentCustomMetadata
@@ -125,7 +125,7 @@ def _fetch_segment(tier: RemoteTier, meta: RemoteLogSegmentMetadata, folder: str
             data = rsm.fetch_index(meta, index_type)
         except RemoteResourceNotFoundError:
             continue
-        name = _index_file_name(meta, index_type)
+        name = index_file_name(meta, index_type)
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)
         if data:

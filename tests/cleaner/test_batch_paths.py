@@ -109,11 +109,11 @@ def test_corrupt_records_are_reported_at_their_batch():
     good = build_batch([(b"k", b"v", (), 1)], base_offset=0)
     bad = bytearray(build_batch([(b"k", b"v", (), 1), (b"k2", b"v2", (), 2)], base_offset=1))
     bad[61] = 0x7F      # first record's length varint now runs past the batch
-    from logcore.records.batch import _assemble
+    from logcore.records.batch import assemble_batch
     h = parse_header(bad)
-    bad = _assemble(bytes(bad[61:]), base_offset=1, attributes=h.attributes, last_offset_delta=1,
-                    base_timestamp=h.base_timestamp, max_timestamp=h.max_timestamp, producer_id=-1,
-                    producer_epoch=-1, base_sequence=-1, records_count=2, partition_leader_epoch=-1)
+    bad = assemble_batch(bytes(bad[61:]), base_offset=1, attributes=h.attributes, last_offset_delta=1,
+                         base_timestamp=h.base_timestamp, max_timestamp=h.max_timestamp, producer_id=-1,
+                         producer_epoch=-1, base_sequence=-1, records_count=2, partition_leader_epoch=-1)
     chunk = good + bad      # CRC valid, record layout broken
     rows = batch_fields(chunk)
     omap = OffsetMap(64 * ENTRY_BYTES)

@@ -2,9 +2,11 @@
 import threading
 import time
 
+import pytest
+
 from tests.conftest import StorageTarget
-from logcore.cleaner.cleaner import LogCleaner
-from tests.cleaner.helpers import open_root, reader_root
+from logcore.cleaner.cleaner import CleanerAbortedError, LogCleaner
+from tests.cleaner.helpers import check_compacted, open_root, read_all, reader_root, write
 
 
 def test_append_read_and_clean_concurrently(tmp_path):
@@ -92,4 +94,37 @@ def test_the_cleaner_reads_the_writers_offsets_under_its_lock(tmp_path):
         assert t.is_alive() and not sections
     t.join(10)
     assert not t.is_alive() and sections[0].first_uncleanable == log.segments[-1].base_offset
+    root.close()
+
+
+def test_segments_deleted_during_a_pass_abandon_it_and_leave_nothing(any_storage_url, monkeypatch):
+    """DeleteRecords removes the segments a pass is cleaning before its swap: Log.replace_segments
+    refuses the replacement, the pass is abandoned (CleanerAbortedError), its outputs are
+    discarded and the log reads as retention left it; the next pass cleans what is left."""
+    root = open_root(any_storage_url, cleanup_policy="compact,delete", retention_ms=-1)
+    log = root.log("t", 0, writer=True)
+    items = [(b"k%d" % (i % 7), b"value-%d" % i * 3) for i in range(300)]
+    written = write(log, items)
+    assert len(log.segments) > 3
+    cut = log.segments[2].base_offset
+    original = LogCleaner._clean_group
+
+    def clean_then_delete(self, log, group, *args, **kwargs):
+        out = original(self, log, group, *args, **kwargs)
+        if log.log_start_offset < cut:
+            log.delete_records_before(cut)          # the group's first segment leaves the log
+        return out
+
+    monkeypatch.setattr(LogCleaner, "_clean_group", clean_then_delete)
+    with pytest.raises(CleanerAbortedError, match="segments changed during cleaning"):
+        LogCleaner(dedupe_buffer_size=1 << 16).clean(log, 2_000_000)
+    monkeypatch.setattr(LogCleaner, "_clean_group", original)
+    assert log.log_start_offset == cut
+    names = log.storage.list_dir(log.dir)
+    assert not [n for n in names if n.endswith(".cleaned") or n.endswith(".swap")]
+    left = {o: kv for o, kv in written.items() if o >= cut}
+    assert read_all(log, cut) == [(o, k, v) for o, (k, v) in sorted(left.items())]
+    stats = LogCleaner(dedupe_buffer_size=1 << 16).clean(log, 2_000_000)
+    assert stats is not None and stats.records_kept < stats.records_read
+    check_compacted(read_all(log, cut), left, tombstones_expected=False)
     root.close()

@@ -161,15 +161,15 @@ def test_writable_buffers_are_stamped_in_place(root):
 def test_wrong_offset_delta_is_rejected(root, rows):
     import struct
 
-    from logcore.records.batch import _encode_record
+    from logcore.records.batch import encode_record
     from logcore.records.crc import crc32c
     root.create_topic("t")
     log = root.log("t", 0, writer=True)
     log.commit()
     good = bytearray(build_batch([(b"k", b"v", (), T0)] * rows, base_offset=0))
     # Re-encode the last record with offset delta rows (not rows - 1): same length, new CRC.
-    last = _encode_record(rows - 1, 0, b"k", b"v", ())
-    wrong = _encode_record(rows, 0, b"k", b"v", ())
+    last = encode_record(rows - 1, 0, b"k", b"v", ())
+    wrong = encode_record(rows, 0, b"k", b"v", ())
     assert len(last) == len(wrong) and good.endswith(last)
     bad = good[:-len(last)] + wrong
     struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))

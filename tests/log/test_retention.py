@@ -321,3 +321,30 @@ def test_maintenance_writer_does_not_take_a_held_partition(open_root):
     maint.close()
     state = maint.state_store
     assert isinstance(state, (LocalPartitionState, ObjectPartitionState))
+
+
+def test_a_deleted_segment_loses_its_log_before_its_indexes(open_root, monkeypatch):
+    """Segments are found by their `.log`: deleting one removes the `.log` first, so whatever a
+    lister finds still has its indexes (object stores delete the objects themselves; local disk
+    renames to `.deleted` first, then removes those)."""
+    root = open_root()
+    root.create_topic("t", config={**CONFIG, "retention.ms": "-1", "file.delete.delay.ms": "0"})
+    log = root.log("t", 0, writer=True)
+    fill(log, 4)
+    deleted = []
+    real_delete = log.storage.delete
+
+    def recording_delete(path, *args, **kwargs):
+        deleted.append(path.rsplit("/", 1)[-1])
+        return real_delete(path, *args, **kwargs)
+
+    monkeypatch.setattr(log.storage, "delete", recording_delete)
+    doomed = [s.base_offset for s in log.segments[:2]]
+    log.delete_records_before(log.segments[2].base_offset)
+    for base in doomed:
+        mine = [n for n in deleted if n.startswith(f"{base:020d}.")]
+        kinds = [n[21:].split(".")[0] for n in mine]          # log, index, timeindex, txnindex
+        assert "log" in kinds and "index" in kinds, mine
+        assert kinds.index("log") < kinds.index("index") and kinds.index("log") < kinds.index("timeindex")
+    assert [s.base_offset for s in log.segments][0] == doomed[-1] + 5
+    log.close()

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from logcore.records.batch import F_POSITION, batch_fields, build_batch, decode_records, iter_batches
 from logcore.records.compression import Compression
 from logcore.records.encode import (encode_batch_run, encode_batch_run_into, encode_batches,
-                                    encode_plain_run_into, group_rows, murmur2_partitions, plain_columns)
-from logcore.tools.partitioner import murmur2_partition
+                                    encode_plain_run_into, group_rows, plain_columns)
+from logcore.records.partitioner import murmur2_partition, murmur2_partitions
 
 kafka_default = pytest.importorskip("kafka.partitioner.default", reason="kafka-python is not installed")
 from kafka.record.memory_records import MemoryRecords  # noqa: E402

@@ -15,7 +15,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from logcore import __version__
 from logcore.log.log_root import LogRoot
 from logcore.tools.cli import main, parse_storage_options
-from logcore.tools.partitioner import murmur2, murmur2_partition
+from logcore.records.partitioner import murmur2, murmur2_partition
 
 
 def seglog(capsys, *argv: str, stdin: bytes | None = None, monkeypatch=None) -> tuple[int, str, str]:
