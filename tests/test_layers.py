@@ -126,6 +126,8 @@ def _private_attributes() -> list[str]:
                 elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
                       and isinstance(node.value, ast.Name) and node.value.id == "self"):
                     attr = node.attr
+                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    attr = node.target.id            # a dataclass field
                 else:
                     continue
                 if attr.startswith("_") and not attr.startswith("__"):
