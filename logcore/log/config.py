@@ -200,7 +200,9 @@ class LogConfig:
     cleanup_policy: tuple[str, ...] = ConfigKey(
         "cleanup.policy", ConfigType.LIST, "delete",
         "What happens to old segments: `delete` (retention by time/size), `compact` (keep the "
-        "latest record per key), or both.",
+        "latest record per key), or both. With `compact` (alone or with `delete`) every record needs a key,"
+        " as on Kafka: the broker, `seglog produce`, the Spark sink and the library refuse records"
+        " without one.",
         validator=list_of("delete", "compact"), broker_names=("log.cleanup.policy",),
         category="retention")
     segment_bytes: int = ConfigKey(

@@ -228,7 +228,7 @@ def test_produce_values_and_keys_from_files(capsys, monkeypatch, tmp_path):
                           "--key-file", str(ka), "--value-file", str(b), "--key-file", str(kb),
                           stdin=b"", monkeypatch=monkeypatch)
     assert code == 0, err
-    from logcore.tools.partitioner import murmur2_partition
+    from logcore.records.partitioner import murmur2_partition
     for key, path in ((b"doc-a", a), (b"doc-b", b)):
         assert (key, path.read_bytes()) in _records(root, "docs", murmur2_partition(key, 2))
     before = _records(root, "docs", 0) + _records(root, "docs", 1)
