@@ -16,6 +16,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from logcore.errors import DamagedLogError
 from logcore.log.log import Log
 from logcore.log.log_root import LogRoot, TopicInfo
 from logcore.log.partition_metadata import parse_topic_id
@@ -45,6 +46,9 @@ class PartitionManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.topic_ids: dict[bytes, str] = {}             # UUID bytes -> topic name
+        # Partitions whose committed data is damaged (DamagedLogError): not opened, not served,
+        # until `seglog repair`; the rest of the root is served.
+        self.damaged: dict[tuple[str, int], DamagedLogError] = {}
 
     # ---------------------------------------------------------------- opening and closing
     def open_all(self) -> None:
@@ -58,7 +62,12 @@ class PartitionManager:
             self.topic_ids[parse_topic_id(info.topic_id).bytes] = info.name
         for p in range(info.partitions):
             if (info.name, p) not in self.partitions:
-                log = self.root.log(info.name, p, writer=True)
+                try:
+                    log = self.root.log(info.name, p, writer=True)
+                except DamagedLogError as exc:
+                    logger.error("%s-%d is not served: %s", info.name, p, exc)
+                    self.damaged[(info.name, p)] = exc
+                    continue
                 self.partitions[(info.name, p)] = Partition(info.name, p, log)
 
     def close_topic(self, name: str) -> None:

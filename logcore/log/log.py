@@ -141,8 +141,10 @@ class Log:
     def __init__(self, storage, directory: str, topic: str, partition: int, config, state_store, *,
                  fence=None, read_only: bool = False, kafka_clean: bool = False,
                  truncate_uncommitted: bool = True, remote: RemoteLogView | None = None,
-                 resume: tuple[int, str] | None = None, repair: bool = False):
+                 resume: tuple[int, str] | None = None, repair: bool = False,
+                 kafka_copy: bool = False):
         self.storage = storage
+        self._kafka_copy = kafka_copy
         # repair (`seglog repair`): recovery checks every segment and may cut committed data.
         self._repair = repair
         self._committed_hw: int | None = None
@@ -538,18 +540,32 @@ class Log:
 
     def _checked_start(self, state) -> int | None:
         """The checkpointed log start offset, unless it contradicts the committed HW (a log
-        start is never above it): then it is reported and not acted on (no segment goes)."""
+        start is never above it) or, on a local seglog root, the log start seglog itself last
+        set (`log-start-offset` in the partition folder, written before the checkpoint): then it
+        is reported and not acted on (no segment goes). A crash between the two writes leaves
+        the folder's value ahead: that one counts."""
         start, hw = state.log_start_offset, state.high_watermark
-        if start is None or hw is None or start <= hw or self.remote is not None:
+        witness = state.log_start_witness
+        local = self.storage.is_local and not self._kafka_copy and self.remote is None
+        if local and witness is not None and (start is None or witness > start):
+            start = witness
+        if start is None or self.remote is not None:
             return start
-        key = (self.topic, self.partition)
-        if getattr(self, "_reported_start", None) != (key, start):
-            self._reported_start = (key, start)
-            logger.error("%s-%d: the log-start-offset-checkpoint entry %d is above the committed high"
-                         " watermark %d (segments from %s): ignored; no segment is deleted. Correct"
-                         " or remove that entry", self.topic, self.partition, start, hw,
-                         self.bases[0] if self.bases else "none")
-        return None
+        first = self.bases[0] if self.bases else None
+        why = None
+        if hw is not None and start > hw:
+            why = f"above the committed high watermark {hw}"
+        elif local and first is not None and start > first and (witness is None or start > witness):
+            why = (f"above the log start seglog last set ({witness if witness is not None else 'none'},"
+                   f" segments from {first})")
+        if why is None:
+            return start
+        key = (self.topic, self.partition, start)
+        if getattr(self, "_reported_start", None) != key:
+            self._reported_start = key
+            logger.error("%s-%d: the log-start-offset-checkpoint entry %d is %s: ignored, no segment is"
+                         " deleted. Correct or remove that entry", self.topic, self.partition, start, why)
+        return witness if local and witness is not None and (hw is None or witness <= hw) else None
 
     def _readable_end(self, hw: int, leo: int) -> int:
         """Where the HW is capped: the LEO, unless the last segment holds bytes past its last
@@ -622,14 +638,21 @@ class Log:
         leo = self.log_end_offset
         if start >= leo:
             return
-        for seg in self.segments[self._segment_index(start):]:
-            for pos, header in seg.scan_headers(0):
-                if header.last_offset < start or header.producer_id < 0:
-                    continue
-                marker = None
-                if header.is_control:
-                    marker = _end_marker(seg.read_bytes(pos, pos + header.size), header, seg.log_path, pos)
-                self.producer_state.replay(ProducerBatch.from_header(header, marker))
+        try:
+            for seg in self.segments[self._segment_index(start):]:
+                for pos, header in seg.scan_headers(0):
+                    if header.last_offset < start or header.producer_id < 0:
+                        continue
+                    marker = None
+                    if header.is_control:
+                        marker = _end_marker(seg.read_bytes(pos, pos + header.size), header, seg.log_path, pos)
+                    self.producer_state.replay(ProducerBatch.from_header(header, marker))
+        except CorruptRecordError as exc:
+            if self.writer:
+                raise
+            # A reader still serves the offsets before the damage; its reads fail there.
+            logger.warning("%s-%d: producer state replayed up to the damage only: %s", self.topic,
+                           self.partition, exc)
         self.producer_state.update_map_end_offset(leo)
 
     # ------------------------------------------------------------------ offsets
@@ -1386,6 +1409,31 @@ class Log:
             self.refresh()
             self._check_in_range(offset)
         raise SegLogError(f"{self.topic}-{self.partition}: offset {offset} could not be read")
+
+    def skip_damage(self, offset: int, error: CorruptRecordError) -> tuple[int, str]:
+        """A reader told to skip lost data (Spark's failOnDataLoss=false) met `error` reading
+        at `offset`: (the next offset it can read, what it skips: the offsets and the damaged
+        bytes of the file). The skip ends at the next whole batch that passes every check in
+        the same segment, else at the next segment, else at the HW. Damage that no local
+        segment holds (the remote tier) is raised again."""
+        with self._lock:
+            for i, seg in enumerate(self.segments):
+                if seg.log_path == error.file:
+                    break
+            else:
+                raise error
+            position = error.position or 0
+            found = seg.resync(position, min_base=offset + 1)
+            if found is not None:
+                end_position, next_offset = found
+                if (next_offset, end_position) not in seg.resume_points:
+                    seg.resume_points.append((next_offset, end_position))
+            else:
+                end_position = seg.size()
+                next_offset = self.bases[i + 1] if i + 1 < len(self.bases) else self.high_watermark
+            next_offset = max(next_offset, offset + 1)
+            return next_offset, (f"offsets {offset}..{next_offset - 1} are unreadable: bytes {position}.."
+                                 f"{end_position - 1} of {seg.log_path} are damaged ({error.reason})")
 
     def _check_in_range(self, offset: int) -> None:
         leo = self.log_end_offset

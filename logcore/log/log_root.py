@@ -301,7 +301,7 @@ class LogRoot:
         log = Log(storage, d, topic, partition, config, state, fence=fence,
                   read_only=self.read_only or not writer, kafka_clean=kafka_clean,
                   truncate_uncommitted=truncate_uncommitted, remote=remote, resume=resume,
-                  repair=repair and writer)
+                  repair=repair and writer, kafka_copy=self.kafka_copy)
         self._open_logs.append(log)
         return log
 

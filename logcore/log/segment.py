@@ -255,6 +255,8 @@ class LogSegment:
         # A corrupt offset index found on use is rebuilt; the writer also writes it to disk.
         self.persist_rebuilt_index = False
         self.index_rebuilds = 0
+        # (offset, position) where readers that skipped damage go on (Log.skip_damage)
+        self.resume_points: list[tuple[int, int]] = []
         # Byte ranges [start, end) whose batches were verified (CRC, offsets): see verify_range.
         self._verified: list[list[int]] = []
         # A fresh in-memory segment is empty; see next_offset() for why it is set here.
@@ -452,8 +454,14 @@ class LogSegment:
                              next_base: int | None = None) -> None:
         """check_batch_offsets over `batch_fields` rows of a window read at file position
         `start`, plus: every offset below the next segment's base."""
+        bad = self._first_bad_row(fields, prev_next, next_base)
+        if bad is not None:
+            raise CorruptRecordError(bad[1], file=self.log_path, position=start + int(fields[bad[0], F_POSITION]))
+
+    def _first_bad_row(self, fields, prev_next: int | None, next_base: int | None):
+        """(row, why) of the first batch whose offsets are wrong where it lies, else None."""
         if not len(fields):
-            return
+            return None
         base = fields[:, F_BASE_OFFSET]
         delta = fields[:, F_LAST_DELTA]
         last = base + delta
@@ -470,7 +478,8 @@ class LogSegment:
             why = (f"batch has offsets {int(base[i])}..{int(last[i])}: not in segment {self.base_offset}"
                    f"{'' if next_base is None else f' (next segment at {next_base})'}"
                    f"{'' if prev is None else f' or not above the previous next offset {prev}'}")
-            raise CorruptRecordError(why, file=self.log_path, position=start + int(fields[i, F_POSITION]))
+            return i, why
+        return None
 
     def translate_offset(self, offset: int, start_position: int = 0, *,
                          strict: bool = False) -> tuple[int, BatchHeader] | None:
@@ -488,6 +497,12 @@ class LogSegment:
         is corrupt (Kafka's sanity check cannot see a wrong position): it is logged, rebuilt
         from the `.log` and never used."""
         entry_offset, position = self.offset_index.lookup(offset)
+        for resume_offset, resume_position in self.resume_points:
+            # a reader skipped damage here (failOnDataLoss=false): start past it
+            if resume_offset <= offset and resume_position > position:
+                entry_offset, position = resume_offset, resume_position
+        if self.resume_points and position in {p for _o, p in self.resume_points}:
+            return entry_offset, position
         if position == 0 and entry_offset == self.base_offset:
             return entry_offset, position
         problem = self._index_entry_problem(entry_offset, position)
@@ -509,19 +524,21 @@ class LogSegment:
     def rebuild_offset_index(self, problem: str) -> None:
         """Replace a corrupt offset index by one built from the `.log`'s batch headers (in
         memory; on disk too when `persist_rebuilt_index`, the writer of a sealed segment)."""
-        if self.writable:
-            raise CorruptIndexError(f"the active segment's offset index is corrupt: {problem}",
-                                    file=self.index_path)
-        log.warning("offset index %s is corrupt (%s): rebuilt from %s", self.storage.describe(self.index_path)
-                    if hasattr(self.storage, "describe") else self.index_path, problem, self.log_path)
         index = OffsetIndex(None, self.index_path, self.base_offset, max_index_size=self.max_index_size,
                             writable=True)
         since = 0
+        # A damaged `.log` (e.g. a batch's base offset changed) raises here, naming the .log:
+        # then the index is not what is wrong.
         for pos, header in self.scan_headers(0):
             if since > self.index_interval_bytes and not index.is_full():
                 index.append(header.last_offset, pos)
                 since = 0
             since += header.size
+        if self.writable:
+            raise CorruptIndexError(f"the active segment's offset index is corrupt: {problem}",
+                                    file=self.index_path)
+        log.warning("offset index %s is corrupt (%s): rebuilt from %s", self.index_path, problem,
+                    self.log_path)
         old, self._offset_index = self._offset_index, index
         if old is not None:
             old.close()
@@ -562,7 +579,11 @@ class LogSegment:
         # the first batch that reaches `max_offset`.
         fields = batch_fields(buf, source=self.log_path, verify_crc=False, allow_partial_tail=True,
                               base_position=start)
-        self.check_window_offsets(fields, start, next_base=next_base)
+        bad = self._first_bad_row(fields, None, next_base)
+        if bad is not None:
+            if bad[0] == 0:
+                raise CorruptRecordError(bad[1], file=self.log_path, position=start)
+            fields = fields[:bad[0]]        # serve the good batches; the next read fails there
         last_offsets = fields[:, F_BASE_OFFSET] + fields[:, F_LAST_DELTA]
         stop = int(np.searchsorted(last_offsets, max_offset, side="left"))
         if stop < len(fields):
@@ -667,13 +688,13 @@ class LogSegment:
             if len(self._verified) > 64:
                 self._verified.pop(0)
 
-    def resync(self, position: int) -> tuple[int, int] | None:
+    def resync(self, position: int, min_base: int | None = None) -> tuple[int, int] | None:
         """(position, base offset) of the first whole batch after damage at `position` that
         passes every check (magic, length, CRC, offsets at or above the segment base), or None
         when the rest of the segment holds none. A reader told to skip lost data
         (failOnDataLoss=false) skips exactly the bytes in between."""
         size = self.size()
-        data = self.read_bytes(position, size)
+        data = bytes(self.read_bytes(position, size))
         at = 1
         while True:
             at = data.find(b"\x02", at + 16) - 16 if at + 16 < len(data) else -1
@@ -682,7 +703,8 @@ class LogSegment:
             if at + HEADER_SIZE <= len(data):
                 header = parse_header(data, at)
                 if (header.size >= HEADER_SIZE and at + header.size <= len(data)
-                        and header.base_offset >= self.base_offset and header.last_offset_delta >= 0):
+                        and header.base_offset >= max(self.base_offset, min_base or 0)
+                        and header.last_offset_delta >= 0):
                     try:
                         batch_fields(memoryview(data)[at:at + header.size], verify_crc=True)
                         return position + at, header.base_offset
