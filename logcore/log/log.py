@@ -148,6 +148,8 @@ class Log:
         # repair (`seglog repair`): recovery checks every segment and may cut committed data.
         self._repair = repair
         self._committed_hw: int | None = None
+        # Batches tile the offsets without gaps (checked on read) unless compaction ran or may run.
+        self._gapless = not config.compact and not self._compacted_once(storage, directory, topic, partition)
         # Tiered storage: the remote segments below the local ones (None: the log is all local).
         self.remote = remote
         self.dir = directory
@@ -199,6 +201,25 @@ class Log:
             self._load(kafka_clean)
 
     # ------------------------------------------------------------------ opening
+    @staticmethod
+    def _compacted_once(storage, directory: str, topic: str, partition: int) -> bool:
+        """Whether the cleaner ever ran on the partition (its cleaner-offset-checkpoint entry, or
+        an object store's list of cleaned segments): its segments may have offset gaps."""
+        from logcore.log.checkpoint import OffsetCheckpoint
+        root = directory.rsplit("/", 1)[0] if "/" in directory else ""
+        path = storage.join(root, "cleaner-offset-checkpoint") if root else "cleaner-offset-checkpoint"
+        try:
+            if (topic, partition) in OffsetCheckpoint(storage, path).read():
+                return True
+        except SegLogError:
+            return True
+        if storage.is_local:
+            return False
+        try:
+            return b'"cleaned"' in storage.read(storage.join(directory, "partition-state.json"))
+        except ResourceNotFoundError:
+            return False
+
     @property
     def _local_writer(self) -> bool:
         return self.writer and self.storage.is_local
@@ -210,6 +231,7 @@ class Log:
                          max_index_size=self.config.segment_index_bytes,
                          writable=writable, in_memory=in_memory, stem=stem)
         seg.persist_rebuilt_index = self._local_writer and not self.read_only
+        seg.contiguous = self._gapless
         return seg
 
     def _list_files(self) -> list[str]:

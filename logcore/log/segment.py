@@ -257,6 +257,9 @@ class LogSegment:
         self.index_rebuilds = 0
         # (offset, position) where readers that skipped damage go on (Log.skip_damage)
         self.resume_points: list[tuple[int, int]] = []
+        # No gaps between batches (a topic never compacted): each batch starts where the last
+        # ended, the first at the segment's base, so a base offset moved either way shows.
+        self.contiguous = False
         # Byte ranges [start, end) whose batches were verified (CRC, offsets): see verify_range.
         self._verified: list[list[int]] = []
         # A fresh in-memory segment is empty; see next_offset() for why it is set here.
@@ -449,6 +452,12 @@ class LogSegment:
             raise CorruptRecordError(
                 f"batch base offset {header.base_offset} is below the previous batch's next"
                 f" offset {prev_next} (offsets must rise)", file=self.log_path, position=position)
+        if self.contiguous and header.base_offset != (self.base_offset if position == 0 else prev_next
+                                                      if prev_next is not None else header.base_offset):
+            raise CorruptRecordError(
+                f"batch base offset {header.base_offset} leaves a gap after offset"
+                f" {(self.base_offset if position == 0 else prev_next) - 1} in a topic that was never"
+                " compacted", file=self.log_path, position=position)
 
     def check_window_offsets(self, fields, start: int, prev_next: int | None = None,
                              next_base: int | None = None) -> None:
@@ -467,7 +476,7 @@ class LogSegment:
         last = base + delta
         bad = (base < self.base_offset) | (delta < 0) | (last - self.base_offset > INT32_MAX)
         if len(fields) > 1:
-            bad[1:] |= base[1:] <= last[:-1]
+            bad[1:] |= (base[1:] != last[:-1] + 1) if self.contiguous else (base[1:] <= last[:-1])
         if prev_next is not None:
             bad[0] |= base[0] < prev_next
         if next_base is not None:
@@ -940,6 +949,10 @@ class LogSegment:
                 break
             if next_offset is not None and header.base_offset < next_offset:
                 error = f"batch at position {pos} has base offset {header.base_offset} below {next_offset}"
+                break
+            if self.contiguous and header.base_offset != (self.base_offset if next_offset is None else next_offset):
+                error = (f"batch at position {pos} has base offset {header.base_offset}, expected"
+                         f" {self.base_offset if next_offset is None else next_offset} (no gaps: never compacted)")
                 break
             if header.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = header.max_timestamp
