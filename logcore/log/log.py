@@ -537,7 +537,8 @@ class Log:
         if cut >= protect:
             return True
         last = seg.base_offset >= self.bases[-1]
-        if last and cut >= self.recovery_point:
+        # (object stores publish whole objects: no write is ever half done there)
+        if last and cut >= self.recovery_point and self.storage.is_local:
             rest = seg.data.read(result.valid_bytes, result.valid_bytes + result.truncated_bytes)
             if not any(rest) or seg.resync(result.valid_bytes) is None:
                 logger.warning("%s: committed offsets from %d were not all written before a crash (%s):"
@@ -1501,6 +1502,13 @@ class Log:
                     if result:
                         source = seg.log_path
                         break
+                    if next_base is not None and next_base < bound and seg.translate_offset(position) is not None:
+                        # a batch of this segment holds `position` but was not served (it reaches
+                        # the bound): with a later segment below the bound, its offsets are wrong
+                        found_at, found = seg.translate_offset(position)
+                        raise CorruptRecordError(
+                            f"batch has offsets {found.base_offset}..{found.last_offset}, past the next"
+                            f" segment's base {next_base}", file=seg.log_path, position=found_at)
                     if not self.writer and i + 1 < len(self.segments) and seg.size() == 0:
                         # A sealed segment is never empty: retention deleted it under us.
                         raise ResourceNotFoundError(f"segment {seg.log_path} is gone")

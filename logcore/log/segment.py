@@ -405,6 +405,7 @@ class LogSegment:
         limit = self.size() if end is None else min(end, self.size())
         pos = start
         prev_next = None
+        prev = None
         # Start small (a lookup usually needs one or two headers past the index entry) and
         # grow the chunk for long scans.
         chunk_size = FIRST_SCAN_CHUNK
@@ -414,20 +415,24 @@ class LogSegment:
             off = 0
             while off + HEADER_SIZE <= len(chunk):
                 header = parse_header(chunk, off)
-                if header.magic != 2 or header.size < HEADER_SIZE:
-                    # Let the validating path produce the precise error.
-                    list(iter_batches(chunk[off:off + HEADER_SIZE + 64], source=self.log_path,
-                                      base_position=pos + off, verify_crc=False))
-                    raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
-                                             file=self.log_path, position=pos + off)
-                if pos + off + header.size > limit:
-                    if strict:
-                        raise CorruptRecordError(
-                            f"batch declares {header.size} bytes, past the end of the segment"
-                            f" ({limit} bytes)", file=self.log_path, position=pos + off)
-                    self.scanned_end = pos + off
-                    return
-                self.check_batch_offsets(header, prev_next, pos + off)
+                try:
+                    if header.magic != 2 or header.size < HEADER_SIZE:
+                        # Let the validating path produce the precise error.
+                        list(iter_batches(chunk[off:off + HEADER_SIZE + 64], source=self.log_path,
+                                          base_position=pos + off, verify_crc=False))
+                        raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
+                                                 file=self.log_path, position=pos + off)
+                    if pos + off + header.size > limit:
+                        if strict:
+                            raise CorruptRecordError(
+                                f"batch declares {header.size} bytes, past the end of the segment"
+                                f" ({limit} bytes)", file=self.log_path, position=pos + off)
+                        self.scanned_end = pos + off
+                        return
+                    self.check_batch_offsets(header, prev_next, pos + off)
+                except CorruptRecordError as exc:
+                    self.blame_previous(prev, exc)
+                prev = (pos + off, header.size)
                 prev_next = header.next_offset
                 yield pos + off, header
                 off += header.size
@@ -438,6 +443,27 @@ class LogSegment:
             raise CorruptRecordError(f"{limit - pos} trailing bytes, shorter than a batch header",
                                      file=self.log_path, position=pos)
         self.scanned_end = pos
+
+    def check_straddling(self, position: int, header: BatchHeader, strict: bool) -> None:
+        """A batch read below the bound (the HW) that reaches past it is not served, as Kafka;
+        when the read is `strict` (the offset is below the HW, so the batch is committed data)
+        its CRC must hold: a damaged lastOffsetDelta would otherwise hide committed records."""
+        if strict:
+            data = self.read_bytes(position, position + header.size)
+            batch_fields(data, source=self.log_path, verify_crc=True, base_position=position)
+
+    def blame_previous(self, prev: tuple[int, int] | None, exc: CorruptRecordError):
+        """Raise `exc`, found at the header after the batch `prev` (position, size), or the
+        CRC error of that batch when it has one: a damaged length field sends a header scan
+        into the middle of the data, and the batch to name is the one whose length is wrong."""
+        if prev is not None:
+            position, size = prev
+            data = self.read_bytes(position, position + size)
+            try:
+                batch_fields(data, source=self.log_path, verify_crc=True, base_position=position)
+            except CorruptRecordError as crc_error:
+                raise crc_error from exc
+        raise exc
 
     def check_batch_offsets(self, header: BatchHeader, prev_next: int | None, position: int) -> None:
         """The offsets of a batch where it lies: not below the segment's base, within its
@@ -580,14 +606,23 @@ class LogSegment:
             return 0, b""
         start, first = found
         if first.last_offset >= max_offset:
+            self.check_straddling(start, first, strict)
             return start, b""
         # One read for the whole window; the batch headers are walked in that buffer.
         want = max(max_bytes, first.size) if min_one_batch else max_bytes
         buf = self.read_bytes(start, start + want, buffer)
         # The window's headers in one C scan (no CRC here: the decoder checks it), cut before
         # the first batch that reaches `max_offset`.
-        fields = batch_fields(buf, source=self.log_path, verify_crc=False, allow_partial_tail=True,
-                              base_position=start)
+        try:
+            fields = batch_fields(buf, source=self.log_path, verify_crc=False, allow_partial_tail=True,
+                                  base_position=start)
+        except CorruptRecordError as exc:
+            if not exc.position or exc.position <= start:
+                raise
+            # an invalid header inside the window: serve the batches before it (the decoder
+            # checks their CRCs; a damaged length before it shows there), fail at the next read
+            fields = batch_fields(memoryview(buf)[:exc.position - start], source=self.log_path,
+                                  verify_crc=False, allow_partial_tail=True, base_position=start)
         bad = self._first_bad_row(fields, None, next_base)
         if bad is not None:
             if bad[0] == 0:
@@ -616,6 +651,7 @@ class LogSegment:
             return 0, 0, offset
         start, first = found
         if first.last_offset >= max_offset:
+            self.check_straddling(start, first, strict)
             return start, start, offset
         want = max(max_bytes, first.size) if min_one_batch else max_bytes
         size = self.size()
