@@ -1502,13 +1502,11 @@ class Log:
                     if result:
                         source = seg.log_path
                         break
-                    if next_base is not None and next_base < bound and seg.translate_offset(position) is not None:
-                        # a batch of this segment holds `position` but was not served (it reaches
-                        # the bound): with a later segment below the bound, its offsets are wrong
-                        found_at, found = seg.translate_offset(position)
-                        raise CorruptRecordError(
-                            f"batch has offsets {found.base_offset}..{found.last_offset}, past the next"
-                            f" segment's base {next_base}", file=seg.log_path, position=found_at)
+                    if next_base is not None and seg.translate_offset(position, strict=True) is not None:
+                        # A batch here holds `position` but was not served (it does not fit the
+                        # budget, or reaches the bound): the answer is nothing, not a later
+                        # segment's batches (the reader would skip the offsets in between).
+                        break
                     if not self.writer and i + 1 < len(self.segments) and seg.size() == 0:
                         # A sealed segment is never empty: retention deleted it under us.
                         raise ResourceNotFoundError(f"segment {seg.log_path} is gone")
