@@ -9,6 +9,7 @@ Readers in other processes see a local active segment grow; they bound every rea
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 import time
@@ -668,11 +669,20 @@ class LogSegment:
         if pos > start:
             problem = self._index_entry_problem(self.base_offset + int(keys[k]), pos)
             if problem is not None:
-                self.rebuild_offset_index(problem)
-                return self.locate(offset, max_bytes, max_offset, min_one_batch, strict=strict)
+                try:
+                    self.rebuild_offset_index(problem)
+                except CorruptRecordError:
+                    pos = start     # the batch there is damaged, not the index: walk from the start
+                else:
+                    return self.locate(offset, max_bytes, max_offset, min_one_batch, strict=strict)
         end, next_offset = pos, None if pos > start else offset
         while pos + HEADER_SIZE <= (size if next_offset is None else limit):
-            header = self._header_at(pos)
+            try:
+                header = self._header_at(pos)
+            except CorruptRecordError:
+                if end > start and next_offset is not None:
+                    break       # serve the batches before it; a read from here fails
+                raise
             if next_offset is None:
                 next_offset = header.base_offset      # where the batches before `pos` end
             if header.last_offset >= max_offset or pos + header.size > limit:
@@ -701,6 +711,28 @@ class LogSegment:
             end = start + len(data)
         if end <= start or self._is_verified(start, end):
             return end
+        if data is None and self.is_local_file:
+            # The page cache's bytes, mapped, not copied (a copy costs more than the CRC).
+            fd = self.data.open_fd()
+            try:
+                aligned = start - start % mmap.ALLOCATIONGRANULARITY
+                mapped = mmap.mmap(fd, end - aligned, access=mmap.ACCESS_READ, offset=aligned)
+            finally:
+                os.close(fd)
+            error = None
+            view = memoryview(mapped)[start - aligned:end - aligned]
+            try:
+                good = self.verify_range(start, view, end, next_base)
+            except CorruptRecordError as exc:   # re-raised without frames that still hold the map
+                error = CorruptRecordError(exc.reason, file=exc.file, position=exc.position)
+            view.release()
+            try:
+                mapped.close()
+            except BufferError:     # a view still alive somewhere: the map goes with it
+                pass
+            if error is not None:
+                raise error
+            return good
         if data is None:
             data = self.read_bytes(start, end)
         try:
