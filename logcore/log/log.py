@@ -578,7 +578,9 @@ class Log:
         why = None
         if hw is not None and start > hw:
             why = f"above the committed high watermark {hw}"
-        elif local and first is not None and start > first and (witness is None or start > witness):
+        elif (local and len(self.bases) > 1 and start >= self.bases[1]
+              and (witness is None or start > witness)):
+            # Acting on it would delete whole segments: only seglog's own record may say so.
             why = (f"above the log start seglog last set ({witness if witness is not None else 'none'},"
                    f" segments from {first})")
         if why is None:

@@ -21,7 +21,7 @@ SEGMENT_BYTES = 16384
 PER_BATCH = 10
 
 
-def _build(root_dir, partitions=2, batches=60):
+def _build(root_dir, partitions=3, batches=60):
     root = LogRoot.open(str(root_dir), create=True)
     root.create_topic("t", partitions, {"segment.bytes": str(SEGMENT_BYTES), "index.interval.bytes": "1000"})
     for p in range(partitions):
@@ -32,7 +32,7 @@ def _build(root_dir, partitions=2, batches=60):
         log.commit()
         log.close()
     root.close()
-    return root_dir / "t-0", root_dir / "t-1"
+    return root_dir / "t-0", root_dir / "t-1", root_dir / "t-2"
 
 
 def _segments(part):
@@ -69,7 +69,14 @@ def _consume(b, partition, start, until, timeout=20):
 
 def test_flipped_byte_and_corrupt_index_of_closed_segments(tmp_path, broker_factory):
     root = tmp_path / "logs"
-    p0, p1 = _build(root)
+    p0, p1, p2 = _build(root)
+    # partition 2: a batch's base offset moved back by 20 (outside the CRC)
+    moved = _segments(p2)[2]
+    data = bytearray(moved.read_bytes())
+    moved_at = [pos for pos, _ in iter_batches(bytes(data))][3]
+    moved_base = struct.unpack_from(">q", data, moved_at)[0]
+    struct.pack_into(">q", data, moved_at, moved_base - 20)
+    moved.write_bytes(bytes(data))
     # partition 0: one byte flipped inside a batch (CRC-covered part) of its second segment
     seg = _segments(p0)[1]
     data = bytearray(seg.read_bytes())
@@ -98,6 +105,9 @@ def test_flipped_byte_and_corrupt_index_of_closed_segments(tmp_path, broker_fact
     # after the damaged batch the partition serves again
     got, errors = _consume(b, 0, bad_base + PER_BATCH, total)
     assert got == list(range(bad_base + PER_BATCH, total)) and not errors
+    # no record under a wrong offset: the moved batch is CORRUPT_MESSAGE, the ones before it read
+    got, errors = _consume(b, 2, 0, total)
+    assert got == list(range(moved_base)) and errors and errors[0].code() == KafkaError.INVALID_MSG
     b.stop()
     text = b.log_text()
     assert f"{seg.parent.name}/{seg.name}" in text and f"position {victim}" in text
@@ -108,7 +118,7 @@ def test_partition_with_damaged_committed_data_is_not_served_the_rest_is(tmp_pat
     """After an unclean shutdown, a partition whose committed data is damaged is not opened (not
     truncated); the broker starts, serves the other partitions and says what to run."""
     root = tmp_path / "logs"
-    p0, p1 = _build(root)
+    p0, p1, _p2 = _build(root)
     for part in (p0, p1):
         (part / ".seglog-clean-shutdown").unlink()
     seg = _segments(p1)[-1]
@@ -132,3 +142,18 @@ def test_partition_with_damaged_committed_data_is_not_served_the_rest_is(tmp_pat
     assert seg.stat().st_size == size                 # nothing was cut
     text = b.log_text()
     assert "t-1 is not served" in text and "seglog repair" in text and f"position {bounds[2]}" in text
+
+
+def test_wrong_log_start_checkpoint_is_reported_not_acted_on(tmp_path, broker_factory):
+    """A well-formed log-start-offset-checkpoint entry that seglog did not write (2000 for a log
+    that starts at 0): the broker logs it and deletes nothing; consumers read from 0."""
+    root = tmp_path / "logs"
+    p0, _p1, _p2 = _build(root)
+    before = sorted(p.name for p in p0.iterdir() if p.suffix == ".log")
+    (root / "log-start-offset-checkpoint").write_text("0\n1\nt 0 300\n")
+    b = broker_factory(root)
+    got, errors = _consume(b, 0, 0, 600)
+    assert got == list(range(600)) and not errors
+    b.stop()
+    assert sorted(p.name for p in p0.iterdir() if p.suffix == ".log") == before
+    assert "log-start-offset-checkpoint entry 300" in b.log_text() and "no segment is deleted" in b.log_text()
