@@ -197,8 +197,17 @@ class Log:
             # resume: take the epoch back if nobody took the partition since (WriterFence);
             # the load below cuts an uncommitted tail either way.
             self.leader_epoch = fence.acquire(resume=resume)
-        with self._critical() if self.writer else nullcontext():
-            self._load(kafka_clean)
+        try:
+            with self._critical() if self.writer else nullcontext():
+                self._load(kafka_clean)
+        except DamagedLogError:
+            # Not opened: let go of the files and of the partition (a repair may take it).
+            for seg in self.segments:
+                seg.data.close()
+            if self.writer:
+                self.state_store.close()
+                self.fence.release()
+            raise
 
     # ------------------------------------------------------------------ opening
     @staticmethod
