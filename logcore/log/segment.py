@@ -36,6 +36,7 @@ DELETED_SUFFIX = ".deleted"       # a replaced or deleted segment file waiting f
 SCAN_CHUNK = 64 * 1024
 FIRST_SCAN_CHUNK = 1024
 INT32_MAX = 2**31 - 1
+_MAP_VERIFY_BYTES = 256 << 10   # a range this large is verified through a map, a smaller one copied
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -711,7 +712,7 @@ class LogSegment:
             end = start + len(data)
         if end <= start or self._is_verified(start, end):
             return end
-        if data is None and self.is_local_file:
+        if data is None and self.is_local_file and end - start >= _MAP_VERIFY_BYTES:
             # The page cache's bytes, mapped, not copied (a copy costs more than the CRC).
             fd = self.data.open_fd()
             try:
