@@ -429,7 +429,8 @@ class LogSegment:
                             raise CorruptRecordError(
                                 f"batch declares {header.size} bytes, past the end of the segment"
                                 f" ({limit} bytes)", file=self.log_path, position=pos + off)
-                        self.scanned_end = pos + off
+                        if end is None:
+                            self.scanned_end = pos + off
                         return
                     self.check_batch_offsets(header, prev_next, pos + off)
                 except CorruptRecordError as exc:
@@ -444,7 +445,8 @@ class LogSegment:
         if strict and pos < limit:
             raise CorruptRecordError(f"{limit - pos} trailing bytes, shorter than a batch header",
                                      file=self.log_path, position=pos)
-        self.scanned_end = pos
+        if end is None:
+            self.scanned_end = pos
 
     def check_straddling(self, position: int, header: BatchHeader, strict: bool) -> None:
         """A batch read below the bound (the HW) that reaches past it is not served, as Kafka;

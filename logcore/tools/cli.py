@@ -6,6 +6,7 @@
     seglog dump    --files 00000000000000000000.log --print-data-log
     seglog maintain --root R [--topic T] [--once] [--config-file conf/maintenance.properties]
     seglog tiered  --root R --topic T --list
+    seglog repair  --root R --topic T [--partition P]
 
 Errors the user can fix (SegLogError) print as one line `seglog: error: <message>` and exit 1;
 usage errors exit 2 as argparse does. Storage options never appear in any output.
