@@ -684,6 +684,11 @@ def cmd_repair(args) -> int:
     root = _open_root(args)
     out = sys.stdout
     try:
+        if not root.storage.is_local:
+            raise InvalidConfigError(
+                f"seglog repair cuts segment files on a local disk; {root.storage.url} is an object store,"
+                " whose segments are published whole and never recovered: readers name the damaged"
+                " object and position, and a Spark query with failOnDataLoss=false skips it")
         info = root.describe_topic(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(info.partitions))
         for p in partitions:

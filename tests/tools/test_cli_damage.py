@@ -81,3 +81,13 @@ def test_wrong_log_start_checkpoint_deletes_nothing(tmp_path):
     assert sorted(p.name for p in (root / "t-0").glob("*.log")) == before
     out = _seglog("consume", "--root", str(root), "--topic", "t", "--from-beginning")
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 1000
+
+
+def test_repair_refuses_an_object_store_root(capsys):
+    import uuid
+
+    from logcore.tools.cli import main
+    url = f"memory://repair-{uuid.uuid4().hex}"
+    LogRoot.open(url, create=True).create_topic("t", 1)
+    assert main(["repair", "--root", url, "--topic", "t"]) == 1
+    assert "object store" in capsys.readouterr().err
