@@ -26,6 +26,12 @@ class CorruptRecordError(SegLogError):
         self.reason = message
 
 
+class DamagedLogError(CorruptRecordError):
+    """Committed data of a partition (below its high watermark or recovery point) is damaged:
+    the partition is not opened for writing, since going on would need dropping that data.
+    `seglog repair` truncates the log at the damage and reports what it dropped."""
+
+
 class UnsupportedMagicError(CorruptRecordError):
     """A legacy (magic 0/1) message set: seglog reads and writes RecordBatch v2 only."""
 

@@ -20,7 +20,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, ReadMinRows,
                                               SupportsTriggerAvailableNow)
 
-from logcore.errors import InvalidConfigError, OffsetOutOfRangeError, TopicNotFoundError
+from logcore.errors import CorruptRecordError, InvalidConfigError, OffsetOutOfRangeError, TopicNotFoundError
 from logcore.log.log_root import LogRoot
 from logcore.records.arrow import BufferRecycler, decode_batches
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
@@ -86,6 +86,20 @@ def data_loss(topic: str, partition: int, wanted: int, log_start: int, fail: boo
             topic=topic, partition=partition, offset=wanted, log_start_offset=log_start)
     logger.warning("failOnDataLoss=false: %s; skipping to offset %d", message, log_start)
     return log_start
+
+
+def damaged(log, offset: int, exc: CorruptRecordError, fail: bool) -> int:
+    """Bytes of the log that cannot be read at `offset` (the error names the segment file and
+    the byte position in it): fail (failOnDataLoss=true) or skip exactly the unreadable range
+    with a warning, returning the offset to go on from."""
+    if fail:
+        raise CorruptRecordError(
+            f"{exc.reason}; set the option failOnDataLoss=false to skip the damaged range with a"
+            " warning instead of failing the query", file=exc.file, position=exc.position) from exc
+    next_offset, what = log.skip_damage(offset, exc)
+    logger.warning("failOnDataLoss=false: %s-%d: %s; skipping to offset %d", log.topic, log.partition,
+                   what, next_offset)
+    return next_offset
 
 
 # ------------------------------------------------------------------------------- task side
@@ -180,6 +194,9 @@ def read_partition(p: SeglogInputPartition):
                                        p.fail_on_data_loss, " while the task was reading it")
                     continue
                 raise
+            except CorruptRecordError as exc:
+                offset = damaged(log, offset, exc, p.fail_on_data_loss)
+                continue
             data = fetch.data
             if not data:
                 bound = fetch.last_stable_offset if p.isolation == "read_committed" else fetch.high_watermark
@@ -194,9 +211,20 @@ def read_partition(p: SeglogInputPartition):
                 logger.warning("failOnDataLoss=false: %s; stopping this range at %d", message, offset)
                 return
             aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in fetch.aborted] or None
-            decoded = decode_batches(data, min_offset=offset, max_offset=p.until,
-                                     include_headers=p.include_headers, aborted=aborted, source=name,
-                                     allocate=_COLUMN_BUFFERS)
+            where = {"source": fetch.source or name, "base_position": fetch.position}
+            try:
+                decoded = decode_batches(data, min_offset=offset, max_offset=p.until,
+                                         include_headers=p.include_headers, aborted=aborted,
+                                         allocate=_COLUMN_BUFFERS, **where)
+            except CorruptRecordError as exc:
+                good = (exc.position or 0) - fetch.position
+                if exc.file != where["source"] or good <= 0:
+                    offset = damaged(log, offset, exc, p.fail_on_data_loss)
+                    continue
+                # the batches before the damaged one are fine: serve them, fail or skip after
+                decoded = decode_batches(data[:good], min_offset=offset, max_offset=p.until,
+                                         include_headers=p.include_headers, aborted=aborted,
+                                         allocate=_COLUMN_BUFFERS, **where)
             del data, fetch     # no view of the window outlives this read
             batch = decoded.batch
             rows = batch.num_rows

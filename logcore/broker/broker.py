@@ -31,7 +31,7 @@ from logcore.broker.partitions import PartitionManager
 from logcore.broker.produce_codec import encode_produce_results
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.protocol import ZERO_UUID, Request
-from logcore.errors import SegLogError, TopicExistsError
+from logcore.errors import CorruptRecordError, SegLogError, TopicExistsError
 from logcore.log.file_slice import FileSlice
 from logcore.log.config import CONFIG_KEYS, ConfigType, MaintenanceConfig, resolve_root_defaults
 from logcore.log.log_root import LogRoot
@@ -39,6 +39,23 @@ from logcore.log.partition_metadata import parse_topic_id
 from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
 
 logger = logging.getLogger(__name__)
+
+_DAMAGE_LOGGED: dict[tuple, float] = {}     # (file, position) -> when it was last logged
+_DAMAGE_LOG_INTERVAL_S = 60.0
+
+
+def _log_damage(topic: str, partition: int, offset: int, exc: CorruptRecordError) -> None:
+    """A fetch met damaged bytes (it answers CORRUPT_MESSAGE for them): log the segment file and
+    position, once a minute per place (a consumer retries the same offset)."""
+    key = (exc.file, exc.position)
+    now = time.monotonic()
+    if now - _DAMAGE_LOGGED.get(key, -_DAMAGE_LOG_INTERVAL_S) < _DAMAGE_LOG_INTERVAL_S:
+        return
+    if len(_DAMAGE_LOGGED) > 4096:
+        _DAMAGE_LOGGED.clear()
+    _DAMAGE_LOGGED[key] = now
+    logger.error("fetch of %s-%d at offset %d: damaged data, answered CORRUPT_MESSAGE: %s",
+                 topic, partition, offset, exc)
 
 INT32_MIN = -(2 ** 31)
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
@@ -609,6 +626,8 @@ class Broker:
             for p in t.partitions:
                 part = self.partitions.get(name, p.partition) if name else None
                 error = E.NONE if part else (E.UNKNOWN_TOPIC_ID if name is None else E.UNKNOWN_TOPIC_OR_PARTITION)
+                if part is None and (name, p.partition) in self.partitions.damaged:
+                    error = E.KAFKA_STORAGE_ERROR       # damaged committed data: see `seglog repair`
                 wanted.append((name, tid, p, part, error))
         while True:
             waits = [part.next_commit() for _, _, _, part, _ in wanted if part is not None]
@@ -659,6 +678,8 @@ class Broker:
                     fetched = log.read(p.fetch_offset, max(budget, 0), isolation=isolation,
                                        min_one_batch=total == 0, zero_copy=True)
             except SegLogError as exc:
+                if isinstance(exc, CorruptRecordError):
+                    _log_damage(name, p.partition, p.fetch_offset, exc)
                 res["error_code"] = E.error_code(exc)
                 res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
                            log_start_offset=log.log_start_offset)

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from logcore.broker.resources import open_partition_budget
-from logcore.errors import FencedWriterError
+from logcore.errors import DamagedLogError, FencedWriterError
 from logcore.log.log import Log
 from logcore.log.log_root import LogRoot, TopicInfo
 from logcore.log.partition_metadata import parse_topic_id
@@ -96,6 +96,9 @@ class PartitionManager:
         self._topics_version: str | None = None           # of seglog-topics.json at the last refresh
         self._refreshing = False
         self._refresh_error: str | None = None            # the last refresh failure, logged once
+        # Partitions whose committed data is damaged (DamagedLogError): not opened, not served,
+        # until `seglog repair`; the rest of the root is served.
+        self.damaged: dict[tuple[str, int], DamagedLogError] = {}
 
     # ---------------------------------------------------------------- opening and closing
     def open_all(self) -> None:
@@ -120,7 +123,10 @@ class PartitionManager:
                     part = Partition(info.name, p, self)
                     self.partitions[(info.name, p)] = part
                     if eager and len(self._open) < self.max_open:
-                        self.acquire(part)
+                        try:
+                            self.acquire(part)
+                        except DamagedLogError:
+                            continue                # logged and set aside by acquire
 
     def acquire(self, part: Partition) -> Log:
         """`part`'s log, opened if needed, pinned to this thread (its previous pin let go)."""
@@ -134,7 +140,18 @@ class PartitionManager:
             if part._log is None:
                 if part.closed:
                     raise ConnectionAbortedError(f"{part.topic}-{part.index} was closed")
-                log = self.root.log(part.topic, part.index, writer=True, resume=part._resume)
+                try:
+                    log = self.root.log(part.topic, part.index, writer=True, resume=part._resume)
+                except DamagedLogError as exc:
+                    # Damaged committed data: not served until `seglog repair`; the rest is.
+                    logger.error("%s-%d is not served: %s", part.topic, part.index, exc)
+                    with self._lock:
+                        if getattr(self._pinned, "part", None) is part:
+                            part.pins -= 1
+                            self._pinned.part = None
+                    self.damaged[(part.topic, part.index)] = exc
+                    self.partitions.pop((part.topic, part.index), None)
+                    raise
                 with self._lock:
                     part._log, part._epoch, part.evicting = log, log.leader_epoch, False
                     self._open[part] = None

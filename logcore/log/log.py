@@ -31,7 +31,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from logcore.errors import (CorruptIndexError, CorruptRecordError, FencedWriterError,
+from logcore.errors import (CorruptIndexError, CorruptRecordError, DamagedLogError, FencedWriterError,
                             InvalidRecordError, OffsetOutOfRangeError, PolicyViolationError,
                             ReadOnlyLogError, RecordTooLargeError, ResourceNotFoundError,
                             SegLogError)
@@ -97,6 +97,8 @@ class FetchResult:
     last_stable_offset: int
     log_start_offset: int
     aborted: list = field(default_factory=list)
+    source: str | None = None       # the segment file `data` was read from (None: remote tier)
+    position: int = 0               # the file position of data[0], for error messages
 
 
 @dataclass
@@ -105,6 +107,9 @@ class RecoveryReport:
     truncated: list[tuple[str, int, int, str]] = field(default_factory=list)  # file, position, bytes, why
     rebuilt_indexes: list[str] = field(default_factory=list)
     deleted_segments: list[str] = field(default_factory=list)
+    # repair: the offsets [first, end) it dropped (None: nothing), and the bytes
+    dropped_offsets: tuple[int, int] | None = None
+    dropped_bytes: int = 0
 
 
 # A produced batch's compressed records may inflate to at most this many times the topic's
@@ -145,8 +150,15 @@ class Log:
     def __init__(self, storage, directory: str, topic: str, partition: int, config, state_store, *,
                  fence=None, read_only: bool = False, kafka_clean: bool = False,
                  truncate_uncommitted: bool = True, remote: RemoteLogView | None = None,
-                 resume: tuple[int, str] | None = None):
+                 resume: tuple[int, str] | None = None, repair: bool = False,
+                 kafka_copy: bool = False):
         self.storage = storage
+        self._kafka_copy = kafka_copy
+        # repair (`seglog repair`): recovery checks every segment and may cut committed data.
+        self._repair = repair
+        self._committed_hw: int | None = None
+        # Batches tile the offsets without gaps (checked on read) unless compaction ran or may run.
+        self._gapless = not config.compact and not self._compacted_once(storage, directory, topic, partition)
         # Tiered storage: the remote segments below the local ones (None: the log is all local).
         self.remote = remote
         self.dir = directory
@@ -194,20 +206,51 @@ class Log:
             # resume: take the epoch back if nobody took the partition since (WriterFence);
             # the load below cuts an uncommitted tail either way.
             self.leader_epoch = fence.acquire(resume=resume)
-        with self._critical() if self.writer else nullcontext():
-            self._load(kafka_clean)
+        try:
+            with self._critical() if self.writer else nullcontext():
+                self._load(kafka_clean)
+        except DamagedLogError:
+            # Not opened: let go of the files and of the partition (a repair may take it).
+            for seg in self.segments:
+                seg.data.close()
+            if self.writer:
+                self.state_store.close()
+                self.fence.release()
+            raise
 
     # ------------------------------------------------------------------ opening
+    @staticmethod
+    def _compacted_once(storage, directory: str, topic: str, partition: int) -> bool:
+        """Whether the cleaner ever ran on the partition (its cleaner-offset-checkpoint entry, or
+        an object store's list of cleaned segments): its segments may have offset gaps."""
+        from logcore.log.checkpoint import OffsetCheckpoint
+        root = directory.rsplit("/", 1)[0] if "/" in directory else ""
+        path = storage.join(root, "cleaner-offset-checkpoint") if root else "cleaner-offset-checkpoint"
+        try:
+            if (topic, partition) in OffsetCheckpoint(storage, path).read():
+                return True
+        except SegLogError:
+            return True
+        if storage.is_local:
+            return False
+        try:
+            return b'"cleaned"' in storage.read(storage.join(directory, "partition-state.json"))
+        except ResourceNotFoundError:
+            return False
+
     @property
     def _local_writer(self) -> bool:
         return self.writer and self.storage.is_local
 
     def _new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
                      stem: str | None = None) -> LogSegment:
-        return LogSegment(self.storage, self.dir, base_offset,
-                          index_interval_bytes=self.config.index_interval_bytes,
-                          max_index_size=self.config.segment_index_bytes,
-                          writable=writable, in_memory=in_memory, stem=stem)
+        seg = LogSegment(self.storage, self.dir, base_offset,
+                         index_interval_bytes=self.config.index_interval_bytes,
+                         max_index_size=self.config.segment_index_bytes,
+                         writable=writable, in_memory=in_memory, stem=stem)
+        seg.persist_rebuilt_index = self._local_writer and not self.read_only
+        seg.contiguous = self._gapless
+        return seg
 
     def _list_files(self) -> list[str]:
         if not self.storage.exists(self.dir):
@@ -228,6 +271,7 @@ class Log:
         if self.writer and not self.storage.is_local:
             state = self.state_store.take_over(self.leader_epoch)
         self.commit_marker = state.marker
+        self._committed_hw = state.high_watermark
         self.recovery_point = state.recovery_point if state.recovery_point is not None else 0
         self._checkpointed_recovery_point = self.recovery_point
         plan = self._segment_plan(names, bases, state)
@@ -241,7 +285,7 @@ class Log:
         if not self.storage.is_local and len(self.segments) > 0:
             self._drop_unreachable_object_segments()
         self._check_indexes(can_write, skip_active=self.storage.is_local and not clean and can_write)
-        if self.storage.is_local and not clean and self.segments:
+        if self.storage.is_local and (not clean or self._repair) and self.segments:
             self._recover(can_write)
         if not self.segments:
             start = state.log_start_offset or 0
@@ -250,7 +294,7 @@ class Log:
             else:
                 self.log_start_offset = start
         first_base = self.segments[0].base_offset if self.segments else self.log_start_offset
-        self.log_start_offset = self._start_offset(state.log_start_offset, first_base)
+        self.log_start_offset = self._start_offset(self._checked_start(state), first_base)
         # Retention moves the log start offset before it removes segments: a crash in between
         # leaves segments wholly below it, which go now (a reader just ignores them).
         self._drop_segments_below_start(delete_files=can_write)
@@ -268,7 +312,16 @@ class Log:
             if self.read_only and self.segments and leo > self.log_start_offset:
                 logger.warning("no high watermark for %s-%d in the checkpoint: nothing is readable",
                                self.topic, self.partition)
-        self.high_watermark = min(max(hw, self.log_start_offset), leo)
+        self.high_watermark = min(max(hw, self.log_start_offset), self._readable_end(hw, leo))
+        if (self._local_writer and not self._repair and state.high_watermark is not None
+                and leo < min(state.high_watermark, self._checkpointed_recovery_point)):
+            seg = self.segments[-1]
+            raise DamagedLogError(
+                f"{self.topic}-{self.partition}: the log ends at offset {leo}, below its recovery point"
+                f" {self._checkpointed_recovery_point} and committed high watermark {state.high_watermark}:"
+                " data that was synced to disk is missing (a file was cut or removed). The partition is"
+                f" not opened for writing. To accept the loss, run: seglog repair --root <root> --topic"
+                f" {self.topic} --partition {self.partition}", file=seg.log_path, position=seg.size())
         if self._local_writer and state.high_watermark is not None and state.high_watermark > leo:
             # Committed data that a power cut took (it was not fsynced): the stored HW comes
             # down to the LEO now, or offsets appended from here would count as committed.
@@ -459,19 +512,20 @@ class Log:
                 continue
             logger.warning("rebuilding indexes of %s: %s", seg.log_path, problem)
             self.recovery.rebuilt_indexes.append(seg.log_path)
-            result = self._recover_segment(i, None, write=can_write and self.storage.is_local)
+            result = self._recover_segment(i, None, write=can_write and self.storage.is_local,
+                                           may_cut=self._may_cut)
             if result.truncated_bytes:
                 self._note_truncation(seg, result)
 
-    def _recover_segment(self, i: int, on_batch, *, write: bool):
+    def _recover_segment(self, i: int, on_batch, *, write: bool, may_cut=None):
         """Recover segment i; a sealed one (opened read-only) is reopened writable for the
         rebuild and sealed again afterwards, so its indexes end up rebuilt and trimmed on disk."""
         seg = self.segments[i]
         if not write or seg.writable:
-            return seg.recover(on_batch, write=write)
+            return seg.recover(on_batch, write=write, may_cut=may_cut)
         seg.close()
         seg = self._new_segment(seg.base_offset, writable=True)
-        result = seg.recover(on_batch, write=True)
+        result = seg.recover(on_batch, write=True, may_cut=may_cut)
         seg.close()
         self.segments[i] = self._new_segment(seg.base_offset, writable=False)
         return result
@@ -482,16 +536,115 @@ class Log:
         logger.warning("%s: dropped %d bytes from position %d (%s)", seg.log_path,
                        result.truncated_bytes, result.valid_bytes, result.error or "torn tail")
 
+    def _protected_offset(self) -> int:
+        """Recovery never cuts below this on its own: the committed HW and the recovery point."""
+        return max(self._committed_hw or 0, self.recovery_point)
+
+    def _may_cut(self, seg: LogSegment, result) -> bool:
+        """Whether recovery may cut `seg` where its valid batches end (LogSegment.recover).
+
+        A torn tail above the committed HW and the recovery point is cut, as Kafka does. Below
+        them the bytes held committed data: a writer refuses to open (DamagedLogError, unless
+        this is `seglog repair`), a reader leaves them, so reads fail there with the file and
+        position instead of ending early. One exception: zeros from the cut to the end of the
+        last segment above the recovery point are pages a power cut never wrote (commits
+        without fsync, the broker's), not damage: they are cut, as a shorter file would be; so is
+        a last batch that the file ends inside of (no whole valid batch follows the cut)."""
+        if self._repair:
+            return True
+        cut = result.next_offset if result.next_offset is not None else seg.base_offset
+        protect = self._protected_offset()
+        if cut >= protect:
+            return True
+        last = seg.base_offset >= self.bases[-1]
+        # (object stores publish whole objects: no write is ever half done there)
+        if last and cut >= self.recovery_point and self.storage.is_local:
+            rest = seg.data.read(result.valid_bytes, result.valid_bytes + result.truncated_bytes)
+            if not any(rest) or seg.resync(result.valid_bytes) is None:
+                logger.warning("%s: committed offsets from %d were not all written before a crash (%s):"
+                               " %d bytes from position %d cut, above the recovery point %d",
+                               seg.log_path, cut, result.error, result.truncated_bytes, result.valid_bytes,
+                               self.recovery_point)
+                return True
+        if not self.writer:
+            logger.warning("%s: damaged at position %d (%s), below the committed offset %d: reads"
+                           " of offsets from %d fail there", seg.log_path, result.valid_bytes,
+                           result.error, protect, cut)
+            return False
+        later = [s.log_path for s in self.segments if s.base_offset > seg.base_offset]
+        raise DamagedLogError(
+            f"{self.topic}-{self.partition}: {result.error}; the batches from offset {cut} on are"
+            f" committed (high watermark {self._committed_hw}, recovery point {self.recovery_point})"
+            f", so recovery does not cut them: {result.truncated_bytes} bytes of this segment"
+            f"{f' and {len(later)} later segment(s)' if later else ''} would go. The partition is"
+            " not opened for writing; readers fail at this position. To keep what lies before"
+            f" the damage and drop the rest, run: seglog repair --root <root> --topic {self.topic}"
+            f" --partition {self.partition}", file=seg.log_path, position=result.valid_bytes)
+
+    def _checked_start(self, state) -> int | None:
+        """The checkpointed log start offset, unless it contradicts the committed HW (a log
+        start is never above it) or, on a local seglog root, the log start seglog itself last
+        set (`log-start-offset` in the partition folder, written before the checkpoint): then it
+        is reported and not acted on (no segment goes). A crash between the two writes leaves
+        the folder's value ahead: that one counts."""
+        start, hw = state.log_start_offset, state.high_watermark
+        witness = state.log_start_witness
+        local = self.storage.is_local and not self._kafka_copy and self.remote is None
+        if local and witness is not None and (start is None or witness > start):
+            start = witness
+        if start is None or self.remote is not None:
+            return start
+        first = self.bases[0] if self.bases else None
+        why = None
+        if hw is not None and start > hw:
+            why = f"above the committed high watermark {hw}"
+        elif (local and len(self.bases) > 1 and start >= self.bases[1]
+              and (witness is None or start > witness)):
+            # Acting on it would delete whole segments: only seglog's own record may say so.
+            why = (f"above the log start seglog last set ({witness if witness is not None else 'none'},"
+                   f" segments from {first})")
+        if why is None:
+            return start
+        key = (self.topic, self.partition, start)
+        if getattr(self, "_reported_start", None) != key:
+            self._reported_start = key
+            logger.error("%s-%d: the log-start-offset-checkpoint entry %d is %s: ignored, no segment is"
+                         " deleted. Correct or remove that entry", self.topic, self.partition, start, why)
+        return witness if local and witness is not None and (hw is None or witness <= hw) else None
+
+    def _readable_end(self, hw: int, leo: int) -> int:
+        """Where the HW is capped: the LEO, unless the last segment holds bytes past its last
+        whole batch while the committed HW is above that (damage a reader must fail on, not
+        data to hide: reads of the offsets from the LEO on fail with the file and position)."""
+        if hw <= leo or not self.segments:
+            return leo
+        last = self.segments[-1]
+        end = last.scanned_end
+        if end is not None and last.size() > end:
+            return hw
+        return leo
+
     def _recover(self, can_write: bool) -> None:
-        """After an unclean shutdown: validate segments from the recovery point, cut the tail."""
-        start = max(0, bisect.bisect_right(self.bases, self.recovery_point) - 1)
+        """After an unclean shutdown: validate segments from the recovery point, cut the tail
+        (every segment when repairing)."""
+        start = 0 if self._repair else max(0, bisect.bisect_right(self.bases, self.recovery_point) - 1)
+        if self._repair:
+            try:
+                old_end = max(self._committed_hw or 0, self.segments[-1].next_offset())
+            except CorruptRecordError:
+                old_end = self._committed_hw or 0
         for i in range(start, len(self.segments)):
             seg = self.segments[i]
             if seg.log_path in self.recovery.rebuilt_indexes and i < len(self.segments) - 1:
                 continue
-            result = self._recover_segment(i, self._replay_epoch, write=can_write)
+            result = self._recover_segment(i, self._replay_epoch, write=can_write, may_cut=self._may_cut)
             if result.truncated_bytes:
                 self._note_truncation(seg, result)
+                if self._repair:
+                    cut = result.next_offset if result.next_offset is not None else seg.base_offset
+                    self.recovery.dropped_offsets = (cut, max(old_end, cut))
+                    self.recovery.dropped_bytes = result.truncated_bytes + sum(
+                        s.size() for s in self.segments[i + 1:])
                 later = self.segments[i + 1:]
                 if later:
                     for dropped in later:
@@ -530,14 +683,21 @@ class Log:
         leo = self.log_end_offset
         if start >= leo:
             return
-        for seg in self.segments[self._segment_index(start):]:
-            for pos, header in seg.scan_headers(0):
-                if header.last_offset < start or header.producer_id < 0:
-                    continue
-                marker = None
-                if header.is_control:
-                    marker = _end_marker(seg.read_bytes(pos, pos + header.size), header, seg.log_path, pos)
-                self.producer_state.replay(ProducerBatch.from_header(header, marker))
+        try:
+            for seg in self.segments[self._segment_index(start):]:
+                for pos, header in seg.scan_headers(0):
+                    if header.last_offset < start or header.producer_id < 0:
+                        continue
+                    marker = None
+                    if header.is_control:
+                        marker = _end_marker(seg.read_bytes(pos, pos + header.size), header, seg.log_path, pos)
+                    self.producer_state.replay(ProducerBatch.from_header(header, marker))
+        except CorruptRecordError as exc:
+            if self.writer:
+                raise
+            # A reader still serves the offsets before the damage; its reads fail there.
+            logger.warning("%s-%d: producer state replayed up to the damage only: %s", self.topic,
+                           self.partition, exc)
         self.producer_state.update_map_end_offset(leo)
 
     # ------------------------------------------------------------------ offsets
@@ -1330,10 +1490,10 @@ class Log:
                 # offset moved): the remote segments this reader knows may be stale.
                 self.remote.refresh()
             self._seen_start_state, self._seen_first_base = state.log_start_offset, first_base
-            self.log_start_offset = self._start_offset(state.log_start_offset, first_base)
+            self.log_start_offset = self._start_offset(self._checked_start(state), first_base)
             self._drop_segments_below_start(delete_files=False)
             hw = state.high_watermark if state.high_watermark is not None else self.log_start_offset
-            self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+            self.high_watermark = min(max(hw, self.log_start_offset), self._readable_end(hw, self.log_end_offset))
             self._replay_producer_state(self.producer_state.map_end_offset)
             self.producer_state.on_high_watermark_updated(self.high_watermark)
 
@@ -1371,6 +1531,31 @@ class Log:
             self._check_in_range(offset)
         raise SegLogError(f"{self.topic}-{self.partition}: offset {offset} could not be read")
 
+    def skip_damage(self, offset: int, error: CorruptRecordError) -> tuple[int, str]:
+        """A reader told to skip lost data (Spark's failOnDataLoss=false) met `error` reading
+        at `offset`: (the next offset it can read, what it skips: the offsets and the damaged
+        bytes of the file). The skip ends at the next whole batch that passes every check in
+        the same segment, else at the next segment, else at the HW. Damage that no local
+        segment holds (the remote tier) is raised again."""
+        with self._lock:
+            for i, seg in enumerate(self.segments):
+                if seg.log_path == error.file:
+                    break
+            else:
+                raise error
+            position = error.position or 0
+            found = seg.resync(position, min_base=offset + 1)
+            if found is not None:
+                end_position, next_offset = found
+                if (next_offset, end_position) not in seg.resume_points:
+                    seg.resume_points.append((next_offset, end_position))
+            else:
+                end_position = seg.size()
+                next_offset = self.bases[i + 1] if i + 1 < len(self.bases) else self.high_watermark
+            next_offset = max(next_offset, offset + 1)
+            return next_offset, (f"offsets {offset}..{next_offset - 1} are unreadable: bytes {position}.."
+                                 f"{end_position - 1} of {seg.log_path} are damaged ({error.reason})")
+
     def _check_in_range(self, offset: int) -> None:
         leo = self.log_end_offset
         if offset < self.log_start_offset or offset > leo:
@@ -1387,6 +1572,7 @@ class Log:
             bound = self._bound(isolation)
             self._check_in_range(offset)
             result = b""
+            source, start = None, 0
             from_remote = False
             if offset < bound:
                 position = offset
@@ -1400,11 +1586,24 @@ class Log:
                     seg = self.segments[i]
                     if seg.base_offset >= bound:
                         break
+                    # Below the bound every batch is whole: a scan that stops early is damage.
+                    next_base = self.bases[i + 1] if i + 1 < len(self.bases) else None
                     if zero_copy and seg.is_local_file:
-                        result = _slice(seg, position, max_bytes, bound, min_one_batch)
+                        start, result = _slice(seg, position, max_bytes, bound, min_one_batch, strict=True)
                     else:
-                        result = seg.read(position, max_bytes, bound, min_one_batch, view=view, buffer=buffer)
+                        start, result = seg.read_window(position, max_bytes, bound, min_one_batch, view=view,
+                                                        buffer=buffer, strict=True, next_base=next_base)
+                    if result and zero_copy:
+                        # What a broker sends as stored is checked first (CRC, offsets), once
+                        # per range of a sealed segment: the good part before damage goes out.
+                        result = _verified(seg, start, result, next_base)
                     if result:
+                        source = seg.log_path
+                        break
+                    if next_base is not None and seg.translate_offset(position, strict=True) is not None:
+                        # A batch here holds `position` but was not served (it does not fit the
+                        # budget, or reaches the bound): the answer is nothing, not a later
+                        # segment's batches (the reader would skip the offsets in between).
                         break
                     if not self.writer and i + 1 < len(self.segments) and seg.size() == 0:
                         # A sealed segment is never empty: retention deleted it under us.
@@ -1423,7 +1622,7 @@ class Log:
                 if self._txn_bases and not complete:    # else no aborted transaction is local
                     aborted = aborted + self._collect_aborted(offset, upper)
             return FetchResult(result, self.high_watermark, self.last_stable_offset,
-                               self.log_start_offset, aborted)
+                               self.log_start_offset, aborted, source, start)
 
     def _collect_aborted(self, fetch_offset: int, upper_bound: int) -> list:
         """Aborted transactions overlapping [fetch_offset, upper_bound), as Kafka collects them.
@@ -1458,7 +1657,8 @@ class Log:
                 return
             aborted = {(a.producer_id, a.first_offset, a.last_offset) for a in fetch.aborted}
             next_position = position
-            for pos, header in iter_batches(fetch.data, source=f"{self.topic}-{self.partition}"):
+            where = {"source": fetch.source or f"{self.topic}-{self.partition}", "base_position": fetch.position}
+            for pos, header in iter_batches(fetch.data, **where):
                 next_position = header.next_offset
                 if header.is_control or header.last_offset < position:
                     continue
@@ -1466,7 +1666,7 @@ class Log:
                         pid == header.producer_id and first <= header.base_offset <= last
                         for pid, first, last in aborted):
                     continue
-                for record in decode_records(fetch.data, pos, header, source=f"{self.topic}-{self.partition}"):
+                for record in decode_records(fetch.data, pos, header, **where):
                     if record.offset < position:
                         continue
                     yield record
@@ -1938,19 +2138,40 @@ def _txn_index_bases(names: list[str]) -> set[int]:
     return {p[0] for p in map(parse_segment_name, names) if p and p[1] == ".txnindex"}
 
 
-def _slice(seg: LogSegment, offset: int, max_bytes: int, bound: int, min_one_batch: bool) -> FileSlice | bytes:
-    """What `seg.read` would return, as an open range of the segment's file (b"" for none)."""
-    start, end, next_offset = seg.locate(offset, max_bytes, bound, min_one_batch)
+def _verified(seg: LogSegment, start: int, data, next_base: int | None):
+    """`data` (bytes or a FileSlice at file position `start`) cut before its first damaged
+    batch; CorruptRecordError (file and position) when that is the first batch."""
+    if isinstance(data, FileSlice):
+        try:
+            end = seg.verify_range(start, end=start + data.size, next_base=next_base)
+        except BaseException:
+            data.close()
+            raise
+        if end < start + data.size:
+            data.size = end - start
+            data.next_offset = _next_offset_after(seg.read_bytes(start, end))
+    else:
+        end = seg.verify_range(start, data, next_base=next_base)
+        if end < start + len(data):
+            data = data[:end - start]
+    return data
+
+
+def _slice(seg: LogSegment, offset: int, max_bytes: int, bound: int, min_one_batch: bool, *,
+           strict: bool = False) -> tuple[int, FileSlice | bytes]:
+    """(file position, what `seg.read` would return as an open range of the segment's file
+    (b"" for none))."""
+    start, end, next_offset = seg.locate(offset, max_bytes, bound, min_one_batch, strict=strict)
     if end <= start:
-        return b""
+        return start, b""
     try:
         fd = seg.data.open_fd()
     except OSError as exc:
         if exc.errno not in (errno.EMFILE, errno.ENFILE):
             raise
         # Out of descriptors (many slices in flight): copy this range instead of failing the read.
-        return seg.read_bytes(start, end)
-    return FileSlice(fd, start, end - start, next_offset, seg.log_path)
+        return start, seg.read_bytes(start, end)
+    return start, FileSlice(fd, start, end - start, next_offset, seg.log_path)
 
 
 def _next_offset_after(data: bytes | FileSlice) -> int:

@@ -367,13 +367,17 @@ class LogRoot:
     # ------------------------------------------------------------------ partitions
     def log(self, topic: str, partition: int, *, writer: bool = False,
             truncate_uncommitted: bool = True, only_if_free: bool = False,
-            resume: tuple[int, str] | None = None) -> Log:
+            resume: tuple[int, str] | None = None, repair: bool = False) -> Log:
         """The partition's log; writer=True takes the partition (fencing any earlier writer),
         or with only_if_free=True raises PartitionInUseError when another writer holds it.
 
         resume=(epoch, writer id) of this caller's last hold (`log.leader_epoch`,
         `log.fence.writer_id`): keep that epoch if nobody took the partition since
-        (`WriterFence.acquire`), else take it as usual."""
+        (`WriterFence.acquire`), else take it as usual.
+
+        repair=True (with writer=True; `seglog repair`): recovery checks every segment and cuts
+        the log at the first damaged batch even below the committed HW; `log.recovery` says
+        what went."""
         if resume is not None and not writer:
             raise ValueError("LogRoot.log: resume= is for writers (writer=True)")
         info = self.describe_topic(topic)
@@ -401,7 +405,8 @@ class LogRoot:
             remote = tier.view(topic, info.topic_id, partition)
         log = Log(storage, d, topic, partition, config, state, fence=fence,
                   read_only=self.read_only or not writer, kafka_clean=kafka_clean,
-                  truncate_uncommitted=truncate_uncommitted, remote=remote, resume=resume)
+                  truncate_uncommitted=truncate_uncommitted, remote=remote, resume=resume,
+                  repair=repair and writer, kafka_copy=self.kafka_copy)
         self._open_logs.append(log)
         return log
 

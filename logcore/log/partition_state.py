@@ -38,6 +38,7 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 ROOT_LOCK = ".seglog-root.lock"
 OBJECT_STATE = "partition-state.json"
 HW_FILE = "high-watermark"
+LOG_START_FILE = "log-start-offset"     # seglog's own record of a log start offset it moved
 ROOT_CHECKPOINT_INTERVAL_MS = 5000      # root files after commits without fsync (Kafka's HW interval)
 _HW_RECORD = struct.Struct(">4sqI")     # magic, high watermark, CRC-32 of the first 12 bytes
 _HW_MAGIC = b"SGHW"
@@ -55,6 +56,9 @@ class PartitionState:
     # Object stores: the cleaner's list of segments below its end ({"end", "segments": [[base,
     # stem], ...]}); None before the first compaction and on local disk.
     cleaned: dict | None = None
+    # Local disk: the log start offset seglog itself last set (LOG_START_FILE), against which
+    # the root's log-start-offset-checkpoint entry is checked before any segment goes.
+    log_start_witness: int | None = None
 
 
 COMMIT_MARKER = "commit-marker.json"
@@ -69,6 +73,8 @@ class LocalPartitionState:
         self.root = root
         self._marker_path = storage.join(root, f"{topic}-{partition}", COMMIT_MARKER)
         self._hw_path = storage.join(root, f"{topic}-{partition}", HW_FILE)
+        self._ls_path = storage.join(root, f"{topic}-{partition}", LOG_START_FILE)
+        self._ls_written: int | None = None
         self._root_written = float("-inf")      # monotonic time of this writer's last root write
         self._hw_fd: int | None = None          # the high-watermark file, open for writing
         self._hw = OffsetCheckpoint(storage, storage.join(root, HW_CHECKPOINT) if root else HW_CHECKPOINT)
@@ -81,7 +87,15 @@ class LocalPartitionState:
         if in_file is not None and (hw is None or in_file > hw):
             hw = in_file
         return PartitionState(hw, self._ls.read().get(self.key), self._rp.read().get(self.key),
-                              self._resolve_marker(hw))
+                              self._resolve_marker(hw), log_start_witness=self._read_log_start())
+
+    def _read_log_start(self) -> int | None:
+        try:
+            text = self.storage.read(self._ls_path).decode("ascii").strip()
+            self._ls_written = int(text)
+            return self._ls_written
+        except (SegLogError, ValueError, UnicodeDecodeError):
+            return None
 
     def _read_hw_file(self) -> int | None:
         """The HW in the partition's high-watermark file; None if missing or not valid (a torn
@@ -161,6 +175,11 @@ class LocalPartitionState:
             if previous is not None:
                 doc["previous"] = {"marker": previous, "high_watermark": self._hw.read().get(self.key)}
             self.storage.write_atomic(self._marker_path, json.dumps(doc, sort_keys=True).encode())
+        if log_start_offset != first_segment_base and log_start_offset != self._ls_written:
+            # Before the root checkpoint: seglog's own record that it moved the log start (a
+            # checkpoint entry above it was not written by seglog and is not acted on).
+            self.storage.write_atomic(self._ls_path, f"{log_start_offset}\n".encode())
+            self._ls_written = log_start_offset
         now = time.monotonic()
         if durable or (now - self._root_written) * 1000 >= ROOT_CHECKPOINT_INTERVAL_MS:
             # Kafka writes a log start offset only when it differs from the first segment's base:
@@ -191,6 +210,7 @@ class LocalPartitionState:
                 self._update(checkpoint, None)
         self.close()
         self.storage.delete(self._hw_path, missing_ok=True)
+        self.storage.delete(self._ls_path, missing_ok=True)
 
 
 _REMOVE = None

@@ -9,6 +9,7 @@ Readers in other processes see a local active segment grow; they bound every rea
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 import time
@@ -36,6 +37,7 @@ DELETED_SUFFIX = ".deleted"       # a replaced or deleted segment file waiting f
 SCAN_CHUNK = 64 * 1024
 FIRST_SCAN_CHUNK = 1024
 INT32_MAX = 2**31 - 1
+_MAP_VERIFY_BYTES = 256 << 10   # a range this large is verified through a map, a smaller one copied
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -251,6 +253,18 @@ class LogSegment:
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp: int | None = None
+        # File position after the last whole batch the last header scan to the end reached.
+        self.scanned_end: int | None = None
+        # A corrupt offset index found on use is rebuilt; the writer also writes it to disk.
+        self.persist_rebuilt_index = False
+        self.index_rebuilds = 0
+        # (offset, position) where readers that skipped damage go on (Log.skip_damage)
+        self.resume_points: list[tuple[int, int]] = []
+        # No gaps between batches (a topic never compacted): each batch starts where the last
+        # ended, the first at the segment's base, so a base offset moved either way shows.
+        self.contiguous = False
+        # Byte ranges [start, end) whose batches were verified (CRC, offsets): see verify_range.
+        self._verified: list[list[int]] = []
         # A fresh in-memory segment is empty; see next_offset() for why it is set here.
         self._next_offset: int | None = base_offset if in_memory else None
 
@@ -382,14 +396,19 @@ class LogSegment:
             return b""
         return self.data.read(start, end, buffer)
 
-    def scan_headers(self, start: int = 0, end: int | None = None):
+    def scan_headers(self, start: int = 0, end: int | None = None, *, strict: bool = False):
         """Batch headers from `start` (a batch boundary) to `end`, without CRC checks.
 
         Reads in chunks; stops quietly at a partial trailing batch (a torn tail or a batch that
-        is still being written by another process).
+        is still being written by another process), or with `strict` (the caller looks for data
+        that must be complete, below the high watermark) raises CorruptRecordError there. Offsets
+        are checked whatever `strict`: each batch's base offset above the previous batch's last
+        offset and at or above the segment's base (the CRC does not cover the base offset).
         """
         limit = self.size() if end is None else min(end, self.size())
         pos = start
+        prev_next = None
+        prev = None
         # Start small (a lookup usually needs one or two headers past the index entry) and
         # grow the chunk for long scans.
         chunk_size = FIRST_SCAN_CHUNK
@@ -399,27 +418,176 @@ class LogSegment:
             off = 0
             while off + HEADER_SIZE <= len(chunk):
                 header = parse_header(chunk, off)
-                if header.magic != 2 or header.size < HEADER_SIZE:
-                    # Let the validating path produce the precise error.
-                    list(iter_batches(chunk[off:off + HEADER_SIZE + 64], source=self.log_path,
-                                      base_position=pos + off, verify_crc=False))
-                    raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
-                                             file=self.log_path, position=pos + off)
-                if pos + off + header.size > limit:
-                    return
+                try:
+                    if header.magic != 2 or header.size < HEADER_SIZE:
+                        # Let the validating path produce the precise error.
+                        list(iter_batches(chunk[off:off + HEADER_SIZE + 64], source=self.log_path,
+                                          base_position=pos + off, verify_crc=False))
+                        raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
+                                                 file=self.log_path, position=pos + off)
+                    if pos + off + header.size > limit:
+                        if strict:
+                            raise CorruptRecordError(
+                                f"batch declares {header.size} bytes, past the end of the segment"
+                                f" ({limit} bytes)", file=self.log_path, position=pos + off)
+                        if end is None:
+                            self.scanned_end = pos + off
+                        return
+                    self.check_batch_offsets(header, prev_next, pos + off)
+                except CorruptRecordError as exc:
+                    self.blame_previous(prev, exc)
+                prev = (pos + off, header.size)
+                prev_next = header.next_offset
                 yield pos + off, header
                 off += header.size
             if off == 0:
                 return
             pos += off
+        if strict and pos < limit:
+            raise CorruptRecordError(f"{limit - pos} trailing bytes, shorter than a batch header",
+                                     file=self.log_path, position=pos)
+        if end is None:
+            self.scanned_end = pos
 
-    def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
-        """Position and header of the first batch whose last offset is >= offset."""
-        _, position = self.offset_index.lookup(offset)
-        for pos, header in self.scan_headers(max(position, start_position)):
+    def check_straddling(self, position: int, header: BatchHeader, strict: bool) -> None:
+        """A batch read below the bound (the HW) that reaches past it is not served, as Kafka;
+        when the read is `strict` (the offset is below the HW, so the batch is committed data)
+        its CRC must hold: a damaged lastOffsetDelta would otherwise hide committed records."""
+        if strict:
+            data = self.read_bytes(position, position + header.size)
+            batch_fields(data, source=self.log_path, verify_crc=True, base_position=position)
+
+    def blame_previous(self, prev: tuple[int, int] | None, exc: CorruptRecordError):
+        """Raise `exc`, found at the header after the batch `prev` (position, size), or the
+        CRC error of that batch when it has one: a damaged length field sends a header scan
+        into the middle of the data, and the batch to name is the one whose length is wrong."""
+        if prev is not None:
+            position, size = prev
+            data = self.read_bytes(position, position + size)
+            try:
+                batch_fields(data, source=self.log_path, verify_crc=True, base_position=position)
+            except CorruptRecordError as crc_error:
+                raise crc_error from exc
+        raise exc
+
+    def check_batch_offsets(self, header: BatchHeader, prev_next: int | None, position: int) -> None:
+        """The offsets of a batch where it lies: not below the segment's base, within its
+        relative range, above the previous batch's. CorruptRecordError naming the file and
+        position otherwise."""
+        if (header.base_offset < self.base_offset or header.last_offset_delta < 0
+                or header.last_offset - self.base_offset > INT32_MAX):
+            raise CorruptRecordError(
+                f"batch has offsets {header.base_offset}..{header.last_offset}, outside segment"
+                f" {self.base_offset}'s range", file=self.log_path, position=position)
+        if prev_next is not None and header.base_offset < prev_next:
+            raise CorruptRecordError(
+                f"batch base offset {header.base_offset} is below the previous batch's next"
+                f" offset {prev_next} (offsets must rise)", file=self.log_path, position=position)
+        if self.contiguous and header.base_offset != (self.base_offset if position == 0 else prev_next
+                                                      if prev_next is not None else header.base_offset):
+            raise CorruptRecordError(
+                f"batch base offset {header.base_offset} leaves a gap after offset"
+                f" {(self.base_offset if position == 0 else prev_next) - 1} in a topic that was never"
+                " compacted", file=self.log_path, position=position)
+
+    def check_window_offsets(self, fields, start: int, prev_next: int | None = None,
+                             next_base: int | None = None) -> None:
+        """check_batch_offsets over `batch_fields` rows of a window read at file position
+        `start`, plus: every offset below the next segment's base."""
+        bad = self._first_bad_row(fields, prev_next, next_base)
+        if bad is not None:
+            raise CorruptRecordError(bad[1], file=self.log_path, position=start + int(fields[bad[0], F_POSITION]))
+
+    def _first_bad_row(self, fields, prev_next: int | None, next_base: int | None):
+        """(row, why) of the first batch whose offsets are wrong where it lies, else None."""
+        if not len(fields):
+            return None
+        base = fields[:, F_BASE_OFFSET]
+        delta = fields[:, F_LAST_DELTA]
+        last = base + delta
+        bad = (base < self.base_offset) | (delta < 0) | (last - self.base_offset > INT32_MAX)
+        if len(fields) > 1:
+            bad[1:] |= (base[1:] != last[:-1] + 1) if self.contiguous else (base[1:] <= last[:-1])
+        if prev_next is not None:
+            bad[0] |= base[0] < prev_next
+        if next_base is not None:
+            bad |= last >= next_base
+        if bad.any():
+            i = int(np.argmax(bad))
+            prev = int(last[i - 1]) + 1 if i else prev_next
+            why = (f"batch has offsets {int(base[i])}..{int(last[i])}: not in segment {self.base_offset}"
+                   f"{'' if next_base is None else f' (next segment at {next_base})'}"
+                   f"{'' if prev is None else f' or not above the previous next offset {prev}'}")
+            return i, why
+        return None
+
+    def translate_offset(self, offset: int, start_position: int = 0, *,
+                         strict: bool = False) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= offset (strict: see
+        scan_headers)."""
+        _, position = self.checked_lookup(offset)
+        for pos, header in self.scan_headers(max(position, start_position), strict=strict):
             if header.last_offset >= offset:
                 return pos, header
         return None
+
+    def checked_lookup(self, offset: int) -> tuple[int, int]:
+        """The offset index's entry for `offset`, checked against the batch it points at: a
+        batch whose last offset is the entry's. An entry that does not match means the index
+        is corrupt (Kafka's sanity check cannot see a wrong position): it is logged, rebuilt
+        from the `.log` and never used."""
+        entry_offset, position = self.offset_index.lookup(offset)
+        for resume_offset, resume_position in self.resume_points:
+            # a reader skipped damage here (failOnDataLoss=false): start past it
+            if resume_offset <= offset and resume_position > position:
+                entry_offset, position = resume_offset, resume_position
+        if self.resume_points and position in {p for _o, p in self.resume_points}:
+            return entry_offset, position
+        if position == 0 and entry_offset == self.base_offset:
+            return entry_offset, position
+        problem = self._index_entry_problem(entry_offset, position)
+        if problem is None:
+            return entry_offset, position
+        self.rebuild_offset_index(problem)
+        return self.offset_index.lookup(offset)
+
+    def _index_entry_problem(self, entry_offset: int, position: int) -> str | None:
+        head = self.read_bytes(position, position + HEADER_SIZE)
+        if len(head) < HEADER_SIZE:
+            return f"entry ({entry_offset}, {position}) points past the end of the log ({self.size()} bytes)"
+        header = parse_header(head)
+        if header.magic != 2 or header.size < HEADER_SIZE or header.last_offset != entry_offset:
+            return (f"entry ({entry_offset}, {position}) does not point at the batch ending at offset"
+                    f" {entry_offset}")
+        return None
+
+    def rebuild_offset_index(self, problem: str) -> None:
+        """Replace a corrupt offset index by one built from the `.log`'s batch headers (in
+        memory; on disk too when `persist_rebuilt_index`, the writer of a sealed segment)."""
+        index = OffsetIndex(None, self.index_path, self.base_offset, max_index_size=self.max_index_size,
+                            writable=True)
+        since = 0
+        # A damaged `.log` (e.g. a batch's base offset changed) raises here, naming the .log:
+        # then the index is not what is wrong.
+        for pos, header in self.scan_headers(0):
+            if since > self.index_interval_bytes and not index.is_full():
+                index.append(header.last_offset, pos)
+                since = 0
+            since += header.size
+        if self.writable:
+            raise CorruptIndexError(f"the active segment's offset index is corrupt: {problem}",
+                                    file=self.index_path)
+        log.warning("offset index %s is corrupt (%s): rebuilt from %s", self.index_path, problem,
+                    self.log_path)
+        old, self._offset_index = self._offset_index, index
+        if old is not None:
+            old.close()
+        self.index_rebuilds += 1
+        if self.persist_rebuilt_index:
+            try:
+                self.storage.write_atomic(self.index_path, index.to_bytes())
+            except Exception as exc:  # noqa: BLE001 - the rebuilt index in memory still serves
+                log.warning("could not write the rebuilt index %s: %s", self.index_path, exc)
 
     def read(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True, *,
              view: bool = False, buffer: bytearray | None = None) -> bytes | memoryview:
@@ -429,19 +597,42 @@ class LogSegment:
 
         As Kafka, a batch that straddles the bound (the HW or LSO) is not served at all.
         """
-        found = self.translate_offset(offset)
+        return self.read_window(offset, max_bytes, max_offset, min_one_batch, view=view, buffer=buffer)[1]
+
+    def read_window(self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool = True, *,
+                    view: bool = False, buffer: bytearray | None = None, strict: bool = False,
+                    next_base: int | None = None) -> tuple[int, bytes | memoryview]:
+        """(file position of the data, data) of `read`. With `strict` (offset below the HW) a
+        batch that cannot be whole (a length past the end of the file) is an error, not an end;
+        the offsets of the batches read are checked (rising, in this segment, below
+        `next_base`, the next segment's base) whatever `strict`."""
+        found = self.translate_offset(offset, strict=strict)
         if found is None:
-            return b""
+            return 0, b""
         start, first = found
         if first.last_offset >= max_offset:
-            return b""
+            self.check_straddling(start, first, strict)
+            return start, b""
         # One read for the whole window; the batch headers are walked in that buffer.
         want = max(max_bytes, first.size) if min_one_batch else max_bytes
         buf = self.read_bytes(start, start + want, buffer)
         # The window's headers in one C scan (no CRC here: the decoder checks it), cut before
         # the first batch that reaches `max_offset`.
-        fields = batch_fields(buf, source=self.log_path, verify_crc=False, allow_partial_tail=True,
-                              base_position=start)
+        try:
+            fields = batch_fields(buf, source=self.log_path, verify_crc=False, allow_partial_tail=True,
+                                  base_position=start)
+        except CorruptRecordError as exc:
+            if not exc.position or exc.position <= start:
+                raise
+            # an invalid header inside the window: serve the batches before it (the decoder
+            # checks their CRCs; a damaged length before it shows there), fail at the next read
+            fields = batch_fields(memoryview(buf)[:exc.position - start], source=self.log_path,
+                                  verify_crc=False, allow_partial_tail=True, base_position=start)
+        bad = self._first_bad_row(fields, None, next_base)
+        if bad is not None:
+            if bad[0] == 0:
+                raise CorruptRecordError(bad[1], file=self.log_path, position=start)
+            fields = fields[:bad[0]]        # serve the good batches; the next read fails there
         last_offsets = fields[:, F_BASE_OFFSET] + fields[:, F_LAST_DELTA]
         stop = int(np.searchsorted(last_offsets, max_offset, side="left"))
         if stop < len(fields):
@@ -451,20 +642,21 @@ class LogSegment:
         else:
             end = 0
         if end == len(buf):
-            return buf
-        return memoryview(buf)[:end] if view else buf[:end]
+            return start, buf
+        return start, (memoryview(buf)[:end] if view else buf[:end])
 
     def locate(self, offset: int, max_bytes: int, max_offset: int,
-               min_one_batch: bool = True) -> tuple[int, int, int]:
+               min_one_batch: bool = True, *, strict: bool = False) -> tuple[int, int, int]:
         """(start, end, next offset) of the batches `read` would return, found from the offset
         index and the batch headers alone: the data between is not read (zero-copy fetch).
         start == end when there is nothing to return.
         """
-        found = self.translate_offset(offset)
+        found = self.translate_offset(offset, strict=strict)
         if found is None:
             return 0, 0, offset
         start, first = found
         if first.last_offset >= max_offset:
+            self.check_straddling(start, first, strict)
             return start, start, offset
         want = max(max_bytes, first.size) if min_one_batch else max_bytes
         size = self.size()
@@ -478,9 +670,23 @@ class LogSegment:
                 int(np.searchsorted(keys, min(max(max_offset - self.base_offset, -1), INT32_MAX),
                                     side="left"))) - 1
         pos = max(start, int(positions[k])) if k >= 0 else start
+        if pos > start:
+            problem = self._index_entry_problem(self.base_offset + int(keys[k]), pos)
+            if problem is not None:
+                try:
+                    self.rebuild_offset_index(problem)
+                except CorruptRecordError:
+                    pos = start     # the batch there is damaged, not the index: walk from the start
+                else:
+                    return self.locate(offset, max_bytes, max_offset, min_one_batch, strict=strict)
         end, next_offset = pos, None if pos > start else offset
         while pos + HEADER_SIZE <= (size if next_offset is None else limit):
-            header = self._header_at(pos)
+            try:
+                header = self._header_at(pos)
+            except CorruptRecordError:
+                if end > start and next_offset is not None:
+                    break       # serve the batches before it; a read from here fails
+                raise
             if next_offset is None:
                 next_offset = header.base_offset      # where the batches before `pos` end
             if header.last_offset >= max_offset or pos + header.size > limit:
@@ -498,6 +704,94 @@ class LogSegment:
             raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
                                      file=self.log_path, position=pos)
         return header
+
+    def verify_range(self, start: int, data=None, end: int | None = None,
+                     next_base: int | None = None) -> int:
+        """Check the batches in [start, end) of the file (their bytes are `data` when the caller
+        has them): CRC, length, magic, offsets. Returns the position of the first bad batch
+        (the caller serves what lies before it) or `end` when all are good; a sealed segment's
+        verified ranges are remembered, so a range is checked once, not at every fetch."""
+        if end is None:
+            end = start + len(data)
+        if end <= start or self._is_verified(start, end):
+            return end
+        if data is None and self.is_local_file and end - start >= _MAP_VERIFY_BYTES:
+            # The page cache's bytes, mapped, not copied (a copy costs more than the CRC).
+            fd = self.data.open_fd()
+            try:
+                aligned = start - start % mmap.ALLOCATIONGRANULARITY
+                mapped = mmap.mmap(fd, end - aligned, access=mmap.ACCESS_READ, offset=aligned)
+            finally:
+                os.close(fd)
+            error = None
+            view = memoryview(mapped)[start - aligned:end - aligned]
+            try:
+                good = self.verify_range(start, view, end, next_base)
+            except CorruptRecordError as exc:   # re-raised without frames that still hold the map
+                error = CorruptRecordError(exc.reason, file=exc.file, position=exc.position)
+            view.release()
+            try:
+                mapped.close()
+            except BufferError:     # a view still alive somewhere: the map goes with it
+                pass
+            if error is not None:
+                raise error
+            return good
+        if data is None:
+            data = self.read_bytes(start, end)
+        try:
+            fields = batch_fields(data, source=self.log_path, verify_crc=True, allow_partial_tail=False,
+                                  base_position=start)
+            self.check_window_offsets(fields, start, next_base=next_base)
+        except CorruptRecordError as exc:
+            bad = exc.position if exc.position is not None else start
+            if bad > start:
+                # what lies before the damage is good: verify it alone
+                return self.verify_range(start, memoryview(data)[:bad - start], bad, next_base)
+            raise
+        if not self.writable:
+            self._mark_verified(start, end)
+        return end
+
+    def _is_verified(self, start: int, end: int) -> bool:
+        for lo, hi in self._verified:
+            if lo <= start and end <= hi:
+                return True
+        return False
+
+    def _mark_verified(self, start: int, end: int) -> None:
+        for span in self._verified:
+            if span[0] <= end and start <= span[1]:       # touching or overlapping: merge
+                span[0], span[1] = min(span[0], start), max(span[1], end)
+                break
+        else:
+            self._verified.append([start, end])
+            if len(self._verified) > 64:
+                self._verified.pop(0)
+
+    def resync(self, position: int, min_base: int | None = None) -> tuple[int, int] | None:
+        """(position, base offset) of the first whole batch after damage at `position` that
+        passes every check (magic, length, CRC, offsets at or above the segment base), or None
+        when the rest of the segment holds none. A reader told to skip lost data
+        (failOnDataLoss=false) skips exactly the bytes in between."""
+        size = self.size()
+        data = bytes(self.read_bytes(position, size))
+        at = 1
+        while True:
+            at = data.find(b"\x02", at + 16) - 16 if at + 16 < len(data) else -1
+            if at < 0:
+                return None
+            if at + HEADER_SIZE <= len(data):
+                header = parse_header(data, at)
+                if (header.size >= HEADER_SIZE and at + header.size <= len(data)
+                        and header.base_offset >= max(self.base_offset, min_base or 0)
+                        and header.last_offset_delta >= 0):
+                    try:
+                        batch_fields(memoryview(data)[at:at + header.size], verify_crc=True)
+                        return position + at, header.base_offset
+                    except CorruptRecordError:
+                        pass
+            at += 1
 
     @property
     def is_local_file(self) -> bool:
@@ -663,12 +957,15 @@ class LogSegment:
         self.writable = False
 
     # ---------------------------------------------------------------- recovery and truncation
-    def recover(self, on_batch=None, *, write: bool = True) -> ScanResult:
+    def recover(self, on_batch=None, *, write: bool = True, may_cut=None) -> ScanResult:
         """Validate every batch, rebuild the indexes, and cut a torn or corrupt tail.
 
         `on_batch(header, data_of_batch)` is called for each valid batch (producer state and
         leader-epoch replay). With write=False (read-only copies) nothing is written: the torn
         tail is only hidden through `limit_bytes` and the indexes are rebuilt in memory.
+        `may_cut(segment, result)`, when given, decides before anything is cut: it returns
+        False to leave the bytes as they are (the result then says 0 bytes truncated, with the
+        error) or raises.
         """
         if write:
             self.offset_index.reset()
@@ -713,6 +1010,10 @@ class LogSegment:
             if next_offset is not None and header.base_offset < next_offset:
                 error = f"batch at position {pos} has base offset {header.base_offset} below {next_offset}"
                 break
+            if self.contiguous and header.base_offset != (self.base_offset if next_offset is None else next_offset):
+                error = (f"batch at position {pos} has base offset {header.base_offset}, expected"
+                         f" {self.base_offset if next_offset is None else next_offset} (no gaps: never compacted)")
+                break
             if header.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = header.max_timestamp
                 self.offset_of_max_timestamp = header.last_offset
@@ -727,6 +1028,10 @@ class LogSegment:
             pos += size_field
             valid = pos
         truncated = file_size - valid
+        self.scanned_end = valid
+        if truncated and may_cut is not None and not may_cut(self, ScanResult(valid, truncated, next_offset, error)):
+            truncated = 0
+            error = error or f"{file_size - valid} trailing bytes"
         if truncated:
             if write:
                 self.data.truncate(valid)

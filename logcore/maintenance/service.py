@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from logcore.cleaner.cleaner import CleanerAbortedError, CleanStats, LogCleaner
-from logcore.errors import FencedWriterError, PartitionInUseError, RemoteStorageError, SegLogError
+from logcore.errors import (DamagedLogError, FencedWriterError, PartitionInUseError, RemoteStorageError,
+                            SegLogError)
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 from logcore.tiered.remote_log_manager import RemoteLogManager, TieringResult
@@ -148,6 +149,11 @@ class MaintenanceService:
         except PartitionInUseError as exc:
             outcome.skipped = str(exc)
             logger.info("skipping %s-%d: %s", topic, partition, exc)
+            return outcome
+        except DamagedLogError as exc:
+            # Damaged committed data: left as it is for `seglog repair`; the pass goes on.
+            outcome.skipped = f"not maintained: {exc}"
+            logger.error("%s-%d: %s", topic, partition, outcome.skipped)
             return outcome
         try:
             self.maintain_log(log, now, outcome, compact=to_clean is None)

@@ -6,6 +6,7 @@
     seglog dump    --files 00000000000000000000.log --print-data-log
     seglog maintain --root R [--topic T] [--once] [--config-file conf/maintenance.properties]
     seglog tiered  --root R --topic T --list
+    seglog repair  --root R --topic T [--partition P]
 
 Errors the user can fix (SegLogError) print as one line `seglog: error: <message>` and exit 1;
 usage errors exit 2 as argparse does. Storage options never appear in any output.
@@ -889,6 +890,48 @@ class _MaintainReport:
         self.out.flush()
 
 
+# ------------------------------------------------------------------------------------ repair
+
+def cmd_repair(args) -> int:
+    root = _open_root(args)
+    out = sys.stdout
+    try:
+        if not root.storage.is_local:
+            raise InvalidConfigError(
+                f"seglog repair cuts segment files on a local disk; {root.storage.url} is an object store,"
+                " whose segments are published whole and never recovered: readers name the damaged"
+                " object and position, and a Spark query with failOnDataLoss=false skips it")
+        info = root.describe_topic(args.topic)
+        partitions = [args.partition] if args.partition is not None else list(range(info.partitions))
+        for p in partitions:
+            if not 0 <= p < info.partitions:
+                raise InvalidConfigError(f"--partition {p}: topic {args.topic} has partitions "
+                                         f"0..{info.partitions - 1}")
+            log = root.log(args.topic, p, writer=True, repair=True)
+            try:
+                report = log.recovery
+                name = f"{args.topic}-{p}"
+                if not report.truncated and not report.rebuilt_indexes:
+                    out.write(f"{name}: no damage found (log end offset {log.log_end_offset})\n")
+                    continue
+                for path in report.rebuilt_indexes:
+                    out.write(f"{name}: rebuilt the indexes of {path}\n")
+                for path, position, size, why in report.truncated:
+                    out.write(f"{name}: cut {path} at position {position}: dropped {size} bytes ({why})\n")
+                for path in report.deleted_segments:
+                    out.write(f"{name}: deleted {path} (after the cut)\n")
+                if report.dropped_offsets is not None:
+                    first, end = report.dropped_offsets
+                    out.write(f"{name}: dropped offsets {first}..{end - 1} ({end - first} offsets,"
+                              f" {report.dropped_bytes} bytes); the log now ends at offset"
+                              f" {log.log_end_offset}, high watermark {log.high_watermark}\n")
+            finally:
+                log.close()
+    finally:
+        root.close()
+    return 0
+
+
 # ------------------------------------------------------------------------------------ broker
 
 def cmd_broker(args) -> int:
@@ -1047,6 +1090,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tiered storage settings (.properties: remote.log.storage.system.enable, "
                              "rsm.config.*) when the root's defaults do not hold them")
     tiered.set_defaults(func=cmd_tiered)
+
+    repair = sub.add_parser("repair", help="cut a partition's log at damaged committed data",
+                            description="Check every batch of a partition's segments (CRC, lengths, offsets)"
+                                        " and truncate the log at the first damaged one, dropping it and"
+                                        " everything after it, committed or not; print exactly what went."
+                                        " Opening a log never does this on its own: a writer refuses a"
+                                        " partition whose committed data is damaged until it is repaired.",
+                            epilog="example:\n  seglog repair --root /data/logs --topic clicks --partition 3",
+                            formatter_class=raw)
+    _add_root(repair)
+    repair.add_argument("--topic", required=True)
+    repair.add_argument("--partition", type=int, metavar="N", help="only this partition (default: all)")
+    repair.set_defaults(func=cmd_repair)
 
     broker = sub.add_parser("broker", help="serve a log root over the Kafka protocol",
                             description="Run the sidecar broker (like kafka-server-start).",

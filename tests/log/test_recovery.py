@@ -2,7 +2,9 @@
 
 Each test writes a log, damages it the way a crash or a bad disk would, reopens it as a writer
 (which recovers, since there is no clean-shutdown marker) and checks that the log ends at the last
-valid batch, that nothing committed is lost, and that nothing corrupt is served.
+valid batch, that nothing committed is lost, and that nothing corrupt is served. Damage to
+committed (synced) data is never cut on open: the writer refuses with DamagedLogError naming the
+file and position, and only `seglog repair` cuts it.
 """
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from logcore.errors import DamagedLogError
 from logcore.log.log import CLEAN_SHUTDOWN
 from logcore.log.log_root import LogRoot
+from logcore.tools.cli import main as seglog
 from logcore.records.batch import iter_batches
 
 SEG0 = "00000000000000000000"
@@ -55,8 +59,14 @@ def assert_serves_prefix(log, n_records):
     assert got == [(i, b"value-%d" % i) for i in range(n_records)]
 
 
+def repair(tmp_path, capsys) -> str:
+    capsys.readouterr()
+    assert seglog(["repair", "--root", str(tmp_path / "root"), "--topic", "t", "--partition", "0"]) == 0
+    return capsys.readouterr().out
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_truncated_at_random_byte(tmp_path, seed):
+def test_truncated_at_random_byte(tmp_path, seed, capsys):
     part, _ = build(tmp_path)
     log_file = part / f"{SEG0}.log"
     bounds = batch_bounds(log_file)
@@ -64,11 +74,18 @@ def test_truncated_at_random_byte(tmp_path, seed):
     with open(log_file, "r+b") as f:
         f.truncate(cut)
     whole = sum(1 for b in bounds[1:] if b <= cut)
+    # Committed and synced data is gone: the writer refuses, names the file, nothing is cut.
+    with pytest.raises(DamagedLogError) as info:
+        reopen(tmp_path)
+    assert info.value.file.endswith(f"{SEG0}.log") and "seglog repair" in str(info.value)
+    assert info.value.position in (cut, bounds[whole])
+    assert log_file.stat().st_size == cut
+    out = repair(tmp_path, capsys)
+    if cut != bounds[whole]:
+        assert f"dropped offsets {whole * 5}..149" in out
     log = reopen(tmp_path)
     assert log.log_end_offset == whole * 5
     assert log_file.stat().st_size == bounds[whole]
-    if cut != bounds[whole]:
-        assert log.recovery.truncated and log.recovery.truncated[0][1] == bounds[whole]
     assert_serves_prefix(log, whole * 5)
     # The log keeps working after recovery.
     log.append_records([(b"k", b"value-%d" % (whole * 5), (), 1)])
@@ -89,8 +106,33 @@ def test_garbage_appended(tmp_path):
     assert_serves_prefix(log, 150)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_torn_tail_above_the_recovery_point_is_cut(tmp_path, seed):
+    """Commits without fsync (the broker's): a crash may leave the last batches half written
+    above the recovery point; they are cut, as Kafka does, and the HW comes down."""
+    root = LogRoot.open(str(tmp_path / "root"), create=True)
+    root.create_topic("t", config={"index.interval.bytes": "200"})
+    log = root.log("t", 0, writer=True)
+    log.append_records([(b"k", b"value-%d" % i, (), 1) for i in range(5)])
+    log.commit()
+    for b in range(1, 30):
+        log.append_records([(b"k", b"value-%d" % (b * 5 + i), (), 1) for i in range(5)])
+        log.commit(durable=False)
+    assert log.recovery_point < 150
+    rp = log.recovery_point
+    log_file = tmp_path / "root" / "t-0" / f"{SEG0}.log"
+    bounds = batch_bounds(log_file)
+    cut = random.Random(seed).randrange(bounds[rp // 5] + 1, bounds[-1])
+    with open(log_file, "r+b") as f:
+        f.truncate(cut)
+    whole = sum(1 for b in bounds[1:] if b <= cut)
+    log = reopen(tmp_path)
+    assert log.log_end_offset == whole * 5 == log.high_watermark
+    assert_serves_prefix(log, whole * 5)
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_bit_flip_inside_a_batch(tmp_path, seed):
+def test_bit_flip_inside_a_batch(tmp_path, seed, capsys):
     part, _ = build(tmp_path)
     log_file = part / f"{SEG0}.log"
     bounds = batch_bounds(log_file)
@@ -101,9 +143,21 @@ def test_bit_flip_inside_a_batch(tmp_path, seed):
     data = bytearray(log_file.read_bytes())
     data[pos] ^= 1 << rng.randrange(8)
     log_file.write_bytes(bytes(data))
+    with pytest.raises(DamagedLogError) as info:
+        reopen(tmp_path)
+    assert info.value.position == bounds[victim] and "CRC" in str(info.value)
+    # A reader reads up to the damage, then fails there with the file and position.
+    reader = reopen(tmp_path, writer=False)
+    got = []
+    with pytest.raises(Exception) as failed:
+        for r in reader.read_records(0):
+            got.append(r.offset)
+    assert got == list(range(victim * 5))
+    assert failed.value.file.endswith(f"{SEG0}.log") and failed.value.position == bounds[victim]
+    out = repair(tmp_path, capsys)
+    assert f"dropped offsets {victim * 5}..149" in out and f"position {bounds[victim]}" in out
     log = reopen(tmp_path)
     assert log.log_end_offset == victim * 5
-    assert "CRC" in log.recovery.truncated[0][3] or "crc" in log.recovery.truncated[0][3].lower()
     assert_serves_prefix(log, victim * 5)
 
 
