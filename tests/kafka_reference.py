@@ -167,7 +167,8 @@ class KafkaJars:
         java = shutil.which("java")
         if java is None:
             raise KafkaUnavailable("no `java` on PATH (Kafka needs Java 17+)")
-        return [java, heap, "-Xss1m", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+        return [java, heap, "-Xss1m", "-XX:+UseSerialGC", "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8",
+                "-Dsun.stdout.encoding=UTF-8", "-Dsun.stderr.encoding=UTF-8",
                 f"-Dlog4j2.configurationFile={log4j or self.folder / 'log4j2-tools.properties'}",
                 *(extra_jvm or []), "-cp", self.classpath, main_class, *args]
 
