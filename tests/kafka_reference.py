@@ -184,7 +184,8 @@ class KafkaJars:
             raise RuntimeError(f"{main_class} {' '.join(args)} exited {result.returncode}:\n{result.stderr[-4000:]}")
         return result
 
-    def dump_log_segments(self, files: list[str | Path], *options: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    def dump_log_segments(self, files: list[str | Path], *options: str,
+                          timeout: float = 180) -> subprocess.CompletedProcess:
         """kafka-dump-log (DumpLogSegments) on `files` in one JVM."""
         return self.run_tool(self.dump_class, ["--files", ",".join(str(f) for f in files), *options],
                              timeout=timeout)
@@ -222,7 +223,8 @@ def resolve_jars(version: str = KAFKA_VERSION) -> KafkaJars:
         (folder / "log4j2-broker.properties").write_text(_LOG4J_BROKER)
     jars = sorted(jar_dir.glob("*.jar"))
     if not any(j.name == f"kafka_2.13-{version}.jar" for j in jars):
-        raise KafkaUnavailable(f"kafka_2.13-{version}.jar is missing from {jar_dir}; delete the folder to resolve again")
+        raise KafkaUnavailable(f"kafka_2.13-{version}.jar is missing from {jar_dir}; "
+                               "delete the folder to resolve again")
     return KafkaJars(version, folder, jars)
 
 

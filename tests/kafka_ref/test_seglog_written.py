@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -79,8 +78,9 @@ def _broker_root(root: Path, workdir: Path) -> Path:
             pytest.fail(f"seglog broker did not start: {line!r} {err_path.read_text(errors='replace')[-2000:]}")
         bootstrap = line.rsplit("//", 1)[1]
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic("brk", num_partitions=2, replication_factor=1,
-                                              config={"segment.bytes": "2048", "index.interval.bytes": "256"})])["brk"].result(20)
+        topic = NewTopic("brk", num_partitions=2, replication_factor=1,
+                         config={"segment.bytes": "2048", "index.interval.bytes": "256"})
+        admin.create_topics([topic])["brk"].result(20)
         for codec in CODECS:
             producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                                  "compression.type": codec, "linger.ms": 5, "batch.num.messages": 40})
