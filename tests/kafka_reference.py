@@ -386,6 +386,68 @@ class KafkaBroker:
         return self.jars.run_tool(self.jars.console_consumer, args, timeout=timeout_ms / 1000 + 120)
 
 
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+
+
+def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """A Kafka offset checkpoint file (version line, count line, `topic partition offset` lines)."""
+    if not path.exists():
+        return {}
+    rows = {}
+    for line in path.read_text().splitlines()[2:]:
+        topic, partition, offset = line.split()
+        rows[(topic, int(partition))] = int(offset)
+    return rows
+
+
+def write_checkpoint(path: Path, rows: dict[tuple[str, int], int]) -> None:
+    body = "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(rows.items()))
+    path.write_text(f"0\n{len(rows)}\n{body}")
+
+
+def adopt_seglog_root(broker: KafkaBroker, seglog_root: Path, topics: dict[str, int]) -> None:
+    """Make the (formatted, stopped-or-not) `broker` serve a seglog root's `topics`
+    ({name: partitions}); the broker is stopped afterwards. The steps (docs/engine.md):
+
+    1. Kafka creates each topic (its controller assigns the topic id, it writes partition.metadata
+       and leader-epoch-checkpoint), then stops cleanly (`.kafka_cleanshutdown`).
+    2. In each partition folder, Kafka's empty segment files are replaced by seglog's .log,
+       .index, .timeindex, .txnindex and .snapshot files, unchanged. Kafka's partition.metadata
+       (its topic id) and leader-epoch-checkpoint stay.
+    3. The root's replication-offset-checkpoint and recovery-point-offset-checkpoint get
+       seglog's high watermark per partition, log-start-offset-checkpoint seglog's log start.
+    """
+    if broker.proc is None or broker.proc.poll() is not None:
+        broker.start()
+    for topic, partitions in topics.items():
+        broker.create_topic(topic, partitions)
+    broker.stop(signal.SIGTERM)
+    hw = read_checkpoint(seglog_root / "replication-offset-checkpoint")
+    seglog_start = read_checkpoint(seglog_root / "log-start-offset-checkpoint")
+    kafka_hw = read_checkpoint(broker.log_dirs / "replication-offset-checkpoint")
+    recovery = read_checkpoint(broker.log_dirs / "recovery-point-offset-checkpoint")
+    starts = read_checkpoint(broker.log_dirs / "log-start-offset-checkpoint")
+    for topic, partitions in topics.items():
+        for p in range(partitions):
+            src, dst = seglog_root / f"{topic}-{p}", broker.log_dirs / f"{topic}-{p}"
+            for f in dst.iterdir():
+                if f.suffix in SEGMENT_SUFFIXES:
+                    f.unlink()
+            bases = []
+            for f in src.iterdir():
+                if f.suffix in SEGMENT_SUFFIXES:
+                    shutil.copy2(f, dst / f.name)
+                    if f.suffix == ".log":
+                        bases.append(int(f.stem))
+            if (topic, p) not in hw:
+                raise ValueError(f"{seglog_root / 'replication-offset-checkpoint'} has no {topic} {p}")
+            kafka_hw[(topic, p)] = recovery[(topic, p)] = hw[(topic, p)]
+            starts[(topic, p)] = seglog_start.get((topic, p), min(bases, default=0))
+    write_checkpoint(broker.log_dirs / "replication-offset-checkpoint", kafka_hw)
+    write_checkpoint(broker.log_dirs / "recovery-point-offset-checkpoint", recovery)
+    write_checkpoint(broker.log_dirs / "log-start-offset-checkpoint", starts)
+
+
 def require_kafka() -> bool:
     """Whether a missing Kafka must fail instead of skip (CI on a machine that has Maven)."""
     return os.environ.get("SEGLOG_REQUIRE_KAFKA", "") not in ("", "0")

@@ -14,6 +14,7 @@ line, with the same options: `--deep-iteration --print-data-log`, `--index-sanit
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -165,3 +166,50 @@ def test_kafka_dump_accepts_seglog_files_and_seglog_dump_matches(kafka_jars, seg
             assert any("headerKeys: [codec,n]" in r and "key: key-3" in r for r in records)
         index_entries = [line for line in kafka_lines if line.startswith("offset: ")]
         assert len(index_entries) >= 10                              # the indexes are not all empty
+
+
+def test_kafka_broker_serves_a_copy_of_a_seglog_root(kafka_jars, kafka_broker_factory, seglog_roots,
+                                                      tmp_path):
+    """A real Kafka broker started on seglog's segment, index and snapshot files (clean-shutdown
+    path: Kafka takes seglog's indexes and producer snapshots as they are) serves every record to
+    Kafka's console consumer exactly as `seglog consume` prints it from the seglog root."""
+    from kafka_reference import adopt_seglog_root, read_checkpoint
+
+    broker = kafka_broker_factory()
+    topics = {"cli": 2, "brk": 2}
+    sources = {"cli": seglog_roots["cli"], "brk": seglog_roots["broker"]}
+    # both seglog roots into one Kafka log dir (a root holds one topic each here)
+    merged = tmp_path / "merged"
+    for topic, src in sources.items():
+        shutil.copytree(src, merged, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("*checkpoint", "seglog-*", "meta.properties"))
+    rows = {}
+    for src in sources.values():
+        rows.update(read_checkpoint(src / "replication-offset-checkpoint"))
+    (merged / "replication-offset-checkpoint").write_text(
+        f"0\n{len(rows)}\n" + "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(rows.items())))
+    adopt_seglog_root(broker, merged, topics)
+    sizes = {f: f.stat().st_size for f in broker.log_dirs.glob("*-*/*.log")}
+    broker.start()
+
+    props = [arg for option in ("print.timestamp", "print.partition", "print.offset", "print.headers",
+                                "print.key") for arg in ("--property", f"{option}=true")]
+    for topic, partitions in topics.items():
+        for p in range(partitions):
+            expected = seglog("consume", "--root", str(sources[topic]), "--topic", topic, "--partition", str(p),
+                              "--from-beginning", "--print-timestamp", "--print-partition", "--print-offset",
+                              "--print-headers", "--print-key")
+            assert expected.returncode == 0, expected.stderr
+            count = len(expected.stdout.splitlines())
+            assert count > 100 and rows[(topic, p)] == count        # no control records in these logs
+            served = kafka_jars.run_tool(kafka_jars.console_consumer, [
+                "--bootstrap-server", broker.bootstrap, "--topic", topic, "--partition", str(p),
+                "--offset", "earliest", "--max-messages", str(count), "--timeout-ms", "30000",
+                "--isolation-level", "read_committed", *props], timeout=150)
+            assert served.returncode == 0, served.stderr[-3000:]
+            assert served.stdout.splitlines() == expected.stdout.splitlines(), (topic, p)
+    # Kafka recovered nothing and truncated nothing: seglog's segments are served as written
+    assert {f: f.stat().st_size for f in broker.log_dirs.glob("*-*/*.log") if f in sizes} == sizes
+    recovered = [line for line in broker.log_path.read_text().splitlines()
+                 if ("cli-" in line or "brk-" in line) and ("Recovering" in line or "runcat" in line)]
+    assert recovered == []
