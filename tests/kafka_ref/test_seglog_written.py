@@ -168,6 +168,14 @@ def test_kafka_dump_accepts_seglog_files_and_seglog_dump_matches(kafka_jars, seg
         assert len(index_entries) >= 10                              # the indexes are not all empty
 
 
+def _by_partition(output: str) -> dict[int, list[str]]:
+    """Console-consumer lines per partition (the `Partition:N` column), in the order printed."""
+    lines: dict[int, list[str]] = {}
+    for line in output.splitlines():
+        lines.setdefault(int(line.split("\t")[1].removeprefix("Partition:")), []).append(line)
+    return lines
+
+
 def test_kafka_broker_serves_a_copy_of_a_seglog_root(kafka_jars, kafka_broker_factory, seglog_roots,
                                                       tmp_path):
     """A real Kafka broker started on seglog's segment, index and snapshot files (clean-shutdown
@@ -195,19 +203,22 @@ def test_kafka_broker_serves_a_copy_of_a_seglog_root(kafka_jars, kafka_broker_fa
     props = [arg for option in ("print.timestamp", "print.partition", "print.offset", "print.headers",
                                 "print.key") for arg in ("--property", f"{option}=true")]
     for topic, partitions in topics.items():
+        expected = seglog("consume", "--root", str(sources[topic]), "--topic", topic, "--from-beginning",
+                          "--print-timestamp", "--print-partition", "--print-offset", "--print-headers",
+                          "--print-key")
+        assert expected.returncode == 0, expected.stderr
+        count = len(expected.stdout.splitlines())
+        assert count == sum(rows[(topic, p)] for p in range(partitions))    # no control records here
+        served = kafka_jars.run_tool(kafka_jars.console_consumer, [
+            "--bootstrap-server", broker.bootstrap, "--topic", topic, "--from-beginning",
+            "--max-messages", str(count), "--timeout-ms", "30000", "--isolation-level", "read_committed",
+            *props], timeout=150)
+        assert served.returncode == 0, served.stderr[-3000:]
+        theirs, mine = _by_partition(served.stdout), _by_partition(expected.stdout)
+        assert sorted(theirs) == list(range(partitions))
         for p in range(partitions):
-            expected = seglog("consume", "--root", str(sources[topic]), "--topic", topic, "--partition", str(p),
-                              "--from-beginning", "--print-timestamp", "--print-partition", "--print-offset",
-                              "--print-headers", "--print-key")
-            assert expected.returncode == 0, expected.stderr
-            count = len(expected.stdout.splitlines())
-            assert count > 100 and rows[(topic, p)] == count        # no control records in these logs
-            served = kafka_jars.run_tool(kafka_jars.console_consumer, [
-                "--bootstrap-server", broker.bootstrap, "--topic", topic, "--partition", str(p),
-                "--offset", "earliest", "--max-messages", str(count), "--timeout-ms", "30000",
-                "--isolation-level", "read_committed", *props], timeout=150)
-            assert served.returncode == 0, served.stderr[-3000:]
-            assert served.stdout.splitlines() == expected.stdout.splitlines(), (topic, p)
+            assert len(theirs[p]) > 100
+            assert theirs[p] == mine[p], (topic, p)
     # Kafka recovered nothing and truncated nothing: seglog's segments are served as written
     assert {f: f.stat().st_size for f in broker.log_dirs.glob("*-*/*.log") if f in sizes} == sizes
     recovered = [line for line in broker.log_path.read_text().splitlines()
