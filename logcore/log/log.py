@@ -1319,8 +1319,11 @@ class Log:
                         result = seg.read(position, max_bytes, bound, min_one_batch, view=view, buffer=buffer)
                     if result:
                         break
-                    if not self.writer and i + 1 < len(self.segments) and seg.size() == 0:
-                        # A sealed segment is never empty: retention deleted it under us.
+                    if not self.writer and i + 1 < len(self.segments) and seg.size() == 0 \
+                            and (seg.storage is None or not seg.storage.exists(seg.log_path)):
+                        # An empty sealed segment whose file is gone: retention deleted it under
+                        # us. (Kafka's cleaner leaves empty sealed segments: a segment whose
+                        # records were all compacted away keeps its file; it is skipped.)
                         raise ResourceNotFoundError(f"segment {seg.log_path} is gone")
                     i += 1
                     if i < len(self.segments):
