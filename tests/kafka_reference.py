@@ -405,9 +405,11 @@ def write_checkpoint(path: Path, rows: dict[tuple[str, int], int]) -> None:
     path.write_text(f"0\n{len(rows)}\n{body}")
 
 
-def adopt_seglog_root(broker: KafkaBroker, seglog_root: Path, topics: dict[str, int]) -> None:
+def adopt_seglog_root(broker: KafkaBroker, seglog_root: Path, topics: dict[str, int],
+                      configs: dict[str, dict[str, str]] | None = None) -> None:
     """Make the (formatted, stopped-or-not) `broker` serve a seglog root's `topics`
-    ({name: partitions}); the broker is stopped afterwards. The steps (docs/engine.md):
+    ({name: partitions}, created with `configs[name]`); the broker is stopped afterwards. The
+    steps (docs/engine.md):
 
     1. Kafka creates each topic (its controller assigns the topic id, it writes partition.metadata
        and leader-epoch-checkpoint), then stops cleanly (`.kafka_cleanshutdown`).
@@ -420,7 +422,7 @@ def adopt_seglog_root(broker: KafkaBroker, seglog_root: Path, topics: dict[str, 
     if broker.proc is None or broker.proc.poll() is not None:
         broker.start()
     for topic, partitions in topics.items():
-        broker.create_topic(topic, partitions)
+        broker.create_topic(topic, partitions, (configs or {}).get(topic))
     broker.stop(signal.SIGTERM)
     hw = read_checkpoint(seglog_root / "replication-offset-checkpoint")
     seglog_start = read_checkpoint(seglog_root / "log-start-offset-checkpoint")
@@ -446,6 +448,22 @@ def adopt_seglog_root(broker: KafkaBroker, seglog_root: Path, topics: dict[str, 
     write_checkpoint(broker.log_dirs / "replication-offset-checkpoint", kafka_hw)
     write_checkpoint(broker.log_dirs / "recovery-point-offset-checkpoint", recovery)
     write_checkpoint(broker.log_dirs / "log-start-offset-checkpoint", starts)
+
+
+def force_recovery(broker: KafkaBroker, topics: dict[str, int], drop_indexes: bool = True) -> None:
+    """Make the stopped `broker` recover `topics` from offset 0 at its next start: no
+    `.kafka_cleanshutdown`, recovery points 0 and (by default) no .index/.timeindex files, so that
+    Kafka validates every batch and rebuilds the indexes and producer state from the logs."""
+    (broker.log_dirs / ".kafka_cleanshutdown").unlink(missing_ok=True)
+    recovery = read_checkpoint(broker.log_dirs / "recovery-point-offset-checkpoint")
+    for topic, partitions in topics.items():
+        for p in range(partitions):
+            recovery[(topic, p)] = 0
+            if drop_indexes:
+                for f in (broker.log_dirs / f"{topic}-{p}").iterdir():
+                    if f.suffix in (".index", ".timeindex", ".snapshot"):
+                        f.unlink()
+    write_checkpoint(broker.log_dirs / "recovery-point-offset-checkpoint", recovery)
 
 
 def require_kafka() -> bool:
