@@ -315,7 +315,9 @@ class KafkaBroker:
             extra_jvm=[f"-Dseglog.kafka.log={self.log_path}", "-XX:TieredStopAtLevel=1"])
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.workdir / "broker.out", "ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            # cwd: the broker's own folder, so that nothing it writes lands in the caller's folder
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         cwd=self.workdir)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
