@@ -1605,8 +1605,11 @@ class Log:
                         # budget, or reaches the bound): the answer is nothing, not a later
                         # segment's batches (the reader would skip the offsets in between).
                         break
-                    if not self.writer and i + 1 < len(self.segments) and seg.size() == 0:
-                        # A sealed segment is never empty: retention deleted it under us.
+                    if not self.writer and i + 1 < len(self.segments) and seg.size() == 0 \
+                            and (seg.storage is None or not seg.storage.exists(seg.log_path)):
+                        # An empty sealed segment whose file is gone: retention deleted it under
+                        # us. (Kafka's cleaner leaves empty sealed segments: a segment whose
+                        # records were all compacted away keeps its file; it is skipped.)
                         raise ResourceNotFoundError(f"segment {seg.log_path} is gone")
                     i += 1
                     if i < len(self.segments):
@@ -1649,6 +1652,13 @@ class Log:
     def read_records(self, offset: int, *, max_records: int | None = None,
                      isolation: str = "read_committed") -> Iterator[Record]:
         """Data records from `offset` on (control records and aborted data skipped)."""
+        for _, record in self.read_records_with_timestamp_type(offset, max_records=max_records, isolation=isolation):
+            yield record
+
+    def read_records_with_timestamp_type(self, offset: int, *, max_records: int | None = None,
+                                         isolation: str = "read_committed") -> Iterator[tuple[TimestampType, Record]]:
+        """As read_records, each record with its batch's timestamp type (what Kafka's consumers
+        report: a batch the broker stamped with LogAppendTime says so, whatever the topic config)."""
         emitted = 0
         position = max(offset, self.log_start_offset)
         while max_records is None or emitted < max_records:
@@ -1666,10 +1676,11 @@ class Log:
                         pid == header.producer_id and first <= header.base_offset <= last
                         for pid, first, last in aborted):
                     continue
+                timestamp_type = header.timestamp_type
                 for record in decode_records(fetch.data, pos, header, **where):
                     if record.offset < position:
                         continue
-                    yield record
+                    yield timestamp_type, record
                     emitted += 1
                     if max_records is not None and emitted >= max_records:
                         return

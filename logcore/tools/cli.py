@@ -29,6 +29,7 @@ from logcore.log.config import (
     validate_topic_overrides,
 )
 from logcore.tools.dump import DumpOptions, dump_files
+from logcore.records import TimestampType
 from logcore.records.partitioner import murmur2_partition
 
 PROG = "seglog"
@@ -592,6 +593,9 @@ def cmd_produce(args) -> int:
 
 # ------------------------------------------------------------------------------------ consume
 
+_TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
+
+
 class _Formatter:
     """kafka-console-consumer's DefaultMessageFormatter."""
 
@@ -661,7 +665,6 @@ def cmd_consume(args) -> int:
         if args.partition is not None and not 0 <= args.partition < info.partitions:
             raise InvalidConfigError(f"--partition {args.partition}: topic {args.topic} has partitions "
                                      f"0..{info.partitions - 1}")
-        timestamp_type = "LogAppendTime" if root.topic_config(args.topic).log_append_time else "CreateTime"
         partitions = [args.partition] if args.partition is not None else list(range(info.partitions))
         logs = {p: root.log(args.topic, p) for p in partitions}
         positions = {p: _start_offset(args, log) for p, log in logs.items()}
@@ -673,9 +676,10 @@ def cmd_consume(args) -> int:
                 if remaining == 0:
                     break
                 log = logs[p]
-                for record in log.read_records(positions[p], max_records=remaining,
-                                               isolation=args.isolation_level):
-                    out.write(formatter.format(p, record, timestamp_type))
+                # the timestamp type of each record's batch, as Kafka's consumer reports it
+                for timestamp_type, record in log.read_records_with_timestamp_type(
+                        positions[p], max_records=remaining, isolation=args.isolation_level):
+                    out.write(formatter.format(p, record, _TIMESTAMP_TYPE_NAMES[timestamp_type]))
                     positions[p] = record.offset + 1
                     total += 1
                     progressed = True

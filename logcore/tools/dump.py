@@ -500,7 +500,7 @@ class Dumper:
             (producer_id, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch,
              txn_first) = _SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
             line = (f"producerId: {producer_id} producerEpoch: {epoch} coordinatorEpoch: {coordinator_epoch} "
-                    f"currentTxnFirstOffset: {txn_first} lastTimestamp: {timestamp} ")
+                    f"currentTxnFirstOffset: {_optional_long(txn_first if txn_first >= 0 else None)} lastTimestamp: {timestamp} ")
             if last_offset >= 0:
                 first_seq = last_seq - offset_delta if last_seq >= offset_delta else \
                     2**31 - 1 - (offset_delta - last_seq) + 1    # sequence wraps INT_MAX -> 0

@@ -242,8 +242,8 @@ def test_txn_index_snapshot_and_checkpoints(tmp_path, capsys):
     assert code == 0, err
     assert "version: 0 producerId: 7 firstOffset: 2 lastOffset: 5 lastStableOffset: 2" in out
     assert "version: 0 producerId: 8 firstOffset: 6 lastOffset: 9 lastStableOffset: 6" in out
-    assert ("producerId: 7 producerEpoch: 1 coordinatorEpoch: 5 currentTxnFirstOffset: -1 lastTimestamp: 2010 "
-            "firstSequence: 10 lastSequence: 12 lastOffset: 4 offsetDelta: 2 timestamp: 2010") in out
+    assert ("producerId: 7 producerEpoch: 1 coordinatorEpoch: 5 currentTxnFirstOffset: OptionalLong.empty "
+            "lastTimestamp: 2010 firstSequence: 10 lastSequence: 12 lastOffset: 4 offsetDelta: 2 timestamp: 2010") in out
     assert "topic: orders partition: 0 offset: 6" in out
     assert "epoch: 3 startOffset: 0" in out
     assert "topic_id: AAAAAAAAAAAAAAAAAAAAAQ" in out

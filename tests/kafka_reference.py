@@ -1,0 +1,515 @@
+"""Apache Kafka itself as the reference: jars from Maven Central, a single-node KRaft broker on
+loopback, and Kafka's tools run as Java main classes.
+
+Used by tests (the fixtures at the end; tests/kafka/conftest.py imports them) and by benchmarks
+(bench/kafka_anchor.py puts this folder on sys.path). Nothing here imports pytest at module level.
+
+- `resolve_jars(version)` writes a small pom into a cache folder outside the checkout
+  (``$SEGLOG_KAFKA_CACHE`` or ``~/.cache/seglog-kafka/<version>``) and runs
+  ``mvn -q -B dependency:copy-dependencies`` on it once; later calls reuse the jars. A lock file
+  keeps concurrent resolutions (several pytest processes) from racing.
+- `KafkaBroker.start(jars, workdir)` formats a temporary ``log.dirs`` with Kafka's StorageTool
+  (random cluster id), starts ``kafka.Kafka`` as a combined broker+controller on 127.0.0.1 with
+  free ports, waits until the broker logs that it started and its port answers, and stops it by
+  the process id it started (SIGTERM: clean shutdown; SIGKILL: crash).
+- `KafkaJars.run_tool(main_class, args)` runs a Kafka tool (DumpLogSegments, TopicCommand,
+  ConsoleProducer, ConsoleConsumer, GetOffsetShell) in a small JVM.
+
+A caller that cannot get the jars or a broker gets `KafkaUnavailable` with the reason; the
+fixtures turn it into a skip, or a failure when ``SEGLOG_REQUIRE_KAFKA=1`` (CI on a machine that
+must not skip).
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KAFKA_VERSION = os.environ.get("SEGLOG_KAFKA_VERSION", "4.1.1")
+# Kafka's release ships log4j2 with the slf4j 1.x binding (Kafka's code logs through slf4j 1.7).
+LOG4J_VERSION = "2.24.3"
+TOOL_HEAP = "-Xmx512m"
+BROKER_HEAP = "-Xmx512m"
+START_TIMEOUT_S = float(os.environ.get("SEGLOG_KAFKA_START_TIMEOUT", "120"))
+MVN_TIMEOUT_S = 900
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>seglog.reference</groupId>
+  <artifactId>kafka-reference</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-storage</artifactId><version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>{log4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>{log4j}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+# Tools log WARN and above to stderr; the broker logs INFO to a file (`broker.log` in its workdir).
+_LOG4J_TOOLS = """status = error
+appender.err.type = Console
+appender.err.name = ERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.err.ref = ERR
+"""
+_LOG4J_BROKER = """status = error
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = ${sys:seglog.kafka.log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = info
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+logger.state.name = state.change.logger
+logger.state.level = warn
+"""
+_STARTED_LINE = "Kafka Server started"
+
+
+class KafkaUnavailable(RuntimeError):
+    """The jars or the broker could not be had; the message says why."""
+
+
+def cache_dir(version: str = KAFKA_VERSION) -> Path:
+    base = os.environ.get("SEGLOG_KAFKA_CACHE")
+    root = Path(base) if base else Path.home() / ".cache" / "seglog-kafka"
+    return root / version
+
+
+def random_cluster_id() -> str:
+    """A Kafka Uuid: 16 random bytes, URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class KafkaJars:
+    version: str
+    folder: Path                      # the cache folder of this version
+    jars: list[Path]
+    _classes: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    @property
+    def classpath(self) -> str:
+        return os.pathsep.join(str(j) for j in self.jars)
+
+    def has_class(self, name: str) -> bool:
+        """Whether some jar holds class `name` (dotted), for classes that moved between versions."""
+        if name not in self._classes:
+            entry = name.replace(".", "/") + ".class"
+            found = False
+            for jar in self.jars:
+                if jar.name.startswith(("kafka", "connect")):
+                    with zipfile.ZipFile(jar) as z:
+                        try:
+                            z.getinfo(entry)
+                            found = True
+                            break
+                        except KeyError:
+                            pass
+            self._classes[name] = found
+        return self._classes[name]
+
+    def first_class(self, *names: str) -> str:
+        for name in names:
+            if self.has_class(name):
+                return name
+        raise KafkaUnavailable(f"none of {', '.join(names)} is in Kafka {self.version}'s jars")
+
+    @property
+    def dump_class(self) -> str:
+        return self.first_class("org.apache.kafka.tools.DumpLogSegments", "kafka.tools.DumpLogSegments")
+
+    @property
+    def storage_tool(self) -> str:
+        return self.first_class("org.apache.kafka.tools.StorageTool", "kafka.tools.StorageTool")
+
+    @property
+    def console_consumer(self) -> str:
+        return self.first_class("org.apache.kafka.tools.consumer.ConsoleConsumer", "kafka.tools.ConsoleConsumer")
+
+    @property
+    def console_producer(self) -> str:
+        return self.first_class("org.apache.kafka.tools.ConsoleProducer", "kafka.tools.ConsoleProducer")
+
+    @property
+    def topic_command(self) -> str:
+        return self.first_class("org.apache.kafka.tools.TopicCommand", "kafka.admin.TopicCommand")
+
+    def java_command(self, main_class: str, args: list[str], heap: str = TOOL_HEAP,
+                     log4j: Path | None = None, extra_jvm: list[str] | None = None) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise KafkaUnavailable("no `java` on PATH (Kafka needs Java 17+)")
+        return [java, heap, "-Xss1m", "-XX:+UseSerialGC", "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8",
+                "-Dsun.stdout.encoding=UTF-8", "-Dsun.stderr.encoding=UTF-8",
+                f"-Dlog4j2.configurationFile={log4j or self.folder / 'log4j2-tools.properties'}",
+                *(extra_jvm or []), "-cp", self.classpath, main_class, *args]
+
+    def run_tool(self, main_class: str, args: list[str], timeout: float = 120, input: bytes | None = None,
+                 check: bool = False) -> subprocess.CompletedProcess:
+        """Run one Kafka tool to completion; stdout/stderr as text. Tools start quickly with C1 only."""
+        cmd = self.java_command(main_class, args, extra_jvm=["-XX:TieredStopAtLevel=1", "-Xshare:auto"])
+        proc = subprocess.run(cmd, input=input, capture_output=True, timeout=timeout)
+        result = subprocess.CompletedProcess(proc.args, proc.returncode,
+                                             proc.stdout.decode("utf-8", errors="replace"),
+                                             proc.stderr.decode("utf-8", errors="replace"))
+        if check and result.returncode != 0:
+            raise RuntimeError(f"{main_class} {' '.join(args)} exited {result.returncode}:\n{result.stderr[-4000:]}")
+        return result
+
+    def dump_log_segments(self, files: list[str | Path], *options: str,
+                          timeout: float = 180) -> subprocess.CompletedProcess:
+        """kafka-dump-log (DumpLogSegments) on `files` in one JVM."""
+        return self.run_tool(self.dump_class, ["--files", ",".join(str(f) for f in files), *options],
+                             timeout=timeout)
+
+
+def resolve_jars(version: str = KAFKA_VERSION) -> KafkaJars:
+    """The jars of Kafka `version` (broker, tools, storage, log4j2), resolved with Maven once."""
+    folder = cache_dir(version)
+    jar_dir = folder / "jars"
+    done = folder / "resolved"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)           # another process may be resolving the same version
+        if not done.exists():
+            mvn = shutil.which("mvn")
+            if mvn is None:
+                raise KafkaUnavailable("no `mvn` on PATH: install Maven (apt-get install -y maven) "
+                                       "to resolve Apache Kafka's jars")
+            (folder / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
+            if jar_dir.exists():
+                shutil.rmtree(jar_dir)
+            try:
+                proc = subprocess.run(
+                    [mvn, "-q", "-B", "-f", str(folder / "pom.xml"), "dependency:copy-dependencies",
+                     f"-DoutputDirectory={jar_dir}", "-DincludeScope=runtime"],
+                    capture_output=True, text=True, timeout=MVN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise KafkaUnavailable(f"mvn did not resolve Kafka {version} within {MVN_TIMEOUT_S}s") from None
+            if proc.returncode != 0:
+                tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+                raise KafkaUnavailable(f"mvn could not resolve org.apache.kafka:kafka_2.13:{version}: "
+                                       + " | ".join(tail))
+            done.write_text("\n".join(sorted(p.name for p in jar_dir.glob("*.jar"))) + "\n")
+        (folder / "log4j2-tools.properties").write_text(_LOG4J_TOOLS)
+        (folder / "log4j2-broker.properties").write_text(_LOG4J_BROKER)
+    jars = sorted(jar_dir.glob("*.jar"))
+    if not any(j.name == f"kafka_2.13-{version}.jar" for j in jars):
+        raise KafkaUnavailable(f"kafka_2.13-{version}.jar is missing from {jar_dir}; "
+                               "delete the folder to resolve again")
+    return KafkaJars(version, folder, jars)
+
+
+def server_properties(node_id: int, port: int, controller_port: int, log_dirs: Path, metadata_dir: Path,
+                      overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """A combined broker+controller on loopback with replication factor 1 everywhere."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": str(node_id),
+        "controller.quorum.voters": f"{node_id}@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(log_dirs),
+        "metadata.log.dir": str(metadata_dir),     # keeps __cluster_metadata out of the data dir
+        "num.partitions": "1",
+        "auto.create.topics.enable": "false",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "num.io.threads": "2",
+        "num.network.threads": "2",
+        "num.recovery.threads.per.data.dir": "1",
+        "background.threads": "2",
+        "log.cleaner.threads": "1",
+        "log.cleaner.dedupe.buffer.size": str(8 << 20),
+    }
+    props.update(overrides or {})
+    return props
+
+
+@dataclass
+class KafkaBroker:
+    """A running Apache Kafka (KRaft, combined roles) that this process started."""
+
+    jars: KafkaJars
+    workdir: Path
+    log_dirs: Path
+    metadata_dir: Path
+    port: int
+    controller_port: int
+    cluster_id: str
+    proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "broker.log"
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "server.properties"
+
+    @classmethod
+    def create(cls, jars: KafkaJars, workdir: Path, overrides: dict[str, str] | None = None,
+               cluster_id: str | None = None) -> "KafkaBroker":
+        """Write server.properties and format fresh log dirs (nothing started yet)."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        broker = cls(jars, workdir, workdir / "data", workdir / "metadata", free_port(), free_port(),
+                     cluster_id or random_cluster_id())
+        broker.write_config(overrides)
+        fmt = jars.run_tool(jars.storage_tool, ["format", "-t", broker.cluster_id, "-c", str(broker.config_path),
+                                                "--ignore-formatted"], timeout=120)
+        if fmt.returncode != 0:
+            raise KafkaUnavailable(f"kafka-storage format failed ({fmt.returncode}): {fmt.stderr[-2000:]}")
+        return broker
+
+    def write_config(self, overrides: dict[str, str] | None = None) -> None:
+        props = server_properties(1, self.port, self.controller_port, self.log_dirs, self.metadata_dir, overrides)
+        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> "KafkaBroker":
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("broker already running")
+        cmd = self.jars.java_command(
+            "kafka.Kafka", [str(self.config_path)], heap=BROKER_HEAP,
+            log4j=self.jars.folder / "log4j2-broker.properties",
+            extra_jvm=[f"-Dseglog.kafka.log={self.log_path}", "-XX:TieredStopAtLevel=1"])
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.workdir / "broker.out", "ab") as out:
+            # cwd: the broker's own folder, so that nothing it writes lands in the caller's folder
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         cwd=self.workdir)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise KafkaUnavailable(f"Kafka exited with {self.proc.returncode} while starting: "
+                                       f"{self._tail()}")
+            if self._log_since(offset).find(_STARTED_LINE) >= 0 and self._port_answers():
+                return self
+            time.sleep(0.2)
+        self.stop(signal.SIGKILL)
+        raise KafkaUnavailable(f"Kafka did not start within {timeout:.0f}s: {self._tail()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int | None:
+        """Stop the broker by its pid: SIGTERM is Kafka's clean shutdown, SIGKILL a crash."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            os.kill(proc.pid, sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+        return proc.returncode
+
+    def copy_log_dirs(self, dest: Path) -> Path:
+        """A copy of the data dir (while stopped, or a crash-consistent copy while running)."""
+        shutil.copytree(self.log_dirs, dest)
+        return dest
+
+    def _port_answers(self) -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+            return True
+        return False
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _tail(self, lines: int = 30) -> str:
+        text = ""
+        for name in ("broker.out", "broker.log"):
+            path = self.workdir / name
+            if path.exists():
+                text += "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) + "\n"
+        return text[-6000:]
+
+    # -- Kafka's tools against this broker ----------------------------------------------------------
+
+    def create_topic(self, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+        args = ["--bootstrap-server", self.bootstrap, "--create", "--topic", topic,
+                "--partitions", str(partitions), "--replication-factor", "1"]
+        for k, v in (configs or {}).items():
+            args += ["--config", f"{k}={v}"]
+        self.jars.run_tool(self.jars.topic_command, args, check=True)
+
+    def console_consume(self, topic: str, max_messages: int, *extra: str, timeout_ms: int = 20000,
+                        properties: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Kafka's console consumer from the beginning; `extra` e.g. --property print.key=true."""
+        args = ["--bootstrap-server", self.bootstrap, "--topic", topic, "--from-beginning",
+                "--max-messages", str(max_messages), "--timeout-ms", str(timeout_ms), *extra]
+        for k, v in (properties or {}).items():
+            args += ["--consumer-property", f"{k}={v}"]
+        return self.jars.run_tool(self.jars.console_consumer, args, timeout=timeout_ms / 1000 + 120)
+
+
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+
+
+def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """A Kafka offset checkpoint file (version line, count line, `topic partition offset` lines)."""
+    if not path.exists():
+        return {}
+    rows = {}
+    for line in path.read_text().splitlines()[2:]:
+        topic, partition, offset = line.split()
+        rows[(topic, int(partition))] = int(offset)
+    return rows
+
+
+def write_checkpoint(path: Path, rows: dict[tuple[str, int], int]) -> None:
+    body = "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(rows.items()))
+    path.write_text(f"0\n{len(rows)}\n{body}")
+
+
+def adopt_seglog_root(broker: KafkaBroker, seglog_root: Path, topics: dict[str, int],
+                      configs: dict[str, dict[str, str]] | None = None) -> None:
+    """Make the (formatted, stopped-or-not) `broker` serve a seglog root's `topics`
+    ({name: partitions}, created with `configs[name]`); the broker is stopped afterwards. The
+    steps (docs/engine.md):
+
+    1. Kafka creates each topic (its controller assigns the topic id, it writes partition.metadata
+       and leader-epoch-checkpoint), then stops cleanly (`.kafka_cleanshutdown`).
+    2. In each partition folder, Kafka's empty segment files are replaced by seglog's .log,
+       .index, .timeindex, .txnindex and .snapshot files, unchanged. Kafka's partition.metadata
+       (its topic id) and leader-epoch-checkpoint stay.
+    3. The root's replication-offset-checkpoint and recovery-point-offset-checkpoint get
+       seglog's high watermark per partition, log-start-offset-checkpoint seglog's log start.
+    """
+    if broker.proc is None or broker.proc.poll() is not None:
+        broker.start()
+    for topic, partitions in topics.items():
+        broker.create_topic(topic, partitions, (configs or {}).get(topic))
+    broker.stop(signal.SIGTERM)
+    hw = read_checkpoint(seglog_root / "replication-offset-checkpoint")
+    seglog_start = read_checkpoint(seglog_root / "log-start-offset-checkpoint")
+    kafka_hw = read_checkpoint(broker.log_dirs / "replication-offset-checkpoint")
+    recovery = read_checkpoint(broker.log_dirs / "recovery-point-offset-checkpoint")
+    starts = read_checkpoint(broker.log_dirs / "log-start-offset-checkpoint")
+    for topic, partitions in topics.items():
+        for p in range(partitions):
+            src, dst = seglog_root / f"{topic}-{p}", broker.log_dirs / f"{topic}-{p}"
+            for f in dst.iterdir():
+                if f.suffix in SEGMENT_SUFFIXES:
+                    f.unlink()
+            bases = []
+            for f in src.iterdir():
+                if f.suffix in SEGMENT_SUFFIXES:
+                    shutil.copy2(f, dst / f.name)
+                    if f.suffix == ".log":
+                        bases.append(int(f.stem))
+            if (topic, p) not in hw:
+                raise ValueError(f"{seglog_root / 'replication-offset-checkpoint'} has no {topic} {p}")
+            kafka_hw[(topic, p)] = recovery[(topic, p)] = hw[(topic, p)]
+            starts[(topic, p)] = seglog_start.get((topic, p), min(bases, default=0))
+    write_checkpoint(broker.log_dirs / "replication-offset-checkpoint", kafka_hw)
+    write_checkpoint(broker.log_dirs / "recovery-point-offset-checkpoint", recovery)
+    write_checkpoint(broker.log_dirs / "log-start-offset-checkpoint", starts)
+
+
+def force_recovery(broker: KafkaBroker, topics: dict[str, int], drop_indexes: bool = True) -> None:
+    """Make the stopped `broker` recover `topics` from offset 0 at its next start: no
+    `.kafka_cleanshutdown`, recovery points 0 and (by default) no .index/.timeindex files, so that
+    Kafka validates every batch and rebuilds the indexes and producer state from the logs."""
+    (broker.log_dirs / ".kafka_cleanshutdown").unlink(missing_ok=True)
+    recovery = read_checkpoint(broker.log_dirs / "recovery-point-offset-checkpoint")
+    for topic, partitions in topics.items():
+        for p in range(partitions):
+            recovery[(topic, p)] = 0
+            if drop_indexes:
+                for f in (broker.log_dirs / f"{topic}-{p}").iterdir():
+                    if f.suffix in (".index", ".timeindex", ".snapshot"):
+                        f.unlink()
+    write_checkpoint(broker.log_dirs / "recovery-point-offset-checkpoint", recovery)
+
+
+def require_kafka() -> bool:
+    """Whether a missing Kafka must fail instead of skip (CI on a machine that has Maven)."""
+    return os.environ.get("SEGLOG_REQUIRE_KAFKA", "") not in ("", "0")
+
+
+# -- pytest fixtures (imported by tests/kafka/conftest.py) ---------------------------------------------
+
+def _fixtures():
+    import pytest
+
+    def unavailable(reason: str):
+        if require_kafka():
+            pytest.fail(f"Apache Kafka is required (SEGLOG_REQUIRE_KAFKA=1): {reason}")
+        pytest.skip(f"Apache Kafka unavailable: {reason}")
+
+    @pytest.fixture(scope="session")
+    def kafka_jars() -> KafkaJars:
+        """The Kafka jars (resolved once per machine into the cache folder); skips with the reason."""
+        try:
+            return resolve_jars()
+        except (KafkaUnavailable, OSError) as exc:
+            unavailable(str(exc))
+
+    @pytest.fixture(scope="module")
+    def kafka_broker_factory(kafka_jars, tmp_path_factory):
+        """`factory(overrides=None)` starts a fresh broker; all are stopped by pid after the module."""
+        started: list[KafkaBroker] = []
+
+        def factory(overrides: dict[str, str] | None = None) -> KafkaBroker:
+            workdir = tmp_path_factory.mktemp("kafka")
+            try:
+                broker = KafkaBroker.create(kafka_jars, workdir, overrides)
+                started.append(broker)
+                return broker.start()
+            except KafkaUnavailable as exc:
+                unavailable(str(exc))
+
+        yield factory
+        for broker in started:
+            broker.stop()
+
+    return kafka_jars, kafka_broker_factory
+
+
+kafka_jars, kafka_broker_factory = _fixtures()
