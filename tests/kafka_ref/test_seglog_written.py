@@ -243,7 +243,8 @@ def test_kafka_broker_serves_a_copy_of_a_seglog_root(kafka_jars, kafka_broker_fa
     # Indexes Kafka rebuilt equal seglog's byte for byte for the broker-written topic (one writer
     # session). The CLI topic was written by 6 `seglog produce` runs: a segment that spans two runs
     # counts index.interval.bytes from 0 again after the reopen (as Kafka's own active segment does
-    # after a broker restart), while recovery counts from the segment's start; at most 5 such.
+    # after a broker restart), while recovery counts from the segment's start; at most 5 such
+    # segments per partition (one per run boundary).
     compared, differ = 0, []
     for topic, partitions in topics.items():
         for p in range(partitions):
@@ -254,4 +255,7 @@ def test_kafka_broker_serves_a_copy_of_a_seglog_root(kafka_jars, kafka_broker_fa
                         differ.append(f"{topic}-{p}/{ours.stem}")
     assert compared >= 20
     assert [d for d in differ if d.startswith("brk-")] == []
-    assert len(set(differ)) <= 5, differ
+    per_partition: dict[str, set[str]] = {}
+    for d in differ:
+        per_partition.setdefault(d.split("/")[0], set()).add(d)
+    assert all(len(segments) <= 5 for segments in per_partition.values()), differ
