@@ -342,9 +342,9 @@ class Broker:
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, req: Request) -> dict:
         body = req.body
-        if body.transactional_id is not None:
-            return {"throttle_time": 0, "error_code": E.INVALID_REQUEST, "producer_id": -1,
-                    "producer_epoch": -1}
+        if body.transactional_id is not None:    # no transactions: see find_coordinator
+            return {"throttle_time": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "producer_id": -1, "producer_epoch": -1}
         pid = getattr(body, "producer_id", -1)
         epoch = getattr(body, "producer_epoch", -1)
         if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
@@ -581,9 +581,15 @@ class Broker:
         body = req.body
         key_type = getattr(body, "key_type", 0)
         if key_type != 0:
-            return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE,
-                    "error_message": "this broker has no transaction coordinator", "node_id": -1,
-                    "host": "", "port": -1}
+            # No transaction coordinator. COORDINATOR_NOT_AVAILABLE made clients retry until
+            # their timeout; librdkafka's transactional producer fails init_transactions() at
+            # once only on TRANSACTIONAL_ID_AUTHORIZATION_FAILED (or CLUSTER_AUTHORIZATION_FAILED),
+            # and Java's and kafka-python's treat it as fatal too, so that is the answer, with a
+            # message that says why.
+            return {"throttle_time": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "error_message": "transactions are not supported by this broker (seglog): "
+                                     "use an idempotent producer without transactional.id",
+                    "node_id": -1, "host": "", "port": -1}
         # The one broker coordinates every group. __consumer_offsets is created at the first
         # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
         return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
