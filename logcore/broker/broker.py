@@ -74,6 +74,7 @@ class Broker:
             11: self.join_group, 12: self.heartbeat, 13: self.leave_group, 14: self.sync_group,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
+            15: self.describe_groups,
         }
         self.served = dict(SERVED)
 
@@ -594,6 +595,9 @@ class Broker:
         # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
         return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
                 "node_id": self.node_id, "host": self.host, "port": self.port}
+
+    async def describe_groups(self, req: Request) -> dict:
+        return {"throttle_time": 0, "groups": [self.groups.describe(g) for g in req.body.groups]}
 
     async def join_group(self, req: Request) -> Result:
         b = req.body

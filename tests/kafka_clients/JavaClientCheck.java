@@ -308,9 +308,34 @@ public final class JavaClientCheck {
 
     static Map<String, Object> describeGroups(Admin admin) throws Exception {
         Map<String, Object> out = new LinkedHashMap<>();
-        var d = admin.describeConsumerGroups(List.of("jc-g1")).all().get().get("jc-g1");
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps("jc-g2", "read_committed"))) {
+            c.subscribe(List.of("jc-group"));
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (c.assignment().isEmpty() && System.currentTimeMillis() < deadline) {
+                c.poll(Duration.ofMillis(200));
+            }
+            out.put("live", groupSummary(admin, "jc-g2"));
+        }
+        out.put("after_close", groupSummary(admin, "jc-g2"));
+        out.put("committed_only", groupSummary(admin, "jc-g1"));
+        out.put("unknown", groupSummary(admin, "jc-no-such-group"));
+        return out;
+    }
+
+    static Map<String, Object> groupSummary(Admin admin, String group) throws Exception {
+        var d = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+        Map<String, Object> out = new LinkedHashMap<>();
         out.put("state", d.groupState().toString());
+        out.put("assignor", d.partitionAssignor());
+        List<String> assigned = new ArrayList<>();
+        for (var m : d.members()) {
+            for (TopicPartition tp : m.assignment().topicPartitions()) {
+                assigned.add(tp.toString());
+            }
+        }
+        Collections.sort(assigned);
         out.put("members", d.members().size());
+        out.put("assigned", assigned);
         return out;
     }
 

@@ -190,7 +190,12 @@ def test_list_and_describe_groups(java_results):
         fails_fast(java_results, "list_groups", "UnsupportedVersionException")
     if 15 in SERVED:        # DescribeGroups (Admin falls back to it without ConsumerGroupDescribe)
         row = ok(java_results, "describe_groups")
-        assert (row["state"], row["members"]) == ("Empty", 0)
+        assert row["live"] == {"state": "Stable", "assignor": row["live"]["assignor"], "members": 1,
+                               "assigned": ["jc-group-0", "jc-group-1"]}
+        assert row["live"]["assignor"] in ("range", "cooperative-sticky")   # Java's default assignors
+        assert row["after_close"] == {"state": "Empty", "assignor": "", "members": 0, "assigned": []}
+        assert row["committed_only"]["state"] == "Empty"
+        assert row["unknown"]["state"] == "Dead" and row["unknown"]["members"] == 0
     else:
         fails_fast(java_results, "describe_groups", "UnsupportedVersionException")
 
