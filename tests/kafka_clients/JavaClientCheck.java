@@ -88,6 +88,23 @@ public final class JavaClientCheck {
                         org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET)))).all().get();
                 return new LinkedHashMap<>();
             });
+            run("describe_acls", () -> {
+                admin.describeAcls(org.apache.kafka.common.acl.AclBindingFilter.ANY).values().get();
+                return new LinkedHashMap<>();
+            });
+            run("consumer_group_protocol", () -> {
+                Properties p = consumerProps("jc-g848", "read_uncommitted");
+                p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+                try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
+                    c.subscribe(List.of("jc-group"));
+                    long deadline = System.currentTimeMillis() + 20_000;
+                    int n = 0;
+                    while (System.currentTimeMillis() < deadline) {
+                        n += c.poll(Duration.ofMillis(200)).count();
+                    }
+                    return new LinkedHashMap<>(Map.of("records", n));
+                }
+            });
         }
         System.out.flush();
     }

@@ -66,7 +66,7 @@ def java_results(kafka_jars, seglog_broker, tmp_path_factory) -> dict[str, dict]
     for line in run.stdout.splitlines():
         row = json.loads(line)
         results[row["scenario"]] = row
-    assert "incremental_alter_configs" in results, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "consumer_group_protocol" in results, run.stdout[-2000:] + run.stderr[-2000:]
     return results
 
 
@@ -205,7 +205,8 @@ def test_transactions_fail_fast(java_results):
     fails_fast(java_results, "transactions", "TransactionalIdAuthorizationException")
 
 
-@pytest.mark.parametrize("scenario", ["create_partitions", "delete_records", "incremental_alter_configs"])
+@pytest.mark.parametrize("scenario", ["create_partitions", "delete_records", "incremental_alter_configs",
+                                      "describe_acls", "consumer_group_protocol"])
 def test_unadvertised_admin_apis_fail_fast(java_results, scenario):
     fails_fast(java_results, scenario, "UnsupportedVersionException")
 
