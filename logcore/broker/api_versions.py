@@ -28,6 +28,7 @@ SERVED: dict[int, tuple[str, int, int]] = {
     12: ("Heartbeat", 0, 3),
     13: ("LeaveGroup", 0, 1),
     14: ("SyncGroup", 0, 3),
+    15: ("DescribeGroups", 0, 5),
     16: ("ListGroups", 0, 5),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 5),

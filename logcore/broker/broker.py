@@ -98,6 +98,7 @@ class Broker:
             16: self.list_groups,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
+            15: self.describe_groups,
         }
         self.served = dict(SERVED)
         self._create_lock = threading.Lock()    # topic creation vs. the partition caps
@@ -723,6 +724,9 @@ class Broker:
         # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
         return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
                 "node_id": self.node_id, "host": self.host, "port": self.port}
+
+    async def describe_groups(self, req: Request) -> dict:
+        return {"throttle_time": 0, "groups": [self.groups.describe(g) for g in req.body.groups]}
 
     async def list_groups(self, req: Request) -> dict:
         """ListGroups: every group this coordinator knows (all are classic groups), filtered by

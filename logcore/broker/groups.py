@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
 OFFSET_METADATA_MAX_BYTES = 4096        # Kafka's offset.metadata.max.bytes
 EXPIRY_CHECK_S = 0.1
+AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)   # Kafka's answer when operations were not asked for
 
 
 @dataclass
@@ -172,6 +173,24 @@ class GroupCoordinator:
         if group.changed is None:
             group.changed = asyncio.Event()
         return group.changed
+
+    def describe(self, group_id: str) -> dict:
+        """DescribeGroups' answer for one group, as Kafka's classic coordinator gives it: a group
+        it does not know is "Dead" (error NONE); the chosen protocol and each member's metadata
+        and assignment only while the group is Stable, members without them otherwise."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return {"error_code": E.NONE, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
+                    "protocol_data": "", "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+        stable = group.state == STABLE and group.protocol is not None
+        members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata_for(group.protocol) if stable else b"",
+                    "member_assignment": m.assignment if stable else b""}
+                   for m in group.members.values()]
+        return {"error_code": E.NONE, "group_id": group_id, "group_state": group.state,
+                "protocol_type": group.protocol_type or "", "protocol_data": group.protocol if stable else "",
+                "members": members, "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
 
     # ------------------------------------------------------------------ the offsets topic
     async def ensure_topic(self) -> None:
