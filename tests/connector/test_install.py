@@ -3,8 +3,9 @@
 Each test copies this source tree (without build outputs) to a temporary folder, installs the copy
 with pip into a new virtual environment and runs a Spark script in a fresh process with no
 PYTHONPATH and no register call. The new environment reuses this interpreter's site-packages
-for the dependencies (a .pth line, so nothing is downloaded), and pip builds the copy with the
-setuptools found there (--no-build-isolation), compiling the C extensions for real.
+for the dependencies (a .pth line, so no dependency is downloaded), and pip builds the copy with
+the setuptools found there when it is new enough (--no-build-isolation), compiling the C
+extensions for real.
 """
 from __future__ import annotations
 
@@ -81,9 +82,20 @@ def _env(python: Path) -> dict:
     return env
 
 
+def _build_flags() -> list[str]:
+    """Build with this environment's setuptools when it is new enough for pyproject.toml (>= 77);
+    a fresh venv's own is older, and pip then builds in isolation, fetching setuptools."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        major = int(version("setuptools").split(".")[0])
+    except (PackageNotFoundError, ValueError):
+        major = 0
+    return ["--no-build-isolation", "--no-index"] if major >= 77 else []
+
+
 def _pip_install(python: Path, *args: str) -> None:
     proc = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps",
-                           "--no-build-isolation", "--no-index", *args],
+                           *_build_flags(), *args],
                           capture_output=True, text=True, timeout=600, env=_env(python))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
