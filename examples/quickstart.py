@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-import pkgutil
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,43 +47,11 @@ def load_spark_defaults(path: Path = CONF_FILE) -> dict[str, str]:
     return settings
 
 
-def _workers_can_find_connector() -> None:
-    """Spark's workers find format("seglog") by listing top-level `pyspark_*` modules on their path.
-
-    A regular `pip install .` puts `pyspark_seglog` in site-packages, where that listing sees it.
-    An editable install (`pip install -e .`) serves it through an import hook the listing cannot
-    see; then put the package's folder on the workers' PYTHONPATH, as a regular install would.
-    """
-    if any(m.name == "pyspark_seglog" for m in pkgutil.iter_modules()):
-        return
-    try:
-        import pyspark_seglog
-    except ImportError:
-        sys.exit("pyspark_seglog is not installed: run `pip install .` in the seglog checkout first")
-    parent = os.path.dirname(os.path.dirname(os.path.abspath(pyspark_seglog.__file__)))
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (parent, os.environ.get("PYTHONPATH")) if p)
-
-
-def _leave_an_unbuilt_checkout() -> None:
-    """Spark starts its Python workers in this process's working folder, and they put that folder
-    first on their import path. Started from the seglog checkout after a regular `pip install .`,
-    they would import the checkout's `logcore` sources (without the compiled codec) instead of
-    the installed package; move to a neutral folder first. (The examples make their paths
-    absolute before they start Spark.)"""
-    import logcore
-    here = os.path.realpath(os.getcwd())
-    imported_from = os.path.realpath(os.path.dirname(os.path.dirname(logcore.__file__)))
-    if os.path.isdir(os.path.join(here, "logcore")) and imported_from != here:
-        os.chdir(tempfile.gettempdir())
-
-
 def spark_session(app_name: str, **overrides: str):
     """A local SparkSession with conf/spark-defaults.conf applied; Python workers run this interpreter."""
     os.environ["PYSPARK_PYTHON"] = sys.executable          # workers need pyarrow and seglog
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    _workers_can_find_connector()
-    _leave_an_unbuilt_checkout()
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)

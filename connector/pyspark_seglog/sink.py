@@ -51,6 +51,7 @@ from logcore.storage import open_storage
 from logcore.storage.direct_writer import ALIGN, DirectFileWriter
 
 from pyspark_seglog.buffer_pool import AlignedBufferPool
+from pyspark_seglog.plain_errors import plain_errors
 from pyspark_seglog.row_router import RowRouter, is_compacted, keyless_rows_error
 from pyspark_seglog.sink_options import SinkOptions, default_batch_size, parse_sink_options
 from pyspark_seglog.worker_heap import freeze_import_heap
@@ -485,6 +486,7 @@ def _run_all(pool: ThreadPoolExecutor, calls: list[tuple]) -> None:
             raise error
 
 
+@plain_errors
 class SeglogStreamWriter(_SeglogWriterBase, DataSourceStreamArrowWriter):
     """writeStream.format("seglog"): exactly-once per (query id, batch id)."""
 
@@ -506,6 +508,7 @@ class SeglogStreamWriter(_SeglogWriterBase, DataSourceStreamArrowWriter):
         self._abort(messages, batchId)
 
 
+@plain_errors
 class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
     """df.write.format("seglog"): append only; each partition gets the job's rows in one commit."""
 
@@ -514,8 +517,8 @@ class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
     def __init__(self, options: dict, schema, overwrite: bool):
         if overwrite:
             raise InvalidConfigError(
-                "the seglog sink only appends: save mode Overwrite is not supported (use append,"
-                " as with Spark's Kafka sink)")
+                "the seglog sink only appends: save mode Overwrite is not supported; write with"
+                " df.write.format(\"seglog\").mode(\"append\"), as with Spark's Kafka sink")
         super().__init__(options, schema, overwrite)
         # made when the write is planned; this instance is pickled to the tasks and to commit()
         self.job_id = f"job-{uuid.uuid4().hex}"

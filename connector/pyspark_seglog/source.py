@@ -23,6 +23,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, Rea
 from logcore.errors import CorruptRecordError, InvalidConfigError, OffsetOutOfRangeError, TopicNotFoundError
 from logcore.log.log_root import LogRoot
 from logcore.records.arrow import BufferRecycler, decode_batches
+from pyspark_seglog.plain_errors import plain_errors
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
 from pyspark_seglog.schema import arrow_schema
 from pyspark_seglog.source_options import (DEFAULT_FETCH_BYTES, EARLIEST, LATEST, OffsetSpec,
@@ -435,6 +436,7 @@ class _ReaderBase:
         return read_partition(partition)
 
 
+@plain_errors
 class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """readStream.format("seglog"): Spark's Kafka micro-batch source over a log root."""
 
@@ -544,6 +546,7 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
             self._logs.close()
 
 
+@plain_errors
 class SeglogBatchReader(_ReaderBase, DataSourceReader):
     """read.format("seglog"): the offsets between startingOffsets and endingOffsets, once."""
 

@@ -29,9 +29,8 @@ def spark(tmp_path_factory):
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Spark finds format("seglog") by listing top-level `pyspark_*` modules on the workers'
-    # sys.path. A regular install puts pyspark_seglog in site-packages; an editable install
-    # serves it through an import hook that such a listing cannot see, so put its folder on
-    # the workers' path as a regular install would.
+    # sys.path. Installs put it there (test_install.py checks both kinds); the tests may also
+    # run on sources that are not the installed ones, so the package imported here goes first.
     import pyspark_seglog
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(pyspark_seglog.__file__)))
     os.environ["PYTHONPATH"] = os.pathsep.join(

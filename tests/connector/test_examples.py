@@ -170,32 +170,6 @@ def test_s3_root_example_against_the_session_s3_server(tmp_path, s3_endpoint, s3
         assert s3_endpoint.secret not in out + err
 
 
-def _quickstart_module():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("seglog_quickstart_example", EXAMPLES / "quickstart.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_examples_leave_a_folder_whose_logcore_sources_would_shadow_the_installed_package(tmp_path, monkeypatch):
-    """Spark's Python workers import from their working folder first: started in a seglog
-    checkout after `pip install .`, they would load its uncompiled sources. The examples move to
-    a neutral folder then, and only then."""
-    import tempfile
-
-    import logcore
-    quickstart = _quickstart_module()
-    installed_root = Path(logcore.__file__).resolve().parents[1]
-    checkout = tmp_path / "checkout"
-    (checkout / "logcore").mkdir(parents=True)
-    for folder, moves in ((checkout, True), (tmp_path, False), (installed_root, False)):
-        monkeypatch.chdir(folder)
-        quickstart._leave_an_unbuilt_checkout()
-        expected = Path(tempfile.gettempdir()).resolve() if moves else folder.resolve()
-        assert Path(os.getcwd()).resolve() == expected, folder
-
-
 def test_an_unbuilt_logcore_says_what_is_missing_and_what_to_do(monkeypatch):
     import importlib
 
