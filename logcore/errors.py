@@ -157,3 +157,8 @@ class RejectedRecordsError(InvalidRecordError):
     def __init__(self, message: str, *, record_errors: list[tuple[int, str]]):
         super().__init__(message)
         self.record_errors = record_errors
+
+
+class InvalidReplicationFactorError(SegLogError):
+    """A replication factor below 1 or above the number of available brokers
+    (Kafka's INVALID_REPLICATION_FACTOR)."""
