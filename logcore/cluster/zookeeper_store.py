@@ -31,6 +31,7 @@ their callbacks mean "re-read", not "one change".
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -82,6 +83,25 @@ def _loads(raw: bytes, path: str):
         return json.loads(raw.decode())
     except (UnicodeDecodeError, ValueError) as e:
         raise CorruptRecordError(f"znode {path} does not hold JSON: {e}", file=path) from None
+
+
+def _coordinator_errors(method):
+    """Turn kazoo's connection-level failures into CoordinatorUnavailableError naming the
+    ensemble and the operation (the caller retries or gives up; nothing is known to be written
+    for a write that failed this way)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, OperationTimeoutError,
+                                      SessionExpiredError)
+        from kazoo.handlers.threading import KazooTimeoutError
+        try:
+            return method(self, *args, **kwargs)
+        except (ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError,
+                KazooTimeoutError) as e:
+            raise CoordinatorUnavailableError(
+                f"zookeeper.connect={self.hosts}: {method.__name__} failed: {type(e).__name__}"
+                f" {e or ''}".rstrip()) from e
+    return wrapper
 
 
 @dataclass(frozen=True)
@@ -178,6 +198,7 @@ class ZooKeeperStore:
     def __init__(self, hosts: str, *, session_timeout_ms: int = 18000, connect_timeout_s: float = 15.0):
         from kazoo.client import KazooClient     # runtime dependency of the cluster store only
         self.hosts = hosts
+        self.session_timeout_ms = session_timeout_ms
         self.client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0)
         self._connect_timeout = connect_timeout_s
         self._lock = threading.Lock()
@@ -268,7 +289,7 @@ class ZooKeeperStore:
         endpoints = tuple(endpoints or (f"PLAINTEXT://{host}:{port}",))
         reg = BrokerRegistration(int(broker_id), host, int(port), endpoints, rack)
         path = f"{BROKER_IDS}/{broker_id}"
-        wait = (self.client._session_timeout / 1000.0 + 2.0) if wait_s is None else wait_s
+        wait = (self.session_timeout_ms / 1000.0 + 2.0) if wait_s is None else wait_s
         deadline = time.monotonic() + wait
         while True:
             try:
@@ -642,3 +663,15 @@ class ZooKeeperStore:
         except NodeExistsError:
             raise ZkVersionConflictError(
                 f"a preferred replica election is already pending ({PREFERRED_ELECTION})") from None
+
+
+_WRAPPED = ("cluster_id", "register_broker", "deregister_broker", "brokers", "watch_brokers",
+            "create_topic", "list_topics", "topics_marked_for_deletion", "topic", "watch_topics",
+            "set_assignment", "topic_config", "set_topic_config", "request_topic_deletion",
+            "watch_deletions", "remove_topic", "partition_state", "partition_states",
+            "watch_partition_state", "create_partition_states", "update_partition_state",
+            "controller_epoch", "controller", "try_become_controller", "resign_controller",
+            "watch_controller", "notify_isr_change", "isr_change_notifications",
+            "delete_isr_change_notifications", "request_preferred_election")
+for _name in _WRAPPED:
+    setattr(ZooKeeperStore, _name, _coordinator_errors(getattr(ZooKeeperStore, _name)))

@@ -190,3 +190,15 @@ def test_controller_resigns_and_session_close_frees_office(stores):
     b.close()
     wait_for(lambda: a.controller() is None, 5, "/controller gone after the session closed")
     assert a.try_become_controller(1).epoch == 3
+
+
+def test_unreachable_zookeeper_is_a_coordinator_error(stores, zk_server):
+    from logcore.errors import CoordinatorUnavailableError
+    from zookeeper_reference import free_ports
+    s = stores()
+    s.close()
+    with pytest.raises(CoordinatorUnavailableError, match="brokers failed"):
+        s.brokers()
+    dead = ZooKeeperStore(f"127.0.0.1:{free_ports(1)[0]}", connect_timeout_s=1.0)
+    with pytest.raises(CoordinatorUnavailableError, match="no ZooKeeper answered"):
+        dead.start()
