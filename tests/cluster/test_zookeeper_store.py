@@ -202,3 +202,23 @@ def test_unreachable_zookeeper_is_a_coordinator_error(stores, zk_server):
     dead = ZooKeeperStore(f"127.0.0.1:{free_ports(1)[0]}", connect_timeout_s=1.0)
     with pytest.raises(CoordinatorUnavailableError, match="no ZooKeeper answered"):
         dead.start()
+
+
+def test_partition_state_watch_survives_session_expiry(stores, zk_hosts):
+    ctl, broker = stores(), stores()
+    fence = ctl.try_become_controller(1)
+    ctl.create_topic("w", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2]})
+    seen = []
+    broker.watch_partition_state("w", 0, seen.append)
+    assert seen == [None]                                    # called at once; absent yet
+    st = ctl.create_partition_states("w", {0: PartitionState(1, 0, (1, 2), fence.epoch)}, fence)[0]
+    wait_for(lambda: seen[-1] is not None, what="state seen")
+    assert seen[-1] == st
+    renewed = threading.Event()
+    broker.on_new_session(renewed.set)
+    expire(broker, zk_hosts)
+    assert renewed.wait(20)
+    st = ctl.update_partition_state("w", 0, PartitionState(2, 1, (2,), fence.epoch), st.zk_version, fence=fence)
+    # the watch was re-armed on the new session: the change still arrives, with its version
+    wait_for(lambda: seen[-1] is not None and seen[-1].leader_epoch == 1, what="change after expiry")
+    assert seen[-1] == st and seen[-1].zk_version == 1
