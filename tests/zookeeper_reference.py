@@ -200,6 +200,22 @@ class ZooKeeperCluster:
         for n in self.nodes:
             n.start()
         self.wait_serving(timeout)
+        if len(self.nodes) > 1:
+            self.wait_quorum(timeout)
+
+    def wait_quorum(self, timeout: float = 60.0) -> ZooKeeperNode:
+        """Wait until the live nodes agree: one leader, the others followers (right after a
+        leader dies, followers still say "follower" until they notice). Returns the leader."""
+        deadline = time.monotonic() + timeout
+        while True:
+            live = [n for n in self.nodes if n.alive()]
+            modes = [n.mode() for n in live]
+            if len(live) * 2 > len(self.nodes) and modes.count("leader") == 1 \
+                    and modes.count("follower") == len(live) - 1:
+                return live[modes.index("leader")]
+            if time.monotonic() > deadline:
+                raise ZooKeeperUnavailable(f"no quorum after {timeout:.0f} s: modes {modes}")
+            time.sleep(0.2)
 
     def wait_serving(self, timeout: float = 60.0, nodes=None) -> None:
         """Wait until each node (all, or `nodes`) answers `srvr` with a serving mode."""
