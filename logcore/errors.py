@@ -163,3 +163,26 @@ class RejectedRecordsError(InvalidRecordError):
     def __init__(self, message: str, *, record_errors: list[tuple[int, str]]):
         super().__init__(message)
         self.record_errors = record_errors
+
+
+class InvalidReplicationFactorError(SegLogError):
+    """A replication factor below 1 or above the number of available brokers
+    (Kafka's INVALID_REPLICATION_FACTOR)."""
+
+
+class CoordinatorUnavailableError(RetriableStorageError):
+    """The cluster's coordinator (ZooKeeper) could not be reached or lost the session mid-call."""
+
+
+class ZkVersionConflictError(CommitFailedError):
+    """A conditional (versioned) ZooKeeper update found another version: someone else wrote the
+    znode first. Re-read it; the writer may have been deposed."""
+
+
+class ControllerMovedError(FencedWriterError):
+    """A controller write carried a controller epoch that is no longer the current one
+    (Kafka's ControllerMovedException): another broker is the controller now."""
+
+
+class BrokerIdInUseError(SegLogError):
+    """Another live session holds this broker id's registration in ZooKeeper."""

@@ -1,0 +1,278 @@
+"""The controller: elected through ZooKeeper's /controller, it owns every partition's leader and
+leader epoch, and fences each write with its controller epoch.
+
+The election rules are pure functions (Kafka's controller/Election.scala):
+
+    offline leader     first replica in assignment order that is live and in the ISR; the new ISR
+                       is the live part of the old one. None: the partition stays offline (leader
+                       -1, ISR kept) unless unclean.leader.election.enable, which takes the first
+                       live replica with ISR = [it] and may lose acknowledged writes (logged).
+    preferred leader   assignment[0] if live and in the ISR, else no change.
+    controlled shutdown first replica live, in the ISR and not shutting down; the shutting-down
+                       brokers leave the ISR.
+
+Every election bumps leader_epoch and is written with a compare-and-set on the state znode plus
+the /controller_epoch check. `Controller` runs them: it watches /controller (and takes office
+when it is free), /brokers/ids, /brokers/topics, /admin/delete_topics and
+/admin/preferred_replica_election; each watch callback only queues a "reconcile" for one worker
+thread, which re-reads ZooKeeper and acts (callbacks coalesce and may skip versions).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+from logcore.cluster.zookeeper_store import (NO_LEADER, PREFERRED_ELECTION, ControllerEpoch,
+                                             PartitionState, ZooKeeperStore)
+from logcore.errors import ControllerMovedError, TopicNotFoundError, ZkVersionConflictError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Election:
+    leader: int                 # NO_LEADER (-1) when the partition is offline
+    isr: tuple[int, ...]
+    unclean: bool = False
+
+
+def elect_leader(assignment, isr, live, unclean: bool = False) -> Election:
+    """The offline-partition election (the leader died or the partition is new)."""
+    live, isr_set = set(live), set(isr)
+    for r in assignment:
+        if r in live and r in isr_set:
+            return Election(r, tuple(b for b in isr if b in live))
+    if unclean:
+        for r in assignment:
+            if r in live:
+                return Election(r, (r,), unclean=True)
+    return Election(NO_LEADER, tuple(isr))
+
+
+def elect_preferred(assignment, isr, live) -> int | None:
+    """assignment[0] when it is live and in the ISR, else None (no change)."""
+    if assignment and assignment[0] in set(live) and assignment[0] in set(isr):
+        return assignment[0]
+    return None
+
+
+def elect_controlled_shutdown(assignment, isr, live, shutting_down) -> Election:
+    down = set(shutting_down)
+    live = set(live) - down
+    new_isr = tuple(b for b in isr if b not in down)
+    for r in assignment:
+        if r in live and r in new_isr:
+            return Election(r, new_isr)
+    return Election(NO_LEADER, new_isr or tuple(isr))
+
+
+def initial_state(assignment, live, controller_epoch: int) -> PartitionState:
+    """A new partition: leader = first live replica, ISR = the live replicas, epoch 0."""
+    replicas = [r for r in assignment if r in set(live)]
+    return PartitionState(replicas[0] if replicas else NO_LEADER, 0, tuple(replicas) or tuple(assignment),
+                          controller_epoch)
+
+
+def _truthy(v) -> bool:
+    return str(v).strip().lower() == "true"
+
+
+class Controller:
+    """One broker's controller duties. `start()` joins the election; at most one Controller
+    in the cluster is active (holds /controller) at a time."""
+
+    def __init__(self, store: ZooKeeperStore, broker_id: int, *, unclean_leader_election: bool = False):
+        self.store = store
+        self.broker_id = int(broker_id)
+        self.unclean_default = unclean_leader_election
+        self.fence: ControllerEpoch | None = None
+        self._events: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._broker_epochs: dict[int, int] = {}
+        self._worker = threading.Thread(target=self._run, name=f"controller-{broker_id}", daemon=True)
+        self.unclean_elections: list[tuple[str, int, int]] = []   # (topic, partition, leader)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "Controller":
+        self._worker.start()
+        self.store.on_new_session(lambda: self._events.put("session"))
+        self.store.watch_controller(lambda _cid: self._events.put("controller"))
+        self.store.watch_brokers(lambda _b: self._events.put("reconcile"))
+        self.store.watch_topics(lambda _t: self._events.put("reconcile"))
+        self.store.watch_deletions(lambda _t: self._events.put("reconcile"))
+        self.store.client.DataWatch(PREFERRED_ELECTION, lambda _d, _s: self._events.put("reconcile"))
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._events.put("stop")
+        if self._worker.is_alive():
+            self._worker.join(10)
+        if self.fence is not None and self.store.client.connected:
+            self.store.resign_controller(self.broker_id)
+        self.fence = None
+
+    @property
+    def active(self) -> bool:
+        return self.fence is not None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            event = self._events.get()
+            # coalesce: everything queued so far is handled by one pass
+            while True:
+                try:
+                    event = self._events.get_nowait()
+                except queue.Empty:
+                    break
+            if self._stop.is_set() or event == "stop":
+                return
+            try:
+                self._step()
+            except ControllerMovedError as e:
+                logger.warning("broker %d: no longer controller: %s", self.broker_id, e)
+                self.fence = None
+            except Exception:                                   # noqa: BLE001 - keep the loop alive
+                logger.exception("broker %d: controller pass failed; retrying on the next event",
+                                 self.broker_id)
+
+    def _step(self) -> None:
+        current = self.store.controller()
+        if self.fence is not None and current != self.broker_id:
+            logger.warning("broker %d: /controller is %s now; resigning", self.broker_id, current)
+            self.fence = None
+        if current is None:
+            fence = self.store.try_become_controller(self.broker_id)
+            if fence is not None:
+                logger.info("broker %d is the controller (epoch %d)", self.broker_id, fence.epoch)
+                self.fence = fence
+                self._broker_epochs = {}
+        if self.fence is not None:
+            self.reconcile()
+
+    # ------------------------------------------------------------------ the work
+    def reconcile(self) -> None:
+        """One full pass: failed and bounced brokers, new partitions, deletions, preferred
+        elections. Idempotent; every write fenced."""
+        brokers = self.store.brokers()
+        epochs = {b: r.epoch for b, r in brokers.items()}
+        bounced = {b for b, e in epochs.items() if b in self._broker_epochs and e > self._broker_epochs[b]}
+        live = set(epochs) - bounced      # a bounced broker counts as failed for this pass
+        deleting = set(self.store.topics_marked_for_deletion())
+        for topic in self.store.list_topics():
+            if topic in deleting:
+                continue
+            try:
+                self._reconcile_topic(topic, live)
+            except TopicNotFoundError:
+                continue
+        if bounced:
+            # the bounced brokers are back: a second pass lets new partitions use them
+            self._broker_epochs = {b: e for b, e in epochs.items() if b not in bounced}
+            for topic in self.store.list_topics():
+                if topic not in deleting:
+                    self._reconcile_topic(topic, set(epochs))
+        self._broker_epochs = epochs
+        for topic in deleting:
+            self.store.remove_topic(topic, self.fence)
+            logger.info("controller %d: deleted topic %r", self.broker_id, topic)
+        self._run_requested_preferred_elections(set(epochs))
+
+    def _unclean_for(self, topic: str) -> bool:
+        try:
+            config, _ = self.store.topic_config(topic)
+        except TopicNotFoundError:
+            config = {}
+        if "unclean.leader.election.enable" in config:
+            return _truthy(config["unclean.leader.election.enable"])
+        return self.unclean_default
+
+    def _reconcile_topic(self, topic: str, live: set[int]) -> None:
+        ta = self.store.topic(topic)
+        states = self.store.partition_states(topic)
+        missing = {p: initial_state(r, live, self.fence.epoch) for p, r in ta.partitions.items()
+                   if p not in states}
+        if missing:
+            self.store.create_partition_states(topic, missing, self.fence)
+        for p, state in states.items():
+            self._reconcile_partition(topic, p, list(ta.partitions[p]), state, live)
+
+    def _reconcile_partition(self, topic, p, assignment, state, live) -> None:
+        for _ in range(5):                               # a leader may update the ISR meanwhile
+            if state.controller_epoch > self.fence.epoch:
+                raise ControllerMovedError(
+                    f"partition {topic}-{p} was written by controller epoch {state.controller_epoch}"
+                    f" > mine ({self.fence.epoch})")
+            new = None
+            if state.leader not in live:
+                e = elect_leader(assignment, state.isr, live, self._unclean_for(topic))
+                if e.leader != NO_LEADER:
+                    if e.unclean:
+                        logger.warning(
+                            "controller %d: UNCLEAN leader election for %s-%d: broker %d (not in ISR %s)"
+                            " becomes leader; acknowledged writes may be lost", self.broker_id, topic, p,
+                            e.leader, list(state.isr))
+                        self.unclean_elections.append((topic, p, e.leader))
+                    new = PartitionState(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
+                elif state.leader != NO_LEADER:
+                    logger.error("controller %d: %s-%d is offline: no live ISR member (ISR %s)",
+                                 self.broker_id, topic, p, list(state.isr))
+                    new = PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr, self.fence.epoch)
+            elif any(b not in live for b in state.isr):
+                # replicas on dead brokers leave the ISR (the ZooKeeper-era controller bumps the epoch)
+                new = PartitionState(state.leader, state.leader_epoch + 1,
+                                     tuple(b for b in state.isr if b in live), self.fence.epoch)
+            if new is None:
+                return
+            try:
+                self.store.update_partition_state(topic, p, new, state.zk_version, fence=self.fence)
+                return
+            except ZkVersionConflictError:
+                state = self.store.partition_state(topic, p, sync=True)
+                if state is None:
+                    return
+
+    def elect_preferred_leaders(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Move each partition's leadership to its preferred replica where it is live and in the
+        ISR; returns {(topic, partition): leader} for those that moved."""
+        if self.fence is None:
+            raise ControllerMovedError(f"broker {self.broker_id} is not the controller")
+        live = set(self.store.brokers())
+        moved = {}
+        for topic, p in partitions:
+            try:
+                assignment = list(self.store.topic(topic).partitions[p])
+            except (TopicNotFoundError, KeyError):
+                continue
+            for _ in range(5):
+                state = self.store.partition_state(topic, p, sync=True)
+                if state is None:
+                    break
+                leader = elect_preferred(assignment, state.isr, live)
+                if leader is None or leader == state.leader:
+                    break
+                try:
+                    self.store.update_partition_state(
+                        topic, p, PartitionState(leader, state.leader_epoch + 1, state.isr, self.fence.epoch),
+                        state.zk_version, fence=self.fence)
+                    moved[(topic, p)] = leader
+                    break
+                except ZkVersionConflictError:
+                    continue
+        return moved
+
+    def _run_requested_preferred_elections(self, live) -> None:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+        try:
+            raw, stat = self.store.client.get(PREFERRED_ELECTION)
+        except NoNodeError:
+            return
+        parts = [(d["topic"], int(d["partition"])) for d in json.loads(raw.decode()).get("partitions", [])]
+        self.elect_preferred_leaders(parts)
+        try:
+            self.store.client.delete(PREFERRED_ELECTION, version=stat.version)
+        except (NoNodeError, BadVersionError):               # a newer request stays for the next pass
+            pass

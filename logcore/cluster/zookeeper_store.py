@@ -1,0 +1,677 @@
+"""Cluster metadata in ZooKeeper with Kafka's (2.x, ZooKeeper-mode) znode layout and JSON.
+
+    /brokers/ids/<id>                          ephemeral: the broker's registration; its czxid is
+                                               the broker epoch (KIP-380)
+    /brokers/topics/<t>                        {"version":3,"topic_id":..,"partitions":{"0":[1,2]},
+                                                "adding_replicas":{},"removing_replicas":{}}
+    /brokers/topics/<t>/partitions/<p>/state   {"version":1,"leader":1,"leader_epoch":0,
+                                                "isr":[1,2],"controller_epoch":1}
+    /controller                                ephemeral {"version":1,"brokerid":1,"timestamp":"ms"}
+    /controller_epoch                          "1"
+    /config/topics/<t>                         {"version":1,"config":{"k":"v"}}
+    /config/changes/config_change_NNNNNNNNNN   {"version":2,"entity_path":"topics/<t>"}
+    /admin/delete_topics/<t>                   a deletion request (the controller carries it out)
+    /admin/preferred_replica_election          {"version":1,"partitions":[{"topic":..,"partition":..}]}
+    /isr_change_notification/isr_change_NNNNNNNNNN
+                                               {"version":1,"partitions":[{"topic":..,"partition":..}]}
+    /cluster/id                                {"version":"1","id":"<22-char base64>"}
+
+Writes that depend on what was read are conditional on the znode version: a lost race raises
+ZkVersionConflictError. Controller writes are fenced: the same transaction checks the version of
+/controller_epoch that the controller set when it was elected, so a deposed controller's write
+fails with ControllerMovedError (Kafka's wrapRequestWithControllerEpochCheck).
+
+Sessions: kazoo reconnects by itself. SUSPENDED (connection lost) is not LOST (session expired):
+ephemerals survive a suspension and nothing is redone. After LOST kazoo starts a new session but
+recreates nothing, so the store re-registers the broker (a new czxid: a new broker epoch) and calls
+the session listeners given to `on_new_session` (the controller re-runs its election there). The
+kazoo listener itself never blocks: the work runs on kazoo's callback thread via handler.spawn.
+Watches go through kazoo's DataWatch / ChildrenWatch, which re-arm themselves after a reconnect;
+their callbacks mean "re-read", not "one change".
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from logcore.errors import (BrokerIdInUseError, ControllerMovedError, CoordinatorUnavailableError,
+                            CorruptRecordError, TopicExistsError, TopicNotFoundError,
+                            ZkVersionConflictError)
+
+logger = logging.getLogger(__name__)
+
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+DELETE_TOPICS = "/admin/delete_topics"
+PREFERRED_ELECTION = "/admin/preferred_replica_election"
+ISR_CHANGES = "/isr_change_notification"
+CLUSTER_ID = "/cluster/id"
+PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, "/brokers/seqid", CONFIG_TOPICS, CONFIG_CHANGES,
+                    "/config/brokers", DELETE_TOPICS, ISR_CHANGES, "/cluster")
+
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def _now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def _dumps(doc) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _loads(raw: bytes, path: str):
+    try:
+        return json.loads(raw.decode())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CorruptRecordError(f"znode {path} does not hold JSON: {e}", file=path) from None
+
+
+def _coordinator_errors(method):
+    """Turn kazoo's connection-level failures into CoordinatorUnavailableError naming the
+    ensemble and the operation (the caller retries or gives up; nothing is known to be written
+    for a write that failed this way)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, OperationTimeoutError,
+                                      SessionExpiredError)
+        from kazoo.handlers.threading import KazooTimeoutError
+        try:
+            return method(self, *args, **kwargs)
+        except (ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError,
+                KazooTimeoutError) as e:
+            raise CoordinatorUnavailableError(
+                f"zookeeper.connect={self.hosts}: {method.__name__} failed: {type(e).__name__}"
+                f" {e or ''}".rstrip()) from e
+    return wrapper
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    broker_id: int
+    host: str
+    port: int
+    endpoints: tuple[str, ...]
+    rack: str | None = None
+    epoch: int = -1                  # the registration znode's czxid (the broker epoch)
+
+    def to_json(self) -> bytes:
+        protocols = {}
+        for ep in self.endpoints:
+            name = ep.split("://", 1)[0]
+            protocols[name] = name if name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") \
+                else "PLAINTEXT"
+        doc = {"version": 4, "host": self.host, "port": self.port, "jmx_port": -1,
+               "timestamp": _now_ms(), "endpoints": list(self.endpoints),
+               "listener_security_protocol_map": protocols}
+        if self.rack is not None:
+            doc["rack"] = self.rack
+        return _dumps(doc)
+
+    @classmethod
+    def from_json(cls, broker_id: int, raw: bytes, czxid: int, path: str) -> "BrokerRegistration":
+        d = _loads(raw, path)
+        return cls(broker_id, d.get("host") or "", int(d.get("port", -1)),
+                   tuple(d.get("endpoints", ())), d.get("rack"), czxid)
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """A partition's leader and ISR as the state znode holds them; `zk_version` is the znode's
+    version (Kafka's zkVersion / partition epoch), the expected version of the next update."""
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = -1
+
+    def to_json(self) -> bytes:
+        return _dumps({"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
+                       "isr": list(self.isr), "controller_epoch": self.controller_epoch})
+
+    @classmethod
+    def from_json(cls, raw: bytes, zk_version: int, path: str) -> "PartitionState":
+        d = _loads(raw, path)
+        try:
+            return cls(int(d["leader"]), int(d["leader_epoch"]), tuple(int(b) for b in d["isr"]),
+                       int(d["controller_epoch"]), zk_version)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptRecordError(f"partition state {path} lacks or mangles {e}", file=path) from None
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    name: str
+    topic_id: str
+    partitions: dict[int, tuple[int, ...]]        # partition -> replicas in preference order
+    zk_version: int = -1
+    adding_replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing_replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        def enc(m):
+            return {str(p): list(r) for p, r in sorted(m.items())}
+        return _dumps({"version": 3, "topic_id": self.topic_id, "partitions": enc(self.partitions),
+                       "adding_replicas": enc(self.adding_replicas),
+                       "removing_replicas": enc(self.removing_replicas)})
+
+    @classmethod
+    def from_json(cls, name: str, raw: bytes, zk_version: int, path: str) -> "TopicAssignment":
+        d = _loads(raw, path)
+
+        def dec(m):
+            return {int(p): tuple(int(b) for b in r) for p, r in (m or {}).items()}
+        return cls(name, d.get("topic_id", ""), dec(d.get("partitions")), zk_version,
+                   dec(d.get("adding_replicas")), dec(d.get("removing_replicas")))
+
+
+@dataclass(frozen=True)
+class ControllerEpoch:
+    """What a controller fences its writes with: the epoch it holds and the version of
+    /controller_epoch it set."""
+    epoch: int
+    zk_version: int
+
+
+class ZooKeeperStore:
+    """Cluster metadata in ZooKeeper. `hosts` is Kafka's zookeeper.connect: host:port[,host:port]
+    with an optional chroot suffix (`/seglog`)."""
+
+    def __init__(self, hosts: str, *, session_timeout_ms: int = 18000, connect_timeout_s: float = 15.0):
+        from kazoo.client import KazooClient     # runtime dependency of the cluster store only
+        self.hosts = hosts
+        self.session_timeout_ms = session_timeout_ms
+        self.client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0)
+        self._connect_timeout = connect_timeout_s
+        self._lock = threading.Lock()
+        self._registration: BrokerRegistration | None = None
+        self._session_lost = False
+        self._new_session_callbacks: list[Callable[[], None]] = []
+        self.client.add_listener(self._on_state)
+
+    # ------------------------------------------------------------------ session
+    def start(self) -> "ZooKeeperStore":
+        from kazoo.handlers.threading import KazooTimeoutError
+        try:
+            self.client.start(timeout=self._connect_timeout)
+        except KazooTimeoutError:
+            self.client.stop()
+            raise CoordinatorUnavailableError(
+                f"zookeeper.connect={self.hosts}: no ZooKeeper answered within {self._connect_timeout:.0f} s") from None
+        for p in PERSISTENT_PATHS:
+            self.client.ensure_path(p)
+        return self
+
+    def close(self) -> None:
+        """End the session: its ephemerals (broker registration, /controller) go at once."""
+        self.client.stop()
+        self.client.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def session_id(self) -> int:
+        return self.client.client_id[0] if self.client.client_id else 0
+
+    def on_new_session(self, fn: Callable[[], None]) -> None:
+        """Call `fn()` (on kazoo's callback thread) after the session expired and a new one was
+        established, once the broker registration (if any) has been redone."""
+        self._new_session_callbacks.append(fn)
+
+    def _on_state(self, state) -> None:
+        from kazoo.protocol.states import KazooState
+        # Never block here: kazoo calls listeners on its connection thread.
+        if state == KazooState.LOST:
+            self._session_lost = True
+            logger.warning("ZooKeeper session expired (%s): ephemerals are gone", self.hosts)
+        elif state == KazooState.SUSPENDED:
+            logger.info("ZooKeeper connection lost (%s); session may still be alive", self.hosts)
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            self.client.handler.spawn(self._after_new_session)
+
+    def _after_new_session(self) -> None:
+        reg = self._registration
+        if reg is not None:
+            try:
+                self.register_broker(reg.broker_id, reg.host, reg.port, reg.endpoints, rack=reg.rack)
+            except Exception:                                # noqa: BLE001 - logged, retried by the owner
+                logger.exception("re-registering broker %d after session expiry failed", reg.broker_id)
+        for fn in list(self._new_session_callbacks):
+            try:
+                fn()
+            except Exception:                                # noqa: BLE001
+                logger.exception("new-session callback %r failed", fn)
+
+    # ------------------------------------------------------------------ cluster id
+    def cluster_id(self) -> str:
+        """The cluster id, created on first call (Kafka's /cluster/id)."""
+        from kazoo.exceptions import NodeExistsError
+
+        from logcore.log.partition_metadata import format_topic_id, new_topic_id
+        try:
+            self.client.create(CLUSTER_ID, _dumps({"version": "1", "id": format_topic_id(new_topic_id())}))
+        except NodeExistsError:
+            pass
+        raw, _ = self.client.get(CLUSTER_ID)
+        return _loads(raw, CLUSTER_ID)["id"]
+
+    # ------------------------------------------------------------------ brokers
+    def register_broker(self, broker_id: int, host: str, port: int, endpoints=None, *,
+                        rack: str | None = None, wait_s: float | None = None) -> int:
+        """Create /brokers/ids/<id> as an ephemeral of this session and return the broker epoch
+        (its czxid). A registration left by an older session of the same broker is waited for
+        (up to `wait_s`, default the session timeout): ZooKeeper removes it when that session
+        expires. A live foreign registration after that raises BrokerIdInUseError."""
+        from kazoo.exceptions import NoNodeError, NodeExistsError
+        endpoints = tuple(endpoints or (f"PLAINTEXT://{host}:{port}",))
+        reg = BrokerRegistration(int(broker_id), host, int(port), endpoints, rack)
+        path = f"{BROKER_IDS}/{broker_id}"
+        wait = (self.session_timeout_ms / 1000.0 + 2.0) if wait_s is None else wait_s
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                _, stat = self.client.create(path, reg.to_json(), ephemeral=True, include_data=True)
+                break
+            except NodeExistsError:
+                try:
+                    _, stat = self.client.get(path)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self.session_id:
+                    break                # our own create landed before a connection loss
+                if time.monotonic() >= deadline:
+                    raise BrokerIdInUseError(
+                        f"broker.id={broker_id} is registered at {path} by another live ZooKeeper"
+                        f" session (0x{stat.ephemeralOwner:x}); is another broker running with this id?"
+                    ) from None
+                time.sleep(0.2)
+        self._registration = BrokerRegistration(reg.broker_id, host, int(port), endpoints, rack, stat.czxid)
+        return stat.czxid
+
+    def deregister_broker(self) -> None:
+        """Remove this broker's registration (a clean shutdown) without ending the session."""
+        from kazoo.exceptions import NoNodeError
+        reg, self._registration = self._registration, None
+        if reg is not None:
+            try:
+                self.client.delete(f"{BROKER_IDS}/{reg.broker_id}")
+            except NoNodeError:
+                pass
+
+    @property
+    def registration(self) -> BrokerRegistration | None:
+        return self._registration
+
+    def brokers(self) -> dict[int, BrokerRegistration]:
+        """Every registered (live) broker by id, with its epoch."""
+        from kazoo.exceptions import NoNodeError
+        out = {}
+        for child in self.client.get_children(BROKER_IDS):
+            path = f"{BROKER_IDS}/{child}"
+            try:
+                raw, stat = self.client.get(path)
+            except NoNodeError:
+                continue
+            out[int(child)] = BrokerRegistration.from_json(int(child), raw, stat.czxid, path)
+        return dict(sorted(out.items()))
+
+    def watch_brokers(self, fn: Callable[[dict[int, BrokerRegistration]], None]):
+        """Call fn(brokers) now and whenever /brokers/ids changes. A delete and recreate between
+        two callbacks shows as a larger epoch for the same id (a bounced broker)."""
+        def on_children(_children):
+            fn(self.brokers())
+        return self.client.ChildrenWatch(BROKER_IDS, on_children)
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(self, name: str, topic_id: str, assignment: dict[int, list[int]],
+                     config: dict[str, str] | None = None) -> TopicAssignment:
+        """Write the topic's config and assignment in one transaction (Kafka writes the config
+        first, so a watcher of /brokers/topics always finds it). TopicExistsError when the topic
+        exists or is still being deleted."""
+        from kazoo.exceptions import NodeExistsError
+        if self.client.exists(f"{DELETE_TOPICS}/{name}"):
+            raise TopicExistsError(f"topic {name!r} is marked for deletion in ZooKeeper ({self.hosts})")
+        ta = TopicAssignment(name, topic_id, {int(p): tuple(r) for p, r in assignment.items()}, 0)
+        t = self.client.transaction()
+        cfg_path = f"{CONFIG_TOPICS}/{name}"
+        if self.client.exists(cfg_path):
+            t.set_data(cfg_path, _dumps({"version": 1, "config": dict(config or {})}))
+        else:
+            t.create(cfg_path, _dumps({"version": 1, "config": dict(config or {})}))
+        t.create(topic_path(name), ta.to_json())
+        results = t.commit()
+        failures = [r for r in results if isinstance(r, Exception)]
+        if any(isinstance(r, NodeExistsError) for r in failures):
+            raise TopicExistsError(f"topic {name!r} already exists in ZooKeeper ({self.hosts})")
+        if failures:
+            raise failures[0]
+        return ta
+
+    def list_topics(self) -> list[str]:
+        return sorted(self.client.get_children(BROKER_TOPICS))
+
+    def topics_marked_for_deletion(self) -> list[str]:
+        return sorted(self.client.get_children(DELETE_TOPICS))
+
+    def topic(self, name: str) -> TopicAssignment:
+        from kazoo.exceptions import NoNodeError
+        path = topic_path(name)
+        try:
+            raw, stat = self.client.get(path)
+        except NoNodeError:
+            raise TopicNotFoundError(f"topic {name!r} does not exist in ZooKeeper ({self.hosts})") from None
+        return TopicAssignment.from_json(name, raw, stat.version, path)
+
+    def watch_topics(self, fn: Callable[[list[str]], None]):
+        return self.client.ChildrenWatch(BROKER_TOPICS, lambda children: fn(sorted(children)))
+
+    def set_assignment(self, ta: TopicAssignment, partitions: dict[int, list[int]]) -> TopicAssignment:
+        """Replace the topic's assignment if the znode is still at `ta.zk_version`
+        (ZkVersionConflictError otherwise); used to add partitions."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+        new = TopicAssignment(ta.name, ta.topic_id, {int(p): tuple(r) for p, r in partitions.items()},
+                              -1, ta.adding_replicas, ta.removing_replicas)
+        try:
+            stat = self.client.set(topic_path(ta.name), new.to_json(), version=ta.zk_version)
+        except BadVersionError:
+            raise ZkVersionConflictError(
+                f"{topic_path(ta.name)} changed since version {ta.zk_version}; re-read it") from None
+        except NoNodeError:
+            raise TopicNotFoundError(f"topic {ta.name!r} does not exist in ZooKeeper ({self.hosts})") from None
+        return TopicAssignment(new.name, new.topic_id, new.partitions, stat.version,
+                               new.adding_replicas, new.removing_replicas)
+
+    def topic_config(self, name: str) -> tuple[dict[str, str], int]:
+        """The topic's config overrides and the znode version."""
+        from kazoo.exceptions import NoNodeError
+        path = f"{CONFIG_TOPICS}/{name}"
+        try:
+            raw, stat = self.client.get(path)
+        except NoNodeError:
+            raise TopicNotFoundError(f"topic {name!r} has no config in ZooKeeper ({path})") from None
+        return {k: str(v) for k, v in _loads(raw, path).get("config", {}).items()}, stat.version
+
+    def set_topic_config(self, name: str, config: dict[str, str], expected_version: int) -> int:
+        """Replace the overrides if the znode is at `expected_version` and announce the change
+        with a /config/changes sequential node, as Kafka's AdminZkClient does."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+        path = f"{CONFIG_TOPICS}/{name}"
+        t = self.client.transaction()
+        t.set_data(path, _dumps({"version": 1, "config": {k: str(v) for k, v in config.items()}}),
+                   version=expected_version)
+        t.create(f"{CONFIG_CHANGES}/config_change_", _dumps({"version": 2, "entity_path": f"topics/{name}"}),
+                 sequence=True)
+        results = t.commit()
+        if isinstance(results[0], BadVersionError):
+            raise ZkVersionConflictError(f"{path} changed since version {expected_version}; re-read it")
+        if isinstance(results[0], NoNodeError):
+            raise TopicNotFoundError(f"topic {name!r} has no config in ZooKeeper ({path})")
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+        return results[0].version
+
+    def request_topic_deletion(self, name: str) -> None:
+        """Kafka's DeleteTopics in ZooKeeper mode: create /admin/delete_topics/<t>; the
+        controller deletes the topic's znodes once its replicas are gone."""
+        from kazoo.exceptions import NodeExistsError
+        if not self.client.exists(topic_path(name)):
+            raise TopicNotFoundError(f"topic {name!r} does not exist in ZooKeeper ({self.hosts})")
+        try:
+            self.client.create(f"{DELETE_TOPICS}/{name}")
+        except NodeExistsError:
+            pass
+
+    def watch_deletions(self, fn: Callable[[list[str]], None]):
+        return self.client.ChildrenWatch(DELETE_TOPICS, lambda children: fn(sorted(children)))
+
+    def remove_topic(self, name: str, fence: ControllerEpoch) -> None:
+        """The controller's last step of a deletion: remove the topic's znodes and the request."""
+        paths = self._subtree(topic_path(name)) if self.client.exists(topic_path(name)) else []
+        for extra in (f"{CONFIG_TOPICS}/{name}", f"{DELETE_TOPICS}/{name}"):
+            if self.client.exists(extra):
+                paths.append(extra)
+        t = self.client.transaction()
+        t.check(CONTROLLER_EPOCH, fence.zk_version)
+        for p in paths:
+            t.delete(p)
+        self._commit_fenced(t, fence, f"delete topic {name!r}")
+
+    def _subtree(self, path: str) -> list[str]:
+        """`path` and everything under it, deepest first."""
+        out = []
+        for child in self.client.get_children(path):
+            out += self._subtree(f"{path}/{child}")
+        return out + [path]
+
+    # ------------------------------------------------------------------ partition state
+    def partition_state(self, topic: str, partition: int, *, sync: bool = False) -> PartitionState | None:
+        """The state znode (None if not created yet); `sync` first catches the server up with the
+        leader of the ensemble, for reads whose freshness matters."""
+        from kazoo.exceptions import NoNodeError
+        path = partition_state_path(topic, partition)
+        if sync:
+            self.client.sync(path)
+        try:
+            raw, stat = self.client.get(path)
+        except NoNodeError:
+            return None
+        return PartitionState.from_json(raw, stat.version, path)
+
+    def partition_states(self, topic: str) -> dict[int, PartitionState]:
+        from kazoo.exceptions import NoNodeError
+        try:
+            parts = self.client.get_children(f"{topic_path(topic)}/partitions")
+        except NoNodeError:
+            return {}
+        out = {}
+        for p in sorted(int(x) for x in parts):
+            s = self.partition_state(topic, p)
+            if s is not None:
+                out[p] = s
+        return out
+
+    def watch_partition_state(self, topic: str, partition: int,
+                              fn: Callable[[PartitionState | None], None]):
+        """fn(state) now and after every change (None while absent). Apply a state only if its
+        leader_epoch is newer than yours (equal: adopt the ISR and version)."""
+        path = partition_state_path(topic, partition)
+
+        def on_data(raw, stat):
+            fn(None if stat is None else PartitionState.from_json(raw or b"{}", stat.version, path))
+        return self.client.DataWatch(path, on_data)
+
+    def create_partition_states(self, topic: str, states: dict[int, PartitionState],
+                                fence: ControllerEpoch) -> dict[int, PartitionState]:
+        """The controller's initial states of new partitions, in one fenced transaction."""
+        t = self.client.transaction()
+        t.check(CONTROLLER_EPOCH, fence.zk_version)
+        base = f"{topic_path(topic)}/partitions"
+        if not self.client.exists(base):
+            t.create(base)
+        for p, s in sorted(states.items()):
+            if not self.client.exists(f"{base}/{p}"):
+                t.create(f"{base}/{p}")
+            t.create(partition_state_path(topic, p), s.to_json())
+        self._commit_fenced(t, fence, f"create states of {topic!r}")
+        return {p: PartitionState(s.leader, s.leader_epoch, s.isr, s.controller_epoch, 0)
+                for p, s in states.items()}
+
+    def update_partition_state(self, topic: str, partition: int, new: PartitionState,
+                               expected_version: int, *, fence: ControllerEpoch | None = None) -> PartitionState:
+        """Compare-and-set the state znode: succeeds only at `expected_version` (else
+        ZkVersionConflictError, a lost race: re-read). With `fence` (a controller's write) the
+        transaction also checks /controller_epoch (else ControllerMovedError). Without it this
+        is the leader's own ISR update (Kafka 2.6 style). Returns the state with its new version."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+        path = partition_state_path(topic, partition)
+        if fence is None:
+            try:
+                stat = self.client.set(path, new.to_json(), version=expected_version)
+            except BadVersionError:
+                raise ZkVersionConflictError(
+                    f"{path} is no longer at version {expected_version}; re-read the partition state") from None
+            except NoNodeError:
+                raise TopicNotFoundError(f"partition state {path} does not exist") from None
+            version = stat.version
+        else:
+            t = self.client.transaction()
+            t.check(CONTROLLER_EPOCH, fence.zk_version)
+            t.set_data(path, new.to_json(), version=expected_version)
+            results = self._commit_fenced(t, fence, f"update {path}", cas_path=path,
+                                          expected_version=expected_version)
+            version = results[1].version
+        return PartitionState(new.leader, new.leader_epoch, tuple(new.isr), new.controller_epoch, version)
+
+    def _commit_fenced(self, t, fence: ControllerEpoch, what: str, *, cas_path: str | None = None,
+                       expected_version: int | None = None):
+        from kazoo.exceptions import (BadVersionError, NoNodeError, NodeExistsError, RolledBackError,
+                                      RuntimeInconsistency)
+        results = t.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return results
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
+            raise ControllerMovedError(
+                f"controller epoch {fence.epoch} (version {fence.zk_version} of {CONTROLLER_EPOCH}) is"
+                f" stale: another controller was elected; refused to {what}")
+        for r in results[1:]:
+            if isinstance(r, BadVersionError):
+                raise ZkVersionConflictError(
+                    f"{cas_path or what} is no longer at version {expected_version}; re-read it")
+            if isinstance(r, NodeExistsError):
+                raise ZkVersionConflictError(f"{what}: a znode already exists (written by someone else)")
+            if isinstance(r, NoNodeError):
+                raise TopicNotFoundError(f"{what}: a znode does not exist")
+        raise next(r for r in results if isinstance(r, Exception)
+                   and not isinstance(r, (RolledBackError, RuntimeInconsistency)))
+
+    # ------------------------------------------------------------------ controller
+    def controller_epoch(self) -> ControllerEpoch | None:
+        from kazoo.exceptions import NoNodeError
+        try:
+            raw, stat = self.client.get(CONTROLLER_EPOCH)
+        except NoNodeError:
+            return None
+        return ControllerEpoch(int(raw.decode().strip()), stat.version)
+
+    def controller(self) -> int | None:
+        """The id of the active controller, or None."""
+        from kazoo.exceptions import NoNodeError
+        try:
+            raw, _ = self.client.get(CONTROLLER)
+        except NoNodeError:
+            return None
+        return int(_loads(raw, CONTROLLER)["brokerid"])
+
+    def try_become_controller(self, broker_id: int) -> ControllerEpoch | None:
+        """Kafka's registerControllerAndIncrementControllerEpoch: in one transaction create the
+        ephemeral /controller and bump /controller_epoch at the version read. Returns the new
+        epoch to fence writes with, or None when another broker won (or holds office)."""
+        from kazoo.exceptions import NodeExistsError
+        if self.controller_epoch() is None:
+            try:
+                self.client.create(CONTROLLER_EPOCH, b"0")
+            except NodeExistsError:
+                pass
+        current = self.controller_epoch()
+        t = self.client.transaction()
+        t.create(CONTROLLER, _dumps({"version": 1, "brokerid": int(broker_id), "timestamp": _now_ms()}),
+                 ephemeral=True)
+        t.set_data(CONTROLLER_EPOCH, str(current.epoch + 1).encode(), version=current.zk_version)
+        results = t.commit()
+        if any(isinstance(r, Exception) for r in results):
+            return None
+        return ControllerEpoch(current.epoch + 1, results[1].version)
+
+    def resign_controller(self, broker_id: int) -> None:
+        """Delete /controller if this session holds it."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+        try:
+            raw, stat = self.client.get(CONTROLLER)
+        except NoNodeError:
+            return
+        if stat.ephemeralOwner == self.session_id and _loads(raw, CONTROLLER).get("brokerid") == broker_id:
+            try:
+                self.client.delete(CONTROLLER, version=stat.version)
+            except (NoNodeError, BadVersionError):
+                pass
+
+    def watch_controller(self, fn: Callable[[int | None], None]):
+        """fn(controller id or None) now and whenever /controller changes."""
+        def on_data(raw, stat):
+            fn(None if stat is None else int(_loads(raw, CONTROLLER)["brokerid"]))
+        return self.client.DataWatch(CONTROLLER, on_data)
+
+    # ------------------------------------------------------------------ notifications
+    def notify_isr_change(self, partitions: list[tuple[str, int]]) -> str:
+        """A leader that changed ISRs tells the controller (it then refreshes metadata)."""
+        return self.client.create(
+            f"{ISR_CHANGES}/isr_change_",
+            _dumps({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}),
+            sequence=True)
+
+    def isr_change_notifications(self) -> dict[str, list[tuple[str, int]]]:
+        """{notification name: [(topic, partition)]}, oldest first."""
+        from kazoo.exceptions import NoNodeError
+        out = {}
+        for name in sorted(self.client.get_children(ISR_CHANGES)):
+            path = f"{ISR_CHANGES}/{name}"
+            try:
+                raw, _ = self.client.get(path)
+            except NoNodeError:
+                continue
+            out[name] = [(d["topic"], int(d["partition"])) for d in _loads(raw, path)["partitions"]]
+        return out
+
+    def delete_isr_change_notifications(self, names) -> None:
+        from kazoo.exceptions import NoNodeError
+        for name in names:
+            try:
+                self.client.delete(f"{ISR_CHANGES}/{name}")
+            except NoNodeError:
+                pass
+
+    def request_preferred_election(self, partitions: list[tuple[str, int]]) -> None:
+        """Kafka's /admin/preferred_replica_election (one pending request at a time)."""
+        from kazoo.exceptions import NodeExistsError
+        try:
+            self.client.create(PREFERRED_ELECTION, _dumps(
+                {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}))
+        except NodeExistsError:
+            raise ZkVersionConflictError(
+                f"a preferred replica election is already pending ({PREFERRED_ELECTION})") from None
+
+
+_WRAPPED = ("cluster_id", "register_broker", "deregister_broker", "brokers", "watch_brokers",
+            "create_topic", "list_topics", "topics_marked_for_deletion", "topic", "watch_topics",
+            "set_assignment", "topic_config", "set_topic_config", "request_topic_deletion",
+            "watch_deletions", "remove_topic", "partition_state", "partition_states",
+            "watch_partition_state", "create_partition_states", "update_partition_state",
+            "controller_epoch", "controller", "try_become_controller", "resign_controller",
+            "watch_controller", "notify_isr_change", "isr_change_notifications",
+            "delete_isr_change_notifications", "request_preferred_election")
+for _name in _WRAPPED:
+    setattr(ZooKeeperStore, _name, _coordinator_errors(getattr(ZooKeeperStore, _name)))

@@ -1,0 +1,170 @@
+"""Leader-election rules (pure) and the controller against a real ZooKeeper: failover when the
+controller's session ends, leader moves on broker loss with epoch bumps, offline partitions,
+unclean election, preferred-leader election, topic deletion."""
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from logcore.cluster.controller import (Controller, elect_controlled_shutdown, elect_leader,
+                                        elect_preferred, initial_state)
+from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState, ZooKeeperStore
+
+
+def test_election_rules():
+    assert elect_leader([1, 2, 3], [3, 2, 1], live={2, 3}).leader == 2     # assignment order
+    assert elect_leader([1, 2, 3], [3, 2, 1], live={2, 3}).isr == (3, 2)
+    off = elect_leader([1, 2, 3], [1], live={2, 3})
+    assert (off.leader, off.isr, off.unclean) == (NO_LEADER, (1,), False)   # ISR kept
+    dirty = elect_leader([1, 2, 3], [1], live={3, 2}, unclean=True)
+    assert (dirty.leader, dirty.isr, dirty.unclean) == (2, (2,), True)
+    assert elect_leader([1, 2], [1, 2], live=set(), unclean=True).leader == NO_LEADER
+    assert elect_preferred([1, 2, 3], [2, 3, 1], {1, 2, 3}) == 1
+    assert elect_preferred([1, 2, 3], [2, 3], {1, 2, 3}) is None           # not in ISR
+    assert elect_preferred([1, 2, 3], [1, 2, 3], {2, 3}) is None           # not live
+    cs = elect_controlled_shutdown([1, 2, 3], [1, 2, 3], {1, 2, 3}, {1})
+    assert (cs.leader, cs.isr) == (2, (2, 3))
+    assert initial_state([3, 1, 2], {1, 2}, 5) == PartitionState(1, 0, (1, 2), 5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.permutations(range(1, 6)).flatmap(lambda a: st.tuples(
+    st.just(a), st.sets(st.sampled_from(a), min_size=1), st.sets(st.sampled_from(a)), st.booleans())))
+def test_election_properties(case):
+    assignment, isr, live, unclean = case
+    isr = [b for b in assignment if b in isr]
+    e = elect_leader(assignment, isr, live, unclean)
+    clean = [r for r in assignment if r in live and r in isr]
+    if clean:
+        assert e.leader == clean[0] and not e.unclean and e.leader in e.isr
+        assert set(e.isr) <= set(isr) & set(live)
+    elif unclean and set(live) & set(assignment):
+        assert e.unclean and e.leader == next(r for r in assignment if r in live) and e.isr == (e.leader,)
+    else:
+        assert e.leader == NO_LEADER and e.isr == tuple(isr)
+
+
+def wait_for(cond, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Node:
+    """A 'broker' as far as the metadata goes: its own session, registration and controller."""
+
+    def __init__(self, hosts, broker_id, **kw):
+        self.id = broker_id
+        self.store = ZooKeeperStore(hosts, session_timeout_ms=2000).start()
+        self.store.register_broker(broker_id, "127.0.0.1", 9090 + broker_id)
+        self.controller = Controller(self.store, broker_id, **kw).start()
+
+    def crash(self):
+        """The session ends (as when the process dies): registration and /controller go."""
+        self.store.close()
+        self.controller.stop()
+
+
+@pytest.fixture
+def nodes(zk_hosts):
+    made = []
+
+    def make(broker_id, **kw):
+        n = Node(zk_hosts, broker_id, **kw)
+        made.append(n)
+        return n
+    yield make
+    for n in made:
+        n.controller.stop()
+    for n in made:
+        n.store.close()
+
+
+def state(store, topic, p):
+    return store.partition_state(topic, p, sync=True)
+
+
+def test_failover_moves_leaders_with_epoch_bumps(nodes, zk_hosts):
+    n1 = nodes(1)
+    wait_for(lambda: n1.controller.active, what="first controller")
+    n2, n3 = nodes(2), nodes(3)
+    assert not n2.controller.active and not n3.controller.active
+    n2.store.create_topic("t", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
+    wait_for(lambda: len(n2.store.partition_states("t")) == 3, what="initial states")
+    s = n2.store.partition_states("t")
+    assert [(x.leader, x.leader_epoch, x.isr) for x in s.values()] == \
+        [(1, 0, (1, 2, 3)), (2, 0, (2, 3, 1)), (3, 0, (3, 1, 2))]
+    epoch1 = n1.controller.fence.epoch
+    assert all(x.controller_epoch == epoch1 for x in s.values())
+    # the controller (and leader of partition 0) dies
+    t0 = time.monotonic()
+    n1.crash()
+    wait_for(lambda: n2.controller.active or n3.controller.active, what="a new controller")
+    new_ctl = n2 if n2.controller.active else n3
+    assert new_ctl.controller.fence.epoch == epoch1 + 1
+    wait_for(lambda: state(n2.store, "t", 0).leader == 2, what="partition 0 led by broker 2")
+    failover = time.monotonic() - t0
+    s = n2.store.partition_states("t")
+    assert (s[0].leader, s[0].leader_epoch, s[0].isr) == (2, 1, (2, 3))
+    # followers on the dead broker leave the ISR with an epoch bump; leaders stay
+    assert (s[1].leader, s[1].leader_epoch, s[1].isr) == (2, 1, (2, 3))
+    assert (s[2].leader, s[2].leader_epoch, s[2].isr) == (3, 1, (3, 2))
+    assert all(x.controller_epoch == epoch1 + 1 for x in s.values())
+    assert failover < 10, f"failover took {failover:.1f} s"
+    # broker 1 returns and catches up (its leader adds it back to the ISR, a leader's CAS write),
+    # then a preferred-leader election request gives it partition 0 back
+    n1b = nodes(1)
+    cur = state(n2.store, "t", 0)
+    n2.store.update_partition_state("t", 0, PartitionState(2, cur.leader_epoch, (2, 3, 1), cur.controller_epoch),
+                                    cur.zk_version)
+    n1b.store.request_preferred_election([("t", 0)])
+    wait_for(lambda: state(n2.store, "t", 0).leader == 1, what="preferred leader back")
+    assert state(n2.store, "t", 0).leader_epoch == 2
+    wait_for(lambda: n2.store.client.exists("/admin/preferred_replica_election") is None,
+             what="request consumed")
+
+
+def test_offline_partition_then_unclean_election(nodes, caplog):
+    n1 = nodes(1)
+    wait_for(lambda: n1.controller.active, what="controller")
+    n2, n3 = nodes(2), nodes(3)
+    n1.store.create_topic("clean", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [2, 3]})
+    n1.store.create_topic("dirty", "AAAAAAAAAAAAAAAAAAAAAg", {0: [2, 3]},
+                          {"unclean.leader.election.enable": "true"})
+    for t in ("clean", "dirty"):
+        wait_for(lambda t=t: state(n1.store, t, 0), what=f"{t} state")
+        cur = state(n1.store, t, 0)
+        # the leader shrinks the ISR to itself (broker 3 fell behind)
+        n2.store.update_partition_state(t, 0, PartitionState(2, cur.leader_epoch, (2,), cur.controller_epoch),
+                                        cur.zk_version)
+    with caplog.at_level(logging.WARNING, logger="logcore.cluster.controller"):
+        n2.crash()
+        wait_for(lambda: state(n1.store, "dirty", 0).leader == 3, what="unclean election")
+        wait_for(lambda: state(n1.store, "clean", 0).leader == NO_LEADER, what="offline partition")
+    clean, dirty = state(n1.store, "clean", 0), state(n1.store, "dirty", 0)
+    assert clean.isr == (2,) and clean.leader_epoch == 1          # last ISR member kept
+    assert dirty.isr == (3,) and dirty.leader_epoch == 1
+    assert ("dirty", 0, 3) in n1.controller.unclean_elections
+    assert "UNCLEAN leader election for dirty-0" in caplog.text
+    # the last ISR member returns: the offline partition comes back with it
+    nodes(2)
+    wait_for(lambda: state(n1.store, "clean", 0).leader == 2, what="partition back online")
+    assert state(n1.store, "clean", 0).leader_epoch == 2
+
+
+def test_deletion_request_is_carried_out(nodes, zk_client):
+    n1 = nodes(1)
+    wait_for(lambda: n1.controller.active, what="controller")
+    n1.store.create_topic("gone", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1]}, {"retention.ms": "1"})
+    wait_for(lambda: state(n1.store, "gone", 0), what="state")
+    n1.store.request_topic_deletion("gone")
+    wait_for(lambda: zk_client.exists("/brokers/topics/gone") is None, what="topic znodes removed")
+    assert zk_client.exists("/config/topics/gone") is None
+    assert zk_client.exists("/admin/delete_topics/gone") is None

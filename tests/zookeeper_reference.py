@@ -1,0 +1,253 @@
+"""Real ZooKeeper servers on 127.0.0.1 for the cluster tests, started from Debian's jars.
+
+Debian's `zookeeper` package (`apt-get install zookeeper`) ships the server as jars in
+/usr/share/java (`zookeeper.jar`, whose manifest Class-Path pulls its dependencies). We run
+`org.apache.zookeeper.server.quorum.QuorumPeerMain <zoo.cfg>` with `java` directly: no init
+scripts, no writes outside the temporary directory, the AdminServer (Jetty on 8080) off, client
+ports bound to 127.0.0.1 only, a small heap, and the `ruok`/`srvr` four-letter words enabled so
+that readiness can be polled without a client library.
+
+    cluster = ZooKeeperCluster(tmp_dir, size=1)   # standalone; size=3 for an ensemble
+    cluster.start()                               # waits until every node serves
+    cluster.connect_string                        # "127.0.0.1:p1,127.0.0.1:p2,..."
+    cluster.nodes[0].kill()                       # SIGKILL by pid; .stop() = SIGTERM
+    cluster.nodes[0].pause(); ...resume()         # SIGSTOP / SIGCONT
+    cluster.stop()
+
+Where the jars live can be overridden with ZOOKEEPER_CLASSPATH (a java class path) and the JVM
+with JAVA (a path); `find_zookeeper()` raises ZooKeeperUnavailable with the reason otherwise,
+which the fixtures turn into a skip.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+JAVA_DIRS = ("/usr/share/java",)
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+TICK_MS = 500            # sessions may then last 1 s .. 10 s (2x .. 20x tickTime)
+
+
+class ZooKeeperUnavailable(RuntimeError):
+    """No java or no ZooKeeper jars on this machine (the reason says which)."""
+
+
+def find_zookeeper() -> tuple[str, str]:
+    """(java executable, class path) for the ZooKeeper server, or ZooKeeperUnavailable."""
+    java = os.environ.get("JAVA") or shutil.which("java")
+    if not java:
+        raise ZooKeeperUnavailable("no `java` on PATH (install default-jre or set JAVA)")
+    cp = os.environ.get("ZOOKEEPER_CLASSPATH")
+    if cp:
+        return java, cp
+    for d in JAVA_DIRS:
+        jar = Path(d) / "zookeeper.jar"
+        if jar.exists():
+            parts = [str(jar)]
+            # An slf4j binding makes the server's log useful (written to the node's zk.log).
+            for extra in ("slf4j-log4j12.jar", "log4j-1.2.jar"):
+                if (Path(d) / extra).exists():
+                    parts.append(str(Path(d) / extra))
+            return java, ":".join(parts)
+    raise ZooKeeperUnavailable(
+        "ZooKeeper jars not found (zookeeper.jar in /usr/share/java): "
+        "`apt-get install zookeeper` or set ZOOKEEPER_CLASSPATH")
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports that were free on 127.0.0.1 a moment ago."""
+    socks, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
+    """Send a four-letter word (ruok, srvr, mntr) and return the answer ('' when none)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(word.encode())
+            chunks = []
+            while True:
+                b = s.recv(4096)
+                if not b:
+                    break
+                chunks.append(b)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class ZooKeeperNode:
+    def __init__(self, myid: int, base: Path, client_port: int, servers: list[str] | None):
+        self.myid = myid
+        self.dir = base / f"zk{myid}"
+        self.data_dir = self.dir / "data"
+        self.client_port = client_port
+        self.cfg = self.dir / "zoo.cfg"
+        self.log_path = self.dir / "zk.log"
+        self.proc: subprocess.Popen | None = None
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lines = [f"tickTime={TICK_MS}", f"dataDir={self.data_dir}", f"clientPort={client_port}",
+                 "clientPortAddress=127.0.0.1", "admin.enableServer=false",
+                 "4lw.commands.whitelist=srvr,ruok,mntr,stat", "maxClientCnxns=0"]
+        if servers:
+            lines += ["initLimit=10", "syncLimit=5", *servers]
+            (self.data_dir / "myid").write_text(f"{myid}\n")
+        self.cfg.write_text("\n".join(lines) + "\n")
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        java, cp = find_zookeeper()
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [java, "-Xms16m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             "-Xshare:auto", "-Dzookeeper.admin.enableServer=false",
+             "-Dzookeeper.root.logger=INFO,CONSOLE", "-Dzookeeper.console.threshold=INFO",
+             "-cp", cp, MAIN_CLASS, str(self.cfg)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def mode(self) -> str | None:
+        """'standalone', 'leader' or 'follower' when the node serves clients, else None."""
+        answer = four_letter(self.client_port, "srvr")
+        for line in answer.splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return None
+
+    def _signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within `timeout`."""
+        if self.proc is None:
+            return
+        if self.alive():
+            self._signal(signal.SIGCONT)       # a paused JVM cannot act on SIGTERM
+            self._signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.proc.wait(timeout)
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no clean shutdown."""
+        if self.proc is None:
+            return
+        self._signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc = None
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+class ZooKeeperCluster:
+    """A standalone server (size=1) or an ensemble of `size` servers on 127.0.0.1."""
+
+    def __init__(self, base: Path | str, size: int = 1):
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        base = Path(base)
+        ports = free_ports(3 * size)
+        client_ports = ports[:size]
+        servers = None
+        if size > 1:
+            servers = [f"server.{i + 1}=127.0.0.1:{ports[size + 2 * i]}:{ports[size + 2 * i + 1]}"
+                       for i in range(size)]
+        self.nodes = [ZooKeeperNode(i + 1, base, client_ports[i], servers) for i in range(size)]
+
+    @property
+    def connect_string(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    def start(self, timeout: float = 60.0) -> None:
+        for n in self.nodes:
+            n.start()
+        self.wait_serving(timeout)
+        if len(self.nodes) > 1:
+            self.wait_quorum(timeout)
+
+    def wait_quorum(self, timeout: float = 60.0) -> ZooKeeperNode:
+        """Wait until the live nodes agree: one leader, the others followers (right after a
+        leader dies, followers still say "follower" until they notice). Returns the leader."""
+        deadline = time.monotonic() + timeout
+        while True:
+            live = [n for n in self.nodes if n.alive()]
+            modes = [n.mode() for n in live]
+            if len(live) * 2 > len(self.nodes) and modes.count("leader") == 1 \
+                    and modes.count("follower") == len(live) - 1:
+                return live[modes.index("leader")]
+            if time.monotonic() > deadline:
+                raise ZooKeeperUnavailable(f"no quorum after {timeout:.0f} s: modes {modes}")
+            time.sleep(0.2)
+
+    def wait_serving(self, timeout: float = 60.0, nodes=None) -> None:
+        """Wait until each node (all, or `nodes`) answers `srvr` with a serving mode."""
+        pending = list(nodes if nodes is not None else self.nodes)
+        deadline = time.monotonic() + timeout
+        while pending:
+            pending = [n for n in pending if n.mode() is None]
+            for n in pending:
+                if n.proc is not None and n.proc.poll() is not None:
+                    raise ZooKeeperUnavailable(
+                        f"ZooKeeper node {n.myid} exited with {n.proc.returncode}:\n{n.log_tail()}")
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise ZooKeeperUnavailable(
+                    f"ZooKeeper node(s) {[n.myid for n in pending]} not serving after {timeout:.0f} s:\n"
+                    + pending[0].log_tail())
+            time.sleep(0.2)
+
+    def leader(self) -> ZooKeeperNode | None:
+        for n in self.nodes:
+            if n.alive() and n.mode() in ("leader", "standalone"):
+                return n
+        return None
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
