@@ -24,8 +24,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterable
 
-from logcore.errors import (DamagedLogError, FencedWriterError, InvalidRecordError, ReadOnlyLogError,
-                            RecordTooLargeError, SegLogError)
+from logcore.errors import (DamagedLogError, FencedWriterError, InvalidRecordError, OffsetOutOfRangeError,
+                            ReadOnlyLogError, RecordTooLargeError, SegLogError)
 from logcore.records.batch import (CONTROL_MASK, LOG_OVERHEAD, TRANSACTIONAL_MASK, BatchHeader, Record,
                                    TimestampType, build_batch, iter_batches, parse_header, set_base_offset,
                                    set_log_append_time, set_partition_leader_epoch)
@@ -47,6 +47,7 @@ from logcore.log.log_reader import FetchResult, LogReading, _end_marker  # noqa:
 from logcore.log.log_refresh import LogRefresh
 from logcore.log.log_validator import (MAX_INFLATION, ON_LOOP_INFLATION, ClientBatchValidation,  # noqa: F401
                                        _WouldBlock)
+from logcore.log.replication import LogReplication
 from logcore.log.retention import LogRetention
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class AppendInfo:
 
 
 class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogReading, LogFlushing,
-          LogRetention):
+          LogRetention, LogReplication):
     """A partition's log. Open it through `LogRoot.log(topic, partition)`."""
 
     def __init__(self, storage, directory: str, topic: str, partition: int, config, state_store, *,
@@ -294,6 +295,13 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
             self.producer_state.write_snapshot(base_offset, durable=False)
         return seg
 
+    def _note_epoch_start(self, offset: int) -> None:
+        """As Kafka's leader append: the epoch cache learns this writer's epoch at the first
+        batch stamped with it (it is there from the open on, unless a truncation took it)."""
+        latest = self.epoch_cache.latest_epoch
+        if self.leader_epoch >= 0 and (latest is None or self.leader_epoch > latest):
+            self.epoch_cache.assign(self.leader_epoch, offset)
+
     def _compression(self, compression) -> Compression:
         if compression is not None:
             return Compression(compression)
@@ -446,6 +454,7 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
             else:
                 self._roll_to(leo)
             active = self.segments[-1]
+        self._note_epoch_start(header.base_offset)
         active.append(data, [header])
         if next_batch:
             self.producer_state.append_next_batch(header.producer_id, header.last_sequence,
@@ -476,10 +485,19 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
         return max(0, bisect.bisect_right(self.bases, offset) - 1)
 
     # ------------------------------------------------------------------ truncation and close
-    def truncate_to(self, offset: int) -> None:
-        """Remove every offset >= `offset` (a writer dropping uncommitted or diverged data)."""
+    def truncate_to(self, offset: int, *, below_high_watermark: bool = False) -> None:
+        """Remove every offset >= `offset` (a writer dropping uncommitted data, or a follower
+        cutting where it diverged from the leader: the leader's `end_offset_for_epoch` of the
+        follower's latest epoch). A cut below the HW removes committed data: it raises
+        OffsetOutOfRangeError unless `below_high_watermark=True` says it is meant."""
         with self._critical():
             committed = self.high_watermark
+            if offset < committed and not below_high_watermark and offset < self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"{self.topic}-{self.partition}: truncating to offset {offset} would cut committed"
+                    f" data below the high watermark {committed} (pass below_high_watermark=True to"
+                    " mean it)", topic=self.topic, partition=self.partition, offset=offset,
+                    log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
             self._truncate_locked(offset)
             if self.storage.is_local and self.high_watermark < committed:
                 # The stored HW comes down too: it must never cover offsets appended later.

@@ -103,10 +103,10 @@ class LogFlushing:
                                 marker=marker, durable=durable)
         self._checkpointed_recovery_point = self.recovery_point
         self._state_unsynced = not durable
-        self.high_watermark = leo
+        # The single-node policy: once durable and recorded, everything appended is visible.
+        self._set_high_watermark(leo)
         if marker is not None:
             self.commit_marker = marker
-        self.producer_state.on_high_watermark_updated(leo)
 
     def _publish(self, seg: LogSegment) -> None:
         try:
