@@ -1,8 +1,11 @@
+# Over 600 lines: the writer state (segments, offsets, epoch) that append, roll and truncate change together.
 """One partition's log: its segments, offsets (log start, HW, LSO, LEO), appends, reads, recovery.
 
 Visibility (DESIGN section 4): readers never see data at or above the high watermark, and with
-read_committed not at or above the last stable offset. The HW moves only at `commit()`, which
-makes everything appended so far durable (fsync on local disk, published objects on an object
+read_committed not at or above the last stable offset. The HW is its own operation
+(replication.py: a leader's `maybe_increment_high_watermark`, a follower's
+`update_high_watermark`); the single-node policy on top is `commit()`, which moves it to the LEO
+after it makes everything appended so far durable (fsync on local disk, published objects on an object
 store) and records the HW where other processes find it. `commit(durable=False)` (local disk:
 the broker, as Kafka) records the HW without fsync: the data and the checkpoint are in the page
 cache, so they survive a crash of the process but not a power cut; the data is fsynced by the
