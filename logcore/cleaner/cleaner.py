@@ -1,3 +1,4 @@
+# Over 600 lines: one compaction pass (Kafka's Cleaner), whose steps share its offset map and segment groups.
 """The log cleaner: Kafka's compaction of one partition log (reference: kafka-storage.md section 5).
 
 A pass on a log:

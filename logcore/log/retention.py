@@ -1,7 +1,9 @@
 """Retention policy: which of a log's oldest segments go (Kafka's `deleteOldSegments`).
 
-Pure: it looks at a description of the segments and the log's offsets and says how many of the
-oldest segments are deletable and why; `Log.apply_retention` does the deleting. Kafka applies
+The policy (`deletable_segments`) is pure: it looks at a description of the segments and the
+log's offsets and says how many of the oldest segments are deletable and why. `LogRetention`, a
+mixin of `Log`, does the deleting (`apply_retention`), moves the log start offset (DeleteRecords)
+and removes the files of deleted segments after file.delete.delay.ms. Kafka applies
 three breaches in order, each a walk from the oldest segment that stops at the first segment that
 does not qualify: the log start offset (a segment wholly below it), the size limit
 (`retention.bytes`) and the time limit (`retention.ms`, by the segment's largest timestamp).
@@ -11,8 +13,19 @@ every segment goes).
 """
 from __future__ import annotations
 
+import json
+import logging
+import os
 from dataclasses import dataclass, field
 from typing import Sequence
+
+from logcore.errors import OffsetOutOfRangeError, PolicyViolationError, ResourceNotFoundError
+from logcore.log.deletion import SEGMENT_SUFFIXES, delete_expired_local, delete_segment_files
+from logcore.log.segment import LOG_SUFFIX, LogSegment, parse_segment_name, segment_name
+from logcore.log.log_loader import DELETED_SUFFIX
+from logcore.log.clock import now_ms as _now_ms
+
+logger = logging.getLogger("logcore.log.log")   # the logger name users' configurations know
 
 BREACH_LOG_START = "log start offset"
 BREACH_SIZE = "retention.bytes"
@@ -85,3 +98,248 @@ def deletable_segments(segments: Sequence[SegmentInfo], *, high_watermark: int,
     if delete_policy and retention_ms >= 0:
         walk(lambda _i, seg: now_ms - seg.largest_timestamp > retention_ms, BREACH_TIME)
     return RetentionDecision(start, tuple(reasons))
+
+
+class LogRetention:
+    """Retention, DeleteRecords (log start offset moves) and delayed deletion of segment files."""
+
+    # ------------------------------------------------------------------ retention
+    def apply_retention(self, now_ms: int | None = None) -> RetentionResult:
+        """Delete the oldest whole segments that breach the log start offset, retention.bytes or
+        retention.ms (the last two only with `delete` in cleanup.policy), never anything at or
+        above the high watermark. When every segment goes, a new empty active segment is rolled
+        first, as Kafka does. The log start offset and its checkpoint move before any file goes;
+        then the files are renamed `.deleted` (local disk) or marked deleted (object stores) and
+        removed after file.delete.delay.ms (`delete_expired_files`)."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self._critical():
+            if self.tiered:
+                return self._apply_local_retention_locked(now)
+            decision = deletable_segments(
+                self._segment_infos(), high_watermark=self.high_watermark,
+                log_start_offset=self.log_start_offset, now_ms=now,
+                retention_ms=self.config.retention_ms, retention_bytes=self.config.retention_bytes,
+                delete_policy=self.config.delete)
+            if decision.count == 0:
+                return RetentionResult(0, 0, self.log_start_offset)
+            if decision.count == len(self.segments):
+                self._roll_to(self.log_end_offset)
+            return self._delete_oldest_locked(decision.count, self.log_start_offset, now,
+                                              decision.reasons)
+
+    def _apply_local_retention_locked(self, now: int) -> RetentionResult:
+        """Tiered storage (Kafka's local retention): delete local copies of segments already in
+        the remote tier that breach local.retention.ms / local.retention.bytes (-2: retention.*);
+        the log start offset stays where the remote segments start. Total retention is the
+        remote tier's (logcore.tiered.remote_log_manager), which moves the log start offset."""
+        self.remote.refresh()
+        highest = self.remote.end_offset()
+        copied_end = highest + 1 if highest is not None else 0
+        # A segment may go only when all of it is in the remote tier, or below the log start offset.
+        bound = min(self.high_watermark, max(copied_end, self.log_start_offset))
+        decision = deletable_segments(
+            self._segment_infos(), high_watermark=bound, log_start_offset=self.log_start_offset,
+            now_ms=now, retention_ms=self.config.effective_local_retention_ms,
+            retention_bytes=self.config.effective_local_retention_bytes, delete_policy=True)
+        if decision.count == 0:
+            return RetentionResult(0, 0, self.log_start_offset)
+        reasons = tuple(f"local {r}" if r != "log start offset" else r for r in decision.reasons)
+        return self._delete_oldest_locked(decision.count, self.log_start_offset, now, reasons,
+                                          move_start=False)
+
+    def move_log_start_offset(self, offset: int, reason: str = "log start offset") -> RetentionResult:
+        """Move the log start offset up to `offset` (at most the HW) and delete the local
+        segments wholly below it, whatever the cleanup policy: the remote tier's total retention
+        expiring remote segments. A lower offset than the current one changes nothing."""
+        now = _now_ms()
+        with self._critical():
+            target = min(offset, self.high_watermark)
+            if target <= self.log_start_offset:
+                return RetentionResult(0, 0, self.log_start_offset)
+            count = 0
+            while (count + 1 < len(self.segments)
+                   and self.segments[count + 1].base_offset <= target):
+                count += 1
+            return self._delete_oldest_locked(count, target, now, (reason,) * count)
+
+    def delete_records_before(self, offset: int) -> RetentionResult:
+        """Kafka's DeleteRecords: move the log start offset up to `offset` (-1: the high
+        watermark), at most the high watermark, and delete the segments wholly below it.
+
+        PolicyViolationError unless cleanup.policy contains `delete`; OffsetOutOfRangeError for an
+        offset below 0 (other than -1) or above the high watermark. A lower offset than the
+        current log start offset changes nothing."""
+        if not self.config.delete:
+            raise PolicyViolationError(
+                f"cannot delete records of {self.topic}-{self.partition}: its cleanup.policy is"
+                f" {','.join(self.config.cleanup_policy)}, and deleting records needs `delete`")
+        now = _now_ms()
+        with self._critical():
+            target = self.high_watermark if offset == -1 else offset
+            if target < 0 or target > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {self.topic}-{self.partition} before offset {offset}:"
+                    f" it must be between 0 and the high watermark {self.high_watermark} (or -1)",
+                    topic=self.topic, partition=self.partition, offset=offset,
+                    log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
+            if target <= self.log_start_offset:
+                return RetentionResult(0, 0, self.log_start_offset)
+            count = 0
+            while (count + 1 < len(self.segments)
+                   and self.segments[count + 1].base_offset <= target):
+                count += 1
+            return self._delete_oldest_locked(count, target, now, ("delete records",) * count)
+
+    def _segment_infos(self) -> list[SegmentInfo]:
+        infos = []
+        for i, seg in enumerate(self.segments):
+            ts = seg.largest_timestamp
+            if ts < 0:
+                ts = self._segment_mtime_ms(seg)
+            last = i == len(self.segments) - 1
+            following = seg.next_offset() if last else self.segments[i + 1].base_offset
+            infos.append(SegmentInfo(seg.base_offset, following, seg.size(), ts))
+        return infos
+
+    def _segment_mtime_ms(self, seg: LogSegment) -> int:
+        """Kafka's fallback for a segment without timestamps: the file's modification time.
+        Object stores have none to offer here: such a segment never breaches retention.ms."""
+        if self.storage.is_local and not seg.in_memory:
+            try:
+                return int(os.stat(self.storage.local_path(seg.log_path)).st_mtime * 1000)
+            except FileNotFoundError:
+                pass
+        return 2**62
+
+    def _delete_oldest_locked(self, count: int, start_offset: int, now: int,
+                              reasons: tuple[str, ...], *, move_start: bool = True) -> RetentionResult:
+        """Delete the oldest `count` segments and move the log start offset to at least
+        `start_offset` and the first remaining segment's base: checkpoint first, files after.
+
+        move_start=False (tiered storage, local retention): the segments' data lives on in the
+        remote tier, so the log start offset stays; the checkpoint still goes first, as it must
+        now record a log start offset below the first local segment."""
+        doomed = self.segments[:count]
+        new_start = max(self.log_start_offset, start_offset,
+                        self.segments[count].base_offset if 0 < count < len(self.segments) and move_start
+                        else start_offset)
+        if new_start > self.log_start_offset or (not move_start and count):
+            first_base = self.segments[0 if move_start else count].base_offset
+            self.state_store.commit(high_watermark=self.high_watermark, log_start_offset=new_start,
+                                    first_segment_base=first_base, epoch=self.leader_epoch)
+            self.log_start_offset = new_start
+        self.segments = self.segments[count:]
+        self.bases = [s.base_offset for s in self.segments]
+        self._txn_bases -= {s.base_offset for s in doomed}
+        if not self.read_only:
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
+            # Snapshots below the first local segment are no use locally (a remote segment
+            # carries its own); the one at the first local base is where replay starts.
+            self.producer_state.delete_snapshots_before(self.local_log_start_offset)
+        self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
+        deleted_bytes = 0
+        for seg in doomed:
+            deleted_bytes += seg.size()
+            seg.close()
+            self._retire_segment_files(seg.base_offset, now)
+        if doomed:
+            logger.info("%s-%d: deleted %d segments (%d bytes) below offset %d (%s)", self.topic,
+                        self.partition, len(doomed), deleted_bytes, self.log_start_offset,
+                        ", ".join(sorted(set(reasons))))
+        if self.config.file_delete_delay_ms == 0:
+            for seg in doomed:
+                self._remove_retired_files(seg.base_offset)
+        return RetentionResult(len(doomed), deleted_bytes, self.log_start_offset,
+                               tuple(s.base_offset for s in doomed), reasons)
+
+    def _retire_segment_files(self, base: int, now: int) -> None:
+        """Local disk: rename the segment's files `*.deleted` (an open reader keeps its view).
+        Object stores have no rename: a `<base>.log.deleted` marker records when it went."""
+        if self.storage.is_local:
+            for suffix in SEGMENT_SUFFIXES:
+                path = self.storage.join(self.dir, segment_name(base, suffix))
+                try:
+                    self.storage.rename(path, path + DELETED_SUFFIX)
+                except ResourceNotFoundError:
+                    pass        # an index that was never written
+        else:
+            marker = self.storage.join(self.dir, segment_name(base, LOG_SUFFIX + DELETED_SUFFIX))
+            self.storage.write_atomic(marker, json.dumps({"deleted_ms": now}).encode())
+
+    def _remove_retired_files(self, base: int) -> None:
+        if self.storage.is_local:
+            for suffix in SEGMENT_SUFFIXES:
+                self.storage.delete(self.storage.join(
+                    self.dir, segment_name(base, suffix) + DELETED_SUFFIX), missing_ok=True)
+        else:
+            self._delete_segment_objects(segment_name(base, ""))
+            self.storage.delete(self.storage.join(
+                self.dir, segment_name(base, LOG_SUFFIX + DELETED_SUFFIX)), missing_ok=True)
+
+    def _delete_segment_objects(self, prefix: str) -> None:
+        delete_segment_files(self.storage, self.dir, prefix)
+
+    def delete_expired_files(self, now_ms: int | None = None) -> int:
+        """Remove deleted segments whose file.delete.delay.ms has passed; returns how many.
+
+        Local disk: `*.deleted` files by their change time (set by the rename). Object stores:
+        segments with a `.log.deleted` marker older than the delay, and segment objects below
+        the log start offset that have no marker yet (a pass interrupted between the log start
+        offset and the marker) get one now."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self._critical():
+            return self._delete_expired_locked(now)
+
+    def _delete_expired_locked(self, now: int) -> int:
+        delay = self.config.file_delete_delay_ms
+        removed = 0
+        names = self._list_files()
+        if self.storage.is_local:
+            paths = delete_expired_local(self.storage, self.dir, delay, now)
+            return sum(p.endswith(LOG_SUFFIX + DELETED_SUFFIX) for p in paths)
+        marked = set()
+        for name in names:
+            if not name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
+                continue
+            marked.add(name[:20])
+            path = self.storage.join(self.dir, name)
+            try:
+                deleted_ms = int(json.loads(self.storage.read(path))["deleted_ms"])
+            except (ResourceNotFoundError, ValueError, KeyError, TypeError):
+                deleted_ms = now    # unreadable marker: start its delay now
+            if deleted_ms + delay <= now:
+                self._delete_segment_objects(name[:20])
+                self.storage.delete(path)
+                removed += 1
+        first_live = self.bases[0] if self.bases else self.log_end_offset
+        for name in names:
+            parsed = parse_segment_name(name)
+            if (parsed and parsed[1] == LOG_SUFFIX and parsed[0] < first_live
+                    and name[:20] not in marked):
+                self._retire_segment_files(parsed[0], now)
+                if delay == 0:
+                    self._delete_segment_objects(name[:20])
+                    self.storage.delete(self.storage.join(
+                        self.dir, name + DELETED_SUFFIX))
+                    removed += 1
+        return removed
+
+    def _drop_segments_below_start(self, *, delete_files: bool) -> None:
+        """Forget the leading segments wholly below the log start offset (and, for a writer,
+        remove their files): what a retention pass left when it stopped after the checkpoint."""
+        count = 0
+        while (count + 1 < len(self.segments)
+               and self.segments[count + 1].base_offset <= self.log_start_offset):
+            count += 1
+        if count == 0:
+            return
+        doomed = self.segments[:count]
+        self.segments = self.segments[count:]
+        self.bases = [s.base_offset for s in self.segments]
+        self._txn_bases -= {s.base_offset for s in doomed}
+        for seg in doomed:
+            seg.close()
+            if delete_files:
+                logger.warning("%s-%d: deleting %s, below the log start offset %d", self.topic,
+                               self.partition, seg.log_path, self.log_start_offset)
+                seg.delete_files()

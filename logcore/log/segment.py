@@ -1,3 +1,4 @@
+# Over 600 lines: one class, a .log file and its three indexes sharing one file state.
 """One log segment: a `.log` file of RecordBatch v2 batches plus its offset, time and txn indexes.
 
 A segment is either *active* (the writer appends to it) or *sealed* (immutable). On a local disk

@@ -1,3 +1,4 @@
+# Over 600 lines: a decoder per Kafka file kind (segment, indexes, snapshot, checkpoints), engine-independent.
 """`seglog dump`: print segment, index, snapshot and checkpoint files the way Kafka's
 DumpLogSegments tool does (same lines and field names), on local paths and any fsspec URL.
 

@@ -178,7 +178,7 @@ def test_truncate_to(open_root):
     for i in range(20):
         log.append_records(recs(2, start=2 * i))
         log.commit() if i % 5 == 4 else None
-    log.truncate_to(17)
+    log.truncate_to(17, below_high_watermark=True)
     assert log.log_end_offset in (17, 18)     # cut at a batch boundary at or above 17
     assert log.high_watermark <= log.log_end_offset
     log.append_records(recs(1, start=500))

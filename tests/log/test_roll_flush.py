@@ -107,7 +107,7 @@ def test_a_crash_before_the_background_fsync_loses_nothing_committed(open_root, 
 def test_a_truncation_is_not_undone_by_a_late_background_fsync(open_root, held):
     root, log = _rolled_log(open_root)
     assert _wait_for(lambda: held.calls >= 1)
-    log.truncate_to(3)
+    log.truncate_to(3, below_high_watermark=True)
     held.gate.set()
     time.sleep(0.2)
     assert log.recovery_point <= 3                  # the pending flushes of the cut segments moved nothing

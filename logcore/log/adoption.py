@@ -1,0 +1,238 @@
+"""Appending batches this engine staged earlier (Spark sink tasks): `append_staged` copies them
+in at the LEO; `adopt_staged` / `adopt_staged_many` make staged files segments without copying.
+
+A mixin of `Log` (logcore.log.log): every step runs in the writer's critical section.
+"""
+from __future__ import annotations
+
+import mmap
+import numpy as np
+import os
+
+from logcore.errors import RecordTooLargeError, SegLogError
+from logcore.records.batch import (CONTROL_MASK, INT32_MAX, batch_fields, iter_batches, parse_header,
+                                   set_base_offset, set_log_append_time, set_partition_leader_epoch)
+from logcore.log.segment_flusher import sync_all
+from logcore.log.segment import LogSegment
+from logcore.log.clock import now_ms as _now_ms
+
+
+def _tiles(fields: np.ndarray | None, size: int) -> bool:
+    """Whether `batch_fields` rows describe batches that exactly tile a file of `size` bytes."""
+    if fields is None or fields.ndim != 2 or fields.shape[1] < 9 or len(fields) == 0:
+        return False
+    positions, sizes = fields[:, 0], fields[:, 1]
+    return bool(positions[0] == 0 and (sizes > 0).all() and (positions[1:] == positions[:-1] + sizes[:-1]).all()
+                and positions[-1] + sizes[-1] == size)
+
+
+def _prefetch_headers(fd: int, positions: np.ndarray) -> None:
+    """Start reading the pages that hold each batch's first 16 bytes, all at once."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    pages = np.unique(np.concatenate((positions // mmap.PAGESIZE, (positions + 15) // mmap.PAGESIZE)))
+    # one call per run of consecutive pages
+    breaks = np.flatnonzero(np.diff(pages) != 1) + 1
+    for run in np.split(pages, breaks):
+        os.posix_fadvise(fd, int(run[0]) * mmap.PAGESIZE, len(run) * mmap.PAGESIZE, os.POSIX_FADV_WILLNEED)
+
+
+class StagedAdoption:
+    """Appending and adopting staged batches and files."""
+
+    def append_staged(self, data: bytes) -> tuple[int, int]:
+        """Append batches this engine built earlier (e.g. staged by Spark sink tasks).
+
+        Each batch is checked (size, magic, CRC), gets its offsets from the LEO and this writer's
+        epoch (patched in place: the CRC does not cover them); the records are not re-validated.
+        Runs of batches go to a segment in one write, with Kafka's roll rules applied per batch.
+        Returns (first offset, last offset), or (-1, -1) for no batch.
+        """
+        source = f"{self.topic}-{self.partition} staged"
+        buf = bytearray(data)
+        batches = list(iter_batches(buf, source=source, allow_partial_tail=False))
+        if not batches:
+            return -1, -1
+        if any(h.producer_id >= 0 or h.is_control for _, h in batches):
+            # Producer state must see these one by one: the general path.
+            first = last = -1
+            with self._critical():
+                for pos, header in batches:
+                    info = self._append_locked(bytearray(buf[pos:pos + header.size]), _now_ms(),
+                                               validated=True, assign=True)
+                    first = info.first_offset if first < 0 else first
+                    last = info.last_offset
+            return first, last
+        now = _now_ms()
+        log_append = self._log_append_time()
+        with self._critical():
+            if self._closed:
+                raise SegLogError(f"{self.topic}-{self.partition} is closed")
+            first = next_offset = self.log_end_offset
+            self._note_epoch_start(first)
+            run_start, run_end, run_headers = batches[0][0], batches[0][0], []
+            run_first_ts = None
+            for pos, header in batches:
+                if header.size > self._segment_bytes:
+                    raise RecordTooLargeError(
+                        f"batch of {header.size} bytes exceeds segment.bytes={self._segment_bytes}")
+                set_base_offset(buf, next_offset, pos)
+                set_partition_leader_epoch(buf, self.leader_epoch, pos)
+                if log_append:
+                    set_log_append_time(buf, now, pos)
+                header = parse_header(buf, pos)
+                active = self.segments[-1]
+                if active.should_roll(header.size, header.max_timestamp, header.last_offset,
+                                      segment_bytes=self._segment_bytes, segment_ms=self._segment_ms,
+                                      now_ms=now, pending_bytes=run_end - run_start,
+                                      pending_batches=len(run_headers),
+                                      pending_first_timestamp=run_first_ts):
+                    if run_headers:
+                        active.append(memoryview(buf)[run_start:run_end], run_headers)
+                    if active.in_memory:
+                        self._commit_locked()
+                    else:
+                        self._roll_to(next_offset)
+                    run_start, run_end, run_headers, run_first_ts = pos, pos, [], None
+                if pos != run_end:          # batches are contiguous in the staged bytes
+                    raise SegLogError(f"{source}: batch at {pos} does not follow {run_end}")
+                if run_first_ts is None:
+                    run_first_ts = header.max_timestamp
+                run_headers.append(header)
+                run_end = pos + header.size
+                next_offset = header.next_offset
+            if run_headers:
+                self.segments[-1].append(memoryview(buf)[run_start:run_end], run_headers)
+            self._unflushed += sum(h.records_count for _, h in batches)
+            self._maybe_flush(now)
+        return first, next_offset - 1
+
+    def adopt_staged(self, path: str, *, verify_crc: bool = True,
+                     fields: np.ndarray | None = None) -> tuple[int, int] | None:
+        """Local disk: make a staged file of batches a segment of this log without copying it.
+
+        `path` (relative to the storage root, on the log's file system) holds contiguous batches
+        this engine built, as `append_staged` takes them. The file gets a second name as a new
+        segment at the LEO (a hard link), its batches get their offsets and this writer's epoch
+        in place (outside the CRC), its indexes are built, it is fsynced and sealed, and a new
+        active segment follows it. The staged name stays valid, so a commit retried after a
+        crash can adopt it again (a writer that reopens the log drops the uncommitted segment).
+        Returns (first offset, last offset), or None when the file cannot be adopted and must go
+        through `append_staged`: not local disk, a LogAppendTime topic, producer ids or control
+        batches, more than segment.bytes, or more batches than the indexes hold.
+
+        Every batch's length and magic are checked, and with `verify_crc` its CRC too. A caller
+        that wrote the file itself in this process's lifetime (nothing but a crash of the machine
+        could have torn it since) may skip the CRCs: then only the headers are read, which for a
+        file written past the page cache saves reading it all back from the disk. Such a caller
+        may also pass the file's `batch_fields` rows, which it kept while writing: then nothing
+        is scanned, and the header pages to patch are fetched from the disk all at once
+        (fadvise WILLNEED) instead of one fault at a time. Rows that do not tile the file
+        exactly are ignored and the headers scanned.
+        """
+        adopted = self.adopt_staged_many([(path, fields)], verify_crc=verify_crc)
+        return adopted[0] if adopted else None
+
+    def adopt_staged_many(self, parts: list[tuple[str, np.ndarray | None]], *,
+                          verify_crc: bool = True, headers_cached: bool = False) -> list[tuple[int, int]]:
+        """`adopt_staged` for several staged files in order, as one step: one folder fsync for
+        all their new names and one new active segment after the last (not one per file).
+
+        `parts` are (path, batch_fields rows or None). `headers_cached`: the pages holding the
+        batch headers are likely in the page cache already (the writer left them there), so they
+        are not read ahead before being patched. Returns the (first, last offset) of each
+        file adopted: the leading ones, up to the first that cannot be adopted (the caller
+        appends that one with `append_staged` and goes on with the rest).
+        """
+        if not parts or not self.storage.is_local or self._log_append_time():
+            return []
+        adopted: list[tuple[int, int]] = []
+        written: list[LogSegment] = []       # adopted, sealed, not yet synced nor closed
+        with self._critical():
+            if self._closed:
+                raise SegLogError(f"{self.topic}-{self.partition} is closed")
+            try:
+                for path, fields in parts:
+                    got = self._adopt_file(path, verify_crc, fields, written, headers_cached)
+                    if got is None:
+                        break
+                    adopted.append(got)
+            finally:
+                if adopted:
+                    # Everything adopted is durable before anyone (commit, close) can record a
+                    # recovery point or HW past it, also when a later file failed: each .log
+                    # (the staged bytes, written past the page cache without a sync, and the
+                    # patched headers) and index, all at once, then the new names.
+                    try:
+                        sync_all([call for seg in written for call in seg.flush_calls()])
+                    finally:
+                        for seg in written:
+                            seg.close()     # nothing left to sync
+                    self.storage.sync_dir(self.dir)
+                    # One roll for the lot: segments adopted back to back need no active
+                    # segment (nor producer snapshot: they hold no producer ids) between them.
+                    self._roll_to(adopted[-1][1] + 1)
+        return adopted
+
+    def _adopt_file(self, path: str, verify_crc: bool, fields: np.ndarray | None,
+                    written: list, headers_cached: bool = False) -> tuple[int, int] | None:
+        source = f"{self.topic}-{self.partition} staged {path}"
+        with open(self.storage.local_path(path), "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0 or size > self._segment_bytes:
+                return None
+            if verify_crc or not _tiles(fields, size):
+                fields = None
+            elif not headers_cached:
+                _prefetch_headers(f.fileno(), fields[:, 0])
+            with mmap.mmap(f.fileno(), size) as mm:
+                if not verify_crc and hasattr(mm, "madvise"):
+                    mm.madvise(mmap.MADV_RANDOM)     # only the headers' pages are read
+                if fields is None:
+                    fields = batch_fields(mm, source=source, verify_crc=verify_crc)
+                return self._adopt_mapped(path, mm, fields, written)
+
+    def _adopt_mapped(self, path: str, mm, fields: np.ndarray, written: list) -> tuple[int, int] | None:
+        """Under the critical section: patch, link and index one staged file as the segment
+        at the LEO; its writable segment goes to `written`. The caller syncs and closes those,
+        fsyncs the folder and rolls (`adopt_staged_many`)."""
+        positions, sizes, _bases, deltas, max_ts, producer_ids, attributes = fields.T[:7]
+        counts = deltas + 1
+        max_entries = self.config.segment_index_bytes // 12      # the time index's, the smaller
+        if (len(fields) == 0 or len(fields) >= max_entries - 1 or (producer_ids >= 0).any()
+                or (attributes & CONTROL_MASK).any() or int(counts.sum()) - 1 > INT32_MAX):
+            return None
+        first = self.log_end_offset
+        self._note_epoch_start(first)
+        bases = first + np.concatenate(([0], np.cumsum(counts)[:-1]))
+        last_offsets = bases + deltas
+        # baseOffset, batchLength (unchanged) and partitionLeaderEpoch: the first 16 bytes
+        # of each header, outside the CRC.
+        head = np.empty(len(fields), dtype=[("base", ">i8"), ("length", ">i4"), ("epoch", ">i4")])
+        head["base"] = bases
+        head["length"] = sizes - 12
+        head["epoch"] = self.leader_epoch
+        view = np.frombuffer(mm, dtype=np.uint8)
+        view[positions[:, None] + np.arange(16)] = head.view(np.uint8).reshape(-1, 16)
+        del view
+        active = self.segments[-1]
+        if active.size() == 0 and active.base_offset == first and not active.in_memory:
+            # The empty active segment has the name the adopted file takes. Its files are
+            # deleted right here: not synced first (nothing could rely on them).
+            active.close(sync=False)
+            active.delete_files()
+            self.segments.pop()
+            self.bases.pop()
+        elif active.writable:
+            active.seal()
+            active.close()
+            self.segments[-1] = self._new_segment(active.base_offset, writable=False)
+        seg = self._new_segment(first, writable=False)
+        self.storage.link(path, seg.log_path, durable=False)     # folder fsync: adopt_staged_many
+        seg = self._new_segment(first, writable=True)
+        seg.index_existing(positions, sizes, last_offsets, max_ts)
+        seg.seal(fsync=False)
+        written.append(seg)
+        self.segments.append(self._new_segment(first, writable=False))
+        self.bases.append(first)
+        return first, int(last_offsets[-1])

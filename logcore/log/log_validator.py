@@ -1,0 +1,150 @@
+"""Validation of client-built batches before they are appended (Kafka's LogValidator): size,
+record count, sequence, CRC, offsets deltas, keys on compacted topics, timestamps.
+
+A mixin of `Log` (logcore.log.log), called by the append path with the log's config.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from logcore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from logcore.errors import RejectedRecordsError
+from logcore.records.batch import (ATTRIBUTES_OFFSET, CONTROL_MASK, HEADER_SIZE, LOG_OVERHEAD,
+                                   TIMESTAMP_TYPE_MASK, check_produced_records, header_fields)
+from logcore.records.arrow import record_columns
+
+_DELTAS = np.arange(1 << 16, dtype=np.int64)   # expected offset deltas of a produced batch
+
+_SMALL_BATCH = 16                                 # records: checked in a Python loop
+
+# A produced batch's compressed records may inflate to at most this many times the topic's
+# max.message.bytes (which Kafka applies to the compressed batch); past it the batch is refused
+# with MESSAGE_TOO_LARGE, the error a Java producer answers by splitting the batch.
+MAX_INFLATION = 32
+
+# ... of which the broker's event loop inflates at most this much (the rest: a worker thread).
+ON_LOOP_INFLATION = 256 * 1024
+
+
+def _null_key_rows(columns) -> list[int]:
+    """Row numbers of the records without a key (from a batch's record_columns)."""
+    valid = np.unpackbits(np.frombuffer(columns.key_validity, dtype=np.uint8), bitorder="little")
+    return np.flatnonzero(valid[:columns.rows] == 0).tolist()
+
+
+class _WouldBlock(Exception):
+    """append_and_commit_nowait reached a batch that would roll a segment or fsync."""
+
+
+class ClientBatchValidation:
+    """The checks of a client-built batch (Kafka's LogValidator)."""
+
+    def _validate_client_batch(self, data: bytearray, now: int) -> tuple:
+        """Every check of a client-built batch; returns its header fields (BatchHeader's order)."""
+        source = f"{self.topic}-{self.partition} append"
+        if len(data) < HEADER_SIZE:
+            raise CorruptRecordError(f"{len(data)} bytes is shorter than a batch header", file=source,
+                                     position=0)
+        fields = header_fields(data)
+        (base_offset, batch_length, _epoch, _magic, _crc, attributes, last_offset_delta, _base_ts,
+         _max_ts, producer_id, _producer_epoch, base_sequence, records_count) = fields
+        size = batch_length + LOG_OVERHEAD
+        if size != len(data):
+            raise InvalidRecordError(
+                f"an append takes exactly one whole batch: the batch declares {size} bytes"
+                f" but {len(data)} were given")
+        max_bytes = self._max_message_bytes
+        if size > max_bytes:
+            raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes={max_bytes}")
+        if attributes & CONTROL_MASK:
+            raise InvalidRecordError("clients may not append control batches")
+        if records_count <= 0 or records_count != last_offset_delta + 1:
+            raise InvalidRecordError(
+                f"batch record count {records_count} does not match lastOffsetDelta {last_offset_delta}")
+        if producer_id >= 0 and base_sequence < 0:
+            raise InvalidRecordError(f"producer {producer_id} sent a batch without a sequence number")
+        # Magic, CRC and every record in one C call (the rules of decode_records).
+        checked = check_produced_records(data, source=source)
+        if checked is None:               # compressed: decompressed and checked as columns
+            cap = max_bytes * MAX_INFLATION
+            if self._nonblocking and cap > ON_LOOP_INFLATION:
+                # Inflating may take up to MAX_INFLATION x max.message.bytes of work: on the
+                # broker's event loop only up to ON_LOOP_INFLATION (a fraction of a
+                # millisecond); a batch that inflates further is left to the blocking path,
+                # in a thread (nothing has changed yet).
+                try:
+                    self._check_record_columns(data, base_offset, records_count, now, source,
+                                               max_inflated=ON_LOOP_INFLATION)
+                except RecordTooLargeError:
+                    raise _WouldBlock() from None
+            else:
+                self._check_record_columns(data, base_offset, records_count, now, source,
+                                           max_inflated=cap)
+        else:
+            bad, delta, null_key, min_ts, max_ts = checked
+            if bad >= 0:
+                raise InvalidRecordError(f"record {bad} has offset delta {delta}, expected {bad}")
+            if self._compact and null_key >= 0:
+                self._refuse_null_keys(_null_key_rows(record_columns(data, source=source)), records_count)
+            if not attributes & TIMESTAMP_TYPE_MASK:
+                before = self.config.message_timestamp_before_max_ms
+                after = self.config.message_timestamp_after_max_ms
+                if now - min_ts > before or max_ts - now > after:
+                    # out of bounds: the column check names the first record outside
+                    self._check_record_columns(data, base_offset, records_count, now, source)
+        if attributes & TIMESTAMP_TYPE_MASK:
+            raise InvalidRecordError("producers may not set LogAppendTime timestamps")
+        return fields
+
+    def _check_record_columns(self, data, base_offset: int, records_count: int, now: int,
+                              source: str, max_inflated: int | None = None) -> None:
+        """The record checks of _validate_client_batch on decoded columns (compressed batches,
+        and the error message of a timestamp out of bounds)."""
+        try:
+            columns = record_columns(data, source=source, max_inflated=max_inflated)
+        except RecordTooLargeError as exc:
+            too_large = str(exc)      # raised below, out of this block: no chained traceback
+        else:
+            too_large = None
+        if too_large is not None:
+            raise RecordTooLargeError(
+                f"batch of {len(data)} bytes: its {too_large} (the limit is {MAX_INFLATION} x"
+                f" max.message.bytes={self._max_message_bytes}); rejected")
+        if columns.rows != records_count:
+            raise InvalidRecordError(
+                f"batch declares {records_count} records but holds {columns.rows}")
+        if columns.rows <= _SMALL_BATCH:    # numpy's fixed cost exceeds the loop's
+            deltas = [o - base_offset for o in columns.offsets.tolist()]
+            bad = next((i for i, d in enumerate(deltas) if d != i), None)
+        else:
+            deltas = columns.offsets - base_offset
+            expected = _DELTAS[:columns.rows] if columns.rows <= len(_DELTAS) else np.arange(columns.rows)
+            bad = None if (deltas == expected).all() else int(np.argmax(deltas != expected))
+        if bad is not None:
+            raise InvalidRecordError(
+                f"record {bad} has offset delta {int(deltas[bad])}, expected {bad}")
+        if self._compact and columns.key_nulls:
+            self._refuse_null_keys(_null_key_rows(columns), columns.rows)
+        if data[ATTRIBUTES_OFFSET + 1] & TIMESTAMP_TYPE_MASK == 0:
+            before = self.config.message_timestamp_before_max_ms
+            after = self.config.message_timestamp_after_max_ms
+            if before < 2**63 - 1 or after < 2**63 - 1:
+                ts = columns.timestamps_ms
+                bad = (now - ts > before) | (ts - now > after)
+                if bad.any():
+                    raise InvalidRecordError(
+                        f"record timestamp {int(ts[np.argmax(bad)])} is outside the allowed range around"
+                        f" {now} (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+
+    def _refuse_null_keys(self, missing: list[int], total: int) -> None:
+        """Kafka's answer to records without a key on a compacted topic (`compact` or
+        `compact,delete`): the whole batch is refused, every such record named (INVALID_RECORD
+        with record errors from the broker), instead of the cleaner dropping them later."""
+        tp = f"{self.topic}-{self.partition}"
+        kafka_message = f"Compacted topic cannot accept message without key in topic partition {tp}."
+        which = (f"record {missing[0]} has none" if len(missing) == 1 else
+                 f"{len(missing)} records have none, the first is record {missing[0]}")
+        raise RejectedRecordsError(
+            f"topic {self.topic} has cleanup.policy={','.join(self.config.cleanup_policy)}: a compacted"
+            f" topic refuses records without a key (batch of {total} records to {tp}: {which})",
+            record_errors=[(i, kafka_message) for i in missing])

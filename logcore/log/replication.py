@@ -1,0 +1,158 @@
+"""Replication contracts of a partition's log, after Kafka's UnifiedLog: the follower's append
+(the leader's batches kept byte for byte), the high watermark as its own operation (the leader
+advances it, a follower takes it from the leader), and the leader epoch given from outside.
+
+A mixin of `Log` (logcore.log.log). Local disk only: an object-store log takes its epoch from
+its writer fence, which the partition state checks at every commit.
+
+Durability stays separate: `flush` / `commit` make data durable; today's single-node policy
+(`commit` moves the HW to the LEO) sits on top of the HW operations here.
+"""
+from __future__ import annotations
+
+from logcore.errors import (FencedWriterError, InvalidRecordError, OffsetOutOfRangeError,
+                            ReadOnlyLogError, RecordTooLargeError, SegLogError)
+from logcore.records.batch import iter_batches
+from logcore.log.clock import now_ms as _now_ms
+from logcore.log.log_reader import _end_marker
+from logcore.log.producer_state import AppendOrigin, ProducerBatch
+
+
+class LogReplication:
+    """Follower append, HW operations, leadership and epoch-based truncation."""
+
+    def _require_local_writer(self, what: str) -> None:
+        if not self.writer:
+            raise ReadOnlyLogError(
+                f"{self.topic}-{self.partition} was opened for reading only: cannot {what}")
+        if not self.storage.is_local:
+            raise SegLogError(f"{self.topic}-{self.partition}: {what} needs a log on local disk; an"
+                              " object-store log takes its epoch from its writer fence")
+
+    # ------------------------------------------------------------------ follower append
+    def append_as_follower(self, records) -> tuple[int, int]:
+        """Append the leader's batches verbatim (Kafka's appendAsFollower).
+
+        `records`: bytes of whole RecordBatch v2 batches (or a list of such bytes), as a fetch
+        from the leader returns them. Offsets, partition leader epochs, timestamps and producer
+        fields are kept: nothing is restamped, so the follower's segments hold the leader's
+        bytes. Each batch's length, magic and CRC are checked. The first batch must start at
+        the LEO and each one right after the previous one; a batch below that (overlap) raises
+        InvalidRecordError, and so does one above it (a gap) unless the log may be compacted
+        (the leader's cleaner leaves gaps). Nothing is written when a check fails.
+
+        The epoch cache learns every epoch newer than its latest at the batch that starts it;
+        producer state is updated without sequence checks (AppendOrigin.REPLICATION) and
+        aborted transactions go to the transaction index. Segments roll by the same rules as
+        the leader's appends. The HW does not move (`update_high_watermark` does that).
+        Returns (first offset, last offset), or (-1, -1) for no batch.
+        """
+        self._require_local_writer("append as a follower")
+        source = f"{self.topic}-{self.partition} follower append"
+        buf = bytearray(b"".join(records) if isinstance(records, (list, tuple)) else records)
+        batches = list(iter_batches(buf, source=source, allow_partial_tail=False))
+        if not batches:
+            return -1, -1
+        with self._critical():
+            if self._closed:
+                raise SegLogError(f"{self.topic}-{self.partition} is closed")
+            expected = self.log_end_offset
+            for pos, header in batches:
+                if header.base_offset < expected:
+                    raise InvalidRecordError(
+                        f"{source}: the batch at position {pos} starts at offset {header.base_offset},"
+                        f" below the next offset {expected}: it overlaps what the log holds")
+                if header.base_offset > expected and self._gapless:
+                    raise InvalidRecordError(
+                        f"{source}: the batch at position {pos} starts at offset {header.base_offset},"
+                        f" leaving a gap after {expected - 1}")
+                if header.size > self._segment_bytes:
+                    raise RecordTooLargeError(
+                        f"{source}: batch of {header.size} bytes at position {pos} exceeds"
+                        f" segment.bytes={self._segment_bytes}")
+                expected = header.next_offset
+            now = _now_ms()
+            view = memoryview(buf)
+            for pos, header in batches:
+                data = view[pos:pos + header.size]
+                analysis = None
+                if header.producer_id >= 0:
+                    marker = _end_marker(bytes(data), header, source, pos) if header.is_control else None
+                    analysis = self.producer_state.analyze([ProducerBatch.from_header(header, marker)],
+                                                           AppendOrigin.REPLICATION)
+                active = self.segments[-1]
+                if active.should_roll(header.size, header.max_timestamp, header.last_offset,
+                                      segment_bytes=self._segment_bytes, segment_ms=self._segment_ms,
+                                      now_ms=now):
+                    self._roll_to(header.base_offset)
+                    active = self.segments[-1]
+                epoch = header.partition_leader_epoch
+                latest = self.epoch_cache.latest_epoch
+                if epoch >= 0 and (latest is None or epoch > latest):
+                    self.epoch_cache.assign(epoch, header.base_offset)
+                active.append(data, [header])
+                if analysis is not None:
+                    for aborted in self.producer_state.complete_append(analysis, header.next_offset):
+                        active.txn_index.append(aborted)
+                        self._txn_bases.add(active.base_offset)
+                self._unflushed += header.records_count
+            self._maybe_flush(now)
+            return batches[0][1].base_offset, batches[-1][1].last_offset
+
+    # ------------------------------------------------------------------ high watermark
+    def _set_high_watermark(self, offset: int) -> None:
+        self.high_watermark = offset
+        self.producer_state.on_high_watermark_updated(offset)
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Leader: advance the HW to `offset` (Kafka's maybeIncrementHighWatermark; for a
+        replicated partition, the smallest LEO of the in-sync replicas). Never backwards: an
+        offset at or below the HW changes nothing and returns False. Never past the LEO:
+        raises OffsetOutOfRangeError. Only visibility moves: the HW is recorded for other
+        processes by the next commit."""
+        if not self.writer:
+            raise ReadOnlyLogError(f"{self.topic}-{self.partition} was opened for reading only")
+        with self._lock:
+            leo = self.log_end_offset
+            if offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"{self.topic}-{self.partition}: cannot move the high watermark to {offset},"
+                    f" past the log end offset {leo}", topic=self.topic, partition=self.partition,
+                    offset=offset, log_start_offset=self.log_start_offset, log_end_offset=leo)
+            if offset <= self.high_watermark:
+                return False
+            self._set_high_watermark(offset)
+            return True
+
+    def update_high_watermark(self, leader_high_watermark: int) -> int:
+        """Follower: take the HW from the leader's (Kafka's updateHighWatermark): it becomes
+        min(leader's HW, own LEO), and never less than the log start offset. Returns it."""
+        if not self.writer:
+            raise ReadOnlyLogError(f"{self.topic}-{self.partition} was opened for reading only")
+        with self._lock:
+            hw = max(self.log_start_offset, min(leader_high_watermark, self.log_end_offset))
+            self._set_high_watermark(hw)
+            return hw
+
+    # ------------------------------------------------------------------ leadership
+    def become_leader(self, epoch: int) -> None:
+        """Lead the partition at `epoch`, given from outside (a controller; the single-node
+        writer fence is one such source): the epoch cache records (epoch, LEO) at once and
+        batches appended from now on are stamped with `epoch`. An epoch below the cache's
+        latest raises FencedWriterError; the same epoch again changes nothing."""
+        self._require_local_writer("become leader")
+        with self._critical():
+            latest = self.epoch_cache.latest_epoch
+            if latest is not None and epoch < latest:
+                raise FencedWriterError(
+                    f"{self.topic}-{self.partition}: leader epoch {epoch} is older than the latest"
+                    f" epoch {latest} of its leader-epoch-checkpoint")
+            self.leader_epoch = epoch
+            self.epoch_cache.assign(epoch, self.log_end_offset)
+
+    def end_offset_for_epoch(self, epoch: int):
+        """(epoch, end offset) for a follower's divergence check (Kafka's
+        OffsetsForLeaderEpoch): the largest epoch <= `epoch` this log knows and the offset
+        where the next epoch starts (the LEO for the latest)."""
+        with self._lock:
+            return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)

@@ -1,0 +1,247 @@
+"""The replication contracts of `Log`: a follower keeps the leader's bytes, the HW as its own
+operation (leader: never backwards, never past the LEO; follower: min(leader HW, own LEO)),
+leadership at an epoch given from outside, and truncation at an epoch boundary."""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from logcore.errors import FencedWriterError, InvalidRecordError, OffsetOutOfRangeError
+from logcore.log.log_root import LogRoot
+from logcore.records.batch import iter_batches
+from logcore.records.control import ControlType
+
+CONFIG = {"segment.bytes": "3000", "segment.index.bytes": "4096", "index.interval.bytes": "200"}
+
+
+def _open(path, config=CONFIG):
+    root = LogRoot.open(str(path), create=True)
+    root.create_topic("t", config=config)
+    return root, root.log("t", 0, writer=True)
+
+
+def _fetch(leader, offset: int) -> bytes:
+    """What a follower's fetch gets: the leader's bytes from `offset` up to its LEO."""
+    out = bytearray()
+    while offset < leader.log_end_offset:
+        result = leader.read(offset, 1 << 20, isolation="log_end")
+        data = result.data.read() if hasattr(result.data, "read") else bytes(result.data)
+        if hasattr(result.data, "close"):
+            result.data.close()
+        assert data, f"no bytes at {offset}"
+        out += data
+        offset = [h for _p, h in iter_batches(data)][-1].next_offset
+    return bytes(out)
+
+
+def _replicate(leader, follower) -> None:
+    data = _fetch(leader, follower.log_end_offset)
+    if data:
+        follower.append_as_follower(data)
+    follower.update_high_watermark(leader.high_watermark)
+
+
+def _segment_files(log, suffix=".log") -> dict[str, bytes]:
+    folder = log.storage.local_path(log.dir)
+    return {name: open(os.path.join(folder, name), "rb").read()
+            for name in sorted(os.listdir(folder)) if name.endswith(suffix)}
+
+
+def _epoch_starts(log) -> list[tuple[int, int]]:
+    """(epoch, first offset) of each run of batches with one partition leader epoch."""
+    starts = []
+    for batch in iter_batches(_fetch(log, log.log_start_offset)):
+        header = batch[1]
+        if not starts or starts[-1][0] != header.partition_leader_epoch:
+            starts.append((header.partition_leader_epoch, header.base_offset))
+    return starts
+
+
+def _next_sequence(log, producer_id: int) -> int:
+    entry = log.producer_state.producers.get(producer_id)
+    return 0 if entry is None or entry.is_empty else entry.last_seq + 1
+
+
+def _records(rng, n, start):
+    return [(f"k{start + i}".encode(), os.urandom(rng.randrange(10, 300)), (), 1_700_000_000_000 + start + i)
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_follower_segments_are_the_leaders_bytes(tmp_path, seed):
+    rng = random.Random(seed)
+    _ra, leader = _open(tmp_path / "leader")
+    _rb, follower = _open(tmp_path / "follower")
+    sequence = txn_sequence = 0
+    txn_open = False
+    epoch = leader.leader_epoch
+    for step in range(120):
+        op = rng.random()
+        if op < 0.45:
+            leader.append_records(_records(rng, rng.randrange(1, 6), step))
+        elif op < 0.7:
+            n = rng.randrange(1, 4)
+            leader.append_records(_records(rng, n, step), producer_id=7, producer_epoch=0,
+                                  base_sequence=sequence)
+            sequence += n
+        elif op < 0.75:
+            if not txn_open:
+                leader.append_records(_records(rng, 2, step), producer_id=9, producer_epoch=0,
+                                      base_sequence=txn_sequence, is_transactional=True)
+                txn_sequence += 2
+            else:
+                leader.append_control(rng.choice([ControlType.COMMIT, ControlType.ABORT]),
+                                      producer_id=9, producer_epoch=0)
+            txn_open = not txn_open
+        elif op < 0.8:
+            epoch += 1
+            leader.become_leader(epoch)
+        elif op < 0.9:
+            leader.maybe_increment_high_watermark(
+                rng.randrange(leader.high_watermark, leader.log_end_offset + 1))
+        else:
+            # A truncation above the HW (uncommitted data goes); the follower follows it.
+            if leader.log_end_offset > leader.high_watermark:
+                cut = rng.randrange(leader.high_watermark, leader.log_end_offset)
+                leader.truncate_to(cut)
+                if follower.log_end_offset > leader.log_end_offset:
+                    follower.truncate_to(leader.log_end_offset)
+                # the producers go on from what the leader kept
+                sequence, txn_sequence = _next_sequence(leader, 7), _next_sequence(leader, 9)
+                entry = leader.producer_state.producers.get(9)
+                txn_open = entry is not None and entry.current_txn_first_offset is not None
+        if rng.random() < 0.5:
+            _replicate(leader, follower)
+    _replicate(leader, follower)
+    assert len(_segment_files(leader)) > 2
+    assert _segment_files(follower) == _segment_files(leader)
+    assert follower.log_end_offset == leader.log_end_offset
+    assert follower.high_watermark == leader.high_watermark
+    # the follower learns each epoch at its first batch; the leader has those entries too
+    # (and perhaps epochs it led without appending)
+    starts = _epoch_starts(leader)
+    assert len(starts) > 2
+    assert follower.epoch_cache.entries == starts
+    assert set(starts) <= set(leader.epoch_cache.entries)
+    assert _segment_files(follower, ".txnindex") == _segment_files(leader, ".txnindex")
+    assert follower.producer_last_offsets() == leader.producer_last_offsets()
+    assert [r.offset for r in follower.read_records(0, isolation="log_end")] == \
+        [r.offset for r in leader.read_records(0, isolation="log_end")]
+
+
+def test_follower_append_keeps_transactions_and_rejects_gaps_and_overlaps(tmp_path):
+    _ra, leader = _open(tmp_path / "leader")
+    _rb, follower = _open(tmp_path / "follower")
+    rng = random.Random(5)
+    leader.append_records(_records(rng, 3, 0))
+    leader.append_records(_records(rng, 2, 3), producer_id=11, producer_epoch=0, base_sequence=0,
+                          is_transactional=True)
+    leader.append_control(ControlType.ABORT, producer_id=11, producer_epoch=0)
+    leader.append_records(_records(rng, 2, 6))
+    data = _fetch(leader, 0)
+    batches = [(p, h) for p, h in iter_batches(data)]
+    first = data[:batches[1][0]]
+    rest = data[batches[1][0]:]
+    # a gap: the second batch first
+    with pytest.raises(InvalidRecordError, match="gap"):
+        follower.append_as_follower(data[batches[1][0]:batches[2][0]])
+    assert follower.log_end_offset == 0
+    follower.append_as_follower(first)
+    # an overlap: the first batch again, then the rest (nothing of it is written)
+    with pytest.raises(InvalidRecordError, match="overlap"):
+        follower.append_as_follower(first + rest)
+    assert follower.log_end_offset == 3
+    follower.append_as_follower(rest)
+    assert _segment_files(follower) == _segment_files(leader)
+    assert _segment_files(follower, ".txnindex") == _segment_files(leader, ".txnindex")
+    leader.maybe_increment_high_watermark(leader.log_end_offset)
+    follower.update_high_watermark(leader.high_watermark)
+    # the aborted transaction is hidden on the follower as on the leader
+    assert [r.offset for r in follower.read_records(0)] == [r.offset for r in leader.read_records(0)] \
+        == [0, 1, 2, 6, 7]
+
+
+def test_leader_high_watermark_never_moves_back_nor_past_the_leo(tmp_path):
+    _r, log = _open(tmp_path / "a")
+    rng = random.Random(2)
+    for i in range(10):
+        log.append_records(_records(rng, 1, i))     # one batch each: a replica's LEO ends a batch
+    assert log.high_watermark == 0
+    assert log.maybe_increment_high_watermark(4) is True
+    assert log.high_watermark == 4
+    assert log.maybe_increment_high_watermark(2) is False
+    assert log.maybe_increment_high_watermark(4) is False
+    assert log.high_watermark == 4
+    with pytest.raises(OffsetOutOfRangeError, match="past the log end offset 10"):
+        log.maybe_increment_high_watermark(11)
+    assert log.high_watermark == 4
+    # readers see up to the HW only
+    assert [r.offset for r in log.read_records(0, isolation="read_uncommitted")] == [0, 1, 2, 3]
+    # the single-node policy on top: a commit moves the HW to the LEO
+    log.commit()
+    assert log.high_watermark == 10
+
+
+def test_follower_high_watermark_is_the_leaders_capped_at_its_own_leo(tmp_path):
+    _ra, leader = _open(tmp_path / "leader")
+    _rb, follower = _open(tmp_path / "follower")
+    rng = random.Random(3)
+    leader.append_records(_records(rng, 5, 0))
+    follower.append_as_follower(_fetch(leader, 0))
+    leader.append_records(_records(rng, 5, 5))
+    leader.maybe_increment_high_watermark(8)
+    assert follower.update_high_watermark(leader.high_watermark) == 5      # its own LEO
+    follower.append_as_follower(_fetch(leader, 5))
+    assert follower.update_high_watermark(leader.high_watermark) == 8
+
+
+def test_become_leader_records_the_epoch_at_the_leo(tmp_path):
+    _r, log = _open(tmp_path / "a")
+    first = log.leader_epoch
+    log.append_records(_records(random.Random(1), 4, 0))
+    log.become_leader(first + 3)
+    assert log.epoch_cache.entries[-1] == (first + 3, 4)
+    info = log.append_records(_records(random.Random(1), 1, 4))
+    batch = log.read(info.first_offset, isolation="log_end").data
+    data = batch.read() if hasattr(batch, "read") else bytes(batch)
+    assert int.from_bytes(data[12:16], "big") == first + 3       # partitionLeaderEpoch
+    log.become_leader(first + 3)                                 # again: nothing changes
+    assert log.epoch_cache.entries[-1] == (first + 3, 4)
+    with pytest.raises(FencedWriterError, match=f"older than the latest epoch {first + 3}"):
+        log.become_leader(first + 1)
+    assert log.leader_epoch == first + 3
+
+
+def test_truncation_to_an_epoch_boundary(tmp_path):
+    """A follower that holds offsets of an old epoch the new leader never got asks the leader
+    where that epoch ends, truncates there and then holds the leader's bytes."""
+    rng = random.Random(4)
+    _ra, leader = _open(tmp_path / "leader")
+    _rb, follower = _open(tmp_path / "follower")
+    e = max(leader.leader_epoch, follower.leader_epoch) + 1
+    leader.become_leader(e)
+    leader.append_records(_records(rng, 6, 0))
+    follower.append_as_follower(_fetch(leader, 0))
+    # The follower leads at e + 1 for a while; its appends never reach the other replica.
+    follower.become_leader(e + 1)
+    follower.append_records(_records(rng, 4, 6))
+    # The old leader comes back at e + 2 and appends.
+    leader.become_leader(e + 2)
+    leader.append_records(_records(rng, 3, 6))
+    leader.maybe_increment_high_watermark(6)
+    follower.update_high_watermark(leader.high_watermark)
+    # divergence: the leader's end of the follower's latest epoch
+    asked, end = leader.end_offset_for_epoch(follower.epoch_cache.latest_epoch)
+    assert (asked, end) == (e, 6)
+    follower.truncate_to(end)
+    assert follower.log_end_offset == 6 and follower.epoch_cache.latest_epoch == e
+    follower.append_as_follower(_fetch(leader, 6))
+    assert _segment_files(follower) == _segment_files(leader)
+    # never below the HW without saying so
+    with pytest.raises(OffsetOutOfRangeError, match="below the high watermark 6"):
+        follower.truncate_to(3)
+    assert follower.log_end_offset == 9
+    follower.truncate_to(0, below_high_watermark=True)
+    assert follower.log_end_offset == 0 and follower.high_watermark == 0
