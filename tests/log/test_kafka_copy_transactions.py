@@ -339,9 +339,11 @@ def test_replay_from_a_kafka_snapshot_at_a_segment_base(tmp_path, capsys):
     check_cli(copy, written, hws, capsys)
 
 
-def test_a_damaged_marker_is_reported_at_its_file_position(tmp_path):
+def test_a_damaged_marker_is_reported_at_its_file_position(tmp_path, caplog):
     """A marker whose record is damaged (CRC mismatch) in a cleanly shut down copy: opening names
-    the segment file and the marker's byte position in it, not a position in a read buffer."""
+    the segment file and the marker's byte position in it, not a position in a read buffer; a
+    reader opens (producer state replayed up to the damage, said once) and its read fails there;
+    nothing is cut."""
     from logcore.errors import CorruptRecordError
 
     copy = tmp_path / "kafka-logs"
@@ -353,8 +355,12 @@ def test_a_damaged_marker_is_reported_at_its_file_position(tmp_path):
     data = bytearray(path.read_bytes())
     data[position + len(batches[i]) - 1] ^= 0xFF        # the marker's coordinator epoch
     path.write_bytes(bytes(data))
-    with LogRoot.open(str(copy)) as root:
+    with caplog.at_level("WARNING"), LogRoot.open(str(copy)) as root:
+        log = root.log(TOPIC, 0)
+        where = f"{base:020d}.log, position {position})"
+        assert any(where in r.getMessage() for r in caplog.records), caplog.text
         with pytest.raises(CorruptRecordError) as info:
-            root.log(TOPIC, 0)
+            list(log.read_records(0, isolation="read_uncommitted"))
     assert info.value.position == position and position > 0
     assert info.value.file.endswith(f"{base:020d}.log")
+    assert path.read_bytes() == bytes(data)
