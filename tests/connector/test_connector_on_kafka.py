@@ -33,7 +33,10 @@ from pyspark_seglog.broker_client import BrokerClient  # noqa: E402
 
 @pytest.fixture(scope="module")
 def kafka(kafka_broker_factory):
-    return kafka_broker_factory()
+    # Kafka writes its HW checkpoint (replication-offset-checkpoint) every 5 s by default; with
+    # 10 minutes the log dir's checkpoint never covers what a test just produced, so the tasks
+    # must read up to the HW Kafka answered to the driver (not the stored one) every time.
+    return kafka_broker_factory({"replica.high.watermark.checkpoint.interval.ms": "600000"})
 
 
 def create_topic(kafka, name: str, partitions: int) -> None:
@@ -178,7 +181,10 @@ def test_sink_writes_what_kafka_serves(spark, kafka):
         StructField("partition", IntegerType()), StructField("timestamp", TimestampType()),
         StructField("headers", ArrayType(StructType([StructField("key", StringType()),
                                                      StructField("value", BinaryType())])))])
-    base = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    # Recent timestamps: Kafka rolls a segment once its first record is older than log.roll.ms
+    # (7 days) and deletes segments past retention.ms, which older ones would be.
+    now_ms = int(time.time() * 1000) - 60_000
+    base = datetime.datetime.fromtimestamp(now_ms / 1000, tz=datetime.timezone.utc)
     rows = []
     for i in range(2000):
         headers = [Row(key="n", value=b"%d" % i)] if i % 3 else []
