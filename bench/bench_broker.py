@@ -4,7 +4,8 @@ Workload (the issue's): 1 KiB records, acks=all, enable.idempotence=true, a 4-pa
 an unpaced producer for throughput, then an assign() consumer reading everything back, then a
 paced producer (1000 records/s) for latency (unpaced latency is queueing). CPU seconds of the
 broker process and of this client process are printed beside each figure: at these rates the
-Python client can be the limit. Peer brokers are added as anchors when they are measured here.
+Python client can be the limit. Peer brokers are added as anchors when they are measured here: Apache Kafka 4.x
+(bench/kafka_anchor.py), noida-db and Tansu.
 
     python bench/bench_broker.py [--records 100000]
 """
@@ -115,7 +116,25 @@ def start_tansu(workdir: str) -> tuple[subprocess.Popen, str]:
     return proc, f"127.0.0.1:{port}"
 
 
-def produce(bootstrap: str, n: int, *, rate: float | None = None) -> tuple[float, list[float]]:
+def start_apache_kafka(workdir: str) -> tuple[subprocess.Popen, str]:
+    """Apache Kafka 4.x (tests/kafka_reference.py's jars and KRaft set-up) with the JVM flags and
+    thread counts of Kafka's own start scripts and defaults (-Xmx1G -Xms1G, G1, full JIT)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_spark_kafka import DefaultJvmKafka, cluster_id
+        from kafka_anchor import KafkaUnavailable, resolve_jars
+    except ImportError as exc:
+        raise PeerUnavailable(f"cannot import the Kafka anchor: {exc}") from None
+    try:
+        broker = DefaultJvmKafka.create(resolve_jars(), Path(workdir) / "kafka",
+                                        {"num.io.threads": "8", "num.network.threads": "3"},
+                                        cluster_id=cluster_id()).start()
+    except (KafkaUnavailable, RuntimeError, OSError) as exc:
+        raise PeerUnavailable(str(exc)) from None
+    return broker.proc, broker.bootstrap
+
+
+def produce(bootstrap: str, n: int, *, rate: float | None = None, topic: str = TOPIC) -> tuple[float, list[float]]:
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                   "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20})
@@ -132,7 +151,7 @@ def produce(bootstrap: str, n: int, *, rate: float | None = None) -> tuple[float
         return cb
 
     # Warm up: connection, metadata and the producer id are not part of the measurement.
-    p.produce(TOPIC, value=payload, partition=0)
+    p.produce(topic, value=payload, partition=0)
     p.flush(30)
     t0 = time.perf_counter()
     for i in range(n):
@@ -142,7 +161,7 @@ def produce(bootstrap: str, n: int, *, rate: float | None = None) -> tuple[float
                 time.sleep(wait)
         while True:
             try:
-                p.produce(TOPIC, value=payload, partition=i % PARTITIONS, on_delivery=make_cb(time.perf_counter()))
+                p.produce(topic, value=payload, partition=i % PARTITIONS, on_delivery=make_cb(time.perf_counter()))
                 break
             except BufferError:
                 p.poll(0.001)
@@ -183,14 +202,14 @@ def warm_client(n: int) -> None:
     p.flush(0)
 
 
-def consume(bootstrap: str, n: int) -> float:
+def consume(bootstrap: str, n: int, topic: str = TOPIC) -> float:
     from confluent_kafka import Consumer, TopicPartition
     # receive.message.max.bytes above librdkafka's 100 MB default: a broker that overshoots
     # fetch.max.bytes (noida-db answers ~103 MB) is measured rather than refused by the client.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                   "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 8 << 20,
                   "receive.message.max.bytes": 256 << 20})
-    c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     got = 0
     t0 = time.perf_counter()
     while got < n:
@@ -208,12 +227,19 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def run_workload(proc: subprocess.Popen, bootstrap: str, records: int, paced: int) -> dict:
-    """The same client workload against one broker: figures and CPU seconds."""
+def run_workload(proc: subprocess.Popen, bootstrap: str, records: int, paced: int, warmup: int = 0) -> dict:
+    """The same client workload against one broker: figures and CPU seconds. `warmup` records
+    are produced to and consumed from another topic first (not measured): a JVM broker
+    (Apache Kafka) compiles its produce and fetch paths during its first requests."""
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+    topics = [TOPIC] + (["warmup"] if warmup else [])
+    for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics]).values():
+        future.result(30)
     time.sleep(0.5)           # let the peer's metadata settle (leaders elected)
+    if warmup:
+        produce(bootstrap, warmup, topic="warmup")
+        consume(bootstrap, warmup, topic="warmup")
     mb = records * RECORD / 1e6
     b0, c0 = _cpu_of(proc.pid), _self_cpu()
     produce_s, unpaced = produce(bootstrap, records)
@@ -227,7 +253,9 @@ def run_workload(proc: subprocess.Popen, bootstrap: str, records: int, paced: in
             "cpu": (b1 - b0, c1 - c0, b2 - b1, c2 - c1)}
 
 
-BROKERS = (("seglog broker", start_broker), ("noida-db", start_noida), ("Tansu", start_tansu))
+BROKERS = (("seglog broker", start_broker), ("Apache Kafka", start_apache_kafka), ("noida-db", start_noida),
+           ("Tansu", start_tansu))
+KAFKA = "Apache Kafka"
 
 
 def main(argv: list[str] | None = None) -> list[str]:
@@ -235,6 +263,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--paced", type=int, default=3000, help="records of the paced latency run")
     parser.add_argument("--no-peers", action="store_true", help="measure seglog broker only")
+    parser.add_argument("--broker-warmup", type=int, default=20_000,
+                        help="records produced and consumed on another topic before measuring (every broker)")
     args = parser.parse_args(argv)
     results: dict[str, dict] = {}
     skipped: dict[str, str] = {}
@@ -247,7 +277,7 @@ def main(argv: list[str] | None = None) -> list[str]:
                 skipped[name] = str(exc)
                 continue
             try:
-                results[name] = run_workload(proc, bootstrap, args.records, args.paced)
+                results[name] = run_workload(proc, bootstrap, args.records, args.paced, args.broker_warmup)
             except Exception as exc:  # noqa: BLE001 - a peer failing the workload is reported, not fatal
                 if name == BROKERS[0][0]:
                     raise
@@ -269,9 +299,11 @@ def _table(args, results: dict[str, dict], skipped: dict[str, str]) -> list[str]
                ("produce latency p50, paced 1000/s", "p50", "ms", False),
                ("produce latency p99, paced 1000/s", "p99", "ms", False))
     lines = [f"### seglog broker and peers, librdkafka client ({args.records:,} x {RECORD} B records, acks=all, "
-             f"idempotent, {PARTITIONS} partitions; consumer assign() from 0)", "",
-             "| metric | seglog broker | " + " | ".join(peers) + " | ratio to the better peer |",
-             "|---|---:|" + "---:|" * len(peers) + "---:|"]
+             f"idempotent, {PARTITIONS} partitions; consumer assign() from 0; each broker warmed with"
+             f" {args.broker_warmup:,} records on another topic)", "",
+             "| metric | seglog broker | " + " | ".join(peers) + " | ratio to the better peer |"
+             + (" ratio to Apache Kafka |" if KAFKA in results else ""),
+             "|---|---:|" + "---:|" * len(peers) + "---:|" + ("---:|" if KAFKA in results else "")]
     for label, key, unit, higher_better in metrics:
         row = f"| {label} | {ours[key]:,.1f} {unit} | "
         row += "".join(f"{results[p][key]:,.1f} {unit} | " for p in peers)
@@ -282,16 +314,22 @@ def _table(args, results: dict[str, dict], skipped: dict[str, str]) -> list[str]
             row += f"{ratio:.2f}x |"
         else:
             row += "n/a |"
+        if KAFKA in results:
+            kafka = results[KAFKA][key]
+            row += f" {ours[key] / kafka if higher_better else kafka / ours[key]:.2f}x |"
         lines.append(row)
     lines.append("| unpaced produce latency p50 / p99 (queueing) | "
                  + " | ".join(f"{results[n]['unpaced p50']:.0f} / {results[n]['unpaced p99']:.0f} ms"
-                              for n in ["seglog broker"] + peers) + " | |")
+                              for n in ["seglog broker"] + peers) + " | |" + (" |" if KAFKA in results else ""))
     lines.append("| CPU s: broker produce / client produce / broker consume / client consume | "
                  + " | ".join(" / ".join(f"{v:.2f}" for v in results[n]["cpu"]) for n in ["seglog broker"] + peers)
-                 + " | |")
+                 + " | |" + (" |" if KAFKA in results else ""))
     lines.append("")
     lines.append("Ratios: throughput seglog / better peer, latency better peer / seglog (above 1: seglog ahead)."
-                 " Tansu runs its memory storage engine (no disk, no fsync); noida-db and seglog write to disk.")
+                 " Tansu runs its memory storage engine (no disk, no fsync); noida-db and seglog write to disk."
+                 " Apache Kafka runs with its start scripts' JVM flags (-Xmx1G -Xms1G, G1), warmed as every broker,"
+                 " KRaft combined broker+controller, writing to disk without fsync per request (its default),"
+                 " as seglog broker.")
     for name, reason in skipped.items():
         lines.append(f"{name}: not measured ({reason}).")
     print("\n".join(lines) + "\n", flush=True)

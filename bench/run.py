@@ -24,6 +24,7 @@ import bench_read_memory  # noqa: E402
 import bench_sink_commit  # noqa: E402
 import bench_sink_epoch  # noqa: E402
 import bench_spark  # noqa: E402
+import bench_spark_kafka  # noqa: E402
 import bench_tiered  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
@@ -38,6 +39,7 @@ def main() -> None:
         bench_read_memory.main(),
         bench_clean.main(),
         bench_spark.main(),
+        bench_spark_kafka.main([]),
         bench_sink_commit.main([]),
         bench_sink_epoch.main([]),
         bench_tiered.main([]),

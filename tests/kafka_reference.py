@@ -98,8 +98,13 @@ def cache_dir(version: str = KAFKA_VERSION) -> Path:
 
 
 def random_cluster_id() -> str:
-    """A Kafka Uuid: 16 random bytes, URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka Uuid: 16 random bytes, URL-safe base64 without padding (22 characters). Like
+    Kafka's Uuid.randomUuid, never one starting with '-' (a command line would read it as an
+    option: kafka-storage format -t refuses it)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def free_port() -> int:

@@ -1,7 +1,7 @@
 """A small Kafka protocol client for the connector's broker paths (`kafka.bootstrap.servers`).
 
-It speaks to one `seglog broker` (a single process that leads every partition) over one TCP
-connection, with the request and response schemas of the kio package: ApiVersions first, then
+It speaks to one broker that leads every partition (a `seglog broker`, or a single-node Apache
+Kafka: tests/connector/test_connector_on_kafka.py) over one TCP connection, with the request and response schemas of the kio package: ApiVersions first, then
 each API at the highest version both sides know. Requests can be pipelined (`send` several,
 then `receive` their responses in order), which the idempotent producer of `broker_sink` uses.
 
@@ -134,7 +134,7 @@ class BrokerClient:
                 raise
             return
         raise BrokerConnectionError(
-            f"cannot reach {self.where()}: {'; '.join(failures)}. Is `seglog broker` running there?")
+            f"cannot reach {self.where()}: {'; '.join(failures)}. Is a Kafka-protocol broker (`seglog broker` or Apache Kafka) running there?")
 
     def close(self) -> None:
         if self._sock is not None:

@@ -281,6 +281,13 @@ class TaskProducer(RowRouter):
                 if time.monotonic() - started > min(self.deadline_s, 30):
                     raise BrokerConnectionError(f"{what}: {exc}") from None
                 time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
+            except BrokerError as exc:
+                # Apache Kafka answers InitProducerId with COORDINATOR_LOAD_IN_PROGRESS while it
+                # loads its transaction state after a start: retriable, as for Kafka's producer.
+                if exc.code not in RETRIABLE or time.monotonic() - started > min(self.deadline_s, 30):
+                    raise
+                failures += 1
+                time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
 
 
 class _Retry(Exception):

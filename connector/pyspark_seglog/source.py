@@ -46,7 +46,8 @@ class SeglogInputPartition(InputPartition):
 
     def __init__(self, root: str, storage_options: dict, topic: str, partition: int, start: int,
                  until: int, isolation: str, include_headers: bool, fail_on_data_loss: bool,
-                 fetch_bytes: int = DEFAULT_FETCH_BYTES, tiered: dict | None = None):
+                 fetch_bytes: int = DEFAULT_FETCH_BYTES, tiered: dict | None = None,
+                 broker_bound: bool = False):
         super().__init__(None)
         self.tiered = tiered            # rsm.config.* options: the remote tier's credentials
         self.root = root
@@ -59,6 +60,9 @@ class SeglogInputPartition(InputPartition):
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
         self.fetch_bytes = fetch_bytes
+        # `until` came from the broker serving the root (kafka.bootstrap.servers): its HW or LSO,
+        # which the root's checkpoint may not show yet (Apache Kafka writes it every 5 s).
+        self.broker_bound = broker_bound
 
     def __repr__(self) -> str:          # storage options (credentials) are never printed
         return (f"SeglogInputPartition({self.topic}-{self.partition} [{self.start}, {self.until}),"
@@ -70,7 +74,8 @@ def _input_partitions(opts: SourceOptions, ranges: list[OffsetRange]) -> list[Se
                           max_records_per_partition=opts.max_records_per_partition)
     return [SeglogInputPartition(opts.root, opts.storage_options, r.topic, r.partition, r.start,
                                  r.until, opts.isolation, opts.include_headers, opts.fail_on_data_loss,
-                                 opts.fetch_bytes, opts.tiered)
+                                 opts.fetch_bytes, opts.tiered,
+                                 broker_bound=opts.bootstrap_servers is not None)
             for r in pieces]
 
 
@@ -179,6 +184,9 @@ def read_partition(p: SeglogInputPartition):
         window = min(FIRST_READ_WINDOW_BYTES, p.fetch_bytes)
         if offset < log.log_start_offset:
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
+        rechecked = False
+        if p.broker_bound:
+            log.assume_high_watermark(p.until)
         while offset < p.until:
             try:
                 if buffer is None or len(buffer) < window:
@@ -199,6 +207,13 @@ def read_partition(p: SeglogInputPartition):
                 offset = damaged(log, offset, exc, p.fail_on_data_loss)
                 continue
             data = fetch.data
+            if not data and p.broker_bound and not rechecked:
+                # A read that refreshed the view (a segment replaced under it) took the stored HW
+                # again: look at the log once more with the broker's bound.
+                rechecked = True
+                log.refresh()
+                log.assume_high_watermark(p.until)
+                continue
             if not data:
                 bound = fetch.last_stable_offset if p.isolation == "read_committed" else fetch.high_watermark
                 if bound >= p.until:

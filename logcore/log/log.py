@@ -189,6 +189,20 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
             return self.high_watermark
         return min(first_unstable, self.high_watermark)
 
+    def assume_high_watermark(self, offset: int) -> None:
+        """A reader's view only: take `offset` (capped at the log end) as the HW when the stored
+        one is lower. For a reader whose broker vouched for `offset` (its ListOffsets answer)
+        while the stored checkpoint lags it: Apache Kafka writes replication-offset-checkpoint
+        only every replica.high.watermark.checkpoint.interval.ms (5 s by default)."""
+        if self.writer:
+            raise ReadOnlyLogError(f"{self.topic}-{self.partition}: assume_high_watermark is for readers;"
+                                   " a writer's HW is its own")
+        with self._lock:
+            target = min(int(offset), self.log_end_offset)
+            if target > self.high_watermark:
+                self.high_watermark = target
+                self.producer_state.on_high_watermark_updated(target)
+
     def _bound(self, isolation: str) -> int:
         if isolation == "read_committed":
             return self.last_stable_offset
