@@ -81,13 +81,9 @@ class DefaultJvmKafka(KafkaBroker):
 
 
 def cluster_id() -> str:
-    """A random Kafka cluster id that does not start with '-' (kafka-storage's argument parser
-    would take one that does for an option)."""
+    """A random Kafka cluster id (kafka_reference never gives one starting with '-')."""
     from kafka_reference import random_cluster_id
-    while True:
-        cid = random_cluster_id()
-        if not cid.startswith("-"):
-            return cid
+    return random_cluster_id()
 
 
 # ---------------------------------------------------------------------------------------- data
