@@ -14,65 +14,44 @@ import asyncio
 import inspect
 import logging
 import threading
-import time
 import uuid
-from typing import Any, Awaitable
+from typing import Awaitable
 
 from logcore.broker import errors as E
 from logcore.broker.api_versions import SERVED, advertised
 from logcore.broker import offsets_topic as OT
-from logcore.broker.config import BROKER_KEYS, BrokerConfig
+from logcore.broker.admin_handlers import AdminHandlers
+from logcore.broker.config import BrokerConfig
 from logcore.broker.error_response import error_response
 from logcore.broker.resources import open_partition_budget
-from logcore.storage.secrets import redact_url
-from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
-from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, GroupCoordinator
+from logcore.broker.fetch_handlers import FetchHandlers
+from logcore.broker.fetch_response import EncodedResponse
+from logcore.broker.group_handlers import GroupHandlers
+from logcore.broker.groups import GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import PartitionManager
 from logcore.broker.produce_codec import encode_produce_results
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.protocol import ZERO_UUID, Request
-from logcore.errors import CorruptRecordError, SegLogError, TopicExistsError
-from logcore.log.file_slice import FileSlice
-from logcore.log.config import CONFIG_KEYS, ConfigType, MaintenanceConfig, resolve_root_defaults
+from logcore.errors import SegLogError, TopicExistsError
+from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 from logcore.log.partition_metadata import parse_topic_id
-from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
 
 logger = logging.getLogger(__name__)
 
-_DAMAGE_LOGGED: dict[tuple, float] = {}     # (file, position) -> when it was last logged
-_DAMAGE_LOG_INTERVAL_S = 60.0
-
-
-def _log_damage(topic: str, partition: int, offset: int, exc: CorruptRecordError) -> None:
-    """A fetch met damaged bytes (it answers CORRUPT_MESSAGE for them): log the segment file and
-    position, once a minute per place (a consumer retries the same offset)."""
-    key = (exc.file, exc.position)
-    now = time.monotonic()
-    if now - _DAMAGE_LOGGED.get(key, -_DAMAGE_LOG_INTERVAL_S) < _DAMAGE_LOG_INTERVAL_S:
-        return
-    if len(_DAMAGE_LOGGED) > 4096:
-        _DAMAGE_LOGGED.clear()
-    _DAMAGE_LOGGED[key] = now
-    logger.error("fetch of %s-%d at offset %d: damaged data, answered CORRUPT_MESSAGE: %s",
-                 topic, partition, offset, exc)
-
 INT32_MIN = -(2 ** 31)
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
-_KAFKA_CONFIG_TYPE = {ConfigType.BOOLEAN: 1, ConfigType.STRING: 2, ConfigType.INT: 3,
-                      ConfigType.LONG: 5, ConfigType.DOUBLE: 6, ConfigType.LIST: 7}
-# DescribeConfigs config_source values
-SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
-
-# Fetch records below this size are copied into the response: sendfile's fixed cost (an
-# event-loop round trip per range) is larger than copying them.
-SENDFILE_MIN_BYTES = 64 * 1024
 
 Result = dict | bytes | EncodedResponse | None | Awaitable[dict | bytes | EncodedResponse | None]
 
 
-class Broker:
+class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
+    """Dispatches each request by API key (`handlers`) to its handler: Produce, ListOffsets,
+    Metadata, ApiVersions, InitProducerId and OffsetForLeaderEpoch here; Fetch in
+    fetch_handlers.py, the consumer group APIs in group_handlers.py, CreateTopics, DeleteTopics
+    and DescribeConfigs in admin_handlers.py."""
+
     def __init__(self, config: BrokerConfig, root: LogRoot, advertised: tuple[str, int]):
         self.config = config
         self.root = root
@@ -241,201 +220,6 @@ class Broker:
                 "cluster_id": self.cluster_id, "controller_id": self.node_id, "topics": topics,
                 "cluster_authorized_operations": INT32_MIN}
 
-    def _auto_create(self, name: str) -> int:
-        try:
-            with self._create_lock:
-                self._check_partition_cap(name, self.config["num.partitions"])
-                self._create_topic(name, self.config["num.partitions"], {})
-            logger.info("auto-created topic %s", name)
-            return E.NONE
-        except TopicExistsError:
-            # created in the root by another process since the refresh: serve it
-            self.partitions.refresh_topics()
-            return E.NONE if name in self.partitions.topics else E.UNKNOWN_TOPIC_OR_PARTITION
-        except _Failed as exc:
-            logger.info("auto-create of topic %s refused: %s", name, exc)
-            return exc.code
-        except SegLogError as exc:
-            return E.error_code(exc)
-
-    def _check_partition_cap(self, name: str, partitions: int, in_request: int = 0) -> None:
-        """POLICY_VIOLATION when `partitions` more (after `in_request` already created by this
-        request) pass max.partitions.per.request or this broker's max.partitions. The caller
-        holds _create_lock, so that concurrent creations cannot pass the cap together."""
-        per_request = self.config["max.partitions.per.request"]
-        if in_request + partitions > per_request:
-            raise _Failed(E.POLICY_VIOLATION,
-                          f"topic {name!r}: {partitions} partitions (after {in_request} earlier in"
-                          f" this request) exceed max.partitions.per.request={per_request}")
-        cap = self.config["max.partitions"]
-        have = sum(info.partitions for info in self.partitions.topics.values())
-        if have + partitions > cap:
-            raise _Failed(E.POLICY_VIOLATION,
-                          f"topic {name!r}: {partitions} more partitions would make {have + partitions}"
-                          f" on this broker, above max.partitions={cap}")
-
-    def _create_topic(self, name: str, partitions: int, configs: dict[str, str]):
-        with self.partitions.lock:
-            info = self.root.create_topic(name, partitions, configs)
-            self.partitions.open_topic(info)
-        return info
-
-    # ------------------------------------------------------------------ CreateTopics / DeleteTopics
-    async def create_topics(self, req: Request) -> dict:
-        return {"throttle_time": 0, "topics": await asyncio.to_thread(self._create_topics, req.body)}
-
-    def _create_topics(self, body) -> list[dict]:
-        results = []
-        seen = set()
-        in_request = 0          # partitions this request asked for so far (max.partitions.per.request)
-        for t in body.topics:
-            res = {"name": t.name, "error_code": E.NONE, "error_message": None,
-                   "num_partitions": -1, "replication_factor": -1, "configs": []}
-            results.append(res)
-            partitions = t.num_partitions if t.num_partitions != -1 else self.config["num.partitions"]
-            try:
-                if t.name in seen:
-                    raise _Failed(E.INVALID_REQUEST, f"topic {t.name!r} is listed twice")
-                seen.add(t.name)
-                if t.assignments:
-                    bad = [a for a in t.assignments if list(a.broker_ids) != [self.node_id]]
-                    if bad or t.num_partitions != -1 or t.replication_factor != -1:
-                        raise _Failed(E.INVALID_REPLICA_ASSIGNMENT,
-                                      f"this single broker (node {self.node_id}) holds every replica;"
-                                      " an assignment may only name it, once per partition")
-                    partitions = len(t.assignments)
-                elif t.replication_factor not in (-1, 1):
-                    raise _Failed(E.INVALID_REPLICATION_FACTOR,
-                                  f"replication factor {t.replication_factor} is larger than the 1"
-                                  " available broker")
-                if partitions < 1:
-                    raise _Failed(E.INVALID_PARTITIONS, f"number of partitions {partitions} must be at least 1")
-                configs = {c.name: c.value for c in t.configs if c.value is not None}
-                if t.name in self.partitions.topics:
-                    raise _Failed(E.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
-                with self._create_lock:
-                    self._check_partition_cap(t.name, partitions, in_request)
-                    in_request += partitions
-                if body.validate_only:
-                    from logcore.log.config import (LogConfig, check_topic_against_root,
-                                                    validate_topic_name, validate_topic_overrides)
-                    validate_topic_name(t.name)
-                    validate_topic_overrides(configs)
-                    defaults = self.root.defaults()
-                    check_topic_against_root(t.name, LogConfig.from_props(configs, defaults), defaults)
-                else:
-                    with self._create_lock:
-                        self._check_partition_cap(t.name, partitions)
-                        self._create_topic(t.name, partitions, configs)
-                res.update(num_partitions=partitions, replication_factor=1,
-                           configs=self._describe_topic_configs(t.name, None) if not body.validate_only else [])
-            except _Failed as exc:
-                res.update(error_code=exc.code, error_message=str(exc))
-            except SegLogError as exc:
-                res.update(error_code=E.error_code(exc), error_message=str(exc))
-        return results
-
-    async def delete_topics(self, req: Request) -> dict:
-        body = req.body
-        if req.api_version >= 6:
-            wanted = [(t.name, t.topic_id) for t in body.topics]
-        else:
-            wanted = [(n, None) for n in body.topic_names]
-        return {"throttle_time": 0, "responses": await asyncio.to_thread(self._delete_topics, wanted)}
-
-    def _delete_topics(self, wanted) -> list[dict]:
-        out = []
-        for name, topic_id in wanted:
-            if name is None and topic_id not in (None, ZERO_UUID):
-                name = self.partitions.topic_ids.get(topic_id.bytes)
-                if name is None:
-                    out.append({"name": None, "topic_id": topic_id, "error_code": E.UNKNOWN_TOPIC_ID})
-                    continue
-            tid = self._topic_uuid(name) if name else ZERO_UUID
-            try:
-                if name not in self.partitions.topics:
-                    raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-                if name == OT.TOPIC:
-                    raise _Failed(E.INVALID_TOPIC_EXCEPTION, f"{OT.TOPIC} is internal; it cannot be deleted")
-                with self.partitions.lock:
-                    self.partitions.close_topic(name)
-                    self.root.delete_topic(name)
-                out.append({"name": name, "topic_id": tid, "error_code": E.NONE})
-            except _Failed as exc:
-                out.append({"name": name, "topic_id": tid, "error_code": exc.code, "error_message": str(exc)})
-            except SegLogError as exc:
-                out.append({"name": name, "topic_id": tid, "error_code": E.error_code(exc),
-                            "error_message": str(exc)})
-        return out
-
-    # ------------------------------------------------------------------ DescribeConfigs
-    async def describe_configs(self, req: Request) -> dict:
-        results = []
-        for r in req.body.resources:
-            keys = None if r.configuration_keys is None else set(r.configuration_keys)
-            res = {"error_code": E.NONE, "error_message": None, "resource_type": r.resource_type,
-                   "resource_name": r.resource_name, "configs": []}
-            try:
-                if r.resource_type == 2:
-                    if r.resource_name not in self.partitions.topics:
-                        raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist")
-                    res["configs"] = self._describe_topic_configs(r.resource_name, keys)
-                elif r.resource_type == 4:
-                    if r.resource_name not in ("", str(self.node_id)):
-                        raise _Failed(E.INVALID_REQUEST, f"this is broker {self.node_id}, not {r.resource_name}")
-                    res["configs"] = self._describe_broker_configs(keys)
-                else:
-                    raise _Failed(E.INVALID_REQUEST, f"resource type {r.resource_type} is not served")
-            except _Failed as exc:
-                res.update(error_code=exc.code, error_message=str(exc))
-            except SegLogError as exc:
-                res.update(error_code=E.error_code(exc), error_message=str(exc))
-            results.append(res)
-        return {"throttle_time": 0, "results": results}
-
-    def _describe_topic_configs(self, topic: str, keys: set[str] | None) -> list[dict]:
-        config = self.root.topic_config(topic)
-        from_root = set(resolve_root_defaults(self.root.defaults()))
-        out = []
-        for name, value in config.to_properties().items():
-            if keys is not None and name not in keys:
-                continue
-            key = CONFIG_KEYS[name]
-            source = (SOURCE_TOPIC if name in config.overrides else
-                      SOURCE_STATIC_BROKER if name in from_root else SOURCE_DEFAULT)
-            out.append({"name": name, "value": value, "read_only": False, "config_source": source,
-                        "is_default": source == SOURCE_DEFAULT, "is_sensitive": False, "synonyms": [],
-                        "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
-        return out
-
-    def _describe_broker_configs(self, keys: set[str] | None) -> list[dict]:
-        out = []
-        for name, key in BROKER_KEYS.items():
-            if keys is not None and name not in keys:
-                continue
-            value = key.format(self.config.values[name])
-            out.append({"name": name, "value": value, "read_only": True,
-                        "config_source": SOURCE_STATIC_BROKER, "is_sensitive": False, "synonyms": [],
-                        "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
-        return out + self._describe_tiered_configs(keys)
-
-    def _describe_tiered_configs(self, keys: set[str] | None) -> list[dict]:
-        """The root's tiered-storage settings in effect (broker.properties over the root's
-        stored defaults); the rsm.config.storage.* options other than the URL (credentials,
-        endpoints) are not reported."""
-        defaults = self.root.defaults()
-        tiered = TieredConfig.from_props(defaults)
-        out = []
-        for short, key in TIERED_KEYS.items():
-            name = short if key.category == "tiered" else RSM_PREFIX + short
-            if keys is not None and name not in keys:
-                continue
-            source = SOURCE_STATIC_BROKER if name in defaults else SOURCE_DEFAULT
-            out.append({"name": name, "value": redact_url(key.format(tiered.get(short))), "read_only": True,
-                        "config_source": source, "is_sensitive": False, "synonyms": [],
-                        "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
-        return out
-
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, req: Request) -> dict:
         body = req.body
@@ -601,230 +385,6 @@ class Broker:
             topics.append({"name": t.name, "partitions": parts})
         return topics
 
-    # ------------------------------------------------------------------ Fetch
-    async def fetch(self, req: Request) -> Result:
-        body = req.body
-        v = req.api_version
-        if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
-            # This broker never creates fetch sessions (it answers session_id 0).
-            return {"throttle_time": 0, "error_code": E.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
-                    "responses": []}
-        return self._fetch(body, v, req.correlation_id)
-
-    async def _fetch(self, body, v: int, correlation_id: int) -> EncodedResponse:
-        loop = asyncio.get_running_loop()
-        isolation = "read_committed" if getattr(body, "isolation_level", 0) == 1 else "read_uncommitted"
-        max_bytes = max(0, min(body.max_bytes, self.config["fetch.max.bytes"]))
-        deadline = loop.time() + max(0.0, body.max_wait.total_seconds())
-        if self._fetch_names_unknown(body, v):
-            await asyncio.to_thread(self.partitions.refresh_topics)   # created by another process?
-        wanted = []          # (name, topic_id, partition request, Partition | None, error)
-        for t in body.topics:
-            if v >= 13:
-                name = self.partitions.topic_ids.get(t.topic_id.bytes)
-                tid = t.topic_id
-            else:
-                name, tid = t.topic, self._topic_uuid(t.topic)
-            for p in t.partitions:
-                part = self.partitions.get(name, p.partition) if name else None
-                error = E.NONE if part else (E.UNKNOWN_TOPIC_ID if name is None else E.UNKNOWN_TOPIC_OR_PARTITION)
-                if part is None and (name, p.partition) in self.partitions.damaged:
-                    error = E.KAFKA_STORAGE_ERROR       # damaged committed data: see `seglog repair`
-                wanted.append((name, tid, p, part, error))
-        while True:
-            waits = [part.next_commit() for _, _, _, part, _ in wanted if part is not None]
-            results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
-            remaining = deadline - loop.time()
-            if total >= body.min_bytes or failed or remaining <= 0 or not waits:
-                break
-            _close_records(results)           # not enough yet: wait, then read again
-            await asyncio.wait(waits, timeout=remaining)
-            if loop.time() >= deadline:
-                results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
-                break
-        topics: dict[Any, dict] = {}
-        for (name, tid, _, _, _), res in zip(wanted, results):
-            key = tid if v >= 13 else name
-            topic = topics.get(key)
-            if topic is None:
-                topic = topics[key] = {"topic": name, "topic_id": tid, "partitions": []}
-            topic["partitions"].append(res)
-        return encode_fetch_response(correlation_id, v, {
-            "throttle_time": 0, "error_code": E.NONE, "session_id": 0, "responses": list(topics.values())})
-
-    def _fetch_names_unknown(self, body, v: int) -> bool:
-        for t in body.topics:
-            name = self.partitions.topic_ids.get(t.topic_id.bytes) if v >= 13 else t.topic
-            if name is None or any(self.partitions.get(name, p.partition) is None for p in t.partitions):
-                return True
-        return False
-
-    def _read_all(self, wanted, isolation: str, max_bytes: int) -> tuple[list[dict], int, bool]:
-        results = []
-        total = 0
-        failed = False
-        for name, tid, p, part, error in wanted:
-            res = {"partition_index": p.partition, "error_code": error, "high_watermark": -1,
-                   "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
-                   "aborted_transactions": None, "records": b""}
-            results.append(res)
-            if part is None:
-                failed = True
-                continue
-            log = part.log
-            try:
-                budget = min(p.partition_max_bytes, max_bytes - total)
-                if budget <= 0 and total > 0:
-                    fetched = None
-                else:
-                    fetched = log.read(p.fetch_offset, max(budget, 0), isolation=isolation,
-                                       min_one_batch=total == 0, zero_copy=True)
-            except SegLogError as exc:
-                if isinstance(exc, CorruptRecordError):
-                    _log_damage(name, p.partition, p.fetch_offset, exc)
-                res["error_code"] = E.error_code(exc)
-                res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
-                           log_start_offset=log.log_start_offset)
-                failed = True
-                continue
-            if fetched is None:
-                res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
-                           log_start_offset=log.log_start_offset)
-                continue
-            data = fetched.data
-            if isinstance(data, FileSlice):
-                if data.size < SENDFILE_MIN_BYTES:
-                    with data:         # a small range is cheaper copied than sent with sendfile
-                        data = data.read()
-                else:                  # a consumer reading history: read this and the next range ahead
-                    data.prefetch(ahead=data.size)
-            res.update(high_watermark=fetched.high_watermark, last_stable_offset=fetched.last_stable_offset,
-                       log_start_offset=fetched.log_start_offset, records=data)
-            if isolation == "read_committed":
-                res["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                                               for a in fetched.aborted]
-            total += len(data)
-        return results, total, failed
-
-
-    # ------------------------------------------------------------------ group coordinator
-    async def find_coordinator(self, req: Request) -> dict:
-        body = req.body
-        key_type = getattr(body, "key_type", 0)
-        if key_type != 0:
-            # No transaction coordinator. COORDINATOR_NOT_AVAILABLE made clients retry until
-            # their timeout; librdkafka's transactional producer fails init_transactions() at
-            # once only on TRANSACTIONAL_ID_AUTHORIZATION_FAILED (or CLUSTER_AUTHORIZATION_FAILED),
-            # and Java's and kafka-python's treat it as fatal too, so that is the answer, with a
-            # message that says why.
-            return {"throttle_time": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    "error_message": "transactions are not supported by this broker (seglog): "
-                                     "use an idempotent producer without transactional.id",
-                    "node_id": -1, "host": "", "port": -1}
-        # The one broker coordinates every group. __consumer_offsets is created at the first
-        # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
-        return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
-                "node_id": self.node_id, "host": self.host, "port": self.port}
-
-    async def describe_groups(self, req: Request) -> dict:
-        return {"throttle_time": 0, "groups": [self.groups.describe(g) for g in req.body.groups]}
-
-    async def list_groups(self, req: Request) -> dict:
-        """ListGroups: every group this coordinator knows (all are classic groups), filtered by
-        state (v4+) and type (v5+) as Kafka does."""
-        states = {s.lower() for s in getattr(req.body, "states_filter", ()) or ()}
-        types = {t.lower() for t in getattr(req.body, "types_filter", ()) or ()}
-        groups = []
-        if not types or "classic" in types:
-            for group in list(self.groups.groups.values()):
-                if states and group.state.lower() not in states:
-                    continue
-                groups.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
-                               "group_state": group.state, "group_type": "classic"})
-        return {"throttle_time": 0, "error_code": E.NONE, "groups": groups}
-
-    async def join_group(self, req: Request) -> Result:
-        b = req.body
-        session_ms = int(b.session_timeout.total_seconds() * 1000)
-        rebalance = getattr(b, "rebalance_timeout", None)
-        return self.groups.join(
-            group_id=b.group_id, member_id=b.member_id,
-            group_instance_id=getattr(b, "group_instance_id", None), client_id=req.client_id or "",
-            client_host="", session_timeout_ms=session_ms,
-            rebalance_timeout_ms=int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms,
-            protocol_type=b.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in b.protocols],
-            require_known_member=req.api_version >= 4)
-
-    async def sync_group(self, req: Request) -> Result:
-        b = req.body
-        return self.groups.sync(group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
-                                assignments=[(a.member_id, bytes(a.assignment)) for a in b.assignments])
-
-    async def heartbeat(self, req: Request) -> dict:
-        b = req.body
-        return {"throttle_time": 0, "error_code": self.groups.heartbeat(
-            group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id)}
-
-    async def leave_group(self, req: Request) -> dict:
-        b = req.body
-        (code,) = self.groups.leave(b.group_id, [b.member_id])
-        return {"throttle_time": 0, "error_code": code}
-
-    async def offset_commit(self, req: Request) -> Result:
-        b = req.body
-        generation = b.generation_id_or_member_epoch
-        code = self.groups.check_commit(b.group_id, generation, b.member_id)
-        results: list[tuple[str, int, int]] = []
-        offsets: dict[tuple[str, int], OT.CommittedOffset] = {}
-        now = int(time.time() * 1000)
-        for t in b.topics:
-            for p in t.partitions:
-                error = code
-                if error == E.NONE:
-                    if self.partitions.get(t.name, p.partition_index) is None:
-                        error = E.UNKNOWN_TOPIC_OR_PARTITION
-                    elif p.committed_metadata is not None and \
-                            len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                        error = E.OFFSET_METADATA_TOO_LARGE
-                    else:
-                        offsets[(t.name, p.partition_index)] = OT.CommittedOffset(
-                            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                            p.committed_metadata or "", now)
-                results.append((t.name, p.partition_index, error))
-
-        async def finish() -> dict:
-            stored = await self.groups.commit_offsets(b.group_id, offsets)
-            by_topic: dict[str, list] = {}
-            for topic, index, error in results:
-                if error == E.NONE:
-                    error = stored
-                by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": error})
-            return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
-        return finish()
-
-    async def offset_fetch(self, req: Request) -> dict:
-        b = req.body
-        v = req.api_version
-        if v >= 8:
-            groups = [(g.group_id, None if g.topics is None else
-                       [(t.name, list(t.partition_indexes)) for t in g.topics]) for g in b.groups]
-        else:
-            groups = [(b.group_id, None if b.topics is None else
-                       [(t.name, list(t.partition_indexes)) for t in b.topics])]
-        answers = []
-        for group_id, topics in groups:
-            found = self.groups.committed(group_id, topics)
-            answers.append({"group_id": group_id, "error_code": E.NONE, "topics": [
-                {"name": t, "partitions": [
-                    {"partition_index": p, "error_code": E.NONE,
-                     "committed_offset": c.offset if c else -1,
-                     "committed_leader_epoch": c.leader_epoch if c else -1,
-                     "metadata": c.metadata if c else ""} for p, c in parts]}
-                for t, parts in found]})
-        if v >= 8:
-            return {"throttle_time": 0, "groups": answers}
-        return {"throttle_time": 0, "error_code": E.NONE, "topics": answers[0]["topics"]}
-
     async def offset_for_leader_epoch(self, req: Request) -> dict:
         topics = []
         for t in req.body.topics:
@@ -849,17 +409,6 @@ class Broker:
             topics.append({"topic": t.topic, "partitions": parts})
         return {"throttle_time": 0, "topics": topics}
 
-
-class _Failed(Exception):
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-def _close_records(results: list[dict]) -> None:
-    for res in results:
-        if isinstance(res["records"], FileSlice):
-            res["records"].close()
 
 
 def _consume_exception(fut: asyncio.Future) -> None:

@@ -1,0 +1,160 @@
+"""The Fetch handler of the Broker: long polling, the read of every requested partition, and
+records handed to the server as file ranges (sendfile) or bytes.
+
+A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
+they use its `config`, `partitions` and `_topic_uuid`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from logcore.broker import errors as E
+from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
+from logcore.broker.protocol import Request
+from logcore.errors import CorruptRecordError, SegLogError
+from logcore.log.file_slice import FileSlice
+
+if TYPE_CHECKING:
+    from logcore.broker.broker import Result
+
+
+# The broker's log: these lines keep the logger name they had when the handlers were in broker.py.
+logger = logging.getLogger("logcore.broker.broker")
+
+_DAMAGE_LOGGED: dict[tuple, float] = {}     # (file, position) -> when it was last logged
+_DAMAGE_LOG_INTERVAL_S = 60.0
+
+
+def _log_damage(topic: str, partition: int, offset: int, exc: CorruptRecordError) -> None:
+    """A fetch met damaged bytes (it answers CORRUPT_MESSAGE for them): log the segment file and
+    position, once a minute per place (a consumer retries the same offset)."""
+    key = (exc.file, exc.position)
+    now = time.monotonic()
+    if now - _DAMAGE_LOGGED.get(key, -_DAMAGE_LOG_INTERVAL_S) < _DAMAGE_LOG_INTERVAL_S:
+        return
+    if len(_DAMAGE_LOGGED) > 4096:
+        _DAMAGE_LOGGED.clear()
+    _DAMAGE_LOGGED[key] = now
+    logger.error("fetch of %s-%d at offset %d: damaged data, answered CORRUPT_MESSAGE: %s",
+                 topic, partition, offset, exc)
+
+
+# Fetch records below this size are copied into the response: sendfile's fixed cost (an
+# event-loop round trip per range) is larger than copying them.
+SENDFILE_MIN_BYTES = 64 * 1024
+
+
+class FetchHandlers:
+    # ------------------------------------------------------------------ Fetch
+    async def fetch(self, req: Request) -> Result:
+        body = req.body
+        v = req.api_version
+        if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
+            # This broker never creates fetch sessions (it answers session_id 0).
+            return {"throttle_time": 0, "error_code": E.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
+                    "responses": []}
+        return self._fetch(body, v, req.correlation_id)
+
+    async def _fetch(self, body, v: int, correlation_id: int) -> EncodedResponse:
+        loop = asyncio.get_running_loop()
+        isolation = "read_committed" if getattr(body, "isolation_level", 0) == 1 else "read_uncommitted"
+        max_bytes = max(0, min(body.max_bytes, self.config["fetch.max.bytes"]))
+        deadline = loop.time() + max(0.0, body.max_wait.total_seconds())
+        if self._fetch_names_unknown(body, v):
+            await asyncio.to_thread(self.partitions.refresh_topics)   # created by another process?
+        wanted = []          # (name, topic_id, partition request, Partition | None, error)
+        for t in body.topics:
+            if v >= 13:
+                name = self.partitions.topic_ids.get(t.topic_id.bytes)
+                tid = t.topic_id
+            else:
+                name, tid = t.topic, self._topic_uuid(t.topic)
+            for p in t.partitions:
+                part = self.partitions.get(name, p.partition) if name else None
+                error = E.NONE if part else (E.UNKNOWN_TOPIC_ID if name is None else E.UNKNOWN_TOPIC_OR_PARTITION)
+                if part is None and (name, p.partition) in self.partitions.damaged:
+                    error = E.KAFKA_STORAGE_ERROR       # damaged committed data: see `seglog repair`
+                wanted.append((name, tid, p, part, error))
+        while True:
+            waits = [part.next_commit() for _, _, _, part, _ in wanted if part is not None]
+            results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
+            remaining = deadline - loop.time()
+            if total >= body.min_bytes or failed or remaining <= 0 or not waits:
+                break
+            _close_records(results)           # not enough yet: wait, then read again
+            await asyncio.wait(waits, timeout=remaining)
+            if loop.time() >= deadline:
+                results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
+                break
+        topics: dict[Any, dict] = {}
+        for (name, tid, _, _, _), res in zip(wanted, results):
+            key = tid if v >= 13 else name
+            topic = topics.get(key)
+            if topic is None:
+                topic = topics[key] = {"topic": name, "topic_id": tid, "partitions": []}
+            topic["partitions"].append(res)
+        return encode_fetch_response(correlation_id, v, {
+            "throttle_time": 0, "error_code": E.NONE, "session_id": 0, "responses": list(topics.values())})
+
+    def _fetch_names_unknown(self, body, v: int) -> bool:
+        for t in body.topics:
+            name = self.partitions.topic_ids.get(t.topic_id.bytes) if v >= 13 else t.topic
+            if name is None or any(self.partitions.get(name, p.partition) is None for p in t.partitions):
+                return True
+        return False
+
+    def _read_all(self, wanted, isolation: str, max_bytes: int) -> tuple[list[dict], int, bool]:
+        results = []
+        total = 0
+        failed = False
+        for name, tid, p, part, error in wanted:
+            res = {"partition_index": p.partition, "error_code": error, "high_watermark": -1,
+                   "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
+                   "aborted_transactions": None, "records": b""}
+            results.append(res)
+            if part is None:
+                failed = True
+                continue
+            log = part.log
+            try:
+                budget = min(p.partition_max_bytes, max_bytes - total)
+                if budget <= 0 and total > 0:
+                    fetched = None
+                else:
+                    fetched = log.read(p.fetch_offset, max(budget, 0), isolation=isolation,
+                                       min_one_batch=total == 0, zero_copy=True)
+            except SegLogError as exc:
+                if isinstance(exc, CorruptRecordError):
+                    _log_damage(name, p.partition, p.fetch_offset, exc)
+                res["error_code"] = E.error_code(exc)
+                res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
+                           log_start_offset=log.log_start_offset)
+                failed = True
+                continue
+            if fetched is None:
+                res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
+                           log_start_offset=log.log_start_offset)
+                continue
+            data = fetched.data
+            if isinstance(data, FileSlice):
+                if data.size < SENDFILE_MIN_BYTES:
+                    with data:         # a small range is cheaper copied than sent with sendfile
+                        data = data.read()
+                else:                  # a consumer reading history: read this and the next range ahead
+                    data.prefetch(ahead=data.size)
+            res.update(high_watermark=fetched.high_watermark, last_stable_offset=fetched.last_stable_offset,
+                       log_start_offset=fetched.log_start_offset, records=data)
+            if isolation == "read_committed":
+                res["aborted_transactions"] = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                                               for a in fetched.aborted]
+            total += len(data)
+        return results, total, failed
+
+
+def _close_records(results: list[dict]) -> None:
+    for res in results:
+        if isinstance(res["records"], FileSlice):
+            res["records"].close()

@@ -1,0 +1,138 @@
+"""Consumer group handlers of the Broker: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
+
+A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
+they use its `groups` (the GroupCoordinator), `partitions`, `node_id`, `host` and `port`.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from logcore.broker import errors as E
+from logcore.broker import offsets_topic as OT
+from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES
+from logcore.broker.protocol import Request
+
+if TYPE_CHECKING:
+    from logcore.broker.broker import Result
+
+
+class GroupHandlers:
+    # ------------------------------------------------------------------ group coordinator
+    async def find_coordinator(self, req: Request) -> dict:
+        body = req.body
+        key_type = getattr(body, "key_type", 0)
+        if key_type != 0:
+            # No transaction coordinator. COORDINATOR_NOT_AVAILABLE made clients retry until
+            # their timeout; librdkafka's transactional producer fails init_transactions() at
+            # once only on TRANSACTIONAL_ID_AUTHORIZATION_FAILED (or CLUSTER_AUTHORIZATION_FAILED),
+            # and Java's and kafka-python's treat it as fatal too, so that is the answer, with a
+            # message that says why.
+            return {"throttle_time": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "error_message": "transactions are not supported by this broker (seglog): "
+                                     "use an idempotent producer without transactional.id",
+                    "node_id": -1, "host": "", "port": -1}
+        # The one broker coordinates every group. __consumer_offsets is created at the first
+        # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
+        return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
+                "node_id": self.node_id, "host": self.host, "port": self.port}
+
+    async def describe_groups(self, req: Request) -> dict:
+        return {"throttle_time": 0, "groups": [self.groups.describe(g) for g in req.body.groups]}
+
+    async def list_groups(self, req: Request) -> dict:
+        """ListGroups: every group this coordinator knows (all are classic groups), filtered by
+        state (v4+) and type (v5+) as Kafka does."""
+        states = {s.lower() for s in getattr(req.body, "states_filter", ()) or ()}
+        types = {t.lower() for t in getattr(req.body, "types_filter", ()) or ()}
+        groups = []
+        if not types or "classic" in types:
+            for group in list(self.groups.groups.values()):
+                if states and group.state.lower() not in states:
+                    continue
+                groups.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
+                               "group_state": group.state, "group_type": "classic"})
+        return {"throttle_time": 0, "error_code": E.NONE, "groups": groups}
+
+    async def join_group(self, req: Request) -> Result:
+        b = req.body
+        session_ms = int(b.session_timeout.total_seconds() * 1000)
+        rebalance = getattr(b, "rebalance_timeout", None)
+        return self.groups.join(
+            group_id=b.group_id, member_id=b.member_id,
+            group_instance_id=getattr(b, "group_instance_id", None), client_id=req.client_id or "",
+            client_host="", session_timeout_ms=session_ms,
+            rebalance_timeout_ms=int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms,
+            protocol_type=b.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in b.protocols],
+            require_known_member=req.api_version >= 4)
+
+    async def sync_group(self, req: Request) -> Result:
+        b = req.body
+        return self.groups.sync(group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
+                                assignments=[(a.member_id, bytes(a.assignment)) for a in b.assignments])
+
+    async def heartbeat(self, req: Request) -> dict:
+        b = req.body
+        return {"throttle_time": 0, "error_code": self.groups.heartbeat(
+            group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id)}
+
+    async def leave_group(self, req: Request) -> dict:
+        b = req.body
+        (code,) = self.groups.leave(b.group_id, [b.member_id])
+        return {"throttle_time": 0, "error_code": code}
+
+    async def offset_commit(self, req: Request) -> Result:
+        b = req.body
+        generation = b.generation_id_or_member_epoch
+        code = self.groups.check_commit(b.group_id, generation, b.member_id)
+        results: list[tuple[str, int, int]] = []
+        offsets: dict[tuple[str, int], OT.CommittedOffset] = {}
+        now = int(time.time() * 1000)
+        for t in b.topics:
+            for p in t.partitions:
+                error = code
+                if error == E.NONE:
+                    if self.partitions.get(t.name, p.partition_index) is None:
+                        error = E.UNKNOWN_TOPIC_OR_PARTITION
+                    elif p.committed_metadata is not None and \
+                            len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                        error = E.OFFSET_METADATA_TOO_LARGE
+                    else:
+                        offsets[(t.name, p.partition_index)] = OT.CommittedOffset(
+                            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                            p.committed_metadata or "", now)
+                results.append((t.name, p.partition_index, error))
+
+        async def finish() -> dict:
+            stored = await self.groups.commit_offsets(b.group_id, offsets)
+            by_topic: dict[str, list] = {}
+            for topic, index, error in results:
+                if error == E.NONE:
+                    error = stored
+                by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": error})
+            return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+        return finish()
+
+    async def offset_fetch(self, req: Request) -> dict:
+        b = req.body
+        v = req.api_version
+        if v >= 8:
+            groups = [(g.group_id, None if g.topics is None else
+                       [(t.name, list(t.partition_indexes)) for t in g.topics]) for g in b.groups]
+        else:
+            groups = [(b.group_id, None if b.topics is None else
+                       [(t.name, list(t.partition_indexes)) for t in b.topics])]
+        answers = []
+        for group_id, topics in groups:
+            found = self.groups.committed(group_id, topics)
+            answers.append({"group_id": group_id, "error_code": E.NONE, "topics": [
+                {"name": t, "partitions": [
+                    {"partition_index": p, "error_code": E.NONE,
+                     "committed_offset": c.offset if c else -1,
+                     "committed_leader_epoch": c.leader_epoch if c else -1,
+                     "metadata": c.metadata if c else ""} for p, c in parts]}
+                for t, parts in found]})
+        if v >= 8:
+            return {"throttle_time": 0, "groups": answers}
+        return {"throttle_time": 0, "error_code": E.NONE, "topics": answers[0]["topics"]}

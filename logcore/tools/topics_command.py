@@ -1,0 +1,102 @@
+"""`seglog topics`: create, list, describe, delete and grow the topics of a log root (kafka-topics)."""
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from logcore.errors import InvalidConfigError
+from logcore.log.config import (
+    colliding_topic,
+    load_properties,
+    topic_collision_warning,
+    validate_topic_name,
+    validate_topic_overrides,
+)
+from logcore.tools.arguments import _configs, _open_root, _properties_file
+
+
+def cmd_topics(args) -> int:
+    actions = [a for a in ("create", "list", "describe", "delete", "alter") if getattr(args, a)]
+    if len(actions) != 1:
+        raise InvalidConfigError("give exactly one of --create, --list, --describe, --delete, --alter")
+    action = actions[0]
+    out = sys.stdout
+    if action == "create":
+        name = args.create
+        validate_topic_name(name)
+        if args.partitions is None or args.partitions < 1:
+            raise InvalidConfigError(f"--create needs --partitions N with N >= 1, got {args.partitions}")
+        configs = _configs(args.config)
+        defaults = load_properties(_properties_file(args.defaults, "--defaults")) if args.defaults else None
+        validate_topic_overrides(configs, defaults)     # bad input fails before anything is written
+        root = _open_root(args, create=True, defaults=defaults)
+        try:
+            existing = root.list_topics()
+            if name in existing and args.if_not_exists:
+                return 0
+            other = colliding_topic(name, existing)
+            if other is not None:
+                raise InvalidConfigError(
+                    f"Topic {name!r} collides with existing topic {other!r}: '.' and '_' are the same in "
+                    "Kafka's metric names")
+            warning = topic_collision_warning(name, existing)
+            if warning:
+                sys.stderr.write(warning + "\n")
+            root.create_topic(name, args.partitions, configs)
+        finally:
+            root.close()
+        out.write(f"Created topic {name}.\n")
+        return 0
+
+    if args.config:
+        raise InvalidConfigError("--config applies to --create only")
+    root = _open_root(args, read_only=action in ("list", "describe"))
+    try:
+        if action == "list":
+            for name in root.list_topics():
+                out.write(name + "\n")
+        elif action == "describe":
+            names = [args.topic] if args.topic else root.list_topics()
+            for name in names:
+                _describe(root, name, out, args.all_configs)
+        elif action == "delete":
+            _require_topic(args, "--delete")
+            root.delete_topic(args.topic)
+            out.write(f"Deleted topic {args.topic}.\n")
+        elif action == "alter":
+            _require_topic(args, "--alter")
+            if args.partitions is None:
+                raise InvalidConfigError("--alter needs --partitions N (the new, larger count)")
+            current = root.describe_topic(args.topic).partitions
+            if args.partitions <= current:
+                raise InvalidConfigError(
+                    f"The topic {args.topic} currently has {current} partition(s); {args.partitions} would not "
+                    "be an increase (partitions can only be added)")
+            root.add_partitions(args.topic, args.partitions)
+            out.write(f"Topic {args.topic} now has {args.partitions} partitions.\n")
+    finally:
+        root.close()
+    return 0
+
+
+def _require_topic(args, action: str) -> None:
+    if not args.topic:
+        raise InvalidConfigError(f"{action} needs --topic T")
+
+
+def _describe(root, name: str, out: TextIO, all_configs: bool) -> None:
+    info = root.describe_topic(name)
+    if all_configs:
+        configs = root.topic_config(name).to_properties()
+    else:
+        configs = info.config
+    config_text = ",".join(f"{k}={v}" for k, v in sorted(configs.items()))
+    out.write(f"Topic: {info.name}\tTopicId: {info.topic_id}\tPartitionCount: {info.partitions}\t"
+              f"ReplicationFactor: 1\tConfigs: {config_text}\n")
+    for p in range(info.partitions):
+        log = root.log(name, p)
+        try:
+            out.write(f"\tTopic: {info.name}\tPartition: {p}\tLogStartOffset: {log.log_start_offset}\t"
+                      f"HighWatermark: {log.high_watermark}\tLogEndOffset: {log.log_end_offset}\n")
+        finally:
+            log.close()
