@@ -1,3 +1,4 @@
+# Over 600 lines: the sink's writers (stream, batch, broker-routed) share one commit protocol and its staging helpers.
 """The seglog sink: `df.writeStream.format("seglog")` (exactly-once) and `df.write.format("seglog")`.
 
 Protocol (docs/sink-protocol.md has the full argument):

@@ -1,4 +1,3 @@
-# Over 600 lines: one handler per Kafka API the broker serves, over shared partition and group state.
 """The broker: request handlers over the log root it serves.
 
 Each handler takes a parsed `Request` and returns the response as a dict of Kafka field names

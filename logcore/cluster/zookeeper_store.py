@@ -1,3 +1,4 @@
+# Over 600 lines: one store over every znode kind Kafka keeps (brokers, topics, partition state, controller, configs, admin).
 """Cluster metadata in ZooKeeper with Kafka's (2.x, ZooKeeper-mode) znode layout and JSON.
 
     /brokers/ids/<id>                          ephemeral: the broker's registration; its czxid is

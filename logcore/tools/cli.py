@@ -1,4 +1,3 @@
-# Over 600 lines: the parsers and handlers of every seglog subcommand, in one command table.
 """`seglog`: the command line, shaped like Kafka's console tools.
 
     seglog topics  --root R --create T --partitions N [--config k=v ...] | --list | --describe | ...
