@@ -149,12 +149,11 @@ def _xerial_snappy_compress(data) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_decompress(data) -> bytes:
-    view = memoryview(data)
+def _snappy_blocks(view: memoryview) -> list[memoryview]:
+    """The raw snappy blocks of `view`: its xerial-framed blocks, or `view` itself (plain snappy)."""
     if len(view) < 16 or view[:8] != XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(view))
-    pos, end = 16, len(view)
-    out = []
+        return [view]
+    blocks, pos, end = [], 16, len(view)
     while pos < end:
         if end - pos < 4:
             raise CorruptRecordError("truncated xerial snappy block length")
@@ -162,9 +161,13 @@ def _snappy_decompress(data) -> bytes:
         pos += 4
         if n < 0 or pos + n > end:
             raise CorruptRecordError(f"xerial snappy block of {n} bytes runs past the end of the data")
-        out.append(bytes(cramjam.snappy.decompress_raw(view[pos:pos + n])))
+        blocks.append(view[pos:pos + n])
         pos += n
-    return b"".join(out)
+    return blocks
+
+
+def _snappy_decompress(data) -> bytes:
+    return b"".join(bytes(cramjam.snappy.decompress_raw(block)) for block in _snappy_blocks(memoryview(data)))
 
 
 def _lz4_decompress(data) -> bytes:
@@ -257,20 +260,7 @@ def _snappy_raw_length(view: memoryview) -> int:
 
 
 def _unsnappy_bounded(view: memoryview, limit: int, out: bytearray) -> None:
-    if len(view) < 16 or view[:8] != XERIAL_MAGIC:
-        blocks = [view]
-    else:
-        blocks, pos, end = [], 16, len(view)
-        while pos < end:
-            if end - pos < 4:
-                raise CorruptRecordError("truncated xerial snappy block length")
-            (n,) = _INT32.unpack_from(view, pos)
-            pos += 4
-            if n < 0 or pos + n > end:
-                raise CorruptRecordError(f"xerial snappy block of {n} bytes runs past the end of the data")
-            blocks.append(view[pos:pos + n])
-            pos += n
-    for block in blocks:
+    for block in _snappy_blocks(view):
         # snappy checks that a block inflates to exactly its declared length
         if len(out) + _snappy_raw_length(block) > limit:
             raise _too_large("snappy", limit)
