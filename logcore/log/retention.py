@@ -156,10 +156,7 @@ class LogRetention:
             target = min(offset, self.high_watermark)
             if target <= self.log_start_offset:
                 return RetentionResult(0, 0, self.log_start_offset)
-            count = 0
-            while (count + 1 < len(self.segments)
-                   and self.segments[count + 1].base_offset <= target):
-                count += 1
+            count = self._segments_wholly_below(target)
             return self._delete_oldest_locked(count, target, now, (reason,) * count)
 
     def delete_records_before(self, offset: int) -> RetentionResult:
@@ -184,11 +181,15 @@ class LogRetention:
                     log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
             if target <= self.log_start_offset:
                 return RetentionResult(0, 0, self.log_start_offset)
-            count = 0
-            while (count + 1 < len(self.segments)
-                   and self.segments[count + 1].base_offset <= target):
-                count += 1
+            count = self._segments_wholly_below(target)
             return self._delete_oldest_locked(count, target, now, ("delete records",) * count)
+
+    def _segments_wholly_below(self, offset: int) -> int:
+        """How many of the oldest segments end at or below `offset` (the active one never counts)."""
+        count = 0
+        while count + 1 < len(self.segments) and self.segments[count + 1].base_offset <= offset:
+            count += 1
+        return count
 
     def _segment_infos(self) -> list[SegmentInfo]:
         infos = []
