@@ -367,7 +367,8 @@ class LogRoot:
     # ------------------------------------------------------------------ partitions
     def log(self, topic: str, partition: int, *, writer: bool = False,
             truncate_uncommitted: bool = True, only_if_free: bool = False,
-            resume: tuple[int, str] | None = None, repair: bool = False) -> Log:
+            resume: tuple[int, str] | None = None, repair: bool = False,
+            replica: bool = False) -> Log:
         """The partition's log; writer=True takes the partition (fencing any earlier writer),
         or with only_if_free=True raises PartitionInUseError when another writer holds it.
 
@@ -377,7 +378,10 @@ class LogRoot:
 
         repair=True (with writer=True; `seglog repair`): recovery checks every segment and cuts
         the log at the first damaged batch even below the committed HW; `log.recovery` says
-        what went."""
+        what went.
+
+        replica=True (with writer=True, local disk; a cluster broker's log): the leader epoch
+        is given from outside and opening never truncates (logcore.log.replication)."""
         if resume is not None and not writer:
             raise ValueError("LogRoot.log: resume= is for writers (writer=True)")
         info = self.describe_topic(topic)
@@ -406,7 +410,7 @@ class LogRoot:
         log = Log(storage, d, topic, partition, config, state, fence=fence,
                   read_only=self.read_only or not writer, kafka_clean=kafka_clean,
                   truncate_uncommitted=truncate_uncommitted, remote=remote, resume=resume,
-                  repair=repair and writer, kafka_copy=self.kafka_copy)
+                  repair=repair and writer, kafka_copy=self.kafka_copy, replica=replica)
         self._open_logs.append(log)
         return log
 
