@@ -513,12 +513,22 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
         return max(0, bisect.bisect_right(self.bases, offset) - 1)
 
     # ------------------------------------------------------------------ truncation and close
-    def truncate_to(self, offset: int, *, below_high_watermark: bool = False) -> None:
+    def truncate_to(self, offset: int, *, below_high_watermark: bool = False,
+                    expected_end: int | None = None) -> bool:
         """Remove every offset >= `offset` (a writer dropping uncommitted data, or a follower
         cutting where it diverged from the leader: the leader's `end_offset_for_epoch` of the
         follower's latest epoch). A cut below the HW removes committed data: it raises
-        OffsetOutOfRangeError unless `below_high_watermark=True` says it is meant."""
+        OffsetOutOfRangeError unless `below_high_watermark=True` says it is meant. The epoch
+        cache loses its entries from `offset` on, also when `offset` is at or past the LEO.
+
+        `expected_end`: do nothing and return False unless the LEO is that (checked under the
+        writer's lock: a follower cuts only the log its decision was made on). Else True."""
         with self._critical():
+            if expected_end is not None and self.log_end_offset != expected_end:
+                return False
+            if offset >= self.log_end_offset:
+                self.epoch_cache.truncate_from_end(offset)
+                return True
             committed = self.high_watermark
             if offset < committed and not below_high_watermark and offset < self.log_end_offset:
                 raise OffsetOutOfRangeError(
@@ -534,6 +544,7 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
                                         log_start_offset=self.log_start_offset,
                                         first_segment_base=first, epoch=self.leader_epoch,
                                         recovery_point=self.recovery_point)
+            return True
 
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self.log_end_offset:
