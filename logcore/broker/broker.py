@@ -92,7 +92,9 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
         from the catalog, leadership and replication from the replica manager."""
         from logcore.broker.cluster_fetch import ClusterFetch
         from logcore.broker.replica_manager import ReplicaManager
+        from logcore.broker.producer_ids import ClusterProducerIdAllocator
         self.catalog = catalog
+        self.producer_ids = ClusterProducerIdAllocator(store, self.node_id)
         self.cluster = ReplicaManager(self, store, catalog)
         self.cluster_fetch = ClusterFetch(self.cluster)
         self.partitions.replica_logs = True
