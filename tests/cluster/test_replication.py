@@ -103,6 +103,17 @@ def test_replicated_topic_acks_all_and_identical_replicas(cluster):
             assert acked[v] == (p, o)
     # Followers keep the leader's bytes: the three copies of each partition are identical.
     cluster.wait_for(lambda: _replicas_identical(cluster, "t", 3), 30, "identical replicas")
+    # Every broker records each replica's HW in its replication-offset-checkpoint (Kafka's format).
+    counts = {p: len(recs) for p, recs in read.items()}
+
+    def checkpointed():
+        for b in cluster.brokers.values():
+            lines = (b.log_dir / "replication-offset-checkpoint").read_text().split("\n")
+            entries = {(t, int(p)): int(o) for t, p, o in (line.split() for line in lines[2:] if line.strip())}
+            if any(entries.get(("t", p)) != n for p, n in counts.items()):
+                return False
+        return True
+    cluster.wait_for(checkpointed, 10, "every replica's HW in replication-offset-checkpoint")
 
 
 def test_kafka_python_client_on_the_cluster(cluster):
