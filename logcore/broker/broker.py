@@ -99,6 +99,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
         self.cluster_fetch = ClusterFetch(self.cluster)
         self.partitions.replica_logs = True
         self.partitions.after_append = self.cluster.after_append
+        self.maintenance.role = self.cluster.role_of
         self.handlers[43] = self.elect_leaders
         self.served[43] = ("ElectLeaders", 0, 2)
 
