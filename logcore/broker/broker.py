@@ -99,6 +99,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
         self.cluster_fetch = ClusterFetch(self.cluster)
         self.partitions.replica_logs = True
         self.partitions.after_append = self.cluster.after_append
+        self.maintenance.role = self.cluster.role_of
         # Groups follow the leadership of their __consumer_offsets partition.
         self.groups.attach_cluster(self.cluster, self.config["offsets.commit.timeout.ms"])
         self.handlers[43] = self.elect_leaders

@@ -40,7 +40,7 @@ def _produce(cluster, topic, values, *, acks="all", extra=None, timeout=60.0):
         else:
             failed[msg.value()] = err.name()
     for v in values:
-        p.produce(topic, value=v, on_delivery=report)
+        p.produce(topic, key=v, value=v, on_delivery=report)     # keyed: spread over partitions
         p.poll(0)
     p.flush(timeout + 10)
     return acked, failed
@@ -79,7 +79,7 @@ def _segment_bytes(broker, topic, partition) -> bytes:
 def _replicas_identical(cluster, topic, partitions) -> bool:
     for p in range(partitions):
         copies = {b.id: _segment_bytes(b, topic, p) for b in cluster.brokers.values()}
-        if len(set(copies.values())) != 1 or not next(iter(copies.values())):
+        if len(set(copies.values())) != 1:
             return False
     return True
 
@@ -103,6 +103,17 @@ def test_replicated_topic_acks_all_and_identical_replicas(cluster):
             assert acked[v] == (p, o)
     # Followers keep the leader's bytes: the three copies of each partition are identical.
     cluster.wait_for(lambda: _replicas_identical(cluster, "t", 3), 30, "identical replicas")
+    # Every broker records each replica's HW in its replication-offset-checkpoint (Kafka's format).
+    counts = {p: len(recs) for p, recs in read.items()}
+
+    def checkpointed():
+        for b in cluster.brokers.values():
+            lines = (b.log_dir / "replication-offset-checkpoint").read_text().split("\n")
+            entries = {(t, int(p)): int(o) for t, p, o in (line.split() for line in lines[2:] if line.strip())}
+            if any(entries.get(("t", p)) != n for p, n in counts.items()):
+                return False
+        return True
+    cluster.wait_for(checkpointed, 10, "every replica's HW in replication-offset-checkpoint")
 
 
 def test_kafka_python_client_on_the_cluster(cluster):
