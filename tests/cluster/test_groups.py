@@ -19,7 +19,8 @@ from logcore.wire.client import KafkaConnection  # noqa: E402
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
 DESCRIBE_GROUPS, LIST_GROUPS, METADATA = 15, 16, 3
-NONE, UNKNOWN_TOPIC_OR_PARTITION, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 3, 15, 16
+NONE, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT = 0, 3, 7
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
 OFFSETS_PARTITIONS = 3          # offsets.topic.num.partitions in seglog_cluster.FAST
 
 
@@ -130,6 +131,37 @@ def test_offsets_topic_created_at_first_find_coordinator_once_enough_brokers_liv
         folder = b.log_dir / f"{OT.TOPIC}-{p}"
         cluster.wait_for(lambda: b"g1" in b"".join(f.read_bytes() for f in folder.glob("*.log")), 10,
                          f"the commit record on broker {b.id}")
+
+
+def test_offset_commit_is_acknowledged_only_once_replicated(cluster):
+    """acks=all for the coordinator's records: with both followers of the group's partition
+    stopped (SIGSTOP) the commit is appended but not acknowledged (offsets.commit.timeout.ms,
+    5 s) and the coordinator does not serve it; resumed, commits are acknowledged again."""
+    cluster.create_topic("data", partitions=1, rf=3)
+    coordinator = _coordinator(cluster, "g2")
+    cluster.wait_for(lambda: all(len(isr) == 3 for _l, _r, isr in cluster.metadata(OT.TOPIC).values()), 30,
+                     "full ISRs of __consumer_offsets")
+    cluster.wait_for(lambda: _commit(cluster, coordinator, "g2", "data", {0: 5}) == [NONE], 20, "a first commit")
+    followers = [b for b in (1, 2, 3) if b != coordinator]
+    for b in followers:
+        cluster.brokers[b].pause()
+    try:
+        t0 = time.monotonic()
+        codes = _commit(cluster, coordinator, "g2", "data", {0: 9})
+        waited = time.monotonic() - t0
+        assert codes in ([REQUEST_TIMED_OUT], [COORDINATOR_NOT_AVAILABLE]), codes
+        assert waited >= 4.5, f"answered after {waited:.2f} s, before the commit timeout"
+        assert _fetch(cluster, coordinator, "g2", "data", [0]) == (NONE, {0: 5})
+    finally:
+        for b in followers:
+            cluster.brokers[b].resume()
+
+    def committed_again():
+        node = _coordinator(cluster, "g2")
+        return _commit(cluster, node, "g2", "data", {0: 11}) == [NONE] and \
+            _fetch(cluster, node, "g2", "data", [0]) == (NONE, {0: 11})
+    cluster.wait_for(committed_again, 60, "a commit acknowledged after the followers resumed", interval=0.5)
+    print(f"commit with both followers stopped answered {codes} after {waited:.2f} s")
 
 
 def _consumer(cluster, group: str, **conf):
