@@ -20,7 +20,7 @@ from logcore.wire.client import KafkaConnection  # noqa: E402
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
 DESCRIBE_GROUPS, LIST_GROUPS, METADATA = 15, 16, 3
 NONE, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT = 0, 3, 7
-COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
 OFFSETS_PARTITIONS = 3          # offsets.topic.num.partitions in seglog_cluster.FAST
 
 
@@ -162,6 +162,53 @@ def test_offset_commit_is_acknowledged_only_once_replicated(cluster):
             _fetch(cluster, node, "g2", "data", [0]) == (NONE, {0: 11})
     cluster.wait_for(committed_again, 60, "a commit acknowledged after the followers resumed", interval=0.5)
     print(f"commit with both followers stopped answered {codes} after {waited:.2f} s")
+
+
+def test_new_coordinator_answers_load_in_progress_until_the_groups_are_loaded(cluster):
+    """Tens of thousands of commit records in the group's partition: after the SIGKILL of the
+    coordinator, the new leader of the partition answers COORDINATOR_LOAD_IN_PROGRESS while it
+    reads them back, then the last committed offsets."""
+    wide = 300
+    cluster.create_topic("wide", partitions=wide, rf=1)
+    coordinator = _coordinator(cluster, "load")
+    cluster.wait_for(lambda: all(len(isr) == 3 for _l, _r, isr in cluster.metadata(OT.TOPIC).values()), 30,
+                     "full ISRs of __consumer_offsets")
+    cluster.wait_for(lambda: _commit(cluster, coordinator, "load", "wide", {0: 0}) == [NONE], 20, "a first commit")
+    rounds = 150
+    with KafkaConnection("127.0.0.1", cluster.brokers[coordinator].port, timeout_s=30) as conn:
+        for r in range(1, rounds + 1):
+            answer = conn.request(OFFSET_COMMIT, {
+                "group_id": "load", "generation_id_or_member_epoch": -1, "member_id": "",
+                "topics": [{"name": "wide", "partitions": [
+                    {"partition_index": p, "committed_offset": r * 1000 + p, "committed_metadata": ""}
+                    for p in range(wide)]}]})
+            assert {int(p.error_code) for t in answer.topics for p in t.partitions} == {NONE}
+    cluster.brokers[coordinator].kill()
+    others = [b for b in (1, 2, 3) if b != coordinator]
+    seen: dict[int, list[int]] = {b: [] for b in others}
+    conns = {b: KafkaConnection("127.0.0.1", cluster.brokers[b].port, timeout_s=10).connect() for b in others}
+    try:
+        deadline = time.monotonic() + 60
+        new = None
+        while new is None and time.monotonic() < deadline:
+            for b, conn in conns.items():
+                g = conn.request(OFFSET_FETCH, {"groups": [{"group_id": "load", "topics": [
+                    {"name": "wide", "partition_indexes": [0, wide - 1]}]}]}).groups[0]
+                code = int(g.error_code)
+                if not seen[b] or seen[b][-1] != code:
+                    seen[b].append(code)
+                if code == NONE:
+                    new = b
+                    assert {int(p.partition_index): int(p.committed_offset) for t in g.topics
+                            for p in t.partitions} == {0: rounds * 1000, wide - 1: rounds * 1000 + wide - 1}
+    finally:
+        for conn in conns.values():
+            conn.close()
+    assert new is not None, seen
+    # Not the coordinator, then loading, then serving the loaded offsets.
+    assert seen[new] == [NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, NONE], seen
+    loaded = [line for line in cluster.brokers[new].log_text().splitlines() if "records loaded in" in line]
+    print(f"broker {new}: {loaded[-1].split(': ', 1)[-1]}")
 
 
 def _consumer(cluster, group: str, **conf):
