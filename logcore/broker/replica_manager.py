@@ -1,3 +1,4 @@
+# Over 600 lines: one state machine (ZooKeeper views, role transitions, ISR, HW, acks=all) whose parts share its per-partition state.
 """A cluster member's replicas: which partitions this broker leads or follows, as ZooKeeper says.
 
 Design (replication.md 4.9, the watch-based one): every broker watches ZooKeeper itself; there
