@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from logcore.broker import errors as E
 from logcore.broker import offsets_topic as OT
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, _join_error, _sync_error
-from logcore.errors import SegLogError, TopicExistsError
+from logcore.errors import TopicExistsError
 from logcore.wire.protocol import Request
 
 logger = logging.getLogger("logcore.broker.broker")
@@ -77,20 +77,21 @@ class GroupHandlers:
         rm = self.cluster
         rf = self.config["offsets.topic.replication.factor"]
         count = self.config["offsets.topic.num.partitions"]
-        live = len(rm.brokers)
-        if live < rf:
-            message = (f"{OT.TOPIC} not created: offsets.topic.replication.factor={rf} but only {live}"
-                       f" live brokers {sorted(rm.brokers)}")
-            logger.warning("%s", message)
-            return message
         config = {**OT.TOPIC_CONFIG, "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
         try:
+            # Asked of ZooKeeper, not of this broker's view (which may lag: a broker just started).
+            live = sorted(await asyncio.to_thread(rm.store.brokers))
+            if len(live) < rf:
+                message = (f"{OT.TOPIC} not created: offsets.topic.replication.factor={rf} but only"
+                           f" {len(live)} live brokers {live}")
+                logger.warning("%s", message)
+                return message
             await asyncio.to_thread(self.catalog.create_topic, OT.TOPIC, count, config, replication_factor=rf)
             logger.info("created %s in the cluster (%d partitions, replication factor %d, compacted)",
                         OT.TOPIC, count, rf)
         except TopicExistsError:
             pass
-        except SegLogError as exc:
+        except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
             logger.warning("creating %s failed: %s", OT.TOPIC, exc)
             return f"{OT.TOPIC} could not be created: {exc}"
         await self._await_cluster(lambda: OT.TOPIC in self.cluster.assignments, 5.0)
