@@ -29,6 +29,8 @@ def cluster(tmp_path, zk_hosts):
     c = SeglogCluster(tmp_path, zk_hosts, size=3, props={"min.insync.replicas": "2"})
     try:
         c.start()
+        # Each broker registers once it serves, and learns of the others through its watches.
+        c.wait_for(lambda: all(len(_live_brokers(c, b)) == 3 for b in (1, 2, 3)), 30, "every broker seeing all three")
         yield c
     finally:
         c.close()
