@@ -28,7 +28,10 @@ the run invalid) and `stats` (counts and liveness figures, reported, never faili
                 final read no longer has (the record changed or vanished)
 3. duplicate    one value at two offsets (sends, polls and the final read together)
 4. aborted-read a value whose send definitely failed, seen in a poll or in the final read
-5. poll-skip / nonmonotonic-poll / poll-above-hw  per consumer and key, within one assignment
+5. poll-skip / nonmonotonic-poll / poll-above-hw  per consumer and key, within one assignment;
+                offset-out-of-range: a consumer positioned at an offset it had read (so at or
+                below a high watermark it was told) was refused with OFFSET_OUT_OF_RANGE (the
+                consumers run with auto.offset.reset=error so that this surfaces; S7)
 6. nonmonotonic-send  a producer's acknowledged offsets of one key not increasing in send order
 7. hw-regression  the high watermark of one key going back within one leader epoch
 8. replica-divergence (check_replicas)  after healing, each replica's batches up to the high
@@ -143,6 +146,9 @@ def check(history: list[dict], final: dict) -> Result:
                 where[ev["value"]].add((ev["key"], ev["offset"]))
             elif typ in ("fail", "info"):
                 errors["poll:" + str(ev.get("error"))] += 1
+                if "OFFSET_OUT_OF_RANGE" in str(ev.get("error")) or "AUTO_OFFSET_RESET" in str(ev.get("error")):
+                    res.add("offset-out-of-range", proc=ev.get("proc"), key=ev.get("key"),
+                            error=ev.get("error"), message=ev.get("message"), index=i)
     for key, (records, _start, _end, _c) in finals.items():
         for o, v in records.items():
             where[v].add((key, o))

@@ -286,7 +286,7 @@ class Cluster:
     def metadata_brokers(self, node: BrokerNode) -> set[int]:
         """The broker ids `node` lists in a Metadata response (empty when it does not answer)."""
         from confluent_kafka.admin import AdminClient
-        admin = AdminClient({"bootstrap.servers": node.address, "socket.timeout.ms": 3000})
+        admin = AdminClient({"bootstrap.servers": node.address, "socket.timeout.ms": 3000, "log_level": 0})
         try:
             md = admin.list_topics(timeout=3)
         except Exception:               # noqa: BLE001 - not serving yet
@@ -385,6 +385,26 @@ class Cluster:
         for p in proxies:
             p.set_mode("delay", seconds)
 
+    def chop_tail(self, i: int, topic: str, partition: int, batches: int) -> int:
+        """Lost unflushed tail ("power loss", replication.md 6.2): with broker i stopped, cut
+        the last `batches` batches off the partition's active segment. Returns the new end
+        offset of the segment."""
+        from logcore.records.batch import iter_batches
+        node = self.nodes[i]
+        if node.alive():
+            raise ClusterError(f"chop_tail: broker {i} is running (pid {node.pid}); kill it first")
+        segs = sorted((node.log_dir / f"{topic}-{partition}").glob("*.log"))
+        if not segs:
+            raise ClusterError(f"chop_tail: no segment of {topic}-{partition} in {node.log_dir}")
+        seg = segs[-1]
+        data = seg.read_bytes()
+        found = [(pos, h) for pos, h in iter_batches(data, source=str(seg))]
+        keep = found[:max(0, len(found) - batches)]
+        size = keep[-1][0] + keep[-1][1].size if keep else 0
+        with open(seg, "r+b") as f:
+            f.truncate(size)
+        return keep[-1][1].next_offset if keep else int(seg.stem)
+
     # ------------------------------------------------------------------ ZooKeeper faults
     def kill_zookeeper_leader(self):
         """SIGKILL the ensemble's leader (or the standalone server); returns that node."""
@@ -401,7 +421,7 @@ class Cluster:
     # ------------------------------------------------------------------ cluster state via clients
     def admin(self):
         from confluent_kafka.admin import AdminClient
-        return AdminClient({"bootstrap.servers": self.bootstrap})
+        return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
 
     def create_topic(self, name: str, partitions: int, replication_factor: int | None = None,
                      config: dict | None = None, timeout: float = 30) -> None:

@@ -195,6 +195,15 @@ def test_poll_above_the_high_watermark():
     assert kinds(check(h.events, final)) == {"poll-above-hw"}
 
 
+def test_consumer_refused_with_offset_out_of_range():
+    h, final = clean()
+    h._ev(proc="c0", type="fail", f="poll", key=0, error="_AUTO_OFFSET_RESET",
+          message="fetch failed due to requested offset not available on the broker")
+    res = check(h.events, final)
+    assert kinds(res) == {"offset-out-of-range"}
+    assert res.stats["errors"]["poll:_AUTO_OFFSET_RESET"] == 1
+
+
 def test_nonmonotonic_send():
     h, final = clean()
     # p0 sends 400 then 401; the later one lands at the lower offset
