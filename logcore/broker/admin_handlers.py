@@ -70,6 +70,8 @@ class AdminHandlers:
 
     # ------------------------------------------------------------------ CreateTopics / DeleteTopics
     async def create_topics(self, req: Request) -> dict:
+        if self.cluster is not None:
+            return await self._cluster_create_topics(req)
         return {"throttle_time": 0, "topics": await asyncio.to_thread(self._create_topics, req.body)}
 
     def _create_topics(self, body) -> list[dict]:
@@ -129,6 +131,8 @@ class AdminHandlers:
             wanted = [(t.name, t.topic_id) for t in body.topics]
         else:
             wanted = [(n, None) for n in body.topic_names]
+        if self.cluster is not None:
+            return await self._cluster_delete_topics(req, wanted)
         return {"throttle_time": 0, "responses": await asyncio.to_thread(self._delete_topics, wanted)}
 
     def _delete_topics(self, wanted) -> list[dict]:

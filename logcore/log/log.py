@@ -80,8 +80,12 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
                  fence=None, read_only: bool = False, kafka_clean: bool = False,
                  truncate_uncommitted: bool = True, remote: RemoteLogView | None = None,
                  resume: tuple[int, str] | None = None, repair: bool = False,
-                 kafka_copy: bool = False):
+                 kafka_copy: bool = False, replica: bool = False):
         self.storage = storage
+        # replica (a cluster member's log, local disk): the leader epoch is given from outside
+        # (become_leader / become_follower), opening never truncates, and the HW moves only by
+        # maybe_increment_high_watermark / update_high_watermark, never by a commit.
+        self.replica = replica
         self._kafka_copy = kafka_copy
         # repair (`seglog repair`): recovery checks every segment and may cut committed data.
         self._repair = repair
@@ -98,7 +102,7 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
         self.fence = fence
         self.read_only = read_only or storage.read_only
         self.writer = fence is not None
-        self.truncate_uncommitted = truncate_uncommitted
+        self.truncate_uncommitted = truncate_uncommitted and not replica
         # Hot-path copies of the config (read on every append).
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
@@ -131,10 +135,15 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         if self.writer and self.read_only:
             raise ReadOnlyLogError(f"cannot open {directory} for writing: the log is read-only")
+        if replica and not (self.writer and storage.is_local):
+            raise SegLogError(f"{directory}: a replica log is a writer on local disk")
         if self.writer:
             # resume: take the epoch back if nobody took the partition since (WriterFence);
-            # the load below cuts an uncommitted tail either way.
-            self.leader_epoch = fence.acquire(resume=resume)
+            # the load below cuts an uncommitted tail either way. A replica holds the fence
+            # only as the lock of its directory: its epoch comes from the controller.
+            epoch = fence.acquire(resume=resume)
+            if not replica:
+                self.leader_epoch = epoch
         try:
             with self._critical() if self.writer else nullcontext():
                 self._load(kafka_clean)
@@ -400,7 +409,9 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
                             results.append(exc)
                 finally:
                     self._nonblocking = False
-                if self.high_watermark < self.log_end_offset:
+                if self.high_watermark < self.log_end_offset and not self.replica:
+                    # A replica's HW moves with replication, and its checkpoint is written on
+                    # its own schedule (replica.high.watermark.checkpoint.interval.ms).
                     # A moved recovery point is written durably (fsync); the root files are
                     # replaced under the root lock: both are left to the blocking path.
                     if (self.recovery_point != self._checkpointed_recovery_point
@@ -502,12 +513,22 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
         return max(0, bisect.bisect_right(self.bases, offset) - 1)
 
     # ------------------------------------------------------------------ truncation and close
-    def truncate_to(self, offset: int, *, below_high_watermark: bool = False) -> None:
+    def truncate_to(self, offset: int, *, below_high_watermark: bool = False,
+                    expected_end: int | None = None) -> bool:
         """Remove every offset >= `offset` (a writer dropping uncommitted data, or a follower
         cutting where it diverged from the leader: the leader's `end_offset_for_epoch` of the
         follower's latest epoch). A cut below the HW removes committed data: it raises
-        OffsetOutOfRangeError unless `below_high_watermark=True` says it is meant."""
+        OffsetOutOfRangeError unless `below_high_watermark=True` says it is meant. The epoch
+        cache loses its entries from `offset` on, also when `offset` is at or past the LEO.
+
+        `expected_end`: do nothing and return False unless the LEO is that (checked under the
+        writer's lock: a follower cuts only the log its decision was made on). Else True."""
         with self._critical():
+            if expected_end is not None and self.log_end_offset != expected_end:
+                return False
+            if offset >= self.log_end_offset:
+                self.epoch_cache.truncate_from_end(offset)
+                return True
             committed = self.high_watermark
             if offset < committed and not below_high_watermark and offset < self.log_end_offset:
                 raise OffsetOutOfRangeError(
@@ -523,6 +544,7 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
                                         log_start_offset=self.log_start_offset,
                                         first_segment_base=first, epoch=self.leader_epoch,
                                         recovery_point=self.recovery_point)
+            return True
 
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self.log_end_offset:

@@ -281,7 +281,10 @@ class LogRoot:
     def topic_config(self, name: str) -> LogConfig:
         return LogConfig.from_props(self.describe_topic(name).config, self.defaults())
 
-    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> TopicInfo:
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None, *,
+                     topic_id: str | None = None) -> TopicInfo:
+        """Create a topic; `topic_id` (Kafka's base64 form) keeps an id given elsewhere (a
+        cluster member's replica of a topic the cluster created), else a new one is drawn."""
         self._require_writable()
         validate_topic_name(name)
         if not isinstance(partitions, int) or partitions < 1:
@@ -290,7 +293,7 @@ class LogRoot:
         validate_topic_overrides(overrides)
         defaults = self.defaults()
         check_topic_against_root(name, LogConfig.from_props(overrides, defaults), defaults)
-        topic_id = format_topic_id(new_topic_id())
+        topic_id = format_topic_id(parse_topic_id(topic_id) if topic_id else new_topic_id())
 
         def add(doc):
             if name in doc["topics"]:
@@ -367,7 +370,8 @@ class LogRoot:
     # ------------------------------------------------------------------ partitions
     def log(self, topic: str, partition: int, *, writer: bool = False,
             truncate_uncommitted: bool = True, only_if_free: bool = False,
-            resume: tuple[int, str] | None = None, repair: bool = False) -> Log:
+            resume: tuple[int, str] | None = None, repair: bool = False,
+            replica: bool = False) -> Log:
         """The partition's log; writer=True takes the partition (fencing any earlier writer),
         or with only_if_free=True raises PartitionInUseError when another writer holds it.
 
@@ -377,7 +381,10 @@ class LogRoot:
 
         repair=True (with writer=True; `seglog repair`): recovery checks every segment and cuts
         the log at the first damaged batch even below the committed HW; `log.recovery` says
-        what went."""
+        what went.
+
+        replica=True (with writer=True, local disk; a cluster broker's log): the leader epoch
+        is given from outside and opening never truncates (logcore.log.replication)."""
         if resume is not None and not writer:
             raise ValueError("LogRoot.log: resume= is for writers (writer=True)")
         info = self.describe_topic(topic)
@@ -406,7 +413,7 @@ class LogRoot:
         log = Log(storage, d, topic, partition, config, state, fence=fence,
                   read_only=self.read_only or not writer, kafka_clean=kafka_clean,
                   truncate_uncommitted=truncate_uncommitted, remote=remote, resume=resume,
-                  repair=repair and writer, kafka_copy=self.kafka_copy)
+                  repair=repair and writer, kafka_copy=self.kafka_copy, replica=replica)
         self._open_logs.append(log)
         return log
 
