@@ -499,7 +499,9 @@ def run_once(base: Path, opts: Options, before_final=None) -> RunReport:
         final = final_read(c, hws)
         h.close()
         res = check(h.events, final)
-        replicas = {p: {b: read_replica(n.log_dir, TOPIC, p) for b, n in c.nodes.items()} for p in hws}
+        assignment = c.describe(TOPIC)
+        replicas = {p: {b: read_replica(c.nodes[b].log_dir, TOPIC, p) for b in assignment[p]["replicas"]}
+                    for p in hws}
         res.merge(check_replicas(replicas, hws))
         (base / "final.json").write_text(json.dumps(final))
         report = RunReport(opts.seed, res, nemesis.faults, h.path, time.monotonic() - t0,
