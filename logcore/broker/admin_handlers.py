@@ -12,11 +12,11 @@ import logging
 from logcore.broker import errors as E
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS
-from logcore.broker.protocol import ZERO_UUID, Request
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import CONFIG_KEYS, ConfigType, resolve_root_defaults
 from logcore.storage.secrets import redact_url
 from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
+from logcore.wire.protocol import ZERO_UUID, Request
 
 
 # The broker's log: these lines keep the logger name they had when the handlers were in broker.py.

@@ -30,13 +30,13 @@ from logcore.broker.group_handlers import GroupHandlers
 from logcore.broker.groups import GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import PartitionManager
-from logcore.broker.produce_codec import encode_produce_results
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
-from logcore.broker.protocol import ZERO_UUID, Request
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 from logcore.log.partition_metadata import parse_topic_id
+from logcore.wire.produce_codec import encode_produce_results
+from logcore.wire.protocol import ZERO_UUID, Request
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,9 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
         from the catalog, leadership and replication from the replica manager."""
         from logcore.broker.cluster_fetch import ClusterFetch
         from logcore.broker.replica_manager import ReplicaManager
+        from logcore.broker.producer_ids import ClusterProducerIdAllocator
         self.catalog = catalog
+        self.producer_ids = ClusterProducerIdAllocator(store, self.node_id)
         self.cluster = ReplicaManager(self, store, catalog)
         self.cluster_fetch = ClusterFetch(self.cluster)
         self.partitions.replica_logs = True

@@ -16,7 +16,7 @@ import uuid
 
 from logcore.broker import errors as E
 from logcore.broker import offsets_topic as OT
-from logcore.broker.protocol import ZERO_UUID
+from logcore.wire.protocol import ZERO_UUID
 from logcore.cluster.zookeeper_store import NO_LEADER
 from logcore.errors import (InvalidConfigError, InvalidReplicationFactorError, SegLogError,
                             TopicExistsError, TopicNotFoundError, ZkVersionConflictError)

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from logcore.broker import errors as E
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.cluster_fetch import DivergedPartition, replica_id_of
-from logcore.broker.protocol import Request
 from logcore.errors import CorruptRecordError, SegLogError
 from logcore.log.file_slice import FileSlice
+from logcore.wire.protocol import Request
 
 if TYPE_CHECKING:
     from logcore.broker.broker import Result

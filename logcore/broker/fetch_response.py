@@ -16,8 +16,8 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from logcore.broker.wire import array_length, uvarint
 from logcore.log.file_slice import FileSlice
+from logcore.wire.primitives import array_length, uvarint
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")

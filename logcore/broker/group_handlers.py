@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from logcore.broker import errors as E
 from logcore.broker import offsets_topic as OT
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES
-from logcore.broker.protocol import Request
+from logcore.wire.protocol import Request
 
 if TYPE_CHECKING:
     from logcore.broker.broker import Result

@@ -21,13 +21,13 @@ from logcore.broker.cluster_member import ClusterMember
 from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.framing import ConnectionLimits, FrameConnection, RequestMemory
-from logcore.broker.produce_codec import PRODUCE
-from logcore.broker.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
-                                     parse_request, response, response_type)
 from logcore.errors import SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.log.log_root import LogRoot
 from logcore.log.root_owner import OwnerClaim
+from logcore.wire.produce_codec import PRODUCE
+from logcore.wire.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
+                                   parse_request, response, response_type)
 
 logger = logging.getLogger(__name__)
 

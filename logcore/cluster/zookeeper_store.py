@@ -20,6 +20,7 @@
     /isr_change_notification/isr_change_NNNNNNNNNN
                                                {"version":1,"partitions":[{"topic":..,"partition":..}]}
     /cluster/id                                {"version":"1","id":"<22-char base64>"}
+    /latest_producer_id_block                  {"version":1,"broker":1,"block_start":"0","block_end":"999"}
 
 Writes that depend on what was read are conditional on the znode version: a lost race raises
 ZkVersionConflictError. Controller writes are fenced: the same transaction checks the version of
@@ -62,6 +63,7 @@ UNCLEAN_ELECTION = "/admin/unclean_leader_election"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 ISR_CHANGES = "/isr_change_notification"
 CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, "/brokers/seqid", CONFIG_TOPICS, CONFIG_CHANGES,
                     "/config/brokers", DELETE_TOPICS, ISR_CHANGES, "/cluster", CONTROLLED_SHUTDOWN)
 
@@ -719,6 +721,30 @@ class ZooKeeperStore:
             return set()
 
 
+    def claim_producer_id_block(self, broker_id: int, size: int) -> tuple[int, int]:
+        """The next block of `size` producer ids for this broker (first, last), claimed with a
+        compare-and-set on /latest_producer_id_block as Kafka's ZooKeeper mode does."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+        for _ in range(100):
+            try:
+                raw, stat = self.client.get(PRODUCER_ID_BLOCK)
+                end = int(_loads(raw, PRODUCER_ID_BLOCK).get("block_end", -1)) if raw else -1
+                version = stat.version
+            except NoNodeError:
+                end, version = -1, None
+            block = (end + 1, end + size)
+            data = _dumps({"version": 1, "broker": int(broker_id), "block_start": str(block[0]),
+                           "block_end": str(block[1])})
+            try:
+                if version is None:
+                    self.client.create(PRODUCER_ID_BLOCK, data)
+                else:
+                    self.client.set(PRODUCER_ID_BLOCK, data, version=version)
+                return block
+            except (BadVersionError, NodeExistsError):
+                continue                             # another broker claimed one: read again
+        raise ZkVersionConflictError(f"could not claim a producer id block at {PRODUCER_ID_BLOCK}")
+
 _WRAPPED = ("cluster_id", "register_broker", "deregister_broker", "brokers", "watch_brokers",
             "create_topic", "list_topics", "topics_marked_for_deletion", "topic", "watch_topics",
             "set_assignment", "topic_config", "set_topic_config", "request_topic_deletion",
@@ -728,6 +754,6 @@ _WRAPPED = ("cluster_id", "register_broker", "deregister_broker", "brokers", "wa
             "watch_controller", "notify_isr_change", "isr_change_notifications",
             "delete_isr_change_notifications", "request_preferred_election",
             "request_unclean_election", "pending_elections", "finish_election_request",
-            "announce_controlled_shutdown", "shutting_down")
+            "announce_controlled_shutdown", "shutting_down", "claim_producer_id_block")
 for _name in _WRAPPED:
     setattr(ZooKeeperStore, _name, _coordinator_errors(getattr(ZooKeeperStore, _name)))

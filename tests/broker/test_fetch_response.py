@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from logcore.broker.fetch_response import INLINE_MAX, encode_fetch_response
-from logcore.broker.protocol import encode_response, response
 from logcore.log.file_slice import FileSlice
+from logcore.wire.protocol import encode_response, response
 
 
 def _body(rng: random.Random, slice_file: str | None) -> tuple[dict, dict]:
