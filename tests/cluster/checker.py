@@ -23,7 +23,9 @@ The final read is {key: {"start": log start offset, "records": [[offset, value],
 the run invalid) and `stats` (counts and liveness figures, reported, never failing). The points:
 
 1. lost         an ok send (v, o) whose final read does not hold v at o (`unseen` instead when
-                the final read of that partition could not finish)
+                the final read of that partition could not finish); an ok send without an
+                offset (librdkafka acknowledges a DUPLICATE_SEQUENCE_NUMBER answer so) whose
+                value is nowhere in its partition's final read
 2. inconsistent-offsets  one (key, offset) seen with two values, or a polled (o, v) that the
                 final read no longer has (the record changed or vanished)
 3. duplicate    one value at two offsets (sends, polls and the final read together)
@@ -120,7 +122,7 @@ def _final_maps(final: dict) -> dict:
 def check(history: list[dict], final: dict) -> Result:
     res = Result()
     finals = _final_maps(final)
-    sends_ok, sends_fail, sends_info, invoked = [], [], [], 0
+    sends_ok, sends_ok_unplaced, sends_fail, sends_info, invoked = [], [], [], [], 0
     observed = defaultdict(lambda: defaultdict(set))     # key -> offset -> {values}
     where = defaultdict(set)                             # value -> {(key, offset)}
     errors = Counter()
@@ -130,6 +132,9 @@ def check(history: list[dict], final: dict) -> Result:
         if f == "send":
             if typ == "invoke":
                 invoked += 1
+            elif typ == "ok" and (ev.get("offset") is None or ev["offset"] < 0):
+                # acknowledged without an offset (librdkafka's success on DUPLICATE_SEQUENCE_NUMBER)
+                sends_ok_unplaced.append((i, ev))
             elif typ == "ok":
                 sends_ok.append((i, ev))
                 observed[ev["key"]][ev["offset"]].add(ev["value"])
@@ -172,6 +177,19 @@ def check(history: list[dict], final: dict) -> Result:
             unseen += 1
             res.add("unseen", key=key, offset=o, value=v, reason="final read did not finish")
 
+    final_values = {key: set(records.values()) for key, (records, *_rest) in finals.items()}
+    for i, ev in sends_ok_unplaced:
+        key, v = ev["key"], ev["value"]
+        if v in final_values.get(key, ()):
+            continue
+        if finals.get(key, (None, 0, 0, False))[3]:
+            res.add("lost", key=key, offset=None, value=v, final_value=None,
+                    reason="acknowledged without an offset, absent from the final read", proc=ev.get("proc"),
+                    index=i)
+        else:
+            unseen += 1
+            res.add("unseen", key=key, offset=None, value=v, reason="final read did not finish")
+
     # 2. inconsistent offsets
     acked = defaultdict(set)
     for _i, ev in sends_ok:
@@ -206,7 +224,8 @@ def check(history: list[dict], final: dict) -> Result:
     _check_hw(history, res)
 
     res.stats.update({
-        "sends_invoked": invoked, "sends_ok": len(sends_ok), "sends_fail": len(sends_fail),
+        "sends_invoked": invoked, "sends_ok": len(sends_ok) + len(sends_ok_unplaced),
+        "sends_ok_without_offset": len(sends_ok_unplaced), "sends_fail": len(sends_fail),
         "sends_info": len(sends_info), "polled": sum(1 for e in history if e.get("f") == "poll"
                                                       and e.get("type") == "ok"),
         "final_records": sum(len(r[0]) for r in finals.values()), "unseen": unseen,

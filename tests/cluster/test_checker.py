@@ -102,6 +102,17 @@ def test_lost_write_replaced_by_other_value():
     assert {"lost", "inconsistent-offsets"} <= kinds(res)
 
 
+def test_acknowledged_without_offset_must_be_in_the_final_read():
+    h, final = clean()
+    h.send("p0", 1, 104, offset=None)
+    h.send("p0", 1, 105, offset=None)
+    final[1]["records"].append([1, 104])                 # 104 landed, 105 did not
+    res = check(h.events, final)
+    assert kinds(res) == {"lost"}
+    assert [ex["value"] for ex in res.anomalies["lost"]] == [105]
+    assert res.stats["sends_ok_without_offset"] == 2
+
+
 def test_unseen_when_final_read_incomplete():
     h, final = clean()
     final[0]["records"] = final[0]["records"][:4]
