@@ -30,6 +30,13 @@ from harness import cluster_support  # noqa: E402
 from jepsen import ALL_FAULTS, Options, run_once  # noqa: E402
 
 
+def _pair(text: str) -> tuple[float, float]:
+    lo, hi = (float(x) for x in text.split(","))
+    if not 0 <= lo <= hi:
+        raise SystemExit(f"expected min,max with 0 <= min <= max, got {text!r}")
+    return lo, hi
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=20.0, help="total wall time to keep starting runs")
@@ -42,6 +49,8 @@ def main(argv=None) -> int:
     ap.add_argument("--faults", default=",".join(ALL_FAULTS),
                     help=f"comma-separated subset of: {', '.join(ALL_FAULTS)}")
     ap.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
+    ap.add_argument("--fault-length", default="4,15", help="min,max seconds a fault lasts")
+    ap.add_argument("--fault-gap", default="2,8", help="min,max seconds between a heal and the next fault")
     ap.add_argument("--keep", default=None, help="directory to keep every run's files in")
     args = ap.parse_args(argv)
 
@@ -66,7 +75,8 @@ def main(argv=None) -> int:
         seed = args.seed + i
         base = (keep / f"run-{seed}") if keep else Path(tempfile.mkdtemp(prefix=f"jepsen-{seed}-"))
         opts = Options(seed=seed, duration=args.run_seconds, partitions=args.partitions,
-                       zookeepers=args.zookeepers, faults=faults, rate=args.rate)
+                       zookeepers=args.zookeepers, faults=faults, rate=args.rate,
+                       fault_length=_pair(args.fault_length), fault_gap=_pair(args.fault_gap))
         try:
             report = run_once(base, opts)
         except Exception as e:          # noqa: BLE001 - report the run and go on

@@ -443,7 +443,8 @@ class RunReport:
     def summary(self) -> str:
         s = self.result.stats
         lines = [f"seed {self.seed}: {sum(self.faults.values())} faults {dict(self.faults)}, "
-                 f"{s.get('sends_ok', 0)} acknowledged / {s.get('sends_invoked', 0)} sends "
+                 f"{s.get('sends_ok', 0)} acknowledged ({s.get('sends_ok_without_offset', 0)} without an offset) / "
+                 f"{s.get('sends_invoked', 0)} sends "
                  f"({s.get('sends_fail', 0)} failed, {s.get('sends_info', 0)} indeterminate), "
                  f"{s.get('polled', 0)} polled, {self.final_records} records in the final read, "
                  f"{self.duration:.0f} s",

@@ -59,7 +59,7 @@ def test_cluster_under_faults(tmp_path, seed):
     if reason:
         pytest.skip(reason)
     opts = Options(seed=seed, duration=20, faults=tuple(f for f in ALL_FAULTS if f != "zk-leader"),
-                   fault_gap=(1.0, 3.0), fault_length=(3.0, 6.0))
+                   fault_gap=(1.0, 3.0), fault_length=(3.0, 9.0))
     report = run_once(tmp_path, opts)
     print(report.summary())
     assert not report.errors, report.summary()
