@@ -369,6 +369,40 @@ def read_replica(log_dir: str | os.PathLike, topic: str, partition: int) -> Repl
     return ReplicaState(batches, leo, [tuple(e) for e in epochs], hw)
 
 
+def batch_at(log_dir: str | os.PathLike, topic: str, partition: int, offset: int) -> dict | None:
+    """The header of the batch holding `offset` in one replica's files (producer id, producer
+    epoch, base sequence, leader epoch), or None. Used to explain anomalies white-box."""
+    from logcore.records.batch import iter_batches
+    pdir = Path(log_dir) / f"{topic}-{partition}"
+    for seg in sorted(pdir.glob("*.log")):
+        data = seg.read_bytes()
+        for _pos, h in iter_batches(data, source=str(seg)):
+            if h.base_offset <= offset <= h.last_offset:
+                return {"offset": offset, "base_offset": h.base_offset, "leader_epoch": h.partition_leader_epoch,
+                        "producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
+                        "base_sequence": h.base_sequence, "records": h.records_count}
+    return None
+
+
+def explain_duplicates(res: Result, log_dir_of_key, topic: str) -> None:
+    """Attach to each duplicate example the batches holding its copies (read from
+    log_dir_of_key(key)) and a cause when the headers show one: the same producer id with a
+    bumped producer epoch means the client re-sent the record after an epoch bump (librdkafka
+    drains and bumps the epoch when messages time out), which no broker can deduplicate; the
+    same producer id, epoch and sequence twice means the broker appended a retry it should have
+    recognised. The anomaly stays counted either way."""
+    for ex in res.anomalies.get("duplicate", []):
+        batches = [batch_at(log_dir_of_key(key), topic, key, off) for key, off in ex["at"]]
+        ex["batches"] = batches
+        known = [b for b in batches if b]
+        if len(known) < 2 or len({b["producer_id"] for b in known}) != 1 or known[0]["producer_id"] < 0:
+            continue
+        if len({(b["producer_epoch"], b["base_sequence"]) for b in known}) == 1:
+            ex["cause"] = "broker appended a retried batch twice (same producer id, epoch and sequence)"
+        elif len({b["producer_epoch"] for b in known}) > 1:
+            ex["cause"] = "client re-sent after a producer epoch bump (same producer id, new epoch)"
+
+
 def check_replicas(replicas: dict, high_watermarks: dict) -> Result:
     """Point 8. `replicas`: key -> {broker id: ReplicaState}; `high_watermarks`: key -> the
     leader's HW after healing. Every replica must hold the batches below the HW, identical in

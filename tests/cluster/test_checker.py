@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from checker import check, check_replicas, load_history, read_replica
+from checker import check, check_replicas, explain_duplicates, load_history, read_replica
 
 T0 = 1_000_000_000
 
@@ -307,3 +307,31 @@ def test_replica_behind_hw_missing_and_checkpoint_beyond_leo(tmp_path):
                 3: read_replica(tmp_path / "b3", "t", 0)}}
     res = check_replicas(reps, {0: 3})
     assert {"replica-behind-hw", "checkpoint-beyond-leo", "replica-missing", "replica-divergence"} == kinds(res)
+
+
+def _write_producer_batches(root, topic, partition, batches):
+    """(base_offset, producer_id, producer_epoch, base_sequence, value) single-record batches."""
+    from logcore.records.batch import build_batch
+    pdir = root / f"{topic}-{partition}"
+    pdir.mkdir(parents=True)
+    (pdir / "00000000000000000000.log").write_bytes(b"".join(
+        build_batch([(None, str(v).encode(), (), 1_700_000_000_000)], base_offset=o, producer_id=pid,
+                    producer_epoch=pe, base_sequence=seq, partition_leader_epoch=0)
+        for o, pid, pe, seq, v in batches))
+
+
+@pytest.mark.parametrize("second, cause", [
+    ((2, 7, 1, 0, 50), "client re-sent after a producer epoch bump"),
+    ((2, 7, 0, 45, 50), "broker appended a retried batch twice"),
+])
+def test_duplicates_explained_from_batch_headers(tmp_path, second, cause):
+    _write_producer_batches(tmp_path, "t", 0, [(0, 7, 0, 45, 50), (1, 7, 0, 46, 51), second])
+    h = H()
+    h.send("p0", 0, 50, 2)
+    h.send("p0", 0, 51, 1)
+    res = check(h.events, {0: {"start": 0, "records": [[0, 50], [1, 51], [2, 50]]}})
+    assert "duplicate" in kinds(res)
+    explain_duplicates(res, lambda key: tmp_path, "t")
+    ex = res.anomalies["duplicate"][0]
+    assert [b["base_offset"] for b in ex["batches"]] == [0, 2]
+    assert ex["cause"].startswith(cause)
