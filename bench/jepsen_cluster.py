@@ -52,6 +52,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fault-length", default="4,15", help="min,max seconds a fault lasts")
     ap.add_argument("--fault-gap", default="2,8", help="min,max seconds between a heal and the next fault")
     ap.add_argument("--keep", default=None, help="directory to keep every run's files in")
+    ap.add_argument("--client-debug", default="", help="librdkafka debug contexts for the producers "
+                    "(e.g. msg,protocol,broker), logged to client-<producer>.log in the run's directory")
     args = ap.parse_args(argv)
 
     reason = cluster_support()
@@ -76,7 +78,8 @@ def main(argv=None) -> int:
         base = (keep / f"run-{seed}") if keep else Path(tempfile.mkdtemp(prefix=f"jepsen-{seed}-"))
         opts = Options(seed=seed, duration=args.run_seconds, partitions=args.partitions,
                        zookeepers=args.zookeepers, faults=faults, rate=args.rate,
-                       fault_length=_pair(args.fault_length), fault_gap=_pair(args.fault_gap))
+                       fault_length=_pair(args.fault_length), fault_gap=_pair(args.fault_gap),
+                       client_debug=args.client_debug)
         try:
             report = run_once(base, opts)
         except Exception as e:          # noqa: BLE001 - report the run and go on

@@ -69,6 +69,8 @@ class Options:
     fault_length: tuple = (3.0, 8.0)  # seconds a fault lasts
     session_timeout_ms: int = 3000
     broker_props: dict = field(default_factory=dict)
+    client_debug: str = ""            # librdkafka `debug` contexts for the producers, logged to
+                                      # <run dir>/client-<producer>.log (e.g. "msg,protocol,broker")
 
 
 class History:
@@ -136,6 +138,17 @@ class ProducerWorker(threading.Thread):
             # bumps the producer epoch and re-sends what was in flight under the new epoch,
             # which duplicates records no broker can recognise (seen with 10 s: seed 102).
             conf.update({"enable.idempotence": True, "max.in.flight": 5, "message.timeout.ms": 60000})
+        if self.opts.client_debug:
+            import logging
+            logger = logging.getLogger(f"jepsen.client.{self.proc}")
+            if not logger.handlers:
+                handler = logging.FileHandler(self.cluster.base / f"client-{self.proc}.log")
+                handler.setFormatter(logging.Formatter("%(created).3f %(message)s"))
+                logger.addHandler(handler)
+                logger.setLevel(logging.DEBUG)
+                logger.propagate = False
+            conf.pop("log_level", None)
+            conf.update({"debug": self.opts.client_debug, "logger": logger})
         return Producer(conf)
 
     def _delivery(self, proc):
