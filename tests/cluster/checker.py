@@ -28,7 +28,9 @@ the run invalid) and `stats` (counts and liveness figures, reported, never faili
                 value is nowhere in its partition's final read
 2. inconsistent-offsets  one (key, offset) seen with two values, or a polled (o, v) that the
                 final read no longer has (the record changed or vanished)
-3. duplicate    one value at two offsets (sends, polls and the final read together)
+3. duplicate    one value at two offsets (sends, polls and the final read together); for
+                values whose invoke says "idempotent": false only counted in stats (Kafka
+                allows a producer without idempotence to write a record twice)
 4. aborted-read a value whose send definitely failed, seen in a poll or in the final read
 5. poll-skip / nonmonotonic-poll / poll-above-hw  per consumer and key, within one assignment;
                 offset-out-of-range: a consumer positioned at an offset it had read (so at or
@@ -208,10 +210,20 @@ def check(history: list[dict], final: dict) -> Result:
                 res.add("inconsistent-offsets", key=key, offset=o, values=sorted(values, key=str),
                         final_value=None, reason=f"polled record vanished (final read {start}..{end})")
 
-    # 3. duplicates
+    # 3. duplicates (a value sent by a producer without idempotence may legitimately land twice:
+    # the client re-sends on its own, e.g. librdkafka re-queues a request that was in flight to
+    # a broker that left the Metadata as "not persisted"; those are counted, not failed)
+    plain = {ev["value"] for ev in history
+             if ev.get("f") == "send" and ev.get("type") == "invoke" and ev.get("idempotent") is False}
+    plain_dups = []
     for v, places in where.items():
         if len(places) > 1:
-            res.add("duplicate", value=v, at=sorted(places))
+            if v in plain:
+                plain_dups.append({"value": v, "at": sorted(places)})
+            else:
+                res.add("duplicate", value=v, at=sorted(places))
+    res.stats["duplicates_without_idempotence"] = len(plain_dups)
+    res.stats["duplicates_without_idempotence_examples"] = plain_dups[:MAX_EXAMPLES]
 
     # 4. aborted reads
     failed = {ev["value"]: ev for ev in sends_fail}

@@ -9,7 +9,10 @@ servers only, as in Jepsen's Kafka tests):
   flight) sending unique integers to random partitions of one RF=3 topic (min.insync.replicas=2);
 - `oneshot_producers` producers with acks=all, retries=0 and one request in flight: their single
   attempt's NOT_ENOUGH_REPLICAS is a definite failure (the broker refuses before appending), the
-  only kind of `fail` the history records (aborted reads are checked against those);
+  only kind of `fail` the history records (aborted reads are checked against those). librdkafka
+  still re-sends one of their requests on its own when the broker it was in flight to leaves the
+  Metadata (it decommissions that broker and re-queues the request as "not persisted"), so their
+  duplicates are counted, not failed;
 - `consumers` consumers, each assigned every partition with assign + seek
   (auto.offset.reset=error), re-assigned now and then at an offset they had already read;
 - a HW watcher: ListOffsets(latest) per partition with its leader epoch, every 0.25 s.
@@ -197,7 +200,7 @@ class ProducerWorker(threading.Thread):
             key = self.rng.randrange(self.opts.partitions)
             v = self.values.next()
             self.pending[v] = key
-            self.h.add(proc=proc, type="invoke", f="send", key=key, value=v)
+            self.h.add(proc=proc, type="invoke", f="send", key=key, value=v, idempotent=not self.oneshot)
             try:
                 p.produce(TOPIC, value=str(v).encode(), partition=key, on_delivery=cb)
             except (BufferError, KafkaException) as e:
@@ -464,7 +467,8 @@ class RunReport:
                  f"({s.get('sends_fail', 0)} failed, {s.get('sends_info', 0)} indeterminate), "
                  f"{s.get('polled', 0)} polled, {self.final_records} records in the final read, "
                  f"{self.duration:.0f} s",
-                 f"  liveness: {s.get('liveness')}",
+                 f"  liveness: {s.get('liveness')}; duplicates from the producers without idempotence: "
+                 f"{s.get('duplicates_without_idempotence', 0)}",
                  f"  errors: {s.get('errors')}",
                  "  " + self.result.summary().replace("\n", "\n  ")]
         if self.errors:

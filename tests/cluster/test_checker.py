@@ -149,6 +149,21 @@ def test_duplicate_value():
     assert res.anomalies["duplicate"][0]["at"] == [(0, 2), (0, 5)]
 
 
+def test_duplicate_of_a_producer_without_idempotence_is_counted_not_failed():
+    h, final = clean()
+    h._ev(proc="q0", type="invoke", f="send", key=1, value=500, idempotent=False)
+    h._ev(proc="q0", type="ok", f="send", key=1, value=500, offset=2)
+    final[1]["records"] += [[1, 500], [2, 500]]
+    res = check(h.events, final)
+    assert res.valid, res.summary()
+    assert res.stats["duplicates_without_idempotence"] == 1
+    assert res.stats["duplicates_without_idempotence_examples"][0]["at"] == [(1, 1), (1, 2)]
+    h._ev(proc="p0", type="invoke", f="send", key=1, value=501, idempotent=True)
+    h._ev(proc="p0", type="ok", f="send", key=1, value=501, offset=3)
+    final[1]["records"] += [[3, 501], [4, 501]]
+    assert kinds(check(h.events, final)) == {"duplicate"}
+
+
 def test_aborted_read_in_final():
     h, final = clean()
     final[0]["records"].append([5, 202])                    # 202's send definitely failed
