@@ -98,7 +98,8 @@ class FetchHandlers:
             if total >= body.min_bytes or failed or remaining <= 0 or not waits:
                 break
             _close_records(results)           # not enough yet: wait, then read again
-            await asyncio.wait(waits, timeout=remaining)
+            # Any partition with news ends the wait (not all of them), or max_wait does.
+            await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             if loop.time() >= deadline:
                 results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
                 break

@@ -334,3 +334,25 @@ def test_acks_1_loss_window_and_acks_all_safety(tmp_path, zk_hosts, blackhole):
     finally:
         c.close()
         print(c.logs())
+
+
+@pytest.mark.cluster_props({"replica.fetch.wait.max.ms": "2000"})
+def test_acks_all_latency_does_not_wait_for_every_partition_of_a_fetch(cluster):
+    """A follower fetches all partitions it follows on a leader in one request; new data in any
+    one of them must end the leader's wait (not data in all of them, nor the 2 s max wait)."""
+    from confluent_kafka.admin import NewTopic
+    for name in ("la", "lb"):
+        cluster.admin().create_topics([NewTopic(name, num_partitions=1, replica_assignment=[[1, 2, 3]])])[name].result(30)
+        cluster.wait_for(lambda n=name: cluster.metadata(n)[0][0] == 1 and len(cluster.metadata(n)[0][2]) == 3,
+                         20, f"{name} replicated")
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0})
+    latencies = []
+    for i in range(12):
+        done = []
+        t0 = time.monotonic()
+        p.produce("lb", value=b"x%d" % i, on_delivery=lambda e, m: done.append(e))
+        p.flush(10)
+        assert done == [None]
+        latencies.append(time.monotonic() - t0)
+    latencies.sort()
+    assert latencies[len(latencies) // 2] < 0.5, latencies
