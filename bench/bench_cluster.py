@@ -134,6 +134,18 @@ class Cluster:
     def cpu(self) -> float:
         return sum(_cpu_of(pid) for pid in self.pids())
 
+    def rss_mb(self) -> float:
+        """Resident memory of the cluster's processes, MB."""
+        total = 0
+        for pid in self.pids():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                pass
+        return total / 1024
+
     def metadata(self, topic: str, exclude: int | None = None):
         last = None
         for broker_id, port in self.ports.items():
@@ -192,7 +204,9 @@ class SeglogClusterRun(Cluster):
         self.ports = {i: b.port for i, b in self.cluster.brokers.items()}
 
     def pids(self) -> list[int]:
-        return [b.proc.pid for b in self.cluster.brokers.values() if b.alive()]
+        """The brokers' and ZooKeeper's processes."""
+        return [b.proc.pid for b in self.cluster.brokers.values() if b.alive()] + \
+            [n.pid for n in self.zk.nodes if n.alive()]
 
     def alive(self, broker_id: int) -> bool:
         return self.cluster.brokers[broker_id].alive()
@@ -466,10 +480,12 @@ def failover(cl: Cluster, args) -> tuple[list[dict], dict]:
                 after = [t for s, t in list(prod.acked.items()) if prod.sent.get(s, 0) > t_kill]
                 return min(after) if after else None
             t_ack = cl.wait_for(first_ack, 120, "an acknowledgment from the new leader")
-            results.append({"killed": leader, "was controller": controller == leader, "epoch": epoch,
+            # (KRaft's Metadata names a random broker as controller: only ZooKeeper's is the real one.)
+            was_controller = controller == leader and isinstance(cl, SeglogClusterRun)
+            results.append({"killed": leader, "was controller": was_controller, "epoch": epoch,
                             "new leader": new_leader, "elect": t_elect - t_kill, "ack": t_ack - t_kill})
             print(f"  {cl.name} failover {rep + 1}: killed {leader}"
-                  f"{' (controller)' if controller == leader else ''}, new leader {new_leader} in Metadata"
+                  f"{' (controller)' if was_controller else ''}, new leader {new_leader} in Metadata"
                   f" after {t_elect - t_kill:.2f} s, first ack after {t_ack - t_kill:.2f} s", flush=True)
             cl.restart(leader)
             cl.wait_for(lambda: cl.full_isr(topic, 3), 180, f"broker {leader} back in the ISR of {topic}")
@@ -525,7 +541,7 @@ def measure(cl: Cluster, args, with_failover: bool = True) -> dict:
             c = consume(cl.bootstrap, f"rf1-{r}", args.records + 1, args.partitions)
             rounds.append({"produce rf1": p, "consume rf1": c, "cpu produce rf1": (b1 - b0, c1 - c0),
                            "cpu consume rf1": (cl.cpu() - b1, _self_cpu() - c1)})
-    result = {"rounds": rounds}
+    result = {"rounds": rounds, "rss": cl.rss_mb(), "processes": len(cl.pids())}
     if with_failover and args.failovers and len(cl.ports) >= 3:
         result["failover"], result["check"] = failover(cl, args)
     return result
@@ -577,13 +593,13 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], cmdline: str
             [get(n, lambda r, k=key: mb / _median(r["rounds"], f"produce {k}")) for n in names], "{:,.1f}")
     row("produce RF=3 / RF=1 (target >= 0.5x)",
         [get(n, lambda r: statistics.median(x["produce rf1"] / x["produce rf3"] for x in r["rounds"]))
-         for n in names], "{:.2f}x")
+         for n in names], "{:.2f}x", None)
     for key, label in (("rf1", "RF=1"), ("rf3", "RF=3 (leader reads)")):
         row(f"consume {label}, MB/s",
             [get(n, lambda r, k=key: mb / _median(r["rounds"], f"consume {k}")) for n in names], "{:,.1f}")
     row("consume RF=3 / RF=1",
         [get(n, lambda r: statistics.median(x["consume rf1"] / x["consume rf3"] for x in r["rounds"]))
-         for n in names], "{:.2f}x")
+         for n in names], "{:.2f}x", None)
     for phase in ("produce rf1", "produce rf3", "consume rf1", "consume rf3"):
         cells = [get(n, lambda r, p=phase: _cpu(r["rounds"], f"cpu {p}")) for n in names]
         lines.append(f"| CPU s, {phase.replace('rf', 'RF=')}: brokers / client | "
@@ -596,19 +612,23 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], cmdline: str
         row(f"failover {label}, max s",
             [get(n, lambda r, k=key: max(x[k] for x in r["failover"])) for n in names], "{:.2f}",
             ratio_higher_better=False)
-    lines.append("| failovers: count (killed leader was also controller) | "
+    lines.append("| failovers (of them, the killed leader was also the ZooKeeper controller) | "
                  + " | ".join(get(n, lambda r: f"{len(r['failover'])} ({sum(x['was controller'] for x in r['failover'])})")
                               or "n/a" for n in names) + " |" + (" |" if len(names) > 1 else ""))
     lines.append("| failover producer: acked / failed / acked but missing / duplicates | "
                  + " | ".join(get(n, lambda r: "{acked:,} / {failed} / {missing} / {duplicates}".format(**r["check"]))
                               or "n/a" for n in names) + " |" + (" |" if len(names) > 1 else ""))
+    lines.append("| resident memory after the run, MB (processes) | "
+                 + " | ".join(get(n, lambda r: f"{r['rss']:,.0f} ({r['processes']})") or "n/a" for n in names)
+                 + " |" + (" |" if len(names) > 1 else ""))
     lines.append("")
     lines.append(f"Failover: a producer sends acks=all at {args.rate:.0f} records/s to a 1-partition RF=3 topic;"
                  " the partition's leader is SIGKILLed; times from the kill to the first Metadata answer of a"
                  " surviving broker naming a new leader (polled every 50 ms) and to the first acknowledgment of"
                  " a record handed to the producer after the kill; the killed broker is restarted and back in"
                  " the ISR before the next kill. seglog: zookeeper.session.timeout.ms=6000; Kafka (KRaft):"
-                 " broker.session.timeout.ms=6000. CPU s are summed over the cluster's processes (2 cores:"
+                 " broker.session.timeout.ms=6000. CPU s and memory are summed over the cluster's processes (seglog:"
+                 " 3 brokers + ZooKeeper; Kafka: 3 combined broker+controller JVMs, -Xmx1G -Xms1G each; 2 cores:"
                  " the brokers and the client share them). Ratios: seglog / Kafka for throughput,"
                  " Kafka / seglog for times (above 1: seglog ahead).")
     for name, reason in skipped.items():
