@@ -22,6 +22,21 @@ class DivergedPartition:
         return getattr(self.request, name)
 
 
+def diverging_epoch(log, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+    """The leader's check of a follower's fetch (Kafka's Partition.fetchRecords): None when the
+    follower's (last fetched epoch, fetch offset) lies on the leader's log, else the leader's
+    (epoch, end offset) for that epoch, which the follower truncates by; (-1, -1) when the
+    leader knows nothing of it (answered OFFSET_OUT_OF_RANGE)."""
+    if last_fetched_epoch < 0:
+        return None
+    epoch, end = log.end_offset_for_epoch(last_fetched_epoch)
+    if epoch < 0 and end < 0:
+        return -1, -1
+    if epoch < last_fetched_epoch or end < fetch_offset:
+        return epoch, end
+    return None
+
+
 def replica_id_of(body, version: int) -> int:
     """The fetching replica's id: replica_id up to v14, replica_state.replica_id from v15; -1
     for a consumer."""
@@ -55,13 +70,11 @@ class ClusterFetch:
         log = part._log
         if log is None:
             return name, tid, p, part, E.NOT_LEADER_OR_FOLLOWER
-        last_epoch = getattr(p, "last_fetched_epoch", -1)
-        if last_epoch >= 0:
-            epoch, end = log.end_offset_for_epoch(last_epoch)
-            if epoch < 0 and end < 0:
-                return name, tid, p, part, E.OFFSET_OUT_OF_RANGE
-            if epoch < last_epoch or end < p.fetch_offset:
-                return name, tid, DivergedPartition(p, (epoch, end)), part, E.NONE
+        diverging = diverging_epoch(log, getattr(p, "last_fetched_epoch", -1), p.fetch_offset)
+        if diverging == (-1, -1):
+            return name, tid, p, part, E.OFFSET_OUT_OF_RANGE
+        if diverging is not None:
+            return name, tid, DivergedPartition(p, diverging), part, E.NONE
         return entry
 
     def followed(self, wanted, results, follower: int, ends: dict) -> None:

@@ -44,6 +44,25 @@ class Followed:
     fenced: bool = False             # the leader has a newer epoch: wait for ZooKeeper
 
 
+def truncation_offset(log, leader_epoch: int, leader_end: int) -> int:
+    """Where a follower cuts its log when the leader answers (epoch, end offset) for the
+    follower's latest epoch (a Fetch's diverging epoch, or OffsetForLeaderEpoch): Kafka's
+    getOffsetTruncationState (KIP-101 with KIP-279). The follower looks up its own end of the
+    leader's epoch: if it knows that epoch, the logs agree up to the smaller end; if not, it cuts
+    to its own end of the largest epoch below, and the next fetch asks again with that epoch."""
+    leo = log.log_end_offset
+    if leader_end < 0:
+        return min(log.high_watermark, leo)               # the leader knows no epochs
+    if leader_epoch < 0:
+        return min(leader_end, leo)                       # an answer without an epoch (v0)
+    epoch, end = log.end_offset_for_epoch(leader_epoch)
+    if epoch < 0 or end < 0:
+        return min(leader_end, leo)                       # nothing of that epoch or before here
+    if epoch == leader_epoch:
+        return min(leader_end, end, leo)
+    return min(end, leo)
+
+
 class ReplicaFetchers:
     """The fetcher tasks of this broker, one per leader it follows partitions of."""
 
@@ -247,18 +266,7 @@ class LeaderFetcher:
         leo = log.log_end_offset
         if leo != offset:
             return                                         # changed meanwhile: the next round
-        if leader_end < 0:
-            target = min(log.high_watermark, leo)          # the leader knows no epochs
-        elif leader_epoch < 0:
-            target = min(leader_end, leo)
-        else:
-            epoch, end = log.end_offset_for_epoch(leader_epoch)
-            if epoch < 0 or end < 0:
-                target = min(leader_end, leo)              # nothing of that epoch or before here
-            elif epoch == leader_epoch:
-                target = min(leader_end, end, leo)
-            else:
-                target = min(end, leo)                     # another probe follows (next fetch)
+        target = truncation_offset(log, leader_epoch, leader_end)
         below = target < log.high_watermark
         if below:
             logger.warning("broker %d: %s-%d: truncating to %d, below the high watermark %d"

@@ -84,7 +84,7 @@ class LogFlushing:
         with self._critical():
             self._commit_locked(marker, durable=durable)
 
-    def _commit_locked(self, marker: dict | None = None, *, durable: bool = True) -> None:
+    def _commit_locked(self, marker: dict | None = None, *, durable: bool = True, root: bool = False) -> None:
         if self.storage.is_local:
             if durable:
                 self._flush_locked()
@@ -106,7 +106,7 @@ class LogFlushing:
         self.state_store.commit(high_watermark=hw, log_start_offset=self.log_start_offset,
                                 first_segment_base=first_base, epoch=self.leader_epoch,
                                 recovery_point=self.recovery_point if self.storage.is_local else None,
-                                marker=marker, durable=durable)
+                                marker=marker, durable=durable, root=root)
         self._checkpointed_recovery_point = self.recovery_point
         self._state_unsynced = not durable
         # The single-node policy: once durable and recorded, everything appended is visible.

@@ -40,7 +40,7 @@ def _produce(cluster, topic, values, *, acks="all", extra=None, timeout=60.0):
         else:
             failed[msg.value()] = err.name()
     for v in values:
-        p.produce(topic, value=v, on_delivery=report)
+        p.produce(topic, key=v, value=v, on_delivery=report)     # keyed: spread over partitions
         p.poll(0)
     p.flush(timeout + 10)
     return acked, failed
@@ -79,7 +79,7 @@ def _segment_bytes(broker, topic, partition) -> bytes:
 def _replicas_identical(cluster, topic, partitions) -> bool:
     for p in range(partitions):
         copies = {b.id: _segment_bytes(b, topic, p) for b in cluster.brokers.values()}
-        if len(set(copies.values())) != 1 or not next(iter(copies.values())):
+        if len(set(copies.values())) != 1:
             return False
     return True
 
@@ -103,6 +103,17 @@ def test_replicated_topic_acks_all_and_identical_replicas(cluster):
             assert acked[v] == (p, o)
     # Followers keep the leader's bytes: the three copies of each partition are identical.
     cluster.wait_for(lambda: _replicas_identical(cluster, "t", 3), 30, "identical replicas")
+    # Every broker records each replica's HW in its replication-offset-checkpoint (Kafka's format).
+    counts = {p: len(recs) for p, recs in read.items()}
+
+    def checkpointed():
+        for b in cluster.brokers.values():
+            lines = (b.log_dir / "replication-offset-checkpoint").read_text().split("\n")
+            entries = {(t, int(p)): int(o) for t, p, o in (line.split() for line in lines[2:] if line.strip())}
+            if any(entries.get(("t", p)) != n for p, n in counts.items()):
+                return False
+        return True
+    cluster.wait_for(checkpointed, 10, "every replica's HW in replication-offset-checkpoint")
 
 
 def test_kafka_python_client_on_the_cluster(cluster):
@@ -278,3 +289,21 @@ def test_unclean_election_only_when_enabled(cluster):
     assert "UNCLEAN leader election" in controller_logs
     read = _read_all(cluster, "u", 1)[0]
     assert b"only-on-the-leader" not in [v for _o, v in read]
+
+
+def test_partitions_added_through_the_cli_are_replicated(cluster):
+    import subprocess
+    import sys
+    cluster.create_topic("g", partitions=2, rf=3)
+    out = subprocess.run([sys.executable, "-m", "logcore.tools.cli", "topics", "--bootstrap-server",
+                          cluster.bootstrap, "--alter", "--topic", "g", "--partitions", "4"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    cluster.wait_for(lambda: len(cluster.metadata("g")) == 4 and all(
+        leader >= 0 and len(isr) == 3 for leader, _r, isr in cluster.metadata("g").values()), 30,
+        "four replicated partitions")
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    results = []
+    p.produce("g", value=b"to-3", partition=3, on_delivery=lambda e, m: results.append((e, m.offset())))
+    p.flush(30)
+    assert results == [(None, 0)]
