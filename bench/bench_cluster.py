@@ -170,15 +170,24 @@ class Cluster:
             time.sleep(0.1)
         raise RuntimeError(f"{self.name}: timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
+    def controller_id(self) -> int:
+        """The controller a live broker names in Metadata (ZooKeeper's; KRaft names a random broker)."""
+        from logcore.wire.client import KafkaConnection
+        port = next(p for i, p in self.ports.items() if self.alive(i))
+        with KafkaConnection("127.0.0.1", port, timeout_s=5) as conn:
+            return conn.request(3, {"topics": [], "allow_auto_topic_creation": False}).controller_id
+
     def full_isr(self, topic: str, rf: int) -> bool:
         _c, parts = self.metadata(topic)
         return bool(parts) and all(leader >= 0 and len(isr) == rf for leader, _e, _r, isr in parts.values())
 
-    def create_topic(self, name: str, partitions: int, rf: int, config: dict[str, str] | None = None) -> None:
+    def create_topic(self, name: str, partitions: int, rf: int, config: dict[str, str] | None = None,
+                     assignment: list[list[int]] | None = None) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.create_topics([NewTopic(name, partitions, rf, config=config or {})],
-                            request_timeout=60)[name].result(60)
+        topic = NewTopic(name, partitions, replica_assignment=assignment, config=config or {}) if assignment \
+            else NewTopic(name, partitions, rf, config=config or {})
+        admin.create_topics([topic], request_timeout=60)[name].result(60)
         self.wait_for(lambda: self.full_isr(name, rf), 60, f"leaders and full ISRs of {name}")
 
 
@@ -450,7 +459,13 @@ class PacedProducer(threading.Thread):
 def failover(cl: Cluster, args) -> tuple[list[dict], dict]:
     """`args.failovers` leader kills under a continuous acks=all producer."""
     topic = "failover"
-    cl.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    assignment = None
+    if isinstance(cl, SeglogClusterRun):
+        # The ZooKeeper controller as the first leader: the first kill takes both (the slower case).
+        controller = cl.controller_id()
+        if controller in cl.ports:
+            assignment = [[controller] + [b for b in cl.ports if b != controller]]
+    cl.create_topic(topic, 1, 3, {"min.insync.replicas": "2"}, assignment)
     prod = PacedProducer(cl.bootstrap, topic, args.rate, 100)
     prod.start()
     results = []
@@ -631,6 +646,12 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], cmdline: str
                  " 3 brokers + ZooKeeper; Kafka: 3 combined broker+controller JVMs, -Xmx1G -Xms1G each; 2 cores:"
                  " the brokers and the client share them). Ratios: seglog / Kafka for throughput,"
                  " Kafka / seglog for times (above 1: seglog ahead).")
+    for name in names:
+        if results[name].get("failover"):
+            lines.append("")
+            lines.append(f"{name}, each failover (s to the new leader in Metadata / to the first ack): "
+                         + ", ".join(f"{x['elect']:.2f} / {x['ack']:.2f}{' (controller killed too)' if x['was controller'] else ''}"
+                                     for x in results[name]["failover"]) + ".")
     for name, reason in skipped.items():
         lines.append(f"{name}: not measured ({reason}).")
     print("\n".join(lines) + "\n", flush=True)
