@@ -30,6 +30,7 @@ anchor instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import signal
@@ -658,6 +659,17 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], cmdline: str
     return lines
 
 
+@contextlib.contextmanager
+def _workdir(keep: str | None, name: str):
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="bench-cluster-") as workdir:
+            yield workdir
+    else:
+        path = Path(keep) / "".join(c if c.isalnum() else "-" for c in name).strip("-")
+        path.mkdir(parents=True, exist_ok=False)
+        yield str(path)
+
+
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -669,6 +681,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--rate", type=float, default=1000, help="records/s of the failover producer")
     parser.add_argument("--seglog-prop", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting of the seglog cluster over the benchmark's (repeatable)")
+    parser.add_argument("--workdir", help="keep ZooKeeper's and the brokers' data and logs here (default: a"
+                        " temporary folder, removed)")
     parser.add_argument("--no-kafka", action="store_true", help="measure the seglog cluster only")
     parser.add_argument("--kafka-single", action="store_true",
                         help="skip the 3-node Kafka cluster: a single Kafka broker's RF=1 figures as the anchor")
@@ -682,7 +696,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         if not args.kafka_single:
             candidates.append(("Apache Kafka (3 nodes)", lambda wd: KafkaClusterRun(wd, 3)))
     for name, start in candidates:
-        with tempfile.TemporaryDirectory(prefix="bench-cluster-") as workdir:
+        with _workdir(args.workdir, name) as workdir:
             print(f"starting {name} ...", flush=True)
             try:
                 cl = start(Path(workdir))
@@ -700,7 +714,7 @@ def main(argv: list[str] | None = None) -> list[str]:
             finally:
                 cl.close()
     if not args.no_kafka and not any(n.startswith("Apache Kafka") for n in results):
-        with tempfile.TemporaryDirectory(prefix="bench-cluster-") as workdir:
+        with _workdir(args.workdir, "Apache Kafka (1 node)") as workdir:
             print("starting Apache Kafka (1 node, RF=1 anchor) ...", flush=True)
             try:
                 cl = KafkaClusterRun(Path(workdir), 1)
