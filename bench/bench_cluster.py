@@ -687,7 +687,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--kafka-single", action="store_true",
                         help="skip the 3-node Kafka cluster: a single Kafka broker's RF=1 figures as the anchor")
     args = parser.parse_args(argv)
-    cmdline = "python bench/bench_cluster.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmdline = " ".join(["python bench/bench_cluster.py", *(argv if argv is not None else sys.argv[1:])])
     results: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     extra = dict(kv.split("=", 1) for kv in args.seglog_prop)
