@@ -395,9 +395,10 @@ def consume(bootstrap: str, topic: str, n: int, partitions: int) -> float:
 
 
 def throughput(cl: Cluster, args, rnd: int) -> dict:
-    """One round: produce to and consume from an RF=1 and an RF=3 topic (order alternates by round)."""
+    """One round: produce to and consume from an RF=1 and an RF=3 topic (order alternates by
+    round); a single broker has the RF=1 topic only."""
     out = {}
-    order = (("rf1", 1, "1"), ("rf3", 3, "all"))
+    order = (("rf1", 1, "1"), ("rf3", 3, "all")) if len(cl.ports) >= 3 else (("rf1", 1, "1"),)
     if rnd % 2:
         order = order[::-1]
     for key, rf, _acks in order:
@@ -546,17 +547,7 @@ def measure(cl: Cluster, args, with_failover: bool = True) -> dict:
         produce(cl.bootstrap, "warmup", args.warmup, args.record_bytes, args.partitions,
                 "all" if len(cl.ports) >= 3 else "1")
         consume(cl.bootstrap, "warmup", args.warmup + 1, args.partitions)
-    rounds = [throughput(cl, args, r) for r in range(args.rounds)] if len(cl.ports) >= 3 else []
-    if len(cl.ports) < 3:      # a single broker: RF=1 only
-        rounds = []
-        for r in range(args.rounds):
-            cl.create_topic(f"rf1-{r}", args.partitions, 1)
-            b0, c0 = cl.cpu(), _self_cpu()
-            p = produce(cl.bootstrap, f"rf1-{r}", args.records, args.record_bytes, args.partitions, "1")
-            b1, c1 = cl.cpu(), _self_cpu()
-            c = consume(cl.bootstrap, f"rf1-{r}", args.records + 1, args.partitions)
-            rounds.append({"produce rf1": p, "consume rf1": c, "cpu produce rf1": (b1 - b0, c1 - c0),
-                           "cpu consume rf1": (cl.cpu() - b1, _self_cpu() - c1)})
+    rounds = [throughput(cl, args, r) for r in range(args.rounds)]
     result = {"rounds": rounds, "rss": cl.rss_mb(), "processes": len(cl.pids())}
     if with_failover and args.failovers and len(cl.ports) >= 3:
         result["failover"], result["check"] = failover(cl, args)
@@ -695,6 +686,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     if not args.no_kafka:
         if not args.kafka_single:
             candidates.append(("Apache Kafka (3 nodes)", lambda wd: KafkaClusterRun(wd, 3)))
+        else:
+            skipped["Apache Kafka (3 nodes)"] = "left out by --kafka-single"
     for name, start in candidates:
         with _workdir(args.workdir, name) as workdir:
             print(f"starting {name} ...", flush=True)
