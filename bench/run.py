@@ -16,6 +16,7 @@ import bench_append  # noqa: E402
 import bench_broker  # noqa: E402
 import bench_broker_tiered  # noqa: E402
 import bench_clean  # noqa: E402
+import bench_cluster  # noqa: E402
 import bench_decode  # noqa: E402
 import bench_encode  # noqa: E402
 import bench_fetch_cold  # noqa: E402
@@ -46,6 +47,7 @@ def main() -> None:
         bench_broker.main([]),
         bench_broker_tiered.main([]),
         bench_fetch_cold.main([]),
+        bench_cluster.main([]),
     ]
     if "--no-write" in sys.argv:
         return
