@@ -78,6 +78,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
             16: self.list_groups,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
+            37: self.create_partitions,
             15: self.describe_groups,
         }
         self.served = dict(SERVED)
@@ -99,6 +100,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
         self.cluster_fetch = ClusterFetch(self.cluster)
         self.partitions.replica_logs = True
         self.partitions.after_append = self.cluster.after_append
+        self.maintenance.role = self.cluster.role_of
         self.handlers[43] = self.elect_leaders
         self.served[43] = ("ElectLeaders", 0, 2)
 

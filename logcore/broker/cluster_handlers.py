@@ -224,6 +224,34 @@ class ClusterHandlers:
             await self._await_cluster(lambda: not any(n in rm.assignments for n in deleting), timeout_s)
         return {"throttle_time": 0, "responses": out}
 
+    async def _cluster_create_partitions(self, req) -> dict:
+        body = req.body
+        timeout_s = max(0.0, body.timeout.total_seconds())
+        results, grown = [], []
+        for t in body.topics:
+            res = {"name": t.name, "error_code": E.NONE, "error_message": None}
+            results.append(res)
+            ta = self.cluster.assignments.get(t.name)
+            if ta is None:
+                res.update(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic '{t.name}' does not exist.")
+            elif t.count <= len(ta.partitions):
+                res.update(error_code=E.INVALID_PARTITIONS,
+                           error_message=f"Topic currently has {len(ta.partitions)} partitions, which is higher"
+                                         f" than the requested {t.count}.")
+            elif t.assignments:
+                res.update(error_code=E.INVALID_REPLICA_ASSIGNMENT,
+                           error_message="manual replica assignments of new partitions are not supported;"
+                                         " leave them out to have them assigned as Kafka does")
+            elif not body.validate_only:
+                try:
+                    await asyncio.to_thread(self.catalog.add_partitions, t.name, t.count)
+                    grown.append((t.name, t.count))
+                except SegLogError as exc:
+                    res.update(error_code=E.error_code(exc), error_message=str(exc))
+        if grown and timeout_s > 0:
+            await self._await_cluster(lambda: all(self._has_leaders(n, c) for n, c in grown), timeout_s)
+        return {"throttle_time": 0, "results": results}
+
     # ------------------------------------------------------------------ ElectLeaders
     async def elect_leaders(self, req) -> dict:
         body = req.body

@@ -112,7 +112,8 @@ class PartitionManager:
         `max_open` allows, the rest on first use."""
         with self.lock:
             for name in self.root.list_topics():
-                self.open_topic(self.root.describe_topic(name), eager=True)
+                # A cluster member opens the replicas it holds as ZooKeeper names them.
+                self.open_topic(self.root.describe_topic(name), eager=not self.replica_logs)
         self.unpin_thread()
         lazy = len(self.partitions) - len(self._open)
         if lazy > 0:

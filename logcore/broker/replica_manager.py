@@ -1,3 +1,4 @@
+# Over 600 lines: one state machine (ZooKeeper views, role transitions, ISR, HW, acks=all) whose parts share its per-partition state.
 """A cluster member's replicas: which partitions this broker leads or follows, as ZooKeeper says.
 
 Design (replication.md 4.9, the watch-based one): every broker watches ZooKeeper itself; there
@@ -402,6 +403,12 @@ class ReplicaManager:
         return ta.partitions.get(replica.index, ()) if ta is not None else ()
 
     # ------------------------------------------------------------------ leader duties
+    def role_of(self, topic: str, p: int) -> str | None:
+        """LEADER, FOLLOWER or OFFLINE for a partition this broker holds a replica of, else None.
+        (Called from the maintenance thread: a read of one dict entry.)"""
+        replica = self.replicas.get((topic, p))
+        return replica.role if replica is not None else None
+
     def leader_replica(self, topic: str, p: int) -> Replica | None:
         replica = self.replicas.get((topic, p))
         return replica if replica is not None and replica.role == LEADER else None

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from logcore.cluster.zookeeper_store import (CONTROLLED_SHUTDOWN, NO_LEADER, PREFERRED_ELECTION,
                                              UNCLEAN_ELECTION, ControllerEpoch, PartitionState,
-                                             ZooKeeperStore)
+                                             ZooKeeperStore, topic_path)
 from logcore.errors import ControllerMovedError, TopicNotFoundError, ZkVersionConflictError
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,12 @@ class Controller:
         self._broker_epochs: dict[int, int] = {}
         self._worker = threading.Thread(target=self._run, name=f"controller-{broker_id}", daemon=True)
         self.unclean_elections: list[tuple[str, int, int]] = []   # (topic, partition, leader)
+        self._watched_topics: set[str] = set()
+
+    def _topic_watch(self, _data, stat):
+        # Two parameters: kazoo passes a third one the event. Gone: stop watching.
+        self._events.put("reconcile")
+        return False if stat is None else None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "Controller":
@@ -222,6 +228,10 @@ class Controller:
         return self.unclean_default
 
     def _reconcile_topic(self, topic: str, live: set[int]) -> None:
+        if topic not in self._watched_topics:
+            # Partitions added to a topic change its znode's data, not /brokers/topics' children.
+            self._watched_topics.add(topic)
+            self.store.client.DataWatch(topic_path(topic), self._topic_watch)
         ta = self.store.topic(topic)
         states = self.store.partition_states(topic)
         missing = {p: initial_state(r, live, self.fence.epoch) for p, r in ta.partitions.items()

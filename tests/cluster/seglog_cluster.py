@@ -56,6 +56,7 @@ class Broker:
         config = self.dir / "broker.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         out = open(self.dir / "broker.log", "ab")
+        self._log_start = out.tell()        # this run's lines start here
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "connector"),
                                                              os.environ.get("PYTHONPATH", "")])}
         self.proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(config)],
@@ -70,7 +71,7 @@ class Broker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker {self.id} exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if f"listening on PLAINTEXT://127.0.0.1:{self.port}" in self.log_text():
+            if f"listening on PLAINTEXT://127.0.0.1:{self.port}" in self.log_text()[self._log_start:]:
                 return
             time.sleep(0.05)
         raise RuntimeError(f"broker {self.id} did not start within {timeout} s:\n{self.log_tail()}")
@@ -113,7 +114,7 @@ class Broker:
 
     def log_text(self) -> str:
         try:
-            return (self.dir / "broker.log").read_text(errors="replace")
+            return (self.dir / "broker.log").read_bytes().decode(errors="replace")
         except FileNotFoundError:
             return ""
 

@@ -289,3 +289,21 @@ def test_unclean_election_only_when_enabled(cluster):
     assert "UNCLEAN leader election" in controller_logs
     read = _read_all(cluster, "u", 1)[0]
     assert b"only-on-the-leader" not in [v for _o, v in read]
+
+
+def test_partitions_added_through_the_cli_are_replicated(cluster):
+    import subprocess
+    import sys
+    cluster.create_topic("g", partitions=2, rf=3)
+    out = subprocess.run([sys.executable, "-m", "logcore.tools.cli", "topics", "--bootstrap-server",
+                          cluster.bootstrap, "--alter", "--topic", "g", "--partitions", "4"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    cluster.wait_for(lambda: len(cluster.metadata("g")) == 4 and all(
+        leader >= 0 and len(isr) == 3 for leader, _r, isr in cluster.metadata("g").values()), 30,
+        "four replicated partitions")
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    results = []
+    p.produce("g", value=b"to-3", partition=3, on_delivery=lambda e, m: results.append((e, m.offset())))
+    p.flush(30)
+    assert results == [(None, 0)]

@@ -205,7 +205,12 @@ def test_transactions_fail_fast(java_results):
     fails_fast(java_results, "transactions", "TransactionalIdAuthorizationException")
 
 
-@pytest.mark.parametrize("scenario", ["create_partitions", "delete_records", "incremental_alter_configs",
+def test_admin_creates_partitions(java_results, seglog_broker):
+    ok(java_results, "create_partitions")           # jc-group grown to 4 partitions
+    assert (seglog_broker.root / "jc-group-3").is_dir()
+
+
+@pytest.mark.parametrize("scenario", ["delete_records", "incremental_alter_configs",
                                       "describe_acls", "consumer_group_protocol"])
 def test_unadvertised_admin_apis_fail_fast(java_results, scenario):
     fails_fast(java_results, scenario, "UnsupportedVersionException")

@@ -75,9 +75,11 @@ def test_topics_through_the_seglog_broker(capsys, seglog_broker):
                    "\tTopic: adm.orders\tPartition: 0\tLeader: 0\tReplicas: 0\tIsr: 0\tElr: N/A\tLastKnownElr: N/A\n"
                    "\tTopic: adm.orders\tPartition: 1\tLeader: 0\tReplicas: 0\tIsr: 0\tElr: N/A\tLastKnownElr: N/A\n")
 
-    code, _, err = seglog(capsys, "topics", *bs, "--alter", "--topic", "adm-clicks", "--partitions", "3")
-    assert code == 1
-    assert f"the broker at {seglog_broker.bootstrap}" in err and "does not serve CreatePartitions" in err
+    assert seglog(capsys, "topics", *bs, "--alter", "--topic", "adm-clicks", "--partitions", "3") == (0, "", "")
+    code, out, _ = seglog(capsys, "topics", *bs, "--describe", "--topic", "adm-clicks")
+    assert code == 0 and "PartitionCount: 3" in out and "\tPartition: 2\tLeader: 0" in out
+    code, _, err = seglog(capsys, "topics", *bs, "--alter", "--topic", "adm-clicks", "--partitions", "2")
+    assert code == 1 and err.startswith("seglog: error: INVALID_PARTITIONS: ")
 
     assert seglog(capsys, "topics", *bs, "--delete", "--topic", "adm-clicks") == (0, "", "")
     assert seglog(capsys, "topics", *bs, "--list", "--topic", "adm.*")[1] == "adm.orders\n"
