@@ -54,6 +54,7 @@ DUPLICATE_SEQUENCE_NUMBER = 46
 KAFKA_STORAGE_ERROR = 56
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
+OFFSET_NOT_AVAILABLE = 78             # a new leader's HW is still below its epoch start (KIP-207)
 # Errors that say the client's idea of the partition's leader is out of date: refresh Metadata,
 # then send again (to the new leader).
 STALE_LEADER = frozenset({UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
@@ -345,7 +346,7 @@ class BrokerClient:
                 code = int(p.error_code)
                 if code == NONE:
                     out[tp] = int(p.offset)
-                elif code in STALE_LEADER or code == REQUEST_TIMED_OUT:
+                elif code in STALE_LEADER or code in (REQUEST_TIMED_OUT, OFFSET_NOT_AVAILABLE):
                     reasons[tp] = (f"{self.node_where(node)}, its leader in Metadata, answered"
                                    f" {error_name(code)}", code)
                 else:
