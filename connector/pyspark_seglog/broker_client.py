@@ -338,7 +338,7 @@ class BrokerClient:
         except KafkaConnectionError as exc:
             self.drop_connection(node)
             for tp, _epoch in tps:
-                reasons[tp] = (f"{self.node_where(node)}, its leader: {exc}", -1)
+                reasons[tp] = (f"its leader in Metadata, broker {node}: {exc}", -1)
             return
         for t in body.topics:
             for p in t.partitions:

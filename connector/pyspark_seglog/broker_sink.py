@@ -247,7 +247,7 @@ class TaskProducer(RowRouter):
                 "transactional_id": None, "acks": ACKS_ALL, "timeout": REQUEST_TIMEOUT_MS,
                 "topic_data": [{"name": t, "partition_data": ps} for t, ps in by_topic.items()]})
         except KafkaConnectionError as exc:
-            raise _Retry(f"{self.client.node_where(node)}: {exc}", where=self.client.node_where(node)) from None
+            raise _Retry(str(exc), where=self.client.node_where(node)) from None
 
     def _oldest_node(self) -> int:
         return min((q[0][0], node) for node, q in self.in_flight.items() if q)[1]
