@@ -138,6 +138,9 @@ class AdminHandlers:
             results.append(res)
             try:
                 info = self.partitions.topics.get(t.name)
+                if t.name == OT.TOPIC:
+                    raise _Failed(E.INVALID_REQUEST, f"{OT.TOPIC} is internal: its partition count maps"
+                                  " groups to coordinators and cannot change")
                 if info is None:
                     raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{t.name}' does not exist.")
                 if t.count <= info.partitions:

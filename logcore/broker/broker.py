@@ -101,17 +101,21 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
         self.partitions.replica_logs = True
         self.partitions.after_append = self.cluster.after_append
         self.maintenance.role = self.cluster.role_of
+        # Groups follow the leadership of their __consumer_offsets partition.
+        self.groups.attach_cluster(self.cluster, self.config["offsets.commit.timeout.ms"])
         self.handlers[43] = self.elect_leaders
         self.served[43] = ("ElectLeaders", 0, 2)
 
     def open(self) -> None:
-        """Open every partition (blocking) and rebuild the groups from __consumer_offsets.
+        """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a
+        cluster member loads them partition by partition as it becomes leader instead).
         With tiered storage, a remote root that cannot be written fails the start."""
         tier = self.root.remote_tier()
         if tier is not None:
             tier.check_access()
         self.partitions.open_all()
-        self.groups.load()
+        if self.cluster is None:
+            self.groups.load()
 
     async def start(self) -> None:
         if self.cluster is not None:

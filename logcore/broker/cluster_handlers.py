@@ -232,7 +232,11 @@ class ClusterHandlers:
             res = {"name": t.name, "error_code": E.NONE, "error_message": None}
             results.append(res)
             ta = self.cluster.assignments.get(t.name)
-            if ta is None:
+            if t.name == OT.TOPIC:
+                res.update(error_code=E.INVALID_REQUEST,
+                           error_message=f"{OT.TOPIC} is internal: its partition count maps groups to"
+                                         " coordinators and cannot change")
+            elif ta is None:
                 res.update(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic '{t.name}' does not exist.")
             elif t.count <= len(ta.partitions):
                 res.update(error_code=E.INVALID_PARTITIONS,

@@ -149,6 +149,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("offsets.topic.segment.bytes", ConfigType.INT, 104857600,
               "segment.bytes of __consumer_offsets (kept small so that compaction keeps up).",
               validator=at_least(14), category="broker"),
+    ConfigKey("offsets.commit.timeout.ms", ConfigType.INT, 5000,
+              "In a cluster, how long an offset commit or group metadata write waits for the"
+              " replicas of its __consumer_offsets partition (acks=all) before it is answered"
+              " REQUEST_TIMED_OUT.", validator=at_least(1), category="cluster"),
     ConfigKey("group.min.session.timeout.ms", ConfigType.INT, 6000,
               "Smallest session timeout a group member may ask for.", validator=at_least(1),
               category="broker"),

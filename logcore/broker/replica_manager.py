@@ -103,6 +103,9 @@ class ReplicaManager:
         self._watched_states: set[tuple[str, int]] = set()
         self._stopped = False
         self.changed: asyncio.Event | None = None            # set whenever metadata changed
+        # f(topic, partition, leader: bool), called on the loop when this broker starts leading
+        # a partition (True) or stops (False): the group coordinator follows __consumer_offsets.
+        self.leadership_listeners: list = []
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -368,8 +371,22 @@ class ReplicaManager:
                     replica.index, state.leader_epoch, leo, hw, list(state.isr))
         self._maybe_increment_hw(replica)
         self.partitions.notify(self._partition(replica))
+        self._leadership(replica, True)
+
+    def _leadership(self, replica: Replica, leader: bool) -> None:
+        for listener in self.leadership_listeners:
+            try:
+                listener(replica.topic, replica.index, leader)
+            except Exception:   # noqa: BLE001 - a listener's bug must not stop the replicas
+                logger.exception("broker %d: leadership listener failed for %s-%d", self.me,
+                                 replica.topic, replica.index)
+
+    def _resign(self, replica: Replica) -> None:
+        if replica.role == LEADER:
+            self._leadership(replica, False)
 
     async def _become_follower(self, replica: Replica, state: PartitionState) -> None:
+        self._resign(replica)
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         try:
@@ -387,6 +404,7 @@ class ReplicaManager:
         self.partitions.notify(self._partition(replica))
 
     async def _become_offline(self, replica: Replica, state: PartitionState) -> None:
+        self._resign(replica)
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         replica.state = state
@@ -394,6 +412,7 @@ class ReplicaManager:
         replica.followers = {}
 
     async def _stop_replica(self, replica: Replica) -> None:
+        self._resign(replica)
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         replica.role = OFFLINE

@@ -307,3 +307,30 @@ def test_partitions_added_through_the_cli_are_replicated(cluster):
     p.produce("g", value=b"to-3", partition=3, on_delivery=lambda e, m: results.append((e, m.offset())))
     p.flush(30)
     assert results == [(None, 0)]
+
+
+def test_acks_1_loss_window_and_acks_all_safety(tmp_path, zk_hosts, blackhole):
+    """Followers that cannot reach leader 1: an acks=1 write is acknowledged by the leader alone
+    and lost when it dies (Kafka's trade-off); an acks=all write is never acknowledged, since the
+    high watermark cannot pass it."""
+    cut = {"inter.broker.address.overrides": f"1=127.0.0.1:{blackhole}"}
+    c = SeglogCluster(tmp_path, zk_hosts, size=3, props={"min.insync.replicas": "2"},
+                      per_broker={2: cut, 3: cut})
+    try:
+        c.start()
+        from confluent_kafka.admin import NewTopic
+        c.admin().create_topics([NewTopic("w", num_partitions=1, replica_assignment=[[1, 2, 3]])])["w"].result(30)
+        c.wait_for(lambda: c.metadata("w")[0][0] == 1, 20, "leader 1")
+        acked, failed = _produce(c, "w", [b"acks-1"], acks="1", timeout=10)
+        assert acked == {b"acks-1": (0, 0)} and not failed
+        _acked, failed = _produce(c, "w", [b"acks-all"], acks="all", timeout=3,
+                                  extra={"enable.idempotence": False, "retries": 0, "request.timeout.ms": 2000})
+        assert set(failed) == {b"acks-all"} and failed[b"acks-all"] in ("REQUEST_TIMED_OUT", "_MSG_TIMED_OUT")
+        c.brokers[1].kill()
+        new = c.wait_for(lambda: (lambda m: m if m in (2, 3) else None)(c.leader_of("w")), 20, "a new leader")
+        read = _read_all(c, "w", 1)[0]
+        # Neither record is on the new leader: the acks=1 one was acknowledged and lost.
+        assert [v for _o, v in read] == [], (new, read)
+    finally:
+        c.close()
+        print(c.logs())
