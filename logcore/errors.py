@@ -123,6 +123,11 @@ class TopicNotFoundError(ResourceNotFoundError):
     """The topic does not exist in the log root."""
 
 
+class ReplicaNotAvailableError(ResourceNotFoundError):
+    """A broker's log dir holds no replica of the partition asked for: another broker of the
+    cluster holds it (Kafka's REPLICA_NOT_AVAILABLE)."""
+
+
 class TopicExistsError(SegLogError):
     """A topic with that name already exists in the log root."""
 

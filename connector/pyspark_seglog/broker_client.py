@@ -1,27 +1,39 @@
 """The connector's Kafka protocol client (`kafka.bootstrap.servers`): the APIs the source and the
 sink use, on top of logcore.wire.client's KafkaConnection.
 
-It speaks to one broker that leads every partition (a `seglog broker`, or a single-node Apache
-Kafka: tests/connector/test_connector_on_kafka.py) over one TCP connection, each API at the
-highest version both sides know within CLIENT_WINDOWS. Requests can be pipelined (`send`
-several, then `receive` their responses in order), which the idempotent producer of
-`broker_sink` uses.
+Cluster-aware as Kafka's clients are: requests about the cluster (Metadata, CreateTopics,
+DescribeConfigs, InitProducerId) go to the first bootstrap server that answers (or, when all of
+them are down, to any broker the last Metadata listed); requests about partitions (ListOffsets,
+Produce) go to each partition's leader, learnt from Metadata (leader id, leader epoch and the
+brokers list), over one connection per broker. When a leader answers NOT_LEADER_OR_FOLLOWER,
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH or LEADER_NOT_AVAILABLE, or its connection breaks, the
+client refreshes Metadata and sends again, for at most `retry_timeout` seconds (Kafka's
+default.api.timeout.ms, 60 s); then the error names the partition and the broker. A single broker
+(a standalone `seglog broker`, or a single-node Apache Kafka:
+tests/connector/test_connector_on_kafka.py) leads every partition and is simply the one leader.
+
+Each API goes out at the highest version both sides know within CLIENT_WINDOWS. Requests to a
+leader can be pipelined (`leader_connection(node).send` several, then `receive` their responses
+in order), which the idempotent producer of `broker_sink` uses.
 
 Every failure is a KafkaError (KafkaConnectionError when the connection broke: retriable) whose
 message names the broker and kafka.bootstrap.servers.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from logcore.errors import TopicNotFoundError
-from logcore.wire.client import KafkaConnection, KafkaConnectionError, KafkaError, bootstrap, error_name
+from logcore.wire.client import (BrokerAddress, KafkaConnection, KafkaConnectionError, KafkaError, bootstrap,
+                                 error_name)
 
 PRODUCE, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = \
     0, 2, 3, 18, 19, 22, 32
-# The versions this client can build and read (ListOffsets from v2: isolation_level; Produce
-# from v3: RecordBatch v2 and up to v9, the last one that names topics).
+# The versions this client can build and read (ListOffsets from v2: isolation_level; v4 adds
+# current_leader_epoch; Produce from v3: RecordBatch v2 and up to v9, the last one that names
+# topics; Metadata from v7 gives leader epochs).
 CLIENT_WINDOWS = {PRODUCE: (3, 9), LIST_OFFSETS: (2, 7), METADATA: (1, 12), CREATE_TOPICS: (2, 5),
                   INIT_PRODUCER_ID: (0, 4), DESCRIBE_CONFIGS: (1, 4)}
 
@@ -33,20 +45,30 @@ TOPIC_RESOURCE = 2                    # DescribeConfigs resource type of a topic
 # Kafka error codes the connector acts on.
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
 TOPIC_ALREADY_EXISTS = 36
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 KAFKA_STORAGE_ERROR = 56
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+OFFSET_NOT_AVAILABLE = 78             # a new leader's HW is still below its epoch start (KIP-207)
+# Errors that say the client's idea of the partition's leader is out of date: refresh Metadata,
+# then send again (to the new leader).
+STALE_LEADER = frozenset({UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
+                          FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, KAFKA_STORAGE_ERROR})
 # Errors after which the same request may succeed when sent again.
 # (An unknown partition too, as Kafka's producer: it may be a broker still starting; the
 # delivery timeout bounds the wait for one that is really gone.)
-RETRIABLE = frozenset({UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
-                       KAFKA_STORAGE_ERROR, 14, 15, 16, 19, 20})   # 14-16 coordinator, 19-20 replicas
+RETRIABLE = frozenset({REQUEST_TIMED_OUT, 14, 15, 16, 19, 20}) | STALE_LEADER  # 14-16 coordinator, 19-20 replicas
 
 DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_RETRY_TIMEOUT_S = 60.0        # Kafka's default.api.timeout.ms
+RETRY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
 OPTION = "kafka.bootstrap.servers"
+
 
 @dataclass(frozen=True)
 class PartitionOffset:
@@ -54,32 +76,100 @@ class PartitionOffset:
     error: int
 
 
+@dataclass(frozen=True)
+class PartitionInfo:
+    """A partition as the last Metadata described it."""
+    leader: int                       # -1: none (LEADER_NOT_AVAILABLE)
+    leader_epoch: int                 # -1: not given (Metadata below v7)
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
 class BrokerClient:
-    """One connection to the first bootstrap server that answers (again after it broke); not
-    thread-safe."""
+    """A client of one Kafka-protocol cluster: a connection to the first bootstrap server that
+    answers (again after it broke) for cluster requests, one per leader for partition requests;
+    not thread-safe."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "seglog-spark",
-                 timeout: float = DEFAULT_TIMEOUT_S):
+                 timeout: float = DEFAULT_TIMEOUT_S, retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S):
         self.bootstrap = str(bootstrap_servers)
         self.client_id = client_id
         self.timeout = timeout
+        self.retry_timeout = retry_timeout
         self._conn: KafkaConnection | None = None
+        self._nodes: dict[int, KafkaConnection] = {}
+        self.brokers: dict[int, BrokerAddress] = {}          # from the last Metadata
+        self.partitions: dict[tuple[str, int], PartitionInfo] = {}
+        self._stale: set[str] = set()                           # topics whose leaders must be asked again
+        self._topic_errors: dict[str, int] = {}                 # topic -> its error in the last Metadata
 
     def where(self) -> str:
         if self._conn is not None:
             return self._conn.where()
         return f"the broker at {OPTION}={self.bootstrap}"
 
+    def node_where(self, node: int) -> str:
+        """`broker 2 at host:port (kafka.bootstrap.servers=...)`, for messages."""
+        address = self.brokers.get(node)
+        at = f" at {address.host}:{address.port}" if address is not None else ""
+        return f"broker {node}{at} ({OPTION}={self.bootstrap})"
+
     def connect(self) -> KafkaConnection:
+        """The connection for cluster requests: a bootstrap server, else any broker Metadata listed."""
         if self._conn is None or not self._conn.connected:
             self._conn = None
-            self._conn = bootstrap(self.bootstrap, timeout_s=self.timeout, client_id=self.client_id,
-                                   windows=CLIENT_WINDOWS, option=OPTION)
+            try:
+                self._conn = bootstrap(self.bootstrap, timeout_s=self.timeout, client_id=self.client_id,
+                                       windows=CLIENT_WINDOWS, option=OPTION)
+            except KafkaConnectionError:
+                for node, address in sorted(self.brokers.items()):
+                    conn = KafkaConnection(address.host, address.port, timeout_s=self.timeout,
+                                           client_id=self.client_id, windows=CLIENT_WINDOWS,
+                                           origin=f"broker {node}, {OPTION}={self.bootstrap}")
+                    try:
+                        self._conn = conn.connect()
+                        break
+                    except KafkaConnectionError:
+                        continue
+                else:
+                    raise
         return self._conn
+
+    def leader_connection(self, node: int) -> KafkaConnection:
+        """The connection to broker `node` (its address from the last Metadata), opened if needed."""
+        conn = self._nodes.get(node)
+        if conn is None or not conn.connected:
+            address = self.brokers.get(node)
+            if address is None:
+                raise KafkaConnectionError(f"Metadata from {self.where()} lists no broker {node}"
+                                           f" (brokers: {sorted(self.brokers) or 'none'})")
+            conn = KafkaConnection(address.host, address.port, timeout_s=self.timeout, client_id=self.client_id,
+                                   windows=CLIENT_WINDOWS, origin=f"broker {node}, {OPTION}={self.bootstrap}")
+            self._nodes[node] = conn
+            conn.connect()
+        return conn
+
+    def open_connection(self, node: int) -> KafkaConnection | None:
+        """The connection to broker `node` if it is open (never opens one)."""
+        conn = self._nodes.get(node)
+        return conn if conn is not None and conn.connected else None
+
+    def close_control(self) -> None:
+        """Close the connection for cluster requests only (the next one reconnects)."""
+        if self._conn is not None:
+            self._conn.close()
+
+    def drop_connection(self, node: int) -> None:
+        conn = self._nodes.pop(node, None)
+        if conn is not None:
+            conn.close()
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+        for conn in self._nodes.values():
+            conn.close()
+        self._nodes.clear()
 
     def __enter__(self) -> "BrokerClient":
         self.connect()
@@ -88,35 +178,80 @@ class BrokerClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def send(self, api_key: int, values: dict) -> int:
-        """Send one request (built from Kafka field names); returns its correlation id."""
-        return self.connect().send(api_key, values)
-
-    def receive(self) -> Any:
-        """The response (kio dataclass) to the oldest request still waiting for one."""
-        if self._conn is None or not self._conn.connected:
-            raise KafkaConnectionError(f"lost the connection to {self.where()} before its responses came")
-        return self._conn.receive()
-
     def request(self, api_key: int, values: dict) -> Any:
-        return self.connect().request(api_key, values)
+        """One cluster request (to a bootstrap server); a broken connection is tried once more."""
+        try:
+            return self.connect().request(api_key, values)
+        except KafkaConnectionError:
+            if self._conn is not None:
+                self._conn.close()
+            return self.connect().request(api_key, values)
 
-    @property
-    def in_flight(self) -> int:
-        return 0 if self._conn is None else self._conn.in_flight
+    # ---------------------------------------------------------------- metadata and leaders
+    def metadata(self, topics: list[str] | None) -> dict[str, int]:
+        """Ask Metadata about `topics` (None: all), remember the brokers and each partition's
+        leader; the error code of each topic."""
+        body = self.request(METADATA, {"topics": None if topics is None else [{"name": t} for t in topics],
+                                       "allow_auto_topic_creation": False})
+        brokers = {int(b.node_id): BrokerAddress(int(b.node_id), b.host, int(b.port), b.rack)
+                   for b in body.brokers}
+        for node, address in brokers.items():
+            old = self.brokers.get(node)
+            if old is not None and (old.host, old.port) != (address.host, address.port):
+                self.drop_connection(node)          # the broker moved
+        self.brokers = brokers
+        out = {}
+        for t in body.topics:
+            out[t.name] = self._topic_errors[t.name] = int(t.error_code)
+            for key in [k for k in self.partitions if k[0] == t.name]:
+                del self.partitions[key]
+            self._stale.discard(t.name)
+            if t.error_code != NONE:
+                continue
+            for p in t.partitions:
+                self.partitions[(t.name, int(p.partition_index))] = PartitionInfo(
+                    int(p.leader_id), int(getattr(p, "leader_epoch", -1)),
+                    tuple(int(r) for r in p.replica_nodes), tuple(int(r) for r in p.isr_nodes))
+        return out
+
+    def invalidate(self, topics=None) -> None:
+        """Leaders of `topics` (all when None) are asked again before their next use."""
+        self._stale.update({t for t, _p in self.partitions} if topics is None else topics)
+
+    def partition_info(self, tp: tuple[str, int]) -> PartitionInfo | None:
+        """What Metadata says of partition `tp` (asked when unknown or invalidated); None when
+        the cluster has no such partition."""
+        if tp not in self.partitions or tp[0] in self._stale:
+            self.metadata([tp[0]])
+        return self.partitions.get(tp)
+
+    def leader_of(self, tp: tuple[str, int]) -> tuple[int, int]:
+        """(leader id, leader epoch) of `tp`. A partition without a leader raises a KafkaError
+        with LEADER_NOT_AVAILABLE, an unknown one UNKNOWN_TOPIC_OR_PARTITION (both retriable)."""
+        info = self.partition_info(tp)
+        if info is None and self._topic_errors.get(tp[0]) == LEADER_NOT_AVAILABLE:
+            raise KafkaError(f"topic {tp[0]} has no leaders yet (LEADER_NOT_AVAILABLE in Metadata from"
+                             f" {self.where()})", LEADER_NOT_AVAILABLE)
+        if info is None:
+            raise KafkaError(f"{self.where()}: Metadata has no partition {tp[0]}-{tp[1]}",
+                             UNKNOWN_TOPIC_OR_PARTITION)
+        if info.leader < 0:
+            raise KafkaError(f"{tp[0]}-{tp[1]} has no leader now (LEADER_NOT_AVAILABLE in Metadata from"
+                             f" {self.where()}; replicas {list(info.replicas)}, ISR {list(info.isr)})",
+                             LEADER_NOT_AVAILABLE)
+        return info.leader, info.leader_epoch
 
     # ---------------------------------------------------------------- the APIs the connector uses
     def partition_counts(self, topics: list[str]) -> dict[str, int | None]:
-        """Partitions of each topic (None: the broker does not have it); never creates topics."""
-        body = self.request(METADATA, {"topics": [{"name": t} for t in topics],
-                                       "allow_auto_topic_creation": False})
+        """Partitions of each topic (None: the cluster does not have it); never creates topics."""
+        codes = self.metadata(list(topics))
         out: dict[str, int | None] = {t: None for t in topics}
-        for t in body.topics:
-            if t.error_code == NONE:
-                out[t.name] = len(t.partitions)
-            elif t.error_code != UNKNOWN_TOPIC_OR_PARTITION:
-                raise KafkaError(f"{self.where()}: Metadata for topic {t.name!r} failed:"
-                                  f" {error_name(t.error_code)}", int(t.error_code))
+        for name, code in codes.items():
+            if code == NONE:
+                out[name] = sum(1 for t, _p in self.partitions if t == name)
+            elif code != UNKNOWN_TOPIC_OR_PARTITION:
+                raise KafkaError(f"{self.where()}: Metadata for topic {name!r} failed:"
+                                 f" {error_name(code)}", code)
         return out
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> bool:
@@ -148,34 +283,78 @@ class BrokerClient:
     def list_offsets(self, partitions: list[tuple[str, int]], *, timestamp: int = LATEST_TIMESTAMP,
                      isolation: str = "read_committed") -> dict[tuple[str, int], int]:
         """The offset of each partition for `timestamp` (-1 latest: the LSO with read_committed,
-        the HW with read_uncommitted; -2 earliest). Unknown partitions raise TopicNotFoundError."""
-        if not partitions:
-            return {}
-        by_topic: dict[str, list[int]] = {}
-        for t, p in partitions:
-            by_topic.setdefault(t, []).append(p)
-        body = self.request(LIST_OFFSETS, {
-            "replica_id": -1, "isolation_level": ISOLATION_LEVEL[isolation],
-            "topics": [{"name": t, "partitions": [{"partition_index": p, "timestamp": timestamp,
-                                                   "current_leader_epoch": -1, "max_num_offsets": 1}
-                                                  for p in ps]}
-                       for t, ps in by_topic.items()]})
-        out = {}
+        the HW with read_uncommitted; -2 earliest), asked of its leader with the leader epoch
+        Metadata gave (a deposed leader answers FENCED_LEADER_EPOCH). A stale leader or a broken
+        connection refreshes Metadata and asks again, for at most `retry_timeout` seconds.
+        A partition the cluster does not have raises TopicNotFoundError."""
+        pending = list(dict.fromkeys(partitions))
+        out: dict[tuple[str, int], int] = {}
+        started = time.monotonic()
+        failures = 0
+        while pending:
+            reasons: dict[tuple[str, int], tuple[str, int]] = {}    # tp -> (why, error code)
+            by_leader: dict[int, list[tuple[tuple[str, int], int]]] = {}
+            for tp in pending:
+                try:
+                    leader, epoch = self.leader_of(tp)
+                except KafkaConnectionError:
+                    raise
+                except KafkaError as exc:
+                    if exc.code == UNKNOWN_TOPIC_OR_PARTITION:
+                        raise TopicNotFoundError(
+                            f"{self.where()} has no partition {tp[0]}-{tp[1]}: is it serving the log"
+                            " root given as the path?") from None
+                    reasons[tp] = (str(exc), exc.code)
+                    continue
+                by_leader.setdefault(leader, []).append((tp, epoch))
+            for node, tps in sorted(by_leader.items()):
+                self._list_offsets_at(node, tps, timestamp, isolation, out, reasons)
+            pending = [tp for tp in pending if tp not in out]
+            if not pending:
+                break
+            waited = time.monotonic() - started
+            tp = pending[0]
+            why, code = reasons.get(tp, ("no answer", -1))
+            if waited > self.retry_timeout:
+                raise KafkaError(f"ListOffsets of {tp[0]}-{tp[1]} failed for {waited:.0f} s"
+                                 f" ({failures + 1} attempts): {why}", code)
+            failures += 1
+            self.invalidate({t for t, _p in pending})
+            time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
+        return {tp: out[tp] for tp in partitions}
+
+    def _list_offsets_at(self, node: int, tps: list, timestamp: int, isolation: str, out: dict,
+                         reasons: dict) -> None:
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for (t, p), epoch in tps:
+            by_topic.setdefault(t, []).append((p, epoch))
+        try:
+            body = self.leader_connection(node).request(LIST_OFFSETS, {
+                "replica_id": -1, "isolation_level": ISOLATION_LEVEL[isolation],
+                "topics": [{"name": t, "partitions": [{"partition_index": p, "timestamp": timestamp,
+                                                       "current_leader_epoch": epoch, "max_num_offsets": 1}
+                                                      for p, epoch in ps]}
+                           for t, ps in by_topic.items()]})
+        except KafkaConnectionError as exc:
+            self.drop_connection(node)
+            for tp, _epoch in tps:
+                reasons[tp] = (f"its leader in Metadata, broker {node}: {exc}", -1)
+            return
         for t in body.topics:
             for p in t.partitions:
                 tp = (t.name, p.partition_index)
-                if p.error_code == UNKNOWN_TOPIC_OR_PARTITION:
-                    raise TopicNotFoundError(
-                        f"{self.where()} has no partition {t.name}-{p.partition_index}: is it serving"
-                        " the log root given as the path?")
-                if p.error_code != NONE:
-                    raise KafkaError(f"{self.where()}: ListOffsets of {t.name}-{p.partition_index}"
-                                      f" failed: {error_name(p.error_code)}", int(p.error_code))
-                out[tp] = int(p.offset)
-        missing = [tp for tp in partitions if tp not in out]
-        if missing:
-            raise KafkaError(f"{self.where()} gave no offset for {missing[0][0]}-{missing[0][1]}")
-        return out
+                code = int(p.error_code)
+                if code == NONE:
+                    out[tp] = int(p.offset)
+                elif code in STALE_LEADER or code in (REQUEST_TIMED_OUT, OFFSET_NOT_AVAILABLE):
+                    reasons[tp] = (f"{self.node_where(node)}, its leader in Metadata, answered"
+                                   f" {error_name(code)}", code)
+                else:
+                    raise KafkaError(f"{self.node_where(node)}: ListOffsets of {t.name}-{p.partition_index}"
+                                     f" failed: {error_name(code)}", code)
+        for tp, _epoch in tps:
+            if tp not in out and tp not in reasons:
+                reasons[tp] = (f"{self.node_where(node)} gave no offset for {tp[0]}-{tp[1]}", -1)
 
     def init_producer_id(self) -> tuple[int, int]:
         """A fresh idempotent producer id and its epoch."""

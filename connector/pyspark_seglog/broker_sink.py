@@ -1,14 +1,18 @@
-"""The sink's broker path (`kafka.bootstrap.servers`): a task produces its rows through a broker.
+"""The sink's broker path (`kafka.bootstrap.servers`): a task produces its rows through the brokers.
 
 Each task attempt is one idempotent producer: it gets a fresh producer id from InitProducerId,
 routes and encodes its rows as the log-dir sink does (`RowRouter`, `logcore.records.encode`),
 stamps each RecordBatch with the producer id, epoch and per-partition sequence numbers, and
-sends Produce requests with acks=all: one batch per partition per request, up to
-`MAX_IN_FLIGHT` requests in flight on one connection. A request that fails with a retriable
-error or a broken connection is sent again, with the same bytes and sequences, after the
-requests behind it are drained; the broker answers a batch it already appended with its
+sends Produce requests with acks=all to each partition's leader (from Metadata: on a cluster,
+partitions are led by different brokers): one batch per partition per request, up to
+`MAX_IN_FLIGHT` requests in flight on each leader's connection. A partition's batches are in
+flight to one broker at a time, so its sequences reach a leader in order. A request that fails
+with a retriable error (a stale leader: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...) or a
+broken connection is sent again, with the same bytes and sequences, after every request in
+flight is drained and Metadata refreshed (the leader may have moved: the new one has the
+producer's state with the replicated batches); a broker answers a batch it already has with its
 original offset instead of appending it twice. `write()` returns once every batch is
-acknowledged (committed by the broker: durable and visible).
+acknowledged (committed by the ISR: durable and visible).
 
 Delivery is at-least-once (docs/sink-protocol.md): a retried task attempt, or a micro-batch
 replayed after a driver failure, is a new producer and writes its rows again; rows a failed
@@ -106,7 +110,10 @@ class TaskProducer(RowRouter):
         self.sequences: dict[tuple[str, int], int] = {}       # next row's ordinal per partition
         self.queues: dict[tuple[str, int], deque[_Batch]] = {}
         self.queued_bytes = 0
-        self.in_flight: deque[list[_Batch]] = deque()
+        # Per leader: requests in flight, oldest first, each (send number, its batches).
+        self.in_flight: dict[int, deque[tuple[int, list[_Batch]]]] = {}
+        self.sent = 0
+        self.flying: dict[tuple[str, int], int] = {}         # partition -> the broker its batches fly to
         self.acked: dict[tuple[str, int], int] = {}
 
     def close(self) -> None:
@@ -164,65 +171,115 @@ class TaskProducer(RowRouter):
         self._pump(drain=True)
 
     # ---------------------------------------------------------------- sending
+    def _requests_in_flight(self) -> int:
+        return sum(len(q) for q in self.in_flight.values())
+
     def _pump(self, drain: bool) -> None:
-        """Fill the in-flight window; with `drain`, wait until nothing is queued or in flight,
-        else only while more than MAX_QUEUED_BYTES wait to be sent (the broker works on the
-        window while the task encodes more)."""
+        """Fill each leader's in-flight window; with `drain`, wait until nothing is queued or in
+        flight, else only while more than MAX_QUEUED_BYTES wait to be sent (the brokers work on
+        their windows while the task encodes more)."""
         started = time.monotonic()
         failures = 0
         while True:
             try:
-                while len(self.in_flight) < MAX_IN_FLIGHT and self.queued_bytes:
-                    self._send_next()
-                if not self.in_flight or (not drain and self.queued_bytes <= MAX_QUEUED_BYTES):
+                self._fill()
+                if not self._requests_in_flight() or (not drain and self.queued_bytes <= MAX_QUEUED_BYTES):
+                    if self.queued_bytes and drain:
+                        raise KafkaError(f"{self.queued_bytes} bytes queued but none could be sent"
+                                         f" ({self.client.where()})")
                     return
-                self._receive_next()
+                self._receive_next(self._oldest_node())
             except _Retry as retry:
                 failures += 1
                 self._recover(retry)
                 waited = time.monotonic() - started
                 if waited > self.deadline_s:
                     raise KafkaError(
-                        f"gave up producing to {self.client.where()} after {waited:.0f} s"
+                        f"gave up producing to {retry.where or self.client.where()} after {waited:.0f} s"
                         f" ({failures} retries; kafka.delivery.timeout.ms={self.opts.delivery_timeout_ms}):"
                         f" {retry.reason}") from None
                 logger.warning("seglog sink task %d attempt %d: retrying produce (%s)", self.task,
                                self.attempt, retry.reason)
                 time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
 
-    def _send_next(self) -> None:
-        batches, size = [], 0
+    def _leader(self, tp: tuple[str, int]) -> int:
+        try:
+            return self.client.leader_of(tp)[0]
+        except KafkaConnectionError as exc:
+            raise _Retry(f"Metadata for {tp[0]}-{tp[1]}: {exc}") from None
+        except KafkaError as exc:
+            if exc.code in RETRIABLE:
+                raise _Retry(str(exc)) from None
+            raise
+
+    def _fill(self) -> None:
+        """Send requests to every leader with room in its window and batches for it."""
+        ready: dict[int, list[tuple[str, int]]] = {}
         for tp, queue in self.queues.items():
+            if not queue:
+                continue
+            node = self.flying.get(tp)
+            if node is None:
+                node = self._leader(tp)
+            ready.setdefault(node, []).append(tp)
+        for node, tps in ready.items():
+            window = self.in_flight.setdefault(node, deque())
+            while len(window) < MAX_IN_FLIGHT and any(self.queues[tp] for tp in tps):
+                self._send_next(node, tps)
+
+    def _send_next(self, node: int, tps: list[tuple[str, int]]) -> None:
+        batches, size = [], 0
+        for tp in tps:
+            queue = self.queues[tp]
             if queue and (not batches or size + len(queue[0].data) <= MAX_REQUEST_BYTES):
                 batch = queue.popleft()
                 batches.append(batch)
                 size += len(batch.data)
+                self.flying[tp] = node
         by_topic: dict[str, list] = {}
         for b in batches:
             by_topic.setdefault(b.tp[0], []).append({"index": b.tp[1], "records": b.data})
         self.queued_bytes -= size
-        self.in_flight.append(batches)
+        self.sent += 1
+        self.in_flight[node].append((self.sent, batches))
         try:
-            self.client.send(PRODUCE, {
+            self.client.leader_connection(node).send(PRODUCE, {
                 "transactional_id": None, "acks": ACKS_ALL, "timeout": REQUEST_TIMEOUT_MS,
                 "topic_data": [{"name": t, "partition_data": ps} for t, ps in by_topic.items()]})
         except KafkaConnectionError as exc:
-            raise _Retry(str(exc)) from None
+            raise _Retry(str(exc), where=self.client.node_where(node)) from None
 
-    def _receive_next(self, *, retrying: set | None = None) -> list[_Batch]:
-        """Handle the oldest response; returns its batches that must be sent again."""
-        batches = self.in_flight[0]
+    def _oldest_node(self) -> int:
+        return min((q[0][0], node) for node, q in self.in_flight.items() if q)[1]
+
+    def _landed(self, node: int, batches: list[_Batch]) -> None:
+        """`batches` are no longer in flight to `node` (answered, or to be sent again)."""
+        window = self.in_flight.get(node, ())
+        still = {b.tp for _n, bs in window for b in bs}
+        for b in batches:
+            if b.tp not in still:
+                self.flying.pop(b.tp, None)
+
+    def _receive_next(self, node: int, *, retrying: set | None = None) -> list[_Batch]:
+        """Handle the oldest response of `node`; returns its batches that must be sent again."""
+        window = self.in_flight[node]
+        batches = window[0][1]
+        conn = self.client.open_connection(node)
+        where = self.client.node_where(node)
+        if conn is None or not conn.in_flight:
+            raise _Retry(f"lost the connection to {where} before its responses came", where=where)
         try:
-            body = self.client.receive()
+            body = conn.receive()
         except KafkaConnectionError as exc:
-            raise _Retry(str(exc)) from None
-        self.in_flight.popleft()
+            raise _Retry(str(exc), where=where) from None
+        window.popleft()
+        self._landed(node, batches)
         results = {(t.name, p.index): p for t in body.responses for p in t.partition_responses}
         again, reasons = [], []
         for b in batches:
             r = results.get(b.tp)
             if r is None:
-                raise KafkaError(f"{self.client.where()} did not answer for {b.tp[0]}-{b.tp[1]}")
+                raise KafkaError(f"{where} did not answer for {b.tp[0]}-{b.tp[1]}")
             code = int(r.error_code)
             if code in (NONE, DUPLICATE_SEQUENCE_NUMBER):       # a duplicate is already in the log
                 self.acked[b.tp] = self.acked.get(b.tp, 0) + b.records
@@ -231,33 +288,36 @@ class TaskProducer(RowRouter):
             if code in RETRIABLE or (code == OUT_OF_ORDER_SEQUENCE_NUMBER and retrying is not None
                                      and b.tp in retrying):
                 again.append(b)             # (out of order: an earlier batch of it is being retried)
-                reasons.append(message)
+                reasons.append(f"{message} from {where}")
                 continue
             hint = ""
             if code == 10:                  # MESSAGE_TOO_LARGE
                 hint = " (lower the option batch.size, or raise the topic's max.message.bytes)"
-            raise KafkaError(f"{self.client.where()} refused a batch of {message}{hint}", code)
+            raise KafkaError(f"{where} refused a batch of {message}{hint}", code)
         if again and retrying is None:
-            raise _Retry("; ".join(reasons), again)
+            raise _Retry("; ".join(reasons), again, where=where)
         return again
 
     def _recover(self, retry: "_Retry") -> None:
         """After a failed request: collect every unacknowledged batch (draining the responses
-        still coming) and queue them again, in sequence order, ahead of the unsent ones."""
+        still coming from every leader) and queue them again, in sequence order, ahead of the
+        unsent ones; then ask Metadata for the leaders again."""
         again = list(retry.batches)
-        retrying = {b.tp for b in again}
-        # The request whose response failed is still at the head of in_flight when the
-        # connection broke; when a response carried the error it was already popped.
-        while self.in_flight:
-            if self.client.in_flight:
-                try:
-                    again.extend(self._receive_next(retrying=retrying | {b.tp for b in again}))
-                    continue
-                except _Retry:
-                    pass                     # the connection broke: the rest is unknown
-            again.extend(b for batches in self.in_flight for b in batches)
-            self.in_flight.clear()
-        self.client.close()                  # a fresh connection for the resend
+        for node in list(self.in_flight):
+            window = self.in_flight[node]
+            while window:
+                conn = self.client.open_connection(node)
+                if conn is not None and conn.in_flight:
+                    try:
+                        again.extend(self._receive_next(node, retrying={b.tp for b in again}))
+                        continue
+                    except _Retry:
+                        pass                 # the connection broke: the rest is unknown
+                again.extend(b for _n, batches in window for b in batches)
+                window.clear()
+                self.client.drop_connection(node)
+        self.flying.clear()
+        self.client.invalidate()             # the leaders may have moved
         by_tp: dict[tuple[str, int], list[_Batch]] = {}
         for b in again:
             by_tp.setdefault(b.tp, []).append(b)
@@ -275,7 +335,7 @@ class TaskProducer(RowRouter):
                 return call()
             except KafkaConnectionError as exc:
                 failures += 1
-                self.client.close()
+                self.client.close_control()
                 if time.monotonic() - started > min(self.deadline_s, 30):
                     raise KafkaConnectionError(f"{what}: {exc}") from None
                 time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
@@ -291,7 +351,8 @@ class TaskProducer(RowRouter):
 class _Retry(Exception):
     """A request failed in a way that sending it again may fix."""
 
-    def __init__(self, reason: str, batches: list[_Batch] | None = None):
+    def __init__(self, reason: str, batches: list[_Batch] | None = None, where: str | None = None):
         super().__init__(reason)
         self.reason = reason
         self.batches = batches or []
+        self.where = where              # the broker it happened with

@@ -1,0 +1,283 @@
+"""Spark on a seglog cluster: three `seglog broker` processes on ZooKeeper (tests/cluster's
+harness), Spark local[2] writing through the brokers and reading each broker's log.dirs.
+
+- the sink's broker path produces to each partition's leader (leaders spread over the three
+  brokers), batch and streaming, and a streaming write survives a SIGKILL of a broker between
+  two micro-batches: every row is read back exactly once by librdkafka;
+- the source as a sidecar: an RF=3 topic read from each broker's log.dirs gives the same rows,
+  with and without kafka.bootstrap.servers; a follower whose HW lags is read up to its own HW
+  (no wait, no "data loss"); an RF=1 topic's partitions held by other brokers fail with an
+  error naming the partition and the log dir.
+
+Skipped when ZooKeeper (java and Debian's zookeeper jars), kazoo or confluent-kafka is missing.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo)")
+
+TESTS = Path(__file__).resolve().parents[1]
+for folder in (TESTS, TESTS / "cluster"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+from seglog_cluster import SeglogCluster  # noqa: E402
+from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable, find_zookeeper  # noqa: E402
+
+from pyspark_seglog.broker_client import BrokerClient  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    try:
+        find_zookeeper()
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(str(exc))
+    base = tmp_path_factory.mktemp("spark-cluster")
+    zk = ZooKeeperCluster(base / "zk", size=1)
+    try:
+        zk.start()
+    except ZooKeeperUnavailable as exc:
+        zk.stop()
+        pytest.skip(f"ZooKeeper did not start: {exc}")
+    c = SeglogCluster(base, zk.connect_string, size=3, props={"min.insync.replicas": "2"})
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+        zk.stop()
+        print(c.logs())         # shown by pytest when a test failed
+
+
+def _all_back(cluster):
+    """Restart any broker a test stopped; a fresh admin client (the cached one may be stuck on
+    the connection to a killed broker)."""
+    for b in cluster.brokers.values():
+        if b.paused:
+            b.resume()
+        if not b.alive():
+            b.start()
+    cluster._admin = None
+
+    def registered():                   # as every broker sees it
+        for b in cluster.brokers.values():
+            with BrokerClient(b.address) as client:
+                client.metadata([])
+                if sorted(client.brokers) != sorted(cluster.brokers):
+                    return False
+        return True
+    cluster.wait_for(registered, 60, "every broker registered again")
+
+
+def consume_all(cluster, topic: str, partitions: int, timeout: float = 60.0) -> list:
+    """Every record of the topic up to each partition's end: [(partition, offset, key, value)]."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{topic}",
+                                  "enable.auto.commit": False, "auto.offset.reset": "error",
+                                  "enable.partition.eof": True})
+    try:
+        c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                  for p in range(partitions)])
+        out, done = [], set()
+        deadline = time.monotonic() + timeout
+        while len(done) < partitions and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    done.add(m.partition())
+                    continue
+                raise AssertionError(f"consumer error {m.error()}")
+            out.append((m.partition(), m.offset(), m.key(), m.value()))
+        assert len(done) == partitions, f"did not reach the end of {partitions - len(done)} partitions"
+        return out
+    finally:
+        c.close()
+
+
+def produce(cluster, topic: str, values: list[bytes]) -> None:
+    p = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                                  "enable.idempotence": True, "linger.ms": 5})
+    errors = []
+    for v in values:
+        p.produce(topic, key=v, value=v, on_delivery=lambda err, _m: err and errors.append(err))
+        p.poll(0)
+    assert p.flush(60) == 0 and not errors, errors
+
+
+def leaders(cluster, topic: str) -> dict[int, int]:
+    return {p: leader for p, (leader, _r, _i) in cluster.metadata(topic).items()}
+
+
+# ------------------------------------------------------------------------------ the client
+
+def test_client_sends_list_offsets_to_each_leader(cluster):
+    cluster.create_topic("cl-offsets", partitions=3, rf=3)
+    produce(cluster, "cl-offsets", [b"x%03d" % i for i in range(300)])
+    ends = {}
+    for p, _o, _k, _v in consume_all(cluster, "cl-offsets", 3):
+        ends[p] = ends.get(p, 0) + 1
+    assert sorted(set(leaders(cluster, "cl-offsets").values())) == [1, 2, 3]
+    # Bootstrapped from one broker only: the other two leaders are found through Metadata.
+    for b in cluster.brokers.values():
+        with BrokerClient(b.address) as client:
+            got = client.list_offsets([("cl-offsets", p) for p in range(3)], isolation="read_uncommitted")
+        assert got == {("cl-offsets", p): ends.get(p, 0) for p in range(3)}
+
+
+# ------------------------------------------------------------------------------ the sink
+
+def test_batch_write_produces_to_every_leader(spark, cluster):
+    topic = "cl-batch"
+    cluster.create_topic(topic, partitions=6, rf=3)
+    assert sorted(set(leaders(cluster, topic).values())) == [1, 2, 3]
+    n = 6000
+    df = spark.range(n).selectExpr("CAST(id AS STRING) AS key", "CAST(concat('v', id) AS BINARY) AS value")
+    (df.write.format("seglog").option("kafka.bootstrap.servers", cluster.bootstrap)
+     .option("topic", topic).mode("append").save())
+    got = consume_all(cluster, topic, 6)
+    values = [v for _p, _o, _k, v in got]
+    assert len(values) == n and set(values) == {b"v%d" % i for i in range(n)}
+    assert {p for p, _o, _k, _v in got} == set(range(6))        # keyed rows reach every partition
+
+
+def test_streaming_write_survives_sigkill_between_micro_batches(spark, cluster, tmp_path):
+    topic = "cl-stream"
+    cluster.create_topic(topic, partitions=4, rf=3)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+
+    def drop(name: str, ids: range) -> None:
+        tmp = tmp_path / f"{name}.tmp"
+        tmp.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+        tmp.rename(inbox / f"{name}.json")
+
+    drop("a", range(0, 2000))
+    query = (spark.readStream.format("json").schema("id LONG").load(str(inbox))
+             .selectExpr("CAST(id AS STRING) AS key", "CAST(concat('s', id) AS BINARY) AS value")
+             .writeStream.format("seglog").option("kafka.bootstrap.servers", cluster.bootstrap)
+             .option("topic", topic).option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        query.processAllAvailable()
+        # SIGKILL broker 1 (the first bootstrap server, a leader of some partitions) between
+        # the micro-batches: the next one meets a dead leader and a dead bootstrap server.
+        killed = cluster.brokers[1]
+        led = [p for p, leader in leaders(cluster, topic).items() if leader == killed.id]
+        assert led, "broker 1 leads none of the partitions"
+        killed.kill()
+        drop("b", range(2000, 4000))
+        started = time.monotonic()
+        query.processAllAvailable()
+        print(f"the micro-batch after the SIGKILL took {time.monotonic() - started:.1f} s")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    try:
+        got = consume_all(cluster, topic, 4)
+        values = sorted(v for _p, _o, _k, v in got)
+        assert values == sorted(b"s%d" % i for i in range(4000))     # each row exactly once
+        moved = leaders(cluster, topic)
+        assert all(moved[p] != 1 for p in led)
+    finally:
+        _all_back(cluster)
+
+
+# ------------------------------------------------------------------------------ the source as a sidecar
+
+def _checkpointed(broker, topic: str, ends: dict[int, int]) -> bool:
+    """The broker's replication-offset-checkpoint has reached each partition's end."""
+    try:
+        lines = (broker.log_dir / "replication-offset-checkpoint").read_text().split("\n")
+    except FileNotFoundError:
+        return False
+    entries = {(t, int(p)): int(o) for t, p, o in (line.split() for line in lines[2:] if line.strip())}
+    return all(entries.get((topic, p)) == end for p, end in ends.items())
+
+
+def spark_rows(spark, root, topic: str | None = None, bootstrap: str | None = None, assign: str | None = None):
+    reader = spark.read.format("seglog")
+    reader = reader.option("assign", assign) if assign else reader.option("subscribe", topic)
+    if bootstrap:
+        reader = reader.option("kafka.bootstrap.servers", bootstrap)
+    return sorted((r.partition, r.offset, bytes(r.key), bytes(r.value))
+                  for r in reader.load(str(root)).select("partition", "offset", "key", "value").collect())
+
+
+def test_rf3_topic_reads_the_same_from_every_broker_log_dir(spark, cluster):
+    topic = "cl-rf3"
+    cluster.create_topic(topic, partitions=3, rf=3)
+    produce(cluster, topic, [b"r%04d" % i for i in range(1500)])
+    expected = sorted(consume_all(cluster, topic, 3))
+    ends = {p: 0 for p in range(3)}
+    for p, o, _k, _v in expected:
+        ends[p] = max(ends[p], o + 1)
+    for b in cluster.brokers.values():
+        cluster.wait_for(lambda: _checkpointed(b, topic, ends), 30, f"broker {b.id}'s HW checkpoint")
+    for b in cluster.brokers.values():
+        assert spark_rows(spark, b.log_dir, topic) == expected, f"broker {b.id}, files only"
+        assert spark_rows(spark, b.log_dir, topic, cluster.bootstrap) == expected, f"broker {b.id}, bootstrap"
+
+
+def test_lagging_follower_is_read_up_to_its_own_high_watermark(spark, cluster):
+    topic = "cl-lag"
+    cluster.create_topic(topic, partitions=1, rf=3)
+    produce(cluster, topic, [b"a%04d" % i for i in range(500)])
+    cluster.wait_for(lambda: all(_checkpointed(b, topic, {0: 500}) for b in cluster.brokers.values()),
+                     30, "every replica's HW checkpoint at 500")
+    leader = leaders(cluster, topic)[0]
+    follower = cluster.brokers[next(i for i in cluster.brokers if i != leader)]
+    follower.pause()                # its HW (and log) stop at 500
+    try:
+        produce(cluster, topic, [b"b%04d" % i for i in range(300)])    # min.insync=2: still acked
+        with BrokerClient(cluster.brokers[leader].address) as client:
+            assert client.list_offsets([(topic, 0)])[(topic, 0)] == 800
+        # The follower's files are read up to its own HW: the leader's 800 would name records
+        # this replica does not have (or does not know committed) yet.
+        rows = spark_rows(spark, follower.log_dir, topic, cluster.bootstrap)
+        assert [o for _p, o, _k, _v in rows] == list(range(500))
+        assert all(v.startswith(b"a") for _p, _o, _k, v in rows)
+        # The leader's log dir, asked through the brokers, reads all 800.
+        assert len(spark_rows(spark, cluster.brokers[leader].log_dir, topic, cluster.bootstrap)) == 800
+    finally:
+        _all_back(cluster)          # its ZooKeeper session may have ended: registered again
+
+
+def test_partitions_on_other_brokers_fail_with_a_clear_error(spark, cluster):
+    topic = "cl-rf1"
+    from confluent_kafka.admin import NewTopic
+    # RF=1, one partition on each broker (a manual assignment: the harness's brokers may have
+    # just re-registered after the tests above, which a random one would not wait for)
+    futures = cluster.admin().create_topics([NewTopic(topic, num_partitions=3,
+                                                      replica_assignment=[[1], [2], [3]])])
+    futures[topic].result(30)
+    cluster.wait_for(lambda: all(leader >= 0 for leader in leaders(cluster, topic).values()), 30,
+                     f"leaders of {topic}")
+    produce(cluster, topic, [b"o%03d" % i for i in range(300)])
+    where = leaders(cluster, topic)                  # RF=1: the leader is the only replica
+    assert sorted(where.values()) == [1, 2, 3]
+    expected = sorted(consume_all(cluster, topic, 3))
+    for b in cluster.brokers.values():
+        mine = next(p for p, node in where.items() if node == b.id)
+        other = next(p for p, node in where.items() if node != b.id)
+        for bootstrap in (cluster.bootstrap, None):
+            # The whole topic: a partition held by another broker fails, naming it and the dir.
+            with pytest.raises(Exception, match=rf"ReplicaNotAvailableError: {topic}-\d has no replica"
+                                                rf" in {re.escape(str(b.log_dir))}: that log dir is broker {b.id}'s"):
+                spark_rows(spark, b.log_dir, topic, bootstrap)
+            with pytest.raises(Exception, match=rf"ReplicaNotAvailableError: {topic}-{other} has no replica"):
+                spark_rows(spark, b.log_dir, bootstrap=bootstrap, assign=json.dumps({topic: [other]}))
+            # Its own partition reads as the consumer sees it.
+            cluster.wait_for(lambda: _checkpointed(b, topic, {mine: sum(1 for r in expected if r[0] == mine)}),
+                             30, f"broker {b.id}'s HW checkpoint")
+            got = spark_rows(spark, b.log_dir, bootstrap=bootstrap, assign=json.dumps({topic: [mine]}))
+            assert got == [r for r in expected if r[0] == mine]
