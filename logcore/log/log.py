@@ -48,6 +48,7 @@ from logcore.log.log_loader import (CLEAN_SHUTDOWN, DELETED_SUFFIX, KAFKA_CLEAN_
                                     LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LogLoading, RecoveryReport)
 from logcore.log.log_reader import FetchResult, LogReading, _end_marker  # noqa: F401
 from logcore.log.log_refresh import LogRefresh
+from logcore.log.range_open import RangeBoundedOpen
 from logcore.log.log_validator import (MAX_INFLATION, ON_LOOP_INFLATION, ClientBatchValidation,  # noqa: F401
                                        _WouldBlock)
 from logcore.log.replication import LogReplication
@@ -72,15 +73,20 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogReading, LogFlushing,
-          LogRetention, LogReplication):
+class Log(LogLoading, RangeBoundedOpen, LogRefresh, ClientBatchValidation, StagedAdoption, LogReading,
+          LogFlushing, LogRetention, LogReplication):
     """A partition's log. Open it through `LogRoot.log(topic, partition)`."""
 
     def __init__(self, storage, directory: str, topic: str, partition: int, config, state_store, *,
                  fence=None, read_only: bool = False, kafka_clean: bool = False,
                  truncate_uncommitted: bool = True, remote: RemoteLogView | None = None,
                  resume: tuple[int, str] | None = None, repair: bool = False,
-                 kafka_copy: bool = False):
+                 kafka_copy: bool = False, read_range: tuple[int | None, int | None] | None = None):
+        if read_range is not None and fence is not None:
+            raise ValueError("read_range is for readers: a writer opens the whole log")
+        # A reader's range [start, end) (range_open.py): the open prepares only what reading it needs.
+        self._read_range = read_range
+        self._producer_state_loaded = read_range is None
         self.storage = storage
         self._kafka_copy = kafka_copy
         # repair (`seglog repair`): recovery checks every segment and may cut committed data.
@@ -184,6 +190,12 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
 
     @property
     def last_stable_offset(self) -> int:
+        if not self._producer_state_loaded:
+            with self._lock:
+                bounded = self._bounded_last_stable_offset()
+                if bounded is not None:
+                    return bounded
+                self._ensure_producer_state()
         first_unstable = self.producer_state.first_unstable_offset
         if first_unstable is None:
             return self.high_watermark
@@ -623,9 +635,7 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
                     self.fence.release()    # this writer no longer holds the partition
             else:
                 for seg in self.segments:
-                    seg.offset_index.close()
-                    seg.time_index.close()
-                    seg.data.close()
+                    seg.close()     # a reader's segments are sealed: only the indexes it opened close
             if self.remote is not None:
                 self.remote.close()
             self._closed = True

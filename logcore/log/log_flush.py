@@ -97,10 +97,13 @@ class LogFlushing:
             self.epoch_cache.flush()
         leo = self.log_end_offset
         first_base = self.segments[0].base_offset if self.segments else leo
+        # The LSO at the new HW, counting every transaction not yet ended as open (a floor).
+        unstable = self.producer_state.first_unstable_offset
         self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
                                 first_segment_base=first_base, epoch=self.leader_epoch,
                                 recovery_point=self.recovery_point if self.storage.is_local else None,
-                                marker=marker, durable=durable)
+                                marker=marker, durable=durable,
+                                last_stable_offset=leo if unstable is None else min(unstable, leo))
         self._checkpointed_recovery_point = self.recovery_point
         self._state_unsynced = not durable
         # The single-node policy: once durable and recorded, everything appended is visible.

@@ -111,6 +111,7 @@ class LogLoading:
         if self.writer and not self.storage.is_local:
             state = self.state_store.take_over(self.leader_epoch)
         self.commit_marker = state.marker
+        self._stored_lso = state.last_stable_offset
         self._committed_hw = state.high_watermark
         self.recovery_point = state.recovery_point if state.recovery_point is not None else 0
         self._checkpointed_recovery_point = self.recovery_point
@@ -122,8 +123,13 @@ class LogLoading:
             # Also with no cleaned list yet: a first pass killed before its switch leaves objects.
             self._delete_replaced_objects(names, state.cleaned or {"end": 0, "segments": []})
         self.bases = [s.base_offset for s in self.segments]
-        if not self.storage.is_local and len(self.segments) > 0:
-            self._drop_unreachable_object_segments()
+        self._plan_range(state)
+        while not self.storage.is_local and self.segments:
+            count = len(self.segments)
+            self._drop_unreachable_object_segments(only_needed=True)
+            if len(self.segments) == count:
+                break
+            self._plan_range(state)     # a dropped segment may have held the range's start
         self._check_indexes(can_write, skip_active=self.storage.is_local and not clean and can_write)
         if self.storage.is_local and (not clean or self._repair) and self.segments:
             self._recover(can_write)
@@ -138,9 +144,12 @@ class LogLoading:
         # Retention moves the log start offset before it removes segments: a crash in between
         # leaves segments wholly below it, which go now (a reader just ignores them).
         self._drop_segments_below_start(delete_files=can_write)
-        leo = self.log_end_offset
-        # As Kafka: nothing above the LEO can be flushed (a recovery cut it, or a power cut lost it).
-        self.recovery_point = min(self.recovery_point, leo)
+        # A range-bounded reader leaves the last segment unprepared when the HW lies below it:
+        # the LEO (at least that segment's base) then caps nothing and is not computed.
+        leo = self.log_end_offset if not self.segments or self._needs(self.segments[-1]) else None
+        if leo is not None:
+            # As Kafka: nothing above the LEO can be flushed (a recovery cut it, or a power cut lost it).
+            self.recovery_point = min(self.recovery_point, leo)
         if not self.read_only:
             # A writer re-assigns its epoch at the LEO below and writes the file once then.
             self.epoch_cache.truncate_from_end(leo, flush=not self.writer)
@@ -149,10 +158,12 @@ class LogLoading:
             # No committed HW: nothing is visible (a Kafka copy without a checkpoint entry, or
             # a partition that was never committed).
             hw = self.log_start_offset
-            if self.read_only and self.segments and leo > self.log_start_offset:
+            if self.read_only and self.segments and self.log_end_offset > self.log_start_offset:
                 logger.warning("no high watermark for %s-%d in the checkpoint: nothing is readable",
                                self.topic, self.partition)
-        self.high_watermark = min(max(hw, self.log_start_offset), self._readable_end(hw, leo))
+        self.high_watermark = max(hw, self.log_start_offset)
+        if leo is not None:
+            self.high_watermark = min(self.high_watermark, self._readable_end(hw, leo))
         if (self._local_writer and not self._repair and state.high_watermark is not None
                 and leo < min(state.high_watermark, self._checkpointed_recovery_point)):
             seg = self.segments[-1]
@@ -170,7 +181,7 @@ class LogLoading:
             self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
                                     first_segment_base=self.segments[0].base_offset if self.segments else leo,
                                     epoch=self.leader_epoch, recovery_point=self.recovery_point)
-        if not self.writer:
+        if not self.writer and self._producer_state_loaded:
             self._rebuild_producer_state()
         if self.writer:
             if self.truncate_uncommitted and leo > self.high_watermark:
@@ -272,11 +283,12 @@ class LogLoading:
             if stale:
                 self.storage.delete(self.storage.join(self.dir, name), missing_ok=True)
 
-    def _drop_unreachable_object_segments(self) -> None:
+    def _drop_unreachable_object_segments(self, *, only_needed: bool = False) -> None:
         """Object stores: a fenced writer may have published a segment after it lost the partition.
 
         Such a segment starts at or above the offset where the next writer took over and carries
         the older epoch; the leader-epoch checkpoint says which epoch owns each offset.
+        only_needed: look only at the segments a range-bounded open prepares.
         """
         entries = self.epoch_cache.entries
         if len(entries) < 2:
@@ -284,7 +296,8 @@ class LogLoading:
         first_takeover = entries[1][1]
         keep = []
         for seg in self.segments:
-            if seg.base_offset >= first_takeover and seg.stem == segment_name(seg.base_offset, ""):
+            if (seg.base_offset >= first_takeover and seg.stem == segment_name(seg.base_offset, "")
+                    and (not only_needed or self._needs(seg))):
                 head = seg.read_bytes(0, 61)
                 if len(head) == 61:
                     ple = parse_header(head).partition_leader_epoch
@@ -306,7 +319,7 @@ class LogLoading:
         a crashed or live writer's preallocation, which is not worth a warning.
         """
         for i, seg in enumerate(self.segments):
-            if skip_active and i == len(self.segments) - 1:
+            if skip_active and i == len(self.segments) - 1 or not self._needs(seg):
                 continue
             problem = None
             if not self.storage.exists(seg.index_path):
@@ -443,7 +456,7 @@ class LogLoading:
                 old_end = self._committed_hw or 0
         for i in range(start, len(self.segments)):
             seg = self.segments[i]
-            if seg.log_path in self.recovery.rebuilt_indexes and i < len(self.segments) - 1:
+            if seg.log_path in self.recovery.rebuilt_indexes and i < len(self.segments) - 1 or not self._needs(seg):
                 continue
             result = self._recover_segment(i, self._replay_epoch, write=can_write, may_cut=self._may_cut)
             if result.truncated_bytes:
