@@ -81,13 +81,18 @@ class Log(LogLoading, RangeBoundedOpen, LogRefresh, ClientBatchValidation, Stage
                  fence=None, read_only: bool = False, kafka_clean: bool = False,
                  truncate_uncommitted: bool = True, remote: RemoteLogView | None = None,
                  resume: tuple[int, str] | None = None, repair: bool = False,
-                 kafka_copy: bool = False, read_range: tuple[int | None, int | None] | None = None):
+                 kafka_copy: bool = False, replica: bool = False,
+                 read_range: tuple[int | None, int | None] | None = None):
         if read_range is not None and fence is not None:
             raise ValueError("read_range is for readers: a writer opens the whole log")
         # A reader's range [start, end) (range_open.py): the open prepares only what reading it needs.
         self._read_range = read_range
         self._producer_state_loaded = read_range is None
         self.storage = storage
+        # replica (a cluster member's log, local disk): the leader epoch is given from outside
+        # (become_leader / become_follower), opening never truncates, and the HW moves only by
+        # maybe_increment_high_watermark / update_high_watermark, never by a commit.
+        self.replica = replica
         self._kafka_copy = kafka_copy
         # repair (`seglog repair`): recovery checks every segment and may cut committed data.
         self._repair = repair
@@ -104,7 +109,7 @@ class Log(LogLoading, RangeBoundedOpen, LogRefresh, ClientBatchValidation, Stage
         self.fence = fence
         self.read_only = read_only or storage.read_only
         self.writer = fence is not None
-        self.truncate_uncommitted = truncate_uncommitted
+        self.truncate_uncommitted = truncate_uncommitted and not replica
         # Hot-path copies of the config (read on every append).
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
@@ -137,10 +142,15 @@ class Log(LogLoading, RangeBoundedOpen, LogRefresh, ClientBatchValidation, Stage
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         if self.writer and self.read_only:
             raise ReadOnlyLogError(f"cannot open {directory} for writing: the log is read-only")
+        if replica and not (self.writer and storage.is_local):
+            raise SegLogError(f"{directory}: a replica log is a writer on local disk")
         if self.writer:
             # resume: take the epoch back if nobody took the partition since (WriterFence);
-            # the load below cuts an uncommitted tail either way.
-            self.leader_epoch = fence.acquire(resume=resume)
+            # the load below cuts an uncommitted tail either way. A replica holds the fence
+            # only as the lock of its directory: its epoch comes from the controller.
+            epoch = fence.acquire(resume=resume)
+            if not replica:
+                self.leader_epoch = epoch
         try:
             with self._critical() if self.writer else nullcontext():
                 self._load(kafka_clean)
@@ -412,7 +422,9 @@ class Log(LogLoading, RangeBoundedOpen, LogRefresh, ClientBatchValidation, Stage
                             results.append(exc)
                 finally:
                     self._nonblocking = False
-                if self.high_watermark < self.log_end_offset:
+                if self.high_watermark < self.log_end_offset and not self.replica:
+                    # A replica's HW moves with replication, and its checkpoint is written on
+                    # its own schedule (replica.high.watermark.checkpoint.interval.ms).
                     # A moved recovery point is written durably (fsync); the root files are
                     # replaced under the root lock: both are left to the blocking path.
                     if (self.recovery_point != self._checkpointed_recovery_point

@@ -75,6 +75,9 @@ class LogFlushing:
         is fsynced per flush.messages / flush.ms, at rolls and at close, and a commit after such
         a flush writes the checkpoints durably. A power cut may lose what was not fsynced. A
         commit with a marker is always durable. Object stores are durable at every commit.
+
+        A replica log (a cluster member's) records its current HW instead: replication moves
+        its HW (maybe_increment_high_watermark / update_high_watermark), a commit never does.
         """
         if marker is not None and not durable:
             raise ValueError("a commit with a marker must be durable (durable=True)")
@@ -97,17 +100,21 @@ class LogFlushing:
             self.epoch_cache.flush()
         leo = self.log_end_offset
         first_base = self.segments[0].base_offset if self.segments else leo
+        # A replica records its HW as replication moved it; the single-node policy makes
+        # everything appended visible once recorded.
+        hw = self.high_watermark if self.replica else leo
         # The LSO at the new HW, counting every transaction not yet ended as open (a floor).
         unstable = self.producer_state.first_unstable_offset
-        self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
+        self.state_store.commit(high_watermark=hw, log_start_offset=self.log_start_offset,
                                 first_segment_base=first_base, epoch=self.leader_epoch,
                                 recovery_point=self.recovery_point if self.storage.is_local else None,
                                 marker=marker, durable=durable,
-                                last_stable_offset=leo if unstable is None else min(unstable, leo))
+                                last_stable_offset=hw if unstable is None else min(unstable, hw))
         self._checkpointed_recovery_point = self.recovery_point
         self._state_unsynced = not durable
         # The single-node policy: once durable and recorded, everything appended is visible.
-        self._set_high_watermark(leo)
+        if not self.replica:
+            self._set_high_watermark(leo)
         if marker is not None:
             self.commit_marker = marker
 

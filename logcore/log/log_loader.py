@@ -192,7 +192,12 @@ class LogLoading:
             if not self.storage.is_local:
                 # The published segments are immutable: new data goes into a fresh in-memory one.
                 self._roll_to(self.log_end_offset)
-            self.epoch_cache.assign(self.leader_epoch, self.log_end_offset)
+            if self.replica:
+                # Its epoch is the latest it holds until the controller says more.
+                latest = self.epoch_cache.latest_epoch
+                self.leader_epoch = latest if latest is not None else -1
+            else:
+                self.epoch_cache.assign(self.leader_epoch, self.log_end_offset)
             self.epoch_cache.flush()        # the truncation above, when assign changed nothing
             if self.storage.is_local:
                 self.storage.delete(self.storage.join(self.dir, CLEAN_SHUTDOWN), missing_ok=True)

@@ -150,6 +150,26 @@ class LogReplication:
             self.leader_epoch = epoch
             self.epoch_cache.assign(epoch, self.log_end_offset)
 
+    def become_follower(self, epoch: int) -> None:
+        """Follow the partition's leader at `epoch` (given by the controller): the epoch is
+        recorded for fencing, nothing is truncated and the epoch cache learns epochs only from
+        the leader's batches (append_as_follower). An epoch below the current one raises
+        FencedWriterError."""
+        self._require_local_writer("become a follower")
+        with self._lock:
+            if epoch < self.leader_epoch:
+                raise FencedWriterError(
+                    f"{self.topic}-{self.partition}: leader epoch {epoch} is older than the current"
+                    f" epoch {self.leader_epoch}")
+            self.leader_epoch = epoch
+
+    def checkpoint_high_watermark(self) -> None:
+        """Write the HW (and log start, recovery point) to the partition's checkpoints without
+        fsync, as Kafka's replication-offset-checkpoint task does; for replica logs, whose HW
+        moves with replication rather than at commits."""
+        with self._critical():
+            self._commit_locked(durable=False)
+
     def end_offset_for_epoch(self, epoch: int):
         """(epoch, end offset) for a follower's divergence check (Kafka's
         OffsetsForLeaderEpoch): the largest epoch <= `epoch` this log knows and the offset
