@@ -45,10 +45,12 @@ from logcore.log.clock import now_ms as _now_ms
 from logcore.log.adoption import StagedAdoption
 from logcore.log.log_flush import LogFlushing
 from logcore.log.log_loader import (CLEAN_SHUTDOWN, DELETED_SUFFIX, KAFKA_CLEAN_SHUTDOWN,  # noqa: F401
-                                    LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LogLoading, RecoveryReport)
+                                    LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LoadedLog, LogLoader,
+                                    LogLoading, RecoveryReport)
 from logcore.log.log_reader import FetchResult, LogReading, _end_marker  # noqa: F401
 from logcore.log.log_refresh import LogRefresh
 from logcore.log.range_open import RangeBoundedOpen
+from logcore.log.segment_listing import SegmentListing
 from logcore.log.log_validator import (MAX_INFLATION, ON_LOOP_INFLATION, ClientBatchValidation,  # noqa: F401
                                        _WouldBlock)
 from logcore.log.replication import LogReplication
@@ -73,7 +75,7 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class Log(LogLoading, RangeBoundedOpen, LogRefresh, ClientBatchValidation, StagedAdoption, LogReading,
+class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchValidation, StagedAdoption, LogReading,
           LogFlushing, LogRetention, LogReplication):
     """A partition's log. Open it through `LogRoot.log(topic, partition)`."""
 

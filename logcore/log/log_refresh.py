@@ -10,7 +10,7 @@ import time
 
 from logcore.errors import ResourceNotFoundError
 from logcore.log.segment import LOG_SUFFIX, parse_segment_name, segment_name
-from logcore.log.log_loader import _txn_index_bases
+from logcore.log.segment_listing import _txn_index_bases
 from logcore.log.log_reader import _READ_ATTEMPTS
 
 

@@ -17,7 +17,7 @@ On an object store (no snapshots) the writer records the LSO with each commit's 
 When that floor reaches the range end (or the HW), reads of the range are bounded exactly as
 with the true LSO; otherwise the producer state is rebuilt then (today's full replay).
 
-A mixin of `Log` (logcore.log.log).
+`RangePlan` is a mixin of the loader (logcore.log.log_loader), `RangeBoundedOpen` of `Log`.
 """
 from __future__ import annotations
 
@@ -26,15 +26,11 @@ import bisect
 from logcore.log.producer_state import load_latest_snapshot
 
 
-class RangeBoundedOpen:
-    """The range-bounded open of a reader, and its lazily settled last stable offset."""
+class RangePlan:
+    """Which segments a load prepares (a mixin of the loader, `LogLoader`)."""
 
     _read_range: tuple[int | None, int | None] | None = None
     _needed: set[int] | None = None             # base offsets of the prepared segments (None: all)
-    _producer_state_loaded = True
-    _lso_floor: int | None = None
-    _lso_floor_known = False
-    _stored_lso: int | None = None              # PartitionState.last_stable_offset (object stores)
 
     def _needs(self, seg) -> bool:
         """Whether the open prepares `seg` (index check, recovery scan)."""
@@ -58,8 +54,15 @@ class RangeBoundedOpen:
             needed.add(bases[-1])           # the HW lies in the last segment: the LEO caps it
         self._needed = needed
 
-    def _prepared_indices(self) -> list[int]:
-        return [i for i, seg in enumerate(self.segments) if self._needs(seg)]
+
+class RangeBoundedOpen:
+    """A range-bounded reader's lazily settled last stable offset (a mixin of `Log`)."""
+
+    _read_range: tuple[int | None, int | None] | None = None
+    _producer_state_loaded = True
+    _lso_floor: int | None = None
+    _lso_floor_known = False
+    _stored_lso: int | None = None              # PartitionState.last_stable_offset (object stores)
 
     # ------------------------------------------------------------------ the last stable offset
     def _bounded_last_stable_offset(self) -> int | None:

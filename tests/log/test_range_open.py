@@ -141,3 +141,4 @@ def test_open_transaction_bounds_a_read_committed_range(open_root):
     assert read(bounded, open_at, open_at + 2, "read_committed")[0][0] == open_at
     bounded.close()
     log.close()
+
