@@ -26,6 +26,7 @@ import bench_sink_commit  # noqa: E402
 import bench_sink_epoch  # noqa: E402
 import bench_spark  # noqa: E402
 import bench_spark_kafka  # noqa: E402
+import bench_task_open  # noqa: E402
 import bench_tiered  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
@@ -37,6 +38,7 @@ def main() -> None:
         bench_encode.main([]),
         bench_append.main(),
         bench_lookup.main(),
+        bench_task_open.main(),
         bench_read_memory.main(),
         bench_clean.main(),
         bench_spark.main(),

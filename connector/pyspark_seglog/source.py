@@ -182,7 +182,8 @@ def read_partition(p: SeglogInputPartition):
                         defaults=getattr(p, "tiered", None))
     buffer = None
     try:
-        log = root.log(p.topic, p.partition)
+        # Only what reading [start, until) needs: not every segment's index nor the producer state.
+        log = root.log(p.topic, p.partition, read_range=(p.start, p.until))
         name = f"{p.topic}-{p.partition}"
         constants = _Constants(p.topic, p.partition)
         offset = p.start

@@ -45,9 +45,12 @@ from logcore.log.clock import now_ms as _now_ms
 from logcore.log.adoption import StagedAdoption
 from logcore.log.log_flush import LogFlushing
 from logcore.log.log_loader import (CLEAN_SHUTDOWN, DELETED_SUFFIX, KAFKA_CLEAN_SHUTDOWN,  # noqa: F401
-                                    LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LogLoading, RecoveryReport)
+                                    LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LoadedLog, LogLoader,
+                                    LogLoading, RecoveryReport)
 from logcore.log.log_reader import FetchResult, LogReading, _end_marker  # noqa: F401
 from logcore.log.log_refresh import LogRefresh
+from logcore.log.range_open import RangeBoundedOpen
+from logcore.log.segment_listing import SegmentListing
 from logcore.log.log_validator import (MAX_INFLATION, ON_LOOP_INFLATION, ClientBatchValidation,  # noqa: F401
                                        _WouldBlock)
 from logcore.log.replication import LogReplication
@@ -72,15 +75,21 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogReading, LogFlushing,
-          LogRetention, LogReplication):
+class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchValidation, StagedAdoption, LogReading,
+          LogFlushing, LogRetention, LogReplication):
     """A partition's log. Open it through `LogRoot.log(topic, partition)`."""
 
     def __init__(self, storage, directory: str, topic: str, partition: int, config, state_store, *,
                  fence=None, read_only: bool = False, kafka_clean: bool = False,
                  truncate_uncommitted: bool = True, remote: RemoteLogView | None = None,
                  resume: tuple[int, str] | None = None, repair: bool = False,
-                 kafka_copy: bool = False, replica: bool = False):
+                 kafka_copy: bool = False, replica: bool = False,
+                 read_range: tuple[int | None, int | None] | None = None):
+        if read_range is not None and fence is not None:
+            raise ValueError("read_range is for readers: a writer opens the whole log")
+        # A reader's range [start, end) (range_open.py): the open prepares only what reading it needs.
+        self._read_range = read_range
+        self._producer_state_loaded = read_range is None
         self.storage = storage
         # replica (a cluster member's log, local disk): the leader epoch is given from outside
         # (become_leader / become_follower), opening never truncates, and the HW moves only by
@@ -193,6 +202,12 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
 
     @property
     def last_stable_offset(self) -> int:
+        if not self._producer_state_loaded:
+            with self._lock:
+                bounded = self._bounded_last_stable_offset()
+                if bounded is not None:
+                    return bounded
+                self._ensure_producer_state()
         first_unstable = self.producer_state.first_unstable_offset
         if first_unstable is None:
             return self.high_watermark
@@ -645,9 +660,7 @@ class Log(LogLoading, LogRefresh, ClientBatchValidation, StagedAdoption, LogRead
                     self.fence.release()    # this writer no longer holds the partition
             else:
                 for seg in self.segments:
-                    seg.offset_index.close()
-                    seg.time_index.close()
-                    seg.data.close()
+                    seg.close()     # a reader's segments are sealed: only the indexes it opened close
             if self.remote is not None:
                 self.remote.close()
             self._closed = True

@@ -103,10 +103,13 @@ class LogFlushing:
         # A replica records its HW as replication moved it; the single-node policy makes
         # everything appended visible once recorded.
         hw = self.high_watermark if self.replica else leo
+        # The LSO at the new HW, counting every transaction not yet ended as open (a floor).
+        unstable = self.producer_state.first_unstable_offset
         self.state_store.commit(high_watermark=hw, log_start_offset=self.log_start_offset,
                                 first_segment_base=first_base, epoch=self.leader_epoch,
                                 recovery_point=self.recovery_point if self.storage.is_local else None,
-                                marker=marker, durable=durable, root=root)
+                                marker=marker, durable=durable, root=root,
+                                last_stable_offset=hw if unstable is None else min(unstable, hw))
         self._checkpointed_recovery_point = self.recovery_point
         self._state_unsynced = not durable
         # The single-node policy: once durable and recorded, everything appended is visible.

@@ -1,8 +1,13 @@
-"""Opening a partition's log: listing its files, cleaning what a crash left, recovery and the
-loaded offsets (log start, recovery point, HW), the leader-epoch and producer-state replay.
+"""Opening a partition's log (Kafka's LogLoader): listing its files, cleaning what a crash left,
+recovery, and the loaded offsets (log start, recovery point, HW, LEO).
 
-A mixin of `Log` (logcore.log.log): the methods run on the log being opened, before it serves
-anything; `Log.__init__` calls `_load`.
+`LogLoader(log, kafka_clean).load()` computes the load on its own copy of the segment list and
+returns it as one immutable `LoadedLog` (Kafka's LoadedLogOffsets, with the segments and what
+recovery cut); it changes no field of the `Log`. The files it may change are those a crash left
+(temporary files, torn tails a writer cuts, rebuilt indexes) and the leader-epoch cache of a
+writer, which the log shares with it, as Kafka's loader does. `Log._load` (the `LogLoading`
+mixin) applies the value in one place, `_apply_loaded`, then runs what a writer does once
+opened (`_finish_open`: the uncommitted tail cut, the producer state, the epoch at the LEO).
 """
 from __future__ import annotations
 
@@ -10,11 +15,13 @@ import bisect
 import logging
 from dataclasses import dataclass, field
 
-from logcore.errors import (CorruptIndexError, CorruptRecordError, DamagedLogError, ResourceNotFoundError,
-                            SegLogError)
+from logcore.errors import CorruptIndexError, CorruptRecordError, DamagedLogError
 from logcore.records.batch import HEADER_SIZE, BatchHeader, parse_header
+from logcore.log.deletion import delete_segment_files
 from logcore.log.producer_state import ProducerBatch
 from logcore.log.segment import LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, parse_segment_name, segment_name
+from logcore.log.segment_listing import SegmentListing, _txn_index_bases
+from logcore.log.range_open import RangePlan
 from logcore.log.log_reader import _end_marker
 from logcore.log.clock import now_ms as _now_ms
 
@@ -54,10 +61,6 @@ def _temp_segment_name(name: str) -> tuple[int, str, str] | None:
     return None
 
 
-def _txn_index_bases(names: list[str]) -> set[int]:
-    return {p[0] for p in map(parse_segment_name, names) if p and p[1] == ".txnindex"}
-
-
 @dataclass
 class RecoveryReport:
     """What opening a log had to repair: one entry per segment that was cut or rebuilt."""
@@ -69,35 +72,62 @@ class RecoveryReport:
     dropped_bytes: int = 0
 
 
-class LogLoading:
-    """Opening and recovery, run by `Log.__init__` on the log being opened."""
+@dataclass(frozen=True)
+class LoadedLog:
+    """What opening a log found (Kafka's LoadedLogOffsets, plus the segments): applied to the
+    `Log` in one place (`LogLoading._apply_loaded`)."""
+    segments: tuple[LogSegment, ...]
+    txn_bases: frozenset[int]               # segments that have a .txnindex
+    log_start_offset: int
+    recovery_point: int
+    checkpointed_recovery_point: int        # the recovery point as stored
+    high_watermark: int
+    log_end_offset: int | None              # None: a range-bounded reader did not compute it
+    committed_hw: int | None                # the stored HW (None: none stored)
+    commit_marker: dict | None
+    stored_lso: int | None                  # the LSO an object store's last commit recorded
+    recovery: RecoveryReport                # what recovery cut or rebuilt
+    reported_start: tuple | None = None     # a contradictory log start already reported
 
-    # ------------------------------------------------------------------ opening
-    @staticmethod
-    def _compacted_once(storage, directory: str, topic: str, partition: int) -> bool:
-        """Whether the cleaner ever ran on the partition (its cleaner-offset-checkpoint entry, or
-        an object store's list of cleaned segments): its segments may have offset gaps."""
-        from logcore.log.checkpoint import OffsetCheckpoint
-        root = directory.rsplit("/", 1)[0] if "/" in directory else ""
-        path = storage.join(root, "cleaner-offset-checkpoint") if root else "cleaner-offset-checkpoint"
+
+# What the loader reads from the log it loads (never writes).
+_CONTEXT = ("storage", "dir", "topic", "partition", "config", "state_store", "writer", "read_only",
+            "replica", "remote", "leader_epoch", "epoch_cache", "_repair", "_kafka_copy",
+            "_read_range", "_local_writer", "_new_segment")
+
+
+class LogLoader(SegmentListing, RangePlan):
+    """One load of a log: `load()` returns the `LoadedLog`."""
+
+    def __init__(self, log, kafka_clean: bool):
+        for name in _CONTEXT:
+            setattr(self, name, getattr(log, name))
+        self.kafka_clean = kafka_clean
+        self.segments: list[LogSegment] = []
+        self.bases: list[int] = []
+        self._txn_bases: set[int] = set()
+        self.recovery = RecoveryReport()
+        self.recovery_point = 0
+        self.log_start_offset = 0
+        self._committed_hw: int | None = None
+        self._needed: set[int] | None = None
+
+    @property
+    def log_end_offset(self) -> int:
+        if not self.segments:
+            return self.log_start_offset
+        return self.segments[-1].next_offset()
+
+    def load(self) -> LoadedLog:
+        """The loaded log; DamagedLogError (file and position) when a writer must not open it."""
         try:
-            if (topic, partition) in OffsetCheckpoint(storage, path).read():
-                return True
-        except SegLogError:
-            return True
-        if storage.is_local:
-            return False
-        try:
-            return b'"cleaned"' in storage.read(storage.join(directory, "partition-state.json"))
-        except ResourceNotFoundError:
-            return False
+            return self._load()
+        except DamagedLogError:
+            for seg in self.segments:
+                seg.data.close()
+            raise
 
-    def _list_files(self) -> list[str]:
-        if not self.storage.exists(self.dir):
-            return []
-        return self.storage.list_dir(self.dir)
-
-    def _load(self, kafka_clean: bool) -> None:
+    def _load(self) -> LoadedLog:
         names = self._list_files()
         can_write = self.writer and not self.read_only
         if can_write:
@@ -106,14 +136,13 @@ class LogLoading:
         bases = sorted({parsed[0] for parsed in map(parse_segment_name, names)
                         if parsed is not None and parsed[1] == LOG_SUFFIX})
         self._txn_bases = _txn_index_bases(names)
-        clean = kafka_clean or CLEAN_SHUTDOWN in names
+        clean = self.kafka_clean or CLEAN_SHUTDOWN in names
         state = self.state_store.load()
         if self.writer and not self.storage.is_local:
             state = self.state_store.take_over(self.leader_epoch)
-        self.commit_marker = state.marker
         self._committed_hw = state.high_watermark
         self.recovery_point = state.recovery_point if state.recovery_point is not None else 0
-        self._checkpointed_recovery_point = self.recovery_point
+        checkpointed_recovery_point = self.recovery_point
         plan = self._segment_plan(names, bases, state)
         for i, (base, stem) in enumerate(plan):
             active_local = can_write and self.storage.is_local and i == len(plan) - 1
@@ -122,74 +151,59 @@ class LogLoading:
             # Also with no cleaned list yet: a first pass killed before its switch leaves objects.
             self._delete_replaced_objects(names, state.cleaned or {"end": 0, "segments": []})
         self.bases = [s.base_offset for s in self.segments]
-        if not self.storage.is_local and len(self.segments) > 0:
-            self._drop_unreachable_object_segments()
+        self._plan_range(state)
+        while not self.storage.is_local and self.segments:
+            count = len(self.segments)
+            self._drop_unreachable_object_segments(only_needed=True)
+            if len(self.segments) == count:
+                break
+            self._plan_range(state)     # a dropped segment may have held the range's start
         self._check_indexes(can_write, skip_active=self.storage.is_local and not clean and can_write)
         if self.storage.is_local and (not clean or self._repair) and self.segments:
             self._recover(can_write)
         if not self.segments:
-            start = state.log_start_offset or 0
-            if can_write:
-                self._roll_to(start)
-            else:
-                self.log_start_offset = start
+            # (a writer rolls its first segment here once the load is applied)
+            self.log_start_offset = state.log_start_offset or 0
         first_base = self.segments[0].base_offset if self.segments else self.log_start_offset
         self.log_start_offset = self._start_offset(self._checked_start(state), first_base)
         # Retention moves the log start offset before it removes segments: a crash in between
         # leaves segments wholly below it, which go now (a reader just ignores them).
         self._drop_segments_below_start(delete_files=can_write)
-        leo = self.log_end_offset
-        # As Kafka: nothing above the LEO can be flushed (a recovery cut it, or a power cut lost it).
-        self.recovery_point = min(self.recovery_point, leo)
+        # A range-bounded reader leaves the last segment unprepared when the HW lies below it:
+        # the LEO (at least that segment's base) then caps nothing and is not computed.
+        leo = self.log_end_offset if not self.segments or self._needs(self.segments[-1]) else None
+        if leo is not None:
+            # As Kafka: nothing above the LEO can be flushed (a recovery cut it, or a power cut lost it).
+            self.recovery_point = min(self.recovery_point, leo)
         if not self.read_only:
-            # A writer re-assigns its epoch at the LEO below and writes the file once then.
+            # A writer re-assigns its epoch at the LEO once opened and writes the file once then.
             self.epoch_cache.truncate_from_end(leo, flush=not self.writer)
         hw = state.high_watermark
         if hw is None:
             # No committed HW: nothing is visible (a Kafka copy without a checkpoint entry, or
             # a partition that was never committed).
             hw = self.log_start_offset
-            if self.read_only and self.segments and leo > self.log_start_offset:
+            if self.read_only and self.segments and self.log_end_offset > self.log_start_offset:
                 logger.warning("no high watermark for %s-%d in the checkpoint: nothing is readable",
                                self.topic, self.partition)
-        self.high_watermark = min(max(hw, self.log_start_offset), self._readable_end(hw, leo))
+        high_watermark = max(hw, self.log_start_offset)
+        if leo is not None:
+            high_watermark = min(high_watermark, self._readable_end(hw, leo))
         if (self._local_writer and not self._repair and state.high_watermark is not None
-                and leo < min(state.high_watermark, self._checkpointed_recovery_point)):
-            seg = self.segments[-1]
+                and leo < min(state.high_watermark, checkpointed_recovery_point)):
+            path = (self.segments[-1].log_path if self.segments
+                    else self.storage.join(self.dir, segment_name(leo, LOG_SUFFIX)))
             raise DamagedLogError(
                 f"{self.topic}-{self.partition}: the log ends at offset {leo}, below its recovery point"
-                f" {self._checkpointed_recovery_point} and committed high watermark {state.high_watermark}:"
+                f" {checkpointed_recovery_point} and committed high watermark {state.high_watermark}:"
                 " data that was synced to disk is missing (a file was cut or removed). The partition is"
                 f" not opened for writing. To accept the loss, run: seglog repair --root <root> --topic"
-                f" {self.topic} --partition {self.partition}", file=seg.log_path, position=seg.size())
-        if self._local_writer and state.high_watermark is not None and state.high_watermark > leo:
-            # Committed data that a power cut took (it was not fsynced): the stored HW comes
-            # down to the LEO now, or offsets appended from here would count as committed.
-            logger.warning("%s-%d: the committed high watermark %d is above the log end %d",
-                           self.topic, self.partition, state.high_watermark, leo)
-            self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
-                                    first_segment_base=self.segments[0].base_offset if self.segments else leo,
-                                    epoch=self.leader_epoch, recovery_point=self.recovery_point)
-        if not self.writer:
-            self._rebuild_producer_state()
-        if self.writer:
-            if self.truncate_uncommitted and leo > self.high_watermark:
-                logger.warning("%s-%d: dropping %d uncommitted offsets above the high watermark %d",
-                               self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
-                self._truncate_locked(self.high_watermark)
-            self._rebuild_producer_state()
-            if not self.storage.is_local:
-                # The published segments are immutable: new data goes into a fresh in-memory one.
-                self._roll_to(self.log_end_offset)
-            if self.replica:
-                # Its epoch is the latest it holds until the controller says more.
-                latest = self.epoch_cache.latest_epoch
-                self.leader_epoch = latest if latest is not None else -1
-            else:
-                self.epoch_cache.assign(self.leader_epoch, self.log_end_offset)
-            self.epoch_cache.flush()        # the truncation above, when assign changed nothing
-            if self.storage.is_local:
-                self.storage.delete(self.storage.join(self.dir, CLEAN_SHUTDOWN), missing_ok=True)
+                f" {self.topic} --partition {self.partition}", file=path,
+                position=self.segments[-1].size() if self.segments else 0)
+        return LoadedLog(tuple(self.segments), frozenset(self._txn_bases), self.log_start_offset,
+                         self.recovery_point, checkpointed_recovery_point, high_watermark, leo,
+                         state.high_watermark, state.marker, state.last_stable_offset, self.recovery,
+                         getattr(self, "_reported_start", None))
 
     def _clean_temporary_files(self, names: list[str]) -> None:
         """Kafka's load steps 1-2 for what a crash left.
@@ -205,7 +219,7 @@ class LogLoading:
             for name in names:
                 if name.endswith(DELETED_SUFFIX):
                     if name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
-                        self._delete_segment_objects(name[:20])
+                        delete_segment_files(self.storage, self.dir, name[:20])
                     self.storage.delete(join(self.dir, name))
             return
         cleaned = [p[0] for p in map(_temp_segment_name, names) if p and p[2] == ".cleaned"]
@@ -239,21 +253,6 @@ class LogLoading:
             if parsed and parsed[1] in (".index", ".timeindex", ".txnindex") and name[:20] not in logs:
                 self.storage.delete(join(self.dir, name))
 
-    # ------------------------------------------------------------------ cleaned segments
-    def _segment_plan(self, names: list[str], bases: list[int], state) -> list[tuple[int, str | None]]:
-        """(base, stem) of each segment. On an object store the cleaner's list in the partition
-        state names the segments below its end; listed originals there were replaced."""
-        cleaned = getattr(state, "cleaned", None)
-        if self.storage.is_local or not cleaned:
-            return [(b, None) for b in bases]
-        end = int(cleaned["end"])
-        plan = [(int(b), str(stem)) for b, stem in cleaned["segments"]]
-        for base, stem in plan:
-            if stem + ".txnindex" in names:
-                self._txn_bases.add(base)
-        self._txn_bases = {b for b in self._txn_bases if b >= end or any(b == p[0] for p in plan)}
-        return plan + [(b, None) for b in bases if b >= end]
-
     def _delete_replaced_objects(self, names: list[str], cleaned: dict) -> None:
         """A writer removes what a cleaner pass left behind: originals below the cleaned end and
         cleaned objects that no list names (a pass that crashed before its switch)."""
@@ -277,33 +276,6 @@ class LogLoading:
             if stale:
                 self.storage.delete(self.storage.join(self.dir, name), missing_ok=True)
 
-    def _drop_unreachable_object_segments(self) -> None:
-        """Object stores: a fenced writer may have published a segment after it lost the partition.
-
-        Such a segment starts at or above the offset where the next writer took over and carries
-        the older epoch; the leader-epoch checkpoint says which epoch owns each offset.
-        """
-        entries = self.epoch_cache.entries
-        if len(entries) < 2:
-            return
-        first_takeover = entries[1][1]
-        keep = []
-        for seg in self.segments:
-            if seg.base_offset >= first_takeover and seg.stem == segment_name(seg.base_offset, ""):
-                head = seg.read_bytes(0, 61)
-                if len(head) == 61:
-                    ple = parse_header(head).partition_leader_epoch
-                    owner = self.epoch_cache.epoch_for_offset(seg.base_offset)
-                    if ple >= 0 and owner is not None and ple != owner:
-                        logger.warning("ignoring segment %s: written by fenced epoch %d, offset owned by %d",
-                                       seg.log_path, ple, owner)
-                        if self.writer:
-                            seg.delete_files()
-                        continue
-            keep.append(seg)
-        self.segments = keep
-        self.bases = [s.base_offset for s in keep]
-
     def _check_indexes(self, can_write: bool, skip_active: bool = False) -> None:
         """Rebuild any missing or insane index of a sealed segment (in memory when read-only).
 
@@ -311,7 +283,7 @@ class LogLoading:
         a crashed or live writer's preallocation, which is not worth a warning.
         """
         for i, seg in enumerate(self.segments):
-            if skip_active and i == len(self.segments) - 1:
+            if skip_active and i == len(self.segments) - 1 or not self._needs(seg):
                 continue
             problem = None
             if not self.storage.exists(seg.index_path):
@@ -394,49 +366,6 @@ class LogLoading:
             f" the damage and drop the rest, run: seglog repair --root <root> --topic {self.topic}"
             f" --partition {self.partition}", file=seg.log_path, position=result.valid_bytes)
 
-    def _checked_start(self, state) -> int | None:
-        """The checkpointed log start offset, unless it contradicts the committed HW (a log
-        start is never above it) or, on a local seglog root, the log start seglog itself last
-        set (`log-start-offset` in the partition folder, written before the checkpoint): then it
-        is reported and not acted on (no segment goes). A crash between the two writes leaves
-        the folder's value ahead: that one counts."""
-        start, hw = state.log_start_offset, state.high_watermark
-        witness = state.log_start_witness
-        local = self.storage.is_local and not self._kafka_copy and self.remote is None
-        if local and witness is not None and (start is None or witness > start):
-            start = witness
-        if start is None or self.remote is not None:
-            return start
-        first = self.bases[0] if self.bases else None
-        why = None
-        if hw is not None and start > hw:
-            why = f"above the committed high watermark {hw}"
-        elif (local and len(self.bases) > 1 and start >= self.bases[1]
-              and (witness is None or start > witness)):
-            # Acting on it would delete whole segments: only seglog's own record may say so.
-            why = (f"above the log start seglog last set ({witness if witness is not None else 'none'},"
-                   f" segments from {first})")
-        if why is None:
-            return start
-        key = (self.topic, self.partition, start)
-        if getattr(self, "_reported_start", None) != key:
-            self._reported_start = key
-            logger.error("%s-%d: the log-start-offset-checkpoint entry %d is %s: ignored, no segment is"
-                         " deleted. Correct or remove that entry", self.topic, self.partition, start, why)
-        return witness if local and witness is not None and (hw is None or witness <= hw) else None
-
-    def _readable_end(self, hw: int, leo: int) -> int:
-        """Where the HW is capped: the LEO, unless the last segment holds bytes past its last
-        whole batch while the committed HW is above that (damage a reader must fail on, not
-        data to hide: reads of the offsets from the LEO on fail with the file and position)."""
-        if hw <= leo or not self.segments:
-            return leo
-        last = self.segments[-1]
-        end = last.scanned_end
-        if end is not None and last.size() > end:
-            return hw
-        return leo
-
     def _recover(self, can_write: bool) -> None:
         """After an unclean shutdown: validate segments from the recovery point, cut the tail
         (every segment when repairing)."""
@@ -448,7 +377,7 @@ class LogLoading:
                 old_end = self._committed_hw or 0
         for i in range(start, len(self.segments)):
             seg = self.segments[i]
-            if seg.log_path in self.recovery.rebuilt_indexes and i < len(self.segments) - 1:
+            if seg.log_path in self.recovery.rebuilt_indexes and i < len(self.segments) - 1 or not self._needs(seg):
                 continue
             result = self._recover_segment(i, self._replay_epoch, write=can_write, may_cut=self._may_cut)
             if result.truncated_bytes:
@@ -481,6 +410,70 @@ class LogLoading:
             if latest is None or header.partition_leader_epoch > latest:
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
 
+
+class LogLoading:
+    """Opening (`Log.__init__` calls `_load`), and the producer-state replay truncation and a
+    reader's refresh use too."""
+
+    def _load(self, kafka_clean: bool) -> None:
+        loaded = LogLoader(self, kafka_clean).load()
+        self._apply_loaded(loaded)
+        self._finish_open(loaded)
+
+    def _apply_loaded(self, loaded: LoadedLog) -> None:
+        """The one place a load's result becomes the log's state."""
+        self.segments = list(loaded.segments)
+        self.bases = [s.base_offset for s in self.segments]
+        self._txn_bases = set(loaded.txn_bases)
+        self.log_start_offset = loaded.log_start_offset
+        self.recovery_point = loaded.recovery_point
+        self._checkpointed_recovery_point = loaded.checkpointed_recovery_point
+        self.high_watermark = loaded.high_watermark
+        self._committed_hw = loaded.committed_hw
+        self.commit_marker = loaded.commit_marker
+        self._stored_lso = loaded.stored_lso
+        self.recovery = loaded.recovery
+        if loaded.reported_start is not None:
+            self._reported_start = loaded.reported_start
+
+    def _finish_open(self, loaded: LoadedLog) -> None:
+        """What the opened log does before it serves: a reader rebuilds its producer state
+        (unless range-bounded); a writer rolls a first segment into an empty log, brings a stored
+        HW above the LEO down, cuts an uncommitted tail (unless a replica), rebuilds its producer
+        state and takes its epoch at the LEO."""
+        if not self.writer:
+            if self._producer_state_loaded:
+                self._rebuild_producer_state()
+            return
+        if not self.segments:
+            self._roll_to(self.log_start_offset)
+        leo = self.log_end_offset
+        if self._local_writer and loaded.committed_hw is not None and loaded.committed_hw > leo:
+            # Committed data that a power cut took (it was not fsynced): the stored HW comes
+            # down to the LEO now, or offsets appended from here would count as committed.
+            logger.warning("%s-%d: the committed high watermark %d is above the log end %d",
+                           self.topic, self.partition, loaded.committed_hw, leo)
+            self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
+                                    first_segment_base=self.segments[0].base_offset,
+                                    epoch=self.leader_epoch, recovery_point=self.recovery_point)
+        if self.truncate_uncommitted and leo > self.high_watermark:
+            logger.warning("%s-%d: dropping %d uncommitted offsets above the high watermark %d",
+                           self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
+            self._truncate_locked(self.high_watermark)
+        self._rebuild_producer_state()
+        if not self.storage.is_local:
+            # The published segments are immutable: new data goes into a fresh in-memory one.
+            self._roll_to(self.log_end_offset)
+        if self.replica:
+            # Its epoch is the latest it holds until the controller says more.
+            latest = self.epoch_cache.latest_epoch
+            self.leader_epoch = latest if latest is not None else -1
+        else:
+            self.epoch_cache.assign(self.leader_epoch, self.log_end_offset)
+        self.epoch_cache.flush()        # the truncation above, when assign changed nothing
+        if self.storage.is_local:
+            self.storage.delete(self.storage.join(self.dir, CLEAN_SHUTDOWN), missing_ok=True)
+
     def _rebuild_producer_state(self) -> None:
         """Reload the newest usable snapshot, then replay producer fields of later batches.
 
@@ -512,14 +505,3 @@ class LogLoading:
             logger.warning("%s-%d: producer state replayed up to the damage only: %s", self.topic,
                            self.partition, exc)
         self.producer_state.update_map_end_offset(leo)
-
-    # ------------------------------------------------------------------ offsets
-    def _start_offset(self, checkpointed: int | None, first_base: int) -> int:
-        """The log start offset: the checkpointed one, but never below the first local
-        segment's base, unless the log has a remote tier. There the checkpoint alone says it: it
-        is written before local copies go (local retention) and before remote segments go
-        (total retention), so it never points below what exists; no entry means the log starts
-        at its first local segment."""
-        if self.remote is not None:
-            return first_base if checkpointed is None else checkpointed
-        return max(checkpointed or 0, first_base)

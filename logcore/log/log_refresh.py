@@ -10,7 +10,7 @@ import time
 
 from logcore.errors import ResourceNotFoundError
 from logcore.log.segment import LOG_SUFFIX, parse_segment_name, segment_name
-from logcore.log.log_loader import _txn_index_bases
+from logcore.log.segment_listing import _txn_index_bases
 from logcore.log.log_reader import _READ_ATTEMPTS
 
 
@@ -67,6 +67,7 @@ class LogRefresh:
     def _refresh_once(self) -> None:
         with self._lock:
             state = self.state_store.load()
+            self._stored_lso = state.last_stable_offset
             names = self._list_files()
             bases = sorted({p[0] for p in map(parse_segment_name, names) if p and p[1] == LOG_SUFFIX})
             self._txn_bases = _txn_index_bases(names)
@@ -106,5 +107,7 @@ class LogRefresh:
             self._drop_segments_below_start(delete_files=False)
             hw = state.high_watermark if state.high_watermark is not None else self.log_start_offset
             self.high_watermark = min(max(hw, self.log_start_offset), self._readable_end(hw, self.log_end_offset))
-            self._replay_producer_state(self.producer_state.map_end_offset)
+            if self._producer_state_loaded:
+                self._replay_producer_state(self.producer_state.map_end_offset)
             self.producer_state.on_high_watermark_updated(self.high_watermark)
+            self._lso_floor_known = False       # a newer snapshot may settle the LSO now

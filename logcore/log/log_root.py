@@ -371,7 +371,7 @@ class LogRoot:
     def log(self, topic: str, partition: int, *, writer: bool = False,
             truncate_uncommitted: bool = True, only_if_free: bool = False,
             resume: tuple[int, str] | None = None, repair: bool = False,
-            replica: bool = False) -> Log:
+            replica: bool = False, read_range: tuple[int | None, int | None] | None = None) -> Log:
         """The partition's log; writer=True takes the partition (fencing any earlier writer),
         or with only_if_free=True raises PartitionInUseError when another writer holds it.
 
@@ -384,7 +384,13 @@ class LogRoot:
         what went.
 
         replica=True (with writer=True, local disk; a cluster broker's log): the leader epoch
-        is given from outside and opening never truncates (logcore.log.replication)."""
+        is given from outside and opening never truncates (logcore.log.replication).
+
+        read_range=(start, end) (readers only): open just what reading offsets [start, end)
+        needs (range_open.py); start None means the HW, end None the log's end. Reads outside
+        the range still work, with the checks done on use."""
+        if read_range is not None and writer:
+            raise ValueError("LogRoot.log: read_range= is for readers (writer=False)")
         if resume is not None and not writer:
             raise ValueError("LogRoot.log: resume= is for writers (writer=True)")
         info = self.describe_topic(topic)
@@ -413,7 +419,8 @@ class LogRoot:
         log = Log(storage, d, topic, partition, config, state, fence=fence,
                   read_only=self.read_only or not writer, kafka_clean=kafka_clean,
                   truncate_uncommitted=truncate_uncommitted, remote=remote, resume=resume,
-                  repair=repair and writer, kafka_copy=self.kafka_copy, replica=replica)
+                  repair=repair and writer, kafka_copy=self.kafka_copy, replica=replica,
+                  read_range=read_range)
         self._open_logs.append(log)
         return log
 

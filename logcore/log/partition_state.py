@@ -59,6 +59,9 @@ class PartitionState:
     # Local disk: the log start offset seglog itself last set (LOG_START_FILE), against which
     # the root's log-start-offset-checkpoint entry is checked before any segment goes.
     log_start_witness: int | None = None
+    # Object stores: the last stable offset at the last commit (a floor of today's LSO, for
+    # range-bounded readers, which rebuild no producer state); None when not recorded.
+    last_stable_offset: int | None = None
 
 
 COMMIT_MARKER = "commit-marker.json"
@@ -164,9 +167,12 @@ class LocalPartitionState:
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
                epoch: int, recovery_point: int | None = None, marker: dict | None = None,
-               durable: bool = True, root: bool = False) -> None:
+               durable: bool = True, root: bool = False,
+               last_stable_offset: int | None = None) -> None:
         # root=True: replace the root checkpoint files now even without fsync (a replica's
-        # periodic HW checkpoint). Callers hold the partition's writer lock (the fence); the root lock serialises the
+        # periodic HW checkpoint). (last_stable_offset: readers of local disk take it from the
+        # producer snapshots of each roll.)
+        # Callers hold the partition's writer lock (the fence); the root lock serialises the
         # read-modify-write of files shared with other partitions' writers. durable=False
         # replaces the files (write + rename) without fsync: the page cache keeps them across a
         # crash of the process, not across a power cut.
@@ -323,6 +329,7 @@ class ObjectPartitionState:
         self.epoch: int = -1
         self.marker: dict | None = None
         self.cleaned: dict | None = None
+        self.stable: int | None = None  # the last stable offset last read or written
         self._offsets = (0, 0)          # (high watermark, log start) last read or written
 
     def load(self) -> PartitionState:
@@ -336,9 +343,11 @@ class ObjectPartitionState:
             self.epoch = int(doc.get("leader_epoch", -1))
             self.marker = doc.get("marker")
             self.cleaned = doc.get("cleaned")
+            stable = doc.get("last_stable_offset")
+            self.stable = int(stable) if stable is not None else None
             self._offsets = (int(doc["high_watermark"]), int(doc["log_start_offset"]))
             return PartitionState(int(doc["high_watermark"]), int(doc["log_start_offset"]), None,
-                                  self.marker, self.cleaned)
+                                  self.marker, self.cleaned, last_stable_offset=self.stable)
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptIndexError(f"unreadable partition state: {exc}", file=self.path) from exc
 
@@ -366,6 +375,8 @@ class ObjectPartitionState:
                 doc["marker"] = state.marker
             if state.cleaned is not None:
                 doc["cleaned"] = state.cleaned
+            if self.stable is not None:
+                doc["last_stable_offset"] = self.stable
             if self._put(doc):
                 self.epoch = epoch
                 return PartitionState(doc["high_watermark"], doc["log_start_offset"], None,
@@ -373,10 +384,14 @@ class ObjectPartitionState:
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
                epoch: int, recovery_point: int | None = None, marker: dict | None = None,
-               durable: bool = True, root: bool = False) -> None:
+               durable: bool = True, root: bool = False,
+               last_stable_offset: int | None = None) -> None:
         # A conditional PUT is durable once it returns: `durable` and `root` change nothing here.
         doc = {"high_watermark": high_watermark, "log_start_offset": log_start_offset,
                "leader_epoch": epoch}
+        stable = last_stable_offset if last_stable_offset is not None else self.stable
+        if stable is not None:
+            doc["last_stable_offset"] = min(stable, high_watermark)
         marker = marker if marker is not None else self.marker
         if marker is not None:
             doc["marker"] = marker      # replaced in the same conditional write as the HW
@@ -384,6 +399,7 @@ class ObjectPartitionState:
             doc["cleaned"] = self.cleaned
         if self._put(doc):
             self.marker = marker
+            self.stable = doc.get("last_stable_offset")
             self._offsets = (high_watermark, log_start_offset)
         else:
             current = self.load()
@@ -401,6 +417,8 @@ class ObjectPartitionState:
                "leader_epoch": epoch, "cleaned": cleaned}
         if self.marker is not None:
             doc["marker"] = self.marker
+        if self.stable is not None:
+            doc["last_stable_offset"] = self.stable
         if self._put(doc):
             self.cleaned = cleaned
             return

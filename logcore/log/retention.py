@@ -324,23 +324,3 @@ class LogRetention:
                         self.dir, name + DELETED_SUFFIX))
                     removed += 1
         return removed
-
-    def _drop_segments_below_start(self, *, delete_files: bool) -> None:
-        """Forget the leading segments wholly below the log start offset (and, for a writer,
-        remove their files): what a retention pass left when it stopped after the checkpoint."""
-        count = 0
-        while (count + 1 < len(self.segments)
-               and self.segments[count + 1].base_offset <= self.log_start_offset):
-            count += 1
-        if count == 0:
-            return
-        doomed = self.segments[:count]
-        self.segments = self.segments[count:]
-        self.bases = [s.base_offset for s in self.segments]
-        self._txn_bases -= {s.base_offset for s in doomed}
-        for seg in doomed:
-            seg.close()
-            if delete_files:
-                logger.warning("%s-%d: deleting %s, below the log start offset %d", self.topic,
-                               self.partition, seg.log_path, self.log_start_offset)
-                seg.delete_files()

@@ -65,6 +65,18 @@ def _start_offset(args, log) -> int:
     return log.high_watermark
 
 
+def _read_range(args) -> tuple[int | None, None]:
+    """Where the read starts, for the range-bounded open (None: the HW; validated later)."""
+    if args.from_beginning or args.timestamp is not None or args.offset == "earliest":
+        return 0, None
+    if args.offset is not None and args.offset != "latest":
+        try:
+            return max(0, int(args.offset)), None
+        except ValueError:
+            return 0, None      # _start_offset reports it
+    return None, None
+
+
 def cmd_consume(args) -> int:
     if sum(x is not None and x is not False for x in (args.from_beginning or None, args.offset, args.timestamp)) > 1:
         raise InvalidConfigError("give at most one of --from-beginning, --offset, --timestamp")
@@ -82,7 +94,7 @@ def cmd_consume(args) -> int:
             raise InvalidConfigError(f"--partition {args.partition}: topic {args.topic} has partitions "
                                      f"0..{info.partitions - 1}")
         partitions = [args.partition] if args.partition is not None else list(range(info.partitions))
-        logs = {p: root.log(args.topic, p) for p in partitions}
+        logs = {p: root.log(args.topic, p, read_range=_read_range(args)) for p in partitions}
         positions = {p: _start_offset(args, log) for p, log in logs.items()}
         deadline = None if args.timeout_ms is None else time.monotonic() + args.timeout_ms / 1000
         while True:

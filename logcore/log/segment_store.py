@@ -1,0 +1,319 @@
+"""Where a log's segments live: one narrow protocol for what differs between a local-disk segment
+store and an object-store one, with the two implementations. The `Log` calls its store
+(`log.segment_store`, chosen once when the log opens) instead of branching on the storage kind.
+
+Local disk (`LocalSegmentStore`): the active segment is a file appended in place. The writer's
+critical section holds the fence's lock across each write. A roll seals the active file and
+fsyncs it in the background (the recovery point passes it once synced) and writes a producer
+snapshot; a flush fsyncs; a commit may skip the fsync (the broker's); truncation cuts the file;
+a clean close flushes, snapshots and leaves the clean-shutdown marker. Deleted segments' files
+are renamed `*.deleted` and removed after file.delete.delay.ms.
+
+Object store (`ObjectSegmentStore`): the active segment is held in memory until a commit
+publishes it (the `.log`, then its indexes); objects are immutable, so rolling a non-empty
+active segment means committing, and truncating a published one rewrites it in one PUT. Data is
+durable once committed: a flush does nothing. The fence is checked by the conditional write of
+the partition state, so no lock is held across writes. A deleted segment gets a
+`<base>.log.deleted` marker; its objects go, `.log` first, after the delay.
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from typing import Protocol
+
+from logcore.errors import ResourceNotFoundError
+from logcore.log.deletion import SEGMENT_SUFFIXES, delete_expired_local, delete_segment_files
+from logcore.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, parse_segment_name, segment_name
+from logcore.log.segment_flusher import PendingFlush, segment_flusher
+from logcore.records.batch import iter_batches
+
+
+class SegmentStore(Protocol):
+    """What the log asks of the place its segments live. Every method runs under the log's
+    lock (and, for writes, inside `critical()`)."""
+
+    def critical(self):
+        """Context manager around one write of the writer (the fence held as the store needs)."""
+
+    def new_active(self, base_offset: int) -> LogSegment:
+        """A fresh, empty active segment at `base_offset` (not yet in the log's list)."""
+
+    def seal(self, active: LogSegment) -> None:
+        """Seal the active segment that a roll leaves behind (its files stay, read-only)."""
+
+    def rolled(self, base_offset: int) -> None:
+        """After a roll to `base_offset`."""
+
+    def flush(self) -> None:
+        """Make what was appended durable, moving the recovery point (no-op if commits do)."""
+
+    def before_commit(self, durable: bool) -> bool:
+        """Prepare a commit (publish what it makes visible); returns whether the state write
+        must be durable."""
+
+    def recovery_point_to_record(self) -> int | None:
+        """The recovery point a commit records (None: the store keeps none)."""
+
+    def truncate_active(self, offset: int) -> None:
+        """Cut the last segment (which holds offsets below `offset`) at `offset`."""
+
+    def hw_lowered(self) -> None:
+        """A truncation brought the HW below the committed one: record it where it must."""
+
+    def close_writer(self) -> None:
+        """A writer's clean close (inside the critical section)."""
+
+    def retire_segment(self, base: int, now_ms: int) -> None:
+        """Mark a deleted segment's files (readers holding it keep reading until the delay)."""
+
+    def remove_retired(self, base: int) -> None:
+        """Remove a retired segment's files now."""
+
+    def delete_expired(self, now_ms: int) -> int:
+        """Remove the retired segments whose file.delete.delay.ms has passed; returns how many."""
+
+
+class LocalSegmentStore:
+    """Segments as files on local disk."""
+
+    def __init__(self, log):
+        self.log = log
+
+    @contextmanager
+    def critical(self):
+        fence = self.log.fence
+        fence.enter_critical()
+        try:
+            yield
+        finally:
+            fence.exit_critical()
+
+    def new_active(self, base_offset: int) -> LogSegment:
+        log = self.log
+        log.storage.makedirs(log.dir)
+        return log._new_segment(base_offset, writable=True)
+
+    def seal(self, active: LogSegment) -> None:
+        log = self.log
+        if not log.writer:
+            active.seal()
+            active.close()
+            return
+        # As Kafka: the sealed segment is fsynced in the background, not under the log's lock;
+        # the recovery point passes it once that fsync returned.
+        pending = PendingFlush(active.data.open_fd(), active.next_offset(), log._flush_generation,
+                               active.log_path)
+        active.seal(fsync=False)
+        log._pending_flushes.append(pending)
+        segment_flusher().submit(pending, log._flushed_in_background)
+        # not close(): it would seal again with an fdatasync, here under the lock
+        active.close(sync=False)
+
+    def rolled(self, base_offset: int) -> None:
+        if self.log.writer:
+            # As Kafka, a snapshot at every roll, empty or not: readers replay only what follows.
+            # Not fsynced (Kafka flushes it later too): a snapshot torn by a power loss fails its
+            # CRC and recovery falls back to an older one and replays from there.
+            self.log.producer_state.write_snapshot(base_offset, durable=False)
+
+    def flush(self) -> None:
+        log = self.log
+        log._sync_pending_flushes()
+        for seg in log.segments:
+            if seg.writable:
+                seg.flush()
+        log.recovery_point = log.log_end_offset
+
+    def before_commit(self, durable: bool) -> bool:
+        log = self.log
+        if durable:
+            log._flush_locked()
+        # The recovery point moved (flush policy, roll): record it durably, as Kafka's
+        # recovery-point checkpoint is.
+        return durable or log.recovery_point != log._checkpointed_recovery_point
+
+    def recovery_point_to_record(self) -> int | None:
+        return self.log.recovery_point
+
+    def truncate_active(self, offset: int) -> None:
+        log = self.log
+        last = log.segments[-1]
+        if not last.writable:
+            last.close()
+            # Cut before it is published, for the same reason as in _roll_to.
+            reopened = log._new_segment(last.base_offset, writable=True)
+            reopened.truncate_to(offset)
+            log.segments[-1] = reopened
+        else:
+            last.truncate_to(offset)
+
+    def hw_lowered(self) -> None:
+        # The stored HW comes down too: it must never cover offsets appended later.
+        log = self.log
+        first = log.segments[0].base_offset if log.segments else log.log_end_offset
+        log.state_store.commit(high_watermark=log.high_watermark, log_start_offset=log.log_start_offset,
+                               first_segment_base=first, epoch=log.leader_epoch,
+                               recovery_point=log.recovery_point)
+
+    def close_writer(self) -> None:
+        from logcore.log.log_loader import CLEAN_SHUTDOWN
+
+        log = self.log
+        log._flush_locked()
+        log.producer_state.write_snapshot(log.log_end_offset)
+        for seg in log.segments:
+            seg.close()
+        if log._state_unsynced:
+            # The last commit's HW checkpoint was not fsynced: make it durable (with the
+            # recovery point) before the marker says clean.
+            first = log.segments[0].base_offset if log.segments else log.log_end_offset
+            log.state_store.commit(high_watermark=log.high_watermark, log_start_offset=log.log_start_offset,
+                                   first_segment_base=first, epoch=log.leader_epoch,
+                                   recovery_point=log.log_end_offset)
+            log._state_unsynced = False
+        else:
+            log.state_store.set_recovery_point(log.log_end_offset)
+        log.storage.write_atomic(log.storage.join(log.dir, CLEAN_SHUTDOWN), str(log.log_end_offset).encode())
+
+    def retire_segment(self, base: int, now_ms: int) -> None:
+        # Renamed `*.deleted`: an open reader keeps its view; the rename sets the change time.
+        log = self.log
+        for suffix in SEGMENT_SUFFIXES:
+            path = log.storage.join(log.dir, segment_name(base, suffix))
+            try:
+                log.storage.rename(path, path + DELETED_SUFFIX)
+            except ResourceNotFoundError:
+                pass        # an index that was never written
+
+    def remove_retired(self, base: int) -> None:
+        log = self.log
+        for suffix in SEGMENT_SUFFIXES:
+            log.storage.delete(log.storage.join(log.dir, segment_name(base, suffix) + DELETED_SUFFIX),
+                               missing_ok=True)
+
+    def delete_expired(self, now_ms: int) -> int:
+        log = self.log
+        paths = delete_expired_local(log.storage, log.dir, log.config.file_delete_delay_ms, now_ms)
+        return sum(p.endswith(LOG_SUFFIX + DELETED_SUFFIX) for p in paths)
+
+
+class ObjectSegmentStore:
+    """Segments as immutable objects, the active one in memory until published."""
+
+    def __init__(self, log):
+        self.log = log
+
+    @contextmanager
+    def critical(self):
+        yield           # the partition state's conditional write fences a stale writer
+
+    def new_active(self, base_offset: int) -> LogSegment:
+        return self.log._new_segment(base_offset, writable=True, in_memory=True)
+
+    def seal(self, active: LogSegment) -> None:
+        active.seal()
+        active.close()
+
+    def rolled(self, base_offset: int) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass            # durable once committed
+
+    def before_commit(self, durable: bool) -> bool:
+        log = self.log
+        log.fence.check()
+        active = log.segments[-1]
+        if active.in_memory and active.size() > 0:
+            log._publish(active)
+            log._roll_to(log.log_end_offset)
+        log.epoch_cache.flush()
+        return durable
+
+    def recovery_point_to_record(self) -> int | None:
+        return None
+
+    def truncate_active(self, offset: int) -> None:
+        # One segment holding offsets from `offset` on is cut. An unpublished one is cut in
+        # memory; a published one is replaced by its part below `offset` in one PUT, then its
+        # indexes (deleting it first would leave committed data only in memory, lost in a crash).
+        log = self.log
+        last = log.segments[-1]
+        data = last.read_bytes(0, last.size())
+        kept = bytearray()
+        for pos, header in iter_batches(data, source=last.log_path):
+            if header.base_offset >= offset:
+                break
+            kept += data[pos:pos + header.size]
+        if len(kept) < len(data):
+            seg = log._new_segment(last.base_offset, writable=True, in_memory=True, stem=last.stem)
+            headers = [h for _p, h in iter_batches(bytes(kept))]
+            if headers:
+                seg.append(bytes(kept), headers)
+            if not last.in_memory:
+                if headers:
+                    log.storage.write_atomic(last.log_path, bytes(kept))
+                    seg.publish()       # finds the same bytes there, writes the indexes
+                else:
+                    last.delete_files()
+            log.segments[-1] = seg
+        if not log.segments[-1].in_memory:
+            log._roll_to(log.log_end_offset)      # appends go to a fresh in-memory segment
+
+    def hw_lowered(self) -> None:
+        pass            # the HW of an object store's state moves only with a commit
+
+    def close_writer(self) -> None:
+        pass            # everything committed is published; the rest is dropped, as uncommitted
+
+    def retire_segment(self, base: int, now_ms: int) -> None:
+        # No rename on an object store: a `<base>.log.deleted` marker records when it went.
+        log = self.log
+        marker = log.storage.join(log.dir, segment_name(base, LOG_SUFFIX + DELETED_SUFFIX))
+        log.storage.write_atomic(marker, json.dumps({"deleted_ms": now_ms}).encode())
+
+    def remove_retired(self, base: int) -> None:
+        log = self.log
+        delete_segment_files(log.storage, log.dir, segment_name(base, ""))
+        log.storage.delete(log.storage.join(log.dir, segment_name(base, LOG_SUFFIX + DELETED_SUFFIX)),
+                           missing_ok=True)
+
+    def delete_expired(self, now_ms: int) -> int:
+        """Segments with a `.log.deleted` marker older than the delay, and segment objects below
+        the log start offset that have no marker yet (a pass interrupted between the log start
+        offset and the marker) get one now."""
+        log = self.log
+        delay = log.config.file_delete_delay_ms
+        removed = 0
+        names = log._list_files()
+        marked = set()
+        for name in names:
+            if not name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
+                continue
+            marked.add(name[:20])
+            path = log.storage.join(log.dir, name)
+            try:
+                deleted_ms = int(json.loads(log.storage.read(path))["deleted_ms"])
+            except (ResourceNotFoundError, ValueError, KeyError, TypeError):
+                deleted_ms = now_ms     # unreadable marker: start its delay now
+            if deleted_ms + delay <= now_ms:
+                delete_segment_files(log.storage, log.dir, name[:20])
+                log.storage.delete(path)
+                removed += 1
+        first_live = log.bases[0] if log.bases else log.log_end_offset
+        for name in names:
+            parsed = parse_segment_name(name)
+            if (parsed and parsed[1] == LOG_SUFFIX and parsed[0] < first_live
+                    and name[:20] not in marked):
+                self.retire_segment(parsed[0], now_ms)
+                if delay == 0:
+                    delete_segment_files(log.storage, log.dir, name[:20])
+                    log.storage.delete(log.storage.join(log.dir, name + DELETED_SUFFIX))
+                    removed += 1
+        return removed
+
+
+def segment_store_for(log) -> SegmentStore:
+    """The store of `log`'s storage kind: the one place the log looks at it."""
+    return LocalSegmentStore(log) if log.storage.is_local else ObjectSegmentStore(log)
