@@ -406,6 +406,17 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
                 results.append(result)
         return encode_produce_results(req.correlation_id, req.api_version, list(by_topic.items()))
 
+    def _leader_partition(self, topic: str, index: int, request):
+        """(Partition, NONE) when this broker serves `topic`-`index` to clients, else (None or the
+        partition, the error): in a cluster only its leader does, at the epoch the request's
+        current_leader_epoch names (replica_manager.partition_error)."""
+        part = self.partitions.get(topic, index)
+        if self.cluster is not None:
+            code = self.cluster.partition_error(topic, index, getattr(request, "current_leader_epoch", -1))
+            if code != E.NONE:
+                return part, code
+        return part, (E.NONE if part is not None else E.UNKNOWN_TOPIC_OR_PARTITION)
+
     # ------------------------------------------------------------------ ListOffsets
     async def list_offsets(self, req: Request) -> dict:
         return {"throttle_time": 0, "topics": await asyncio.to_thread(self._list_offsets, req.body)}
@@ -422,15 +433,9 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
             for p in t.partitions:
                 res = {"partition_index": p.partition_index, "error_code": E.NONE,
                        "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
-                part = self.partitions.get(t.name, p.partition_index)
-                code = E.NONE
-                if self.cluster is not None:
-                    code = self.cluster.partition_error(t.name, p.partition_index,
-                                                        getattr(p, "current_leader_epoch", -1))
+                part, code = self._leader_partition(t.name, p.partition_index, p)
                 if code != E.NONE:
                     res["error_code"] = code
-                elif part is None:
-                    res["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     log = part.log
                     try:
@@ -468,15 +473,9 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
             parts = []
             for p in t.partitions:
                 res = {"partition": p.partition, "error_code": E.NONE, "leader_epoch": -1, "end_offset": -1}
-                part = self.partitions.get(t.topic, p.partition)
-                code = E.NONE
-                if self.cluster is not None:
-                    code = self.cluster.partition_error(t.topic, p.partition,
-                                                        getattr(p, "current_leader_epoch", -1))
+                part, code = self._leader_partition(t.topic, p.partition, p)
                 if code != E.NONE:
                     res["error_code"] = code
-                elif part is None:
-                    res["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     log = part.log
                     current = getattr(p, "current_leader_epoch", -1)
