@@ -1,11 +1,12 @@
 """The package layering of logcore and the connector, checked on the sources.
 
 Dependencies point down: records and storage know nothing of logs; log knows nothing of tiering,
-the cleaner, the broker, the maintenance service or the tools (tiering registers itself with the
-log layer instead); logcore never imports the Spark connector. And no module imports a private
-name (`_x`) of another package, or uses a private attribute or method of another package's
-objects (the cleaner and the broker go through `Log` / `LogRoot` methods): what crosses a
-package boundary is public.
+the cleaner, the broker, the Kafka protocol (wire), the maintenance service or the tools
+(tiering registers itself with the log layer instead); wire uses only records and errors, below
+the broker, the tools and the connector; logcore never imports the Spark connector. And no
+module imports a private name (`_x`) of another package, or uses a private attribute or method
+of another package's objects (the cleaner and the broker go through `Log` / `LogRoot` methods):
+what crosses a package boundary is public.
 """
 from __future__ import annotations
 
@@ -21,11 +22,15 @@ SOURCES = {"logcore": REPO / "logcore", "pyspark_seglog": REPO / "connector" / "
 # package -> packages (and their submodules) it must never import
 FORBIDDEN = {
     "logcore.records": ("logcore.log", "logcore.tiered", "logcore.cleaner", "logcore.broker",
-                        "logcore.maintenance", "logcore.tools", "pyspark_seglog"),
+                        "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog"),
     "logcore.storage": ("logcore.log", "logcore.tiered", "logcore.cleaner", "logcore.broker",
-                        "logcore.maintenance", "logcore.tools", "pyspark_seglog"),
+                        "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog"),
     "logcore.log": ("logcore.tiered", "logcore.cleaner", "logcore.broker", "logcore.maintenance",
-                    "logcore.tools", "pyspark_seglog"),
+                    "logcore.tools", "logcore.wire", "pyspark_seglog"),
+    # the Kafka protocol: below the broker, the tools and the connector; above records only
+    "logcore.wire": ("logcore.storage", "logcore.log", "logcore.tiered", "logcore.cleaner",
+                     "logcore.cluster", "logcore.broker", "logcore.maintenance", "logcore.tools",
+                     "pyspark_seglog"),
     "logcore": ("pyspark_seglog",),
 }
 

@@ -29,6 +29,7 @@ from logcore.errors import TopicNotFoundError
 from logcore.records.compression import Compression
 from logcore.records.encode import encode_batches
 
+from logcore.wire.client import KafkaConnectionError, KafkaError, error_name
 from pyspark_seglog.broker_client import (
     DUPLICATE_SEQUENCE_NUMBER,
     NONE,
@@ -36,9 +37,6 @@ from pyspark_seglog.broker_client import (
     PRODUCE,
     RETRIABLE,
     BrokerClient,
-    BrokerConnectionError,
-    BrokerError,
-    error_name,
 )
 from pyspark_seglog.row_router import RowRouter
 from pyspark_seglog.sink_options import SinkOptions
@@ -81,7 +79,7 @@ def ensure_topic(client: BrokerClient, opts: SinkOptions, topic: str) -> int:
     client.create_topic(topic, opts.topic_partitions, opts.topic_config)
     count = client.partition_counts([topic])[topic]
     if count is None:
-        raise BrokerError(f"{client.where()} created topic {topic!r} but does not list it")
+        raise KafkaError(f"{client.where()} created topic {topic!r} but does not list it")
     return count
 
 
@@ -184,7 +182,7 @@ class TaskProducer(RowRouter):
                 self._recover(retry)
                 waited = time.monotonic() - started
                 if waited > self.deadline_s:
-                    raise BrokerError(
+                    raise KafkaError(
                         f"gave up producing to {self.client.where()} after {waited:.0f} s"
                         f" ({failures} retries; kafka.delivery.timeout.ms={self.opts.delivery_timeout_ms}):"
                         f" {retry.reason}") from None
@@ -208,7 +206,7 @@ class TaskProducer(RowRouter):
             self.client.send(PRODUCE, {
                 "transactional_id": None, "acks": ACKS_ALL, "timeout": REQUEST_TIMEOUT_MS,
                 "topic_data": [{"name": t, "partition_data": ps} for t, ps in by_topic.items()]})
-        except BrokerConnectionError as exc:
+        except KafkaConnectionError as exc:
             raise _Retry(str(exc)) from None
 
     def _receive_next(self, *, retrying: set | None = None) -> list[_Batch]:
@@ -216,7 +214,7 @@ class TaskProducer(RowRouter):
         batches = self.in_flight[0]
         try:
             body = self.client.receive()
-        except BrokerConnectionError as exc:
+        except KafkaConnectionError as exc:
             raise _Retry(str(exc)) from None
         self.in_flight.popleft()
         results = {(t.name, p.index): p for t in body.responses for p in t.partition_responses}
@@ -224,7 +222,7 @@ class TaskProducer(RowRouter):
         for b in batches:
             r = results.get(b.tp)
             if r is None:
-                raise BrokerError(f"{self.client.where()} did not answer for {b.tp[0]}-{b.tp[1]}")
+                raise KafkaError(f"{self.client.where()} did not answer for {b.tp[0]}-{b.tp[1]}")
             code = int(r.error_code)
             if code in (NONE, DUPLICATE_SEQUENCE_NUMBER):       # a duplicate is already in the log
                 self.acked[b.tp] = self.acked.get(b.tp, 0) + b.records
@@ -238,7 +236,7 @@ class TaskProducer(RowRouter):
             hint = ""
             if code == 10:                  # MESSAGE_TOO_LARGE
                 hint = " (lower the option batch.size, or raise the topic's max.message.bytes)"
-            raise BrokerError(f"{self.client.where()} refused a batch of {message}{hint}", code)
+            raise KafkaError(f"{self.client.where()} refused a batch of {message}{hint}", code)
         if again and retrying is None:
             raise _Retry("; ".join(reasons), again)
         return again
@@ -275,13 +273,13 @@ class TaskProducer(RowRouter):
         while True:
             try:
                 return call()
-            except BrokerConnectionError as exc:
+            except KafkaConnectionError as exc:
                 failures += 1
                 self.client.close()
                 if time.monotonic() - started > min(self.deadline_s, 30):
-                    raise BrokerConnectionError(f"{what}: {exc}") from None
+                    raise KafkaConnectionError(f"{what}: {exc}") from None
                 time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
-            except BrokerError as exc:
+            except KafkaError as exc:
                 # Apache Kafka answers InitProducerId with COORDINATOR_LOAD_IN_PROGRESS while it
                 # loads its transaction state after a start: retriable, as for Kafka's producer.
                 if exc.code not in RETRIABLE or time.monotonic() - started > min(self.deadline_s, 30):

@@ -337,13 +337,14 @@ class _Logs:
         if not tps:
             return {}
         # Imported here: the Kafka protocol package is large, and Spark tasks never need it.
-        from pyspark_seglog.broker_client import BrokerClient, BrokerConnectionError
+        from logcore.wire.client import KafkaConnectionError
+        from pyspark_seglog.broker_client import BrokerClient
         for attempt in (1, 2):
             if self._broker is None:
                 self._broker = BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-source")
             try:
                 return self._broker.list_offsets(tps, isolation=self.opts.isolation)
-            except BrokerConnectionError:
+            except KafkaConnectionError:
                 self._broker.close()
                 self._broker = None
                 if attempt == 2:

@@ -12,11 +12,11 @@ import logging
 from logcore.broker import errors as E
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS
-from logcore.broker.protocol import ZERO_UUID, Request
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import CONFIG_KEYS, ConfigType, resolve_root_defaults
 from logcore.storage.secrets import redact_url
 from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
+from logcore.wire.protocol import ZERO_UUID, Request
 
 
 # The broker's log: these lines keep the logger name they had when the handlers were in broker.py.
@@ -70,6 +70,8 @@ class AdminHandlers:
 
     # ------------------------------------------------------------------ CreateTopics / DeleteTopics
     async def create_topics(self, req: Request) -> dict:
+        if self.cluster is not None:
+            return await self._cluster_create_topics(req)
         return {"throttle_time": 0, "topics": await asyncio.to_thread(self._create_topics, req.body)}
 
     def _create_topics(self, body) -> list[dict]:
@@ -123,12 +125,51 @@ class AdminHandlers:
                 res.update(error_code=E.error_code(exc), error_message=str(exc))
         return results
 
+    async def create_partitions(self, req: Request) -> dict:
+        """CreatePartitions: grow topics (never shrink: INVALID_PARTITIONS)."""
+        if self.cluster is not None:
+            return await self._cluster_create_partitions(req)
+        return {"throttle_time": 0, "results": await asyncio.to_thread(self._create_partitions, req.body)}
+
+    def _create_partitions(self, body) -> list[dict]:
+        results = []
+        for t in body.topics:
+            res = {"name": t.name, "error_code": E.NONE, "error_message": None}
+            results.append(res)
+            try:
+                info = self.partitions.topics.get(t.name)
+                if t.name == OT.TOPIC:
+                    raise _Failed(E.INVALID_REQUEST, f"{OT.TOPIC} is internal: its partition count maps"
+                                  " groups to coordinators and cannot change")
+                if info is None:
+                    raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{t.name}' does not exist.")
+                if t.count <= info.partitions:
+                    raise _Failed(E.INVALID_PARTITIONS,
+                                  f"Topic currently has {info.partitions} partitions, which is higher than"
+                                  f" the requested {t.count}.")
+                if t.assignments and any(list(a.broker_ids) != [self.node_id] for a in t.assignments):
+                    raise _Failed(E.INVALID_REPLICA_ASSIGNMENT,
+                                  f"this single broker (node {self.node_id}) holds every replica")
+                with self._create_lock:
+                    self._check_partition_cap(t.name, t.count - info.partitions)
+                    if not body.validate_only:
+                        with self.partitions.lock:
+                            grown = self.root.add_partitions(t.name, t.count)
+                            self.partitions.open_topic(grown, eager=False)
+            except _Failed as exc:
+                res.update(error_code=exc.code, error_message=str(exc))
+            except SegLogError as exc:
+                res.update(error_code=E.error_code(exc), error_message=str(exc))
+        return results
+
     async def delete_topics(self, req: Request) -> dict:
         body = req.body
         if req.api_version >= 6:
             wanted = [(t.name, t.topic_id) for t in body.topics]
         else:
             wanted = [(n, None) for n in body.topic_names]
+        if self.cluster is not None:
+            return await self._cluster_delete_topics(req, wanted)
         return {"throttle_time": 0, "responses": await asyncio.to_thread(self._delete_topics, wanted)}
 
     def _delete_topics(self, wanted) -> list[dict]:

@@ -36,6 +36,7 @@ SERVED: dict[int, tuple[str, int, int]] = {
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
     32: ("DescribeConfigs", 1, 4),
+    37: ("CreatePartitions", 0, 3),
 }
 
 

@@ -20,6 +20,7 @@ from logcore.broker import errors as E
 from logcore.broker.api_versions import SERVED, advertised
 from logcore.broker import offsets_topic as OT
 from logcore.broker.admin_handlers import AdminHandlers
+from logcore.broker.cluster_handlers import ClusterHandlers
 from logcore.broker.config import BrokerConfig
 from logcore.broker.error_response import error_response
 from logcore.broker.resources import open_partition_budget
@@ -29,13 +30,13 @@ from logcore.broker.group_handlers import GroupHandlers
 from logcore.broker.groups import GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import PartitionManager
-from logcore.broker.produce_codec import encode_produce_results
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
-from logcore.broker.protocol import ZERO_UUID, Request
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 from logcore.log.partition_metadata import parse_topic_id
+from logcore.wire.produce_codec import encode_produce_results
+from logcore.wire.protocol import ZERO_UUID, Request
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 Result = dict | bytes | EncodedResponse | None | Awaitable[dict | bytes | EncodedResponse | None]
 
 
-class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
+class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
     """Dispatches each request by API key (`handlers`) to its handler: Produce, ListOffsets,
     Metadata, ApiVersions, InitProducerId and OffsetForLeaderEpoch here; Fetch in
     fetch_handlers.py, the consumer group APIs in group_handlers.py, CreateTopics, DeleteTopics
@@ -77,25 +78,54 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
             16: self.list_groups,
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
+            37: self.create_partitions,
             15: self.describe_groups,
         }
         self.served = dict(SERVED)
         self._create_lock = threading.Lock()    # topic creation vs. the partition caps
+        # A cluster member (zookeeper.connect): set by `join_cluster` before the broker serves.
+        self.cluster = None                     # logcore.broker.replica_manager.ReplicaManager
+        self.catalog = None                     # logcore.cluster.catalog.ZooKeeperCatalog
+        self.cluster_fetch = None               # logcore.broker.cluster_fetch.ClusterFetch
+
+    def join_cluster(self, store, catalog) -> None:
+        """Serve as a member of the cluster whose metadata `store` (ZooKeeper) holds: topics
+        from the catalog, leadership and replication from the replica manager."""
+        from logcore.broker.cluster_fetch import ClusterFetch
+        from logcore.broker.replica_manager import ReplicaManager
+        from logcore.broker.producer_ids import ClusterProducerIdAllocator
+        self.catalog = catalog
+        self.producer_ids = ClusterProducerIdAllocator(store, self.node_id)
+        self.cluster = ReplicaManager(self, store, catalog)
+        self.cluster_fetch = ClusterFetch(self.cluster)
+        self.partitions.replica_logs = True
+        self.partitions.after_append = self.cluster.after_append
+        self.maintenance.role = self.cluster.role_of
+        # Groups follow the leadership of their __consumer_offsets partition.
+        self.groups.attach_cluster(self.cluster, self.config["offsets.commit.timeout.ms"])
+        self.handlers[43] = self.elect_leaders
+        self.served[43] = ("ElectLeaders", 0, 2)
 
     def open(self) -> None:
-        """Open every partition (blocking) and rebuild the groups from __consumer_offsets.
+        """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a
+        cluster member loads them partition by partition as it becomes leader instead).
         With tiered storage, a remote root that cannot be written fails the start."""
         tier = self.root.remote_tier()
         if tier is not None:
             tier.check_access()
         self.partitions.open_all()
-        self.groups.load()
+        if self.cluster is None:
+            self.groups.load()
 
     async def start(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.start()
         await self.groups.start()
         self.maintenance.start()
 
     async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.groups.stop()
         await asyncio.to_thread(self.maintenance.stop)
 
@@ -171,6 +201,8 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
 
     async def metadata(self, req: Request) -> dict:
         body = req.body
+        if self.cluster is not None:
+            return await self._cluster_metadata(body)
         if body.topics is None:
             names = sorted(self.partitions.topics)
         else:
@@ -271,6 +303,8 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
                 if entry[3] is not None:
                     entry[3].add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
             return None
+        if acks == -1 and self.cluster is not None and any(entry[3] is not None for entry in entries):
+            return self._finish_replicated_produce(entries, req)
         if all(entry[3] is None or entry[3].done() for entry in entries):
             return self._produce_response(entries, req)       # committed on the loop already
         return self._finish_produce(entries, req)
@@ -287,6 +321,12 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
             for pd in t.partition_data:
                 part = self.partitions.get(name, pd.index)
                 records = pd.records
+                code = E.NONE
+                if self.cluster is not None:
+                    code, message = self.cluster.produce_check(name, pd.index, acks_all)
+                    if code != E.NONE:
+                        out.append((name, pd.index, None, None, code, message))
+                        continue
                 if name == OT.TOPIC:
                     out.append((name, pd.index, None, None, E.INVALID_TOPIC_EXCEPTION,
                                 f"{OT.TOPIC} is internal: only the group coordinator writes it"))
@@ -299,7 +339,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
                 elif len(records) >= 61 and records[22] & 0x10:
                     out.append((name, pd.index, None, None, E.INVALID_TXN_STATE,
                                 "transactional batches are not supported"))
-                elif acks_all and part.log.config.min_insync_replicas > 1:
+                elif acks_all and self.cluster is None and part.log.config.min_insync_replicas > 1:
                     # One replica per partition: Kafka's answer when the ISR is below min.isr.
                     out.append((name, pd.index, None, None, E.NOT_ENOUGH_REPLICAS,
                                 f"The size of the current ISR 1 is insufficient to satisfy the min.isr "
@@ -315,11 +355,36 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
                 await asyncio.wait([entry[3]])
         return self._produce_response(entries, req)
 
-    def _produce_response(self, entries, req: Request) -> bytes:
-        """The encoded response, once every submitted batch's future is done."""
+    async def _finish_replicated_produce(self, entries, req: Request) -> bytes:
+        """acks=all in a cluster: once appended, each batch waits until the high watermark
+        passes it (replication.md 1.8)."""
+        for entry in entries:
+            if entry[3] is not None:
+                await asyncio.wait([entry[3]])
+        timeout_s = max(0.0, req.body.timeout_ms / 1000.0)
+        waits = []
+        for i, (topic, index, part, fut, code, message) in enumerate(entries):
+            if fut is not None and fut.exception() is None:
+                replica = self.cluster.replicas.get((topic, index))
+                if replica is None:
+                    waits.append((i, asyncio.sleep(0, E.NOT_LEADER_OR_FOLLOWER)))
+                else:
+                    waits.append((i, self.cluster.wait_for_high_watermark(
+                        replica, fut.result().last_offset + 1, timeout_s)))
+        codes = await asyncio.gather(*(w for _, w in waits))
+        overrides = {i: code for (i, _), code in zip(waits, codes) if code != E.NONE}
+        return self._produce_response(entries, req, overrides)
+
+    def _produce_response(self, entries, req: Request, overrides: dict | None = None) -> bytes:
+        """The encoded response, once every submitted batch's future is done. `overrides`:
+        entry index -> error code for appended batches that did not replicate (acks=all)."""
         by_topic: dict[str, list] = {}
-        for topic, index, part, fut, code, message in entries:
-            if fut is None:
+        for i, (topic, index, part, fut, code, message) in enumerate(entries):
+            if overrides and i in overrides:
+                result = (index, overrides[i], -1, -1, -1,
+                          f"{topic}-{index}: appended but not acknowledged by enough replicas (error"
+                          f" {overrides[i]})")
+            elif fut is None:
                 result = (index, code, -1, -1, -1, message)
             else:
                 exc = fut.exception()
@@ -347,6 +412,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
 
     def _list_offsets(self, body) -> list[dict]:
         committed = getattr(body, "isolation_level", 0) == 1
+        replica_id = getattr(body, "replica_id", -1) if self.cluster is not None else -1
         if any(self.partitions.get(t.name, p.partition_index) is None
                for t in body.topics for p in t.partitions):
             self.partitions.refresh_topics()      # created in the root by another process?
@@ -357,13 +423,25 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
                 res = {"partition_index": p.partition_index, "error_code": E.NONE,
                        "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
                 part = self.partitions.get(t.name, p.partition_index)
-                if part is None:
+                code = E.NONE
+                if self.cluster is not None:
+                    code = self.cluster.partition_error(t.name, p.partition_index,
+                                                        getattr(p, "current_leader_epoch", -1))
+                if code != E.NONE:
+                    res["error_code"] = code
+                elif part is None:
                     res["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     log = part.log
                     try:
                         if p.timestamp == EARLIEST:
                             res["offset"] = log.log_start_offset
+                        elif p.timestamp == LATEST and replica_id >= 0:
+                            res["offset"] = log.log_end_offset      # a follower asks the leader's LEO
+                        elif p.timestamp == LATEST and self.cluster is not None and \
+                                log.high_watermark < self.cluster.epoch_start_offset(t.name, p.partition_index):
+                            # A new leader whose HW has not reached its epoch start yet (KIP-207).
+                            res["error_code"] = E.OFFSET_NOT_AVAILABLE
                         elif p.timestamp == LATEST:
                             res["offset"] = log.last_stable_offset if committed else log.high_watermark
                         elif p.timestamp == MAX_TIMESTAMP:
@@ -391,7 +469,13 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers):
             for p in t.partitions:
                 res = {"partition": p.partition, "error_code": E.NONE, "leader_epoch": -1, "end_offset": -1}
                 part = self.partitions.get(t.topic, p.partition)
-                if part is None:
+                code = E.NONE
+                if self.cluster is not None:
+                    code = self.cluster.partition_error(t.topic, p.partition,
+                                                        getattr(p, "current_leader_epoch", -1))
+                if code != E.NONE:
+                    res["error_code"] = code
+                elif part is None:
                     res["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     log = part.log

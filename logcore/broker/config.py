@@ -58,8 +58,66 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
               "Partitions of a topic created without a count (auto-created or CreateTopics -1).",
               validator=at_least(1), category="broker"),
     ConfigKey("default.replication.factor", ConfigType.INT, 1,
-              "Replication factor of new topics: one broker holds every replica, so 1.",
-              validator=between(1, 1), category="broker"),
+              "Replication factor of topics created without one (auto-created, CreateTopics -1)."
+              " Above 1 needs zookeeper.connect (a cluster): a single broker holds one replica.",
+              validator=at_least(1), category="broker"),
+    ConfigKey("zookeeper.connect", ConfigType.STRING, "",
+              "host:port[,host:port...][/chroot] of the ZooKeeper ensemble that makes this broker a"
+              " cluster member (metadata, controller, replication). Empty: a single broker serving"
+              " its log root alone.", category="cluster"),
+    ConfigKey("zookeeper.session.timeout.ms", ConfigType.INT, 18000,
+              "ZooKeeper session timeout: a broker that is silent this long is taken for dead and"
+              " its leaderships move.", validator=at_least(1), category="cluster"),
+    ConfigKey("offsets.topic.replication.factor", ConfigType.INT, 3,
+              "Replication factor of __consumer_offsets in a cluster; its creation fails (consumer"
+              " groups wait) until this many brokers are registered. A single broker uses 1.",
+              validator=at_least(1), category="cluster"),
+    ConfigKey("replica.lag.time.max.ms", ConfigType.LONG, 30000,
+              "A follower that has not caught up with the leader's log end for this long leaves the"
+              " ISR.", validator=at_least(1), category="cluster"),
+    ConfigKey("replica.fetch.wait.max.ms", ConfigType.INT, 500,
+              "Longest a follower's fetch waits at the leader for new data; below"
+              " replica.lag.time.max.ms.", validator=at_least(0), category="cluster"),
+    ConfigKey("replica.fetch.min.bytes", ConfigType.INT, 1,
+              "Bytes a follower's fetch waits for at the leader (up to replica.fetch.wait.max.ms).",
+              validator=at_least(1), category="cluster"),
+    ConfigKey("replica.fetch.max.bytes", ConfigType.INT, 1048576,
+              "Bytes a follower asks per partition in one fetch (at least one batch comes anyway).",
+              validator=at_least(1), category="cluster"),
+    ConfigKey("replica.fetch.response.max.bytes", ConfigType.INT, 10485760,
+              "Bytes a follower asks for in one fetch response over all partitions.",
+              validator=at_least(1), category="cluster"),
+    ConfigKey("replica.fetch.backoff.ms", ConfigType.INT, 1000,
+              "How long a follower waits before fetching a partition again after an error.",
+              validator=at_least(0), category="cluster"),
+    ConfigKey("replica.socket.timeout.ms", ConfigType.INT, 30000,
+              "A follower's request to the leader fails after this long without an answer (at"
+              " least replica.fetch.wait.max.ms).", validator=at_least(1), category="cluster"),
+    ConfigKey("replica.high.watermark.checkpoint.interval.ms", ConfigType.LONG, 5000,
+              "How often each replica's high watermark is written to replication-offset-checkpoint.",
+              validator=at_least(1), category="cluster"),
+    ConfigKey("auto.leader.rebalance.enable", ConfigType.BOOLEAN, True,
+              "The controller moves leadership back to each partition's preferred replica (the"
+              " first of its assignment) when a broker leads too few of its preferred partitions.",
+              category="cluster"),
+    ConfigKey("leader.imbalance.check.interval.seconds", ConfigType.LONG, 300,
+              "How often the controller checks the preferred-leader balance.",
+              validator=at_least(1), category="cluster"),
+    ConfigKey("leader.imbalance.per.broker.percentage", ConfigType.INT, 10,
+              "Share of a broker's preferred partitions led elsewhere above which they are moved back.",
+              validator=between(0, 100), category="cluster"),
+    ConfigKey("controlled.shutdown.enable", ConfigType.BOOLEAN, True,
+              "On a clean stop, ask the controller to move this broker's leaderships first.",
+              category="cluster"),
+    ConfigKey("controlled.shutdown.max.retries", ConfigType.INT, 3,
+              "Attempts at a controlled shutdown before stopping anyway.", validator=at_least(1),
+              category="cluster"),
+    ConfigKey("controlled.shutdown.retry.backoff.ms", ConfigType.LONG, 5000,
+              "Wait between controlled-shutdown attempts.", validator=at_least(0), category="cluster"),
+    ConfigKey("inter.broker.address.overrides", ConfigType.LIST, "",
+              "seglog's own setting: id=host:port,... reach these brokers at these addresses instead"
+              " of the ones they registered (address translation, tunnels, fault-injection proxies).",
+              category="cluster"),
     ConfigKey("auto.create.topics.enable", ConfigType.BOOLEAN, True,
               "Create a topic when a client asks Metadata for one that does not exist.",
               category="broker"),
@@ -91,6 +149,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("offsets.topic.segment.bytes", ConfigType.INT, 104857600,
               "segment.bytes of __consumer_offsets (kept small so that compaction keeps up).",
               validator=at_least(14), category="broker"),
+    ConfigKey("offsets.commit.timeout.ms", ConfigType.INT, 5000,
+              "In a cluster, how long an offset commit or group metadata write waits for the"
+              " replicas of its __consumer_offsets partition (acks=all) before it is answered"
+              " REQUEST_TIMED_OUT.", validator=at_least(1), category="cluster"),
     ConfigKey("group.min.session.timeout.ms", ConfigType.INT, 6000,
               "Smallest session timeout a group member may ask for.", validator=at_least(1),
               category="broker"),
@@ -148,6 +210,18 @@ class BrokerConfig:
             raise InvalidConfigError(
                 f"{source}: queued.max.request.bytes={queued} is below socket.request.max.bytes={frame}:"
                 f" a frame of the largest size could never be received; give -1 or at least {frame}")
+        if not values["zookeeper.connect"]:
+            for name in ("default.replication.factor", "offsets.topic.replication.factor"):
+                if name in props and values[name] > 1:
+                    raise InvalidConfigError(
+                        f"{source}: {name}={values[name]} needs zookeeper.connect: a single broker"
+                        " holds one replica of each partition; set it to 1 or join a cluster")
+            values["offsets.topic.replication.factor"] = 1
+        if values["replica.fetch.wait.max.ms"] >= values["replica.lag.time.max.ms"]:
+            raise InvalidConfigError(
+                f"{source}: replica.fetch.wait.max.ms={values['replica.fetch.wait.max.ms']} must be below"
+                f" replica.lag.time.max.ms={values['replica.lag.time.max.ms']}, or idle followers"
+                " would keep leaving the ISR")
         try:
             resolve_root_defaults(rest)     # validates names and values of the log defaults
         except InvalidConfigError as exc:
@@ -188,6 +262,23 @@ class BrokerConfig:
             raise InvalidConfigError(
                 f"{self.source}: log.dirs={','.join(dirs)}: this broker serves one log root; give one folder")
         return dirs[0] if dirs else self.values["log.dir"]
+
+    @property
+    def cluster(self) -> bool:
+        """A cluster member (zookeeper.connect is set)."""
+        return bool(self.values["zookeeper.connect"])
+
+    def address_overrides(self) -> dict[int, tuple[str, int]]:
+        """inter.broker.address.overrides as {broker id: (host, port)}."""
+        out = {}
+        for item in self.values["inter.broker.address.overrides"]:
+            node, _, address = item.partition("=")
+            host, _, port = address.rpartition(":")
+            if not (node.strip().isdigit() and host and port.isdigit()):
+                raise InvalidConfigError(
+                    f"{self.source}: inter.broker.address.overrides: {item!r} is not id=host:port")
+            out[int(node)] = (host.strip("[]"), int(port))
+        return out
 
     def listener(self) -> tuple[str, int]:
         m = _LISTENER.match(self.values["listeners"][0])

@@ -1,7 +1,7 @@
 """seglog errors -> Kafka error codes (the numbers of Kafka's `Errors` enum)."""
 from __future__ import annotations
 
-from logcore.errors import (CommitFailedError, CommitStateUnknownError, CorruptRecordError,
+from logcore.errors import (InvalidReplicationFactorError, CommitFailedError, CommitStateUnknownError, CorruptRecordError,
                             FencedWriterError, InvalidConfigError, InvalidProducerEpochError,
                             InvalidRecordError, InvalidTopicError, OffsetOutOfRangeError,
                             OutOfOrderSequenceError, RecordTooLargeError, RejectedRecordsError, StorageError,
@@ -13,6 +13,7 @@ UNKNOWN_SERVER_ERROR = -1
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
 MESSAGE_TOO_LARGE = 10
@@ -23,6 +24,7 @@ NOT_COORDINATOR = 16
 INVALID_TOPIC_EXCEPTION = 17
 RECORD_LIST_TOO_LARGE = 18
 NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 INVALID_REQUIRED_ACKS = 21
 ILLEGAL_GENERATION = 22
 INCONSISTENT_GROUP_PROTOCOL = 23
@@ -37,6 +39,7 @@ INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
+NOT_CONTROLLER = 41
 INVALID_REQUEST = 42
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 POLICY_VIOLATION = 44
@@ -49,7 +52,11 @@ KAFKA_STORAGE_ERROR = 56
 GROUP_ID_NOT_FOUND = 69
 FETCH_SESSION_ID_NOT_FOUND = 70
 FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 76
+UNKNOWN_LEADER_EPOCH = 75
+OFFSET_NOT_AVAILABLE = 78
+PREFERRED_LEADER_NOT_AVAILABLE = 80
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+ELECTION_NOT_NEEDED = 84
 MEMBER_ID_REQUIRED = 79
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
@@ -67,6 +74,7 @@ _BY_CLASS: tuple[tuple[type, int], ...] = (
     (OffsetOutOfRangeError, OFFSET_OUT_OF_RANGE),
     (TopicNotFoundError, UNKNOWN_TOPIC_OR_PARTITION),
     (TopicExistsError, TOPIC_ALREADY_EXISTS),
+    (InvalidReplicationFactorError, INVALID_REPLICATION_FACTOR),
     (InvalidTopicError, INVALID_TOPIC_EXCEPTION),
     (InvalidConfigError, INVALID_CONFIG),
     (FencedWriterError, NOT_LEADER_OR_FOLLOWER),

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from logcore.broker import errors as E
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
-from logcore.broker.protocol import Request
+from logcore.broker.cluster_fetch import DivergedPartition, replica_id_of
 from logcore.errors import CorruptRecordError, SegLogError
 from logcore.log.file_slice import FileSlice
+from logcore.wire.protocol import Request
 
 if TYPE_CHECKING:
     from logcore.broker.broker import Result
@@ -78,9 +79,21 @@ class FetchHandlers:
                 if part is None and (name, p.partition) in self.partitions.damaged:
                     error = E.KAFKA_STORAGE_ERROR       # damaged committed data: see `seglog repair`
                 wanted.append((name, tid, p, part, error))
+        follower = -1
+        if self.cluster is not None:
+            follower = replica_id_of(body, v)
+            wanted = [self.cluster_fetch.check(entry, follower) for entry in wanted]
+            if follower >= 0:
+                isolation = "log_end"           # a follower reads up to the leader's LEO
         while True:
             waits = [part.next_commit() for _, _, _, part, _ in wanted if part is not None]
+            if follower >= 0:
+                ends = {(name, p.partition): part._log.log_end_offset
+                        for name, _, p, part, error in wanted if part is not None and part._log is not None}
             results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
+            if follower >= 0:
+                self.cluster_fetch.followed(wanted, results, follower, ends)
+                failed = failed or any("diverging_epoch" in r for r in results)
             remaining = deadline - loop.time()
             if total >= body.min_bytes or failed or remaining <= 0 or not waits:
                 break
@@ -89,6 +102,8 @@ class FetchHandlers:
             if loop.time() >= deadline:
                 results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
                 break
+        if self.cluster is not None:
+            self.cluster_fetch.annotate(wanted, results)
         topics: dict[Any, dict] = {}
         for (name, tid, _, _, _), res in zip(wanted, results):
             key = tid if v >= 13 else name
@@ -115,8 +130,15 @@ class FetchHandlers:
                    "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
                    "aborted_transactions": None, "records": b""}
             results.append(res)
-            if part is None:
+            if part is None or error != E.NONE:
                 failed = True
+                continue
+            if isinstance(p, DivergedPartition):
+                # A follower whose log is not a prefix of this leader's: no records, no state.
+                log = part.log
+                res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
+                           log_start_offset=log.log_start_offset, records=None,
+                           diverging_epoch={"epoch": p.diverging[0], "end_offset": p.diverging[1]})
                 continue
             log = part.log
             try:

@@ -6,8 +6,9 @@ buffer, then into the transport's). This encoder writes the fields of Fetch v4..
 leaves each partition's records, after their length prefix, as a separate piece: a FileSlice
 (sent with sendfile), or bytes (remote-tier or object-store data, small local reads). The byte
 layout is Kafka's FetchResponse schema, the same that kio writes (tests compare the two); the
-tagged fields this broker never sets (diverging epoch, current leader, snapshot id, node
-endpoints) are left out, as kio leaves out a tagged field at its default.
+tagged fields are written when set (v12+: a follower's diverging epoch, the current leader
+after NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH); the snapshot id and node endpoints are
+never set and left out, as kio leaves out a tagged field at its default.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import struct
 import uuid
 from dataclasses import dataclass
 
-from logcore.broker.wire import array_length, uvarint
 from logcore.log.file_slice import FileSlice
+from logcore.wire.primitives import array_length, uvarint
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -111,7 +112,7 @@ def encode_fetch_response(correlation_id: int, version: int, body: dict) -> Enco
                 else:
                     out += records
             if flexible:
-                out.append(0)                           # partition tagged fields
+                _partition_tags(out, p)
         if flexible:
             out.append(0)                               # topic tagged fields
     if flexible:
@@ -121,3 +122,23 @@ def encode_fetch_response(correlation_id: int, version: int, body: dict) -> Enco
     first = pieces[0]
     pieces[0] = _I32.pack(total - 4) + first[4:]
     return EncodedResponse(pieces)
+
+
+_DIVERGING = struct.Struct(">iqB")      # epoch, end_offset, no tagged fields
+_LEADER = struct.Struct(">iiB")         # leader_id, leader_epoch, no tagged fields
+
+
+def _partition_tags(out: bytearray, p: dict) -> None:
+    """A partition's tagged fields: 0 diverging_epoch, 1 current_leader, when given."""
+    tags = []
+    diverging = p.get("diverging_epoch")
+    if diverging is not None:
+        tags.append((0, _DIVERGING.pack(diverging["epoch"], diverging["end_offset"], 0)))
+    leader = p.get("current_leader")
+    if leader is not None:
+        tags.append((1, _LEADER.pack(leader["leader_id"], leader["leader_epoch"], 0)))
+    uvarint(out, len(tags))
+    for tag, data in tags:
+        uvarint(out, tag)
+        uvarint(out, len(data))
+        out += data

@@ -3,16 +3,26 @@ LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
 
 A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
 they use its `groups` (the GroupCoordinator), `partitions`, `node_id`, `host` and `port`.
+
+In a cluster (`self.cluster` set) FindCoordinator names the broker leading the group's
+partition of `__consumer_offsets` (creating the topic through the catalog at the first ask, as
+Kafka does), and every group API is answered NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
+by a broker that does not coordinate the group (GroupCoordinator.coordinator_error).
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING
 
 from logcore.broker import errors as E
 from logcore.broker import offsets_topic as OT
-from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES
-from logcore.broker.protocol import Request
+from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, _join_error, _sync_error
+from logcore.errors import TopicExistsError
+from logcore.wire.protocol import Request
+
+logger = logging.getLogger("logcore.broker.broker")
 
 if TYPE_CHECKING:
     from logcore.broker.broker import Result
@@ -33,13 +43,69 @@ class GroupHandlers:
                     "error_message": "transactions are not supported by this broker (seglog): "
                                      "use an idempotent producer without transactional.id",
                     "node_id": -1, "host": "", "port": -1}
+        if self.cluster is not None:
+            return await self._cluster_find_coordinator(body.key)
         # The one broker coordinates every group. __consumer_offsets is created at the first
         # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
         return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
                 "node_id": self.node_id, "host": self.host, "port": self.port}
 
+    async def _cluster_find_coordinator(self, group_id: str) -> dict:
+        """The leader of the group's __consumer_offsets partition, from the cluster metadata;
+        COORDINATOR_NOT_AVAILABLE while the topic cannot be created or the partition has no
+        live leader (the client asks again)."""
+        rm = self.cluster
+        if OT.TOPIC not in rm.assignments:
+            message = await self._create_offsets_topic()
+            if message is not None:
+                return _no_coordinator(message)
+        ta = rm.assignments.get(OT.TOPIC)
+        if ta is None or not ta.partitions:
+            return _no_coordinator(f"{OT.TOPIC} is being created")
+        p = OT.partition_for(group_id or "", max(ta.partitions) + 1)
+        state = rm.states.get((OT.TOPIC, p))
+        reg = rm.brokers.get(state.leader) if state is not None else None
+        if reg is None:
+            return _no_coordinator(f"{OT.TOPIC}-{p}, the partition of group {group_id!r}, has no live leader")
+        return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
+                "node_id": state.leader, "host": reg.host, "port": reg.port}
+
+    async def _create_offsets_topic(self) -> str | None:
+        """Create __consumer_offsets in the cluster (offsets.topic.replication.factor replicas,
+        offsets.topic.num.partitions partitions, compacted); None when it exists now, else why
+        not. Kafka's rule: not created while fewer brokers than the replication factor live."""
+        rm = self.cluster
+        rf = self.config["offsets.topic.replication.factor"]
+        count = self.config["offsets.topic.num.partitions"]
+        config = {**OT.TOPIC_CONFIG, "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
+        try:
+            # Asked of ZooKeeper, not of this broker's view (which may lag: a broker just started).
+            live = sorted(await asyncio.to_thread(rm.store.brokers))
+            if len(live) < rf:
+                message = (f"{OT.TOPIC} not created: offsets.topic.replication.factor={rf} but only"
+                           f" {len(live)} live brokers {live}")
+                logger.warning("%s", message)
+                return message
+            await asyncio.to_thread(self.catalog.create_topic, OT.TOPIC, count, config, replication_factor=rf)
+            logger.info("created %s in the cluster (%d partitions, replication factor %d, compacted)",
+                        OT.TOPIC, count, rf)
+        except TopicExistsError:
+            pass
+        except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
+            logger.warning("creating %s failed: %s", OT.TOPIC, exc)
+            return f"{OT.TOPIC} could not be created: {exc}"
+        await self._await_cluster(lambda: OT.TOPIC in self.cluster.assignments, 5.0)
+        return None
+
     async def describe_groups(self, req: Request) -> dict:
-        return {"throttle_time": 0, "groups": [self.groups.describe(g) for g in req.body.groups]}
+        out = []
+        for g in req.body.groups:
+            answer = self.groups.describe(g)
+            code = self.groups.coordinator_error(g)
+            if code != E.NONE:
+                answer.update(error_code=code, group_state="", protocol_type="", protocol_data="", members=[])
+            out.append(answer)
+        return {"throttle_time": 0, "groups": out}
 
     async def list_groups(self, req: Request) -> dict:
         """ListGroups: every group this coordinator knows (all are classic groups), filtered by
@@ -47,16 +113,21 @@ class GroupHandlers:
         states = {s.lower() for s in getattr(req.body, "states_filter", ()) or ()}
         types = {t.lower() for t in getattr(req.body, "types_filter", ()) or ()}
         groups = []
+        # In a cluster the coordinator knows only the groups of the partitions it leads.
+        error = E.COORDINATOR_LOAD_IN_PROGRESS if self.groups.loading else E.NONE
         if not types or "classic" in types:
             for group in list(self.groups.groups.values()):
                 if states and group.state.lower() not in states:
                     continue
                 groups.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
                                "group_state": group.state, "group_type": "classic"})
-        return {"throttle_time": 0, "error_code": E.NONE, "groups": groups}
+        return {"throttle_time": 0, "error_code": error, "groups": groups}
 
     async def join_group(self, req: Request) -> Result:
         b = req.body
+        code = self.groups.coordinator_error(b.group_id)
+        if code != E.NONE:
+            return _join_error(code, b.member_id)
         session_ms = int(b.session_timeout.total_seconds() * 1000)
         rebalance = getattr(b, "rebalance_timeout", None)
         return self.groups.join(
@@ -69,23 +140,34 @@ class GroupHandlers:
 
     async def sync_group(self, req: Request) -> Result:
         b = req.body
+        code = self.groups.coordinator_error(b.group_id)
+        if code != E.NONE:
+            return _sync_error(code)
         return self.groups.sync(group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
                                 assignments=[(a.member_id, bytes(a.assignment)) for a in b.assignments])
 
     async def heartbeat(self, req: Request) -> dict:
         b = req.body
+        code = self.groups.coordinator_error(b.group_id)
+        if code != E.NONE:
+            return {"throttle_time": 0, "error_code": code}
         return {"throttle_time": 0, "error_code": self.groups.heartbeat(
             group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id)}
 
     async def leave_group(self, req: Request) -> dict:
         b = req.body
+        code = self.groups.coordinator_error(b.group_id)
+        if code != E.NONE:
+            return {"throttle_time": 0, "error_code": code}
         (code,) = self.groups.leave(b.group_id, [b.member_id])
         return {"throttle_time": 0, "error_code": code}
 
     async def offset_commit(self, req: Request) -> Result:
         b = req.body
         generation = b.generation_id_or_member_epoch
-        code = self.groups.check_commit(b.group_id, generation, b.member_id)
+        code = self.groups.coordinator_error(b.group_id)
+        if code == E.NONE:
+            code = self.groups.check_commit(b.group_id, generation, b.member_id)
         results: list[tuple[str, int, int]] = []
         offsets: dict[tuple[str, int], OT.CommittedOffset] = {}
         now = int(time.time() * 1000)
@@ -93,7 +175,7 @@ class GroupHandlers:
             for p in t.partitions:
                 error = code
                 if error == E.NONE:
-                    if self.partitions.get(t.name, p.partition_index) is None:
+                    if not self._partition_exists(t.name, p.partition_index):
                         error = E.UNKNOWN_TOPIC_OR_PARTITION
                     elif p.committed_metadata is not None and \
                             len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
@@ -125,6 +207,15 @@ class GroupHandlers:
                        [(t.name, list(t.partition_indexes)) for t in b.topics])]
         answers = []
         for group_id, topics in groups:
+            code = self.groups.coordinator_error(group_id)
+            if code != E.NONE:
+                # v2+ say it once for the group; v1 on each partition asked for.
+                answers.append({"group_id": group_id, "error_code": code, "topics": [
+                    {"name": t, "partitions": [
+                        {"partition_index": p, "error_code": code if v < 2 else E.NONE,
+                         "committed_offset": -1, "committed_leader_epoch": -1, "metadata": ""}
+                        for p in parts]} for t, parts in (topics or [])]})
+                continue
             found = self.groups.committed(group_id, topics)
             answers.append({"group_id": group_id, "error_code": E.NONE, "topics": [
                 {"name": t, "partitions": [
@@ -135,4 +226,17 @@ class GroupHandlers:
                 for t, parts in found]})
         if v >= 8:
             return {"throttle_time": 0, "groups": answers}
-        return {"throttle_time": 0, "error_code": E.NONE, "topics": answers[0]["topics"]}
+        return {"throttle_time": 0, "error_code": answers[0]["error_code"], "topics": answers[0]["topics"]}
+
+    def _partition_exists(self, topic: str, index: int) -> bool:
+        """A partition a group may commit an offset for: in a cluster one of the cluster's (the
+        coordinator need not hold a replica of it), else one of this broker's."""
+        if self.cluster is not None:
+            ta = self.cluster.assignments.get(topic)
+            return ta is not None and index in ta.partitions
+        return self.partitions.get(topic, index) is not None
+
+
+def _no_coordinator(message: str) -> dict:
+    return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE, "error_message": message,
+            "node_id": -1, "host": "", "port": -1}

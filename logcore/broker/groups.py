@@ -14,6 +14,15 @@ request is answered, so they survive a restart: at start the coordinator reads t
 A restarted broker knows each group's generation but not its members: they are told
 UNKNOWN_MEMBER_ID at their next heartbeat and rejoin.
 
+In a cluster (`attach_cluster`), `__consumer_offsets` is a replicated topic like any other and
+a broker coordinates exactly the groups of the partitions it leads (Kafka's ZooKeeper-era
+rule): when it becomes leader of one (the replica manager's leadership listener) it loads
+that partition's groups from the log (COORDINATOR_LOAD_IN_PROGRESS meanwhile); when it stops
+leading it drops them, parked JoinGroup/SyncGroup answers get NOT_COORDINATOR and the members
+find the new coordinator and rejoin. Every other broker answers NOT_COORDINATOR. Records
+appended for a group are acknowledged only once the partition's high watermark passes them
+(acks=all, offsets.commit.timeout.ms); leadership lost meanwhile answers NOT_COORDINATOR.
+
 Everything here runs on the event loop; only the log appends and the load go to threads.
 """
 from __future__ import annotations
@@ -106,6 +115,127 @@ class GroupCoordinator:
         self._expiry: asyncio.Task | None = None
         self._topic_ready = False
         self._topic_lock: asyncio.Lock | None = None
+        # A cluster member (attach_cluster): the partitions of __consumer_offsets this broker
+        # leads and has loaded, those it is loading, and a counter per partition bumped at each
+        # change of leadership (a write or a load that began under another tenure is stale).
+        self.cluster = None
+        self.commit_timeout_s = 5.0
+        self.owned: set[int] = set()
+        self.loading: set[int] = set()
+        self._tenure: dict[int, int] = {}
+        self._loads: dict[int, asyncio.Task] = {}
+
+    def attach_cluster(self, replica_manager, commit_timeout_ms: int) -> None:
+        """Coordinate the groups of the __consumer_offsets partitions this broker leads."""
+        self.cluster = replica_manager
+        self.commit_timeout_s = commit_timeout_ms / 1000
+        self._topic_ready = True                  # created through the catalog (FindCoordinator)
+        replica_manager.leadership_listeners.append(self.on_leadership)
+
+    def partition_count(self) -> int:
+        """Partitions of __consumer_offsets: the topic's own count once it exists."""
+        if self.cluster is not None:
+            ta = self.cluster.assignments.get(OT.TOPIC)
+            if ta is not None and ta.partitions:
+                return max(ta.partitions) + 1
+        return self.num_partitions
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.partition_count())
+
+    def coordinator_error(self, group_id: str) -> int:
+        """NONE when this broker coordinates `group_id`; COORDINATOR_LOAD_IN_PROGRESS while it
+        loads the group's partition; NOT_COORDINATOR when another broker leads it."""
+        if self.cluster is None:
+            return E.NONE
+        p = self.partition_of(group_id)
+        if p in self.owned:
+            return E.NONE
+        if p in self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        return E.NOT_COORDINATOR
+
+    # ------------------------------------------------------------------ leadership (cluster)
+    def on_leadership(self, topic: str, p: int, leader: bool) -> None:
+        """The replica manager's listener (on the loop): this broker started or stopped leading
+        `topic`-`p`."""
+        if topic != OT.TOPIC:
+            return
+        if leader:
+            if p in self.owned or p in self.loading:
+                return                          # a new epoch of the same tenure
+            tenure = self._tenure[p] = self._tenure.get(p, 0) + 1
+            self.loading.add(p)
+            self._loads[p] = asyncio.get_running_loop().create_task(
+                self._load_partition(p, tenure), name=f"load-{OT.TOPIC}-{p}")
+            return
+        if p not in self.owned and p not in self.loading:
+            return
+        self._tenure[p] = self._tenure.get(p, 0) + 1
+        self.owned.discard(p)
+        self.loading.discard(p)
+        task = self._loads.pop(p, None)
+        if task is not None:
+            task.cancel()
+        self._unload(p)
+
+    async def _load_partition(self, p: int, tenure: int) -> None:
+        """Read the groups of partition p back from the log (up to its end, as Kafka), then
+        coordinate them. A failed read is retried while this tenure lasts."""
+        where = f"{OT.TOPIC}-{p}"
+        started = time.monotonic()
+        delay = 0.2
+        while self._tenure.get(p) == tenure:
+            part = self.partitions.get(OT.TOPIC, p)
+            try:
+                if part is None:
+                    raise SegLogError(f"{where} is not open on this broker")
+                records = await asyncio.to_thread(self._read_partition, part)
+                break
+            except Exception as exc:   # noqa: BLE001 - retried; the groups wait (LOAD_IN_PROGRESS)
+                logger.error("loading the groups of %s failed (retrying in %.1f s): %s", where, delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        else:
+            return
+        if self._tenure.get(p) != tenure:
+            return
+        self._unload(p)                         # whatever an earlier tenure left
+        for offset, key, value in records:
+            self._apply_kv(key, value, f"{where} offset {offset}")
+        loaded = [g for gid, g in self.groups.items() if self.partition_of(gid) == p]
+        for group in loaded:
+            group.state = EMPTY
+        self.loading.discard(p)
+        self.owned.add(p)
+        self._loads.pop(p, None)
+        logger.info("coordinating %d groups of %s (%d records loaded in %.2f s)", len(loaded), where,
+                    len(records), time.monotonic() - started)
+
+    def _read_partition(self, part: Partition) -> list[tuple[int, bytes | None, bytes | None]]:
+        """(offset, key, value) of every record of the partition up to its log end (a thread)."""
+        try:
+            log = part.log
+            return [(r.offset, r.key, r.value)
+                    for r in log.read_records(log.log_start_offset, isolation="log_end")]
+        finally:
+            self.partitions.unpin_thread()
+
+    def _unload(self, p: int) -> None:
+        """Drop the groups of partition p: their members rejoin at the new coordinator."""
+        gone = [gid for gid in self.groups if self.partition_of(gid) == p]
+        for gid in gone:
+            group = self.groups.pop(gid)
+            if group.rebalance is not None:
+                group.rebalance.cancel()
+                group.rebalance = None
+            for m in group.members.values():
+                if m.join is not None and not m.join.done():
+                    m.join.set_result(_join_error(E.NOT_COORDINATOR, m.member_id))
+                if m.sync is not None and not m.sync.done():
+                    m.sync.set_result(_sync_error(E.NOT_COORDINATOR))
+        if gone:
+            logger.info("no longer coordinating %d groups of %s-%d", len(gone), OT.TOPIC, p)
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> int:
@@ -126,28 +256,28 @@ class GroupCoordinator:
             where = f"{OT.TOPIC}-{p}"
             for record in log.read_records(log.log_start_offset, isolation="read_uncommitted"):
                 count += 1
-                self._apply(record, f"{where} offset {record.offset}")
+                self._apply_kv(record.key, record.value, f"{where} offset {record.offset}")
         for group in self.groups.values():
             group.state = EMPTY
         logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OT.TOPIC)
         return count
 
-    def _apply(self, record, where: str) -> None:
-        if record.key is None:
+    def _apply_kv(self, record_key: bytes | None, record_value: bytes | None, where: str) -> None:
+        if record_key is None:
             return
         try:
-            key = OT.parse_key(record.key, where)
+            key = OT.parse_key(record_key, where)
             if isinstance(key, OT.OffsetKey):
                 group = self._group(key.group)
-                if record.value is None:
+                if record_value is None:
                     group.offsets.pop((key.topic, key.partition), None)
                 else:
-                    group.offsets[(key.topic, key.partition)] = OT.parse_offset_value(record.value, where)
+                    group.offsets[(key.topic, key.partition)] = OT.parse_offset_value(record_value, where)
             elif isinstance(key, OT.GroupKey):
-                if record.value is None:
+                if record_value is None:
                     self.groups.pop(key.group, None)
                 else:
-                    g = OT.parse_group_value(record.value, where)
+                    g = OT.parse_group_value(record_value, where)
                     group = self._group(key.group)
                     group.generation, group.protocol_type = g.generation, g.protocol_type or None
         except SegLogError as exc:     # one bad record must not keep the broker from starting
@@ -159,6 +289,8 @@ class GroupCoordinator:
     async def stop(self) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
+        for task in self._loads.values():
+            task.cancel()
         for group in self.groups.values():
             if group.rebalance is not None:
                 group.rebalance.cancel()
@@ -203,15 +335,45 @@ class GroupCoordinator:
                 await asyncio.to_thread(self._ensure_topic)
                 self._topic_ready = True
 
-    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append records to the group's partition and wait for their commit."""
-        await self.ensure_topic()
-        part: Partition | None = self.partitions.get(OT.TOPIC, partition_for(group_id, self.num_partitions))
-        if part is None:
-            raise SegLogError(f"{OT.TOPIC} partition of group {group_id!r} is not open")
-        now = int(time.time() * 1000)
-        batch = build_batch([(k, v, (), now) for k, v in records])
-        await self.partitions.submit(part, batch)
+    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append records to the group's partition and wait for their commit (in a cluster:
+        until the partition's HW passes them). The error code, with Kafka's mapping of the
+        append's errors for the coordinator: NOT_LEADER_OR_FOLLOWER -> NOT_COORDINATOR; no
+        such partition, NOT_ENOUGH_REPLICAS(_AFTER_APPEND) -> COORDINATOR_NOT_AVAILABLE;
+        REQUEST_TIMED_OUT as it is."""
+        p = self.partition_of(group_id)
+        where = f"{OT.TOPIC}-{p}"
+        tenure = self._tenure.get(p)
+        if self.cluster is not None:
+            if p not in self.owned:
+                return E.NOT_COORDINATOR
+            code, message = self.cluster.produce_check(OT.TOPIC, p, True)
+            if code != E.NONE:
+                logger.warning("group %s: not writing to %s: %s", group_id, where, message)
+                return _coordinator_code(code)
+        try:
+            await self.ensure_topic()
+            part: Partition | None = self.partitions.get(OT.TOPIC, p)
+            if part is None:
+                raise SegLogError(f"{where} (the partition of group {group_id!r}) is not open")
+            now = int(time.time() * 1000)
+            batch = build_batch([(k, v, (), now) for k, v in records])
+            info = await self.partitions.submit(part, batch)
+        except Exception as exc:  # noqa: BLE001 - reported to the client, the broker goes on
+            logger.error("group %s: writing to %s failed: %s", group_id, where, exc)
+            return E.COORDINATOR_NOT_AVAILABLE
+        if self.cluster is None:
+            return E.NONE
+        replica = self.cluster.replicas.get((OT.TOPIC, p))
+        if replica is None:
+            return E.NOT_COORDINATOR
+        code = await self.cluster.wait_for_high_watermark(replica, info.last_offset + 1, self.commit_timeout_s)
+        if code == E.NONE and (self._tenure.get(p) != tenure or p not in self.owned):
+            code = E.NOT_LEADER_OR_FOLLOWER       # leadership moved (and maybe came back) meanwhile
+        if code != E.NONE:
+            logger.info("group %s: records appended to %s at offset %d not acknowledged: error %d",
+                        group_id, where, info.last_offset, code)
+        return _coordinator_code(code)
 
     def _group_record(self, group: Group) -> OT.GroupRecord:
         return OT.GroupRecord(
@@ -339,14 +501,14 @@ class GroupCoordinator:
                 m.join.set_result(self._join_response(group, m))
             m.join = None
 
-    async def _persist_group(self, group: Group) -> bool:
-        try:
-            await self._append(group.group_id, [(OT.group_key(group.group_id),
-                                                 OT.group_value(self._group_record(group)))])
-            return True
-        except Exception as exc:  # noqa: BLE001 - reported to the members, the broker goes on
-            logger.error("group %s: writing its metadata to %s failed: %s", group.group_id, OT.TOPIC, exc)
-            return False
+    async def _persist_group(self, group: Group) -> int:
+        """Write the group's metadata; the error code (Kafka's storeGroup: a timeout is
+        COORDINATOR_NOT_AVAILABLE)."""
+        code = await self._append(group.group_id, [(OT.group_key(group.group_id),
+                                                    OT.group_value(self._group_record(group)))])
+        if code != E.NONE:
+            logger.error("group %s: writing its metadata to %s failed: error %d", group.group_id, OT.TOPIC, code)
+        return E.COORDINATOR_NOT_AVAILABLE if code == E.REQUEST_TIMED_OUT else code
 
     # ------------------------------------------------------------------ SyncGroup
     async def sync(self, *, group_id: str, generation_id: int, member_id: str,
@@ -372,9 +534,11 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
             generation = group.generation
-            ok = await self._persist_group(group)
-            if group.generation == generation and group.state == COMPLETING:
-                if ok:
+            code = await self._persist_group(group)
+            if self.groups.get(group_id) is not group:
+                pass                            # unloaded meanwhile: the members were told
+            elif group.generation == generation and group.state == COMPLETING:
+                if code == E.NONE:
                     group.state = STABLE
                     for m in group.members.values():
                         if m.sync is not None and not m.sync.done():
@@ -383,6 +547,12 @@ class GroupCoordinator:
                                                "protocol_name": group.protocol})
                         m.sync = None
                 else:
+                    # Kafka: every member gets the error (NOT_COORDINATOR sends them to the new
+                    # coordinator) and the group rebalances.
+                    for m in group.members.values():
+                        if m.sync is not None and not m.sync.done():
+                            m.sync.set_result(_sync_error(code))
+                        m.sync = None
                     self._prepare_rebalance(group, "its metadata could not be written")
         return await waiting
 
@@ -468,11 +638,9 @@ class GroupCoordinator:
         if not offsets:
             return E.NONE
         records = [(OT.offset_key(group_id, t, p), OT.offset_value(c)) for (t, p), c in offsets.items()]
-        try:
-            await self._append(group_id, records)
-        except Exception as exc:  # noqa: BLE001 - the client retries
-            logger.error("group %s: committing offsets failed: %s", group_id, exc)
-            return E.COORDINATOR_NOT_AVAILABLE
+        code = await self._append(group_id, records)
+        if code != E.NONE:
+            return code
         self._group(group_id).offsets.update(offsets)
         return E.NONE
 
@@ -490,6 +658,15 @@ class GroupCoordinator:
 
 def partition_for(group_id: str, partitions: int) -> int:
     return OT.partition_for(group_id, partitions)
+
+
+def _coordinator_code(code: int) -> int:
+    """The coordinator's answer for an append's error (Kafka's GroupMetadataManager)."""
+    if code in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
+        return E.NOT_COORDINATOR
+    if code in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+        return E.COORDINATOR_NOT_AVAILABLE
+    return code
 
 
 def _join_error(code: int, member_id: str) -> dict:

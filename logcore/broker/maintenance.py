@@ -37,6 +37,10 @@ class BrokerMaintenance:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
+        # A cluster member's role per partition ("leader", "follower", None: no replica here).
+        # Followers only apply retention; compaction and tiering run on leaders (Kafka's rule for
+        # tiering; a follower's copy is compacted once it leads).
+        self.role = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="seglog-broker-maintenance", daemon=True)
@@ -57,6 +61,18 @@ class BrokerMaintenance:
             if self._stop.is_set():
                 break
             if part.closed or (tiered_only and (not part.is_open or part.log.remote is None)):
+                continue
+            role = self.role(part.topic, part.index) if self.role is not None else "leader"
+            if role is None:
+                continue
+            if role != "leader":
+                if not tiered_only and part.is_open:
+                    try:
+                        part.log.apply_retention(now)
+                        part.log.delete_expired_files(now)
+                    except Exception as exc:  # noqa: BLE001 - as below
+                        if not part.closed:
+                            logger.warning("%s-%d: retention failed: %s", part.topic, part.index, exc)
                 continue
             try:
                 # compaction (full passes only; tiered topics never compact) after retention

@@ -99,6 +99,12 @@ class PartitionManager:
         # Partitions whose committed data is damaged (DamagedLogError): not opened, not served,
         # until `seglog repair`; the rest of the root is served.
         self.damaged: dict[tuple[str, int], DamagedLogError] = {}
+        # A cluster member's replicas (Broker.join_cluster): logs open in replica mode (epoch
+        # from the controller, HW from replication), stay open (their role lives with the open
+        # log), topics come from ZooKeeper rather than the root's topics file, and every append
+        # is reported to the replica manager (its HW may move).
+        self.replica_logs = False
+        self.after_append = None
 
     # ---------------------------------------------------------------- opening and closing
     def open_all(self) -> None:
@@ -106,7 +112,8 @@ class PartitionManager:
         `max_open` allows, the rest on first use."""
         with self.lock:
             for name in self.root.list_topics():
-                self.open_topic(self.root.describe_topic(name), eager=True)
+                # A cluster member opens the replicas it holds as ZooKeeper names them.
+                self.open_topic(self.root.describe_topic(name), eager=not self.replica_logs)
         self.unpin_thread()
         lazy = len(self.partitions) - len(self._open)
         if lazy > 0:
@@ -141,7 +148,8 @@ class PartitionManager:
                 if part.closed:
                     raise ConnectionAbortedError(f"{part.topic}-{part.index} was closed")
                 try:
-                    log = self.root.log(part.topic, part.index, writer=True, resume=part._resume)
+                    log = self.root.log(part.topic, part.index, writer=True, resume=part._resume,
+                                        replica=self.replica_logs)
                 except DamagedLogError as exc:
                     # Damaged committed data: not served until `seglog repair`; the rest is.
                     logger.error("%s-%d is not served: %s", part.topic, part.index, exc)
@@ -178,6 +186,8 @@ class PartitionManager:
                 self._pinned.part = None
 
     def _evict_over_budget(self) -> None:
+        if self.replica_logs:
+            return
         with self._lock:
             over = len(self._open) - self.max_open
             if over <= 0:
@@ -238,7 +248,10 @@ class PartitionManager:
         """Pick up what another process changed in the root's topics file (blocking): topics it
         created, partitions it added (known here, opened on first use), topics that are gone
         (closed), config overrides (DescribeConfigs shows them; open logs keep theirs until the
-        broker restarts). Cheap when nothing changed: one read of the topics file."""
+        broker restarts). Cheap when nothing changed: one read of the topics file. A cluster
+        member's topics come from ZooKeeper instead (replica_manager): nothing to do."""
+        if self.replica_logs:
+            return
         with self.lock:
             try:
                 infos, version = self.root.topic_infos()
@@ -279,7 +292,7 @@ class PartitionManager:
 
     def refresh_soon(self) -> None:
         """refresh_topics in a worker thread, from the event loop (at most one at a time)."""
-        if self._refreshing:
+        if self._refreshing or self.replica_logs:
             return
         self._refreshing = True
 
@@ -424,6 +437,8 @@ class PartitionManager:
                 fut.set_exception(commit_error)
             else:
                 fut.set_result(result)
+        if self.after_append is not None:
+            self.after_append(part)
         self.notify(part)
 
     def notify(self, part: Partition) -> None:

@@ -17,16 +17,17 @@ import signal
 from logcore.broker import errors as E
 from logcore.broker.api_versions import API_VERSIONS, windows
 from logcore.broker.broker import Broker
+from logcore.broker.cluster_member import ClusterMember
 from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.framing import ConnectionLimits, FrameConnection, RequestMemory
-from logcore.broker.produce_codec import PRODUCE
-from logcore.broker.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
-                                     parse_request, response, response_type)
 from logcore.errors import SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.log.log_root import LogRoot
 from logcore.log.root_owner import OwnerClaim
+from logcore.wire.produce_codec import PRODUCE
+from logcore.wire.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
+                                   parse_request, response, response_type)
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class BrokerServer:
         self.limits = ConnectionLimits(config["max.connections"], config["max.connections.per.ip"])
         self._stopping: asyncio.Event | None = None
         self.claim: OwnerClaim | None = None
+        self.member: ClusterMember | None = None
         self._heartbeat: asyncio.Task | None = None
 
     async def start(self) -> tuple[str, int]:
@@ -82,17 +84,27 @@ class BrokerServer:
             await asyncio.to_thread(root.close)
             raise
         self.broker = Broker(self.config, root, advertised)
+        self.member = None
         try:
+            if self.config.cluster:
+                # Before the logs open: a cluster member's logs open as replicas.
+                self.member = ClusterMember(self.config, self.broker)
+                await self.member.connect()
+                self.windows = windows(self.broker.served)
             await asyncio.to_thread(self.broker.open)
         except BaseException:
             self.server.close()
             await asyncio.to_thread(self.broker.close)
             self.broker = None
+            if self.member is not None:
+                await self.member.close()
             await asyncio.to_thread(self.claim.release)
             self.claim = None
             raise
         await self.broker.start()
         await self.server.start_serving()      # clients connect only once every partition is open
+        if self.member is not None:
+            await self.member.register(*advertised)
         if not root.storage.is_local:
             self._heartbeat = asyncio.get_running_loop().create_task(_renew_claim(self.claim))
         self._stopping = asyncio.Event()
@@ -113,6 +125,9 @@ class BrokerServer:
             self._stopping.set()
 
     async def stop(self) -> None:
+        member = getattr(self, "member", None)
+        if member is not None:
+            await member.shutdown()        # leaderships move while this broker still serves
         if self.server is not None:
             self.server.close()
         for task in list(self.connections):
@@ -128,6 +143,8 @@ class BrokerServer:
                     pass
             await asyncio.to_thread(self.broker.close)
             self.broker = None
+        if member is not None:
+            await member.close()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         if self.claim is not None:

@@ -20,8 +20,8 @@ import struct
 from kio.index import UnknownAPIKey, UnknownEntity, load_response_schema
 
 from logcore.broker import errors as E
-from logcore.broker.protocol import encode_response, response
-from logcore.broker.wire import WireReader, write_string
+from logcore.wire.primitives import WireReader, write_string
+from logcore.wire.protocol import encode_response, response
 
 PRODUCE = 0
 _HEADER_CLIENT = struct.Struct(">hhih")

@@ -23,10 +23,12 @@ import json
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 
-from logcore.cluster.zookeeper_store import (NO_LEADER, PREFERRED_ELECTION, ControllerEpoch,
-                                             PartitionState, ZooKeeperStore)
+from logcore.cluster.zookeeper_store import (CONTROLLED_SHUTDOWN, NO_LEADER, PREFERRED_ELECTION,
+                                             UNCLEAN_ELECTION, ControllerEpoch, PartitionState,
+                                             ZooKeeperStore, topic_path)
 from logcore.errors import ControllerMovedError, TopicNotFoundError, ZkVersionConflictError
 
 logger = logging.getLogger(__name__)
@@ -84,8 +86,13 @@ class Controller:
     """One broker's controller duties. `start()` joins the election; at most one Controller
     in the cluster is active (holds /controller) at a time."""
 
-    def __init__(self, store: ZooKeeperStore, broker_id: int, *, unclean_leader_election: bool = False):
+    def __init__(self, store: ZooKeeperStore, broker_id: int, *, unclean_leader_election: bool = False,
+                 auto_rebalance: bool = False, rebalance_interval_s: float = 300.0,
+                 imbalance_percentage: int = 10):
         self.store = store
+        self.auto_rebalance = auto_rebalance
+        self.rebalance_interval_s = rebalance_interval_s
+        self.imbalance_percentage = imbalance_percentage
         self.broker_id = int(broker_id)
         self.unclean_default = unclean_leader_election
         self.fence: ControllerEpoch | None = None
@@ -94,6 +101,12 @@ class Controller:
         self._broker_epochs: dict[int, int] = {}
         self._worker = threading.Thread(target=self._run, name=f"controller-{broker_id}", daemon=True)
         self.unclean_elections: list[tuple[str, int, int]] = []   # (topic, partition, leader)
+        self._watched_topics: set[str] = set()
+
+    def _topic_watch(self, _data, stat):
+        # Two parameters: kazoo passes a third one the event. Gone: stop watching.
+        self._events.put("reconcile")
+        return False if stat is None else None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "Controller":
@@ -104,6 +117,9 @@ class Controller:
         self.store.watch_topics(lambda _t: self._events.put("reconcile"))
         self.store.watch_deletions(lambda _t: self._events.put("reconcile"))
         self.store.client.DataWatch(PREFERRED_ELECTION, lambda _d, _s: self._events.put("reconcile"))
+        self.store.client.DataWatch(UNCLEAN_ELECTION, lambda _d, _s: self._events.put("reconcile"))
+        self.store.client.ensure_path(CONTROLLED_SHUTDOWN)
+        self.store.client.ChildrenWatch(CONTROLLED_SHUTDOWN, lambda _c: self._events.put("reconcile"))
         return self
 
     def stop(self) -> None:
@@ -120,8 +136,25 @@ class Controller:
         return self.fence is not None
 
     def _run(self) -> None:
+        next_rebalance = time.monotonic() + self.rebalance_interval_s
         while not self._stop.is_set():
-            event = self._events.get()
+            try:
+                event = self._events.get(timeout=max(0.0, next_rebalance - time.monotonic())
+                                         if self.auto_rebalance else None)
+            except queue.Empty:
+                event = "rebalance"
+            if event == "rebalance" or time.monotonic() >= next_rebalance:
+                next_rebalance = time.monotonic() + self.rebalance_interval_s
+                if self.auto_rebalance and self.fence is not None:
+                    try:
+                        self.rebalance_leaders()
+                    except ControllerMovedError as e:
+                        logger.warning("broker %d: no longer controller: %s", self.broker_id, e)
+                        self.fence = None
+                    except Exception:                           # noqa: BLE001
+                        logger.exception("broker %d: preferred-leader rebalance failed", self.broker_id)
+                if event == "rebalance":
+                    continue
             # coalesce: everything queued so far is handled by one pass
             while True:
                 try:
@@ -180,6 +213,10 @@ class Controller:
             self.store.remove_topic(topic, self.fence)
             logger.info("controller %d: deleted topic %r", self.broker_id, topic)
         self._run_requested_preferred_elections(set(epochs))
+        self._run_requested_unclean_elections(set(epochs))
+        shutting = self.store.shutting_down() & set(epochs)
+        if shutting:
+            self._move_off(shutting, set(epochs))
 
     def _unclean_for(self, topic: str) -> bool:
         try:
@@ -191,6 +228,10 @@ class Controller:
         return self.unclean_default
 
     def _reconcile_topic(self, topic: str, live: set[int]) -> None:
+        if topic not in self._watched_topics:
+            # Partitions added to a topic change its znode's data, not /brokers/topics' children.
+            self._watched_topics.add(topic)
+            self.store.client.DataWatch(topic_path(topic), self._topic_watch)
         ta = self.store.topic(topic)
         states = self.store.partition_states(topic)
         missing = {p: initial_state(r, live, self.fence.epoch) for p, r in ta.partitions.items()
@@ -276,3 +317,93 @@ class Controller:
             self.store.client.delete(PREFERRED_ELECTION, version=stat.version)
         except (NoNodeError, BadVersionError):               # a newer request stays for the next pass
             pass
+
+    def _run_requested_unclean_elections(self, live) -> None:
+        """ElectLeaders UNCLEAN: each listed partition without a live leader gets the first live
+        replica, in or out of the ISR (logged: acknowledged writes may be lost)."""
+        pending = self.store.pending_elections(UNCLEAN_ELECTION)
+        if pending is None:
+            return
+        parts, version = pending
+        for topic, p in parts:
+            try:
+                assignment = list(self.store.topic(topic).partitions[p])
+            except (TopicNotFoundError, KeyError):
+                continue
+            for _ in range(5):
+                state = self.store.partition_state(topic, p, sync=True)
+                if state is None or state.leader in live:
+                    break
+                e = elect_leader(assignment, state.isr, live, unclean=True)
+                if e.leader == NO_LEADER:
+                    break
+                if e.unclean:
+                    logger.warning("controller %d: UNCLEAN leader election for %s-%d (requested): broker"
+                                   " %d (not in ISR %s) becomes leader; acknowledged writes may be lost",
+                                   self.broker_id, topic, p, e.leader, list(state.isr))
+                    self.unclean_elections.append((topic, p, e.leader))
+                try:
+                    self.store.update_partition_state(
+                        topic, p, PartitionState(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch),
+                        state.zk_version, fence=self.fence)
+                    break
+                except ZkVersionConflictError:
+                    continue
+        self.store.finish_election_request(UNCLEAN_ELECTION, version)
+
+    def _move_off(self, shutting: set[int], live: set[int]) -> None:
+        """Controlled shutdown (Kafka's KafkaController.doControlledShutdown): partitions led by a
+        stopping broker move to another live ISR member; the stopping brokers leave the ISRs of
+        the others (unless they are the last member). Every change bumps the leader epoch."""
+        for topic in self.store.list_topics():
+            try:
+                ta = self.store.topic(topic)
+            except TopicNotFoundError:
+                continue
+            for p, state in self.store.partition_states(topic).items():
+                assignment = list(ta.partitions.get(p, ()))
+                if len(assignment) < 2:
+                    continue
+                new = None
+                if state.leader in shutting:
+                    e = elect_controlled_shutdown(assignment, state.isr, live, shutting)
+                    if e.leader != NO_LEADER:
+                        new = PartitionState(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
+                elif any(b in shutting for b in state.isr):
+                    isr = tuple(b for b in state.isr if b not in shutting)
+                    if isr:
+                        new = PartitionState(state.leader, state.leader_epoch + 1, isr, self.fence.epoch)
+                if new is None:
+                    continue
+                try:
+                    self.store.update_partition_state(topic, p, new, state.zk_version, fence=self.fence)
+                    logger.info("controller %d: controlled shutdown of %s: %s-%d now led by %d, ISR %s",
+                                self.broker_id, sorted(shutting), topic, p, new.leader, list(new.isr))
+                except ZkVersionConflictError:
+                    self._events.put("reconcile")       # changed meanwhile: another pass
+
+    def rebalance_leaders(self) -> dict[tuple[str, int], int]:
+        """auto.leader.rebalance.enable: for each broker whose share of preferred partitions led
+        elsewhere is above leader.imbalance.per.broker.percentage, move those back (where the
+        preferred replica is live and in the ISR)."""
+        live = set(self.store.brokers())
+        by_preferred: dict[int, list[tuple[str, int, bool]]] = {}
+        for topic in self.store.list_topics():
+            try:
+                ta = self.store.topic(topic)
+            except TopicNotFoundError:
+                continue
+            states = self.store.partition_states(topic)
+            for p, replicas in ta.partitions.items():
+                state = states.get(p)
+                if not replicas or state is None:
+                    continue
+                by_preferred.setdefault(replicas[0], []).append((topic, p, state.leader != replicas[0]))
+        wanted = []
+        for broker, parts in by_preferred.items():
+            if broker not in live:
+                continue
+            off = [(t, p) for t, p, elsewhere in parts if elsewhere]
+            if off and 100 * len(off) / len(parts) > self.imbalance_percentage:
+                wanted += off
+        return self.elect_preferred_leaders(wanted) if wanted else {}

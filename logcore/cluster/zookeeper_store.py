@@ -13,9 +13,14 @@
     /config/changes/config_change_NNNNNNNNNN   {"version":2,"entity_path":"topics/<t>"}
     /admin/delete_topics/<t>                   a deletion request (the controller carries it out)
     /admin/preferred_replica_election          {"version":1,"partitions":[{"topic":..,"partition":..}]}
+    /admin/unclean_leader_election             seglog's own, the same JSON: an unclean election of
+                                               these leaderless partitions (ElectLeaders UNCLEAN)
+    /admin/controlled_shutdown/<id>            seglog's own, ephemeral: broker <id> is shutting down
+                                               (Kafka's ControlledShutdown request, as a znode)
     /isr_change_notification/isr_change_NNNNNNNNNN
                                                {"version":1,"partitions":[{"topic":..,"partition":..}]}
     /cluster/id                                {"version":"1","id":"<22-char base64>"}
+    /latest_producer_id_block                  {"version":1,"broker":1,"block_start":"0","block_end":"999"}
 
 Writes that depend on what was read are conditional on the znode version: a lost race raises
 ZkVersionConflictError. Controller writes are fenced: the same transaction checks the version of
@@ -54,10 +59,13 @@ CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
+UNCLEAN_ELECTION = "/admin/unclean_leader_election"
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 ISR_CHANGES = "/isr_change_notification"
 CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, "/brokers/seqid", CONFIG_TOPICS, CONFIG_CHANGES,
-                    "/config/brokers", DELETE_TOPICS, ISR_CHANGES, "/cluster")
+                    "/config/brokers", DELETE_TOPICS, ISR_CHANGES, "/cluster", CONTROLLED_SHUTDOWN)
 
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2
@@ -343,7 +351,12 @@ class ZooKeeperStore:
         """Call fn(brokers) now and whenever /brokers/ids changes. A delete and recreate between
         two callbacks shows as a larger epoch for the same id (a bounced broker)."""
         def on_children(_children):
-            fn(self.brokers())
+            try:
+                brokers = self.brokers()
+            except CoordinatorUnavailableError as exc:     # the session is closing or lost
+                logger.debug("reading /brokers/ids failed: %s", exc)
+                return
+            fn(brokers)
         return self.client.ChildrenWatch(BROKER_IDS, on_children)
 
     # ------------------------------------------------------------------ topics
@@ -665,6 +678,72 @@ class ZooKeeperStore:
             raise ZkVersionConflictError(
                 f"a preferred replica election is already pending ({PREFERRED_ELECTION})") from None
 
+    def request_unclean_election(self, partitions: list[tuple[str, int]]) -> None:
+        """seglog's /admin/unclean_leader_election (one pending request at a time)."""
+        from kazoo.exceptions import NodeExistsError
+        try:
+            self.client.create(UNCLEAN_ELECTION, _dumps(
+                {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}))
+        except NodeExistsError:
+            raise ZkVersionConflictError(
+                f"an unclean leader election is already pending ({UNCLEAN_ELECTION})") from None
+
+    def pending_elections(self, path: str) -> tuple[list[tuple[str, int]], int] | None:
+        """The partitions of a pending election request at `path` and its znode version."""
+        from kazoo.exceptions import NoNodeError
+        try:
+            raw, stat = self.client.get(path)
+        except NoNodeError:
+            return None
+        return [(d["topic"], int(d["partition"])) for d in _loads(raw, path).get("partitions", [])], stat.version
+
+    def finish_election_request(self, path: str, version: int) -> None:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+        try:
+            self.client.delete(path, version=version)
+        except (NoNodeError, BadVersionError):     # a newer request stays for the next pass
+            pass
+
+    def announce_controlled_shutdown(self, broker_id: int) -> None:
+        """This broker is stopping: the controller moves its leaderships and ISR memberships.
+        Ephemeral: it goes with the session."""
+        from kazoo.exceptions import NodeExistsError
+        try:
+            self.client.create(f"{CONTROLLED_SHUTDOWN}/{broker_id}", b"", ephemeral=True, makepath=True)
+        except NodeExistsError:
+            pass
+
+    def shutting_down(self) -> set[int]:
+        from kazoo.exceptions import NoNodeError
+        try:
+            return {int(c) for c in self.client.get_children(CONTROLLED_SHUTDOWN) if c.isdigit()}
+        except NoNodeError:
+            return set()
+
+
+    def claim_producer_id_block(self, broker_id: int, size: int) -> tuple[int, int]:
+        """The next block of `size` producer ids for this broker (first, last), claimed with a
+        compare-and-set on /latest_producer_id_block as Kafka's ZooKeeper mode does."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+        for _ in range(100):
+            try:
+                raw, stat = self.client.get(PRODUCER_ID_BLOCK)
+                end = int(_loads(raw, PRODUCER_ID_BLOCK).get("block_end", -1)) if raw else -1
+                version = stat.version
+            except NoNodeError:
+                end, version = -1, None
+            block = (end + 1, end + size)
+            data = _dumps({"version": 1, "broker": int(broker_id), "block_start": str(block[0]),
+                           "block_end": str(block[1])})
+            try:
+                if version is None:
+                    self.client.create(PRODUCER_ID_BLOCK, data)
+                else:
+                    self.client.set(PRODUCER_ID_BLOCK, data, version=version)
+                return block
+            except (BadVersionError, NodeExistsError):
+                continue                             # another broker claimed one: read again
+        raise ZkVersionConflictError(f"could not claim a producer id block at {PRODUCER_ID_BLOCK}")
 
 _WRAPPED = ("cluster_id", "register_broker", "deregister_broker", "brokers", "watch_brokers",
             "create_topic", "list_topics", "topics_marked_for_deletion", "topic", "watch_topics",
@@ -673,6 +752,8 @@ _WRAPPED = ("cluster_id", "register_broker", "deregister_broker", "brokers", "wa
             "watch_partition_state", "create_partition_states", "update_partition_state",
             "controller_epoch", "controller", "try_become_controller", "resign_controller",
             "watch_controller", "notify_isr_change", "isr_change_notifications",
-            "delete_isr_change_notifications", "request_preferred_election")
+            "delete_isr_change_notifications", "request_preferred_election",
+            "request_unclean_election", "pending_elections", "finish_election_request",
+            "announce_controlled_shutdown", "shutting_down", "claim_producer_id_block")
 for _name in _WRAPPED:
     setattr(ZooKeeperStore, _name, _coordinator_errors(getattr(ZooKeeperStore, _name)))

@@ -316,16 +316,16 @@ class LogConfig:
         category="records")
     min_insync_replicas: int = ConfigKey(
         "min.insync.replicas", ConfigType.INT, 1,
-        "Replicas that must be in sync for an acks=all produce to succeed. With one replica"
-        " per partition (no replication yet), a value above 1 makes every acks=all produce fail"
-        " with NOT_ENOUGH_REPLICAS, as Kafka does when the ISR is smaller; acks=1 and acks=0"
-        " are not affected.",
+        "Replicas that must be in sync for an acks=all produce to succeed, and for the high"
+        " watermark to advance (at most the replica count counts). Below it, acks=all fails with"
+        " NOT_ENOUGH_REPLICAS; acks=1 and acks=0 are not affected. A single broker holds one"
+        " replica, so there a value above 1 makes every acks=all produce fail.",
         validator=at_least(1), broker_names=("min.insync.replicas",), category="replication")
     unclean_leader_election_enable: bool = ConfigKey(
         "unclean.leader.election.enable", ConfigType.BOOLEAN, False,
-        "Allow an out-of-sync replica to become leader (may lose acknowledged data). Accepted"
-        " for compatibility; it has no effect: a partition has one replica, which is always"
-        " its leader.",
+        "In a cluster, when no in-sync replica is alive, elect the first live replica anyway"
+        " (the partition is available again but may lose acknowledged data). A single broker"
+        " holds one replica, always its leader, so there it changes nothing.",
         broker_names=("unclean.leader.election.enable",), category="replication")
     remote_storage_enable: bool = ConfigKey(
         "remote.storage.enable", ConfigType.BOOLEAN, False,

@@ -505,12 +505,22 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         return max(0, bisect.bisect_right(self.bases, offset) - 1)
 
     # ------------------------------------------------------------------ truncation and close
-    def truncate_to(self, offset: int, *, below_high_watermark: bool = False) -> None:
+    def truncate_to(self, offset: int, *, below_high_watermark: bool = False,
+                    expected_end: int | None = None) -> bool:
         """Remove every offset >= `offset` (a writer dropping uncommitted data, or a follower
         cutting where it diverged from the leader: the leader's `end_offset_for_epoch` of the
         follower's latest epoch). A cut below the HW removes committed data: it raises
-        OffsetOutOfRangeError unless `below_high_watermark=True` says it is meant."""
+        OffsetOutOfRangeError unless `below_high_watermark=True` says it is meant. The epoch
+        cache loses its entries from `offset` on, also when `offset` is at or past the LEO.
+
+        `expected_end`: do nothing and return False unless the LEO is that (checked under the
+        writer's lock: a follower cuts only the log its decision was made on). Else True."""
         with self._critical():
+            if expected_end is not None and self.log_end_offset != expected_end:
+                return False
+            if offset >= self.log_end_offset:
+                self.epoch_cache.truncate_from_end(offset)
+                return True
             committed = self.high_watermark
             if offset < committed and not below_high_watermark and offset < self.log_end_offset:
                 raise OffsetOutOfRangeError(
@@ -521,6 +531,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             self._truncate_locked(offset)
             if self.high_watermark < committed:
                 self.segment_store.hw_lowered()
+            return True
 
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self.log_end_offset:

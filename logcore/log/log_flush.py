@@ -79,7 +79,7 @@ class LogFlushing:
         with self._critical():
             self._commit_locked(marker, durable=durable)
 
-    def _commit_locked(self, marker: dict | None = None, *, durable: bool = True) -> None:
+    def _commit_locked(self, marker: dict | None = None, *, durable: bool = True, root: bool = False) -> None:
         durable = self.segment_store.before_commit(durable)
         leo = self.log_end_offset
         first_base = self.segments[0].base_offset if self.segments else leo
@@ -91,7 +91,7 @@ class LogFlushing:
         self.state_store.commit(high_watermark=hw, log_start_offset=self.log_start_offset,
                                 first_segment_base=first_base, epoch=self.leader_epoch,
                                 recovery_point=self.segment_store.recovery_point_to_record(),
-                                marker=marker, durable=durable,
+                                marker=marker, durable=durable, root=root,
                                 last_stable_offset=hw if unstable is None else min(unstable, hw))
         self._checkpointed_recovery_point = self.recovery_point
         self._state_unsynced = not durable

@@ -281,7 +281,10 @@ class LogRoot:
     def topic_config(self, name: str) -> LogConfig:
         return LogConfig.from_props(self.describe_topic(name).config, self.defaults())
 
-    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> TopicInfo:
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None, *,
+                     topic_id: str | None = None) -> TopicInfo:
+        """Create a topic; `topic_id` (Kafka's base64 form) keeps an id given elsewhere (a
+        cluster member's replica of a topic the cluster created), else a new one is drawn."""
         self._require_writable()
         validate_topic_name(name)
         if not isinstance(partitions, int) or partitions < 1:
@@ -290,7 +293,7 @@ class LogRoot:
         validate_topic_overrides(overrides)
         defaults = self.defaults()
         check_topic_against_root(name, LogConfig.from_props(overrides, defaults), defaults)
-        topic_id = format_topic_id(new_topic_id())
+        topic_id = format_topic_id(parse_topic_id(topic_id) if topic_id else new_topic_id())
 
         def add(doc):
             if name in doc["topics"]:

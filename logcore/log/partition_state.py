@@ -167,9 +167,10 @@ class LocalPartitionState:
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
                epoch: int, recovery_point: int | None = None, marker: dict | None = None,
-               durable: bool = True, last_stable_offset: int | None = None) -> None:
+               durable: bool = True, root: bool = False, last_stable_offset: int | None = None) -> None:
         # (last_stable_offset: readers of local disk take it from the producer snapshots of each roll.)
-        # Callers hold the partition's writer lock (the fence); the root lock serialises the
+        # root=True: replace the root checkpoint files now even without fsync (a replica's
+        # periodic HW checkpoint). Callers hold the partition's writer lock (the fence); the root lock serialises the
         # read-modify-write of files shared with other partitions' writers. durable=False
         # replaces the files (write + rename) without fsync: the page cache keeps them across a
         # crash of the process, not across a power cut.
@@ -185,7 +186,7 @@ class LocalPartitionState:
             self.storage.write_atomic(self._ls_path, f"{log_start_offset}\n".encode())
             self._ls_written = log_start_offset
         now = time.monotonic()
-        if durable or (now - self._root_written) * 1000 >= ROOT_CHECKPOINT_INTERVAL_MS:
+        if durable or root or (now - self._root_written) * 1000 >= ROOT_CHECKPOINT_INTERVAL_MS:
             # Kafka writes a log start offset only when it differs from the first segment's base:
             # above it (retention, DeleteRecords) or, with tiered storage, below it (the oldest
             # offsets are only in the remote tier).
@@ -381,8 +382,8 @@ class ObjectPartitionState:
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
                epoch: int, recovery_point: int | None = None, marker: dict | None = None,
-               durable: bool = True, last_stable_offset: int | None = None) -> None:
-        # A conditional PUT is durable once it returns: `durable` changes nothing here.
+               durable: bool = True, root: bool = False, last_stable_offset: int | None = None) -> None:
+        # A conditional PUT is durable once it returns: `durable` and `root` change nothing here.
         doc = {"high_watermark": high_watermark, "log_start_offset": log_start_offset,
                "leader_epoch": epoch}
         stable = last_stable_offset if last_stable_offset is not None else self.stable

@@ -168,7 +168,7 @@ class LogReplication:
         fsync, as Kafka's replication-offset-checkpoint task does; for replica logs, whose HW
         moves with replication rather than at commits."""
         with self._critical():
-            self._commit_locked(durable=False)
+            self._commit_locked(durable=False, root=True)
 
     def end_offset_for_epoch(self, epoch: int):
         """(epoch, end offset) for a follower's divergence check (Kafka's

@@ -1,6 +1,8 @@
 """`seglog`: the command line, shaped like Kafka's console tools.
 
     seglog topics  --root R --create T --partitions N [--config k=v ...] | --list | --describe | ...
+    seglog topics  --bootstrap-server H:P --create --topic T --partitions N --replication-factor R | ...
+    seglog leader-election --bootstrap-server H:P --election-type preferred --all-topic-partitions
     seglog produce --root R --topic T < lines
     seglog consume --root R --topic T --from-beginning
     seglog dump    --files 00000000000000000000.log --print-data-log
@@ -24,6 +26,7 @@ from logcore.tools.arguments import parse_storage_options
 from logcore.tools.broker_command import cmd_broker
 from logcore.tools.consume_command import cmd_consume
 from logcore.tools.dump_command import cmd_dump
+from logcore.tools.leader_election_command import cmd_leader_election
 from logcore.tools.maintain_command import cmd_maintain
 from logcore.tools.produce_command import cmd_produce
 from logcore.tools.repair_command import cmd_repair
@@ -33,8 +36,8 @@ from logcore.tools.topics_command import cmd_topics
 # Imported from here by tests and callers; each command lives in its own module
 # (logcore/tools/*_command.py), the shared argument helpers in logcore/tools/arguments.py.
 __all__ = ["PROG", "build_parser", "main", "parse_storage_options",
-           "cmd_broker", "cmd_consume", "cmd_dump", "cmd_maintain", "cmd_produce", "cmd_repair",
-           "cmd_tiered", "cmd_topics"]
+           "cmd_broker", "cmd_consume", "cmd_dump", "cmd_leader_election", "cmd_maintain", "cmd_produce",
+           "cmd_repair", "cmd_tiered", "cmd_topics"]
 
 PROG = "seglog"
 
@@ -44,6 +47,22 @@ _EXAMPLES_TOPICS = """examples:
   seglog topics --root /data/logs --describe --topic clicks
   seglog topics --root /data/logs --alter --topic clicks --partitions 12
   seglog topics --root /data/logs --delete --topic clicks
+  seglog topics --bootstrap-server 127.0.0.1:9092 --create --topic clicks --partitions 6 --replication-factor 3
+  seglog topics --bootstrap-server 127.0.0.1:9092 --create --topic orders --replica-assignment 1:2,2:3,3:1
+  seglog topics --bootstrap-server 127.0.0.1:9092 --describe --topic 'clicks|orders'
+  seglog topics --bootstrap-server 127.0.0.1:9092 --alter --topic clicks --partitions 12
+
+With --bootstrap-server the topics are those of a running Kafka-protocol broker (seglog broker
+or Apache Kafka), managed through the Kafka protocol with kafka-topics' flags and output.
+"""
+_EXAMPLES_ELECTION = """examples:
+  seglog leader-election --bootstrap-server 127.0.0.1:9092 --election-type preferred --all-topic-partitions
+  seglog leader-election --bootstrap-server 127.0.0.1:9092 --election-type unclean --topic clicks --partition 3
+
+Prints, as kafka-leader-election does, "Successfully completed leader election (PREFERRED) for
+partitions clicks-0, ...", "Valid replica already elected for partitions ..." (nothing to do),
+and one "Error completing leader election ..." line per failed partition (exit status 1). A
+broker that does not serve ElectLeaders is reported as such (exit status 1).
 """
 _EXAMPLES_PRODUCE = """examples:
   printf 'hello\\nworld\\n' | seglog produce --root /data/logs --topic clicks
@@ -162,17 +181,35 @@ def build_parser() -> argparse.ArgumentParser:
     topics = sub.add_parser("topics", help="create, list, describe, delete or grow topics",
                             description="Manage the topics of a log root (like kafka-topics).",
                             epilog=_EXAMPLES_TOPICS, formatter_class=raw)
-    _add_root(topics)
-    topics.add_argument("--create", metavar="TOPIC", help="create a topic (needs --partitions)")
+    where = topics.add_mutually_exclusive_group(required=True)
+    where.add_argument("--root", metavar="URL",
+                       help="the log root: a local folder, file:///path or s3://bucket/prefix (any fsspec URL)")
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                       help="manage the topics of a Kafka-protocol broker (seglog broker or Apache Kafka) instead,"
+                            " with kafka-topics' flags and output")
+    _add_storage_option(topics)
+    topics.add_argument("--create", metavar="TOPIC", nargs="?", const=True,
+                        help="create a topic: --create T, or --create --topic T (needs --partitions with --root)")
     topics.add_argument("--list", action="store_true", help="list the topics, one per line")
     topics.add_argument("--describe", action="store_true", help="describe --topic T, or every topic")
     topics.add_argument("--delete", action="store_true", help="delete --topic T and all its data")
     topics.add_argument("--alter", action="store_true", help="add partitions to --topic T (--partitions N)")
-    topics.add_argument("--topic", metavar="TOPIC", help="the topic for --describe, --delete, --alter")
+    topics.add_argument("--topic", metavar="TOPIC",
+                        help="the topic for --describe, --delete, --alter (with --bootstrap-server: a regular"
+                             " expression, also for --list, as kafka-topics)")
     topics.add_argument("--partitions", type=int, metavar="N", help="partition count (create) or new count (alter)")
     topics.add_argument("--config", action="append", metavar="K=V",
                         help="topic config override for --create, Kafka names (repeatable); see docs/configuration.md")
     topics.add_argument("--if-not-exists", action="store_true", help="with --create: do nothing if the topic exists")
+    topics.add_argument("--replication-factor", type=int, metavar="R",
+                        help="with --bootstrap-server --create: replicas of each partition (default: the broker's)")
+    topics.add_argument("--replica-assignment", metavar="B:B,B:B",
+                        help="with --bootstrap-server --create/--alter: the broker ids of each partition,"
+                             " e.g. 1:2:3,2:3:1")
+    topics.add_argument("--if-exists", action="store_true",
+                        help="with --bootstrap-server --alter/--delete/--describe: no error if --topic matches nothing")
+    topics.add_argument("--exclude-internal", action="store_true",
+                        help="with --bootstrap-server --list/--describe: leave out internal topics")
     topics.add_argument("--all-configs", action="store_true", help="with --describe: every config, not only overrides")
     topics.add_argument("--defaults", metavar="FILE",
                         help="with --create on a new root: root-level defaults (.properties with Kafka's log.* names)")
@@ -299,6 +336,21 @@ def build_parser() -> argparse.ArgumentParser:
     repair.add_argument("--topic", required=True)
     repair.add_argument("--partition", type=int, metavar="N", help="only this partition (default: all)")
     repair.set_defaults(func=cmd_repair)
+
+    election = sub.add_parser("leader-election", help="elect preferred (or unclean) leaders through a broker",
+                              description="Ask the cluster to elect leaders (like kafka-leader-election), through"
+                                          " the Kafka protocol's ElectLeaders.",
+                              epilog=_EXAMPLES_ELECTION, formatter_class=raw)
+    election.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]")
+    election.add_argument("--election-type", required=True, type=str.lower, choices=("preferred", "unclean"),
+                          help="preferred: move leadership to the first replica when it is in sync;"
+                               " unclean: elect an out-of-sync replica for partitions without a leader")
+    election.add_argument("--topic", metavar="TOPIC", help="the topic of --partition")
+    election.add_argument("--partition", type=int, metavar="P", help="the partition of --topic")
+    election.add_argument("--all-topic-partitions", action="store_true", help="every partition of the cluster")
+    election.add_argument("--path-to-json-file", metavar="FILE",
+                          help='{"partitions": [{"topic": "foo", "partition": 1}, ...]}')
+    election.set_defaults(func=cmd_leader_election)
 
     broker = sub.add_parser("broker", help="serve a log root over the Kafka protocol",
                             description="Run the sidecar broker (like kafka-server-start).",

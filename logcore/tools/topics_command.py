@@ -1,4 +1,5 @@
-"""`seglog topics`: create, list, describe, delete and grow the topics of a log root (kafka-topics)."""
+"""`seglog topics`: create, list, describe, delete and grow the topics of a log root (kafka-topics);
+with --bootstrap-server, those of a running broker (topics_broker_command)."""
 from __future__ import annotations
 
 import sys
@@ -15,14 +16,25 @@ from logcore.log.config import (
 from logcore.tools.arguments import _configs, _open_root, _properties_file
 
 
+BROKER_ONLY = ("replication_factor", "replica_assignment", "if_exists", "exclude_internal")
+
+
 def cmd_topics(args) -> int:
+    if getattr(args, "bootstrap_server", None):
+        from logcore.tools.topics_broker_command import cmd_topics_broker
+        return cmd_topics_broker(args)
+    for option in BROKER_ONLY:
+        if getattr(args, option, None) not in (None, False):
+            raise InvalidConfigError(f"--{option.replace('_', '-')} applies to --bootstrap-server only, not --root")
     actions = [a for a in ("create", "list", "describe", "delete", "alter") if getattr(args, a)]
     if len(actions) != 1:
         raise InvalidConfigError("give exactly one of --create, --list, --describe, --delete, --alter")
     action = actions[0]
     out = sys.stdout
     if action == "create":
-        name = args.create
+        name = args.create if isinstance(args.create, str) else args.topic
+        if not name:
+            raise InvalidConfigError("--create needs a topic: --create T or --create --topic T")
         validate_topic_name(name)
         if args.partitions is None or args.partitions < 1:
             raise InvalidConfigError(f"--create needs --partitions N with N >= 1, got {args.partitions}")

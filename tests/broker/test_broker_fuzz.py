@@ -14,8 +14,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 from broker_helpers import (api_versions_frame, connect, consume_all, create, ping, produce,  # noqa: E402
                             request_frame)
-from logcore.broker.protocol import ZERO_UUID  # noqa: E402
 from logcore.records.batch import build_batch  # noqa: E402
+from logcore.wire.protocol import ZERO_UUID  # noqa: E402
 
 TOPIC = "fuzzed"
 

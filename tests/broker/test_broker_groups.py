@@ -219,5 +219,5 @@ def test_offset_for_leader_epoch(broker_factory):
     assert ask(e0) == (0, e0, 10)              # the old epoch ended where the new one began
     assert ask(e1) == (0, e1, 15)              # the latest epoch ends at the log end
     assert ask(e1 + 1) == (0, -1, -1)          # an epoch the log never had: undefined
-    assert ask(e0, current=e1 + 1)[0] == 76    # the client knows a newer leader: UNKNOWN_LEADER_EPOCH
+    assert ask(e0, current=e1 + 1)[0] == 75    # the client knows a newer leader: UNKNOWN_LEADER_EPOCH
     assert ask(e0, current=e0)[0] == 74        # the client's leader is older: FENCED_LEADER_EPOCH

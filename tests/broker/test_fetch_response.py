@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from logcore.broker.fetch_response import INLINE_MAX, encode_fetch_response
-from logcore.broker.protocol import encode_response, response
 from logcore.log.file_slice import FileSlice
+from logcore.wire.protocol import encode_response, response
 
 
 def _body(rng: random.Random, slice_file: str | None) -> tuple[dict, dict]:
@@ -32,6 +32,10 @@ def _body(rng: random.Random, slice_file: str | None) -> tuple[dict, dict]:
                    "high_watermark": rng.randint(-1, 2**40), "last_stable_offset": rng.randint(-1, 2**40),
                    "log_start_offset": rng.randint(-1, 2**30), "preferred_read_replica": -1,
                    "aborted_transactions": aborted, "records": records}
+            if rng.random() < 0.3:     # a follower's divergence, a leader hint (v12+ tagged fields)
+                res["diverging_epoch"] = {"epoch": rng.randint(0, 99), "end_offset": rng.randint(0, 2**40)}
+            if rng.random() < 0.3:
+                res["current_leader"] = {"leader_id": rng.randint(0, 9), "leader_epoch": rng.randint(0, 99)}
             parts.append(res)
             plain_parts.append({**res, "records": plain})
         topic = {"topic": f"topic-{t}-{rng.randint(0, 99)}", "topic_id": uuid.uuid4()}

@@ -9,9 +9,9 @@ import random
 import pytest
 from kio.index import load_request_schema
 
-from logcore.broker.produce_codec import decode_produce_request, encode_produce_response
-from logcore.broker.protocol import ProtocolError, encode_response, parse_request, response
 from logcore.broker.api_versions import windows
+from logcore.wire.produce_codec import decode_produce_request, encode_produce_response
+from logcore.wire.protocol import ProtocolError, encode_response, parse_request, response
 
 from broker_helpers import request_frame
 

@@ -26,7 +26,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from logcore.errors import SegLogError, TopicNotFoundError  # noqa: E402
 from logcore.log.log_root import LogRoot  # noqa: E402
-from pyspark_seglog.broker_client import BrokerClient, BrokerConnectionError  # noqa: E402
+from logcore.wire.client import KafkaConnectionError  # noqa: E402
+from pyspark_seglog.broker_client import BrokerClient  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30
@@ -255,7 +256,7 @@ def test_source_errors_name_the_bootstrap_servers(broker, tmp_path):
     dead = f"127.0.0.1:{_free_port()}"
     reader = SeglogBatchReader({"path": str(other), "subscribe": "only-here",
                                 "kafka.bootstrap.servers": dead}, None)
-    with pytest.raises(BrokerConnectionError, match=f"kafka.bootstrap.servers={dead}"):
+    with pytest.raises(KafkaConnectionError, match=f"kafka.bootstrap.servers={dead}"):
         reader.partitions()
     with pytest.raises(SegLogError, match="kafka.bootstrap.servers='nohost'"):
         SeglogBatchReader({"path": str(other), "subscribe": "only-here",
@@ -321,7 +322,7 @@ def test_sink_needs_the_topic_or_creates_it(broker):
         SeglogBatchWriter({"kafka.bootstrap.servers": broker.bootstrap, "topic": "interop-none",
                            "autoCreateTopics": "false"}, schema, False)
     dead = f"127.0.0.1:{_free_port()}"
-    with pytest.raises(BrokerConnectionError, match=f"kafka.bootstrap.servers={dead}"):
+    with pytest.raises(KafkaConnectionError, match=f"kafka.bootstrap.servers={dead}"):
         SeglogBatchWriter({"kafka.bootstrap.servers": dead, "topic": "x"}, schema, False)
 
 

@@ -12,29 +12,23 @@ broker does not advertise, TransactionalIdAuthorizationException for transaction
 """
 from __future__ import annotations
 
-import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from java_check import TS_BASE, run_java_client_check
 from kafka_reference import require_kafka
 
 from logcore.broker.api_versions import SERVED
 
 pytestmark = pytest.mark.timeout(300)
 
-HERE = Path(__file__).resolve().parent
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 PER_CODEC = 120
-TS_BASE = 1_700_000_000_000
 FAST_MS = 5000          # an unsupported call must fail within this
-# kafka-clients and what it loads at run time: the codecs, slf4j and log4j2 (WARN to stderr)
-CLIENT_JARS = ("kafka-clients-", "lz4-java-", "snappy-java-", "zstd-jni-", "slf4j-api-", "log4j-api-",
-               "log4j-core-", "log4j-slf4j-impl-")
 
 
 def _unavailable(reason: str):
@@ -45,29 +39,7 @@ def _unavailable(reason: str):
 
 @pytest.fixture(scope="module")
 def java_results(kafka_jars, seglog_broker, tmp_path_factory) -> dict[str, dict]:
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        _unavailable("no `javac`/`java` on PATH (apt-get install -y openjdk-17-jdk-headless)")
-    jars = [j for j in kafka_jars.jars if j.name.startswith(CLIENT_JARS)]
-    if not any(j.name.startswith("kafka-clients-") for j in jars):
-        _unavailable(f"no kafka-clients jar in {kafka_jars.folder}")
-    classpath = ":".join(str(j) for j in jars)
-    classes = tmp_path_factory.mktemp("java-classes")
-    built = subprocess.run([javac, "-d", str(classes), "-cp", classpath, str(HERE / "JavaClientCheck.java")],
-                           capture_output=True, text=True, timeout=180)
-    assert built.returncode == 0, built.stderr
-    run = subprocess.run(
-        [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-         f"-Dlog4j2.configurationFile={kafka_jars.folder / 'log4j2-tools.properties'}",
-         "-cp", f"{classes}:{classpath}", "JavaClientCheck", seglog_broker.bootstrap, str(TS_BASE)],
-        capture_output=True, text=True, timeout=240)
-    assert run.returncode == 0, run.stderr[-4000:]
-    results = {}
-    for line in run.stdout.splitlines():
-        row = json.loads(line)
-        results[row["scenario"]] = row
-    assert "consumer_group_protocol" in results, run.stdout[-2000:] + run.stderr[-2000:]
-    return results
+    return run_java_client_check(kafka_jars, seglog_broker.bootstrap, tmp_path_factory, _unavailable)
 
 
 def ok(results: dict, scenario: str) -> dict:
@@ -205,7 +177,12 @@ def test_transactions_fail_fast(java_results):
     fails_fast(java_results, "transactions", "TransactionalIdAuthorizationException")
 
 
-@pytest.mark.parametrize("scenario", ["create_partitions", "delete_records", "incremental_alter_configs",
+def test_admin_creates_partitions(java_results, seglog_broker):
+    ok(java_results, "create_partitions")           # jc-group grown to 4 partitions
+    assert (seglog_broker.root / "jc-group-3").is_dir()
+
+
+@pytest.mark.parametrize("scenario", ["delete_records", "incremental_alter_configs",
                                       "describe_acls", "consumer_group_protocol"])
 def test_unadvertised_admin_apis_fail_fast(java_results, scenario):
     fails_fast(java_results, scenario, "UnsupportedVersionException")

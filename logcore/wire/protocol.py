@@ -1,4 +1,5 @@
-"""Kafka wire protocol envelope: request parsing and response encoding with kio.
+"""Kafka wire protocol envelope with kio: request parsing and response encoding (the broker's
+side), request encoding and response parsing (the client's side).
 
 A frame is a 4-byte big-endian size followed by that many bytes. A request starts with its
 header (v1, or v2 for flexible versions); kio picks the header from the request schema. A
@@ -24,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
-from logcore.broker.produce_codec import PRODUCE, decode_produce_request
+from logcore.wire.produce_codec import PRODUCE, decode_produce_request
 from logcore.errors import SegLogError
 
 _SIZE = struct.Struct(">i")
@@ -128,6 +129,59 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
     data = bytes(out)
     del out
     return data
+
+
+# ------------------------------------------------------------------------------ the client's side
+
+@cache
+def request_type(api_key: int, api_version: int) -> type:
+    return load_request_schema(api_key, api_version)
+
+
+@cache
+def _request_writers(cls: type) -> tuple[type, Callable, Callable]:
+    header_type = cls.__header_schema__
+    return header_type, entity_writer(header_type), entity_writer(cls)
+
+
+@cache
+def _response_readers(api_key: int, api_version: int) -> tuple[Callable, Callable]:
+    cls = load_response_schema(api_key, api_version)
+    return entity_reader(cls.__header_schema__), entity_reader(cls)
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                   body: Any) -> bytes:
+    """The whole frame (size prefix included) of a request: `body` is the kio request dataclass
+    of that version, or a dict of Kafka field names (see `build`)."""
+    cls = request_type(api_key, api_version)
+    if not isinstance(body, cls):
+        body = build(cls, body)
+    header_type, write_header, write_body = _request_writers(cls)
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    write_header(buf, header_type(request_api_key=api_key, request_api_version=api_version,
+                                  correlation_id=correlation_id, client_id=client_id))
+    write_body(buf, body)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    data = bytes(out)
+    del out
+    return data
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation_id, kio response dataclass) of a response frame (size prefix removed).
+    Raises ProtocolError naming the API and version when the bytes do not read as that response;
+    `records` fields come back as the bytes of the frame, untouched."""
+    read_header, read_body = _response_readers(api_key, api_version)
+    try:
+        header, used = read_header(frame, 0)
+        body, _ = read_body(frame, used)
+    except Exception as exc:     # kio raises several types (struct, ValueError, its own)
+        raise ProtocolError(f"unreadable api key {api_key} v{api_version} response of {len(frame)} bytes:"
+                            f" {type(exc).__name__}: {exc}") from None
+    return header.correlation_id, body
 
 
 # ------------------------------------------------------------------------------ building responses

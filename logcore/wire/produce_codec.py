@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from logcore.broker.wire import WireReader, array_length, write_string
+from logcore.wire.primitives import WireReader, array_length, write_string
 
 PRODUCE = 0
 FLEXIBLE_FROM = 9

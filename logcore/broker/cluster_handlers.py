@@ -1,0 +1,346 @@
+"""The Broker's answers as a cluster member (zookeeper.connect set): Metadata from the cluster's
+state, topic creation and deletion through the ZooKeeper catalog, and ElectLeaders.
+
+A mixin of `Broker` (logcore/broker/broker.py); it uses `self.cluster` (the ReplicaManager,
+which keeps the cluster's metadata as ZooKeeper's watches report it) and `self.catalog`.
+Metadata follows Kafka's ZooKeeper-era rules (replication.md 1.11): live brokers only; a
+partition whose leader is not alive answers LEADER_NOT_AVAILABLE with leader -1 and its epoch;
+replicas and ISR unfiltered; offline replicas = assigned replicas on brokers that are not alive.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from logcore.broker import errors as E
+from logcore.broker import offsets_topic as OT
+from logcore.wire.protocol import ZERO_UUID
+from logcore.cluster.zookeeper_store import NO_LEADER
+from logcore.errors import (InvalidConfigError, InvalidReplicationFactorError, SegLogError,
+                            TopicExistsError, TopicNotFoundError, ZkVersionConflictError)
+from logcore.log.partition_metadata import parse_topic_id
+
+logger = logging.getLogger("logcore.broker.broker")
+
+INT32_MIN = -(2 ** 31)
+PREFERRED, UNCLEAN = 0, 1
+
+
+class ClusterHandlers:
+    # ------------------------------------------------------------------ Metadata
+    def _cluster_topic_uuid(self, name: str) -> uuid.UUID:
+        ta = self.cluster.assignments.get(name)
+        return parse_topic_id(ta.topic_id) if ta is not None and ta.topic_id else ZERO_UUID
+
+    async def _cluster_metadata(self, body) -> dict:
+        rm = self.cluster
+        if body.topics is None:
+            names = sorted(rm.assignments)
+        else:
+            names = []
+            for t in body.topics:
+                name = t.name
+                if name is None and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
+                    name = next((n for n, ta in rm.assignments.items()
+                                 if ta.topic_id and parse_topic_id(ta.topic_id) == t.topic_id), None)
+                names.append(name)
+        allow_create = getattr(body, "allow_auto_topic_creation", True) and \
+            self.config["auto.create.topics.enable"]
+        topics = []
+        for name in names:
+            if name is None:
+                topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None, "partitions": [],
+                               "topic_authorized_operations": INT32_MIN})
+                continue
+            if name not in rm.assignments and allow_create and body.topics is not None:
+                error = await self._cluster_auto_create(name)
+                if error != E.NONE:
+                    topics.append({"error_code": error, "name": name, "partitions": [],
+                                   "topic_authorized_operations": INT32_MIN})
+                    continue
+            ta = rm.assignments.get(name)
+            if ta is None:
+                topics.append({"error_code": E.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": [],
+                               "topic_authorized_operations": INT32_MIN})
+                continue
+            topics.append({"error_code": E.NONE, "name": name, "topic_id": self._cluster_topic_uuid(name),
+                           "is_internal": name.startswith("__"), "partitions": self._partitions_metadata(ta),
+                           "topic_authorized_operations": INT32_MIN})
+        brokers = [{"node_id": b, "host": reg.host, "port": reg.port, "rack": reg.rack}
+                   for b, reg in sorted(rm.brokers.items())]
+        return {"throttle_time": 0, "brokers": brokers, "cluster_id": self.cluster_id,
+                "controller_id": rm.controller_id, "topics": topics,
+                "cluster_authorized_operations": INT32_MIN}
+
+    def _partitions_metadata(self, ta) -> list[dict]:
+        rm = self.cluster
+        live = rm.brokers
+        parts = []
+        for p, replicas in sorted(ta.partitions.items()):
+            state = rm.states.get((ta.name, p))
+            offline = [r for r in replicas if r not in live]
+            if state is None:
+                parts.append({"error_code": E.LEADER_NOT_AVAILABLE, "partition_index": p, "leader_id": -1,
+                              "leader_epoch": -1, "replica_nodes": list(replicas), "isr_nodes": [],
+                              "offline_replicas": offline})
+                continue
+            leader = state.leader if state.leader in live else NO_LEADER
+            parts.append({"error_code": E.NONE if leader != NO_LEADER else E.LEADER_NOT_AVAILABLE,
+                          "partition_index": p, "leader_id": leader, "leader_epoch": state.leader_epoch,
+                          "replica_nodes": list(replicas), "isr_nodes": list(state.isr),
+                          "offline_replicas": offline})
+        return parts
+
+    async def _cluster_auto_create(self, name: str) -> int:
+        rf = self.config["default.replication.factor"]
+        try:
+            await asyncio.to_thread(self.catalog.create_topic, name, self.config["num.partitions"], {},
+                                    replication_factor=rf)
+            logger.info("auto-created topic %s (replication factor %d)", name, rf)
+        except TopicExistsError:
+            pass
+        except InvalidReplicationFactorError as exc:
+            logger.info("auto-create of topic %s refused: %s", name, exc)
+            return E.INVALID_REPLICATION_FACTOR
+        except SegLogError as exc:
+            logger.info("auto-create of topic %s refused: %s", name, exc)
+            return E.error_code(exc)
+        await self._await_cluster(lambda: name in self.cluster.assignments, 5.0)
+        # Leaders come a moment later: clients retry on LEADER_NOT_AVAILABLE meanwhile.
+        return E.NONE
+
+    async def _await_cluster(self, done, timeout_s: float) -> bool:
+        """Wait until `done()` holds for the cluster metadata (ZooKeeper's watches update it)."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.cluster.changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                return done()
+        return True
+
+    def _has_leaders(self, name: str, partitions: int | None = None) -> bool:
+        rm = self.cluster
+        ta = rm.assignments.get(name)
+        if ta is None or (partitions is not None and len(ta.partitions) < partitions):
+            return False
+        return all((s := rm.states.get((name, p))) is not None and s.leader in rm.brokers
+                   for p in ta.partitions)
+
+    # ------------------------------------------------------------------ CreateTopics / DeleteTopics
+    async def _cluster_create_topics(self, req) -> dict:
+        body = req.body
+        timeout_s = max(0.0, body.timeout.total_seconds())
+        results, created = [], []
+        seen = set()
+        for t in body.topics:
+            res = {"name": t.name, "error_code": E.NONE, "error_message": None,
+                   "num_partitions": -1, "replication_factor": -1, "configs": []}
+            results.append(res)
+            try:
+                if t.name in seen:
+                    raise _Refused(E.INVALID_REQUEST, f"topic {t.name!r} is listed twice")
+                seen.add(t.name)
+                if t.name == OT.TOPIC:
+                    raise _Refused(E.INVALID_REQUEST, f"{OT.TOPIC} is created by the group coordinator")
+                configs = {c.name: c.value for c in t.configs if c.value is not None}
+                assignment = None
+                if t.assignments:
+                    if t.num_partitions != -1 or t.replication_factor != -1:
+                        raise _Refused(E.INVALID_REQUEST, "give either an assignment or a partition count"
+                                       " and replication factor, not both")
+                    assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+                partitions = t.num_partitions if t.num_partitions != -1 else self.config["num.partitions"]
+                rf = t.replication_factor if t.replication_factor != -1 else self.config["default.replication.factor"]
+                if assignment is None and partitions < 1:
+                    raise _Refused(E.INVALID_PARTITIONS, f"number of partitions {partitions} must be at least 1")
+                if assignment is None and rf < 1:
+                    raise _Refused(E.INVALID_REPLICATION_FACTOR, f"replication factor {rf} must be at least 1")
+                live = len(self.cluster.brokers)
+                if assignment is None and rf > live:
+                    raise _Refused(E.INVALID_REPLICATION_FACTOR,
+                                   f"Replication factor: {rf} larger than available brokers: {live}.")
+                if body.validate_only:
+                    from logcore.log.config import validate_topic_name, validate_topic_overrides
+                    validate_topic_name(t.name)
+                    validate_topic_overrides(configs)
+                    if t.name in self.cluster.assignments:
+                        raise _Refused(E.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+                    info_partitions, info_rf = (len(assignment), len(assignment[0])) if assignment else (partitions, rf)
+                else:
+                    try:
+                        info = await asyncio.to_thread(self.catalog.create_topic, t.name, partitions, configs,
+                                                       replication_factor=rf, assignment=assignment)
+                    except InvalidConfigError as exc:
+                        if assignment is not None:
+                            raise _Refused(E.INVALID_REPLICA_ASSIGNMENT, str(exc)) from None
+                        raise
+                    info_partitions = info.partitions
+                    info_rf = len(assignment[0]) if assignment else rf
+                    created.append((t.name, info.partitions))
+                res.update(num_partitions=info_partitions, replication_factor=info_rf)
+            except _Refused as exc:
+                res.update(error_code=exc.code, error_message=str(exc))
+            except TopicExistsError:
+                res.update(error_code=E.TOPIC_ALREADY_EXISTS, error_message=f"Topic '{t.name}' already exists.")
+            except SegLogError as exc:
+                res.update(error_code=E.error_code(exc), error_message=str(exc))
+        # Kafka answers once the new partitions have leaders (or the request's timeout passed).
+        if created and timeout_s > 0:
+            await self._await_cluster(lambda: all(self._has_leaders(n, p) for n, p in created), timeout_s)
+        return {"throttle_time": 0, "topics": results}
+
+    async def _cluster_delete_topics(self, req, wanted) -> dict:
+        rm = self.cluster
+        timeout_s = max(0.0, req.body.timeout.total_seconds())
+        out, deleting = [], []
+        for name, topic_id in wanted:
+            if name is None and topic_id not in (None, ZERO_UUID):
+                name = next((n for n, ta in rm.assignments.items()
+                             if ta.topic_id and parse_topic_id(ta.topic_id) == topic_id), None)
+                if name is None:
+                    out.append({"name": None, "topic_id": topic_id, "error_code": E.UNKNOWN_TOPIC_ID})
+                    continue
+            res = {"name": name, "topic_id": self._cluster_topic_uuid(name), "error_code": E.NONE,
+                   "error_message": None}
+            out.append(res)
+            try:
+                if name == OT.TOPIC:
+                    raise _Refused(E.INVALID_TOPIC_EXCEPTION, f"{OT.TOPIC} is internal; it cannot be deleted")
+                await asyncio.to_thread(self.catalog.delete_topic, name)
+                deleting.append(name)
+            except _Refused as exc:
+                res.update(error_code=exc.code, error_message=str(exc))
+            except TopicNotFoundError:
+                res.update(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"topic {name!r} does not exist")
+            except SegLogError as exc:
+                res.update(error_code=E.error_code(exc), error_message=str(exc))
+        if deleting and timeout_s > 0:
+            await self._await_cluster(lambda: not any(n in rm.assignments for n in deleting), timeout_s)
+        return {"throttle_time": 0, "responses": out}
+
+    async def _cluster_create_partitions(self, req) -> dict:
+        body = req.body
+        timeout_s = max(0.0, body.timeout.total_seconds())
+        results, grown = [], []
+        for t in body.topics:
+            res = {"name": t.name, "error_code": E.NONE, "error_message": None}
+            results.append(res)
+            ta = self.cluster.assignments.get(t.name)
+            if t.name == OT.TOPIC:
+                res.update(error_code=E.INVALID_REQUEST,
+                           error_message=f"{OT.TOPIC} is internal: its partition count maps groups to"
+                                         " coordinators and cannot change")
+            elif ta is None:
+                res.update(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic '{t.name}' does not exist.")
+            elif t.count <= len(ta.partitions):
+                res.update(error_code=E.INVALID_PARTITIONS,
+                           error_message=f"Topic currently has {len(ta.partitions)} partitions, which is higher"
+                                         f" than the requested {t.count}.")
+            elif t.assignments:
+                res.update(error_code=E.INVALID_REPLICA_ASSIGNMENT,
+                           error_message="manual replica assignments of new partitions are not supported;"
+                                         " leave them out to have them assigned as Kafka does")
+            elif not body.validate_only:
+                try:
+                    await asyncio.to_thread(self.catalog.add_partitions, t.name, t.count)
+                    grown.append((t.name, t.count))
+                except SegLogError as exc:
+                    res.update(error_code=E.error_code(exc), error_message=str(exc))
+        if grown and timeout_s > 0:
+            await self._await_cluster(lambda: all(self._has_leaders(n, c) for n, c in grown), timeout_s)
+        return {"throttle_time": 0, "results": results}
+
+    # ------------------------------------------------------------------ ElectLeaders
+    async def elect_leaders(self, req) -> dict:
+        body = req.body
+        kind = getattr(body, "election_type", PREFERRED)
+        timeout_s = max(0.0, body.timeout.total_seconds())
+        rm = self.cluster
+        if body.topic_partitions is None:
+            wanted = [(n, p) for n, ta in sorted(rm.assignments.items()) for p in sorted(ta.partitions)]
+        else:
+            wanted = [(t.topic, p) for t in body.topic_partitions for p in t.partitions]
+        results: dict[tuple[str, int], tuple[int, str | None]] = {}
+        asked = []
+        for name, p in wanted:
+            ta = rm.assignments.get(name)
+            state = rm.states.get((name, p))
+            if ta is None or p not in ta.partitions or state is None:
+                results[(name, p)] = (E.UNKNOWN_TOPIC_OR_PARTITION, f"{name}-{p} does not exist")
+                continue
+            replicas = ta.partitions[p]
+            if kind == PREFERRED:
+                preferred = replicas[0]
+                if state.leader == preferred:
+                    results[(name, p)] = (E.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
+                elif preferred not in rm.brokers or preferred not in state.isr:
+                    results[(name, p)] = (E.PREFERRED_LEADER_NOT_AVAILABLE,
+                                          f"Failed to elect leader for partition {name}-{p} under strategy"
+                                          f" PreferredReplicaPartitionLeaderElectionStrategy: broker {preferred}"
+                                          " is not alive or not in the ISR")
+                else:
+                    asked.append((name, p))
+            elif kind == UNCLEAN:
+                if state.leader in rm.brokers:
+                    results[(name, p)] = (E.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
+                elif not any(r in rm.brokers for r in replicas):
+                    results[(name, p)] = (E.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                                          f"Failed to elect leader for partition {name}-{p}: no replica is alive")
+                else:
+                    asked.append((name, p))
+            else:
+                return {"throttle_time": 0, "error_code": E.INVALID_REQUEST, "replica_election_results": []}
+        if asked:
+            try:
+                await self._request_election(kind, asked, timeout_s)
+            except SegLogError as exc:
+                for key in asked:
+                    results[key] = (E.error_code(exc), str(exc))
+                asked = []
+
+            def elected(key):
+                state = rm.states.get(key)
+                if state is None:
+                    return False
+                if kind == PREFERRED:
+                    return state.leader == rm.assignments[key[0]].partitions[key[1]][0]
+                return state.leader in rm.brokers
+            await self._await_cluster(lambda: all(elected(k) for k in asked), timeout_s)
+            for key in asked:
+                results.setdefault(key, (E.NONE, None) if elected(key) else
+                                   (E.REQUEST_TIMED_OUT, f"the election of {key[0]}-{key[1]} did not complete"
+                                    f" within {timeout_s:g} s"))
+        by_topic: dict[str, list] = {}
+        for (name, p), (code, message) in results.items():
+            by_topic.setdefault(name, []).append({"partition_id": p, "error_code": code, "error_message": message})
+        return {"throttle_time": 0, "error_code": E.NONE,
+                "replica_election_results": [{"topic": t, "partition_result": r} for t, r in by_topic.items()]}
+
+    async def _request_election(self, kind: int, partitions, timeout_s: float) -> None:
+        """Hand the election to the controller through ZooKeeper (Kafka's
+        /admin/preferred_replica_election; seglog's /admin/unclean_leader_election)."""
+        store = self.cluster.store
+        deadline = time.monotonic() + max(timeout_s, 1.0)
+        while True:
+            try:
+                if kind == PREFERRED:
+                    await asyncio.to_thread(store.request_preferred_election, partitions)
+                else:
+                    await asyncio.to_thread(store.request_unclean_election, partitions)
+                return
+            except ZkVersionConflictError:          # another request pending: wait for it
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,109 @@
+"""A broker's membership of a cluster (zookeeper.connect): its ZooKeeper session, its
+registration under /brokers/ids, its candidacy for controller, and its controlled shutdown.
+
+Start: connect to ZooKeeper and make the broker a cluster member (`Broker.join_cluster`) before
+its logs open; once it serves, register it (the broker epoch is the registration's czxid) and
+join the controller election. Stop (controlled.shutdown.enable): announce the shutdown, wait
+until the controller moved every leadership this broker holds to another in-sync replica (up to
+controlled.shutdown.max.retries x controlled.shutdown.retry.backoff.ms), then deregister, so
+clients see the new leaders before this broker goes (Kafka's controlled shutdown).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from logcore.errors import InvalidConfigError, SegLogError
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterMember:
+    def __init__(self, config, broker):
+        self.config = config
+        self.broker = broker
+        self.store = None
+        self.controller = None
+
+    async def connect(self) -> None:
+        from logcore.cluster.catalog import ZooKeeperCatalog
+        from logcore.cluster.zookeeper_store import ZooKeeperStore
+
+        if not self.broker.root.storage.is_local:
+            raise InvalidConfigError(
+                f"{self.config.source}: zookeeper.connect: a cluster member keeps its replicas on local"
+                f" disk; log.dirs={self.config.log_dir} is not a local folder")
+        self.store = ZooKeeperStore(self.config["zookeeper.connect"],
+                                    session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
+        await asyncio.to_thread(self.store.start)
+        catalog = ZooKeeperCatalog(self.store, replication_factor=self.config["default.replication.factor"])
+        self.broker.cluster_id = await asyncio.to_thread(self.store.cluster_id)
+        self.broker.join_cluster(self.store, catalog)
+
+    async def register(self, host: str, port: int) -> None:
+        from logcore.cluster.controller import Controller
+
+        epoch = await asyncio.to_thread(self.store.register_broker, self.broker.node_id, host, port)
+        logger.info("broker %d registered in ZooKeeper (%s) at %s:%d, broker epoch %d", self.broker.node_id,
+                    self.config["zookeeper.connect"], host, port, epoch)
+        self.controller = Controller(
+            self.store, self.broker.node_id,
+            unclean_leader_election=self.broker.root.defaults().get(
+                "unclean.leader.election.enable", "false").lower() == "true",
+            auto_rebalance=self.config["auto.leader.rebalance.enable"],
+            rebalance_interval_s=self.config["leader.imbalance.check.interval.seconds"],
+            imbalance_percentage=self.config["leader.imbalance.per.broker.percentage"])
+        await asyncio.to_thread(self.controller.start)
+
+    async def shutdown(self) -> None:
+        """Controlled shutdown (when enabled), then leave the cluster."""
+        if self.store is None:
+            return
+        try:
+            if self.config["controlled.shutdown.enable"] and self.controller is not None:
+                await self._controlled_shutdown()
+        except Exception as exc:   # noqa: BLE001 - stopping goes on regardless
+            logger.warning("controlled shutdown of broker %d failed: %s", self.broker.node_id, exc)
+        if self.controller is not None:
+            await asyncio.to_thread(self.controller.stop)
+        try:
+            await asyncio.to_thread(self.store.deregister_broker)
+        except SegLogError as exc:
+            logger.warning("broker %d: deregistering failed: %s", self.broker.node_id, exc)
+
+    async def _controlled_shutdown(self) -> None:
+        rm = self.broker.cluster
+        me = self.broker.node_id
+        await asyncio.to_thread(self.store.announce_controlled_shutdown, me)
+        attempts = self.config["controlled.shutdown.max.retries"]
+        backoff_s = self.config["controlled.shutdown.retry.backoff.ms"] / 1000.0
+        deadline = time.monotonic() + attempts * max(backoff_s, 0.5)
+
+        def movable() -> list[tuple[str, int]]:
+            # Partitions this broker leads that another live replica could lead.
+            out = []
+            for key, replica in rm.replicas.items():
+                if replica.role != "leader":
+                    continue
+                others = [b for b in replica.isr if b != me and b in rm.brokers]
+                if others:
+                    out.append(key)
+            return out
+
+        while movable() and time.monotonic() < deadline:
+            try:
+                await asyncio.wait_for(rm.changed.wait(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                break
+        left = movable()
+        if left:
+            logger.warning("broker %d: controlled shutdown: still leading %d partitions with other in-sync"
+                           " replicas after %d attempts; stopping anyway", me, len(left), attempts)
+        else:
+            logger.info("broker %d: controlled shutdown: every leadership moved", me)
+
+    async def close(self) -> None:
+        if self.store is not None:
+            await asyncio.to_thread(self.store.close)
+            self.store = None

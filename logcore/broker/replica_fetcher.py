@@ -1,0 +1,311 @@
+"""Followers pull from leaders: one fetcher task per leader broker, for every partition this
+broker follows there (Kafka's ReplicaFetcherThread, num.replica.fetchers=1).
+
+Each round is one Fetch v12 to the leader with replica_id = this broker, and per partition
+fetch_offset = the local LEO, last_fetched_epoch = the latest epoch of the local epoch cache
+and current_leader_epoch = the epoch this broker follows at. The answer, per partition
+(replication.md 1.5, 3.3):
+- records: appended verbatim (Log.append_as_follower), then HW = min(leader's HW, own LEO);
+- a diverging epoch (the local log is not a prefix of the leader's): truncate to where the logs
+  agree, by leader epoch (KIP-101/279), never to the HW, and do not take the HW from that answer;
+- OFFSET_OUT_OF_RANGE: ask the leader's log end (ListOffsets as a replica) and truncate to it
+  if the local log is longer, or restart at the leader's log start if the local log ends below
+  it;
+- FENCED_LEADER_EPOCH: this broker is behind; wait for the new state from ZooKeeper;
+- any other error: back off replica.fetch.backoff.ms for that partition.
+A response is applied only if the partition is still followed at the same epoch and its LEO is
+still the offset the request asked for (a truncation or a new state may have come meanwhile).
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from dataclasses import dataclass
+
+from logcore.broker import errors as E
+from logcore.errors import SegLogError
+from logcore.wire.client import AsyncKafkaConnection, KafkaError
+
+logger = logging.getLogger(__name__)
+
+FETCH, LIST_OFFSETS = 1, 2
+FETCH_VERSION = 12
+LIST_OFFSETS_VERSION = 4
+LATEST = -1
+
+
+@dataclass(eq=False)
+class Followed:
+    replica: object                  # replica_manager.Replica
+    epoch: int                       # the leader epoch followed at
+    delayed_until: float = 0.0       # monotonic seconds: backing off after an error
+    fenced: bool = False             # the leader has a newer epoch: wait for ZooKeeper
+
+
+def truncation_offset(log, leader_epoch: int, leader_end: int) -> int:
+    """Where a follower cuts its log when the leader answers (epoch, end offset) for the
+    follower's latest epoch (a Fetch's diverging epoch, or OffsetForLeaderEpoch): Kafka's
+    getOffsetTruncationState (KIP-101 with KIP-279). The follower looks up its own end of the
+    leader's epoch: if it knows that epoch, the logs agree up to the smaller end; if not, it cuts
+    to its own end of the largest epoch below, and the next fetch asks again with that epoch."""
+    leo = log.log_end_offset
+    if leader_end < 0:
+        return min(log.high_watermark, leo)               # the leader knows no epochs
+    if leader_epoch < 0:
+        return min(leader_end, leo)                       # an answer without an epoch (v0)
+    epoch, end = log.end_offset_for_epoch(leader_epoch)
+    if epoch < 0 or end < 0:
+        return min(leader_end, leo)                       # nothing of that epoch or before here
+    if epoch == leader_epoch:
+        return min(leader_end, end, leo)
+    return min(end, leo)
+
+
+class ReplicaFetchers:
+    """The fetcher tasks of this broker, one per leader it follows partitions of."""
+
+    def __init__(self, manager):
+        self.manager = manager
+        self.by_leader: dict[int, LeaderFetcher] = {}
+
+    def add(self, replica, leader: int) -> None:
+        fetcher = self.by_leader.get(leader)
+        if fetcher is None:
+            fetcher = self.by_leader[leader] = LeaderFetcher(self.manager, leader)
+            fetcher.start()
+        fetcher.partitions[replica.key] = Followed(replica, replica.epoch)
+        fetcher.wake.set()
+
+    def remove(self, replica) -> None:
+        for fetcher in self.by_leader.values():
+            fetcher.partitions.pop(replica.key, None)
+
+    def brokers_changed(self) -> None:
+        """A leader's address may have changed: reconnect at the next round."""
+        for leader, fetcher in self.by_leader.items():
+            if fetcher.address != self.manager.address_of(leader):
+                fetcher.reconnect = True
+            fetcher.wake.set()
+
+    async def stop(self) -> None:
+        for fetcher in self.by_leader.values():
+            await fetcher.stop()
+        self.by_leader.clear()
+
+
+class LeaderFetcher:
+    def __init__(self, manager, leader: int):
+        self.manager = manager
+        self.leader = leader
+        self.config = manager.config
+        self.partitions: dict[tuple[str, int], Followed] = {}
+        self.wake = asyncio.Event()
+        self.conn: AsyncKafkaConnection | None = None
+        self.address: tuple[str, int] | None = None
+        self.reconnect = False
+        self.task: asyncio.Task | None = None
+        self.backoff_s = self.config["replica.fetch.backoff.ms"] / 1000.0
+        self.timeout_s = self.config["replica.socket.timeout.ms"] / 1000.0
+        self.wait_ms = self.config["replica.fetch.wait.max.ms"]
+        self._warned: str | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{self.leader}")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        if self.conn is not None:
+            self.conn.close()
+
+    async def _run(self) -> None:
+        while True:
+            now = time.monotonic()
+            ready = [f for f in self.partitions.values() if not f.fenced and f.delayed_until <= now]
+            if not ready:
+                self.wake.clear()
+                delays = [f.delayed_until - now for f in self.partitions.values() if not f.fenced]
+                try:
+                    await asyncio.wait_for(self.wake.wait(), min(delays) if delays else None)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                conn = await self._connection()
+                if conn is None:
+                    await asyncio.sleep(self.backoff_s)
+                    continue
+                await self._round(conn, ready)
+                self._warned = None
+            except asyncio.CancelledError:
+                raise
+            except KafkaError as exc:
+                self._warn(f"fetching from broker {self.leader} failed: {exc}")
+                if self.conn is not None:
+                    self.conn.close()
+                    self.conn = None
+                await asyncio.sleep(self.backoff_s)
+            except Exception:   # noqa: BLE001 - a bug must not stop replication of the others
+                logger.exception("broker %d: fetcher for leader %d failed; retrying", self.manager.me,
+                                 self.leader)
+                await asyncio.sleep(self.backoff_s)
+
+    def _warn(self, message: str) -> None:
+        if message != self._warned:                  # once per distinct failure
+            self._warned = message
+            logger.warning("broker %d: %s", self.manager.me, message)
+
+    async def _connection(self) -> AsyncKafkaConnection | None:
+        address = self.manager.address_of(self.leader)
+        if address is None:
+            self._warn(f"leader {self.leader} is not registered; waiting for it")
+            return None
+        if self.conn is not None and (self.reconnect or address != self.address or not self.conn.connected):
+            self.conn.close()
+            self.conn = None
+        if self.conn is None:
+            self.reconnect = False
+            self.address = address
+            self.conn = AsyncKafkaConnection(address[0], address[1], timeout_s=self.timeout_s,
+                                             client_id=f"replica-fetcher-{self.manager.me}")
+            await self.conn.connect()
+        return self.conn
+
+    # ------------------------------------------------------------------ one round
+    def _partition_request(self, followed: Followed) -> dict | None:
+        replica = followed.replica
+        part = self.manager.partitions.get(replica.topic, replica.index)
+        log = part._log if part is not None else None
+        if log is None:
+            return None
+        latest = log.epoch_cache.latest_epoch
+        return {"partition": replica.index, "current_leader_epoch": followed.epoch,
+                "fetch_offset": log.log_end_offset, "last_fetched_epoch": -1 if latest is None else latest,
+                "log_start_offset": log.log_start_offset,
+                "partition_max_bytes": self.config["replica.fetch.max.bytes"]}
+
+    async def _round(self, conn: AsyncKafkaConnection, ready: list[Followed]) -> None:
+        topics: dict[str, list] = {}
+        asked: dict[tuple[str, int], tuple[Followed, int]] = {}
+        for followed in ready:
+            req = self._partition_request(followed)
+            if req is None:
+                continue
+            topics.setdefault(followed.replica.topic, []).append(req)
+            asked[followed.replica.key] = (followed, req["fetch_offset"])
+        if not asked:
+            await asyncio.sleep(self.backoff_s)
+            return
+        body = {"replica_id": self.manager.me, "max_wait": datetime.timedelta(milliseconds=self.wait_ms),
+                "min_bytes": self.config["replica.fetch.min.bytes"],
+                "max_bytes": self.config["replica.fetch.response.max.bytes"], "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
+                "forgotten_topics_data": [], "rack_id": ""}
+        response = await conn.request(FETCH, body, version=FETCH_VERSION,
+                                      timeout_s=self.timeout_s + self.wait_ms / 1000.0)
+        if response.error_code != E.NONE:
+            raise KafkaError(f"Fetch answered error {int(response.error_code)}", int(response.error_code))
+        for topic in response.responses:
+            for p in topic.partitions:
+                entry = asked.get((topic.topic, p.partition_index))
+                if entry is None:
+                    continue
+                followed, offset = entry
+                current = self.partitions.get((topic.topic, p.partition_index))
+                if current is not followed:
+                    continue                        # no longer followed here, or at another epoch
+                try:
+                    await self._apply(conn, followed, offset, p)
+                except SegLogError as exc:
+                    logger.error("broker %d: replicating %s-%d from broker %d failed: %s; retrying",
+                                 self.manager.me, topic.topic, p.partition_index, self.leader, exc)
+                    followed.delayed_until = time.monotonic() + self.backoff_s
+
+    async def _apply(self, conn, followed: Followed, offset: int, p) -> None:
+        replica = followed.replica
+        code = int(p.error_code)
+        part = self.manager.partitions.get(replica.topic, replica.index)
+        if part is None or part._log is None:
+            return
+        log = part._log
+        if code == E.NONE:
+            diverging = getattr(p, "diverging_epoch", None)
+            if diverging is not None and (diverging.epoch >= 0 or diverging.end_offset >= 0):
+                await asyncio.to_thread(self._truncate_on_divergence, followed, log, offset,
+                                        diverging.epoch, diverging.end_offset)
+                return
+            records = p.records
+            if records:
+                def append():
+                    if log.log_end_offset != offset:    # truncated meanwhile: drop this answer
+                        return False
+                    log.append_as_follower(bytes(records))
+                    return True
+                if not await asyncio.to_thread(append):
+                    return
+            log.update_high_watermark(p.high_watermark)
+            self.manager.partitions.notify(part)
+        elif code == E.OFFSET_OUT_OF_RANGE:
+            await self._out_of_range(conn, followed, log)
+        elif code == E.FENCED_LEADER_EPOCH:
+            followed.fenced = True       # the new state from ZooKeeper re-adds the partition
+            logger.info("broker %d: %s-%d: leader %d is at a newer epoch than %d; waiting for the"
+                        " new state", self.manager.me, replica.topic, replica.index, self.leader,
+                        followed.epoch)
+        else:
+            followed.delayed_until = time.monotonic() + self.backoff_s
+
+    def _truncate_on_divergence(self, followed: Followed, log, offset: int, leader_epoch: int,
+                                leader_end: int) -> None:
+        """Kafka's getOffsetTruncationState: cut where this log and the leader's agree."""
+        replica = followed.replica
+        leo = log.log_end_offset
+        if leo != offset:
+            return                                         # changed meanwhile: the next round
+        target = truncation_offset(log, leader_epoch, leader_end)
+        below = target < log.high_watermark
+        if below:
+            logger.warning("broker %d: %s-%d: truncating to %d, below the high watermark %d"
+                           " (only an unclean election makes this happen)", self.manager.me,
+                           replica.topic, replica.index, target, log.high_watermark)
+        if target < leo:
+            logger.info("broker %d: %s-%d: log diverged from leader %d at epoch %d; truncating from"
+                        " %d to %d", self.manager.me, replica.topic, replica.index, self.leader,
+                        leader_epoch, leo, target)
+        # At or past the LEO this still drops epoch-cache entries the leader does not have
+        # (KAFKA-10706), so that the next probe asks about an epoch both know.
+        log.truncate_to(target, below_high_watermark=below, expected_end=offset)
+
+    async def _out_of_range(self, conn, followed: Followed, log) -> None:
+        replica = followed.replica
+        body = {"replica_id": self.manager.me, "isolation_level": 0, "topics": [
+            {"name": replica.topic, "partitions": [
+                {"partition_index": replica.index, "current_leader_epoch": followed.epoch,
+                 "timestamp": LATEST}]}]}
+        resp = await conn.request(LIST_OFFSETS, body, version=LIST_OFFSETS_VERSION, timeout_s=self.timeout_s)
+        p = resp.topics[0].partitions[0]
+        if int(p.error_code) != E.NONE:
+            followed.delayed_until = time.monotonic() + self.backoff_s
+            return
+        leader_leo = p.offset
+
+        def fix():
+            leo = log.log_end_offset
+            if leader_leo < leo:
+                below = leader_leo < log.high_watermark
+                logger.warning("broker %d: %s-%d: the leader's log ends at %d, before this replica's"
+                               " %d; truncating", self.manager.me, replica.topic, replica.index,
+                               leader_leo, leo)
+                log.truncate_to(leader_leo, below_high_watermark=below, expected_end=leo)
+            else:
+                # This replica ends below the leader's log start (retention there moved past it).
+                logger.error("broker %d: %s-%d: this replica ends at %d, below the leader's log"
+                             " start; it cannot catch up by fetching (remove its folder to have it"
+                             " rebuilt from the leader)", self.manager.me, replica.topic,
+                             replica.index, leo)
+        await asyncio.to_thread(fix)
+        followed.delayed_until = time.monotonic() + self.backoff_s

@@ -1,0 +1,534 @@
+"""A Kafka protocol client over kio schemas: one connection to one broker.
+
+- `KafkaConnection(host, port, *, timeout_s, client_id)`: blocking. `connect()` opens the socket
+  and negotiates with ApiVersions; `request(api_key, body, version=None)` sends one request and
+  returns its kio response dataclass; `send` / `receive` pipeline several (responses come back
+  in the order the requests went out, as Kafka guarantees on one connection).
+- `AsyncKafkaConnection`: the same over asyncio streams (`await connect()`, `await request()`,
+  `close()`), each request with its own timeout; concurrent requests share the connection.
+- `bootstrap(servers)`: a connection to the first reachable of `h1:p1,h2:p2`;
+  `KafkaConnection.connection_to(node_id)` reaches another broker of the cluster (the controller,
+  a leader) through the Metadata response's broker list.
+
+Bodies are dicts of Kafka field names (`protocol.build` fills what a version lacks with its
+default), or the kio request dataclass of the version sent. Which version: the highest that the
+broker serves (ApiVersions), kio knows, and the caller's window allows (`windows=` at
+construction, or `window=` per request); `version=` asks for one exact version.
+
+ApiVersions goes out at the newest version kio knows; a broker that does not serve it answers
+UNSUPPORTED_VERSION with its own window in a v0 body (Kafka's rule), and the request is sent again
+at the newest version both know.
+
+Every failure is a KafkaError (a SegLogError) naming the broker's host:port and the API; a broken
+or timed-out connection is a KafkaConnectionError (retriable: connect again). After a request
+timeout the connection is closed, as Kafka's clients do: its late response cannot be matched.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
+
+from logcore import __version__
+from logcore.errors import SegLogError
+from logcore.wire.protocol import ProtocolError, decode_response, encode_request
+from logcore.wire.servers import parse_servers
+
+API_VERSIONS = 18
+METADATA = 3
+NONE = 0
+UNSUPPORTED_VERSION = 35
+DEFAULT_TIMEOUT_S = 30.0
+CLIENT_SOFTWARE = "seglog"           # ApiVersions v3+: Kafka checks [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?
+
+_SIZE = struct.Struct(">i")
+_CORRELATION_ERROR = struct.Struct(">ih")     # response header v0 + ApiVersions' leading error_code
+
+
+class KafkaError(SegLogError):
+    """A broker answered with an error, refused an API or version, or sent what cannot be read.
+    `code` is the Kafka error code (-1: none applies)."""
+
+    def __init__(self, message: str, code: int = -1):
+        super().__init__(message)
+        self.code = int(code)
+
+
+class KafkaConnectionError(KafkaError):
+    """The broker could not be reached, the connection broke, or a request timed out (retriable)."""
+
+
+class UnsupportedApiError(KafkaError):
+    """The broker does not serve the API, or no version of it that this client can send."""
+
+    def __init__(self, message: str):
+        super().__init__(message, UNSUPPORTED_VERSION)
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API key (`ElectLeaders`), or `api key N` when kio does not know it."""
+    name = api_key_map.get(api_key)
+    return "".join(part.capitalize() for part in name.split("_")) if name else f"api key {api_key}"
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (`ELECTION_NOT_NEEDED`), or `error N`."""
+    try:
+        return ErrorCode(int(code)).name.upper()
+    except ValueError:
+        return f"error {code}"
+
+
+@cache
+def known_versions(api_key: int) -> tuple[int, int]:
+    """The (min, max) versions of an API whose schemas kio has (both request and response)."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        raise UnsupportedApiError(f"api key {api_key} is not a Kafka API this client knows")
+    versions = sorted(schema_name_map[name])
+    return versions[0], versions[-1]
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class _Negotiated:
+    """What both client kinds share: the negotiated versions, the correlation ids, the names."""
+
+    def __init__(self, host: str, port: int, timeout_s: float, client_id: str | None,
+                 windows: dict[int, tuple[int, int]] | None, origin: str | None):
+        self.host = host
+        self.port = int(port)
+        self.timeout_s = float(timeout_s)
+        self.client_id = client_id
+        self.windows = dict(windows or {})
+        self.origin = origin              # e.g. "bootstrap.servers=h1:p1,h2:p2", for messages
+        self.served: dict[int, tuple[int, int]] = {}     # api key -> the broker's (min, max)
+        self._correlation = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def where(self) -> str:
+        return f"the broker at {self.address}" + (f" ({self.origin})" if self.origin else "")
+
+    def _next_correlation(self) -> int:
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        return self._correlation
+
+    def version_for(self, api_key: int, version: int | None = None,
+                    window: tuple[int, int] | None = None) -> int:
+        """The version a request of `api_key` goes out at (see the module docstring)."""
+        k_lo, k_hi = known_versions(api_key)
+        served = self.served.get(api_key)
+        if served is None:
+            raise UnsupportedApiError(f"{self.where()} does not serve {api_name(api_key)} (api key {api_key}):"
+                                      " it is not advertised in its ApiVersions response")
+        s_lo, s_hi = served
+        if version is not None:
+            if not (s_lo <= version <= s_hi and k_lo <= version <= k_hi):
+                raise UnsupportedApiError(
+                    f"{self.where()} serves {api_name(api_key)} versions {s_lo}..{s_hi}; v{version} was asked"
+                    + ("" if k_lo <= version <= k_hi else f" (this client knows {k_lo}..{k_hi})"))
+            return version
+        c_lo, c_hi = window or self.windows.get(api_key, (k_lo, k_hi))
+        lo, hi = max(s_lo, k_lo, c_lo), min(s_hi, k_hi, c_hi)
+        if lo > hi:
+            raise UnsupportedApiError(
+                f"{self.where()} serves {api_name(api_key)} versions {s_lo}..{s_hi}, none of"
+                f" {c_lo}..{c_hi} that the caller allows" + ("" if k_lo <= c_lo and c_hi <= k_hi
+                                                            else f" (the schemas known here: {k_lo}..{k_hi})"))
+        return hi
+
+    def _api_versions_frame(self, version: int, correlation_id: int) -> bytes:
+        body = {"client_software_name": CLIENT_SOFTWARE, "client_software_version": __version__}
+        return encode_request(API_VERSIONS, version, correlation_id, self.client_id, body)
+
+    def _api_versions_answer(self, version: int, frame: bytes) -> int | None:
+        """Take the broker's windows from an ApiVersions response frame; the version to ask
+        again at when the broker refused `version` (None: done)."""
+        if len(frame) < _CORRELATION_ERROR.size:
+            raise KafkaError(f"{self.where()} sent a {len(frame)}-byte ApiVersions response")
+        _, code = _CORRELATION_ERROR.unpack_from(frame, 0)
+        if code == UNSUPPORTED_VERSION and version > 0:
+            _, body = self._decode(API_VERSIONS, 0, frame)     # Kafka answers in v0 with its window
+            theirs = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}.get(API_VERSIONS)
+            if theirs is None or theirs[1] >= version:
+                raise KafkaError(f"{self.where()} refused ApiVersions v{version} without a usable window",
+                                 UNSUPPORTED_VERSION)
+            return theirs[1]
+        _, body = self._decode(API_VERSIONS, version, frame)
+        if body.error_code != NONE:
+            raise KafkaError(f"{self.where()} refused ApiVersions v{version}: {error_name(body.error_code)}",
+                             int(body.error_code))
+        self.served = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in body.api_keys}
+        return None
+
+    def _decode(self, api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
+        try:
+            return decode_response(api_key, version, frame)
+        except ProtocolError as exc:
+            raise KafkaError(f"{self.where()}: {api_name(api_key)} v{version}: {exc}") from None
+
+    def _frame(self, api_key: int, body: Any, version: int | None, window) -> tuple[bytes, int, int]:
+        v = self.version_for(api_key, version, window)
+        correlation = self._next_correlation()
+        try:
+            frame = encode_request(api_key, v, correlation, self.client_id, body)
+        except (TypeError, ValueError) as exc:
+            raise KafkaError(f"cannot encode a {api_name(api_key)} v{v} request for {self.where()}:"
+                             f" {type(exc).__name__}: {exc}") from None
+        return frame, v, correlation
+
+
+# ------------------------------------------------------------------------------ blocking
+
+class KafkaConnection(_Negotiated):
+    """One blocking connection to one broker; not thread-safe."""
+
+    def __init__(self, host: str, port: int, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 client_id: str | None = "seglog", windows: dict[int, tuple[int, int]] | None = None,
+                 origin: str | None = None):
+        super().__init__(host, port, timeout_s, client_id, windows, origin)
+        self._sock: socket.socket | None = None
+        self._pending: collections.deque[tuple[int, int, int]] = collections.deque()
+
+    def connect(self) -> "KafkaConnection":
+        """Open the connection and negotiate versions (no-op when open)."""
+        if self._sock is not None:
+            return self
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+        except OSError as exc:
+            raise KafkaConnectionError(f"cannot connect to {self.where()}: {exc.strerror or exc}") from None
+        sock.settimeout(self.timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        try:
+            version = known_versions(API_VERSIONS)[1]
+            while version is not None:
+                correlation = self._next_correlation()
+                self._send_frame(self._api_versions_frame(version, correlation), API_VERSIONS)
+                frame = self._recv_frame(API_VERSIONS)
+                version = self._api_versions_answer(version, frame)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+                self._pending.clear()
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def __enter__(self) -> "KafkaConnection":
+        return self.connect()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def send(self, api_key: int, body: Any, version: int | None = None, *,
+             window: tuple[int, int] | None = None) -> int:
+        """Send one request without waiting for its response; its correlation id."""
+        self.connect()
+        frame, v, correlation = self._frame(api_key, body, version, window)
+        self._send_frame(frame, api_key)
+        self._pending.append((correlation, api_key, v))
+        return correlation
+
+    def receive(self) -> Any:
+        """The response (kio dataclass) to the oldest request still waiting for one."""
+        if not self._pending:
+            raise KafkaError(f"no request to {self.where()} is waiting for a response")
+        correlation, api_key, version = self._pending.popleft()
+        frame = self._recv_frame(api_key)
+        got, body = self._decode(api_key, version, frame)
+        if got != correlation:
+            self.close()
+            raise KafkaError(f"{self.where()} answered correlation id {got} where {correlation}"
+                             f" ({api_name(api_key)}) was expected")
+        return body
+
+    def request(self, api_key: int, body: Any, version: int | None = None, *,
+                window: tuple[int, int] | None = None) -> Any:
+        """Send one request and return its response (no pipelined request may be waiting)."""
+        if self._pending:
+            raise KafkaError(f"{len(self._pending)} request(s) sent to {self.where()} still wait for their"
+                             f" responses: receive() them before a {api_name(api_key)} request()")
+        self.send(api_key, body, version, window=window)
+        return self.receive()
+
+    def _send_frame(self, frame: bytes, api_key: int) -> None:
+        try:
+            self._sock.sendall(frame)
+        except OSError as exc:
+            self.close()
+            raise KafkaConnectionError(
+                f"lost the connection to {self.where()} sending {api_name(api_key)}: {exc}") from None
+
+    def _recv_frame(self, api_key: int) -> bytes:
+        try:
+            (size,) = _SIZE.unpack(self._recv_exactly(4))
+            if size < 0:
+                raise EOFError(f"a negative response size {size}")
+            return self._recv_exactly(size)
+        except socket.timeout:
+            self.close()
+            raise KafkaConnectionError(f"{self.where()} did not answer {api_name(api_key)}"
+                                       f" within {self.timeout_s:g} s") from None
+        except (OSError, EOFError) as exc:
+            self.close()
+            raise KafkaConnectionError(
+                f"lost the connection to {self.where()} waiting for the {api_name(api_key)} response: {exc}") from None
+
+    def _recv_exactly(self, n: int) -> bytes:
+        out = bytearray(n)
+        view = memoryview(out)
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise EOFError("the broker closed the connection")
+            got += k
+        return bytes(out)
+
+    # ------------------------------------------------------------------ the cluster
+    def metadata_brokers(self) -> tuple[dict[int, BrokerAddress], int]:
+        """The cluster's brokers by node id, and the controller id Metadata reports (-1: none;
+        a KRaft cluster names one of its brokers, which forwards controller requests)."""
+        body = self.request(METADATA, {"topics": [], "allow_auto_topic_creation": False})
+        brokers = {int(b.node_id): BrokerAddress(int(b.node_id), b.host, int(b.port), b.rack)
+                   for b in body.brokers}
+        return brokers, int(getattr(body, "controller_id", -1))
+
+    def connection_to(self, node_id: int) -> "KafkaConnection":
+        """A new, connected KafkaConnection to broker `node_id` (its address from Metadata)."""
+        brokers, _ = self.metadata_brokers()
+        target = brokers.get(int(node_id))
+        if target is None:
+            raise KafkaError(f"{self.where()} lists no broker {node_id} in its Metadata"
+                             f" (brokers: {sorted(brokers) or 'none'})")
+        return KafkaConnection(target.host, target.port, timeout_s=self.timeout_s, client_id=self.client_id,
+                               windows=self.windows, origin=f"node {node_id}").connect()
+
+    def controller(self) -> "KafkaConnection":
+        """A new connection to the broker Metadata names as the controller."""
+        _, controller_id = self.metadata_brokers()
+        if controller_id < 0:
+            raise KafkaError(f"{self.where()} names no controller in its Metadata")
+        return self.connection_to(controller_id)
+
+
+def bootstrap(servers: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, client_id: str | None = "seglog",
+              windows: dict[int, tuple[int, int]] | None = None,
+              option: str = "bootstrap.servers") -> KafkaConnection:
+    """A connected KafkaConnection to the first of `servers` (`h1:p1,h2:p2`) that answers;
+    `option` names the setting in messages."""
+    failures = []
+    for host, port in parse_servers(servers, option):
+        conn = KafkaConnection(host, port, timeout_s=timeout_s, client_id=client_id, windows=windows,
+                               origin=f"{option}={servers}")
+        try:
+            return conn.connect()
+        except KafkaConnectionError as exc:
+            failures.append(f"{host}:{port}: {exc}")
+    raise KafkaConnectionError(
+        f"cannot reach any broker of {option}={servers}: {'; '.join(failures)}. Is a Kafka-protocol"
+        " broker (`seglog broker` or Apache Kafka) running there?")
+
+
+# ------------------------------------------------------------------------------ asyncio
+
+class AsyncKafkaConnection(_Negotiated):
+    """One asyncio connection to one broker. Requests may be issued by several tasks at once:
+    each waits for its own response (matched by correlation id), for at most its timeout."""
+
+    def __init__(self, host: str, port: int, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 client_id: str | None = "seglog", windows: dict[int, tuple[int, int]] | None = None,
+                 origin: str | None = None):
+        super().__init__(host, port, timeout_s, client_id, windows, origin)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reading: asyncio.Task | None = None
+        self._waiting: dict[int, tuple[asyncio.Future, int, int]] = {}
+        self._unclaimed: collections.deque[tuple[asyncio.Future, int]] = collections.deque()
+        self._failure: KafkaError | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._waiting)
+
+    async def connect(self) -> "AsyncKafkaConnection":
+        if self._writer is not None:
+            return self
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise KafkaConnectionError(f"cannot connect to {self.where()}: no answer within"
+                                       f" {self.timeout_s:g} s") from None
+        except OSError as exc:
+            raise KafkaConnectionError(f"cannot connect to {self.where()}: {exc.strerror or exc}") from None
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._failure = None
+        self._unclaimed.clear()
+        self._reading = asyncio.get_running_loop().create_task(self._read_loop())
+        try:
+            version = known_versions(API_VERSIONS)[1]
+            while version is not None:
+                frame = await self._exchange(API_VERSIONS, version,
+                                             lambda c, v=version: self._api_versions_frame(v, c), None, raw=True)
+                version = self._api_versions_answer(version, frame)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Close the connection; requests still waiting fail with KafkaConnectionError."""
+        self._fail(KafkaConnectionError(f"the connection to {self.where()} was closed"))
+
+    async def __aenter__(self) -> "AsyncKafkaConnection":
+        return await self.connect()
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+
+    async def send(self, api_key: int, body: Any, version: int | None = None, *,
+                   window: tuple[int, int] | None = None) -> int:
+        """Send one request; `receive()` returns the responses in the order of the sends."""
+        self._check_open()
+        frame, v, correlation = self._frame(api_key, body, version, window)
+        fut = self._register(correlation, api_key, v)
+        self._unclaimed.append((fut, api_key))
+        await self._write(frame, api_key)
+        return correlation
+
+    async def receive(self, timeout_s: float | None = None) -> Any:
+        """The response to the oldest request `send` sent that no receive() took yet."""
+        if not self._unclaimed:
+            raise KafkaError(f"no request sent to {self.where()} is waiting for a response")
+        fut, api_key = self._unclaimed.popleft()
+        return await self._await(fut, api_key, timeout_s)
+
+    async def request(self, api_key: int, body: Any, version: int | None = None, *,
+                      window: tuple[int, int] | None = None, timeout_s: float | None = None) -> Any:
+        """Send one request and return its response; KafkaConnectionError (and the connection
+        closed) when it does not come within `timeout_s` (default: the connection's)."""
+        self._check_open()
+        frame, v, correlation = self._frame(api_key, body, version, window)
+        return await self._exchange(api_key, v, lambda _c: frame, timeout_s, correlation=correlation)
+
+    # ------------------------------------------------------------------ internals
+    def _check_open(self) -> None:
+        if self._writer is None:
+            raise self._failure or KafkaConnectionError(f"not connected to {self.where()}: await connect() first")
+
+    def _register(self, correlation: int, api_key: int, version: int) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[correlation] = (fut, api_key, version)
+        return fut
+
+    async def _exchange(self, api_key: int, version: int, make_frame, timeout_s, *, raw: bool = False,
+                        correlation: int | None = None):
+        if correlation is None:
+            correlation = self._next_correlation()
+        frame = make_frame(correlation)
+        fut = self._register(correlation, api_key, -1 if raw else version)
+        await self._write(frame, api_key)
+        return await self._await(fut, api_key, timeout_s)
+
+    async def _await(self, fut: asyncio.Future, api_key: int, timeout_s: float | None):
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), limit)
+        except asyncio.TimeoutError:
+            error = KafkaConnectionError(f"{self.where()} did not answer {api_name(api_key)}"
+                                         f" within {limit:g} s")
+            self._fail(error)
+            raise error from None
+
+    async def _write(self, frame: bytes, api_key: int) -> None:
+        try:
+            self._writer.write(frame)
+            await self._writer.drain()
+        except (OSError, RuntimeError) as exc:
+            error = KafkaConnectionError(f"lost the connection to {self.where()} sending {api_name(api_key)}: {exc}")
+            self._fail(error)
+            raise error from None
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+                if size < 0:
+                    raise KafkaError(f"{self.where()} sent a negative response size {size}")
+                frame = await self._reader.readexactly(size)
+                (correlation,) = _SIZE.unpack_from(frame, 0)
+                entry = self._waiting.pop(correlation, None)
+                if entry is None:
+                    raise KafkaError(f"{self.where()} answered correlation id {correlation},"
+                                     " which no request is waiting for")
+                fut, api_key, version = entry
+                if fut.done():
+                    continue
+                if version < 0:
+                    fut.set_result(frame)
+                    continue
+                try:
+                    fut.set_result(self._decode(api_key, version, frame)[1])
+                except KafkaError as exc:
+                    fut.set_exception(exc)
+        except asyncio.CancelledError:
+            return
+        except (asyncio.IncompleteReadError, OSError) as exc:
+            what = "the broker closed the connection" if isinstance(exc, asyncio.IncompleteReadError) else exc
+            self._fail(KafkaConnectionError(f"lost the connection to {self.where()}: {what}"))
+        except KafkaError as exc:
+            self._fail(exc)
+
+    def _fail(self, error: KafkaError) -> None:
+        """Close the connection and fail every request still waiting with `error`."""
+        self._failure = error
+        waiting, self._waiting = self._waiting, {}
+        for fut, api_key, _v in waiting.values():
+            if not fut.done():
+                fut.set_exception(KafkaConnectionError(f"{error} (while waiting for {api_name(api_key)})"))
+                fut.exception()       # retrieved here: a waiter that gave up does not warn
+        if self._reading is not None and self._reading is not asyncio.current_task():
+            self._reading.cancel()
+        self._reading = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self._reader = None

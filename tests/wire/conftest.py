@@ -1,0 +1,44 @@
+"""Fixtures of the wire tests: a `seglog broker` subprocess (started as tests/broker/conftest.py
+starts one) and Apache Kafka's KRaft broker of tests/kafka_reference.py (skipped without it)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+sys.path.insert(0, str(TESTS / "broker"))
+from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (pytest fixtures)
+
+# tests/broker/conftest.py is a conftest (not importable by name): load it under its own name.
+_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_wire", TESTS / "broker" / "conftest.py")
+broker_fixtures = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = broker_fixtures
+_spec.loader.exec_module(broker_fixtures)
+
+
+@pytest.fixture(scope="module")
+def seglog_broker(tmp_path_factory):
+    """One `seglog broker` for the module, stopped by its pid afterwards."""
+    started: list = []
+    yield broker_fixtures._start_factory(tmp_path_factory.mktemp("seglog-broker"), started)()
+    for b in started:
+        b.stop()
+
+
+@pytest.fixture(scope="module")
+def kafka(kafka_broker_factory):
+    """One Apache Kafka broker (KRaft, node 1) for the module."""
+    return kafka_broker_factory()
+
+
+@pytest.fixture
+def seglog_broker_factory(tmp_path):
+    """Start `seglog broker`s for one test (to stop or kill them); all stopped by pid afterwards."""
+    started: list = []
+    yield broker_fixtures._start_factory(tmp_path, started)
+    for b in started:
+        b.stop()
