@@ -1,0 +1,487 @@
+"""A seglog cluster on 127.0.0.1 for fault-injection tests: ZooKeeper, N brokers, a proxy on
+every link.
+
+    with Cluster(tmp_path, brokers=3, zookeepers=1) as c:     # or c.start() / c.stop()
+        c.create_topic("t", partitions=3, replication_factor=3)
+        c.kill(2); c.restart(2)               # SIGKILL, start again on the same port and log.dirs
+        c.pause(1); c.resume(1)               # SIGSTOP / SIGCONT
+        c.isolate(1)                          # from every broker and from ZooKeeper
+        c.cut(1, 2); c.bridge(1, 2, 3)        # 1<->2 silent; 1<->3 silent (2 sees both)
+        c.cut_zookeeper(1)                    # broker 1's session to ZooKeeper goes silent
+        c.kill_zookeeper_leader()             # an ensemble's leader (zookeepers=3)
+        c.heal()                              # every proxy back to pass
+
+Links. Broker i reaches broker j (j != i) through proxy (i, j): its
+`inter.broker.address.overrides` maps j to that proxy. Its `zookeeper.connect` lists its own
+proxies in front of each ZooKeeper node. Clients (the test process) talk to the brokers
+directly. A cut puts the proxies of the link into blackhole (silence, sockets kept open) or,
+with how="reset", reset.
+
+`zookeepers=0` runs brokers without zookeeper.connect (each its own single-node broker), which
+is how the harness itself is tested before a cluster exists. Every process is started with
+subprocess.Popen and stopped by its pid in stop() (SIGCONT first for paused ones, SIGTERM, then
+SIGKILL). Each broker's output goes to `<base>/broker-<id>.log` (appended across restarts);
+`logs()` returns their tails, printed by stop(print_logs=True) when a test failed.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from netproxy import ProxyHub  # noqa: E402
+from zookeeper_reference import ZooKeeperCluster, free_ports  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 60.0
+
+
+class ClusterError(RuntimeError):
+    """The cluster did not reach the state a harness call waits for (the message says which)."""
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
+    """Poll until predicate() is truthy; its value, or ClusterError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def broker_env() -> dict:
+    env = dict(os.environ)
+    paths = [str(REPO), str(REPO / "connector")]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+class BrokerNode:
+    def __init__(self, broker_id: int, port: int, base: Path):
+        self.id = broker_id
+        self.port = port
+        self.log_dir = base / f"broker-{broker_id}-data"
+        self.conf = base / f"broker-{broker_id}.properties"
+        self.log_path = base / f"broker-{broker_id}.log"
+        self.proc: subprocess.Popen | None = None
+        self.paused = False
+        self.starts = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def write_config(self, settings: dict) -> None:
+        self.conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items() if v is not None))
+
+    def start(self) -> None:
+        if self.alive():
+            raise ClusterError(f"broker {self.id} is already running (pid {self.proc.pid})")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._log_mark = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            log.write(f"---- start {self.starts + 1} of broker {self.id} at {time.time():.3f}\n".encode())
+            log.flush()
+            self._log_mark = log.tell()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(self.conf)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=broker_env(),
+                cwd=self.conf.parent)
+        self.starts += 1
+        self.paused = False
+
+    def wait_listening(self, timeout: float = START_TIMEOUT) -> None:
+        """Until this start printed `listening on PLAINTEXT://` (or ClusterError with the log)."""
+        def ready():
+            if self.proc is None or self.proc.poll() is not None:
+                raise ClusterError(f"broker {self.id} exited with {self.proc and self.proc.returncode}:\n"
+                                   + self.log_tail())
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_mark)
+                return b"listening on PLAINTEXT://" in f.read()
+        try:
+            wait_until(ready, timeout, f"broker {self.id} to listen on {self.address}")
+        except ClusterError as e:
+            if "timed out" in str(e):
+                raise ClusterError(f"{e}\n{self.log_tail()}") from None
+            raise
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL (a crash); waits for the process to be gone."""
+        if self.proc is None:
+            return
+        self.signal(signal.SIGKILL)
+        self.proc.wait(20)
+        self.proc = None
+        self.paused = False
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (clean shutdown), SIGKILL after `timeout` seconds."""
+        if self.proc is None:
+            return
+        if self.alive():
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.proc.wait(20)
+        self.proc = None
+        self.paused = False
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.paused = False
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return f"(no log at {self.log_path.name})"
+        return "\n".join(text[-lines:])
+
+
+class Cluster:
+    def __init__(self, base: Path | str, *, brokers: int = 3, zookeepers: int = 1,
+                 session_timeout_ms: int = 3000, props: dict | None = None):
+        self.base = Path(base)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.session_timeout_ms = session_timeout_ms
+        ports = free_ports(brokers)
+        self.nodes = {i + 1: BrokerNode(i + 1, ports[i], self.base) for i in range(brokers)}
+        self.zk = ZooKeeperCluster(self.base / "zookeeper", size=zookeepers) if zookeepers else None
+        self.extra_props = dict(props or {})
+        self.hub = ProxyHub()
+        self.links: dict[tuple[int, int], object] = {}       # (src, dst) broker -> broker
+        self.zk_links: dict[tuple[int, int], object] = {}    # (broker, zk myid)
+        self._started = False
+
+    # ------------------------------------------------------------------ life cycle
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.address for n in self.nodes.values())
+
+    @property
+    def clustered(self) -> bool:
+        return self.zk is not None
+
+    def broker_settings(self, node: BrokerNode) -> dict:
+        settings = {"broker.id": node.id, "listeners": f"PLAINTEXT://{node.address}",
+                    "log.dirs": node.log_dir, "num.partitions": 1,
+                    "group.initial.rebalance.delay.ms": 0}
+        if self.clustered:
+            n = len(self.nodes)
+            overrides = ",".join(f"{j}=127.0.0.1:{self.links[(node.id, j)].port}"
+                                 for j in self.nodes if j != node.id)
+            zk = ",".join(f"127.0.0.1:{self.zk_links[(node.id, z.myid)].port}" for z in self.zk.nodes)
+            settings.update({
+                "zookeeper.connect": zk,
+                "zookeeper.session.timeout.ms": self.session_timeout_ms,
+                "default.replication.factor": min(3, n),
+                "min.insync.replicas": min(2, n),
+                "offsets.topic.replication.factor": min(3, n),
+                "replica.lag.time.max.ms": 2 * self.session_timeout_ms,
+                "replica.fetch.wait.max.ms": 200,
+                "unclean.leader.election.enable": "false",
+                "auto.leader.rebalance.enable": "false",
+                "controlled.shutdown.enable": "true",
+                "inter.broker.address.overrides": overrides,
+            })
+        settings.update(self.extra_props)
+        return settings
+
+    def start(self, timeout: float = START_TIMEOUT) -> "Cluster":
+        self._started = True
+        self.hub.start()
+        try:
+            if self.zk is not None:
+                self.zk.start()
+            for src in self.nodes.values():
+                for dst in self.nodes.values():
+                    if src.id != dst.id:
+                        self.links[(src.id, dst.id)] = self.hub.add(("127.0.0.1", dst.port),
+                                                                    name=f"{src.id}->{dst.id}")
+                if self.zk is not None:
+                    for z in self.zk.nodes:
+                        self.zk_links[(src.id, z.myid)] = self.hub.add(
+                            ("127.0.0.1", z.client_port), name=f"{src.id}->zk{z.myid}")
+            for node in self.nodes.values():
+                node.write_config(self.broker_settings(node))
+                node.start()
+            for node in self.nodes.values():
+                node.wait_listening(timeout)
+            self.wait_serving(timeout=timeout)
+        except BaseException:
+            self.stop(print_logs=True)
+            raise
+        return self
+
+    def stop(self, print_logs: bool = False) -> None:
+        """Stop every process this cluster started, by pid: brokers, ZooKeeper, the proxy loop."""
+        if print_logs:
+            print(self.logs())
+        for node in self.nodes.values():
+            try:
+                node.stop(timeout=10)
+            except Exception as e:      # noqa: BLE001 - keep stopping the others
+                print(f"stopping broker {node.id}: {e}")
+        if self.zk is not None:
+            self.zk.stop()
+        self.hub.stop()
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.stop(print_logs=exc_type is not None)
+
+    def logs(self, lines: int = 80) -> str:
+        parts = []
+        for node in self.nodes.values():
+            parts.append(f"===== broker {node.id} (port {node.port}, pid {node.pid}) {node.log_path.name}\n"
+                         + node.log_tail(lines))
+        if self.zk is not None:
+            for z in self.zk.nodes:
+                parts.append(f"===== zookeeper {z.myid} (port {z.client_port})\n" + z.log_tail(20))
+        return "\n".join(parts)
+
+    # ------------------------------------------------------------------ readiness
+    def registered(self) -> set[int]:
+        """Broker ids registered in ZooKeeper (/brokers/ids)."""
+        from kazoo.client import KazooClient
+        zk = KazooClient(hosts=self.zk.connect_string, timeout=5)
+        try:
+            zk.start(timeout=10)
+            return {int(c) for c in (zk.get_children("/brokers/ids") if zk.exists("/brokers/ids") else [])}
+        finally:
+            zk.stop()
+            zk.close()
+
+    def metadata_brokers(self, node: BrokerNode) -> set[int]:
+        """The broker ids `node` lists in a Metadata response (empty when it does not answer)."""
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": node.address, "socket.timeout.ms": 3000, "log_level": 0})
+        try:
+            md = admin.list_topics(timeout=3)
+        except Exception:               # noqa: BLE001 - not serving yet
+            return set()
+        return set(md.brokers)
+
+    def wait_serving(self, ids=None, timeout: float = START_TIMEOUT) -> None:
+        """Until the given (default: all running) brokers are registered in ZooKeeper and each
+        of them lists every one of them in its Metadata."""
+        ids = set(ids or [i for i, n in self.nodes.items() if n.alive()])
+        for i in ids:
+            self.nodes[i].wait_listening(timeout)
+        if not self.clustered:
+            for i in ids:
+                wait_until(lambda i=i: i in self.metadata_brokers(self.nodes[i]), timeout,
+                           f"broker {i} to answer Metadata")
+            return
+        wait_until(lambda: ids <= self.registered(), timeout, f"brokers {sorted(ids)} registered in ZooKeeper")
+        for i in ids:
+            wait_until(lambda i=i: ids <= self.metadata_brokers(self.nodes[i]), timeout,
+                       f"broker {i} to list brokers {sorted(ids)} in Metadata")
+
+    # ------------------------------------------------------------------ process faults
+    def kill(self, i: int) -> None:
+        self.nodes[i].kill()
+
+    def restart(self, i: int, wait: bool = True) -> None:
+        """Start broker i again (same port, same log.dirs); kills it first if it runs."""
+        node = self.nodes[i]
+        if node.alive():
+            node.kill()
+        node.start()
+        if wait:
+            node.wait_listening()
+
+    def stop_broker(self, i: int) -> None:
+        """SIGTERM: a clean (controlled) shutdown."""
+        self.nodes[i].stop()
+
+    def pause(self, i: int) -> None:
+        self.nodes[i].pause()
+
+    def resume(self, i: int) -> None:
+        self.nodes[i].resume()
+
+    def resume_all(self) -> None:
+        for n in self.nodes.values():
+            if n.paused:
+                n.resume()
+
+    def start_dead(self) -> list[int]:
+        """Start every broker that is not running; returns their ids."""
+        dead = [i for i, n in self.nodes.items() if not n.alive()]
+        for i in dead:
+            self.nodes[i].start()
+        for i in dead:
+            self.nodes[i].wait_listening()
+        return dead
+
+    # ------------------------------------------------------------------ network faults
+    def _set(self, proxies, mode: str) -> None:
+        for p in proxies:
+            p.set_mode(mode)
+
+    def cut(self, a: int, b: int, how: str = "blackhole") -> None:
+        """Both directions between brokers a and b."""
+        self._set([self.links[(a, b)], self.links[(b, a)]], how)
+
+    def cut_one_way(self, src: int, dst: int, how: str = "blackhole") -> None:
+        """Only the connections src opens to dst (e.g. a follower's fetches from its leader)."""
+        self._set([self.links[(src, dst)]], how)
+
+    def cut_zookeeper(self, i: int, how: str = "blackhole") -> None:
+        """Broker i's links to every ZooKeeper node."""
+        self._set([p for (b, _z), p in self.zk_links.items() if b == i], how)
+
+    def isolate_from_brokers(self, i: int, how: str = "blackhole") -> None:
+        self._set([p for (a, b), p in self.links.items() if i in (a, b)], how)
+
+    def isolate(self, i: int, how: str = "blackhole") -> None:
+        """Broker i cut from every other broker and from ZooKeeper."""
+        self.isolate_from_brokers(i, how)
+        self.cut_zookeeper(i, how)
+
+    def bridge(self, a: int, b: int, c: int, how: str = "blackhole") -> None:
+        """a <-> b <-> c, but a and c cannot talk."""
+        self.cut(a, c, how)
+
+    def heal(self) -> None:
+        self._set(list(self.links.values()) + list(self.zk_links.values()), "pass")
+
+    def delay_links(self, i: int, seconds: float) -> None:
+        self._set_delay([p for (a, b), p in self.links.items() if i in (a, b)], seconds)
+
+    def _set_delay(self, proxies, seconds: float) -> None:
+        for p in proxies:
+            p.set_mode("delay", seconds)
+
+    def chop_tail(self, i: int, topic: str, partition: int, batches: int) -> int:
+        """Lost unflushed tail ("power loss", replication.md 6.2): with broker i stopped, cut
+        the last `batches` batches off the partition's active segment. Returns the new end
+        offset of the segment."""
+        from logcore.records.batch import iter_batches
+        node = self.nodes[i]
+        if node.alive():
+            raise ClusterError(f"chop_tail: broker {i} is running (pid {node.pid}); kill it first")
+        segs = sorted((node.log_dir / f"{topic}-{partition}").glob("*.log"))
+        if not segs:
+            raise ClusterError(f"chop_tail: no segment of {topic}-{partition} in {node.log_dir}")
+        seg = segs[-1]
+        data = seg.read_bytes()
+        found = [(pos, h) for pos, h in iter_batches(data, source=str(seg))]
+        keep = found[:max(0, len(found) - batches)]
+        size = keep[-1][0] + keep[-1][1].size if keep else 0
+        with open(seg, "r+b") as f:
+            f.truncate(size)
+        return keep[-1][1].next_offset if keep else int(seg.stem)
+
+    # ------------------------------------------------------------------ ZooKeeper faults
+    def kill_zookeeper_leader(self):
+        """SIGKILL the ensemble's leader (or the standalone server); returns that node."""
+        leader = self.zk.leader() if self.zk else None
+        if leader is None:
+            raise ClusterError("no ZooKeeper leader to kill")
+        leader.kill()
+        return leader
+
+    def restart_zookeeper(self, node) -> None:
+        node.start()
+        self.zk.wait_serving(nodes=[node])
+
+    # ------------------------------------------------------------------ cluster state via clients
+    def admin(self):
+        from confluent_kafka.admin import AdminClient
+        return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int | None = None,
+                     config: dict | None = None, timeout: float = 30) -> None:
+        from confluent_kafka.admin import NewTopic
+        rf = replication_factor if replication_factor is not None else (min(3, len(self.nodes))
+                                                                         if self.clustered else 1)
+        admin = self.admin()
+        futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=rf,
+                                                config={k: str(v) for k, v in (config or {}).items()})],
+                                      request_timeout=timeout)
+        futures[name].result(timeout)
+
+    def describe(self, topic: str, timeout: float = 5) -> dict[int, dict]:
+        """partition -> {"leader", "replicas", "isr"} from Metadata (leader -1 when none)."""
+        md = self.admin().list_topics(topic, timeout=timeout)
+        t = md.topics.get(topic)
+        if t is None or t.error is not None:
+            raise ClusterError(f"topic {topic} not in Metadata: {t.error if t else 'absent'}")
+        return {p: {"leader": pm.leader, "replicas": list(pm.replicas), "isr": list(pm.isrs)}
+                for p, pm in t.partitions.items()}
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        return self.describe(topic)[partition]["leader"]
+
+    def end_offsets(self, topic: str, partitions, timeout: float = 5) -> dict[int, tuple[int, int]]:
+        """partition -> (high watermark, leader epoch) from ListOffsets(latest)."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+        admin = self.admin()
+        futs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+                                  request_timeout=timeout)
+        out = {}
+        for tp, fut in futs.items():
+            info = fut.result(timeout)
+            out[tp.partition] = (info.offset, info.leader_epoch if info.leader_epoch is not None else -1)
+        return out
+
+    def wait_healthy(self, topic: str, partitions: int, timeout: float = 90) -> dict[int, dict]:
+        """Until every partition has a live leader and its full replica set in the ISR."""
+        live = {i for i, n in self.nodes.items() if n.alive()}
+
+        def healthy():
+            try:
+                d = self.describe(topic)
+            except Exception:           # noqa: BLE001 - leaders moving
+                return None
+            if len(d) != partitions:
+                return None
+            for st in d.values():
+                if st["leader"] not in live or sorted(st["isr"]) != sorted(st["replicas"]):
+                    return None
+            return d
+        return wait_until(healthy, timeout, f"every partition of {topic} led with a full ISR")
+
+
+def cluster_support() -> str | None:
+    """None when `seglog broker` knows the cluster settings, else the reason it does not (the
+    tests that need a cluster skip with it)."""
+    from logcore.broker.config import BROKER_KEYS
+    missing = [k for k in ("zookeeper.connect", "inter.broker.address.overrides") if k not in BROKER_KEYS]
+    if missing:
+        return f"seglog broker has no cluster mode yet (unknown settings: {', '.join(missing)})"
+    return None

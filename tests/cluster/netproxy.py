@@ -1,0 +1,224 @@
+"""An asyncio TCP proxy for fault injection between processes on 127.0.0.1.
+
+One `ProxyHub` runs an event loop in a daemon thread and owns any number of `Proxy`s; a test
+(synchronous code) switches each proxy's mode at run time:
+
+    hub = ProxyHub(); hub.start()
+    p = hub.add(("127.0.0.1", broker_port), name="1->2")   # p.port: where to connect instead
+    p.set_mode("blackhole")   # silence: sockets stay open, nothing forwarded, new connections
+                              # accepted and held; on "pass" the held bytes flow on, in order
+    p.set_mode("reset")       # every connection closed (RST), new ones accepted and closed
+    p.set_mode("delay", 0.2)  # every chunk forwarded 0.2 s after it arrived, order kept
+    p.set_mode("pass")
+    hub.stop()
+
+A blackhole stops *reading* from both sides (nothing is dropped), so TCP streams stay intact,
+like a partition that heals before the peers give up; the peers see silence, never a reset.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+import time
+
+MODES = ("pass", "blackhole", "reset", "delay")
+CHUNK = 65536
+
+
+class Proxy:
+    """One listening port forwarding to `target`. Created by ProxyHub.add."""
+
+    def __init__(self, hub: "ProxyHub", target: tuple[str, int], name: str):
+        self.hub = hub
+        self.target = target
+        self.name = name
+        self.mode = "pass"
+        self.delay = 0.0
+        self.port = 0
+        self.connections = 0            # accepted so far
+        self.bytes_forwarded = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._open: set = set()         # writers of live connections (both sides)
+        self._flowing: asyncio.Event | None = None   # set unless blackholed
+
+    # -------------------------------------------------------------- control (any thread)
+    def set_mode(self, mode: str, delay: float = 0.0) -> None:
+        if mode not in MODES:
+            raise ValueError(f"proxy {self.name}: unknown mode {mode!r} (one of {', '.join(MODES)})")
+        if mode == "delay" and not delay > 0:
+            raise ValueError(f"proxy {self.name}: mode delay needs a delay > 0 seconds, got {delay!r}")
+        self.hub.call(self._apply, mode, delay)
+
+    def close(self) -> None:
+        self.hub.call(self._close)
+
+    # -------------------------------------------------------------- inside the loop
+    async def _listen(self, port: int = 0) -> None:
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def _apply(self, mode: str, delay: float) -> None:
+        self.mode, self.delay = mode, delay
+        if mode == "blackhole":
+            self._flowing.clear()
+        else:
+            self._flowing.set()
+        if mode == "reset":
+            for w in list(self._open):
+                _abort(w)
+            self._open.clear()
+
+    async def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for w in list(self._open):
+            _abort(w)
+        self._open.clear()
+
+    async def _accept(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        if self.mode == "reset":
+            _abort(cwriter)
+            return
+        self._open.add(cwriter)
+        try:
+            await self._flowing.wait()              # blackholed: hold the connection, silently
+            if self.mode == "reset" or cwriter.is_closing():
+                return
+            try:
+                ureader, uwriter = await asyncio.open_connection(*self.target)
+            except OSError:
+                _abort(cwriter)
+                return
+            if self.mode == "reset":
+                _abort(uwriter)
+                _abort(cwriter)
+                return
+            self._open.add(uwriter)
+            t1 = asyncio.ensure_future(self._pump(creader, uwriter))
+            t2 = asyncio.ensure_future(self._pump(ureader, cwriter))
+            try:
+                await asyncio.wait([t1, t2], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in (t1, t2):
+                    t.cancel()
+                for w in (cwriter, uwriter):
+                    self._open.discard(w)
+                    if not w.is_closing():
+                        w.close()
+        finally:
+            self._open.discard(cwriter)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Copy one direction. Reading waits while blackholed (bytes stay in the kernel buffers);
+        a chunk read before a blackhole began is held until it ends. In delay mode each chunk
+        is written `delay` seconds after it was read, in order (a queue and a writer task)."""
+        queue: asyncio.Queue = asyncio.Queue()
+        writer_task = asyncio.ensure_future(self._drain(queue, writer))
+        try:
+            while True:
+                await self._flowing.wait()
+                data = await reader.read(CHUNK)
+                if not data:
+                    break
+                due = time.monotonic() + (self.delay if self.mode == "delay" else 0.0)
+                await queue.put((due, data))
+                if writer_task.done():
+                    break
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            await queue.put(None)
+            try:
+                await writer_task
+            except (ConnectionError, OSError, asyncio.CancelledError):
+                pass
+
+    async def _drain(self, queue: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+        while True:
+            item = await queue.get()
+            if item is None:
+                if not writer.is_closing():
+                    try:
+                        writer.write_eof()
+                    except (OSError, RuntimeError):
+                        pass
+                return
+            due, data = item
+            wait = due - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await self._flowing.wait()
+            if writer.is_closing():
+                return
+            writer.write(data)
+            await writer.drain()
+            self.bytes_forwarded += len(data)
+
+    def __repr__(self) -> str:
+        return f"Proxy({self.name} :{self.port} -> {self.target[0]}:{self.target[1]}, {self.mode})"
+
+
+def _abort(writer: asyncio.StreamWriter) -> None:
+    """Close with RST (SO_LINGER 0), as a reset link does."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    writer.transport.abort()
+
+
+class ProxyHub:
+    """An event loop in a daemon thread running proxies; methods are called from the test thread."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="netproxy", daemon=True)
+        self.proxies: list[Proxy] = []
+
+    def start(self) -> "ProxyHub":
+        self.thread.start()
+        return self
+
+    def call(self, fn, *args, timeout: float = 10.0):
+        """Run fn(*args) (a plain function or a coroutine function) in the loop and return its result."""
+        async def run():
+            out = fn(*args)
+            if asyncio.iscoroutine(out):
+                out = await out
+            return out
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout)
+
+    def add(self, target: tuple[str, int], name: str = "", port: int = 0) -> Proxy:
+        p = Proxy(self, target, name or f"->{target[1]}")
+        self.call(p._listen, port)
+        self.proxies.append(p)
+        return p
+
+    def set_all(self, mode: str, delay: float = 0.0) -> None:
+        for p in self.proxies:
+            p.set_mode(mode, delay)
+
+    def stop(self) -> None:
+        if not self.thread.is_alive():
+            return
+        for p in self.proxies:
+            try:
+                p.close()
+            except Exception:       # noqa: BLE001 - best effort at teardown
+                pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
