@@ -7,7 +7,7 @@ that already had the segment open goes on reading it. Here:
   files to `<name>.deleted`. The rename sets the file's ctime, which is when its delay starts, so
   any process can tell which `.deleted` files are due without shared state. `delete_expired`
   removes those (`log/deletion.py`, shared with retention); the cleaner calls it at every pass, and a writer opening the log removes every
-  leftover (`Log._clean_temporary_files`), as Kafka does at startup. A reader holding the old
+  leftover (`LocalSegmentStore.clean_leftovers` (segment_store.py)), as Kafka does at startup. A reader holding the old
   segment keeps reading it under the `.deleted` name (`segment._FileData`).
 - Object stores (no rename): the replaced segments leave the partition state's cleaned list in
   the pass's conditional switch, and the same write lists them under `"replaced"` as

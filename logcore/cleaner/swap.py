@@ -7,7 +7,7 @@ point); the replaced segments' files are renamed `.deleted` (those the new segme
 the same name get `.deleted` as a second link); the `.swap` files are renamed to their final names
 (indexes first, the log last, each rename replacing the old file of the same name atomically).
 The `.deleted` files are removed after file.delete.delay.ms (`delayed_delete.py`). `Log._load`
-finishes or rolls back whatever a crash left (see `Log._clean_temporary_files`).
+finishes or rolls back whatever a crash left (see `LocalSegmentStore.clean_leftovers` (segment_store.py)).
 
 Object stores (no rename): the new segment's objects get a fresh name,
 `<base>.<pass token>.log` (+ indexes), which the plain listing of `.log` objects ignores. One
@@ -181,7 +181,7 @@ def swap_in(log, outputs) -> None:
 
 def _swap_local(log, group, out: SegmentOutput) -> None:
     """Three renaming steps, each made durable by one folder fsync before the next starts (a
-    crash leaves a state `Log._clean_temporary_files` finishes or rolls back)."""
+    crash leaves a state `LocalSegmentStore.clean_leftovers` (segment_store.py) finishes or rolls back)."""
     storage = log.storage
     # 1. Commit point: every file of the new segment is `.swap` (the log renamed last).
     for suffix in out.suffixes:

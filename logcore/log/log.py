@@ -30,7 +30,7 @@ from typing import Iterable
 from logcore.errors import (DamagedLogError, FencedWriterError, InvalidRecordError, OffsetOutOfRangeError,
                             ReadOnlyLogError, RecordTooLargeError, SegLogError)
 from logcore.records.batch import (CONTROL_MASK, LOG_OVERHEAD, TRANSACTIONAL_MASK, BatchHeader, Record,
-                                   TimestampType, build_batch, iter_batches, parse_header, set_base_offset,
+                                   TimestampType, build_batch, parse_header, set_base_offset,
                                    set_log_append_time, set_partition_leader_epoch)
 from logcore.records.compression import Compression
 from logcore.records.control import ControlType
@@ -38,7 +38,8 @@ from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
 from logcore.log.remote_view import RemoteLogView
-from logcore.log.segment_flusher import PendingFlush, segment_flusher
+from logcore.log.segment_flusher import PendingFlush
+from logcore.log.segment_store import segment_store_for
 from logcore.log.segment import LogSegment
 from logcore.log.clock import now_ms as _now_ms
 # The parts of Log, by noun (each a mixin of this class), and the names callers import from here.
@@ -142,6 +143,8 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         self._flush_generation = 0                  # bumped by truncation: older pending flushes move nothing
         epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
+        # Local disk or object store: what differs between them, behind one protocol.
+        self.segment_store = segment_store_for(self)
         if self.writer and self.read_only:
             raise ReadOnlyLogError(f"cannot open {directory} for writing: the log is read-only")
         if replica and not (self.writer and storage.is_local):
@@ -242,15 +245,8 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         """Writes happen here: under the fence (local: a lock held across the write)."""
         if not self.writer:
             raise ReadOnlyLogError(f"{self.topic}-{self.partition} was opened for reading only")
-        with self._lock:
-            if self.storage.is_local:
-                self.fence.enter_critical()
-                try:
-                    yield
-                finally:
-                    self.fence.exit_critical()
-            else:
-                yield
+        with self._lock, self.segment_store.critical():
+            yield
 
     # ------------------------------------------------------------------ for the log cleaner
     def cleaning_snapshot(self) -> tuple[list[LogSegment], int, int, int, int]:
@@ -295,23 +291,10 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
 
     # ------------------------------------------------------------------ appending
     def _roll_to(self, base_offset: int) -> LogSegment:
-        in_memory = not self.storage.is_local
         if self.segments:
             active = self.segments[-1]
             if active.writable and not active.in_memory:
-                if self.writer and self.storage.is_local:
-                    # As Kafka: the sealed segment is fsynced in the background, not under the
-                    # log's lock; the recovery point passes it once that fsync returned.
-                    pending = PendingFlush(active.data.open_fd(), active.next_offset(),
-                                           self._flush_generation, active.log_path)
-                    active.seal(fsync=False)
-                    self._pending_flushes.append(pending)
-                    segment_flusher().submit(pending, self._flushed_in_background)
-                    # not close(): it would seal again with an fdatasync, here under the lock
-                    active.close(sync=False)
-                else:
-                    active.seal()
-                    active.close()
+                self.segment_store.seal(active)
                 self.segments[-1] = self._new_segment(active.base_offset, writable=False)
             if active.size() == 0 and active.base_offset == base_offset:
                 return self.segments[-1]
@@ -320,20 +303,14 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             if active.in_memory and active.size() == 0:
                 self.segments.pop()
                 self.bases.pop()
-        if self.storage.is_local:
-            self.storage.makedirs(self.dir)
-        seg = self._new_segment(base_offset, writable=True, in_memory=in_memory)
+        seg = self.segment_store.new_active(base_offset)
         # Its next offset and indexes are there before the segment is published: a thread that
         # reads the LEO without the lock must not compute it lazily while this writer appends,
         # or its stale result, stored after the append, hands the same offset out twice.
         seg.fill_lazy_state()
         self.segments.append(seg)
         self.bases.append(base_offset)
-        if self.storage.is_local and self.writer:
-            # As Kafka, a snapshot at every roll, empty or not: readers replay only what follows.
-            # Not fsynced (Kafka flushes it later too): a snapshot torn by a power loss fails its
-            # CRC and recovery falls back to an older one and replays from there.
-            self.producer_state.write_snapshot(base_offset, durable=False)
+        self.segment_store.rolled(base_offset)
         return seg
 
     def _note_epoch_start(self, offset: int) -> None:
@@ -552,13 +529,8 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                     " mean it)", topic=self.topic, partition=self.partition, offset=offset,
                     log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
             self._truncate_locked(offset)
-            if self.storage.is_local and self.high_watermark < committed:
-                # The stored HW comes down too: it must never cover offsets appended later.
-                first = self.segments[0].base_offset if self.segments else self.log_end_offset
-                self.state_store.commit(high_watermark=self.high_watermark,
-                                        log_start_offset=self.log_start_offset,
-                                        first_segment_base=first, epoch=self.leader_epoch,
-                                        recovery_point=self.recovery_point)
+            if self.high_watermark < committed:
+                self.segment_store.hw_lowered()
             return True
 
     def _truncate_locked(self, offset: int) -> None:
@@ -579,44 +551,9 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             last.delete_files()
             self.segments, self.bases = [], []
             self.log_start_offset = offset
-            if not self.storage.is_local:
-                self._roll_to(offset)
-            else:
-                self._roll_to(offset)
-        elif self.storage.is_local:
-            if not last.writable:
-                last.close()
-                # Cut before it is published, for the same reason as in _roll_to.
-                reopened = self._new_segment(last.base_offset, writable=True)
-                reopened.truncate_to(offset)
-                self.segments[-1] = reopened
-            else:
-                last.truncate_to(offset)
+            self._roll_to(offset)
         else:
-            # Object segments: one holding offsets from `offset` on is cut. An unpublished one
-            # is cut in memory; a published one is replaced by its part below `offset` in one
-            # PUT, then its indexes (deleting it first would leave committed data only in
-            # memory, lost in a crash).
-            data = last.read_bytes(0, last.size())
-            kept = bytearray()
-            for pos, header in iter_batches(data, source=last.log_path):
-                if header.base_offset >= offset:
-                    break
-                kept += data[pos:pos + header.size]
-            if len(kept) < len(data):
-                seg = self._new_segment(last.base_offset, writable=True, in_memory=True, stem=last.stem)
-                headers = [h for _p, h in iter_batches(bytes(kept))]
-                if headers:
-                    seg.append(bytes(kept), headers)
-                if not last.in_memory:
-                    if headers:
-                        self.storage.write_atomic(last.log_path, bytes(kept))
-                        seg.publish()       # finds the same bytes there, writes the indexes
-                    else:
-                        last.delete_files()
-                self.segments[-1] = seg
-            if not self.segments[-1].in_memory:
-                self._roll_to(self.log_end_offset)      # appends go to a fresh in-memory segment
+            self.segment_store.truncate_active(offset)
         self.high_watermark = min(self.high_watermark, offset)
         self.recovery_point = min(self.recovery_point, offset)
         self.epoch_cache.truncate_from_end(offset)
@@ -629,24 +566,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             if self.writer:
                 try:
                     with self._critical():
-                        if self.storage.is_local:
-                            self._flush_locked()
-                            self.producer_state.write_snapshot(self.log_end_offset)
-                            for seg in self.segments:
-                                seg.close()
-                            if self._state_unsynced:
-                                # The last commit's HW checkpoint was not fsynced: make it
-                                # durable (with the recovery point) before the marker says clean.
-                                first = self.segments[0].base_offset if self.segments else self.log_end_offset
-                                self.state_store.commit(
-                                    high_watermark=self.high_watermark,
-                                    log_start_offset=self.log_start_offset, first_segment_base=first,
-                                    epoch=self.leader_epoch, recovery_point=self.log_end_offset)
-                                self._state_unsynced = False
-                            else:
-                                self.state_store.set_recovery_point(self.log_end_offset)
-                            self.storage.write_atomic(self.storage.join(self.dir, CLEAN_SHUTDOWN),
-                                                      str(self.log_end_offset).encode())
+                        self.segment_store.close_writer()
                 except FencedWriterError:
                     logger.warning("%s-%d: closing a fenced writer; nothing more is written",
                                    self.topic, self.partition)

@@ -46,12 +46,7 @@ class LogFlushing:
         self._advance_past_synced()
 
     def _flush_locked(self) -> None:
-        if self.storage.is_local:
-            self._sync_pending_flushes()
-            for seg in self.segments:
-                if seg.writable:
-                    seg.flush()
-            self.recovery_point = self.log_end_offset
+        self.segment_store.flush()
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
 
@@ -85,19 +80,7 @@ class LogFlushing:
             self._commit_locked(marker, durable=durable)
 
     def _commit_locked(self, marker: dict | None = None, *, durable: bool = True, root: bool = False) -> None:
-        if self.storage.is_local:
-            if durable:
-                self._flush_locked()
-            # The recovery point moved (flush policy, roll): record it durably, as Kafka's
-            # recovery-point checkpoint is.
-            durable = durable or self.recovery_point != self._checkpointed_recovery_point
-        else:
-            self.fence.check()
-            active = self.segments[-1]
-            if active.in_memory and active.size() > 0:
-                self._publish(active)
-                self._roll_to(self.log_end_offset)
-            self.epoch_cache.flush()
+        durable = self.segment_store.before_commit(durable)
         leo = self.log_end_offset
         first_base = self.segments[0].base_offset if self.segments else leo
         # A replica records its HW as replication moved it; the single-node policy makes
@@ -107,7 +90,7 @@ class LogFlushing:
         unstable = self.producer_state.first_unstable_offset
         self.state_store.commit(high_watermark=hw, log_start_offset=self.log_start_offset,
                                 first_segment_base=first_base, epoch=self.leader_epoch,
-                                recovery_point=self.recovery_point if self.storage.is_local else None,
+                                recovery_point=self.segment_store.recovery_point_to_record(),
                                 marker=marker, durable=durable, root=root,
                                 last_stable_offset=hw if unstable is None else min(unstable, hw))
         self._checkpointed_recovery_point = self.recovery_point

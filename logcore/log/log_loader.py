@@ -16,8 +16,7 @@ import logging
 from dataclasses import dataclass, field
 
 from logcore.errors import CorruptIndexError, CorruptRecordError, DamagedLogError
-from logcore.records.batch import HEADER_SIZE, BatchHeader, parse_header
-from logcore.log.deletion import delete_segment_files
+from logcore.records.batch import BatchHeader
 from logcore.log.producer_state import ProducerBatch
 from logcore.log.segment import LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, parse_segment_name, segment_name
 from logcore.log.segment_listing import SegmentListing, _txn_index_bases
@@ -38,27 +37,8 @@ TEMP_SUFFIXES = (".deleted", ".cleaned", ".swap")
 DELETED_SUFFIX = ".deleted"
 
 
-def _next_offset_of_file(storage, path: str, base: int) -> int:
-    """Offset after the last whole batch of a segment file (headers read one by one)."""
-    pos, size, end = 0, storage.size(path), base
-    while pos + HEADER_SIZE <= size:
-        header = parse_header(storage.read(path, pos, pos + HEADER_SIZE))
-        if header.size < HEADER_SIZE or pos + header.size > size:
-            break
-        end = header.next_offset
-        pos += header.size
-    return end
 
 
-def _temp_segment_name(name: str) -> tuple[int, str, str] | None:
-    """(base, suffix, temporary suffix) of a name like 00000000000000000100.index.cleaned."""
-    parsed = parse_segment_name(name)
-    if parsed is None:
-        return None
-    for temp in TEMP_SUFFIXES:
-        if parsed[1].endswith(temp):
-            return parsed[0], parsed[1][: -len(temp)], temp
-    return None
 
 
 @dataclass
@@ -93,7 +73,7 @@ class LoadedLog:
 # What the loader reads from the log it loads (never writes).
 _CONTEXT = ("storage", "dir", "topic", "partition", "config", "state_store", "writer", "read_only",
             "replica", "remote", "leader_epoch", "epoch_cache", "_repair", "_kafka_copy",
-            "_read_range", "_local_writer", "_new_segment")
+            "_read_range", "_local_writer", "_new_segment", "segment_store")
 
 
 class LogLoader(SegmentListing, RangePlan):
@@ -131,15 +111,15 @@ class LogLoader(SegmentListing, RangePlan):
         names = self._list_files()
         can_write = self.writer and not self.read_only
         if can_write:
-            self._clean_temporary_files(names)
+            self.segment_store.clean_leftovers(names)      # Kafka's load steps 1-2
             names = self._list_files()
         bases = sorted({parsed[0] for parsed in map(parse_segment_name, names)
                         if parsed is not None and parsed[1] == LOG_SUFFIX})
         self._txn_bases = _txn_index_bases(names)
         clean = self.kafka_clean or CLEAN_SHUTDOWN in names
         state = self.state_store.load()
-        if self.writer and not self.storage.is_local:
-            state = self.state_store.take_over(self.leader_epoch)
+        if self.writer:
+            state = self.segment_store.take_over(state)
         self._committed_hw = state.high_watermark
         self.recovery_point = state.recovery_point if state.recovery_point is not None else 0
         checkpointed_recovery_point = self.recovery_point
@@ -205,53 +185,6 @@ class LogLoader(SegmentListing, RangePlan):
                          state.high_watermark, state.marker, state.last_stable_offset, self.recovery,
                          getattr(self, "_reported_start", None))
 
-    def _clean_temporary_files(self, names: list[str]) -> None:
-        """Kafka's load steps 1-2 for what a crash left.
-
-        Object stores: a retention deletion marker (`<base>.log.deleted`) takes its segment's
-        objects with it. Local disk: `.deleted` and `.cleaned` files go; a `.swap` set is complete
-        (its swap committed) unless a `.cleaned` file at or below its base is left, in which
-        case it is rolled back too. A complete set replaces every segment file whose base lies
-        in the range its `.log.swap` covers, then takes its final names.
-        """
-        join = self.storage.join
-        if not self.storage.is_local:
-            for name in names:
-                if name.endswith(DELETED_SUFFIX):
-                    if name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
-                        delete_segment_files(self.storage, self.dir, name[:20])
-                    self.storage.delete(join(self.dir, name))
-            return
-        cleaned = [p[0] for p in map(_temp_segment_name, names) if p and p[2] == ".cleaned"]
-        min_cleaned = min(cleaned) if cleaned else None
-        for name in names:
-            if name.endswith(DELETED_SUFFIX) or name.endswith(".cleaned"):
-                self.storage.delete(join(self.dir, name))
-        swaps = [n for n in names if n.endswith(".swap")]
-        if min_cleaned is not None:
-            for name in [n for n in swaps if int(n[:20]) >= min_cleaned]:
-                self.storage.delete(join(self.dir, name))
-            swaps = [n for n in swaps if int(n[:20]) < min_cleaned]
-        swap_logs = [n for n in swaps if n.endswith(LOG_SUFFIX + ".swap")]
-        ranges = []
-        for name in swap_logs:
-            base = int(name[:20])
-            ranges.append((base, _next_offset_of_file(self.storage, join(self.dir, name), base)))
-        if ranges:
-            for name in self._list_files():
-                parsed = parse_segment_name(name)
-                if not parsed or parsed[1] not in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex", SNAPSHOT_SUFFIX):
-                    continue
-                if parsed[1] != SNAPSHOT_SUFFIX and any(lo <= parsed[0] < hi for lo, hi in ranges):
-                    self.storage.delete(join(self.dir, name))
-        for name in swaps:
-            self.storage.rename(join(self.dir, name), join(self.dir, name[: -len(".swap")]))
-        names = self._list_files()
-        logs = {n[:20] for n in names if n.endswith(LOG_SUFFIX) and parse_segment_name(n)}
-        for name in names:
-            parsed = parse_segment_name(name)
-            if parsed and parsed[1] in (".index", ".timeindex", ".txnindex") and name[:20] not in logs:
-                self.storage.delete(join(self.dir, name))
 
     def _delete_replaced_objects(self, names: list[str], cleaned: dict) -> None:
         """A writer removes what a cleaner pass left behind: originals below the cleaned end and
@@ -461,9 +394,6 @@ class LogLoading:
                            self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
             self._truncate_locked(self.high_watermark)
         self._rebuild_producer_state()
-        if not self.storage.is_local:
-            # The published segments are immutable: new data goes into a fresh in-memory one.
-            self._roll_to(self.log_end_offset)
         if self.replica:
             # Its epoch is the latest it holds until the controller says more.
             latest = self.epoch_cache.latest_epoch
@@ -471,8 +401,7 @@ class LogLoading:
         else:
             self.epoch_cache.assign(self.leader_epoch, self.log_end_offset)
         self.epoch_cache.flush()        # the truncation above, when assign changed nothing
-        if self.storage.is_local:
-            self.storage.delete(self.storage.join(self.dir, CLEAN_SHUTDOWN), missing_ok=True)
+        self.segment_store.writer_opened()
 
     def _rebuild_producer_state(self) -> None:
         """Reload the newest usable snapshot, then replay producer fields of later batches.

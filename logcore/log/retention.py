@@ -13,16 +13,13 @@ every segment goes).
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from logcore.errors import OffsetOutOfRangeError, PolicyViolationError, ResourceNotFoundError
-from logcore.log.deletion import SEGMENT_SUFFIXES, delete_expired_local, delete_segment_files
-from logcore.log.segment import LOG_SUFFIX, LogSegment, parse_segment_name, segment_name
-from logcore.log.log_loader import DELETED_SUFFIX
+from logcore.errors import OffsetOutOfRangeError, PolicyViolationError
+from logcore.log.segment import LogSegment
 from logcore.log.clock import now_ms as _now_ms
 
 logger = logging.getLogger("logcore.log.log")   # the logger name users' configurations know
@@ -254,31 +251,12 @@ class LogRetention:
                                tuple(s.base_offset for s in doomed), reasons)
 
     def _retire_segment_files(self, base: int, now: int) -> None:
-        """Local disk: rename the segment's files `*.deleted` (an open reader keeps its view).
-        Object stores have no rename: a `<base>.log.deleted` marker records when it went."""
-        if self.storage.is_local:
-            for suffix in SEGMENT_SUFFIXES:
-                path = self.storage.join(self.dir, segment_name(base, suffix))
-                try:
-                    self.storage.rename(path, path + DELETED_SUFFIX)
-                except ResourceNotFoundError:
-                    pass        # an index that was never written
-        else:
-            marker = self.storage.join(self.dir, segment_name(base, LOG_SUFFIX + DELETED_SUFFIX))
-            self.storage.write_atomic(marker, json.dumps({"deleted_ms": now}).encode())
+        """Mark a deleted segment's files (segment_store: renamed `*.deleted` on local disk, a
+        `<base>.log.deleted` marker on an object store); an open reader keeps its view."""
+        self.segment_store.retire_segment(base, now)
 
     def _remove_retired_files(self, base: int) -> None:
-        if self.storage.is_local:
-            for suffix in SEGMENT_SUFFIXES:
-                self.storage.delete(self.storage.join(
-                    self.dir, segment_name(base, suffix) + DELETED_SUFFIX), missing_ok=True)
-        else:
-            self._delete_segment_objects(segment_name(base, ""))
-            self.storage.delete(self.storage.join(
-                self.dir, segment_name(base, LOG_SUFFIX + DELETED_SUFFIX)), missing_ok=True)
-
-    def _delete_segment_objects(self, prefix: str) -> None:
-        delete_segment_files(self.storage, self.dir, prefix)
+        self.segment_store.remove_retired(base)
 
     def delete_expired_files(self, now_ms: int | None = None) -> int:
         """Remove deleted segments whose file.delete.delay.ms has passed; returns how many.
@@ -289,38 +267,4 @@ class LogRetention:
         offset and the marker) get one now."""
         now = _now_ms() if now_ms is None else now_ms
         with self._critical():
-            return self._delete_expired_locked(now)
-
-    def _delete_expired_locked(self, now: int) -> int:
-        delay = self.config.file_delete_delay_ms
-        removed = 0
-        names = self._list_files()
-        if self.storage.is_local:
-            paths = delete_expired_local(self.storage, self.dir, delay, now)
-            return sum(p.endswith(LOG_SUFFIX + DELETED_SUFFIX) for p in paths)
-        marked = set()
-        for name in names:
-            if not name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
-                continue
-            marked.add(name[:20])
-            path = self.storage.join(self.dir, name)
-            try:
-                deleted_ms = int(json.loads(self.storage.read(path))["deleted_ms"])
-            except (ResourceNotFoundError, ValueError, KeyError, TypeError):
-                deleted_ms = now    # unreadable marker: start its delay now
-            if deleted_ms + delay <= now:
-                self._delete_segment_objects(name[:20])
-                self.storage.delete(path)
-                removed += 1
-        first_live = self.bases[0] if self.bases else self.log_end_offset
-        for name in names:
-            parsed = parse_segment_name(name)
-            if (parsed and parsed[1] == LOG_SUFFIX and parsed[0] < first_live
-                    and name[:20] not in marked):
-                self._retire_segment_files(parsed[0], now)
-                if delay == 0:
-                    self._delete_segment_objects(name[:20])
-                    self.storage.delete(self.storage.join(
-                        self.dir, name + DELETED_SUFFIX))
-                    removed += 1
-        return removed
+            return self.segment_store.delete_expired(now)

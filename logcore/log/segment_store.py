@@ -24,9 +24,11 @@ from typing import Protocol
 
 from logcore.errors import ResourceNotFoundError
 from logcore.log.deletion import SEGMENT_SUFFIXES, delete_expired_local, delete_segment_files
-from logcore.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, parse_segment_name, segment_name
+from logcore.log.log_loader import CLEAN_SHUTDOWN, TEMP_SUFFIXES
+from logcore.log.segment import (DELETED_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, parse_segment_name,
+                                 segment_name)
 from logcore.log.segment_flusher import PendingFlush, segment_flusher
-from logcore.records.batch import iter_batches
+from logcore.records.batch import HEADER_SIZE, iter_batches, parse_header
 
 
 class SegmentStore(Protocol):
@@ -35,6 +37,15 @@ class SegmentStore(Protocol):
 
     def critical(self):
         """Context manager around one write of the writer (the fence held as the store needs)."""
+
+    def clean_leftovers(self, names: list[str]) -> None:
+        """A writer's open: finish or roll back what a crash left (`names`: the folder listing)."""
+
+    def take_over(self, state):
+        """A writer's open: the committed state it continues from (fencing older writers)."""
+
+    def writer_opened(self) -> None:
+        """A writer's open is done: ready the log for appends."""
 
     def new_active(self, base_offset: int) -> LogSegment:
         """A fresh, empty active segment at `base_offset` (not yet in the log's list)."""
@@ -74,6 +85,29 @@ class SegmentStore(Protocol):
         """Remove the retired segments whose file.delete.delay.ms has passed; returns how many."""
 
 
+def _next_offset_of_file(storage, path: str, base: int) -> int:
+    """Offset after the last whole batch of a segment file (headers read one by one)."""
+    pos, size, end = 0, storage.size(path), base
+    while pos + HEADER_SIZE <= size:
+        header = parse_header(storage.read(path, pos, pos + HEADER_SIZE))
+        if header.size < HEADER_SIZE or pos + header.size > size:
+            break
+        end = header.next_offset
+        pos += header.size
+    return end
+
+
+def _temp_segment_name(name: str) -> tuple[int, str, str] | None:
+    """(base, suffix, temporary suffix) of a name like 00000000000000000100.index.cleaned."""
+    parsed = parse_segment_name(name)
+    if parsed is None:
+        return None
+    for temp in TEMP_SUFFIXES:
+        if parsed[1].endswith(temp):
+            return parsed[0], parsed[1][: -len(temp)], temp
+    return None
+
+
 class LocalSegmentStore:
     """Segments as files on local disk."""
 
@@ -88,6 +122,52 @@ class LocalSegmentStore:
             yield
         finally:
             fence.exit_critical()
+
+    def clean_leftovers(self, names: list[str]) -> None:
+        """`.deleted` and `.cleaned` files go; a `.swap` set is complete (its swap committed)
+        unless a `.cleaned` file at or below its base is left, in which case it is rolled back
+        too. A complete set replaces every segment file whose base lies in the range its
+        `.log.swap` covers, then takes its final names."""
+        log = self.log
+        storage, directory = log.storage, log.dir
+        join = storage.join
+        cleaned = [p[0] for p in map(_temp_segment_name, names) if p and p[2] == ".cleaned"]
+        min_cleaned = min(cleaned) if cleaned else None
+        for name in names:
+            if name.endswith(DELETED_SUFFIX) or name.endswith(".cleaned"):
+                storage.delete(join(directory, name))
+        swaps = [n for n in names if n.endswith(".swap")]
+        if min_cleaned is not None:
+            for name in [n for n in swaps if int(n[:20]) >= min_cleaned]:
+                storage.delete(join(directory, name))
+            swaps = [n for n in swaps if int(n[:20]) < min_cleaned]
+        swap_logs = [n for n in swaps if n.endswith(LOG_SUFFIX + ".swap")]
+        ranges = []
+        for name in swap_logs:
+            base = int(name[:20])
+            ranges.append((base, _next_offset_of_file(storage, join(directory, name), base)))
+        if ranges:
+            for name in log._list_files():
+                parsed = parse_segment_name(name)
+                if not parsed or parsed[1] not in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex", SNAPSHOT_SUFFIX):
+                    continue
+                if parsed[1] != SNAPSHOT_SUFFIX and any(lo <= parsed[0] < hi for lo, hi in ranges):
+                    storage.delete(join(directory, name))
+        for name in swaps:
+            storage.rename(join(directory, name), join(directory, name[: -len(".swap")]))
+        names = log._list_files()
+        logs = {n[:20] for n in names if n.endswith(LOG_SUFFIX) and parse_segment_name(n)}
+        for name in names:
+            parsed = parse_segment_name(name)
+            if parsed and parsed[1] in (".index", ".timeindex", ".txnindex") and name[:20] not in logs:
+                storage.delete(join(directory, name))
+
+    def take_over(self, state):
+        return state            # the fence's epoch file fenced older writers
+
+    def writer_opened(self) -> None:
+        # Not clean any more: a crash from here on is recovered at the next open.
+        self.log.storage.delete(self.log.storage.join(self.log.dir, CLEAN_SHUTDOWN), missing_ok=True)
 
     def new_active(self, base_offset: int) -> LogSegment:
         log = self.log
@@ -157,8 +237,6 @@ class LocalSegmentStore:
                                recovery_point=log.recovery_point)
 
     def close_writer(self) -> None:
-        from logcore.log.log_loader import CLEAN_SHUTDOWN
-
         log = self.log
         log._flush_locked()
         log.producer_state.write_snapshot(log.log_end_offset)
@@ -207,6 +285,23 @@ class ObjectSegmentStore:
     @contextmanager
     def critical(self):
         yield           # the partition state's conditional write fences a stale writer
+
+    def clean_leftovers(self, names: list[str]) -> None:
+        """A retention deletion marker (`<base>.log.deleted`) takes its segment's objects with it."""
+        log = self.log
+        for name in names:
+            if name.endswith(DELETED_SUFFIX):
+                if name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
+                    delete_segment_files(log.storage, log.dir, name[:20])
+                log.storage.delete(log.storage.join(log.dir, name))
+
+    def take_over(self, state):
+        # A new writer epoch stamped into the partition state: an older writer's commit fails.
+        return self.log.state_store.take_over(self.log.leader_epoch)
+
+    def writer_opened(self) -> None:
+        # The published segments are immutable: new data goes into a fresh in-memory one.
+        self.log._roll_to(self.log.log_end_offset)
 
     def new_active(self, base_offset: int) -> LogSegment:
         return self.log._new_segment(base_offset, writable=True, in_memory=True)
