@@ -4,6 +4,7 @@ acknowledged record read back from the new leader.
 
     python examples/cluster_quickstart.py [--zookeeper host:port] [--records N]
 
+Needs confluent-kafka (`pip install confluent-kafka`, or the checkout's `pip install -e ".[test]"`).
 Without --zookeeper it starts a ZooKeeper server from Debian's `zookeeper` package jars
 (`apt-get install zookeeper`) on a free port of 127.0.0.1. Everything it starts runs in a
 temporary folder and is stopped at the end.
