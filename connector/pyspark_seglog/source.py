@@ -1,3 +1,4 @@
+# Over 600 lines: the driver side (subscriptions, offsets, triggers, cluster bounds) and the task side of one source share its read plan.
 """The seglog source: Spark's Kafka source over a log root, for streaming and batch queries.
 
 Driver side (`SeglogStreamReader`, `SeglogBatchReader`): resolve the subscription to partitions,
