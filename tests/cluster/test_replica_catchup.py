@@ -52,8 +52,8 @@ def cluster(tmp_path, zk_hosts):
 def _create(cluster, name: str, config: dict) -> None:
     from confluent_kafka.admin import NewTopic
     # Broker 3 is the preferred leader: it leads first, is stopped, and leads again at the end.
-    fs = cluster.admin().create_topics([NewTopic(name, num_partitions=1, replica_assignment=[[3, 1, 2]], config=config)],
-                                       request_timeout=30)
+    topic = NewTopic(name, num_partitions=1, replica_assignment=[[3, 1, 2]], config=config)
+    fs = cluster.admin().create_topics([topic], request_timeout=30)
     fs[name].result(30)
     cluster.wait_for(lambda: cluster.metadata(name)[0][0] == 3 and len(cluster.metadata(name)[0][2]) == 3,
                      30, f"leader 3 and a full ISR of {name}")
@@ -131,7 +131,8 @@ def _show(segments) -> list:
 
 
 def _epochs(broker, topic: str) -> list[tuple[int, int]]:
-    return LeaderEpochCheckpoint.decode((broker.log_dir / f"{topic}-0" / "leader-epoch-checkpoint").read_bytes())
+    path = broker.log_dir / f"{topic}-0" / "leader-epoch-checkpoint"
+    return LeaderEpochCheckpoint.decode(path.read_bytes())
 
 
 def test_follower_below_leader_log_start_and_tiering_on_a_cluster(cluster):
@@ -203,8 +204,8 @@ def test_follower_below_leader_log_start_and_tiering_on_a_cluster(cluster):
     highest = remote[-1].end_offset
     more = 700
     _produce(cluster, "cold", _values(total, more))
-    cluster.wait_for(lambda: any(m.broker_id == 3 for m in _remote(cluster, "cold")), 30,
-                     "broker 3 copying segments")
+    cluster.wait_for(lambda: any(m.broker_id == 3 and m.start_offset > first for m in _remote(cluster, "cold")),
+                     30, "broker 3 copying segments")
     after = _remote(cluster, "cold")
     assert _contiguous(after), _show(after)
     assert 2 not in {m.broker_id for m in _remote(cluster, "cold", None)}
