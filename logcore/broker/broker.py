@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 INT32_MIN = -(2 ** 31)
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+EARLIEST_LOCAL = -4         # KIP-405: the local log start offset (a tiered follower asks it)
 
 Result = dict | bytes | EncodedResponse | None | Awaitable[dict | bytes | EncodedResponse | None]
 
@@ -441,6 +442,8 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
                     try:
                         if p.timestamp == EARLIEST:
                             res["offset"] = log.log_start_offset
+                        elif p.timestamp == EARLIEST_LOCAL:
+                            res["offset"] = log.local_log_start_offset
                         elif p.timestamp == LATEST and replica_id >= 0:
                             res["offset"] = log.log_end_offset      # a follower asks the leader's LEO
                         elif p.timestamp == LATEST and self.cluster is not None and \

@@ -3,6 +3,8 @@ the request's current_leader_epoch is checked (FENCED_LEADER_EPOCH when older th
 UNKNOWN_LEADER_EPOCH when newer); a follower (replica_id >= 0, one of the partition's replicas)
 reads up to the LEO, gets a diverging epoch instead of records when its log is not a prefix of
 the leader's, and its fetch offset tells the leader its LEO (ISR and high watermark follow).
+A follower asking for an offset only the remote tier holds (from the log start up to the local
+log start) gets OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405).
 Errors that mean "ask elsewhere" carry the current leader (v12+ tagged field).
 """
 from __future__ import annotations
@@ -75,6 +77,10 @@ class ClusterFetch:
             return name, tid, p, part, E.OFFSET_OUT_OF_RANGE
         if diverging is not None:
             return name, tid, DivergedPartition(p, diverging), part, E.NONE
+        if log.remote is not None and log.log_start_offset <= p.fetch_offset < log.local_log_start_offset:
+            # KIP-405: a follower does not fetch what only the remote tier holds; it builds its
+            # state from the remote tier and starts at the local log start.
+            return name, tid, p, part, E.OFFSET_MOVED_TO_TIERED_STORAGE
         return entry
 
     def followed(self, wanted, results, follower: int, ends: dict) -> None:

@@ -61,6 +61,7 @@ MEMBER_ID_REQUIRED = 79
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
 TRANSACTIONAL_ID_NOT_FOUND = 105
+OFFSET_MOVED_TO_TIERED_STORAGE = 109
 
 # Most specific class first: the first match wins.
 _BY_CLASS: tuple[tuple[type, int], ...] = (

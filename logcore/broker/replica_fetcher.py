@@ -8,9 +8,12 @@ and current_leader_epoch = the epoch this broker follows at. The answer, per par
 - records: appended verbatim (Log.append_as_follower), then HW = min(leader's HW, own LEO);
 - a diverging epoch (the local log is not a prefix of the leader's): truncate to where the logs
   agree, by leader epoch (KIP-101/279), never to the HW, and do not take the HW from that answer;
+- records: also log start = max(own, the leader's log start);
 - OFFSET_OUT_OF_RANGE: ask the leader's log end (ListOffsets as a replica) and truncate to it
-  if the local log is longer, or restart at the leader's log start if the local log ends below
-  it;
+  if the local log is longer, or truncate fully and start at the leader's log start if the
+  local log ends below it (logcore.broker.replica_catchup);
+- OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): build the epoch cache and producer state from the
+  remote tier and start at the leader's local log start (logcore.broker.replica_catchup);
 - FENCED_LEADER_EPOCH: this broker is behind; wait for the new state from ZooKeeper;
 - any other error: back off replica.fetch.backoff.ms for that partition.
 A response is applied only if the partition is still followed at the same epoch and its LEO is
@@ -25,15 +28,14 @@ import time
 from dataclasses import dataclass
 
 from logcore.broker import errors as E
+from logcore.broker import replica_catchup
 from logcore.errors import SegLogError
 from logcore.wire.client import AsyncKafkaConnection, KafkaError
 
 logger = logging.getLogger(__name__)
 
-FETCH, LIST_OFFSETS = 1, 2
+FETCH = 1
 FETCH_VERSION = 12
-LIST_OFFSETS_VERSION = 4
-LATEST = -1
 
 
 @dataclass(eq=False)
@@ -248,9 +250,13 @@ class LeaderFetcher:
                 if not await asyncio.to_thread(append):
                     return
             log.update_high_watermark(p.high_watermark)
+            if p.log_start_offset > log.log_start_offset:
+                await asyncio.to_thread(replica_catchup.follow_log_start, log, p.log_start_offset)
             self.manager.partitions.notify(part)
         elif code == E.OFFSET_OUT_OF_RANGE:
             await self._out_of_range(conn, followed, log)
+        elif code == E.OFFSET_MOVED_TO_TIERED_STORAGE:
+            await self._moved_to_tiered(conn, followed, log)
         elif code == E.FENCED_LEADER_EPOCH:
             followed.fenced = True       # the new state from ZooKeeper re-adds the partition
             logger.info("broker %d: %s-%d: leader %d is at a newer epoch than %d; waiting for the"
@@ -281,31 +287,7 @@ class LeaderFetcher:
         log.truncate_to(target, below_high_watermark=below, expected_end=offset)
 
     async def _out_of_range(self, conn, followed: Followed, log) -> None:
-        replica = followed.replica
-        body = {"replica_id": self.manager.me, "isolation_level": 0, "topics": [
-            {"name": replica.topic, "partitions": [
-                {"partition_index": replica.index, "current_leader_epoch": followed.epoch,
-                 "timestamp": LATEST}]}]}
-        resp = await conn.request(LIST_OFFSETS, body, version=LIST_OFFSETS_VERSION, timeout_s=self.timeout_s)
-        p = resp.topics[0].partitions[0]
-        if int(p.error_code) != E.NONE:
-            followed.delayed_until = time.monotonic() + self.backoff_s
-            return
-        leader_leo = p.offset
+        await replica_catchup.handle_out_of_range(self, conn, followed, log)
 
-        def fix():
-            leo = log.log_end_offset
-            if leader_leo < leo:
-                below = leader_leo < log.high_watermark
-                logger.warning("broker %d: %s-%d: the leader's log ends at %d, before this replica's"
-                               " %d; truncating", self.manager.me, replica.topic, replica.index,
-                               leader_leo, leo)
-                log.truncate_to(leader_leo, below_high_watermark=below, expected_end=leo)
-            else:
-                # This replica ends below the leader's log start (retention there moved past it).
-                logger.error("broker %d: %s-%d: this replica ends at %d, below the leader's log"
-                             " start; it cannot catch up by fetching (remove its folder to have it"
-                             " rebuilt from the leader)", self.manager.me, replica.topic,
-                             replica.index, leo)
-        await asyncio.to_thread(fix)
-        followed.delayed_until = time.monotonic() + self.backoff_s
+    async def _moved_to_tiered(self, conn, followed: Followed, log) -> None:
+        await replica_catchup.handle_moved_to_tiered(self, conn, followed, log)

@@ -647,6 +647,23 @@ class ProducerStateManager:
             self.delete_snapshots_after(-1)
         self.map_end_offset = self.last_snapshot_offset = offset
 
+    def restore_snapshot(self, offset: int, data: bytes, *, source: str | None = None) -> int:
+        """Take the producer state of another copy of the log (a remote segment's
+        PRODUCER_SNAPSHOT index, KIP-405) as this log's state at `offset`, which the log now
+        starts at: every snapshot here is replaced by `<offset>.snapshot` holding it. Returns the
+        number of producers; CorruptSnapshotError (naming `source`) leaves everything as it was."""
+        entries = decode_snapshot(data, source=source)
+        self._clear()
+        if not self.storage.read_only:
+            self.delete_snapshots_after(-1)
+        for entry in entries:
+            self._load_entry(entry)
+        self.map_end_offset = offset
+        if not self.storage.read_only:
+            self.write_snapshot(offset)
+        self.last_snapshot_offset = offset
+        return len(entries)
+
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         for first_offset in [f for f, t in self._unreplicated.items()
                              if t.last_offset < log_start_offset]:

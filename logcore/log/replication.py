@@ -163,6 +163,58 @@ class LogReplication:
                     f" epoch {self.leader_epoch}")
             self.leader_epoch = epoch
 
+    def truncate_fully_and_start_at(self, offset: int, *, log_start_offset: int | None = None,
+                                    epochs: list[tuple[int, int]] | None = None,
+                                    producer_snapshot: bytes | None = None,
+                                    snapshot_source: str | None = None,
+                                    expected_end: int | None = None) -> bool:
+        """A follower that cannot catch up by fetching (Kafka's truncateFullyAndStartAt): every
+        local segment goes and the log restarts, empty, at `offset`; the HW and recovery point
+        are `offset`. Without the other arguments (the leader's log start moved past this
+        replica, replication.md 1.5) the log start offset is `offset`, the epoch cache is empty
+        and so is the producer state. With tiered storage (KIP-405's follower catch-up) the
+        caller gives what the remote segment ending at `offset` - 1 holds: the leader's
+        `log_start_offset` (at most `offset`; the offsets below `offset` are the remote
+        tier's), its leader-epoch entries and its producer snapshot, which become this log's
+        epoch cache and producer state at `offset`.
+
+        `expected_end`: do nothing and return False unless the LEO is that (checked under the
+        writer's lock). The new log start offset is checkpointed before any file goes."""
+        self._require_local_writer("truncate fully")
+        start = offset if log_start_offset is None else min(log_start_offset, offset)
+        with self._critical():
+            if expected_end is not None and self.log_end_offset != expected_end:
+                return False
+            if producer_snapshot is not None:         # checked before anything changes
+                from logcore.log.producer_state import decode_snapshot
+                decode_snapshot(producer_snapshot, source=snapshot_source)
+            self.state_store.commit(high_watermark=offset, log_start_offset=start,
+                                    first_segment_base=offset, epoch=self.leader_epoch)
+            self._flush_generation += 1   # a pending flush of a removed segment moves nothing
+            for pending in self._pending_flushes:
+                pending.close()
+            self._pending_flushes = []
+            for seg in self.segments:
+                seg.close()
+                seg.delete_files()
+            self.segments, self.bases = [], []
+            self._txn_bases.clear()
+            self._ts_cache_key = None
+            self.log_start_offset = start
+            self._roll_to(offset)
+            self.recovery_point = offset
+            self.epoch_cache.clear()
+            for epoch, epoch_start in epochs or ():
+                self.epoch_cache.assign(epoch, epoch_start)
+            if epochs and start > 0:
+                self.epoch_cache.truncate_from_start(start)
+            if producer_snapshot is not None:
+                self.producer_state.restore_snapshot(offset, producer_snapshot, source=snapshot_source)
+            else:
+                self.producer_state.truncate_fully_and_start_at(offset)
+            self._set_high_watermark(offset)
+            return True
+
     def checkpoint_high_watermark(self) -> None:
         """Write the HW (and log start, recovery point) to the partition's checkpoints without
         fsync, as Kafka's replication-offset-checkpoint task does; for replica logs, whose HW

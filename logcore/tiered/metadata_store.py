@@ -48,9 +48,11 @@ def partition_prefix(tip: TopicIdPartition) -> str:
 def find_topic_ids(storage: Storage, topic: str) -> list[uuid.UUID]:
     """Topic ids that have remote data under `storage` for `topic` (a re-created topic has two)."""
     found = []
+    prefix = f"{topic}-"
     for name in storage.list_dir(""):
-        head, sep, tail = name.rpartition("-")
-        if sep and head == topic and len(tail) == 22:
+        # The id's text is URL-safe base64, which may itself hold "-": split by length.
+        tail = name[len(prefix):]
+        if name.startswith(prefix) and len(tail) == 22:
             try:
                 found.append(parse_topic_id(tail))
             except CorruptIndexError:

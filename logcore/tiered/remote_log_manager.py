@@ -12,7 +12,10 @@ copies or deletes this partition's remote segments at the same time):
   recorded (COPY_SEGMENT_STARTED) before any byte goes up, its data copied by the RSM (log,
   offset/time/transaction indexes, producer snapshot, leader epochs), then marked
   COPY_SEGMENT_FINISHED, which makes it visible. A failed copy is recorded deleted and retried at
-  the next pass; until then the segment stays local (local retention waits for the copy).
+  the next pass; until then the segment stays local (local retention waits for the copy). A
+  segment whose head another replica already copied (a new leader whose segment boundaries
+  differ from the old leader's) is copied from the first offset above the remote tier on, as a
+  segment of its own, so remote segments never overlap and leave no gap.
 - `expire`: remote segments wholly below the log start offset, beyond retention.bytes (remote
   plus local-only bytes) or older than retention.ms (by their largest timestamp) go, oldest
   first. The log start offset is checkpointed past them FIRST, so no reader is ever sent to a
@@ -22,6 +25,7 @@ copies or deletes this partition's remote segments at the same time):
 from __future__ import annotations
 
 import logging
+import tempfile
 from dataclasses import dataclass
 
 from logcore.errors import CommitFailedError, RemoteStorageError, SegLogError
@@ -29,6 +33,8 @@ from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.log import Log
 from logcore.log.retention import BREACH_LOG_START, BREACH_SIZE, BREACH_TIME
 from logcore.log.segment import SNAPSHOT_SUFFIX, LogSegment, segment_name
+from logcore.records.batch import iter_batches
+from logcore.storage import open_storage
 from logcore.tiered.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from logcore.tiered.orphans import collect_orphans
 from logcore.tiered.remote_log import RemotePartition
@@ -84,10 +90,11 @@ class RemoteLogManager:
             if (highest is not None and end <= highest) or end < log.log_start_offset or seg.size() == 0:
                 continue
             if highest is not None and seg.base_offset <= highest:
-                logger.warning("%s-%d: segment %d straddles the highest remote offset %d; not copied",
-                               log.topic, log.partition, seg.base_offset, highest)
-                break
-            meta = self._copy_one(log, view, seg, end)
+                # The remote tier holds this segment's head: another replica copied it, and its
+                # segment boundaries differ from this one's (a new leader after failover).
+                meta = self._copy_tail(log, view, seg, highest + 1, end)
+            else:
+                meta = self._copy_one(log, view, seg, end)
             if meta is None:
                 result.error = f"copy of segment {seg.base_offset} failed; retried at the next pass"
                 break
@@ -95,8 +102,40 @@ class RemoteLogManager:
             result.bytes_copied += meta.segment_size_in_bytes
             highest = end
 
-    def _copy_one(self, log: Log, view: RemotePartition, seg: LogSegment,
-                  end: int) -> RemoteLogSegmentMetadata | None:
+    def _copy_tail(self, log: Log, view: RemotePartition, seg: LogSegment, start: int,
+                   end: int) -> RemoteLogSegmentMetadata | None:
+        """Copy the batches of `seg` from offset `start` on, as a segment of their own (written
+        with its indexes to a temporary folder first), so that the remote segments stay
+        contiguous and never overlap. None when no batch of `seg` starts at `start`."""
+        position = None
+        for pos, header in seg.scan_headers(0):
+            if header.base_offset >= start:
+                position = pos if header.base_offset == start else None
+                break
+        if position is None:
+            logger.warning("%s-%d: segment %d straddles the highest remote offset %d and no batch"
+                           " of it starts at %d; not copied", log.topic, log.partition,
+                           seg.base_offset, start - 1, start)
+            return None
+        data = bytes(seg.read_bytes(position, seg.size()))
+        source = f"{log.topic}-{log.partition} segment {seg.base_offset} from offset {start}"
+        headers = [header for _, header in iter_batches(data, source=source)]
+        with tempfile.TemporaryDirectory(prefix="seglog-tail-") as folder:
+            storage = open_storage(folder)
+            tail = LogSegment(storage, "", start, index_interval_bytes=log.config.index_interval_bytes,
+                              max_index_size=log.config.segment_index_bytes, writable=True)
+            try:
+                tail.append(data, headers)
+                tail.seal()
+            finally:
+                tail.close()
+            logger.info("%s-%d: segment %d starts below the highest remote offset %d: copying its"
+                        " batches from %d on", log.topic, log.partition, seg.base_offset, start - 1,
+                        start)
+            return self._copy_one(log, view, tail, end, original=seg)
+
+    def _copy_one(self, log: Log, view: RemotePartition, seg: LogSegment, end: int, *,
+                  original: LogSegment | None = None) -> RemoteLogSegmentMetadata | None:
         store, rsm = view.store, view.rsm
         meta = RemoteLogSegmentMetadata(
             RemoteLogSegmentId.generate(store.topic_id_partition), seg.base_offset, end,
@@ -104,7 +143,7 @@ class RemoteLogManager:
             broker_id=self.broker_id)
         store.add_segment(meta)
         try:
-            custom = rsm.copy_log_segment_data(meta, _segment_data(log, seg, end + 1))
+            custom = rsm.copy_log_segment_data(meta, _segment_data(log, seg, end + 1, original))
         except SegLogError as exc:
             logger.warning("%s-%d: copying segment %d to the remote tier failed: %s", log.topic,
                            log.partition, seg.base_offset, exc)
@@ -193,19 +232,26 @@ def _segment_epochs(log: Log, base: int, end: int) -> dict[int, int]:
     return epochs or {0: base}
 
 
-def _segment_data(log: Log, seg: LogSegment, next_base: int) -> LogSegmentData:
-    storage = log.storage
+def _segment_data(log: Log, seg: LogSegment, next_base: int,
+                  original: LogSegment | None = None) -> LogSegmentData:
+    """What the RSM copies for `seg`: its files, with the log's producer snapshot at
+    `next_base` and leader epochs. `original`: `seg` is the tail of that segment of the log
+    (written elsewhere), whose transaction index it takes."""
 
-    def source(path: str, *, required: bool = True) -> FileSource | None:
+    def source(storage, path: str, *, required: bool = True) -> FileSource | None:
         if not storage.exists(path):
             return b"" if required else None
         return storage.local_path(path) if storage.is_local else storage.read(path)
 
+    storage = seg.storage
     log_source: FileSource = (storage.local_path(seg.log_path) if storage.is_local and not seg.in_memory
                               else seg.read_bytes(0, seg.size()))
-    snapshot = storage.join(log.dir, segment_name(next_base, SNAPSHOT_SUFFIX))
+    snapshot = log.storage.join(log.dir, segment_name(next_base, SNAPSHOT_SUFFIX))
     epochs = LeaderEpochCheckpoint.encode(log.epoch_cache.entries_up_to(next_base))
-    return LogSegmentData(log_segment=log_source, offset_index=source(seg.index_path),
-                          time_index=source(seg.time_index_path),
-                          producer_snapshot=source(snapshot), leader_epoch_index=epochs,
-                          transaction_index=source(seg.txn_index_path, required=False))
+    # The transaction index lists aborted transactions by offset range: the original's entries
+    # below the tail are never asked for.
+    txn = original if original is not None else seg
+    return LogSegmentData(log_segment=log_source, offset_index=source(storage, seg.index_path),
+                          time_index=source(storage, seg.time_index_path),
+                          producer_snapshot=source(log.storage, snapshot), leader_epoch_index=epochs,
+                          transaction_index=source(log.storage, txn.txn_index_path, required=False))

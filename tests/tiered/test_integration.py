@@ -112,6 +112,44 @@ def test_total_retention_expires_remote_segments(tmp_path, remote):
     root.close()
 
 
+def test_replica_with_other_segment_boundaries_copies_from_the_remote_end(tmp_path):
+    # Two replicas of one partition sharing a remote tier (a cluster's old and new leader) whose
+    # segments roll at different offsets: the second copies its segment that straddles the
+    # remote end from the first offset above it, and the remote segments stay contiguous.
+    remote_url = str(tmp_path / "remote")
+    first = LogRoot.open(str(tmp_path / "a"), create=True, defaults=tiering_defaults(remote_url))
+    info = first.create_topic("t", config=TOPIC_CONFIG)
+    second = LogRoot.open(str(tmp_path / "b"), create=True, defaults=tiering_defaults(remote_url))
+    second.create_topic("t", config={**TOPIC_CONFIG, "segment.bytes": "11000"}, topic_id=info.topic_id)
+    old = first.log("t", 0, writer=True)
+    produce(old, 100)
+    first.release_log(old)
+    assert MaintenanceService(first).run_once().outcomes[0].tiering.segments_copied > 0
+    store = first.remote_tier().store("t", info.topic_id, 0)
+    highest = store.highest_offset()
+    new = second.log("t", 0, writer=True)
+    produce(new, 150)
+    straddling = [s.base_offset for s in new.segments if s.base_offset <= highest < s.next_offset() - 1]
+    assert straddling                                  # the boundaries differ
+    hw = new.high_watermark
+    second.release_log(new)
+    tiering = MaintenanceService(second).run_once().outcomes[0].tiering
+    assert tiering.error is None and tiering.segments_copied > 0
+    store.refresh()
+    finished = store.list_segments()
+    assert finished[0].start_offset == 0
+    assert all(b.start_offset == a.end_offset + 1 for a, b in zip(finished, finished[1:]))
+    assert highest + 1 in {m.start_offset for m in finished}
+    reader = LogRoot.open(str(tmp_path / "b"), read_only=True).log("t", 0)
+    assert reader.local_log_start_offset > highest + 1      # the tail is read from the remote tier
+    expected = [(b"k%d" % o, (b"v%d-" % o).ljust(200, b"x")) for o in range(hw)]
+    assert [(r.key, r.value) for r in reader.read_records(0)] == expected
+    assert [r.offset for r in reader.read_records(highest + 3)] == list(range(highest + 3, hw))
+    reader.close()
+    first.close()
+    second.close()
+
+
 def test_bad_combinations_name_both_settings(tmp_path):
     root = LogRoot.open(str(tmp_path / "plain"), create=True)
     with pytest.raises(InvalidConfigError, match="remote.storage.enable.*remote.log.storage.system.enable"):

@@ -117,3 +117,20 @@ def test_concurrent_writers_keep_one_order(any_storage_url):
         assert s.list_segments() == final.list_segments()
     names = final.storage.list_dir(final.folder)
     assert names == [f"{i:020d}.json" for i in range(24)]
+
+
+def test_open_from_url_finds_a_topic_id_whose_text_holds_a_dash(tmp_path):
+    # URL-safe base64 ids may contain "-" (here the first character): the folder
+    # "<topic>-<id>" is split by the id's length, not at its last dash.
+    import uuid
+    from logcore.log.partition_metadata import format_topic_id
+    from logcore.tiered.metadata import TopicIdPartition
+    topic_id = uuid.UUID(bytes=b"\xfb" + bytes(15))
+    assert "-" in format_topic_id(topic_id)[:21]
+    tip = TopicIdPartition(topic_id, "a-b", 0)
+    store = RemoteLogMetadataStore(open_storage(str(tmp_path)), tip.topic, topic_id, 0)
+    meta = store.add_segment(new_metadata(0, 9, 100, tip=tip))
+    reopened = RemoteLogMetadataStore.open(str(tmp_path), "a-b", 0)
+    assert reopened.topic_id_partition == tip and reopened.get(meta.segment_id).start_offset == 0
+    with pytest.raises(Exception, match="no remote data for topic 'a'"):
+        RemoteLogMetadataStore.open(str(tmp_path), "a", 0)
