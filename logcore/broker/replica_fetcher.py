@@ -12,6 +12,8 @@ and current_leader_epoch = the epoch this broker follows at. The answer, per par
   if the local log is longer, or restart at the leader's log start if the local log ends below
   it;
 - FENCED_LEADER_EPOCH: this broker is behind; wait for the new state from ZooKeeper;
+- UNKNOWN_LEADER_EPOCH: the leader is behind (it has not applied the state yet): retry after
+  50 ms (at most replica.fetch.backoff.ms);
 - any other error: back off replica.fetch.backoff.ms for that partition.
 A partition added to a fetcher (this broker starts following a leader, or a new epoch of it)
 is fetched at once: neither the backoff after an error nor a round parked at the leader
@@ -39,6 +41,7 @@ FETCH, LIST_OFFSETS = 1, 2
 FETCH_VERSION = 12
 LIST_OFFSETS_VERSION = 4
 LATEST = -1
+LEADER_CATCH_UP_S = 0.05   # retrying a leader that does not know the followed epoch yet
 
 
 @dataclass(eq=False)
@@ -291,6 +294,10 @@ class LeaderFetcher:
             logger.info("broker %d: %s-%d: leader %d is at a newer epoch than %d; waiting for the"
                         " new state", self.manager.me, replica.topic, replica.index, self.leader,
                         followed.epoch)
+        elif code == E.UNKNOWN_LEADER_EPOCH:
+            # The leader has not applied the epoch this broker already follows at (both learn it
+            # from ZooKeeper): it will in a moment; the full backoff would delay the new HW.
+            followed.delayed_until = time.monotonic() + min(self.backoff_s, LEADER_CATCH_UP_S)
         else:
             followed.delayed_until = time.monotonic() + self.backoff_s
 

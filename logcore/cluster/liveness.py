@@ -69,7 +69,8 @@ class ListenerProbe:
         self._targets: dict[int, tuple[str, int, int]] = {}
         self._dead: dict[int, int] = {}                 # id -> czxid taken for dead
         self._socks: dict[int, socket.socket] = {}
-        self._refusals: dict[int, list[float]] = {}     # id -> monotonic times of refusals in a row
+        self._refusals: dict[tuple[int, int], list[float]] = {}   # (id, czxid) -> refusals in a row
+        self._connected_at: dict[int, float] = {}
         self._next_try: dict[int, float] = {}
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -153,8 +154,10 @@ class ListenerProbe:
             data = b""
         if data:
             return                                          # nothing is sent on it; ignore
-        self._drop_sock(b)                                  # ended: probe at once
-        self._next_try[b] = 0.0
+        self._drop_sock(b)
+        # Ended: probe at once, but not in a tight loop when something in between (a proxy)
+        # keeps accepting and closing the watch connection.
+        self._next_try[b] = self._connected_at.get(b, 0.0) + self.interval_s
 
     def _pass(self) -> float:
         """Probe whoever is due; returns how long to wait for the next event."""
@@ -163,8 +166,9 @@ class ListenerProbe:
             dead = dict(self._dead)
         for b in [b for b in self._socks if b not in targets]:
             self._drop_sock(b)
-        for b in [b for b in self._refusals if b not in targets]:
-            self._refusals.pop(b, None)
+        for key in [k for k in self._refusals if targets.get(k[0], (0, 0, None))[2] != k[1]]:
+            self._refusals.pop(key, None)
+        for b in [b for b in self._next_try if b not in targets]:
             self._next_try.pop(b, None)
         now = time.monotonic()
         wait = self.interval_s
@@ -178,17 +182,18 @@ class ListenerProbe:
             outcome, sock = refused(host, port)
             now = time.monotonic()
             if outcome is False:
-                self._refusals.pop(b, None)
+                self._refusals.pop((b, czxid), None)
+                self._connected_at[b] = now
                 self._socks[b] = sock
                 self._selector.register(sock, selectors.EVENT_READ, b)
                 if b in dead:
                     self._reinstate(b, czxid, host, port)
                 continue
             if outcome is None:
-                self._refusals.pop(b, None)                 # no evidence: start over
+                self._refusals.pop((b, czxid), None)        # no evidence: start over
                 self._next_try[b] = now + self.interval_s
                 continue
-            times = self._refusals.setdefault(b, [])
+            times = self._refusals.setdefault((b, czxid), [])
             times.append(now)
             if b in dead:
                 self._next_try[b] = now + self.interval_s
@@ -207,7 +212,7 @@ class ListenerProbe:
             self._dead[b] = czxid
         logger.warning("broker %d's listener %s:%d refused %d connections in a row (%.0f ms): taken for"
                        " dead before its ZooKeeper session ends (broker epoch %d)", b, host, port,
-                       len(self._refusals.get(b, ())), span_s * 1000, czxid)
+                       len(self._refusals.get((b, czxid), ())), span_s * 1000, czxid)
         self.on_change()
 
     def _reinstate(self, b: int, czxid: int, host: str, port: int) -> None:
