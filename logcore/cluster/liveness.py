@@ -156,8 +156,9 @@ class ListenerProbe:
             return                                          # nothing is sent on it; ignore
         self._drop_sock(b)
         # Ended: probe at once, but not in a tight loop when something in between (a proxy)
-        # keeps accepting and closing the watch connection.
-        self._next_try[b] = self._connected_at.get(b, 0.0) + self.interval_s
+        # keeps accepting and closing the watch connection (nor when a dying process still
+        # accepted the first probe: that one ends at once too).
+        self._next_try[b] = self._connected_at.get(b, 0.0) + self.spacing_s
 
     def _pass(self) -> float:
         """Probe whoever is due; returns how long to wait for the next event."""
