@@ -20,7 +20,9 @@ thread, which re-reads ZooKeeper and acts (callbacks coalesce and may skip versi
 With `listener_probe` (broker.failure.probe.enable) the active controller also watches every
 registered broker's listener (logcore.cluster.liveness): a registration whose listener refused
 connections repeatedly counts as not live, exactly as if its session had expired, until the
-listener accepts again or the registration changes.
+listener accepts again or the registration changes. The other brokers watch the active
+controller's listener the same way and delete its /controller when it refuses, so that a killed
+controller is replaced at once (its registration is left to its session).
 """
 from __future__ import annotations
 
