@@ -53,7 +53,9 @@ class ClusterMember:
                 "unclean.leader.election.enable", "false").lower() == "true",
             auto_rebalance=self.config["auto.leader.rebalance.enable"],
             rebalance_interval_s=self.config["leader.imbalance.check.interval.seconds"],
-            imbalance_percentage=self.config["leader.imbalance.per.broker.percentage"])
+            imbalance_percentage=self.config["leader.imbalance.per.broker.percentage"],
+            listener_probe=self.config["broker.failure.probe.enable"],
+            address_overrides=self.config.address_overrides())
         await asyncio.to_thread(self.controller.start)
 
     async def shutdown(self) -> None:

@@ -68,6 +68,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("zookeeper.session.timeout.ms", ConfigType.INT, 18000,
               "ZooKeeper session timeout: a broker that is silent this long is taken for dead and"
               " its leaderships move.", validator=at_least(1), category="cluster"),
+    ConfigKey("broker.failure.probe.enable", ConfigType.BOOLEAN, True,
+              "seglog's own: the controller also takes a broker for dead, before its ZooKeeper"
+              " session expires, when its listener refuses connections several times in a row (no"
+              " process listening: it was killed); a timeout never counts, so a paused or"
+              " unreachable broker still waits for its session. false: only session expiry.",
+              category="cluster"),
     ConfigKey("offsets.topic.replication.factor", ConfigType.INT, 3,
               "Replication factor of __consumer_offsets in a cluster; its creation fails (consumer"
               " groups wait) until this many brokers are registered. A single broker uses 1.",

@@ -15,7 +15,14 @@ and current_leader_epoch = the epoch this broker follows at. The answer, per par
 - OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): build the epoch cache and producer state from the
   remote tier and start at the leader's local log start (logcore.broker.replica_catchup);
 - FENCED_LEADER_EPOCH: this broker is behind; wait for the new state from ZooKeeper;
+- UNKNOWN_LEADER_EPOCH: the leader is behind (it has not applied the state yet): retry after
+  50 ms (at most replica.fetch.backoff.ms);
 - any other error: back off replica.fetch.backoff.ms for that partition.
+A partition added to a fetcher (this broker starts following a leader, or a new epoch of it)
+is fetched at once: neither the backoff after an error nor a round parked at the leader
+(replica.fetch.wait.max.ms, answered in order on its connection) holds it back; Kafka's fetcher
+thread likewise drops and re-adds partitions on LeaderAndIsr. The round in flight is abandoned
+with its connection and a new one starts.
 A response is applied only if the partition is still followed at the same epoch and its LEO is
 still the offset the request asked for (a truncation or a new state may have come meanwhile).
 """
@@ -36,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 FETCH = 1
 FETCH_VERSION = 12
+LEADER_CATCH_UP_S = 0.05   # retrying a leader that does not know the followed epoch yet
 
 
 @dataclass(eq=False)
@@ -79,6 +87,7 @@ class ReplicaFetchers:
             fetcher.start()
         fetcher.partitions[replica.key] = Followed(replica, replica.epoch)
         fetcher.wake.set()
+        fetcher.switched.set()           # fetch it now, not after a parked round or a backoff
 
     def remove(self, replica) -> None:
         for fetcher in self.by_leader.values():
@@ -104,6 +113,7 @@ class LeaderFetcher:
         self.config = manager.config
         self.partitions: dict[tuple[str, int], Followed] = {}
         self.wake = asyncio.Event()
+        self.switched = asyncio.Event()  # a partition was added: cut a parked round or backoff short
         self.conn: AsyncKafkaConnection | None = None
         self.address: tuple[str, int] | None = None
         self.reconnect = False
@@ -138,7 +148,7 @@ class LeaderFetcher:
             try:
                 conn = await self._connection()
                 if conn is None:
-                    await asyncio.sleep(self.backoff_s)
+                    await self._backoff()
                     continue
                 await self._round(conn, ready)
                 self._warned = None
@@ -149,11 +159,21 @@ class LeaderFetcher:
                 if self.conn is not None:
                     self.conn.close()
                     self.conn = None
-                await asyncio.sleep(self.backoff_s)
+                await self._backoff()
             except Exception:   # noqa: BLE001 - a bug must not stop replication of the others
                 logger.exception("broker %d: fetcher for leader %d failed; retrying", self.manager.me,
                                  self.leader)
-                await asyncio.sleep(self.backoff_s)
+                await self._backoff()
+
+    async def _backoff(self) -> None:
+        """replica.fetch.backoff.ms after a failure, unless a partition is added meanwhile
+        (a new leadership is tried at once)."""
+        if not self.switched.is_set():
+            try:
+                await asyncio.wait_for(self.switched.wait(), self.backoff_s)
+            except asyncio.TimeoutError:
+                pass
+        self.switched.clear()            # one retry at once per addition, then the backoff again
 
     def _warn(self, message: str) -> None:
         if message != self._warned:                  # once per distinct failure
@@ -199,7 +219,7 @@ class LeaderFetcher:
             topics.setdefault(followed.replica.topic, []).append(req)
             asked[followed.replica.key] = (followed, req["fetch_offset"])
         if not asked:
-            await asyncio.sleep(self.backoff_s)
+            await self._backoff()
             return
         body = {"replica_id": self.manager.me, "max_wait": datetime.timedelta(milliseconds=self.wait_ms),
                 "min_bytes": self.config["replica.fetch.min.bytes"],
@@ -207,8 +227,26 @@ class LeaderFetcher:
                 "session_id": 0, "session_epoch": -1,
                 "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
                 "forgotten_topics_data": [], "rack_id": ""}
-        response = await conn.request(FETCH, body, version=FETCH_VERSION,
-                                      timeout_s=self.timeout_s + self.wait_ms / 1000.0)
+        self.switched.clear()
+        request = asyncio.ensure_future(conn.request(FETCH, body, version=FETCH_VERSION,
+                                                     timeout_s=self.timeout_s + self.wait_ms / 1000.0))
+        switched = asyncio.ensure_future(self.switched.wait())
+        abandoned = True
+        try:
+            await asyncio.wait((request, switched), return_when=asyncio.FIRST_COMPLETED)
+            abandoned = not request.done()
+        finally:
+            switched.cancel()
+            if abandoned:
+                request.cancel()
+        if abandoned:
+            # A partition was added while this round may sit parked at the leader for up to
+            # replica.fetch.wait.max.ms; its connection answers in order, so start afresh.
+            if self.conn is conn:
+                conn.close()
+                self.conn = None
+            return
+        response = request.result()
         if response.error_code != E.NONE:
             raise KafkaError(f"Fetch answered error {int(response.error_code)}", int(response.error_code))
         for topic in response.responses:
@@ -262,6 +300,10 @@ class LeaderFetcher:
             logger.info("broker %d: %s-%d: leader %d is at a newer epoch than %d; waiting for the"
                         " new state", self.manager.me, replica.topic, replica.index, self.leader,
                         followed.epoch)
+        elif code == E.UNKNOWN_LEADER_EPOCH:
+            # The leader has not applied the epoch this broker already follows at (both learn it
+            # from ZooKeeper): it will in a moment; the full backoff would delay the new HW.
+            followed.delayed_until = time.monotonic() + min(self.backoff_s, LEADER_CATCH_UP_S)
         else:
             followed.delayed_until = time.monotonic() + self.backoff_s
 

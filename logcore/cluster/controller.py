@@ -16,6 +16,13 @@ the /controller_epoch check. `Controller` runs them: it watches /controller (and
 when it is free), /brokers/ids, /brokers/topics, /admin/delete_topics and
 /admin/preferred_replica_election; each watch callback only queues a "reconcile" for one worker
 thread, which re-reads ZooKeeper and acts (callbacks coalesce and may skip versions).
+
+With `listener_probe` (broker.failure.probe.enable) the active controller also watches every
+registered broker's listener (logcore.cluster.liveness): a registration whose listener refused
+connections repeatedly counts as not live, exactly as if its session had expired, until the
+listener accepts again or the registration changes. The other brokers watch the active
+controller's listener the same way and delete its /controller when it refuses, so that a killed
+controller is replaced at once (its registration is left to its session).
 """
 from __future__ import annotations
 
@@ -88,8 +95,15 @@ class Controller:
 
     def __init__(self, store: ZooKeeperStore, broker_id: int, *, unclean_leader_election: bool = False,
                  auto_rebalance: bool = False, rebalance_interval_s: float = 300.0,
-                 imbalance_percentage: int = 10):
+                 imbalance_percentage: int = 10, listener_probe: bool = False,
+                 address_overrides: dict[int, tuple[str, int]] | None = None):
         self.store = store
+        self.address_overrides = dict(address_overrides or {})
+        self._probe = None
+        if listener_probe:
+            from logcore.cluster.liveness import ListenerProbe
+            self._probe = ListenerProbe(lambda: self._events.put("reconcile"),
+                                        name=f"listener-probe-{broker_id}")
         self.auto_rebalance = auto_rebalance
         self.rebalance_interval_s = rebalance_interval_s
         self.imbalance_percentage = imbalance_percentage
@@ -111,6 +125,8 @@ class Controller:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "Controller":
         self._worker.start()
+        if self._probe is not None:
+            self._probe.start()
         self.store.on_new_session(lambda: self._events.put("session"))
         self.store.watch_controller(lambda _cid: self._events.put("controller"))
         self.store.watch_brokers(lambda _b: self._events.put("reconcile"))
@@ -127,6 +143,8 @@ class Controller:
         self._events.put("stop")
         if self._worker.is_alive():
             self._worker.join(10)
+        if self._probe is not None:
+            self._probe.stop()
         if self.fence is not None and self.store.client.connected:
             self.store.resign_controller(self.broker_id)
         self.fence = None
@@ -168,6 +186,7 @@ class Controller:
             except ControllerMovedError as e:
                 logger.warning("broker %d: no longer controller: %s", self.broker_id, e)
                 self.fence = None
+                self._watch_listeners({})
             except Exception:                                   # noqa: BLE001 - keep the loop alive
                 logger.exception("broker %d: controller pass failed; retrying on the next event",
                                  self.broker_id)
@@ -185,15 +204,55 @@ class Controller:
                 self._broker_epochs = {}
         if self.fence is not None:
             self.reconcile()
+        elif self._probe is not None:
+            self._watch_controller(current)
+
+    def _watch_controller(self, current: int | None) -> None:
+        """Not the controller: watch the active controller's listener; once it refused
+        connections repeatedly (its process is gone), delete its /controller so that the
+        election runs now rather than when its session expires."""
+        brokers = self.store.brokers() if current is not None else {}
+        reg = brokers.get(current)
+        if reg is None or current == self.broker_id:
+            self._watch_listeners({})
+            return
+        self._watch_listeners({current: reg})
+        if self._probe.dead().get(current) == reg.epoch:
+            if self.store.depose_dead_controller(current, reg.epoch):
+                logger.warning("broker %d: controller %d's listener refuses connections; deleted its"
+                               " /controller (its registration stays until its session expires)",
+                               self.broker_id, current)
+
+    # ------------------------------------------------------------------ liveness
+    def _watch_listeners(self, brokers) -> None:
+        if self._probe is None:
+            return
+        targets = {}
+        for b, reg in brokers.items():
+            if b == self.broker_id:
+                continue
+            host, port = self.address_overrides.get(b, (reg.host, reg.port))
+            targets[b] = (host, port, reg.epoch)
+        self._probe.set_targets(targets)
+
+    def _live(self, brokers) -> set[int]:
+        """The registered brokers less those whose listener refuses connections (same
+        registration: a newer one is a startup)."""
+        if self._probe is None:
+            return set(brokers)
+        dead = self._probe.dead()
+        return {b for b, reg in brokers.items() if dead.get(b) != reg.epoch}
 
     # ------------------------------------------------------------------ the work
     def reconcile(self) -> None:
         """One full pass: failed and bounced brokers, new partitions, deletions, preferred
         elections. Idempotent; every write fenced."""
         brokers = self.store.brokers()
+        self._watch_listeners(brokers)
         epochs = {b: r.epoch for b, r in brokers.items()}
+        registered = self._live(brokers)  # less the brokers whose listener refuses connections
         bounced = {b for b, e in epochs.items() if b in self._broker_epochs and e > self._broker_epochs[b]}
-        live = set(epochs) - bounced      # a bounced broker counts as failed for this pass
+        live = registered - bounced       # a bounced broker counts as failed for this pass
         deleting = set(self.store.topics_marked_for_deletion())
         for topic in self.store.list_topics():
             if topic in deleting:
@@ -207,16 +266,16 @@ class Controller:
             self._broker_epochs = {b: e for b, e in epochs.items() if b not in bounced}
             for topic in self.store.list_topics():
                 if topic not in deleting:
-                    self._reconcile_topic(topic, set(epochs))
+                    self._reconcile_topic(topic, registered)
         self._broker_epochs = epochs
         for topic in deleting:
             self.store.remove_topic(topic, self.fence)
             logger.info("controller %d: deleted topic %r", self.broker_id, topic)
-        self._run_requested_preferred_elections(set(epochs))
-        self._run_requested_unclean_elections(set(epochs))
-        shutting = self.store.shutting_down() & set(epochs)
+        self._run_requested_preferred_elections(registered)
+        self._run_requested_unclean_elections(registered)
+        shutting = self.store.shutting_down() & registered
         if shutting:
-            self._move_off(shutting, set(epochs))
+            self._move_off(shutting, registered)
 
     def _unclean_for(self, topic: str) -> bool:
         try:
@@ -281,7 +340,7 @@ class Controller:
         ISR; returns {(topic, partition): leader} for those that moved."""
         if self.fence is None:
             raise ControllerMovedError(f"broker {self.broker_id} is not the controller")
-        live = set(self.store.brokers())
+        live = self._live(self.store.brokers())
         moved = {}
         for topic, p in partitions:
             try:
@@ -386,7 +445,7 @@ class Controller:
         """auto.leader.rebalance.enable: for each broker whose share of preferred partitions led
         elsewhere is above leader.imbalance.per.broker.percentage, move those back (where the
         preferred replica is live and in the ISR)."""
-        live = set(self.store.brokers())
+        live = self._live(self.store.brokers())
         by_preferred: dict[int, list[tuple[str, int, bool]]] = {}
         for topic in self.store.list_topics():
             try:

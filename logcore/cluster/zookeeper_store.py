@@ -633,6 +633,28 @@ class ZooKeeperStore:
             except (NoNodeError, BadVersionError):
                 pass
 
+    def depose_dead_controller(self, broker_id: int, broker_epoch: int) -> bool:
+        """Delete /controller when it is held by broker `broker_id`'s session, the one that made its
+        registration of epoch (czxid) `broker_epoch`: that broker's listener refuses connections
+        (logcore.cluster.liveness), so its process is gone though its session has not expired
+        yet. Only /controller goes (every broker then runs the election again; /controller_epoch
+        fences a deposed controller's writes); the registration stays until ZooKeeper expires
+        the session (replication.md 4.2). True if it was deleted here."""
+        from kazoo.exceptions import NoNodeError
+        reg_path = f"{BROKER_IDS}/{broker_id}"
+        try:
+            raw, stat = self.client.get(CONTROLLER)
+            _, reg = self.client.get(reg_path)
+        except NoNodeError:
+            return False
+        if (int(_loads(raw, CONTROLLER).get("brokerid", -1)) != broker_id or reg.czxid != broker_epoch
+                or reg.ephemeralOwner != stat.ephemeralOwner):
+            return False
+        t = self.client.transaction()
+        t.check(reg_path, reg.version)
+        t.delete(CONTROLLER, version=stat.version)
+        return not any(isinstance(r, Exception) for r in t.commit())
+
     def watch_controller(self, fn: Callable[[int | None], None]):
         """fn(controller id or None) now and whenever /controller changes."""
         def on_data(raw, stat):
@@ -751,6 +773,7 @@ _WRAPPED = ("cluster_id", "register_broker", "deregister_broker", "brokers", "wa
             "watch_deletions", "remove_topic", "partition_state", "partition_states",
             "watch_partition_state", "create_partition_states", "update_partition_state",
             "controller_epoch", "controller", "try_become_controller", "resign_controller",
+            "depose_dead_controller",
             "watch_controller", "notify_isr_change", "isr_change_notifications",
             "delete_isr_change_notifications", "request_preferred_election",
             "request_unclean_election", "pending_elections", "finish_election_request",
