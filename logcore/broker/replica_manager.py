@@ -248,11 +248,19 @@ class ReplicaManager:
                 continue
             self._watched_states.add(key)
             await asyncio.to_thread(self.store.watch_partition_state, name, p, self._state_watch(key))
-        # A replica that left the assignment (a reassignment) stops.
+        # A replica that left the assignment (a reassignment) stops and is deleted; a partition
+        # that gained this broker starts at the state already known (its epoch bump may have
+        # been read before this assignment).
         for key, replica in list(self.replicas.items()):
             if key[0] == name and self.me not in ta.partitions.get(key[1], ()):
-                await self._stop_replica(replica)
+                await self._stop_replica(replica, delete=True)
                 self.replicas.pop(key, None)
+        if not hosted and name in self.partitions.topics:
+            await asyncio.to_thread(self._delete_local_topic, name)
+        for p in hosted:
+            key = (name, p)
+            if key not in self.replicas and key in self.states:
+                await self._state_changed(name, p, self.states[key])
 
     def _state_watch(self, key):
         def on_state(state):
@@ -411,11 +419,17 @@ class ReplicaManager:
         replica.role = OFFLINE
         replica.followers = {}
 
-    async def _stop_replica(self, replica: Replica) -> None:
+    async def _stop_replica(self, replica: Replica, delete: bool = False) -> None:
+        """Kafka's StopReplica: no longer lead or follow; with `delete` (the replica was
+        reassigned away) its files go too and it is neither served nor counted."""
         self._resign(replica)
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         replica.role = OFFLINE
+        if delete:
+            await asyncio.to_thread(self.partitions.drop_replica, replica.topic, replica.index)
+            logger.info("broker %d: deleted its replica of %s-%d (reassigned away)", self.me,
+                        replica.topic, replica.index)
 
     def assignment_of(self, replica: Replica) -> tuple[int, ...]:
         ta = self.assignments.get(replica.topic)
