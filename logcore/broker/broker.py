@@ -110,6 +110,8 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         self.served[45] = ("AlterPartitionReassignments", 0, 1)
         self.handlers[46] = self.list_partition_reassignments
         self.served[46] = ("ListPartitionReassignments", 0, 0)
+        self.handlers[44] = self.incremental_alter_configs      # throttle removal only
+        self.served[44] = ("IncrementalAlterConfigs", 0, 1)
 
     def open(self) -> None:
         """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a

@@ -134,3 +134,37 @@ class ReassignmentHandlers:
                 "removing_replicas": list(ta.removing_replicas.get(p, ()))})
         return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
                 "topics": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]}
+
+    # ------------------------------------------------------------------ throttles
+    async def incremental_alter_configs(self, req) -> dict:
+        """IncrementalAlterConfigs, for what kafka-reassign-partitions --verify sends when a
+        reassignment is done: DELETE of the replication throttles (broker-level rates, topic-level
+        throttled replicas). seglog has no replication throttles, so deleting them is answered
+        NONE; any other change is refused with INVALID_REQUEST naming it (topic configs change
+        through CreateTopics; kafka-reassign-partitions --throttle is not supported)."""
+        out = []
+        for r in req.body.resources:
+            code, message = E.NONE, None
+            if int(r.resource_type) == TOPIC_RESOURCE and r.resource_name not in self.cluster.assignments:
+                code, message = E.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{r.resource_name}' does not exist."
+            elif int(r.resource_type) not in (TOPIC_RESOURCE, BROKER_RESOURCE):
+                code, message = E.INVALID_REQUEST, f"resource type {int(r.resource_type)} is not served"
+            else:
+                allowed = TOPIC_THROTTLES if int(r.resource_type) == TOPIC_RESOURCE else BROKER_THROTTLES
+                for c in r.configs:
+                    if int(c.config_operation) != DELETE_OP or c.name not in allowed:
+                        code = E.INVALID_REQUEST
+                        message = (f"{c.name} (operation {int(c.config_operation)}) on"
+                                   f" {'topic' if int(r.resource_type) == TOPIC_RESOURCE else 'broker'}"
+                                   f" {r.resource_name!r}: seglog takes IncrementalAlterConfigs only to"
+                                   " delete replication throttles, which it does not have")
+                        break
+            out.append({"error_code": code, "error_message": message, "resource_type": r.resource_type,
+                        "resource_name": r.resource_name})
+        return {"throttle_time": 0, "responses": out}
+
+
+TOPIC_RESOURCE, BROKER_RESOURCE, DELETE_OP = 2, 4, 1
+TOPIC_THROTTLES = frozenset({"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"})
+BROKER_THROTTLES = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                              "replica.alter.log.dirs.io.max.bytes.per.second"})

@@ -431,6 +431,12 @@ class ReplicaManager:
             logger.info("broker %d: deleted its replica of %s-%d (reassigned away)", self.me,
                         replica.topic, replica.index)
 
+    def removing_of(self, replica: Replica) -> tuple[int, ...]:
+        """The replicas a reassignment is removing: they never join the ISR again (a fetch
+        that arrives after the controller completed the move must not bring one back)."""
+        ta = self.assignments.get(replica.topic)
+        return ta.removing_replicas.get(replica.index, ()) if ta is not None else ()
+
     def assignment_of(self, replica: Replica) -> tuple[int, ...]:
         ta = self.assignments.get(replica.topic)
         return ta.partitions.get(replica.index, ()) if ta is not None else ()
@@ -515,6 +521,7 @@ class ReplicaManager:
             return
         if (follower not in replica.isr and replica.isr_change is None
                 and follower in self.brokers and follower not in self.shutting_down
+                and follower not in self.removing_of(replica)
                 and may_join(state, part._log.high_watermark, replica.epoch_start_offset)):
             new_isr = tuple(b for b in self.assignment_of(replica) if b in replica.isr or b == follower)
             logger.info("broker %d: %s-%d: follower %d caught up (LEO %d); expanding the ISR from %s"
