@@ -26,18 +26,18 @@ def _ids(replicas) -> str:
 class ReassignmentHandlers:
     async def alter_partition_reassignments(self, req) -> dict:
         body = req.body
-        rm = self.cluster
         timeout_s = max(0.0, body.timeout.total_seconds())
         allow_rf_change = getattr(body, "allow_replication_factor_change", True)
         results: dict[tuple[str, int], tuple[int, str | None]] = {}
         order: list[tuple[str, int]] = []
         asked: dict[tuple[str, int], tuple[int, ...] | None] = {}
+        current = await self._read_assignments([t.name for t in body.topics])
         for t in body.topics:
             for p in t.partitions:
                 key = (t.name, p.partition_index)
                 order.append(key)
                 target = None if p.replicas is None else tuple(int(b) for b in p.replicas)
-                error = self._check_reassignment(key, target, allow_rf_change)
+                error = self._check_reassignment(current.get(t.name), key, target, allow_rf_change)
                 if error is not None:
                     results[key] = error
                 else:
@@ -64,11 +64,29 @@ class ReassignmentHandlers:
                 "error_code": E.NONE, "error_message": None,
                 "responses": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]}
 
-    def _check_reassignment(self, key, target, allow_rf_change: bool):
+    async def _read_assignments(self, names) -> dict:
+        """The topics' znodes as ZooKeeper has them now (not this broker's watched view, which
+        may lag the controller's last write by a moment): {name: TopicAssignment}."""
+        from logcore.cluster.zookeeper_store import BROKER_TOPICS
+        from logcore.errors import TopicNotFoundError
+        store = self.cluster.store
+
+        def read():
+            store.client.sync(BROKER_TOPICS)
+            wanted = store.list_topics() if names is None else sorted(set(names))
+            out = {}
+            for name in wanted:
+                try:
+                    out[name] = store.topic(name)
+                except TopicNotFoundError:
+                    pass
+            return out
+        return await asyncio.to_thread(read)
+
+    def _check_reassignment(self, ta, key, target, allow_rf_change: bool):
         """None when the controller may take this reassignment, else (error code, message)."""
         rm = self.cluster
         name, p = key
-        ta = rm.assignments.get(name)
         if ta is None or p not in ta.partitions:
             return E.UNKNOWN_TOPIC_OR_PARTITION, f"The partition {name}-{p} does not exist."
         if target is None:
@@ -118,14 +136,15 @@ class ReassignmentHandlers:
                 await asyncio.sleep(0.1)
 
     async def list_partition_reassignments(self, req) -> dict:
-        rm = self.cluster
-        if req.body.topics is None:
-            wanted = [(n, p) for n, ta in sorted(rm.assignments.items()) for p in sorted(ta.partitions)]
+        topics = req.body.topics
+        current = await self._read_assignments(None if topics is None else [t.name for t in topics])
+        if topics is None:
+            wanted = [(n, p) for n, ta in sorted(current.items()) for p in sorted(ta.partitions)]
         else:
-            wanted = [(t.name, p) for t in req.body.topics for p in t.partition_indexes]
+            wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
         by_topic: dict[str, list] = {}
         for name, p in wanted:
-            ta = rm.assignments.get(name)
+            ta = current.get(name)
             if ta is None or not ta.reassigning(p):
                 continue
             by_topic.setdefault(name, []).append({

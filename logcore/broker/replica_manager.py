@@ -521,7 +521,7 @@ class ReplicaManager:
             return
         if (follower not in replica.isr and replica.isr_change is None
                 and follower in self.brokers and follower not in self.shutting_down
-                and follower not in self.removing_of(replica)
+                and follower in self.assignment_of(replica) and follower not in self.removing_of(replica)
                 and may_join(state, part._log.high_watermark, replica.epoch_start_offset)):
             new_isr = tuple(b for b in self.assignment_of(replica) if b in replica.isr or b == follower)
             logger.info("broker %d: %s-%d: follower %d caught up (LEO %d); expanding the ISR from %s"

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from kafka_reference import kafka_jars  # noqa: F401  (a fixture: Kafka's jars, skips without them)
 from seglog_cluster import SeglogCluster
 
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
@@ -18,11 +19,14 @@ kp = pytest.importorskip("kafka", reason="kafka-python is not installed")
 
 pytestmark = pytest.mark.timeout(300)
 
+REASSIGN_TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+
 
 @pytest.fixture(scope="module")
 def cluster(zk_server, tmp_path_factory):
     c = SeglogCluster(tmp_path_factory.mktemp("reassign"), zk_server.connect_string + "/reassign", size=3,
-                      props={"min.insync.replicas": "1"})
+                      # a longer session: one test pauses a broker for a few seconds
+                      props={"min.insync.replicas": "1", "zookeeper.session.timeout.ms": "10000"})
     try:
         c.start()
         yield c
@@ -165,3 +169,119 @@ def test_errors_as_kafka_gives_them(cluster, admin):
     assert _codes(alter({tp: None})) == {tp: 85}           # NO_REASSIGNMENT_IN_PROGRESS
     assert admin.list_partition_reassignments() == {}
     assert cluster.metadata(topic)[0][1] == [1, 2]
+
+
+def _plan(tmp_path, name, moves) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": r} for (t, p), r in moves.items()]}))
+    return str(path)
+
+
+def _seglog(capsys, *argv) -> tuple[int, str, str]:
+    from logcore.tools.cli import main
+    capsys.readouterr()
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_kafka_reassign_tool_and_seglog_cli(cluster, admin, kafka_jars, tmp_path, capsys):
+    """Apache Kafka's kafka-reassign-partitions --execute / --verify against seglog (its --verify
+    also removes throttles: IncrementalAlterConfigs DELETE), then `seglog reassign-partitions`
+    moves the partition back."""
+    topic = "tool"
+    _create(cluster, topic, [1, 2])
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(100):
+        p.produce(topic, value=b"t%d" % i)
+    assert p.flush(30) == 0
+    there = _plan(tmp_path, "there.json", {(topic, 0): [2, 3]})
+    run = kafka_jars.run_tool(REASSIGN_TOOL, ["--bootstrap-server", cluster.bootstrap,
+                                              "--reassignment-json-file", there, "--execute"])
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == (
+        "Current partition replica assignment\n\n"
+        '{"version":1,"partitions":[{"topic":"tool","partition":0,"replicas":[1,2],"log_dirs":["any","any"]}]}\n\n'
+        "Save this to use as the --reassignment-json-file option during rollback\n"
+        "Successfully started partition reassignment for tool-0\n")
+    cluster.wait_for(lambda: _settled(cluster, admin, topic, [2, 3]), 30, "the move to [2,3]")
+    run = kafka_jars.run_tool(REASSIGN_TOOL, ["--bootstrap-server", cluster.bootstrap,
+                                              "--reassignment-json-file", there, "--verify"])
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("Status of partition reassignment:\n"
+                                 "Reassignment of partition tool-0 is completed.\n")
+    assert "Clearing topic-level throttles on topic tool" in run.stdout
+    cluster.wait_for(lambda: not (cluster.brokers[1].log_dir / f"{topic}-0").exists(), 10, "broker 1's replica deleted")
+
+    back = _plan(tmp_path, "back.json", {(topic, 0): [1, 2]})
+    code, out, _ = _seglog(capsys, "reassign-partitions", "--bootstrap-server", cluster.bootstrap,
+                           "--reassignment-json-file", back, "--execute")
+    assert code == 0
+    assert out.endswith('"replicas":[2,3],"log_dirs":["any","any"]}]}\n\n'
+                        "Save this to use as the --reassignment-json-file option during rollback\n"
+                        "Successfully started partition reassignment for tool-0\n")
+    cluster.wait_for(lambda: _settled(cluster, admin, topic, [1, 2]), 30, "the move back to [1,2]")
+    code, out, _ = _seglog(capsys, "reassign-partitions", "--bootstrap-server", cluster.bootstrap,
+                           "--reassignment-json-file", back, "--verify")
+    assert (code, out) == (0, "Status of partition reassignment:\nReassignment of partition tool-0 is completed.\n\n")
+    code, out, _ = _seglog(capsys, "reassign-partitions", "--bootstrap-server", cluster.bootstrap,
+                           "--reassignment-json-file", there, "--verify")
+    assert "There is no active reassignment of partition tool-0, but replica set is 1,2 rather than 2,3." in out
+    assert _read_all(cluster, topic) == [b"t%d" % i for i in range(100)]
+    cluster.wait_for(lambda: not (cluster.brokers[3].log_dir / f"{topic}-0").exists(), 10, "broker 3's replica deleted")
+    # refusals: exit status 1 with Kafka's error
+    bad = _plan(tmp_path, "bad.json", {(topic, 0): [1, 7]})
+    code, _, err = _seglog(capsys, "reassign-partitions", "--bootstrap-server", cluster.bootstrap,
+                           "--reassignment-json-file", bad, "--execute")
+    assert code == 1 and "tool-0: INVALID_REPLICA_ASSIGNMENT" in err
+
+
+def test_cancel_reverts_and_describe_matches_kafka(cluster, admin, tmp_path, capsys, request):
+    """A move that cannot finish (the new replica's broker is paused) is listed, described with
+    Adding Replicas byte-identically to kafka-topics, then cancelled: the replicas and ISR are
+    the original ones and the paused broker drops what it had."""
+    controller = admin.describe_cluster()["controller_id"]
+    new = next(b for b in (3, 2, 1) if b != controller)
+    origin = [b for b in (1, 2, 3) if b != new]
+    topic = "cancelled"
+    _create(cluster, topic, origin)
+    plan = _plan(tmp_path, "add.json", {(topic, 0): origin + [new]})
+    try:
+        jars = request.getfixturevalue("kafka_jars")
+    except pytest.skip.Exception:
+        jars = None                                 # describe is then checked against Kafka's format only
+    broker = cluster.brokers[new]
+    bootstrap = cluster.brokers[next(b for b in origin if b != new)].address      # not the paused one
+    broker.pause()
+    try:
+        code, out, _ = _seglog(capsys, "reassign-partitions", "--bootstrap-server", bootstrap,
+                               "--reassignment-json-file", plan, "--execute")
+        assert code == 0 and out.endswith(f"Successfully started partition reassignment for {topic}-0\n")
+        listed = admin.list_partition_reassignments([kp.TopicPartition(topic, 0)])
+        assert listed == {kp.TopicPartition(topic, 0): {"replicas": origin + [new], "adding_replicas": [new],
+                                                        "removing_replicas": []}}
+        code, described, _ = _seglog(capsys, "topics", "--bootstrap-server", bootstrap, "--describe",
+                                     "--topic", topic)
+        leader = cluster.leader_of(topic)
+        assert f"\tReplicas: {','.join(map(str, origin + [new]))}\tIsr: " in described
+        assert f"\tAdding Replicas: {new}\tRemoving Replicas: \tElr: N/A" in described
+        assert "\tReplicationFactor: 2\t" in described                # Kafka's: replicas - adding
+        if jars is not None:
+            kafka = jars.run_tool(jars.topic_command, ["--bootstrap-server", bootstrap, "--describe",
+                                                       "--topic", topic])
+            assert kafka.returncode == 0, kafka.stderr
+            assert kafka.stdout == described
+        code, out, _ = _seglog(capsys, "reassign-partitions", "--bootstrap-server", bootstrap,
+                               "--reassignment-json-file", plan, "--cancel")
+        assert (code, out) == (0, f"Successfully cancelled partition reassignment for: {topic}-0\n")
+        cluster.wait_for(lambda: _settled(cluster, admin, topic, origin), 20, "the cancel")
+        assert cluster.leader_of(topic) == leader
+    finally:
+        broker.resume()
+    # the resumed broker catches up with ZooKeeper: it holds nothing of the topic
+    cluster.wait_for(lambda: cluster.metadata(topic, broker=new)[0][1] == origin
+                     and not (broker.log_dir / f"{topic}-0").exists(), 20, f"broker {new} without the replica")
+    code, out, _ = _seglog(capsys, "reassign-partitions", "--bootstrap-server", bootstrap,
+                           "--reassignment-json-file", plan, "--cancel")
+    assert out == "None of the specified partition reassignments are active.\n"
