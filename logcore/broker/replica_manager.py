@@ -58,6 +58,7 @@ class Replica:
     isr_change: asyncio.Task | None = None       # an ISR write in flight
     pending_isr: tuple[int, ...] | None = None   # what it writes (counts for the HW meanwhile)
     waiters: list = field(default_factory=list)  # (required offset, future) of acks=all produces
+    io: asyncio.Lock = field(default_factory=asyncio.Lock)   # the fetcher's writes vs. deletion
 
     @property
     def key(self) -> tuple[str, int]:
@@ -101,6 +102,7 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task] = []
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
+        self._checked_topics: set[str] = set()                # left-over replicas looked for
         self._stopped = False
         self.changed: asyncio.Event | None = None            # set whenever metadata changed
         # f(topic, partition, leader: bool), called on the loop when this broker starts leading
@@ -261,6 +263,14 @@ class ReplicaManager:
             key = (name, p)
             if key not in self.replicas and key in self.states:
                 await self._state_changed(name, p, self.states[key])
+        if name not in self._checked_topics and name in self.partitions.topics:
+            # First sight since this broker started: data of partitions moved away while it was
+            # down is deleted as a reassigned-away replica is.
+            self._checked_topics.add(name)
+            for p in sorted(ta.partitions):
+                if self.me not in ta.partitions[p] and (name, p) not in self.replicas and \
+                        await asyncio.to_thread(self.partitions.root.partition_holds_data, name, p):
+                    await self._stop_replica(Replica(name, p), delete=True)
 
     def _state_watch(self, key):
         def on_state(state):
@@ -427,7 +437,8 @@ class ReplicaManager:
         self.fetchers.remove(replica)
         replica.role = OFFLINE
         if delete:
-            await asyncio.to_thread(self.partitions.drop_replica, replica.topic, replica.index)
+            async with replica.io:                   # a follower write in flight finishes first
+                await asyncio.to_thread(self.partitions.drop_replica, replica.topic, replica.index)
             logger.info("broker %d: deleted its replica of %s-%d (reassigned away)", self.me,
                         replica.topic, replica.index)
 
