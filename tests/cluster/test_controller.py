@@ -219,3 +219,21 @@ def test_reassignment_resumes_after_controller_failover(nodes, zk_client):
     with pytest.raises(ControllerMovedError):
         n2.store.set_reassignment(ta, 0, (1, 2), (), (), old_fence)
     assert n2.store.topic("mv").partitions[0] == (2, 3)
+
+
+def test_reordering_replicas_changes_the_preferred_leader_only(nodes):
+    """[1,2,3] -> [3,2,1]: nothing to add or remove, so the assignment changes at once; the
+    leader stays (as in Kafka) until a preferred-leader election gives it to 3."""
+    n1 = nodes(1)
+    wait_for(lambda: n1.controller.active, what="controller")
+    nodes(2), nodes(3)
+    n1.store.create_topic("ro", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2, 3]})
+    wait_for(lambda: state(n1.store, "ro", 0), what="initial state")
+    n1.store.request_reassignments({("ro", 0): [3, 2, 1]})
+    wait_for(lambda: n1.store.topic("ro").partitions[0] == (3, 2, 1), what="reordered")
+    ta = n1.store.topic("ro")
+    assert not ta.adding_replicas and not ta.removing_replicas
+    s = state(n1.store, "ro", 0)
+    assert (s.leader, s.isr) == (1, (1, 2, 3))
+    n1.store.request_preferred_election([("ro", 0)])
+    wait_for(lambda: state(n1.store, "ro", 0).leader == 3, what="preferred leader 3")

@@ -91,6 +91,29 @@ def _read_all(cluster, topic):
         c.close()
 
 
+def test_reassignment_file_errors(tmp_path, capsys):
+    """The JSON file is checked before any broker is asked (kafka-reassign-partitions' rules)."""
+    from logcore.tools.cli import main
+    cases = {
+        '{"version":1,"partitions":[]}': "Partition reassignment list cannot be empty",
+        '{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,1]}]}':
+            "Duplicate replica assignment found for partition t-0",
+        '{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1]},'
+        '{"topic":"t","partition":0,"replicas":[2]}]}': "Duplicate reassignment partitions: t-0",
+        '{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1],"log_dirs":["/d"]}]}':
+            "a seglog broker has one log dir",
+        '{"version":1,"partitions":[{"topic":"t","replicas":[1]}]}': "partitions[0] is not",
+    }
+    for i, (text, message) in enumerate(cases.items()):
+        f = tmp_path / f"plan{i}.json"
+        f.write_text(text)
+        capsys.readouterr()
+        code = main(["reassign-partitions", "--bootstrap-server", "127.0.0.1:1", "--reassignment-json-file",
+                     str(f), "--execute"])
+        err = capsys.readouterr().err
+        assert code == 1 and message in err and str(f) in err, (text, err)
+
+
 def test_move_under_acks_all_load(cluster, admin):
     """[1,2] -> [2,3] while a producer writes with acks=all: nothing acknowledged is lost, the
     replica on broker 1 is deleted, the ISR ends as [2,3]."""
