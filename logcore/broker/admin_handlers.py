@@ -13,7 +13,7 @@ from logcore.broker import errors as E
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS
 from logcore.errors import SegLogError, TopicExistsError
-from logcore.log.config import CONFIG_KEYS, ConfigType, resolve_root_defaults
+from logcore.log.config import CONFIG_KEYS, ConfigType, LogConfig, resolve_root_defaults
 from logcore.storage.secrets import redact_url
 from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
 from logcore.wire.protocol import ZERO_UUID, Request
@@ -206,9 +206,16 @@ class AdminHandlers:
                    "resource_name": r.resource_name, "configs": []}
             try:
                 if r.resource_type == 2:
+                    config = None
                     if r.resource_name not in self.partitions.topics:
-                        raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist")
-                    res["configs"] = self._describe_topic_configs(r.resource_name, keys)
+                        # A cluster member answers for every topic of the cluster, also those it
+                        # holds no replica of (or no longer: reassigned away).
+                        cluster = getattr(self, "cluster", None)
+                        if cluster is None or r.resource_name not in cluster.assignments:
+                            raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist")
+                        config = LogConfig.from_props(cluster.topic_configs.get(r.resource_name, {}),
+                                                      self.root.defaults())
+                    res["configs"] = self._describe_topic_configs(r.resource_name, keys, config)
                 elif r.resource_type == 4:
                     if r.resource_name not in ("", str(self.node_id)):
                         raise _Failed(E.INVALID_REQUEST, f"this is broker {self.node_id}, not {r.resource_name}")
@@ -222,8 +229,8 @@ class AdminHandlers:
             results.append(res)
         return {"throttle_time": 0, "results": results}
 
-    def _describe_topic_configs(self, topic: str, keys: set[str] | None) -> list[dict]:
-        config = self.root.topic_config(topic)
+    def _describe_topic_configs(self, topic: str, keys: set[str] | None, config=None) -> list[dict]:
+        config = config if config is not None else self.root.topic_config(topic)
         from_root = set(resolve_root_defaults(self.root.defaults()))
         out = []
         for name, value in config.to_properties().items():

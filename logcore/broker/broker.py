@@ -31,6 +31,7 @@ from logcore.broker.groups import GroupCoordinator
 from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
+from logcore.broker.reassignment_handlers import ReassignmentHandlers
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
@@ -47,7 +48,7 @@ EARLIEST_LOCAL = -4         # KIP-405: the local log start offset (a tiered foll
 Result = dict | bytes | EncodedResponse | None | Awaitable[dict | bytes | EncodedResponse | None]
 
 
-class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
+class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, ReassignmentHandlers):
     """Dispatches each request by API key (`handlers`) to its handler: Produce, ListOffsets,
     Metadata, ApiVersions, InitProducerId and OffsetForLeaderEpoch here; Fetch in
     fetch_handlers.py, the consumer group APIs in group_handlers.py, CreateTopics, DeleteTopics
@@ -106,6 +107,12 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers):
         self.groups.attach_cluster(self.cluster, self.config["offsets.commit.timeout.ms"])
         self.handlers[43] = self.elect_leaders
         self.served[43] = ("ElectLeaders", 0, 2)
+        self.handlers[45] = self.alter_partition_reassignments
+        self.served[45] = ("AlterPartitionReassignments", 0, 1)
+        self.handlers[46] = self.list_partition_reassignments
+        self.served[46] = ("ListPartitionReassignments", 0, 0)
+        self.handlers[44] = self.incremental_alter_configs      # throttle removal only
+        self.served[44] = ("IncrementalAlterConfigs", 0, 1)
 
     def open(self) -> None:
         """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a

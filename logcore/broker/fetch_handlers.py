@@ -134,14 +134,21 @@ class FetchHandlers:
             if part is None or error != E.NONE:
                 failed = True
                 continue
+            try:
+                log = part.log
+            except ConnectionAbortedError:
+                # Closed meanwhile: its topic was deleted, or (cluster) the replica was
+                # reassigned away from this broker.
+                res["error_code"] = E.NOT_LEADER_OR_FOLLOWER if getattr(self, "cluster", None) is not None \
+                    else E.UNKNOWN_TOPIC_OR_PARTITION
+                failed = True
+                continue
             if isinstance(p, DivergedPartition):
                 # A follower whose log is not a prefix of this leader's: no records, no state.
-                log = part.log
                 res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
                            log_start_offset=log.log_start_offset, records=None,
                            diverging_epoch={"epoch": p.diverging[0], "end_offset": p.diverging[1]})
                 continue
-            log = part.log
             try:
                 budget = min(p.partition_max_bytes, max_bytes - total)
                 if budget <= 0 and total > 0:

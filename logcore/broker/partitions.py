@@ -244,6 +244,19 @@ class PartitionManager:
                 if part is not None:
                     self._close_part(part)
 
+    def drop_replica(self, topic: str, index: int) -> None:
+        """A cluster member's replica that was reassigned away: close its log and delete its
+        files (the partition is known again, empty, should it come back)."""
+        with self.lock:
+            part = self.partitions.pop((topic, index), None)
+            if part is not None:
+                self._close_part(part)
+            self.damaged.pop((topic, index), None)
+            info = self.topics.get(topic)
+            self.root.reset_partition(topic, index)
+            if info is not None:
+                self.partitions[(topic, index)] = Partition(topic, index, self)
+
     def refresh_topics(self) -> None:
         """Pick up what another process changed in the root's topics file (blocking): topics it
         created, partitions it added (known here, opened on first use), topics that are gone

@@ -255,11 +255,14 @@ class LeaderFetcher:
                 if entry is None:
                     continue
                 followed, offset = entry
-                current = self.partitions.get((topic.topic, p.partition_index))
-                if current is not followed:
-                    continue                        # no longer followed here, or at another epoch
+                key = (topic.topic, p.partition_index)
                 try:
-                    await self._apply(conn, followed, offset, p)
+                    # The replica's io lock: a replica being deleted (reassigned away) waits for
+                    # this write, and a write that waited finds it no longer followed.
+                    async with followed.replica.io:
+                        if self.partitions.get(key) is not followed:
+                            continue                # no longer followed here, or at another epoch
+                        await self._apply(conn, followed, offset, p)
                 except SegLogError as exc:
                     logger.error("broker %d: replicating %s-%d from broker %d failed: %s; retrying",
                                  self.manager.me, topic.topic, p.partition_index, self.leader, exc)

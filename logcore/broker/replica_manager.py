@@ -58,6 +58,7 @@ class Replica:
     isr_change: asyncio.Task | None = None       # an ISR write in flight
     pending_isr: tuple[int, ...] | None = None   # what it writes (counts for the HW meanwhile)
     waiters: list = field(default_factory=list)  # (required offset, future) of acks=all produces
+    io: asyncio.Lock = field(default_factory=asyncio.Lock)   # the fetcher's writes vs. deletion
 
     @property
     def key(self) -> tuple[str, int]:
@@ -101,6 +102,7 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task] = []
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
+        self._checked_topics: set[str] = set()                # left-over replicas looked for
         self._stopped = False
         self.changed: asyncio.Event | None = None            # set whenever metadata changed
         # f(topic, partition, leader: bool), called on the loop when this broker starts leading
@@ -248,11 +250,27 @@ class ReplicaManager:
                 continue
             self._watched_states.add(key)
             await asyncio.to_thread(self.store.watch_partition_state, name, p, self._state_watch(key))
-        # A replica that left the assignment (a reassignment) stops.
+        # A replica that left the assignment (a reassignment) stops and is deleted; a partition
+        # that gained this broker starts at the state already known (its epoch bump may have
+        # been read before this assignment).
         for key, replica in list(self.replicas.items()):
             if key[0] == name and self.me not in ta.partitions.get(key[1], ()):
-                await self._stop_replica(replica)
+                await self._stop_replica(replica, delete=True)
                 self.replicas.pop(key, None)
+        if not hosted and name in self.partitions.topics:
+            await asyncio.to_thread(self._delete_local_topic, name)
+        for p in hosted:
+            key = (name, p)
+            if key not in self.replicas and key in self.states:
+                await self._state_changed(name, p, self.states[key])
+        if name not in self._checked_topics and name in self.partitions.topics:
+            # First sight since this broker started: data of partitions moved away while it was
+            # down is deleted as a reassigned-away replica is.
+            self._checked_topics.add(name)
+            for p in sorted(ta.partitions):
+                if self.me not in ta.partitions[p] and (name, p) not in self.replicas and \
+                        await asyncio.to_thread(self.partitions.root.partition_holds_data, name, p):
+                    await self._stop_replica(Replica(name, p), delete=True)
 
     def _state_watch(self, key):
         def on_state(state):
@@ -411,11 +429,24 @@ class ReplicaManager:
         replica.role = OFFLINE
         replica.followers = {}
 
-    async def _stop_replica(self, replica: Replica) -> None:
+    async def _stop_replica(self, replica: Replica, delete: bool = False) -> None:
+        """Kafka's StopReplica: no longer lead or follow; with `delete` (the replica was
+        reassigned away) its files go too and it is neither served nor counted."""
         self._resign(replica)
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         replica.role = OFFLINE
+        if delete:
+            async with replica.io:                   # a follower write in flight finishes first
+                await asyncio.to_thread(self.partitions.drop_replica, replica.topic, replica.index)
+            logger.info("broker %d: deleted its replica of %s-%d (reassigned away)", self.me,
+                        replica.topic, replica.index)
+
+    def removing_of(self, replica: Replica) -> tuple[int, ...]:
+        """The replicas a reassignment is removing: they never join the ISR again (a fetch
+        that arrives after the controller completed the move must not bring one back)."""
+        ta = self.assignments.get(replica.topic)
+        return ta.removing_replicas.get(replica.index, ()) if ta is not None else ()
 
     def assignment_of(self, replica: Replica) -> tuple[int, ...]:
         ta = self.assignments.get(replica.topic)
@@ -501,6 +532,7 @@ class ReplicaManager:
             return
         if (follower not in replica.isr and replica.isr_change is None
                 and follower in self.brokers and follower not in self.shutting_down
+                and follower in self.assignment_of(replica) and follower not in self.removing_of(replica)
                 and may_join(state, part._log.high_watermark, replica.epoch_start_offset)):
             new_isr = tuple(b for b in self.assignment_of(replica) if b in replica.isr or b == follower)
             logger.info("broker %d: %s-%d: follower %d caught up (LEO %d); expanding the ISR from %s"

@@ -34,8 +34,9 @@ import time
 from dataclasses import dataclass
 
 from logcore.cluster.zookeeper_store import (CONTROLLED_SHUTDOWN, NO_LEADER, PREFERRED_ELECTION,
-                                             UNCLEAN_ELECTION, ControllerEpoch, PartitionState,
-                                             ZooKeeperStore, topic_path)
+                                             REASSIGN_PARTITIONS, UNCLEAN_ELECTION, ControllerEpoch,
+                                             PartitionState, ZooKeeperStore, partition_state_path,
+                                             topic_path)
 from logcore.errors import ControllerMovedError, TopicNotFoundError, ZkVersionConflictError
 
 logger = logging.getLogger(__name__)
@@ -85,6 +86,24 @@ def initial_state(assignment, live, controller_epoch: int) -> PartitionState:
                           controller_epoch)
 
 
+def reassignment_plan(replicas, adding, target) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Kafka's ReplicaAssignment.fromOriginAndTarget: with ORS = the replicas without those
+    being added (a reassignment in progress keeps its origin), RS = TRS + (ORS - TRS), adding
+    = TRS - ORS, removing = ORS - TRS. Returns (RS, adding, removing)."""
+    adding = set(adding)
+    origin = [r for r in replicas if r not in adding]
+    full = tuple(dict.fromkeys([*target, *origin]))
+    return (full, tuple(r for r in target if r not in origin),
+            tuple(r for r in origin if r not in set(target)))
+
+
+def elect_reassigned(target, isr, live) -> int:
+    """The leader of a partition whose replicas become `target`: the first live member of
+    `target` in the ISR (replication.md 4.5), else NO_LEADER."""
+    isr = set(isr)
+    return next((r for r in target if r in set(live) and r in isr), NO_LEADER)
+
+
 def _truthy(v) -> bool:
     return str(v).strip().lower() == "true"
 
@@ -116,6 +135,7 @@ class Controller:
         self._worker = threading.Thread(target=self._run, name=f"controller-{broker_id}", daemon=True)
         self.unclean_elections: list[tuple[str, int, int]] = []   # (topic, partition, leader)
         self._watched_topics: set[str] = set()
+        self._reassigning: set[tuple[str, int]] = set()   # partitions whose state znode is watched
 
     def _topic_watch(self, _data, stat):
         # Two parameters: kazoo passes a third one the event. Gone: stop watching.
@@ -134,6 +154,7 @@ class Controller:
         self.store.watch_deletions(lambda _t: self._events.put("reconcile"))
         self.store.client.DataWatch(PREFERRED_ELECTION, lambda _d, _s: self._events.put("reconcile"))
         self.store.client.DataWatch(UNCLEAN_ELECTION, lambda _d, _s: self._events.put("reconcile"))
+        self.store.client.DataWatch(REASSIGN_PARTITIONS, lambda _d, _s: self._events.put("reconcile"))
         self.store.client.ensure_path(CONTROLLED_SHUTDOWN)
         self.store.client.ChildrenWatch(CONTROLLED_SHUTDOWN, lambda _c: self._events.put("reconcile"))
         return self
@@ -273,6 +294,8 @@ class Controller:
             logger.info("controller %d: deleted topic %r", self.broker_id, topic)
         self._run_requested_preferred_elections(registered)
         self._run_requested_unclean_elections(registered)
+        self._run_requested_reassignments(registered)
+        self._reconcile_reassignments(registered)
         shutting = self.store.shutting_down() & registered
         if shutting:
             self._move_off(shutting, registered)
@@ -466,3 +489,151 @@ class Controller:
             if off and 100 * len(off) / len(parts) > self.imbalance_percentage:
                 wanted += off
         return self.elect_preferred_leaders(wanted) if wanted else {}
+
+    # ------------------------------------------------------------------ reassignment (KIP-455)
+    def _run_requested_reassignments(self, live: set[int]) -> None:
+        """Start (or cancel) the reassignments of /admin/reassign_partitions, then consume it."""
+        pending = self.store.pending_reassignments()
+        if pending is None:
+            return
+        targets, version = pending
+        for (topic, p), target in sorted(targets.items()):
+            try:
+                self._start_reassignment(topic, p, target, live)
+            except (TopicNotFoundError, KeyError):
+                logger.warning("controller %d: reassignment of %s-%d: no such partition", self.broker_id,
+                               topic, p)
+        self.store.finish_election_request(REASSIGN_PARTITIONS, version)
+
+    def _start_reassignment(self, topic: str, p: int, target, live: set[int]) -> None:
+        """Phase A of Kafka's onPartitionReassignment: RS = TRS + ORS in the topic znode with
+        adding / removing replicas, then a leader-epoch bump so that the new replicas start
+        following (replicas dropped by a changed reassignment leave the ISR then). A target of
+        None (cancel) or equal to ORS reverts to ORS at once."""
+        for _ in range(5):
+            ta = self.store.topic(topic)
+            current = ta.partitions[p]
+            if target is None:
+                if not ta.reassigning(p):
+                    return
+                target_now = ta.origin_replicas(p)
+            else:
+                target_now = tuple(target)
+            full, adding, removing = reassignment_plan(current, ta.adding_replicas.get(p, ()), target_now)
+            if not ta.reassigning(p) and current == target_now:
+                return
+            if not adding and not removing:
+                # Nothing to add (a cancel, or a target that is the origin again): finish now.
+                self._finish_reassignment(topic, p, target_now, live, force=True)
+                return
+            try:
+                if (full, adding, removing) != (current, ta.adding_replicas.get(p, ()),
+                                                ta.removing_replicas.get(p, ())):
+                    self.store.set_reassignment(ta, p, full, adding, removing, self.fence)
+                    logger.info("controller %d: reassigning %s-%d from %s to %s (replicas %s, adding %s,"
+                                " removing %s)", self.broker_id, topic, p, list(ta.origin_replicas(p)),
+                                list(target_now), list(full), list(adding), list(removing))
+                break
+            except ZkVersionConflictError:
+                continue
+        self._bump_for_reassignment(topic, p, full, live)
+        self._watch_reassigning(topic, p)
+        self._maybe_complete_reassignment(topic, p, live)
+
+    def _bump_for_reassignment(self, topic: str, p: int, full, live: set[int]) -> None:
+        """A new leader epoch with the replica set changed: the ISR keeps only members of `full`
+        and a leader outside it (a dropped adding replica) is replaced."""
+        for _ in range(5):
+            state = self.store.partition_state(topic, p, sync=True)
+            if state is None:
+                return
+            isr = tuple(b for b in state.isr if b in full) or state.isr
+            leader = state.leader
+            if leader not in full:
+                leader = elect_reassigned(full, isr, live)
+            try:
+                self.store.update_partition_state(
+                    topic, p, PartitionState(leader, state.leader_epoch + 1, isr, self.fence.epoch),
+                    state.zk_version, fence=self.fence)
+                return
+            except ZkVersionConflictError:
+                continue
+
+    def _watch_reassigning(self, topic: str, p: int) -> None:
+        """Watch the partition's state znode while it is being reassigned: an ISR that now holds
+        every target replica completes it (the leader writes ISR changes itself)."""
+        key = (topic, p)
+        if key in self._reassigning:
+            return
+        self._reassigning.add(key)
+
+        def on_state(_data, stat):
+            if key not in self._reassigning or stat is None:
+                self._reassigning.discard(key)
+                return False
+            self._events.put("reconcile")
+            return None
+        self.store.client.DataWatch(partition_state_path(topic, p), on_state)
+
+    def _reconcile_reassignments(self, live: set[int]) -> None:
+        """Every reassignment in progress (also those a previous controller started): complete
+        those whose target replicas are all in the ISR."""
+        for topic in self.store.list_topics():
+            try:
+                ta = self.store.topic(topic)
+            except TopicNotFoundError:
+                continue
+            for p in sorted(ta.partitions):
+                if ta.reassigning(p):
+                    self._watch_reassigning(topic, p)
+                    self._maybe_complete_reassignment(topic, p, live)
+
+    def _maybe_complete_reassignment(self, topic: str, p: int, live: set[int]) -> None:
+        ta = self.store.topic(topic)
+        if not ta.reassigning(p):
+            return
+        target = ta.target_replicas(p)
+        state = self.store.partition_state(topic, p, sync=True)
+        if state is not None and set(target) <= set(state.isr):
+            self._finish_reassignment(topic, p, target, live, force=False)
+
+    def _finish_reassignment(self, topic: str, p: int, target, live: set[int], *, force: bool) -> None:
+        """Phase B: leader from TRS if the current one is not in it (first live TRS member in the
+        ISR), ISR := ISR ∩ TRS with a leader-epoch bump, then the topic znode's replicas := TRS
+        without adding / removing replicas; the removed brokers see that and delete their
+        replica. `force` (cancel): without waiting for TRS to be in the ISR."""
+        target = tuple(target)
+        for _ in range(5):
+            state = self.store.partition_state(topic, p, sync=True)
+            if state is None:
+                return
+            if not force and not set(target) <= set(state.isr):
+                return
+            isr = tuple(b for b in state.isr if b in set(target))
+            leader = state.leader if state.leader in set(target) and state.leader in live else \
+                elect_reassigned(target, isr, live)
+            if leader == NO_LEADER and state.leader != NO_LEADER and state.leader in live:
+                logger.warning("controller %d: %s-%d: no live replica of %s is in the ISR %s; the"
+                               " reassignment waits", self.broker_id, topic, p, list(target), list(state.isr))
+                return
+            new = PartitionState(leader, state.leader_epoch + 1, isr or state.isr, self.fence.epoch)
+            try:
+                self.store.update_partition_state(topic, p, new, state.zk_version, fence=self.fence)
+            except ZkVersionConflictError:
+                continue
+            break
+        else:
+            self._events.put("reconcile")               # lost every race: the next pass retries
+            return
+        for _ in range(5):
+            ta = self.store.topic(topic)
+            if ta.partitions.get(p) == target and not ta.reassigning(p):
+                break
+            try:
+                self.store.set_reassignment(ta, p, target, (), (), self.fence)
+                logger.info("controller %d: reassignment of %s-%d %s: replicas %s", self.broker_id, topic, p,
+                            "cancelled" if force else "complete", list(target))
+                break
+            except ZkVersionConflictError:
+                continue
+        self._reassigning.discard((topic, p))

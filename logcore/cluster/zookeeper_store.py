@@ -15,6 +15,9 @@
     /admin/preferred_replica_election          {"version":1,"partitions":[{"topic":..,"partition":..}]}
     /admin/unclean_leader_election             seglog's own, the same JSON: an unclean election of
                                                these leaderless partitions (ElectLeaders UNCLEAN)
+    /admin/reassign_partitions                 {"version":1,"partitions":[{"topic":..,"partition":..,
+                                                "replicas":[..]}]}: reassignments for the controller
+                                               (AlterPartitionReassignments; "replicas":null cancels)
     /admin/controlled_shutdown/<id>            seglog's own, ephemeral: broker <id> is shutting down
                                                (Kafka's ControlledShutdown request, as a znode)
     /isr_change_notification/isr_change_NNNNNNNNNN
@@ -61,6 +64,7 @@ DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
 UNCLEAN_ELECTION = "/admin/unclean_leader_election"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 ISR_CHANGES = "/isr_change_notification"
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -177,10 +181,24 @@ class TopicAssignment:
 
     def to_json(self) -> bytes:
         def enc(m):
-            return {str(p): list(r) for p, r in sorted(m.items())}
+            return {str(p): list(r) for p, r in sorted(m.items()) if r}
         return _dumps({"version": 3, "topic_id": self.topic_id, "partitions": enc(self.partitions),
                        "adding_replicas": enc(self.adding_replicas),
                        "removing_replicas": enc(self.removing_replicas)})
+
+    def reassigning(self, partition: int) -> bool:
+        """Whether `partition` has a reassignment in progress (adding or removing replicas)."""
+        return bool(self.adding_replicas.get(partition) or self.removing_replicas.get(partition))
+
+    def target_replicas(self, partition: int) -> tuple[int, ...]:
+        """Where `partition` is going: its replicas without the ones being removed (TRS)."""
+        removing = set(self.removing_replicas.get(partition, ()))
+        return tuple(r for r in self.partitions.get(partition, ()) if r not in removing)
+
+    def origin_replicas(self, partition: int) -> tuple[int, ...]:
+        """Where `partition` came from: its replicas without the ones being added (ORS)."""
+        adding = set(self.adding_replicas.get(partition, ()))
+        return tuple(r for r in self.partitions.get(partition, ()) if r not in adding)
 
     @classmethod
     def from_json(cls, name: str, raw: bytes, zk_version: int, path: str) -> "TopicAssignment":
@@ -417,6 +435,62 @@ class ZooKeeperStore:
             raise TopicNotFoundError(f"topic {ta.name!r} does not exist in ZooKeeper ({self.hosts})") from None
         return TopicAssignment(new.name, new.topic_id, new.partitions, stat.version,
                                new.adding_replicas, new.removing_replicas)
+
+    def set_reassignment(self, ta: TopicAssignment, partition: int, replicas, adding, removing,
+                         fence: ControllerEpoch) -> TopicAssignment:
+        """The controller's write of one partition's replicas and adding / removing replicas
+        (Kafka's topic znode v3), fenced by /controller_epoch and conditional on `ta.zk_version`
+        (ZkVersionConflictError: re-read)."""
+        def put(m, value):
+            m = dict(m)
+            if value:
+                m[partition] = tuple(value)
+            else:
+                m.pop(partition, None)
+            return m
+        new = TopicAssignment(ta.name, ta.topic_id, put(ta.partitions, replicas), -1,
+                              put(ta.adding_replicas, adding), put(ta.removing_replicas, removing))
+        path = topic_path(ta.name)
+        t = self.client.transaction()
+        t.check(CONTROLLER_EPOCH, fence.zk_version)
+        t.set_data(path, new.to_json(), version=ta.zk_version)
+        results = self._commit_fenced(t, fence, f"reassign {ta.name}-{partition}", cas_path=path,
+                                      expected_version=ta.zk_version)
+        return TopicAssignment(new.name, new.topic_id, new.partitions, results[1].version,
+                               new.adding_replicas, new.removing_replicas)
+
+    def request_reassignments(self, targets: dict[tuple[str, int], list[int] | None]) -> None:
+        """Hand reassignments to the controller through /admin/reassign_partitions (Kafka's
+        znode and JSON; seglog's `"replicas": null` cancels). One pending request at a time:
+        ZkVersionConflictError while another one is there."""
+        from kazoo.exceptions import NodeExistsError
+        doc = {"version": 1, "partitions": [
+            {"topic": t, "partition": p, "replicas": None if r is None else list(r)}
+            for (t, p), r in sorted(targets.items())]}
+        try:
+            self.client.create(REASSIGN_PARTITIONS, _dumps(doc), makepath=True)
+        except NodeExistsError:
+            raise ZkVersionConflictError(
+                f"a partition reassignment request is already pending ({REASSIGN_PARTITIONS})") from None
+
+    def pending_reassignments(self) -> tuple[dict[tuple[str, int], tuple[int, ...] | None], int] | None:
+        """The pending /admin/reassign_partitions request ({(topic, partition): replicas or
+        None to cancel}) and its znode version; None when there is none."""
+        from kazoo.exceptions import NoNodeError
+        try:
+            raw, stat = self.client.get(REASSIGN_PARTITIONS)
+        except NoNodeError:
+            return None
+        out = {}
+        for i, d in enumerate(_loads(raw, REASSIGN_PARTITIONS).get("partitions", [])):
+            try:
+                replicas = d.get("replicas")
+                out[(str(d["topic"]), int(d["partition"]))] = \
+                    None if replicas is None else tuple(int(b) for b in replicas)
+            except (KeyError, TypeError, ValueError) as e:
+                raise CorruptRecordError(f"{REASSIGN_PARTITIONS}: partitions[{i}] lacks or mangles {e}",
+                                         file=REASSIGN_PARTITIONS) from None
+        return out, stat.version
 
     def topic_config(self, name: str) -> tuple[dict[str, str], int]:
         """The topic's config overrides and the znode version."""
@@ -777,6 +851,7 @@ _WRAPPED = ("cluster_id", "register_broker", "deregister_broker", "brokers", "wa
             "watch_controller", "notify_isr_change", "isr_change_notifications",
             "delete_isr_change_notifications", "request_preferred_election",
             "request_unclean_election", "pending_elections", "finish_election_request",
-            "announce_controlled_shutdown", "shutting_down", "claim_producer_id_block")
+            "announce_controlled_shutdown", "shutting_down", "claim_producer_id_block",
+            "set_reassignment", "request_reassignments", "pending_reassignments")
 for _name in _WRAPPED:
     setattr(ZooKeeperStore, _name, _coordinator_errors(getattr(ZooKeeperStore, _name)))

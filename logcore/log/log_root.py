@@ -367,6 +367,26 @@ class LogRoot:
                 LocalPartitionState(self.storage, name, p).forget()
             self.storage.delete_dir(d)
 
+    def partition_holds_data(self, name: str, partition: int) -> bool:
+        """Whether the partition's folder has anything besides partition.metadata."""
+        d = partition_dir(name, partition)
+        if not self.storage.exists(d):
+            return False
+        return any(entry != PARTITION_METADATA for entry in self.storage.list_dir(d))
+
+    def reset_partition(self, name: str, partition: int) -> None:
+        """Delete one partition's data and local state (a cluster member's replica reassigned
+        away); its folder is left with only partition.metadata, like a partition never written."""
+        self._require_writable()
+        info = self.describe_topic(name)
+        if not 0 <= partition < info.partitions:
+            raise TopicNotFoundError(f"topic {name!r} has no partition {partition} in {self.storage.url}")
+        d = partition_dir(name, partition)
+        if self.storage.is_local:
+            LocalPartitionState(self.storage, name, partition).forget()
+        self.storage.delete_dir(d)
+        self._init_partition(name, partition, info.topic_id)
+
     # ------------------------------------------------------------------ partitions
     def log(self, topic: str, partition: int, *, writer: bool = False,
             truncate_uncommitted: bool = True, only_if_free: bool = False,

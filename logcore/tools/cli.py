@@ -3,6 +3,7 @@
     seglog topics  --root R --create T --partitions N [--config k=v ...] | --list | --describe | ...
     seglog topics  --bootstrap-server H:P --create --topic T --partitions N --replication-factor R | ...
     seglog leader-election --bootstrap-server H:P --election-type preferred --all-topic-partitions
+    seglog reassign-partitions --bootstrap-server H:P --reassignment-json-file F --execute|--verify|--cancel
     seglog produce --root R --topic T < lines
     seglog consume --root R --topic T --from-beginning
     seglog dump    --files 00000000000000000000.log --print-data-log
@@ -27,6 +28,7 @@ from logcore.tools.broker_command import cmd_broker
 from logcore.tools.consume_command import cmd_consume
 from logcore.tools.dump_command import cmd_dump
 from logcore.tools.leader_election_command import cmd_leader_election
+from logcore.tools.reassign_partitions_command import cmd_reassign_partitions
 from logcore.tools.maintain_command import cmd_maintain
 from logcore.tools.produce_command import cmd_produce
 from logcore.tools.repair_command import cmd_repair
@@ -36,7 +38,7 @@ from logcore.tools.topics_command import cmd_topics
 # Imported from here by tests and callers; each command lives in its own module
 # (logcore/tools/*_command.py), the shared argument helpers in logcore/tools/arguments.py.
 __all__ = ["PROG", "build_parser", "main", "parse_storage_options",
-           "cmd_broker", "cmd_consume", "cmd_dump", "cmd_leader_election", "cmd_maintain", "cmd_produce",
+           "cmd_broker", "cmd_consume", "cmd_dump", "cmd_leader_election", "cmd_reassign_partitions", "cmd_maintain", "cmd_produce",
            "cmd_repair", "cmd_tiered", "cmd_topics"]
 
 PROG = "seglog"
@@ -55,6 +57,18 @@ _EXAMPLES_TOPICS = """examples:
 With --bootstrap-server the topics are those of a running Kafka-protocol broker (seglog broker
 or Apache Kafka), managed through the Kafka protocol with kafka-topics' flags and output.
 """
+_EXAMPLES_REASSIGN = """examples:
+  seglog reassign-partitions --bootstrap-server 127.0.0.1:9092 --reassignment-json-file move.json --execute
+  seglog reassign-partitions --bootstrap-server 127.0.0.1:9092 --reassignment-json-file move.json --verify
+  seglog reassign-partitions --bootstrap-server 127.0.0.1:9092 --reassignment-json-file move.json --cancel
+
+move.json is Kafka's reassignment JSON:
+  {"version":1,"partitions":[{"topic":"clicks","partition":0,"replicas":[2,3]}]}
+--execute prints the current assignment (keep it for a rollback) and starts the moves; new
+replicas catch up, then the old ones leave and delete their data. --verify says per partition
+whether its move is completed or still in progress. Refused partitions: exit status 1.
+"""
+
 _EXAMPLES_ELECTION = """examples:
   seglog leader-election --bootstrap-server 127.0.0.1:9092 --election-type preferred --all-topic-partitions
   seglog leader-election --bootstrap-server 127.0.0.1:9092 --election-type unclean --topic clicks --partition 3
@@ -351,6 +365,23 @@ def build_parser() -> argparse.ArgumentParser:
     election.add_argument("--path-to-json-file", metavar="FILE",
                           help='{"partitions": [{"topic": "foo", "partition": 1}, ...]}')
     election.set_defaults(func=cmd_leader_election)
+
+    reassign = sub.add_parser("reassign-partitions", help="move partitions between brokers of a cluster",
+                              description="Move partition replicas between brokers (like"
+                                          " kafka-reassign-partitions), through the Kafka protocol's"
+                                          " AlterPartitionReassignments and ListPartitionReassignments.",
+                              epilog=_EXAMPLES_REASSIGN, formatter_class=raw)
+    reassign.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]")
+    reassign.add_argument("--reassignment-json-file", metavar="FILE",
+                          help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3]}]}')
+    reassign.add_argument("--execute", action="store_true", help="start the reassignments of the file")
+    reassign.add_argument("--additional", action="store_true",
+                          help="with --execute: even while other reassignments are in progress")
+    reassign.add_argument("--verify", action="store_true", help="say where the file's reassignments stand")
+    reassign.add_argument("--cancel", action="store_true",
+                          help="cancel the file's reassignments in progress (back to the original replicas)")
+    reassign.add_argument("--list", action="store_true", help="list the reassignments in progress")
+    reassign.set_defaults(func=cmd_reassign_partitions)
 
     broker = sub.add_parser("broker", help="serve a log root over the Kafka protocol",
                             description="Run the sidecar broker (like kafka-server-start).",

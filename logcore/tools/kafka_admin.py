@@ -14,6 +14,7 @@ from logcore.wire.client import KafkaConnection, KafkaError, bootstrap, error_na
 
 METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, ELECT_LEADERS = 3, 19, 20, 32, 37, 43
 DESCRIBE_TOPIC_PARTITIONS = 75
+ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
 NONE, UNKNOWN_TOPIC_OR_PARTITION, TOPIC_ALREADY_EXISTS, NOT_CONTROLLER = 0, 3, 36, 41
 ELECTION_NOT_NEEDED = 84
 TOPIC_RESOURCE = 2
@@ -23,7 +24,8 @@ DEFAULT_TIMEOUT_MS = 30_000
 # Versions this module builds: Metadata from v1 (is_internal, controller_id), DescribeConfigs
 # from v1 (config_source), ElectLeaders v0..v2 (v1+: election_type).
 WINDOWS = {METADATA: (1, 12), DESCRIBE_CONFIGS: (1, 4), ELECT_LEADERS: (0, 2), DELETE_TOPICS: (1, 6),
-           CREATE_TOPICS: (2, 7), CREATE_PARTITIONS: (0, 3), DESCRIBE_TOPIC_PARTITIONS: (0, 0)}
+           CREATE_TOPICS: (2, 7), CREATE_PARTITIONS: (0, 3), DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+           ALTER_REASSIGNMENTS: (0, 1), LIST_REASSIGNMENTS: (0, 0)}
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,14 @@ class TopicInfo:
     topic_id: object                        # uuid.UUID
     internal: bool
     partitions: tuple[PartitionInfo, ...]
+
+
+@dataclass(frozen=True)
+class Reassignment:
+    """An ongoing partition reassignment (ListPartitionReassignments)."""
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -216,3 +226,42 @@ class KafkaAdmin:
             raise broker_error(top, None, "ElectLeaders: ")
         return {(t.topic, p.partition_id): (int(p.error_code), p.error_message)
                 for t in response.replica_election_results for p in t.partition_result}
+
+    # ------------------------------------------------------------------ reassignments
+    def alter_partition_reassignments(self, targets: dict[tuple[str, int], list[int] | None]
+                                      ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """AlterPartitionReassignments: {(topic, partition): replicas, or None to cancel};
+        (error code, message) per partition."""
+        if not self.serves(ALTER_REASSIGNMENTS):
+            raise KafkaError(f"{self.conn.where()} does not serve AlterPartitionReassignments (API 45)")
+        by_topic: dict[str, list] = {}
+        for (t, p), replicas in sorted(targets.items()):
+            by_topic.setdefault(t, []).append({"partition_index": p,
+                                               "replicas": None if replicas is None else list(replicas)})
+        body = {"timeout": self.timeout_ms, "allow_replication_factor_change": True,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+        response = self._to_controller(
+            ALTER_REASSIGNMENTS, body,
+            lambda r: [r.error_code] + [p.error_code for t in r.responses for p in t.partitions])
+        if int(response.error_code) != NONE:
+            raise broker_error(response.error_code, response.error_message, "AlterPartitionReassignments: ")
+        return {(t.name, p.partition_index): (int(p.error_code), p.error_message)
+                for t in response.responses for p in t.partitions}
+
+    def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None = None
+                                     ) -> dict[tuple[str, int], Reassignment]:
+        """The ongoing reassignments (of `partitions`, None: all). A broker that does not serve
+        ListPartitionReassignments has none, as Kafka's TopicCommand takes it."""
+        if not self.serves(LIST_REASSIGNMENTS):
+            return {}
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions or ():
+            by_topic.setdefault(t, []).append(p)
+        body = {"timeout": self.timeout_ms, "topics": None if partitions is None else
+                [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]}
+        response = self._to_controller(LIST_REASSIGNMENTS, body, lambda r: [r.error_code])
+        if int(response.error_code) != NONE:
+            raise broker_error(response.error_code, response.error_message, "ListPartitionReassignments: ")
+        return {(t.name, p.partition_index): Reassignment(tuple(p.replicas), tuple(p.adding_replicas),
+                                                          tuple(p.removing_replicas))
+                for t in response.topics for p in t.partitions}

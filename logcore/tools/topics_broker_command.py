@@ -147,15 +147,22 @@ def _matching(admin: KafkaAdmin, topic: str | None, exclude_internal: bool) -> l
 def _describe(admin: KafkaAdmin, names: list[str], out: TextIO) -> None:
     infos = sorted(admin.describe_topics(names), key=lambda t: t.name)
     configs = admin.describe_configs([t.name for t in infos])
+    moving = admin.list_partition_reassignments([(t.name, p.partition) for t in infos for p in t.partitions])
     for info in infos:
-        out.write(describe_lines(info, configs.get(info.name, [])))
+        out.write(describe_lines(info, configs.get(info.name, []), moving))
 
 
-def describe_lines(info: TopicInfo, configs: list[ConfigEntry]) -> str:
-    """kafka-topics --describe's lines for one topic (Kafka 4.1's TopicCommand)."""
+def describe_lines(info: TopicInfo, configs: list[ConfigEntry], reassignments: dict | None = None) -> str:
+    """kafka-topics --describe's lines for one topic (Kafka 4.1's TopicCommand): a partition
+    being reassigned adds `Adding Replicas` / `Removing Replicas`, and the replication factor
+    is then Kafka's replicas - adding replicas."""
+    reassignments = reassignments or {}
     overrides = ",".join(f"{c.name}={'null' if c.value is None else c.value}"
                          for c in java_hash_order(configs) if not c.is_default)
     rf = len(info.partitions[0].replicas) if info.partitions else 0
+    first = reassignments.get((info.name, info.partitions[0].partition)) if info.partitions else None
+    if first is not None:
+        rf = len(first.replicas) - len(first.adding)
     head = f"Topic: {info.name}"
     if info.topic_id is not None and info.topic_id.int != 0:
         head += f"\tTopicId: {format_topic_id(info.topic_id)}"
@@ -163,7 +170,9 @@ def describe_lines(info: TopicInfo, configs: list[ConfigEntry]) -> str:
     for p in info.partitions:
         lines.append(f"\tTopic: {info.name}\tPartition: {p.partition}\tLeader: {p.leader if p.leader >= 0 else 'none'}"
                      f"\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
-                     f"\tElr: {'N/A' if p.elr is None else _ids(p.elr)}"
+                     + (f"\tAdding Replicas: {_ids(r.adding)}\tRemoving Replicas: {_ids(r.removing)}"
+                        if (r := reassignments.get((info.name, p.partition))) is not None else "")
+                     + f"\tElr: {'N/A' if p.elr is None else _ids(p.elr)}"
                      f"\tLastKnownElr: {'N/A' if p.last_known_elr is None else _ids(p.last_known_elr)}")
     return "\n".join(lines) + "\n"
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from logcore.cluster.controller import (Controller, elect_controlled_shutdown, elect_leader,
-                                        elect_preferred, initial_state)
+                                        elect_preferred, elect_reassigned, initial_state,
+                                        reassignment_plan)
 from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState, ZooKeeperStore
 
 
@@ -168,3 +169,71 @@ def test_deletion_request_is_carried_out(nodes, zk_client):
     wait_for(lambda: zk_client.exists("/brokers/topics/gone") is None, what="topic znodes removed")
     assert zk_client.exists("/config/topics/gone") is None
     assert zk_client.exists("/admin/delete_topics/gone") is None
+
+
+def test_reassignment_rules():
+    # Kafka's fromOriginAndTarget: RS = TRS + (ORS - TRS)
+    assert reassignment_plan([1, 2], (), [2, 3]) == ((2, 3, 1), (3,), (1,))
+    assert reassignment_plan([1, 2, 3], (), [3, 2, 1]) == ((3, 2, 1), (), ())
+    # a new target during a move keeps the origin ([1,2] moving to [2,3]), not the adding replica 3
+    assert reassignment_plan([2, 3, 1], (3,), [4, 2]) == ((4, 2, 1), (4,), (1,))
+    assert elect_reassigned([3, 2], [1, 2, 3], {1, 2, 3}) == 3
+    assert elect_reassigned([3, 2], [1, 2], {1, 2, 3}) == 2          # 3 not in the ISR
+    assert elect_reassigned([3, 2], [1, 2, 3], {1}) == NO_LEADER
+
+
+def test_reassignment_resumes_after_controller_failover(nodes, zk_client):
+    """The controller starts a reassignment (topic znode v3 with adding/removing replicas, an
+    epoch bump), dies; the next controller completes it once the target is in the ISR, and the
+    old controller's epoch can no longer write."""
+    import json
+
+    from logcore.errors import ControllerMovedError
+    n1 = nodes(1)
+    wait_for(lambda: n1.controller.active, what="controller")
+    n2, n3 = nodes(2), nodes(3)
+    n2.store.create_topic("mv", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2]})
+    wait_for(lambda: state(n2.store, "mv", 0), what="initial state")
+    old_fence = n1.controller.fence
+    n2.store.request_reassignments({("mv", 0): [2, 3]})
+    wait_for(lambda: n2.store.topic("mv").adding_replicas, what="reassignment started")
+    raw, _ = zk_client.get("/brokers/topics/mv")
+    assert json.loads(raw) == {"version": 3, "topic_id": "AAAAAAAAAAAAAAAAAAAAAQ", "partitions": {"0": [2, 3, 1]},
+                               "adding_replicas": {"0": [3]}, "removing_replicas": {"0": [1]}}
+    wait_for(lambda: zk_client.exists("/admin/reassign_partitions") is None, what="request consumed")
+    s = state(n2.store, "mv", 0)
+    assert (s.leader, s.leader_epoch, s.isr) == (1, 1, (1, 2))     # RS = ORS + TRS: epoch bump
+    n1.crash()                                                      # controller and leader
+    wait_for(lambda: n2.controller.active or n3.controller.active, what="a new controller")
+    wait_for(lambda: state(n2.store, "mv", 0).leader == 2, what="leader 2")
+    assert n2.store.topic("mv").partitions[0] == (2, 3, 1)         # still moving: 3 not in the ISR
+    # the leader adds the caught-up replica 3 to the ISR (its own compare-and-set)
+    cur = state(n2.store, "mv", 0)
+    n2.store.update_partition_state("mv", 0, PartitionState(2, cur.leader_epoch, (2, 3), cur.controller_epoch),
+                                    cur.zk_version)
+    wait_for(lambda: n2.store.topic("mv").partitions[0] == (2, 3), what="reassignment completed")
+    ta = n2.store.topic("mv")
+    assert not ta.adding_replicas and not ta.removing_replicas
+    done = state(n2.store, "mv", 0)
+    assert (done.leader, done.isr) == (2, (2, 3)) and done.leader_epoch == cur.leader_epoch + 1
+    with pytest.raises(ControllerMovedError):
+        n2.store.set_reassignment(ta, 0, (1, 2), (), (), old_fence)
+    assert n2.store.topic("mv").partitions[0] == (2, 3)
+
+
+def test_reordering_replicas_changes_the_preferred_leader_only(nodes):
+    """[1,2,3] -> [3,2,1]: nothing to add or remove, so the assignment changes at once; the
+    leader stays (as in Kafka) until a preferred-leader election gives it to 3."""
+    n1 = nodes(1)
+    wait_for(lambda: n1.controller.active, what="controller")
+    nodes(2), nodes(3)
+    n1.store.create_topic("ro", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2, 3]})
+    wait_for(lambda: state(n1.store, "ro", 0), what="initial state")
+    n1.store.request_reassignments({("ro", 0): [3, 2, 1]})
+    wait_for(lambda: n1.store.topic("ro").partitions[0] == (3, 2, 1), what="reordered")
+    ta = n1.store.topic("ro")
+    assert not ta.adding_replicas and not ta.removing_replicas
+    s = state(n1.store, "ro", 0)
+    assert (s.leader, s.isr) == (1, (1, 2, 3))
+    n1.store.request_preferred_election([("ro", 0)])
+    wait_for(lambda: state(n1.store, "ro", 0).leader == 3, what="preferred leader 3")
