@@ -4,6 +4,7 @@ process it started is stopped at close, and each broker's log is kept for the fa
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -135,6 +136,19 @@ class SeglogCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers.values())
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, *args, **kwargs):
+        """A started cluster for a `with` block; at its end every broker is stopped and the
+        brokers' logs are printed (pytest shows them when the test failed)."""
+        c = cls(*args, **kwargs)
+        try:
+            c.start()
+            yield c
+        finally:
+            c.close()
+            print(c.logs())
 
     def start(self) -> "SeglogCluster":
         for b in self.brokers.values():

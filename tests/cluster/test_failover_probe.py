@@ -21,13 +21,8 @@ def cluster(tmp_path, zk_hosts, request):
     marker = request.node.get_closest_marker("cluster_props")
     props = marker.args[0] if marker else {}
     size = marker.kwargs.get("size", 3) if marker else 3
-    c = SeglogCluster(tmp_path, zk_hosts, size=size, props={"min.insync.replicas": "2", **props})
-    try:
-        c.start()
+    with SeglogCluster.running(tmp_path, zk_hosts, size=size, props={"min.insync.replicas": "2", **props}) as c:
         yield c
-    finally:
-        c.close()
-        print(c.logs())         # shown by pytest when the test failed
 
 
 def _producer(cluster):

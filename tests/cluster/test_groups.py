@@ -26,15 +26,10 @@ OFFSETS_PARTITIONS = 3          # offsets.topic.num.partitions in seglog_cluster
 
 @pytest.fixture
 def cluster(tmp_path, zk_hosts):
-    c = SeglogCluster(tmp_path, zk_hosts, size=3, props={"min.insync.replicas": "2"})
-    try:
-        c.start()
+    with SeglogCluster.running(tmp_path, zk_hosts, size=3, props={"min.insync.replicas": "2"}) as c:
         # Each broker registers once it serves, and learns of the others through its watches.
         c.wait_for(lambda: all(len(_live_brokers(c, b)) == 3 for b in (1, 2, 3)), 30, "every broker seeing all three")
         yield c
-    finally:
-        c.close()
-        print(c.logs())         # shown by pytest when the test failed
 
 
 def _ask(cluster, broker_id: int, api_key: int, body: dict):

@@ -28,14 +28,9 @@ def _unavailable(reason: str):
 
 @pytest.fixture(scope="module")
 def results(kafka_jars, zk_server, tmp_path_factory):
-    c = SeglogCluster(tmp_path_factory.mktemp("java-cluster"), zk_server.connect_string + "/java-clients",
-                      size=3, props={"offsets.topic.replication.factor": "3"})
-    try:
-        c.start()
+    with SeglogCluster.running(tmp_path_factory.mktemp("java-cluster"), zk_server.connect_string + "/java-clients",
+                               size=3, props={"offsets.topic.replication.factor": "3"}) as c:
         yield run_java_client_check(kafka_jars, c.bootstrap, tmp_path_factory, _unavailable), c
-    finally:
-        c.close()
-        print(c.logs())
 
 
 def _ok(results, scenario):

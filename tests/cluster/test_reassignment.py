@@ -24,14 +24,9 @@ REASSIGN_TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 
 @pytest.fixture(scope="module")
 def cluster(zk_server, tmp_path_factory):
-    c = SeglogCluster(tmp_path_factory.mktemp("reassign"), zk_server.connect_string + "/reassign", size=3,
-                      props={"min.insync.replicas": "1"})
-    try:
-        c.start()
+    with SeglogCluster.running(tmp_path_factory.mktemp("reassign"), zk_server.connect_string + "/reassign",
+                               size=3, props={"min.insync.replicas": "1"}) as c:
         yield c
-    finally:
-        c.close()
-        print(c.logs())         # shown by pytest when a test failed
 
 
 @pytest.fixture(scope="module")

@@ -40,13 +40,8 @@ def cluster(tmp_path, zk_hosts):
              "remote.log.manager.task.interval.ms": "200", "log.segment.delete.delay.ms": "0",
              "remote.log.storage.system.enable": "true",
              "rsm.config.storage.url": str(tmp_path / "remote")}
-    c = SeglogCluster(tmp_path, zk_hosts, size=3, props=props)
-    try:
-        c.start()
+    with SeglogCluster.running(tmp_path, zk_hosts, size=3, props=props) as c:
         yield c
-    finally:
-        c.close()
-        print(c.logs())         # shown by pytest when the test failed
 
 
 def _create(cluster, name: str, config: dict) -> None:

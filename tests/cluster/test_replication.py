@@ -17,13 +17,8 @@ ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not insta
 def cluster(tmp_path, zk_hosts, request):
     marker = request.node.get_closest_marker("cluster_props")
     props = marker.args[0] if marker else {}
-    c = SeglogCluster(tmp_path, zk_hosts, size=3, props={"min.insync.replicas": "2", **props})
-    try:
-        c.start()
+    with SeglogCluster.running(tmp_path, zk_hosts, size=3, props={"min.insync.replicas": "2", **props}) as c:
         yield c
-    finally:
-        c.close()
-        print(c.logs())         # shown by pytest when the test failed
 
 
 def _produce(cluster, topic, values, *, acks="all", extra=None, timeout=60.0):

@@ -48,14 +48,11 @@ def cluster(tmp_path_factory):
     except ZooKeeperUnavailable as exc:
         zk.stop()
         pytest.skip(f"ZooKeeper did not start: {exc}")
-    c = SeglogCluster(base, zk.connect_string, size=3, props={"min.insync.replicas": "2"})
     try:
-        c.start()
-        yield c
+        with SeglogCluster.running(base, zk.connect_string, size=3, props={"min.insync.replicas": "2"}) as c:
+            yield c
     finally:
-        c.close()
         zk.stop()
-        print(c.logs())         # shown by pytest when a test failed
 
 
 def _all_back(cluster):
