@@ -117,6 +117,13 @@ class ReplicaManager:
                        self.loop.create_task(self._checkpoint_loop(), name="hw-checkpoint")]
         store = self.store
         await asyncio.to_thread(store.client.ensure_path, SHUTDOWN_PATH)
+        try:
+            # Whose log dir this is and on which host, kept when the broker stops (readers of
+            # the log dir name it; the Spark source prefers replicas on its own host).
+            await asyncio.to_thread(self.partitions.root.record_broker, self.me, self.broker.host,
+                                    self.broker.port)
+        except SegLogError as exc:
+            logger.error("broker %d: cannot record itself in %s: %s", self.me, self.partitions.root.url, exc)
         store.watch_brokers(lambda b: self._post(("brokers", b)))
         store.watch_controller(lambda c: self._post(("controller", c)))
         store.watch_topics(lambda names: self._post(("topics", names)))
@@ -233,14 +240,14 @@ class ReplicaManager:
                 self._watched_states.discard(key)
             removed = [r for k, r in self.replicas.items() if k[0] == name]
             for replica in removed:
-                await self._stop_replica(replica)
+                await self._stop_replica(replica, unhost=False)     # the whole topic goes
                 self.replicas.pop(replica.key, None)
             if removed or name in self.partitions.topics:
                 await asyncio.to_thread(self._delete_local_topic, name)
             return
         self.assignments[name] = ta
         hosted = [p for p, replicas in ta.partitions.items() if self.me in replicas]
-        if hosted:
+        if hosted or name in self.partitions.topics:
             await asyncio.to_thread(self._ensure_local_topic, ta)
         for p in sorted(ta.partitions):
             key = (name, p)
@@ -260,8 +267,13 @@ class ReplicaManager:
         return on_state
 
     def _ensure_local_topic(self, ta: TopicAssignment) -> None:
-        """The local log root holds the topic with the cluster's id, partition count and config."""
+        """The local log root holds the topic with the cluster's id, partition count and config,
+        with a folder only for the partitions this broker holds replicas of (`hosted` in the
+        root's topics file: none at creation, each added as its replica starts, _set_hosted);
+        recorded replicas that are no longer assigned here (a reassignment while this broker
+        was away, or a log dir from before the record) are dropped from the record."""
         root = self.partitions.root
+        mine = {p for p, replicas in ta.partitions.items() if self.me in replicas}
         count = max(ta.partitions) + 1 if ta.partitions else 0
         config = self.topic_configs.get(ta.name)
         if config is None:
@@ -282,12 +294,17 @@ class ReplicaManager:
                 self._delete_local_topic(ta.name)
                 info = None
             if info is None:
+                if not mine:
+                    return
                 try:
-                    info = root.create_topic(ta.name, count, config, topic_id=ta.topic_id)
+                    info = root.create_topic(ta.name, count, config, topic_id=ta.topic_id, hosted=())
                 except TopicExistsError:
                     info = root.describe_topic(ta.name)
             elif info.partitions < count:
                 info = root.add_partitions(ta.name, count)
+            held = set(range(info.partitions) if info.hosted is None else info.hosted)
+            if info.hosted is None or held - mine:
+                root.set_hosted(ta.name, remove=held - mine)
             self.partitions.open_topic(info, eager=False)
 
     def _delete_local_topic(self, name: str) -> None:
@@ -316,6 +333,8 @@ class ReplicaManager:
             return
         replica = self.replicas.get(key)
         if replica is None:
+            if not await self._set_hosted(topic, p, True):
+                return
             replica = self.replicas[key] = Replica(topic, p)
         if replica.state is not None and state.leader_epoch < replica.epoch:
             return                              # stale (replication.md 0.10)
@@ -411,11 +430,31 @@ class ReplicaManager:
         replica.role = OFFLINE
         replica.followers = {}
 
-    async def _stop_replica(self, replica: Replica) -> None:
+    async def _stop_replica(self, replica: Replica, unhost: bool = True) -> None:
         self._resign(replica)
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         replica.role = OFFLINE
+        if unhost:
+            await self._set_hosted(replica.topic, replica.index, False)
+
+    async def _set_hosted(self, topic: str, p: int, hosted: bool) -> bool:
+        """The one place that keeps the log dir's record of the replicas this broker holds
+        (LogRoot.set_hosted): a replica is recorded, and its folder made, before it first leads
+        or follows; a stopped one is dropped (its files stay). Readers of the log dir tell a
+        partition held elsewhere from an empty one by it, with no broker to ask."""
+        def run():
+            with self.partitions.lock:
+                self.partitions.root.set_hosted(topic, add=[p] if hosted else (),
+                                                remove=() if hosted else [p])
+        try:
+            await asyncio.to_thread(run)
+            return True
+        except SegLogError as exc:
+            logger.error("broker %d: cannot record that it %s a replica of %s-%d in %s: %s", self.me,
+                         "holds" if hosted else "no longer holds", topic, p,
+                         self.partitions.root.url, exc)
+            return False
 
     def assignment_of(self, replica: Replica) -> tuple[int, ...]:
         ta = self.assignments.get(replica.topic)
