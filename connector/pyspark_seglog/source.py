@@ -4,7 +4,8 @@
 Driver side (`SeglogStreamReader`, `SeglogBatchReader`): resolve the subscription to partitions,
 offsets to ranges `[from, until)` never above the HW (LSO with read_committed), rate-limit them
 and cut them into `SeglogInputPartition`s. Task side (`read_partition`): open the partition
-read-only and decode bounded windows of whole batches straight into Arrow.
+read-only (with several log dirs, a replica on the task's own host first: replicas.py) and
+decode bounded windows of whole batches straight into Arrow.
 
 Spark pickles the reader for its tasks and keeps the driver's stream reader alive for the whole
 query: the open logs live in `_logs`, created lazily and never pickled.
@@ -295,8 +296,10 @@ class _Logs:
     up to min(the leader's answer, this replica's own committed HW), since a follower's HW lags
     the leader's and its records above its HW may still be cut. Which partitions the broker
     holds replicas of comes from Metadata (kafka.bootstrap.servers, else the broker that serves
-    the root, named by its live claim) and the root's claim (its broker id): a subscribed
-    partition held elsewhere fails with ReplicaNotAvailableError instead of reading as empty.
+    the root, named by its live claim) and the root's claim (its broker id), and from the log
+    dir's own record (`hosted`, kept when the broker stops): a subscribed partition held
+    elsewhere fails with ReplicaNotAvailableError instead of reading as empty. Several log dirs
+    (`path` a comma-separated list) are pyspark_seglog.replicas.ReplicaLogs, one of these each.
     """
 
     def __init__(self, opts: SourceOptions):

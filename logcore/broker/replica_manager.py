@@ -92,6 +92,7 @@ class ReplicaManager:
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
         self.replicas: dict[tuple[str, int], Replica] = {}
+        self._hosted: set[tuple[str, int]] = set()            # recorded in the log dir this run
         self.shutting_down: set[int] = set()
         self.overrides = self.config.address_overrides()
         self.lag_max_ms = float(self.config["replica.lag.time.max.ms"])
@@ -305,9 +306,11 @@ class ReplicaManager:
             held = set(range(info.partitions) if info.hosted is None else info.hosted)
             if info.hosted is None or held - mine:
                 root.set_hosted(ta.name, remove=held - mine)
+                self._hosted.difference_update((ta.name, p) for p in held - mine)
             self.partitions.open_topic(info, eager=False)
 
     def _delete_local_topic(self, name: str) -> None:
+        self._hosted.difference_update([k for k in list(self._hosted) if k[0] == name])
         with self.partitions.lock:
             self.partitions.close_topic(name)
             try:
@@ -333,8 +336,6 @@ class ReplicaManager:
             return
         replica = self.replicas.get(key)
         if replica is None:
-            if not await self._set_hosted(topic, p, True):
-                return
             replica = self.replicas[key] = Replica(topic, p)
         if replica.state is not None and state.leader_epoch < replica.epoch:
             return                              # stale (replication.md 0.10)
@@ -368,6 +369,8 @@ class ReplicaManager:
         return await asyncio.to_thread(run)
 
     async def _become_leader(self, replica: Replica, state: PartitionState) -> None:
+        if not await self._set_hosted(replica.topic, replica.index, True):
+            return
         was_leader = replica.role == LEADER
         self.fetchers.remove(replica)
 
@@ -405,6 +408,8 @@ class ReplicaManager:
             self._leadership(replica, False)
 
     async def _become_follower(self, replica: Replica, state: PartitionState) -> None:
+        if not await self._set_hosted(replica.topic, replica.index, True):
+            return
         self._resign(replica)
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
@@ -436,19 +441,31 @@ class ReplicaManager:
         self.fetchers.remove(replica)
         replica.role = OFFLINE
         if unhost:
+            self._hosted.add(replica.key)           # so that the record is always rewritten
             await self._set_hosted(replica.topic, replica.index, False)
+        else:
+            self._hosted.discard(replica.key)
 
     async def _set_hosted(self, topic: str, p: int, hosted: bool) -> bool:
         """The one place that keeps the log dir's record of the replicas this broker holds
         (LogRoot.set_hosted): a replica is recorded, and its folder made, before it first leads
-        or follows; a stopped one is dropped (its files stay). Readers of the log dir tell a
-        partition held elsewhere from an empty one by it, with no broker to ask."""
+        or follows (become leader / follower; later transitions find it recorded); a stopped one
+        is dropped (its files stay). Readers of the log dir tell a partition held elsewhere from
+        an empty one by it, with no broker to ask."""
+        key = (topic, p)
+        if hosted == (key in self._hosted):
+            return True
+
         def run():
             with self.partitions.lock:
                 self.partitions.root.set_hosted(topic, add=[p] if hosted else (),
                                                 remove=() if hosted else [p])
         try:
             await asyncio.to_thread(run)
+            if hosted:
+                self._hosted.add(key)
+            else:
+                self._hosted.discard(key)
             return True
         except SegLogError as exc:
             logger.error("broker %d: cannot record that it %s a replica of %s-%d in %s: %s", self.me,
