@@ -4,13 +4,15 @@
 Driver side (`SeglogStreamReader`, `SeglogBatchReader`): resolve the subscription to partitions,
 offsets to ranges `[from, until)` never above the HW (LSO with read_committed), rate-limit them
 and cut them into `SeglogInputPartition`s. Task side (`read_partition`): open the partition
-read-only and decode bounded windows of whole batches straight into Arrow.
+read-only (with several log dirs, a replica on the task's own host first: replicas.py) and
+decode bounded windows of whole batches straight into Arrow.
 
 Spark pickles the reader for its tasks and keeps the driver's stream reader alive for the whole
 query: the open logs live in `_logs`, created lazily and never pickled.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -27,6 +29,8 @@ from logcore.log.log_root import LogRoot
 from logcore.records.arrow import BufferRecycler, decode_batches
 from pyspark_seglog.plain_errors import plain_errors
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
+from pyspark_seglog.replicas import ReplicaLogs as _ReplicaLogs
+from pyspark_seglog.replicas import choose_replica
 from pyspark_seglog.schema import arrow_schema
 from pyspark_seglog.source_options import (DEFAULT_FETCH_BYTES, EARLIEST, LATEST, OffsetSpec,
                                            SourceOptions, parse_source_options)
@@ -53,7 +57,7 @@ class SeglogInputPartition(InputPartition):
     def __init__(self, root: str, storage_options: dict, topic: str, partition: int, start: int,
                  until: int, isolation: str, include_headers: bool, fail_on_data_loss: bool,
                  fetch_bytes: int = DEFAULT_FETCH_BYTES, tiered: dict | None = None,
-                 broker_bound: bool = False):
+                 broker_bound: bool = False, replicas: tuple | None = None):
         super().__init__(None)
         self.tiered = tiered            # rsm.config.* options: the remote tier's credentials
         self.root = root
@@ -69,19 +73,24 @@ class SeglogInputPartition(InputPartition):
         # `until` came from the broker serving the root (kafka.bootstrap.servers): its HW or LSO,
         # which the root's checkpoint may not show yet (Apache Kafka writes it every 5 s).
         self.broker_bound = broker_bound
+        # Several log dirs (`path` a comma-separated list): the `Replica`s of this partition
+        # there, in the order given; the task reads one on its own host when it can.
+        self.replicas = replicas
 
     def __repr__(self) -> str:          # storage options (credentials) are never printed
         return (f"SeglogInputPartition({self.topic}-{self.partition} [{self.start}, {self.until}),"
                 f" {self.isolation})")
 
 
-def _input_partitions(opts: SourceOptions, ranges: list[OffsetRange]) -> list[SeglogInputPartition]:
+def _input_partitions(opts: SourceOptions, ranges: list[OffsetRange], logs=None) -> list[SeglogInputPartition]:
     pieces = split_ranges(ranges, min_partitions=opts.min_partitions,
                           max_records_per_partition=opts.max_records_per_partition)
+    replicas = logs.replicas if isinstance(logs, _ReplicaLogs) else (lambda tp: None)
     return [SeglogInputPartition(opts.root, opts.storage_options, r.topic, r.partition, r.start,
                                  r.until, opts.isolation, opts.include_headers, opts.fail_on_data_loss,
                                  opts.fetch_bytes, opts.tiered,
-                                 broker_bound=opts.bootstrap_servers is not None)
+                                 broker_bound=opts.bootstrap_servers is not None,
+                                 replicas=replicas((r.topic, r.partition)))
             for r in pieces]
 
 
@@ -178,13 +187,22 @@ _COLUMN_BUFFERS = BufferRecycler()
 
 def read_partition(p: SeglogInputPartition):
     """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until)."""
+    if getattr(p, "replicas", None):
+        root, log, broker_bound = choose_replica(p)
+    else:
+        root = LogRoot.open(p.root, storage_options=p.storage_options, read_only=True,
+                            defaults=getattr(p, "tiered", None))
+        log, broker_bound = None, p.broker_bound
+    return _read(p, root, log, broker_bound)
+
+
+def _read(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
     schema = arrow_schema(p.include_headers)
-    root = LogRoot.open(p.root, storage_options=p.storage_options, read_only=True,
-                        defaults=getattr(p, "tiered", None))
     buffer = None
     try:
         # Only what reading [start, until) needs: not every segment's index nor the producer state.
-        log = root.log(p.topic, p.partition, read_range=(p.start, p.until))
+        if log is None:
+            log = root.log(p.topic, p.partition, read_range=(p.start, p.until))
         name = f"{p.topic}-{p.partition}"
         constants = _Constants(p.topic, p.partition)
         offset = p.start
@@ -192,7 +210,7 @@ def read_partition(p: SeglogInputPartition):
         if offset < log.log_start_offset:
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
         rechecked = False
-        if p.broker_bound:
+        if broker_bound:
             log.assume_high_watermark(p.until)
         while offset < p.until:
             try:
@@ -214,7 +232,7 @@ def read_partition(p: SeglogInputPartition):
                 offset = damaged(log, offset, exc, p.fail_on_data_loss)
                 continue
             data = fetch.data
-            if not data and p.broker_bound and not rechecked:
+            if not data and broker_bound and not rechecked:
                 # A read that refreshed the view (a segment replaced under it) took the stored HW
                 # again: look at the log once more with the broker's bound.
                 rechecked = True
@@ -278,8 +296,10 @@ class _Logs:
     up to min(the leader's answer, this replica's own committed HW), since a follower's HW lags
     the leader's and its records above its HW may still be cut. Which partitions the broker
     holds replicas of comes from Metadata (kafka.bootstrap.servers, else the broker that serves
-    the root, named by its live claim) and the root's claim (its broker id): a subscribed
-    partition held elsewhere fails with ReplicaNotAvailableError instead of reading as empty.
+    the root, named by its live claim) and the root's claim (its broker id), and from the log
+    dir's own record (`hosted`, kept when the broker stops): a subscribed partition held
+    elsewhere fails with ReplicaNotAvailableError instead of reading as empty. Several log dirs
+    (`path` a comma-separated list) are pyspark_seglog.replicas.ReplicaLogs, one of these each.
     """
 
     def __init__(self, opts: SourceOptions):
@@ -326,7 +346,19 @@ class _Logs:
                     continue            # deleted between the listing and now
                 out.extend((topic, p) for p in range(count))
         self._check_replicas()
+        self._check_hosted(out)
         return out
+
+    def _check_hosted(self, tps) -> None:
+        """A cluster member's log dir records the partitions it holds replicas of (written by
+        its broker, kept when it stops): a partition held elsewhere fails here, no broker asked."""
+        infos = {}
+        for t, p in tps:
+            info = infos.get(t)
+            if info is None:
+                info = infos[t] = self.root.describe_topic(t)
+            if info.hosted is not None and p not in info.hosted:
+                raise self.root.not_hosted(info, p, self.opts.root)
 
     # -- the root as one broker's log.dirs in a cluster
     def _client(self):
@@ -505,6 +537,15 @@ class _Logs:
         self._broker_latest.clear()
 
 
+def open_logs(opts: SourceOptions):
+    """The driver's view of the root, or of several log dirs (`path` a comma-separated list:
+    pyspark_seglog.replicas), each read as a root of its own without asking brokers."""
+    if len(opts.roots) > 1:
+        return _ReplicaLogs(opts, lambda url: _Logs(dataclasses.replace(opts, root=url,
+                                                                        bootstrap_servers=None)))
+    return _Logs(opts)
+
+
 def _check_covers(spec: OffsetSpec, tps: list) -> None:
     """A JSON of offsets/timestamps must name exactly the subscribed partitions (as Spark asks)."""
     named, current = set(spec.offsets), set(tps)
@@ -567,7 +608,7 @@ class _ReaderBase:
 
     def _driver_logs(self) -> _Logs:
         if self.__dict__.get("_logs") is None:
-            self._logs = _Logs(self.opts)
+            self._logs = open_logs(self.opts)
         return self._logs
 
     def __getstate__(self):
@@ -684,7 +725,7 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
                 first = min(stop, data_loss(tp[0], tp[1], first, logs.earliest(tp),
                                             self.opts.fail_on_data_loss))
             ranges.append(OffsetRange(tp[0], tp[1], first, stop))
-        return _input_partitions(self.opts, ranges)
+        return _input_partitions(self.opts, ranges, logs)
 
     def commit(self, end: dict) -> None:
         self._committed = end           # offsets live in Spark's checkpoint; nothing to do here
@@ -704,7 +745,7 @@ class SeglogBatchReader(_ReaderBase, DataSourceReader):
         self._logs = None
 
     def partitions(self):
-        logs = _Logs(self.opts)
+        logs = open_logs(self.opts)
         try:
             tps = logs.topic_partitions()
             logs.refresh(tps)
@@ -717,6 +758,6 @@ class SeglogBatchReader(_ReaderBase, DataSourceReader):
                         f"{tp[0]}-{tp[1]}: the starting offset {start[tp]} ({self.opts.starting.option})"
                         f" is after the ending offset {end[tp]} ({self.opts.ending.option})")
                 ranges.append(OffsetRange(tp[0], tp[1], start[tp], end[tp]))
-            return _input_partitions(self.opts, ranges)
+            return _input_partitions(self.opts, ranges, logs)
         finally:
             logs.close()

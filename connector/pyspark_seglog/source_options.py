@@ -148,6 +148,12 @@ class SourceOptions:
     fetch_bytes: int = DEFAULT_FETCH_BYTES         # kafka.max.partition.fetch.bytes
     tiered: dict | None = None                     # rsm.config.* (remote-tier credentials)
 
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """`path` as given: one root, or a comma-separated list of log dirs (several brokers'
+        log.dirs, the replicas of a cluster's partitions: pyspark_seglog.replicas)."""
+        return tuple(r.strip() for r in self.root.split(",") if r.strip())
+
     def matches(self, topic: str) -> bool:
         """Whether a topic belongs to the subscription (subscribe / subscribePattern)."""
         if self.strategy == "subscribe":
@@ -292,6 +298,11 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
     delay_ms = DEFAULT_MAX_TRIGGER_DELAY_MS if delay_raw is None else parse_duration_ms(delay_raw)
 
     isolation = _isolation(options)
+    dirs = [r.strip() for r in root.split(",")]
+    if len(dirs) > 1 and (not all(dirs) or len(set(dirs)) < len(dirs)):
+        raise InvalidConfigError(
+            f"option path={root!r}: a comma-separated list of log dirs must name each one once,"
+            " with no empty entry")
     bootstrap = options.get(BOOTSTRAP_OPTION)
     if bootstrap is not None:
         parse_bootstrap(str(bootstrap))        # fails now, naming the option, if malformed

@@ -93,6 +93,7 @@ class ReplicaManager:
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
         self.replicas: dict[tuple[str, int], Replica] = {}
+        self._hosted: set[tuple[str, int]] = set()            # recorded in the log dir this run
         self.shutting_down: set[int] = set()
         self.overrides = self.config.address_overrides()
         self.lag_max_ms = float(self.config["replica.lag.time.max.ms"])
@@ -119,6 +120,13 @@ class ReplicaManager:
                        self.loop.create_task(self._checkpoint_loop(), name="hw-checkpoint")]
         store = self.store
         await asyncio.to_thread(store.client.ensure_path, SHUTDOWN_PATH)
+        try:
+            # Whose log dir this is and on which host, kept when the broker stops (readers of
+            # the log dir name it; the Spark source prefers replicas on its own host).
+            await asyncio.to_thread(self.partitions.root.record_broker, self.me, self.broker.host,
+                                    self.broker.port)
+        except SegLogError as exc:
+            logger.error("broker %d: cannot record itself in %s: %s", self.me, self.partitions.root.url, exc)
         store.watch_brokers(lambda b: self._post(("brokers", b)))
         store.watch_controller(lambda c: self._post(("controller", c)))
         store.watch_topics(lambda names: self._post(("topics", names)))
@@ -235,14 +243,14 @@ class ReplicaManager:
                 self._watched_states.discard(key)
             removed = [r for k, r in self.replicas.items() if k[0] == name]
             for replica in removed:
-                await self._stop_replica(replica)
+                await self._stop_replica(replica, unhost=False)     # the whole topic goes
                 self.replicas.pop(replica.key, None)
             if removed or name in self.partitions.topics:
                 await asyncio.to_thread(self._delete_local_topic, name)
             return
         self.assignments[name] = ta
         hosted = [p for p, replicas in ta.partitions.items() if self.me in replicas]
-        if hosted:
+        if hosted or name in self.partitions.topics:
             await asyncio.to_thread(self._ensure_local_topic, ta)
         for p in sorted(ta.partitions):
             key = (name, p)
@@ -278,8 +286,13 @@ class ReplicaManager:
         return on_state
 
     def _ensure_local_topic(self, ta: TopicAssignment) -> None:
-        """The local log root holds the topic with the cluster's id, partition count and config."""
+        """The local log root holds the topic with the cluster's id, partition count and config,
+        with a folder only for the partitions this broker holds replicas of (`hosted` in the
+        root's topics file: none at creation, each added as its replica starts, _set_hosted);
+        recorded replicas that are no longer assigned here (a reassignment while this broker
+        was away, or a log dir from before the record) are dropped from the record."""
         root = self.partitions.root
+        mine = {p for p, replicas in ta.partitions.items() if self.me in replicas}
         count = max(ta.partitions) + 1 if ta.partitions else 0
         config = self.topic_configs.get(ta.name)
         if config is None:
@@ -300,15 +313,22 @@ class ReplicaManager:
                 self._delete_local_topic(ta.name)
                 info = None
             if info is None:
+                if not mine:
+                    return
                 try:
-                    info = root.create_topic(ta.name, count, config, topic_id=ta.topic_id)
+                    info = root.create_topic(ta.name, count, config, topic_id=ta.topic_id, hosted=())
                 except TopicExistsError:
                     info = root.describe_topic(ta.name)
             elif info.partitions < count:
                 info = root.add_partitions(ta.name, count)
+            held = set(range(info.partitions) if info.hosted is None else info.hosted)
+            if info.hosted is None or held - mine:
+                root.set_hosted(ta.name, remove=held - mine)
+                self._hosted.difference_update((ta.name, p) for p in held - mine)
             self.partitions.open_topic(info, eager=False)
 
     def _delete_local_topic(self, name: str) -> None:
+        self._hosted.difference_update([k for k in list(self._hosted) if k[0] == name])
         with self.partitions.lock:
             self.partitions.close_topic(name)
             try:
@@ -367,6 +387,8 @@ class ReplicaManager:
         return await asyncio.to_thread(run)
 
     async def _become_leader(self, replica: Replica, state: PartitionState) -> None:
+        if not await self._set_hosted(replica.topic, replica.index, True):
+            return
         was_leader = replica.role == LEADER
         self.fetchers.remove(replica)
 
@@ -404,6 +426,8 @@ class ReplicaManager:
             self._leadership(replica, False)
 
     async def _become_follower(self, replica: Replica, state: PartitionState) -> None:
+        if not await self._set_hosted(replica.topic, replica.index, True):
+            return
         self._resign(replica)
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
@@ -429,13 +453,19 @@ class ReplicaManager:
         replica.role = OFFLINE
         replica.followers = {}
 
-    async def _stop_replica(self, replica: Replica, delete: bool = False) -> None:
-        """Kafka's StopReplica: no longer lead or follow; with `delete` (the replica was
-        reassigned away) its files go too and it is neither served nor counted."""
+    async def _stop_replica(self, replica: Replica, delete: bool = False, unhost: bool = True) -> None:
+        """Kafka's StopReplica: no longer lead or follow. `unhost` drops it from the log dir's
+        record of hosted replicas (not when the whole topic goes); with `delete` (the replica
+        was reassigned away) its files go too and it is neither served nor counted."""
         self._resign(replica)
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         replica.role = OFFLINE
+        if unhost:
+            self._hosted.add(replica.key)           # so that the record is always rewritten
+            await self._set_hosted(replica.topic, replica.index, False)
+        else:
+            self._hosted.discard(replica.key)
         if delete:
             async with replica.io:                   # a follower write in flight finishes first
                 await asyncio.to_thread(self.partitions.drop_replica, replica.topic, replica.index)
@@ -447,6 +477,33 @@ class ReplicaManager:
         that arrives after the controller completed the move must not bring one back)."""
         ta = self.assignments.get(replica.topic)
         return ta.removing_replicas.get(replica.index, ()) if ta is not None else ()
+
+    async def _set_hosted(self, topic: str, p: int, hosted: bool) -> bool:
+        """The one place that keeps the log dir's record of the replicas this broker holds
+        (LogRoot.set_hosted): a replica is recorded, and its folder made, before it first leads
+        or follows (become leader / follower; later transitions find it recorded); a stopped one
+        is dropped (its files stay unless it was reassigned away, _stop_replica). Readers of the log dir tell a partition held elsewhere from
+        an empty one by it, with no broker to ask."""
+        key = (topic, p)
+        if hosted == (key in self._hosted):
+            return True
+
+        def run():
+            with self.partitions.lock:
+                self.partitions.root.set_hosted(topic, add=[p] if hosted else (),
+                                                remove=() if hosted else [p])
+        try:
+            await asyncio.to_thread(run)
+            if hosted:
+                self._hosted.add(key)
+            else:
+                self._hosted.discard(key)
+            return True
+        except SegLogError as exc:
+            logger.error("broker %d: cannot record that it %s a replica of %s-%d in %s: %s", self.me,
+                         "holds" if hosted else "no longer holds", topic, p,
+                         self.partitions.root.url, exc)
+            return False
 
     def assignment_of(self, replica: Replica) -> tuple[int, ...]:
         ta = self.assignments.get(replica.topic)

@@ -18,7 +18,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootError,
-                            ReadOnlyLogError, SegLogError, TopicExistsError, TopicNotFoundError)
+                            ReadOnlyLogError, ReplicaNotAvailableError, SegLogError, TopicExistsError,
+                            TopicNotFoundError)
 from logcore.log.config import (LogConfig, check_topic_against_root, root_tiering_enabled,
                                validate_topic_name, validate_topic_overrides)
 from logcore.log.log import KAFKA_CLEAN_SHUTDOWN, Log
@@ -48,6 +49,15 @@ class TopicInfo:
     topic_id: str
     partitions: int
     config: dict[str, str] = field(default_factory=dict)
+    # The partitions this root holds replicas of (a cluster member's log dir, which holds only
+    # the replicas assigned to its broker); None: every partition (a single broker's root).
+    hosted: tuple[int, ...] | None = None
+
+
+def _info(name: str, t: dict) -> TopicInfo:
+    hosted = t.get("hosted")
+    return TopicInfo(name, t.get("topic_id", ""), int(t["partitions"]), dict(t.get("config", {})),
+                     None if hosted is None else tuple(sorted(int(p) for p in hosted)))
 
 
 def partition_dir(topic: str, partition: int) -> str:
@@ -265,8 +275,7 @@ class LogRoot:
             doc, version = {"topics": self._kafka_topics()}, None
         else:
             doc, version = self._read_doc()
-        return {n: TopicInfo(n, t.get("topic_id", ""), int(t["partitions"]), dict(t.get("config", {})))
-                for n, t in doc["topics"].items()}, version
+        return {n: _info(n, t) for n, t in doc["topics"].items()}, version
 
     def list_topics(self) -> list[str]:
         return sorted(self._topics())
@@ -275,16 +284,17 @@ class LogRoot:
         topics = self._topics()
         if name not in topics:
             raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
-        t = topics[name]
-        return TopicInfo(name, t.get("topic_id", ""), int(t["partitions"]), dict(t.get("config", {})))
+        return _info(name, topics[name])
 
     def topic_config(self, name: str) -> LogConfig:
         return LogConfig.from_props(self.describe_topic(name).config, self.defaults())
 
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None, *,
-                     topic_id: str | None = None) -> TopicInfo:
+                     topic_id: str | None = None, hosted=None) -> TopicInfo:
         """Create a topic; `topic_id` (Kafka's base64 form) keeps an id given elsewhere (a
-        cluster member's replica of a topic the cluster created), else a new one is drawn."""
+        cluster member's replica of a topic the cluster created), else a new one is drawn.
+        `hosted` (a cluster member's log dir): the partitions this root holds replicas of; only
+        those get a folder, and readers of any other one get ReplicaNotAvailableError."""
         self._require_writable()
         validate_topic_name(name)
         if not isinstance(partitions, int) or partitions < 1:
@@ -295,15 +305,20 @@ class LogRoot:
         check_topic_against_root(name, LogConfig.from_props(overrides, defaults), defaults)
         topic_id = format_topic_id(parse_topic_id(topic_id) if topic_id else new_topic_id())
 
+        held = None if hosted is None else sorted({int(p) for p in hosted if 0 <= int(p) < partitions})
+
         def add(doc):
             if name in doc["topics"]:
                 raise TopicExistsError(f"topic {name!r} already exists in {self.storage.url}")
-            doc["topics"][name] = {"topic_id": topic_id, "partitions": partitions, "config": overrides}
+            entry = {"topic_id": topic_id, "partitions": partitions, "config": overrides}
+            if held is not None:
+                entry["hosted"] = held
+            doc["topics"][name] = entry
 
         self._update_doc(add)
-        for p in range(partitions):
+        for p in range(partitions) if held is None else held:
             self._init_partition(name, p, topic_id)
-        return TopicInfo(name, topic_id, partitions, overrides)
+        return TopicInfo(name, topic_id, partitions, overrides, None if held is None else tuple(held))
 
     def _init_partition(self, topic: str, partition: int, topic_id: str) -> None:
         d = partition_dir(topic, partition)
@@ -323,12 +338,70 @@ class LogRoot:
                     f" (asked for {total})")
             old = t["partitions"]
             t["partitions"] = total
-            return old, t["topic_id"]
+            return old, t["topic_id"], t.get("hosted")
 
-        old, topic_id = self._update_doc(grow)
+        old, topic_id, hosted = self._update_doc(grow)
         for p in range(old, total):
-            self._init_partition(name, p, topic_id)
+            if hosted is None:          # a cluster member's new replicas come with set_hosted
+                self._init_partition(name, p, topic_id)
         return self.describe_topic(name)
+
+    def set_hosted(self, name: str, add=(), remove=()) -> tuple[int, ...]:
+        """A cluster member's log dir: record that it now holds replicas of the partitions `add`
+        of topic `name` (their folders are made first) and no longer of `remove` (their files
+        stay until deleted). One conditional replace of the topics file; returns the new set."""
+        self._require_writable()
+        add = {int(p) for p in add}
+        remove = {int(p) for p in remove} - add
+        info = self.describe_topic(name)
+        current = set(range(info.partitions) if info.hosted is None else info.hosted)
+        for p in sorted(add - current):
+            if not 0 <= p < info.partitions:
+                raise TopicNotFoundError(f"topic {name!r} has partitions 0..{info.partitions - 1};"
+                                         f" there is no partition {p}")
+            if not self.storage.exists(self.storage.join(partition_dir(name, p), PARTITION_METADATA)):
+                self._init_partition(name, p, info.topic_id)
+
+        def change(doc):
+            t = doc["topics"].get(name)
+            if t is None or t.get("topic_id") != info.topic_id:
+                raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
+            held = set(t["hosted"]) if "hosted" in t else set(range(int(t["partitions"])))
+            t["hosted"] = sorted((held | add) - remove)
+            return tuple(t["hosted"])
+
+        if add <= current and not (remove & current) and info.hosted is not None:
+            return info.hosted
+        return self._update_doc(change)
+
+    def broker_record(self) -> dict | None:
+        """The cluster member whose log dir this root is, as it recorded itself at its start
+        ({"node_id", "host", "port"}: its advertised listener), or None."""
+        if self.kafka_copy:
+            return None
+        record = self._read_doc()[0].get("broker")
+        return dict(record) if isinstance(record, dict) else None
+
+    def record_broker(self, node_id: int, host: str, port: int) -> None:
+        """A cluster member's log dir says whose it is and on which host (kept when the broker
+        stops): readers name it in errors, and the Spark source prefers replicas on its host."""
+        record = {"node_id": int(node_id), "host": str(host), "port": int(port)}
+        if self.broker_record() == record:
+            return
+
+        def change(doc):
+            doc["broker"] = record
+        self._update_doc(change)
+
+    def not_hosted(self, info: TopicInfo, partition: int, url: str | None = None) -> ReplicaNotAvailableError:
+        """The error for reading a partition this root holds no replica of."""
+        record = self.broker_record() or {}
+        whose = (f"broker {record['node_id']}'s" if "node_id" in record else "a cluster member's")
+        held = ", ".join(str(p) for p in info.hosted) if info.hosted else "none"
+        return ReplicaNotAvailableError(
+            f"{info.name}-{partition} has no replica in {url or self.storage.url}: that log dir is"
+            f" {whose}, which holds replicas of partitions [{held}] of {info.name} ({TOPICS_FILE});"
+            f" read it from the log.dirs of a broker that holds it")
 
     def alter_topic_config(self, name: str, config: dict[str, str]) -> TopicInfo:
         overrides = {k: str(v) for k, v in config.items()}
@@ -417,6 +490,8 @@ class LogRoot:
         if not 0 <= partition < info.partitions:
             raise TopicNotFoundError(
                 f"topic {topic!r} has partitions 0..{info.partitions - 1}; there is no partition {partition}")
+        if info.hosted is not None and partition not in info.hosted:
+            raise self.not_hosted(info, partition)
         if writer:
             self._require_writable()
             self.check_not_served(f"cannot write {topic}-{partition}")

@@ -103,7 +103,8 @@ class MaintenanceService:
         found = []
         for name in names:
             info = self.root.describe_topic(name)      # TopicNotFoundError names a wrong topic
-            found.extend((name, p) for p in range(info.partitions))
+            # a cluster member's log dir: only the replicas it holds
+            found.extend((name, p) for p in (range(info.partitions) if info.hosted is None else info.hosted))
         return found
 
     def run_once(self, topics: Iterable[str] | None = None, *, now_ms: int | None = None,

@@ -17,7 +17,8 @@ def cmd_repair(args) -> int:
                 " whose segments are published whole and never recovered: readers name the damaged"
                 " object and position, and a Spark query with failOnDataLoss=false skips it")
         info = root.describe_topic(args.topic)
-        partitions = [args.partition] if args.partition is not None else list(range(info.partitions))
+        held = range(info.partitions) if info.hosted is None else info.hosted   # a cluster member's
+        partitions = [args.partition] if args.partition is not None else list(held)
         for p in partitions:
             if not 0 <= p < info.partitions:
                 raise InvalidConfigError(f"--partition {p}: topic {args.topic} has partitions "

@@ -106,6 +106,9 @@ def _describe(root, name: str, out: TextIO, all_configs: bool) -> None:
     out.write(f"Topic: {info.name}\tTopicId: {info.topic_id}\tPartitionCount: {info.partitions}\t"
               f"ReplicationFactor: 1\tConfigs: {config_text}\n")
     for p in range(info.partitions):
+        if info.hosted is not None and p not in info.hosted:
+            out.write(f"\tTopic: {info.name}\tPartition: {p}\tReplica: none in this log dir\n")
+            continue
         log = root.log(name, p)
         try:
             out.write(f"\tTopic: {info.name}\tPartition: {p}\tLogStartOffset: {log.log_start_offset}\t"

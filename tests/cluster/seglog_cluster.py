@@ -32,10 +32,11 @@ FAST = {
 
 
 class Broker:
-    def __init__(self, cluster: "SeglogCluster", broker_id: int, port: int):
+    def __init__(self, cluster: "SeglogCluster", broker_id: int, port: int, host: str = "127.0.0.1"):
         self.cluster = cluster
         self.id = broker_id
         self.port = port
+        self.host = host            # another loopback address (127.0.0.2) stands for another host
         self.dir = cluster.base / f"broker-{broker_id}"
         self.log_dir = self.dir / "logs"
         self.proc: subprocess.Popen | None = None
@@ -43,10 +44,10 @@ class Broker:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def properties(self) -> dict[str, str]:
-        props = {"broker.id": str(self.id), "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+        props = {"broker.id": str(self.id), "listeners": f"PLAINTEXT://{self.host}:{self.port}",
                  "log.dirs": str(self.log_dir), "zookeeper.connect": self.cluster.zk_hosts,
                  **FAST, **self.cluster.props}
         props.update(self.cluster.per_broker.get(self.id, {}))
@@ -72,7 +73,7 @@ class Broker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker {self.id} exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if f"listening on PLAINTEXT://127.0.0.1:{self.port}" in self.log_text()[self._log_start:]:
+            if f"listening on PLAINTEXT://{self.host}:{self.port}" in self.log_text()[self._log_start:]:
                 return
             time.sleep(0.05)
         raise RuntimeError(f"broker {self.id} did not start within {timeout} s:\n{self.log_tail()}")
@@ -125,13 +126,14 @@ class Broker:
 
 class SeglogCluster:
     def __init__(self, base: Path, zk_hosts: str, size: int = 3, props: dict[str, str] | None = None,
-                 per_broker: dict[int, dict[str, str]] | None = None):
+                 per_broker: dict[int, dict[str, str]] | None = None, hosts: dict[int, str] | None = None):
         self.base = Path(base)
         self.zk_hosts = zk_hosts
         self.props = dict(props or {})
         self.per_broker = per_broker or {}
         ports = free_ports(size)
-        self.brokers = {i + 1: Broker(self, i + 1, ports[i]) for i in range(size)}
+        self.brokers = {i + 1: Broker(self, i + 1, ports[i], (hosts or {}).get(i + 1, "127.0.0.1"))
+                        for i in range(size)}
 
     @property
     def bootstrap(self) -> str:
@@ -182,7 +184,7 @@ class SeglogCluster:
         last = None
         for b in candidates:
             try:
-                with KafkaConnection("127.0.0.1", b.port, timeout_s=timeout) as conn:
+                with KafkaConnection(b.host, b.port, timeout_s=timeout) as conn:
                     md = conn.request(3, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
             except Exception as exc:   # noqa: BLE001 - try the next broker
                 last = exc

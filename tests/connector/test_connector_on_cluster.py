@@ -7,7 +7,14 @@ harness), Spark local[2] writing through the brokers and reading each broker's l
 - the source as a sidecar: an RF=3 topic read from each broker's log.dirs gives the same rows,
   with and without kafka.bootstrap.servers; a follower whose HW lags is read up to its own HW
   (no wait, no "data loss"); an RF=1 topic's partitions held by other brokers fail with an
-  error naming the partition and the log dir.
+  error naming the partition and the log dir;
+- a broker's log dir has folders only for the partitions it holds and records which ones:
+  read from a stopped broker's log dir (no broker to ask), a partition held elsewhere fails
+  naming it, the log dir and the broker;
+- the source over all three log dirs (`path` a comma-separated list) returns every committed
+  record exactly once, and each task reads the replica on its own host: brokers 2 and 3 listen
+  on 127.0.0.2 / 127.0.0.3 (other "hosts"), Spark runs on 127.0.0.1 like broker 1, and the
+  copies of brokers 2 and 3 are damaged, so only a read of broker 1's copy succeeds.
 
 Skipped when ZooKeeper (java and Debian's zookeeper jars), kazoo or confluent-kafka is missing.
 """
@@ -49,10 +56,23 @@ def cluster(tmp_path_factory):
         zk.stop()
         pytest.skip(f"ZooKeeper did not start: {exc}")
     try:
-        with SeglogCluster.running(base, zk.connect_string, size=3, props={"min.insync.replicas": "2"}) as c:
+        with SeglogCluster.running(base, zk.connect_string, size=3, props={"min.insync.replicas": "2"},
+                                   hosts={2: "127.0.0.2", 3: "127.0.0.3"} if _other_loopbacks() else None) as c:
             yield c
     finally:
         zk.stop()
+
+
+def _other_loopbacks() -> bool:
+    """127.0.0.2 and .3 can be listened on (Linux: the whole 127/8 is the loopback)."""
+    import socket
+    for host in ("127.0.0.2", "127.0.0.3"):
+        try:
+            with socket.socket() as s:
+                s.bind((host, 0))
+        except OSError:
+            return False
+    return True
 
 
 def _all_back(cluster):
@@ -278,3 +298,81 @@ def test_partitions_on_other_brokers_fail_with_a_clear_error(spark, cluster):
                              30, f"broker {b.id}'s HW checkpoint")
             got = spark_rows(spark, b.log_dir, bootstrap=bootstrap, assign=json.dumps({topic: [mine]}))
             assert got == [r for r in expected if r[0] == mine]
+
+
+# ------------------------------------------------------------------------------ replicas on their hosts
+
+def _spread_topic(cluster) -> tuple[str, list]:
+    """cl-spread: p0 on brokers [2, 1], p1 on [2, 3], p2 on [3, 1]; 900 committed records, every
+    replica's HW checkpoint at the end. Returns (topic, the records as a consumer reads them)."""
+    topic = "cl-spread"
+    if getattr(cluster, "_spread", None) is None:
+        from confluent_kafka.admin import NewTopic
+        futures = cluster.admin().create_topics([NewTopic(topic, num_partitions=3,
+                                                          replica_assignment=[[2, 1], [2, 3], [3, 1]])])
+        futures[topic].result(30)
+        cluster.wait_for(lambda: all(leader >= 0 and len(isr) == 2
+                                     for leader, _r, isr in cluster.metadata(topic).values()), 30,
+                         f"leaders and full ISRs of {topic}")
+        produce(cluster, topic, [b"s%04d" % i for i in range(900)])
+        expected = sorted(consume_all(cluster, topic, 3))
+        ends = {p: 1 + max(o for q, o, _k, _v in expected if q == p) for p in range(3)}
+        held = {1: (0, 2), 2: (0, 1), 3: (1, 2)}
+        for b in cluster.brokers.values():
+            cluster.wait_for(lambda: _checkpointed(b, topic, {p: ends[p] for p in held[b.id]}), 30,
+                             f"broker {b.id}'s HW checkpoint")
+        cluster._spread = expected
+    return topic, cluster._spread
+
+
+def _alter(log_dir: Path, topic: str, partition: int) -> None:
+    """Rewrite the replica's first batch with other values (s0123 -> x0123) and a valid CRC: its
+    log still holds the range, and a read of it returns records no consumer sees."""
+    import struct
+
+    from logcore.records import crc32c
+    segment = log_dir / f"{topic}-{partition}" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    size = 12 + struct.unpack_from(">i", data, 8)[0]
+    batch = re.sub(rb"s(\d{4})", rb"x\1", bytes(data[:size]))
+    data[:size] = batch
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:size])))
+    with open(segment, "r+b") as f:
+        f.write(data[:size])
+
+
+def test_log_dirs_of_all_brokers_read_each_record_once_from_the_local_replica(spark, cluster):
+    if cluster.brokers[2].host == "127.0.0.1":
+        pytest.skip("127.0.0.2 cannot be listened on here: no second 'host' for broker 2")
+    topic, expected = _spread_topic(cluster)
+    b1, b2, b3 = (cluster.brokers[i] for i in (1, 2, 3))
+    # Only the partitions a broker holds have a folder in its log dir.
+    assert sorted(d.name for d in b1.log_dir.glob(f"{topic}-*")) == [f"{topic}-0", f"{topic}-2"]
+    assert sorted(d.name for d in b3.log_dir.glob(f"{topic}-*")) == [f"{topic}-1", f"{topic}-2"]
+    paths = ",".join(str(b.log_dir) for b in (b2, b3, b1))     # broker 1's last: order is no help
+    assert spark_rows(spark, paths, topic) == expected
+    # Alter the copies of p0 and p2 on brokers 2 and 3 (p0's leader is broker 2): read alone,
+    # broker 2's copy gives the altered values; read with every log dir, the tasks take broker
+    # 1's copies (its host's) and p1 from broker 2 or 3 (no copy on this host), each record once.
+    _alter(b2.log_dir, topic, 0)
+    _alter(b3.log_dir, topic, 2)
+    alone = spark_rows(spark, b2.log_dir, assign=json.dumps({topic: [0]}))
+    assert alone[0][3].startswith(b"x") and alone != [r for r in expected if r[0] == 0]
+    assert spark_rows(spark, paths, topic) == expected
+    assert spark_rows(spark, paths, topic, cluster.bootstrap) == expected
+
+
+def test_a_stopped_brokers_log_dir_names_the_partitions_it_does_not_hold(spark, cluster):
+    topic, expected = _spread_topic(cluster)
+    b3 = cluster.brokers[3]
+    b3.stop()                           # SIGTERM: its claim on the log dir goes; nobody to ask
+    try:
+        assert not (b3.log_dir / f"{topic}-0").exists()
+        with pytest.raises(Exception, match=rf"ReplicaNotAvailableError: {topic}-0 has no replica in"
+                                            rf" {re.escape(str(b3.log_dir))}: that log dir is broker 3's,"
+                                            rf" which holds replicas of partitions \[1, 2\] of {topic}"):
+            spark_rows(spark, b3.log_dir, topic)
+        got = spark_rows(spark, b3.log_dir, assign=json.dumps({topic: [1]}))
+        assert got == [r for r in expected if r[0] == 1]
+    finally:
+        _all_back(cluster)

@@ -275,3 +275,12 @@ def test_split_max_records_per_partition():
     assert out == [r(0, 0, 8), r(0, 8, 16), r(0, 16, 25), r(1, 0, 10)]
     both = split_ranges([r(0, 0, 20)], max_records_per_partition=10, min_partitions=4)
     assert [x.size for x in both] == [5, 5, 5, 5]
+
+
+def test_path_lists_several_log_dirs():
+    assert batch().roots == ("/data/root",)
+    assert batch(path="/mnt/b1/logs, /mnt/b2/logs,/mnt/b3/logs").roots == (
+        "/mnt/b1/logs", "/mnt/b2/logs", "/mnt/b3/logs")
+    for bad in ("/mnt/b1/logs,/mnt/b1/logs", "/mnt/b1/logs,,/mnt/b2/logs"):
+        message = error(path=bad)
+        assert f"option path={bad!r}" in message and "each one once" in message

@@ -330,3 +330,58 @@ def test_missing_path_without_create_is_not_a_log_root(root_target):
     root = LogRoot.open(missing, storage_options=root_target.storage_options, create=True)
     assert root.list_topics() == []
     assert {"seglog-topics.json", "meta.properties"} <= set(root.storage.list_dir(""))
+
+
+# ------------------------------------------------------------------ a cluster member's log dir
+
+def test_a_cluster_members_log_dir_records_the_replicas_it_holds(tmp_path, capsys):
+    """Only hosted partitions get a folder; reading any other one (LogRoot.log, `seglog
+    consume`, `seglog topics --describe`) names the partition, the log dir and its broker,
+    with nothing else to ask. A root without the record (a single broker) holds everything."""
+    from logcore.errors import ReplicaNotAvailableError
+    from logcore.tools.cli import main
+    path = tmp_path / "broker-2"
+    root = LogRoot.open(str(path), create=True)
+    root.record_broker(2, "10.0.0.2", 9092)
+    info = root.create_topic("t", 3, topic_id=None, hosted=())
+    assert info.hosted == ()
+    assert not any((path / f"t-{p}").exists() for p in range(3))
+    assert root.set_hosted("t", add=[1]) == (1,)
+    assert (path / "t-1" / "partition.metadata").exists() and not (path / "t-0").exists()
+    w = root.log("t", 1, writer=True)
+    w.append_records(recs(5))
+    w.commit()
+    root.release_log(w)
+    root.close()
+
+    ro = LogRoot.open(str(path), read_only=True)
+    assert ro.describe_topic("t").hosted == (1,)
+    assert ro.broker_record() == {"node_id": 2, "host": "10.0.0.2", "port": 9092}
+    assert ro.log("t", 1).high_watermark == 5
+    with pytest.raises(ReplicaNotAvailableError,
+                       match=rf"t-0 has no replica in .*broker-2: that log dir is broker 2's, which holds"
+                             r" replicas of partitions \[1\] of t \(seglog-topics.json\)"):
+        ro.log("t", 0)
+    ro.close()
+
+    code = main(["consume", "--root", str(path), "--topic", "t", "--from-beginning"])
+    err = capsys.readouterr().err
+    assert code == 1 and "t-0 has no replica in" in err and "broker 2's" in err
+    assert main(["consume", "--root", str(path), "--topic", "t", "--partition", "1",
+                 "--from-beginning"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"v{i}" for i in range(5)]
+    assert main(["topics", "--root", str(path), "--describe", "--topic", "t"]) == 0
+    out = capsys.readouterr().out
+    assert "Partition: 0\tReplica: none in this log dir" in out and "Partition: 1\tLogStartOffset: 0" in out
+
+    # Dropping the replica keeps its files, but readers are told it is not held here.
+    rw = LogRoot.open(str(path))
+    assert rw.set_hosted("t", remove=[1]) == ()
+    with pytest.raises(ReplicaNotAvailableError, match=r"t-1 has no replica .* partitions \[none\]"):
+        rw.log("t", 1)
+    assert (path / "t-1").exists()
+    # A root without the record holds every partition, as before.
+    rw.create_topic("plain", 2)
+    assert rw.describe_topic("plain").hosted is None
+    assert rw.log("plain", 1).high_watermark == 0
+    rw.close()
