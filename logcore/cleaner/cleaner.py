@@ -256,6 +256,8 @@ class LogCleaner:
         now_ms = _now_ms() if now_ms is None else now_ms
         started = time.monotonic()
         self.delete_expired_files(log)
+        # A truncation from here on (a follower cutting where it diverged) abandons the pass.
+        truncations = log.truncations
         section = self.dirty_section(log, now_ms)
         if section.first_uncleanable <= section.first_dirty:
             return None
@@ -282,13 +284,20 @@ class LogCleaner:
             outputs.append((group, out))
             if log.storage.is_local:
                 # Local disk: each group is swapped in as soon as it is written (Kafka's order).
-                swap_in(log, [(group, out)])
+                swap_in(log, [(group, out)], truncations)
         if not log.storage.is_local:
             # Object stores: one conditional partition-state write switches every group at once.
-            swap_in(log, outputs)
+            swap_in(log, outputs, truncations)
         stats.segments_after = len(groups)
         stats.groups = [(g[0].base_offset, len(g)) for g in groups]
-        CleanerCheckpoint(log).write(end)
+        with log._lock:
+            # Under the writer's lock: a truncation meanwhile has lowered the checkpoint, and
+            # this pass's end must not raise it again.
+            if log.truncations != truncations:
+                raise CleanerAbortedError(
+                    f"{log.topic}-{log.partition}: the log was truncated during cleaning; the"
+                    " pass's checkpoint is not written and the next pass runs again")
+            CleanerCheckpoint(log).write(end)
         stats.throttled_s = throttle.slept
         stats.duration_s = time.monotonic() - started
         logger.info("cleaned %s-%d: %d -> %d segments, %d of %d records kept, %.1f MB read, %.1f MB written",

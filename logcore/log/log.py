@@ -102,6 +102,9 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         self._committed_hw: int | None = None
         # Batches tile the offsets without gaps (checked on read) unless compaction ran or may run.
         self._gapless = not config.compact and not self._compacted_once(storage, directory, topic, partition)
+        # Truncations that removed offsets (truncate_to below the LEO, truncate_fully_and_start_at):
+        # a cleaner pass that began before one must not swap its output in (replace_segments).
+        self.truncations = 0
         # Tiered storage: the remote segments below the local ones (None: the log is all local).
         self.remote = remote
         self.dir = directory
@@ -267,14 +270,19 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         """Whether the segment at `base_offset` has a transaction index (aborted transactions)."""
         return base_offset in self._txn_bases
 
-    def replace_segments(self, replacements: list, swap_files) -> bool:
+    def replace_segments(self, replacements: list, swap_files, truncations: int | None = None) -> bool:
         """Kafka's replaceSegments, for the cleaner. `replacements`: (old segments, new base
         offset, new stem or None, whether the new segment has aborted transactions) for runs of
         consecutive segments of this log. Under the writer's critical section: False, changing
-        nothing, when any old segment left the log (truncation or retention); else
-        `swap_files()` (the caller's crash-safe file steps) runs, then the new segments, opened
-        read-only, take the old ones' places. Raises ReadOnlyLogError on a reader."""
+        nothing, when any old segment left the log (truncation or retention) or, given
+        `truncations` (the count read when the pass began), when the log was truncated since (a
+        follower cut where it diverged from its leader: the pass's offset map may hold records
+        that are gone); else `swap_files()` (the caller's crash-safe file steps) runs, then the
+        new segments, opened read-only, take the old ones' places. Raises ReadOnlyLogError on a
+        reader."""
         with self._critical():
+            if truncations is not None and truncations != self.truncations:
+                return False
             current = {id(seg) for seg in self.segments}
             if any(id(seg) not in current for old, *_ in replacements for seg in old):
                 return False
@@ -531,11 +539,16 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             self._truncate_locked(offset)
             if self.high_watermark < committed:
                 self.segment_store.hw_lowered()
+            if not self._gapless:
+                # What is appended from `offset` on is dirty (Kafka's maybeTruncateCheckpoint).
+                from logcore.cleaner.checkpoint import CleanerCheckpoint
+                CleanerCheckpoint(self).truncate(offset)
             return True
 
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self.log_end_offset:
             return
+        self.truncations += 1
         self._flush_generation += 1     # a pending flush of a rolled segment must not move the recovery point now
         keep = [s for s in self.segments if s.base_offset < offset or s is self.segments[0]]
         for seg in self.segments:
