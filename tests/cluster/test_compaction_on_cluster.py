@@ -180,6 +180,8 @@ def test_compaction_on_leader_followers_restart_and_failover(cluster):
     _produce(cluster, _fillers("c"), acked)
     cluster.wait_for(lambda: _compacted(_read(cluster), acked, tombstones=False), 20,
                      "the tombstones gone from the leader")
+    cluster.wait_for(lambda: _compacted(_files(cluster.brokers[2]), acked, tombstones=False), 20,
+                     "the tombstones gone from broker 2's copy")
     cluster.wait_for(lambda: _isr(cluster) == [1, 2, 3], 20, "a full ISR after the second pass")
 
     # The leader dies: the new one serves every key's latest acknowledged value ...
