@@ -11,7 +11,8 @@ One cluster, one story (the cluster start dominates the test time):
   the ISR and holds the leader's records at the leader's offsets;
 - after delete.retention.ms and more writes the tombstones are gone on the leader;
 - the leader is killed: the new leader serves every key's latest acknowledged value, compacts
-  the values written to it in turn, and the old leader comes back as a follower in the ISR.
+  the values written to it in turn, and the old leader comes back as a follower in the ISR;
+- __consumer_offsets (RF 3) is compacted on every broker, leader or follower.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ CONFIG = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.d
 @pytest.fixture
 def cluster(tmp_path, zk_hosts):
     props = {"min.insync.replicas": "2", "log.retention.check.interval.ms": "200",
-             "log.cleaner.backoff.ms": "200"}
+             "log.cleaner.backoff.ms": "200", "offsets.topic.segment.bytes": "1024"}
     c = SeglogCluster(tmp_path, zk_hosts, size=3, props=props)
     try:
         c.start()
@@ -94,10 +95,10 @@ def _read(cluster) -> list[tuple[int, bytes, bytes | None]]:
         c.close()
 
 
-def _files(broker) -> list[tuple[int, bytes, bytes | None]]:
+def _files(broker, partition: str = f"{TOPIC}-0") -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of every data record in one broker's replica files."""
     out = []
-    for seg in sorted((broker.log_dir / f"{TOPIC}-0").glob("*.log")):
+    for seg in sorted((broker.log_dir / partition).glob("*.log")):
         data = seg.read_bytes()
         for pos, h in iter_batches(data, source=str(seg)):
             if not h.is_control:
@@ -204,3 +205,17 @@ def test_compaction_on_leader_followers_restart_and_failover(cluster):
     assert cluster.leader_of(TOPIC) == new_leader.id
     final = {k: (o, v) for o, k, v in _read(cluster)}
     assert final == {k: ov for k, ov in _latest(acked).items() if ov[1] is not None}
+
+    # __consumer_offsets (RF 3, compacted) is cleaned on every replica too: 40 commits of one
+    # group's offset shrink to a few records on each broker.
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "committer", "enable.auto.commit": False})
+    try:
+        for i in range(40):
+            c.commit(offsets=[ck.TopicPartition(TOPIC, 0, i + 1)], asynchronous=False)
+    finally:
+        c.close()
+
+    def offsets_records(broker) -> int:
+        return sum(len(_files(broker, f"__consumer_offsets-{p}")) for p in range(3))
+    cluster.wait_for(lambda: all(offsets_records(b) < 20 for b in cluster.brokers.values()), 20,
+                     "__consumer_offsets compacted on every broker")
