@@ -280,6 +280,12 @@ class LogCleaner:
         producers = _last_producer_offsets(log)
         outputs = []
         for group in groups:
+            if log.is_closed:
+                # Closed under the pass (a cluster member's replica reassigned away and deleted):
+                # write nothing more into its folder.
+                if not log.storage.is_local:
+                    abort_outputs([o for _g, o in outputs])
+                raise CleanerAbortedError(f"{log.topic}-{log.partition} was closed during cleaning")
             out = self._clean_group(log, group, txns, producers, end, now_ms, throttle, stats)
             outputs.append((group, out))
             if log.storage.is_local:
@@ -293,10 +299,10 @@ class LogCleaner:
         with log._lock:
             # Under the writer's lock: a truncation meanwhile has lowered the checkpoint, and
             # this pass's end must not raise it again.
-            if log.truncations != truncations:
+            if log.truncations != truncations or log.is_closed:
                 raise CleanerAbortedError(
-                    f"{log.topic}-{log.partition}: the log was truncated during cleaning; the"
-                    " pass's checkpoint is not written and the next pass runs again")
+                    f"{log.topic}-{log.partition}: the log was truncated or closed during cleaning;"
+                    " the pass's checkpoint is not written")
             CleanerCheckpoint(log).write(end)
         stats.throttled_s = throttle.slept
         stats.duration_s = time.monotonic() - started

@@ -274,28 +274,31 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         """Kafka's replaceSegments, for the cleaner. `replacements`: (old segments, new base
         offset, new stem or None, whether the new segment has aborted transactions) for runs of
         consecutive segments of this log. Under the writer's critical section: False, changing
-        nothing, when any old segment left the log (truncation or retention) or, given
+        nothing, when the log was closed or any old segment left it (truncation or retention) or, given
         `truncations` (the count read when the pass began), when the log was truncated since (a
         follower cut where it diverged from its leader: the pass's offset map may hold records
         that are gone); else `swap_files()` (the caller's crash-safe file steps) runs, then the
         new segments, opened read-only, take the old ones' places. Raises ReadOnlyLogError on a
         reader."""
-        with self._critical():
-            if truncations is not None and truncations != self.truncations:
-                return False
-            current = {id(seg) for seg in self.segments}
-            if any(id(seg) not in current for old, *_ in replacements for seg in old):
-                return False
-            swap_files()
-            for old, base, stem, has_aborted in replacements:
-                i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
-                self.segments[i:i + len(old)] = [self._new_segment(base, writable=False, stem=stem)]
-                self._txn_bases.difference_update(seg.base_offset for seg in old)
-                if has_aborted:
-                    self._txn_bases.add(base)
-            self.bases = [seg.base_offset for seg in self.segments]
-            self._ts_cache_key = None
-            return True
+        with self._lock:
+            if self._closed:
+                return False           # closed under the pass (its folder may be gone)
+            with self._critical():
+                if truncations is not None and truncations != self.truncations:
+                    return False
+                current = {id(seg) for seg in self.segments}
+                if any(id(seg) not in current for old, *_ in replacements for seg in old):
+                    return False
+                swap_files()
+                for old, base, stem, has_aborted in replacements:
+                    i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
+                    self.segments[i:i + len(old)] = [self._new_segment(base, writable=False, stem=stem)]
+                    self._txn_bases.difference_update(seg.base_offset for seg in old)
+                    if has_aborted:
+                        self._txn_bases.add(base)
+                self.bases = [seg.base_offset for seg in self.segments]
+                self._ts_cache_key = None
+                return True
 
     # ------------------------------------------------------------------ appending
     def _roll_to(self, base_offset: int) -> LogSegment:
@@ -597,6 +600,10 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             if self.remote is not None:
                 self.remote.close()
             self._closed = True
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
 
     def __enter__(self) -> "Log":
         return self

@@ -185,3 +185,34 @@ def test_truncating_below_the_cleaner_checkpoint_lowers_it(tmp_path):
     hot = [(o, v) for o, k, v in read_all(log) if k == b"hot"]
     assert hot == [(max(o for o, (k, _v) in again.items() if k == b"hot"), b"v199" * 20)]
     root.close()
+
+
+def test_a_log_closed_during_a_pass_gets_nothing_written(tmp_path, monkeypatch):
+    """A cluster member's replica reassigned away is closed and its folder deleted while its
+    cleaner is mid-pass: the pass stops before the next group, swaps nothing in and writes no
+    checkpoint, and the deleted folder is not created again."""
+    import shutil
+    from logcore.cleaner.checkpoint import CleanerCheckpoint
+    root = open_root(StorageTarget("local", str(tmp_path / "root")))
+    log = root.log("t", 0, writer=True)
+    write(log, [(b"k%d" % (i % 7), b"value-%d" % i * 3) for i in range(300)])
+    folder = log.storage.local_path(log.dir)
+    original = LogCleaner._clean_group
+    calls = []
+
+    def clean_then_close(self, log, group, *args, **kwargs):
+        out = original(self, log, group, *args, **kwargs)
+        if not calls:
+            calls.append(group)
+            root.release_log(log)
+            shutil.rmtree(folder)
+        return out
+
+    monkeypatch.setattr(LogCleaner, "_clean_group", clean_then_close)
+    with pytest.raises(CleanerAbortedError):
+        LogCleaner(dedupe_buffer_size=1 << 16).clean(log, 2_000_000)
+    assert calls and log.is_closed
+    import os
+    assert not os.path.exists(folder)
+    assert CleanerCheckpoint(log).read() is None
+    root.close()
