@@ -2,7 +2,9 @@
 
 A thread runs passes over the partitions the broker has open (including `__consumer_offsets`),
 through MaintenanceService.maintain_log on the broker's own writer Log objects: the broker
-already holds (leads) every partition, so the service neither takes nor fences them. Every
+already holds every partition, so the service neither takes nor fences them. On a cluster member
+the leader's replicas get the whole pass; followers get retention and compaction (each replica is
+cleaned below its own high watermark, as Kafka's cleaner does on every broker), never tiering. Every
 log.retention.check.interval.ms a pass visits every partition; in between, every
 remote.log.manager.task.interval.ms, a pass visits the partitions that have a remote tier
 (topics with remote.storage.enable=true): it copies their sealed segments below the LSO to the
@@ -37,9 +39,11 @@ class BrokerMaintenance:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
-        # A cluster member's role per partition ("leader", "follower", None: no replica here).
-        # Followers only apply retention; compaction and tiering run on leaders (Kafka's rule for
-        # tiering; a follower's copy is compacted once it leads).
+        # A cluster member's role per partition ("leader", "follower", "offline", None: no
+        # replica here). Retention and compaction run on leaders and followers alike (Kafka's log
+        # cleaner compacts every replica, each below its own high watermark: a follower's copy of
+        # a compacted topic, __consumer_offsets included, would otherwise only grow); tiering runs
+        # on leaders only. An offline replica (no leader, or stopped) only applies retention.
         self.role = None
 
     def start(self) -> None:
@@ -67,12 +71,13 @@ class BrokerMaintenance:
                 continue
             if role != "leader":
                 if not tiered_only and part.is_open:
-                    try:
-                        part.log.apply_retention(now)
-                        part.log.delete_expired_files(now)
-                    except Exception as exc:  # noqa: BLE001 - as below
-                        if not part.closed:
-                            logger.warning("%s-%d: retention failed: %s", part.topic, part.index, exc)
+                    outcome = self._follow_up(part, role, now)
+                    if outcome is not None:
+                        summary.outcomes.append(outcome)
+                        if outcome.skipped is None and role == "follower" and part.log.remote is None:
+                            compacted[part.log] = (part, outcome)
+                        else:
+                            _log_outcome(part, outcome)
                 continue
             try:
                 # compaction (full passes only; tiered topics never compact) after retention
@@ -106,6 +111,24 @@ class BrokerMaintenance:
             if id(outcome) not in logged:
                 _log_outcome(part, outcome)
         return summary
+
+    @staticmethod
+    def _follow_up(part: Partition, role: str, now: int) -> PartitionOutcome | None:
+        """A replica this broker does not lead: retention (below its own high watermark, which
+        follows the leader's) and removal of expired files; never tiering."""
+        outcome = PartitionOutcome(part.topic, part.index)
+        try:
+            log = part.log
+            result = log.apply_retention(now)
+            outcome.segments_deleted, outcome.bytes_deleted = result.segments_deleted, result.bytes_deleted
+            outcome.log_start_offset = log.log_start_offset
+            outcome.files_removed = log.delete_expired_files(now)
+        except Exception as exc:  # noqa: BLE001 - as for leaders: the next pass retries
+            if part.closed:
+                return None
+            outcome.skipped = f"failed: {exc}"
+            logger.warning("%s-%d: retention failed (%s replica): %s", part.topic, part.index, role, exc)
+        return outcome
 
     def _run(self) -> None:
         # Tiering passes only when the root has tiered storage; the full pass as before.

@@ -43,17 +43,40 @@ class CleanerCheckpoint:
         return found
 
     def write(self, offset: int) -> None:
+        self._update(lambda entries: offset)
+
+    def truncate(self, offset: int) -> bool:
+        """Lower the entry to `offset` if it is above (Kafka's maybeTruncateCheckpoint): the log
+        was cut there, and what is appended from there on is dirty. True if it was lowered."""
+        lowered = []
+
+        def lower(entries):
+            found = entries.get(self.key)
+            if found is None or found <= offset:
+                return None
+            lowered.append(found)
+            return offset
+        self._update(lower)
+        return bool(lowered)
+
+    def _update(self, change) -> None:
+        """Replace this partition's entry by change(entries) (None: leave the file alone)."""
         if self.storage.is_local:
             with self.storage.lock(ROOT_LOCK):
                 checkpoint = OffsetCheckpoint(self.storage, self.path)
                 entries = checkpoint.read()
-                entries[self.key] = offset
-                checkpoint.write(entries)
+                value = change(entries)
+                if value is not None:
+                    entries[self.key] = value
+                    checkpoint.write(entries)
             return
         while True:
             found = self.storage.read_versioned(self.path)
             entries = OffsetCheckpoint.decode(found[0], source=self.path) if found else {}
-            entries[self.key] = offset
+            value = change(entries)
+            if value is None:
+                return
+            entries[self.key] = value
             data = OffsetCheckpoint.encode(entries)
             if found is None:
                 if self.storage.put_if_absent(self.path, data) is not None:

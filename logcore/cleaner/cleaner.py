@@ -256,6 +256,8 @@ class LogCleaner:
         now_ms = _now_ms() if now_ms is None else now_ms
         started = time.monotonic()
         self.delete_expired_files(log)
+        # A truncation from here on (a follower cutting where it diverged) abandons the pass.
+        truncations = log.truncations
         section = self.dirty_section(log, now_ms)
         if section.first_uncleanable <= section.first_dirty:
             return None
@@ -278,17 +280,30 @@ class LogCleaner:
         producers = _last_producer_offsets(log)
         outputs = []
         for group in groups:
+            if log.is_closed:
+                # Closed under the pass (a cluster member's replica reassigned away and deleted):
+                # write nothing more into its folder.
+                if not log.storage.is_local:
+                    abort_outputs([o for _g, o in outputs])
+                raise CleanerAbortedError(f"{log.topic}-{log.partition} was closed during cleaning")
             out = self._clean_group(log, group, txns, producers, end, now_ms, throttle, stats)
             outputs.append((group, out))
             if log.storage.is_local:
                 # Local disk: each group is swapped in as soon as it is written (Kafka's order).
-                swap_in(log, [(group, out)])
+                swap_in(log, [(group, out)], truncations)
         if not log.storage.is_local:
             # Object stores: one conditional partition-state write switches every group at once.
-            swap_in(log, outputs)
+            swap_in(log, outputs, truncations)
         stats.segments_after = len(groups)
         stats.groups = [(g[0].base_offset, len(g)) for g in groups]
-        CleanerCheckpoint(log).write(end)
+        with log._lock:
+            # Under the writer's lock: a truncation meanwhile has lowered the checkpoint, and
+            # this pass's end must not raise it again.
+            if log.truncations != truncations or log.is_closed:
+                raise CleanerAbortedError(
+                    f"{log.topic}-{log.partition}: the log was truncated or closed during cleaning;"
+                    " the pass's checkpoint is not written")
+            CleanerCheckpoint(log).write(end)
         stats.throttled_s = throttle.slept
         stats.duration_s = time.monotonic() - started
         logger.info("cleaned %s-%d: %d -> %d segments, %d of %d records kept, %.1f MB read, %.1f MB written",

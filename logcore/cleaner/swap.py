@@ -158,10 +158,11 @@ def abort_outputs(outputs) -> None:
         out.discard()
 
 
-def swap_in(log, outputs) -> None:
+def swap_in(log, outputs, truncations: int | None = None) -> None:
     """Replace each group of segments by its cleaned output (`Log.replace_segments`: the file
     steps below run under the log's critical section, then the log switches to the new
-    segments). Raises CleanerAbortedError when a group's segments left the log meanwhile."""
+    segments). Raises CleanerAbortedError when a group's segments left the log meanwhile, or
+    the log was truncated since the pass read `truncations` (Log.truncations)."""
     from logcore.cleaner.cleaner import CleanerAbortedError
     replacements = [(group, out.base, None if log.storage.is_local else out.stem, bool(out.aborted))
                     for group, out in outputs]
@@ -172,7 +173,7 @@ def swap_in(log, outputs) -> None:
     else:
         def swap_files():
             _swap_object(log, outputs)
-    if not log.replace_segments(replacements, swap_files):
+    if not log.replace_segments(replacements, swap_files, truncations):
         abort_outputs([o for _g, o in outputs])
         raise CleanerAbortedError(
             f"{log.topic}-{log.partition}: segments changed during cleaning (truncated or deleted);"

@@ -102,6 +102,9 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         self._committed_hw: int | None = None
         # Batches tile the offsets without gaps (checked on read) unless compaction ran or may run.
         self._gapless = not config.compact and not self._compacted_once(storage, directory, topic, partition)
+        # Truncations that removed offsets (truncate_to below the LEO, truncate_fully_and_start_at):
+        # a cleaner pass that began before one must not swap its output in (replace_segments).
+        self.truncations = 0
         # Tiered storage: the remote segments below the local ones (None: the log is all local).
         self.remote = remote
         self.dir = directory
@@ -267,27 +270,35 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         """Whether the segment at `base_offset` has a transaction index (aborted transactions)."""
         return base_offset in self._txn_bases
 
-    def replace_segments(self, replacements: list, swap_files) -> bool:
+    def replace_segments(self, replacements: list, swap_files, truncations: int | None = None) -> bool:
         """Kafka's replaceSegments, for the cleaner. `replacements`: (old segments, new base
         offset, new stem or None, whether the new segment has aborted transactions) for runs of
         consecutive segments of this log. Under the writer's critical section: False, changing
-        nothing, when any old segment left the log (truncation or retention); else
-        `swap_files()` (the caller's crash-safe file steps) runs, then the new segments, opened
-        read-only, take the old ones' places. Raises ReadOnlyLogError on a reader."""
-        with self._critical():
-            current = {id(seg) for seg in self.segments}
-            if any(id(seg) not in current for old, *_ in replacements for seg in old):
-                return False
-            swap_files()
-            for old, base, stem, has_aborted in replacements:
-                i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
-                self.segments[i:i + len(old)] = [self._new_segment(base, writable=False, stem=stem)]
-                self._txn_bases.difference_update(seg.base_offset for seg in old)
-                if has_aborted:
-                    self._txn_bases.add(base)
-            self.bases = [seg.base_offset for seg in self.segments]
-            self._ts_cache_key = None
-            return True
+        nothing, when the log was closed or any old segment left it (truncation or retention) or, given
+        `truncations` (the count read when the pass began), when the log was truncated since (a
+        follower cut where it diverged from its leader: the pass's offset map may hold records
+        that are gone); else `swap_files()` (the caller's crash-safe file steps) runs, then the
+        new segments, opened read-only, take the old ones' places. Raises ReadOnlyLogError on a
+        reader."""
+        with self._lock:
+            if self._closed:
+                return False           # closed under the pass (its folder may be gone)
+            with self._critical():
+                if truncations is not None and truncations != self.truncations:
+                    return False
+                current = {id(seg) for seg in self.segments}
+                if any(id(seg) not in current for old, *_ in replacements for seg in old):
+                    return False
+                swap_files()
+                for old, base, stem, has_aborted in replacements:
+                    i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
+                    self.segments[i:i + len(old)] = [self._new_segment(base, writable=False, stem=stem)]
+                    self._txn_bases.difference_update(seg.base_offset for seg in old)
+                    if has_aborted:
+                        self._txn_bases.add(base)
+                self.bases = [seg.base_offset for seg in self.segments]
+                self._ts_cache_key = None
+                return True
 
     # ------------------------------------------------------------------ appending
     def _roll_to(self, base_offset: int) -> LogSegment:
@@ -531,11 +542,16 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             self._truncate_locked(offset)
             if self.high_watermark < committed:
                 self.segment_store.hw_lowered()
+            if not self._gapless:
+                # What is appended from `offset` on is dirty (Kafka's maybeTruncateCheckpoint).
+                from logcore.cleaner.checkpoint import CleanerCheckpoint
+                CleanerCheckpoint(self).truncate(offset)
             return True
 
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self.log_end_offset:
             return
+        self.truncations += 1
         self._flush_generation += 1     # a pending flush of a rolled segment must not move the recovery point now
         keep = [s for s in self.segments if s.base_offset < offset or s is self.segments[0]]
         for seg in self.segments:
@@ -584,6 +600,10 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             if self.remote is not None:
                 self.remote.close()
             self._closed = True
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
 
     def __enter__(self) -> "Log":
         return self

@@ -191,6 +191,7 @@ class LogReplication:
             self.state_store.commit(high_watermark=offset, log_start_offset=start,
                                     first_segment_base=offset, epoch=self.leader_epoch)
             self._flush_generation += 1   # a pending flush of a removed segment moves nothing
+            self.truncations += 1
             for pending in self._pending_flushes:
                 pending.close()
             self._pending_flushes = []

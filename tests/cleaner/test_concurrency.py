@@ -128,3 +128,91 @@ def test_segments_deleted_during_a_pass_abandon_it_and_leave_nothing(any_storage
     assert stats is not None and stats.records_kept < stats.records_read
     check_compacted(read_all(log, cut), left, tombstones_expected=False)
     root.close()
+
+
+def test_a_truncation_during_a_pass_abandons_it(tmp_path, monkeypatch):
+    """A follower cuts its log where it diverged from its leader while its cleaner is mid-pass:
+    the pass's offset map holds records the cut removed, so a group cleaned with it would lose
+    records whose later versions are gone. The segments of the first group are all still in the
+    log, yet Log.replace_segments refuses (the log's truncation count moved), the pass is
+    abandoned, the cleaner checkpoint is not written, and the next pass cleans what is left."""
+    from logcore.cleaner.checkpoint import CleanerCheckpoint
+    root = open_root(StorageTarget("local", str(tmp_path / "root")))
+    log = root.log("t", 0, writer=True)
+    items = [(b"k%d" % (i % 7), b"value-%d" % i * 3) for i in range(300)]
+    written = write(log, items)
+    assert len(log.segments) > 4
+    cut = log.segments[3].base_offset + 3          # inside a sealed segment the map covered
+    original = LogCleaner._clean_group
+
+    def clean_then_truncate(self, log, group, *args, **kwargs):
+        out = original(self, log, group, *args, **kwargs)
+        if log.log_end_offset > cut:
+            log.truncate_to(cut, below_high_watermark=True)
+        return out
+
+    monkeypatch.setattr(LogCleaner, "_clean_group", clean_then_truncate)
+    with pytest.raises(CleanerAbortedError):
+        LogCleaner(dedupe_buffer_size=1 << 16).clean(log, 2_000_000)
+    monkeypatch.setattr(LogCleaner, "_clean_group", original)
+    assert CleanerCheckpoint(log).read() is None
+    left = {o: kv for o, kv in written.items() if o < cut}
+    assert read_all(log) == [(o, k, v) for o, (k, v) in sorted(left.items())]
+    assert not [n for n in log.storage.list_dir(log.dir) if n.endswith(".cleaned") or n.endswith(".swap")]
+    stats = LogCleaner(dedupe_buffer_size=1 << 16).clean(log, 2_000_000)
+    assert stats is not None and stats.records_kept < stats.records_read
+    check_compacted(read_all(log), left, tombstones_expected=False)
+    root.close()
+
+
+def test_truncating_below_the_cleaner_checkpoint_lowers_it(tmp_path):
+    """Kafka's maybeTruncateCheckpoint: offsets appended after a cut below the clean section's end
+    are dirty, and the next pass dedupes them."""
+    from logcore.cleaner.checkpoint import CleanerCheckpoint
+    root = open_root(StorageTarget("local", str(tmp_path / "root")))
+    log = root.log("t", 0, writer=True)
+    write(log, [(b"k%d" % (i % 7), b"value-%d" % i * 3) for i in range(300)])
+    cleaner = LogCleaner(dedupe_buffer_size=1 << 16)
+    end = cleaner.clean(log, 2_000_000).end_offset
+    assert CleanerCheckpoint(log).read() == end
+    cut = end - 20
+    log.truncate_to(cut, below_high_watermark=True)
+    assert CleanerCheckpoint(log).read() == cut
+    assert cleaner.dirty_section(log, 2_000_000).first_dirty == cut
+    # Many values of one key from the cut on: once sealed, a pass keeps only the last one.
+    again = write(log, [(b"hot", b"v%d" % i * 20) for i in range(200)] + [(b"x%d" % i, b"y" * 60) for i in range(40)])
+    cleaner.clean(log, 2_000_000)
+    hot = [(o, v) for o, k, v in read_all(log) if k == b"hot"]
+    assert hot == [(max(o for o, (k, _v) in again.items() if k == b"hot"), b"v199" * 20)]
+    root.close()
+
+
+def test_a_log_closed_during_a_pass_gets_nothing_written(tmp_path, monkeypatch):
+    """A cluster member's replica reassigned away is closed and its folder deleted while its
+    cleaner is mid-pass: the pass stops before the next group, swaps nothing in and writes no
+    checkpoint, and the deleted folder is not created again."""
+    import shutil
+    from logcore.cleaner.checkpoint import CleanerCheckpoint
+    root = open_root(StorageTarget("local", str(tmp_path / "root")))
+    log = root.log("t", 0, writer=True)
+    write(log, [(b"k%d" % (i % 7), b"value-%d" % i * 3) for i in range(300)])
+    folder = log.storage.local_path(log.dir)
+    original = LogCleaner._clean_group
+    calls = []
+
+    def clean_then_close(self, log, group, *args, **kwargs):
+        out = original(self, log, group, *args, **kwargs)
+        if not calls:
+            calls.append(group)
+            root.release_log(log)
+            shutil.rmtree(folder)
+        return out
+
+    monkeypatch.setattr(LogCleaner, "_clean_group", clean_then_close)
+    with pytest.raises(CleanerAbortedError):
+        LogCleaner(dedupe_buffer_size=1 << 16).clean(log, 2_000_000)
+    assert calls and log.is_closed
+    import os
+    assert not os.path.exists(folder)
+    assert CleanerCheckpoint(log).read() is None
+    root.close()
