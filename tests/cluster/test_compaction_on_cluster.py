@@ -37,13 +37,8 @@ CONFIG = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.d
 def cluster(tmp_path, zk_hosts):
     props = {"min.insync.replicas": "2", "log.retention.check.interval.ms": "200",
              "log.cleaner.backoff.ms": "200", "offsets.topic.segment.bytes": "1024"}
-    c = SeglogCluster(tmp_path, zk_hosts, size=3, props=props)
-    try:
-        c.start()
+    with SeglogCluster.running(tmp_path, zk_hosts, size=3, props=props) as c:
         yield c
-    finally:
-        c.close()
-        print(c.logs())         # shown by pytest when the test failed
 
 
 def _produce(cluster, records: list[tuple[bytes, bytes | None]], acked: dict) -> None:
