@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from logcore.cleaner import _offsetmap, delayed_delete
-from logcore.cleaner.checkpoint import CleanerCheckpoint
+from logcore.log.cleaner_checkpoint import CleanerCheckpoint
 from logcore.cleaner.offset_map import OffsetMap
 from logcore.cleaner.swap import SegmentOutput, abort_outputs, swap_in
 from logcore.errors import CorruptRecordError, InvalidConfigError, ReadOnlyLogError, SegLogError
@@ -296,14 +296,10 @@ class LogCleaner:
             swap_in(log, outputs, truncations)
         stats.segments_after = len(groups)
         stats.groups = [(g[0].base_offset, len(g)) for g in groups]
-        with log._lock:
-            # Under the writer's lock: a truncation meanwhile has lowered the checkpoint, and
-            # this pass's end must not raise it again.
-            if log.truncations != truncations or log.is_closed:
-                raise CleanerAbortedError(
-                    f"{log.topic}-{log.partition}: the log was truncated or closed during cleaning;"
-                    " the pass's checkpoint is not written")
-            CleanerCheckpoint(log).write(end)
+        if not log.end_cleaning(truncations, end):
+            raise CleanerAbortedError(
+                f"{log.topic}-{log.partition}: the log was truncated or closed during cleaning;"
+                " the pass's checkpoint is not written")
         stats.throttled_s = throttle.slept
         stats.duration_s = time.monotonic() - started
         logger.info("cleaned %s-%d: %d -> %d segments, %d of %d records kept, %.1f MB read, %.1f MB written",

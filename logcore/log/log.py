@@ -36,6 +36,7 @@ from logcore.records.compression import Compression
 from logcore.records.control import ControlType
 from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
+from logcore.log.cleaner_checkpoint import CleanerCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
 from logcore.log.remote_view import RemoteLogView
 from logcore.log.segment_flusher import PendingFlush
@@ -258,6 +259,17 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         with self._lock:
             return (list(self.segments), self.log_start_offset, self.log_end_offset, self.high_watermark,
                     self.last_stable_offset)
+
+    def end_cleaning(self, truncations: int, first_dirty_offset: int) -> bool:
+        """Write a finished pass's end to the cleaner checkpoint, under the log's lock, unless
+        the log was truncated (`truncations`: the count read when the pass began) or closed
+        meanwhile: a truncation has lowered the checkpoint and the pass must not raise it again.
+        False when it was not written."""
+        with self._lock:
+            if self.truncations != truncations or self.is_closed:
+                return False
+            CleanerCheckpoint(self).write(first_dirty_offset)
+            return True
 
     def producer_last_offsets(self) -> dict[int, tuple[int, int]]:
         """producer id -> (last data offset, producer epoch) of the writer's producer state, read
@@ -544,7 +556,6 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                 self.segment_store.hw_lowered()
             if not self._gapless:
                 # What is appended from `offset` on is dirty (Kafka's maybeTruncateCheckpoint).
-                from logcore.cleaner.checkpoint import CleanerCheckpoint
                 CleanerCheckpoint(self).truncate(offset)
             return True
 

@@ -136,7 +136,7 @@ def test_a_truncation_during_a_pass_abandons_it(tmp_path, monkeypatch):
     records whose later versions are gone. The segments of the first group are all still in the
     log, yet Log.replace_segments refuses (the log's truncation count moved), the pass is
     abandoned, the cleaner checkpoint is not written, and the next pass cleans what is left."""
-    from logcore.cleaner.checkpoint import CleanerCheckpoint
+    from logcore.log.cleaner_checkpoint import CleanerCheckpoint
     root = open_root(StorageTarget("local", str(tmp_path / "root")))
     log = root.log("t", 0, writer=True)
     items = [(b"k%d" % (i % 7), b"value-%d" % i * 3) for i in range(300)]
@@ -168,7 +168,7 @@ def test_a_truncation_during_a_pass_abandons_it(tmp_path, monkeypatch):
 def test_truncating_below_the_cleaner_checkpoint_lowers_it(tmp_path):
     """Kafka's maybeTruncateCheckpoint: offsets appended after a cut below the clean section's end
     are dirty, and the next pass dedupes them."""
-    from logcore.cleaner.checkpoint import CleanerCheckpoint
+    from logcore.log.cleaner_checkpoint import CleanerCheckpoint
     root = open_root(StorageTarget("local", str(tmp_path / "root")))
     log = root.log("t", 0, writer=True)
     write(log, [(b"k%d" % (i % 7), b"value-%d" % i * 3) for i in range(300)])
@@ -192,7 +192,7 @@ def test_a_log_closed_during_a_pass_gets_nothing_written(tmp_path, monkeypatch):
     cleaner is mid-pass: the pass stops before the next group, swaps nothing in and writes no
     checkpoint, and the deleted folder is not created again."""
     import shutil
-    from logcore.cleaner.checkpoint import CleanerCheckpoint
+    from logcore.log.cleaner_checkpoint import CleanerCheckpoint
     root = open_root(StorageTarget("local", str(tmp_path / "root")))
     log = root.log("t", 0, writer=True)
     write(log, [(b"k%d" % (i % 7), b"value-%d" % i * 3) for i in range(300)])
