@@ -75,12 +75,17 @@ class LogReplication:
         finally:
             self._lock.release()
 
-    def _follower_batches(self, records) -> tuple[bytearray, list]:
+    def _follower_batches(self, records) -> tuple[bytes | bytearray, list]:
         source = f"{self.topic}-{self.partition} follower append"
-        buf = bytearray(b"".join(records) if isinstance(records, (list, tuple)) else records)
+        if isinstance(records, (list, tuple)):
+            buf = b"".join(records)
+        elif isinstance(records, bytes):
+            buf = records                   # immutable: written as it is, no copy
+        else:
+            buf = bytearray(records)        # a buffer its owner may reuse: a copy of its bytes
         return buf, list(iter_batches(buf, source=source, allow_partial_tail=False))
 
-    def _append_follower_locked(self, buf: bytearray, batches: list, *,
+    def _append_follower_locked(self, buf: bytes | bytearray, batches: list, *,
                                 nonblocking: bool) -> tuple[int, int] | None:
         source = f"{self.topic}-{self.partition} follower append"
         if self._closed:

@@ -520,11 +520,13 @@ class _ResponseFrames(asyncio.BufferedProtocol):
     """The I/O of one AsyncKafkaConnection: size-prefixed response frames handed to the
     connection as they complete, in the protocol callback (no reader task to wake). Small
     frames are cut from one receive buffer; a frame larger than it (a fetch response with
-    records) is received straight into a buffer of its own size, so its bytes are copied
-    once from the kernel and then only where the decoder takes the records out.
+    records) is received straight into a buffer of its own (kept for the next one: no
+    allocation and page faults per frame), so its bytes are copied once from the kernel and
+    then only where the decoder takes the records out.
     Writes wait while the transport's buffer is full (pause_writing / resume_writing)."""
 
     RECEIVE_BYTES = 64 * 1024
+    KEEP_BYTES = 16 << 20                         # a larger frame's buffer is not kept for smaller ones
 
     def __init__(self, conn: AsyncKafkaConnection):
         self.conn = conn
@@ -532,8 +534,8 @@ class _ResponseFrames(asyncio.BufferedProtocol):
         self._buf = bytearray(self.RECEIVE_BYTES)
         self._view = memoryview(self._buf)
         self._used = 0                            # bytes in _buf not yet cut into frames
-        self._frame: bytearray | None = None      # a large frame being received
-        self._frame_view: memoryview | None = None
+        self._frame: bytearray | None = None      # the large frames' buffer, reused
+        self._frame_view: memoryview | None = None    # the frame being received in it
         self._filled = 0
         self._paused = False
         self._drained: list[asyncio.Future] = []
@@ -552,11 +554,19 @@ class _ResponseFrames(asyncio.BufferedProtocol):
         try:
             if self._frame_view is not None:
                 self._filled += nbytes
-                if self._filled == len(self._frame):
-                    frame = self._frame
-                    self._frame_view.release()
-                    self._frame = self._frame_view = None
-                    self.conn._on_frame(memoryview(frame).toreadonly())
+                if self._filled == len(self._frame_view):
+                    view, self._frame_view = self._frame_view, None
+                    frame = view.toreadonly()
+                    try:
+                        self.conn._on_frame(frame)
+                    finally:
+                        # The decoded response holds copies of what it took (records come
+                        # out as bytes): the buffer serves the next large frame.
+                        try:
+                            frame.release()
+                            view.release()
+                        except BufferError:
+                            self._frame = None
                 return
             self._used += nbytes
             self._cut_frames()
@@ -579,8 +589,10 @@ class _ResponseFrames(asyncio.BufferedProtocol):
             if 4 + size > len(buf):
                 # Larger than the receive buffer: into a buffer of its own from here on.
                 have = end - pos - 4
-                self._frame = bytearray(size)
-                self._frame_view = memoryview(self._frame)
+                if self._frame is None or len(self._frame) < size or len(self._frame) > max(
+                        4 * size, self.KEEP_BYTES):
+                    self._frame = bytearray(size)
+                self._frame_view = memoryview(self._frame)[:size]
                 self._frame_view[:have] = self._view[pos + 4:end]
                 self._filled = have
                 pos = end
