@@ -90,7 +90,7 @@ class FetchHandlers:
             if follower >= 0:
                 ends = {(name, p.partition): part._log.log_end_offset
                         for name, _, p, part, error in wanted if part is not None and part._log is not None}
-            results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
+            results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
             if follower >= 0:
                 self.cluster_fetch.followed(wanted, results, follower, ends)
                 failed = failed or any("diverging_epoch" in r for r in results)
@@ -101,7 +101,7 @@ class FetchHandlers:
             # Any partition with news ends the wait (not all of them), or max_wait does.
             await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             if loop.time() >= deadline:
-                results, total, failed = await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
+                results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
                 break
         if self.cluster is not None:
             self.cluster_fetch.annotate(wanted, results)
@@ -122,7 +122,24 @@ class FetchHandlers:
                 return True
         return False
 
-    def _read_all(self, wanted, isolation: str, max_bytes: int) -> tuple[list[dict], int, bool]:
+    async def _read_for(self, wanted, isolation: str, max_bytes: int,
+                        follower: int) -> tuple[list[dict], int, bool]:
+        """The read of every wanted partition. A follower's, which asks for the tail of logs
+        this broker holds open, is done here on the event loop when no log's lock is busy and
+        every offset lies in the active segment (page cache): the thread hand-off would
+        cost more than the read, twice per replicated produce (the read that sends the
+        records, and the next fetch that reports the follower's new LEO and moves the HW).
+        Otherwise (and for consumers) in a worker thread."""
+        if follower >= 0:
+            read = self._read_all(wanted, isolation, max_bytes, nowait=True)
+            if read is not None:
+                return read
+        return await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
+
+    def _read_all(self, wanted, isolation: str, max_bytes: int,
+                  nowait: bool = False) -> tuple[list[dict], int, bool] | None:
+        """With `nowait`: None (nothing kept open) where the read would block (a log not open,
+        a busy lock, an offset before the active segment)."""
         results = []
         total = 0
         failed = False
@@ -134,15 +151,21 @@ class FetchHandlers:
             if part is None or error != E.NONE:
                 failed = True
                 continue
-            try:
-                log = part.log
-            except ConnectionAbortedError:
-                # Closed meanwhile: its topic was deleted, or (cluster) the replica was
-                # reassigned away from this broker.
-                res["error_code"] = E.NOT_LEADER_OR_FOLLOWER if getattr(self, "cluster", None) is not None \
-                    else E.UNKNOWN_TOPIC_OR_PARTITION
-                failed = True
-                continue
+            if nowait:
+                log = part._log
+                if log is None:
+                    _close_records(results)
+                    return None
+            else:
+                try:
+                    log = part.log
+                except ConnectionAbortedError:
+                    # Closed meanwhile: its topic was deleted, or (cluster) the replica was
+                    # reassigned away from this broker.
+                    res["error_code"] = E.NOT_LEADER_OR_FOLLOWER if getattr(self, "cluster", None) is not None \
+                        else E.UNKNOWN_TOPIC_OR_PARTITION
+                    failed = True
+                    continue
             if isinstance(p, DivergedPartition):
                 # A follower whose log is not a prefix of this leader's: no records, no state.
                 res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
@@ -153,6 +176,12 @@ class FetchHandlers:
                 budget = min(p.partition_max_bytes, max_bytes - total)
                 if budget <= 0 and total > 0:
                     fetched = None
+                elif nowait:
+                    fetched = log.read_nowait(p.fetch_offset, max(budget, 0), isolation=isolation,
+                                              min_one_batch=total == 0, zero_copy=True)
+                    if fetched is None:
+                        _close_records(results)
+                        return None
                 else:
                     fetched = log.read(p.fetch_offset, max(budget, 0), isolation=isolation,
                                        min_one_batch=total == 0, zero_copy=True)

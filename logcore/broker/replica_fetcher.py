@@ -283,13 +283,20 @@ class LeaderFetcher:
                 return
             records = p.records
             if records:
-                def append():
-                    if log.log_end_offset != offset:    # truncated meanwhile: drop this answer
-                        return False
-                    log.append_as_follower(bytes(records))
-                    return True
-                if not await asyncio.to_thread(append):
+                if log.log_end_offset != offset:        # truncated meanwhile: drop this answer
                     return
+                # On the event loop when nothing slow is due (the usual case: the records go
+                # to the page cache), else in a worker thread; the next fetch, which tells
+                # the leader this replica's new LEO, goes out as soon as every partition of
+                # this answer is applied.
+                if log.append_as_follower_nowait(records) is None:
+                    def append():
+                        if log.log_end_offset != offset:    # truncated meanwhile: drop this answer
+                            return False
+                        log.append_as_follower(records)
+                        return True
+                    if not await asyncio.to_thread(append):
+                        return
             log.update_high_watermark(p.high_watermark)
             if p.log_start_offset > log.log_start_offset:
                 await asyncio.to_thread(replica_catchup.follow_log_start, log, p.log_start_offset)

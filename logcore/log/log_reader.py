@@ -126,6 +126,20 @@ class LogReading:
             self._check_in_range(offset)
         raise SegLogError(f"{self.topic}-{self.partition}: offset {offset} could not be read")
 
+    def read_nowait(self, offset: int, max_bytes: int = 1 << 20, **kwargs) -> FetchResult | None:
+        """read() for a caller that must not block (the broker's event loop): None, having read
+        nothing, when another thread holds the log's lock or `offset` lies before the active
+        segment (older bytes may have to come from disk); the caller then reads in a thread."""
+        if not self.writer or not self.storage.is_local:
+            return None
+        bases = self.bases
+        if not bases or offset < bases[-1] or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self.read(offset, max_bytes, **kwargs)
+        finally:
+            self._lock.release()
+
     def skip_damage(self, offset: int, error: CorruptRecordError) -> tuple[int, str]:
         """A reader told to skip lost data (Spark's failOnDataLoss=false) met `error` reading
         at `offset`: (the next offset it can read, what it skips: the offsets and the damaged

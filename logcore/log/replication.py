@@ -48,56 +48,115 @@ class LogReplication:
         Returns (first offset, last offset), or (-1, -1) for no batch.
         """
         self._require_local_writer("append as a follower")
-        source = f"{self.topic}-{self.partition} follower append"
-        buf = bytearray(b"".join(records) if isinstance(records, (list, tuple)) else records)
-        batches = list(iter_batches(buf, source=source, allow_partial_tail=False))
+        buf, batches = self._follower_batches(records)
         if not batches:
             return -1, -1
         with self._critical():
-            if self._closed:
-                raise SegLogError(f"{self.topic}-{self.partition} is closed")
-            expected = self.log_end_offset
-            for pos, header in batches:
-                if header.base_offset < expected:
-                    raise InvalidRecordError(
-                        f"{source}: the batch at position {pos} starts at offset {header.base_offset},"
-                        f" below the next offset {expected}: it overlaps what the log holds")
-                if header.base_offset > expected and self._gapless:
-                    raise InvalidRecordError(
-                        f"{source}: the batch at position {pos} starts at offset {header.base_offset},"
-                        f" leaving a gap after {expected - 1}")
-                if header.size > self._segment_bytes:
-                    raise RecordTooLargeError(
-                        f"{source}: batch of {header.size} bytes at position {pos} exceeds"
-                        f" segment.bytes={self._segment_bytes}")
-                expected = header.next_offset
-            now = _now_ms()
-            view = memoryview(buf)
-            for pos, header in batches:
-                data = view[pos:pos + header.size]
-                analysis = None
-                if header.producer_id >= 0:
-                    marker = _end_marker(bytes(data), header, source, pos) if header.is_control else None
-                    analysis = self.producer_state.analyze([ProducerBatch.from_header(header, marker)],
-                                                           AppendOrigin.REPLICATION)
+            return self._append_follower_locked(buf, batches, nonblocking=False)
+
+    def append_as_follower_nowait(self, records) -> tuple[int, int] | None:
+        """append_as_follower() for a caller that must not block (the broker's event loop):
+        None, with nothing written, when the append would wait for a lock, roll a segment,
+        reach the flush policy or write the epoch cache (a batch of a new leader epoch); the
+        caller then appends in a worker thread. Raises as append_as_follower does."""
+        self._require_local_writer("append as a follower")
+        buf, batches = self._follower_batches(records)
+        if not batches:
+            return -1, -1
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if not self.fence.try_enter_critical():
+                return None
+            try:
+                return self._append_follower_locked(buf, batches, nonblocking=True)
+            finally:
+                self.fence.exit_critical()
+        finally:
+            self._lock.release()
+
+    def _follower_batches(self, records) -> tuple[bytes | bytearray, list]:
+        source = f"{self.topic}-{self.partition} follower append"
+        if isinstance(records, (list, tuple)):
+            buf = b"".join(records)
+        elif isinstance(records, bytes):
+            buf = records                   # immutable: written as it is, no copy
+        else:
+            buf = bytearray(records)        # a buffer its owner may reuse: a copy of its bytes
+        return buf, list(iter_batches(buf, source=source, allow_partial_tail=False))
+
+    def _append_follower_locked(self, buf: bytes | bytearray, batches: list, *,
+                                nonblocking: bool) -> tuple[int, int] | None:
+        source = f"{self.topic}-{self.partition} follower append"
+        if self._closed:
+            raise SegLogError(f"{self.topic}-{self.partition} is closed")
+        expected = self.log_end_offset
+        for pos, header in batches:
+            if header.base_offset < expected:
+                raise InvalidRecordError(
+                    f"{source}: the batch at position {pos} starts at offset {header.base_offset},"
+                    f" below the next offset {expected}: it overlaps what the log holds")
+            if header.base_offset > expected and self._gapless:
+                raise InvalidRecordError(
+                    f"{source}: the batch at position {pos} starts at offset {header.base_offset},"
+                    f" leaving a gap after {expected - 1}")
+            if header.size > self._segment_bytes:
+                raise RecordTooLargeError(
+                    f"{source}: batch of {header.size} bytes at position {pos} exceeds"
+                    f" segment.bytes={self._segment_bytes}")
+            expected = header.next_offset
+        now = _now_ms()
+        if nonblocking and self._follower_append_blocks(batches, now):
+            return None
+        view = memoryview(buf)
+        for pos, header in batches:
+            data = view[pos:pos + header.size]
+            analysis = None
+            if header.producer_id >= 0:
+                marker = _end_marker(bytes(data), header, source, pos) if header.is_control else None
+                analysis = self.producer_state.analyze([ProducerBatch.from_header(header, marker)],
+                                                       AppendOrigin.REPLICATION)
+            active = self.segments[-1]
+            if active.should_roll(header.size, header.max_timestamp, header.last_offset,
+                                  segment_bytes=self._segment_bytes, segment_ms=self._segment_ms,
+                                  now_ms=now):
+                self._roll_to(header.base_offset)
                 active = self.segments[-1]
-                if active.should_roll(header.size, header.max_timestamp, header.last_offset,
-                                      segment_bytes=self._segment_bytes, segment_ms=self._segment_ms,
-                                      now_ms=now):
-                    self._roll_to(header.base_offset)
-                    active = self.segments[-1]
-                epoch = header.partition_leader_epoch
-                latest = self.epoch_cache.latest_epoch
-                if epoch >= 0 and (latest is None or epoch > latest):
-                    self.epoch_cache.assign(epoch, header.base_offset)
-                active.append(data, [header])
-                if analysis is not None:
-                    for aborted in self.producer_state.complete_append(analysis, header.next_offset):
-                        active.txn_index.append(aborted)
-                        self._txn_bases.add(active.base_offset)
-                self._unflushed += header.records_count
-            self._maybe_flush(now)
-            return batches[0][1].base_offset, batches[-1][1].last_offset
+            epoch = header.partition_leader_epoch
+            latest = self.epoch_cache.latest_epoch
+            if epoch >= 0 and (latest is None or epoch > latest):
+                self.epoch_cache.assign(epoch, header.base_offset)
+            active.append(data, [header])
+            if analysis is not None:
+                for aborted in self.producer_state.complete_append(analysis, header.next_offset):
+                    active.txn_index.append(aborted)
+                    self._txn_bases.add(active.base_offset)
+            self._unflushed += header.records_count
+        self._maybe_flush(now)
+        return batches[0][1].base_offset, batches[-1][1].last_offset
+
+    def _follower_append_blocks(self, batches: list, now: int) -> bool:
+        """Whether appending `batches` would do blocking work: roll a segment (checked for the
+        batches as one run), reach the flush policy, or write the epoch cache."""
+        active = self.segments[-1]
+        records = 0
+        latest = self.epoch_cache.latest_epoch
+        pending = 0
+        first_ts = None
+        for i, (_pos, header) in enumerate(batches):
+            if active.should_roll(header.size, header.max_timestamp, header.last_offset,
+                                  segment_bytes=self._segment_bytes, segment_ms=self._segment_ms,
+                                  now_ms=now, pending_bytes=pending, pending_batches=i,
+                                  pending_first_timestamp=first_ts):
+                return True
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (latest is None or epoch > latest):
+                return True
+            pending += header.size
+            records += header.records_count
+            if first_ts is None:
+                first_ts = header.max_timestamp
+        return self._flush_due(records, now)
 
     # ------------------------------------------------------------------ high watermark
     def _set_high_watermark(self, offset: int) -> None:

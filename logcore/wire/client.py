@@ -4,7 +4,7 @@
   and negotiates with ApiVersions; `request(api_key, body, version=None)` sends one request and
   returns its kio response dataclass; `send` / `receive` pipeline several (responses come back
   in the order the requests went out, as Kafka guarantees on one connection).
-- `AsyncKafkaConnection`: the same over asyncio streams (`await connect()`, `await request()`,
+- `AsyncKafkaConnection`: the same over asyncio (a buffered protocol) (`await connect()`, `await request()`,
   `close()`), each request with its own timeout; concurrent requests share the connection.
 - `bootstrap(servers)`: a connection to the first reachable of `h1:p1,h2:p2`;
   `KafkaConnection.connection_to(node_id)` reaches another broker of the cluster (the controller,
@@ -371,38 +371,37 @@ class AsyncKafkaConnection(_Negotiated):
                  client_id: str | None = "seglog", windows: dict[int, tuple[int, int]] | None = None,
                  origin: str | None = None):
         super().__init__(host, port, timeout_s, client_id, windows, origin)
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._reading: asyncio.Task | None = None
+        self._protocol: _ResponseFrames | None = None
         self._waiting: dict[int, tuple[asyncio.Future, int, int]] = {}
         self._unclaimed: collections.deque[tuple[asyncio.Future, int]] = collections.deque()
         self._failure: KafkaError | None = None
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None
+        return self._protocol is not None
 
     @property
     def in_flight(self) -> int:
         return len(self._waiting)
 
     async def connect(self) -> "AsyncKafkaConnection":
-        if self._writer is not None:
+        if self._protocol is not None:
             return self
+        loop = asyncio.get_running_loop()
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.timeout_s)
+            _transport, protocol = await asyncio.wait_for(
+                loop.create_connection(lambda: _ResponseFrames(self), self.host, self.port), self.timeout_s)
         except asyncio.TimeoutError:
             raise KafkaConnectionError(f"cannot connect to {self.where()}: no answer within"
                                        f" {self.timeout_s:g} s") from None
         except OSError as exc:
             raise KafkaConnectionError(f"cannot connect to {self.where()}: {exc.strerror or exc}") from None
-        sock = self._writer.get_extra_info("socket")
+        sock = protocol.transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._failure = None
         self._unclaimed.clear()
-        self._reading = asyncio.get_running_loop().create_task(self._read_loop())
+        self._protocol = protocol
         try:
             version = known_versions(API_VERSIONS)[1]
             while version is not None:
@@ -451,7 +450,7 @@ class AsyncKafkaConnection(_Negotiated):
 
     # ------------------------------------------------------------------ internals
     def _check_open(self) -> None:
-        if self._writer is None:
+        if self._protocol is None:
             raise self._failure or KafkaConnectionError(f"not connected to {self.where()}: await connect() first")
 
     def _register(self, correlation: int, api_key: int, version: int) -> asyncio.Future:
@@ -480,42 +479,29 @@ class AsyncKafkaConnection(_Negotiated):
 
     async def _write(self, frame: bytes, api_key: int) -> None:
         try:
-            self._writer.write(frame)
-            await self._writer.drain()
-        except (OSError, RuntimeError) as exc:
+            await self._protocol.write(frame)
+        except (OSError, RuntimeError, AttributeError) as exc:
             error = KafkaConnectionError(f"lost the connection to {self.where()} sending {api_name(api_key)}: {exc}")
             self._fail(error)
             raise error from None
 
-    async def _read_loop(self) -> None:
-        try:
-            while True:
-                (size,) = _SIZE.unpack(await self._reader.readexactly(4))
-                if size < 0:
-                    raise KafkaError(f"{self.where()} sent a negative response size {size}")
-                frame = await self._reader.readexactly(size)
-                (correlation,) = _SIZE.unpack_from(frame, 0)
-                entry = self._waiting.pop(correlation, None)
-                if entry is None:
-                    raise KafkaError(f"{self.where()} answered correlation id {correlation},"
-                                     " which no request is waiting for")
-                fut, api_key, version = entry
-                if fut.done():
-                    continue
-                if version < 0:
-                    fut.set_result(frame)
-                    continue
-                try:
-                    fut.set_result(self._decode(api_key, version, frame)[1])
-                except KafkaError as exc:
-                    fut.set_exception(exc)
-        except asyncio.CancelledError:
+    def _on_frame(self, frame) -> None:
+        """A whole response frame (size prefix removed) arrived: its request's future gets it."""
+        (correlation,) = _SIZE.unpack_from(frame, 0)
+        entry = self._waiting.pop(correlation, None)
+        if entry is None:
+            raise KafkaError(f"{self.where()} answered correlation id {correlation},"
+                             " which no request is waiting for")
+        fut, api_key, version = entry
+        if fut.done():
             return
-        except (asyncio.IncompleteReadError, OSError) as exc:
-            what = "the broker closed the connection" if isinstance(exc, asyncio.IncompleteReadError) else exc
-            self._fail(KafkaConnectionError(f"lost the connection to {self.where()}: {what}"))
+        if version < 0:
+            fut.set_result(bytes(frame))
+            return
+        try:
+            fut.set_result(self._decode(api_key, version, frame)[1])
         except KafkaError as exc:
-            self._fail(exc)
+            fut.set_exception(exc)
 
     def _fail(self, error: KafkaError) -> None:
         """Close the connection and fail every request still waiting with `error`."""
@@ -525,10 +511,135 @@ class AsyncKafkaConnection(_Negotiated):
             if not fut.done():
                 fut.set_exception(KafkaConnectionError(f"{error} (while waiting for {api_name(api_key)})"))
                 fut.exception()       # retrieved here: a waiter that gave up does not warn
-        if self._reading is not None and self._reading is not asyncio.current_task():
-            self._reading.cancel()
-        self._reading = None
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-            self._reader = None
+        protocol, self._protocol = self._protocol, None
+        if protocol is not None:
+            protocol.close(error)
+
+
+class _ResponseFrames(asyncio.BufferedProtocol):
+    """The I/O of one AsyncKafkaConnection: size-prefixed response frames handed to the
+    connection as they complete, in the protocol callback (no reader task to wake). Small
+    frames are cut from one receive buffer; a frame larger than it (a fetch response with
+    records) is received straight into a buffer of its own (kept for the next one: no
+    allocation and page faults per frame), so its bytes are copied once from the kernel and
+    then only where the decoder takes the records out.
+    Writes wait while the transport's buffer is full (pause_writing / resume_writing)."""
+
+    RECEIVE_BYTES = 64 * 1024
+    KEEP_BYTES = 16 << 20                         # a larger frame's buffer is not kept for smaller ones
+
+    def __init__(self, conn: AsyncKafkaConnection):
+        self.conn = conn
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray(self.RECEIVE_BYTES)
+        self._view = memoryview(self._buf)
+        self._used = 0                            # bytes in _buf not yet cut into frames
+        self._frame: bytearray | None = None      # the large frames' buffer, reused
+        self._frame_view: memoryview | None = None    # the frame being received in it
+        self._filled = 0
+        self._paused = False
+        self._drained: list[asyncio.Future] = []
+        self._lost: BaseException | None = None
+
+    # ------------------------------------------------------------------ transport callbacks
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int):
+        if self._frame_view is not None:
+            return self._frame_view[self._filled:]
+        return self._view[self._used:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self._frame_view is not None:
+                self._filled += nbytes
+                if self._filled == len(self._frame_view):
+                    view, self._frame_view = self._frame_view, None
+                    frame = view.toreadonly()
+                    try:
+                        self.conn._on_frame(frame)
+                    finally:
+                        # The decoded response holds copies of what it took (records come
+                        # out as bytes): the buffer serves the next large frame.
+                        try:
+                            frame.release()
+                            view.release()
+                        except BufferError:
+                            self._frame = None
+                return
+            self._used += nbytes
+            self._cut_frames()
+        except KafkaError as exc:
+            self.conn._fail(exc)
+
+    def _cut_frames(self) -> None:
+        buf, pos, end = self._buf, 0, self._used
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0:
+                raise KafkaError(f"{self.conn.where()} sent a negative response size {size}")
+            if end - pos - 4 >= size:
+                frame = bytes(self._view[pos + 4:pos + 4 + size])
+                pos += 4 + size
+                self.conn._on_frame(frame)
+                if self.conn._protocol is not self:
+                    return                        # the connection was closed meanwhile
+                continue
+            if 4 + size > len(buf):
+                # Larger than the receive buffer: into a buffer of its own from here on.
+                have = end - pos - 4
+                if self._frame is None or len(self._frame) < size or len(self._frame) > max(
+                        4 * size, self.KEEP_BYTES):
+                    self._frame = bytearray(size)
+                self._frame_view = memoryview(self._frame)[:size]
+                self._frame_view[:have] = self._view[pos + 4:end]
+                self._filled = have
+                pos = end
+            break
+        if pos:
+            rest = end - pos
+            self._view[:rest] = self._view[pos:end]
+            self._used = rest
+
+    def eof_received(self) -> bool:
+        return False                              # connection_lost follows
+
+    def connection_lost(self, exc) -> None:
+        self._lost = exc or ConnectionResetError("the broker closed the connection")
+        self._wake_writers()
+        if self.conn._protocol is self:
+            what = "the broker closed the connection" if exc is None else exc
+            self.conn._fail(KafkaConnectionError(f"lost the connection to {self.conn.where()}: {what}"))
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writers()
+
+    # ------------------------------------------------------------------ for the connection
+    async def write(self, frame: bytes) -> None:
+        if self._lost is not None or self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("the connection is closed")
+        self.transport.write(frame)
+        while self._paused and self._lost is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._drained.append(fut)
+            await fut
+        if self._lost is not None:
+            raise ConnectionResetError(str(self._lost))
+
+    def close(self, error: BaseException) -> None:
+        if self._lost is None:
+            self._lost = error
+        self._wake_writers()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _wake_writers(self) -> None:
+        waiters, self._drained = self._drained, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)

@@ -36,10 +36,18 @@ def _fetch(leader, offset: int) -> bytes:
     return bytes(out)
 
 
-def _replicate(leader, follower) -> None:
+def _replicate(leader, follower, nowait: dict | None = None) -> None:
+    """One follower round. With `nowait` (a counter), as the broker's replica fetcher does it:
+    append_as_follower_nowait first, the blocking append only when that declines."""
     data = _fetch(leader, follower.log_end_offset)
     if data:
-        follower.append_as_follower(data)
+        if nowait is None:
+            follower.append_as_follower(data)
+        elif follower.append_as_follower_nowait(data) is None:
+            nowait["declined"] += 1
+            follower.append_as_follower(data)
+        else:
+            nowait["appended"] += 1
     follower.update_high_watermark(leader.high_watermark)
 
 
@@ -69,9 +77,10 @@ def _records(rng, n, start):
             for i in range(n)]
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_follower_segments_are_the_leaders_bytes(tmp_path, seed):
+@pytest.mark.parametrize("seed,nowait", [(1, False), (2, False), (3, False), (1, True), (2, True)])
+def test_follower_segments_are_the_leaders_bytes(tmp_path, seed, nowait):
     rng = random.Random(seed)
+    counts = {"appended": 0, "declined": 0} if nowait else None
     _ra, leader = _open(tmp_path / "leader")
     _rb, follower = _open(tmp_path / "follower")
     sequence = txn_sequence = 0
@@ -113,8 +122,12 @@ def test_follower_segments_are_the_leaders_bytes(tmp_path, seed):
                 entry = leader.producer_state.producers.get(9)
                 txn_open = entry is not None and entry.current_txn_first_offset is not None
         if rng.random() < 0.5:
-            _replicate(leader, follower)
-    _replicate(leader, follower)
+            _replicate(leader, follower, counts)
+    _replicate(leader, follower, counts)
+    if nowait:
+        # rounds append on the caller's thread, except rolls (3000-byte segments here) and
+        # new epochs, which are declined and appended by the blocking call
+        assert counts["appended"] > 0 and counts["declined"] > 0, counts
     assert len(_segment_files(leader)) > 2
     assert _segment_files(follower) == _segment_files(leader)
     assert follower.log_end_offset == leader.log_end_offset
@@ -245,3 +258,54 @@ def test_truncation_to_an_epoch_boundary(tmp_path):
     assert follower.log_end_offset == 9
     follower.truncate_to(0, below_high_watermark=True)
     assert follower.log_end_offset == 0 and follower.high_watermark == 0
+
+
+def test_nowait_append_and_read_decline_what_would_block(tmp_path):
+    """The event loop's variants: nothing is written or read when the log's lock is held
+    elsewhere; a follower append that would roll a segment or start a new epoch, and a read
+    before the active segment, are left to the blocking calls."""
+    import threading
+
+    _ra, leader = _open(tmp_path / "leader")
+    _rb, follower = _open(tmp_path / "follower")
+    leader.become_leader(leader.leader_epoch + 1)
+    leader.append_records([(b"k", b"v" * 100, (), 1_700_000_000_000)])
+    data = _fetch(leader, 0)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with follower._lock, leader._lock:
+            held.set()
+            release.wait(10)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        assert follower.append_as_follower_nowait(data) is None
+        assert leader.read_nowait(0, 1 << 20, isolation="log_end") is None
+    finally:
+        release.set()
+        holder.join()
+    assert follower.log_end_offset == 0
+    # the first batch carries the leader's epoch, new to the follower's cache: declined
+    assert follower.append_as_follower_nowait(data) is None
+    follower.append_as_follower(data)
+    leader.append_records([(b"k", b"v" * 100, (), 1_700_000_000_001)])
+    more = _fetch(leader, 1)
+    assert follower.append_as_follower_nowait(more) == (1, 1)
+    assert _segment_files(follower) == _segment_files(leader)
+    # enough to fill the 3000-byte segment: a roll is due, declined with nothing written
+    for i in range(30):
+        leader.append_records([(b"k", b"v" * 100, (), 1_700_000_000_002 + i)])
+    rest = _fetch(leader, 2)
+    assert follower.append_as_follower_nowait(rest) is None
+    assert follower.log_end_offset == 2
+    follower.append_as_follower(rest)
+    assert _segment_files(follower) == _segment_files(leader)
+    # reads: the active segment's tail on the caller's thread, older segments declined
+    assert len(leader.segments) > 1
+    tail = leader.segments[-1].base_offset
+    assert leader.read_nowait(0, 1 << 20, isolation="log_end") is None
+    got = leader.read_nowait(tail, 1 << 20, isolation="log_end")
+    want = leader.read(tail, 1 << 20, isolation="log_end")
+    assert bytes(got.data) == bytes(want.data) and got.high_watermark == want.high_watermark

@@ -221,6 +221,38 @@ def test_async_connection_concurrent_requests_and_timeout(seglog_broker):
     asyncio.run(scenario())
 
 
+def test_async_connection_large_and_small_responses_interleaved(seglog_broker):
+    """Fetch responses far larger than the connection's 64 KiB receive buffer (received into a
+    buffer of their own) between small ones cut from it, pipelined on one connection: each
+    matched to its request, records byte for byte what a blocking connection reads."""
+    create(seglog_broker, "wire-large", 1)
+    values = [bytes([i % 251]) * 3000 for i in range(200)]          # ~600 KB
+    produce(seglog_broker, "wire-large", values, partition=0)
+    with KafkaConnection(seglog_broker.host, seglog_broker.port) as blocking:
+        want = blocking.request(FETCH, _fetch_v12("wire-large", 0), version=12).responses[0].partitions[0].records
+    assert len(want) > 4 * 65536
+
+    async def scenario():
+        conn = AsyncKafkaConnection(seglog_broker.host, seglog_broker.port, timeout_s=10)
+        await conn.connect()
+        got = await asyncio.gather(*[
+            conn.request(FETCH, _fetch_v12("wire-large", 0), version=12) if i % 2 == 0
+            else conn.request(METADATA, {"topics": [{"name": "wire-large"}]}) for i in range(8)])
+        conn.close()
+        return got
+
+    got = asyncio.run(scenario())
+    # checked after all arrived: the connection reuses its buffer for large frames, so what a
+    # response holds must be its own copy
+    for i, response in enumerate(got):
+        if i % 2 == 0:
+            assert isinstance(response.responses[0].partitions[0].records, bytes)
+            assert response.responses[0].partitions[0].records == want
+        else:
+            assert response.topics[0].name == "wire-large"
+    assert [r.value for r in _records(want)] == values
+
+
 # ------------------------------------------------------------------------------ Apache Kafka
 
 def test_against_kafka_apiversions_v4_fetch_bytes_and_diverging_epoch(kafka):
