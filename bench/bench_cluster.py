@@ -8,7 +8,11 @@ start them) with zookeeper.session.timeout.ms=6000 and Kafka's defaults otherwis
 
 - produce: `--records` records of `--record-bytes` to a `--partitions`-partition topic with
   RF=3, min.insync.replicas=2 and acks=all (idempotent, librdkafka's default with acks=all) vs the
-  same to an RF=1 topic with acks=1, on the same cluster; the ratio RF3 / RF1;
+  same to an RF=1 topic with the same producer (acks=all, idempotent: only the replication factor
+  differs) and with acks=1 (not idempotent), on the same cluster; the ratios RF3 / RF1. The first
+  is the cost of replication; the second also holds the client's difference: librdkafka's
+  idempotent producer keeps one produce request in flight per connection, its acks=1 producer
+  several, so that ratio is bounded by the client's round trips, not by the brokers;
 - consume: an assign() consumer reading each topic from offset 0 (leader reads);
 - failover: a producer sending acks=all continuously (`--rate` records/s) to a 1-partition RF=3
   topic; the leader of that partition is SIGKILLed; the time from the kill to the first
@@ -398,7 +402,7 @@ def throughput(cl: Cluster, args, rnd: int) -> dict:
     """One round: produce to and consume from an RF=1 and an RF=3 topic (order alternates by
     round); a single broker has the RF=1 topic only."""
     out = {}
-    order = (("rf1", 1, "1"), ("rf3", 3, "all")) if len(cl.ports) >= 3 else (("rf1", 1, "1"),)
+    order = (("rf1", 1, "1"), ("rf1all", 1, "all"), ("rf3", 3, "all")) if len(cl.ports) >= 3 else (("rf1", 1, "1"),)
     if rnd % 2:
         order = order[::-1]
     for key, rf, _acks in order:
@@ -410,6 +414,8 @@ def throughput(cl: Cluster, args, rnd: int) -> dict:
                                         args.partitions, acks)
         out[f"cpu produce {key}"] = (cl.cpu() - b0, _self_cpu() - c0)
     for key, _rf, _acks in order:
+        if key == "rf1all":
+            continue                        # the same bytes as rf1
         b0, c0 = cl.cpu(), _self_cpu()
         out[f"consume {key}"] = consume(cl.bootstrap, f"{key}-{rnd}", args.records + 1, args.partitions)
         out[f"cpu consume {key}"] = (cl.cpu() - b0, _self_cpu() - c0)
@@ -570,7 +576,7 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], cmdline: str
     names = list(results)
     lines = [f"### seglog cluster (3 brokers + ZooKeeper) vs Apache Kafka, librdkafka client "
              f"({args.records:,} x {args.record_bytes} B records, {args.partitions} partitions; "
-             f"RF=3 min.insync.replicas=2 acks=all idempotent vs RF=1 acks=1; "
+             f"RF=3 min.insync.replicas=2 acks=all idempotent vs RF=1 with the same producer and with acks=1; "
              f"session timeout {SESSION_MS / 1000:.0f} s)", "",
              f"`{cmdline}`; median of {args.rounds} round(s) after {args.warmup:,} warm-up records.", "",
              "| metric | " + " | ".join(names) + " |" + (" seglog / Kafka |" if len(names) > 1 else ""),
@@ -593,12 +599,15 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], cmdline: str
         except (KeyError, IndexError, ValueError, statistics.StatisticsError):
             return None
 
-    for key, label in (("rf1", "RF=1 acks=1"), ("rf3", "RF=3 acks=all")):
+    for key, label in (("rf1", "RF=1 acks=1"), ("rf1all", "RF=1 acks=all idempotent"), ("rf3", "RF=3 acks=all")):
         row(f"produce {label}, records/s",
             [get(n, lambda r, k=key: args.records / _median(r["rounds"], f"produce {k}")) for n in names], "{:,.0f}")
         row(f"produce {label}, MB/s",
             [get(n, lambda r, k=key: mb / _median(r["rounds"], f"produce {k}")) for n in names], "{:,.1f}")
-    row("produce RF=3 / RF=1 (target >= 0.5x)",
+    row("produce RF=3 / RF=1, the same producer (target >= 0.5x)",
+        [get(n, lambda r: statistics.median(x["produce rf1all"] / x["produce rf3"] for x in r["rounds"]))
+         for n in names], "{:.2f}x", None)
+    row("produce RF=3 acks=all / RF=1 acks=1",
         [get(n, lambda r: statistics.median(x["produce rf1"] / x["produce rf3"] for x in r["rounds"]))
          for n in names], "{:.2f}x", None)
     for key, label in (("rf1", "RF=1"), ("rf3", "RF=3 (leader reads)")):
@@ -607,9 +616,10 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], cmdline: str
     row("consume RF=3 / RF=1",
         [get(n, lambda r: statistics.median(x["consume rf1"] / x["consume rf3"] for x in r["rounds"]))
          for n in names], "{:.2f}x", None)
-    for phase in ("produce rf1", "produce rf3", "consume rf1", "consume rf3"):
+    for phase in ("produce rf1", "produce rf1all", "produce rf3", "consume rf1", "consume rf3"):
         cells = [get(n, lambda r, p=phase: _cpu(r["rounds"], f"cpu {p}")) for n in names]
-        lines.append(f"| CPU s, {phase.replace('rf', 'RF=')}: brokers / client | "
+        label = phase.replace("rf1all", "RF=1 acks=all").replace("rf", "RF=")
+        lines.append(f"| CPU s, {label}: brokers / client | "
                      + " | ".join(c or "n/a" for c in cells) + " |" + (" |" if len(names) > 1 else ""))
     for key, label in (("elect", "kill -> new leader in Metadata"),
                        ("ack", "kill -> first ack on the new leader (target <= 6 s)")):
