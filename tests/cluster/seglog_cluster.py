@@ -168,6 +168,28 @@ class SeglogCluster:
         return "\n".join(f"----- broker {b.id}\n{b.log_tail(150)}" for b in self.brokers.values())
 
     # ------------------------------------------------------------------ client-side views
+    def read_partition(self, topic: str, partition: int = 0, timeout: float = 30.0, **config) -> list:
+        """Every record a consumer reads from the partition's leader, from the earliest offset to
+        the high watermark: [(offset, key, value)]. `config` adds consumer settings."""
+        import confluent_kafka as ck
+        c = ck.Consumer({"bootstrap.servers": self.bootstrap, "group.id": "reader", "enable.auto.commit": False,
+                         "auto.offset.reset": "error", "enable.partition.eof": True, **config})
+        try:
+            c.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
+            out, deadline = [], time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is None:
+                    continue
+                if m.error():
+                    if m.error().code() == ck.KafkaError._PARTITION_EOF:
+                        return out
+                    raise AssertionError(f"consumer error {m.error()}")
+                out.append((m.offset(), m.key(), m.value()))
+            raise AssertionError(f"{topic}-{partition}: did not reach the end (read {len(out)} records)")
+        finally:
+            c.close()
+
     def admin(self):
         """One AdminClient for the cluster (its futures need it alive)."""
         from confluent_kafka.admin import AdminClient

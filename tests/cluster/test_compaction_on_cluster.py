@@ -69,25 +69,7 @@ def _fillers(tag: str, n: int = 10) -> list[tuple[bytes, bytes]]:
 def _read(cluster) -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of every record a consumer reads from the leader, from the earliest
     offset to the high watermark."""
-    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader",
-                     "enable.auto.commit": False, "auto.offset.reset": "error",
-                     "enable.partition.eof": True, "topic.metadata.refresh.interval.ms": 1000})
-    try:
-        c.assign([ck.TopicPartition(TOPIC, 0, ck.OFFSET_BEGINNING)])
-        out = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == ck.KafkaError._PARTITION_EOF:
-                    return out
-                raise AssertionError(f"consumer error {m.error()}")
-            out.append((m.offset(), m.key(), m.value()))
-        raise AssertionError(f"did not reach the end (read {len(out)} records)")
-    finally:
-        c.close()
+    return cluster.read_partition(TOPIC, **{"topic.metadata.refresh.interval.ms": 1000})
 
 
 def _files(broker, partition: str = f"{TOPIC}-0") -> list[tuple[int, bytes, bytes | None]]:

@@ -66,23 +66,7 @@ def _local_data(broker, topic, partition=0):
 
 
 def _read_all(cluster, topic):
-    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader", "enable.auto.commit": False,
-                     "auto.offset.reset": "error", "enable.partition.eof": True})
-    try:
-        c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
-        out, deadline = [], time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == ck.KafkaError._PARTITION_EOF:
-                    return out
-                raise AssertionError(f"consumer error {m.error()}")
-            out.append(m.value())
-        raise AssertionError(f"did not reach the end of {topic}-0")
-    finally:
-        c.close()
+    return [v for _o, _k, v in cluster.read_partition(topic)]
 
 
 def test_reassignment_file_errors(tmp_path, capsys):

@@ -72,25 +72,7 @@ def _values(start: int, end: int) -> list[bytes]:
 
 def _read(cluster, topic: str) -> list[tuple[int, bytes]]:
     """(offset, value) of every record from the earliest offset to the high watermark."""
-    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader",
-                     "enable.auto.commit": False, "auto.offset.reset": "error",
-                     "enable.partition.eof": True})
-    try:
-        c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
-        out = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == ck.KafkaError._PARTITION_EOF:
-                    return out
-                raise AssertionError(f"consumer error {m.error()}")
-            out.append((m.offset(), m.value()))
-        raise AssertionError(f"{topic}: did not reach the end (read {len(out)} records)")
-    finally:
-        c.close()
+    return [(o, v) for o, _k, v in cluster.read_partition(topic)]
 
 
 def _earliest(cluster, topic: str) -> int:
