@@ -710,8 +710,9 @@ class LogSegment:
                      next_base: int | None = None) -> int:
         """Check the batches in [start, end) of the file (their bytes are `data` when the caller
         has them): CRC, length, magic, offsets. Returns the position of the first bad batch
-        (the caller serves what lies before it) or `end` when all are good; a sealed segment's
-        verified ranges are remembered, so a range is checked once, not at every fetch."""
+        (the caller serves what lies before it) or `end` when all are good. Verified ranges,
+        and what append() wrote, are remembered until a truncation cuts them, so a range is
+        checked once, not at every fetch."""
         if end is None:
             end = start + len(data)
         if end <= start or self._is_verified(start, end):
@@ -750,8 +751,7 @@ class LogSegment:
                 # what lies before the damage is good: verify it alone
                 return self.verify_range(start, memoryview(data)[:bad - start], bad, next_base)
             raise
-        if not self.writable:
-            self._mark_verified(start, end)
+        self._mark_verified(start, end)
         return end
 
     def _is_verified(self, start: int, end: int) -> bool:
@@ -759,6 +759,10 @@ class LogSegment:
             if lo <= start and end <= hi:
                 return True
         return False
+
+    def _forget_verified_from(self, position: int) -> None:
+        """The file was cut at `position`: what is written there next was never checked."""
+        self._verified = [[lo, min(hi, position)] for lo, hi in self._verified if lo < position]
 
     def _mark_verified(self, start: int, end: int) -> None:
         for span in self._verified:
@@ -831,6 +835,8 @@ class LogSegment:
         if self.max_timestamp_so_far < 0 and position > 0:
             self._load_max_timestamp()
         self.data.append(data)
+        # Batches reach append() checked (CRC, offsets): serving them needs no second check.
+        self._mark_verified(position, position + len(data))
         self._index_batches(position, headers)
         return position
 
@@ -1036,6 +1042,7 @@ class LogSegment:
         if truncated:
             if write:
                 self.data.truncate(valid)
+                self._forget_verified_from(valid)
                 if next_offset is not None:
                     self.txn_index.truncate_to(next_offset)
             else:
@@ -1060,6 +1067,7 @@ class LogSegment:
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
         self.data.truncate(position)
+        self._forget_verified_from(position)
         # Recompute the in-memory max timestamp and the next offset from what is left. The next
         # offset is set, not reset for a lazy recomputation: see next_offset().
         self.max_timestamp_so_far = -1

@@ -138,3 +138,40 @@ def test_slice_outlives_a_cleaner_swap_of_its_segment(tmp_path):
             assert held.read() == expected                          # the held range was not
     finally:
         root.close()
+
+
+def test_writer_serves_what_it_appended_without_a_second_check_other_readers_check(local_log):
+    """The writer checked each batch (CRC, offsets) on its way in, so serving it again needs no
+    second CRC pass (Kafka checks none when serving); a reader that did not write the bytes
+    checks them, and a truncation makes the writer forget the ranges it cut."""
+    from logcore.errors import CorruptRecordError
+    root, log = local_log
+    for i in range(20):
+        log.append_records([(b"k", b"%04d" % i + b"v" * 200, (), 1)])
+    log.commit()
+    seg = log.segments[-1]
+    path = root.storage.local_path(seg.log_path)
+    data = open(path, "rb").read()
+    at = data.index(b"0010") + 100                      # inside the value of offset 10
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([data[at] ^ 0xFF]))
+    served = log.read(0, 1 << 20, zero_copy=True).data
+    with served as s:
+        assert len(s.read()) == len(data)              # the writer's own bytes: not checked again
+    reader_root = LogRoot.open(root.url, create=False)
+    try:
+        reader = reader_root.log("t", 0)
+        got = reader.read(0, 1 << 20, zero_copy=True).data
+        assert got.next_offset == 10                    # the good batches before the damage
+        with got as s:
+            assert data.startswith(s.read())
+        with pytest.raises(CorruptRecordError) as err:
+            reader.read(10, 1 << 20, zero_copy=True)
+        assert err.value.file is not None and err.value.position is not None
+    finally:
+        reader_root.close()
+    # A truncation cuts the remembered ranges: what lies past the cut is checked again.
+    cut = seg.translate_offset(5)[0]
+    log.truncate_to(5, below_high_watermark=True)
+    assert seg._is_verified(0, cut) and not seg._is_verified(cut, cut + 1)
