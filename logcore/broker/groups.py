@@ -12,15 +12,17 @@ member its share. Members that stop heartbeating for their session timeout are r
 Committed offsets and each generation's group metadata are appended to the group's partition
 of `__consumer_offsets` (through the partition's append queue and group commit) before the
 request is answered, so they survive a restart: at start the coordinator reads the topic back.
-A restarted broker knows each group's generation but not its members: they are told
-UNKNOWN_MEMBER_ID at their next heartbeat and rejoin.
+As in Kafka, a group read back (a restart, or a new coordinator in a cluster) is Stable with
+the members, protocol, leader and assignments of the generation last written, and each
+member's session starts again then: a member that goes on heartbeating keeps its id, its
+assignment and its commits, with no rebalance; one that does not is expired.
 
 In a cluster (`attach_cluster`), `__consumer_offsets` is a replicated topic like any other and
 a broker coordinates exactly the groups of the partitions it leads (Kafka's ZooKeeper-era
 rule): when it becomes leader of one (the replica manager's leadership listener) it loads
 that partition's groups from the log (COORDINATOR_LOAD_IN_PROGRESS meanwhile); when it stops
 leading it drops them, parked JoinGroup/SyncGroup answers get NOT_COORDINATOR and the members
-find the new coordinator and rejoin. Every other broker answers NOT_COORDINATOR. Records
+find the new coordinator, which has loaded them. Every other broker answers NOT_COORDINATOR. Records
 appended for a group are acknowledged only once the partition's high watermark passes them
 (acks=all, offsets.commit.timeout.ms); leadership lost meanwhile answers NOT_COORDINATOR.
 
@@ -101,6 +103,15 @@ class Group:
 
     def all_joined(self) -> bool:
         return not self.pending and all(m.join is not None for m in self.members.values())
+
+
+def _resume(groups, now: float) -> None:
+    """Groups read back from the log: Stable with the members of their last generation (their
+    sessions start now), Empty without (Kafka's loadGroup)."""
+    for group in groups:
+        group.state = STABLE if group.members else EMPTY
+        for m in group.members.values():
+            m.last_seen = now
 
 
 class GroupCoordinator:
@@ -205,8 +216,7 @@ class GroupCoordinator:
         for offset, key, value in records:
             self._apply_kv(key, value, f"{where} offset {offset}")
         loaded = [g for gid, g in self.groups.items() if self.partition_of(gid) == p]
-        for group in loaded:
-            group.state = EMPTY
+        _resume(loaded, asyncio.get_running_loop().time())
         self.loading.discard(p)
         self.owned.add(p)
         self._loads.pop(p, None)
@@ -258,8 +268,7 @@ class GroupCoordinator:
             for record in log.read_records(log.log_start_offset, isolation="read_uncommitted"):
                 count += 1
                 self._apply_kv(record.key, record.value, f"{where} offset {record.offset}")
-        for group in self.groups.values():
-            group.state = EMPTY
+        _resume(self.groups.values(), time.monotonic())     # the event loop's clock
         logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OT.TOPIC)
         return count
 
@@ -281,6 +290,15 @@ class GroupCoordinator:
                     g = OT.parse_group_value(record_value, where)
                     group = self._group(key.group)
                     group.generation, group.protocol_type = g.generation, g.protocol_type or None
+                    # Kafka's loadGroup: the members of the last generation written, with their
+                    # assignments, so a stable group goes on at a new coordinator (or after a
+                    # restart) without a rebalance; each session starts again at the load.
+                    group.protocol, group.leader = (g.protocol, g.leader) if g.protocol else (None, None)
+                    group.members = {
+                        m.member_id: Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                            m.session_timeout_ms, m.rebalance_timeout_ms, g.protocol_type,
+                                            [(g.protocol, m.subscription)], 0.0, m.assignment)
+                        for m in g.members} if g.protocol else {}
         except SegLogError as exc:     # one bad record must not keep the broker from starting
             logger.warning("skipping a record of %s: %s", OT.TOPIC, exc)
 

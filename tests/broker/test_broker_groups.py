@@ -221,3 +221,53 @@ def test_offset_for_leader_epoch(broker_factory):
     assert ask(e1 + 1) == (0, -1, -1)          # an epoch the log never had: undefined
     assert ask(e0, current=e1 + 1)[0] == 75    # the client knows a newer leader: UNKNOWN_LEADER_EPOCH
     assert ask(e0, current=e0)[0] == 74        # the client's leader is older: FENCED_LEADER_EPOCH
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stable_group_goes_on_after_a_restart_without_rebalancing(broker_factory, how):
+    """Kafka's loadGroup: the coordinator reads a group back Stable with the members,
+    assignments and generation last written; a member that goes on heartbeating keeps its id and
+    commits with it, and one that stops is expired after its session."""
+    from logcore.wire.client import KafkaConnection
+    b = broker_factory(**FAST_GROUPS)
+    create(b, "stay", 2)
+    group = {"group_id": "stable"}
+
+    def join(conn, member_id: str):
+        return conn.request(11, {**group, "session_timeout": 2000, "rebalance_timeout": 5000,
+                                 "member_id": member_id, "protocol_type": "consumer",
+                                 "protocols": [{"name": "range", "metadata": b"subscription"}]})
+
+    def commit(conn, generation: int, member_id: str, offset: int) -> int:
+        r = conn.request(8, {**group, "generation_id_or_member_epoch": generation, "member_id": member_id,
+                             "topics": [{"name": "stay", "partitions": [
+                                 {"partition_index": 0, "committed_offset": offset, "committed_metadata": ""}]}]})
+        return int(r.topics[0].partitions[0].error_code)
+
+    with KafkaConnection("127.0.0.1", b.port, timeout_s=10) as conn:
+        member = join(conn, "").member_id                  # MEMBER_ID_REQUIRED hands out the id
+        joined = join(conn, member)
+        assert int(joined.error_code) == 0 and joined.leader == member
+        generation = joined.generation_id
+        sync = conn.request(14, {**group, "generation_id": generation, "member_id": member,
+                                 "assignments": [{"member_id": member, "assignment": b"partitions 0-1"}]})
+        assert int(sync.error_code) == 0
+        assert commit(conn, generation, member, 5) == 0
+
+    assert b.stop(how) in (0, -signal.SIGKILL)
+    b2 = broker_factory(b.root, listeners=f"PLAINTEXT://127.0.0.1:{b.port}", **FAST_GROUPS)
+    with KafkaConnection("127.0.0.1", b2.port, timeout_s=10) as conn:
+        hb = conn.request(12, {**group, "generation_id": generation, "member_id": member})
+        assert int(hb.error_code) == 0                      # the same member, the same generation
+        assert commit(conn, generation, member, 9) == 0
+        described = conn.request(15, {"groups": ["stable"]}).groups[0]
+        assert (described.group_state, described.protocol_data) == ("Stable", "range")
+        assert [(m.member_id, bytes(m.member_assignment), bytes(m.member_metadata))
+                for m in described.members] == [(member, b"partitions 0-1", b"subscription")]
+        fetched = conn.request(9, {"groups": [{"group_id": "stable", "topics": [
+            {"name": "stay", "partition_indexes": [0]}]}]}).groups[0]
+        assert int(fetched.topics[0].partitions[0].committed_offset) == 9
+        time.sleep(2.6)                                     # no heartbeat for more than the session
+        hb = conn.request(12, {**group, "generation_id": generation, "member_id": member})
+        assert int(hb.error_code) == 25                     # UNKNOWN_MEMBER_ID: expired
+        assert commit(conn, generation, member, 11) == 25

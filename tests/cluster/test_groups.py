@@ -209,6 +209,13 @@ def test_new_coordinator_answers_load_in_progress_until_the_groups_are_loaded(cl
     print(f"broker {new}: {loaded[-1].split(': ', 1)[-1]}")
 
 
+def _members(cluster, broker_id: int, group: str) -> list[str]:
+    """Member ids of a Stable group, from DescribeGroups at its coordinator."""
+    g = _ask(cluster, broker_id, DESCRIBE_GROUPS, {"groups": [group]}).groups[0]
+    assert int(g.error_code) == NONE and g.group_state == "Stable", (int(g.error_code), g.group_state)
+    return sorted(m.member_id for m in g.members)
+
+
 def _consumer(cluster, group: str, **conf):
     settings = {"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                 "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 200,
@@ -252,6 +259,8 @@ def test_group_survives_sigkill_of_its_coordinator_with_its_committed_offsets(cl
     assert committed == {0: 100, 1: 100, 2: 100}
 
     coordinator = _coordinator(cluster, "grp")
+    members = _members(cluster, coordinator, "grp")
+    assert len(members) == 1
     cluster.brokers[coordinator].kill()
     t0 = time.monotonic()
     new = cluster.wait_for(lambda: (lambda n: n if n != coordinator else None)(_coordinator(cluster, "grp")),
@@ -269,6 +278,9 @@ def test_group_survives_sigkill_of_its_coordinator_with_its_committed_offsets(cl
     resumed_s = time.monotonic() - t1
     assert set(second) <= {v for _p, _o, v in after}, "the group did not continue on the new coordinator"
     assert not [v for _p, _o, v in after if v in set(first)], "committed records were consumed again"
+    # The new coordinator loaded the group as it was (Kafka's loadGroup): the same member goes
+    # on, no rebalance, and its commit with its member id and generation is taken.
+    assert _members(cluster, new, "grp") == members
     c1.commit(asynchronous=False)                  # at the new coordinator
     c1.close()
 
