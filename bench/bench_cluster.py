@@ -7,12 +7,13 @@ start them) with zookeeper.session.timeout.ms=6000 and Kafka's defaults otherwis
 (auto.leader.rebalance.enable=false so that leaderships stay put during the run), and measures:
 
 - produce: `--records` records of `--record-bytes` to a `--partitions`-partition topic with
-  RF=3, min.insync.replicas=2 and acks=all (idempotent, librdkafka's default with acks=all) vs the
-  same to an RF=1 topic with the same producer (acks=all, idempotent: only the replication factor
-  differs) and with acks=1 (not idempotent), on the same cluster; the ratios RF3 / RF1. The first
-  is the cost of replication; the second also holds the client's difference: librdkafka's
-  idempotent producer keeps one produce request in flight per connection, its acks=1 producer
-  several, so that ratio is bounded by the client's round trips, not by the brokers;
+  RF=3, min.insync.replicas=2 and acks=all vs the same to an RF=1 topic with the same producer, on
+  the same cluster; the ratio RF3 / RF1 is the cost of replication. Two acks=all producers:
+  pipelined (up to 5 requests in flight per connection, as Kafka's Java producer sends them, not
+  idempotent) and idempotent. librdkafka's idempotent producer keeps one produce request in flight
+  per partition and, while it waits for the answer, its broker threads poll the socket without
+  sleeping: the longer the replicated round trip, the more CPU the client burns, which on a small
+  machine the brokers lack. RF=1 with acks=1 (not idempotent) is measured too;
 - consume: an assign() consumer reading each topic from offset 0 (leader reads);
 - failover: a producer sending acks=all continuously (`--rate` records/s) to a 1-partition RF=3
   topic; the leader of that partition is SIGKILLed; the time from the kill to the first
@@ -351,10 +352,17 @@ class KafkaClusterRun(Cluster):
 
 # ----------------------------------------------------------------------------------- workload
 
-def produce(bootstrap: str, topic: str, n: int, size: int, partitions: int, acks: str) -> float:
-    """Seconds to produce `n` records of `size` bytes round-robin over the partitions, unpaced."""
+# The producers measured: acks, idempotence, requests in flight per connection.
+PRODUCERS = {"1": ("1", False, 5), "all": ("all", True, 5), "pipe": ("all", False, 5)}
+
+
+def produce(bootstrap: str, topic: str, n: int, size: int, partitions: int, producer: str) -> float:
+    """Seconds to produce `n` records of `size` bytes round-robin over the partitions, unpaced,
+    with one of the PRODUCERS."""
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": acks == "all",
+    acks, idempotent, in_flight = PRODUCERS[producer]
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": idempotent,
+                  "max.in.flight.requests.per.connection": in_flight,
                   "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20})
     payload = os.urandom(size)
     failures = []
@@ -402,7 +410,8 @@ def throughput(cl: Cluster, args, rnd: int) -> dict:
     """One round: produce to and consume from an RF=1 and an RF=3 topic (order alternates by
     round); a single broker has the RF=1 topic only."""
     out = {}
-    order = (("rf1", 1, "1"), ("rf1all", 1, "all"), ("rf3", 3, "all")) if len(cl.ports) >= 3 else (("rf1", 1, "1"),)
+    order = (("rf1", 1, "1"), ("rf1all", 1, "all"), ("rf3", 3, "all"), ("rf1pipe", 1, "pipe"),
+             ("rf3pipe", 3, "pipe")) if len(cl.ports) >= 3 else (("rf1", 1, "1"),)
     if rnd % 2:
         order = order[::-1]
     for key, rf, _acks in order:
@@ -414,8 +423,8 @@ def throughput(cl: Cluster, args, rnd: int) -> dict:
                                         args.partitions, acks)
         out[f"cpu produce {key}"] = (cl.cpu() - b0, _self_cpu() - c0)
     for key, _rf, _acks in order:
-        if key == "rf1all":
-            continue                        # the same bytes as rf1
+        if key not in ("rf1", "rf3"):
+            continue                        # the same bytes as rf1 or rf3
         b0, c0 = cl.cpu(), _self_cpu()
         out[f"consume {key}"] = consume(cl.bootstrap, f"{key}-{rnd}", args.records + 1, args.partitions)
         out[f"cpu consume {key}"] = (cl.cpu() - b0, _self_cpu() - c0)
@@ -576,7 +585,7 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], cmdline: str
     names = list(results)
     lines = [f"### seglog cluster (3 brokers + ZooKeeper) vs Apache Kafka, librdkafka client "
              f"({args.records:,} x {args.record_bytes} B records, {args.partitions} partitions; "
-             f"RF=3 min.insync.replicas=2 acks=all idempotent vs RF=1 with the same producer and with acks=1; "
+             f"RF=3 min.insync.replicas=2 vs RF=1 with the same acks=all producer, pipelined or idempotent, and RF=1 acks=1; "
              f"session timeout {SESSION_MS / 1000:.0f} s)", "",
              f"`{cmdline}`; median of {args.rounds} round(s) after {args.warmup:,} warm-up records.", "",
              "| metric | " + " | ".join(names) + " |" + (" seglog / Kafka |" if len(names) > 1 else ""),
@@ -599,15 +608,23 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], cmdline: str
         except (KeyError, IndexError, ValueError, statistics.StatisticsError):
             return None
 
-    for key, label in (("rf1", "RF=1 acks=1"), ("rf1all", "RF=1 acks=all idempotent"), ("rf3", "RF=3 acks=all")):
+    for key, label in (("rf1", "RF=1 acks=1"), ("rf1pipe", "RF=1 acks=all pipelined"),
+                       ("rf3pipe", "RF=3 acks=all pipelined"), ("rf1all", "RF=1 acks=all idempotent"),
+                       ("rf3", "RF=3 acks=all idempotent")):
         row(f"produce {label}, records/s",
             [get(n, lambda r, k=key: args.records / _median(r["rounds"], f"produce {k}")) for n in names], "{:,.0f}")
         row(f"produce {label}, MB/s",
             [get(n, lambda r, k=key: mb / _median(r["rounds"], f"produce {k}")) for n in names], "{:,.1f}")
-    row("produce RF=3 / RF=1, the same producer (target >= 0.5x)",
-        [get(n, lambda r: statistics.median(x["produce rf1all"] / x["produce rf3"] for x in r["rounds"]))
-         for n in names], "{:.2f}x", None)
-    row("produce RF=3 acks=all / RF=1 acks=1",
+    def ratios(label: str, rf1: str, rf3: str) -> None:
+        """The median per-round ratio, and the range of the rounds' ratios beside it."""
+        def cell(r):
+            each = [x[f"produce {rf1}"] / x[f"produce {rf3}"] for x in r["rounds"]]
+            return f"{statistics.median(each):.2f}x" + (f" ({min(each):.2f}-{max(each):.2f})" if len(each) > 1 else "")
+        lines.append(f"| {label} | " + " | ".join(get(n, cell) or "n/a" for n in names) + " |"
+                     + (" |" if len(names) > 1 else ""))
+    ratios("produce RF=3 / RF=1, acks=all pipelined, median (range of rounds) (target >= 0.5x)", "rf1pipe", "rf3pipe")
+    ratios("produce RF=3 / RF=1, acks=all idempotent, median (range of rounds)", "rf1all", "rf3")
+    row("produce RF=3 acks=all idempotent / RF=1 acks=1",
         [get(n, lambda r: statistics.median(x["produce rf1"] / x["produce rf3"] for x in r["rounds"]))
          for n in names], "{:.2f}x", None)
     for key, label in (("rf1", "RF=1"), ("rf3", "RF=3 (leader reads)")):
@@ -616,9 +633,11 @@ def report(args, results: dict[str, dict], skipped: dict[str, str], cmdline: str
     row("consume RF=3 / RF=1",
         [get(n, lambda r: statistics.median(x["consume rf1"] / x["consume rf3"] for x in r["rounds"]))
          for n in names], "{:.2f}x", None)
-    for phase in ("produce rf1", "produce rf1all", "produce rf3", "consume rf1", "consume rf3"):
+    for phase, label in (("produce rf1", "produce RF=1 acks=1"), ("produce rf1pipe", "produce RF=1 pipelined"),
+                         ("produce rf3pipe", "produce RF=3 pipelined"), ("produce rf1all", "produce RF=1 idempotent"),
+                         ("produce rf3", "produce RF=3 idempotent"), ("consume rf1", "consume RF=1"),
+                         ("consume rf3", "consume RF=3")):
         cells = [get(n, lambda r, p=phase: _cpu(r["rounds"], f"cpu {p}")) for n in names]
-        label = phase.replace("rf1all", "RF=1 acks=all").replace("rf", "RF=")
         lines.append(f"| CPU s, {label}: brokers / client | "
                      + " | ".join(c or "n/a" for c in cells) + " |" + (" |" if len(names) > 1 else ""))
     for key, label in (("elect", "kill -> new leader in Metadata"),
