@@ -14,6 +14,17 @@ from logcore.records.control import ControlType
 SEGMENT_BYTES = "2048"
 
 
+@pytest.fixture(params=["local", "memory", pytest.param("s3", marks=pytest.mark.s3)])
+def root_target(request, storage_targets):
+    """Local disk, fsspec memory and one S3 server: the session's preferred one (SeaweedFS, or
+    moto's server where there is none). A range open only lists a folder and issues ranged GETs,
+    which both servers answer alike; moto's server (in this process, a few hundred small
+    requests) took twice SeaweedFS's time here for the same checks. Where the two servers
+    behave differently (conditional writes, fencing) the tests run on each: tests/log's
+    `root_target` and the `s3_backend_url` fixture."""
+    return storage_targets.make(request.param)
+
+
 def recs(n, start=0, ts=1_700_000_000_000):
     return [(f"k{i}".encode(), f"v{i}".encode().ljust(40, b"."), (), ts + i) for i in range(start, start + n)]
 
