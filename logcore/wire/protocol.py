@@ -25,6 +25,8 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
+from logcore.wire.fetch_request import FETCH, encode_fetch_request
+from logcore.wire.fetch_request import FIRST_VERSION as FETCH_FIRST, LAST_VERSION as FETCH_LAST
 from logcore.wire.produce_codec import PRODUCE, decode_produce_request
 from logcore.errors import SegLogError
 
@@ -154,6 +156,14 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
                    body: Any) -> bytes:
     """The whole frame (size prefix included) of a request: `body` is the kio request dataclass
     of that version, or a dict of Kafka field names (see `build`)."""
+    if api_key == FETCH and FETCH_FIRST <= api_version <= FETCH_LAST and isinstance(body, dict):
+        # By hand: a follower sends one per round (see fetch_request).
+        try:
+            return encode_fetch_request(correlation_id, client_id, api_version, body)
+        except KeyError as exc:
+            raise ValueError(f"the Fetch v{api_version} request has no {exc.args[0]!r} field") from None
+        except struct.error as exc:
+            raise ValueError(f"a Fetch v{api_version} request field is out of range: {exc}") from None
     cls = request_type(api_key, api_version)
     if not isinstance(body, cls):
         body = build(cls, body)
