@@ -1,9 +1,11 @@
 """Fetch requests encoded by hand (v4..v12, the versions that name topics).
 
-A follower sends one Fetch per round to each leader it follows, as often as the leader takes
-produce requests. Built through kio (a dict turned into a dataclass tree, then written field by
-field) one request took about 40 us, a tenth of a follower's CPU at replication factor 3; packed
-directly it takes a few. The byte layout is Kafka's FetchRequest schema, the same that kio writes
+A follower sends one Fetch per round to each leader it follows, naming every partition it
+follows there (full fetch requests: no KIP-227 sessions). Built through kio (a dict turned into a
+dataclass tree, then written field by field) a request cost about 6.6 us per partition: 6.6 ms
+per round for a follower of 1,000 partitions. Packed directly it costs about 0.45 us per
+partition (measured: 6 partitions 7 us against 62; 1,000 partitions 0.44 ms against 6.6). The
+byte layout is Kafka's FetchRequest schema, the same that kio writes
 (tests compare the two for every version here); fields the body leaves out take the schema's
 defaults, as `protocol.build` gives them.
 """
