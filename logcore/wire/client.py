@@ -6,7 +6,7 @@
   in the order the requests went out, as Kafka guarantees on one connection).
 - `AsyncKafkaConnection`: the same over asyncio (a buffered protocol) (`await connect()`, `await request()`,
   `close()`), each request with its own timeout; concurrent requests share the connection.
-- `bootstrap(servers)`: a connection to the first reachable of `h1:p1,h2:p2`;
+- `bootstrap(servers)`: a connection to the first reachable of `h1:p1,h2:p2`, from a random one on;
   `KafkaConnection.connection_to(node_id)` reaches another broker of the cluster (the controller,
   a leader) through the Metadata response's broker list.
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import random
 import socket
 import struct
 from dataclasses import dataclass
@@ -346,10 +347,14 @@ class KafkaConnection(_Negotiated):
 def bootstrap(servers: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, client_id: str | None = "seglog",
               windows: dict[int, tuple[int, int]] | None = None,
               option: str = "bootstrap.servers") -> KafkaConnection:
-    """A connected KafkaConnection to the first of `servers` (`h1:p1,h2:p2`) that answers;
-    `option` names the setting in messages."""
+    """A connected KafkaConnection to the first of `servers` (`h1:p1,h2:p2`) that answers, trying
+    them from a random one on, in order, as Kafka's clients do: clients spread over the list,
+    and a server that is down is not every client's first try. `option` names the setting in
+    messages."""
     failures = []
-    for host, port in parse_servers(servers, option):
+    listed = parse_servers(servers, option)
+    start = random.randrange(len(listed)) if listed else 0
+    for host, port in listed[start:] + listed[:start]:
         conn = KafkaConnection(host, port, timeout_s=timeout_s, client_id=client_id, windows=windows,
                                origin=f"{option}={servers}")
         try:

@@ -178,6 +178,16 @@ def test_bootstrap_takes_the_first_reachable_and_connection_to_a_node(seglog_bro
         bootstrap("nohost")
 
 
+def test_bootstrap_starts_at_a_random_server_as_kafka_clients_do(seglog_broker):
+    # the same broker under two names: which name a connection used shows where it started
+    servers = f"127.0.0.1:{seglog_broker.port},localhost:{seglog_broker.port}"
+    chosen = set()
+    for _ in range(40):
+        with bootstrap(servers, timeout_s=10) as conn:
+            chosen.add(conn.host)
+    assert chosen == {"127.0.0.1", "localhost"}
+
+
 def test_async_connection_concurrent_requests_and_timeout(seglog_broker):
     create(seglog_broker, "wire-async", 1)
     produce(seglog_broker, "wire-async", [b"x%d" % i for i in range(5)], partition=0)
