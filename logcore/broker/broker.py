@@ -10,6 +10,7 @@ fetch) does not hold up the requests behind it. Responses still go out in reques
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import threading
@@ -38,6 +39,9 @@ from logcore.log.log_root import LogRoot
 from logcore.log.partition_metadata import parse_topic_id
 from logcore.wire.produce_codec import encode_produce_results
 from logcore.wire.protocol import ZERO_UUID, Request
+
+# Every Fetch below v13 names its topics, and the answer carries each one's id: parsed once.
+_topic_uuid_of = functools.lru_cache(maxsize=4096)(parse_topic_id)
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +209,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
     # ------------------------------------------------------------------ Metadata
     def _topic_uuid(self, name: str) -> uuid.UUID:
         info = self.partitions.topics.get(name)
-        return parse_topic_id(info.topic_id) if info and info.topic_id else ZERO_UUID
+        return _topic_uuid_of(info.topic_id) if info and info.topic_id else ZERO_UUID
 
     async def metadata(self, req: Request) -> dict:
         body = req.body
