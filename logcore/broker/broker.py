@@ -52,6 +52,15 @@ EARLIEST_LOCAL = -4         # KIP-405: the local log start offset (a tiered foll
 Result = dict | bytes | EncodedResponse | None | Awaitable[dict | bytes | EncodedResponse | None]
 
 
+
+async def _appended(entries) -> None:
+    """Until every submitted append of a produce is done (most are already: an append that
+    needs no flush or roll completes in submit)."""
+    pending = [entry[3] for entry in entries if entry[3] is not None and not entry[3].done()]
+    if pending:
+        await asyncio.wait(pending)
+
+
 class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, ReassignmentHandlers):
     """Dispatches each request by API key (`handlers`) to its handler: Produce, ListOffsets,
     Metadata, ApiVersions, InitProducerId and OffsetForLeaderEpoch here; Fetch in
@@ -362,29 +371,38 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         return out
 
     async def _finish_produce(self, entries, req: Request) -> bytes:
-        for entry in entries:
-            if entry[3] is not None:
-                await asyncio.wait([entry[3]])
+        await _appended(entries)
         return self._produce_response(entries, req)
 
     async def _finish_replicated_produce(self, entries, req: Request) -> bytes:
         """acks=all in a cluster: once appended, each batch waits until the high watermark
-        passes it (replication.md 1.8)."""
-        for entry in entries:
-            if entry[3] is not None:
-                await asyncio.wait([entry[3]])
-        timeout_s = max(0.0, req.body.timeout_ms / 1000.0)
+        passes it (replication.md 1.8), all of them within the request's timeout."""
+        await _appended(entries)
         waits = []
         for i, (topic, index, part, fut, code, message) in enumerate(entries):
             if fut is not None and fut.exception() is None:
                 replica = self.cluster.replicas.get((topic, index))
                 if replica is None:
-                    waits.append((i, asyncio.sleep(0, E.NOT_LEADER_OR_FOLLOWER)))
+                    waits.append((i, None, None))
                 else:
-                    waits.append((i, self.cluster.wait_for_high_watermark(
-                        replica, fut.result().last_offset + 1, timeout_s)))
-        codes = await asyncio.gather(*(w for _, w in waits))
-        overrides = {i: code for (i, _), code in zip(waits, codes) if code != E.NONE}
+                    waits.append((i, replica, self.cluster.high_watermark_reached(
+                        replica, fut.result().last_offset + 1)))
+        pending = [w for _, _, w in waits if w is not None and not w.done()]
+        if pending:
+            try:
+                await asyncio.wait(pending, timeout=max(0.0, req.body.timeout_ms / 1000.0))
+            finally:
+                for _, replica, w in waits:
+                    if w is not None and not w.done():
+                        self.cluster.forget_waiter(replica, w)
+        overrides = {}
+        for i, replica, w in waits:
+            if w is None:
+                overrides[i] = E.NOT_LEADER_OR_FOLLOWER
+            elif w.cancelled():
+                overrides[i] = E.REQUEST_TIMED_OUT          # the records may still commit
+            elif w.result() != E.NONE:
+                overrides[i] = w.result()
         return self._produce_response(entries, req, overrides)
 
     def _produce_response(self, entries, req: Request, overrides: dict | None = None) -> bytes:

@@ -677,25 +677,37 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ acks=all
     async def wait_for_high_watermark(self, replica: Replica, required: int, timeout_s: float) -> int:
-        """Park an acks=all produce until the HW reaches `required` (its last offset + 1):
-        NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (the HW passed it with the ISR below
-        min.insync.replicas), NOT_LEADER_OR_FOLLOWER (leadership moved; the records may
-        survive on the new leader) or REQUEST_TIMED_OUT (they may still commit)."""
+        """Park an acks=all write until the HW reaches `required` (its last offset + 1): the
+        code of high_watermark_reached, or REQUEST_TIMED_OUT (the records may still commit)."""
+        fut = self.high_watermark_reached(replica, required)
+        if not fut.done():
+            await asyncio.wait((fut,), timeout=timeout_s)
+            if not fut.done():
+                self.forget_waiter(replica, fut)
+                return E.REQUEST_TIMED_OUT
+        return fut.result()
+
+    def high_watermark_reached(self, replica: Replica, required: int) -> asyncio.Future:
+        """A future for an acks=all produce appended up to `required` (its last offset + 1),
+        set once the HW passes it: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (the HW passed it with
+        the ISR below min.insync.replicas) or NOT_LEADER_OR_FOLLOWER (leadership moved; the
+        records may survive on the new leader). A caller that stops waiting (its timeout) hands
+        it to forget_waiter. Futures, not a coroutine per partition: a produce waits for all of
+        its partitions with one timer."""
+        fut = self.loop.create_future()
         part = self.partitions.get(replica.topic, replica.index)
         if replica.role != LEADER or part is None or part._log is None:
-            return E.NOT_LEADER_OR_FOLLOWER
-        if part._log.high_watermark >= required:
-            return self._enough(replica)
-        fut = self.loop.create_future()
-        replica.waiters.append((required, fut))
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        except asyncio.TimeoutError:
-            return E.REQUEST_TIMED_OUT
-        finally:
-            if not fut.done():
-                fut.cancel()
-            replica.waiters = [w for w in replica.waiters if w[1] is not fut]
+            fut.set_result(E.NOT_LEADER_OR_FOLLOWER)
+        elif part._log.high_watermark >= required:
+            fut.set_result(self._enough(replica))
+        else:
+            replica.waiters.append((required, fut))
+        return fut
+
+    @staticmethod
+    def forget_waiter(replica: Replica, fut: asyncio.Future) -> None:
+        fut.cancel()
+        replica.waiters = [w for w in replica.waiters if w[1] is not fut]
 
     def _enough(self, replica: Replica) -> int:
         return E.NONE if len(self._effective_isr(replica)) >= self.min_insync(replica) \
