@@ -285,8 +285,19 @@ class BrokerClient:
         """The offset of each partition for `timestamp` (-1 latest: the LSO with read_committed,
         the HW with read_uncommitted; -2 earliest), asked of its leader with the leader epoch
         Metadata gave (a deposed leader answers FENCED_LEADER_EPOCH). A stale leader or a broken
-        connection refreshes Metadata and asks again, for at most `retry_timeout` seconds.
-        A partition the cluster does not have raises TopicNotFoundError."""
+        leader connection refreshes Metadata and asks again, for at most `retry_timeout` seconds.
+        When the connection for Metadata breaks too, every connection is closed and the question
+        asked once more from the bootstrap servers, as a new client would; a second break raises
+        KafkaConnectionError. A partition the cluster does not have raises TopicNotFoundError."""
+        try:
+            return self._list_offsets(partitions, timestamp, isolation)
+        except KafkaConnectionError:
+            self.close()
+            self.invalidate()
+            return self._list_offsets(partitions, timestamp, isolation)
+
+    def _list_offsets(self, partitions: list[tuple[str, int]], timestamp: int,
+                      isolation: str) -> dict[tuple[str, int], int]:
         pending = list(dict.fromkeys(partitions))
         out: dict[tuple[str, int], int] = {}
         started = time.monotonic()

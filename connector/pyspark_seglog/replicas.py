@@ -233,19 +233,10 @@ class ReplicaLogs:
             self._latest[tp], self._ref[tp], self._leader_dir[tp] = latest, ref, leader_dir
 
     def _ask_broker(self, tps: list) -> dict:
-        from logcore.wire.client import KafkaConnectionError
         from pyspark_seglog.broker_client import BrokerClient
-        for attempt in (1, 2):
-            if self._broker is None:
-                self._broker = BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-source")
-            try:
-                return self._broker.list_offsets(tps, isolation=self.opts.isolation)
-            except KafkaConnectionError:
-                self._broker.close()
-                self._broker = None
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        if self._broker is None:
+            self._broker = BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-source")
+        return self._broker.list_offsets(tps, isolation=self.opts.isolation)
 
     def _reference(self, tp) -> int:
         if tp not in self._ref:

@@ -500,16 +500,7 @@ class _Logs:
     def _ask_broker(self, tps: list) -> dict:
         if not tps:
             return {}
-        from logcore.wire.client import KafkaConnectionError
-        for attempt in (1, 2):
-            try:
-                return self._client().list_offsets(tps, isolation=self.opts.isolation)
-            except KafkaConnectionError:
-                self._broker.close()
-                self._broker = None
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        return self._client().list_offsets(tps, isolation=self.opts.isolation)
 
     def earliest(self, tp) -> int:
         return self.log(tp).log_start_offset
