@@ -52,7 +52,6 @@ EARLIEST_LOCAL = -4         # KIP-405: the local log start offset (a tiered foll
 Result = dict | bytes | EncodedResponse | None | Awaitable[dict | bytes | EncodedResponse | None]
 
 
-
 async def _appended(entries) -> None:
     """Until every submitted append of a produce is done (most are already: an append that
     needs no flush or roll completes in submit)."""
