@@ -155,17 +155,25 @@ class PartitionState:
     isr: tuple[int, ...]
     controller_epoch: int
     zk_version: int = -1
+    # The zxid of the write that made this version (the znode's mzxid; -1: not known). A broker
+    # whose registration (czxid, its broker epoch) is newer than it restarted since this state
+    # was written: its leadership or ISR membership in it belongs to its previous process.
+    mzxid: int = field(default=-1, compare=False)
+
+    def written_before(self, registration_epoch: int) -> bool:
+        """Whether this state was written before a registration with that broker epoch."""
+        return 0 <= self.mzxid < registration_epoch
 
     def to_json(self) -> bytes:
         return _dumps({"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
                        "isr": list(self.isr), "controller_epoch": self.controller_epoch})
 
     @classmethod
-    def from_json(cls, raw: bytes, zk_version: int, path: str) -> "PartitionState":
+    def from_json(cls, raw: bytes, zk_version: int, path: str, mzxid: int = -1) -> "PartitionState":
         d = _loads(raw, path)
         try:
             return cls(int(d["leader"]), int(d["leader_epoch"]), tuple(int(b) for b in d["isr"]),
-                       int(d["controller_epoch"]), zk_version)
+                       int(d["controller_epoch"]), zk_version, mzxid)
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptRecordError(f"partition state {path} lacks or mangles {e}", file=path) from None
 
@@ -567,7 +575,7 @@ class ZooKeeperStore:
             raw, stat = self.client.get(path)
         except NoNodeError:
             return None
-        return PartitionState.from_json(raw, stat.version, path)
+        return PartitionState.from_json(raw, stat.version, path, stat.mzxid)
 
     def partition_states(self, topic: str) -> dict[int, PartitionState]:
         from kazoo.exceptions import NoNodeError
@@ -589,7 +597,8 @@ class ZooKeeperStore:
         path = partition_state_path(topic, partition)
 
         def on_data(raw, stat):
-            fn(None if stat is None else PartitionState.from_json(raw or b"{}", stat.version, path))
+            fn(None if stat is None else PartitionState.from_json(raw or b"{}", stat.version, path,
+                                                                         stat.mzxid))
         return self.client.DataWatch(path, on_data)
 
     def create_partition_states(self, topic: str, states: dict[int, PartitionState],
@@ -624,15 +633,15 @@ class ZooKeeperStore:
                     f"{path} is no longer at version {expected_version}; re-read the partition state") from None
             except NoNodeError:
                 raise TopicNotFoundError(f"partition state {path} does not exist") from None
-            version = stat.version
         else:
             t = self.client.transaction()
             t.check(CONTROLLER_EPOCH, fence.zk_version)
             t.set_data(path, new.to_json(), version=expected_version)
             results = self._commit_fenced(t, fence, f"update {path}", cas_path=path,
                                           expected_version=expected_version)
-            version = results[1].version
-        return PartitionState(new.leader, new.leader_epoch, tuple(new.isr), new.controller_epoch, version)
+            stat = results[1]
+        return PartitionState(new.leader, new.leader_epoch, tuple(new.isr), new.controller_epoch,
+                              stat.version, stat.mzxid)
 
     def _commit_fenced(self, t, fence: ControllerEpoch, what: str, *, cas_path: str | None = None,
                        expected_version: int | None = None):
