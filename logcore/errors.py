@@ -70,6 +70,12 @@ class FencedWriterError(SegLogError):
     """This writer's leader epoch is no longer the partition's: another writer took over."""
 
 
+class NotLeaderOrFollowerError(SegLogError):
+    """A replica's log was asked for a write its role forbids: a leader's append on a replica
+    that no longer leads, or a follower's append or truncation for an epoch it no longer
+    follows at (the role changed under the caller; the client goes to the current leader)."""
+
+
 class PartitionInUseError(SegLogError):
     """Another live writer holds the partition, and the caller asked not to take it over."""
 

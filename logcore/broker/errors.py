@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from logcore.errors import (InvalidReplicationFactorError, CommitFailedError, CommitStateUnknownError, CorruptRecordError,
                             FencedWriterError, InvalidConfigError, InvalidProducerEpochError,
-                            InvalidRecordError, InvalidTopicError, OffsetOutOfRangeError,
+                            InvalidRecordError, InvalidTopicError, NotLeaderOrFollowerError,
+                            OffsetOutOfRangeError,
                             OutOfOrderSequenceError, RecordTooLargeError, RejectedRecordsError, StorageError,
                             TopicExistsError, TopicNotFoundError, UnsupportedMagicError)
 from logcore.log.producer_state import InvalidTxnStateError
@@ -80,6 +81,7 @@ _BY_CLASS: tuple[tuple[type, int], ...] = (
     (InvalidTopicError, INVALID_TOPIC_EXCEPTION),
     (InvalidConfigError, INVALID_CONFIG),
     (FencedWriterError, NOT_LEADER_OR_FOLLOWER),
+    (NotLeaderOrFollowerError, NOT_LEADER_OR_FOLLOWER),
     (CommitFailedError, NOT_LEADER_OR_FOLLOWER),
     (CommitStateUnknownError, KAFKA_STORAGE_ERROR),
     (StorageError, KAFKA_STORAGE_ERROR),

@@ -27,8 +27,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterable
 
-from logcore.errors import (DamagedLogError, FencedWriterError, InvalidRecordError, OffsetOutOfRangeError,
-                            ReadOnlyLogError, RecordTooLargeError, SegLogError)
+from logcore.errors import (DamagedLogError, FencedWriterError, InvalidRecordError, NotLeaderOrFollowerError,
+                            OffsetOutOfRangeError, ReadOnlyLogError, RecordTooLargeError, SegLogError)
 from logcore.records.batch import (CONTROL_MASK, LOG_OVERHEAD, TRANSACTIONAL_MASK, BatchHeader, Record,
                                    TimestampType, build_batch, parse_header, set_base_offset,
                                    set_log_append_time, set_partition_leader_epoch)
@@ -130,6 +130,11 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         self.recovery = RecoveryReport()
         self.commit_marker: dict | None = None
         self.leader_epoch = -1
+        # Whether this log takes a leader's appends. A path-mode writer leads by its fence; a
+        # replica leads only between become_leader and become_follower, and the check is made
+        # under the lock of the append itself, so a replica being deposed never appends a
+        # client's batch stamped with the new leader's epoch (Kafka's leaderIsrUpdateLock).
+        self.leads = not replica
         self.high_watermark = 0
         self.log_start_offset = 0
         self.recovery_point = 0
@@ -451,6 +456,10 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                        assign: bool = False) -> AppendInfo:
         if self._closed:
             raise SegLogError(f"{self.topic}-{self.partition} is closed")
+        if not self.leads:
+            raise NotLeaderOrFollowerError(
+                f"{self.topic}-{self.partition}: this replica follows at leader epoch"
+                f" {self.leader_epoch}; only the leader appends")
         if validated:
             header = parse_header(data)
             size = header.size
@@ -529,7 +538,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
 
     # ------------------------------------------------------------------ truncation and close
     def truncate_to(self, offset: int, *, below_high_watermark: bool = False,
-                    expected_end: int | None = None) -> bool:
+                    expected_end: int | None = None, follower_at: int | None = None) -> bool:
         """Remove every offset >= `offset` (a writer dropping uncommitted data, or a follower
         cutting where it diverged from the leader: the leader's `end_offset_for_epoch` of the
         follower's latest epoch). A cut below the HW removes committed data: it raises
@@ -537,8 +546,12 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         cache loses its entries from `offset` on, also when `offset` is at or past the LEO.
 
         `expected_end`: do nothing and return False unless the LEO is that (checked under the
-        writer's lock: a follower cuts only the log its decision was made on). Else True."""
+        writer's lock: a follower cuts only the log its decision was made on). Else True.
+        `follower_at`: a follower's cut, made only while this replica follows at that leader
+        epoch (else NotLeaderOrFollowerError: it leads now, or follows at another epoch)."""
         with self._critical():
+            if follower_at is not None:
+                self._require_follower(follower_at, "truncate")
             if expected_end is not None and self.log_end_offset != expected_end:
                 return False
             if offset >= self.log_end_offset:

@@ -10,8 +10,8 @@ Durability stays separate: `flush` / `commit` make data durable; today's single-
 """
 from __future__ import annotations
 
-from logcore.errors import (FencedWriterError, InvalidRecordError, OffsetOutOfRangeError,
-                            ReadOnlyLogError, RecordTooLargeError, SegLogError)
+from logcore.errors import (FencedWriterError, InvalidRecordError, NotLeaderOrFollowerError,
+                            OffsetOutOfRangeError, ReadOnlyLogError, RecordTooLargeError, SegLogError)
 from logcore.records.batch import iter_batches
 from logcore.log.clock import now_ms as _now_ms
 from logcore.log.log_reader import _end_marker
@@ -29,8 +29,19 @@ class LogReplication:
             raise SegLogError(f"{self.topic}-{self.partition}: {what} needs a log on local disk; an"
                               " object-store log takes its epoch from its writer fence")
 
+    def _require_follower(self, epoch: int, what: str) -> None:
+        """Under the writer's lock: a follower's write for `epoch` goes ahead only while this
+        replica still follows at that epoch. A fetch answered for an older epoch, or one that
+        lands after become_leader, must not write a deposed leader's batches after the new
+        epoch's entry (the epoch cache would then misdescribe the log)."""
+        if self.leads or self.leader_epoch != epoch:
+            now = "leads" if self.leads else "follows"
+            raise NotLeaderOrFollowerError(
+                f"{self.topic}-{self.partition}: cannot {what} as a follower at leader epoch {epoch}:"
+                f" this replica {now} at epoch {self.leader_epoch} now")
+
     # ------------------------------------------------------------------ follower append
-    def append_as_follower(self, records) -> tuple[int, int]:
+    def append_as_follower(self, records, *, follower_at: int | None = None) -> tuple[int, int]:
         """Append the leader's batches verbatim (Kafka's appendAsFollower).
 
         `records`: bytes of whole RecordBatch v2 batches (or a list of such bytes), as a fetch
@@ -46,15 +57,20 @@ class LogReplication:
         aborted transactions go to the transaction index. Segments roll by the same rules as
         the leader's appends. The HW does not move (`update_high_watermark` does that).
         Returns (first offset, last offset), or (-1, -1) for no batch.
+
+        `follower_at`: the leader epoch the fetch was made at; the append happens only while
+        this replica still follows at it (else NotLeaderOrFollowerError, nothing written).
         """
         self._require_local_writer("append as a follower")
         buf, batches = self._follower_batches(records)
         if not batches:
             return -1, -1
         with self._critical():
+            if follower_at is not None:
+                self._require_follower(follower_at, "append")
             return self._append_follower_locked(buf, batches, nonblocking=False)
 
-    def append_as_follower_nowait(self, records) -> tuple[int, int] | None:
+    def append_as_follower_nowait(self, records, *, follower_at: int | None = None) -> tuple[int, int] | None:
         """append_as_follower() for a caller that must not block (the broker's event loop):
         None, with nothing written, when the append would wait for a lock, roll a segment,
         reach the flush policy or write the epoch cache (a batch of a new leader epoch); the
@@ -69,6 +85,8 @@ class LogReplication:
             if not self.fence.try_enter_critical():
                 return None
             try:
+                if follower_at is not None:
+                    self._require_follower(follower_at, "append")
                 return self._append_follower_locked(buf, batches, nonblocking=True)
             finally:
                 self.fence.exit_critical()
@@ -183,12 +201,15 @@ class LogReplication:
             self._set_high_watermark(offset)
             return True
 
-    def update_high_watermark(self, leader_high_watermark: int) -> int:
+    def update_high_watermark(self, leader_high_watermark: int, *, follower_at: int | None = None) -> int:
         """Follower: take the HW from the leader's (Kafka's updateHighWatermark): it becomes
-        min(leader's HW, own LEO), and never less than the log start offset. Returns it."""
+        min(leader's HW, own LEO), and never less than the log start offset. Returns it.
+        `follower_at`: only while this replica follows at that leader epoch."""
         if not self.writer:
             raise ReadOnlyLogError(f"{self.topic}-{self.partition} was opened for reading only")
         with self._lock:
+            if follower_at is not None:
+                self._require_follower(follower_at, "take the leader's high watermark")
             hw = max(self.log_start_offset, min(leader_high_watermark, self.log_end_offset))
             self._set_high_watermark(hw)
             return hw
@@ -208,25 +229,30 @@ class LogReplication:
                     f" epoch {latest} of its leader-epoch-checkpoint")
             self.leader_epoch = epoch
             self.epoch_cache.assign(epoch, self.log_end_offset)
+            self.leads = True
 
     def become_follower(self, epoch: int) -> None:
         """Follow the partition's leader at `epoch` (given by the controller): the epoch is
         recorded for fencing, nothing is truncated and the epoch cache learns epochs only from
-        the leader's batches (append_as_follower). An epoch below the current one raises
+        the leader's batches (append_as_follower). From here on a leader's append raises
+        NotLeaderOrFollowerError: the change is made under the append's lock, so no client
+        batch lands after it stamped with `epoch`. An epoch below the current one raises
         FencedWriterError."""
         self._require_local_writer("become a follower")
-        with self._lock:
+        with self._critical():
             if epoch < self.leader_epoch:
                 raise FencedWriterError(
                     f"{self.topic}-{self.partition}: leader epoch {epoch} is older than the current"
                     f" epoch {self.leader_epoch}")
+            self.leads = False
             self.leader_epoch = epoch
 
     def truncate_fully_and_start_at(self, offset: int, *, log_start_offset: int | None = None,
                                     epochs: list[tuple[int, int]] | None = None,
                                     producer_snapshot: bytes | None = None,
                                     snapshot_source: str | None = None,
-                                    expected_end: int | None = None) -> bool:
+                                    expected_end: int | None = None,
+                                    follower_at: int | None = None) -> bool:
         """A follower that cannot catch up by fetching (Kafka's truncateFullyAndStartAt): every
         local segment goes and the log restarts, empty, at `offset`; the HW and recovery point
         are `offset`. Without the other arguments (the leader's log start moved past this
@@ -238,10 +264,13 @@ class LogReplication:
         epoch cache and producer state at `offset`.
 
         `expected_end`: do nothing and return False unless the LEO is that (checked under the
-        writer's lock). The new log start offset is checkpointed before any file goes."""
+        writer's lock). The new log start offset is checkpointed before any file goes.
+        `follower_at`: only while this replica follows at that leader epoch (as truncate_to)."""
         self._require_local_writer("truncate fully")
         start = offset if log_start_offset is None else min(log_start_offset, offset)
         with self._critical():
+            if follower_at is not None:
+                self._require_follower(follower_at, "truncate fully")
             if expected_end is not None and self.log_end_offset != expected_end:
                 return False
             if producer_snapshot is not None:         # checked before anything changes
