@@ -83,7 +83,14 @@ class ClusterFetch:
             return name, tid, p, part, E.OFFSET_MOVED_TO_TIERED_STORAGE
         return entry
 
-    def followed(self, wanted, results, follower: int, ends: dict) -> None:
+    def epochs(self, wanted) -> dict:
+        """The leader epoch of each partition the checks let through, taken right after them."""
+        replicas = self.manager.replicas
+        return {(name, p.partition): replicas[(name, p.partition)].epoch
+                for name, _tid, p, part, error in wanted
+                if error == E.NONE and part is not None and (name, p.partition) in replicas}
+
+    def followed(self, wanted, results, follower: int, ends: dict, epochs: dict) -> None:
         """After a read for a follower: record its fetch offset as its LEO."""
         manager = self.manager
         for (name, _tid, p, part, error), res in zip(wanted, results):
@@ -91,10 +98,10 @@ class ClusterFetch:
                 continue
             replica = manager.replicas.get((name, p.partition))
             key = (name, p.partition)
-            if replica is None or key not in ends:
+            if replica is None or key not in ends or key not in epochs:
                 continue
             manager.on_follower_fetch(replica, follower, p.fetch_offset,
-                                      getattr(p, "log_start_offset", -1), ends[key])
+                                      getattr(p, "log_start_offset", -1), ends[key], epochs[key])
 
     def annotate(self, wanted, results) -> None:
         """The current leader on answers that send the client elsewhere."""

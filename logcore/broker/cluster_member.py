@@ -47,6 +47,7 @@ class ClusterMember:
         epoch = await asyncio.to_thread(self.store.register_broker, self.broker.node_id, host, port)
         logger.info("broker %d registered in ZooKeeper (%s) at %s:%d, broker epoch %d", self.broker.node_id,
                     self.config["zookeeper.connect"], host, port, epoch)
+        self.broker.cluster.registered()          # replicas take their roles from here on
         self.controller = Controller(
             self.store, self.broker.node_id,
             unclean_leader_election=self.broker.root.defaults().get(

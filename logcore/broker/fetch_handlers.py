@@ -85,6 +85,9 @@ class FetchHandlers:
             wanted = [self.cluster_fetch.check(entry, follower) for entry in wanted]
             if follower >= 0:
                 isolation = "log_end"           # a follower reads up to the leader's LEO
+                # The epochs the checks passed at: a fetch answered after a long poll counts
+                # for the follower's progress only if this broker still leads at that epoch.
+                epochs = self.cluster_fetch.epochs(wanted)
         while True:
             waits = [part.next_commit() for _, _, _, part, _ in wanted if part is not None]
             if follower >= 0:
@@ -92,7 +95,7 @@ class FetchHandlers:
                         for name, _, p, part, error in wanted if part is not None and part._log is not None}
             results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
             if follower >= 0:
-                self.cluster_fetch.followed(wanted, results, follower, ends)
+                self.cluster_fetch.followed(wanted, results, follower, ends, epochs)
                 failed = failed or any("diverging_epoch" in r for r in results)
             remaining = deadline - loop.time()
             if total >= body.min_bytes or failed or remaining <= 0 or not waits:

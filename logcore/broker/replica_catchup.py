@@ -71,7 +71,8 @@ async def _truncate_to_shorter_leader(fetcher, conn, followed, log) -> bool | No
         below = leader_leo < log.high_watermark
         logger.warning("%s: the leader's log ends at %d, before this replica's %d; truncating",
                        _name(fetcher, followed), leader_leo, leo)
-        log.truncate_to(leader_leo, below_high_watermark=below, expected_end=leo)
+        log.truncate_to(leader_leo, below_high_watermark=below, expected_end=leo,
+                        follower_at=followed.epoch)
     await asyncio.to_thread(cut)
     return True
 
@@ -94,7 +95,7 @@ async def handle_out_of_range(fetcher, conn, followed, log) -> None:
         return
 
     def restart():
-        if log.truncate_fully_and_start_at(leader_start, expected_end=leo):
+        if log.truncate_fully_and_start_at(leader_start, expected_end=leo, follower_at=followed.epoch):
             logger.warning("%s: this replica ends at %d, below the leader's log start %d (retention"
                            " there moved past it); truncated fully, starting at %d",
                            _name(fetcher, followed), leo, leader_start, leader_start)
@@ -116,7 +117,8 @@ async def handle_moved_to_tiered(fetcher, conn, followed, log) -> None:
         followed.delayed_until = time.monotonic() + fetcher.backoff_s
         return
     try:
-        done = await asyncio.to_thread(_build_from_remote, name, log, leo, local_start, leader_start)
+        done = await asyncio.to_thread(_build_from_remote, name, log, leo, local_start, leader_start,
+                                       followed.epoch)
     except SegLogError as exc:
         logger.error("%s: cannot build this replica's state from the remote tier: %s; retrying",
                      name, exc)
@@ -125,7 +127,8 @@ async def handle_moved_to_tiered(fetcher, conn, followed, log) -> None:
         followed.delayed_until = time.monotonic() + fetcher.backoff_s
 
 
-def _build_from_remote(name: str, log, leo: int, local_start: int, leader_start: int) -> bool:
+def _build_from_remote(name: str, log, leo: int, local_start: int, leader_start: int,
+                       follower_at: int) -> bool:
     """KIP-405's follower catch-up from the remote segment holding `local_start` - 1."""
     view = log.remote
     store = getattr(view, "store", None)
@@ -155,7 +158,7 @@ def _build_from_remote(name: str, log, leo: int, local_start: int, leader_start:
     if not log.truncate_fully_and_start_at(start_at, log_start_offset=leader_start, epochs=epochs,
                                            producer_snapshot=snapshot,
                                            snapshot_source=f"producer snapshot of {source}",
-                                           expected_end=leo):
+                                           expected_end=leo, follower_at=follower_at):
         return True                          # the log changed meanwhile: the next fetch decides
     logger.warning("%s: this replica ends at %d, below the leader's local log start %d; rebuilt"
                    " from %s (epochs %s, %d producers) and starting at %d, log start %d", name, leo,

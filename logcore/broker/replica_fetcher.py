@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from logcore.broker import errors as E
 from logcore.broker import replica_catchup
-from logcore.errors import SegLogError
+from logcore.errors import NotLeaderOrFollowerError, SegLogError
 from logcore.wire.client import AsyncKafkaConnection, KafkaError
 
 logger = logging.getLogger(__name__)
@@ -263,6 +263,11 @@ class LeaderFetcher:
                         if self.partitions.get(key) is not followed:
                             continue                # no longer followed here, or at another epoch
                         await self._apply(conn, followed, offset, p)
+                except NotLeaderOrFollowerError as exc:
+                    # The role changed while this answer was in flight: the new state's own
+                    # transition (become leader, or follow at the new epoch) takes over.
+                    logger.info("broker %d: dropped a fetch answer for %s-%d: %s", self.manager.me,
+                                topic.topic, p.partition_index, exc)
                 except SegLogError as exc:
                     logger.error("broker %d: replicating %s-%d from broker %d failed: %s; retrying",
                                  self.manager.me, topic.topic, p.partition_index, self.leader, exc)
@@ -289,15 +294,17 @@ class LeaderFetcher:
                 # to the page cache), else in a worker thread; the next fetch, which tells
                 # the leader this replica's new LEO, goes out as soon as every partition of
                 # this answer is applied.
-                if log.append_as_follower_nowait(records) is None:
+                # follower_at: written only while this replica still follows at the epoch the
+                # fetch was made at (a become_leader in a worker thread may come first).
+                if log.append_as_follower_nowait(records, follower_at=followed.epoch) is None:
                     def append():
                         if log.log_end_offset != offset:    # truncated meanwhile: drop this answer
                             return False
-                        log.append_as_follower(records)
+                        log.append_as_follower(records, follower_at=followed.epoch)
                         return True
                     if not await asyncio.to_thread(append):
                         return
-            log.update_high_watermark(p.high_watermark)
+            log.update_high_watermark(p.high_watermark, follower_at=followed.epoch)
             if p.log_start_offset > log.log_start_offset:
                 await asyncio.to_thread(replica_catchup.follow_log_start, log, p.log_start_offset)
             self.manager.partitions.notify(part)
@@ -336,7 +343,8 @@ class LeaderFetcher:
                         leader_epoch, leo, target)
         # At or past the LEO this still drops epoch-cache entries the leader does not have
         # (KAFKA-10706), so that the next probe asks about an epoch both know.
-        log.truncate_to(target, below_high_watermark=below, expected_end=offset)
+        log.truncate_to(target, below_high_watermark=below, expected_end=offset,
+                        follower_at=followed.epoch)
 
     async def _out_of_range(self, conn, followed: Followed, log) -> None:
         await replica_catchup.handle_out_of_range(self, conn, followed, log)

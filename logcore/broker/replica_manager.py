@@ -34,7 +34,8 @@ from logcore.broker import errors as E
 from logcore.broker.isr import (FollowerState, high_watermark_candidate, may_join, out_of_sync,
                                 reset_followers)
 from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState, TopicAssignment
-from logcore.errors import SegLogError, TopicExistsError, TopicNotFoundError, ZkVersionConflictError
+from logcore.errors import (CoordinatorUnavailableError, SegLogError, TopicExistsError, TopicNotFoundError,
+                            ZkVersionConflictError)
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +180,21 @@ class ReplicaManager:
             await self._config_changed(event[1], event[2])
         elif kind == "state":
             await self._state_changed(event[1], event[2], event[3])
+        elif kind == "registered":
+            # Now that this broker is registered, apply the states read meanwhile.
+            for key, state in sorted(self.states.items()):
+                if key not in self.replicas or self.replicas[key].state is None:
+                    await self._state_changed(key[0], key[1], state)
+
+    def registered(self) -> None:
+        """This broker's registration is in ZooKeeper (ClusterMember.register): states start to
+        be applied. Before it, a restarted broker would act on states written for its previous
+        process while that process's session may still be alive (KIP-380's broker epoch)."""
+        self._post(("registered",))
+
+    def _registration_epoch(self) -> int | None:
+        reg = self.store.registration
+        return reg.epoch if reg is not None else None
 
     # ------------------------------------------------------------------ topics
     async def _topics_changed(self, names) -> None:
@@ -352,6 +368,9 @@ class ReplicaManager:
         ta = self.assignments.get(topic)
         if ta is None or self.me not in ta.partitions.get(p, ()):
             return
+        broker_epoch = self._registration_epoch()
+        if broker_epoch is None:
+            return                              # not registered yet: `registered` applies it
         replica = self.replicas.get(key)
         if replica is None:
             replica = self.replicas[key] = Replica(topic, p)
@@ -363,7 +382,15 @@ class ReplicaManager:
                 if replica.role == LEADER:
                     self._maybe_increment_hw(replica)
             return
-        if state.leader == self.me:
+        if state.leader == self.me and state.written_before(broker_epoch):
+            # Written for a previous process of this broker (its log may have lost an
+            # unflushed tail since): leading at that epoch could make followers truncate
+            # acknowledged records. The controller elects again for this registration.
+            logger.warning("broker %d: the state of %s-%d names it leader at epoch %d, but was written"
+                           " before its registration (broker epoch %d); waiting for the controller",
+                           self.me, topic, p, state.leader_epoch, broker_epoch)
+            await self._become_offline(replica, state)
+        elif state.leader == self.me:
             await self._become_leader(replica, state)
         elif state.leader != NO_LEADER:
             await self._become_follower(replica, state)
@@ -426,11 +453,16 @@ class ReplicaManager:
             self._leadership(replica, False)
 
     async def _become_follower(self, replica: Replica, state: PartitionState) -> None:
-        if not await self._set_hosted(replica.topic, replica.index, True):
-            return
+        # Stop leading before anything awaits: produce_check refuses from here, an acks=all
+        # waiter registered later fails at once, and the log itself refuses a leader's append
+        # from the moment become_follower runs under its lock (a batch the partition worker
+        # still holds is not stamped with the new epoch).
         self._resign(replica)
+        replica.role = OFFLINE
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
+        if not await self._set_hosted(replica.topic, replica.index, True):
+            return
         try:
             await self._with_log(replica, lambda log: log.become_follower(state.leader_epoch))
         except SegLogError as exc:
@@ -446,12 +478,20 @@ class ReplicaManager:
         self.partitions.notify(self._partition(replica))
 
     async def _become_offline(self, replica: Replica, state: PartitionState) -> None:
+        leading = replica.role == LEADER
         self._resign(replica)
+        replica.role = OFFLINE
         self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         replica.state = state
-        replica.role = OFFLINE
         replica.followers = {}
+        if leading:
+            # The log stops taking a leader's appends too (batches still queued for it).
+            try:
+                await self._with_log(replica, lambda log: log.become_follower(state.leader_epoch))
+            except SegLogError as exc:
+                logger.error("broker %d: %s-%d: cannot stop leading at epoch %d: %s", self.me,
+                             replica.topic, replica.index, state.leader_epoch, exc)
 
     async def _stop_replica(self, replica: Replica, delete: bool = False, unhost: bool = True) -> None:
         """Kafka's StopReplica: no longer lead or follow. `unhost` drops it from the log dir's
@@ -576,9 +616,13 @@ class ReplicaManager:
             self._maybe_increment_hw(replica)
 
     def on_follower_fetch(self, replica: Replica, follower: int, fetch_offset: int,
-                          log_start: int, leader_leo: int) -> None:
+                          log_start: int, leader_leo: int, leader_epoch: int) -> None:
         """A follower's non-diverging fetch at `fetch_offset` reached the leader (its LEO then
-        was `leader_leo`)."""
+        was `leader_leo`), checked at `leader_epoch`. A fetch parked in a long poll may come
+        back after this broker was deposed: it then counts for nothing (an ISR write from it
+        would name this broker leader at the new leader's epoch)."""
+        if replica.role != LEADER or replica.epoch != leader_epoch:
+            return
         state = replica.followers.get(follower)
         if state is None:
             state = replica.followers[follower] = FollowerState()
@@ -599,15 +643,43 @@ class ReplicaManager:
         self._maybe_increment_hw(replica)
 
     def _change_isr(self, replica: Replica, new_isr: tuple[int, ...]) -> None:
-        replica.pending_isr = new_isr
-        replica.isr_change = self.loop.create_task(self._write_isr(replica, new_isr))
-
-    async def _write_isr(self, replica: Replica, new_isr: tuple[int, ...]) -> None:
+        """Write a new ISR (the caller checked on the loop, with no await since, that this broker
+        leads). The state it is based on is taken now: one read later could be a new leader's."""
         state = replica.state
+        if replica.role != LEADER or state is None or state.leader != self.me:
+            return
+        new_isr = self._without_restarted(replica, state, new_isr)
+        replica.pending_isr = new_isr
+        replica.isr_change = self.loop.create_task(self._write_isr(replica, state, new_isr))
+
+    def _without_restarted(self, replica: Replica, state: PartitionState,
+                           isr: tuple[int, ...]) -> tuple[int, ...]:
+        """`isr` less the members registered after `state` was written: they restarted (or their
+        session expired) since, and may have lost what they had; writing them back would make
+        an old membership look current (the controller drops them, KIP-380)."""
+        keep = []
+        for b in isr:
+            reg = self.brokers.get(b)
+            if b != self.me and reg is not None and state.written_before(reg.epoch):
+                logger.info("broker %d: %s-%d: broker %d registered again since the state was written;"
+                            " left out of the ISR until it catches up", self.me, replica.topic,
+                            replica.index, b)
+                continue
+            keep.append(b)
+        return tuple(keep)
+
+    async def _write_isr(self, replica: Replica, state: PartitionState, new_isr: tuple[int, ...]) -> None:
         try:
             new = PartitionState(self.me, state.leader_epoch, new_isr, state.controller_epoch)
-            written = await asyncio.to_thread(self.store.update_partition_state, replica.topic,
-                                              replica.index, new, state.zk_version)
+            try:
+                written = await asyncio.to_thread(self.store.update_partition_state, replica.topic,
+                                                  replica.index, new, state.zk_version)
+            except CoordinatorUnavailableError as exc:
+                # The outcome is unknown: ZooKeeper may have applied it. Until a read says, the
+                # pending ISR keeps counting (the maximal ISR) and nothing else is written.
+                written = await self._resolve_unknown_isr_write(replica, state, new, exc)
+                if written is None:
+                    return
             if replica.role == LEADER and replica.epoch == state.leader_epoch:
                 replica.state = written
                 if self.states.get(replica.key, written).zk_version <= written.zk_version:
@@ -628,6 +700,36 @@ class ReplicaManager:
             replica.isr_change = None
         if replica.role == LEADER:
             self._maybe_increment_hw(replica)
+
+    async def _resolve_unknown_isr_write(self, replica: Replica, state: PartitionState,
+                                         new: PartitionState, exc: Exception) -> PartitionState | None:
+        """After an ISR write whose outcome is unknown (the connection broke before the answer):
+        read the state znode until ZooKeeper answers, and recognise this broker's own write
+        (Kafka re-reads and compares its proposed state). The state it wrote, or None: not
+        applied, written by someone else (that state is applied), or this broker was deposed
+        meanwhile."""
+        logger.warning("broker %d: %s-%d: the outcome of writing the ISR %s is unknown (%s); reading"
+                       " it back", self.me, replica.topic, replica.index, list(new.isr), exc)
+        delay = 0.05
+        while not self._stopped and replica.role == LEADER and replica.epoch == state.leader_epoch:
+            try:
+                fresh = await asyncio.to_thread(self.store.partition_state, replica.topic,
+                                                replica.index, sync=True)
+            except CoordinatorUnavailableError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            if fresh is None or fresh.zk_version == state.zk_version:
+                return None                      # not applied: the next check writes again
+            if (fresh.zk_version == state.zk_version + 1 and fresh.leader == self.me
+                    and fresh.leader_epoch == state.leader_epoch and fresh.isr == tuple(new.isr)
+                    and fresh.controller_epoch == state.controller_epoch):
+                logger.info("broker %d: %s-%d: the ISR write was applied (version %d)", self.me,
+                            replica.topic, replica.index, fresh.zk_version)
+                return fresh
+            self._post(("state", replica.topic, replica.index, fresh))
+            return None
+        return None
 
     async def _shrink_loop(self) -> None:
         interval = max(0.05, self.lag_max_ms / 2000.0)

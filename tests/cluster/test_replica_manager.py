@@ -1,0 +1,272 @@
+"""The replica manager's role changes under the schedules a review suspected: brokers run in this
+process (BrokerServer, one event loop, a real ZooKeeper), so a test can stretch one step of a
+transition (a slow become_follower, a follower append in flight, a parked follower fetch, an ISR
+write whose outcome is unknown) and act inside the gap, as a client or a follower would.
+
+Leadership moves are made as the controller makes them: a fenced write of the partition's state
+znode with a new leader epoch."""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import glob
+import os
+import threading
+import time
+
+import pytest
+
+from harness import cluster_support
+from logcore.broker import errors as E
+from logcore.broker.config import BrokerConfig
+from logcore.broker.server import BrokerServer
+from logcore.cluster.zookeeper_store import PartitionState
+from logcore.errors import CoordinatorUnavailableError, NotLeaderOrFollowerError
+from logcore.records.batch import build_batch, iter_batches
+from logcore.wire.client import AsyncKafkaConnection
+from seglog_cluster import FAST
+
+TOPIC = "moves"
+KEY = (TOPIC, 0)
+
+
+@pytest.fixture(autouse=True)
+def _need_zookeeper():
+    reason = cluster_support()
+    if reason:
+        pytest.skip(reason)
+
+
+class InProcessCluster:
+    def __init__(self, base, zk_hosts, size: int, props: dict[str, str]):
+        self.base, self.zk_hosts, self.size, self.props = base, zk_hosts, size, props
+        self.servers: dict[int, BrokerServer] = {}
+
+    async def __aenter__(self) -> "InProcessCluster":
+        for i in range(1, self.size + 1):
+            props = {"broker.id": str(i), "listeners": "PLAINTEXT://127.0.0.1:0",
+                     "log.dirs": str(self.base / f"broker-{i}"), "zookeeper.connect": self.zk_hosts,
+                     **FAST, "broker.failure.probe.enable": "false", **self.props}
+            server = BrokerServer(BrokerConfig.from_props(props, source=f"broker-{i}"))
+            await server.start()
+            self.servers[i] = server
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        for server in self.servers.values():
+            await server.stop()
+
+    def broker(self, i: int):
+        return self.servers[i].broker
+
+    def rm(self, i: int):
+        return self.broker(i).cluster
+
+    def log(self, i: int):
+        return self.broker(i).partitions.get(*KEY)._log
+
+    def store(self):
+        return self.rm(1).store
+
+    async def create(self, replicas: list[int], config: dict[str, str]) -> None:
+        await asyncio.to_thread(self.broker(1).catalog.create_topic, TOPIC, config=config,
+                                assignment={0: replicas})
+
+    async def until(self, predicate, what: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.02)
+
+    async def leading(self, leader: int, isr: tuple[int, ...]) -> int:
+        """Wait until `leader` leads with `isr` in its own view; its epoch."""
+        def ok():
+            r = self.rm(leader).replicas.get(KEY)
+            return r is not None and r.role == "leader" and tuple(sorted(r.isr)) == isr
+        await self.until(ok, f"broker {leader} leading with ISR {isr}")
+        return self.rm(leader).replicas[KEY].epoch
+
+    async def move(self, leader: int, isr: tuple[int, ...]) -> PartitionState:
+        """The controller's move: a fenced state write at the next leader epoch."""
+        def write():
+            fence = next(s.member.controller.fence for s in self.servers.values()
+                         if s.member.controller is not None and s.member.controller.fence is not None)
+            st = self.store().partition_state(TOPIC, 0, sync=True)
+            return self.store().update_partition_state(
+                TOPIC, 0, PartitionState(leader, st.leader_epoch + 1, isr, fence.epoch), st.zk_version,
+                fence=fence)
+        return await asyncio.to_thread(write)
+
+    def zk_state(self) -> PartitionState:
+        return self.store().partition_state(TOPIC, 0, sync=True)
+
+    async def produce(self, i: int, value: bytes, acks_all: bool = False):
+        """What the Produce handler does for one batch: the role check, the append, and for
+        acks=all the wait for the high watermark. (code, AppendInfo or exception)."""
+        rm = self.rm(i)
+        code, _ = rm.produce_check(TOPIC, 0, acks_all)
+        if code != E.NONE:
+            return code, None
+        part = self.broker(i).partitions.get(*KEY)
+        try:
+            info = await self.broker(i).partitions.submit(part, bytearray(build_batch([(b"k", value, [], None)])))
+        except NotLeaderOrFollowerError as exc:
+            return E.NOT_LEADER_OR_FOLLOWER, exc
+        if acks_all:
+            code = await rm.wait_for_high_watermark(rm.replicas[KEY], info.last_offset + 1, 5.0)
+        return code, info
+
+
+def batch_epochs(base, broker: int) -> list[tuple[int, int]]:
+    """(base offset, partition leader epoch) of every batch in a broker's segments of KEY."""
+    out = []
+    paths = sorted(glob.glob(os.path.join(base, f"broker-{broker}", f"{TOPIC}-0", "*.log")))
+    assert paths, f"no segment of {TOPIC}-0 in broker {broker}'s log dir"
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read()
+        out += [(h.base_offset, h.partition_leader_epoch)
+                for _, h in iter_batches(data, source=path, allow_partial_tail=True)]
+    return out
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 120))
+
+
+def test_a_deposed_leader_appends_nothing_stamped_with_the_new_epoch(tmp_path, zk_hosts):
+    """Item 1: become_follower(E+1) is slow; a produce inside the gap is refused, an acks=all
+    waiter is answered, and the deposed leader's log holds no batch of epoch E+1 it wrote."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "1"})
+            epoch = await c.leading(1, (1, 2))
+            assert (await c.produce(1, b"before", acks_all=True))[0] == E.NONE
+            log = c.log(1)
+            original = log.become_follower
+            in_gap = threading.Event()
+
+            def slow_become_follower(e):
+                original(e)                 # the log follows at E+1 ...
+                in_gap.set()
+                time.sleep(1.0)             # ... and the replica manager has not heard yet
+
+            log.become_follower = slow_become_follower
+            await c.move(2, (1, 2))
+            assert await asyncio.to_thread(in_gap.wait, 10)
+            code, info = await c.produce(1, b"in the gap", acks_all=True)
+            assert code == E.NOT_LEADER_OR_FOLLOWER, (code, info)
+            await c.leading(2, (1, 2))
+            own = [(o, e) for o, e in batch_epochs(tmp_path, 1) if e > epoch]
+            assert own == [], f"broker 1 appended batches stamped with the new epoch: {own}"
+            assert log.epoch_cache.latest_epoch == epoch, log.epoch_cache.entries
+    run(scenario())
+
+
+def test_a_follower_append_in_flight_does_not_land_after_become_leader(tmp_path, zk_hosts):
+    """Item 6: the follower's append runs in a worker thread and is slow; the follower becomes
+    leader meanwhile. The epoch-E batch must not land after the (E+1, LEO) entry."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "1"})
+            epoch = await c.leading(1, (1, 2))
+            log2 = c.log(2)
+            original = log2.append_as_follower
+            started = threading.Event()
+
+            def slow_append(records, **kw):
+                started.set()
+                time.sleep(1.0)
+                return original(records, **kw)
+
+            log2.append_as_follower_nowait = lambda records, **kw: None   # always the thread path
+            log2.append_as_follower = slow_append
+            assert (await c.produce(1, b"x"))[0] == E.NONE
+            assert await asyncio.to_thread(started.wait, 10)
+            await c.move(2, (1, 2))
+            await c.leading(2, (1, 2))
+            await asyncio.sleep(1.5)                  # the in-flight append has finished by now
+            start = dict(log2.epoch_cache.entries)[epoch + 1]
+            late = [(o, e) for o, e in batch_epochs(tmp_path, 2) if o >= start and e != epoch + 1]
+            assert late == [], f"epoch {epoch} batches after ({epoch + 1}, {start}): {late}"
+    run(scenario())
+
+
+def test_a_parked_follower_fetch_does_not_write_the_state_after_deposal(tmp_path, zk_hosts):
+    """Item 2: a follower's fetch parks at the leader (long poll); the leader is deposed; when
+    the fetch is answered it must not expand the ISR, which would name the deposed broker
+    leader at the new leader's epoch in ZooKeeper."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 3, {"replica.lag.time.max.ms": "1000"}) as c:
+            await c.create([1, 2, 3], {"min.insync.replicas": "1"})
+            await c.leading(1, (1, 2, 3))
+            c.rm(3).fetchers.remove(c.rm(3).replicas[KEY])      # broker 3 stops fetching ...
+            assert (await c.produce(1, b"x"))[0] == E.NONE
+            epoch = await c.leading(1, (1, 2))                  # ... and leaves the ISR
+            conn = AsyncKafkaConnection("127.0.0.1", c.servers[1].broker.port, timeout_s=10)
+            await conn.connect()
+            body = {"replica_id": 3, "max_wait": datetime.timedelta(milliseconds=3000), "min_bytes": 1,
+                    "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                    "topics": [{"topic": TOPIC, "partitions": [{
+                        "partition": 0, "current_leader_epoch": epoch,
+                        # As broker 3 would ask once caught up (its log is not read here).
+                        "fetch_offset": c.log(1).log_end_offset, "last_fetched_epoch": epoch,
+                        "log_start_offset": 0, "partition_max_bytes": 1 << 20}]}],
+                    "forgotten_topics_data": [], "rack_id": ""}
+            parked = asyncio.ensure_future(conn.request(1, body, version=12))
+            await asyncio.sleep(0.5)                            # parked at broker 1
+            moved = await c.move(2, (1, 2))
+            await parked
+            conn.close()
+            await asyncio.sleep(0.5)
+            state = await asyncio.to_thread(c.zk_state)
+            assert state.leader == 2 and state.leader_epoch == moved.leader_epoch, state
+    run(scenario())
+
+
+def test_an_isr_write_with_an_unknown_outcome_keeps_counting_the_new_member(tmp_path, zk_hosts):
+    """Item 4: the leader's ISR expansion is applied by ZooKeeper but the answer is lost, and
+    ZooKeeper stays unreachable for the leader a while. Until a read says otherwise the new
+    member counts for the high watermark (the controller may elect it); then the leader
+    recognises its own write."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {"replica.lag.time.max.ms": "1000"}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "1"})
+            await c.leading(1, (1, 2))
+            rm2, replica2 = c.rm(2), c.rm(2).replicas[KEY]
+            rm2.fetchers.remove(replica2)
+            assert (await c.produce(1, b"x"))[0] == E.NONE
+            await c.leading(1, (1,))                              # broker 2 left the ISR
+            store = c.rm(1).store
+            apply_then_fail, reads = store.update_partition_state, store.partition_state
+            unreachable = threading.Event()
+
+            def update(*args, **kw):
+                written = apply_then_fail(*args, **kw)
+                unreachable.set()
+                raise CoordinatorUnavailableError("connection lost before the answer (test)")
+
+            def read(*args, **kw):
+                if unreachable.is_set():
+                    raise CoordinatorUnavailableError("ZooKeeper unreachable (test)")
+                return reads(*args, **kw)
+
+            store.update_partition_state, store.partition_state = update, read
+            rm2.fetchers.add(replica2, 1)                         # broker 2 catches up: expansion
+            assert await asyncio.to_thread(unreachable.wait, 15)
+            rm2.fetchers.remove(replica2)
+            assert tuple(reads(TOPIC, 0, sync=True).isr) == (1, 2)   # ZooKeeper has it
+            follower_leo = c.log(2).log_end_offset
+            assert (await c.produce(1, b"while unknown"))[0] == E.NONE
+            await asyncio.sleep(1.0)
+            hw = c.log(1).high_watermark
+            assert hw <= follower_leo, (
+                f"the HW moved to {hw}, past the LEO {follower_leo} of broker 2, which ZooKeeper"
+                " holds in the ISR")
+            store.update_partition_state = apply_then_fail
+            unreachable.clear()
+            await c.until(lambda: tuple(c.rm(1).replicas[KEY].isr) == (1, 2),
+                          "broker 1 recognising its own ISR write")
+            store.partition_state = reads
+    run(scenario())
