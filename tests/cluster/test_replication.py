@@ -351,3 +351,33 @@ def test_acks_all_latency_does_not_wait_for_every_partition_of_a_fetch(cluster):
         latencies.append(time.monotonic() - t0)
     latencies.sort()
     assert latencies[len(latencies) // 2] < 0.5, latencies
+
+
+@pytest.mark.cluster_props({"zookeeper.session.timeout.ms": "10000", "broker.failure.probe.enable": "false"})
+def test_a_leader_restarted_inside_its_session_does_not_lead_at_its_old_epoch(cluster):
+    """Item 3 of the replication review: SIGKILL the leader, cut the tail of its active segment
+    (page cache lost with the machine), restart it at once, well inside its 10 s session. It must
+    not lead at its old epoch with the shorter log (the followers would truncate acknowledged
+    records to match it): it waits for its registration, the controller elects anew, and every
+    acknowledged record stays readable."""
+    cluster.create_topic("r", partitions=1, rf=3)
+    values = [b"r%05d" % i for i in range(400)]
+    acked, failed = _produce(cluster, "r", values)
+    assert not failed and len(acked) == len(values)
+    leader = cluster.leader_of("r", 0)
+    broker = cluster.brokers[leader]
+    broker.kill()
+    seg = sorted((broker.log_dir / "r-0").glob("*.log"))[-1]
+    size = seg.stat().st_size
+    with open(seg, "r+b") as f:
+        f.truncate(max(0, size - 4096))             # lost unflushed tail: a torn batch at the end
+    broker.start(wait=False)
+    more = [b"s%05d" % i for i in range(200)]
+    acked_more, _ = _produce(cluster, "r", more, timeout=40)
+    broker.wait_serving()
+    cluster.wait_for(lambda: sorted(cluster.metadata("r")[0][2]) == [1, 2, 3], 60, "a full ISR again")
+    read = {v: o for o, _k, v in cluster.read_partition("r", 0)}
+    lost = [v for v in list(acked) + list(acked_more) if v not in read]
+    assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"
+    # The topic's first leadership was epoch 0; the restarted process never took it up again.
+    assert broker.log_text().count(f"broker {leader} leads r-0 at epoch 0 ") == 1, broker.log_tail(80)
