@@ -25,6 +25,10 @@ holds new connections too (nothing reaches the target); a blackhole "down" lets 
 but their replies never come back (the requester cannot tell whether a write happened); a
 stream that lost bytes is broken, so when the direction leaves `discard` every connection that
 lost something is reset, as a connection whose packets were lost ends in the end.
+`set_mode("discard", direction="down", after=pred)` discards only from the moment a request
+for which `pred(chunk)` is true went up a connection (on that connection): e.g. the reply to a
+ZooKeeper write and everything after it, while reads, watches and pings before it still pass
+(`zookeeper_write` is such a predicate).
 """
 from __future__ import annotations
 
@@ -37,6 +41,23 @@ import time
 MODES = ("pass", "blackhole", "reset", "delay", "discard")
 DIRECTIONS = ("both", "up", "down")
 CHUNK = 65536
+# ZooKeeper opcodes that change data: create, delete, setData, multi, create2, createContainer, createTTL
+ZK_WRITES = {1, 2, 5, 14, 15, 19, 20}
+
+
+def zookeeper_write(chunk: bytes) -> bool:
+    """True when a chunk a ZooKeeper client sent holds a write request: frames of
+    [length][xid][type]...; a ConnectRequest (protocol version 0 where a request has its xid)
+    and pings, auth and set-watches (negative xids) are not."""
+    pos = 0
+    while pos + 12 <= len(chunk):
+        length, xid, kind = struct.unpack_from(">iii", chunk, pos)
+        if xid > 0 and kind in ZK_WRITES:
+            return True
+        if length <= 0:
+            return False
+        pos += 4 + length
+    return False
 
 
 class Proxy:
@@ -55,6 +76,8 @@ class Proxy:
         self._open: set = set()         # writers of live connections (both sides)
         self._flow: dict[str, asyncio.Event] = {}    # direction -> set unless blackholed
         self._lossy: set = set()        # (client writer, upstream writer) of connections that lost bytes
+        self._after = {"up": None, "down": None}     # direction -> discard only once armed by this
+        self._armed: set = set()        # connections on which `after` matched a request
 
     @property
     def mode(self) -> str:
@@ -67,7 +90,7 @@ class Proxy:
         return max(self.modes["up"][1], self.modes["down"][1])
 
     # -------------------------------------------------------------- control (any thread)
-    def set_mode(self, mode: str, delay: float = 0.0, direction: str = "both") -> None:
+    def set_mode(self, mode: str, delay: float = 0.0, direction: str = "both", after=None) -> None:
         if mode not in MODES:
             raise ValueError(f"proxy {self.name}: unknown mode {mode!r} (one of {', '.join(MODES)})")
         if mode == "delay" and not delay > 0:
@@ -76,7 +99,9 @@ class Proxy:
             raise ValueError(f"proxy {self.name}: unknown direction {direction!r} (one of {', '.join(DIRECTIONS)})")
         if mode == "reset" and direction != "both":
             raise ValueError(f"proxy {self.name}: reset closes whole connections (direction both only)")
-        self.hub.call(self._apply, mode, delay, direction)
+        if after is not None and (mode != "discard" or direction != "down"):
+            raise ValueError(f"proxy {self.name}: `after` is for discard of direction down only")
+        self.hub.call(self._apply, mode, delay, direction, after)
 
     def close(self) -> None:
         self.hub.call(self._close)
@@ -89,15 +114,17 @@ class Proxy:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", port)
         self.port = self._server.sockets[0].getsockname()[1]
 
-    def _apply(self, mode: str, delay: float, direction: str = "both") -> None:
+    def _apply(self, mode: str, delay: float, direction: str = "both", after=None) -> None:
         left_discard = False
         for d in (("up", "down") if direction == "both" else (direction,)):
             left_discard |= self.modes[d][0] == "discard" and mode != "discard"
             self.modes[d] = (mode, delay if mode == "delay" else 0.0)
+            self._after[d] = after
             if mode == "blackhole":
                 self._flow[d].clear()
             else:
                 self._flow[d].set()
+        self._armed.clear()
         if mode == "reset":
             for w in list(self._open):
                 _abort(w)
@@ -150,6 +177,7 @@ class Proxy:
                 for t in (t1, t2):
                     t.cancel()
                 self._lossy.discard(pair)
+                self._armed.discard(pair)
                 for w in (cwriter, uwriter):
                     self._open.discard(w)
                     if not w.is_closing():
@@ -173,7 +201,10 @@ class Proxy:
                 if not data:
                     break
                 mode, delay = self.modes[direction]
-                if mode == "discard":
+                if direction == "up" and self._after["down"] is not None and pair not in self._armed \
+                        and self._after["down"](data):
+                    self._armed.add(pair)
+                if mode == "discard" and (self._after[direction] is None or pair in self._armed):
                     self.bytes_discarded += len(data)
                     self._lossy.add(pair)
                     continue

@@ -124,3 +124,36 @@ def test_bad_directions_are_refused(hub, echo):
         p.set_mode("blackhole", direction="sideways")
     with pytest.raises(ValueError, match="direction both only"):
         p.set_mode("reset", direction="up")
+
+
+def test_discard_after_a_matching_request_passes_replies_until_then(echo, hub):
+    p = hub.add(echo.server_address)
+    s = _conn(p)
+    p.set_mode("discard", direction="down", after=lambda chunk: chunk.startswith(b"W"))
+    s.sendall(b"read")
+    assert _recv_n(s, 4) == b"read"                   # not armed yet: replies pass
+    s.sendall(b"Write")
+    assert _wait(lambda: echo.received == 9)          # the write got there
+    s.settimeout(0.5)
+    with pytest.raises(socket.timeout):               # its reply is lost, and all after it
+        s.recv(10)
+    s.sendall(b"read")
+    with pytest.raises(socket.timeout):
+        s.recv(10)
+    with _conn(p) as s2:                              # another connection is not armed
+        s2.sendall(b"r2")
+        assert _recv_n(s2, 2) == b"r2"
+    p.set_mode("pass")
+    s.close()
+
+
+def test_zookeeper_write_tells_writes_from_reads_pings_and_connects():
+    import struct
+    from netproxy import zookeeper_write
+    frame = lambda xid, kind: struct.pack(">iii", 20, xid, kind) + b"x" * 12   # noqa: E731
+    assert zookeeper_write(frame(7, 5))                        # setData
+    assert zookeeper_write(frame(3, 14))                       # multi
+    assert zookeeper_write(frame(7, 4) + frame(8, 1))          # getData then create
+    assert not zookeeper_write(frame(7, 4))                    # getData
+    assert not zookeeper_write(struct.pack(">iii", 8, -2, 11))  # ping
+    assert not zookeeper_write(struct.pack(">iiq", 44, 0, (1 << 32) + 5) + b"y" * 32)   # ConnectRequest
