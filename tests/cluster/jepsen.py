@@ -50,6 +50,9 @@ anomalies (of the examples kept) whose event came after one started and before t
                      old ZooKeeper session (recorded whether the old registration was still there
                      when the new process started and when it listened)
     restart-follower the same on a follower of a partition, cutting only the partitions it follows
+                     (both: not the tail of a partition whose ISR in ZooKeeper holds no other
+                     broker; with min.insync.replicas=1 its page cache may be an acknowledged
+                     record's only copy, which Kafka does not promise to keep)
     controller-kill  SIGKILL the controller (/controller in ZooKeeper), restart at heal
     controller-isolate  the controller cut from the brokers and ZooKeeper
     controller-zk-replies  another leader SIGKILLed while the controller's ZooKeeper replies are
@@ -563,10 +566,18 @@ class Nemesis(threading.Thread):
             owner_before = c.registration(b)
         except Exception:           # noqa: BLE001
             owner_before = None
+        states = self._zk_states()
         t0 = time.monotonic()
         c.kill(b)
-        cut = {}
+        # Kafka keeps an acknowledged record while one in-sync replica keeps it: a replica that
+        # is the only member of its partition's ISR (min.insync.replicas=1) may have acknowledged
+        # records that are in its page cache alone, so its tail is not cut.
+        cut, sole = {}, []
         for p in partitions:
+            isr = states.get(str(p), {}).get("isr") or []
+            if not [o for o in isr if o != b]:
+                sole.append(p)
+                continue
             sizes = c.lose_page_cache(b, TOPIC, p, self.rng.randint(1024, 65536))
             if sizes is not None:
                 cut[p] = sizes
@@ -588,6 +599,7 @@ class Nemesis(threading.Thread):
             owner_at_listen = None
         alive_at_listen = owner_before is not None and owner_at_listen == owner_before
         detail = {"broker": b, "partitions_cut": {str(p): list(v) for p, v in cut.items()},
+                  "not_cut_sole_isr_member": sole,
                   "seconds_to_start": round(started, 3), "old_session": owner_before,
                   "session_at_start": owner_at_start, "old_session_alive_at_start": old_session_alive,
                   "seconds_to_listen": round(listened, 3), "session_at_listen": owner_at_listen,
