@@ -80,6 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--faults", default=",".join(ALL_FAULTS),
                     help=f"comma-separated subset of: {', '.join(ALL_FAULTS)}")
     ap.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
+    ap.add_argument("--group-consumers", type=int, default=2,
+                    help="members of one consumer group (subscribe, rebalances, commits checked)")
     ap.add_argument("--fault-length", default="4,15", help="min,max seconds a fault lasts")
     ap.add_argument("--fault-gap", default="2,8", help="min,max seconds between a heal and the next fault")
     ap.add_argument("--configs", default="rf3,fsync,rebalance,rf2",
@@ -127,10 +129,12 @@ def main(argv=None) -> int:
         opts = Options(seed=seed, duration=args.run_seconds, partitions=args.partitions,
                        zookeepers=args.zookeepers, faults=faults, rate=args.rate,
                        fault_length=_pair(args.fault_length), fault_gap=_pair(args.fault_gap),
-                       client_debug=args.client_debug, schedule=args.schedule, **CONFIGS[config])
+                       client_debug=args.client_debug, schedule=args.schedule,
+                       group_consumers=args.group_consumers, **CONFIGS[config])
         print(f"--- seed {seed}, configuration {config}: python bench/jepsen_cluster.py --runs 1 --seed {seed} "
               f"--configs {config} --run-seconds {args.run_seconds:g} --zookeepers {args.zookeepers} "
-              f"--partitions {args.partitions} --rate {args.rate:g}", flush=True)
+              f"--partitions {args.partitions} --rate {args.rate:g} --group-consumers {args.group_consumers}"
+              f"{' --schedule cycle' if args.schedule == 'cycle' else ''}", flush=True)
         try:
             report = run_once(base, opts)
         except Exception as e:          # noqa: BLE001 - report the run and go on

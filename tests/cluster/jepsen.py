@@ -15,6 +15,10 @@ servers only, as in Jepsen's Kafka tests):
   duplicates are counted, not failed;
 - `consumers` consumers, each assigned every partition with assign + seek
   (auto.offset.reset=error), re-assigned now and then at an offset they had already read;
+- `group_consumers` members of one consumer group (subscribe, rebalances as members leave and
+  come back every 6-12 s, synchronous commits of what they read every 0.5-1.5 s); the group's
+  committed offsets are read back at each assignment and once at the end, and the checker
+  wants them never below a commit acknowledged before the read began;
 - a HW watcher: ListOffsets(latest) per partition with its leader epoch, every 0.25 s;
 - a metadata watcher: each partition's leader and ISR every 0.5 s, an event when they change
   (the report counts leader changes and ISR shrinks/expansions from them).
@@ -112,6 +116,7 @@ class Options:
     producers: int = 2
     oneshot_producers: int = 1
     consumers: int = 2
+    group_consumers: int = 0          # members of one consumer group (subscribe, commits)
     rate: float = 40.0                # sends per second per producer
     faults: tuple = ("kill", "pause", "isolate-node", "isolate-leader", "leader-zk", "leader-brokers",
                      "bridge")
@@ -325,6 +330,122 @@ class ConsumerWorker(threading.Thread):
                     reassign_at = time.monotonic() + self.rng.uniform(3, 8)
         finally:
             c.close()
+
+
+GROUP = "jepsen-group"
+
+
+class GroupConsumerWorker(threading.Thread):
+    """A member of one consumer group (subscribe, rebalances, commits). It commits what it has
+    read, synchronously, every 0.5-1.5 s, and now and then closes and starts a new consumer
+    (a new process `gN.k` of the history, so a rebalance). Events: its polls (checked as the
+    other consumers': contiguous within an assignment, which starts with an "assign" of offset
+    -1, i.e. wherever the group's committed offset says), "commit" per partition (ok: the
+    coordinator acknowledged it; fail/info otherwise), and "committed": the group's committed
+    offset read back when a partition is assigned to it (`since`: when that read began)."""
+
+    def __init__(self, name, cluster, history, opts: Options, stop: threading.Event):
+        super().__init__(name=name, daemon=True)
+        self.proc, self.cluster, self.h, self.opts, self.stop = name, cluster, history, opts, stop
+        self.rng = random.Random(f"{opts.seed}/{name}")
+        self.generation = 0
+        self.error: BaseException | None = None
+
+    def run(self):
+        try:
+            while not self.stop.is_set():
+                self._member(f"{self.proc}.{self.generation}", time.monotonic() + self.rng.uniform(6, 12))
+                self.generation += 1
+        except BaseException as e:      # noqa: BLE001
+            self.error = e
+
+    def _member(self, proc: str, until: float) -> None:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        h = self.h
+
+        def on_assign(consumer, partitions):
+            for tp in partitions:
+                h.add(proc=proc, type="ok", f="assign", key=tp.partition, offset=-1, group=GROUP)
+            since = time.monotonic_ns()
+            try:
+                got = consumer.committed(partitions, timeout=5)
+            except KafkaException as e:
+                h.add(proc=proc, type="fail", f="committed", key=None, error=_err_name(e.args[0]), group=GROUP)
+                return
+            for tp in got:
+                if tp.error is None:
+                    h.add(proc=proc, type="ok", f="committed", key=tp.partition, offset=tp.offset, since=since,
+                          group=GROUP)
+
+        def on_revoke(consumer, partitions):
+            for tp in partitions:
+                h.add(proc=proc, type="info", f="revoke", key=tp.partition, group=GROUP)
+
+        c = Consumer({"bootstrap.servers": self.cluster.bootstrap, "group.id": GROUP, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100, "session.timeout.ms": 6000,
+                      "heartbeat.interval.ms": 500, "topic.metadata.refresh.interval.ms": 2000,
+                      "socket.connection.setup.timeout.ms": 3000, **QUIET})
+        c.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
+        read: dict[int, int] = {}            # partition -> next offset, read since the last commit
+        commit_at = time.monotonic() + self.rng.uniform(0.5, 1.5)
+        try:
+            while not self.stop.is_set() and time.monotonic() < until:
+                m = c.poll(0.2)
+                if m is not None:
+                    if m.error() is not None:
+                        err = m.error()
+                        h.add(proc=proc, type="fail", f="poll", key=m.partition(), error=_err_name(err),
+                              message=err.str())
+                    else:
+                        p = m.partition()
+                        _lo, hi = c.get_watermark_offsets(TopicPartition(TOPIC, p), cached=True)
+                        h.add(proc=proc, type="ok", f="poll", key=p, offset=m.offset(), value=int(m.value()), hw=hi)
+                        read[p] = m.offset() + 1
+                if read and time.monotonic() >= commit_at:
+                    self._commit(c, proc, read)
+                    read = {}
+                    commit_at = time.monotonic() + self.rng.uniform(0.5, 1.5)
+        finally:
+            if read:
+                self._commit(c, proc, read)
+            c.close()
+
+    def _commit(self, c, proc, read: dict) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+        offsets = [TopicPartition(TOPIC, p, o) for p, o in sorted(read.items())]
+        for tp in offsets:
+            self.h.add(proc=proc, type="invoke", f="commit", key=tp.partition, offset=tp.offset, group=GROUP)
+        try:
+            done = c.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:
+            for tp in offsets:      # the coordinator may have written it: indeterminate
+                self.h.add(proc=proc, type="info", f="commit", key=tp.partition, offset=tp.offset,
+                           error=_err_name(e.args[0]), group=GROUP)
+            return
+        for tp in done or offsets:
+            if tp.error is None:
+                self.h.add(proc=proc, type="ok", f="commit", key=tp.partition, offset=tp.offset, group=GROUP)
+            else:
+                self.h.add(proc=proc, type="info", f="commit", key=tp.partition, offset=tp.offset,
+                           error=_err_name(tp.error), group=GROUP)
+
+
+def read_group_offsets(c: Cluster, h: History, partitions: int) -> None:
+    """The group's committed offsets once every fault is healed (f "committed", proc "final")."""
+    from confluent_kafka import Consumer, TopicPartition
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": GROUP, "enable.auto.commit": False, **QUIET})
+    since = time.monotonic_ns()
+    try:
+        got = cons.committed([TopicPartition(TOPIC, p) for p in range(partitions)], timeout=30)
+        for tp in got:
+            if tp.error is None:
+                h.add(proc="final", type="ok", f="committed", key=tp.partition, offset=tp.offset, since=since,
+                      group=GROUP)
+            else:
+                h.add(proc="final", type="fail", f="committed", key=tp.partition, error=_err_name(tp.error),
+                      group=GROUP)
+    finally:
+        cons.close()
 
 
 class HwWatcher(threading.Thread):
@@ -1054,6 +1175,7 @@ def run_once(base: Path, opts: Options, before_final=None) -> RunReport:
         workers += [ProducerWorker(f"q{i}", c, h, values, opts, stop, oneshot=True)
                     for i in range(opts.oneshot_producers)]
         workers += [ConsumerWorker(f"c{i}", c, h, opts, stop) for i in range(opts.consumers)]
+        workers += [GroupConsumerWorker(f"g{i}", c, h, opts, stop) for i in range(opts.group_consumers)]
         workers.append(HwWatcher(c, h, opts, stop))
         if c.clustered:
             workers.append(MetaWatcher(c, h, opts, stop))
@@ -1079,6 +1201,8 @@ def run_once(base: Path, opts: Options, before_final=None) -> RunReport:
         errors += [f"{w.name}: still running" for w in workers + [nemesis] if w.is_alive()]
         hws = wait_caught_up(c, opts.partitions)
         final = final_read(c, hws)
+        if opts.group_consumers:
+            read_group_offsets(c, h, opts.partitions)
         h.close()
         res = check(h.events, final)
         assignment = c.describe(TOPIC)
