@@ -35,7 +35,7 @@ three history events (f "nemesis", with its kind and number): "start" before it 
 "applied" with what it found and did (leaders before and after, the controller, bytes cut,
 whether an old session was alive, ...), "heal" with what it found at the end; the report counts
 what each did ("effects") and, per kind, the acknowledged sends while one was on and the
-anomalies (of the examples kept) whose event came after one started and before the next:
+anomalies (of the examples kept) that came while or after one was on (see by_fault):
     kill             SIGKILL a partition leader, restart it at heal
     pause            SIGSTOP a partition leader, SIGCONT at heal
     isolate-node     a random broker cut from the brokers and ZooKeeper
@@ -600,34 +600,36 @@ class Nemesis(threading.Thread):
             raise ValueError(kind)
         return method(kind)
 
-    def _elect_preferred(self, kind):
-        """Move a live, ZooKeeper-connected leader under load: reorder a partition's replicas
-        (AlterPartitionReassignments, same set) so that an in-sync follower comes first, then
-        ElectLeaders PREFERRED. Records the leader before and after."""
+    def _move_leadership(self, candidates_of):
+        """Reorder a partition's replicas (AlterPartitionReassignments, the same set) so that a
+        broker from candidates_of(partition, state, live brokers) comes first, then ElectLeaders
+        PREFERRED. Tries the partitions in a random order, waiting up to 10 s for one with a
+        candidate (after a fault the ISRs may take a moment to fill). Returns the details
+        (partition, leader/replicas/ISR before and after, error codes), or None."""
         from logcore.tools.kafka_admin import KafkaAdmin
         order = list(range(self.opts.partitions))
         self.rng.shuffle(order)
-        deadline = time.monotonic() + 10       # after a fault the ISRs may take a moment to fill
-        found = False
-        while not found and time.monotonic() < deadline and not self.stop.is_set():
+        deadline = time.monotonic() + 10
+        found = None
+        while found is None and time.monotonic() < deadline and not self.stop.is_set():
             desc, live = self._describe(), set(self._live())
             for p in order:
                 st = desc.get(p)
                 if st is None or st["leader"] not in self.c.nodes:
                     continue
-                candidates = [b for b in st["isr"] if b != st["leader"] and b in live]
+                candidates = [b for b in candidates_of(p, st, live) if b != st["leader"]]
                 if candidates:
-                    found = True
+                    found = (p, st, candidates)
                     break
             else:
                 time.sleep(0.3)
-        if not found:
-            self.skipped[kind] += 1
-            return "preferred election: no partition with an in-sync follower to move to", None, {}
+        if found is None:
+            return None
+        p, st, candidates = found
         target = self.rng.choice(sorted(candidates))
         new_order = [target] + [b for b in st["replicas"] if b != target]
         detail = {"partition": p, "leader_before": st["leader"], "replicas_before": st["replicas"],
-                  "isr_before": st["isr"], "replicas_asked": new_order}
+                  "isr_before": st["isr"], "replicas_asked": new_order, "target": target}
         errors = {}
         try:
             with KafkaAdmin(self.c.bootstrap, timeout_ms=8000) as admin:
@@ -653,10 +655,20 @@ class Nemesis(threading.Thread):
             after = self._describe().get(p, {})
         detail.update(errors=errors, leader_after=after.get("leader"), replicas_after=after.get("replicas"),
                       isr_after=after.get("isr"))
-        moved = after.get("leader") == target and target != st["leader"]
+        return detail
+
+    def _elect_preferred(self, kind):
+        """Move a live, ZooKeeper-connected leader under load to an in-sync follower (replicas
+        reordered, then a preferred election). Records the leader before and after."""
+        detail = self._move_leadership(lambda p, st, live: [b for b in st["isr"] if b in live])
+        if detail is None:
+            self.skipped[kind] += 1
+            return "preferred election: no partition with an in-sync follower to move to", None, {}
+        moved = detail["leader_after"] == detail["target"] and detail["target"] != detail["leader_before"]
         self._effect(kind, "leadership moved" if moved else "leadership not moved")
-        return (f"preferred election {TOPIC}-{p}: replicas {st['replicas']} -> {new_order}, leader "
-                f"{st['leader']} -> {after.get('leader')}"), None, detail
+        return (f"preferred election {TOPIC}-{detail['partition']}: replicas {detail['replicas_before']} -> "
+                f"{detail['replicas_asked']}, leader {detail['leader_before']} -> {detail['leader_after']}"), \
+            None, detail
 
     def _controlled_shutdown(self, kind):
         """SIGTERM a leader (a controlled shutdown: the controller moves its leaderships first),
@@ -797,8 +809,14 @@ class Nemesis(threading.Thread):
         ctl = self._controller()
         leaders = self._leaders()
         victims = sorted({b for b in leaders.values() if b in self.c.nodes and b != ctl and self.c.nodes[b].alive()})
+        moved = None
         if not victims:
-            victims = [b for b in self._live() if b != ctl]
+            # the controller leads every partition: first move one leadership to another broker
+            # (a preferred election), so that killing that broker asks for an election
+            moved = self._move_leadership(lambda p, st, live: [b for b in st["isr"] if b != ctl and b in live])
+            leaders = self._leaders()
+            victims = sorted({b for b in leaders.values() if b in self.c.nodes and b != ctl
+                              and self.c.nodes[b].alive()}) or [b for b in self._live() if b != ctl]
         victim = self.rng.choice(victims) if victims else None
         before = self._zk_states()
         self.c.drop_zookeeper_replies(ctl, after_write=True)
@@ -820,7 +838,8 @@ class Nemesis(threading.Thread):
                 self.c.restart(victim)
             return {"zk_states_at_heal": zk_now, "controller_at_heal": ctl_now}
         return (f"controller {ctl}'s zookeeper replies lost, leader {victim} killed"), heal, \
-            {"controller": ctl, "killed": victim, "leaders_before": leaders, "zk_states_before": before}
+            {"controller": ctl, "killed": victim, "leaders_before": leaders, "zk_states_before": before,
+             "leadership_moved_first": moved}
 
     def _leader_zk_replies(self, kind):
         """A leader cut from the other brokers, its ZooKeeper replies lost from its first write
@@ -1008,8 +1027,10 @@ def meta_stats(history: list[dict]) -> dict:
 
 def by_fault(history: list[dict], result: Result) -> dict:
     """Per fault kind: how many were started, acknowledged sends while one of that kind was on,
-    and the anomalies whose event (lost: the acknowledgment) came after a fault of that kind
-    started and before the next one (anomalies without a history index are not attributed)."""
+    and the anomalies (of the examples kept) attributed to the last fault started before their
+    moment: for a record at a key and offset where another value was later seen, the first
+    sighting of the other value (when the log was rewritten); else the anomaly's own event
+    (lost: the acknowledgment). Examples with neither are not attributed."""
     out = {}
     spans = []          # (start index, heal index or None, kind)
     open_at = {}
@@ -1027,9 +1048,18 @@ def by_fault(history: list[dict], result: Result) -> dict:
     for s, h, kind in spans:
         hi = h if h is not None else len(history)
         out[kind]["acked_during"] += sum(1 for ev in history[s:hi] if ev.get("f") == "send" and ev.get("type") == "ok")
+    seen = {}           # (key, offset) -> [(index, value)] from acknowledged sends and polls
+    for i, ev in enumerate(history):
+        if ev.get("f") in ("send", "poll") and ev.get("type") == "ok" and ev.get("offset") is not None:
+            seen.setdefault((ev["key"], ev["offset"]), []).append((i, ev["value"]))
     for examples in result.anomalies.values():
         for ex in examples:
             i = ex.get("index")
+            obs = seen.get((ex.get("key"), ex.get("offset")), [])
+            # a record replaced by another: the fault on when the other value was first seen
+            changed = next((j for j, v in obs if obs and v != obs[0][1]), None)
+            if changed is not None:
+                i = changed
             if i is None:
                 continue
             j = bisect.bisect_right(starts, i) - 1
