@@ -411,15 +411,17 @@ class Cluster:
         self.links[(src, dst)].set_mode("blackhole", direction="up")
         self.links[(dst, src)].set_mode("blackhole", direction="down")
 
-    def drop_zookeeper_replies(self, i: int, after_write: bool = False) -> None:
+    def drop_zookeeper_replies(self, i: int, after_write=False) -> None:
         """Broker i's requests reach ZooKeeper (its writes are applied, its session kept alive by
         its pings), ZooKeeper's replies are thrown away: broker i cannot tell whether a write
-        happened. `after_write`: replies (and notifications) pass until broker i sends a write
-        on a connection; from that write's reply on they are lost. At heal those connections
-        are reset."""
+        happened. `after_write` (True, or a predicate such as netproxy.zookeeper_write_to):
+        replies (and notifications) pass until broker i sends a (matching) write on a
+        connection; from that write's reply on they are lost. At heal those connections are
+        reset."""
+        after = zookeeper_write if after_write is True else (after_write or None)
         for (b, _z), p in self.zk_links.items():
             if b == i:
-                p.set_mode("discard", direction="down", after=zookeeper_write if after_write else None)
+                p.set_mode("discard", direction="down", after=after)
 
     def chop_tail(self, i: int, topic: str, partition: int, batches: int) -> int:
         """Lost unflushed tail ("power loss", replication.md 6.2): with broker i stopped, cut

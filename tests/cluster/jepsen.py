@@ -60,9 +60,10 @@ anomalies (of the examples kept) that came while or after one was on (see by_fau
     controller-kill  SIGKILL the controller (/controller in ZooKeeper), restart at heal
     controller-isolate  the controller cut from the brokers and ZooKeeper
     controller-zk-replies  another leader SIGKILLed while the controller's ZooKeeper replies are
-                     lost from its first write on (netproxy's zookeeper_write): the election it
-                     writes lands unseen, its session lives; restart at heal; the state znodes
-                     before and at heal recorded
+                     lost from its first write to a state znode of a partition that leader led
+                     (netproxy's zookeeper_write_to): the election it writes lands unseen, its
+                     session lives; restart at heal; the state znodes before and at heal
+                     recorded (a leadership is moved off the controller first if it led all)
     leader-zk-replies (ISR) a leader cut from the other brokers, its ZooKeeper replies lost from
                      its first write on: its ISR shrink lands and it never learns the outcome
                      (state znodes before and at heal recorded)
@@ -805,8 +806,9 @@ class Nemesis(threading.Thread):
 
     def _controller_zk_replies(self, kind):
         """A leader that is not the controller SIGKILLed while the controller's ZooKeeper
-        replies are lost from its first write on (reads, pings and watch notifications pass
-        until then): the election it writes lands, it never hears back, nor anything after.
+        replies are lost from its first write to a state znode of a partition the killed broker
+        led (reads, pings, notifications and other writes pass until then): the election it
+        writes lands, it never hears back, nor anything after.
         Its requests and pings still arrive, so its session lives. Records the state znodes
         before and at heal."""
         ctl = self._controller()
@@ -822,7 +824,12 @@ class Nemesis(threading.Thread):
                               and self.c.nodes[b].alive()}) or [b for b in self._live() if b != ctl]
         victim = self.rng.choice(victims) if victims else None
         before = self._zk_states()
-        self.c.drop_zookeeper_replies(ctl, after_write=True)
+        from netproxy import zookeeper_write_to
+        # armed by a write to a state znode of a partition the victim leads: the controller's
+        # election (the controller's own ISR shrinks as a leader do not count)
+        led = [p for p, b in leaders.items() if b == victim]
+        self.c.drop_zookeeper_replies(ctl, after_write=zookeeper_write_to(
+            [f"/brokers/topics/{TOPIC}/partitions/{p}/state" for p in led]) if led else True)
         if victim is not None:
             self.c.kill(victim)
 

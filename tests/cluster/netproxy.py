@@ -28,7 +28,7 @@ lost something is reset, as a connection whose packets were lost ends in the end
 `set_mode("discard", direction="down", after=pred)` discards only from the moment a request
 for which `pred(chunk)` is true went up a connection (on that connection): e.g. the reply to a
 ZooKeeper write and everything after it, while reads, watches and pings before it still pass
-(`zookeeper_write` is such a predicate).
+(`zookeeper_write` is such a predicate, `zookeeper_write_to(paths)` one for writes to given znodes).
 """
 from __future__ import annotations
 
@@ -43,6 +43,16 @@ DIRECTIONS = ("both", "up", "down")
 CHUNK = 65536
 # ZooKeeper opcodes that change data: create, delete, setData, multi, create2, createContainer, createTTL
 ZK_WRITES = {1, 2, 5, 14, 15, 19, 20}
+
+
+def zookeeper_write_to(paths):
+    """A predicate like zookeeper_write, true only for a write whose chunk names one of `paths`
+    (znode paths, e.g. a partition's state znode)."""
+    names = [p.encode() for p in paths]
+
+    def match(chunk: bytes) -> bool:
+        return zookeeper_write(chunk) and any(n in chunk for n in names)
+    return match
 
 
 def zookeeper_write(chunk: bytes) -> bool:

@@ -157,3 +157,15 @@ def test_zookeeper_write_tells_writes_from_reads_pings_and_connects():
     assert not zookeeper_write(frame(7, 4))                    # getData
     assert not zookeeper_write(struct.pack(">iii", 8, -2, 11))  # ping
     assert not zookeeper_write(struct.pack(">iiq", 44, 0, (1 << 32) + 5) + b"y" * 32)   # ConnectRequest
+
+
+def test_zookeeper_write_to_names_the_znodes():
+    import struct
+    from netproxy import zookeeper_write_to
+    path = b"/brokers/topics/t/partitions/1/state"
+    set_data = struct.pack(">iiii", 16 + len(path), 9, 5, len(path)) + path + b"{}"
+    match = zookeeper_write_to(["/brokers/topics/t/partitions/1/state"])
+    assert match(set_data)
+    assert not zookeeper_write_to(["/brokers/topics/t/partitions/0/state"])(set_data)
+    get_data = struct.pack(">iiii", 16 + len(path), 9, 4, len(path)) + path
+    assert not match(get_data)
