@@ -78,7 +78,7 @@ def test_discarded_replies_reach_the_target_and_the_connection_is_reset_at_heal(
     assert p.mode == "up:pass,down:discard"
     s.sendall(b"write")
     assert _wait(lambda: echo.received == 6)          # the request got there
-    s.settimeout(0.5)
+    s.settimeout(0.3)
     with pytest.raises(socket.timeout):               # its reply never comes back
         s.recv(10)
     assert _wait(lambda: p.bytes_discarded == 5)
@@ -100,7 +100,7 @@ def test_one_direction_blackhole_holds_only_that_direction(echo, hub):
     s = _conn(p)                                      # connects: only replies are held
     s.sendall(b"req")
     assert _wait(lambda: echo.received == 3)
-    s.settimeout(0.5)
+    s.settimeout(0.3)
     with pytest.raises(socket.timeout):
         s.recv(10)
     p.set_mode("pass", direction="down")
@@ -108,7 +108,7 @@ def test_one_direction_blackhole_holds_only_that_direction(echo, hub):
     assert _recv_n(s, 3) == b"req"                    # held, not lost
     p.set_mode("blackhole", direction="up")
     s.sendall(b"more")
-    s.settimeout(0.5)
+    s.settimeout(0.3)
     with pytest.raises(socket.timeout):
         s.recv(10)
     assert echo.received == 3
@@ -134,7 +134,7 @@ def test_discard_after_a_matching_request_passes_replies_until_then(echo, hub):
     assert _recv_n(s, 4) == b"read"                   # not armed yet: replies pass
     s.sendall(b"Write")
     assert _wait(lambda: echo.received == 9)          # the write got there
-    s.settimeout(0.5)
+    s.settimeout(0.3)
     with pytest.raises(socket.timeout):               # its reply is lost, and all after it
         s.recv(10)
     s.sendall(b"read")
