@@ -18,7 +18,7 @@ servers only, as in Jepsen's Kafka tests):
 - `group_consumers` members of one consumer group (subscribe, rebalances as members leave and
   come back every 6-12 s, synchronous commits of what they read every 0.5-1.5 s); the group's
   committed offsets are read back at each assignment and once at the end, and the checker
-  wants them never below a commit acknowledged before the read began;
+  wants them never below the latest commit acknowledged before the read began;
 - a HW watcher: ListOffsets(latest) per partition with its leader epoch, every 0.25 s;
 - a metadata watcher: each partition's leader and ISR every 0.5 s, an event when they change
   (the report counts leader changes and ISR shrinks/expansions from them).
