@@ -133,7 +133,8 @@ def main(argv=None) -> int:
                        group_consumers=args.group_consumers, **CONFIGS[config])
         print(f"--- seed {seed}, configuration {config}: python bench/jepsen_cluster.py --runs 1 --seed {seed} "
               f"--configs {config} --run-seconds {args.run_seconds:g} --zookeepers {args.zookeepers} "
-              f"--partitions {args.partitions} --rate {args.rate:g} --group-consumers {args.group_consumers}"
+              f"--partitions {args.partitions} --rate {args.rate:g} --group-consumers {args.group_consumers} "
+              f"--fault-length {args.fault_length} --fault-gap {args.fault_gap} --faults {','.join(faults)}"
               f"{' --schedule cycle' if args.schedule == 'cycle' else ''}", flush=True)
         try:
             report = run_once(base, opts)
