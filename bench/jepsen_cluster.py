@@ -3,11 +3,25 @@ another, until the time is up; each run's history checked (tests/cluster/checker
 
     python bench/jepsen_cluster.py --minutes 20 --seed 1
     python bench/jepsen_cluster.py --minutes 60 --seed 100 --zookeepers 3 --run-seconds 90
+    python bench/jepsen_cluster.py --runs 1 --seed 7 --configs rf3 --faults controlled-shutdown,elect-preferred
+
+Every fault kind of tests/cluster/jepsen.py is in the default --faults. Runs go through the
+--configs in turn (run i uses configuration i mod their number):
+    rf3        replication factor 3, min.insync.replicas 2 (the default)
+    fsync      rf3 with flush.messages=1 on the topic: adds lost-tail-all (a whole-cluster
+               power cut), which no other configuration can survive, and leaves the fast
+               restarts no unsynced tail to cut
+    rebalance  rf3 with auto.leader.rebalance.enable (checked every 2 s): leaders move back
+               to their preferred replica by themselves, under load
+    isr1       replication factor 3, min.insync.replicas 1
+    rf2        replication factor 2, min.insync.replicas 1
 
 Run i uses seed (--seed + i), so a failing run is replayed with `--seed N --runs 1` (fault
 timing is wall-clock, so a replay is the same schedule of faults, not the same interleaving).
-Prints one summary per run and at the end runs x faults x records and the anomalies; exit
-status 1 when any run had an anomaly or a harness error. Each run's files (history.jsonl,
+Prints one summary per run and at the end two tables: the runs (seed, configuration, faults,
+acknowledged writes, final records, anomalies, seconds) and the fault kinds (faults done, what
+they did, acknowledged writes while one was on, anomalies after one); exit status 1 when any run
+had an anomaly or a harness error. Each run's files (history.jsonl,
 final.json, broker logs and log.dirs) are kept under --keep (default: a temporary directory,
 removed after a valid run).
 """
@@ -29,12 +43,29 @@ sys.path.insert(1, str(REPO / "connector"))
 from harness import cluster_support  # noqa: E402
 from jepsen import ALL_FAULTS, Options, run_once  # noqa: E402
 
+CONFIGS = {
+    "rf3": {},
+    "fsync": {"fsync": True},
+    "rebalance": {"auto_rebalance": True},
+    "isr1": {"min_insync": 1},
+    "rf2": {"replication_factor": 2, "min_insync": 1},
+}
+
 
 def _pair(text: str) -> tuple[float, float]:
     lo, hi = (float(x) for x in text.split(","))
     if not 0 <= lo <= hi:
         raise SystemExit(f"expected min,max with 0 <= min <= max, got {text!r}")
     return lo, hi
+
+
+def _table(header, rows) -> None:
+    cells = [tuple(str(c) for c in header)] + [tuple(str(c) for c in r) for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for n, r in enumerate(cells):
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+        if n == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
 
 
 def main(argv=None) -> int:
@@ -49,8 +80,14 @@ def main(argv=None) -> int:
     ap.add_argument("--faults", default=",".join(ALL_FAULTS),
                     help=f"comma-separated subset of: {', '.join(ALL_FAULTS)}")
     ap.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
+    ap.add_argument("--group-consumers", type=int, default=2,
+                    help="members of one consumer group (subscribe, rebalances, commits checked)")
     ap.add_argument("--fault-length", default="4,15", help="min,max seconds a fault lasts")
     ap.add_argument("--fault-gap", default="2,8", help="min,max seconds between a heal and the next fault")
+    ap.add_argument("--configs", default="rf3,fsync,rebalance,rf2",
+                    help=f"comma-separated configurations taken in turn, of: {', '.join(CONFIGS)}")
+    ap.add_argument("--schedule", choices=("random", "cycle"), default="random",
+                    help="random fault kinds, or each of --faults in turn")
     ap.add_argument("--keep", default=None, help="directory to keep every run's files in")
     ap.add_argument("--client-debug", default="", help="librdkafka debug contexts for the producers "
                     "(e.g. msg,protocol,broker), logged to client-<producer>.log in the run's directory")
@@ -66,28 +103,56 @@ def main(argv=None) -> int:
         print(f"--faults: unknown {bad}; known: {', '.join(ALL_FAULTS)}", file=sys.stderr)
         return 2
 
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    bad = [c for c in configs if c not in CONFIGS]
+    if bad or not configs:
+        print(f"--configs: unknown {bad}; known: {', '.join(CONFIGS)}", file=sys.stderr)
+        return 2
+    if "lost-tail-all" in faults and "fsync" not in configs:
+        print("note: lost-tail-all runs only in the fsync configuration, which --configs does not name",
+              file=sys.stderr)
+
     keep = Path(args.keep) if args.keep else None
     deadline = time.monotonic() + args.minutes * 60
     totals = Counter()
     fault_totals = Counter()
     anomalies = Counter()
     bad_runs = []
+    rows = []                           # one per run
+    kinds = {}                          # kind -> faults, acked_during, anomalies_after
+    effects = Counter()
     i = 0
     while time.monotonic() < deadline and (not args.runs or i < args.runs):
         seed = args.seed + i
+        config = configs[i % len(configs)]
         base = (keep / f"run-{seed}") if keep else Path(tempfile.mkdtemp(prefix=f"jepsen-{seed}-"))
         opts = Options(seed=seed, duration=args.run_seconds, partitions=args.partitions,
                        zookeepers=args.zookeepers, faults=faults, rate=args.rate,
                        fault_length=_pair(args.fault_length), fault_gap=_pair(args.fault_gap),
-                       client_debug=args.client_debug)
+                       client_debug=args.client_debug, schedule=args.schedule,
+                       group_consumers=args.group_consumers, **CONFIGS[config])
+        print(f"--- seed {seed}, configuration {config}: python bench/jepsen_cluster.py --runs 1 --seed {seed} "
+              f"--configs {config} --run-seconds {args.run_seconds:g} --zookeepers {args.zookeepers} "
+              f"--partitions {args.partitions} --rate {args.rate:g} --group-consumers {args.group_consumers} "
+              f"--fault-length {args.fault_length} --fault-gap {args.fault_gap} --faults {','.join(faults)}"
+              f"{' --schedule cycle' if args.schedule == 'cycle' else ''}", flush=True)
         try:
             report = run_once(base, opts)
         except Exception as e:          # noqa: BLE001 - report the run and go on
             print(f"seed {seed}: harness error {e!r} (files in {base})", flush=True)
             bad_runs.append(seed)
+            rows.append((seed, config, "-", "-", "-", f"harness error {type(e).__name__}", "-"))
             i += 1
             continue
         print(report.summary(), flush=True)
+        effects.update(report.effects)
+        for kind, v in report.per_fault.items():
+            k = kinds.setdefault(kind, Counter())
+            k.update(v)
+        rows.append((seed, config, sum(report.faults.values()), report.result.stats.get("sends_ok", 0),
+                     report.final_records,
+                     ", ".join(f"{k} {n}" for k, n in sorted(report.result.counts.items())) or "0",
+                     f"{report.duration:.0f}"))
         s = report.result.stats
         totals["runs"] += 1
         totals["faults"] += sum(report.faults.values())
@@ -102,6 +167,16 @@ def main(argv=None) -> int:
             shutil.rmtree(base, ignore_errors=True)
         i += 1
 
+    print()
+    _table(("seed", "config", "faults", "acked", "final records", "anomalies", "s"), rows)
+    print()
+    krows = []
+    for kind in [k for k in ALL_FAULTS if k in kinds]:
+        did = "; ".join(f"{e.split(': ', 1)[1]} {n}" for e, n in sorted(effects.items())
+                        if e.startswith(kind + ": "))
+        krows.append((kind, kinds[kind]["faults"], kinds[kind]["acked_during"], kinds[kind]["anomalies_after"],
+                      did or "-"))
+    _table(("fault", "done", "acked during", "anomalies after", "what it did"), krows)
     print(f"\n{totals['runs']} runs x {totals['faults']} faults x {totals['records']} records "
           f"({totals['acknowledged']} acknowledged writes): "
           f"{sum(anomalies.values())} anomalies {dict(anomalies) if anomalies else ''}")

@@ -43,6 +43,10 @@ the run invalid) and `stats` (counts and liveness figures, reported, never faili
                 agree up to the HW; replication-offset-checkpoint <= log end offset
 9. liveness     (stats) per fault, the time to the first acknowledged send of each key after it;
                 errors by name; partitions that were never writable after a fault
+10. commit-regression / commit-lost  (consumer groups) a group's committed offset of a key read
+                back (f "committed": {"group", "key", "offset", "since": when the read began})
+                below the offset of the latest commit acknowledged (f "commit", type ok) before
+                the read began, or absent (negative) after one was
 """
 from __future__ import annotations
 
@@ -234,6 +238,7 @@ def check(history: list[dict], final: dict) -> Result:
     _check_polls(history, res)
     _check_send_order(history, sends_ok, res)
     _check_hw(history, res)
+    _check_commits(history, res)
 
     res.stats.update({
         "sends_invoked": invoked, "sends_ok": len(sends_ok) + len(sends_ok_unplaced),
@@ -273,6 +278,35 @@ def _check_polls(history: list[dict], res: Result) -> None:
                 elif o < expected:
                     res.add("nonmonotonic-poll", proc=k[0], key=k[1], expected=expected, offset=o, index=i)
             st[0] = o + 1
+
+
+def _check_commits(history: list[dict], res: Result) -> None:
+    """Point 10: a committed offset read back is never below the latest one acknowledged before
+    the read began."""
+    acked = defaultdict(list)       # (group, key) -> [(t, offset)] of acknowledged commits, in order
+    reads = 0
+    for i, ev in enumerate(history):
+        if ev.get("type") != "ok":
+            continue
+        if ev.get("f") == "commit":
+            acked[(ev.get("group"), ev["key"])].append((ev.get("t", 0), ev["offset"]))
+        elif ev.get("f") == "committed" and ev.get("key") is not None:
+            reads += 1
+            since = ev.get("since", ev.get("t", 0))
+            before = [o for t, o in acked[(ev.get("group"), ev["key"])] if t < since]
+            if not before:
+                continue
+            # the latest acknowledged commit, not the highest: a member may commit a lower offset
+            # on purpose (it was reset to one after an OFFSET_OUT_OF_RANGE, say)
+            best, got = before[-1], ev.get("offset")
+            if got is None or got < 0:
+                res.add("commit-lost", group=ev.get("group"), key=ev["key"], committed=best, read=got,
+                        proc=ev.get("proc"), index=i)
+            elif got < best:
+                res.add("commit-regression", group=ev.get("group"), key=ev["key"], committed=best, read=got,
+                        proc=ev.get("proc"), index=i)
+    res.stats["commits_ok"] = sum(len(v) for v in acked.values())
+    res.stats["committed_reads"] = reads
 
 
 def _check_send_order(history: list[dict], sends_ok, res: Result) -> None:

@@ -9,6 +9,11 @@ every link.
         c.cut(1, 2); c.bridge(1, 2, 3)        # 1<->2 silent; 1<->3 silent (2 sees both)
         c.cut_zookeeper(1)                    # broker 1's session to ZooKeeper goes silent
         c.kill_zookeeper_leader()             # an ensemble's leader (zookeepers=3)
+        c.one_way(1, 2)                       # what 1 sends to 2 is held, 2 -> 1 flows
+        c.drop_zookeeper_replies(1)           # 1's requests reach ZooKeeper, the replies are lost
+        c.delay_zookeeper(0.5)                # every broker <-> ZooKeeper link slowed
+        c.controller(); c.registration(1)     # /controller's broker id; /brokers/ids/1's session
+        c.chop_tail_bytes(1, "t", 0, 4096)    # a stopped broker's page cache lost (the last bytes)
         c.heal()                              # every proxy back to pass
 
 Links. Broker i reaches broker j (j != i) through proxy (i, j): its
@@ -22,6 +27,10 @@ is how the harness itself is tested before a cluster exists. Every process is st
 subprocess.Popen and stopped by its pid in stop() (SIGCONT first for paused ones, SIGTERM, then
 SIGKILL). Each broker's output goes to `<base>/broker-<id>.log` (appended across restarts);
 `logs()` returns their tails, printed by stop(print_logs=True) when a test failed.
+
+`fsync_journal=True` starts every broker through fsync_journal.py, which records the size of
+each segment file at every fsync/fdatasync, so that `lose_unsynced(i, topic)` can cut a stopped
+broker's segments back to what had reached the disk (a power cut rather than a process crash).
 """
 from __future__ import annotations
 
@@ -34,7 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from netproxy import ProxyHub  # noqa: E402
+from netproxy import ProxyHub, zookeeper_write  # noqa: E402
+from fsync_journal import synced_sizes  # noqa: E402
 from zookeeper_reference import ZooKeeperCluster, free_ports  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,6 +86,7 @@ class BrokerNode:
         self.proc: subprocess.Popen | None = None
         self.paused = False
         self.starts = 0
+        self.journal: Path | None = None    # fsync journal (fsync_journal.py) when set
 
     @property
     def address(self) -> str:
@@ -100,8 +111,10 @@ class BrokerNode:
             log.write(f"---- start {self.starts + 1} of broker {self.id} at {time.time():.3f}\n".encode())
             log.flush()
             self._log_mark = log.tell()
+            launcher = (["-m", "logcore.tools.cli"] if self.journal is None else
+                        [str(Path(__file__).resolve().parent / "fsync_journal.py"), str(self.journal)])
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(self.conf)],
+                [sys.executable, *launcher, "broker", "--config", str(self.conf)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=broker_env(),
                 cwd=self.conf.parent)
         self.starts += 1
@@ -169,12 +182,15 @@ class BrokerNode:
 
 class Cluster:
     def __init__(self, base: Path | str, *, brokers: int = 3, zookeepers: int = 1,
-                 session_timeout_ms: int = 3000, props: dict | None = None):
+                 session_timeout_ms: int = 3000, props: dict | None = None, fsync_journal: bool = False):
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.session_timeout_ms = session_timeout_ms
         ports = free_ports(brokers)
         self.nodes = {i + 1: BrokerNode(i + 1, ports[i], self.base) for i in range(brokers)}
+        if fsync_journal:
+            for node in self.nodes.values():
+                node.journal = self.base / f"broker-{node.id}.fsyncs"
         self.zk = ZooKeeperCluster(self.base / "zookeeper", size=zookeepers) if zookeepers else None
         self.extra_props = dict(props or {})
         self.hub = ProxyHub()
@@ -381,9 +397,31 @@ class Cluster:
     def delay_links(self, i: int, seconds: float) -> None:
         self._set_delay([p for (a, b), p in self.links.items() if i in (a, b)], seconds)
 
+    def delay_zookeeper(self, seconds: float, brokers=None) -> None:
+        """Every link of the given brokers (default: all) to ZooKeeper slowed by `seconds` each way."""
+        self._set_delay([p for (b, _z), p in self.zk_links.items() if brokers is None or b in brokers], seconds)
+
     def _set_delay(self, proxies, seconds: float) -> None:
         for p in proxies:
             p.set_mode("delay", seconds)
+
+    def one_way(self, src: int, dst: int) -> None:
+        """A one-way partition: what broker src sends to broker dst is held (its requests on the
+        connections it opens, its replies on those dst opens), what dst sends to src flows."""
+        self.links[(src, dst)].set_mode("blackhole", direction="up")
+        self.links[(dst, src)].set_mode("blackhole", direction="down")
+
+    def drop_zookeeper_replies(self, i: int, after_write=False) -> None:
+        """Broker i's requests reach ZooKeeper (its writes are applied, its session kept alive by
+        its pings), ZooKeeper's replies are thrown away: broker i cannot tell whether a write
+        happened. `after_write` (True, or a predicate such as netproxy.zookeeper_write_to):
+        replies (and notifications) pass until broker i sends a (matching) write on a
+        connection; from that write's reply on they are lost. At heal those connections are
+        reset."""
+        after = zookeeper_write if after_write is True else (after_write or None)
+        for (b, _z), p in self.zk_links.items():
+            if b == i:
+                p.set_mode("discard", direction="down", after=after)
 
     def chop_tail(self, i: int, topic: str, partition: int, batches: int) -> int:
         """Lost unflushed tail ("power loss", replication.md 6.2): with broker i stopped, cut
@@ -405,6 +443,65 @@ class Cluster:
             f.truncate(size)
         return keep[-1][1].next_offset if keep else int(seg.stem)
 
+    def chop_tail_bytes(self, i: int, topic: str, partition: int, nbytes: int) -> tuple[int, int] | None:
+        """Lost page cache: with broker i stopped, cut the last `nbytes` bytes (not batch-aligned)
+        off the partition's active segment. Returns (size before, size after), None when the
+        broker has no segment of that partition."""
+        node = self.nodes[i]
+        if node.alive():
+            raise ClusterError(f"chop_tail_bytes: broker {i} is running (pid {node.pid}); kill it first")
+        segs = sorted((node.log_dir / f"{topic}-{partition}").glob("*.log"))
+        if not segs:
+            return None
+        seg = segs[-1]
+        size = seg.stat().st_size
+        new = max(0, size - nbytes)
+        with open(seg, "r+b") as f:
+            f.truncate(new)
+        return size, new
+
+    def lose_page_cache(self, i: int, topic: str, partition: int, nbytes: int) -> tuple[int, int] | None:
+        """Lost page cache on stopped broker i (fsync_journal=True): up to `nbytes` cut off the
+        partition's active segment, never below the size it had at its last fsync (a byte that
+        reached the disk survives; seglog refuses, rightly, to open a log cut below its recovery
+        point). Returns (size before, size after), None when there is no segment."""
+        node = self.nodes[i]
+        if node.alive():
+            raise ClusterError(f"lose_page_cache: broker {i} is running (pid {node.pid}); kill it first")
+        if node.journal is None:
+            raise ClusterError("lose_page_cache needs a cluster started with fsync_journal=True")
+        segs = sorted((node.log_dir / f"{topic}-{partition}").glob("*.log"))
+        if not segs:
+            return None
+        seg = segs[-1]
+        size = seg.stat().st_size
+        synced = synced_sizes(node.journal).get(str(seg.resolve()), 0)
+        new = max(min(size, synced), size - nbytes)
+        if new < size:
+            with open(seg, "r+b") as f:
+                f.truncate(new)
+        return size, new
+
+    def lose_unsynced(self, i: int, topic: str) -> dict[str, tuple[int, int]]:
+        """A power cut on stopped broker i (fsync_journal=True): every segment of `topic` cut back
+        to the size it had at its last fsync/fdatasync (a segment never synced to 0 bytes; the
+        folder entries are kept). Returns {segment name: (size before, size after)} for those cut."""
+        node = self.nodes[i]
+        if node.alive():
+            raise ClusterError(f"lose_unsynced: broker {i} is running (pid {node.pid}); kill it first")
+        if node.journal is None:
+            raise ClusterError("lose_unsynced needs a cluster started with fsync_journal=True")
+        synced = synced_sizes(node.journal)
+        cut = {}
+        for seg in sorted(node.log_dir.glob(f"{topic}-*/*.log")):
+            size = seg.stat().st_size
+            keep = min(size, synced.get(str(seg.resolve()), 0))
+            if keep < size:
+                with open(seg, "r+b") as f:
+                    f.truncate(keep)
+                cut[f"{seg.parent.name}/{seg.name}"] = (size, keep)
+        return cut
+
     # ------------------------------------------------------------------ ZooKeeper faults
     def kill_zookeeper_leader(self):
         """SIGKILL the ensemble's leader (or the standalone server); returns that node."""
@@ -417,6 +514,70 @@ class Cluster:
     def restart_zookeeper(self, node) -> None:
         node.start()
         self.zk.wait_serving(nodes=[node])
+
+    def restart_zookeepers(self, nodes) -> None:
+        """Start several stopped ZooKeeper servers together (a lost quorum comes back only when
+        enough of them are up), then wait for each to serve."""
+        for node in nodes:
+            node.start()
+        self.zk.wait_serving(nodes=list(nodes))
+
+    def _zk_read(self, fn, timeout: float = 5.0):
+        from kazoo.client import KazooClient
+        zk = KazooClient(hosts=self.zk.connect_string, timeout=timeout)
+        try:
+            zk.start(timeout=timeout)
+            return fn(zk)
+        finally:
+            zk.stop()
+            zk.close()
+
+    def controller(self) -> int | None:
+        """The broker id in /controller (None when no broker is controller)."""
+        import json as _json
+        from kazoo.exceptions import NoNodeError
+
+        def read(zk):
+            try:
+                data, _ = zk.get("/controller")
+            except NoNodeError:
+                return None
+            return int(_json.loads(data)["brokerid"])
+        return self._zk_read(read)
+
+    def partition_states(self, topic: str) -> dict[int, dict]:
+        """partition -> its state znode as ZooKeeper has it now ({"leader", "leader_epoch",
+        "isr", ...}): what the controller and leaders wrote, whether or not they heard back."""
+        import json as _json
+        from kazoo.exceptions import NoNodeError
+
+        def read(zk):
+            base = f"/brokers/topics/{topic}/partitions"
+            out = {}
+            try:
+                children = zk.get_children(base)
+            except NoNodeError:
+                return out
+            for child in children:
+                try:
+                    data, _ = zk.get(f"{base}/{child}/state")
+                except NoNodeError:
+                    continue
+                out[int(child)] = _json.loads(data)
+            return out
+        return self._zk_read(read)
+
+    def registration(self, i: int) -> int | None:
+        """The ZooKeeper session owning /brokers/ids/<i> (None when broker i is not registered)."""
+        from kazoo.exceptions import NoNodeError
+
+        def read(zk):
+            try:
+                _, stat = zk.get(f"/brokers/ids/{i}")
+            except NoNodeError:
+                return None
+            return stat.ephemeralOwner
+        return self._zk_read(read)
 
     # ------------------------------------------------------------------ cluster state via clients
     def admin(self):

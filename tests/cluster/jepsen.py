@@ -15,13 +15,27 @@ servers only, as in Jepsen's Kafka tests):
   duplicates are counted, not failed;
 - `consumers` consumers, each assigned every partition with assign + seek
   (auto.offset.reset=error), re-assigned now and then at an offset they had already read;
-- a HW watcher: ListOffsets(latest) per partition with its leader epoch, every 0.25 s.
+- `group_consumers` members of one consumer group (subscribe, rebalances as members leave and
+  come back every 6-12 s, synchronous commits of what they read every 0.5-1.5 s); the group's
+  committed offsets are read back at each assignment and once at the end, and the checker
+  wants them never below the latest commit acknowledged before the read began;
+- a HW watcher: ListOffsets(latest) per partition with its leader epoch, every 0.25 s;
+- a metadata watcher: each partition's leader and ISR every 0.5 s, an event when they change
+  (the report counts leader changes and ISR shrinks/expansions from them).
 Outcomes (replication.md 6.3): `ok` = delivery report with an offset; `fail` = only the above;
 everything else (timeouts, NOT_LEADER, disconnects, NOT_ENOUGH_REPLICAS after retries of an
 idempotent producer) = `info`.
 
 Nemesis: with `random.Random(seed)`, every `fault_gap` seconds one fault from `faults` is
-started, and healed after `fault_length` seconds (one fault at a time):
+started (schedule "random"; "cycle": each kind of `faults` in turn, `cycles` times, then the
+workload stops), and healed after `fault_length` seconds (one fault at a time; the faults
+marked ISR last at least replica.lag.time.max.ms + 1.5 s, what an ISR shrink takes, and those
+aimed at the controller and zk-and-broker the session timeout + 1.5 s). Each fault is
+three history events (f "nemesis", with its kind and number): "start" before it is applied,
+"applied" with what it found and did (leaders before and after, the controller, bytes cut,
+whether an old session was alive, ...), "heal" with what it found at the end; the report counts
+what each did ("effects") and, per kind, the acknowledged sends while one was on and the
+anomalies (of the examples kept) that came while or after one was on (see by_fault):
     kill             SIGKILL a partition leader, restart it at heal
     pause            SIGSTOP a partition leader, SIGCONT at heal
     isolate-node     a random broker cut from the brokers and ZooKeeper
@@ -30,13 +44,51 @@ started, and healed after `fault_length` seconds (one fault at a time):
     leader-brokers   a partition leader cut from the other brokers only (not from ZooKeeper)
     bridge           a <-> b <-> c with a and c cut
     zk-leader        SIGKILL the ZooKeeper ensemble's leader, restart at heal (zookeepers=3)
+    elect-preferred  a live leader moved under load: a partition's replicas reordered (Alter-
+                     PartitionReassignments, same set) with an in-sync follower first, then
+                     ElectLeaders PREFERRED; leader before and after recorded
+    controlled-shutdown  SIGTERM a leader (controlled shutdown), restart at heal
+    restart-leader   SIGKILL a leader, cut 1-64 KiB off the active segment of each of its
+                     partitions (page cache lost; never below its last fsync, which the brokers'
+                     fsync journal tells: fsync_journal.py), start it again at once, inside its
+                     old ZooKeeper session (recorded whether the old registration was still there
+                     when the new process started and when it listened)
+    restart-follower the same on a follower of a partition, cutting only the partitions it follows
+                     (both: not the tail of a partition whose ISR in ZooKeeper holds no other
+                     broker; with min.insync.replicas=1 its page cache may be an acknowledged
+                     record's only copy, which Kafka does not promise to keep)
+    controller-kill  SIGKILL the controller (/controller in ZooKeeper), restart at heal
+    controller-isolate  the controller cut from the brokers and ZooKeeper
+    controller-zk-replies  another leader SIGKILLed while the controller's ZooKeeper replies are
+                     lost from its first write to a state znode of a partition that leader led
+                     (netproxy's zookeeper_write_to): the election it writes lands unseen, its
+                     session lives; restart at heal; the state znodes before and at heal
+                     recorded (a leadership is moved off the controller first if it led all)
+    leader-zk-replies (ISR) a leader cut from the other brokers, its ZooKeeper replies lost from
+                     its first write on: its ISR shrink lands and it never learns the outcome
+                     (state znodes before and at heal recorded)
+    zk-quorum-loss   SIGKILL 2 of the 3 ZooKeeper servers, restart at heal (zookeepers=3)
+    zk-and-broker    SIGKILL a ZooKeeper server and a partition leader together (zookeepers=3)
+    zk-slow          every broker <-> ZooKeeper link delayed 0.2-1 s each way
+    slow-links (ISR) a leader's links to the other brokers delayed 1-4 s each way (ISR flaps)
+    one-way (ISR)    what a leader sends to the other brokers held, or what they send to it;
+                     the other direction flows
+    lost-tail-all    power cut of the whole cluster: SIGKILL every broker, cut each segment back
+                     to its last fsync (fsync_journal.py), restart at heal; only with fsync=True
+                     (flush.messages=1 on the topic), where nothing acknowledged may be lost
+Options also choose the topic's replication factor and min.insync.replicas, fsync, and
+auto.leader.rebalance.enable (every 2 s check), which moves leaders back by itself.
 At the end: workload stopped, every fault healed, dead processes restarted, then waited for
 every partition to have a leader and a full ISR and the leader's HW (ListOffsets) to equal its
 log end offset (read from its log.dirs), a final read of every partition from offset 0 to the
-HW, the checker over history + final read, and the replica check over every broker's files.
+HW, the checker over history + final read, and the replica check over every broker's files. A
+partition that is not caught up within 120 s is a `stuck-partition` anomaly (with its leader,
+ISR, HW and each replica's log end offset); the checker still runs over the whole history, the
+final read of that partition counting as incomplete.
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import random
@@ -52,7 +104,10 @@ from harness import Cluster, ClusterError, wait_until
 TOPIC = "jepsen"
 QUIET = {"log_level": 0}      # librdkafka's connection-refused lines: the history has the errors
 ALL_FAULTS = ("kill", "pause", "isolate-node", "isolate-leader", "leader-zk", "leader-brokers", "bridge",
-              "zk-leader")
+              "zk-leader", "elect-preferred", "controlled-shutdown", "restart-leader", "restart-follower",
+              "controller-kill", "controller-isolate", "controller-zk-replies", "leader-zk-replies",
+              "zk-quorum-loss", "zk-and-broker", "zk-slow", "slow-links", "one-way", "lost-tail-all")
+NEW_FAULTS = ALL_FAULTS[ALL_FAULTS.index("elect-preferred"):]
 
 
 @dataclass
@@ -65,12 +120,19 @@ class Options:
     producers: int = 2
     oneshot_producers: int = 1
     consumers: int = 2
+    group_consumers: int = 0          # members of one consumer group (subscribe, commits)
     rate: float = 40.0                # sends per second per producer
     faults: tuple = ("kill", "pause", "isolate-node", "isolate-leader", "leader-zk", "leader-brokers",
                      "bridge")
     fault_gap: tuple = (2.0, 5.0)     # seconds between a heal and the next fault
     fault_length: tuple = (3.0, 8.0)  # seconds a fault lasts
+    schedule: str = "random"          # or "cycle": each kind of `faults` in turn
+    cycles: int = 0                   # with "cycle": stop the workload after this many (0: duration)
     session_timeout_ms: int = 3000
+    replication_factor: int = 3
+    min_insync: int = 2
+    fsync: bool = False               # flush.messages=1 on the topic, brokers under fsync_journal.py
+    auto_rebalance: bool = False      # auto.leader.rebalance.enable, checked every 2 s
     broker_props: dict = field(default_factory=dict)
     client_debug: str = ""            # librdkafka `debug` contexts for the producers, logged to
                                       # <run dir>/client-<producer>.log (e.g. "msg,protocol,broker")
@@ -274,6 +336,122 @@ class ConsumerWorker(threading.Thread):
             c.close()
 
 
+GROUP = "jepsen-group"
+
+
+class GroupConsumerWorker(threading.Thread):
+    """A member of one consumer group (subscribe, rebalances, commits). It commits what it has
+    read, synchronously, every 0.5-1.5 s, and now and then closes and starts a new consumer
+    (a new process `gN.k` of the history, so a rebalance). Events: its polls (checked as the
+    other consumers': contiguous within an assignment, which starts with an "assign" of offset
+    -1, i.e. wherever the group's committed offset says), "commit" per partition (ok: the
+    coordinator acknowledged it; fail/info otherwise), and "committed": the group's committed
+    offset read back when a partition is assigned to it (`since`: when that read began)."""
+
+    def __init__(self, name, cluster, history, opts: Options, stop: threading.Event):
+        super().__init__(name=name, daemon=True)
+        self.proc, self.cluster, self.h, self.opts, self.stop = name, cluster, history, opts, stop
+        self.rng = random.Random(f"{opts.seed}/{name}")
+        self.generation = 0
+        self.error: BaseException | None = None
+
+    def run(self):
+        try:
+            while not self.stop.is_set():
+                self._member(f"{self.proc}.{self.generation}", time.monotonic() + self.rng.uniform(6, 12))
+                self.generation += 1
+        except BaseException as e:      # noqa: BLE001
+            self.error = e
+
+    def _member(self, proc: str, until: float) -> None:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        h = self.h
+
+        def on_assign(consumer, partitions):
+            for tp in partitions:
+                h.add(proc=proc, type="ok", f="assign", key=tp.partition, offset=-1, group=GROUP)
+            since = time.monotonic_ns()
+            try:
+                got = consumer.committed(partitions, timeout=5)
+            except KafkaException as e:
+                h.add(proc=proc, type="fail", f="committed", key=None, error=_err_name(e.args[0]), group=GROUP)
+                return
+            for tp in got:
+                if tp.error is None:
+                    h.add(proc=proc, type="ok", f="committed", key=tp.partition, offset=tp.offset, since=since,
+                          group=GROUP)
+
+        def on_revoke(consumer, partitions):
+            for tp in partitions:
+                h.add(proc=proc, type="info", f="revoke", key=tp.partition, group=GROUP)
+
+        c = Consumer({"bootstrap.servers": self.cluster.bootstrap, "group.id": GROUP, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100, "session.timeout.ms": 6000,
+                      "heartbeat.interval.ms": 500, "topic.metadata.refresh.interval.ms": 2000,
+                      "socket.connection.setup.timeout.ms": 3000, **QUIET})
+        c.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
+        read: dict[int, int] = {}            # partition -> next offset, read since the last commit
+        commit_at = time.monotonic() + self.rng.uniform(0.5, 1.5)
+        try:
+            while not self.stop.is_set() and time.monotonic() < until:
+                m = c.poll(0.2)
+                if m is not None:
+                    if m.error() is not None:
+                        err = m.error()
+                        h.add(proc=proc, type="fail", f="poll", key=m.partition(), error=_err_name(err),
+                              message=err.str())
+                    else:
+                        p = m.partition()
+                        _lo, hi = c.get_watermark_offsets(TopicPartition(TOPIC, p), cached=True)
+                        h.add(proc=proc, type="ok", f="poll", key=p, offset=m.offset(), value=int(m.value()), hw=hi)
+                        read[p] = m.offset() + 1
+                if read and time.monotonic() >= commit_at:
+                    self._commit(c, proc, read)
+                    read = {}
+                    commit_at = time.monotonic() + self.rng.uniform(0.5, 1.5)
+        finally:
+            if read:
+                self._commit(c, proc, read)
+            c.close()
+
+    def _commit(self, c, proc, read: dict) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+        offsets = [TopicPartition(TOPIC, p, o) for p, o in sorted(read.items())]
+        for tp in offsets:
+            self.h.add(proc=proc, type="invoke", f="commit", key=tp.partition, offset=tp.offset, group=GROUP)
+        try:
+            done = c.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:
+            for tp in offsets:      # the coordinator may have written it: indeterminate
+                self.h.add(proc=proc, type="info", f="commit", key=tp.partition, offset=tp.offset,
+                           error=_err_name(e.args[0]), group=GROUP)
+            return
+        for tp in done or offsets:
+            if tp.error is None:
+                self.h.add(proc=proc, type="ok", f="commit", key=tp.partition, offset=tp.offset, group=GROUP)
+            else:
+                self.h.add(proc=proc, type="info", f="commit", key=tp.partition, offset=tp.offset,
+                           error=_err_name(tp.error), group=GROUP)
+
+
+def read_group_offsets(c: Cluster, h: History, partitions: int) -> None:
+    """The group's committed offsets once every fault is healed (f "committed", proc "final")."""
+    from confluent_kafka import Consumer, TopicPartition
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": GROUP, "enable.auto.commit": False, **QUIET})
+    since = time.monotonic_ns()
+    try:
+        got = cons.committed([TopicPartition(TOPIC, p) for p in range(partitions)], timeout=30)
+        for tp in got:
+            if tp.error is None:
+                h.add(proc="final", type="ok", f="committed", key=tp.partition, offset=tp.offset, since=since,
+                      group=GROUP)
+            else:
+                h.add(proc="final", type="fail", f="committed", key=tp.partition, error=_err_name(tp.error),
+                      group=GROUP)
+    finally:
+        cons.close()
+
+
 class HwWatcher(threading.Thread):
     def __init__(self, cluster, history, opts: Options, stop: threading.Event):
         super().__init__(name="hw", daemon=True)
@@ -302,81 +480,602 @@ class HwWatcher(threading.Thread):
 
 
 # ---------------------------------------------------------------------- nemesis
+def _lag_s(opts: "Options") -> float:
+    """The brokers' replica.lag.time.max.ms in seconds (the harness sets 2 x the session)."""
+    return float(opts.broker_props.get("replica.lag.time.max.ms", 2 * opts.session_timeout_ms)) / 1000.0
+
+
+# Faults whose effect (an ISR shrink) needs the data plane broken for longer than the lag time:
+# they last at least that plus 1.5 s, whatever fault_length says.
+ISR_FAULTS = ("slow-links", "one-way", "leader-zk-replies")
+# Faults whose effect (a session expiry, a new controller, an election) needs more than the
+# ZooKeeper session timeout: at least that plus 1.5 s.
+SESSION_FAULTS = ("controller-kill", "controller-isolate", "controller-zk-replies", "zk-and-broker")
+NEEDS_JOURNAL = ("restart-leader", "restart-follower", "lost-tail-all")
+NEEDS_ENSEMBLE = ("zk-leader", "zk-quorum-loss", "zk-and-broker")
+NEEDS_FSYNC = ("lost-tail-all",)
+
+
 class Nemesis(threading.Thread):
     def __init__(self, cluster: Cluster, history: History, opts: Options, stop: threading.Event):
         super().__init__(name="nemesis", daemon=True)
         self.c, self.h, self.opts, self.stop = cluster, history, opts, stop
         self.rng = random.Random(opts.seed)
         self.faults: Counter = Counter()
+        self.effects: Counter = Counter()      # "kind: what it did" -> count (see each fault)
+        self.skipped: Counter = Counter()      # kind -> faults that found nothing to do
         self.error: BaseException | None = None
         faults = [f for f in opts.faults if f in ALL_FAULTS]
         unknown = set(opts.faults) - set(ALL_FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)} (known: {', '.join(ALL_FAULTS)})")
         if cluster.zk is None or len(cluster.zk.nodes) < 3:
-            faults = [f for f in faults if f != "zk-leader"]
+            faults = [f for f in faults if f not in NEEDS_ENSEMBLE]
+        if not opts.fsync:
+            faults = [f for f in faults if f not in NEEDS_FSYNC]
         self.choices = faults
+
+    # -------------------------------------------------------------- cluster state
+    def _describe(self) -> dict:
+        """Metadata of the topic; asked again (3 times at most) while it names no leader or
+        ISR for some partition (a broker that just started answers so until it knows)."""
+        d = {}
+        for attempt in range(3):
+            try:
+                d = self.c.describe(TOPIC)
+            except Exception:           # noqa: BLE001 - leaders moving, a broker down
+                d = {}
+            if d and all(st["leader"] != -1 and st["isr"] for st in d.values()):
+                return d
+            time.sleep(0.1)
+        return d
+
+    def _leaders(self) -> dict:
+        return {p: st["leader"] for p, st in sorted(self._describe().items())}
+
+    def _live(self) -> list:
+        return [i for i, n in self.c.nodes.items() if n.alive() and not n.paused]
 
     def _leader(self) -> int:
         """The leader of a random partition (a random live broker when none is known)."""
         p = self.rng.randrange(self.opts.partitions)
-        try:
-            leader = self.c.leader_of(TOPIC, p)
-        except Exception:           # noqa: BLE001
-            leader = -1
+        leader = -1
+        for _ in range(3):          # a broker that just started may not know the leaders yet
+            leader = self._describe().get(p, {}).get("leader", -1)
+            if leader in self.c.nodes:
+                break
+            time.sleep(0.1)
         if leader not in self.c.nodes or not self.c.nodes[leader].alive():
             live = [i for i, n in self.c.nodes.items() if n.alive()]
             leader = self.rng.choice(live or list(self.c.nodes))
         return leader
 
+    def _controller(self) -> int:
+        """The broker in /controller (a random live broker when none is)."""
+        try:
+            ctl = self.c.controller()
+        except Exception:           # noqa: BLE001
+            ctl = None
+        if ctl not in self.c.nodes or not self.c.nodes[ctl].alive():
+            ctl = self.rng.choice(self._live() or list(self.c.nodes))
+        return ctl
+
+    def _effect(self, kind: str, what: str) -> None:
+        self.effects[f"{kind}: {what}"] += 1
+
+    # -------------------------------------------------------------- faults
     def start_fault(self, kind: str):
-        """Apply one fault; returns the heal function."""
+        """Apply one fault; returns (what it did, the heal function, details for the history).
+        The heal function returns details too (the state it found before healing) or None."""
         c = self.c
         if kind == "kill":
             b = self._leader()
             c.kill(b)
-            return f"kill {b}", lambda: c.restart(b)
+            return f"kill {b}", lambda: c.restart(b), {"broker": b}
         if kind == "pause":
             b = self._leader()
             c.pause(b)
-            return f"pause {b}", lambda: c.resume(b)
+            return f"pause {b}", lambda: c.resume(b), {"broker": b}
         if kind == "isolate-node":
             b = self.rng.choice(sorted(c.nodes))
             c.isolate(b)
-            return f"isolate {b}", c.heal
+            return f"isolate {b}", c.heal, {"broker": b}
         if kind == "isolate-leader":
             b = self._leader()
             c.isolate(b)
-            return f"isolate leader {b}", c.heal
+            return f"isolate leader {b}", c.heal, {"broker": b}
         if kind == "leader-zk":
             b = self._leader()
             c.cut_zookeeper(b)
-            return f"cut leader {b} from zookeeper", c.heal
+            return f"cut leader {b} from zookeeper", c.heal, {"broker": b}
         if kind == "leader-brokers":
             b = self._leader()
             c.isolate_from_brokers(b)
-            return f"cut leader {b} from brokers", c.heal
+            return f"cut leader {b} from brokers", c.heal, {"broker": b}
         if kind == "bridge":
             a, b, x = self.rng.sample(sorted(c.nodes), 3)
             c.bridge(a, b, x)
-            return f"bridge {a}<->{b}<->{x}", c.heal
+            return f"bridge {a}<->{b}<->{x}", c.heal, {"brokers": [a, b, x]}
         if kind == "zk-leader":
             node = c.kill_zookeeper_leader()
-            return f"kill zookeeper leader {node.myid}", lambda: c.restart_zookeeper(node)
-        raise ValueError(kind)
+            return f"kill zookeeper leader {node.myid}", lambda: c.restart_zookeeper(node), {"zookeeper": node.myid}
+        method = getattr(self, "_" + kind.replace("-", "_"), None)
+        if method is None:
+            raise ValueError(kind)
+        return method(kind)
+
+    def _move_leadership(self, candidates_of):
+        """Reorder a partition's replicas (AlterPartitionReassignments, the same set) so that a
+        broker from candidates_of(partition, state, live brokers) comes first, then ElectLeaders
+        PREFERRED. Tries the partitions in a random order, waiting up to 10 s for one with a
+        candidate (after a fault the ISRs may take a moment to fill). Returns the details
+        (partition, leader/replicas/ISR before and after, error codes), or None."""
+        from logcore.tools.kafka_admin import KafkaAdmin
+        order = list(range(self.opts.partitions))
+        self.rng.shuffle(order)
+        deadline = time.monotonic() + 10
+        found = None
+        while found is None and time.monotonic() < deadline and not self.stop.is_set():
+            desc, live = self._describe(), set(self._live())
+            for p in order:
+                st = desc.get(p)
+                if st is None or st["leader"] not in self.c.nodes:
+                    continue
+                candidates = [b for b in candidates_of(p, st, live) if b != st["leader"]]
+                if candidates:
+                    found = (p, st, candidates)
+                    break
+            else:
+                time.sleep(0.3)
+        if found is None:
+            return None
+        p, st, candidates = found
+        target = self.rng.choice(sorted(candidates))
+        new_order = [target] + [b for b in st["replicas"] if b != target]
+        detail = {"partition": p, "leader_before": st["leader"], "replicas_before": st["replicas"],
+                  "isr_before": st["isr"], "replicas_asked": new_order, "target": target}
+        errors = {}
+        try:
+            with KafkaAdmin(self.c.bootstrap, timeout_ms=8000) as admin:
+                r = admin.alter_partition_reassignments({(TOPIC, p): new_order})
+                errors["reassign"] = r.get((TOPIC, p), (None, None))[0]
+                # The broker answering ElectLeaders checks its own view of the assignment:
+                # wait until Metadata shows the new order, then ask (again while it says not needed).
+                deadline = time.monotonic() + 8
+                while time.monotonic() < deadline and self._describe().get(p, {}).get("replicas") != new_order:
+                    time.sleep(0.1)
+                for _ in range(10):
+                    code, _msg = admin.elect_leaders("preferred", [(TOPIC, p)]).get((TOPIC, p), (None, None))
+                    errors["elect"] = code
+                    if code != 84 or self._describe().get(p, {}).get("leader") == target:   # 84 ELECTION_NOT_NEEDED
+                        break
+                    time.sleep(0.3)
+        except Exception as e:      # noqa: BLE001 - recorded; the run goes on
+            errors["exception"] = repr(e)
+        deadline = time.monotonic() + 5
+        after = self._describe().get(p, {})
+        while time.monotonic() < deadline and after.get("leader") != target:
+            time.sleep(0.2)
+            after = self._describe().get(p, {})
+        detail.update(errors=errors, leader_after=after.get("leader"), replicas_after=after.get("replicas"),
+                      isr_after=after.get("isr"))
+        return detail
+
+    def _elect_preferred(self, kind):
+        """Move a live, ZooKeeper-connected leader under load to an in-sync follower (replicas
+        reordered, then a preferred election). Records the leader before and after."""
+        detail = self._move_leadership(lambda p, st, live: [b for b in st["isr"] if b in live])
+        if detail is None:
+            self.skipped[kind] += 1
+            return "preferred election: no partition with an in-sync follower to move to", None, {}
+        moved = detail["leader_after"] == detail["target"] and detail["target"] != detail["leader_before"]
+        self._effect(kind, "leadership moved" if moved else "leadership not moved")
+        return (f"preferred election {TOPIC}-{detail['partition']}: replicas {detail['replicas_before']} -> "
+                f"{detail['replicas_asked']}, leader {detail['leader_before']} -> {detail['leader_after']}"), \
+            None, detail
+
+    def _controlled_shutdown(self, kind):
+        """SIGTERM a leader (a controlled shutdown: the controller moves its leaderships first),
+        restart it at heal. Records what it led, who leads after, its exit status and time."""
+        b = self._leader()
+        before = self._leaders()
+        node = self.c.nodes[b]
+        proc, t0 = node.proc, time.monotonic()
+        self.c.stop_broker(b)
+        took = time.monotonic() - t0
+        after = self._leaders()
+        led = [p for p, l in before.items() if l == b]
+        moved = [p for p in led if after.get(p) not in (b, -1, None)]
+        detail = {"broker": b, "led": led, "leaders_before": before, "leaders_after": after,
+                  "exit_status": proc.returncode if proc else None, "seconds": round(took, 2)}
+        self._effect(kind, f"{len(moved)}/{len(led)} leaderships moved")
+        self._effect(kind, "clean exit" if proc is not None and proc.returncode == 0 else "unclean exit")
+        return (f"controlled shutdown of {b} (led {led}, leaders after {after}, exit "
+                f"{detail['exit_status']} in {took:.1f} s)"), lambda: self.c.restart(b), detail
+
+    def _fast_restart(self, kind, b: int, partitions: list):
+        """SIGKILL broker b, cut 1-64 KiB off the active segment of `partitions` (its page
+        cache lost), start it again at once, while its old ZooKeeper session still holds its
+        registration (recorded: the session owning /brokers/ids/<b> before the kill and when the
+        new process started)."""
+        c = self.c
+        try:
+            owner_before = c.registration(b)
+        except Exception:           # noqa: BLE001
+            owner_before = None
+        states = self._zk_states()
+        t0 = time.monotonic()
+        c.kill(b)
+        # Kafka keeps an acknowledged record while one in-sync replica keeps it: a replica that
+        # is the only member of its partition's ISR (min.insync.replicas=1) may have acknowledged
+        # records that are in its page cache alone, so its tail is not cut.
+        cut, sole = {}, []
+        for p in partitions:
+            isr = states.get(str(p), {}).get("isr") or []
+            if not [o for o in isr if o != b]:
+                sole.append(p)
+                continue
+            sizes = c.lose_page_cache(b, TOPIC, p, self.rng.randint(1024, 65536))
+            if sizes is not None:
+                cut[p] = sizes
+        c.nodes[b].start()
+        started = time.monotonic() - t0
+        try:
+            owner_at_start = c.registration(b)
+        except Exception:           # noqa: BLE001
+            owner_at_start = None
+        old_session_alive = owner_before is not None and owner_at_start == owner_before
+        try:
+            c.nodes[b].wait_listening()
+        except ClusterError as e:
+            self.h.add(proc="nemesis", type="info", f="nemesis-note", value=f"restart of {b}: {e}")
+        listened = time.monotonic() - t0
+        try:
+            owner_at_listen = c.registration(b)
+        except Exception:           # noqa: BLE001
+            owner_at_listen = None
+        alive_at_listen = owner_before is not None and owner_at_listen == owner_before
+        detail = {"broker": b, "partitions_cut": {str(p): list(v) for p, v in cut.items()},
+                  "not_cut_sole_isr_member": sole,
+                  "seconds_to_start": round(started, 3), "old_session": owner_before,
+                  "session_at_start": owner_at_start, "old_session_alive_at_start": old_session_alive,
+                  "seconds_to_listen": round(listened, 3), "session_at_listen": owner_at_listen,
+                  "old_session_alive_at_listen": alive_at_listen}
+        self._effect(kind, "restarted inside the old session" if old_session_alive
+                     else "restarted after the old session ended")
+        if alive_at_listen:
+            self._effect(kind, "listening while the old session was alive")
+        self._effect(kind, f"{sum(1 for v in cut.values() if v[1] < v[0])} of {len(cut)} segment tails cut")
+        return (f"kill {b}, cut {sum(v[0] - v[1] for v in cut.values())} bytes off partitions {sorted(cut)}, "
+                f"restart after {started:.2f} s (old session {'alive' if old_session_alive else 'gone'})"), \
+            None, detail
+
+    def _restart_leader(self, kind):
+        b = self._leader()
+        return self._fast_restart(kind, b, list(range(self.opts.partitions)))
+
+    def _restart_follower(self, kind):
+        """The follower variant: a follower of a random partition, only the partitions it
+        follows lose their tails."""
+        desc = self._describe()
+        p = self.rng.randrange(self.opts.partitions)
+        st = desc.get(p)
+        followers = [b for b in (st["replicas"] if st else []) if b != st["leader"] and self.c.nodes[b].alive()] \
+            if st else []
+        if not followers:
+            self.skipped[kind] += 1
+            return f"restart follower of {TOPIC}-{p}: none is known", None, {}
+        b = self.rng.choice(sorted(followers))
+        followed = [q for q, s in desc.items() if b in s["replicas"] and s["leader"] != b]
+        return self._fast_restart(kind, b, followed)
+
+    def _controller_kill(self, kind):
+        ctl = self._controller()
+        self.c.kill(ctl)
+
+        def heal():
+            try:
+                now = self.c.controller()
+            except Exception:       # noqa: BLE001
+                now = None
+            self._effect(kind, "controller moved" if now not in (None, ctl) else "controller did not move")
+            self.c.restart(ctl)
+            return {"controller_at_heal": now}
+        return f"kill controller {ctl}", heal, {"controller": ctl}
+
+    def _controller_isolate(self, kind):
+        ctl = self._controller()
+        self.c.isolate(ctl)
+
+        def heal():
+            try:
+                now = self.c.controller()
+            except Exception:       # noqa: BLE001
+                now = None
+            self._effect(kind, "controller moved" if now not in (None, ctl) else "controller did not move")
+            self.c.heal()
+            return {"controller_at_heal": now}
+        return f"isolate controller {ctl}", heal, {"controller": ctl}
+
+    def _zk_states(self) -> dict:
+        try:
+            return {str(p): {"leader": st.get("leader"), "leader_epoch": st.get("leader_epoch"), "isr": st.get("isr")}
+                    for p, st in sorted(self.c.partition_states(TOPIC).items())}
+        except Exception:           # noqa: BLE001
+            return {}
+
+    def _controller_zk_replies(self, kind):
+        """A leader that is not the controller SIGKILLed while the controller's ZooKeeper
+        replies are lost from its first write to a state znode of a partition the killed broker
+        led (reads, pings, notifications and other writes pass until then): the election it
+        writes lands, it never hears back, nor anything after.
+        Its requests and pings still arrive, so its session lives. Records the state znodes
+        before and at heal."""
+        ctl = self._controller()
+        leaders = self._leaders()
+        victims = sorted({b for b in leaders.values() if b in self.c.nodes and b != ctl and self.c.nodes[b].alive()})
+        moved = None
+        if not victims:
+            # the controller leads every partition: first move one leadership to another broker
+            # (a preferred election), so that killing that broker asks for an election
+            moved = self._move_leadership(lambda p, st, live: [b for b in st["isr"] if b != ctl and b in live])
+            leaders = self._leaders()
+            victims = sorted({b for b in leaders.values() if b in self.c.nodes and b != ctl
+                              and self.c.nodes[b].alive()}) or [b for b in self._live() if b != ctl]
+        victim = self.rng.choice(victims) if victims else None
+        before = self._zk_states()
+        from netproxy import zookeeper_write_to
+        # armed by a write to a state znode of a partition the victim leads: the controller's
+        # election (the controller's own ISR shrinks as a leader do not count)
+        led = [p for p, b in leaders.items() if b == victim]
+        self.c.drop_zookeeper_replies(ctl, after_write=zookeeper_write_to(
+            [f"/brokers/topics/{TOPIC}/partitions/{p}/state" for p in led]) if led else True)
+        if victim is not None:
+            self.c.kill(victim)
+
+        def heal():
+            zk_now = self._zk_states()
+            try:
+                ctl_now = self.c.controller()
+            except Exception:       # noqa: BLE001
+                ctl_now = None
+            changed = [p for p, st in zk_now.items() if before.get(p, {}).get("leader") == victim
+                       and st["leader"] != victim]
+            self._effect(kind, f"{len(changed)} elections away from the killed broker written"
+                         if changed else "no election written")
+            self.c.heal()
+            if victim is not None:
+                self.c.restart(victim)
+            return {"zk_states_at_heal": zk_now, "controller_at_heal": ctl_now}
+        return (f"controller {ctl}'s zookeeper replies lost, leader {victim} killed"), heal, \
+            {"controller": ctl, "killed": victim, "leaders_before": leaders, "zk_states_before": before,
+             "leadership_moved_first": moved}
+
+    def _leader_zk_replies(self, kind):
+        """A leader cut from the other brokers, its ZooKeeper replies lost from its first write
+        on: when its replica lag runs out it shrinks the ISR with a write that lands and whose
+        outcome it never learns (nor anything after). Records the state znodes before and at
+        heal."""
+        b = self._leader()
+        before = self._zk_states()
+        self.c.drop_zookeeper_replies(b, after_write=True)
+        self.c.isolate_from_brokers(b)
+
+        def heal():
+            zk_now = self._zk_states()
+            shrunk = [p for p, st in zk_now.items() if st["leader"] == b
+                      and len(st["isr"] or ()) < len(before.get(p, {}).get("isr") or ())]
+            self._effect(kind, "ISR shrink landed in ZooKeeper unseen" if shrunk else "no ISR change in ZooKeeper")
+            self.c.heal()
+            return {"zk_states_at_heal": zk_now}
+        return f"leader {b} cut from the brokers, then its zookeeper replies lost", heal, \
+            {"broker": b, "zk_states_before": before}
+
+    def _zk_quorum_loss(self, kind):
+        nodes = self.rng.sample(self.c.zk.nodes, 2)
+        for n in nodes:
+            n.kill()
+        return (f"kill zookeeper {[n.myid for n in nodes]} (quorum lost)",
+                lambda: self.c.restart_zookeepers(nodes), {"zookeepers": [n.myid for n in nodes]})
+
+    def _zk_and_broker(self, kind):
+        z = self.rng.choice(self.c.zk.nodes)
+        b = self._leader()
+        z.kill()
+        self.c.kill(b)
+
+        def heal():
+            self.c.restart_zookeeper(z)
+            self.c.restart(b)
+        return f"kill zookeeper {z.myid} and leader {b}", heal, {"zookeeper": z.myid, "broker": b}
+
+    def _zk_slow(self, kind):
+        d = round(self.rng.uniform(0.2, 1.0), 2)
+        self.c.delay_zookeeper(d)
+        return f"every broker's zookeeper links slowed by {d} s", self.c.heal, {"delay": d}
+
+    def _isr_heal(self, kind, b, before):
+        def heal():
+            now = self._describe()
+            shrunk = [p for p, st in now.items() if len(st["isr"]) < len(before.get(p, st)["isr"])]
+            self._effect(kind, "ISR shrank" if shrunk else "ISR unchanged at heal")
+            self.c.heal()
+            return {"state_at_heal": {str(p): st for p, st in now.items()}}
+        return heal
+
+    def _slow_links(self, kind):
+        b = self._leader()
+        before = self._describe()
+        d = round(self.rng.uniform(1.0, 4.0), 2)
+        self.c.delay_links(b, d)
+        return f"leader {b}'s links to the brokers slowed by {d} s", self._isr_heal(kind, b, before), \
+            {"broker": b, "delay": d, "state_before": {str(p): st for p, st in before.items()}}
+
+    def _one_way(self, kind):
+        b = self._leader()
+        before = self._describe()
+        others = [o for o in sorted(self.c.nodes) if o != b]
+        outgoing = self.rng.random() < 0.5
+        for o in others:
+            if outgoing:
+                self.c.one_way(b, o)
+            else:
+                self.c.one_way(o, b)
+        what = (f"leader {b}'s packets to {others} held (one way)" if outgoing
+                else f"packets from {others} to leader {b} held (one way)")
+        return what, self._isr_heal(kind, b, before), \
+            {"broker": b, "outgoing": outgoing, "state_before": {str(p): st for p, st in before.items()}}
+
+    def _lost_tail_all(self, kind):
+        """A power cut of the whole cluster: SIGKILL every broker at once and cut each segment of
+        the topic back to its last fsync (fsync_journal.py); restart them all at heal. With
+        flush.messages=1 nothing acknowledged may be lost."""
+        ids = sorted(self.c.nodes)
+        for b in ids:
+            self.c.nodes[b].signal(9)
+        cut = {}
+        for b in ids:
+            self.c.kill(b)
+            cut[b] = self.c.lose_unsynced(b, TOPIC)
+        lost = sum(v[0] - v[1] for per in cut.values() for v in per.values())
+        self._effect(kind, "unsynced bytes cut" if lost else "nothing unsynced to cut")
+
+        def heal():
+            self.c.start_dead()
+        return (f"power cut: every broker killed, {lost} unsynced bytes cut"), heal, \
+            {"cut": {str(b): v for b, v in cut.items()}, "bytes": lost}
+
+    # -------------------------------------------------------------- schedule
+    def _length(self, kind: str) -> float:
+        length = self.rng.uniform(*self.opts.fault_length)
+        if kind in ISR_FAULTS:
+            length = max(length, _lag_s(self.opts) + 1.5)
+        if kind in SESSION_FAULTS:
+            length = max(length, self.opts.session_timeout_ms / 1000.0 + 1.5)
+        return length
+
+    def _schedule(self):
+        if self.opts.schedule == "cycle":
+            n = 0
+            while not self.opts.cycles or n < self.opts.cycles:
+                yield from self.choices
+                n += 1
+        else:
+            while True:
+                yield self.rng.choice(self.choices)
 
     def run(self):
         try:
+            kinds = self._schedule()
             while not self.stop.wait(self.rng.uniform(*self.opts.fault_gap)):
-                kind = self.rng.choice(self.choices)
-                what, heal = self.start_fault(kind)
+                kind = next(kinds, None)
+                if kind is None:
+                    break
+                n = sum(self.faults.values())
+                # "start" before the fault is applied (some take seconds: a controlled shutdown),
+                # "applied" with what it did once it is, "heal" with what it found at the end
+                self.h.add(proc="nemesis", type="info", f="nemesis", value=kind, phase="start", kind=kind, fault=n)
+                what, heal, detail = self.start_fault(kind)
                 self.faults[kind] += 1
-                self.h.add(proc="nemesis", type="info", f="nemesis", value=what, phase="start")
-                self.stop.wait(self.rng.uniform(*self.opts.fault_length))
-                heal()
-                self.h.add(proc="nemesis", type="info", f="nemesis", value=what, phase="heal")
+                self.h.add(proc="nemesis", type="info", f="nemesis", value=what, phase="applied", kind=kind,
+                           fault=n, detail=detail)
+                self.stop.wait(self._length(kind))
+                more = heal() if heal is not None else None
+                self.h.add(proc="nemesis", type="info", f="nemesis", value=what, phase="heal", kind=kind,
+                           fault=n, detail=more)
         except BaseException as e:      # noqa: BLE001
             self.error = e
+
+
+class MetaWatcher(threading.Thread):
+    """Every 0.5 s the partitions' leader and ISR from Metadata; a history event (f "meta") when
+    they change, so a run can count leader moves and ISR shrinks/expansions."""
+
+    def __init__(self, cluster, history, opts: Options, stop: threading.Event):
+        super().__init__(name="meta", daemon=True)
+        self.c, self.h, self.opts, self.stop = cluster, history, opts, stop
+        self.error: BaseException | None = None
+
+    def run(self):
+        last = {}
+        try:
+            while not self.stop.wait(0.5):
+                try:
+                    d = self.c.describe(TOPIC, timeout=2)
+                except Exception:       # noqa: BLE001
+                    continue
+                for p, st in sorted(d.items()):
+                    if not st["isr"]:
+                        continue        # a broker that does not know the partition (yet)
+                    now = (st["leader"], tuple(sorted(st["isr"])))
+                    if last.get(p) != now:
+                        self.h.add(proc="meta", type="info", f="meta", key=p, leader=st["leader"],
+                                   isr=sorted(st["isr"]), replicas=st["replicas"])
+                        last[p] = now
+        except BaseException as e:      # noqa: BLE001
+            self.error = e
+
+
+def meta_stats(history: list[dict]) -> dict:
+    """Leader changes and ISR shrinks/expansions seen by the MetaWatcher."""
+    last, out = {}, Counter()
+    for ev in history:
+        if ev.get("f") != "meta":
+            continue
+        k = ev["key"]
+        if k in last:
+            leader, isr = last[k]
+            if ev["leader"] != leader:
+                out["leader_changes"] += 1
+            if len(ev["isr"]) < len(isr):
+                out["isr_shrinks"] += 1
+            elif len(ev["isr"]) > len(isr):
+                out["isr_expansions"] += 1
+        last[k] = (ev["leader"], ev["isr"])
+    return dict(out)
+
+
+def by_fault(history: list[dict], result: Result) -> dict:
+    """Per fault kind: how many were started, acknowledged sends while one of that kind was on,
+    and the anomalies (of the examples kept) attributed to the last fault started before their
+    moment: for a record at a key and offset where another value was later seen, the first
+    sighting of the other value (when the log was rewritten); else the anomaly's own event
+    (lost: the acknowledgment). Examples with neither are not attributed."""
+    out = {}
+    spans = []          # (start index, heal index or None, kind)
+    open_at = {}
+    for i, ev in enumerate(history):
+        if ev.get("f") != "nemesis" or "kind" not in ev:
+            continue
+        if ev.get("phase") == "start":
+            open_at[ev.get("fault")] = len(spans)
+            spans.append([i, None, ev["kind"]])
+        elif ev.get("phase") == "heal" and ev.get("fault") in open_at:
+            spans[open_at.pop(ev.get("fault"))][1] = i
+    for _s, _h, kind in spans:
+        out.setdefault(kind, {"faults": 0, "acked_during": 0, "anomalies_after": 0})["faults"] += 1
+    starts = [s for s, _h, _k in spans]
+    for s, h, kind in spans:
+        hi = h if h is not None else len(history)
+        out[kind]["acked_during"] += sum(1 for ev in history[s:hi] if ev.get("f") == "send" and ev.get("type") == "ok")
+    seen = {}           # (key, offset) -> [(index, value)] from acknowledged sends and polls
+    for i, ev in enumerate(history):
+        if ev.get("f") in ("send", "poll") and ev.get("type") == "ok" and ev.get("offset") is not None:
+            seen.setdefault((ev["key"], ev["offset"]), []).append((i, ev["value"]))
+    for examples in result.anomalies.values():
+        for ex in examples:
+            i = ex.get("index")
+            obs = seen.get((ex.get("key"), ex.get("offset")), [])
+            # a record replaced by another: the fault on when the other value was first seen
+            changed = next((j for j, v in obs if obs and v != obs[0][1]), None)
+            if changed is not None:
+                i = changed
+            if i is None:
+                continue
+            j = bisect.bisect_right(starts, i) - 1
+            if j >= 0:
+                out[spans[j][2]]["anomalies_after"] += 1
+    return out
 
 
 # ---------------------------------------------------------------------- the end of a run
@@ -414,6 +1113,37 @@ def wait_caught_up(c: Cluster, partitions: int, timeout: float = 120) -> dict[in
         return out
     return wait_until(caught_up, max(1.0, deadline - time.monotonic()),
                       "full ISR and leader HW == log end offset on every partition", interval=0.5)
+
+
+def stuck_partitions(c: Cluster, partitions: int) -> tuple[dict, dict]:
+    """After wait_caught_up gave up: each partition's HW to read up to (0 when it has no
+    leader) and, for those not caught up, why (leader, ISR, replicas, HW, every replica's log
+    end offset read from its files)."""
+    try:
+        d = c.describe(TOPIC)
+    except Exception:                   # noqa: BLE001
+        d = {}
+    ends = {}
+    for p in range(partitions):         # one by one: a partition without a leader fails alone
+        try:
+            ends.update(c.end_offsets(TOPIC, [p]))
+        except Exception:               # noqa: BLE001
+            pass
+    hws, stuck = {}, {}
+    for p in range(partitions):
+        st = d.get(p, {"leader": -1, "isr": [], "replicas": sorted(c.nodes)})
+        hw = ends.get(p, (None, None))[0]
+        leos = {}
+        for b in st["replicas"]:
+            r = read_replica(c.nodes[b].log_dir, TOPIC, p) if b in c.nodes else None
+            leos[b] = r.log_end_offset if r else None
+        ok = (st["leader"] in c.nodes and sorted(st["isr"]) == sorted(st["replicas"]) and hw is not None
+              and hw == leos.get(st["leader"]))
+        hws[p] = hw if hw is not None else 0
+        if not ok or hw is None:
+            stuck[p] = {"leader": st["leader"], "isr": st["isr"], "replicas": st["replicas"], "hw": hw,
+                        "log_end_offsets": {str(b): v for b, v in leos.items()}}
+    return hws, stuck
 
 
 def final_read(c: Cluster, hws: dict[int, int], timeout: float = 60) -> dict:
@@ -458,6 +1188,11 @@ class RunReport:
     duration: float
     final_records: int
     errors: list
+    effects: Counter = field(default_factory=Counter)    # "kind: what it did" -> count
+    skipped: Counter = field(default_factory=Counter)    # kind -> faults that found nothing to do
+    meta: dict = field(default_factory=dict)             # leader changes, ISR shrinks/expansions
+    per_fault: dict = field(default_factory=dict)        # kind -> faults, acked_during, anomalies_after
+    label: str = ""                                      # the configuration's name (bench)
 
     def summary(self) -> str:
         s = self.result.stats
@@ -470,7 +1205,11 @@ class RunReport:
                  f"  liveness: {s.get('liveness')}; duplicates from the producers without idempotence: "
                  f"{s.get('duplicates_without_idempotence', 0)}",
                  f"  errors: {s.get('errors')}",
-                 "  " + self.result.summary().replace("\n", "\n  ")]
+                 f"  seen in Metadata: {self.meta}"]
+        if self.effects or self.skipped:
+            lines.append(f"  nemesis effects: {dict(sorted(self.effects.items()))}"
+                         + (f"; skipped: {dict(self.skipped)}" if self.skipped else ""))
+        lines.append("  " + self.result.summary().replace("\n", "\n  "))
         if self.errors:
             lines.append(f"  harness errors: {self.errors}")
         return "\n".join(lines)
@@ -484,13 +1223,22 @@ def run_once(base: Path, opts: Options, before_final=None) -> RunReport:
     base = Path(base)
     base.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    props = dict(opts.broker_props)
+    if opts.auto_rebalance:
+        props.setdefault("auto.leader.rebalance.enable", "true")
+        props.setdefault("leader.imbalance.check.interval.seconds", 2)
+    journal = opts.fsync or any(f in NEEDS_JOURNAL for f in opts.faults)
     c = Cluster(base, brokers=opts.brokers, zookeepers=opts.zookeepers,
-                session_timeout_ms=opts.session_timeout_ms, props=opts.broker_props)
+                session_timeout_ms=opts.session_timeout_ms, props=props, fsync_journal=journal)
     h = History(base / "history.jsonl")
     ok = False
     try:
         c.start()
-        c.create_topic(TOPIC, opts.partitions, min(3, opts.brokers), {"min.insync.replicas": min(2, opts.brokers)})
+        rf = min(opts.replication_factor, opts.brokers)
+        topic_config = {"min.insync.replicas": min(opts.min_insync, rf)}
+        if opts.fsync:
+            topic_config["flush.messages"] = 1
+        c.create_topic(TOPIC, opts.partitions, rf, topic_config)
         c.wait_healthy(TOPIC, opts.partitions)
         stop, stop_nemesis = threading.Event(), threading.Event()
         values = _Values()
@@ -498,12 +1246,18 @@ def run_once(base: Path, opts: Options, before_final=None) -> RunReport:
         workers += [ProducerWorker(f"q{i}", c, h, values, opts, stop, oneshot=True)
                     for i in range(opts.oneshot_producers)]
         workers += [ConsumerWorker(f"c{i}", c, h, opts, stop) for i in range(opts.consumers)]
+        workers += [GroupConsumerWorker(f"g{i}", c, h, opts, stop) for i in range(opts.group_consumers)]
         workers.append(HwWatcher(c, h, opts, stop))
+        if c.clustered:
+            workers.append(MetaWatcher(c, h, opts, stop))
         nemesis = Nemesis(c, h, opts, stop_nemesis)
         for w in workers:
             w.start()
         nemesis.start()
-        time.sleep(opts.duration)
+        if opts.schedule == "cycle" and opts.cycles:
+            nemesis.join(opts.duration)         # the cycles done, or the duration as a cap
+        else:
+            time.sleep(opts.duration)
         stop_nemesis.set()
         nemesis.join(60)
         heal_everything(c, h)
@@ -516,18 +1270,41 @@ def run_once(base: Path, opts: Options, before_final=None) -> RunReport:
             heal_everything(c, h)
         errors = [f"{w.name}: {w.error!r}" for w in workers + [nemesis] if w.error is not None]
         errors += [f"{w.name}: still running" for w in workers + [nemesis] if w.is_alive()]
-        hws = wait_caught_up(c, opts.partitions)
-        final = final_read(c, hws)
+        stuck = {}
+        try:
+            hws = wait_caught_up(c, opts.partitions)
+        except ClusterError:
+            # A partition that never gets a leader with a full ISR and HW == log end is an
+            # anomaly of its own; the checker still runs over the whole history, with the
+            # final read of the others complete and of the stuck ones marked incomplete.
+            hws, stuck = stuck_partitions(c, opts.partitions)
+        final = final_read(c, hws, timeout=60 if not stuck else 20)
+        for p in stuck:
+            final[p]["complete"] = False
+        if opts.group_consumers:
+            try:
+                read_group_offsets(c, h, opts.partitions)
+            except Exception as e:      # noqa: BLE001 - reported with the run
+                errors.append(f"reading the group's offsets: {e!r}")
         h.close()
         res = check(h.events, final)
-        assignment = c.describe(TOPIC)
+        for p, why in sorted(stuck.items()):
+            res.add("stuck-partition", key=p, **why)
+        try:
+            assignment = c.describe(TOPIC)
+        except Exception:               # noqa: BLE001
+            assignment = {}
+        healthy = {p: hw for p, hw in hws.items() if p not in stuck and p in assignment}
         replicas = {p: {b: read_replica(c.nodes[b].log_dir, TOPIC, p) for b in assignment[p]["replicas"]}
-                    for p in hws}
-        res.merge(check_replicas(replicas, hws))
-        explain_duplicates(res, lambda key: c.nodes[assignment[key]["leader"]].log_dir, TOPIC)
+                    for p in healthy}
+        res.merge(check_replicas(replicas, healthy))
+        explain_duplicates(res, lambda key: c.nodes[assignment[key]["leader"]].log_dir
+                           if assignment.get(key, {}).get("leader") in c.nodes else
+                           c.nodes[min(c.nodes)].log_dir, TOPIC)
         (base / "final.json").write_text(json.dumps(final))
         report = RunReport(opts.seed, res, nemesis.faults, h.path, time.monotonic() - t0,
-                           sum(len(f["records"]) for f in final.values()), errors)
+                           sum(len(f["records"]) for f in final.values()), errors, effects=nemesis.effects,
+                           skipped=nemesis.skipped, meta=meta_stats(h.events), per_fault=by_fault(h.events, res))
         ok = res.valid and not errors
         return report
     finally:
