@@ -59,29 +59,37 @@ class ClusterMember:
             address_overrides=self.config.address_overrides())
         await asyncio.to_thread(self.controller.start)
 
+    def _zk_wait_s(self) -> float:
+        """How long one ZooKeeper call on the stop path may wait: a session timeout, after which
+        ZooKeeper itself drops what the call would remove (the registration, /controller)."""
+        return self.config["zookeeper.session.timeout.ms"] / 1000.0
+
     async def shutdown(self) -> None:
-        """Controlled shutdown (when enabled), then leave the cluster."""
+        """Controlled shutdown (when enabled), then leave the cluster. Every ZooKeeper call here
+        is bounded: a stop always finishes, also with ZooKeeper unreachable."""
         if self.store is None:
             return
         try:
             if self.config["controlled.shutdown.enable"] and self.controller is not None:
                 await self._controlled_shutdown()
         except Exception as exc:   # noqa: BLE001 - stopping goes on regardless
-            logger.warning("controlled shutdown of broker %d failed: %s", self.broker.node_id, exc)
+            logger.warning("controlled shutdown of broker %d failed: %s; stopping anyway", self.broker.node_id, exc)
         if self.controller is not None:
-            await asyncio.to_thread(self.controller.stop)
+            await asyncio.to_thread(self.controller.stop, self._zk_wait_s())
         try:
-            await asyncio.to_thread(self.store.deregister_broker)
+            await asyncio.to_thread(self.store.deregister_broker, self._zk_wait_s())
         except SegLogError as exc:
             logger.warning("broker %d: deregistering failed: %s", self.broker.node_id, exc)
 
     async def _controlled_shutdown(self) -> None:
         rm = self.broker.cluster
         me = self.broker.node_id
-        await asyncio.to_thread(self.store.announce_controlled_shutdown, me)
         attempts = self.config["controlled.shutdown.max.retries"]
         backoff_s = self.config["controlled.shutdown.retry.backoff.ms"] / 1000.0
         deadline = time.monotonic() + attempts * max(backoff_s, 0.5)
+        # The announcement itself waits no longer than the attempts would (Kafka retries the
+        # ControlledShutdown request that many times, then stops anyway).
+        await asyncio.to_thread(self.store.announce_controlled_shutdown, me, max(0.5, deadline - time.monotonic()))
 
         def movable() -> list[tuple[str, int]]:
             # Partitions this broker leads that another live replica could lead.

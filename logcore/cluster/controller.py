@@ -37,7 +37,8 @@ from logcore.cluster.zookeeper_store import (CONTROLLED_SHUTDOWN, NO_LEADER, PRE
                                              REASSIGN_PARTITIONS, UNCLEAN_ELECTION, ControllerEpoch,
                                              PartitionState, ZooKeeperStore, partition_state_path,
                                              topic_path)
-from logcore.errors import ControllerMovedError, TopicNotFoundError, ZkVersionConflictError
+from logcore.errors import (ControllerMovedError, CoordinatorUnavailableError, TopicNotFoundError,
+                            ZkVersionConflictError)
 
 logger = logging.getLogger(__name__)
 
@@ -159,15 +160,21 @@ class Controller:
         self.store.client.ChildrenWatch(CONTROLLED_SHUTDOWN, lambda _c: self._events.put("reconcile"))
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop the passes and resign; with `timeout_s`, every wait is bounded by it (a broker
+        stopping while ZooKeeper is unreachable must still stop)."""
         self._stop.set()
         self._events.put("stop")
         if self._worker.is_alive():
-            self._worker.join(10)
+            self._worker.join(10 if timeout_s is None else timeout_s)
         if self._probe is not None:
             self._probe.stop()
         if self.fence is not None and self.store.client.connected:
-            self.store.resign_controller(self.broker_id)
+            try:
+                self.store.resign_controller(self.broker_id, timeout_s=timeout_s)
+            except CoordinatorUnavailableError as exc:
+                logger.warning("broker %d: resigning as controller failed: %s (its session ends it)",
+                               self.broker_id, exc)
         self.fence = None
 
     @property

@@ -346,13 +346,27 @@ class ZooKeeperStore:
         self._registration = BrokerRegistration(reg.broker_id, host, int(port), endpoints, rack, stat.czxid)
         return stat.czxid
 
-    def deregister_broker(self) -> None:
+    def _bounded(self, result, timeout_s: float | None, what: str):
+        """The value of a kazoo async call, waiting at most `timeout_s` (None: as long as it
+        takes). While the connection is down kazoo keeps a request queued until it is back, so
+        a call on a path that must finish (a stop) is bounded: CoordinatorUnavailableError then,
+        and the outcome is unknown."""
+        from kazoo.handlers.threading import KazooTimeoutError
+        try:
+            return result.get(timeout=timeout_s)
+        except KazooTimeoutError:
+            raise CoordinatorUnavailableError(
+                f"zookeeper.connect={self.hosts}: {what} got no answer within {timeout_s:.1f} s") from None
+
+    @_coordinator_errors
+    def deregister_broker(self, timeout_s: float | None = None) -> None:
         """Remove this broker's registration (a clean shutdown) without ending the session."""
         from kazoo.exceptions import NoNodeError
         reg, self._registration = self._registration, None
         if reg is not None:
             try:
-                self.client.delete(f"{BROKER_IDS}/{reg.broker_id}")
+                self._bounded(self.client.delete_async(f"{BROKER_IDS}/{reg.broker_id}"), timeout_s,
+                              "deregistering the broker")
             except NoNodeError:
                 pass
 
@@ -703,16 +717,18 @@ class ZooKeeperStore:
             return None
         return ControllerEpoch(current.epoch + 1, results[1].version)
 
-    def resign_controller(self, broker_id: int) -> None:
-        """Delete /controller if this session holds it."""
+    @_coordinator_errors
+    def resign_controller(self, broker_id: int, timeout_s: float | None = None) -> None:
+        """Delete /controller if this session holds it (each call bounded by `timeout_s`)."""
         from kazoo.exceptions import BadVersionError, NoNodeError
         try:
-            raw, stat = self.client.get(CONTROLLER)
+            raw, stat = self._bounded(self.client.get_async(CONTROLLER), timeout_s, "reading /controller")
         except NoNodeError:
             return
         if stat.ephemeralOwner == self.session_id and _loads(raw, CONTROLLER).get("brokerid") == broker_id:
             try:
-                self.client.delete(CONTROLLER, version=stat.version)
+                self._bounded(self.client.delete_async(CONTROLLER, version=stat.version), timeout_s,
+                              "deleting /controller")
             except (NoNodeError, BadVersionError):
                 pass
 
@@ -809,12 +825,14 @@ class ZooKeeperStore:
         except (NoNodeError, BadVersionError):     # a newer request stays for the next pass
             pass
 
-    def announce_controlled_shutdown(self, broker_id: int) -> None:
+    @_coordinator_errors
+    def announce_controlled_shutdown(self, broker_id: int, timeout_s: float | None = None) -> None:
         """This broker is stopping: the controller moves its leaderships and ISR memberships.
-        Ephemeral: it goes with the session."""
+        Ephemeral: it goes with the session. Waits at most `timeout_s` for ZooKeeper."""
         from kazoo.exceptions import NodeExistsError
         try:
-            self.client.create(f"{CONTROLLED_SHUTDOWN}/{broker_id}", b"", ephemeral=True, makepath=True)
+            self._bounded(self.client.create_async(f"{CONTROLLED_SHUTDOWN}/{broker_id}", b"", ephemeral=True,
+                                                   makepath=True), timeout_s, "announcing a controlled shutdown")
         except NodeExistsError:
             pass
 
