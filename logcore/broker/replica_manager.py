@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from logcore.broker import errors as E
 from logcore.broker.isr import (FollowerState, high_watermark_candidate, may_join, out_of_sync,
                                 reset_followers)
-from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState, TopicAssignment
+from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState, TopicAssignment, is_transient
 from logcore.errors import (CoordinatorUnavailableError, SegLogError, TopicExistsError, TopicNotFoundError,
                             ZkVersionConflictError)
 
@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
 SHUTDOWN_PATH = "/admin/controlled_shutdown"
+EVENT_RETRY_S = 0.5            # an event that failed on a ZooKeeper call is applied again then
 
 
 def _now_ms() -> float:
@@ -158,8 +159,15 @@ class ReplicaManager:
                 await self._handle(event)
             except asyncio.CancelledError:
                 raise
-            except Exception:   # noqa: BLE001 - one bad event must not stop the replicas
-                logger.exception("broker %d: handling %s failed", self.me, event[0])
+            except Exception as exc:   # noqa: BLE001 - one bad event must not stop the replicas
+                if is_transient(exc):
+                    # ZooKeeper away for a moment: the event is applied again (every event is
+                    # idempotent), else a watch never set would never fire.
+                    logger.warning("broker %d: handling %s failed: %s; again in %.1f s", self.me,
+                                   event[0], exc, EVENT_RETRY_S)
+                    self.loop.call_later(EVENT_RETRY_S, self._post, event)
+                else:
+                    logger.exception("broker %d: handling %s failed", self.me, event[0])
             self.changed.set()
             self.changed = asyncio.Event()
 
@@ -200,11 +208,12 @@ class ReplicaManager:
     async def _topics_changed(self, names) -> None:
         names = set(names)
         for name in sorted(names - self._watched_topics):
-            self._watched_topics.add(name)
+            # Marked once both watches are set: a failed call is made again (_run re-posts).
             await asyncio.to_thread(self.store.client.DataWatch, f"/brokers/topics/{name}",
                                     self._assignment_watch(name))
             await asyncio.to_thread(self.store.client.DataWatch, f"/config/topics/{name}",
                                     self._config_watch(name))
+            self._watched_topics.add(name)
         for name in sorted(self._watched_topics - names):
             self._watched_topics.discard(name)
             await self._assignment_changed(name, None)
@@ -272,8 +281,8 @@ class ReplicaManager:
             key = (name, p)
             if key in self._watched_states:
                 continue
-            self._watched_states.add(key)
             await asyncio.to_thread(self.store.watch_partition_state, name, p, self._state_watch(key))
+            self._watched_states.add(key)
         # A replica that left the assignment (a reassignment) stops and is deleted; a partition
         # that gained this broker starts at the state already known (its epoch bump may have
         # been read before this assignment).

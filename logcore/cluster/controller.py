@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from logcore.cluster.zookeeper_store import (CONTROLLED_SHUTDOWN, NO_LEADER, PREFERRED_ELECTION,
+from logcore.cluster.zookeeper_store import (CONTROLLED_SHUTDOWN, NO_LEADER, PREFERRED_ELECTION, is_transient,
                                              REASSIGN_PARTITIONS, UNCLEAN_ELECTION, ControllerEpoch,
                                              PartitionState, ZooKeeperStore, partition_state_path,
                                              topic_path)
@@ -48,6 +48,9 @@ class Election:
     leader: int                 # NO_LEADER (-1) when the partition is offline
     isr: tuple[int, ...]
     unclean: bool = False
+
+
+RETRY_MIN_S, RETRY_MAX_S = 0.2, 5.0      # a failed controller pass is run again, backing off
 
 
 def elect_leader(assignment, isr, live, unclean: bool = False) -> Election:
@@ -183,12 +186,14 @@ class Controller:
 
     def _run(self) -> None:
         next_rebalance = time.monotonic() + self.rebalance_interval_s
+        retry_at: float | None = None        # a failed pass is run again then
+        retry_s = RETRY_MIN_S
         while not self._stop.is_set():
+            due = [t for t in (next_rebalance if self.auto_rebalance else None, retry_at) if t is not None]
             try:
-                event = self._events.get(timeout=max(0.0, next_rebalance - time.monotonic())
-                                         if self.auto_rebalance else None)
+                event = self._events.get(timeout=max(0.0, min(due) - time.monotonic()) if due else None)
             except queue.Empty:
-                event = "rebalance"
+                event = "retry" if retry_at is not None and time.monotonic() >= retry_at else "rebalance"
             if event == "rebalance" or time.monotonic() >= next_rebalance:
                 next_rebalance = time.monotonic() + self.rebalance_interval_s
                 if self.auto_rebalance and self.fence is not None:
@@ -211,13 +216,23 @@ class Controller:
                 return
             try:
                 self._step()
+                retry_at, retry_s = None, RETRY_MIN_S
             except ControllerMovedError as e:
                 logger.warning("broker %d: no longer controller: %s", self.broker_id, e)
                 self.fence = None
                 self._watch_listeners({})
-            except Exception:                                   # noqa: BLE001 - keep the loop alive
-                logger.exception("broker %d: controller pass failed; retrying on the next event",
-                                 self.broker_id)
+                retry_at, retry_s = None, RETRY_MIN_S
+            except Exception as exc:                            # noqa: BLE001 - keep the loop alive
+                # A pass cut short (ZooKeeper away for a moment) may have left partitions with a
+                # dead leader; no watch fires again for what it did not read, so run it again.
+                if is_transient(exc):
+                    logger.warning("broker %d: controller pass failed: %s; again in %.1f s",
+                                   self.broker_id, exc, retry_s)
+                else:
+                    logger.exception("broker %d: controller pass failed; again in %.1f s",
+                                     self.broker_id, retry_s)
+                retry_at = time.monotonic() + retry_s
+                retry_s = min(retry_s * 2, RETRY_MAX_S)
 
     def _step(self) -> None:
         current = self.store.controller()
@@ -286,7 +301,7 @@ class Controller:
             if topic in deleting:
                 continue
             try:
-                self._reconcile_topic(topic, live)
+                self._reconcile_topic(topic, live, brokers)
             except TopicNotFoundError:
                 continue
         if bounced:
@@ -294,7 +309,7 @@ class Controller:
             self._broker_epochs = {b: e for b, e in epochs.items() if b not in bounced}
             for topic in self.store.list_topics():
                 if topic not in deleting:
-                    self._reconcile_topic(topic, registered)
+                    self._reconcile_topic(topic, registered, brokers)
         self._broker_epochs = epochs
         for topic in deleting:
             self.store.remove_topic(topic, self.fence)
@@ -316,11 +331,12 @@ class Controller:
             return _truthy(config["unclean.leader.election.enable"])
         return self.unclean_default
 
-    def _reconcile_topic(self, topic: str, live: set[int]) -> None:
+    def _reconcile_topic(self, topic: str, live: set[int], brokers: dict) -> None:
         if topic not in self._watched_topics:
             # Partitions added to a topic change its znode's data, not /brokers/topics' children.
-            self._watched_topics.add(topic)
+            # Marked only once the watch is set: a call that failed is made again next pass.
             self.store.client.DataWatch(topic_path(topic), self._topic_watch)
+            self._watched_topics.add(topic)
         ta = self.store.topic(topic)
         states = self.store.partition_states(topic)
         missing = {p: initial_state(r, live, self.fence.epoch) for p, r in ta.partitions.items()
@@ -328,17 +344,33 @@ class Controller:
         if missing:
             self.store.create_partition_states(topic, missing, self.fence)
         for p, state in states.items():
-            self._reconcile_partition(topic, p, list(ta.partitions[p]), state, live)
+            self._reconcile_partition(topic, p, list(ta.partitions[p]), state, live, brokers)
 
-    def _reconcile_partition(self, topic, p, assignment, state, live) -> None:
+    def _reconcile_partition(self, topic, p, assignment, state, all_live, brokers) -> None:
         for _ in range(5):                               # a leader may update the ISR meanwhile
             if state.controller_epoch > self.fence.epoch:
                 raise ControllerMovedError(
                     f"partition {topic}-{p} was written by controller epoch {state.controller_epoch}"
                     f" > mine ({self.fence.epoch})")
+            # A leader or ISR member registered after this state was written restarted (or its
+            # session expired) since: its place in the state belongs to its previous process,
+            # which may have lost an unflushed tail. It counts as failed for this state (KIP-380's
+            # broker epoch, by zxid: no memory of earlier passes or controllers needed).
+            restarted = {b for b in (state.leader, *state.isr)
+                         if b in brokers and state.written_before(brokers[b].epoch)}
+            if restarted:
+                logger.info("controller %d: %s-%d: brokers %s registered after its state (leader %d,"
+                            " epoch %d, ISR %s) was written; they count as failed for it",
+                            self.broker_id, topic, p, sorted(restarted), state.leader,
+                            state.leader_epoch, list(state.isr))
+            live = set(all_live) - restarted
             new = None
             if state.leader not in live:
-                e = elect_leader(assignment, state.isr, live, self._unclean_for(topic))
+                e = elect_leader(assignment, state.isr, live)
+                if e.leader == NO_LEADER:
+                    # Only restarted ISR members left (or none): one of them leads again, at a
+                    # new epoch (a clean election, as Kafka's); else unclean if the topic allows.
+                    e = elect_leader(assignment, state.isr, all_live, self._unclean_for(topic))
                 if e.leader != NO_LEADER:
                     if e.unclean:
                         logger.warning(

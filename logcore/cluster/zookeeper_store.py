@@ -98,6 +98,15 @@ def _loads(raw: bytes, path: str):
         raise CorruptRecordError(f"znode {path} does not hold JSON: {e}", file=path) from None
 
 
+def is_transient(exc: BaseException) -> bool:
+    """A failure of ZooKeeper's connection, not of the request: CoordinatorUnavailableError, or
+    kazoo's own connection-level errors (watch calls go to kazoo directly). Worth retrying."""
+    from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError
+    from kazoo.handlers.threading import KazooTimeoutError
+    return isinstance(exc, (CoordinatorUnavailableError, ConnectionClosedError, ConnectionLoss,
+                            OperationTimeoutError, SessionExpiredError, KazooTimeoutError))
+
+
 def _coordinator_errors(method):
     """Turn kazoo's connection-level failures into CoordinatorUnavailableError naming the
     ensemble and the operation (the caller retries or gives up; nothing is known to be written

@@ -237,3 +237,73 @@ def test_reordering_replicas_changes_the_preferred_leader_only(nodes):
     assert (s.leader, s.isr) == (1, (1, 2, 3))
     n1.store.request_preferred_election([("ro", 0)])
     wait_for(lambda: state(n1.store, "ro", 0).leader == 3, what="preferred leader 3")
+
+
+def _member(hosts, broker_id):
+    """A registered broker without a controller of its own."""
+    store = ZooKeeperStore(hosts, session_timeout_ms=2000).start()
+    store.register_broker(broker_id, "127.0.0.1", 9090 + broker_id)
+    return store
+
+
+def test_a_broker_registered_after_a_state_was_written_counts_as_failed_for_it(zk_hosts):
+    """KIP-380's broker epoch by zxid: broker 1 restarts (a new registration) while no controller
+    runs; the next controller, which never saw the old registration, must not keep it as leader
+    or ISR member of states written for its previous process, and the sole replica of a
+    partition leads again at a new epoch, never at its old one."""
+    s1, s3 = _member(zk_hosts, 1), _member(zk_hosts, 3)
+    s2 = _member(zk_hosts, 2)
+    made = [s1, s2, s3]
+    ctl = Controller(s2, 2).start()
+    try:
+        wait_for(lambda: ctl.active, what="controller")
+        s2.create_topic("t", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2, 3], 1: [2, 1, 3]})
+        s2.create_topic("solo", "AAAAAAAAAAAAAAAAAAAAAg", {0: [1]})
+        wait_for(lambda: len(s2.partition_states("t")) == 2 and s2.partition_states("solo"),
+                 what="initial states")
+        ctl.stop()
+        s1.close()                                   # broker 1's process ends ...
+        s1b = _member(zk_hosts, 1)                    # ... and a new one registers at once
+        made.append(s1b)
+        ctl = Controller(s2, 2).start()              # a controller with no memory of epochs
+        wait_for(lambda: state(s2, "t", 0).leader_epoch == 1, what="partition 0 re-elected")
+        p0, p1, solo = state(s2, "t", 0), state(s2, "t", 1), state(s2, "solo", 0)
+        assert (p0.leader, p0.isr) == (2, (2, 3)), p0
+        wait_for(lambda: state(s2, "t", 1).leader_epoch == 1, what="broker 1 out of partition 1's ISR")
+        assert (state(s2, "t", 1).leader, state(s2, "t", 1).isr) == (2, (2, 3))
+        wait_for(lambda: state(s2, "solo", 0).leader_epoch >= 1, what="the sole replica at a new epoch")
+        assert state(s2, "solo", 0).leader == 1
+    finally:
+        ctl.stop()
+        for s in made:
+            s.close()
+
+
+def test_a_controller_pass_cut_short_by_zookeeper_is_run_again(zk_hosts, caplog):
+    """A pass that fails on a ZooKeeper error is retried with a backoff, with no further event:
+    the partition of a dead leader gets a live one."""
+    from logcore.errors import CoordinatorUnavailableError
+    s1, s2, s3 = _member(zk_hosts, 1), _member(zk_hosts, 2), _member(zk_hosts, 3)
+    ctl = Controller(s2, 2).start()
+    try:
+        wait_for(lambda: ctl.active, what="controller")
+        s2.create_topic("t", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2, 3]})
+        wait_for(lambda: s2.partition_states("t"), what="initial state")
+        real = s2.partition_states
+        failures = [3]
+
+        def flaky(topic):
+            if failures[0] > 0:
+                failures[0] -= 1
+                raise CoordinatorUnavailableError("ZooKeeper away for a moment (test)")
+            return real(topic)
+        s2.partition_states = flaky
+        caplog.set_level(logging.WARNING)
+        s1.close()                                   # the leader's session ends: one event
+        wait_for(lambda: state(s2, "t", 0).leader == 2, timeout=15, what="a live leader")
+        assert failures == [0]
+        assert "controller pass failed" in caplog.text
+    finally:
+        ctl.stop()
+        for s in (s2, s3):
+            s.close()

@@ -270,3 +270,27 @@ def test_an_isr_write_with_an_unknown_outcome_keeps_counting_the_new_member(tmp_
                           "broker 1 recognising its own ISR write")
             store.partition_state = reads
     run(scenario())
+
+
+def test_a_watch_call_that_failed_is_made_again(tmp_path, zk_hosts):
+    """Item 5, the broker's side: a topic's watches were marked as set before the call, so a
+    call that failed on ZooKeeper was never made again and the replica never took its role."""
+    from kazoo.exceptions import ConnectionLoss
+
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
+            client = c.rm(2).store.client
+            real, failures = client.DataWatch, [1]
+
+            def flaky(path, func):
+                if path.startswith("/brokers/topics/") and failures[0] > 0:
+                    failures[0] -= 1
+                    raise ConnectionLoss()
+                return real(path, func)
+            client.DataWatch = flaky
+            await c.create([1, 2], {"min.insync.replicas": "1"})
+            await c.leading(1, (1, 2))
+            await c.until(lambda: KEY in c.rm(2).replicas and c.rm(2).replicas[KEY].role == "follower",
+                          "broker 2 following")
+            assert failures == [0]
+    run(scenario())
