@@ -5,6 +5,7 @@
                 share the server but never see each other's znodes
   zk_client     a started KazooClient on zk_hosts, stopped after the test
   zk_ensemble   a 3-node ensemble of its own (function scope: tests kill its members)
+  zk_standalone one server of its own (function scope: tests stop it)
 
 A test that cannot get ZooKeeper (no java, no jars, kazoo missing, the server would not start)
 is skipped with the reason.
@@ -76,5 +77,14 @@ def zk_client(zk_hosts):
 def zk_ensemble(tmp_path):
     _need_kazoo()
     cluster = _start(tmp_path / "ensemble", 3)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def zk_standalone(tmp_path):
+    """A standalone ZooKeeper of the test's own (function scope: the test may stop it)."""
+    _need_kazoo()
+    cluster = _start(tmp_path / "standalone", 1)
     yield cluster
     cluster.stop()

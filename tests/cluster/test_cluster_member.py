@@ -14,15 +14,8 @@ from zookeeper_reference import ZooKeeperCluster
 pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
 
-@pytest.fixture
-def zookeeper(tmp_path):
-    from conftest import _start
-    cluster = _start(tmp_path / "zk", 1)
-    yield cluster
-    cluster.stop()
-
-
-def test_sigterm_ends_a_broker_whose_zookeeper_is_gone(tmp_path, zookeeper: ZooKeeperCluster):
+def test_sigterm_ends_a_broker_whose_zookeeper_is_gone(tmp_path, zk_standalone: ZooKeeperCluster):
+    zookeeper = zk_standalone
     props = {"controlled.shutdown.max.retries": "2", "controlled.shutdown.retry.backoff.ms": "500",
              "zookeeper.session.timeout.ms": "6000"}
     cluster = SeglogCluster(tmp_path / "brokers", zookeeper.connect_string, size=2, props=props)
