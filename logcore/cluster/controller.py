@@ -136,6 +136,7 @@ class Controller:
         self._events: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._broker_epochs: dict[int, int] = {}
+        self._registrations: dict[int, int] = {}          # broker -> epoch (czxid), as read last
         self._worker = threading.Thread(target=self._run, name=f"controller-{broker_id}", daemon=True)
         self.unclean_elections: list[tuple[str, int, int]] = []   # (topic, partition, leader)
         self._watched_topics: set[str] = set()
@@ -278,9 +279,20 @@ class Controller:
             targets[b] = (host, port, reg.epoch)
         self._probe.set_targets(targets)
 
+    def _eligible(self, state: PartitionState, live) -> set[int]:
+        """`live` less the brokers registered after `state` was written (restarted since): no
+        election path hands them a seat of the state they belong to their previous process in.
+        An offline state's ISR is exactly who may come back: nothing is taken from it."""
+        if state.leader == NO_LEADER:
+            return set(live)
+        regs = self._registrations
+        return set(live) - {b for b in (state.leader, *state.isr)
+                            if b in regs and state.written_before(regs[b])}
+
     def _live(self, brokers) -> set[int]:
         """The registered brokers less those whose listener refuses connections (same
         registration: a newer one is a startup)."""
+        self._registrations = {b: reg.epoch for b, reg in brokers.items()}
         if self._probe is None:
             return set(brokers)
         dead = self._probe.dead()
@@ -413,7 +425,7 @@ class Controller:
                 state = self.store.partition_state(topic, p, sync=True)
                 if state is None:
                     break
-                leader = elect_preferred(assignment, state.isr, live)
+                leader = elect_preferred(assignment, state.isr, self._eligible(state, live))
                 if leader is None or leader == state.leader:
                     break
                 try:
@@ -455,7 +467,7 @@ class Controller:
                 state = self.store.partition_state(topic, p, sync=True)
                 if state is None or state.leader in live:
                     break
-                e = elect_leader(assignment, state.isr, live, unclean=True)
+                e = elect_leader(assignment, state.isr, self._eligible(state, live), unclean=True)
                 if e.leader == NO_LEADER:
                     break
                 if e.unclean:
@@ -487,7 +499,8 @@ class Controller:
                     continue
                 new = None
                 if state.leader in shutting:
-                    e = elect_controlled_shutdown(assignment, state.isr, live, shutting)
+                    e = elect_controlled_shutdown(assignment, state.isr, self._eligible(state, live),
+                                                  shutting)
                     if e.leader != NO_LEADER:
                         new = PartitionState(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
                 elif any(b in shutting for b in state.isr):
@@ -589,7 +602,7 @@ class Controller:
             isr = tuple(b for b in state.isr if b in full) or state.isr
             leader = state.leader
             if leader not in full:
-                leader = elect_reassigned(full, isr, live)
+                leader = elect_reassigned(full, isr, self._eligible(state, live))
             try:
                 self.store.update_partition_state(
                     topic, p, PartitionState(leader, state.leader_epoch + 1, isr, self.fence.epoch),
@@ -649,8 +662,9 @@ class Controller:
             if not force and not set(target) <= set(state.isr):
                 return
             isr = tuple(b for b in state.isr if b in set(target))
-            leader = state.leader if state.leader in set(target) and state.leader in live else \
-                elect_reassigned(target, isr, live)
+            eligible = self._eligible(state, live)
+            leader = state.leader if state.leader in set(target) and state.leader in eligible else \
+                elect_reassigned(target, isr, eligible)
             if leader == NO_LEADER and state.leader != NO_LEADER and state.leader in live:
                 logger.warning("controller %d: %s-%d: no live replica of %s is in the ISR %s; the"
                                " reassignment waits", self.broker_id, topic, p, list(target), list(state.isr))

@@ -9,6 +9,7 @@ every link.
         c.cut(1, 2); c.bridge(1, 2, 3)        # 1<->2 silent; 1<->3 silent (2 sees both)
         c.cut_zookeeper(1)                    # broker 1's session to ZooKeeper goes silent
         c.kill_zookeeper_leader()             # an ensemble's leader (zookeepers=3)
+        c.zookeeper_of(1).kill()              # the ZooKeeper node broker 1's session is on
         c.one_way(1, 2)                       # what 1 sends to 2 is held, 2 -> 1 flows
         c.drop_zookeeper_replies(1)           # 1's requests reach ZooKeeper, the replies are lost
         c.delay_zookeeper(0.5)                # every broker <-> ZooKeeper link slowed
@@ -510,6 +511,10 @@ class Cluster:
             raise ClusterError("no ZooKeeper leader to kill")
         leader.kill()
         return leader
+
+    def zookeeper_of(self, i: int):
+        """The ZooKeeper node broker i's session is connected to now (its open link), or None."""
+        return next((z for z in self.zk.nodes if self.zk_links[(i, z.myid)].carrying), None)
 
     def restart_zookeeper(self, node) -> None:
         node.start()

@@ -116,6 +116,11 @@ class Proxy:
     def close(self) -> None:
         self.hub.call(self._close)
 
+    @property
+    def carrying(self) -> bool:
+        """Whether a connection through this proxy is open now (e.g. a ZooKeeper session's)."""
+        return bool(self._open)
+
     # -------------------------------------------------------------- inside the loop
     async def _listen(self, port: int = 0) -> None:
         for d in ("up", "down"):

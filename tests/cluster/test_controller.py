@@ -307,3 +307,26 @@ def test_a_controller_pass_cut_short_by_zookeeper_is_run_again(zk_hosts, caplog)
         ctl.stop()
         for s in (s2, s3):
             s.close()
+
+
+def test_preferred_election_skips_a_restarted_broker(zk_hosts):
+    """The preferred replica restarted since the state was written: its ISR seat is its previous
+    process's, so a preferred-leader election (before any pass dropped it) leaves the leader."""
+    ctl_store, s1, s2 = _member(zk_hosts, 9), _member(zk_hosts, 1), _member(zk_hosts, 2)
+    made = [ctl_store, s2]
+    try:
+        ctl_store.create_topic("pref", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2]})
+        fence = ctl_store.try_become_controller(9)
+        ctl_store.create_partition_states("pref", {0: PartitionState(1, 0, (1, 2), fence.epoch)}, fence)
+        cur = state(ctl_store, "pref", 0)
+        moved = ctl_store.update_partition_state(
+            "pref", 0, PartitionState(2, cur.leader_epoch + 1, (2, 1), fence.epoch), cur.zk_version, fence=fence)
+        s1.close()
+        made.append(_member(zk_hosts, 1))               # broker 1 again, a new registration
+        ctl = Controller(ctl_store, 9)
+        ctl.fence = fence
+        assert ctl.elect_preferred_leaders([("pref", 0)]) == {}
+        assert state(ctl_store, "pref", 0) == moved
+    finally:
+        for s in made:
+            s.close()
