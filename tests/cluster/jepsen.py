@@ -772,30 +772,26 @@ class Nemesis(threading.Thread):
     def _controller_kill(self, kind):
         ctl = self._controller()
         self.c.kill(ctl)
-
-        def heal():
-            try:
-                now = self.c.controller()
-            except Exception:       # noqa: BLE001
-                now = None
-            self._effect(kind, "controller moved" if now not in (None, ctl) else "controller did not move")
-            self.c.restart(ctl)
-            return {"controller_at_heal": now}
-        return f"kill controller {ctl}", heal, {"controller": ctl}
+        return f"kill controller {ctl}", self._controller_heal(kind, ctl, lambda: self.c.restart(ctl)), \
+            {"controller": ctl}
 
     def _controller_isolate(self, kind):
         ctl = self._controller()
         self.c.isolate(ctl)
+        return f"isolate controller {ctl}", self._controller_heal(kind, ctl, self.c.heal), {"controller": ctl}
 
+    def _controller_heal(self, kind, ctl: int, undo):
+        """The heal of a fault aimed at controller `ctl`: record whether the controller moved,
+        then `undo` the fault."""
         def heal():
             try:
                 now = self.c.controller()
             except Exception:       # noqa: BLE001
                 now = None
             self._effect(kind, "controller moved" if now not in (None, ctl) else "controller did not move")
-            self.c.heal()
+            undo()
             return {"controller_at_heal": now}
-        return f"isolate controller {ctl}", heal, {"controller": ctl}
+        return heal
 
     def _zk_states(self) -> dict:
         try:
