@@ -108,9 +108,16 @@ class LeaderEpochCache:
         Ignored when it repeats the latest epoch at or after its start. Otherwise every tail entry
         with epoch >= `epoch` or start >= `start_offset` is removed first.
         """
+        before = (list(self._epochs), list(self._starts))
         changed = self._assign(epoch, start_offset)
         if changed:
-            self.flush()
+            try:
+                self.flush()
+            except OSError:
+                # Not written (a full disk): forget it, so the next append that needs it
+                # assigns it again and the file never lags what the log holds.
+                self._epochs[:], self._starts[:] = before
+                raise
         return changed
 
     def _assign(self, epoch: int, start_offset: int) -> bool:

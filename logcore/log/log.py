@@ -513,14 +513,27 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                                                   header.base_offset, header.last_offset,
                                                   header.max_timestamp)
         elif analysis is not None:
-            for aborted in self.producer_state.complete_append(analysis, header.next_offset):
-                active.txn_index.append(aborted)
-                self._txn_bases.add(active.base_offset)
+            self._complete_producer_append(active, analysis, header)
         self._unflushed += header.records_count
         self._maybe_flush(now)
         log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
         return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
                           header.records_count, log_append)
+
+    def _complete_producer_append(self, active: LogSegment, analysis, header: BatchHeader) -> None:
+        """The producer state's part of an append whose batch is in `active` already, and the
+        aborted transactions it ends into the `.txnindex`. If that write fails (a full disk),
+        the batch is taken out again and the producer state rebuilt from the log, so a failed
+        append leaves nothing behind (a marker without its index entry would show aborted
+        data to read_committed readers)."""
+        try:
+            for aborted in self.producer_state.complete_append(analysis, header.next_offset):
+                active.txn_index.append(aborted)
+                self._txn_bases.add(active.base_offset)
+        except OSError:
+            active.truncate_to(header.base_offset)
+            self._rebuild_producer_state()
+            raise
 
     def append_control(self, control_type: ControlType, *, producer_id: int, producer_epoch: int,
                        coordinator_epoch: int = 0) -> AppendInfo:

@@ -10,12 +10,16 @@ Durability stays separate: `flush` / `commit` make data durable; today's single-
 """
 from __future__ import annotations
 
+import logging
+
 from logcore.errors import (FencedWriterError, InvalidRecordError, NotLeaderOrFollowerError,
                             OffsetOutOfRangeError, ReadOnlyLogError, RecordTooLargeError, SegLogError)
 from logcore.records.batch import iter_batches
 from logcore.log.clock import now_ms as _now_ms
 from logcore.log.log_reader import _end_marker
 from logcore.log.producer_state import AppendOrigin, ProducerBatch
+
+logger = logging.getLogger(__name__)
 
 
 class LogReplication:
@@ -146,9 +150,7 @@ class LogReplication:
                 self.epoch_cache.assign(epoch, header.base_offset)
             active.append(data, [header])
             if analysis is not None:
-                for aborted in self.producer_state.complete_append(analysis, header.next_offset):
-                    active.txn_index.append(aborted)
-                    self._txn_bases.add(active.base_offset)
+                self._complete_producer_append(active, analysis, header)
             self._unflushed += header.records_count
         self._maybe_flush(now)
         return batches[0][1].base_offset, batches[-1][1].last_offset
@@ -228,7 +230,14 @@ class LogReplication:
                     f"{self.topic}-{self.partition}: leader epoch {epoch} is older than the latest"
                     f" epoch {latest} of its leader-epoch-checkpoint")
             self.leader_epoch = epoch
-            self.epoch_cache.assign(epoch, self.log_end_offset)
+            try:
+                self.epoch_cache.assign(epoch, self.log_end_offset)
+            except OSError as exc:
+                # A full disk: the cache is as it was, and the first append at this epoch
+                # assigns it again (at the same LEO) or fails, writing nothing, until the
+                # checkpoint can be written. Leading must not wait for the disk.
+                logger.warning("%s-%d: leader epoch %d not written to the epoch checkpoint yet: %s",
+                               self.topic, self.partition, epoch, exc)
             self.leads = True
 
     def become_follower(self, epoch: int) -> None:

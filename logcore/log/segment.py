@@ -834,11 +834,31 @@ class LogSegment:
             self.first_batch_timestamp = headers[0].max_timestamp
         if self.max_timestamp_so_far < 0 and position > 0:
             self._load_max_timestamp()
-        self.data.append(data)
+        undo = (self.first_batch_timestamp, self.max_timestamp_so_far, self.offset_of_max_timestamp,
+                self._next_offset, self.index_interval.since, self.offset_index.entries,
+                self.time_index.entries)
+        try:
+            self.data.append(data)
+            self._index_batches(position, headers)
+        except OSError:
+            # A full disk (ENOSPC) or an I/O error in the `.log` or an index: all or nothing,
+            # so the segment is left exactly as it was (no torn batch, no index entry for a
+            # batch that is not there, the next offset not moved) and the append can be retried.
+            self._undo_append(position, undo)
+            raise
         # Batches reach append() checked (CRC, offsets): serving them needs no second check.
         self._mark_verified(position, position + len(data))
-        self._index_batches(position, headers)
         return position
+
+    def _undo_append(self, position: int, undo: tuple) -> None:
+        (self.first_batch_timestamp, self.max_timestamp_so_far, self.offset_of_max_timestamp,
+         self._next_offset, self.index_interval.since, offset_entries, time_entries) = undo
+        if self.data.size() > position:
+            self.data.truncate(position)
+        if self.offset_index.entries > offset_entries:
+            self.offset_index.truncate_to_entries(offset_entries)
+        if self.time_index.entries > time_entries:
+            self.time_index.truncate_to_entries(time_entries)
 
     def index_existing(self, positions: np.ndarray, sizes: np.ndarray, last_offsets: np.ndarray,
                        max_timestamps: np.ndarray) -> None:

@@ -60,11 +60,28 @@ class AppendFile:
         start = self._end
         view = memoryview(data)
         written = 0
-        while written < len(view):  # pwrite may write less than asked (signals, full disk)
-            written += os.pwrite(fd, view[written:], start + written)
+        try:
+            while written < len(view):  # pwrite may write less than asked (signals, full disk)
+                written += os.pwrite(fd, view[written:], start + written)
+        except BaseException:
+            # A full disk (ENOSPC) or another I/O error part way: the bytes already written
+            # are past `_end` but in the file, where a reopen, a scan or the next append would
+            # find a torn batch. Cut them off, so the file is exactly as before the call.
+            if written:
+                self._cut_back(start)
+            raise
         self._end = start + written
         self._unsynced = True
         return start
+
+    def _cut_back(self, size: int) -> None:
+        try:
+            os.ftruncate(self._fileno(), size)
+        except OSError as exc:
+            # Still torn: say so loudly; the segment's recovery finds and cuts the torn tail.
+            raise StorageError(f"{self._display}: a failed append left a partial write past"
+                               f" position {size} that could not be cut off: {exc}") from exc
+        self._unsynced = True
 
     def size(self) -> int:
         if self.read_only:
