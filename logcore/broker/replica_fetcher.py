@@ -268,7 +268,7 @@ class LeaderFetcher:
                     # transition (become leader, or follow at the new epoch) takes over.
                     logger.info("broker %d: dropped a fetch answer for %s-%d: %s", self.manager.me,
                                 topic.topic, p.partition_index, exc)
-                except SegLogError as exc:
+                except (SegLogError, OSError) as exc:   # OSError: e.g. a full disk (nothing written)
                     logger.error("broker %d: replicating %s-%d from broker %d failed: %s; retrying",
                                  self.manager.me, topic.topic, p.partition_index, self.leader, exc)
                     followed.delayed_until = time.monotonic() + self.backoff_s

@@ -139,6 +139,7 @@ def test_a_roll_and_a_new_epoch_on_a_full_disk(small_fs):
     epochs = log.epoch_cache.entries
     hw_file = small_fs / "root" / "replication-offset-checkpoint"
     hw_before = hw_file.read_bytes()
+    log.append_records([(b"k", b"z", (), None)])       # above the HW: the HW has somewhere to go
     ballast = Ballast(small_fs / "ballast")
     # A new leader epoch: its checkpoint cannot be written, so neither is the batch.
     log.become_leader(2)
@@ -146,7 +147,7 @@ def test_a_roll_and_a_new_epoch_on_a_full_disk(small_fs):
     _enospc(log.append_records, [(b"k", b"y", (), None)])
     assert log.log_end_offset == leo and log.epoch_cache.entries == epochs
     # The HW checkpoint is replaced whole or not at all, and leaves no temp file behind.
-    log.maybe_increment_high_watermark(leo)
+    assert log.maybe_increment_high_watermark(leo)
     _enospc(log.checkpoint_high_watermark)
     assert hw_file.read_bytes() == hw_before
     assert not [n for n in os.listdir(small_fs / "root") if "tmp" in n]
