@@ -4,8 +4,11 @@ another, until the time is up; each run's history checked (tests/cluster/checker
     python bench/jepsen_cluster.py --minutes 20 --seed 1
     python bench/jepsen_cluster.py --minutes 60 --seed 100 --zookeepers 3 --run-seconds 90
     python bench/jepsen_cluster.py --runs 1 --seed 7 --configs rf3 --faults controlled-shutdown,elect-preferred
+    python bench/jepsen_cluster.py --runs 1 --seed 5 --configs rf3 --run-seconds 45 --faults full-disk,kill
 
-Every fault kind of tests/cluster/jepsen.py is in the default --faults. Runs go through the
+Every fault kind of tests/cluster/jepsen.py is in the default --faults. With full-disk (a
+leader's filesystem filled to ENOSPC, freed at heal) each broker's log.dirs is on a 256 MiB
+tmpfs of its own, which needs root (without it the fault is skipped, the reason recorded). Runs go through the
 --configs in turn (run i uses configuration i mod their number):
     rf3        replication factor 3, min.insync.replicas 2 (the default)
     fsync      rf3 with flush.messages=1 on the topic: adds lost-tail-all (a whole-cluster
@@ -78,7 +81,8 @@ def main(argv=None) -> int:
     ap.add_argument("--zookeepers", type=int, choices=(1, 3), default=3,
                     help="standalone ZooKeeper or a 3-node ensemble (adds the zk-leader fault)")
     ap.add_argument("--faults", default=",".join(ALL_FAULTS),
-                    help=f"comma-separated subset of: {', '.join(ALL_FAULTS)}")
+                    help=f"comma-separated subset of: {', '.join(ALL_FAULTS)} (full-disk: a leader's"
+                         " disk filled to ENOSPC; log.dirs on tmpfs mounts, root only)")
     ap.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
     ap.add_argument("--group-consumers", type=int, default=2,
                     help="members of one consumer group (subscribe, rebalances, commits checked)")

@@ -29,13 +29,22 @@ subprocess.Popen and stopped by its pid in stop() (SIGCONT first for paused ones
 SIGKILL). Each broker's output goes to `<base>/broker-<id>.log` (appended across restarts);
 `logs()` returns their tails, printed by stop(print_logs=True) when a test failed.
 
+`disk_size=N` (bytes) puts each broker's log.dirs on a tmpfs of its own of that size
+(`<base>/broker-<id>-disk`, log.dirs its `data` folder), mounted by start() and unmounted by
+stop() (the data copied out to `<base>/broker-<id>-data` first, for a look after the run);
+`fill_disk(i)` writes a ballast file beside `data` until the filesystem is full (ENOSPC) and
+`free_disk(i)` deletes it. Mounting needs root: when it is refused, `disk_error` says why and
+the brokers run on the plain folders (a full-disk fault then skips itself).
+
 `fsync_journal=True` starts every broker through fsync_journal.py, which records the size of
 each segment file at every fsync/fdatasync, so that `lose_unsynced(i, topic)` can cut a stopped
 broker's segments back to what had reached the disk (a power cut rather than a process crash).
 """
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,6 +97,7 @@ class BrokerNode:
         self.paused = False
         self.starts = 0
         self.journal: Path | None = None    # fsync journal (fsync_journal.py) when set
+        self.disk: Path | None = None       # its own filesystem (Cluster disk_size), log.dirs inside
 
     @property
     def address(self) -> str:
@@ -183,7 +193,8 @@ class BrokerNode:
 
 class Cluster:
     def __init__(self, base: Path | str, *, brokers: int = 3, zookeepers: int = 1,
-                 session_timeout_ms: int = 3000, props: dict | None = None, fsync_journal: bool = False):
+                 session_timeout_ms: int = 3000, props: dict | None = None, fsync_journal: bool = False,
+                 disk_size: int | None = None):
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.session_timeout_ms = session_timeout_ms
@@ -192,6 +203,13 @@ class Cluster:
         if fsync_journal:
             for node in self.nodes.values():
                 node.journal = self.base / f"broker-{node.id}.fsyncs"
+        self.disk_size = disk_size
+        self.disk_error: str | None = None      # why the tmpfs mounts were not made
+        self.mounted: list[BrokerNode] = []
+        if disk_size:
+            for node in self.nodes.values():
+                node.disk = self.base / f"broker-{node.id}-disk"
+                node.log_dir = node.disk / "data"
         self.zk = ZooKeeperCluster(self.base / "zookeeper", size=zookeepers) if zookeepers else None
         self.extra_props = dict(props or {})
         self.hub = ProxyHub()
@@ -237,6 +255,8 @@ class Cluster:
         self._started = True
         self.hub.start()
         try:
+            if self.disk_size:
+                self._mount_disks()
             if self.zk is not None:
                 self.zk.start()
             for src in self.nodes.values():
@@ -271,6 +291,76 @@ class Cluster:
         if self.zk is not None:
             self.zk.stop()
         self.hub.stop()
+        self._unmount_disks()
+
+    # ------------------------------------------------------------------ disks of their own
+    def _mount_disks(self) -> None:
+        for node in self.nodes.values():
+            node.disk.mkdir(parents=True, exist_ok=True)
+            if os.geteuid() != 0:
+                self.disk_error = "mounting a tmpfs needs root"
+                return
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.disk_size},mode=0755", "tmpfs",
+                                   str(node.disk)], capture_output=True, text=True)
+            if done.returncode != 0:
+                self.disk_error = f"mount -t tmpfs refused: {done.stderr.strip() or done.returncode}"
+                return
+            self.mounted.append(node)
+
+    def _unmount_disks(self) -> None:
+        """The brokers stopped: copy each log.dirs out of its tmpfs (sparse files stay sparse)
+        and unmount it."""
+        while self.mounted:
+            node = self.mounted.pop()
+            saved = self.base / f"broker-{node.id}-data"
+            if node.log_dir.exists():
+                subprocess.run(["cp", "-a", "--sparse=always", str(node.log_dir), str(saved)], check=False)
+            done = subprocess.run(["umount", str(node.disk)], capture_output=True, text=True)
+            if done.returncode != 0:        # still busy (a process that would not die): lazily
+                subprocess.run(["umount", "-l", str(node.disk)], check=False)
+            node.log_dir = saved
+
+    def _ballast(self, i: int) -> Path:
+        node = self.nodes[i]
+        if node not in self.mounted:
+            raise ClusterError(f"broker {i} has no filesystem of its own: {self.disk_error or 'disk_size not set'}")
+        return node.disk / "ballast"
+
+    def fill_disk(self, i: int) -> int:
+        """Fill broker i's filesystem with a ballast file until a write fails with ENOSPC;
+        returns the ballast's size in bytes (added to one left by an earlier fill)."""
+        path = self._ballast(i)
+        chunk = b"\0" * (1 << 20)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            while True:
+                try:
+                    os.write(fd, chunk)
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    break
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def free_disk(self, i: int) -> int:
+        """Delete broker i's ballast; returns the bytes it held (0: there was none)."""
+        path = self._ballast(i)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            return 0
+        return size
+
+    def free_disks(self) -> None:
+        for node in list(self.mounted):
+            self.free_disk(node.id)
+
+    def disk_usage(self, i: int) -> dict:
+        usage = shutil.disk_usage(self.nodes[i].disk)
+        return {"total": usage.total, "used": usage.used, "free": usage.free}
 
     def __enter__(self) -> "Cluster":
         return self.start()

@@ -76,6 +76,13 @@ anomalies (of the examples kept) that came while or after one was on (see by_fau
     lost-tail-all    power cut of the whole cluster: SIGKILL every broker, cut each segment back
                      to its last fsync (fsync_journal.py), restart at heal; only with fsync=True
                      (flush.messages=1 on the topic), where nothing acknowledged may be lost
+    full-disk        a partition leader's filesystem filled to ENOSPC with a ballast file,
+                     deleted at heal (recorded: the broker, the ballast's bytes, the produce
+                     errors the history saw meanwhile and the broker's ENOSPC log lines). Only
+                     in runs whose faults include it is each broker's log.dirs on a tmpfs of its
+                     own (FULL_DISK_SIZE; log.segment.bytes FULL_DISK_SEGMENT_BYTES, so that
+                     segments roll while a disk is full); where mounting is refused (not root)
+                     the fault is skipped with the reason recorded
 Options also choose the topic's replication factor and min.insync.replicas, fsync, and
 auto.leader.rebalance.enable (every 2 s check), which moves leaders back by itself.
 At the end: workload stopped, every fault healed, dead processes restarted, then waited for
@@ -106,7 +113,8 @@ QUIET = {"log_level": 0}      # librdkafka's connection-refused lines: the histo
 ALL_FAULTS = ("kill", "pause", "isolate-node", "isolate-leader", "leader-zk", "leader-brokers", "bridge",
               "zk-leader", "elect-preferred", "controlled-shutdown", "restart-leader", "restart-follower",
               "controller-kill", "controller-isolate", "controller-zk-replies", "leader-zk-replies",
-              "zk-quorum-loss", "zk-and-broker", "zk-slow", "slow-links", "one-way", "lost-tail-all")
+              "zk-quorum-loss", "zk-and-broker", "zk-slow", "slow-links", "one-way", "lost-tail-all",
+              "full-disk")
 NEW_FAULTS = ALL_FAULTS[ALL_FAULTS.index("elect-preferred"):]
 
 
@@ -493,6 +501,8 @@ ISR_FAULTS = ("slow-links", "one-way", "leader-zk-replies")
 SESSION_FAULTS = ("controller-kill", "controller-isolate", "controller-zk-replies", "zk-and-broker")
 NEEDS_JOURNAL = ("restart-leader", "restart-follower", "lost-tail-all")
 NEEDS_ENSEMBLE = ("zk-leader", "zk-quorum-loss", "zk-and-broker")
+FULL_DISK_SIZE = 256 << 20          # each broker's tmpfs with full-disk (a 60 s run writes a few MB)
+FULL_DISK_SEGMENT_BYTES = 64 << 10  # small segments: rolls (new files, snapshots) on a full disk too
 NEEDS_FSYNC = ("lost-tail-all",)
 
 
@@ -941,6 +951,41 @@ class Nemesis(threading.Thread):
         return (f"power cut: every broker killed, {lost} unsynced bytes cut"), heal, \
             {"cut": {str(b): v for b, v in cut.items()}, "bytes": lost}
 
+    def _full_disk(self, kind):
+        """Fill a partition leader's filesystem (its own tmpfs) to ENOSPC with a ballast file;
+        delete it at heal. Writes that fail there must not be acknowledged and must leave the log
+        whole; once space is back the partition takes writes and the replicas converge."""
+        c = self.c
+        if not c.mounted:
+            reason = c.disk_error or "the brokers have no filesystems of their own"
+            self.skipped[kind] += 1
+            return f"full disk: skipped ({reason})", None, {"skipped": reason}
+        b = self._leader()
+        node = c.nodes[b]
+        mark = node.log_path.stat().st_size if node.log_path.exists() else 0
+        since = len(self.h.events)
+        ballast = c.fill_disk(b)
+        detail = {"broker": b, "ballast_bytes": ballast, "disk": c.disk_usage(b), "led": [
+            p for p, l in self._leaders().items() if l == b]}
+        self._effect(kind, "disk filled")
+
+        def heal():
+            errors = Counter(ev.get("error") for ev in self.h.events[since:]
+                             if ev.get("f") == "send" and ev.get("type") in ("fail", "info"))
+            try:
+                with open(node.log_path, "rb") as f:
+                    f.seek(mark)
+                    enospc = f.read().count(b"No space left on device")
+            except OSError:
+                enospc = None
+            freed = c.free_disk(b)
+            self._effect(kind, "produce errors seen" if errors else "no produce errors seen")
+            if enospc:
+                self._effect(kind, "broker logged ENOSPC")
+            return {"broker": b, "ballast_freed": freed, "produce_errors": dict(errors),
+                    "broker_enospc_log_lines": enospc}
+        return f"fill the disk of leader {b} ({ballast} bytes of ballast)", heal, detail
+
     # -------------------------------------------------------------- schedule
     def _length(self, kind: str) -> float:
         length = self.rng.uniform(*self.opts.fault_length)
@@ -1077,6 +1122,7 @@ def by_fault(history: list[dict], result: Result) -> dict:
 # ---------------------------------------------------------------------- the end of a run
 def heal_everything(c: Cluster, h: History) -> None:
     c.heal()
+    c.free_disks()
     c.resume_all()
     if c.zk is not None:
         for z in c.zk.nodes:
@@ -1224,8 +1270,12 @@ def run_once(base: Path, opts: Options, before_final=None) -> RunReport:
         props.setdefault("auto.leader.rebalance.enable", "true")
         props.setdefault("leader.imbalance.check.interval.seconds", 2)
     journal = opts.fsync or any(f in NEEDS_JOURNAL for f in opts.faults)
+    disk = FULL_DISK_SIZE if "full-disk" in opts.faults else None
+    if disk:
+        props.setdefault("log.segment.bytes", FULL_DISK_SEGMENT_BYTES)
     c = Cluster(base, brokers=opts.brokers, zookeepers=opts.zookeepers,
-                session_timeout_ms=opts.session_timeout_ms, props=props, fsync_journal=journal)
+                session_timeout_ms=opts.session_timeout_ms, props=props, fsync_journal=journal,
+                disk_size=disk)
     h = History(base / "history.jsonl")
     ok = False
     try:

@@ -24,13 +24,13 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def _produce(c, topic, values, timeout_ms=20000):
+def _produce(c, topic, values, timeout_ms=20000, pad=0):
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
                   "message.timeout.ms": timeout_ms, "linger.ms": 1})
     results = []
     for v in values:
-        p.produce(topic, value=str(v).encode(), partition=0,
+        p.produce(topic, value=str(v).encode() + b" " * pad, partition=0,
                   on_delivery=lambda err, msg: results.append((err, msg.offset())))
     p.flush(timeout_ms / 1000 + 5)
     return results
@@ -118,3 +118,29 @@ def test_links_have_a_proxy_each_and_faults_switch_them(tmp_path):
         assert c.links[(1, 3)].mode == c.links[(3, 1)].mode == "blackhole"
         assert c.links[(1, 2)].mode == c.links[(2, 3)].mode == "pass"
         c.heal()
+
+
+def test_full_disk_refuses_writes_and_takes_them_again_once_freed(tmp_path):
+    c = Cluster(tmp_path, brokers=1, zookeepers=0, disk_size=64 << 20)
+    c.start()
+    try:
+        if c.disk_error:
+            pytest.skip(f"no tmpfs of its own: {c.disk_error}")
+        node = c.nodes[1]
+        assert os.path.ismount(node.disk) and node.log_dir.parent == node.disk
+        c.create_topic("h", partitions=1)
+        assert [e for e, _o in _produce(c, "h", range(10))] == [None] * 10
+        assert c.fill_disk(1) > 0 and c.disk_usage(1)["free"] < 1 << 20
+        # 20 KB each: more than the room left in the last page of the segment file
+        res = _produce(c, "h", range(10, 13), timeout_ms=3000, pad=20000)
+        assert res and all(e is not None for e, _o in res)         # none acknowledged
+        assert node.alive()
+        c.free_disk(1)
+        assert [e for e, _o in _produce(c, "h", range(13, 23))] == [None] * 10
+        got = _read_all(c, "h")
+        assert [v for _o, v in got] == list(range(10)) + list(range(13, 23))
+        assert [o for o, _v in got] == list(range(20))               # no offset skipped or reused
+        assert b"No space left on device" in node.log_path.read_bytes()
+    finally:
+        c.stop()
+    assert not os.path.ismount(tmp_path / "broker-1-disk") and (tmp_path / "broker-1-data" / "h-0").is_dir()
