@@ -29,6 +29,7 @@ from logcore.broker.fetch_handlers import FetchHandlers
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.group_handlers import GroupHandlers
 from logcore.broker.groups import GroupCoordinator
+from logcore.broker.log_dir_failure import LogDirFailureChannel
 from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
@@ -66,13 +67,18 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
     fetch_handlers.py, the consumer group APIs in group_handlers.py, CreateTopics, DeleteTopics
     and DescribeConfigs in admin_handlers.py."""
 
-    def __init__(self, config: BrokerConfig, root: LogRoot, advertised: tuple[str, int]):
+    def __init__(self, config: BrokerConfig, root: LogRoot, advertised: tuple[str, int],
+                 log_dir_failure: LogDirFailureChannel | None = None):
         self.config = config
         self.root = root
         self.node_id = config.node_id
         self.host, self.port = advertised
         self.partitions = PartitionManager(
             root, open_partition_budget(config["log.max.open.partitions"]))
+        # A write of the log dir that fails (ENOSPC, EIO, ...) takes it offline; with it the
+        # broker's only log dir, the channel's policy stops the broker (KIP-112).
+        self.log_dir_failure = log_dir_failure or LogDirFailureChannel(config.log_dir)
+        self.partitions.log_dir_failure = self.log_dir_failure
         self.producer_ids = ProducerIdAllocator(root.storage)
         self.cluster_id = _cluster_id(root)
         self.background: set[asyncio.Task] = set()

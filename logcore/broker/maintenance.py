@@ -61,6 +61,8 @@ class BrokerMaintenance:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         summary = MaintenanceSummary(now)
         compacted: dict = {}
+        if self.partitions.log_dir_failure.all_failed:
+            return summary          # the log dir is offline: nothing more is written
         for part in list(self.partitions.partitions.values()):
             if self._stop.is_set():
                 break
@@ -84,6 +86,8 @@ class BrokerMaintenance:
                 # of every partition: filthiest first (below)
                 outcome = self.service.maintain_log(part.log, now, compact=False)
             except Exception as exc:  # noqa: BLE001 - e.g. the topic was deleted under the pass
+                if self.partitions.storage_failed(exc, f"maintenance of {part.topic}-{part.index}"):
+                    return summary
                 if not part.closed:
                     logger.warning("%s-%d: maintenance failed: %s", part.topic, part.index, exc)
                 continue
@@ -106,14 +110,15 @@ class BrokerMaintenance:
                     [log for log, (part, _) in compacted.items() if not part.closed], now,
                     {log: outcome for log, (_, outcome) in compacted.items()}, cleaned)
             except Exception as exc:  # noqa: BLE001 - the next pass retries
+                if self.partitions.storage_failed(exc, "compaction"):
+                    return summary
                 logger.warning("compaction pass failed: %s", exc)
         for part, outcome in compacted.values():
             if id(outcome) not in logged:
                 _log_outcome(part, outcome)
         return summary
 
-    @staticmethod
-    def _follow_up(part: Partition, role: str, now: int) -> PartitionOutcome | None:
+    def _follow_up(self, part: Partition, role: str, now: int) -> PartitionOutcome | None:
         """A replica this broker does not lead: retention (below its own high watermark, which
         follows the leader's) and removal of expired files; never tiering."""
         outcome = PartitionOutcome(part.topic, part.index)
@@ -124,7 +129,7 @@ class BrokerMaintenance:
             outcome.log_start_offset = log.log_start_offset
             outcome.files_removed = log.delete_expired_files(now)
         except Exception as exc:  # noqa: BLE001 - as for leaders: the next pass retries
-            if part.closed:
+            if part.closed or self.partitions.storage_failed(exc, f"retention of {part.topic}-{part.index}"):
                 return None
             outcome.skipped = f"failed: {exc}"
             logger.warning("%s-%d: retention failed (%s replica): %s", part.topic, part.index, role, exc)

@@ -27,6 +27,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from logcore.broker.log_dir_failure import LogDirFailureChannel, LogDirOfflineError
 from logcore.broker.resources import open_partition_budget
 from logcore.errors import DamagedLogError, FencedWriterError
 from logcore.log.log import Log
@@ -105,6 +106,14 @@ class PartitionManager:
         # is reported to the replica manager (its HW may move).
         self.replica_logs = False
         self.after_append = None
+        # Where a failed write of the log dir is reported (the Broker sets its own): the dir goes
+        # offline and, being the broker's only one, the broker stops (log_dir_failure.py).
+        self.log_dir_failure = LogDirFailureChannel(root.url)
+
+    def storage_failed(self, exc: BaseException | None, what: str) -> bool:
+        """True when `exc` is a failure of the log dir's device or filesystem: reported to the
+        channel (whose policy stops the broker: in the broker process this does not return)."""
+        return exc is not None and self.log_dir_failure.maybe_fail(exc, what)
 
     # ---------------------------------------------------------------- opening and closing
     def open_all(self) -> None:
@@ -374,6 +383,12 @@ class PartitionManager:
         if part.closed:
             fut.set_exception(ConnectionAbortedError(f"{part.topic}-{part.index} was closed"))
             return fut
+        if self.log_dir_failure.all_failed:      # stopping: nothing more is written
+            try:
+                self.log_dir_failure.check_online(f"{part.topic}-{part.index}")
+            except LogDirOfflineError as exc:
+                fut.set_exception(exc)
+            return fut
         part.queue.append((batch, fut))
         if not part.working:
             part.working = True
@@ -393,10 +408,18 @@ class PartitionManager:
             return jobs, []                     # opening the log blocks: in a worker thread
         try:
             results, committed = part.log.append_and_commit_nowait([batch for batch, _ in jobs])
-        except Exception:  # noqa: BLE001 - a bug here must not leave the futures unresolved
+        except Exception as exc:  # noqa: BLE001 - a bug here must not leave the futures unresolved
+            if self.storage_failed(exc, f"append to {part.topic}-{part.index}"):
+                self._complete(part, jobs, [exc] * len(jobs), None)
+                return None
             logger.exception("append of %s-%d on the event loop failed; retrying in a thread",
                              part.topic, part.index)
             results, committed = [], False
+        failed = next((r for r in results if isinstance(r, BaseException)
+                       and self.storage_failed(r, f"append to {part.topic}-{part.index}")), None)
+        if failed is not None:     # in-process (the broker process has exited): nothing more written
+            self._complete(part, jobs, results + [failed] * (len(jobs) - len(results)), None)
+            return None
         if committed and len(results) == len(jobs):
             self._complete(part, jobs, results, None)
             return None
@@ -437,6 +460,11 @@ class PartitionManager:
 
     def _complete(self, part: Partition, jobs: list, results: list,
                   commit_error: BaseException | None) -> None:
+        # A failed log dir first: in the broker process the policy exits before any of these
+        # batches is answered (the producer sees a disconnect and retries at the next leader).
+        what = f"append to {part.topic}-{part.index}"
+        if not self.storage_failed(commit_error, f"commit of {part.topic}-{part.index}"):
+            next((r for r in results if isinstance(r, BaseException) and self.storage_failed(r, what)), None)
         if isinstance(commit_error, FencedWriterError):
             pass                                          # retake() logs it once
         elif commit_error is not None:

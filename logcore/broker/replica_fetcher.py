@@ -268,7 +268,10 @@ class LeaderFetcher:
                     # transition (become leader, or follow at the new epoch) takes over.
                     logger.info("broker %d: dropped a fetch answer for %s-%d: %s", self.manager.me,
                                 topic.topic, p.partition_index, exc)
-                except (SegLogError, OSError) as exc:   # OSError: e.g. a full disk (nothing written)
+                except (SegLogError, OSError) as exc:
+                    # A failed disk (ENOSPC, EIO, ...) takes the log dir offline: the broker stops.
+                    self.manager.partitions.storage_failed(
+                        exc, f"follower append to {topic.topic}-{p.partition_index}")
                     logger.error("broker %d: replicating %s-%d from broker %d failed: %s; retrying",
                                  self.manager.me, topic.topic, p.partition_index, self.leader, exc)
                     followed.delayed_until = time.monotonic() + self.backoff_s

@@ -160,6 +160,8 @@ class ReplicaManager:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:   # noqa: BLE001 - one bad event must not stop the replicas
+                if self.partitions.storage_failed(exc, f"applying {event[0]}"):
+                    continue                # the log dir is offline: the broker is stopping
                 if is_transient(exc):
                     # ZooKeeper away for a moment: the event is applied again (every event is
                     # idempotent), else a watch never set would never fire.
@@ -435,6 +437,7 @@ class ReplicaManager:
         try:
             leo, hw = await self._with_log(replica, lead)
         except SegLogError as exc:
+            self.partitions.storage_failed(exc, f"becoming leader of {replica.topic}-{replica.index}")   # a failed disk: the broker stops
             logger.error("broker %d cannot lead %s-%d at epoch %d: %s", self.me, replica.topic,
                          replica.index, state.leader_epoch, exc)
             return
@@ -475,6 +478,7 @@ class ReplicaManager:
         try:
             await self._with_log(replica, lambda log: log.become_follower(state.leader_epoch))
         except SegLogError as exc:
+            self.partitions.storage_failed(exc, f"becoming follower of {replica.topic}-{replica.index}")   # a failed disk: the broker stops
             logger.error("broker %d cannot follow %s-%d at epoch %d: %s", self.me, replica.topic,
                          replica.index, state.leader_epoch, exc)
             return
@@ -499,6 +503,7 @@ class ReplicaManager:
             try:
                 await self._with_log(replica, lambda log: log.become_follower(state.leader_epoch))
             except SegLogError as exc:
+                self.partitions.storage_failed(exc, f"stopping to lead {replica.topic}-{replica.index}")   # a failed disk: the broker stops
                 logger.error("broker %d: %s-%d: cannot stop leading at epoch %d: %s", self.me,
                              replica.topic, replica.index, state.leader_epoch, exc)
 
@@ -549,6 +554,7 @@ class ReplicaManager:
                 self._hosted.discard(key)
             return True
         except SegLogError as exc:
+            self.partitions.storage_failed(exc, "recording the hosted replicas")   # a failed disk: the broker stops
             logger.error("broker %d: cannot record that it %s a replica of %s-%d in %s: %s", self.me,
                          "holds" if hosted else "no longer holds", topic, p,
                          self.partitions.root.url, exc)
@@ -774,16 +780,17 @@ class ReplicaManager:
                 log = part._log if part is not None else None
                 if log is not None and written.get(key) != log.high_watermark:
                     due.append((key, log, log.high_watermark))
-            if due:
+            if due and not self.partitions.log_dir_failure.all_failed:
                 await asyncio.to_thread(self._checkpoint, due, written)
 
-    @staticmethod
-    def _checkpoint(due, written) -> None:
+    def _checkpoint(self, due, written) -> None:
         for key, log, hw in due:
             try:
                 log.checkpoint_high_watermark()
                 written[key] = hw
-            except Exception as exc:   # noqa: BLE001 - closed meanwhile, or a disk error: logged
+            except Exception as exc:   # noqa: BLE001 - closed meanwhile, or a disk error
+                if self.partitions.storage_failed(exc, f"high watermark checkpoint of {key[0]}-{key[1]}"):
+                    return          # the log dir is offline: the broker is stopping
                 logger.debug("checkpointing %s-%d failed: %s", key[0], key[1], exc)
 
     # ------------------------------------------------------------------ acks=all

@@ -22,6 +22,7 @@ from logcore.broker.cluster_member import ClusterMember
 from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.framing import ConnectionLimits, FrameConnection, RequestMemory
+from logcore.broker.log_dir_failure import HaltProcess, LogDirFailureChannel, RecordedStop
 from logcore.errors import SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.log.log_root import LogRoot
@@ -36,8 +37,15 @@ MAX_IN_FLIGHT = 64           # queued responses per connection before the reader
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, on_log_dir_failure=None):
+        """`on_log_dir_failure`: the policy once the log dir failed (log_dir_failure.py); the
+        `seglog broker` process passes HaltProcess (exit at once). By default (in-process) a
+        RecordedStop that aborts this server: listener and connections closed, no controlled
+        shutdown, no log closed, nothing written."""
         self.config = config
+        self.log_dir_failure = LogDirFailureChannel(
+            config.log_dir, on_log_dir_failure if on_log_dir_failure is not None else RecordedStop(self.halt))
+        self.halted = False
         self.broker: Broker | None = None
         self.server: asyncio.base_events.Server | None = None
         self.connections: set[asyncio.Task] = set()
@@ -84,7 +92,7 @@ class BrokerServer:
             self.server.close()
             await asyncio.to_thread(root.close)
             raise
-        self.broker = Broker(self.config, root, advertised)
+        self.broker = Broker(self.config, root, advertised, self.log_dir_failure)
         self.member = None
         try:
             if self.config.cluster:
@@ -109,6 +117,9 @@ class BrokerServer:
         if not root.storage.is_local:
             self._heartbeat = asyncio.get_running_loop().create_task(_renew_claim(self.claim))
         self._stopping = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        if self.log_dir_failure.all_failed:       # failed while starting
+            self._stopping.set()
         return bound[0], bound[1]
 
     async def serve_until_stopped(self) -> None:
@@ -125,7 +136,42 @@ class BrokerServer:
         if self._stopping is not None:
             self._stopping.set()
 
+    def halt(self) -> None:
+        """The log dir failed (in-process policy): stop serving at once, from any thread, without
+        writing anything more (serve_until_stopped then aborts instead of stopping cleanly)."""
+        self.halted = True
+        loop = getattr(self, "_loop", None)
+        if loop is not None and self._stopping is not None:
+            try:
+                loop.call_soon_threadsafe(self._stopping.set)
+            except RuntimeError:        # the loop is closed already
+                pass
+
+    async def _abort(self) -> None:
+        """Kafka's halt, in-process: no controlled shutdown, no log closed, the root's claim
+        left as it is; the ZooKeeper session is closed (as a process exit would end it)."""
+        if self.server is not None:
+            self.server.close()
+        for task in list(self.connections):
+            task.cancel()
+        if self.connections:
+            await asyncio.gather(*self.connections, return_exceptions=True)
+        if self.broker is not None:
+            if self.broker.cluster is not None:
+                await self.broker.cluster.stop()
+            await asyncio.to_thread(self.broker.maintenance.stop)
+            for task in list(self.broker.background):
+                task.cancel()
+        if self.member is not None:
+            await self.member.close()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        logger.error("broker halted: its log dir failed; nothing was closed or written")
+
     async def stop(self) -> None:
+        if self.halted:
+            await self._abort()
+            return
         member = getattr(self, "member", None)
         if member is not None:
             await member.shutdown()        # leaderships move while this broker still serves
@@ -444,12 +490,13 @@ def _return_large_blocks() -> None:
         mallopt(M_MMAP_THRESHOLD, 1 << 20)
 
 
-async def run_broker(config: BrokerConfig, *, ready=None) -> None:
-    """Run a broker until SIGINT/SIGTERM; `ready(host, port)` is called once it listens."""
+async def run_broker(config: BrokerConfig, *, ready=None, on_log_dir_failure=None) -> None:
+    """Run a broker until SIGINT/SIGTERM; `ready(host, port)` is called once it listens.
+    `on_log_dir_failure`: see BrokerServer."""
     from logcore.broker.resources import check_remote_before_root, raise_nofile_limit
     raise_nofile_limit()
     await asyncio.to_thread(check_remote_before_root, config)
-    server = BrokerServer(config)
+    server = BrokerServer(config, on_log_dir_failure)
     host, port = await server.start()
     logger.info("seglog broker (node %d) serving %s on %s:%d", config.node_id, config.log_dir, host, port)
     if ready is not None:
@@ -481,5 +528,7 @@ def run_from_properties(path: str, overrides: dict[str, str] | None = None) -> i
         sys.stdout.write(f"seglog broker listening on PLAINTEXT://{host}:{port}\n")
         sys.stdout.flush()
 
-    asyncio.run(run_broker(config, ready=ready))
+    # A failed log dir (a full disk, an I/O error) ends the process at once, status 1 (Kafka's
+    # Exit.halt when all log dirs have failed): no controlled shutdown, nothing more written.
+    asyncio.run(run_broker(config, ready=ready, on_log_dir_failure=HaltProcess(status=1)))
     return 0

@@ -8,6 +8,7 @@ znode with a new leader epoch."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import datetime
 import glob
 import os
@@ -19,6 +20,7 @@ import pytest
 from harness import cluster_support
 from logcore.broker import errors as E
 from logcore.broker.config import BrokerConfig
+from logcore.broker.log_dir_failure import LogDirOfflineError
 from logcore.broker.server import BrokerServer
 from logcore.cluster.zookeeper_store import PartitionState
 from logcore.errors import CoordinatorUnavailableError, NotLeaderOrFollowerError
@@ -294,3 +296,71 @@ def test_a_watch_call_that_failed_is_made_again(tmp_path, zk_hosts):
                           "broker 2 following")
             assert failures == [0]
     run(scenario())
+
+
+def _enospc(*_args, **_kw):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_on_the_leader_stops_it_unanswered_and_leadership_moves(tmp_path, zk_hosts):
+    """KIP-112: an append that fails with ENOSPC takes the broker's only log dir offline; the
+    broker stops (here the in-process policy records it), the batch is not acknowledged, and the
+    controller elects the other replica, which holds every acknowledged record."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "1"})
+            await c.leading(1, (1, 2))
+            assert (await c.produce(1, b"acked", acks_all=True))[0] == E.NONE
+            server = c.servers[1]
+            log = c.log(1)
+            log.append_and_commit_nowait = lambda batches: ([], False)      # the thread path
+            log.append_batch = _enospc
+            with pytest.raises(OSError):
+                await c.produce(1, b"refused", acks_all=True)
+            [(log_dir, error, what, _at)] = server.log_dir_failure.policy.stops
+            assert log_dir == str(tmp_path / "broker-1") and error.errno == errno.ENOSPC and what == f"append to {TOPIC}-0"
+            assert server.halted and server.log_dir_failure.all_failed
+            # Nothing more is written: a later batch is refused before it reaches the log.
+            with pytest.raises(LogDirOfflineError):
+                await c.produce(1, b"later")
+            await server.stop()                     # the abort: no controlled shutdown, no close
+            del c.servers[1]
+            await c.until(lambda: c.rm(2).replicas.get(KEY) is not None
+                          and c.rm(2).replicas[KEY].role == "leader", "broker 2 leading")
+            code, _ = await c.produce(2, b"after", acks_all=True)
+            assert code == E.NONE
+            values = [v for _o, v in _values(tmp_path, 2)]
+            assert values == [b"acked", b"after"], values
+    run(scenario())
+
+
+def test_a_full_disk_on_a_follower_stops_it_and_the_leader_goes_on(tmp_path, zk_hosts):
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {"replica.lag.time.max.ms": "1000"}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "1"})
+            await c.leading(1, (1, 2))
+            follower = c.servers[2]
+            log2 = c.log(2)
+            log2.append_as_follower_nowait = lambda records, **kw: None   # always the thread path
+            log2.append_as_follower = _enospc
+            assert (await c.produce(1, b"x"))[0] == E.NONE
+            await c.until(lambda: follower.halted, "the follower halted")
+            [(_dir, error, what, _at)] = follower.log_dir_failure.policy.stops
+            assert error.errno == errno.ENOSPC and what == f"follower append to {TOPIC}-0"
+            await follower.stop()
+            del c.servers[2]
+            await c.leading(1, (1,))                # out of the ISR once its session ended
+            assert (await c.produce(1, b"y", acks_all=True))[0] == E.NONE
+    run(scenario())
+
+
+def _values(base, broker: int):
+    """(offset of its batch, value) of every record in a broker's segments of KEY."""
+    from logcore.records.batch import decode_records
+    out = []
+    for path in sorted(glob.glob(os.path.join(base, f"broker-{broker}", f"{TOPIC}-0", "*.log"))):
+        with open(path, "rb") as f:
+            data = f.read()
+        for pos, h in iter_batches(data, source=path, allow_partial_tail=True):
+            out += [(h.base_offset, r.value) for r in decode_records(data, pos, h, source=path)]
+    return out
