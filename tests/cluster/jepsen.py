@@ -76,9 +76,11 @@ anomalies (of the examples kept) that came while or after one was on (see by_fau
     lost-tail-all    power cut of the whole cluster: SIGKILL every broker, cut each segment back
                      to its last fsync (fsync_journal.py), restart at heal; only with fsync=True
                      (flush.messages=1 on the topic), where nothing acknowledged may be lost
-    full-disk        a partition leader's filesystem filled to ENOSPC with a ballast file,
-                     deleted at heal (recorded: the broker, the ballast's bytes, the produce
-                     errors the history saw meanwhile and the broker's ENOSPC log lines). Only
+    full-disk        a partition leader's filesystem filled to ENOSPC with a ballast file; its
+                     next write fails and takes its only log dir offline, so the broker exits by
+                     itself (status 1, KIP-112); heal deletes the ballast and restarts it
+                     (recorded: the broker, the ballast's bytes, whether and when it exited and
+                     its status, its log line, the produce errors seen meanwhile). Only
                      in runs whose faults include it is each broker's log.dirs on a tmpfs of its
                      own (FULL_DISK_SIZE; log.segment.bytes FULL_DISK_SEGMENT_BYTES, so that
                      segments roll while a disk is full); where mounting is refused (not root)
@@ -952,9 +954,11 @@ class Nemesis(threading.Thread):
             {"cut": {str(b): v for b, v in cut.items()}, "bytes": lost}
 
     def _full_disk(self, kind):
-        """Fill a partition leader's filesystem (its own tmpfs) to ENOSPC with a ballast file;
-        delete it at heal. Writes that fail there must not be acknowledged and must leave the log
-        whole; once space is back the partition takes writes and the replicas converge."""
+        """Fill a partition leader's filesystem (its own tmpfs) to ENOSPC with a ballast file.
+        Its next write fails, which takes its only log dir offline: the broker must log why and
+        exit by itself (status 1, KIP-112), acknowledging nothing that failed; its leaderships
+        move. A watcher records when it exited and with what status (also as a history event).
+        Heal: the ballast deleted, the broker restarted if it exited (it recovers its log)."""
         c = self.c
         if not c.mounted:
             reason = c.disk_error or "the brokers have no filesystems of their own"
@@ -962,28 +966,56 @@ class Nemesis(threading.Thread):
             return f"full disk: skipped ({reason})", None, {"skipped": reason}
         b = self._leader()
         node = c.nodes[b]
+        proc = node.proc
         mark = node.log_path.stat().st_size if node.log_path.exists() else 0
         since = len(self.h.events)
+        filled_at = time.time()
         ballast = c.fill_disk(b)
         detail = {"broker": b, "ballast_bytes": ballast, "disk": c.disk_usage(b), "led": [
             p for p, l in self._leaders().items() if l == b]}
         self._effect(kind, "disk filled")
+        exited: dict = {}
+        done = threading.Event()
+
+        def watch():
+            while not done.is_set():
+                status = proc.poll() if proc is not None else None
+                if status is not None:
+                    exited.update(exit_status=status, exited_s_after_fill_began=round(time.time() - filled_at, 2))
+                    self.h.add(proc="nemesis", type="info", f="nemesis-note", value=f"broker {b} exited",
+                               broker=b, exit_status=status, kind=kind)
+                    return
+                done.wait(0.05)
+
+        watcher = threading.Thread(target=watch, name=f"full-disk-watch-{b}", daemon=True)
+        watcher.start()
 
         def heal():
+            done.set()
+            watcher.join(5)
             errors = Counter(ev.get("error") for ev in self.h.events[since:]
                              if ev.get("f") == "send" and ev.get("type") in ("fail", "info"))
             try:
                 with open(node.log_path, "rb") as f:
                     f.seek(mark)
-                    enospc = f.read().count(b"No space left on device")
+                    lines = f.read().decode(errors="replace").splitlines()
             except OSError:
-                enospc = None
+                lines = []
+            stop_line = next((ln for ln in lines if "Shutdown broker because all log dirs" in ln), None)
             freed = c.free_disk(b)
             self._effect(kind, "produce errors seen" if errors else "no produce errors seen")
-            if enospc:
-                self._effect(kind, "broker logged ENOSPC")
-            return {"broker": b, "ballast_freed": freed, "produce_errors": dict(errors),
-                    "broker_enospc_log_lines": enospc}
+            if exited:
+                self._effect(kind, f"broker exited with status {exited['exit_status']}")
+            else:
+                self._effect(kind, "broker did not exit (wrote nothing while full?)")
+            if stop_line:
+                self._effect(kind, "broker logged the log dir failure")
+            out = {"broker": b, "ballast_freed": freed, "produce_errors": dict(errors),
+                   "exited": bool(exited), **exited, "stop_log_line": stop_line and stop_line[-300:]}
+            if not node.alive():
+                c.restart(b)        # it recovers its log (the write that failed left none of it)
+                out["restarted"] = True
+            return out
         return f"fill the disk of leader {b} ({ballast} bytes of ballast)", heal, detail
 
     # -------------------------------------------------------------- schedule

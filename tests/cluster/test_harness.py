@@ -120,7 +120,11 @@ def test_links_have_a_proxy_each_and_faults_switch_them(tmp_path):
         c.heal()
 
 
-def test_full_disk_refuses_writes_and_takes_them_again_once_freed(tmp_path):
+def test_full_disk_stops_the_broker_and_a_restart_serves_every_acknowledged_record(tmp_path):
+    """A write that fails on a full disk takes the (only) log dir offline: the broker logs why and
+    exits at once, status 1 (KIP-112; Kafka halts once all its log dirs failed). Nothing it had
+    acknowledged is lost, the write that failed is not acknowledged, and once space is freed a
+    restarted broker recovers the log and takes writes again, with no offset skipped or reused."""
     c = Cluster(tmp_path, brokers=1, zookeepers=0, disk_size=64 << 20)
     c.start()
     try:
@@ -129,18 +133,26 @@ def test_full_disk_refuses_writes_and_takes_them_again_once_freed(tmp_path):
         node = c.nodes[1]
         assert os.path.ismount(node.disk) and node.log_dir.parent == node.disk
         c.create_topic("h", partitions=1)
-        assert [e for e, _o in _produce(c, "h", range(10))] == [None] * 10
+        first = _produce(c, "h", range(10))
+        assert [e for e, _o in first] == [None] * 10
         assert c.fill_disk(1) > 0 and c.disk_usage(1)["free"] < 1 << 20
         # 20 KB each: more than the room left in the last page of the segment file
         res = _produce(c, "h", range(10, 13), timeout_ms=3000, pad=20000)
-        assert res and all(e is not None for e, _o in res)         # none acknowledged
-        assert node.alive()
+        acked = [i for i, (e, _o) in zip(range(10, 13), res) if e is None]
+        assert res and not acked                                    # none acknowledged
+        node.proc.wait(10)
+        assert node.proc.returncode == 1
+        log = node.log_path.read_text(errors="replace")
+        line = next(ln for ln in log.splitlines() if "Shutdown broker because all log dirs" in ln)
+        assert str(node.log_dir) in line and "No space left on device" in line and " ERROR " in line
+        assert "controlled shutdown" not in log.split(line, 1)[1] and "closed cleanly" not in log.split(line, 1)[1]
         c.free_disk(1)
+        c.restart(1)
+        c.wait_serving()
         assert [e for e, _o in _produce(c, "h", range(13, 23))] == [None] * 10
         got = _read_all(c, "h")
         assert [v for _o, v in got] == list(range(10)) + list(range(13, 23))
         assert [o for o, _v in got] == list(range(20))               # no offset skipped or reused
-        assert b"No space left on device" in node.log_path.read_bytes()
     finally:
         c.stop()
     assert not os.path.ismount(tmp_path / "broker-1-disk") and (tmp_path / "broker-1-data" / "h-0").is_dir()
