@@ -7,7 +7,7 @@ another, until the time is up; each run's history checked (tests/cluster/checker
     python bench/jepsen_cluster.py --runs 1 --seed 5 --configs rf3 --run-seconds 45 --faults full-disk,kill
 
 Every fault kind of tests/cluster/jepsen.py is in the default --faults. With full-disk (a
-leader's filesystem filled to ENOSPC, freed at heal) each broker's log.dirs is on a 256 MiB
+leader's filesystem filled to ENOSPC: the broker exits by itself; freed and restarted at heal) each broker's log.dirs is on a 256 MiB
 tmpfs of its own, which needs root (without it the fault is skipped, the reason recorded). Runs go through the
 --configs in turn (run i uses configuration i mod their number):
     rf3        replication factor 3, min.insync.replicas 2 (the default)
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
                     help="standalone ZooKeeper or a 3-node ensemble (adds the zk-leader fault)")
     ap.add_argument("--faults", default=",".join(ALL_FAULTS),
                     help=f"comma-separated subset of: {', '.join(ALL_FAULTS)} (full-disk: a leader's"
-                         " disk filled to ENOSPC; log.dirs on tmpfs mounts, root only)")
+                         " disk filled to ENOSPC, the broker exits; log.dirs on tmpfs mounts, root only)")
     ap.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
     ap.add_argument("--group-consumers", type=int, default=2,
                     help="members of one consumer group (subscribe, rebalances, commits checked)")
