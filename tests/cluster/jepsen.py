@@ -47,6 +47,12 @@ anomalies (of the examples kept) that came while or after one was on (see by_fau
     elect-preferred  a live leader moved under load: a partition's replicas reordered (Alter-
                      PartitionReassignments, same set) with an in-sync follower first, then
                      ElectLeaders PREFERRED; leader before and after recorded
+    reassign         a live leader moved out of its replica set under load: a real reassignment
+                     (AlterPartitionReassignments) replacing the leader by a broker outside the set
+                     (RF < brokers), or shrinking the set to the other replicas (RF = brokers);
+                     waited for (ListPartitionReassignments and Metadata), the original
+                     assignment asked back at heal; replicas and leader before/asked/after and
+                     whether each step completed recorded
     controlled-shutdown  SIGTERM a leader (controlled shutdown), restart at heal
     restart-leader   SIGKILL a leader, cut 1-64 KiB off the active segment of each of its
                      partitions (page cache lost; never below its last fsync, which the brokers'
@@ -104,8 +110,9 @@ from harness import Cluster, ClusterError, wait_until
 TOPIC = "jepsen"
 QUIET = {"log_level": 0}      # librdkafka's connection-refused lines: the history has the errors
 ALL_FAULTS = ("kill", "pause", "isolate-node", "isolate-leader", "leader-zk", "leader-brokers", "bridge",
-              "zk-leader", "elect-preferred", "controlled-shutdown", "restart-leader", "restart-follower",
-              "controller-kill", "controller-isolate", "controller-zk-replies", "leader-zk-replies",
+              "zk-leader", "elect-preferred", "reassign", "controlled-shutdown", "restart-leader",
+              "restart-follower", "controller-kill", "controller-isolate", "controller-zk-replies",
+              "leader-zk-replies",
               "zk-quorum-loss", "zk-and-broker", "zk-slow", "slow-links", "one-way", "lost-tail-all")
 NEW_FAULTS = ALL_FAULTS[ALL_FAULTS.index("elect-preferred"):]
 
@@ -673,6 +680,94 @@ class Nemesis(threading.Thread):
         return (f"preferred election {TOPIC}-{detail['partition']}: replicas {detail['replicas_before']} -> "
                 f"{detail['replicas_asked']}, leader {detail['leader_before']} -> {detail['leader_after']}"), \
             None, detail
+
+    def _reassignment_state(self, admin, p: int, target: list) -> dict:
+        """Where a reassignment of partition p to `target` stands: Metadata's replicas, leader
+        and ISR, whether ListPartitionReassignments still lists it, and `completed` (the
+        replicas are `target`, all in the ISR, the leader one of them, none listed)."""
+        st = self._describe().get(p, {})
+        try:
+            ongoing = (TOPIC, p) in admin.list_partition_reassignments([(TOPIC, p)])
+        except Exception as e:      # noqa: BLE001 - a controller moving: asked again
+            ongoing = repr(e)
+        done = (ongoing is False and st.get("replicas") == list(target) and st.get("leader") in target
+                and sorted(st.get("isr") or ()) == sorted(target))
+        return {"replicas": st.get("replicas"), "leader": st.get("leader"), "isr": st.get("isr"),
+                "listed": ongoing, "completed": done}
+
+    def _reassign_to(self, p: int, target: list, wait: float) -> dict:
+        """AlterPartitionReassignments of partition p to `target`, then up to `wait` seconds for
+        it to complete. Returns the error code, the state found at the end and the seconds."""
+        from logcore.tools.kafka_admin import KafkaAdmin
+        out = {"asked": list(target)}
+        t0 = time.monotonic()
+        try:
+            with KafkaAdmin(self.c.bootstrap, timeout_ms=8000) as admin:
+                code, msg = admin.alter_partition_reassignments({(TOPIC, p): list(target)}).get((TOPIC, p),
+                                                                                           (None, None))
+                out["error"] = code
+                if msg:
+                    out["message"] = msg
+                state = self._reassignment_state(admin, p, target)
+                while not state["completed"] and time.monotonic() - t0 < wait:
+                    time.sleep(0.3)
+                    state = self._reassignment_state(admin, p, target)
+                out.update(state)
+        except Exception as e:      # noqa: BLE001 - recorded; the run goes on
+            out.update(exception=repr(e), completed=False)
+        out["seconds"] = round(time.monotonic() - t0, 2)
+        return out
+
+    def _reassign(self, kind):
+        """A real reassignment under load that moves a live leader out of its partition's
+        replica set (AlterPartitionReassignments, then waited for, up to 20 s): with a broker
+        outside the set (RF < brokers) the leader is replaced by it (same size); with none
+        (RF = brokers) the set shrinks to the other replicas. Heal: the original assignment
+        asked back (and waited for, up to 30 s). Records the partition, replicas before / asked
+        / after, leader before / after, ISR, error codes and whether each step completed."""
+        order = list(range(self.opts.partitions))
+        self.rng.shuffle(order)
+        deadline = time.monotonic() + 10
+        found = None
+        while found is None and time.monotonic() < deadline and not self.stop.is_set():
+            desc, live = self._describe(), set(self._live())
+            for p in order:
+                st = desc.get(p)
+                if st is None or st["leader"] not in live:
+                    continue
+                spare = sorted(b for b in live if b not in st["replicas"])
+                others = [b for b in st["isr"] if b != st["leader"] and b in live]
+                if spare or others:     # grow-by-replace, or shrink to in-sync followers
+                    found = (p, st, spare)
+                    break
+            else:
+                time.sleep(0.3)
+        if found is None:
+            self.skipped[kind] += 1
+            return "reassign: no partition with a live leader and somewhere to move it", None, {}
+        p, st, spare = found
+        leader, original = st["leader"], list(st["replicas"])
+        if spare:
+            new = self.rng.choice(spare)
+            target, how = [new if b == leader else b for b in original], "replace"
+        else:
+            target, how = [b for b in original if b != leader], "shrink"
+        step = self._reassign_to(p, target, 20)
+        moved = step.get("leader") not in (None, -1, leader)
+        self._effect(kind, f"{how}: completed" if step.get("completed") else f"{how}: not completed in time")
+        self._effect(kind, "leader moved out" if moved else "leader not moved")
+        detail = {"partition": p, "how": how, "leader_before": leader, "replicas_before": original,
+                  "isr_before": st["isr"], "replicas_asked": target, "leader_after": step.get("leader"),
+                  "replicas_after": step.get("replicas"), "isr_after": step.get("isr"), "step": step}
+
+        def heal():
+            back = self._reassign_to(p, original, 30)
+            self._effect(kind, "original assignment restored" if back.get("completed")
+                         else "original assignment not restored in time")
+            return {"partition": p, "restore": back}
+        return (f"reassign {TOPIC}-{p} ({how}): replicas {original} -> {target}, leader {leader} -> "
+                f"{step.get('leader')}, {'completed' if step.get('completed') else 'NOT completed'} in "
+                f"{step['seconds']} s"), heal, detail
 
     def _controlled_shutdown(self, kind):
         """SIGTERM a leader (a controlled shutdown: the controller moves its leaderships first),
