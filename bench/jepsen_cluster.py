@@ -19,7 +19,7 @@ Every fault kind of tests/cluster/jepsen.py is in the default --faults. Runs go 
                on the topic: what an unclean election loses (acknowledged records, offsets
                written again) is counted apart as expected, on the partitions whose controller
                logged one, and printed as "lost after unclean election: N"; without one a loss
-               is an anomaly as anywhere else
+               is an anomaly as anywhere else (alone-then-kill is the fault that causes them)
 
 Run i uses seed (--seed + i), so a failing run is replayed with `--seed N --runs 1` (fault
 timing is wall-clock, so a replay is the same schedule of faults, not the same interleaving).

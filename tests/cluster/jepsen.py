@@ -79,6 +79,11 @@ anomalies (of the examples kept) that came while or after one was on (see by_fau
     slow-links (ISR) a leader's links to the other brokers delayed 1-4 s each way (ISR flaps)
     one-way (ISR)    what a leader sends to the other brokers held, or what they send to it;
                      the other direction flows
+    alone-then-kill  a leader cut from the other brokers (not from ZooKeeper) until it has shrunk
+                     its ISR to itself (the lag + 1.5 s; with min.insync.replicas=1 it acknowledges
+                     alone meanwhile), then SIGKILLed and the links healed: no ISR member is left,
+                     so its partitions stay offline, or with unclean.leader.election.enable a
+                     follower outside the ISR leads (Kafka's documented loss); restart at heal
     lost-tail-all    power cut of the whole cluster: SIGKILL every broker, cut each segment back
                      to its last fsync (fsync_journal.py), restart at heal; only with fsync=True
                      (flush.messages=1 on the topic), where nothing acknowledged may be lost
@@ -117,7 +122,8 @@ ALL_FAULTS = ("kill", "pause", "isolate-node", "isolate-leader", "leader-zk", "l
               "zk-leader", "elect-preferred", "reassign", "controlled-shutdown", "restart-leader",
               "restart-follower", "controller-kill", "controller-isolate", "controller-zk-replies",
               "leader-zk-replies",
-              "zk-quorum-loss", "zk-and-broker", "zk-slow", "slow-links", "one-way", "lost-tail-all")
+              "zk-quorum-loss", "zk-and-broker", "zk-slow", "slow-links", "one-way", "alone-then-kill",
+              "lost-tail-all")
 NEW_FAULTS = ALL_FAULTS[ALL_FAULTS.index("elect-preferred"):]
 
 
@@ -535,7 +541,8 @@ def _lag_s(opts: "Options") -> float:
 ISR_FAULTS = ("slow-links", "one-way", "leader-zk-replies")
 # Faults whose effect (a session expiry, a new controller, an election) needs more than the
 # ZooKeeper session timeout: at least that plus 1.5 s.
-SESSION_FAULTS = ("controller-kill", "controller-isolate", "controller-zk-replies", "zk-and-broker")
+SESSION_FAULTS = ("controller-kill", "controller-isolate", "controller-zk-replies", "zk-and-broker",
+                  "alone-then-kill")
 NEEDS_JOURNAL = ("restart-leader", "restart-follower", "lost-tail-all")
 NEEDS_ENSEMBLE = ("zk-leader", "zk-quorum-loss", "zk-and-broker")
 NEEDS_FSYNC = ("lost-tail-all",)
@@ -1054,6 +1061,29 @@ class Nemesis(threading.Thread):
                 else f"packets from {others} to leader {b} held (one way)")
         return what, self._isr_heal(kind, b, before), \
             {"broker": b, "outgoing": outgoing, "state_before": {str(p): st for p, st in before.items()}}
+
+    def _alone_then_kill(self, kind):
+        """A leader left alone in its ISR, then killed (see the module docstring). Records the
+        state znodes when it was killed and at heal (who leads, at which epoch, which ISR)."""
+        b = self._leader()
+        self.c.isolate_from_brokers(b)
+        self.stop.wait(_lag_s(self.opts) + 1.5)
+        before = self._zk_states()
+        alone = sorted(int(p) for p, st in before.items() if st["leader"] == b and st["isr"] == [b])
+        self.c.kill(b)
+        self.c.heal()
+        self._effect(kind, f"{len(alone)} partitions left with the leader alone in the ISR" if alone
+                     else "no ISR shrank to the leader alone")
+
+        def heal():
+            now = self._zk_states()
+            moved = [p for p in alone if now.get(str(p), {}).get("leader") not in (b, -1, None)]
+            self._effect(kind, f"{len(moved)} of them led by a broker outside the ISR" if moved
+                         else "none led by another broker (offline)" if alone else "nothing to elect")
+            self.c.restart(b)
+            return {"zk_states_at_heal": now, "elected_outside_isr": moved}
+        return (f"leader {b} cut from the brokers until alone in the ISR of {alone}, then killed"), heal, \
+            {"broker": b, "alone_in_isr": alone, "zk_states_at_kill": before}
 
     def _lost_tail_all(self, kind):
         """A power cut of the whole cluster: SIGKILL every broker at once and cut each segment of
