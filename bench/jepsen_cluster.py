@@ -18,13 +18,18 @@ tmpfs of its own, which needs root (without it the fault is skipped, the reason 
                to their preferred replica by themselves, under load
     isr1       replication factor 3, min.insync.replicas 1
     rf2        replication factor 2, min.insync.replicas 1
+    unclean    replication factor 3, min.insync.replicas 1, unclean.leader.election.enable=true
+               on the topic: what an unclean election loses (acknowledged records, offsets
+               written again) is counted apart as expected, on the partitions whose controller
+               logged one, and printed as "lost after unclean election: N"; without one a loss
+               is an anomaly as anywhere else (alone-then-kill is the fault that causes them)
 
 Run i uses seed (--seed + i), so a failing run is replayed with `--seed N --runs 1` (fault
 timing is wall-clock, so a replay is the same schedule of faults, not the same interleaving).
 Prints one summary per run and at the end two tables: the runs (seed, configuration, faults,
-acknowledged writes, final records, anomalies, seconds) and the fault kinds (faults done, what
-they did, acknowledged writes while one was on, anomalies after one); exit status 1 when any run
-had an anomaly or a harness error. Each run's files (history.jsonl,
+acknowledged writes, final records, anomalies, losses after unclean elections, seconds) and the
+fault kinds (faults done, what they did, acknowledged writes while one was on, anomalies after
+one); exit status 1 when any run had an anomaly or a harness error. Each run's files (history.jsonl,
 final.json, broker logs and log.dirs) are kept under --keep (default: a temporary directory,
 removed after a valid run).
 """
@@ -52,6 +57,7 @@ CONFIGS = {
     "rebalance": {"auto_rebalance": True},
     "isr1": {"min_insync": 1},
     "rf2": {"replication_factor": 2, "min_insync": 1},
+    "unclean": {"replication_factor": 3, "min_insync": 1, "unclean": True},
 }
 
 
@@ -121,6 +127,7 @@ def main(argv=None) -> int:
     totals = Counter()
     fault_totals = Counter()
     anomalies = Counter()
+    expected = Counter()                # point 11 of checker.py: after unclean elections
     bad_runs = []
     rows = []                           # one per run
     kinds = {}                          # kind -> faults, acked_during, anomalies_after
@@ -145,7 +152,7 @@ def main(argv=None) -> int:
         except Exception as e:          # noqa: BLE001 - report the run and go on
             print(f"seed {seed}: harness error {e!r} (files in {base})", flush=True)
             bad_runs.append(seed)
-            rows.append((seed, config, "-", "-", "-", f"harness error {type(e).__name__}", "-"))
+            rows.append((seed, config, "-", "-", "-", f"harness error {type(e).__name__}", "-", "-"))
             i += 1
             continue
         print(report.summary(), flush=True)
@@ -156,6 +163,8 @@ def main(argv=None) -> int:
         rows.append((seed, config, sum(report.faults.values()), report.result.stats.get("sends_ok", 0),
                      report.final_records,
                      ", ".join(f"{k} {n}" for k, n in sorted(report.result.counts.items())) or "0",
+                     report.result.expected.get("lost-after-unclean-election", 0)
+                     if report.result.stats.get("unclean_elections") else "-",
                      f"{report.duration:.0f}"))
         s = report.result.stats
         totals["runs"] += 1
@@ -164,6 +173,7 @@ def main(argv=None) -> int:
         totals["records"] += report.final_records
         fault_totals.update(report.faults)
         anomalies.update(report.result.counts)
+        expected.update(report.result.expected)
         if not report.result.valid or report.errors:
             bad_runs.append(seed)
             print(f"  files kept in {base}", flush=True)
@@ -172,7 +182,8 @@ def main(argv=None) -> int:
         i += 1
 
     print()
-    _table(("seed", "config", "faults", "acked", "final records", "anomalies", "s"), rows)
+    _table(("seed", "config", "faults", "acked", "final records", "anomalies", "lost after unclean election",
+            "s"), rows)
     print()
     krows = []
     for kind in [k for k in ALL_FAULTS if k in kinds]:
@@ -184,6 +195,8 @@ def main(argv=None) -> int:
     print(f"\n{totals['runs']} runs x {totals['faults']} faults x {totals['records']} records "
           f"({totals['acknowledged']} acknowledged writes): "
           f"{sum(anomalies.values())} anomalies {dict(anomalies) if anomalies else ''}")
+    if expected:
+        print(f"expected after unclean elections (not anomalies; Kafka documents them): {dict(expected)}")
     print(f"faults by kind: {dict(fault_totals)}")
     if bad_runs:
         print(f"runs with anomalies or harness errors: seeds {bad_runs}")

@@ -47,6 +47,16 @@ the run invalid) and `stats` (counts and liveness figures, reported, never faili
                 back (f "committed": {"group", "key", "offset", "since": when the read began})
                 below the offset of the latest commit acknowledged (f "commit", type ok) before
                 the read began, or absent (negative) after one was
+11. unclean elections  `check(..., allowed_loss=True)` (a topic with
+                unclean.leader.election.enable=true) and an event {"f": "unclean-election",
+                "key": k, "leader": b} (a controller elected b outside the ISR of k, as its log
+                says): Kafka documents that acknowledged records may then be lost, so on that key
+                only, what such an election does is counted in `expected`, not as an anomaly:
+                lost acknowledged sends, offsets seen with another value or vanished, a consumer
+                refused with OFFSET_OUT_OF_RANGE, a producer's later offset at or below one of its
+                lost records, and a value seen at a vanished offset and once in the final read.
+                Everything else stays an anomaly (a value twice in the final read, aborted reads,
+                polls, HW, commits, replicas); without such an event every loss is one.
 """
 from __future__ import annotations
 
@@ -65,6 +75,8 @@ class Result:
     anomalies: dict = field(default_factory=dict)      # kind -> list of example dicts
     counts: dict = field(default_factory=dict)         # kind -> number of occurrences
     stats: dict = field(default_factory=dict)
+    expected: dict = field(default_factory=dict)       # kind -> occurrences Kafka documents (point 11)
+    expected_examples: dict = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
@@ -76,20 +88,39 @@ class Result:
         if len(examples) < MAX_EXAMPLES:
             examples.append(example)
 
+    def allow(self, kind: str, **example) -> None:
+        """An occurrence Kafka documents as possible in this run (point 11): counted apart,
+        never making the run invalid."""
+        self.expected[kind] = self.expected.get(kind, 0) + 1
+        examples = self.expected_examples.setdefault(kind, [])
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(example)
+
     def merge(self, other: "Result") -> None:
         for kind, n in other.counts.items():
             self.counts[kind] = self.counts.get(kind, 0) + n
             room = MAX_EXAMPLES - len(self.anomalies.setdefault(kind, []))
             self.anomalies[kind].extend(other.anomalies.get(kind, [])[:max(room, 0)])
+        for kind, n in other.expected.items():
+            self.expected[kind] = self.expected.get(kind, 0) + n
+            room = MAX_EXAMPLES - len(self.expected_examples.setdefault(kind, []))
+            self.expected_examples[kind].extend(other.expected_examples.get(kind, [])[:max(room, 0)])
         self.stats.update(other.stats)
 
     def summary(self) -> str:
-        if self.valid:
-            return "valid: no anomalies"
-        lines = [f"INVALID: {sum(self.counts.values())} anomalies"]
+        lines = ["valid: no anomalies"] if self.valid else [f"INVALID: {sum(self.counts.values())} anomalies"]
         for kind, n in sorted(self.counts.items()):
             lines.append(f"  {kind}: {n}")
             for ex in self.anomalies[kind][:3]:
+                lines.append(f"    e.g. {json.dumps(ex, sort_keys=True)}")
+        if self.stats.get("unclean_elections") or self.stats.get("unclean_allowed"):
+            lines.append(f"unclean elections: {self.stats['unclean_elections']} (keys "
+                         f"{self.stats.get('unclean_keys')}); expected after them, as Kafka documents:")
+            lines.append(f"  lost after unclean election: {self.expected.get('lost-after-unclean-election', 0)}")
+            for kind, n in sorted(self.expected.items()):
+                if kind != "lost-after-unclean-election":
+                    lines.append(f"  {kind}: {n}")
+            for ex in self.expected_examples.get("lost-after-unclean-election", [])[:2]:
                 lines.append(f"    e.g. {json.dumps(ex, sort_keys=True)}")
         return "\n".join(lines)
 
@@ -125,9 +156,22 @@ def _final_maps(final: dict) -> dict:
     return out
 
 
-def check(history: list[dict], final: dict) -> Result:
+def check(history: list[dict], final: dict, allowed_loss: bool = False) -> Result:
+    """`allowed_loss`: the topic allows unclean elections (point 11)."""
     res = Result()
     finals = _final_maps(final)
+    elections = [ev for ev in history if ev.get("f") == "unclean-election"]
+    unclean = {ev.get("key") for ev in elections} if allowed_loss else set()
+    res.stats["unclean_elections"] = len(elections)
+    res.stats["unclean_allowed"] = allowed_loss
+    res.stats["unclean_keys"] = sorted(unclean, key=str)
+
+    def flag(kind, expected_kind, key, **ex):
+        """An anomaly, or (on a key with an unclean election) what that election may do."""
+        if key in unclean:
+            res.allow(expected_kind, key=key, **ex)
+        else:
+            res.add(kind, key=key, **ex)
     sends_ok, sends_ok_unplaced, sends_fail, sends_info, invoked = [], [], [], [], 0
     observed = defaultdict(lambda: defaultdict(set))     # key -> offset -> {values}
     where = defaultdict(set)                             # value -> {(key, offset)}
@@ -158,27 +202,30 @@ def check(history: list[dict], final: dict) -> Result:
             elif typ in ("fail", "info"):
                 errors["poll:" + str(ev.get("error"))] += 1
                 if "OFFSET_OUT_OF_RANGE" in str(ev.get("error")) or "AUTO_OFFSET_RESET" in str(ev.get("error")):
-                    res.add("offset-out-of-range", proc=ev.get("proc"), key=ev.get("key"),
-                            error=ev.get("error"), message=ev.get("message"), index=i)
+                    flag("offset-out-of-range", "out-of-range-after-unclean-election", ev.get("key"),
+                         proc=ev.get("proc"), error=ev.get("error"), message=ev.get("message"), index=i)
     for key, (records, _start, _end, _c) in finals.items():
         for o, v in records.items():
             where[v].add((key, o))
 
     # 1. lost acknowledged writes
     unseen = 0
+    lost_unclean = set()          # values lost on a key with an unclean election
+    LOST = "lost-after-unclean-election"
     for i, ev in sends_ok:
         key, o, v = ev["key"], ev["offset"], ev["value"]
         records, start, end, complete = finals.get(key, ({}, 0, 0, False))
+        if key in unclean and (o in records and records[o] != v or o not in records and (complete or o < start)):
+            lost_unclean.add(v)
         if o in records:
             if records[o] != v:
-                res.add("lost", key=key, offset=o, value=v, final_value=records[o], proc=ev.get("proc"),
-                        index=i)
+                flag("lost", LOST, key, offset=o, value=v, final_value=records[o], proc=ev.get("proc"), index=i)
         elif o < start:
-            res.add("lost", key=key, offset=o, value=v, final_value=None, reason="below log start",
-                    proc=ev.get("proc"), index=i)
+            flag("lost", LOST, key, offset=o, value=v, final_value=None, reason="below log start",
+                 proc=ev.get("proc"), index=i)
         elif complete:
-            res.add("lost", key=key, offset=o, value=v, final_value=None,
-                    reason=f"beyond the final high watermark {end}", proc=ev.get("proc"), index=i)
+            flag("lost", LOST, key, offset=o, value=v, final_value=None,
+                 reason=f"beyond the final high watermark {end}", proc=ev.get("proc"), index=i)
         else:
             unseen += 1
             res.add("unseen", key=key, offset=o, value=v, reason="final read did not finish")
@@ -189,9 +236,9 @@ def check(history: list[dict], final: dict) -> Result:
         if v in final_values.get(key, ()):
             continue
         if finals.get(key, (None, 0, 0, False))[3]:
-            res.add("lost", key=key, offset=None, value=v, final_value=None,
-                    reason="acknowledged without an offset, absent from the final read", proc=ev.get("proc"),
-                    index=i)
+            flag("lost", LOST, key, offset=None, value=v, final_value=None,
+                 reason="acknowledged without an offset, absent from the final read", proc=ev.get("proc"),
+                 index=i)
         else:
             unseen += 1
             res.add("unseen", key=key, offset=None, value=v, reason="final read did not finish")
@@ -203,16 +250,17 @@ def check(history: list[dict], final: dict) -> Result:
     for key, offsets in observed.items():
         records, start, end, complete = finals.get(key, ({}, 0, 0, False))
         for o, values in offsets.items():
+            REPLACED = "replaced-after-unclean-election"
             if len(values) > 1:
-                res.add("inconsistent-offsets", key=key, offset=o, values=sorted(values, key=str),
-                        final_value=records.get(o))
+                flag("inconsistent-offsets", REPLACED, key, offset=o, values=sorted(values, key=str),
+                     final_value=records.get(o))
             elif o in records and records[o] not in values:
-                res.add("inconsistent-offsets", key=key, offset=o, values=sorted(values, key=str),
-                        final_value=records[o], reason="seen value changed")
+                flag("inconsistent-offsets", REPLACED, key, offset=o, values=sorted(values, key=str),
+                     final_value=records[o], reason="seen value changed")
             elif o not in records and (complete or o < start) and o not in acked.get(key, ()):
                 # an acknowledged send missing from the final read is already `lost`
-                res.add("inconsistent-offsets", key=key, offset=o, values=sorted(values, key=str),
-                        final_value=None, reason=f"polled record vanished (final read {start}..{end})")
+                flag("inconsistent-offsets", REPLACED, key, offset=o, values=sorted(values, key=str),
+                     final_value=None, reason=f"polled record vanished (final read {start}..{end})")
 
     # 3. duplicates (a value sent by a producer without idempotence may legitimately land twice:
     # the client re-sends on its own, e.g. librdkafka re-queues a request that was in flight to
@@ -222,8 +270,13 @@ def check(history: list[dict], final: dict) -> Result:
     plain_dups = []
     for v, places in where.items():
         if len(places) > 1:
+            # on keys with an unclean election: a value once in the final read and otherwise only
+            # at offsets that no longer hold it (a record lost there, written again by its producer)
+            in_final = [(k, o) for k, o in places if finals.get(k, ({},))[0].get(o) == v]
             if v in plain:
                 plain_dups.append({"value": v, "at": sorted(places)})
+            elif len(in_final) <= 1 and all(k in unclean for k, _o in places):
+                res.allow("moved-after-unclean-election", value=v, at=sorted(places))
             else:
                 res.add("duplicate", value=v, at=sorted(places))
     res.stats["duplicates_without_idempotence"] = len(plain_dups)
@@ -236,7 +289,7 @@ def check(history: list[dict], final: dict) -> Result:
             res.add("aborted-read", value=v, error=ev.get("error"), key=ev.get("key"), at=sorted(where[v]))
 
     _check_polls(history, res)
-    _check_send_order(history, sends_ok, res)
+    _check_send_order(history, sends_ok, res, lost_unclean)
     _check_hw(history, res)
     _check_commits(history, res)
 
@@ -309,9 +362,10 @@ def _check_commits(history: list[dict], res: Result) -> None:
     res.stats["committed_reads"] = reads
 
 
-def _check_send_order(history: list[dict], sends_ok, res: Result) -> None:
+def _check_send_order(history: list[dict], sends_ok, res: Result, lost_unclean=frozenset()) -> None:
     """Point 6: a producer's acknowledged sends of one key, taken in the order the producer
-    invoked them (completions may be recorded in another order), land at increasing offsets."""
+    invoked them (completions may be recorded in another order), land at increasing offsets
+    (point 11: unless the earlier record was lost by an unclean election)."""
     invoked_at = {ev["value"]: i for i, ev in enumerate(history)
                   if ev.get("f") == "send" and ev.get("type") == "invoke"}
     by_proc = defaultdict(list)
@@ -320,7 +374,9 @@ def _check_send_order(history: list[dict], sends_ok, res: Result) -> None:
     for (proc, key), items in by_proc.items():
         items.sort()
         for (s1, o1, v1), (s2, o2, v2) in zip(items, items[1:]):
-            if o2 <= o1:
+            if o2 <= o1 and v1 in lost_unclean:
+                res.allow("reused-offset-after-unclean-election", proc=proc, key=key, first=[v1, o1], later=[v2, o2])
+            elif o2 <= o1:
                 res.add("nonmonotonic-send", proc=proc, key=key, first=[v1, o1], later=[v2, o2])
 
 

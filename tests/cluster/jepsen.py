@@ -47,6 +47,12 @@ anomalies (of the examples kept) that came while or after one was on (see by_fau
     elect-preferred  a live leader moved under load: a partition's replicas reordered (Alter-
                      PartitionReassignments, same set) with an in-sync follower first, then
                      ElectLeaders PREFERRED; leader before and after recorded
+    reassign         a live leader moved out of its replica set under load: a real reassignment
+                     (AlterPartitionReassignments) replacing the leader by a broker outside the set
+                     (RF < brokers), or shrinking the set to the other replicas (RF = brokers);
+                     waited for (ListPartitionReassignments and Metadata), the original
+                     assignment asked back at heal; replicas and leader before/asked/after and
+                     whether each step completed recorded
     controlled-shutdown  SIGTERM a leader (controlled shutdown), restart at heal
     restart-leader   SIGKILL a leader, cut 1-64 KiB off the active segment of each of its
                      partitions (page cache lost; never below its last fsync, which the brokers'
@@ -73,6 +79,11 @@ anomalies (of the examples kept) that came while or after one was on (see by_fau
     slow-links (ISR) a leader's links to the other brokers delayed 1-4 s each way (ISR flaps)
     one-way (ISR)    what a leader sends to the other brokers held, or what they send to it;
                      the other direction flows
+    alone-then-kill  a leader cut from the other brokers (not from ZooKeeper) until it has shrunk
+                     its ISR to itself (the lag + 1.5 s; with min.insync.replicas=1 it acknowledges
+                     alone meanwhile), then SIGKILLed and the links healed: no ISR member is left,
+                     so its partitions stay offline, or with unclean.leader.election.enable a
+                     follower outside the ISR leads (Kafka's documented loss); restart at heal
     lost-tail-all    power cut of the whole cluster: SIGKILL every broker, cut each segment back
                      to its last fsync (fsync_journal.py), restart at heal; only with fsync=True
                      (flush.messages=1 on the topic), where nothing acknowledged may be lost
@@ -85,8 +96,11 @@ anomalies (of the examples kept) that came while or after one was on (see by_fau
                      own (FULL_DISK_SIZE; log.segment.bytes FULL_DISK_SEGMENT_BYTES, so that
                      segments roll while a disk is full); where mounting is refused (not root)
                      the fault is skipped with the reason recorded
-Options also choose the topic's replication factor and min.insync.replicas, fsync, and
-auto.leader.rebalance.enable (every 2 s check), which moves leaders back by itself.
+Options also choose the topic's replication factor and min.insync.replicas, fsync,
+auto.leader.rebalance.enable (every 2 s check), which moves leaders back by itself, and
+unclean.leader.election.enable on the topic (`unclean`): the unclean elections the controllers
+logged are added to the history (f "unclean-election") and the checker counts what they lose on
+their partitions as expected, not as anomalies (checker.py, point 11).
 At the end: workload stopped, every fault healed, dead processes restarted, then waited for
 every partition to have a leader and a full ISR and the leader's HW (ListOffsets) to equal its
 log end offset (read from its log.dirs), a final read of every partition from offset 0 to the
@@ -101,6 +115,7 @@ import bisect
 import itertools
 import json
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -113,9 +128,11 @@ from harness import Cluster, ClusterError, wait_until
 TOPIC = "jepsen"
 QUIET = {"log_level": 0}      # librdkafka's connection-refused lines: the history has the errors
 ALL_FAULTS = ("kill", "pause", "isolate-node", "isolate-leader", "leader-zk", "leader-brokers", "bridge",
-              "zk-leader", "elect-preferred", "controlled-shutdown", "restart-leader", "restart-follower",
-              "controller-kill", "controller-isolate", "controller-zk-replies", "leader-zk-replies",
-              "zk-quorum-loss", "zk-and-broker", "zk-slow", "slow-links", "one-way", "lost-tail-all",
+              "zk-leader", "elect-preferred", "reassign", "controlled-shutdown", "restart-leader",
+              "restart-follower", "controller-kill", "controller-isolate", "controller-zk-replies",
+              "leader-zk-replies",
+              "zk-quorum-loss", "zk-and-broker", "zk-slow", "slow-links", "one-way", "alone-then-kill",
+              "lost-tail-all",
               "full-disk")
 NEW_FAULTS = ALL_FAULTS[ALL_FAULTS.index("elect-preferred"):]
 
@@ -143,6 +160,9 @@ class Options:
     min_insync: int = 2
     fsync: bool = False               # flush.messages=1 on the topic, brokers under fsync_journal.py
     auto_rebalance: bool = False      # auto.leader.rebalance.enable, checked every 2 s
+    unclean: bool = False             # unclean.leader.election.enable=true on the topic: the
+                                      # checker counts what an unclean election (found in the
+                                      # controllers' logs) loses as expected, on its partition
     broker_props: dict = field(default_factory=dict)
     client_debug: str = ""            # librdkafka `debug` contexts for the producers, logged to
                                       # <run dir>/client-<producer>.log (e.g. "msg,protocol,broker")
@@ -206,6 +226,10 @@ class ProducerWorker(threading.Thread):
                 "message.timeout.ms": 10000, "request.timeout.ms": 5000, "retry.backoff.ms": 100,
                 "topic.metadata.refresh.interval.ms": 2000, "socket.connection.setup.timeout.ms": 3000,
                 **QUIET}
+        # confluent-kafka raises a fatal error (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER after an
+        # unclean election) out of poll() unless an error_cb takes it: taken here, the worker
+        # starts a new producer as for a fatal delivery report
+        conf["error_cb"] = self._on_error
         if self.oneshot:
             conf.update({"enable.idempotence": False, "retries": 0, "max.in.flight": 1})
         else:
@@ -225,6 +249,24 @@ class ProducerWorker(threading.Thread):
             conf.pop("log_level", None)
             conf.update({"debug": self.opts.client_debug, "logger": logger})
         return Producer(conf)
+
+    def _poll(self, p, timeout: float) -> None:
+        """p.poll, a fatal error it raises (confluent-kafka raises some, e.g. OUT_OF_ORDER_SEQUENCE_NUMBER
+        after an unclean election, even with an error_cb) taken as a fatal delivery report."""
+        from confluent_kafka import KafkaException
+        try:
+            p.poll(timeout)
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if err is None or not err.fatal():
+                raise
+            self._on_error(err)
+
+    def _on_error(self, err) -> None:
+        if err.fatal():
+            self.h.add(proc=f"{self.proc}.{self.generation}", type="info", f="client-error",
+                       error=_err_name(err), message=err.str(), fatal=True)
+            self._fatal = True
 
     def _delivery(self, proc):
         from confluent_kafka import KafkaError
@@ -259,15 +301,21 @@ class ProducerWorker(threading.Thread):
         next_at = time.monotonic()
         while not self.stop.is_set():
             if self._fatal:        # a fatal idempotence error: a new producer, a new process
-                p.purge()
-                p.flush(1)
+                try:
+                    p.purge()
+                    p.flush(1)
+                except KafkaException:      # a producer in a fatal state refuses these too
+                    pass
+                for v, key in list(self.pending.items()):      # no report will come: indeterminate
+                    self.h.add(proc=proc, type="info", f="send", key=key, value=v, error="ABANDONED_AFTER_FATAL")
+                self.pending.clear()
                 self.generation += 1
                 proc = f"{self.proc}.{self.generation}"
                 p = self._producer()
                 self._fatal = False
                 cb = self._delivery(proc)
             if len(self.pending) > (1 if self.oneshot else 200):
-                p.poll(0.05)
+                self._poll(p, 0.05)
                 continue
             key = self.rng.randrange(self.opts.partitions)
             v = self.values.next()
@@ -279,13 +327,16 @@ class ProducerWorker(threading.Thread):
                 self.pending.pop(v, None)
                 self.h.add(proc=proc, type="fail", f="send", key=key, value=v, error=type(e).__name__,
                            message=str(e))
-            p.poll(0)
+            self._poll(p, 0)
             next_at += interval
             if next_at < time.monotonic():
                 next_at = time.monotonic()
-            while not self.stop.is_set() and time.monotonic() < next_at:
-                p.poll(max(0.0, next_at - time.monotonic()))
-        p.flush(15)
+            while not self.stop.is_set() and time.monotonic() < next_at and not self._fatal:
+                self._poll(p, max(0.0, next_at - time.monotonic()))
+        try:
+            p.flush(15)
+        except KafkaException:
+            pass
         for v, key in list(self.pending.items()):
             self.h.add(proc=proc, type="info", f="send", key=key, value=v, error="UNFINISHED")
         self.pending.clear()
@@ -500,7 +551,8 @@ def _lag_s(opts: "Options") -> float:
 ISR_FAULTS = ("slow-links", "one-way", "leader-zk-replies")
 # Faults whose effect (a session expiry, a new controller, an election) needs more than the
 # ZooKeeper session timeout: at least that plus 1.5 s.
-SESSION_FAULTS = ("controller-kill", "controller-isolate", "controller-zk-replies", "zk-and-broker")
+SESSION_FAULTS = ("controller-kill", "controller-isolate", "controller-zk-replies", "zk-and-broker",
+                  "alone-then-kill")
 NEEDS_JOURNAL = ("restart-leader", "restart-follower", "lost-tail-all")
 NEEDS_ENSEMBLE = ("zk-leader", "zk-quorum-loss", "zk-and-broker")
 FULL_DISK_SIZE = 256 << 20          # each broker's tmpfs with full-disk (a 60 s run writes a few MB)
@@ -685,6 +737,94 @@ class Nemesis(threading.Thread):
         return (f"preferred election {TOPIC}-{detail['partition']}: replicas {detail['replicas_before']} -> "
                 f"{detail['replicas_asked']}, leader {detail['leader_before']} -> {detail['leader_after']}"), \
             None, detail
+
+    def _reassignment_state(self, admin, p: int, target: list) -> dict:
+        """Where a reassignment of partition p to `target` stands: Metadata's replicas, leader
+        and ISR, whether ListPartitionReassignments still lists it, and `completed` (the
+        replicas are `target`, all in the ISR, the leader one of them, none listed)."""
+        st = self._describe().get(p, {})
+        try:
+            ongoing = (TOPIC, p) in admin.list_partition_reassignments([(TOPIC, p)])
+        except Exception as e:      # noqa: BLE001 - a controller moving: asked again
+            ongoing = repr(e)
+        done = (ongoing is False and st.get("replicas") == list(target) and st.get("leader") in target
+                and sorted(st.get("isr") or ()) == sorted(target))
+        return {"replicas": st.get("replicas"), "leader": st.get("leader"), "isr": st.get("isr"),
+                "listed": ongoing, "completed": done}
+
+    def _reassign_to(self, p: int, target: list, wait: float) -> dict:
+        """AlterPartitionReassignments of partition p to `target`, then up to `wait` seconds for
+        it to complete. Returns the error code, the state found at the end and the seconds."""
+        from logcore.tools.kafka_admin import KafkaAdmin
+        out = {"asked": list(target)}
+        t0 = time.monotonic()
+        try:
+            with KafkaAdmin(self.c.bootstrap, timeout_ms=8000) as admin:
+                code, msg = admin.alter_partition_reassignments({(TOPIC, p): list(target)}).get((TOPIC, p),
+                                                                                           (None, None))
+                out["error"] = code
+                if msg:
+                    out["message"] = msg
+                state = self._reassignment_state(admin, p, target)
+                while not state["completed"] and time.monotonic() - t0 < wait:
+                    time.sleep(0.3)
+                    state = self._reassignment_state(admin, p, target)
+                out.update(state)
+        except Exception as e:      # noqa: BLE001 - recorded; the run goes on
+            out.update(exception=repr(e), completed=False)
+        out["seconds"] = round(time.monotonic() - t0, 2)
+        return out
+
+    def _reassign(self, kind):
+        """A real reassignment under load that moves a live leader out of its partition's
+        replica set (AlterPartitionReassignments, then waited for, up to 20 s): with a broker
+        outside the set (RF < brokers) the leader is replaced by it (same size); with none
+        (RF = brokers) the set shrinks to the other replicas. Heal: the original assignment
+        asked back (and waited for, up to 30 s). Records the partition, replicas before / asked
+        / after, leader before / after, ISR, error codes and whether each step completed."""
+        order = list(range(self.opts.partitions))
+        self.rng.shuffle(order)
+        deadline = time.monotonic() + 10
+        found = None
+        while found is None and time.monotonic() < deadline and not self.stop.is_set():
+            desc, live = self._describe(), set(self._live())
+            for p in order:
+                st = desc.get(p)
+                if st is None or st["leader"] not in live:
+                    continue
+                spare = sorted(b for b in live if b not in st["replicas"])
+                others = [b for b in st["isr"] if b != st["leader"] and b in live]
+                if spare or others:     # grow-by-replace, or shrink to in-sync followers
+                    found = (p, st, spare)
+                    break
+            else:
+                time.sleep(0.3)
+        if found is None:
+            self.skipped[kind] += 1
+            return "reassign: no partition with a live leader and somewhere to move it", None, {}
+        p, st, spare = found
+        leader, original = st["leader"], list(st["replicas"])
+        if spare:
+            new = self.rng.choice(spare)
+            target, how = [new if b == leader else b for b in original], "replace"
+        else:
+            target, how = [b for b in original if b != leader], "shrink"
+        step = self._reassign_to(p, target, 20)
+        moved = step.get("leader") not in (None, -1, leader)
+        self._effect(kind, f"{how}: completed" if step.get("completed") else f"{how}: not completed in time")
+        self._effect(kind, "leader moved out" if moved else "leader not moved")
+        detail = {"partition": p, "how": how, "leader_before": leader, "replicas_before": original,
+                  "isr_before": st["isr"], "replicas_asked": target, "leader_after": step.get("leader"),
+                  "replicas_after": step.get("replicas"), "isr_after": step.get("isr"), "step": step}
+
+        def heal():
+            back = self._reassign_to(p, original, 30)
+            self._effect(kind, "original assignment restored" if back.get("completed")
+                         else "original assignment not restored in time")
+            return {"partition": p, "restore": back}
+        return (f"reassign {TOPIC}-{p} ({how}): replicas {original} -> {target}, leader {leader} -> "
+                f"{step.get('leader')}, {'completed' if step.get('completed') else 'NOT completed'} in "
+                f"{step['seconds']} s"), heal, detail
 
     def _controlled_shutdown(self, kind):
         """SIGTERM a leader (a controlled shutdown: the controller moves its leaderships first),
@@ -934,6 +1074,29 @@ class Nemesis(threading.Thread):
         return what, self._isr_heal(kind, b, before), \
             {"broker": b, "outgoing": outgoing, "state_before": {str(p): st for p, st in before.items()}}
 
+    def _alone_then_kill(self, kind):
+        """A leader left alone in its ISR, then killed (see the module docstring). Records the
+        state znodes when it was killed and at heal (who leads, at which epoch, which ISR)."""
+        b = self._leader()
+        self.c.isolate_from_brokers(b)
+        self.stop.wait(_lag_s(self.opts) + 1.5)
+        before = self._zk_states()
+        alone = sorted(int(p) for p, st in before.items() if st["leader"] == b and st["isr"] == [b])
+        self.c.kill(b)
+        self.c.heal()
+        self._effect(kind, f"{len(alone)} partitions left with the leader alone in the ISR" if alone
+                     else "no ISR shrank to the leader alone")
+
+        def heal():
+            now = self._zk_states()
+            moved = [p for p in alone if now.get(str(p), {}).get("leader") not in (b, -1, None)]
+            self._effect(kind, f"{len(moved)} of them led by a broker outside the ISR" if moved
+                         else "none led by another broker (offline)" if alone else "nothing to elect")
+            self.c.restart(b)
+            return {"zk_states_at_heal": now, "elected_outside_isr": moved}
+        return (f"leader {b} cut from the brokers until alone in the ISR of {alone}, then killed"), heal, \
+            {"broker": b, "alone_in_isr": alone, "zk_states_at_kill": before}
+
     def _lost_tail_all(self, kind):
         """A power cut of the whole cluster: SIGKILL every broker at once and cut each segment of
         the topic back to its last fsync (fsync_journal.py); restart them all at heal. With
@@ -1090,7 +1253,8 @@ class MetaWatcher(threading.Thread):
 
 
 def meta_stats(history: list[dict]) -> dict:
-    """Leader changes and ISR shrinks/expansions seen by the MetaWatcher."""
+    """Leader changes (and those to a broker outside the ISR last seen), ISR shrinks and
+    expansions seen by the MetaWatcher."""
     last, out = {}, Counter()
     for ev in history:
         if ev.get("f") != "meta":
@@ -1100,6 +1264,10 @@ def meta_stats(history: list[dict]) -> dict:
             leader, isr = last[k]
             if ev["leader"] != leader:
                 out["leader_changes"] += 1
+                if ev["leader"] not in isr and ev["leader"] != -1:
+                    # a hint only (sampled every 0.5 s, an expansion may be missed); the unclean
+                    # elections counted by the checker are those the controllers logged
+                    out["leader_outside_last_seen_isr"] += 1
             if len(ev["isr"]) < len(isr):
                 out["isr_shrinks"] += 1
             elif len(ev["isr"]) > len(isr):
@@ -1220,6 +1388,34 @@ def stuck_partitions(c: Cluster, partitions: int) -> tuple[dict, dict]:
     return hws, stuck
 
 
+_UNCLEAN = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) WARNING \S+: controller (\d+): UNCLEAN leader "
+                      r"election for " + re.escape(TOPIC) + r"-(\d+)( \(requested\))?: broker (\d+) \(not in ISR "
+                      r"\[([\d, ]*)\]\)")
+
+
+def unclean_elections(c: Cluster) -> list[dict]:
+    """The unclean leader elections of the topic's partitions that the controllers logged (each
+    broker's log, every start), as history events (f "unclean-election": key, leader, the ISR
+    it was not in, the controller, the log line's wall-clock time). The controller logs one as
+    it writes the new state; a write that then failed would still be listed."""
+    out = []
+    for b, node in sorted(c.nodes.items()):
+        try:
+            text = node.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            m = _UNCLEAN.match(line)
+            if m is None:
+                continue
+            wall = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
+            out.append({"proc": "broker", "type": "info", "f": "unclean-election", "key": int(m.group(4)),
+                        "leader": int(m.group(6)), "isr": [int(x) for x in m.group(7).split(",") if x.strip()],
+                        "controller": int(m.group(3)), "requested": bool(m.group(5)), "log": node.log_path.name,
+                        "wall": round(wall, 3)})
+    return sorted(out, key=lambda ev: ev["wall"])
+
+
 def final_read(c: Cluster, hws: dict[int, int], timeout: float = 60) -> dict:
     from confluent_kafka import Consumer, TopicPartition
     cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "jepsen-final", "enable.auto.commit": False,
@@ -1316,6 +1512,8 @@ def run_once(base: Path, opts: Options, before_final=None) -> RunReport:
         topic_config = {"min.insync.replicas": min(opts.min_insync, rf)}
         if opts.fsync:
             topic_config["flush.messages"] = 1
+        if opts.unclean:
+            topic_config["unclean.leader.election.enable"] = "true"
         c.create_topic(TOPIC, opts.partitions, rf, topic_config)
         c.wait_healthy(TOPIC, opts.partitions)
         stop, stop_nemesis = threading.Event(), threading.Event()
@@ -1364,8 +1562,10 @@ def run_once(base: Path, opts: Options, before_final=None) -> RunReport:
                 read_group_offsets(c, h, opts.partitions)
             except Exception as e:      # noqa: BLE001 - reported with the run
                 errors.append(f"reading the group's offsets: {e!r}")
+        for ev in unclean_elections(c):
+            h.add(**ev)
         h.close()
-        res = check(h.events, final)
+        res = check(h.events, final, allowed_loss=opts.unclean)
         for p, why in sorted(stuck.items()):
             res.add("stuck-partition", key=p, **why)
         try:

@@ -259,6 +259,66 @@ def test_hw_regression_within_epoch():
     assert kinds(res) == {"hw-regression"}
 
 
+def _unclean_history(election: bool):
+    """Key 0: p0's records 0..2 acknowledged by a leader alone in its ISR, 2 polled by c0; then
+    (with `election`) a controller elects broker 2 outside that ISR, whose log ends at 1: p0's
+    next record lands at 1 (its record there is replaced), 2 is gone and c0 is refused at 3.
+    Key 1 untouched, but its final read has lost the acknowledged 11 at 1."""
+    h = H()
+    h.send("p0", 0, 100, 0)
+    h.send("p0", 0, 101, 1)
+    h.send("p0", 0, 102, 2)
+    h.send("p1", 1, 10, 0)
+    h.send("p1", 1, 11, 1)
+    h.assign("c0", 0, 0)
+    for o, v in enumerate([100, 101, 102]):
+        h.poll("c0", 0, o, v, hw=3)
+    if election:
+        h._ev(proc="broker", type="info", f="unclean-election", key=0, leader=2, isr=[1], controller=3)
+    h._ev(proc="c0", type="fail", f="poll", key=0, error="OFFSET_OUT_OF_RANGE")
+    h.send("p0", 0, 103, 1, epoch=1)
+    final = {0: {"start": 0, "records": [[0, 100], [1, 103]]}, 1: {"start": 0, "records": [[0, 10]]}}
+    return h, final
+
+
+def test_unclean_election_losses_are_counted_apart_on_its_key_only():
+    h, final = _unclean_history(election=True)
+    res = check(h.events, final, allowed_loss=True)
+    # key 0's losses are what the unclean election does; key 1's loss has no such excuse
+    assert res.counts == {"lost": 1}, res.summary()
+    assert res.anomalies["lost"][0]["key"] == 1
+    assert res.expected == {"lost-after-unclean-election": 2, "replaced-after-unclean-election": 1,
+                            "out-of-range-after-unclean-election": 1,
+                            "reused-offset-after-unclean-election": 1}, res.expected
+    assert res.stats["unclean_elections"] == 1 and res.stats["unclean_keys"] == [0]
+    assert "lost after unclean election: 2" in res.summary()
+    # without key 1's loss the run is valid, the loss still reported
+    final[1]["records"].append([1, 11])
+    res = check(h.events, final, allowed_loss=True)
+    assert res.valid and res.expected["lost-after-unclean-election"] == 2, res.summary()
+    assert res.summary().startswith("valid") and "lost after unclean election: 2" in res.summary()
+
+
+def test_loss_without_an_unclean_election_stays_an_anomaly():
+    h, final = _unclean_history(election=False)
+    final[1]["records"].append([1, 11])
+    res = check(h.events, final, allowed_loss=True)          # the topic allowed it; none happened
+    assert {"lost", "inconsistent-offsets", "offset-out-of-range", "nonmonotonic-send"} == kinds(res)
+    assert res.counts["lost"] == 2 and not res.expected
+    h, final = _unclean_history(election=True)               # one happened; the run did not allow it
+    final[1]["records"].append([1, 11])
+    res = check(h.events, final)
+    assert res.counts["lost"] == 2 and not res.expected and res.stats["unclean_elections"] == 1
+
+
+def test_unclean_election_does_not_excuse_a_value_twice_in_the_final_read():
+    h, final = _unclean_history(election=True)
+    final[1]["records"].append([1, 11])
+    final[0]["records"].append([2, 100])                     # 100 at 0 and at 2
+    res = check(h.events, final, allowed_loss=True)
+    assert kinds(res) == {"duplicate"}, res.summary()
+
+
 def test_history_file_round_trip(tmp_path):
     h, final = clean()
     path = tmp_path / "history.jsonl"
