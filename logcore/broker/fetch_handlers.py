@@ -103,6 +103,11 @@ class FetchHandlers:
             _close_records(results)           # not enough yet: wait, then read again
             # Any partition with news ends the wait (not all of them), or max_wait does.
             await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if self.cluster is not None:
+                # As Kafka's delayed fetch: the role and the leader epoch are checked again
+                # before a parked fetch reads, so records of a newer epoch (or of a deposed
+                # leader) never answer a request made at an older one.
+                wanted = [self.cluster_fetch.check(entry, follower) for entry in wanted]
             if loop.time() >= deadline:
                 results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
                 break

@@ -227,6 +227,39 @@ def test_a_parked_follower_fetch_does_not_write_the_state_after_deposal(tmp_path
     run(scenario())
 
 
+def test_a_parked_consumer_fetch_is_fenced_when_the_leader_epoch_moves(tmp_path, zk_hosts):
+    """A consumer's fetch parks at the leader with its current_leader_epoch; the same broker
+    goes on leading at the next epoch and appends. The fetch must be answered
+    FENCED_LEADER_EPOCH with no records, as Kafka re-checks a parked fetch before it reads:
+    records of the new epoch answered to the old one let librdkafka's position pass the end of
+    the epoch it is validating, and it then seeks back (seen: a consumer read offsets twice)."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "1"})
+            epoch = await c.leading(1, (1, 2))
+            assert (await c.produce(1, b"before", acks_all=True))[0] == E.NONE
+            conn = AsyncKafkaConnection("127.0.0.1", c.servers[1].broker.port, timeout_s=10)
+            await conn.connect()
+            body = {"replica_id": -1, "max_wait": datetime.timedelta(milliseconds=4000), "min_bytes": 1,
+                    "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                    "topics": [{"topic": TOPIC, "partitions": [{
+                        "partition": 0, "current_leader_epoch": epoch,
+                        "fetch_offset": c.log(1).log_end_offset, "last_fetched_epoch": -1,
+                        "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                    "forgotten_topics_data": [], "rack_id": ""}
+            parked = asyncio.ensure_future(conn.request(1, body, version=12))
+            await asyncio.sleep(0.5)                            # parked at broker 1
+            await c.move(1, (1, 2))
+            await c.until(lambda: c.rm(1).replicas[KEY].epoch == epoch + 1, "the next epoch")
+            assert (await c.produce(1, b"after", acks_all=True))[0] == E.NONE
+            resp = await parked
+            conn.close()
+            part = resp.responses[0].partitions[0]
+            assert part.error_code == E.FENCED_LEADER_EPOCH, part
+            assert not part.records, part
+    run(scenario())
+
+
 def test_an_isr_write_with_an_unknown_outcome_keeps_counting_the_new_member(tmp_path, zk_hosts):
     """Item 4: the leader's ISR expansion is applied by ZooKeeper but the answer is lost, and
     ZooKeeper stays unreachable for the leader a while. Until a read says otherwise the new
