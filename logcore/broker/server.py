@@ -147,15 +147,19 @@ class BrokerServer:
             except RuntimeError:        # the loop is closed already
                 pass
 
-    async def _abort(self) -> None:
-        """Kafka's halt, in-process: no controlled shutdown, no log closed, the root's claim
-        left as it is; the ZooKeeper session is closed (as a process exit would end it)."""
+    async def _close_connections(self) -> None:
+        """Stop listening and end every client connection (their tasks cancelled and awaited)."""
         if self.server is not None:
             self.server.close()
         for task in list(self.connections):
             task.cancel()
         if self.connections:
             await asyncio.gather(*self.connections, return_exceptions=True)
+
+    async def _abort(self) -> None:
+        """Kafka's halt, in-process: no controlled shutdown, no log closed, the root's claim
+        left as it is; the ZooKeeper session is closed (as a process exit would end it)."""
+        await self._close_connections()
         if self.broker is not None:
             if self.broker.cluster is not None:
                 await self.broker.cluster.stop()
@@ -175,12 +179,7 @@ class BrokerServer:
         member = getattr(self, "member", None)
         if member is not None:
             await member.shutdown()        # leaderships move while this broker still serves
-        if self.server is not None:
-            self.server.close()
-        for task in list(self.connections):
-            task.cancel()
-        if self.connections:
-            await asyncio.gather(*self.connections, return_exceptions=True)
+        await self._close_connections()
         if self.broker is not None:
             await self.broker.stop()
             for task in list(self.broker.background):

@@ -668,6 +668,24 @@ class Nemesis(threading.Thread):
             raise ValueError(kind)
         return method(kind)
 
+    def _find_partition(self, pick):
+        """The first partition, in a random order, for which pick(partition, Metadata state,
+        live brokers) is not None: (partition, state, what pick returned). Retries for up to
+        10 s (after a fault the ISRs may take a moment to fill); None if none qualifies."""
+        order = list(range(self.opts.partitions))
+        self.rng.shuffle(order)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not self.stop.is_set():
+            desc, live = self._describe(), set(self._live())
+            for p in order:
+                st = desc.get(p)
+                if st is not None:
+                    got = pick(p, st, live)
+                    if got is not None:
+                        return p, st, got
+            time.sleep(0.3)
+        return None
+
     def _move_leadership(self, candidates_of):
         """Reorder a partition's replicas (AlterPartitionReassignments, the same set) so that a
         broker from candidates_of(partition, state, live brokers) comes first, then ElectLeaders
@@ -675,22 +693,12 @@ class Nemesis(threading.Thread):
         candidate (after a fault the ISRs may take a moment to fill). Returns the details
         (partition, leader/replicas/ISR before and after, error codes), or None."""
         from logcore.tools.kafka_admin import KafkaAdmin
-        order = list(range(self.opts.partitions))
-        self.rng.shuffle(order)
-        deadline = time.monotonic() + 10
-        found = None
-        while found is None and time.monotonic() < deadline and not self.stop.is_set():
-            desc, live = self._describe(), set(self._live())
-            for p in order:
-                st = desc.get(p)
-                if st is None or st["leader"] not in self.c.nodes:
-                    continue
-                candidates = [b for b in candidates_of(p, st, live) if b != st["leader"]]
-                if candidates:
-                    found = (p, st, candidates)
-                    break
-            else:
-                time.sleep(0.3)
+
+        def pick(p, st, live):
+            if st["leader"] not in self.c.nodes:
+                return None
+            return [b for b in candidates_of(p, st, live) if b != st["leader"]] or None
+        found = self._find_partition(pick)
         if found is None:
             return None
         p, st, candidates = found
@@ -782,27 +790,17 @@ class Nemesis(threading.Thread):
         (RF = brokers) the set shrinks to the other replicas. Heal: the original assignment
         asked back (and waited for, up to 30 s). Records the partition, replicas before / asked
         / after, leader before / after, ISR, error codes and whether each step completed."""
-        order = list(range(self.opts.partitions))
-        self.rng.shuffle(order)
-        deadline = time.monotonic() + 10
-        found = None
-        while found is None and time.monotonic() < deadline and not self.stop.is_set():
-            desc, live = self._describe(), set(self._live())
-            for p in order:
-                st = desc.get(p)
-                if st is None or st["leader"] not in live:
-                    continue
-                spare = sorted(b for b in live if b not in st["replicas"])
-                others = [b for b in st["isr"] if b != st["leader"] and b in live]
-                if spare or others:     # grow-by-replace, or shrink to in-sync followers
-                    found = (p, st, spare)
-                    break
-            else:
-                time.sleep(0.3)
+        def pick(_p, st, live):
+            if st["leader"] not in live:
+                return None
+            spare = sorted(b for b in live if b not in st["replicas"])
+            others = [b for b in st["isr"] if b != st["leader"] and b in live]
+            return (spare,) if spare or others else None    # grow-by-replace, or shrink to in-sync followers
+        found = self._find_partition(pick)
         if found is None:
             self.skipped[kind] += 1
             return "reassign: no partition with a live leader and somewhere to move it", None, {}
-        p, st, spare = found
+        p, st, (spare,) = found
         leader, original = st["leader"], list(st["replicas"])
         if spare:
             new = self.rng.choice(spare)
