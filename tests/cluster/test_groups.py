@@ -266,8 +266,12 @@ def test_group_survives_sigkill_of_its_coordinator_with_its_committed_offsets(cl
     new = cluster.wait_for(lambda: (lambda n: n if n != coordinator else None)(_coordinator(cluster, "grp")),
                            30, "a new coordinator")
     moved_s = time.monotonic() - t0
-    # The new coordinator loaded the group's partition: the offsets committed before are there.
-    assert _fetch(cluster, new, "grp", "gt", range(3)) == (NONE, committed)
+    # The new coordinator loads the group's partition (COORDINATOR_LOAD_IN_PROGRESS meanwhile,
+    # which clients retry); once loaded, the offsets committed before are there.
+    fetched = cluster.wait_for(
+        lambda: (lambda r: r if r[0] != COORDINATOR_LOAD_IN_PROGRESS else None)(
+            _fetch(cluster, new, "grp", "gt", range(3))), 30, "the new coordinator's load", interval=0.1)
+    assert fetched == (NONE, committed)
 
     # The group goes on: records produced after the failover are consumed by the same consumer,
     # which resumed from its committed offsets (nothing committed is read again).
