@@ -33,12 +33,10 @@ from logcore.errors import TopicNotFoundError
 from logcore.records.compression import Compression
 from logcore.records.encode import encode_batches
 
+from logcore.wire.api_keys import PRODUCE
 from logcore.wire.client import KafkaConnectionError, KafkaError, error_name
+from logcore.wire.error_codes import DUPLICATE_SEQUENCE_NUMBER, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
 from pyspark_seglog.broker_client import (
-    DUPLICATE_SEQUENCE_NUMBER,
-    NONE,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    PRODUCE,
     RETRIABLE,
     BrokerClient,
 )

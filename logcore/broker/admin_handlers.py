@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS
 from logcore.errors import SegLogError, TopicExistsError

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.errors import SegLogError, ZkVersionConflictError
 
 
