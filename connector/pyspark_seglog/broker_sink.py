@@ -30,7 +30,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from logcore.errors import TopicNotFoundError
-from logcore.records.compression import Compression
+from logcore.records.compression import CODEC_BY_NAME, Compression
 from logcore.records.encode import encode_batches
 
 from logcore.wire.api_keys import PRODUCE
@@ -54,9 +54,6 @@ ACKS_ALL = -1
 REQUEST_TIMEOUT_MS = 30_000
 RETRY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
 SEQUENCE_WRAP = 1 << 31
-
-_CODECS = {"uncompressed": Compression.NONE, "producer": Compression.NONE, "gzip": Compression.GZIP,
-           "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 
 @dataclass
@@ -130,7 +127,7 @@ class TaskProducer(RowRouter):
             if codec is None:
                 config = self._with_retries(lambda: self.client.topic_config(topic, ["compression.type"]),
                                             "DescribeConfigs")
-                codec = _CODECS.get(config.get("compression.type") or "producer", Compression.NONE)
+                codec = CODEC_BY_NAME.get(config.get("compression.type") or "producer", Compression.NONE)
             found = self.topics[topic] = (count, codec)
         return found
 
