@@ -30,6 +30,7 @@ from logcore.wire.api_keys import (CREATE_TOPICS, DESCRIBE_CONFIGS, INIT_PRODUCE
                                    PRODUCE)
 from logcore.wire.client import (BrokerAddress, KafkaConnection, KafkaConnectionError, KafkaError, bootstrap,
                                  error_name)
+from logcore.wire.config_resources import TOPIC_RESOURCE
 from logcore.wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, FENCED_LEADER_EPOCH,
                                       KAFKA_STORAGE_ERROR, LEADER_NOT_AVAILABLE, NONE, NOT_COORDINATOR,
                                       NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER,
@@ -44,7 +45,6 @@ CLIENT_WINDOWS = {PRODUCE: (3, 9), LIST_OFFSETS: (2, 7), METADATA: (1, 12), CREA
                   INIT_PRODUCER_ID: (0, 4), DESCRIBE_CONFIGS: (1, 4)}
 
 ISOLATION_LEVEL = {"read_uncommitted": 0, "read_committed": 1}
-TOPIC_RESOURCE = 2                    # DescribeConfigs resource type of a topic
 # Errors that say the client's idea of the partition's leader is out of date: refresh Metadata,
 # then send again (to the new leader).
 STALE_LEADER = frozenset({UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,

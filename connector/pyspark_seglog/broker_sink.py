@@ -35,7 +35,7 @@ from logcore.records.encode import encode_batches
 
 from logcore.wire.api_keys import PRODUCE
 from logcore.wire.client import KafkaConnectionError, KafkaError, error_name
-from logcore.wire.error_codes import DUPLICATE_SEQUENCE_NUMBER, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
+from logcore.wire.error_codes import DUPLICATE_SEQUENCE_NUMBER, MESSAGE_TOO_LARGE, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
 from pyspark_seglog.broker_client import (
     RETRIABLE,
     BrokerClient,
@@ -286,7 +286,7 @@ class TaskProducer(RowRouter):
                 reasons.append(f"{message} from {where}")
                 continue
             hint = ""
-            if code == 10:                  # MESSAGE_TOO_LARGE
+            if code == MESSAGE_TOO_LARGE:
                 hint = " (lower the option batch.size, or raise the topic's max.message.bytes)"
             raise KafkaError(f"{where} refused a batch of {message}{hint}", code)
         if again and retrying is None:

@@ -27,6 +27,7 @@ from logcore.errors import (CorruptRecordError, InvalidConfigError, OffsetOutOfR
                             SegLogError, TopicNotFoundError)
 from logcore.log.log_root import LogRoot
 from logcore.records.arrow import BufferRecycler, decode_batches
+from logcore.wire.error_codes import NONE
 from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pyspark_seglog.plain_errors import plain_errors
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
@@ -419,7 +420,7 @@ class _Logs:
         codes = client.metadata(topics)
         if opts.strategy == "assign":
             return [tp for tp in opts.assigned if tp in client.partitions]
-        names = {t for t, code in codes.items() if code == 0 and t is not None
+        names = {t for t, code in codes.items() if code == NONE and t is not None
                  and (opts.strategy == "subscribe" or (opts.matches(t) and not t.startswith("__")))}
         return sorted(tp for tp in client.partitions if tp[0] in names)
 

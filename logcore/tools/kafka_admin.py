@@ -14,10 +14,9 @@ from logcore.wire.api_keys import (ALTER_PARTITION_REASSIGNMENTS, CREATE_PARTITI
                                    DESCRIBE_CONFIGS, DESCRIBE_TOPIC_PARTITIONS, ELECT_LEADERS,
                                    LIST_PARTITION_REASSIGNMENTS, METADATA)
 from logcore.wire.client import KafkaConnection, KafkaError, bootstrap, error_name
+from logcore.wire.config_resources import SOURCE_DEFAULT, TOPIC_RESOURCE
 from logcore.wire.error_codes import NONE, NOT_CONTROLLER
 
-TOPIC_RESOURCE = 2
-DEFAULT_CONFIG = 5                          # DescribeConfigs config_source of a default value
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 DEFAULT_TIMEOUT_MS = 30_000
 # Versions this module builds: Metadata from v1 (is_internal, controller_id), DescribeConfigs
@@ -61,7 +60,7 @@ class ConfigEntry:
 
     @property
     def is_default(self) -> bool:
-        return self.source == DEFAULT_CONFIG
+        return self.source == SOURCE_DEFAULT
 
 
 def broker_error(code: int, message: str | None, what: str = "") -> KafkaError:
