@@ -46,7 +46,7 @@ from logcore.errors import (
 )
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import F_POSITION, batch_fields
-from logcore.records.compression import Compression
+from logcore.records.compression import CODEC_BY_NAME, Compression
 from logcore.records.encode import encode_batch_run_into, encode_plain_run_into, plain_columns
 from logcore.storage import open_storage
 from logcore.storage.direct_writer import ALIGN, DirectFileWriter
@@ -89,10 +89,6 @@ _NO_POSITIONS = np.empty(0, dtype=np.int64)
 _PUBLISH_THREADS = 8
 _publish_pool: tuple[int, ThreadPoolExecutor] | None = None     # (pid that made it, pool)
 _publish_pool_lock = threading.Lock()
-
-_COMPRESSION_BY_TOPIC_CONFIG = {"uncompressed": Compression.NONE, "producer": Compression.NONE,
-                                "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
-                                "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 # ------------------------------------------------------------------------------- input schema
 
@@ -663,7 +659,7 @@ class _TaskStager(RowRouter):
             if self.opts.compression is not None:
                 codec = self.opts.compression
             else:
-                codec = _COMPRESSION_BY_TOPIC_CONFIG.get(config.compression_type, Compression.NONE)
+                codec = CODEC_BY_NAME.get(config.compression_type, Compression.NONE)
             if self.opts.staging_part_bytes is not None:
                 limit = self.opts.staging_part_bytes
             elif self.local:

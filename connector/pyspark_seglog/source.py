@@ -27,13 +27,15 @@ from logcore.errors import (CorruptRecordError, InvalidConfigError, OffsetOutOfR
                             SegLogError, TopicNotFoundError)
 from logcore.log.log_root import LogRoot
 from logcore.records.arrow import BufferRecycler, decode_batches
+from logcore.wire.error_codes import NONE
+from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pyspark_seglog.plain_errors import plain_errors
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
 from pyspark_seglog.replicas import ReplicaLogs as _ReplicaLogs
 from pyspark_seglog.replicas import choose_replica
 from pyspark_seglog.schema import arrow_schema
-from pyspark_seglog.source_options import (DEFAULT_FETCH_BYTES, EARLIEST, LATEST, OffsetSpec,
-                                           SourceOptions, parse_source_options)
+from pyspark_seglog.source_options import (DEFAULT_FETCH_BYTES, OffsetSpec, SourceOptions,
+                                           parse_source_options)
 from pyspark_seglog.worker_heap import freeze_import_heap
 
 logger = logging.getLogger("pyspark_seglog.source")
@@ -418,7 +420,7 @@ class _Logs:
         codes = client.metadata(topics)
         if opts.strategy == "assign":
             return [tp for tp in opts.assigned if tp in client.partitions]
-        names = {t for t, code in codes.items() if code == 0 and t is not None
+        names = {t for t, code in codes.items() if code == NONE and t is not None
                  and (opts.strategy == "subscribe" or (opts.matches(t) and not t.startswith("__")))}
         return sorted(tp for tp in client.partitions if tp[0] in names)
 
@@ -567,9 +569,9 @@ def resolve(spec: OffsetSpec, tps: list, logs: _Logs, opts: SourceOptions, *, st
             out[tp] = latest
         elif spec.kind == "offsets":
             wanted = spec.offsets[tp]
-            if wanted == EARLIEST:
+            if wanted == EARLIEST_TIMESTAMP:
                 out[tp] = earliest
-            elif wanted == LATEST:
+            elif wanted == LATEST_TIMESTAMP:
                 out[tp] = latest
             elif wanted < earliest:
                 out[tp] = data_loss(tp[0], tp[1], wanted, earliest, opts.fail_on_data_loss,

@@ -9,7 +9,7 @@ Errors that mean "ask elsewhere" carry the current leader (v12+ tagged field).
 """
 from __future__ import annotations
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 
 
 class DivergedPartition:

@@ -30,7 +30,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker.isr import (FollowerState, high_watermark_candidate, may_join, out_of_sync,
                                 reset_followers)
 from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState, TopicAssignment, is_transient

@@ -39,13 +39,11 @@ from kio.schema.index import api_key_map, schema_name_map
 
 from logcore import __version__
 from logcore.errors import SegLogError
+from logcore.wire.api_keys import API_VERSIONS, METADATA
+from logcore.wire.error_codes import NONE, UNSUPPORTED_VERSION
 from logcore.wire.protocol import ProtocolError, decode_response, encode_request
 from logcore.wire.servers import parse_servers
 
-API_VERSIONS = 18
-METADATA = 3
-NONE = 0
-UNSUPPORTED_VERSION = 35
 DEFAULT_TIMEOUT_S = 30.0
 CLIENT_SOFTWARE = "seglog"           # ApiVersions v3+: Kafka checks [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?
 

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from harness import cluster_support
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker.config import BrokerConfig
 from logcore.broker.log_dir_failure import LogDirOfflineError
 from logcore.broker.server import BrokerServer
