@@ -2,8 +2,8 @@
 the sources.
 
 Dependencies point down: records and storage know nothing of logs; log knows nothing of tiering,
-the cleaner, the broker, the Kafka protocol (wire), the maintenance service or the tools
-(tiering registers itself with the log layer instead); tiered, cleaner, cluster and replication
+the cleaner, the cluster, replication, the broker, the Kafka protocol (wire), the maintenance
+service or the tools (tiering registers itself with the log layer instead); tiered, cleaner, cluster and replication
 know nothing of the broker, the maintenance service, the tools or Spark; wire uses only records
 and errors, below the broker, the tools and the connector; the connector, a peer of the broker
 and the tools, reaches a broker through wire only; logcore never imports the Spark connector.
@@ -42,6 +42,7 @@ parameters besides self.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import pkgutil
 from pathlib import Path
@@ -51,16 +52,15 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCES = {"logcore": REPO / "logcore", "pyspark_seglog": REPO / "connector" / "pyspark_seglog"}
 
 # package -> packages (and their submodules) it must never import
+_ABOVE_LOG = ("logcore.tiered", "logcore.cleaner", "logcore.cluster", "logcore.replication", "logcore.broker",
+              "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog")
 FORBIDDEN = {
-    "logcore.records": ("logcore.log", "logcore.tiered", "logcore.cleaner", "logcore.broker",
-                        "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog"),
-    "logcore.storage": ("logcore.log", "logcore.tiered", "logcore.cleaner", "logcore.broker",
-                        "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog"),
-    "logcore.log": ("logcore.tiered", "logcore.cleaner", "logcore.broker", "logcore.maintenance",
-                    "logcore.tools", "logcore.wire", "pyspark_seglog"),
+    "logcore.records": ("logcore.log",) + _ABOVE_LOG,
+    "logcore.storage": ("logcore.log",) + _ABOVE_LOG,
+    "logcore.log": _ABOVE_LOG,
     # the Kafka protocol: below the broker, the tools and the connector; above records only
-    "logcore.wire": ("logcore.storage", "logcore.log", "logcore.tiered", "logcore.cleaner",
-                     "logcore.cluster", "logcore.broker", "logcore.maintenance", "logcore.tools",
+    "logcore.wire": ("logcore.storage", "logcore.log", "logcore.tiered", "logcore.cleaner", "logcore.cluster",
+                     "logcore.replication", "logcore.broker", "logcore.maintenance", "logcore.tools",
                      "pyspark_seglog"),
     # the services above the log: none of them knows the broker, the CLI or Spark
     "logcore.tiered": ("logcore.cleaner", "logcore.cluster", "logcore.replication", "logcore.broker",
@@ -71,7 +71,8 @@ FORBIDDEN = {
     # (applies once the package exists: replication moves out of broker/)
     "logcore.replication": ("logcore.broker", "logcore.maintenance", "logcore.tools", "pyspark_seglog"),
     # the connector is a peer of the broker and the CLI: it talks to a broker through wire only
-    "pyspark_seglog": ("logcore.broker", "logcore.maintenance", "logcore.tools", "logcore.cluster"),
+    "pyspark_seglog": ("logcore.broker", "logcore.maintenance", "logcore.tools", "logcore.cluster",
+                       "logcore.replication"),
     "logcore": ("pyspark_seglog",),
 }
 
@@ -87,6 +88,17 @@ def _modules():
             yield ".".join(parts), path, is_package
 
 
+def _tree(path: Path) -> ast.Module:
+    """The parsed file; parsed once for all the checks (the trees are only read)."""
+    stat = path.stat()
+    return _parsed(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(path: str, _mtime_ns: int, _size: int) -> ast.Module:
+    return ast.parse(Path(path).read_text(encoding="utf-8"), path)
+
+
 def _package_of(module: str) -> str:
     """The package a first-party module name belongs to (itself for a package)."""
     top = module.split(".")[0]
@@ -99,7 +111,7 @@ def _imports(name: str, path: Path, is_package: bool):
     """(imported module, imported name or None, line) of every import in the file, at any depth
     (imports inside functions count too), relative imports resolved."""
     package = name if is_package else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, None, node.lineno
@@ -119,7 +131,7 @@ def _imports_by_name(path: Path, package: str):
     the name is a string literal or a module-level string constant (a relative name resolved
     against `package`). A name the check cannot read is reported as `<computed name>`, so a
     dynamic import cannot hide an upward dependency."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    tree = _tree(path)
     constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
                  and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
                  for target in node.targets if isinstance(target, ast.Name)}
@@ -197,7 +209,7 @@ def _private_attributes() -> list[str]:
     `self._name` attribute of classes in other first-party packages only: reaching into another
     package's object. (A package that has a private of the same name itself is not flagged.)"""
     parsed = [(name.rpartition(".")[0] if not is_package else name, path,
-               ast.parse(path.read_text(encoding="utf-8"), str(path))) for name, path, is_package in _modules()]
+               _tree(path)) for name, path, is_package in _modules()]
     defined: dict[str, set[str]] = {}
     for package, _path, tree in parsed:
         for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
@@ -225,7 +237,6 @@ def _private_attributes() -> list[str]:
     return sorted(found)
 
 
-
 # --- private names across classes -----------------------------------------------------------
 
 # Underscore names that are public API by convention: namedtuple's methods and fields list.
@@ -245,7 +256,7 @@ class _Module:
     def __init__(self, name: str, path: Path, is_package: bool):
         self.name, self.path = name, path
         self.package = name if is_package else name.rpartition(".")[0]
-        self.tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        self.tree = _tree(path)
         self.classes = {n.name: n for n in self.tree.body if isinstance(n, ast.ClassDef)}
         self.from_imports: dict[str, tuple[str, str]] = {}   # local name -> (module, name)
         self.modules: set[str] = set()                       # local names bound to modules
@@ -421,7 +432,7 @@ class _ClassPrivates:
         comparison, a local built by `C(...)`, `cls(...)`, `type(self)(...)`, `X.__new__(...)` or
         `copy.copy(self)`."""
         chain = self.chain(key)
-        names = {key[1]: key}
+        names = {key[1].rpartition(".")[2]: key}
         if me:
             names[me] = key
         args = method.args.posonlyargs + method.args.args + method.args.kwonlyargs
@@ -436,11 +447,13 @@ class _ClassPrivates:
             if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                     and isinstance(node.value, ast.Call)):
                 func = node.value.func
+                first = node.value.args[0] if node.value.args else None
                 built = (isinstance(func, ast.Name) and (func.id in names or self.resolve(module, func) in chain)
                          or isinstance(func, ast.Attribute) and func.attr == "__new__"
                          or isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "type"
-                         or isinstance(func, ast.Attribute) and func.attr in ("__class__", "copy")
-                         and isinstance(func.value, ast.Name) and func.value.id in (me, "copy"))
+                         or isinstance(func, ast.Attribute) and func.attr == "__class__"
+                         or ast.unparse(func) in ("copy.copy", "copy.deepcopy")
+                         and isinstance(first, ast.Name) and first.id == me)
                 if built:
                     names[node.targets[0].id] = key
         return names
@@ -482,7 +495,7 @@ class _ClassPrivates:
                     if receiver == "module":
                         continue
                     if receiver == "super":
-                        owned = set().union(set(), *(self.defined[k] for k in self.chain(key)[1:]))
+                        owned = set().union(*(self.defined[k] for k in self.chain(key)[1:]))
                     else:
                         owned = self.owned(receiver) if receiver else set()
                     if attr not in owned:
@@ -523,7 +536,7 @@ def _log_shape() -> list[str]:
     """What is wrong with the shape of `Log` (logcore/log): more than three bases, or an
     `__init__` with more than six parameters besides self (*args and **kwargs count as one each)."""
     classes = [n for path in sorted((SOURCES["logcore"] / "log").rglob("*.py"))
-               for n in ast.parse(path.read_text(encoding="utf-8"), str(path)).body
+               for n in _tree(path).body
                if isinstance(n, ast.ClassDef) and n.name == "Log"]
     assert len(classes) == 1, "one class Log in logcore/log"
     log = classes[0]
@@ -556,7 +569,8 @@ def test_every_module_imports():
 
 
 def test_dependencies_point_down():
-    assert _layer_violations() == []
+    found = _layer_violations()
+    assert not found, f"{len(found)} imports against the layers:\n" + "\n".join(found)
 
 
 def test_no_private_name_crosses_a_package():
