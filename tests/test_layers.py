@@ -3,10 +3,12 @@ the sources.
 
 Dependencies point down: records and storage know nothing of logs; log knows nothing of tiering,
 the cleaner, the cluster, replication, the broker, the Kafka protocol (wire), the maintenance
-service or the tools (tiering registers itself with the log layer instead); tiered, cleaner, cluster and replication
-know nothing of the broker, the maintenance service, the tools or Spark; wire uses only records
-and errors, below the broker, the tools and the connector; the connector, a peer of the broker
-and the tools, reaches a broker through wire only; logcore never imports the Spark connector.
+service or the tools (tiering registers itself with the log layer instead); tiered, cleaner,
+cluster and replication know nothing of the broker, the maintenance service, the tools or Spark
+(nor tiered and cleaner of each other, of cluster or replication, or of wire); wire uses only
+records and errors, below the broker, the tools and the connector; the connector, a peer of the
+broker and the tools, reaches a broker through wire and never imports broker, maintenance,
+tools, cluster or replication; logcore never imports the Spark connector.
 An import counts wherever it is written (inside functions too) and however: `import`, `from`,
 and a module loaded by name (`importlib.import_module(...)`, `__import__(...)`, with a literal
 or a module-level string constant; a name the check cannot read is itself reported).
@@ -361,7 +363,8 @@ class _ClassPrivates:
         while body:
             node = body.pop(0)
             if isinstance(node, (ast.If, ast.Try, ast.With)):
-                body += [n for field in ("body", "orelse", "finalbody", "handlers") for n in getattr(node, field, [])]
+                body += [n for field in ("body", "orelse", "finalbody", "handlers")
+                         for n in getattr(node, field, [])]
             elif isinstance(node, ast.ExceptHandler):
                 body += node.body
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -450,7 +453,8 @@ class _ClassPrivates:
                 first = node.value.args[0] if node.value.args else None
                 built = (isinstance(func, ast.Name) and (func.id in names or self.resolve(module, func) in chain)
                          or isinstance(func, ast.Attribute) and func.attr == "__new__"
-                         or isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "type"
+                         or isinstance(func, ast.Call) and isinstance(func.func, ast.Name)
+                         and func.func.id == "type"
                          or isinstance(func, ast.Attribute) and func.attr == "__class__"
                          or ast.unparse(func) in ("copy.copy", "copy.deepcopy")
                          and isinstance(first, ast.Name) and first.id == me)
@@ -472,7 +476,8 @@ class _ClassPrivates:
             return self._receiver(obj.args[0], names, module)
         if isinstance(obj, ast.Attribute) and obj.attr == "__class__":
             return self._receiver(obj.value, names, module)
-        if isinstance(obj, ast.Attribute) and isinstance(obj.value, ast.Name) and obj.value.id in self.modules[module].modules:
+        if (isinstance(obj, ast.Attribute) and isinstance(obj.value, ast.Name)
+                and obj.value.id in self.modules[module].modules):
             return "module"                   # package.module._name: a module's private, not a class's
         return None
 
