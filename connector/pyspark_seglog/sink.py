@@ -207,7 +207,7 @@ class _SeglogWriterBase:
             # fail (or create the topic) when the write is planned, not in the tasks; and a root
             # that a broker serves is written only through it (docs/connector.md)
             if self.opts.topic is not None:
-                root = self._open_root()
+                root = self.open_root()
             else:      # the topics come from a column: open only what exists (a served root does)
                 try:
                     root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options)
@@ -221,7 +221,7 @@ class _SeglogWriterBase:
                                        f"set option kafka.bootstrap.servers={owner.bootstrap} to"
                                        " write through it")
                 if self.opts.topic is not None:
-                    self._ensure_topic(root, self.opts.topic)
+                    self.ensure_topic(root, self.opts.topic)
                     if "key" not in self.columns:
                         self._check_keys(",".join(root.topic_config(self.opts.topic).cleanup_policy))
             finally:
@@ -233,11 +233,11 @@ class _SeglogWriterBase:
             raise keyless_rows_error(self.opts.topic, policy, 0, 0, has_key_column=False)
 
     # -- shared helpers ---------------------------------------------------------------------
-    def _open_root(self) -> LogRoot:
+    def open_root(self) -> LogRoot:
         return LogRoot.open(self.opts.root, storage_options=self.opts.storage_options,
                             create=self.opts.auto_create)
 
-    def _ensure_topic(self, root: LogRoot, topic: str):
+    def ensure_topic(self, root: LogRoot, topic: str):
         try:
             return root.describe_topic(topic)
         except TopicNotFoundError:
@@ -251,7 +251,9 @@ class _SeglogWriterBase:
             return root.describe_topic(topic)
 
     # -- tasks ------------------------------------------------------------------------------
-    # Subclasses define `_identity(ctx) -> (query or job id, batch id)`.
+    def _identity(self, ctx) -> tuple[str, int]:
+        """(query or job id, batch id) of the task's write: each kind of writer says."""
+        raise NotImplementedError
 
     def write(self, iterator):
         from pyspark import TaskContext
@@ -653,8 +655,8 @@ class _TaskStager(RowRouter):
         found = self.topics.get(topic)
         if found is None:
             if self.root is None:
-                self.root = self.w._open_root()
-            info = self.w._ensure_topic(self.root, topic)
+                self.root = self.w.open_root()
+            info = self.w.ensure_topic(self.root, topic)
             config = self.root.topic_config(topic)
             if self.opts.compression is not None:
                 codec = self.opts.compression

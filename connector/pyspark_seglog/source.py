@@ -456,6 +456,10 @@ class _Logs:
                 f" (assign) only partitions broker {node} holds"
                 + (f"; also not here: {others}" if others else ""))
 
+    def seen(self, tp) -> bool:
+        """Whether this partition's log is already open here."""
+        return tp in self._logs
+
     def log(self, tp):
         log = self._logs.get(tp)
         if log is None:
@@ -481,7 +485,8 @@ class _Logs:
         if self.opts.bootstrap_servers is not None:
             self._broker_latest.update(self._bounded(answers))
 
-    def _local_bound(self, tp) -> int:
+    def local_bound(self, tp) -> int:
+        """The highest offset this root proves readable: its LSO with read_committed, else its HW."""
         log = self.log(tp)
         return log.last_stable_offset if self.opts.isolation == "read_committed" else log.high_watermark
 
@@ -496,7 +501,7 @@ class _Logs:
             if node is not None and info is not None and info.leader == node:
                 out[tp] = offset
             else:
-                out[tp] = min(offset, self._local_bound(tp))
+                out[tp] = min(offset, self.local_bound(tp))
         return out
 
     def _ask_broker(self, tps: list) -> dict:
@@ -512,7 +517,7 @@ class _Logs:
             if tp not in self._broker_latest:
                 self._broker_latest.update(self._bounded(self._ask_broker([tp])))
             return self._broker_latest[tp]
-        return self._local_bound(tp)
+        return self.local_bound(tp)
 
     def close(self) -> None:
         if self._root is not None:
@@ -714,7 +719,7 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
                         topic=tp[0], partition=tp[1], offset=first)
                 logger.warning("failOnDataLoss=false: %s; skipped", message)
                 continue
-            if first < stop and tp in logs._logs and first < logs.earliest(tp):
+            if first < stop and logs.seen(tp) and first < logs.earliest(tp):
                 first = min(stop, data_loss(tp[0], tp[1], first, logs.earliest(tp),
                                             self.opts.fail_on_data_loss))
             ranges.append(OffsetRange(tp[0], tp[1], first, stop))
