@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from logcore.cluster.compare_and_set import WriteOutcome, classify_write, compare_and_set
 from logcore.errors import (BrokerIdInUseError, ControllerMovedError, CoordinatorUnavailableError,
                             CorruptRecordError, TopicExistsError, TopicNotFoundError,
                             ZkVersionConflictError)
@@ -77,6 +78,10 @@ LEADER_DURING_DELETE = -2
 
 def topic_path(topic: str) -> str:
     return f"{BROKER_TOPICS}/{topic}"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
 
 
 def partition_state_path(topic: str, partition: int) -> str:
@@ -168,6 +173,11 @@ class PartitionState:
     # whose registration (czxid, its broker epoch) is newer than it restarted since this state
     # was written: its leadership or ISR membership in it belongs to its previous process.
     mzxid: int = field(default=-1, compare=False)
+
+    def same_content(self, other: "PartitionState") -> bool:
+        """The same leader, epochs and ISR (whatever the znode versions)."""
+        return (self.leader, self.leader_epoch, tuple(self.isr), self.controller_epoch) == \
+            (other.leader, other.leader_epoch, tuple(other.isr), other.controller_epoch)
 
     def written_before(self, registration_epoch: int) -> bool:
         """Whether this state was written before a registration with that broker epoch."""
@@ -274,6 +284,11 @@ class ZooKeeperStore:
 
     def __exit__(self, *exc):
         self.close()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session is connected now (not suspended, not closed)."""
+        return self.client.connected
 
     @property
     def session_id(self) -> int:
@@ -451,6 +466,48 @@ class ZooKeeperStore:
     def watch_topics(self, fn: Callable[[list[str]], None]):
         return self.client.ChildrenWatch(BROKER_TOPICS, lambda children: fn(sorted(children)))
 
+    def assignments(self, names=None) -> dict[str, TopicAssignment]:
+        """{name: TopicAssignment} of `names` (None: every topic) as the ensemble's leader has them
+        now: the server this session uses is caught up first (a watcher's view may lag the
+        controller's last write by a moment). Absent topics are left out."""
+        self.client.sync(BROKER_TOPICS)
+        out = {}
+        for name in (self.list_topics() if names is None else sorted(set(names))):
+            try:
+                out[name] = self.topic(name)
+            except TopicNotFoundError:
+                pass
+        return out
+
+    def watch_assignment(self, name: str, fn: Callable[[TopicAssignment | None], object]):
+        """fn(assignment) now and whenever the topic znode changes (partitions added, a
+        reassignment); fn(None) once when the topic is gone, and the watch ends. fn returning
+        False ends it too."""
+        path = topic_path(name)
+
+        def on_data(raw, stat):
+            if stat is None:
+                fn(None)
+                return False
+            return fn(TopicAssignment.from_json(name, raw, stat.version, path))
+        return self.client.DataWatch(path, on_data)
+
+    def watch_topic_config(self, name: str, fn: Callable[[dict[str, str]], object]):
+        """fn(config overrides) now and whenever /config/topics/<t> changes; the watch ends when
+        the znode is gone (or fn returns False). A znode that is not JSON is logged and skipped."""
+        path = topic_config_path(name)
+
+        def on_data(raw, stat):
+            if stat is None:
+                return False
+            try:
+                config = {k: str(v) for k, v in _loads(raw or b"{}", path).get("config", {}).items()}
+            except CorruptRecordError:
+                logger.error("config of topic %s in ZooKeeper is not JSON; ignored", name)
+                return None
+            return fn(config)
+        return self.client.DataWatch(path, on_data)
+
     def set_assignment(self, ta: TopicAssignment, partitions: dict[int, list[int]]) -> TopicAssignment:
         """Replace the topic's assignment if the znode is still at `ta.zk_version`
         (ZkVersionConflictError otherwise); used to add partitions."""
@@ -614,15 +671,25 @@ class ZooKeeperStore:
         return out
 
     def watch_partition_state(self, topic: str, partition: int,
-                              fn: Callable[[PartitionState | None], None]):
-        """fn(state) now and after every change (None while absent). Apply a state only if its
-        leader_epoch is newer than yours (equal: adopt the ISR and version)."""
+                              fn: Callable[[PartitionState | None], object]):
+        """fn(state) now and after every change (None while absent); fn returning False ends the
+        watch. Apply a state only if its leader_epoch is newer than yours (equal: adopt the ISR
+        and version)."""
         path = partition_state_path(topic, partition)
 
         def on_data(raw, stat):
-            fn(None if stat is None else PartitionState.from_json(raw or b"{}", stat.version, path,
-                                                                         stat.mzxid))
+            return fn(None if stat is None else PartitionState.from_json(raw or b"{}", stat.version, path,
+                                                                                stat.mzxid))
         return self.client.DataWatch(path, on_data)
+
+    def partition_state_write_outcome(self, topic: str, partition: int, based_on: PartitionState,
+                                      proposed: PartitionState) -> tuple[WriteOutcome, PartitionState | None]:
+        """After a write of `proposed` conditional on `based_on` whose answer was lost (a
+        connection loss: CoordinatorUnavailableError): read the state znode back, caught up with
+        the ensemble's leader, and say whether it holds that write. Returns the outcome and the
+        state read. CoordinatorUnavailableError again: still not known, ask again later."""
+        fresh = self.partition_state(topic, partition, sync=True)
+        return classify_write(fresh, based_on, proposed, same=PartitionState.same_content), fresh
 
     def create_partition_states(self, topic: str, states: dict[int, PartitionState],
                                 fence: ControllerEpoch) -> dict[int, PartitionState]:
@@ -818,7 +885,39 @@ class ZooKeeperStore:
             raise ZkVersionConflictError(
                 f"an unclean leader election is already pending ({UNCLEAN_ELECTION})") from None
 
-    def pending_elections(self, path: str) -> tuple[list[tuple[str, int]], int] | None:
+    def pending_preferred_elections(self) -> tuple[list[tuple[str, int]], int] | None:
+        """The partitions of the pending preferred-replica election request and its znode
+        version (for `finish_preferred_elections`); None when there is none."""
+        return self._pending_elections(PREFERRED_ELECTION)
+
+    def pending_unclean_elections(self) -> tuple[list[tuple[str, int]], int] | None:
+        """The same for the pending unclean leader election request."""
+        return self._pending_elections(UNCLEAN_ELECTION)
+
+    def finish_preferred_elections(self, version: int) -> None:
+        """Consume the preferred election request read at `version` (a newer one stays)."""
+        self._finish_request(PREFERRED_ELECTION, version)
+
+    def finish_unclean_elections(self, version: int) -> None:
+        self._finish_request(UNCLEAN_ELECTION, version)
+
+    def finish_reassignments(self, version: int) -> None:
+        """Consume the reassignment request read at `version` (a newer one stays)."""
+        self._finish_request(REASSIGN_PARTITIONS, version)
+
+    def watch_admin_requests(self, fn: Callable[[], None]) -> None:
+        """fn() now and whenever a request for the controller appears, changes or goes: preferred
+        and unclean elections, partition reassignments (fn means "re-read")."""
+        for path in (PREFERRED_ELECTION, UNCLEAN_ELECTION, REASSIGN_PARTITIONS):
+            self.client.DataWatch(path, lambda _data, _stat: fn())
+
+    def watch_controlled_shutdowns(self, fn: Callable[[set[int]], None]):
+        """fn(ids of the brokers announcing a controlled shutdown) now and on every change."""
+        self.client.ensure_path(CONTROLLED_SHUTDOWN)
+        return self.client.ChildrenWatch(
+            CONTROLLED_SHUTDOWN, lambda children: fn({int(c) for c in children if c.isdigit()}))
+
+    def _pending_elections(self, path: str) -> tuple[list[tuple[str, int]], int] | None:
         """The partitions of a pending election request at `path` and its znode version."""
         from kazoo.exceptions import NoNodeError
         try:
@@ -827,7 +926,7 @@ class ZooKeeperStore:
             return None
         return [(d["topic"], int(d["partition"])) for d in _loads(raw, path).get("partitions", [])], stat.version
 
-    def finish_election_request(self, path: str, version: int) -> None:
+    def _finish_request(self, path: str, version: int) -> None:
         from kazoo.exceptions import BadVersionError, NoNodeError
         try:
             self.client.delete(path, version=version)
@@ -857,25 +956,31 @@ class ZooKeeperStore:
         """The next block of `size` producer ids for this broker (first, last), claimed with a
         compare-and-set on /latest_producer_id_block as Kafka's ZooKeeper mode does."""
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-        for _ in range(100):
+
+        def read() -> tuple[int, int | None]:        # (last id claimed, znode version or None)
             try:
                 raw, stat = self.client.get(PRODUCER_ID_BLOCK)
-                end = int(_loads(raw, PRODUCER_ID_BLOCK).get("block_end", -1)) if raw else -1
-                version = stat.version
             except NoNodeError:
-                end, version = -1, None
-            block = (end + 1, end + size)
+                return -1, None
+            return (int(_loads(raw, PRODUCER_ID_BLOCK).get("block_end", -1)) if raw else -1), stat.version
+
+        def write(current, block):
             data = _dumps({"version": 1, "broker": int(broker_id), "block_start": str(block[0]),
                            "block_end": str(block[1])})
             try:
-                if version is None:
+                if current[1] is None:
                     self.client.create(PRODUCER_ID_BLOCK, data)
                 else:
-                    self.client.set(PRODUCER_ID_BLOCK, data, version=version)
-                return block
+                    self.client.set(PRODUCER_ID_BLOCK, data, version=current[1])
             except (BadVersionError, NodeExistsError):
-                continue                             # another broker claimed one: read again
-        raise ZkVersionConflictError(f"could not claim a producer id block at {PRODUCER_ID_BLOCK}")
+                raise ZkVersionConflictError("another broker claimed a block") from None
+            return block
+        try:
+            return compare_and_set(read, lambda current: (current[0] + 1, current[0] + size), write,
+                                   attempts=100)
+        except ZkVersionConflictError:
+            raise ZkVersionConflictError(f"could not claim a producer id block at {PRODUCER_ID_BLOCK}") from None
+
 
 _WRAPPED = ("cluster_id", "register_broker", "deregister_broker", "brokers", "watch_brokers",
             "create_topic", "list_topics", "topics_marked_for_deletion", "topic", "watch_topics",
@@ -886,7 +991,10 @@ _WRAPPED = ("cluster_id", "register_broker", "deregister_broker", "brokers", "wa
             "depose_dead_controller",
             "watch_controller", "notify_isr_change", "isr_change_notifications",
             "delete_isr_change_notifications", "request_preferred_election",
-            "request_unclean_election", "pending_elections", "finish_election_request",
+            "request_unclean_election", "pending_preferred_elections", "pending_unclean_elections",
+            "finish_preferred_elections", "finish_unclean_elections", "finish_reassignments",
+            "watch_admin_requests", "watch_controlled_shutdowns", "assignments",
+            "partition_state_write_outcome", "watch_assignment", "watch_topic_config",
             "announce_controlled_shutdown", "shutting_down", "claim_producer_id_block",
             "set_reassignment", "request_reassignments", "pending_reassignments")
 for _name in _WRAPPED:
