@@ -153,8 +153,8 @@ class Controller:
         self.store.watch_brokers(lambda _b: self._events.put("reconcile"))
         self.store.watch_topics(lambda _t: self._events.put("reconcile"))
         self.store.watch_deletions(lambda _t: self._events.put("reconcile"))
-        self.store.watch_admin_requests(lambda: self._events.put("reconcile"))
-        self.store.watch_controlled_shutdowns(lambda _ids: self._events.put("reconcile"))
+        self.store.requests.watch_admin_requests(lambda: self._events.put("reconcile"))
+        self.store.requests.watch_controlled_shutdowns(lambda _ids: self._events.put("reconcile"))
         return self
 
     def stop(self, timeout_s: float | None = None) -> None:
@@ -433,17 +433,17 @@ class Controller:
         return moved
 
     def _run_requested_preferred_elections(self, live) -> None:
-        pending = self.store.pending_preferred_elections()
+        pending = self.store.requests.pending_preferred_elections()
         if pending is None:
             return
         parts, version = pending
         self.elect_preferred_leaders(parts)
-        self.store.finish_preferred_elections(version)     # a newer request stays for the next pass
+        self.store.requests.finish_preferred_elections(version)     # a newer request stays for the next pass
 
     def _run_requested_unclean_elections(self, live) -> None:
         """ElectLeaders UNCLEAN: each listed partition without a live leader gets the first live
         replica, in or out of the ISR (logged: acknowledged writes may be lost)."""
-        pending = self.store.pending_unclean_elections()
+        pending = self.store.requests.pending_unclean_elections()
         if pending is None:
             return
         parts, version = pending
@@ -469,7 +469,7 @@ class Controller:
                 compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p))
             except ZkVersionConflictError:
                 pass
-        self.store.finish_unclean_elections(version)
+        self.store.requests.finish_unclean_elections(version)
 
     def _move_off(self, shutting: set[int], live: set[int]) -> None:
         """Controlled shutdown (Kafka's KafkaController.doControlledShutdown): partitions led by a
@@ -542,7 +542,7 @@ class Controller:
             except (TopicNotFoundError, KeyError):
                 logger.warning("controller %d: reassignment of %s-%d: no such partition", self.broker_id,
                                topic, p)
-        self.store.finish_reassignments(version)
+        self.store.requests.finish_reassignments(version)
 
     def _start_reassignment(self, topic: str, p: int, target, live: set[int]) -> None:
         """Phase A of Kafka's onPartitionReassignment: RS = TRS + ORS in the topic znode with

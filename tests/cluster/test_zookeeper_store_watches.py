@@ -66,35 +66,35 @@ def test_a_config_znode_that_is_not_json_is_skipped(stores, zk_client, caplog):
     configs = []
     broker.watch_topic_config("c", configs.append)
     zk_client.set("/config/topics/c", b"not json")
+    wait_for(lambda: "is not JSON" in caplog.text, what="the bad config logged")
     zk_client.set("/config/topics/c", json.dumps({"version": 1, "config": {"a": 1}}).encode())
     wait_for(lambda: configs[-1] == {"a": "1"}, what="the next good config")
     assert configs == [{}, {"a": "1"}]
-    assert "is not JSON" in caplog.text
 
 
 def test_admin_requests_and_controlled_shutdowns_are_watched_and_consumed(stores):
     ctl, broker = stores(), stores()
     events, shutting = [], []
-    ctl.watch_admin_requests(lambda: events.append(1))
-    ctl.watch_controlled_shutdowns(shutting.append)
+    ctl.requests.watch_admin_requests(lambda: events.append(1))
+    ctl.requests.watch_controlled_shutdowns(shutting.append)
     assert len(events) == 3 and shutting == [set()]
     broker.request_preferred_election([("t", 0)])
     wait_for(lambda: len(events) == 4, what="preferred election request")
     broker.request_unclean_election([("t", 1)])
     broker.request_reassignments({("t", 0): [2, 1]})
     wait_for(lambda: len(events) == 6, what="the other requests")
-    parts, version = ctl.pending_preferred_elections()
+    parts, version = ctl.requests.pending_preferred_elections()
     assert parts == [("t", 0)]
-    ctl.finish_preferred_elections(version)
-    assert ctl.pending_preferred_elections() is None
-    parts, version = ctl.pending_unclean_elections()
+    ctl.requests.finish_preferred_elections(version)
+    assert ctl.requests.pending_preferred_elections() is None
+    parts, version = ctl.requests.pending_unclean_elections()
     assert parts == [("t", 1)]
-    ctl.finish_unclean_elections(version + 1)              # a newer request than read: it stays
-    assert ctl.pending_unclean_elections() == (parts, version)
-    ctl.finish_unclean_elections(version)
+    ctl.requests.finish_unclean_elections(version + 1)              # a newer request than read: it stays
+    assert ctl.requests.pending_unclean_elections() == (parts, version)
+    ctl.requests.finish_unclean_elections(version)
     targets, version = ctl.pending_reassignments()
     assert targets == {("t", 0): (2, 1)}
-    ctl.finish_reassignments(version)
+    ctl.requests.finish_reassignments(version)
     assert ctl.pending_reassignments() is None
     broker.announce_controlled_shutdown(7)
     wait_for(lambda: shutting[-1] == {7}, what="shutdown announced")
