@@ -33,8 +33,9 @@ import time
 from dataclasses import dataclass
 
 from logcore.cluster.compare_and_set import compare_and_set
-from logcore.cluster.zookeeper_store import (NO_LEADER, ControllerEpoch, PartitionState, ZooKeeperStore,
-                                             is_transient)
+from logcore.cluster.znode_json import NO_LEADER, ControllerEpoch, LeaderAndIsr
+from logcore.cluster.zookeeper_session import is_transient
+from logcore.cluster.zookeeper_store import ZooKeeperStore
 from logcore.errors import (ControllerMovedError, CoordinatorUnavailableError, TopicNotFoundError,
                             ZkVersionConflictError)
 
@@ -81,10 +82,10 @@ def elect_controlled_shutdown(assignment, isr, live, shutting_down) -> Election:
     return Election(NO_LEADER, new_isr or tuple(isr))
 
 
-def initial_state(assignment, live, controller_epoch: int) -> PartitionState:
+def initial_state(assignment, live, controller_epoch: int) -> LeaderAndIsr:
     """A new partition: leader = first live replica, ISR = the live replicas, epoch 0."""
     replicas = [r for r in assignment if r in set(live)]
-    return PartitionState(replicas[0] if replicas else NO_LEADER, 0, tuple(replicas) or tuple(assignment),
+    return LeaderAndIsr(replicas[0] if replicas else NO_LEADER, 0, tuple(replicas) or tuple(assignment),
                           controller_epoch)
 
 
@@ -272,7 +273,7 @@ class Controller:
             targets[b] = (host, port, reg.epoch)
         self._probe.set_targets(targets)
 
-    def _eligible(self, state: PartitionState, live) -> set[int]:
+    def _eligible(self, state: LeaderAndIsr, live) -> set[int]:
         """`live` less the brokers registered after `state` was written (restarted since): no
         election path hands them a seat of the state they belong to their previous process in.
         An offline state's ISR is exactly who may come back: nothing is taken from it."""
@@ -382,14 +383,14 @@ class Controller:
                             " becomes leader; acknowledged writes may be lost", self.broker_id, topic, p,
                             e.leader, list(state.isr))
                         self.unclean_elections.append((topic, p, e.leader))
-                    return PartitionState(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
+                    return LeaderAndIsr(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
                 if state.leader != NO_LEADER:
                     logger.error("controller %d: %s-%d is offline: no live ISR member (ISR %s)",
                                  self.broker_id, topic, p, list(state.isr))
-                    return PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr, self.fence.epoch)
+                    return LeaderAndIsr(NO_LEADER, state.leader_epoch + 1, state.isr, self.fence.epoch)
             elif any(b not in live for b in state.isr):
                 # replicas on dead brokers leave the ISR (the ZooKeeper-era controller bumps the epoch)
-                return PartitionState(state.leader, state.leader_epoch + 1,
+                return LeaderAndIsr(state.leader, state.leader_epoch + 1,
                                       tuple(b for b in state.isr if b in live), self.fence.epoch)
             return None
         try:                                             # a leader may update the ISR meanwhile
@@ -423,7 +424,7 @@ class Controller:
                 leader = elect_preferred(assignment, state.isr, self._eligible(state, live))
                 if leader is None or leader == state.leader:
                     return None
-                return PartitionState(leader, state.leader_epoch + 1, state.isr, self.fence.epoch)
+                return LeaderAndIsr(leader, state.leader_epoch + 1, state.isr, self.fence.epoch)
             try:
                 written = compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p))
             except ZkVersionConflictError:
@@ -464,7 +465,7 @@ class Controller:
                                    " %d (not in ISR %s) becomes leader; acknowledged writes may be lost",
                                    self.broker_id, topic, p, e.leader, list(state.isr))
                     self.unclean_elections.append((topic, p, e.leader))
-                return PartitionState(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
+                return LeaderAndIsr(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
             try:
                 compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p))
             except ZkVersionConflictError:
@@ -489,11 +490,11 @@ class Controller:
                     e = elect_controlled_shutdown(assignment, state.isr, self._eligible(state, live),
                                                   shutting)
                     if e.leader != NO_LEADER:
-                        new = PartitionState(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
+                        new = LeaderAndIsr(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
                 elif any(b in shutting for b in state.isr):
                     isr = tuple(b for b in state.isr if b not in shutting)
                     if isr:
-                        new = PartitionState(state.leader, state.leader_epoch + 1, isr, self.fence.epoch)
+                        new = LeaderAndIsr(state.leader, state.leader_epoch + 1, isr, self.fence.epoch)
                 if new is None:
                     continue
                 try:
@@ -599,7 +600,7 @@ class Controller:
             leader = state.leader
             if leader not in full:
                 leader = elect_reassigned(full, isr, self._eligible(state, live))
-            return PartitionState(leader, state.leader_epoch + 1, isr, self.fence.epoch)
+            return LeaderAndIsr(leader, state.leader_epoch + 1, isr, self.fence.epoch)
         try:
             compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p))
         except ZkVersionConflictError:
@@ -661,7 +662,7 @@ class Controller:
                 logger.warning("controller %d: %s-%d: no live replica of %s is in the ISR %s; the"
                                " reassignment waits", self.broker_id, topic, p, list(target), list(state.isr))
                 return None
-            return PartitionState(leader, state.leader_epoch + 1, isr or state.isr, self.fence.epoch)
+            return LeaderAndIsr(leader, state.leader_epoch + 1, isr or state.isr, self.fence.epoch)
         try:
             if compare_and_set(self._read_state(topic, p), update_state, self._write_state(topic, p)) is None:
                 return

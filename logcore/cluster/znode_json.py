@@ -58,8 +58,8 @@ class BrokerRegistration:
 
 
 @dataclass(frozen=True)
-class PartitionState:
-    """A partition's leader and ISR as the state znode holds them; `zk_version` is the znode's
+class LeaderAndIsr:
+    """A partition's leader and ISR (Kafka's LeaderAndIsr) as the state znode holds them; `zk_version` is the znode's
     version (Kafka's zkVersion / partition epoch), the expected version of the next update."""
     leader: int
     leader_epoch: int
@@ -71,7 +71,7 @@ class PartitionState:
     # was written: its leadership or ISR membership in it belongs to its previous process.
     mzxid: int = field(default=-1, compare=False)
 
-    def same_content(self, other: "PartitionState") -> bool:
+    def same_content(self, other: "LeaderAndIsr") -> bool:
         """The same leader, epochs and ISR (whatever the znode versions)."""
         return (self.leader, self.leader_epoch, tuple(self.isr), self.controller_epoch) == \
             (other.leader, other.leader_epoch, tuple(other.isr), other.controller_epoch)
@@ -85,7 +85,7 @@ class PartitionState:
                        "isr": list(self.isr), "controller_epoch": self.controller_epoch})
 
     @classmethod
-    def from_json(cls, raw: bytes, zk_version: int, path: str, mzxid: int = -1) -> "PartitionState":
+    def from_json(cls, raw: bytes, zk_version: int, path: str, mzxid: int = -1) -> "LeaderAndIsr":
         d = loads(raw, path)
         try:
             return cls(int(d["leader"]), int(d["leader_epoch"]), tuple(int(b) for b in d["isr"]),

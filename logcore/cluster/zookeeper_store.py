@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from logcore.cluster.admin_requests import AdminRequests
 from logcore.cluster.compare_and_set import WriteOutcome, classify_write, compare_and_set
-from logcore.cluster.znode_json import (NO_LEADER, BrokerRegistration, ControllerEpoch, PartitionState,
+from logcore.cluster.znode_json import (NO_LEADER, BrokerRegistration, ControllerEpoch, LeaderAndIsr,
                                         TopicAssignment, controller_from_json, controller_json, dumps,
                                         loads, topic_config_from_json, topic_config_json)
 from logcore.cluster.znode_paths import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONFIG_CHANGE_PREFIX,
@@ -33,8 +33,11 @@ from logcore.errors import (BrokerIdInUseError, ControllerMovedError, Coordinato
                             CorruptRecordError, TopicExistsError, TopicNotFoundError,
                             ZkVersionConflictError)
 
-# The broker side imports these from here until it moves to logcore/replication (issue 26).
-__all__ = ["ZooKeeperStore", "NO_LEADER", "PartitionState", "TopicAssignment", "is_transient", "BROKER_TOPICS"]
+# The broker side imports these from here until it moves to logcore/replication (issue 26) and
+# imports them from their modules; `PartitionState` is LeaderAndIsr's name there until then.
+PartitionState = LeaderAndIsr
+__all__ = ["ZooKeeperStore", "NO_LEADER", "LeaderAndIsr", "PartitionState", "TopicAssignment", "is_transient",
+           "BROKER_TOPICS"]
 
 logger = logging.getLogger(__name__)
 
@@ -365,7 +368,7 @@ class ZooKeeperStore:
         return out + [path]
 
     # ------------------------------------------------------------------ partition state
-    def partition_state(self, topic: str, partition: int, *, sync: bool = False) -> PartitionState | None:
+    def partition_state(self, topic: str, partition: int, *, sync: bool = False) -> LeaderAndIsr | None:
         """The state znode (None if not created yet); `sync` first catches the server up with the
         leader of the ensemble, for reads whose freshness matters."""
         from kazoo.exceptions import NoNodeError
@@ -376,9 +379,9 @@ class ZooKeeperStore:
             raw, stat = self.client.get(path)
         except NoNodeError:
             return None
-        return PartitionState.from_json(raw, stat.version, path, stat.mzxid)
+        return LeaderAndIsr.from_json(raw, stat.version, path, stat.mzxid)
 
-    def partition_states(self, topic: str) -> dict[int, PartitionState]:
+    def partition_states(self, topic: str) -> dict[int, LeaderAndIsr]:
         from kazoo.exceptions import NoNodeError
         try:
             parts = self.client.get_children(partitions_path(topic))
@@ -392,28 +395,28 @@ class ZooKeeperStore:
         return out
 
     def watch_partition_state(self, topic: str, partition: int,
-                              fn: Callable[[PartitionState | None], object]):
+                              fn: Callable[[LeaderAndIsr | None], object]):
         """fn(state) now and after every change (None while absent); fn returning False ends the
         watch. Apply a state only if its leader_epoch is newer than yours (equal: adopt the ISR
         and version)."""
         path = partition_state_path(topic, partition)
 
         def on_data(raw, stat):
-            return fn(None if stat is None else PartitionState.from_json(raw or b"{}", stat.version, path,
+            return fn(None if stat is None else LeaderAndIsr.from_json(raw or b"{}", stat.version, path,
                                                                                 stat.mzxid))
         return self.client.DataWatch(path, on_data)
 
-    def partition_state_write_outcome(self, topic: str, partition: int, based_on: PartitionState,
-                                      proposed: PartitionState) -> tuple[WriteOutcome, PartitionState | None]:
+    def partition_state_write_outcome(self, topic: str, partition: int, based_on: LeaderAndIsr,
+                                      proposed: LeaderAndIsr) -> tuple[WriteOutcome, LeaderAndIsr | None]:
         """After a write of `proposed` conditional on `based_on` whose answer was lost (a
         connection loss: CoordinatorUnavailableError): read the state znode back, caught up with
         the ensemble's leader, and say whether it holds that write. Returns the outcome and the
         state read. CoordinatorUnavailableError again: still not known, ask again later."""
         fresh = self.partition_state(topic, partition, sync=True)
-        return classify_write(fresh, based_on, proposed, same=PartitionState.same_content), fresh
+        return classify_write(fresh, based_on, proposed, same=LeaderAndIsr.same_content), fresh
 
-    def create_partition_states(self, topic: str, states: dict[int, PartitionState],
-                                fence: ControllerEpoch) -> dict[int, PartitionState]:
+    def create_partition_states(self, topic: str, states: dict[int, LeaderAndIsr],
+                                fence: ControllerEpoch) -> dict[int, LeaderAndIsr]:
         """The controller's initial states of new partitions, in one fenced transaction."""
         t = self.client.transaction()
         t.check(CONTROLLER_EPOCH, fence.zk_version)
@@ -424,11 +427,11 @@ class ZooKeeperStore:
                 t.create(partition_path(topic, p))
             t.create(partition_state_path(topic, p), s.to_json())
         self._commit_fenced(t, fence, f"create states of {topic!r}")
-        return {p: PartitionState(s.leader, s.leader_epoch, s.isr, s.controller_epoch, 0)
+        return {p: LeaderAndIsr(s.leader, s.leader_epoch, s.isr, s.controller_epoch, 0)
                 for p, s in states.items()}
 
-    def update_partition_state(self, topic: str, partition: int, new: PartitionState,
-                               expected_version: int, *, fence: ControllerEpoch | None = None) -> PartitionState:
+    def update_partition_state(self, topic: str, partition: int, new: LeaderAndIsr,
+                               expected_version: int, *, fence: ControllerEpoch | None = None) -> LeaderAndIsr:
         """Compare-and-set the state znode: succeeds only at `expected_version` (else
         ZkVersionConflictError, a lost race: re-read). With `fence` (a controller's write) the
         transaction also checks /controller_epoch (else ControllerMovedError). Without it this
@@ -450,7 +453,7 @@ class ZooKeeperStore:
             results = self._commit_fenced(t, fence, f"update {path}", cas_path=path,
                                           expected_version=expected_version)
             stat = results[1]
-        return PartitionState(new.leader, new.leader_epoch, tuple(new.isr), new.controller_epoch,
+        return LeaderAndIsr(new.leader, new.leader_epoch, tuple(new.isr), new.controller_epoch,
                               stat.version, stat.mzxid)
 
     def _commit_fenced(self, t, fence: ControllerEpoch, what: str, *, cas_path: str | None = None,

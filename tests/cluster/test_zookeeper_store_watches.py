@@ -9,7 +9,8 @@ import time
 import pytest
 
 from logcore.cluster.compare_and_set import WriteOutcome
-from logcore.cluster.zookeeper_store import PartitionState, ZooKeeperStore
+from logcore.cluster.znode_json import LeaderAndIsr
+from logcore.cluster.zookeeper_store import ZooKeeperStore
 from logcore.errors import CoordinatorUnavailableError
 
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
@@ -105,14 +106,14 @@ def test_an_isr_write_read_back_after_a_lost_answer(stores):
     ctl, leader, other = stores(), stores(), stores()
     fence = ctl.try_become_controller(1)
     ctl.create_topic("t", TOPIC_ID, {0: [1, 2, 3]})
-    based = ctl.create_partition_states("t", {0: PartitionState(1, 0, (1, 2, 3), fence.epoch)}, fence)[0]
-    proposed = PartitionState(1, 0, (1, 2), fence.epoch)
+    based = ctl.create_partition_states("t", {0: LeaderAndIsr(1, 0, (1, 2, 3), fence.epoch)}, fence)[0]
+    proposed = LeaderAndIsr(1, 0, (1, 2), fence.epoch)
     assert leader.partition_state_write_outcome("t", 0, based, proposed) == (WriteOutcome.NOT_APPLIED, based)
     written = leader.update_partition_state("t", 0, proposed, based.zk_version)
     outcome, fresh = leader.partition_state_write_outcome("t", 0, based, proposed)
     assert outcome is WriteOutcome.APPLIED and fresh == written
     # someone else wrote the same ISR after another change: not this write
-    other.update_partition_state("t", 0, PartitionState(1, 0, (1,), fence.epoch), written.zk_version)
+    other.update_partition_state("t", 0, LeaderAndIsr(1, 0, (1,), fence.epoch), written.zk_version)
     outcome, fresh = leader.partition_state_write_outcome("t", 0, based, proposed)
     assert outcome is WriteOutcome.SUPERSEDED and fresh.isr == (1,)
     leader.close()
