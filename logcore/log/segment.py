@@ -1,60 +1,48 @@
-# Over 600 lines: one class, a .log file and its three indexes sharing one file state.
 """One log segment: a `.log` file of RecordBatch v2 batches plus its offset, time and txn indexes.
 
 A segment is either *active* (the writer appends to it) or *sealed* (immutable). On a local disk
 the active segment is a real file appended in place; on an object store it is held in memory and
 published as immutable objects when the writer commits or rolls (object stores have no append).
 Readers in other processes see a local active segment grow; they bound every read by offset
-(the high watermark), never by what happens to be in the file.
+(the high watermark), never by what happens to be in the file. Its parts, each a module: file
+names (segment_names), where the bytes live (segment_data, chosen once at open), the recovery
+scan, the checks of what is served (segment_verification) and fetch windows (segment_window).
 """
 from __future__ import annotations
 
 import logging
-import struct
 import time
 
 import numpy as np
 
-from logcore.errors import CorruptIndexError, CorruptRecordError, SegLogError
-from logcore.records.batch import (F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SIZE, HEADER_SIZE, BatchHeader,
-                                   batch_fields, first_record_at_or_after, iter_batches,
-                                   may_hold_timestamp, parse_header)
+from logcore.errors import CorruptIndexError, CorruptRecordError
+from logcore.records.batch import (F_POSITION, HEADER_SIZE, BatchHeader, batch_fields, first_record_at_or_after,
+                                   iter_batches, may_hold_timestamp, parse_header)
 from logcore.log.index_interval import IndexInterval
 from logcore.log.offset_index import OffsetIndex
-from logcore.log.segment_data import DELETED_SUFFIX, ObjectData, open_segment_data
+from logcore.log.segment_data import SegmentExists as _SegmentExists  # noqa: F401 (log_flush catches it)
+from logcore.log.segment_data import open_segment_data
+from logcore.log.segment_names import (DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX,
+                                       TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_segment_name,
+                                       segment_name)
 from logcore.log.segment_recovery import SCAN_CHUNK, RecoveryScan, ScanResult
-from logcore.log.segment_verification import (VerifiedRanges, first_bad_row, index_entry_problem,
-                                              next_good_batch, verify_mapped)
+from logcore.log.segment_verification import (VerifiedRanges, batch_offsets_error, first_bad_row,
+                                              index_entry_problem, next_good_batch,
+                                              offset_index_from_headers, verify_mapped)
+from logcore.log.segment_window import locate_window, read_window
 from logcore.log.time_index import TimeIndex
 from logcore.log.txn_index import TransactionIndex
 
+# Callers import the file names and the scan result from here.
 __all__ = ["DELETED_SUFFIX", "INDEX_SUFFIX", "INT32_MAX", "LOG_SUFFIX", "SNAPSHOT_SUFFIX",
            "TIME_INDEX_SUFFIX", "TXN_INDEX_SUFFIX", "LogSegment", "ScanResult",
            "parse_segment_name", "segment_name"]
 
 log = logging.getLogger(__name__)
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"
-SNAPSHOT_SUFFIX = ".snapshot"
 FIRST_SCAN_CHUNK = 1024
 INT32_MAX = 2**31 - 1
 _MAP_VERIFY_BYTES = 256 << 10   # a range this large is verified through a map, a smaller one copied
-
-
-def segment_name(base_offset: int, suffix: str) -> str:
-    """Kafka's file name: the base offset as 20 zero-padded digits, then the suffix."""
-    return f"{base_offset:020d}{suffix}"
-
-
-def parse_segment_name(name: str) -> tuple[int, str] | None:
-    """(base offset, suffix) for a name like 00000000000000001234.log, else None."""
-    dot = name.find(".")
-    if dot != 20 or not name[:20].isdigit():
-        return None
-    return int(name[:20]), name[20:]
 
 
 class LogSegment:
@@ -112,19 +100,11 @@ class LogSegment:
             self._offset_index = self._open_index(OffsetIndex, self.index_path, self._index_writable)
         return self._offset_index
 
-    @offset_index.setter
-    def offset_index(self, index: OffsetIndex) -> None:
-        self._offset_index = index
-
     @property
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
             self._time_index = self._open_index(TimeIndex, self.time_index_path, self._index_writable)
         return self._time_index
-
-    @time_index.setter
-    def time_index(self, index: TimeIndex) -> None:
-        self._time_index = index
 
     @property
     def txn_index(self) -> TransactionIndex:
@@ -146,7 +126,7 @@ class LogSegment:
         if not writable:
             # A live writer preallocates its active index (zeros past the last entry): only the
             # leading entries that are in order are real.
-            _limit_entries(index, index.valid_prefix_entries())
+            index.drop_invalid_tail()
         return index
 
     def check_index_against_log(self) -> None:
@@ -206,25 +186,13 @@ class LogSegment:
         if self._time_index is None and not self.writable:
             # A sealed segment's last time-index entry holds its largest timestamp: read 12 bytes
             # instead of loading the whole index (timestamp lookups over thousands of segments).
-            tail = self._sealed_time_index_tail()
+            tail = TimeIndex.last_timestamp_in_file(self.storage, self.time_index_path)
             if tail is not None:
                 return tail
         ts, offset = self.time_index.last_entry
         _, position = self.offset_index.lookup(max(offset, self.base_offset))
         for _pos, header in self.scan_headers(position):
             ts = max(ts, header.max_timestamp)
-        return ts
-
-    def _sealed_time_index_tail(self) -> int | None:
-        try:
-            size = self.storage.size(self.time_index_path)
-        except SegLogError:
-            return None
-        if size < 12 or size % 12:
-            return None
-        ts, rel = struct.unpack(">qi", self.storage.read(self.time_index_path, size - 12, size))
-        if rel < 0 or ts <= 0:
-            return None     # zero padding or damage: let the full index (and its checks) decide
         return ts
 
     # ---------------------------------------------------------------- reading
@@ -247,6 +215,7 @@ class LogSegment:
         pos = start
         prev_next = None
         prev = None
+        base, contiguous = self.base_offset, self.contiguous
         # Start small (a lookup usually needs one or two headers past the index entry) and
         # grow the chunk for long scans.
         chunk_size = FIRST_SCAN_CHUNK
@@ -271,7 +240,9 @@ class LogSegment:
                         if end is None:
                             self.scanned_end = pos + off
                         return
-                    self.check_batch_offsets(header, prev_next, pos + off)
+                    why = batch_offsets_error(header, base, contiguous, prev_next, pos + off)
+                    if why is not None:
+                        raise CorruptRecordError(why, file=self.log_path, position=pos + off)
                 except CorruptRecordError as exc:
                     self.blame_previous(prev, exc)
                 prev = (pos + off, header.size)
@@ -308,34 +279,6 @@ class LogSegment:
                 raise crc_error from exc
         raise exc
 
-    def check_batch_offsets(self, header: BatchHeader, prev_next: int | None, position: int) -> None:
-        """The offsets of a batch where it lies: not below the segment's base, within its
-        relative range, above the previous batch's. CorruptRecordError naming the file and
-        position otherwise."""
-        if (header.base_offset < self.base_offset or header.last_offset_delta < 0
-                or header.last_offset - self.base_offset > INT32_MAX):
-            raise CorruptRecordError(
-                f"batch has offsets {header.base_offset}..{header.last_offset}, outside segment"
-                f" {self.base_offset}'s range", file=self.log_path, position=position)
-        if prev_next is not None and header.base_offset < prev_next:
-            raise CorruptRecordError(
-                f"batch base offset {header.base_offset} is below the previous batch's next"
-                f" offset {prev_next} (offsets must rise)", file=self.log_path, position=position)
-        if self.contiguous and header.base_offset != (self.base_offset if position == 0 else prev_next
-                                                      if prev_next is not None else header.base_offset):
-            raise CorruptRecordError(
-                f"batch base offset {header.base_offset} leaves a gap after offset"
-                f" {(self.base_offset if position == 0 else prev_next) - 1} in a topic that was never"
-                " compacted", file=self.log_path, position=position)
-
-    def check_window_offsets(self, fields, start: int, prev_next: int | None = None,
-                             next_base: int | None = None) -> None:
-        """check_batch_offsets over `batch_fields` rows of a window read at file position
-        `start`, plus: every offset below the next segment's base."""
-        bad = first_bad_row(fields, self.base_offset, self.contiguous, prev_next, next_base)
-        if bad is not None:
-            raise CorruptRecordError(bad[1], file=self.log_path, position=start + int(fields[bad[0], F_POSITION]))
-
     def translate_offset(self, offset: int, start_position: int = 0, *,
                          strict: bool = False) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= offset (strict: see
@@ -360,13 +303,14 @@ class LogSegment:
             return entry_offset, position
         if position == 0 and entry_offset == self.base_offset:
             return entry_offset, position
-        problem = self._index_entry_problem(entry_offset, position)
+        problem = self.index_entry_problem(entry_offset, position)
         if problem is None:
             return entry_offset, position
         self.rebuild_offset_index(problem)
         return self.offset_index.lookup(offset)
 
-    def _index_entry_problem(self, entry_offset: int, position: int) -> str | None:
+    def index_entry_problem(self, entry_offset: int, position: int) -> str | None:
+        """Why the offset-index entry (entry_offset, position) is wrong, or None."""
         head = self.read_bytes(position, position + HEADER_SIZE)
         return index_entry_problem(head, entry_offset, position, self.size())
 
@@ -375,14 +319,9 @@ class LogSegment:
         memory; on disk too when `persist_rebuilt_index`, the writer of a sealed segment)."""
         index = OffsetIndex(None, self.index_path, self.base_offset, max_index_size=self.max_index_size,
                             writable=True)
-        since = 0
         # A damaged `.log` (e.g. a batch's base offset changed) raises here, naming the .log:
         # then the index is not what is wrong.
-        for pos, header in self.scan_headers(0):
-            if since > self.index_interval_bytes and not index.is_full():
-                index.append(header.last_offset, pos)
-                since = 0
-            since += header.size
+        offset_index_from_headers(index, self.scan_headers(0), self.index_interval_bytes)
         if self.writable:
             raise CorruptIndexError(f"the active segment's offset index is corrupt: {problem}",
                                     file=self.index_path)
@@ -415,44 +354,7 @@ class LogSegment:
         batch that cannot be whole (a length past the end of the file) is an error, not an end;
         the offsets of the batches read are checked (rising, in this segment, below
         `next_base`, the next segment's base) whatever `strict`."""
-        found = self.translate_offset(offset, strict=strict)
-        if found is None:
-            return 0, b""
-        start, first = found
-        if first.last_offset >= max_offset:
-            self.check_straddling(start, first, strict)
-            return start, b""
-        # One read for the whole window; the batch headers are walked in that buffer.
-        want = max(max_bytes, first.size) if min_one_batch else max_bytes
-        buf = self.read_bytes(start, start + want, buffer)
-        # The window's headers in one C scan (no CRC here: the decoder checks it), cut before
-        # the first batch that reaches `max_offset`.
-        try:
-            fields = batch_fields(buf, source=self.log_path, verify_crc=False, allow_partial_tail=True,
-                                  base_position=start)
-        except CorruptRecordError as exc:
-            if not exc.position or exc.position <= start:
-                raise
-            # an invalid header inside the window: serve the batches before it (the decoder
-            # checks their CRCs; a damaged length before it shows there), fail at the next read
-            fields = batch_fields(memoryview(buf)[:exc.position - start], source=self.log_path,
-                                  verify_crc=False, allow_partial_tail=True, base_position=start)
-        bad = first_bad_row(fields, self.base_offset, self.contiguous, None, next_base)
-        if bad is not None:
-            if bad[0] == 0:
-                raise CorruptRecordError(bad[1], file=self.log_path, position=start)
-            fields = fields[:bad[0]]        # serve the good batches; the next read fails there
-        last_offsets = fields[:, F_BASE_OFFSET] + fields[:, F_LAST_DELTA]
-        stop = int(np.searchsorted(last_offsets, max_offset, side="left"))
-        if stop < len(fields):
-            end = int(fields[stop, F_POSITION])
-        elif len(fields):
-            end = int(fields[-1, F_POSITION] + fields[-1, F_SIZE])
-        else:
-            end = 0
-        if end == len(buf):
-            return start, buf
-        return start, (memoryview(buf)[:end] if view else buf[:end])
+        return read_window(self, offset, max_bytes, max_offset, min_one_batch, view, buffer, strict, next_base)
 
     def locate(self, offset: int, max_bytes: int, max_offset: int,
                min_one_batch: bool = True, *, strict: bool = False) -> tuple[int, int, int]:
@@ -460,54 +362,10 @@ class LogSegment:
         index and the batch headers alone: the data between is not read (zero-copy fetch).
         start == end when there is nothing to return.
         """
-        found = self.translate_offset(offset, strict=strict)
-        if found is None:
-            return 0, 0, offset
-        start, first = found
-        if first.last_offset >= max_offset:
-            self.check_straddling(start, first, strict)
-            return start, start, offset
-        want = max(max_bytes, first.size) if min_one_batch else max_bytes
-        size = self.size()
-        limit = min(start + want, size)
-        # Jump to the last index entry whose batch starts at or below `limit` and ends below
-        # `max_offset` (entries are (last offset, position) of batch starts): every batch before
-        # it is whole within the window. Then walk headers from there.
-        index = self.offset_index
-        positions, keys = index.value_column(), index.key_column()
-        k = min(int(np.searchsorted(positions, limit, side="right")),
-                int(np.searchsorted(keys, min(max(max_offset - self.base_offset, -1), INT32_MAX),
-                                    side="left"))) - 1
-        pos = max(start, int(positions[k])) if k >= 0 else start
-        if pos > start:
-            problem = self._index_entry_problem(self.base_offset + int(keys[k]), pos)
-            if problem is not None:
-                try:
-                    self.rebuild_offset_index(problem)
-                except CorruptRecordError:
-                    pos = start     # the batch there is damaged, not the index: walk from the start
-                else:
-                    return self.locate(offset, max_bytes, max_offset, min_one_batch, strict=strict)
-        end, next_offset = pos, None if pos > start else offset
-        while pos + HEADER_SIZE <= (size if next_offset is None else limit):
-            try:
-                header = self._header_at(pos)
-            except CorruptRecordError:
-                if end > start and next_offset is not None:
-                    break       # serve the batches before it; a read from here fails
-                raise
-            if next_offset is None:
-                next_offset = header.base_offset      # where the batches before `pos` end
-            if header.last_offset >= max_offset or pos + header.size > limit:
-                break
-            pos += header.size
-            end, next_offset = pos, header.next_offset
-        if next_offset is None:
-            raise CorruptRecordError(f"offset index entry points past the end ({size} bytes)",
-                                     file=self.log_path, position=pos)
-        return start, end, next_offset
+        return locate_window(self, offset, max_bytes, max_offset, min_one_batch, strict)
 
-    def _header_at(self, pos: int) -> BatchHeader:
+    def header_at(self, pos: int) -> BatchHeader:
+        """The header of the batch at `pos`, which must look like one (magic, length)."""
         header = parse_header(self.read_bytes(pos, pos + HEADER_SIZE))
         if header.magic != 2 or header.size < HEADER_SIZE:
             raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
@@ -534,7 +392,10 @@ class LogSegment:
         try:
             fields = batch_fields(data, source=self.log_path, verify_crc=True, allow_partial_tail=False,
                                   base_position=start)
-            self.check_window_offsets(fields, start, next_base=next_base)
+            bad = first_bad_row(fields, self.base_offset, self.contiguous, None, next_base)
+            if bad is not None:
+                raise CorruptRecordError(bad[1], file=self.log_path,
+                                         position=start + int(fields[bad[0], F_POSITION]))
         except CorruptRecordError as exc:
             bad = exc.position if exc.position is not None else start
             if bad > start:
@@ -729,16 +590,12 @@ class LogSegment:
         """
         assert self.in_memory
         self.seal()
-        data = bytes(self.data.buf)
-        if self.storage.put_if_absent(self.log_path, data) is None:
-            existing = self.storage.read(self.log_path)
-            if existing != data:
-                raise _SegmentExists(self.log_path)
+        published = self.data.publish(self.storage, self.log_path)    # SegmentExists when lost
         self.storage.write_atomic(self.index_path, self.offset_index.to_bytes())
         self.storage.write_atomic(self.time_index_path, self.time_index.to_bytes())
         if self.txn_index.entries:
             self.storage.write_atomic(self.txn_index_path, self.txn_index.to_bytes())
-        self.data = ObjectData(self.storage, self.log_path, len(data))
+        self.data = published
         self.in_memory = False
         self.writable = False
 
@@ -758,10 +615,10 @@ class LogSegment:
             self.time_index.reset()
         else:
             # Read-only copy: rebuild the indexes in memory, never touch the files.
-            self.offset_index = OffsetIndex(None, self.index_path, self.base_offset,
-                                            max_index_size=self.max_index_size, writable=True)
-            self.time_index = TimeIndex(None, self.time_index_path, self.base_offset,
-                                        max_index_size=self.max_index_size, writable=True)
+            self._offset_index = OffsetIndex(None, self.index_path, self.base_offset,
+                                             max_index_size=self.max_index_size, writable=True)
+            self._time_index = TimeIndex(None, self.time_index_path, self.base_offset,
+                                         max_index_size=self.max_index_size, writable=True)
         self.index_interval.reset()
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
@@ -845,16 +702,3 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size()})"
-
-
-def _limit_entries(index, count: int) -> None:
-    """Ignore entries past `count` of a read-only index (they are a writer's preallocation)."""
-    index._n = min(index._n, count)
-
-
-class _SegmentExists(SegLogError):
-    """Another writer already published a different segment with this base offset."""
-
-    def __init__(self, path: str):
-        super().__init__(f"segment {path} was already published by another writer")
-        self.path = path

@@ -11,9 +11,8 @@ from __future__ import annotations
 import mmap
 import os
 
-from logcore.errors import ResourceNotFoundError
-
-DELETED_SUFFIX = ".deleted"       # a replaced or deleted segment file waiting for file.delete.delay.ms
+from logcore.errors import ResourceNotFoundError, SegLogError
+from logcore.log.segment_names import DELETED_SUFFIX
 
 
 class FileData:
@@ -155,6 +154,15 @@ class MemoryData:
     def truncate(self, size: int) -> None:
         del self.buf[size:]
 
+    def publish(self, storage, path: str) -> ObjectData:
+        """Write these bytes as the immutable object `path`, created with If-None-Match so that
+        a fenced writer can never replace what another writer published (the same bytes
+        there already count as published); the object's data, to read from now on."""
+        data = bytes(self.buf)
+        if storage.put_if_absent(path, data) is None and storage.read(path) != data:
+            raise SegmentExists(path)
+        return ObjectData(storage, path, len(data))
+
     def flush(self) -> None:
         pass
 
@@ -197,3 +205,11 @@ def open_segment_data(storage, path: str, *, writable: bool, in_memory: bool):
     if in_memory:
         return MemoryData()
     return FileData(storage, path, writable) if storage.is_local else ObjectData(storage, path)
+
+
+class SegmentExists(SegLogError):
+    """Another writer already published a different segment with this base offset."""
+
+    def __init__(self, path: str):
+        super().__init__(f"segment {path} was already published by another writer")
+        self.path = path

@@ -123,3 +123,33 @@ def verify_mapped(verify, mapped, view: memoryview) -> int:
     if error is not None:
         raise error
     return good
+
+
+def batch_offsets_error(header, base_offset: int, contiguous: bool, prev_next: int | None,
+                        position: int) -> str | None:
+    """Why the offsets of a batch are wrong where it lies (below the segment's base, outside its
+    relative range, not above the previous batch's, a gap in a topic never compacted), or None."""
+    if (header.base_offset < base_offset or header.last_offset_delta < 0
+            or header.last_offset - base_offset > INT32_MAX):
+        return (f"batch has offsets {header.base_offset}..{header.last_offset}, outside segment"
+                f" {base_offset}'s range")
+    if prev_next is not None and header.base_offset < prev_next:
+        return (f"batch base offset {header.base_offset} is below the previous batch's next"
+                f" offset {prev_next} (offsets must rise)")
+    if contiguous and header.base_offset != (base_offset if position == 0 else prev_next
+                                             if prev_next is not None else header.base_offset):
+        return (f"batch base offset {header.base_offset} leaves a gap after offset"
+                f" {(base_offset if position == 0 else prev_next) - 1} in a topic that was never"
+                " compacted")
+    return None
+
+
+def offset_index_from_headers(index, headers, index_interval_bytes: int) -> None:
+    """Fill an empty offset index from (position, header) of a segment's batches, as appends
+    with `index_interval_bytes` would have."""
+    since = 0
+    for pos, header in headers:
+        if since > index_interval_bytes and not index.is_full():
+            index.append(header.last_offset, pos)
+            since = 0
+        since += header.size
