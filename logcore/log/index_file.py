@@ -70,8 +70,9 @@ class LocalIndexFile:
             os.ftruncate(self.fd, max(length, keep))
             self.unsynced = True
 
-    def flush(self, content) -> None:
-        """fsync, not again when nothing changed since the last one (`content` unused)."""
+    def flush(self, content, entries: int | None = None) -> None:
+        """Make the entries durable: fsync, not again when nothing changed since the last one.
+        (`content()` gives the whole file, for an object store; `entries` counts them.)"""
         if self.fd is not None and self.unsynced:
             os.fsync(self.fd)
             self.unsynced = False
@@ -128,7 +129,7 @@ class ObjectIndexFile:
     def cut(self, keep: int) -> None:
         pass
 
-    def flush(self, content) -> None:
+    def flush(self, content, entries: int | None = None) -> None:
         data = content()
         self.storage.write_atomic(self.path, data)
         self.length = len(data)
@@ -171,7 +172,7 @@ class MemoryIndexFile:
     def cut(self, keep: int) -> None:
         pass
 
-    def flush(self, content) -> None:
+    def flush(self, content, entries: int | None = None) -> None:
         pass
 
     def close(self) -> None:
@@ -223,7 +224,7 @@ class LocalTxnFile:
         if self.storage.exists(self.path):
             self._opened(length).truncate(length)
 
-    def flush(self, entries: int, content) -> None:
+    def flush(self, content, entries: int | None = None) -> None:
         if self.file is not None:
             self.file.flush(fsync=True)
 
@@ -252,7 +253,7 @@ class ObjectTxnFile(ObjectIndexFile):
     def truncate(self, length: int) -> None:
         pass
 
-    def flush(self, entries: int, content) -> None:
+    def flush(self, content, entries: int | None = None) -> None:
         if entries or self.storage.exists(self.path):
             self.storage.write_atomic(self.path, content())
 
@@ -266,7 +267,7 @@ class MemoryTxnFile(MemoryIndexFile):
     def truncate(self, length: int) -> None:
         pass
 
-    def flush(self, entries: int, content) -> None:
+    def flush(self, content, entries: int | None = None) -> None:
         pass
 
 

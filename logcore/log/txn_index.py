@@ -197,7 +197,7 @@ class TransactionIndex:
     def flush(self) -> None:
         """fsync on local disk; on object stores publish the whole object (if there is one)."""
         self._check_writable()
-        self._file.flush(self._n, self.to_bytes)
+        self._file.flush(self.to_bytes, self._n)
 
     def close(self) -> None:
         self._file.close()
