@@ -1,190 +1,35 @@
-# Over 600 lines: a declaration table (one entry per Kafka topic config, with its doc), not logic.
 """Topic configs, declared once: Kafka's name, type, default, validator and a one-line doc.
 
-Every topic config is a `ConfigKey` class attribute of `LogConfig`; the attribute's Python name is
-the typed accessor (`cfg.segment_bytes`), the key's `name` is Kafka's property name. Root-level
-(broker) defaults use Kafka's broker names (`log.segment.bytes`, `log.retention.hours`, ...) and map
-onto the topic configs they default. `docs/configuration.md` is generated from these declarations:
+Every topic config is a `ConfigKey` (config_key.py: parsing and validators) class attribute of
+`LogConfig`; the attribute's Python name is the typed accessor (`cfg.segment_bytes`), the key's
+`name` is Kafka's property name. Root-level (broker) defaults use Kafka's broker names
+(`log.segment.bytes`, `log.retention.hours`, ...) and map onto the topic configs they default;
+resolving a topic's values (Kafka defaults < root defaults < topic overrides) reads these tables,
+so it is here with them; the rules between settings are in config_rules.py.
+`docs/configuration.md` is generated from these declarations:
 
     python -m logcore.log.config --markdown > docs/configuration.md
 
-Also here: Kafka's topic-name rules and a Java `.properties` reader, because both are part of
-"what configuration a user may give" and nothing below `log/` needs them.
+Kafka's topic-name rules (topic_name.py) and the `.properties` reader (properties_file.py) are
+imported here too, for the callers that take every user-given configuration from this module.
 """
 from __future__ import annotations
 
-import difflib
-import os
-import re
 import sys
-from dataclasses import dataclass
-from enum import Enum
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from logcore.errors import InvalidConfigError, InvalidTopicError
+from logcore.errors import InvalidConfigError
+from logcore.log.config_key import (INT64_MAX, ConfigKey, ConfigType, Validator, at_least, between,
+                                    level_or, list_of, one_of, parse_value, unknown_message)
+from logcore.log.config_rules import CROSS_FIELD_RULES, check_cross_field_rules
+from logcore.log.topic_name import MAX_TOPIC_NAME_LENGTH
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-INT32_MIN = -(2**31)
-INT64_MIN = -(2**63)
+# Imported by the callers that take every user-given configuration from this module.
+from logcore.log.properties_file import load_properties  # noqa: F401
+from logcore.log.topic_name import colliding_topic, topic_collision_warning, validate_topic_name  # noqa: F401
 
 _MS_PER_HOUR = 3_600_000
 _MS_PER_MINUTE = 60_000
-
-
-class ConfigType(Enum):
-    """Kafka's ConfigDef types that topic configs use."""
-
-    INT = "int"
-    LONG = "long"
-    DOUBLE = "double"
-    BOOLEAN = "boolean"
-    STRING = "string"
-    LIST = "list"
-
-
-def _parse(name: str, ctype: ConfigType, raw: Any) -> Any:
-    """Parse a property value (a string, or an already typed value) as Kafka's ConfigDef does."""
-    if ctype in (ConfigType.INT, ConfigType.LONG):
-        if isinstance(raw, bool):
-            raise _bad(name, raw, f"expected a whole number ({ctype.value})")
-        if isinstance(raw, int):
-            value = raw
-        else:
-            text = str(raw).strip()
-            if not re.fullmatch(r"[+-]?\d+", text):
-                raise _bad(name, raw, f"expected a whole number ({ctype.value})")
-            value = int(text)
-        lo, hi = (INT32_MIN, INT32_MAX) if ctype is ConfigType.INT else (INT64_MIN, INT64_MAX)
-        if not lo <= value <= hi:
-            raise _bad(name, raw, f"out of range for a {ctype.value} ({lo}..{hi})")
-        return value
-    if ctype is ConfigType.DOUBLE:
-        if isinstance(raw, bool):
-            raise _bad(name, raw, "expected a number (double)")
-        try:
-            return float(str(raw).strip()) if not isinstance(raw, (int, float)) else float(raw)
-        except ValueError:
-            raise _bad(name, raw, "expected a number (double)") from None
-    if ctype is ConfigType.BOOLEAN:
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text not in ("true", "false"):
-            raise _bad(name, raw, "expected true or false")
-        return text == "true"
-    if ctype is ConfigType.LIST:
-        if isinstance(raw, (list, tuple)):
-            return tuple(str(v).strip() for v in raw)
-        text = str(raw).strip()
-        return tuple(part.strip() for part in text.split(",")) if text else ()
-    return str(raw).strip()
-
-
-def _bad(name: str, value: Any, reason: str) -> InvalidConfigError:
-    return InvalidConfigError(f"Invalid value {value!r} for configuration {name}: {reason}")
-
-
-def _format(ctype: ConfigType, value: Any) -> str:
-    """The canonical property-file form of a typed value."""
-    if ctype is ConfigType.BOOLEAN:
-        return "true" if value else "false"
-    if ctype is ConfigType.LIST:
-        return ",".join(value)
-    if ctype is ConfigType.DOUBLE:
-        return repr(float(value))
-    return str(value)
-
-
-# --- validators: each checks a parsed value and says in words what it allows ---------------------
-
-@dataclass(frozen=True)
-class Validator:
-    check: Callable[[Any], bool]
-    allowed: str            # what is allowed, in words, for errors and the docs table
-
-    def __call__(self, name: str, value: Any) -> None:
-        if not self.check(value):
-            raise _bad(name, _format_any(value), f"must be {self.allowed}")
-
-
-def _format_any(value: Any) -> str:
-    if isinstance(value, tuple):
-        return ",".join(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def at_least(minimum: int | float) -> Validator:
-    return Validator(lambda v: v >= minimum, f"at least {minimum}")
-
-
-def between(lo: int | float, hi: int | float) -> Validator:
-    return Validator(lambda v: lo <= v <= hi, f"between {lo} and {hi}")
-
-
-def one_of(*choices: str) -> Validator:
-    return Validator(lambda v: v in choices, "one of " + ", ".join(choices))
-
-
-def list_of(*choices: str, allow_empty: bool = False) -> Validator:
-    def check(values: tuple[str, ...]) -> bool:
-        if not values and not allow_empty:
-            return False
-        return all(v in choices for v in values) and len(set(values)) == len(values)
-
-    return Validator(check, "a comma-separated list of " + ", ".join(choices) + " (no repeats)")
-
-
-def level_or(default_marker: int, lo: int, hi: int) -> Validator:
-    """Compression levels: a range, or the codec's 'use the library default' marker."""
-    return Validator(lambda v: v == default_marker or lo <= v <= hi,
-                     f"{default_marker} or between {lo} and {hi}")
-
-
-# --- declarations -----------------------------------------------------------------------------
-
-class ConfigKey:
-    """One declared topic config; as a class attribute of LogConfig it is the typed accessor."""
-
-    def __init__(self, name: str, ctype: ConfigType, default: Any, doc: str, *,
-                 validator: Validator | None = None, broker_names: tuple[str, ...] = (),
-                 category: str = "log"):
-        self.name = name
-        self.type = ctype
-        self.default = _parse(name, ctype, default)
-        self.validator = validator
-        self.doc = doc
-        # broker-level (root) names that default this config, highest precedence first;
-        # an entry "name*factor" is in units of `factor` ms (log.retention.hours*3600000).
-        self.broker_names = broker_names
-        self.category = category
-        self.attr = ""                      # set by __set_name__
-        if validator is not None:
-            validator(name, self.default)
-
-    def __set_name__(self, owner: type, attr: str) -> None:
-        self.attr = attr
-
-    def __get__(self, instance: "LogConfig | None", owner: type) -> Any:
-        if instance is None:
-            return self
-        return instance._values[self.name]
-
-    def parse(self, raw: Any) -> Any:
-        """Parse and validate one value; errors name this config, the value and what is allowed."""
-        value = _parse(self.name, self.type, raw)
-        if self.validator is not None:
-            self.validator(self.name, value)
-        return value
-
-    def format(self, value: Any) -> str:
-        return _format(self.type, value)
-
-    def broker_name_list(self) -> list[str]:
-        return [n.split("*")[0] for n in self.broker_names]
 
 
 _DAY_MS = 86_400_000
@@ -520,14 +365,6 @@ def check_topic_against_root(topic: str, config: "LogConfig", defaults: dict[str
             "root (with rsm.config.storage.url naming the remote root)")
 
 
-def unknown_message(name: str, known: Iterable[str], what: str = "topic config") -> str:
-    message = f"Unknown {what} {name!r}"
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    if close:
-        message += f"; did you mean {close[0]!r}?"
-    return message
-
-
 def _parse_topic_props(props: dict[str, Any]) -> dict[str, Any]:
     return {name: key_for(name).parse(raw) for name, raw in props.items()}
 
@@ -549,7 +386,7 @@ def resolve_root_defaults(defaults: dict[str, Any]) -> dict[str, Any]:
             known = list(CONFIG_KEYS) + list(BROKER_NAMES) + list(MAINTENANCE_KEYS)
             raise InvalidConfigError(unknown_message(name, known, "root config"))
         if factor != 1:
-            value = _parse(name, ConfigType.LONG, raw)
+            value = parse_value(name, ConfigType.LONG, raw)
             value = value * factor if value >= 0 else value   # -1 (forever) stays -1
             try:
                 value = key.parse(value)
@@ -567,251 +404,11 @@ def resolve_root_defaults(defaults: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, (_, value) in chosen.items()}
 
 
-# --- cross-field rules: one function each, errors name both settings ---------------------------
-
-def check_compaction_lags(values: dict[str, Any]) -> None:
-    lo, hi = values["min.compaction.lag.ms"], values["max.compaction.lag.ms"]
-    if lo > hi:
-        raise InvalidConfigError(
-            f"min.compaction.lag.ms ({lo}) must not be greater than max.compaction.lag.ms ({hi})")
-
-
-def check_remote_storage_not_compacted(values: dict[str, Any]) -> None:
-    if values["remote.storage.enable"] and "compact" in values["cleanup.policy"]:
-        raise InvalidConfigError(
-            "remote.storage.enable=true is not supported with cleanup.policy="
-            f"{','.join(values['cleanup.policy'])}: tiered storage needs a non-compacted topic")
-
-
-def check_local_retention_ms(values: dict[str, Any]) -> None:
-    """Kafka checks this only for remote-storage topics: local limits mean nothing otherwise."""
-    if not values["remote.storage.enable"]:
-        return
-    local, total = values["local.retention.ms"], values["retention.ms"]
-    if local == -2 or total == -1:
-        return
-    if local == -1:
-        raise InvalidConfigError(
-            f"local.retention.ms=-1 (forever) is not allowed when retention.ms={total} is finite")
-    if local > total:
-        raise InvalidConfigError(
-            f"local.retention.ms ({local}) must not be greater than retention.ms ({total})")
-
-
-def check_local_retention_bytes(values: dict[str, Any]) -> None:
-    if not values["remote.storage.enable"]:
-        return
-    local, total = values["local.retention.bytes"], values["retention.bytes"]
-    if local == -2 or total == -1:
-        return
-    if local == -1:
-        raise InvalidConfigError(
-            f"local.retention.bytes=-1 (unlimited) is not allowed when retention.bytes={total} is finite")
-    if local > total:
-        raise InvalidConfigError(
-            f"local.retention.bytes ({local}) must not be greater than retention.bytes ({total})")
-
-
-def check_retention_when_copy_disabled(values: dict[str, Any]) -> None:
-    """With copying to remote storage disabled, local and total retention must agree (Kafka rule)."""
-    if not (values["remote.storage.enable"] and values["remote.log.copy.disable"]):
-        return
-    for local_name, total_name in (("local.retention.ms", "retention.ms"),
-                                   ("local.retention.bytes", "retention.bytes")):
-        local, total = values[local_name], values[total_name]
-        if local != -2 and local != total:
-            raise InvalidConfigError(
-                f"{local_name} ({local}) must equal {total_name} ({total}) when "
-                "remote.log.copy.disable=true")
-
-
-CROSS_FIELD_RULES: tuple[Callable[[dict[str, Any]], None], ...] = (
-    check_compaction_lags,
-    check_remote_storage_not_compacted,
-    check_local_retention_ms,
-    check_local_retention_bytes,
-    check_retention_when_copy_disabled,
-)
-
-
-def check_cross_field_rules(values: dict[str, Any]) -> None:
-    for rule in CROSS_FIELD_RULES:
-        rule(values)
-
-
 def validate_topic_overrides(overrides: dict[str, str],
                              defaults: dict[str, str] | None = None) -> dict[str, str]:
     """Check a topic's overrides (names, values, cross-field rules against the resolved config);
     returns them in canonical string form."""
     return LogConfig.from_props(overrides, defaults).overrides
-
-
-# --- topic names (Kafka's org.apache.kafka.common.internals.Topic rules) ----------------------
-
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
-
-
-def validate_topic_name(name: str) -> None:
-    """Raise InvalidTopicError with the reason when Kafka would reject `name`."""
-    if not name:
-        raise InvalidTopicError("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicError('Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters "
-            f"({len(name)} given), topic name: {name[:40]}...")
-    if not _LEGAL_TOPIC.fullmatch(name):
-        bad = sorted({c for c in name if not re.fullmatch(r"[a-zA-Z0-9._-]", c)})
-        raise InvalidTopicError(
-            f"Topic name {name!r} is illegal, it contains a character other than ASCII "
-            f"alphanumerics, '.', '_' and '-' (found {''.join(bad)!r})")
-
-
-def has_collision_chars(name: str) -> bool:
-    return "." in name or "_" in name
-
-
-def unify_collision_chars(name: str) -> str:
-    """'.' and '_' map to the same metric name in Kafka, so topics differing only there collide."""
-    return name.replace(".", "_")
-
-
-def topic_collision_warning(name: str, existing: Iterable[str] = ()) -> str | None:
-    """A warning when `name` collides with an existing topic, or could collide in future (Kafka's
-    kafka-topics warning for names holding '.' or '_'); None when neither applies."""
-    unified = unify_collision_chars(name)
-    for other in existing:
-        if other != name and unify_collision_chars(other) == unified:
-            return f"Topic {name!r} collides with existing topic {other!r} ('.' and '_' are equivalent)"
-    if has_collision_chars(name):
-        return ("WARNING: Due to limitations in metric names, topics with a period ('.') or "
-                "underscore ('_') could collide. To avoid issues it is best to use either, but not both.")
-    return None
-
-
-def colliding_topic(name: str, existing: Iterable[str]) -> str | None:
-    """The existing topic that `name` collides with on '.' vs '_', if any."""
-    unified = unify_collision_chars(name)
-    for other in existing:
-        if other != name and unify_collision_chars(other) == unified:
-            return other
-    return None
-
-
-# --- Java .properties files ------------------------------------------------------------------
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
-    """(first physical line number, logical line): joins lines ending in an odd number of
-    backslashes, dropping the continuation line's leading whitespace, as java.util.Properties does."""
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        start = i
-        line = lines[i].lstrip(" \t\f")
-        if line.startswith(("#", "!")) or not line:
-            i += 1
-            continue
-        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i + 1 < len(lines):
-            i += 1
-            line = line[:-1] + lines[i].lstrip(" \t\f")
-        if (len(line) - len(line.rstrip("\\"))) % 2 == 1:
-            line = line[:-1]                       # continuation at end of file
-        i += 1
-        yield start + 1, line
-
-
-def _unescape(text: str, where: str) -> str:
-    out = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c != "\\" or i + 1 >= len(text):
-            out.append(c)
-            i += 1
-            continue
-        n = text[i + 1]
-        if n == "u":
-            digits = text[i + 2:i + 6]
-            if not re.fullmatch(r"[0-9a-fA-F]{4}", digits):
-                raise InvalidConfigError(f"Malformed \\uxxxx escape {text[i:i + 6]!r} ({where})")
-            out.append(chr(int(digits, 16)))
-            i += 6
-            continue
-        out.append(_ESCAPES.get(n, n))
-        i += 2
-    return "".join(out)
-
-
-def _split_key_value(line: str) -> tuple[str, str]:
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c in "=: \t\f":
-            break
-        i += 1
-    key, rest = line[:i], line[i:]
-    rest = rest.lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return key, rest
-
-
-def load_properties(source: str | os.PathLike) -> dict[str, str]:
-    """Parse Java .properties: a path (os.PathLike, or a one-line str naming an existing file) or
-    the text itself. Comments start with # or !; `key=value`, `key: value` or `key value`;
-    backslash escapes and line continuations."""
-    if isinstance(source, os.PathLike) or (
-            isinstance(source, str) and "\n" not in source and os.path.isfile(source)):
-        path = Path(source)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InvalidConfigError(f"Properties file not found: {path}") from None
-        origin = str(path)
-    else:
-        text, origin = str(source), "<text>"
-    props: dict[str, str] = {}
-    for lineno, line in _logical_lines(text):
-        where = f"{origin} line {lineno}"
-        raw_key, raw_value = _split_key_value(line)
-        props[_unescape(raw_key, where)] = _unescape(raw_value, where)
-    base = Path(origin).parent if origin != "<text>" else Path.cwd()
-    for name, value in props.items():
-        if value.startswith("${file:") and value.endswith("}"):
-            props[name] = _file_reference(name, value, base)
-    return props
-
-
-def _file_reference(name: str, value: str, base: Path) -> str:
-    """`${file:PATH:KEY}` (Kafka's FileConfigProvider syntax): KEY of the properties file PATH
-    (relative to the file that refers to it), which only its owner may read (mode 0600 or
-    stricter): credentials stay out of the main config and out of any log root."""
-    path_text, sep, key = value[len("${file:"):-1].rpartition(":")
-    if not sep or not path_text or not key:
-        raise InvalidConfigError(f"{name}: a file reference is ${{file:PATH:KEY}}, got a malformed one")
-    path = Path(path_text)
-    if not path.is_absolute():
-        path = base / path
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise InvalidConfigError(f"{name}: the referenced file {path} does not exist") from None
-    if os.name == "posix" and mode & 0o077:
-        raise InvalidConfigError(
-            f"{name}: the referenced file {path} has mode {mode & 0o777:04o}; a file holding"
-            " credentials must be readable by its owner only (chmod 600)")
-    found = load_properties(path)
-    if key not in found:
-        raise InvalidConfigError(f"{name}: the referenced file {path} has no key {key!r}")
-    return found[key]
 
 
 # --- generated documentation -----------------------------------------------------------------

@@ -6,25 +6,23 @@ position P", so a lookup gives a position from which a forward scan finds the ta
 
 `AbstractIndex` here is the machinery shared with the time index (`time_index.py`): entries are
 kept in memory as two native-endian numpy columns (searchsorted on big-endian arrays byte-swaps
-the whole array on every call, which makes a lookup linear) and written through to the file:
-- writable on local disk: the file is preallocated to the maximum size (sparse) while the segment
-  is active, entries are written in place with pwrite, and `trim()` / `close()` cut the file to
-  its exact size, as Kafka does;
-- writable elsewhere (object stores): entries live in memory; `flush()` publishes `to_bytes()`;
-- read-only: the file is read once (a plain read on local disk, a ranged read elsewhere) and
-  decoded into the columns. Like Kafka, a file holds `floor(length / entry_size)` entries, so a
-  zero-padded file left by a crash shows its padding as entries: callers check
-  `valid_prefix_entries()` / `sanity_check()` and rebuild.
+the whole array on every call, which makes a lookup linear) and written through to the index's
+file (`index_file.py`, its kind chosen once when the index opens): on local disk preallocated to
+the maximum size (sparse) while the segment is active, entries written in place, and `trim()` /
+`close()` cut to the exact size, as Kafka does; on an object store published whole by `flush()`.
+The file is read once and decoded into the columns. Like Kafka, a file holds
+`floor(length / entry_size)` entries, so a zero-padded file left by a crash shows its padding as
+entries: callers check `valid_prefix_entries()` / `sanity_check()` and rebuild.
 """
 from __future__ import annotations
 
-import os
 import struct
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from logcore.errors import CorruptIndexError, InvalidRecordError, ReadOnlyLogError
+from logcore.log.index_file import open_index_file
 
 if TYPE_CHECKING:
     from logcore.storage import Storage
@@ -64,8 +62,6 @@ class AbstractIndex:
         if writable and storage is not None and storage.read_only:
             raise ReadOnlyLogError(f"cannot open {storage.describe(path or '')} for writing: "
                                    "storage is read-only")
-        self.storage = storage
-        self.path = path
         self.base_offset = base_offset
         self.max_index_size = max_index_size
         self.writable = writable
@@ -73,15 +69,13 @@ class AbstractIndex:
         self._n = 0
         self._keys = np.empty(0, dtype=self.KEY_DTYPE)
         self._values = np.empty(0, dtype=self.VALUE_DTYPE)
-        self._file_length = 0     # length of the file as found or as last sized by us
-        self._fd: int | None = None
-        # whether the open file may hold changes not yet fsynced (see flush)
-        self._unsynced = False
         self._closed = False
-        if storage is not None and path is not None and storage.exists(path):
-            self._load()
-        if writable and self._is_local_file:
-            self._open_for_write()
+        self._file = open_index_file(storage, path)
+        data = self._file.load()
+        if data is not None:
+            self._set_from_file_bytes(data)
+        if writable:
+            self._file.open_for_write(max(self.max_entries, self._n) * self.ENTRY_SIZE)
 
     # -- construction helpers --------------------------------------------------------------------
 
@@ -94,31 +88,28 @@ class AbstractIndex:
         return index
 
     @property
-    def _is_local_file(self) -> bool:
-        return self.storage is not None and self.path is not None and self.storage.is_local
+    def path(self) -> str | None:
+        return self._file.path
+
+    @property
+    def _fd(self) -> int | None:
+        """The open descriptor of a writable local file, else None (a test simulates a crash
+        by closing it and setting None)."""
+        return self._file.fd
+
+    @_fd.setter
+    def _fd(self, fd: int | None) -> None:
+        self._file.fd = fd
 
     @property
     def _where(self) -> str:
-        if self.storage is not None and self.path is not None:
-            return self.storage.describe(self.path)
-        return self.path or f"<in-memory {self.KIND}>"
-
-    def _load(self) -> None:
-        assert self.storage is not None and self.path is not None
-        if self.storage.is_local:
-            # A plain read, not a mapping: a live writer preallocates its active index and trims
-            # it at close, and touching a mapped page past the new end of file is a SIGBUS
-            # (seen with readers opening partitions that a writer keeps reopening).
-            with open(self.storage.local_path(self.path), "rb") as f:
-                self._set_from_file_bytes(f.read())
-        else:
-            self._set_from_file_bytes(self.storage.read(self.path))
+        return self._file.where or self.path or f"<in-memory {self.KIND}>"
 
     def _set_from_file_bytes(self, data: bytes) -> None:
         count = len(data) // self.ENTRY_SIZE
         entries = np.frombuffer(data, dtype=self.FILE_DTYPE, count=count)
         self._set_columns(entries["key"], entries["value"], count)
-        self._file_length = len(data)
+        self._file.length = len(data)
 
     def _set_columns(self, keys: np.ndarray, values: np.ndarray, count: int) -> None:
         capacity = count if not self.writable else max(count, min(_MIN_CAPACITY, self.max_entries))
@@ -127,27 +118,6 @@ class AbstractIndex:
         self._keys[:count] = keys
         self._values[:count] = values
         self._n = count
-
-    def _open_for_write(self) -> None:
-        assert self.storage is not None and self.path is not None
-        os_path = self.storage.local_path(self.path)
-        os.makedirs(os.path.dirname(os_path), exist_ok=True)
-        try:
-            self._fd = os.open(os_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-            self._unsynced = False      # created here: no entry to sync yet
-        except FileExistsError:
-            self._fd = os.open(os_path, os.O_RDWR | os.O_CLOEXEC)
-            self._unsynced = True       # whoever wrote it before did not necessarily sync it
-        # Preallocate (sparse) to the maximum size while active, like Kafka's mmap'd index.
-        self._resize_file(max(self.max_entries, self._n) * self.ENTRY_SIZE)
-
-    def _resize_file(self, length: int) -> None:
-        if self._fd is not None:
-            # A new length alone needs no sync: a crash leaves the entries with or without
-            # zero padding, which loading tolerates (valid_prefix_entries). Dropped entries do
-            # (truncate_to_entries).
-            os.ftruncate(self._fd, length)
-            self._file_length = length
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -164,7 +134,7 @@ class AbstractIndex:
     @property
     def file_length(self) -> int:
         """Bytes of the index file as found on load or as last sized (preallocated / trimmed)."""
-        return self._file_length
+        return self._file.length
 
     def key_column(self) -> np.ndarray:
         """The keys of all entries (a read-only view, native-endian)."""
@@ -232,12 +202,7 @@ class AbstractIndex:
             self._values = np.resize(self._values, capacity)
         self._keys[n] = key
         self._values[n] = value
-        if self._fd is not None:
-            position = n * self.ENTRY_SIZE
-            if position + self.ENTRY_SIZE > self._file_length:
-                self._resize_file(position + self.ENTRY_SIZE)
-            os.pwrite(self._fd, self.ENTRY_STRUCT.pack(key, value), position)
-            self._unsynced = True
+        self._file.write(n * self.ENTRY_SIZE, self.ENTRY_STRUCT.pack(key, value))
         self._n = n + 1
 
     def append_entries(self, keys: np.ndarray, values: np.ndarray) -> None:
@@ -264,15 +229,10 @@ class AbstractIndex:
             self._values = np.resize(self._values, capacity)
         self._keys[n:n + count] = keys
         self._values[n:n + count] = values
-        if self._fd is not None:
-            out = np.empty(count, dtype=self.FILE_DTYPE)
-            out["key"] = keys
-            out["value"] = values
-            position = n * self.ENTRY_SIZE
-            if position + out.nbytes > self._file_length:
-                self._resize_file(position + out.nbytes)
-            os.pwrite(self._fd, out.tobytes(), position)
-            self._unsynced = True
+        out = np.empty(count, dtype=self.FILE_DTYPE)
+        out["key"] = keys
+        out["value"] = values
+        self._file.write(n * self.ENTRY_SIZE, out.tobytes())
         self._n = n + count
 
     def truncate_to_entries(self, count: int) -> None:
@@ -282,12 +242,7 @@ class AbstractIndex:
             raise ValueError(f"{self.KIND} {self._where}: cannot truncate to {count} entries, "
                              f"it has {self._n}")
         self._n = count
-        if self._fd is not None:
-            length = self._file_length
-            # Cut and regrow: the dropped entries read back as zero padding, not stale data.
-            os.ftruncate(self._fd, count * self.ENTRY_SIZE)
-            os.ftruncate(self._fd, max(length, count * self.ENTRY_SIZE))
-            self._unsynced = True
+        self._file.cut(count * self.ENTRY_SIZE)
 
     def reset(self) -> None:
         """Remove every entry and regrow to the maximum size (recovery rebuilds the index)."""
@@ -307,7 +262,7 @@ class AbstractIndex:
         self.max_entries = new_size // self.ENTRY_SIZE
         if self._n > self.max_entries:
             self.truncate_to_entries(self.max_entries)
-        self._resize_file(self.max_entries * self.ENTRY_SIZE)
+        self._file.resize(self.max_entries * self.ENTRY_SIZE)
 
     def trim(self) -> None:
         """Cut the file to exactly its entries (done when the segment becomes inactive)."""
@@ -325,48 +280,29 @@ class AbstractIndex:
         """Make the entries durable: fsync on local disk (not again when nothing changed since
         the last one), publish the whole object elsewhere."""
         self._check_writable()
-        if self._fd is not None:
-            if self._unsynced:
-                os.fsync(self._fd)
-                self._unsynced = False
-        elif self.storage is not None and self.path is not None:
-            data = self.to_bytes()
-            self.storage.write_atomic(self.path, data)
-            self._file_length = len(data)
+        self._file.flush(self.to_bytes)
 
     def close(self) -> None:
         """Trim to the exact size and release the file. The index stays readable in memory."""
         if self._closed:
             return
         self.trim()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._file.close()
         self._closed = True
 
     def rename_to(self, new_path: str) -> None:
         """Follow a rename of the index file (`.deleted`, `.swap`, ...); renames it if it exists."""
-        if self.storage is not None and self.path is not None and self.storage.exists(self.path):
-            if self.storage.is_local:
-                self.storage.rename(self.path, new_path)   # an open fd follows the inode
-            else:
-                self.storage.write_atomic(new_path, self.storage.read(self.path))
-                self.storage.delete(self.path)
-        self.path = new_path
+        self._file.rename_to(new_path)
 
     def delete(self) -> None:
         """Close and delete the file."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
         self._closed = True
-        if self.storage is not None and self.path is not None:
-            self.storage.delete(self.path, missing_ok=True)
+        self._file.delete()
 
     def _check_length(self) -> None:
-        if self._file_length % self.ENTRY_SIZE != 0:
+        if self._file.length % self.ENTRY_SIZE != 0:
             raise CorruptIndexError(
-                f"{self.KIND} is corrupt: {self._file_length} bytes is not a multiple of the "
+                f"{self.KIND} is corrupt: {self._file.length} bytes is not a multiple of the "
                 f"{self.ENTRY_SIZE}-byte entry size", file=self._where)
 
     def __enter__(self):
@@ -374,14 +310,6 @@ class AbstractIndex:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        fd = getattr(self, "_fd", None)
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self._where}, base_offset={self.base_offset}, "

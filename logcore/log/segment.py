@@ -1,218 +1,48 @@
-# Over 600 lines: one class, a .log file and its three indexes sharing one file state.
 """One log segment: a `.log` file of RecordBatch v2 batches plus its offset, time and txn indexes.
 
 A segment is either *active* (the writer appends to it) or *sealed* (immutable). On a local disk
 the active segment is a real file appended in place; on an object store it is held in memory and
 published as immutable objects when the writer commits or rolls (object stores have no append).
 Readers in other processes see a local active segment grow; they bound every read by offset
-(the high watermark), never by what happens to be in the file.
+(the high watermark), never by what happens to be in the file. Its parts, each a module: file
+names (segment_names), where the bytes live (segment_data, chosen once at open), the recovery
+scan, the checks of what is served (segment_verification) and fetch windows (segment_window).
 """
 from __future__ import annotations
 
 import logging
-import mmap
-import os
-import struct
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
-from logcore.errors import CorruptIndexError, CorruptRecordError, ResourceNotFoundError, SegLogError
-from logcore.records.batch import (F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SIZE, HEADER_SIZE, BatchHeader,
-                                   batch_fields, first_record_at_or_after, iter_batches,
-                                   may_hold_timestamp, parse_header)
+from logcore.errors import CorruptIndexError, CorruptRecordError
+from logcore.records.batch import (F_POSITION, HEADER_SIZE, BatchHeader, batch_fields, first_record_at_or_after,
+                                   iter_batches, may_hold_timestamp, parse_header)
 from logcore.log.index_interval import IndexInterval
 from logcore.log.offset_index import OffsetIndex
+from logcore.log.segment_data import SegmentExists as _SegmentExists  # noqa: F401 (log_flush catches it)
+from logcore.log.segment_data import open_segment_data
+from logcore.log.segment_names import (DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX,
+                                       TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_segment_name,
+                                       segment_name)
+from logcore.log.segment_recovery import SCAN_CHUNK, RecoveryScan, ScanResult
+from logcore.log.segment_verification import (VerifiedRanges, batch_offsets_error, first_bad_row,
+                                              index_entry_problem, next_good_batch,
+                                              offset_index_from_headers, verify_mapped)
+from logcore.log.segment_window import locate_window, read_window
 from logcore.log.time_index import TimeIndex
 from logcore.log.txn_index import TransactionIndex
 
+# Callers import the file names and the scan result from here.
+__all__ = ["DELETED_SUFFIX", "INDEX_SUFFIX", "INT32_MAX", "LOG_SUFFIX", "SNAPSHOT_SUFFIX",
+           "TIME_INDEX_SUFFIX", "TXN_INDEX_SUFFIX", "LogSegment", "ScanResult",
+           "parse_segment_name", "segment_name"]
+
 log = logging.getLogger(__name__)
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"
-SNAPSHOT_SUFFIX = ".snapshot"
-DELETED_SUFFIX = ".deleted"       # a replaced or deleted segment file waiting for file.delete.delay.ms
-SCAN_CHUNK = 64 * 1024
 FIRST_SCAN_CHUNK = 1024
 INT32_MAX = 2**31 - 1
 _MAP_VERIFY_BYTES = 256 << 10   # a range this large is verified through a map, a smaller one copied
-
-
-def segment_name(base_offset: int, suffix: str) -> str:
-    """Kafka's file name: the base offset as 20 zero-padded digits, then the suffix."""
-    return f"{base_offset:020d}{suffix}"
-
-
-def parse_segment_name(name: str) -> tuple[int, str] | None:
-    """(base offset, suffix) for a name like 00000000000000001234.log, else None."""
-    dot = name.find(".")
-    if dot != 20 or not name[:20].isdigit():
-        return None
-    return int(name[:20]), name[20:]
-
-
-@dataclass
-class ScanResult:
-    """What a validating scan of a segment found."""
-    valid_bytes: int
-    truncated_bytes: int
-    next_offset: int | None
-    error: str | None
-
-
-class _FileData:
-    """Bytes of a segment on local disk, appended in place (writer) or read as it grows.
-
-    A reader sticks to the file it first read: when the cleaner or retention replaced it (the
-    name now holds another inode), it goes on reading the old file under its `.deleted` name
-    until that is removed after file.delete.delay.ms, as a Kafka reader keeps its open handle.
-    """
-
-    def __init__(self, storage, path: str, writable: bool):
-        self.storage = storage
-        self.path = path
-        self.file = storage.open_append(path) if writable else None
-        self.inode: int | None = None
-
-    def _open(self) -> int:
-        os_path = self.storage.local_path(self.path)
-        try:
-            fd = os.open(os_path, os.O_RDONLY | os.O_CLOEXEC)
-            inode = os.fstat(fd).st_ino
-            if self.inode is None:
-                self.inode = inode
-            if inode == self.inode:
-                return fd
-            os.close(fd)
-        except FileNotFoundError:
-            if self.inode is None:
-                raise ResourceNotFoundError(f"file not found: {self.storage.describe(self.path)}") from None
-        try:
-            fd = os.open(os_path + DELETED_SUFFIX, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise ResourceNotFoundError(f"{self.storage.describe(self.path)} was replaced and its old file"
-                                        " is deleted") from None
-        if os.fstat(fd).st_ino != self.inode:
-            os.close(fd)
-            raise ResourceNotFoundError(f"{self.storage.describe(self.path)} was replaced")
-        return fd
-
-    def size(self) -> int:
-        if self.file is not None:
-            return self.file.size()
-        try:
-            fd = self._open()
-        except ResourceNotFoundError:
-            if self.inode is not None:
-                raise       # the file this reader knew is gone: the reader must refresh
-            return 0
-        try:
-            return os.fstat(fd).st_size
-        finally:
-            os.close(fd)
-
-    def read(self, start: int, end: int, buffer: bytearray | None = None) -> bytes | memoryview:
-        if self.file is not None:
-            end = min(end, self.file.size())
-            return self.file.pread(start, end - start) if end > start else b""
-        fd = self._open()
-        try:
-            length = end - start
-            if buffer is not None and 0 < length <= len(buffer):
-                # into the caller's reused buffer: no fresh memory per read
-                view = memoryview(buffer)
-                got = 0
-                while got < length:
-                    n = os.preadv(fd, [view[got:length]], start + got)
-                    if n == 0:
-                        break
-                    got += n
-                return view[:got]
-            parts, pos = [], start
-            while pos < end:
-                data = os.pread(fd, end - pos, pos)
-                if not data:
-                    break
-                parts.append(data)
-                pos += len(data)
-            return b"".join(parts) if len(parts) != 1 else parts[0]
-        finally:
-            os.close(fd)
-
-    def open_fd(self) -> int:
-        """A descriptor of this reader's (or the writer's) file that the caller must close."""
-        if self.file is not None:
-            return self.file.duplicate_fd()
-        return self._open()
-
-    def append(self, data) -> int:
-        return self.file.append(data)
-
-    def truncate(self, size: int) -> None:
-        self.file.truncate(size)
-
-    def flush(self) -> None:
-        if self.file is not None:
-            self.file.flush(fsync=True)
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-
-
-class _MemoryData:
-    """Bytes of an object-store segment that is still being written: published at commit/roll."""
-
-    def __init__(self, initial: bytes = b""):
-        self.buf = bytearray(initial)
-
-    def size(self) -> int:
-        return len(self.buf)
-
-    def read(self, start: int, end: int, buffer: bytearray | None = None) -> bytes:
-        return bytes(self.buf[start:min(end, len(self.buf))])
-
-    def append(self, data) -> int:
-        pos = len(self.buf)
-        self.buf += data
-        return pos
-
-    def truncate(self, size: int) -> None:
-        del self.buf[size:]
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class _ObjectData:
-    """Bytes of a published (immutable) segment object, read with ranged GETs."""
-
-    def __init__(self, storage, path: str, size: int | None = None):
-        self.storage = storage
-        self.path = path
-        self._size = size
-
-    def size(self) -> int:
-        if self._size is None:
-            self._size = self.storage.size(self.path)
-        return self._size
-
-    def read(self, start: int, end: int, buffer: bytearray | None = None) -> bytes:
-        end = min(end, self.size())
-        return self.storage.read(self.path, start, end) if end > start else b""
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class LogSegment:
@@ -236,12 +66,7 @@ class LogSegment:
         self.index_path = storage.join(directory, self.stem + INDEX_SUFFIX)
         self.time_index_path = storage.join(directory, self.stem + TIME_INDEX_SUFFIX)
         self.txn_index_path = storage.join(directory, self.stem + TXN_INDEX_SUFFIX)
-        if in_memory:
-            self.data = _MemoryData()
-        elif storage.is_local:
-            self.data = _FileData(storage, self.log_path, writable)
-        else:
-            self.data = _ObjectData(storage, self.log_path)
+        self.data = open_segment_data(storage, self.log_path, writable=writable, in_memory=in_memory)
         # A read-only view of a file that may have a torn tail: reads stop at `limit_bytes`.
         self.limit_bytes = limit_bytes
         # Indexes open lazily (as Kafka's LazyIndex): a log of thousands of segments opens fast.
@@ -264,8 +89,8 @@ class LogSegment:
         # No gaps between batches (a topic never compacted): each batch starts where the last
         # ended, the first at the segment's base, so a base offset moved either way shows.
         self.contiguous = False
-        # Byte ranges [start, end) whose batches were verified (CRC, offsets): see verify_range.
-        self._verified: list[list[int]] = []
+        # Byte ranges whose batches were verified (CRC, offsets) or appended: see verify_range.
+        self._verified = VerifiedRanges()
         # A fresh in-memory segment is empty; see next_offset() for why it is set here.
         self._next_offset: int | None = base_offset if in_memory else None
 
@@ -275,19 +100,11 @@ class LogSegment:
             self._offset_index = self._open_index(OffsetIndex, self.index_path, self._index_writable)
         return self._offset_index
 
-    @offset_index.setter
-    def offset_index(self, index: OffsetIndex) -> None:
-        self._offset_index = index
-
     @property
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
             self._time_index = self._open_index(TimeIndex, self.time_index_path, self._index_writable)
         return self._time_index
-
-    @time_index.setter
-    def time_index(self, index: TimeIndex) -> None:
-        self._time_index = index
 
     @property
     def txn_index(self) -> TransactionIndex:
@@ -309,7 +126,7 @@ class LogSegment:
         if not writable:
             # A live writer preallocates its active index (zeros past the last entry): only the
             # leading entries that are in order are real.
-            _limit_entries(index, index.valid_prefix_entries())
+            index.drop_invalid_tail()
         return index
 
     def check_index_against_log(self) -> None:
@@ -369,25 +186,13 @@ class LogSegment:
         if self._time_index is None and not self.writable:
             # A sealed segment's last time-index entry holds its largest timestamp: read 12 bytes
             # instead of loading the whole index (timestamp lookups over thousands of segments).
-            tail = self._sealed_time_index_tail()
+            tail = TimeIndex.last_timestamp_in_file(self.storage, self.time_index_path)
             if tail is not None:
                 return tail
         ts, offset = self.time_index.last_entry
         _, position = self.offset_index.lookup(max(offset, self.base_offset))
         for _pos, header in self.scan_headers(position):
             ts = max(ts, header.max_timestamp)
-        return ts
-
-    def _sealed_time_index_tail(self) -> int | None:
-        try:
-            size = self.storage.size(self.time_index_path)
-        except SegLogError:
-            return None
-        if size < 12 or size % 12:
-            return None
-        ts, rel = struct.unpack(">qi", self.storage.read(self.time_index_path, size - 12, size))
-        if rel < 0 or ts <= 0:
-            return None     # zero padding or damage: let the full index (and its checks) decide
         return ts
 
     # ---------------------------------------------------------------- reading
@@ -410,6 +215,7 @@ class LogSegment:
         pos = start
         prev_next = None
         prev = None
+        base, contiguous = self.base_offset, self.contiguous
         # Start small (a lookup usually needs one or two headers past the index entry) and
         # grow the chunk for long scans.
         chunk_size = FIRST_SCAN_CHUNK
@@ -434,7 +240,9 @@ class LogSegment:
                         if end is None:
                             self.scanned_end = pos + off
                         return
-                    self.check_batch_offsets(header, prev_next, pos + off)
+                    why = batch_offsets_error(header, base, contiguous, prev_next, pos + off)
+                    if why is not None:
+                        raise CorruptRecordError(why, file=self.log_path, position=pos + off)
                 except CorruptRecordError as exc:
                     self.blame_previous(prev, exc)
                 prev = (pos + off, header.size)
@@ -471,57 +279,6 @@ class LogSegment:
                 raise crc_error from exc
         raise exc
 
-    def check_batch_offsets(self, header: BatchHeader, prev_next: int | None, position: int) -> None:
-        """The offsets of a batch where it lies: not below the segment's base, within its
-        relative range, above the previous batch's. CorruptRecordError naming the file and
-        position otherwise."""
-        if (header.base_offset < self.base_offset or header.last_offset_delta < 0
-                or header.last_offset - self.base_offset > INT32_MAX):
-            raise CorruptRecordError(
-                f"batch has offsets {header.base_offset}..{header.last_offset}, outside segment"
-                f" {self.base_offset}'s range", file=self.log_path, position=position)
-        if prev_next is not None and header.base_offset < prev_next:
-            raise CorruptRecordError(
-                f"batch base offset {header.base_offset} is below the previous batch's next"
-                f" offset {prev_next} (offsets must rise)", file=self.log_path, position=position)
-        if self.contiguous and header.base_offset != (self.base_offset if position == 0 else prev_next
-                                                      if prev_next is not None else header.base_offset):
-            raise CorruptRecordError(
-                f"batch base offset {header.base_offset} leaves a gap after offset"
-                f" {(self.base_offset if position == 0 else prev_next) - 1} in a topic that was never"
-                " compacted", file=self.log_path, position=position)
-
-    def check_window_offsets(self, fields, start: int, prev_next: int | None = None,
-                             next_base: int | None = None) -> None:
-        """check_batch_offsets over `batch_fields` rows of a window read at file position
-        `start`, plus: every offset below the next segment's base."""
-        bad = self._first_bad_row(fields, prev_next, next_base)
-        if bad is not None:
-            raise CorruptRecordError(bad[1], file=self.log_path, position=start + int(fields[bad[0], F_POSITION]))
-
-    def _first_bad_row(self, fields, prev_next: int | None, next_base: int | None):
-        """(row, why) of the first batch whose offsets are wrong where it lies, else None."""
-        if not len(fields):
-            return None
-        base = fields[:, F_BASE_OFFSET]
-        delta = fields[:, F_LAST_DELTA]
-        last = base + delta
-        bad = (base < self.base_offset) | (delta < 0) | (last - self.base_offset > INT32_MAX)
-        if len(fields) > 1:
-            bad[1:] |= (base[1:] != last[:-1] + 1) if self.contiguous else (base[1:] <= last[:-1])
-        if prev_next is not None:
-            bad[0] |= base[0] < prev_next
-        if next_base is not None:
-            bad |= last >= next_base
-        if bad.any():
-            i = int(np.argmax(bad))
-            prev = int(last[i - 1]) + 1 if i else prev_next
-            why = (f"batch has offsets {int(base[i])}..{int(last[i])}: not in segment {self.base_offset}"
-                   f"{'' if next_base is None else f' (next segment at {next_base})'}"
-                   f"{'' if prev is None else f' or not above the previous next offset {prev}'}")
-            return i, why
-        return None
-
     def translate_offset(self, offset: int, start_position: int = 0, *,
                          strict: bool = False) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= offset (strict: see
@@ -546,35 +303,25 @@ class LogSegment:
             return entry_offset, position
         if position == 0 and entry_offset == self.base_offset:
             return entry_offset, position
-        problem = self._index_entry_problem(entry_offset, position)
+        problem = self.index_entry_problem(entry_offset, position)
         if problem is None:
             return entry_offset, position
         self.rebuild_offset_index(problem)
         return self.offset_index.lookup(offset)
 
-    def _index_entry_problem(self, entry_offset: int, position: int) -> str | None:
+    def index_entry_problem(self, entry_offset: int, position: int) -> str | None:
+        """Why the offset-index entry (entry_offset, position) is wrong, or None."""
         head = self.read_bytes(position, position + HEADER_SIZE)
-        if len(head) < HEADER_SIZE:
-            return f"entry ({entry_offset}, {position}) points past the end of the log ({self.size()} bytes)"
-        header = parse_header(head)
-        if header.magic != 2 or header.size < HEADER_SIZE or header.last_offset != entry_offset:
-            return (f"entry ({entry_offset}, {position}) does not point at the batch ending at offset"
-                    f" {entry_offset}")
-        return None
+        return index_entry_problem(head, entry_offset, position, self.size())
 
     def rebuild_offset_index(self, problem: str) -> None:
         """Replace a corrupt offset index by one built from the `.log`'s batch headers (in
         memory; on disk too when `persist_rebuilt_index`, the writer of a sealed segment)."""
         index = OffsetIndex(None, self.index_path, self.base_offset, max_index_size=self.max_index_size,
                             writable=True)
-        since = 0
         # A damaged `.log` (e.g. a batch's base offset changed) raises here, naming the .log:
         # then the index is not what is wrong.
-        for pos, header in self.scan_headers(0):
-            if since > self.index_interval_bytes and not index.is_full():
-                index.append(header.last_offset, pos)
-                since = 0
-            since += header.size
+        offset_index_from_headers(index, self.scan_headers(0), self.index_interval_bytes)
         if self.writable:
             raise CorruptIndexError(f"the active segment's offset index is corrupt: {problem}",
                                     file=self.index_path)
@@ -607,44 +354,7 @@ class LogSegment:
         batch that cannot be whole (a length past the end of the file) is an error, not an end;
         the offsets of the batches read are checked (rising, in this segment, below
         `next_base`, the next segment's base) whatever `strict`."""
-        found = self.translate_offset(offset, strict=strict)
-        if found is None:
-            return 0, b""
-        start, first = found
-        if first.last_offset >= max_offset:
-            self.check_straddling(start, first, strict)
-            return start, b""
-        # One read for the whole window; the batch headers are walked in that buffer.
-        want = max(max_bytes, first.size) if min_one_batch else max_bytes
-        buf = self.read_bytes(start, start + want, buffer)
-        # The window's headers in one C scan (no CRC here: the decoder checks it), cut before
-        # the first batch that reaches `max_offset`.
-        try:
-            fields = batch_fields(buf, source=self.log_path, verify_crc=False, allow_partial_tail=True,
-                                  base_position=start)
-        except CorruptRecordError as exc:
-            if not exc.position or exc.position <= start:
-                raise
-            # an invalid header inside the window: serve the batches before it (the decoder
-            # checks their CRCs; a damaged length before it shows there), fail at the next read
-            fields = batch_fields(memoryview(buf)[:exc.position - start], source=self.log_path,
-                                  verify_crc=False, allow_partial_tail=True, base_position=start)
-        bad = self._first_bad_row(fields, None, next_base)
-        if bad is not None:
-            if bad[0] == 0:
-                raise CorruptRecordError(bad[1], file=self.log_path, position=start)
-            fields = fields[:bad[0]]        # serve the good batches; the next read fails there
-        last_offsets = fields[:, F_BASE_OFFSET] + fields[:, F_LAST_DELTA]
-        stop = int(np.searchsorted(last_offsets, max_offset, side="left"))
-        if stop < len(fields):
-            end = int(fields[stop, F_POSITION])
-        elif len(fields):
-            end = int(fields[-1, F_POSITION] + fields[-1, F_SIZE])
-        else:
-            end = 0
-        if end == len(buf):
-            return start, buf
-        return start, (memoryview(buf)[:end] if view else buf[:end])
+        return read_window(self, offset, max_bytes, max_offset, min_one_batch, view, buffer, strict, next_base)
 
     def locate(self, offset: int, max_bytes: int, max_offset: int,
                min_one_batch: bool = True, *, strict: bool = False) -> tuple[int, int, int]:
@@ -652,54 +362,10 @@ class LogSegment:
         index and the batch headers alone: the data between is not read (zero-copy fetch).
         start == end when there is nothing to return.
         """
-        found = self.translate_offset(offset, strict=strict)
-        if found is None:
-            return 0, 0, offset
-        start, first = found
-        if first.last_offset >= max_offset:
-            self.check_straddling(start, first, strict)
-            return start, start, offset
-        want = max(max_bytes, first.size) if min_one_batch else max_bytes
-        size = self.size()
-        limit = min(start + want, size)
-        # Jump to the last index entry whose batch starts at or below `limit` and ends below
-        # `max_offset` (entries are (last offset, position) of batch starts): every batch before
-        # it is whole within the window. Then walk headers from there.
-        index = self.offset_index
-        positions, keys = index.value_column(), index.key_column()
-        k = min(int(np.searchsorted(positions, limit, side="right")),
-                int(np.searchsorted(keys, min(max(max_offset - self.base_offset, -1), INT32_MAX),
-                                    side="left"))) - 1
-        pos = max(start, int(positions[k])) if k >= 0 else start
-        if pos > start:
-            problem = self._index_entry_problem(self.base_offset + int(keys[k]), pos)
-            if problem is not None:
-                try:
-                    self.rebuild_offset_index(problem)
-                except CorruptRecordError:
-                    pos = start     # the batch there is damaged, not the index: walk from the start
-                else:
-                    return self.locate(offset, max_bytes, max_offset, min_one_batch, strict=strict)
-        end, next_offset = pos, None if pos > start else offset
-        while pos + HEADER_SIZE <= (size if next_offset is None else limit):
-            try:
-                header = self._header_at(pos)
-            except CorruptRecordError:
-                if end > start and next_offset is not None:
-                    break       # serve the batches before it; a read from here fails
-                raise
-            if next_offset is None:
-                next_offset = header.base_offset      # where the batches before `pos` end
-            if header.last_offset >= max_offset or pos + header.size > limit:
-                break
-            pos += header.size
-            end, next_offset = pos, header.next_offset
-        if next_offset is None:
-            raise CorruptRecordError(f"offset index entry points past the end ({size} bytes)",
-                                     file=self.log_path, position=pos)
-        return start, end, next_offset
+        return locate_window(self, offset, max_bytes, max_offset, min_one_batch, strict)
 
-    def _header_at(self, pos: int) -> BatchHeader:
+    def header_at(self, pos: int) -> BatchHeader:
+        """The header of the batch at `pos`, which must look like one (magic, length)."""
         header = parse_header(self.read_bytes(pos, pos + HEADER_SIZE))
         if header.magic != 2 or header.size < HEADER_SIZE:
             raise CorruptRecordError(f"invalid batch header (size {header.size}, magic {header.magic})",
@@ -715,92 +381,46 @@ class LogSegment:
         checked once, not at every fetch."""
         if end is None:
             end = start + len(data)
-        if end <= start or self._is_verified(start, end):
+        if end <= start or self._verified.covers(start, end):
             return end
-        if data is None and self.is_local_file and end - start >= _MAP_VERIFY_BYTES:
-            # The page cache's bytes, mapped, not copied (a copy costs more than the CRC).
-            fd = self.data.open_fd()
-            try:
-                aligned = start - start % mmap.ALLOCATIONGRANULARITY
-                mapped = mmap.mmap(fd, end - aligned, access=mmap.ACCESS_READ, offset=aligned)
-            finally:
-                os.close(fd)
-            error = None
-            view = memoryview(mapped)[start - aligned:end - aligned]
-            try:
-                good = self.verify_range(start, view, end, next_base)
-            except CorruptRecordError as exc:   # re-raised without frames that still hold the map
-                error = CorruptRecordError(exc.reason, file=exc.file, position=exc.position)
-            view.release()
-            try:
-                mapped.close()
-            except BufferError:     # a view still alive somewhere: the map goes with it
-                pass
-            if error is not None:
-                raise error
-            return good
+        if data is None and end - start >= _MAP_VERIFY_BYTES:
+            mapping = self.data.map_range(start, end)    # None where the bytes are not in a file
+            if mapping is not None:
+                return verify_mapped(lambda view: self.verify_range(start, view, end, next_base), *mapping)
         if data is None:
             data = self.read_bytes(start, end)
         try:
             fields = batch_fields(data, source=self.log_path, verify_crc=True, allow_partial_tail=False,
                                   base_position=start)
-            self.check_window_offsets(fields, start, next_base=next_base)
+            bad = first_bad_row(fields, self.base_offset, self.contiguous, None, next_base)
+            if bad is not None:
+                raise CorruptRecordError(bad[1], file=self.log_path,
+                                         position=start + int(fields[bad[0], F_POSITION]))
         except CorruptRecordError as exc:
             bad = exc.position if exc.position is not None else start
             if bad > start:
                 # what lies before the damage is good: verify it alone
                 return self.verify_range(start, memoryview(data)[:bad - start], bad, next_base)
             raise
-        self._mark_verified(start, end)
+        self._verified.mark(start, end)
         return end
 
     def _is_verified(self, start: int, end: int) -> bool:
-        for lo, hi in self._verified:
-            if lo <= start and end <= hi:
-                return True
-        return False
-
-    def _forget_verified_from(self, position: int) -> None:
-        """The file was cut at `position`: what is written there next was never checked."""
-        self._verified = [[lo, min(hi, position)] for lo, hi in self._verified if lo < position]
-
-    def _mark_verified(self, start: int, end: int) -> None:
-        for span in self._verified:
-            if span[0] <= end and start <= span[1]:       # touching or overlapping: merge
-                span[0], span[1] = min(span[0], start), max(span[1], end)
-                break
-        else:
-            self._verified.append([start, end])
-            if len(self._verified) > 64:
-                self._verified.pop(0)
+        return self._verified.covers(start, end)
 
     def resync(self, position: int, min_base: int | None = None) -> tuple[int, int] | None:
         """(position, base offset) of the first whole batch after damage at `position` that
         passes every check (magic, length, CRC, offsets at or above the segment base), or None
         when the rest of the segment holds none. A reader told to skip lost data
         (failOnDataLoss=false) skips exactly the bytes in between."""
-        size = self.size()
-        data = bytes(self.read_bytes(position, size))
-        at = 1
-        while True:
-            at = data.find(b"\x02", at + 16) - 16 if at + 16 < len(data) else -1
-            if at < 0:
-                return None
-            if at + HEADER_SIZE <= len(data):
-                header = parse_header(data, at)
-                if (header.size >= HEADER_SIZE and at + header.size <= len(data)
-                        and header.base_offset >= max(self.base_offset, min_base or 0)
-                        and header.last_offset_delta >= 0):
-                    try:
-                        batch_fields(memoryview(data)[at:at + header.size], verify_crc=True)
-                        return position + at, header.base_offset
-                    except CorruptRecordError:
-                        pass
-            at += 1
+        found = next_good_batch(bytes(self.read_bytes(position, self.size())),
+                                max(self.base_offset, min_base or 0))
+        return None if found is None else (position + found[0], found[1])
 
     @property
     def is_local_file(self) -> bool:
-        return isinstance(self.data, _FileData)
+        """The bytes are in a local file: a fetch may send them zero-copy from its descriptor."""
+        return self.data.has_file
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
@@ -847,7 +467,7 @@ class LogSegment:
             self._undo_append(position, undo)
             raise
         # Batches reach append() checked (CRC, offsets): serving them needs no second check.
-        self._mark_verified(position, position + len(data))
+        self._verified.mark(position, position + len(data))
         return position
 
     def _undo_append(self, position: int, undo: tuple) -> None:
@@ -970,16 +590,12 @@ class LogSegment:
         """
         assert self.in_memory
         self.seal()
-        data = bytes(self.data.buf)
-        if self.storage.put_if_absent(self.log_path, data) is None:
-            existing = self.storage.read(self.log_path)
-            if existing != data:
-                raise _SegmentExists(self.log_path)
+        published = self.data.publish(self.storage, self.log_path)    # SegmentExists when lost
         self.storage.write_atomic(self.index_path, self.offset_index.to_bytes())
         self.storage.write_atomic(self.time_index_path, self.time_index.to_bytes())
         if self.txn_index.entries:
             self.storage.write_atomic(self.txn_index_path, self.txn_index.to_bytes())
-        self.data = _ObjectData(self.storage, self.log_path, len(data))
+        self.data = published
         self.in_memory = False
         self.writable = False
 
@@ -999,70 +615,38 @@ class LogSegment:
             self.time_index.reset()
         else:
             # Read-only copy: rebuild the indexes in memory, never touch the files.
-            self.offset_index = OffsetIndex(None, self.index_path, self.base_offset,
-                                            max_index_size=self.max_index_size, writable=True)
-            self.time_index = TimeIndex(None, self.time_index_path, self.base_offset,
-                                        max_index_size=self.max_index_size, writable=True)
+            self._offset_index = OffsetIndex(None, self.index_path, self.base_offset,
+                                             max_index_size=self.max_index_size, writable=True)
+            self._time_index = TimeIndex(None, self.time_index_path, self.base_offset,
+                                         max_index_size=self.max_index_size, writable=True)
         self.index_interval.reset()
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
         self.first_batch_timestamp = None
         file_size = self.data.size()
-        valid = 0
-        next_offset = None
-        error = None
-        pos = 0
-        while pos < file_size:
-            head = self.data.read(pos, min(file_size, pos + SCAN_CHUNK))
-            if len(head) < 17:
-                error = f"{file_size - pos} trailing bytes, shorter than a batch header"
-                break
-            size_field = int.from_bytes(head[8:12], "big", signed=True) + 12
-            if size_field < HEADER_SIZE or pos + size_field > file_size:
-                error = (f"batch at position {pos} declares {size_field} bytes"
-                         + (", past the end of the file" if pos + size_field > file_size else ""))
-                break
-            data = head[:size_field] if size_field <= len(head) else self.data.read(pos, pos + size_field)
-            try:
-                batches = list(iter_batches(data, source=self.log_path, base_position=pos,
-                                            verify_crc=True, allow_partial_tail=False))
-            except CorruptRecordError as exc:
-                error = str(exc)
-                break
-            _, header = batches[0]
-            if header.base_offset < self.base_offset or header.last_offset - self.base_offset > INT32_MAX:
-                error = (f"batch at position {pos} has offsets {header.base_offset}..{header.last_offset}"
-                         f" outside segment base {self.base_offset}")
-                break
-            if next_offset is not None and header.base_offset < next_offset:
-                error = f"batch at position {pos} has base offset {header.base_offset} below {next_offset}"
-                break
-            if self.contiguous and header.base_offset != (self.base_offset if next_offset is None else next_offset):
-                error = (f"batch at position {pos} has base offset {header.base_offset}, expected"
-                         f" {self.base_offset if next_offset is None else next_offset} (no gaps: never compacted)")
-                break
+        scan = RecoveryScan(self.data, file_size, base_offset=self.base_offset,
+                            contiguous=self.contiguous, source=self.log_path)
+        for pos, header, data in scan.batches():
             if header.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = header.max_timestamp
                 self.offset_of_max_timestamp = header.last_offset
             if self.first_batch_timestamp is None:
                 self.first_batch_timestamp = header.max_timestamp
-            if self.index_interval.due(size_field):
+            if self.index_interval.due(header.size):
                 self.offset_index.append(header.last_offset, pos)
                 self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
             if on_batch is not None:
                 on_batch(header, data, self)
-            next_offset = header.next_offset
-            pos += size_field
-            valid = pos
+        valid, next_offset, error = scan.valid_bytes, scan.next_offset, scan.error
         truncated = file_size - valid
         self.scanned_end = valid
-        if truncated and may_cut is not None and not may_cut(self, ScanResult(valid, truncated, next_offset, error)):
+        if truncated and may_cut is not None and not may_cut(self, scan.result(truncated)):
             truncated = 0
             error = error or f"{file_size - valid} trailing bytes"
         if truncated:
             if write:
                 self.data.truncate(valid)
-                self._forget_verified_from(valid)
+                self._verified.forget_from(valid)
                 if next_offset is not None:
                     self.txn_index.truncate_to(next_offset)
             else:
@@ -1087,7 +671,7 @@ class LogSegment:
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
         self.data.truncate(position)
-        self._forget_verified_from(position)
+        self._verified.forget_from(position)
         # Recompute the in-memory max timestamp and the next offset from what is left. The next
         # offset is set, not reset for a lazy recomputation: see next_offset().
         self.max_timestamp_so_far = -1
@@ -1118,16 +702,3 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size()})"
-
-
-def _limit_entries(index, count: int) -> None:
-    """Ignore entries past `count` of a read-only index (they are a writer's preallocation)."""
-    index._n = min(index._n, count)
-
-
-class _SegmentExists(SegLogError):
-    """Another writer already published a different segment with this base offset."""
-
-    def __init__(self, path: str):
-        super().__init__(f"segment {path} was already published by another writer")
-        self.path = path

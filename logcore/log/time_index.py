@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-from logcore.errors import CorruptIndexError
+from logcore.errors import CorruptIndexError, SegLogError
 from logcore.log.offset_index import (
     INT32_MAX,
     AbstractIndex,
@@ -32,6 +32,22 @@ class TimeIndex(AbstractIndex):
     VALUE_DTYPE = np.dtype(np.int32)
     ENTRY_STRUCT = struct.Struct(">qi")
     KIND = "time index"
+
+    @classmethod
+    def last_timestamp_in_file(cls, storage, path: str) -> int | None:
+        """The timestamp of the last entry of a sealed time index file, read alone (12 bytes,
+        not the whole index); None when the file is missing, empty or its tail looks damaged
+        or like zero padding (then the full index, and its checks, decide)."""
+        try:
+            size = storage.size(path)
+        except SegLogError:
+            return None
+        if size < cls.ENTRY_SIZE or size % cls.ENTRY_SIZE:
+            return None
+        ts, rel = cls.ENTRY_STRUCT.unpack(storage.read(path, size - cls.ENTRY_SIZE, size))
+        if rel < 0 or ts <= 0:
+            return None
+        return ts
 
     def is_full(self) -> bool:
         # One slot stays free for the final entry written on roll/close.

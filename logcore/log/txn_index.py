@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from logcore.errors import CorruptIndexError, InvalidRecordError, ReadOnlyLogError
+from logcore.log.index_file import open_txn_index_file
 
 if TYPE_CHECKING:
-    from logcore.storage import AppendFile, Storage
+    from logcore.storage import Storage
 
 ENTRY_SIZE = 34
 CURRENT_VERSION = 0
@@ -69,17 +70,16 @@ class TransactionIndex:
         if writable and storage is not None and storage.read_only:
             raise ReadOnlyLogError(f"cannot open {storage.describe(path or '')} for writing: "
                                    "storage is read-only")
-        self.storage = storage
-        self.path = path
         self.start_offset = start_offset
         self.writable = writable
         self._rows = np.empty(0, dtype=_NATIVE_DTYPE)
         self._n = 0
         self._file_length = 0
-        self._file: AppendFile | None = None
+        self._file = open_txn_index_file(storage, path)
         self._closed = False
-        if storage is not None and path is not None and storage.exists(path):
-            self._set_from_file_bytes(storage.read(path))
+        data = self._file.load()
+        if data is not None:
+            self._set_from_file_bytes(data)
 
     @classmethod
     def from_bytes(cls, data: bytes, start_offset: int, *, source: str | None = None
@@ -96,10 +96,12 @@ class TransactionIndex:
         self._file_length = len(data)
 
     @property
+    def path(self) -> str | None:
+        return self._file.path
+
+    @property
     def _where(self) -> str:
-        if self.storage is not None and self.path is not None:
-            return self.storage.describe(self.path)
-        return self.path or "<in-memory transaction index>"
+        return self._file.where or self.path or "<in-memory transaction index>"
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -157,16 +159,6 @@ class TransactionIndex:
         if self._closed:
             raise ReadOnlyLogError(f"{self.KIND} {self._where} is closed")
 
-    def _append_file(self) -> AppendFile | None:
-        """The local append file, opened (and so created) on first need."""
-        if self._file is None and self.storage is not None and self.path is not None \
-                and self.storage.is_local:
-            self._file = self.storage.open_append(self.path)
-            if self._file.size() != self._n * ENTRY_SIZE:
-                # Drop a partial entry left by a crash so appends stay aligned.
-                self._file.truncate(self._n * ENTRY_SIZE)
-        return self._file
-
     def append(self, txn: AbortedTxn) -> None:
         """Add an entry; its lastOffset must be above the last entry's."""
         self._check_writable()
@@ -178,9 +170,7 @@ class TransactionIndex:
         if txn.version != CURRENT_VERSION:
             raise InvalidRecordError(f"aborted transaction version {txn.version} is not "
                                      f"{CURRENT_VERSION} ({self.KIND} {self._where})")
-        file = self._append_file()   # before counting the new entry: it aligns the file
-        if file is not None:
-            file.append(txn.to_bytes())
+        self._file.append(txn.to_bytes(), self._n * ENTRY_SIZE)   # before counting the new entry
         if self._n == len(self._rows):
             self._rows = np.resize(self._rows, max(16, 2 * self._n))
         self._rows[self._n] = (txn.version, txn.producer_id, txn.first_offset, txn.last_offset,
@@ -202,41 +192,24 @@ class TransactionIndex:
     def _truncate_to_entries(self, keep: int) -> None:
         self._n = keep
         self._file_length = keep * ENTRY_SIZE
-        if self.storage is not None and self.path is not None and self.storage.is_local \
-                and self.storage.exists(self.path):
-            file = self._append_file()
-            assert file is not None
-            file.truncate(self._file_length)
+        self._file.truncate(self._file_length)
 
     def flush(self) -> None:
         """fsync on local disk; on object stores publish the whole object (if there is one)."""
         self._check_writable()
-        if self._file is not None:
-            self._file.flush(fsync=True)
-        elif self.storage is not None and self.path is not None and not self.storage.is_local:
-            if self._n or self.storage.exists(self.path):
-                self.storage.write_atomic(self.path, self.to_bytes())
+        self._file.flush(self.to_bytes, self._n)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._file.close()
         self._closed = True
 
     def rename_to(self, new_path: str) -> None:
         """Follow a rename of the index file; renames it if it exists."""
-        if self.storage is not None and self.path is not None and self.storage.exists(self.path):
-            if self.storage.is_local:
-                self.storage.rename(self.path, new_path)
-            else:
-                self.storage.write_atomic(new_path, self.storage.read(self.path))
-                self.storage.delete(self.path)
-        self.path = new_path
+        self._file.rename_to(new_path)
 
     def delete(self) -> None:
-        self.close()
-        if self.storage is not None and self.path is not None:
-            self.storage.delete(self.path, missing_ok=True)
+        self._closed = True
+        self._file.delete()
 
     def sanity_check(self) -> None:
         """Kafka's check (no entry ends below the segment's start offset), plus the length and
