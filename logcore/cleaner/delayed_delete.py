@@ -8,7 +8,7 @@ that already had the segment open goes on reading it. Here:
   any process can tell which `.deleted` files are due without shared state. `delete_expired`
   removes those (`log/deletion.py`, shared with retention); the cleaner calls it at every pass, and a writer opening the log removes every
   leftover (`LocalSegmentStore.clean_leftovers` (segment_store.py)), as Kafka does at startup. A reader holding the old
-  segment keeps reading it under the `.deleted` name (`segment._FileData`).
+  segment keeps reading it under the `.deleted` name (`segment_data.FileData`).
 - Object stores (no rename): the replaced segments leave the partition state's cleaned list in
   the pass's conditional switch, and the same write lists them under `"replaced"` as
   `[stem, due_ms]`. Their objects are deleted once due, by the next pass or a writer opening the

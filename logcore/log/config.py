@@ -193,6 +193,10 @@ class LogConfig:
         self._values = values
         self.overrides: dict[str, str] = dict(overrides or {})
 
+    def value(self, name: str) -> Any:
+        """The typed value of a known name (ConfigKey's descriptor reads through it)."""
+        return self._values[name]
+
     # --- construction ------------------------------------------------------------------------
 
     @classmethod
@@ -304,6 +308,10 @@ class MaintenanceConfig:
 
     def __init__(self, values: dict[str, Any]):
         self._values = values
+
+    def value(self, name: str) -> Any:
+        """The typed value of a known name (ConfigKey's descriptor reads through it)."""
+        return self._values[name]
 
     @classmethod
     def from_props(cls, props: dict[str, Any] | None = None) -> "MaintenanceConfig":

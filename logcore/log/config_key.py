@@ -3,7 +3,7 @@ parsed and checked against it (Kafka's ConfigDef types and validators).
 
 The declaration tables (`LogConfig`, `MaintenanceConfig` in config.py, `TieredConfig`) hold
 `ConfigKey`s as class attributes; as a descriptor a key reads its parsed value from the table
-instance's `_values` mapping, the one protocol the tables share.
+instance's `value(name)`, the one protocol the tables share.
 """
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ class ConfigKey:
     def __get__(self, instance: "Any", owner: type) -> Any:
         if instance is None:
             return self
-        return instance._values[self.name]
+        return instance.value(self.name)
 
     def parse(self, raw: Any) -> Any:
         """Parse and validate one value; errors name this config, the value and what is allowed."""

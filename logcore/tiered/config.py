@@ -119,6 +119,10 @@ class TieredConfig:
         self.storage_options = storage_options
         self.key_files = key_files        # id -> (public PEM, private PEM)
 
+    def value(self, name: str) -> Any:
+        """The typed value of a known name (ConfigKey's descriptor reads through it)."""
+        return self._values[name]
+
     @property
     def enabled(self) -> bool:
         return self.system_enable
