@@ -221,18 +221,16 @@ class StagedAdoption:
             # deleted right here: not synced first (nothing could rely on them).
             active.close(sync=False)
             active.delete_files()
-            self.segments.pop()
-            self.bases.pop()
+            self.log_segments.pop_active()
         elif active.writable:
             active.seal()
             active.close()
-            self.segments[-1] = self._new_segment(active.base_offset, writable=False)
+            self.log_segments.replace_active(self._new_segment(active.base_offset, writable=False))
         seg = self._new_segment(first, writable=False)
         self.storage.link(path, seg.log_path, durable=False)     # folder fsync: adopt_staged_many
         seg = self._new_segment(first, writable=True)
         seg.index_existing(positions, sizes, last_offsets, max_ts)
         seg.seal(fsync=False)
         written.append(seg)
-        self.segments.append(self._new_segment(first, writable=False))
-        self.bases.append(first)
+        self.log_segments.add(self._new_segment(first, writable=False))
         return first, int(last_offsets[-1])

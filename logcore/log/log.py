@@ -20,7 +20,6 @@ writer is fenced before it can change anything.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 from contextlib import contextmanager, nullcontext
@@ -42,6 +41,7 @@ from logcore.log.remote_view import RemoteLogView
 from logcore.log.segment_flusher import PendingFlush
 from logcore.log.segment_store import segment_store_for
 from logcore.log.segment import LogSegment
+from logcore.log.log_segments import LogSegments
 from logcore.log.clock import now_ms as _now_ms
 # The parts of Log, by noun (each a mixin of this class), and the names callers import from here.
 from logcore.log.adoption import StagedAdoption
@@ -124,10 +124,10 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         self._flush_ms = config.flush_ms
         self._max_message_bytes = config.max_message_bytes
         self._compact = config.compact
-        self.segments: list[LogSegment] = []
-        self._txn_bases: set[int] = set()        # segments that have a .txnindex
-        self.bases: list[int] = []
+        # The segment list, its base offsets and which segments have a .txnindex: one writer.
+        self.log_segments = LogSegments()
         self.recovery = RecoveryReport()
+        self._reported_start: tuple | None = None    # a contradictory log start already reported
         self.commit_marker: dict | None = None
         self.leader_epoch = -1
         # Whether this log takes a leader's appends. A path-mode writer leads by its fence; a
@@ -190,6 +190,16 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         seg.persist_rebuilt_index = self._local_writer and not self.read_only
         seg.contiguous = self._gapless
         return seg
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first (read only: `log_segments` changes them)."""
+        return self.log_segments.list
+
+    @property
+    def bases(self) -> list[int]:
+        """The segments' base offsets (read only)."""
+        return self.log_segments.bases
 
     @property
     def local_log_start_offset(self) -> int:
@@ -285,7 +295,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
 
     def has_aborted_transactions(self, base_offset: int) -> bool:
         """Whether the segment at `base_offset` has a transaction index (aborted transactions)."""
-        return base_offset in self._txn_bases
+        return self.log_segments.has_txn_index(base_offset)
 
     def replace_segments(self, replacements: list, swap_files, truncations: int | None = None) -> bool:
         """Kafka's replaceSegments, for the cleaner. `replacements`: (old segments, new base
@@ -308,13 +318,8 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                     return False
                 swap_files()
                 for old, base, stem, has_aborted in replacements:
-                    i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
-                    self.segments[i:i + len(old)] = [self._new_segment(base, writable=False, stem=stem)]
-                    self._txn_bases.difference_update(seg.base_offset for seg in old)
-                    if has_aborted:
-                        self._txn_bases.add(base)
-                self.bases = [seg.base_offset for seg in self.segments]
-                self._ts_cache_key = None
+                    self.log_segments.replace_run(old, self._new_segment(base, writable=False, stem=stem),
+                                                  has_txn_index=has_aborted)
                 return True
 
     # ------------------------------------------------------------------ appending
@@ -323,21 +328,19 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             active = self.segments[-1]
             if active.writable and not active.in_memory:
                 self.segment_store.seal(active)
-                self.segments[-1] = self._new_segment(active.base_offset, writable=False)
+                self.log_segments.replace_active(self._new_segment(active.base_offset, writable=False))
             if active.size() == 0 and active.base_offset == base_offset:
                 return self.segments[-1]
             if active.in_memory and active.size() > 0:
                 raise SegLogError("cannot roll an unpublished object-store segment")
             if active.in_memory and active.size() == 0:
-                self.segments.pop()
-                self.bases.pop()
+                self.log_segments.pop_active()
         seg = self.segment_store.new_active(base_offset)
         # Its next offset and indexes are there before the segment is published: a thread that
         # reads the LEO without the lock must not compute it lazily while this writer appends,
         # or its stale result, stored after the append, hands the same offset out twice.
         seg.fill_lazy_state()
-        self.segments.append(seg)
-        self.bases.append(base_offset)
+        self.log_segments.add(seg)
         self.segment_store.rolled(base_offset)
         return seg
 
@@ -515,10 +518,6 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         elif analysis is not None:
             self._complete_producer_append(active, analysis, header)
         self._unflushed += header.records_count
-        self._maybe_flush(now)
-        log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
-        return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
-                          header.records_count, log_append)
 
     def _complete_producer_append(self, active: LogSegment, analysis, header: BatchHeader) -> None:
         """The producer state's part of an append whose batch is in `active` already, and the
@@ -529,7 +528,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         try:
             for aborted in self.producer_state.complete_append(analysis, header.next_offset):
                 active.txn_index.append(aborted)
-                self._txn_bases.add(active.base_offset)
+                self.log_segments.mark_txn_index(active.base_offset)
         except OSError:
             active.truncate_to(header.base_offset)
             self._rebuild_producer_state()
@@ -547,7 +546,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             return self._append_locked(bytearray(batch), _now_ms(), validated=True)
 
     def _segment_index(self, offset: int) -> int:
-        return max(0, bisect.bisect_right(self.bases, offset) - 1)
+        return self.log_segments.index_of(offset)
 
     # ------------------------------------------------------------------ truncation and close
     def truncate_to(self, offset: int, *, below_high_watermark: bool = False,
@@ -595,14 +594,13 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             if seg not in keep:
                 seg.close()
                 seg.delete_files()
-        self.segments = keep
-        self.bases = [s.base_offset for s in keep]
+        self.log_segments.keep(keep)
         last = self.segments[-1]
         if last.base_offset >= offset:
             # Everything goes: restart the log at `offset`.
             last.close()
             last.delete_files()
-            self.segments, self.bases = [], []
+            self.log_segments.clear()
             self.log_start_offset = offset
             self._roll_to(offset)
         else:

@@ -295,9 +295,7 @@ class LogReplication:
             for seg in self.segments:
                 seg.close()
                 seg.delete_files()
-            self.segments, self.bases = [], []
-            self._txn_bases.clear()
-            self._ts_cache_key = None
+            self.log_segments.clear()
             self.log_start_offset = start
             self._roll_to(offset)
             self.recovery_point = offset

@@ -226,9 +226,7 @@ class LogRetention:
             self.state_store.commit(high_watermark=self.high_watermark, log_start_offset=new_start,
                                     first_segment_base=first_base, epoch=self.leader_epoch)
             self.log_start_offset = new_start
-        self.segments = self.segments[count:]
-        self.bases = [s.base_offset for s in self.segments]
-        self._txn_bases -= {s.base_offset for s in doomed}
+        self.log_segments.remove_first(count)
         if not self.read_only:
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             # Snapshots below the first local segment are no use locally (a remote segment

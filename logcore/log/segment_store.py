@@ -224,7 +224,7 @@ class LocalSegmentStore:
             # Cut before it is published, for the same reason as in _roll_to.
             reopened = log._new_segment(last.base_offset, writable=True)
             reopened.truncate_to(offset)
-            log.segments[-1] = reopened
+            log.log_segments.replace_active(reopened)
         else:
             last.truncate_to(offset)
 
@@ -352,7 +352,7 @@ class ObjectSegmentStore:
                     seg.publish()       # finds the same bytes there, writes the indexes
                 else:
                     last.delete_files()
-            log.segments[-1] = seg
+            log.log_segments.replace_active(seg)
         if not log.segments[-1].in_memory:
             log._roll_to(log.log_end_offset)      # appends go to a fresh in-memory segment
 
