@@ -69,7 +69,7 @@ class StagedAdoption:
             if self._closed:
                 raise SegLogError(f"{self.topic}-{self.partition} is closed")
             first = next_offset = self.log_end_offset
-            self._note_epoch_start(first)
+            self._note_epoch_start(self.leader_epoch, first)
             run_start, run_end, run_headers = batches[0][0], batches[0][0], []
             run_first_ts = None
             for pos, header in batches:
@@ -203,7 +203,7 @@ class StagedAdoption:
                 or (attributes & CONTROL_MASK).any() or int(counts.sum()) - 1 > INT32_MAX):
             return None
         first = self.log_end_offset
-        self._note_epoch_start(first)
+        self._note_epoch_start(self.leader_epoch, first)
         bases = first + np.concatenate(([0], np.cumsum(counts)[:-1]))
         last_offsets = bases + deltas
         # baseOffset, batchLength (unchanged) and partitionLeaderEpoch: the first 16 bytes

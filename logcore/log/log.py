@@ -344,12 +344,13 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         self.segment_store.rolled(base_offset)
         return seg
 
-    def _note_epoch_start(self, offset: int) -> None:
-        """As Kafka's leader append: the epoch cache learns this writer's epoch at the first
-        batch stamped with it (it is there from the open on, unless a truncation took it)."""
+    def _note_epoch_start(self, epoch: int, offset: int) -> None:
+        """The epoch cache learns `epoch` at the first batch stamped with it: a leader's own
+        (there from the open on, unless a truncation took it), or each newer epoch of the
+        leader's batches a follower appends."""
         latest = self.epoch_cache.latest_epoch
-        if self.leader_epoch >= 0 and (latest is None or self.leader_epoch > latest):
-            self.epoch_cache.assign(self.leader_epoch, offset)
+        if epoch >= 0 and (latest is None or epoch > latest):
+            self.epoch_cache.assign(epoch, offset)
 
     def _compression(self, compression) -> Compression:
         if compression is not None:
@@ -455,10 +456,16 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
     def _flush_due(self, records: int, now: int) -> bool:
         return self._unflushed + records >= self._flush_messages or now - self._last_flush_ms >= self._flush_ms
 
-    def _append_locked(self, data: bytearray, now: int, *, validated: bool,
-                       assign: bool = False) -> AppendInfo:
+    def _check_open(self) -> None:
         if self._closed:
             raise SegLogError(f"{self.topic}-{self.partition} is closed")
+
+    def _append_locked(self, data: bytearray, now: int, *, validated: bool,
+                       assign: bool = False) -> AppendInfo:
+        """A leader's append of one batch: checked (validated=False: a client's batch), its
+        offsets and epoch stamped, deduplicated by producer state, then written by
+        `_append_batch_locked`, the append every batch goes through."""
+        self._check_open()
         if not self.leads:
             raise NotLeaderOrFollowerError(
                 f"{self.topic}-{self.partition}: this replica follows at leader epoch"
@@ -496,7 +503,19 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                 d = analysis.duplicate
                 return AppendInfo(d.first_offset, d.last_offset, d.timestamp, header.records_count,
                                   duplicate=True)
-        active = self.segments[-1]
+        self._append_batch_locked(data, header, now, self.leader_epoch, analysis, next_batch=next_batch)
+        self._maybe_flush(now)
+        log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
+        return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
+                          header.records_count, log_append)
+
+    def _append_batch_locked(self, data, header: BatchHeader, now: int, epoch: int, analysis, *,
+                             next_batch: bool = False) -> None:
+        """Write one checked batch that starts at the LEO, for a leader's and a follower's append
+        alike: roll first when due, the epoch cache learns `epoch` (the leader's, or the
+        leader's batch's) at the batch, the producer state its producer fields (`analysis`, or
+        `next_batch`: the producer's next in-sequence batch, which needs none)."""
+        active = self.log_segments.active
         roll = active.should_roll(header.size, header.max_timestamp, header.last_offset,
                                   segment_bytes=self._segment_bytes,
                                   segment_ms=self._segment_ms, now_ms=now)
@@ -507,9 +526,9 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                 # An object-store segment is published at commit; rolling it means committing.
                 self._commit_locked()
             else:
-                self._roll_to(leo)
-            active = self.segments[-1]
-        self._note_epoch_start(header.base_offset)
+                self._roll_to(header.base_offset)
+            active = self.log_segments.active
+        self._note_epoch_start(epoch, header.base_offset)
         active.append(data, [header])
         if next_batch:
             self.producer_state.append_next_batch(header.producer_id, header.last_sequence,

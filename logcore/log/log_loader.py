@@ -12,7 +12,6 @@ opened (`_finish_open`: the uncommitted tail cut, the producer state, the epoch 
 """
 from __future__ import annotations
 
-import bisect
 import logging
 from dataclasses import dataclass, field
 from typing import Callable
@@ -342,7 +341,7 @@ class LogLoader(SegmentListing, RangePlan):
     def _recover(self, can_write: bool) -> None:
         """After an unclean shutdown: validate segments from the recovery point, cut the tail
         (every segment when repairing)."""
-        start = 0 if self._repair else max(0, bisect.bisect_right(self.bases, self.recovery_point) - 1)
+        start = 0 if self._repair else self.log_segments.index_of(self.recovery_point)
         if self._repair:
             try:
                 old_end = max(self._committed_hw or 0, self.segments[-1].next_offset())

@@ -109,9 +109,10 @@ class LogReplication:
 
     def _append_follower_locked(self, buf: bytes | bytearray, batches: list, *,
                                 nonblocking: bool) -> tuple[int, int] | None:
+        """A follower's append of the leader's batches: each checked to follow the LEO, then
+        written by `_append_batch_locked`, as a leader's batch is."""
         source = f"{self.topic}-{self.partition} follower append"
-        if self._closed:
-            raise SegLogError(f"{self.topic}-{self.partition} is closed")
+        self._check_open()
         expected = self.log_end_offset
         for pos, header in batches:
             if header.base_offset < expected:
@@ -138,20 +139,7 @@ class LogReplication:
                 marker = _end_marker(bytes(data), header, source, pos) if header.is_control else None
                 analysis = self.producer_state.analyze([ProducerBatch.from_header(header, marker)],
                                                        AppendOrigin.REPLICATION)
-            active = self.segments[-1]
-            if active.should_roll(header.size, header.max_timestamp, header.last_offset,
-                                  segment_bytes=self._segment_bytes, segment_ms=self._segment_ms,
-                                  now_ms=now):
-                self._roll_to(header.base_offset)
-                active = self.segments[-1]
-            epoch = header.partition_leader_epoch
-            latest = self.epoch_cache.latest_epoch
-            if epoch >= 0 and (latest is None or epoch > latest):
-                self.epoch_cache.assign(epoch, header.base_offset)
-            active.append(data, [header])
-            if analysis is not None:
-                self._complete_producer_append(active, analysis, header)
-            self._unflushed += header.records_count
+            self._append_batch_locked(data, header, now, header.partition_leader_epoch, analysis)
         self._maybe_flush(now)
         return batches[0][1].base_offset, batches[-1][1].last_offset
 
