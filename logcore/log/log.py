@@ -37,7 +37,8 @@ from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.cleaner_checkpoint import CleanerCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
-from logcore.log.remote_view import RemoteLogView
+from logcore.log.log_backend import LogBackend
+from logcore.log.open_mode import OpenMode
 from logcore.log.segment_flusher import PendingFlush
 from logcore.log.segment_store import segment_store_for
 from logcore.log.segment import LogSegment
@@ -81,25 +82,21 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
           LogFlushing, LogRetention, LogReplication):
     """A partition's log. Open it through `LogRoot.log(topic, partition)`."""
 
-    def __init__(self, storage, directory: str, topic: str, partition: int, config, state_store, *,
-                 fence=None, read_only: bool = False, kafka_clean: bool = False,
-                 truncate_uncommitted: bool = True, remote: RemoteLogView | None = None,
-                 resume: tuple[int, str] | None = None, repair: bool = False,
-                 kafka_copy: bool = False, replica: bool = False,
-                 read_range: tuple[int | None, int | None] | None = None):
-        if read_range is not None and fence is not None:
-            raise ValueError("read_range is for readers: a writer opens the whole log")
+    def __init__(self, backend: LogBackend, directory: str, topic: str, partition: int, config,
+                 mode: OpenMode):
+        """`backend`: where the log lives (log_backend.py); `mode`: how it is opened, one policy
+        (open_mode.py: path writer, replica, repair, plain, range or Kafka-copy reader)."""
+        if mode.writer != (backend.fence is not None):
+            raise ValueError(f"{mode!r}: a writer holds a writer fence, a reader none")
+        storage = backend.storage
+        self.mode = mode
         # A reader's range [start, end) (range_open.py): the open prepares only what reading it needs.
-        self._read_range = read_range
-        self._producer_state_loaded = read_range is None
+        self._read_range = mode.read_range
+        self._producer_state_loaded = mode.read_range is None
         self.storage = storage
-        # replica (a cluster member's log, local disk): the leader epoch is given from outside
-        # (become_leader / become_follower), opening never truncates, and the HW moves only by
-        # maybe_increment_high_watermark / update_high_watermark, never by a commit.
-        self.replica = replica
-        self._kafka_copy = kafka_copy
-        # repair (`seglog repair`): recovery checks every segment and may cut committed data.
-        self._repair = repair
+        self.replica = mode.replica
+        self._kafka_copy = mode.kafka_copy
+        self._repair = mode.repair
         self._committed_hw: int | None = None
         # Batches tile the offsets without gaps (checked on read) unless compaction ran or may run.
         self._gapless = not config.compact and not self._compacted_once(storage, directory, topic, partition)
@@ -107,16 +104,16 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         # a cleaner pass that began before one must not swap its output in (replace_segments).
         self.truncations = 0
         # Tiered storage: the remote segments below the local ones (None: the log is all local).
-        self.remote = remote
+        self.remote = backend.remote
         self.dir = directory
         self.topic = topic
         self.partition = partition
         self.config = config
-        self.state_store = state_store
-        self.fence = fence
-        self.read_only = read_only or storage.read_only
-        self.writer = fence is not None
-        self.truncate_uncommitted = truncate_uncommitted and not replica
+        self.state_store = backend.state_store
+        self.fence = backend.fence
+        self.read_only = not mode.writer or storage.read_only
+        self.writer = mode.writer
+        self.truncate_uncommitted = mode.truncates_uncommitted
         # Hot-path copies of the config (read on every append).
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
@@ -134,7 +131,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         # replica leads only between become_leader and become_follower, and the check is made
         # under the lock of the append itself, so a replica being deposed never appends a
         # client's batch stamped with the new leader's epoch (Kafka's leaderIsrUpdateLock).
-        self.leads = not replica
+        self.leads = mode.leads_when_opened
         self.high_watermark = 0
         self.log_start_offset = 0
         self.recovery_point = 0
@@ -156,18 +153,18 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         self.segment_store = segment_store_for(self)
         if self.writer and self.read_only:
             raise ReadOnlyLogError(f"cannot open {directory} for writing: the log is read-only")
-        if replica and not (self.writer and storage.is_local):
+        if mode.replica and not storage.is_local:
             raise SegLogError(f"{directory}: a replica log is a writer on local disk")
         if self.writer:
             # resume: take the epoch back if nobody took the partition since (WriterFence);
             # the load below cuts an uncommitted tail either way. A replica holds the fence
             # only as the lock of its directory: its epoch comes from the controller.
-            epoch = fence.acquire(resume=resume)
-            if not replica:
+            epoch = self.fence.acquire(resume=mode.resume)
+            if mode.leads_when_opened:
                 self.leader_epoch = epoch
         try:
             with self._critical() if self.writer else nullcontext():
-                self._load(kafka_clean)
+                self._load(mode.kafka_clean)
         except DamagedLogError:
             # Not opened: let go of the files and of the partition (a repair may take it).
             for seg in self.segments:
@@ -433,7 +430,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                             results.append(exc)
                 finally:
                     self._nonblocking = False
-                if self.high_watermark < self.log_end_offset and not self.replica:
+                if self.high_watermark < self.log_end_offset and self.mode.commit_moves_high_watermark:
                     # A replica's HW moves with replication, and its checkpoint is written on
                     # its own schedule (replica.high.watermark.checkpoint.interval.ms).
                     # A moved recovery point is written durably (fsync); the root files are

@@ -85,7 +85,7 @@ class LogFlushing:
         first_base = self.segments[0].base_offset if self.segments else leo
         # A replica records its HW as replication moved it; the single-node policy makes
         # everything appended visible once recorded.
-        hw = self.high_watermark if self.replica else leo
+        hw = leo if self.mode.commit_moves_high_watermark else self.high_watermark
         # The LSO at the new HW, counting every transaction not yet ended as open (a floor).
         unstable = self.producer_state.first_unstable_offset
         self.state_store.commit(high_watermark=hw, log_start_offset=self.log_start_offset,
@@ -96,7 +96,7 @@ class LogFlushing:
         self._checkpointed_recovery_point = self.recovery_point
         self._state_unsynced = not durable
         # The single-node policy: once durable and recorded, everything appended is visible.
-        if not self.replica:
+        if self.mode.commit_moves_high_watermark:
             self._set_high_watermark(leo)
         if marker is not None:
             self.commit_marker = marker

@@ -437,8 +437,8 @@ class LogLoading:
                            self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
             self._truncate_locked(self.high_watermark)
         self._rebuild_producer_state()
-        if self.replica:
-            # Its epoch is the latest it holds until the controller says more.
+        if not self.mode.leads_when_opened:
+            # A replica: its epoch is the latest it holds until the controller says more.
             latest = self.epoch_cache.latest_epoch
             self.leader_epoch = latest if latest is not None else -1
         else:
