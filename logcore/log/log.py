@@ -52,9 +52,9 @@ from logcore.log.log_loader import (CLEAN_SHUTDOWN, DELETED_SUFFIX, KAFKA_CLEAN_
                                     LogLoading, RecoveryReport)
 from logcore.log.log_reader import FetchResult, LogReading, _end_marker  # noqa: F401
 from logcore.log.log_refresh import LogRefresh
-from logcore.log.range_open import RangeBoundedOpen
+from logcore.log.range_open import LsoFloor
 from logcore.log.segment_listing import SegmentListing
-from logcore.log.log_validator import (MAX_INFLATION, ON_LOOP_INFLATION, ClientBatchValidation,  # noqa: F401
+from logcore.log.log_validator import (MAX_INFLATION, ON_LOOP_INFLATION, LogValidator,  # noqa: F401
                                        _WouldBlock)
 from logcore.log.replication import LogReplication
 from logcore.log.retention import LogRetention
@@ -78,7 +78,7 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchValidation, StagedAdoption, LogReading,
+class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
           LogFlushing, LogRetention, LogReplication):
     """A partition's log. Open it through `LogRoot.log(topic, partition)`."""
 
@@ -93,6 +93,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         # A reader's range [start, end) (range_open.py): the open prepares only what reading it needs.
         self._read_range = mode.read_range
         self._producer_state_loaded = mode.read_range is None
+        self._lso_floor = LsoFloor(backend.storage, directory, mode.read_range)
         self.storage = storage
         self.replica = mode.replica
         self._kafka_copy = mode.kafka_copy
@@ -119,8 +120,8 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         self._segment_ms = config.segment_ms
         self._flush_messages = config.flush_messages
         self._flush_ms = config.flush_ms
-        self._max_message_bytes = config.max_message_bytes
         self._compact = config.compact
+        self._validator = LogValidator(topic, partition, config)     # a client batch's checks
         # The segment list, its base offsets and which segments have a .txnindex: one writer.
         self.log_segments = LogSegments()
         self.recovery = RecoveryReport()
@@ -223,10 +224,12 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
     def last_stable_offset(self) -> int:
         if not self._producer_state_loaded:
             with self._lock:
-                bounded = self._bounded_last_stable_offset()
+                bounded = self._lso_floor.settle(self.high_watermark, self.log_start_offset)
                 if bounded is not None:
                     return bounded
-                self._ensure_producer_state()
+                if not self._producer_state_loaded:     # first need of the exact LSO
+                    self._producer_state_loaded = True
+                    self._rebuild_producer_state()
         first_unstable = self.producer_state.first_unstable_offset
         if first_unstable is None:
             return self.high_watermark
@@ -375,7 +378,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         if self._compact:
             missing = [i for i, item in enumerate(items) if item[0] is None]
             if missing:
-                self._refuse_null_keys(missing, len(items))
+                self._validator.refuse_null_keys(missing, len(items))
         log_append = self._log_append_time()
         with self._critical():
             batch = build_batch(items, base_offset=self.log_end_offset,
@@ -471,7 +474,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             header = parse_header(data)
             size = header.size
         else:
-            fields = self._validate_client_batch(data, now)
+            fields = self._validator.validate(data, now, nonblocking=self._nonblocking)
             size = fields[1] + LOG_OVERHEAD
         if size > self._segment_bytes:
             raise RecordTooLargeError(

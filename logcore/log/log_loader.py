@@ -407,7 +407,7 @@ class LogLoading:
         self.high_watermark = loaded.high_watermark
         self._committed_hw = loaded.committed_hw
         self.commit_marker = loaded.commit_marker
-        self._stored_lso = loaded.stored_lso
+        self._lso_floor.record_stored(loaded.stored_lso)
         self.recovery = loaded.recovery
         if loaded.reported_start is not None:
             self._reported_start = loaded.reported_start

@@ -65,7 +65,6 @@ class LogRefresh:
     def _refresh_once(self) -> None:
         with self._lock:
             state = self.state_store.load()
-            self._stored_lso = state.last_stable_offset
             names = self._list_files()
             bases = sorted({p[0] for p in map(parse_segment_name, names) if p and p[1] == LOG_SUFFIX})
             plan, txn_bases = self._segment_plan(names, bases, state)
@@ -102,4 +101,4 @@ class LogRefresh:
             if self._producer_state_loaded:
                 self._replay_producer_state(self.producer_state.map_end_offset)
             self.producer_state.on_high_watermark_updated(self.high_watermark)
-            self._lso_floor_known = False       # a newer snapshot may settle the LSO now
+            self._lso_floor.record_stored(state.last_stable_offset)   # a newer snapshot may settle it too
