@@ -39,14 +39,13 @@ from logcore.log.cleaner_checkpoint import CleanerCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
 from logcore.log.log_backend import LogBackend
 from logcore.log.open_mode import OpenMode
-from logcore.log.segment_flusher import PendingFlush
 from logcore.log.segment_store import segment_store_for
 from logcore.log.segment import LogSegment
 from logcore.log.log_segments import LogSegments
 from logcore.log.clock import now_ms as _now_ms
 # The parts of Log, by noun (each a mixin of this class), and the names callers import from here.
 from logcore.log.adoption import StagedAdoption
-from logcore.log.log_flush import LogFlushing
+from logcore.log.log_flush import LogFlushing, PendingFlushes
 from logcore.log.log_loader import (CLEAN_SHUTDOWN, DELETED_SUFFIX, KAFKA_CLEAN_SHUTDOWN,  # noqa: F401
                                     LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LoadedLog, LogLoader,
                                     LogLoading, RecoveryReport)
@@ -140,14 +139,14 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         self._lock = threading.RLock()
         self._seen_start_state: int | None = None
         self._seen_first_base: int | None = None
+        self._seen_inodes: dict[int, int] = {}      # id(segment) -> its .log's inode at a reader's last refresh
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
         self._checkpointed_recovery_point = 0       # the recovery point the last commit wrote
         self._state_unsynced = False                # a commit wrote the HW without fsync
         self._closed = False
         self._nonblocking = False                   # inside append_and_commit_nowait
-        self._pending_flushes: list[PendingFlush] = []   # rolled segments not yet fsynced, in roll order
-        self._flush_generation = 0                  # bumped by truncation: older pending flushes move nothing
+        self.pending_flushes = PendingFlushes()     # rolled segments not yet fsynced, in roll order
         epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         # Local disk or object store: what differs between them, behind one protocol.
@@ -607,7 +606,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         if offset >= self.log_end_offset:
             return
         self.truncations += 1
-        self._flush_generation += 1     # a pending flush of a rolled segment must not move the recovery point now
+        self.pending_flushes.truncated()    # a pending flush of a rolled segment must not move the recovery point now
         keep = [s for s in self.segments if s.base_offset < offset or s is self.segments[0]]
         for seg in self.segments:
             if seg not in keep:
@@ -643,9 +642,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
                     for seg in self.segments:
                         seg.data.close()
                 finally:
-                    for pending in self._pending_flushes:     # synced by _flush_locked unless it failed
-                        pending.close()
-                    self._pending_flushes = []
+                    self.pending_flushes.close_all()     # synced by _flush_locked unless it failed
                     self.state_store.close()
                     self.fence.release()    # this writer no longer holds the partition
             else:

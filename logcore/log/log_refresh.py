@@ -38,13 +38,16 @@ class LogRefresh:
         except FileNotFoundError:
             return list(self.segments)
         keep = []
+        seen = {}
         for seg in self.segments:
             inode = inodes.get(seg.base_offset)
-            known = getattr(seg, "_inode", None) or getattr(seg.data, "inode", None)
+            known = self._seen_inodes.get(id(seg)) or getattr(seg.data, "inode", None)
             if known is not None and inode is not None and known != inode:
                 seg = self._new_segment(seg.base_offset, writable=False)
-            seg._inode = inode
+            if inode is not None:
+                seen[id(seg)] = inode
             keep.append(seg)
+        self._seen_inodes = seen        # only segments still held: their ids are not reused
         return keep
 
     # ------------------------------------------------------------------ reading

@@ -275,11 +275,9 @@ class LogReplication:
                 decode_snapshot(producer_snapshot, source=snapshot_source)
             self.state_store.commit(high_watermark=offset, log_start_offset=start,
                                     first_segment_base=offset, epoch=self.leader_epoch)
-            self._flush_generation += 1   # a pending flush of a removed segment moves nothing
+            self.pending_flushes.truncated()    # a pending flush of a removed segment moves nothing
             self.truncations += 1
-            for pending in self._pending_flushes:
-                pending.close()
-            self._pending_flushes = []
+            self.pending_flushes.close_all()
             for seg in self.segments:
                 seg.close()
                 seg.delete_files()

@@ -27,7 +27,7 @@ from logcore.log.deletion import SEGMENT_SUFFIXES, delete_expired_local, delete_
 from logcore.log.log_loader import CLEAN_SHUTDOWN, TEMP_SUFFIXES
 from logcore.log.segment import (DELETED_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, parse_segment_name,
                                  segment_name)
-from logcore.log.segment_flusher import PendingFlush, segment_flusher
+from logcore.log.segment_flusher import segment_flusher
 from logcore.records.batch import HEADER_SIZE, iter_batches, parse_header
 
 
@@ -182,11 +182,9 @@ class LocalSegmentStore:
             return
         # As Kafka: the sealed segment is fsynced in the background, not under the log's lock;
         # the recovery point passes it once that fsync returned.
-        pending = PendingFlush(active.data.open_fd(), active.next_offset(), log._flush_generation,
-                               active.log_path)
+        pending = log.pending_flushes.seal(active.data.open_fd(), active.next_offset(), active.log_path)
         active.seal(fsync=False)
-        log._pending_flushes.append(pending)
-        segment_flusher().submit(pending, log._flushed_in_background)
+        segment_flusher().submit(pending, log.segment_synced)
         # not close(): it would seal again with an fdatasync, here under the lock
         active.close(sync=False)
 
@@ -199,7 +197,7 @@ class LocalSegmentStore:
 
     def flush(self) -> None:
         log = self.log
-        log._sync_pending_flushes()
+        log.sync_rolled_segments()
         for seg in log.segments:
             if seg.writable:
                 seg.flush()
