@@ -153,8 +153,6 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         self.segment_store = segment_store_for(self)
         if self.writer and self.read_only:
             raise ReadOnlyLogError(f"cannot open {directory} for writing: the log is read-only")
-        if mode.replica and not storage.is_local:
-            raise SegLogError(f"{directory}: a replica log is a writer on local disk")
         if self.writer:
             # resume: take the epoch back if nobody took the partition since (WriterFence);
             # the load below cuts an uncommitted tail either way. A replica holds the fence

@@ -506,7 +506,7 @@ class LogRoot:
             state = LocalPartitionState(storage, topic, partition)
         else:
             state = ObjectPartitionState(storage, d)
-        if replica and not writer:
+        if replica and not (writer and storage.is_local):
             raise SegLogError(f"{d}: a replica log is a writer on local disk")
         if writer and replica:
             if repair:

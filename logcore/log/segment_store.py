@@ -19,6 +19,7 @@ the partition state, so no lock is held across writes. A deleted segment gets a
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -74,6 +75,10 @@ class SegmentStore(Protocol):
 
     def close_writer(self) -> None:
         """A writer's clean close (inside the critical section)."""
+
+    def modified_ms(self, seg: LogSegment) -> int:
+        """When the segment's data was last written (retention.ms for a segment without
+        timestamps); 2**62 (never breaches) where the store has no such time."""
 
     def retire_segment(self, base: int, now_ms: int) -> None:
         """Mark a deleted segment's files (readers holding it keep reading until the delay)."""
@@ -252,6 +257,14 @@ class LocalSegmentStore:
             log.state_store.set_recovery_point(log.log_end_offset)
         log.storage.write_atomic(log.storage.join(log.dir, CLEAN_SHUTDOWN), str(log.log_end_offset).encode())
 
+    def modified_ms(self, seg: LogSegment) -> int:
+        if not seg.in_memory:
+            try:
+                return int(os.stat(self.log.storage.local_path(seg.log_path)).st_mtime * 1000)
+            except FileNotFoundError:
+                pass
+        return 2**62
+
     def retire_segment(self, base: int, now_ms: int) -> None:
         # Renamed `*.deleted`: an open reader keeps its view; the rename sets the change time.
         log = self.log
@@ -359,6 +372,9 @@ class ObjectSegmentStore:
 
     def close_writer(self) -> None:
         pass            # everything committed is published; the rest is dropped, as uncommitted
+
+    def modified_ms(self, seg: LogSegment) -> int:
+        return 2**62        # no modification time to offer: such a segment never breaches retention.ms
 
     def retire_segment(self, base: int, now_ms: int) -> None:
         # No rename on an object store: a `<base>.log.deleted` marker records when it went.
