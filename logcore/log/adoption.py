@@ -144,7 +144,7 @@ class StagedAdoption:
         file adopted: the leading ones, up to the first that cannot be adopted (the caller
         appends that one with `append_staged` and goes on with the rest).
         """
-        if not parts or not self.storage.is_local or self._log_append_time():
+        if not parts or not self.segment_store.in_place or self._log_append_time():
             return []
         adopted: list[tuple[int, int]] = []
         written: list[LogSegment] = []       # adopted, sealed, not yet synced nor closed

@@ -174,7 +174,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
 
     @property
     def _local_writer(self) -> bool:
-        return self.writer and self.storage.is_local
+        return self.writer and self.segment_store.in_place
 
     def _new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
                      stem: str | None = None) -> LogSegment:
@@ -408,7 +408,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         policy), and whether the HW now covers everything appended. The caller finishes what
         is left (the other batches, the commit) where it may block.
         """
-        if not (self.writer and self.storage.is_local) or not self._lock.acquire(blocking=False):
+        if not (self.writer and self.segment_store.in_place) or not self._lock.acquire(blocking=False):
             return [], False
         try:
             try:

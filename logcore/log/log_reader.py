@@ -130,7 +130,7 @@ class LogReading:
         """read() for a caller that must not block (the broker's event loop): None, having read
         nothing, when another thread holds the log's lock or `offset` lies before the active
         segment (older bytes may have to come from disk); the caller then reads in a thread."""
-        if not self.writer or not self.storage.is_local:
+        if not self.writer or not self.segment_store.in_place:
             return None
         bases = self.bases
         if not bases or offset < bases[-1] or not self._lock.acquire(blocking=False):

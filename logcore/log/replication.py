@@ -29,7 +29,7 @@ class LogReplication:
         if not self.writer:
             raise ReadOnlyLogError(
                 f"{self.topic}-{self.partition} was opened for reading only: cannot {what}")
-        if not self.storage.is_local:
+        if not self.segment_store.in_place:
             raise SegLogError(f"{self.topic}-{self.partition}: {what} needs a log on local disk; an"
                               " object-store log takes its epoch from its writer fence")
 

@@ -36,6 +36,11 @@ class SegmentStore(Protocol):
     """What the log asks of the place its segments live. Every method runs under the log's
     lock (and, for writes, inside `critical()`)."""
 
+    # Segments are files written in place on this machine: appends and reads of the active
+    # segment take no network round trip (the broker's non-blocking paths), a replica's log and
+    # staged files adopted by hard link live here, and a rebuilt index is persisted.
+    in_place: bool
+
     def critical(self):
         """Context manager around one write of the writer (the fence held as the store needs)."""
 
@@ -115,6 +120,8 @@ def _temp_segment_name(name: str) -> tuple[int, str, str] | None:
 
 class LocalSegmentStore:
     """Segments as files on local disk."""
+
+    in_place = True
 
     def __init__(self, log):
         self.log = log
@@ -289,6 +296,8 @@ class LocalSegmentStore:
 
 class ObjectSegmentStore:
     """Segments as immutable objects, the active one in memory until published."""
+
+    in_place = False
 
     def __init__(self, log):
         self.log = log
