@@ -69,7 +69,7 @@ class StagedAdoption:
             if self._closed:
                 raise SegLogError(f"{self.topic}-{self.partition} is closed")
             first = next_offset = self.log_end_offset
-            self._note_epoch_start(first)
+            self._note_epoch_start(self.leader_epoch, first)
             run_start, run_end, run_headers = batches[0][0], batches[0][0], []
             run_first_ts = None
             for pos, header in batches:
@@ -144,7 +144,7 @@ class StagedAdoption:
         file adopted: the leading ones, up to the first that cannot be adopted (the caller
         appends that one with `append_staged` and goes on with the rest).
         """
-        if not parts or not self.storage.is_local or self._log_append_time():
+        if not parts or not self.segment_store.in_place or self._log_append_time():
             return []
         adopted: list[tuple[int, int]] = []
         written: list[LogSegment] = []       # adopted, sealed, not yet synced nor closed
@@ -203,7 +203,7 @@ class StagedAdoption:
                 or (attributes & CONTROL_MASK).any() or int(counts.sum()) - 1 > INT32_MAX):
             return None
         first = self.log_end_offset
-        self._note_epoch_start(first)
+        self._note_epoch_start(self.leader_epoch, first)
         bases = first + np.concatenate(([0], np.cumsum(counts)[:-1]))
         last_offsets = bases + deltas
         # baseOffset, batchLength (unchanged) and partitionLeaderEpoch: the first 16 bytes
@@ -221,18 +221,16 @@ class StagedAdoption:
             # deleted right here: not synced first (nothing could rely on them).
             active.close(sync=False)
             active.delete_files()
-            self.segments.pop()
-            self.bases.pop()
+            self.log_segments.pop_active()
         elif active.writable:
             active.seal()
             active.close()
-            self.segments[-1] = self._new_segment(active.base_offset, writable=False)
+            self.log_segments.replace_active(self._new_segment(active.base_offset, writable=False))
         seg = self._new_segment(first, writable=False)
         self.storage.link(path, seg.log_path, durable=False)     # folder fsync: adopt_staged_many
         seg = self._new_segment(first, writable=True)
         seg.index_existing(positions, sizes, last_offsets, max_ts)
         seg.seal(fsync=False)
         written.append(seg)
-        self.segments.append(self._new_segment(first, writable=False))
-        self.bases.append(first)
+        self.log_segments.add(self._new_segment(first, writable=False))
         return first, int(last_offsets[-1])

@@ -20,7 +20,6 @@ writer is fenced before it can change anything.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 from contextlib import contextmanager, nullcontext
@@ -38,22 +37,23 @@ from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.log.cleaner_checkpoint import CleanerCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
-from logcore.log.remote_view import RemoteLogView
-from logcore.log.segment_flusher import PendingFlush
+from logcore.log.log_backend import LogBackend
+from logcore.log.open_mode import OpenMode
 from logcore.log.segment_store import segment_store_for
 from logcore.log.segment import LogSegment
+from logcore.log.log_segments import LogSegments
 from logcore.log.clock import now_ms as _now_ms
 # The parts of Log, by noun (each a mixin of this class), and the names callers import from here.
 from logcore.log.adoption import StagedAdoption
-from logcore.log.log_flush import LogFlushing
+from logcore.log.log_flush import LogFlushing, PendingFlushes
 from logcore.log.log_loader import (CLEAN_SHUTDOWN, DELETED_SUFFIX, KAFKA_CLEAN_SHUTDOWN,  # noqa: F401
                                     LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LoadedLog, LogLoader,
                                     LogLoading, RecoveryReport)
 from logcore.log.log_reader import FetchResult, LogReading, _end_marker  # noqa: F401
 from logcore.log.log_refresh import LogRefresh
-from logcore.log.range_open import RangeBoundedOpen
+from logcore.log.range_open import LsoFloor
 from logcore.log.segment_listing import SegmentListing
-from logcore.log.log_validator import (MAX_INFLATION, ON_LOOP_INFLATION, ClientBatchValidation,  # noqa: F401
+from logcore.log.log_validator import (MAX_INFLATION, ON_LOOP_INFLATION, LogValidator,  # noqa: F401
                                        _WouldBlock)
 from logcore.log.replication import LogReplication
 from logcore.log.retention import LogRetention
@@ -73,29 +73,26 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchValidation, StagedAdoption, LogReading,
+class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
           LogFlushing, LogRetention, LogReplication):
     """A partition's log. Open it through `LogRoot.log(topic, partition)`."""
 
-    def __init__(self, storage, directory: str, topic: str, partition: int, config, state_store, *,
-                 fence=None, read_only: bool = False, kafka_clean: bool = False,
-                 truncate_uncommitted: bool = True, remote: RemoteLogView | None = None,
-                 resume: tuple[int, str] | None = None, repair: bool = False,
-                 kafka_copy: bool = False, replica: bool = False,
-                 read_range: tuple[int | None, int | None] | None = None):
-        if read_range is not None and fence is not None:
-            raise ValueError("read_range is for readers: a writer opens the whole log")
+    def __init__(self, backend: LogBackend, directory: str, topic: str, partition: int, config,
+                 mode: OpenMode):
+        """`backend`: where the log lives (log_backend.py); `mode`: how it is opened, one policy
+        (open_mode.py: path writer, replica, repair, plain, range or Kafka-copy reader)."""
+        if mode.writer != (backend.fence is not None):
+            raise ValueError(f"{mode!r}: a writer holds a writer fence, a reader none")
+        storage = backend.storage
+        self.mode = mode
         # A reader's range [start, end) (range_open.py): the open prepares only what reading it needs.
-        self._read_range = read_range
-        self._producer_state_loaded = read_range is None
+        self._read_range = mode.read_range
+        self._producer_state_loaded = mode.read_range is None
+        self._lso_floor = LsoFloor(backend.storage, directory, mode.read_range)
         self.storage = storage
-        # replica (a cluster member's log, local disk): the leader epoch is given from outside
-        # (become_leader / become_follower), opening never truncates, and the HW moves only by
-        # maybe_increment_high_watermark / update_high_watermark, never by a commit.
-        self.replica = replica
-        self._kafka_copy = kafka_copy
-        # repair (`seglog repair`): recovery checks every segment and may cut committed data.
-        self._repair = repair
+        self.replica = mode.replica
+        self._kafka_copy = mode.kafka_copy
+        self._repair = mode.repair
         self._committed_hw: int | None = None
         # Batches tile the offsets without gaps (checked on read) unless compaction ran or may run.
         self._gapless = not config.compact and not self._compacted_once(storage, directory, topic, partition)
@@ -103,34 +100,34 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         # a cleaner pass that began before one must not swap its output in (replace_segments).
         self.truncations = 0
         # Tiered storage: the remote segments below the local ones (None: the log is all local).
-        self.remote = remote
+        self.remote = backend.remote
         self.dir = directory
         self.topic = topic
         self.partition = partition
         self.config = config
-        self.state_store = state_store
-        self.fence = fence
-        self.read_only = read_only or storage.read_only
-        self.writer = fence is not None
-        self.truncate_uncommitted = truncate_uncommitted and not replica
+        self.state_store = backend.state_store
+        self.fence = backend.fence
+        self.read_only = not mode.writer or storage.read_only
+        self.writer = mode.writer
+        self.truncate_uncommitted = mode.truncates_uncommitted
         # Hot-path copies of the config (read on every append).
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
         self._flush_messages = config.flush_messages
         self._flush_ms = config.flush_ms
-        self._max_message_bytes = config.max_message_bytes
         self._compact = config.compact
-        self.segments: list[LogSegment] = []
-        self._txn_bases: set[int] = set()        # segments that have a .txnindex
-        self.bases: list[int] = []
+        self._validator = LogValidator(topic, partition, config)     # a client batch's checks
+        # The segment list, its base offsets and which segments have a .txnindex: one writer.
+        self.log_segments = LogSegments()
         self.recovery = RecoveryReport()
+        self._reported_start: tuple | None = None    # a contradictory log start already reported
         self.commit_marker: dict | None = None
         self.leader_epoch = -1
         # Whether this log takes a leader's appends. A path-mode writer leads by its fence; a
         # replica leads only between become_leader and become_follower, and the check is made
         # under the lock of the append itself, so a replica being deposed never appends a
         # client's batch stamped with the new leader's epoch (Kafka's leaderIsrUpdateLock).
-        self.leads = not replica
+        self.leads = mode.leads_when_opened
         self.high_watermark = 0
         self.log_start_offset = 0
         self.recovery_point = 0
@@ -138,32 +135,30 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         self._lock = threading.RLock()
         self._seen_start_state: int | None = None
         self._seen_first_base: int | None = None
+        self._seen_inodes: dict[int, int] = {}      # id(segment) -> its .log's inode at a reader's last refresh
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
         self._checkpointed_recovery_point = 0       # the recovery point the last commit wrote
         self._state_unsynced = False                # a commit wrote the HW without fsync
         self._closed = False
         self._nonblocking = False                   # inside append_and_commit_nowait
-        self._pending_flushes: list[PendingFlush] = []   # rolled segments not yet fsynced, in roll order
-        self._flush_generation = 0                  # bumped by truncation: older pending flushes move nothing
+        self.pending_flushes = PendingFlushes()     # rolled segments not yet fsynced, in roll order
         epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         # Local disk or object store: what differs between them, behind one protocol.
         self.segment_store = segment_store_for(self)
         if self.writer and self.read_only:
             raise ReadOnlyLogError(f"cannot open {directory} for writing: the log is read-only")
-        if replica and not (self.writer and storage.is_local):
-            raise SegLogError(f"{directory}: a replica log is a writer on local disk")
         if self.writer:
             # resume: take the epoch back if nobody took the partition since (WriterFence);
             # the load below cuts an uncommitted tail either way. A replica holds the fence
             # only as the lock of its directory: its epoch comes from the controller.
-            epoch = fence.acquire(resume=resume)
-            if not replica:
+            epoch = self.fence.acquire(resume=mode.resume)
+            if mode.leads_when_opened:
                 self.leader_epoch = epoch
         try:
             with self._critical() if self.writer else nullcontext():
-                self._load(kafka_clean)
+                self._load(mode.kafka_clean)
         except DamagedLogError:
             # Not opened: let go of the files and of the partition (a repair may take it).
             for seg in self.segments:
@@ -175,7 +170,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
 
     @property
     def _local_writer(self) -> bool:
-        return self.writer and self.storage.is_local
+        return self.writer and self.segment_store.in_place
 
     def _new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
                      stem: str | None = None) -> LogSegment:
@@ -186,6 +181,16 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         seg.persist_rebuilt_index = self._local_writer and not self.read_only
         seg.contiguous = self._gapless
         return seg
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first (read only: `log_segments` changes them)."""
+        return self.log_segments.list
+
+    @property
+    def bases(self) -> list[int]:
+        """The segments' base offsets (read only)."""
+        return self.log_segments.bases
 
     @property
     def local_log_start_offset(self) -> int:
@@ -212,10 +217,12 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
     def last_stable_offset(self) -> int:
         if not self._producer_state_loaded:
             with self._lock:
-                bounded = self._bounded_last_stable_offset()
+                bounded = self._lso_floor.settle(self.high_watermark, self.log_start_offset)
                 if bounded is not None:
                     return bounded
-                self._ensure_producer_state()
+                if not self._producer_state_loaded:     # first need of the exact LSO
+                    self._producer_state_loaded = True
+                    self._rebuild_producer_state()
         first_unstable = self.producer_state.first_unstable_offset
         if first_unstable is None:
             return self.high_watermark
@@ -281,7 +288,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
 
     def has_aborted_transactions(self, base_offset: int) -> bool:
         """Whether the segment at `base_offset` has a transaction index (aborted transactions)."""
-        return base_offset in self._txn_bases
+        return self.log_segments.has_txn_index(base_offset)
 
     def replace_segments(self, replacements: list, swap_files, truncations: int | None = None) -> bool:
         """Kafka's replaceSegments, for the cleaner. `replacements`: (old segments, new base
@@ -304,13 +311,8 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                     return False
                 swap_files()
                 for old, base, stem, has_aborted in replacements:
-                    i = next(k for k, seg in enumerate(self.segments) if seg is old[0])
-                    self.segments[i:i + len(old)] = [self._new_segment(base, writable=False, stem=stem)]
-                    self._txn_bases.difference_update(seg.base_offset for seg in old)
-                    if has_aborted:
-                        self._txn_bases.add(base)
-                self.bases = [seg.base_offset for seg in self.segments]
-                self._ts_cache_key = None
+                    self.log_segments.replace_run(old, self._new_segment(base, writable=False, stem=stem),
+                                                  has_txn_index=has_aborted)
                 return True
 
     # ------------------------------------------------------------------ appending
@@ -319,30 +321,29 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             active = self.segments[-1]
             if active.writable and not active.in_memory:
                 self.segment_store.seal(active)
-                self.segments[-1] = self._new_segment(active.base_offset, writable=False)
+                self.log_segments.replace_active(self._new_segment(active.base_offset, writable=False))
             if active.size() == 0 and active.base_offset == base_offset:
                 return self.segments[-1]
             if active.in_memory and active.size() > 0:
                 raise SegLogError("cannot roll an unpublished object-store segment")
             if active.in_memory and active.size() == 0:
-                self.segments.pop()
-                self.bases.pop()
+                self.log_segments.pop_active()
         seg = self.segment_store.new_active(base_offset)
         # Its next offset and indexes are there before the segment is published: a thread that
         # reads the LEO without the lock must not compute it lazily while this writer appends,
         # or its stale result, stored after the append, hands the same offset out twice.
         seg.fill_lazy_state()
-        self.segments.append(seg)
-        self.bases.append(base_offset)
+        self.log_segments.add(seg)
         self.segment_store.rolled(base_offset)
         return seg
 
-    def _note_epoch_start(self, offset: int) -> None:
-        """As Kafka's leader append: the epoch cache learns this writer's epoch at the first
-        batch stamped with it (it is there from the open on, unless a truncation took it)."""
+    def _note_epoch_start(self, epoch: int, offset: int) -> None:
+        """The epoch cache learns `epoch` at the first batch stamped with it: a leader's own
+        (there from the open on, unless a truncation took it), or each newer epoch of the
+        leader's batches a follower appends."""
         latest = self.epoch_cache.latest_epoch
-        if self.leader_epoch >= 0 and (latest is None or self.leader_epoch > latest):
-            self.epoch_cache.assign(self.leader_epoch, offset)
+        if epoch >= 0 and (latest is None or epoch > latest):
+            self.epoch_cache.assign(epoch, offset)
 
     def _compression(self, compression) -> Compression:
         if compression is not None:
@@ -370,7 +371,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         if self._compact:
             missing = [i for i, item in enumerate(items) if item[0] is None]
             if missing:
-                self._refuse_null_keys(missing, len(items))
+                self._validator.refuse_null_keys(missing, len(items))
         log_append = self._log_append_time()
         with self._critical():
             batch = build_batch(items, base_offset=self.log_end_offset,
@@ -403,7 +404,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         policy), and whether the HW now covers everything appended. The caller finishes what
         is left (the other batches, the commit) where it may block.
         """
-        if not (self.writer and self.storage.is_local) or not self._lock.acquire(blocking=False):
+        if not (self.writer and self.segment_store.in_place) or not self._lock.acquire(blocking=False):
             return [], False
         try:
             try:
@@ -425,7 +426,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                             results.append(exc)
                 finally:
                     self._nonblocking = False
-                if self.high_watermark < self.log_end_offset and not self.replica:
+                if self.high_watermark < self.log_end_offset and self.mode.commit_moves_high_watermark:
                     # A replica's HW moves with replication, and its checkpoint is written on
                     # its own schedule (replica.high.watermark.checkpoint.interval.ms).
                     # A moved recovery point is written durably (fsync); the root files are
@@ -448,10 +449,16 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
     def _flush_due(self, records: int, now: int) -> bool:
         return self._unflushed + records >= self._flush_messages or now - self._last_flush_ms >= self._flush_ms
 
-    def _append_locked(self, data: bytearray, now: int, *, validated: bool,
-                       assign: bool = False) -> AppendInfo:
+    def _check_open(self) -> None:
         if self._closed:
             raise SegLogError(f"{self.topic}-{self.partition} is closed")
+
+    def _append_locked(self, data: bytearray, now: int, *, validated: bool,
+                       assign: bool = False) -> AppendInfo:
+        """A leader's append of one batch: checked (validated=False: a client's batch), its
+        offsets and epoch stamped, deduplicated by producer state, then written by
+        `_append_batch_locked`, the append every batch goes through."""
+        self._check_open()
         if not self.leads:
             raise NotLeaderOrFollowerError(
                 f"{self.topic}-{self.partition}: this replica follows at leader epoch"
@@ -460,7 +467,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             header = parse_header(data)
             size = header.size
         else:
-            fields = self._validate_client_batch(data, now)
+            fields = self._validator.validate(data, now, nonblocking=self._nonblocking)
             size = fields[1] + LOG_OVERHEAD
         if size > self._segment_bytes:
             raise RecordTooLargeError(
@@ -489,7 +496,19 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                 d = analysis.duplicate
                 return AppendInfo(d.first_offset, d.last_offset, d.timestamp, header.records_count,
                                   duplicate=True)
-        active = self.segments[-1]
+        self._append_batch_locked(data, header, now, self.leader_epoch, analysis, next_batch=next_batch)
+        self._maybe_flush(now)
+        log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
+        return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
+                          header.records_count, log_append)
+
+    def _append_batch_locked(self, data, header: BatchHeader, now: int, epoch: int, analysis, *,
+                             next_batch: bool = False) -> None:
+        """Write one checked batch that starts at the LEO, for a leader's and a follower's append
+        alike: roll first when due, the epoch cache learns `epoch` (the leader's, or the
+        leader's batch's) at the batch, the producer state its producer fields (`analysis`, or
+        `next_batch`: the producer's next in-sequence batch, which needs none)."""
+        active = self.log_segments.active
         roll = active.should_roll(header.size, header.max_timestamp, header.last_offset,
                                   segment_bytes=self._segment_bytes,
                                   segment_ms=self._segment_ms, now_ms=now)
@@ -500,9 +519,9 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                 # An object-store segment is published at commit; rolling it means committing.
                 self._commit_locked()
             else:
-                self._roll_to(leo)
-            active = self.segments[-1]
-        self._note_epoch_start(header.base_offset)
+                self._roll_to(header.base_offset)
+            active = self.log_segments.active
+        self._note_epoch_start(epoch, header.base_offset)
         active.append(data, [header])
         if next_batch:
             self.producer_state.append_next_batch(header.producer_id, header.last_sequence,
@@ -511,10 +530,6 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         elif analysis is not None:
             self._complete_producer_append(active, analysis, header)
         self._unflushed += header.records_count
-        self._maybe_flush(now)
-        log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
-        return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
-                          header.records_count, log_append)
 
     def _complete_producer_append(self, active: LogSegment, analysis, header: BatchHeader) -> None:
         """The producer state's part of an append whose batch is in `active` already, and the
@@ -525,7 +540,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         try:
             for aborted in self.producer_state.complete_append(analysis, header.next_offset):
                 active.txn_index.append(aborted)
-                self._txn_bases.add(active.base_offset)
+                self.log_segments.mark_txn_index(active.base_offset)
         except OSError:
             active.truncate_to(header.base_offset)
             self._rebuild_producer_state()
@@ -543,7 +558,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
             return self._append_locked(bytearray(batch), _now_ms(), validated=True)
 
     def _segment_index(self, offset: int) -> int:
-        return max(0, bisect.bisect_right(self.bases, offset) - 1)
+        return self.log_segments.index_of(offset)
 
     # ------------------------------------------------------------------ truncation and close
     def truncate_to(self, offset: int, *, below_high_watermark: bool = False,
@@ -585,20 +600,19 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         if offset >= self.log_end_offset:
             return
         self.truncations += 1
-        self._flush_generation += 1     # a pending flush of a rolled segment must not move the recovery point now
+        self.pending_flushes.truncated()    # a pending flush of a rolled segment must not move the recovery point now
         keep = [s for s in self.segments if s.base_offset < offset or s is self.segments[0]]
         for seg in self.segments:
             if seg not in keep:
                 seg.close()
                 seg.delete_files()
-        self.segments = keep
-        self.bases = [s.base_offset for s in keep]
+        self.log_segments.keep(keep)
         last = self.segments[-1]
         if last.base_offset >= offset:
             # Everything goes: restart the log at `offset`.
             last.close()
             last.delete_files()
-            self.segments, self.bases = [], []
+            self.log_segments.clear()
             self.log_start_offset = offset
             self._roll_to(offset)
         else:
@@ -622,9 +636,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
                     for seg in self.segments:
                         seg.data.close()
                 finally:
-                    for pending in self._pending_flushes:     # synced by _flush_locked unless it failed
-                        pending.close()
-                    self._pending_flushes = []
+                    self.pending_flushes.close_all()     # synced by _flush_locked unless it failed
                     self.state_store.close()
                     self.fence.release()    # this writer no longer holds the partition
             else:

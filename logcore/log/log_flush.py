@@ -17,6 +17,50 @@ from logcore.log.clock import now_ms as _now_ms
 logger = logging.getLogger("logcore.log.log")   # the logger name users' configurations know
 
 
+class PendingFlushes:
+    """A writer's rolled segments not yet known to be fsynced, in roll order, and its truncation
+    generation (one per `Log`). The recovery point passes a segment only once it and every
+    older one are synced, and only if no truncation came after it was sealed."""
+
+    def __init__(self):
+        self._pending: list[PendingFlush] = []
+        self._generation = 0        # bumped by truncation: older pending flushes move nothing
+
+    def seal(self, fd: int, end_offset: int, source: str) -> PendingFlush:
+        """A sealed segment (its descriptor, owned from here) waiting for its fsync."""
+        pending = PendingFlush(fd, end_offset, self._generation, source)
+        self._pending.append(pending)
+        return pending
+
+    def truncated(self) -> None:
+        """The log was cut: what is pending now moves the recovery point no more."""
+        self._generation += 1
+
+    def synced_end(self) -> int | None:
+        """Take the synced head off (roll order); the end offset the recovery point may move
+        to, or None."""
+        end = None
+        while self._pending and self._pending[0].synced:
+            pending = self._pending.pop(0)
+            if pending.generation == self._generation:
+                end = pending.end_offset if end is None else max(end, pending.end_offset)
+            pending.close()
+        return end
+
+    def sync_all(self) -> int | None:
+        """fsync every pending segment the flusher has not synced yet, here and now; then as
+        `synced_end`."""
+        for pending in self._pending:
+            pending.sync()
+        return self.synced_end()
+
+    def close_all(self) -> None:
+        """Let go of every descriptor (a close, a full truncation)."""
+        for pending in self._pending:
+            pending.close()
+        self._pending = []
+
+
 class LogFlushing:
     """Flush policy, fsync of rolled segments, commit and publish."""
 
@@ -24,26 +68,19 @@ class LogFlushing:
         if self._flush_due(0, now):
             self._flush_locked()
 
-    def _flushed_in_background(self, pending: PendingFlush) -> None:
-        """The flusher thread synced `pending`: move the recovery point (under the lock)."""
+    def segment_synced(self, pending: PendingFlush) -> None:
+        """The flusher thread synced a rolled segment: move the recovery point (under the lock)."""
         with self._lock:
             if not self._closed:
-                self._advance_past_synced()
+                self._move_recovery_point(self.pending_flushes.synced_end())
 
-    def _advance_past_synced(self) -> None:
-        """Move the recovery point past the synced head of the pending flushes (roll order: a
-        segment counts only once every older one is on disk too)."""
-        while self._pending_flushes and self._pending_flushes[0].synced:
-            pending = self._pending_flushes.pop(0)
-            if pending.generation == self._flush_generation:
-                self.recovery_point = max(self.recovery_point, pending.end_offset)
-            pending.close()
+    def _move_recovery_point(self, end: int | None) -> None:
+        if end is not None:
+            self.recovery_point = max(self.recovery_point, end)
 
-    def _sync_pending_flushes(self) -> None:
+    def sync_rolled_segments(self) -> None:
         """fsync every rolled segment the flusher has not synced yet, here and now."""
-        for pending in self._pending_flushes:
-            pending.sync()
-        self._advance_past_synced()
+        self._move_recovery_point(self.pending_flushes.sync_all())
 
     def _flush_locked(self) -> None:
         self.segment_store.flush()
@@ -85,7 +122,7 @@ class LogFlushing:
         first_base = self.segments[0].base_offset if self.segments else leo
         # A replica records its HW as replication moved it; the single-node policy makes
         # everything appended visible once recorded.
-        hw = self.high_watermark if self.replica else leo
+        hw = leo if self.mode.commit_moves_high_watermark else self.high_watermark
         # The LSO at the new HW, counting every transaction not yet ended as open (a floor).
         unstable = self.producer_state.first_unstable_offset
         self.state_store.commit(high_watermark=hw, log_start_offset=self.log_start_offset,
@@ -96,7 +133,7 @@ class LogFlushing:
         self._checkpointed_recovery_point = self.recovery_point
         self._state_unsynced = not durable
         # The single-node policy: once durable and recorded, everything appended is visible.
-        if not self.replica:
+        if self.mode.commit_moves_high_watermark:
             self._set_high_watermark(leo)
         if marker is not None:
             self.commit_marker = marker

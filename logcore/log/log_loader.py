@@ -1,9 +1,10 @@
 """Opening a partition's log (Kafka's LogLoader): listing its files, cleaning what a crash left,
 recovery, and the loaded offsets (log start, recovery point, HW, LEO).
 
-`LogLoader(log, kafka_clean).load()` computes the load on its own copy of the segment list and
-returns it as one immutable `LoadedLog` (Kafka's LoadedLogOffsets, with the segments and what
-recovery cut); it changes no field of the `Log`. The files it may change are those a crash left
+`LogLoader(context, kafka_clean).load()` computes the load on its own segment list and returns
+it as one immutable `LoadedLog` (Kafka's LoadedLogOffsets, with the segments and what recovery
+cut); it changes no field of the `Log`. What it reads is given explicitly as a `LoadContext`
+(`Log.load_context()` builds one). The files it may change are those a crash left
 (temporary files, torn tails a writer cuts, rebuilt indexes) and the leader-epoch cache of a
 writer, which the log shares with it, as Kafka's loader does. `Log._load` (the `LogLoading`
 mixin) applies the value in one place, `_apply_loaded`, then runs what a writer does once
@@ -11,15 +12,16 @@ opened (`_finish_open`: the uncommitted tail cut, the producer state, the epoch 
 """
 from __future__ import annotations
 
-import bisect
 import logging
 from dataclasses import dataclass, field
+from typing import Callable
 
 from logcore.errors import CorruptIndexError, CorruptRecordError, DamagedLogError
 from logcore.records.batch import BatchHeader
 from logcore.log.producer_state import ProducerBatch
 from logcore.log.segment import LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, parse_segment_name, segment_name
-from logcore.log.segment_listing import SegmentListing, _txn_index_bases
+from logcore.log.segment_listing import SegmentListing
+from logcore.log.log_segments import LogSegments
 from logcore.log.range_open import RangePlan
 from logcore.log.log_reader import _end_marker
 from logcore.log.clock import now_ms as _now_ms
@@ -70,27 +72,64 @@ class LoadedLog:
     reported_start: tuple | None = None     # a contradictory log start already reported
 
 
-# What the loader reads from the log it loads (never writes).
-_CONTEXT = ("storage", "dir", "topic", "partition", "config", "state_store", "writer", "read_only",
-            "replica", "remote", "leader_epoch", "epoch_cache", "_repair", "_kafka_copy",
-            "_read_range", "_local_writer", "_new_segment", "segment_store")
+@dataclass(frozen=True)
+class LoadContext:
+    """What a load reads (never writes): where the log lives, how it is opened, and the parts
+    the log shares with its loader (the epoch cache a writer's recovery fills, the segment store
+    that cleans a crash's leftovers, the factory of segments)."""
+    storage: object
+    directory: str
+    topic: str
+    partition: int
+    state_store: object
+    segment_store: object
+    epoch_cache: object
+    new_segment: Callable[..., LogSegment]
+    writer: bool
+    read_only: bool
+    remote: object = None                   # the remote tier's view (None: all local)
+    repair: bool = False                    # `seglog repair`: check every segment, may cut committed data
+    kafka_copy: bool = False                # a Kafka broker's copy (its own checkpoints)
+    read_range: tuple[int | None, int | None] | None = None
 
 
 class LogLoader(SegmentListing, RangePlan):
     """One load of a log: `load()` returns the `LoadedLog`."""
 
-    def __init__(self, log, kafka_clean: bool):
-        for name in _CONTEXT:
-            setattr(self, name, getattr(log, name))
+    def __init__(self, context, kafka_clean: bool = False):
+        # A Log hands its context over itself (`load_context`): the loader reads nothing else.
+        ctx = context if isinstance(context, LoadContext) else context.load_context()
+        self.storage = ctx.storage
+        self.dir = ctx.directory
+        self.topic = ctx.topic
+        self.partition = ctx.partition
+        self.state_store = ctx.state_store
+        self.segment_store = ctx.segment_store
+        self.epoch_cache = ctx.epoch_cache
+        self._new_segment = ctx.new_segment
+        self.writer = ctx.writer
+        self.read_only = ctx.read_only
+        self.remote = ctx.remote
+        self._repair = ctx.repair
+        self._kafka_copy = ctx.kafka_copy
+        self._read_range = ctx.read_range
+        self._local_writer = ctx.writer and ctx.storage.is_local
         self.kafka_clean = kafka_clean
-        self.segments: list[LogSegment] = []
-        self.bases: list[int] = []
-        self._txn_bases: set[int] = set()
+        self.log_segments = LogSegments()
+        self._reported_start: tuple | None = None
         self.recovery = RecoveryReport()
         self.recovery_point = 0
         self.log_start_offset = 0
         self._committed_hw: int | None = None
         self._needed: set[int] | None = None
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return self.log_segments.list
+
+    @property
+    def bases(self) -> list[int]:
+        return self.log_segments.bases
 
     @property
     def log_end_offset(self) -> int:
@@ -115,7 +154,6 @@ class LogLoader(SegmentListing, RangePlan):
             names = self._list_files()
         bases = sorted({parsed[0] for parsed in map(parse_segment_name, names)
                         if parsed is not None and parsed[1] == LOG_SUFFIX})
-        self._txn_bases = _txn_index_bases(names)
         clean = self.kafka_clean or CLEAN_SHUTDOWN in names
         state = self.state_store.load()
         if self.writer:
@@ -123,14 +161,15 @@ class LogLoader(SegmentListing, RangePlan):
         self._committed_hw = state.high_watermark
         self.recovery_point = state.recovery_point if state.recovery_point is not None else 0
         checkpointed_recovery_point = self.recovery_point
-        plan = self._segment_plan(names, bases, state)
+        plan, txn_bases = self._segment_plan(names, bases, state)
+        segments = []
         for i, (base, stem) in enumerate(plan):
             active_local = can_write and self.storage.is_local and i == len(plan) - 1
-            self.segments.append(self._new_segment(base, writable=active_local, stem=stem))
+            segments.append(self._new_segment(base, writable=active_local, stem=stem))
+        self.log_segments.reset(segments, txn_bases)
         if can_write and not self.storage.is_local:
             # Also with no cleaned list yet: a first pass killed before its switch leaves objects.
             self._delete_replaced_objects(names, state.cleaned or {"end": 0, "segments": []})
-        self.bases = [s.base_offset for s in self.segments]
         self._plan_range(state)
         while not self.storage.is_local and self.segments:
             count = len(self.segments)
@@ -180,10 +219,10 @@ class LogLoader(SegmentListing, RangePlan):
                 f" not opened for writing. To accept the loss, run: seglog repair --root <root> --topic"
                 f" {self.topic} --partition {self.partition}", file=path,
                 position=self.segments[-1].size() if self.segments else 0)
-        return LoadedLog(tuple(self.segments), frozenset(self._txn_bases), self.log_start_offset,
+        return LoadedLog(tuple(self.segments), self.log_segments.txn_bases, self.log_start_offset,
                          self.recovery_point, checkpointed_recovery_point, high_watermark, leo,
                          state.high_watermark, state.marker, state.last_stable_offset, self.recovery,
-                         getattr(self, "_reported_start", None))
+                         self._reported_start)
 
 
     def _delete_replaced_objects(self, names: list[str], cleaned: dict) -> None:
@@ -245,7 +284,7 @@ class LogLoader(SegmentListing, RangePlan):
         seg = self._new_segment(seg.base_offset, writable=True)
         result = seg.recover(on_batch, write=True, may_cut=may_cut)
         seg.close()
-        self.segments[i] = self._new_segment(seg.base_offset, writable=False)
+        self.log_segments.replace_at(i, self._new_segment(seg.base_offset, writable=False))
         return result
 
     def _note_truncation(self, seg: LogSegment, result) -> None:
@@ -302,7 +341,7 @@ class LogLoader(SegmentListing, RangePlan):
     def _recover(self, can_write: bool) -> None:
         """After an unclean shutdown: validate segments from the recovery point, cut the tail
         (every segment when repairing)."""
-        start = 0 if self._repair else max(0, bisect.bisect_right(self.bases, self.recovery_point) - 1)
+        start = 0 if self._repair else self.log_segments.index_of(self.recovery_point)
         if self._repair:
             try:
                 old_end = max(self._committed_hw or 0, self.segments[-1].next_offset())
@@ -328,12 +367,11 @@ class LogLoader(SegmentListing, RangePlan):
                         if can_write:
                             dropped.close()
                             dropped.delete_files()
-                    self.segments = self.segments[: i + 1]
-                    self.bases = self.bases[: i + 1]
+                    self.log_segments.keep_first(i + 1)
                     if can_write and not seg.writable and self.storage.is_local:
                         # The cut segment becomes the active one again.
                         seg.close()
-                        self.segments[i] = self._new_segment(seg.base_offset, writable=True)
+                        self.log_segments.replace_at(i, self._new_segment(seg.base_offset, writable=True))
                         self.segments[i].recover(write=True)
                 break
 
@@ -348,23 +386,28 @@ class LogLoading:
     """Opening (`Log.__init__` calls `_load`), and the producer-state replay truncation and a
     reader's refresh use too."""
 
+    def load_context(self) -> LoadContext:
+        """What loading this log reads, given explicitly to its `LogLoader`."""
+        return LoadContext(self.storage, self.dir, self.topic, self.partition, self.state_store,
+                           self.segment_store, self.epoch_cache, self._new_segment,
+                           writer=self.writer, read_only=self.read_only, remote=self.remote,
+                           repair=self._repair, kafka_copy=self._kafka_copy, read_range=self._read_range)
+
     def _load(self, kafka_clean: bool) -> None:
-        loaded = LogLoader(self, kafka_clean).load()
+        loaded = LogLoader(self.load_context(), kafka_clean).load()
         self._apply_loaded(loaded)
         self._finish_open(loaded)
 
     def _apply_loaded(self, loaded: LoadedLog) -> None:
         """The one place a load's result becomes the log's state."""
-        self.segments = list(loaded.segments)
-        self.bases = [s.base_offset for s in self.segments]
-        self._txn_bases = set(loaded.txn_bases)
+        self.log_segments = LogSegments(loaded.segments, loaded.txn_bases)
         self.log_start_offset = loaded.log_start_offset
         self.recovery_point = loaded.recovery_point
         self._checkpointed_recovery_point = loaded.checkpointed_recovery_point
         self.high_watermark = loaded.high_watermark
         self._committed_hw = loaded.committed_hw
         self.commit_marker = loaded.commit_marker
-        self._stored_lso = loaded.stored_lso
+        self._lso_floor.record_stored(loaded.stored_lso)
         self.recovery = loaded.recovery
         if loaded.reported_start is not None:
             self._reported_start = loaded.reported_start
@@ -394,8 +437,8 @@ class LogLoading:
                            self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
             self._truncate_locked(self.high_watermark)
         self._rebuild_producer_state()
-        if self.replica:
-            # Its epoch is the latest it holds until the controller says more.
+        if not self.mode.leads_when_opened:
+            # A replica: its epoch is the latest it holds until the controller says more.
             latest = self.epoch_cache.latest_epoch
             self.leader_epoch = latest if latest is not None else -1
         else:

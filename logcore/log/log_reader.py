@@ -130,7 +130,7 @@ class LogReading:
         """read() for a caller that must not block (the broker's event loop): None, having read
         nothing, when another thread holds the log's lock or `offset` lies before the active
         segment (older bytes may have to come from disk); the caller then reads in a thread."""
-        if not self.writer or not self.storage.is_local:
+        if not self.writer or not self.segment_store.in_place:
             return None
         bases = self.bases
         if not bases or offset < bases[-1] or not self._lock.acquire(blocking=False):
@@ -226,12 +226,12 @@ class LogReading:
             aborted = []
             # Aborted transactions can only come from the remote tier or a local .txnindex:
             # without either, the fetched batches are not walked again here.
-            if isolation == "read_committed" and result and (from_remote or self._txn_bases):
+            if isolation == "read_committed" and result and (from_remote or self.log_segments.any_txn_index):
                 upper = _next_offset_after(result)
                 complete = False
                 if from_remote:
                     aborted, complete = self.remote.collect_aborted(offset, upper)
-                if self._txn_bases and not complete:    # else no aborted transaction is local
+                if self.log_segments.any_txn_index and not complete:    # else no aborted transaction is local
                     aborted = aborted + self._collect_aborted(offset, upper)
             return FetchResult(result, self.high_watermark, self.last_stable_offset,
                                self.log_start_offset, aborted, source, start)
@@ -244,14 +244,15 @@ class LogReading:
         segments that have a transaction index are visited.
         """
         found = []
-        if not self._txn_bases:
+        segments = self.log_segments
+        if not segments.any_txn_index:
             return found
-        start = self.bases[self._segment_index(fetch_offset)] if self.bases else 0
-        for base in sorted(b for b in self._txn_bases if b >= start):
-            i = bisect.bisect_left(self.bases, base)
-            if i == len(self.bases) or self.bases[i] != base:
+        start = segments.bases[segments.index_of(fetch_offset)] if segments else 0
+        for base in segments.txn_bases_from(start):
+            i = segments.position_of(base)
+            if i is None:
                 continue
-            seg = self.segments[i]
+            seg = segments.list[i]
             result = seg.txn_index.collect_aborted(fetch_offset, upper_bound)
             found.extend(result.aborted)
             if result.is_complete:
@@ -324,7 +325,7 @@ class LogReading:
         narrow the scan."""
         if not self.segments:
             return None
-        sealed = self._sealed_running_max_timestamps()
+        sealed = self.log_segments.sealed_running_max_timestamps()
         i = bisect.bisect_left(sealed, timestamp_ms)
         if i == len(sealed) and self.segments[-1].largest_timestamp < timestamp_ms:
             return None
@@ -336,15 +337,3 @@ class LogReading:
                 if found is not None:
                     break
         return found
-
-    def _sealed_running_max_timestamps(self) -> list[int]:
-        """Running maximum of the largest timestamps of every segment but the active one."""
-        sealed = len(self.segments) - 1
-        key = (sealed, self.bases[0] if self.bases else -1)
-        if getattr(self, "_ts_cache_key", None) != key:
-            running, current = [], -1
-            for seg in self.segments[:sealed]:
-                current = max(current, seg.largest_timestamp)
-                running.append(current)
-            self._ts_cache, self._ts_cache_key = running, key
-        return self._ts_cache

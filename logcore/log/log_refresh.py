@@ -10,26 +10,25 @@ import time
 
 from logcore.errors import ResourceNotFoundError
 from logcore.log.segment import LOG_SUFFIX, parse_segment_name, segment_name
-from logcore.log.segment_listing import _txn_index_bases
 from logcore.log.log_reader import _READ_ATTEMPTS
 
 
 class LogRefresh:
     """A reader's view of another process's commits."""
 
-    def _refresh_cleaned_objects(self, names: list[str], bases: list[int], state) -> None:
-        plan = self._segment_plan(names, bases, state)
+    def _refreshed_cleaned_objects(self, plan: list[tuple[int, str | None]]) -> list:
+        """The segment list of an object store's cleaned partition, by the segment plan."""
         # Cleaned segments are immutable under their unique names; an original at or above the
         # HW this reader knew may have been replaced by a new writer: open it afresh.
         known = {s.stem: s for s in self.segments
                  if s.base_offset < self.high_watermark or s.stem != segment_name(s.base_offset, "")}
-        self.segments = [known.get(stem or segment_name(base, "")) or self._new_segment(base, writable=False, stem=stem)
-                         for base, stem in plan]
-        self.bases = [s.base_offset for s in self.segments]
+        return [known.get(stem or segment_name(base, "")) or self._new_segment(base, writable=False, stem=stem)
+                for base, stem in plan]
 
-    def _drop_replaced_local_segments(self) -> None:
-        """Local disk: forget segments whose `.log` file was replaced (a cleaned segment swapped
-        in under the same name); the listing's inode numbers tell, without a stat per file."""
+    def _without_replaced_local_segments(self) -> list:
+        """Local disk: the segment list, with segments whose `.log` file was replaced (a cleaned
+        segment swapped in under the same name) opened afresh; the listing's inode numbers tell,
+        without a stat per file."""
         inodes = {}
         try:
             with os.scandir(self.storage.local_path(self.dir)) as it:
@@ -37,17 +36,19 @@ class LogRefresh:
                     if entry.name.endswith(LOG_SUFFIX) and parse_segment_name(entry.name):
                         inodes[int(entry.name[:20])] = entry.inode()
         except FileNotFoundError:
-            return
+            return list(self.segments)
         keep = []
+        seen = {}
         for seg in self.segments:
             inode = inodes.get(seg.base_offset)
-            known = getattr(seg, "_inode", None) or getattr(seg.data, "inode", None)
+            known = self._seen_inodes.get(id(seg)) or getattr(seg.data, "inode", None)
             if known is not None and inode is not None and known != inode:
                 seg = self._new_segment(seg.base_offset, writable=False)
-            seg._inode = inode
+            if inode is not None:
+                seen[id(seg)] = inode
             keep.append(seg)
-        self.segments = keep
-        self.bases = [s.base_offset for s in keep]
+        self._seen_inodes = seen        # only segments still held: their ids are not reused
+        return keep
 
     # ------------------------------------------------------------------ reading
     def refresh(self) -> None:
@@ -67,31 +68,24 @@ class LogRefresh:
     def _refresh_once(self) -> None:
         with self._lock:
             state = self.state_store.load()
-            self._stored_lso = state.last_stable_offset
             names = self._list_files()
             bases = sorted({p[0] for p in map(parse_segment_name, names) if p and p[1] == LOG_SUFFIX})
-            self._txn_bases = _txn_index_bases(names)
-            if self.storage.is_local:
-                self._drop_replaced_local_segments()
+            plan, txn_bases = self._segment_plan(names, bases, state)
+            segments = self._without_replaced_local_segments() if self.storage.is_local else list(self.segments)
             if not self.storage.is_local and (
-                    state.cleaned or any(s.stem != segment_name(s.base_offset, "") for s in self.segments)):
-                self._refresh_cleaned_objects(names, bases, state)
+                    state.cleaned or any(s.stem != segment_name(s.base_offset, "") for s in segments)):
+                segments = self._refreshed_cleaned_objects(plan)
             else:
                 if not self.storage.is_local:
                     # An object segment at or above the HW this reader knew may since have been
                     # replaced (a new writer replacing a fenced writer's leftover): open those
                     # afresh. Segments below the HW are final.
-                    self.segments = [s for s in self.segments if s.base_offset < self.high_watermark]
-                    self.bases = [s.base_offset for s in self.segments]
-                known = set(self.bases)
-                gone = [s for s in self.segments if s.base_offset not in set(bases)]
-                if gone:
-                    self.segments = [s for s in self.segments if s.base_offset in set(bases)]
-                for base in bases:
-                    if base not in known:
-                        self.segments.append(self._new_segment(base, writable=False))
-            self.segments.sort(key=lambda s: s.base_offset)
-            self.bases = [s.base_offset for s in self.segments]
+                    segments = [s for s in segments if s.base_offset < self.high_watermark]
+                known = {s.base_offset for s in segments}
+                listed = set(bases)
+                segments = [s for s in segments if s.base_offset in listed]
+                segments += [self._new_segment(base, writable=False) for base in bases if base not in known]
+            self.log_segments.reset(sorted(segments, key=lambda s: s.base_offset), txn_bases)
             for seg in self.segments[-2:]:
                 seg._next_offset = None
             if not self.storage.is_local and self.segments:
@@ -110,4 +104,4 @@ class LogRefresh:
             if self._producer_state_loaded:
                 self._replay_producer_state(self.producer_state.map_end_offset)
             self.producer_state.on_high_watermark_updated(self.high_watermark)
-            self._lso_floor_known = False       # a newer snapshot may settle the LSO now
+            self._lso_floor.record_stored(state.last_stable_offset)   # a newer snapshot may settle it too

@@ -23,6 +23,9 @@ from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootEr
 from logcore.log.config import (LogConfig, check_topic_against_root, root_tiering_enabled,
                                validate_topic_name, validate_topic_overrides)
 from logcore.log.log import KAFKA_CLEAN_SHUTDOWN, Log
+from logcore.log.log_backend import LogBackend
+from logcore.log.open_mode import (KafkaCopyReader, OpenMode, PathWriter, PlainReader, RangeReader,
+                                   RepairWriter, ReplicaWriter)
 from logcore.log.remote_view import RemoteTier, RemoteTierFactory, registered_remote_tier
 from logcore.log.partition_metadata import (PartitionMetadataFile, format_topic_id, new_topic_id,
                                            parse_topic_id)
@@ -503,19 +506,29 @@ class LogRoot:
             state = LocalPartitionState(storage, topic, partition)
         else:
             state = ObjectPartitionState(storage, d)
+        if replica and not (writer and storage.is_local):
+            raise SegLogError(f"{d}: a replica log is a writer on local disk")
+        if writer and replica:
+            if repair:
+                raise ValueError("LogRoot.log: repair= is for a path writer, not a replica")
+            mode: OpenMode = ReplicaWriter(resume=resume)
+        elif writer:
+            mode = (RepairWriter if repair else PathWriter)(resume=resume,
+                                                           truncate_uncommitted=truncate_uncommitted)
+        elif self.kafka_copy:
+            mode = KafkaCopyReader(clean=storage.exists(KAFKA_CLEAN_SHUTDOWN), read_range=read_range)
+        elif read_range is not None:
+            mode = RangeReader(*read_range)
+        else:
+            mode = PlainReader()
         fence = WriterFence(storage, d, only_if_free=only_if_free) if writer else None
-        kafka_clean = self.kafka_copy and storage.exists(KAFKA_CLEAN_SHUTDOWN)
         remote = None
         if config.remote_storage_enable:
             tier = self.remote_tier()
             if tier is None:
                 check_topic_against_root(topic, config, self.defaults())
             remote = tier.view(topic, info.topic_id, partition)
-        log = Log(storage, d, topic, partition, config, state, fence=fence,
-                  read_only=self.read_only or not writer, kafka_clean=kafka_clean,
-                  truncate_uncommitted=truncate_uncommitted, remote=remote, resume=resume,
-                  repair=repair and writer, kafka_copy=self.kafka_copy, replica=replica,
-                  read_range=read_range)
+        log = Log(LogBackend(storage, state, fence, remote), d, topic, partition, config, mode)
         self._open_logs.append(log)
         return log
 

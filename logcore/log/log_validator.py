@@ -1,7 +1,7 @@
 """Validation of client-built batches before they are appended (Kafka's LogValidator): size,
 record count, sequence, CRC, offsets deltas, keys on compacted topics, timestamps.
 
-A mixin of `Log` (logcore.log.log), called by the append path with the log's config.
+`LogValidator`, one per `Log` (its topic, partition and config), called by the leader's append.
 """
 from __future__ import annotations
 
@@ -36,11 +36,21 @@ class _WouldBlock(Exception):
     """append_and_commit_nowait reached a batch that would roll a segment or fsync."""
 
 
-class ClientBatchValidation:
-    """The checks of a client-built batch (Kafka's LogValidator)."""
+class LogValidator:
+    """The checks of a client-built batch (Kafka's LogValidator), by one partition's config."""
 
-    def _validate_client_batch(self, data: bytearray, now: int) -> tuple:
-        """Every check of a client-built batch; returns its header fields (BatchHeader's order)."""
+    def __init__(self, topic: str, partition: int, config):
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        # Hot-path copies of the config (read on every append).
+        self._max_message_bytes = config.max_message_bytes
+        self._compact = config.compact
+
+    def validate(self, data: bytearray, now: int, *, nonblocking: bool = False) -> tuple:
+        """Every check of a client-built batch; returns its header fields (BatchHeader's order).
+        `nonblocking` (the broker's event loop): raises _WouldBlock, having changed nothing,
+        rather than inflate a large compressed batch here."""
         source = f"{self.topic}-{self.partition} append"
         if len(data) < HEADER_SIZE:
             raise CorruptRecordError(f"{len(data)} bytes is shorter than a batch header", file=source,
@@ -67,7 +77,7 @@ class ClientBatchValidation:
         checked = check_produced_records(data, source=source)
         if checked is None:               # compressed: decompressed and checked as columns
             cap = max_bytes * MAX_INFLATION
-            if self._nonblocking and cap > ON_LOOP_INFLATION:
+            if nonblocking and cap > ON_LOOP_INFLATION:
                 # Inflating may take up to MAX_INFLATION x max.message.bytes of work: on the
                 # broker's event loop only up to ON_LOOP_INFLATION (a fraction of a
                 # millisecond); a batch that inflates further is left to the blocking path,
@@ -85,7 +95,7 @@ class ClientBatchValidation:
             if bad >= 0:
                 raise InvalidRecordError(f"record {bad} has offset delta {delta}, expected {bad}")
             if self._compact and null_key >= 0:
-                self._refuse_null_keys(_null_key_rows(record_columns(data, source=source)), records_count)
+                self.refuse_null_keys(_null_key_rows(record_columns(data, source=source)), records_count)
             if not attributes & TIMESTAMP_TYPE_MASK:
                 before = self.config.message_timestamp_before_max_ms
                 after = self.config.message_timestamp_after_max_ms
@@ -124,7 +134,7 @@ class ClientBatchValidation:
             raise InvalidRecordError(
                 f"record {bad} has offset delta {int(deltas[bad])}, expected {bad}")
         if self._compact and columns.key_nulls:
-            self._refuse_null_keys(_null_key_rows(columns), columns.rows)
+            self.refuse_null_keys(_null_key_rows(columns), columns.rows)
         if data[ATTRIBUTES_OFFSET + 1] & TIMESTAMP_TYPE_MASK == 0:
             before = self.config.message_timestamp_before_max_ms
             after = self.config.message_timestamp_after_max_ms
@@ -136,7 +146,7 @@ class ClientBatchValidation:
                         f"record timestamp {int(ts[np.argmax(bad)])} is outside the allowed range around"
                         f" {now} (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
 
-    def _refuse_null_keys(self, missing: list[int], total: int) -> None:
+    def refuse_null_keys(self, missing: list[int], total: int) -> None:
         """Kafka's answer to records without a key on a compacted topic (`compact` or
         `compact,delete`): the whole batch is refused, every such record named (INVALID_RECORD
         with record errors from the broker), instead of the cleaner dropping them later."""

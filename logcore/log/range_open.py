@@ -17,7 +17,7 @@ On an object store (no snapshots) the writer records the LSO with each commit's 
 When that floor reaches the range end (or the HW), reads of the range are bounded exactly as
 with the true LSO; otherwise the producer state is rebuilt then (today's full replay).
 
-`RangePlan` is a mixin of the loader (logcore.log.log_loader), `RangeBoundedOpen` of `Log`.
+`RangePlan` is a mixin of the loader (logcore.log.log_loader); `LsoFloor` a part of `Log`.
 """
 from __future__ import annotations
 
@@ -55,30 +55,37 @@ class RangePlan:
         self._needed = needed
 
 
-class RangeBoundedOpen:
-    """A range-bounded reader's lazily settled last stable offset (a mixin of `Log`)."""
+class LsoFloor:
+    """A range-bounded reader's last stable offset without its producer state (one per `Log`):
+    the LSO an object store's last commit recorded, or the floor of the newest producer-state
+    snapshot at or below the HW, when either settles it for the range."""
 
-    _read_range: tuple[int | None, int | None] | None = None
-    _producer_state_loaded = True
-    _lso_floor: int | None = None
-    _lso_floor_known = False
-    _stored_lso: int | None = None              # PartitionState.last_stable_offset (object stores)
+    def __init__(self, storage, directory: str, read_range: tuple[int | None, int | None] | None):
+        self._storage = storage
+        self._dir = directory
+        self._end = read_range[1] if read_range is not None else None
+        self._stored: int | None = None         # PartitionState.last_stable_offset (object stores)
+        self._floor: int | None = None
+        self._floor_known = False
 
-    # ------------------------------------------------------------------ the last stable offset
-    def _bounded_last_stable_offset(self) -> int | None:
-        """The LSO of a range-bounded reader without its producer state, or None when the
-        snapshot floor does not settle it (the caller rebuilds the producer state)."""
-        hw = self.high_watermark
-        end = self._read_range[1] if self._read_range is not None else None
-        need = hw if end is None else min(end, hw)
-        stored = self._stored_lso if self._stored_lso is not None else -1
+    def record_stored(self, last_stable_offset: int | None) -> None:
+        """The LSO the partition state records now (a load, a reader's refresh); a newer
+        snapshot may settle the LSO too."""
+        self._stored = last_stable_offset
+        self._floor_known = False
+
+    def settle(self, high_watermark: int, log_start_offset: int) -> int | None:
+        """The LSO, or None when neither floor settles it (the caller rebuilds the producer state)."""
+        hw = high_watermark
+        need = hw if self._end is None else min(self._end, hw)
+        stored = self._stored if self._stored is not None else -1
         if stored >= need:                  # what an object store's last commit recorded
             return min(stored, hw)
-        if not self._lso_floor_known:
-            loaded = load_latest_snapshot(self.storage, self.dir, hw, above_offset=self.log_start_offset)
-            self._lso_floor = self._floor_of_snapshot(loaded)
-            self._lso_floor_known = True
-        floor = max(stored, self._lso_floor)
+        if not self._floor_known:
+            loaded = load_latest_snapshot(self._storage, self._dir, hw, above_offset=log_start_offset)
+            self._floor = self._floor_of_snapshot(loaded)
+            self._floor_known = True
+        floor = max(stored, self._floor)
         if floor >= need:
             return min(floor, hw)
         return None
@@ -91,9 +98,3 @@ class RangeBoundedOpen:
         offset, entries = loaded
         open_firsts = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset is not None]
         return min([offset, *open_firsts])
-
-    def _ensure_producer_state(self) -> None:
-        """Rebuild the producer state of a range-bounded reader (first need of the exact LSO)."""
-        if not self._producer_state_loaded:
-            self._producer_state_loaded = True
-            self._rebuild_producer_state()

@@ -29,7 +29,7 @@ class LogReplication:
         if not self.writer:
             raise ReadOnlyLogError(
                 f"{self.topic}-{self.partition} was opened for reading only: cannot {what}")
-        if not self.storage.is_local:
+        if not self.segment_store.in_place:
             raise SegLogError(f"{self.topic}-{self.partition}: {what} needs a log on local disk; an"
                               " object-store log takes its epoch from its writer fence")
 
@@ -109,9 +109,10 @@ class LogReplication:
 
     def _append_follower_locked(self, buf: bytes | bytearray, batches: list, *,
                                 nonblocking: bool) -> tuple[int, int] | None:
+        """A follower's append of the leader's batches: each checked to follow the LEO, then
+        written by `_append_batch_locked`, as a leader's batch is."""
         source = f"{self.topic}-{self.partition} follower append"
-        if self._closed:
-            raise SegLogError(f"{self.topic}-{self.partition} is closed")
+        self._check_open()
         expected = self.log_end_offset
         for pos, header in batches:
             if header.base_offset < expected:
@@ -138,20 +139,7 @@ class LogReplication:
                 marker = _end_marker(bytes(data), header, source, pos) if header.is_control else None
                 analysis = self.producer_state.analyze([ProducerBatch.from_header(header, marker)],
                                                        AppendOrigin.REPLICATION)
-            active = self.segments[-1]
-            if active.should_roll(header.size, header.max_timestamp, header.last_offset,
-                                  segment_bytes=self._segment_bytes, segment_ms=self._segment_ms,
-                                  now_ms=now):
-                self._roll_to(header.base_offset)
-                active = self.segments[-1]
-            epoch = header.partition_leader_epoch
-            latest = self.epoch_cache.latest_epoch
-            if epoch >= 0 and (latest is None or epoch > latest):
-                self.epoch_cache.assign(epoch, header.base_offset)
-            active.append(data, [header])
-            if analysis is not None:
-                self._complete_producer_append(active, analysis, header)
-            self._unflushed += header.records_count
+            self._append_batch_locked(data, header, now, header.partition_leader_epoch, analysis)
         self._maybe_flush(now)
         return batches[0][1].base_offset, batches[-1][1].last_offset
 
@@ -287,17 +275,13 @@ class LogReplication:
                 decode_snapshot(producer_snapshot, source=snapshot_source)
             self.state_store.commit(high_watermark=offset, log_start_offset=start,
                                     first_segment_base=offset, epoch=self.leader_epoch)
-            self._flush_generation += 1   # a pending flush of a removed segment moves nothing
+            self.pending_flushes.truncated()    # a pending flush of a removed segment moves nothing
             self.truncations += 1
-            for pending in self._pending_flushes:
-                pending.close()
-            self._pending_flushes = []
+            self.pending_flushes.close_all()
             for seg in self.segments:
                 seg.close()
                 seg.delete_files()
-            self.segments, self.bases = [], []
-            self._txn_bases.clear()
-            self._ts_cache_key = None
+            self.log_segments.clear()
             self.log_start_offset = start
             self._roll_to(offset)
             self.recovery_point = offset

@@ -14,12 +14,10 @@ every segment goes).
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from logcore.errors import OffsetOutOfRangeError, PolicyViolationError
-from logcore.log.segment import LogSegment
 from logcore.log.clock import now_ms as _now_ms
 
 logger = logging.getLogger("logcore.log.log")   # the logger name users' configurations know
@@ -193,21 +191,12 @@ class LogRetention:
         for i, seg in enumerate(self.segments):
             ts = seg.largest_timestamp
             if ts < 0:
-                ts = self._segment_mtime_ms(seg)
+                # Kafka's fallback for a segment without timestamps: the file's modification time.
+                ts = self.segment_store.modified_ms(seg)
             last = i == len(self.segments) - 1
             following = seg.next_offset() if last else self.segments[i + 1].base_offset
             infos.append(SegmentInfo(seg.base_offset, following, seg.size(), ts))
         return infos
-
-    def _segment_mtime_ms(self, seg: LogSegment) -> int:
-        """Kafka's fallback for a segment without timestamps: the file's modification time.
-        Object stores have none to offer here: such a segment never breaches retention.ms."""
-        if self.storage.is_local and not seg.in_memory:
-            try:
-                return int(os.stat(self.storage.local_path(seg.log_path)).st_mtime * 1000)
-            except FileNotFoundError:
-                pass
-        return 2**62
 
     def _delete_oldest_locked(self, count: int, start_offset: int, now: int,
                               reasons: tuple[str, ...], *, move_start: bool = True) -> RetentionResult:
@@ -226,9 +215,7 @@ class LogRetention:
             self.state_store.commit(high_watermark=self.high_watermark, log_start_offset=new_start,
                                     first_segment_base=first_base, epoch=self.leader_epoch)
             self.log_start_offset = new_start
-        self.segments = self.segments[count:]
-        self.bases = [s.base_offset for s in self.segments]
-        self._txn_bases -= {s.base_offset for s in doomed}
+        self.log_segments.remove_first(count)
         if not self.read_only:
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             # Snapshots below the first local segment are no use locally (a remote segment

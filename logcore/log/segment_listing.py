@@ -4,7 +4,8 @@ fenced writer left, the log start offset (checked against the committed state), 
 and the segments wholly below the log start.
 
 A mixin of `Log` (logcore.log.log) and of `LogLoader` (logcore.log.log_loader): the methods act
-on `segments`, `bases`, `_txn_bases` and `log_start_offset` of whichever object they run on.
+on the `log_segments` (logcore.log.log_segments, the list's only writer) and `log_start_offset`
+of whichever object they run on.
 """
 from __future__ import annotations
 
@@ -48,19 +49,22 @@ class SegmentListing:
             return []
         return self.storage.list_dir(self.dir)
 
-    def _segment_plan(self, names: list[str], bases: list[int], state) -> list[tuple[int, str | None]]:
-        """(base, stem) of each segment. On an object store the cleaner's list in the partition
-        state names the segments below its end; listed originals there were replaced."""
+    def _segment_plan(self, names: list[str], bases: list[int],
+                      state) -> tuple[list[tuple[int, str | None]], set[int]]:
+        """(base, stem) of each segment, and the bases of those that have a transaction index.
+        On an object store the cleaner's list in the partition state names the segments below
+        its end; listed originals there were replaced."""
+        txn_bases = _txn_index_bases(names)
         cleaned = getattr(state, "cleaned", None)
         if self.storage.is_local or not cleaned:
-            return [(b, None) for b in bases]
+            return [(b, None) for b in bases], txn_bases
         end = int(cleaned["end"])
         plan = [(int(b), str(stem)) for b, stem in cleaned["segments"]]
         for base, stem in plan:
             if stem + ".txnindex" in names:
-                self._txn_bases.add(base)
-        self._txn_bases = {b for b in self._txn_bases if b >= end or any(b == p[0] for p in plan)}
-        return plan + [(b, None) for b in bases if b >= end]
+                txn_bases.add(base)
+        txn_bases = {b for b in txn_bases if b >= end or any(b == p[0] for p in plan)}
+        return plan + [(b, None) for b in bases if b >= end], txn_bases
 
     def _drop_unreachable_object_segments(self, *, only_needed: bool = False) -> None:
         """Object stores: a fenced writer may have published a segment after it lost the partition.
@@ -88,8 +92,8 @@ class SegmentListing:
                             seg.delete_files()
                         continue
             keep.append(seg)
-        self.segments = keep
-        self.bases = [s.base_offset for s in keep]
+        if len(keep) < len(self.segments):
+            self.log_segments.keep(keep)
 
     def _checked_start(self, state) -> int | None:
         """The checkpointed log start offset, unless it contradicts the committed HW (a log
@@ -116,7 +120,7 @@ class SegmentListing:
         if why is None:
             return start
         key = (self.topic, self.partition, start)
-        if getattr(self, "_reported_start", None) != key:
+        if self._reported_start != key:
             self._reported_start = key
             logger.error("%s-%d: the log-start-offset-checkpoint entry %d is %s: ignored, no segment is"
                          " deleted. Correct or remove that entry", self.topic, self.partition, start, why)
@@ -153,10 +157,7 @@ class SegmentListing:
             count += 1
         if count == 0:
             return
-        doomed = self.segments[:count]
-        self.segments = self.segments[count:]
-        self.bases = [s.base_offset for s in self.segments]
-        self._txn_bases -= {s.base_offset for s in doomed}
+        doomed = self.log_segments.remove_first(count)
         for seg in doomed:
             seg.close()
             if delete_files:

@@ -19,6 +19,7 @@ the partition state, so no lock is held across writes. A deleted segment gets a
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -27,13 +28,18 @@ from logcore.log.deletion import SEGMENT_SUFFIXES, delete_expired_local, delete_
 from logcore.log.log_loader import CLEAN_SHUTDOWN, TEMP_SUFFIXES
 from logcore.log.segment import (DELETED_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, parse_segment_name,
                                  segment_name)
-from logcore.log.segment_flusher import PendingFlush, segment_flusher
+from logcore.log.segment_flusher import segment_flusher
 from logcore.records.batch import HEADER_SIZE, iter_batches, parse_header
 
 
 class SegmentStore(Protocol):
     """What the log asks of the place its segments live. Every method runs under the log's
     lock (and, for writes, inside `critical()`)."""
+
+    # Segments are files written in place on this machine: appends and reads of the active
+    # segment take no network round trip (the broker's non-blocking paths), a replica's log and
+    # staged files adopted by hard link live here, and a rebuilt index is persisted.
+    in_place: bool
 
     def critical(self):
         """Context manager around one write of the writer (the fence held as the store needs)."""
@@ -75,6 +81,10 @@ class SegmentStore(Protocol):
     def close_writer(self) -> None:
         """A writer's clean close (inside the critical section)."""
 
+    def modified_ms(self, seg: LogSegment) -> int:
+        """When the segment's data was last written (retention.ms for a segment without
+        timestamps); 2**62 (never breaches) where the store has no such time."""
+
     def retire_segment(self, base: int, now_ms: int) -> None:
         """Mark a deleted segment's files (readers holding it keep reading until the delay)."""
 
@@ -110,6 +120,8 @@ def _temp_segment_name(name: str) -> tuple[int, str, str] | None:
 
 class LocalSegmentStore:
     """Segments as files on local disk."""
+
+    in_place = True
 
     def __init__(self, log):
         self.log = log
@@ -182,11 +194,9 @@ class LocalSegmentStore:
             return
         # As Kafka: the sealed segment is fsynced in the background, not under the log's lock;
         # the recovery point passes it once that fsync returned.
-        pending = PendingFlush(active.data.open_fd(), active.next_offset(), log._flush_generation,
-                               active.log_path)
+        pending = log.pending_flushes.seal(active.data.open_fd(), active.next_offset(), active.log_path)
         active.seal(fsync=False)
-        log._pending_flushes.append(pending)
-        segment_flusher().submit(pending, log._flushed_in_background)
+        segment_flusher().submit(pending, log.segment_synced)
         # not close(): it would seal again with an fdatasync, here under the lock
         active.close(sync=False)
 
@@ -199,7 +209,7 @@ class LocalSegmentStore:
 
     def flush(self) -> None:
         log = self.log
-        log._sync_pending_flushes()
+        log.sync_rolled_segments()
         for seg in log.segments:
             if seg.writable:
                 seg.flush()
@@ -224,7 +234,7 @@ class LocalSegmentStore:
             # Cut before it is published, for the same reason as in _roll_to.
             reopened = log._new_segment(last.base_offset, writable=True)
             reopened.truncate_to(offset)
-            log.segments[-1] = reopened
+            log.log_segments.replace_active(reopened)
         else:
             last.truncate_to(offset)
 
@@ -254,6 +264,14 @@ class LocalSegmentStore:
             log.state_store.set_recovery_point(log.log_end_offset)
         log.storage.write_atomic(log.storage.join(log.dir, CLEAN_SHUTDOWN), str(log.log_end_offset).encode())
 
+    def modified_ms(self, seg: LogSegment) -> int:
+        if not seg.in_memory:
+            try:
+                return int(os.stat(self.log.storage.local_path(seg.log_path)).st_mtime * 1000)
+            except FileNotFoundError:
+                pass
+        return 2**62
+
     def retire_segment(self, base: int, now_ms: int) -> None:
         # Renamed `*.deleted`: an open reader keeps its view; the rename sets the change time.
         log = self.log
@@ -278,6 +296,8 @@ class LocalSegmentStore:
 
 class ObjectSegmentStore:
     """Segments as immutable objects, the active one in memory until published."""
+
+    in_place = False
 
     def __init__(self, log):
         self.log = log
@@ -352,7 +372,7 @@ class ObjectSegmentStore:
                     seg.publish()       # finds the same bytes there, writes the indexes
                 else:
                     last.delete_files()
-            log.segments[-1] = seg
+            log.log_segments.replace_active(seg)
         if not log.segments[-1].in_memory:
             log._roll_to(log.log_end_offset)      # appends go to a fresh in-memory segment
 
@@ -361,6 +381,9 @@ class ObjectSegmentStore:
 
     def close_writer(self) -> None:
         pass            # everything committed is published; the rest is dropped, as uncommitted
+
+    def modified_ms(self, seg: LogSegment) -> int:
+        return 2**62        # no modification time to offer: such a segment never breaches retention.ms
 
     def retire_segment(self, base: int, now_ms: int) -> None:
         # No rename on an object store: a `<base>.log.deleted` marker records when it went.
