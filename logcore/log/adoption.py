@@ -65,7 +65,7 @@ class StagedAdoption:
             with self._log.critical():
                 for pos, header in batches:
                     info = self._log.append_locked(bytearray(buf[pos:pos + header.size]), _now_ms(),
-                                               validated=True, assign=True)
+                                                   validated=True, assign=True)
                     first = info.first_offset if first < 0 else first
                     last = info.last_offset
             return first, last

@@ -1,9 +1,9 @@
-# Over 700 lines: the writer state (segments, offsets, HW, epoch, flush) that appends, rolls, commits and truncations change together.
+# Over 700 lines: the writer state (segments, offsets, HW, epoch) that appends, rolls, commits and truncations change.
 """One partition's log: its segments, offsets (log start, HW, LSO, LEO), appends, reads, recovery.
 
 Visibility (DESIGN section 4): readers never see data at or above the high watermark, and with
 read_committed not at or above the last stable offset. The HW is its own operation
-(replication.py: a leader's `maybe_increment_high_watermark`, a follower's
+(a leader's `maybe_increment_high_watermark`, a follower's
 `update_high_watermark`); the single-node policy on top is `commit()`, which moves it to the LEO
 after it makes everything appended so far durable (fsync on local disk, published objects on an object
 store) and records the HW where other processes find it. `commit(durable=False)` (local disk:
@@ -477,7 +477,7 @@ class Log(LogLoading, SegmentListing, LogRefresh):
             raise SegLogError(f"{self.topic}-{self.partition} is closed")
 
     def append_locked(self, data: bytearray, now: int, *, validated: bool,
-                       assign: bool = False) -> AppendInfo:
+                      assign: bool = False) -> AppendInfo:
         """A leader's append of one batch: checked (validated=False: a client's batch), its
         offsets and epoch stamped, deduplicated by producer state, then written by
         `append_batch_locked`, the append every batch goes through."""
@@ -526,7 +526,7 @@ class Log(LogLoading, SegmentListing, LogRefresh):
                           header.records_count, log_append)
 
     def append_batch_locked(self, data, header: BatchHeader, now: int, epoch: int, analysis, *,
-                             next_batch: bool = False) -> None:
+                            next_batch: bool = False) -> None:
         """Write one checked batch that starts at the LEO, for a leader's and a follower's append
         alike: roll first when due, the epoch cache learns `epoch` (the leader's, or the
         leader's batch's) at the batch, the producer state its producer fields (`analysis`, or

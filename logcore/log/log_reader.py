@@ -115,19 +115,20 @@ class LogReader:
         segments and the log start offset and reads again; an offset now below the log start
         offset is out of range.
         """
+        log = self._log
         for attempt in range(_READ_ATTEMPTS):
             try:
                 result = self._read(offset, max_bytes, isolation, min_one_batch, view, buffer, zero_copy)
-                if result.data or self._log.writer or attempt > 0 or offset >= self._log.bound(isolation):
+                if result.data or log.writer or attempt > 0 or offset >= log.bound(isolation):
                     return result
                 # Nothing where something must be: the segment's files may be gone.
             except (ResourceNotFoundError, FileNotFoundError, CorruptRecordError, CorruptIndexError):
-                if self._log.writer or attempt == _READ_ATTEMPTS - 1:
+                if log.writer or attempt == _READ_ATTEMPTS - 1:
                     raise
                 time.sleep(0.01 * attempt)
-            self._log.refresh()
+            log.refresh()
             self._check_in_range(offset)
-        raise SegLogError(f"{self._log.topic}-{self._log.partition}: offset {offset} could not be read")
+        raise SegLogError(f"{log.topic}-{log.partition}: offset {offset} could not be read")
 
     def read_nowait(self, offset: int, max_bytes: int = 1 << 20, **kwargs) -> FetchResult | None:
         """read() for a caller that must not block (the broker's event loop): None, having read
@@ -180,26 +181,27 @@ class LogReader:
     def _read(self, offset: int, max_bytes: int, isolation: str, min_one_batch: bool,
               view: bool = False, buffer: bytearray | None = None,
               zero_copy: bool = False) -> FetchResult:
-        with self._log.lock:
-            bound = self._log.bound(isolation)
+        log = self._log
+        with log.lock:
+            bound = log.bound(isolation)
             self._check_in_range(offset)
             result = b""
             source, start = None, 0
             from_remote = False
             if offset < bound:
                 position = offset
-                if self._log.remote is not None and offset < self._log.local_log_start_offset:
-                    result = self._log.remote.read(offset, max_bytes, bound, min_one_batch)
+                if log.remote is not None and offset < log.local_log_start_offset:
+                    result = log.remote.read(offset, max_bytes, bound, min_one_batch)
                     from_remote = bool(result)
                     if not from_remote:
-                        position = self._log.local_log_start_offset
-                i = self._log.log_segments.index_of(position)
-                while not from_remote and i < len(self._log.segments):
-                    seg = self._log.segments[i]
+                        position = log.local_log_start_offset
+                i = log.log_segments.index_of(position)
+                while not from_remote and i < len(log.segments):
+                    seg = log.segments[i]
                     if seg.base_offset >= bound:
                         break
                     # Below the bound every batch is whole: a scan that stops early is damage.
-                    next_base = self._log.bases[i + 1] if i + 1 < len(self._log.bases) else None
+                    next_base = log.bases[i + 1] if i + 1 < len(log.bases) else None
                     if zero_copy and seg.is_local_file:
                         start, result = _slice(seg, position, max_bytes, bound, min_one_batch, strict=True)
                     else:
@@ -217,27 +219,27 @@ class LogReader:
                         # budget, or reaches the bound): the answer is nothing, not a later
                         # segment's batches (the reader would skip the offsets in between).
                         break
-                    if not self._log.writer and i + 1 < len(self._log.segments) and seg.size() == 0 \
+                    if not log.writer and i + 1 < len(log.segments) and seg.size() == 0 \
                             and (seg.storage is None or not seg.storage.exists(seg.log_path)):
                         # An empty sealed segment whose file is gone: retention deleted it under
                         # us. (Kafka's cleaner leaves empty sealed segments: a segment whose
                         # records were all compacted away keeps its file; it is skipped.)
                         raise ResourceNotFoundError(f"segment {seg.log_path} is gone")
                     i += 1
-                    if i < len(self._log.segments):
-                        position = max(position, self._log.segments[i].base_offset)
+                    if i < len(log.segments):
+                        position = max(position, log.segments[i].base_offset)
             aborted = []
             # Aborted transactions can only come from the remote tier or a local .txnindex:
             # without either, the fetched batches are not walked again here.
-            if isolation == "read_committed" and result and (from_remote or self._log.log_segments.any_txn_index):
+            if isolation == "read_committed" and result and (from_remote or log.log_segments.any_txn_index):
                 upper = _next_offset_after(result)
                 complete = False
                 if from_remote:
-                    aborted, complete = self._log.remote.collect_aborted(offset, upper)
-                if self._log.log_segments.any_txn_index and not complete:    # else no aborted transaction is local
+                    aborted, complete = log.remote.collect_aborted(offset, upper)
+                if log.log_segments.any_txn_index and not complete:    # else no aborted transaction is local
                     aborted = aborted + self._collect_aborted(offset, upper)
-            return FetchResult(result, self._log.high_watermark, self._log.last_stable_offset,
-                               self._log.log_start_offset, aborted, source, start)
+            return FetchResult(result, log.high_watermark, log.last_stable_offset,
+                               log.log_start_offset, aborted, source, start)
 
     def _collect_aborted(self, fetch_offset: int, upper_bound: int) -> list:
         """Aborted transactions overlapping [fetch_offset, upper_bound), as Kafka collects them.
@@ -314,7 +316,7 @@ class LogReader:
             local_start = self._log.local_log_start_offset
             if self._log.remote is not None and self._log.log_start_offset < local_start:
                 found = self._log.remote.find_offset_by_timestamp(timestamp_ms, self._log.log_start_offset,
-                                                             local_start)
+                                                                  local_start)
             if found is None:
                 found = self._local_offset_for_timestamp(timestamp_ms)
             if found is not None and found[0] < self._log.high_watermark:

@@ -88,16 +88,17 @@ class FollowerAppend:
     def _append_follower_locked(self, buf: bytes | bytearray, batches: list, *,
                                 nonblocking: bool) -> tuple[int, int] | None:
         """A follower's append of the leader's batches: each checked to follow the LEO, then
-        written by `_append_batch_locked`, as a leader's batch is."""
-        source = f"{self._log.topic}-{self._log.partition} follower append"
-        self._log.check_open()
-        expected = self._log.log_end_offset
+        written by `Log.append_batch_locked`, as a leader's batch is."""
+        log = self._log
+        source = f"{log.topic}-{log.partition} follower append"
+        log.check_open()
+        expected = log.log_end_offset
         for pos, header in batches:
             if header.base_offset < expected:
                 raise InvalidRecordError(
                     f"{source}: the batch at position {pos} starts at offset {header.base_offset},"
                     f" below the next offset {expected}: it overlaps what the log holds")
-            if header.base_offset > expected and self._log.gapless:
+            if header.base_offset > expected and log.gapless:
                 raise InvalidRecordError(
                     f"{source}: the batch at position {pos} starts at offset {header.base_offset},"
                     f" leaving a gap after {expected - 1}")
@@ -115,18 +116,19 @@ class FollowerAppend:
             analysis = None
             if header.producer_id >= 0:
                 marker = _end_marker(bytes(data), header, source, pos) if header.is_control else None
-                analysis = self._log.producer_state.analyze([ProducerBatch.from_header(header, marker)],
-                                                       AppendOrigin.REPLICATION)
-            self._log.append_batch_locked(data, header, now, header.partition_leader_epoch, analysis)
-        self._log.maybe_flush(now)
+                analysis = log.producer_state.analyze([ProducerBatch.from_header(header, marker)],
+                                                      AppendOrigin.REPLICATION)
+            log.append_batch_locked(data, header, now, header.partition_leader_epoch, analysis)
+        log.maybe_flush(now)
         return batches[0][1].base_offset, batches[-1][1].last_offset
 
     def _follower_append_blocks(self, batches: list, now: int) -> bool:
         """Whether appending `batches` would do blocking work: roll a segment (checked for the
         batches as one run), reach the flush policy, or write the epoch cache."""
-        active = self._log.segments[-1]
+        log = self._log
+        active = log.segments[-1]
         records = 0
-        latest = self._log.epoch_cache.latest_epoch
+        latest = log.epoch_cache.latest_epoch
         pending = 0
         first_ts = None
         for i, (_pos, header) in enumerate(batches):
@@ -142,5 +144,5 @@ class FollowerAppend:
             records += header.records_count
             if first_ts is None:
                 first_ts = header.max_timestamp
-        return self._log.flush_due(records, now)
+        return log.flush_due(records, now)
 

@@ -123,7 +123,7 @@ class LogRetention:
             if decision.count == len(self._log.segments):
                 self._log.roll_to(self._log.log_end_offset)
             return self._log.delete_oldest_locked(decision.count, self._log.log_start_offset, now,
-                                              decision.reasons)
+                                                  decision.reasons)
 
     def _apply_local_retention_locked(self, now: int) -> RetentionResult:
         """Tiered storage (Kafka's local retention): delete local copies of segments already in
@@ -143,7 +143,7 @@ class LogRetention:
             return RetentionResult(0, 0, self._log.log_start_offset)
         reasons = tuple(f"local {r}" if r != "log start offset" else r for r in decision.reasons)
         return self._log.delete_oldest_locked(decision.count, self._log.log_start_offset, now, reasons,
-                                          move_start=False)
+                                              move_start=False)
 
     def move_log_start_offset(self, offset: int, reason: str = "log start offset") -> RetentionResult:
         """Move the log start offset up to `offset` (at most the HW) and delete the local
