@@ -692,7 +692,7 @@ class Log(LogLoading, SegmentListing, LogRefresh):
 
     def maybe_flush(self, now: int) -> None:
         if self.flush_due(0, now):
-            self._flush_locked()
+            self.flush_locked()
 
     def segment_synced(self, pending: PendingFlush) -> None:
         """The flusher thread synced a rolled segment: move the recovery point (under the lock)."""
@@ -708,15 +708,18 @@ class Log(LogLoading, SegmentListing, LogRefresh):
         """fsync every rolled segment the flusher has not synced yet, here and now."""
         self._move_recovery_point(self.pending_flushes.sync_all())
 
-    def _flush_locked(self) -> None:
+    def flush_locked(self) -> None:
+        """In the critical section: fsync what was appended (the segment store's flush)."""
         self.segment_store.flush()
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
 
+    _flush_locked = flush_locked    # the segment store's name for it
+
     def flush(self) -> None:
         """fsync appended data (local disk); on object stores data is durable once committed."""
         with self._critical():
-            self._flush_locked()
+            self.flush_locked()
             self.state_store.set_recovery_point(self.recovery_point)
 
     # ------------------------------------------------------------------ commit
@@ -764,7 +767,9 @@ class Log(LogLoading, SegmentListing, LogRefresh):
         if marker is not None:
             self.commit_marker = marker
 
-    def _publish(self, seg: LogSegment) -> None:
+    def publish(self, seg: LogSegment) -> None:
+        """Object store: publish `seg` (If-None-Match); a segment a fenced writer left at its
+        base is replaced, one of a newer writer fences this one."""
         try:
             seg.publish()
         except _SegmentExists:
@@ -781,6 +786,8 @@ class Log(LogLoading, SegmentListing, LogRefresh):
                 seg.publish()
             else:
                 raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
+
+    _publish = publish              # the segment store's name for it
 
     # ------------------------------------------------------------------ replication
     def append_as_follower(self, records, *, follower_at: int | None = None) -> tuple[int, int]:
@@ -1031,7 +1038,7 @@ class Log(LogLoading, SegmentListing, LogRefresh):
                     for seg in self.segments:
                         seg.data.close()
                 finally:
-                    self.pending_flushes.close_all()     # synced by _flush_locked unless it failed
+                    self.pending_flushes.close_all()     # synced by flush_locked unless it failed
                     self.state_store.close()
                     self.fence.release()    # this writer no longer holds the partition
             else:
