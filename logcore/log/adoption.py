@@ -1,7 +1,8 @@
 """Appending batches this engine staged earlier (Spark sink tasks): `append_staged` copies them
 in at the LEO; `adopt_staged` / `adopt_staged_many` make staged files segments without copying.
 
-A mixin of `Log` (logcore.log.log): every step runs in the writer's critical section.
+`StagedAdoption` is a part of `Log` (logcore.log.log), holding the log: every step runs in the
+writer's critical section.
 """
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ def _prefetch_headers(fd: int, positions: np.ndarray) -> None:
 class StagedAdoption:
     """Appending and adopting staged batches and files."""
 
+    def __init__(self, log):
+        self._log = log
+        self._segment_bytes = log.config.segment_bytes
+        self._segment_ms = log.config.segment_ms
+
     def append_staged(self, data: bytes) -> tuple[int, int]:
         """Append batches this engine built earlier (e.g. staged by Spark sink tasks).
 
@@ -48,7 +54,7 @@ class StagedAdoption:
         Runs of batches go to a segment in one write, with Kafka's roll rules applied per batch.
         Returns (first offset, last offset), or (-1, -1) for no batch.
         """
-        source = f"{self.topic}-{self.partition} staged"
+        source = f"{self._log.topic}-{self._log.partition} staged"
         buf = bytearray(data)
         batches = list(iter_batches(buf, source=source, allow_partial_tail=False))
         if not batches:
@@ -56,20 +62,20 @@ class StagedAdoption:
         if any(h.producer_id >= 0 or h.is_control for _, h in batches):
             # Producer state must see these one by one: the general path.
             first = last = -1
-            with self._critical():
+            with self._log.critical():
                 for pos, header in batches:
-                    info = self._append_locked(bytearray(buf[pos:pos + header.size]), _now_ms(),
-                                               validated=True, assign=True)
+                    info = self._log.append_locked(bytearray(buf[pos:pos + header.size]), _now_ms(),
+                                                   validated=True, assign=True)
                     first = info.first_offset if first < 0 else first
                     last = info.last_offset
             return first, last
         now = _now_ms()
-        log_append = self._log_append_time()
-        with self._critical():
-            if self._closed:
-                raise SegLogError(f"{self.topic}-{self.partition} is closed")
-            first = next_offset = self.log_end_offset
-            self._note_epoch_start(self.leader_epoch, first)
+        log_append = self._log.log_append_time()
+        with self._log.critical():
+            if self._log.is_closed:
+                raise SegLogError(f"{self._log.topic}-{self._log.partition} is closed")
+            first = next_offset = self._log.log_end_offset
+            self._log.note_epoch_start(self._log.leader_epoch, first)
             run_start, run_end, run_headers = batches[0][0], batches[0][0], []
             run_first_ts = None
             for pos, header in batches:
@@ -77,11 +83,11 @@ class StagedAdoption:
                     raise RecordTooLargeError(
                         f"batch of {header.size} bytes exceeds segment.bytes={self._segment_bytes}")
                 set_base_offset(buf, next_offset, pos)
-                set_partition_leader_epoch(buf, self.leader_epoch, pos)
+                set_partition_leader_epoch(buf, self._log.leader_epoch, pos)
                 if log_append:
                     set_log_append_time(buf, now, pos)
                 header = parse_header(buf, pos)
-                active = self.segments[-1]
+                active = self._log.segments[-1]
                 if active.should_roll(header.size, header.max_timestamp, header.last_offset,
                                       segment_bytes=self._segment_bytes, segment_ms=self._segment_ms,
                                       now_ms=now, pending_bytes=run_end - run_start,
@@ -90,9 +96,9 @@ class StagedAdoption:
                     if run_headers:
                         active.append(memoryview(buf)[run_start:run_end], run_headers)
                     if active.in_memory:
-                        self._commit_locked()
+                        self._log.commit_locked()
                     else:
-                        self._roll_to(next_offset)
+                        self._log.roll_to(next_offset)
                     run_start, run_end, run_headers, run_first_ts = pos, pos, [], None
                 if pos != run_end:          # batches are contiguous in the staged bytes
                     raise SegLogError(f"{source}: batch at {pos} does not follow {run_end}")
@@ -102,9 +108,9 @@ class StagedAdoption:
                 run_end = pos + header.size
                 next_offset = header.next_offset
             if run_headers:
-                self.segments[-1].append(memoryview(buf)[run_start:run_end], run_headers)
-            self._unflushed += sum(h.records_count for _, h in batches)
-            self._maybe_flush(now)
+                self._log.segments[-1].append(memoryview(buf)[run_start:run_end], run_headers)
+            self._log.add_unflushed(sum(h.records_count for _, h in batches))
+            self._log.maybe_flush(now)
         return first, next_offset - 1
 
     def adopt_staged(self, path: str, *, verify_crc: bool = True,
@@ -144,13 +150,13 @@ class StagedAdoption:
         file adopted: the leading ones, up to the first that cannot be adopted (the caller
         appends that one with `append_staged` and goes on with the rest).
         """
-        if not parts or not self.segment_store.in_place or self._log_append_time():
+        if not parts or not self._log.segment_store.in_place or self._log.log_append_time():
             return []
         adopted: list[tuple[int, int]] = []
         written: list[LogSegment] = []       # adopted, sealed, not yet synced nor closed
-        with self._critical():
-            if self._closed:
-                raise SegLogError(f"{self.topic}-{self.partition} is closed")
+        with self._log.critical():
+            if self._log.is_closed:
+                raise SegLogError(f"{self._log.topic}-{self._log.partition} is closed")
             try:
                 for path, fields in parts:
                     got = self._adopt_file(path, verify_crc, fields, written, headers_cached)
@@ -168,16 +174,16 @@ class StagedAdoption:
                     finally:
                         for seg in written:
                             seg.close()     # nothing left to sync
-                    self.storage.sync_dir(self.dir)
+                    self._log.storage.sync_dir(self._log.dir)
                     # One roll for the lot: segments adopted back to back need no active
                     # segment (nor producer snapshot: they hold no producer ids) between them.
-                    self._roll_to(adopted[-1][1] + 1)
+                    self._log.roll_to(adopted[-1][1] + 1)
         return adopted
 
     def _adopt_file(self, path: str, verify_crc: bool, fields: np.ndarray | None,
                     written: list, headers_cached: bool = False) -> tuple[int, int] | None:
-        source = f"{self.topic}-{self.partition} staged {path}"
-        with open(self.storage.local_path(path), "r+b") as f:
+        source = f"{self._log.topic}-{self._log.partition} staged {path}"
+        with open(self._log.storage.local_path(path), "r+b") as f:
             size = os.fstat(f.fileno()).st_size
             if size == 0 or size > self._segment_bytes:
                 return None
@@ -198,12 +204,12 @@ class StagedAdoption:
         fsyncs the folder and rolls (`adopt_staged_many`)."""
         positions, sizes, _bases, deltas, max_ts, producer_ids, attributes = fields.T[:7]
         counts = deltas + 1
-        max_entries = self.config.segment_index_bytes // 12      # the time index's, the smaller
+        max_entries = self._log.config.segment_index_bytes // 12      # the time index's, the smaller
         if (len(fields) == 0 or len(fields) >= max_entries - 1 or (producer_ids >= 0).any()
                 or (attributes & CONTROL_MASK).any() or int(counts.sum()) - 1 > INT32_MAX):
             return None
-        first = self.log_end_offset
-        self._note_epoch_start(self.leader_epoch, first)
+        first = self._log.log_end_offset
+        self._log.note_epoch_start(self._log.leader_epoch, first)
         bases = first + np.concatenate(([0], np.cumsum(counts)[:-1]))
         last_offsets = bases + deltas
         # baseOffset, batchLength (unchanged) and partitionLeaderEpoch: the first 16 bytes
@@ -211,26 +217,26 @@ class StagedAdoption:
         head = np.empty(len(fields), dtype=[("base", ">i8"), ("length", ">i4"), ("epoch", ">i4")])
         head["base"] = bases
         head["length"] = sizes - 12
-        head["epoch"] = self.leader_epoch
+        head["epoch"] = self._log.leader_epoch
         view = np.frombuffer(mm, dtype=np.uint8)
         view[positions[:, None] + np.arange(16)] = head.view(np.uint8).reshape(-1, 16)
         del view
-        active = self.segments[-1]
+        active = self._log.segments[-1]
         if active.size() == 0 and active.base_offset == first and not active.in_memory:
             # The empty active segment has the name the adopted file takes. Its files are
             # deleted right here: not synced first (nothing could rely on them).
             active.close(sync=False)
             active.delete_files()
-            self.log_segments.pop_active()
+            self._log.log_segments.pop_active()
         elif active.writable:
             active.seal()
             active.close()
-            self.log_segments.replace_active(self._new_segment(active.base_offset, writable=False))
-        seg = self._new_segment(first, writable=False)
-        self.storage.link(path, seg.log_path, durable=False)     # folder fsync: adopt_staged_many
-        seg = self._new_segment(first, writable=True)
+            self._log.log_segments.replace_active(self._log.new_segment(active.base_offset, writable=False))
+        seg = self._log.new_segment(first, writable=False)
+        self._log.storage.link(path, seg.log_path, durable=False)     # folder fsync: adopt_staged_many
+        seg = self._log.new_segment(first, writable=True)
         seg.index_existing(positions, sizes, last_offsets, max_ts)
         seg.seal(fsync=False)
         written.append(seg)
-        self.log_segments.add(self._new_segment(first, writable=False))
+        self._log.log_segments.add(self._log.new_segment(first, writable=False))
         return first, int(last_offsets[-1])

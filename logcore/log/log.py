@@ -1,9 +1,9 @@
-# Over 600 lines: the writer state (segments, offsets, epoch) that append, roll and truncate change together.
+# Over 700 lines: the writer state (segments, offsets, HW, epoch) that appends, rolls, commits and truncations change.
 """One partition's log: its segments, offsets (log start, HW, LSO, LEO), appends, reads, recovery.
 
 Visibility (DESIGN section 4): readers never see data at or above the high watermark, and with
 read_committed not at or above the last stable offset. The HW is its own operation
-(replication.py: a leader's `maybe_increment_high_watermark`, a follower's
+(a leader's `maybe_increment_high_watermark`, a follower's
 `update_high_watermark`); the single-node policy on top is `commit()`, which moves it to the LEO
 after it makes everything appended so far durable (fsync on local disk, published objects on an object
 store) and records the HW where other processes find it. `commit(durable=False)` (local disk:
@@ -43,20 +43,22 @@ from logcore.log.segment_store import segment_store_for
 from logcore.log.segment import LogSegment
 from logcore.log.log_segments import LogSegments
 from logcore.log.clock import now_ms as _now_ms
-# The parts of Log, by noun (each a mixin of this class), and the names callers import from here.
+# The parts of Log, by noun, and the names callers import from here.
 from logcore.log.adoption import StagedAdoption
-from logcore.log.log_flush import LogFlushing, PendingFlushes
+from logcore.log.log_flush import PendingFlushes
+from logcore.log.segment import _SegmentExists
+from logcore.log.segment_flusher import PendingFlush
 from logcore.log.log_loader import (CLEAN_SHUTDOWN, DELETED_SUFFIX, KAFKA_CLEAN_SHUTDOWN,  # noqa: F401
                                     LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LoadedLog, LogLoader,
                                     LogLoading, RecoveryReport)
-from logcore.log.log_reader import FetchResult, LogReading, _end_marker  # noqa: F401
+from logcore.log.log_reader import FetchResult, LogReader, _end_marker  # noqa: F401
 from logcore.log.log_refresh import LogRefresh
 from logcore.log.range_open import LsoFloor
 from logcore.log.segment_listing import SegmentListing
 from logcore.log.log_validator import (MAX_INFLATION, ON_LOOP_INFLATION, LogValidator,  # noqa: F401
                                        _WouldBlock)
-from logcore.log.replication import LogReplication
-from logcore.log.retention import LogRetention
+from logcore.log.replication import FollowerAppend
+from logcore.log.retention import LogRetention, RetentionResult
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +75,7 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
-          LogFlushing, LogRetention, LogReplication):
+class Log(LogLoading, SegmentListing, LogRefresh):
     """A partition's log. Open it through `LogRoot.log(topic, partition)`."""
 
     def __init__(self, backend: LogBackend, directory: str, topic: str, partition: int, config,
@@ -147,6 +148,12 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         # Local disk or object store: what differs between them, behind one protocol.
         self.segment_store = segment_store_for(self)
+        # Parts that work through the log's public operations: reads, retention, staged
+        # adoption, the follower's append.
+        self._reader = LogReader(self)
+        self._retention = LogRetention(self)
+        self._adoption = StagedAdoption(self)
+        self._follower = FollowerAppend(self)
         if self.writer and self.read_only:
             raise ReadOnlyLogError(f"cannot open {directory} for writing: the log is read-only")
         if self.writer:
@@ -172,8 +179,8 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
     def _local_writer(self) -> bool:
         return self.writer and self.segment_store.in_place
 
-    def _new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
-                     stem: str | None = None) -> LogSegment:
+    def new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
+                    stem: str | None = None) -> LogSegment:
         seg = LogSegment(self.storage, self.dir, base_offset,
                          index_interval_bytes=self.config.index_interval_bytes,
                          max_index_size=self.config.segment_index_bytes,
@@ -181,6 +188,8 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         seg.persist_rebuilt_index = self._local_writer and not self.read_only
         seg.contiguous = self._gapless
         return seg
+
+    _new_segment = new_segment      # the loader's, refresh's and segment store's name for it
 
     @property
     def segments(self) -> list[LogSegment]:
@@ -242,7 +251,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
                 self.high_watermark = target
                 self.producer_state.on_high_watermark_updated(target)
 
-    def _bound(self, isolation: str) -> int:
+    def bound(self, isolation: str) -> int:
         if isolation == "read_committed":
             return self.last_stable_offset
         if isolation == "read_uncommitted":
@@ -253,12 +262,24 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
 
     # ------------------------------------------------------------------ fencing
     @contextmanager
-    def _critical(self):
+    def critical(self):
         """Writes happen here: under the fence (local: a lock held across the write)."""
         if not self.writer:
             raise ReadOnlyLogError(f"{self.topic}-{self.partition} was opened for reading only")
         with self._lock, self.segment_store.critical():
             yield
+
+    _critical = critical            # the tests' name for it
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The log's lock: what a writer changes together is read under it."""
+        return self._lock
+
+    @property
+    def gapless(self) -> bool:
+        """Batches tile the offsets without gaps (no compaction ran nor may run)."""
+        return self._gapless
 
     # ------------------------------------------------------------------ for the log cleaner
     def cleaning_snapshot(self) -> tuple[list[LogSegment], int, int, int, int]:
@@ -316,7 +337,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
                 return True
 
     # ------------------------------------------------------------------ appending
-    def _roll_to(self, base_offset: int) -> LogSegment:
+    def roll_to(self, base_offset: int) -> LogSegment:
         if self.segments:
             active = self.segments[-1]
             if active.writable and not active.in_memory:
@@ -337,7 +358,9 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         self.segment_store.rolled(base_offset)
         return seg
 
-    def _note_epoch_start(self, epoch: int, offset: int) -> None:
+    _roll_to = roll_to              # the segment store's and tests' name for it
+
+    def note_epoch_start(self, epoch: int, offset: int) -> None:
         """The epoch cache learns `epoch` at the first batch stamped with it: a leader's own
         (there from the open on, unless a truncation took it), or each newer epoch of the
         leader's batches a follower appends."""
@@ -372,7 +395,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
             missing = [i for i, item in enumerate(items) if item[0] is None]
             if missing:
                 self._validator.refuse_null_keys(missing, len(items))
-        log_append = self._log_append_time()
+        log_append = self.log_append_time()
         with self._critical():
             batch = build_batch(items, base_offset=self.log_end_offset,
                                 compression=self._compression(compression),
@@ -381,15 +404,15 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
                                 partition_leader_epoch=self.leader_epoch,
                                 timestamp_type=TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME,
                                 log_append_time=now if log_append else None)
-            return self._append_locked(bytearray(batch), now, validated=True)
+            return self.append_locked(bytearray(batch), now, validated=True)
 
-    def _log_append_time(self) -> bool:
+    def log_append_time(self) -> bool:
         return getattr(self.config, "message_timestamp_type", "CreateTime") == "LogAppendTime"
 
     def append_batch(self, batch: bytes) -> AppendInfo:
         """Append one client-built RecordBatch v2: validated, offsets assigned, epoch stamped."""
         with self._critical():
-            return self._append_locked(bytearray(batch), _now_ms(), validated=False)
+            return self.append_locked(bytearray(batch), _now_ms(), validated=False)
 
     def append_and_commit_nowait(self, batches: list[bytes]) -> tuple[list, bool]:
         """append_batch() each of `batches`, then commit(durable=False), for a caller that must
@@ -419,7 +442,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
                     for batch in batches:
                         try:
                             data = batch if _writable(batch) else bytearray(batch)
-                            results.append(self._append_locked(data, _now_ms(), validated=False))
+                            results.append(self.append_locked(data, _now_ms(), validated=False))
                         except _WouldBlock:
                             return results, False
                         except Exception as exc:  # noqa: BLE001 - that batch's own error
@@ -435,7 +458,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
                             or self.state_store.root_write_due()):
                         return results, False
                     try:
-                        self._commit_locked(durable=False)
+                        self.commit_locked(durable=False)
                     except Exception:  # noqa: BLE001 - the HW did not move: the blocking path retries
                         logger.debug("non-blocking commit of %s-%d failed; retrying in a thread",
                                      self.topic, self.partition, exc_info=True)
@@ -446,19 +469,19 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         finally:
             self._lock.release()
 
-    def _flush_due(self, records: int, now: int) -> bool:
+    def flush_due(self, records: int, now: int) -> bool:
         return self._unflushed + records >= self._flush_messages or now - self._last_flush_ms >= self._flush_ms
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise SegLogError(f"{self.topic}-{self.partition} is closed")
 
-    def _append_locked(self, data: bytearray, now: int, *, validated: bool,
-                       assign: bool = False) -> AppendInfo:
+    def append_locked(self, data: bytearray, now: int, *, validated: bool,
+                      assign: bool = False) -> AppendInfo:
         """A leader's append of one batch: checked (validated=False: a client's batch), its
         offsets and epoch stamped, deduplicated by producer state, then written by
-        `_append_batch_locked`, the append every batch goes through."""
-        self._check_open()
+        `append_batch_locked`, the append every batch goes through."""
+        self.check_open()
         if not self.leads:
             raise NotLeaderOrFollowerError(
                 f"{self.topic}-{self.partition}: this replica follows at leader epoch"
@@ -476,7 +499,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         if not validated or assign:
             set_base_offset(data, leo)
             set_partition_leader_epoch(data, self.leader_epoch)
-            if self._log_append_time():
+            if self.log_append_time():
                 set_log_append_time(data, now)
                 header = parse_header(data)
             elif validated:
@@ -496,14 +519,14 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
                 d = analysis.duplicate
                 return AppendInfo(d.first_offset, d.last_offset, d.timestamp, header.records_count,
                                   duplicate=True)
-        self._append_batch_locked(data, header, now, self.leader_epoch, analysis, next_batch=next_batch)
-        self._maybe_flush(now)
+        self.append_batch_locked(data, header, now, self.leader_epoch, analysis, next_batch=next_batch)
+        self.maybe_flush(now)
         log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
         return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
                           header.records_count, log_append)
 
-    def _append_batch_locked(self, data, header: BatchHeader, now: int, epoch: int, analysis, *,
-                             next_batch: bool = False) -> None:
+    def append_batch_locked(self, data, header: BatchHeader, now: int, epoch: int, analysis, *,
+                            next_batch: bool = False) -> None:
         """Write one checked batch that starts at the LEO, for a leader's and a follower's append
         alike: roll first when due, the epoch cache learns `epoch` (the leader's, or the
         leader's batch's) at the batch, the producer state its producer fields (`analysis`, or
@@ -512,16 +535,16 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         roll = active.should_roll(header.size, header.max_timestamp, header.last_offset,
                                   segment_bytes=self._segment_bytes,
                                   segment_ms=self._segment_ms, now_ms=now)
-        if self._nonblocking and (roll or self._flush_due(header.records_count, now)):
+        if self._nonblocking and (roll or self.flush_due(header.records_count, now)):
             raise _WouldBlock()     # nothing changed yet: the blocking path appends this batch
         if roll:
             if active.in_memory:
                 # An object-store segment is published at commit; rolling it means committing.
-                self._commit_locked()
+                self.commit_locked()
             else:
                 self._roll_to(header.base_offset)
             active = self.log_segments.active
-        self._note_epoch_start(epoch, header.base_offset)
+        self.note_epoch_start(epoch, header.base_offset)
         active.append(data, [header])
         if next_batch:
             self.producer_state.append_next_batch(header.producer_id, header.last_sequence,
@@ -555,10 +578,389 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
             batch = build_control_batch(control_type, producer_id=producer_id, producer_epoch=producer_epoch,
                                         coordinator_epoch=coordinator_epoch, base_offset=self.log_end_offset,
                                         timestamp_ms=_now_ms(), partition_leader_epoch=self.leader_epoch)
-            return self._append_locked(bytearray(batch), _now_ms(), validated=True)
+            return self.append_locked(bytearray(batch), _now_ms(), validated=True)
 
     def _segment_index(self, offset: int) -> int:
         return self.log_segments.index_of(offset)
+
+    # ------------------------------------------------------------------ reading (log_reader.py)
+    def read(self, offset: int, max_bytes: int = 1 << 20, *, isolation: str = "read_committed",
+             min_one_batch: bool = True, view: bool = False,
+             buffer: bytearray | None = None, zero_copy: bool = False) -> FetchResult:
+        """Whole batches from the one holding `offset`, none at or above the isolation bound
+        (LogReader.read)."""
+        return self._reader.read(offset, max_bytes, isolation=isolation, min_one_batch=min_one_batch,
+                                 view=view, buffer=buffer, zero_copy=zero_copy)
+
+    def read_nowait(self, offset: int, max_bytes: int = 1 << 20, **kwargs) -> FetchResult | None:
+        """read() for a caller that must not block (LogReader.read_nowait)."""
+        return self._reader.read_nowait(offset, max_bytes, **kwargs)
+
+    def skip_damage(self, offset: int, error) -> tuple[int, str]:
+        """Where a reader told to skip lost data goes on (LogReader.skip_damage)."""
+        return self._reader.skip_damage(offset, error)
+
+    def read_records(self, offset: int, *, max_records: int | None = None,
+                     isolation: str = "read_committed"):
+        """Data records from `offset` on (LogReader.read_records)."""
+        return self._reader.read_records(offset, max_records=max_records, isolation=isolation)
+
+    def read_records_with_timestamp_type(self, offset: int, *, max_records: int | None = None,
+                                         isolation: str = "read_committed"):
+        """As read_records, each with its batch's timestamp type."""
+        return self._reader.read_records_with_timestamp_type(offset, max_records=max_records,
+                                                             isolation=isolation)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `timestamp_ms` below the HW."""
+        return self._reader.offset_for_timestamp(timestamp_ms)
+
+    # ------------------------------------------------------------------ retention (retention.py)
+    def apply_retention(self, now_ms: int | None = None) -> RetentionResult:
+        """Delete the oldest segments that breach retention (LogRetention.apply_retention)."""
+        return self._retention.apply_retention(now_ms)
+
+    def move_log_start_offset(self, offset: int, reason: str = "log start offset") -> RetentionResult:
+        """Move the log start offset up to `offset` (LogRetention.move_log_start_offset)."""
+        return self._retention.move_log_start_offset(offset, reason)
+
+    def delete_records_before(self, offset: int) -> RetentionResult:
+        """Kafka's DeleteRecords (LogRetention.delete_records_before)."""
+        return self._retention.delete_records_before(offset)
+
+    def delete_expired_files(self, now_ms: int | None = None) -> int:
+        """Remove deleted segments whose file.delete.delay.ms has passed."""
+        return self._retention.delete_expired_files(now_ms)
+
+    def delete_oldest_locked(self, count: int, start_offset: int, now: int,
+                             reasons: tuple[str, ...], *, move_start: bool = True) -> RetentionResult:
+        """Delete the oldest `count` segments and move the log start offset to at least
+        `start_offset` and the first remaining segment's base: checkpoint first, files after.
+
+        move_start=False (tiered storage, local retention): the segments' data lives on in the
+        remote tier, so the log start offset stays; the checkpoint still goes first, as it must
+        now record a log start offset below the first local segment."""
+        doomed = self.segments[:count]
+        new_start = max(self.log_start_offset, start_offset,
+                        self.segments[count].base_offset if 0 < count < len(self.segments) and move_start
+                        else start_offset)
+        if new_start > self.log_start_offset or (not move_start and count):
+            first_base = self.segments[0 if move_start else count].base_offset
+            self.state_store.commit(high_watermark=self.high_watermark, log_start_offset=new_start,
+                                    first_segment_base=first_base, epoch=self.leader_epoch)
+            self.log_start_offset = new_start
+        self.log_segments.remove_first(count)
+        if not self.read_only:
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
+            # Snapshots below the first local segment are no use locally (a remote segment
+            # carries its own); the one at the first local base is where replay starts.
+            self.producer_state.delete_snapshots_before(self.local_log_start_offset)
+        self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
+        deleted_bytes = 0
+        for seg in doomed:
+            deleted_bytes += seg.size()
+            seg.close()
+            self.segment_store.retire_segment(seg.base_offset, now)
+        if doomed:
+            logger.info("%s-%d: deleted %d segments (%d bytes) below offset %d (%s)", self.topic,
+                        self.partition, len(doomed), deleted_bytes, self.log_start_offset,
+                        ", ".join(sorted(set(reasons))))
+        if self.config.file_delete_delay_ms == 0:
+            for seg in doomed:
+                self.segment_store.remove_retired(seg.base_offset)
+        return RetentionResult(len(doomed), deleted_bytes, self.log_start_offset,
+                               tuple(s.base_offset for s in doomed), reasons)
+
+    # ------------------------------------------------------------------ staged batches (adoption.py)
+    def append_staged(self, data: bytes) -> tuple[int, int]:
+        """Append batches this engine staged earlier (StagedAdoption.append_staged)."""
+        return self._adoption.append_staged(data)
+
+    def adopt_staged(self, path: str, *, verify_crc: bool = True, fields=None) -> tuple[int, int] | None:
+        """Make a staged file a segment without copying it (StagedAdoption.adopt_staged)."""
+        return self._adoption.adopt_staged(path, verify_crc=verify_crc, fields=fields)
+
+    def adopt_staged_many(self, parts: list, *, verify_crc: bool = True,
+                          headers_cached: bool = False) -> list[tuple[int, int]]:
+        """adopt_staged for several staged files as one step (StagedAdoption.adopt_staged_many)."""
+        return self._adoption.adopt_staged_many(parts, verify_crc=verify_crc, headers_cached=headers_cached)
+
+    # ------------------------------------------------------------------ flush and commit
+    def add_unflushed(self, records: int) -> None:
+        """Count records appended outside `append_batch_locked` (staged runs) for flush.messages."""
+        self._unflushed += records
+
+    def maybe_flush(self, now: int) -> None:
+        if self.flush_due(0, now):
+            self.flush_locked()
+
+    def segment_synced(self, pending: PendingFlush) -> None:
+        """The flusher thread synced a rolled segment: move the recovery point (under the lock)."""
+        with self._lock:
+            if not self._closed:
+                self._move_recovery_point(self.pending_flushes.synced_end())
+
+    def _move_recovery_point(self, end: int | None) -> None:
+        if end is not None:
+            self.recovery_point = max(self.recovery_point, end)
+
+    def sync_rolled_segments(self) -> None:
+        """fsync every rolled segment the flusher has not synced yet, here and now."""
+        self._move_recovery_point(self.pending_flushes.sync_all())
+
+    def flush_locked(self) -> None:
+        """In the critical section: fsync what was appended (the segment store's flush)."""
+        self.segment_store.flush()
+        self._unflushed = 0
+        self._last_flush_ms = _now_ms()
+
+    _flush_locked = flush_locked    # the segment store's name for it
+
+    def flush(self) -> None:
+        """fsync appended data (local disk); on object stores data is durable once committed."""
+        with self._critical():
+            self.flush_locked()
+            self.state_store.set_recovery_point(self.recovery_point)
+
+    # ------------------------------------------------------------------ commit
+    def commit(self, marker: dict | None = None, *, durable: bool = True) -> None:
+        """Make everything appended visible (and durable): the high watermark moves to the LEO.
+
+        `marker` (a small JSON-able dict) is recorded with this commit and becomes the log's
+        `commit_marker` exactly when the new HW does, crash or not: the Spark sink records its
+        (query, batch) there so that a replayed batch is recognised as already committed.
+
+        durable=False (local disk; Kafka's default, the broker's commit): no fsync. The HW
+        checkpoint is still replaced (write + rename) before the HW moves, so a writer that
+        takes the partition after a crash of this process keeps what was committed; the data
+        is fsynced per flush.messages / flush.ms, at rolls and at close, and a commit after such
+        a flush writes the checkpoints durably. A power cut may lose what was not fsynced. A
+        commit with a marker is always durable. Object stores are durable at every commit.
+
+        A replica log (a cluster member's) records its current HW instead: replication moves
+        its HW (maybe_increment_high_watermark / update_high_watermark), a commit never does.
+        """
+        if marker is not None and not durable:
+            raise ValueError("a commit with a marker must be durable (durable=True)")
+        with self._critical():
+            self.commit_locked(marker, durable=durable)
+
+    def commit_locked(self, marker: dict | None = None, *, durable: bool = True, root: bool = False) -> None:
+        durable = self.segment_store.before_commit(durable)
+        leo = self.log_end_offset
+        first_base = self.segments[0].base_offset if self.segments else leo
+        # A replica records its HW as replication moved it; the single-node policy makes
+        # everything appended visible once recorded.
+        hw = leo if self.mode.commit_moves_high_watermark else self.high_watermark
+        # The LSO at the new HW, counting every transaction not yet ended as open (a floor).
+        unstable = self.producer_state.first_unstable_offset
+        self.state_store.commit(high_watermark=hw, log_start_offset=self.log_start_offset,
+                                first_segment_base=first_base, epoch=self.leader_epoch,
+                                recovery_point=self.segment_store.recovery_point_to_record(),
+                                marker=marker, durable=durable, root=root,
+                                last_stable_offset=hw if unstable is None else min(unstable, hw))
+        self._checkpointed_recovery_point = self.recovery_point
+        self._state_unsynced = not durable
+        # The single-node policy: once durable and recorded, everything appended is visible.
+        if self.mode.commit_moves_high_watermark:
+            self.set_high_watermark(leo)
+        if marker is not None:
+            self.commit_marker = marker
+
+    def publish(self, seg: LogSegment) -> None:
+        """Object store: publish `seg` (If-None-Match); a segment a fenced writer left at its
+        base is replaced, one of a newer writer fences this one."""
+        try:
+            seg.publish()
+        except _SegmentExists:
+            # Either we are fenced, or a fenced writer left an uncommitted segment at this base.
+            self.fence.check()
+            head = self.storage.read(seg.log_path, 0, 61)
+            if len(head) == 61 and parse_header(head).partition_leader_epoch < self.leader_epoch:
+                logger.warning("replacing %s left by a fenced writer", seg.log_path)
+                # Its index objects go first: a reader must never pair them with our `.log`.
+                for path in (seg.index_path, seg.time_index_path, seg.txn_index_path, seg.log_path):
+                    self.storage.delete(path)
+                seg.in_memory = True
+                seg.writable = True
+                seg.publish()
+            else:
+                raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
+
+    _publish = publish              # the segment store's name for it
+
+    # ------------------------------------------------------------------ replication
+    def append_as_follower(self, records, *, follower_at: int | None = None) -> tuple[int, int]:
+        """Append the leader's batches verbatim (FollowerAppend.append_as_follower)."""
+        return self._follower.append_as_follower(records, follower_at=follower_at)
+
+    def append_as_follower_nowait(self, records, *, follower_at: int | None = None) -> tuple[int, int] | None:
+        """append_as_follower() for a caller that must not block (FollowerAppend)."""
+        return self._follower.append_as_follower_nowait(records, follower_at=follower_at)
+
+    def require_local_writer(self, what: str) -> None:
+        if not self.writer:
+            raise ReadOnlyLogError(
+                f"{self.topic}-{self.partition} was opened for reading only: cannot {what}")
+        if not self.segment_store.in_place:
+            raise SegLogError(f"{self.topic}-{self.partition}: {what} needs a log on local disk; an"
+                              " object-store log takes its epoch from its writer fence")
+
+    def require_follower(self, epoch: int, what: str) -> None:
+        """Under the writer's lock: a follower's write for `epoch` goes ahead only while this
+        replica still follows at that epoch. A fetch answered for an older epoch, or one that
+        lands after become_leader, must not write a deposed leader's batches after the new
+        epoch's entry (the epoch cache would then misdescribe the log)."""
+        if self.leads or self.leader_epoch != epoch:
+            now = "leads" if self.leads else "follows"
+            raise NotLeaderOrFollowerError(
+                f"{self.topic}-{self.partition}: cannot {what} as a follower at leader epoch {epoch}:"
+                f" this replica {now} at epoch {self.leader_epoch} now")
+
+    # ------------------------------------------------------------------ high watermark
+    def set_high_watermark(self, offset: int) -> None:
+        self.high_watermark = offset
+        self.producer_state.on_high_watermark_updated(offset)
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Leader: advance the HW to `offset` (Kafka's maybeIncrementHighWatermark; for a
+        replicated partition, the smallest LEO of the in-sync replicas). Never backwards: an
+        offset at or below the HW changes nothing and returns False. Never past the LEO:
+        raises OffsetOutOfRangeError. Only visibility moves: the HW is recorded for other
+        processes by the next commit."""
+        if not self.writer:
+            raise ReadOnlyLogError(f"{self.topic}-{self.partition} was opened for reading only")
+        with self._lock:
+            leo = self.log_end_offset
+            if offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"{self.topic}-{self.partition}: cannot move the high watermark to {offset},"
+                    f" past the log end offset {leo}", topic=self.topic, partition=self.partition,
+                    offset=offset, log_start_offset=self.log_start_offset, log_end_offset=leo)
+            if offset <= self.high_watermark:
+                return False
+            self.set_high_watermark(offset)
+            return True
+
+    def update_high_watermark(self, leader_high_watermark: int, *, follower_at: int | None = None) -> int:
+        """Follower: take the HW from the leader's (Kafka's updateHighWatermark): it becomes
+        min(leader's HW, own LEO), and never less than the log start offset. Returns it.
+        `follower_at`: only while this replica follows at that leader epoch."""
+        if not self.writer:
+            raise ReadOnlyLogError(f"{self.topic}-{self.partition} was opened for reading only")
+        with self._lock:
+            if follower_at is not None:
+                self.require_follower(follower_at, "take the leader's high watermark")
+            hw = max(self.log_start_offset, min(leader_high_watermark, self.log_end_offset))
+            self.set_high_watermark(hw)
+            return hw
+
+    # ------------------------------------------------------------------ leadership
+    def become_leader(self, epoch: int) -> None:
+        """Lead the partition at `epoch`, given from outside (a controller; the single-node
+        writer fence is one such source): the epoch cache records (epoch, LEO) at once and
+        batches appended from now on are stamped with `epoch`. An epoch below the cache's
+        latest raises FencedWriterError; the same epoch again changes nothing."""
+        self.require_local_writer("become leader")
+        with self._critical():
+            latest = self.epoch_cache.latest_epoch
+            if latest is not None and epoch < latest:
+                raise FencedWriterError(
+                    f"{self.topic}-{self.partition}: leader epoch {epoch} is older than the latest"
+                    f" epoch {latest} of its leader-epoch-checkpoint")
+            self.leader_epoch = epoch
+            try:
+                self.epoch_cache.assign(epoch, self.log_end_offset)
+            except OSError as exc:
+                # A full disk: the cache is as it was, and the first append at this epoch
+                # assigns it again (at the same LEO) or fails, writing nothing, until the
+                # checkpoint can be written. Leading must not wait for the disk.
+                logger.warning("%s-%d: leader epoch %d not written to the epoch checkpoint yet: %s",
+                               self.topic, self.partition, epoch, exc)
+            self.leads = True
+
+    def become_follower(self, epoch: int) -> None:
+        """Follow the partition's leader at `epoch` (given by the controller): the epoch is
+        recorded for fencing, nothing is truncated and the epoch cache learns epochs only from
+        the leader's batches (append_as_follower). From here on a leader's append raises
+        NotLeaderOrFollowerError: the change is made under the append's lock, so no client
+        batch lands after it stamped with `epoch`. An epoch below the current one raises
+        FencedWriterError."""
+        self.require_local_writer("become a follower")
+        with self._critical():
+            if epoch < self.leader_epoch:
+                raise FencedWriterError(
+                    f"{self.topic}-{self.partition}: leader epoch {epoch} is older than the current"
+                    f" epoch {self.leader_epoch}")
+            self.leads = False
+            self.leader_epoch = epoch
+
+    def truncate_fully_and_start_at(self, offset: int, *, log_start_offset: int | None = None,
+                                    epochs: list[tuple[int, int]] | None = None,
+                                    producer_snapshot: bytes | None = None,
+                                    snapshot_source: str | None = None,
+                                    expected_end: int | None = None,
+                                    follower_at: int | None = None) -> bool:
+        """A follower that cannot catch up by fetching (Kafka's truncateFullyAndStartAt): every
+        local segment goes and the log restarts, empty, at `offset`; the HW and recovery point
+        are `offset`. Without the other arguments (the leader's log start moved past this
+        replica, replication.md 1.5) the log start offset is `offset`, the epoch cache is empty
+        and so is the producer state. With tiered storage (KIP-405's follower catch-up) the
+        caller gives what the remote segment ending at `offset` - 1 holds: the leader's
+        `log_start_offset` (at most `offset`; the offsets below `offset` are the remote
+        tier's), its leader-epoch entries and its producer snapshot, which become this log's
+        epoch cache and producer state at `offset`.
+
+        `expected_end`: do nothing and return False unless the LEO is that (checked under the
+        writer's lock). The new log start offset is checkpointed before any file goes.
+        `follower_at`: only while this replica follows at that leader epoch (as truncate_to)."""
+        self.require_local_writer("truncate fully")
+        start = offset if log_start_offset is None else min(log_start_offset, offset)
+        with self._critical():
+            if follower_at is not None:
+                self.require_follower(follower_at, "truncate fully")
+            if expected_end is not None and self.log_end_offset != expected_end:
+                return False
+            if producer_snapshot is not None:         # checked before anything changes
+                from logcore.log.producer_state import decode_snapshot
+                decode_snapshot(producer_snapshot, source=snapshot_source)
+            self.state_store.commit(high_watermark=offset, log_start_offset=start,
+                                    first_segment_base=offset, epoch=self.leader_epoch)
+            self.pending_flushes.truncated()    # a pending flush of a removed segment moves nothing
+            self.truncations += 1
+            self.pending_flushes.close_all()
+            for seg in self.segments:
+                seg.close()
+                seg.delete_files()
+            self.log_segments.clear()
+            self.log_start_offset = start
+            self._roll_to(offset)
+            self.recovery_point = offset
+            self.epoch_cache.clear()
+            for epoch, epoch_start in epochs or ():
+                self.epoch_cache.assign(epoch, epoch_start)
+            if epochs and start > 0:
+                self.epoch_cache.truncate_from_start(start)
+            if producer_snapshot is not None:
+                self.producer_state.restore_snapshot(offset, producer_snapshot, source=snapshot_source)
+            else:
+                self.producer_state.truncate_fully_and_start_at(offset)
+            self.set_high_watermark(offset)
+            return True
+
+    def checkpoint_high_watermark(self) -> None:
+        """Write the HW (and log start, recovery point) to the partition's checkpoints without
+        fsync, as Kafka's replication-offset-checkpoint task does; for replica logs, whose HW
+        moves with replication rather than at commits."""
+        with self._critical():
+            self.commit_locked(durable=False, root=True)
+
+    def end_offset_for_epoch(self, epoch: int):
+        """(epoch, end offset) for a follower's divergence check (Kafka's
+        OffsetsForLeaderEpoch): the largest epoch <= `epoch` this log knows and the offset
+        where the next epoch starts (the LEO for the latest)."""
+        with self._lock:
+            return self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
     # ------------------------------------------------------------------ truncation and close
     def truncate_to(self, offset: int, *, below_high_watermark: bool = False,
@@ -575,7 +977,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
         epoch (else NotLeaderOrFollowerError: it leads now, or follows at another epoch)."""
         with self._critical():
             if follower_at is not None:
-                self._require_follower(follower_at, "truncate")
+                self.require_follower(follower_at, "truncate")
             if expected_end is not None and self.log_end_offset != expected_end:
                 return False
             if offset >= self.log_end_offset:
@@ -636,7 +1038,7 @@ class Log(LogLoading, SegmentListing, LogRefresh, StagedAdoption, LogReading,
                     for seg in self.segments:
                         seg.data.close()
                 finally:
-                    self.pending_flushes.close_all()     # synced by _flush_locked unless it failed
+                    self.pending_flushes.close_all()     # synced by flush_locked unless it failed
                     self.state_store.close()
                     self.fence.release()    # this writer no longer holds the partition
             else:

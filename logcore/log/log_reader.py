@@ -1,7 +1,7 @@
 """Reading a log: fetches bounded by the HW / LSO / LEO with their aborted transactions, records,
 skipping damage, and the timestamp lookup.
 
-A mixin of `Log` (logcore.log.log).
+`LogReader` is a part of `Log` (logcore.log.log), holding the log; the log delegates to it.
 """
 from __future__ import annotations
 
@@ -92,8 +92,11 @@ class FetchResult:
     position: int = 0               # the file position of data[0], for error messages
 
 
-class LogReading:
+class LogReader:
     """Fetches, record reads and the timestamp lookup."""
+
+    def __init__(self, log):
+        self._log = log
 
     def read(self, offset: int, max_bytes: int = 1 << 20, *, isolation: str = "read_committed",
              min_one_batch: bool = True, view: bool = False,
@@ -112,33 +115,34 @@ class LogReading:
         segments and the log start offset and reads again; an offset now below the log start
         offset is out of range.
         """
+        log = self._log
         for attempt in range(_READ_ATTEMPTS):
             try:
                 result = self._read(offset, max_bytes, isolation, min_one_batch, view, buffer, zero_copy)
-                if result.data or self.writer or attempt > 0 or offset >= self._bound(isolation):
+                if result.data or log.writer or attempt > 0 or offset >= log.bound(isolation):
                     return result
                 # Nothing where something must be: the segment's files may be gone.
             except (ResourceNotFoundError, FileNotFoundError, CorruptRecordError, CorruptIndexError):
-                if self.writer or attempt == _READ_ATTEMPTS - 1:
+                if log.writer or attempt == _READ_ATTEMPTS - 1:
                     raise
                 time.sleep(0.01 * attempt)
-            self.refresh()
+            log.refresh()
             self._check_in_range(offset)
-        raise SegLogError(f"{self.topic}-{self.partition}: offset {offset} could not be read")
+        raise SegLogError(f"{log.topic}-{log.partition}: offset {offset} could not be read")
 
     def read_nowait(self, offset: int, max_bytes: int = 1 << 20, **kwargs) -> FetchResult | None:
         """read() for a caller that must not block (the broker's event loop): None, having read
         nothing, when another thread holds the log's lock or `offset` lies before the active
         segment (older bytes may have to come from disk); the caller then reads in a thread."""
-        if not self.writer or not self.segment_store.in_place:
+        if not self._log.writer or not self._log.segment_store.in_place:
             return None
-        bases = self.bases
-        if not bases or offset < bases[-1] or not self._lock.acquire(blocking=False):
+        bases = self._log.bases
+        if not bases or offset < bases[-1] or not self._log.lock.acquire(blocking=False):
             return None
         try:
             return self.read(offset, max_bytes, **kwargs)
         finally:
-            self._lock.release()
+            self._log.lock.release()
 
     def skip_damage(self, offset: int, error: CorruptRecordError) -> tuple[int, str]:
         """A reader told to skip lost data (Spark's failOnDataLoss=false) met `error` reading
@@ -146,8 +150,8 @@ class LogReading:
         bytes of the file). The skip ends at the next whole batch that passes every check in
         the same segment, else at the next segment, else at the HW. Damage that no local
         segment holds (the remote tier) is raised again."""
-        with self._lock:
-            for i, seg in enumerate(self.segments):
+        with self._log.lock:
+            for i, seg in enumerate(self._log.segments):
                 if seg.log_path == error.file:
                     break
             else:
@@ -160,43 +164,44 @@ class LogReading:
                     seg.resume_points.append((next_offset, end_position))
             else:
                 end_position = seg.size()
-                next_offset = self.bases[i + 1] if i + 1 < len(self.bases) else self.high_watermark
+                next_offset = self._log.bases[i + 1] if i + 1 < len(self._log.bases) else self._log.high_watermark
             next_offset = max(next_offset, offset + 1)
             return next_offset, (f"offsets {offset}..{next_offset - 1} are unreadable: bytes {position}.."
                                  f"{end_position - 1} of {seg.log_path} are damaged ({error.reason})")
 
     def _check_in_range(self, offset: int) -> None:
-        leo = self.log_end_offset
-        if offset < self.log_start_offset or offset > leo:
+        leo = self._log.log_end_offset
+        if offset < self._log.log_start_offset or offset > leo:
             raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {self.topic}-{self.partition}"
-                f" (log start {self.log_start_offset}, log end {leo})",
-                topic=self.topic, partition=self.partition, offset=offset,
-                log_start_offset=self.log_start_offset, log_end_offset=leo)
+                f"offset {offset} is out of range for {self._log.topic}-{self._log.partition}"
+                f" (log start {self._log.log_start_offset}, log end {leo})",
+                topic=self._log.topic, partition=self._log.partition, offset=offset,
+                log_start_offset=self._log.log_start_offset, log_end_offset=leo)
 
     def _read(self, offset: int, max_bytes: int, isolation: str, min_one_batch: bool,
               view: bool = False, buffer: bytearray | None = None,
               zero_copy: bool = False) -> FetchResult:
-        with self._lock:
-            bound = self._bound(isolation)
+        log = self._log
+        with log.lock:
+            bound = log.bound(isolation)
             self._check_in_range(offset)
             result = b""
             source, start = None, 0
             from_remote = False
             if offset < bound:
                 position = offset
-                if self.remote is not None and offset < self.local_log_start_offset:
-                    result = self.remote.read(offset, max_bytes, bound, min_one_batch)
+                if log.remote is not None and offset < log.local_log_start_offset:
+                    result = log.remote.read(offset, max_bytes, bound, min_one_batch)
                     from_remote = bool(result)
                     if not from_remote:
-                        position = self.local_log_start_offset
-                i = self._segment_index(position)
-                while not from_remote and i < len(self.segments):
-                    seg = self.segments[i]
+                        position = log.local_log_start_offset
+                i = log.log_segments.index_of(position)
+                while not from_remote and i < len(log.segments):
+                    seg = log.segments[i]
                     if seg.base_offset >= bound:
                         break
                     # Below the bound every batch is whole: a scan that stops early is damage.
-                    next_base = self.bases[i + 1] if i + 1 < len(self.bases) else None
+                    next_base = log.bases[i + 1] if i + 1 < len(log.bases) else None
                     if zero_copy and seg.is_local_file:
                         start, result = _slice(seg, position, max_bytes, bound, min_one_batch, strict=True)
                     else:
@@ -214,27 +219,27 @@ class LogReading:
                         # budget, or reaches the bound): the answer is nothing, not a later
                         # segment's batches (the reader would skip the offsets in between).
                         break
-                    if not self.writer and i + 1 < len(self.segments) and seg.size() == 0 \
+                    if not log.writer and i + 1 < len(log.segments) and seg.size() == 0 \
                             and (seg.storage is None or not seg.storage.exists(seg.log_path)):
                         # An empty sealed segment whose file is gone: retention deleted it under
                         # us. (Kafka's cleaner leaves empty sealed segments: a segment whose
                         # records were all compacted away keeps its file; it is skipped.)
                         raise ResourceNotFoundError(f"segment {seg.log_path} is gone")
                     i += 1
-                    if i < len(self.segments):
-                        position = max(position, self.segments[i].base_offset)
+                    if i < len(log.segments):
+                        position = max(position, log.segments[i].base_offset)
             aborted = []
             # Aborted transactions can only come from the remote tier or a local .txnindex:
             # without either, the fetched batches are not walked again here.
-            if isolation == "read_committed" and result and (from_remote or self.log_segments.any_txn_index):
+            if isolation == "read_committed" and result and (from_remote or log.log_segments.any_txn_index):
                 upper = _next_offset_after(result)
                 complete = False
                 if from_remote:
-                    aborted, complete = self.remote.collect_aborted(offset, upper)
-                if self.log_segments.any_txn_index and not complete:    # else no aborted transaction is local
+                    aborted, complete = log.remote.collect_aborted(offset, upper)
+                if log.log_segments.any_txn_index and not complete:    # else no aborted transaction is local
                     aborted = aborted + self._collect_aborted(offset, upper)
-            return FetchResult(result, self.high_watermark, self.last_stable_offset,
-                               self.log_start_offset, aborted, source, start)
+            return FetchResult(result, log.high_watermark, log.last_stable_offset,
+                               log.log_start_offset, aborted, source, start)
 
     def _collect_aborted(self, fetch_offset: int, upper_bound: int) -> list:
         """Aborted transactions overlapping [fetch_offset, upper_bound), as Kafka collects them.
@@ -244,7 +249,7 @@ class LogReading:
         segments that have a transaction index are visited.
         """
         found = []
-        segments = self.log_segments
+        segments = self._log.log_segments
         if not segments.any_txn_index:
             return found
         start = segments.bases[segments.index_of(fetch_offset)] if segments else 0
@@ -270,14 +275,14 @@ class LogReading:
         """As read_records, each record with its batch's timestamp type (what Kafka's consumers
         report: a batch the broker stamped with LogAppendTime says so, whatever the topic config)."""
         emitted = 0
-        position = max(offset, self.log_start_offset)
+        position = max(offset, self._log.log_start_offset)
         while max_records is None or emitted < max_records:
             fetch = self.read(position, 1 << 20, isolation=isolation)
             if not fetch.data:
                 return
             aborted = {(a.producer_id, a.first_offset, a.last_offset) for a in fetch.aborted}
             next_position = position
-            where = {"source": fetch.source or f"{self.topic}-{self.partition}", "base_position": fetch.position}
+            where = {"source": fetch.source or f"{self._log.topic}-{self._log.partition}", "base_position": fetch.position}
             for pos, header in iter_batches(fetch.data, **where):
                 next_position = header.next_offset
                 if header.is_control or header.last_offset < position:
@@ -306,15 +311,15 @@ class LogReading:
         (KIP-405: by their metadata's max timestamp, then the segment's remote time and offset
         indexes); the local segments answer when they hold nothing.
         """
-        with self._lock:
+        with self._log.lock:
             found = None
-            local_start = self.local_log_start_offset
-            if self.remote is not None and self.log_start_offset < local_start:
-                found = self.remote.find_offset_by_timestamp(timestamp_ms, self.log_start_offset,
-                                                             local_start)
+            local_start = self._log.local_log_start_offset
+            if self._log.remote is not None and self._log.log_start_offset < local_start:
+                found = self._log.remote.find_offset_by_timestamp(timestamp_ms, self._log.log_start_offset,
+                                                                  local_start)
             if found is None:
                 found = self._local_offset_for_timestamp(timestamp_ms)
-            if found is not None and found[0] < self.high_watermark:
+            if found is not None and found[0] < self._log.high_watermark:
                 return found
             return None
 
@@ -323,17 +328,17 @@ class LogReading:
         target is found by binary search over the running maximum of the segments' largest
         timestamps (cached for sealed segments), then the segment's time and offset indexes
         narrow the scan."""
-        if not self.segments:
+        if not self._log.segments:
             return None
-        sealed = self.log_segments.sealed_running_max_timestamps()
+        sealed = self._log.log_segments.sealed_running_max_timestamps()
         i = bisect.bisect_left(sealed, timestamp_ms)
-        if i == len(sealed) and self.segments[-1].largest_timestamp < timestamp_ms:
+        if i == len(sealed) and self._log.segments[-1].largest_timestamp < timestamp_ms:
             return None
-        found = self.segments[i].find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+        found = self._log.segments[i].find_offset_by_timestamp(timestamp_ms, self._log.log_start_offset)
         if found is None:
             # The running maximum came from an earlier segment: scan on from here.
-            for seg in self.segments[i + 1:]:
-                found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+            for seg in self._log.segments[i + 1:]:
+                found = seg.find_offset_by_timestamp(timestamp_ms, self._log.log_start_offset)
                 if found is not None:
                     break
         return found

@@ -2,8 +2,9 @@
 
 The policy (`deletable_segments`) is pure: it looks at a description of the segments and the
 log's offsets and says how many of the oldest segments are deletable and why. `LogRetention`, a
-mixin of `Log`, does the deleting (`apply_retention`), moves the log start offset (DeleteRecords)
-and removes the files of deleted segments after file.delete.delay.ms. Kafka applies
+part of `Log`, applies it (`apply_retention`), moves the log start offset (DeleteRecords) and
+removes the files of deleted segments after file.delete.delay.ms; the log itself deletes the
+segments it is told to (`Log.delete_oldest_locked`: checkpoint first, files after). Kafka applies
 three breaches in order, each a walk from the oldest segment that stops at the first segment that
 does not qualify: the log start offset (a segment wholly below it), the size limit
 (`retention.bytes`) and the time limit (`retention.ms`, by the segment's largest timestamp).
@@ -13,14 +14,12 @@ every segment goes).
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from logcore.errors import OffsetOutOfRangeError, PolicyViolationError
 from logcore.log.clock import now_ms as _now_ms
 
-logger = logging.getLogger("logcore.log.log")   # the logger name users' configurations know
 
 BREACH_LOG_START = "log start offset"
 BREACH_SIZE = "retention.bytes"
@@ -96,7 +95,11 @@ def deletable_segments(segments: Sequence[SegmentInfo], *, high_watermark: int,
 
 
 class LogRetention:
-    """Retention, DeleteRecords (log start offset moves) and delayed deletion of segment files."""
+    """Retention, DeleteRecords (log start offset moves) and delayed deletion of segment files:
+    a part of `Log` that decides which segments go; the log deletes them (`delete_oldest_locked`)."""
+
+    def __init__(self, log):
+        self._log = log
 
     # ------------------------------------------------------------------ retention
     def apply_retention(self, now_ms: int | None = None) -> RetentionResult:
@@ -107,52 +110,52 @@ class LogRetention:
         then the files are renamed `.deleted` (local disk) or marked deleted (object stores) and
         removed after file.delete.delay.ms (`delete_expired_files`)."""
         now = _now_ms() if now_ms is None else now_ms
-        with self._critical():
-            if self.tiered:
+        with self._log.critical():
+            if self._log.tiered:
                 return self._apply_local_retention_locked(now)
             decision = deletable_segments(
-                self._segment_infos(), high_watermark=self.high_watermark,
-                log_start_offset=self.log_start_offset, now_ms=now,
-                retention_ms=self.config.retention_ms, retention_bytes=self.config.retention_bytes,
-                delete_policy=self.config.delete)
+                self._segment_infos(), high_watermark=self._log.high_watermark,
+                log_start_offset=self._log.log_start_offset, now_ms=now,
+                retention_ms=self._log.config.retention_ms, retention_bytes=self._log.config.retention_bytes,
+                delete_policy=self._log.config.delete)
             if decision.count == 0:
-                return RetentionResult(0, 0, self.log_start_offset)
-            if decision.count == len(self.segments):
-                self._roll_to(self.log_end_offset)
-            return self._delete_oldest_locked(decision.count, self.log_start_offset, now,
-                                              decision.reasons)
+                return RetentionResult(0, 0, self._log.log_start_offset)
+            if decision.count == len(self._log.segments):
+                self._log.roll_to(self._log.log_end_offset)
+            return self._log.delete_oldest_locked(decision.count, self._log.log_start_offset, now,
+                                                  decision.reasons)
 
     def _apply_local_retention_locked(self, now: int) -> RetentionResult:
         """Tiered storage (Kafka's local retention): delete local copies of segments already in
         the remote tier that breach local.retention.ms / local.retention.bytes (-2: retention.*);
         the log start offset stays where the remote segments start. Total retention is the
         remote tier's (logcore.tiered.remote_log_manager), which moves the log start offset."""
-        self.remote.refresh()
-        highest = self.remote.end_offset()
+        self._log.remote.refresh()
+        highest = self._log.remote.end_offset()
         copied_end = highest + 1 if highest is not None else 0
         # A segment may go only when all of it is in the remote tier, or below the log start offset.
-        bound = min(self.high_watermark, max(copied_end, self.log_start_offset))
+        bound = min(self._log.high_watermark, max(copied_end, self._log.log_start_offset))
         decision = deletable_segments(
-            self._segment_infos(), high_watermark=bound, log_start_offset=self.log_start_offset,
-            now_ms=now, retention_ms=self.config.effective_local_retention_ms,
-            retention_bytes=self.config.effective_local_retention_bytes, delete_policy=True)
+            self._segment_infos(), high_watermark=bound, log_start_offset=self._log.log_start_offset,
+            now_ms=now, retention_ms=self._log.config.effective_local_retention_ms,
+            retention_bytes=self._log.config.effective_local_retention_bytes, delete_policy=True)
         if decision.count == 0:
-            return RetentionResult(0, 0, self.log_start_offset)
+            return RetentionResult(0, 0, self._log.log_start_offset)
         reasons = tuple(f"local {r}" if r != "log start offset" else r for r in decision.reasons)
-        return self._delete_oldest_locked(decision.count, self.log_start_offset, now, reasons,
-                                          move_start=False)
+        return self._log.delete_oldest_locked(decision.count, self._log.log_start_offset, now, reasons,
+                                              move_start=False)
 
     def move_log_start_offset(self, offset: int, reason: str = "log start offset") -> RetentionResult:
         """Move the log start offset up to `offset` (at most the HW) and delete the local
         segments wholly below it, whatever the cleanup policy: the remote tier's total retention
         expiring remote segments. A lower offset than the current one changes nothing."""
         now = _now_ms()
-        with self._critical():
-            target = min(offset, self.high_watermark)
-            if target <= self.log_start_offset:
-                return RetentionResult(0, 0, self.log_start_offset)
+        with self._log.critical():
+            target = min(offset, self._log.high_watermark)
+            if target <= self._log.log_start_offset:
+                return RetentionResult(0, 0, self._log.log_start_offset)
             count = self._segments_wholly_below(target)
-            return self._delete_oldest_locked(count, target, now, (reason,) * count)
+            return self._log.delete_oldest_locked(count, target, now, (reason,) * count)
 
     def delete_records_before(self, offset: int) -> RetentionResult:
         """Kafka's DeleteRecords: move the log start offset up to `offset` (-1: the high
@@ -161,89 +164,42 @@ class LogRetention:
         PolicyViolationError unless cleanup.policy contains `delete`; OffsetOutOfRangeError for an
         offset below 0 (other than -1) or above the high watermark. A lower offset than the
         current log start offset changes nothing."""
-        if not self.config.delete:
+        if not self._log.config.delete:
             raise PolicyViolationError(
-                f"cannot delete records of {self.topic}-{self.partition}: its cleanup.policy is"
-                f" {','.join(self.config.cleanup_policy)}, and deleting records needs `delete`")
+                f"cannot delete records of {self._log.topic}-{self._log.partition}: its cleanup.policy is"
+                f" {','.join(self._log.config.cleanup_policy)}, and deleting records needs `delete`")
         now = _now_ms()
-        with self._critical():
-            target = self.high_watermark if offset == -1 else offset
-            if target < 0 or target > self.high_watermark:
+        with self._log.critical():
+            target = self._log.high_watermark if offset == -1 else offset
+            if target < 0 or target > self._log.high_watermark:
                 raise OffsetOutOfRangeError(
-                    f"cannot delete records of {self.topic}-{self.partition} before offset {offset}:"
-                    f" it must be between 0 and the high watermark {self.high_watermark} (or -1)",
-                    topic=self.topic, partition=self.partition, offset=offset,
-                    log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset)
-            if target <= self.log_start_offset:
-                return RetentionResult(0, 0, self.log_start_offset)
+                    f"cannot delete records of {self._log.topic}-{self._log.partition} before offset {offset}:"
+                    f" it must be between 0 and the high watermark {self._log.high_watermark} (or -1)",
+                    topic=self._log.topic, partition=self._log.partition, offset=offset,
+                    log_start_offset=self._log.log_start_offset, log_end_offset=self._log.log_end_offset)
+            if target <= self._log.log_start_offset:
+                return RetentionResult(0, 0, self._log.log_start_offset)
             count = self._segments_wholly_below(target)
-            return self._delete_oldest_locked(count, target, now, ("delete records",) * count)
+            return self._log.delete_oldest_locked(count, target, now, ("delete records",) * count)
 
     def _segments_wholly_below(self, offset: int) -> int:
         """How many of the oldest segments end at or below `offset` (the active one never counts)."""
         count = 0
-        while count + 1 < len(self.segments) and self.segments[count + 1].base_offset <= offset:
+        while count + 1 < len(self._log.segments) and self._log.segments[count + 1].base_offset <= offset:
             count += 1
         return count
 
     def _segment_infos(self) -> list[SegmentInfo]:
         infos = []
-        for i, seg in enumerate(self.segments):
+        for i, seg in enumerate(self._log.segments):
             ts = seg.largest_timestamp
             if ts < 0:
                 # Kafka's fallback for a segment without timestamps: the file's modification time.
-                ts = self.segment_store.modified_ms(seg)
-            last = i == len(self.segments) - 1
-            following = seg.next_offset() if last else self.segments[i + 1].base_offset
+                ts = self._log.segment_store.modified_ms(seg)
+            last = i == len(self._log.segments) - 1
+            following = seg.next_offset() if last else self._log.segments[i + 1].base_offset
             infos.append(SegmentInfo(seg.base_offset, following, seg.size(), ts))
         return infos
-
-    def _delete_oldest_locked(self, count: int, start_offset: int, now: int,
-                              reasons: tuple[str, ...], *, move_start: bool = True) -> RetentionResult:
-        """Delete the oldest `count` segments and move the log start offset to at least
-        `start_offset` and the first remaining segment's base: checkpoint first, files after.
-
-        move_start=False (tiered storage, local retention): the segments' data lives on in the
-        remote tier, so the log start offset stays; the checkpoint still goes first, as it must
-        now record a log start offset below the first local segment."""
-        doomed = self.segments[:count]
-        new_start = max(self.log_start_offset, start_offset,
-                        self.segments[count].base_offset if 0 < count < len(self.segments) and move_start
-                        else start_offset)
-        if new_start > self.log_start_offset or (not move_start and count):
-            first_base = self.segments[0 if move_start else count].base_offset
-            self.state_store.commit(high_watermark=self.high_watermark, log_start_offset=new_start,
-                                    first_segment_base=first_base, epoch=self.leader_epoch)
-            self.log_start_offset = new_start
-        self.log_segments.remove_first(count)
-        if not self.read_only:
-            self.epoch_cache.truncate_from_start(self.log_start_offset)
-            # Snapshots below the first local segment are no use locally (a remote segment
-            # carries its own); the one at the first local base is where replay starts.
-            self.producer_state.delete_snapshots_before(self.local_log_start_offset)
-        self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
-        deleted_bytes = 0
-        for seg in doomed:
-            deleted_bytes += seg.size()
-            seg.close()
-            self._retire_segment_files(seg.base_offset, now)
-        if doomed:
-            logger.info("%s-%d: deleted %d segments (%d bytes) below offset %d (%s)", self.topic,
-                        self.partition, len(doomed), deleted_bytes, self.log_start_offset,
-                        ", ".join(sorted(set(reasons))))
-        if self.config.file_delete_delay_ms == 0:
-            for seg in doomed:
-                self._remove_retired_files(seg.base_offset)
-        return RetentionResult(len(doomed), deleted_bytes, self.log_start_offset,
-                               tuple(s.base_offset for s in doomed), reasons)
-
-    def _retire_segment_files(self, base: int, now: int) -> None:
-        """Mark a deleted segment's files (segment_store: renamed `*.deleted` on local disk, a
-        `<base>.log.deleted` marker on an object store); an open reader keeps its view."""
-        self.segment_store.retire_segment(base, now)
-
-    def _remove_retired_files(self, base: int) -> None:
-        self.segment_store.remove_retired(base)
 
     def delete_expired_files(self, now_ms: int | None = None) -> int:
         """Remove deleted segments whose file.delete.delay.ms has passed; returns how many.
@@ -253,5 +209,5 @@ class LogRetention:
         the log start offset that have no marker yet (a pass interrupted between the log start
         offset and the marker) get one now."""
         now = _now_ms() if now_ms is None else now_ms
-        with self._critical():
-            return self.segment_store.delete_expired(now)
+        with self._log.critical():
+            return self._log.segment_store.delete_expired(now)
