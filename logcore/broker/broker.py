@@ -104,7 +104,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         self.served = dict(SERVED)
         self._create_lock = threading.Lock()    # topic creation vs. the partition caps
         # A cluster member (zookeeper.connect): set by `join_cluster` before the broker serves.
-        self.cluster = None                     # logcore.broker.replica_manager.ReplicaManager
+        self.cluster = None                     # logcore.replication.replica_manager.ReplicaManager
         self.catalog = None                     # logcore.cluster.catalog.ZooKeeperCatalog
         self.cluster_fetch = None               # logcore.broker.cluster_fetch.ClusterFetch
 
@@ -112,7 +112,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         """Serve as a member of the cluster whose metadata `store` (ZooKeeper) holds: topics
         from the catalog, leadership and replication from the replica manager."""
         from logcore.broker.cluster_fetch import ClusterFetch
-        from logcore.broker.replica_manager import ReplicaManager
+        from logcore.replication.replica_manager import ReplicaManager
         from logcore.broker.producer_ids import ClusterProducerIdAllocator
         self.catalog = catalog
         self.producer_ids = ClusterProducerIdAllocator(store, self.node_id)

@@ -62,6 +62,11 @@ class Partition:
         return self.manager.acquire(self)
 
     @property
+    def log_if_open(self) -> Log | None:
+        """The writer log if it is open, else None (never opens it, never pins it)."""
+        return self._log
+
+    @property
     def is_open(self) -> bool:
         return self._log is not None
 

@@ -28,7 +28,7 @@ from logcore.broker import errors as E
 from logcore.errors import RemoteResourceNotFoundError, SegLogError
 from logcore.log.checkpoint import LeaderEpochCheckpoint
 
-logger = logging.getLogger("logcore.broker.replica_fetcher")
+logger = logging.getLogger("logcore.replication.replica_fetcher")
 
 LIST_OFFSETS = 2
 LIST_OFFSETS_VERSION = 4
