@@ -70,7 +70,7 @@ class AdminHandlers:
 
     # ------------------------------------------------------------------ CreateTopics / DeleteTopics
     async def create_topics(self, req: Request) -> dict:
-        if self.cluster is not None:
+        if self.replica_manager is not None:
             return await self._cluster_create_topics(req)
         return {"throttle_time": 0, "topics": await asyncio.to_thread(self._create_topics, req.body)}
 
@@ -127,7 +127,7 @@ class AdminHandlers:
 
     async def create_partitions(self, req: Request) -> dict:
         """CreatePartitions: grow topics (never shrink: INVALID_PARTITIONS)."""
-        if self.cluster is not None:
+        if self.replica_manager is not None:
             return await self._cluster_create_partitions(req)
         return {"throttle_time": 0, "results": await asyncio.to_thread(self._create_partitions, req.body)}
 
@@ -168,7 +168,7 @@ class AdminHandlers:
             wanted = [(t.name, t.topic_id) for t in body.topics]
         else:
             wanted = [(n, None) for n in body.topic_names]
-        if self.cluster is not None:
+        if self.replica_manager is not None:
             return await self._cluster_delete_topics(req, wanted)
         return {"throttle_time": 0, "responses": await asyncio.to_thread(self._delete_topics, wanted)}
 
@@ -210,7 +210,7 @@ class AdminHandlers:
                     if r.resource_name not in self.partitions.topics:
                         # A cluster member answers for every topic of the cluster, also those it
                         # holds no replica of (or no longer: reassigned away).
-                        cluster = getattr(self, "cluster", None)
+                        cluster = getattr(self, "replica_manager", None)
                         if cluster is None or r.resource_name not in cluster.assignments:
                             raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist")
                         config = LogConfig.from_props(cluster.topic_configs.get(r.resource_name, {}),
