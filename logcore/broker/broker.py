@@ -133,6 +133,13 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         self.cluster_fetch = None               # logcore.broker.cluster_fetch.ClusterFetch
 
     @property
+    def replication(self):
+        """What the data path asks (leadership, the produce checks, how logs open, the step
+        after an append): replication.single_node.SingleNode for one broker alone, the
+        ReplicaManager once it joins a cluster. The PartitionManager holds it."""
+        return self.partitions.replication
+
+    @property
     def cluster(self):
         """The replica manager under its former name (the cluster tests read it so)."""
         return self.replica_manager
@@ -147,8 +154,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         self.producer_ids = ClusterProducerIdAllocator(store, self.node_id)
         self.replica_manager = ReplicaManager(self, store, catalog)
         self.cluster_fetch = ClusterFetch(self.replica_manager)
-        self.partitions.replica_logs = True
-        self.partitions.after_append = self.replica_manager.after_append
+        self.partitions.replication = self.replica_manager
         self.maintenance.role = self.replica_manager.role_of
         # Groups follow the leadership of their __consumer_offsets partition.
         self.groups.attach_cluster(self.replica_manager, self.config["offsets.commit.timeout.ms"])
@@ -358,7 +364,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
                 if entry.appended is not None:
                     entry.appended.add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
             return None
-        if acks == -1 and self.replica_manager is not None and any(e.appended is not None for e in entries):
+        if acks == -1 and self.replication.replicates and any(e.appended is not None for e in entries):
             return self._finish_replicated_produce(entries, req)
         if all(e.appended is None or e.appended.done() for e in entries):
             return self._produce_response(entries, req)       # committed on the loop already
@@ -375,12 +381,10 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
             for pd in t.partition_data:
                 part = self.partitions.get(name, pd.index)
                 records = pd.records
-                code = E.NONE
-                if self.replica_manager is not None:
-                    code, message = self.replica_manager.produce_check(name, pd.index, acks_all)
-                    if code != E.NONE:
-                        out.append(ProduceEntry(name, pd.index, error=code, message=message))
-                        continue
+                code, message = self.replication.produce_check(name, pd.index, acks_all)
+                if code != E.NONE:
+                    out.append(ProduceEntry(name, pd.index, error=code, message=message))
+                    continue
                 if name == OT.TOPIC:
                     out.append(ProduceEntry(name, pd.index, error=E.INVALID_TOPIC_EXCEPTION, message=(
                         f"{OT.TOPIC} is internal: only the group coordinator writes it")))
@@ -393,14 +397,12 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
                 elif len(records) >= 61 and records[22] & 0x10:
                     out.append(ProduceEntry(name, pd.index, error=E.INVALID_TXN_STATE,
                                             message="transactional batches are not supported"))
-                elif acks_all and self.replica_manager is None and part.log.config.min_insync_replicas > 1:
-                    # One replica per partition: Kafka's answer when the ISR is below min.isr.
-                    out.append(ProduceEntry(name, pd.index, error=E.NOT_ENOUGH_REPLICAS, message=(
-                                f"The size of the current ISR 1 is insufficient to satisfy the min.isr "
-                                f"requirement of {part.log.config.min_insync_replicas} for partition "
-                                f"{name}-{pd.index} (this broker keeps one replica per partition)")))
                 else:
-                    out.append(ProduceEntry(name, pd.index, part, self.partitions.submit(part, records, loop)))
+                    code, message = self.replication.append_check(part, acks_all)
+                    if code != E.NONE:
+                        out.append(ProduceEntry(name, pd.index, error=code, message=message))
+                    else:
+                        out.append(ProduceEntry(name, pd.index, part, self.partitions.submit(part, records, loop)))
         return out
 
     async def _finish_produce(self, entries, req: Request) -> bytes:
@@ -477,10 +479,9 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         partition, the error): in a cluster only its leader does, at the epoch the request's
         current_leader_epoch names (replica_manager.partition_error)."""
         part = self.partitions.get(topic, index)
-        if self.replica_manager is not None:
-            code = self.replica_manager.partition_error(topic, index, getattr(request, "current_leader_epoch", -1))
-            if code != E.NONE:
-                return part, code
+        code = self.replication.partition_error(topic, index, getattr(request, "current_leader_epoch", -1))
+        if code != E.NONE:
+            return part, code
         return part, (E.NONE if part is not None else E.UNKNOWN_TOPIC_OR_PARTITION)
 
     # ------------------------------------------------------------------ ListOffsets
@@ -489,7 +490,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
 
     def _list_offsets(self, body) -> list[dict]:
         committed = getattr(body, "isolation_level", 0) == 1
-        replica_id = getattr(body, "replica_id", -1) if self.replica_manager is not None else -1
+        replica_id = getattr(body, "replica_id", -1) if self.replication.serves_followers else -1
         if any(self.partitions.get(t.name, p.partition_index) is None
                for t in body.topics for p in t.partitions):
             self.partitions.refresh_topics()      # created in the root by another process?
@@ -511,8 +512,8 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
                             res["offset"] = log.local_log_start_offset
                         elif p.timestamp == LATEST and replica_id >= 0:
                             res["offset"] = log.log_end_offset      # a follower asks the leader's LEO
-                        elif p.timestamp == LATEST and self.replica_manager is not None and \
-                                log.high_watermark < self.replica_manager.epoch_start_offset(t.name, p.partition_index):
+                        elif p.timestamp == LATEST and \
+                                log.high_watermark < self.replication.epoch_start_offset(t.name, p.partition_index):
                             # A new leader whose HW has not reached its epoch start yet (KIP-207).
                             res["error_code"] = E.OFFSET_NOT_AVAILABLE
                         elif p.timestamp == LATEST:

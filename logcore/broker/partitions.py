@@ -33,6 +33,7 @@ from logcore.errors import DamagedLogError, FencedWriterError
 from logcore.log.log import Log
 from logcore.log.log_root import LogRoot, TopicInfo
 from logcore.log.partition_metadata import parse_topic_id
+from logcore.replication.single_node import SingleNode
 
 logger = logging.getLogger(__name__)
 
@@ -136,12 +137,11 @@ class PartitionManager:
         # Partitions whose committed data is damaged (DamagedLogError): not opened, not served,
         # until `seglog repair`; the rest of the root is served.
         self.damaged: dict[tuple[str, int], DamagedLogError] = {}
-        # A cluster member's replicas (Broker.join_cluster): logs open in replica mode (epoch
-        # from the controller, HW from replication), stay open (their role lives with the open
-        # log), topics come from ZooKeeper rather than the root's topics file, and every append
-        # is reported to the replica manager (its HW may move).
-        self.replica_logs = False
-        self.after_append = None
+        # The replication policy: one broker alone (its logs are path writers whose commit moves
+        # the HW), or a cluster member's ReplicaManager (Broker.join_cluster: logs open as
+        # replicas, stay open since their role lives with the open log, topics come from
+        # ZooKeeper rather than the root's topics file, and each append lets the HW follow).
+        self.replication = SingleNode(self)
         # Where a failed write of the log dir is reported (the Broker sets its own): the dir goes
         # offline and, being the broker's only one, the broker stops (log_dir_failure.py).
         self.log_dir_failure = LogDirFailureChannel(root.url)
@@ -158,7 +158,7 @@ class PartitionManager:
         with self.lock:
             for name in self.root.list_topics():
                 # A cluster member opens the replicas it holds as ZooKeeper names them.
-                self.open_topic(self.root.describe_topic(name), eager=not self.replica_logs)
+                self.open_topic(self.root.describe_topic(name), eager=not self.replication.replica_logs)
         self.unpin_thread()
         lazy = len(self.partitions) - len(self._open)
         if lazy > 0:
@@ -194,7 +194,7 @@ class PartitionManager:
                     raise ConnectionAbortedError(f"{part.topic}-{part.index} was closed")
                 try:
                     log = self.root.log(part.topic, part.index, writer=True, resume=part.resume,
-                                        replica=self.replica_logs)
+                                        replica=self.replication.replica_logs)
                 except DamagedLogError as exc:
                     # Damaged committed data: not served until `seglog repair`; the rest is.
                     logger.error("%s-%d is not served: %s", part.topic, part.index, exc)
@@ -231,7 +231,7 @@ class PartitionManager:
                 self._pinned.part = None
 
     def _evict_over_budget(self) -> None:
-        if self.replica_logs:
+        if self.replication.replica_logs:
             return
         with self._lock:
             over = len(self._open) - self.max_open
@@ -304,7 +304,7 @@ class PartitionManager:
         (closed), config overrides (DescribeConfigs shows them; open logs keep theirs until the
         broker restarts). Cheap when nothing changed: one read of the topics file. A cluster
         member's topics come from ZooKeeper instead (replica_manager): nothing to do."""
-        if self.replica_logs:
+        if self.replication.replica_logs:
             return
         with self.lock:
             try:
@@ -346,7 +346,7 @@ class PartitionManager:
 
     def refresh_soon(self) -> None:
         """refresh_topics in a worker thread, from the event loop (at most one at a time)."""
-        if self._refreshing or self.replica_logs:
+        if self._refreshing or self.replication.replica_logs:
             return
         self._refreshing = True
 
@@ -510,8 +510,7 @@ class PartitionManager:
                 fut.set_exception(commit_error)
             else:
                 fut.set_result(result)
-        if self.after_append is not None:
-            self.after_append(part)
+        self.replication.appended(part)
         self.notify(part)
 
     def notify(self, part: PartitionLog) -> None:

@@ -139,6 +139,13 @@ class Partition:
             manager.isr_writer.change_isr(self, new_isr)
         self.maybe_increment_hw()
 
+    # ------------------------------------------------------------------ appends
+    def appended(self) -> None:
+        """The leader's log grew (a produce round committed): with an ISR of this broker
+        alone the HW follows at once (Kafka's appendRecordsToLeader, then maybeIncrementLeaderHW)."""
+        if self.role == LEADER:
+            self.maybe_increment_hw()
+
     # ------------------------------------------------------------------ acks=all
     async def wait_for_high_watermark(self, required: int, timeout_s: float) -> int:
         """Park an acks=all write until the HW reaches `required` (its last offset + 1): the

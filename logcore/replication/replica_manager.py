@@ -580,12 +580,21 @@ class ReplicaManager:
         replica = self.replicas.get((topic, p))
         return replica.epoch_start_offset if replica is not None and replica.role == LEADER else 0
 
-    def after_append(self, part) -> None:
-        """The partition manager appended (the leader's LEO moved): with an ISR of the leader
-        alone the HW follows at once; parked follower fetches wake (notify)."""
+    # The broker's replication policy (single_node.SingleNode is the other one).
+    replica_logs = True              # logs open as replicas: epoch and HW from replication
+    replicates = True                # acks=all waits for the HW (the ISR's copies)
+    serves_followers = True          # a Fetch / ListOffsets may come from a follower
+
+    def append_check(self, part, acks_all: bool) -> tuple[int, str | None]:
+        """Nothing beyond produce_check (the ISR size was checked there)."""
+        return E.NONE, None
+
+    def appended(self, part) -> None:
+        """The broker's PartitionManager appended to `part` (its PartitionLog): the replica's
+        HW may follow."""
         replica = self.replicas.get((part.topic, part.index))
-        if replica is not None and replica.role == LEADER:
-            replica.maybe_increment_hw()
+        if replica is not None:
+            replica.appended()
 
     def on_follower_fetch(self, replica: Partition, follower: int, fetch_offset: int,
                           log_start: int, leader_leo: int, leader_epoch: int) -> None:
