@@ -23,6 +23,7 @@ from logcore.broker.api_versions import SERVED, advertised
 from logcore.broker import offsets_topic as OT
 from logcore.broker.admin_handlers import AdminHandlers
 from logcore.broker.cluster_handlers import ClusterHandlers
+from logcore.broker.cluster_fetch import ClusterFetch, SingleNodeFetch
 from logcore.broker.config import BrokerConfig
 from logcore.broker.error_response import error_response
 from logcore.broker.resources import open_partition_budget
@@ -130,7 +131,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         # A cluster member (zookeeper.connect): set by `join_cluster` before the broker serves.
         self.replica_manager = None             # logcore.replication.replica_manager.ReplicaManager
         self.catalog = None                     # logcore.cluster.catalog.ZooKeeperCatalog
-        self.cluster_fetch = None               # logcore.broker.cluster_fetch.ClusterFetch
+        self.fetch_checks = SingleNodeFetch()   # ClusterFetch once a cluster member
 
     @property
     def replication(self):
@@ -147,13 +148,12 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
     def join_cluster(self, store, catalog) -> None:
         """Serve as a member of the cluster whose metadata `store` (ZooKeeper) holds: topics
         from the catalog, leadership and replication from the replica manager."""
-        from logcore.broker.cluster_fetch import ClusterFetch
         from logcore.replication.replica_manager import ReplicaManager
         from logcore.broker.producer_ids import ClusterProducerIdAllocator
         self.catalog = catalog
         self.producer_ids = ClusterProducerIdAllocator(store, self.node_id)
         self.replica_manager = ReplicaManager(self, store, catalog)
-        self.cluster_fetch = ClusterFetch(self.replica_manager)
+        self.fetch_checks = ClusterFetch(self.replica_manager)
         self.partitions.replication = self.replica_manager
         self.maintenance.role = self.replica_manager.role_of
         # Groups follow the leadership of their __consumer_offsets partition.

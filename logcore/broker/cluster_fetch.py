@@ -6,6 +6,8 @@ the leader's, and its fetch offset tells the leader its LEO (ISR and high waterm
 A follower asking for an offset only the remote tier holds (from the log start up to the local
 log start) gets OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405).
 Errors that mean "ask elsewhere" carry the current leader (v12+ tagged field).
+The Fetch handler asks its checks object: ClusterFetch for a cluster member, SingleNodeFetch
+(no follower, nothing to check) for a broker alone.
 """
 from __future__ import annotations
 
@@ -49,9 +51,36 @@ def replica_id_of(body, version: int) -> int:
     return getattr(body, "replica_id", -1)
 
 
+class SingleNodeFetch:
+    """A broker alone: every Fetch is a consumer's, every partition held here is led here, and a
+    partition closed under a fetch was deleted."""
+    closed_error = E.UNKNOWN_TOPIC_OR_PARTITION
+
+    @staticmethod
+    def follower_of(body, version: int) -> int:
+        return -1
+
+    @staticmethod
+    def check(entry: WantedPartition, follower: int) -> WantedPartition:
+        return entry
+
+    @staticmethod
+    def annotate(wanted: list[WantedPartition], results) -> None:
+        pass
+
+
 class ClusterFetch:
+    """A cluster member: only the leader serves a partition, at the request's epoch; a
+    follower's fetch is checked for divergence and reports its LEO; a partition closed under a
+    fetch was reassigned away (or deleted)."""
+    closed_error = E.NOT_LEADER_OR_FOLLOWER
+
     def __init__(self, manager):
         self.manager = manager
+
+    @staticmethod
+    def follower_of(body, version: int) -> int:
+        return replica_id_of(body, version)
 
     def check(self, entry: WantedPartition, follower: int) -> WantedPartition:
         """The entry with the cluster's verdict: an error, a DivergedPartition, or unchanged."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from logcore.broker import errors as E
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
-from logcore.broker.cluster_fetch import DivergedPartition, replica_id_of
+from logcore.broker.cluster_fetch import DivergedPartition
 from logcore.broker.wanted_partition import WantedPartition
 from logcore.errors import CorruptRecordError, SegLogError
 from logcore.log.file_slice import FileSlice
@@ -80,15 +80,14 @@ class FetchHandlers:
                 if part is None and (name, p.partition) in self.partitions.damaged:
                     error = E.KAFKA_STORAGE_ERROR       # damaged committed data: see `seglog repair`
                 wanted.append(WantedPartition(name, tid, p, part, error))
-        follower = -1
-        if self.replica_manager is not None:
-            follower = replica_id_of(body, v)
-            wanted = [self.cluster_fetch.check(entry, follower) for entry in wanted]
-            if follower >= 0:
-                isolation = "log_end"           # a follower reads up to the leader's LEO
-                # The epochs the checks passed at: a fetch answered after a long poll counts
-                # for the follower's progress only if this broker still leads at that epoch.
-                epochs = self.cluster_fetch.epochs(wanted)
+        checks = self.fetch_checks            # a broker alone's, or a cluster member's
+        follower = checks.follower_of(body, v)
+        wanted = [checks.check(entry, follower) for entry in wanted]
+        if follower >= 0:
+            isolation = "log_end"               # a follower reads up to the leader's LEO
+            # The epochs the checks passed at: a fetch answered after a long poll counts
+            # for the follower's progress only if this broker still leads at that epoch.
+            epochs = checks.epochs(wanted)
         while True:
             waits = [w.part.next_commit() for w in wanted if w.part is not None]
             if follower >= 0:
@@ -96,7 +95,7 @@ class FetchHandlers:
                         for w in wanted if w.part is not None and w.part.is_open}
             results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
             if follower >= 0:
-                self.cluster_fetch.followed(wanted, results, follower, ends, epochs)
+                checks.followed(wanted, results, follower, ends, epochs)
                 failed = failed or any("diverging_epoch" in r for r in results)
             remaining = deadline - loop.time()
             if total >= body.min_bytes or failed or remaining <= 0 or not waits:
@@ -104,16 +103,14 @@ class FetchHandlers:
             _close_records(results)           # not enough yet: wait, then read again
             # Any partition with news ends the wait (not all of them), or max_wait does.
             await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            if self.replica_manager is not None:
-                # As Kafka's delayed fetch: the role and the leader epoch are checked again
-                # before a parked fetch reads, so records of a newer epoch (or of a deposed
-                # leader) never answer a request made at an older one.
-                wanted = [self.cluster_fetch.check(entry, follower) for entry in wanted]
+            # As Kafka's delayed fetch: the role and the leader epoch are checked again
+            # before a parked fetch reads, so records of a newer epoch (or of a deposed
+            # leader) never answer a request made at an older one.
+            wanted = [checks.check(entry, follower) for entry in wanted]
             if loop.time() >= deadline:
                 results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
                 break
-        if self.replica_manager is not None:
-            self.cluster_fetch.annotate(wanted, results)
+        checks.annotate(wanted, results)
         topics: dict[Any, dict] = {}
         for w, res in zip(wanted, results):
             key = w.topic_id if v >= 13 else w.name
@@ -172,8 +169,7 @@ class FetchHandlers:
                 except ConnectionAbortedError:
                     # Closed meanwhile: its topic was deleted, or (cluster) the replica was
                     # reassigned away from this broker.
-                    res["error_code"] = E.NOT_LEADER_OR_FOLLOWER if getattr(self, "replica_manager", None) is not None \
-                        else E.UNKNOWN_TOPIC_OR_PARTITION
+                    res["error_code"] = self.fetch_checks.closed_error
                     failed = True
                     continue
             if isinstance(p, DivergedPartition):
