@@ -179,14 +179,12 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
             self.groups.load()
 
     async def start(self) -> None:
-        if self.replica_manager is not None:
-            await self.replica_manager.start()
+        await self.replication.start()
         await self.groups.start()
         self.maintenance.start()
 
     async def stop(self) -> None:
-        if self.replica_manager is not None:
-            await self.replica_manager.stop()
+        await self.replication.stop()
         await self.groups.stop()
         await asyncio.to_thread(self.maintenance.stop)
 

@@ -21,6 +21,12 @@ class SingleNode:
     def __init__(self, partitions):
         self.partitions = partitions            # the broker's PartitionManager
 
+    async def start(self) -> None:
+        """Nothing to follow: no ZooKeeper, no fetchers."""
+
+    async def stop(self) -> None:
+        pass
+
     def partition_error(self, topic: str, p: int, current_epoch: int = -1) -> int:
         """Every partition held here is led here (an unknown one is the caller's answer)."""
         return E.NONE
