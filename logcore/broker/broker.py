@@ -419,8 +419,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
                 if replica is None:
                     waits.append((i, None, None))
                 else:
-                    waits.append((i, replica, self.replica_manager.high_watermark_reached(
-                        replica, fut.result().last_offset + 1)))
+                    waits.append((i, replica, replica.high_watermark_reached(fut.result().last_offset + 1)))
         pending = [w for _, _, w in waits if w is not None and not w.done()]
         if pending:
             try:
@@ -428,7 +427,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
             finally:
                 for _, replica, w in waits:
                     if w is not None and not w.done():
-                        self.replica_manager.forget_waiter(replica, w)
+                        replica.forget_waiter(w)
         overrides = {}
         for i, replica, w in waits:
             if w is None:

@@ -386,7 +386,7 @@ class GroupCoordinator:
         replica = self.replica_manager.replicas.get((OT.TOPIC, p))
         if replica is None:
             return E.NOT_COORDINATOR
-        code = await self.replica_manager.wait_for_high_watermark(replica, info.last_offset + 1, self.commit_timeout_s)
+        code = await replica.wait_for_high_watermark(info.last_offset + 1, self.commit_timeout_s)
         if code == E.NONE and (self._tenure.get(p) != tenure or p not in self.owned):
             code = E.NOT_LEADER_OR_FOLLOWER       # leadership moved (and maybe came back) meanwhile
         if code != E.NONE:

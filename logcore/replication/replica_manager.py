@@ -536,9 +536,6 @@ class ReplicaManager:
         replica = self.replicas.get((topic, p))
         return replica if replica is not None and replica.role == LEADER else None
 
-    def min_insync(self, replica: Partition) -> int:
-        return replica.min_insync()
-
     def topic_min_insync(self, topic: str) -> int:
         """min.insync.replicas of a topic whose log is not open here."""
         return self.partitions.root.topic_config(topic).min_insync_replicas
@@ -596,10 +593,6 @@ class ReplicaManager:
         if replica is not None:
             replica.appended()
 
-    def on_follower_fetch(self, replica: Partition, follower: int, fetch_offset: int,
-                          log_start: int, leader_leo: int, leader_epoch: int) -> None:
-        replica.on_follower_fetch(follower, fetch_offset, log_start, leader_leo, leader_epoch)
-
     async def _checkpoint_loop(self) -> None:
         """Each replica's HW to replication-offset-checkpoint (Kafka's
         replica.high.watermark.checkpoint.interval.ms); the logs write it at close too."""
@@ -628,15 +621,8 @@ class ReplicaManager:
     # ------------------------------------------------------------------ acks=all
     @staticmethod
     async def wait_for_high_watermark(replica: Partition, required: int, timeout_s: float) -> int:
+        """Partition.wait_for_high_watermark (the replica-manager tests call it here)."""
         return await replica.wait_for_high_watermark(required, timeout_s)
-
-    @staticmethod
-    def high_watermark_reached(replica: Partition, required: int) -> asyncio.Future:
-        return replica.high_watermark_reached(required)
-
-    @staticmethod
-    def forget_waiter(replica: Partition, fut: asyncio.Future) -> None:
-        replica.forget_waiter(fut)
 
     # ------------------------------------------------------------------ for handlers
     def address_of(self, broker_id: int) -> tuple[str, int] | None:
