@@ -109,6 +109,10 @@ class OutOfOrderSequenceError(InvalidRecordError):
     """An idempotent producer's sequence number is not the next one expected."""
 
 
+class InvalidTxnStateError(InvalidRecordError):
+    """A non-transactional batch from a producer whose transaction is still open."""
+
+
 class InvalidProducerEpochError(FencedWriterError):
     """An idempotent producer's epoch is older than the one the log knows."""
 

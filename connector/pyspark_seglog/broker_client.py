@@ -26,35 +26,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from logcore.errors import TopicNotFoundError
+from logcore.wire.api_keys import (CREATE_TOPICS, DESCRIBE_CONFIGS, INIT_PRODUCER_ID, LIST_OFFSETS, METADATA,
+                                   PRODUCE)
 from logcore.wire.client import (BrokerAddress, KafkaConnection, KafkaConnectionError, KafkaError, bootstrap,
                                  error_name)
+from logcore.wire.config_resources import TOPIC_RESOURCE
+from logcore.wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, FENCED_LEADER_EPOCH,
+                                      KAFKA_STORAGE_ERROR, LEADER_NOT_AVAILABLE, NONE, NOT_COORDINATOR,
+                                      NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER,
+                                      OFFSET_NOT_AVAILABLE, REQUEST_TIMED_OUT, TOPIC_ALREADY_EXISTS,
+                                      UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION)
+from logcore.wire.list_offsets import LATEST_TIMESTAMP
 
-PRODUCE, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS = \
-    0, 2, 3, 18, 19, 22, 32
 # The versions this client can build and read (ListOffsets from v2: isolation_level; v4 adds
 # current_leader_epoch; Produce from v3: RecordBatch v2 and up to v9, the last one that names
 # topics; Metadata from v7 gives leader epochs).
 CLIENT_WINDOWS = {PRODUCE: (3, 9), LIST_OFFSETS: (2, 7), METADATA: (1, 12), CREATE_TOPICS: (2, 5),
                   INIT_PRODUCER_ID: (0, 4), DESCRIBE_CONFIGS: (1, 4)}
 
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
 ISOLATION_LEVEL = {"read_uncommitted": 0, "read_committed": 1}
-TOPIC_RESOURCE = 2                    # DescribeConfigs resource type of a topic
-
-# Kafka error codes the connector acts on.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-TOPIC_ALREADY_EXISTS = 36
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-DUPLICATE_SEQUENCE_NUMBER = 46
-KAFKA_STORAGE_ERROR = 56
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-OFFSET_NOT_AVAILABLE = 78             # a new leader's HW is still below its epoch start (KIP-207)
 # Errors that say the client's idea of the partition's leader is out of date: refresh Metadata,
 # then send again (to the new leader).
 STALE_LEADER = frozenset({UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
@@ -62,7 +52,8 @@ STALE_LEADER = frozenset({UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_
 # Errors after which the same request may succeed when sent again.
 # (An unknown partition too, as Kafka's producer: it may be a broker still starting; the
 # delivery timeout bounds the wait for one that is really gone.)
-RETRIABLE = frozenset({REQUEST_TIMED_OUT, 14, 15, 16, 19, 20}) | STALE_LEADER  # 14-16 coordinator, 19-20 replicas
+RETRIABLE = frozenset({REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+                       NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND}) | STALE_LEADER
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_RETRY_TIMEOUT_S = 60.0        # Kafka's default.api.timeout.ms

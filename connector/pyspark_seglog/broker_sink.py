@@ -30,15 +30,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from logcore.errors import TopicNotFoundError
-from logcore.records.compression import Compression
+from logcore.records.compression import CODEC_BY_NAME, Compression
 from logcore.records.encode import encode_batches
 
+from logcore.wire.api_keys import PRODUCE
 from logcore.wire.client import KafkaConnectionError, KafkaError, error_name
+from logcore.wire.error_codes import DUPLICATE_SEQUENCE_NUMBER, MESSAGE_TOO_LARGE, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
 from pyspark_seglog.broker_client import (
-    DUPLICATE_SEQUENCE_NUMBER,
-    NONE,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    PRODUCE,
     RETRIABLE,
     BrokerClient,
 )
@@ -56,9 +54,6 @@ ACKS_ALL = -1
 REQUEST_TIMEOUT_MS = 30_000
 RETRY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
 SEQUENCE_WRAP = 1 << 31
-
-_CODECS = {"uncompressed": Compression.NONE, "producer": Compression.NONE, "gzip": Compression.GZIP,
-           "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 
 @dataclass
@@ -132,7 +127,7 @@ class TaskProducer(RowRouter):
             if codec is None:
                 config = self._with_retries(lambda: self.client.topic_config(topic, ["compression.type"]),
                                             "DescribeConfigs")
-                codec = _CODECS.get(config.get("compression.type") or "producer", Compression.NONE)
+                codec = CODEC_BY_NAME.get(config.get("compression.type") or "producer", Compression.NONE)
             found = self.topics[topic] = (count, codec)
         return found
 
@@ -291,7 +286,7 @@ class TaskProducer(RowRouter):
                 reasons.append(f"{message} from {where}")
                 continue
             hint = ""
-            if code == 10:                  # MESSAGE_TOO_LARGE
+            if code == MESSAGE_TOO_LARGE:
                 hint = " (lower the option batch.size, or raise the topic's max.message.bytes)"
             raise KafkaError(f"{where} refused a batch of {message}{hint}", code)
         if again and retrying is None:

@@ -156,7 +156,6 @@ class ReplicaLogs:
         self._ref: dict[tuple, int] = {}
         self._leader_dir: dict[tuple, int | None] = {}
         self._broker = None
-        self._logs = self._ref          # partitions already looked at (the stream reader asks)
 
     def identity(self, i: int) -> tuple[int | None, str | None]:
         if i not in self._ids:
@@ -218,7 +217,7 @@ class ReplicaLogs:
                 d.refresh(mine)
         for tp in tps:
             holders = self._holders(tp)
-            bounds = {i: self.dirs[i]._local_bound(tp) for i in holders}
+            bounds = {i: self.dirs[i].local_bound(tp) for i in holders}
             ref = max(holders, key=lambda i: (bounds[i], -self.dirs[i].earliest(tp)))
             latest, leader_dir = bounds[ref], None
             if answers is not None and tp in answers:
@@ -242,6 +241,10 @@ class ReplicaLogs:
         if tp not in self._ref:
             self.refresh([tp])
         return self._ref[tp]
+
+    def seen(self, tp) -> bool:
+        """Whether this partition was already looked at here (the stream reader asks)."""
+        return tp in self._ref
 
     def log(self, tp):
         return self.dirs[self._reference(tp)].log(tp)

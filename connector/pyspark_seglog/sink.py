@@ -46,7 +46,7 @@ from logcore.errors import (
 )
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import F_POSITION, batch_fields
-from logcore.records.compression import Compression
+from logcore.records.compression import CODEC_BY_NAME, Compression
 from logcore.records.encode import encode_batch_run_into, encode_plain_run_into, plain_columns
 from logcore.storage import open_storage
 from logcore.storage.direct_writer import ALIGN, DirectFileWriter
@@ -89,10 +89,6 @@ _NO_POSITIONS = np.empty(0, dtype=np.int64)
 _PUBLISH_THREADS = 8
 _publish_pool: tuple[int, ThreadPoolExecutor] | None = None     # (pid that made it, pool)
 _publish_pool_lock = threading.Lock()
-
-_COMPRESSION_BY_TOPIC_CONFIG = {"uncompressed": Compression.NONE, "producer": Compression.NONE,
-                                "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
-                                "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 # ------------------------------------------------------------------------------- input schema
 
@@ -211,7 +207,7 @@ class _SeglogWriterBase:
             # fail (or create the topic) when the write is planned, not in the tasks; and a root
             # that a broker serves is written only through it (docs/connector.md)
             if self.opts.topic is not None:
-                root = self._open_root()
+                root = self.open_root()
             else:      # the topics come from a column: open only what exists (a served root does)
                 try:
                     root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options)
@@ -225,7 +221,7 @@ class _SeglogWriterBase:
                                        f"set option kafka.bootstrap.servers={owner.bootstrap} to"
                                        " write through it")
                 if self.opts.topic is not None:
-                    self._ensure_topic(root, self.opts.topic)
+                    self.ensure_topic(root, self.opts.topic)
                     if "key" not in self.columns:
                         self._check_keys(",".join(root.topic_config(self.opts.topic).cleanup_policy))
             finally:
@@ -237,11 +233,11 @@ class _SeglogWriterBase:
             raise keyless_rows_error(self.opts.topic, policy, 0, 0, has_key_column=False)
 
     # -- shared helpers ---------------------------------------------------------------------
-    def _open_root(self) -> LogRoot:
+    def open_root(self) -> LogRoot:
         return LogRoot.open(self.opts.root, storage_options=self.opts.storage_options,
                             create=self.opts.auto_create)
 
-    def _ensure_topic(self, root: LogRoot, topic: str):
+    def ensure_topic(self, root: LogRoot, topic: str):
         try:
             return root.describe_topic(topic)
         except TopicNotFoundError:
@@ -255,7 +251,9 @@ class _SeglogWriterBase:
             return root.describe_topic(topic)
 
     # -- tasks ------------------------------------------------------------------------------
-    # Subclasses define `_identity(ctx) -> (query or job id, batch id)`.
+    def _identity(self, ctx) -> tuple[str, int]:
+        """(query or job id, batch id) of the task's write: each kind of writer says."""
+        raise NotImplementedError
 
     def write(self, iterator):
         from pyspark import TaskContext
@@ -657,13 +655,13 @@ class _TaskStager(RowRouter):
         found = self.topics.get(topic)
         if found is None:
             if self.root is None:
-                self.root = self.w._open_root()
-            info = self.w._ensure_topic(self.root, topic)
+                self.root = self.w.open_root()
+            info = self.w.ensure_topic(self.root, topic)
             config = self.root.topic_config(topic)
             if self.opts.compression is not None:
                 codec = self.opts.compression
             else:
-                codec = _COMPRESSION_BY_TOPIC_CONFIG.get(config.compression_type, Compression.NONE)
+                codec = CODEC_BY_NAME.get(config.compression_type, Compression.NONE)
             if self.opts.staging_part_bytes is not None:
                 limit = self.opts.staging_part_bytes
             elif self.local:

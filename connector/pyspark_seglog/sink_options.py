@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from logcore.errors import InvalidConfigError
 from logcore.log.config import validate_topic_overrides
-from logcore.records.compression import Compression
+from logcore.records.compression import CODEC_BY_NAME, Compression
 
 from pyspark_seglog.bootstrap import parse_bootstrap
 from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
@@ -51,9 +51,6 @@ KNOWN_OPTIONS = {
     "checkpointlocation": "Spark's streaming checkpoint (read by Spark, not by the sink)",
 }
 _PREFIXES = ("kafka.", STORAGE_PREFIX, TOPIC_CONFIG_PREFIX)
-
-_CODECS = {"none": Compression.NONE, "uncompressed": Compression.NONE, "gzip": Compression.GZIP,
-           "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 
 @dataclass(frozen=True)
@@ -147,8 +144,8 @@ def parse_sink_options(options) -> SinkOptions:
         name = str(raw_codec).strip().lower()
         if name == "producer":
             compression = None
-        elif name in _CODECS:
-            compression = _CODECS[name]
+        elif name in CODEC_BY_NAME:
+            compression = CODEC_BY_NAME[name]
         else:
             raise InvalidConfigError(
                 f"option compression.type={raw_codec!r} is not a codec: use none, gzip, snappy, lz4 or zstd"

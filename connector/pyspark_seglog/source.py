@@ -27,13 +27,15 @@ from logcore.errors import (CorruptRecordError, InvalidConfigError, OffsetOutOfR
                             SegLogError, TopicNotFoundError)
 from logcore.log.log_root import LogRoot
 from logcore.records.arrow import BufferRecycler, decode_batches
+from logcore.wire.error_codes import NONE
+from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pyspark_seglog.plain_errors import plain_errors
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, split_ranges, to_spark)
 from pyspark_seglog.replicas import ReplicaLogs as _ReplicaLogs
 from pyspark_seglog.replicas import choose_replica
 from pyspark_seglog.schema import arrow_schema
-from pyspark_seglog.source_options import (DEFAULT_FETCH_BYTES, EARLIEST, LATEST, OffsetSpec,
-                                           SourceOptions, parse_source_options)
+from pyspark_seglog.source_options import (DEFAULT_FETCH_BYTES, OffsetSpec, SourceOptions,
+                                           parse_source_options)
 from pyspark_seglog.worker_heap import freeze_import_heap
 
 logger = logging.getLogger("pyspark_seglog.source")
@@ -418,7 +420,7 @@ class _Logs:
         codes = client.metadata(topics)
         if opts.strategy == "assign":
             return [tp for tp in opts.assigned if tp in client.partitions]
-        names = {t for t, code in codes.items() if code == 0 and t is not None
+        names = {t for t, code in codes.items() if code == NONE and t is not None
                  and (opts.strategy == "subscribe" or (opts.matches(t) and not t.startswith("__")))}
         return sorted(tp for tp in client.partitions if tp[0] in names)
 
@@ -454,6 +456,10 @@ class _Logs:
                 f" (assign) only partitions broker {node} holds"
                 + (f"; also not here: {others}" if others else ""))
 
+    def seen(self, tp) -> bool:
+        """Whether this partition's log is already open here."""
+        return tp in self._logs
+
     def log(self, tp):
         log = self._logs.get(tp)
         if log is None:
@@ -479,7 +485,8 @@ class _Logs:
         if self.opts.bootstrap_servers is not None:
             self._broker_latest.update(self._bounded(answers))
 
-    def _local_bound(self, tp) -> int:
+    def local_bound(self, tp) -> int:
+        """The highest offset this root proves readable: its LSO with read_committed, else its HW."""
         log = self.log(tp)
         return log.last_stable_offset if self.opts.isolation == "read_committed" else log.high_watermark
 
@@ -494,7 +501,7 @@ class _Logs:
             if node is not None and info is not None and info.leader == node:
                 out[tp] = offset
             else:
-                out[tp] = min(offset, self._local_bound(tp))
+                out[tp] = min(offset, self.local_bound(tp))
         return out
 
     def _ask_broker(self, tps: list) -> dict:
@@ -510,7 +517,7 @@ class _Logs:
             if tp not in self._broker_latest:
                 self._broker_latest.update(self._bounded(self._ask_broker([tp])))
             return self._broker_latest[tp]
-        return self._local_bound(tp)
+        return self.local_bound(tp)
 
     def close(self) -> None:
         if self._root is not None:
@@ -567,9 +574,9 @@ def resolve(spec: OffsetSpec, tps: list, logs: _Logs, opts: SourceOptions, *, st
             out[tp] = latest
         elif spec.kind == "offsets":
             wanted = spec.offsets[tp]
-            if wanted == EARLIEST:
+            if wanted == EARLIEST_TIMESTAMP:
                 out[tp] = earliest
-            elif wanted == LATEST:
+            elif wanted == LATEST_TIMESTAMP:
                 out[tp] = latest
             elif wanted < earliest:
                 out[tp] = data_loss(tp[0], tp[1], wanted, earliest, opts.fail_on_data_loss,
@@ -712,7 +719,7 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
                         topic=tp[0], partition=tp[1], offset=first)
                 logger.warning("failOnDataLoss=false: %s; skipped", message)
                 continue
-            if first < stop and tp in logs._logs and first < logs.earliest(tp):
+            if first < stop and logs.seen(tp) and first < logs.earliest(tp):
                 first = min(stop, data_loss(tp[0], tp[1], first, logs.earliest(tp),
                                             self.opts.fail_on_data_loss))
             ranges.append(OffsetRange(tp[0], tp[1], first, stop))

@@ -11,13 +11,12 @@ import re
 from dataclasses import dataclass, field
 
 from logcore.errors import InvalidConfigError
+from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pyspark_seglog.bootstrap import parse_bootstrap
 from pyspark_seglog.offsets import parse_assign, parse_partition_map
 from pyspark_seglog.storage_options import (STORAGE_PREFIX, TIERED_PREFIX, root_url, storage_options,
                                            tiered_settings)
 
-EARLIEST = -2
-LATEST = -1
 
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 TIMESTAMP_STRATEGIES = ("error", "latest")
@@ -263,11 +262,11 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
         ending = OffsetSpec("latest")
     else:
         ending = _offset_spec(options, prefix="ending", default="latest")
-        if starting.kind == "latest" or (starting.kind == "offsets" and LATEST in starting.offsets.values()):
+        if starting.kind == "latest" or (starting.kind == "offsets" and LATEST_TIMESTAMP in starting.offsets.values()):
             raise InvalidConfigError(
                 f"option {starting.option}={options.get('startingoffsets')!r}: a batch query cannot"
                 " start at latest (-1); use earliest (-2), offsets or a timestamp")
-        if ending.kind == "earliest" or (ending.kind == "offsets" and EARLIEST in ending.offsets.values()):
+        if ending.kind == "earliest" or (ending.kind == "offsets" and EARLIEST_TIMESTAMP in ending.offsets.values()):
             raise InvalidConfigError(
                 f"option {ending.option}={options.get('endingoffsets')!r}: a batch query cannot end at"
                 " earliest (-2); use latest (-1), offsets or a timestamp")

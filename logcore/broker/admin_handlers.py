@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import CONFIG_KEYS, ConfigType, LogConfig, resolve_root_defaults
 from logcore.storage.secrets import redact_url
 from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
+from logcore.wire.config_resources import SOURCE_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_TOPIC
 from logcore.wire.protocol import ZERO_UUID, Request
 
 
@@ -24,8 +25,6 @@ logger = logging.getLogger("logcore.broker.broker")
 
 _KAFKA_CONFIG_TYPE = {ConfigType.BOOLEAN: 1, ConfigType.STRING: 2, ConfigType.INT: 3,
                       ConfigType.LONG: 5, ConfigType.DOUBLE: 6, ConfigType.LIST: 7}
-# DescribeConfigs config_source values
-SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 
 
 class AdminHandlers:

@@ -13,8 +13,6 @@ response format allows it.
 """
 from __future__ import annotations
 
-API_VERSIONS = 18
-
 # api key -> (name, min version, max version)
 SERVED: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 10),

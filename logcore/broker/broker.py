@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Awaitable, NamedTuple
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker.api_versions import SERVED, advertised
 from logcore.broker import offsets_topic as OT
 from logcore.broker.admin_handlers import AdminHandlers
@@ -40,6 +40,8 @@ from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 from logcore.log.partition_metadata import parse_topic_id
+from logcore.wire.list_offsets import (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+                                       MAX_TIMESTAMP)
 from logcore.wire.produce_codec import encode_produce_results
 from logcore.wire.protocol import ZERO_UUID, Request
 
@@ -49,8 +51,6 @@ _topic_uuid_of = functools.lru_cache(maxsize=4096)(parse_topic_id)
 logger = logging.getLogger(__name__)
 
 INT32_MIN = -(2 ** 31)
-EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
-EARLIEST_LOCAL = -4         # KIP-405: the local log start offset (a tiered follower asks it)
 
 Result = dict | bytes | EncodedResponse | None | Awaitable[dict | bytes | EncodedResponse | None]
 
@@ -503,17 +503,17 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
                 else:
                     log = part.log
                     try:
-                        if p.timestamp == EARLIEST:
+                        if p.timestamp == EARLIEST_TIMESTAMP:
                             res["offset"] = log.log_start_offset
-                        elif p.timestamp == EARLIEST_LOCAL:
+                        elif p.timestamp == EARLIEST_LOCAL_TIMESTAMP:
                             res["offset"] = log.local_log_start_offset
-                        elif p.timestamp == LATEST and replica_id >= 0:
+                        elif p.timestamp == LATEST_TIMESTAMP and replica_id >= 0:
                             res["offset"] = log.log_end_offset      # a follower asks the leader's LEO
-                        elif p.timestamp == LATEST and \
+                        elif p.timestamp == LATEST_TIMESTAMP and \
                                 log.high_watermark < self.replication.epoch_start_offset(t.name, p.partition_index):
                             # A new leader whose HW has not reached its epoch start yet (KIP-207).
                             res["error_code"] = E.OFFSET_NOT_AVAILABLE
-                        elif p.timestamp == LATEST:
+                        elif p.timestamp == LATEST_TIMESTAMP:
                             res["offset"] = log.last_stable_offset if committed else log.high_watermark
                         elif p.timestamp == MAX_TIMESTAMP:
                             found = _max_timestamp_offset(log)

@@ -11,7 +11,7 @@ The Fetch handler asks its checks object: ClusterFetch for a cluster member, Sin
 """
 from __future__ import annotations
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker.wanted_partition import WantedPartition
 
 

@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker import offsets_topic as OT
 from logcore.wire.protocol import ZERO_UUID
 from logcore.cluster.zookeeper_store import NO_LEADER

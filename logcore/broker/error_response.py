@@ -11,10 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from logcore.wire.api_keys import (CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, FETCH, LIST_OFFSETS, METADATA,
+                                   OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE)
 from logcore.wire.protocol import Request, response_type
-
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH = 0, 1, 2, 3, 8, 9
-CREATE_TOPICS, DELETE_TOPICS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS = 19, 20, 23, 32
 
 
 def _fields(api_key: int, api_version: int) -> set[str]:

@@ -11,7 +11,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.cluster_fetch import DivergedPartition
 from logcore.broker.wanted_partition import WantedPartition

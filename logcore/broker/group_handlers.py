@@ -16,7 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker import offsets_topic as OT
 from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, _join_error, _sync_error
 from logcore.errors import TopicExistsError

@@ -37,7 +37,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker import offsets_topic as OT
 from logcore.broker.partitions import PartitionLog, PartitionManager
 from logcore.errors import SegLogError

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.errors import SegLogError, ZkVersionConflictError
+from logcore.wire.config_resources import BROKER_RESOURCE, TOPIC_RESOURCE
 
 
 def _ids(replicas) -> str:
@@ -183,7 +184,7 @@ class ReassignmentHandlers:
         return {"throttle_time": 0, "responses": out}
 
 
-TOPIC_RESOURCE, BROKER_RESOURCE, DELETE_OP = 2, 4, 1
+DELETE_OP = 1                   # IncrementalAlterConfigs: remove the value
 TOPIC_THROTTLES = frozenset({"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"})
 BROKER_THROTTLES = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
                               "replica.alter.log.dirs.io.max.bytes.per.second"})

@@ -15,8 +15,8 @@ import inspect
 import logging
 import signal
 
-from logcore.broker import errors as E
-from logcore.broker.api_versions import API_VERSIONS, windows
+from logcore.wire import error_codes as E
+from logcore.broker.api_versions import windows
 from logcore.broker.broker import Broker
 from logcore.broker.cluster_member import ClusterMember
 from logcore.broker.config import BrokerConfig
@@ -27,7 +27,7 @@ from logcore.errors import SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.log.log_root import LogRoot
 from logcore.log.root_owner import OwnerClaim
-from logcore.wire.produce_codec import PRODUCE
+from logcore.wire.api_keys import API_VERSIONS, PRODUCE
 from logcore.wire.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                    parse_request, response, response_type)
 
@@ -350,9 +350,9 @@ class ListenerError(SegLogError):
 def _unsupported_answer(frame, exc: UnsupportedRequest):
     """UNSUPPORTED_VERSION for a request outside the served windows (see unsupported.py): the
     response frame, None for an acks=0 Produce, or _CLOSE when no response can be written."""
-    from logcore.broker.unsupported import PRODUCE as _PRODUCE, error_response, old_produce_response
+    from logcore.broker.unsupported import error_response, old_produce_response
 
-    if exc.api_key == _PRODUCE and 0 <= exc.api_version <= 2:
+    if exc.api_key == PRODUCE and 0 <= exc.api_version <= 2:
         try:
             return old_produce_response(frame, exc.api_version, exc.correlation_id)
         except (ValueError, struct.error):

@@ -19,11 +19,10 @@ import struct
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_response_schema
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.wire.primitives import WireReader, write_string
 from logcore.wire.protocol import encode_response, response
 
-PRODUCE = 0
 _HEADER_CLIENT = struct.Struct(">hhih")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _I32 = struct.Struct(">i")

@@ -2,8 +2,10 @@
 
 - `assignment`: Kafka's rack-unaware replica assignment.
 - `catalog`: the topic catalog interface (the JSON catalog of a log root and ZooKeeper both fit).
-- `zk_store`: the metadata in ZooKeeper with Kafka's znode layout and JSON (needs `kazoo`).
+- `zookeeper_store`: the metadata in ZooKeeper, the only way into it (needs `kazoo`); composed of
+  `zookeeper_session` (the session), `admin_requests` (what the controller is asked), with the
+  layout in `znode_paths`, each znode's JSON in `znode_json`, and `compare_and_set` (the one
+  read-update-conditional-write loop).
 - `controller`: leader-election rules and the ZooKeeper-backed controller.
-
-The brokers do not use this package yet (see docs/cluster.md).
+- `liveness`: the listener probe that tells a dead broker before its session expires.
 """

@@ -26,17 +26,16 @@ controller is replaced at once (its registration is left to its session).
 """
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass
 
-from logcore.cluster.zookeeper_store import (CONTROLLED_SHUTDOWN, NO_LEADER, PREFERRED_ELECTION, is_transient,
-                                             REASSIGN_PARTITIONS, UNCLEAN_ELECTION, ControllerEpoch,
-                                             PartitionState, ZooKeeperStore, partition_state_path,
-                                             topic_path)
+from logcore.cluster.compare_and_set import compare_and_set
+from logcore.cluster.znode_json import NO_LEADER, ControllerEpoch, LeaderAndIsr
+from logcore.cluster.zookeeper_session import is_transient
+from logcore.cluster.zookeeper_store import ZooKeeperStore
 from logcore.errors import (ControllerMovedError, CoordinatorUnavailableError, TopicNotFoundError,
                             ZkVersionConflictError)
 
@@ -83,10 +82,10 @@ def elect_controlled_shutdown(assignment, isr, live, shutting_down) -> Election:
     return Election(NO_LEADER, new_isr or tuple(isr))
 
 
-def initial_state(assignment, live, controller_epoch: int) -> PartitionState:
+def initial_state(assignment, live, controller_epoch: int) -> LeaderAndIsr:
     """A new partition: leader = first live replica, ISR = the live replicas, epoch 0."""
     replicas = [r for r in assignment if r in set(live)]
-    return PartitionState(replicas[0] if replicas else NO_LEADER, 0, tuple(replicas) or tuple(assignment),
+    return LeaderAndIsr(replicas[0] if replicas else NO_LEADER, 0, tuple(replicas) or tuple(assignment),
                           controller_epoch)
 
 
@@ -142,10 +141,8 @@ class Controller:
         self._watched_topics: set[str] = set()
         self._reassigning: set[tuple[str, int]] = set()   # partitions whose state znode is watched
 
-    def _topic_watch(self, _data, stat):
-        # Two parameters: kazoo passes a third one the event. Gone: stop watching.
-        self._events.put("reconcile")
-        return False if stat is None else None
+    def _topic_watch(self, _assignment) -> None:
+        self._events.put("reconcile")          # (the store ends the watch once the topic is gone)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "Controller":
@@ -157,11 +154,8 @@ class Controller:
         self.store.watch_brokers(lambda _b: self._events.put("reconcile"))
         self.store.watch_topics(lambda _t: self._events.put("reconcile"))
         self.store.watch_deletions(lambda _t: self._events.put("reconcile"))
-        self.store.client.DataWatch(PREFERRED_ELECTION, lambda _d, _s: self._events.put("reconcile"))
-        self.store.client.DataWatch(UNCLEAN_ELECTION, lambda _d, _s: self._events.put("reconcile"))
-        self.store.client.DataWatch(REASSIGN_PARTITIONS, lambda _d, _s: self._events.put("reconcile"))
-        self.store.client.ensure_path(CONTROLLED_SHUTDOWN)
-        self.store.client.ChildrenWatch(CONTROLLED_SHUTDOWN, lambda _c: self._events.put("reconcile"))
+        self.store.requests.watch_admin_requests(lambda: self._events.put("reconcile"))
+        self.store.requests.watch_controlled_shutdowns(lambda _ids: self._events.put("reconcile"))
         return self
 
     def stop(self, timeout_s: float | None = None) -> None:
@@ -173,7 +167,7 @@ class Controller:
             self._worker.join(10 if timeout_s is None else timeout_s)
         if self._probe is not None:
             self._probe.stop()
-        if self.fence is not None and self.store.client.connected:
+        if self.fence is not None and self.store.connected:
             try:
                 self.store.resign_controller(self.broker_id, timeout_s=timeout_s)
             except CoordinatorUnavailableError as exc:
@@ -279,7 +273,7 @@ class Controller:
             targets[b] = (host, port, reg.epoch)
         self._probe.set_targets(targets)
 
-    def _eligible(self, state: PartitionState, live) -> set[int]:
+    def _eligible(self, state: LeaderAndIsr, live) -> set[int]:
         """`live` less the brokers registered after `state` was written (restarted since): no
         election path hands them a seat of the state they belong to their previous process in.
         An offline state's ISR is exactly who may come back: nothing is taken from it."""
@@ -347,7 +341,7 @@ class Controller:
         if topic not in self._watched_topics:
             # Partitions added to a topic change its znode's data, not /brokers/topics' children.
             # Marked only once the watch is set: a call that failed is made again next pass.
-            self.store.client.DataWatch(topic_path(topic), self._topic_watch)
+            self.store.watch_assignment(topic, self._topic_watch)
             self._watched_topics.add(topic)
         ta = self.store.topic(topic)
         states = self.store.partition_states(topic)
@@ -359,7 +353,7 @@ class Controller:
             self._reconcile_partition(topic, p, list(ta.partitions[p]), state, live, brokers)
 
     def _reconcile_partition(self, topic, p, assignment, state, all_live, brokers) -> None:
-        for _ in range(5):                               # a leader may update the ISR meanwhile
+        def update(state):
             if state.controller_epoch > self.fence.epoch:
                 raise ControllerMovedError(
                     f"partition {topic}-{p} was written by controller epoch {state.controller_epoch}"
@@ -376,7 +370,6 @@ class Controller:
                             self.broker_id, topic, p, sorted(restarted), state.leader,
                             state.leader_epoch, list(state.isr))
             live = set(all_live) - restarted
-            new = None
             if state.leader not in live:
                 e = elect_leader(assignment, state.isr, live)
                 if e.leader == NO_LEADER:
@@ -390,24 +383,29 @@ class Controller:
                             " becomes leader; acknowledged writes may be lost", self.broker_id, topic, p,
                             e.leader, list(state.isr))
                         self.unclean_elections.append((topic, p, e.leader))
-                    new = PartitionState(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
-                elif state.leader != NO_LEADER:
+                    return LeaderAndIsr(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
+                if state.leader != NO_LEADER:
                     logger.error("controller %d: %s-%d is offline: no live ISR member (ISR %s)",
                                  self.broker_id, topic, p, list(state.isr))
-                    new = PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr, self.fence.epoch)
+                    return LeaderAndIsr(NO_LEADER, state.leader_epoch + 1, state.isr, self.fence.epoch)
             elif any(b not in live for b in state.isr):
                 # replicas on dead brokers leave the ISR (the ZooKeeper-era controller bumps the epoch)
-                new = PartitionState(state.leader, state.leader_epoch + 1,
-                                     tuple(b for b in state.isr if b in live), self.fence.epoch)
-            if new is None:
-                return
-            try:
-                self.store.update_partition_state(topic, p, new, state.zk_version, fence=self.fence)
-                return
-            except ZkVersionConflictError:
-                state = self.store.partition_state(topic, p, sync=True)
-                if state is None:
-                    return
+                return LeaderAndIsr(state.leader, state.leader_epoch + 1,
+                                      tuple(b for b in state.isr if b in live), self.fence.epoch)
+            return None
+        try:                                             # a leader may update the ISR meanwhile
+            compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p), first=state)
+        except ZkVersionConflictError:
+            pass                                         # lost every race: a later pass re-reads
+
+    def _read_state(self, topic: str, p: int):
+        """The read of a compare-and-set on the state znode: fresh from the ensemble's leader."""
+        return lambda: self.store.partition_state(topic, p, sync=True)
+
+    def _write_state(self, topic: str, p: int):
+        """The write of a compare-and-set on the state znode, fenced by the controller epoch."""
+        return lambda state, new: self.store.update_partition_state(topic, p, new, state.zk_version,
+                                                                    fence=self.fence)
 
     def elect_preferred_leaders(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Move each partition's leadership to its preferred replica where it is live and in the
@@ -421,40 +419,32 @@ class Controller:
                 assignment = list(self.store.topic(topic).partitions[p])
             except (TopicNotFoundError, KeyError):
                 continue
-            for _ in range(5):
-                state = self.store.partition_state(topic, p, sync=True)
-                if state is None:
-                    break
+
+            def update(state):
                 leader = elect_preferred(assignment, state.isr, self._eligible(state, live))
                 if leader is None or leader == state.leader:
-                    break
-                try:
-                    self.store.update_partition_state(
-                        topic, p, PartitionState(leader, state.leader_epoch + 1, state.isr, self.fence.epoch),
-                        state.zk_version, fence=self.fence)
-                    moved[(topic, p)] = leader
-                    break
-                except ZkVersionConflictError:
-                    continue
+                    return None
+                return LeaderAndIsr(leader, state.leader_epoch + 1, state.isr, self.fence.epoch)
+            try:
+                written = compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p))
+            except ZkVersionConflictError:
+                continue
+            if written is not None:
+                moved[(topic, p)] = written.leader
         return moved
 
     def _run_requested_preferred_elections(self, live) -> None:
-        from kazoo.exceptions import BadVersionError, NoNodeError
-        try:
-            raw, stat = self.store.client.get(PREFERRED_ELECTION)
-        except NoNodeError:
+        pending = self.store.requests.pending_preferred_elections()
+        if pending is None:
             return
-        parts = [(d["topic"], int(d["partition"])) for d in json.loads(raw.decode()).get("partitions", [])]
+        parts, version = pending
         self.elect_preferred_leaders(parts)
-        try:
-            self.store.client.delete(PREFERRED_ELECTION, version=stat.version)
-        except (NoNodeError, BadVersionError):               # a newer request stays for the next pass
-            pass
+        self.store.requests.finish_preferred_elections(version)     # a newer request stays for the next pass
 
     def _run_requested_unclean_elections(self, live) -> None:
         """ElectLeaders UNCLEAN: each listed partition without a live leader gets the first live
         replica, in or out of the ISR (logged: acknowledged writes may be lost)."""
-        pending = self.store.pending_elections(UNCLEAN_ELECTION)
+        pending = self.store.requests.pending_unclean_elections()
         if pending is None:
             return
         parts, version = pending
@@ -463,26 +453,24 @@ class Controller:
                 assignment = list(self.store.topic(topic).partitions[p])
             except (TopicNotFoundError, KeyError):
                 continue
-            for _ in range(5):
-                state = self.store.partition_state(topic, p, sync=True)
-                if state is None or state.leader in live:
-                    break
+
+            def update(state):
+                if state.leader in live:
+                    return None
                 e = elect_leader(assignment, state.isr, self._eligible(state, live), unclean=True)
                 if e.leader == NO_LEADER:
-                    break
+                    return None
                 if e.unclean:
                     logger.warning("controller %d: UNCLEAN leader election for %s-%d (requested): broker"
                                    " %d (not in ISR %s) becomes leader; acknowledged writes may be lost",
                                    self.broker_id, topic, p, e.leader, list(state.isr))
                     self.unclean_elections.append((topic, p, e.leader))
-                try:
-                    self.store.update_partition_state(
-                        topic, p, PartitionState(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch),
-                        state.zk_version, fence=self.fence)
-                    break
-                except ZkVersionConflictError:
-                    continue
-        self.store.finish_election_request(UNCLEAN_ELECTION, version)
+                return LeaderAndIsr(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
+            try:
+                compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p))
+            except ZkVersionConflictError:
+                pass
+        self.store.requests.finish_unclean_elections(version)
 
     def _move_off(self, shutting: set[int], live: set[int]) -> None:
         """Controlled shutdown (Kafka's KafkaController.doControlledShutdown): partitions led by a
@@ -502,11 +490,11 @@ class Controller:
                     e = elect_controlled_shutdown(assignment, state.isr, self._eligible(state, live),
                                                   shutting)
                     if e.leader != NO_LEADER:
-                        new = PartitionState(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
+                        new = LeaderAndIsr(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
                 elif any(b in shutting for b in state.isr):
                     isr = tuple(b for b in state.isr if b not in shutting)
                     if isr:
-                        new = PartitionState(state.leader, state.leader_epoch + 1, isr, self.fence.epoch)
+                        new = LeaderAndIsr(state.leader, state.leader_epoch + 1, isr, self.fence.epoch)
                 if new is None:
                     continue
                 try:
@@ -555,39 +543,51 @@ class Controller:
             except (TopicNotFoundError, KeyError):
                 logger.warning("controller %d: reassignment of %s-%d: no such partition", self.broker_id,
                                topic, p)
-        self.store.finish_election_request(REASSIGN_PARTITIONS, version)
+        self.store.requests.finish_reassignments(version)
 
     def _start_reassignment(self, topic: str, p: int, target, live: set[int]) -> None:
         """Phase A of Kafka's onPartitionReassignment: RS = TRS + ORS in the topic znode with
         adding / removing replicas, then a leader-epoch bump so that the new replicas start
         following (replicas dropped by a changed reassignment leave the ISR then). A target of
         None (cancel) or equal to ORS reverts to ORS at once."""
-        for _ in range(5):
-            ta = self.store.topic(topic)
+        seen: dict = {}                                  # what the last read made of it
+
+        def update(ta):
             current = ta.partitions[p]
             if target is None:
                 if not ta.reassigning(p):
-                    return
+                    seen["done"] = True
+                    return None
                 target_now = ta.origin_replicas(p)
             else:
                 target_now = tuple(target)
-            full, adding, removing = reassignment_plan(current, ta.adding_replicas.get(p, ()), target_now)
+            plan = reassignment_plan(current, ta.adding_replicas.get(p, ()), target_now)
+            seen.update(full=plan[0], target=target_now)
             if not ta.reassigning(p) and current == target_now:
-                return
-            if not adding and not removing:
-                # Nothing to add (a cancel, or a target that is the origin again): finish now.
-                self._finish_reassignment(topic, p, target_now, live, force=True)
-                return
-            try:
-                if (full, adding, removing) != (current, ta.adding_replicas.get(p, ()),
-                                                ta.removing_replicas.get(p, ())):
-                    self.store.set_reassignment(ta, p, full, adding, removing, self.fence)
-                    logger.info("controller %d: reassigning %s-%d from %s to %s (replicas %s, adding %s,"
-                                " removing %s)", self.broker_id, topic, p, list(ta.origin_replicas(p)),
-                                list(target_now), list(full), list(adding), list(removing))
-                break
-            except ZkVersionConflictError:
-                continue
+                seen["done"] = True
+            elif not plan[1] and not plan[2]:
+                seen["finish"] = True
+            elif plan != (current, ta.adding_replicas.get(p, ()), ta.removing_replicas.get(p, ())):
+                return plan
+            return None
+
+        def write(ta, plan):
+            written = self.store.set_reassignment(ta, p, *plan, self.fence)
+            logger.info("controller %d: reassigning %s-%d from %s to %s (replicas %s, adding %s,"
+                        " removing %s)", self.broker_id, topic, p, list(ta.origin_replicas(p)),
+                        list(seen["target"]), *(list(r) for r in plan))
+            return written
+        try:
+            compare_and_set(lambda: self.store.topic(topic), update, write)
+        except ZkVersionConflictError:
+            pass                                         # lost every race: bump with the last plan
+        if seen.get("done"):
+            return
+        if seen.get("finish"):
+            # Nothing to add (a cancel, or a target that is the origin again): finish now.
+            self._finish_reassignment(topic, p, seen["target"], live, force=True)
+            return
+        full = seen["full"]
         self._bump_for_reassignment(topic, p, full, live)
         self._watch_reassigning(topic, p)
         self._maybe_complete_reassignment(topic, p, live)
@@ -595,21 +595,16 @@ class Controller:
     def _bump_for_reassignment(self, topic: str, p: int, full, live: set[int]) -> None:
         """A new leader epoch with the replica set changed: the ISR keeps only members of `full`
         and a leader outside it (a dropped adding replica) is replaced."""
-        for _ in range(5):
-            state = self.store.partition_state(topic, p, sync=True)
-            if state is None:
-                return
+        def update(state):
             isr = tuple(b for b in state.isr if b in full) or state.isr
             leader = state.leader
             if leader not in full:
                 leader = elect_reassigned(full, isr, self._eligible(state, live))
-            try:
-                self.store.update_partition_state(
-                    topic, p, PartitionState(leader, state.leader_epoch + 1, isr, self.fence.epoch),
-                    state.zk_version, fence=self.fence)
-                return
-            except ZkVersionConflictError:
-                continue
+            return LeaderAndIsr(leader, state.leader_epoch + 1, isr, self.fence.epoch)
+        try:
+            compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p))
+        except ZkVersionConflictError:
+            pass
 
     def _watch_reassigning(self, topic: str, p: int) -> None:
         """Watch the partition's state znode while it is being reassigned: an ISR that now holds
@@ -619,13 +614,13 @@ class Controller:
             return
         self._reassigning.add(key)
 
-        def on_state(_data, stat):
-            if key not in self._reassigning or stat is None:
+        def on_state(state):
+            if key not in self._reassigning or state is None:
                 self._reassigning.discard(key)
                 return False
             self._events.put("reconcile")
             return None
-        self.store.client.DataWatch(partition_state_path(topic, p), on_state)
+        self.store.watch_partition_state(topic, p, on_state)
 
     def _reconcile_reassignments(self, live: set[int]) -> None:
         """Every reassignment in progress (also those a previous controller started): complete
@@ -655,12 +650,10 @@ class Controller:
         without adding / removing replicas; the removed brokers see that and delete their
         replica. `force` (cancel): without waiting for TRS to be in the ISR."""
         target = tuple(target)
-        for _ in range(5):
-            state = self.store.partition_state(topic, p, sync=True)
-            if state is None:
-                return
+
+        def update_state(state):
             if not force and not set(target) <= set(state.isr):
-                return
+                return None
             isr = tuple(b for b in state.isr if b in set(target))
             eligible = self._eligible(state, live)
             leader = state.leader if state.leader in set(target) and state.leader in eligible else \
@@ -668,25 +661,27 @@ class Controller:
             if leader == NO_LEADER and state.leader != NO_LEADER and state.leader in live:
                 logger.warning("controller %d: %s-%d: no live replica of %s is in the ISR %s; the"
                                " reassignment waits", self.broker_id, topic, p, list(target), list(state.isr))
+                return None
+            return LeaderAndIsr(leader, state.leader_epoch + 1, isr or state.isr, self.fence.epoch)
+        try:
+            if compare_and_set(self._read_state(topic, p), update_state, self._write_state(topic, p)) is None:
                 return
-            new = PartitionState(leader, state.leader_epoch + 1, isr or state.isr, self.fence.epoch)
-            try:
-                self.store.update_partition_state(topic, p, new, state.zk_version, fence=self.fence)
-            except ZkVersionConflictError:
-                continue
-            break
-        else:
+        except ZkVersionConflictError:
             self._events.put("reconcile")               # lost every race: the next pass retries
             return
-        for _ in range(5):
-            ta = self.store.topic(topic)
+
+        def update_topic(ta):
             if ta.partitions.get(p) == target and not ta.reassigning(p):
-                break
-            try:
-                self.store.set_reassignment(ta, p, target, (), (), self.fence)
-                logger.info("controller %d: reassignment of %s-%d %s: replicas %s", self.broker_id, topic, p,
-                            "cancelled" if force else "complete", list(target))
-                break
-            except ZkVersionConflictError:
-                continue
+                return None
+            return target
+
+        def write_topic(ta, replicas):
+            written = self.store.set_reassignment(ta, p, replicas, (), (), self.fence)
+            logger.info("controller %d: reassignment of %s-%d %s: replicas %s", self.broker_id, topic, p,
+                        "cancelled" if force else "complete", list(target))
+            return written
+        try:
+            compare_and_set(lambda: self.store.topic(topic), update_topic, write_topic)
+        except ZkVersionConflictError:
+            pass
         self._reassigning.discard((topic, p))

@@ -32,7 +32,7 @@ from logcore.errors import (DamagedLogError, FencedWriterError, InvalidRecordErr
 from logcore.records.batch import (CONTROL_MASK, LOG_OVERHEAD, TRANSACTIONAL_MASK, BatchHeader, Record,
                                    TimestampType, build_batch, parse_header, set_base_offset,
                                    set_log_append_time, set_partition_leader_epoch)
-from logcore.records.compression import Compression
+from logcore.records.compression import CODEC_BY_NAME, Compression
 from logcore.records.control import ControlType
 from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
@@ -61,10 +61,6 @@ from logcore.log.retention import LogRetention
 logger = logging.getLogger(__name__)
 
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted", "log_end")
-
-_COMPRESSION_BY_NAME = {"uncompressed": Compression.NONE, "none": Compression.NONE,
-                        "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
-                        "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 
 @dataclass(frozen=True)
@@ -352,7 +348,7 @@ class Log(LogLoading, SegmentListing, RangeBoundedOpen, LogRefresh, ClientBatchV
         if compression is not None:
             return Compression(compression)
         name = getattr(self.config, "compression_type", "producer")
-        return _COMPRESSION_BY_NAME.get(name, Compression.NONE)
+        return CODEC_BY_NAME.get(name, Compression.NONE)
 
     def append_records(self, records: Iterable, *, compression: Compression | None = None,
                        producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,

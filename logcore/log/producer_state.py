@@ -31,6 +31,7 @@ from logcore.errors import (
     FencedWriterError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     ResourceNotFoundError,
 )
@@ -61,10 +62,6 @@ assert _SNAPSHOT_ENTRY.size == 46
 
 class CorruptSnapshotError(CorruptIndexError):
     """A producer state snapshot with a bad version, CRC or layout."""
-
-
-class InvalidTxnStateError(InvalidRecordError):
-    """A non-transactional batch from a producer whose transaction is still open."""
 
 
 class TransactionCoordinatorFencedError(FencedWriterError):

@@ -35,6 +35,13 @@ class Compression(IntEnum):
     ZSTD = 4
 
 
+# A codec by its compression.type name (the topic config's and the producer's); "uncompressed" and
+# "none" both name no codec. The topic config's "producer" (keep the producer's codec) is none here.
+CODEC_BY_NAME = {"none": Compression.NONE, "uncompressed": Compression.NONE, "gzip": Compression.GZIP,
+                 "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+# A codec id's name as Kafka's dump tool prints it.
+CODEC_NAMES = {int(c): c.name.lower() for c in Compression}
+
 # Kafka's default levels (CompressionType.*.defaultLevel).
 DEFAULT_LEVELS = {Compression.GZIP: 6, Compression.LZ4: 9, Compression.ZSTD: 3}
 

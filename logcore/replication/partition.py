@@ -15,9 +15,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from logcore.broker import errors as E
 from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState
 from logcore.replication.follower_state import FollowerState, high_watermark_candidate, may_join
+from logcore.wire import error_codes as E
 
 logger = logging.getLogger(__name__)
 

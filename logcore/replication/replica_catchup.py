@@ -24,15 +24,15 @@ import asyncio
 import logging
 import time
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.errors import RemoteResourceNotFoundError, SegLogError
 from logcore.log.checkpoint import LeaderEpochCheckpoint
+from logcore.wire.api_keys import LIST_OFFSETS
+from logcore.wire.list_offsets import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 logger = logging.getLogger("logcore.replication.replica_fetcher")
 
-LIST_OFFSETS = 2
 LIST_OFFSETS_VERSION = 4
-LATEST, EARLIEST, EARLIEST_LOCAL = -1, -2, -4
 
 
 async def leader_offset(fetcher, conn, followed, timestamp: int) -> int | None:
@@ -60,7 +60,7 @@ async def _truncate_to_shorter_leader(fetcher, conn, followed, log) -> bool | No
     """Truncate to the leader's LEO when it is below this replica's. True: truncated (or the
     log changed meanwhile), None: the leader did not answer, False: the leader's log is not
     shorter."""
-    leader_leo = await leader_offset(fetcher, conn, followed, LATEST)
+    leader_leo = await leader_offset(fetcher, conn, followed, LATEST_TIMESTAMP)
     if leader_leo is None:
         return None
     leo = log.log_end_offset
@@ -85,7 +85,7 @@ async def handle_out_of_range(fetcher, conn, followed, log) -> None:
     if shorter:
         return
     leo = log.log_end_offset
-    leader_start = await leader_offset(fetcher, conn, followed, EARLIEST)
+    leader_start = await leader_offset(fetcher, conn, followed, EARLIEST_TIMESTAMP)
     if leader_start is None:
         followed.delayed_until = time.monotonic() + fetcher.backoff_s
         return
@@ -111,8 +111,8 @@ async def handle_moved_to_tiered(fetcher, conn, followed, log) -> None:
     if shorter:
         return
     leo = log.log_end_offset
-    local_start = await leader_offset(fetcher, conn, followed, EARLIEST_LOCAL)
-    leader_start = await leader_offset(fetcher, conn, followed, EARLIEST)
+    local_start = await leader_offset(fetcher, conn, followed, EARLIEST_LOCAL_TIMESTAMP)
+    leader_start = await leader_offset(fetcher, conn, followed, EARLIEST_TIMESTAMP)
     if local_start is None or leader_start is None or local_start <= leo:
         followed.delayed_until = time.monotonic() + fetcher.backoff_s
         return

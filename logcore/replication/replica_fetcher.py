@@ -34,14 +34,14 @@ import logging
 import time
 from dataclasses import dataclass
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.replication import replica_catchup
 from logcore.errors import NotLeaderOrFollowerError, SegLogError
+from logcore.wire.api_keys import FETCH
 from logcore.wire.client import AsyncKafkaConnection, KafkaError
 
 logger = logging.getLogger(__name__)
 
-FETCH = 1
 FETCH_VERSION = 12
 LEADER_CATCH_UP_S = 0.05   # retrying a leader that does not know the followed epoch yet
 

@@ -27,7 +27,7 @@ import asyncio
 import json
 import logging
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState, TopicAssignment, is_transient
 from logcore.errors import SegLogError, TopicExistsError, TopicNotFoundError
 from logcore.replication.follower_state import reset_followers

@@ -10,7 +10,7 @@ one replica (Kafka's NOT_ENOUGH_REPLICAS).
 """
 from __future__ import annotations
 
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 
 
 class SingleNode:

@@ -225,7 +225,7 @@ class FsspecRemoteStorageManager(RemoteStorageManager):
                 self._views.popitem(last=False)
         return view
 
-    def _load_chunk(self, view: _SegmentView, chunk: int) -> bytes:
+    def load_chunk(self, view: _SegmentView, chunk: int) -> bytes:
         index = view.manifest.chunk_index
         start, end = index.stored_range(chunk)
         path = f"{view.folder}/{view.manifest.log_object}"
@@ -360,14 +360,14 @@ class RemoteSegmentReader(io.RawIOBase):
 
     def _chunk(self, number: int) -> bytes:
         key = (self._view.cache_key, number)
-        load = lambda n=number: self._rsm._load_chunk(self._view, n)  # noqa: E731
+        load = lambda n=number: self._rsm.load_chunk(self._view, n)  # noqa: E731
         cache = self._rsm.cache
         ahead = self._rsm.prefetch_chunks
         if ahead:
             for n in range(number + 1, min(number + ahead, self._last_chunk) + 1):
                 if n not in self._ahead:
                     self._ahead[n] = cache.get_async((self._view.cache_key, n),
-                                                     lambda n=n: self._rsm._load_chunk(self._view, n))
+                                                     lambda n=n: self._rsm.load_chunk(self._view, n))
         future = self._ahead.pop(number, None)
         return future.result() if future is not None else cache.get(key, load)
 

@@ -24,6 +24,7 @@ from logcore.records import (
     decode_records,
     parse_control_type,
 )
+from logcore.records.compression import CODEC_NAMES
 from logcore.storage import Storage, open_storage
 
 HEADER_PROBE = 17          # baseOffset + batchLength + partitionLeaderEpoch + magic
@@ -153,9 +154,6 @@ def _timestamp_type_name(tt: TimestampType | int) -> str:
 def _optional_long(value: int | None) -> str:
     # Kafka prints the Java OptionalLong as it is.
     return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
-
-
-_CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
 class _BatchScan:
@@ -336,7 +334,7 @@ class Dumper:
             f"partitionLeaderEpoch: {h.partition_leader_epoch} isTransactional: {_java_bool(h.is_transactional)} "
             f"isControl: {_java_bool(h.is_control)} deleteHorizonMs: {_optional_long(horizon)}"
             f" position: {position} {_timestamp_type_name(h.timestamp_type)}: {h.max_timestamp} "
-            f"size: {h.size} magic: {h.magic} compresscodec: {_CODEC_NAMES.get(h.attributes & 7, 'unknown')} "
+            f"size: {h.size} magic: {h.magic} compresscodec: {CODEC_NAMES.get(h.attributes & 7, 'unknown')} "
             f"crc: {h.crc} isvalid: {_java_bool(valid)}\n")
 
     def _print_record(self, h: BatchHeader, r) -> None:

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from logcore.wire.api_keys import (ALTER_PARTITION_REASSIGNMENTS, CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS,
+                                   DESCRIBE_CONFIGS, DESCRIBE_TOPIC_PARTITIONS, ELECT_LEADERS,
+                                   LIST_PARTITION_REASSIGNMENTS, METADATA)
 from logcore.wire.client import KafkaConnection, KafkaError, bootstrap, error_name
+from logcore.wire.config_resources import SOURCE_DEFAULT, TOPIC_RESOURCE
+from logcore.wire.error_codes import NONE, NOT_CONTROLLER
 
-METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS, ELECT_LEADERS = 3, 19, 20, 32, 37, 43
-DESCRIBE_TOPIC_PARTITIONS = 75
-ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
-NONE, UNKNOWN_TOPIC_OR_PARTITION, TOPIC_ALREADY_EXISTS, NOT_CONTROLLER = 0, 3, 36, 41
-ELECTION_NOT_NEEDED = 84
-TOPIC_RESOURCE = 2
-DEFAULT_CONFIG = 5                          # DescribeConfigs config_source of a default value
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 DEFAULT_TIMEOUT_MS = 30_000
 # Versions this module builds: Metadata from v1 (is_internal, controller_id), DescribeConfigs
 # from v1 (config_source), ElectLeaders v0..v2 (v1+: election_type).
 WINDOWS = {METADATA: (1, 12), DESCRIBE_CONFIGS: (1, 4), ELECT_LEADERS: (0, 2), DELETE_TOPICS: (1, 6),
            CREATE_TOPICS: (2, 7), CREATE_PARTITIONS: (0, 3), DESCRIBE_TOPIC_PARTITIONS: (0, 0),
-           ALTER_REASSIGNMENTS: (0, 1), LIST_REASSIGNMENTS: (0, 0)}
+           ALTER_PARTITION_REASSIGNMENTS: (0, 1), LIST_PARTITION_REASSIGNMENTS: (0, 0)}
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ class ConfigEntry:
 
     @property
     def is_default(self) -> bool:
-        return self.source == DEFAULT_CONFIG
+        return self.source == SOURCE_DEFAULT
 
 
 def broker_error(code: int, message: str | None, what: str = "") -> KafkaError:
@@ -232,7 +230,7 @@ class KafkaAdmin:
                                       ) -> dict[tuple[str, int], tuple[int, str | None]]:
         """AlterPartitionReassignments: {(topic, partition): replicas, or None to cancel};
         (error code, message) per partition."""
-        if not self.serves(ALTER_REASSIGNMENTS):
+        if not self.serves(ALTER_PARTITION_REASSIGNMENTS):
             raise KafkaError(f"{self.conn.where()} does not serve AlterPartitionReassignments (API 45)")
         by_topic: dict[str, list] = {}
         for (t, p), replicas in sorted(targets.items()):
@@ -241,7 +239,7 @@ class KafkaAdmin:
         body = {"timeout": self.timeout_ms, "allow_replication_factor_change": True,
                 "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
         response = self._to_controller(
-            ALTER_REASSIGNMENTS, body,
+            ALTER_PARTITION_REASSIGNMENTS, body,
             lambda r: [r.error_code] + [p.error_code for t in r.responses for p in t.partitions])
         if int(response.error_code) != NONE:
             raise broker_error(response.error_code, response.error_message, "AlterPartitionReassignments: ")
@@ -252,14 +250,14 @@ class KafkaAdmin:
                                      ) -> dict[tuple[str, int], Reassignment]:
         """The ongoing reassignments (of `partitions`, None: all). A broker that does not serve
         ListPartitionReassignments has none, as Kafka's TopicCommand takes it."""
-        if not self.serves(LIST_REASSIGNMENTS):
+        if not self.serves(LIST_PARTITION_REASSIGNMENTS):
             return {}
         by_topic: dict[str, list[int]] = {}
         for t, p in partitions or ():
             by_topic.setdefault(t, []).append(p)
         body = {"timeout": self.timeout_ms, "topics": None if partitions is None else
                 [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]}
-        response = self._to_controller(LIST_REASSIGNMENTS, body, lambda r: [r.error_code])
+        response = self._to_controller(LIST_PARTITION_REASSIGNMENTS, body, lambda r: [r.error_code])
         if int(response.error_code) != NONE:
             raise broker_error(response.error_code, response.error_message, "ListPartitionReassignments: ")
         return {(t.name, p.partition_index): Reassignment(tuple(p.replicas), tuple(p.adding_replicas),

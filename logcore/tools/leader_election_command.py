@@ -17,8 +17,9 @@ import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
-from logcore.tools.kafka_admin import ELECTION_NOT_NEEDED, NONE, KafkaAdmin
+from logcore.tools.kafka_admin import KafkaAdmin
 from logcore.wire.client import KafkaError, error_name
+from logcore.wire.error_codes import ELECTION_NOT_NEEDED, NONE
 
 
 def cmd_leader_election(args, out: TextIO | None = None) -> int:

@@ -22,8 +22,9 @@ import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
-from logcore.tools.kafka_admin import NONE, KafkaAdmin
+from logcore.tools.kafka_admin import KafkaAdmin
 from logcore.wire.client import KafkaError, error_name
+from logcore.wire.error_codes import NONE
 
 
 def cmd_reassign_partitions(args, out: TextIO | None = None) -> int:

@@ -16,8 +16,9 @@ from typing import TextIO
 
 from logcore.errors import InvalidConfigError
 from logcore.log.partition_metadata import format_topic_id
-from logcore.tools.kafka_admin import TOPIC_ALREADY_EXISTS, ConfigEntry, KafkaAdmin, TopicInfo
+from logcore.tools.kafka_admin import ConfigEntry, KafkaAdmin, TopicInfo
 from logcore.wire.client import KafkaError
+from logcore.wire.error_codes import TOPIC_ALREADY_EXISTS
 
 ROOT_ONLY = ("storage_option", "defaults", "all_configs")
 WARNING_COLLISION = ("WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_')"

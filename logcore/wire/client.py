@@ -39,13 +39,11 @@ from kio.schema.index import api_key_map, schema_name_map
 
 from logcore import __version__
 from logcore.errors import SegLogError
+from logcore.wire.api_keys import API_VERSIONS, METADATA
+from logcore.wire.error_codes import NONE, UNSUPPORTED_VERSION
 from logcore.wire.protocol import ProtocolError, decode_response, encode_request
 from logcore.wire.servers import parse_servers
 
-API_VERSIONS = 18
-METADATA = 3
-NONE = 0
-UNSUPPORTED_VERSION = 35
 DEFAULT_TIMEOUT_S = 30.0
 CLIENT_SOFTWARE = "seglog"           # ApiVersions v3+: Kafka checks [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?
 
@@ -389,6 +387,10 @@ class AsyncKafkaConnection(_Negotiated):
     def in_flight(self) -> int:
         return len(self._waiting)
 
+    def reads_through(self, protocol: "_ResponseFrames") -> bool:
+        """Whether `protocol` is this connection's I/O now (not one closed or replaced)."""
+        return self._protocol is protocol
+
     async def connect(self) -> "AsyncKafkaConnection":
         if self._protocol is not None:
             return self
@@ -420,7 +422,7 @@ class AsyncKafkaConnection(_Negotiated):
 
     def close(self) -> None:
         """Close the connection; requests still waiting fail with KafkaConnectionError."""
-        self._fail(KafkaConnectionError(f"the connection to {self.where()} was closed"))
+        self.fail(KafkaConnectionError(f"the connection to {self.where()} was closed"))
 
     async def __aenter__(self) -> "AsyncKafkaConnection":
         return await self.connect()
@@ -479,7 +481,7 @@ class AsyncKafkaConnection(_Negotiated):
         except asyncio.TimeoutError:
             error = KafkaConnectionError(f"{self.where()} did not answer {api_name(api_key)}"
                                          f" within {limit:g} s")
-            self._fail(error)
+            self.fail(error)
             raise error from None
 
     async def _write(self, frame: bytes, api_key: int) -> None:
@@ -487,10 +489,10 @@ class AsyncKafkaConnection(_Negotiated):
             await self._protocol.write(frame)
         except (OSError, RuntimeError, AttributeError) as exc:
             error = KafkaConnectionError(f"lost the connection to {self.where()} sending {api_name(api_key)}: {exc}")
-            self._fail(error)
+            self.fail(error)
             raise error from None
 
-    def _on_frame(self, frame) -> None:
+    def frame_received(self, frame) -> None:
         """A whole response frame (size prefix removed) arrived: its request's future gets it."""
         (correlation,) = _SIZE.unpack_from(frame, 0)
         entry = self._waiting.pop(correlation, None)
@@ -508,7 +510,7 @@ class AsyncKafkaConnection(_Negotiated):
         except KafkaError as exc:
             fut.set_exception(exc)
 
-    def _fail(self, error: KafkaError) -> None:
+    def fail(self, error: KafkaError) -> None:
         """Close the connection and fail every request still waiting with `error`."""
         self._failure = error
         waiting, self._waiting = self._waiting, {}
@@ -563,7 +565,7 @@ class _ResponseFrames(asyncio.BufferedProtocol):
                     view, self._frame_view = self._frame_view, None
                     frame = view.toreadonly()
                     try:
-                        self.conn._on_frame(frame)
+                        self.conn.frame_received(frame)
                     finally:
                         # The decoded response holds copies of what it took (records come
                         # out as bytes): the buffer serves the next large frame.
@@ -576,7 +578,7 @@ class _ResponseFrames(asyncio.BufferedProtocol):
             self._used += nbytes
             self._cut_frames()
         except KafkaError as exc:
-            self.conn._fail(exc)
+            self.conn.fail(exc)
 
     def _cut_frames(self) -> None:
         buf, pos, end = self._buf, 0, self._used
@@ -587,8 +589,8 @@ class _ResponseFrames(asyncio.BufferedProtocol):
             if end - pos - 4 >= size:
                 frame = bytes(self._view[pos + 4:pos + 4 + size])
                 pos += 4 + size
-                self.conn._on_frame(frame)
-                if self.conn._protocol is not self:
+                self.conn.frame_received(frame)
+                if not self.conn.reads_through(self):
                     return                        # the connection was closed meanwhile
                 continue
             if 4 + size > len(buf):
@@ -613,9 +615,9 @@ class _ResponseFrames(asyncio.BufferedProtocol):
     def connection_lost(self, exc) -> None:
         self._lost = exc or ConnectionResetError("the broker closed the connection")
         self._wake_writers()
-        if self.conn._protocol is self:
+        if self.conn.reads_through(self):
             what = "the broker closed the connection" if exc is None else exc
-            self.conn._fail(KafkaConnectionError(f"lost the connection to {self.conn.where()}: {what}"))
+            self.conn.fail(KafkaConnectionError(f"lost the connection to {self.conn.where()}: {what}"))
 
     def pause_writing(self) -> None:
         self._paused = True

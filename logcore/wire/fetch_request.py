@@ -14,9 +14,9 @@ from __future__ import annotations
 import datetime
 import struct
 
+from logcore.wire.api_keys import FETCH
 from logcore.wire.primitives import array_length, uvarint, write_string
 
-FETCH = 1
 FIRST_VERSION, LAST_VERSION = 4, 12     # v13+ name topics by id
 FLEXIBLE_FROM = 12
 _HEADER = struct.Struct(">hhi")          # api_key, api_version, correlation_id

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from logcore.wire.primitives import WireReader, array_length, write_string
 
-PRODUCE = 0
 FLEXIBLE_FROM = 9
 _HEADER_CLIENT = struct.Struct(">hhih")          # api_key, api_version, correlation_id, client_id length
 _ACKS_TIMEOUT = struct.Struct(">hi")

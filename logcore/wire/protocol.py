@@ -25,9 +25,10 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
-from logcore.wire.fetch_request import FETCH, encode_fetch_request
+from logcore.wire.api_keys import FETCH, PRODUCE
+from logcore.wire.fetch_request import encode_fetch_request
 from logcore.wire.fetch_request import FIRST_VERSION as FETCH_FIRST, LAST_VERSION as FETCH_LAST
-from logcore.wire.produce_codec import PRODUCE, decode_produce_request
+from logcore.wire.produce_codec import decode_produce_request
 from logcore.errors import SegLogError
 
 _SIZE = struct.Struct(">i")

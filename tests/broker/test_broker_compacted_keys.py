@@ -13,8 +13,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # no
 
 from broker_helpers import connect, consume_all, create, parse_response, recv_frame, request_frame  # noqa: E402
 from logcore.records.batch import build_batch  # noqa: E402
+from logcore.wire.error_codes import INVALID_RECORD  # noqa: E402
 
-INVALID_RECORD = 87
 T0 = int(time.time() * 1000)
 
 

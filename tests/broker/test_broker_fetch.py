@@ -16,7 +16,7 @@ from kio.schema.fetch.v4.request import FetchPartition as P4, FetchRequest as R4
 from kio.schema.fetch.v11.request import FetchPartition as P11, FetchRequest as R11, FetchTopic as T11  # noqa: E402
 
 from broker_helpers import connect, consume_all, create, parse_response, ping, produce, recv_frame, request_frame  # noqa: E402
-from logcore.broker.errors import OFFSET_OUT_OF_RANGE  # noqa: E402
+from logcore.wire.error_codes import OFFSET_OUT_OF_RANGE  # noqa: E402
 from logcore.log.log_root import LogRoot  # noqa: E402
 from logcore.records.batch import iter_batches  # noqa: E402
 from logcore.records.control import ControlType  # noqa: E402

@@ -12,7 +12,8 @@ from hypothesis import given, settings, strategies as st
 from logcore.cluster.controller import (Controller, elect_controlled_shutdown, elect_leader,
                                         elect_preferred, elect_reassigned, initial_state,
                                         reassignment_plan)
-from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState, ZooKeeperStore
+from logcore.cluster.znode_json import NO_LEADER, LeaderAndIsr
+from logcore.cluster.zookeeper_store import ZooKeeperStore
 
 
 def test_election_rules():
@@ -28,7 +29,7 @@ def test_election_rules():
     assert elect_preferred([1, 2, 3], [1, 2, 3], {2, 3}) is None           # not live
     cs = elect_controlled_shutdown([1, 2, 3], [1, 2, 3], {1, 2, 3}, {1})
     assert (cs.leader, cs.isr) == (2, (2, 3))
-    assert initial_state([3, 1, 2], {1, 2}, 5) == PartitionState(1, 0, (1, 2), 5)
+    assert initial_state([3, 1, 2], {1, 2}, 5) == LeaderAndIsr(1, 0, (1, 2), 5)
 
 
 @settings(max_examples=300, deadline=None)
@@ -123,7 +124,7 @@ def test_failover_moves_leaders_with_epoch_bumps(nodes, zk_hosts):
     # then a preferred-leader election request gives it partition 0 back
     n1b = nodes(1)
     cur = state(n2.store, "t", 0)
-    n2.store.update_partition_state("t", 0, PartitionState(2, cur.leader_epoch, (2, 3, 1), cur.controller_epoch),
+    n2.store.update_partition_state("t", 0, LeaderAndIsr(2, cur.leader_epoch, (2, 3, 1), cur.controller_epoch),
                                     cur.zk_version)
     n1b.store.request_preferred_election([("t", 0)])
     wait_for(lambda: state(n2.store, "t", 0).leader == 1, what="preferred leader back")
@@ -143,7 +144,7 @@ def test_offline_partition_then_unclean_election(nodes, caplog):
         wait_for(lambda t=t: state(n1.store, t, 0), what=f"{t} state")
         cur = state(n1.store, t, 0)
         # the leader shrinks the ISR to itself (broker 3 fell behind)
-        n2.store.update_partition_state(t, 0, PartitionState(2, cur.leader_epoch, (2,), cur.controller_epoch),
+        n2.store.update_partition_state(t, 0, LeaderAndIsr(2, cur.leader_epoch, (2,), cur.controller_epoch),
                                         cur.zk_version)
     with caplog.at_level(logging.WARNING, logger="logcore.cluster.controller"):
         n2.crash()
@@ -209,7 +210,7 @@ def test_reassignment_resumes_after_controller_failover(nodes, zk_client):
     assert n2.store.topic("mv").partitions[0] == (2, 3, 1)         # still moving: 3 not in the ISR
     # the leader adds the caught-up replica 3 to the ISR (its own compare-and-set)
     cur = state(n2.store, "mv", 0)
-    n2.store.update_partition_state("mv", 0, PartitionState(2, cur.leader_epoch, (2, 3), cur.controller_epoch),
+    n2.store.update_partition_state("mv", 0, LeaderAndIsr(2, cur.leader_epoch, (2, 3), cur.controller_epoch),
                                     cur.zk_version)
     wait_for(lambda: n2.store.topic("mv").partitions[0] == (2, 3), what="reassignment completed")
     ta = n2.store.topic("mv")
@@ -317,10 +318,10 @@ def test_preferred_election_skips_a_restarted_broker(zk_hosts):
     try:
         ctl_store.create_topic("pref", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2]})
         fence = ctl_store.try_become_controller(9)
-        ctl_store.create_partition_states("pref", {0: PartitionState(1, 0, (1, 2), fence.epoch)}, fence)
+        ctl_store.create_partition_states("pref", {0: LeaderAndIsr(1, 0, (1, 2), fence.epoch)}, fence)
         cur = state(ctl_store, "pref", 0)
         moved = ctl_store.update_partition_state(
-            "pref", 0, PartitionState(2, cur.leader_epoch + 1, (2, 1), fence.epoch), cur.zk_version, fence=fence)
+            "pref", 0, LeaderAndIsr(2, cur.leader_epoch + 1, (2, 1), fence.epoch), cur.zk_version, fence=fence)
         s1.close()
         made.append(_member(zk_hosts, 1))               # broker 1 again, a new registration
         ctl = Controller(ctl_store, 9)

@@ -15,12 +15,12 @@ from seglog_cluster import SeglogCluster
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
 from logcore.broker import offsets_topic as OT  # noqa: E402
+from logcore.wire.api_keys import (DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP,  # noqa: E402
+                                   LIST_GROUPS, METADATA, OFFSET_COMMIT, OFFSET_FETCH)
 from logcore.wire.client import KafkaConnection  # noqa: E402
+from logcore.wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,  # noqa: E402
+                                      NONE, NOT_COORDINATOR, REQUEST_TIMED_OUT, UNKNOWN_TOPIC_OR_PARTITION)
 
-FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
-DESCRIBE_GROUPS, LIST_GROUPS, METADATA = 15, 16, 3
-NONE, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT = 0, 3, 7
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
 OFFSETS_PARTITIONS = 3          # offsets.topic.num.partitions in seglog_cluster.FAST
 
 

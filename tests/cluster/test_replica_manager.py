@@ -18,11 +18,11 @@ import time
 import pytest
 
 from harness import cluster_support
-from logcore.broker import errors as E
+from logcore.wire import error_codes as E
 from logcore.broker.config import BrokerConfig
 from logcore.broker.log_dir_failure import LogDirOfflineError
 from logcore.broker.server import BrokerServer
-from logcore.cluster.zookeeper_store import PartitionState
+from logcore.cluster.znode_json import LeaderAndIsr
 from logcore.errors import CoordinatorUnavailableError, NotLeaderOrFollowerError
 from logcore.records.batch import build_batch, iter_batches
 from logcore.wire.client import AsyncKafkaConnection
@@ -89,18 +89,18 @@ class InProcessCluster:
         await self.until(ok, f"broker {leader} leading with ISR {isr}")
         return self.rm(leader).replicas[KEY].epoch
 
-    async def move(self, leader: int, isr: tuple[int, ...]) -> PartitionState:
+    async def move(self, leader: int, isr: tuple[int, ...]) -> LeaderAndIsr:
         """The controller's move: a fenced state write at the next leader epoch."""
         def write():
             fence = next(s.member.controller.fence for s in self.servers.values()
                          if s.member.controller is not None and s.member.controller.fence is not None)
             st = self.store().partition_state(TOPIC, 0, sync=True)
             return self.store().update_partition_state(
-                TOPIC, 0, PartitionState(leader, st.leader_epoch + 1, isr, fence.epoch), st.zk_version,
+                TOPIC, 0, LeaderAndIsr(leader, st.leader_epoch + 1, isr, fence.epoch), st.zk_version,
                 fence=fence)
         return await asyncio.to_thread(write)
 
-    def zk_state(self) -> PartitionState:
+    def zk_state(self) -> LeaderAndIsr:
         return self.store().partition_state(TOPIC, 0, sync=True)
 
     async def produce(self, i: int, value: bytes, acks_all: bool = False):

@@ -9,7 +9,9 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from logcore.cluster.zookeeper_store import PartitionState, ZooKeeperStore, partition_state_path
+from logcore.cluster.znode_json import LeaderAndIsr
+from logcore.cluster.znode_paths import partition_state_path
+from logcore.cluster.zookeeper_store import ZooKeeperStore
 from logcore.errors import (BrokerIdInUseError, ControllerMovedError, TopicExistsError,
                             TopicNotFoundError, ZkVersionConflictError)
 
@@ -126,17 +128,17 @@ def test_conditional_isr_update_losing_a_race(stores, zk_client):
     ctl, leader, other = stores(), stores(), stores()
     fence = ctl.try_become_controller(1)
     ctl.create_topic("t", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2, 3]})
-    ctl.create_partition_states("t", {0: PartitionState(1, 0, (1, 2, 3), fence.epoch)}, fence)
+    ctl.create_partition_states("t", {0: LeaderAndIsr(1, 0, (1, 2, 3), fence.epoch)}, fence)
     assert json.loads(zk_client.get(partition_state_path("t", 0))[0]) == \
         {"version": 1, "leader": 1, "leader_epoch": 0, "isr": [1, 2, 3], "controller_epoch": fence.epoch}
     mine = leader.partition_state("t", 0)
     theirs = other.partition_state("t", 0, sync=True)
     assert mine.zk_version == theirs.zk_version == 0
-    shrunk = leader.update_partition_state("t", 0, PartitionState(1, 0, (1, 2), mine.controller_epoch),
+    shrunk = leader.update_partition_state("t", 0, LeaderAndIsr(1, 0, (1, 2), mine.controller_epoch),
                                            mine.zk_version)
     assert shrunk.zk_version == 1
     with pytest.raises(ZkVersionConflictError, match="version 0"):
-        other.update_partition_state("t", 0, PartitionState(1, 0, (1, 3), theirs.controller_epoch),
+        other.update_partition_state("t", 0, LeaderAndIsr(1, 0, (1, 3), theirs.controller_epoch),
                                      theirs.zk_version)
     again = other.partition_state("t", 0)
     assert again.isr == (1, 2) and again.zk_version == 1
@@ -151,7 +153,7 @@ def test_controller_election_failover_and_fencing(stores, zk_client, zk_hosts):
     assert b.try_become_controller(2) is None        # /controller exists
     assert b.controller() == 1
     a.create_topic("t", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2]})
-    st = a.create_partition_states("t", {0: PartitionState(1, 0, (1, 2), fa.epoch)}, fa)[0]
+    st = a.create_partition_states("t", {0: LeaderAndIsr(1, 0, (1, 2), fa.epoch)}, fa)[0]
     seen = []
     b.watch_controller(seen.append)
     renewed = threading.Event()
@@ -165,15 +167,15 @@ def test_controller_election_failover_and_fencing(stores, zk_client, zk_hosts):
     assert fb is not None and fb.epoch == 2 and b.controller() == 2
     # the zombie's fenced writes fail, whatever their target version
     with pytest.raises(ControllerMovedError, match="controller epoch 1"):
-        a.update_partition_state("t", 0, PartitionState(1, 1, (1,), fa.epoch), st.zk_version, fence=fa)
+        a.update_partition_state("t", 0, LeaderAndIsr(1, 1, (1,), fa.epoch), st.zk_version, fence=fa)
     with pytest.raises(ControllerMovedError):
         a.remove_topic("t", fa)
     assert b.partition_state("t", 0).isr == (1, 2)
     # the new controller's write goes through, and a lost CAS is reported as a conflict
-    moved = b.update_partition_state("t", 0, PartitionState(2, 1, (2,), fb.epoch), st.zk_version, fence=fb)
+    moved = b.update_partition_state("t", 0, LeaderAndIsr(2, 1, (2,), fb.epoch), st.zk_version, fence=fb)
     assert moved.zk_version == st.zk_version + 1
     with pytest.raises(ZkVersionConflictError):
-        b.update_partition_state("t", 0, PartitionState(2, 2, (2,), fb.epoch), st.zk_version, fence=fb)
+        b.update_partition_state("t", 0, LeaderAndIsr(2, 2, (2,), fb.epoch), st.zk_version, fence=fb)
     # deletion completes under the live controller
     b.request_topic_deletion("t")
     b.remove_topic("t", fb)
@@ -211,14 +213,14 @@ def test_partition_state_watch_survives_session_expiry(stores, zk_hosts):
     seen = []
     broker.watch_partition_state("w", 0, seen.append)
     assert seen == [None]                                    # called at once; absent yet
-    st = ctl.create_partition_states("w", {0: PartitionState(1, 0, (1, 2), fence.epoch)}, fence)[0]
+    st = ctl.create_partition_states("w", {0: LeaderAndIsr(1, 0, (1, 2), fence.epoch)}, fence)[0]
     wait_for(lambda: seen[-1] is not None, what="state seen")
     assert seen[-1] == st
     renewed = threading.Event()
     broker.on_new_session(renewed.set)
     expire(broker, zk_hosts)
     assert renewed.wait(20)
-    st = ctl.update_partition_state("w", 0, PartitionState(2, 1, (2,), fence.epoch), st.zk_version, fence=fence)
+    st = ctl.update_partition_state("w", 0, LeaderAndIsr(2, 1, (2,), fence.epoch), st.zk_version, fence=fence)
     # the watch was re-armed on the new session: the change still arrives, with its version
     wait_for(lambda: seen[-1] is not None and seen[-1].leader_epoch == 1, what="change after expiry")
     assert seen[-1] == st and seen[-1].zk_version == 1

@@ -17,6 +17,8 @@ from broker_helpers import create, produce  # noqa: E402
 
 from logcore.errors import InvalidConfigError  # noqa: E402
 from logcore.records.batch import decode_records, iter_batches  # noqa: E402
+from logcore.wire.api_keys import (API_VERSIONS, CREATE_TOPICS, ELECT_LEADERS, FETCH, METADATA,  # noqa: E402
+                                   OFFSET_FOR_LEADER_EPOCH)
 from logcore.wire.client import (  # noqa: E402
     AsyncKafkaConnection,
     KafkaConnection,
@@ -27,8 +29,6 @@ from logcore.wire.client import (  # noqa: E402
     bootstrap,
     error_name,
 )
-
-FETCH, METADATA, API_VERSIONS, CREATE_TOPICS, OFFSET_FOR_LEADER_EPOCH, ELECT_LEADERS = 1, 3, 18, 19, 23, 43
 
 
 def _free_port() -> int:

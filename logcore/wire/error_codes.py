@@ -1,13 +1,14 @@
-"""seglog errors -> Kafka error codes (the numbers of Kafka's `Errors` enum)."""
+"""Kafka error codes (the numbers of Kafka's `Errors` enum), the one place they are defined, and
+which seglog error answers as which code.
+"""
 from __future__ import annotations
 
 from logcore.errors import (InvalidReplicationFactorError, CommitFailedError, CommitStateUnknownError, CorruptRecordError,
                             FencedWriterError, InvalidConfigError, InvalidProducerEpochError,
-                            InvalidRecordError, InvalidTopicError, NotLeaderOrFollowerError,
+                            InvalidRecordError, InvalidTopicError, InvalidTxnStateError, NotLeaderOrFollowerError,
                             OffsetOutOfRangeError,
                             OutOfOrderSequenceError, RecordTooLargeError, RejectedRecordsError, StorageError,
                             TopicExistsError, TopicNotFoundError, UnsupportedMagicError)
-from logcore.log.producer_state import InvalidTxnStateError
 
 NONE = 0
 UNKNOWN_SERVER_ERROR = -1

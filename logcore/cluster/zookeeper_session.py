@@ -1,0 +1,123 @@
+"""One ZooKeeper session (kazoo): connecting, its states, what runs after it expired, and the
+connection-level failures that mean "ZooKeeper is away", not "the request failed".
+
+kazoo reconnects by itself. SUSPENDED (connection lost) is not LOST (session expired): ephemerals
+survive a suspension and nothing is redone. After LOST kazoo starts a new session but recreates
+nothing, so the callbacks given to `on_new_session` run then (the store re-registers the broker:
+a new czxid, a new broker epoch; the controller re-runs its election). The kazoo listener itself
+never blocks: the work runs on kazoo's callback thread via handler.spawn.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+
+from logcore.cluster.znode_paths import PERSISTENT_PATHS
+from logcore.errors import CoordinatorUnavailableError
+
+logger = logging.getLogger(__name__)
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError
+    from kazoo.handlers.threading import KazooTimeoutError
+    return ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError, KazooTimeoutError
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure of ZooKeeper's connection, not of the request: CoordinatorUnavailableError, or
+    kazoo's own connection-level errors. Worth retrying."""
+    return isinstance(exc, (CoordinatorUnavailableError, *_connection_errors()))
+
+
+def coordinator_errors(method):
+    """Turn kazoo's connection-level failures into CoordinatorUnavailableError naming the
+    ensemble (the object's `hosts`) and the operation (the caller retries or gives up; nothing
+    is known to be written for a write that failed this way)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except _connection_errors() as e:
+            raise CoordinatorUnavailableError(
+                f"zookeeper.connect={self.hosts}: {method.__name__} failed: {type(e).__name__}"
+                f" {e or ''}".rstrip()) from e
+    return wrapper
+
+
+class ZooKeeperSession:
+    """A kazoo client and its session. `hosts` is Kafka's zookeeper.connect: host:port[,host:port]
+    with an optional chroot suffix (`/seglog`)."""
+
+    def __init__(self, hosts: str, *, session_timeout_ms: int, connect_timeout_s: float):
+        from kazoo.client import KazooClient     # runtime dependency of the cluster store only
+        self.hosts = hosts
+        self.session_timeout_ms = session_timeout_ms
+        self.client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0)
+        self._connect_timeout = connect_timeout_s
+        self._session_lost = False
+        self._new_session_callbacks: list[Callable[[], None]] = []
+        self.client.add_listener(self._on_state)
+
+    def start(self) -> None:
+        """Connect (CoordinatorUnavailableError when no server answers in time) and create the
+        persistent znodes that are absent."""
+        from kazoo.handlers.threading import KazooTimeoutError
+        try:
+            self.client.start(timeout=self._connect_timeout)
+        except KazooTimeoutError:
+            self.client.stop()
+            raise CoordinatorUnavailableError(
+                f"zookeeper.connect={self.hosts}: no ZooKeeper answered within {self._connect_timeout:.0f} s") from None
+        for p in PERSISTENT_PATHS:
+            self.client.ensure_path(p)
+
+    def close(self) -> None:
+        """End the session: its ephemerals go at once."""
+        self.client.stop()
+        self.client.close()
+
+    @property
+    def connected(self) -> bool:
+        return self.client.connected
+
+    @property
+    def session_id(self) -> int:
+        return self.client.client_id[0] if self.client.client_id else 0
+
+    def on_new_session(self, fn: Callable[[], None]) -> None:
+        """Call `fn()` (on kazoo's callback thread) after the session expired and a new one was
+        established; callbacks run in the order given."""
+        self._new_session_callbacks.append(fn)
+
+    def bounded(self, result, timeout_s: float | None, what: str):
+        """The value of a kazoo async call, waiting at most `timeout_s` (None: as long as it
+        takes). While the connection is down kazoo keeps a request queued until it is back, so
+        a call on a path that must finish (a stop) is bounded: CoordinatorUnavailableError then,
+        and the outcome is unknown."""
+        from kazoo.handlers.threading import KazooTimeoutError
+        try:
+            return result.get(timeout=timeout_s)
+        except KazooTimeoutError:
+            raise CoordinatorUnavailableError(
+                f"zookeeper.connect={self.hosts}: {what} got no answer within {timeout_s:.1f} s") from None
+
+    def _on_state(self, state) -> None:
+        from kazoo.protocol.states import KazooState
+        # Never block here: kazoo calls listeners on its connection thread.
+        if state == KazooState.LOST:
+            self._session_lost = True
+            logger.warning("ZooKeeper session expired (%s): ephemerals are gone", self.hosts)
+        elif state == KazooState.SUSPENDED:
+            logger.info("ZooKeeper connection lost (%s); session may still be alive", self.hosts)
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            self.client.handler.spawn(self._after_new_session)
+
+    def _after_new_session(self) -> None:
+        for fn in list(self._new_session_callbacks):
+            try:
+                fn()
+            except Exception:                                # noqa: BLE001
+                logger.exception("new-session callback %r failed", fn)

@@ -1,0 +1,12 @@
+"""The config resources of DescribeConfigs / IncrementalAlterConfigs (Kafka's
+`ConfigResource.Type`) and where a described value comes from (`ConfigSource`), defined here
+once."""
+from __future__ import annotations
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+# DescribeConfigs config_source values
+SOURCE_TOPIC = 1                # DYNAMIC_TOPIC_CONFIG: the topic's own override
+SOURCE_STATIC_BROKER = 4        # STATIC_BROKER_CONFIG: the broker's properties
+SOURCE_DEFAULT = 5              # DEFAULT_CONFIG
