@@ -127,7 +127,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
             15: self.describe_groups,
         }
         self.served = dict(SERVED)
-        self._create_lock = threading.Lock()    # topic creation vs. the partition caps
+        self.create_lock = threading.Lock()    # topic creation vs. the partition caps
         # A cluster member (zookeeper.connect): set by `join_cluster` before the broker serves.
         self.replica_manager = None             # logcore.replication.replica_manager.ReplicaManager
         self.catalog = None                     # logcore.cluster.catalog.ZooKeeperCatalog
@@ -254,7 +254,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         return self.api_versions_body()
 
     # ------------------------------------------------------------------ Metadata
-    def _topic_uuid(self, name: str) -> uuid.UUID:
+    def topic_uuid(self, name: str) -> uuid.UUID:
         info = self.partitions.topics.get(name)
         return _topic_uuid_of(info.topic_id) if info and info.topic_id else ZERO_UUID
 
@@ -302,7 +302,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
                               "leader_epoch": part.leader_epoch if part else -1,
                               "replica_nodes": [self.node_id], "isr_nodes": [self.node_id],
                               "offline_replicas": []})
-            topics.append({"error_code": E.NONE, "name": name, "topic_id": self._topic_uuid(name),
+            topics.append({"error_code": E.NONE, "name": name, "topic_id": self.topic_uuid(name),
                            "is_internal": name.startswith("__"), "partitions": parts,
                            "topic_authorized_operations": INT32_MIN})
         return {"throttle_time": 0,

@@ -107,11 +107,11 @@ class ClusterHandlers:
         except SegLogError as exc:
             logger.info("auto-create of topic %s refused: %s", name, exc)
             return E.error_code(exc)
-        await self._await_cluster(lambda: name in self.replica_manager.assignments, 5.0)
+        await self.await_cluster(lambda: name in self.replica_manager.assignments, 5.0)
         # Leaders come a moment later: clients retry on LEADER_NOT_AVAILABLE meanwhile.
         return E.NONE
 
-    async def _await_cluster(self, done, timeout_s: float) -> bool:
+    async def await_cluster(self, done, timeout_s: float) -> bool:
         """Wait until `done()` holds for the cluster metadata (ZooKeeper's watches update it)."""
         deadline = time.monotonic() + timeout_s
         while not done():
@@ -133,7 +133,7 @@ class ClusterHandlers:
                    for p in ta.partitions)
 
     # ------------------------------------------------------------------ CreateTopics / DeleteTopics
-    async def _cluster_create_topics(self, req) -> dict:
+    async def cluster_create_topics(self, req) -> dict:
         body = req.body
         timeout_s = max(0.0, body.timeout.total_seconds())
         results, created = [], []
@@ -192,10 +192,10 @@ class ClusterHandlers:
                 res.update(error_code=E.error_code(exc), error_message=str(exc))
         # Kafka answers once the new partitions have leaders (or the request's timeout passed).
         if created and timeout_s > 0:
-            await self._await_cluster(lambda: all(self._has_leaders(n, p) for n, p in created), timeout_s)
+            await self.await_cluster(lambda: all(self._has_leaders(n, p) for n, p in created), timeout_s)
         return {"throttle_time": 0, "topics": results}
 
-    async def _cluster_delete_topics(self, req, wanted) -> dict:
+    async def cluster_delete_topics(self, req, wanted) -> dict:
         rm = self.replica_manager
         timeout_s = max(0.0, req.body.timeout.total_seconds())
         out, deleting = [], []
@@ -221,10 +221,10 @@ class ClusterHandlers:
             except SegLogError as exc:
                 res.update(error_code=E.error_code(exc), error_message=str(exc))
         if deleting and timeout_s > 0:
-            await self._await_cluster(lambda: not any(n in rm.assignments for n in deleting), timeout_s)
+            await self.await_cluster(lambda: not any(n in rm.assignments for n in deleting), timeout_s)
         return {"throttle_time": 0, "responses": out}
 
-    async def _cluster_create_partitions(self, req) -> dict:
+    async def cluster_create_partitions(self, req) -> dict:
         body = req.body
         timeout_s = max(0.0, body.timeout.total_seconds())
         results, grown = [], []
@@ -253,7 +253,7 @@ class ClusterHandlers:
                 except SegLogError as exc:
                     res.update(error_code=E.error_code(exc), error_message=str(exc))
         if grown and timeout_s > 0:
-            await self._await_cluster(lambda: all(self._has_leaders(n, c) for n, c in grown), timeout_s)
+            await self.await_cluster(lambda: all(self._has_leaders(n, c) for n, c in grown), timeout_s)
         return {"throttle_time": 0, "results": results}
 
     # ------------------------------------------------------------------ ElectLeaders
@@ -311,7 +311,7 @@ class ClusterHandlers:
                 if kind == PREFERRED:
                     return state.leader == rm.assignments[key[0]].partitions[key[1]][0]
                 return state.leader in rm.brokers
-            await self._await_cluster(lambda: all(elected(k) for k in asked), timeout_s)
+            await self.await_cluster(lambda: all(elected(k) for k in asked), timeout_s)
             for key in asked:
                 results.setdefault(key, (E.NONE, None) if elected(key) else
                                    (E.REQUEST_TIMED_OUT, f"the election of {key[0]}-{key[1]} did not complete"

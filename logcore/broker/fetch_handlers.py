@@ -2,7 +2,7 @@
 records handed to the server as file ranges (sendfile) or bytes.
 
 A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
-they use its `config`, `partitions` and `_topic_uuid`.
+they use its `config`, `partitions` and `topic_uuid`.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class FetchHandlers:
                 name = self.partitions.topic_ids.get(t.topic_id.bytes)
                 tid = t.topic_id
             else:
-                name, tid = t.topic, self._topic_uuid(t.topic)
+                name, tid = t.topic, self.topic_uuid(t.topic)
             for p in t.partitions:
                 part = self.partitions.get(name, p.partition) if name else None
                 error = E.NONE if part else (E.UNKNOWN_TOPIC_ID if name is None else E.UNKNOWN_TOPIC_OR_PARTITION)

@@ -94,7 +94,7 @@ class GroupHandlers:
         except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
             logger.warning("creating %s failed: %s", OT.TOPIC, exc)
             return f"{OT.TOPIC} could not be created: {exc}"
-        await self._await_cluster(lambda: OT.TOPIC in self.replica_manager.assignments, 5.0)
+        await self.await_cluster(lambda: OT.TOPIC in self.replica_manager.assignments, 5.0)
         return None
 
     async def describe_groups(self, req: Request) -> dict:

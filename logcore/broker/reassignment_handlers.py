@@ -50,7 +50,7 @@ class ReassignmentHandlers:
                 for key in asked:
                     results[key] = (E.error_code(exc), str(exc))
                 asked = {}
-            await self._await_cluster(lambda: all(self._reassignment_applied(k, r) for k, r in asked.items()),
+            await self.await_cluster(lambda: all(self._reassignment_applied(k, r) for k, r in asked.items()),
                                       timeout_s)
             for key, target in asked.items():
                 results.setdefault(key, (E.NONE, None) if self._reassignment_applied(key, target) else
