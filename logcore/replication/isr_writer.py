@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from logcore.cluster.zookeeper_store import PartitionState
+from logcore.cluster.znode_json import LeaderAndIsr
 from logcore.errors import CoordinatorUnavailableError, ZkVersionConflictError
 from logcore.replication.follower_state import out_of_sync
 from logcore.replication.partition import LEADER, Partition, now_ms
@@ -31,7 +31,7 @@ class IsrWriter:
         partition.pending_isr = new_isr
         partition.isr_change = self.manager.loop.create_task(self._write_isr(partition, state, new_isr))
 
-    def _without_restarted(self, partition: Partition, state: PartitionState,
+    def _without_restarted(self, partition: Partition, state: LeaderAndIsr,
                            isr: tuple[int, ...]) -> tuple[int, ...]:
         """`isr` less the members registered after `state` was written: they restarted (or their
         session expired) since, and may have lost what they had; writing them back would make
@@ -48,10 +48,10 @@ class IsrWriter:
             keep.append(b)
         return tuple(keep)
 
-    async def _write_isr(self, partition: Partition, state: PartitionState, new_isr: tuple[int, ...]) -> None:
+    async def _write_isr(self, partition: Partition, state: LeaderAndIsr, new_isr: tuple[int, ...]) -> None:
         manager = self.manager
         try:
-            new = PartitionState(manager.me, state.leader_epoch, new_isr, state.controller_epoch)
+            new = LeaderAndIsr(manager.me, state.leader_epoch, new_isr, state.controller_epoch)
             try:
                 written = await asyncio.to_thread(manager.store.update_partition_state, partition.topic,
                                                   partition.index, new, state.zk_version)
@@ -81,8 +81,8 @@ class IsrWriter:
         if partition.role == LEADER:
             partition.maybe_increment_hw()
 
-    async def _resolve_unknown_isr_write(self, partition: Partition, state: PartitionState,
-                                         new: PartitionState, exc: Exception) -> PartitionState | None:
+    async def _resolve_unknown_isr_write(self, partition: Partition, state: LeaderAndIsr,
+                                         new: LeaderAndIsr, exc: Exception) -> LeaderAndIsr | None:
         """After an ISR write whose outcome is unknown (the connection broke before the answer):
         read the state znode until ZooKeeper answers, and recognise this broker's own write
         (Kafka re-reads and compares its proposed state). The state it wrote, or None: not

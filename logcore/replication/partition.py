@@ -15,7 +15,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState
+from logcore.cluster.znode_json import NO_LEADER, LeaderAndIsr
 from logcore.replication.follower_state import FollowerState, high_watermark_candidate, may_join
 from logcore.wire import error_codes as E
 
@@ -36,7 +36,7 @@ class Partition:
     index: int
     manager: object = None
     role: str = OFFLINE
-    state: PartitionState | None = None          # the state applied last
+    state: LeaderAndIsr | None = None          # the state applied last
     epoch_start_offset: int = 0                  # the LEO when this broker's tenure began
     followers: dict[int, FollowerState] = field(default_factory=dict)
     isr_change: asyncio.Task | None = None       # an ISR write in flight

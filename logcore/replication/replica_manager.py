@@ -24,11 +24,11 @@ in threads.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from logcore.wire import error_codes as E
-from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState, TopicAssignment, is_transient
+from logcore.cluster.znode_json import NO_LEADER, LeaderAndIsr, TopicAssignment
+from logcore.cluster.zookeeper_session import is_transient
 from logcore.errors import SegLogError, TopicExistsError, TopicNotFoundError
 from logcore.replication.follower_state import reset_followers
 from logcore.replication.isr_writer import IsrWriter
@@ -37,7 +37,6 @@ from logcore.replication.replica_fetcher import ReplicaFetchers
 
 logger = logging.getLogger(__name__)
 
-SHUTDOWN_PATH = "/admin/controlled_shutdown"
 EVENT_RETRY_S = 0.5            # an event that failed on a ZooKeeper call is applied again then
 
 
@@ -53,7 +52,7 @@ class ReplicaManager:
         self.controller_id: int = -1
         self.assignments: dict[str, TopicAssignment] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
-        self.states: dict[tuple[str, int], PartitionState] = {}
+        self.states: dict[tuple[str, int], LeaderAndIsr] = {}
         self.replicas: dict[tuple[str, int], Partition] = {}
         self._hosted: set[tuple[str, int]] = set()            # recorded in the log dir this run
         self.shutting_down: set[int] = set()
@@ -82,7 +81,6 @@ class ReplicaManager:
                        self.loop.create_task(self.isr_writer.shrink_loop(), name="isr-shrink"),
                        self.loop.create_task(self._checkpoint_loop(), name="hw-checkpoint")]
         store = self.store
-        await asyncio.to_thread(store.client.ensure_path, SHUTDOWN_PATH)
         try:
             # Whose log dir this is and on which host, kept when the broker stops (readers of
             # the log dir name it; the Spark source prefers replicas on its own host).
@@ -93,7 +91,8 @@ class ReplicaManager:
         store.watch_brokers(lambda b: self.post(("brokers", b)))
         store.watch_controller(lambda c: self.post(("controller", c)))
         store.watch_topics(lambda names: self.post(("topics", names)))
-        store.client.ChildrenWatch(SHUTDOWN_PATH, lambda ids: self.post(("shutdown", ids)))
+        await asyncio.to_thread(store.requests.watch_controlled_shutdowns,
+                                lambda ids: self.post(("shutdown", ids)))
 
     async def stop(self) -> None:
         self.stopped = True
@@ -172,39 +171,14 @@ class ReplicaManager:
         names = set(names)
         for name in sorted(names - self._watched_topics):
             # Marked once both watches are set: a failed call is made again (_run re-posts).
-            await asyncio.to_thread(self.store.client.DataWatch, f"/brokers/topics/{name}",
-                                    self._assignment_watch(name))
-            await asyncio.to_thread(self.store.client.DataWatch, f"/config/topics/{name}",
-                                    self._config_watch(name))
+            await asyncio.to_thread(self.store.watch_assignment, name,
+                                    lambda ta, name=name: self.post(("assignment", name, ta)))
+            await asyncio.to_thread(self.store.watch_topic_config, name,
+                                    lambda config, name=name: self.post(("config", name, config)))
             self._watched_topics.add(name)
         for name in sorted(self._watched_topics - names):
             self._watched_topics.discard(name)
             await self._assignment_changed(name, None)
-
-    # kazoo passes a watch function's third parameter the event: these take exactly two.
-    def _assignment_watch(self, name: str):
-        path = f"/brokers/topics/{name}"
-
-        def on_assignment(raw, stat):
-            if stat is None:
-                self.post(("assignment", name, None))
-                return False                      # the topic is gone: stop watching
-            self.post(("assignment", name, TopicAssignment.from_json(name, raw, stat.version, path)))
-            return None
-        return on_assignment
-
-    def _config_watch(self, name: str):
-        def on_config(raw, stat):
-            if stat is None:
-                return False
-            try:
-                config = {k: str(v) for k, v in json.loads(raw or b"{}").get("config", {}).items()}
-            except ValueError:
-                logger.error("config of topic %s in ZooKeeper is not JSON; ignored", name)
-                return None
-            self.post(("config", name, config))
-            return None
-        return on_config
 
     async def _config_changed(self, name: str, config: dict[str, str]) -> None:
         if self.topic_configs.get(name) == config:
@@ -328,7 +302,7 @@ class ReplicaManager:
                 logger.error("cannot delete the local replicas of topic %s: %s", name, exc)
 
     # ------------------------------------------------------------------ partition states
-    async def _state_changed(self, topic: str, p: int, state: PartitionState | None) -> None:
+    async def _state_changed(self, topic: str, p: int, state: LeaderAndIsr | None) -> None:
         key = (topic, p)
         if state is None:
             self.states.pop(key, None)
@@ -385,7 +359,7 @@ class ReplicaManager:
                 self.partitions.unpin_thread()
         return await asyncio.to_thread(run)
 
-    async def _become_leader(self, replica: Partition, state: PartitionState) -> None:
+    async def _become_leader(self, replica: Partition, state: LeaderAndIsr) -> None:
         if not await self._set_hosted(replica.topic, replica.index, True):
             return
         was_leader = replica.role == LEADER
@@ -425,7 +399,7 @@ class ReplicaManager:
         if replica.role == LEADER:
             self._leadership(replica, False)
 
-    async def _become_follower(self, replica: Partition, state: PartitionState) -> None:
+    async def _become_follower(self, replica: Partition, state: LeaderAndIsr) -> None:
         # Stop leading before anything awaits: produce_check refuses from here, an acks=all
         # waiter registered later fails at once, and the log itself refuses a leader's append
         # from the moment become_follower runs under its lock (a batch the partition worker
@@ -451,7 +425,7 @@ class ReplicaManager:
         self.fetchers.add(replica, state.leader)
         self.partitions.notify(self._partition(replica))
 
-    async def _become_offline(self, replica: Partition, state: PartitionState) -> None:
+    async def _become_offline(self, replica: Partition, state: LeaderAndIsr) -> None:
         leading = replica.role == LEADER
         self._resign(replica)
         replica.role = OFFLINE
@@ -550,7 +524,7 @@ class ReplicaManager:
         part = self.partitions.get(topic, p)
         return part.log_if_open if part is not None else None
 
-    def state_written(self, key: tuple[str, int], written: PartitionState) -> None:
+    def state_written(self, key: tuple[str, int], written: LeaderAndIsr) -> None:
         """The ISR writer's own state write succeeded: it is the newest known state."""
         if self.states.get(key, written).zk_version <= written.zk_version:
             self.states[key] = written
