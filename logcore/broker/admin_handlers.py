@@ -2,7 +2,7 @@
 and the topic creation that Metadata's auto-creation shares with CreateTopics.
 
 A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
-they use its `config`, `root`, `partitions`, `node_id` and `_create_lock`.
+they use its `config`, `root`, `partitions`, `node_id` and `create_lock`.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ _KAFKA_CONFIG_TYPE = {ConfigType.BOOLEAN: 1, ConfigType.STRING: 2, ConfigType.IN
 class AdminHandlers:
     def _auto_create(self, name: str) -> int:
         try:
-            with self._create_lock:
+            with self.create_lock:
                 self._check_partition_cap(name, self.config["num.partitions"])
                 self._create_topic(name, self.config["num.partitions"], {})
             logger.info("auto-created topic %s", name)
@@ -48,7 +48,7 @@ class AdminHandlers:
     def _check_partition_cap(self, name: str, partitions: int, in_request: int = 0) -> None:
         """POLICY_VIOLATION when `partitions` more (after `in_request` already created by this
         request) pass max.partitions.per.request or this broker's max.partitions. The caller
-        holds _create_lock, so that concurrent creations cannot pass the cap together."""
+        holds create_lock, so that concurrent creations cannot pass the cap together."""
         per_request = self.config["max.partitions.per.request"]
         if in_request + partitions > per_request:
             raise _Failed(E.POLICY_VIOLATION,
@@ -69,8 +69,8 @@ class AdminHandlers:
 
     # ------------------------------------------------------------------ CreateTopics / DeleteTopics
     async def create_topics(self, req: Request) -> dict:
-        if self.cluster is not None:
-            return await self._cluster_create_topics(req)
+        if self.replica_manager is not None:
+            return await self.cluster_create_topics(req)
         return {"throttle_time": 0, "topics": await asyncio.to_thread(self._create_topics, req.body)}
 
     def _create_topics(self, body) -> list[dict]:
@@ -102,7 +102,7 @@ class AdminHandlers:
                 configs = {c.name: c.value for c in t.configs if c.value is not None}
                 if t.name in self.partitions.topics:
                     raise _Failed(E.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
-                with self._create_lock:
+                with self.create_lock:
                     self._check_partition_cap(t.name, partitions, in_request)
                     in_request += partitions
                 if body.validate_only:
@@ -113,7 +113,7 @@ class AdminHandlers:
                     defaults = self.root.defaults()
                     check_topic_against_root(t.name, LogConfig.from_props(configs, defaults), defaults)
                 else:
-                    with self._create_lock:
+                    with self.create_lock:
                         self._check_partition_cap(t.name, partitions)
                         self._create_topic(t.name, partitions, configs)
                 res.update(num_partitions=partitions, replication_factor=1,
@@ -126,8 +126,8 @@ class AdminHandlers:
 
     async def create_partitions(self, req: Request) -> dict:
         """CreatePartitions: grow topics (never shrink: INVALID_PARTITIONS)."""
-        if self.cluster is not None:
-            return await self._cluster_create_partitions(req)
+        if self.replica_manager is not None:
+            return await self.cluster_create_partitions(req)
         return {"throttle_time": 0, "results": await asyncio.to_thread(self._create_partitions, req.body)}
 
     def _create_partitions(self, body) -> list[dict]:
@@ -149,7 +149,7 @@ class AdminHandlers:
                 if t.assignments and any(list(a.broker_ids) != [self.node_id] for a in t.assignments):
                     raise _Failed(E.INVALID_REPLICA_ASSIGNMENT,
                                   f"this single broker (node {self.node_id}) holds every replica")
-                with self._create_lock:
+                with self.create_lock:
                     self._check_partition_cap(t.name, t.count - info.partitions)
                     if not body.validate_only:
                         with self.partitions.lock:
@@ -167,8 +167,8 @@ class AdminHandlers:
             wanted = [(t.name, t.topic_id) for t in body.topics]
         else:
             wanted = [(n, None) for n in body.topic_names]
-        if self.cluster is not None:
-            return await self._cluster_delete_topics(req, wanted)
+        if self.replica_manager is not None:
+            return await self.cluster_delete_topics(req, wanted)
         return {"throttle_time": 0, "responses": await asyncio.to_thread(self._delete_topics, wanted)}
 
     def _delete_topics(self, wanted) -> list[dict]:
@@ -179,7 +179,7 @@ class AdminHandlers:
                 if name is None:
                     out.append({"name": None, "topic_id": topic_id, "error_code": E.UNKNOWN_TOPIC_ID})
                     continue
-            tid = self._topic_uuid(name) if name else ZERO_UUID
+            tid = self.topic_uuid(name) if name else ZERO_UUID
             try:
                 if name not in self.partitions.topics:
                     raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
@@ -209,7 +209,7 @@ class AdminHandlers:
                     if r.resource_name not in self.partitions.topics:
                         # A cluster member answers for every topic of the cluster, also those it
                         # holds no replica of (or no longer: reassigned away).
-                        cluster = getattr(self, "cluster", None)
+                        cluster = getattr(self, "replica_manager", None)
                         if cluster is None or r.resource_name not in cluster.assignments:
                             raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist")
                         config = LogConfig.from_props(cluster.topic_configs.get(r.resource_name, {}),

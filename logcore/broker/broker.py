@@ -15,13 +15,15 @@ import inspect
 import logging
 import threading
 import uuid
-from typing import Awaitable
+from dataclasses import dataclass
+from typing import Awaitable, NamedTuple
 
 from logcore.wire import error_codes as E
 from logcore.broker.api_versions import SERVED, advertised
 from logcore.broker import offsets_topic as OT
 from logcore.broker.admin_handlers import AdminHandlers
 from logcore.broker.cluster_handlers import ClusterHandlers
+from logcore.broker.cluster_fetch import ClusterFetch, SingleNodeFetch
 from logcore.broker.config import BrokerConfig
 from logcore.broker.error_response import error_response
 from logcore.broker.resources import open_partition_budget
@@ -53,10 +55,33 @@ INT32_MIN = -(2 ** 31)
 Result = dict | bytes | EncodedResponse | None | Awaitable[dict | bytes | EncodedResponse | None]
 
 
-async def _appended(entries) -> None:
+@dataclass(slots=True)
+class ProduceEntry:
+    """One partition of a Produce request: its batch submitted (`appended`, the future of its
+    AppendInfo) or refused before appending (`error`, `message`)."""
+    topic: str
+    index: int
+    part: object = None                          # partitions.PartitionLog, when submitted
+    appended: asyncio.Future | None = None
+    error: int = E.NONE
+    message: str | None = None
+
+
+class ProduceResult(NamedTuple):
+    """One partition's answer, in the field order encode_produce_results reads."""
+    index: int
+    error_code: int
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    record_errors: list | tuple = ()
+
+
+async def _appended(entries: list[ProduceEntry]) -> None:
     """Until every submitted append of a produce is done (most are already: an append that
     needs no flush or roll completes in submit)."""
-    pending = [entry[3] for entry in entries if entry[3] is not None and not entry[3].done()]
+    pending = [e.appended for e in entries if e.appended is not None and not e.appended.done()]
     if pending:
         await asyncio.wait(pending)
 
@@ -102,27 +127,37 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
             15: self.describe_groups,
         }
         self.served = dict(SERVED)
-        self._create_lock = threading.Lock()    # topic creation vs. the partition caps
+        self.create_lock = threading.Lock()    # topic creation vs. the partition caps
         # A cluster member (zookeeper.connect): set by `join_cluster` before the broker serves.
-        self.cluster = None                     # logcore.broker.replica_manager.ReplicaManager
+        self.replica_manager = None             # logcore.replication.replica_manager.ReplicaManager
         self.catalog = None                     # logcore.cluster.catalog.ZooKeeperCatalog
-        self.cluster_fetch = None               # logcore.broker.cluster_fetch.ClusterFetch
+        self.fetch_checks = SingleNodeFetch()   # ClusterFetch once a cluster member
+
+    @property
+    def replication(self):
+        """What the data path asks (leadership, the produce checks, how logs open, the step
+        after an append): replication.single_node.SingleNode for one broker alone, the
+        ReplicaManager once it joins a cluster. The PartitionManager holds it."""
+        return self.partitions.replication
+
+    @property
+    def cluster(self):
+        """The replica manager under its former name (the cluster tests read it so)."""
+        return self.replica_manager
 
     def join_cluster(self, store, catalog) -> None:
         """Serve as a member of the cluster whose metadata `store` (ZooKeeper) holds: topics
         from the catalog, leadership and replication from the replica manager."""
-        from logcore.broker.cluster_fetch import ClusterFetch
-        from logcore.broker.replica_manager import ReplicaManager
+        from logcore.replication.replica_manager import ReplicaManager
         from logcore.broker.producer_ids import ClusterProducerIdAllocator
         self.catalog = catalog
         self.producer_ids = ClusterProducerIdAllocator(store, self.node_id)
-        self.cluster = ReplicaManager(self, store, catalog)
-        self.cluster_fetch = ClusterFetch(self.cluster)
-        self.partitions.replica_logs = True
-        self.partitions.after_append = self.cluster.after_append
-        self.maintenance.role = self.cluster.role_of
+        self.replica_manager = ReplicaManager(self, store, catalog)
+        self.fetch_checks = ClusterFetch(self.replica_manager)
+        self.partitions.replication = self.replica_manager
+        self.maintenance.role = self.replica_manager.role_of
         # Groups follow the leadership of their __consumer_offsets partition.
-        self.groups.attach_cluster(self.cluster, self.config["offsets.commit.timeout.ms"])
+        self.groups.attach_cluster(self.replica_manager, self.config["offsets.commit.timeout.ms"])
         self.handlers[43] = self.elect_leaders
         self.served[43] = ("ElectLeaders", 0, 2)
         self.handlers[45] = self.alter_partition_reassignments
@@ -140,18 +175,16 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         if tier is not None:
             tier.check_access()
         self.partitions.open_all()
-        if self.cluster is None:
+        if self.replica_manager is None:
             self.groups.load()
 
     async def start(self) -> None:
-        if self.cluster is not None:
-            await self.cluster.start()
+        await self.replication.start()
         await self.groups.start()
         self.maintenance.start()
 
     async def stop(self) -> None:
-        if self.cluster is not None:
-            await self.cluster.stop()
+        await self.replication.stop()
         await self.groups.stop()
         await asyncio.to_thread(self.maintenance.stop)
 
@@ -221,13 +254,13 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         return self.api_versions_body()
 
     # ------------------------------------------------------------------ Metadata
-    def _topic_uuid(self, name: str) -> uuid.UUID:
+    def topic_uuid(self, name: str) -> uuid.UUID:
         info = self.partitions.topics.get(name)
         return _topic_uuid_of(info.topic_id) if info and info.topic_id else ZERO_UUID
 
     async def metadata(self, req: Request) -> dict:
         body = req.body
-        if self.cluster is not None:
+        if self.replica_manager is not None:
             return await self._cluster_metadata(body)
         if body.topics is None:
             names = sorted(self.partitions.topics)
@@ -269,7 +302,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
                               "leader_epoch": part.leader_epoch if part else -1,
                               "replica_nodes": [self.node_id], "isr_nodes": [self.node_id],
                               "offline_replicas": []})
-            topics.append({"error_code": E.NONE, "name": name, "topic_id": self._topic_uuid(name),
+            topics.append({"error_code": E.NONE, "name": name, "topic_id": self.topic_uuid(name),
                            "is_internal": name.startswith("__"), "partitions": parts,
                            "topic_authorized_operations": INT32_MIN})
         return {"throttle_time": 0,
@@ -326,19 +359,18 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         entries = self._submit_all(body)
         if acks == 0:
             for entry in entries:
-                if entry[3] is not None:
-                    entry[3].add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
+                if entry.appended is not None:
+                    entry.appended.add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
             return None
-        if acks == -1 and self.cluster is not None and any(entry[3] is not None for entry in entries):
+        if acks == -1 and self.replication.replicates and any(e.appended is not None for e in entries):
             return self._finish_replicated_produce(entries, req)
-        if all(entry[3] is None or entry[3].done() for entry in entries):
+        if all(e.appended is None or e.appended.done() for e in entries):
             return self._produce_response(entries, req)       # committed on the loop already
         return self._finish_produce(entries, req)
 
-    def _submit_all(self, body) -> list[tuple]:
+    def _submit_all(self, body) -> list[ProduceEntry]:
         """Queue every partition's batch now (keeping this connection's order); errors found
-        before appending are answered directly. One (topic, index, partition, future, error
-        code, message) per partition of the request."""
+        before appending are answered directly. One entry per partition of the request."""
         out = []
         loop = asyncio.get_running_loop()
         acks_all = body.acks == -1
@@ -347,32 +379,28 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
             for pd in t.partition_data:
                 part = self.partitions.get(name, pd.index)
                 records = pd.records
-                code = E.NONE
-                if self.cluster is not None:
-                    code, message = self.cluster.produce_check(name, pd.index, acks_all)
-                    if code != E.NONE:
-                        out.append((name, pd.index, None, None, code, message))
-                        continue
+                code, message = self.replication.produce_check(name, pd.index, acks_all)
+                if code != E.NONE:
+                    out.append(ProduceEntry(name, pd.index, error=code, message=message))
+                    continue
                 if name == OT.TOPIC:
-                    out.append((name, pd.index, None, None, E.INVALID_TOPIC_EXCEPTION,
-                                f"{OT.TOPIC} is internal: only the group coordinator writes it"))
+                    out.append(ProduceEntry(name, pd.index, error=E.INVALID_TOPIC_EXCEPTION, message=(
+                        f"{OT.TOPIC} is internal: only the group coordinator writes it")))
                 elif part is None:
                     self.partitions.refresh_soon()     # created in the root by another process?
-                    out.append((name, pd.index, None, None, E.UNKNOWN_TOPIC_OR_PARTITION,
-                                f"{name}-{pd.index} is not a partition of this broker"))
+                    out.append(ProduceEntry(name, pd.index, error=E.UNKNOWN_TOPIC_OR_PARTITION,
+                                            message=f"{name}-{pd.index} is not a partition of this broker"))
                 elif not records:
-                    out.append((name, pd.index, None, None, E.INVALID_RECORD, "no records"))
+                    out.append(ProduceEntry(name, pd.index, error=E.INVALID_RECORD, message="no records"))
                 elif len(records) >= 61 and records[22] & 0x10:
-                    out.append((name, pd.index, None, None, E.INVALID_TXN_STATE,
-                                "transactional batches are not supported"))
-                elif acks_all and self.cluster is None and part.log.config.min_insync_replicas > 1:
-                    # One replica per partition: Kafka's answer when the ISR is below min.isr.
-                    out.append((name, pd.index, None, None, E.NOT_ENOUGH_REPLICAS,
-                                f"The size of the current ISR 1 is insufficient to satisfy the min.isr "
-                                f"requirement of {part.log.config.min_insync_replicas} for partition "
-                                f"{name}-{pd.index} (this broker keeps one replica per partition)"))
+                    out.append(ProduceEntry(name, pd.index, error=E.INVALID_TXN_STATE,
+                                            message="transactional batches are not supported"))
                 else:
-                    out.append((name, pd.index, part, self.partitions.submit(part, records, loop), E.NONE, None))
+                    code, message = self.replication.append_check(part, acks_all)
+                    if code != E.NONE:
+                        out.append(ProduceEntry(name, pd.index, error=code, message=message))
+                    else:
+                        out.append(ProduceEntry(name, pd.index, part, self.partitions.submit(part, records, loop)))
         return out
 
     async def _finish_produce(self, entries, req: Request) -> bytes:
@@ -384,14 +412,14 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         passes it (replication.md 1.8), all of them within the request's timeout."""
         await _appended(entries)
         waits = []
-        for i, (topic, index, part, fut, code, message) in enumerate(entries):
+        for i, entry in enumerate(entries):
+            fut = entry.appended
             if fut is not None and fut.exception() is None:
-                replica = self.cluster.replicas.get((topic, index))
+                replica = self.replica_manager.replicas.get((entry.topic, entry.index))
                 if replica is None:
                     waits.append((i, None, None))
                 else:
-                    waits.append((i, replica, self.cluster.high_watermark_reached(
-                        replica, fut.result().last_offset + 1)))
+                    waits.append((i, replica, replica.high_watermark_reached(fut.result().last_offset + 1)))
         pending = [w for _, _, w in waits if w is not None and not w.done()]
         if pending:
             try:
@@ -399,7 +427,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
             finally:
                 for _, replica, w in waits:
                     if w is not None and not w.done():
-                        self.cluster.forget_waiter(replica, w)
+                        replica.forget_waiter(w)
         overrides = {}
         for i, replica, w in waits:
             if w is None:
@@ -414,26 +442,28 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         """The encoded response, once every submitted batch's future is done. `overrides`:
         entry index -> error code for appended batches that did not replicate (acks=all)."""
         by_topic: dict[str, list] = {}
-        for i, (topic, index, part, fut, code, message) in enumerate(entries):
+        for i, entry in enumerate(entries):
+            topic, index, part, fut = entry.topic, entry.index, entry.part, entry.appended
             if overrides and i in overrides:
-                result = (index, overrides[i], -1, -1, -1,
-                          f"{topic}-{index}: appended but not acknowledged by enough replicas (error"
-                          f" {overrides[i]})")
+                result = ProduceResult(index, overrides[i], message=(
+                    f"{topic}-{index}: appended but not acknowledged by enough replicas (error"
+                    f" {overrides[i]})"))
             elif fut is None:
-                result = (index, code, -1, -1, -1, message)
+                result = ProduceResult(index, entry.error, message=entry.message)
             else:
                 exc = fut.exception()
                 if exc is None:
                     info = fut.result()
-                    result = (index, E.NONE, info.first_offset, info.log_append_time,
-                              part.log.log_start_offset, None)
+                    result = ProduceResult(index, E.NONE, info.first_offset, info.log_append_time,
+                                           part.log.log_start_offset)
                 elif isinstance(exc, SegLogError):
                     code = E.error_code(exc)
                     logger.info("produce to %s-%d rejected (%s): %s", part.topic, part.index, code, exc)
-                    result = (index, code, -1, -1, -1, *E.produce_error_detail(exc))
+                    message, record_errors = E.produce_error_detail(exc)
+                    result = ProduceResult(index, code, message=message, record_errors=record_errors)
                 else:   # an OS error or a bug: this partition only
                     logger.error("produce to %s-%d failed: %r", part.topic, part.index, exc)
-                    result = (index, E.error_code(exc), -1, -1, -1, str(exc))
+                    result = ProduceResult(index, E.error_code(exc), message=str(exc))
             results = by_topic.get(topic)
             if results is None:
                 by_topic[topic] = [result]
@@ -446,10 +476,9 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         partition, the error): in a cluster only its leader does, at the epoch the request's
         current_leader_epoch names (replica_manager.partition_error)."""
         part = self.partitions.get(topic, index)
-        if self.cluster is not None:
-            code = self.cluster.partition_error(topic, index, getattr(request, "current_leader_epoch", -1))
-            if code != E.NONE:
-                return part, code
+        code = self.replication.partition_error(topic, index, getattr(request, "current_leader_epoch", -1))
+        if code != E.NONE:
+            return part, code
         return part, (E.NONE if part is not None else E.UNKNOWN_TOPIC_OR_PARTITION)
 
     # ------------------------------------------------------------------ ListOffsets
@@ -458,7 +487,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
 
     def _list_offsets(self, body) -> list[dict]:
         committed = getattr(body, "isolation_level", 0) == 1
-        replica_id = getattr(body, "replica_id", -1) if self.cluster is not None else -1
+        replica_id = getattr(body, "replica_id", -1) if self.replication.serves_followers else -1
         if any(self.partitions.get(t.name, p.partition_index) is None
                for t in body.topics for p in t.partitions):
             self.partitions.refresh_topics()      # created in the root by another process?
@@ -480,8 +509,8 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
                             res["offset"] = log.local_log_start_offset
                         elif p.timestamp == LATEST_TIMESTAMP and replica_id >= 0:
                             res["offset"] = log.log_end_offset      # a follower asks the leader's LEO
-                        elif p.timestamp == LATEST_TIMESTAMP and self.cluster is not None and \
-                                log.high_watermark < self.cluster.epoch_start_offset(t.name, p.partition_index):
+                        elif p.timestamp == LATEST_TIMESTAMP and \
+                                log.high_watermark < self.replication.epoch_start_offset(t.name, p.partition_index):
                             # A new leader whose HW has not reached its epoch start yet (KIP-207).
                             res["error_code"] = E.OFFSET_NOT_AVAILABLE
                         elif p.timestamp == LATEST_TIMESTAMP:

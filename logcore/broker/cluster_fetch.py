@@ -6,10 +6,13 @@ the leader's, and its fetch offset tells the leader its LEO (ISR and high waterm
 A follower asking for an offset only the remote tier holds (from the log start up to the local
 log start) gets OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405).
 Errors that mean "ask elsewhere" carry the current leader (v12+ tagged field).
+The Fetch handler asks its checks object: ClusterFetch for a cluster member, SingleNodeFetch
+(no follower, nothing to check) for a broker alone.
 """
 from __future__ import annotations
 
 from logcore.wire import error_codes as E
+from logcore.broker.wanted_partition import WantedPartition
 
 
 class DivergedPartition:
@@ -48,63 +51,90 @@ def replica_id_of(body, version: int) -> int:
     return getattr(body, "replica_id", -1)
 
 
+class SingleNodeFetch:
+    """A broker alone: every Fetch is a consumer's, every partition held here is led here, and a
+    partition closed under a fetch was deleted."""
+    closed_error = E.UNKNOWN_TOPIC_OR_PARTITION
+
+    @staticmethod
+    def follower_of(body, version: int) -> int:
+        return -1
+
+    @staticmethod
+    def check(entry: WantedPartition, follower: int) -> WantedPartition:
+        return entry
+
+    @staticmethod
+    def annotate(wanted: list[WantedPartition], results) -> None:
+        pass
+
+
 class ClusterFetch:
+    """A cluster member: only the leader serves a partition, at the request's epoch; a
+    follower's fetch is checked for divergence and reports its LEO; a partition closed under a
+    fetch was reassigned away (or deleted)."""
+    closed_error = E.NOT_LEADER_OR_FOLLOWER
+
     def __init__(self, manager):
         self.manager = manager
 
-    def check(self, entry, follower: int):
-        """The entry (name, topic id, partition request, Partition, error) with the cluster's
-        verdict: an error, a DivergedPartition, or unchanged."""
-        name, tid, p, part, error = entry
-        if error != E.NONE or part is None:
+    @staticmethod
+    def follower_of(body, version: int) -> int:
+        return replica_id_of(body, version)
+
+    def check(self, entry: WantedPartition, follower: int) -> WantedPartition:
+        """The entry with the cluster's verdict: an error, a DivergedPartition, or unchanged."""
+        p, part = entry.request, entry.part
+        if entry.error != E.NONE or part is None:
             return entry
         manager = self.manager
-        code = manager.partition_error(name, p.partition, getattr(p, "current_leader_epoch", -1))
+        code = manager.partition_error(entry.name, p.partition, getattr(p, "current_leader_epoch", -1))
         if code != E.NONE:
-            return name, tid, p, part, code
+            return entry.refused(code)
         if follower < 0:
             return entry
-        replica = manager.replicas[(name, p.partition)]
+        replica = manager.replicas[(entry.name, p.partition)]
         if follower not in manager.assignment_of(replica) or follower == manager.me:
             code = E.UNKNOWN_LEADER_EPOCH if getattr(p, "current_leader_epoch", -1) >= 0 \
                 else E.NOT_LEADER_OR_FOLLOWER
-            return name, tid, p, part, code
-        log = part._log
+            return entry.refused(code)
+        log = part.log_if_open
         if log is None:
-            return name, tid, p, part, E.NOT_LEADER_OR_FOLLOWER
+            return entry.refused(E.NOT_LEADER_OR_FOLLOWER)
         diverging = diverging_epoch(log, getattr(p, "last_fetched_epoch", -1), p.fetch_offset)
         if diverging == (-1, -1):
-            return name, tid, p, part, E.OFFSET_OUT_OF_RANGE
+            return entry.refused(E.OFFSET_OUT_OF_RANGE)
         if diverging is not None:
-            return name, tid, DivergedPartition(p, diverging), part, E.NONE
+            return entry.asking(DivergedPartition(p, diverging))
         if log.remote is not None and log.log_start_offset <= p.fetch_offset < log.local_log_start_offset:
             # KIP-405: a follower does not fetch what only the remote tier holds; it builds its
             # state from the remote tier and starts at the local log start.
-            return name, tid, p, part, E.OFFSET_MOVED_TO_TIERED_STORAGE
+            return entry.refused(E.OFFSET_MOVED_TO_TIERED_STORAGE)
         return entry
 
-    def epochs(self, wanted) -> dict:
+    def epochs(self, wanted: list[WantedPartition]) -> dict:
         """The leader epoch of each partition the checks let through, taken right after them."""
         replicas = self.manager.replicas
-        return {(name, p.partition): replicas[(name, p.partition)].epoch
-                for name, _tid, p, part, error in wanted
-                if error == E.NONE and part is not None and (name, p.partition) in replicas}
+        return {w.key: replicas[w.key].epoch for w in wanted
+                if w.error == E.NONE and w.part is not None and w.key in replicas}
 
-    def followed(self, wanted, results, follower: int, ends: dict, epochs: dict) -> None:
+    def followed(self, wanted: list[WantedPartition], results, follower: int, ends: dict,
+                 epochs: dict) -> None:
         """After a read for a follower: record its fetch offset as its LEO."""
-        manager = self.manager
-        for (name, _tid, p, part, error), res in zip(wanted, results):
-            if error != E.NONE or isinstance(p, DivergedPartition) or res["error_code"] != E.NONE:
+        replicas = self.manager.replicas
+        for w, res in zip(wanted, results):
+            p = w.request
+            if w.error != E.NONE or isinstance(p, DivergedPartition) or res["error_code"] != E.NONE:
                 continue
-            replica = manager.replicas.get((name, p.partition))
-            key = (name, p.partition)
+            key = w.key
+            replica = replicas.get(key)
             if replica is None or key not in ends or key not in epochs:
                 continue
-            manager.on_follower_fetch(replica, follower, p.fetch_offset,
-                                      getattr(p, "log_start_offset", -1), ends[key], epochs[key])
+            replica.on_follower_fetch(follower, p.fetch_offset, getattr(p, "log_start_offset", -1),
+                                      ends[key], epochs[key])
 
-    def annotate(self, wanted, results) -> None:
+    def annotate(self, wanted: list[WantedPartition], results) -> None:
         """The current leader on answers that send the client elsewhere."""
-        for (name, _tid, p, _part, _error), res in zip(wanted, results):
-            if res["error_code"] in (E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH) and name is not None:
-                res["current_leader"] = self.manager.current_leader(name, p.partition)
+        for w, res in zip(wanted, results):
+            if res["error_code"] in (E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH) and w.name is not None:
+                res["current_leader"] = self.manager.current_leader(w.name, w.request.partition)

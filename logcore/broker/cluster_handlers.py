@@ -1,7 +1,7 @@
 """The Broker's answers as a cluster member (zookeeper.connect set): Metadata from the cluster's
 state, topic creation and deletion through the ZooKeeper catalog, and ElectLeaders.
 
-A mixin of `Broker` (logcore/broker/broker.py); it uses `self.cluster` (the ReplicaManager,
+A mixin of `Broker` (logcore/broker/broker.py); it uses `self.replica_manager` (the ReplicaManager,
 which keeps the cluster's metadata as ZooKeeper's watches report it) and `self.catalog`.
 Metadata follows Kafka's ZooKeeper-era rules (replication.md 1.11): live brokers only; a
 partition whose leader is not alive answers LEADER_NOT_AVAILABLE with leader -1 and its epoch;
@@ -31,11 +31,11 @@ PREFERRED, UNCLEAN = 0, 1
 class ClusterHandlers:
     # ------------------------------------------------------------------ Metadata
     def _cluster_topic_uuid(self, name: str) -> uuid.UUID:
-        ta = self.cluster.assignments.get(name)
+        ta = self.replica_manager.assignments.get(name)
         return parse_topic_id(ta.topic_id) if ta is not None and ta.topic_id else ZERO_UUID
 
     async def _cluster_metadata(self, body) -> dict:
-        rm = self.cluster
+        rm = self.replica_manager
         if body.topics is None:
             names = sorted(rm.assignments)
         else:
@@ -75,7 +75,7 @@ class ClusterHandlers:
                 "cluster_authorized_operations": INT32_MIN}
 
     def _partitions_metadata(self, ta) -> list[dict]:
-        rm = self.cluster
+        rm = self.replica_manager
         live = rm.brokers
         parts = []
         for p, replicas in sorted(ta.partitions.items()):
@@ -107,11 +107,11 @@ class ClusterHandlers:
         except SegLogError as exc:
             logger.info("auto-create of topic %s refused: %s", name, exc)
             return E.error_code(exc)
-        await self._await_cluster(lambda: name in self.cluster.assignments, 5.0)
+        await self.await_cluster(lambda: name in self.replica_manager.assignments, 5.0)
         # Leaders come a moment later: clients retry on LEADER_NOT_AVAILABLE meanwhile.
         return E.NONE
 
-    async def _await_cluster(self, done, timeout_s: float) -> bool:
+    async def await_cluster(self, done, timeout_s: float) -> bool:
         """Wait until `done()` holds for the cluster metadata (ZooKeeper's watches update it)."""
         deadline = time.monotonic() + timeout_s
         while not done():
@@ -119,13 +119,13 @@ class ClusterHandlers:
             if remaining <= 0:
                 return False
             try:
-                await asyncio.wait_for(self.cluster.changed.wait(), remaining)
+                await asyncio.wait_for(self.replica_manager.changed.wait(), remaining)
             except asyncio.TimeoutError:
                 return done()
         return True
 
     def _has_leaders(self, name: str, partitions: int | None = None) -> bool:
-        rm = self.cluster
+        rm = self.replica_manager
         ta = rm.assignments.get(name)
         if ta is None or (partitions is not None and len(ta.partitions) < partitions):
             return False
@@ -133,7 +133,7 @@ class ClusterHandlers:
                    for p in ta.partitions)
 
     # ------------------------------------------------------------------ CreateTopics / DeleteTopics
-    async def _cluster_create_topics(self, req) -> dict:
+    async def cluster_create_topics(self, req) -> dict:
         body = req.body
         timeout_s = max(0.0, body.timeout.total_seconds())
         results, created = [], []
@@ -161,7 +161,7 @@ class ClusterHandlers:
                     raise _Refused(E.INVALID_PARTITIONS, f"number of partitions {partitions} must be at least 1")
                 if assignment is None and rf < 1:
                     raise _Refused(E.INVALID_REPLICATION_FACTOR, f"replication factor {rf} must be at least 1")
-                live = len(self.cluster.brokers)
+                live = len(self.replica_manager.brokers)
                 if assignment is None and rf > live:
                     raise _Refused(E.INVALID_REPLICATION_FACTOR,
                                    f"Replication factor: {rf} larger than available brokers: {live}.")
@@ -169,7 +169,7 @@ class ClusterHandlers:
                     from logcore.log.config import validate_topic_name, validate_topic_overrides
                     validate_topic_name(t.name)
                     validate_topic_overrides(configs)
-                    if t.name in self.cluster.assignments:
+                    if t.name in self.replica_manager.assignments:
                         raise _Refused(E.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
                     info_partitions, info_rf = (len(assignment), len(assignment[0])) if assignment else (partitions, rf)
                 else:
@@ -192,11 +192,11 @@ class ClusterHandlers:
                 res.update(error_code=E.error_code(exc), error_message=str(exc))
         # Kafka answers once the new partitions have leaders (or the request's timeout passed).
         if created and timeout_s > 0:
-            await self._await_cluster(lambda: all(self._has_leaders(n, p) for n, p in created), timeout_s)
+            await self.await_cluster(lambda: all(self._has_leaders(n, p) for n, p in created), timeout_s)
         return {"throttle_time": 0, "topics": results}
 
-    async def _cluster_delete_topics(self, req, wanted) -> dict:
-        rm = self.cluster
+    async def cluster_delete_topics(self, req, wanted) -> dict:
+        rm = self.replica_manager
         timeout_s = max(0.0, req.body.timeout.total_seconds())
         out, deleting = [], []
         for name, topic_id in wanted:
@@ -221,17 +221,17 @@ class ClusterHandlers:
             except SegLogError as exc:
                 res.update(error_code=E.error_code(exc), error_message=str(exc))
         if deleting and timeout_s > 0:
-            await self._await_cluster(lambda: not any(n in rm.assignments for n in deleting), timeout_s)
+            await self.await_cluster(lambda: not any(n in rm.assignments for n in deleting), timeout_s)
         return {"throttle_time": 0, "responses": out}
 
-    async def _cluster_create_partitions(self, req) -> dict:
+    async def cluster_create_partitions(self, req) -> dict:
         body = req.body
         timeout_s = max(0.0, body.timeout.total_seconds())
         results, grown = [], []
         for t in body.topics:
             res = {"name": t.name, "error_code": E.NONE, "error_message": None}
             results.append(res)
-            ta = self.cluster.assignments.get(t.name)
+            ta = self.replica_manager.assignments.get(t.name)
             if t.name == OT.TOPIC:
                 res.update(error_code=E.INVALID_REQUEST,
                            error_message=f"{OT.TOPIC} is internal: its partition count maps groups to"
@@ -253,7 +253,7 @@ class ClusterHandlers:
                 except SegLogError as exc:
                     res.update(error_code=E.error_code(exc), error_message=str(exc))
         if grown and timeout_s > 0:
-            await self._await_cluster(lambda: all(self._has_leaders(n, c) for n, c in grown), timeout_s)
+            await self.await_cluster(lambda: all(self._has_leaders(n, c) for n, c in grown), timeout_s)
         return {"throttle_time": 0, "results": results}
 
     # ------------------------------------------------------------------ ElectLeaders
@@ -261,7 +261,7 @@ class ClusterHandlers:
         body = req.body
         kind = getattr(body, "election_type", PREFERRED)
         timeout_s = max(0.0, body.timeout.total_seconds())
-        rm = self.cluster
+        rm = self.replica_manager
         if body.topic_partitions is None:
             wanted = [(n, p) for n, ta in sorted(rm.assignments.items()) for p in sorted(ta.partitions)]
         else:
@@ -311,7 +311,7 @@ class ClusterHandlers:
                 if kind == PREFERRED:
                     return state.leader == rm.assignments[key[0]].partitions[key[1]][0]
                 return state.leader in rm.brokers
-            await self._await_cluster(lambda: all(elected(k) for k in asked), timeout_s)
+            await self.await_cluster(lambda: all(elected(k) for k in asked), timeout_s)
             for key in asked:
                 results.setdefault(key, (E.NONE, None) if elected(key) else
                                    (E.REQUEST_TIMED_OUT, f"the election of {key[0]}-{key[1]} did not complete"
@@ -325,7 +325,7 @@ class ClusterHandlers:
     async def _request_election(self, kind: int, partitions, timeout_s: float) -> None:
         """Hand the election to the controller through ZooKeeper (Kafka's
         /admin/preferred_replica_election; seglog's /admin/unclean_leader_election)."""
-        store = self.cluster.store
+        store = self.replica_manager.store
         deadline = time.monotonic() + max(timeout_s, 1.0)
         while True:
             try:

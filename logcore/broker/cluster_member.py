@@ -47,7 +47,7 @@ class ClusterMember:
         epoch = await asyncio.to_thread(self.store.register_broker, self.broker.node_id, host, port)
         logger.info("broker %d registered in ZooKeeper (%s) at %s:%d, broker epoch %d", self.broker.node_id,
                     self.config["zookeeper.connect"], host, port, epoch)
-        self.broker.cluster.registered()          # replicas take their roles from here on
+        self.broker.replica_manager.registered()          # replicas take their roles from here on
         self.controller = Controller(
             self.store, self.broker.node_id,
             unclean_leader_election=self.broker.root.defaults().get(
@@ -82,7 +82,7 @@ class ClusterMember:
             logger.warning("broker %d: deregistering failed: %s", self.broker.node_id, exc)
 
     async def _controlled_shutdown(self) -> None:
-        rm = self.broker.cluster
+        rm = self.broker.replica_manager
         me = self.broker.node_id
         attempts = self.config["controlled.shutdown.max.retries"]
         backoff_s = self.config["controlled.shutdown.retry.backoff.ms"] / 1000.0

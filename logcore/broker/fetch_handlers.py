@@ -2,7 +2,7 @@
 records handed to the server as file ranges (sendfile) or bytes.
 
 A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
-they use its `config`, `partitions` and `_topic_uuid`.
+they use its `config`, `partitions` and `topic_uuid`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from logcore.wire import error_codes as E
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
-from logcore.broker.cluster_fetch import DivergedPartition, replica_id_of
+from logcore.broker.cluster_fetch import DivergedPartition
+from logcore.broker.wanted_partition import WantedPartition
 from logcore.errors import CorruptRecordError, SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.wire.protocol import Request
@@ -66,36 +67,35 @@ class FetchHandlers:
         deadline = loop.time() + max(0.0, body.max_wait.total_seconds())
         if self._fetch_names_unknown(body, v):
             await asyncio.to_thread(self.partitions.refresh_topics)   # created by another process?
-        wanted = []          # (name, topic_id, partition request, Partition | None, error)
+        wanted: list[WantedPartition] = []
         for t in body.topics:
             if v >= 13:
                 name = self.partitions.topic_ids.get(t.topic_id.bytes)
                 tid = t.topic_id
             else:
-                name, tid = t.topic, self._topic_uuid(t.topic)
+                name, tid = t.topic, self.topic_uuid(t.topic)
             for p in t.partitions:
                 part = self.partitions.get(name, p.partition) if name else None
                 error = E.NONE if part else (E.UNKNOWN_TOPIC_ID if name is None else E.UNKNOWN_TOPIC_OR_PARTITION)
                 if part is None and (name, p.partition) in self.partitions.damaged:
                     error = E.KAFKA_STORAGE_ERROR       # damaged committed data: see `seglog repair`
-                wanted.append((name, tid, p, part, error))
-        follower = -1
-        if self.cluster is not None:
-            follower = replica_id_of(body, v)
-            wanted = [self.cluster_fetch.check(entry, follower) for entry in wanted]
-            if follower >= 0:
-                isolation = "log_end"           # a follower reads up to the leader's LEO
-                # The epochs the checks passed at: a fetch answered after a long poll counts
-                # for the follower's progress only if this broker still leads at that epoch.
-                epochs = self.cluster_fetch.epochs(wanted)
+                wanted.append(WantedPartition(name, tid, p, part, error))
+        checks = self.fetch_checks            # a broker alone's, or a cluster member's
+        follower = checks.follower_of(body, v)
+        wanted = [checks.check(entry, follower) for entry in wanted]
+        if follower >= 0:
+            isolation = "log_end"               # a follower reads up to the leader's LEO
+            # The epochs the checks passed at: a fetch answered after a long poll counts
+            # for the follower's progress only if this broker still leads at that epoch.
+            epochs = checks.epochs(wanted)
         while True:
-            waits = [part.next_commit() for _, _, _, part, _ in wanted if part is not None]
+            waits = [w.part.next_commit() for w in wanted if w.part is not None]
             if follower >= 0:
-                ends = {(name, p.partition): part._log.log_end_offset
-                        for name, _, p, part, error in wanted if part is not None and part._log is not None}
+                ends = {w.key: w.part.log_if_open.log_end_offset
+                        for w in wanted if w.part is not None and w.part.is_open}
             results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
             if follower >= 0:
-                self.cluster_fetch.followed(wanted, results, follower, ends, epochs)
+                checks.followed(wanted, results, follower, ends, epochs)
                 failed = failed or any("diverging_epoch" in r for r in results)
             remaining = deadline - loop.time()
             if total >= body.min_bytes or failed or remaining <= 0 or not waits:
@@ -103,22 +103,20 @@ class FetchHandlers:
             _close_records(results)           # not enough yet: wait, then read again
             # Any partition with news ends the wait (not all of them), or max_wait does.
             await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            if self.cluster is not None:
-                # As Kafka's delayed fetch: the role and the leader epoch are checked again
-                # before a parked fetch reads, so records of a newer epoch (or of a deposed
-                # leader) never answer a request made at an older one.
-                wanted = [self.cluster_fetch.check(entry, follower) for entry in wanted]
+            # As Kafka's delayed fetch: the role and the leader epoch are checked again
+            # before a parked fetch reads, so records of a newer epoch (or of a deposed
+            # leader) never answer a request made at an older one.
+            wanted = [checks.check(entry, follower) for entry in wanted]
             if loop.time() >= deadline:
                 results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
                 break
-        if self.cluster is not None:
-            self.cluster_fetch.annotate(wanted, results)
+        checks.annotate(wanted, results)
         topics: dict[Any, dict] = {}
-        for (name, tid, _, _, _), res in zip(wanted, results):
-            key = tid if v >= 13 else name
+        for w, res in zip(wanted, results):
+            key = w.topic_id if v >= 13 else w.name
             topic = topics.get(key)
             if topic is None:
-                topic = topics[key] = {"topic": name, "topic_id": tid, "partitions": []}
+                topic = topics[key] = {"topic": w.name, "topic_id": w.topic_id, "partitions": []}
             topic["partitions"].append(res)
         return encode_fetch_response(correlation_id, v, {
             "throttle_time": 0, "error_code": E.NONE, "session_id": 0, "responses": list(topics.values())})
@@ -151,7 +149,8 @@ class FetchHandlers:
         results = []
         total = 0
         failed = False
-        for name, tid, p, part, error in wanted:
+        for w in wanted:
+            name, p, part, error = w.name, w.request, w.part, w.error
             res = {"partition_index": p.partition, "error_code": error, "high_watermark": -1,
                    "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
                    "aborted_transactions": None, "records": b""}
@@ -160,7 +159,7 @@ class FetchHandlers:
                 failed = True
                 continue
             if nowait:
-                log = part._log
+                log = part.log_if_open
                 if log is None:
                     _close_records(results)
                     return None
@@ -170,8 +169,7 @@ class FetchHandlers:
                 except ConnectionAbortedError:
                     # Closed meanwhile: its topic was deleted, or (cluster) the replica was
                     # reassigned away from this broker.
-                    res["error_code"] = E.NOT_LEADER_OR_FOLLOWER if getattr(self, "cluster", None) is not None \
-                        else E.UNKNOWN_TOPIC_OR_PARTITION
+                    res["error_code"] = self.fetch_checks.closed_error
                     failed = True
                     continue
             if isinstance(p, DivergedPartition):

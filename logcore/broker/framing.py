@@ -88,7 +88,7 @@ class RequestMemory:
         self.used -= n
         while self.waiting and (self.limit < 0 or self.used < self.limit):
             conn = self.waiting.popleft()
-            if not conn._memory_granted():
+            if not conn.memory_granted():
                 self.waiting.appendleft(conn)
                 break
 
@@ -387,7 +387,7 @@ class FrameConnection(asyncio.BufferedProtocol):
             self.transport.pause_reading()
             self._memory.waiting.append(self)
 
-    def _memory_granted(self) -> bool:
+    def memory_granted(self) -> bool:
         """RequestMemory released some: resume if what this connection waits for fits."""
         if self._lost or self._eof or not self._memory_paused:
             self._memory_paused = False

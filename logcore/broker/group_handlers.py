@@ -4,7 +4,7 @@ LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
 A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
 they use its `groups` (the GroupCoordinator), `partitions`, `node_id`, `host` and `port`.
 
-In a cluster (`self.cluster` set) FindCoordinator names the broker leading the group's
+In a cluster (`self.replica_manager` set) FindCoordinator names the broker leading the group's
 partition of `__consumer_offsets` (creating the topic through the catalog at the first ask, as
 Kafka does), and every group API is answered NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
 by a broker that does not coordinate the group (GroupCoordinator.coordinator_error).
@@ -43,7 +43,7 @@ class GroupHandlers:
                     "error_message": "transactions are not supported by this broker (seglog): "
                                      "use an idempotent producer without transactional.id",
                     "node_id": -1, "host": "", "port": -1}
-        if self.cluster is not None:
+        if self.replica_manager is not None:
             return await self._cluster_find_coordinator(body.key)
         # The one broker coordinates every group. __consumer_offsets is created at the first
         # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
@@ -54,7 +54,7 @@ class GroupHandlers:
         """The leader of the group's __consumer_offsets partition, from the cluster metadata;
         COORDINATOR_NOT_AVAILABLE while the topic cannot be created or the partition has no
         live leader (the client asks again)."""
-        rm = self.cluster
+        rm = self.replica_manager
         if OT.TOPIC not in rm.assignments:
             message = await self._create_offsets_topic()
             if message is not None:
@@ -74,7 +74,7 @@ class GroupHandlers:
         """Create __consumer_offsets in the cluster (offsets.topic.replication.factor replicas,
         offsets.topic.num.partitions partitions, compacted); None when it exists now, else why
         not. Kafka's rule: not created while fewer brokers than the replication factor live."""
-        rm = self.cluster
+        rm = self.replica_manager
         rf = self.config["offsets.topic.replication.factor"]
         count = self.config["offsets.topic.num.partitions"]
         config = {**OT.TOPIC_CONFIG, "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
@@ -94,7 +94,7 @@ class GroupHandlers:
         except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
             logger.warning("creating %s failed: %s", OT.TOPIC, exc)
             return f"{OT.TOPIC} could not be created: {exc}"
-        await self._await_cluster(lambda: OT.TOPIC in self.cluster.assignments, 5.0)
+        await self.await_cluster(lambda: OT.TOPIC in self.replica_manager.assignments, 5.0)
         return None
 
     async def describe_groups(self, req: Request) -> dict:
@@ -231,8 +231,8 @@ class GroupHandlers:
     def _partition_exists(self, topic: str, index: int) -> bool:
         """A partition a group may commit an offset for: in a cluster one of the cluster's (the
         coordinator need not hold a replica of it), else one of this broker's."""
-        if self.cluster is not None:
-            ta = self.cluster.assignments.get(topic)
+        if self.replica_manager is not None:
+            ta = self.replica_manager.assignments.get(topic)
             return ta is not None and index in ta.partitions
         return self.partitions.get(topic, index) is not None
 

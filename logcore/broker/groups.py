@@ -39,7 +39,7 @@ from typing import Callable
 
 from logcore.wire import error_codes as E
 from logcore.broker import offsets_topic as OT
-from logcore.broker.partitions import Partition, PartitionManager
+from logcore.broker.partitions import PartitionLog, PartitionManager
 from logcore.errors import SegLogError
 from logcore.records.batch import build_batch
 
@@ -130,7 +130,7 @@ class GroupCoordinator:
         # A cluster member (attach_cluster): the partitions of __consumer_offsets this broker
         # leads and has loaded, those it is loading, and a counter per partition bumped at each
         # change of leadership (a write or a load that began under another tenure is stale).
-        self.cluster = None
+        self.replica_manager = None
         self.commit_timeout_s = 5.0
         self.owned: set[int] = set()
         self.loading: set[int] = set()
@@ -139,15 +139,15 @@ class GroupCoordinator:
 
     def attach_cluster(self, replica_manager, commit_timeout_ms: int) -> None:
         """Coordinate the groups of the __consumer_offsets partitions this broker leads."""
-        self.cluster = replica_manager
+        self.replica_manager = replica_manager
         self.commit_timeout_s = commit_timeout_ms / 1000
         self._topic_ready = True                  # created through the catalog (FindCoordinator)
         replica_manager.leadership_listeners.append(self.on_leadership)
 
     def partition_count(self) -> int:
         """Partitions of __consumer_offsets: the topic's own count once it exists."""
-        if self.cluster is not None:
-            ta = self.cluster.assignments.get(OT.TOPIC)
+        if self.replica_manager is not None:
+            ta = self.replica_manager.assignments.get(OT.TOPIC)
             if ta is not None and ta.partitions:
                 return max(ta.partitions) + 1
         return self.num_partitions
@@ -158,7 +158,7 @@ class GroupCoordinator:
     def coordinator_error(self, group_id: str) -> int:
         """NONE when this broker coordinates `group_id`; COORDINATOR_LOAD_IN_PROGRESS while it
         loads the group's partition; NOT_COORDINATOR when another broker leads it."""
-        if self.cluster is None:
+        if self.replica_manager is None:
             return E.NONE
         p = self.partition_of(group_id)
         if p in self.owned:
@@ -223,7 +223,7 @@ class GroupCoordinator:
         logger.info("coordinating %d groups of %s (%d records loaded in %.2f s)", len(loaded), where,
                     len(records), time.monotonic() - started)
 
-    def _read_partition(self, part: Partition) -> list[tuple[int, bytes | None, bytes | None]]:
+    def _read_partition(self, part: PartitionLog) -> list[tuple[int, bytes | None, bytes | None]]:
         """(offset, key, value) of every record of the partition up to its log end (a thread)."""
         try:
             log = part.log
@@ -363,16 +363,16 @@ class GroupCoordinator:
         p = self.partition_of(group_id)
         where = f"{OT.TOPIC}-{p}"
         tenure = self._tenure.get(p)
-        if self.cluster is not None:
+        if self.replica_manager is not None:
             if p not in self.owned:
                 return E.NOT_COORDINATOR
-            code, message = self.cluster.produce_check(OT.TOPIC, p, True)
+            code, message = self.replica_manager.produce_check(OT.TOPIC, p, True)
             if code != E.NONE:
                 logger.warning("group %s: not writing to %s: %s", group_id, where, message)
                 return _coordinator_code(code)
         try:
             await self.ensure_topic()
-            part: Partition | None = self.partitions.get(OT.TOPIC, p)
+            part: PartitionLog | None = self.partitions.get(OT.TOPIC, p)
             if part is None:
                 raise SegLogError(f"{where} (the partition of group {group_id!r}) is not open")
             now = int(time.time() * 1000)
@@ -381,12 +381,12 @@ class GroupCoordinator:
         except Exception as exc:  # noqa: BLE001 - reported to the client, the broker goes on
             logger.error("group %s: writing to %s failed: %s", group_id, where, exc)
             return E.COORDINATOR_NOT_AVAILABLE
-        if self.cluster is None:
+        if self.replica_manager is None:
             return E.NONE
-        replica = self.cluster.replicas.get((OT.TOPIC, p))
+        replica = self.replica_manager.replicas.get((OT.TOPIC, p))
         if replica is None:
             return E.NOT_COORDINATOR
-        code = await self.cluster.wait_for_high_watermark(replica, info.last_offset + 1, self.commit_timeout_s)
+        code = await replica.wait_for_high_watermark(info.last_offset + 1, self.commit_timeout_s)
         if code == E.NONE and (self._tenure.get(p) != tenure or p not in self.owned):
             code = E.NOT_LEADER_OR_FOLLOWER       # leadership moved (and maybe came back) meanwhile
         if code != E.NONE:

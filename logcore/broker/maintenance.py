@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 
-from logcore.broker.partitions import Partition, PartitionManager
+from logcore.broker.partitions import PartitionLog, PartitionManager
 from logcore.log.config import MaintenanceConfig
 from logcore.maintenance.service import MaintenanceService, MaintenanceSummary, PartitionOutcome
 
@@ -118,7 +118,7 @@ class BrokerMaintenance:
                 _log_outcome(part, outcome)
         return summary
 
-    def _follow_up(self, part: Partition, role: str, now: int) -> PartitionOutcome | None:
+    def _follow_up(self, part: PartitionLog, role: str, now: int) -> PartitionOutcome | None:
         """A replica this broker does not lead: retention (below its own high watermark, which
         follows the leader's) and removal of expired files; never tiering."""
         outcome = PartitionOutcome(part.topic, part.index)
@@ -155,7 +155,7 @@ class BrokerMaintenance:
             self.passes += 1
 
 
-def _log_outcome(part: Partition, outcome: PartitionOutcome) -> None:
+def _log_outcome(part: PartitionLog, outcome: PartitionOutcome) -> None:
     if outcome.segments_deleted or outcome.cleaned is not None:
         logger.info("%s-%d: retention deleted %d segments (%d bytes), log start %d%s",
                     part.topic, part.index, outcome.segments_deleted, outcome.bytes_deleted,

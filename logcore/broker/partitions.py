@@ -14,7 +14,7 @@ Open logs are bounded (`log.max.open.partitions`, logcore.broker.resources): a p
 Log is opened on first use and the least recently used idle ones are closed (cleanly, releasing
 their file descriptors) when more would be open; a closed one reopens on demand at the same
 leader epoch when nobody took it meanwhile (WriterFence resume). A log in use is never closed:
-one with queued or running produce work, or the one a thread last took with `Partition.log`
+one with queued or running produce work, or the one a thread last took with `PartitionLog.log`
 (each thread pins the partition it is reading until it takes another one or calls
 `PartitionManager.unpin_thread`).
 """
@@ -33,12 +33,17 @@ from logcore.errors import DamagedLogError, FencedWriterError
 from logcore.log.log import Log
 from logcore.log.log_root import LogRoot, TopicInfo
 from logcore.log.partition_metadata import parse_topic_id
+from logcore.replication.single_node import SingleNode
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
-class Partition:
+class PartitionLog:
+    """The broker's handle on one partition's writer Log: opened on first use, closed when idle
+    over the open-log budget, reopened at the same epoch (replication.partition.Partition is the
+    replica's role and ISR; this is only its log). PartitionManager opens and closes it through
+    attach / detach."""
     topic: str
     index: int
     manager: "PartitionManager"
@@ -62,6 +67,11 @@ class Partition:
         return self.manager.acquire(self)
 
     @property
+    def log_if_open(self) -> Log | None:
+        """The writer log if it is open, else None (never opens it, never pins it)."""
+        return self._log
+
+    @property
     def is_open(self) -> bool:
         return self._log is not None
 
@@ -70,6 +80,33 @@ class Partition:
         """The leader epoch without opening the log (-1 if never opened by this broker)."""
         log = self._log
         return log.leader_epoch if log is not None else self._epoch
+
+    @property
+    def resume(self) -> tuple[int, str] | None:
+        """(epoch, writer id) a reopen takes back, if nobody took the partition meanwhile."""
+        return self._resume
+
+    def attach(self, log: Log) -> None:
+        """`log` is this partition's open writer log from now on."""
+        self._log, self._epoch, self.evicting = log, log.leader_epoch, False
+
+    def park(self) -> Log:
+        """Let go of the open log (an idle close; returned for closing): a later open takes
+        its epoch back as the same writer, if nobody took the partition meanwhile."""
+        log, self._log = self._log, None
+        self._epoch = log.leader_epoch
+        fence = getattr(log, "fence", None)
+        self._resume = (log.leader_epoch, fence.writer_id) if fence is not None else None
+        return log
+
+    def detach(self) -> Log | None:
+        """Let go of the open log (returned, for closing for good)."""
+        log, self._log = self._log, None
+        return log
+
+    def forget_resume(self) -> None:
+        """Another writer took the partition: the next open starts a new epoch."""
+        self._resume = None
 
     def next_commit(self) -> asyncio.Future:
         if self.committed is None or self.committed.done():
@@ -80,12 +117,12 @@ class Partition:
 class PartitionManager:
     def __init__(self, root: LogRoot, max_open: int | None = None):
         self.root = root
-        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.partitions: dict[tuple[str, int], PartitionLog] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.topic_ids: dict[bytes, str] = {}             # UUID bytes -> topic name
         self.max_open = max_open if max_open is not None else open_partition_budget(-1)
         self._lock = threading.Lock()                     # pins, the LRU, victims
-        self._open: OrderedDict[Partition, None] = OrderedDict()   # open logs, least recent first
+        self._open: OrderedDict[PartitionLog, None] = OrderedDict()   # open logs, least recent first
         self._pinned = threading.local()
         self.opened = 0                                   # logs opened (first or again)
         self.evicted = 0                                  # logs closed to stay under max_open
@@ -100,12 +137,11 @@ class PartitionManager:
         # Partitions whose committed data is damaged (DamagedLogError): not opened, not served,
         # until `seglog repair`; the rest of the root is served.
         self.damaged: dict[tuple[str, int], DamagedLogError] = {}
-        # A cluster member's replicas (Broker.join_cluster): logs open in replica mode (epoch
-        # from the controller, HW from replication), stay open (their role lives with the open
-        # log), topics come from ZooKeeper rather than the root's topics file, and every append
-        # is reported to the replica manager (its HW may move).
-        self.replica_logs = False
-        self.after_append = None
+        # The replication policy: one broker alone (its logs are path writers whose commit moves
+        # the HW), or a cluster member's ReplicaManager (Broker.join_cluster: logs open as
+        # replicas, stay open since their role lives with the open log, topics come from
+        # ZooKeeper rather than the root's topics file, and each append lets the HW follow).
+        self.replication = SingleNode(self)
         # Where a failed write of the log dir is reported (the Broker sets its own): the dir goes
         # offline and, being the broker's only one, the broker stops (log_dir_failure.py).
         self.log_dir_failure = LogDirFailureChannel(root.url)
@@ -122,7 +158,7 @@ class PartitionManager:
         with self.lock:
             for name in self.root.list_topics():
                 # A cluster member opens the replicas it holds as ZooKeeper names them.
-                self.open_topic(self.root.describe_topic(name), eager=not self.replica_logs)
+                self.open_topic(self.root.describe_topic(name), eager=not self.replication.replica_logs)
         self.unpin_thread()
         lazy = len(self.partitions) - len(self._open)
         if lazy > 0:
@@ -136,7 +172,7 @@ class PartitionManager:
                 self.topic_ids[parse_topic_id(info.topic_id).bytes] = info.name
             for p in range(info.partitions):
                 if (info.name, p) not in self.partitions:
-                    part = Partition(info.name, p, self)
+                    part = PartitionLog(info.name, p, self)
                     self.partitions[(info.name, p)] = part
                     if eager and len(self._open) < self.max_open:
                         try:
@@ -144,21 +180,21 @@ class PartitionManager:
                         except DamagedLogError:
                             continue                # logged and set aside by acquire
 
-    def acquire(self, part: Partition) -> Log:
+    def acquire(self, part: PartitionLog) -> Log:
         """`part`'s log, opened if needed, pinned to this thread (its previous pin let go)."""
         with self._lock:
             self._pin_locked(part)
-            log = part._log
+            log = part.log_if_open
             if log is not None and not part.evicting:
                 self._open.move_to_end(part)
                 return log
         with part.gate:
-            if part._log is None:
+            if not part.is_open:
                 if part.closed:
                     raise ConnectionAbortedError(f"{part.topic}-{part.index} was closed")
                 try:
-                    log = self.root.log(part.topic, part.index, writer=True, resume=part._resume,
-                                        replica=self.replica_logs)
+                    log = self.root.log(part.topic, part.index, writer=True, resume=part.resume,
+                                        replica=self.replication.replica_logs)
                 except DamagedLogError as exc:
                     # Damaged committed data: not served until `seglog repair`; the rest is.
                     logger.error("%s-%d is not served: %s", part.topic, part.index, exc)
@@ -170,14 +206,14 @@ class PartitionManager:
                     self.partitions.pop((part.topic, part.index), None)
                     raise
                 with self._lock:
-                    part._log, part._epoch, part.evicting = log, log.leader_epoch, False
+                    part.attach(log)
                     self._open[part] = None
                     self.opened += 1
-            log = part._log
+            log = part.log_if_open
         self._evict_over_budget()
         return log
 
-    def _pin_locked(self, part: Partition) -> None:
+    def _pin_locked(self, part: PartitionLog) -> None:
         previous = getattr(self._pinned, "part", None)
         if previous is part:
             return
@@ -187,7 +223,7 @@ class PartitionManager:
         self._pinned.part = part
 
     def unpin_thread(self) -> None:
-        """Let go of the partition this thread last took with `Partition.log`."""
+        """Let go of the partition this thread last took with `PartitionLog.log`."""
         with self._lock:
             previous = getattr(self._pinned, "part", None)
             if previous is not None:
@@ -195,7 +231,7 @@ class PartitionManager:
                 self._pinned.part = None
 
     def _evict_over_budget(self) -> None:
-        if self.replica_logs:
+        if self.replication.replica_logs:
             return
         with self._lock:
             over = len(self._open) - self.max_open
@@ -215,29 +251,25 @@ class PartitionManager:
         for part in victims:
             self._close_idle(part)
 
-    def _close_idle(self, part: Partition) -> None:
+    def _close_idle(self, part: PartitionLog) -> None:
         with part.gate:
             with self._lock:
                 part.evicting = False
-                log = part._log
-                if log is None or part.pins or part.working or part.queue:
+                if not part.is_open or part.pins or part.working or part.queue:
                     return                      # taken again meanwhile: keep it
-                part._log = None
+                log = part.park()
                 self._open.pop(part, None)
-                part._epoch = log.leader_epoch
                 self.evicted += 1
-            fence = getattr(log, "fence", None)
-            part._resume = (log.leader_epoch, fence.writer_id) if fence is not None else None
             try:
                 self.root.release_log(log)
             except Exception:  # noqa: BLE001 - a log that fails to close must not stop the others
                 logger.exception("closing idle %s-%d failed", part.topic, part.index)
 
-    def _close_part(self, part: Partition) -> None:
+    def _close_part(self, part: PartitionLog) -> None:
         with part.gate:
             with self._lock:
                 part.closed = True
-                log, part._log = part._log, None
+                log = part.detach()
                 self._open.pop(part, None)
             if log is not None:
                 self.root.release_log(log)
@@ -264,7 +296,7 @@ class PartitionManager:
             info = self.topics.get(topic)
             self.root.reset_partition(topic, index)
             if info is not None:
-                self.partitions[(topic, index)] = Partition(topic, index, self)
+                self.partitions[(topic, index)] = PartitionLog(topic, index, self)
 
     def refresh_topics(self) -> None:
         """Pick up what another process changed in the root's topics file (blocking): topics it
@@ -272,7 +304,7 @@ class PartitionManager:
         (closed), config overrides (DescribeConfigs shows them; open logs keep theirs until the
         broker restarts). Cheap when nothing changed: one read of the topics file. A cluster
         member's topics come from ZooKeeper instead (replica_manager): nothing to do."""
-        if self.replica_logs:
+        if self.replication.replica_logs:
             return
         with self.lock:
             try:
@@ -314,7 +346,7 @@ class PartitionManager:
 
     def refresh_soon(self) -> None:
         """refresh_topics in a worker thread, from the event loop (at most one at a time)."""
-        if self._refreshing or self.replica_logs:
+        if self._refreshing or self.replication.replica_logs:
             return
         self._refreshing = True
 
@@ -327,12 +359,12 @@ class PartitionManager:
                 self._refreshing = False
         asyncio.get_running_loop().create_task(run())
 
-    def retake(self, part: Partition) -> None:
+    def retake(self, part: PartitionLog) -> None:
         """Another process took `part` (a writer that bypassed the broker's claim on the root):
         reopen its log as writer, which recovers what that writer committed, cuts what it left
         uncommitted above the HW and fences it in turn (blocking). Logged once per takeover."""
         with part.gate:
-            old = part._log
+            old = part.log_if_open
             current = -1
             try:
                 current = old.fence.current_epoch() if old is not None else -1
@@ -348,10 +380,10 @@ class PartitionManager:
                     self.root.release_log(old)
                 except Exception:   # noqa: BLE001 - a fenced log closes what it can
                     logger.debug("closing the fenced log of %s-%d", part.topic, part.index, exc_info=True)
-            part._resume = None                  # the epoch moved on: take it with a new one
+            part.forget_resume()                 # the epoch moved on: take it with a new one
             log = self.root.log(part.topic, part.index, writer=True)
             with self._lock:
-                part._log, part._epoch, part.evicting = log, log.leader_epoch, False
+                part.attach(log)
                 self._open[part] = None
                 self._open.move_to_end(part)
                 self.opened += 1
@@ -367,11 +399,11 @@ class PartitionManager:
         self.partitions.clear()
         self.root.close()
 
-    def get(self, topic: str, index: int) -> Partition | None:
+    def get(self, topic: str, index: int) -> PartitionLog | None:
         return self.partitions.get((topic, index))
 
     # ---------------------------------------------------------------- append + commit
-    def submit(self, part: Partition, batch, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Future:
+    def submit(self, part: PartitionLog, batch, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Future:
         """Queue one client batch; the future gives its AppendInfo once committed (or the error).
 
         When the partition is idle and nothing slow is due, the batch is appended and committed
@@ -399,12 +431,12 @@ class PartitionManager:
                 loop.create_task(self._work(part, leftover))
         return fut
 
-    def _round_nowait(self, part: Partition) -> tuple[list, list] | None:
+    def _round_nowait(self, part: PartitionLog) -> tuple[list, list] | None:
         """Append and commit everything queued, here on the event loop, if nothing slow is due
         (Log.append_and_commit_nowait). None when done, else (jobs, results so far) for the
         blocking path."""
         jobs, part.queue = part.queue, []
-        if part._log is None or part.evicting:
+        if not part.is_open or part.evicting:
             return jobs, []                     # opening the log blocks: in a worker thread
         try:
             results, committed = part.log.append_and_commit_nowait([batch for batch, _ in jobs])
@@ -425,7 +457,7 @@ class PartitionManager:
             return None
         return jobs, results
 
-    async def _work(self, part: Partition, leftover: tuple[list, list] | None) -> None:
+    async def _work(self, part: PartitionLog, leftover: tuple[list, list] | None) -> None:
         """Finish rounds that must block (fsync, roll, root checkpoint, a busy lock) in a
         worker thread; then whatever was queued meanwhile, on the loop again if it can."""
         try:
@@ -446,7 +478,7 @@ class PartitionManager:
         finally:
             part.working = False
 
-    async def _retake(self, part: Partition) -> None:
+    async def _retake(self, part: PartitionLog) -> None:
         # At most one takeover a second per partition: a writer that keeps taking the partition
         # back must not turn this into a busy loop (its batches meanwhile fail and are retried).
         wait = part.fenced_at + 1.0 - time.monotonic()
@@ -458,7 +490,7 @@ class PartitionManager:
             logger.error("%s-%d: cannot take the partition back: %s", part.topic, part.index, exc)
             part.fenced_at = time.monotonic()
 
-    def _complete(self, part: Partition, jobs: list, results: list,
+    def _complete(self, part: PartitionLog, jobs: list, results: list,
                   commit_error: BaseException | None) -> None:
         # A failed log dir first: in the broker process the policy exits before any of these
         # batches is answered (the producer sees a disconnect and retries at the next leader).
@@ -478,16 +510,15 @@ class PartitionManager:
                 fut.set_exception(commit_error)
             else:
                 fut.set_result(result)
-        if self.after_append is not None:
-            self.after_append(part)
+        self.replication.appended(part)
         self.notify(part)
 
-    def notify(self, part: Partition) -> None:
+    def notify(self, part: PartitionLog) -> None:
         if part.committed is not None and not part.committed.done():
             part.committed.set_result(None)
 
 
-    def _append_and_commit(self, part: Partition, batches: list[bytes]) -> tuple[list, BaseException | None]:
+    def _append_and_commit(self, part: PartitionLog, batches: list[bytes]) -> tuple[list, BaseException | None]:
         """_append_and_commit on the partition's log (opened here if it is not), in a worker thread."""
         try:
             log = part.log

@@ -50,7 +50,7 @@ class ReassignmentHandlers:
                 for key in asked:
                     results[key] = (E.error_code(exc), str(exc))
                 asked = {}
-            await self._await_cluster(lambda: all(self._reassignment_applied(k, r) for k, r in asked.items()),
+            await self.await_cluster(lambda: all(self._reassignment_applied(k, r) for k, r in asked.items()),
                                       timeout_s)
             for key, target in asked.items():
                 results.setdefault(key, (E.NONE, None) if self._reassignment_applied(key, target) else
@@ -70,7 +70,7 @@ class ReassignmentHandlers:
         may lag the controller's last write by a moment): {name: TopicAssignment}."""
         from logcore.cluster.zookeeper_store import BROKER_TOPICS
         from logcore.errors import TopicNotFoundError
-        store = self.cluster.store
+        store = self.replica_manager.store
 
         def read():
             store.client.sync(BROKER_TOPICS)
@@ -86,7 +86,7 @@ class ReassignmentHandlers:
 
     def _check_reassignment(self, ta, key, target, allow_rf_change: bool):
         """None when the controller may take this reassignment, else (error code, message)."""
-        rm = self.cluster
+        rm = self.replica_manager
         name, p = key
         if ta is None or p not in ta.partitions:
             return E.UNKNOWN_TOPIC_OR_PARTITION, f"The partition {name}-{p} does not exist."
@@ -115,7 +115,7 @@ class ReassignmentHandlers:
 
     def _reassignment_applied(self, key, target) -> bool:
         """The topic znode (as watched) shows the reassignment started, finished or cancelled."""
-        ta = self.cluster.assignments.get(key[0])
+        ta = self.replica_manager.assignments.get(key[0])
         if ta is None or key[1] not in ta.partitions:
             return True                                   # deleted meanwhile: nothing to wait for
         if target is None:
@@ -125,7 +125,7 @@ class ReassignmentHandlers:
     async def _request_reassignments(self, targets, timeout_s: float) -> None:
         """Hand them to the controller (/admin/reassign_partitions), waiting while an earlier
         request is pending."""
-        store = self.cluster.store
+        store = self.replica_manager.store
         deadline = time.monotonic() + max(timeout_s, 1.0)
         while True:
             try:
@@ -165,7 +165,7 @@ class ReassignmentHandlers:
         out = []
         for r in req.body.resources:
             code, message = E.NONE, None
-            if int(r.resource_type) == TOPIC_RESOURCE and r.resource_name not in self.cluster.assignments:
+            if int(r.resource_type) == TOPIC_RESOURCE and r.resource_name not in self.replica_manager.assignments:
                 code, message = E.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{r.resource_name}' does not exist."
             elif int(r.resource_type) not in (TOPIC_RESOURCE, BROKER_RESOURCE):
                 code, message = E.INVALID_REQUEST, f"resource type {int(r.resource_type)} is not served"

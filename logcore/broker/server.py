@@ -161,8 +161,7 @@ class BrokerServer:
         left as it is; the ZooKeeper session is closed (as a process exit would end it)."""
         await self._close_connections()
         if self.broker is not None:
-            if self.broker.cluster is not None:
-                await self.broker.cluster.stop()
+            await self.broker.replication.stop()
             await asyncio.to_thread(self.broker.maintenance.stop)
             for task in list(self.broker.background):
                 task.cancel()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 
 from logcore.broker.cluster_fetch import diverging_epoch
-from logcore.broker.replica_fetcher import truncation_offset
+from logcore.replication.replica_fetcher import truncation_offset
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import iter_batches
 

@@ -1,4 +1,3 @@
-# Over 600 lines: one state machine (ZooKeeper views, role transitions, ISR, HW, acks=all) whose parts share its per-partition state.
 """A cluster member's replicas: which partitions this broker leads or follows, as ZooKeeper says.
 
 Design (replication.md 4.9, the watch-based one): every broker watches ZooKeeper itself; there
@@ -9,14 +8,14 @@ state znode, and
 - keeps the metadata it answers clients with (live brokers, assignments, leaders, ISRs, epochs);
 - for the partitions it holds a replica of, applies each new leader epoch: become leader (the
   epoch cache gets (epoch, LEO) at once; followers get a grace period) or become follower (the
-  replica fetcher pulls from the leader, logcore.broker.replica_fetcher). A state with an older
+  replica fetcher pulls from the leader, replica_fetcher.py). A state with an older
   epoch is ignored; one with the same epoch only updates the ISR and the znode version.
 
-As leader it tracks each follower's fetches (logcore.broker.isr), moves the high watermark to
-the smallest LEO of the ISR (not while the ISR is below min.insync.replicas), shrinks the ISR of
-followers lagging more than replica.lag.time.max.ms and adds followers that caught up, writing
-the ISR itself with a compare-and-set on the state znode (Kafka 2.6's way); a lost race means
-re-read. acks=all produces wait here until the HW passes them.
+Each replica is a Partition (partition.py): as leader it tracks each follower's fetches, moves
+the high watermark to the smallest LEO of the ISR (not while the ISR is below
+min.insync.replicas) and answers the acks=all produces waiting for it; the ISR writer
+(isr_writer.py) shrinks the ISR of followers lagging more than replica.lag.time.max.ms and adds
+followers that caught up, with a compare-and-set on the state znode (Kafka 2.6's way).
 
 ZooKeeper callbacks arrive on kazoo's threads: each only posts an event to the broker's event
 loop, where one task applies them in order; blocking work (ZooKeeper calls, opening logs) runs
@@ -25,64 +24,24 @@ in threads.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
-from dataclasses import dataclass, field
 
 from logcore.wire import error_codes as E
-from logcore.broker.isr import (FollowerState, high_watermark_candidate, may_join, out_of_sync,
-                                reset_followers)
-from logcore.cluster.zookeeper_store import NO_LEADER, PartitionState, TopicAssignment, is_transient
-from logcore.errors import (CoordinatorUnavailableError, SegLogError, TopicExistsError, TopicNotFoundError,
-                            ZkVersionConflictError)
+from logcore.cluster.znode_json import NO_LEADER, LeaderAndIsr, TopicAssignment
+from logcore.cluster.zookeeper_session import is_transient
+from logcore.errors import SegLogError, TopicExistsError, TopicNotFoundError
+from logcore.replication.follower_state import reset_followers
+from logcore.replication.isr_writer import IsrWriter
+from logcore.replication.partition import FOLLOWER, LEADER, OFFLINE, Partition, now_ms
+from logcore.replication.replica_fetcher import ReplicaFetchers
 
 logger = logging.getLogger(__name__)
 
-LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
-SHUTDOWN_PATH = "/admin/controlled_shutdown"
 EVENT_RETRY_S = 0.5            # an event that failed on a ZooKeeper call is applied again then
-
-
-def _now_ms() -> float:
-    return time.monotonic() * 1000.0
-
-
-@dataclass(eq=False)
-class Replica:
-    """This broker's replica of one partition."""
-    topic: str
-    index: int
-    role: str = OFFLINE
-    state: PartitionState | None = None          # the state applied last
-    epoch_start_offset: int = 0                  # the LEO when this broker's tenure began
-    followers: dict[int, FollowerState] = field(default_factory=dict)
-    isr_change: asyncio.Task | None = None       # an ISR write in flight
-    pending_isr: tuple[int, ...] | None = None   # what it writes (counts for the HW meanwhile)
-    waiters: list = field(default_factory=list)  # (required offset, future) of acks=all produces
-    io: asyncio.Lock = field(default_factory=asyncio.Lock)   # the fetcher's writes vs. deletion
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.index
-
-    @property
-    def epoch(self) -> int:
-        return self.state.leader_epoch if self.state is not None else -1
-
-    @property
-    def leader(self) -> int:
-        return self.state.leader if self.state is not None else NO_LEADER
-
-    @property
-    def isr(self) -> tuple[int, ...]:
-        return self.state.isr if self.state is not None else ()
 
 
 class ReplicaManager:
     def __init__(self, broker, store, catalog):
-        from logcore.broker.replica_fetcher import ReplicaFetchers
-
         self.broker = broker
         self.store = store
         self.catalog = catalog
@@ -93,20 +52,21 @@ class ReplicaManager:
         self.controller_id: int = -1
         self.assignments: dict[str, TopicAssignment] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
-        self.states: dict[tuple[str, int], PartitionState] = {}
-        self.replicas: dict[tuple[str, int], Replica] = {}
+        self.states: dict[tuple[str, int], LeaderAndIsr] = {}
+        self.replicas: dict[tuple[str, int], Partition] = {}
         self._hosted: set[tuple[str, int]] = set()            # recorded in the log dir this run
         self.shutting_down: set[int] = set()
         self.overrides = self.config.address_overrides()
         self.lag_max_ms = float(self.config["replica.lag.time.max.ms"])
         self.fetchers = ReplicaFetchers(self)
+        self.isr_writer = IsrWriter(self)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._events: asyncio.Queue | None = None
         self._tasks: list[asyncio.Task] = []
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
         self._checked_topics: set[str] = set()                # left-over replicas looked for
-        self._stopped = False
+        self.stopped = False
         self.changed: asyncio.Event | None = None            # set whenever metadata changed
         # f(topic, partition, leader: bool), called on the loop when this broker starts leading
         # a partition (True) or stops (False): the group coordinator follows __consumer_offsets.
@@ -118,10 +78,9 @@ class ReplicaManager:
         self._events = asyncio.Queue()
         self.changed = asyncio.Event()
         self._tasks = [self.loop.create_task(self._run(), name="replica-manager"),
-                       self.loop.create_task(self._shrink_loop(), name="isr-shrink"),
+                       self.loop.create_task(self.isr_writer.shrink_loop(), name="isr-shrink"),
                        self.loop.create_task(self._checkpoint_loop(), name="hw-checkpoint")]
         store = self.store
-        await asyncio.to_thread(store.client.ensure_path, SHUTDOWN_PATH)
         try:
             # Whose log dir this is and on which host, kept when the broker stops (readers of
             # the log dir name it; the Spark source prefers replicas on its own host).
@@ -129,23 +88,24 @@ class ReplicaManager:
                                     self.broker.port)
         except SegLogError as exc:
             logger.error("broker %d: cannot record itself in %s: %s", self.me, self.partitions.root.url, exc)
-        store.watch_brokers(lambda b: self._post(("brokers", b)))
-        store.watch_controller(lambda c: self._post(("controller", c)))
-        store.watch_topics(lambda names: self._post(("topics", names)))
-        store.client.ChildrenWatch(SHUTDOWN_PATH, lambda ids: self._post(("shutdown", ids)))
+        store.watch_brokers(lambda b: self.post(("brokers", b)))
+        store.watch_controller(lambda c: self.post(("controller", c)))
+        store.watch_topics(lambda names: self.post(("topics", names)))
+        await asyncio.to_thread(store.requests.watch_controlled_shutdowns,
+                                lambda ids: self.post(("shutdown", ids)))
 
     async def stop(self) -> None:
-        self._stopped = True
+        self.stopped = True
         await self.fetchers.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for replica in self.replicas.values():
-            self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
+            replica.fail_waiters(E.NOT_LEADER_OR_FOLLOWER)
 
-    def _post(self, event) -> None:
+    def post(self, event) -> None:
         """From any thread (kazoo's callbacks): queue `event` for the loop. Never blocks."""
-        if self._stopped or self.loop is None:
+        if self.stopped or self.loop is None:
             return
         try:
             self.loop.call_soon_threadsafe(self._events.put_nowait, event)
@@ -167,7 +127,7 @@ class ReplicaManager:
                     # idempotent), else a watch never set would never fire.
                     logger.warning("broker %d: handling %s failed: %s; again in %.1f s", self.me,
                                    event[0], exc, EVENT_RETRY_S)
-                    self.loop.call_later(EVENT_RETRY_S, self._post, event)
+                    self.loop.call_later(EVENT_RETRY_S, self.post, event)
                 else:
                     logger.exception("broker %d: handling %s failed", self.me, event[0])
             self.changed.set()
@@ -200,7 +160,7 @@ class ReplicaManager:
         """This broker's registration is in ZooKeeper (ClusterMember.register): states start to
         be applied. Before it, a restarted broker would act on states written for its previous
         process while that process's session may still be alive (KIP-380's broker epoch)."""
-        self._post(("registered",))
+        self.post(("registered",))
 
     def _registration_epoch(self) -> int | None:
         reg = self.store.registration
@@ -211,39 +171,14 @@ class ReplicaManager:
         names = set(names)
         for name in sorted(names - self._watched_topics):
             # Marked once both watches are set: a failed call is made again (_run re-posts).
-            await asyncio.to_thread(self.store.client.DataWatch, f"/brokers/topics/{name}",
-                                    self._assignment_watch(name))
-            await asyncio.to_thread(self.store.client.DataWatch, f"/config/topics/{name}",
-                                    self._config_watch(name))
+            await asyncio.to_thread(self.store.watch_assignment, name,
+                                    lambda ta, name=name: self.post(("assignment", name, ta)))
+            await asyncio.to_thread(self.store.watch_topic_config, name,
+                                    lambda config, name=name: self.post(("config", name, config)))
             self._watched_topics.add(name)
         for name in sorted(self._watched_topics - names):
             self._watched_topics.discard(name)
             await self._assignment_changed(name, None)
-
-    # kazoo passes a watch function's third parameter the event: these take exactly two.
-    def _assignment_watch(self, name: str):
-        path = f"/brokers/topics/{name}"
-
-        def on_assignment(raw, stat):
-            if stat is None:
-                self._post(("assignment", name, None))
-                return False                      # the topic is gone: stop watching
-            self._post(("assignment", name, TopicAssignment.from_json(name, raw, stat.version, path)))
-            return None
-        return on_assignment
-
-    def _config_watch(self, name: str):
-        def on_config(raw, stat):
-            if stat is None:
-                return False
-            try:
-                config = {k: str(v) for k, v in json.loads(raw or b"{}").get("config", {}).items()}
-            except ValueError:
-                logger.error("config of topic %s in ZooKeeper is not JSON; ignored", name)
-                return None
-            self._post(("config", name, config))
-            return None
-        return on_config
 
     async def _config_changed(self, name: str, config: dict[str, str]) -> None:
         if self.topic_configs.get(name) == config:
@@ -305,11 +240,11 @@ class ReplicaManager:
             for p in sorted(ta.partitions):
                 if self.me not in ta.partitions[p] and (name, p) not in self.replicas and \
                         await asyncio.to_thread(self.partitions.root.partition_holds_data, name, p):
-                    await self._stop_replica(Replica(name, p), delete=True)
+                    await self._stop_replica(Partition(name, p, self), delete=True)
 
     def _state_watch(self, key):
         def on_state(state):
-            self._post(("state", key[0], key[1], state))
+            self.post(("state", key[0], key[1], state))
         return on_state
 
     def _ensure_local_topic(self, ta: TopicAssignment) -> None:
@@ -367,7 +302,7 @@ class ReplicaManager:
                 logger.error("cannot delete the local replicas of topic %s: %s", name, exc)
 
     # ------------------------------------------------------------------ partition states
-    async def _state_changed(self, topic: str, p: int, state: PartitionState | None) -> None:
+    async def _state_changed(self, topic: str, p: int, state: LeaderAndIsr | None) -> None:
         key = (topic, p)
         if state is None:
             self.states.pop(key, None)
@@ -384,14 +319,14 @@ class ReplicaManager:
             return                              # not registered yet: `registered` applies it
         replica = self.replicas.get(key)
         if replica is None:
-            replica = self.replicas[key] = Replica(topic, p)
+            replica = self.replicas[key] = Partition(topic, p, self)
         if replica.state is not None and state.leader_epoch < replica.epoch:
             return                              # stale (replication.md 0.10)
         if replica.state is not None and state.leader_epoch == replica.epoch and replica.role != OFFLINE:
             if state.zk_version >= replica.state.zk_version:
                 replica.state = state            # the ISR changed at the same epoch
                 if replica.role == LEADER:
-                    self._maybe_increment_hw(replica)
+                    replica.maybe_increment_hw()
             return
         if state.leader == self.me and state.written_before(broker_epoch):
             # Written for a previous process of this broker (its log may have lost an
@@ -408,13 +343,13 @@ class ReplicaManager:
         else:
             await self._become_offline(replica, state)
 
-    def _partition(self, replica: Replica):
+    def _partition(self, replica: Partition):
         part = self.partitions.get(replica.topic, replica.index)
         if part is None:
             raise TopicNotFoundError(f"{replica.topic}-{replica.index} is not open on broker {self.me}")
         return part
 
-    async def _with_log(self, replica: Replica, fn):
+    async def _with_log(self, replica: Partition, fn):
         part = self._partition(replica)
 
         def run():
@@ -424,7 +359,7 @@ class ReplicaManager:
                 self.partitions.unpin_thread()
         return await asyncio.to_thread(run)
 
-    async def _become_leader(self, replica: Replica, state: PartitionState) -> None:
+    async def _become_leader(self, replica: Partition, state: LeaderAndIsr) -> None:
         if not await self._set_hosted(replica.topic, replica.index, True):
             return
         was_leader = replica.role == LEADER
@@ -442,17 +377,17 @@ class ReplicaManager:
                          replica.index, state.leader_epoch, exc)
             return
         replica.followers = reset_followers(self.assignment_of(replica), self.me, state.isr,
-                                            replica.followers if was_leader else None, _now_ms())
+                                            replica.followers if was_leader else None, now_ms())
         replica.state = state
         replica.role = LEADER
         replica.epoch_start_offset = leo
         logger.info("broker %d leads %s-%d at epoch %d (LEO %d, HW %d, ISR %s)", self.me, replica.topic,
                     replica.index, state.leader_epoch, leo, hw, list(state.isr))
-        self._maybe_increment_hw(replica)
+        replica.maybe_increment_hw()
         self.partitions.notify(self._partition(replica))
         self._leadership(replica, True)
 
-    def _leadership(self, replica: Replica, leader: bool) -> None:
+    def _leadership(self, replica: Partition, leader: bool) -> None:
         for listener in self.leadership_listeners:
             try:
                 listener(replica.topic, replica.index, leader)
@@ -460,18 +395,18 @@ class ReplicaManager:
                 logger.exception("broker %d: leadership listener failed for %s-%d", self.me,
                                  replica.topic, replica.index)
 
-    def _resign(self, replica: Replica) -> None:
+    def _resign(self, replica: Partition) -> None:
         if replica.role == LEADER:
             self._leadership(replica, False)
 
-    async def _become_follower(self, replica: Replica, state: PartitionState) -> None:
+    async def _become_follower(self, replica: Partition, state: LeaderAndIsr) -> None:
         # Stop leading before anything awaits: produce_check refuses from here, an acks=all
         # waiter registered later fails at once, and the log itself refuses a leader's append
         # from the moment become_follower runs under its lock (a batch the partition worker
         # still holds is not stamped with the new epoch).
         self._resign(replica)
         replica.role = OFFLINE
-        self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
+        replica.fail_waiters(E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         if not await self._set_hosted(replica.topic, replica.index, True):
             return
@@ -490,11 +425,11 @@ class ReplicaManager:
         self.fetchers.add(replica, state.leader)
         self.partitions.notify(self._partition(replica))
 
-    async def _become_offline(self, replica: Replica, state: PartitionState) -> None:
+    async def _become_offline(self, replica: Partition, state: LeaderAndIsr) -> None:
         leading = replica.role == LEADER
         self._resign(replica)
         replica.role = OFFLINE
-        self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
+        replica.fail_waiters(E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         replica.state = state
         replica.followers = {}
@@ -507,12 +442,12 @@ class ReplicaManager:
                 logger.error("broker %d: %s-%d: cannot stop leading at epoch %d: %s", self.me,
                              replica.topic, replica.index, state.leader_epoch, exc)
 
-    async def _stop_replica(self, replica: Replica, delete: bool = False, unhost: bool = True) -> None:
+    async def _stop_replica(self, replica: Partition, delete: bool = False, unhost: bool = True) -> None:
         """Kafka's StopReplica: no longer lead or follow. `unhost` drops it from the log dir's
         record of hosted replicas (not when the whole topic goes); with `delete` (the replica
         was reassigned away) its files go too and it is neither served nor counted."""
         self._resign(replica)
-        self._fail_waiters(replica, E.NOT_LEADER_OR_FOLLOWER)
+        replica.fail_waiters(E.NOT_LEADER_OR_FOLLOWER)
         self.fetchers.remove(replica)
         replica.role = OFFLINE
         if unhost:
@@ -526,7 +461,7 @@ class ReplicaManager:
             logger.info("broker %d: deleted its replica of %s-%d (reassigned away)", self.me,
                         replica.topic, replica.index)
 
-    def removing_of(self, replica: Replica) -> tuple[int, ...]:
+    def removing_of(self, replica: Partition) -> tuple[int, ...]:
         """The replicas a reassignment is removing: they never join the ISR again (a fetch
         that arrives after the controller completed the move must not bring one back)."""
         ta = self.assignments.get(replica.topic)
@@ -560,7 +495,7 @@ class ReplicaManager:
                          self.partitions.root.url, exc)
             return False
 
-    def assignment_of(self, replica: Replica) -> tuple[int, ...]:
+    def assignment_of(self, replica: Partition) -> tuple[int, ...]:
         ta = self.assignments.get(replica.topic)
         return ta.partitions.get(replica.index, ()) if ta is not None else ()
 
@@ -571,18 +506,34 @@ class ReplicaManager:
         replica = self.replicas.get((topic, p))
         return replica.role if replica is not None else None
 
-    def leader_replica(self, topic: str, p: int) -> Replica | None:
+    def leader_replica(self, topic: str, p: int) -> Partition | None:
         replica = self.replicas.get((topic, p))
         return replica if replica is not None and replica.role == LEADER else None
 
-    def min_insync(self, replica: Replica) -> int:
-        """min(min.insync.replicas, replica count): Kafka's effective minimum."""
+    def topic_min_insync(self, topic: str) -> int:
+        """min.insync.replicas of a topic whose log is not open here."""
+        return self.partitions.root.topic_config(topic).min_insync_replicas
+
+    def may_be_in_isr(self, replica: Partition, broker: int) -> bool:
+        """`broker` is live, not shutting down, and an assigned replica a reassignment keeps."""
+        return (broker in self.brokers and broker not in self.shutting_down
+                and broker in self.assignment_of(replica) and broker not in self.removing_of(replica))
+
+    def open_log(self, topic: str, p: int):
+        """The partition's log when it is open here (never opens it), else None."""
+        part = self.partitions.get(topic, p)
+        return part.log_if_open if part is not None else None
+
+    def state_written(self, key: tuple[str, int], written: LeaderAndIsr) -> None:
+        """The ISR writer's own state write succeeded: it is the newest known state."""
+        if self.states.get(key, written).zk_version <= written.zk_version:
+            self.states[key] = written
+
+    def notify(self, replica: Partition) -> None:
+        """Wake the fetches parked on the partition (its HW moved)."""
         part = self.partitions.get(replica.topic, replica.index)
-        if part is not None and part._log is not None:
-            configured = part._log.config.min_insync_replicas
-        else:
-            configured = self.partitions.root.topic_config(replica.topic).min_insync_replicas
-        return min(configured, max(1, len(self.assignment_of(replica))))
+        if part is not None:
+            self.partitions.notify(part)
 
     def produce_check(self, topic: str, p: int, acks_all: bool) -> tuple[int, str | None]:
         """Before appending: only the leader takes produces, and acks=all needs an ISR of at
@@ -590,182 +541,31 @@ class ReplicaManager:
         code = self.partition_error(topic, p)
         if code != E.NONE:
             return code, f"broker {self.me} is not the leader of {topic}-{p}"
-        replica = self.replicas[(topic, p)]
         if acks_all:
-            need = self.min_insync(replica)
-            if len(replica.isr) < need:
-                return E.NOT_ENOUGH_REPLICAS, (
-                    f"The size of the current ISR {list(replica.isr)} is insufficient to satisfy the"
-                    f" min.isr requirement of {need} for partition {topic}-{p}")
+            message = self.replicas[(topic, p)].isr_too_small()
+            if message is not None:
+                return E.NOT_ENOUGH_REPLICAS, message
         return E.NONE, None
 
     def epoch_start_offset(self, topic: str, p: int) -> int:
         replica = self.replicas.get((topic, p))
         return replica.epoch_start_offset if replica is not None and replica.role == LEADER else 0
 
-    def _effective_isr(self, replica: Replica) -> tuple[int, ...]:
-        """The maximal ISR (KIP-497): an expansion being written already counts."""
-        isr = replica.isr
-        if replica.pending_isr is not None and len(replica.pending_isr) > len(isr):
-            return replica.pending_isr
-        return isr
+    # The broker's replication policy (single_node.SingleNode is the other one).
+    replica_logs = True              # logs open as replicas: epoch and HW from replication
+    replicates = True                # acks=all waits for the HW (the ISR's copies)
+    serves_followers = True          # a Fetch / ListOffsets may come from a follower
 
-    def _maybe_increment_hw(self, replica: Replica) -> None:
-        part = self.partitions.get(replica.topic, replica.index)
-        if part is None or part._log is None or replica.role != LEADER:
-            return
-        log = part._log
-        candidate = high_watermark_candidate(
-            log.log_end_offset, self._effective_isr(replica), self.me, replica.followers,
-            log.config.min_insync_replicas, len(self.assignment_of(replica)))
-        if candidate is not None and candidate > log.high_watermark:
-            log.maybe_increment_high_watermark(candidate)
-            self.partitions.notify(part)
-        self._complete_waiters(replica, log.high_watermark)
+    def append_check(self, part, acks_all: bool) -> tuple[int, str | None]:
+        """Nothing beyond produce_check (the ISR size was checked there)."""
+        return E.NONE, None
 
-    def after_append(self, part) -> None:
-        """The partition manager appended (the leader's LEO moved): with an ISR of the leader
-        alone the HW follows at once; parked follower fetches wake (notify)."""
+    def appended(self, part) -> None:
+        """The broker's PartitionManager appended to `part` (its PartitionLog): the replica's
+        HW may follow."""
         replica = self.replicas.get((part.topic, part.index))
-        if replica is not None and replica.role == LEADER:
-            self._maybe_increment_hw(replica)
-
-    def on_follower_fetch(self, replica: Replica, follower: int, fetch_offset: int,
-                          log_start: int, leader_leo: int, leader_epoch: int) -> None:
-        """A follower's non-diverging fetch at `fetch_offset` reached the leader (its LEO then
-        was `leader_leo`), checked at `leader_epoch`. A fetch parked in a long poll may come
-        back after this broker was deposed: it then counts for nothing (an ISR write from it
-        would name this broker leader at the new leader's epoch)."""
-        if replica.role != LEADER or replica.epoch != leader_epoch:
-            return
-        state = replica.followers.get(follower)
-        if state is None:
-            state = replica.followers[follower] = FollowerState()
-        state.on_fetch(fetch_offset, leader_leo, _now_ms())
-        state.log_start_offset = log_start
-        part = self.partitions.get(replica.topic, replica.index)
-        if part is None or part._log is None:
-            return
-        if (follower not in replica.isr and replica.isr_change is None
-                and follower in self.brokers and follower not in self.shutting_down
-                and follower in self.assignment_of(replica) and follower not in self.removing_of(replica)
-                and may_join(state, part._log.high_watermark, replica.epoch_start_offset)):
-            new_isr = tuple(b for b in self.assignment_of(replica) if b in replica.isr or b == follower)
-            logger.info("broker %d: %s-%d: follower %d caught up (LEO %d); expanding the ISR from %s"
-                        " to %s", self.me, replica.topic, replica.index, follower, fetch_offset,
-                        list(replica.isr), list(new_isr))
-            self._change_isr(replica, new_isr)
-        self._maybe_increment_hw(replica)
-
-    def _change_isr(self, replica: Replica, new_isr: tuple[int, ...]) -> None:
-        """Write a new ISR (the caller checked on the loop, with no await since, that this broker
-        leads). The state it is based on is taken now: one read later could be a new leader's."""
-        state = replica.state
-        if replica.role != LEADER or state is None or state.leader != self.me:
-            return
-        new_isr = self._without_restarted(replica, state, new_isr)
-        replica.pending_isr = new_isr
-        replica.isr_change = self.loop.create_task(self._write_isr(replica, state, new_isr))
-
-    def _without_restarted(self, replica: Replica, state: PartitionState,
-                           isr: tuple[int, ...]) -> tuple[int, ...]:
-        """`isr` less the members registered after `state` was written: they restarted (or their
-        session expired) since, and may have lost what they had; writing them back would make
-        an old membership look current (the controller drops them, KIP-380)."""
-        keep = []
-        for b in isr:
-            reg = self.brokers.get(b)
-            if b != self.me and reg is not None and state.written_before(reg.epoch):
-                logger.info("broker %d: %s-%d: broker %d registered again since the state was written;"
-                            " left out of the ISR until it catches up", self.me, replica.topic,
-                            replica.index, b)
-                continue
-            keep.append(b)
-        return tuple(keep)
-
-    async def _write_isr(self, replica: Replica, state: PartitionState, new_isr: tuple[int, ...]) -> None:
-        try:
-            new = PartitionState(self.me, state.leader_epoch, new_isr, state.controller_epoch)
-            try:
-                written = await asyncio.to_thread(self.store.update_partition_state, replica.topic,
-                                                  replica.index, new, state.zk_version)
-            except CoordinatorUnavailableError as exc:
-                # The outcome is unknown: ZooKeeper may have applied it. Until a read says, the
-                # pending ISR keeps counting (the maximal ISR) and nothing else is written.
-                written = await self._resolve_unknown_isr_write(replica, state, new, exc)
-                if written is None:
-                    return
-            if replica.role == LEADER and replica.epoch == state.leader_epoch:
-                replica.state = written
-                if self.states.get(replica.key, written).zk_version <= written.zk_version:
-                    self.states[replica.key] = written
-        except ZkVersionConflictError:
-            # Deposed, or the controller changed the ISR: re-read and apply what is there.
-            fresh = await asyncio.to_thread(self.store.partition_state, replica.topic, replica.index,
-                                            sync=True)
-            logger.info("broker %d: %s-%d: the ISR write lost a race (state now %s); re-read",
-                        self.me, replica.topic, replica.index, fresh)
-            if fresh is not None:
-                self._post(("state", replica.topic, replica.index, fresh))
-        except Exception as exc:   # noqa: BLE001 - ZooKeeper away: the next check retries
-            logger.warning("broker %d: %s-%d: writing the ISR %s failed: %s", self.me, replica.topic,
-                           replica.index, list(new_isr), exc)
-        finally:
-            replica.pending_isr = None
-            replica.isr_change = None
-        if replica.role == LEADER:
-            self._maybe_increment_hw(replica)
-
-    async def _resolve_unknown_isr_write(self, replica: Replica, state: PartitionState,
-                                         new: PartitionState, exc: Exception) -> PartitionState | None:
-        """After an ISR write whose outcome is unknown (the connection broke before the answer):
-        read the state znode until ZooKeeper answers, and recognise this broker's own write
-        (Kafka re-reads and compares its proposed state). The state it wrote, or None: not
-        applied, written by someone else (that state is applied), or this broker was deposed
-        meanwhile."""
-        logger.warning("broker %d: %s-%d: the outcome of writing the ISR %s is unknown (%s); reading"
-                       " it back", self.me, replica.topic, replica.index, list(new.isr), exc)
-        delay = 0.05
-        while not self._stopped and replica.role == LEADER and replica.epoch == state.leader_epoch:
-            try:
-                fresh = await asyncio.to_thread(self.store.partition_state, replica.topic,
-                                                replica.index, sync=True)
-            except CoordinatorUnavailableError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            if fresh is None or fresh.zk_version == state.zk_version:
-                return None                      # not applied: the next check writes again
-            if (fresh.zk_version == state.zk_version + 1 and fresh.leader == self.me
-                    and fresh.leader_epoch == state.leader_epoch and fresh.isr == tuple(new.isr)
-                    and fresh.controller_epoch == state.controller_epoch):
-                logger.info("broker %d: %s-%d: the ISR write was applied (version %d)", self.me,
-                            replica.topic, replica.index, fresh.zk_version)
-                return fresh
-            self._post(("state", replica.topic, replica.index, fresh))
-            return None
-        return None
-
-    async def _shrink_loop(self) -> None:
-        interval = max(0.05, self.lag_max_ms / 2000.0)
-        while True:
-            await asyncio.sleep(interval)
-            now = _now_ms()
-            for replica in list(self.replicas.values()):
-                if replica.role != LEADER or replica.isr_change is not None:
-                    continue
-                part = self.partitions.get(replica.topic, replica.index)
-                if part is None or part._log is None:
-                    continue
-                lagging = out_of_sync(replica.isr, self.me, replica.followers, part._log.log_end_offset,
-                                      now, self.lag_max_ms)
-                if lagging:
-                    new_isr = tuple(b for b in replica.isr if b not in lagging)
-                    logger.warning("broker %d: %s-%d: followers %s are more than %d ms behind;"
-                                   " shrinking the ISR from %s to %s", self.me, replica.topic,
-                                   replica.index, lagging, int(self.lag_max_ms), list(replica.isr),
-                                   list(new_isr))
-                    self._change_isr(replica, new_isr)
+        if replica is not None:
+            replica.appended()
 
     async def _checkpoint_loop(self) -> None:
         """Each replica's HW to replication-offset-checkpoint (Kafka's
@@ -776,8 +576,7 @@ class ReplicaManager:
             await asyncio.sleep(interval)
             due = []
             for key, replica in list(self.replicas.items()):
-                part = self.partitions.get(*key)
-                log = part._log if part is not None else None
+                log = self.open_log(*key)
                 if log is not None and written.get(key) != log.high_watermark:
                     due.append((key, log, log.high_watermark))
             if due and not self.partitions.log_dir_failure.all_failed:
@@ -794,62 +593,10 @@ class ReplicaManager:
                 logger.debug("checkpointing %s-%d failed: %s", key[0], key[1], exc)
 
     # ------------------------------------------------------------------ acks=all
-    async def wait_for_high_watermark(self, replica: Replica, required: int, timeout_s: float) -> int:
-        """Park an acks=all write until the HW reaches `required` (its last offset + 1): the
-        code of high_watermark_reached, or REQUEST_TIMED_OUT (the records may still commit)."""
-        fut = self.high_watermark_reached(replica, required)
-        if not fut.done():
-            await asyncio.wait((fut,), timeout=timeout_s)
-            if not fut.done():
-                self.forget_waiter(replica, fut)
-                return E.REQUEST_TIMED_OUT
-        return fut.result()
-
-    def high_watermark_reached(self, replica: Replica, required: int) -> asyncio.Future:
-        """A future for an acks=all produce appended up to `required` (its last offset + 1),
-        set once the HW passes it: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (the HW passed it with
-        the ISR below min.insync.replicas) or NOT_LEADER_OR_FOLLOWER (leadership moved; the
-        records may survive on the new leader). A caller that stops waiting (its timeout) hands
-        it to forget_waiter. Futures, not a coroutine per partition: a produce waits for all of
-        its partitions with one timer."""
-        fut = self.loop.create_future()
-        part = self.partitions.get(replica.topic, replica.index)
-        if replica.role != LEADER or part is None or part._log is None:
-            fut.set_result(E.NOT_LEADER_OR_FOLLOWER)
-        elif part._log.high_watermark >= required:
-            fut.set_result(self._enough(replica))
-        else:
-            replica.waiters.append((required, fut))
-        return fut
-
     @staticmethod
-    def forget_waiter(replica: Replica, fut: asyncio.Future) -> None:
-        fut.cancel()
-        replica.waiters = [w for w in replica.waiters if w[1] is not fut]
-
-    def _enough(self, replica: Replica) -> int:
-        return E.NONE if len(self._effective_isr(replica)) >= self.min_insync(replica) \
-            else E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-
-    def _complete_waiters(self, replica: Replica, hw: int) -> None:
-        if not replica.waiters:
-            return
-        keep = []
-        for required, fut in replica.waiters:
-            if fut.done():
-                continue
-            if hw >= required:
-                fut.set_result(self._enough(replica))
-            else:
-                keep.append((required, fut))
-        replica.waiters = keep
-
-    @staticmethod
-    def _fail_waiters(replica: Replica, code: int) -> None:
-        for _, fut in replica.waiters:
-            if not fut.done():
-                fut.set_result(code)
-        replica.waiters = []
+    async def wait_for_high_watermark(replica: Partition, required: int, timeout_s: float) -> int:
+        """Partition.wait_for_high_watermark (the replica-manager tests call it here)."""
+        return await replica.wait_for_high_watermark(required, timeout_s)
 
     # ------------------------------------------------------------------ for handlers
     def address_of(self, broker_id: int) -> tuple[str, int] | None:

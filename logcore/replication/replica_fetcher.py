@@ -11,9 +11,9 @@ and current_leader_epoch = the epoch this broker follows at. The answer, per par
 - records: also log start = max(own, the leader's log start);
 - OFFSET_OUT_OF_RANGE: ask the leader's log end (ListOffsets as a replica) and truncate to it
   if the local log is longer, or truncate fully and start at the leader's log start if the
-  local log ends below it (logcore.broker.replica_catchup);
+  local log ends below it (logcore.replication.replica_catchup);
 - OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): build the epoch cache and producer state from the
-  remote tier and start at the leader's local log start (logcore.broker.replica_catchup);
+  remote tier and start at the leader's local log start (logcore.replication.replica_catchup);
 - FENCED_LEADER_EPOCH: this broker is behind; wait for the new state from ZooKeeper;
 - UNKNOWN_LEADER_EPOCH: the leader is behind (it has not applied the state yet): retry after
   50 ms (at most replica.fetch.backoff.ms);
@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 
 from logcore.wire import error_codes as E
-from logcore.broker import replica_catchup
+from logcore.replication import replica_catchup
 from logcore.errors import NotLeaderOrFollowerError, SegLogError
 from logcore.wire.api_keys import FETCH
 from logcore.wire.client import AsyncKafkaConnection, KafkaError
@@ -48,7 +48,7 @@ LEADER_CATCH_UP_S = 0.05   # retrying a leader that does not know the followed e
 
 @dataclass(eq=False)
 class Followed:
-    replica: object                  # replica_manager.Replica
+    replica: object                  # partition.Partition
     epoch: int                       # the leader epoch followed at
     delayed_until: float = 0.0       # monotonic seconds: backing off after an error
     fenced: bool = False             # the leader has a newer epoch: wait for ZooKeeper
@@ -199,8 +199,7 @@ class LeaderFetcher:
     # ------------------------------------------------------------------ one round
     def _partition_request(self, followed: Followed) -> dict | None:
         replica = followed.replica
-        part = self.manager.partitions.get(replica.topic, replica.index)
-        log = part._log if part is not None else None
+        log = replica.open_log()
         if log is None:
             return None
         latest = log.epoch_cache.latest_epoch
@@ -279,10 +278,9 @@ class LeaderFetcher:
     async def _apply(self, conn, followed: Followed, offset: int, p) -> None:
         replica = followed.replica
         code = int(p.error_code)
-        part = self.manager.partitions.get(replica.topic, replica.index)
-        if part is None or part._log is None:
+        log = replica.open_log()
+        if log is None:
             return
-        log = part._log
         if code == E.NONE:
             diverging = getattr(p, "diverging_epoch", None)
             if diverging is not None and (diverging.epoch >= 0 or diverging.end_offset >= 0):
@@ -310,7 +308,7 @@ class LeaderFetcher:
             log.update_high_watermark(p.high_watermark, follower_at=followed.epoch)
             if p.log_start_offset > log.log_start_offset:
                 await asyncio.to_thread(replica_catchup.follow_log_start, log, p.log_start_offset)
-            self.manager.partitions.notify(part)
+            self.manager.notify(replica)
         elif code == E.OFFSET_OUT_OF_RANGE:
             await self._out_of_range(conn, followed, log)
         elif code == E.OFFSET_MOVED_TO_TIERED_STORAGE:

@@ -30,7 +30,7 @@ from logcore.log.checkpoint import LeaderEpochCheckpoint
 from logcore.wire.api_keys import LIST_OFFSETS
 from logcore.wire.list_offsets import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
-logger = logging.getLogger("logcore.broker.replica_fetcher")
+logger = logging.getLogger("logcore.replication.replica_fetcher")
 
 LIST_OFFSETS_VERSION = 4
 
