@@ -8,7 +8,6 @@ read-only: topics and partitions come from the folder names, configs are Kafka's
 """
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import re
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootError,
                             ReadOnlyLogError, ReplicaNotAvailableError, SegLogError, TopicExistsError,
                             TopicNotFoundError)
-from logcore.log.config import (LogConfig, check_topic_against_root, root_tiering_enabled,
+from logcore.log.config import (ROOT_TIERING_ENABLE, LogConfig, check_topic_against_root, root_tiering_enabled,
                                validate_topic_name, validate_topic_overrides)
 from logcore.log.log import KAFKA_CLEAN_SHUTDOWN, Log
 from logcore.log.log_backend import LogBackend
@@ -67,22 +66,17 @@ def partition_dir(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
-# The package of seglog's remote storage manager (remote.log.storage.manager.class.name: empty
-# or its FsspecRemoteStorageManager), imported by name when no tier registered itself yet.
-DEFAULT_TIER_PACKAGE = "logcore.tiered"
-
-
 def load_remote_tier() -> RemoteTierFactory:
-    """The registered remote tier factory; when none registered yet, import seglog's tier
-    package by name (as Kafka loads its remote storage manager by class name), which registers
-    itself. The factory checks the root's tiered settings, naming any bad one."""
+    """The registered remote tier factory. The layers above that use tiering (the broker, the
+    tools, the connector, the maintenance service) register it by importing `logcore.tiered`;
+    the log layer never imports it. The factory checks the root's tiered settings, naming any
+    bad one."""
     factory = registered_remote_tier()
     if factory is None:
-        importlib.import_module(DEFAULT_TIER_PACKAGE)
-        factory = registered_remote_tier()
-    if factory is None:
-        raise InvalidConfigError(f"importing {DEFAULT_TIER_PACKAGE} registered no remote tier"
-                                 " (logcore.log.remote_view.register_remote_tier)")
+        raise InvalidConfigError(
+            f"this root sets {ROOT_TIERING_ENABLE}=true but no remote tier is registered in this"
+            " process: import logcore.tiered (it registers itself through"
+            " logcore.log.remote_view.register_remote_tier) before opening the root")
     return factory
 
 
