@@ -23,6 +23,7 @@ from logcore.log.config import (ROOT_TIERING_ENABLE, LogConfig, check_topic_agai
                                validate_topic_name, validate_topic_overrides)
 from logcore.log.log import KAFKA_CLEAN_SHUTDOWN, Log
 from logcore.log.log_backend import LogBackend
+from logcore.log.segment_store import LocalSegmentStore, ObjectSegmentStore
 from logcore.log.open_mode import (KafkaCopyReader, OpenMode, PathWriter, PlainReader, RangeReader,
                                    RepairWriter, ReplicaWriter)
 from logcore.log.remote_view import RemoteTier, RemoteTierFactory, registered_remote_tier
@@ -496,10 +497,11 @@ class LogRoot:
         config = LogConfig.from_props(info.config, self.defaults())
         # A reader gets a read-only view of the storage: it can never change what it reads.
         storage = self.storage if writer else self._read_only_storage()
+        # The storage kind is asked here once: the log gets the stores that match it.
         if storage.is_local:
-            state = LocalPartitionState(storage, topic, partition)
+            state, segment_store = LocalPartitionState(storage, topic, partition), LocalSegmentStore
         else:
-            state = ObjectPartitionState(storage, d)
+            state, segment_store = ObjectPartitionState(storage, d), ObjectSegmentStore
         if replica and not (writer and storage.is_local):
             raise SegLogError(f"{d}: a replica log is a writer on local disk")
         if writer and replica:
@@ -522,7 +524,7 @@ class LogRoot:
             if tier is None:
                 check_topic_against_root(topic, config, self.defaults())
             remote = tier.view(topic, info.topic_id, partition)
-        log = Log(LogBackend(storage, state, fence, remote), d, topic, partition, config, mode)
+        log = Log(LogBackend(storage, state, segment_store, fence, remote), d, topic, partition, config, mode)
         self._open_logs.append(log)
         return log
 
