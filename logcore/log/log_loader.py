@@ -70,7 +70,6 @@ class LoadedLog:
     commit_marker: dict | None
     stored_lso: int | None                  # the LSO an object store's last commit recorded
     recovery: RecoveryReport                # what recovery cut or rebuilt
-    reported_start: tuple | None = None     # a contradictory log start already reported
 
 
 @dataclass(frozen=True)
@@ -227,8 +226,7 @@ class LogLoader(RangePlan):
                 position=self.segments[-1].size() if self.segments else 0)
         return LoadedLog(tuple(self.segments), self.log_segments.txn_bases, self.log_start_offset,
                          self.recovery_point, checkpointed_recovery_point, high_watermark, leo,
-                         state.high_watermark, state.marker, state.last_stable_offset, self.recovery,
-                         self.listing.reported_start)
+                         state.high_watermark, state.marker, state.last_stable_offset, self.recovery)
 
     def _check_indexes(self, can_write: bool, skip_active: bool = False) -> None:
         """Rebuild any missing or insane index of a sealed segment (in memory when read-only).
