@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from logcore.errors import ReplicaNotAvailableError, SegLogError, TopicNotFoundError
 from logcore.log.log_root import LogRoot
+import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
 
 logger = logging.getLogger("pyspark_seglog.source")
 

@@ -45,6 +45,7 @@ from logcore.errors import (
     TopicNotFoundError,
 )
 from logcore.log.log_root import LogRoot
+import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
 from logcore.records.batch import F_POSITION, batch_fields
 from logcore.records.compression import CODEC_BY_NAME, Compression
 from logcore.records.encode import encode_batch_run_into, encode_plain_run_into, plain_columns

@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows, Rea
 from logcore.errors import (CorruptRecordError, InvalidConfigError, OffsetOutOfRangeError, ReplicaNotAvailableError,
                             SegLogError, TopicNotFoundError)
 from logcore.log.log_root import LogRoot
+import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
 from logcore.records.arrow import BufferRecycler, decode_batches
 from logcore.wire.error_codes import NONE
 from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP

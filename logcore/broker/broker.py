@@ -39,6 +39,7 @@ from logcore.broker.reassignment_handlers import ReassignmentHandlers
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
+import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
 from logcore.log.partition_metadata import parse_topic_id
 from logcore.wire.list_offsets import (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
                                        MAX_TIMESTAMP)

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterable
 
 from logcore.errors import (DamagedLogError, FencedWriterError, InvalidRecordError, NotLeaderOrFollowerError,
-                            OffsetOutOfRangeError, ReadOnlyLogError, RecordTooLargeError, SegLogError)
+                            OffsetOutOfRangeError, ReadOnlyLogError, RecordTooLargeError, ResourceNotFoundError,
+                            SegLogError)
 from logcore.records.batch import (CONTROL_MASK, LOG_OVERHEAD, TRANSACTIONAL_MASK, BatchHeader, Record,
                                    TimestampType, build_batch, parse_header, set_base_offset,
                                    set_log_append_time, set_partition_leader_epoch)
@@ -39,7 +41,6 @@ from logcore.log.cleaner_checkpoint import CleanerCheckpoint
 from logcore.log.producer_state import ProducerBatch, ProducerStateManager
 from logcore.log.log_backend import LogBackend
 from logcore.log.open_mode import OpenMode
-from logcore.log.segment_store import segment_store_for
 from logcore.log.segment import LogSegment
 from logcore.log.log_segments import LogSegments
 from logcore.log.clock import now_ms as _now_ms
@@ -49,10 +50,10 @@ from logcore.log.log_flush import PendingFlushes
 from logcore.log.segment import _SegmentExists
 from logcore.log.segment_flusher import PendingFlush
 from logcore.log.log_loader import (CLEAN_SHUTDOWN, DELETED_SUFFIX, KAFKA_CLEAN_SHUTDOWN,  # noqa: F401
-                                    LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LoadedLog, LogLoader,
-                                    LogLoading, RecoveryReport)
-from logcore.log.log_reader import FetchResult, LogReader, _end_marker  # noqa: F401
-from logcore.log.log_refresh import LogRefresh
+                                    LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LoadContext, LoadedLog,
+                                    LogLoader, RecoveryReport, replay_producer_state)
+from logcore.log.log_reader import _READ_ATTEMPTS, FetchResult, LogReader, _end_marker  # noqa: F401
+from logcore.log.log_refresh import LogRefresh, RefreshedView
 from logcore.log.range_open import LsoFloor
 from logcore.log.segment_listing import SegmentListing
 from logcore.log.log_validator import (MAX_INFLATION, ON_LOOP_INFLATION, LogValidator,  # noqa: F401
@@ -75,7 +76,7 @@ class AppendInfo:
     duplicate: bool = False
 
 
-class Log(LogLoading, SegmentListing, LogRefresh):
+class Log:
     """A partition's log. Open it through `LogRoot.log(topic, partition)`."""
 
     def __init__(self, backend: LogBackend, directory: str, topic: str, partition: int, config,
@@ -95,8 +96,6 @@ class Log(LogLoading, SegmentListing, LogRefresh):
         self._kafka_copy = mode.kafka_copy
         self._repair = mode.repair
         self._committed_hw: int | None = None
-        # Batches tile the offsets without gaps (checked on read) unless compaction ran or may run.
-        self._gapless = not config.compact and not self._compacted_once(storage, directory, topic, partition)
         # Truncations that removed offsets (truncate_to below the LEO, truncate_fully_and_start_at):
         # a cleaner pass that began before one must not swap its output in (replace_segments).
         self.truncations = 0
@@ -121,7 +120,6 @@ class Log(LogLoading, SegmentListing, LogRefresh):
         # The segment list, its base offsets and which segments have a .txnindex: one writer.
         self.log_segments = LogSegments()
         self.recovery = RecoveryReport()
-        self._reported_start: tuple | None = None    # a contradictory log start already reported
         self.commit_marker: dict | None = None
         self.leader_epoch = -1
         # Whether this log takes a leader's appends. A path-mode writer leads by its fence; a
@@ -134,9 +132,6 @@ class Log(LogLoading, SegmentListing, LogRefresh):
         self.recovery_point = 0
         self.producer_state = ProducerStateManager(storage, directory, name=f"{topic}-{partition}")
         self._lock = threading.RLock()
-        self._seen_start_state: int | None = None
-        self._seen_first_base: int | None = None
-        self._seen_inodes: dict[int, int] = {}      # id(segment) -> its .log's inode at a reader's last refresh
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
         self._checkpointed_recovery_point = 0       # the recovery point the last commit wrote
@@ -147,7 +142,14 @@ class Log(LogLoading, SegmentListing, LogRefresh):
         epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         # Local disk or object store: what differs between them, behind one protocol.
-        self.segment_store = segment_store_for(self)
+        self.segment_store = backend.segment_store(self)
+        # The folder's segment list, shared with the loader; a reader's refresh of it.
+        self.listing = SegmentListing(self.segment_store, topic, partition, remote=self.remote,
+                                      kafka_copy=mode.kafka_copy)
+        self._refresher = LogRefresh(self.state_store, self.listing, self.segment_store, self.epoch_cache,
+                                     self.remote)
+        # Batches tile the offsets without gaps (checked on read) unless compaction ran or may run.
+        self._gapless = not config.compact and not self.listing.compacted_once()
         # Parts that work through the log's public operations: reads, retention, staged
         # adoption, the follower's append.
         self._reader = LogReader(self)
@@ -181,6 +183,8 @@ class Log(LogLoading, SegmentListing, LogRefresh):
 
     def new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
                     stem: str | None = None) -> LogSegment:
+        """A segment of this log at `base_offset`, not yet in its list (the segment store and
+        the loader make them)."""
         seg = LogSegment(self.storage, self.dir, base_offset,
                          index_interval_bytes=self.config.index_interval_bytes,
                          max_index_size=self.config.segment_index_bytes,
@@ -189,7 +193,124 @@ class Log(LogLoading, SegmentListing, LogRefresh):
         seg.contiguous = self._gapless
         return seg
 
-    _new_segment = new_segment      # the loader's, refresh's and segment store's name for it
+    _new_segment = new_segment      # the loader's, refresh's and tests' name for it
+
+    # ------------------------------------------------------------------ what the segment store asks
+    # (segment_store.SegmentStoreHost: the store calls the log through these, never its fields)
+    @property
+    def recovery_point_unrecorded(self) -> bool:
+        """The recovery point moved since the last commit recorded it."""
+        return self.recovery_point != self._checkpointed_recovery_point
+
+    @property
+    def state_unsynced(self) -> bool:
+        """The last commit wrote the HW without fsync."""
+        return self._state_unsynced
+
+    def note_state_synced(self) -> None:
+        self._state_unsynced = False
+
+    # ------------------------------------------------------------------ opening and refresh
+    def load_context(self) -> LoadContext:
+        """What loading this log reads, given explicitly to its `LogLoader`."""
+        return LoadContext(self.storage, self.dir, self.topic, self.partition, self.state_store,
+                           self.segment_store, self.epoch_cache, self.new_segment,
+                           writer=self.writer, read_only=self.read_only, remote=self.remote,
+                           repair=self._repair, kafka_copy=self._kafka_copy, read_range=self._read_range,
+                           listing=self.listing)
+
+    def _load(self, kafka_clean: bool) -> None:
+        loaded = LogLoader(self.load_context(), kafka_clean).load()
+        self._apply_loaded(loaded)
+        self._finish_open(loaded)
+
+    def _apply_loaded(self, loaded: LoadedLog) -> None:
+        """The one place a load's result becomes the log's state."""
+        self.log_segments = LogSegments(loaded.segments, loaded.txn_bases)
+        self.log_start_offset = loaded.log_start_offset
+        self.recovery_point = loaded.recovery_point
+        self._checkpointed_recovery_point = loaded.checkpointed_recovery_point
+        self.high_watermark = loaded.high_watermark
+        self._committed_hw = loaded.committed_hw
+        self.commit_marker = loaded.commit_marker
+        self._lso_floor.record_stored(loaded.stored_lso)
+        self.recovery = loaded.recovery
+
+    def _finish_open(self, loaded: LoadedLog) -> None:
+        """What the opened log does before it serves: a reader rebuilds its producer state
+        (unless range-bounded); a writer rolls a first segment into an empty log, brings a stored
+        HW above the LEO down, cuts an uncommitted tail (unless a replica), rebuilds its producer
+        state and takes its epoch at the LEO."""
+        if not self.writer:
+            if self._producer_state_loaded:
+                self._rebuild_producer_state()
+            return
+        if not self.segments:
+            self._roll_to(self.log_start_offset)
+        leo = self.log_end_offset
+        if self._local_writer and loaded.committed_hw is not None and loaded.committed_hw > leo:
+            # Committed data that a power cut took (it was not fsynced): the stored HW comes
+            # down to the LEO now, or offsets appended from here would count as committed.
+            logger.warning("%s-%d: the committed high watermark %d is above the log end %d",
+                           self.topic, self.partition, loaded.committed_hw, leo)
+            self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
+                                    first_segment_base=self.segments[0].base_offset,
+                                    epoch=self.leader_epoch, recovery_point=self.recovery_point)
+        if self.truncate_uncommitted and leo > self.high_watermark:
+            logger.warning("%s-%d: dropping %d uncommitted offsets above the high watermark %d",
+                           self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
+            self._truncate_locked(self.high_watermark)
+        self._rebuild_producer_state()
+        if not self.mode.leads_when_opened:
+            # A replica: its epoch is the latest it holds until the controller says more.
+            latest = self.epoch_cache.latest_epoch
+            self.leader_epoch = latest if latest is not None else -1
+        else:
+            self.epoch_cache.assign(self.leader_epoch, self.log_end_offset)
+        self.epoch_cache.flush()        # the truncation above, when assign changed nothing
+        self.segment_store.writer_opened()
+
+    def _rebuild_producer_state(self) -> None:
+        """Reload the newest usable snapshot, then replay producer fields of later batches.
+
+        Only batch headers are read, plus the one record of each transaction marker.
+        """
+        self.producer_state.truncate_and_reload(self.log_start_offset, self.log_end_offset, _now_ms())
+        self._replay_producer_state(self.producer_state.map_end_offset)
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
+
+    def _replay_producer_state(self, start: int) -> None:
+        """Replay the producer fields of batches from `start` to the LEO (headers only)."""
+        replay_producer_state(self.producer_state, self.log_segments, start, self.log_end_offset,
+                              strict=self.writer, name=f"{self.topic}-{self.partition}")
+
+    def refresh(self) -> None:
+        """Readers: pick up new segments and the latest committed offsets (another process writes)."""
+        if self.writer:
+            return
+        for attempt in range(_READ_ATTEMPTS):
+            try:
+                with self._lock:
+                    self._apply_refreshed(self._refresher.view(self.segments, self.high_watermark))
+                return
+            except ResourceNotFoundError:
+                # A segment file went away between the listing and the scan (a cleaner swap or
+                # retention): list again.
+                if attempt == _READ_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.01 * attempt)
+
+    def _apply_refreshed(self, view: RefreshedView) -> None:
+        """The one place a refresh's result becomes a reader's state."""
+        self.log_segments.reset(view.log_segments.list, view.log_segments.txn_bases)
+        self.log_start_offset = view.log_start_offset
+        hw = view.committed_hw if view.committed_hw is not None else self.log_start_offset
+        self.high_watermark = min(max(hw, self.log_start_offset),
+                                  self.listing.readable_end(self.segments, hw, self.log_end_offset))
+        if self._producer_state_loaded:
+            self._replay_producer_state(self.producer_state.map_end_offset)
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
+        self._lso_floor.record_stored(view.stored_lso)   # a newer snapshot may settle it too
 
     @property
     def segments(self) -> list[LogSegment]:
@@ -332,7 +453,7 @@ class Log(LogLoading, SegmentListing, LogRefresh):
                     return False
                 swap_files()
                 for old, base, stem, has_aborted in replacements:
-                    self.log_segments.replace_run(old, self._new_segment(base, writable=False, stem=stem),
+                    self.log_segments.replace_run(old, self.new_segment(base, writable=False, stem=stem),
                                                   has_txn_index=has_aborted)
                 return True
 
@@ -342,7 +463,7 @@ class Log(LogLoading, SegmentListing, LogRefresh):
             active = self.segments[-1]
             if active.writable and not active.in_memory:
                 self.segment_store.seal(active)
-                self.log_segments.replace_active(self._new_segment(active.base_offset, writable=False))
+                self.log_segments.replace_active(self.new_segment(active.base_offset, writable=False))
             if active.size() == 0 and active.base_offset == base_offset:
                 return self.segments[-1]
             if active.in_memory and active.size() > 0:

@@ -6,9 +6,11 @@ it as one immutable `LoadedLog` (Kafka's LoadedLogOffsets, with the segments and
 cut); it changes no field of the `Log`. What it reads is given explicitly as a `LoadContext`
 (`Log.load_context()` builds one). The files it may change are those a crash left
 (temporary files, torn tails a writer cuts, rebuilt indexes) and the leader-epoch cache of a
-writer, which the log shares with it, as Kafka's loader does. `Log._load` (the `LogLoading`
-mixin) applies the value in one place, `_apply_loaded`, then runs what a writer does once
-opened (`_finish_open`: the uncommitted tail cut, the producer state, the epoch at the LEO).
+writer, which the log shares with it, as Kafka's loader does. The `Log` applies the value in
+one place, `_apply_loaded`, then runs what a writer does once opened (`_finish_open`: the
+uncommitted tail cut, the producer state, the epoch at the LEO). What differs between local
+disk and an object store is asked of the segment store (segment_store.py), and the listing of
+the folder is a `SegmentListing` (segment_listing.py) the log shares with its loader.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ from logcore.log.segment_listing import SegmentListing
 from logcore.log.log_segments import LogSegments
 from logcore.log.range_open import RangePlan
 from logcore.log.log_reader import _end_marker
-from logcore.log.clock import now_ms as _now_ms
 
 logger = logging.getLogger("logcore.log.log")   # the logger name users' configurations know
 
@@ -57,7 +58,7 @@ class RecoveryReport:
 @dataclass(frozen=True)
 class LoadedLog:
     """What opening a log found (Kafka's LoadedLogOffsets, plus the segments): applied to the
-    `Log` in one place (`LogLoading._apply_loaded`)."""
+    `Log` in one place (`Log._apply_loaded`)."""
     segments: tuple[LogSegment, ...]
     txn_bases: frozenset[int]               # segments that have a .txnindex
     log_start_offset: int
@@ -69,7 +70,6 @@ class LoadedLog:
     commit_marker: dict | None
     stored_lso: int | None                  # the LSO an object store's last commit recorded
     recovery: RecoveryReport                # what recovery cut or rebuilt
-    reported_start: tuple | None = None     # a contradictory log start already reported
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,10 @@ class LoadContext:
     repair: bool = False                    # `seglog repair`: check every segment, may cut committed data
     kafka_copy: bool = False                # a Kafka broker's copy (its own checkpoints)
     read_range: tuple[int | None, int | None] | None = None
+    listing: object = None                  # the log's SegmentListing (None: the loader's own)
 
 
-class LogLoader(SegmentListing, RangePlan):
+class LogLoader(RangePlan):
     """One load of a log: `load()` returns the `LoadedLog`."""
 
     def __init__(self, context, kafka_clean: bool = False):
@@ -113,10 +114,11 @@ class LogLoader(SegmentListing, RangePlan):
         self._repair = ctx.repair
         self._kafka_copy = ctx.kafka_copy
         self._read_range = ctx.read_range
-        self._local_writer = ctx.writer and ctx.storage.is_local
+        self._local_writer = ctx.writer and ctx.segment_store.in_place
+        self.listing = ctx.listing or SegmentListing(ctx.segment_store, ctx.topic, ctx.partition,
+                                                     remote=ctx.remote, kafka_copy=ctx.kafka_copy)
         self.kafka_clean = kafka_clean
         self.log_segments = LogSegments()
-        self._reported_start: tuple | None = None
         self.recovery = RecoveryReport()
         self.recovery_point = 0
         self.log_start_offset = 0
@@ -147,11 +149,11 @@ class LogLoader(SegmentListing, RangePlan):
             raise
 
     def _load(self) -> LoadedLog:
-        names = self._list_files()
+        names = self.listing.list_files()
         can_write = self.writer and not self.read_only
         if can_write:
             self.segment_store.clean_leftovers(names)      # Kafka's load steps 1-2
-            names = self._list_files()
+            names = self.listing.list_files()
         bases = sorted({parsed[0] for parsed in map(parse_segment_name, names)
                         if parsed is not None and parsed[1] == LOG_SUFFIX})
         clean = self.kafka_clean or CLEAN_SHUTDOWN in names
@@ -161,33 +163,36 @@ class LogLoader(SegmentListing, RangePlan):
         self._committed_hw = state.high_watermark
         self.recovery_point = state.recovery_point if state.recovery_point is not None else 0
         checkpointed_recovery_point = self.recovery_point
-        plan, txn_bases = self._segment_plan(names, bases, state)
+        plan, txn_bases = self.listing.segment_plan(names, bases, state)
+        # Files written in place: a crash may leave torn tails, which recovery scans and cuts
+        # (an object store publishes whole objects), and a writer appends to the last file.
+        in_place = self.segment_store.in_place
         segments = []
         for i, (base, stem) in enumerate(plan):
-            active_local = can_write and self.storage.is_local and i == len(plan) - 1
+            active_local = can_write and in_place and i == len(plan) - 1
             segments.append(self._new_segment(base, writable=active_local, stem=stem))
         self.log_segments.reset(segments, txn_bases)
-        if can_write and not self.storage.is_local:
-            # Also with no cleaned list yet: a first pass killed before its switch leaves objects.
-            self._delete_replaced_objects(names, state.cleaned or {"end": 0, "segments": []})
+        if can_write:
+            self.segment_store.delete_replaced(names, state)
         self._plan_range(state)
-        while not self.storage.is_local and self.segments:
+        while self.segments:
             count = len(self.segments)
-            self._drop_unreachable_object_segments(only_needed=True)
+            self.listing.drop_unreachable_segments(self.log_segments, self.epoch_cache, delete=self.writer,
+                                                   needs=self._needs)
             if len(self.segments) == count:
                 break
             self._plan_range(state)     # a dropped segment may have held the range's start
-        self._check_indexes(can_write, skip_active=self.storage.is_local and not clean and can_write)
-        if self.storage.is_local and (not clean or self._repair) and self.segments:
+        self._check_indexes(can_write, skip_active=in_place and not clean and can_write)
+        if in_place and (not clean or self._repair) and self.segments:
             self._recover(can_write)
         if not self.segments:
             # (a writer rolls its first segment here once the load is applied)
             self.log_start_offset = state.log_start_offset or 0
         first_base = self.segments[0].base_offset if self.segments else self.log_start_offset
-        self.log_start_offset = self._start_offset(self._checked_start(state), first_base)
+        self.log_start_offset = self.listing.start_offset(self.listing.checked_start(state, self.bases), first_base)
         # Retention moves the log start offset before it removes segments: a crash in between
         # leaves segments wholly below it, which go now (a reader just ignores them).
-        self._drop_segments_below_start(delete_files=can_write)
+        self.listing.drop_segments_below_start(self.log_segments, self.log_start_offset, delete_files=can_write)
         # A range-bounded reader leaves the last segment unprepared when the HW lies below it:
         # the LEO (at least that segment's base) then caps nothing and is not computed.
         leo = self.log_end_offset if not self.segments or self._needs(self.segments[-1]) else None
@@ -207,7 +212,7 @@ class LogLoader(SegmentListing, RangePlan):
                                self.topic, self.partition)
         high_watermark = max(hw, self.log_start_offset)
         if leo is not None:
-            high_watermark = min(high_watermark, self._readable_end(hw, leo))
+            high_watermark = min(high_watermark, self.listing.readable_end(self.segments, hw, leo))
         if (self._local_writer and not self._repair and state.high_watermark is not None
                 and leo < min(state.high_watermark, checkpointed_recovery_point)):
             path = (self.segments[-1].log_path if self.segments
@@ -221,32 +226,7 @@ class LogLoader(SegmentListing, RangePlan):
                 position=self.segments[-1].size() if self.segments else 0)
         return LoadedLog(tuple(self.segments), self.log_segments.txn_bases, self.log_start_offset,
                          self.recovery_point, checkpointed_recovery_point, high_watermark, leo,
-                         state.high_watermark, state.marker, state.last_stable_offset, self.recovery,
-                         self._reported_start)
-
-
-    def _delete_replaced_objects(self, names: list[str], cleaned: dict) -> None:
-        """A writer removes what a cleaner pass left behind: originals below the cleaned end and
-        cleaned objects that no list names (a pass that crashed before its switch)."""
-        end = int(cleaned["end"])
-        listed = {str(stem) for _b, stem in cleaned["segments"]}
-        # Replaced segments stay until their file.delete.delay.ms passed (readers may hold them).
-        now = _now_ms()
-        pending = {str(stem) for stem, due in cleaned.get("replaced", []) if int(due) > now}
-        for name in names:
-            parsed = parse_segment_name(name)
-            if parsed is None or parsed[1] == SNAPSHOT_SUFFIX:
-                continue
-            base, suffix = parsed
-            stem = name.rsplit(".", 1)[0]
-            if stem in pending:
-                continue
-            if suffix in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex"):
-                stale = base < end
-            else:
-                stale = stem not in listed and suffix.count(".") == 2
-            if stale:
-                self.storage.delete(self.storage.join(self.dir, name), missing_ok=True)
+                         state.high_watermark, state.marker, state.last_stable_offset, self.recovery)
 
     def _check_indexes(self, can_write: bool, skip_active: bool = False) -> None:
         """Rebuild any missing or insane index of a sealed segment (in memory when read-only).
@@ -269,7 +249,7 @@ class LogLoader(SegmentListing, RangePlan):
                 continue
             logger.warning("rebuilding indexes of %s: %s", seg.log_path, problem)
             self.recovery.rebuilt_indexes.append(seg.log_path)
-            result = self._recover_segment(i, None, write=can_write and self.storage.is_local,
+            result = self._recover_segment(i, None, write=can_write and self.segment_store.in_place,
                                            may_cut=self._may_cut)
             if result.truncated_bytes:
                 self._note_truncation(seg, result)
@@ -315,7 +295,7 @@ class LogLoader(SegmentListing, RangePlan):
             return True
         last = seg.base_offset >= self.bases[-1]
         # (object stores publish whole objects: no write is ever half done there)
-        if last and cut >= self.recovery_point and self.storage.is_local:
+        if last and cut >= self.recovery_point and self.segment_store.in_place:
             rest = seg.data.read(result.valid_bytes, result.valid_bytes + result.truncated_bytes)
             if not any(rest) or seg.resync(result.valid_bytes) is None:
                 logger.warning("%s: committed offsets from %d were not all written before a crash (%s):"
@@ -368,7 +348,7 @@ class LogLoader(SegmentListing, RangePlan):
                             dropped.close()
                             dropped.delete_files()
                     self.log_segments.keep_first(i + 1)
-                    if can_write and not seg.writable and self.storage.is_local:
+                    if can_write and not seg.writable and self.segment_store.in_place:
                         # The cut segment becomes the active one again.
                         seg.close()
                         self.log_segments.replace_at(i, self._new_segment(seg.base_offset, writable=True))
@@ -382,98 +362,25 @@ class LogLoader(SegmentListing, RangePlan):
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
 
 
-class LogLoading:
-    """Opening (`Log.__init__` calls `_load`), and the producer-state replay truncation and a
-    reader's refresh use too."""
-
-    def load_context(self) -> LoadContext:
-        """What loading this log reads, given explicitly to its `LogLoader`."""
-        return LoadContext(self.storage, self.dir, self.topic, self.partition, self.state_store,
-                           self.segment_store, self.epoch_cache, self._new_segment,
-                           writer=self.writer, read_only=self.read_only, remote=self.remote,
-                           repair=self._repair, kafka_copy=self._kafka_copy, read_range=self._read_range)
-
-    def _load(self, kafka_clean: bool) -> None:
-        loaded = LogLoader(self.load_context(), kafka_clean).load()
-        self._apply_loaded(loaded)
-        self._finish_open(loaded)
-
-    def _apply_loaded(self, loaded: LoadedLog) -> None:
-        """The one place a load's result becomes the log's state."""
-        self.log_segments = LogSegments(loaded.segments, loaded.txn_bases)
-        self.log_start_offset = loaded.log_start_offset
-        self.recovery_point = loaded.recovery_point
-        self._checkpointed_recovery_point = loaded.checkpointed_recovery_point
-        self.high_watermark = loaded.high_watermark
-        self._committed_hw = loaded.committed_hw
-        self.commit_marker = loaded.commit_marker
-        self._lso_floor.record_stored(loaded.stored_lso)
-        self.recovery = loaded.recovery
-        if loaded.reported_start is not None:
-            self._reported_start = loaded.reported_start
-
-    def _finish_open(self, loaded: LoadedLog) -> None:
-        """What the opened log does before it serves: a reader rebuilds its producer state
-        (unless range-bounded); a writer rolls a first segment into an empty log, brings a stored
-        HW above the LEO down, cuts an uncommitted tail (unless a replica), rebuilds its producer
-        state and takes its epoch at the LEO."""
-        if not self.writer:
-            if self._producer_state_loaded:
-                self._rebuild_producer_state()
-            return
-        if not self.segments:
-            self._roll_to(self.log_start_offset)
-        leo = self.log_end_offset
-        if self._local_writer and loaded.committed_hw is not None and loaded.committed_hw > leo:
-            # Committed data that a power cut took (it was not fsynced): the stored HW comes
-            # down to the LEO now, or offsets appended from here would count as committed.
-            logger.warning("%s-%d: the committed high watermark %d is above the log end %d",
-                           self.topic, self.partition, loaded.committed_hw, leo)
-            self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
-                                    first_segment_base=self.segments[0].base_offset,
-                                    epoch=self.leader_epoch, recovery_point=self.recovery_point)
-        if self.truncate_uncommitted and leo > self.high_watermark:
-            logger.warning("%s-%d: dropping %d uncommitted offsets above the high watermark %d",
-                           self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
-            self._truncate_locked(self.high_watermark)
-        self._rebuild_producer_state()
-        if not self.mode.leads_when_opened:
-            # A replica: its epoch is the latest it holds until the controller says more.
-            latest = self.epoch_cache.latest_epoch
-            self.leader_epoch = latest if latest is not None else -1
-        else:
-            self.epoch_cache.assign(self.leader_epoch, self.log_end_offset)
-        self.epoch_cache.flush()        # the truncation above, when assign changed nothing
-        self.segment_store.writer_opened()
-
-    def _rebuild_producer_state(self) -> None:
-        """Reload the newest usable snapshot, then replay producer fields of later batches.
-
-        Only batch headers are read, plus the one record of each transaction marker.
-        """
-        leo = self.log_end_offset
-        self.producer_state.truncate_and_reload(self.log_start_offset, leo, _now_ms())
-        self._replay_producer_state(self.producer_state.map_end_offset)
-        self.producer_state.on_high_watermark_updated(self.high_watermark)
-
-    def _replay_producer_state(self, start: int) -> None:
-        """Replay the producer fields of batches from `start` to the LEO (headers only)."""
-        leo = self.log_end_offset
-        if start >= leo:
-            return
-        try:
-            for seg in self.segments[self._segment_index(start):]:
-                for pos, header in seg.scan_headers(0):
-                    if header.last_offset < start or header.producer_id < 0:
-                        continue
-                    marker = None
-                    if header.is_control:
-                        marker = _end_marker(seg.read_bytes(pos, pos + header.size), header, seg.log_path, pos)
-                    self.producer_state.replay(ProducerBatch.from_header(header, marker))
-        except CorruptRecordError as exc:
-            if self.writer:
-                raise
-            # A reader still serves the offsets before the damage; its reads fail there.
-            logger.warning("%s-%d: producer state replayed up to the damage only: %s", self.topic,
-                           self.partition, exc)
-        self.producer_state.update_map_end_offset(leo)
+def replay_producer_state(producer_state, log_segments, start: int, leo: int, *, strict: bool,
+                          name: str) -> None:
+    """Replay into `producer_state` the producer fields of the batches of `log_segments` from
+    `start` to the LEO `leo` (headers only, plus the one record of each transaction marker).
+    strict: damage raises (a writer); else the offsets before it are replayed (a reader still
+    serves them; its reads fail there)."""
+    if start >= leo:
+        return
+    try:
+        for seg in log_segments.list[log_segments.index_of(start):]:
+            for pos, header in seg.scan_headers(0):
+                if header.last_offset < start or header.producer_id < 0:
+                    continue
+                marker = None
+                if header.is_control:
+                    marker = _end_marker(seg.read_bytes(pos, pos + header.size), header, seg.log_path, pos)
+                producer_state.replay(ProducerBatch.from_header(header, marker))
+    except CorruptRecordError as exc:
+        if strict:
+            raise
+        logger.warning("%s: producer state replayed up to the damage only: %s", name, exc)
+    producer_state.update_map_end_offset(leo)

@@ -8,7 +8,6 @@ read-only: topics and partitions come from the folder names, configs are Kafka's
 """
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import re
@@ -20,10 +19,11 @@ from dataclasses import dataclass, field
 from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootError,
                             ReadOnlyLogError, ReplicaNotAvailableError, SegLogError, TopicExistsError,
                             TopicNotFoundError)
-from logcore.log.config import (LogConfig, check_topic_against_root, root_tiering_enabled,
+from logcore.log.config import (ROOT_TIERING_ENABLE, LogConfig, check_topic_against_root, root_tiering_enabled,
                                validate_topic_name, validate_topic_overrides)
 from logcore.log.log import KAFKA_CLEAN_SHUTDOWN, Log
 from logcore.log.log_backend import LogBackend
+from logcore.log.segment_store import LocalSegmentStore, ObjectSegmentStore
 from logcore.log.open_mode import (KafkaCopyReader, OpenMode, PathWriter, PlainReader, RangeReader,
                                    RepairWriter, ReplicaWriter)
 from logcore.log.remote_view import RemoteTier, RemoteTierFactory, registered_remote_tier
@@ -67,22 +67,17 @@ def partition_dir(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
-# The package of seglog's remote storage manager (remote.log.storage.manager.class.name: empty
-# or its FsspecRemoteStorageManager), imported by name when no tier registered itself yet.
-DEFAULT_TIER_PACKAGE = "logcore.tiered"
-
-
 def load_remote_tier() -> RemoteTierFactory:
-    """The registered remote tier factory; when none registered yet, import seglog's tier
-    package by name (as Kafka loads its remote storage manager by class name), which registers
-    itself. The factory checks the root's tiered settings, naming any bad one."""
+    """The registered remote tier factory. The layers above that use tiering (the broker, the
+    tools, the connector, the maintenance service) register it by importing `logcore.tiered`;
+    the log layer never imports it. The factory checks the root's tiered settings, naming any
+    bad one."""
     factory = registered_remote_tier()
     if factory is None:
-        importlib.import_module(DEFAULT_TIER_PACKAGE)
-        factory = registered_remote_tier()
-    if factory is None:
-        raise InvalidConfigError(f"importing {DEFAULT_TIER_PACKAGE} registered no remote tier"
-                                 " (logcore.log.remote_view.register_remote_tier)")
+        raise InvalidConfigError(
+            f"this root sets {ROOT_TIERING_ENABLE}=true but no remote tier is registered in this"
+            " process: import logcore.tiered (it registers itself through"
+            " logcore.log.remote_view.register_remote_tier) before opening the root")
     return factory
 
 
@@ -502,10 +497,11 @@ class LogRoot:
         config = LogConfig.from_props(info.config, self.defaults())
         # A reader gets a read-only view of the storage: it can never change what it reads.
         storage = self.storage if writer else self._read_only_storage()
+        # The storage kind is asked here once: the log gets the stores that match it.
         if storage.is_local:
-            state = LocalPartitionState(storage, topic, partition)
+            state, segment_store = LocalPartitionState(storage, topic, partition), LocalSegmentStore
         else:
-            state = ObjectPartitionState(storage, d)
+            state, segment_store = ObjectPartitionState(storage, d), ObjectSegmentStore
         if replica and not (writer and storage.is_local):
             raise SegLogError(f"{d}: a replica log is a writer on local disk")
         if writer and replica:
@@ -528,7 +524,7 @@ class LogRoot:
             if tier is None:
                 check_topic_against_root(topic, config, self.defaults())
             remote = tier.view(topic, info.topic_id, partition)
-        log = Log(LogBackend(storage, state, fence, remote), d, topic, partition, config, mode)
+        log = Log(LogBackend(storage, state, segment_store, fence, remote), d, topic, partition, config, mode)
         self._open_logs.append(log)
         return log
 

@@ -153,30 +153,30 @@ class ProducerStateEntry:
                 return batch
         return None
 
-    def _maybe_update_producer_epoch(self, producer_epoch: int) -> None:
+    def maybe_update_producer_epoch(self, producer_epoch: int) -> None:
         if self.producer_epoch != producer_epoch:
             self.batches.clear()   # sequences restart with a new epoch
             self.producer_epoch = producer_epoch
 
-    def _add_batch_metadata(self, batch: BatchMetadata) -> None:
+    def add_batch_metadata(self, batch: BatchMetadata) -> None:
         if len(self.batches) == NUM_BATCHES_TO_RETAIN:
             self.batches.popleft()
         self.batches.append(batch)
 
     def add_batch(self, producer_epoch: int, last_seq: int, last_offset: int, offset_delta: int,
                   timestamp: int) -> None:
-        self._maybe_update_producer_epoch(producer_epoch)
-        self._add_batch_metadata(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        self.maybe_update_producer_epoch(producer_epoch)
+        self.add_batch_metadata(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
         self.last_timestamp = timestamp
 
     def update_from(self, staged: ProducerStateEntry) -> None:
         """Apply the result of a staged append (`ProducerAppendInfo`)."""
-        self._maybe_update_producer_epoch(staged.producer_epoch)
+        self.maybe_update_producer_epoch(staged.producer_epoch)
         self.coordinator_epoch = staged.coordinator_epoch
         self.last_timestamp = staged.last_timestamp
         self.current_txn_first_offset = staged.current_txn_first_offset
         for batch in staged.batches:
-            self._add_batch_metadata(batch)
+            self.add_batch_metadata(batch)
 
     def staged_copy(self) -> ProducerStateEntry:
         """Same epochs, timestamp and open transaction; no batches (Kafka's updatedEntry)."""
@@ -293,7 +293,7 @@ class ProducerAppendInfo:
         if self.entry.current_txn_first_offset is not None:
             completed = CompletedTxn(self.producer_id, self.entry.current_txn_first_offset, offset,
                                      marker.control_type == ControlType.ABORT)
-        self.entry._maybe_update_producer_epoch(producer_epoch)
+        self.entry.maybe_update_producer_epoch(producer_epoch)
         self.entry.coordinator_epoch = marker.coordinator_epoch
         self.entry.last_timestamp = timestamp
         self.entry.current_txn_first_offset = None
@@ -517,7 +517,7 @@ class ProducerStateManager:
                           last_offset: int, max_timestamp: int) -> None:
         """What complete_append(analyze(batch)) does for a batch `is_next_batch` accepted."""
         entry = self._producers[producer_id]
-        entry._add_batch_metadata(BatchMetadata(last_seq, last_offset, last_offset - first_offset,
+        entry.add_batch_metadata(BatchMetadata(last_seq, last_offset, last_offset - first_offset,
                                                 max_timestamp))
         entry.last_timestamp = max_timestamp
         self.map_end_offset = last_offset + 1

@@ -9,9 +9,9 @@ partition's remote log metadata.
 
 The log layer never imports the tier (it sits above): the tier registers itself here
 (`register_remote_tier`, done when `logcore.tiered` is imported), and a root that enables tiered
-storage gets its `RemoteTier` from the registered factory. When nothing registered yet, the root
-imports the package of the configured remote storage manager (as Kafka loads
-remote.log.storage.manager.class.name), which registers its tier.
+storage gets its `RemoteTier` from the registered factory. The layers above that use tiering
+(broker, tools, connector, maintenance) import `logcore.tiered`; a root that enables tiering in a
+process where nothing registered fails with an error naming the setting.
 """
 from __future__ import annotations
 

@@ -159,6 +159,11 @@ class LogSegment:
             self._next_offset = self._read_next_offset()
         return self._next_offset
 
+    def forget_next_offset(self) -> None:
+        """A reader following another process's writer: the file may have grown since, so the
+        next offset is computed again on use."""
+        self._next_offset = None
+
     def fill_lazy_state(self) -> None:
         """Open the indexes and compute the next offset now. A writer calls this under its lock
         before other threads can see a segment it will append to: filled lazily by another

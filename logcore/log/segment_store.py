@@ -1,6 +1,8 @@
 """Where a log's segments live: one narrow protocol for what differs between a local-disk segment
 store and an object-store one, with the two implementations. The `Log` calls its store
-(`log.segment_store`, chosen once when the log opens) instead of branching on the storage kind.
+(`log.segment_store`, chosen once by `LogRoot.log` with the rest of the `LogBackend`) instead of
+branching on the storage kind. The store calls its log through public names only
+(`SegmentStoreHost`).
 
 Local disk (`LocalSegmentStore`): the active segment is a file appended in place. The writer's
 critical section holds the fence's lock across each write. A roll seals the active file and
@@ -30,6 +32,7 @@ from logcore.log.segment import (DELETED_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, Lo
                                  segment_name)
 from logcore.log.segment_flusher import segment_flusher
 from logcore.records.batch import HEADER_SIZE, iter_batches, parse_header
+from logcore.log.clock import now_ms as _now_ms
 
 
 class SegmentStore(Protocol):
@@ -40,6 +43,25 @@ class SegmentStore(Protocol):
     # segment take no network round trip (the broker's non-blocking paths), a replica's log and
     # staged files adopted by hard link live here, and a rebuilt index is persisted.
     in_place: bool
+    # A writer that lost the partition may still publish a segment (object stores: no lock
+    # held across writes); the listing drops such segments by their epoch.
+    fenced_writers_publish: bool
+
+    def list_files(self) -> list[str]:
+        """The names in the partition folder (empty when it does not exist)."""
+
+    def segment_plan(self, names: list[str], bases: list[int], state) -> tuple[list, set[int]]:
+        """(base, stem) of each segment and the bases of those with a `.txnindex`."""
+
+    def records_cleaned_list(self) -> bool:
+        """Whether the partition state lists segments the cleaner wrote (object stores)."""
+
+    def delete_replaced(self, names: list[str], state) -> None:
+        """A writer's open: remove what a cleaner pass left behind (object stores)."""
+
+    def refreshed_segments(self, segments: list, plan: list, bases: list[int], state,
+                           high_watermark: int) -> list:
+        """A reader's refresh: the segments to hold now, reusing those still valid."""
 
     def critical(self):
         """Context manager around one write of the writer (the fence held as the store needs)."""
@@ -95,6 +117,44 @@ class SegmentStore(Protocol):
         """Remove the retired segments whose file.delete.delay.ms has passed; returns how many."""
 
 
+class SegmentStoreHost(Protocol):
+    """What a segment store asks of its log (the `Log`): public names only."""
+
+    storage: object
+    dir: str
+    config: object
+    fence: object
+    state_store: object
+    producer_state: object
+    epoch_cache: object
+    log_segments: object
+    writer: bool
+    recovery_point: int
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
+    pending_flushes: object
+
+    @property
+    def segments(self) -> list: ...
+    @property
+    def bases(self) -> list[int]: ...
+    @property
+    def log_end_offset(self) -> int: ...
+    @property
+    def recovery_point_unrecorded(self) -> bool: ...
+    @property
+    def state_unsynced(self) -> bool: ...
+    def new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
+                    stem: str | None = None) -> LogSegment: ...
+    def roll_to(self, base_offset: int) -> LogSegment: ...
+    def publish(self, seg: LogSegment) -> None: ...
+    def flush_locked(self) -> None: ...
+    def note_state_synced(self) -> None: ...
+    def sync_rolled_segments(self) -> None: ...
+    def segment_synced(self, *args) -> None: ...
+
+
 def _next_offset_of_file(storage, path: str, base: int) -> int:
     """Offset after the last whole batch of a segment file (headers read one by one)."""
     pos, size, end = 0, storage.size(path), base
@@ -118,13 +178,70 @@ def _temp_segment_name(name: str) -> tuple[int, str, str] | None:
     return None
 
 
+def _txn_index_bases(names: list[str]) -> set[int]:
+    return {p[0] for p in map(parse_segment_name, names) if p and p[1] == ".txnindex"}
+
+
+def _listed(segments: list, bases: list[int], new_segment) -> list:
+    """`segments` that the listing still has, plus a new reader segment for each listed base
+    not held yet."""
+    known = {s.base_offset for s in segments}
+    listed = set(bases)
+    kept = [s for s in segments if s.base_offset in listed]
+    return kept + [new_segment(base, writable=False) for base in bases if base not in known]
+
+
 class LocalSegmentStore:
     """Segments as files on local disk."""
 
     in_place = True
+    fenced_writers_publish = False
 
     def __init__(self, log):
         self.log = log
+        self.storage = log.storage
+        self.dir = log.dir
+        self._seen_inodes: dict[int, int] = {}      # id(segment) -> its .log's inode at a reader's last refresh
+
+    def list_files(self) -> list[str]:
+        return self.storage.list_dir(self.dir) if self.storage.exists(self.dir) else []
+
+    def segment_plan(self, names: list[str], bases: list[int], state) -> tuple[list, set[int]]:
+        return [(b, None) for b in bases], _txn_index_bases(names)
+
+    def records_cleaned_list(self) -> bool:
+        return False
+
+    def delete_replaced(self, names: list[str], state) -> None:
+        pass            # the cleaner swaps files in by rename: clean_leftovers finished it
+
+    def refreshed_segments(self, segments: list, plan: list, bases: list[int], state,
+                           high_watermark: int) -> list:
+        """Segments whose `.log` file was replaced (a cleaned segment swapped in under the same
+        name) are opened afresh; the listing's inode numbers tell, without a stat per file."""
+        return _listed(self._without_replaced(segments), bases, self.log.new_segment)
+
+    def _without_replaced(self, segments: list) -> list:
+        inodes = {}
+        try:
+            with os.scandir(self.storage.local_path(self.dir)) as it:
+                for entry in it:
+                    if entry.name.endswith(LOG_SUFFIX) and parse_segment_name(entry.name):
+                        inodes[int(entry.name[:20])] = entry.inode()
+        except FileNotFoundError:
+            return list(segments)
+        keep = []
+        seen = {}
+        for seg in segments:
+            inode = inodes.get(seg.base_offset)
+            known = self._seen_inodes.get(id(seg)) or getattr(seg.data, "inode", None)
+            if known is not None and inode is not None and known != inode:
+                seg = self.log.new_segment(seg.base_offset, writable=False)
+            if inode is not None:
+                seen[id(seg)] = inode
+            keep.append(seg)
+        self._seen_inodes = seen        # only segments still held: their ids are not reused
+        return keep
 
     @contextmanager
     def critical(self):
@@ -159,7 +276,7 @@ class LocalSegmentStore:
             base = int(name[:20])
             ranges.append((base, _next_offset_of_file(storage, join(directory, name), base)))
         if ranges:
-            for name in log._list_files():
+            for name in self.list_files():
                 parsed = parse_segment_name(name)
                 if not parsed or parsed[1] not in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex", SNAPSHOT_SUFFIX):
                     continue
@@ -167,7 +284,7 @@ class LocalSegmentStore:
                     storage.delete(join(directory, name))
         for name in swaps:
             storage.rename(join(directory, name), join(directory, name[: -len(".swap")]))
-        names = log._list_files()
+        names = self.list_files()
         logs = {n[:20] for n in names if n.endswith(LOG_SUFFIX) and parse_segment_name(n)}
         for name in names:
             parsed = parse_segment_name(name)
@@ -184,7 +301,7 @@ class LocalSegmentStore:
     def new_active(self, base_offset: int) -> LogSegment:
         log = self.log
         log.storage.makedirs(log.dir)
-        return log._new_segment(base_offset, writable=True)
+        return log.new_segment(base_offset, writable=True)
 
     def seal(self, active: LogSegment) -> None:
         log = self.log
@@ -218,10 +335,10 @@ class LocalSegmentStore:
     def before_commit(self, durable: bool) -> bool:
         log = self.log
         if durable:
-            log._flush_locked()
+            log.flush_locked()
         # The recovery point moved (flush policy, roll): record it durably, as Kafka's
         # recovery-point checkpoint is.
-        return durable or log.recovery_point != log._checkpointed_recovery_point
+        return durable or log.recovery_point_unrecorded
 
     def recovery_point_to_record(self) -> int | None:
         return self.log.recovery_point
@@ -232,7 +349,7 @@ class LocalSegmentStore:
         if not last.writable:
             last.close()
             # Cut before it is published, for the same reason as in _roll_to.
-            reopened = log._new_segment(last.base_offset, writable=True)
+            reopened = log.new_segment(last.base_offset, writable=True)
             reopened.truncate_to(offset)
             log.log_segments.replace_active(reopened)
         else:
@@ -248,18 +365,18 @@ class LocalSegmentStore:
 
     def close_writer(self) -> None:
         log = self.log
-        log._flush_locked()
+        log.flush_locked()
         log.producer_state.write_snapshot(log.log_end_offset)
         for seg in log.segments:
             seg.close()
-        if log._state_unsynced:
+        if log.state_unsynced:
             # The last commit's HW checkpoint was not fsynced: make it durable (with the
             # recovery point) before the marker says clean.
             first = log.segments[0].base_offset if log.segments else log.log_end_offset
             log.state_store.commit(high_watermark=log.high_watermark, log_start_offset=log.log_start_offset,
                                    first_segment_base=first, epoch=log.leader_epoch,
                                    recovery_point=log.log_end_offset)
-            log._state_unsynced = False
+            log.note_state_synced()
         else:
             log.state_store.set_recovery_point(log.log_end_offset)
         log.storage.write_atomic(log.storage.join(log.dir, CLEAN_SHUTDOWN), str(log.log_end_offset).encode())
@@ -298,9 +415,76 @@ class ObjectSegmentStore:
     """Segments as immutable objects, the active one in memory until published."""
 
     in_place = False
+    fenced_writers_publish = True
 
     def __init__(self, log):
         self.log = log
+        self.storage = log.storage
+        self.dir = log.dir
+
+    def list_files(self) -> list[str]:
+        return self.storage.list_dir(self.dir) if self.storage.exists(self.dir) else []
+
+    def segment_plan(self, names: list[str], bases: list[int], state) -> tuple[list, set[int]]:
+        """The cleaner's list in the partition state names the segments below its end; listed
+        originals there were replaced."""
+        txn_bases = _txn_index_bases(names)
+        cleaned = getattr(state, "cleaned", None)
+        if not cleaned:
+            return [(b, None) for b in bases], txn_bases
+        end = int(cleaned["end"])
+        plan = [(int(b), str(stem)) for b, stem in cleaned["segments"]]
+        for base, stem in plan:
+            if stem + ".txnindex" in names:
+                txn_bases.add(base)
+        txn_bases = {b for b in txn_bases if b >= end or any(b == p[0] for p in plan)}
+        return plan + [(b, None) for b in bases if b >= end], txn_bases
+
+    def records_cleaned_list(self) -> bool:
+        try:
+            return b'"cleaned"' in self.storage.read(self.storage.join(self.dir, "partition-state.json"))
+        except ResourceNotFoundError:
+            return False
+
+    def delete_replaced(self, names: list[str], state) -> None:
+        """Originals below the cleaned end and cleaned objects that no list names (a pass that
+        crashed before its switch; also with no cleaned list yet: a first pass killed before
+        its switch leaves objects)."""
+        cleaned = state.cleaned or {"end": 0, "segments": []}
+        end = int(cleaned["end"])
+        listed = {str(stem) for _b, stem in cleaned["segments"]}
+        # Replaced segments stay until their file.delete.delay.ms passed (readers may hold them).
+        now = _now_ms()
+        pending = {str(stem) for stem, due in cleaned.get("replaced", []) if int(due) > now}
+        for name in names:
+            parsed = parse_segment_name(name)
+            if parsed is None or parsed[1] == SNAPSHOT_SUFFIX:
+                continue
+            base, suffix = parsed
+            stem = name.rsplit(".", 1)[0]
+            if stem in pending:
+                continue
+            if suffix in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex"):
+                stale = base < end
+            else:
+                stale = stem not in listed and suffix.count(".") == 2
+            if stale:
+                self.storage.delete(self.storage.join(self.dir, name), missing_ok=True)
+
+    def refreshed_segments(self, segments: list, plan: list, bases: list[int], state,
+                           high_watermark: int) -> list:
+        new_segment = self.log.new_segment
+        if state.cleaned or any(s.stem != segment_name(s.base_offset, "") for s in segments):
+            # Cleaned segments are immutable under their unique names; an original at or above
+            # the HW this reader knew may have been replaced by a new writer: open it afresh.
+            known = {s.stem: s for s in segments
+                     if s.base_offset < high_watermark or s.stem != segment_name(s.base_offset, "")}
+            return [known.get(stem or segment_name(base, "")) or new_segment(base, writable=False, stem=stem)
+                    for base, stem in plan]
+        # An object segment at or above the HW this reader knew may since have been replaced (a
+        # new writer replacing a fenced writer's leftover): open those afresh. Segments below
+        # the HW are final.
+        return _listed([s for s in segments if s.base_offset < high_watermark], bases, new_segment)
 
     @contextmanager
     def critical(self):
@@ -321,10 +505,10 @@ class ObjectSegmentStore:
 
     def writer_opened(self) -> None:
         # The published segments are immutable: new data goes into a fresh in-memory one.
-        self.log._roll_to(self.log.log_end_offset)
+        self.log.roll_to(self.log.log_end_offset)
 
     def new_active(self, base_offset: int) -> LogSegment:
-        return self.log._new_segment(base_offset, writable=True, in_memory=True)
+        return self.log.new_segment(base_offset, writable=True, in_memory=True)
 
     def seal(self, active: LogSegment) -> None:
         active.seal()
@@ -341,8 +525,8 @@ class ObjectSegmentStore:
         log.fence.check()
         active = log.segments[-1]
         if active.in_memory and active.size() > 0:
-            log._publish(active)
-            log._roll_to(log.log_end_offset)
+            log.publish(active)
+            log.roll_to(log.log_end_offset)
         log.epoch_cache.flush()
         return durable
 
@@ -362,7 +546,7 @@ class ObjectSegmentStore:
                 break
             kept += data[pos:pos + header.size]
         if len(kept) < len(data):
-            seg = log._new_segment(last.base_offset, writable=True, in_memory=True, stem=last.stem)
+            seg = log.new_segment(last.base_offset, writable=True, in_memory=True, stem=last.stem)
             headers = [h for _p, h in iter_batches(bytes(kept))]
             if headers:
                 seg.append(bytes(kept), headers)
@@ -374,7 +558,7 @@ class ObjectSegmentStore:
                     last.delete_files()
             log.log_segments.replace_active(seg)
         if not log.segments[-1].in_memory:
-            log._roll_to(log.log_end_offset)      # appends go to a fresh in-memory segment
+            log.roll_to(log.log_end_offset)      # appends go to a fresh in-memory segment
 
     def hw_lowered(self) -> None:
         pass            # the HW of an object store's state moves only with a commit
@@ -404,7 +588,7 @@ class ObjectSegmentStore:
         log = self.log
         delay = log.config.file_delete_delay_ms
         removed = 0
-        names = log._list_files()
+        names = self.list_files()
         marked = set()
         for name in names:
             if not name.endswith(LOG_SUFFIX + DELETED_SUFFIX):
@@ -430,8 +614,3 @@ class ObjectSegmentStore:
                     log.storage.delete(log.storage.join(log.dir, name + DELETED_SUFFIX))
                     removed += 1
         return removed
-
-
-def segment_store_for(log) -> SegmentStore:
-    """The store of `log`'s storage kind: the one place the log looks at it."""
-    return LocalSegmentStore(log) if log.storage.is_local else ObjectSegmentStore(log)

@@ -17,6 +17,7 @@ def cmd_maintain(args) -> int:
 
     from logcore.log.config import MaintenanceConfig
     from logcore.log.log_root import LogRoot
+    import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
     from logcore.maintenance.service import MaintenanceService
 
     props = load_properties(_properties_file(args.config_file, "--config-file")) if args.config_file else {}

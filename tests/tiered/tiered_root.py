@@ -6,6 +6,7 @@ from typing import Any
 
 from logcore.log.log import Log
 from logcore.log.log_root import LogRoot
+import logcore.tiered  # noqa: F401 - registers the remote tier these roots use
 from logcore.records.control import ControlType
 
 TXN_PRODUCER = 7
