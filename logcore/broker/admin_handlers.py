@@ -69,8 +69,9 @@ class AdminHandlers:
 
     # ------------------------------------------------------------------ CreateTopics / DeleteTopics
     async def create_topics(self, req: Request) -> dict:
-        if self.replica_manager is not None:
-            return await self.cluster_create_topics(req)
+        return await self.topic_catalog.create_topics(req)
+
+    async def local_create_topics(self, req: Request) -> dict:
         return {"throttle_time": 0, "topics": await asyncio.to_thread(self._create_topics, req.body)}
 
     def _create_topics(self, body) -> list[dict]:
@@ -126,8 +127,9 @@ class AdminHandlers:
 
     async def create_partitions(self, req: Request) -> dict:
         """CreatePartitions: grow topics (never shrink: INVALID_PARTITIONS)."""
-        if self.replica_manager is not None:
-            return await self.cluster_create_partitions(req)
+        return await self.topic_catalog.create_partitions(req)
+
+    async def local_create_partitions(self, req: Request) -> dict:
         return {"throttle_time": 0, "results": await asyncio.to_thread(self._create_partitions, req.body)}
 
     def _create_partitions(self, body) -> list[dict]:
@@ -167,8 +169,9 @@ class AdminHandlers:
             wanted = [(t.name, t.topic_id) for t in body.topics]
         else:
             wanted = [(n, None) for n in body.topic_names]
-        if self.replica_manager is not None:
-            return await self.cluster_delete_topics(req, wanted)
+        return await self.topic_catalog.delete_topics(req, wanted)
+
+    async def local_delete_topics(self, req: Request, wanted) -> dict:
         return {"throttle_time": 0, "responses": await asyncio.to_thread(self._delete_topics, wanted)}
 
     def _delete_topics(self, wanted) -> list[dict]:
@@ -209,11 +212,10 @@ class AdminHandlers:
                     if r.resource_name not in self.partitions.topics:
                         # A cluster member answers for every topic of the cluster, also those it
                         # holds no replica of (or no longer: reassigned away).
-                        cluster = getattr(self, "replica_manager", None)
-                        if cluster is None or r.resource_name not in cluster.assignments:
+                        props = self.topic_catalog.unheld_topic_configs(r.resource_name)
+                        if props is None:
                             raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist")
-                        config = LogConfig.from_props(cluster.topic_configs.get(r.resource_name, {}),
-                                                      self.root.defaults())
+                        config = LogConfig.from_props(props, self.root.defaults())
                     res["configs"] = self._describe_topic_configs(r.resource_name, keys, config)
                 elif r.resource_type == 4:
                     if r.resource_name not in ("", str(self.node_id)):

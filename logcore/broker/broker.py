@@ -22,6 +22,7 @@ from logcore.wire import error_codes as E
 from logcore.broker.api_versions import SERVED, advertised
 from logcore.broker import offsets_topic as OT
 from logcore.broker.admin_handlers import AdminHandlers
+from logcore.broker.topic_catalog import ClusterTopics, LocalTopics
 from logcore.broker.cluster_handlers import ClusterHandlers
 from logcore.broker.cluster_fetch import ClusterFetch, SingleNodeFetch
 from logcore.broker.config import BrokerConfig
@@ -133,6 +134,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         self.replica_manager = None             # logcore.replication.replica_manager.ReplicaManager
         self.catalog = None                     # logcore.cluster.catalog.ZooKeeperCatalog
         self.fetch_checks = SingleNodeFetch()   # ClusterFetch once a cluster member
+        self.topic_catalog = LocalTopics(self)  # ClusterTopics once a cluster member
 
     @property
     def replication(self):
@@ -155,6 +157,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         self.producer_ids = ClusterProducerIdAllocator(store, self.node_id)
         self.replica_manager = ReplicaManager(self, store, catalog)
         self.fetch_checks = ClusterFetch(self.replica_manager)
+        self.topic_catalog = ClusterTopics(self)
         self.partitions.replication = self.replica_manager
         self.maintenance.role = self.replica_manager.role_of
         # Groups follow the leadership of their __consumer_offsets partition.
@@ -176,7 +179,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         if tier is not None:
             tier.check_access()
         self.partitions.open_all()
-        if self.replica_manager is None:
+        if self.groups.loads_at_open():
             self.groups.load()
 
     async def start(self) -> None:
@@ -260,9 +263,9 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         return _topic_uuid_of(info.topic_id) if info and info.topic_id else ZERO_UUID
 
     async def metadata(self, req: Request) -> dict:
-        body = req.body
-        if self.replica_manager is not None:
-            return await self._cluster_metadata(body)
+        return await self.topic_catalog.metadata(req.body)
+
+    async def local_metadata(self, body) -> dict:
         if body.topics is None:
             names = sorted(self.partitions.topics)
         else:

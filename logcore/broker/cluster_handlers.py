@@ -34,7 +34,7 @@ class ClusterHandlers:
         ta = self.replica_manager.assignments.get(name)
         return parse_topic_id(ta.topic_id) if ta is not None and ta.topic_id else ZERO_UUID
 
-    async def _cluster_metadata(self, body) -> dict:
+    async def cluster_metadata(self, body) -> dict:
         rm = self.replica_manager
         if body.topics is None:
             names = sorted(rm.assignments)

@@ -4,7 +4,7 @@ LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
 A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
 they use its `groups` (the GroupCoordinator), `partitions`, `node_id`, `host` and `port`.
 
-In a cluster (`self.replica_manager` set) FindCoordinator names the broker leading the group's
+In a cluster (the broker's topic_catalog is ClusterTopics) FindCoordinator names the broker leading the group's
 partition of `__consumer_offsets` (creating the topic through the catalog at the first ask, as
 Kafka does), and every group API is answered NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
 by a broker that does not coordinate the group (GroupCoordinator.coordinator_error).
@@ -43,14 +43,15 @@ class GroupHandlers:
                     "error_message": "transactions are not supported by this broker (seglog): "
                                      "use an idempotent producer without transactional.id",
                     "node_id": -1, "host": "", "port": -1}
-        if self.replica_manager is not None:
-            return await self._cluster_find_coordinator(body.key)
+        return await self.topic_catalog.find_coordinator(body.key)
+
+    async def local_find_coordinator(self, key) -> dict:
         # The one broker coordinates every group. __consumer_offsets is created at the first
         # JoinGroup or OffsetCommit, not here: assign() consumers ask too and never need it.
         return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
                 "node_id": self.node_id, "host": self.host, "port": self.port}
 
-    async def _cluster_find_coordinator(self, group_id: str) -> dict:
+    async def cluster_find_coordinator(self, group_id: str) -> dict:
         """The leader of the group's __consumer_offsets partition, from the cluster metadata;
         COORDINATOR_NOT_AVAILABLE while the topic cannot be created or the partition has no
         live leader (the client asks again)."""
@@ -231,10 +232,7 @@ class GroupHandlers:
     def _partition_exists(self, topic: str, index: int) -> bool:
         """A partition a group may commit an offset for: in a cluster one of the cluster's (the
         coordinator need not hold a replica of it), else one of this broker's."""
-        if self.replica_manager is not None:
-            ta = self.replica_manager.assignments.get(topic)
-            return ta is not None and index in ta.partitions
-        return self.partitions.get(topic, index) is not None
+        return self.topic_catalog.partition_exists(topic, index)
 
 
 def _no_coordinator(message: str) -> dict:

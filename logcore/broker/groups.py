@@ -39,6 +39,7 @@ from typing import Callable
 
 from logcore.wire import error_codes as E
 from logcore.broker import offsets_topic as OT
+from logcore.broker import group_placement
 from logcore.broker.partitions import PartitionLog, PartitionManager
 from logcore.errors import SegLogError
 from logcore.records.batch import build_batch
@@ -127,10 +128,11 @@ class GroupCoordinator:
         self._expiry: asyncio.Task | None = None
         self._topic_ready = False
         self._topic_lock: asyncio.Lock | None = None
-        # A cluster member (attach_cluster): the partitions of __consumer_offsets this broker
+        # Which groups this broker may coordinate (group_placement): all of them, until
+        # attach_cluster. A cluster member: the partitions of __consumer_offsets this broker
         # leads and has loaded, those it is loading, and a counter per partition bumped at each
         # change of leadership (a write or a load that began under another tenure is stale).
-        self.replica_manager = None
+        self.placement = group_placement.SingleNode()
         self.commit_timeout_s = 5.0
         self.owned: set[int] = set()
         self.loading: set[int] = set()
@@ -139,18 +141,14 @@ class GroupCoordinator:
 
     def attach_cluster(self, replica_manager, commit_timeout_ms: int) -> None:
         """Coordinate the groups of the __consumer_offsets partitions this broker leads."""
-        self.replica_manager = replica_manager
+        self.placement = group_placement.Cluster(replica_manager)
         self.commit_timeout_s = commit_timeout_ms / 1000
         self._topic_ready = True                  # created through the catalog (FindCoordinator)
         replica_manager.leadership_listeners.append(self.on_leadership)
 
     def partition_count(self) -> int:
         """Partitions of __consumer_offsets: the topic's own count once it exists."""
-        if self.replica_manager is not None:
-            ta = self.replica_manager.assignments.get(OT.TOPIC)
-            if ta is not None and ta.partitions:
-                return max(ta.partitions) + 1
-        return self.num_partitions
+        return self.placement.partition_count(self.num_partitions)
 
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.partition_count())
@@ -158,14 +156,11 @@ class GroupCoordinator:
     def coordinator_error(self, group_id: str) -> int:
         """NONE when this broker coordinates `group_id`; COORDINATOR_LOAD_IN_PROGRESS while it
         loads the group's partition; NOT_COORDINATOR when another broker leads it."""
-        if self.replica_manager is None:
-            return E.NONE
-        p = self.partition_of(group_id)
-        if p in self.owned:
-            return E.NONE
-        if p in self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
-        return E.NOT_COORDINATOR
+        return self.placement.coordinator_error(self.partition_of(group_id), self.owned, self.loading)
+
+    def loads_at_open(self) -> bool:
+        """Whether the broker loads every group when it opens (else as it becomes leader)."""
+        return self.placement.loads_at_open()
 
     # ------------------------------------------------------------------ leadership (cluster)
     def on_leadership(self, topic: str, p: int, leader: bool) -> None:
@@ -363,13 +358,11 @@ class GroupCoordinator:
         p = self.partition_of(group_id)
         where = f"{OT.TOPIC}-{p}"
         tenure = self._tenure.get(p)
-        if self.replica_manager is not None:
-            if p not in self.owned:
-                return E.NOT_COORDINATOR
-            code, message = self.replica_manager.produce_check(OT.TOPIC, p, True)
-            if code != E.NONE:
+        code, message = self.placement.write_check(p, self.owned)
+        if code != E.NONE:
+            if message is not None:
                 logger.warning("group %s: not writing to %s: %s", group_id, where, message)
-                return _coordinator_code(code)
+            return _coordinator_code(code)
         try:
             await self.ensure_topic()
             part: PartitionLog | None = self.partitions.get(OT.TOPIC, p)
@@ -381,14 +374,9 @@ class GroupCoordinator:
         except Exception as exc:  # noqa: BLE001 - reported to the client, the broker goes on
             logger.error("group %s: writing to %s failed: %s", group_id, where, exc)
             return E.COORDINATOR_NOT_AVAILABLE
-        if self.replica_manager is None:
-            return E.NONE
-        replica = self.replica_manager.replicas.get((OT.TOPIC, p))
-        if replica is None:
-            return E.NOT_COORDINATOR
-        code = await replica.wait_for_high_watermark(info.last_offset + 1, self.commit_timeout_s)
-        if code == E.NONE and (self._tenure.get(p) != tenure or p not in self.owned):
-            code = E.NOT_LEADER_OR_FOLLOWER       # leadership moved (and maybe came back) meanwhile
+        code = await self.placement.commit(
+            p, info.last_offset + 1, self.commit_timeout_s,
+            lambda: self._tenure.get(p) == tenure and p in self.owned)
         if code != E.NONE:
             logger.info("group %s: records appended to %s at offset %d not acknowledged: error %d",
                         group_id, where, info.last_offset, code)
