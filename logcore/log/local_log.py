@@ -8,23 +8,29 @@ and the recovery point; the Log moves its offsets around it.
 """
 from __future__ import annotations
 
+import logging
+
 from logcore.log.clock import now_ms as _now_ms
 from logcore.log.log_flush import PendingFlushes
 from logcore.log.log_segments import LogSegments
-from logcore.log.segment import LogSegment
-from logcore.errors import SegLogError
+from logcore.log.segment import LogSegment, _SegmentExists
+from logcore.errors import FencedWriterError, SegLogError
+from logcore.records.batch import parse_header
+
+logger = logging.getLogger(__name__)
 
 
 class LocalLog:
     """Segments, roll, flush and recovery point of one log (one per `Log`)."""
 
-    def __init__(self, storage, directory: str, config, log_segments: LogSegments, segment_store, *,
+    def __init__(self, storage, directory: str, config, log_segments: LogSegments, segment_store, fence, *,
                  persist_rebuilt_index: bool, gapless: bool):
         self._storage = storage
         self._dir = directory
         self._config = config
         self._segments = log_segments       # shared with the Log, which reads it on every append
         self._store = segment_store
+        self._fence = fence                 # a writer's (None for a reader)
         self._persist_rebuilt_index = persist_rebuilt_index
         self._gapless = gapless
         # The flush policy (flush.messages / flush.ms), copied: read on every append.
@@ -105,6 +111,47 @@ class LocalLog:
         self._segments.clear()
         self.roll_to(offset)
         self.recovery_point = offset
+
+    def retire(self, doomed: list[LogSegment], now: int) -> int:
+        """The files of segments already out of the list go (renamed `*.deleted` until
+        file.delete.delay.ms passes, or at once); returns their bytes."""
+        deleted_bytes = 0
+        for seg in doomed:
+            deleted_bytes += seg.size()
+            seg.close()
+            self._store.retire_segment(seg.base_offset, now)
+        if self._config.file_delete_delay_ms == 0:
+            for seg in doomed:
+                self._store.remove_retired(seg.base_offset)
+        return deleted_bytes
+
+    def replace_runs(self, replacements: list) -> None:
+        """The cleaner's swap (its files already in place): each run of old segments gives way to
+        one new read-only segment. `replacements`: (old segments, new base, new stem or None,
+        whether the new segment has aborted transactions)."""
+        for old, base, stem, has_aborted in replacements:
+            self._segments.replace_run(old, self.new_segment(base, writable=False, stem=stem),
+                                       has_txn_index=has_aborted)
+
+    def publish(self, seg: LogSegment, epoch: int) -> None:
+        """Object store: publish `seg` (If-None-Match) for a writer at `epoch`; a segment a
+        fenced writer left at its base is replaced, one of a newer writer fences this one."""
+        try:
+            seg.publish()
+        except _SegmentExists:
+            # Either we are fenced, or a fenced writer left an uncommitted segment at this base.
+            self._fence.check()
+            head = self._storage.read(seg.log_path, 0, 61)
+            if len(head) == 61 and parse_header(head).partition_leader_epoch < epoch:
+                logger.warning("replacing %s left by a fenced writer", seg.log_path)
+                # Its index objects go first: a reader must never pair them with our `.log`.
+                for path in (seg.index_path, seg.time_index_path, seg.txn_index_path, seg.log_path):
+                    self._storage.delete(path)
+                seg.in_memory = True
+                seg.writable = True
+                seg.publish()
+            else:
+                raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
 
     # ------------------------------------------------------------------ flush and recovery point
     def loaded(self, recovery_point: int, recorded: int) -> None:

@@ -1,5 +1,7 @@
-# Over 700 lines: the writer state (segments, offsets, HW, epoch) that appends, rolls, commits and truncations change.
-"""One partition's log: its segments, offsets (log start, HW, LSO, LEO), appends, reads, recovery.
+# Over 700 lines: Kafka's UnifiedLog, the offsets (log start, HW, LSO, LEO), epoch and producer state and the one append path that changes them together; segments, roll, flush and recovery point are LocalLog's (local_log.py).
+"""One partition's log (Kafka's UnifiedLog): its offsets (log start, HW, LSO, LEO), leader epoch
+and producer state, appends, reads, recovery. Its segments, the roll, the flush policy and the
+recovery point are its `LocalLog`'s (local_log.py).
 
 Visibility (DESIGN section 4): readers never see data at or above the high watermark, and with
 read_committed not at or above the last stable offset. The HW is its own operation
@@ -47,7 +49,6 @@ from logcore.log.clock import now_ms as _now_ms
 # The parts of Log, by noun, and the names callers import from here.
 from logcore.log.adoption import StagedAdoption
 from logcore.log.local_log import LocalLog
-from logcore.log.segment import _SegmentExists
 from logcore.log.segment_flusher import PendingFlush
 from logcore.log.log_loader import (CLEAN_SHUTDOWN, DELETED_SUFFIX, KAFKA_CLEAN_SHUTDOWN,  # noqa: F401
                                     LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LoadContext, LoadedLog,
@@ -144,7 +145,7 @@ class Log:
         # Batches tile the offsets without gaps (checked on read) unless compaction ran or may run.
         self._gapless = not config.compact and not self.listing.compacted_once()
         # Segments, roll, flush and the recovery point (Kafka's LocalLog).
-        self.local = LocalLog(storage, directory, config, self.log_segments, self.segment_store,
+        self.local = LocalLog(storage, directory, config, self.log_segments, self.segment_store, self.fence,
                               persist_rebuilt_index=self.writer and self.segment_store.in_place
                               and not self.read_only, gapless=self._gapless)
         self.pending_flushes = self.local.pending_flushes
@@ -451,9 +452,7 @@ class Log:
                 if any(id(seg) not in current for old, *_ in replacements for seg in old):
                     return False
                 swap_files()
-                for old, base, stem, has_aborted in replacements:
-                    self.log_segments.replace_run(old, self.new_segment(base, writable=False, stem=stem),
-                                                  has_txn_index=has_aborted)
+                self.local.replace_runs(replacements)
                 return True
 
     # ------------------------------------------------------------------ appending
@@ -752,25 +751,18 @@ class Log:
             self.state_store.commit(high_watermark=self.high_watermark, log_start_offset=new_start,
                                     first_segment_base=first_base, epoch=self.leader_epoch)
             self.log_start_offset = new_start
-        self.log_segments.remove_first(count)
+        self.log_segments.remove_first(count)       # files after (LocalLog.retire)
         if not self.read_only:
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             # Snapshots below the first local segment are no use locally (a remote segment
             # carries its own); the one at the first local base is where replay starts.
             self.producer_state.delete_snapshots_before(self.local_log_start_offset)
         self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
-        deleted_bytes = 0
-        for seg in doomed:
-            deleted_bytes += seg.size()
-            seg.close()
-            self.segment_store.retire_segment(seg.base_offset, now)
+        deleted_bytes = self.local.retire(doomed, now)
         if doomed:
             logger.info("%s-%d: deleted %d segments (%d bytes) below offset %d (%s)", self.topic,
                         self.partition, len(doomed), deleted_bytes, self.log_start_offset,
                         ", ".join(sorted(set(reasons))))
-        if self.config.file_delete_delay_ms == 0:
-            for seg in doomed:
-                self.segment_store.remove_retired(seg.base_offset)
         return RetentionResult(len(doomed), deleted_bytes, self.log_start_offset,
                                tuple(s.base_offset for s in doomed), reasons)
 
@@ -864,24 +856,8 @@ class Log:
             self.commit_marker = marker
 
     def publish(self, seg: LogSegment) -> None:
-        """Object store: publish `seg` (If-None-Match); a segment a fenced writer left at its
-        base is replaced, one of a newer writer fences this one."""
-        try:
-            seg.publish()
-        except _SegmentExists:
-            # Either we are fenced, or a fenced writer left an uncommitted segment at this base.
-            self.fence.check()
-            head = self.storage.read(seg.log_path, 0, 61)
-            if len(head) == 61 and parse_header(head).partition_leader_epoch < self.leader_epoch:
-                logger.warning("replacing %s left by a fenced writer", seg.log_path)
-                # Its index objects go first: a reader must never pair them with our `.log`.
-                for path in (seg.index_path, seg.time_index_path, seg.txn_index_path, seg.log_path):
-                    self.storage.delete(path)
-                seg.in_memory = True
-                seg.writable = True
-                seg.publish()
-            else:
-                raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
+        """Object store: publish `seg` at this writer's epoch (LocalLog.publish)."""
+        self.local.publish(seg, self.leader_epoch)
 
     _publish = publish              # the segment store's name for it
 
