@@ -179,8 +179,11 @@ class LocalLog:
             self.flush_locked()
 
     def flush_locked(self) -> None:
-        """In the critical section: fsync what was appended (the segment store's flush)."""
-        self._store.flush()
+        """In the critical section: fsync what was appended (the rolled segments the flusher has
+        not synced yet, then the segment store's flush); the recovery point moves to the LEO."""
+        self.sync_rolled_segments()
+        if self._store.flush() and self._segments:
+            self.recovery_point = self._segments.active.next_offset()
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
 

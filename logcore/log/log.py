@@ -194,10 +194,6 @@ class Log:
         """How far the data is known to be fsynced (LocalLog's)."""
         return self.local.recovery_point
 
-    @recovery_point.setter
-    def recovery_point(self, offset: int) -> None:
-        self.local.recovery_point = offset
-
     @property
     def recovery_point_unrecorded(self) -> bool:
         """The recovery point moved since the last commit recorded it."""
