@@ -1,5 +1,7 @@
-# Over 700 lines: the writer state (segments, offsets, HW, epoch) that appends, rolls, commits and truncations change.
-"""One partition's log: its segments, offsets (log start, HW, LSO, LEO), appends, reads, recovery.
+# Over 700 lines: Kafka's UnifiedLog, the offsets (log start, HW, LSO, LEO), epoch and producer state and the one append path that changes them together; segments, roll, flush and recovery point are LocalLog's (local_log.py).
+"""One partition's log (Kafka's UnifiedLog): its offsets (log start, HW, LSO, LEO), leader epoch
+and producer state, appends, reads, recovery. Its segments, the roll, the flush policy and the
+recovery point are its `LocalLog`'s (local_log.py).
 
 Visibility (DESIGN section 4): readers never see data at or above the high watermark, and with
 read_committed not at or above the last stable offset. The HW is its own operation
@@ -46,8 +48,7 @@ from logcore.log.log_segments import LogSegments
 from logcore.log.clock import now_ms as _now_ms
 # The parts of Log, by noun, and the names callers import from here.
 from logcore.log.adoption import StagedAdoption
-from logcore.log.log_flush import PendingFlushes
-from logcore.log.segment import _SegmentExists
+from logcore.log.local_log import LocalLog
 from logcore.log.segment_flusher import PendingFlush
 from logcore.log.log_loader import (CLEAN_SHUTDOWN, DELETED_SUFFIX, KAFKA_CLEAN_SHUTDOWN,  # noqa: F401
                                     LEADER_EPOCH_CHECKPOINT, TEMP_SUFFIXES, LoadContext, LoadedLog,
@@ -113,8 +114,6 @@ class Log:
         # Hot-path copies of the config (read on every append).
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
-        self._flush_messages = config.flush_messages
-        self._flush_ms = config.flush_ms
         self._compact = config.compact
         self._validator = LogValidator(topic, partition, config)     # a client batch's checks
         # The segment list, its base offsets and which segments have a .txnindex: one writer.
@@ -129,16 +128,11 @@ class Log:
         self.leads = mode.leads_when_opened
         self.high_watermark = 0
         self.log_start_offset = 0
-        self.recovery_point = 0
         self.producer_state = ProducerStateManager(storage, directory, name=f"{topic}-{partition}")
         self._lock = threading.RLock()
-        self._unflushed = 0
-        self._last_flush_ms = _now_ms()
-        self._checkpointed_recovery_point = 0       # the recovery point the last commit wrote
         self._state_unsynced = False                # a commit wrote the HW without fsync
         self._closed = False
         self._nonblocking = False                   # inside append_and_commit_nowait
-        self.pending_flushes = PendingFlushes()     # rolled segments not yet fsynced, in roll order
         epoch_path = storage.join(directory, LEADER_EPOCH_CHECKPOINT)
         self.epoch_cache = LeaderEpochCache(LeaderEpochCheckpoint(storage, epoch_path))
         # Local disk or object store: what differs between them, behind one protocol.
@@ -150,6 +144,11 @@ class Log:
                                      self.remote)
         # Batches tile the offsets without gaps (checked on read) unless compaction ran or may run.
         self._gapless = not config.compact and not self.listing.compacted_once()
+        # Segments, roll, flush and the recovery point (Kafka's LocalLog).
+        self.local = LocalLog(storage, directory, config, self.log_segments, self.segment_store, self.fence,
+                              persist_rebuilt_index=self.writer and self.segment_store.in_place
+                              and not self.read_only, gapless=self._gapless)
+        self.pending_flushes = self.local.pending_flushes
         # Parts that work through the log's public operations: reads, retention, staged
         # adoption, the follower's append.
         self._reader = LogReader(self)
@@ -183,24 +182,22 @@ class Log:
 
     def new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
                     stem: str | None = None) -> LogSegment:
-        """A segment of this log at `base_offset`, not yet in its list (the segment store and
-        the loader make them)."""
-        seg = LogSegment(self.storage, self.dir, base_offset,
-                         index_interval_bytes=self.config.index_interval_bytes,
-                         max_index_size=self.config.segment_index_bytes,
-                         writable=writable, in_memory=in_memory, stem=stem)
-        seg.persist_rebuilt_index = self._local_writer and not self.read_only
-        seg.contiguous = self._gapless
-        return seg
+        """A segment of this log at `base_offset`, not yet in its list (LocalLog.new_segment)."""
+        return self.local.new_segment(base_offset, writable=writable, in_memory=in_memory, stem=stem)
 
     _new_segment = new_segment      # the loader's, refresh's and tests' name for it
 
     # ------------------------------------------------------------------ what the segment store asks
     # (segment_store.SegmentStoreHost: the store calls the log through these, never its fields)
     @property
+    def recovery_point(self) -> int:
+        """How far the data is known to be fsynced (LocalLog's)."""
+        return self.local.recovery_point
+
+    @property
     def recovery_point_unrecorded(self) -> bool:
         """The recovery point moved since the last commit recorded it."""
-        return self.recovery_point != self._checkpointed_recovery_point
+        return self.local.recovery_point_unrecorded
 
     @property
     def state_unsynced(self) -> bool:
@@ -226,10 +223,9 @@ class Log:
 
     def _apply_loaded(self, loaded: LoadedLog) -> None:
         """The one place a load's result becomes the log's state."""
-        self.log_segments = LogSegments(loaded.segments, loaded.txn_bases)
+        self.log_segments.reset(loaded.segments, loaded.txn_bases)
         self.log_start_offset = loaded.log_start_offset
-        self.recovery_point = loaded.recovery_point
-        self._checkpointed_recovery_point = loaded.checkpointed_recovery_point
+        self.local.loaded(loaded.recovery_point, loaded.checkpointed_recovery_point)
         self.high_watermark = loaded.high_watermark
         self._committed_hw = loaded.committed_hw
         self.commit_marker = loaded.commit_marker
@@ -452,32 +448,13 @@ class Log:
                 if any(id(seg) not in current for old, *_ in replacements for seg in old):
                     return False
                 swap_files()
-                for old, base, stem, has_aborted in replacements:
-                    self.log_segments.replace_run(old, self.new_segment(base, writable=False, stem=stem),
-                                                  has_txn_index=has_aborted)
+                self.local.replace_runs(replacements)
                 return True
 
     # ------------------------------------------------------------------ appending
     def roll_to(self, base_offset: int) -> LogSegment:
-        if self.segments:
-            active = self.segments[-1]
-            if active.writable and not active.in_memory:
-                self.segment_store.seal(active)
-                self.log_segments.replace_active(self.new_segment(active.base_offset, writable=False))
-            if active.size() == 0 and active.base_offset == base_offset:
-                return self.segments[-1]
-            if active.in_memory and active.size() > 0:
-                raise SegLogError("cannot roll an unpublished object-store segment")
-            if active.in_memory and active.size() == 0:
-                self.log_segments.pop_active()
-        seg = self.segment_store.new_active(base_offset)
-        # Its next offset and indexes are there before the segment is published: a thread that
-        # reads the LEO without the lock must not compute it lazily while this writer appends,
-        # or its stale result, stored after the append, hands the same offset out twice.
-        seg.fill_lazy_state()
-        self.log_segments.add(seg)
-        self.segment_store.rolled(base_offset)
-        return seg
+        """Start a new active segment at `base_offset` (LocalLog.roll_to)."""
+        return self.local.roll_to(base_offset)
 
     _roll_to = roll_to              # the segment store's and tests' name for it
 
@@ -575,7 +552,7 @@ class Log:
                     # its own schedule (replica.high.watermark.checkpoint.interval.ms).
                     # A moved recovery point is written durably (fsync); the root files are
                     # replaced under the root lock: both are left to the blocking path.
-                    if (self.recovery_point != self._checkpointed_recovery_point
+                    if (self.local.recovery_point_unrecorded
                             or self.state_store.root_write_due()):
                         return results, False
                     try:
@@ -591,7 +568,7 @@ class Log:
             self._lock.release()
 
     def flush_due(self, records: int, now: int) -> bool:
-        return self._unflushed + records >= self._flush_messages or now - self._last_flush_ms >= self._flush_ms
+        return self.local.flush_due(records, now)
 
     def check_open(self) -> None:
         if self._closed:
@@ -641,7 +618,7 @@ class Log:
                 return AppendInfo(d.first_offset, d.last_offset, d.timestamp, header.records_count,
                                   duplicate=True)
         self.append_batch_locked(data, header, now, self.leader_epoch, analysis, next_batch=next_batch)
-        self.maybe_flush(now)
+        self.local.maybe_flush(now)
         log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
         return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
                           header.records_count, log_append)
@@ -656,14 +633,14 @@ class Log:
         roll = active.should_roll(header.size, header.max_timestamp, header.last_offset,
                                   segment_bytes=self._segment_bytes,
                                   segment_ms=self._segment_ms, now_ms=now)
-        if self._nonblocking and (roll or self.flush_due(header.records_count, now)):
+        if self._nonblocking and (roll or self.local.flush_due(header.records_count, now)):
             raise _WouldBlock()     # nothing changed yet: the blocking path appends this batch
         if roll:
             if active.in_memory:
                 # An object-store segment is published at commit; rolling it means committing.
                 self.commit_locked()
             else:
-                self._roll_to(header.base_offset)
+                self.local.roll_to(header.base_offset)
             active = self.log_segments.active
         self.note_epoch_start(epoch, header.base_offset)
         active.append(data, [header])
@@ -673,7 +650,7 @@ class Log:
                                                   header.max_timestamp)
         elif analysis is not None:
             self._complete_producer_append(active, analysis, header)
-        self._unflushed += header.records_count
+        self.local.add_unflushed(header.records_count)
 
     def _complete_producer_append(self, active: LogSegment, analysis, header: BatchHeader) -> None:
         """The producer state's part of an append whose batch is in `active` already, and the
@@ -770,25 +747,18 @@ class Log:
             self.state_store.commit(high_watermark=self.high_watermark, log_start_offset=new_start,
                                     first_segment_base=first_base, epoch=self.leader_epoch)
             self.log_start_offset = new_start
-        self.log_segments.remove_first(count)
+        self.log_segments.remove_first(count)       # files after (LocalLog.retire)
         if not self.read_only:
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             # Snapshots below the first local segment are no use locally (a remote segment
             # carries its own); the one at the first local base is where replay starts.
             self.producer_state.delete_snapshots_before(self.local_log_start_offset)
         self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
-        deleted_bytes = 0
-        for seg in doomed:
-            deleted_bytes += seg.size()
-            seg.close()
-            self.segment_store.retire_segment(seg.base_offset, now)
+        deleted_bytes = self.local.retire(doomed, now)
         if doomed:
             logger.info("%s-%d: deleted %d segments (%d bytes) below offset %d (%s)", self.topic,
                         self.partition, len(doomed), deleted_bytes, self.log_start_offset,
                         ", ".join(sorted(set(reasons))))
-        if self.config.file_delete_delay_ms == 0:
-            for seg in doomed:
-                self.segment_store.remove_retired(seg.base_offset)
         return RetentionResult(len(doomed), deleted_bytes, self.log_start_offset,
                                tuple(s.base_offset for s in doomed), reasons)
 
@@ -809,31 +779,24 @@ class Log:
     # ------------------------------------------------------------------ flush and commit
     def add_unflushed(self, records: int) -> None:
         """Count records appended outside `append_batch_locked` (staged runs) for flush.messages."""
-        self._unflushed += records
+        self.local.add_unflushed(records)
 
     def maybe_flush(self, now: int) -> None:
-        if self.flush_due(0, now):
-            self.flush_locked()
+        self.local.maybe_flush(now)
 
     def segment_synced(self, pending: PendingFlush) -> None:
         """The flusher thread synced a rolled segment: move the recovery point (under the lock)."""
         with self._lock:
             if not self._closed:
-                self._move_recovery_point(self.pending_flushes.synced_end())
-
-    def _move_recovery_point(self, end: int | None) -> None:
-        if end is not None:
-            self.recovery_point = max(self.recovery_point, end)
+                self.local.rolled_segments_synced()
 
     def sync_rolled_segments(self) -> None:
         """fsync every rolled segment the flusher has not synced yet, here and now."""
-        self._move_recovery_point(self.pending_flushes.sync_all())
+        self.local.sync_rolled_segments()
 
     def flush_locked(self) -> None:
-        """In the critical section: fsync what was appended (the segment store's flush)."""
-        self.segment_store.flush()
-        self._unflushed = 0
-        self._last_flush_ms = _now_ms()
+        """In the critical section: fsync what was appended (LocalLog.flush_locked)."""
+        self.local.flush_locked()
 
     _flush_locked = flush_locked    # the segment store's name for it
 
@@ -880,7 +843,7 @@ class Log:
                                 recovery_point=self.segment_store.recovery_point_to_record(),
                                 marker=marker, durable=durable, root=root,
                                 last_stable_offset=hw if unstable is None else min(unstable, hw))
-        self._checkpointed_recovery_point = self.recovery_point
+        self.local.recovery_point_recorded()
         self._state_unsynced = not durable
         # The single-node policy: once durable and recorded, everything appended is visible.
         if self.mode.commit_moves_high_watermark:
@@ -889,24 +852,8 @@ class Log:
             self.commit_marker = marker
 
     def publish(self, seg: LogSegment) -> None:
-        """Object store: publish `seg` (If-None-Match); a segment a fenced writer left at its
-        base is replaced, one of a newer writer fences this one."""
-        try:
-            seg.publish()
-        except _SegmentExists:
-            # Either we are fenced, or a fenced writer left an uncommitted segment at this base.
-            self.fence.check()
-            head = self.storage.read(seg.log_path, 0, 61)
-            if len(head) == 61 and parse_header(head).partition_leader_epoch < self.leader_epoch:
-                logger.warning("replacing %s left by a fenced writer", seg.log_path)
-                # Its index objects go first: a reader must never pair them with our `.log`.
-                for path in (seg.index_path, seg.time_index_path, seg.txn_index_path, seg.log_path):
-                    self.storage.delete(path)
-                seg.in_memory = True
-                seg.writable = True
-                seg.publish()
-            else:
-                raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
+        """Object store: publish `seg` at this writer's epoch (LocalLog.publish)."""
+        self.local.publish(seg, self.leader_epoch)
 
     _publish = publish              # the segment store's name for it
 
@@ -1047,16 +994,9 @@ class Log:
                 decode_snapshot(producer_snapshot, source=snapshot_source)
             self.state_store.commit(high_watermark=offset, log_start_offset=start,
                                     first_segment_base=offset, epoch=self.leader_epoch)
-            self.pending_flushes.truncated()    # a pending flush of a removed segment moves nothing
             self.truncations += 1
-            self.pending_flushes.close_all()
-            for seg in self.segments:
-                seg.close()
-                seg.delete_files()
-            self.log_segments.clear()
             self.log_start_offset = start
-            self._roll_to(offset)
-            self.recovery_point = offset
+            self.local.restart_at(offset)
             self.epoch_cache.clear()
             for epoch, epoch_start in epochs or ():
                 self.epoch_cache.assign(epoch, epoch_start)
@@ -1123,25 +1063,9 @@ class Log:
         if offset >= self.log_end_offset:
             return
         self.truncations += 1
-        self.pending_flushes.truncated()    # a pending flush of a rolled segment must not move the recovery point now
-        keep = [s for s in self.segments if s.base_offset < offset or s is self.segments[0]]
-        for seg in self.segments:
-            if seg not in keep:
-                seg.close()
-                seg.delete_files()
-        self.log_segments.keep(keep)
-        last = self.segments[-1]
-        if last.base_offset >= offset:
-            # Everything goes: restart the log at `offset`.
-            last.close()
-            last.delete_files()
-            self.log_segments.clear()
-            self.log_start_offset = offset
-            self._roll_to(offset)
-        else:
-            self.segment_store.truncate_active(offset)
+        if self.local.truncate_to(offset):
+            self.log_start_offset = offset      # everything went: the log restarts at `offset`
         self.high_watermark = min(self.high_watermark, offset)
-        self.recovery_point = min(self.recovery_point, offset)
         self.epoch_cache.truncate_from_end(offset)
         self._rebuild_producer_state()
 

@@ -1,6 +1,6 @@
 """A writer's rolled segments waiting for their background fsync (`PendingFlushes`, a part of
-`Log`): the recovery point passes a segment only once it and every older one are synced. The
-flush policy and `commit` are the log's own (log.py).
+`LocalLog`): the recovery point passes a segment only once it and every older one are synced.
+The flush policy is `LocalLog`'s (local_log.py), `commit` the log's own (log.py).
 """
 from __future__ import annotations
 

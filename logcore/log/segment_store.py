@@ -84,8 +84,9 @@ class SegmentStore(Protocol):
     def rolled(self, base_offset: int) -> None:
         """After a roll to `base_offset`."""
 
-    def flush(self) -> None:
-        """Make what was appended durable, moving the recovery point (no-op if commits do)."""
+    def flush(self) -> bool:
+        """Make what was appended durable; True when it then is up to the LEO (the recovery
+        point moves there), False when commits make it durable (a no-op)."""
 
     def before_commit(self, durable: bool) -> bool:
         """Prepare a commit (publish what it makes visible); returns whether the state write
@@ -151,7 +152,6 @@ class SegmentStoreHost(Protocol):
     def publish(self, seg: LogSegment) -> None: ...
     def flush_locked(self) -> None: ...
     def note_state_synced(self) -> None: ...
-    def sync_rolled_segments(self) -> None: ...
     def segment_synced(self, *args) -> None: ...
 
 
@@ -324,13 +324,11 @@ class LocalSegmentStore:
             # CRC and recovery falls back to an older one and replays from there.
             self.log.producer_state.write_snapshot(base_offset, durable=False)
 
-    def flush(self) -> None:
-        log = self.log
-        log.sync_rolled_segments()
-        for seg in log.segments:
+    def flush(self) -> bool:
+        for seg in self.log.segments:
             if seg.writable:
                 seg.flush()
-        log.recovery_point = log.log_end_offset
+        return True
 
     def before_commit(self, durable: bool) -> bool:
         log = self.log
@@ -517,8 +515,8 @@ class ObjectSegmentStore:
     def rolled(self, base_offset: int) -> None:
         pass
 
-    def flush(self) -> None:
-        pass            # durable once committed
+    def flush(self) -> bool:
+        return False            # durable once committed
 
     def before_commit(self, durable: bool) -> bool:
         log = self.log
