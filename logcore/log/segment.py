@@ -1,3 +1,4 @@
+# Just over 700 lines: append, roll rules, recovery, truncation and sealing share the segment's file and index state; its data backends, recovery scan, verification, names and windows are modules of their own.
 """One log segment: a `.log` file of RecordBatch v2 batches plus its offset, time and txn indexes.
 
 A segment is either *active* (the writer appends to it) or *sealed* (immutable). On a local disk
