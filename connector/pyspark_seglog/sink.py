@@ -12,6 +12,7 @@ Protocol (docs/sink-protocol.md has the full argument):
 """
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import os
@@ -188,7 +189,7 @@ def _staging(query_id: str, batch_id: int | None = None) -> str:
 
 # ------------------------------------------------------------------------------- the writers
 
-class _SeglogWriterBase:
+class _SeglogWriterBase(abc.ABC):
     streaming = True
 
     def __init__(self, options: dict, schema, overwrite: bool):
@@ -252,9 +253,9 @@ class _SeglogWriterBase:
             return root.describe_topic(topic)
 
     # -- tasks ------------------------------------------------------------------------------
+    @abc.abstractmethod
     def _identity(self, ctx) -> tuple[str, int]:
         """(query or job id, batch id) of the task's write: each kind of writer says."""
-        raise NotImplementedError
 
     def write(self, iterator):
         from pyspark import TaskContext
