@@ -33,8 +33,16 @@ SERVED: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    # transactions (transaction_handlers.py); AddPartitionsToTxn v4+ is the brokers' verify form
+    24: ("AddPartitionsToTxn", 0, 3),
+    25: ("AddOffsetsToTxn", 0, 3),
+    26: ("EndTxn", 0, 3),
+    27: ("WriteTxnMarkers", 1, 1),
+    28: ("TxnOffsetCommit", 0, 3),
     32: ("DescribeConfigs", 1, 4),
     37: ("CreatePartitions", 0, 3),
+    65: ("DescribeTransactions", 0, 0),
+    66: ("ListTransactions", 0, 1),
 }
 
 
