@@ -268,3 +268,203 @@ def test_produce_checks_the_transaction(broker_factory):
         assert _produce_error(b, _produce_frame("verify-tx", "v", 0, older)) == 47   # INVALID_PRODUCER_EPOCH
     p.commit_transaction(15)
     assert _read(b, "v", 2, "read_uncommitted") == [b"in"]
+
+
+# ------------------------------------------------------------------ Kafka's Java producer
+
+_JAVA = r"""
+import java.time.Duration;
+import java.util.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.serialization.*;
+
+public class JavaTransactions {
+    static String bootstrap;
+
+    static KafkaProducer<String, String> producer(String tid) {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("transactional.id", tid);
+        p.put("key.serializer", StringSerializer.class.getName());
+        p.put("value.serializer", StringSerializer.class.getName());
+        KafkaProducer<String, String> pr = new KafkaProducer<>(p);
+        pr.initTransactions();
+        return pr;
+    }
+
+    static KafkaConsumer<String, String> consumer(String group, String isolation) {
+        Properties c = new Properties();
+        c.put("bootstrap.servers", bootstrap);
+        c.put("group.id", group);
+        c.put("isolation.level", isolation);
+        c.put("enable.auto.commit", "false");
+        c.put("auto.offset.reset", "earliest");
+        c.put("key.deserializer", StringDeserializer.class.getName());
+        c.put("value.deserializer", StringDeserializer.class.getName());
+        return new KafkaConsumer<>(c);
+    }
+
+    static List<String> readAll(String topic, String isolation) {
+        List<String> out = new ArrayList<>();
+        try (KafkaConsumer<String, String> c = consumer("reader-" + isolation, isolation)) {
+            c.assign(Arrays.asList(new TopicPartition(topic, 0), new TopicPartition(topic, 1)));
+            c.seekToBeginning(c.assignment());
+            long quiet = System.currentTimeMillis();
+            while (System.currentTimeMillis() - quiet < 2000) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
+                    out.add(r.value());
+                    quiet = System.currentTimeMillis();
+                }
+            }
+        }
+        Collections.sort(out);
+        return out;
+    }
+
+    public static void main(String[] args) throws Exception {
+        bootstrap = args[0];
+        KafkaProducer<String, String> p = producer("java-tx");
+        p.beginTransaction();
+        for (int i = 0; i < 6; i++) p.send(new ProducerRecord<>("jt", i % 2, null, "c" + i));
+        p.commitTransaction();
+        p.beginTransaction();
+        for (int i = 0; i < 4; i++) p.send(new ProducerRecord<>("jt", i % 2, null, "a" + i));
+        p.flush();
+        p.abortTransaction();
+        // consume-transform-produce with the group's offsets in the transaction
+        try (KafkaConsumer<String, String> c = consumer("java-eos", "read_committed")) {
+            c.subscribe(Collections.singletonList("jin"));
+            int seen = 0;
+            long deadline = System.currentTimeMillis() + 20000;
+            p.beginTransaction();
+            while (seen < 4 && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
+                    p.send(new ProducerRecord<>("jt", r.partition(), null, "t-" + r.value()));
+                    seen++;
+                }
+            }
+            Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+            for (TopicPartition tp : c.assignment()) offsets.put(tp, new OffsetAndMetadata(c.position(tp)));
+            p.sendOffsetsToTransaction(offsets, c.groupMetadata());
+            p.commitTransaction();
+            System.out.println("{\"scenario\":\"eos\",\"seen\":" + seen + "}");
+        }
+        try (KafkaConsumer<String, String> c = consumer("java-eos", "read_committed")) {
+            Map<TopicPartition, OffsetAndMetadata> got = c.committed(
+                new HashSet<>(Arrays.asList(new TopicPartition("jin", 0), new TopicPartition("jin", 1))));
+            long total = 0;
+            for (OffsetAndMetadata o : got.values()) total += o == null ? 0 : o.offset();
+            System.out.println("{\"scenario\":\"committed\",\"total\":" + total + "}");
+        }
+        // a second producer of the same id fences the first
+        KafkaProducer<String, String> p2 = producer("java-tx");
+        String fenced = "none";
+        try {
+            p.beginTransaction();
+            p.send(new ProducerRecord<>("jt", 0, null, "zombie")).get();
+            p.commitTransaction();
+        } catch (Exception e) {
+            Throwable t = e;
+            while (t.getCause() != null && !(t instanceof ProducerFencedException)) t = t.getCause();
+            fenced = t.getClass().getSimpleName();
+        }
+        p.close(Duration.ofSeconds(2));
+        p2.beginTransaction();
+        p2.send(new ProducerRecord<>("jt", 1, null, "p2"));
+        p2.commitTransaction();
+        p2.close();
+        System.out.println("{\"scenario\":\"fenced\",\"error\":\"" + fenced + "\"}");
+        System.out.println("{\"scenario\":\"read_committed\",\"values\":\"" + String.join(",", readAll("jt", "read_committed")) + "\"}");
+        System.out.println("{\"scenario\":\"read_uncommitted\",\"count\":" + readAll("jt", "read_uncommitted").size() + "}");
+    }
+}
+"""
+
+
+def test_java_transactional_producer(broker_factory, tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import kafka_reference
+    javac, java = shutil.which("javac"), shutil.which("java")
+    if javac is None or java is None:
+        pytest.skip("no javac/java on PATH")
+    try:
+        jars = kafka_reference.resolve_jars()
+    except (kafka_reference.KafkaUnavailable, OSError) as exc:
+        pytest.skip(f"Apache Kafka unavailable: {exc}")
+    classpath = ":".join(str(j) for j in jars.jars if j.name.startswith(
+        ("kafka-clients-", "lz4-java-", "snappy-java-", "zstd-jni-", "slf4j-api-", "log4j-api-", "log4j-core-",
+         "log4j-slf4j-impl-")))
+    (tmp_path / "JavaTransactions.java").write_text(_JAVA)
+    built = subprocess.run([javac, "-d", str(tmp_path), "-cp", classpath, str(tmp_path / "JavaTransactions.java")],
+                           capture_output=True, text=True, timeout=180)
+    assert built.returncode == 0, built.stderr
+    b = broker_factory(**FAST)
+    create(b, "jt", 2)
+    create(b, "jin", 2)
+    p0 = Producer({"bootstrap.servers": b.bootstrap})
+    for i in range(4):
+        p0.produce("jin", value=b"in%d" % i, partition=i % 2)
+    p0.flush(10)
+    run = subprocess.run([java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+                          f"-Dlog4j2.configurationFile={jars.folder / 'log4j2-tools.properties'}",
+                          "-cp", f"{tmp_path}:{classpath}", "JavaTransactions", b.bootstrap],
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-4000:]
+    rows = {r["scenario"]: r for r in map(json.loads, run.stdout.splitlines())}
+    assert rows["eos"]["seen"] == 4
+    assert rows["committed"]["total"] == 4
+    assert rows["fenced"]["error"] == "ProducerFencedException", rows
+    expected = sorted([f"c{i}" for i in range(6)] + [f"t-in{i}" for i in range(4)] + ["p2"])
+    assert rows["read_committed"]["values"].split(",") == expected
+    assert rows["read_uncommitted"]["count"] == len(expected) + 4
+
+
+# ------------------------------------------------------------------ kafka-transactions.sh
+
+def test_kafka_transactions_tool_lists_and_describes(broker_factory):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import kafka_reference
+    try:
+        jars = kafka_reference.resolve_jars()
+        tool = jars.first_class("org.apache.kafka.tools.TransactionsCommand")
+    except (kafka_reference.KafkaUnavailable, OSError) as exc:
+        pytest.skip(f"Apache Kafka unavailable: {exc}")
+    b = broker_factory(**FAST)
+    create(b, "tool", 2)
+    done = _producer(b, "tool-done")
+    done.begin_transaction()
+    done.produce("tool", value=b"x", partition=0)
+    done.commit_transaction(15)
+    open_ = _producer(b, "tool-open")
+    open_.begin_transaction()
+    open_.produce("tool", value=b"y", partition=1)
+    open_.flush(10)
+
+    def run(*args):
+        out = jars.run_tool(tool, ["--bootstrap-server", b.bootstrap, *args], timeout=120)
+        rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
+        return out.returncode, rows, out.stderr
+
+    code, rows, err = run("list")
+    assert code == 0, err[-2000:]
+    assert rows[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    assert sorted((r[0], r[1], r[3]) for r in rows[1:]) == [("tool-done", "0", "CompleteCommit"),
+                                                           ("tool-open", "0", "Ongoing")]
+    code, rows, err = run("describe", "--transactional-id", "tool-open")
+    assert code == 0, err[-2000:]
+    described = dict(zip(rows[0], rows[1]))
+    assert described["TransactionState"] == "Ongoing" and described["TopicPartitions"] == "tool-1"
+    assert described["ProducerEpoch"] == "0" and described["TransactionTimeoutMs"] == "60000"
+    code, _, err = run("describe", "--transactional-id", "nobody")
+    assert code != 0 and "could not be found" in err
+    open_.abort_transaction(15)
