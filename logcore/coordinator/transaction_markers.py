@@ -135,7 +135,9 @@ class MarkerWriter:
             for topic in marker.topics:
                 for part in topic.partitions:
                     code = int(part.error_code)
-                    if code in (E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION):
+                    # UNKNOWN_TOPIC_OR_PARTITION from a leader whose metadata may lag: retried
+                    # until this coordinator sees the partition gone itself (write()).
+                    if code == E.NONE:
                         done.add((topic.name, part.partition_index))
                     else:
                         logger.info("producer %d: broker %d answered error %d for the marker of %s-%d",

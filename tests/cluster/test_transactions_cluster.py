@@ -1,0 +1,120 @@
+"""Transactions on a three-broker seglog cluster: the coordinator of a transactional id is the
+leader of its `__transaction_state` partition (created through ZooKeeper at the first
+FindCoordinator), markers reach partitions led by other brokers through WriteTxnMarkers, and a
+coordinator SIGKILLed after writing PrepareCommit is replaced by the partition's new leader,
+which loads the state and completes the commit (librdkafka's transactional producer)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from seglog_cluster import SeglogCluster
+
+ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
+import confluent_kafka.admin  # noqa: E402
+
+from logcore.coordinator import transaction_log as TL  # noqa: E402
+from logcore.wire.api_keys import DESCRIBE_TRANSACTIONS, FIND_COORDINATOR  # noqa: E402
+from logcore.wire.client import KafkaConnection  # noqa: E402
+from logcore.wire.error_codes import NONE, NOT_COORDINATOR  # noqa: E402
+
+TXN_PROPS = {"min.insync.replicas": "2", "transaction.state.log.num.partitions": "3"}
+
+
+def _ask(cluster, broker_id: int, api_key: int, body: dict):
+    with KafkaConnection("127.0.0.1", cluster.brokers[broker_id].port, timeout_s=10) as conn:
+        return conn.request(api_key, body)
+
+
+def _coordinator(cluster, tid: str, timeout: float = 40.0) -> int:
+    def found():
+        for b in cluster.brokers.values():
+            if b.alive():
+                r = _ask(cluster, b.id, FIND_COORDINATOR, {"key": tid, "key_type": 1})
+                return int(r.node_id) if int(r.error_code) == NONE else None
+        return None
+    return cluster.wait_for(found, timeout, f"a coordinator for {tid!r}", interval=0.2)
+
+
+def _state(cluster, broker_id: int, tid: str) -> tuple[int, str]:
+    r = _ask(cluster, broker_id, DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})
+    s = r.transaction_states[0]
+    return int(s.error_code), s.transaction_state
+
+
+def _read(cluster, topic: str, partitions: int, isolation: str = "read_committed", quiet_s: float = 2.0,
+          timeout: float = 30.0) -> list[bytes]:
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader", "enable.auto.commit": False,
+                     "isolation.level": isolation, "fetch.wait.max.ms": 50})
+    c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got, last, deadline = [], time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() < deadline and time.monotonic() - last < quiet_s:
+        m = c.poll(0.1)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+            last = time.monotonic()
+    c.close()
+    return sorted(got)
+
+
+def _producer(cluster, tid: str) -> ck.Producer:
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid, "linger.ms": 1})
+    p.init_transactions(40)
+    return p
+
+
+def test_commit_and_abort_across_leaders(tmp_path, zk_hosts):
+    with SeglogCluster.running(tmp_path, zk_hosts, size=3, props=TXN_PROPS) as c:
+        c.create_topic("xt", 3, rf=2)
+        leaders = {p: c.leader_of("xt", p) for p in range(3)}
+        tid = "cluster-tx"
+        p = _producer(c, tid)
+        coordinator = _coordinator(c, tid)
+        txn_part = TL.partition_for(tid, 3)
+        assert coordinator == c.leader_of(TL.TOPIC, txn_part)
+        others = [b for b in c.brokers if b != coordinator]
+        assert int(_ask(c, others[0], FIND_COORDINATOR, {"key": tid, "key_type": 1}).node_id) == coordinator
+        assert _state(c, others[0], tid)[0] == NOT_COORDINATOR
+        p.begin_transaction()
+        for i in range(9):
+            p.produce("xt", value=b"c%d" % i, partition=i % 3)
+        p.commit_transaction(30)
+        p.begin_transaction()
+        for i in range(6):
+            p.produce("xt", value=b"a%d" % i, partition=i % 3)
+        p.flush(20)
+        p.abort_transaction(30)
+        c.wait_for(lambda: _state(c, coordinator, tid) == (NONE, "CompleteAbort"), 20, "the abort completed")
+        assert len(set(leaders.values())) > 1 or coordinator not in leaders.values(), leaders
+        assert _read(c, "xt", 3) == sorted(b"c%d" % i for i in range(9))
+        assert len(_read(c, "xt", 3, "read_uncommitted")) == 15
+
+
+def test_coordinator_killed_after_prepare_commit(tmp_path, zk_hosts):
+    props = {**TXN_PROPS, "transaction.state.log.replication.factor": "2", "transaction.state.log.min.isr": "1"}
+    with SeglogCluster.running(tmp_path, zk_hosts, size=3, props=props) as c:
+        tid = "failover-tx"
+        p = _producer(c, tid)
+        coordinator = _coordinator(c, tid)
+        txn_part = TL.partition_for(tid, 3)
+        _, replicas, _ = c.metadata(TL.TOPIC)[txn_part]
+        successor = next(b for b in replicas if b != coordinator)
+        lone = next(b for b in c.brokers if b not in replicas)
+        # p0 lives on `lone` only, p1 on the successor only: the commit's markers go to both.
+        fs = c.admin().create_topics([ck.admin.NewTopic("ft", num_partitions=2, replica_assignment=[[lone], [successor]])])
+        fs["ft"].result(30)
+        c.wait_for(lambda: all(leader >= 0 for leader, _r, _i in c.metadata("ft").values()), 30, "leaders of ft")
+        p.begin_transaction()
+        for i in range(6):
+            p.produce("ft", value=b"v%d" % i, partition=i % 2)
+        p.flush(20)
+        c.brokers[lone].kill()             # p0's marker cannot be written: the commit stays prepared
+        p.commit_transaction(30)           # answered once PrepareCommit is acknowledged
+        assert _state(c, coordinator, tid) == (NONE, "PrepareCommit")
+        c.brokers[coordinator].kill()
+        c.wait_for(lambda: _state(c, successor, tid)[0] == NONE, 40, f"broker {successor} coordinating {tid}")
+        assert _state(c, successor, tid) == (NONE, "PrepareCommit")
+        c.brokers[lone].restart()
+        c.wait_for(lambda: _state(c, successor, tid) == (NONE, "CompleteCommit"), 60, "the commit completed")
+        assert _read(c, "ft", 2) == sorted(b"v%d" % i for i in range(6))
