@@ -381,11 +381,22 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         refused as a whole), None for acks=0, or an awaitable when a batch waits for a commit.
         Never raises: a failure is answered with error codes (see handle)."""
         try:
+            # KIP-890 in a cluster: transactional batches another broker must vouch for first.
+            verification = self.transactions.remote_verification(req.body)
+            if verification is not None:
+                return self._guarded(req, self._produce_verified(req, verification))
             result = self._produce_now(req)
         except Exception as exc:   # noqa: BLE001
             return self._failed(req, exc)
         if result is not None and not isinstance(result, (dict, bytes)) and inspect.isawaitable(result):
             return self._guarded(req, result)
+        return result
+
+    async def _produce_verified(self, req: Request, verification) -> Result:
+        await verification
+        result = self._produce_now(req)
+        if result is not None and not isinstance(result, (dict, bytes)) and inspect.isawaitable(result):
+            return await result
         return result
 
     def _produce_now(self, req: Request) -> Result:

@@ -33,13 +33,25 @@ class GroupHandlers:
     async def find_coordinator(self, req: Request) -> dict:
         body = req.body
         key_type = getattr(body, "key_type", 0)
+        keys = getattr(body, "coordinator_keys", None)
+        if keys is None:
+            return await self._find_coordinator(key_type, body.key)
+        # v4+: several keys of one type, an answer for each (KIP-699)
+        coordinators = []
+        for key in keys:
+            one = await self._find_coordinator(key_type, key)
+            coordinators.append({"key": key, **{k: one[k] for k in (
+                "node_id", "host", "port", "error_code", "error_message")}})
+        return {"throttle_time": 0, "coordinators": coordinators}
+
+    async def _find_coordinator(self, key_type: int, key: str) -> dict:
         if key_type == 1:           # TRANSACTION: transaction_handlers.py
-            return await self.transactions.find_coordinator(body.key)
+            return await self.transactions.find_coordinator(key)
         if key_type != 0:
             return {"throttle_time": 0, "error_code": E.INVALID_REQUEST,
                     "error_message": f"unknown coordinator key type {key_type}",
                     "node_id": -1, "host": "", "port": -1}
-        return await self.topic_catalog.find_coordinator(body.key)
+        return await self.topic_catalog.find_coordinator(key)
 
     async def local_find_coordinator(self, key) -> dict:
         # The one broker coordinates every group. __consumer_offsets is created at the first

@@ -20,6 +20,7 @@ from logcore.coordinator.transaction_coordinator import TransactionCoordinator
 from logcore.coordinator.transaction_log import TOPIC, TOPIC_CONFIG, TxnState, partition_for
 from logcore.errors import TopicExistsError
 from logcore.wire import error_codes as E
+from logcore.wire.api_keys import ADD_PARTITIONS_TO_TXN
 from logcore.wire.protocol import Request
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,13 @@ class TransactionHandlers:
         self.broker = broker
         self.txn = coordinator
         self.groups = groups
+        # KIP-890 in a cluster: what the coordinator of another broker answered for a
+        # transactional batch's partition, (transactional id, producer id, epoch, topic,
+        # partition) -> error code, taken by the produce that asked; one verification at a time
+        # per transactional id, so that a producer's pipelined requests append in order.
+        self.verdicts: dict[tuple, int] = {}
+        self.verifying: dict[str, asyncio.Lock] = {}
+        self.connections: dict[int, object] = {}
 
     def handlers(self) -> dict:
         return {24: self.add_partitions_to_txn, 25: self.add_offsets_to_txn, 26: self.end_txn,
@@ -112,6 +120,8 @@ class TransactionHandlers:
     # ------------------------------------------------------------------ AddPartitionsToTxn / AddOffsetsToTxn
     async def add_partitions_to_txn(self, req: Request) -> dict:
         b = req.body
+        if req.api_version >= 4:
+            return await self._add_partitions_batched(b)
         wanted = [(t.name, p) for t in b.v3_and_below_topics for p in t.partitions]
         unknown = {tp for tp in wanted if not self._partition_exists(*tp) or tp[0] == TOPIC}
         if unknown:
@@ -127,6 +137,27 @@ class TransactionHandlers:
             by_topic.setdefault(t, []).append({"partition_index": p, "partition_error_code": code})
         return {"throttle_time": 0, "results_by_topic_v3_and_below": [
             {"name": t, "results_by_partition": ps} for t, ps in by_topic.items()]}
+
+    async def _add_partitions_batched(self, b) -> dict:
+        """AddPartitionsToTxn v4+, the brokers' form (KIP-890): verify_only asks whether the
+        partitions are in the producer's ongoing transaction, without adding them."""
+        results = []
+        for t in b.transactions:
+            wanted = [(topic.name, p) for topic in t.topics for p in topic.partitions]
+            if t.verify_only:
+                codes = {}
+                for tp in wanted:
+                    code = self.txn.verify(t.transactional_id, t.producer_id, t.producer_epoch, *tp)
+                    codes[tp] = E.NOT_COORDINATOR if code is None else code
+            else:
+                code = await self.txn.add_partitions(t.transactional_id, t.producer_id, t.producer_epoch, set(wanted))
+                codes = {tp: code for tp in wanted}
+            by_topic: dict[str, list] = {}
+            for (topic, p), code in codes.items():
+                by_topic.setdefault(topic, []).append({"partition_index": p, "partition_error_code": code})
+            results.append({"transactional_id": t.transactional_id, "topic_results": [
+                {"name": topic, "results_by_partition": ps} for topic, ps in by_topic.items()]})
+        return {"throttle_time": 0, "error_code": E.NONE, "results_by_transaction": results}
 
     async def add_offsets_to_txn(self, req: Request) -> dict:
         b = req.body
@@ -236,12 +267,78 @@ class TransactionHandlers:
         pid = int.from_bytes(records[43:51], "big", signed=True)
         epoch = int.from_bytes(records[51:53], "big", signed=True)
         code = self.txn.verify(transactional_id, pid, epoch, topic, p)
-        if code in (None, E.NONE):
+        if code is None:      # another broker coordinates the id: what it answered, if asked
+            code = self.verdicts.pop((transactional_id, pid, epoch, topic, p), E.NONE)
+        if code == E.NONE:
             return E.NONE, None
+        if code in (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS):
+            return E.NOT_ENOUGH_REPLICAS, (f"the transaction coordinator of {transactional_id!r} could not verify"
+                                           f" {topic}-{p} (error {code}); retry")
         if code == E.INVALID_PRODUCER_ID_MAPPING:
             code = E.INVALID_TXN_STATE
         return code, (f"{topic}-{p} is not in the ongoing transaction of transactional id {transactional_id!r}"
                       f" (producer {pid}, epoch {epoch})")
+
+    def remote_verification(self, body):
+        """A coroutine that asks the coordinator of the request's transactional id (another
+        broker's) about each partition whose first transactional batch this is, or None when
+        nothing needs asking (the produce goes on at once)."""
+        tid = body.transactional_id
+        if tid is None or self.broker.replica_manager is None or self.txn.coordinates(tid):
+            return None
+        wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
+        for t in body.topic_data:
+            for pd in t.partition_data:
+                records = pd.records
+                if not (records and len(records) >= 61 and records[22] & 0x10):
+                    continue
+                pid = int.from_bytes(records[43:51], "big", signed=True)
+                epoch = int.from_bytes(records[51:53], "big", signed=True)
+                part = self.broker.partitions.get(t.name, pd.index)
+                log = part.log_if_open if part is not None else None
+                entry = log.producer_state.last_entry(pid) if log is not None else None
+                if entry is not None and entry.producer_epoch == epoch and entry.current_txn_first_offset is not None:
+                    continue              # its transaction is open here: verified at its first batch
+                wanted.setdefault((pid, epoch), []).append((t.name, pd.index))
+        if not wanted:
+            return None
+        return self._verify_remotely(tid, wanted)
+
+    async def _verify_remotely(self, tid: str, wanted: dict) -> None:
+        lock = self.verifying.setdefault(tid, asyncio.Lock())
+        async with lock:
+            for (pid, epoch), tps in wanted.items():
+                codes = await self._ask_coordinator(tid, pid, epoch, tps)
+                for tp in tps:
+                    self.verdicts[(tid, pid, epoch, *tp)] = codes.get(tp, E.COORDINATOR_NOT_AVAILABLE)
+
+    async def _ask_coordinator(self, tid: str, pid: int, epoch: int, tps) -> dict:
+        rm = self.broker.replica_manager
+        p = partition_for(tid, self.txn.partition_count())
+        state = rm.states.get((TOPIC, p))
+        if state is None or state.leader < 0:
+            return {}
+        node = state.leader
+        by_topic: dict[str, list[int]] = {}
+        for t, i in tps:
+            by_topic.setdefault(t, []).append(i)
+        body = {"transactions": [{"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                  "verify_only": True,
+                                  "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}]}
+        try:
+            conn = self.connections.get(node)
+            if conn is None or not conn.connected:
+                conn = self.connections[node] = await self.txn.markers.connect(node)
+            answer = await conn.request(ADD_PARTITIONS_TO_TXN, body, version=4, timeout_s=10.0)
+        except Exception as exc:   # noqa: BLE001 - the producer retries (NOT_ENOUGH_REPLICAS)
+            logger.info("verifying %r at broker %d failed: %s", tid, node, exc)
+            conn = self.connections.pop(node, None)
+            if conn is not None:
+                conn.close()
+            return {}
+        return {(topic.name, r.partition_index): int(r.partition_error_code)
+                for result in answer.results_by_transaction for topic in result.topic_results
+                for r in topic.results_by_partition}
 
     def _partition_exists(self, topic: str, index: int) -> bool:
         return self.broker.topic_catalog.partition_exists(topic, index)

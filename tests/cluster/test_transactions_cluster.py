@@ -15,23 +15,24 @@ ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not insta
 import confluent_kafka.admin  # noqa: E402
 
 from logcore.coordinator import transaction_log as TL  # noqa: E402
-from logcore.wire.api_keys import DESCRIBE_TRANSACTIONS, FIND_COORDINATOR  # noqa: E402
+from logcore.records.batch import build_batch  # noqa: E402
+from logcore.wire.api_keys import DESCRIBE_TRANSACTIONS, FIND_COORDINATOR, PRODUCE  # noqa: E402
 from logcore.wire.client import KafkaConnection  # noqa: E402
-from logcore.wire.error_codes import NONE, NOT_COORDINATOR  # noqa: E402
+from logcore.wire.error_codes import INVALID_TXN_STATE, NONE, NOT_COORDINATOR  # noqa: E402
 
 TXN_PROPS = {"min.insync.replicas": "2", "transaction.state.log.num.partitions": "3"}
 
 
-def _ask(cluster, broker_id: int, api_key: int, body: dict):
+def _ask(cluster, broker_id: int, api_key: int, body: dict, version: int | None = None):
     with KafkaConnection("127.0.0.1", cluster.brokers[broker_id].port, timeout_s=10) as conn:
-        return conn.request(api_key, body)
+        return conn.request(api_key, body, version)
 
 
 def _coordinator(cluster, tid: str, timeout: float = 40.0) -> int:
     def found():
         for b in cluster.brokers.values():
             if b.alive():
-                r = _ask(cluster, b.id, FIND_COORDINATOR, {"key": tid, "key_type": 1})
+                r = _ask(cluster, b.id, FIND_COORDINATOR, {"key": tid, "key_type": 1}, 2)
                 return int(r.node_id) if int(r.error_code) == NONE else None
         return None
     return cluster.wait_for(found, timeout, f"a coordinator for {tid!r}", interval=0.2)
@@ -74,7 +75,10 @@ def test_commit_and_abort_across_leaders(tmp_path, zk_hosts):
         txn_part = TL.partition_for(tid, 3)
         assert coordinator == c.leader_of(TL.TOPIC, txn_part)
         others = [b for b in c.brokers if b != coordinator]
-        assert int(_ask(c, others[0], FIND_COORDINATOR, {"key": tid, "key_type": 1}).node_id) == coordinator
+        assert int(_ask(c, others[0], FIND_COORDINATOR, {"key": tid, "key_type": 1}, 2).node_id) == coordinator
+        batched = _ask(c, others[1], FIND_COORDINATOR, {"key_type": 1, "coordinator_keys": [tid, "other"]}, 4)
+        assert [(x.key, int(x.error_code)) for x in batched.coordinators] == [(tid, NONE), ("other", NONE)]
+        assert batched.coordinators[0].node_id == coordinator
         assert _state(c, others[0], tid)[0] == NOT_COORDINATOR
         p.begin_transaction()
         for i in range(9):
@@ -89,6 +93,23 @@ def test_commit_and_abort_across_leaders(tmp_path, zk_hosts):
         assert len(set(leaders.values())) > 1 or coordinator not in leaders.values(), leaders
         assert _read(c, "xt", 3) == sorted(b"c%d" % i for i in range(9))
         assert len(_read(c, "xt", 3, "read_uncommitted")) == 15
+        # KIP-890 part 1 across brokers: the leader of a partition not in the transaction asks
+        # the coordinator and refuses the batch.
+        p.begin_transaction()
+        p.produce("xt", value=b"in", partition=0)
+        p.flush(20)
+        state = _ask(c, coordinator, DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]}).transaction_states[0]
+        outside = [q for q in (1, 2) if leaders[q] != coordinator]
+        assert outside, (leaders, coordinator)        # the assignment spreads the leaders
+        for q in outside:
+            batch = build_batch([(None, b"sneaky", (), int(time.time() * 1000))], producer_id=state.producer_id,
+                                producer_epoch=state.producer_epoch, base_sequence=0, is_transactional=True)
+            answer = _ask(c, leaders[q], PRODUCE, {"transactional_id": tid, "acks": -1, "timeout": 5000,
+                                                   "topic_data": [{"name": "xt", "partition_data": [
+                                                       {"index": q, "records": batch}]}]}, 9)
+            assert int(answer.responses[0].partition_responses[0].error_code) == INVALID_TXN_STATE
+        p.commit_transaction(30)
+        assert len(_read(c, "xt", 3)) == 10
 
 
 def test_coordinator_killed_after_prepare_commit(tmp_path, zk_hosts):
