@@ -2,13 +2,15 @@
 the sources.
 
 Dependencies point down: records and storage know nothing of logs; log knows nothing of tiering,
-the cleaner, the cluster, replication, the broker, the Kafka protocol (wire), the maintenance
-service or the tools (tiering registers itself with the log layer instead); tiered, cleaner,
-cluster and replication know nothing of the broker, the maintenance service, the tools or Spark
-(nor tiered and cleaner of each other, of cluster or replication, or of wire); wire uses only
-records and errors, below the broker, the tools and the connector; the connector, a peer of the
-broker and the tools, reaches a broker through wire and never imports broker, maintenance,
-tools, cluster or replication; logcore never imports the Spark connector.
+the cleaner, the cluster, replication, the coordinators, the broker, the Kafka protocol (wire), the
+maintenance service or the tools (tiering registers itself with the log layer instead); tiered,
+cleaner, cluster and replication know nothing of the coordinators, the broker, the maintenance
+service, the tools or Spark (nor tiered and cleaner of each other, of cluster or replication, or
+of wire); the coordinators know nothing of the broker, the maintenance service, the tools or
+Spark; wire uses only records and errors, below the broker, the tools and the connector; the
+connector, a peer of the broker and the tools, reaches a broker through wire and never imports
+broker, maintenance, tools, cluster, replication or the coordinators; logcore never imports the
+Spark connector.
 An import counts wherever it is written (inside functions too) and however: `import`, `from`,
 and a module loaded by name (`importlib.import_module(...)`, `__import__(...)`, with a literal
 or a module-level string constant; a name the check cannot read is itself reported).
@@ -54,27 +56,32 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCES = {"logcore": REPO / "logcore", "pyspark_seglog": REPO / "connector" / "pyspark_seglog"}
 
 # package -> packages (and their submodules) it must never import
-_ABOVE_LOG = ("logcore.tiered", "logcore.cleaner", "logcore.cluster", "logcore.replication", "logcore.broker",
-              "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog")
+_ABOVE_LOG = ("logcore.tiered", "logcore.cleaner", "logcore.cluster", "logcore.replication", "logcore.coordinator",
+              "logcore.broker", "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog")
 FORBIDDEN = {
     "logcore.records": ("logcore.log",) + _ABOVE_LOG,
     "logcore.storage": ("logcore.log",) + _ABOVE_LOG,
     "logcore.log": _ABOVE_LOG,
     # the Kafka protocol: below the broker, the tools and the connector; above records only
     "logcore.wire": ("logcore.storage", "logcore.log", "logcore.tiered", "logcore.cleaner", "logcore.cluster",
-                     "logcore.replication", "logcore.broker", "logcore.maintenance", "logcore.tools",
+                     "logcore.replication", "logcore.coordinator", "logcore.broker", "logcore.maintenance", "logcore.tools",
                      "pyspark_seglog"),
     # the services above the log: none of them knows the broker, the CLI or Spark
-    "logcore.tiered": ("logcore.cleaner", "logcore.cluster", "logcore.replication", "logcore.broker",
+    "logcore.tiered": ("logcore.cleaner", "logcore.cluster", "logcore.replication", "logcore.coordinator", "logcore.broker",
                        "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog"),
-    "logcore.cleaner": ("logcore.tiered", "logcore.cluster", "logcore.replication", "logcore.broker",
+    "logcore.cleaner": ("logcore.tiered", "logcore.cluster", "logcore.replication", "logcore.coordinator", "logcore.broker",
                         "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog"),
-    "logcore.cluster": ("logcore.broker", "logcore.maintenance", "logcore.tools", "pyspark_seglog"),
+    "logcore.cluster": ("logcore.coordinator", "logcore.broker", "logcore.maintenance", "logcore.tools",
+                        "pyspark_seglog"),
     # (applies once the package exists: replication moves out of broker/)
-    "logcore.replication": ("logcore.broker", "logcore.maintenance", "logcore.tools", "pyspark_seglog"),
+    "logcore.replication": ("logcore.coordinator", "logcore.broker", "logcore.maintenance", "logcore.tools",
+                            "pyspark_seglog"),
+    # the coordinators: above the log and replication (whose objects they take duck-typed), below
+    # the broker, which hands requests to them
+    "logcore.coordinator": ("logcore.broker", "logcore.maintenance", "logcore.tools", "pyspark_seglog"),
     # the connector is a peer of the broker and the CLI: it talks to a broker through wire only
     "pyspark_seglog": ("logcore.broker", "logcore.maintenance", "logcore.tools", "logcore.cluster",
-                       "logcore.replication"),
+                       "logcore.replication", "logcore.coordinator"),
     "logcore": ("pyspark_seglog",),
 }
 

@@ -10,7 +10,7 @@ import asyncio
 import logging
 
 from logcore.wire import error_codes as E
-from logcore.broker import offsets_topic as OT
+from logcore.coordinator import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import CONFIG_KEYS, ConfigType, LogConfig, resolve_root_defaults

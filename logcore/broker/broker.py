@@ -20,7 +20,7 @@ from typing import Awaitable, NamedTuple
 
 from logcore.wire import error_codes as E
 from logcore.broker.api_versions import SERVED, advertised
-from logcore.broker import offsets_topic as OT
+from logcore.coordinator import offsets_topic as OT
 from logcore.broker.admin_handlers import AdminHandlers
 from logcore.broker.topic_catalog import ClusterTopics, LocalTopics
 from logcore.broker.cluster_handlers import ClusterHandlers
@@ -31,7 +31,7 @@ from logcore.broker.resources import open_partition_budget
 from logcore.broker.fetch_handlers import FetchHandlers
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.group_handlers import GroupHandlers
-from logcore.broker.groups import GroupCoordinator
+from logcore.coordinator.group_coordinator import GroupCoordinator
 from logcore.broker.log_dir_failure import LogDirFailureChannel
 from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.partitions import PartitionManager

@@ -15,7 +15,7 @@ import time
 import uuid
 
 from logcore.wire import error_codes as E
-from logcore.broker import offsets_topic as OT
+from logcore.coordinator import offsets_topic as OT
 from logcore.wire.protocol import ZERO_UUID
 from logcore.cluster.zookeeper_store import NO_LEADER
 from logcore.errors import (InvalidConfigError, InvalidReplicationFactorError, SegLogError,

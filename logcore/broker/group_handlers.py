@@ -17,8 +17,8 @@ import time
 from typing import TYPE_CHECKING
 
 from logcore.wire import error_codes as E
-from logcore.broker import offsets_topic as OT
-from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, _join_error, _sync_error
+from logcore.coordinator import offsets_topic as OT
+from logcore.coordinator.group_coordinator import OFFSET_METADATA_MAX_BYTES, join_error, sync_error
 from logcore.errors import TopicExistsError
 from logcore.wire.protocol import Request
 
@@ -128,7 +128,7 @@ class GroupHandlers:
         b = req.body
         code = self.groups.coordinator_error(b.group_id)
         if code != E.NONE:
-            return _join_error(code, b.member_id)
+            return join_error(code, b.member_id)
         session_ms = int(b.session_timeout.total_seconds() * 1000)
         rebalance = getattr(b, "rebalance_timeout", None)
         return self.groups.join(
@@ -143,7 +143,7 @@ class GroupHandlers:
         b = req.body
         code = self.groups.coordinator_error(b.group_id)
         if code != E.NONE:
-            return _sync_error(code)
+            return sync_error(code)
         return self.groups.sync(group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
                                 assignments=[(a.member_id, bytes(a.assignment)) for a in b.assignments])
 
