@@ -2,13 +2,15 @@
 the sources.
 
 Dependencies point down: records and storage know nothing of logs; log knows nothing of tiering,
-the cleaner, the cluster, replication, the broker, the Kafka protocol (wire), the maintenance
-service or the tools (tiering registers itself with the log layer instead); tiered, cleaner,
-cluster and replication know nothing of the broker, the maintenance service, the tools or Spark
-(nor tiered and cleaner of each other, of cluster or replication, or of wire); wire uses only
-records and errors, below the broker, the tools and the connector; the connector, a peer of the
-broker and the tools, reaches a broker through wire and never imports broker, maintenance,
-tools, cluster or replication; logcore never imports the Spark connector.
+the cleaner, the cluster, replication, the coordinators, the broker, the Kafka protocol (wire), the
+maintenance service or the tools (tiering registers itself with the log layer instead); tiered,
+cleaner, cluster and replication know nothing of the coordinators, the broker, the maintenance
+service, the tools or Spark (nor tiered and cleaner of each other, of cluster or replication, or
+of wire); the coordinators know nothing of the broker, the maintenance service, the tools or
+Spark; wire uses only records and errors, below the broker, the tools and the connector; the
+connector, a peer of the broker and the tools, reaches a broker through wire and never imports
+broker, maintenance, tools, cluster, replication or the coordinators; logcore never imports the
+Spark connector.
 An import counts wherever it is written (inside functions too) and however: `import`, `from`,
 and a module loaded by name (`importlib.import_module(...)`, `__import__(...)`, with a literal
 or a module-level string constant; a name the check cannot read is itself reported).
@@ -39,7 +41,7 @@ is not checked here). As checked with `ast`, for every class C of logcore and th
   not checked.
 
 And `Log` is composed, not inherited: at most three bases, `Log.__init__` at most six
-parameters besides self.
+parameters besides self. `Broker` has no base class (its handler groups are objects it holds).
 """
 from __future__ import annotations
 
@@ -54,27 +56,32 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCES = {"logcore": REPO / "logcore", "pyspark_seglog": REPO / "connector" / "pyspark_seglog"}
 
 # package -> packages (and their submodules) it must never import
-_ABOVE_LOG = ("logcore.tiered", "logcore.cleaner", "logcore.cluster", "logcore.replication", "logcore.broker",
-              "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog")
+_ABOVE_LOG = ("logcore.tiered", "logcore.cleaner", "logcore.cluster", "logcore.replication", "logcore.coordinator",
+              "logcore.broker", "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog")
 FORBIDDEN = {
     "logcore.records": ("logcore.log",) + _ABOVE_LOG,
     "logcore.storage": ("logcore.log",) + _ABOVE_LOG,
     "logcore.log": _ABOVE_LOG,
     # the Kafka protocol: below the broker, the tools and the connector; above records only
     "logcore.wire": ("logcore.storage", "logcore.log", "logcore.tiered", "logcore.cleaner", "logcore.cluster",
-                     "logcore.replication", "logcore.broker", "logcore.maintenance", "logcore.tools",
-                     "pyspark_seglog"),
+                     "logcore.replication", "logcore.coordinator", "logcore.broker", "logcore.maintenance",
+                     "logcore.tools", "pyspark_seglog"),
     # the services above the log: none of them knows the broker, the CLI or Spark
-    "logcore.tiered": ("logcore.cleaner", "logcore.cluster", "logcore.replication", "logcore.broker",
-                       "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog"),
-    "logcore.cleaner": ("logcore.tiered", "logcore.cluster", "logcore.replication", "logcore.broker",
-                        "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog"),
-    "logcore.cluster": ("logcore.broker", "logcore.maintenance", "logcore.tools", "pyspark_seglog"),
+    "logcore.tiered": ("logcore.cleaner", "logcore.cluster", "logcore.replication", "logcore.coordinator",
+                       "logcore.broker", "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog"),
+    "logcore.cleaner": ("logcore.tiered", "logcore.cluster", "logcore.replication", "logcore.coordinator",
+                        "logcore.broker", "logcore.maintenance", "logcore.tools", "logcore.wire", "pyspark_seglog"),
+    "logcore.cluster": ("logcore.coordinator", "logcore.broker", "logcore.maintenance", "logcore.tools",
+                        "pyspark_seglog"),
     # (applies once the package exists: replication moves out of broker/)
-    "logcore.replication": ("logcore.broker", "logcore.maintenance", "logcore.tools", "pyspark_seglog"),
+    "logcore.replication": ("logcore.coordinator", "logcore.broker", "logcore.maintenance", "logcore.tools",
+                            "pyspark_seglog"),
+    # the coordinators: above the log and replication (whose objects they take duck-typed), below
+    # the broker, which hands requests to them
+    "logcore.coordinator": ("logcore.broker", "logcore.maintenance", "logcore.tools", "pyspark_seglog"),
     # the connector is a peer of the broker and the CLI: it talks to a broker through wire only
     "pyspark_seglog": ("logcore.broker", "logcore.maintenance", "logcore.tools", "logcore.cluster",
-                       "logcore.replication"),
+                       "logcore.replication", "logcore.coordinator"),
     "logcore": ("pyspark_seglog",),
 }
 
@@ -560,6 +567,15 @@ def _log_shape() -> list[str]:
     return problems
 
 
+def _broker_bases() -> list[str]:
+    """The bases of `Broker` (logcore/broker/broker.py): none, its handler groups are objects
+    it holds (mixins would share its fields, which the private-name check cannot see)."""
+    classes = [n for n in _tree(SOURCES["logcore"] / "broker" / "broker.py").body
+               if isinstance(n, ast.ClassDef) and n.name == "Broker"]
+    assert len(classes) == 1, "one class Broker in logcore/broker/broker.py"
+    return [ast.unparse(b) for b in classes[0].bases if ast.unparse(b) != "object"]
+
+
 def test_every_module_imports():
     names = []
     for top, folder in SOURCES.items():
@@ -598,6 +614,12 @@ def test_log_is_composed_not_inherited():
     assert not problems, "\n".join(problems)
 
 
+def test_broker_is_composed_not_inherited():
+    """`Broker` has no base class: it holds its handler groups (admin, fetch, groups, cluster,
+    reassignments), each built with the collaborators it uses, and dispatches to their methods."""
+    assert _broker_bases() == []
+
+
 def test_the_checks_see_what_they_look_for(tmp_path, monkeypatch):
     """The scanners are not vacuous: an upward import and a private import of another package
     in a module written for the purpose are both reported."""
@@ -626,10 +648,10 @@ def test_the_checks_see_what_they_look_for(tmp_path, monkeypatch):
 
 def test_the_class_checks_see_what_they_look_for(tmp_path, monkeypatch):
     """The newer scanners are not vacuous: a module loaded by name, a mixin reading its host's
-    private, a private read on another object, and a Log of the old shape are all reported;
-    a subclass using its base's private and the other operand of a comparison are not."""
+    private, a private read on another object, and a Log and a Broker of the old shape are all
+    reported; a subclass using its base's private and the other operand of a comparison are not."""
     folder = tmp_path / "logcore"
-    for sub in ("log", "tiered"):
+    for sub in ("log", "tiered", "broker"):
         (folder / sub).mkdir(parents=True)
         (folder / sub / "__init__.py").write_text("")
     (folder / "__init__.py").write_text("")
@@ -658,6 +680,8 @@ def test_the_class_checks_see_what_they_look_for(tmp_path, monkeypatch):
         "        return other._lock, seg._lock, getattr(seg, '_segments')\n")   # 10: seg's
     (folder / "tiered" / "tier.py").write_text(
         "def attach(log):\n    log._segments.append(1)\n")        # 2: outside a class
+    (folder / "broker" / "broker.py").write_text(
+        "class FetchHandlers:\n    pass\nclass Broker(FetchHandlers, object):\n    pass\n")
     monkeypatch.setitem(SOURCES, "logcore", folder)
     monkeypatch.setitem(SOURCES, "pyspark_seglog", tmp_path / "none")
     (tmp_path / "none").mkdir()
@@ -670,3 +694,4 @@ def test_the_class_checks_see_what_they_look_for(tmp_path, monkeypatch):
         "logcore/tiered/tier.py:2 touches log._segments outside a method of its class"]
     assert _log_shape() == ["Log has 4 bases (at most 3): Reading, Base, object, dict",
                             "Log.__init__ has 7 parameters besides self (at most 6): a, b, c, d, e, f, g"]
+    assert _broker_bases() == ["FetchHandlers"]

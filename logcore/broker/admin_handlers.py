@@ -1,16 +1,16 @@
 """Topic administration handlers of the Broker: CreateTopics, DeleteTopics, DescribeConfigs,
 and the topic creation that Metadata's auto-creation shares with CreateTopics.
 
-A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
-they use its `config`, `root`, `partitions`, `node_id` and `create_lock`.
+Held by the `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 from logcore.wire import error_codes as E
-from logcore.broker import offsets_topic as OT
+from logcore.coordinator import offsets_topic as OT
 from logcore.broker.config import BROKER_KEYS
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import CONFIG_KEYS, ConfigType, LogConfig, resolve_root_defaults
@@ -28,11 +28,23 @@ _KAFKA_CONFIG_TYPE = {ConfigType.BOOLEAN: 1, ConfigType.STRING: 2, ConfigType.IN
 
 
 class AdminHandlers:
-    def _auto_create(self, name: str) -> int:
+    """Over the broker's `config`, log `root` and open `partitions`; `membership` says where
+    topic admin goes (the broker alone, or the cluster's catalog)."""
+
+    def __init__(self, config, root, partitions, membership):
+        self.config = config
+        self.root = root
+        self.partitions = partitions
+        self.membership = membership
+        self.node_id = config.node_id
+        self.create_lock = threading.Lock()    # topic creation vs. the partition caps
+
+    def auto_create(self, name: str) -> int:
+        """Create `name` as Metadata's auto-creation asks (a thread): the error code."""
         try:
             with self.create_lock:
                 self._check_partition_cap(name, self.config["num.partitions"])
-                self._create_topic(name, self.config["num.partitions"], {})
+                self.create_topic(name, self.config["num.partitions"], {})
             logger.info("auto-created topic %s", name)
             return E.NONE
         except TopicExistsError:
@@ -61,7 +73,8 @@ class AdminHandlers:
                           f"topic {name!r}: {partitions} more partitions would make {have + partitions}"
                           f" on this broker, above max.partitions={cap}")
 
-    def _create_topic(self, name: str, partitions: int, configs: dict[str, str]):
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str]):
+        """Create the topic in the root and open its partitions (blocking)."""
         with self.partitions.lock:
             info = self.root.create_topic(name, partitions, configs)
             self.partitions.open_topic(info)
@@ -69,7 +82,7 @@ class AdminHandlers:
 
     # ------------------------------------------------------------------ CreateTopics / DeleteTopics
     async def create_topics(self, req: Request) -> dict:
-        return await self.topic_catalog.create_topics(req)
+        return await self.membership.topic_catalog.create_topics(req)
 
     async def local_create_topics(self, req: Request) -> dict:
         return {"throttle_time": 0, "topics": await asyncio.to_thread(self._create_topics, req.body)}
@@ -116,7 +129,7 @@ class AdminHandlers:
                 else:
                     with self.create_lock:
                         self._check_partition_cap(t.name, partitions)
-                        self._create_topic(t.name, partitions, configs)
+                        self.create_topic(t.name, partitions, configs)
                 res.update(num_partitions=partitions, replication_factor=1,
                            configs=self._describe_topic_configs(t.name, None) if not body.validate_only else [])
             except _Failed as exc:
@@ -127,7 +140,7 @@ class AdminHandlers:
 
     async def create_partitions(self, req: Request) -> dict:
         """CreatePartitions: grow topics (never shrink: INVALID_PARTITIONS)."""
-        return await self.topic_catalog.create_partitions(req)
+        return await self.membership.topic_catalog.create_partitions(req)
 
     async def local_create_partitions(self, req: Request) -> dict:
         return {"throttle_time": 0, "results": await asyncio.to_thread(self._create_partitions, req.body)}
@@ -169,7 +182,7 @@ class AdminHandlers:
             wanted = [(t.name, t.topic_id) for t in body.topics]
         else:
             wanted = [(n, None) for n in body.topic_names]
-        return await self.topic_catalog.delete_topics(req, wanted)
+        return await self.membership.topic_catalog.delete_topics(req, wanted)
 
     async def local_delete_topics(self, req: Request, wanted) -> dict:
         return {"throttle_time": 0, "responses": await asyncio.to_thread(self._delete_topics, wanted)}
@@ -182,7 +195,7 @@ class AdminHandlers:
                 if name is None:
                     out.append({"name": None, "topic_id": topic_id, "error_code": E.UNKNOWN_TOPIC_ID})
                     continue
-            tid = self.topic_uuid(name) if name else ZERO_UUID
+            tid = self.partitions.topic_uuid(name) if name else ZERO_UUID
             try:
                 if name not in self.partitions.topics:
                     raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
@@ -212,7 +225,7 @@ class AdminHandlers:
                     if r.resource_name not in self.partitions.topics:
                         # A cluster member answers for every topic of the cluster, also those it
                         # holds no replica of (or no longer: reassigned away).
-                        props = self.topic_catalog.unheld_topic_configs(r.resource_name)
+                        props = self.membership.topic_catalog.unheld_topic_configs(r.resource_name)
                         if props is None:
                             raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist")
                         config = LogConfig.from_props(props, self.root.defaults())

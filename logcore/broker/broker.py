@@ -10,30 +10,28 @@ fetch) does not hold up the requests behind it. Responses still go out in reques
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
-import threading
-import uuid
 from dataclasses import dataclass
 from typing import Awaitable, NamedTuple
 
 from logcore.wire import error_codes as E
 from logcore.broker.api_versions import SERVED, advertised
-from logcore.broker import offsets_topic as OT
+from logcore.coordinator import offsets_topic as OT
 from logcore.broker.admin_handlers import AdminHandlers
 from logcore.broker.topic_catalog import ClusterTopics, LocalTopics
 from logcore.broker.cluster_handlers import ClusterHandlers
-from logcore.broker.cluster_fetch import ClusterFetch, SingleNodeFetch
+from logcore.broker.cluster_fetch import ClusterFetch
 from logcore.broker.config import BrokerConfig
 from logcore.broker.error_response import error_response
 from logcore.broker.resources import open_partition_budget
 from logcore.broker.fetch_handlers import FetchHandlers
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.group_handlers import GroupHandlers
-from logcore.broker.groups import GroupCoordinator
+from logcore.coordinator.group_coordinator import GroupCoordinator
 from logcore.broker.log_dir_failure import LogDirFailureChannel
 from logcore.broker.maintenance import BrokerMaintenance
+from logcore.broker.membership import Membership
 from logcore.broker.partitions import PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.reassignment_handlers import ReassignmentHandlers
@@ -45,14 +43,10 @@ from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
-from logcore.log.partition_metadata import parse_topic_id
 from logcore.wire.list_offsets import (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
                                        MAX_TIMESTAMP)
 from logcore.wire.produce_codec import encode_produce_results
 from logcore.wire.protocol import ZERO_UUID, Request
-
-# Every Fetch below v13 names its topics, and the answer carries each one's id: parsed once.
-_topic_uuid_of = functools.lru_cache(maxsize=4096)(parse_topic_id)
 
 logger = logging.getLogger(__name__)
 
@@ -92,11 +86,15 @@ async def _appended(entries: list[ProduceEntry]) -> None:
         await asyncio.wait(pending)
 
 
-class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, ReassignmentHandlers):
+class Broker:
     """Dispatches each request by API key (`handlers`) to its handler: Produce, ListOffsets,
-    Metadata, ApiVersions, InitProducerId and OffsetForLeaderEpoch here; Fetch in
-    fetch_handlers.py, the consumer group APIs in group_handlers.py, CreateTopics, DeleteTopics
-    and DescribeConfigs in admin_handlers.py."""
+    Metadata, ApiVersions, InitProducerId and OffsetForLeaderEpoch here; the others to the
+    handler groups it holds, each built with the collaborators it uses: Fetch (`fetching`,
+    fetch_handlers.py), the consumer group APIs (`group_api`, group_handlers.py), CreateTopics,
+    DeleteTopics, CreatePartitions and DescribeConfigs (`admin`, admin_handlers.py), and for a
+    cluster member the cluster's answers (`cluster_api`, cluster_handlers.py) and reassignments
+    (`reassignments`, reassignment_handlers.py). What they share that join_cluster changes is
+    the `membership` they read at each request."""
 
     def __init__(self, config: BrokerConfig, root: LogRoot, advertised: tuple[str, int],
                  log_dir_failure: LogDirFailureChannel | None = None):
@@ -111,8 +109,9 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         self.log_dir_failure = log_dir_failure or LogDirFailureChannel(config.log_dir)
         self.partitions.log_dir_failure = self.log_dir_failure
         self.producer_ids = ProducerIdAllocator(root.storage)
-        self.cluster_id = _cluster_id(root)
         self.background: set[asyncio.Task] = set()
+        # A cluster member (zookeeper.connect): join_cluster changes it before the broker serves.
+        self.membership = Membership(_cluster_id(root))
         self.groups = GroupCoordinator(
             self.partitions, self._ensure_offsets_topic,
             num_partitions=config["offsets.topic.num.partitions"],
@@ -129,28 +128,44 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
                         remove_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
                         commit_timeout_s=config["offsets.commit.timeout.ms"] / 1000),
             on_offsets_marker=self.groups.on_offsets_marker)
-        self.transactions = TransactionHandlers(self, self.txn, self.groups)
+        self.transactions = TransactionHandlers(self.txn, self.groups, config, advertised, self.partitions,
+                                                self.membership)
         self.maintenance = BrokerMaintenance(
             self.partitions, MaintenanceConfig.from_props(config.log_defaults),
             tiering_interval_ms=config["remote.log.manager.task.interval.ms"], broker_id=self.node_id)
+        self.admin = AdminHandlers(config, root, self.partitions, self.membership)
+        self.fetching = FetchHandlers(config, self.partitions, self.membership)
+        self.group_api = GroupHandlers(self.groups, config, advertised, self.membership, self.transactions)
+        self.cluster_api = ClusterHandlers(config, self.membership)
+        self.reassignments = ReassignmentHandlers(self.membership)
+        self.membership.topic_catalog = LocalTopics(self.local_metadata, self.admin, self.group_api,
+                                                    self.partitions)
+        admin, groups = self.admin, self.group_api
         self.handlers = {
-            0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata,
-            8: self.offset_commit, 9: self.offset_fetch, 10: self.find_coordinator,
-            11: self.join_group, 12: self.heartbeat, 13: self.leave_group, 14: self.sync_group,
-            16: self.list_groups,
-            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
-            22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
-            37: self.create_partitions,
-            15: self.describe_groups,
+            0: self.produce, 1: self.fetching.fetch, 2: self.list_offsets, 3: self.metadata,
+            8: groups.offset_commit, 9: groups.offset_fetch, 10: groups.find_coordinator,
+            11: groups.join_group, 12: groups.heartbeat, 13: groups.leave_group, 14: groups.sync_group,
+            15: groups.describe_groups, 16: groups.list_groups,
+            18: self.api_versions, 19: admin.create_topics, 20: admin.delete_topics,
+            22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: admin.describe_configs,
+            37: admin.create_partitions,
             **self.transactions.handlers(),
         }
         self.served = dict(SERVED)
-        self.create_lock = threading.Lock()    # topic creation vs. the partition caps
-        # A cluster member (zookeeper.connect): set by `join_cluster` before the broker serves.
-        self.replica_manager = None             # logcore.replication.replica_manager.ReplicaManager
-        self.catalog = None                     # logcore.cluster.catalog.ZooKeeperCatalog
-        self.fetch_checks = SingleNodeFetch()   # ClusterFetch once a cluster member
-        self.topic_catalog = LocalTopics(self)  # ClusterTopics once a cluster member
+
+    @property
+    def cluster_id(self) -> str:
+        return self.membership.cluster_id
+
+    @property
+    def replica_manager(self):
+        """logcore.replication.replica_manager.ReplicaManager: a cluster member's (else None)."""
+        return self.membership.replica_manager
+
+    @property
+    def catalog(self):
+        """logcore.cluster.catalog.ZooKeeperCatalog: a cluster member's (else None)."""
+        return self.membership.catalog
 
     @property
     def replication(self):
@@ -164,29 +179,30 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         """The replica manager under its former name (the cluster tests read it so)."""
         return self.replica_manager
 
-    def join_cluster(self, store, catalog) -> None:
+    def join_cluster(self, store, catalog, cluster_id: str) -> None:
         """Serve as a member of the cluster whose metadata `store` (ZooKeeper) holds: topics
         from the catalog, leadership and replication from the replica manager."""
         from logcore.replication.replica_manager import ReplicaManager
         from logcore.broker.producer_ids import ClusterProducerIdAllocator
-        self.catalog = catalog
         self.producer_ids = ClusterProducerIdAllocator(store, self.node_id)
-        self.replica_manager = ReplicaManager(self, store, catalog)
-        self.fetch_checks = ClusterFetch(self.replica_manager)
-        self.topic_catalog = ClusterTopics(self)
-        self.partitions.replication = self.replica_manager
-        self.maintenance.role = self.replica_manager.role_of
+        replica_manager = ReplicaManager(self, store, catalog)
+        m = self.membership
+        m.cluster_id, m.catalog, m.replica_manager = cluster_id, catalog, replica_manager
+        m.fetch_checks = ClusterFetch(replica_manager)
+        m.topic_catalog = ClusterTopics(self.cluster_api, self.group_api, replica_manager)
+        self.partitions.replication = replica_manager
+        self.maintenance.role = replica_manager.role_of
         # Groups follow the leadership of their __consumer_offsets partition.
-        self.groups.attach_cluster(self.replica_manager, self.config["offsets.commit.timeout.ms"])
+        self.groups.attach_cluster(replica_manager, self.config["offsets.commit.timeout.ms"])
         # Transactional ids follow the leadership of their __transaction_state partition.
-        self.txn.attach_cluster(self.replica_manager, self._connect_broker)
-        self.handlers[43] = self.elect_leaders
+        self.txn.attach_cluster(replica_manager, self._connect_broker)
+        self.handlers[43] = self.cluster_api.elect_leaders
         self.served[43] = ("ElectLeaders", 0, 2)
-        self.handlers[45] = self.alter_partition_reassignments
+        self.handlers[45] = self.reassignments.alter_partition_reassignments
         self.served[45] = ("AlterPartitionReassignments", 0, 1)
-        self.handlers[46] = self.list_partition_reassignments
+        self.handlers[46] = self.reassignments.list_partition_reassignments
         self.served[46] = ("ListPartitionReassignments", 0, 0)
-        self.handlers[44] = self.incremental_alter_configs      # throttle removal only
+        self.handlers[44] = self.reassignments.incremental_alter_configs      # throttle removal only
         self.served[44] = ("IncrementalAlterConfigs", 0, 1)
 
     def open(self) -> None:
@@ -222,8 +238,8 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         if OT.TOPIC in self.partitions.topics:
             return
         try:
-            self._create_topic(OT.TOPIC, self.config["offsets.topic.num.partitions"],
-                               {**OT.TOPIC_CONFIG, "segment.bytes": str(self.config["offsets.topic.segment.bytes"])})
+            self.admin.create_topic(OT.TOPIC, self.config["offsets.topic.num.partitions"], {
+                **OT.TOPIC_CONFIG, "segment.bytes": str(self.config["offsets.topic.segment.bytes"])})
             logger.info("created %s (%d partitions, compacted)", OT.TOPIC,
                         self.config["offsets.topic.num.partitions"])
         except TopicExistsError:
@@ -234,8 +250,8 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         if TL.TOPIC in self.partitions.topics:
             return
         try:
-            self._create_topic(TL.TOPIC, self.config["transaction.state.log.num.partitions"],
-                               transaction_handlers.txn_topic_config(self.config))
+            self.admin.create_topic(TL.TOPIC, self.config["transaction.state.log.num.partitions"],
+                                    transaction_handlers.txn_topic_config(self.config))
             logger.info("created %s (%d partitions, compacted)", TL.TOPIC,
                         self.config["transaction.state.log.num.partitions"])
         except TopicExistsError:
@@ -302,12 +318,8 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
         return self.api_versions_body()
 
     # ------------------------------------------------------------------ Metadata
-    def topic_uuid(self, name: str) -> uuid.UUID:
-        info = self.partitions.topics.get(name)
-        return _topic_uuid_of(info.topic_id) if info and info.topic_id else ZERO_UUID
-
     async def metadata(self, req: Request) -> dict:
-        return await self.topic_catalog.metadata(req.body)
+        return await self.membership.topic_catalog.metadata(req.body)
 
     async def local_metadata(self, body) -> dict:
         if body.topics is None:
@@ -333,7 +345,7 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
             if name not in self.partitions.topics:
                 error = E.UNKNOWN_TOPIC_OR_PARTITION
                 if allow_create and body.topics is not None:
-                    error = await asyncio.to_thread(self._auto_create, name)
+                    error = await asyncio.to_thread(self.admin.auto_create, name)
             if error != E.NONE:
                 topics.append({"error_code": error, "name": name, "partitions": [],
                                "topic_authorized_operations": INT32_MIN})
@@ -350,12 +362,12 @@ class Broker(AdminHandlers, FetchHandlers, GroupHandlers, ClusterHandlers, Reass
                               "leader_epoch": part.leader_epoch if part else -1,
                               "replica_nodes": [self.node_id], "isr_nodes": [self.node_id],
                               "offline_replicas": []})
-            topics.append({"error_code": E.NONE, "name": name, "topic_id": self.topic_uuid(name),
+            topics.append({"error_code": E.NONE, "name": name, "topic_id": self.partitions.topic_uuid(name),
                            "is_internal": name.startswith("__"), "partitions": parts,
                            "topic_authorized_operations": INT32_MIN})
         return {"throttle_time": 0,
                 "brokers": [{"node_id": self.node_id, "host": self.host, "port": self.port, "rack": None}],
-                "cluster_id": self.cluster_id, "controller_id": self.node_id, "topics": topics,
+                "cluster_id": self.membership.cluster_id, "controller_id": self.node_id, "topics": topics,
                 "cluster_authorized_operations": INT32_MIN}
 
     # ------------------------------------------------------------------ InitProducerId

@@ -1,8 +1,9 @@
 """The Broker's answers as a cluster member (zookeeper.connect set): Metadata from the cluster's
 state, topic creation and deletion through the ZooKeeper catalog, and ElectLeaders.
 
-A mixin of `Broker` (logcore/broker/broker.py); it uses `self.replica_manager` (the ReplicaManager,
-which keeps the cluster's metadata as ZooKeeper's watches report it) and `self.catalog`.
+Held by the `Broker` (logcore/broker/broker.py); it reads the membership's `replica_manager` (the
+ReplicaManager, which keeps the cluster's metadata as ZooKeeper's watches report it) and
+`catalog` at each request (join_cluster sets them).
 Metadata follows Kafka's ZooKeeper-era rules (replication.md 1.11): live brokers only; a
 partition whose leader is not alive answers LEADER_NOT_AVAILABLE with leader -1 and its epoch;
 replicas and ISR unfiltered; offline replicas = assigned replicas on brokers that are not alive.
@@ -15,7 +16,7 @@ import time
 import uuid
 
 from logcore.wire import error_codes as E
-from logcore.broker import offsets_topic as OT
+from logcore.coordinator import offsets_topic as OT
 from logcore.wire.protocol import ZERO_UUID
 from logcore.cluster.zookeeper_store import NO_LEADER
 from logcore.errors import (InvalidConfigError, InvalidReplicationFactorError, SegLogError,
@@ -28,7 +29,36 @@ INT32_MIN = -(2 ** 31)
 PREFERRED, UNCLEAN = 0, 1
 
 
+async def await_metadata(replica_manager, done, timeout_s: float) -> bool:
+    """Wait until `done()` holds for the cluster metadata (ZooKeeper's watches update it)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        try:
+            await asyncio.wait_for(replica_manager.changed.wait(), remaining)
+        except asyncio.TimeoutError:
+            return done()
+    return True
+
+
 class ClusterHandlers:
+    """Over the broker's `config`; `membership` holds the replica manager, the catalog and the
+    cluster id."""
+
+    def __init__(self, config, membership):
+        self.config = config
+        self.membership = membership
+
+    @property
+    def replica_manager(self):
+        return self.membership.replica_manager
+
+    @property
+    def catalog(self):
+        return self.membership.catalog
+
     # ------------------------------------------------------------------ Metadata
     def _cluster_topic_uuid(self, name: str) -> uuid.UUID:
         ta = self.replica_manager.assignments.get(name)
@@ -70,7 +100,7 @@ class ClusterHandlers:
                            "topic_authorized_operations": INT32_MIN})
         brokers = [{"node_id": b, "host": reg.host, "port": reg.port, "rack": reg.rack}
                    for b, reg in sorted(rm.brokers.items())]
-        return {"throttle_time": 0, "brokers": brokers, "cluster_id": self.cluster_id,
+        return {"throttle_time": 0, "brokers": brokers, "cluster_id": self.membership.cluster_id,
                 "controller_id": rm.controller_id, "topics": topics,
                 "cluster_authorized_operations": INT32_MIN}
 
@@ -112,17 +142,7 @@ class ClusterHandlers:
         return E.NONE
 
     async def await_cluster(self, done, timeout_s: float) -> bool:
-        """Wait until `done()` holds for the cluster metadata (ZooKeeper's watches update it)."""
-        deadline = time.monotonic() + timeout_s
-        while not done():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            try:
-                await asyncio.wait_for(self.replica_manager.changed.wait(), remaining)
-            except asyncio.TimeoutError:
-                return done()
-        return True
+        return await await_metadata(self.replica_manager, done, timeout_s)
 
     def _has_leaders(self, name: str, partitions: int | None = None) -> bool:
         rm = self.replica_manager

@@ -38,8 +38,8 @@ class ClusterMember:
                                     session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
         await asyncio.to_thread(self.store.start)
         catalog = ZooKeeperCatalog(self.store, replication_factor=self.config["default.replication.factor"])
-        self.broker.cluster_id = await asyncio.to_thread(self.store.cluster_id)
-        self.broker.join_cluster(self.store, catalog)
+        cluster_id = await asyncio.to_thread(self.store.cluster_id)
+        self.broker.join_cluster(self.store, catalog, cluster_id)
 
     async def register(self, host: str, port: int) -> None:
         from logcore.cluster.controller import Controller

@@ -1,8 +1,7 @@
 """The Fetch handler of the Broker: long polling, the read of every requested partition, and
 records handed to the server as file ranges (sendfile) or bytes.
 
-A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
-they use its `config`, `partitions` and `topic_uuid`.
+Held by the `Broker` (logcore/broker/broker.py), which dispatches Fetch to it.
 """
 from __future__ import annotations
 
@@ -50,6 +49,14 @@ SENDFILE_MIN_BYTES = 64 * 1024
 
 
 class FetchHandlers:
+    """Over the broker's `config` and open `partitions`; `membership` gives the fetch checks
+    (a broker alone's, or a cluster member's)."""
+
+    def __init__(self, config, partitions, membership):
+        self.config = config
+        self.partitions = partitions
+        self.membership = membership
+
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, req: Request) -> Result:
         body = req.body
@@ -73,14 +80,14 @@ class FetchHandlers:
                 name = self.partitions.topic_ids.get(t.topic_id.bytes)
                 tid = t.topic_id
             else:
-                name, tid = t.topic, self.topic_uuid(t.topic)
+                name, tid = t.topic, self.partitions.topic_uuid(t.topic)
             for p in t.partitions:
                 part = self.partitions.get(name, p.partition) if name else None
                 error = E.NONE if part else (E.UNKNOWN_TOPIC_ID if name is None else E.UNKNOWN_TOPIC_OR_PARTITION)
                 if part is None and (name, p.partition) in self.partitions.damaged:
                     error = E.KAFKA_STORAGE_ERROR       # damaged committed data: see `seglog repair`
                 wanted.append(WantedPartition(name, tid, p, part, error))
-        checks = self.fetch_checks            # a broker alone's, or a cluster member's
+        checks = self.membership.fetch_checks  # a broker alone's, or a cluster member's
         follower = checks.follower_of(body, v)
         wanted = [checks.check(entry, follower) for entry in wanted]
         if follower >= 0:
@@ -169,7 +176,7 @@ class FetchHandlers:
                 except ConnectionAbortedError:
                     # Closed meanwhile: its topic was deleted, or (cluster) the replica was
                     # reassigned away from this broker.
-                    res["error_code"] = self.fetch_checks.closed_error
+                    res["error_code"] = self.membership.fetch_checks.closed_error
                     failed = True
                     continue
             if isinstance(p, DivergedPartition):

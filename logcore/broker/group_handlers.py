@@ -1,10 +1,10 @@
 """Consumer group handlers of the Broker: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
 
-A mixin of `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
-they use its `groups` (the GroupCoordinator), `partitions`, `node_id`, `host` and `port`.
+Held by the `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
+they hand the requests to the GroupCoordinator (logcore/coordinator/group_coordinator.py).
 
-In a cluster (the broker's topic_catalog is ClusterTopics) FindCoordinator names the broker leading the group's
+In a cluster (the membership's topic_catalog is ClusterTopics) FindCoordinator names the broker leading the group's
 partition of `__consumer_offsets` (creating the topic through the catalog at the first ask, as
 Kafka does), and every group API is answered NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
 by a broker that does not coordinate the group (GroupCoordinator.coordinator_error).
@@ -17,8 +17,9 @@ import time
 from typing import TYPE_CHECKING
 
 from logcore.wire import error_codes as E
-from logcore.broker import offsets_topic as OT
-from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES, _join_error, _sync_error
+from logcore.broker.cluster_handlers import await_metadata
+from logcore.coordinator import offsets_topic as OT
+from logcore.coordinator.group_coordinator import OFFSET_METADATA_MAX_BYTES, join_error, sync_error
 from logcore.errors import TopicExistsError
 from logcore.wire.protocol import Request
 
@@ -29,6 +30,33 @@ if TYPE_CHECKING:
 
 
 class GroupHandlers:
+    """Over the `coordinator` (GroupCoordinator) and the broker's `config`; `advertised`: this
+    broker's (host, port); `membership` says who coordinates a group (this broker alone, or
+    the leader of the group's __consumer_offsets partition in the cluster)."""
+
+    def __init__(self, coordinator, config, advertised: tuple[str, int], membership, transactions=None):
+        """`transactions`: the TransactionHandlers that answer FindCoordinator for a
+        transactional id (key type 1)."""
+        self.groups = coordinator
+        self.config = config
+        self.node_id = config.node_id
+        self.host, self.port = advertised
+        self.membership = membership
+        self.transactions = transactions
+
+    # What join_cluster sets, read at each request.
+    @property
+    def topic_catalog(self):
+        return self.membership.topic_catalog
+
+    @property
+    def replica_manager(self):
+        return self.membership.replica_manager
+
+    @property
+    def catalog(self):
+        return self.membership.catalog
+
     # ------------------------------------------------------------------ group coordinator
     async def find_coordinator(self, req: Request) -> dict:
         body = req.body
@@ -45,7 +73,7 @@ class GroupHandlers:
         return {"throttle_time": 0, "coordinators": coordinators}
 
     async def _find_coordinator(self, key_type: int, key: str) -> dict:
-        if key_type == 1:           # TRANSACTION: transaction_handlers.py
+        if key_type == 1 and self.transactions is not None:      # TRANSACTION: transaction_handlers.py
             return await self.transactions.find_coordinator(key)
         if key_type != 0:
             return {"throttle_time": 0, "error_code": E.INVALID_REQUEST,
@@ -103,7 +131,7 @@ class GroupHandlers:
         except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
             logger.warning("creating %s failed: %s", OT.TOPIC, exc)
             return f"{OT.TOPIC} could not be created: {exc}"
-        await self.await_cluster(lambda: OT.TOPIC in self.replica_manager.assignments, 5.0)
+        await await_metadata(rm, lambda: OT.TOPIC in rm.assignments, 5.0)
         return None
 
     async def describe_groups(self, req: Request) -> dict:
@@ -136,7 +164,7 @@ class GroupHandlers:
         b = req.body
         code = self.groups.coordinator_error(b.group_id)
         if code != E.NONE:
-            return _join_error(code, b.member_id)
+            return join_error(code, b.member_id)
         session_ms = int(b.session_timeout.total_seconds() * 1000)
         rebalance = getattr(b, "rebalance_timeout", None)
         return self.groups.join(
@@ -151,7 +179,7 @@ class GroupHandlers:
         b = req.body
         code = self.groups.coordinator_error(b.group_id)
         if code != E.NONE:
-            return _sync_error(code)
+            return sync_error(code)
         return self.groups.sync(group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
                                 assignments=[(a.member_id, bytes(a.assignment)) for a in b.assignments])
 

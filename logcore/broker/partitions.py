@@ -21,9 +21,11 @@ one with queued or running produce work, or the one a thread last took with `Par
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -34,8 +36,12 @@ from logcore.log.log import Log
 from logcore.log.log_root import LogRoot, TopicInfo
 from logcore.log.partition_metadata import parse_topic_id
 from logcore.replication.single_node import SingleNode
+from logcore.wire.protocol import ZERO_UUID
 
 logger = logging.getLogger(__name__)
+
+# Every Fetch below v13 names its topics, and the answer carries each one's id: parsed once.
+_topic_uuid_of = functools.lru_cache(maxsize=4096)(parse_topic_id)
 
 
 @dataclass(eq=False)
@@ -401,6 +407,11 @@ class PartitionManager:
 
     def get(self, topic: str, index: int) -> PartitionLog | None:
         return self.partitions.get((topic, index))
+
+    def topic_uuid(self, name: str) -> uuid.UUID:
+        """The topic's id (ZERO_UUID for a topic not open here, or one without an id)."""
+        info = self.topics.get(name)
+        return _topic_uuid_of(info.topic_id) if info and info.topic_id else ZERO_UUID
 
     # ---------------------------------------------------------------- append + commit
     def submit(self, part: PartitionLog, batch, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Future:

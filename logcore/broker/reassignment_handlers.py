@@ -1,7 +1,7 @@
 """AlterPartitionReassignments (API 45) and ListPartitionReassignments (API 46) on a cluster
 member (KIP-455, ZooKeeper mode).
 
-A mixin of `Broker` (logcore/broker/broker.py), like ClusterHandlers. Any broker takes the
+Held by the `Broker` (logcore/broker/broker.py), like ClusterHandlers. Any broker takes the
 request: it checks each partition against the cluster's metadata as Kafka's controller does
 (UNKNOWN_TOPIC_OR_PARTITION; INVALID_REPLICA_ASSIGNMENT for an empty list, duplicates, negative
 or not-alive new brokers; NO_REASSIGNMENT_IN_PROGRESS for a cancel of nothing;
@@ -16,6 +16,7 @@ import asyncio
 import time
 
 from logcore.wire import error_codes as E
+from logcore.broker.cluster_handlers import await_metadata
 from logcore.errors import SegLogError, ZkVersionConflictError
 from logcore.wire.config_resources import BROKER_RESOURCE, TOPIC_RESOURCE
 
@@ -25,6 +26,16 @@ def _ids(replicas) -> str:
 
 
 class ReassignmentHandlers:
+    """`membership` holds the replica manager (the cluster's metadata and its ZooKeeper store),
+    read at each request."""
+
+    def __init__(self, membership):
+        self.membership = membership
+
+    @property
+    def replica_manager(self):
+        return self.membership.replica_manager
+
     async def alter_partition_reassignments(self, req) -> dict:
         body = req.body
         timeout_s = max(0.0, body.timeout.total_seconds())
@@ -50,8 +61,9 @@ class ReassignmentHandlers:
                 for key in asked:
                     results[key] = (E.error_code(exc), str(exc))
                 asked = {}
-            await self.await_cluster(lambda: all(self._reassignment_applied(k, r) for k, r in asked.items()),
-                                      timeout_s)
+            await await_metadata(self.replica_manager,
+                                 lambda: all(self._reassignment_applied(k, r) for k, r in asked.items()),
+                                 timeout_s)
             for key, target in asked.items():
                 results.setdefault(key, (E.NONE, None) if self._reassignment_applied(key, target) else
                                    (E.REQUEST_TIMED_OUT, f"the reassignment of {key[0]}-{key[1]} was not taken"

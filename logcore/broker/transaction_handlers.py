@@ -3,10 +3,11 @@ transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers,
 TxnOffsetCommit, DescribeTransactions and ListTransactions, and the produce-side check of
 transactional batches (KIP-890 part 1).
 
-A handler object composed by the Broker with what it needs: the transaction coordinator, the
-group coordinator (TxnOffsetCommit), the marker writer (WriteTxnMarkers from other
-coordinators), the broker's settings and identity, and its topic catalog (in a cluster: the
-replica manager and the ZooKeeper catalog, to find and create `__transaction_state`).
+A handler object composed by the Broker with what it needs: the transaction coordinator (and
+its marker writer, for WriteTxnMarkers from other coordinators), the group coordinator
+(TxnOffsetCommit), the broker's settings and address, its partitions, and the membership that
+says whether it serves alone or in a cluster (then the replica manager and the ZooKeeper
+catalog, to find and create `__transaction_state` and to reach other brokers).
 """
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import asyncio
 import logging
 import time
 
-from logcore.broker import offsets_topic as OT
-from logcore.broker.groups import OFFSET_METADATA_MAX_BYTES
+from logcore.broker.cluster_handlers import await_metadata
+from logcore.coordinator import offsets_topic as OT
+from logcore.coordinator.group_coordinator import OFFSET_METADATA_MAX_BYTES
 from logcore.coordinator.transaction_coordinator import TransactionCoordinator
 from logcore.coordinator.transaction_log import TOPIC, TOPIC_CONFIG, TxnState, partition_for
 from logcore.errors import TopicExistsError
@@ -41,12 +43,18 @@ def txn_topic_config(config) -> dict[str, str]:
 
 
 class TransactionHandlers:
-    def __init__(self, broker, coordinator: TransactionCoordinator, groups):
-        """`broker`: for its identity (node_id, host, port), settings, topic catalog and, in a
-        cluster, its replica manager and ZooKeeper catalog."""
-        self.broker = broker
+    def __init__(self, coordinator: TransactionCoordinator, groups, config, advertised: tuple[str, int],
+                 partitions, membership):
+        """`groups`: the GroupCoordinator; `advertised`: this broker's (host, port);
+        `partitions`: its PartitionManager; `membership`: read at each request (join_cluster
+        changes it)."""
         self.txn = coordinator
         self.groups = groups
+        self.config = config
+        self.node_id = config.node_id
+        self.host, self.port = advertised
+        self.partitions = partitions
+        self.membership = membership
         # KIP-890 in a cluster: what the coordinator of another broker answered for a
         # transactional batch's partition, (transactional id, producer id, epoch, topic,
         # partition) -> error code, taken by the produce that asked; one verification at a time
@@ -62,11 +70,10 @@ class TransactionHandlers:
 
     # ------------------------------------------------------------------ FindCoordinator(TRANSACTION)
     async def find_coordinator(self, transactional_id: str) -> dict:
-        b = self.broker
-        if b.replica_manager is None:
+        rm = self.membership.replica_manager
+        if rm is None:
             return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
-                    "node_id": b.node_id, "host": b.host, "port": b.port}
-        rm = b.replica_manager
+                    "node_id": self.node_id, "host": self.host, "port": self.port}
         if TOPIC not in rm.assignments:
             message = await self._create_topic()
             if message is not None:
@@ -87,10 +94,9 @@ class TransactionHandlers:
         """Create __transaction_state in the cluster (transaction.state.log.* settings); None
         when it exists now, else why not (Kafka's rule: not while fewer brokers than the
         replication factor live)."""
-        b = self.broker
-        rm = b.replica_manager
-        rf = b.config["transaction.state.log.replication.factor"]
-        count = b.config["transaction.state.log.num.partitions"]
+        rm = self.membership.replica_manager
+        rf = self.config["transaction.state.log.replication.factor"]
+        count = self.config["transaction.state.log.num.partitions"]
         try:
             live = sorted(await asyncio.to_thread(rm.store.brokers))
             if len(live) < rf:
@@ -98,15 +104,15 @@ class TransactionHandlers:
                            f" {len(live)} live brokers {live}")
                 logger.warning("%s", message)
                 return message
-            await asyncio.to_thread(b.catalog.create_topic, TOPIC, count, txn_topic_config(b.config),
-                                    replication_factor=rf)
+            await asyncio.to_thread(self.membership.catalog.create_topic, TOPIC, count,
+                                    txn_topic_config(self.config), replication_factor=rf)
             logger.info("created %s in the cluster (%d partitions, replication factor %d, compacted)", TOPIC, count, rf)
         except TopicExistsError:
             pass
         except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
             logger.warning("creating %s failed: %s", TOPIC, exc)
             return f"{TOPIC} could not be created: {exc}"
-        await b.await_cluster(lambda: TOPIC in rm.assignments, 5.0)
+        await await_metadata(rm, lambda: TOPIC in rm.assignments, 5.0)
         return None
 
     # ------------------------------------------------------------------ InitProducerId
@@ -284,7 +290,7 @@ class TransactionHandlers:
         broker's) about each partition whose first transactional batch this is, or None when
         nothing needs asking (the produce goes on at once)."""
         tid = body.transactional_id
-        if tid is None or self.broker.replica_manager is None or self.txn.coordinates(tid):
+        if tid is None or self.membership.replica_manager is None or self.txn.coordinates(tid):
             return None
         wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
         for t in body.topic_data:
@@ -294,7 +300,7 @@ class TransactionHandlers:
                     continue
                 pid = int.from_bytes(records[43:51], "big", signed=True)
                 epoch = int.from_bytes(records[51:53], "big", signed=True)
-                part = self.broker.partitions.get(t.name, pd.index)
+                part = self.partitions.get(t.name, pd.index)
                 log = part.log_if_open if part is not None else None
                 entry = log.producer_state.last_entry(pid) if log is not None else None
                 if entry is not None and entry.producer_epoch == epoch and entry.current_txn_first_offset is not None:
@@ -313,7 +319,7 @@ class TransactionHandlers:
                     self.verdicts[(tid, pid, epoch, *tp)] = codes.get(tp, E.COORDINATOR_NOT_AVAILABLE)
 
     async def _ask_coordinator(self, tid: str, pid: int, epoch: int, tps) -> dict:
-        rm = self.broker.replica_manager
+        rm = self.membership.replica_manager
         p = partition_for(tid, self.txn.partition_count())
         state = rm.states.get((TOPIC, p))
         if state is None or state.leader < 0:
@@ -341,7 +347,7 @@ class TransactionHandlers:
                 for r in topic.results_by_partition}
 
     def _partition_exists(self, topic: str, index: int) -> bool:
-        return self.broker.topic_catalog.partition_exists(topic, index)
+        return self.membership.topic_catalog.partition_exists(topic, index)
 
 
 def _no_coordinator(message: str) -> dict:

@@ -3,5 +3,12 @@
 `__transaction_state`). Each coordinates the keys of the internal-topic partitions this broker
 leads, loads their state when it gains leadership and drops it when it loses it.
 
-Above the log and replication; below the broker, which hands requests to them.
+Above the log and replication; below the broker, which hands requests to them. What they use of
+the broker (its open partitions) and of replication (the replica manager) they take duck-typed:
+nothing here imports logcore.broker (tests/test_layers.py).
+
+Group side: `group_coordinator` (GroupCoordinator, the classic group state machine and its
+committed offsets), `offsets_topic` (the `__consumer_offsets` record codec) and
+`group_placement` (which groups this broker coordinates: all, or in a cluster those of the
+partitions it leads).
 """

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from broker_helpers import (connect, create, parse_response, produce, recv_frame,  # noqa: E402
                             request_frame)
-from logcore.broker import offsets_topic as OT  # noqa: E402
+from logcore.coordinator import offsets_topic as OT  # noqa: E402
 from logcore.log.log_root import LogRoot  # noqa: E402
 
 FAST_GROUPS = {"group.min.session.timeout.ms": 100, "offsets.topic.num.partitions": 3}

@@ -14,7 +14,7 @@ from seglog_cluster import SeglogCluster
 
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
-from logcore.broker import offsets_topic as OT  # noqa: E402
+from logcore.coordinator import offsets_topic as OT  # noqa: E402
 from logcore.wire.api_keys import (DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP,  # noqa: E402
                                    LIST_GROUPS, METADATA, OFFSET_COMMIT, OFFSET_FETCH)
 from logcore.wire.client import KafkaConnection  # noqa: E402

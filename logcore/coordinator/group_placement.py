@@ -7,7 +7,7 @@ an append is committed when the partition's high watermark passes it.
 """
 from __future__ import annotations
 
-from logcore.broker import offsets_topic as OT
+from logcore.coordinator import offsets_topic as OT
 from logcore.wire import error_codes as E
 
 

@@ -35,12 +35,11 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Awaitable, Callable, Protocol
 
 from logcore.wire import error_codes as E
-from logcore.broker import offsets_topic as OT
-from logcore.broker import group_placement
-from logcore.broker.partitions import PartitionLog, PartitionManager
+from logcore.coordinator import offsets_topic as OT
+from logcore.coordinator import group_placement
 from logcore.coordinator.transaction_appends import CoordinatorAppender
 from logcore.coordinator.transaction_offsets import LogEntry, PendingTxnOffsets, replay
 from logcore.errors import SegLogError
@@ -108,6 +107,18 @@ class Group:
         return not self.pending and all(m.join is not None for m in self.members.values())
 
 
+class OffsetsPartitions(Protocol):
+    """The broker's open partitions as the coordinator uses them (its PartitionManager, taken
+    duck-typed so that the coordinator stays below the broker)."""
+    topics: dict                                # topic name -> its info (`partitions`: the count)
+
+    def get(self, topic: str, index: int): ...  # the partition (its `log`), None if not open here
+
+    def submit(self, part, records) -> Awaitable: ...   # the append's info (`last_offset`)
+
+    def unpin_thread(self) -> None: ...         # after a read in a worker thread
+
+
 def _resume(groups, now: float) -> None:
     """Groups read back from the log: Stable with the members of their last generation (their
     sessions start now), Empty without (Kafka's loadGroup)."""
@@ -118,7 +129,7 @@ def _resume(groups, now: float) -> None:
 
 
 class GroupCoordinator:
-    def __init__(self, partitions: PartitionManager, ensure_topic: Callable[[], None], *,
+    def __init__(self, partitions: OffsetsPartitions, ensure_topic: Callable[[], None], *,
                  num_partitions: int, initial_delay_ms: int, min_session_ms: int, max_session_ms: int):
         self.partitions = partitions
         self._ensure_topic = ensure_topic         # blocking: creates __consumer_offsets if missing
@@ -222,7 +233,7 @@ class GroupCoordinator:
         logger.info("coordinating %d groups of %s (%d records loaded in %.2f s)", len(loaded), where,
                     len(records), time.monotonic() - started)
 
-    def _read_partition(self, part: PartitionLog) -> list[LogEntry]:
+    def _read_partition(self, part) -> list[LogEntry]:
         """Every record and transaction marker of the partition up to its log end (a thread)."""
         try:
             log = part.log
@@ -259,9 +270,9 @@ class GroupCoordinator:
                 group.rebalance = None
             for m in group.members.values():
                 if m.join is not None and not m.join.done():
-                    m.join.set_result(_join_error(E.NOT_COORDINATOR, m.member_id))
+                    m.join.set_result(join_error(E.NOT_COORDINATOR, m.member_id))
                 if m.sync is not None and not m.sync.done():
-                    m.sync.set_result(_sync_error(E.NOT_COORDINATOR))
+                    m.sync.set_result(sync_error(E.NOT_COORDINATOR))
         if gone:
             logger.info("no longer coordinating %d groups of %s-%d", len(gone), OT.TOPIC, p)
 
@@ -387,7 +398,7 @@ class GroupCoordinator:
             return _coordinator_code(code)
         try:
             await self.ensure_topic()
-            part: PartitionLog | None = self.partitions.get(OT.TOPIC, p)
+            part = self.partitions.get(OT.TOPIC, p)
             if part is None:
                 raise SegLogError(f"{where} (the partition of group {group_id!r}) is not open")
             if producer is not None:      # TxnOffsetCommit: a transactional batch of the producer
@@ -421,26 +432,26 @@ class GroupCoordinator:
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
                    protocols: list[tuple[str, bytes]], require_known_member: bool) -> dict:
         if not group_id:
-            return _join_error(E.INVALID_GROUP_ID, member_id)
+            return join_error(E.INVALID_GROUP_ID, member_id)
         if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
-            return _join_error(E.INVALID_SESSION_TIMEOUT, member_id)
+            return join_error(E.INVALID_SESSION_TIMEOUT, member_id)
         if not protocols or not protocol_type:
-            return _join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            return join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
         await self.ensure_topic()
         group = self._group(group_id)
         loop = asyncio.get_running_loop()
         now = loop.time()
         if group.members and (protocol_type != group.protocol_type
                               or not group.supported() & {name for name, _ in protocols}):
-            return _join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            return join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
         if not member_id:
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
             if require_known_member:
                 # KIP-394: hand out the id first; the member joins again with it.
                 group.pending[member_id] = now + session_timeout_ms / 1000
-                return _join_error(E.MEMBER_ID_REQUIRED, member_id)
+                return join_error(E.MEMBER_ID_REQUIRED, member_id)
         elif member_id not in group.members and member_id not in group.pending:
-            return _join_error(E.UNKNOWN_MEMBER_ID, member_id)
+            return join_error(E.UNKNOWN_MEMBER_ID, member_id)
         group.pending.pop(member_id, None)
         member = group.members.get(member_id)
         if member is None:
@@ -459,7 +470,7 @@ class GroupCoordinator:
                 return self._join_response(group, member)
             member.protocols = list(protocols)
         if member.join is not None and not member.join.done():
-            member.join.set_result(_join_error(E.REBALANCE_IN_PROGRESS, member_id))
+            member.join.set_result(join_error(E.REBALANCE_IN_PROGRESS, member_id))
         member.join = loop.create_future()
         self._prepare_rebalance(group, f"member {member_id} joined")
         self._changed(group).set()
@@ -478,7 +489,7 @@ class GroupCoordinator:
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
         for m in group.members.values():       # a SyncGroup waiting on the old generation is over
             if m.sync is not None and not m.sync.done():
-                m.sync.set_result(_sync_error(E.REBALANCE_IN_PROGRESS))
+                m.sync.set_result(sync_error(E.REBALANCE_IN_PROGRESS))
             m.sync = None
         if group.state == PREPARING:
             return
@@ -548,18 +559,18 @@ class GroupCoordinator:
                    assignments: list[tuple[str, bytes]]) -> dict:
         group = self.groups.get(group_id)
         if group is None or member_id not in group.members:
-            return _sync_error(E.UNKNOWN_MEMBER_ID)
+            return sync_error(E.UNKNOWN_MEMBER_ID)
         member = group.members[member_id]
         member.last_seen = asyncio.get_running_loop().time()
         if generation_id != group.generation:
-            return _sync_error(E.ILLEGAL_GENERATION)
+            return sync_error(E.ILLEGAL_GENERATION)
         if group.state == PREPARING:
-            return _sync_error(E.REBALANCE_IN_PROGRESS)
+            return sync_error(E.REBALANCE_IN_PROGRESS)
         if group.state == STABLE:
             return {"throttle_time": 0, "error_code": E.NONE, "assignment": member.assignment,
                     "protocol_type": group.protocol_type, "protocol_name": group.protocol}
         if member.sync is not None and not member.sync.done():
-            member.sync.set_result(_sync_error(E.REBALANCE_IN_PROGRESS))
+            member.sync.set_result(sync_error(E.REBALANCE_IN_PROGRESS))
         member.sync = asyncio.get_running_loop().create_future()
         waiting = member.sync
         if member_id == group.leader:
@@ -584,7 +595,7 @@ class GroupCoordinator:
                     # coordinator) and the group rebalances.
                     for m in group.members.values():
                         if m.sync is not None and not m.sync.done():
-                            m.sync.set_result(_sync_error(code))
+                            m.sync.set_result(sync_error(code))
                         m.sync = None
                     self._prepare_rebalance(group, "its metadata could not be written")
         return await waiting
@@ -615,9 +626,9 @@ class GroupCoordinator:
             if member is not None:
                 left.append(mid)
                 if member.join is not None and not member.join.done():
-                    member.join.set_result(_join_error(E.UNKNOWN_MEMBER_ID, mid))
+                    member.join.set_result(join_error(E.UNKNOWN_MEMBER_ID, mid))
                 if member.sync is not None and not member.sync.done():
-                    member.sync.set_result(_sync_error(E.UNKNOWN_MEMBER_ID))
+                    member.sync.set_result(sync_error(E.UNKNOWN_MEMBER_ID))
         if group is not None and left:
             self._member_gone(group, f"member {', '.join(left)} left")
         return codes
@@ -642,7 +653,7 @@ class GroupCoordinator:
                 for mid in gone:
                     member = group.members.pop(mid)
                     if member.sync is not None and not member.sync.done():
-                        member.sync.set_result(_sync_error(E.UNKNOWN_MEMBER_ID))
+                        member.sync.set_result(sync_error(E.UNKNOWN_MEMBER_ID))
                 if gone:
                     logger.info("group %s: session of %s expired", group.group_id, ", ".join(gone))
                     self._member_gone(group, f"session of {', '.join(gone)} expired")
@@ -725,12 +736,14 @@ def _coordinator_code(code: int) -> int:
     return code
 
 
-def _join_error(code: int, member_id: str) -> dict:
+def join_error(code: int, member_id: str) -> dict:
+    """JoinGroup's answer refusing `member_id` with `code` (the broker answers it too)."""
     return {"throttle_time": 0, "error_code": code, "generation_id": -1, "protocol_type": None,
             "protocol_name": "", "leader": "", "member_id": member_id, "members": [],
             "skip_assignment": False}
 
 
-def _sync_error(code: int) -> dict:
+def sync_error(code: int) -> dict:
+    """SyncGroup's answer refusing with `code` (the broker answers it too)."""
     return {"throttle_time": 0, "error_code": code, "assignment": b"", "protocol_type": None,
             "protocol_name": None}
