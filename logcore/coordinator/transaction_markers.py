@@ -18,6 +18,7 @@ import logging
 
 from logcore.coordinator.transaction_appends import CoordinatorAppender
 from logcore.errors import SegLogError
+from logcore.log.producer_state import TransactionCoordinatorFencedError
 from logcore.wire import error_codes as E
 from logcore.wire.api_keys import WRITE_TXN_MARKERS
 
@@ -61,7 +62,7 @@ class MarkerWriter:
             for tp in by_leader.pop(-2, []):
                 code = await self.write_local(tp[0], tp[1], producer_id=producer_id, producer_epoch=producer_epoch,
                                               coordinator_epoch=coordinator_epoch, committed=committed)
-                if code in (E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION):
+                if code in (E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.TRANSACTION_COORDINATOR_FENCED):
                     remaining.discard(tp)
             by_leader.pop(-1, None)                # no live leader yet: retried
             for leader, tps in by_leader.items():
@@ -86,6 +87,11 @@ class MarkerWriter:
             info = await self.appender.append_marker(part, committed=committed, producer_id=producer_id,
                                                      producer_epoch=producer_epoch,
                                                      coordinator_epoch=coordinator_epoch)
+        except TransactionCoordinatorFencedError as exc:
+            # A newer coordinator (a higher epoch of __transaction_state) wrote there: this
+            # one's marker is superseded (Kafka's TRANSACTION_COORDINATOR_FENCED).
+            logger.info("producer %d: marker for %s-%d fenced: %s", producer_id, topic, p, exc)
+            return E.TRANSACTION_COORDINATOR_FENCED
         except SegLogError as exc:
             code = E.error_code(exc)
             logger.warning("producer %d: the %s marker for %s-%d was refused (error %d): %s", producer_id,
@@ -137,7 +143,7 @@ class MarkerWriter:
                     code = int(part.error_code)
                     # UNKNOWN_TOPIC_OR_PARTITION from a leader whose metadata may lag: retried
                     # until this coordinator sees the partition gone itself (write()).
-                    if code == E.NONE:
+                    if code in (E.NONE, E.TRANSACTION_COORDINATOR_FENCED):
                         done.add((topic.name, part.partition_index))
                     else:
                         logger.info("producer %d: broker %d answered error %d for the marker of %s-%d",

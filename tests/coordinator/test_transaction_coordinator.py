@@ -171,3 +171,22 @@ def test_restart_completes_a_prepared_commit(tmp_path):
         await txn.stop()
         pm.close()
     asyncio.run(run())
+
+
+def test_marker_of_an_older_coordinator_epoch_is_fenced(tmp_path):
+    async def run():
+        pm, txn = _open(tmp_path / "root")
+        _produce(pm, 0, 42, 0, 0, [b"x"])
+        w = txn.markers
+        assert await w.write_local("data", 0, producer_id=42, producer_epoch=0, coordinator_epoch=5,
+                                   committed=True) == E.NONE
+        _produce(pm, 0, 42, 0, 1, [b"y"])
+        assert await w.write_local("data", 0, producer_id=42, producer_epoch=0, coordinator_epoch=4,
+                                   committed=False) == E.TRANSACTION_COORDINATOR_FENCED
+        assert await w.write_local("data", 0, producer_id=42, producer_epoch=0, coordinator_epoch=5,
+                                   committed=False) == E.NONE
+        assert await w.write_local("nothere", 0, producer_id=42, producer_epoch=0, coordinator_epoch=5,
+                                   committed=False) == E.UNKNOWN_TOPIC_OR_PARTITION
+        assert _markers(pm, 0) == [(42, True), (42, False)]
+        pm.close()
+    asyncio.run(run())
