@@ -13,7 +13,7 @@ import time
 import pytest
 
 pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 
 from broker_helpers import connect, create, parse_response, recv_frame  # noqa: E402
 from logcore.coordinator import transaction_log as TL  # noqa: E402
@@ -33,20 +33,35 @@ def _producer(b, tid: str, **conf) -> Producer:
     return p
 
 
-def _read(b, topic: str, partitions: int, isolation: str, *, quiet_s: float = 1.5, timeout: float = 15) -> list:
-    """Every value of the topic a consumer of `isolation` sees (polls until quiet_s without one)."""
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "reader", "enable.auto.commit": False,
-                  "isolation.level": isolation, "fetch.wait.max.ms": 50})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got = []
+def _read(b, topic: str, partitions: int, isolation: str, *, expect: list | None = None, timeout: float = 20) -> list:
+    """Every value of the topic a consumer of `isolation` reads up to the end of each partition
+    (the LSO for read_committed, the high watermark for read_uncommitted). With `expect`: read
+    again until that is what it reads (a commit's markers follow EndTxn's answer), or the timeout."""
     deadline = time.monotonic() + timeout
-    last = time.monotonic()
-    while time.monotonic() < deadline and time.monotonic() - last < quiet_s:
+    while True:
+        got = _read_to_end(b.bootstrap, topic, partitions, isolation, timeout)
+        if expect is None or got == sorted(expect) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
+def _read_to_end(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float) -> list:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False,
+                  "isolation.level": isolation, "fetch.wait.max.ms": 50, "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got, ended = [], set()
+    deadline = time.monotonic() + timeout
+    while len(ended) < partitions and time.monotonic() < deadline:
         m = c.poll(0.1)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-            last = time.monotonic()
+        if m is None:
+            continue
+        if m.error() is not None:
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                ended.add(m.partition())
+            continue
+        got.append(m.value())
     c.close()
+    assert len(ended) == partitions, f"{topic}: reached the end of {sorted(ended)} only"
     return sorted(got)
 
 
@@ -71,15 +86,16 @@ def test_commit_abort_and_isolation_levels(broker_factory):
     _send(p, "tx", [b"d%d" % i for i in range(6)], 3)
     p.commit_transaction(15)
     committed = sorted([b"c%d" % i for i in range(30)] + [b"d%d" % i for i in range(6)])
-    assert _read(b, "tx", 3, "read_committed") == committed
+    assert _read(b, "tx", 3, "read_committed", expect=committed) == committed
     assert _read(b, "tx", 3, "read_uncommitted") == sorted(committed + [b"a%d" % i for i in range(12)])
     # An open transaction holds read_committed readers at its first offset (the LSO).
     p.begin_transaction()
     _send(p, "tx", [b"open%d" % i for i in range(3)], 3)
     p.flush(10)
-    assert _read(b, "tx", 3, "read_committed", quiet_s=1.0) == committed
+    assert _read(b, "tx", 3, "read_committed") == committed
     p.commit_transaction(15)
-    assert len(_read(b, "tx", 3, "read_committed")) == len(committed) + 3
+    final = sorted(committed + [b"open%d" % i for i in range(3)])
+    assert _read(b, "tx", 3, "read_committed", expect=final) == final
     b.stop()
     # The markers and state are Kafka's records in the root.
     with LogRoot.open(str(b.root)) as root:
@@ -134,8 +150,8 @@ def test_send_offsets_then_group_resumes_read_committed(broker_factory):
     c.close()
     assert sorted(first + rest) == sorted(b"s%d" % i for i in range(40))
     assert set(aborted) <= set(rest)
-    out = _read(b, "dst", 2, "read_committed")
-    assert out == sorted(b"out-" + v for v in first + rest)
+    want = sorted(b"out-" + v for v in first + rest)
+    assert _read(b, "dst", 2, "read_committed", expect=want) == want
 
 
 def test_zombie_producer_is_fenced(broker_factory):
@@ -153,7 +169,8 @@ def test_zombie_producer_is_fenced(broker_factory):
         old.produce("z", value=b"late", partition=0)
         old.commit_transaction(15)
     assert info.value.args[0].fatal(), info.value
-    assert _read(b, "z", 2, "read_committed") == sorted(b"new%d" % i for i in range(4))
+    want = sorted(b"new%d" % i for i in range(4))
+    assert _read(b, "z", 2, "read_committed", expect=want) == want
 
 
 def test_transaction_timeout_aborts(broker_factory):
@@ -170,14 +187,14 @@ def test_transaction_timeout_aborts(broker_factory):
     time.sleep(2.0)                                     # the coordinator aborts it meanwhile
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
-    assert _read(b, "slow", 1, "read_committed", quiet_s=1.0) == []
-    assert _read(b, "slow", 1, "read_uncommitted", quiet_s=1.0) == [b"never"]
+    assert _read(b, "slow", 1, "read_committed") == []
+    assert _read(b, "slow", 1, "read_uncommitted") == [b"never"]
     # The LSO moved past the aborted transaction: a new producer of the same id commits.
     p2 = _producer(b, "slow-tx", **{"transaction.timeout.ms": 2000})
     p2.begin_transaction()
     p2.produce("slow", value=b"later")
     p2.commit_transaction(15)
-    assert _read(b, "slow", 1, "read_committed") == [b"later"]
+    assert _read(b, "slow", 1, "read_committed", expect=[b"later"]) == [b"later"]
 
 
 def test_broker_killed_mid_transaction_then_recovery(broker_factory):
@@ -200,7 +217,7 @@ def test_broker_killed_mid_transaction_then_recovery(broker_factory):
     _send(p2, "crash", [b"after%d" % i for i in range(4)], 2)
     p2.commit_transaction(15)
     expected = sorted([b"c%d" % i for i in range(6)] + [b"after%d" % i for i in range(4)])
-    assert _read(b2, "crash", 2, "read_committed") == expected
+    assert _read(b2, "crash", 2, "read_committed", expect=expected) == expected
 
 
 def test_kafka_python_transactional_producer(broker_factory):
@@ -223,7 +240,8 @@ def test_kafka_python_transactional_producer(broker_factory):
         p.abort_transaction()
     finally:
         p.close(timeout=5)
-    assert _read(b, "kp", 2, "read_committed") == sorted(b"k%d" % i for i in range(5))
+    want = sorted(b"k%d" % i for i in range(5))
+    assert _read(b, "kp", 2, "read_committed", expect=want) == want
     kc = kafka.KafkaConsumer(bootstrap_servers=b.bootstrap, isolation_level="read_committed",
                              auto_offset_reset="earliest", consumer_timeout_ms=3000)
     kc.assign([kafka.TopicPartition("kp", 0), kafka.TopicPartition("kp", 1)])
