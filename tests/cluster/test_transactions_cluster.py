@@ -158,3 +158,47 @@ def test_coordinator_killed_after_prepare_commit(tmp_path, zk_hosts):
         c.wait_for(lambda: _state(c, successor, tid) == (NONE, "CompleteCommit"), 60, "the commit completed")
         want = sorted(b"v%d" % i for i in range(6))
         assert _read(c, "ft", 2, expect=want) == want
+
+
+def test_java_transactional_producer_on_the_cluster(tmp_path, zk_hosts):
+    """Kafka's Java producer and consumers (the program of tests/broker/test_transactions.py)
+    against three brokers: commit, abort, sendOffsetsToTransaction, fencing."""
+    import importlib.util
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    tests = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(tests))
+    import kafka_reference
+    spec = importlib.util.spec_from_file_location("seglog_broker_transactions", tests / "broker" / "test_transactions.py")
+    sys.path.insert(0, str(tests / "broker"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    javac, java = shutil.which("javac"), shutil.which("java")
+    if javac is None or java is None:
+        pytest.skip("no javac/java on PATH")
+    try:
+        jars = kafka_reference.resolve_jars()
+    except (kafka_reference.KafkaUnavailable, OSError) as exc:
+        pytest.skip(f"Apache Kafka unavailable: {exc}")
+    classpath = ":".join(str(j) for j in jars.jars if j.name.startswith(module.JAVA_CLIENT_JARS))
+    (tmp_path / "JavaTransactions.java").write_text(module.JAVA_SOURCE)
+    built = subprocess.run([javac, "-d", str(tmp_path), "-cp", classpath, str(tmp_path / "JavaTransactions.java")],
+                           capture_output=True, text=True, timeout=180)
+    assert built.returncode == 0, built.stderr
+    with SeglogCluster.running(tmp_path / "cluster", zk_hosts, size=3, props=TXN_PROPS) as c:
+        c.create_topic("jt", 2, rf=2)
+        c.create_topic("jin", 2, rf=2)
+        p0 = ck.Producer({"bootstrap.servers": c.bootstrap})
+        for i in range(4):
+            p0.produce("jin", value=b"in%d" % i, partition=i % 2)
+        p0.flush(20)
+        run = subprocess.run([java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+                              f"-Dlog4j2.configurationFile={jars.folder / 'log4j2-tools.properties'}",
+                              "-cp", f"{tmp_path}:{classpath}", "JavaTransactions", c.bootstrap],
+                             capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, run.stderr[-4000:]
+        rows = {r["scenario"]: r for r in map(json.loads, run.stdout.splitlines())}
+        module.check_java_rows(rows)
