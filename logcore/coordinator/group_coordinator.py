@@ -1,4 +1,4 @@
-# Over 600 lines: the classic group state machine (join, sync, heartbeat, expiry) with its offsets, and, in a cluster, its load and drop with leadership.
+# Over 700 lines: the classic group state machine (join, sync, heartbeat, expiry) with its offsets (transactional ones too), and, in a cluster, its load and drop with leadership.
 """The group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
 and committed offsets (OffsetCommit, OffsetFetch) kept in the compacted `__consumer_offsets` topic.
 

@@ -202,3 +202,16 @@ def test_java_transactional_producer_on_the_cluster(tmp_path, zk_hosts):
         assert run.returncode == 0, run.stderr[-4000:]
         rows = {r["scenario"]: r for r in map(json.loads, run.stdout.splitlines())}
         module.check_java_rows(rows)
+        # kafka-transactions: list asks every broker, describe finds the coordinator (FindCoordinator v4)
+        tool = jars.first_class("org.apache.kafka.tools.TransactionsCommand")
+        out = jars.run_tool(tool, ["--bootstrap-server", c.bootstrap, "list"], timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        listed = [line.split() for line in out.stdout.splitlines()[1:] if line.strip()]
+        coordinator = _coordinator(c, "java-tx")
+        assert [(r[0], r[1], r[3]) for r in listed] == [("java-tx", str(coordinator), "CompleteCommit")]
+        out = jars.run_tool(tool, ["--bootstrap-server", c.bootstrap, "describe", "--transactional-id", "java-tx"],
+                            timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        header, row = [line.split() for line in out.stdout.splitlines() if line.strip()][:2]
+        described = dict(zip(header, row))
+        assert described["CoordinatorId"] == str(coordinator) and described["TransactionState"] == "CompleteCommit"
