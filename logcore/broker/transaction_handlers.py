@@ -202,8 +202,15 @@ class TransactionHandlers:
         if code == E.NONE and (generation >= 0 or member):
             code = self.groups.check_commit(b.group_id, generation, member)    # KIP-447
         if code == E.NONE:
-            verified = self.txn.verify(b.transactional_id, b.producer_id, b.producer_epoch, OT.TOPIC,
-                                       self.groups.partition_of(b.group_id))
+            offsets_partition = (OT.TOPIC, self.groups.partition_of(b.group_id))
+            verified = self.txn.verify(b.transactional_id, b.producer_id, b.producer_epoch, *offsets_partition)
+            if verified is None and self.membership.replica_manager is not None:
+                # KIP-890: the coordinator of the id is another broker's: ask it
+                answers = await self._ask_coordinator(b.transactional_id, b.producer_id, b.producer_epoch,
+                                                      [offsets_partition])
+                verified = answers.get(offsets_partition, E.COORDINATOR_NOT_AVAILABLE)
+                if verified in (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS):
+                    verified = E.COORDINATOR_LOAD_IN_PROGRESS      # retriable for the client
             if verified not in (None, E.NONE):
                 code = E.INVALID_PRODUCER_EPOCH if verified == E.INVALID_PRODUCER_EPOCH and req.api_version < 3 \
                     else (E.PRODUCER_FENCED if verified == E.INVALID_PRODUCER_EPOCH else verified)

@@ -409,6 +409,9 @@ class GroupCoordinator:
                 batch = build_batch([(k, v, (), now) for k, v in records])
                 info = await self.partitions.submit(part, batch)
         except Exception as exc:  # noqa: BLE001 - reported to the client, the broker goes on
+            if producer is not None and isinstance(exc, SegLogError) and E.error_code(exc) in (
+                    E.INVALID_PRODUCER_EPOCH, E.INVALID_TXN_STATE, E.OUT_OF_ORDER_SEQUENCE_NUMBER):
+                return E.error_code(exc)        # a fenced (zombie) producer's offsets
             logger.error("group %s: writing to %s failed: %s", group_id, where, exc)
             return E.COORDINATOR_NOT_AVAILABLE
         code = await self.placement.commit(
