@@ -411,13 +411,7 @@ class TransactionCoordinator:
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
         code, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
         if code != E.NONE:
-            if code == E.PRODUCER_FENCED and meta is None:
-                found = self.txns.get(transactional_id)
-                # A retry of an end that a timeout abort (epoch bumped) overtook.
-                if found is not None and producer_epoch == found.last_producer_epoch and not commit \
-                        and found.state in (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT):
-                    return E.NONE
-            return code
+            return code          # a timed-out producer's epoch was bumped: it is fenced (KIP-588: it re-inits)
         if meta.pending:
             return E.CONCURRENT_TRANSACTIONS
         target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
