@@ -493,3 +493,48 @@ def test_kafka_transactions_tool_lists_and_describes(broker_factory):
     code, _, err = run("describe", "--transactional-id", "nobody")
     assert code != 0 and "could not be found" in err
     open_.abort_transaction(15)
+
+
+# ------------------------------------------------------------------ bad requests
+
+def test_transaction_apis_answer_bad_requests_with_errors(broker_factory):
+    from logcore.wire import error_codes as E
+    from logcore.wire.client import KafkaConnection
+    b = broker_factory(**FAST, transaction_max_timeout_ms=10000)
+    create(b, "bad", 1)
+    with KafkaConnection(b.host, b.port, timeout_s=10) as conn:
+        def init(tid, timeout):
+            return int(conn.request(22, {"transactional_id": tid, "transaction_timeout": timeout,
+                                         "producer_id": -1, "producer_epoch": -1}, 4).error_code)
+        assert init("", 1000) == E.INVALID_REQUEST
+        assert init("t", 0) == E.INVALID_TRANSACTION_TIMEOUT
+        assert init("t", 20000) == E.INVALID_TRANSACTION_TIMEOUT
+        answer = conn.request(24, {"v3_and_below_transactional_id": "nobody", "v3_and_below_producer_id": 5,
+                                   "v3_and_below_producer_epoch": 0, "v3_and_below_topics": [
+                                       {"name": "bad", "partitions": [0]}, {"name": "missing", "partitions": [0]}]}, 3)
+        codes = {(t.name, r.partition_index): int(r.partition_error_code)
+                 for t in answer.results_by_topic_v3_and_below for r in t.results_by_partition}
+        assert codes == {("bad", 0): E.OPERATION_NOT_ATTEMPTED, ("missing", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+        answer = conn.request(24, {"v3_and_below_transactional_id": "nobody", "v3_and_below_producer_id": 5,
+                                   "v3_and_below_producer_epoch": 0, "v3_and_below_topics": [
+                                       {"name": "bad", "partitions": [0]}]}, 3)
+        assert int(answer.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code) == \
+            E.INVALID_PRODUCER_ID_MAPPING
+        body = {"transactional_id": "nobody", "producer_id": 5, "producer_epoch": 0}
+        assert int(conn.request(25, {**body, "group_id": "g"}, 3).error_code) == E.INVALID_PRODUCER_ID_MAPPING
+        assert int(conn.request(26, {**body, "committed": True}, 3).error_code) == E.INVALID_PRODUCER_ID_MAPPING
+        answer = conn.request(28, {**body, "group_id": "g", "generation_id": -1, "member_id": "",
+                                   "topics": [{"name": "bad", "partitions": [
+                                       {"partition_index": 0, "committed_offset": 1}]}]}, 3)
+        assert int(answer.topics[0].partitions[0].error_code) == E.INVALID_PRODUCER_ID_MAPPING
+        answer = conn.request(27, {"markers": [{"producer_id": 5, "producer_epoch": 0, "transaction_result": False,
+                                                "coordinator_epoch": 0, "topics": [
+                                                    {"name": "missing", "partition_indexes": [3]}]}]}, 1)
+        assert int(answer.markers[0].topics[0].partitions[0].error_code) == E.UNKNOWN_TOPIC_OR_PARTITION
+        answer = conn.request(65, {"transactional_ids": ["nobody"]}, 0)
+        assert int(answer.transaction_states[0].error_code) == E.TRANSACTIONAL_ID_NOT_FOUND
+        answer = conn.request(66, {"state_filters": ["Nonsense"], "producer_id_filters": []}, 0)
+        assert list(answer.unknown_state_filters) == ["Nonsense"] and not answer.transaction_states
+        answer = conn.request(10, {"key_type": 7, "coordinator_keys": ["x"]}, 4)
+        assert int(answer.coordinators[0].error_code) == E.INVALID_REQUEST
+    assert b.proc.poll() is None          # still serving
