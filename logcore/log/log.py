@@ -96,7 +96,6 @@ class Log:
         self.replica = mode.replica
         self._kafka_copy = mode.kafka_copy
         self._repair = mode.repair
-        self._committed_hw: int | None = None
         # Truncations that removed offsets (truncate_to below the LEO, truncate_fully_and_start_at):
         # a cleaner pass that began before one must not swap its output in (replace_segments).
         self.truncations = 0
@@ -165,7 +164,7 @@ class Log:
             if mode.leads_when_opened:
                 self.leader_epoch = epoch
         try:
-            with self._critical() if self.writer else nullcontext():
+            with self.critical() if self.writer else nullcontext():
                 self._load(mode.kafka_clean)
         except DamagedLogError:
             # Not opened: let go of the files and of the partition (a repair may take it).
@@ -184,8 +183,6 @@ class Log:
                     stem: str | None = None) -> LogSegment:
         """A segment of this log at `base_offset`, not yet in its list (LocalLog.new_segment)."""
         return self.local.new_segment(base_offset, writable=writable, in_memory=in_memory, stem=stem)
-
-    _new_segment = new_segment      # the loader's, refresh's and tests' name for it
 
     # ------------------------------------------------------------------ what the segment store asks
     # (segment_store.SegmentStoreHost: the store calls the log through these, never its fields)
@@ -227,7 +224,6 @@ class Log:
         self.log_start_offset = loaded.log_start_offset
         self.local.loaded(loaded.recovery_point, loaded.checkpointed_recovery_point)
         self.high_watermark = loaded.high_watermark
-        self._committed_hw = loaded.committed_hw
         self.commit_marker = loaded.commit_marker
         self._lso_floor.record_stored(loaded.stored_lso)
         self.recovery = loaded.recovery
@@ -242,7 +238,7 @@ class Log:
                 self._rebuild_producer_state()
             return
         if not self.segments:
-            self._roll_to(self.log_start_offset)
+            self.roll_to(self.log_start_offset)
         leo = self.log_end_offset
         if self._local_writer and loaded.committed_hw is not None and loaded.committed_hw > leo:
             # Committed data that a power cut took (it was not fsynced): the stored HW comes
@@ -386,8 +382,6 @@ class Log:
         with self._lock, self.segment_store.critical():
             yield
 
-    _critical = critical            # the tests' name for it
-
     @property
     def lock(self) -> threading.RLock:
         """The log's lock: what a writer changes together is read under it."""
@@ -441,7 +435,7 @@ class Log:
         with self._lock:
             if self._closed:
                 return False           # closed under the pass (its folder may be gone)
-            with self._critical():
+            with self.critical():
                 if truncations is not None and truncations != self.truncations:
                     return False
                 current = {id(seg) for seg in self.segments}
@@ -455,8 +449,6 @@ class Log:
     def roll_to(self, base_offset: int) -> LogSegment:
         """Start a new active segment at `base_offset` (LocalLog.roll_to)."""
         return self.local.roll_to(base_offset)
-
-    _roll_to = roll_to              # the segment store's and tests' name for it
 
     def note_epoch_start(self, epoch: int, offset: int) -> None:
         """The epoch cache learns `epoch` at the first batch stamped with it: a leader's own
@@ -494,7 +486,7 @@ class Log:
             if missing:
                 self._validator.refuse_null_keys(missing, len(items))
         log_append = self.log_append_time()
-        with self._critical():
+        with self.critical():
             batch = build_batch(items, base_offset=self.log_end_offset,
                                 compression=self._compression(compression),
                                 producer_id=producer_id, producer_epoch=producer_epoch,
@@ -509,7 +501,7 @@ class Log:
 
     def append_batch(self, batch: bytes) -> AppendInfo:
         """Append one client-built RecordBatch v2: validated, offsets assigned, epoch stamped."""
-        with self._critical():
+        with self.critical():
             return self.append_locked(bytearray(batch), _now_ms(), validated=False)
 
     def append_and_commit_nowait(self, batches: list[bytes]) -> tuple[list, bool]:
@@ -672,14 +664,11 @@ class Log:
         """Write a transaction marker (COMMIT/ABORT) for a producer's open transaction."""
         from logcore.records.batch import build_control_batch
 
-        with self._critical():
+        with self.critical():
             batch = build_control_batch(control_type, producer_id=producer_id, producer_epoch=producer_epoch,
                                         coordinator_epoch=coordinator_epoch, base_offset=self.log_end_offset,
                                         timestamp_ms=_now_ms(), partition_leader_epoch=self.leader_epoch)
             return self.append_locked(bytearray(batch), _now_ms(), validated=True)
-
-    def _segment_index(self, offset: int) -> int:
-        return self.log_segments.index_of(offset)
 
     # ------------------------------------------------------------------ reading (log_reader.py)
     def read(self, offset: int, max_bytes: int = 1 << 20, *, isolation: str = "read_committed",
@@ -798,11 +787,9 @@ class Log:
         """In the critical section: fsync what was appended (LocalLog.flush_locked)."""
         self.local.flush_locked()
 
-    _flush_locked = flush_locked    # the segment store's name for it
-
     def flush(self) -> None:
         """fsync appended data (local disk); on object stores data is durable once committed."""
-        with self._critical():
+        with self.critical():
             self.flush_locked()
             self.state_store.set_recovery_point(self.recovery_point)
 
@@ -826,7 +813,7 @@ class Log:
         """
         if marker is not None and not durable:
             raise ValueError("a commit with a marker must be durable (durable=True)")
-        with self._critical():
+        with self.critical():
             self.commit_locked(marker, durable=durable)
 
     def commit_locked(self, marker: dict | None = None, *, durable: bool = True, root: bool = False) -> None:
@@ -854,8 +841,6 @@ class Log:
     def publish(self, seg: LogSegment) -> None:
         """Object store: publish `seg` at this writer's epoch (LocalLog.publish)."""
         self.local.publish(seg, self.leader_epoch)
-
-    _publish = publish              # the segment store's name for it
 
     # ------------------------------------------------------------------ replication
     def append_as_follower(self, records, *, follower_at: int | None = None) -> tuple[int, int]:
@@ -930,7 +915,7 @@ class Log:
         batches appended from now on are stamped with `epoch`. An epoch below the cache's
         latest raises FencedWriterError; the same epoch again changes nothing."""
         self.require_local_writer("become leader")
-        with self._critical():
+        with self.critical():
             latest = self.epoch_cache.latest_epoch
             if latest is not None and epoch < latest:
                 raise FencedWriterError(
@@ -955,7 +940,7 @@ class Log:
         batch lands after it stamped with `epoch`. An epoch below the current one raises
         FencedWriterError."""
         self.require_local_writer("become a follower")
-        with self._critical():
+        with self.critical():
             if epoch < self.leader_epoch:
                 raise FencedWriterError(
                     f"{self.topic}-{self.partition}: leader epoch {epoch} is older than the current"
@@ -984,7 +969,7 @@ class Log:
         `follower_at`: only while this replica follows at that leader epoch (as truncate_to)."""
         self.require_local_writer("truncate fully")
         start = offset if log_start_offset is None else min(log_start_offset, offset)
-        with self._critical():
+        with self.critical():
             if follower_at is not None:
                 self.require_follower(follower_at, "truncate fully")
             if expected_end is not None and self.log_end_offset != expected_end:
@@ -1013,7 +998,7 @@ class Log:
         """Write the HW (and log start, recovery point) to the partition's checkpoints without
         fsync, as Kafka's replication-offset-checkpoint task does; for replica logs, whose HW
         moves with replication rather than at commits."""
-        with self._critical():
+        with self.critical():
             self.commit_locked(durable=False, root=True)
 
     def end_offset_for_epoch(self, epoch: int):
@@ -1036,7 +1021,7 @@ class Log:
         writer's lock: a follower cuts only the log its decision was made on). Else True.
         `follower_at`: a follower's cut, made only while this replica follows at that leader
         epoch (else NotLeaderOrFollowerError: it leads now, or follows at another epoch)."""
-        with self._critical():
+        with self.critical():
             if follower_at is not None:
                 self.require_follower(follower_at, "truncate")
             if expected_end is not None and self.log_end_offset != expected_end:
@@ -1075,7 +1060,7 @@ class Log:
         with self._lock:
             if self.writer:
                 try:
-                    with self._critical():
+                    with self.critical():
                         self.segment_store.close_writer()
                 except FencedWriterError:
                     logger.warning("%s-%d: closing a fenced writer; nothing more is written",
