@@ -233,6 +233,59 @@ def resolve_jars(version: str = KAFKA_VERSION) -> KafkaJars:
     return KafkaJars(version, folder, jars)
 
 
+_STREAMS_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>seglog.reference</groupId>
+  <artifactId>kafka-streams-reference</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-streams</artifactId><version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>{log4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>{log4j}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+
+def resolve_streams_jars(version: str = KAFKA_VERSION) -> list[Path]:
+    """Kafka Streams `version` and what it needs at run time (kafka-clients, RocksDB's JNI jar,
+    slf4j and log4j2), resolved with Maven once into ``<cache>/streams-jars`` beside the broker's
+    jars (a pom of its own: the broker's classpath stays as Kafka's release has it)."""
+    folder = cache_dir(version)
+    jar_dir = folder / "streams-jars"
+    done = folder / "streams-resolved"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            mvn = shutil.which("mvn")
+            if mvn is None:
+                raise KafkaUnavailable("no `mvn` on PATH: install Maven (apt-get install -y maven) "
+                                       "to resolve Kafka Streams' jars")
+            pom = folder / "streams-pom.xml"
+            pom.write_text(_STREAMS_POM.format(kafka=version, log4j=LOG4J_VERSION))
+            if jar_dir.exists():
+                shutil.rmtree(jar_dir)
+            try:
+                proc = subprocess.run(
+                    [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+                     f"-DoutputDirectory={jar_dir}", "-DincludeScope=runtime"],
+                    capture_output=True, text=True, timeout=MVN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise KafkaUnavailable(f"mvn did not resolve Kafka Streams {version} within {MVN_TIMEOUT_S}s") from None
+            if proc.returncode != 0:
+                tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+                raise KafkaUnavailable(f"mvn could not resolve org.apache.kafka:kafka-streams:{version}: "
+                                       + " | ".join(tail))
+            done.write_text("\n".join(sorted(p.name for p in jar_dir.glob("*.jar"))) + "\n")
+    jars = sorted(jar_dir.glob("*.jar"))
+    if not any(j.name == f"kafka-streams-{version}.jar" for j in jars):
+        raise KafkaUnavailable(f"kafka-streams-{version}.jar is missing from {jar_dir}; "
+                               "delete the folder to resolve again")
+    return jars
+
+
 def server_properties(node_id: int, port: int, controller_port: int, log_dirs: Path, metadata_dir: Path,
                       overrides: dict[str, str] | None = None) -> dict[str, str]:
     """A combined broker+controller on loopback with replication factor 1 everywhere."""
