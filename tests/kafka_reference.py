@@ -446,6 +446,80 @@ class KafkaBroker:
         return self.jars.run_tool(self.jars.console_consumer, args, timeout=timeout_ms / 1000 + 120)
 
 
+class KafkaCluster:
+    """`size` Apache Kafka processes in KRaft combined mode on loopback, each a broker and a
+    controller voter, internal topics replicated `size` ways with a min ISR of size - 1 (a
+    cluster that keeps serving while one node is down). Nodes are `KafkaBroker`s: kill one
+    with `.nodes[i].stop(signal.SIGKILL)` and bring it back with `.nodes[i].start()`."""
+
+    def __init__(self, nodes: list[KafkaBroker]):
+        self.nodes = nodes
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @classmethod
+    def create(cls, jars: KafkaJars, workdir: Path, size: int = 3,
+               overrides: dict[str, str] | None = None) -> "KafkaCluster":
+        """Write each node's server.properties and format its dirs (nothing started yet)."""
+        cluster_id = random_cluster_id()
+        ports = [free_port() for _ in range(2 * size)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{ports[size + i]}" for i in range(size))
+        replicated = {
+            "default.replication.factor": str(size), "min.insync.replicas": str(max(1, size - 1)),
+            "offsets.topic.replication.factor": str(size),
+            "transaction.state.log.replication.factor": str(size),
+            "transaction.state.log.min.isr": str(max(1, size - 1)),
+            "share.coordinator.state.topic.replication.factor": str(size),
+            "share.coordinator.state.topic.min.isr": str(max(1, size - 1)),
+            "controller.quorum.voters": voters,
+        }
+        nodes = []
+        for i in range(size):
+            wd = workdir / f"kafka-{i + 1}"
+            wd.mkdir(parents=True, exist_ok=True)
+            node = KafkaBroker(jars, wd, wd / "data", wd / "metadata", ports[i], ports[size + i], cluster_id)
+            props = server_properties(i + 1, node.port, node.controller_port, node.log_dirs, node.metadata_dir,
+                                      {**replicated, **(overrides or {})})
+            node.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            fmt = jars.run_tool(jars.storage_tool, ["format", "-t", cluster_id, "-c", str(node.config_path),
+                                                    "--ignore-formatted"], timeout=120)
+            if fmt.returncode != 0:
+                raise KafkaUnavailable(f"kafka-storage format of node {i + 1} failed: {fmt.stderr[-2000:]}")
+            nodes.append(node)
+        return cls(nodes)
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> "KafkaCluster":
+        """Start every node at once (a node finishes starting only once a quorum of voters runs)."""
+        import threading
+        errors: list[BaseException] = []
+
+        def start(node: KafkaBroker) -> None:
+            try:
+                node.start(timeout)
+            except BaseException as exc:   # noqa: BLE001 - reported below, all nodes stopped
+                errors.append(exc)
+        threads = [threading.Thread(target=start, args=(n,)) for n in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            self.stop(signal.SIGKILL)
+            raise errors[0]
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """All nodes at once: one by one, the last ones would wait for a quorum that is gone."""
+        import threading
+        threads = [threading.Thread(target=n.stop, args=(sig,)) for n in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
 
 

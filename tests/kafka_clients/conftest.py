@@ -37,22 +37,8 @@ def broker_subprocess_env() -> dict:
 
 # -- transactions: the same checks against Apache Kafka and against seglog ------------------------
 
-REPO = TESTS.parent
-TRANSACTION_COORDINATOR = REPO / "logcore" / "coordinator" / "transaction_coordinator.py"
-# What both servers run with for the transaction checks: the state log fits one broker, and a
-# transaction left open past its timeout is aborted within a second (Kafka checks every 10 s by default).
-TRANSACTION_SETTINGS = {
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "transaction.state.log.num.partitions": "1",
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
-}
-
-
-def transactions_landed() -> bool:
-    """Whether seglog has a transaction coordinator (issue #27): until it has, the seglog side of
-    the transaction checks is skipped, and the skip goes away by itself when the module lands."""
-    return TRANSACTION_COORDINATOR.exists()
+from transaction_check import (TRANSACTION_COORDINATOR, TRANSACTION_SETTINGS,  # noqa: E402
+                               kafka_unavailable, transactions_landed)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -60,14 +46,7 @@ def pytest_runtest_setup(item):
     if item.get_closest_marker("needs_transactions") and not transactions_landed():
         pytest.skip("seglog has no transaction coordinator yet (InitProducerId with transactional.id, "
                     "AddPartitionsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit: issue #27); this skip "
-                    f"goes away by itself once {TRANSACTION_COORDINATOR.relative_to(REPO)} exists")
-
-
-def _kafka_unavailable(reason: str):
-    from kafka_reference import require_kafka
-    if require_kafka():
-        pytest.fail(f"Apache Kafka is required (SEGLOG_REQUIRE_KAFKA=1): {reason}")
-    pytest.skip(f"Apache Kafka unavailable: {reason}")
+                    f"goes away by itself once {TRANSACTION_COORDINATOR.relative_to(TESTS.parent)} exists")
 
 
 @pytest.fixture(scope="module", params=["kafka", pytest.param("seglog", marks=pytest.mark.needs_transactions)])
@@ -79,11 +58,11 @@ def txn_server(request, kafka_jars, tmp_path_factory):
         try:
             broker = KafkaBroker.create(kafka_jars, tmp_path_factory.mktemp("kafka-txn"), TRANSACTION_SETTINGS)
         except KafkaUnavailable as exc:
-            _kafka_unavailable(str(exc))
+            kafka_unavailable(str(exc))
         try:
             yield broker.start()
         except KafkaUnavailable as exc:
-            _kafka_unavailable(str(exc))
+            kafka_unavailable(str(exc))
         finally:
             broker.stop()
         return
@@ -93,3 +72,14 @@ def txn_server(request, kafka_jars, tmp_path_factory):
     finally:
         for b in started:
             b.stop()
+
+
+@pytest.fixture(scope="session")
+def transaction_check_program(kafka_jars, tmp_path_factory):
+    """TransactionCheck.java compiled once per session (transaction_check.py runs it)."""
+    from java_program import JavaUnavailable
+    from transaction_check import compile_transaction_check
+    try:
+        return compile_transaction_check(kafka_jars, tmp_path_factory.mktemp("txn-classes"))
+    except JavaUnavailable as exc:
+        kafka_unavailable(str(exc))

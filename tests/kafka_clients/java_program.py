@@ -42,8 +42,8 @@ class JavaProgram:
     def run(self, args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(self.command(args), capture_output=True, text=True, timeout=timeout)
 
-    def popen(self, args: list[str], **kwargs) -> subprocess.Popen:
-        return subprocess.Popen(self.command(args), text=True, **kwargs)
+    def popen(self, args: list[str], jvm: list[str] | None = None, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen(self.command(args, jvm), text=True, **kwargs)
 
     def json_rows(self, args: list[str], timeout: float = 120) -> list[dict]:
         """Run to completion; the JSON lines it printed (stderr in the error if it printed none)."""

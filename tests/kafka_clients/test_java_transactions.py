@@ -10,51 +10,19 @@ consumer sees is compared exactly with what the producer committed, offsets incl
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from java_check import CLIENT_JARS
-from java_program import JavaProgram, JavaUnavailable
-from kafka_reference import require_kafka
+from transaction_check import TransactionCheck
 
 pytestmark = pytest.mark.timeout(300)
 
-HERE = Path(__file__).resolve().parent
 TXN_TIMEOUT_MS = 2000
 
 
-@pytest.fixture(scope="session")
-def txn_check(kafka_jars, tmp_path_factory) -> JavaProgram:
-    jars = [j for j in kafka_jars.jars if j.name.startswith(CLIENT_JARS)]
-    try:
-        return JavaProgram.compile(HERE / "TransactionCheck.java", jars, tmp_path_factory.mktemp("txn-classes"),
-                                   kafka_jars.folder / "log4j2-tools.properties")
-    except JavaUnavailable as exc:
-        if require_kafka():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-
-
-class Runner:
-    def __init__(self, program: JavaProgram, bootstrap: str):
-        self.program, self.bootstrap = program, bootstrap
-
-    def __call__(self, mode: str, *args, expect_ok: bool = True) -> dict:
-        row = self.program.json_rows([self.bootstrap, mode, *map(str, args)], timeout=150)[-1]
-        if expect_ok:
-            assert row["ok"], f"{mode} {args}: {row.get('error')}: {row.get('message')}"
-        return row
-
-    def read(self, topic: str, partitions: int, isolation: str = "read_committed") -> dict:
-        row = self("read", topic, partitions, isolation)
-        assert row["complete"], f"{topic}: the consumer did not reach the end offsets {row['end']}"
-        return row
-
-
 @pytest.fixture(scope="module")
-def check(txn_check, txn_server) -> Runner:
-    return Runner(txn_check, txn_server.bootstrap)
+def check(transaction_check_program, txn_server) -> TransactionCheck:
+    return TransactionCheck(transaction_check_program, txn_server.bootstrap)
 
 
 def by_position(records: list) -> list:
