@@ -43,6 +43,9 @@ from transaction_check import (TRANSACTION_COORDINATOR, TRANSACTION_SETTINGS,  #
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
+    # soak runs take minutes: only when asked for by name (-m soak), never in the whole suite
+    if item.get_closest_marker("soak") and "soak" not in (item.config.option.markexpr or ""):
+        pytest.skip("a soak run (a minute or more): select it with `-m soak`")
     if item.get_closest_marker("needs_transactions") and not transactions_landed():
         pytest.skip("seglog has no transaction coordinator yet (InitProducerId with transactional.id, "
                     "AddPartitionsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit: issue #27); this skip "
