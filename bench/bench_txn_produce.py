@@ -99,7 +99,9 @@ class ThreeNodes:
             else:
                 self.run = bench_cluster.KafkaClusterRun(workdir, 3)     # its properties carry CLUSTER_TXN
         except (bench_cluster.Unavailable, RuntimeError) as exc:
-            raise CouldNotRun(f"{name} cluster did not start: {str(exc).strip().splitlines()[0][:300]}") from None
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            why = [line for line in lines if "error" in line.lower()][-1:] or lines[-1:]
+            raise CouldNotRun(f"{name} cluster did not start: {lines[0]} {why[0][:300]}") from None
         self.bootstrap = self.run.bootstrap
 
     def create_topic(self, partitions: int) -> None:
