@@ -39,6 +39,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *   timeout TOPIC TXID TIMEOUT_MS             a transaction left open past transaction.timeout.ms
  *   ctp IN OUT GROUP TXID N                   consume-transform-produce of N records, offsets in the transaction
  *   hold TOPIC TXID                           a transaction left open until stdin closes, then aborted
+ *   failover TOPIC TXID N                     N records, the coordinator's id printed, a line of stdin awaited
+ *                                             (the caller kills that broker), N more records, committed
  *   read TOPIC PARTITIONS ISOLATION           every record up to the end offsets (the LSO under read_committed)
  */
 public final class TransactionCheck {
@@ -60,6 +62,7 @@ public final class TransactionCheck {
                 case "timeout" -> timeout(rest[0], rest[1], Integer.parseInt(rest[2]));
                 case "ctp" -> consumeTransformProduce(rest[0], rest[1], rest[2], rest[3], Integer.parseInt(rest[4]));
                 case "hold" -> hold(rest[0], rest[1]);
+                case "failover" -> failover(rest[0], rest[1], Integer.parseInt(rest[2]));
                 case "read" -> read(rest[0], Integer.parseInt(rest[1]), rest[2]);
                 default -> throw new IllegalArgumentException("unknown mode " + mode);
             });
@@ -276,6 +279,43 @@ public final class TransactionCheck {
             producer.abortTransaction();
         }
         return Map.of("aborted", true);
+    }
+
+    /**
+     * A transaction whose coordinator dies in the middle: N records written, the coordinator's
+     * broker id printed; once the caller has SIGKILLed that broker (a line on stdin), N more
+     * records and the commit, which a new coordinator (the new leader of the transaction's
+     * __transaction_state partition) must complete.
+     */
+    static Map<String, Object> failover(String topic, String txid, int n) throws Exception {
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(txnProducer(txid));
+             Admin admin = Admin.create(common())) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            List<java.util.concurrent.Future<RecordMetadata>> acks = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                acks.add(producer.send(new ProducerRecord<>(topic, i % 2, bytes("k" + i), bytes("before-" + i))));
+            }
+            producer.flush();
+            int coordinator = admin.describeTransactions(List.of(txid)).description(txid).get().coordinatorId();
+            System.out.println(json(Map.of("mode", "failover", "coordinator", coordinator)));
+            System.out.flush();
+            new java.io.BufferedReader(new java.io.InputStreamReader(System.in)).readLine();
+            for (int i = n; i < 2 * n; i++) {
+                acks.add(producer.send(new ProducerRecord<>(topic, i % 2, bytes("k" + i), bytes("after-" + i))));
+            }
+            producer.commitTransaction();
+            List<List<Object>> sent = new ArrayList<>();
+            for (int i = 0; i < 2 * n; i++) {
+                RecordMetadata md = acks.get(i).get();
+                sent.add(List.of(md.partition(), md.offset(), "k" + i, (i < n ? "before-" : "after-") + i));
+            }
+            int after = admin.describeTransactions(List.of(txid)).description(txid).get().coordinatorId();
+            Map<String, Object> out = new LinkedHashMap<>();
+            out.put("sent", sent);
+            out.put("coordinator_after", after);
+            return out;
+        }
     }
 
     /** Every record of TOPIC up to its end offsets as the consumer sees them (the LSO under read_committed). */

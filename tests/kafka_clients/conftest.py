@@ -86,3 +86,23 @@ def transaction_check_program(kafka_jars, tmp_path_factory):
         return compile_transaction_check(kafka_jars, tmp_path_factory.mktemp("txn-classes"))
     except JavaUnavailable as exc:
         kafka_unavailable(str(exc))
+
+
+@pytest.fixture(params=["kafka", pytest.param("seglog", marks=pytest.mark.needs_transactions)])
+def three_brokers(request, kafka_jars, tmp_path_factory):
+    """Three brokers for one test (three_brokers.py): Apache Kafka's KRaft cluster or a seglog
+    cluster over ZooKeeper; every process stopped by pid afterwards."""
+    from kafka_reference import KafkaUnavailable
+    from three_brokers import KafkaThree, SeglogThree
+    from zookeeper_reference import ZooKeeperUnavailable
+    workdir = tmp_path_factory.mktemp(f"three-{request.param}")
+    try:
+        cluster = KafkaThree(kafka_jars, workdir) if request.param == "kafka" else SeglogThree(workdir)
+    except KafkaUnavailable as exc:
+        kafka_unavailable(str(exc))
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(f"ZooKeeper did not start: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.close()

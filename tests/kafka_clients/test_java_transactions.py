@@ -9,6 +9,7 @@ consumer sees is compared exactly with what the producer committed, offsets incl
 """
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -122,3 +123,33 @@ def test_kafka_transactions_tool_lists_and_describes(check, kafka_jars, txn_serv
     # the held transaction's records were aborted: only the committed ones are read
     assert by_position(check.read("tx-tool", 2)["records"]) == [[0, 0, "k0", "t0"], [0, 1, "k2", "t2"],
                                                                 [1, 0, "k1", "t1"], [1, 1, "k3", "t3"]]
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(600)
+def test_coordinator_killed_mid_transaction(transaction_check_program, three_brokers, tmp_path):
+    """The transaction coordinator's broker SIGKILLed while a transaction is open: the commit
+    completes on the new coordinator and read_committed reads exactly what was sent, once."""
+    check = TransactionCheck(transaction_check_program, three_brokers.bootstrap)
+    check("topics", "RF=3", "tx-failover:2")
+    with open(tmp_path / "failover.stderr", "w") as err:     # the client's warnings while a broker is down
+        proc = check.program.popen([three_brokers.bootstrap, "failover", "tx-failover", "jt-failover", "50"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+    try:
+        first = json.loads(proc.stdout.readline())
+        coordinator = first["coordinator"]
+        three_brokers.kill(coordinator)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        proc.wait(240)
+        rows = [json.loads(line) for line in proc.stdout.read().splitlines() if line.startswith("{")]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert rows and rows[-1]["ok"], (rows, (tmp_path / "failover.stderr").read_text()[-3000:])
+    result = rows[-1]
+    assert result["coordinator_after"] != coordinator
+    assert by_position(check.read("tx-failover", 2)["records"]) == by_position(result["sent"])
+    three_brokers.restart(coordinator)
+    assert by_position(check.read("tx-failover", 2)["records"]) == by_position(result["sent"])

@@ -13,17 +13,13 @@ expected counts: each word's committed output is 1, 2, ..., n.
 from __future__ import annotations
 
 import signal
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cluster"))
-
-from transaction_check import TRANSACTION_SETTINGS, TransactionCheck, kafka_unavailable  # noqa: E402
-from word_count import (WordCountInstance, compile_word_count, counts_by_word, expected_counts,  # noqa: E402
-                        input_lines, produce_lines, wait_for_counts)
+from transaction_check import TransactionCheck, kafka_unavailable
+from word_count import (WordCountInstance, compile_word_count, counts_by_word, expected_counts, input_lines,
+                        produce_lines, wait_for_counts)
 
 PARTITIONS = 3
 
@@ -65,70 +61,7 @@ def test_word_count_exactly_once_one_broker(word_count_program, transaction_chec
     assert got == exact(expected), app.log_tail()
 
 
-# -- the fault version: 3 brokers ----------------------------------------------------------------
-
-class KafkaThree:
-    """Apache Kafka, 3 KRaft nodes (tests/kafka_reference.py)."""
-
-    def __init__(self, jars, workdir: Path):
-        from kafka_reference import KafkaCluster
-        self.cluster = KafkaCluster.create(jars, workdir, 3, {
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}).start()
-        self.bootstrap = self.cluster.bootstrap
-
-    def kill(self, i: int) -> None:
-        self.cluster.nodes[i - 1].stop(signal.SIGKILL)
-
-    def restart(self, i: int) -> None:
-        self.cluster.nodes[i - 1].start()
-
-    def close(self) -> None:
-        self.cluster.stop(signal.SIGKILL)
-
-
-class SeglogThree:
-    """seglog, 3 brokers over one ZooKeeper (tests/cluster/seglog_cluster.py)."""
-
-    def __init__(self, workdir: Path):
-        from seglog_cluster import SeglogCluster
-        from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable
-        self.zk = ZooKeeperCluster(workdir / "zk", size=1)
-        try:
-            self.zk.start()
-        except ZooKeeperUnavailable as exc:
-            self.zk.stop()
-            pytest.skip(f"ZooKeeper did not start: {exc}")
-        self.cluster = SeglogCluster(workdir / "seglog", self.zk.connect_string, size=3, props={
-            **TRANSACTION_SETTINGS, "transaction.state.log.replication.factor": "3",
-            "transaction.state.log.min.isr": "2", "offsets.topic.replication.factor": "3",
-            "default.replication.factor": "3", "min.insync.replicas": "2"})
-        self.cluster.start()
-        self.bootstrap = self.cluster.bootstrap
-
-    def kill(self, i: int) -> None:
-        self.cluster.brokers[i].kill()
-
-    def restart(self, i: int) -> None:
-        self.cluster.brokers[i].start()
-
-    def close(self) -> None:
-        self.cluster.close()
-        self.zk.stop()
-
-
-@pytest.fixture(params=["kafka", pytest.param("seglog", marks=pytest.mark.needs_transactions)])
-def three_brokers(request, kafka_jars, tmp_path_factory):
-    from kafka_reference import KafkaUnavailable
-    workdir = tmp_path_factory.mktemp(f"three-{request.param}")
-    try:
-        cluster = KafkaThree(kafka_jars, workdir) if request.param == "kafka" else SeglogThree(workdir)
-    except KafkaUnavailable as exc:
-        kafka_unavailable(str(exc))
-    try:
-        yield cluster
-    finally:
-        cluster.close()
-
+# -- the fault version: 3 brokers (the three_brokers fixture of conftest.py) -----------------------
 
 @pytest.mark.soak
 @pytest.mark.timeout(900)
