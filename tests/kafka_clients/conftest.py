@@ -52,10 +52,11 @@ def pytest_runtest_setup(item):
                     f"goes away by itself once {TRANSACTION_COORDINATOR.relative_to(TESTS.parent)} exists")
 
 
-@pytest.fixture(scope="module", params=["kafka", pytest.param("seglog", marks=pytest.mark.needs_transactions)])
+@pytest.fixture(scope="session", params=["kafka", pytest.param("seglog", marks=pytest.mark.needs_transactions)])
 def txn_server(request, kafka_jars, tmp_path_factory):
-    """One server for a module's transaction checks: Apache Kafka (KRaft, single node) or a
-    `seglog broker`, both with TRANSACTION_SETTINGS; `.bootstrap` is its address. Stopped by pid."""
+    """One server for the session's transaction checks (both test files): Apache Kafka (KRaft,
+    single node) or a `seglog broker`, both with TRANSACTION_SETTINGS; `.bootstrap` is its
+    address. Stopped by pid."""
     from kafka_reference import KafkaBroker, KafkaUnavailable
     if request.param == "kafka":
         try:
