@@ -332,7 +332,8 @@ public final class TransactionCheck {
             long deadline = System.currentTimeMillis() + 30_000;
             while (!reached(c, end) && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
-                    got.add(List.of(r.partition(), r.offset(), String.valueOf(str(r.key())), String.valueOf(str(r.value()))));
+                    // (Arrays.asList: a null key or value stays null)
+                    got.add(java.util.Arrays.asList(r.partition(), r.offset(), str(r.key()), str(r.value())));
                 }
             }
             List<Object> ends = new ArrayList<>();
