@@ -4,11 +4,13 @@ changelog topic, an output topic), its input produced by librdkafka's idempotent
 output read with read_committed by TransactionCheck.java's reader and compared with the exact
 expected counts: each word's committed output is 1, 2, ..., n.
 
-- one broker, in the normal suite: Apache Kafka (KRaft) and seglog (`txn_server` of conftest.py;
-  the seglog side is skipped until seglog has a transaction coordinator);
-- a 3-broker cluster under faults, behind the `soak` marker (a few minutes): one broker SIGKILLed
-  and restarted and the application instance SIGKILLed and restarted while input arrives, on
-  Apache Kafka's KRaft cluster and on a seglog cluster over ZooKeeper.
+- one broker, in the normal suite (about 10 s on Kafka, Streams reaching RUNNING in about 4 s):
+  Apache Kafka (KRaft) and seglog (`txn_server` of conftest.py; the seglog side is skipped until
+  seglog has a transaction coordinator);
+- three brokers under faults, behind the `soak` marker (about 55 s on Kafka): one broker
+  SIGKILLed and restarted and the application instance SIGKILLed and restarted while input
+  arrives, on Apache Kafka's KRaft cluster and on a seglog cluster over ZooKeeper
+  (`three_brokers` of conftest.py).
 """
 from __future__ import annotations
 
