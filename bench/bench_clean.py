@@ -50,7 +50,7 @@ def build_log(root_dir: str):
         log.append_staged(b"".join(encode_batches(keys, values, ts, batch_bytes=16 * 1024 + 512,
                                                   max_records=16)))
     log.commit()
-    log._roll_to(log.log_end_offset)
+    log.roll_to(log.log_end_offset)
     return root, log
 
 

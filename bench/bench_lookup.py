@@ -33,7 +33,7 @@ def build(root_dir: str, segments: int):
             log.append_batch(build_batch([(b"k", value, (), 1_000_000 + offset + i) for i in range(BATCH)]))
             offset += BATCH
         log.commit()
-        log._roll_to(log.log_end_offset)      # one segment per iteration, whatever the sizes
+        log.roll_to(log.log_end_offset)      # one segment per iteration, whatever the sizes
     log.commit()
     log.close()
     return LogRoot.open(root_dir).log("t", 0)

@@ -28,6 +28,7 @@ import bench_spark  # noqa: E402
 import bench_spark_kafka  # noqa: E402
 import bench_task_open  # noqa: E402
 import bench_tiered  # noqa: E402
+import bench_txn_produce  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
 
@@ -50,6 +51,8 @@ def main() -> None:
         bench_broker_tiered.main([]),
         bench_fetch_cold.main([]),
         bench_cluster.main([]),
+        bench_txn_produce.main([]),
+        bench_txn_produce.main(["--cluster"]),
     ]
     if "--no-write" in sys.argv:
         return

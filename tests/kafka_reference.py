@@ -233,6 +233,59 @@ def resolve_jars(version: str = KAFKA_VERSION) -> KafkaJars:
     return KafkaJars(version, folder, jars)
 
 
+_STREAMS_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>seglog.reference</groupId>
+  <artifactId>kafka-streams-reference</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-streams</artifactId><version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>{log4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>{log4j}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+
+def resolve_streams_jars(version: str = KAFKA_VERSION) -> list[Path]:
+    """Kafka Streams `version` and what it needs at run time (kafka-clients, RocksDB's JNI jar,
+    slf4j and log4j2), resolved with Maven once into ``<cache>/streams-jars`` beside the broker's
+    jars (a pom of its own: the broker's classpath stays as Kafka's release has it)."""
+    folder = cache_dir(version)
+    jar_dir = folder / "streams-jars"
+    done = folder / "streams-resolved"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            mvn = shutil.which("mvn")
+            if mvn is None:
+                raise KafkaUnavailable("no `mvn` on PATH: install Maven (apt-get install -y maven) "
+                                       "to resolve Kafka Streams' jars")
+            pom = folder / "streams-pom.xml"
+            pom.write_text(_STREAMS_POM.format(kafka=version, log4j=LOG4J_VERSION))
+            if jar_dir.exists():
+                shutil.rmtree(jar_dir)
+            try:
+                proc = subprocess.run(
+                    [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+                     f"-DoutputDirectory={jar_dir}", "-DincludeScope=runtime"],
+                    capture_output=True, text=True, timeout=MVN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise KafkaUnavailable(f"mvn did not resolve Kafka Streams {version} within {MVN_TIMEOUT_S}s") from None
+            if proc.returncode != 0:
+                tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+                raise KafkaUnavailable(f"mvn could not resolve org.apache.kafka:kafka-streams:{version}: "
+                                       + " | ".join(tail))
+            done.write_text("\n".join(sorted(p.name for p in jar_dir.glob("*.jar"))) + "\n")
+    jars = sorted(jar_dir.glob("*.jar"))
+    if not any(j.name == f"kafka-streams-{version}.jar" for j in jars):
+        raise KafkaUnavailable(f"kafka-streams-{version}.jar is missing from {jar_dir}; "
+                               "delete the folder to resolve again")
+    return jars
+
+
 def server_properties(node_id: int, port: int, controller_port: int, log_dirs: Path, metadata_dir: Path,
                       overrides: dict[str, str] | None = None) -> dict[str, str]:
     """A combined broker+controller on loopback with replication factor 1 everywhere."""
@@ -391,6 +444,80 @@ class KafkaBroker:
         for k, v in (properties or {}).items():
             args += ["--consumer-property", f"{k}={v}"]
         return self.jars.run_tool(self.jars.console_consumer, args, timeout=timeout_ms / 1000 + 120)
+
+
+class KafkaCluster:
+    """`size` Apache Kafka processes in KRaft combined mode on loopback, each a broker and a
+    controller voter, internal topics replicated `size` ways with a min ISR of size - 1 (a
+    cluster that keeps serving while one node is down). Nodes are `KafkaBroker`s: kill one
+    with `.nodes[i].stop(signal.SIGKILL)` and bring it back with `.nodes[i].start()`."""
+
+    def __init__(self, nodes: list[KafkaBroker]):
+        self.nodes = nodes
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @classmethod
+    def create(cls, jars: KafkaJars, workdir: Path, size: int = 3,
+               overrides: dict[str, str] | None = None) -> "KafkaCluster":
+        """Write each node's server.properties and format its dirs (nothing started yet)."""
+        cluster_id = random_cluster_id()
+        ports = [free_port() for _ in range(2 * size)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{ports[size + i]}" for i in range(size))
+        replicated = {
+            "default.replication.factor": str(size), "min.insync.replicas": str(max(1, size - 1)),
+            "offsets.topic.replication.factor": str(size),
+            "transaction.state.log.replication.factor": str(size),
+            "transaction.state.log.min.isr": str(max(1, size - 1)),
+            "share.coordinator.state.topic.replication.factor": str(size),
+            "share.coordinator.state.topic.min.isr": str(max(1, size - 1)),
+            "controller.quorum.voters": voters,
+        }
+        nodes = []
+        for i in range(size):
+            wd = workdir / f"kafka-{i + 1}"
+            wd.mkdir(parents=True, exist_ok=True)
+            node = KafkaBroker(jars, wd, wd / "data", wd / "metadata", ports[i], ports[size + i], cluster_id)
+            props = server_properties(i + 1, node.port, node.controller_port, node.log_dirs, node.metadata_dir,
+                                      {**replicated, **(overrides or {})})
+            node.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            fmt = jars.run_tool(jars.storage_tool, ["format", "-t", cluster_id, "-c", str(node.config_path),
+                                                    "--ignore-formatted"], timeout=120)
+            if fmt.returncode != 0:
+                raise KafkaUnavailable(f"kafka-storage format of node {i + 1} failed: {fmt.stderr[-2000:]}")
+            nodes.append(node)
+        return cls(nodes)
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> "KafkaCluster":
+        """Start every node at once (a node finishes starting only once a quorum of voters runs)."""
+        import threading
+        errors: list[BaseException] = []
+
+        def start(node: KafkaBroker) -> None:
+            try:
+                node.start(timeout)
+            except BaseException as exc:   # noqa: BLE001 - reported below, all nodes stopped
+                errors.append(exc)
+        threads = [threading.Thread(target=start, args=(n,)) for n in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            self.stop(signal.SIGKILL)
+            raise errors[0]
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """All nodes at once: one by one, the last ones would wait for a quorum that is gone."""
+        import threading
+        threads = [threading.Thread(target=n.stop, args=(sig,)) for n in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
 
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")

@@ -1,9 +1,11 @@
 """The follower's append (Kafka's appendAsFollower): the leader's batches kept byte for byte,
-checked to follow the LEO, written by the log's one append path (`Log.append_batch_locked`).
+checked to follow the LEO, written by the log's one append path
+(`ClientAppend.append_batch_locked`, client_append.py).
 
-`FollowerAppend` is a part of `Log` (logcore.log.log), holding the log; the HW operations, the
-leader epoch given from outside and epoch-based truncation are the log's own (log.py). Local
-disk only: an object-store log takes its epoch from its writer fence.
+`FollowerAppend` is a part of `Log` (logcore.log.log), holding the log, its `ClientAppend` (the
+write every batch goes through) and its `ReplicaRole` (the epoch it follows at; the HW
+operations and epoch-based truncation are the role's, replica_role.py). Local disk only: an
+object-store log takes its epoch from its writer fence.
 """
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from logcore.log.producer_state import AppendOrigin, ProducerBatch
 class FollowerAppend:
     """A replica log's append of its leader's batches (for `Log.append_as_follower`)."""
 
-    def __init__(self, log):
+    def __init__(self, log, append, role):
         self._log = log
+        self._append = append           # ClientAppend: the one write every batch goes through
+        self._role = role               # ReplicaRole: the epoch this replica follows at
         self._segment_bytes = log.config.segment_bytes      # hot-path copies of the config
         self._segment_ms = log.config.segment_ms
 
@@ -43,13 +47,13 @@ class FollowerAppend:
         `follower_at`: the leader epoch the fetch was made at; the append happens only while
         this replica still follows at it (else NotLeaderOrFollowerError, nothing written).
         """
-        self._log.require_local_writer("append as a follower")
+        self._role.require_local_writer("append as a follower")
         buf, batches = self._follower_batches(records)
         if not batches:
             return -1, -1
         with self._log.critical():
             if follower_at is not None:
-                self._log.require_follower(follower_at, "append")
+                self._role.require_follower(follower_at, "append")
             return self._append_follower_locked(buf, batches, nonblocking=False)
 
     def append_as_follower_nowait(self, records, *, follower_at: int | None = None) -> tuple[int, int] | None:
@@ -57,7 +61,7 @@ class FollowerAppend:
         None, with nothing written, when the append would wait for a lock, roll a segment,
         reach the flush policy or write the epoch cache (a batch of a new leader epoch); the
         caller then appends in a worker thread. Raises as append_as_follower does."""
-        self._log.require_local_writer("append as a follower")
+        self._role.require_local_writer("append as a follower")
         buf, batches = self._follower_batches(records)
         if not batches:
             return -1, -1
@@ -68,7 +72,7 @@ class FollowerAppend:
                 return None
             try:
                 if follower_at is not None:
-                    self._log.require_follower(follower_at, "append")
+                    self._role.require_follower(follower_at, "append")
                 return self._append_follower_locked(buf, batches, nonblocking=True)
             finally:
                 self._log.fence.exit_critical()
@@ -88,7 +92,7 @@ class FollowerAppend:
     def _append_follower_locked(self, buf: bytes | bytearray, batches: list, *,
                                 nonblocking: bool) -> tuple[int, int] | None:
         """A follower's append of the leader's batches: each checked to follow the LEO, then
-        written by `Log.append_batch_locked`, as a leader's batch is."""
+        written by `ClientAppend.append_batch_locked`, as a leader's batch is."""
         log = self._log
         source = f"{log.topic}-{log.partition} follower append"
         log.check_open()
@@ -111,6 +115,7 @@ class FollowerAppend:
         if nonblocking and self._follower_append_blocks(batches, now):
             return None
         view = memoryview(buf)
+        write = self._append.append_batch_locked
         for pos, header in batches:
             data = view[pos:pos + header.size]
             analysis = None
@@ -118,7 +123,7 @@ class FollowerAppend:
                 marker = _end_marker(bytes(data), header, source, pos) if header.is_control else None
                 analysis = log.producer_state.analyze([ProducerBatch.from_header(header, marker)],
                                                       AppendOrigin.REPLICATION)
-            log.append_batch_locked(data, header, now, header.partition_leader_epoch, analysis)
+            write(data, header, now, header.partition_leader_epoch, analysis)
         log.maybe_flush(now)
         return batches[0][1].base_offset, batches[-1][1].last_offset
 

@@ -4,7 +4,8 @@ The policy (`deletable_segments`) is pure: it looks at a description of the segm
 log's offsets and says how many of the oldest segments are deletable and why. `LogRetention`, a
 part of `Log`, applies it (`apply_retention`), moves the log start offset (DeleteRecords) and
 removes the files of deleted segments after file.delete.delay.ms; the log itself deletes the
-segments it is told to (`Log.delete_oldest_locked`: checkpoint first, files after). Kafka applies
+segments it is told to (`LogRetention.delete_oldest_locked`: the log start offset checkpointed
+first, `Log.checkpoint_log_start_offset`, files after). Kafka applies
 three breaches in order, each a walk from the oldest segment that stops at the first segment that
 does not qualify: the log start offset (a segment wholly below it), the size limit
 (`retention.bytes`) and the time limit (`retention.ms`, by the segment's largest timestamp).
@@ -14,11 +15,14 @@ every segment goes).
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from logcore.errors import OffsetOutOfRangeError, PolicyViolationError
 from logcore.log.clock import now_ms as _now_ms
+
+logger = logging.getLogger("logcore.log.log")   # the logger name users' configurations know
 
 
 BREACH_LOG_START = "log start offset"
@@ -96,7 +100,7 @@ def deletable_segments(segments: Sequence[SegmentInfo], *, high_watermark: int,
 
 class LogRetention:
     """Retention, DeleteRecords (log start offset moves) and delayed deletion of segment files:
-    a part of `Log` that decides which segments go; the log deletes them (`delete_oldest_locked`)."""
+    a part of `Log` that decides which segments go and deletes them (`delete_oldest_locked`)."""
 
     def __init__(self, log):
         self._log = log
@@ -122,7 +126,7 @@ class LogRetention:
                 return RetentionResult(0, 0, self._log.log_start_offset)
             if decision.count == len(self._log.segments):
                 self._log.roll_to(self._log.log_end_offset)
-            return self._log.delete_oldest_locked(decision.count, self._log.log_start_offset, now,
+            return self.delete_oldest_locked(decision.count, self._log.log_start_offset, now,
                                                   decision.reasons)
 
     def _apply_local_retention_locked(self, now: int) -> RetentionResult:
@@ -142,7 +146,7 @@ class LogRetention:
         if decision.count == 0:
             return RetentionResult(0, 0, self._log.log_start_offset)
         reasons = tuple(f"local {r}" if r != "log start offset" else r for r in decision.reasons)
-        return self._log.delete_oldest_locked(decision.count, self._log.log_start_offset, now, reasons,
+        return self.delete_oldest_locked(decision.count, self._log.log_start_offset, now, reasons,
                                               move_start=False)
 
     def move_log_start_offset(self, offset: int, reason: str = "log start offset") -> RetentionResult:
@@ -155,7 +159,7 @@ class LogRetention:
             if target <= self._log.log_start_offset:
                 return RetentionResult(0, 0, self._log.log_start_offset)
             count = self._segments_wholly_below(target)
-            return self._log.delete_oldest_locked(count, target, now, (reason,) * count)
+            return self.delete_oldest_locked(count, target, now, (reason,) * count)
 
     def delete_records_before(self, offset: int) -> RetentionResult:
         """Kafka's DeleteRecords: move the log start offset up to `offset` (-1: the high
@@ -180,7 +184,39 @@ class LogRetention:
             if target <= self._log.log_start_offset:
                 return RetentionResult(0, 0, self._log.log_start_offset)
             count = self._segments_wholly_below(target)
-            return self._log.delete_oldest_locked(count, target, now, ("delete records",) * count)
+            return self.delete_oldest_locked(count, target, now, ("delete records",) * count)
+
+    def delete_oldest_locked(self, count: int, start_offset: int, now: int,
+                             reasons: tuple[str, ...], *, move_start: bool = True) -> RetentionResult:
+        """In the critical section: delete the oldest `count` segments and move the log start
+        offset to at least `start_offset` and the first remaining segment's base: checkpoint
+        first, files after.
+
+        move_start=False (tiered storage, local retention): the segments' data lives on in the
+        remote tier, so the log start offset stays; the checkpoint still goes first, as it must
+        now record a log start offset below the first local segment."""
+        log = self._log
+        segments = log.segments
+        doomed = segments[:count]
+        new_start = max(log.log_start_offset, start_offset,
+                        segments[count].base_offset if 0 < count < len(segments) and move_start
+                        else start_offset)
+        if new_start > log.log_start_offset or (not move_start and count):
+            log.checkpoint_log_start_offset(new_start, segments[0 if move_start else count].base_offset)
+        log.log_segments.remove_first(count)       # files after (LocalLog.retire)
+        if not log.read_only:
+            log.epoch_cache.truncate_from_start(log.log_start_offset)
+            # Snapshots below the first local segment are no use locally (a remote segment
+            # carries its own); the one at the first local base is where replay starts.
+            log.producer_state.delete_snapshots_before(log.local_log_start_offset)
+        log.producer_state.on_log_start_offset_incremented(log.log_start_offset)
+        deleted_bytes = log.local.retire(doomed, now)
+        if doomed:
+            logger.info("%s-%d: deleted %d segments (%d bytes) below offset %d (%s)", log.topic,
+                        log.partition, len(doomed), deleted_bytes, log.log_start_offset,
+                        ", ".join(sorted(set(reasons))))
+        return RetentionResult(len(doomed), deleted_bytes, log.log_start_offset,
+                               tuple(s.base_offset for s in doomed), reasons)
 
     def _segments_wholly_below(self, offset: int) -> int:
         """How many of the oldest segments end at or below `offset` (the active one never counts)."""

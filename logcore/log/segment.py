@@ -153,7 +153,7 @@ class LogSegment:
         meanwhile: any thread may call this without the log's lock (the cleaner reads the LEO),
         and a value computed before an append but stored after it would put the LEO back. So a
         writer fills it before other threads can see a segment it appends to (`fill_lazy_state`
-        in `Log._roll_to`), appends and truncation set it, and only sealed segments and
+        in `Log.roll_to`), appends and truncation set it, and only sealed segments and
         read-only views compute it.
         """
         if self._next_offset is None:

@@ -346,7 +346,7 @@ class LocalSegmentStore:
         last = log.segments[-1]
         if not last.writable:
             last.close()
-            # Cut before it is published, for the same reason as in _roll_to.
+            # Cut before it is published, for the same reason as in roll_to.
             reopened = log.new_segment(last.base_offset, writable=True)
             reopened.truncate_to(offset)
             log.log_segments.replace_active(reopened)

@@ -87,7 +87,7 @@ def test_the_cleaner_reads_the_writers_offsets_under_its_lock(tmp_path):
         log.append_records([(b"k%d" % (i % 5), b"v%d" % i, (), 1_000_000 + i)])
     log.commit()
     sections = []
-    with log._lock:         # the writer, mid-change
+    with log.lock:         # the writer, mid-change
         t = threading.Thread(target=lambda: sections.append(LogCleaner().dirty_section(log, 2_000_000)))
         t.start()
         t.join(0.2)

@@ -27,7 +27,7 @@ while True:
     for i in range(20):
         log.append_records([(b"k%d" % (i % 13), b"again-%d-%d" % (n, i), (), 9_000_000)])
     log.commit()
-    log._roll_to(log.log_end_offset)
+    log.roll_to(log.log_end_offset)
     cleaner.clean(log, 2_000_000)
     n += 1
 """

@@ -116,7 +116,7 @@ def test_small_segments_are_merged(any_storage_url):
     for round_ in range(12):                # one segment per commit on object stores, roll locally
         written.update(write(log, _items(10, seed=round_), per_commit=100, ts=1_000_000 + round_ * 100))
         if log.storage.is_local:
-            log._roll_to(log.log_end_offset)
+            log.roll_to(log.log_end_offset)
     before = len(log.segments)
     stats = _clean(log)
     assert before >= 12 and len(log.segments) == 2      # one merged segment + the active one
@@ -145,7 +145,7 @@ def test_aborted_transactions_removed(any_storage_url):
     log.commit()
     write(log, _items(30, seed=4), ts=1_600_000)
     if log.storage.is_local:
-        log._roll_to(log.log_end_offset)
+        log.roll_to(log.log_end_offset)
     stats = _clean(log)
     assert stats.aborted_records_removed == 3
     raw = read_all(log, isolation="read_uncommitted")

@@ -33,3 +33,77 @@ def seglog_broker(tmp_path_factory):
 @pytest.fixture(scope="session")
 def broker_subprocess_env() -> dict:
     return broker_fixtures._env()
+
+
+# -- transactions: the same checks against Apache Kafka and against seglog ------------------------
+
+from transaction_check import (TRANSACTION_COORDINATOR, TRANSACTION_SETTINGS,  # noqa: E402
+                               kafka_unavailable, transactions_landed)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # soak runs take minutes: only when asked for by name (-m soak), never in the whole suite
+    if item.get_closest_marker("soak") and "soak" not in (item.config.option.markexpr or ""):
+        pytest.skip("a soak run (a minute or more): select it with `-m soak`")
+    if item.get_closest_marker("needs_transactions") and not transactions_landed():
+        pytest.skip("seglog has no transaction coordinator yet (InitProducerId with transactional.id, "
+                    "AddPartitionsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit: issue #27); this skip "
+                    f"goes away by itself once {TRANSACTION_COORDINATOR.relative_to(TESTS.parent)} exists")
+
+
+@pytest.fixture(scope="session", params=["kafka", pytest.param("seglog", marks=pytest.mark.needs_transactions)])
+def txn_server(request, kafka_jars, tmp_path_factory):
+    """One server for the session's transaction checks (both test files): Apache Kafka (KRaft,
+    single node) or a `seglog broker`, both with TRANSACTION_SETTINGS; `.bootstrap` is its
+    address. Stopped by pid."""
+    from kafka_reference import KafkaBroker, KafkaUnavailable
+    if request.param == "kafka":
+        try:
+            broker = KafkaBroker.create(kafka_jars, tmp_path_factory.mktemp("kafka-txn"), TRANSACTION_SETTINGS)
+        except KafkaUnavailable as exc:
+            kafka_unavailable(str(exc))
+        try:
+            yield broker.start()
+        except KafkaUnavailable as exc:
+            kafka_unavailable(str(exc))
+        finally:
+            broker.stop()
+        return
+    started: list = []
+    try:
+        yield broker_fixtures._start_factory(tmp_path_factory.mktemp("seglog-txn"), started)(**TRANSACTION_SETTINGS)
+    finally:
+        for b in started:
+            b.stop()
+
+
+@pytest.fixture(scope="session")
+def transaction_check_program(kafka_jars, tmp_path_factory):
+    """TransactionCheck.java compiled once per session (transaction_check.py runs it)."""
+    from java_program import JavaUnavailable
+    from transaction_check import compile_transaction_check
+    try:
+        return compile_transaction_check(kafka_jars, tmp_path_factory.mktemp("txn-classes"))
+    except JavaUnavailable as exc:
+        kafka_unavailable(str(exc))
+
+
+@pytest.fixture(params=["kafka", pytest.param("seglog", marks=pytest.mark.needs_transactions)])
+def three_brokers(request, kafka_jars, tmp_path_factory):
+    """Three brokers for one test (three_brokers.py): Apache Kafka's KRaft cluster or a seglog
+    cluster over ZooKeeper; every process stopped by pid afterwards."""
+    from kafka_reference import KafkaUnavailable
+    from three_brokers import KafkaThree, SeglogThree
+    from zookeeper_reference import ZooKeeperUnavailable
+    workdir = tmp_path_factory.mktemp(f"three-{request.param}")
+    try:
+        cluster = KafkaThree(kafka_jars, workdir) if request.param == "kafka" else SeglogThree(workdir)
+    except KafkaUnavailable as exc:
+        kafka_unavailable(str(exc))
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(f"ZooKeeper did not start: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.close()

@@ -84,11 +84,11 @@ def test_adopted_segment_matches_appended_batches(tmp_path, how):
         else:
             assert adopted.adopt_staged(path, **kwargs) == (1, 2000)
         # the reference: the same batches appended into a fresh segment
-        copied._roll_to(copied.log_end_offset)
+        copied.roll_to(copied.log_end_offset)
         assert copied.append_staged(data) == (1, 2000)
         for log in (adopted, copied):
             log.commit()
-            log._roll_to(log.log_end_offset)
+            log.roll_to(log.log_end_offset)
             log.segments[-2].seal()
         assert segment_files(adopted) == segment_files(copied)
         records = list(adopted.read_records(0))

@@ -112,7 +112,7 @@ def test_a_lock_held_elsewhere_is_not_waited_for(root):
     held, release = threading.Event(), threading.Event()
 
     def hold():
-        with log._critical():
+        with log.critical():
             held.set()
             release.wait(10)
 

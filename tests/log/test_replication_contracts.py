@@ -274,7 +274,7 @@ def test_nowait_append_and_read_decline_what_would_block(tmp_path):
     held, release = threading.Event(), threading.Event()
 
     def hold():
-        with follower._lock, leader._lock:
+        with follower.lock, leader.lock:
             held.set()
             release.wait(10)
     holder = threading.Thread(target=hold)

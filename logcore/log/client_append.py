@@ -1,0 +1,268 @@
+"""A leader's append of its clients' batches (Kafka's appendAsLeader) and the one write every
+batch goes through, the leader's and the follower's alike (`append_batch_locked`).
+
+`ClientAppend` is a part of `Log` (logcore.log.log), holding the log and its `ReplicaRole`
+(whether it leads, at which epoch: read under the append's own lock). `FollowerAppend`
+(replication.py) and `StagedAdoption` (adoption.py) write through it too.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable
+
+from logcore.errors import InvalidRecordError, NotLeaderOrFollowerError, RecordTooLargeError
+from logcore.records.batch import (CONTROL_MASK, LOG_OVERHEAD, TRANSACTIONAL_MASK, BatchHeader, Record,
+                                   TimestampType, build_batch, build_control_batch, parse_header,
+                                   set_base_offset, set_log_append_time, set_partition_leader_epoch)
+from logcore.records.compression import CODEC_BY_NAME, Compression
+from logcore.records.control import ControlType
+from logcore.log.clock import now_ms as _now_ms
+from logcore.log.log_reader import _end_marker
+from logcore.log.log_validator import LogValidator, _WouldBlock
+from logcore.log.producer_state import ProducerBatch
+from logcore.log.segment import LogSegment
+
+logger = logging.getLogger("logcore.log.log")   # the logger name users' configurations know
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    record_count: int
+    log_append_time: int = -1
+    duplicate: bool = False
+
+
+class ClientAppend:
+    """Client batches checked, stamped with offsets and the leader epoch, deduplicated by the
+    producer state and written at the LEO."""
+
+    def __init__(self, log, role):
+        self._log = log
+        self._role = role
+        config = log.config
+        # Hot-path copies of the config (read on every append).
+        self._segment_bytes = config.segment_bytes
+        self._segment_ms = config.segment_ms
+        self._compact = config.compact
+        self._validator = LogValidator(log.topic, log.partition, config)     # a client batch's checks
+        self._nonblocking = False                   # inside append_and_commit_nowait
+
+    def _compression(self, compression) -> Compression:
+        if compression is not None:
+            return Compression(compression)
+        name = getattr(self._log.config, "compression_type", "producer")
+        return CODEC_BY_NAME.get(name, Compression.NONE)
+
+    def append_records(self, records: Iterable, *, compression: Compression | None = None,
+                       producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                       is_transactional: bool = False) -> AppendInfo:
+        """Append records as one batch: offsets from the LEO, this writer's epoch stamped.
+
+        `records`: (key, value, headers, timestamp_ms or None) tuples or Record-like objects.
+        """
+        log = self._log
+        now = _now_ms()
+        items = []
+        for item in records:
+            if isinstance(item, Record):
+                items.append((item.key, item.value, item.headers, item.timestamp))
+            else:
+                key, value, headers, ts = (tuple(item) + (None, None, None, None))[:4]
+                items.append((key, value, headers or (), now if ts is None else ts))
+        if not items:
+            raise InvalidRecordError("cannot append an empty batch")
+        if self._compact:
+            missing = [i for i, item in enumerate(items) if item[0] is None]
+            if missing:
+                self._validator.refuse_null_keys(missing, len(items))
+        log_append = log.log_append_time()
+        with log.critical():
+            batch = build_batch(items, base_offset=log.log_end_offset,
+                                compression=self._compression(compression),
+                                producer_id=producer_id, producer_epoch=producer_epoch,
+                                base_sequence=base_sequence, is_transactional=is_transactional,
+                                partition_leader_epoch=self._role.leader_epoch,
+                                timestamp_type=TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME,
+                                log_append_time=now if log_append else None)
+            return self.append_locked(bytearray(batch), now, validated=True)
+
+    def append_batch(self, batch: bytes) -> AppendInfo:
+        """Append one client-built RecordBatch v2: validated, offsets assigned, epoch stamped."""
+        with self._log.critical():
+            return self.append_locked(bytearray(batch), _now_ms(), validated=False)
+
+    def append_control(self, control_type: ControlType, *, producer_id: int, producer_epoch: int,
+                       coordinator_epoch: int = 0) -> AppendInfo:
+        """Write a transaction marker (COMMIT/ABORT) for a producer's open transaction."""
+        log = self._log
+        with log.critical():
+            batch = build_control_batch(control_type, producer_id=producer_id, producer_epoch=producer_epoch,
+                                        coordinator_epoch=coordinator_epoch, base_offset=log.log_end_offset,
+                                        timestamp_ms=_now_ms(), partition_leader_epoch=self._role.leader_epoch)
+            return self.append_locked(bytearray(batch), _now_ms(), validated=True)
+
+    def append_and_commit_nowait(self, batches: list[bytes]) -> tuple[list, bool]:
+        """append_batch() each of `batches`, then commit(durable=False), for a caller that must
+        not block (the broker's event loop): only what takes no fsync, roll, root checkpoint
+        write or wait for a lock is done here.
+
+        A batch given as a writable buffer (a bytearray, or a writable memoryview such as a
+        slice of the request frame) gets its offsets and epoch stamped in place (no copy).
+
+        Returns (results, committed): one AppendInfo or exception per batch handled (a prefix
+        of `batches`; it stops before a batch that would roll a segment or reach the flush
+        policy), and whether the HW now covers everything appended. The caller finishes what
+        is left (the other batches, the commit) where it may block.
+        """
+        log = self._log
+        lock = log.lock
+        if not (log.writer and log.segment_store.in_place) or not lock.acquire(blocking=False):
+            return [], False
+        try:
+            try:
+                if log.is_closed or not log.fence.try_enter_critical():
+                    return [], False
+            except Exception:  # noqa: BLE001 - e.g. fenced: the blocking path reports it per batch
+                return [], False
+            try:
+                results: list = []
+                self._nonblocking = True
+                try:
+                    for batch in batches:
+                        try:
+                            data = batch if _writable(batch) else bytearray(batch)
+                            results.append(self.append_locked(data, _now_ms(), validated=False))
+                        except _WouldBlock:
+                            return results, False
+                        except Exception as exc:  # noqa: BLE001 - that batch's own error
+                            results.append(exc)
+                finally:
+                    self._nonblocking = False
+                if log.high_watermark < log.log_end_offset and log.mode.commit_moves_high_watermark:
+                    # A replica's HW moves with replication, and its checkpoint is written on
+                    # its own schedule (replica.high.watermark.checkpoint.interval.ms).
+                    # A moved recovery point is written durably (fsync); the root files are
+                    # replaced under the root lock: both are left to the blocking path.
+                    if (log.local.recovery_point_unrecorded
+                            or log.state_store.root_write_due()):
+                        return results, False
+                    try:
+                        log.commit_locked(durable=False)
+                    except Exception:  # noqa: BLE001 - the HW did not move: the blocking path retries
+                        logger.debug("non-blocking commit of %s-%d failed; retrying in a thread",
+                                     log.topic, log.partition, exc_info=True)
+                        return results, False
+                return results, True
+            finally:
+                log.fence.exit_critical()
+        finally:
+            lock.release()
+
+    def append_locked(self, data: bytearray, now: int, *, validated: bool,
+                      assign: bool = False) -> AppendInfo:
+        """A leader's append of one batch: checked (validated=False: a client's batch), its
+        offsets and epoch stamped, deduplicated by producer state, then written by
+        `append_batch_locked`, the append every batch goes through."""
+        log = self._log
+        role = self._role
+        log.check_open()
+        if not role.leads:
+            raise NotLeaderOrFollowerError(
+                f"{log.topic}-{log.partition}: this replica follows at leader epoch"
+                f" {role.leader_epoch}; only the leader appends")
+        if validated:
+            header = parse_header(data)
+            size = header.size
+        else:
+            fields = self._validator.validate(data, now, nonblocking=self._nonblocking)
+            size = fields[1] + LOG_OVERHEAD
+        if size > self._segment_bytes:
+            raise RecordTooLargeError(
+                f"batch of {size} bytes exceeds segment.bytes={self._segment_bytes}")
+        leo = log.log_end_offset
+        epoch = role.leader_epoch
+        if not validated or assign:
+            set_base_offset(data, leo)
+            set_partition_leader_epoch(data, epoch)
+            if log.log_append_time():
+                set_log_append_time(data, now)
+                header = parse_header(data)
+            elif validated:
+                header = parse_header(data)
+            else:                           # the stamped header without parsing it again
+                header = BatchHeader(leo, fields[1], epoch, *fields[3:])
+        analysis = None
+        next_batch = False
+        producer_state = log.producer_state
+        if header.producer_id >= 0:
+            next_batch = (not header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK)
+                          and producer_state.is_next_batch(header.producer_id, header.producer_epoch,
+                                                           header.base_sequence))
+        if header.producer_id >= 0 and not next_batch:
+            marker = _end_marker(data, header, "append", 0) if header.is_control else None
+            analysis = producer_state.analyze([ProducerBatch.from_header(header, marker)])
+            if analysis.duplicate is not None:
+                d = analysis.duplicate
+                return AppendInfo(d.first_offset, d.last_offset, d.timestamp, header.records_count,
+                                  duplicate=True)
+        self.append_batch_locked(data, header, now, epoch, analysis, next_batch=next_batch)
+        log.local.maybe_flush(now)
+        log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
+        return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
+                          header.records_count, log_append)
+
+    def append_batch_locked(self, data, header: BatchHeader, now: int, epoch: int, analysis, *,
+                            next_batch: bool = False) -> None:
+        """Write one checked batch that starts at the LEO, for a leader's and a follower's append
+        alike: roll first when due, the epoch cache learns `epoch` (the leader's, or the
+        leader's batch's) at the batch, the producer state its producer fields (`analysis`, or
+        `next_batch`: the producer's next in-sequence batch, which needs none)."""
+        log = self._log
+        local = log.local
+        log_segments = log.log_segments
+        active = log_segments.active
+        roll = active.should_roll(header.size, header.max_timestamp, header.last_offset,
+                                  segment_bytes=self._segment_bytes,
+                                  segment_ms=self._segment_ms, now_ms=now)
+        if self._nonblocking and (roll or local.flush_due(header.records_count, now)):
+            raise _WouldBlock()     # nothing changed yet: the blocking path appends this batch
+        if roll:
+            if active.in_memory:
+                # An object-store segment is published at commit; rolling it means committing.
+                log.commit_locked()
+            else:
+                local.roll_to(header.base_offset)
+            active = log_segments.active
+        log.note_epoch_start(epoch, header.base_offset)
+        active.append(data, [header])
+        if next_batch:
+            log.producer_state.append_next_batch(header.producer_id, header.last_sequence,
+                                                 header.base_offset, header.last_offset,
+                                                 header.max_timestamp)
+        elif analysis is not None:
+            self._complete_producer_append(active, analysis, header)
+        local.add_unflushed(header.records_count)
+
+    def _complete_producer_append(self, active: LogSegment, analysis, header: BatchHeader) -> None:
+        """The producer state's part of an append whose batch is in `active` already, and the
+        aborted transactions it ends into the `.txnindex`. If that write fails (a full disk),
+        the batch is taken out again and the producer state rebuilt from the log, so a failed
+        append leaves nothing behind (a marker without its index entry would show aborted
+        data to read_committed readers)."""
+        log = self._log
+        try:
+            for aborted in log.producer_state.complete_append(analysis, header.next_offset):
+                active.txn_index.append(aborted)
+                log.log_segments.mark_txn_index(active.base_offset)
+        except OSError:
+            active.truncate_to(header.base_offset)
+            log.rebuild_producer_state()
+            raise
+
+
+def _writable(buf) -> bool:
+    return isinstance(buf, bytearray) or isinstance(buf, memoryview) and not buf.readonly and buf.contiguous
