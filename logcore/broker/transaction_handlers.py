@@ -27,6 +27,8 @@ from logcore.wire.protocol import Request
 
 logger = logging.getLogger(__name__)
 
+VERDICTS_KEPT = 10_000
+
 # The version from which each API answers PRODUCER_FENCED (older ones: INVALID_PRODUCER_EPOCH)
 _FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
 
@@ -319,6 +321,8 @@ class TransactionHandlers:
 
     async def _verify_remotely(self, tid: str, wanted: dict) -> None:
         lock = self.verifying.setdefault(tid, asyncio.Lock())
+        if len(self.verdicts) > VERDICTS_KEPT:
+            self.verdicts.clear()     # answers no produce took (it failed before its check): stale
         async with lock:
             for (pid, epoch), tps in wanted.items():
                 codes = await self._ask_coordinator(tid, pid, epoch, tps)
