@@ -21,7 +21,7 @@ SERVED: dict[int, tuple[str, int, int]] = {
     3: ("Metadata", 1, 12),
     8: ("OffsetCommit", 2, 9),
     9: ("OffsetFetch", 1, 9),
-    10: ("FindCoordinator", 0, 2),
+    10: ("FindCoordinator", 0, 4),
     11: ("JoinGroup", 0, 5),
     12: ("Heartbeat", 0, 3),
     13: ("LeaveGroup", 0, 1),
@@ -33,8 +33,16 @@ SERVED: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    # transactions (transaction_handlers.py); AddPartitionsToTxn v4 is the brokers' form (KIP-890)
+    24: ("AddPartitionsToTxn", 0, 4),
+    25: ("AddOffsetsToTxn", 0, 3),
+    26: ("EndTxn", 0, 3),
+    27: ("WriteTxnMarkers", 1, 1),
+    28: ("TxnOffsetCommit", 0, 3),
     32: ("DescribeConfigs", 1, 4),
     37: ("CreatePartitions", 0, 3),
+    65: ("DescribeTransactions", 0, 0),
+    66: ("ListTransactions", 0, 1),
 }
 
 

@@ -35,6 +35,10 @@ from logcore.broker.membership import Membership
 from logcore.broker.partitions import PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.reassignment_handlers import ReassignmentHandlers
+from logcore.broker import transaction_handlers
+from logcore.broker.transaction_handlers import TransactionHandlers
+from logcore.coordinator.transaction_coordinator import TransactionCoordinator, TxnSettings
+from logcore.coordinator import transaction_log as TL
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
@@ -114,12 +118,24 @@ class Broker:
             initial_delay_ms=config["group.initial.rebalance.delay.ms"],
             min_session_ms=config["group.min.session.timeout.ms"],
             max_session_ms=config["group.max.session.timeout.ms"])
+        # Transactions (transaction_handlers.py): the coordinator of transactional producers.
+        self.txn = TransactionCoordinator(
+            self.partitions, self._ensure_txn_topic, lambda: self.producer_ids.allocate(),
+            TxnSettings(num_partitions=config["transaction.state.log.num.partitions"],
+                        max_timeout_ms=config["transaction.max.timeout.ms"],
+                        abort_interval_ms=config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+                        id_expiration_ms=config["transactional.id.expiration.ms"],
+                        remove_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
+                        commit_timeout_s=config["offsets.commit.timeout.ms"] / 1000),
+            on_offsets_marker=self.groups.on_offsets_marker)
+        self.transactions = TransactionHandlers(self.txn, self.groups, config, advertised, self.partitions,
+                                                self.membership)
         self.maintenance = BrokerMaintenance(
             self.partitions, MaintenanceConfig.from_props(config.log_defaults),
             tiering_interval_ms=config["remote.log.manager.task.interval.ms"], broker_id=self.node_id)
         self.admin = AdminHandlers(config, root, self.partitions, self.membership)
         self.fetching = FetchHandlers(config, self.partitions, self.membership)
-        self.group_api = GroupHandlers(self.groups, config, advertised, self.membership)
+        self.group_api = GroupHandlers(self.groups, config, advertised, self.membership, self.transactions)
         self.cluster_api = ClusterHandlers(config, self.membership)
         self.reassignments = ReassignmentHandlers(self.membership)
         self.membership.topic_catalog = LocalTopics(self.local_metadata, self.admin, self.group_api,
@@ -133,6 +149,7 @@ class Broker:
             18: self.api_versions, 19: admin.create_topics, 20: admin.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: admin.describe_configs,
             37: admin.create_partitions,
+            **self.transactions.handlers(),
         }
         self.served = dict(SERVED)
 
@@ -177,6 +194,8 @@ class Broker:
         self.maintenance.role = replica_manager.role_of
         # Groups follow the leadership of their __consumer_offsets partition.
         self.groups.attach_cluster(replica_manager, self.config["offsets.commit.timeout.ms"])
+        # Transactional ids follow the leadership of their __transaction_state partition.
+        self.txn.attach_cluster(replica_manager, self._connect_broker)
         self.handlers[43] = self.cluster_api.elect_leaders
         self.served[43] = ("ElectLeaders", 0, 2)
         self.handlers[45] = self.reassignments.alter_partition_reassignments
@@ -196,15 +215,19 @@ class Broker:
         self.partitions.open_all()
         if self.groups.loads_at_open():
             self.groups.load()
+        if self.txn.loads_at_open():
+            self.txn.load()
 
     async def start(self) -> None:
         await self.replication.start()
         await self.groups.start()
+        await self.txn.start()
         self.maintenance.start()
 
     async def stop(self) -> None:
         await self.replication.stop()
         await self.groups.stop()
+        await self.txn.stop()
         await asyncio.to_thread(self.maintenance.stop)
 
     def close(self) -> None:
@@ -221,6 +244,28 @@ class Broker:
                         self.config["offsets.topic.num.partitions"])
         except TopicExistsError:
             self.partitions.open_topic(self.root.describe_topic(OT.TOPIC))
+
+    def _ensure_txn_topic(self) -> None:
+        """Create the compacted __transaction_state topic at first use (blocking)."""
+        if TL.TOPIC in self.partitions.topics:
+            return
+        try:
+            self.admin.create_topic(TL.TOPIC, self.config["transaction.state.log.num.partitions"],
+                                    transaction_handlers.txn_topic_config(self.config))
+            logger.info("created %s (%d partitions, compacted)", TL.TOPIC,
+                        self.config["transaction.state.log.num.partitions"])
+        except TopicExistsError:
+            self.partitions.open_topic(self.root.describe_topic(TL.TOPIC))
+
+    async def _connect_broker(self, node: int):
+        """An inter-broker connection to cluster member `node` (the marker writer's)."""
+        from logcore.wire.client import AsyncKafkaConnection
+        address = self.replica_manager.address_of(node)
+        if address is None:
+            raise ConnectionError(f"broker {node} is not registered")
+        conn = AsyncKafkaConnection(address[0], address[1], timeout_s=30.0,
+                                    client_id=f"txn-markers-{self.node_id}")
+        return await conn.connect()
 
     async def handle(self, request: Request) -> Result:
         """The handler's answer; a handler that fails unexpectedly is answered with an error
@@ -328,9 +373,8 @@ class Broker:
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, req: Request) -> dict:
         body = req.body
-        if body.transactional_id is not None:    # no transactions: see find_coordinator
-            return {"throttle_time": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    "producer_id": -1, "producer_epoch": -1}
+        if body.transactional_id is not None:
+            return await self.transactions.init_producer_id(req)
         pid = getattr(body, "producer_id", -1)
         epoch = getattr(body, "producer_epoch", -1)
         if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
@@ -349,11 +393,22 @@ class Broker:
         refused as a whole), None for acks=0, or an awaitable when a batch waits for a commit.
         Never raises: a failure is answered with error codes (see handle)."""
         try:
+            # KIP-890 in a cluster: transactional batches another broker must vouch for first.
+            verification = self.transactions.remote_verification(req.body)
+            if verification is not None:
+                return self._guarded(req, self._produce_verified(req, verification))
             result = self._produce_now(req)
         except Exception as exc:   # noqa: BLE001
             return self._failed(req, exc)
         if result is not None and not isinstance(result, (dict, bytes)) and inspect.isawaitable(result):
             return self._guarded(req, result)
+        return result
+
+    async def _produce_verified(self, req: Request, verification) -> Result:
+        await verification
+        result = self._produce_now(req)
+        if result is not None and not isinstance(result, (dict, bytes)) and inspect.isawaitable(result):
+            return await result
         return result
 
     def _produce_now(self, req: Request) -> Result:
@@ -363,8 +418,6 @@ class Broker:
         message = None
         if acks not in (0, 1, -1):
             error, message = E.INVALID_REQUIRED_ACKS, f"acks={acks} is not one of 0, 1, -1"
-        elif body.transactional_id is not None:
-            error, message = E.INVALID_TXN_STATE, "transactions are not supported by this broker"
         if error != E.NONE:
             if acks == 0:
                 return None
@@ -398,18 +451,18 @@ class Broker:
                 if code != E.NONE:
                     out.append(ProduceEntry(name, pd.index, error=code, message=message))
                     continue
-                if name == OT.TOPIC:
+                if name == OT.TOPIC or name == TL.TOPIC:
                     out.append(ProduceEntry(name, pd.index, error=E.INVALID_TOPIC_EXCEPTION, message=(
-                        f"{OT.TOPIC} is internal: only the group coordinator writes it")))
+                        f"{name} is internal: only its coordinator writes it")))
                 elif part is None:
                     self.partitions.refresh_soon()     # created in the root by another process?
                     out.append(ProduceEntry(name, pd.index, error=E.UNKNOWN_TOPIC_OR_PARTITION,
                                             message=f"{name}-{pd.index} is not a partition of this broker"))
                 elif not records:
                     out.append(ProduceEntry(name, pd.index, error=E.INVALID_RECORD, message="no records"))
-                elif len(records) >= 61 and records[22] & 0x10:
-                    out.append(ProduceEntry(name, pd.index, error=E.INVALID_TXN_STATE,
-                                            message="transactional batches are not supported"))
+                elif (len(records) >= 61 and records[22] & 0x10) and (verified := self.transactions.produce_check(
+                        body.transactional_id, name, pd.index, records))[0] != E.NONE:
+                    out.append(ProduceEntry(name, pd.index, error=verified[0], message=verified[1]))
                 else:
                     code, message = self.replication.append_check(part, acks_all)
                     if code != E.NONE:

@@ -159,6 +159,31 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
               "In a cluster, how long an offset commit or group metadata write waits for the"
               " replicas of its __consumer_offsets partition (acks=all) before it is answered"
               " REQUEST_TIMED_OUT.", validator=at_least(1), category="cluster"),
+    ConfigKey("transaction.state.log.num.partitions", ConfigType.INT, 50,
+              "Partitions of the internal __transaction_state topic (transaction coordinator state).",
+              validator=at_least(1), category="broker"),
+    ConfigKey("transaction.state.log.replication.factor", ConfigType.INT, 3,
+              "Replication factor of __transaction_state in a cluster; its creation fails"
+              " (transactional producers wait) until this many brokers are registered. A single"
+              " broker uses 1.", validator=at_least(1), category="cluster"),
+    ConfigKey("transaction.state.log.min.isr", ConfigType.INT, 2,
+              "min.insync.replicas of __transaction_state in a cluster (a single broker uses 1; when"
+              " not set, at most transaction.state.log.replication.factor).",
+              validator=at_least(1), category="cluster"),
+    ConfigKey("transaction.state.log.segment.bytes", ConfigType.INT, 104857600,
+              "segment.bytes of __transaction_state (kept small so that compaction keeps up).",
+              validator=at_least(14), category="broker"),
+    ConfigKey("transaction.max.timeout.ms", ConfigType.INT, 900000,
+              "Largest transaction.timeout.ms a producer may ask for (InitProducerId answers"
+              " INVALID_TRANSACTION_TIMEOUT above it).", validator=at_least(1), category="broker"),
+    ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", ConfigType.INT, 10000,
+              "How often the transaction coordinator aborts transactions older than their timeout.",
+              validator=at_least(1), category="broker"),
+    ConfigKey("transactional.id.expiration.ms", ConfigType.INT, 604800000,
+              "A transactional id with no transaction for this long is removed from"
+              " __transaction_state.", validator=at_least(1), category="broker"),
+    ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", ConfigType.INT, 3600000,
+              "How often expired transactional ids are removed.", validator=at_least(1), category="broker"),
     ConfigKey("group.min.session.timeout.ms", ConfigType.INT, 6000,
               "Smallest session timeout a group member may ask for.", validator=at_least(1),
               category="broker"),
@@ -222,12 +247,27 @@ class BrokerConfig:
                     raise InvalidConfigError(
                         f"{source}: {name}={values[name]} needs zookeeper.connect: a single broker"
                         " holds one replica of each partition; set it to 1 or join a cluster")
+            for name in ("transaction.state.log.replication.factor", "transaction.state.log.min.isr"):
+                if name in props and values[name] > 1:
+                    raise InvalidConfigError(
+                        f"{source}: {name}={values[name]} needs zookeeper.connect: a single broker"
+                        " holds one replica of each partition; set it to 1 or join a cluster")
             values["offsets.topic.replication.factor"] = 1
+            values["transaction.state.log.replication.factor"] = 1
+            values["transaction.state.log.min.isr"] = 1
         if values["replica.fetch.wait.max.ms"] >= values["replica.lag.time.max.ms"]:
             raise InvalidConfigError(
                 f"{source}: replica.fetch.wait.max.ms={values['replica.fetch.wait.max.ms']} must be below"
                 f" replica.lag.time.max.ms={values['replica.lag.time.max.ms']}, or idle followers"
                 " would keep leaving the ISR")
+        if "transaction.state.log.min.isr" not in props:   # the default 2 asks too much of 1 replica
+            values["transaction.state.log.min.isr"] = min(values["transaction.state.log.min.isr"],
+                                                          values["transaction.state.log.replication.factor"])
+        if values["transaction.state.log.min.isr"] > values["transaction.state.log.replication.factor"]:
+            raise InvalidConfigError(
+                f"{source}: transaction.state.log.min.isr={values['transaction.state.log.min.isr']} is above"
+                f" transaction.state.log.replication.factor={values['transaction.state.log.replication.factor']}:"
+                " no write to __transaction_state could ever be acknowledged")
         try:
             resolve_root_defaults(rest)     # validates names and values of the log defaults
         except InvalidConfigError as exc:

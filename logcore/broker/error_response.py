@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from logcore.wire.api_keys import (CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, FETCH, LIST_OFFSETS, METADATA,
-                                   OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE)
+from logcore.wire.api_keys import (ADD_PARTITIONS_TO_TXN, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS,
+                                   DESCRIBE_TRANSACTIONS, FETCH, FIND_COORDINATOR, LIST_OFFSETS, METADATA,
+                                   OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE, TXN_OFFSET_COMMIT,
+                                   WRITE_TXN_MARKERS)
 from logcore.wire.protocol import Request, response_type
 
 
@@ -72,6 +74,24 @@ def error_response(req: Request, code: int, message: str, brokers: list[dict]) -
     elif k == DESCRIBE_CONFIGS:
         out["results"] = [{"error_code": code, "error_message": message, "resource_type": r.resource_type,
                            "resource_name": r.resource_name, "configs": []} for r in b.resources]
+    elif k == FIND_COORDINATOR and req.api_version >= 4:
+        out["coordinators"] = [{"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code,
+                                "error_message": message} for key in b.coordinator_keys]
+    elif k == ADD_PARTITIONS_TO_TXN and req.api_version <= 3:
+        out["results_by_topic_v3_and_below"] = [{"name": t.name, "results_by_partition": [
+            {"partition_index": p, "partition_error_code": code} for p in t.partitions]}
+            for t in b.v3_and_below_topics]
+    elif k == TXN_OFFSET_COMMIT:
+        out["topics"] = [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]} for t in b.topics]
+    elif k == WRITE_TXN_MARKERS:
+        out["markers"] = [{"producer_id": m.producer_id, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in t.partition_indexes]}
+            for t in m.topics]} for m in b.markers]
+    elif k == DESCRIBE_TRANSACTIONS:
+        out["transaction_states"] = [{"error_code": code, "transactional_id": tid, "transaction_state": "",
+                                      "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
+                                      "producer_epoch": -1, "topics": []} for tid in b.transactional_ids]
     elif "error_code" not in out:
         return None
     if "error_message" in _fields(k, req.api_version):

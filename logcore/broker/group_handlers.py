@@ -34,12 +34,15 @@ class GroupHandlers:
     broker's (host, port); `membership` says who coordinates a group (this broker alone, or
     the leader of the group's __consumer_offsets partition in the cluster)."""
 
-    def __init__(self, coordinator, config, advertised: tuple[str, int], membership):
+    def __init__(self, coordinator, config, advertised: tuple[str, int], membership, transactions=None):
+        """`transactions`: the TransactionHandlers that answer FindCoordinator for a
+        transactional id (key type 1)."""
         self.groups = coordinator
         self.config = config
         self.node_id = config.node_id
         self.host, self.port = advertised
         self.membership = membership
+        self.transactions = transactions
 
     # What join_cluster sets, read at each request.
     @property
@@ -58,17 +61,25 @@ class GroupHandlers:
     async def find_coordinator(self, req: Request) -> dict:
         body = req.body
         key_type = getattr(body, "key_type", 0)
+        keys = getattr(body, "coordinator_keys", None)
+        if keys is None:
+            return await self._find_coordinator(key_type, body.key)
+        # v4+: several keys of one type, an answer for each (KIP-699)
+        coordinators = []
+        for key in keys:
+            one = await self._find_coordinator(key_type, key)
+            coordinators.append({"key": key, **{k: one[k] for k in (
+                "node_id", "host", "port", "error_code", "error_message")}})
+        return {"throttle_time": 0, "coordinators": coordinators}
+
+    async def _find_coordinator(self, key_type: int, key: str) -> dict:
+        if key_type == 1 and self.transactions is not None:      # TRANSACTION: transaction_handlers.py
+            return await self.transactions.find_coordinator(key)
         if key_type != 0:
-            # No transaction coordinator. COORDINATOR_NOT_AVAILABLE made clients retry until
-            # their timeout; librdkafka's transactional producer fails init_transactions() at
-            # once only on TRANSACTIONAL_ID_AUTHORIZATION_FAILED (or CLUSTER_AUTHORIZATION_FAILED),
-            # and Java's and kafka-python's treat it as fatal too, so that is the answer, with a
-            # message that says why.
-            return {"throttle_time": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    "error_message": "transactions are not supported by this broker (seglog): "
-                                     "use an idempotent producer without transactional.id",
+            return {"throttle_time": 0, "error_code": E.INVALID_REQUEST,
+                    "error_message": f"unknown coordinator key type {key_type}",
                     "node_id": -1, "host": "", "port": -1}
-        return await self.topic_catalog.find_coordinator(body.key)
+        return await self.topic_catalog.find_coordinator(key)
 
     async def local_find_coordinator(self, key) -> dict:
         # The one broker coordinates every group. __consumer_offsets is created at the first
@@ -243,8 +254,13 @@ class GroupHandlers:
                         for p in parts]} for t, parts in (topics or [])]})
                 continue
             found = self.groups.committed(group_id, topics)
+            # KIP-447: an offset an open transaction is about to change is not stable yet.
+            stable = getattr(b, "require_stable", False)
             answers.append({"group_id": group_id, "error_code": E.NONE, "topics": [
                 {"name": t, "partitions": [
+                    {"partition_index": p, "error_code": E.UNSTABLE_OFFSET_COMMIT, "committed_offset": -1,
+                     "committed_leader_epoch": -1, "metadata": ""}
+                    if stable and self.groups.unstable(group_id, t, p) else
                     {"partition_index": p, "error_code": E.NONE,
                      "committed_offset": c.offset if c else -1,
                      "committed_leader_epoch": c.leader_epoch if c else -1,

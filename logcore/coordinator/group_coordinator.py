@@ -1,4 +1,4 @@
-# Over 600 lines: the classic group state machine (join, sync, heartbeat, expiry) with its offsets, and, in a cluster, its load and drop with leadership.
+# Over 700 lines: the classic group state machine (join, sync, heartbeat, expiry) with its offsets (transactional ones too), and, in a cluster, its load and drop with leadership.
 """The group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
 and committed offsets (OffsetCommit, OffsetFetch) kept in the compacted `__consumer_offsets` topic.
 
@@ -40,6 +40,8 @@ from typing import Awaitable, Callable, Protocol
 from logcore.wire import error_codes as E
 from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator import group_placement
+from logcore.coordinator.transaction_appends import CoordinatorAppender
+from logcore.coordinator.transaction_offsets import LogEntry, PendingTxnOffsets, replay
 from logcore.errors import SegLogError
 from logcore.records.batch import build_batch
 
@@ -149,6 +151,9 @@ class GroupCoordinator:
         self.loading: set[int] = set()
         self._tenure: dict[int, int] = {}
         self._loads: dict[int, asyncio.Task] = {}
+        # TxnOffsetCommit: offsets of open transactions, applied by their COMMIT marker.
+        self.txn_offsets = PendingTxnOffsets()
+        self.appender = CoordinatorAppender(partitions)
 
     def attach_cluster(self, replica_manager, commit_timeout_ms: int) -> None:
         """Coordinate the groups of the __consumer_offsets partitions this broker leads."""
@@ -219,8 +224,7 @@ class GroupCoordinator:
         if self._tenure.get(p) != tenure:
             return
         self._unload(p)                         # whatever an earlier tenure left
-        for offset, key, value in records:
-            self._apply_kv(key, value, f"{where} offset {offset}")
+        self._replay(p, records)
         loaded = [g for gid, g in self.groups.items() if self.partition_of(gid) == p]
         _resume(loaded, asyncio.get_running_loop().time())
         self.loading.discard(p)
@@ -229,17 +233,35 @@ class GroupCoordinator:
         logger.info("coordinating %d groups of %s (%d records loaded in %.2f s)", len(loaded), where,
                     len(records), time.monotonic() - started)
 
-    def _read_partition(self, part) -> list[tuple[int, bytes | None, bytes | None]]:
-        """(offset, key, value) of every record of the partition up to its log end (a thread)."""
+    def _read_partition(self, part) -> list[LogEntry]:
+        """Every record and transaction marker of the partition up to its log end (a thread)."""
         try:
             log = part.log
-            return [(r.offset, r.key, r.value)
-                    for r in log.read_records(log.log_start_offset, isolation="log_end")]
+            return list(replay(log, log.log_start_offset, "log_end"))
         finally:
             self.partitions.unpin_thread()
 
+    def _replay(self, p: int, entries: list[LogEntry]) -> None:
+        """Apply a partition's records: plain ones at once, transactional offsets at their
+        transaction's COMMIT marker (dropped at ABORT; pending while neither is there)."""
+        where = f"{OT.TOPIC}-{p}"
+        for e in entries:
+            if e.marker is not None:
+                self.on_offsets_marker(p, e.producer_id, e.marker)
+            elif not e.transactional:
+                self._apply_kv(e.key, e.value, f"{where} offset {e.offset}")
+            elif e.key is not None and e.value is not None:
+                try:
+                    key = OT.parse_key(e.key, f"{where} offset {e.offset}")
+                    if isinstance(key, OT.OffsetKey):
+                        self.txn_offsets.add(p, e.producer_id, key.group, {
+                            (key.topic, key.partition): OT.parse_offset_value(e.value, f"{where} offset {e.offset}")})
+                except SegLogError as exc:
+                    logger.warning("skipping a record of %s: %s", OT.TOPIC, exc)
+
     def _unload(self, p: int) -> None:
         """Drop the groups of partition p: their members rejoin at the new coordinator."""
+        self.txn_offsets.drop_partition(p)
         gone = [gid for gid in self.groups if self.partition_of(gid) == p]
         for gid in gone:
             group = self.groups.pop(gid)
@@ -270,10 +292,9 @@ class GroupCoordinator:
         for p in range(info.partitions):
             part = self.partitions.get(OT.TOPIC, p)
             log = part.log
-            where = f"{OT.TOPIC}-{p}"
-            for record in log.read_records(log.log_start_offset, isolation="read_uncommitted"):
-                count += 1
-                self._apply_kv(record.key, record.value, f"{where} offset {record.offset}")
+            entries = list(replay(log, log.log_start_offset, "read_uncommitted"))
+            count += len(entries)
+            self._replay(p, entries)
         _resume(self.groups.values(), time.monotonic())     # the event loop's clock
         logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OT.TOPIC)
         return count
@@ -360,7 +381,8 @@ class GroupCoordinator:
                 await asyncio.to_thread(self._ensure_topic)
                 self._topic_ready = True
 
-    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
+    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]],
+                      producer: tuple[int, int] | None = None) -> int:
         """Append records to the group's partition and wait for their commit (in a cluster:
         until the partition's HW passes them). The error code, with Kafka's mapping of the
         append's errors for the coordinator: NOT_LEADER_OR_FOLLOWER -> NOT_COORDINATOR; no
@@ -379,10 +401,17 @@ class GroupCoordinator:
             part = self.partitions.get(OT.TOPIC, p)
             if part is None:
                 raise SegLogError(f"{where} (the partition of group {group_id!r}) is not open")
-            now = int(time.time() * 1000)
-            batch = build_batch([(k, v, (), now) for k, v in records])
-            info = await self.partitions.submit(part, batch)
+            if producer is not None:      # TxnOffsetCommit: a transactional batch of the producer
+                info = await self.appender.append_transactional(part, records, producer_id=producer[0],
+                                                                producer_epoch=producer[1])
+            else:
+                now = int(time.time() * 1000)
+                batch = build_batch([(k, v, (), now) for k, v in records])
+                info = await self.partitions.submit(part, batch)
         except Exception as exc:  # noqa: BLE001 - reported to the client, the broker goes on
+            if producer is not None and isinstance(exc, SegLogError) and E.error_code(exc) in (
+                    E.INVALID_PRODUCER_EPOCH, E.INVALID_TXN_STATE, E.OUT_OF_ORDER_SEQUENCE_NUMBER):
+                return E.error_code(exc)        # a fenced (zombie) producer's offsets
             logger.error("group %s: writing to %s failed: %s", group_id, where, exc)
             return E.COORDINATOR_NOT_AVAILABLE
         code = await self.placement.commit(
@@ -661,6 +690,29 @@ class GroupCoordinator:
             return code
         self._group(group_id).offsets.update(offsets)
         return E.NONE
+
+    async def commit_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                 offsets: dict[tuple[str, int], OT.CommittedOffset]) -> int:
+        """TxnOffsetCommit: append the offsets in the producer's transaction; they apply when
+        its COMMIT marker reaches the group's partition (on_offsets_marker)."""
+        if not group_id:
+            return E.INVALID_GROUP_ID
+        if not offsets:
+            return E.NONE
+        records = [(OT.offset_key(group_id, t, p), OT.offset_value(c)) for (t, p), c in offsets.items()]
+        code = await self._append(group_id, records, (producer_id, producer_epoch))
+        if code == E.NONE:
+            self.txn_offsets.add(self.partition_of(group_id), producer_id, group_id, offsets)
+        return code
+
+    def on_offsets_marker(self, p: int, producer_id: int, committed: bool) -> None:
+        """A COMMIT or ABORT marker of `producer_id` was written to partition p."""
+        for group_id, offsets in self.txn_offsets.complete(p, producer_id, committed).items():
+            self._group(group_id).offsets.update(offsets)
+
+    def unstable(self, group_id: str, topic: str, partition: int) -> bool:
+        """Whether an open transaction holds an offset of this group for topic-partition."""
+        return self.txn_offsets.has_pending(group_id, (topic, partition))
 
     def committed(self, group_id: str, topics: list[tuple[str, list[int]]] | None
                   ) -> list[tuple[str, list[tuple[int, OT.CommittedOffset | None]]]]:

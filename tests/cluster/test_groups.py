@@ -44,7 +44,8 @@ def _live_brokers(cluster, broker_id: int) -> dict:
 
 def _find(cluster, broker_id: int, group: str) -> tuple[int, int]:
     """(error code, coordinator node id) of FindCoordinator asked of one broker."""
-    r = _ask(cluster, broker_id, FIND_COORDINATOR, {"key": group, "key_type": 0})
+    with KafkaConnection("127.0.0.1", cluster.brokers[broker_id].port, timeout_s=10) as conn:
+        r = conn.request(FIND_COORDINATOR, {"key": group, "key_type": 0}, version=2)
     return int(r.error_code), int(r.node_id)
 
 
