@@ -37,8 +37,7 @@ def broker_subprocess_env() -> dict:
 
 # -- transactions: the same checks against Apache Kafka and against seglog ------------------------
 
-from transaction_check import (TRANSACTION_COORDINATOR, TRANSACTION_SETTINGS,  # noqa: E402
-                               kafka_unavailable, transactions_landed)
+from transaction_check import TRANSACTION_SETTINGS, kafka_unavailable  # noqa: E402
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -46,13 +45,9 @@ def pytest_runtest_setup(item):
     # soak runs take minutes: only when asked for by name (-m soak), never in the whole suite
     if item.get_closest_marker("soak") and "soak" not in (item.config.option.markexpr or ""):
         pytest.skip("a soak run (a minute or more): select it with `-m soak`")
-    if item.get_closest_marker("needs_transactions") and not transactions_landed():
-        pytest.skip("seglog has no transaction coordinator yet (InitProducerId with transactional.id, "
-                    "AddPartitionsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit: issue #27); this skip "
-                    f"goes away by itself once {TRANSACTION_COORDINATOR.relative_to(TESTS.parent)} exists")
 
 
-@pytest.fixture(scope="session", params=["kafka", pytest.param("seglog", marks=pytest.mark.needs_transactions)])
+@pytest.fixture(scope="session", params=["kafka", "seglog"])
 def txn_server(request, kafka_jars, tmp_path_factory):
     """One server for the session's transaction checks (both test files): Apache Kafka (KRaft,
     single node) or a `seglog broker`, both with TRANSACTION_SETTINGS; `.bootstrap` is its
@@ -89,7 +84,7 @@ def transaction_check_program(kafka_jars, tmp_path_factory):
         kafka_unavailable(str(exc))
 
 
-@pytest.fixture(params=["kafka", pytest.param("seglog", marks=pytest.mark.needs_transactions)])
+@pytest.fixture(params=["kafka", "seglog"])
 def three_brokers(request, kafka_jars, tmp_path_factory):
     """Three brokers for one test (three_brokers.py): Apache Kafka's KRaft cluster or a seglog
     cluster over ZooKeeper; every process stopped by pid afterwards."""

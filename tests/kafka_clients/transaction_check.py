@@ -9,7 +9,6 @@ from java_check import CLIENT_JARS
 from java_program import JavaProgram
 
 HERE = Path(__file__).resolve().parent
-TRANSACTION_COORDINATOR = HERE.parents[1] / "logcore" / "coordinator" / "transaction_coordinator.py"
 # What the servers run with for the transaction checks: the state log fits one broker, and a
 # transaction left open past its timeout is aborted within a second (Kafka checks every 10 s by default).
 TRANSACTION_SETTINGS = {
@@ -18,12 +17,6 @@ TRANSACTION_SETTINGS = {
     "transaction.state.log.num.partitions": "1",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
 }
-
-
-def transactions_landed() -> bool:
-    """Whether seglog has a transaction coordinator (issue #27): until it has, the seglog side of
-    the transaction checks is skipped, and the skip goes away by itself when the module lands."""
-    return TRANSACTION_COORDINATOR.exists()
 
 
 def kafka_unavailable(reason: str):
