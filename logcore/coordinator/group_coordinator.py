@@ -153,6 +153,9 @@ class GroupCoordinator:
         self._loads: dict[int, asyncio.Task] = {}
         # TxnOffsetCommit: offsets of open transactions, applied by their COMMIT marker.
         self.txn_offsets = PendingTxnOffsets()
+        # Markers written to a partition while it loads: its read may end before them, so they
+        # are applied again once its records are (completing what is no longer pending is a no-op).
+        self._markers_while_loading: dict[int, list[tuple[int, bool]]] = {}
         self.appender = CoordinatorAppender(partitions)
 
     def attach_cluster(self, replica_manager, commit_timeout_ms: int) -> None:
@@ -188,6 +191,7 @@ class GroupCoordinator:
             if p in self.owned or p in self.loading:
                 return                          # a new epoch of the same tenure
             tenure = self._tenure[p] = self._tenure.get(p, 0) + 1
+            self._markers_while_loading.pop(p, None)
             self.loading.add(p)
             self._loads[p] = asyncio.get_running_loop().create_task(
                 self._load_partition(p, tenure), name=f"load-{OT.TOPIC}-{p}")
@@ -197,6 +201,7 @@ class GroupCoordinator:
         self._tenure[p] = self._tenure.get(p, 0) + 1
         self.owned.discard(p)
         self.loading.discard(p)
+        self._markers_while_loading.pop(p, None)
         task = self._loads.pop(p, None)
         if task is not None:
             task.cancel()
@@ -225,6 +230,8 @@ class GroupCoordinator:
             return
         self._unload(p)                         # whatever an earlier tenure left
         self._replay(p, records)
+        for producer_id, committed in self._markers_while_loading.pop(p, ()):
+            self._complete_txn_offsets(p, producer_id, committed)
         loaded = [g for gid, g in self.groups.items() if self.partition_of(gid) == p]
         _resume(loaded, asyncio.get_running_loop().time())
         self.loading.discard(p)
@@ -247,7 +254,7 @@ class GroupCoordinator:
         where = f"{OT.TOPIC}-{p}"
         for e in entries:
             if e.marker is not None:
-                self.on_offsets_marker(p, e.producer_id, e.marker)
+                self._complete_txn_offsets(p, e.producer_id, e.marker)
             elif not e.transactional:
                 self._apply_kv(e.key, e.value, f"{where} offset {e.offset}")
             elif e.key is not None and e.value is not None:
@@ -707,6 +714,12 @@ class GroupCoordinator:
 
     def on_offsets_marker(self, p: int, producer_id: int, committed: bool) -> None:
         """A COMMIT or ABORT marker of `producer_id` was written to partition p."""
+        if p in self.loading:
+            self._markers_while_loading.setdefault(p, []).append((producer_id, committed))
+            return
+        self._complete_txn_offsets(p, producer_id, committed)
+
+    def _complete_txn_offsets(self, p: int, producer_id: int, committed: bool) -> None:
         for group_id, offsets in self.txn_offsets.complete(p, producer_id, committed).items():
             self._group(group_id).offsets.update(offsets)
 

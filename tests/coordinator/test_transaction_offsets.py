@@ -54,3 +54,43 @@ def test_replay_applies_committed_drops_aborted_keeps_open(tmp_path):
     groups.on_offsets_marker(0, 7, True)          # its COMMIT marker arrives later
     assert committed("open") == 30 and not groups.unstable("open", "t", 0)
     pm.close()
+
+
+def test_a_commit_marker_written_while_the_partition_loads_applies_its_offsets(tmp_path):
+    """The load reads the log in a thread; a COMMIT marker written after that read has passed
+    its place (while the partition still loads) must still apply the transaction's offsets, not
+    leave them pending for ever."""
+    import threading
+
+    root = LogRoot.open(str(tmp_path / "root"), create=True)
+    root.create_topic(OT.TOPIC, 1, {"cleanup.policy": "compact"})
+    pm = PartitionManager(root)
+    pm.open_all()
+    part = pm.get(OT.TOPIC, 0)
+    appender = CoordinatorAppender(pm)
+    records = [(OT.offset_key("g", "t", 0), OT.offset_value(OT.CommittedOffset(40, -1, "", 1)))]
+    groups = GroupCoordinator(pm, lambda: None, num_partitions=1, initial_delay_ms=0, min_session_ms=1,
+                              max_session_ms=10_000)
+    read_done, marker_written = threading.Event(), threading.Event()
+    real_read = groups._read_partition
+
+    def read_then_wait(p):
+        entries = real_read(p)          # the log as it was: the offsets, no marker yet
+        read_done.set()
+        assert marker_written.wait(10)
+        return entries
+    groups._read_partition = read_then_wait
+
+    async def scenario():
+        await appender.append_transactional(part, records, producer_id=9, producer_epoch=0)
+        groups.on_leadership(OT.TOPIC, 0, True)
+        assert await asyncio.to_thread(read_done.wait, 10)
+        await appender.append_marker(part, committed=True, producer_id=9, producer_epoch=0, coordinator_epoch=0)
+        groups.on_offsets_marker(0, 9, True)     # as the marker writer calls it
+        marker_written.set()
+        while 0 in groups.loading:
+            await asyncio.sleep(0.01)
+    asyncio.run(scenario())
+    ((_, [(_, c)]),) = groups.committed("g", [("t", [0])])
+    assert c is not None and c.offset == 40 and not groups.unstable("g", "t", 0)
+    pm.close()
