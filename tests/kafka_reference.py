@@ -605,15 +605,18 @@ def require_kafka() -> bool:
     return os.environ.get("SEGLOG_REQUIRE_KAFKA", "") not in ("", "0")
 
 
+def kafka_unavailable(reason: str):
+    """Skip (or fail under SEGLOG_REQUIRE_KAFKA=1) a test that cannot have Kafka's software."""
+    import pytest
+    if require_kafka():
+        pytest.fail(f"Apache Kafka is required (SEGLOG_REQUIRE_KAFKA=1): {reason}")
+    pytest.skip(f"Apache Kafka unavailable: {reason}")
+
+
 # -- pytest fixtures (imported by tests/kafka/conftest.py) ---------------------------------------------
 
 def _fixtures():
     import pytest
-
-    def unavailable(reason: str):
-        if require_kafka():
-            pytest.fail(f"Apache Kafka is required (SEGLOG_REQUIRE_KAFKA=1): {reason}")
-        pytest.skip(f"Apache Kafka unavailable: {reason}")
 
     @pytest.fixture(scope="session")
     def kafka_jars() -> KafkaJars:
@@ -621,7 +624,7 @@ def _fixtures():
         try:
             return resolve_jars()
         except (KafkaUnavailable, OSError) as exc:
-            unavailable(str(exc))
+            kafka_unavailable(str(exc))
 
     @pytest.fixture(scope="module")
     def kafka_broker_factory(kafka_jars, tmp_path_factory):
@@ -635,7 +638,7 @@ def _fixtures():
                 started.append(broker)
                 return broker.start()
             except KafkaUnavailable as exc:
-                unavailable(str(exc))
+                kafka_unavailable(str(exc))
 
         yield factory
         for broker in started:
