@@ -45,15 +45,12 @@ class CouldNotRun(Exception):
 
 # ----------------------------------------------------------------------------------- servers
 
-class SingleSeglog:
-    def __init__(self, workdir: Path, transactional: bool):
-        import bench_broker
-        self.workdir = workdir
-        try:
-            self.proc, self.bootstrap = bench_broker.start_broker(str(workdir), SINGLE_TXN if transactional else {})
-        except SystemExit as exc:      # start_broker's way of saying it did not start
-            log = (workdir / "broker.log").read_text(errors="replace").strip().splitlines()
-            raise CouldNotRun(f"seglog broker did not start: {log[-1] if log else exc}") from None
+class OneBroker:
+    """One broker process this run started (as bench_broker.py starts them); SIGTERM, then SIGKILL
+    after STOP_GRACE seconds."""
+
+    def __init__(self, proc: subprocess.Popen, bootstrap: str, stop_grace: float):
+        self.proc, self.bootstrap, self.stop_grace = proc, bootstrap, stop_grace
 
     def create_topic(self, partitions: int) -> None:
         _create_topic(self.bootstrap, partitions, 1, {})
@@ -61,31 +58,30 @@ class SingleSeglog:
     def close(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(30)
+            self.proc.wait(self.stop_grace)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
 
 
-class SingleKafka:
-    def __init__(self, workdir: Path, transactional: bool):
-        import bench_broker
-        try:
-            # kafka_reference's server properties always carry SINGLE_TXN (a one-node state log)
-            self.proc, self.bootstrap = bench_broker.start_apache_kafka(str(workdir))
-        except bench_broker.PeerUnavailable as exc:
-            raise CouldNotRun(f"Apache Kafka did not start: {exc}") from None
+def single_seglog(workdir: Path, transactional: bool) -> OneBroker:
+    import bench_broker
+    try:
+        proc, bootstrap = bench_broker.start_broker(str(workdir), SINGLE_TXN if transactional else {})
+    except SystemExit as exc:      # start_broker's way of saying it did not start
+        log = (workdir / "broker.log").read_text(errors="replace").strip().splitlines()
+        raise CouldNotRun(f"seglog broker did not start: {log[-1] if log else exc}") from None
+    return OneBroker(proc, bootstrap, stop_grace=30)
 
-    def create_topic(self, partitions: int) -> None:
-        _create_topic(self.bootstrap, partitions, 1, {})
 
-    def close(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+def single_kafka(workdir: Path, transactional: bool) -> OneBroker:
+    import bench_broker
+    try:
+        # kafka_reference's server properties always carry SINGLE_TXN (a one-node state log)
+        proc, bootstrap = bench_broker.start_apache_kafka(str(workdir))
+    except bench_broker.PeerUnavailable as exc:
+        raise CouldNotRun(f"Apache Kafka did not start: {exc}") from None
+    return OneBroker(proc, bootstrap, stop_grace=60)
 
 
 class ThreeNodes:
@@ -150,7 +146,7 @@ def measure(name: str, args, transactional: bool) -> dict:
         if args.cluster:
             server = ThreeNodes(name, workdir, transactional)
         else:
-            server = (SingleSeglog if name == SEGLOG else SingleKafka)(workdir, transactional)
+            server = (single_seglog if name == SEGLOG else single_kafka)(workdir, transactional)
         try:
             server.create_topic(args.partitions)
             return producer_performance(server.bootstrap, args, transactional)

@@ -196,41 +196,51 @@ class KafkaJars:
                              timeout=timeout)
 
 
+def _copy_dependencies(pom: Path, pom_text: str, jar_dir: Path, done: Path, artifact: str) -> None:
+    """The runtime dependencies of POM_TEXT (written to POM) copied into JAR_DIR by Maven, once:
+    DONE lists them afterwards. The caller holds the cache folder's lock; ARTIFACT names what is
+    resolved in the errors."""
+    if done.exists():
+        return
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaUnavailable(f"no `mvn` on PATH: install Maven (apt-get install -y maven) to resolve {artifact}")
+    pom.write_text(pom_text)
+    if jar_dir.exists():
+        shutil.rmtree(jar_dir)
+    try:
+        proc = subprocess.run(
+            [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+             f"-DoutputDirectory={jar_dir}", "-DincludeScope=runtime"],
+            capture_output=True, text=True, timeout=MVN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise KafkaUnavailable(f"mvn did not resolve {artifact} within {MVN_TIMEOUT_S}s") from None
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        raise KafkaUnavailable(f"mvn could not resolve {artifact}: " + " | ".join(tail))
+    done.write_text("\n".join(sorted(p.name for p in jar_dir.glob("*.jar"))) + "\n")
+
+
+def _jars_with(jar_dir: Path, main_jar: str) -> list[Path]:
+    """The jars of JAR_DIR, which must hold MAIN_JAR."""
+    jars = sorted(jar_dir.glob("*.jar"))
+    if not any(j.name == main_jar for j in jars):
+        raise KafkaUnavailable(f"{main_jar} is missing from {jar_dir}; delete the folder to resolve again")
+    return jars
+
+
 def resolve_jars(version: str = KAFKA_VERSION) -> KafkaJars:
     """The jars of Kafka `version` (broker, tools, storage, log4j2), resolved with Maven once."""
     folder = cache_dir(version)
     jar_dir = folder / "jars"
-    done = folder / "resolved"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)           # another process may be resolving the same version
-        if not done.exists():
-            mvn = shutil.which("mvn")
-            if mvn is None:
-                raise KafkaUnavailable("no `mvn` on PATH: install Maven (apt-get install -y maven) "
-                                       "to resolve Apache Kafka's jars")
-            (folder / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
-            if jar_dir.exists():
-                shutil.rmtree(jar_dir)
-            try:
-                proc = subprocess.run(
-                    [mvn, "-q", "-B", "-f", str(folder / "pom.xml"), "dependency:copy-dependencies",
-                     f"-DoutputDirectory={jar_dir}", "-DincludeScope=runtime"],
-                    capture_output=True, text=True, timeout=MVN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                raise KafkaUnavailable(f"mvn did not resolve Kafka {version} within {MVN_TIMEOUT_S}s") from None
-            if proc.returncode != 0:
-                tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-                raise KafkaUnavailable(f"mvn could not resolve org.apache.kafka:kafka_2.13:{version}: "
-                                       + " | ".join(tail))
-            done.write_text("\n".join(sorted(p.name for p in jar_dir.glob("*.jar"))) + "\n")
+        _copy_dependencies(folder / "pom.xml", _POM.format(kafka=version, log4j=LOG4J_VERSION), jar_dir,
+                           folder / "resolved", f"org.apache.kafka:kafka_2.13:{version}")
         (folder / "log4j2-tools.properties").write_text(_LOG4J_TOOLS)
         (folder / "log4j2-broker.properties").write_text(_LOG4J_BROKER)
-    jars = sorted(jar_dir.glob("*.jar"))
-    if not any(j.name == f"kafka_2.13-{version}.jar" for j in jars):
-        raise KafkaUnavailable(f"kafka_2.13-{version}.jar is missing from {jar_dir}; "
-                               "delete the folder to resolve again")
-    return KafkaJars(version, folder, jars)
+    return KafkaJars(version, folder, _jars_with(jar_dir, f"kafka_2.13-{version}.jar"))
 
 
 _STREAMS_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -254,36 +264,12 @@ def resolve_streams_jars(version: str = KAFKA_VERSION) -> list[Path]:
     jars (a pom of its own: the broker's classpath stays as Kafka's release has it)."""
     folder = cache_dir(version)
     jar_dir = folder / "streams-jars"
-    done = folder / "streams-resolved"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
-            mvn = shutil.which("mvn")
-            if mvn is None:
-                raise KafkaUnavailable("no `mvn` on PATH: install Maven (apt-get install -y maven) "
-                                       "to resolve Kafka Streams' jars")
-            pom = folder / "streams-pom.xml"
-            pom.write_text(_STREAMS_POM.format(kafka=version, log4j=LOG4J_VERSION))
-            if jar_dir.exists():
-                shutil.rmtree(jar_dir)
-            try:
-                proc = subprocess.run(
-                    [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-                     f"-DoutputDirectory={jar_dir}", "-DincludeScope=runtime"],
-                    capture_output=True, text=True, timeout=MVN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                raise KafkaUnavailable(f"mvn did not resolve Kafka Streams {version} within {MVN_TIMEOUT_S}s") from None
-            if proc.returncode != 0:
-                tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-                raise KafkaUnavailable(f"mvn could not resolve org.apache.kafka:kafka-streams:{version}: "
-                                       + " | ".join(tail))
-            done.write_text("\n".join(sorted(p.name for p in jar_dir.glob("*.jar"))) + "\n")
-    jars = sorted(jar_dir.glob("*.jar"))
-    if not any(j.name == f"kafka-streams-{version}.jar" for j in jars):
-        raise KafkaUnavailable(f"kafka-streams-{version}.jar is missing from {jar_dir}; "
-                               "delete the folder to resolve again")
-    return jars
+        _copy_dependencies(folder / "streams-pom.xml", _STREAMS_POM.format(kafka=version, log4j=LOG4J_VERSION),
+                           jar_dir, folder / "streams-resolved", f"org.apache.kafka:kafka-streams:{version}")
+    return _jars_with(jar_dir, f"kafka-streams-{version}.jar")
 
 
 def server_properties(node_id: int, port: int, controller_port: int, log_dirs: Path, metadata_dir: Path,
@@ -605,15 +591,18 @@ def require_kafka() -> bool:
     return os.environ.get("SEGLOG_REQUIRE_KAFKA", "") not in ("", "0")
 
 
+def kafka_unavailable(reason: str):
+    """Skip (or fail under SEGLOG_REQUIRE_KAFKA=1) a test that cannot have Kafka's software."""
+    import pytest
+    if require_kafka():
+        pytest.fail(f"Apache Kafka is required (SEGLOG_REQUIRE_KAFKA=1): {reason}")
+    pytest.skip(f"Apache Kafka unavailable: {reason}")
+
+
 # -- pytest fixtures (imported by tests/kafka/conftest.py) ---------------------------------------------
 
 def _fixtures():
     import pytest
-
-    def unavailable(reason: str):
-        if require_kafka():
-            pytest.fail(f"Apache Kafka is required (SEGLOG_REQUIRE_KAFKA=1): {reason}")
-        pytest.skip(f"Apache Kafka unavailable: {reason}")
 
     @pytest.fixture(scope="session")
     def kafka_jars() -> KafkaJars:
@@ -621,7 +610,7 @@ def _fixtures():
         try:
             return resolve_jars()
         except (KafkaUnavailable, OSError) as exc:
-            unavailable(str(exc))
+            kafka_unavailable(str(exc))
 
     @pytest.fixture(scope="module")
     def kafka_broker_factory(kafka_jars, tmp_path_factory):
@@ -635,7 +624,7 @@ def _fixtures():
                 started.append(broker)
                 return broker.start()
             except KafkaUnavailable as exc:
-                unavailable(str(exc))
+                kafka_unavailable(str(exc))
 
         yield factory
         for broker in started:

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka_clients"))
 
 from java_check import run_java_client_check  # noqa: E402
-from kafka_reference import kafka_jars, require_kafka  # noqa: E402,F401  (kafka_jars: a fixture)
+from kafka_reference import kafka_jars  # noqa: E402,F401  (a fixture)
 from seglog_cluster import SeglogCluster  # noqa: E402
 
 pytestmark = pytest.mark.timeout(420)
@@ -20,17 +20,11 @@ pytestmark = pytest.mark.timeout(420)
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
-def _unavailable(reason: str):
-    if require_kafka():
-        pytest.fail(f"Kafka's Java clients are required (SEGLOG_REQUIRE_KAFKA=1): {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def results(kafka_jars, zk_server, tmp_path_factory):
     with SeglogCluster.running(tmp_path_factory.mktemp("java-cluster"), zk_server.connect_string + "/java-clients",
                                size=3, props={"offsets.topic.replication.factor": "3"}) as c:
-        yield run_java_client_check(kafka_jars, c.bootstrap, tmp_path_factory, _unavailable), c
+        yield run_java_client_check(kafka_jars, c.bootstrap, tmp_path_factory), c
 
 
 def _ok(results, scenario):

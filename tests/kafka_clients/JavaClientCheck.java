@@ -1,8 +1,6 @@
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Collection;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -36,8 +34,6 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * Kafka's own Java clients (KafkaProducer, KafkaConsumer, Admin) against a Kafka-protocol broker.
@@ -45,15 +41,17 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * {"scenario": name, "ok": true|false, "elapsed_ms": n, "error": class, "message": text, ...}.
  * Records are printed as [partition, offset, timestamp, key, value, header values...] (strings,
  * null for a null key or value) so that the caller compares what was produced with what was read.
+ * Compiled with Clients.java (the client settings) and CheckOutput.java (the JSON lines), which
+ * TransactionCheck shares.
  */
 public final class JavaClientCheck {
     static final String[] CODECS = {"none", "gzip", "snappy", "lz4", "zstd"};
     static final int PER_CODEC = 120;
-    static String bootstrap;
+    static Clients clients;
     static long tsBase;
 
     public static void main(String[] args) throws Exception {
-        bootstrap = args[0];
+        clients = new Clients(args[0], 20_000);
         tsBase = Long.parseLong(args[1]);
         try (Admin admin = Admin.create(adminProps())) {
             run("create_topics", () -> createTopics(admin));
@@ -93,7 +91,7 @@ public final class JavaClientCheck {
                 return new LinkedHashMap<>();
             });
             run("consumer_group_protocol", () -> {
-                Properties p = consumerProps("jc-g848", "read_uncommitted");
+                Properties p = clients.consumer("jc-g848", "read_uncommitted");
                 p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
                 try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
                     c.subscribe(List.of("jc-group"));
@@ -137,18 +135,19 @@ public final class JavaClientCheck {
 
     static Map<String, Object> produceConsume(String codec) throws Exception {
         String topic = "jc-" + codec;
-        Properties p = producerProps();
+        Properties p = clients.producer();
         p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
         List<List<Object>> produced = new ArrayList<>();
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             List<Future<RecordMetadata>> acks = new ArrayList<>();
             List<ProducerRecord<byte[], byte[]>> sent = new ArrayList<>();
             for (int i = 0; i < PER_CODEC; i++) {
-                byte[] key = i % 17 == 5 ? null : bytes("key-" + i);
-                byte[] value = i % 23 == 7 ? null : bytes(codec + " value " + i + " " + "abcdefgh".repeat(i % 9));
+                byte[] key = i % 17 == 5 ? null : Clients.bytes("key-" + i);
+                String text = codec + " value " + i + " " + "abcdefgh".repeat(i % 9);
+                byte[] value = i % 23 == 7 ? null : Clients.bytes(text);
                 ProducerRecord<byte[], byte[]> rec = new ProducerRecord<>(topic, i % 2, tsBase + i * 1000L, key, value);
                 if (i % 3 == 0) {
-                    rec.headers().add("h" + (i % 4), bytes("header-" + i));
+                    rec.headers().add("h" + (i % 4), Clients.bytes("header-" + i));
                 }
                 sent.add(rec);
                 acks.add(producer.send(rec));
@@ -169,7 +168,7 @@ public final class JavaClientCheck {
 
     static Map<String, Object> offsetsForTimes() throws Exception {
         Map<String, Object> out = new LinkedHashMap<>();
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps(null, "read_uncommitted"))) {
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(clients.consumer(null, "read_uncommitted"))) {
             TopicPartition tp0 = new TopicPartition("jc-none", 0);
             TopicPartition tp1 = new TopicPartition("jc-none", 1);
             // partition 0 holds the even i (timestamps base + i*1000), partition 1 the odd ones
@@ -191,7 +190,7 @@ public final class JavaClientCheck {
     static Map<String, Object> seek() throws Exception {
         Map<String, Object> out = new LinkedHashMap<>();
         TopicPartition tp = new TopicPartition("jc-gzip", 1);
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps(null, "read_uncommitted"))) {
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(clients.consumer(null, "read_uncommitted"))) {
             c.assign(List.of(tp));
             c.seek(tp, 17);
             out.put("after_seek", firstOffsets(c, 3));
@@ -208,7 +207,7 @@ public final class JavaClientCheck {
     static Map<String, Object> readCommitted() throws Exception {
         Map<String, Object> out = new LinkedHashMap<>();
         out.put("consumed", readAll("jc-zstd", 2, "read_committed", PER_CODEC));
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps(null, "read_committed"))) {
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(clients.consumer(null, "read_committed"))) {
             out.put("end", c.endOffsets(List.of(new TopicPartition("jc-zstd", 0), new TopicPartition("jc-zstd", 1)))
                     .values().stream().sorted().toList());
         }
@@ -221,7 +220,7 @@ public final class JavaClientCheck {
         produceSimple(topic, 0, 40);
         List<TopicPartition> tps = List.of(new TopicPartition(topic, 0), new TopicPartition(topic, 1));
         int first = 0;
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps("jc-g1", "read_committed"))) {
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(clients.consumer("jc-g1", "read_committed"))) {
             c.subscribe(List.of(topic));
             long deadline = System.currentTimeMillis() + 30_000;
             while (first < 40 && System.currentTimeMillis() < deadline) {
@@ -236,21 +235,21 @@ public final class JavaClientCheck {
         out.put("first_consumer_read", first);
         produceSimple(topic, 40, 6);
         List<String> second = new ArrayList<>();
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps("jc-g1", "read_committed"))) {
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(clients.consumer("jc-g1", "read_committed"))) {
             out.put("committed_seen_by_new_consumer", offsetsOf(c.committed(new java.util.HashSet<>(tps),
                     Duration.ofSeconds(15)), tps));
             c.subscribe(List.of(topic));
             long deadline = System.currentTimeMillis() + 30_000;
             while (second.size() < 6 && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
-                    second.add(new String(r.value(), StandardCharsets.UTF_8));
+                    second.add(Clients.str(r.value()));
                 }
             }
             // nothing else arrives: the committed offsets were the starting point, not 0
             long quiet = System.currentTimeMillis() + 1500;
             while (System.currentTimeMillis() < quiet) {
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
-                    second.add(new String(r.value(), StandardCharsets.UTF_8));
+                    second.add(Clients.str(r.value()));
                 }
             }
             c.commitSync(Duration.ofSeconds(15));
@@ -325,7 +324,7 @@ public final class JavaClientCheck {
 
     static Map<String, Object> describeGroups(Admin admin) throws Exception {
         Map<String, Object> out = new LinkedHashMap<>();
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps("jc-g2", "read_committed"))) {
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(clients.consumer("jc-g2", "read_committed"))) {
             c.subscribe(List.of("jc-group"));
             long deadline = System.currentTimeMillis() + 30_000;
             while (c.assignment().isEmpty() && System.currentTimeMillis() < deadline) {
@@ -379,13 +378,12 @@ public final class JavaClientCheck {
     }
 
     static Map<String, Object> transactions() throws Exception {
-        Properties p = producerProps();
-        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "jc-txn");
+        Properties p = clients.transactionalProducer("jc-txn");
         p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000");
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             producer.initTransactions();
             producer.beginTransaction();
-            producer.send(new ProducerRecord<>("jc-none", 0, null, bytes("in a transaction"))).get();
+            producer.send(new ProducerRecord<>("jc-none", 0, null, Clients.bytes("in a transaction"))).get();
             producer.commitTransaction();
         }
         return new LinkedHashMap<>();
@@ -393,51 +391,23 @@ public final class JavaClientCheck {
 
     // ------------------------------------------------------------------ helpers
 
-    interface Scenario {
-        Map<String, Object> call() throws Exception;
-    }
-
-    static void run(String name, Scenario s) {
-        long t0 = System.nanoTime();
-        Map<String, Object> out = new LinkedHashMap<>();
-        out.put("scenario", name);
-        try {
-            Map<String, Object> res = s.call();
-            out.put("ok", true);
-            out.putAll(res);
-        } catch (Throwable e) {
-            Throwable cause = e;
-            while ((cause instanceof ExecutionException || cause instanceof org.apache.kafka.common.KafkaException
-                    && cause.getCause() instanceof org.apache.kafka.common.KafkaException) && cause.getCause() != null) {
-                cause = cause.getCause();
-            }
-            out.put("ok", false);
-            out.put("error", cause.getClass().getSimpleName());
-            out.put("message", String.valueOf(cause.getMessage()));
-        }
-        out.put("elapsed_ms", (System.nanoTime() - t0) / 1_000_000);
-        System.out.println(json(out));
-        System.out.flush();
+    /** One scenario's JSON line: {"scenario": NAME, "ok": ..., ...}. */
+    static void run(String name, CheckOutput.Step scenario) {
+        CheckOutput.report("scenario", name, scenario);
     }
 
     static void produceSimple(String topic, int from, int n) throws Exception {
-        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProps())) {
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(clients.producer())) {
             for (int i = from; i < from + n; i++) {
-                producer.send(new ProducerRecord<>(topic, i % 2, bytes("k" + i), bytes("g" + i)));
+                producer.send(Clients.record(topic, i % 2, "k" + i, "g" + i));
             }
             producer.flush();
         }
     }
 
     static List<List<Object>> readAll(String topic, int partitions, String isolation, int expected) {
-        List<TopicPartition> tps = new ArrayList<>();
-        for (int p = 0; p < partitions; p++) {
-            tps.add(new TopicPartition(topic, p));
-        }
         List<List<Object>> got = new ArrayList<>();
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps(null, isolation))) {
-            c.assign(tps);
-            c.seekToBeginning(tps);
+        try (KafkaConsumer<byte[], byte[]> c = clients.readerFromStart(topic, partitions, isolation)) {
             long deadline = System.currentTimeMillis() + 20_000;
             while (got.size() < expected && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
@@ -472,94 +442,17 @@ public final class JavaClientCheck {
 
     static List<Object> row(int partition, long offset, long ts, byte[] key, byte[] value,
                             Iterable<Header> headers) {
-        List<Object> r = new ArrayList<>(Arrays.asList(partition, offset, ts, str(key), str(value)));
+        List<Object> r = new ArrayList<>(Arrays.asList(partition, offset, ts, Clients.str(key),
+                Clients.str(value)));
         for (Header h : headers) {
-            r.add(h.key() + "=" + str(h.value()));
+            r.add(h.key() + "=" + Clients.str(h.value()));
         }
         return r;
     }
 
-    static Properties common() {
-        Properties p = new Properties();
-        p.put("bootstrap.servers", bootstrap);
-        p.put("request.timeout.ms", "15000");
-        p.put("default.api.timeout.ms", "20000");
-        return p;
-    }
-
     static Properties adminProps() {
-        Properties p = common();
+        Properties p = clients.common();
         p.put(AdminClientConfig.CLIENT_ID_CONFIG, "java-admin");
         return p;
-    }
-
-    static Properties producerProps() {
-        Properties p = common();
-        p.put(ProducerConfig.ACKS_CONFIG, "all");
-        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
-        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        return p;
-    }
-
-    static Properties consumerProps(String group, String isolation) {
-        Properties p = common();
-        if (group != null) {
-            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        }
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
-        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
-        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        return p;
-    }
-
-    static byte[] bytes(String s) {
-        return s.getBytes(StandardCharsets.UTF_8);
-    }
-
-    static String str(byte[] b) {
-        return b == null ? null : new String(b, StandardCharsets.UTF_8);
-    }
-
-    static String json(Object o) {
-        if (o == null) {
-            return "null";
-        }
-        if (o instanceof String s) {
-            StringBuilder sb = new StringBuilder("\"");
-            for (char ch : s.toCharArray()) {
-                if (ch == '"' || ch == '\\') {
-                    sb.append('\\').append(ch);
-                } else if (ch < 0x20) {
-                    sb.append(String.format("\\u%04x", (int) ch));
-                } else {
-                    sb.append(ch);
-                }
-            }
-            return sb.append('"').toString();
-        }
-        if (o instanceof Number || o instanceof Boolean) {
-            return o.toString();
-        }
-        if (o instanceof Map<?, ?> m) {
-            List<String> parts = new ArrayList<>();
-            for (Map.Entry<?, ?> e : m.entrySet()) {
-                parts.add(json(String.valueOf(e.getKey())) + ":" + json(e.getValue()));
-            }
-            return "{" + String.join(",", parts) + "}";
-        }
-        if (o instanceof Collection<?> c) {
-            List<String> parts = new ArrayList<>();
-            for (Object x : c) {
-                parts.add(json(x));
-            }
-            return "[" + String.join(",", parts) + "]";
-        }
-        return json(o.toString());
     }
 }

@@ -1,7 +1,5 @@
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Collection;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -22,15 +20,14 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.TopicExistsException;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * Kafka's transactional Java producer (KIP-98, KIP-447) against a Kafka-protocol broker, one mode
  * per run: TransactionCheck BOOTSTRAP MODE ARGS... Prints one JSON object per line; the last one
  * is {"mode": MODE, "ok": true|false, "error": class, "message": text, ...}. Records are printed
  * as [partition, offset, key, value] so that the caller compares what a read_committed consumer
- * sees with what was committed.
+ * sees with what was committed. Compiled with Clients.java (the client settings) and
+ * CheckOutput.java (the JSON lines), which JavaClientCheck shares.
  *
  *   topics T:PARTITIONS...                   create the topics (replication factor 1 unless RF=n is given first)
  *   commit TOPIC TXID N PREFIX                one transaction of N records, committed
@@ -44,38 +41,24 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *   read TOPIC PARTITIONS ISOLATION           every record up to the end offsets (the LSO under read_committed)
  */
 public final class TransactionCheck {
-    static String bootstrap;
+    static Clients clients;
 
-    public static void main(String[] args) throws Exception {
-        bootstrap = args[0];
+    public static void main(String[] args) {
+        clients = new Clients(args[0], 30_000);
         String mode = args[1];
         String[] rest = java.util.Arrays.copyOfRange(args, 2, args.length);
-        Map<String, Object> out = new LinkedHashMap<>();
-        out.put("mode", mode);
-        long t0 = System.nanoTime();
-        try {
-            out.putAll(switch (mode) {
-                case "topics" -> topics(rest);
-                case "commit" -> oneTransaction(rest[0], rest[1], Integer.parseInt(rest[2]), rest[3], true);
-                case "abort" -> oneTransaction(rest[0], rest[1], Integer.parseInt(rest[2]), rest[3], false);
-                case "fence" -> fence(rest[0], rest[1]);
-                case "timeout" -> timeout(rest[0], rest[1], Integer.parseInt(rest[2]));
-                case "ctp" -> consumeTransformProduce(rest[0], rest[1], rest[2], rest[3], Integer.parseInt(rest[4]));
-                case "hold" -> hold(rest[0], rest[1]);
-                case "failover" -> failover(rest[0], rest[1], Integer.parseInt(rest[2]));
-                case "read" -> read(rest[0], Integer.parseInt(rest[1]), rest[2]);
-                default -> throw new IllegalArgumentException("unknown mode " + mode);
-            });
-            out.put("ok", true);
-        } catch (Throwable e) {
-            Throwable cause = unwrap(e);
-            out.put("ok", false);
-            out.put("error", cause.getClass().getSimpleName());
-            out.put("message", String.valueOf(cause.getMessage()));
-        }
-        out.put("elapsed_ms", (System.nanoTime() - t0) / 1_000_000);
-        System.out.println(json(out));
-        System.out.flush();
+        CheckOutput.report("mode", mode, () -> switch (mode) {
+            case "topics" -> topics(rest);
+            case "commit" -> oneTransaction(rest[0], rest[1], Integer.parseInt(rest[2]), rest[3], true);
+            case "abort" -> oneTransaction(rest[0], rest[1], Integer.parseInt(rest[2]), rest[3], false);
+            case "fence" -> fence(rest[0], rest[1]);
+            case "timeout" -> timeout(rest[0], rest[1], Integer.parseInt(rest[2]));
+            case "ctp" -> consumeTransformProduce(rest[0], rest[1], rest[2], rest[3], Integer.parseInt(rest[4]));
+            case "hold" -> hold(rest[0], rest[1]);
+            case "failover" -> failover(rest[0], rest[1], Integer.parseInt(rest[2]));
+            case "read" -> read(rest[0], Integer.parseInt(rest[1]), rest[2]);
+            default -> throw new IllegalArgumentException("unknown mode " + mode);
+        });
         System.exit(0);
     }
 
@@ -93,7 +76,7 @@ public final class TransactionCheck {
             topics.add(new NewTopic(parts[0], Integer.parseInt(parts[1]), rf));
         }
         List<String> created = new ArrayList<>();
-        try (Admin admin = Admin.create(common())) {
+        try (Admin admin = Admin.create(clients.common())) {
             for (NewTopic t : topics) {
                 try {
                     admin.createTopics(List.of(t)).all().get();
@@ -111,13 +94,13 @@ public final class TransactionCheck {
     /** N records (key k<i>, value PREFIX<i>, partition i % 2) in one transaction, committed or aborted. */
     static Map<String, Object> oneTransaction(String topic, String txid, int n, String prefix, boolean commit)
             throws Exception {
-        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(txnProducer(txid))) {
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(clients.transactionalProducer(txid))) {
             producer.initTransactions();
             producer.beginTransaction();
             List<List<Object>> sent = new ArrayList<>();
             List<java.util.concurrent.Future<RecordMetadata>> acks = new ArrayList<>();
             for (int i = 0; i < n; i++) {
-                acks.add(producer.send(new ProducerRecord<>(topic, i % 2, bytes("k" + i), bytes(prefix + i))));
+                acks.add(producer.send(Clients.record(topic, i % 2, "k" + i, prefix + i)));
             }
             producer.flush();           // on the log before the end: an abort has something to abort
             for (int i = 0; i < n; i++) {
@@ -136,15 +119,15 @@ public final class TransactionCheck {
     /** A producer whose transactional.id a newer producer takes over: the old one is fenced. */
     static Map<String, Object> fence(String topic, String txid) throws Exception {
         Map<String, Object> out = new LinkedHashMap<>();
-        KafkaProducer<byte[], byte[]> old = new KafkaProducer<>(txnProducer(txid));
+        KafkaProducer<byte[], byte[]> old = new KafkaProducer<>(clients.transactionalProducer(txid));
         try {
             old.initTransactions();
             old.beginTransaction();
-            old.send(new ProducerRecord<>(topic, 0, bytes("old"), bytes("zombie-open"))).get();
-            try (KafkaProducer<byte[], byte[]> fresh = new KafkaProducer<>(txnProducer(txid))) {
+            old.send(Clients.record(topic, 0, "old", "zombie-open")).get();
+            try (KafkaProducer<byte[], byte[]> fresh = new KafkaProducer<>(clients.transactionalProducer(txid))) {
                 fresh.initTransactions();          // bumps the epoch and aborts the old open transaction
                 fresh.beginTransaction();
-                fresh.send(new ProducerRecord<>(topic, 0, bytes("new"), bytes("fresh-committed"))).get();
+                fresh.send(Clients.record(topic, 0, "new", "fresh-committed")).get();
                 fresh.commitTransaction();
                 out.put("fresh_committed", true);
             }
@@ -153,14 +136,14 @@ public final class TransactionCheck {
                 old.commitTransaction();
                 out.put("old_commit_error", null);
             } catch (Throwable e) {
-                out.put("old_commit_error", unwrap(e).getClass().getSimpleName());
+                out.put("old_commit_error", CheckOutput.unwrap(e).getClass().getSimpleName());
             }
             // and anything it writes afterwards fails too
             try {
-                old.send(new ProducerRecord<>(topic, 0, bytes("old"), bytes("zombie-late"))).get();
+                old.send(Clients.record(topic, 0, "old", "zombie-late")).get();
                 out.put("old_send_error", null);
             } catch (Throwable e) {
-                out.put("old_send_error", unwrap(e).getClass().getSimpleName());
+                out.put("old_send_error", CheckOutput.unwrap(e).getClass().getSimpleName());
             }
         } finally {
             old.close(Duration.ofSeconds(5));
@@ -170,17 +153,17 @@ public final class TransactionCheck {
 
     /** A transaction left open past its timeout: the coordinator aborts it; the producer then fails. */
     static Map<String, Object> timeout(String topic, String txid, int timeoutMs) throws Exception {
-        Properties p = txnProducer(txid);
+        Properties p = clients.transactionalProducer(txid);
         p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, String.valueOf(timeoutMs));
         Map<String, Object> out = new LinkedHashMap<>();
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             producer.initTransactions();
             producer.beginTransaction();
-            producer.send(new ProducerRecord<>(topic, 0, bytes("t"), bytes("expired"))).get();
+            producer.send(Clients.record(topic, 0, "t", "expired")).get();
             // the LSO is held at the open transaction's first offset until the coordinator aborts it
             long deadline = System.currentTimeMillis() + timeoutMs + 30_000;
             long waited = System.currentTimeMillis();
-            Properties cp = consumerProps(null, "read_committed");
+            Properties cp = clients.consumer(null, "read_committed");
             try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(cp)) {
                 TopicPartition tp = new TopicPartition(topic, 0);
                 long end = c.endOffsets(List.of(tp)).get(tp);
@@ -192,11 +175,11 @@ public final class TransactionCheck {
                 out.put("expired_after_ms", System.currentTimeMillis() - waited);
             }
             try {
-                producer.send(new ProducerRecord<>(topic, 0, bytes("t"), bytes("after-expiry"))).get();
+                producer.send(Clients.record(topic, 0, "t", "after-expiry")).get();
                 producer.commitTransaction();
                 out.put("commit_error", null);
             } catch (Throwable e) {
-                out.put("commit_error", unwrap(e).getClass().getSimpleName());
+                out.put("commit_error", CheckOutput.unwrap(e).getClass().getSimpleName());
             }
         }
         return out;
@@ -211,13 +194,13 @@ public final class TransactionCheck {
      */
     static Map<String, Object> consumeTransformProduce(String in, String outTopic, String group, String txid,
                                                        int n) throws Exception {
-        Properties cp = consumerProps(group, "read_committed");
+        Properties cp = clients.consumer(group, "read_committed");
         cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "25");
         int committedTxns = 0;
         int abortedTxns = 0;
         int processed = 0;
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cp);
-             KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(txnProducer(txid))) {
+             KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(clients.transactionalProducer(txid))) {
             producer.initTransactions();
             consumer.subscribe(List.of(in));
             long deadline = System.currentTimeMillis() + 60_000;
@@ -230,7 +213,7 @@ public final class TransactionCheck {
                 Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
                 for (ConsumerRecord<byte[], byte[]> r : records) {
                     producer.send(new ProducerRecord<>(outTopic, r.partition(), r.key(),
-                            bytes(str(r.value()).toUpperCase())));
+                            Clients.bytes(Clients.str(r.value()).toUpperCase())));
                     offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
                 }
                 producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
@@ -266,13 +249,12 @@ public final class TransactionCheck {
 
     /** A transaction with one record per partition left open until stdin closes (for the tools). */
     static Map<String, Object> hold(String topic, String txid) throws Exception {
-        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(txnProducer(txid))) {
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(clients.transactionalProducer(txid))) {
             producer.initTransactions();
             producer.beginTransaction();
-            producer.send(new ProducerRecord<>(topic, 0, bytes("h"), bytes("held-0"))).get();
-            producer.send(new ProducerRecord<>(topic, 1, bytes("h"), bytes("held-1"))).get();
-            System.out.println(json(Map.of("mode", "hold", "open", true)));
-            System.out.flush();
+            producer.send(Clients.record(topic, 0, "h", "held-0")).get();
+            producer.send(Clients.record(topic, 1, "h", "held-1")).get();
+            CheckOutput.print(Map.of("mode", "hold", "open", true));
             while (System.in.read() >= 0) {
                 // wait for the caller to close stdin
             }
@@ -288,21 +270,20 @@ public final class TransactionCheck {
      * __transaction_state partition) must complete.
      */
     static Map<String, Object> failover(String topic, String txid, int n) throws Exception {
-        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(txnProducer(txid));
-             Admin admin = Admin.create(common())) {
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(clients.transactionalProducer(txid));
+             Admin admin = Admin.create(clients.common())) {
             producer.initTransactions();
             producer.beginTransaction();
             List<java.util.concurrent.Future<RecordMetadata>> acks = new ArrayList<>();
             for (int i = 0; i < n; i++) {
-                acks.add(producer.send(new ProducerRecord<>(topic, i % 2, bytes("k" + i), bytes("before-" + i))));
+                acks.add(producer.send(Clients.record(topic, i % 2, "k" + i, "before-" + i)));
             }
             producer.flush();
             int coordinator = admin.describeTransactions(List.of(txid)).description(txid).get().coordinatorId();
-            System.out.println(json(Map.of("mode", "failover", "coordinator", coordinator)));
-            System.out.flush();
+            CheckOutput.print(Map.of("mode", "failover", "coordinator", coordinator));
             new java.io.BufferedReader(new java.io.InputStreamReader(System.in)).readLine();
             for (int i = n; i < 2 * n; i++) {
-                acks.add(producer.send(new ProducerRecord<>(topic, i % 2, bytes("k" + i), bytes("after-" + i))));
+                acks.add(producer.send(Clients.record(topic, i % 2, "k" + i, "after-" + i)));
             }
             producer.commitTransaction();
             List<List<Object>> sent = new ArrayList<>();
@@ -320,20 +301,16 @@ public final class TransactionCheck {
 
     /** Every record of TOPIC up to its end offsets as the consumer sees them (the LSO under read_committed). */
     static Map<String, Object> read(String topic, int partitions, String isolation) {
-        List<TopicPartition> tps = new ArrayList<>();
-        for (int p = 0; p < partitions; p++) {
-            tps.add(new TopicPartition(topic, p));
-        }
+        List<TopicPartition> tps = Clients.partitions(topic, partitions);
         List<List<Object>> got = new ArrayList<>();
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps(null, isolation))) {
-            c.assign(tps);
-            c.seekToBeginning(tps);
+        try (KafkaConsumer<byte[], byte[]> c = clients.readerFromStart(topic, partitions, isolation)) {
             Map<TopicPartition, Long> end = c.endOffsets(tps);
             long deadline = System.currentTimeMillis() + 30_000;
             while (!reached(c, end) && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
                     // (Arrays.asList: a null key or value stays null)
-                    got.add(java.util.Arrays.asList(r.partition(), r.offset(), str(r.key()), str(r.value())));
+                    got.add(java.util.Arrays.asList(r.partition(), r.offset(), Clients.str(r.key()),
+                            Clients.str(r.value())));
                 }
             }
             List<Object> ends = new ArrayList<>();
@@ -357,94 +334,5 @@ public final class TransactionCheck {
             }
         }
         return true;
-    }
-
-    static Throwable unwrap(Throwable e) {
-        Throwable cause = e;
-        while ((cause instanceof ExecutionException || cause instanceof org.apache.kafka.common.KafkaException
-                && cause.getCause() instanceof org.apache.kafka.common.KafkaException) && cause.getCause() != null) {
-            cause = cause.getCause();
-        }
-        return cause;
-    }
-
-    static Properties common() {
-        Properties p = new Properties();
-        p.put("bootstrap.servers", bootstrap);
-        p.put("request.timeout.ms", "15000");
-        p.put("default.api.timeout.ms", "30000");
-        return p;
-    }
-
-    static Properties txnProducer(String txid) {
-        Properties p = common();
-        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txid);
-        p.put(ProducerConfig.ACKS_CONFIG, "all");
-        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
-        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
-        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
-        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        return p;
-    }
-
-    static Properties consumerProps(String group, String isolation) {
-        Properties p = common();
-        if (group != null) {
-            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        }
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
-        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
-        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        return p;
-    }
-
-    static byte[] bytes(String s) {
-        return s.getBytes(StandardCharsets.UTF_8);
-    }
-
-    static String str(byte[] b) {
-        return b == null ? null : new String(b, StandardCharsets.UTF_8);
-    }
-
-    static String json(Object o) {
-        if (o == null) {
-            return "null";
-        }
-        if (o instanceof String s) {
-            StringBuilder sb = new StringBuilder("\"");
-            for (char ch : s.toCharArray()) {
-                if (ch == '"' || ch == '\\') {
-                    sb.append('\\').append(ch);
-                } else if (ch < 0x20) {
-                    sb.append(String.format("\\u%04x", (int) ch));
-                } else {
-                    sb.append(ch);
-                }
-            }
-            return sb.append('"').toString();
-        }
-        if (o instanceof Number || o instanceof Boolean) {
-            return o.toString();
-        }
-        if (o instanceof Map<?, ?> m) {
-            List<String> parts = new ArrayList<>();
-            for (Map.Entry<?, ?> e : m.entrySet()) {
-                parts.add(json(String.valueOf(e.getKey())) + ":" + json(e.getValue()));
-            }
-            return "{" + String.join(",", parts) + "}";
-        }
-        if (o instanceof Collection<?> c) {
-            List<String> parts = new ArrayList<>();
-            for (Object x : c) {
-                parts.add(json(x));
-            }
-            return "[" + String.join(",", parts) + "]";
-        }
-        return json(o.toString());
     }
 }

@@ -37,7 +37,8 @@ def broker_subprocess_env() -> dict:
 
 # -- transactions: the same checks against Apache Kafka and against seglog ------------------------
 
-from transaction_check import TRANSACTION_SETTINGS, kafka_unavailable  # noqa: E402
+from kafka_reference import kafka_unavailable  # noqa: E402
+from transaction_check import TRANSACTION_SETTINGS  # noqa: E402
 
 
 @pytest.hookimpl(tryfirst=True)

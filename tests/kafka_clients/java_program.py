@@ -1,6 +1,6 @@
 """A small Java program of these tests (a .java file next to them), compiled with `javac` against
 jars of tests/kafka_reference.py's Maven cache into a temporary folder and run with `java`: the
-transactional-producer check and the Kafka Streams application use it."""
+Java client checks (java_check.py) and the Kafka Streams application use it."""
 from __future__ import annotations
 
 import json
@@ -24,16 +24,17 @@ class JavaProgram:
     log4j: Path             # WARN and above to stderr
 
     @classmethod
-    def compile(cls, source: Path, jars: list[Path], classes: Path, log4j: Path) -> "JavaProgram":
+    def compile(cls, sources: list[Path], jars: list[Path], classes: Path, log4j: Path) -> "JavaProgram":
+        """Compile SOURCES together; the first one's class is the program's main class."""
         javac = shutil.which("javac")
         if javac is None or shutil.which("java") is None:
             raise JavaUnavailable("no `javac`/`java` on PATH (apt-get install -y openjdk-17-jdk-headless)")
         jar_path = os.pathsep.join(str(j) for j in jars)
-        built = subprocess.run([javac, "-d", str(classes), "-cp", jar_path, str(source)],
+        built = subprocess.run([javac, "-d", str(classes), "-cp", jar_path, *map(str, sources)],
                                capture_output=True, text=True, timeout=180)
         if built.returncode != 0:
-            raise RuntimeError(f"javac {source.name} failed:\n{built.stderr[-4000:]}")
-        return cls(source.stem, f"{classes}{os.pathsep}{jar_path}", log4j)
+            raise RuntimeError(f"javac {' '.join(s.name for s in sources)} failed:\n{built.stderr[-4000:]}")
+        return cls(sources[0].stem, f"{classes}{os.pathsep}{jar_path}", log4j)
 
     def command(self, args: list[str], jvm: list[str] | None = None) -> list[str]:
         return [shutil.which("java"), *(jvm or JVM), f"-Dlog4j2.configurationFile={self.log4j}",

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from java_check import TS_BASE, run_java_client_check
-from kafka_reference import require_kafka
 
 from logcore.broker.api_versions import SERVED
 
@@ -31,15 +30,9 @@ PER_CODEC = 120
 FAST_MS = 5000          # an unsupported call must fail within this
 
 
-def _unavailable(reason: str):
-    if require_kafka():
-        pytest.fail(f"Kafka's Java clients are required (SEGLOG_REQUIRE_KAFKA=1): {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def java_results(kafka_jars, seglog_broker, tmp_path_factory) -> dict[str, dict]:
-    return run_java_client_check(kafka_jars, seglog_broker.bootstrap, tmp_path_factory, _unavailable)
+    return run_java_client_check(kafka_jars, seglog_broker.bootstrap, tmp_path_factory)
 
 
 def ok(results: dict, scenario: str) -> dict:

@@ -1,14 +1,13 @@
-"""TransactionCheck.java (next to this file) as the tests run it: compiled once against the
-kafka-clients jar, then one JVM per mode against one bootstrap address; its last JSON line is
-the mode's result. Its `read` mode is the independent read_committed reader of these tests."""
+"""TransactionCheck.java (next to this file) as the tests run it: compiled once with the shared
+sources of java_check.py, then one JVM per mode against one bootstrap address; its last JSON
+line is the mode's result. Its `read` mode is the independent read_committed reader of these tests."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from java_check import CLIENT_JARS
+from java_check import compile_client_check
 from java_program import JavaProgram
 
-HERE = Path(__file__).resolve().parent
 # What the servers run with for the transaction checks: the state log fits one broker, and a
 # transaction left open past its timeout is aborted within a second (Kafka checks every 10 s by default).
 TRANSACTION_SETTINGS = {
@@ -19,19 +18,8 @@ TRANSACTION_SETTINGS = {
 }
 
 
-def kafka_unavailable(reason: str):
-    """Skip (or fail under SEGLOG_REQUIRE_KAFKA=1) a test that cannot have Kafka's software."""
-    import pytest
-    from kafka_reference import require_kafka
-    if require_kafka():
-        pytest.fail(f"Apache Kafka is required (SEGLOG_REQUIRE_KAFKA=1): {reason}")
-    pytest.skip(f"Apache Kafka unavailable: {reason}")
-
-
 def compile_transaction_check(kafka_jars, classes: Path) -> JavaProgram:
-    jars = [j for j in kafka_jars.jars if j.name.startswith(CLIENT_JARS)]
-    return JavaProgram.compile(HERE / "TransactionCheck.java", jars, classes,
-                               kafka_jars.folder / "log4j2-tools.properties")
+    return compile_client_check(kafka_jars, "TransactionCheck.java", classes)
 
 
 class TransactionCheck:

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from transaction_check import TransactionCheck, kafka_unavailable
+from kafka_reference import kafka_unavailable
+from transaction_check import TransactionCheck
 from word_count import (WordCountInstance, compile_word_count, counts_by_word, expected_counts, input_lines,
                         produce_lines, wait_for_counts)
 

@@ -69,7 +69,7 @@ def counts_by_word(records: list[list]) -> dict[str, list[int]]:
 
 
 def compile_word_count(streams_jars: list[Path], classes: Path, log4j: Path) -> JavaProgram:
-    return JavaProgram.compile(HERE / "WordCountApp.java", streams_jars, classes, log4j)
+    return JavaProgram.compile([HERE / "WordCountApp.java"], streams_jars, classes, log4j)
 
 
 class WordCountInstance:
