@@ -1,8 +1,8 @@
 """What a Spark source task pays to open its partition, on a partition of many segments.
 
-A task runs `read_partition` (connector/pyspark_seglog/source.py) for one offset range. The
-figure is the whole task function on a range of 100 records in the last sealed segments: with
-the range-bounded open (`read_range`, today's task) against the same function with the full
+A task runs `read_partition` (connector/pyspark_seglog/partition_reader.py) for one offset
+range. The figure is the whole task function on a range of 100 records in the last sealed
+segments: with the range-bounded open (`read_range`, today's task) against the same function with the full
 `Log` open (every segment's index checked, the producer state rebuilt), measured in the same run
 by having `LogRoot.log` ignore `read_range`. Storage: local disk, and an S3 server (moto,
 in this process) where every file read is a request.
@@ -46,7 +46,7 @@ def build(url: str, options: dict | None, segments: int) -> tuple[int, int]:
 
 
 def task_seconds(url: str, options: dict | None, start: int, end: int, bounded: bool) -> float:
-    from pyspark_seglog.source import SeglogInputPartition, read_partition
+    from pyspark_seglog.partition_reader import SeglogInputPartition, read_partition
 
     part = SeglogInputPartition(url, options or {}, "t", 0, start, end, "read_committed", False, True)
     original = LogRoot.log

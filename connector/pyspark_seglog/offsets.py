@@ -4,14 +4,22 @@ A Spark offset is `{"topic": {"0": 23}}`: partition keys are strings and 23 is t
 read. Inside the connector offsets are `{(topic, partition): offset}`. Range arithmetic follows
 Spark's Kafka source: the per-trigger limit is shared across partitions in proportion to their
 backlog, and `minPartitions` / `maxRecordsPerPartition` split a partition's range into tasks.
+`resolve` turns an offset option (startingOffsets, endingOffsets, by timestamp) into offsets on
+the subscribed partitions' logs.
 """
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from logcore.errors import InvalidConfigError
+from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from pyspark_seglog.data_loss import data_loss
+
+if TYPE_CHECKING:          # source_options imports this module
+    from pyspark_seglog.source_options import OffsetSpec, SourceOptions
 
 TopicPartition = tuple  # (topic: str, partition: int)
 INT64_MAX = (1 << 63) - 1
@@ -169,3 +177,60 @@ def split_ranges(ranges: list[OffsetRange], *, min_partitions: int | None = None
 
 def _round_half_up(x: float) -> int:
     return int(math.floor(x + 0.5))
+
+
+# ------------------------------------------------------------------------------- resolving an option
+
+def _check_covers(spec: OffsetSpec, tps: list) -> None:
+    """A JSON of offsets/timestamps must name exactly the subscribed partitions (as Spark asks)."""
+    named, current = set(spec.offsets), set(tps)
+    missing = sorted(current - named)
+    extra = sorted(named - current)
+    if missing:
+        t, p = missing[0]
+        raise InvalidConfigError(
+            f"option {spec.option} gives no value for {t}-{p}; give every partition of the subscribed"
+            f" topics ({', '.join(f'{a}-{b}' for a, b in sorted(current))}): -2 means earliest, -1 latest")
+    if extra:
+        t, p = extra[0]
+        raise InvalidConfigError(
+            f"option {spec.option} names {t}-{p}, which is not a partition of the subscribed topics"
+            f" ({', '.join(f'{a}-{b}' for a, b in sorted(current)) or 'none exist yet'})")
+
+
+def resolve(spec: OffsetSpec, tps: list, logs, opts: SourceOptions, *, starting: bool) -> dict:
+    """Offsets for `spec` over `tps`: {(topic, partition): offset}, never above latest."""
+    out = {}
+    if spec.kind in ("offsets", "timestamps"):
+        _check_covers(spec, tps)
+    for tp in tps:
+        earliest, latest = logs.earliest(tp), logs.latest(tp)
+        if spec.kind == "earliest":
+            out[tp] = earliest
+        elif spec.kind == "latest":
+            out[tp] = latest
+        elif spec.kind == "offsets":
+            wanted = spec.offsets[tp]
+            if wanted == EARLIEST_TIMESTAMP:
+                out[tp] = earliest
+            elif wanted == LATEST_TIMESTAMP:
+                out[tp] = latest
+            elif wanted < earliest:
+                out[tp] = data_loss(tp[0], tp[1], wanted, earliest, opts.fail_on_data_loss,
+                                    f" (option {spec.option})")
+            elif not starting:
+                out[tp] = min(wanted, latest)       # never past the HW (LSO)
+            else:
+                out[tp] = wanted
+        else:
+            ts = spec.timestamp if spec.kind == "timestamp" else spec.offsets[tp]
+            found = logs.log(tp).offset_for_timestamp(ts)
+            if found is not None:
+                out[tp] = max(earliest, min(found[0], latest))
+            elif not starting or opts.timestamp_strategy == "latest":
+                out[tp] = latest
+            else:
+                raise InvalidConfigError(
+                    f"option {spec.option}: no record of {tp[0]}-{tp[1]} has a timestamp >= {ts};"
+                    " set startingOffsetsByTimestampStrategy=latest to start at the latest offset instead")
+    return out

@@ -150,7 +150,7 @@ class ReplicaLogs:
 
     def __init__(self, opts, make_logs):
         self.opts = opts
-        self.dirs = [make_logs(url) for url in opts.roots]     # one single-root _Logs each
+        self.dirs = [make_logs(url) for url in opts.roots]     # one single-root root_logs.RootLogs each
         self._ids: dict[int, tuple] = {}
         self._held: dict[tuple, list[int]] = {}
         self._latest: dict[tuple, int] = {}

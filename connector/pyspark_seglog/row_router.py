@@ -3,7 +3,7 @@
 `RowRouter` takes the Arrow batches a sink task receives, picks each row's topic (the `topic`
 option or column) and partition (the `partition` column, else Kafka's default partitioner),
 and hands each (topic, partition) slice of keys, values, timestamps and headers to `_encode`.
-Subclasses say where the encoded batches go: staged files (`sink._TaskStager`) or Produce
+Subclasses say where the encoded batches go: staged files (`task_stager.TaskStager`) or Produce
 requests to a broker (`broker_sink.TaskProducer`).
 """
 from __future__ import annotations

@@ -16,15 +16,9 @@ from logcore.records.batch import iter_batches
 from logcore.records.compression import Compression
 from logcore.storage import open_storage
 
-from pyspark_seglog.sink import (
-    COMMITTED,
-    JOB_MARKER,
-    STAGING_DIR,
-    SeglogBatchWriter,
-    SeglogCommitMessage,
-    SeglogStreamWriter,
-    _TaskStager,
-)
+from pyspark_seglog.sink import SeglogBatchWriter, SeglogCommitMessage, SeglogStreamWriter
+from pyspark_seglog.staging_area import COMMITTED, JOB_MARKER, STAGING_DIR
+from pyspark_seglog.task_stager import TaskStager
 
 kafka_default = pytest.importorskip("kafka.partitioner.default", reason="kafka-python is not installed")
 
@@ -362,7 +356,7 @@ def _schema():
 
 def _stage(root, writer, query_id, batch_id, task, rows, attempt=0) -> SeglogCommitMessage:
     """What a task does in write(), without Spark: stage rows (key, value) for this writer."""
-    stager = _TaskStager(writer, query_id, batch_id, task, attempt)
+    stager = TaskStager(writer, query_id, batch_id, task, attempt)
     try:
         keys = pa.array([k for k, _ in rows], pa.binary())
         values = pa.array([v for _, v in rows], pa.binary())
@@ -538,7 +532,7 @@ def test_default_batch_size_follows_the_topic_max_message_bytes(tmp_path, topic_
     root = str(tmp_path / "root")
     options = {"path": root, "topic": "t", **{f"topic.config.{k}": v for k, v in topic_config.items()}}
     w = SeglogBatchWriter(options, _schema(), False)
-    stager = _TaskStager(w, w.job_id, 0, 0, 0)
+    stager = TaskStager(w, w.job_id, 0, 0, 0)
     rows = 20000
     stager.add(pa.RecordBatch.from_arrays([pa.array([b"k"] * rows), pa.array([b"v" * 100] * rows)],
                                           ["key", "value"]))
@@ -559,7 +553,7 @@ def test_partition_out_of_range_and_created_topic_config(tmp_path):
     w = SeglogStreamWriter({"path": root, "topic": "t", "topic.partitions": "2",
                             "topic.config.compression.type": "gzip"}, schema, False)
     assert LogRoot.open(root).describe_topic("t").config == {"compression.type": "gzip"}
-    stager = _TaskStager(w, "q", 0, 0, 0)
+    stager = TaskStager(w, "q", 0, 0, 0)
     batch = pa.RecordBatch.from_arrays([pa.array([b"k"]), pa.array([b"v"]), pa.array([5], pa.int32())],
                                        ["key", "value", "partition"])
     with pytest.raises(Exception, match="partition 5 but topic 't' has partitions 0..1"):
@@ -595,7 +589,7 @@ def test_staged_objects_hold_whole_batches(tmp_path):
     """Tasks stage under .seglog-staging/<query>/<batch>/<topic>-<p>/<task>-<attempt>-..."""
     root = str(tmp_path / "root")
     w = SeglogStreamWriter({"path": root, "topic": "t", "staging.part.bytes": "1"}, _schema(), False)
-    stager = _TaskStager(w, "q", 0, 3, 1)
+    stager = TaskStager(w, "q", 0, 3, 1)
     for i in range(3):
         stager.add(pa.RecordBatch.from_arrays([pa.array([b"a", b"b"]), pa.array([b"1", b"%d" % i])],
                                               ["key", "value"]))

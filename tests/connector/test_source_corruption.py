@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from logcore.records.batch import iter_batches
-from pyspark_seglog.source import SeglogInputPartition, read_partition
+from pyspark_seglog.partition_reader import SeglogInputPartition, read_partition
 from test_source import read
 from test_source_read import append, make_root, value_of
 

@@ -1,0 +1,220 @@
+"""The source's task side: `SeglogInputPartition` (one task's offset range) and `read_partition`,
+which opens the partition read-only (with several log dirs, a replica on the task's own host
+first: replicas.py) and decodes bounded windows of whole batches straight into Arrow."""
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from logcore.errors import CorruptRecordError, OffsetOutOfRangeError
+from logcore.log.log_root import LogRoot
+import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+from logcore.records.arrow import BufferRecycler, decode_batches
+from pyspark_seglog.data_loss import damaged, data_loss
+from pyspark_seglog.replicas import choose_replica
+from pyspark_seglog.schema import arrow_schema
+from pyspark_seglog.source_options import DEFAULT_FETCH_BYTES
+
+# the source's logger, as before this module was split from source.py (users configure it by name)
+logger = logging.getLogger("pyspark_seglog.source")
+
+# A task reads and decodes bounded windows of whole batches, at most the option
+# kafka.max.partition.fetch.bytes (8 MiB by default, about 70k rows of 100-byte values): bounds a
+# task's memory and makes each yielded Arrow batch large. A task starts with a small window and
+# grows it, so that a tiny range (a micro-batch of a few records) reads and checks a few KiB.
+FIRST_READ_WINDOW_BYTES = 64 << 10
+
+
+class SeglogInputPartition(InputPartition):
+    """One task's work: offsets [start, until) of one partition, and how to reach it."""
+
+    def __init__(self, root: str, storage_options: dict, topic: str, partition: int, start: int,
+                 until: int, isolation: str, include_headers: bool, fail_on_data_loss: bool,
+                 fetch_bytes: int = DEFAULT_FETCH_BYTES, tiered: dict | None = None,
+                 broker_bound: bool = False, replicas: tuple | None = None):
+        super().__init__(None)
+        self.tiered = tiered            # rsm.config.* options: the remote tier's credentials
+        self.root = root
+        self.storage_options = storage_options
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.until = until
+        self.isolation = isolation
+        self.include_headers = include_headers
+        self.fail_on_data_loss = fail_on_data_loss
+        self.fetch_bytes = fetch_bytes
+        # `until` came from the broker serving the root (kafka.bootstrap.servers): its HW or LSO,
+        # which the root's checkpoint may not show yet (Apache Kafka writes it every 5 s).
+        self.broker_bound = broker_bound
+        # Several log dirs (`path` a comma-separated list): the `Replica`s of this partition
+        # there, in the order given; the task reads one on its own host when it can.
+        self.replicas = replicas
+
+    def __repr__(self) -> str:          # storage options (credentials) are never printed
+        return (f"SeglogInputPartition({self.topic}-{self.partition} [{self.start}, {self.until}),"
+                f" {self.isolation})")
+
+
+class _Constants:
+    """The constant topic and partition columns, built once and sliced per batch (no copy)."""
+
+    def __init__(self, topic: str, partition: int):
+        self.topic = topic.encode()
+        self.partition = partition
+        self.capacity = 0
+        self.topic_array = None
+        self.partition_array = None
+
+    def columns(self, rows: int) -> tuple[pa.Array, pa.Array]:
+        if rows > self.capacity:
+            cap = max(rows, 1 << 16)
+            width = len(self.topic)
+            offsets = np.arange(0, (cap + 1) * width, width, dtype=np.int32) if width else \
+                np.zeros(cap + 1, dtype=np.int32)
+            self.topic_array = pa.Array.from_buffers(
+                pa.string(), cap, [None, pa.py_buffer(offsets), pa.py_buffer(self.topic * cap)])
+            # from_buffers, not pa.array(ndarray): that one imports pandas, whose objects the
+            # Spark worker's gc.collect() after every task would then walk.
+            self.partition_array = pa.Array.from_buffers(
+                pa.int32(), cap, [None, pa.py_buffer(np.full(cap, self.partition, dtype=np.int32))])
+            self.capacity = cap
+        return self.topic_array.slice(0, rows), self.partition_array.slice(0, rows)
+
+
+class _WindowBuffers:
+    """Read-window buffers kept for the next task of the same (reused) Python worker.
+
+    A fresh multi-MiB bytearray costs a zero-filled page per 4 KiB the read touches; a task
+    takes a kept buffer and gives it back when done. At most `keep` are kept (one per task
+    that runs at the same time in this process, usually one).
+    """
+
+    def __init__(self, keep: int = 2):
+        self.keep = keep
+        self._free: list[bytearray] = []
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bytearray:
+        with self._lock:
+            if self._free:
+                buffer = max(self._free, key=len)
+                self._free.remove(buffer)
+                if len(buffer) >= size:
+                    return buffer
+        return bytearray(size)
+
+    def give_back(self, buffer: bytearray) -> None:
+        with self._lock:
+            self._free.append(buffer)
+            self._free.sort(key=len, reverse=True)
+            del self._free[self.keep:]
+
+
+_WINDOW_BUFFERS = _WindowBuffers()
+# Arrow column buffers, handed out again once Spark has sent (and dropped) the batch using them.
+_COLUMN_BUFFERS = BufferRecycler()
+
+
+def read_partition(p: SeglogInputPartition):
+    """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until)."""
+    if getattr(p, "replicas", None):
+        root, log, broker_bound = choose_replica(p)
+    else:
+        root = LogRoot.open(p.root, storage_options=p.storage_options, read_only=True,
+                            defaults=getattr(p, "tiered", None))
+        log, broker_bound = None, p.broker_bound
+    return _read(p, root, log, broker_bound)
+
+
+def _read(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
+    schema = arrow_schema(p.include_headers)
+    buffer = None
+    try:
+        # Only what reading [start, until) needs: not every segment's index nor the producer state.
+        if log is None:
+            log = root.log(p.topic, p.partition, read_range=(p.start, p.until))
+        name = f"{p.topic}-{p.partition}"
+        constants = _Constants(p.topic, p.partition)
+        offset = p.start
+        window = min(FIRST_READ_WINDOW_BYTES, p.fetch_bytes)
+        if offset < log.log_start_offset:
+            offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
+        rechecked = False
+        if broker_bound:
+            log.assume_high_watermark(p.until)
+        while offset < p.until:
+            try:
+                if buffer is None or len(buffer) < window:
+                    if buffer is not None:
+                        _WINDOW_BUFFERS.give_back(buffer)
+                    buffer = _WINDOW_BUFFERS.take(window)
+                # Read into one reused buffer: the decoder copies what it keeps into Arrow
+                # buffers, so the window's bytes are free again at the next read.
+                fetch = log.read(offset, window, isolation=p.isolation, view=True, buffer=buffer)
+                window = min(p.fetch_bytes, window * 4)
+            except OffsetOutOfRangeError as exc:
+                if exc.log_start_offset is not None and offset < exc.log_start_offset:
+                    offset = data_loss(p.topic, p.partition, offset, exc.log_start_offset,
+                                       p.fail_on_data_loss, " while the task was reading it")
+                    continue
+                raise
+            except CorruptRecordError as exc:
+                offset = damaged(log, offset, exc, p.fail_on_data_loss)
+                continue
+            data = fetch.data
+            if not data and broker_bound and not rechecked:
+                # A read that refreshed the view (a segment replaced under it) took the stored HW
+                # again: look at the log once more with the broker's bound.
+                rechecked = True
+                log.refresh()
+                log.assume_high_watermark(p.until)
+                continue
+            if not data:
+                bound = fetch.last_stable_offset if p.isolation == "read_committed" else fetch.high_watermark
+                if bound >= p.until:
+                    return      # no whole batch left below the bound (a Kafka copy's HW can cut one)
+                message = (f"{name}: the log now ends at offset {bound}, below the planned end {p.until}"
+                           f" (was it truncated or deleted?)")
+                if p.fail_on_data_loss:
+                    raise OffsetOutOfRangeError(
+                        f"data loss: {message}. Set the option failOnDataLoss=false to skip it",
+                        topic=p.topic, partition=p.partition, offset=offset, log_end_offset=bound)
+                logger.warning("failOnDataLoss=false: %s; stopping this range at %d", message, offset)
+                return
+            aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in fetch.aborted] or None
+            where = {"source": fetch.source or name, "base_position": fetch.position}
+            try:
+                decoded = decode_batches(data, min_offset=offset, max_offset=p.until,
+                                         include_headers=p.include_headers, aborted=aborted,
+                                         allocate=_COLUMN_BUFFERS, **where)
+            except CorruptRecordError as exc:
+                good = (exc.position or 0) - fetch.position
+                if exc.file != where["source"] or good <= 0:
+                    offset = damaged(log, offset, exc, p.fail_on_data_loss)
+                    continue
+                # the batches before the damaged one are fine: serve them, fail or skip after
+                decoded = decode_batches(data[:good], min_offset=offset, max_offset=p.until,
+                                         include_headers=p.include_headers, aborted=aborted,
+                                         allocate=_COLUMN_BUFFERS, **where)
+            del data, fetch     # no view of the window outlives this read
+            batch = decoded.batch
+            rows = batch.num_rows
+            if rows:
+                topic_col, partition_col = constants.columns(rows)
+                cols = batch.columns     # offset, timestamp, timestampType, key, value[, headers]
+                arrays = [cols[3], cols[4], topic_col, partition_col, cols[0], cols[1], cols[2]]
+                if p.include_headers:
+                    arrays.append(cols[5])
+                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+            if decoded.next_offset <= offset:
+                return
+            offset = decoded.next_offset
+    finally:
+        if buffer is not None:
+            _WINDOW_BUFFERS.give_back(buffer)
+        root.close()

@@ -1,0 +1,277 @@
+"""The driver's view of the root the source reads: its subscribed partitions, their open
+(read-only) logs and latest offsets; `open_logs` gives one (or, for several log dirs, a
+replicas.ReplicaLogs over one each)."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from logcore.errors import ReplicaNotAvailableError, SegLogError, TopicNotFoundError
+from logcore.log.log_root import LogRoot
+import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+from logcore.wire.error_codes import NONE
+from pyspark_seglog.replicas import ReplicaLogs
+from pyspark_seglog.source_options import SourceOptions
+
+# the source's logger, as before this module was split from source.py (users configure it by name)
+logger = logging.getLogger("pyspark_seglog.source")
+
+# Without kafka.bootstrap.servers, the broker that serves the root is asked (Metadata) which
+# partitions it holds replicas of, for at most this long; the files are read without that
+# check when it does not answer.
+OWNER_TIMEOUT_S = 5.0
+
+
+class RootLogs:
+    """The driver's view of a root: subscribed partitions and their open (read-only) logs.
+
+    With kafka.bootstrap.servers the latest offsets come from each partition's leader (one
+    ListOffsets request per leader and refresh), not from the root's checkpoint. The root may be
+    one broker's log.dirs in a cluster (a sidecar): a partition this broker only follows is read
+    up to min(the leader's answer, this replica's own committed HW), since a follower's HW lags
+    the leader's and its records above its HW may still be cut. Which partitions the broker
+    holds replicas of comes from Metadata (kafka.bootstrap.servers, else the broker that serves
+    the root, named by its live claim) and the root's claim (its broker id), and from the log
+    dir's own record (`hosted`, kept when the broker stops): a subscribed partition held
+    elsewhere fails with ReplicaNotAvailableError instead of reading as empty. Several log dirs
+    (`path` a comma-separated list) are pyspark_seglog.replicas.ReplicaLogs, one of these each.
+    """
+
+    def __init__(self, opts: SourceOptions):
+        self.opts = opts
+        self._root: LogRoot | None = None
+        self._logs: dict = {}
+        self._fresh: set = set()
+        self._broker = None             # a BrokerClient, with kafka.bootstrap.servers
+        self._broker_latest: dict = {}
+        self._owner = None              # a BrokerClient to the root's own broker (no bootstrap servers)
+        self._owner_looked = False
+        self._node: int | None = None   # the broker id whose log.dirs the root is (its claim)
+        self._claim_read = False
+
+    @property
+    def root(self) -> LogRoot:
+        if self._root is None:
+            self._root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options,
+                                      read_only=True, defaults=self.opts.tiered)
+        return self._root
+
+    def topic_partitions(self) -> list:
+        """The partitions the subscription covers right now (new topics and partitions included)."""
+        opts, root = self.opts, self.root
+        if opts.strategy == "assign":
+            counts = {}
+            for topic in {t for t, _p in opts.assigned}:
+                try:
+                    counts[topic] = root.describe_topic(topic).partitions
+                except TopicNotFoundError:
+                    counts[topic] = 0
+            out = [(t, p) for t, p in opts.assigned if p < counts[t]]
+        else:
+            if opts.strategy == "subscribe":
+                existing = set(root.list_topics())
+                topics = [t for t in opts.topics if t in existing]
+            else:
+                topics = [t for t in root.list_topics() if opts.matches(t)]
+            out = []
+            for topic in sorted(topics):
+                try:
+                    count = root.describe_topic(topic).partitions
+                except TopicNotFoundError:
+                    continue            # deleted between the listing and now
+                out.extend((topic, p) for p in range(count))
+        self._check_replicas()
+        self._check_hosted(out)
+        return out
+
+    def _check_hosted(self, tps) -> None:
+        """A cluster member's log dir records the partitions it holds replicas of (written by
+        its broker, kept when it stops): a partition held elsewhere fails here, no broker asked."""
+        infos = {}
+        for t, p in tps:
+            info = infos.get(t)
+            if info is None:
+                info = infos[t] = self.root.describe_topic(t)
+            if info.hosted is not None and p not in info.hosted:
+                raise self.root.not_hosted(info, p, self.opts.root)
+
+    # -- the root as one broker's log.dirs in a cluster
+    def _client(self):
+        # Imported here: the Kafka protocol package is large, and Spark tasks never need it.
+        from pyspark_seglog.broker_client import BrokerClient
+        if self._broker is None:
+            self._broker = BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-source")
+        return self._broker
+
+    def _claim(self):
+        if not self._claim_read:
+            self._claim_read = True
+            from logcore.log.root_owner import read_claim
+            try:
+                record = read_claim(self.root.storage)
+            except SegLogError:
+                record = None
+            self._node = record.node_id if record is not None else None
+            self._claim_record = record
+        return getattr(self, "_claim_record", None)
+
+    def _metadata_client(self):
+        """Whose Metadata says which partitions the root's broker holds: kafka.bootstrap.servers,
+        else the live broker that serves the root; None when there is neither."""
+        if self.opts.bootstrap_servers is not None:
+            return self._client()
+        if not self._owner_looked:
+            self._owner_looked = True
+            record = self._claim()
+            if record is not None and record.kind == "broker":
+                from logcore.log.root_owner import claim_is_live
+                from pyspark_seglog.broker_client import BrokerClient
+                if claim_is_live(self.root.storage, record):
+                    self._owner = BrokerClient(record.bootstrap, client_id="seglog-spark-source",
+                                               timeout=OWNER_TIMEOUT_S, retry_timeout=OWNER_TIMEOUT_S)
+        return self._owner
+
+    def local_node(self, client) -> int | None:
+        """The broker id whose log.dirs the root is: its claim's, else the only broker of a
+        one-broker cluster (a single-node Apache Kafka); None when unknown."""
+        self._claim()
+        if self._node is not None:
+            return self._node
+        if client is not None and len(client.brokers) == 1:
+            return next(iter(client.brokers))
+        return None
+
+    def _wanted(self, client) -> list:
+        """The subscribed partitions as the cluster has them (topics this root may lack)."""
+        opts = self.opts
+        if opts.strategy == "assign":
+            topics = sorted({t for t, _p in opts.assigned})
+        elif opts.strategy == "subscribe":
+            topics = sorted(opts.topics)
+        else:
+            topics = None
+        codes = client.metadata(topics)
+        if opts.strategy == "assign":
+            return [tp for tp in opts.assigned if tp in client.partitions]
+        names = {t for t, code in codes.items() if code == NONE and t is not None
+                 and (opts.strategy == "subscribe" or (opts.matches(t) and not t.startswith("__")))}
+        return sorted(tp for tp in client.partitions if tp[0] in names)
+
+    def _check_replicas(self) -> None:
+        from logcore.wire.client import KafkaError
+        client = self._metadata_client()
+        if client is None:
+            return
+        try:
+            wanted = self._wanted(client)
+        except KafkaError as exc:
+            if client is self._broker:
+                raise
+            # Only the root's own broker was asked (no kafka.bootstrap.servers): the files are
+            # still readable without it.
+            logger.warning("%s: cannot ask its broker which partitions it holds (%s); reading the"
+                           " files without that check", self.opts.root, exc)
+            self._owner.close()
+            self._owner = None
+            return
+        node = self.local_node(client)
+        if node is None:
+            return
+        missing = [tp for tp in wanted if node not in client.partitions[tp].replicas]
+        if missing:
+            t, p = missing[0]
+            info = client.partitions[(t, p)]
+            others = ", ".join(f"{a}-{b}" for a, b in missing[1:6]) + (" ..." if len(missing) > 6 else "")
+            raise ReplicaNotAvailableError(
+                f"{t}-{p} has no replica in {self.opts.root}: that log dir is broker {node}'s, and the"
+                f" partition's replicas are on brokers {list(info.replicas)} (Metadata from"
+                f" {client.where()}). Read it from the log.dirs of one of those brokers, or subscribe"
+                f" (assign) only partitions broker {node} holds"
+                + (f"; also not here: {others}" if others else ""))
+
+    def seen(self, tp) -> bool:
+        """Whether this partition's log is already open here."""
+        return tp in self._logs
+
+    def log(self, tp):
+        log = self._logs.get(tp)
+        if log is None:
+            log = self.root.log(*tp)
+            self._logs[tp] = log
+            self._fresh.add(tp)
+        return log
+
+    def refresh(self, tps) -> None:
+        tps = list(tps)
+        if self.opts.bootstrap_servers is not None:
+            # Ask the leaders first: a leader's HW never runs ahead of its root's checkpoint (the
+            # broker checkpoints before it moves the HW), so logs refreshed after this hold every
+            # offset a leader on this root returns; a follower's is bounded below.
+            answers = self._ask_broker(tps)
+        for tp in tps:
+            log = self.log(tp)
+            if tp in self._fresh:
+                self._fresh.discard(tp)
+            else:
+                log.refresh()
+        self._fresh.clear()
+        if self.opts.bootstrap_servers is not None:
+            self._broker_latest.update(self._bounded(answers))
+
+    def local_bound(self, tp) -> int:
+        """The highest offset this root proves readable: its LSO with read_committed, else its HW."""
+        log = self.log(tp)
+        return log.last_stable_offset if self.opts.isolation == "read_committed" else log.high_watermark
+
+    def _bounded(self, answers: dict) -> dict:
+        """The leaders' answers, each cut to this replica's own committed HW (LSO) where the root
+        is not the partition's leader (a follower, or a root whose broker is not known)."""
+        client = self._broker
+        node = self.local_node(client)
+        out = {}
+        for tp, offset in answers.items():
+            info = client.partitions.get(tp)
+            if node is not None and info is not None and info.leader == node:
+                out[tp] = offset
+            else:
+                out[tp] = min(offset, self.local_bound(tp))
+        return out
+
+    def _ask_broker(self, tps: list) -> dict:
+        if not tps:
+            return {}
+        return self._client().list_offsets(tps, isolation=self.opts.isolation)
+
+    def earliest(self, tp) -> int:
+        return self.log(tp).log_start_offset
+
+    def latest(self, tp) -> int:
+        if self.opts.bootstrap_servers is not None:
+            if tp not in self._broker_latest:
+                self._broker_latest.update(self._bounded(self._ask_broker([tp])))
+            return self._broker_latest[tp]
+        return self.local_bound(tp)
+
+    def close(self) -> None:
+        if self._root is not None:
+            self._root.close()
+        for client in (self._broker, self._owner):
+            if client is not None:
+                client.close()
+        self._root = None
+        self._broker = None
+        self._owner = None
+        self._owner_looked = False
+        self._claim_read = False
+        self._logs.clear()
+        self._fresh.clear()
+        self._broker_latest.clear()
+
+
+def open_logs(opts: SourceOptions):
+    """The driver's view of the root, or of several log dirs (`path` a comma-separated list:
+    pyspark_seglog.replicas), each read as a root of its own without asking brokers."""
+    if len(opts.roots) > 1:
+        return ReplicaLogs(opts, lambda url: RootLogs(dataclasses.replace(opts, root=url,
+                                                                        bootstrap_servers=None)))
+    return RootLogs(opts)
