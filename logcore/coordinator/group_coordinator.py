@@ -34,12 +34,12 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Protocol
 
 from logcore.wire import error_codes as E
 from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator import group_placement
+from logcore.coordinator.group import COMPLETING, EMPTY, PREPARING, STABLE, Group, Member, resume
 from logcore.coordinator.transaction_appends import CoordinatorAppender
 from logcore.coordinator.transaction_offsets import LogEntry, PendingTxnOffsets, replay
 from logcore.errors import SegLogError
@@ -47,64 +47,9 @@ from logcore.records.batch import build_batch
 
 logger = logging.getLogger(__name__)
 
-EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
 OFFSET_METADATA_MAX_BYTES = 4096        # Kafka's offset.metadata.max.bytes
 EXPIRY_CHECK_S = 0.1
 AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)   # Kafka's answer when operations were not asked for
-
-
-@dataclass
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    last_seen: float
-    assignment: bytes = b""
-    join: asyncio.Future | None = None      # the parked JoinGroup response
-    sync: asyncio.Future | None = None      # the parked SyncGroup response
-
-    def metadata_for(self, protocol: str) -> bytes:
-        return next(m for name, m in self.protocols if name == protocol)
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: str = EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    pending: dict[str, float] = field(default_factory=dict)   # member id -> expiry (MEMBER_ID_REQUIRED issued)
-    offsets: dict[tuple[str, int], OT.CommittedOffset] = field(default_factory=dict)
-    changed: asyncio.Event | None = None
-    rebalance: asyncio.Task | None = None
-    last_newcomer: float = 0.0
-
-    def supported(self) -> set[str]:
-        names = None
-        for m in self.members.values():
-            mine = {name for name, _ in m.protocols}
-            names = mine if names is None else names & mine
-        return names or set()
-
-    def select_protocol(self) -> str:
-        """Kafka's vote: each member votes for its most preferred protocol all members support."""
-        candidates = self.supported()
-        votes: dict[str, int] = {}
-        for m in self.members.values():
-            choice = next(name for name, _ in m.protocols if name in candidates)
-            votes[choice] = votes.get(choice, 0) + 1
-        return max(sorted(votes), key=lambda name: votes[name])
-
-    def all_joined(self) -> bool:
-        return not self.pending and all(m.join is not None for m in self.members.values())
 
 
 class OffsetsPartitions(Protocol):
@@ -117,15 +62,6 @@ class OffsetsPartitions(Protocol):
     def submit(self, part, records) -> Awaitable: ...   # the append's info (`last_offset`)
 
     def unpin_thread(self) -> None: ...         # after a read in a worker thread
-
-
-def _resume(groups, now: float) -> None:
-    """Groups read back from the log: Stable with the members of their last generation (their
-    sessions start now), Empty without (Kafka's loadGroup)."""
-    for group in groups:
-        group.state = STABLE if group.members else EMPTY
-        for m in group.members.values():
-            m.last_seen = now
 
 
 class GroupCoordinator:
@@ -233,7 +169,7 @@ class GroupCoordinator:
         for producer_id, committed in self._markers_while_loading.pop(p, ()):
             self._complete_txn_offsets(p, producer_id, committed)
         loaded = [g for gid, g in self.groups.items() if self.partition_of(gid) == p]
-        _resume(loaded, asyncio.get_running_loop().time())
+        resume(loaded, asyncio.get_running_loop().time())
         self.loading.discard(p)
         self.owned.add(p)
         self._loads.pop(p, None)
@@ -302,7 +238,7 @@ class GroupCoordinator:
             entries = list(replay(log, log.log_start_offset, "read_uncommitted"))
             count += len(entries)
             self._replay(p, entries)
-        _resume(self.groups.values(), time.monotonic())     # the event loop's clock
+        resume(self.groups.values(), time.monotonic())     # the event loop's clock
         logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OT.TOPIC)
         return count
 
