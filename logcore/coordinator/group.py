@@ -3,14 +3,13 @@ protocol and leader (Group), and the states of Kafka's classic protocol it moves
 Empty -> PreparingRebalance -> CompletingRebalance -> Stable.
 
 Plain data and the group's own rules (the protocol vote, whether every member has rejoined);
-the state machine that drives them is the GroupCoordinator's.
+the state machine that drives them is the GroupCoordinator's, the committed offsets are
+GroupOffsets'.
 """
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-
-from logcore.coordinator import offsets_topic as OT
 
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
 
@@ -44,7 +43,6 @@ class Group:
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     pending: dict[str, float] = field(default_factory=dict)   # member id -> expiry (MEMBER_ID_REQUIRED issued)
-    offsets: dict[tuple[str, int], OT.CommittedOffset] = field(default_factory=dict)
     changed: asyncio.Event | None = None
     rebalance: asyncio.Task | None = None
     last_newcomer: float = 0.0
