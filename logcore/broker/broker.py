@@ -127,7 +127,7 @@ class Broker:
                         id_expiration_ms=config["transactional.id.expiration.ms"],
                         remove_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
                         commit_timeout_s=config["offsets.commit.timeout.ms"] / 1000),
-            on_offsets_marker=self.groups.on_offsets_marker)
+            on_offsets_marker=self.groups.offsets.on_marker)
         self.transactions = TransactionHandlers(self.txn, self.groups, config, advertised, self.partitions,
                                                 self.membership)
         self.maintenance = BrokerMaintenance(

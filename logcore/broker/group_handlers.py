@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from logcore.wire import error_codes as E
 from logcore.broker.cluster_handlers import await_metadata
 from logcore.coordinator import offsets_topic as OT
-from logcore.coordinator.group_coordinator import OFFSET_METADATA_MAX_BYTES, join_error, sync_error
+from logcore.coordinator.group_coordinator import join_error, sync_error
+from logcore.coordinator.group_offsets import OFFSET_METADATA_MAX_BYTES
 from logcore.errors import TopicExistsError
 from logcore.wire.protocol import Request
 
@@ -224,7 +225,7 @@ class GroupHandlers:
                 results.append((t.name, p.partition_index, error))
 
         async def finish() -> dict:
-            stored = await self.groups.commit_offsets(b.group_id, offsets)
+            stored = await self.groups.offsets.commit(b.group_id, offsets)
             by_topic: dict[str, list] = {}
             for topic, index, error in results:
                 if error == E.NONE:
@@ -253,14 +254,14 @@ class GroupHandlers:
                          "committed_offset": -1, "committed_leader_epoch": -1, "metadata": ""}
                         for p in parts]} for t, parts in (topics or [])]})
                 continue
-            found = self.groups.committed(group_id, topics)
+            found = self.groups.offsets.committed(group_id, topics)
             # KIP-447: an offset an open transaction is about to change is not stable yet.
             stable = getattr(b, "require_stable", False)
             answers.append({"group_id": group_id, "error_code": E.NONE, "topics": [
                 {"name": t, "partitions": [
                     {"partition_index": p, "error_code": E.UNSTABLE_OFFSET_COMMIT, "committed_offset": -1,
                      "committed_leader_epoch": -1, "metadata": ""}
-                    if stable and self.groups.unstable(group_id, t, p) else
+                    if stable and self.groups.offsets.unstable(group_id, t, p) else
                     {"partition_index": p, "error_code": E.NONE,
                      "committed_offset": c.offset if c else -1,
                      "committed_leader_epoch": c.leader_epoch if c else -1,

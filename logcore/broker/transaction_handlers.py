@@ -17,7 +17,7 @@ import time
 
 from logcore.broker.cluster_handlers import await_metadata
 from logcore.coordinator import offsets_topic as OT
-from logcore.coordinator.group_coordinator import OFFSET_METADATA_MAX_BYTES
+from logcore.coordinator.group_offsets import OFFSET_METADATA_MAX_BYTES
 from logcore.coordinator.transaction_coordinator import TransactionCoordinator
 from logcore.coordinator.transaction_log import TOPIC, TOPIC_CONFIG, TxnState, partition_for
 from logcore.errors import TopicExistsError
@@ -235,7 +235,7 @@ class TransactionHandlers:
                 results.append((t.name, p.partition_index, error))
         stored = E.NONE
         if offsets:
-            stored = await self.groups.commit_txn_offsets(b.group_id, b.producer_id, b.producer_epoch, offsets)
+            stored = await self.groups.offsets.commit_txn(b.group_id, b.producer_id, b.producer_epoch, offsets)
             if stored == E.INVALID_PRODUCER_EPOCH and req.api_version >= 3:
                 stored = E.PRODUCER_FENCED
         by_topic: dict[str, list] = {}

@@ -7,8 +7,9 @@ Above the log and replication; below the broker, which hands requests to them. W
 the broker (its open partitions) and of replication (the replica manager) they take duck-typed:
 nothing here imports logcore.broker (tests/test_layers.py).
 
-Group side: `group_coordinator` (GroupCoordinator, the classic group state machine and its
-committed offsets), `offsets_topic` (the `__consumer_offsets` record codec) and
-`group_placement` (which groups this broker coordinates: all, or in a cluster those of the
-partitions it leads).
+Group side: `group_coordinator` (GroupCoordinator, the classic group state machine, its
+appends to `__consumer_offsets` and its loads), `group` (Group, Member and their states),
+`group_offsets` (GroupOffsets, the committed offsets, transactional ones pending until their
+marker), `offsets_topic` (the `__consumer_offsets` record codec) and `group_placement` (which
+groups this broker coordinates: all, or in a cluster those of the partitions it leads).
 """

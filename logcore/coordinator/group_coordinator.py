@@ -1,4 +1,3 @@
-# Over 700 lines: the classic group state machine (join, sync, heartbeat, expiry) with its offsets (transactional ones too), and, in a cluster, its load and drop with leadership.
 """The group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
 and committed offsets (OffsetCommit, OffsetFetch) kept in the compacted `__consumer_offsets` topic.
 
@@ -8,6 +7,10 @@ their rebalance timeout passes; those that did not are dropped); the first rebal
 empty group waits group.initial.rebalance.delay.ms after the last newcomer. The leader gets
 every member's subscription and computes the assignment client-side; its SyncGroup hands each
 member its share. Members that stop heartbeating for their session timeout are removed.
+
+The groups and members are `group.Group` and `group.Member`; the committed offsets, plain and
+transactional, are a part of their own (`group_offsets.GroupOffsets`, the coordinator's
+`offsets`), which this coordinator feeds with its appends and its loads.
 
 Committed offsets and each generation's group metadata are appended to the group's partition
 of `__consumer_offsets` (through the partition's append queue and group commit) before the
@@ -34,77 +37,22 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Protocol
 
 from logcore.wire import error_codes as E
 from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator import group_placement
+from logcore.coordinator.group import COMPLETING, EMPTY, PREPARING, STABLE, Group, Member, resume
+from logcore.coordinator.group_offsets import GroupOffsets
 from logcore.coordinator.transaction_appends import CoordinatorAppender
-from logcore.coordinator.transaction_offsets import LogEntry, PendingTxnOffsets, replay
+from logcore.coordinator.transaction_offsets import LogEntry, replay
 from logcore.errors import SegLogError
 from logcore.records.batch import build_batch
 
 logger = logging.getLogger(__name__)
 
-EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
-OFFSET_METADATA_MAX_BYTES = 4096        # Kafka's offset.metadata.max.bytes
 EXPIRY_CHECK_S = 0.1
 AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)   # Kafka's answer when operations were not asked for
-
-
-@dataclass
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    last_seen: float
-    assignment: bytes = b""
-    join: asyncio.Future | None = None      # the parked JoinGroup response
-    sync: asyncio.Future | None = None      # the parked SyncGroup response
-
-    def metadata_for(self, protocol: str) -> bytes:
-        return next(m for name, m in self.protocols if name == protocol)
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: str = EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    pending: dict[str, float] = field(default_factory=dict)   # member id -> expiry (MEMBER_ID_REQUIRED issued)
-    offsets: dict[tuple[str, int], OT.CommittedOffset] = field(default_factory=dict)
-    changed: asyncio.Event | None = None
-    rebalance: asyncio.Task | None = None
-    last_newcomer: float = 0.0
-
-    def supported(self) -> set[str]:
-        names = None
-        for m in self.members.values():
-            mine = {name for name, _ in m.protocols}
-            names = mine if names is None else names & mine
-        return names or set()
-
-    def select_protocol(self) -> str:
-        """Kafka's vote: each member votes for its most preferred protocol all members support."""
-        candidates = self.supported()
-        votes: dict[str, int] = {}
-        for m in self.members.values():
-            choice = next(name for name, _ in m.protocols if name in candidates)
-            votes[choice] = votes.get(choice, 0) + 1
-        return max(sorted(votes), key=lambda name: votes[name])
-
-    def all_joined(self) -> bool:
-        return not self.pending and all(m.join is not None for m in self.members.values())
 
 
 class OffsetsPartitions(Protocol):
@@ -117,15 +65,6 @@ class OffsetsPartitions(Protocol):
     def submit(self, part, records) -> Awaitable: ...   # the append's info (`last_offset`)
 
     def unpin_thread(self) -> None: ...         # after a read in a worker thread
-
-
-def _resume(groups, now: float) -> None:
-    """Groups read back from the log: Stable with the members of their last generation (their
-    sessions start now), Empty without (Kafka's loadGroup)."""
-    for group in groups:
-        group.state = STABLE if group.members else EMPTY
-        for m in group.members.values():
-            m.last_seen = now
 
 
 class GroupCoordinator:
@@ -151,11 +90,8 @@ class GroupCoordinator:
         self.loading: set[int] = set()
         self._tenure: dict[int, int] = {}
         self._loads: dict[int, asyncio.Task] = {}
-        # TxnOffsetCommit: offsets of open transactions, applied by their COMMIT marker.
-        self.txn_offsets = PendingTxnOffsets()
-        # Markers written to a partition while it loads: its read may end before them, so they
-        # are applied again once its records are (completing what is no longer pending is a no-op).
-        self._markers_while_loading: dict[int, list[tuple[int, bool]]] = {}
+        # The committed offsets, transactional ones too; they reach the log through _append.
+        self.offsets = GroupOffsets(self.partition_of, self._append, self._group)
         self.appender = CoordinatorAppender(partitions)
 
     def attach_cluster(self, replica_manager, commit_timeout_ms: int) -> None:
@@ -191,7 +127,7 @@ class GroupCoordinator:
             if p in self.owned or p in self.loading:
                 return                          # a new epoch of the same tenure
             tenure = self._tenure[p] = self._tenure.get(p, 0) + 1
-            self._markers_while_loading.pop(p, None)
+            self.offsets.defer_markers(p)
             self.loading.add(p)
             self._loads[p] = asyncio.get_running_loop().create_task(
                 self._load_partition(p, tenure), name=f"load-{OT.TOPIC}-{p}")
@@ -201,7 +137,7 @@ class GroupCoordinator:
         self._tenure[p] = self._tenure.get(p, 0) + 1
         self.owned.discard(p)
         self.loading.discard(p)
-        self._markers_while_loading.pop(p, None)
+        self.offsets.discard_deferred(p)
         task = self._loads.pop(p, None)
         if task is not None:
             task.cancel()
@@ -229,11 +165,10 @@ class GroupCoordinator:
         if self._tenure.get(p) != tenure:
             return
         self._unload(p)                         # whatever an earlier tenure left
-        self._replay(p, records)
-        for producer_id, committed in self._markers_while_loading.pop(p, ()):
-            self._complete_txn_offsets(p, producer_id, committed)
+        self.offsets.replay(p, records, self._apply_group_record)
+        self.offsets.apply_deferred(p)
         loaded = [g for gid, g in self.groups.items() if self.partition_of(gid) == p]
-        _resume(loaded, asyncio.get_running_loop().time())
+        resume(loaded, asyncio.get_running_loop().time())
         self.loading.discard(p)
         self.owned.add(p)
         self._loads.pop(p, None)
@@ -248,27 +183,9 @@ class GroupCoordinator:
         finally:
             self.partitions.unpin_thread()
 
-    def _replay(self, p: int, entries: list[LogEntry]) -> None:
-        """Apply a partition's records: plain ones at once, transactional offsets at their
-        transaction's COMMIT marker (dropped at ABORT; pending while neither is there)."""
-        where = f"{OT.TOPIC}-{p}"
-        for e in entries:
-            if e.marker is not None:
-                self._complete_txn_offsets(p, e.producer_id, e.marker)
-            elif not e.transactional:
-                self._apply_kv(e.key, e.value, f"{where} offset {e.offset}")
-            elif e.key is not None and e.value is not None:
-                try:
-                    key = OT.parse_key(e.key, f"{where} offset {e.offset}")
-                    if isinstance(key, OT.OffsetKey):
-                        self.txn_offsets.add(p, e.producer_id, key.group, {
-                            (key.topic, key.partition): OT.parse_offset_value(e.value, f"{where} offset {e.offset}")})
-                except SegLogError as exc:
-                    logger.warning("skipping a record of %s: %s", OT.TOPIC, exc)
-
     def _unload(self, p: int) -> None:
         """Drop the groups of partition p: their members rejoin at the new coordinator."""
-        self.txn_offsets.drop_partition(p)
+        self.offsets.drop_partition(p)
         gone = [gid for gid in self.groups if self.partition_of(gid) == p]
         for gid in gone:
             group = self.groups.pop(gid)
@@ -301,40 +218,29 @@ class GroupCoordinator:
             log = part.log
             entries = list(replay(log, log.log_start_offset, "read_uncommitted"))
             count += len(entries)
-            self._replay(p, entries)
-        _resume(self.groups.values(), time.monotonic())     # the event loop's clock
+            self.offsets.replay(p, entries, self._apply_group_record)
+        resume(self.groups.values(), time.monotonic())     # the event loop's clock
         logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OT.TOPIC)
         return count
 
-    def _apply_kv(self, record_key: bytes | None, record_value: bytes | None, where: str) -> None:
-        if record_key is None:
+    def _apply_group_record(self, key: OT.GroupKey, record_value: bytes | None, where: str) -> None:
+        """A group's metadata read back from its partition (a bad one raises SegLogError)."""
+        if record_value is None:
+            self.groups.pop(key.group, None)
+            self.offsets.drop_group(key.group)
             return
-        try:
-            key = OT.parse_key(record_key, where)
-            if isinstance(key, OT.OffsetKey):
-                group = self._group(key.group)
-                if record_value is None:
-                    group.offsets.pop((key.topic, key.partition), None)
-                else:
-                    group.offsets[(key.topic, key.partition)] = OT.parse_offset_value(record_value, where)
-            elif isinstance(key, OT.GroupKey):
-                if record_value is None:
-                    self.groups.pop(key.group, None)
-                else:
-                    g = OT.parse_group_value(record_value, where)
-                    group = self._group(key.group)
-                    group.generation, group.protocol_type = g.generation, g.protocol_type or None
-                    # Kafka's loadGroup: the members of the last generation written, with their
-                    # assignments, so a stable group goes on at a new coordinator (or after a
-                    # restart) without a rebalance; each session starts again at the load.
-                    group.protocol, group.leader = (g.protocol, g.leader) if g.protocol else (None, None)
-                    group.members = {
-                        m.member_id: Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                            m.session_timeout_ms, m.rebalance_timeout_ms, g.protocol_type,
-                                            [(g.protocol, m.subscription)], 0.0, m.assignment)
-                        for m in g.members} if g.protocol else {}
-        except SegLogError as exc:     # one bad record must not keep the broker from starting
-            logger.warning("skipping a record of %s: %s", OT.TOPIC, exc)
+        g = OT.parse_group_value(record_value, where)
+        group = self._group(key.group)
+        group.generation, group.protocol_type = g.generation, g.protocol_type or None
+        # Kafka's loadGroup: the members of the last generation written, with their
+        # assignments, so a stable group goes on at a new coordinator (or after a
+        # restart) without a rebalance; each session starts again at the load.
+        group.protocol, group.leader = (g.protocol, g.leader) if g.protocol else (None, None)
+        group.members = {
+            m.member_id: Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                m.session_timeout_ms, m.rebalance_timeout_ms, g.protocol_type,
+                                [(g.protocol, m.subscription)], 0.0, m.assignment)
+            for m in g.members} if g.protocol else {}
 
     async def start(self) -> None:
         self._expiry = asyncio.get_running_loop().create_task(self._expire_members())
@@ -670,6 +576,8 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ offsets
     def check_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
+        """Whether this member of this generation may commit the group's offsets (the
+        group's side of OffsetCommit and TxnOffsetCommit; the offsets are `self.offsets`')."""
         group = self.groups.get(group_id)
         if generation_id < 0 and not member_id:
             # A consumer that assigns its own partitions: allowed while no member owns the group.
@@ -684,59 +592,6 @@ class GroupCoordinator:
             return E.REBALANCE_IN_PROGRESS
         group.members[member_id].last_seen = asyncio.get_running_loop().time()
         return E.NONE
-
-    async def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], OT.CommittedOffset]) -> int:
-        """Append the offsets and wait for their commit; the error code for all of them."""
-        if not group_id:
-            return E.INVALID_GROUP_ID
-        if not offsets:
-            return E.NONE
-        records = [(OT.offset_key(group_id, t, p), OT.offset_value(c)) for (t, p), c in offsets.items()]
-        code = await self._append(group_id, records)
-        if code != E.NONE:
-            return code
-        self._group(group_id).offsets.update(offsets)
-        return E.NONE
-
-    async def commit_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
-                                 offsets: dict[tuple[str, int], OT.CommittedOffset]) -> int:
-        """TxnOffsetCommit: append the offsets in the producer's transaction; they apply when
-        its COMMIT marker reaches the group's partition (on_offsets_marker)."""
-        if not group_id:
-            return E.INVALID_GROUP_ID
-        if not offsets:
-            return E.NONE
-        records = [(OT.offset_key(group_id, t, p), OT.offset_value(c)) for (t, p), c in offsets.items()]
-        code = await self._append(group_id, records, (producer_id, producer_epoch))
-        if code == E.NONE:
-            self.txn_offsets.add(self.partition_of(group_id), producer_id, group_id, offsets)
-        return code
-
-    def on_offsets_marker(self, p: int, producer_id: int, committed: bool) -> None:
-        """A COMMIT or ABORT marker of `producer_id` was written to partition p."""
-        if p in self.loading:
-            self._markers_while_loading.setdefault(p, []).append((producer_id, committed))
-            return
-        self._complete_txn_offsets(p, producer_id, committed)
-
-    def _complete_txn_offsets(self, p: int, producer_id: int, committed: bool) -> None:
-        for group_id, offsets in self.txn_offsets.complete(p, producer_id, committed).items():
-            self._group(group_id).offsets.update(offsets)
-
-    def unstable(self, group_id: str, topic: str, partition: int) -> bool:
-        """Whether an open transaction holds an offset of this group for topic-partition."""
-        return self.txn_offsets.has_pending(group_id, (topic, partition))
-
-    def committed(self, group_id: str, topics: list[tuple[str, list[int]]] | None
-                  ) -> list[tuple[str, list[tuple[int, OT.CommittedOffset | None]]]]:
-        group = self.groups.get(group_id)
-        stored = group.offsets if group is not None else {}
-        if topics is None:
-            by_topic: dict[str, list] = {}
-            for (t, p), c in sorted(stored.items()):
-                by_topic.setdefault(t, []).append((p, c))
-            return list(by_topic.items())
-        return [(t, [(p, stored.get((t, p))) for p in parts]) for t, parts in topics]
 
 
 def partition_for(group_id: str, partitions: int) -> int:

@@ -45,14 +45,14 @@ def test_replay_applies_committed_drops_aborted_keeps_open(tmp_path):
     groups.load()
 
     def committed(group):
-        ((_, [(_, c)]),) = groups.committed(group, [("t", [0])])
+        ((_, [(_, c)]),) = groups.offsets.committed(group, [("t", [0])])
         return None if c is None else c.offset
     assert committed("plain") == 3
     assert committed("committed") == 12
     assert committed("aborted") is None
-    assert committed("open") is None and groups.unstable("open", "t", 0)
-    groups.on_offsets_marker(0, 7, True)          # its COMMIT marker arrives later
-    assert committed("open") == 30 and not groups.unstable("open", "t", 0)
+    assert committed("open") is None and groups.offsets.unstable("open", "t", 0)
+    groups.offsets.on_marker(0, 7, True)          # its COMMIT marker arrives later
+    assert committed("open") == 30 and not groups.offsets.unstable("open", "t", 0)
     pm.close()
 
 
@@ -86,11 +86,11 @@ def test_a_commit_marker_written_while_the_partition_loads_applies_its_offsets(t
         groups.on_leadership(OT.TOPIC, 0, True)
         assert await asyncio.to_thread(read_done.wait, 10)
         await appender.append_marker(part, committed=True, producer_id=9, producer_epoch=0, coordinator_epoch=0)
-        groups.on_offsets_marker(0, 9, True)     # as the marker writer calls it
+        groups.offsets.on_marker(0, 9, True)     # as the marker writer calls it
         marker_written.set()
         while 0 in groups.loading:
             await asyncio.sleep(0.01)
     asyncio.run(scenario())
-    ((_, [(_, c)]),) = groups.committed("g", [("t", [0])])
-    assert c is not None and c.offset == 40 and not groups.unstable("g", "t", 0)
+    ((_, [(_, c)]),) = groups.offsets.committed("g", [("t", [0])])
+    assert c is not None and c.offset == 40 and not groups.offsets.unstable("g", "t", 0)
     pm.close()

@@ -1,0 +1,76 @@
+"""A classic consumer group as its coordinator holds it: its members (Member), its generation,
+protocol and leader (Group), and the states of Kafka's classic protocol it moves through:
+Empty -> PreparingRebalance -> CompletingRebalance -> Stable.
+
+Plain data and the group's own rules (the protocol vote, whether every member has rejoined);
+the state machine that drives them is the GroupCoordinator's, the committed offsets are
+GroupOffsets'.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    last_seen: float
+    assignment: bytes = b""
+    join: asyncio.Future | None = None      # the parked JoinGroup response
+    sync: asyncio.Future | None = None      # the parked SyncGroup response
+
+    def metadata_for(self, protocol: str) -> bytes:
+        return next(m for name, m in self.protocols if name == protocol)
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, float] = field(default_factory=dict)   # member id -> expiry (MEMBER_ID_REQUIRED issued)
+    changed: asyncio.Event | None = None
+    rebalance: asyncio.Task | None = None
+    last_newcomer: float = 0.0
+
+    def supported(self) -> set[str]:
+        names = None
+        for m in self.members.values():
+            mine = {name for name, _ in m.protocols}
+            names = mine if names is None else names & mine
+        return names or set()
+
+    def select_protocol(self) -> str:
+        """Kafka's vote: each member votes for its most preferred protocol all members support."""
+        candidates = self.supported()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = next(name for name, _ in m.protocols if name in candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(sorted(votes), key=lambda name: votes[name])
+
+    def all_joined(self) -> bool:
+        return not self.pending and all(m.join is not None for m in self.members.values())
+
+
+def resume(groups, now: float) -> None:
+    """Groups read back from the log: Stable with the members of their last generation (their
+    sessions start now), Empty without (Kafka's loadGroup)."""
+    for group in groups:
+        group.state = STABLE if group.members else EMPTY
+        for m in group.members.values():
+            m.last_seen = now
