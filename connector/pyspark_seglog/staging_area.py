@@ -35,10 +35,13 @@ def end_job(storage, job_id: str) -> None:
 
 
 def cleanup(storage, query_id: str, batch_id: int) -> None:
-    """Delete the staging of this batch and of every older batch of the query."""
+    """Delete the staging of this batch and of every older batch of the query, and what a
+    driver killed while it wrote `_committed.json` left beside it (the one driver of the query
+    has finished its own write by now)."""
     base = staging_path(query_id)
     if not storage.exists(base):
         return
+    storage.delete_abandoned_writes(base)
     for name in storage.list_dir(base):
         if name.isdigit() and int(name) <= batch_id:
             storage.delete_dir(f"{base}/{name}")

@@ -92,6 +92,12 @@ class Storage(ABC):
         durable=False skips the fsyncs on local disk: for scratch files that a crash may lose
         (staging that a retry rewrites), never for anything a commit relies on."""
 
+    def delete_abandoned_writes(self, path: str) -> int:
+        """Delete the temp files that `write_atomic` calls into folder `path` left when their
+        process died mid-write; the caller knows no such write of its folder is in flight.
+        Object stores put whole objects and leave none: 0."""
+        return 0
+
     def write_atomic_many(self, items: list[tuple[str, bytes]], *, durable: bool = True) -> None:
         """`write_atomic` of each (path, data); each file on its own is replaced atomically
         (not the set). Local disk shares the waits: see LocalStorage."""

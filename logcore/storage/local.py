@@ -155,6 +155,17 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             pass  # already gone (or removed concurrently)
 
+    def delete_abandoned_writes(self, path: str) -> int:
+        self._refuse_if_read_only(path, "delete abandoned temp files")
+        folder = self.local_path(path)
+        try:
+            names = [n for n in os.listdir(folder) if TMP_MARKER in n]
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        for name in names:
+            _unlink_quietly(os.path.join(folder, name))
+        return len(names)
+
     def _write_tmp(self, os_path: str, data: bytes, durable: bool = True) -> tuple[str, int]:
         """Write `data` to a fresh (fsynced) temp file beside `os_path`; returns (tmp path, open fd)."""
         folder, name = os.path.split(os_path)

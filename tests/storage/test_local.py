@@ -192,3 +192,23 @@ def test_write_atomic_many_replaces_each_file_with_one_folder_fsync(tmp_path, mo
     # both temp files, then the folder once (not once per file)
     assert len(synced) == 3 and synced[-1] == str(tmp_path)
     assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+
+
+def _die_mid_write(root: str) -> None:
+    # a process killed between the temp file's write and its rename
+    storage = LocalStorage(root)
+    storage._write_tmp(storage.local_path("q/_committed.json"), b'{"batch": 7}')
+    os._exit(0)
+
+
+def test_delete_abandoned_writes_removes_what_a_killed_writer_left(storage):
+    storage.write_atomic("q/_committed.json", b'{"batch": 6}')
+    proc = multiprocessing.get_context("fork").Process(target=_die_mid_write, args=(storage.local_path(""),))
+    proc.start()
+    proc.join(10)
+    assert storage.list_dir("q") == ["_committed.json"]        # hidden, but on disk
+    assert len(os.listdir(storage.local_path("q"))) == 2
+    assert storage.delete_abandoned_writes("q") == 1
+    assert os.listdir(storage.local_path("q")) == ["_committed.json"]
+    assert storage.read("q/_committed.json") == b'{"batch": 6}'
+    assert storage.delete_abandoned_writes("missing") == 0
