@@ -393,10 +393,11 @@ class Broker:
         refused as a whole), None for acks=0, or an awaitable when a batch waits for a commit.
         Never raises: a failure is answered with error codes (see handle)."""
         try:
-            # KIP-890 in a cluster: transactional batches another broker must vouch for first.
-            verification = self.transactions.remote_verification(req.body)
-            if verification is not None:
-                return self._guarded(req, self._produce_verified(req, verification))
+            # KIP-890 in a cluster: transactional batches another broker must vouch for first,
+            # and the later requests of the same transactional id wait behind them.
+            turn = self.transactions.produce_turn(req.body)
+            if turn is not None:
+                return self._guarded(req, self._produce_in_turn(turn.start(lambda: self._produce_now(req))))
             result = self._produce_now(req)
         except Exception as exc:   # noqa: BLE001
             return self._failed(req, exc)
@@ -404,9 +405,8 @@ class Broker:
             return self._guarded(req, result)
         return result
 
-    async def _produce_verified(self, req: Request, verification) -> Result:
-        await verification
-        result = self._produce_now(req)
+    async def _produce_in_turn(self, turn: asyncio.Task) -> Result:
+        result = await asyncio.shield(turn)      # submitted in its turn even if this request is dropped
         if result is not None and not isinstance(result, (dict, bytes)) and inspect.isawaitable(result):
             return await result
         return result

@@ -27,8 +27,6 @@ from logcore.wire.protocol import Request
 
 logger = logging.getLogger(__name__)
 
-VERDICTS_KEPT = 10_000
-
 # The version from which each API answers PRODUCER_FENCED (older ones: INVALID_PRODUCER_EPOCH)
 _FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
 
@@ -59,10 +57,10 @@ class TransactionHandlers:
         self.membership = membership
         # KIP-890 in a cluster: what the coordinator of another broker answered for a
         # transactional batch's partition, (transactional id, producer id, epoch, topic,
-        # partition) -> error code, taken by the produce that asked; one verification at a time
-        # per transactional id, so that a producer's pipelined requests append in order.
+        # partition) -> error code, taken by the produce that asked in its turn.
         self.verdicts: dict[tuple, int] = {}
-        self.verifying: dict[str, asyncio.Lock] = {}
+        # transactional id -> the last of its produce requests waiting for their turn
+        self.turns: dict[str, ProduceTurn] = {}
         self.connections: dict[int, object] = {}
 
     def handlers(self) -> dict:
@@ -294,13 +292,31 @@ class TransactionHandlers:
         return code, (f"{topic}-{p} is not in the ongoing transaction of transactional id {transactional_id!r}"
                       f" (producer {pid}, epoch {epoch})")
 
-    def remote_verification(self, body):
-        """A coroutine that asks the coordinator of the request's transactional id (another
-        broker's) about each partition whose first transactional batch this is, or None when
-        nothing needs asking (the produce goes on at once)."""
+    def produce_turn(self, body) -> "ProduceTurn | None":
+        """The turn of a transactional produce request that cannot be appended at once, or None
+        when it can (the produce goes on at once): its batches need the coordinator of its
+        transactional id (another broker's) to vouch for a partition whose first transactional
+        batch this is, or an earlier request of the same id still waits for its own turn. Taken
+        in arrival order, so that a producer's pipelined requests append in the order it sent
+        them, as Kafka's one-request-at-a-time connections do: a request appended ahead of an
+        earlier parked one fails with OUT_OF_ORDER_SEQUENCE_NUMBER, which the producer cannot
+        retry once the earlier one is acknowledged."""
         tid = body.transactional_id
-        if tid is None or self.membership.replica_manager is None or self.txn.coordinates(tid):
+        if tid is None:
             return None
+        before = self.turns.get(tid)
+        wanted = {}
+        if self.membership.replica_manager is not None and not self.txn.coordinates(tid):
+            wanted = self._unverified(body)
+        if not wanted and before is None:
+            return None
+        turn = ProduceTurn(self, tid, wanted, before)
+        self.turns[tid] = turn
+        return turn
+
+    def _unverified(self, body) -> dict[tuple[int, int], list[tuple[str, int]]]:
+        """(producer id, epoch) -> the partitions of the request whose transactional batch
+        finds no open transaction of that producer in the partition's producer state."""
         wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
         for t in body.topic_data:
             for pd in t.partition_data:
@@ -315,19 +331,24 @@ class TransactionHandlers:
                 if entry is not None and entry.producer_epoch == epoch and entry.current_txn_first_offset is not None:
                     continue              # its transaction is open here: verified at its first batch
                 wanted.setdefault((pid, epoch), []).append((t.name, pd.index))
-        if not wanted:
-            return None
-        return self._verify_remotely(tid, wanted)
+        return wanted
 
-    async def _verify_remotely(self, tid: str, wanted: dict) -> None:
-        lock = self.verifying.setdefault(tid, asyncio.Lock())
-        if len(self.verdicts) > VERDICTS_KEPT:
-            self.verdicts.clear()     # answers no produce took (it failed before its check): stale
-        async with lock:
-            for (pid, epoch), tps in wanted.items():
-                codes = await self._ask_coordinator(tid, pid, epoch, tps)
-                for tp in tps:
-                    self.verdicts[(tid, pid, epoch, *tp)] = codes.get(tp, E.COORDINATOR_NOT_AVAILABLE)
+    async def ask_verdicts(self, tid: str, pid: int, epoch: int, tps: list) -> list[tuple]:
+        """Ask the coordinator of `tid` about `tps` and keep its answers for the produce check;
+        their keys."""
+        codes = await self._ask_coordinator(tid, pid, epoch, tps)
+        keys = []
+        for tp in tps:
+            key = (tid, pid, epoch, *tp)
+            self.verdicts[key] = codes.get(tp, E.COORDINATOR_NOT_AVAILABLE)
+            keys.append(key)
+        return keys
+
+    def turn_over(self, turn: "ProduceTurn", keys: list[tuple]) -> None:
+        for key in keys:
+            self.verdicts.pop(key, None)      # not taken (the batch failed before its check): stale
+        if self.turns.get(turn.tid) is turn:
+            del self.turns[turn.tid]
 
     async def _ask_coordinator(self, tid: str, pid: int, epoch: int, tps) -> dict:
         rm = self.membership.replica_manager
@@ -359,6 +380,38 @@ class TransactionHandlers:
 
     def _partition_exists(self, topic: str, index: int) -> bool:
         return self.membership.topic_catalog.partition_exists(topic, index)
+
+
+class ProduceTurn:
+    """One transactional produce request's place among the parked requests of its
+    transactional id. `start(submit)` runs it as a task of its own (so that a later request's
+    turn comes even when the client that sent this one goes away): it waits until every
+    earlier parked request has been submitted, asks the coordinator about the partitions it
+    must (the verdicts the produce check takes), then calls `submit` (which queues the
+    request's batches at once) and gives what it returns."""
+
+    def __init__(self, handlers: TransactionHandlers, tid: str, wanted: dict, before: "ProduceTurn | None"):
+        self.handlers = handlers
+        self.tid = tid
+        self.wanted = wanted
+        self.before = before
+        self.task: asyncio.Task | None = None
+
+    def start(self, submit) -> asyncio.Task:
+        self.task = asyncio.get_running_loop().create_task(self._run(submit))
+        return self.task
+
+    async def _run(self, submit):
+        keys = []
+        try:
+            if self.before is not None and self.before.task is not None:
+                await asyncio.wait([self.before.task])        # its outcome is its own request's
+            self.before = None
+            for (pid, epoch), tps in self.wanted.items():
+                keys += await self.handlers.ask_verdicts(self.tid, pid, epoch, tps)
+            return submit()
+        finally:
+            self.handlers.turn_over(self, keys)
 
 
 def _no_coordinator(message: str) -> dict:

@@ -215,3 +215,63 @@ def test_java_transactional_producer_on_the_cluster(tmp_path, zk_hosts):
         header, row = [line.split() for line in out.stdout.splitlines() if line.strip()][:2]
         described = dict(zip(header, row))
         assert described["CoordinatorId"] == str(coordinator) and described["TransactionState"] == "CompleteCommit"
+
+
+def test_pipelined_produce_waits_behind_a_verification(tmp_path, zk_hosts):
+    """KIP-890 at a leader that does not coordinate the id: a request parked while the
+    coordinator vouches for one of its partitions is followed, on the same connection, by
+    requests for a partition whose transaction is already open here. They must append after
+    it, in the order sent (as a producer with several requests in flight sends them): appended
+    ahead they fail with OUT_OF_ORDER_SEQUENCE_NUMBER, which Kafka's producer cannot retry once
+    the parked one is acknowledged (ProducerPerformance with transactions on three brokers)."""
+    from logcore.wire.api_keys import ADD_PARTITIONS_TO_TXN, END_TXN, INIT_PRODUCER_ID
+    from logcore.wire.error_codes import COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS
+    with SeglogCluster.running(tmp_path, zk_hosts, size=3, props=TXN_PROPS) as c:
+        tid = "pipelined-tx"
+        coordinator = _coordinator(c, tid)
+        leader, follower = [b for b in sorted(c.brokers) if b != coordinator][:2]
+        fs = c.admin().create_topics([ck.admin.NewTopic("pt", num_partitions=2,
+                                                        replica_assignment=[[leader, follower]] * 2)])
+        fs["pt"].result(30)
+        c.wait_for(lambda: all(v[0] == leader for v in c.metadata("pt").values()), 30, f"broker {leader} leading pt")
+
+        def coordinated(api_key: int, body: dict, version: int):
+            def answered():
+                r = _ask(c, coordinator, api_key, body, version)
+                code = int(getattr(r, "error_code", NONE))
+                return None if code in (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS) else r
+            return c.wait_for(answered, 30, f"API {api_key} of {tid!r} answered", interval=0.1)
+
+        init = coordinated(INIT_PRODUCER_ID, {"transactional_id": tid, "transaction_timeout": 60000,
+                                              "producer_id": -1, "producer_epoch": -1}, 4)
+        assert int(init.error_code) == NONE
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        added = coordinated(ADD_PARTITIONS_TO_TXN, {
+            "v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": "pt", "partitions": [0, 1]}]}, 3)
+        assert [int(r.partition_error_code) for t in added.results_by_topic_v3_and_below
+                for r in t.results_by_partition] == [NONE, NONE]
+
+        def produce(*batches):
+            """batches: (partition, first sequence, values)"""
+            data = [{"index": q, "records": build_batch(
+                [(None, v, (), int(time.time() * 1000)) for v in values], producer_id=pid, producer_epoch=epoch,
+                base_sequence=seq, is_transactional=True)} for q, seq, values in batches]
+            return {"transactional_id": tid, "acks": -1, "timeout": 10000,
+                    "topic_data": [{"name": "pt", "partition_data": data}]}
+
+        with KafkaConnection("127.0.0.1", c.brokers[leader].port, timeout_s=30) as conn:
+            first = conn.request(PRODUCE, produce((0, 0, [b"a0", b"a1"])), 9)
+            assert int(first.responses[0].partition_responses[0].error_code) == NONE
+            # p0's transaction is open at the leader now; p1's first batch needs the coordinator
+            conn.send(PRODUCE, produce((0, 2, [b"a2"]), (1, 0, [b"b0", b"b1"])), 9)
+            for seq in range(3, 8):
+                conn.send(PRODUCE, produce((0, seq, [b"a%d" % seq])), 9)
+            codes = [[(int(p.index), int(p.error_code)) for t in conn.receive().responses
+                      for p in t.partition_responses] for _ in range(6)]
+        assert codes == [[(0, NONE), (1, NONE)]] + [[(0, NONE)]] * 5, codes
+        ended = coordinated(END_TXN, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                      "committed": True}, 3)
+        assert int(ended.error_code) == NONE
+        want = sorted([b"a%d" % i for i in range(8)] + [b"b0", b"b1"])
+        assert _read(c, "pt", 2, expect=want) == want
