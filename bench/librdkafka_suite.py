@@ -59,7 +59,7 @@ APT_HEADERS = {"/usr/include/rapidjson/schema.h": "rapidjson-dev", "/usr/include
 # transaction tests (0098 consumer side with Kafka's Java producer and librdkafka's, 0103 producer,
 # 0129 aborted messages in a fetch).
 GENERAL = ["0001", "0002", "0003", "0005", "0007", "0008", "0011", "0012", "0013", "0014", "0015", "0017",
-           "0018", "0019", "0020", "0021", "0022", "0026", "0028", "0029", "0030", "0031", "0033", "0034",
+           "0018", "0019", "0020", "0021", "0022", "0026", "0029", "0030", "0031", "0033", "0034",
            "0035", "0036", "0039", "0040", "0041", "0044", "0045", "0048", "0050", "0051", "0052", "0053",
            "0054", "0056", "0057", "0059", "0060", "0061", "0063", "0064", "0065", "0067", "0069", "0070",
            "0073", "0081", "0082", "0083", "0084", "0085", "0086", "0090", "0092", "0093", "0099", "0102",
@@ -67,8 +67,16 @@ GENERAL = ["0001", "0002", "0003", "0005", "0007", "0008", "0011", "0012", "0013
            "0137", "0140"]
 TRANSACTIONS = ["0098", "0103", "0129"]
 
-# librdkafka's default scenario, on every server.
-SCENARIO = {"auto.create.topics.enable": "true", "num.partitions": "4", "group.initial.rebalance.delay.ms": "0"}
+# librdkafka's test scenarios (its tests/scenarios/*.json): topics are auto-created or not, 4
+# partitions each; a test of another scenario is skipped by the runner. No rebalance delay anywhere.
+SCENARIOS = {"default": {"auto.create.topics.enable": "true"}, "noautocreate": {"auto.create.topics.enable": "false"}}
+COMMON = {"num.partitions": "4", "group.initial.rebalance.delay.ms": "0"}
+# Kafka's ACL authorizer on the one-node reference, open to everyone until a test adds an ACL (0081
+# CreateAcls, 0109 kafka-acls.sh). Not on three KRaft nodes: over PLAINTEXT every principal is
+# ANONYMOUS, and the controllers' quorum only starts with its principal a super user, which would
+# make every client one too. seglog has no ACLs (it refuses these settings).
+KAFKA_ACLS = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "allow.everyone.if.no.acl.found": "true"}
 ONE_NODE = {"default.replication.factor": "1", "offsets.topic.replication.factor": "1"}
 THREE_NODES = {"default.replication.factor": "3", "offsets.topic.replication.factor": "3"}
 ONE_NODE_TXN = {"transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
@@ -204,16 +212,17 @@ def seglog_has_transactions(tree: Path) -> bool:
 class KafkaTarget:
     """Apache Kafka (KRaft), one node or three."""
 
-    def __init__(self, jars, workdir: Path, nodes: int):
+    def __init__(self, jars, workdir: Path, nodes: int, scenario: dict[str, str]):
         self.jars, self.workdir, self.nodes = jars, workdir, nodes
+        self.scenario = {**COMMON, **scenario}
         self.server = None
 
     def start(self) -> str:
         if self.nodes == 1:
-            self.server = KafkaBroker.create(self.jars, self.workdir, {**SCENARIO, **ONE_NODE, **ONE_NODE_TXN}).start()
+            self.server = KafkaBroker.create(self.jars, self.workdir, {**self.scenario, **KAFKA_ACLS, **ONE_NODE, **ONE_NODE_TXN}).start()
         else:
             self.server = KafkaCluster.create(self.jars, self.workdir, self.nodes,
-                                              {**SCENARIO, **THREE_NODES, **THREE_NODES_TXN}).start()
+                                              {**self.scenario, **THREE_NODES, **THREE_NODES_TXN}).start()
         return self.server.bootstrap
 
     def stop(self) -> None:
@@ -224,13 +233,14 @@ class KafkaTarget:
 class SeglogBrokerTarget:
     """One `seglog broker` of the tree `tree`, as a user starts it."""
 
-    def __init__(self, tree: Path, workdir: Path):
+    def __init__(self, tree: Path, workdir: Path, scenario: dict[str, str]):
         self.tree, self.workdir = tree, workdir
+        self.scenario = {**COMMON, **scenario}
         self.proc: subprocess.Popen | None = None
 
     def settings(self) -> dict[str, str]:
         props = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(self.workdir / "logs"), "node.id": "0",
-                 "offsets.topic.num.partitions": "3", **SCENARIO, **ONE_NODE}
+                 "offsets.topic.num.partitions": "3", **self.scenario, **ONE_NODE}
         if seglog_has_transactions(self.tree):
             props.update(ONE_NODE_TXN)
         return props
@@ -263,8 +273,9 @@ class SeglogBrokerTarget:
 class SeglogClusterTarget:
     """Three `seglog broker`s of the tree `tree` over one ZooKeeper (tests/cluster/seglog_cluster.py)."""
 
-    def __init__(self, tree: Path, workdir: Path, size: int = 3):
+    def __init__(self, tree: Path, workdir: Path, scenario: dict[str, str], size: int = 3):
         self.tree, self.workdir, self.size = tree, workdir, size
+        self.scenario = {**COMMON, **scenario}
         self.zk = self.cluster = None
 
     def start(self) -> str:
@@ -272,7 +283,7 @@ class SeglogClusterTarget:
             sys.path.insert(0, str(p))
         from seglog_cluster import SeglogCluster
         from zookeeper_reference import ZooKeeperCluster
-        props = {**SCENARIO, **THREE_NODES}
+        props = {**self.scenario, **THREE_NODES}
         if seglog_has_transactions(self.tree):
             props.update(THREE_NODES_TXN)
         self.zk = ZooKeeperCluster(self.workdir / "zk", size=1)
@@ -302,7 +313,7 @@ class Result:
 
 
 def run_test(build: LibrdkafkaBuild, number: str, bootstrap: str, kafka_path: Path, broker_version: str,
-             outdir: Path, quick: bool, timeout: float) -> list[Result]:
+             outdir: Path, quick: bool, timeout: float, scenario: str) -> list[Result]:
     """One test-runner process for test `number` against `bootstrap`: one Result per test of that
     number (0045 has several)."""
     outdir.mkdir(parents=True, exist_ok=True)
@@ -314,7 +325,7 @@ def run_test(build: LibrdkafkaBuild, number: str, bootstrap: str, kafka_path: Pa
            "KAFKA_PATH": str(kafka_path), "BROKERS": bootstrap,
            "LD_LIBRARY_PATH": f"{build.tree / 'src'}:{build.tree / 'src-cpp'}"}
     # line-buffered: a runner that aborts after a failure (threads left behind) keeps its summary
-    args = ["stdbuf", "-oL", "-eL", "./test-runner", "-p1", "-L", *(["-Q"] if quick else [])]
+    args = ["stdbuf", "-oL", "-eL", "./test-runner", "-p1", "-L", "-s", scenario, *(["-Q"] if quick else [])]
     started = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(args, cwd=build.tests, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -331,9 +342,12 @@ def run_test(build: LibrdkafkaBuild, number: str, bootstrap: str, kafka_path: Pa
     rows = []
     for line in text.splitlines():
         m = _ROW.match(line.strip())
-        # <MAIN> is the runner; -L filters the mock-cluster tests of the same number out
-        if m and m.group(1) != "<MAIN>" and not m.group(4).startswith("Filtered due to negative test flags"):
+        if m and m.group(1) != "<MAIN>":       # <MAIN> is the runner itself
             rows.append(Result(m.group(1), m.group(2), float(m.group(3)), m.group(4).strip(), log))
+    # -L filters out the mock-cluster tests of the same number: not rows of this table, unless
+    # the runner filtered every test of the number (a known issue it does not run)
+    kept = [r for r in rows if not r.reason.startswith("Filtered due to negative test flags")]
+    rows = kept or rows
     if timed_out:
         return [Result(name, "TIMEOUT", seconds, f"no result within {timeout:.0f} s; last lines: {_last_lines(text)}",
                        log) for name in ([r.name for r in rows] or [number])]
@@ -371,7 +385,7 @@ def _last_lines(text: str, n: int = 3) -> str:
 
 
 def run_target(label: str, target, build, tests: list[str], kafka_path: Path, broker_version: str,
-               workdir: Path, quick: bool, timeout: float) -> list[Result]:
+               workdir: Path, quick: bool, timeout: float, scenario: str) -> list[Result]:
     print(f"== {label}: starting", flush=True)
     results: list[Result] = []
     try:
@@ -379,7 +393,8 @@ def run_target(label: str, target, build, tests: list[str], kafka_path: Path, br
         bootstrap = target.start()
         print(f"== {label}: {bootstrap} (started in {time.monotonic() - started:.0f} s)", flush=True)
         for number in tests:
-            for r in run_test(build, number, bootstrap, kafka_path, broker_version, workdir / label, quick, timeout):
+            for r in run_test(build, number, bootstrap, kafka_path, broker_version, workdir / label, quick,
+                              timeout, scenario):
                 print(f"   {r.name:<45} {r.state:<8} {r.seconds:7.1f}s {r.reason[:160]}", flush=True)
                 results.append(r)
     except Exception as exc:     # noqa: BLE001 - a server that does not start: every test says why
@@ -427,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma list of test numbers; 'general' and 'transactions' name the two default sets, "
                          "'all' every broker test of librdkafka's 0001-0999 series")
     ap.add_argument("--seglog-tree", default=str(REPO), help="the seglog checkout whose broker runs")
+    ap.add_argument("--scenario", default="default", choices=sorted(SCENARIOS),
+                    help="librdkafka's test scenario: the servers' topic auto-creation; the runner skips "
+                         "the tests of the other one")
     ap.add_argument("--full", action="store_true", help="without librdkafka's quick mode (-Q)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds for one test-runner process")
     ap.add_argument("--workdir", help="where servers and test logs go (default: a new temporary folder, kept)")
@@ -452,11 +470,12 @@ def main(argv: list[str] | None = None) -> int:
     tree = Path(args.seglog_tree).resolve()
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="librdkafka-suite-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    scenario = SCENARIOS[args.scenario]
     makers = {
-        "kafka": (f"Kafka {jars.version}", lambda d: KafkaTarget(jars, d, 1)),
-        "kafka3": (f"Kafka {jars.version} x3", lambda d: KafkaTarget(jars, d, 3)),
-        "seglog": ("seglog", lambda d: SeglogBrokerTarget(tree, d)),
-        "seglog3": ("seglog x3", lambda d: SeglogClusterTarget(tree, d)),
+        "kafka": (f"Kafka {jars.version}", lambda d: KafkaTarget(jars, d, 1, scenario)),
+        "kafka3": (f"Kafka {jars.version} x3", lambda d: KafkaTarget(jars, d, 3, scenario)),
+        "seglog": ("seglog", lambda d: SeglogBrokerTarget(tree, d, scenario)),
+        "seglog3": ("seglog x3", lambda d: SeglogClusterTarget(tree, d, scenario)),
     }
     columns: dict[str, list[Result]] = {}
     for key in args.targets.split(","):
@@ -465,9 +484,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown target {key!r}: one of {', '.join(makers)}")
         label, make = makers[key]
         columns[label] = run_target(key, make(workdir / f"server-{key}"), build, tests, kafka_path,
-                                    jars.version, workdir, not args.full, args.timeout)
+                                    jars.version, workdir, not args.full, args.timeout, args.scenario)
     print()
-    print(f"librdkafka {args.version} test suite ({'full' if args.full else 'quick'} mode), seglog tree "
+    print(f"librdkafka {args.version} test suite ({'full' if args.full else 'quick'} mode, scenario "
+          f"{args.scenario}), seglog tree "
           f"{tree.name}{' with' if seglog_has_transactions(tree) else ' without'} a transaction coordinator")
     print(table(columns))
     failures = [(label, r) for label, results in columns.items() for r in results
