@@ -59,7 +59,7 @@ APT_HEADERS = {"/usr/include/rapidjson/schema.h": "rapidjson-dev", "/usr/include
 # transaction tests (0098 consumer side with Kafka's Java producer and librdkafka's, 0103 producer,
 # 0129 aborted messages in a fetch).
 GENERAL = ["0001", "0002", "0003", "0005", "0007", "0008", "0011", "0012", "0013", "0014", "0015", "0017",
-           "0018", "0019", "0020", "0021", "0022", "0026", "0029", "0030", "0031", "0033", "0034",
+           "0018", "0019", "0020", "0021", "0022", "0026", "0028", "0029", "0030", "0031", "0033", "0034",
            "0035", "0036", "0039", "0040", "0041", "0044", "0045", "0048", "0050", "0051", "0052", "0053",
            "0054", "0056", "0057", "0059", "0060", "0061", "0063", "0064", "0065", "0067", "0069", "0070",
            "0073", "0081", "0082", "0083", "0084", "0085", "0086", "0090", "0092", "0093", "0099", "0102",
@@ -170,15 +170,23 @@ class LibrdkafkaBuild:
                 raise SystemExit(f"could not clone {GITHUB} at {tag}: {clone.stderr.strip()} "
                                  f"(pass --source with a local clone, or --version)")
 
-    def broker_tests(self) -> list[str]:
-        """Every test number of the 0001-0999 series that has a test needing a broker (test.c's
-        table: an entry without TEST_F_LOCAL)."""
+    def _table(self) -> list[tuple[str, str, str]]:
+        """test.c's table of tests: (number, name, flags) of each entry."""
         text = (self.tests / "test.c").read_text(errors="replace")
         table = text[text.index("struct test tests[]"):]
         table = table[:table.index("\n};")]
-        numbers = [n for n, flags in re.findall(r"_TEST\((\d{4})_\w+\s*,\s*([^,)]*)", table)
-                   if "TEST_F_LOCAL" not in flags and "0001" <= n <= "0999"]
-        return list(dict.fromkeys(numbers))
+        return [(n, f"{n}_{name}", flags) for n, name, flags in
+                re.findall(r"_TEST\((\d{4})_(\w+)\s*,\s*([^,)]*)", table)]
+
+    def broker_tests(self) -> list[str]:
+        """Every test number of the 0001-0999 series that has a test needing a broker (an entry
+        without TEST_F_LOCAL)."""
+        return list(dict.fromkeys(n for n, _name, flags in self._table()
+                                  if "TEST_F_LOCAL" not in flags and "0001" <= n <= "0999"))
+
+    def local_tests(self) -> set[str]:
+        """The names of the tests that need no broker (mock cluster or none): -L leaves them out."""
+        return {name for _n, name, flags in self._table() if "TEST_F_LOCAL" in flags}
 
     def kafka_path(self, jars) -> Path:
         """A KAFKA_PATH for the tests that run Kafka's tools: `libs` is the reference Kafka's jars,
@@ -344,10 +352,9 @@ def run_test(build: LibrdkafkaBuild, number: str, bootstrap: str, kafka_path: Pa
         m = _ROW.match(line.strip())
         if m and m.group(1) != "<MAIN>":       # <MAIN> is the runner itself
             rows.append(Result(m.group(1), m.group(2), float(m.group(3)), m.group(4).strip(), log))
-    # -L filters out the mock-cluster tests of the same number: not rows of this table, unless
-    # the runner filtered every test of the number (a known issue it does not run)
-    kept = [r for r in rows if not r.reason.startswith("Filtered due to negative test flags")]
-    rows = kept or rows
+    # -L leaves out the tests of the same number that need no broker: not rows of this table
+    local = build.local_tests()
+    rows = [r for r in rows if r.name not in local]
     if timed_out:
         return [Result(name, "TIMEOUT", seconds, f"no result within {timeout:.0f} s; last lines: {_last_lines(text)}",
                        log) for name in ([r.name for r in rows] or [number])]
