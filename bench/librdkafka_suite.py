@@ -2,9 +2,11 @@
 Apache Kafka (the reference), one `seglog broker` and a three-broker seglog cluster, as a table
 test -> PASSED / FAILED / SKIPPED per server. A long run (minutes per server), not part of pytest.
 
-    python bench/librdkafka_suite.py [--version 2.15.0] [--targets kafka,seglog,seglog3]
-        [--tests 0001,0012,0103,...] [--seglog-tree DIR] [--full] [--timeout 600]
-        [--source GIT_DIR] [--workdir DIR]
+    python bench/librdkafka_suite.py [--version 2.15.0] [--targets kafka,kafka3,seglog,seglog3]
+        [--tests 0001,0012,0103,...|general|transactions|all] [--seglog-tree DIR]
+        [--scenario default|noautocreate] [--full] [--timeout 600] [--source GIT_DIR] [--workdir DIR]
+
+(docs/compatibility.md has the measured table and why each failure fails.)
 
 librdkafka is built from its release tag v<version> (default: the librdkafka that confluent-kafka
 bundles) in a cache folder outside the checkout, ``$SEGLOG_LIBRDKAFKA_CACHE`` or
@@ -20,8 +22,8 @@ asked the same tests. Tests that run Kafka's tools (kafka-topics.sh, 0098's Java
 producer) get a ``KAFKA_PATH`` whose ``libs`` are the reference Kafka's jars (tests/kafka_reference.py)
 and whose ``bin`` runs Kafka's own classes from them.
 
-The servers have the settings of librdkafka's default test scenario (topic auto-creation, 4
-partitions per topic, replication factor 3 on a cluster), no rebalance delay, and a transaction
+The servers have the settings of librdkafka's test scenario (`--scenario`: topic auto-creation on
+or off; 4 partitions per topic, replication factor 3 on three nodes), no rebalance delay, and a transaction
 state log that fits them; a seglog tree without a transaction coordinator gets no
 ``transaction.state.log.*`` settings (it would refuse them) and its transaction tests fail at
 InitProducerId. Every server this script starts is stopped by its process id at the end; each
@@ -49,7 +51,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from kafka_reference import KafkaBroker, KafkaCluster, resolve_jars  # noqa: E402
 
 GITHUB = "https://github.com/confluentinc/librdkafka.git"
-# Mock-cluster-only features are left out of librdkafka's build: GSSAPI (Kerberos) and OIDC (curl).
+# Kerberos (GSSAPI) and OIDC (curl) are left out of the build: their tests need servers set up
+# for them, which none of these are.
 CONFIGURE = ["--disable-gssapi", "--disable-curl"]
 APT_PACKAGES = {"gcc": "gcc", "g++": "g++", "make": "make", "pkg-config": "pkg-config"}
 APT_HEADERS = {"/usr/include/rapidjson/schema.h": "rapidjson-dev", "/usr/include/zstd.h": "libzstd-dev",
