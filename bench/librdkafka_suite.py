@@ -1,0 +1,517 @@
+"""librdkafka's own integration suite (the C and C++ tests under its `tests/` folder) against
+Apache Kafka (the reference), one `seglog broker` and a three-broker seglog cluster, as a table
+test -> PASSED / FAILED / SKIPPED per server. A long run (minutes per server), not part of pytest.
+
+    python bench/librdkafka_suite.py [--version 2.15.0] [--targets kafka,kafka3,seglog,seglog3]
+        [--tests 0001,0012,0103,...|general|transactions|all] [--seglog-tree DIR]
+        [--scenario default|noautocreate] [--full] [--timeout 600] [--source GIT_DIR] [--workdir DIR]
+
+(docs/compatibility.md has the measured table and why each failure fails.)
+
+librdkafka is built from its release tag v<version> (default: the librdkafka that confluent-kafka
+bundles) in a cache folder outside the checkout, ``$SEGLOG_LIBRDKAFKA_CACHE`` or
+``~/.cache/seglog-librdkafka/<version>``, once; later runs reuse it. The source is cloned from
+GitHub, or archived from a local clone given with ``--source``. Build tools and the libraries the
+tests want (RapidJSON for 0098's checks, zstd) are installed with apt-get when missing.
+
+Each test runs as its own `test-runner` process (librdkafka's runner, without trivup): ``TESTS=<n>``,
+``-L`` (broker tests only: the mock-cluster ones are irrelevant here), ``-Q`` (librdkafka's quick
+mode, what its CI runs; ``--full`` drops it), a ``test.conf`` naming the server, and
+``TEST_KAFKA_VERSION`` set to the reference Kafka's version for every server, so every server is
+asked the same tests. Tests that run Kafka's tools (kafka-topics.sh, 0098's Java transactional
+producer) get a ``KAFKA_PATH`` whose ``libs`` are the reference Kafka's jars (tests/kafka_reference.py)
+and whose ``bin`` runs Kafka's own classes from them.
+
+The servers have the settings of librdkafka's test scenario (`--scenario`: topic auto-creation on
+or off; 4 partitions per topic, replication factor 3 on three nodes), no rebalance delay, and a transaction
+state log that fits them; a seglog tree without a transaction coordinator gets no
+``transaction.state.log.*`` settings (it would refuse them) and its transaction tests fail at
+InitProducerId. Every server this script starts is stopped by its process id at the end; each
+test's output is kept in the work folder (printed at the end) for reading why it failed.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from kafka_reference import KafkaBroker, KafkaCluster, resolve_jars  # noqa: E402
+
+GITHUB = "https://github.com/confluentinc/librdkafka.git"
+# Kerberos (GSSAPI) and OIDC (curl) are left out of the build: their tests need servers set up
+# for them, which none of these are.
+CONFIGURE = ["--disable-gssapi", "--disable-curl"]
+APT_PACKAGES = {"gcc": "gcc", "g++": "g++", "make": "make", "pkg-config": "pkg-config"}
+APT_HEADERS = {"/usr/include/rapidjson/schema.h": "rapidjson-dev", "/usr/include/zstd.h": "libzstd-dev",
+               "/usr/include/openssl/ssl.h": "libssl-dev", "/usr/include/zlib.h": "zlib1g-dev"}
+
+# Produce/consume, groups, offsets, admin and idempotence tests that need a broker, then the
+# transaction tests (0098 consumer side with Kafka's Java producer and librdkafka's, 0103 producer,
+# 0129 aborted messages in a fetch).
+GENERAL = ["0001", "0002", "0003", "0005", "0007", "0008", "0011", "0012", "0013", "0014", "0015", "0017",
+           "0018", "0019", "0020", "0021", "0022", "0026", "0028", "0029", "0030", "0031", "0033", "0034",
+           "0035", "0036", "0039", "0040", "0041", "0044", "0045", "0048", "0050", "0051", "0052", "0053",
+           "0054", "0056", "0057", "0059", "0060", "0061", "0063", "0064", "0065", "0067", "0069", "0070",
+           "0073", "0081", "0082", "0083", "0084", "0085", "0086", "0090", "0092", "0093", "0099", "0102",
+           "0107", "0109", "0110", "0112", "0113", "0114", "0118", "0122", "0125", "0127", "0130", "0132",
+           "0137", "0140"]
+TRANSACTIONS = ["0098", "0103", "0129"]
+
+# librdkafka's test scenarios (its tests/scenarios/*.json): topics are auto-created or not, 4
+# partitions each; a test of another scenario is skipped by the runner. No rebalance delay anywhere.
+SCENARIOS = {"default": {"auto.create.topics.enable": "true"}, "noautocreate": {"auto.create.topics.enable": "false"}}
+COMMON = {"num.partitions": "4", "group.initial.rebalance.delay.ms": "0"}
+# Kafka's ACL authorizer on the one-node reference, open to everyone until a test adds an ACL (0081
+# CreateAcls, 0109 kafka-acls.sh). Not on three KRaft nodes: over PLAINTEXT every principal is
+# ANONYMOUS, and the controllers' quorum only starts with its principal a super user, which would
+# make every client one too. seglog has no ACLs (it refuses these settings).
+KAFKA_ACLS = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "allow.everyone.if.no.acl.found": "true"}
+ONE_NODE = {"default.replication.factor": "1", "offsets.topic.replication.factor": "1"}
+THREE_NODES = {"default.replication.factor": "3", "offsets.topic.replication.factor": "3"}
+ONE_NODE_TXN = {"transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
+                "transaction.state.log.num.partitions": "3"}
+THREE_NODES_TXN = {"transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2",
+                   "transaction.state.log.num.partitions": "3"}
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ROW = re.compile(r"^\|\s*(\S+)\s*\|\s*(PASSED|FAILED|SKIPPED|RUNNING|DNS)\s*\|\s*([\d.]+)s\s*\|\s?(.*)$")
+
+
+def bundled_version() -> str | None:
+    with contextlib.suppress(ImportError):
+        import confluent_kafka
+        return confluent_kafka.libversion()[0]
+    return None
+
+
+# ------------------------------------------------------------------------------------ the build
+
+def cache_root() -> Path:
+    base = os.environ.get("SEGLOG_LIBRDKAFKA_CACHE")
+    return Path(base) if base else Path.home() / ".cache" / "seglog-librdkafka"
+
+
+def apt_install(packages: list[str]) -> None:
+    if not packages:
+        return
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise SystemExit(f"librdkafka's build needs {', '.join(packages)}: install them (no apt-get as root here)")
+    print(f"installing {' '.join(packages)} with apt-get", flush=True)
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
+    if subprocess.run(cmd, capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "update"], capture_output=True, check=True)
+        subprocess.run(cmd, capture_output=True, check=True)
+
+
+class LibrdkafkaBuild:
+    """librdkafka `version` and its test-runner, built once in the cache folder."""
+
+    def __init__(self, version: str, source: str | None):
+        self.version = version
+        self.source = source
+        self.folder = cache_root() / version
+        self.tree = self.folder / "librdkafka"
+        self.marker = self.folder / "built"
+
+    @property
+    def tests(self) -> Path:
+        return self.tree / "tests"
+
+    def ensure(self) -> float:
+        """Build if not built yet; the seconds the build took (0 when cached)."""
+        if self.marker.exists() and (self.tests / "test-runner").exists():
+            return 0.0
+        apt_install(sorted({pkg for tool, pkg in APT_PACKAGES.items() if shutil.which(tool) is None}
+                           | {pkg for header, pkg in APT_HEADERS.items() if not Path(header).exists()}))
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.tree.exists():
+            shutil.rmtree(self.tree)
+        self._checkout()
+        started = time.monotonic()
+        jobs = str(os.cpu_count() or 2)
+        log = self.folder / "build.log"
+        with open(log, "wb") as out:
+            for cmd in (["./configure", *CONFIGURE], ["make", f"-j{jobs}", "libs"],
+                        ["make", "-C", "tests", f"-j{jobs}", "build"]):
+                print(f"librdkafka {self.version}: {' '.join(cmd)}", flush=True)
+                if subprocess.run(cmd, cwd=self.tree, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
+                    raise SystemExit(f"`{' '.join(cmd)}` failed; see {log}")
+        seconds = time.monotonic() - started
+        self.marker.write_text(json.dumps({"configure": CONFIGURE, "build_seconds": round(seconds, 1)}) + "\n")
+        return seconds
+
+    def _checkout(self) -> None:
+        tag = f"v{self.version}"
+        self.tree.mkdir(parents=True)
+        if self.source:
+            git_dir = Path(self.source)
+            git_dir = git_dir / ".git" if (git_dir / ".git").exists() else git_dir
+            archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", tag], capture_output=True)
+            if archive.returncode != 0:
+                raise SystemExit(f"{git_dir} has no tag {tag}: {archive.stderr.decode().strip()} "
+                                 f"(pass --version with one of its release tags)")
+            subprocess.run(["tar", "-x", "-C", str(self.tree)], input=archive.stdout, check=True)
+        else:
+            clone = subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", tag, GITHUB, str(self.tree)],
+                                   capture_output=True, text=True)
+            if clone.returncode != 0:
+                shutil.rmtree(self.tree, ignore_errors=True)
+                raise SystemExit(f"could not clone {GITHUB} at {tag}: {clone.stderr.strip()} "
+                                 f"(pass --source with a local clone, or --version)")
+
+    def _table(self) -> list[tuple[str, str, str]]:
+        """test.c's table of tests: (number, name, flags) of each entry."""
+        text = (self.tests / "test.c").read_text(errors="replace")
+        table = text[text.index("struct test tests[]"):]
+        table = table[:table.index("\n};")]
+        return [(n, f"{n}_{name}", flags) for n, name, flags in
+                re.findall(r"_TEST\((\d{4})_(\w+)\s*,\s*([^,)]*)", table)]
+
+    def broker_tests(self) -> list[str]:
+        """Every test number of the 0001-0999 series that has a test needing a broker (an entry
+        without TEST_F_LOCAL)."""
+        return list(dict.fromkeys(n for n, _name, flags in self._table()
+                                  if "TEST_F_LOCAL" not in flags and "0001" <= n <= "0999"))
+
+    def local_tests(self) -> set[str]:
+        """The names of the tests that need no broker (mock cluster or none): -L leaves them out."""
+        return {name for _n, name, flags in self._table() if "TEST_F_LOCAL" in flags}
+
+    def kafka_path(self, jars) -> Path:
+        """A KAFKA_PATH for the tests that run Kafka's tools: `libs` is the reference Kafka's jars,
+        `bin` runs Kafka's classes from them (kafka-run-class.sh for 0098's Java producer,
+        kafka-topics.sh for the tests that alter topics with it)."""
+        path = self.folder / f"kafka-{jars.version}"
+        (path / "bin").mkdir(parents=True, exist_ok=True)
+        libs = path / "libs"
+        if not libs.exists():
+            libs.symlink_to(jars.folder / "jars")
+        log4j = jars.folder / "log4j2-tools.properties"
+        run_class = path / "bin" / "kafka-run-class.sh"
+        run_class.write_text("#!/bin/sh\n# Kafka's classes from libs/, with the caller's CLASSPATH in front.\n"
+                             f'exec java -Xmx256m -Dlog4j2.configurationFile={log4j} '
+                             f'-cp "$CLASSPATH:{libs}/*" "$@"\n')
+        tools = {"kafka-topics.sh": jars.topic_command,
+                 "kafka-acls.sh": jars.first_class("org.apache.kafka.tools.AclCommand", "kafka.admin.AclCommand")}
+        for name, main_class in tools.items():
+            (path / "bin" / name).write_text(f'#!/bin/sh\nexec "$(dirname "$0")/kafka-run-class.sh" {main_class} "$@"\n')
+        for script in path.glob("bin/*.sh"):
+            script.chmod(0o755)
+        return path
+
+
+# ------------------------------------------------------------------------------------ the servers
+
+def seglog_has_transactions(tree: Path) -> bool:
+    return (tree / "logcore" / "coordinator" / "transaction_coordinator.py").exists()
+
+
+class KafkaTarget:
+    """Apache Kafka (KRaft), one node or three."""
+
+    def __init__(self, jars, workdir: Path, nodes: int, scenario: dict[str, str]):
+        self.jars, self.workdir, self.nodes = jars, workdir, nodes
+        self.scenario = {**COMMON, **scenario}
+        self.server = None
+
+    def start(self) -> str:
+        if self.nodes == 1:
+            self.server = KafkaBroker.create(self.jars, self.workdir, {**self.scenario, **KAFKA_ACLS, **ONE_NODE, **ONE_NODE_TXN}).start()
+        else:
+            self.server = KafkaCluster.create(self.jars, self.workdir, self.nodes,
+                                              {**self.scenario, **THREE_NODES, **THREE_NODES_TXN}).start()
+        return self.server.bootstrap
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+class SeglogBrokerTarget:
+    """One `seglog broker` of the tree `tree`, as a user starts it."""
+
+    def __init__(self, tree: Path, workdir: Path, scenario: dict[str, str]):
+        self.tree, self.workdir = tree, workdir
+        self.scenario = {**COMMON, **scenario}
+        self.proc: subprocess.Popen | None = None
+
+    def settings(self) -> dict[str, str]:
+        props = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(self.workdir / "logs"), "node.id": "0",
+                 "offsets.topic.num.partitions": "3", **self.scenario, **ONE_NODE}
+        if seglog_has_transactions(self.tree):
+            props.update(ONE_NODE_TXN)
+        return props
+
+    def start(self) -> str:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        conf = self.workdir / "broker.properties"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in self.settings().items()))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.tree), str(self.tree / "connector")])}
+        with open(self.workdir / "broker.log", "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
+                                         stdout=subprocess.PIPE, stderr=err, env=env, cwd=self.workdir)
+        line = self.proc.stdout.readline().decode().strip()
+        if "listening on PLAINTEXT://" not in line:
+            self.stop()
+            raise RuntimeError(f"seglog broker did not start: {line!r}\n"
+                               f"{(self.workdir / 'broker.log').read_text(errors='replace')[-3000:]}")
+        return line.rsplit("//", 1)[1]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class SeglogClusterTarget:
+    """Three `seglog broker`s of the tree `tree` over one ZooKeeper (tests/cluster/seglog_cluster.py)."""
+
+    def __init__(self, tree: Path, workdir: Path, scenario: dict[str, str], size: int = 3):
+        self.tree, self.workdir, self.size = tree, workdir, size
+        self.scenario = {**COMMON, **scenario}
+        self.zk = self.cluster = None
+
+    def start(self) -> str:
+        for p in (self.tree / "tests", self.tree / "tests" / "cluster"):
+            sys.path.insert(0, str(p))
+        from seglog_cluster import SeglogCluster
+        from zookeeper_reference import ZooKeeperCluster
+        props = {**self.scenario, **THREE_NODES}
+        if seglog_has_transactions(self.tree):
+            props.update(THREE_NODES_TXN)
+        self.zk = ZooKeeperCluster(self.workdir / "zk", size=1)
+        self.zk.start()
+        self.cluster = SeglogCluster(self.workdir / "seglog", self.zk.connect_string, size=self.size, props=props)
+        self.cluster.start()
+        return self.cluster.bootstrap
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            for b in self.cluster.brokers.values():
+                with contextlib.suppress(Exception):
+                    b.stop(30)
+        if self.zk is not None:
+            self.zk.stop()
+
+
+# ------------------------------------------------------------------------------------ the runs
+
+@dataclass
+class Result:
+    name: str
+    state: str            # PASSED / FAILED / SKIPPED / TIMEOUT / CRASHED
+    seconds: float
+    reason: str
+    log: Path
+
+
+def run_test(build: LibrdkafkaBuild, number: str, bootstrap: str, kafka_path: Path, broker_version: str,
+             outdir: Path, quick: bool, timeout: float, scenario: str) -> list[Result]:
+    """One test-runner process for test `number` against `bootstrap`: one Result per test of that
+    number (0045 has several)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    conf = outdir / "test.conf"
+    conf.write_text(f"bootstrap.servers={bootstrap}\n# a Python broker on a shared machine: "
+                    "librdkafka's own timeouts, doubled\ntest.timeout.multiplier=2\n")
+    log = outdir / f"{number}.log"
+    env = {**os.environ, "TESTS": number, "TEST_KAFKA_VERSION": broker_version, "RDKAFKA_TEST_CONF": str(conf),
+           "KAFKA_PATH": str(kafka_path), "BROKERS": bootstrap,
+           "LD_LIBRARY_PATH": f"{build.tree / 'src'}:{build.tree / 'src-cpp'}"}
+    # line-buffered: a runner that aborts after a failure (threads left behind) keeps its summary
+    args = ["stdbuf", "-oL", "-eL", "./test-runner", "-p1", "-L", "-s", scenario, *(["-Q"] if quick else [])]
+    started = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, cwd=build.tests, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)       # its Java children go with it
+        try:
+            proc.wait(timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            timed_out = True
+    seconds = time.monotonic() - started
+    text = _ANSI.sub("", log.read_text(errors="replace"))
+    rows = []
+    for line in text.splitlines():
+        m = _ROW.match(line.strip())
+        if m and m.group(1) != "<MAIN>":       # <MAIN> is the runner itself
+            rows.append(Result(m.group(1), m.group(2), float(m.group(3)), m.group(4).strip(), log))
+    # -L leaves out the tests of the same number that need no broker: not rows of this table
+    local = build.local_tests()
+    rows = [r for r in rows if r.name not in local]
+    if timed_out:
+        return [Result(name, "TIMEOUT", seconds, f"no result within {timeout:.0f} s; last lines: {_last_lines(text)}",
+                       log) for name in ([r.name for r in rows] or [number])]
+    if not rows:
+        return [Result(number, "CRASHED", seconds, f"exit {proc.returncode}; last lines: {_last_lines(text)}", log)]
+    failures = _failure_messages(text)
+    for r in rows:
+        if r.state == "RUNNING":     # the runner gave up on it
+            r.state = "FAILED"
+        if r.state == "FAILED":
+            r.reason = failures.get(r.name) or r.reason or _last_lines(text)
+    return rows
+
+
+_FAILED_AT = re.compile(r'^### Test "([^" (]+)(?: \(([^)]*)\))?" failed at ([^ ]+) ')
+
+
+def _failure_messages(text: str) -> dict[str, str]:
+    """{test name: its first failure}: the sub-test, where it failed and the assertion's message
+    (the line after librdkafka's `### Test "..." failed at ...` line)."""
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _FAILED_AT.match(line.strip())
+        if m and m.group(1) not in out:
+            detail = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            where = f"{m.group(2)}: " if m.group(2) else ""
+            out[m.group(1)] = f"{where}{detail} [{m.group(3)}]"[:500]
+    return out
+
+
+def _last_lines(text: str, n: int = 3) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(("|", "#", "TEST "))]
+    return " / ".join(lines[-n:])[-400:]
+
+
+def run_target(label: str, target, build, tests: list[str], kafka_path: Path, broker_version: str,
+               workdir: Path, quick: bool, timeout: float, scenario: str) -> list[Result]:
+    print(f"== {label}: starting", flush=True)
+    results: list[Result] = []
+    try:
+        started = time.monotonic()
+        bootstrap = target.start()
+        print(f"== {label}: {bootstrap} (started in {time.monotonic() - started:.0f} s)", flush=True)
+        for number in tests:
+            for r in run_test(build, number, bootstrap, kafka_path, broker_version, workdir / label, quick,
+                              timeout, scenario):
+                print(f"   {r.name:<45} {r.state:<8} {r.seconds:7.1f}s {r.reason[:160]}", flush=True)
+                results.append(r)
+    except Exception as exc:     # noqa: BLE001 - a server that does not start: every test says why
+        print(f"== {label}: {exc}", flush=True)
+        done = {r.name.split("_")[0] for r in results}
+        results += [Result(n, "NOT RUN", 0.0, f"server failed: {str(exc)[:300]}", workdir)
+                    for n in tests if n not in done]
+    finally:
+        target.stop()
+    return results
+
+
+def table(columns: dict[str, list[Result]]) -> str:
+    names: list[str] = []
+    for results in columns.values():
+        for r in results:
+            if r.name not in names:
+                names.append(r.name)
+    names.sort()
+    by = {label: {r.name: r for r in results} for label, results in columns.items()}
+    lines = ["| test | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for name in names:
+        cells = []
+        for label in columns:
+            r = by[label].get(name)
+            cells.append("" if r is None else (r.state if r.state in ("SKIPPED", "NOT RUN")
+                                               else f"{r.state} ({r.seconds:.0f} s)"))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    totals = []
+    for label, results in columns.items():
+        counts = {s: sum(1 for r in results if r.state == s) for s in ("PASSED", "FAILED", "SKIPPED")}
+        other = len(results) - sum(counts.values())
+        totals.append(f"{counts['PASSED']} passed, {counts['FAILED'] + other} failed, {counts['SKIPPED']} skipped")
+    lines.append("| **total** | " + " | ".join(totals) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", default=bundled_version(), help="librdkafka release (tag v<version>)")
+    ap.add_argument("--source", help="a local clone of librdkafka (default: clone from GitHub)")
+    ap.add_argument("--targets", default="kafka,kafka3,seglog,seglog3",
+                    help="comma list of kafka, kafka3, seglog, seglog3")
+    ap.add_argument("--tests", default=",".join(GENERAL + TRANSACTIONS),
+                    help="comma list of test numbers; 'general' and 'transactions' name the two default sets, "
+                         "'all' every broker test of librdkafka's 0001-0999 series")
+    ap.add_argument("--seglog-tree", default=str(REPO), help="the seglog checkout whose broker runs")
+    ap.add_argument("--scenario", default="default", choices=sorted(SCENARIOS),
+                    help="librdkafka's test scenario: the servers' topic auto-creation; the runner skips "
+                         "the tests of the other one")
+    ap.add_argument("--full", action="store_true", help="without librdkafka's quick mode (-Q)")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds for one test-runner process")
+    ap.add_argument("--workdir", help="where servers and test logs go (default: a new temporary folder, kept)")
+    ap.add_argument("--build-only", action="store_true")
+    args = ap.parse_args(argv)
+    if not args.version:
+        ap.error("no --version and no confluent-kafka to take librdkafka's version from")
+
+    build = LibrdkafkaBuild(args.version, args.source)
+    seconds = build.ensure()
+    tests: list[str] = []
+    for item in args.tests.split(","):
+        named = {"general": GENERAL, "transactions": TRANSACTIONS, "all": build.broker_tests}
+        tests += named[item.strip()]() if item.strip() == "all" else named.get(item.strip(), [item.strip()])
+    tests = list(dict.fromkeys(tests))
+    print(f"librdkafka {args.version}: " + (f"built in {seconds:.0f} s" if seconds else "cached")
+          + f" ({build.tests / 'test-runner'})", flush=True)
+    if args.build_only:
+        return 0
+
+    jars = resolve_jars()
+    kafka_path = build.kafka_path(jars)
+    tree = Path(args.seglog_tree).resolve()
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="librdkafka-suite-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    scenario = SCENARIOS[args.scenario]
+    makers = {
+        "kafka": (f"Kafka {jars.version}", lambda d: KafkaTarget(jars, d, 1, scenario)),
+        "kafka3": (f"Kafka {jars.version} x3", lambda d: KafkaTarget(jars, d, 3, scenario)),
+        "seglog": ("seglog", lambda d: SeglogBrokerTarget(tree, d, scenario)),
+        "seglog3": ("seglog x3", lambda d: SeglogClusterTarget(tree, d, scenario)),
+    }
+    columns: dict[str, list[Result]] = {}
+    for key in args.targets.split(","):
+        key = key.strip()
+        if key not in makers:
+            ap.error(f"unknown target {key!r}: one of {', '.join(makers)}")
+        label, make = makers[key]
+        columns[label] = run_target(key, make(workdir / f"server-{key}"), build, tests, kafka_path,
+                                    jars.version, workdir, not args.full, args.timeout, args.scenario)
+    print()
+    print(f"librdkafka {args.version} test suite ({'full' if args.full else 'quick'} mode, scenario "
+          f"{args.scenario}), seglog tree "
+          f"{tree.name}{' with' if seglog_has_transactions(tree) else ' without'} a transaction coordinator")
+    print(table(columns))
+    failures = [(label, r) for label, results in columns.items() for r in results
+                if r.state not in ("PASSED", "SKIPPED")]
+    if failures:
+        print("\nfailures:")
+        for label, r in failures:
+            print(f"- {label} {r.name}: {r.state}: {r.reason}")
+    (workdir / "results.json").write_text(json.dumps(
+        {label: [{"name": r.name, "state": r.state, "seconds": r.seconds, "reason": r.reason, "log": str(r.log)}
+                 for r in results] for label, results in columns.items()}, indent=1))
+    print(f"\ntest logs and results.json: {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
