@@ -173,11 +173,15 @@ class Controller:
             except CoordinatorUnavailableError as exc:
                 logger.warning("broker %d: resigning as controller failed: %s (its session ends it)",
                                self.broker_id, exc)
-        self.fence = None
+        # A pass still running past the join keeps its fence: its writes stay checked against
+        # /controller_epoch (a successor's election fails them), where None would make them
+        # unfenced writes. It ends at its next look at the stop flag.
+        if not self._worker.is_alive():
+            self.fence = None
 
     @property
     def active(self) -> bool:
-        return self.fence is not None
+        return self.fence is not None and not self._stop.is_set()
 
     def _run(self) -> None:
         next_rebalance = time.monotonic() + self.rebalance_interval_s

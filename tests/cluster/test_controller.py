@@ -331,3 +331,41 @@ def test_preferred_election_skips_a_restarted_broker(zk_hosts):
     finally:
         for s in made:
             s.close()
+
+
+def test_a_pass_running_past_stop_keeps_its_fence(nodes, caplog):
+    """stop() joins the controller's worker for a bounded time; a pass still running after it
+    (here: moving leaders off a broker in controlled shutdown, held inside the pass) must go on
+    with its fence, so that what it writes is still checked against /controller_epoch, and must
+    not fail on a fence taken away under it."""
+    import threading
+
+    n1 = nodes(1)
+    wait_for(lambda: n1.controller.active, what="controller")
+    n2 = nodes(2)
+    n2.store.create_topic("cs", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [1, 2]})
+    wait_for(lambda: state(n2.store, "cs", 0), what="initial state")
+    wait_for(lambda: set(state(n2.store, "cs", 0).isr) == {1, 2}, what="both in the ISR")
+    old_epoch = n1.controller.fence.epoch
+    entered, release = threading.Event(), threading.Event()
+    real_states = n1.store.partition_states
+
+    def held_states(topic):
+        if n1.store.shutting_down() and topic == "cs":
+            entered.set()
+            release.wait(20)
+        return real_states(topic)
+    n1.store.partition_states = held_states
+    n1.store.announce_controlled_shutdown(1)
+    assert entered.wait(20), "the controller's pass did not reach the controlled shutdown"
+    with caplog.at_level(logging.WARNING, logger="logcore.cluster.controller"):
+        n1.controller.stop(timeout_s=0.2)         # the pass is still inside _move_off
+        assert n1.controller.fence is not None and not n1.controller.active
+        wait_for(lambda: n2.controller.active, what="broker 2 takes over")
+        release.set()
+        n1.controller._worker.join(20)
+    assert not n1.controller._worker.is_alive()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], \
+        [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    s = wait_for(lambda: (st := state(n2.store, "cs", 0)).leader == 2 and st, what="leader moved to 2")
+    assert s.controller_epoch == n2.controller.fence.epoch > old_epoch
