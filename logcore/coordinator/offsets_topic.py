@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from logcore.coordinator import record_fields as F
 from logcore.coordinator.record_fields import I16, I32, I64, RecordReader
-from logcore.coordinator.record_fields import partition_for  # noqa: F401  (where a group lives)
 
 TOPIC = "__consumer_offsets"
 OFFSET_KEY_VERSION = 1
@@ -22,6 +21,8 @@ GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
 TOPIC_CONFIG = {"cleanup.policy": "compact"}     # segment.bytes: offsets.topic.segment.bytes
+
+partition_for = F.partition_for      # the partition a group lives in, as Kafka chooses
 
 
 @dataclass(frozen=True)

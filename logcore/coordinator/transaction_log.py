@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 
 from logcore.coordinator import record_fields as F
 from logcore.coordinator.record_fields import I8, I16, I32, I64, RecordReader
-from logcore.coordinator.record_fields import partition_for  # noqa: F401  (where an id lives)
 from logcore.errors import CorruptRecordError
 
 TOPIC = "__transaction_state"
 KEY_VERSION = 0
 VALUE_VERSION = 0
 TOPIC_CONFIG = {"cleanup.policy": "compact"}     # with segment.bytes and min.insync.replicas from the settings
+
+partition_for = F.partition_for      # the partition a transactional id lives in, as Kafka chooses
 
 
 class TxnState(enum.IntEnum):
