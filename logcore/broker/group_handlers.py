@@ -30,6 +30,39 @@ if TYPE_CHECKING:
     from logcore.broker.broker import Result
 
 
+def offsets_to_commit(topics, code: int, partition_exists) -> tuple[dict, list[tuple[str, int, int]]]:
+    """The offsets an OffsetCommit or TxnOffsetCommit asks to store, and (topic, partition,
+    error) for each of its partitions: `code` for all when it is not NONE, else the
+    partition's own (unknown, metadata too large, or NONE: stored with the others)."""
+    results: list[tuple[str, int, int]] = []
+    offsets: dict[tuple[str, int], OT.CommittedOffset] = {}
+    now = int(time.time() * 1000)
+    for t in topics:
+        for p in t.partitions:
+            error = code
+            if error == E.NONE:
+                if not partition_exists(t.name, p.partition_index):
+                    error = E.UNKNOWN_TOPIC_OR_PARTITION
+                elif p.committed_metadata is not None and \
+                        len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                    error = E.OFFSET_METADATA_TOO_LARGE
+                else:
+                    offsets[(t.name, p.partition_index)] = OT.CommittedOffset(
+                        p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                        p.committed_metadata or "", now)
+            results.append((t.name, p.partition_index, error))
+    return offsets, results
+
+
+def commit_answer(results: list[tuple[str, int, int]], stored: int) -> dict:
+    """The answer to an offset commit: each partition's own error, else how the store went."""
+    by_topic: dict[str, list] = {}
+    for topic, index, error in results:
+        by_topic.setdefault(topic, []).append({"partition_index": index,
+                                               "error_code": stored if error == E.NONE else error})
+    return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+
 class GroupHandlers:
     """Over the `coordinator` (GroupCoordinator) and the broker's `config`; `advertised`: this
     broker's (host, port); `membership` says who coordinates a group (this broker alone, or
@@ -44,19 +77,6 @@ class GroupHandlers:
         self.host, self.port = advertised
         self.membership = membership
         self.transactions = transactions
-
-    # What join_cluster sets, read at each request.
-    @property
-    def topic_catalog(self):
-        return self.membership.topic_catalog
-
-    @property
-    def replica_manager(self):
-        return self.membership.replica_manager
-
-    @property
-    def catalog(self):
-        return self.membership.catalog
 
     # ------------------------------------------------------------------ group coordinator
     async def find_coordinator(self, req: Request) -> dict:
@@ -80,7 +100,7 @@ class GroupHandlers:
             return {"throttle_time": 0, "error_code": E.INVALID_REQUEST,
                     "error_message": f"unknown coordinator key type {key_type}",
                     "node_id": -1, "host": "", "port": -1}
-        return await self.topic_catalog.find_coordinator(key)
+        return await self.membership.topic_catalog.find_coordinator(key)
 
     async def local_find_coordinator(self, key) -> dict:
         # The one broker coordinates every group. __consumer_offsets is created at the first
@@ -92,7 +112,7 @@ class GroupHandlers:
         """The leader of the group's __consumer_offsets partition, from the cluster metadata;
         COORDINATOR_NOT_AVAILABLE while the topic cannot be created or the partition has no
         live leader (the client asks again)."""
-        rm = self.replica_manager
+        rm = self.membership.replica_manager
         if OT.TOPIC not in rm.assignments:
             message = await self._create_offsets_topic()
             if message is not None:
@@ -112,7 +132,7 @@ class GroupHandlers:
         """Create __consumer_offsets in the cluster (offsets.topic.replication.factor replicas,
         offsets.topic.num.partitions partitions, compacted); None when it exists now, else why
         not. Kafka's rule: not created while fewer brokers than the replication factor live."""
-        rm = self.replica_manager
+        rm = self.membership.replica_manager
         rf = self.config["offsets.topic.replication.factor"]
         count = self.config["offsets.topic.num.partitions"]
         config = {**OT.TOPIC_CONFIG, "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
@@ -124,7 +144,8 @@ class GroupHandlers:
                            f" {len(live)} live brokers {live}")
                 logger.warning("%s", message)
                 return message
-            await asyncio.to_thread(self.catalog.create_topic, OT.TOPIC, count, config, replication_factor=rf)
+            await asyncio.to_thread(self.membership.catalog.create_topic, OT.TOPIC, count, config,
+                                    replication_factor=rf)
             logger.info("created %s in the cluster (%d partitions, replication factor %d, compacted)",
                         OT.TOPIC, count, rf)
         except TopicExistsError:
@@ -206,32 +227,10 @@ class GroupHandlers:
         code = self.groups.coordinator_error(b.group_id)
         if code == E.NONE:
             code = self.groups.check_commit(b.group_id, generation, b.member_id)
-        results: list[tuple[str, int, int]] = []
-        offsets: dict[tuple[str, int], OT.CommittedOffset] = {}
-        now = int(time.time() * 1000)
-        for t in b.topics:
-            for p in t.partitions:
-                error = code
-                if error == E.NONE:
-                    if not self._partition_exists(t.name, p.partition_index):
-                        error = E.UNKNOWN_TOPIC_OR_PARTITION
-                    elif p.committed_metadata is not None and \
-                            len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                        error = E.OFFSET_METADATA_TOO_LARGE
-                    else:
-                        offsets[(t.name, p.partition_index)] = OT.CommittedOffset(
-                            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                            p.committed_metadata or "", now)
-                results.append((t.name, p.partition_index, error))
+        offsets, results = offsets_to_commit(b.topics, code, self._partition_exists)
 
         async def finish() -> dict:
-            stored = await self.groups.offsets.commit(b.group_id, offsets)
-            by_topic: dict[str, list] = {}
-            for topic, index, error in results:
-                if error == E.NONE:
-                    error = stored
-                by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": error})
-            return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+            return commit_answer(results, await self.groups.offsets.commit(b.group_id, offsets))
         return finish()
 
     async def offset_fetch(self, req: Request) -> dict:
@@ -274,7 +273,7 @@ class GroupHandlers:
     def _partition_exists(self, topic: str, index: int) -> bool:
         """A partition a group may commit an offset for: in a cluster one of the cluster's (the
         coordinator need not hold a replica of it), else one of this broker's."""
-        return self.topic_catalog.partition_exists(topic, index)
+        return self.membership.topic_catalog.partition_exists(topic, index)
 
 
 def _no_coordinator(message: str) -> dict:

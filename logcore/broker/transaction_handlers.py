@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from logcore.broker.cluster_handlers import await_metadata
+from logcore.broker.group_handlers import commit_answer, offsets_to_commit
 from logcore.coordinator import offsets_topic as OT
-from logcore.coordinator.group_offsets import OFFSET_METADATA_MAX_BYTES
 from logcore.coordinator.transaction_coordinator import TransactionCoordinator
 from logcore.coordinator.transaction_log import TOPIC, TOPIC_CONFIG, TxnState, partition_for
 from logcore.errors import TopicExistsError
@@ -214,33 +213,13 @@ class TransactionHandlers:
             if verified not in (None, E.NONE):
                 code = E.INVALID_PRODUCER_EPOCH if verified == E.INVALID_PRODUCER_EPOCH and req.api_version < 3 \
                     else (E.PRODUCER_FENCED if verified == E.INVALID_PRODUCER_EPOCH else verified)
-        now = int(time.time() * 1000)
-        offsets = {}
-        results = []
-        for t in b.topics:
-            for p in t.partitions:
-                error = code
-                if error == E.NONE:
-                    if not self._partition_exists(t.name, p.partition_index):
-                        error = E.UNKNOWN_TOPIC_OR_PARTITION
-                    elif p.committed_metadata is not None and \
-                            len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                        error = E.OFFSET_METADATA_TOO_LARGE
-                    else:
-                        offsets[(t.name, p.partition_index)] = OT.CommittedOffset(
-                            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                            p.committed_metadata or "", now)
-                results.append((t.name, p.partition_index, error))
+        offsets, results = offsets_to_commit(b.topics, code, self._partition_exists)
         stored = E.NONE
         if offsets:
             stored = await self.groups.offsets.commit_txn(b.group_id, b.producer_id, b.producer_epoch, offsets)
             if stored == E.INVALID_PRODUCER_EPOCH and req.api_version >= 3:
                 stored = E.PRODUCER_FENCED
-        by_topic: dict[str, list] = {}
-        for topic, index, error in results:
-            by_topic.setdefault(topic, []).append({"partition_index": index,
-                                                   "error_code": stored if error == E.NONE else error})
-        return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+        return commit_answer(results, stored)
 
     # ------------------------------------------------------------------ Describe / List
     async def describe_transactions(self, req: Request) -> dict:
