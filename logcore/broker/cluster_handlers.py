@@ -1,5 +1,6 @@
 """The Broker's answers as a cluster member (zookeeper.connect set): Metadata from the cluster's
-state, topic creation and deletion through the ZooKeeper catalog, and ElectLeaders.
+state, topic creation and deletion through the ZooKeeper catalog, and ElectLeaders; and for both
+coordinators' internal topics, FindCoordinator's leader and the topic's creation at the first ask.
 
 Held by the `Broker` (logcore/broker/broker.py); it reads the membership's `replica_manager` (the
 ReplicaManager, which keeps the cluster's metadata as ZooKeeper's watches report it) and
@@ -41,6 +42,58 @@ async def await_metadata(replica_manager, done, timeout_s: float) -> bool:
         except asyncio.TimeoutError:
             return done()
     return True
+
+
+def no_coordinator(message: str) -> dict:
+    """FindCoordinator's answer while no broker can coordinate (the client asks again)."""
+    return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE, "error_message": message,
+            "node_id": -1, "host": "", "port": -1}
+
+
+async def find_internal_coordinator(membership, topic: str, key: str, what: str, partition_for, create) -> dict:
+    """The coordinator of `key` (a `what`: group, transactional id) in the cluster: the leader of
+    its partition of the internal `topic`, from the cluster metadata. COORDINATOR_NOT_AVAILABLE
+    while the topic cannot be created (`create()`: None once it exists, else why not) or the
+    partition has no live leader (the client asks again)."""
+    rm = membership.replica_manager
+    if topic not in rm.assignments:
+        message = await create()
+        if message is not None:
+            return no_coordinator(message)
+    ta = rm.assignments.get(topic)
+    if ta is None or not ta.partitions:
+        return no_coordinator(f"{topic} is being created")
+    p = partition_for(key or "", max(ta.partitions) + 1)
+    state = rm.states.get((topic, p))
+    reg = rm.brokers.get(state.leader) if state is not None else None
+    if reg is None:
+        return no_coordinator(f"{topic}-{p}, the partition of {what} {key!r}, has no live leader")
+    return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
+            "node_id": state.leader, "host": reg.host, "port": reg.port}
+
+
+async def create_internal_topic(membership, topic: str, count: int, config: dict, rf: int,
+                                rf_setting: str) -> str | None:
+    """Create a coordinator's internal topic (compacted) through the catalog; None when it
+    exists now, else why not. Kafka's rule: not created while fewer brokers than the replication
+    factor (the setting `rf_setting`) live."""
+    rm = membership.replica_manager
+    try:
+        # Asked of ZooKeeper, not of this broker's view (which may lag: a broker just started).
+        live = sorted(await asyncio.to_thread(rm.store.brokers))
+        if len(live) < rf:
+            message = f"{topic} not created: {rf_setting}={rf} but only {len(live)} live brokers {live}"
+            logger.warning("%s", message)
+            return message
+        await asyncio.to_thread(membership.catalog.create_topic, topic, count, config, replication_factor=rf)
+        logger.info("created %s in the cluster (%d partitions, replication factor %d, compacted)", topic, count, rf)
+    except TopicExistsError:
+        pass
+    except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
+        logger.warning("creating %s failed: %s", topic, exc)
+        return f"{topic} could not be created: {exc}"
+    await await_metadata(rm, lambda: topic in rm.assignments, 5.0)
+    return None
 
 
 class ClusterHandlers:

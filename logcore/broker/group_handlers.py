@@ -11,17 +11,15 @@ by a broker that does not coordinate the group (GroupCoordinator.coordinator_err
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
 
 from logcore.wire import error_codes as E
-from logcore.broker.cluster_handlers import await_metadata
+from logcore.broker.cluster_handlers import create_internal_topic, find_internal_coordinator
 from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator.group_coordinator import join_error, sync_error
 from logcore.coordinator.group_offsets import OFFSET_METADATA_MAX_BYTES
-from logcore.errors import TopicExistsError
 from logcore.wire.protocol import Request
 
 logger = logging.getLogger("logcore.broker.broker")
@@ -112,49 +110,17 @@ class GroupHandlers:
         """The leader of the group's __consumer_offsets partition, from the cluster metadata;
         COORDINATOR_NOT_AVAILABLE while the topic cannot be created or the partition has no
         live leader (the client asks again)."""
-        rm = self.membership.replica_manager
-        if OT.TOPIC not in rm.assignments:
-            message = await self._create_offsets_topic()
-            if message is not None:
-                return _no_coordinator(message)
-        ta = rm.assignments.get(OT.TOPIC)
-        if ta is None or not ta.partitions:
-            return _no_coordinator(f"{OT.TOPIC} is being created")
-        p = OT.partition_for(group_id or "", max(ta.partitions) + 1)
-        state = rm.states.get((OT.TOPIC, p))
-        reg = rm.brokers.get(state.leader) if state is not None else None
-        if reg is None:
-            return _no_coordinator(f"{OT.TOPIC}-{p}, the partition of group {group_id!r}, has no live leader")
-        return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
-                "node_id": state.leader, "host": reg.host, "port": reg.port}
+        return await find_internal_coordinator(self.membership, OT.TOPIC, group_id, "group", OT.partition_for,
+                                               self._create_offsets_topic)
 
     async def _create_offsets_topic(self) -> str | None:
         """Create __consumer_offsets in the cluster (offsets.topic.replication.factor replicas,
         offsets.topic.num.partitions partitions, compacted); None when it exists now, else why
-        not. Kafka's rule: not created while fewer brokers than the replication factor live."""
-        rm = self.membership.replica_manager
-        rf = self.config["offsets.topic.replication.factor"]
-        count = self.config["offsets.topic.num.partitions"]
+        not."""
         config = {**OT.TOPIC_CONFIG, "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
-        try:
-            # Asked of ZooKeeper, not of this broker's view (which may lag: a broker just started).
-            live = sorted(await asyncio.to_thread(rm.store.brokers))
-            if len(live) < rf:
-                message = (f"{OT.TOPIC} not created: offsets.topic.replication.factor={rf} but only"
-                           f" {len(live)} live brokers {live}")
-                logger.warning("%s", message)
-                return message
-            await asyncio.to_thread(self.membership.catalog.create_topic, OT.TOPIC, count, config,
-                                    replication_factor=rf)
-            logger.info("created %s in the cluster (%d partitions, replication factor %d, compacted)",
-                        OT.TOPIC, count, rf)
-        except TopicExistsError:
-            pass
-        except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
-            logger.warning("creating %s failed: %s", OT.TOPIC, exc)
-            return f"{OT.TOPIC} could not be created: {exc}"
-        await await_metadata(rm, lambda: OT.TOPIC in rm.assignments, 5.0)
-        return None
+        return await create_internal_topic(self.membership, OT.TOPIC, self.config["offsets.topic.num.partitions"],
+                                           config, self.config["offsets.topic.replication.factor"],
+                                           "offsets.topic.replication.factor")
 
     async def describe_groups(self, req: Request) -> dict:
         out = []
@@ -274,8 +240,3 @@ class GroupHandlers:
         """A partition a group may commit an offset for: in a cluster one of the cluster's (the
         coordinator need not hold a replica of it), else one of this broker's."""
         return self.membership.topic_catalog.partition_exists(topic, index)
-
-
-def _no_coordinator(message: str) -> dict:
-    return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE, "error_message": message,
-            "node_id": -1, "host": "", "port": -1}
