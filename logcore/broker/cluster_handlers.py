@@ -1,5 +1,6 @@
 """The Broker's answers as a cluster member (zookeeper.connect set): Metadata from the cluster's
-state, topic creation and deletion through the ZooKeeper catalog, and ElectLeaders.
+state, topic creation and deletion through the ZooKeeper catalog, and ElectLeaders; and for both
+coordinators' internal topics, FindCoordinator's leader and the topic's creation at the first ask.
 
 Held by the `Broker` (logcore/broker/broker.py); it reads the membership's `replica_manager` (the
 ReplicaManager, which keeps the cluster's metadata as ZooKeeper's watches report it) and
@@ -43,6 +44,58 @@ async def await_metadata(replica_manager, done, timeout_s: float) -> bool:
     return True
 
 
+def no_coordinator(message: str) -> dict:
+    """FindCoordinator's answer while no broker can coordinate (the client asks again)."""
+    return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE, "error_message": message,
+            "node_id": -1, "host": "", "port": -1}
+
+
+async def find_internal_coordinator(membership, topic: str, key: str, what: str, partition_for, create) -> dict:
+    """The coordinator of `key` (a `what`: group, transactional id) in the cluster: the leader of
+    its partition of the internal `topic`, from the cluster metadata. COORDINATOR_NOT_AVAILABLE
+    while the topic cannot be created (`create()`: None once it exists, else why not) or the
+    partition has no live leader (the client asks again)."""
+    rm = membership.replica_manager
+    if topic not in rm.assignments:
+        message = await create()
+        if message is not None:
+            return no_coordinator(message)
+    ta = rm.assignments.get(topic)
+    if ta is None or not ta.partitions:
+        return no_coordinator(f"{topic} is being created")
+    p = partition_for(key or "", max(ta.partitions) + 1)
+    state = rm.states.get((topic, p))
+    reg = rm.brokers.get(state.leader) if state is not None else None
+    if reg is None:
+        return no_coordinator(f"{topic}-{p}, the partition of {what} {key!r}, has no live leader")
+    return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
+            "node_id": state.leader, "host": reg.host, "port": reg.port}
+
+
+async def create_internal_topic(membership, topic: str, count: int, config: dict, rf: int,
+                                rf_setting: str) -> str | None:
+    """Create a coordinator's internal topic (compacted) through the catalog; None when it
+    exists now, else why not. Kafka's rule: not created while fewer brokers than the replication
+    factor (the setting `rf_setting`) live."""
+    rm = membership.replica_manager
+    try:
+        # Asked of ZooKeeper, not of this broker's view (which may lag: a broker just started).
+        live = sorted(await asyncio.to_thread(rm.store.brokers))
+        if len(live) < rf:
+            message = f"{topic} not created: {rf_setting}={rf} but only {len(live)} live brokers {live}"
+            logger.warning("%s", message)
+            return message
+        await asyncio.to_thread(membership.catalog.create_topic, topic, count, config, replication_factor=rf)
+        logger.info("created %s in the cluster (%d partitions, replication factor %d, compacted)", topic, count, rf)
+    except TopicExistsError:
+        pass
+    except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
+        logger.warning("creating %s failed: %s", topic, exc)
+        return f"{topic} could not be created: {exc}"
+    await await_metadata(rm, lambda: topic in rm.assignments, 5.0)
+    return None
+
+
 class ClusterHandlers:
     """Over the broker's `config`; `membership` holds the replica manager, the catalog and the
     cluster id."""
@@ -51,21 +104,13 @@ class ClusterHandlers:
         self.config = config
         self.membership = membership
 
-    @property
-    def replica_manager(self):
-        return self.membership.replica_manager
-
-    @property
-    def catalog(self):
-        return self.membership.catalog
-
     # ------------------------------------------------------------------ Metadata
     def _cluster_topic_uuid(self, name: str) -> uuid.UUID:
-        ta = self.replica_manager.assignments.get(name)
+        ta = self.membership.replica_manager.assignments.get(name)
         return parse_topic_id(ta.topic_id) if ta is not None and ta.topic_id else ZERO_UUID
 
     async def cluster_metadata(self, body) -> dict:
-        rm = self.replica_manager
+        rm = self.membership.replica_manager
         if body.topics is None:
             names = sorted(rm.assignments)
         else:
@@ -105,7 +150,7 @@ class ClusterHandlers:
                 "cluster_authorized_operations": INT32_MIN}
 
     def _partitions_metadata(self, ta) -> list[dict]:
-        rm = self.replica_manager
+        rm = self.membership.replica_manager
         live = rm.brokers
         parts = []
         for p, replicas in sorted(ta.partitions.items()):
@@ -126,7 +171,7 @@ class ClusterHandlers:
     async def _cluster_auto_create(self, name: str) -> int:
         rf = self.config["default.replication.factor"]
         try:
-            await asyncio.to_thread(self.catalog.create_topic, name, self.config["num.partitions"], {},
+            await asyncio.to_thread(self.membership.catalog.create_topic, name, self.config["num.partitions"], {},
                                     replication_factor=rf)
             logger.info("auto-created topic %s (replication factor %d)", name, rf)
         except TopicExistsError:
@@ -137,15 +182,15 @@ class ClusterHandlers:
         except SegLogError as exc:
             logger.info("auto-create of topic %s refused: %s", name, exc)
             return E.error_code(exc)
-        await self.await_cluster(lambda: name in self.replica_manager.assignments, 5.0)
+        await self.await_cluster(lambda: name in self.membership.replica_manager.assignments, 5.0)
         # Leaders come a moment later: clients retry on LEADER_NOT_AVAILABLE meanwhile.
         return E.NONE
 
     async def await_cluster(self, done, timeout_s: float) -> bool:
-        return await await_metadata(self.replica_manager, done, timeout_s)
+        return await await_metadata(self.membership.replica_manager, done, timeout_s)
 
     def _has_leaders(self, name: str, partitions: int | None = None) -> bool:
-        rm = self.replica_manager
+        rm = self.membership.replica_manager
         ta = rm.assignments.get(name)
         if ta is None or (partitions is not None and len(ta.partitions) < partitions):
             return False
@@ -181,7 +226,7 @@ class ClusterHandlers:
                     raise _Refused(E.INVALID_PARTITIONS, f"number of partitions {partitions} must be at least 1")
                 if assignment is None and rf < 1:
                     raise _Refused(E.INVALID_REPLICATION_FACTOR, f"replication factor {rf} must be at least 1")
-                live = len(self.replica_manager.brokers)
+                live = len(self.membership.replica_manager.brokers)
                 if assignment is None and rf > live:
                     raise _Refused(E.INVALID_REPLICATION_FACTOR,
                                    f"Replication factor: {rf} larger than available brokers: {live}.")
@@ -189,13 +234,13 @@ class ClusterHandlers:
                     from logcore.log.config import validate_topic_name, validate_topic_overrides
                     validate_topic_name(t.name)
                     validate_topic_overrides(configs)
-                    if t.name in self.replica_manager.assignments:
+                    if t.name in self.membership.replica_manager.assignments:
                         raise _Refused(E.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
                     info_partitions, info_rf = (len(assignment), len(assignment[0])) if assignment else (partitions, rf)
                 else:
                     try:
-                        info = await asyncio.to_thread(self.catalog.create_topic, t.name, partitions, configs,
-                                                       replication_factor=rf, assignment=assignment)
+                        info = await asyncio.to_thread(self.membership.catalog.create_topic, t.name, partitions,
+                                                       configs, replication_factor=rf, assignment=assignment)
                     except InvalidConfigError as exc:
                         if assignment is not None:
                             raise _Refused(E.INVALID_REPLICA_ASSIGNMENT, str(exc)) from None
@@ -216,7 +261,7 @@ class ClusterHandlers:
         return {"throttle_time": 0, "topics": results}
 
     async def cluster_delete_topics(self, req, wanted) -> dict:
-        rm = self.replica_manager
+        rm = self.membership.replica_manager
         timeout_s = max(0.0, req.body.timeout.total_seconds())
         out, deleting = [], []
         for name, topic_id in wanted:
@@ -232,7 +277,7 @@ class ClusterHandlers:
             try:
                 if name == OT.TOPIC:
                     raise _Refused(E.INVALID_TOPIC_EXCEPTION, f"{OT.TOPIC} is internal; it cannot be deleted")
-                await asyncio.to_thread(self.catalog.delete_topic, name)
+                await asyncio.to_thread(self.membership.catalog.delete_topic, name)
                 deleting.append(name)
             except _Refused as exc:
                 res.update(error_code=exc.code, error_message=str(exc))
@@ -251,7 +296,7 @@ class ClusterHandlers:
         for t in body.topics:
             res = {"name": t.name, "error_code": E.NONE, "error_message": None}
             results.append(res)
-            ta = self.replica_manager.assignments.get(t.name)
+            ta = self.membership.replica_manager.assignments.get(t.name)
             if t.name == OT.TOPIC:
                 res.update(error_code=E.INVALID_REQUEST,
                            error_message=f"{OT.TOPIC} is internal: its partition count maps groups to"
@@ -268,7 +313,7 @@ class ClusterHandlers:
                                          " leave them out to have them assigned as Kafka does")
             elif not body.validate_only:
                 try:
-                    await asyncio.to_thread(self.catalog.add_partitions, t.name, t.count)
+                    await asyncio.to_thread(self.membership.catalog.add_partitions, t.name, t.count)
                     grown.append((t.name, t.count))
                 except SegLogError as exc:
                     res.update(error_code=E.error_code(exc), error_message=str(exc))
@@ -281,7 +326,7 @@ class ClusterHandlers:
         body = req.body
         kind = getattr(body, "election_type", PREFERRED)
         timeout_s = max(0.0, body.timeout.total_seconds())
-        rm = self.replica_manager
+        rm = self.membership.replica_manager
         if body.topic_partitions is None:
             wanted = [(n, p) for n, ta in sorted(rm.assignments.items()) for p in sorted(ta.partitions)]
         else:
@@ -345,7 +390,7 @@ class ClusterHandlers:
     async def _request_election(self, kind: int, partitions, timeout_s: float) -> None:
         """Hand the election to the controller through ZooKeeper (Kafka's
         /admin/preferred_replica_election; seglog's /admin/unclean_leader_election)."""
-        store = self.replica_manager.store
+        store = self.membership.replica_manager.store
         deadline = time.monotonic() + max(timeout_s, 1.0)
         while True:
             try:

@@ -11,23 +11,54 @@ by a broker that does not coordinate the group (GroupCoordinator.coordinator_err
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
 
 from logcore.wire import error_codes as E
-from logcore.broker.cluster_handlers import await_metadata
+from logcore.broker.cluster_handlers import create_internal_topic, find_internal_coordinator
 from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator.group_coordinator import join_error, sync_error
 from logcore.coordinator.group_offsets import OFFSET_METADATA_MAX_BYTES
-from logcore.errors import TopicExistsError
 from logcore.wire.protocol import Request
 
 logger = logging.getLogger("logcore.broker.broker")
 
 if TYPE_CHECKING:
     from logcore.broker.broker import Result
+
+
+def offsets_to_commit(topics, code: int, partition_exists) -> tuple[dict, list[tuple[str, int, int]]]:
+    """The offsets an OffsetCommit or TxnOffsetCommit asks to store, and (topic, partition,
+    error) for each of its partitions: `code` for all when it is not NONE, else the
+    partition's own (unknown, metadata too large, or NONE: stored with the others)."""
+    results: list[tuple[str, int, int]] = []
+    offsets: dict[tuple[str, int], OT.CommittedOffset] = {}
+    now = int(time.time() * 1000)
+    for t in topics:
+        for p in t.partitions:
+            error = code
+            if error == E.NONE:
+                if not partition_exists(t.name, p.partition_index):
+                    error = E.UNKNOWN_TOPIC_OR_PARTITION
+                elif p.committed_metadata is not None and \
+                        len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                    error = E.OFFSET_METADATA_TOO_LARGE
+                else:
+                    offsets[(t.name, p.partition_index)] = OT.CommittedOffset(
+                        p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                        p.committed_metadata or "", now)
+            results.append((t.name, p.partition_index, error))
+    return offsets, results
+
+
+def commit_answer(results: list[tuple[str, int, int]], stored: int) -> dict:
+    """The answer to an offset commit: each partition's own error, else how the store went."""
+    by_topic: dict[str, list] = {}
+    for topic, index, error in results:
+        by_topic.setdefault(topic, []).append({"partition_index": index,
+                                               "error_code": stored if error == E.NONE else error})
+    return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
 
 class GroupHandlers:
@@ -44,19 +75,6 @@ class GroupHandlers:
         self.host, self.port = advertised
         self.membership = membership
         self.transactions = transactions
-
-    # What join_cluster sets, read at each request.
-    @property
-    def topic_catalog(self):
-        return self.membership.topic_catalog
-
-    @property
-    def replica_manager(self):
-        return self.membership.replica_manager
-
-    @property
-    def catalog(self):
-        return self.membership.catalog
 
     # ------------------------------------------------------------------ group coordinator
     async def find_coordinator(self, req: Request) -> dict:
@@ -80,7 +98,7 @@ class GroupHandlers:
             return {"throttle_time": 0, "error_code": E.INVALID_REQUEST,
                     "error_message": f"unknown coordinator key type {key_type}",
                     "node_id": -1, "host": "", "port": -1}
-        return await self.topic_catalog.find_coordinator(key)
+        return await self.membership.topic_catalog.find_coordinator(key)
 
     async def local_find_coordinator(self, key) -> dict:
         # The one broker coordinates every group. __consumer_offsets is created at the first
@@ -92,48 +110,17 @@ class GroupHandlers:
         """The leader of the group's __consumer_offsets partition, from the cluster metadata;
         COORDINATOR_NOT_AVAILABLE while the topic cannot be created or the partition has no
         live leader (the client asks again)."""
-        rm = self.replica_manager
-        if OT.TOPIC not in rm.assignments:
-            message = await self._create_offsets_topic()
-            if message is not None:
-                return _no_coordinator(message)
-        ta = rm.assignments.get(OT.TOPIC)
-        if ta is None or not ta.partitions:
-            return _no_coordinator(f"{OT.TOPIC} is being created")
-        p = OT.partition_for(group_id or "", max(ta.partitions) + 1)
-        state = rm.states.get((OT.TOPIC, p))
-        reg = rm.brokers.get(state.leader) if state is not None else None
-        if reg is None:
-            return _no_coordinator(f"{OT.TOPIC}-{p}, the partition of group {group_id!r}, has no live leader")
-        return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
-                "node_id": state.leader, "host": reg.host, "port": reg.port}
+        return await find_internal_coordinator(self.membership, OT.TOPIC, group_id, "group", OT.partition_for,
+                                               self._create_offsets_topic)
 
     async def _create_offsets_topic(self) -> str | None:
         """Create __consumer_offsets in the cluster (offsets.topic.replication.factor replicas,
         offsets.topic.num.partitions partitions, compacted); None when it exists now, else why
-        not. Kafka's rule: not created while fewer brokers than the replication factor live."""
-        rm = self.replica_manager
-        rf = self.config["offsets.topic.replication.factor"]
-        count = self.config["offsets.topic.num.partitions"]
+        not."""
         config = {**OT.TOPIC_CONFIG, "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
-        try:
-            # Asked of ZooKeeper, not of this broker's view (which may lag: a broker just started).
-            live = sorted(await asyncio.to_thread(rm.store.brokers))
-            if len(live) < rf:
-                message = (f"{OT.TOPIC} not created: offsets.topic.replication.factor={rf} but only"
-                           f" {len(live)} live brokers {live}")
-                logger.warning("%s", message)
-                return message
-            await asyncio.to_thread(self.catalog.create_topic, OT.TOPIC, count, config, replication_factor=rf)
-            logger.info("created %s in the cluster (%d partitions, replication factor %d, compacted)",
-                        OT.TOPIC, count, rf)
-        except TopicExistsError:
-            pass
-        except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
-            logger.warning("creating %s failed: %s", OT.TOPIC, exc)
-            return f"{OT.TOPIC} could not be created: {exc}"
-        await await_metadata(rm, lambda: OT.TOPIC in rm.assignments, 5.0)
-        return None
+        return await create_internal_topic(self.membership, OT.TOPIC, self.config["offsets.topic.num.partitions"],
+                                           config, self.config["offsets.topic.replication.factor"],
+                                           "offsets.topic.replication.factor")
 
     async def describe_groups(self, req: Request) -> dict:
         out = []
@@ -206,32 +193,10 @@ class GroupHandlers:
         code = self.groups.coordinator_error(b.group_id)
         if code == E.NONE:
             code = self.groups.check_commit(b.group_id, generation, b.member_id)
-        results: list[tuple[str, int, int]] = []
-        offsets: dict[tuple[str, int], OT.CommittedOffset] = {}
-        now = int(time.time() * 1000)
-        for t in b.topics:
-            for p in t.partitions:
-                error = code
-                if error == E.NONE:
-                    if not self._partition_exists(t.name, p.partition_index):
-                        error = E.UNKNOWN_TOPIC_OR_PARTITION
-                    elif p.committed_metadata is not None and \
-                            len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                        error = E.OFFSET_METADATA_TOO_LARGE
-                    else:
-                        offsets[(t.name, p.partition_index)] = OT.CommittedOffset(
-                            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                            p.committed_metadata or "", now)
-                results.append((t.name, p.partition_index, error))
+        offsets, results = offsets_to_commit(b.topics, code, self._partition_exists)
 
         async def finish() -> dict:
-            stored = await self.groups.offsets.commit(b.group_id, offsets)
-            by_topic: dict[str, list] = {}
-            for topic, index, error in results:
-                if error == E.NONE:
-                    error = stored
-                by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": error})
-            return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+            return commit_answer(results, await self.groups.offsets.commit(b.group_id, offsets))
         return finish()
 
     async def offset_fetch(self, req: Request) -> dict:
@@ -274,9 +239,4 @@ class GroupHandlers:
     def _partition_exists(self, topic: str, index: int) -> bool:
         """A partition a group may commit an offset for: in a cluster one of the cluster's (the
         coordinator need not hold a replica of it), else one of this broker's."""
-        return self.topic_catalog.partition_exists(topic, index)
-
-
-def _no_coordinator(message: str) -> dict:
-    return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE, "error_message": message,
-            "node_id": -1, "host": "", "port": -1}
+        return self.membership.topic_catalog.partition_exists(topic, index)

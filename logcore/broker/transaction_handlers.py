@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
-from logcore.broker.cluster_handlers import await_metadata
+from logcore.broker.cluster_handlers import create_internal_topic, find_internal_coordinator
+from logcore.broker.group_handlers import commit_answer, offsets_to_commit
 from logcore.coordinator import offsets_topic as OT
-from logcore.coordinator.group_offsets import OFFSET_METADATA_MAX_BYTES
 from logcore.coordinator.transaction_coordinator import TransactionCoordinator
 from logcore.coordinator.transaction_log import TOPIC, TOPIC_CONFIG, TxnState, partition_for
-from logcore.errors import TopicExistsError
 from logcore.wire import error_codes as E
 from logcore.wire.api_keys import ADD_PARTITIONS_TO_TXN
 from logcore.wire.protocol import Request
@@ -74,46 +72,15 @@ class TransactionHandlers:
         if rm is None:
             return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
                     "node_id": self.node_id, "host": self.host, "port": self.port}
-        if TOPIC not in rm.assignments:
-            message = await self._create_topic()
-            if message is not None:
-                return _no_coordinator(message)
-        ta = rm.assignments.get(TOPIC)
-        if ta is None or not ta.partitions:
-            return _no_coordinator(f"{TOPIC} is being created")
-        p = partition_for(transactional_id or "", max(ta.partitions) + 1)
-        state = rm.states.get((TOPIC, p))
-        reg = rm.brokers.get(state.leader) if state is not None else None
-        if reg is None:
-            return _no_coordinator(f"{TOPIC}-{p}, the partition of transactional id {transactional_id!r},"
-                                   " has no live leader")
-        return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
-                "node_id": state.leader, "host": reg.host, "port": reg.port}
+        return await find_internal_coordinator(self.membership, TOPIC, transactional_id, "transactional id",
+                                               partition_for, self._create_topic)
 
     async def _create_topic(self) -> str | None:
         """Create __transaction_state in the cluster (transaction.state.log.* settings); None
-        when it exists now, else why not (Kafka's rule: not while fewer brokers than the
-        replication factor live)."""
-        rm = self.membership.replica_manager
-        rf = self.config["transaction.state.log.replication.factor"]
-        count = self.config["transaction.state.log.num.partitions"]
-        try:
-            live = sorted(await asyncio.to_thread(rm.store.brokers))
-            if len(live) < rf:
-                message = (f"{TOPIC} not created: transaction.state.log.replication.factor={rf} but only"
-                           f" {len(live)} live brokers {live}")
-                logger.warning("%s", message)
-                return message
-            await asyncio.to_thread(self.membership.catalog.create_topic, TOPIC, count,
-                                    txn_topic_config(self.config), replication_factor=rf)
-            logger.info("created %s in the cluster (%d partitions, replication factor %d, compacted)", TOPIC, count, rf)
-        except TopicExistsError:
-            pass
-        except Exception as exc:   # noqa: BLE001 - ZooKeeper away, a bad setting: the client retries
-            logger.warning("creating %s failed: %s", TOPIC, exc)
-            return f"{TOPIC} could not be created: {exc}"
-        await await_metadata(rm, lambda: TOPIC in rm.assignments, 5.0)
-        return None
+        when it exists now, else why not."""
+        rf_setting = "transaction.state.log.replication.factor"
+        return await create_internal_topic(self.membership, TOPIC, self.config["transaction.state.log.num.partitions"],
+                                           txn_topic_config(self.config), self.config[rf_setting], rf_setting)
 
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, req: Request) -> dict:
@@ -214,33 +181,13 @@ class TransactionHandlers:
             if verified not in (None, E.NONE):
                 code = E.INVALID_PRODUCER_EPOCH if verified == E.INVALID_PRODUCER_EPOCH and req.api_version < 3 \
                     else (E.PRODUCER_FENCED if verified == E.INVALID_PRODUCER_EPOCH else verified)
-        now = int(time.time() * 1000)
-        offsets = {}
-        results = []
-        for t in b.topics:
-            for p in t.partitions:
-                error = code
-                if error == E.NONE:
-                    if not self._partition_exists(t.name, p.partition_index):
-                        error = E.UNKNOWN_TOPIC_OR_PARTITION
-                    elif p.committed_metadata is not None and \
-                            len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                        error = E.OFFSET_METADATA_TOO_LARGE
-                    else:
-                        offsets[(t.name, p.partition_index)] = OT.CommittedOffset(
-                            p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                            p.committed_metadata or "", now)
-                results.append((t.name, p.partition_index, error))
+        offsets, results = offsets_to_commit(b.topics, code, self._partition_exists)
         stored = E.NONE
         if offsets:
             stored = await self.groups.offsets.commit_txn(b.group_id, b.producer_id, b.producer_epoch, offsets)
             if stored == E.INVALID_PRODUCER_EPOCH and req.api_version >= 3:
                 stored = E.PRODUCER_FENCED
-        by_topic: dict[str, list] = {}
-        for topic, index, error in results:
-            by_topic.setdefault(topic, []).append({"partition_index": index,
-                                                   "error_code": stored if error == E.NONE else error})
-        return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+        return commit_answer(results, stored)
 
     # ------------------------------------------------------------------ Describe / List
     async def describe_transactions(self, req: Request) -> dict:
@@ -412,8 +359,3 @@ class ProduceTurn:
             return submit()
         finally:
             self.handlers.turn_over(self, keys)
-
-
-def _no_coordinator(message: str) -> dict:
-    return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE, "error_message": message,
-            "node_id": -1, "host": "", "port": -1}

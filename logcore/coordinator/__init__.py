@@ -10,6 +10,7 @@ nothing here imports logcore.broker (tests/test_layers.py).
 Group side: `group_coordinator` (GroupCoordinator, the classic group state machine, its
 appends to `__consumer_offsets` and its loads), `group` (Group, Member and their states),
 `group_offsets` (GroupOffsets, the committed offsets, transactional ones pending until their
-marker), `offsets_topic` (the `__consumer_offsets` record codec) and `group_placement` (which
-groups this broker coordinates: all, or in a cluster those of the partitions it leads).
+marker), `offsets_topic` (the `__consumer_offsets` record codec). Both: `placement` (which keys this
+broker coordinates: all, or in a cluster those of the internal-topic partitions it leads) and
+`record_fields` (the primitive fields of both internal topics' records).
 """

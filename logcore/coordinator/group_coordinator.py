@@ -41,7 +41,7 @@ from typing import Awaitable, Callable, Protocol
 
 from logcore.wire import error_codes as E
 from logcore.coordinator import offsets_topic as OT
-from logcore.coordinator import group_placement
+from logcore.coordinator import placement
 from logcore.coordinator.group import COMPLETING, EMPTY, PREPARING, STABLE, Group, Member, resume
 from logcore.coordinator.group_offsets import GroupOffsets
 from logcore.coordinator.transaction_appends import CoordinatorAppender
@@ -80,11 +80,11 @@ class GroupCoordinator:
         self._expiry: asyncio.Task | None = None
         self._topic_ready = False
         self._topic_lock: asyncio.Lock | None = None
-        # Which groups this broker may coordinate (group_placement): all of them, until
+        # Which groups this broker may coordinate (placement): all of them, until
         # attach_cluster. A cluster member: the partitions of __consumer_offsets this broker
         # leads and has loaded, those it is loading, and a counter per partition bumped at each
         # change of leadership (a write or a load that began under another tenure is stale).
-        self.placement = group_placement.SingleNode()
+        self.placement = placement.SingleNode()
         self.commit_timeout_s = 5.0
         self.owned: set[int] = set()
         self.loading: set[int] = set()
@@ -96,7 +96,7 @@ class GroupCoordinator:
 
     def attach_cluster(self, replica_manager, commit_timeout_ms: int) -> None:
         """Coordinate the groups of the __consumer_offsets partitions this broker leads."""
-        self.placement = group_placement.Cluster(replica_manager)
+        self.placement = placement.Cluster(replica_manager, OT.TOPIC)
         self.commit_timeout_s = commit_timeout_ms / 1000
         self._topic_ready = True                  # created through the catalog (FindCoordinator)
         replica_manager.leadership_listeners.append(self.on_leadership)

@@ -306,14 +306,18 @@ class TransactionCoordinator:
 
     async def _transition(self, meta: TxnMetadata, record: TxnRecord) -> int:
         """Write `record` and, once committed, make it the id's state."""
-        meta.pending = True
-        try:
-            code = await self._write(meta, record)
-        finally:
-            meta.pending = False
+        code = await self._write_pending(meta, record)
         if code == E.NONE and self.txns.get(meta.transactional_id) is meta:
             meta.apply(record)
         return code
+
+    async def _write_pending(self, meta: TxnMetadata, record: TxnRecord | None) -> int:
+        """`_write` holding meta.pending meanwhile (others asking about the id get CONCURRENT_TRANSACTIONS)."""
+        meta.pending = True
+        try:
+            return await self._write(meta, record)
+        finally:
+            meta.pending = False
 
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int = NO_PRODUCER_ID,
@@ -514,11 +518,7 @@ class TransactionCoordinator:
         for meta in list(self.txns.values()):
             if meta.state in ENDED and not meta.pending and self.coordinates(meta.transactional_id) \
                     and now_ms - meta.last_update_ms > self.settings.id_expiration_ms:
-                meta.pending = True
-                try:
-                    code = await self._write(meta, None)
-                finally:
-                    meta.pending = False
+                code = await self._write_pending(meta, None)
                 if code == E.NONE and self.txns.get(meta.transactional_id) is meta:
                     del self.txns[meta.transactional_id]
                     count += 1

@@ -19,6 +19,8 @@ import enum
 import struct
 from dataclasses import dataclass, field
 
+from logcore.coordinator import record_fields as F
+from logcore.coordinator.record_fields import I8, I16, I32, I64, RecordReader
 from logcore.errors import CorruptRecordError
 
 TOPIC = "__transaction_state"
@@ -26,10 +28,7 @@ KEY_VERSION = 0
 VALUE_VERSION = 0
 TOPIC_CONFIG = {"cleanup.policy": "compact"}     # with segment.bytes and min.insync.replicas from the settings
 
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
+partition_for = F.partition_for      # the partition a transactional id lives in, as Kafka chooses
 
 
 class TxnState(enum.IntEnum):
@@ -88,107 +87,35 @@ def group_partitions(parts) -> tuple[tuple[str, tuple[int, ...]], ...]:
     return tuple((t, tuple(sorted(ps))) for t, ps in sorted(by_topic.items()))
 
 
-def partition_for(transactional_id: str, partitions: int) -> int:
-    """Kafka's choice: Utils.abs(transactionalId.hashCode()) % partitions (Java String.hashCode
-    over UTF-16 code units)."""
-    data = transactional_id.encode("utf-16-be")
-    h = 0
-    for (unit,) in struct.iter_unpack(">H", data):
-        h = (31 * h + unit) & 0xFFFFFFFF
-    if h >= 1 << 31:
-        h -= 1 << 32
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
 # ------------------------------------------------------------------------------ writing
 
-def _string(value: str) -> bytes:
-    data = value.encode()
-    if len(data) > 0x7FFF:
-        raise ValueError(f"a string of {len(data)} bytes does not fit an int16 length")
-    return _I16.pack(len(data)) + data
-
-
 def encode_key(transactional_id: str) -> bytes:
-    return _I16.pack(KEY_VERSION) + _string(transactional_id)
+    return I16.pack(KEY_VERSION) + F.string(transactional_id)
 
 
 def encode_value(r: TxnRecord) -> bytes:
-    out = [_I16.pack(VALUE_VERSION), _I64.pack(r.producer_id), _I16.pack(r.producer_epoch),
-           _I32.pack(r.timeout_ms), _I8.pack(int(r.state)), _I32.pack(len(r.partitions))]
+    out = [I16.pack(VALUE_VERSION), I64.pack(r.producer_id), I16.pack(r.producer_epoch),
+           I32.pack(r.timeout_ms), I8.pack(int(r.state)), I32.pack(len(r.partitions))]
     for topic, ids in r.partitions:
-        out.append(_string(topic))
-        out.append(_I32.pack(len(ids)))
-        out.extend(_I32.pack(p) for p in ids)
-    out += [_I64.pack(r.last_update_ms), _I64.pack(r.start_ms)]
+        out.append(F.string(topic))
+        out.append(I32.pack(len(ids)))
+        out.extend(I32.pack(p) for p in ids)
+    out += [I64.pack(r.last_update_ms), I64.pack(r.start_ms)]
     return b"".join(out)
 
 
 # ------------------------------------------------------------------------------ reading
 
-class _Reader:
-    def __init__(self, data: bytes, where: str):
-        self.data = bytes(data)
-        self.pos = 0
-        self.where = where
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptRecordError(f"{self.where}: record of {len(self.data)} bytes ends at byte"
-                                     f" {self.pos} where {n} more were expected")
-        out = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return out
-
-    def i8(self) -> int:
-        return _I8.unpack(self.take(1))[0]
-
-    def i16(self) -> int:
-        return _I16.unpack(self.take(2))[0]
-
-    def i32(self) -> int:
-        return _I32.unpack(self.take(4))[0]
-
-    def i64(self) -> int:
-        return _I64.unpack(self.take(8))[0]
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            b = self.take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise CorruptRecordError(f"{self.where}: unsigned varint longer than 5 bytes")
-
-    def string(self) -> str:
-        n = self.i16()
-        if n < 0:
-            raise CorruptRecordError(f"{self.where}: null string where a string is required")
-        return self.take(n).decode(errors="replace")
-
-    def compact_string(self) -> str:
-        n = self.uvarint() - 1
-        if n < 0:
-            raise CorruptRecordError(f"{self.where}: null string where a string is required")
-        return self.take(n).decode(errors="replace")
-
-    def done(self) -> bool:
-        return self.pos == len(self.data)
-
-
 def parse_key(key: bytes, where: str = "__transaction_state record") -> str | None:
     """The transactional id of a record's key; None for a key version this broker does not know."""
-    r = _Reader(key, where)
+    r = RecordReader(key, where)
     if r.i16() != KEY_VERSION:
         return None
     return r.string()
 
 
 def parse_value(value: bytes, where: str = "__transaction_state record") -> TxnRecord:
-    r = _Reader(value, where)
+    r = RecordReader(value, where)
     version = r.i16()
     if version not in (0, 1):
         raise CorruptRecordError(f"{where}: unknown TransactionLogValue version {version}")
@@ -217,7 +144,7 @@ def parse_value(value: bytes, where: str = "__transaction_state record") -> TxnR
                      client_transaction_version=_tag_int(tags, 2, ">h", 0))
 
 
-def _read_tags(r: _Reader) -> dict[int, bytes]:
+def _read_tags(r: RecordReader) -> dict[int, bytes]:
     tags = {}
     for _ in range(r.uvarint()):
         tag = r.uvarint()
@@ -225,7 +152,7 @@ def _read_tags(r: _Reader) -> dict[int, bytes]:
     return tags
 
 
-def _skip_tags(r: _Reader) -> None:
+def _skip_tags(r: RecordReader) -> None:
     _read_tags(r)
 
 

@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import datetime
 import signal
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaException, Producer  # noqa: E402
 
 from broker_helpers import connect, create, parse_response, recv_frame  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from java_transactions import JavaTransactions, check_java_rows  # noqa: E402
+from transactional_reads import read_values  # noqa: E402
+
 from logcore.coordinator import transaction_log as TL  # noqa: E402
 from logcore.log.log_root import LogRoot  # noqa: E402
 from logcore.records.batch import build_batch  # noqa: E402
@@ -34,35 +41,7 @@ def _producer(b, tid: str, **conf) -> Producer:
 
 
 def _read(b, topic: str, partitions: int, isolation: str, *, expect: list | None = None, timeout: float = 20) -> list:
-    """Every value of the topic a consumer of `isolation` reads up to the end of each partition
-    (the LSO for read_committed, the high watermark for read_uncommitted). With `expect`: read
-    again until that is what it reads (a commit's markers follow EndTxn's answer), or the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = _read_to_end(b.bootstrap, topic, partitions, isolation, timeout)
-        if expect is None or got == sorted(expect) or time.monotonic() > deadline:
-            return got
-        time.sleep(0.2)
-
-
-def _read_to_end(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float) -> list:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False,
-                  "isolation.level": isolation, "fetch.wait.max.ms": 50, "enable.partition.eof": True})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got, ended = [], set()
-    deadline = time.monotonic() + timeout
-    while len(ended) < partitions and time.monotonic() < deadline:
-        m = c.poll(0.1)
-        if m is None:
-            continue
-        if m.error() is not None:
-            if m.error().code() == KafkaError._PARTITION_EOF:
-                ended.add(m.partition())
-            continue
-        got.append(m.value())
-    c.close()
-    assert len(ended) == partitions, f"{topic}: reached the end of {sorted(ended)} only"
-    return sorted(got)
+    return read_values(b.bootstrap, topic, partitions, isolation, expect=expect, timeout=timeout)
 
 
 def _send(p: Producer, topic: str, values: list[bytes], partitions: int) -> None:
@@ -71,27 +50,33 @@ def _send(p: Producer, topic: str, values: list[bytes], partitions: int) -> None
     p.poll(0)
 
 
+def _commit(p: Producer, topic: str, values: list[bytes], partitions: int) -> None:
+    """One transaction of `values` (round robin over the partitions), committed."""
+    p.begin_transaction()
+    _send(p, topic, values, partitions)
+    p.commit_transaction(15)
+
+
+def _leave_open(p: Producer, topic: str, values: list[bytes], partitions: int) -> None:
+    """A transaction of `values` sent (flushed) and left open."""
+    p.begin_transaction()
+    _send(p, topic, values, partitions)
+    p.flush(10)
+
+
 def test_commit_abort_and_isolation_levels(broker_factory):
     b = broker_factory(**FAST)
     create(b, "tx", 3)
     p = _producer(b, "tx-basic")
-    p.begin_transaction()
-    _send(p, "tx", [b"c%d" % i for i in range(30)], 3)
-    p.commit_transaction(15)
-    p.begin_transaction()
-    _send(p, "tx", [b"a%d" % i for i in range(12)], 3)
-    p.flush(10)
+    _commit(p, "tx", [b"c%d" % i for i in range(30)], 3)
+    _leave_open(p, "tx", [b"a%d" % i for i in range(12)], 3)
     p.abort_transaction(15)
-    p.begin_transaction()
-    _send(p, "tx", [b"d%d" % i for i in range(6)], 3)
-    p.commit_transaction(15)
+    _commit(p, "tx", [b"d%d" % i for i in range(6)], 3)
     committed = sorted([b"c%d" % i for i in range(30)] + [b"d%d" % i for i in range(6)])
     assert _read(b, "tx", 3, "read_committed", expect=committed) == committed
     assert _read(b, "tx", 3, "read_uncommitted") == sorted(committed + [b"a%d" % i for i in range(12)])
     # An open transaction holds read_committed readers at its first offset (the LSO).
-    p.begin_transaction()
-    _send(p, "tx", [b"open%d" % i for i in range(3)], 3)
-    p.flush(10)
+    _leave_open(p, "tx", [b"open%d" % i for i in range(3)], 3)
     assert _read(b, "tx", 3, "read_committed") == committed
     p.commit_transaction(15)
     final = sorted(committed + [b"open%d" % i for i in range(3)])
@@ -158,13 +143,9 @@ def test_zombie_producer_is_fenced(broker_factory):
     b = broker_factory(**FAST)
     create(b, "z", 2)
     old = _producer(b, "shared-id")
-    old.begin_transaction()
-    _send(old, "z", [b"zombie%d" % i for i in range(4)], 2)
-    old.flush(10)
+    _leave_open(old, "z", [b"zombie%d" % i for i in range(4)], 2)
     new = _producer(b, "shared-id")          # aborts the old epoch's open transaction
-    new.begin_transaction()
-    _send(new, "z", [b"new%d" % i for i in range(4)], 2)
-    new.commit_transaction(15)
+    _commit(new, "z", [b"new%d" % i for i in range(4)], 2)
     with pytest.raises(KafkaException) as info:
         old.produce("z", value=b"late", partition=0)
         old.commit_transaction(15)
@@ -201,21 +182,15 @@ def test_broker_killed_mid_transaction_then_recovery(broker_factory):
     b = broker_factory(**FAST)
     create(b, "crash", 2)
     p = _producer(b, "crash-tx")
-    p.begin_transaction()
-    _send(p, "crash", [b"c%d" % i for i in range(6)], 2)
-    p.commit_transaction(15)
-    p.begin_transaction()
-    _send(p, "crash", [b"open%d" % i for i in range(6)], 2)
-    p.flush(10)
+    _commit(p, "crash", [b"c%d" % i for i in range(6)], 2)
+    _leave_open(p, "crash", [b"open%d" % i for i in range(6)], 2)
     b.stop(signal.SIGKILL)
     del p
     b2 = broker_factory(b.root, **FAST)
     # The restarted coordinator knows the id and its open transaction: a new producer's
     # init_transactions aborts it (fencing the old epoch) and goes on.
     p2 = _producer(b2, "crash-tx")
-    p2.begin_transaction()
-    _send(p2, "crash", [b"after%d" % i for i in range(4)], 2)
-    p2.commit_transaction(15)
+    _commit(p2, "crash", [b"after%d" % i for i in range(4)], 2)
     expected = sorted([b"c%d" % i for i in range(6)] + [b"after%d" % i for i in range(4)])
     assert _read(b2, "crash", 2, "read_committed", expect=expected) == expected
 
@@ -290,143 +265,8 @@ def test_produce_checks_the_transaction(broker_factory):
 
 # ------------------------------------------------------------------ Kafka's Java producer
 
-# kafka-clients and what it loads at run time (codecs, slf4j and log4j2)
-JAVA_CLIENT_JARS = ("kafka-clients-", "lz4-java-", "snappy-java-", "zstd-jni-", "slf4j-api-", "log4j-api-",
-                    "log4j-core-", "log4j-slf4j-impl-")
-
-JAVA_SOURCE = r"""
-import java.time.Duration;
-import java.util.*;
-import org.apache.kafka.clients.consumer.*;
-import org.apache.kafka.clients.producer.*;
-import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.errors.ProducerFencedException;
-import org.apache.kafka.common.serialization.*;
-
-public class JavaTransactions {
-    static String bootstrap;
-
-    static KafkaProducer<String, String> producer(String tid) {
-        Properties p = new Properties();
-        p.put("bootstrap.servers", bootstrap);
-        p.put("transactional.id", tid);
-        p.put("key.serializer", StringSerializer.class.getName());
-        p.put("value.serializer", StringSerializer.class.getName());
-        KafkaProducer<String, String> pr = new KafkaProducer<>(p);
-        pr.initTransactions();
-        return pr;
-    }
-
-    static KafkaConsumer<String, String> consumer(String group, String isolation) {
-        Properties c = new Properties();
-        c.put("bootstrap.servers", bootstrap);
-        c.put("group.id", group);
-        c.put("isolation.level", isolation);
-        c.put("enable.auto.commit", "false");
-        c.put("auto.offset.reset", "earliest");
-        c.put("key.deserializer", StringDeserializer.class.getName());
-        c.put("value.deserializer", StringDeserializer.class.getName());
-        return new KafkaConsumer<>(c);
-    }
-
-    static List<String> readAll(String topic, String isolation) {
-        List<String> out = new ArrayList<>();
-        try (KafkaConsumer<String, String> c = consumer("reader-" + isolation, isolation)) {
-            c.assign(Arrays.asList(new TopicPartition(topic, 0), new TopicPartition(topic, 1)));
-            c.seekToBeginning(c.assignment());
-            // until 1.5 s without a record once records came (a commit's markers follow its answer)
-            long deadline = System.currentTimeMillis() + 30000, quiet = deadline;
-            while (System.currentTimeMillis() < Math.min(deadline, quiet)) {
-                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
-                    out.add(r.value());
-                    quiet = System.currentTimeMillis() + 1500;
-                }
-            }
-        }
-        Collections.sort(out);
-        return out;
-    }
-
-    public static void main(String[] args) throws Exception {
-        bootstrap = args[0];
-        KafkaProducer<String, String> p = producer("java-tx");
-        p.beginTransaction();
-        for (int i = 0; i < 6; i++) p.send(new ProducerRecord<>("jt", i % 2, null, "c" + i));
-        p.commitTransaction();
-        p.beginTransaction();
-        for (int i = 0; i < 4; i++) p.send(new ProducerRecord<>("jt", i % 2, null, "a" + i));
-        p.flush();
-        p.abortTransaction();
-        // consume-transform-produce with the group's offsets in the transaction
-        try (KafkaConsumer<String, String> c = consumer("java-eos", "read_committed")) {
-            c.subscribe(Collections.singletonList("jin"));
-            int seen = 0;
-            long deadline = System.currentTimeMillis() + 20000;
-            p.beginTransaction();
-            while (seen < 4 && System.currentTimeMillis() < deadline) {
-                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
-                    p.send(new ProducerRecord<>("jt", r.partition(), null, "t-" + r.value()));
-                    seen++;
-                }
-            }
-            Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
-            for (TopicPartition tp : c.assignment()) offsets.put(tp, new OffsetAndMetadata(c.position(tp)));
-            p.sendOffsetsToTransaction(offsets, c.groupMetadata());
-            p.commitTransaction();
-            System.out.println("{\"scenario\":\"eos\",\"seen\":" + seen + "}");
-        }
-        try (KafkaConsumer<String, String> c = consumer("java-eos", "read_committed")) {
-            Map<TopicPartition, OffsetAndMetadata> got = c.committed(
-                new HashSet<>(Arrays.asList(new TopicPartition("jin", 0), new TopicPartition("jin", 1))));
-            long total = 0;
-            for (OffsetAndMetadata o : got.values()) total += o == null ? 0 : o.offset();
-            System.out.println("{\"scenario\":\"committed\",\"total\":" + total + "}");
-        }
-        // a second producer of the same id fences the first
-        KafkaProducer<String, String> p2 = producer("java-tx");
-        String fenced = "none";
-        try {
-            p.beginTransaction();
-            p.send(new ProducerRecord<>("jt", 0, null, "zombie")).get();
-            p.commitTransaction();
-        } catch (Exception e) {
-            Throwable t = e;
-            while (t.getCause() != null && !(t instanceof ProducerFencedException)) t = t.getCause();
-            fenced = t.getClass().getSimpleName();
-        }
-        p.close(Duration.ofSeconds(2));
-        p2.beginTransaction();
-        p2.send(new ProducerRecord<>("jt", 1, null, "p2"));
-        p2.commitTransaction();
-        p2.close();
-        System.out.println("{\"scenario\":\"fenced\",\"error\":\"" + fenced + "\"}");
-        System.out.println("{\"scenario\":\"read_committed\",\"values\":\"" + String.join(",", readAll("jt", "read_committed")) + "\"}");
-        System.out.println("{\"scenario\":\"read_uncommitted\",\"count\":" + readAll("jt", "read_uncommitted").size() + "}");
-    }
-}
-"""
-
-
 def test_java_transactional_producer(broker_factory, tmp_path):
-    import json
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import kafka_reference
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        pytest.skip("no javac/java on PATH")
-    try:
-        jars = kafka_reference.resolve_jars()
-    except (kafka_reference.KafkaUnavailable, OSError) as exc:
-        pytest.skip(f"Apache Kafka unavailable: {exc}")
-    classpath = ":".join(str(j) for j in jars.jars if j.name.startswith(JAVA_CLIENT_JARS))
-    (tmp_path / "JavaTransactions.java").write_text(JAVA_SOURCE)
-    built = subprocess.run([javac, "-d", str(tmp_path), "-cp", classpath, str(tmp_path / "JavaTransactions.java")],
-                           capture_output=True, text=True, timeout=180)
-    assert built.returncode == 0, built.stderr
+    program = JavaTransactions(tmp_path)
     b = broker_factory(**FAST)
     create(b, "jt", 2)
     create(b, "jin", 2)
@@ -434,30 +274,12 @@ def test_java_transactional_producer(broker_factory, tmp_path):
     for i in range(4):
         p0.produce("jin", value=b"in%d" % i, partition=i % 2)
     p0.flush(10)
-    run = subprocess.run([java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-                          f"-Dlog4j2.configurationFile={jars.folder / 'log4j2-tools.properties'}",
-                          "-cp", f"{tmp_path}:{classpath}", "JavaTransactions", b.bootstrap],
-                         capture_output=True, text=True, timeout=180)
-    assert run.returncode == 0, run.stderr[-4000:]
-    check_java_rows({r["scenario"]: r for r in map(json.loads, run.stdout.splitlines())})
-
-
-def check_java_rows(rows: dict) -> None:
-    """What JavaTransactions reports when every step did what Kafka does (one broker or a cluster)."""
-    assert rows["eos"]["seen"] == 4
-    assert rows["committed"]["total"] == 4
-    assert rows["fenced"]["error"] == "ProducerFencedException", rows
-    expected = sorted([f"c{i}" for i in range(6)] + [f"t-in{i}" for i in range(4)] + ["p2"])
-    assert rows["read_committed"]["values"].split(",") == expected
-    assert rows["read_uncommitted"]["count"] == len(expected) + 4
+    check_java_rows(program.run(b.bootstrap, 180))
 
 
 # ------------------------------------------------------------------ kafka-transactions.sh
 
 def test_kafka_transactions_tool_lists_and_describes(broker_factory):
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import kafka_reference
     try:
         jars = kafka_reference.resolve_jars()

@@ -5,14 +5,21 @@ coordinator SIGKILLed after writing PrepareCommit is replaced by the partition's
 which loads the state and completes the commit (librdkafka's transactional producer)."""
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from seglog_cluster import SeglogCluster
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 import confluent_kafka.admin  # noqa: E402
+
+from java_transactions import JavaTransactions, check_java_rows  # noqa: E402
+from transactional_reads import read_values  # noqa: E402
 
 from logcore.coordinator import transaction_log as TL  # noqa: E402
 from logcore.records.batch import build_batch  # noqa: E402
@@ -46,33 +53,7 @@ def _state(cluster, broker_id: int, tid: str) -> tuple[int, str]:
 
 def _read(cluster, topic: str, partitions: int, isolation: str = "read_committed", timeout: float = 30.0,
           expect: list | None = None) -> list:
-    """Every value a consumer of `isolation` reads up to the end of each partition; with
-    `expect`, read again until that is what it reads (or the timeout)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = _read_once(cluster, topic, partitions, isolation, timeout)
-        if expect is None or got == sorted(expect) or time.monotonic() > deadline:
-            return got
-        time.sleep(0.2)
-
-
-def _read_once(cluster, topic: str, partitions: int, isolation: str, timeout: float) -> list:
-    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader", "enable.auto.commit": False,
-                     "isolation.level": isolation, "fetch.wait.max.ms": 50, "enable.partition.eof": True})
-    c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
-    got, ended, deadline = [], set(), time.monotonic() + timeout
-    while len(ended) < partitions and time.monotonic() < deadline:
-        m = c.poll(0.1)
-        if m is None:
-            continue
-        if m.error() is not None:
-            if m.error().code() == ck.KafkaError._PARTITION_EOF:
-                ended.add(m.partition())
-            continue
-        got.append(m.value())
-    c.close()
-    assert len(ended) == partitions, f"{topic}: reached the end of {sorted(ended)} only"
-    return sorted(got)
+    return read_values(cluster.bootstrap, topic, partitions, isolation, expect=expect, timeout=timeout)
 
 
 def _producer(cluster, tid: str) -> ck.Producer:
@@ -161,33 +142,10 @@ def test_coordinator_killed_after_prepare_commit(tmp_path, zk_hosts):
 
 
 def test_java_transactional_producer_on_the_cluster(tmp_path, zk_hosts):
-    """Kafka's Java producer and consumers (the program of tests/broker/test_transactions.py)
+    """Kafka's Java producer and consumers (the program of tests/java_transactions.py)
     against three brokers: commit, abort, sendOffsetsToTransaction, fencing."""
-    import importlib.util
-    import json
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-    tests = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(tests))
-    import kafka_reference
-    spec = importlib.util.spec_from_file_location("seglog_broker_transactions", tests / "broker" / "test_transactions.py")
-    sys.path.insert(0, str(tests / "broker"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        pytest.skip("no javac/java on PATH")
-    try:
-        jars = kafka_reference.resolve_jars()
-    except (kafka_reference.KafkaUnavailable, OSError) as exc:
-        pytest.skip(f"Apache Kafka unavailable: {exc}")
-    classpath = ":".join(str(j) for j in jars.jars if j.name.startswith(module.JAVA_CLIENT_JARS))
-    (tmp_path / "JavaTransactions.java").write_text(module.JAVA_SOURCE)
-    built = subprocess.run([javac, "-d", str(tmp_path), "-cp", classpath, str(tmp_path / "JavaTransactions.java")],
-                           capture_output=True, text=True, timeout=180)
-    assert built.returncode == 0, built.stderr
+    program = JavaTransactions(tmp_path)
+    jars = program.jars
     with SeglogCluster.running(tmp_path / "cluster", zk_hosts, size=3, props=TXN_PROPS) as c:
         c.create_topic("jt", 2, rf=2)
         c.create_topic("jin", 2, rf=2)
@@ -195,13 +153,7 @@ def test_java_transactional_producer_on_the_cluster(tmp_path, zk_hosts):
         for i in range(4):
             p0.produce("jin", value=b"in%d" % i, partition=i % 2)
         p0.flush(20)
-        run = subprocess.run([java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-                              f"-Dlog4j2.configurationFile={jars.folder / 'log4j2-tools.properties'}",
-                              "-cp", f"{tmp_path}:{classpath}", "JavaTransactions", c.bootstrap],
-                             capture_output=True, text=True, timeout=240)
-        assert run.returncode == 0, run.stderr[-4000:]
-        rows = {r["scenario"]: r for r in map(json.loads, run.stdout.splitlines())}
-        module.check_java_rows(rows)
+        check_java_rows(program.run(c.bootstrap, 240))
         # kafka-transactions: list asks every broker, describe finds the coordinator (FindCoordinator v4)
         tool = jars.first_class("org.apache.kafka.tools.TransactionsCommand")
         out = jars.run_tool(tool, ["--bootstrap-server", c.bootstrap, "list"], timeout=120)

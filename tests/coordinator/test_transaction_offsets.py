@@ -13,13 +13,18 @@ from logcore.log.log_root import LogRoot
 from logcore.records.batch import build_batch
 
 
-def test_replay_applies_committed_drops_aborted_keeps_open(tmp_path):
+def _offsets_partition(tmp_path):
+    """A fresh root with a one-partition __consumer_offsets: its PartitionManager, the partition
+    and an appender over it."""
     root = LogRoot.open(str(tmp_path / "root"), create=True)
     root.create_topic(OT.TOPIC, 1, {"cleanup.policy": "compact"})
     pm = PartitionManager(root)
     pm.open_all()
-    part = pm.get(OT.TOPIC, 0)
-    appender = CoordinatorAppender(pm)
+    return pm, pm.get(OT.TOPIC, 0), CoordinatorAppender(pm)
+
+
+def test_replay_applies_committed_drops_aborted_keeps_open(tmp_path):
+    pm, part, appender = _offsets_partition(tmp_path)
 
     def offsets(group, offset):
         return [(OT.offset_key(group, "t", 0), OT.offset_value(OT.CommittedOffset(offset, -1, "", 1)))]
@@ -62,12 +67,7 @@ def test_a_commit_marker_written_while_the_partition_loads_applies_its_offsets(t
     leave them pending for ever."""
     import threading
 
-    root = LogRoot.open(str(tmp_path / "root"), create=True)
-    root.create_topic(OT.TOPIC, 1, {"cleanup.policy": "compact"})
-    pm = PartitionManager(root)
-    pm.open_all()
-    part = pm.get(OT.TOPIC, 0)
-    appender = CoordinatorAppender(pm)
+    pm, part, appender = _offsets_partition(tmp_path)
     records = [(OT.offset_key("g", "t", 0), OT.offset_value(OT.CommittedOffset(40, -1, "", 1)))]
     groups = GroupCoordinator(pm, lambda: None, num_partitions=1, initial_delay_ms=0, min_session_ms=1,
                               max_session_ms=10_000)

@@ -1,13 +1,13 @@
-"""Where the group coordinator may coordinate: the policy it is given, chosen by the broker.
+"""Where a coordinator may coordinate the keys of its internal topic (`__consumer_offsets` for
+groups, `__transaction_state` for transactions): the policy it is given, chosen by the broker.
 
-`SingleNode`: the one broker coordinates every group, an append to __consumer_offsets is
-committed once written, and the groups are loaded when the broker opens. `Cluster`: only the
-groups of the __consumer_offsets partitions this broker leads (loaded as it becomes leader),
-an append is committed when the partition's high watermark passes it.
+`SingleNode`: the one broker coordinates every key, an append to the topic is committed once
+written, and the state is loaded when the broker opens. `Cluster(replica_manager, topic)`: only
+the keys of the topic's partitions this broker leads (loaded as it becomes leader), an append
+is committed when the partition's high watermark passes it.
 """
 from __future__ import annotations
 
-from logcore.coordinator import offsets_topic as OT
 from logcore.wire import error_codes as E
 
 
@@ -29,12 +29,13 @@ class SingleNode:
 
 
 class Cluster:
-    def __init__(self, replica_manager):
+    def __init__(self, replica_manager, topic: str):
         self.replica_manager = replica_manager
+        self.topic = topic
 
     def partition_count(self, default: int) -> int:
         """The topic's own count once it exists."""
-        ta = self.replica_manager.assignments.get(OT.TOPIC)
+        ta = self.replica_manager.assignments.get(self.topic)
         if ta is not None and ta.partitions:
             return max(ta.partitions) + 1
         return default
@@ -52,10 +53,10 @@ class Cluster:
     def write_check(self, p: int, owned: set[int]) -> tuple[int, str | None]:
         if p not in owned:
             return E.NOT_COORDINATOR, None
-        return self.replica_manager.produce_check(OT.TOPIC, p, True)
+        return self.replica_manager.produce_check(self.topic, p, True)
 
     async def commit(self, p: int, end_offset: int, timeout_s: float, still_leading) -> int:
-        replica = self.replica_manager.replicas.get((OT.TOPIC, p))
+        replica = self.replica_manager.replicas.get((self.topic, p))
         if replica is None:
             return E.NOT_COORDINATOR
         code = await replica.wait_for_high_watermark(end_offset, timeout_s)

@@ -1,0 +1,106 @@
+"""The primitive fields of the coordinators' internal topics (`__consumer_offsets`,
+`__transaction_state`), as Kafka lays them out, and the partition a key lives in.
+
+Kept apart from logcore.wire.primitives on purpose: a damaged record is a CorruptRecordError
+naming the record (not a request's ValueError), and text is decoded leniently, as Kafka's
+own readers of these topics do not reject a key over its bytes.
+"""
+from __future__ import annotations
+
+import struct
+
+from logcore.errors import CorruptRecordError
+
+I8 = struct.Struct(">b")
+I16 = struct.Struct(">h")
+I32 = struct.Struct(">i")
+I64 = struct.Struct(">q")
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """Kafka's choice: Utils.abs(key.hashCode()) % partitions (Java String.hashCode over
+    UTF-16 code units)."""
+    data = key.encode("utf-16-be")
+    h = 0
+    for (unit,) in struct.iter_unpack(">H", data):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h -= 1 << 32
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def string(value: str | None) -> bytes:
+    """An int16-length string; None is null (-1)."""
+    if value is None:
+        return I16.pack(-1)
+    data = value.encode()
+    if len(data) > 0x7FFF:
+        raise ValueError(f"a string of {len(data)} bytes does not fit an int16 length")
+    return I16.pack(len(data)) + data
+
+
+def bytes_(value: bytes | None) -> bytes:
+    """Int32-length bytes; None is null (-1)."""
+    if value is None:
+        return I32.pack(-1)
+    return I32.pack(len(value)) + bytes(value)
+
+
+class RecordReader:
+    """Reads one record's key or value; running short is a CorruptRecordError naming `where`."""
+
+    def __init__(self, data: bytes, where: str):
+        self.data = bytes(data)
+        self.pos = 0
+        self.where = where
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise CorruptRecordError(f"{self.where}: record of {len(self.data)} bytes ends at byte"
+                                     f" {self.pos} where {n} more were expected")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def i8(self) -> int:
+        return I8.unpack(self.take(1))[0]
+
+    def i16(self) -> int:
+        return I16.unpack(self.take(2))[0]
+
+    def i32(self) -> int:
+        return I32.unpack(self.take(4))[0]
+
+    def i64(self) -> int:
+        return I64.unpack(self.take(8))[0]
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self.take(1)[0]
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise CorruptRecordError(f"{self.where}: unsigned varint longer than 5 bytes")
+
+    def nullable_string(self) -> str | None:
+        n = self.i16()
+        return None if n < 0 else self.take(n).decode(errors="replace")
+
+    def string(self) -> str:
+        value = self.nullable_string()
+        if value is None:
+            raise CorruptRecordError(f"{self.where}: null string where a string is required")
+        return value
+
+    def compact_string(self) -> str:
+        n = self.uvarint() - 1
+        if n < 0:
+            raise CorruptRecordError(f"{self.where}: null string where a string is required")
+        return self.take(n).decode(errors="replace")
+
+    def bytes_(self) -> bytes | None:
+        n = self.i32()
+        return None if n < 0 else self.take(n)
