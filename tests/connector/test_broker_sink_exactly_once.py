@@ -1,0 +1,190 @@
+"""The broker path's exactly-once protocol (docs/sink-protocol.md) against a real `seglog broker`.
+
+The task side (`broker_sink.produce_task`) and the driver side (`commit_batch` / `abort_batch`)
+are called as Spark calls them, without Spark, so that each fault is placed exactly: a task
+attempt that dies with its transaction open, a zombie attempt that keeps producing after its
+retry started, a batch replayed after the driver's commit (Spark's commits/<id> missing), a
+driver that died after committing some of the tasks. One Spark streaming query checks the
+same end to end: first task attempts fail after producing part of their rows, then the last
+batch is replayed. An independent read_committed reader (librdkafka) counts every row.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_broker_interop import BrokerProcess, _free_port, create_topic  # noqa: E402
+
+from logcore.errors import InvalidConfigError  # noqa: E402
+from logcore.wire.client import KafkaError  # noqa: E402
+from pyspark_seglog.broker_sink import TaskProducer, abort_batch, commit_batch, produce_task  # noqa: E402
+from pyspark_seglog.broker_transaction import TaskTransaction, transactional_id  # noqa: E402
+from pyspark_seglog.sink_options import DeliveryGuarantee, parse_sink_options  # noqa: E402
+
+COLUMNS = {"key": "key", "value": "value"}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    base = tmp_path_factory.mktemp("eos-broker")
+    b = BrokerProcess(base, base / "logs", _free_port())
+    b.start()
+    yield b
+    b.stop()
+
+
+def options(bootstrap: str, topic: str, **more) -> dict:
+    return {"kafka.bootstrap.servers": bootstrap, "topic": topic, "batch.size": "4000", **more}
+
+
+def rows(first: int, count: int, chunk: int = 500):
+    """Arrow batches of the rows first..first+count-1 (value v<i>, key k<i>)."""
+    for start in range(first, first + count, chunk):
+        ids = range(start, min(start + chunk, first + count))
+        yield pa.record_batch([pa.array([b"k%d" % i for i in ids]), pa.array([b"v%d" % i for i in ids])],
+                              names=["key", "value"])
+
+
+def read_values(bootstrap: str, topic: str, partitions: int, isolation: str = "read_committed") -> list[bytes]:
+    """Every value up to each partition's end, as a consumer with `isolation` reads it."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eos-check-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "isolation.level": isolation,
+                  "enable.partition.eof": True, "fetch.wait.max.ms": 50})
+    try:
+        c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
+        out, done = [], set()
+        deadline = time.monotonic() + 30
+        while len(done) < partitions and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    done.add(m.partition())
+                    continue
+                raise AssertionError(m.error())
+            out.append(m.value())
+        assert len(done) == partitions, f"{partitions - len(done)} partitions did not reach their end"
+        return out
+    finally:
+        c.close()
+
+
+def exactly(values: list[bytes], ids) -> bool:
+    return sorted(values) == sorted(b"v%d" % i for i in ids)
+
+
+def open_attempt(opts, owner: str, task: int, attempt: int) -> tuple[TaskTransaction, TaskProducer]:
+    """A task attempt that begins its transaction and produces, as produce_task does, but that the
+    test can stop anywhere (an executor lost: no abort, no message)."""
+    txn = TaskTransaction(opts.bootstrap_servers, transactional_id(owner, task), opts.transaction_timeout_ms,
+                          deadline_s=30, client_id=f"zombie-{task}-{attempt}")
+    txn.begin()
+    return txn, TaskProducer(opts, COLUMNS, task, attempt, transaction=txn)
+
+
+def test_options():
+    opts = parse_sink_options({"kafka.bootstrap.servers": "h:1", "topic": "t"})
+    assert opts.delivery is DeliveryGuarantee.EXACTLY_ONCE and opts.transaction_timeout_ms == 900_000
+    opts = parse_sink_options({"kafka.bootstrap.servers": "h:1", "deliveryGuarantee": "at-least-once",
+                               "kafka.transaction.timeout.ms": "60000"})
+    assert opts.delivery is DeliveryGuarantee.AT_LEAST_ONCE and opts.transaction_timeout_ms == 60_000
+    with pytest.raises(InvalidConfigError, match="deliveryGuarantee='twice' is not one of exactly-once, at-least-once"):
+        parse_sink_options({"kafka.bootstrap.servers": "h:1", "deliveryGuarantee": "twice"})
+    with pytest.raises(InvalidConfigError, match="always exactly-once"):
+        parse_sink_options({"path": "/tmp/x", "deliveryGuarantee": "at-least-once"})
+    with pytest.raises(InvalidConfigError, match="kafka.transaction.timeout.ms"):
+        parse_sink_options({"kafka.bootstrap.servers": "h:1", "kafka.transaction.timeout.ms": "0"})
+
+
+def test_failed_attempt_is_never_visible(broker):
+    """Attempt 0 of a task produces part of its rows and dies with its transaction open (no
+    abort); attempt 1 (same transactional id) fences it, aborting those rows, and writes all of
+    them; the driver commits: read_committed sees each row once, read_uncommitted both attempts."""
+    topic = "eos-failed"
+    create_topic(broker, topic, 2)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    txn0, dead = open_attempt(opts, "q-failed", 0, 0)
+    for batch in rows(0, 1500):
+        dead.add(batch)
+    dead.flush()
+    dead.close()
+    txn0.close()                             # killed: never ends its transaction
+    message = produce_task(opts, COLUMNS, rows(0, 3000), 0, 1, "q-failed", 0, streaming=True)
+    assert sum(message.records.values()) == 3000 and message.transaction is not None
+    assert message.transaction.producer_epoch > txn0.epoch
+    assert read_values(broker.bootstrap, topic, 2) == []         # open until the driver commits
+    commit_batch(opts, [message], 0)
+    assert exactly(read_values(broker.bootstrap, topic, 2), range(3000))
+    assert len(read_values(broker.bootstrap, topic, 2, "read_uncommitted")) == 4500   # attempt 0 aborted
+
+
+def test_zombie_attempt_is_fenced(broker):
+    """A zombie attempt still producing after its retry began is refused (fenced epoch); its
+    rows and its commit never count; the retry's rows are committed once."""
+    topic = "eos-zombie"
+    create_topic(broker, topic, 2)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    txn0, zombie = open_attempt(opts, "q-zombie", 3, 0)
+    for batch in rows(0, 1000):
+        zombie.add(batch)
+    zombie.flush()
+    message = produce_task(opts, COLUMNS, rows(0, 2000), 3, 1, "q-zombie", 0, streaming=True)
+    with pytest.raises(KafkaError, match="fenced|PRODUCER_FENCED|INVALID_PRODUCER_EPOCH|INVALID_TXN_STATE"):
+        for batch in rows(1000, 1000):
+            zombie.add(batch)
+        zombie.flush()
+    zombie.close()
+    stale = txn0.open()
+    txn0.close()
+    with pytest.raises(KafkaError, match="could not commit 1 task transaction"):
+        commit_batch(opts, [type(message)(3, 0, stale.producer_id, {}, stale)], 0)
+    commit_batch(opts, [message], 0)
+    assert exactly(read_values(broker.bootstrap, topic, 2), range(2000))
+
+
+def test_replayed_batch_is_not_written_twice(broker):
+    """Batch 0 committed, then replayed (Spark's commits/0 missing): each task finds its batch
+    recorded and writes nothing; a repeated commit and the replayed one change nothing. Batch 1's driver dies after committing task 0 only: in the replay task 0
+    writes nothing and task 1 writes again (its open transaction aborted by InitProducerId)."""
+    topic = "eos-replay"
+    create_topic(broker, topic, 3)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    first = [produce_task(opts, COLUMNS, rows(t * 1000, 1000), t, 0, "q-replay", 0, streaming=True)
+             for t in range(2)]
+    commit_batch(opts, first, 0)
+    commit_batch(opts, first, 0)             # a retried EndTxn(commit) of a committed transaction: NONE
+    replay = [produce_task(opts, COLUMNS, rows(t * 1000, 1000), t, 0, "q-replay", 0, streaming=True)
+              for t in range(2)]
+    assert all(m.skipped and m.transaction is None and not m.records for m in replay)
+    commit_batch(opts, replay, 0)
+    assert exactly(read_values(broker.bootstrap, topic, 3), range(2000))
+
+    second = [produce_task(opts, COLUMNS, rows(2000 + t * 1000, 1000), t, 0, "q-replay", 1, streaming=True)
+              for t in range(2)]
+    commit_batch(opts, second[:1], 1)        # the driver dies before task 1's EndTxn
+    again = [produce_task(opts, COLUMNS, rows(2000 + t * 1000, 1000), t, 0, "q-replay", 1, streaming=True)
+             for t in range(2)]
+    assert again[0].skipped and not again[1].skipped and sum(again[1].records.values()) == 1000
+    commit_batch(opts, again, 1)
+    assert exactly(read_values(broker.bootstrap, topic, 3), range(4000))
+
+
+def test_abort_hides_the_batch(broker):
+    topic = "eos-abort"
+    create_topic(broker, topic, 1)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    messages = [produce_task(opts, COLUMNS, rows(0, 800), t, 0, "job-abort", 0, streaming=False)
+                for t in range(2)]
+    abort_batch(opts, messages, 0)
+    assert read_values(broker.bootstrap, topic, 1) == []
+    assert len(read_values(broker.bootstrap, topic, 1, "read_uncommitted")) == 1600
