@@ -188,3 +188,78 @@ def test_abort_hides_the_batch(broker):
     abort_batch(opts, messages, 0)
     assert read_values(broker.bootstrap, topic, 1) == []
     assert len(read_values(broker.bootstrap, topic, 1, "read_uncommitted")) == 1600
+
+
+# ------------------------------------------------------------------------------ with Spark
+
+def _run_available_now(spark, src: Path, bootstrap: str, topic: str, checkpoint: Path, flag: Path):
+    """One AvailableNow run of parquet files -> the sink through the broker, two files a batch;
+    while `flag` exists, the first task to read row 950 of a file after batch 0 removes it and fails (after
+    the writer produced part of its rows in its transaction)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    flag_path = str(flag)
+
+    @F.udf(BinaryType())
+    def fail_once(value, i):
+        import os
+        if i % 1000 == 950 and i > 4000 and os.path.exists(flag_path):
+            try:
+                os.remove(flag_path)
+            except FileNotFoundError:
+                return value
+            raise RuntimeError(f"injected failure at row {i}")
+        return value
+
+    schema = spark.read.parquet(str(src)).schema
+    df = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 2).parquet(str(src))
+          .withColumn("value", fail_once(F.col("value"), F.col("id"))).select("key", "value"))
+    q = (df.writeStream.format("seglog").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+         .option("batch.size", "4000").option("checkpointLocation", str(checkpoint))
+         .trigger(availableNow=True).start())
+    try:
+        try:
+            assert q.awaitTermination(180), "the query did not end"
+        except AssertionError:
+            raise
+        except Exception as exc:          # noqa: BLE001 - the query failed: the caller checks
+            return exc
+        return q.exception()
+    finally:
+        q.stop()
+
+
+def test_streaming_query_fails_restarts_and_replays(spark, broker, tmp_path):
+    """A micro-batch fails after its tasks produced part of their rows (the query stops), the
+    query restarts and writes that batch again; then the last batch is replayed as after a
+    driver crash between the sink's commit and Spark's commits/<id>: read_committed sees each
+    row once."""
+    import pyarrow.parquet as pq
+
+    topic = "eos-stream"
+    create_topic(broker, topic, 3)
+    src = tmp_path / "in"
+    src.mkdir()
+    files, per_file = 6, 2000
+    for f in range(files):
+        ids = list(range(f * per_file, (f + 1) * per_file))
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                                 "key": pa.array([b"k%d" % i for i in ids]),
+                                 "value": pa.array([b"v%d" % i for i in ids])}), str(src / f"part-{f}.parquet"))
+    ckpt, flag = tmp_path / "ckpt", tmp_path / "fail"
+    flag.touch()
+    assert _run_available_now(spark, src, broker.bootstrap, topic, ckpt, flag) is not None   # failed
+    assert not flag.exists()
+    seen = read_values(broker.bootstrap, topic, 3)
+    assert exactly(seen, range(2 * per_file))                # batch 0 only
+    assert _run_available_now(spark, src, broker.bootstrap, topic, ckpt, flag) is None
+    assert exactly(read_values(broker.bootstrap, topic, 3), range(files * per_file))
+    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    (ckpt / "commits" / str(last)).unlink()                  # the sink committed, Spark did not
+    (ckpt / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    written = len(read_values(broker.bootstrap, topic, 3, "read_uncommitted"))
+    assert _run_available_now(spark, src, broker.bootstrap, topic, ckpt, flag) is None
+    assert (ckpt / "commits" / str(last)).exists()          # replayed
+    assert len(read_values(broker.bootstrap, topic, 3, "read_uncommitted")) == written   # by writing nothing
+    assert exactly(read_values(broker.bootstrap, topic, 3), range(files * per_file))
