@@ -263,3 +263,121 @@ def test_streaming_query_fails_restarts_and_replays(spark, broker, tmp_path):
     assert (ckpt / "commits" / str(last)).exists()          # replayed
     assert len(read_values(broker.bootstrap, topic, 3, "read_uncommitted")) == written   # by writing nothing
     assert exactly(read_values(broker.bootstrap, topic, 3), range(files * per_file))
+
+
+# ------------------------------------------------------------------------------ the fault job (soak)
+
+JOB = Path(__file__).resolve().parent / "broker_sink_fault_job.py"
+
+
+def _start_job(env, src, bootstrap, ckpt, mode):
+    import subprocess
+    return subprocess.Popen([sys.executable, str(JOB), str(src), bootstrap, str(ckpt), mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+def _zombie(bootstrap: str, query_id: str, task: int, rng) -> None:
+    """An attempt of `task` that wakes up: it takes the task's transactional id (fencing the
+    live attempt, which Spark retries), produces rows no reader may ever see, sleeps while the
+    retry fences it in turn, then produces again with its stale epoch; it never commits."""
+    opts = parse_sink_options(options(bootstrap, "events", **{"kafka.delivery.timeout.ms": "10000"}))
+    txn, producer = open_attempt(opts, query_id, task, 99)
+    try:
+        producer.add(pa.record_batch([pa.array([b"z"] * 50), pa.array([b"zombie-%d" % i for i in range(50)])],
+                                     names=["key", "value"]))
+        producer.flush()
+        time.sleep(rng.uniform(1, 4))
+        producer.add(pa.record_batch([pa.array([b"z"]), pa.array([b"zombie-late"])], names=["key", "value"]))
+        producer.flush()
+    except KafkaError:
+        pass                                # fenced: what a zombie should meet
+    finally:
+        producer.close()
+        txn.close()
+
+
+@pytest.mark.soak
+def test_fault_job_400k_rows(request, tmp_path):
+    """400k rows through one seglog broker under every fault at once: each task's first attempt
+    fails mid-write, zombie attempts take tasks' transactional ids and produce, the driver's
+    process group is SIGKILLed at random moments and restarted on its checkpoint, the broker is
+    SIGKILLed and restarted; then the stream runs to its end. A read_committed reader
+    (librdkafka) finds every row exactly once and no zombie row. A few minutes: `-m soak`."""
+    import os
+    import random
+    import signal
+    import threading
+
+    import pyarrow.parquet as pq
+
+    if "soak" not in (request.config.option.markexpr or ""):
+        pytest.skip("a soak run (a few minutes): select it with `-m soak`")
+    pytest.importorskip("pyspark")
+    seed = int(os.environ.get("SEGLOG_FAULT_SEED", time.time()))
+    print(f"SEGLOG_FAULT_SEED={seed}")
+    rng = random.Random(seed)
+    b = BrokerProcess(tmp_path, tmp_path / "logs", _free_port())
+    b.start()
+    src, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    src.mkdir()
+    files, per_file = 40, 10_000
+    for f in range(files):
+        ids = list(range(f * per_file, (f + 1) * per_file))
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                                 "key": pa.array([None if i % 11 == 0 else b"k%d" % i for i in ids], pa.binary()),
+                                 "value": pa.array([b"v%d" % i for i in ids])}), str(src / f"part-{f:04d}.parquet"))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2] / "connector"),
+                                                    str(Path(__file__).resolve().parents[2]),
+                                                    env.get("PYTHONPATH")) if p)
+    counts = {"driver kills": 0, "broker kills": 0, "zombies": 0, "batches": 0}
+    try:
+        for round_ in range(3):
+            proc = _start_job(env, src, b.bootstrap, ckpt, "long")
+            progressed, started = threading.Event(), {}
+
+            def watch(p=proc, ev=progressed, st=started):
+                for line in p.stdout:
+                    if line.startswith("STARTED"):
+                        st["query"] = line.split()[1]
+                    if line.startswith("BATCH"):
+                        counts["batches"] += 1
+                        ev.set()
+            threading.Thread(target=watch, daemon=True).start()
+            assert progressed.wait(180), f"round {round_}: the job made no progress"
+            faults = []
+            if round_ != 1:
+                faults.append(threading.Thread(target=_zombie, args=(b.bootstrap, started["query"],
+                                                                     rng.randrange(2), rng)))
+                counts["zombies"] += 1
+            for t in faults:
+                t.start()
+            time.sleep(rng.uniform(1.0, 4.0))
+            if round_ == 1:
+                b.stop(signal.SIGKILL)             # under the running stream
+                counts["broker kills"] += 1
+                time.sleep(rng.uniform(0.2, 1.0))
+                b.start()
+                time.sleep(rng.uniform(1.0, 4.0))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                counts["driver kills"] += 1
+            proc.wait()
+            for t in faults:
+                t.join()
+        partial = read_values(b.bootstrap, "events", 3)
+        print(counts, f"{len(partial)} rows visible before the run to the end")
+        assert counts["driver kills"] >= 2
+        assert 0 < len(partial) < files * per_file and len(partial) == len(set(partial))
+        proc = _start_job(env, src, b.bootstrap, ckpt, "finish")
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0 and "DONE" in out, f"exit {proc.returncode}\n{out}\n{err[-5000:]}"
+        assert "injected failure of task" in err            # first attempts did fail mid-write
+        values = read_values(b.bootstrap, "events", 3)
+        assert not [v for v in values if v.startswith(b"zombie")]
+        ids = sorted(int(v[1:]) for v in values)
+        assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicates"
+        assert ids == list(range(files * per_file)), f"missing {sorted(set(range(files * per_file)) - set(ids))[:20]}"
+    finally:
+        b.stop()
