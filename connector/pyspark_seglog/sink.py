@@ -75,16 +75,17 @@ class _SeglogWriterBase(abc.ABC):
         self.opts: SinkOptions = parse_sink_options(options)
         self.columns = input_columns(schema, self.opts.topic is not None)
         self.overwrite = overwrite
-        if self.opts.topic is not None and self.opts.bootstrap_servers is not None:
+        if self.opts.bootstrap_servers is not None:
             # imported here: the Kafka protocol package is heavy, and file-root writes never use it
             from pyspark_seglog.broker_client import BrokerClient
             from pyspark_seglog.broker_sink import check_guarantee, ensure_topic
             with BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-sink") as client:
                 check_guarantee(client, self.opts)
-                ensure_topic(client, self.opts, self.opts.topic)
-                if "key" not in self.columns:
-                    policy = client.topic_config(self.opts.topic, ["cleanup.policy"]).get("cleanup.policy")
-                    self._check_keys(policy or "")
+                if self.opts.topic is not None:
+                    ensure_topic(client, self.opts, self.opts.topic)
+                    if "key" not in self.columns:
+                        policy = client.topic_config(self.opts.topic, ["cleanup.policy"]).get("cleanup.policy")
+                        self._check_keys(policy or "")
         elif self.opts.bootstrap_servers is None:
             # fail (or create the topic) when the write is planned, not in the tasks; and a root
             # that a broker serves is written only through it (docs/connector.md)
