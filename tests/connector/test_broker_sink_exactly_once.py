@@ -190,6 +190,32 @@ def test_abort_hides_the_batch(broker):
     assert len(read_values(broker.bootstrap, topic, 1, "read_uncommitted")) == 1600
 
 
+def test_transaction_timeout_fails_the_commit_and_the_replay_writes_again(broker):
+    """A task's transaction open past kafka.transaction.timeout.ms is aborted by the broker (it
+    checks every 10 s by default); the driver's commit then fails naming the option, and the
+    replayed batch writes the task's rows again: read_committed sees them once."""
+    from logcore.wire.api_keys import DESCRIBE_TRANSACTIONS
+    from pyspark_seglog.broker_client import BrokerClient
+
+    topic = "eos-timeout"
+    create_topic(broker, topic, 1)
+    opts = parse_sink_options(options(broker.bootstrap, topic, **{"kafka.transaction.timeout.ms": "1000"}))
+    message = produce_task(opts, COLUMNS, rows(0, 500), 0, 0, "q-timeout", 0, streaming=True)
+    deadline = time.monotonic() + 30
+    with BrokerClient(broker.bootstrap) as client:
+        while time.monotonic() < deadline:
+            state = client.request(DESCRIBE_TRANSACTIONS, {"transactional_ids": [message.transaction.transactional_id]})
+            if state.transaction_states[0].transaction_state == "CompleteAbort":
+                break
+            time.sleep(0.5)
+    with pytest.raises(KafkaError, match="kafka.transaction.timeout.ms"):
+        commit_batch(opts, [message], 0)
+    again = produce_task(opts, COLUMNS, rows(0, 500), 0, 0, "q-timeout", 0, streaming=True)
+    assert not again.skipped
+    commit_batch(opts, [again], 0)
+    assert exactly(read_values(broker.bootstrap, topic, 1), range(500))
+
+
 # ------------------------------------------------------------------------------ with Spark
 
 def _run_available_now(spark, src: Path, bootstrap: str, topic: str, checkpoint: Path, flag: Path):
