@@ -35,6 +35,7 @@ from logcore.wire.error_codes import (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_
                                       UNSTABLE_OFFSET_COMMIT)
 
 from pyspark_seglog.broker_client import BrokerClient
+from pyspark_seglog.sink_options import TRANSACTION_TIMEOUT_OPTION as TIMEOUT_OPTION
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +47,7 @@ BUSY = frozenset({COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, REQUEST
                   UNSTABLE_OFFSET_COMMIT})
 FENCED = frozenset({PRODUCER_FENCED, INVALID_PRODUCER_EPOCH})
 BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5)
-TIMEOUT_OPTION = "kafka.transaction.timeout.ms"
-GUARANTEE_OPTION = "deliveryGuarantee"
+GUARANTEE_OPTION = "deliveryGuarantee"          # as users write it (Spark lower-cases it)
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 

@@ -10,7 +10,6 @@ batch is replayed. An independent read_committed reader (librdkafka) counts ever
 """
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
