@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from logcore.errors import TopicNotFoundError
-from logcore.wire.api_keys import (CREATE_TOPICS, DESCRIBE_CONFIGS, INIT_PRODUCER_ID, LIST_OFFSETS, METADATA,
-                                   PRODUCE)
+from logcore.wire.api_keys import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, CREATE_TOPICS, DESCRIBE_CONFIGS,
+                                   END_TXN, FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_OFFSETS, METADATA,
+                                   OFFSET_FETCH, PRODUCE, TXN_OFFSET_COMMIT)
 from logcore.wire.client import (BrokerAddress, KafkaConnection, KafkaConnectionError, KafkaError, bootstrap,
                                  error_name)
 from logcore.wire.config_resources import TOPIC_RESOURCE
@@ -40,9 +41,14 @@ from logcore.wire.list_offsets import LATEST_TIMESTAMP
 
 # The versions this client can build and read (ListOffsets from v2: isolation_level; v4 adds
 # current_leader_epoch; Produce from v3: RecordBatch v2 and up to v9, the last one that names
-# topics; Metadata from v7 gives leader epochs).
+# topics; Metadata from v7 gives leader epochs). The transactional APIs stay at the versions of
+# transaction version 1 (KIP-98 with KIP-360/447/890 part 1): EndTxn v5, AddPartitionsToTxn v4+
+# (brokers only), TxnOffsetCommit v4+ and Produce v12+ belong to KIP-890 part 2. FindCoordinator
+# below v4 (one key), OffsetFetch v7 (require_stable, one group).
 CLIENT_WINDOWS = {PRODUCE: (3, 9), LIST_OFFSETS: (2, 7), METADATA: (1, 12), CREATE_TOPICS: (2, 5),
-                  INIT_PRODUCER_ID: (0, 4), DESCRIBE_CONFIGS: (1, 4)}
+                  INIT_PRODUCER_ID: (0, 4), DESCRIBE_CONFIGS: (1, 4), FIND_COORDINATOR: (1, 3),
+                  ADD_PARTITIONS_TO_TXN: (0, 3), ADD_OFFSETS_TO_TXN: (0, 3), END_TXN: (0, 3),
+                  TXN_OFFSET_COMMIT: (0, 3), OFFSET_FETCH: (7, 7)}
 
 ISOLATION_LEVEL = {"read_uncommitted": 0, "read_committed": 1}
 # Errors that say the client's idea of the partition's leader is out of date: refresh Metadata,

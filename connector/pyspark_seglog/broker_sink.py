@@ -1,22 +1,24 @@
 """The sink's broker path (`kafka.bootstrap.servers`): a task produces its rows through the brokers.
 
-Each task attempt is one idempotent producer: it gets a fresh producer id from InitProducerId,
-routes and encodes its rows as the log-dir sink does (`RowRouter`, `logcore.records.encode`),
-stamps each RecordBatch with the producer id, epoch and per-partition sequence numbers, and
-sends Produce requests with acks=all to each partition's leader (from Metadata: on a cluster,
-partitions are led by different brokers): one batch per partition per request, up to
-`MAX_IN_FLIGHT` requests in flight on each leader's connection. A partition's batches are in
-flight to one broker at a time, so its sequences reach a leader in order. A request that fails
-with a retriable error (a stale leader: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...) or a
-broken connection is sent again, with the same bytes and sequences, after every request in
-flight is drained and Metadata refreshed (the leader may have moved: the new one has the
-producer's state with the replicated batches); a broker answers a batch it already has with its
-original offset instead of appending it twice. `write()` returns once every batch is
-acknowledged (committed by the ISR: durable and visible).
+Each task attempt is one producer: with `deliveryGuarantee=exactly-once` (the default) a
+transactional one (`broker_transaction.TaskTransaction`: a transactional id per task, stable
+across attempts and micro-batches), else an idempotent one with a fresh producer id. It routes
+and encodes its rows as the log-dir sink does (`RowRouter`, `logcore.records.encode`), stamps
+each RecordBatch with the producer id, epoch and per-partition sequence numbers (and the
+transactional attribute), and sends Produce requests with acks=all to each partition's leader
+(from Metadata: on a cluster, partitions are led by different brokers): one batch per partition
+per request, up to `MAX_IN_FLIGHT` requests in flight on each leader's connection. A partition's
+batches are in flight to one broker at a time, so its sequences reach a leader in order. A
+request that fails with a retriable error (a stale leader: NOT_LEADER_OR_FOLLOWER,
+FENCED_LEADER_EPOCH, ...) or a broken connection is sent again, with the same bytes and
+sequences, after every request in flight is drained and Metadata refreshed (the leader may have
+moved: the new one has the producer's state with the replicated batches); a broker answers a
+batch it already has with its original offset instead of appending it twice. `flush()` returns
+once every batch is acknowledged.
 
-Delivery is at-least-once (docs/sink-protocol.md): a retried task attempt, or a micro-batch
-replayed after a driver failure, is a new producer and writes its rows again; rows a failed
-attempt had already produced stay visible. The broker has no transactions to hide them.
+Exactly-once (docs/sink-protocol.md): the task leaves its transaction open and reports it; the
+driver's commit ends every task's transaction (`commit_batch`). At-least-once: rows are visible
+once acknowledged; a retried attempt or a replayed batch writes them again.
 """
 from __future__ import annotations
 
@@ -36,12 +38,17 @@ from logcore.records.encode import encode_batches
 from logcore.wire.api_keys import PRODUCE
 from logcore.wire.client import KafkaConnectionError, KafkaError, error_name
 from logcore.wire.error_codes import DUPLICATE_SEQUENCE_NUMBER, MESSAGE_TOO_LARGE, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
+from logcore.wire.api_keys import ADD_PARTITIONS_TO_TXN, END_TXN
+from logcore.wire.error_codes import INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, PRODUCER_FENCED
 from pyspark_seglog.broker_client import (
     RETRIABLE,
     BrokerClient,
 )
+from pyspark_seglog.broker_transaction import (GUARANTEE_OPTION, OpenTransaction, TaskTransaction,
+                                               end_task_transactions, mark_transactional, refused_error,
+                                               transactional_id)
 from pyspark_seglog.row_router import RowRouter
-from pyspark_seglog.sink_options import SinkOptions
+from pyspark_seglog.sink_options import DeliveryGuarantee, SinkOptions
 
 logger = logging.getLogger(__name__)
 
@@ -58,11 +65,114 @@ SEQUENCE_WRAP = 1 << 31
 
 @dataclass
 class BrokerWriteMessage(WriterCommitMessage):
-    """What one task attempt produced (already visible: there is nothing to publish)."""
+    """What one task attempt produced: with exactly-once, in `transaction`, which the driver
+    commits (None: nothing to commit, e.g. a replayed batch the task had committed before);
+    with at-least-once already visible."""
     task: int
     attempt: int
     producer_id: int
     records: dict[str, int] = field(default_factory=dict)     # "topic-partition" -> rows
+    transaction: OpenTransaction | None = None
+    skipped: bool = False          # a replay: this task's rows of the batch were committed before
+
+
+FENCED_PRODUCE = frozenset({PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE})
+
+
+def check_guarantee(client: BrokerClient, opts: SinkOptions) -> None:
+    """When the write is planned: exactly-once needs a broker that serves transactions."""
+    if opts.delivery is not DeliveryGuarantee.EXACTLY_ONCE:
+        return
+    conn = client.connect()
+    missing = [name for key, name in ((ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn"), (END_TXN, "EndTxn"))
+               if key not in conn.served]
+    if missing:
+        raise KafkaError(
+            f"{conn.where()} does not serve {' and '.join(missing)} (Kafka transactions), which the"
+            f" sink's default deliveryGuarantee=exactly-once needs: use a broker with transactions, or"
+            f" set {GUARANTEE_OPTION}=at-least-once (each task attempt's rows visible once produced,"
+            " as Spark's Kafka sink)")
+
+
+def produce_task(opts: SinkOptions, columns: dict[str, str], iterator, task: int, attempt: int,
+                 owner: str, batch_id: int, streaming: bool) -> BrokerWriteMessage:
+    """One task attempt of the broker path: its rows produced, in a transaction left open for the
+    driver (exactly-once), or visible at once (at-least-once)."""
+    if opts.delivery is DeliveryGuarantee.AT_LEAST_ONCE:
+        producer = TaskProducer(opts, columns, task, attempt)
+        try:
+            for batch in iterator:
+                producer.add(batch)
+            producer.flush()
+        finally:
+            producer.close()
+        return producer.message()
+    txn = TaskTransaction(opts.bootstrap_servers, transactional_id(owner, task), opts.transaction_timeout_ms,
+                          deadline_s=opts.delivery_timeout_ms / 1000,
+                          client_id=f"seglog-spark-sink-{task}-{attempt}")
+    try:
+        try:
+            txn.begin()          # fences earlier attempts of this task; aborts what they left open
+        except KafkaError as exc:
+            raise refused_error(exc, opts.bootstrap_servers) from None
+        group = txn.txn_id      # the task's record of its committed batches (a group of its own)
+        if streaming:
+            done = txn.committed_batch(group)
+            if done >= batch_id:
+                logger.info("seglog sink: task %d of batch %d: its rows were committed before (batch %d"
+                            " recorded); nothing to write", task, batch_id, done)
+                return BrokerWriteMessage(task, attempt, txn.producer_id, skipped=True)
+        producer = TaskProducer(opts, columns, task, attempt, transaction=txn)
+        try:
+            for batch in iterator:
+                producer.add(batch)
+            producer.flush()
+            if streaming and producer.acked:
+                txn.record_batch(group, min(t for t, _p in producer.acked), batch_id)
+        except BaseException:
+            txn.abort_quietly()
+            raise
+        finally:
+            producer.close()
+        message = producer.message()
+        if txn.started:
+            message.transaction = txn.open()
+        return message
+    finally:
+        txn.close()
+
+
+def commit_batch(opts: SinkOptions, messages, batch_id: int) -> None:
+    """The driver's commit: exactly-once ends every task's transaction with EndTxn(commit)
+    (idempotent: a replayed commit of a committed transaction answers NONE)."""
+    txns = [m.transaction for m in messages if m is not None and m.transaction is not None]
+    if opts.delivery is DeliveryGuarantee.EXACTLY_ONCE:
+        end_task_transactions(opts.bootstrap_servers, txns, commit=True,
+                              deadline_s=opts.delivery_timeout_ms / 1000)
+    _log_produced(messages, batch_id, "committed", len(txns))
+
+
+def abort_batch(opts: SinkOptions, messages, batch_id: int) -> None:
+    """The driver's abort: EndTxn(abort) for the transactions the tasks reported (those of failed
+    attempts were aborted by the attempt, by the retry's InitProducerId or by the timeout)."""
+    txns = [m.transaction for m in messages if m is not None and m.transaction is not None]
+    if opts.delivery is DeliveryGuarantee.EXACTLY_ONCE:
+        try:
+            end_task_transactions(opts.bootstrap_servers, txns, commit=False,
+                                  deadline_s=opts.delivery_timeout_ms / 1000)
+        except KafkaError as exc:
+            logger.warning("seglog sink: batch %s: %s (the broker aborts them at their timeout, or the"
+                           " next attempt of each task does)", batch_id, exc)
+        _log_produced(messages, batch_id, "aborted", len(txns))
+    else:
+        _log_produced(messages, batch_id, "aborted (rows already produced stay in the topic)", 0)
+
+
+def _log_produced(messages, batch_id: int, outcome: str, transactions: int) -> None:
+    rows = sum(sum(m.records.values()) for m in messages if m is not None)
+    logger.info("seglog sink (through a broker): batch %s %s; %d rows produced by %d of %d tasks"
+                " (%d transactions)", batch_id, outcome, rows, sum(m is not None for m in messages),
+                len(messages), transactions)
 
 
 def ensure_topic(client: BrokerClient, opts: SinkOptions, topic: str) -> int:
@@ -92,14 +202,20 @@ class _Batch:
 
 
 class TaskProducer(RowRouter):
-    """One task attempt's rows, produced through the broker by one idempotent producer."""
+    """One task attempt's rows, produced through the broker by one idempotent producer, or by
+    the transactional producer of `transaction` (begun: it has the producer id and epoch)."""
 
-    def __init__(self, opts: SinkOptions, columns: dict[str, str], task: int, attempt: int):
+    def __init__(self, opts: SinkOptions, columns: dict[str, str], task: int, attempt: int,
+                 transaction: TaskTransaction | None = None):
         super().__init__(opts, columns, task)
         self.attempt = attempt
+        self.transaction = transaction
         self.client = BrokerClient(opts.bootstrap_servers, client_id=f"seglog-spark-sink-{task}-{attempt}")
         self.deadline_s = opts.delivery_timeout_ms / 1000
-        self.producer_id, self.epoch = self._with_retries(self.client.init_producer_id, "InitProducerId")
+        if transaction is not None:
+            self.producer_id, self.epoch = transaction.producer_id, transaction.epoch
+        else:
+            self.producer_id, self.epoch = self._with_retries(self.client.init_producer_id, "InitProducerId")
         self.topics: dict[str, tuple[int, Compression]] = {}
         self.policies: dict[str, str] = {}                    # topic -> cleanup.policy
         self.sequences: dict[tuple[str, int], int] = {}       # next row's ordinal per partition
@@ -153,6 +269,8 @@ class TaskProducer(RowRouter):
                                  producer_id=self.producer_id, producer_epoch=self.epoch,
                                  base_sequence=ordinal % SEQUENCE_WRAP)
         queue = self.queues.setdefault(tp, deque())
+        if self.transaction is not None:
+            batches = [mark_transactional(data) for data in batches]
         for data in batches:
             records = int.from_bytes(data[57:61], "big")        # recordsCount
             queue.append(_Batch(tp, data, ordinal % SEQUENCE_WRAP, records, ordinal))
@@ -217,6 +335,9 @@ class TaskProducer(RowRouter):
             if node is None:
                 node = self._leader(tp)
             ready.setdefault(node, []).append(tp)
+        if self.transaction is not None:
+            # before a partition's first transactional batch (KIP-890: the leader checks it)
+            self.transaction.add_partitions(tp for tps in ready.values() for tp in tps)
         for node, tps in ready.items():
             window = self.in_flight.setdefault(node, deque())
             while len(window) < MAX_IN_FLIGHT and any(self.queues[tp] for tp in tps):
@@ -239,7 +360,8 @@ class TaskProducer(RowRouter):
         self.in_flight[node].append((self.sent, batches))
         try:
             self.client.leader_connection(node).send(PRODUCE, {
-                "transactional_id": None, "acks": ACKS_ALL, "timeout": REQUEST_TIMEOUT_MS,
+                "transactional_id": self.transaction.txn_id if self.transaction is not None else None,
+                "acks": ACKS_ALL, "timeout": REQUEST_TIMEOUT_MS,
                 "topic_data": [{"name": t, "partition_data": ps} for t, ps in by_topic.items()]})
         except KafkaConnectionError as exc:
             raise _Retry(str(exc), where=self.client.node_where(node)) from None
@@ -286,6 +408,10 @@ class TaskProducer(RowRouter):
                 reasons.append(f"{message} from {where}")
                 continue
             hint = ""
+            if code in FENCED_PRODUCE and self.transaction is not None:
+                hint = (f" (transactional id {self.transaction.txn_id}: a newer attempt of this task"
+                        " fenced this one, or the broker aborted its transaction at"
+                        " kafka.transaction.timeout.ms)")
             if code == MESSAGE_TOO_LARGE:
                 hint = " (lower the option batch.size, or raise the topic's max.message.bytes)"
             raise KafkaError(f"{where} refused a batch of {message}{hint}", code)

@@ -75,15 +75,17 @@ class _SeglogWriterBase(abc.ABC):
         self.opts: SinkOptions = parse_sink_options(options)
         self.columns = input_columns(schema, self.opts.topic is not None)
         self.overwrite = overwrite
-        if self.opts.topic is not None and self.opts.bootstrap_servers is not None:
+        if self.opts.bootstrap_servers is not None:
             # imported here: the Kafka protocol package is heavy, and file-root writes never use it
             from pyspark_seglog.broker_client import BrokerClient
-            from pyspark_seglog.broker_sink import ensure_topic
+            from pyspark_seglog.broker_sink import check_guarantee, ensure_topic
             with BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-sink") as client:
-                ensure_topic(client, self.opts, self.opts.topic)
-                if "key" not in self.columns:
-                    policy = client.topic_config(self.opts.topic, ["cleanup.policy"]).get("cleanup.policy")
-                    self._check_keys(policy or "")
+                check_guarantee(client, self.opts)
+                if self.opts.topic is not None:
+                    ensure_topic(client, self.opts, self.opts.topic)
+                    if "key" not in self.columns:
+                        policy = client.topic_config(self.opts.topic, ["cleanup.policy"]).get("cleanup.policy")
+                        self._check_keys(policy or "")
         elif self.opts.bootstrap_servers is None:
             # fail (or create the topic) when the write is planned, not in the tasks; and a root
             # that a broker serves is written only through it (docs/connector.md)
@@ -143,9 +145,11 @@ class _SeglogWriterBase(abc.ABC):
         freeze_import_heap()
         task = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        if self.opts.bootstrap_servers is not None:
-            return self._produce(iterator, task, attempt)
         query_id, batch_id = self._identity(ctx)
+        if self.opts.bootstrap_servers is not None:
+            from pyspark_seglog.broker_sink import produce_task
+            return produce_task(self.opts, self.columns, iterator, task, attempt, query_id, batch_id,
+                                self.streaming)
         stager = TaskStager(self, query_id, batch_id, task, attempt)
         try:
             for batch in iterator:
@@ -168,23 +172,12 @@ class _SeglogWriterBase(abc.ABC):
             return SeglogCommitMessage(query_id, batch_id, task, attempt, [])
         return SeglogCommitMessage(query_id, batch_id, task, attempt, stager.parts)
 
-    def _produce(self, iterator, task: int, attempt: int):
-        """kafka.bootstrap.servers: produce this attempt's rows through the broker (at-least-once)."""
-        from pyspark_seglog.broker_sink import TaskProducer
-        producer = TaskProducer(self.opts, self.columns, task, attempt)
-        try:
-            for batch in iterator:
-                producer.add(batch)
-            producer.flush()
-        finally:
-            producer.close()
-        return producer.message()
-
     # -- driver -----------------------------------------------------------------------------
     def _commit(self, messages, batch_id: int) -> None:
         if self.opts.bootstrap_servers is not None:
-            _log_produced(messages, batch_id, "committed")
-            return                          # the tasks' rows are in the broker's log already
+            from pyspark_seglog.broker_sink import commit_batch
+            commit_batch(self.opts, messages, batch_id)     # ends the tasks' transactions
+            return
         msgs = [m for m in messages if m is not None]
         if not msgs:
             return                          # no task succeeded: nothing was ever staged for commit
@@ -288,7 +281,8 @@ class _SeglogWriterBase(abc.ABC):
 
     def _abort(self, messages, batch_id: int) -> None:
         if self.opts.bootstrap_servers is not None:
-            _log_produced(messages, batch_id, "aborted (rows already produced stay in the topic)")
+            from pyspark_seglog.broker_sink import abort_batch
+            abort_batch(self.opts, messages, batch_id)
             return
         msgs = [m for m in messages if m is not None]
         if not msgs:
@@ -305,12 +299,6 @@ class _SeglogWriterBase(abc.ABC):
         elif storage.exists(staging):
             storage.delete_dir(staging)
 
-
-
-def _log_produced(messages, batch_id: int, outcome: str) -> None:
-    rows = sum(sum(m.records.values()) for m in messages if m is not None)
-    logger.info("seglog sink (through a broker): batch %s %s; %d rows produced by %d of %d tasks",
-                batch_id, outcome, rows, sum(m is not None for m in messages), len(messages))
 
 
 @plain_errors

@@ -4,13 +4,15 @@ Spark lower-cases option names before they reach a Python data source, so every 
 in lower case. Names mirror Spark's Kafka sink and Kafka's producer where one exists
 (`topic`, `compression.type`, `batch.size`). `kafka.bootstrap.servers` sends the rows through
 a `seglog broker` over the Kafka protocol instead of committing them into the root (the path may
-then be omitted); `kafka.delivery.timeout.ms` bounds its retries. Other `kafka.*` options are
-accepted and ignored so that a pipeline moving from `format("kafka")` changes the format only.
+then be omitted); `kafka.delivery.timeout.ms` bounds its retries; `deliveryGuarantee` says whether
+it writes in Kafka transactions (exactly-once, the default; `kafka.transaction.timeout.ms`) or as
+an idempotent producer (at-least-once). Other `kafka.*` options are accepted and ignored so that a pipeline moving from `format("kafka")` changes the format only.
 Anything else unknown fails with the closest known name.
 """
 from __future__ import annotations
 
 import difflib
+import enum
 from dataclasses import dataclass, field
 
 from logcore.errors import InvalidConfigError
@@ -33,6 +35,18 @@ DEFAULT_DELIVERY_TIMEOUT_MS = 120_000      # Kafka producer's delivery.timeout.m
 BOOTSTRAP_OPTION = "kafka.bootstrap.servers"
 DELIVERY_TIMEOUT_OPTION = "kafka.delivery.timeout.ms"
 DEFAULT_TOPIC_PARTITIONS = 1
+TRANSACTION_TIMEOUT_OPTION = "kafka.transaction.timeout.ms"
+GUARANTEE_OPTION = "deliveryguarantee"
+# A task's transaction stays open from its first row until the driver commits the whole batch
+# (or, for df.write, the whole job): Kafka's broker-side maximum (transaction.max.timeout.ms,
+# 15 minutes), so that long batches commit on brokers with default settings.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+
+
+class DeliveryGuarantee(enum.Enum):
+    """How the broker path (kafka.bootstrap.servers) delivers a batch's rows."""
+    EXACTLY_ONCE = "exactly-once"        # each task in a Kafka transaction the driver commits
+    AT_LEAST_ONCE = "at-least-once"      # each task attempt an idempotent producer (Spark's Kafka sink)
 
 # option (lower case) -> one-line doc, for errors and docs/spark-options.md
 KNOWN_OPTIONS = {
@@ -47,6 +61,8 @@ KNOWN_OPTIONS = {
     "takeover": "take a topic whose partitions were last written by another streaming query",
     "staging.part.bytes": "a task stages its encoded batches in parts of about this size",
     "staging.adopt.bytes": "local disk: a staged part of at least this size becomes a segment as it is (no copy)",
+    "deliveryguarantee": "through kafka.bootstrap.servers: exactly-once (Kafka transactions, the default)"
+                         " or at-least-once (idempotent producers, as Spark's Kafka sink)",
     "includeheaders": "accepted for Kafka compatibility: a `headers` column is always written",
     "checkpointlocation": "Spark's streaming checkpoint (read by Spark, not by the sink)",
 }
@@ -69,6 +85,8 @@ class SinkOptions:
     staging_adopt_bytes: int
     bootstrap_servers: str | None = None     # produce through this broker instead of the root
     delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS
+    delivery: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
 
 def default_batch_size(max_message_bytes: int) -> int:
@@ -108,8 +126,8 @@ def check_unknown(options) -> None:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidConfigError(
             f"unknown seglog sink option {name!r}{hint} Known options: {', '.join(sorted(KNOWN_OPTIONS))},"
-            " plus storage.*, topic.config.*, kafka.bootstrap.servers, kafka.delivery.timeout.ms and"
-            " other kafka.* (ignored)")
+            " plus storage.*, topic.config.*, kafka.bootstrap.servers, kafka.delivery.timeout.ms,"
+            " kafka.transaction.timeout.ms and other kafka.* (ignored)")
 
 
 def _alias(options: dict, name: str) -> None:
@@ -122,6 +140,21 @@ def _alias(options: dict, name: str) -> None:
         raise InvalidConfigError(
             f"options {name}={given!r} and kafka.{name}={prefixed!r} disagree: give one of them")
     options[name] = prefixed
+
+
+def _guarantee(options, bootstrap) -> DeliveryGuarantee:
+    raw = options.get(GUARANTEE_OPTION)
+    if raw is None:
+        return DeliveryGuarantee.EXACTLY_ONCE
+    by_name = {g.value: g for g in DeliveryGuarantee}
+    value = by_name.get(str(raw).strip().lower().replace("_", "-"))
+    if value is None:
+        raise InvalidConfigError(f"option deliveryGuarantee={raw!r} is not one of {', '.join(by_name)}")
+    if bootstrap is None and value is not DeliveryGuarantee.EXACTLY_ONCE:
+        raise InvalidConfigError(
+            f"option deliveryGuarantee={raw!r} applies to writes through kafka.bootstrap.servers;"
+            " the sink writing into a log root is always exactly-once")
+    return value
 
 
 def parse_sink_options(options) -> SinkOptions:
@@ -172,4 +205,6 @@ def parse_sink_options(options) -> SinkOptions:
         staging_adopt_bytes=_int(options, "staging.adopt.bytes", DEFAULT_STAGING_ADOPT_BYTES, 1),
         bootstrap_servers=bootstrap,
         delivery_timeout_ms=_int(options, DELIVERY_TIMEOUT_OPTION, DEFAULT_DELIVERY_TIMEOUT_MS, 1),
+        delivery=_guarantee(options, bootstrap),
+        transaction_timeout_ms=_int(options, TRANSACTION_TIMEOUT_OPTION, DEFAULT_TRANSACTION_TIMEOUT_MS, 1),
     )

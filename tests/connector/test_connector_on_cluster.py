@@ -3,7 +3,9 @@ harness), Spark local[2] writing through the brokers and reading each broker's l
 
 - the sink's broker path produces to each partition's leader (leaders spread over the three
   brokers), batch and streaming, and a streaming write survives a SIGKILL of a broker between
-  two micro-batches: every row is read back exactly once by librdkafka;
+  two micro-batches: every row is read back exactly once by librdkafka; its transactions
+  (exactly-once) commit through a new coordinator when the coordinator of a task's
+  transactional id is SIGKILLed before the driver's commit;
 - the source as a sidecar: an RF=3 topic read from each broker's log.dirs gives the same rows,
   with and without kafka.bootstrap.servers; a follower whose HW lags is read up to its own HW
   (no wait, no "data loss"); an RF=1 topic's partitions held by other brokers fail with an
@@ -205,6 +207,40 @@ def test_streaming_write_survives_sigkill_between_micro_batches(spark, cluster, 
         assert values == sorted(b"s%d" % i for i in range(4000))     # each row exactly once
         moved = leaders(cluster, topic)
         assert all(moved[p] != 1 for p in led)
+    finally:
+        _all_back(cluster)
+
+
+def test_exactly_once_commit_survives_the_transaction_coordinator_sigkill(cluster):
+    """Tasks produce in transactions to leaders on all three brokers and leave them open; the
+    coordinator of a task's transactional id is SIGKILLed; a retried task attempt fences its
+    dead attempt through the new coordinator, and the driver's commit ends every transaction
+    there: read_committed reads each row once."""
+    import test_broker_sink_exactly_once as eos
+    from pyspark_seglog.broker_sink import commit_batch, produce_task
+    from pyspark_seglog.broker_transaction import transactional_id
+    from pyspark_seglog.sink_options import parse_sink_options
+
+    topic = "cl-eos"
+    cluster.create_topic(topic, partitions=3, rf=3)
+    opts = parse_sink_options(eos.options(cluster.bootstrap, topic, **{"kafka.delivery.timeout.ms": "60000"}))
+    try:
+        txn0, dead = eos.open_attempt(opts, "q-cluster", 1, 0)
+        for batch in eos.rows(3000, 1000):
+            dead.add(batch)
+        dead.flush()
+        dead.close()
+        txn0.close()
+        first = [produce_task(opts, eos.COLUMNS, eos.rows(t * 3000, 3000), t, 0, "q-cluster", 0, streaming=True)
+                 for t in range(2)]
+        with BrokerClient(cluster.bootstrap) as client:
+            body = client.request(10, {"key": transactional_id("q-cluster", 0), "key_type": 1})
+        coordinator = cluster.brokers[int(body.node_id)]
+        coordinator.kill()
+        retried = produce_task(opts, eos.COLUMNS, eos.rows(3000, 3000), 1, 1, "q-cluster", 0, streaming=True)
+        commit_batch(opts, [first[0], retried], 0)
+        values = [v for _p, _o, _k, v in consume_all(cluster, topic, 3)]
+        assert sorted(values) == sorted(b"v%d" % i for i in range(6000))
     finally:
         _all_back(cluster)
 

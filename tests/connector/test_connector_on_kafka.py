@@ -7,7 +7,9 @@
   records Kafka acknowledged; a stream (AvailableNow, checkpoint) reads them, and after a
   restart only the ones produced since.
 - Sink: a DataFrame written with `kafka.bootstrap.servers` (no path) is produced into Kafka by
-  the tasks' idempotent producers; confluent-kafka reads back exactly its rows.
+  the tasks' transactional producers and committed by the driver (exactly-once: a failed attempt,
+  a replayed batch, a driver dead mid-commit, as tests/connector/test_broker_sink_exactly_once.py
+  on a seglog broker); confluent-kafka (read_committed) reads back exactly its rows.
 - What Kafka cannot do for the connector fails with a message naming it.
 
 Uses the session's one Spark (tests/connector/conftest.py) and one Kafka broker for the module.
@@ -200,11 +202,11 @@ def test_sink_writes_what_kafka_serves(spark, kafka):
     expected = sorted(((i % 4, None if i % 11 == 0 else b"k%d" % i, b"row-%05d" % i,
                         (("n", b"%d" % i),) if i % 3 else (), base_ms + i) for i in range(2000)), key=by_value)
     assert sorted(((p, k, v, h, ts) for p, _o, k, v, h, ts in got), key=by_value) == expected
-    # each partition's offsets are 0..n-1: every row once, nothing else in the log
+    # each partition holds its 500 rows once (between them the transactions' commit markers)
     by_part: dict[int, list] = {}
     for p, o, *_ in got:
         by_part.setdefault(p, []).append(o)
-    assert {p: sorted(o) for p, o in by_part.items()} == {p: list(range(500)) for p in range(4)}
+    assert {p: len(set(o)) for p, o in by_part.items()} == {p: 500 for p in range(4)}
 
     # Spark's source through Kafka reads the same rows back
     back = read_batch(spark, kafka, topic)
@@ -224,3 +226,38 @@ def test_sink_codecs_kafka_accepts(spark, kafka):
         got = consume_all(kafka, f"k-codec-{codec}", 2, 300)
         assert sorted((k, v) for _p, _o, k, v, _h, _t in got) == \
             sorted((b"%d" % i, b"v-%d" % i) for i in range(300)), codec
+
+
+def test_sink_exactly_once_protocol_on_kafka(kafka):
+    """The broker path's transactions on Apache Kafka: EndTxn from the driver (another client
+    than the task's) commits; a failed attempt's rows are aborted by its retry; a replayed batch
+    writes nothing; a batch whose driver died after committing one task rewrites only the other."""
+    import test_broker_sink_exactly_once as eos
+    from pyspark_seglog.broker_sink import commit_batch, produce_task
+    from pyspark_seglog.sink_options import parse_sink_options
+
+    topic = "k-eos"
+    create_topic(kafka, topic, 3)
+    opts = parse_sink_options(eos.options(kafka.bootstrap, topic))
+    txn0, dead = eos.open_attempt(opts, "q-kafka", 0, 0)
+    for batch in eos.rows(0, 1500):
+        dead.add(batch)
+    dead.flush()
+    dead.close()
+    txn0.close()
+    first = [produce_task(opts, eos.COLUMNS, eos.rows(t * 3000, 3000), t, 1 - t, "q-kafka", 0, streaming=True)
+             for t in range(2)]
+    assert eos.read_values(kafka.bootstrap, topic, 3) == []
+    commit_batch(opts, first, 0)
+    commit_batch(opts, first, 0)
+    assert eos.exactly(eos.read_values(kafka.bootstrap, topic, 3), range(6000))
+    replay = produce_task(opts, eos.COLUMNS, eos.rows(0, 3000), 0, 0, "q-kafka", 0, streaming=True)
+    assert replay.skipped and replay.transaction is None
+    second = [produce_task(opts, eos.COLUMNS, eos.rows(6000 + t * 500, 500), t, 0, "q-kafka", 1, streaming=True)
+              for t in range(2)]
+    commit_batch(opts, second[:1], 1)
+    again = [produce_task(opts, eos.COLUMNS, eos.rows(6000 + t * 500, 500), t, 0, "q-kafka", 1, streaming=True)
+             for t in range(2)]
+    assert again[0].skipped and not again[1].skipped
+    commit_batch(opts, again, 1)
+    assert eos.exactly(eos.read_values(kafka.bootstrap, topic, 3), range(7000))

@@ -1,0 +1,408 @@
+"""The broker path's exactly-once protocol (docs/sink-protocol.md) against a real `seglog broker`.
+
+The task side (`broker_sink.produce_task`) and the driver side (`commit_batch` / `abort_batch`)
+are called as Spark calls them, without Spark, so that each fault is placed exactly: a task
+attempt that dies with its transaction open, a zombie attempt that keeps producing after its
+retry started, a batch replayed after the driver's commit (Spark's commits/<id> missing), a
+driver that died after committing some of the tasks. One Spark streaming query checks the
+same end to end: first task attempts fail after producing part of their rows, then the last
+batch is replayed. An independent read_committed reader (librdkafka) counts every row.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_broker_interop import BrokerProcess, _free_port, create_topic  # noqa: E402
+
+from logcore.errors import InvalidConfigError  # noqa: E402
+from logcore.wire.client import KafkaError  # noqa: E402
+from pyspark_seglog.broker_sink import TaskProducer, abort_batch, commit_batch, produce_task  # noqa: E402
+from pyspark_seglog.broker_transaction import TaskTransaction, transactional_id  # noqa: E402
+from pyspark_seglog.sink_options import DeliveryGuarantee, parse_sink_options  # noqa: E402
+
+COLUMNS = {"key": "key", "value": "value"}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    base = tmp_path_factory.mktemp("eos-broker")
+    b = BrokerProcess(base, base / "logs", _free_port())
+    b.start()
+    yield b
+    b.stop()
+
+
+def options(bootstrap: str, topic: str, **more) -> dict:
+    return {"kafka.bootstrap.servers": bootstrap, "topic": topic, "batch.size": "4000", **more}
+
+
+def rows(first: int, count: int, chunk: int = 500):
+    """Arrow batches of the rows first..first+count-1 (value v<i>, key k<i>)."""
+    for start in range(first, first + count, chunk):
+        ids = range(start, min(start + chunk, first + count))
+        yield pa.record_batch([pa.array([b"k%d" % i for i in ids]), pa.array([b"v%d" % i for i in ids])],
+                              names=["key", "value"])
+
+
+def read_values(bootstrap: str, topic: str, partitions: int, isolation: str = "read_committed") -> list[bytes]:
+    """Every value up to each partition's end, as a consumer with `isolation` reads it."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eos-check-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "isolation.level": isolation,
+                  "enable.partition.eof": True, "fetch.wait.max.ms": 50})
+    try:
+        c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
+        out, done = [], set()
+        deadline = time.monotonic() + 30
+        while len(done) < partitions and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    done.add(m.partition())
+                    continue
+                raise AssertionError(m.error())
+            out.append(m.value())
+        assert len(done) == partitions, f"{partitions - len(done)} partitions did not reach their end"
+        return out
+    finally:
+        c.close()
+
+
+def exactly(values: list[bytes], ids) -> bool:
+    return sorted(values) == sorted(b"v%d" % i for i in ids)
+
+
+def open_attempt(opts, owner: str, task: int, attempt: int) -> tuple[TaskTransaction, TaskProducer]:
+    """A task attempt that begins its transaction and produces, as produce_task does, but that the
+    test can stop anywhere (an executor lost: no abort, no message)."""
+    txn = TaskTransaction(opts.bootstrap_servers, transactional_id(owner, task), opts.transaction_timeout_ms,
+                          deadline_s=30, client_id=f"zombie-{task}-{attempt}")
+    txn.begin()
+    return txn, TaskProducer(opts, COLUMNS, task, attempt, transaction=txn)
+
+
+def test_options():
+    opts = parse_sink_options({"kafka.bootstrap.servers": "h:1", "topic": "t"})
+    assert opts.delivery is DeliveryGuarantee.EXACTLY_ONCE and opts.transaction_timeout_ms == 900_000
+    opts = parse_sink_options({"kafka.bootstrap.servers": "h:1", "deliveryGuarantee": "at-least-once",
+                               "kafka.transaction.timeout.ms": "60000"})
+    assert opts.delivery is DeliveryGuarantee.AT_LEAST_ONCE and opts.transaction_timeout_ms == 60_000
+    with pytest.raises(InvalidConfigError, match="deliveryGuarantee='twice' is not one of exactly-once, at-least-once"):
+        parse_sink_options({"kafka.bootstrap.servers": "h:1", "deliveryGuarantee": "twice"})
+    with pytest.raises(InvalidConfigError, match="always exactly-once"):
+        parse_sink_options({"path": "/tmp/x", "deliveryGuarantee": "at-least-once"})
+    with pytest.raises(InvalidConfigError, match="kafka.transaction.timeout.ms"):
+        parse_sink_options({"kafka.bootstrap.servers": "h:1", "kafka.transaction.timeout.ms": "0"})
+
+
+def test_failed_attempt_is_never_visible(broker):
+    """Attempt 0 of a task produces part of its rows and dies with its transaction open (no
+    abort); attempt 1 (same transactional id) fences it, aborting those rows, and writes all of
+    them; the driver commits: read_committed sees each row once, read_uncommitted both attempts."""
+    topic = "eos-failed"
+    create_topic(broker, topic, 2)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    txn0, dead = open_attempt(opts, "q-failed", 0, 0)
+    for batch in rows(0, 1500):
+        dead.add(batch)
+    dead.flush()
+    dead.close()
+    txn0.close()                             # killed: never ends its transaction
+    message = produce_task(opts, COLUMNS, rows(0, 3000), 0, 1, "q-failed", 0, streaming=True)
+    assert sum(message.records.values()) == 3000 and message.transaction is not None
+    assert message.transaction.producer_epoch > txn0.epoch
+    assert read_values(broker.bootstrap, topic, 2) == []         # open until the driver commits
+    commit_batch(opts, [message], 0)
+    assert exactly(read_values(broker.bootstrap, topic, 2), range(3000))
+    assert len(read_values(broker.bootstrap, topic, 2, "read_uncommitted")) == 4500   # attempt 0 aborted
+
+
+def test_zombie_attempt_is_fenced(broker):
+    """A zombie attempt still producing after its retry began is refused (fenced epoch); its
+    rows and its commit never count; the retry's rows are committed once."""
+    topic = "eos-zombie"
+    create_topic(broker, topic, 2)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    txn0, zombie = open_attempt(opts, "q-zombie", 3, 0)
+    for batch in rows(0, 1000):
+        zombie.add(batch)
+    zombie.flush()
+    message = produce_task(opts, COLUMNS, rows(0, 2000), 3, 1, "q-zombie", 0, streaming=True)
+    with pytest.raises(KafkaError, match="fenced|PRODUCER_FENCED|INVALID_PRODUCER_EPOCH|INVALID_TXN_STATE"):
+        for batch in rows(1000, 1000):
+            zombie.add(batch)
+        zombie.flush()
+    zombie.close()
+    stale = txn0.open()
+    txn0.close()
+    with pytest.raises(KafkaError, match="could not commit 1 task transaction"):
+        commit_batch(opts, [type(message)(3, 0, stale.producer_id, {}, stale)], 0)
+    commit_batch(opts, [message], 0)
+    assert exactly(read_values(broker.bootstrap, topic, 2), range(2000))
+
+
+def test_replayed_batch_is_not_written_twice(broker):
+    """Batch 0 committed, then replayed (Spark's commits/0 missing): each task finds its batch
+    recorded and writes nothing; a repeated commit and the replayed one change nothing. Batch 1's driver dies after committing task 0 only: in the replay task 0
+    writes nothing and task 1 writes again (its open transaction aborted by InitProducerId)."""
+    topic = "eos-replay"
+    create_topic(broker, topic, 3)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    first = [produce_task(opts, COLUMNS, rows(t * 1000, 1000), t, 0, "q-replay", 0, streaming=True)
+             for t in range(2)]
+    commit_batch(opts, first, 0)
+    commit_batch(opts, first, 0)             # a retried EndTxn(commit) of a committed transaction: NONE
+    replay = [produce_task(opts, COLUMNS, rows(t * 1000, 1000), t, 0, "q-replay", 0, streaming=True)
+              for t in range(2)]
+    assert all(m.skipped and m.transaction is None and not m.records for m in replay)
+    commit_batch(opts, replay, 0)
+    assert exactly(read_values(broker.bootstrap, topic, 3), range(2000))
+
+    second = [produce_task(opts, COLUMNS, rows(2000 + t * 1000, 1000), t, 0, "q-replay", 1, streaming=True)
+              for t in range(2)]
+    commit_batch(opts, second[:1], 1)        # the driver dies before task 1's EndTxn
+    again = [produce_task(opts, COLUMNS, rows(2000 + t * 1000, 1000), t, 0, "q-replay", 1, streaming=True)
+             for t in range(2)]
+    assert again[0].skipped and not again[1].skipped and sum(again[1].records.values()) == 1000
+    commit_batch(opts, again, 1)
+    assert exactly(read_values(broker.bootstrap, topic, 3), range(4000))
+
+
+def test_abort_hides_the_batch(broker):
+    topic = "eos-abort"
+    create_topic(broker, topic, 1)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    messages = [produce_task(opts, COLUMNS, rows(0, 800), t, 0, "job-abort", 0, streaming=False)
+                for t in range(2)]
+    abort_batch(opts, messages, 0)
+    assert read_values(broker.bootstrap, topic, 1) == []
+    assert len(read_values(broker.bootstrap, topic, 1, "read_uncommitted")) == 1600
+
+
+def test_transaction_timeout_fails_the_commit_and_the_replay_writes_again(broker):
+    """A task's transaction open past kafka.transaction.timeout.ms is aborted by the broker (it
+    checks every 10 s by default); the driver's commit then fails naming the option, and the
+    replayed batch writes the task's rows again: read_committed sees them once."""
+    from logcore.wire.api_keys import DESCRIBE_TRANSACTIONS
+    from pyspark_seglog.broker_client import BrokerClient
+
+    topic = "eos-timeout"
+    create_topic(broker, topic, 1)
+    opts = parse_sink_options(options(broker.bootstrap, topic, **{"kafka.transaction.timeout.ms": "1000"}))
+    message = produce_task(opts, COLUMNS, rows(0, 500), 0, 0, "q-timeout", 0, streaming=True)
+    deadline = time.monotonic() + 30
+    with BrokerClient(broker.bootstrap) as client:
+        while time.monotonic() < deadline:
+            state = client.request(DESCRIBE_TRANSACTIONS, {"transactional_ids": [message.transaction.transactional_id]})
+            if state.transaction_states[0].transaction_state == "CompleteAbort":
+                break
+            time.sleep(0.5)
+    with pytest.raises(KafkaError, match="kafka.transaction.timeout.ms"):
+        commit_batch(opts, [message], 0)
+    again = produce_task(opts, COLUMNS, rows(0, 500), 0, 0, "q-timeout", 0, streaming=True)
+    assert not again.skipped
+    commit_batch(opts, [again], 0)
+    assert exactly(read_values(broker.bootstrap, topic, 1), range(500))
+
+
+# ------------------------------------------------------------------------------ with Spark
+
+def _run_available_now(spark, src: Path, bootstrap: str, topic: str, checkpoint: Path, flag: Path):
+    """One AvailableNow run of parquet files -> the sink through the broker, two files a batch;
+    while `flag` exists, the first task to read row 950 of a file after batch 0 removes it and fails (after
+    the writer produced part of its rows in its transaction)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    flag_path = str(flag)
+
+    @F.udf(BinaryType())
+    def fail_once(value, i):
+        import os
+        if i % 1000 == 950 and i > 4000 and os.path.exists(flag_path):
+            try:
+                os.remove(flag_path)
+            except FileNotFoundError:
+                return value
+            raise RuntimeError(f"injected failure at row {i}")
+        return value
+
+    schema = spark.read.parquet(str(src)).schema
+    df = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 2).parquet(str(src))
+          .withColumn("value", fail_once(F.col("value"), F.col("id"))).select("key", "value"))
+    q = (df.writeStream.format("seglog").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+         .option("batch.size", "4000").option("checkpointLocation", str(checkpoint))
+         .trigger(availableNow=True).start())
+    try:
+        try:
+            assert q.awaitTermination(180), "the query did not end"
+        except AssertionError:
+            raise
+        except Exception as exc:          # noqa: BLE001 - the query failed: the caller checks
+            return exc
+        return q.exception()
+    finally:
+        q.stop()
+
+
+def test_streaming_query_fails_restarts_and_replays(spark, broker, tmp_path):
+    """A micro-batch fails after its tasks produced part of their rows (the query stops), the
+    query restarts and writes that batch again; then the last batch is replayed as after a
+    driver crash between the sink's commit and Spark's commits/<id>: read_committed sees each
+    row once."""
+    import pyarrow.parquet as pq
+
+    topic = "eos-stream"
+    create_topic(broker, topic, 3)
+    src = tmp_path / "in"
+    src.mkdir()
+    files, per_file = 6, 2000
+    for f in range(files):
+        ids = list(range(f * per_file, (f + 1) * per_file))
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                                 "key": pa.array([b"k%d" % i for i in ids]),
+                                 "value": pa.array([b"v%d" % i for i in ids])}), str(src / f"part-{f}.parquet"))
+    ckpt, flag = tmp_path / "ckpt", tmp_path / "fail"
+    flag.touch()
+    assert _run_available_now(spark, src, broker.bootstrap, topic, ckpt, flag) is not None   # failed
+    assert not flag.exists()
+    seen = read_values(broker.bootstrap, topic, 3)
+    assert exactly(seen, range(2 * per_file))                # batch 0 only
+    assert _run_available_now(spark, src, broker.bootstrap, topic, ckpt, flag) is None
+    assert exactly(read_values(broker.bootstrap, topic, 3), range(files * per_file))
+    last = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    (ckpt / "commits" / str(last)).unlink()                  # the sink committed, Spark did not
+    (ckpt / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    written = len(read_values(broker.bootstrap, topic, 3, "read_uncommitted"))
+    assert _run_available_now(spark, src, broker.bootstrap, topic, ckpt, flag) is None
+    assert (ckpt / "commits" / str(last)).exists()          # replayed
+    assert len(read_values(broker.bootstrap, topic, 3, "read_uncommitted")) == written   # by writing nothing
+    assert exactly(read_values(broker.bootstrap, topic, 3), range(files * per_file))
+
+
+# ------------------------------------------------------------------------------ the fault job (soak)
+
+JOB = Path(__file__).resolve().parent / "broker_sink_fault_job.py"
+
+
+def _start_job(env, src, bootstrap, ckpt, mode):
+    import subprocess
+    return subprocess.Popen([sys.executable, str(JOB), str(src), bootstrap, str(ckpt), mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+def _zombie(bootstrap: str, query_id: str, task: int, rng) -> None:
+    """An attempt of `task` that wakes up: it takes the task's transactional id (fencing the
+    live attempt, which Spark retries), produces rows no reader may ever see, sleeps while the
+    retry fences it in turn, then produces again with its stale epoch; it never commits."""
+    opts = parse_sink_options(options(bootstrap, "events", **{"kafka.delivery.timeout.ms": "10000"}))
+    txn, producer = open_attempt(opts, query_id, task, 99)
+    try:
+        producer.add(pa.record_batch([pa.array([b"z"] * 50), pa.array([b"zombie-%d" % i for i in range(50)])],
+                                     names=["key", "value"]))
+        producer.flush()
+        time.sleep(rng.uniform(1, 4))
+        producer.add(pa.record_batch([pa.array([b"z"]), pa.array([b"zombie-late"])], names=["key", "value"]))
+        producer.flush()
+    except KafkaError:
+        pass                                # fenced: what a zombie should meet
+    finally:
+        producer.close()
+        txn.close()
+
+
+@pytest.mark.soak
+def test_fault_job_400k_rows(request, tmp_path):
+    """400k rows through one seglog broker under every fault at once: each task's first attempt
+    fails mid-write, zombie attempts take tasks' transactional ids and produce, the driver's
+    process group is SIGKILLed at random moments and restarted on its checkpoint, the broker is
+    SIGKILLed and restarted; then the stream runs to its end. A read_committed reader
+    (librdkafka) finds every row exactly once and no zombie row. A few minutes: `-m soak`."""
+    import os
+    import random
+    import signal
+    import threading
+
+    import pyarrow.parquet as pq
+
+    if "soak" not in (request.config.option.markexpr or ""):
+        pytest.skip("a soak run (a few minutes): select it with `-m soak`")
+    pytest.importorskip("pyspark")
+    seed = int(os.environ.get("SEGLOG_FAULT_SEED", time.time()))
+    print(f"SEGLOG_FAULT_SEED={seed}")
+    rng = random.Random(seed)
+    b = BrokerProcess(tmp_path, tmp_path / "logs", _free_port())
+    b.start()
+    src, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    src.mkdir()
+    files, per_file = 40, 10_000
+    for f in range(files):
+        ids = list(range(f * per_file, (f + 1) * per_file))
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                                 "key": pa.array([None if i % 11 == 0 else b"k%d" % i for i in ids], pa.binary()),
+                                 "value": pa.array([b"v%d" % i for i in ids])}), str(src / f"part-{f:04d}.parquet"))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2] / "connector"),
+                                                    str(Path(__file__).resolve().parents[2]),
+                                                    env.get("PYTHONPATH")) if p)
+    counts = {"driver kills": 0, "broker kills": 0, "zombies": 0, "batches": 0}
+    try:
+        for round_ in range(3):
+            proc = _start_job(env, src, b.bootstrap, ckpt, "long")
+            progressed, started = threading.Event(), {}
+
+            def watch(p=proc, ev=progressed, st=started):
+                for line in p.stdout:
+                    if line.startswith("STARTED"):
+                        st["query"] = line.split()[1]
+                    if line.startswith("BATCH"):
+                        counts["batches"] += 1
+                        ev.set()
+            threading.Thread(target=watch, daemon=True).start()
+            assert progressed.wait(180), f"round {round_}: the job made no progress"
+            faults = []
+            if round_ != 1:
+                faults.append(threading.Thread(target=_zombie, args=(b.bootstrap, started["query"],
+                                                                     rng.randrange(2), rng)))
+                counts["zombies"] += 1
+            for t in faults:
+                t.start()
+            time.sleep(rng.uniform(2.0, 8.0))     # a few micro-batches: the kill lands anywhere in one
+            if round_ == 1:
+                b.stop(signal.SIGKILL)             # under the running stream
+                counts["broker kills"] += 1
+                time.sleep(rng.uniform(0.2, 1.0))
+                b.start()
+                time.sleep(rng.uniform(1.0, 4.0))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                counts["driver kills"] += 1
+            proc.wait()
+            for t in faults:
+                t.join()
+        partial = read_values(b.bootstrap, "events", 3)
+        print(counts, f"{len(partial)} rows visible before the run to the end")
+        assert counts["driver kills"] >= 2
+        assert 0 < len(partial) < files * per_file and len(partial) == len(set(partial))
+        proc = _start_job(env, src, b.bootstrap, ckpt, "finish")
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0 and "DONE" in out, f"exit {proc.returncode}\n{out}\n{err[-5000:]}"
+        assert "injected failure of task" in err            # first attempts did fail mid-write
+        values = read_values(b.bootstrap, "events", 3)
+        assert not [v for v in values if v.startswith(b"zombie")]
+        ids = sorted(int(v[1:]) for v in values)
+        assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicates"
+        assert ids == list(range(files * per_file)), f"missing {sorted(set(range(files * per_file)) - set(ids))[:20]}"
+    finally:
+        b.stop()
