@@ -100,7 +100,7 @@ def test_options():
     with pytest.raises(InvalidConfigError, match="deliveryGuarantee='twice' is not one of exactly-once, at-least-once"):
         parse_sink_options({"kafka.bootstrap.servers": "h:1", "deliveryGuarantee": "twice"})
     with pytest.raises(InvalidConfigError, match="always exactly-once"):
-        parse_sink_options({"path": "/tmp/x", "deliveryGuarantee": "at-least-once"})
+        parse_sink_options({"path": "seglog-root", "deliveryGuarantee": "at-least-once"})
     with pytest.raises(InvalidConfigError, match="kafka.transaction.timeout.ms"):
         parse_sink_options({"kafka.bootstrap.servers": "h:1", "kafka.transaction.timeout.ms": "0"})
 
