@@ -99,6 +99,9 @@ class Broker:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            # What the stop was waiting for, in the failing test's captured output.
+            print(f"broker {self.id} did not stop within {timeout} s of SIGTERM; its log ends:\n"
+                  f"{self.log_tail(80)}", file=sys.stderr)
             self.proc.kill()
             return self.proc.wait(10)
 
