@@ -14,7 +14,10 @@ writer to a seglog root; Kafka's log dir is copied once its checkpoints cover ev
 (b) sink, batch `df.write` of the same key+value DataFrame (a Parquet copy of the records):
     Spark's Kafka sink into a fresh 4-partition topic (`kafka.acks=all`, the producer's other
     settings at their defaults) vs the seglog sink in path mode (exactly-once protocol) into a
-    fresh root. rows/s = rows / wall time; each write's record count is checked.
+    fresh root; and the seglog sink through brokers (`kafka.bootstrap.servers`, exactly-once with
+    Kafka transactions, the default) into a fresh topic of a `seglog broker` and into a fresh
+    topic of the same Apache Kafka broker. rows/s = rows / wall time; each write's record count
+    is checked (read_committed for the transactional writes: their markers take offsets too).
 
 After `--warmup` rounds (1), `--runs` rounds (3) are measured; every other round runs the
 scenarios in reverse order; each row shows the round with the median ratio (bench_spark.paired).
@@ -43,7 +46,7 @@ from spark_kafka_jars import resolve_spark_kafka_jars  # noqa: E402
 TOPIC = "bench"
 SCENARIOS = {
     "source": ("source_seglog", "source_kafka", "source_seglog_kafka_copy"),
-    "sink": ("sink_seglog", "sink_kafka"),
+    "sink": ("sink_seglog", "sink_kafka", "sink_seglog_broker", "sink_seglog_on_kafka"),
 }
 # Kafka's bin/kafka-server-start.sh and kafka-run-class.sh defaults.
 KAFKA_JVM = ["-Xmx1G", "-Xms1G", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
@@ -107,6 +110,28 @@ def kafka_records(bootstrap: str, topic: str) -> int:
     try:
         meta = c.list_topics(topic, timeout=30).topics[topic]
         return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in meta.partitions)
+    finally:
+        c.close()
+
+
+def committed_records(bootstrap: str, topic: str) -> int:
+    """Records a read_committed consumer reads from `topic` (every partition, to its end)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-count", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})
+    try:
+        parts = c.list_topics(topic, timeout=30).topics[topic].partitions
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        n, eof = 0, set()
+        while len(eof) < len(parts):
+            for m in c.consume(10_000, timeout=5):
+                if m.error() is None:
+                    n += 1
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(m.partition())
+                else:
+                    raise RuntimeError(f"counting {topic}: {m.error()}")
+        return n
     finally:
         c.close()
 
@@ -230,8 +255,10 @@ def _span(progress) -> int:
 
 
 class Bench:
-    def __init__(self, spark, broker: KafkaBroker, paths: dict[str, str], workdir: str, rows: int):
+    def __init__(self, spark, broker: KafkaBroker, paths: dict[str, str], workdir: str, rows: int,
+                 seglog_bootstrap: str | None = None):
         self.spark, self.broker, self.paths, self.workdir, self.rows = spark, broker, paths, workdir, rows
+        self.seglog_bootstrap = seglog_bootstrap
         self.seq = 0
 
     def fresh(self, name: str) -> str:
@@ -310,6 +337,27 @@ class Bench:
             raise AssertionError(f"Kafka sink: {n:,} records, expected {self.rows:,}")
         return rate
 
+    def _sink_through(self, bootstrap: str, who: str) -> float:
+        """The seglog sink's broker path (exactly-once: a transaction per task, committed by the
+        driver) into a fresh topic of the broker at `bootstrap`."""
+        topic = os.path.basename(self.fresh("sink"))
+        create_topic(bootstrap, topic)
+        t0 = time.perf_counter()
+        (self._input().write.format("seglog").mode("append").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", topic).save())
+        rate = self.rows / (time.perf_counter() - t0)
+        n = committed_records(bootstrap, topic)
+        delete_topic(bootstrap, topic)
+        if n != self.rows:
+            raise AssertionError(f"seglog sink into {who}: {n:,} records, expected {self.rows:,}")
+        return rate
+
+    def sink_seglog_broker(self) -> float:
+        return self._sink_through(self.seglog_bootstrap, "a seglog broker")
+
+    def sink_seglog_on_kafka(self) -> float:
+        return self._sink_through(self.broker.bootstrap, "Apache Kafka")
+
 
 def main(argv: list[str] | None = None) -> list[str]:
     import pyspark
@@ -325,7 +373,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     connector_version, spark_jars = resolve_spark_kafka_jars(pyspark.__version__)
     kafka_jars = resolve_jars()
     workdir = tempfile.mkdtemp(prefix="seglog-bench-spark-kafka-")
-    broker = spark = None
+    broker = spark = seglog_broker = None
     try:
         broker = DefaultJvmKafka.create(kafka_jars, Path(workdir) / "kafka", BROKER_OVERRIDES,
                                         cluster_id=cluster_id()).start()
@@ -343,7 +391,12 @@ def main(argv: list[str] | None = None) -> list[str]:
         print(f"wrote them to a seglog root in {time.perf_counter() - t0:.1f} s", flush=True)
         copy_kafka_log_dir(broker, paths["kafka_copy"], rows)
         spark = spark_session(spark_jars)
-        bench = Bench(spark, broker, paths, workdir, rows)
+        seglog_bootstrap = None
+        if "sink" in parts:
+            from bench_broker import start_broker
+            os.makedirs(os.path.join(workdir, "seglog-broker"))
+            seglog_broker, seglog_bootstrap = start_broker(os.path.join(workdir, "seglog-broker"))
+        bench = Bench(spark, broker, paths, workdir, rows, seglog_bootstrap)
         if "sink" in parts:
             (spark.read.format("seglog").option("subscribe", TOPIC).load(paths["log"])
              .select("key", "value").write.parquet(paths["parquet"]))
@@ -376,6 +429,10 @@ def main(argv: list[str] | None = None) -> list[str]:
                 f" df.write, {PARTITIONS} partitions, local[2]; {how})", [
                     ("seglog sink (path mode, exactly-once) vs format(\"kafka\") (acks=all)",
                      *paired(results, "sink_seglog", "sink_kafka"), "rows/s"),
+                    ("seglog sink (broker path, exactly-once) into a seglog broker vs format(\"kafka\")"
+                     " into Kafka (acks=all)", *paired(results, "sink_seglog_broker", "sink_kafka"), "rows/s"),
+                    ("seglog sink (broker path, exactly-once) into Kafka vs format(\"kafka\") into"
+                     " Kafka (acks=all)", *paired(results, "sink_seglog_on_kafka", "sink_kafka"), "rows/s"),
                 ]) + [""]
         return lines
     finally:
@@ -383,6 +440,9 @@ def main(argv: list[str] | None = None) -> list[str]:
             spark.stop()
         if broker is not None:
             broker.stop()
+        if seglog_broker is not None:
+            seglog_broker.terminate()
+            seglog_broker.wait(60)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
