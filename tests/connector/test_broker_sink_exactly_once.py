@@ -10,6 +10,7 @@ batch is replayed. An independent read_committed reader (librdkafka) counts ever
 """
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -322,16 +323,77 @@ def _zombie(bootstrap: str, query_id: str, task: int, rng) -> None:
         txn.close()
 
 
+TESTS = Path(__file__).resolve().parents[1]
+
+
+class _OneBroker:
+    """The fault job's target: one `seglog broker`, SIGKILLed and restarted."""
+
+    def __init__(self, tmp_path):
+        self.broker = BrokerProcess(tmp_path, tmp_path / "logs", _free_port())
+        self.broker.start()
+        self.bootstrap = self.broker.bootstrap
+
+    def kill_and_restart(self, rng) -> str:
+        self.broker.stop(signal.SIGKILL)             # under the running stream
+        time.sleep(rng.uniform(0.2, 1.0))
+        self.broker.start()
+        return "broker 0"
+
+    def close(self):
+        self.broker.stop()
+
+
+class _ThreeBrokers:
+    """The fault job's target: a 3-broker cluster on ZooKeeper, `events` at RF=3 with
+    min.insync.replicas=2; a kill takes the leader of the transactional ids' coordinator
+    partition or of an `events` partition (whichever the seed picks), then restarts it."""
+
+    def __init__(self, tmp_path):
+        for folder in (TESTS, TESTS / "cluster"):
+            if str(folder) not in sys.path:
+                sys.path.insert(0, str(folder))
+        from seglog_cluster import SeglogCluster
+        from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable, find_zookeeper
+        try:
+            find_zookeeper()
+        except ZooKeeperUnavailable as exc:
+            pytest.skip(str(exc))
+        self.zk = ZooKeeperCluster(tmp_path / "zk", size=1)
+        self.zk.start()
+        self.cluster = SeglogCluster(tmp_path / "cluster", self.zk.connect_string, size=3,
+                                     props={"min.insync.replicas": "2"}).start()
+        self.cluster.create_topic("events", partitions=3, rf=3)
+        self.bootstrap = self.cluster.bootstrap
+
+    def kill_and_restart(self, rng) -> str:
+        c = self.cluster
+        topic = "__transaction_state" if rng.random() < 0.5 else "events"
+        leaders = [leader for leader, _replicas, _isr in c.metadata(topic).values() if leader in c.brokers]
+        victim = rng.choice(leaders) if leaders else rng.choice(sorted(c.brokers))
+        c.brokers[victim].kill()
+        time.sleep(rng.uniform(0.5, 3.0))
+        c.brokers[victim].start()
+        return f"broker {victim} (a leader of {topic})"
+
+    def close(self):
+        try:
+            self.cluster.close()
+        finally:
+            self.zk.stop()
+
+
 @pytest.mark.soak
-def test_fault_job_400k_rows(request, tmp_path):
-    """400k rows through one seglog broker under every fault at once: each task's first attempt
+@pytest.mark.parametrize("target", [_OneBroker, _ThreeBrokers], ids=["one-broker", "three-brokers"])
+def test_fault_job_400k_rows(request, tmp_path, target):
+    """400k rows through seglog brokers under every fault at once: each task's first attempt
     fails mid-write, zombie attempts take tasks' transactional ids and produce, the driver's
-    process group is SIGKILLed at random moments and restarted on its checkpoint, the broker is
-    SIGKILLed and restarted; then the stream runs to its end. A read_committed reader
-    (librdkafka) finds every row exactly once and no zombie row. A few minutes: `-m soak`."""
+    process group is SIGKILLed at random moments and restarted on its checkpoint, a broker is
+    SIGKILLed and restarted (one broker alone, or a leader in a 3-broker cluster); then the
+    stream runs to its end. A read_committed reader (librdkafka) finds every row exactly once
+    and no zombie row. A few minutes each: `-m soak`."""
     import os
     import random
-    import signal
     import threading
 
     import pyarrow.parquet as pq
@@ -342,8 +404,7 @@ def test_fault_job_400k_rows(request, tmp_path):
     seed = int(os.environ.get("SEGLOG_FAULT_SEED", time.time()))
     print(f"SEGLOG_FAULT_SEED={seed}")
     rng = random.Random(seed)
-    b = BrokerProcess(tmp_path, tmp_path / "logs", _free_port())
-    b.start()
+    b = target(tmp_path)
     src, ckpt = tmp_path / "in", tmp_path / "ckpt"
     src.mkdir()
     files, per_file = 40, 10_000
@@ -380,10 +441,8 @@ def test_fault_job_400k_rows(request, tmp_path):
                 t.start()
             time.sleep(rng.uniform(2.0, 8.0))     # a few micro-batches: the kill lands anywhere in one
             if round_ == 1:
-                b.stop(signal.SIGKILL)             # under the running stream
+                print("killed", b.kill_and_restart(rng))
                 counts["broker kills"] += 1
-                time.sleep(rng.uniform(0.2, 1.0))
-                b.start()
                 time.sleep(rng.uniform(1.0, 4.0))
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -405,4 +464,4 @@ def test_fault_job_400k_rows(request, tmp_path):
         assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicates"
         assert ids == list(range(files * per_file)), f"missing {sorted(set(range(files * per_file)) - set(ids))[:20]}"
     finally:
-        b.stop()
+        b.close()
