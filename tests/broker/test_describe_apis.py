@@ -1,6 +1,5 @@
 """DescribeCluster, DescribeLogDirs and DescribeProducers against one `seglog broker`, over a root
-written before it starts with a transaction that never ended (producer 4242, epoch 3, an hour
-old: what a coordinator that lost its state leaves behind)."""
+written before it starts with transactions that never ended (tests/hanging_transaction.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,29 +17,15 @@ from logcore.wire import error_codes as E
 from logcore.wire.api_keys import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS
 from logcore.wire.client import KafkaConnection
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hanging_transaction import AGE_MS, HANGING, write_hanging_root  # noqa: E402
+
 _spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_describe", Path(__file__).parent / "conftest.py")
 broker_fixtures = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = broker_fixtures
 _spec.loader.exec_module(broker_fixtures)
 
-HANGING_PID, HANGING_EPOCH = 4242, 3
-HOUR_MS = 3600_000
-
-
-def write_hanging_root(root_dir: Path) -> int:
-    """A root with topic `hang` whose partition 0 holds 2 plain records, then 3 records of an
-    open transaction of producer 4242 stamped an hour ago; the transaction's first offset."""
-    root = LogRoot.open(str(root_dir), create=True)
-    root.create_topic("hang", 1, {})
-    log = root.log("hang", 0, writer=True)
-    log.append_records([(None, b"plain", (), None)] * 2)
-    old = int(time.time() * 1000) - HOUR_MS
-    log.append_records([(b"k", b"open", (), old)] * 3, producer_id=HANGING_PID, producer_epoch=HANGING_EPOCH,
-                       base_sequence=0, is_transactional=True)
-    log.commit()
-    log.close()
-    root.close()
-    return 2
+HANGING_PID, HANGING_EPOCH = HANGING[0]
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +102,7 @@ def test_describe_producers(hanging_broker):
     [state] = hang.active_producers
     assert (state.producer_id, state.producer_epoch, state.last_sequence, state.coordinator_epoch,
             state.current_txn_start_offset) == (HANGING_PID, HANGING_EPOCH, 2, -1, 2)
-    assert abs(state.last_timestamp - (time.time() * 1000 - HOUR_MS)) < 120_000
+    assert abs(state.last_timestamp - (time.time() * 1000 - AGE_MS)) < 120_000
     assert answers[("hang", 5)].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
     [idem] = answers[("idem", 0)].active_producers
     assert idem.producer_id >= 0 and idem.last_sequence == 2 and idem.current_txn_start_offset == -1
