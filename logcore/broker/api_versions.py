@@ -10,6 +10,10 @@ before 2.8 checks for gzip/snappy/lz4 support with a Produce window that must in
 (librdkafka issue #4956) and otherwise sends those batches uncompressed. Every API not listed
 here is not advertised; a client that sends one anyway gets UNSUPPORTED_VERSION where Kafka's
 response format allows it.
+
+A member of a cluster (Broker.join_cluster) serves CLUSTER_SERVED too: the APIs that only mean
+something with other brokers (elections, reassignments). The API tables of docs/broker.md and
+docs/cli.md are printed from these tables (`python -m logcore.broker.api_table`).
 """
 from __future__ import annotations
 
@@ -40,10 +44,27 @@ SERVED: dict[int, tuple[str, int, int]] = {
     27: ("WriteTxnMarkers", 1, 1),
     28: ("TxnOffsetCommit", 0, 3),
     32: ("DescribeConfigs", 1, 4),
+    35: ("DescribeLogDirs", 1, 4),
     37: ("CreatePartitions", 0, 3),
+    # describe_handlers.py
+    60: ("DescribeCluster", 0, 1),
+    61: ("DescribeProducers", 0, 0),
     65: ("DescribeTransactions", 0, 0),
     66: ("ListTransactions", 0, 1),
 }
+
+# What a cluster member serves besides SERVED (api key -> (name, min, max)).
+CLUSTER_SERVED: dict[int, tuple[str, int, int]] = {
+    43: ("ElectLeaders", 0, 2),
+    44: ("IncrementalAlterConfigs", 0, 1),     # throttle removal only (reassignment_handlers.py)
+    45: ("AlterPartitionReassignments", 0, 1),
+    46: ("ListPartitionReassignments", 0, 0),
+}
+
+
+def cluster_served() -> dict[int, tuple[str, int, int]]:
+    """What a cluster member advertises: SERVED and CLUSTER_SERVED."""
+    return {**SERVED, **CLUSTER_SERVED}
 
 
 # api key -> the min version advertised in ApiVersions when it differs from the served one

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Awaitable, NamedTuple
 
 from logcore.wire import error_codes as E
-from logcore.broker.api_versions import SERVED, advertised
+from logcore.broker.api_versions import CLUSTER_SERVED, SERVED, advertised
 from logcore.coordinator import offsets_topic as OT
 from logcore.broker.admin_handlers import AdminHandlers
 from logcore.broker.topic_catalog import ClusterTopics, LocalTopics
 from logcore.broker.cluster_handlers import ClusterHandlers
 from logcore.broker.cluster_fetch import ClusterFetch
 from logcore.broker.config import BrokerConfig
+from logcore.broker.describe_handlers import DescribeHandlers
 from logcore.broker.error_response import error_response
 from logcore.broker.resources import open_partition_budget
 from logcore.broker.fetch_handlers import FetchHandlers
@@ -138,6 +139,7 @@ class Broker:
         self.group_api = GroupHandlers(self.groups, config, advertised, self.membership, self.transactions)
         self.cluster_api = ClusterHandlers(config, self.membership)
         self.reassignments = ReassignmentHandlers(self.membership)
+        self.describing = DescribeHandlers(config, advertised, root, self.partitions, self.membership)
         self.membership.topic_catalog = LocalTopics(self.local_metadata, self.admin, self.group_api,
                                                     self.partitions)
         admin, groups = self.admin, self.group_api
@@ -150,6 +152,7 @@ class Broker:
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: admin.describe_configs,
             37: admin.create_partitions,
             **self.transactions.handlers(),
+            **self.describing.handlers(),
         }
         self.served = dict(SERVED)
 
@@ -196,14 +199,11 @@ class Broker:
         self.groups.attach_cluster(replica_manager, self.config["offsets.commit.timeout.ms"])
         # Transactional ids follow the leadership of their __transaction_state partition.
         self.txn.attach_cluster(replica_manager, self._connect_broker)
-        self.handlers[43] = self.cluster_api.elect_leaders
-        self.served[43] = ("ElectLeaders", 0, 2)
-        self.handlers[45] = self.reassignments.alter_partition_reassignments
-        self.served[45] = ("AlterPartitionReassignments", 0, 1)
-        self.handlers[46] = self.reassignments.list_partition_reassignments
-        self.served[46] = ("ListPartitionReassignments", 0, 0)
-        self.handlers[44] = self.reassignments.incremental_alter_configs      # throttle removal only
-        self.served[44] = ("IncrementalAlterConfigs", 0, 1)
+        self.handlers.update({43: self.cluster_api.elect_leaders,
+                              44: self.reassignments.incremental_alter_configs,    # throttle removal only
+                              45: self.reassignments.alter_partition_reassignments,
+                              46: self.reassignments.list_partition_reassignments})
+        self.served.update(CLUSTER_SERVED)
 
     def open(self) -> None:
         """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a

@@ -28,6 +28,7 @@ from logcore.tools.broker_command import cmd_broker
 from logcore.tools.consume_command import cmd_consume
 from logcore.tools.dump_command import cmd_dump
 from logcore.tools.leader_election_command import cmd_leader_election
+from logcore.tools.transactions_command import add_transactions_parser, cmd_transactions
 from logcore.tools.reassign_partitions_command import cmd_reassign_partitions
 from logcore.tools.maintain_command import cmd_maintain
 from logcore.tools.produce_command import cmd_produce
@@ -38,7 +39,7 @@ from logcore.tools.topics_command import cmd_topics
 # Imported from here by tests and callers; each command lives in its own module
 # (logcore/tools/*_command.py), the shared argument helpers in logcore/tools/arguments.py.
 __all__ = ["PROG", "build_parser", "main", "parse_storage_options",
-           "cmd_broker", "cmd_consume", "cmd_dump", "cmd_leader_election", "cmd_reassign_partitions", "cmd_maintain", "cmd_produce",
+           "cmd_broker", "cmd_consume", "cmd_dump", "cmd_leader_election", "cmd_transactions", "cmd_reassign_partitions", "cmd_maintain", "cmd_produce",
            "cmd_repair", "cmd_tiered", "cmd_topics"]
 
 PROG = "seglog"
@@ -382,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="cancel the file's reassignments in progress (back to the original replicas)")
     reassign.add_argument("--list", action="store_true", help="list the reassignments in progress")
     reassign.set_defaults(func=cmd_reassign_partitions)
+
+    add_transactions_parser(sub)
 
     broker = sub.add_parser("broker", help="serve a log root over the Kafka protocol",
                             description="Run the sidecar broker (like kafka-server-start).",

@@ -72,13 +72,16 @@ def test_api_versions_advertise_produce_from_v0_and_refuse_v0_to_v2(broker):
 
 
 def test_unadvertised_api_called_anyway_gets_unsupported_version(broker):
-    from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+    import datetime
 
-    with connect(broker) as s:
-        s.sendall(request_frame(60, 0, DescribeClusterRequest(include_cluster_authorized_operations=False), 5))
+    from kio.schema.update_features.v0.request import UpdateFeaturesRequest
+
+    with connect(broker) as s:       # UpdateFeatures: a KRaft controller's API, never served here
+        s.sendall(request_frame(57, 0, UpdateFeaturesRequest(timeout=datetime.timedelta(seconds=1),
+                                                             feature_updates=()), 5))
         frame = recv_frame(s)
         assert frame is not None
-        cid, body = parse_response(60, 0, frame)
+        cid, body = parse_response(57, 0, frame)
         assert cid == 5 and body.error_code == 35
         s.sendall(api_versions_frame(6))                      # the connection stays usable
         assert parse_response(18, 3, recv_frame(s))[0] == 6
