@@ -2,7 +2,8 @@
 
 The windows follow what librdkafka and kafka-python send: librdkafka's classic group client
 never goes past FindCoordinator v2, JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v1, so
-those older, non-flexible versions are kept. Produce/Fetch start at v3/v4 (RecordBatch v2).
+those older, non-flexible versions are kept (LeaveGroup goes on to v4 for the admin client's
+batch removal of static members). Produce/Fetch start at v3/v4 (RecordBatch v2).
 
 ApiVersions advertises Produce from v0 although v0..v2 are refused (answered with
 UNSUPPORTED_VERSION, see unsupported.py), as Apache Kafka 4.0 does (KAFKA-18659): librdkafka
@@ -28,13 +29,14 @@ SERVED: dict[int, tuple[str, int, int]] = {
     10: ("FindCoordinator", 0, 4),
     11: ("JoinGroup", 0, 5),
     12: ("Heartbeat", 0, 3),
-    13: ("LeaveGroup", 0, 1),
+    13: ("LeaveGroup", 0, 4),
     14: ("SyncGroup", 0, 3),
     15: ("DescribeGroups", 0, 5),
     16: ("ListGroups", 0, 5),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 5),
     20: ("DeleteTopics", 1, 6),
+    21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
     # transactions (transaction_handlers.py); AddPartitionsToTxn v4 is the brokers' form (KIP-890)
@@ -46,6 +48,8 @@ SERVED: dict[int, tuple[str, int, int]] = {
     32: ("DescribeConfigs", 1, 4),
     35: ("DescribeLogDirs", 1, 4),
     37: ("CreatePartitions", 0, 3),
+    42: ("DeleteGroups", 0, 2),
+    47: ("OffsetDelete", 0, 0),
     # describe_handlers.py
     60: ("DescribeCluster", 0, 1),
     61: ("DescribeProducers", 0, 0),

@@ -36,6 +36,7 @@ from logcore.broker.membership import Membership
 from logcore.broker.partitions import PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
 from logcore.broker.reassignment_handlers import ReassignmentHandlers
+from logcore.broker.records_handlers import RecordsHandlers
 from logcore.broker import transaction_handlers
 from logcore.broker.transaction_handlers import TransactionHandlers
 from logcore.coordinator.transaction_coordinator import TransactionCoordinator, TxnSettings
@@ -118,7 +119,9 @@ class Broker:
             num_partitions=config["offsets.topic.num.partitions"],
             initial_delay_ms=config["group.initial.rebalance.delay.ms"],
             min_session_ms=config["group.min.session.timeout.ms"],
-            max_session_ms=config["group.max.session.timeout.ms"])
+            max_session_ms=config["group.max.session.timeout.ms"],
+            offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
+            retention_check_ms=config["offsets.retention.check.interval.ms"])
         # Transactions (transaction_handlers.py): the coordinator of transactional producers.
         self.txn = TransactionCoordinator(
             self.partitions, self._ensure_txn_topic, lambda: self.producer_ids.allocate(),
@@ -140,6 +143,7 @@ class Broker:
         self.cluster_api = ClusterHandlers(config, self.membership)
         self.reassignments = ReassignmentHandlers(self.membership)
         self.describing = DescribeHandlers(config, advertised, root, self.partitions, self.membership)
+        self.records = RecordsHandlers(self.partitions)
         self.membership.topic_catalog = LocalTopics(self.local_metadata, self.admin, self.group_api,
                                                     self.partitions)
         admin, groups = self.admin, self.group_api
@@ -150,7 +154,8 @@ class Broker:
             15: groups.describe_groups, 16: groups.list_groups,
             18: self.api_versions, 19: admin.create_topics, 20: admin.delete_topics,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: admin.describe_configs,
-            37: admin.create_partitions,
+            37: admin.create_partitions, 21: self.records.delete_records,
+            42: groups.delete_groups, 47: groups.offset_delete,
             **self.transactions.handlers(),
             **self.describing.handlers(),
         }

@@ -184,6 +184,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
               " __transaction_state.", validator=at_least(1), category="broker"),
     ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", ConfigType.INT, 3600000,
               "How often expired transactional ids are removed.", validator=at_least(1), category="broker"),
+    ConfigKey("offsets.retention.minutes", ConfigType.INT, 10080,
+              "How long committed offsets are kept (KIP-211): for a group with members, from when"
+              " it became empty; for standalone commits, from each commit; then they get tombstones"
+              " in __consumer_offsets.", validator=at_least(1), category="broker"),
+    ConfigKey("offsets.retention.check.interval.ms", ConfigType.INT, 600000,
+              "How often the group coordinator looks for expired committed offsets.",
+              validator=at_least(1), category="broker"),
     ConfigKey("group.min.session.timeout.ms", ConfigType.INT, 6000,
               "Smallest session timeout a group member may ask for.", validator=at_least(1),
               category="broker"),

@@ -1,5 +1,5 @@
 """Consumer group handlers of the Broker: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
+LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
 
 Held by the `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key;
 they hand the requests to the GroupCoordinator (logcore/coordinator/group_coordinator.py).
@@ -169,7 +169,8 @@ class GroupHandlers:
         if code != E.NONE:
             return sync_error(code)
         return self.groups.sync(group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
-                                assignments=[(a.member_id, bytes(a.assignment)) for a in b.assignments])
+                                assignments=[(a.member_id, bytes(a.assignment)) for a in b.assignments],
+                                group_instance_id=getattr(b, "group_instance_id", None))
 
     async def heartbeat(self, req: Request) -> dict:
         b = req.body
@@ -177,22 +178,48 @@ class GroupHandlers:
         if code != E.NONE:
             return {"throttle_time": 0, "error_code": code}
         return {"throttle_time": 0, "error_code": self.groups.heartbeat(
-            group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id)}
+            group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
+            group_instance_id=getattr(b, "group_instance_id", None))}
 
     async def leave_group(self, req: Request) -> dict:
         b = req.body
         code = self.groups.coordinator_error(b.group_id)
         if code != E.NONE:
+            return {"throttle_time": 0, "error_code": code, "members": []}
+        if req.api_version < 3:
+            (code,) = self.groups.leave(b.group_id, [(b.member_id, None)])
             return {"throttle_time": 0, "error_code": code}
-        (code,) = self.groups.leave(b.group_id, [b.member_id])
-        return {"throttle_time": 0, "error_code": code}
+        # v3+ (KIP-345): a batch of members, each named by member id and/or group.instance.id.
+        members = [(m.member_id, m.group_instance_id) for m in b.members]
+        codes = self.groups.leave(b.group_id, members)
+        return {"throttle_time": 0, "error_code": E.NONE, "members": [
+            {"member_id": mid, "group_instance_id": iid, "error_code": c} for (mid, iid), c in zip(members, codes)]}
+
+    async def delete_groups(self, req: Request) -> dict:
+        results = await self.groups.admin.delete_groups(list(req.body.groups_names))
+        return {"throttle_time": 0, "results": [{"group_id": g, "error_code": c} for g, c in results]}
+
+    async def offset_delete(self, req: Request) -> dict:
+        b = req.body
+        asked = [(t.name, p.partition_index) for t in b.topics for p in t.partitions]
+        known = [tp for tp in asked if self._partition_exists(*tp)]
+        code, results = await self.groups.admin.delete_offsets(b.group_id, known)
+        if code != E.NONE:
+            return {"throttle_time": 0, "error_code": code, "topics": []}
+        by_topic: dict[str, list] = {}
+        for tp in asked:
+            by_topic.setdefault(tp[0], []).append({"partition_index": tp[1], "error_code": results.get(
+                tp, E.UNKNOWN_TOPIC_OR_PARTITION)})
+        return {"throttle_time": 0, "error_code": E.NONE,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     async def offset_commit(self, req: Request) -> Result:
         b = req.body
         generation = b.generation_id_or_member_epoch
         code = self.groups.coordinator_error(b.group_id)
         if code == E.NONE:
-            code = self.groups.check_commit(b.group_id, generation, b.member_id)
+            code = self.groups.check_commit(b.group_id, generation, b.member_id,
+                                            getattr(b, "group_instance_id", None))
         offsets, results = offsets_to_commit(b.topics, code, self._partition_exists)
 
         async def finish() -> dict:

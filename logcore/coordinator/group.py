@@ -9,9 +9,11 @@ GroupOffsets'.
 from __future__ import annotations
 
 import asyncio
+import struct
 from dataclasses import dataclass, field
 
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
+CONSUMER_PROTOCOL = "consumer"      # the protocol type of Kafka's consumers (their subscriptions are readable)
 
 
 @dataclass
@@ -46,6 +48,27 @@ class Group:
     changed: asyncio.Event | None = None
     rebalance: asyncio.Task | None = None
     last_newcomer: float = 0.0
+    state_timestamp_ms: int = -1             # wall clock when it last became Empty (-1: unknown)
+
+    def static_member(self, instance_id: str | None) -> str | None:
+        """The member id of the static member with this group.instance.id (KIP-345), if any."""
+        if instance_id is None:
+            return None
+        return next((mid for mid, m in self.members.items() if m.group_instance_id == instance_id), None)
+
+    def subscribed_topics(self) -> set[str] | None:
+        """The topics the members of a consumer group subscribe to (their metadata for the
+        chosen protocol); None when they cannot be known (another protocol type, no protocol
+        chosen yet, or metadata that does not parse)."""
+        if self.protocol_type != CONSUMER_PROTOCOL or self.protocol is None:
+            return None
+        topics: set[str] = set()
+        for m in self.members.values():
+            found = subscription_topics(m.metadata_for(self.protocol))
+            if found is None:
+                return None
+            topics.update(found)
+        return topics
 
     def supported(self) -> set[str]:
         names = None
@@ -65,6 +88,23 @@ class Group:
 
     def all_joined(self) -> bool:
         return not self.pending and all(m.join is not None for m in self.members.values())
+
+
+def subscription_topics(metadata: bytes) -> list[str] | None:
+    """The topics of a consumer protocol subscription (every version starts with its version
+    and the topics, as int16-length strings); None if it does not parse."""
+    try:
+        count = struct.unpack_from(">i", metadata, 2)[0]
+        pos, topics = 6, []
+        for _ in range(count):
+            (n,) = struct.unpack_from(">h", metadata, pos)
+            if n < 0 or pos + 2 + n > len(metadata):
+                return None
+            topics.append(bytes(metadata[pos + 2:pos + 2 + n]).decode())
+            pos += 2 + n
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
 
 
 def resume(groups, now: float) -> None:

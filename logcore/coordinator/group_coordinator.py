@@ -43,6 +43,7 @@ from logcore.wire import error_codes as E
 from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator import placement
 from logcore.coordinator.group import COMPLETING, EMPTY, PREPARING, STABLE, Group, Member, resume
+from logcore.coordinator.group_admin import GroupAdmin
 from logcore.coordinator.group_offsets import GroupOffsets
 from logcore.coordinator.transaction_appends import CoordinatorAppender
 from logcore.coordinator.transaction_offsets import LogEntry, replay
@@ -69,7 +70,8 @@ class OffsetsPartitions(Protocol):
 
 class GroupCoordinator:
     def __init__(self, partitions: OffsetsPartitions, ensure_topic: Callable[[], None], *,
-                 num_partitions: int, initial_delay_ms: int, min_session_ms: int, max_session_ms: int):
+                 num_partitions: int, initial_delay_ms: int, min_session_ms: int, max_session_ms: int,
+                 offsets_retention_ms: int = 7 * 24 * 3600 * 1000, retention_check_ms: int = 600000):
         self.partitions = partitions
         self._ensure_topic = ensure_topic         # blocking: creates __consumer_offsets if missing
         self.num_partitions = num_partitions
@@ -93,6 +95,8 @@ class GroupCoordinator:
         # The committed offsets, transactional ones too; they reach the log through _append.
         self.offsets = GroupOffsets(self.partition_of, self._append, self._group)
         self.appender = CoordinatorAppender(partitions)
+        # DeleteGroups, OffsetDelete and the expiry of committed offsets (group_admin.py).
+        self.admin = GroupAdmin(self, retention_ms=offsets_retention_ms, check_interval_ms=retention_check_ms)
 
     def attach_cluster(self, replica_manager, commit_timeout_ms: int) -> None:
         """Coordinate the groups of the __consumer_offsets partitions this broker leads."""
@@ -232,6 +236,7 @@ class GroupCoordinator:
         g = OT.parse_group_value(record_value, where)
         group = self._group(key.group)
         group.generation, group.protocol_type = g.generation, g.protocol_type or None
+        group.state_timestamp_ms = g.state_timestamp
         # Kafka's loadGroup: the members of the last generation written, with their
         # assignments, so a stable group goes on at a new coordinator (or after a
         # restart) without a rebalance; each session starts again at the load.
@@ -244,10 +249,12 @@ class GroupCoordinator:
 
     async def start(self) -> None:
         self._expiry = asyncio.get_running_loop().create_task(self._expire_members())
+        self.admin.start()
 
     async def stop(self) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
+        self.admin.stop()
         for task in self._loads.values():
             task.cancel()
         for group in self.groups.values():
@@ -259,6 +266,13 @@ class GroupCoordinator:
         if group is None:
             group = self.groups[group_id] = Group(group_id)
         return group
+
+    def forget(self, group_id: str) -> None:
+        """The group was deleted or expired (its tombstones written): drop it and its offsets."""
+        group = self.groups.pop(group_id, None)
+        if group is not None and group.rebalance is not None:
+            group.rebalance.cancel()
+        self.offsets.drop_group(group_id)
 
     def _changed(self, group: Group) -> asyncio.Event:
         if group.changed is None:
@@ -337,7 +351,9 @@ class GroupCoordinator:
 
     def _group_record(self, group: Group) -> OT.GroupRecord:
         return OT.GroupRecord(
-            group.protocol_type or "", group.generation, group.protocol, group.leader, int(time.time() * 1000),
+            group.protocol_type or "", group.generation, group.protocol, group.leader,
+            group.state_timestamp_ms if group.state == EMPTY and group.state_timestamp_ms >= 0
+            else self.admin.clock_ms(),
             [OT.MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                              m.rebalance_timeout_ms, m.session_timeout_ms,
                              m.metadata_for(group.protocol) if group.protocol else b"", m.assignment)
@@ -360,9 +376,16 @@ class GroupCoordinator:
         if group.members and (protocol_type != group.protocol_type
                               or not group.supported() & {name for name, _ in protocols}):
             return join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        known_static = group.static_member(group_instance_id)
+        if not member_id and known_static is not None:
+            # KIP-345: a static member back (a restart) takes its old place under a new id.
+            return await self._rejoin_static(group, known_static, f"{client_id or 'member'}-{uuid.uuid4()}",
+                                             client_id, session_timeout_ms, rebalance_timeout_ms, protocols)
+        if member_id and known_static is not None and known_static != member_id:
+            return join_error(E.FENCED_INSTANCE_ID, member_id)
         if not member_id:
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            if require_known_member:
+            if require_known_member and group_instance_id is None:
                 # KIP-394: hand out the id first; the member joins again with it.
                 group.pending[member_id] = now + session_timeout_ms / 1000
                 return join_error(E.MEMBER_ID_REQUIRED, member_id)
@@ -391,6 +414,48 @@ class GroupCoordinator:
         self._prepare_rebalance(group, f"member {member_id} joined")
         self._changed(group).set()
         return await member.join
+
+    async def _rejoin_static(self, group: Group, old_id: str, new_id: str, client_id: str, session_timeout_ms: int,
+                             rebalance_timeout_ms: int, protocols: list[tuple[str, bytes]]) -> dict:
+        """Kafka's updateStaticMemberAndRebalance: the member of `old_id` goes on as `new_id`
+        (the old id is fenced: its parked answers get FENCED_INSTANCE_ID) with its assignment. A
+        Stable group whose protocol stays does not rebalance: the metadata is written and the
+        member answered at once, naming the leader as it was so that a rejoining leader does not
+        compute a new assignment nobody would receive; otherwise the group rebalances."""
+        loop = asyncio.get_running_loop()
+        member = group.members.pop(old_id)
+        if member.join is not None and not member.join.done():
+            member.join.set_result(join_error(E.FENCED_INSTANCE_ID, old_id))
+        if member.sync is not None and not member.sync.done():
+            member.sync.set_result(sync_error(E.FENCED_INSTANCE_ID))
+        member.join = member.sync = None
+        member.member_id, member.client_id = new_id, client_id
+        member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        member.protocols = list(protocols)
+        member.last_seen = loop.time()
+        group.members[new_id] = member
+        leader_before = group.leader
+        if group.leader == old_id:
+            group.leader = new_id
+        logger.info("group %s: static member %s rejoined as %s", group.group_id, member.group_instance_id, new_id)
+        if group.state == STABLE and group.select_protocol() == group.protocol:
+            code = await self._persist_group(group)
+            if code != E.NONE:
+                return join_error(code, new_id)
+            answer = self._join_response(group, member)
+            answer["leader"] = leader_before or ""
+            return answer
+        member.join = loop.create_future()
+        self._prepare_rebalance(group, f"static member {member.group_instance_id} rejoined as {new_id}")
+        self._changed(group).set()
+        return await member.join
+
+    def _fenced(self, group: Group | None, member_id: str, instance_id: str | None) -> bool:
+        """KIP-345: another member id holds this group.instance.id."""
+        if group is None or instance_id is None:
+            return False
+        known = group.static_member(instance_id)
+        return known is not None and known != member_id
 
     def _join_response(self, group: Group, member: Member) -> dict:
         members = []
@@ -444,6 +509,7 @@ class GroupCoordinator:
         group.generation += 1
         if not group.members:
             group.state, group.protocol, group.leader = EMPTY, None, None
+            group.state_timestamp_ms = self.admin.clock_ms()
             logger.info("group %s: empty at generation %d", group.group_id, group.generation)
             await self._persist_group(group)
             return
@@ -472,8 +538,10 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ SyncGroup
     async def sync(self, *, group_id: str, generation_id: int, member_id: str,
-                   assignments: list[tuple[str, bytes]]) -> dict:
+                   assignments: list[tuple[str, bytes]], group_instance_id: str | None = None) -> dict:
         group = self.groups.get(group_id)
+        if self._fenced(group, member_id, group_instance_id):
+            return sync_error(E.FENCED_INSTANCE_ID)
         if group is None or member_id not in group.members:
             return sync_error(E.UNKNOWN_MEMBER_ID)
         member = group.members[member_id]
@@ -517,8 +585,11 @@ class GroupCoordinator:
         return await waiting
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
-    def heartbeat(self, *, group_id: str, generation_id: int, member_id: str) -> int:
+    def heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
+                  group_instance_id: str | None = None) -> int:
         group = self.groups.get(group_id)
+        if self._fenced(group, member_id, group_instance_id):
+            return E.FENCED_INSTANCE_ID
         if group is None or member_id not in group.members:
             return E.UNKNOWN_MEMBER_ID
         group.members[member_id].last_seen = asyncio.get_running_loop().time()
@@ -528,11 +599,22 @@ class GroupCoordinator:
             return E.REBALANCE_IN_PROGRESS
         return E.NONE
 
-    def leave(self, group_id: str, member_ids: list[str]) -> list[int]:
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
+        """LeaveGroup of (member id, group.instance.id) each: a static member may be named by
+        its instance id alone (an empty member id, as the admin client's removal sends)."""
         group = self.groups.get(group_id)
         codes = []
         left = []
-        for mid in member_ids:
+        for mid, instance_id in members:
+            if group is not None and instance_id is not None:
+                known = group.static_member(instance_id)
+                if known is None:
+                    codes.append(E.UNKNOWN_MEMBER_ID)
+                    continue
+                if mid and mid != known:
+                    codes.append(E.FENCED_INSTANCE_ID)
+                    continue
+                mid = known
             if group is None or (mid not in group.members and mid not in group.pending):
                 codes.append(E.UNKNOWN_MEMBER_ID)
                 continue
@@ -575,10 +657,13 @@ class GroupCoordinator:
                     self._member_gone(group, f"session of {', '.join(gone)} expired")
 
     # ------------------------------------------------------------------ offsets
-    def check_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
+    def check_commit(self, group_id: str, generation_id: int, member_id: str,
+                     group_instance_id: str | None = None) -> int:
         """Whether this member of this generation may commit the group's offsets (the
         group's side of OffsetCommit and TxnOffsetCommit; the offsets are `self.offsets`')."""
         group = self.groups.get(group_id)
+        if self._fenced(group, member_id, group_instance_id):
+            return E.FENCED_INSTANCE_ID
         if generation_id < 0 and not member_id:
             # A consumer that assigns its own partitions: allowed while no member owns the group.
             if group is not None and group.members:

@@ -96,6 +96,35 @@ class GroupOffsets:
         """Whether an open transaction holds an offset of this group for topic-partition."""
         return self._pending.has_pending(group_id, (topic, partition))
 
+    def has_offsets(self, group_id: str) -> bool:
+        """Whether the group has a committed offset, or one an open transaction may commit."""
+        return bool(self._committed.get(group_id)) or group_id in self._pending.groups_pending()
+
+    def expired(self, group_id: str, now_ms: int, retention_ms: int, base_ms: Callable[[OT.CommittedOffset], int],
+                keep_topics: set[str] = frozenset()) -> list[TopicPartition]:
+        """The group's offsets older than the retention (`base_ms(offset)`: when its retention
+        started), outside `keep_topics`, with no transactional commit pending on them."""
+        return [tp for tp, c in self._committed.get(group_id, {}).items()
+                if tp[0] not in keep_topics and not self._pending.has_pending(group_id, tp)
+                and now_ms - base_ms(c) >= retention_ms]
+
+    async def delete(self, group_id: str, tps: list[TopicPartition], group_too: bool = False) -> int:
+        """Write tombstones for these offsets (and for the group's metadata with `group_too`),
+        then forget them; the error code of the append."""
+        records: list[tuple[bytes, bytes | None]] = [(OT.offset_key(group_id, t, p), None) for t, p in tps]
+        if group_too:
+            records.append((OT.group_key(group_id), None))
+        if not records:
+            return E.NONE
+        code = await self._append(group_id, records, None)
+        if code == E.NONE:
+            stored = self._committed.get(group_id, {})
+            for tp in tps:
+                stored.pop(tp, None)
+            if not stored:
+                self._committed.pop(group_id, None)
+        return code
+
     # ------------------------------------------------------------------ load and drop
     def replay(self, p: int, entries: list[LogEntry],
                group_record: Callable[[OT.GroupKey, bytes | None, str], None]) -> None:

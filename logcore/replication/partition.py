@@ -112,6 +112,19 @@ class Partition:
             self.manager.notify(self)
         self._complete_waiters(log.high_watermark)
 
+    def low_watermark(self, leader_start: int) -> int | None:
+        """The smallest log start offset of the leader (`leader_start`, its own) and its live
+        in-sync followers (Kafka's lowWatermarkIfLeader, which DeleteRecords waits on); None
+        when this broker does not lead. A follower not heard from in this tenure counts as -1."""
+        if self.role != LEADER:
+            return None
+        low = leader_start
+        for b in self.isr:
+            if b != self.manager.me and b in self.manager.brokers:
+                state = self.followers.get(b)
+                low = min(low, state.log_start_offset if state is not None else -1)
+        return low
+
     def on_follower_fetch(self, follower: int, fetch_offset: int, log_start: int, leader_leo: int,
                           leader_epoch: int) -> None:
         """A follower's non-diverging fetch at `fetch_offset` reached the leader (its LEO then

@@ -624,6 +624,12 @@ class ReplicaManager:
                 return E.UNKNOWN_LEADER_EPOCH
         return E.NONE
 
+    def low_watermark(self, topic: str, p: int, leader_start: int) -> int | None:
+        """DeleteRecords' low watermark of a partition this broker leads, whose own log start
+        is `leader_start` (Partition.low_watermark); None when it does not lead it."""
+        replica = self.replicas.get((topic, p))
+        return replica.low_watermark(leader_start) if replica is not None else None
+
     def current_leader(self, topic: str, p: int) -> dict:
         state = self.states.get((topic, p))
         if state is None:

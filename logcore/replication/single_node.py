@@ -51,3 +51,7 @@ class SingleNode:
 
     def epoch_start_offset(self, topic: str, p: int) -> int:
         return 0
+
+    def low_watermark(self, topic: str, p: int, leader_start: int) -> int | None:
+        """DeleteRecords' low watermark: the one replica's log start offset."""
+        return leader_start
