@@ -40,7 +40,9 @@ SERVED: dict[int, tuple[str, int, int]] = {
     27: ("WriteTxnMarkers", 1, 1),
     28: ("TxnOffsetCommit", 0, 3),
     32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
     37: ("CreatePartitions", 0, 3),
+    44: ("IncrementalAlterConfigs", 0, 1),
     65: ("DescribeTransactions", 0, 0),
     66: ("ListTransactions", 0, 1),
 }
