@@ -1,4 +1,4 @@
-"""Topic administration handlers of the Broker: CreateTopics, DeleteTopics, DescribeConfigs,
+"""Topic administration handlers of the Broker: CreateTopics, DeleteTopics, CreatePartitions,
 and the topic creation that Metadata's auto-creation shares with CreateTopics.
 
 Held by the `Broker` (logcore/broker/broker.py), which dispatches to these methods by API key.
@@ -11,11 +11,8 @@ import threading
 
 from logcore.wire import error_codes as E
 from logcore.coordinator import offsets_topic as OT
-from logcore.broker.config import BROKER_KEYS
 from logcore.errors import SegLogError, TopicExistsError
-from logcore.log.config import CONFIG_KEYS, ConfigType, LogConfig, resolve_root_defaults
-from logcore.storage.secrets import redact_url
-from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
+from logcore.log.config import CONFIG_KEYS, ConfigType, resolve_root_defaults
 from logcore.wire.config_resources import SOURCE_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_TOPIC
 from logcore.wire.protocol import ZERO_UUID, Request
 
@@ -212,38 +209,9 @@ class AdminHandlers:
                             "error_message": str(exc)})
         return out
 
-    # ------------------------------------------------------------------ DescribeConfigs
-    async def describe_configs(self, req: Request) -> dict:
-        results = []
-        for r in req.body.resources:
-            keys = None if r.configuration_keys is None else set(r.configuration_keys)
-            res = {"error_code": E.NONE, "error_message": None, "resource_type": r.resource_type,
-                   "resource_name": r.resource_name, "configs": []}
-            try:
-                if r.resource_type == 2:
-                    config = None
-                    if r.resource_name not in self.partitions.topics:
-                        # A cluster member answers for every topic of the cluster, also those it
-                        # holds no replica of (or no longer: reassigned away).
-                        props = self.membership.topic_catalog.unheld_topic_configs(r.resource_name)
-                        if props is None:
-                            raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist")
-                        config = LogConfig.from_props(props, self.root.defaults())
-                    res["configs"] = self._describe_topic_configs(r.resource_name, keys, config)
-                elif r.resource_type == 4:
-                    if r.resource_name not in ("", str(self.node_id)):
-                        raise _Failed(E.INVALID_REQUEST, f"this is broker {self.node_id}, not {r.resource_name}")
-                    res["configs"] = self._describe_broker_configs(keys)
-                else:
-                    raise _Failed(E.INVALID_REQUEST, f"resource type {r.resource_type} is not served")
-            except _Failed as exc:
-                res.update(error_code=exc.code, error_message=str(exc))
-            except SegLogError as exc:
-                res.update(error_code=E.error_code(exc), error_message=str(exc))
-            results.append(res)
-        return {"throttle_time": 0, "results": results}
-
+    # ------------------------------------------------------------------ CreateTopics' answer
     def _describe_topic_configs(self, topic: str, keys: set[str] | None, config=None) -> list[dict]:
+        """The created topic's configs, as CreateTopics v5 answers them (no synonyms)."""
         config = config if config is not None else self.root.topic_config(topic)
         from_root = set(resolve_root_defaults(self.root.defaults()))
         out = []
@@ -255,34 +223,6 @@ class AdminHandlers:
                       SOURCE_STATIC_BROKER if name in from_root else SOURCE_DEFAULT)
             out.append({"name": name, "value": value, "read_only": False, "config_source": source,
                         "is_default": source == SOURCE_DEFAULT, "is_sensitive": False, "synonyms": [],
-                        "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
-        return out
-
-    def _describe_broker_configs(self, keys: set[str] | None) -> list[dict]:
-        out = []
-        for name, key in BROKER_KEYS.items():
-            if keys is not None and name not in keys:
-                continue
-            value = key.format(self.config.values[name])
-            out.append({"name": name, "value": value, "read_only": True,
-                        "config_source": SOURCE_STATIC_BROKER, "is_sensitive": False, "synonyms": [],
-                        "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
-        return out + self._describe_tiered_configs(keys)
-
-    def _describe_tiered_configs(self, keys: set[str] | None) -> list[dict]:
-        """The root's tiered-storage settings in effect (broker.properties over the root's
-        stored defaults); the rsm.config.storage.* options other than the URL (credentials,
-        endpoints) are not reported."""
-        defaults = self.root.defaults()
-        tiered = TieredConfig.from_props(defaults)
-        out = []
-        for short, key in TIERED_KEYS.items():
-            name = short if key.category == "tiered" else RSM_PREFIX + short
-            if keys is not None and name not in keys:
-                continue
-            source = SOURCE_STATIC_BROKER if name in defaults else SOURCE_DEFAULT
-            out.append({"name": name, "value": redact_url(key.format(tiered.get(short))), "read_only": True,
-                        "config_source": source, "is_sensitive": False, "synonyms": [],
                         "config_type": _KAFKA_CONFIG_TYPE.get(key.type, 0), "documentation": key.doc})
         return out
 

@@ -37,13 +37,15 @@ NOTES: dict[int, str] = {
         " partition; key type 1: the transaction coordinator; v4+ several keys",
     11: "v4+: the MEMBER_ID_REQUIRED two-step join (KIP-394)",
     12: "the classic group protocol's liveness; REBALANCE_IN_PROGRESS asks the member to rejoin",
-    13: "the member leaves, the group rebalances",
+    13: "the member leaves, the group rebalances; v3+ a batch of members by instance id (KIP-345)",
     14: "the leader's assignment handed to each member",
     15: "Kafka's classic summary: state, protocol, members; an unknown group is `Dead`",
     16: "every group of the coordinator; state (v4) and type (v5) filters",
     18: "an unknown version is answered in v0 with UNSUPPORTED_VERSION",
     19: "topic configs; validate_only; alone: replication factor -1 or 1",
     20: "by name or (v6) topic id",
+    21: "moves the log start of each partition on its leader; answered once the in-sync replicas"
+        " follow",
     22: "idempotent producers; KIP-360 epoch bump; a transactional id: the transaction coordinator",
     23: "from the partition's leader-epoch cache (KIP-101/279 end offsets)",
     24: "transactions ([transactions.md](transactions.md)); v4 is the brokers' verification (KIP-890)",
@@ -52,14 +54,19 @@ NOTES: dict[int, str] = {
     27: "from a transaction coordinator, or an admin's abort of a hanging transaction"
         " (`kafka-transactions abort`)",
     28: "transactions (KIP-447 generation checks)",
-    32: "topics (source: topic override / broker default / default) and the broker",
+    32: "topics and brokers (this broker, or `\"\"` the cluster default), with Kafka's sources and"
+        " synonyms (topic override, per-broker dynamic, dynamic default, static, default)",
+    33: "the legacy full replace of a resource's dynamic configs",
     35: "the broker's log dir: each partition's size and offset lag; total and usable bytes (v4,"
         " -1 on an object store)",
     37: "grow topics (never shrink: INVALID_PARTITIONS)",
     43: "preferred and unclean elections, through the controller",
-    44: "only the removal of reassignment throttles",
+    42: "an empty group's offsets and metadata tombstoned; NON_EMPTY_GROUP for a group with members",
+    44: "SET, DELETE, APPEND, SUBTRACT; validate_only; topic overrides and dynamic broker configs,"
+        " applied at once ([Dynamic configs](#dynamic-configs))",
     45: "moves replicas (docs/cluster.md, partition reassignment)",
     46: "the ongoing reassignments",
+    47: "a group's offsets of a topic its members do not subscribe",
     60: "the brokers, the cluster id and the controller (alone: itself)",
     61: "the active producers of a partition's producer state, from its leader",
     65: "`kafka-transactions describe`",

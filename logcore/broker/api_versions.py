@@ -46,9 +46,11 @@ SERVED: dict[int, tuple[str, int, int]] = {
     27: ("WriteTxnMarkers", 1, 1),
     28: ("TxnOffsetCommit", 0, 3),
     32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
     35: ("DescribeLogDirs", 1, 4),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
+    44: ("IncrementalAlterConfigs", 0, 1),
     47: ("OffsetDelete", 0, 0),
     # describe_handlers.py
     60: ("DescribeCluster", 0, 1),
@@ -60,7 +62,6 @@ SERVED: dict[int, tuple[str, int, int]] = {
 # What a cluster member serves besides SERVED (api key -> (name, min, max)).
 CLUSTER_SERVED: dict[int, tuple[str, int, int]] = {
     43: ("ElectLeaders", 0, 2),
-    44: ("IncrementalAlterConfigs", 0, 1),     # throttle removal only (reassignment_handlers.py)
     45: ("AlterPartitionReassignments", 0, 1),
     46: ("ListPartitionReassignments", 0, 0),
 }

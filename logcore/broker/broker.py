@@ -21,6 +21,7 @@ from logcore.coordinator import offsets_topic as OT
 from logcore.broker.admin_handlers import AdminHandlers
 from logcore.broker.topic_catalog import ClusterTopics, LocalTopics
 from logcore.broker.cluster_handlers import ClusterHandlers
+from logcore.broker.config_handlers import ConfigHandlers
 from logcore.broker.cluster_fetch import ClusterFetch
 from logcore.broker.config import BrokerConfig
 from logcore.broker.describe_handlers import DescribeHandlers
@@ -93,7 +94,8 @@ class Broker:
     Metadata, ApiVersions, InitProducerId and OffsetForLeaderEpoch here; the others to the
     handler groups it holds, each built with the collaborators it uses: Fetch (`fetching`,
     fetch_handlers.py), the consumer group APIs (`group_api`, group_handlers.py), CreateTopics,
-    DeleteTopics, CreatePartitions and DescribeConfigs (`admin`, admin_handlers.py), and for a
+    DeleteTopics and CreatePartitions (`admin`, admin_handlers.py), Describe/Alter/
+    IncrementalAlterConfigs (`configs`, config_handlers.py), and for a
     cluster member the cluster's answers (`cluster_api`, cluster_handlers.py) and reassignments
     (`reassignments`, reassignment_handlers.py). What they share that join_cluster changes is
     the `membership` they read at each request."""
@@ -138,6 +140,10 @@ class Broker:
             self.partitions, MaintenanceConfig.from_props(config.log_defaults),
             tiering_interval_ms=config["remote.log.manager.task.interval.ms"], broker_id=self.node_id)
         self.admin = AdminHandlers(config, root, self.partitions, self.membership)
+        # Describe/Alter/IncrementalAlterConfigs (config_handlers.py); dynamic broker configs
+        # are read before any log opens.
+        self.configs = ConfigHandlers(config, root, self.partitions)
+        self.configs.start()
         self.fetching = FetchHandlers(config, self.partitions, self.membership)
         self.group_api = GroupHandlers(self.groups, config, advertised, self.membership, self.transactions)
         self.cluster_api = ClusterHandlers(config, self.membership)
@@ -153,9 +159,10 @@ class Broker:
             11: groups.join_group, 12: groups.heartbeat, 13: groups.leave_group, 14: groups.sync_group,
             15: groups.describe_groups, 16: groups.list_groups,
             18: self.api_versions, 19: admin.create_topics, 20: admin.delete_topics,
-            22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: admin.describe_configs,
-            37: admin.create_partitions, 21: self.records.delete_records,
-            42: groups.delete_groups, 47: groups.offset_delete,
+            22: self.init_producer_id, 23: self.offset_for_leader_epoch,
+            32: self.configs.describe_configs, 33: self.configs.alter_configs,
+            37: admin.create_partitions, 44: self.configs.incremental_alter_configs,
+            21: self.records.delete_records, 42: groups.delete_groups, 47: groups.offset_delete,
             **self.transactions.handlers(),
             **self.describing.handlers(),
         }
@@ -205,10 +212,10 @@ class Broker:
         # Transactional ids follow the leadership of their __transaction_state partition.
         self.txn.attach_cluster(replica_manager, self._connect_broker)
         self.handlers.update({43: self.cluster_api.elect_leaders,
-                              44: self.reassignments.incremental_alter_configs,    # throttle removal only
                               45: self.reassignments.alter_partition_reassignments,
                               46: self.reassignments.list_partition_reassignments})
         self.served.update(CLUSTER_SERVED)
+        self.configs.attach_cluster(store, replica_manager)
 
     def open(self) -> None:
         """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a

@@ -304,6 +304,18 @@ class PartitionManager:
             if info is not None:
                 self.partitions[(topic, index)] = PartitionLog(topic, index, self)
 
+    def reconfigure_topic(self, info: TopicInfo) -> None:
+        """The topic's config changed (AlterConfigs, a dynamic broker default): its open logs
+        take it at once (Log.reconfigure); closed ones open with it from the root."""
+        from logcore.log.config import LogConfig
+        with self.lock:
+            self.topics[info.name] = info
+            config = LogConfig.from_props(info.config, self.root.defaults())
+            for (topic, _), part in list(self.partitions.items()):
+                log = part.log_if_open if topic == info.name else None
+                if log is not None:
+                    log.reconfigure(config)
+
     def refresh_topics(self) -> None:
         """Pick up what another process changed in the root's topics file (blocking): topics it
         created, partitions it added (known here, opened on first use), topics that are gone

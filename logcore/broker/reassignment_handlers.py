@@ -8,7 +8,8 @@ or not-alive new brokers; NO_REASSIGNMENT_IN_PROGRESS for a cancel of nothing;
 INVALID_REPLICATION_FACTOR when v1's allow_replication_factor_change is false and the count
 changes), hands the valid ones to the controller through /admin/reassign_partitions and answers
 once the topic znodes show them started (or done), or REQUEST_TIMED_OUT after the request's
-timeout. The controller's side: logcore/cluster/controller.py, "reassignment".
+timeout. The removal of replication throttles that kafka-reassign-partitions --verify sends
+(IncrementalAlterConfigs) is answered by config_handlers.py. The controller's side: logcore/cluster/controller.py, "reassignment".
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import time
 from logcore.wire import error_codes as E
 from logcore.broker.cluster_handlers import await_metadata
 from logcore.errors import SegLogError, ZkVersionConflictError
-from logcore.wire.config_resources import BROKER_RESOURCE, TOPIC_RESOURCE
 
 
 def _ids(replicas) -> str:
@@ -166,37 +166,3 @@ class ReassignmentHandlers:
                 "removing_replicas": list(ta.removing_replicas.get(p, ()))})
         return {"throttle_time": 0, "error_code": E.NONE, "error_message": None,
                 "topics": [{"name": n, "partitions": parts} for n, parts in by_topic.items()]}
-
-    # ------------------------------------------------------------------ throttles
-    async def incremental_alter_configs(self, req) -> dict:
-        """IncrementalAlterConfigs, for what kafka-reassign-partitions --verify sends when a
-        reassignment is done: DELETE of the replication throttles (broker-level rates, topic-level
-        throttled replicas). seglog has no replication throttles, so deleting them is answered
-        NONE; any other change is refused with INVALID_REQUEST naming it (topic configs change
-        through CreateTopics; kafka-reassign-partitions --throttle is not supported)."""
-        out = []
-        for r in req.body.resources:
-            code, message = E.NONE, None
-            if int(r.resource_type) == TOPIC_RESOURCE and r.resource_name not in self.replica_manager.assignments:
-                code, message = E.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{r.resource_name}' does not exist."
-            elif int(r.resource_type) not in (TOPIC_RESOURCE, BROKER_RESOURCE):
-                code, message = E.INVALID_REQUEST, f"resource type {int(r.resource_type)} is not served"
-            else:
-                allowed = TOPIC_THROTTLES if int(r.resource_type) == TOPIC_RESOURCE else BROKER_THROTTLES
-                for c in r.configs:
-                    if int(c.config_operation) != DELETE_OP or c.name not in allowed:
-                        code = E.INVALID_REQUEST
-                        message = (f"{c.name} (operation {int(c.config_operation)}) on"
-                                   f" {'topic' if int(r.resource_type) == TOPIC_RESOURCE else 'broker'}"
-                                   f" {r.resource_name!r}: seglog takes IncrementalAlterConfigs only to"
-                                   " delete replication throttles, which it does not have")
-                        break
-            out.append({"error_code": code, "error_message": message, "resource_type": r.resource_type,
-                        "resource_name": r.resource_name})
-        return {"throttle_time": 0, "responses": out}
-
-
-DELETE_OP = 1                   # IncrementalAlterConfigs: remove the value
-TOPIC_THROTTLES = frozenset({"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"})
-BROKER_THROTTLES = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
-                              "replica.alter.log.dirs.io.max.bytes.per.second"})

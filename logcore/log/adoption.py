@@ -46,6 +46,10 @@ class StagedAdoption:
         self._segment_bytes = log.config.segment_bytes
         self._segment_ms = log.config.segment_ms
 
+    def reconfigure(self, config) -> None:
+        self._segment_bytes = config.segment_bytes
+        self._segment_ms = config.segment_ms
+
     def append_staged(self, data: bytes) -> tuple[int, int]:
         """Append batches this engine built earlier (e.g. staged by Spark sink tasks).
 

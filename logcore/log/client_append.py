@@ -51,6 +51,13 @@ class ClientAppend:
         self._validator = LogValidator(log.topic, log.partition, config)     # a client batch's checks
         self._nonblocking = False                   # inside append_and_commit_nowait
 
+    def reconfigure(self, config) -> None:
+        """A changed topic config (Log.reconfigure): new hot-path copies and checks."""
+        self._segment_bytes = config.segment_bytes
+        self._segment_ms = config.segment_ms
+        self._compact = config.compact
+        self._validator = LogValidator(self._log.topic, self._log.partition, config)
+
     def _compression(self, compression) -> Compression:
         if compression is not None:
             return Compression(compression)

@@ -42,6 +42,13 @@ class LocalLog:
         self._recorded_recovery_point = 0       # the recovery point the last commit wrote
         self.pending_flushes = PendingFlushes()  # rolled segments not yet fsynced, in roll order
 
+    def reconfigure(self, config, *, gapless: bool) -> None:
+        """A changed topic config (Log.reconfigure): new segments and the flush policy follow it."""
+        self._config = config
+        self._gapless = gapless
+        self._flush_messages = config.flush_messages
+        self._flush_ms = config.flush_ms
+
     # ------------------------------------------------------------------ segments
     def new_segment(self, base_offset: int, *, writable: bool, in_memory: bool = False,
                     stem: str | None = None) -> LogSegment:

@@ -359,6 +359,19 @@ class Log:
         """The log's lock: what a writer changes together is read under it."""
         return self._lock
 
+    def reconfigure(self, config) -> None:
+        """Take a changed topic config (an altered override or broker default) at once: the
+        append path's copies, the roll and flush policy; retention and the cleaner read
+        `config` at each pass. Once compaction may run, gaps are allowed from then on."""
+        with self._lock:
+            self.config = config
+            if config.compact:
+                self._gapless = False
+            self.local.reconfigure(config, gapless=self._gapless)
+            self._append.reconfigure(config)
+            self._follower.reconfigure(config)
+            self._adoption.reconfigure(config)
+
     @property
     def gapless(self) -> bool:
         """Batches tile the offsets without gaps (no compaction ran nor may run)."""

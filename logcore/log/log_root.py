@@ -94,6 +94,7 @@ class LogRoot:
         self.read_only = storage.read_only or kafka_copy
         self._open_logs: list[Log] = []
         self._defaults_override = dict(defaults or {})
+        self._dynamic_defaults: dict[str, str] = {}
         self._remote_tier = None            # built on first need from the root's settings
         self._remote_tier_lock = threading.Lock()
         # The id of this process's claim when it serves the root (a broker): its own writes pass
@@ -261,9 +262,19 @@ class LogRoot:
         return self._read_doc()[0]["topics"]
 
     def defaults(self) -> dict[str, str]:
+        """The topic defaults in effect: the static ones, then the dynamic layer over them."""
+        return {**self.static_defaults(), **self._dynamic_defaults}
+
+    def static_defaults(self) -> dict[str, str]:
+        """The root's stored defaults with the opener's (a broker's properties) over them."""
         base = {} if self.kafka_copy else dict(self._read_doc()[0].get("defaults", {}))
         base.update(self._defaults_override)
         return base
+
+    def set_dynamic_defaults(self, layer: dict[str, str]) -> None:
+        """Defaults changed at runtime (a broker's dynamic configs, kept by the broker, not in
+        the root's topics file), over the static ones from now on."""
+        self._dynamic_defaults = dict(layer)
 
     def topic_infos(self) -> tuple[dict[str, TopicInfo], str | None]:
         """Every topic as one consistent snapshot, and the topics file's version (None for a
@@ -415,6 +426,21 @@ class LogRoot:
             doc["topics"][name]["config"] = merged
 
         self._update_doc(alter)
+        return self.describe_topic(name)
+
+    def set_topic_config(self, name: str, config: dict[str, str]) -> TopicInfo:
+        """Replace the topic's overrides with `config` (validated against the defaults in
+        effect); an override left out goes back to its default."""
+        overrides = validate_topic_overrides({k: str(v) for k, v in config.items()}, self.defaults())
+
+        def replace(doc):
+            if name not in doc["topics"]:
+                raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
+            defaults = {**doc.get("defaults", {}), **self._defaults_override, **self._dynamic_defaults}
+            check_topic_against_root(name, LogConfig.from_props(overrides, defaults), defaults)
+            doc["topics"][name]["config"] = overrides
+
+        self._update_doc(replace)
         return self.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:

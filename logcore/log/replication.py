@@ -26,6 +26,10 @@ class FollowerAppend:
         self._segment_bytes = log.config.segment_bytes      # hot-path copies of the config
         self._segment_ms = log.config.segment_ms
 
+    def reconfigure(self, config) -> None:
+        self._segment_bytes = config.segment_bytes
+        self._segment_ms = config.segment_ms
+
     # ------------------------------------------------------------------ follower append
     def append_as_follower(self, records, *, follower_at: int | None = None) -> tuple[int, int]:
         """Append the leader's batches verbatim (Kafka's appendAsFollower).

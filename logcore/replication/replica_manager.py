@@ -191,8 +191,9 @@ class ReplicaManager:
 
     def _sync_local_config(self, name: str, config: dict[str, str]) -> None:
         try:
-            info = self.partitions.root.alter_topic_config(name, config)
-            self.partitions.topics[name] = info
+            # the overrides as ZooKeeper has them (a deleted one goes), applied to the open logs
+            info = self.partitions.root.set_topic_config(name, config)
+            self.partitions.reconfigure_topic(info)
         except SegLogError as exc:
             logger.error("topic %s: cannot apply its config %s locally: %s", name, config, exc)
 

@@ -36,6 +36,7 @@ from logcore.tools.produce_command import cmd_produce
 from logcore.tools.repair_command import cmd_repair
 from logcore.tools.tiered_command import cmd_tiered
 from logcore.tools.topics_command import cmd_topics
+from logcore.tools.configs_command import cmd_configs
 
 # Imported from here by tests and callers; each command lives in its own module
 # (logcore/tools/*_command.py), the shared argument helpers in logcore/tools/arguments.py.
@@ -185,6 +186,20 @@ def _add_storage_option(parser: argparse.ArgumentParser) -> None:
                              "key=..., secret=..., client_kwargs.region_name=us-east-1 (repeatable; never printed)")
 
 
+_EXAMPLES_CONFIGS = """examples:
+  seglog configs /data/logs --entity-type topics --entity-name clicks --alter --add-config retention.ms=3600000
+  seglog configs /data/logs --entity-type topics --entity-name clicks --describe --all
+  seglog configs --bootstrap-server 127.0.0.1:9092 --entity-type topics --entity-name clicks \\
+      --alter --add-config cleanup.policy=[compact,delete] --delete-config retention.ms
+  seglog configs --bootstrap-server 127.0.0.1:9092 --entity-type brokers --entity-default \\
+      --alter --add-config log.retention.ms=86400000
+  seglog configs --bootstrap-server 127.0.0.1:9092 --entity-type brokers --entity-name 1 --describe
+
+A broker applies a change at once to its open logs. Dynamic broker configs are the log defaults
+under Kafka's broker names (log.retention.ms, log.segment.bytes, log.cleanup.policy,
+message.max.bytes, min.insync.replicas, ...); the other broker settings are static.
+"""
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -209,13 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--list", action="store_true", help="list the topics, one per line")
     topics.add_argument("--describe", action="store_true", help="describe --topic T, or every topic")
     topics.add_argument("--delete", action="store_true", help="delete --topic T and all its data")
-    topics.add_argument("--alter", action="store_true", help="add partitions to --topic T (--partitions N)")
+    topics.add_argument("--alter", action="store_true",
+                        help="add partitions to --topic T (--partitions N) and/or set its configs (--config k=v)")
     topics.add_argument("--topic", metavar="TOPIC",
                         help="the topic for --describe, --delete, --alter (with --bootstrap-server: a regular"
                              " expression, also for --list, as kafka-topics)")
     topics.add_argument("--partitions", type=int, metavar="N", help="partition count (create) or new count (alter)")
     topics.add_argument("--config", action="append", metavar="K=V",
-                        help="topic config override for --create, Kafka names (repeatable); see docs/configuration.md")
+                        help="topic config override for --create or --alter, Kafka names (repeatable); see docs/configuration.md")
     topics.add_argument("--if-not-exists", action="store_true", help="with --create: do nothing if the topic exists")
     topics.add_argument("--replication-factor", type=int, metavar="R",
                         help="with --bootstrap-server --create: replicas of each partition (default: the broker's)")
@@ -226,10 +242,34 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --bootstrap-server --alter/--delete/--describe: no error if --topic matches nothing")
     topics.add_argument("--exclude-internal", action="store_true",
                         help="with --bootstrap-server --list/--describe: leave out internal topics")
+    topics.add_argument("--topics-with-overrides", action="store_true",
+                        help="with --describe: only topics that override a config (their topic line)")
     topics.add_argument("--all-configs", action="store_true", help="with --describe: every config, not only overrides")
     topics.add_argument("--defaults", metavar="FILE",
                         help="with --create on a new root: root-level defaults (.properties with Kafka's log.* names)")
     topics.set_defaults(func=cmd_topics)
+
+    configs = sub.add_parser("configs", help="describe or alter topic and broker configs",
+                             description="Describe or alter topic and broker configs (like kafka-configs), "
+                                         "on a log root or through a broker.",
+                             epilog=_EXAMPLES_CONFIGS, formatter_class=raw)
+    configs.add_argument("root_path", nargs="?", metavar="ROOT", help="the log root (or --root)")
+    configs.add_argument("--root", metavar="URL", help="the log root: a local folder or any fsspec URL")
+    configs.add_argument("--bootstrap-server", metavar="H:P",
+                         help="go through a Kafka-protocol broker (seglog broker or Apache Kafka) instead")
+    _add_storage_option(configs)
+    configs.add_argument("--entity-type", required=True, choices=sorted(["topics", "brokers"]))
+    configs.add_argument("--entity-name", metavar="NAME", help="the topic, or the broker id")
+    configs.add_argument("--entity-default", action="store_true",
+                         help="the cluster-wide default of --entity-type brokers")
+    configs.add_argument("--describe", action="store_true", help="list the dynamic configs (--all: every config)")
+    configs.add_argument("--all", action="store_true", help="with --describe: every config, with its source")
+    configs.add_argument("--alter", action="store_true", help="change configs (--add-config, --delete-config)")
+    configs.add_argument("--add-config", action="append", metavar="K=V,K2=[A,B]",
+                         help="configs to set; a list value in [..]")
+    configs.add_argument("--delete-config", action="append", metavar="K,K2",
+                         help="configs to remove (back to their defaults)")
+    configs.set_defaults(func=cmd_configs)
 
     produce = sub.add_parser("produce", help="append lines from stdin as records",
                              description="Append stdin lines to a topic (like kafka-console-producer).",

@@ -18,6 +18,7 @@ from logcore.errors import InvalidConfigError
 from logcore.log.partition_metadata import format_topic_id
 from logcore.tools.kafka_admin import ConfigEntry, KafkaAdmin, TopicInfo
 from logcore.wire.client import KafkaError
+from logcore.wire.config_resources import SOURCE_TOPIC
 from logcore.wire.error_codes import TOPIC_ALREADY_EXISTS
 
 ROOT_ONLY = ("storage_option", "defaults", "all_configs")
@@ -38,16 +39,16 @@ def cmd_topics_broker(args, out: TextIO | None = None) -> int:
         raise InvalidConfigError("--if-not-exists applies to --create only")
     if args.if_exists and action not in ("alter", "delete", "describe"):
         raise InvalidConfigError("--if-exists applies to --alter, --delete and --describe only")
-    if args.config and action != "create":
-        raise InvalidConfigError("--config applies to --create only (topic configs change with kafka-configs)")
+    if args.config and action not in ("create", "alter"):
+        raise InvalidConfigError("--config applies to --create and --alter only")
     if args.replication_factor is not None and action != "create":
         raise InvalidConfigError("--replication-factor applies to --create only")
     if args.replica_assignment and action not in ("create", "alter"):
         raise InvalidConfigError("--replica-assignment applies to --create and --alter only")
     if action == "create":
         return _create(args, out)
-    if action == "alter" and args.partitions is None:
-        raise InvalidConfigError("--alter needs --partitions N (the new, larger count)")
+    if action == "alter" and args.partitions is None and not args.config:
+        raise InvalidConfigError("--alter needs --partitions N (the new, larger count) and/or --config k=v")
     with KafkaAdmin(args.bootstrap_server, client_id="seglog-topics") as admin:
         topics = _matching(admin, args.topic, args.exclude_internal)
         if args.topic and not topics and not args.if_exists:
@@ -55,7 +56,7 @@ def cmd_topics_broker(args, out: TextIO | None = None) -> int:
         if action == "list":
             out.write("\n".join(topics) + "\n")
         elif action == "describe":
-            _describe(admin, topics, out)
+            _describe(admin, topics, out, getattr(args, "topics_with_overrides", False))
         elif action == "delete":
             if not args.topic:
                 raise InvalidConfigError("--delete needs --topic T")
@@ -64,6 +65,10 @@ def cmd_topics_broker(args, out: TextIO | None = None) -> int:
         else:
             if not args.topic:
                 raise InvalidConfigError("--alter needs --topic T")
+            if args.config:
+                _alter_configs(args.bootstrap_server, topics, parse_configs(args.config))
+                if args.partitions is None:
+                    return 0
             assignment = parse_replica_assignment(args.replica_assignment) if args.replica_assignment else None
             infos = {t.name: t for t in admin.describe_topics(topics)} if assignment else {}
             for name in topics:
@@ -145,12 +150,27 @@ def _matching(admin: KafkaAdmin, topic: str | None, exclude_internal: bool) -> l
             if not (internal and exclude_internal) and (pattern is None or pattern.fullmatch(name))]
 
 
-def _describe(admin: KafkaAdmin, names: list[str], out: TextIO) -> None:
+def _alter_configs(servers: str, topics: list[str], configs: dict[str, str]) -> None:
+    """IncrementalAlterConfigs SET of each config, for each topic (kafka-configs --alter)."""
+    from logcore.tools.config_admin import ConfigAdmin
+    from logcore.wire.config_resources import OP_SET, TOPIC_RESOURCE
+    with ConfigAdmin(servers) as admin:
+        for name in topics:
+            admin.incremental_alter(TOPIC_RESOURCE, name, [(k, OP_SET, v) for k, v in configs.items()])
+
+
+def _describe(admin: KafkaAdmin, names: list[str], out: TextIO, with_overrides: bool = False) -> None:
     infos = sorted(admin.describe_topics(names), key=lambda t: t.name)
     configs = admin.describe_configs([t.name for t in infos])
     moving = admin.list_partition_reassignments([(t.name, p.partition) for t in infos for p in t.partitions])
     for info in infos:
-        out.write(describe_lines(info, configs.get(info.name, []), moving))
+        lines = describe_lines(info, configs.get(info.name, []), moving)
+        if with_overrides:
+            # kafka-topics --topics-with-overrides: the topic line of topics with overrides only
+            if any(c.source == SOURCE_TOPIC for c in configs.get(info.name, [])):
+                out.write(lines.splitlines(keepends=True)[0])
+            continue
+        out.write(lines)
 
 
 def describe_lines(info: TopicInfo, configs: list[ConfigEntry], reassignments: dict | None = None) -> str:

@@ -60,8 +60,8 @@ def cmd_topics(args) -> int:
         out.write(f"Created topic {name}.\n")
         return 0
 
-    if args.config:
-        raise InvalidConfigError("--config applies to --create only")
+    if args.config and action != "alter":
+        raise InvalidConfigError("--config applies to --create and --alter only")
     root = _open_root(args, read_only=action in ("list", "describe"))
     try:
         if action == "list":
@@ -69,6 +69,8 @@ def cmd_topics(args) -> int:
                 out.write(name + "\n")
         elif action == "describe":
             names = [args.topic] if args.topic else root.list_topics()
+            if getattr(args, "topics_with_overrides", False):
+                names = [n for n in names if root.describe_topic(n).config]
             for name in names:
                 _describe(root, name, out, args.all_configs)
         elif action == "delete":
@@ -77,8 +79,17 @@ def cmd_topics(args) -> int:
             out.write(f"Deleted topic {args.topic}.\n")
         elif action == "alter":
             _require_topic(args, "--alter")
-            if args.partitions is None:
-                raise InvalidConfigError("--alter needs --partitions N (the new, larger count)")
+            if args.partitions is None and not args.config:
+                raise InvalidConfigError("--alter needs --partitions N (the new, larger count) and/or --config k=v")
+            if args.config:
+                root.check_not_served(f"cannot alter the configs of topic {args.topic!r}",
+                                      "alter them through the broker: seglog topics --bootstrap-server"
+                                      " HOST:PORT --alter --topic T --config k=v")
+                merged = {**root.describe_topic(args.topic).config, **_configs(args.config)}
+                root.set_topic_config(args.topic, merged)
+                out.write(f"Updated the configs of topic {args.topic}.\n")
+                if args.partitions is None:
+                    return 0
             current = root.describe_topic(args.topic).partitions
             if args.partitions <= current:
                 raise InvalidConfigError(

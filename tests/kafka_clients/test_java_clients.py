@@ -175,7 +175,7 @@ def test_admin_creates_partitions(java_results, seglog_broker):
     assert (seglog_broker.root / "jc-group-3").is_dir()
 
 
-@pytest.mark.parametrize("scenario", ["delete_records", "incremental_alter_configs",
+@pytest.mark.parametrize("scenario", ["delete_records",
                                       "describe_acls", "consumer_group_protocol"])
 def test_unadvertised_admin_apis_fail_fast(java_results, scenario):
     fails_fast(java_results, scenario, "UnsupportedVersionException")

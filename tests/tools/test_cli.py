@@ -143,7 +143,7 @@ def test_topics_errors_on_existing_root(capsys, root):
         (["--create", "orders", "--partitions", "1"], "already exists"),
         (["--delete"], "--delete needs --topic T"),
         (["--list", "--describe"], "exactly one of"),
-        (["--list", "--config", "a=b"], "--config applies to --create only"),
+        (["--list", "--config", "a=b"], "--config applies to --create and --alter only"),
     ]
     for argv, fragment in cases:
         code, _, err = seglog(capsys, "topics", "--root", root, *argv)

@@ -96,7 +96,7 @@ def test_topics_through_the_seglog_broker(capsys, seglog_broker):
     (["--create", "--topic", "x", "--replica-assignment", "1:1"], "duplicate entries: 1"),
     (["--create", "--topic", "x", "--replica-assignment", "1:2,3"], "Partition 1 has different replication factor"),
     (["--create", "--topic", "x", "--replica-assignment", "1", "--partitions", "1"], "cannot be used with --partitions"),
-    (["--list", "--config", "a=b"], "--config applies to --create only"),
+    (["--list", "--config", "a=b"], "--config applies to --create and --alter only"),
     (["--describe", "--all-configs"], "--all-configs applies to --root only"),
     (["--list", "--topic", "("], "invalid regex"),
 ])

@@ -1,0 +1,107 @@
+"""Dynamic configs in ZooKeeper, with Kafka's (ZooKeeper-mode) layout: a topic's overrides in
+/config/topics/<t>, a broker's in /config/brokers/<id>, the cluster-wide broker defaults in
+/config/brokers/<default>, each {"version":1,"config":{..}}, and every change announced by a
+/config/changes/config_change_N node {"version":2,"entity_path":"topics/<t>"} (or
+"brokers/<id>", "brokers/<default>"), as Kafka's AdminZkClient writes them.
+
+Brokers watch the znodes themselves (the replica manager watches each topic's; the broker's
+DynamicBrokerConfig watches its own and the default): a change reaches every broker at once.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from logcore.cluster.znode_json import dumps, topic_config_from_json, topic_config_json
+from logcore.cluster.znode_paths import CONFIG_CHANGE_PREFIX
+from logcore.cluster.zookeeper_store import ZooKeeperStore
+from logcore.errors import CorruptRecordError, ZkVersionConflictError
+
+CONFIG_BROKERS = "/config/brokers"
+DEFAULT_ENTITY = "<default>"        # Kafka's name of the cluster-wide broker entity
+
+
+def broker_config_path(entity: str) -> str:
+    """`entity`: a broker id as a string, or "" for the cluster-wide default."""
+    return f"{CONFIG_BROKERS}/{entity or DEFAULT_ENTITY}"
+
+
+class ZooKeeperConfigStore:
+    """Reads and replaces the config znodes of `store`'s cluster."""
+
+    def __init__(self, store: ZooKeeperStore):
+        self.store = store
+
+    @property
+    def _client(self):
+        return self.store.client
+
+    def topic_config(self, name: str) -> dict[str, str]:
+        """The topic's overrides as ZooKeeper has them now (TopicNotFoundError when absent)."""
+        self._client.sync(f"/config/topics/{name}")
+        return self.store.topic_config(name)[0]
+
+    def set_topic_config(self, name: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace the topic's overrides by change(current), retried when another writer got
+        in between; announced in /config/changes. Returns what was written."""
+        for _ in range(50):
+            current, version = self.store.topic_config(name)
+            new = change(current)
+            try:
+                self.store.set_topic_config(name, new, version)
+                return new
+            except ZkVersionConflictError:
+                time.sleep(0.02)
+        raise ZkVersionConflictError(f"/config/topics/{name}: too many concurrent changes")
+
+    def broker_config(self, entity: str) -> dict[str, str]:
+        from kazoo.exceptions import NoNodeError
+        path = broker_config_path(entity)
+        try:
+            raw, _ = self._client.get(path)
+        except NoNodeError:
+            return {}
+        return topic_config_from_json(raw or b"{}", path)
+
+    def set_broker_config(self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace the entity's dynamic broker configs by change(current) (the znode created when
+        absent), announced in /config/changes."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+        path = broker_config_path(entity)
+        notice = dumps({"version": 2, "entity_path": f"brokers/{entity or DEFAULT_ENTITY}"})
+        for _ in range(50):
+            try:
+                raw, stat = self._client.get(path)
+                current, version = topic_config_from_json(raw or b"{}", path), stat.version
+            except NoNodeError:
+                current, version = {}, None
+            new = change(current)
+            t = self._client.transaction()
+            if version is None:
+                self._client.ensure_path(CONFIG_BROKERS)
+                t.create(path, topic_config_json(new))
+            else:
+                t.set_data(path, topic_config_json(new), version=version)
+            t.create(CONFIG_CHANGE_PREFIX, notice, sequence=True)
+            results = t.commit()
+            if isinstance(results[0], (BadVersionError, NodeExistsError, NoNodeError)):
+                time.sleep(0.02)
+                continue
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+            return new
+        raise ZkVersionConflictError(f"{path}: too many concurrent changes")
+
+    def watch_broker_config(self, entity: str, fn: Callable[[dict[str, str]], object]):
+        """fn(configs) now and whenever the entity's znode changes ({} while it is absent)."""
+        path = broker_config_path(entity)
+
+        def on_data(raw, stat):
+            if stat is None:
+                return fn({})
+            try:
+                return fn(topic_config_from_json(raw or b"{}", path))
+            except CorruptRecordError:
+                return None             # not JSON: the last good configs stay
+        return self._client.DataWatch(path, on_data)

@@ -1,0 +1,81 @@
+"""Kafka 4.1's own kafka-configs (kafka.admin.ConfigCommand) against a `seglog broker` and against
+Apache Kafka: the same alterations give the same described overrides (names, values, sources),
+--delete-config removes one, the brokers' cluster default is set and described, and an invalid
+value is refused with the same exception. Answers are compared, not formatting."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+TESTS = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_cfgref", TESTS / "broker" / "conftest.py")
+broker_fixtures = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = broker_fixtures
+_spec.loader.exec_module(broker_fixtures)
+
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+_LINE = re.compile(r"^  (?P<name>[^=]+)=(?P<value>\S*) sensitive=\w+ synonyms=\{(?P<first>[A-Z_]+)?")
+
+
+@pytest.fixture(scope="module")
+def seglog_broker(tmp_path_factory):
+    started: list = []
+    yield broker_fixtures._start_factory(tmp_path_factory.mktemp("cfgref-broker"), started)()
+    for b in started:
+        b.stop()
+
+
+def _create(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+
+def _described(stdout: str) -> dict[str, tuple[str, str]]:
+    out = {}
+    for line in stdout.splitlines():
+        m = _LINE.match(line)
+        if m:
+            out[m["name"]] = (m["value"], m["first"])
+    return out
+
+
+def _session(jars, bootstrap: str) -> dict:
+    """The same kafka-configs calls against one broker; what each answered."""
+    _create(bootstrap, "ref-cfg")
+
+    def run(*args):
+        return jars.run_tool(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *args])
+    topic = ("--entity-type", "topics", "--entity-name", "ref-cfg")
+    default = ("--entity-type", "brokers", "--entity-default")
+    added = run(*topic, "--alter", "--add-config", "retention.ms=1000,cleanup.policy=[compact,delete],segment.bytes=2000000")
+    deleted = run(*topic, "--alter", "--delete-config", "segment.bytes", "--add-config", "max.message.bytes=2000")
+    invalid = run(*topic, "--alter", "--add-config", "retention.ms=abc")
+    described = run(*topic, "--describe")
+    broker_default = run(*default, "--alter", "--add-config", "log.retention.ms=7200000")
+    default_described = run(*default, "--describe")
+    for r in (added, deleted, described, broker_default, default_described):
+        assert r.returncode == 0, r.stderr[-2000:]
+    exception = re.search(r"Caused by: (\S+?):", invalid.stderr)
+    return {"topic": _described(described.stdout),
+            "default": {k: v for k, v in _described(default_described.stdout).items() if k == "log.retention.ms"},
+            "invalid": (invalid.returncode != 0, exception[1] if exception else invalid.stderr[-500:])}
+
+
+def test_kafka_configs_gives_the_same_answers(kafka_jars, kafka_broker_factory, seglog_broker):
+    kafka = _session(kafka_jars, kafka_broker_factory().bootstrap)
+    seglog = _session(kafka_jars, seglog_broker.bootstrap)
+    assert kafka["topic"] == {"retention.ms": ("1000", "DYNAMIC_TOPIC_CONFIG"),
+                              "cleanup.policy": ("compact,delete", "DYNAMIC_TOPIC_CONFIG"),
+                              "max.message.bytes": ("2000", "DYNAMIC_TOPIC_CONFIG")}
+    assert seglog["topic"] == kafka["topic"]
+    assert kafka["default"] == {"log.retention.ms": ("7200000", "DYNAMIC_DEFAULT_BROKER_CONFIG")}
+    assert seglog["default"] == kafka["default"]
+    assert kafka["invalid"] == (True, "org.apache.kafka.common.errors.InvalidConfigurationException")
+    assert seglog["invalid"] == kafka["invalid"]
