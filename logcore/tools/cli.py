@@ -23,7 +23,7 @@ from typing import Sequence
 from logcore import __version__
 from logcore.errors import SegLogError
 from logcore.log.config import load_properties
-from logcore.tools.arguments import parse_storage_options
+from logcore.tools.arguments import CommandParser, parse_storage_options
 from logcore.tools.broker_command import cmd_broker
 from logcore.tools.consume_command import cmd_consume
 from logcore.tools.dump_command import cmd_dump
@@ -184,12 +184,12 @@ def _add_storage_option(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="seglog: a Kafka-format segmented log on local disk and S3.",
         epilog="Run `seglog COMMAND --help` for a command's options and examples.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     raw = argparse.RawDescriptionHelpFormatter
 
     topics = sub.add_parser("topics", help="create, list, describe, delete or grow topics",
