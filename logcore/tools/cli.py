@@ -183,6 +183,20 @@ def _add_storage_option(parser: argparse.ArgumentParser) -> None:
                              "key=..., secret=..., client_kwargs.region_name=us-east-1 (repeatable; never printed)")
 
 
+def _add_root_or_bootstrap(parser: argparse.ArgumentParser, broker_help: str) -> None:
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--root", metavar="URL",
+                       help="the log root: a local folder, file:///path or s3://bucket/prefix (any fsspec URL)")
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help=broker_help)
+    _add_storage_option(parser)
+
+
+def _add_command_config(parser: argparse.ArgumentParser, keys: str) -> None:
+    parser.add_argument("--command-config", metavar="FILE",
+                        help=f"with --bootstrap-server: Kafka client properties ({keys};"
+                             " security.protocol=PLAINTEXT); any other key is refused")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -225,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--exclude-internal", action="store_true",
                         help="with --bootstrap-server --list/--describe: leave out internal topics")
     topics.add_argument("--all-configs", action="store_true", help="with --describe: every config, not only overrides")
+    topics.add_argument("--under-replicated-partitions", action="store_true",
+                        help="with --bootstrap-server --describe: only the partitions with fewer in-sync"
+                             " replicas than replicas")
+    topics.add_argument("--unavailable-partitions", action="store_true",
+                        help="with --bootstrap-server --describe: only the partitions without a leader")
+    _add_command_config(topics, "client.id, request.timeout.ms")
     topics.add_argument("--defaults", metavar="FILE",
                         help="with --create on a new root: root-level defaults (.properties with Kafka's log.* names)")
     topics.set_defaults(func=cmd_topics)
@@ -232,13 +252,21 @@ def build_parser() -> argparse.ArgumentParser:
     produce = sub.add_parser("produce", help="append lines from stdin as records",
                              description="Append stdin lines to a topic (like kafka-console-producer).",
                              epilog=_EXAMPLES_PRODUCE, formatter_class=raw)
-    _add_root(produce)
+    _add_root_or_bootstrap(produce, "produce through the brokers of a cluster (seglog or Apache Kafka), as"
+                                    " kafka-console-producer does")
     produce.add_argument("--topic", required=True)
     produce.add_argument("--partition", type=int, metavar="N", help="write every record to this partition")
     produce.add_argument("--key-separator", metavar="SEP", help="split each line into key SEP value")
     produce.add_argument("--compression-type", metavar="CODEC",
                          choices=["none", "uncompressed", "gzip", "snappy", "lz4", "zstd"],
                          help="batch codec: none, gzip, snappy, lz4, zstd (default: the topic's compression.type)")
+    produce.add_argument("--compression-codec", metavar="CODEC", nargs="?", const="gzip",
+                         choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                         help="kafka-console-producer's name of --compression-type (alone: gzip)")
+    produce.add_argument("--request-required-acks", metavar="ACKS",
+                         help="with --bootstrap-server: all or -1 (default: every in-sync replica) or 1 (the leader)")
+    _add_command_config(produce, "acks, batch.size, compression.type, delivery.timeout.ms, client.id,"
+                                 " request.timeout.ms")
     produce.add_argument("--header", action="append", metavar="K=V", help="header added to every record (repeatable)")
     produce.add_argument("--timestamp", type=int, metavar="MS", help="CreateTime of every record (default: now)")
     produce.add_argument("--batch-size", type=int, default=16384, metavar="BYTES",
@@ -266,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     consume = sub.add_parser("consume", help="print records to stdout",
                              description="Print a topic's records (like kafka-console-consumer).",
                              epilog=_EXAMPLES_CONSUME, formatter_class=raw)
-    _add_root(consume)
+    _add_root_or_bootstrap(consume, "consume through the brokers of a cluster (seglog or Apache Kafka), as"
+                                    " kafka-console-consumer does")
     consume.add_argument("--topic", required=True)
     consume.add_argument("--partition", type=int, metavar="N", help="only this partition (default: all)")
     consume.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
@@ -280,9 +309,26 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--print-timestamp", action="store_true")
     consume.add_argument("--key-separator", default="\t", metavar="SEP", help="column separator (default: tab)")
     consume.add_argument("--isolation-level", choices=["read_committed", "read_uncommitted"],
-                         default="read_committed", help="read_committed (default) hides open and aborted transactions")
-    consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
-    consume.add_argument("--timeout-ms", type=int, metavar="MS", help="with --follow: stop after MS without records")
+                         help="read_committed hides open and aborted transactions (the default with --root);"
+                              " with --bootstrap-server the default is Kafka's consumer's, read_uncommitted")
+    consume.add_argument("--property", action="append", metavar="K=V",
+                         help="kafka-console-consumer formatter property: print.key, print.timestamp,"
+                              " print.partition, print.offset, print.headers, print.value (true/false),"
+                              " key.separator, line.separator, headers.separator, null.literal (repeatable)")
+    consume.add_argument("--group", metavar="GROUP",
+                         help="with --bootstrap-server: consume as a member of this consumer group (Kafka's"
+                              " classic group protocol): the group assigns the partitions and the consumed"
+                              " offsets are committed to it")
+    consume.add_argument("--consumer-property", action="append", metavar="K=V",
+                         help="with --bootstrap-server: a Kafka consumer property (as in --command-config)")
+    _add_command_config(consume, "group.id, isolation.level, auto.offset.reset, session.timeout.ms,"
+                                 " heartbeat.interval.ms, auto.commit.interval.ms, enable.auto.commit, client.id,"
+                                 " request.timeout.ms")
+    consume.add_argument("--follow", action="store_true",
+                         help="with --root: keep waiting for new records (--bootstrap-server always does,"
+                              " as kafka-console-consumer, until --max-messages or --timeout-ms)")
+    consume.add_argument("--timeout-ms", type=int, metavar="MS",
+                         help="stop after MS without records (with --root: with --follow)")
     consume.add_argument("--poll-interval-ms", type=int, default=500, metavar="MS", help=argparse.SUPPRESS)
     consume.set_defaults(func=cmd_consume)
 
@@ -364,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     election.add_argument("--all-topic-partitions", action="store_true", help="every partition of the cluster")
     election.add_argument("--path-to-json-file", metavar="FILE",
                           help='{"partitions": [{"topic": "foo", "partition": 1}, ...]}')
+    _add_command_config(election, "client.id, request.timeout.ms")
+    election.add_argument("--admin.config", dest="command_config", metavar="FILE", help=argparse.SUPPRESS)
     election.set_defaults(func=cmd_leader_election)
 
     reassign = sub.add_parser("reassign-partitions", help="move partitions between brokers of a cluster",

@@ -16,7 +16,8 @@ from logcore.log.config import (
 from logcore.tools.arguments import _configs, _open_root, _properties_file
 
 
-BROKER_ONLY = ("replication_factor", "replica_assignment", "if_exists", "exclude_internal")
+BROKER_ONLY = ("replication_factor", "replica_assignment", "if_exists", "exclude_internal",
+               "under_replicated_partitions", "unavailable_partitions", "command_config")
 
 
 def cmd_topics(args) -> int:
