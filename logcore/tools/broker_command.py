@@ -25,16 +25,17 @@ def _check_overrides(path: str, overrides: dict[str, str]) -> None:
     try:
         BrokerConfig.from_props({**props, **overrides}, source=path)
         return
-    except InvalidConfigError:
-        pass
-    try:
-        BrokerConfig.from_props(props, source=path)
-    except InvalidConfigError:
-        return              # the file is refused on its own: the broker names the file
-    applied = dict(props)
-    for name, value in overrides.items():
-        applied[name] = value
+    except InvalidConfigError as exc:
+        combined = str(exc)
+    for name, value in overrides.items():          # refused on its own: a bad value, an unknown name
         try:
-            BrokerConfig.from_props(applied, source=f"--override {name}={value}")
+            BrokerConfig.from_props({name: value}, source=f"--override {name}={value}")
         except InvalidConfigError as exc:
             raise InvalidConfigError(str(exc)) from None
+    for name, value in overrides.items():          # refused with the file's other settings
+        without = {**props, **{k: v for k, v in overrides.items() if k != name}}
+        try:
+            BrokerConfig.from_props(without, source=path)
+        except InvalidConfigError:
+            continue
+        raise InvalidConfigError(f"--override {name}={value}: " + combined.removeprefix(f"{path}: "))
