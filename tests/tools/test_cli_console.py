@@ -116,7 +116,7 @@ def test_consume_reads_committed_transactions_only(broker):
             producer.produce("txn-console", v, partition=0)
         producer.flush(20)                   # written before the end of the transaction, even the aborted one
         producer.commit_transaction(20) if commit else producer.abort_transaction(20)
-    common = ("consume", *bs, "--topic", "txn-console", "--from-beginning", "--timeout-ms", "1500")
+    common = ("consume", *bs, "--topic", "txn-console", "--from-beginning", "--timeout-ms", "800")
     assert ok(seglog(*common, "--isolation-level", "read_committed")) == "c1\nc2\nc3\n"
     # read_uncommitted (Kafka's consumer default) shows the aborted record too
     assert ok(seglog(*common)) == "c1\nc2\naborted\nc3\n"
