@@ -4,8 +4,8 @@
     seglog topics  --bootstrap-server H:P --create --topic T --partitions N --replication-factor R | ...
     seglog leader-election --bootstrap-server H:P --election-type preferred --all-topic-partitions
     seglog reassign-partitions --bootstrap-server H:P --reassignment-json-file F --execute|--verify|--cancel
-    seglog produce --root R --topic T < lines
-    seglog consume --root R --topic T --from-beginning
+    seglog produce --root R --topic T < lines          (or --bootstrap-server H:P: through the brokers)
+    seglog consume --root R --topic T --from-beginning (or --bootstrap-server H:P [--group G])
     seglog dump    --files 00000000000000000000.log --print-data-log
     seglog maintain --root R [--topic T] [--once] [--config-file conf/maintenance.properties]
     seglog tiered  --root R --topic T --list
@@ -79,6 +79,8 @@ and one "Error completing leader election ..." line per failed partition (exit s
 broker that does not serve ElectLeaders is reported as such (exit status 1).
 """
 _EXAMPLES_PRODUCE = """examples:
+  printf 'user1:click\\n' | seglog produce --bootstrap-server 127.0.0.1:9092 --topic clicks \\
+      --property parse.key=true --property key.separator=: --compression-codec zstd
   printf 'hello\\nworld\\n' | seglog produce --root /data/logs --topic clicks
   printf 'user1:click\\n' | seglog produce --root /data/logs --topic clicks --key-separator :
   seglog produce --root /data/logs --topic clicks --compression-type zstd --header source=cli < events.txt
@@ -100,6 +102,8 @@ without a key fill one partition per batch, round-robin (sticky). A batch holds 
 max.message.bytes or segment.bytes; a record larger than that alone is refused with the limit.
 """
 _EXAMPLES_CONSUME = """examples:
+  seglog consume --bootstrap-server 127.0.0.1:9092 --topic clicks --from-beginning --property print.key=true
+  seglog consume --bootstrap-server 127.0.0.1:9092 --topic clicks --group reports --max-messages 100
   seglog consume --root /data/logs --topic clicks --from-beginning
   seglog consume --root /data/logs --topic clicks --partition 0 --offset 42 --max-messages 10
   seglog consume --root /data/logs --topic clicks --from-beginning --print-key --print-headers
@@ -108,6 +112,9 @@ _EXAMPLES_CONSUME = """examples:
 Output lines are like kafka-console-consumer's: [timestamp] [partition] [offset] [headers] [key]
 value, separated by --key-separator (a tab by default); headers as k:v,k:v or NO_HEADERS.
 Without --from-beginning, --offset or --timestamp reading starts at the end.
+With --bootstrap-server it reads through the brokers as kafka-console-consumer (until
+--max-messages, --timeout-ms or Ctrl-C); --group joins a consumer group and commits its offsets.
+See docs/cli.md.
 """
 _EXAMPLES_DUMP = """examples:
   seglog dump --files /data/logs/clicks-0/00000000000000000000.log --print-data-log
