@@ -275,3 +275,27 @@ def open_logs(opts: SourceOptions):
         return ReplicaLogs(opts, lambda url: RootLogs(dataclasses.replace(opts, root=url,
                                                                         bootstrap_servers=None)))
     return RootLogs(opts)
+
+
+def check_subscription(opts: SourceOptions, tps) -> None:
+    """When a query starts: a subscribed or assigned topic that does not exist fails, as
+    Spark's Kafka source fails on UnknownTopicOrPartition (not an empty result that looks like
+    a topic without records); a subscribePattern that matches nothing is a warning (Spark's
+    Kafka source reads nothing then, and topics may come later)."""
+    found = {t for t, _p in tps}
+    where = opts.root + (f" (kafka.bootstrap.servers={opts.bootstrap_servers})"
+                         if opts.bootstrap_servers is not None else "")
+    if opts.strategy == "subscribepattern":
+        if not found:
+            logger.warning("subscribePattern=%s matches no topic in %s: nothing is read", opts.pattern, where)
+        return
+    wanted = opts.topics if opts.strategy == "subscribe" else sorted({t for t, _p in opts.assigned})
+    missing = [t for t in wanted if t not in found]
+    if opts.strategy == "assign":
+        missing += sorted({f"{t}-{p}" for t, p in opts.assigned if t in found and (t, p) not in set(tps)})
+    if missing:
+        what = "topic" if opts.strategy == "subscribe" else "topic or partition"
+        raise TopicNotFoundError(
+            f"UNKNOWN_TOPIC_OR_PARTITION: {what}{'s' if len(missing) > 1 else ''} {', '.join(missing)} of option"
+            f" {'subscribe' if opts.strategy == 'subscribe' else 'assign'} do{'' if len(missing) > 1 else 'es'}"
+            f" not exist in {where}")

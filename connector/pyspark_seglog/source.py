@@ -25,7 +25,7 @@ from pyspark_seglog.plain_errors import plain_errors
 from pyspark_seglog.offsets import (OffsetRange, from_spark, prorate, resolve, split_ranges, to_spark)
 from pyspark_seglog.partition_reader import SeglogInputPartition, read_partition
 from pyspark_seglog.replicas import ReplicaLogs
-from pyspark_seglog.root_logs import RootLogs, open_logs
+from pyspark_seglog.root_logs import RootLogs, check_subscription, open_logs
 from pyspark_seglog.source_options import SourceOptions, parse_source_options
 from pyspark_seglog.worker_heap import freeze_import_heap
 
@@ -99,6 +99,7 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
     def initialOffset(self) -> dict:
         logs = self._driver_logs()
         tps = logs.topic_partitions()
+        check_subscription(self.opts, tps)
         logs.refresh(tps)
         return to_spark(resolve(self.opts.starting, tps, logs, self.opts, starting=True))
 
@@ -191,6 +192,7 @@ class SeglogBatchReader(_ReaderBase, DataSourceReader):
         logs = open_logs(self.opts)
         try:
             tps = logs.topic_partitions()
+            check_subscription(self.opts, tps)
             logs.refresh(tps)
             start = resolve(self.opts.starting, tps, logs, self.opts, starting=True)
             end = resolve(self.opts.ending, tps, logs, self.opts, starting=False)

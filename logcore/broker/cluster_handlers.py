@@ -383,6 +383,8 @@ class ClusterHandlers:
                                     f" within {timeout_s:g} s"))
         by_topic: dict[str, list] = {}
         for (name, p), (code, message) in results.items():
+            if body.topic_partitions is None and code == E.ELECTION_NOT_NEEDED:
+                continue        # asked for all: Kafka's controller answers only what it acted on
             by_topic.setdefault(name, []).append({"partition_id": p, "error_code": code, "error_message": message})
         return {"throttle_time": 0, "error_code": E.NONE,
                 "replica_election_results": [{"topic": t, "partition_result": r} for t, r in by_topic.items()]}

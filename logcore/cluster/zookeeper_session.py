@@ -58,6 +58,7 @@ class ZooKeeperSession:
         self._connect_timeout = connect_timeout_s
         self._session_lost = False
         self._new_session_callbacks: list[Callable[[], None]] = []
+        self._closing = False
         self.client.add_listener(self._on_state)
 
     def start(self) -> None:
@@ -75,6 +76,9 @@ class ZooKeeperSession:
 
     def close(self) -> None:
         """End the session: its ephemerals go at once."""
+        # kazoo reports the end of a session it closed as LOST, the state of an expiry: this
+        # flag makes that a closing at INFO, not an expiry WARNING.
+        self._closing = True
         self.client.stop()
         self.client.close()
 
@@ -106,7 +110,10 @@ class ZooKeeperSession:
     def _on_state(self, state) -> None:
         from kazoo.protocol.states import KazooState
         # Never block here: kazoo calls listeners on its connection thread.
-        if state == KazooState.LOST:
+        if self._closing:
+            if state == KazooState.LOST:
+                logger.info("ZooKeeper session closed (%s)", self.hosts)
+        elif state == KazooState.LOST:
             self._session_lost = True
             logger.warning("ZooKeeper session expired (%s): ephemerals are gone", self.hosts)
         elif state == KazooState.SUSPENDED:

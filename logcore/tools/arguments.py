@@ -3,11 +3,51 @@
 """
 from __future__ import annotations
 
+import argparse
+import difflib
 import sys
 from typing import BinaryIO, Sequence, TextIO
 
 from logcore.errors import InvalidConfigError, NotALogRootError
 from logcore.storage.options import nested_storage_options
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser whose unknown flags are an error of the command they were given to: its
+    usage, and the closest flag it has ("did you mean --partitions?"), as a user who misspelled
+    one needs. (argparse passes a subcommand's unknown arguments up to the top-level parser,
+    whose usage does not show the subcommand's flags.)"""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(self.unknown_message(extras))
+        return namespace, extras
+
+    def error(self, message: str):
+        # A misspelled flag often makes a required one look missing: name the misspelling too.
+        if message.startswith("the following arguments are required") or message.startswith("one of the arguments"):
+            flags = self._flags()
+            unknown = [t for t in getattr(self, "_given", ()) if t.startswith("--") and not any(
+                f == t.split("=", 1)[0] or f.startswith(t.split("=", 1)[0]) for f in flags)]
+            if unknown:
+                message += "\n" + self.unknown_message(unknown)
+        super().error(message)
+
+    def _flags(self) -> list[str]:
+        return [s for action in self._actions for s in action.option_strings if s.startswith("--")]
+
+    def unknown_message(self, extras: Sequence[str]) -> str:
+        flags = self._flags()
+        hints = []
+        for token in extras:
+            if not token.startswith("-") or token == "-":
+                continue
+            close = difflib.get_close_matches(token.split("=", 1)[0], flags, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{token.split('=', 1)[0]}: did you mean {close[0]}?")
+        return "unrecognized arguments: " + " ".join(extras) + ("".join(f"\n  {h}" for h in hints))
 
 
 def _key_value(text: str, what: str) -> tuple[str, str]:

@@ -4,8 +4,8 @@
     seglog topics  --bootstrap-server H:P --create --topic T --partitions N --replication-factor R | ...
     seglog leader-election --bootstrap-server H:P --election-type preferred --all-topic-partitions
     seglog reassign-partitions --bootstrap-server H:P --reassignment-json-file F --execute|--verify|--cancel
-    seglog produce --root R --topic T < lines
-    seglog consume --root R --topic T --from-beginning
+    seglog produce --root R --topic T < lines          (or --bootstrap-server H:P: through the brokers)
+    seglog consume --root R --topic T --from-beginning (or --bootstrap-server H:P [--group G])
     seglog dump    --files 00000000000000000000.log --print-data-log
     seglog maintain --root R [--topic T] [--once] [--config-file conf/maintenance.properties]
     seglog tiered  --root R --topic T --list
@@ -23,7 +23,7 @@ from typing import Sequence
 from logcore import __version__
 from logcore.errors import SegLogError
 from logcore.log.config import load_properties
-from logcore.tools.arguments import parse_storage_options
+from logcore.tools.arguments import CommandParser, parse_storage_options
 from logcore.tools.broker_command import cmd_broker
 from logcore.tools.consume_command import cmd_consume
 from logcore.tools import consumer_groups_command, delete_records_command
@@ -82,6 +82,8 @@ and one "Error completing leader election ..." line per failed partition (exit s
 broker that does not serve ElectLeaders is reported as such (exit status 1).
 """
 _EXAMPLES_PRODUCE = """examples:
+  printf 'user1:click\\n' | seglog produce --bootstrap-server 127.0.0.1:9092 --topic clicks \\
+      --property parse.key=true --property key.separator=: --compression-codec zstd
   printf 'hello\\nworld\\n' | seglog produce --root /data/logs --topic clicks
   printf 'user1:click\\n' | seglog produce --root /data/logs --topic clicks --key-separator :
   seglog produce --root /data/logs --topic clicks --compression-type zstd --header source=cli < events.txt
@@ -103,6 +105,8 @@ without a key fill one partition per batch, round-robin (sticky). A batch holds 
 max.message.bytes or segment.bytes; a record larger than that alone is refused with the limit.
 """
 _EXAMPLES_CONSUME = """examples:
+  seglog consume --bootstrap-server 127.0.0.1:9092 --topic clicks --from-beginning --property print.key=true
+  seglog consume --bootstrap-server 127.0.0.1:9092 --topic clicks --group reports --max-messages 100
   seglog consume --root /data/logs --topic clicks --from-beginning
   seglog consume --root /data/logs --topic clicks --partition 0 --offset 42 --max-messages 10
   seglog consume --root /data/logs --topic clicks --from-beginning --print-key --print-headers
@@ -111,6 +115,9 @@ _EXAMPLES_CONSUME = """examples:
 Output lines are like kafka-console-consumer's: [timestamp] [partition] [offset] [headers] [key]
 value, separated by --key-separator (a tab by default); headers as k:v,k:v or NO_HEADERS.
 Without --from-beginning, --offset or --timestamp reading starts at the end.
+With --bootstrap-server it reads through the brokers as kafka-console-consumer (until
+--max-messages, --timeout-ms or Ctrl-C); --group joins a consumer group and commits its offsets.
+See docs/cli.md.
 """
 _EXAMPLES_DUMP = """examples:
   seglog dump --files /data/logs/clicks-0/00000000000000000000.log --print-data-log
@@ -186,6 +193,20 @@ def _add_storage_option(parser: argparse.ArgumentParser) -> None:
                              "key=..., secret=..., client_kwargs.region_name=us-east-1 (repeatable; never printed)")
 
 
+def _add_root_or_bootstrap(parser: argparse.ArgumentParser, broker_help: str) -> None:
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--root", metavar="URL",
+                       help="the log root: a local folder, file:///path or s3://bucket/prefix (any fsspec URL)")
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help=broker_help)
+    _add_storage_option(parser)
+
+
+def _add_command_config(parser: argparse.ArgumentParser, keys: str) -> None:
+    parser.add_argument("--command-config", metavar="FILE",
+                        help=f"with --bootstrap-server: Kafka client properties ({keys};"
+                             " security.protocol=PLAINTEXT); any other key is refused")
+
+
 _EXAMPLES_CONFIGS = """examples:
   seglog configs /data/logs --entity-type topics --entity-name clicks --alter --add-config retention.ms=3600000
   seglog configs /data/logs --entity-type topics --entity-name clicks --describe --all
@@ -201,12 +222,12 @@ message.max.bytes, min.insync.replicas, ...); the other broker settings are stat
 """
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="seglog: a Kafka-format segmented log on local disk and S3.",
         epilog="Run `seglog COMMAND --help` for a command's options and examples.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     raw = argparse.RawDescriptionHelpFormatter
 
     topics = sub.add_parser("topics", help="create, list, describe, delete or grow topics",
@@ -245,6 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--topics-with-overrides", action="store_true",
                         help="with --describe: only topics that override a config (their topic line)")
     topics.add_argument("--all-configs", action="store_true", help="with --describe: every config, not only overrides")
+    topics.add_argument("--under-replicated-partitions", action="store_true",
+                        help="with --bootstrap-server --describe: only the partitions with fewer in-sync"
+                             " replicas than replicas")
+    topics.add_argument("--unavailable-partitions", action="store_true",
+                        help="with --bootstrap-server --describe: only the partitions without a leader")
+    _add_command_config(topics, "client.id, request.timeout.ms")
     topics.add_argument("--defaults", metavar="FILE",
                         help="with --create on a new root: root-level defaults (.properties with Kafka's log.* names)")
     topics.set_defaults(func=cmd_topics)
@@ -274,13 +301,21 @@ def build_parser() -> argparse.ArgumentParser:
     produce = sub.add_parser("produce", help="append lines from stdin as records",
                              description="Append stdin lines to a topic (like kafka-console-producer).",
                              epilog=_EXAMPLES_PRODUCE, formatter_class=raw)
-    _add_root(produce)
+    _add_root_or_bootstrap(produce, "produce through the brokers of a cluster (seglog or Apache Kafka), as"
+                                    " kafka-console-producer does")
     produce.add_argument("--topic", required=True)
     produce.add_argument("--partition", type=int, metavar="N", help="write every record to this partition")
     produce.add_argument("--key-separator", metavar="SEP", help="split each line into key SEP value")
     produce.add_argument("--compression-type", metavar="CODEC",
                          choices=["none", "uncompressed", "gzip", "snappy", "lz4", "zstd"],
                          help="batch codec: none, gzip, snappy, lz4, zstd (default: the topic's compression.type)")
+    produce.add_argument("--compression-codec", metavar="CODEC", nargs="?", const="gzip",
+                         choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                         help="kafka-console-producer's name of --compression-type (alone: gzip)")
+    produce.add_argument("--request-required-acks", metavar="ACKS",
+                         help="with --bootstrap-server: all or -1 (default: every in-sync replica) or 1 (the leader)")
+    _add_command_config(produce, "acks, batch.size, compression.type, delivery.timeout.ms, client.id,"
+                                 " request.timeout.ms")
     produce.add_argument("--header", action="append", metavar="K=V", help="header added to every record (repeatable)")
     produce.add_argument("--timestamp", type=int, metavar="MS", help="CreateTime of every record (default: now)")
     produce.add_argument("--batch-size", type=int, default=16384, metavar="BYTES",
@@ -308,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     consume = sub.add_parser("consume", help="print records to stdout",
                              description="Print a topic's records (like kafka-console-consumer).",
                              epilog=_EXAMPLES_CONSUME, formatter_class=raw)
-    _add_root(consume)
+    _add_root_or_bootstrap(consume, "consume through the brokers of a cluster (seglog or Apache Kafka), as"
+                                    " kafka-console-consumer does")
     consume.add_argument("--topic", required=True)
     consume.add_argument("--partition", type=int, metavar="N", help="only this partition (default: all)")
     consume.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
@@ -322,9 +358,26 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--print-timestamp", action="store_true")
     consume.add_argument("--key-separator", default="\t", metavar="SEP", help="column separator (default: tab)")
     consume.add_argument("--isolation-level", choices=["read_committed", "read_uncommitted"],
-                         default="read_committed", help="read_committed (default) hides open and aborted transactions")
-    consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
-    consume.add_argument("--timeout-ms", type=int, metavar="MS", help="with --follow: stop after MS without records")
+                         help="read_committed hides open and aborted transactions (the default with --root);"
+                              " with --bootstrap-server the default is Kafka's consumer's, read_uncommitted")
+    consume.add_argument("--property", action="append", metavar="K=V",
+                         help="kafka-console-consumer formatter property: print.key, print.timestamp,"
+                              " print.partition, print.offset, print.headers, print.value (true/false),"
+                              " key.separator, line.separator, headers.separator, null.literal (repeatable)")
+    consume.add_argument("--group", metavar="GROUP",
+                         help="with --bootstrap-server: consume as a member of this consumer group (Kafka's"
+                              " classic group protocol): the group assigns the partitions and the consumed"
+                              " offsets are committed to it")
+    consume.add_argument("--consumer-property", action="append", metavar="K=V",
+                         help="with --bootstrap-server: a Kafka consumer property (as in --command-config)")
+    _add_command_config(consume, "group.id, isolation.level, auto.offset.reset, session.timeout.ms,"
+                                 " heartbeat.interval.ms, auto.commit.interval.ms, enable.auto.commit, client.id,"
+                                 " request.timeout.ms")
+    consume.add_argument("--follow", action="store_true",
+                         help="with --root: keep waiting for new records (--bootstrap-server always does,"
+                              " as kafka-console-consumer, until --max-messages or --timeout-ms)")
+    consume.add_argument("--timeout-ms", type=int, metavar="MS",
+                         help="stop after MS without records (with --root: with --follow)")
     consume.add_argument("--poll-interval-ms", type=int, default=500, metavar="MS", help=argparse.SUPPRESS)
     consume.set_defaults(func=cmd_consume)
 
@@ -406,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     election.add_argument("--all-topic-partitions", action="store_true", help="every partition of the cluster")
     election.add_argument("--path-to-json-file", metavar="FILE",
                           help='{"partitions": [{"topic": "foo", "partition": 1}, ...]}')
+    _add_command_config(election, "client.id, request.timeout.ms")
+    election.add_argument("--admin.config", dest="command_config", metavar="FILE", help=argparse.SUPPRESS)
     election.set_defaults(func=cmd_leader_election)
 
     reassign = sub.add_parser("reassign-partitions", help="move partitions between brokers of a cluster",

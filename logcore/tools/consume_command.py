@@ -6,23 +6,53 @@ import time
 
 from logcore.errors import InvalidConfigError
 from logcore.records import TimestampType
-from logcore.tools.arguments import _open_root, _stdout_bytes, _unescape_separator
+from logcore.tools.arguments import _configs, _open_root, _stdout_bytes, _unescape_separator
 
 
 _TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
 
 
+# kafka-console-consumer's --property names (DefaultMessageFormatter) that seglog reads
+FORMATTER_PROPERTIES = ("print.timestamp", "print.key", "print.offset", "print.partition", "print.headers",
+                        "print.value", "key.separator", "line.separator", "headers.separator", "null.literal")
+
+
+def formatter_properties(items) -> dict[str, str]:
+    props = _configs(items, "--property")
+    for name, value in props.items():
+        if name not in FORMATTER_PROPERTIES:
+            raise InvalidConfigError(f"--property {name}: unknown; seglog consume reads "
+                                     + ", ".join(FORMATTER_PROPERTIES))
+        if name.startswith("print.") and value.strip().lower() not in ("true", "false"):
+            raise InvalidConfigError(f"--property {name}={value}: give true or false")
+    return props
+
+
 class _Formatter:
-    """kafka-console-consumer's DefaultMessageFormatter."""
+    """kafka-console-consumer's DefaultMessageFormatter: the --print-* flags or their --property
+    print.*=true names, key.separator, line.separator, headers.separator, null.literal."""
 
     def __init__(self, args):
-        self.sep = _unescape_separator(args.key_separator).encode()
-        self.columns = [("timestamp", args.print_timestamp), ("partition", args.print_partition),
-                        ("offset", args.print_offset), ("headers", args.print_headers),
-                        ("key", args.print_key)]
+        props = formatter_properties(getattr(args, "property", None))
+
+        def on(flag: bool, name: str, default: bool = False) -> bool:
+            return flag or props.get(name, str(default)).strip().lower() == "true"
+
+        key_separator = props.get("key.separator", args.key_separator)
+        self.sep = _unescape_separator(key_separator).encode()
+        self.line_sep = _unescape_separator(props.get("line.separator", "\n")).encode()
+        self.headers_sep = _unescape_separator(props.get("headers.separator", ",")).encode()
+        self.null = props.get("null.literal", "null").encode()
+        self.columns = [("timestamp", on(args.print_timestamp, "print.timestamp")),
+                        ("partition", on(args.print_partition, "print.partition")),
+                        ("offset", on(args.print_offset, "print.offset")),
+                        ("headers", on(args.print_headers, "print.headers")),
+                        ("key", on(args.print_key, "print.key")),
+                        ("value", on(False, "print.value", True))]
 
     def format(self, partition: int, record, timestamp_type: str) -> bytes:
         parts: list[bytes] = []
+        null = self.null
         for column, wanted in self.columns:
             if not wanted:
                 continue
@@ -34,14 +64,15 @@ class _Formatter:
                 parts.append(f"Offset:{record.offset}".encode())
             elif column == "headers":
                 if record.headers:
-                    parts.append(b",".join(k.encode() + b":" + (b"null" if v is None else v)
-                                           for k, v in record.headers))
+                    parts.append(self.headers_sep.join(k.encode() + b":" + (null if v is None else v)
+                                                       for k, v in record.headers))
                 else:
                     parts.append(b"NO_HEADERS")
             elif column == "key":
-                parts.append(b"null" if record.key is None else record.key)
-        parts.append(b"null" if record.value is None else record.value)
-        return self.sep.join(parts) + b"\n"
+                parts.append(null if record.key is None else record.key)
+            else:
+                parts.append(null if record.value is None else record.value)
+        return self.sep.join(parts) + self.line_sep if parts else b""
 
 
 def _start_offset(args, log) -> int:
@@ -78,6 +109,14 @@ def _read_range(args) -> tuple[int | None, None]:
 
 
 def cmd_consume(args) -> int:
+    if getattr(args, "bootstrap_server", None):
+        from logcore.tools.console_consumer import consume_from_brokers
+        return consume_from_brokers(args, _Formatter(args))
+    for name in ("group", "command_config", "consumer_property"):
+        if getattr(args, name, None):
+            raise InvalidConfigError(f"--{name.replace('_', '-')} applies to --bootstrap-server only, not --root")
+    if args.isolation_level is None:
+        args.isolation_level = "read_committed"
     if sum(x is not None and x is not False for x in (args.from_beginning or None, args.offset, args.timestamp)) > 1:
         raise InvalidConfigError("give at most one of --from-beginning, --offset, --timestamp")
     if args.offset is not None and args.partition is None:

@@ -5,7 +5,8 @@
 
 Prints what Kafka 4.1's LeaderElectionCommand prints, partitions sorted:
 `Successfully completed leader election (PREFERRED) for partitions T-0, T-1`,
-`Valid replica already elected for partitions T-2` (ELECTION_NOT_NEEDED), and for each
+`Valid replica already elected for partitions T-2` (ELECTION_NOT_NEEDED, for partitions named
+by --topic or --path-to-json-file; with --all-topic-partitions only what moved), and for each
 failure `Error completing leader election (PREFERRED) for partition: T-3: NAME: message`, then
 exits 1 (`N replica(s) could not be elected`). A broker that does not serve ElectLeaders is an
 error naming it.
@@ -17,6 +18,7 @@ import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
+from logcore.tools.client_properties import client_properties, timeout_s
 from logcore.tools.kafka_admin import KafkaAdmin
 from logcore.wire.client import KafkaError, error_name
 from logcore.wire.error_codes import ELECTION_NOT_NEEDED, NONE
@@ -26,12 +28,18 @@ def cmd_leader_election(args, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     kind = args.election_type.lower()
     partitions = _partitions(args)
-    with KafkaAdmin(args.bootstrap_server, client_id="seglog-leader-election") as admin:
+    props = client_properties(getattr(args, "command_config", None), None, (),
+                              command="seglog leader-election", item_option="--command-config")
+    with KafkaAdmin(args.bootstrap_server, client_id=props.get("client.id", "seglog-leader-election"),
+                    timeout_ms=int(timeout_s(props) * 1000)) as admin:
         results = admin.elect_leaders(kind, partitions)
     label = kind.upper()
     ordered = sorted(results.items())
     done = [tp for tp, (code, _) in ordered if code == NONE]
-    noop = [tp for tp, (code, _) in ordered if code == ELECTION_NOT_NEEDED]
+    # With --all-topic-partitions only what moved or failed is listed: Kafka's controller leaves
+    # the partitions that need no election out of its answer when asked for all of them (its
+    # tool then prints nothing for them), and a broker that lists them is not repeated here.
+    noop = [] if partitions is None else [tp for tp, (code, _) in ordered if code == ELECTION_NOT_NEEDED]
     failed = [(tp, code, message) for tp, (code, message) in ordered if code not in (NONE, ELECTION_NOT_NEEDED)]
     if done:
         out.write(f"Successfully completed leader election ({label}) for partitions {_names(done)}\n")

@@ -10,6 +10,7 @@ from typing import BinaryIO, Sequence
 from logcore.errors import InvalidConfigError
 from logcore.records.partitioner import murmur2_partition
 from logcore.tools.arguments import _configs, _key_value, _open_root, _unescape_separator
+from logcore.tools.client_properties import client_properties
 
 
 def _compression_arg(name: str | None):
@@ -62,16 +63,17 @@ class _Producer:
     records. A record larger than the cap on its own is appended alone (and refused by the log
     with the topic's limit if it is too large)."""
 
-    def __init__(self, root, topic: str, partitions: int, *, batch_bytes: int, compression,
-                 batch_records: int | None = None, max_message_bytes: int | None = None):
-        self.root = root
+    def __init__(self, sink, topic: str, partitions: int, *, batch_bytes: int, compression,
+                 batch_records: int | None = None, max_message_bytes: int | None = None,
+                 topic_compression: str = "producer"):
+        self.sink = sink                    # where closed batches go: a root's logs, or the brokers
         self.max_message_bytes = max_message_bytes
+        self.topic_compression = topic_compression
         self.topic = topic
         self.partitions = partitions
         self.batch_bytes = batch_bytes
         self.batch_records = batch_records
         self.compression = compression
-        self.logs: dict = {}
         self.buffers: dict[int, list] = {}
         self.sizes: dict[int, int] = {}
         self.counts = [0] * partitions
@@ -112,7 +114,7 @@ class _Producer:
         key, value, headers, ts = record
         codec = self.compression
         if codec is None:                   # the topic's compression.type decides
-            name = self.root.topic_config(self.topic).compression_type
+            name = self.topic_compression
             codec = _compression_arg(name) if name != "producer" else None
         size = len(build_batch([(key, value, headers, 0 if ts is None else ts)], base_offset=0,
                                compression=codec if codec is not None else Compression.NONE))
@@ -126,15 +128,33 @@ class _Producer:
         self.sizes.pop(p, None)
         if not buffer:
             return
-        log = self.logs.get(p)
-        if log is None:
-            log = self.logs[p] = self.root.log(self.topic, p, writer=True)
-        log.append_records(buffer, compression=self.compression)
+        self.sink.append(p, buffer, self.compression)
         self.counts[p] += len(buffer)
 
     def commit(self) -> None:
         for p in sorted(self.buffers):
             self.append(p)
+        self.sink.commit()
+
+    def close(self) -> None:
+        self.sink.close()
+
+
+class _RootLogs:
+    """Closed batches appended to the partitions' logs of a root (this process writes them)."""
+
+    def __init__(self, root, topic: str):
+        self.root = root
+        self.topic = topic
+        self.logs: dict = {}
+
+    def append(self, p: int, records: list, compression) -> None:
+        log = self.logs.get(p)
+        if log is None:
+            log = self.logs[p] = self.root.log(self.topic, p, writer=True)
+        log.append_records(records, compression=compression)
+
+    def commit(self) -> None:
         for log in self.logs.values():
             log.commit()
 
@@ -204,9 +224,19 @@ def _read_file(path: str, option: str) -> bytes:
 
 def cmd_produce(args) -> int:
     started = time.monotonic()
+    broker = bool(getattr(args, "bootstrap_server", None))
+    if broker and args.storage_option:
+        raise InvalidConfigError("--storage-option applies to --root only, not --bootstrap-server")
     headers = tuple((k, v.encode()) for k, v in (_key_value(h, "--header") for h in args.header or ()))
     line_props = _line_properties(args.property)
-    producer_props = _producer_properties(args.producer_property)
+    if broker:
+        producer_props = client_properties(args.command_config, args.producer_property, BROKER_PRODUCER_KEYS,
+                                           command="seglog produce --bootstrap-server",
+                                           item_option="--producer-property")
+    else:
+        if args.command_config:
+            raise InvalidConfigError("--command-config applies to --bootstrap-server only (client properties)")
+        producer_props = _producer_properties(args.producer_property)
     key_separator = args.key_separator
     if key_separator is None and line_props.get("parse.key", "false").lower() == "true":
         key_separator = line_props.get("key.separator", "\t")     # Kafka's default: a tab
@@ -232,20 +262,110 @@ def cmd_produce(args) -> int:
         raise InvalidConfigError(f"--commit-every must be >= 0, got {args.commit_every}")
     if args.key_file and not args.value_file:
         raise InvalidConfigError("--key-file needs --value-file (one key file per value file)")
-    compression = _compression_arg(args.compression_type or producer_props.get("compression.type"))
+    compression = _compression_arg(_codec_name(args, producer_props))
     files = _file_records(args) if args.value_file else None       # unreadable files fail before anything is written
+    source = _Input(args, files, headers, separator, key_separator, null)
+    if broker:
+        lines, counts = _produce_to_brokers(args, source, producer_props, batch_size, compression)
+    else:
+        lines, counts = _produce_to_root(args, source, batch_size, compression)
+    spread = ", ".join(f"{p}: {n}" for p, n in enumerate(counts) if n)
+    sys.stderr.write(f"Produced {lines} records to topic {args.topic} "
+                     f"({spread or 'nothing'}) in {time.monotonic() - started:.3f} s\n")
+    return 0
+
+
+# Producer properties `--bootstrap-server` applies (--command-config, --producer-property).
+BROKER_PRODUCER_KEYS = ("acks", "batch.size", "compression.type", "delivery.timeout.ms")
+
+
+def _codec_name(args, producer_props: dict[str, str]) -> str | None:
+    """The batch codec of --compression-type, Kafka's --compression-codec, or compression.type."""
+    given = {name: value for name, value in (("--compression-type", args.compression_type),
+                                             ("--compression-codec", args.compression_codec)) if value}
+    if len(set(given.values())) > 1:
+        raise InvalidConfigError(" and ".join(f"{k} {v}" for k, v in given.items()) + " disagree: give one")
+    return next(iter(given.values()), None) or producer_props.get("compression.type")
+
+
+def _acks(args, props: dict[str, str]) -> int:
+    text = args.request_required_acks if args.request_required_acks is not None else props.get("acks", "all")
+    value = {"all": -1, "-1": -1, "1": 1}.get(str(text).strip().lower())
+    if value is None:
+        if str(text).strip() == "0":
+            raise InvalidConfigError("acks=0 is not supported: without an answer from the broker seglog produce"
+                                     " could not say what was written; give acks=1 or all")
+        raise InvalidConfigError(f"acks must be all, -1 or 1, got {text!r}")
+    return value
+
+
+class _Input:
+    """The records to produce: stdin lines (split at the key separator) or --value-file files."""
+
+    def __init__(self, args, files, headers, separator, key_separator, null):
+        self.args = args
+        self.files = files
+        self.headers = headers
+        self.separator = separator
+        self.key_separator = key_separator
+        self.null = null
+
+    def feed(self, producer: "_Producer", partition_of) -> int:
+        """Add every record to `producer`, committing every --commit-every lines; the count."""
+        args, headers, separator, null = self.args, self.headers, self.separator, self.null
+        lines = 0
+        if self.files is not None:
+            for (key, value), path in zip(self.files, args.value_file):
+                producer.add(partition_of(key), (key, value, headers, args.timestamp), f" of --value-file {path}")
+                lines += 1
+            return lines
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        for number, line in enumerate(_read_lines(stdin), start=1):
+            if isinstance(line, str):
+                line = line.encode()
+            key = None
+            if separator is not None:
+                key, found, value = line.partition(separator)
+                if not found:
+                    raise InvalidConfigError(
+                        f"No key separator {self.key_separator!r} found on line number {number}: "
+                        f"{line[:80].decode('utf-8', 'replace')!r}")
+                if null is not None and key == null:
+                    key = None
+            else:
+                value = line
+            if null is not None and value == null:
+                value = None                # a tombstone
+            producer.add(partition_of(key), (key, value, headers, args.timestamp), f" on line number {number}")
+            lines += 1
+            if args.commit_every and lines % args.commit_every == 0:
+                producer.commit()
+        return lines
+
+
+def _partitioner(args, partitions: int):
+    def partition_of(key: bytes | None) -> int | None:
+        if args.partition is not None:
+            return args.partition
+        if key is not None:
+            return murmur2_partition(key, partitions)
+        return None
+    return partition_of
+
+
+def _produce_to_root(args, source: _Input, batch_size: int, compression) -> tuple[int, list[int]]:
     root = _open_root(args)
     producer = None
     try:
         root.check_not_served(                     # before a line of stdin is read
-            "seglog produce", f"produce through it with a Kafka client (bootstrap.servers={{bootstrap}}),"
-            f" e.g. kcat -P -b {{bootstrap}} -t {args.topic}")
+            "seglog produce", f"produce through it: seglog produce --bootstrap-server {{bootstrap}}"
+            f" --topic {args.topic}, or any Kafka client (bootstrap.servers={{bootstrap}})")
         info = root.describe_topic(args.topic)
         if args.partition is not None and not 0 <= args.partition < info.partitions:
             raise InvalidConfigError(f"--partition {args.partition}: topic {args.topic} has partitions "
                                      f"0..{info.partitions - 1}")
         config = root.topic_config(args.topic)
-        if config.compact and separator is None and not args.key_file:
+        if config.compact and source.separator is None and not args.key_file:
             # Every record would be without a key, which a compacted topic refuses (as Kafka's
             # broker does): say so before reading any input.
             raise InvalidConfigError(
@@ -254,54 +374,41 @@ def cmd_produce(args) -> int:
                 " SEP (lines `key SEP value`), or give --key-file with --value-file")
         # Never a batch the log must refuse for its size: capped by the topic's limits.
         batch_bytes = max(BATCH_OVERHEAD + 1, min(batch_size, config.max_message_bytes, config.segment_bytes))
-        producer = _Producer(root, args.topic, info.partitions, batch_bytes=batch_bytes,
+        producer = _Producer(_RootLogs(root, args.topic), args.topic, info.partitions, batch_bytes=batch_bytes,
                              compression=compression, batch_records=args.batch_records,
-                             max_message_bytes=config.max_message_bytes)
-
-        def partition_of(key: bytes | None) -> int | None:
-            if args.partition is not None:
-                return args.partition
-            if key is not None:
-                return murmur2_partition(key, info.partitions)
-            return None
-
-        lines = 0
+                             max_message_bytes=config.max_message_bytes,
+                             topic_compression=config.compression_type)
         try:
-            if files is not None:
-                for (key, value), path in zip(files, args.value_file):
-                    producer.add(partition_of(key), (key, value, headers, args.timestamp),
-                                 f" of --value-file {path}")
-                    lines += 1
-            else:
-                stdin = getattr(sys.stdin, "buffer", sys.stdin)
-                for number, line in enumerate(_read_lines(stdin), start=1):
-                    if isinstance(line, str):
-                        line = line.encode()
-                    key = None
-                    if separator is not None:
-                        key, found, value = line.partition(separator)
-                        if not found:
-                            raise InvalidConfigError(
-                                f"No key separator {key_separator!r} found on line number {number}: "
-                                f"{line[:80].decode('utf-8', 'replace')!r}")
-                        if null is not None and key == null:
-                            key = None
-                    else:
-                        value = line
-                    if null is not None and value == null:
-                        value = None                # a tombstone
-                    producer.add(partition_of(key), (key, value, headers, args.timestamp),
-                                 f" on line number {number}")
-                    lines += 1
-                    if args.commit_every and lines % args.commit_every == 0:
-                        producer.commit()
+            lines = source.feed(producer, _partitioner(args, info.partitions))
         finally:
             producer.commit()      # what was read before an error is still produced, as Kafka's would be
-        spread = ", ".join(f"{p}: {n}" for p, n in enumerate(producer.counts) if n)
-        sys.stderr.write(f"Produced {lines} records to topic {args.topic} "
-                         f"({spread or 'nothing'}) in {time.monotonic() - started:.3f} s\n")
+        return lines, producer.counts
     finally:
         if producer is not None:
             producer.close()
         root.close()
-    return 0
+
+
+def _produce_to_brokers(args, source: _Input, props: dict[str, str], batch_size: int,
+                        compression) -> tuple[int, list[int]]:
+    from logcore.tools.client_properties import int_property, timeout_s
+    from logcore.tools.partition_leaders import PartitionLeaders
+    from logcore.tools.topic_producer import WINDOWS, TopicProducer
+
+    acks = _acks(args, props)
+    delivery_ms = int_property(props, "delivery.timeout.ms", 120_000, minimum=1)
+    leaders = PartitionLeaders(args.bootstrap_server, args.topic, client_id=props.get("client.id", "console-producer"),
+                               timeout_s=timeout_s(props), windows=WINDOWS)
+    try:
+        if args.partition is not None:
+            leaders.check_partition(args.partition)
+        sink = TopicProducer(leaders, acks=acks, timeout_ms=delivery_ms)
+        producer = _Producer(sink, args.topic, leaders.partitions, batch_bytes=max(BATCH_OVERHEAD + 1, batch_size),
+                             compression=compression, batch_records=args.batch_records)
+        try:
+            lines = source.feed(producer, _partitioner(args, leaders.partitions))
+        finally:
+            producer.commit()      # what was read before an error is still produced
+        return lines, producer.counts
+    finally:
+        leaders.close()

@@ -16,12 +16,14 @@ from typing import TextIO
 
 from logcore.errors import InvalidConfigError
 from logcore.log.partition_metadata import format_topic_id
+from logcore.tools.client_properties import client_properties, timeout_s
 from logcore.tools.kafka_admin import ConfigEntry, KafkaAdmin, TopicInfo
 from logcore.wire.client import KafkaError
 from logcore.wire.config_resources import SOURCE_TOPIC
 from logcore.wire.error_codes import TOPIC_ALREADY_EXISTS
 
 ROOT_ONLY = ("storage_option", "defaults", "all_configs")
+# (--command-config takes the admin client's client.id, request.timeout.ms, security.protocol)
 WARNING_COLLISION = ("WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_')"
                      " could collide. To avoid issues it is best to use either, but not both.")
 
@@ -39,6 +41,17 @@ def cmd_topics_broker(args, out: TextIO | None = None) -> int:
         raise InvalidConfigError("--if-not-exists applies to --create only")
     if args.if_exists and action not in ("alter", "delete", "describe"):
         raise InvalidConfigError("--if-exists applies to --alter, --delete and --describe only")
+    reports = [name for name, on in (("under", args.under_replicated_partitions),
+                                     ("unavailable", args.unavailable_partitions)) if on]
+    if reports and action != "describe":
+        raise InvalidConfigError("--under-replicated-partitions and --unavailable-partitions apply to --describe only")
+    if len(reports) > 1:
+        raise InvalidConfigError("give one of --under-replicated-partitions, --unavailable-partitions")
+    report = reports[0] if reports else None
+    props = client_properties(args.command_config, None, (), command="seglog topics --bootstrap-server",
+                              item_option="--command-config")
+    admin_options = {"client_id": props.get("client.id", "seglog-topics"),
+                     "timeout_ms": int(timeout_s(props) * 1000)}
     if args.config and action not in ("create", "alter"):
         raise InvalidConfigError("--config applies to --create and --alter only")
     if args.replication_factor is not None and action != "create":
@@ -46,17 +59,17 @@ def cmd_topics_broker(args, out: TextIO | None = None) -> int:
     if args.replica_assignment and action not in ("create", "alter"):
         raise InvalidConfigError("--replica-assignment applies to --create and --alter only")
     if action == "create":
-        return _create(args, out)
+        return _create(args, out, admin_options)
     if action == "alter" and args.partitions is None and not args.config:
         raise InvalidConfigError("--alter needs --partitions N (the new, larger count) and/or --config k=v")
-    with KafkaAdmin(args.bootstrap_server, client_id="seglog-topics") as admin:
+    with KafkaAdmin(args.bootstrap_server, **admin_options) as admin:
         topics = _matching(admin, args.topic, args.exclude_internal)
         if args.topic and not topics and not args.if_exists:
             raise InvalidConfigError(f"Topic '{args.topic}' does not exist as expected")
         if action == "list":
             out.write("\n".join(topics) + "\n")
         elif action == "describe":
-            _describe(admin, topics, out, getattr(args, "topics_with_overrides", False))
+            _describe(admin, topics, out, report, getattr(args, "topics_with_overrides", False))
         elif action == "delete":
             if not args.topic:
                 raise InvalidConfigError("--delete needs --topic T")
@@ -77,7 +90,7 @@ def cmd_topics_broker(args, out: TextIO | None = None) -> int:
     return 0
 
 
-def _create(args, out: TextIO) -> int:
+def _create(args, out: TextIO, admin_options: dict) -> int:
     name = args.topic or (args.create if isinstance(args.create, str) else None)
     if not name:
         raise InvalidConfigError("--create needs --topic T")
@@ -94,7 +107,7 @@ def _create(args, out: TextIO) -> int:
     configs = parse_configs(args.config or [])
     if "." in name or "_" in name:
         out.write(WARNING_COLLISION + "\n")
-    with KafkaAdmin(args.bootstrap_server, client_id="seglog-topics") as admin:
+    with KafkaAdmin(args.bootstrap_server, **admin_options) as admin:
         try:
             admin.create_topic(name, -1 if partitions is None else partitions, -1 if rf is None else rf,
                                assignment, configs)
@@ -159,11 +172,15 @@ def _alter_configs(servers: str, topics: list[str], configs: dict[str, str]) -> 
             admin.incremental_alter(TOPIC_RESOURCE, name, [(k, OP_SET, v) for k, v in configs.items()])
 
 
-def _describe(admin: KafkaAdmin, names: list[str], out: TextIO, with_overrides: bool = False) -> None:
+def _describe(admin: KafkaAdmin, names: list[str], out: TextIO, report: str | None = None,
+              with_overrides: bool = False) -> None:
     infos = sorted(admin.describe_topics(names), key=lambda t: t.name)
-    configs = admin.describe_configs([t.name for t in infos])
+    configs = admin.describe_configs([t.name for t in infos]) if report is None else {}
     moving = admin.list_partition_reassignments([(t.name, p.partition) for t in infos for p in t.partitions])
     for info in infos:
+        if report is not None:
+            out.write(report_lines(info, report, moving))
+            continue
         lines = describe_lines(info, configs.get(info.name, []), moving)
         if with_overrides:
             # kafka-topics --topics-with-overrides: the topic line of topics with overrides only
@@ -171,6 +188,21 @@ def _describe(admin: KafkaAdmin, names: list[str], out: TextIO, with_overrides: 
                 out.write(lines.splitlines(keepends=True)[0])
             continue
         out.write(lines)
+
+
+def report_lines(info: TopicInfo, report: str, reassignments: dict) -> str:
+    """kafka-topics --describe --under-replicated-partitions / --unavailable-partitions: only the
+    lines of those partitions, without the topic line (TopicCommand leaves it out for a report).
+    Under-replicated: fewer in-sync replicas than assigned ones (a partition being reassigned
+    counts its target replicas, not the ones being added); unavailable: no leader."""
+    lines = describe_lines(info, [], reassignments).splitlines(keepends=True)[1:]
+    out = []
+    for p, line in zip(info.partitions, lines):
+        moving = reassignments.get((info.name, p.partition))
+        wanted = len(p.replicas) - (len(moving.adding) if moving is not None else 0)
+        if (report == "under" and len(p.isr) < wanted) or (report == "unavailable" and p.leader < 0):
+            out.append(line)
+    return "".join(out)
 
 
 def describe_lines(info: TopicInfo, configs: list[ConfigEntry], reassignments: dict | None = None) -> str:

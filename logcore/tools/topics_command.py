@@ -16,7 +16,8 @@ from logcore.log.config import (
 from logcore.tools.arguments import _configs, _open_root, _properties_file
 
 
-BROKER_ONLY = ("replication_factor", "replica_assignment", "if_exists", "exclude_internal")
+BROKER_ONLY = ("replication_factor", "replica_assignment", "if_exists", "exclude_internal",
+               "under_replicated_partitions", "unavailable_partitions", "command_config")
 
 
 def cmd_topics(args) -> int:
@@ -41,6 +42,12 @@ def cmd_topics(args) -> int:
         configs = _configs(args.config)
         defaults = load_properties(_properties_file(args.defaults, "--defaults")) if args.defaults else None
         validate_topic_overrides(configs, defaults)     # bad input fails before anything is written
+        owner = _served_by(args)
+        if owner is not None:
+            if defaults is not None:
+                raise InvalidConfigError(f"--defaults applies to a new root; {args.root} exists and is served"
+                                         f" by broker PLAINTEXT://{owner.bootstrap}")
+            return _through_broker(args, owner, "create", name, configs)
         root = _open_root(args, create=True, defaults=defaults)
         try:
             existing = root.list_topics()
@@ -62,6 +69,13 @@ def cmd_topics(args) -> int:
 
     if args.config and action != "alter":
         raise InvalidConfigError("--config applies to --create and --alter only")
+    if action in ("delete", "alter"):
+        _require_topic(args, f"--{action}")
+        if action == "alter" and args.partitions is None and not args.config:
+            raise InvalidConfigError("--alter needs --partitions N (the new, larger count) and/or --config k=v")
+        owner = _served_by(args)
+        if owner is not None:
+            return _through_broker(args, owner, action, args.topic, _configs(args.config) if args.config else {})
     root = _open_root(args, read_only=action in ("list", "describe"))
     try:
         if action == "list":
@@ -82,9 +96,6 @@ def cmd_topics(args) -> int:
             if args.partitions is None and not args.config:
                 raise InvalidConfigError("--alter needs --partitions N (the new, larger count) and/or --config k=v")
             if args.config:
-                root.check_not_served(f"cannot alter the configs of topic {args.topic!r}",
-                                      "alter them through the broker: seglog topics --bootstrap-server"
-                                      " HOST:PORT --alter --topic T --config k=v")
                 merged = {**root.describe_topic(args.topic).config, **_configs(args.config)}
                 root.set_topic_config(args.topic, merged)
                 out.write(f"Updated the configs of topic {args.topic}.\n")
@@ -99,6 +110,61 @@ def cmd_topics(args) -> int:
             out.write(f"Topic {args.topic} now has {args.partitions} partitions.\n")
     finally:
         root.close()
+    return 0
+
+
+def _served_by(args):
+    """The broker that serves the root (its OwnerRecord), or None; a root that does not exist
+    yet is served by none."""
+    from logcore.errors import NotALogRootError
+
+    try:
+        root = _open_root(args, read_only=True)
+    except NotALogRootError:
+        return None
+    try:
+        from logcore.log.root_owner import live_owner
+        # (LogRoot.served_by answers None for a read-only root: it guards writes)
+        return None if root.kafka_copy else live_owner(root.storage)
+    finally:
+        root.close()
+
+
+def _through_broker(args, owner, action: str, name: str, configs: dict[str, str]) -> int:
+    """Create, delete or alter (grow, set configs) a topic of a served root through the broker that serves it
+    (CreateTopics, DeleteTopics, CreatePartitions): a root a broker serves is written only
+    through it, and every topic change then takes the same way."""
+    from logcore.tools.kafka_admin import KafkaAdmin
+    from logcore.wire.client import KafkaError
+    from logcore.wire.error_codes import TOPIC_ALREADY_EXISTS
+
+    sys.stderr.write(f"{args.root} is served by broker PLAINTEXT://{owner.bootstrap}: the topic is"
+                     f" {'created' if action == 'create' else 'deleted' if action == 'delete' else 'altered'}"
+                     " through it\n")
+    out = sys.stdout
+    with KafkaAdmin(owner.bootstrap, client_id="seglog-topics") as admin:
+        if action == "create":
+            try:
+                admin.create_topic(name, args.partitions, -1, None, configs)
+            except KafkaError as exc:
+                if exc.code == TOPIC_ALREADY_EXISTS and args.if_not_exists:
+                    return 0
+                raise
+            out.write(f"Created topic {name}.\n")
+        elif action == "delete":
+            admin.delete_topics([name])
+            out.write(f"Deleted topic {name}.\n")
+        else:
+            if configs:
+                from logcore.tools.config_admin import ConfigAdmin
+                from logcore.wire.config_resources import OP_SET, TOPIC_RESOURCE
+                with ConfigAdmin(owner.bootstrap) as config_admin:
+                    config_admin.incremental_alter(TOPIC_RESOURCE, name,
+                                                   [(k, OP_SET, v) for k, v in configs.items()])
+                out.write(f"Updated the configs of topic {name}.\n")
+            if args.partitions is not None:
+                admin.create_partitions(name, args.partitions, None)
+                out.write(f"Topic {name} now has {args.partitions} partitions.\n")
     return 0
 
 

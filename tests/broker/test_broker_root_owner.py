@@ -58,9 +58,8 @@ def test_produce_on_a_served_root_is_refused_naming_the_broker(broker_factory, b
     assert [a[0] for a in acked] == [None, None]
     assert [r[3] for r in consume_all(b, "owned", 1, 2)] == [b"v0", b"v1"]
 
-    # deletes and maintenance are refused the same way; the broker's own DeleteTopics works
-    done = seglog(broker_env, "topics", "--root", str(b.root), "--delete", "--topic", "owned")
-    assert done.returncode != 0 and f"--bootstrap-server {b.bootstrap}" in done.stderr.decode()
+    # maintenance is refused the same way; topic changes go through the broker (see
+    # test_topics_created_and_grown_by_the_cli_are_served_at_once)
     done = seglog(broker_env, "maintain", "--root", str(b.root), "--once")
     assert done.returncode != 0 and f"PLAINTEXT://{b.bootstrap}" in done.stderr.decode()
     assert (b.root / "owned-0").is_dir()
@@ -120,6 +119,14 @@ def test_topics_created_and_grown_by_the_cli_are_served_at_once(broker_factory, 
 
     meta = _metadata(sock, ["cli-made"], 3)
     assert len(meta.topics[0].partitions) == 3
+
+    # --create, --alter and --delete on the served root all go through the broker, and say so
+    done = seglog(broker_env, "topics", "--root", str(b.root), "--delete", "--topic", "cli-made")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b"Deleted topic cli-made.\n"
+    assert f"served by broker PLAINTEXT://{b.bootstrap}" in done.stderr.decode()
+    listed = seglog(broker_env, "topics", "--root", str(b.root), "--list")
+    assert listed.returncode == 0 and b"cli-made" not in listed.stdout.split(), listed
     sock.close()
     log = b.log_text()
     assert "KeyError" not in log and "closing the connection" not in log, log[-3000:]
