@@ -10,7 +10,10 @@ writer to a seglog root; Kafka's log dir is copied once its checkpoints cover ev
 
 (a) source -> noop, Trigger.AvailableNow, startingOffsets=earliest, checked row count:
     `format("kafka")` reading the live broker vs `format("seglog")` reading the seglog root, and
-    vs `format("seglog")` reading the copy of Kafka's log dir. rows/s = rows / triggerExecution.
+    vs `format("seglog")` reading the copy of Kafka's log dir; and `format("seglog")` through the
+    brokers (kafka.bootstrap.servers and no path: the files hidden, every task fetches its range
+    over the Kafka protocol) from a `seglog broker` serving a copy of the seglog root, and from
+    the same Apache Kafka broker. rows/s = rows / triggerExecution.
 (b) sink, batch `df.write` of the same key+value DataFrame (a Parquet copy of the records):
     Spark's Kafka sink into a fresh 4-partition topic (`kafka.acks=all`, the producer's other
     settings at their defaults) vs the seglog sink in path mode (exactly-once protocol) into a
@@ -45,7 +48,8 @@ from spark_kafka_jars import resolve_spark_kafka_jars  # noqa: E402
 
 TOPIC = "bench"
 SCENARIOS = {
-    "source": ("source_seglog", "source_kafka", "source_seglog_kafka_copy"),
+    "source": ("source_seglog", "source_kafka", "source_seglog_kafka_copy", "source_seglog_brokers",
+               "source_seglog_through_kafka"),
     "sink": ("sink_seglog", "sink_kafka", "sink_seglog_broker", "sink_seglog_on_kafka"),
 }
 # Kafka's bin/kafka-server-start.sh and kafka-run-class.sh defaults.
@@ -292,6 +296,16 @@ class Bench:
         return self.run_stream(self.spark.readStream.format("seglog").option("subscribe", TOPIC)
                                .option("startingOffsets", "earliest").load(self.paths["kafka_copy"]))
 
+    def _source_through(self, bootstrap: str) -> float:
+        return self.run_stream(self.spark.readStream.format("seglog").option("kafka.bootstrap.servers", bootstrap)
+                               .option("subscribe", TOPIC).option("startingOffsets", "earliest").load())
+
+    def source_seglog_brokers(self) -> float:
+        return self._source_through(self.seglog_bootstrap)
+
+    def source_seglog_through_kafka(self) -> float:
+        return self._source_through(self.broker.bootstrap)
+
     def source_kafka(self) -> float:
         rate = self.run_stream(self.spark.readStream.format("kafka")
                                .option("kafka.bootstrap.servers", self.broker.bootstrap)
@@ -391,11 +405,11 @@ def main(argv: list[str] | None = None) -> list[str]:
         print(f"wrote them to a seglog root in {time.perf_counter() - t0:.1f} s", flush=True)
         copy_kafka_log_dir(broker, paths["kafka_copy"], rows)
         spark = spark_session(spark_jars)
-        seglog_bootstrap = None
-        if "sink" in parts:
-            from bench_broker import start_broker
-            os.makedirs(os.path.join(workdir, "seglog-broker"))
-            seglog_broker, seglog_bootstrap = start_broker(os.path.join(workdir, "seglog-broker"))
+        from bench_broker import start_broker
+        os.makedirs(os.path.join(workdir, "seglog-broker"))
+        if "source" in parts:       # the broker serves a copy of the records for the broker read path
+            shutil.copytree(paths["log"], os.path.join(workdir, "seglog-broker", "logs"))
+        seglog_broker, seglog_bootstrap = start_broker(os.path.join(workdir, "seglog-broker"))
         bench = Bench(spark, broker, paths, workdir, rows, seglog_bootstrap)
         if "sink" in parts:
             (spark.read.format("seglog").option("subscribe", TOPIC).load(paths["log"])
@@ -422,6 +436,10 @@ def main(argv: list[str] | None = None) -> list[str]:
                      *paired(results, "source_seglog", "source_kafka"), "rows/s"),
                     ("seglog source (copy of Kafka's log dir) vs format(\"kafka\") (live Kafka)",
                      *paired(results, "source_seglog_kafka_copy", "source_kafka"), "rows/s"),
+                    ("seglog source through a seglog broker (no path: Fetch) vs format(\"kafka\")"
+                     " (live Kafka)", *paired(results, "source_seglog_brokers", "source_kafka"), "rows/s"),
+                    ("seglog source through Kafka's broker (no path: Fetch) vs format(\"kafka\")"
+                     " (live Kafka)", *paired(results, "source_seglog_through_kafka", "source_kafka"), "rows/s"),
                 ]) + [""]
         if "sink" in parts:
             lines += print_table(

@@ -27,7 +27,7 @@ from typing import Any
 
 from logcore.errors import TopicNotFoundError
 from logcore.wire.api_keys import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, CREATE_TOPICS, DESCRIBE_CONFIGS,
-                                   END_TXN, FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_OFFSETS, METADATA,
+                                   END_TXN, FETCH, FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_OFFSETS, METADATA,
                                    OFFSET_FETCH, PRODUCE, TXN_OFFSET_COMMIT)
 from logcore.wire.client import (BrokerAddress, KafkaConnection, KafkaConnectionError, KafkaError, bootstrap,
                                  error_name)
@@ -48,7 +48,9 @@ from logcore.wire.list_offsets import LATEST_TIMESTAMP
 CLIENT_WINDOWS = {PRODUCE: (3, 9), LIST_OFFSETS: (2, 7), METADATA: (1, 12), CREATE_TOPICS: (2, 5),
                   INIT_PRODUCER_ID: (0, 4), DESCRIBE_CONFIGS: (1, 4), FIND_COORDINATOR: (1, 3),
                   ADD_PARTITIONS_TO_TXN: (0, 3), ADD_OFFSETS_TO_TXN: (0, 3), END_TXN: (0, 3),
-                  TXN_OFFSET_COMMIT: (0, 3), OFFSET_FETCH: (7, 7)}
+                  TXN_OFFSET_COMMIT: (0, 3), OFFSET_FETCH: (7, 7), FETCH: (11, 12)}
+# Fetch from v11: a consumer names its rack (KIP-392) and may be served by a follower; up to
+# v12, the last version that names topics (the hand-made encoder of logcore.wire.fetch_request).
 
 ISOLATION_LEVEL = {"read_uncommitted": 0, "read_committed": 1}
 # Errors that say the client's idea of the partition's leader is out of date: refresh Metadata,
@@ -363,6 +365,33 @@ class BrokerClient:
         for tp, _epoch in tps:
             if tp not in out and tp not in reasons:
                 reasons[tp] = (f"{self.node_where(node)} gave no offset for {tp[0]}-{tp[1]}", -1)
+
+    def fetch(self, node: int, tp: tuple[str, int], offset: int, *, leader_epoch: int, max_bytes: int,
+              isolation: str, rack: str = "", max_wait_ms: int = 500) -> Any:
+        """One consumer Fetch of partition `tp` from `offset` at broker `node` (its leader, or
+        the preferred read replica the leader named): the response's partition entry (error
+        code, high watermark, last stable offset, log start, aborted transactions, preferred
+        read replica, records as bytes). A broken connection raises KafkaConnectionError."""
+        conn = self.leader_connection(node)
+        try:
+            body = conn.request(FETCH, {
+                "replica_id": -1, "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": max_bytes,
+                "isolation_level": ISOLATION_LEVEL[isolation], "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": tp[0], "partitions": [{
+                    "partition": tp[1], "current_leader_epoch": leader_epoch, "fetch_offset": offset,
+                    "log_start_offset": -1, "partition_max_bytes": max_bytes}]}],
+                "forgotten_topics_data": [], "rack_id": rack or ""})
+        except KafkaConnectionError:
+            self.drop_connection(node)
+            raise
+        if body.error_code != NONE:
+            raise KafkaError(f"{self.node_where(node)}: Fetch of {tp[0]}-{tp[1]} failed:"
+                             f" {error_name(body.error_code)}", int(body.error_code))
+        for t in body.responses:
+            for p in t.partitions:
+                if t.topic == tp[0] and p.partition_index == tp[1]:
+                    return p
+        raise KafkaError(f"{self.node_where(node)} answered a Fetch of {tp[0]}-{tp[1]} without it")
 
     def init_producer_id(self) -> tuple[int, int]:
         """A fresh idempotent producer id and its epoch."""

@@ -224,7 +224,7 @@ def resolve(spec: OffsetSpec, tps: list, logs, opts: SourceOptions, *, starting:
                 out[tp] = wanted
         else:
             ts = spec.timestamp if spec.kind == "timestamp" else spec.offsets[tp]
-            found = logs.log(tp).offset_for_timestamp(ts)
+            found = logs.offset_for_timestamp(tp, ts)
             if found is not None:
                 out[tp] = max(earliest, min(found[0], latest))
             elif not starting or opts.timestamp_strategy == "latest":

@@ -1,20 +1,22 @@
 """The source's task side: `SeglogInputPartition` (one task's offset range) and `read_partition`,
-which opens the partition read-only (with several log dirs, a replica on the task's own host
-first: replicas.py) and decodes bounded windows of whole batches straight into Arrow."""
+which reads it from where the option readFrom says (read_path.py): the files here (`open_files`
+opens the partition read-only, with several log dirs a replica on the task's own host first:
+replicas.py; `read_files` decodes bounded windows of whole batches straight into Arrow), or
+through the brokers (broker_reader.py)."""
 from __future__ import annotations
 
 import logging
 import threading
 
-import numpy as np
-import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from logcore.errors import CorruptRecordError, OffsetOutOfRangeError
 from logcore.log.log_root import LogRoot
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
-from logcore.records.arrow import BufferRecycler, decode_batches
+from logcore.records.arrow import decode_batches
 from pyspark_seglog.data_loss import damaged, data_loss
+from pyspark_seglog.kafka_rows import COLUMN_BUFFERS, ConstantColumns
+from pyspark_seglog.read_path import READ_PATHS
 from pyspark_seglog.replicas import choose_replica
 from pyspark_seglog.schema import arrow_schema
 from pyspark_seglog.source_options import DEFAULT_FETCH_BYTES
@@ -35,7 +37,9 @@ class SeglogInputPartition(InputPartition):
     def __init__(self, root: str, storage_options: dict, topic: str, partition: int, start: int,
                  until: int, isolation: str, include_headers: bool, fail_on_data_loss: bool,
                  fetch_bytes: int = DEFAULT_FETCH_BYTES, tiered: dict | None = None,
-                 broker_bound: bool = False, replicas: tuple | None = None):
+                 broker_bound: bool = False, replicas: tuple | None = None,
+                 read_path: str = "files", bootstrap_servers: str | None = None, client_rack: str = "",
+                 retry_timeout: float = 60.0):
         super().__init__(None)
         self.tiered = tiered            # rsm.config.* options: the remote tier's credentials
         self.root = root
@@ -54,36 +58,15 @@ class SeglogInputPartition(InputPartition):
         # Several log dirs (`path` a comma-separated list): the `Replica`s of this partition
         # there, in the order given; the task reads one on its own host when it can.
         self.replicas = replicas
+        # readFrom (read_path.py): the files, the brokers, or the files when this host sees them.
+        self.read_path = read_path
+        self.bootstrap_servers = bootstrap_servers
+        self.client_rack = client_rack          # kafka.client.rack: fetch from a replica in this rack
+        self.retry_timeout = retry_timeout      # seconds without progress before a fetch gives up
 
     def __repr__(self) -> str:          # storage options (credentials) are never printed
         return (f"SeglogInputPartition({self.topic}-{self.partition} [{self.start}, {self.until}),"
-                f" {self.isolation})")
-
-
-class _Constants:
-    """The constant topic and partition columns, built once and sliced per batch (no copy)."""
-
-    def __init__(self, topic: str, partition: int):
-        self.topic = topic.encode()
-        self.partition = partition
-        self.capacity = 0
-        self.topic_array = None
-        self.partition_array = None
-
-    def columns(self, rows: int) -> tuple[pa.Array, pa.Array]:
-        if rows > self.capacity:
-            cap = max(rows, 1 << 16)
-            width = len(self.topic)
-            offsets = np.arange(0, (cap + 1) * width, width, dtype=np.int32) if width else \
-                np.zeros(cap + 1, dtype=np.int32)
-            self.topic_array = pa.Array.from_buffers(
-                pa.string(), cap, [None, pa.py_buffer(offsets), pa.py_buffer(self.topic * cap)])
-            # from_buffers, not pa.array(ndarray): that one imports pandas, whose objects the
-            # Spark worker's gc.collect() after every task would then walk.
-            self.partition_array = pa.Array.from_buffers(
-                pa.int32(), cap, [None, pa.py_buffer(np.full(cap, self.partition, dtype=np.int32))])
-            self.capacity = cap
-        return self.topic_array.slice(0, rows), self.partition_array.slice(0, rows)
+                f" {self.isolation}, readFrom={self.read_path})")
 
 
 class _WindowBuffers:
@@ -116,30 +99,36 @@ class _WindowBuffers:
 
 
 _WINDOW_BUFFERS = _WindowBuffers()
-# Arrow column buffers, handed out again once Spark has sent (and dropped) the batch using them.
-_COLUMN_BUFFERS = BufferRecycler()
 
 
 def read_partition(p: SeglogInputPartition):
-    """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until)."""
+    """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until), from
+    the files or through the brokers as the option readFrom says (read_path.py)."""
+    return READ_PATHS[p.read_path].read(p)
+
+
+def open_files(p: SeglogInputPartition):
+    """(root, log, broker_bound) of the files task `p` reads; raises SegLogError / OSError when
+    this host cannot open them."""
     if getattr(p, "replicas", None):
-        root, log, broker_bound = choose_replica(p)
-    else:
-        root = LogRoot.open(p.root, storage_options=p.storage_options, read_only=True,
-                            defaults=getattr(p, "tiered", None))
-        log, broker_bound = None, p.broker_bound
-    return _read(p, root, log, broker_bound)
+        return choose_replica(p)
+    root = LogRoot.open(p.root, storage_options=p.storage_options, read_only=True,
+                        defaults=getattr(p, "tiered", None))
+    try:
+        # Only what reading [start, until) needs: not every segment's index nor the producer state.
+        log = root.log(p.topic, p.partition, read_range=(p.start, p.until))
+    except BaseException:
+        root.close()
+        raise
+    return root, log, p.broker_bound
 
 
-def _read(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
+def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
     schema = arrow_schema(p.include_headers)
     buffer = None
     try:
-        # Only what reading [start, until) needs: not every segment's index nor the producer state.
-        if log is None:
-            log = root.log(p.topic, p.partition, read_range=(p.start, p.until))
         name = f"{p.topic}-{p.partition}"
-        constants = _Constants(p.topic, p.partition)
+        constants = ConstantColumns(p.topic, p.partition)
         offset = p.start
         window = min(FIRST_READ_WINDOW_BYTES, p.fetch_bytes)
         if offset < log.log_start_offset:
@@ -191,7 +180,7 @@ def _read(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
             try:
                 decoded = decode_batches(data, min_offset=offset, max_offset=p.until,
                                          include_headers=p.include_headers, aborted=aborted,
-                                         allocate=_COLUMN_BUFFERS, **where)
+                                         allocate=COLUMN_BUFFERS, **where)
             except CorruptRecordError as exc:
                 good = (exc.position or 0) - fetch.position
                 if exc.file != where["source"] or good <= 0:
@@ -200,17 +189,12 @@ def _read(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
                 # the batches before the damaged one are fine: serve them, fail or skip after
                 decoded = decode_batches(data[:good], min_offset=offset, max_offset=p.until,
                                          include_headers=p.include_headers, aborted=aborted,
-                                         allocate=_COLUMN_BUFFERS, **where)
+                                         allocate=COLUMN_BUFFERS, **where)
             del data, fetch     # no view of the window outlives this read
             batch = decoded.batch
             rows = batch.num_rows
             if rows:
-                topic_col, partition_col = constants.columns(rows)
-                cols = batch.columns     # offset, timestamp, timestampType, key, value[, headers]
-                arrays = [cols[3], cols[4], topic_col, partition_col, cols[0], cols[1], cols[2]]
-                if p.include_headers:
-                    arrays.append(cols[5])
-                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+                yield constants.rows(batch, schema, p.include_headers)
             if decoded.next_offset <= offset:
                 return
             offset = decoded.next_offset

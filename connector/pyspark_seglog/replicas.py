@@ -253,6 +253,9 @@ class ReplicaLogs:
     def earliest(self, tp) -> int:
         return self.dirs[self._reference(tp)].earliest(tp)
 
+    def offset_for_timestamp(self, tp, timestamp_ms: int):
+        return self.log(tp).offset_for_timestamp(timestamp_ms)
+
     def latest(self, tp) -> int:
         if tp not in self._latest:
             self.refresh([tp])

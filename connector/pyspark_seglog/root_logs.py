@@ -245,6 +245,9 @@ class RootLogs:
     def earliest(self, tp) -> int:
         return self.log(tp).log_start_offset
 
+    def offset_for_timestamp(self, tp, timestamp_ms: int):
+        return self.log(tp).offset_for_timestamp(timestamp_ms)
+
     def latest(self, tp) -> int:
         if self.opts.bootstrap_servers is not None:
             if tp not in self._broker_latest:
@@ -270,7 +273,11 @@ class RootLogs:
 
 def open_logs(opts: SourceOptions):
     """The driver's view of the root, or of several log dirs (`path` a comma-separated list:
-    pyspark_seglog.replicas), each read as a root of its own without asking brokers."""
+    pyspark_seglog.replicas), each read as a root of its own without asking brokers; or of the
+    brokers alone (readFrom=brokers, or no path: pyspark_seglog.broker_logs)."""
+    if opts.read_path == "brokers" or not opts.root:
+        from pyspark_seglog.broker_logs import BrokerLogs
+        return BrokerLogs(opts)
     if len(opts.roots) > 1:
         return ReplicaLogs(opts, lambda url: RootLogs(dataclasses.replace(opts, root=url,
                                                                         bootstrap_servers=None)))

@@ -40,7 +40,9 @@ def _input_partitions(opts: SourceOptions, ranges: list[OffsetRange], logs=None)
                                  r.until, opts.isolation, opts.include_headers, opts.fail_on_data_loss,
                                  opts.fetch_bytes, opts.tiered,
                                  broker_bound=opts.bootstrap_servers is not None,
-                                 replicas=replicas((r.topic, r.partition)))
+                                 replicas=replicas((r.topic, r.partition)),
+                                 read_path=opts.read_path, bootstrap_servers=opts.bootstrap_servers,
+                                 client_rack=opts.client_rack, retry_timeout=opts.retry_timeout_ms / 1000.0)
             for r in pieces]
 
 

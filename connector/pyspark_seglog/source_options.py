@@ -14,6 +14,7 @@ from logcore.errors import InvalidConfigError
 from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pyspark_seglog.bootstrap import parse_bootstrap
 from pyspark_seglog.offsets import parse_assign, parse_partition_map
+from pyspark_seglog.read_path import READ_PATH_OPTION, parse_read_path
 from pyspark_seglog.storage_options import (STORAGE_PREFIX, TIERED_PREFIX, root_url, storage_options,
                                            tiered_settings)
 
@@ -30,7 +31,7 @@ SOURCE_OPTIONS = {name.lower(): name for name in (
     "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp",
     "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
     "minPartitions", "maxRecordsPerPartition",
-    "failOnDataLoss", "includeHeaders", "isolation.level",
+    "failOnDataLoss", "includeHeaders", "isolation.level", "readFrom",
 )}
 # Kafka source options that only tune its Kafka consumer: accepted (so that moving a pipeline from
 # format("kafka") changes the format and the path only) and ignored.
@@ -44,6 +45,12 @@ BOOTSTRAP_OPTION = "kafka.bootstrap.servers"
 # reads and decodes at a time (so also about the size of each Arrow batch it yields).
 FETCH_BYTES_OPTION = "kafka.max.partition.fetch.bytes"
 DEFAULT_FETCH_BYTES = 8 << 20
+# KIP-392: the rack a task fetching through the brokers is in (a replica there serves it).
+CLIENT_RACK_OPTION = "kafka.client.rack"
+# How long a task fetching through the brokers retries without progress (leader changes,
+# brokers down) before it fails: the Kafka consumer's default.api.timeout.ms.
+RETRY_TIMEOUT_OPTION = "kafka.default.api.timeout.ms"
+DEFAULT_RETRY_TIMEOUT_MS = 60_000
 # Kafka consumer settings Spark's Kafka source refuses, with why.
 REJECTED_KAFKA_OPTIONS = {
     "auto.offset.reset": (
@@ -145,6 +152,9 @@ class SourceOptions:
     # from the root, which must be the broker's log dir.
     bootstrap_servers: str | None = None
     fetch_bytes: int = DEFAULT_FETCH_BYTES         # kafka.max.partition.fetch.bytes
+    read_path: str = "auto"                        # readFrom: auto | files | brokers (read_path.py)
+    client_rack: str = ""                          # kafka.client.rack
+    retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS   # kafka.default.api.timeout.ms
     tiered: dict | None = None                     # rsm.config.* (remote-tier credentials)
 
     @property
@@ -248,7 +258,11 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
     """Validate every source option; `options` has Spark's lower-cased keys."""
     options = {str(k).lower(): v for k, v in options.items()}
     check_option_names(options)
-    root = root_url(options)
+    bootstrap = options.get(BOOTSTRAP_OPTION)
+    has_path = bool(options.get("path"))
+    read_path = parse_read_path(options.get(READ_PATH_OPTION.lower()), has_root=has_path,
+                                has_bootstrap=bootstrap is not None)
+    root = root_url(options) if has_path else ""
     storage = storage_options(options)
     strategy, topics, pattern, assigned = _strategy(options)
 
@@ -297,12 +311,11 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
     delay_ms = DEFAULT_MAX_TRIGGER_DELAY_MS if delay_raw is None else parse_duration_ms(delay_raw)
 
     isolation = _isolation(options)
-    dirs = [r.strip() for r in root.split(",")]
+    dirs = [r.strip() for r in root.split(",")] if root else []
     if len(dirs) > 1 and (not all(dirs) or len(set(dirs)) < len(dirs)):
         raise InvalidConfigError(
             f"option path={root!r}: a comma-separated list of log dirs must name each one once,"
             " with no empty entry")
-    bootstrap = options.get(BOOTSTRAP_OPTION)
     if bootstrap is not None:
         parse_bootstrap(str(bootstrap))        # fails now, naming the option, if malformed
     return SourceOptions(
@@ -317,7 +330,10 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
         include_headers=parse_bool(options, "includeheaders", False),
         isolation=isolation,
         bootstrap_servers=None if bootstrap is None else str(bootstrap).strip(),
-        fetch_bytes=_parse_int(options, FETCH_BYTES_OPTION) or DEFAULT_FETCH_BYTES)
+        fetch_bytes=_parse_int(options, FETCH_BYTES_OPTION) or DEFAULT_FETCH_BYTES,
+        read_path=read_path,
+        client_rack=str(options.get(CLIENT_RACK_OPTION) or "").strip(),
+        retry_timeout_ms=_parse_int(options, RETRY_TIMEOUT_OPTION) or DEFAULT_RETRY_TIMEOUT_MS)
 
 
 def _isolation(options) -> str:

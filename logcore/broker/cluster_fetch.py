@@ -6,13 +6,19 @@ the leader's, and its fetch offset tells the leader its LEO (ISR and high waterm
 A follower asking for an offset only the remote tier holds (from the log start up to the local
 log start) gets OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405).
 Errors that mean "ask elsewhere" carry the current leader (v12+ tagged field).
+A consumer's fetch (v11+, KIP-392) may be served by a follower, up to the follower's own high
+watermark (LSO with read_committed) and at the follower's leader epoch; the leader, with
+replica.selector.class set to the rack-aware selector, answers a consumer in another rack with
+the preferred read replica (an in-sync follower in the consumer's rack) and no records.
 The Fetch handler asks its checks object: ClusterFetch for a cluster member, SingleNodeFetch
 (no follower, nothing to check) for a broker alone.
 """
 from __future__ import annotations
 
 from logcore.wire import error_codes as E
+from logcore.broker.replica_selector import LeaderSelector, ReplicaView, replica_selector
 from logcore.broker.wanted_partition import WantedPartition
+from logcore.replication.partition import FOLLOWER, now_ms
 
 
 class DivergedPartition:
@@ -25,6 +31,24 @@ class DivergedPartition:
 
     def __getattr__(self, name):
         return getattr(self.request, name)
+
+
+class ElsewherePartition:
+    """A consumer's partition request the leader answers with a preferred read replica
+    (`node`) and no records (KIP-392)."""
+
+    def __init__(self, request, node: int):
+        self.request = request
+        self.node = node
+
+    def __getattr__(self, name):
+        return getattr(self.request, name)
+
+
+def reads_any_replica(version: int) -> bool:
+    """Whether a consumer's Fetch of this version may be served by a follower: from v11, the
+    version that names the consumer's rack (KIP-392); older consumers read from leaders only."""
+    return version >= 11
 
 
 def diverging_epoch(log, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
@@ -61,8 +85,12 @@ class SingleNodeFetch:
         return -1
 
     @staticmethod
-    def check(entry: WantedPartition, follower: int) -> WantedPartition:
+    def check(entry: WantedPartition, follower: int, any_replica: bool = False) -> WantedPartition:
         return entry
+
+    @staticmethod
+    def preferred(wanted: list[WantedPartition], client_rack: str) -> list[WantedPartition]:
+        return wanted
 
     @staticmethod
     def annotate(wanted: list[WantedPartition], results) -> None:
@@ -77,18 +105,25 @@ class ClusterFetch:
 
     def __init__(self, manager):
         self.manager = manager
+        self.selector = replica_selector(manager.config["replica.selector.class"])
+        self.rack = manager.config["broker.rack"] or None
 
     @staticmethod
     def follower_of(body, version: int) -> int:
         return replica_id_of(body, version)
 
-    def check(self, entry: WantedPartition, follower: int) -> WantedPartition:
-        """The entry with the cluster's verdict: an error, a DivergedPartition, or unchanged."""
+    def check(self, entry: WantedPartition, follower: int, any_replica: bool = False) -> WantedPartition:
+        """The entry with the cluster's verdict: an error, a DivergedPartition, or unchanged.
+        `any_replica`: a consumer whose fetch a follower may serve (reads_any_replica)."""
         p, part = entry.request, entry.part
         if entry.error != E.NONE or part is None:
             return entry
         manager = self.manager
-        code = manager.partition_error(entry.name, p.partition, getattr(p, "current_leader_epoch", -1))
+        epoch = getattr(p, "current_leader_epoch", -1)
+        if follower < 0 and any_replica:
+            code = self._replica_read_error(entry.name, p.partition, epoch)
+        else:
+            code = manager.partition_error(entry.name, p.partition, epoch)
         if code != E.NONE:
             return entry.refused(code)
         if follower < 0:
@@ -111,6 +146,44 @@ class ClusterFetch:
             # state from the remote tier and starts at the local log start.
             return entry.refused(E.OFFSET_MOVED_TO_TIERED_STORAGE)
         return entry
+
+    def _replica_read_error(self, topic: str, p: int, epoch: int) -> int:
+        """A consumer read that a follower may serve (Kafka's localLogWithEpochOrThrow with
+        requireLeader=false): a follower answers at its own leader epoch, the leader as always."""
+        replica = self.manager.replicas.get((topic, p))
+        if replica is None or replica.role != FOLLOWER:
+            return self.manager.partition_error(topic, p, epoch)
+        if epoch >= 0 and epoch < replica.epoch:
+            return E.FENCED_LEADER_EPOCH
+        if epoch >= 0 and epoch > replica.epoch:
+            return E.UNKNOWN_LEADER_EPOCH
+        return E.NONE
+
+    def preferred(self, wanted: list[WantedPartition], client_rack: str) -> list[WantedPartition]:
+        """A consumer's entries, those led here answered by a preferred read replica where the
+        selector picks a follower for the consumer's rack."""
+        if self.selector is LeaderSelector or not client_rack:
+            return wanted
+        out = []
+        for w in wanted:
+            node = self._preferred_node(w, client_rack) if w.error == E.NONE and w.part is not None else None
+            out.append(w if node is None else w.asking(ElsewherePartition(w.request, node)))
+        return out
+
+    def _preferred_node(self, w: WantedPartition, client_rack: str) -> int | None:
+        manager = self.manager
+        replica = manager.replicas.get(w.key)
+        log = w.part.log_if_open
+        if replica is None or not replica.is_leader or log is None:
+            return None
+        offset, now = w.request.fetch_offset, now_ms()
+        leader = ReplicaView(manager.me, self.rack, log.log_end_offset, 0.0)
+        followers = [ReplicaView(node, getattr(manager.brokers[node], "rack", None), state.log_end_offset,
+                                 now - state.last_caught_up_ms)
+                     for node, state in replica.followers.items()
+                     if node in replica.isr and node in manager.brokers
+                     and state.log_end_offset >= offset and state.log_start_offset <= offset]
+        return self.selector.select(client_rack, leader, followers)
 
     def epochs(self, wanted: list[WantedPartition]) -> dict:
         """The leader epoch of each partition the checks let through, taken right after them."""

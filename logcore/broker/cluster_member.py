@@ -44,7 +44,8 @@ class ClusterMember:
     async def register(self, host: str, port: int) -> None:
         from logcore.cluster.controller import Controller
 
-        epoch = await asyncio.to_thread(self.store.register_broker, self.broker.node_id, host, port)
+        epoch = await asyncio.to_thread(self.store.register_broker, self.broker.node_id, host, port,
+                                          rack=self.config["broker.rack"] or None)
         logger.info("broker %d registered in ZooKeeper (%s) at %s:%d, broker epoch %d", self.broker.node_id,
                     self.config["zookeeper.connect"], host, port, epoch)
         self.broker.replica_manager.registered()          # replicas take their roles from here on

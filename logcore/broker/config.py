@@ -36,6 +36,16 @@ def _auto_or_at_least(minimum: int):
     return Validator(lambda v: v == -1 or v >= minimum, f"-1 (automatic) or at least {minimum}")
 
 
+# Kafka's replica selector class names (replica.selector.class): the one besides the default.
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def _selector_validator():
+    from logcore.log.config import Validator
+    return Validator(lambda v: v in ("", RACK_AWARE_SELECTOR),
+                     f"empty (the leader serves every consumer) or {RACK_AWARE_SELECTOR}")
+
+
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("listeners", ConfigType.LIST, "PLAINTEXT://127.0.0.1:9092",
               "Address the broker listens on; port 0 picks a free port (printed at start).",
@@ -124,6 +134,17 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
               "seglog's own setting: id=host:port,... reach these brokers at these addresses instead"
               " of the ones they registered (address translation, tunnels, fault-injection proxies).",
               category="cluster"),
+    ConfigKey("broker.rack", ConfigType.STRING, "",
+              "This broker's rack (KIP-36/392): given to clients in Metadata; with"
+              " replica.selector.class=" + RACK_AWARE_SELECTOR + " a consumer that names its"
+              " rack (client.rack) is sent to an in-sync replica in that rack. Empty: none.",
+              category="cluster"),
+    ConfigKey("replica.selector.class", ConfigType.STRING, "",
+              "Which replica a partition's leader sends a consumer to (KIP-392). Empty (Kafka's"
+              " default): always the leader. " + RACK_AWARE_SELECTOR + ": an in-sync replica in"
+              " the consumer's rack (client.rack) when the leader is in another rack; followers"
+              " serve consumer fetches (v11+) up to their high watermark either way.",
+              validator=_selector_validator(), category="cluster"),
     ConfigKey("auto.create.topics.enable", ConfigType.BOOLEAN, True,
               "Create a topic when a client asks Metadata for one that does not exist.",
               category="broker"),

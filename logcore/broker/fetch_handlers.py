@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from logcore.wire import error_codes as E
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
-from logcore.broker.cluster_fetch import DivergedPartition
+from logcore.broker.cluster_fetch import DivergedPartition, ElsewherePartition, reads_any_replica
 from logcore.broker.wanted_partition import WantedPartition
 from logcore.errors import CorruptRecordError, SegLogError
 from logcore.log.file_slice import FileSlice
@@ -89,7 +89,10 @@ class FetchHandlers:
                 wanted.append(WantedPartition(name, tid, p, part, error))
         checks = self.membership.fetch_checks  # a broker alone's, or a cluster member's
         follower = checks.follower_of(body, v)
-        wanted = [checks.check(entry, follower) for entry in wanted]
+        any_replica = follower < 0 and reads_any_replica(v)
+        wanted = [checks.check(entry, follower, any_replica) for entry in wanted]
+        if any_replica:
+            wanted = checks.preferred(wanted, getattr(body, "rack_id", "") or "")
         if follower >= 0:
             isolation = "log_end"               # a follower reads up to the leader's LEO
             # The epochs the checks passed at: a fetch answered after a long poll counts
@@ -104,6 +107,8 @@ class FetchHandlers:
             if follower >= 0:
                 checks.followed(wanted, results, follower, ends, epochs)
                 failed = failed or any("diverging_epoch" in r for r in results)
+            # A consumer sent to another replica is answered at once (as Kafka's delayed fetch).
+            failed = failed or any(r["preferred_read_replica"] >= 0 for r in results)
             remaining = deadline - loop.time()
             if total >= body.min_bytes or failed or remaining <= 0 or not waits:
                 break
@@ -113,7 +118,7 @@ class FetchHandlers:
             # As Kafka's delayed fetch: the role and the leader epoch are checked again
             # before a parked fetch reads, so records of a newer epoch (or of a deposed
             # leader) never answer a request made at an older one.
-            wanted = [checks.check(entry, follower) for entry in wanted]
+            wanted = [checks.check(entry, follower, any_replica) for entry in wanted]
             if loop.time() >= deadline:
                 results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
                 break
@@ -179,6 +184,11 @@ class FetchHandlers:
                     res["error_code"] = self.membership.fetch_checks.closed_error
                     failed = True
                     continue
+            if isinstance(p, ElsewherePartition):
+                # KIP-392: read from the preferred replica instead; no records from here.
+                res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
+                           log_start_offset=log.log_start_offset, preferred_read_replica=p.node)
+                continue
             if isinstance(p, DivergedPartition):
                 # A follower whose log is not a prefix of this leader's: no records, no state.
                 res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
