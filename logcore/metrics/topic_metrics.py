@@ -52,14 +52,3 @@ class TopicMetrics:
         if child is None:
             child = self._out[topic] = self._bytes_out.labels(topic)
         child.inc(size)
-
-    def forget(self, topic: str) -> None:
-        """A deleted topic's series go away (as Kafka removes a deleted topic's metrics)."""
-        for metric, cache in ((self._bytes_in, self._in), (self._messages_in, None),
-                              (self._bytes_out, self._out)):
-            if cache is not None:
-                cache.pop(topic, None)
-            try:
-                metric.remove(topic)
-            except KeyError:
-                pass

@@ -4,7 +4,8 @@ and storage in the test's tmp dir, never the system service) scrapes the metrics
 broker is SIGKILLed and restarted; the test reads Prometheus's query API and sees
 - UnderReplicatedPartitions rise above 0 on the surviving leaders, and fall back to 0 once the
   restarted broker is back in every ISR;
-- the controller's leader election count grow for the partitions the killed broker led;
+- the controller's leader election count grow for the partitions the killed broker led, and the
+  leaders count the ISR expansions that take the restarted broker back;
 - a consumer group's lag rise while it is behind, and drop to 0 once it caught up and committed.
 Skipped with the reason when the prometheus binary, ZooKeeper or kazoo is missing."""
 from __future__ import annotations
@@ -77,6 +78,13 @@ class Prometheus:
         return result[0][1] if result else None
 
     def wait(self, expr: str, check, timeout: float, what: str) -> float:
+        t0 = time.monotonic()
+        try:
+            return self._wait(expr, check, timeout, what)
+        finally:
+            print(f"{time.monotonic() - t0:6.1f} s  {what}")
+
+    def _wait(self, expr: str, check, timeout: float, what: str) -> float:
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
@@ -164,6 +172,9 @@ def test_prometheus_sees_a_failover(zookeeper, tmp_path):
 
                 victim.start()
                 prometheus.wait(under, lambda v: v == 0, 40, "every ISR full again after the restart")
+                # the leaders took the restarted follower back into their ISRs
+                prometheus.wait("sum(kafka_server_replicamanager_isrexpands_total)", lambda v: v > 0, 10,
+                                "ISR expansions counted")
                 prometheus.wait("sum(up)", lambda v: v == 3, 20, "the restarted broker scraped")
                 _consume(consumer, 60)
                 prometheus.wait(lag, lambda v: v == 0, 30, "the group's lag back to 0 once it caught up")
