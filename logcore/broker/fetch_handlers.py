@@ -57,7 +57,7 @@ class FetchHandlers:
         self.config = config
         self.partitions = partitions
         self.membership = membership
-        self.topic_metrics = topic_metrics or TopicMetrics()     # bytes out per topic
+        self.topic_metrics = topic_metrics or TopicMetrics()     # bytes out per topic (counted, not exported)
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, req: Request) -> Result:

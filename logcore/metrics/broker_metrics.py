@@ -20,8 +20,10 @@ from logcore.metrics.topic_metrics import TopicMetrics
 class BrokerMetrics:
     def __init__(self):
         self.registry = CollectorRegistry(auto_describe=False)
-        self.requests = RequestMetrics(self.registry)
-        self.topics = TopicMetrics(self.registry)
+        self.requests = RequestMetrics()
+        self.topics = TopicMetrics()
+        self.registry.register(self.requests)
+        self.registry.register(self.topics)
         self.cleaner = CleanerTotals()
         self.endpoint: MetricsEndpoint | None = None
         self._state: BrokerStateCollector | None = None
