@@ -45,6 +45,7 @@ from logcore.coordinator import transaction_log as TL
 from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
+from logcore.metrics.broker_metrics import BrokerMetrics
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
 from logcore.wire.list_offsets import (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
                                        MAX_TIMESTAMP)
@@ -101,8 +102,10 @@ class Broker:
     the `membership` they read at each request."""
 
     def __init__(self, config: BrokerConfig, root: LogRoot, advertised: tuple[str, int],
-                 log_dir_failure: LogDirFailureChannel | None = None):
+                 log_dir_failure: LogDirFailureChannel | None = None, metrics: BrokerMetrics | None = None):
         self.config = config
+        # What an operator watches (logcore.metrics): the server serves it when metrics.listener is set.
+        self.metrics = metrics or BrokerMetrics()
         self.root = root
         self.node_id = config.node_id
         self.host, self.port = advertised
@@ -144,7 +147,8 @@ class Broker:
         # are read before any log opens.
         self.configs = ConfigHandlers(config, root, self.partitions)
         self.configs.start()
-        self.fetching = FetchHandlers(config, self.partitions, self.membership)
+        self.maintenance.clean_listeners.append(self.metrics.cleaner.cleaned)
+        self.fetching = FetchHandlers(config, self.partitions, self.membership, self.metrics.topics)
         self.group_api = GroupHandlers(self.groups, config, advertised, self.membership, self.transactions)
         self.cluster_api = ClusterHandlers(config, self.membership)
         self.reassignments = ReassignmentHandlers(self.membership)
@@ -454,6 +458,7 @@ class Broker:
         out = []
         loop = asyncio.get_running_loop()
         acks_all = body.acks == -1
+        produced = self.metrics.topics.produced
         for t in body.topic_data:
             name = t.name
             for pd in t.partition_data:
@@ -481,6 +486,7 @@ class Broker:
                         out.append(ProduceEntry(name, pd.index, error=code, message=message))
                     else:
                         out.append(ProduceEntry(name, pd.index, part, self.partitions.submit(part, records, loop)))
+                        produced(name, records)
         return out
 
     async def _finish_produce(self, entries, req: Request) -> bytes:
@@ -544,6 +550,8 @@ class Broker:
                 else:   # an OS error or a bug: this partition only
                     logger.error("produce to %s-%d failed: %r", part.topic, part.index, exc)
                     result = ProduceResult(index, E.error_code(exc), message=str(exc))
+            if result.error_code:
+                self.metrics.requests.error(0, result.error_code)      # Produce's partition errors
             results = by_topic.get(topic)
             if results is None:
                 by_topic[topic] = [result]

@@ -31,6 +31,12 @@ def _listener_validator():
     return Validator(check, "one PLAINTEXT://host:port listener (this broker speaks PLAINTEXT only)")
 
 
+def _metrics_listener_validator():
+    from logcore.log.config import Validator
+    from logcore.metrics.endpoint import valid_listener
+    return Validator(valid_listener, "empty (no metrics endpoint) or http://host:port, e.g. http://127.0.0.1:9404")
+
+
 def _auto_or_at_least(minimum: int):
     from logcore.log.config import Validator
     return Validator(lambda v: v == -1 or v >= minimum, f"-1 (automatic) or at least {minimum}")
@@ -221,6 +227,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("fetch.max.bytes", ConfigType.INT, 57671680,
               "Cap on a fetch response's size whatever the client asks.", validator=at_least(1024),
               category="broker"),
+    ConfigKey("metrics.listener", ConfigType.STRING, "",
+              "http://host:port of the Prometheus endpoint (docs/metrics.md; port 0 picks a free"
+              " port); empty: no endpoint.", validator=_metrics_listener_validator(), category="broker"),
     ConfigKey("connections.max.idle.ms", ConfigType.LONG, 600000,
               "Close a connection idle this long.", validator=at_least(1000), category="broker"),
     ConfigKey("max.partitions.per.request", ConfigType.INT, 1000,

@@ -16,6 +16,7 @@ from logcore.broker.cluster_fetch import DivergedPartition, ElsewherePartition, 
 from logcore.broker.wanted_partition import WantedPartition
 from logcore.errors import CorruptRecordError, SegLogError
 from logcore.log.file_slice import FileSlice
+from logcore.metrics.topic_metrics import TopicMetrics
 from logcore.wire.protocol import Request
 
 if TYPE_CHECKING:
@@ -52,10 +53,11 @@ class FetchHandlers:
     """Over the broker's `config` and open `partitions`; `membership` gives the fetch checks
     (a broker alone's, or a cluster member's)."""
 
-    def __init__(self, config, partitions, membership):
+    def __init__(self, config, partitions, membership, topic_metrics: TopicMetrics | None = None):
         self.config = config
         self.partitions = partitions
         self.membership = membership
+        self.topic_metrics = topic_metrics or TopicMetrics()     # bytes out per topic (counted, not exported)
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, req: Request) -> Result:
@@ -124,7 +126,10 @@ class FetchHandlers:
                 break
         checks.annotate(wanted, results)
         topics: dict[Any, dict] = {}
+        counted = self.topic_metrics.fetched if follower < 0 else None    # consumers' bytes only
         for w, res in zip(wanted, results):
+            if counted is not None and res["records"]:
+                counted(w.name, len(res["records"]))
             key = w.topic_id if v >= 13 else w.name
             topic = topics.get(key)
             if topic is None:

@@ -45,6 +45,7 @@ class BrokerMaintenance:
         # a compacted topic, __consumer_offsets included, would otherwise only grow); tiering runs
         # on leaders only. An offline replica (no leader, or stopped) only applies retention.
         self.role = None
+        self.clean_listeners: list = []       # f(CleanStats) for each log cleaned (the metrics)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="seglog-broker-maintenance", daemon=True)
@@ -116,6 +117,9 @@ class BrokerMaintenance:
         for part, outcome in compacted.values():
             if id(outcome) not in logged:
                 _log_outcome(part, outcome)
+            if outcome.cleaned is not None:
+                for listener in self.clean_listeners:
+                    listener(outcome.cleaned)
         return summary
 
     def _follow_up(self, part: PartitionLog, role: str, now: int) -> PartitionOutcome | None:

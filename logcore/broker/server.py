@@ -14,6 +14,7 @@ import struct
 import inspect
 import logging
 import signal
+import time
 
 from logcore.wire import error_codes as E
 from logcore.broker.api_versions import windows
@@ -27,6 +28,8 @@ from logcore.errors import SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.log.log_root import LogRoot
 from logcore.log.root_owner import OwnerClaim
+from logcore.metrics.broker_metrics import BrokerMetrics
+from logcore.metrics.request_metrics import response_errors
 from logcore.wire.api_keys import API_VERSIONS, PRODUCE
 from logcore.wire.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                    parse_request, response, response_type)
@@ -59,6 +62,8 @@ class BrokerServer:
         self.claim: OwnerClaim | None = None
         self.member: ClusterMember | None = None
         self._heartbeat: asyncio.Task | None = None
+        self.metrics = BrokerMetrics()           # this broker's registry (endpoint: metrics.listener)
+        self._requests = self.metrics.requests
 
     async def start(self) -> tuple[str, int]:
         host, port = self.config.listener()
@@ -77,10 +82,14 @@ class BrokerServer:
                 f"{self.config.source}: listeners={','.join(self.config['listeners'])}: cannot listen on "
                 f"{host}:{port}: {exc.strerror or exc}") from None
         try:
+            if self.config["metrics.listener"]:      # bound now too: a port in use fails the start
+                endpoint = self.metrics.serve(self.config["metrics.listener"])
+                logger.info("metrics endpoint on %s", endpoint.url)
             root = await asyncio.to_thread(LogRoot.open, self.config.log_dir, create=True,
                                            defaults=self.config.log_defaults)
         except BaseException:
             self.server.close()
+            self.metrics.close()
             raise
         bound = self.server.sockets[0].getsockname()
         advertised = self.config.advertised(bound[0], bound[1])
@@ -90,10 +99,16 @@ class BrokerServer:
             self.claim = await asyncio.to_thread(claim_root, root, advertised, self.config.node_id)
         except BaseException:
             self.server.close()
+            self.metrics.close()
             await asyncio.to_thread(root.close)
             raise
-        self.broker = Broker(self.config, root, advertised, self.log_dir_failure)
+        self.broker = Broker(self.config, root, advertised, self.log_dir_failure, self.metrics)
         self.member = None
+        listener = self.config["listeners"][0].partition("://")[0] if "://" in self.config["listeners"][0] \
+            else "PLAINTEXT"
+        self.metrics.watch(self.broker, controller=lambda: self.member.controller if self.member else None,
+                           connections=lambda: {listener: len(self.connections)},
+                           cleaner=self.broker.maintenance.service.cleaner)
         try:
             if self.config.cluster:
                 # Before the logs open: a cluster member's logs open as replicas.
@@ -109,6 +124,7 @@ class BrokerServer:
                 await self.member.close()
             await asyncio.to_thread(self.claim.release)
             self.claim = None
+            self.metrics.close()
             raise
         await self.broker.start()
         await self.server.start_serving()      # clients connect only once every partition is open
@@ -169,6 +185,7 @@ class BrokerServer:
             await self.member.close()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        self.metrics.close()
         logger.error("broker halted: its log dir failed; nothing was closed or written")
 
     async def stop(self) -> None:
@@ -195,6 +212,7 @@ class BrokerServer:
         if self.claim is not None:
             await asyncio.to_thread(self.claim.release)   # after every log closed
             self.claim = None
+        await asyncio.to_thread(self.metrics.close)
         logger.info("broker stopped; every log closed cleanly")
 
     # ------------------------------------------------------------------ connections
@@ -211,6 +229,7 @@ class BrokerServer:
         queue, sending = conn.responses, conn.sending
         if queue is None or queue.full() or len(frame) < 2 or frame[0] != 0 or frame[1] != PRODUCE:
             return False
+        started = time.perf_counter()
         try:
             request = parse_request(frame, self.windows)
         except (UnsupportedRequest, ProtocolError):
@@ -221,10 +240,12 @@ class BrokerServer:
             logger.exception("connection %s: unexpected error; closing it", conn.peer)
             conn.close()
             return True
+        if result is None or not inspect.isawaitable(result):
+            self._requests.done(PRODUCE, started, response_errors(result))
         if result is None:
             return True
         if inspect.isawaitable(result):
-            queue.put_nowait((request, asyncio.ensure_future(result)))
+            queue.put_nowait((request, asyncio.ensure_future(self._timed(PRODUCE, started, result))))
             return True
         item = (request, result)
         if not sending.busy and queue.empty() and not conn.write_paused:
@@ -273,7 +294,19 @@ class BrokerServer:
             conn.close()
             self.connections.discard(task)
 
+    async def _timed(self, api_key: int, started: float, pending):
+        """A request answered later (a produce waiting for its commit, a long-polling fetch):
+        counted when its response is ready, before the sender can write it."""
+        try:
+            result = await pending
+        except Exception:
+            self._requests.done(api_key, started)
+            raise
+        self._requests.done(api_key, started, response_errors(result))
+        return result
+
     async def _dispatch(self, frame: bytearray, peer):
+        started = time.perf_counter()
         try:
             request = parse_request(frame, self.windows)
         except UnsupportedRequest as exc:
@@ -292,10 +325,11 @@ class BrokerServer:
             return _CLOSE
         result = await self.broker.handle(request)
         if isinstance(result, (bytes, dict)):       # the common answers (isawaitable is an ABC check)
+            self._requests.done(request.api_key, started, response_errors(result))
             return (request, result)
         if inspect.isawaitable(result):
-            future = asyncio.ensure_future(result)
-            return (request, future)
+            return (request, asyncio.ensure_future(self._timed(request.api_key, started, result)))
+        self._requests.done(request.api_key, started)
         if result is None:
             return None
         return (request, result)

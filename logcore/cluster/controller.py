@@ -140,6 +140,7 @@ class Controller:
         self.unclean_elections: list[tuple[str, int, int]] = []   # (topic, partition, leader)
         self._watched_topics: set[str] = set()
         self._reassigning: set[tuple[str, int]] = set()   # partitions whose state znode is watched
+        self.leader_elections, self.election_seconds = 0, 0.0   # Kafka's LeaderElectionRateAndTimeMs
 
     def _topic_watch(self, _assignment) -> None:
         self._events.put("reconcile")          # (the store ends the watch once the topic is gone)
@@ -357,7 +358,10 @@ class Controller:
             self._reconcile_partition(topic, p, list(ta.partitions[p]), state, live, brokers)
 
     def _reconcile_partition(self, topic, p, assignment, state, all_live, brokers) -> None:
+        started, elected = time.perf_counter(), []
+
         def update(state):
+            elected.clear()
             if state.controller_epoch > self.fence.epoch:
                 raise ControllerMovedError(
                     f"partition {topic}-{p} was written by controller epoch {state.controller_epoch}"
@@ -387,6 +391,7 @@ class Controller:
                             " becomes leader; acknowledged writes may be lost", self.broker_id, topic, p,
                             e.leader, list(state.isr))
                         self.unclean_elections.append((topic, p, e.leader))
+                    elected.append(e.leader)
                     return LeaderAndIsr(e.leader, state.leader_epoch + 1, e.isr, self.fence.epoch)
                 if state.leader != NO_LEADER:
                     logger.error("controller %d: %s-%d is offline: no live ISR member (ISR %s)",
@@ -398,9 +403,15 @@ class Controller:
                                       tuple(b for b in state.isr if b in live), self.fence.epoch)
             return None
         try:                                             # a leader may update the ISR meanwhile
-            compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p), first=state)
+            written = compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p), first=state)
         except ZkVersionConflictError:
-            pass                                         # lost every race: a later pass re-reads
+            return                                       # lost every race: a later pass re-reads
+        if written is not None and elected:
+            self._elected(started)
+
+    def _elected(self, started: float) -> None:
+        self.leader_elections += 1
+        self.election_seconds += time.perf_counter() - started
 
     def _read_state(self, topic: str, p: int):
         """The read of a compare-and-set on the state znode: fresh from the ensemble's leader."""
@@ -429,12 +440,14 @@ class Controller:
                 if leader is None or leader == state.leader:
                     return None
                 return LeaderAndIsr(leader, state.leader_epoch + 1, state.isr, self.fence.epoch)
+            started = time.perf_counter()
             try:
                 written = compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p))
             except ZkVersionConflictError:
                 continue
             if written is not None:
                 moved[(topic, p)] = written.leader
+                self._elected(started)
         return moved
 
     def _run_requested_preferred_elections(self, live) -> None:
@@ -501,8 +514,11 @@ class Controller:
                         new = LeaderAndIsr(state.leader, state.leader_epoch + 1, isr, self.fence.epoch)
                 if new is None:
                     continue
+                started = time.perf_counter()
                 try:
                     self.store.update_partition_state(topic, p, new, state.zk_version, fence=self.fence)
+                    if new.leader != state.leader:
+                        self._elected(started)
                     logger.info("controller %d: controlled shutdown of %s: %s-%d now led by %d, ISR %s",
                                 self.broker_id, sorted(shutting), topic, p, new.leader, list(new.isr))
                 except ZkVersionConflictError:

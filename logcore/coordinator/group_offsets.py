@@ -92,6 +92,10 @@ class GroupOffsets:
             return list(by_topic.items())
         return [(t, [(p, stored.get((t, p))) for p in parts]) for t, parts in topics]
 
+    def group_ids(self) -> list[str]:
+        """The groups with committed offsets here (the broker's lag metrics list them)."""
+        return list(self._committed)
+
     def unstable(self, group_id: str, topic: str, partition: int) -> bool:
         """Whether an open transaction holds an offset of this group for topic-partition."""
         return self._pending.has_pending(group_id, (topic, partition))

@@ -9,6 +9,7 @@ and the recovery point; the Log moves its offsets around it.
 from __future__ import annotations
 
 import logging
+import time
 
 from logcore.log.clock import now_ms as _now_ms
 from logcore.log.log_flush import PendingFlushes
@@ -38,6 +39,9 @@ class LocalLog:
         self._flush_ms = config.flush_ms
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
+        # fsyncs done and their time (Kafka's LogFlushRateAndTimeMs; the broker's metrics read them)
+        self.flushes = 0
+        self.flush_seconds = 0.0
         self.recovery_point = 0
         self._recorded_recovery_point = 0       # the recovery point the last commit wrote
         self.pending_flushes = PendingFlushes()  # rolled segments not yet fsynced, in roll order
@@ -188,9 +192,12 @@ class LocalLog:
     def flush_locked(self) -> None:
         """In the critical section: fsync what was appended (the rolled segments the flusher has
         not synced yet, then the segment store's flush); the recovery point moves to the LEO."""
+        started = time.perf_counter()
         self.sync_rolled_segments()
         if self._store.flush() and self._segments:
             self.recovery_point = self._segments.active.next_offset()
+        self.flushes += 1
+        self.flush_seconds += time.perf_counter() - started
         self._unflushed = 0
         self._last_flush_ms = _now_ms()
 

@@ -20,6 +20,8 @@ logger = logging.getLogger(__name__)
 class IsrWriter:
     def __init__(self, manager):
         self.manager = manager                  # the ReplicaManager: store, metadata, events
+        self.shrinks = 0                        # ISR changes written (Kafka's IsrShrinksPerSec /
+        self.expands = 0                        # IsrExpandsPerSec; the broker's metrics read them)
 
     def change_isr(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
         """Write a new ISR (the caller checked on the loop, with no await since, that this broker
@@ -61,6 +63,10 @@ class IsrWriter:
                 written = await self._resolve_unknown_isr_write(partition, state, new, exc)
                 if written is None:
                     return
+            if len(written.isr) < len(state.isr):
+                self.shrinks += 1
+            elif len(written.isr) > len(state.isr):
+                self.expands += 1
             if partition.role == LEADER and partition.epoch == state.leader_epoch:
                 partition.state = written
                 manager.state_written(partition.key, written)

@@ -1,0 +1,176 @@
+"""A broker's Prometheus endpoint, scraped over HTTP while clients create topics, produce, consume
+and commit: the counters move by what the clients did (records in, bytes in and out per topic
+against the log's own size, requests per API, an error by its name) and the state gauges read
+the broker (logcore/metrics/broker_metrics.py, broker_state.py, request_metrics.py).
+
+The broker runs in this process (BrokerServer on an event loop in a thread) so that the test
+reads the endpoint's bound port; the clients are librdkafka's (confluent-kafka)."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from logcore.broker.config import BrokerConfig
+from logcore.broker.server import BrokerServer
+from logcore.errors import InvalidConfigError
+from logcore.metrics.endpoint import parse_listener
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+parser = pytest.importorskip("prometheus_client.parser")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+
+class _LoopThread:
+    """An event loop in a daemon thread; run(coro) waits for its result."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout: float = 60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    base = tmp_path_factory.mktemp("metrics")
+    loop = _LoopThread()
+    config = BrokerConfig.from_props({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(base / "logs"),
+                                      "num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
+                                      "metrics.listener": "http://127.0.0.1:0"}, source="test")
+    server = BrokerServer(config)
+    host, port = loop.run(server.start())
+    try:
+        yield server, f"{host}:{port}", base / "logs"
+    finally:
+        loop.run(server.stop())
+        loop.close()
+
+
+def scrape(server) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} of one scrape over HTTP."""
+    host, port = server.metrics.endpoint.address
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as answer:
+        assert answer.status == 200
+        text = answer.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in parser.text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def log_bytes(root: Path, topic: str) -> int:
+    return sum(f.stat().st_size for f in root.glob(f"{topic}-*/*.log"))
+
+
+def test_counters_follow_what_clients_did(served):
+    server, bootstrap, root = served
+    before = scrape(server)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic("metered", 1, 1)]).values():
+        f.result(30)
+    with pytest.raises(confluent_kafka.KafkaException):
+        for f in admin.delete_topics(["never-created"], operation_timeout=10).values():
+            f.result(30)
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "acks": "all"})
+    for i in range(500):
+        producer.produce("metered", value=b"v%05d" % i, key=b"k%d" % (i % 7))
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "metered-group",
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["metered"])
+    got = []
+    while len(got) < 500:
+        msg = consumer.poll(10)
+        assert msg is not None, f"consumed {len(got)} of 500"
+        assert msg.error() is None, msg.error()
+        got.append(msg)
+    consumer.commit(asynchronous=False)
+    after = scrape(server)
+    consumer.close()
+
+    def delta(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    # bytes in: exactly what the log grew by; records in: what was produced
+    size = log_bytes(root, "metered")
+    assert size > 500 * 6
+    assert delta("kafka_server_brokertopicmetrics_bytesin_total", topic="metered") == size
+    assert delta("kafka_server_brokertopicmetrics_messagesin_total", topic="metered") == 500
+    # bytes out: the consumer read every batch once
+    assert delta("kafka_server_brokertopicmetrics_bytesout_total", topic="metered") == size
+    # requests per API, and each one timed once
+    assert delta("kafka_network_requestmetrics_requests_total", request="CreateTopics") == 1
+    assert delta("kafka_network_requestmetrics_requests_total", request="DeleteTopics") == 1
+    assert delta("kafka_network_requestmetrics_requests_total", request="OffsetCommit") == 1
+    assert delta("kafka_network_requestmetrics_requests_total", request="Produce") >= 1
+    assert delta("kafka_network_requestmetrics_requests_total", request="Fetch") >= 1
+    assert delta("kafka_network_requestmetrics_requests_total", request="JoinGroup") >= 1
+    for api in ("Produce", "Fetch", "CreateTopics", "Metadata", "ApiVersions"):
+        assert value(after, "kafka_network_requestmetrics_totaltimems_count", request=api) == \
+            value(after, "kafka_network_requestmetrics_requests_total", request=api), api
+        assert value(after, "kafka_network_requestmetrics_totaltimems_bucket", request=api, le="+Inf") == \
+            value(after, "kafka_network_requestmetrics_requests_total", request=api), api
+    assert delta("kafka_network_requestmetrics_errors_total", request="DeleteTopics",
+                 error="UNKNOWN_TOPIC_OR_PARTITION") == 1
+    assert delta("kafka_network_requestmetrics_errors_total", request="Produce",
+                 error="UNKNOWN_TOPIC_OR_PARTITION") == 0
+    # the state read at scrape time: a broker alone is its own controller, nothing under-replicated,
+    # the group caught up (lag 0 at offset 500)
+    assert value(after, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert value(after, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert value(after, "kafka_consumergroup_current_offset", consumergroup="metered-group", topic="metered",
+                 partition="0") == 500
+    assert value(after, "kafka_consumergroup_lag", consumergroup="metered-group", topic="metered",
+                 partition="0") == 0
+    assert value(after, "kafka_topic_partition_current_offset", topic="metered", partition="0") == 500
+    assert value(after, "kafka_server_socketservermetrics_connection_count", listener="PLAINTEXT") >= 1
+
+
+def test_lag_is_the_records_not_yet_committed(served):
+    server, bootstrap, _ = served
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+    for i in range(40):
+        producer.produce("metered", value=b"more%d" % i)
+    assert producer.flush(30) == 0
+    samples = scrape(server)
+    assert value(samples, "kafka_consumergroup_lag", consumergroup="metered-group", topic="metered",
+                 partition="0") == 40
+    assert value(samples, "kafka_log_logflushstats_logflushrateandtimems_count") >= 0
+
+
+def test_listener_setting_is_validated(tmp_path):
+    assert parse_listener("http://127.0.0.1:9404") == ("127.0.0.1", 9404)
+    assert parse_listener("http://[::1]:0") == ("::1", 0)
+    for bad in ("127.0.0.1:9404", "https://127.0.0.1:9404", "http://127.0.0.1", "http://h:99999", "tcp://x:1"):
+        with pytest.raises(InvalidConfigError, match="metrics.listener"):
+            BrokerConfig.from_props({"log.dirs": str(tmp_path), "metrics.listener": bad}, source="t")
+    assert BrokerConfig.from_props({"log.dirs": str(tmp_path)}, source="t")["metrics.listener"] == ""
+
+
+def test_a_port_in_use_fails_the_start(tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    config = BrokerConfig.from_props({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "l"),
+                                      "metrics.listener": f"http://127.0.0.1:{port}"}, source="t")
+    server = BrokerServer(config)
+    try:
+        with pytest.raises(InvalidConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            asyncio.run(server.start())
+    finally:
+        taken.close()
