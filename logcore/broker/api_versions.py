@@ -43,6 +43,10 @@ SERVED: dict[int, tuple[str, int, int]] = {
     37: ("CreatePartitions", 0, 3),
     65: ("DescribeTransactions", 0, 0),
     66: ("ListTransactions", 0, 1),
+    # the consumer group protocol (KIP-848; consumer_group_handlers.py), unless
+    # group.coordinator.rebalance.protocols leaves it out
+    68: ("ConsumerGroupHeartbeat", 0, 1),
+    69: ("ConsumerGroupDescribe", 0, 1),
 }
 
 
