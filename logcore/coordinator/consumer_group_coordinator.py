@@ -174,7 +174,7 @@ class ConsumerGroupCoordinator:
         elif hb.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if hb.instance_id is None:
                 raise invalid("InstanceId can't be null.")
-        elif hb.member_epoch < 0:
+        elif hb.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise invalid("MemberEpoch is invalid.")
         if hb.subscribed_topic_regex is not None:
             try:
