@@ -175,8 +175,15 @@ def test_admin_creates_partitions(java_results, seglog_broker):
     assert (seglog_broker.root / "jc-group-3").is_dir()
 
 
-@pytest.mark.parametrize("scenario", ["delete_records", "incremental_alter_configs",
-                                      "describe_acls", "consumer_group_protocol"])
+@pytest.mark.parametrize("scenario", ["delete_records", "incremental_alter_configs", "describe_acls"])
 def test_unadvertised_admin_apis_fail_fast(java_results, scenario):
     fails_fast(java_results, scenario, "UnsupportedVersionException")
+
+
+def test_consumer_group_protocol(java_results):
+    # group.protocol=consumer (KIP-848): ConsumerGroupHeartbeat is served
+    if 68 in SERVED:
+        assert ok(java_results, "consumer_group_protocol")["records"] > 0
+    else:
+        fails_fast(java_results, "consumer_group_protocol", "UnsupportedVersionException")
 
