@@ -53,6 +53,7 @@ class UniformAssignor:
 
     def assign(self, spec: AssignmentSpec) -> Result:
         members = sorted(spec.members)
+        rank = {m: i for i, m in enumerate(members)}
         eligible: dict[TopicPartition, list[str]] = {}
         for t, count in sorted(spec.partitions.items()):
             subscribers = [m for m in members if t in spec.members[m].topics]
@@ -70,20 +71,20 @@ class UniformAssignor:
                         owned[m].append(tp)
                         taken.add(tp)
         # A balanced share per member, from the total of what its subscription can reach.
-        quota = self._quotas(members, eligible, owned)
+        quota = self._quotas(members, rank, eligible, owned)
         for m in members:               # what is over a member's share goes back to the pool
             while len(owned[m]) > quota[m]:
                 taken.discard(owned[m].pop())
         # The rest, the partitions with the fewest candidates first, to the least loaded candidate.
         for tp in sorted((tp for tp in eligible if tp not in taken), key=lambda tp: (len(eligible[tp]), tp)):
-            target = min(eligible[tp], key=lambda m: (len(owned[m]) >= quota[m], len(owned[m]), members.index(m)))
+            target = min(eligible[tp], key=lambda m: (len(owned[m]) >= quota[m], len(owned[m]), rank[m]))
             owned[target].append(tp)
             taken.add(tp)
-        self._balance(owned, eligible, members)
+        self._balance(owned, eligible, members, rank)
         return _as_result(owned)
 
     @staticmethod
-    def _quotas(members: list[str], eligible: dict[TopicPartition, list[str]],
+    def _quotas(members: list[str], rank: dict[str, int], eligible: dict[TopicPartition, list[str]],
                 owned: dict[str, list[TopicPartition]]) -> dict[str, int]:
         """The most partitions each member should hold: with one subscription for all, the
         total split evenly, the `total % n` extra ones to the members keeping the most already
@@ -95,7 +96,7 @@ class UniformAssignor:
         homogeneous = all(len(c) == len(members) for c in eligible.values())
         if homogeneous:
             base, extra = divmod(total, len(members))
-            by_kept = sorted(members, key=lambda m: (-len(owned[m]), members.index(m)))
+            by_kept = sorted(members, key=lambda m: (-len(owned[m]), rank[m]))
             return {m: base + (1 if i < extra else 0) for i, m in enumerate(by_kept)}
         reach = {m: 0 for m in members}
         for candidates in eligible.values():
@@ -105,17 +106,17 @@ class UniformAssignor:
 
     @staticmethod
     def _balance(owned: dict[str, list[TopicPartition]], eligible: dict[TopicPartition, list[str]],
-                 members: list[str]) -> None:
+                 members: list[str], rank: dict[str, int]) -> None:
         """Move partitions from a member to a candidate holding two or more fewer, until none
         can move (each move lowers the sum of squared loads, so this ends)."""
         moved = True
         while moved:
             moved = False
-            for m in sorted(members, key=lambda x: (-len(owned[x]), members.index(x))):
+            for m in sorted(members, key=lambda x: (-len(owned[x]), rank[x])):
                 for tp in reversed(list(owned[m])):
                     lighter = [c for c in eligible[tp] if len(owned[c]) < len(owned[m]) - 1]
                     if lighter:
-                        target = min(lighter, key=lambda c: (len(owned[c]), members.index(c)))
+                        target = min(lighter, key=lambda c: (len(owned[c]), rank[c]))
                         owned[m].remove(tp)
                         owned[target].append(tp)
                         moved = True

@@ -475,7 +475,6 @@ class ConsumerGroupCoordinator:
             return E.UNSUPPORTED_VERSION    # consumer-protocol members commit with v9+
         if member_epoch != member.member_epoch:
             return E.STALE_MEMBER_EPOCH
-        self._sessions[(group_id, member_id)] = max(self._sessions.get((group_id, member_id), 0.0), _now())
         return E.NONE
 
     def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
