@@ -199,10 +199,10 @@ def test_members_share_rebalance_and_survive_a_coordinator_kill(cluster, member_
     rdk = LibrdkafkaMember(cluster.bootstrap, "librdkafka")
     members = [*java, rdk]
     try:
-        def balanced(ms):
+        def balanced(ms):         # the target reached (on the way, a member may hold more)
             parts = spread(ms)
             return (set().union(*parts) == set(range(PARTITIONS)) and sum(map(len, parts)) == PARTITIONS
-                    and min(map(len, parts)) > 0)
+                    and max(map(len, parts)) - min(map(len, parts)) <= 1)
         cluster.wait_for(lambda: balanced(members), 60, f"3 members sharing {PARTITIONS} partitions: {spread(members)}")
         assert_partitioned(members)
         # librdkafka leaves: its partitions move to the Java members
@@ -261,6 +261,7 @@ def describe_with_kafka_tool(cluster) -> None:
     assert all(int(r[3]) == int(r[4]) == 2 * PER_PARTITION for r in lines), offsets.stdout   # no lag
 
 
+@pytest.mark.soak
 def test_same_assignment_shape_on_apache_kafka(request, kafka_jars, member_program, tmp_path_factory):
     """The Java members against Apache Kafka 4.1.1 (KRaft, one node): the same shape as above."""
     if "soak" not in (request.config.option.markexpr or ""):
