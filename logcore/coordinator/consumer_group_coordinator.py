@@ -240,6 +240,9 @@ class ConsumerGroupCoordinator:
             else:
                 self._revocations.pop(key, None)
         self._sessions[(group.group_id, member_id)] = _now() + self.settings.session_timeout_ms / 1000
+        # A new group is coordinated from its first records on (no await since _group_for: its
+        # partition cannot have been dropped meanwhile).
+        self.groups.setdefault(group.group_id, group)
         code = await self._write(group, records)
         if code != E.NONE:
             raise HeartbeatError(code)
@@ -434,8 +437,6 @@ class ConsumerGroupCoordinator:
         next coordinator, as Kafka's failover does)."""
         if not records:
             return E.NONE
-        if group.group_id not in self.groups:
-            self.groups[group.group_id] = group
         encoded = [(CG.key(k), CG.encode_value(k.type, v)) for k, v in records]
         code = await self.classic.append(group.group_id, encoded)
         if code != E.NONE:
