@@ -2,10 +2,12 @@
 ConsumerGroupHeartbeat as a member speaks it (raw requests, so each step and error is seen),
 the member-epoch checks of OffsetCommit / OffsetFetch, ListGroups / DescribeGroups /
 ConsumerGroupDescribe, static members, session expiry, the group restored from
-__consumer_offsets after a SIGKILL, and librdkafka's consumers with group.protocol=consumer."""
+__consumer_offsets after a SIGKILL, librdkafka's consumers with group.protocol=consumer, and Kafka's
+DumpLogSegments decoding the records."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import signal
 import sys
 import time
@@ -21,7 +23,9 @@ from logcore.wire.client import KafkaConnection
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "broker"))
+sys.path.insert(0, str(TESTS))
 from broker_helpers import create, produce, wait_until  # noqa: E402
+from kafka_reference import kafka_jars  # noqa: E402,F401  (a fixture)
 
 _spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_cg", TESTS / "broker" / "conftest.py")
 broker_fixtures = importlib.util.module_from_spec(_spec)
@@ -262,3 +266,16 @@ def test_settings_are_checked():
         BrokerConfig.from_props({**base, "group.consumer.session.timeout.ms": "45000",
                                  "group.consumer.max.heartbeat.interval.ms": "60000",
                                  "group.consumer.heartbeat.interval.ms": "50000"})
+
+
+def test_kafka_dump_tool_reads_the_records(broker, kafka_jars):
+    """Kafka 4.1.1's DumpLogSegments decodes the group's records (Kafka's own record types)."""
+    from logcore.coordinator.offsets_topic import partition_for
+    p = partition_for("g1", int(SETTINGS["offsets.topic.num.partitions"]))
+    segments = sorted((broker.root / f"__consumer_offsets-{p}").glob("*.log"))
+    out = kafka_jars.run_tool("kafka.tools.DumpLogSegments",
+                              ["--files", ",".join(map(str, segments)), "--offsets-decoder", "--print-data-log"])
+    assert out.returncode == 0, out.stderr[-2000:]
+    types = {int(t) for t in re.findall(r'key: \{"type":"(\d+)","data":\{"groupId":"g1"', out.stdout)}
+    assert types >= {3, 4, 5, 6, 7, 8}, out.stdout[-3000:]
+    assert '"memberId":"a"' in out.stdout and '"assignmentEpoch":2' in out.stdout
