@@ -40,7 +40,7 @@ NOTES: dict[int, str] = {
     13: "the member leaves, the group rebalances; v3+ a batch of members by instance id (KIP-345)",
     14: "the leader's assignment handed to each member",
     15: "Kafka's classic summary: state, protocol, members; an unknown group is `Dead`",
-    16: "every group of the coordinator; state (v4) and type (v5) filters",
+    16: "every group of the coordinator, classic and consumer; state (v4) and type (v5) filters",
     18: "an unknown version is answered in v0 with UNSUPPORTED_VERSION",
     19: "topic configs; validate_only; alone: replication factor -1 or 1",
     20: "by name or (v6) topic id",
@@ -71,6 +71,9 @@ NOTES: dict[int, str] = {
     61: "the active producers of a partition's producer state, from its leader",
     65: "`kafka-transactions describe`",
     66: "`kafka-transactions list`; state and producer id filters",
+    68: "KIP-848's consumer group protocol ([consumer-groups.md](consumer-groups.md)); not advertised"
+        " when `group.coordinator.rebalance.protocols` leaves out `consumer`",
+    69: "KIP-848's consumer groups, described",
 }
 
 

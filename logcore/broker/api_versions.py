@@ -57,6 +57,10 @@ SERVED: dict[int, tuple[str, int, int]] = {
     61: ("DescribeProducers", 0, 0),
     65: ("DescribeTransactions", 0, 0),
     66: ("ListTransactions", 0, 1),
+    # the consumer group protocol (KIP-848; consumer_group_handlers.py), unless
+    # group.coordinator.rebalance.protocols leaves it out
+    68: ("ConsumerGroupHeartbeat", 0, 1),
+    69: ("ConsumerGroupDescribe", 0, 1),
 }
 
 # What a cluster member serves besides SERVED (api key -> (name, min, max)).

@@ -30,6 +30,9 @@ from logcore.broker.resources import open_partition_budget
 from logcore.broker.fetch_handlers import FetchHandlers
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.group_handlers import GroupHandlers
+from logcore.broker.consumer_group_handlers import (ConsumerGroupHandlers, consumer_group_settings,
+                                                    consumer_protocol_enabled, topic_image)
+from logcore.coordinator.consumer_group_coordinator import ConsumerGroupCoordinator
 from logcore.coordinator.group_coordinator import GroupCoordinator
 from logcore.broker.log_dir_failure import LogDirFailureChannel
 from logcore.broker.maintenance import BrokerMaintenance
@@ -171,6 +174,13 @@ class Broker:
             **self.describing.handlers(),
         }
         self.served = dict(SERVED)
+        # KIP-848's consumer group protocol beside the classic one (consumer_group_handlers.py).
+        if consumer_protocol_enabled(config):
+            self.groups.consumer_groups = ConsumerGroupCoordinator(
+                self.groups, lambda: topic_image(self.membership, self.partitions), consumer_group_settings(config))
+            self.handlers.update(ConsumerGroupHandlers(self.groups.consumer_groups, groups).handlers())
+        else:
+            del self.served[68], self.served[69]
 
     @property
     def cluster_id(self) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import (ConfigKey, ConfigType, unknown_message, at_least, between,
+from logcore.log.config import (ConfigKey, ConfigType, Validator, unknown_message, at_least, between,
                                 load_properties, resolve_root_defaults)
 from logcore.tiered.config import TIERED_KEYS, TieredConfig
 
@@ -50,6 +50,14 @@ def _selector_validator():
     from logcore.log.config import Validator
     return Validator(lambda v: v in ("", RACK_AWARE_SELECTOR),
                      f"empty (the leader serves every consumer) or {RACK_AWARE_SELECTOR}")
+
+
+def _known_assignors(values: tuple[str, ...]) -> bool:
+    from logcore.coordinator.assignors import assignor_name
+    try:
+        return bool(values) and all(assignor_name(v) for v in values)
+    except ValueError:
+        return False
 
 
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
@@ -224,6 +232,35 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("group.max.session.timeout.ms", ConfigType.INT, 1800000,
               "Largest session timeout a group member may ask for.", validator=at_least(1),
               category="broker"),
+    # The consumer group protocol (KIP-848), beside the classic one.
+    ConfigKey("group.coordinator.rebalance.protocols", ConfigType.LIST, "classic,consumer",
+              "The group protocols the coordinator serves: classic (JoinGroup/SyncGroup) always,"
+              " consumer (ConsumerGroupHeartbeat, KIP-848) unless left out.",
+              validator=Validator(lambda v: "classic" in v and set(v) <= {"classic", "consumer"}
+                                  and len(set(v)) == len(v),
+                                  "classic, optionally with consumer (no repeats)"), category="broker"),
+    ConfigKey("group.consumer.heartbeat.interval.ms", ConfigType.INT, 5000,
+              "How often consumer-protocol members are told to heartbeat.", validator=at_least(1),
+              category="broker"),
+    ConfigKey("group.consumer.min.heartbeat.interval.ms", ConfigType.INT, 5000,
+              "Lowest group.consumer.heartbeat.interval.ms allowed.", validator=at_least(1), category="broker"),
+    ConfigKey("group.consumer.max.heartbeat.interval.ms", ConfigType.INT, 15000,
+              "Highest group.consumer.heartbeat.interval.ms allowed.", validator=at_least(1), category="broker"),
+    ConfigKey("group.consumer.session.timeout.ms", ConfigType.INT, 45000,
+              "A consumer-protocol member that does not heartbeat this long is removed from its group.",
+              validator=at_least(1), category="broker"),
+    ConfigKey("group.consumer.min.session.timeout.ms", ConfigType.INT, 45000,
+              "Lowest group.consumer.session.timeout.ms allowed.", validator=at_least(1), category="broker"),
+    ConfigKey("group.consumer.max.session.timeout.ms", ConfigType.INT, 60000,
+              "Highest group.consumer.session.timeout.ms allowed.", validator=at_least(1), category="broker"),
+    ConfigKey("group.consumer.max.size", ConfigType.INT, 2147483647,
+              "Most members of one consumer-protocol group (one more is refused GROUP_MAX_SIZE_REACHED).",
+              validator=at_least(1), category="broker"),
+    ConfigKey("group.consumer.assignors", ConfigType.LIST, "uniform,range",
+              "The server-side assignors consumer-protocol groups may ask for, the first the default:"
+              " uniform, range (or Kafka's class names of them).",
+              validator=Validator(_known_assignors, "a list of uniform, range (or Kafka's class names of them)"),
+              category="broker"),
     ConfigKey("fetch.max.bytes", ConfigType.INT, 57671680,
               "Cap on a fetch response's size whatever the client asks.", validator=at_least(1024),
               category="broker"),
@@ -305,6 +342,7 @@ class BrokerConfig:
                 f"{source}: transaction.state.log.min.isr={values['transaction.state.log.min.isr']} is above"
                 f" transaction.state.log.replication.factor={values['transaction.state.log.replication.factor']}:"
                 " no write to __transaction_state could ever be acknowledged")
+        _check_consumer_group_settings(values, source)
         try:
             resolve_root_defaults(rest)     # validates names and values of the log defaults
         except InvalidConfigError as exc:
@@ -390,6 +428,21 @@ class BrokerConfig:
             return m["host"].strip("[]") or bound_host, port
         host = bound_host if bound_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         return host, bound_port
+
+
+def _check_consumer_group_settings(values: dict, source: str) -> None:
+    """Kafka's rules between the group.consumer.* settings."""
+    for name in ("heartbeat.interval.ms", "session.timeout.ms"):
+        value, lo, hi = (values[f"group.consumer.{name}"], values[f"group.consumer.min.{name}"],
+                         values[f"group.consumer.max.{name}"])
+        if not lo <= value <= hi:
+            raise InvalidConfigError(
+                f"{source}: group.consumer.{name}={value} must be between group.consumer.min.{name}={lo}"
+                f" and group.consumer.max.{name}={hi}")
+    hb, session = values["group.consumer.heartbeat.interval.ms"], values["group.consumer.session.timeout.ms"]
+    if hb >= session:
+        raise InvalidConfigError(f"{source}: group.consumer.heartbeat.interval.ms={hb} must be below"
+                                 f" group.consumer.session.timeout.ms={session}")
 
 
 def _service_name(name: str) -> bool:

@@ -97,6 +97,9 @@ class GroupCoordinator:
         self.appender = CoordinatorAppender(partitions)
         # DeleteGroups, OffsetDelete and the expiry of committed offsets (group_admin.py).
         self.admin = GroupAdmin(self, retention_ms=offsets_retention_ms, check_interval_ms=retention_check_ms)
+        # The consumer-protocol groups (KIP-848), when served: a ConsumerGroupCoordinator that
+        # shares this placement, these appends and offsets (consumer_group_coordinator.py).
+        self.consumer_groups = None
 
     def attach_cluster(self, replica_manager, commit_timeout_ms: int) -> None:
         """Coordinate the groups of the __consumer_offsets partitions this broker leads."""
@@ -173,6 +176,8 @@ class GroupCoordinator:
         self.offsets.apply_deferred(p)
         loaded = [g for gid, g in self.groups.items() if self.partition_of(gid) == p]
         resume(loaded, asyncio.get_running_loop().time())
+        if self.consumer_groups is not None:
+            self.consumer_groups.resume(lambda gid: self.partition_of(gid) == p, asyncio.get_running_loop().time())
         self.loading.discard(p)
         self.owned.add(p)
         self._loads.pop(p, None)
@@ -190,6 +195,8 @@ class GroupCoordinator:
     def _unload(self, p: int) -> None:
         """Drop the groups of partition p: their members rejoin at the new coordinator."""
         self.offsets.drop_partition(p)
+        if self.consumer_groups is not None:
+            self.consumer_groups.unload(lambda gid: self.partition_of(gid) == p)
         gone = [gid for gid in self.groups if self.partition_of(gid) == p]
         for gid in gone:
             group = self.groups.pop(gid)
@@ -224,11 +231,17 @@ class GroupCoordinator:
             count += len(entries)
             self.offsets.replay(p, entries, self._apply_group_record)
         resume(self.groups.values(), time.monotonic())     # the event loop's clock
+        if self.consumer_groups is not None:
+            self.consumer_groups.resume(lambda gid: True, time.monotonic())
         logger.info("loaded %d groups (%d records) from %s", len(self.groups), count, OT.TOPIC)
         return count
 
     def _apply_group_record(self, key: OT.GroupKey, record_value: bytes | None, where: str) -> None:
         """A group's metadata read back from its partition (a bad one raises SegLogError)."""
+        if not isinstance(key, OT.GroupKey):
+            if self.consumer_groups is not None:       # a consumer-protocol group's record
+                self.consumer_groups.apply_record(key, record_value, where)
+            return
         if record_value is None:
             self.groups.pop(key.group, None)
             self.offsets.drop_group(key.group)
@@ -250,11 +263,15 @@ class GroupCoordinator:
     async def start(self) -> None:
         self._expiry = asyncio.get_running_loop().create_task(self._expire_members())
         self.admin.start()
+        if self.consumer_groups is not None:
+            await self.consumer_groups.start()
 
     async def stop(self) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
         self.admin.stop()
+        if self.consumer_groups is not None:
+            await self.consumer_groups.stop()
         for task in self._loads.values():
             task.cancel()
         for group in self.groups.values():
@@ -307,6 +324,10 @@ class GroupCoordinator:
             if not self._topic_ready:
                 await asyncio.to_thread(self._ensure_topic)
                 self._topic_ready = True
+
+    async def append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append a group's records (the consumer-protocol groups'); as _append."""
+        return await self._append(group_id, records)
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]],
                       producer: tuple[int, int] | None = None) -> int:
@@ -661,6 +682,8 @@ class GroupCoordinator:
                      group_instance_id: str | None = None) -> int:
         """Whether this member of this generation may commit the group's offsets (the
         group's side of OffsetCommit and TxnOffsetCommit; the offsets are `self.offsets`')."""
+        if self.consumer_groups is not None and self.consumer_groups.owns(group_id):
+            return self.consumer_groups.check_commit(group_id, generation_id, member_id, None)
         group = self.groups.get(group_id)
         if self._fenced(group, member_id, group_instance_id):
             return E.FENCED_INSTANCE_ID

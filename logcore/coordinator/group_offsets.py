@@ -134,7 +134,8 @@ class GroupOffsets:
                group_record: Callable[[OT.GroupKey, bytes | None, str], None]) -> None:
         """Apply a partition's records in log order: plain offsets at once, transactional ones at
         their transaction's COMMIT marker (dropped at ABORT; pending while neither is there);
-        group metadata records go to `group_record` (key, value, where)."""
+        group records (classic metadata, consumer-protocol groups' records) go to
+        `group_record` (key, value, where)."""
         for e in entries:
             if e.marker is not None:
                 self._complete(p, e.producer_id, e.marker)
@@ -150,7 +151,7 @@ class GroupOffsets:
                         self._pending.add(p, e.producer_id, key.group, {tp: OT.parse_offset_value(e.value, where)})
                     else:
                         self._apply(key.group, tp, e.value, where)
-                elif isinstance(key, OT.GroupKey) and not e.transactional:
+                elif key is not None and not e.transactional:      # a group's own records
                     group_record(key, e.value, where)
             except SegLogError as exc:     # one bad record must not keep the broker from starting
                 logger.warning("skipping a record of %s: %s", OT.TOPIC, exc)

@@ -5,6 +5,7 @@ Two kinds of records share the compacted topic, told apart by the key's version:
   metadata, commit timestamp); a null value (tombstone) forgets the offset;
 - group metadata: key v2 (group) -> value v3 (protocol type, generation, protocol, leader,
   state timestamp, members).
+- consumer-protocol (KIP-848) group records: key versions 3..8 (consumer_group_records).
 A group lives in partition abs(java hashCode(group id)) % offsets.topic.num.partitions, as in
 Kafka, so a root written by this broker reads the same way in Kafka's tools.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from logcore.coordinator import consumer_group_records as CG
 from logcore.coordinator import record_fields as F
 from logcore.coordinator.record_fields import I16, I32, I64, RecordReader
 
@@ -94,14 +96,17 @@ class GroupKey:
     group: str
 
 
-def parse_key(key: bytes, where: str) -> OffsetKey | GroupKey | None:
-    """The key of a record of the topic; None for a key version this broker does not know."""
+def parse_key(key: bytes, where: str) -> OffsetKey | GroupKey | CG.ConsumerGroupKey | None:
+    """The key of a record of the topic; None for a key version this broker does not know.
+    Versions 3..8 are the consumer-protocol group records (consumer_group_records)."""
     r = RecordReader(key, where)
     version = r.i16()
     if version in (0, 1):
         return OffsetKey(r.nullable_string() or "", r.nullable_string() or "", r.i32())
     if version == GROUP_KEY_VERSION:
         return GroupKey(r.nullable_string() or "")
+    if version in CG.KEY_TYPES:
+        return CG.parse_key(r, version)
     return None
 
 

@@ -104,3 +104,59 @@ class RecordReader:
     def bytes_(self) -> bytes | None:
         n = self.i32()
         return None if n < 0 else self.take(n)
+
+
+# ------------------------------------------------------------------------------ flexible fields
+# The consumer-protocol group records (KIP-848) have flexible values: compact strings and arrays
+# (an unsigned varint of length + 1, 0 for null), UUIDs as 16 bytes, and a tagged-fields section
+# (a varint count, then tag, size, bytes for each) after every struct.
+
+def uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def compact_string(value: str | None) -> bytes:
+    """A compact (nullable) string; None is null."""
+    if value is None:
+        return uvarint(0)
+    data = value.encode()
+    return uvarint(len(data) + 1) + data
+
+
+def compact_array(items: list[bytes]) -> bytes:
+    """A compact array of already encoded items."""
+    return uvarint(len(items) + 1) + b"".join(items)
+
+
+NO_TAGGED_FIELDS = b"\x00"
+
+
+def read_compact_nullable_string(r: RecordReader) -> str | None:
+    n = r.uvarint() - 1
+    return None if n < 0 else r.take(n).decode(errors="replace")
+
+
+def read_compact_array_length(r: RecordReader) -> int:
+    """The number of items of a compact array (a null array reads as empty)."""
+    return max(r.uvarint() - 1, 0)
+
+
+def read_uuid(r: RecordReader) -> bytes:
+    return r.take(16)
+
+
+def skip_tagged_fields(r: RecordReader) -> dict[int, bytes]:
+    """Read a tagged-fields section; {tag: its bytes}."""
+    fields = {}
+    for _ in range(r.uvarint()):
+        tag = r.uvarint()
+        fields[tag] = r.take(r.uvarint())
+    return fields

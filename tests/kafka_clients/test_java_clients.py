@@ -175,8 +175,23 @@ def test_admin_creates_partitions(java_results, seglog_broker):
     assert (seglog_broker.root / "jc-group-3").is_dir()
 
 
-@pytest.mark.parametrize("scenario", ["delete_records",
-                                      "describe_acls", "consumer_group_protocol"])
+def test_admin_calls_on_a_missing_topic_name_it(java_results):
+    # DeleteRecords and IncrementalAlterConfigs are served: a topic that does not exist is
+    # Kafka's UnknownTopicOrPartitionException, not a fast UnsupportedVersion
+    for scenario in ("delete_records", "incremental_alter_configs"):
+        row = java_results[scenario]
+        assert not row["ok"] and row["error"] == "UnknownTopicOrPartitionException", row
+
+
+@pytest.mark.parametrize("scenario", ["describe_acls"])
 def test_unadvertised_admin_apis_fail_fast(java_results, scenario):
     fails_fast(java_results, scenario, "UnsupportedVersionException")
+
+
+def test_consumer_group_protocol(java_results):
+    # group.protocol=consumer (KIP-848): ConsumerGroupHeartbeat is served
+    if 68 in SERVED:
+        assert ok(java_results, "consumer_group_protocol")["records"] > 0
+    else:
+        fails_fast(java_results, "consumer_group_protocol", "UnsupportedVersionException")
 

@@ -1,0 +1,554 @@
+"""The coordinator of consumer-protocol groups (KIP-848): ConsumerGroupHeartbeat,
+ConsumerGroupDescribe, and the member checks of OffsetCommit / OffsetFetch / TxnOffsetCommit for
+these groups, beside the classic protocol of the GroupCoordinator.
+
+It rides on the GroupCoordinator (`classic`): the same `__consumer_offsets` partitions, the same
+placement (which partitions this broker coordinates, loading, NOT_COORDINATOR), the same appends
+(acknowledged by the partition's high watermark in a cluster) and the same committed offsets.
+The classic coordinator hands it the records of types 3..8 it reads back while loading a
+partition and tells it when a partition is loaded or dropped.
+
+A heartbeat (Kafka's GroupMetadataManager): the member joins with epoch 0, leaves with -1 (a
+static member leaving for now: -2, its partitions kept for it until its session ends). A change
+of its subscription, of the group's membership, or of a subscribed topic's partition count bumps
+the group epoch; the next heartbeat computes the target assignment for it with the group's
+server assignor (assignors.py); each member then reconciles towards its target
+(consumer_group.reconcile): partitions still owned elsewhere are handed over only once
+revoked. Every change is written as records (consumer_group_records) and applied to the group as
+written; the heartbeat is answered once they are acknowledged. A member that does not
+heartbeat for the session timeout, or does not revoke within its rebalance timeout, is fenced
+(removed; the group epoch bumps).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from logcore.wire import error_codes as E
+from logcore.coordinator import assignors as A
+from logcore.coordinator import consumer_group_records as CG
+from logcore.coordinator.consumer_group import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                                                UNREVOKED_PARTITIONS, ConsumerGroup, ConsumerMember, reconcile)
+from logcore.coordinator.consumer_group_records import ConsumerGroupKey
+from logcore.errors import SegLogError
+
+logger = logging.getLogger(__name__)
+
+TIMER_CHECK_S = 0.25
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# topic name -> (topic id, partition count): the topics of the cluster (or the broker) now
+TopicImage = dict[str, tuple[uuid.UUID, int]]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupSettings:
+    """Kafka's group.consumer.* broker settings."""
+    heartbeat_interval_ms: int = 5000
+    session_timeout_ms: int = 45000
+    max_size: int = 2 ** 31 - 1
+    assignors: tuple[str, ...] = ("uniform", "range")      # the first is the default
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A ConsumerGroupHeartbeat request's fields (None: not sent, unchanged since the last)."""
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: list[tuple[uuid.UUID, list[int]]] | None = None
+    client_id: str = ""
+    client_host: str = ""
+    version: int = 0
+
+
+class HeartbeatError(SegLogError):
+    def __init__(self, code: int, message: str | None = None):
+        super().__init__(message or f"error {code}")
+        self.code = code
+        self.message = message
+
+
+Record = tuple[ConsumerGroupKey, object]      # a record: its key, its value (None: tombstone)
+
+
+class ConsumerGroupCoordinator:
+    def __init__(self, classic, topics: Callable[[], TopicImage], settings: ConsumerGroupSettings):
+        self.classic = classic                 # the GroupCoordinator: placement, appends, offsets
+        self.topics = topics
+        self.settings = settings
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._sessions: dict[tuple[str, str], float] = {}           # (group, member) -> deadline
+        self._revocations: dict[tuple[str, str], tuple[int, float]] = {}   # -> (epoch, deadline)
+        self._timers: asyncio.Task | None = None
+        self._fencing: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._timers = asyncio.get_running_loop().create_task(self._run_timers())
+
+    async def stop(self) -> None:
+        if self._timers is not None:
+            self._timers.cancel()
+
+    def owns(self, group_id: str) -> bool:
+        """Whether `group_id` is a consumer-protocol group here."""
+        return group_id in self.groups
+
+    # ------------------------------------------------------------------ loading (the classic coordinator's hooks)
+    def apply_record(self, key: ConsumerGroupKey, value: bytes | None, where: str) -> None:
+        """A record of types 3..8 read back from the log."""
+        parsed = None if value is None else CG.parse_value(key.type, value, where)
+        group = self.groups.get(key.group)
+        if group is None:
+            if value is None:
+                return
+            group = self.groups[key.group] = ConsumerGroup(key.group)
+        group.replay(key, parsed)
+        if key.type == CG.GROUP_METADATA and value is None and not group.members:
+            del self.groups[key.group]
+
+    def resume(self, in_partition: Callable[[str], bool], now: float) -> int:
+        """The groups just loaded: every member's session (and pending revocation) starts now.
+        The number of groups."""
+        count = 0
+        for gid, group in self.groups.items():
+            if not in_partition(gid):
+                continue
+            count += 1
+            for m in group.members.values():
+                self._sessions[(gid, m.member_id)] = now + self.settings.session_timeout_ms / 1000
+                if m.state == UNREVOKED_PARTITIONS:
+                    self._revocations[(gid, m.member_id)] = (m.member_epoch, now + _rebalance_s(m))
+        return count
+
+    def unload(self, in_partition: Callable[[str], bool]) -> None:
+        for gid in [g for g in self.groups if in_partition(g)]:
+            del self.groups[gid]
+            for timers in (self._sessions, self._revocations):
+                for k in [k for k in timers if k[0] == gid]:
+                    del timers[k]
+
+    # ------------------------------------------------------------------ ConsumerGroupHeartbeat
+    async def heartbeat(self, hb: Heartbeat) -> dict:
+        try:
+            self._validate(hb)
+            code = self.classic.coordinator_error(hb.group_id)
+            if code != E.NONE:
+                raise HeartbeatError(code)
+            await self.classic.ensure_topic()
+            if hb.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return await self._leave(hb)
+            return await self._heartbeat(hb)
+        except HeartbeatError as exc:
+            return heartbeat_error(exc.code, exc.message)
+
+    def _validate(self, hb: Heartbeat) -> None:
+        def invalid(message: str) -> HeartbeatError:
+            return HeartbeatError(E.INVALID_REQUEST, message)
+        if not hb.group_id:
+            raise invalid("GroupId can't be empty.")
+        if hb.instance_id == "":
+            raise invalid("InstanceId can't be empty.")
+        if hb.rack_id == "":
+            raise invalid("RackId can't be empty.")
+        if hb.member_epoch > 0 or hb.member_epoch == LEAVE_GROUP_MEMBER_EPOCH or hb.version >= 1:
+            if not hb.member_id:
+                raise invalid("MemberId can't be empty.")
+        if hb.member_epoch == 0:
+            if hb.rebalance_timeout_ms == -1:
+                raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            if hb.owned is None or hb.owned:
+                raise invalid("TopicPartitions must be empty when (re-)joining.")
+            if not hb.subscribed_topic_names and hb.subscribed_topic_regex is None:
+                raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        elif hb.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if hb.instance_id is None:
+                raise invalid("InstanceId can't be null.")
+        elif hb.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise invalid("MemberEpoch is invalid.")
+        if hb.subscribed_topic_regex is not None:
+            try:
+                re.compile(hb.subscribed_topic_regex)
+            except re.error as exc:
+                raise HeartbeatError(E.INVALID_REGULAR_EXPRESSION,
+                                     f"SubscribedTopicRegex {hb.subscribed_topic_regex!r} is not valid: {exc}") from None
+        if hb.server_assignor is not None and hb.server_assignor not in self.settings.assignors:
+            raise HeartbeatError(E.UNSUPPORTED_ASSIGNOR,
+                                 f"ServerAssignor {hb.server_assignor} is not supported. Supported assignors: "
+                                 + ", ".join(self.settings.assignors) + ".")
+
+    def _group_for(self, group_id: str, create: bool) -> ConsumerGroup:
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group
+        classic = self.classic.groups.get(group_id)
+        if classic is not None and classic.members:
+            raise HeartbeatError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        if not create:
+            raise HeartbeatError(E.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+        return ConsumerGroup(group_id)          # in self.groups once its first records are written
+
+    async def _heartbeat(self, hb: Heartbeat) -> dict:
+        joining = hb.member_epoch == 0
+        group = self._group_for(hb.group_id, create=joining)
+        member_id = hb.member_id or str(uuid.uuid4())
+        records: list[Record] = []
+        if group.members.get(member_id) is None and len(group.members) >= self.settings.max_size:
+            raise HeartbeatError(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of"
+                                 f" {self.settings.max_size} members.")
+        member = self._member(group, member_id, hb, joining, records)
+        meta = member.metadata
+        updated_meta = CG.MemberMetadata(
+            hb.instance_id if hb.instance_id is not None else meta.instance_id,
+            hb.rack_id if hb.rack_id is not None else meta.rack_id,
+            hb.client_id, hb.client_host,
+            tuple(sorted(set(hb.subscribed_topic_names))) if hb.subscribed_topic_names is not None
+            else meta.subscribed_topic_names,
+            hb.subscribed_topic_regex if hb.subscribed_topic_regex is not None else meta.subscribed_topic_regex,
+            hb.rebalance_timeout_ms if hb.rebalance_timeout_ms != -1 else meta.rebalance_timeout_ms,
+            hb.server_assignor if hb.server_assignor is not None else meta.server_assignor)
+        bump = False
+        if updated_meta != meta or member_id not in group.members:
+            self._apply(group, records, ConsumerGroupKey(CG.MEMBER_METADATA, group.group_id, member_id), updated_meta)
+            bump = (updated_meta.subscribed_topic_names != meta.subscribed_topic_names
+                    or updated_meta.subscribed_topic_regex != meta.subscribed_topic_regex)
+        bump = self._refresh_metadata(group, records) or bump
+        if bump:
+            self._apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, group.group_id), group.group_epoch + 1)
+            logger.info("group %s: epoch %d", group.group_id, group.group_epoch)
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group, records)
+        before = group.members[member_id]
+        after = reconcile(before, group.assignment_epoch, group.target.get(member_id, {}), group.partition_epoch,
+                          hb.owned)
+        if after != before:
+            self._apply(group, records, ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, group.group_id, member_id),
+                        after.current())
+            key = (group.group_id, member_id)
+            if after.state == UNREVOKED_PARTITIONS:
+                self._revocations[key] = (after.member_epoch, _now() + _rebalance_s(after))
+            else:
+                self._revocations.pop(key, None)
+        self._sessions[(group.group_id, member_id)] = _now() + self.settings.session_timeout_ms / 1000
+        # A new group is coordinated from its first records on (no await since _group_for: its
+        # partition cannot have been dropped meanwhile).
+        self.groups.setdefault(group.group_id, group)
+        code = await self._write(group, records)
+        if code != E.NONE:
+            raise HeartbeatError(code)
+        full = joining or (hb.rebalance_timeout_ms != -1 and hb.subscribed_topic_names is not None
+                           and hb.owned is not None)
+        response = {"throttle_time": 0, "error_code": E.NONE, "error_message": None, "member_id": member_id,
+                    "member_epoch": after.member_epoch,
+                    "heartbeat_interval": self.settings.heartbeat_interval_ms, "assignment": None}
+        if full or after.assigned != before.assigned or joining:
+            response["assignment"] = {"topic_partitions": [
+                {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(after.assigned.items())]}
+        return response
+
+    def _member(self, group: ConsumerGroup, member_id: str, hb: Heartbeat, joining: bool,
+                records: list[Record]) -> ConsumerMember:
+        """The member the heartbeat is from: an existing one (its epoch checked), a new one, or
+        a static member replacing its earlier incarnation (Kafka's rules)."""
+        if hb.instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                if not joining:
+                    raise HeartbeatError(E.UNKNOWN_MEMBER_ID,
+                                         f"Member {member_id} is not a member of group {group.group_id}.")
+                logger.info("group %s: member %s joins (consumer protocol)", group.group_id, member_id)
+                return ConsumerMember(member_id)
+            _check_epoch(member, hb)
+            return member
+        static = group.static_member(hb.instance_id)
+        if joining:
+            if static is None:
+                existing = group.members.get(member_id)
+                if existing is not None:
+                    _check_epoch(existing, hb)
+                    return existing
+                logger.info("group %s: static member %s (instance %s) joins", group.group_id, member_id,
+                            hb.instance_id)
+                return ConsumerMember(member_id)
+            if static.member_id == member_id:
+                _check_epoch(static, hb)
+                return static
+            if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise HeartbeatError(E.UNRELEASED_INSTANCE_ID,
+                                     f"Static member {member_id} with instance id {hb.instance_id} cannot join the"
+                                     f" group because the instance id is owned by {static.member_id} member.")
+            # The instance is back under a new member id: it takes over the old one's partitions.
+            new = replace(static, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+            target = dict(group.target.get(static.member_id, {}))
+            self._remove(group, static.member_id, records)
+            gid = group.group_id
+            self._apply(group, records, ConsumerGroupKey(CG.MEMBER_METADATA, gid, member_id), new.metadata)
+            self._apply(group, records, ConsumerGroupKey(CG.TARGET_ASSIGNMENT_MEMBER, gid, member_id), target)
+            self._apply(group, records, ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, gid, member_id), new.current())
+            logger.info("group %s: static member %s (instance %s) replaces %s", gid, member_id, hb.instance_id,
+                        static.member_id)
+            return group.members[member_id]
+        if static is None:
+            raise HeartbeatError(E.UNKNOWN_MEMBER_ID, f"Instance id {hb.instance_id} is unknown.")
+        if static.member_id != member_id:
+            raise HeartbeatError(E.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id"
+                                 f" {hb.instance_id} was fenced by member {static.member_id}.")
+        _check_epoch(static, hb)
+        return static
+
+    def _refresh_metadata(self, group: ConsumerGroup, records: list[Record]) -> bool:
+        """Write the subscribed topics' metadata when it changed; whether it did."""
+        wanted = self._subscription_metadata(group)
+        if wanted == group.subscription_metadata:
+            return False
+        self._apply(group, records, ConsumerGroupKey(CG.PARTITION_METADATA, group.group_id), wanted)
+        return True
+
+    def _subscription_metadata(self, group: ConsumerGroup) -> dict[str, CG.TopicMetadata]:
+        image = self.topics()
+        names = set(group.subscribed_names())
+        for pattern in {m.metadata.subscribed_topic_regex for m in group.members.values()} - {None}:
+            names |= _matching(pattern, image)
+        return {n: CG.TopicMetadata(image[n][0], n, image[n][1]) for n in sorted(names) if n in image}
+
+    def _member_topics(self, group: ConsumerGroup, member: ConsumerMember) -> frozenset[uuid.UUID]:
+        meta = group.subscription_metadata
+        names = set(member.metadata.subscribed_topic_names)
+        if member.metadata.subscribed_topic_regex is not None:
+            names |= _matching(member.metadata.subscribed_topic_regex, {n: None for n in meta})
+        return frozenset(meta[n].topic_id for n in names if n in meta)
+
+    def assignor_of(self, group: ConsumerGroup) -> str:
+        """The group's assignor: the one most of its members ask for, else the default."""
+        votes: dict[str, int] = {}
+        for m in group.members.values():
+            if m.metadata.server_assignor:
+                votes[m.metadata.server_assignor] = votes.get(m.metadata.server_assignor, 0) + 1
+        if not votes:
+            return self.settings.assignors[0]
+        return max(sorted(votes), key=lambda name: votes[name])
+
+    def _compute_target(self, group: ConsumerGroup, records: list[Record]) -> None:
+        spec = A.AssignmentSpec(
+            {mid: A.MemberSpec(self._member_topics(group, m), m.instance_id, group.target.get(mid, {}))
+             for mid, m in group.members.items()},
+            {t.topic_id: t.partitions for t in group.subscription_metadata.values()})
+        result = A.ASSIGNORS[self.assignor_of(group)].assign(spec)
+        for mid in group.members:
+            new = result.get(mid, {})
+            if new != group.target.get(mid):
+                self._apply(group, records, ConsumerGroupKey(CG.TARGET_ASSIGNMENT_MEMBER, group.group_id, mid), new)
+        self._apply(group, records, ConsumerGroupKey(CG.TARGET_ASSIGNMENT_METADATA, group.group_id), group.group_epoch)
+
+    # ------------------------------------------------------------------ leaving and fencing
+    async def _leave(self, hb: Heartbeat) -> dict:
+        group = self._group_for(hb.group_id, create=False)
+        records: list[Record] = []
+        if hb.instance_id is None:
+            member = group.members.get(hb.member_id)
+            if member is None:
+                raise HeartbeatError(E.UNKNOWN_MEMBER_ID,
+                                     f"Member {hb.member_id} is not a member of group {group.group_id}.")
+            logger.info("group %s: member %s left", group.group_id, member.member_id)
+            self._fence(group, member, records)
+        else:
+            member = group.static_member(hb.instance_id)
+            if member is None:
+                raise HeartbeatError(E.UNKNOWN_MEMBER_ID, f"Instance id {hb.instance_id} is unknown.")
+            if member.member_id != hb.member_id:
+                raise HeartbeatError(E.FENCED_INSTANCE_ID, f"Static member {hb.member_id} with instance id"
+                                     f" {hb.instance_id} was fenced by member {member.member_id}.")
+            if hb.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                # Gone for now: its partitions wait for it until its session ends.
+                logger.info("group %s: static member %s (instance %s) left for now", group.group_id,
+                            member.member_id, hb.instance_id)
+                left = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
+                self._apply(group, records, ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, group.group_id,
+                                                             member.member_id), left.current())
+                self._revocations.pop((group.group_id, member.member_id), None)
+            else:
+                logger.info("group %s: static member %s (instance %s) left", group.group_id, member.member_id,
+                            hb.instance_id)
+                self._fence(group, member, records)
+        code = await self._write(group, records)
+        if code != E.NONE:
+            raise HeartbeatError(code)
+        return {"throttle_time": 0, "error_code": E.NONE, "error_message": None, "member_id": hb.member_id,
+                "member_epoch": hb.member_epoch, "heartbeat_interval": 0, "assignment": None}
+
+    def _remove(self, group: ConsumerGroup, member_id: str, records: list[Record]) -> None:
+        """The member's tombstones, in Kafka's order."""
+        gid = group.group_id
+        for t in (CG.CURRENT_MEMBER_ASSIGNMENT, CG.TARGET_ASSIGNMENT_MEMBER, CG.MEMBER_METADATA):
+            self._apply(group, records, ConsumerGroupKey(t, gid, member_id), None)
+        self._sessions.pop((gid, member_id), None)
+        self._revocations.pop((gid, member_id), None)
+
+    def _fence(self, group: ConsumerGroup, member: ConsumerMember, records: list[Record]) -> None:
+        """Remove the member; the group epoch bumps (the next heartbeat reassigns)."""
+        self._remove(group, member.member_id, records)
+        self._refresh_metadata(group, records)
+        self._apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, group.group_id), group.group_epoch + 1)
+
+    async def _run_timers(self) -> None:
+        while True:
+            await asyncio.sleep(TIMER_CHECK_S)
+            now = _now()
+            for (gid, mid), deadline in list(self._sessions.items()):
+                if now >= deadline:
+                    self._sessions.pop((gid, mid), None)
+                    self._fence_later(gid, mid, None, "its session expired")
+            for (gid, mid), (epoch, deadline) in list(self._revocations.items()):
+                if now >= deadline:
+                    self._revocations.pop((gid, mid), None)
+                    self._fence_later(gid, mid, epoch, f"it did not revoke its partitions of epoch {epoch} in time")
+
+    def _fence_later(self, gid: str, mid: str, epoch: int | None, why: str) -> None:
+        group = self.groups.get(gid)
+        member = group.members.get(mid) if group is not None else None
+        if member is None or (epoch is not None and member.member_epoch != epoch):
+            return
+        logger.info("group %s: member %s fenced: %s", gid, mid, why)
+        records: list[Record] = []
+        self._fence(group, member, records)
+        task = asyncio.get_running_loop().create_task(self._write(group, records))
+        self._fencing.add(task)
+        task.add_done_callback(self._fencing.discard)
+
+    # ------------------------------------------------------------------ records
+    def _apply(self, group: ConsumerGroup, records: list[Record], key: ConsumerGroupKey, value) -> None:
+        """Record a change and apply it to the group at once (as a load would replay it)."""
+        records.append((key, value))
+        group.replay(key, value)
+
+    async def _write(self, group: ConsumerGroup, records: list[Record]) -> int:
+        """Append the records to the group's partition; NONE once acknowledged. The group is in
+        memory as they say already (a failed append leaves the partition to be reloaded by its
+        next coordinator, as Kafka's failover does)."""
+        if not records:
+            return E.NONE
+        encoded = [(CG.key(k), CG.encode_value(k.type, v)) for k, v in records]
+        code = await self.classic.append(group.group_id, encoded)
+        if code != E.NONE:
+            logger.warning("group %s: writing %d records failed: error %d", group.group_id, len(records), code)
+        return code
+
+    async def drop_if_empty(self, group_id: str) -> bool:
+        """Make way for a classic group of this id: an empty consumer group is deleted (its
+        records' tombstones; its committed offsets stay). False while it has members."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return True
+        if group.members:
+            return False
+        records: list[Record] = []
+        for t in (CG.TARGET_ASSIGNMENT_METADATA, CG.PARTITION_METADATA, CG.GROUP_METADATA):
+            self._apply(group, records, ConsumerGroupKey(t, group_id), None)
+        code = await self._write(group, records)
+        if code != E.NONE:
+            return False
+        if self.groups.get(group_id) is group:
+            del self.groups[group_id]
+        logger.info("group %s: empty consumer group deleted for a classic member", group_id)
+        return True
+
+    # ------------------------------------------------------------------ offsets and describe
+    def check_commit(self, group_id: str, member_epoch: int, member_id: str, api_version: int | None) -> int:
+        """Whether this member at this epoch may commit the group's offsets (`api_version`: the
+        OffsetCommit's, None for TxnOffsetCommit)."""
+        group = self.groups[group_id]
+        if member_epoch < 0 and not group.members:
+            return E.NONE                   # an admin or a consumer outside the group: empty group only
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if api_version is not None and api_version < 9:
+            return E.UNSUPPORTED_VERSION    # consumer-protocol members commit with v9+
+        if member_epoch != member.member_epoch:
+            return E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9's member check (no member id and a negative epoch: an admin)."""
+        if member_id is None and member_epoch < 0:
+            return E.NONE
+        group = self.groups[group_id]
+        member = group.members.get(member_id or "")
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    def describe(self, group_id: str, version: int) -> dict:
+        """ConsumerGroupDescribe's answer for one group."""
+        group = self.groups.get(group_id)
+        if group is None:
+            classic = self.classic.groups.get(group_id)
+            message = (f"Group {group_id} is not a consumer group." if classic is not None and classic.members
+                       else f"Group {group_id} not found.")
+            return {"error_code": E.GROUP_ID_NOT_FOUND, "error_message": message, "group_id": group_id,
+                    "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                    "members": []}
+        names = {t.topic_id: t.name for t in group.subscription_metadata.values()}
+        names.update({tid: n for n, (tid, _) in self.topics().items() if tid not in names})
+
+        def parts(a: CG.Assignment) -> dict:
+            return {"topic_partitions": [{"topic_id": t, "topic_name": names.get(t, ""), "partitions": sorted(ps)}
+                                         for t, ps in sorted(a.items(), key=lambda x: names.get(x[0], ""))]}
+        members = [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.metadata.rack_id,
+                    "member_epoch": m.member_epoch, "client_id": m.metadata.client_id,
+                    "client_host": m.metadata.client_host,
+                    "subscribed_topic_names": list(m.metadata.subscribed_topic_names),
+                    "subscribed_topic_regex": m.metadata.subscribed_topic_regex,
+                    "assignment": parts(m.assigned), "target_assignment": parts(group.target.get(m.member_id, {})),
+                    "member_type": 1}
+                   for m in group.members.values()]
+        return {"error_code": E.NONE, "error_message": None, "group_id": group_id, "group_state": group.state,
+                "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch,
+                "assignor_name": self.assignor_of(group), "members": members}
+
+
+def _check_epoch(member: ConsumerMember, hb: Heartbeat) -> None:
+    """FENCED_MEMBER_EPOCH unless the heartbeat is at the member's epoch, or at its previous one
+    with nothing but its assigned partitions (the answer bumping the epoch was lost)."""
+    received = hb.member_epoch
+    if received > member.member_epoch:
+        raise HeartbeatError(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch"
+                             f" ({received}) than the one known by the group coordinator ({member.member_epoch})."
+                             " The member must abandon all its partitions and rejoin.")
+    if received < member.member_epoch:
+        subset = hb.owned is not None and all(p in member.assigned.get(t, ()) for t, ps in hb.owned for p in ps)
+        if received != member.previous_member_epoch or not subset:
+            raise HeartbeatError(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch"
+                                 f" ({received}) than the one known by the group coordinator"
+                                 f" ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
+
+
+def _matching(pattern: str, names) -> set[str]:
+    regex = re.compile(pattern)
+    return {n for n in names if n not in INTERNAL_TOPICS and regex.fullmatch(n)}
+
+
+def _rebalance_s(member: ConsumerMember) -> float:
+    return max(member.metadata.rebalance_timeout_ms, 0) / 1000
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def heartbeat_error(code: int, message: str | None = None) -> dict:
+    """ConsumerGroupHeartbeat's answer refusing with `code` (the broker answers it too)."""
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
+            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}

@@ -1,0 +1,173 @@
+"""The consumer group protocol's parts without a broker: the record codec (Kafka's layout of
+record types 3..8), the server assignors (uniform: balanced then sticky; range: Kafka's ranges),
+and the reconciliation of members (a partition reaches its new owner only once the old one has
+revoked it)."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from logcore.coordinator import assignors as A
+from logcore.coordinator import consumer_group_records as CG
+from logcore.coordinator import offsets_topic as OT
+from logcore.coordinator.consumer_group import (STABLE, UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS,
+                                                ConsumerGroup, reconcile)
+from logcore.coordinator.consumer_group_records import ConsumerGroupKey
+
+T1 = uuid.UUID(int=1)
+T2 = uuid.UUID(int=2)
+
+
+# ------------------------------------------------------------------------------ records
+
+def test_keys_are_kafka_record_types():
+    k = CG.key(ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, "g", "m"))
+    assert k == b"\x00\x08" + b"\x00\x01g" + b"\x00\x01m"
+    assert CG.key(ConsumerGroupKey(CG.GROUP_METADATA, "g")) == b"\x00\x03\x00\x01g"
+    assert OT.parse_key(k, "here") == ConsumerGroupKey(8, "g", "m")
+    assert OT.parse_key(b"\x00\x06\x00\x01g", "here") == ConsumerGroupKey(6, "g", None)
+
+
+def test_group_epoch_value_layout():
+    # version 0, int32 epoch, no tagged fields
+    assert CG.group_epoch_value(7) == b"\x00\x00" + b"\x00\x00\x00\x07" + b"\x00"
+
+
+@pytest.mark.parametrize("record_type,value", [
+    (CG.GROUP_METADATA, 12),
+    (CG.TARGET_ASSIGNMENT_METADATA, 11),
+    (CG.PARTITION_METADATA, {"a": CG.TopicMetadata(T1, "a", 6), "b": CG.TopicMetadata(T2, "b", 1)}),
+    (CG.MEMBER_METADATA, CG.MemberMetadata("inst", None, "client", "/127.0.0.1", ("a", "b"), None, 30000, "range")),
+    (CG.MEMBER_METADATA, CG.MemberMetadata(None, "rack", "c", "", (), "t.*", -1, None)),
+    (CG.TARGET_ASSIGNMENT_MEMBER, {T1: frozenset({0, 2}), T2: frozenset({5})}),
+    (CG.CURRENT_MEMBER_ASSIGNMENT, CG.CurrentAssignment(4, 3, UNREVOKED_PARTITIONS, {T1: frozenset({1})},
+                                                        {T2: frozenset({0, 3})})),
+])
+def test_values_round_trip(record_type, value):
+    data = CG.encode_value(record_type, value)
+    assert CG.parse_value(record_type, data, "test") == value
+
+
+def test_tagged_fields_are_skipped():
+    # Kafka 4.1 adds MetadataHash as tag 0 of the group metadata value.
+    data = b"\x00\x00" + b"\x00\x00\x00\x05" + b"\x01" + b"\x00\x08" + b"\x00" * 8
+    assert CG.parse_value(CG.GROUP_METADATA, data, "test") == 5
+
+
+# ------------------------------------------------------------------------------ assignors
+
+def _sizes(result):
+    return {m: sum(len(ps) for ps in a.values()) for m, a in result.items()}
+
+
+def _flat(result):
+    return sorted((m, t, p) for m, a in result.items() for t, ps in a.items() for p in ps)
+
+
+def test_uniform_balances_and_covers_every_partition():
+    spec = A.AssignmentSpec({m: A.MemberSpec(frozenset({T1, T2})) for m in ("a", "b", "c")}, {T1: 7, T2: 3})
+    result = A.UniformAssignor().assign(spec)
+    sizes = _sizes(result)
+    assert max(sizes.values()) - min(sizes.values()) <= 1
+    owned = [(t, p) for _, t, p in _flat(result)]
+    assert sorted(owned) == sorted([(T1, p) for p in range(7)] + [(T2, p) for p in range(3)])
+
+
+def test_uniform_is_sticky_when_a_member_joins():
+    two = A.UniformAssignor().assign(A.AssignmentSpec(
+        {m: A.MemberSpec(frozenset({T1})) for m in ("a", "b")}, {T1: 6}))
+    three = A.UniformAssignor().assign(A.AssignmentSpec(
+        {"a": A.MemberSpec(frozenset({T1}), current=two["a"]), "b": A.MemberSpec(frozenset({T1}), current=two["b"]),
+         "c": A.MemberSpec(frozenset({T1}))}, {T1: 6}))
+    assert _sizes(three) == {"a": 2, "b": 2, "c": 2}
+    # a and b only give partitions up, they never swap any
+    assert three["a"][T1] <= two["a"][T1] and three["b"][T1] <= two["b"][T1]
+
+
+def test_uniform_respects_subscriptions():
+    spec = A.AssignmentSpec({"a": A.MemberSpec(frozenset({T1})), "b": A.MemberSpec(frozenset({T1, T2})),
+                             "c": A.MemberSpec(frozenset({T2}))}, {T1: 4, T2: 4})
+    result = A.UniformAssignor().assign(spec)
+    assert T2 not in result["a"] and T1 not in result.get("c", {})
+    assert sorted(_sizes(result).values()) == [2, 3, 3]
+
+
+def test_range_is_kafkas_ranges():
+    # Kafka's example: M0 gets T1P0, T1P1, T2P0, T2P1; M1 gets T1P2, T2P2.
+    spec = A.AssignmentSpec({m: A.MemberSpec(frozenset({T1, T2})) for m in ("M0", "M1")}, {T1: 3, T2: 3})
+    result = A.RangeAssignor().assign(spec)
+    assert result == {"M0": {T1: frozenset({0, 1}), T2: frozenset({0, 1})}, "M1": {T1: frozenset({2}), T2: frozenset({2})}}
+
+
+def test_range_orders_static_members_first():
+    spec = A.AssignmentSpec({"a": A.MemberSpec(frozenset({T1})), "b": A.MemberSpec(frozenset({T1}), instance_id="z")},
+                            {T1: 4})
+    assert A.RangeAssignor().assign(spec) == {"b": {T1: frozenset({0, 1})}, "a": {T1: frozenset({2, 3})}}
+
+
+def test_assignor_names():
+    assert A.assignor_name("org.apache.kafka.coordinator.group.assignor.RangeAssignor") == "range"
+    with pytest.raises(ValueError, match="uniform"):
+        A.assignor_name("sticky")
+
+
+# ------------------------------------------------------------------------------ reconciliation
+
+def _group_with(members: dict[str, dict]) -> ConsumerGroup:
+    """A group whose members have these current assignments at epoch 1."""
+    g = ConsumerGroup("g")
+    for mid, assigned in members.items():
+        g.replay(ConsumerGroupKey(CG.MEMBER_METADATA, "g", mid),
+                 CG.MemberMetadata(None, None, "c", "", ("t",), None, 30000, None))
+        g.replay(ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, "g", mid),
+                 CG.CurrentAssignment(1, 0, STABLE, assigned, {}))
+    return g
+
+
+def _update(g: ConsumerGroup, member) -> None:
+    g.replay(ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, "g", member.member_id), member.current())
+
+
+def test_a_partition_moves_only_after_its_owner_revoked_it():
+    g = _group_with({"a": {T1: frozenset({0, 1, 2, 3})}, "b": {}})
+    target = {"a": {T1: frozenset({0, 1})}, "b": {T1: frozenset({2, 3})}}
+    # b first: 2 and 3 are still a's, so b gets nothing yet and waits at the new epoch
+    b = reconcile(g.members["b"], 2, target["b"], g.partition_epoch, [])
+    assert (b.state, b.member_epoch, b.assigned) == (UNRELEASED_PARTITIONS, 2, {})
+    _update(g, b)
+    # a still owns all four: it must revoke 2 and 3 first, staying at epoch 1
+    a = reconcile(g.members["a"], 2, target["a"], g.partition_epoch, [(T1, [0, 1, 2, 3])])
+    assert (a.state, a.member_epoch) == (UNREVOKED_PARTITIONS, 1)
+    assert a.assigned == {T1: frozenset({0, 1})} and a.pending_revocation == {T1: frozenset({2, 3})}
+    _update(g, a)
+    b = reconcile(g.members["b"], 2, target["b"], g.partition_epoch, [])
+    assert b.assigned == {} and g.partition_epoch(T1, 2) == 1        # still a's
+    # a says it no longer owns 2 and 3: it moves to epoch 2, stable
+    a = reconcile(g.members["a"], 2, target["a"], g.partition_epoch, [(T1, [0, 1])])
+    assert (a.state, a.member_epoch, a.previous_member_epoch, a.pending_revocation) == (STABLE, 2, 1, {})
+    _update(g, a)
+    assert g.partition_epoch(T1, 2) == -1
+    b = reconcile(g.members["b"], 2, target["b"], g.partition_epoch, [])
+    assert (b.state, b.member_epoch, b.assigned) == (STABLE, 2, {T1: frozenset({2, 3})})
+
+
+def test_unknown_owned_partitions_count_as_owned():
+    g = _group_with({"a": {T1: frozenset({0, 1})}})
+    a = reconcile(g.members["a"], 2, {T1: frozenset({0})}, g.partition_epoch, None)
+    assert a.state == UNREVOKED_PARTITIONS
+    assert reconcile(a, 2, {T1: frozenset({0})}, g.partition_epoch, None) == a
+
+
+def test_group_state_follows_epochs():
+    g = _group_with({"a": {T1: frozenset({0})}})
+    g.replay(ConsumerGroupKey(CG.TARGET_ASSIGNMENT_METADATA, "g"), 1)
+    g.replay(ConsumerGroupKey(CG.GROUP_METADATA, "g"), 1)
+    assert g.state == "Stable"
+    g.replay(ConsumerGroupKey(CG.GROUP_METADATA, "g"), 2)
+    assert g.state == "Assigning"
+    g.replay(ConsumerGroupKey(CG.TARGET_ASSIGNMENT_METADATA, "g"), 2)
+    assert g.state == "Reconciling"
+    for t in (CG.CURRENT_MEMBER_ASSIGNMENT, CG.TARGET_ASSIGNMENT_MEMBER, CG.MEMBER_METADATA):
+        g.replay(ConsumerGroupKey(t, "g", "a"), None)
+    assert g.state == "Empty" and not g.members
