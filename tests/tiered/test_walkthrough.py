@@ -5,6 +5,9 @@ block of Kafka and Aiven settings, appended verbatim except the S3 endpoint and 
 SeaweedFS as the bucket; Kafka's own kafka-topics and kafka-producer-perf-test. Checked: segments
 appear in the bucket, all 10,000 records read back from offset 0 through the broker and through
 `format("seglog")`, and a segment copied out of the bucket passes Kafka's kafka-dump-log.
+
+About 20 s with a warm SparkSession (the connector tests, which run before, start it); run alone
+the first Spark job adds its Python workers' start (20-50 s on a loaded 2-core machine).
 """
 from __future__ import annotations
 
