@@ -360,6 +360,12 @@ class BrokerConfig:
             tiered = TieredConfig.from_props(rest)    # remote.log.*, rsm.config.*: as `seglog maintain`
         except InvalidConfigError as exc:
             raise InvalidConfigError(f"{source}: {exc}") from None
+        listener = tiered.metadata_manager_listener_name
+        names = [(m["name"] or "PLAINTEXT") for m in map(_LISTENER.match, values["listeners"]) if m]
+        if listener and listener not in names:
+            raise InvalidConfigError(
+                f"{source}: remote.log.metadata.manager.listener.name={listener} is not one of the"
+                f" listeners ({', '.join(values['listeners'])})")
         return cls(values, rest, source, tiered)
 
     @classmethod

@@ -352,12 +352,14 @@ def key_for(name: str) -> ConfigKey:
 
 ROOT_TIERING_ENABLE = "remote.log.storage.system.enable"
 RSM_CONFIG_PREFIX = "rsm.config."
+RLMM_CONFIG_PREFIX = "rlmm.config."
 
 
 def is_tiered_root_name(name: str) -> bool:
-    """Root settings of tiered storage: Kafka's `remote.log.*` broker names and the remote
-    storage manager's `rsm.config.*` (TieredConfig parses and checks them)."""
-    return name.startswith(("remote.log.", RSM_CONFIG_PREFIX)) and name not in CONFIG_KEYS
+    """Root settings of tiered storage: Kafka's `remote.log.*` broker names, the remote
+    storage manager's `rsm.config.*` and the metadata manager's `rlmm.config.*` (TieredConfig
+    parses and checks them)."""
+    return name.startswith(("remote.log.", RSM_CONFIG_PREFIX, RLMM_CONFIG_PREFIX)) and name not in CONFIG_KEYS
 
 
 def root_tiering_enabled(defaults: dict[str, Any]) -> bool:

@@ -24,9 +24,16 @@ MASK = "***"
 _MIN_SECRET = 3          # shorter values would mask unrelated text; they are not worth hiding
 
 
+# Dotted credential names whose last part alone says nothing (Aiven's storage backend settings:
+# rsm.config.storage.aws.access.key.id, ...gcs.credentials.json, ...azure.connection.string).
+SECRET_SUFFIXES = ("access.key.id", "credentials.json", "connection.string")
+
+
 def is_secret_name(name: str) -> bool:
-    """True for a setting or option whose value is a credential (its last dotted part)."""
-    return name.rsplit(".", 1)[-1].lower() in SECRET_NAMES
+    """True for a setting or option whose value is a credential (its last dotted part, or one
+    of the dotted SECRET_SUFFIXES)."""
+    lower = name.lower()
+    return lower.rsplit(".", 1)[-1] in SECRET_NAMES or lower.endswith(SECRET_SUFFIXES)
 
 
 def url_userinfo(url: str) -> str | None:

@@ -17,6 +17,27 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 ChunkKey = tuple[str, int]          # (segment id text, chunk number)
+_PROCESS_FOLDER = "seglog-"
+
+
+def _remove_stale_folders(path: str) -> None:
+    """Remove the cache folders of processes that are gone."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return
+    for name in names:
+        pid = name[len(_PROCESS_FOLDER):]
+        if not (name.startswith(_PROCESS_FOLDER) and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue                    # still running (or not ours to signal): keep
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(os.path.join(path, name), ignore_errors=True)
 
 
 class LruBytes:
@@ -59,17 +80,22 @@ class LruBytes:
 class DiskLru:
     """Chunks as files in one folder, bounded by total size, least recently used evicted.
 
-    Files are written to a temp name and renamed, so a crash never leaves a torn entry; the
-    folder is emptied at start (entries of a previous process are not trusted)."""
+    Files are written to a temp name and renamed, so a crash never leaves a torn entry. Each
+    process keeps its entries in a folder of its own under the cache path (`seglog-<pid>`): the
+    broker and a reader on the same machine may be given the same path (it is a root setting).
+    At start the folders of processes no longer running are removed (entries of a previous
+    process are not trusted)."""
 
-    def __init__(self, folder: str, max_bytes: int):
-        self.folder = folder
+    def __init__(self, path: str, max_bytes: int):
+        self.path = path
+        self.folder = os.path.join(path, f"{_PROCESS_FOLDER}{os.getpid()}")
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, int] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
-        shutil.rmtree(folder, ignore_errors=True)
-        os.makedirs(folder, exist_ok=True)
+        _remove_stale_folders(path)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        os.makedirs(self.folder, exist_ok=True)
 
     @property
     def size(self) -> int:

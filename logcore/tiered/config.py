@@ -20,16 +20,27 @@ from pathlib import Path
 from typing import Any
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import ConfigKey, ConfigType, LogConfig, Validator, at_least, between, one_of
+from logcore.log.config import CONFIG_KEYS, ConfigKey, ConfigType, LogConfig, Validator, at_least, between, one_of
 from logcore.storage.options import nested_storage_options
+from logcore.tiered.plugin_names import AIVEN_RSM_CLASS, PluginSettings
 from logcore.storage.write_stream import S3_MIN_PART_SIZE
 
 RSM_PREFIX = "rsm.config."
 STORAGE_PREFIX = "storage."
 KEY_PAIRS_PREFIX = "encryption.key.pairs."
 _MIB = 1024 * 1024
-# The one remote storage manager (a Kafka broker.properties may name it; any other is refused).
+RLMM_PREFIX = "rlmm.config."
+# The one remote storage manager, under its own name or the name of Aiven's plugin, which it
+# implements (a Kafka broker.properties may name either; any other is refused).
 FSSPEC_RSM_CLASS = "logcore.tiered.fsspec_rsm.FsspecRemoteStorageManager"
+RSM_CLASSES = ("", FSSPEC_RSM_CLASS, AIVEN_RSM_CLASS)
+# The remote log metadata managers: seglog's metadata store in the remote tier, and the name of
+# Kafka's topic-based manager, whose role (one view of every partition's remote segments shared
+# by all brokers, a new leader included) seglog's shared store plays (docs/tiered-storage.md).
+STORE_RLMM_CLASS = "logcore.tiered.metadata_store.RemoteLogMetadataStore"
+TOPIC_BASED_RLMM_CLASS = "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager"
+RLMM_CLASSES = ("", STORE_RLMM_CLASS, TOPIC_BASED_RLMM_CLASS)
+UNLIMITED_RATE = 2**63 - 1          # Kafka's default quota (Long.MAX_VALUE): no limit
 
 _KEY_ID = Validator(lambda v: v == "" or (v.replace("-", "").replace("_", "").isalnum()),
                     "empty or letters, digits, '-' and '_'")
@@ -47,9 +58,39 @@ class TieredConfig:
         category="tiered")
     manager_class_name: str = ConfigKey(
         "remote.log.storage.manager.class.name", ConfigType.STRING, "",
-        f"The remote storage manager; seglog has one: empty or {FSSPEC_RSM_CLASS}.",
-        validator=Validator(lambda v: v in ("", FSSPEC_RSM_CLASS), f"empty or {FSSPEC_RSM_CLASS}"),
+        f"The remote storage manager; seglog has one, named {FSSPEC_RSM_CLASS} or, as Aiven's"
+        f" plugin whose settings it takes, {AIVEN_RSM_CLASS}.",
+        validator=Validator(lambda v: v in RSM_CLASSES, "empty, " + " or ".join(RSM_CLASSES[1:])),
         category="tiered")
+    metadata_manager_class_name: str = ConfigKey(
+        "remote.log.metadata.manager.class.name", ConfigType.STRING, "",
+        "The remote log metadata manager: seglog's metadata store in the remote tier, named empty,"
+        f" {STORE_RLMM_CLASS} or {TOPIC_BASED_RLMM_CLASS} (whose rlmm.config.* it takes).",
+        validator=Validator(lambda v: v in RLMM_CLASSES, "empty, " + " or ".join(RLMM_CLASSES[1:])),
+        category="tiered")
+    metadata_manager_listener_name: str = ConfigKey(
+        "remote.log.metadata.manager.listener.name", ConfigType.STRING, "",
+        "The listener the metadata manager's clients use; must be one of the broker's listeners.",
+        validator=Validator(lambda v: v == "" or v.replace("_", "").replace("-", "").isalnum(),
+                            "a listener name"), category="tiered")
+    metadata_topic_replication_factor: int = ConfigKey(
+        RLMM_PREFIX + "remote.log.metadata.topic.replication.factor", ConfigType.INT, 3,
+        "Kafka's replication factor of __remote_log_metadata; with TopicBasedRemoteLogMetadataManager"
+        " only. seglog's shared metadata store is as durable as the remote store that holds it.",
+        validator=between(1, 32767), category="tiered")
+    metadata_topic_partitions: int = ConfigKey(
+        RLMM_PREFIX + "remote.log.metadata.topic.num.partitions", ConfigType.INT, 50,
+        "Kafka's partition count of __remote_log_metadata; with TopicBasedRemoteLogMetadataManager"
+        " only. seglog's metadata store has one log per tiered partition.",
+        validator=at_least(1), category="tiered")
+    copy_max_bytes_per_second: int = ConfigKey(
+        "remote.log.manager.copy.max.bytes.per.second", ConfigType.LONG, UNLIMITED_RATE,
+        "Most bytes per second the broker copies to the remote tier (all partitions together).",
+        validator=at_least(1), category="tiered")
+    fetch_max_bytes_per_second: int = ConfigKey(
+        "remote.log.manager.fetch.max.bytes.per.second", ConfigType.LONG, UNLIMITED_RATE,
+        "Most bytes per second the process reads from the remote tier (all partitions together).",
+        validator=at_least(1), category="tiered")
     custom_metadata_max_bytes: int = ConfigKey(
         "remote.log.metadata.custom.metadata.max.bytes", ConfigType.INT, 128,
         "Largest custom metadata a remote storage manager may return for a segment.",
@@ -82,6 +123,11 @@ class TieredConfig:
         "Ids of every key pair (old ones keep old segments readable); each has "
         "encryption.key.pairs.<id>.public.key.file and .private.key.file.",
         category="rsm")
+    upload_rate_limit: int = ConfigKey(
+        "upload.rate.limit.bytes.per.second", ConfigType.LONG, 0,
+        "Aiven's upload limit: most bytes per second uploaded (with the copy quota, the lower"
+        " applies); 0: none.",
+        validator=Validator(lambda v: v == 0 or v >= _MIB, "0 or at least 1048576"), category="rsm")
     upload_part_size: int = ConfigKey(
         "upload.part.size", ConfigType.INT, 8 * _MIB,
         "S3 multipart part size for a segment's data object (smaller objects: one PUT).",
@@ -132,17 +178,23 @@ class TieredConfig:
         """Parse root properties: Kafka's remote.* names and `rsm.config.*`; others are ignored
         (they belong to the topic and broker configs)."""
         values = {k.name: k.default for k in TIERED_KEYS.values()}
-        storage_pairs: list[tuple[str, str]] = []
-        key_paths: dict[str, dict[str, str]] = {}
+        rsm: dict[str, Any] = {}
         for name, raw in (props or {}).items():
             if name in _ROOT_KEYS:
                 values[name] = _ROOT_KEYS[name].parse(raw)
-                continue
-            if not name.startswith(RSM_PREFIX):
-                if name.startswith("remote.log.") and name not in _KNOWN_KAFKA_REMOTE:
-                    raise InvalidConfigError(_unknown(name, list(_ROOT_KEYS)))
-                continue
-            short = name[len(RSM_PREFIX):]
+            elif name.startswith(RSM_PREFIX):
+                rsm[name[len(RSM_PREFIX):]] = raw
+            elif name.startswith(RLMM_PREFIX):
+                raise InvalidConfigError(_unknown(name, [n for n in _ROOT_KEYS if n.startswith(RLMM_PREFIX)])
+                                         + "; seglog implements these rlmm.config settings only")
+            elif (name.startswith("remote.log.") and name not in _KNOWN_KAFKA_REMOTE
+                  and name not in CONFIG_KEYS):     # topic settings are LogConfig's
+                raise InvalidConfigError(_unknown(name, list(_ROOT_KEYS)))
+        plugin = PluginSettings.translate(rsm)     # Aiven's names -> seglog's
+        storage_pairs: list[tuple[str, str]] = []
+        key_paths: dict[str, dict[str, str]] = {}
+        for short, raw in plugin.rsm.items():
+            name = plugin.origin.get(short, RSM_PREFIX + short)
             if short in _RSM_KEYS:
                 try:
                     values[short] = _RSM_KEYS[short].parse(raw)
@@ -159,6 +211,12 @@ class TieredConfig:
                 key_paths.setdefault(key_id, {})[which] = str(raw).strip()
             else:
                 raise InvalidConfigError(_unknown(name, [RSM_PREFIX + k for k in _RSM_KEYS]))
+        if plugin.storage_url is not None:
+            values["storage.url"] = plugin.storage_url
+            config = cls(values, plugin.storage_options, {})
+            config._check_rules()
+            config.key_files = _key_files(values, key_paths)
+            return config
         storage_options = nested_storage_options(storage_pairs, "rsm.config.storage option")
         config = cls(values, storage_options, {})
         config._check_rules()
@@ -177,6 +235,11 @@ class TieredConfig:
                 raise InvalidConfigError(
                     f"rsm.config.encryption.key.pair.id={self.encryption_key_pair_id} is not one of "
                     f"rsm.config.encryption.key.pairs={','.join(self.encryption_key_pairs) or '(empty)'}")
+        rlmm_set = [n for n in _ROOT_KEYS if n.startswith(RLMM_PREFIX) and self._values[n] != _ROOT_KEYS[n].default]
+        if rlmm_set and self.metadata_manager_class_name != TOPIC_BASED_RLMM_CLASS:
+            raise InvalidConfigError(
+                f"{rlmm_set[0]} configures {TOPIC_BASED_RLMM_CLASS}; set "
+                "remote.log.metadata.manager.class.name to it, or remove the setting")
         if self.disk_cache_size > 0 and not self.disk_cache_path:
             raise InvalidConfigError(f"rsm.config.fetch.chunk.cache.disk.size={self.disk_cache_size} "
                                      "needs rsm.config.fetch.chunk.cache.path")
@@ -229,9 +292,6 @@ _RSM_KEYS = {n: k for n, k in TIERED_KEYS.items() if k.category == "rsm"}
 _KNOWN_KAFKA_REMOTE = frozenset({
     "remote.log.manager.task.interval.ms", "remote.log.manager.thread.pool.size",
     "remote.log.reader.threads", "remote.log.index.file.cache.total.size.bytes",
-    "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.fetch.max.bytes.per.second",
-    "remote.log.metadata.manager.class.name",
-    "remote.log.copy.disable", "remote.log.delete.on.disable",
 })
 
 
@@ -247,6 +307,6 @@ def config_rows() -> list[_Doc]:
     """(full name, type, default, doc) of every declared setting, for docs and conf files."""
     rows = []
     for key in TIERED_KEYS.values():
-        name = key.name if key.category == "tiered" else RSM_PREFIX + key.name
+        name = key.name if key.category == "tiered" else RSM_PREFIX + key.name   # rlmm: full name
         rows.append(_Doc(name, key.type.value, key.format(key.default), key.doc))
     return rows

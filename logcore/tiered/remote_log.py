@@ -9,6 +9,7 @@ it (the segment's offset index, fetched once and cached), and whole batches read
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from typing import Any, Callable
@@ -24,11 +25,18 @@ from logcore.log.time_index import TimeIndex
 from logcore.records.batch import (F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SIZE, HEADER_SIZE,
                                    batch_fields, first_record_at_or_after, iter_batches,
                                    may_hold_timestamp)
-from logcore.tiered.config import TieredConfig
+from logcore.tiered.config import UNLIMITED_RATE, TieredConfig
 from logcore.tiered.fsspec_rsm import FsspecRemoteStorageManager
 from logcore.tiered.metadata import RemoteLogSegmentMetadata
 from logcore.tiered.metadata_store import RemoteLogMetadataStore
+from logcore.tiered.metrics import RemoteStorageMetrics
+from logcore.tiered.quota import ByteRateQuota, combined
 from logcore.tiered.rsm import IndexType, SegmentCustomMetadata
+
+def _limit(rate: int) -> int | None:
+    """A Kafka quota setting as a limit: its default (Long.MAX_VALUE) is none."""
+    return None if rate >= UNLIMITED_RATE else rate
+
 
 _OFFSET_ENTRY = np.dtype([("relative", ">i4"), ("position", ">i4")])
 _INDEX_CACHE_ENTRIES = 256
@@ -42,6 +50,11 @@ class RemoteTier(RemoteTierProtocol):
     def __init__(self, config: TieredConfig, rsm: FsspecRemoteStorageManager | None = None):
         self.config = config
         self.rsm = rsm if rsm is not None else FsspecRemoteStorageManager.from_config(config)
+        # Shared by every partition of the root (Kafka's quotas are per broker).
+        self.metrics = RemoteStorageMetrics()
+        self.copy_quota = ByteRateQuota(combined(_limit(config.copy_max_bytes_per_second),
+                                                 config.upload_rate_limit))
+        self.fetch_quota = ByteRateQuota(_limit(config.fetch_max_bytes_per_second))
         self._stores: dict[tuple[str, uuid.UUID, int], RemoteLogMetadataStore] = {}
         self._lock = threading.Lock()
 
@@ -80,7 +93,9 @@ class RemoteTier(RemoteTierProtocol):
     def view(self, topic: str, topic_id: str | uuid.UUID, partition: int) -> "RemotePartition":
         """The partition's view; its metadata is read on first need (a log that only reads
         local offsets never lists the remote root)."""
-        return RemotePartition(self.rsm, lambda: self.store(topic, topic_id, partition))
+        return RemotePartition(self.rsm, lambda: self.store(topic, topic_id, partition), topic=topic,
+                               metrics=self.metrics, copy_quota=self.copy_quota,
+                               fetch_quota=self.fetch_quota)
 
     def close(self) -> None:
         self.rsm.close()
@@ -90,8 +105,17 @@ class RemotePartition(RemoteLogView):
     """One partition's remote segments, read through the tier's RSM (see the module docstring)."""
 
     def __init__(self, rsm: FsspecRemoteStorageManager,
-                 store: RemoteLogMetadataStore | Callable[[], RemoteLogMetadataStore]):
+                 store: RemoteLogMetadataStore | Callable[[], RemoteLogMetadataStore], *,
+                 topic: str | None = None, metrics: RemoteStorageMetrics | None = None,
+                 copy_quota: ByteRateQuota | None = None, fetch_quota: ByteRateQuota | None = None):
+        """metrics, quotas: the tier's, shared by its partitions (default: this view's own,
+        unlimited)."""
         self.rsm = rsm
+        self.topic = topic if topic is not None else (
+            store.topic_id_partition.topic if isinstance(store, RemoteLogMetadataStore) else "")
+        self.metrics = metrics if metrics is not None else RemoteStorageMetrics()
+        self.copy_quota = copy_quota if copy_quota is not None else ByteRateQuota(None)
+        self.fetch_quota = fetch_quota if fetch_quota is not None else ByteRateQuota(None)
         self._store = store if isinstance(store, RemoteLogMetadataStore) else None
         self._open_store = None if self._store is not None else store
         # Parsed remote indexes by (segment id, index type), most recently used last.
@@ -136,8 +160,16 @@ class RemotePartition(RemoteLogView):
         for meta in self._segments_from(offset):
             if meta.start_offset >= max_offset:
                 break
-            data = self._read_segment(meta, max(offset, meta.start_offset), max_bytes, max_offset,
-                                      min_one_batch)
+            waited = self.fetch_quota.acquire(0)     # earlier reads paid for first
+            started = time.monotonic()
+            try:
+                data = self._read_segment(meta, max(offset, meta.start_offset), max_bytes,
+                                          max_offset, min_one_batch)
+            except SegLogError:
+                self.metrics.record_fetch_error(self.topic)
+                raise
+            self.fetch_quota.charge(len(data))
+            self.metrics.record_fetch(self.topic, len(data), time.monotonic() - started, waited)
             if data:
                 return data
         return b""

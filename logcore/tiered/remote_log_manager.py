@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from dataclasses import dataclass
 
 from logcore.errors import CommitFailedError, RemoteStorageError, SegLogError
@@ -141,14 +142,19 @@ class RemoteLogManager:
             RemoteLogSegmentId.generate(store.topic_id_partition), seg.base_offset, end,
             seg.largest_timestamp, _segment_epochs(log, seg.base_offset, end), seg.size(),
             broker_id=self.broker_id)
+        # The copy quota (shared by the broker's partitions) admits the segment before it goes.
+        waited = view.copy_quota.acquire(meta.segment_size_in_bytes)
         store.add_segment(meta)
+        started = time.monotonic()
         try:
             custom = rsm.copy_log_segment_data(meta, _segment_data(log, seg, end + 1, original))
         except SegLogError as exc:
             logger.warning("%s-%d: copying segment %d to the remote tier failed: %s", log.topic,
                            log.partition, seg.base_offset, exc)
+            view.metrics.record_copy_error(log.topic)
             self._delete_attempt(view, meta)
             return None
+        elapsed = time.monotonic() - started
         try:
             finished = store.update_state(meta.segment_id, S.COPY_SEGMENT_FINISHED,
                                           custom_metadata=custom, broker_id=self.broker_id)
@@ -157,6 +163,7 @@ class RemoteLogManager:
             logger.warning("%s-%d: %s", log.topic, log.partition, exc)
             self._delete_attempt(view, meta)
             return None
+        view.metrics.record_copy(log.topic, meta.segment_size_in_bytes, elapsed, waited)
         logger.info("%s-%d: copied segment %d-%d (%d bytes) to the remote tier as %s", log.topic,
                     log.partition, seg.base_offset, end, meta.segment_size_in_bytes, meta.segment_id)
         return finished
@@ -212,9 +219,11 @@ class RemoteLogManager:
                 view.rsm.delete_log_segment_data(meta)
                 store.update_state(meta.segment_id, S.DELETE_SEGMENT_FINISHED, broker_id=self.broker_id)
             except SegLogError as exc:
+                view.metrics.record_delete_error(log.topic)
                 result.error = f"deleting remote segment {meta.segment_id} failed: {exc}"
                 logger.warning("%s-%d: %s", log.topic, log.partition, result.error)
                 return
+            view.metrics.record_delete(log.topic, meta.segment_size_in_bytes)
             result.remote_segments_deleted += 1
             result.remote_bytes_deleted += meta.segment_size_in_bytes
         logger.info("%s-%d: expired %d remote segments (%s); log start offset now %d", log.topic,

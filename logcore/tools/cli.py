@@ -138,6 +138,7 @@ segment copied in plain mode can also be given to --files by its URL in the remo
 _EXAMPLES_TIERED = """examples:
   seglog tiered --root /data/logs --topic clicks --list
   seglog tiered --root /data/logs --topic clicks --partition 0 --list --all-states
+  seglog tiered --root /data/logs --topic clicks --partition 0 --segment 1234
   seglog tiered --root /data/logs --topic clicks --list --config-file conf/tiered-storage.properties
 
 Lists the topic's remote segments from its remote log metadata: partition, segment id, state,
@@ -425,6 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_root(tiered)
     tiered.add_argument("--topic", required=True)
     tiered.add_argument("--list", action="store_true", help="list the remote segments")
+    tiered.add_argument("--segment", metavar="ID|OFFSET",
+                        help="the objects one remote segment is stored as (by segment id, or an offset it holds)")
     tiered.add_argument("--partition", type=int, metavar="N", help="only this partition (default: all)")
     tiered.add_argument("--all-states", action="store_true",
                         help="every copy attempt and deletion, not only finished segments")

@@ -101,6 +101,6 @@ def test_disk_lru_bounds(tmp_path):
     for i in range(10):
         disk.put(("s", i), bytes([i]) * 30)
     assert disk.size <= 100
-    files = os.listdir(tmp_path / "d")
+    files = os.listdir(disk.folder)          # this process's folder under the cache path
     assert sorted(files) == ["s-7", "s-8", "s-9"]
     assert disk.get(("s", 9)) == bytes([9]) * 30 and disk.get(("s", 1)) is None
