@@ -444,8 +444,9 @@ class ConsumerGroupCoordinator:
         return code
 
     async def drop_if_empty(self, group_id: str) -> bool:
-        """Make way for a classic group of this id: an empty consumer group is deleted (its
-        records' tombstones; its committed offsets stay). False while it has members."""
+        """Delete an empty consumer group (its records' tombstones; its committed offsets stay):
+        to make way for a classic group of this id, or for DeleteGroups. False while it has
+        members."""
         group = self.groups.get(group_id)
         if group is None:
             return True
@@ -459,7 +460,7 @@ class ConsumerGroupCoordinator:
             return False
         if self.groups.get(group_id) is group:
             del self.groups[group_id]
-        logger.info("group %s: empty consumer group deleted for a classic member", group_id)
+        logger.info("group %s: empty consumer group deleted", group_id)
         return True
 
     # ------------------------------------------------------------------ offsets and describe

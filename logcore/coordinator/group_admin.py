@@ -57,6 +57,9 @@ class GroupAdmin:
         return out
 
     async def _delete_group(self, group_id: str) -> int:
+        consumer_groups = self.coordinator.consumer_groups
+        if consumer_groups is not None and consumer_groups.owns(group_id):
+            return await self._delete_consumer_group(consumer_groups, group_id)
         group = self.coordinator.groups.get(group_id)
         if group is None:
             return E.GROUP_ID_NOT_FOUND
@@ -71,6 +74,19 @@ class GroupAdmin:
             self.coordinator.forget(group_id)
             logger.info("group %s deleted (%d committed offsets)", group_id, len(tps))
         return E.NONE
+
+    async def _delete_consumer_group(self, consumer_groups, group_id: str) -> int:
+        """A KIP-848 group: refused while it has members; else its records' tombstones, then its
+        offsets'."""
+        if not await consumer_groups.drop_if_empty(group_id):
+            return E.NON_EMPTY_GROUP
+        offsets = self.coordinator.offsets
+        tps = [(t, p) for t, parts in offsets.committed(group_id, None) for p, _ in parts]
+        code = await offsets.delete(group_id, tps, group_too=True)
+        if code == E.NONE:
+            self.coordinator.forget(group_id)       # and the offsets' entry of the group id
+            logger.info("consumer group %s deleted (%d committed offsets)", group_id, len(tps))
+        return code
 
     # ------------------------------------------------------------------ OffsetDelete
     async def delete_offsets(self, group_id: str, tps: list[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:

@@ -151,6 +151,30 @@ def test_members_reconcile_revoking_before_assigning(conn):
     assert (b.member_epoch, assigned(b)) == (3, {t: [0, 1, 2, 3]})
 
 
+def test_delete_groups_of_a_consumer_group(conn):
+    """DeleteGroups (42) on a KIP-848 group: NON_EMPTY_GROUP while a member is in it; once it
+    left, the group and its committed offsets are gone."""
+    t = topic_ids(conn)["t"]
+    m = join(conn, "g-del", "m")
+    assert m.error_code == E.NONE
+    heartbeat(conn, "g-del", "m", m.member_epoch, owned=[(t, assigned(m)[t])])
+    r = conn.request(COMMIT, {"group_id": "g-del", "generation_id_or_member_epoch": m.member_epoch, "member_id": "m",
+                              "topics": [{"name": "t", "partitions": [
+                                  {"partition_index": 0, "committed_offset": 7}]}]}, 9)
+    assert r.topics[0].partitions[0].error_code == E.NONE
+
+    def delete():
+        return conn.request(42, {"groups_names": ["g-del"]}, 2).results[0].error_code
+    assert delete() == E.NON_EMPTY_GROUP
+    assert heartbeat(conn, "g-del", "m", -1).error_code == E.NONE
+    assert delete() == E.NONE
+    assert describe(conn, "g-del").error_code == E.GROUP_ID_NOT_FOUND
+    f = conn.request(FETCH, {"groups": [{"group_id": "g-del", "member_id": None, "member_epoch": -1,
+                                         "topics": [{"name": "t", "partition_indexes": [0]}]}]}, 9)
+    assert [p.committed_offset for tp in f.groups[0].topics for p in tp.partitions] == [-1]
+    assert delete() == E.GROUP_ID_NOT_FOUND
+
+
 def test_heartbeat_errors(conn):
     assert join(conn, "g2", "m", assignor="sticky").error_code == E.UNSUPPORTED_ASSIGNOR
     r = join(conn, "g2", "")
