@@ -54,6 +54,10 @@ NOTES: dict[int, str] = {
     27: "from a transaction coordinator, or an admin's abort of a hanging transaction"
         " (`kafka-transactions abort`)",
     28: "transactions (KIP-447 generation checks)",
+    29: "ACLs ([security.md](security.md#authorization)); cluster DESCRIBE; SECURITY_DISABLED without"
+        " `authorizer.class.name`",
+    30: "ACLs in ZooKeeper's `/kafka-acl` as Kafka's AclAuthorizer (alone: the log root); cluster ALTER",
+    31: "ACLs; cluster ALTER",
     32: "topics and brokers (this broker, or `\"\"` the cluster default), with Kafka's sources and"
         " synonyms (topic override, per-broker dynamic, dynamic default, static, default)",
     33: "the legacy full replace of a resource's dynamic configs",

@@ -45,6 +45,10 @@ SERVED: dict[int, tuple[str, int, int]] = {
     26: ("EndTxn", 0, 3),
     27: ("WriteTxnMarkers", 1, 1),
     28: ("TxnOffsetCommit", 0, 3),
+    # the ACL APIs (acl_handlers.py); SECURITY_DISABLED without authorizer.class.name, as Kafka
+    29: ("DescribeAcls", 1, 3),
+    30: ("CreateAcls", 1, 3),
+    31: ("DeleteAcls", 1, 3),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     35: ("DescribeLogDirs", 1, 4),

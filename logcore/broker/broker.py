@@ -18,6 +18,8 @@ from typing import Awaitable, NamedTuple
 from logcore.wire import error_codes as E
 from logcore.broker.api_versions import CLUSTER_SERVED, SERVED, advertised
 from logcore.coordinator import offsets_topic as OT
+from logcore.broker.access_rules import RequestAccess
+from logcore.broker.acl_handlers import AclHandlers
 from logcore.broker.admin_handlers import AdminHandlers
 from logcore.broker.topic_catalog import ClusterTopics, LocalTopics
 from logcore.broker.cluster_handlers import ClusterHandlers
@@ -49,10 +51,15 @@ from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 from logcore.metrics.broker_metrics import BrokerMetrics
+from logcore.security.acl_store import RootAclStore, ZooKeeperAclStore
+from logcore.security.authorizer import authorizer_for
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
 from logcore.wire.list_offsets import (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
                                        MAX_TIMESTAMP)
 from logcore.wire.produce_codec import encode_produce_results
+from logcore.security.acl import AclOperation
+
+WRITE = AclOperation.WRITE
 from logcore.wire.protocol import ZERO_UUID, Request
 
 logger = logging.getLogger(__name__)
@@ -120,6 +127,11 @@ class Broker:
         self.partitions.log_dir_failure = self.log_dir_failure
         self.producer_ids = ProducerIdAllocator(root.storage)
         self.background: set[asyncio.Task] = set()
+        # Who may do what (authorizer.class.name): ACLs in the log root alone, in ZooKeeper in a
+        # cluster (join_cluster); every request passes the rules of access_rules.py.
+        self.authorizer = authorizer_for(config["authorizer.class.name"], lambda: RootAclStore(root.storage),
+                                         config["super.users"], config["allow.everyone.if.no.acl.found"])
+        self.access = RequestAccess(self.authorizer, self._brokers)
         # A cluster member (zookeeper.connect): join_cluster changes it before the broker serves.
         self.membership = Membership(_cluster_id(root))
         self.groups = GroupCoordinator(
@@ -151,7 +163,8 @@ class Broker:
         self.configs = ConfigHandlers(config, root, self.partitions)
         self.configs.start()
         self.maintenance.clean_listeners.append(self.metrics.cleaner.cleaned)
-        self.fetching = FetchHandlers(config, self.partitions, self.membership, self.metrics.topics)
+        self.fetching = FetchHandlers(config, self.partitions, self.membership, self.metrics.topics,
+                                      self.access)
         self.group_api = GroupHandlers(self.groups, config, advertised, self.membership, self.transactions)
         self.cluster_api = ClusterHandlers(config, self.membership)
         self.reassignments = ReassignmentHandlers(self.membership)
@@ -172,6 +185,7 @@ class Broker:
             21: self.records.delete_records, 42: groups.delete_groups, 47: groups.offset_delete,
             **self.transactions.handlers(),
             **self.describing.handlers(),
+            **AclHandlers(self.authorizer).handlers(),
         }
         self.served = dict(SERVED)
         # KIP-848's consumer group protocol beside the classic one (consumer_group_handlers.py).
@@ -230,6 +244,8 @@ class Broker:
                               46: self.reassignments.list_partition_reassignments})
         self.served.update(CLUSTER_SERVED)
         self.configs.attach_cluster(store, replica_manager)
+        if self.authorizer.enabled:
+            self.authorizer.store = ZooKeeperAclStore(store.client)
 
     def open(self) -> None:
         """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a
@@ -245,6 +261,7 @@ class Broker:
             self.txn.load()
 
     async def start(self) -> None:
+        await asyncio.to_thread(self.authorizer.start)
         await self.replication.start()
         await self.groups.start()
         await self.txn.start()
@@ -297,7 +314,7 @@ class Broker:
         """The handler's answer; a handler that fails unexpectedly is answered with an error
         code for what the request named (one log line), never by dropping the connection."""
         try:
-            result = await self.handlers[request.api_key](request)
+            result = await self.access.handle(request, self.handlers[request.api_key])
         except Exception as exc:   # noqa: BLE001 - a bug or an unexpected state costs this request only
             return self._failed(request, exc)
         if result is not None and not isinstance(result, (dict, bytes, EncodedResponse)) \
@@ -319,8 +336,7 @@ class Broker:
         if request.api_key == 0 and getattr(request.body, "acks", 1) == 0:
             logger.error("produce (acks=0, correlation id %d) failed: %s", request.correlation_id, message)
             return None
-        answer = error_response(request, code, message,
-                                [{"node_id": self.node_id, "host": self.host, "port": self.port, "rack": None}])
+        answer = error_response(request, code, message, self._brokers())
         logger.error("request api key %d v%d (correlation id %d, client %s) failed: %s; answered"
                      " error code %d%s", request.api_key, request.api_version, request.correlation_id,
                      request.client_id, message, code, "" if answer is not None else " by closing the connection")
@@ -328,6 +344,9 @@ class Broker:
         if answer is None:
             raise exc
         return answer
+
+    def _brokers(self) -> list[dict]:
+        return [{"node_id": self.node_id, "host": self.host, "port": self.port, "rack": None}]
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -444,13 +463,15 @@ class Broker:
         message = None
         if acks not in (0, 1, -1):
             error, message = E.INVALID_REQUIRED_ACKS, f"acks={acks} is not one of 0, 1, -1"
+        elif (refused := self.access.produce_denial(req)) is not None:
+            error, message = refused
         if error != E.NONE:
             if acks == 0:
                 return None
             return {"responses": [{"name": t.name, "partition_responses": [
                 _produce_result(p.index, error, message=message) for p in t.partition_data]}
                 for t in body.topic_data], "throttle_time": 0}
-        entries = self._submit_all(body)
+        entries = self._submit_all(body, req)
         if acks == 0:
             for entry in entries:
                 if entry.appended is not None:
@@ -462,7 +483,7 @@ class Broker:
             return self._produce_response(entries, req)       # committed on the loop already
         return self._finish_produce(entries, req)
 
-    def _submit_all(self, body) -> list[ProduceEntry]:
+    def _submit_all(self, body, req: Request) -> list[ProduceEntry]:
         """Queue every partition's batch now (keeping this connection's order); errors found
         before appending are answered directly. One entry per partition of the request."""
         out = []
@@ -471,6 +492,10 @@ class Broker:
         produced = self.metrics.topics.produced
         for t in body.topic_data:
             name = t.name
+            if not self.access.topic_allowed(req, WRITE, name):
+                out.extend(ProduceEntry(name, pd.index, error=E.TOPIC_AUTHORIZATION_FAILED, message=(
+                    f"{req.principal} is not authorized to WRITE topic {name!r}")) for pd in t.partition_data)
+                continue
             for pd in t.partition_data:
                 part = self.partitions.get(name, pd.index)
                 records = pd.records

@@ -37,6 +37,13 @@ def _metrics_listener_validator():
     return Validator(valid_listener, "empty (no metrics endpoint) or http://host:port, e.g. http://127.0.0.1:9404")
 
 
+def _authorizer_validator():
+    from logcore.log.config import Validator
+    from logcore.security.authorizer import ACL_AUTHORIZER
+    return Validator(lambda v: v in ("", ACL_AUTHORIZER),
+                     f"empty (no authorization) or {ACL_AUTHORIZER} (ACLs in ZooKeeper as Kafka keeps them)")
+
+
 def _auto_or_at_least(minimum: int):
     from logcore.log.config import Validator
     return Validator(lambda v: v == -1 or v >= minimum, f"-1 (automatic) or at least {minimum}")
@@ -161,6 +168,18 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
               validator=_selector_validator(), category="cluster"),
     ConfigKey("auto.create.topics.enable", ConfigType.BOOLEAN, True,
               "Create a topic when a client asks Metadata for one that does not exist.",
+              category="broker"),
+    # Authorization (logcore.security.authorizer; docs/security.md "Authorization")
+    ConfigKey("authorizer.class.name", ConfigType.STRING, "",
+              "Empty (Kafka's default): no authorization. kafka.security.authorizer.AclAuthorizer:"
+              " Kafka's ACLs, kept in ZooKeeper (/kafka-acl) in a cluster, in the log root's"
+              " acls.json for a single broker.",
+              validator=_authorizer_validator(), category="broker"),
+    ConfigKey("super.users", ConfigType.STRING, "",
+              "Principals allowed everything, separated by ';' (User:admin;User:broker).",
+              category="broker"),
+    ConfigKey("allow.everyone.if.no.acl.found", ConfigType.BOOLEAN, False,
+              "With an authorizer: whether a resource that no ACL names is open to everyone.",
               category="broker"),
     ConfigKey("socket.request.max.bytes", ConfigType.INT, 104857600,
               "Largest request frame accepted; a bigger one closes its connection.",

@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from logcore.wire.api_keys import (ADD_PARTITIONS_TO_TXN, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS,
-                                   DESCRIBE_TRANSACTIONS, FETCH, FIND_COORDINATOR, LIST_OFFSETS, METADATA,
-                                   OFFSET_COMMIT, OFFSET_FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE, TXN_OFFSET_COMMIT,
-                                   WRITE_TXN_MARKERS)
+from logcore.wire.api_keys import (ADD_PARTITIONS_TO_TXN, ALTER_CONFIGS, CONSUMER_GROUP_DESCRIBE, CREATE_ACLS,
+                                   CREATE_PARTITIONS, CREATE_TOPICS, DELETE_ACLS, DELETE_GROUPS, DELETE_RECORDS,
+                                   DELETE_TOPICS, DESCRIBE_ACLS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS,
+                                   DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, FETCH, FIND_COORDINATOR, INCREMENTAL_ALTER_CONFIGS,
+                                   LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH,
+                                   OFFSET_FOR_LEADER_EPOCH, PRODUCE, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
 from logcore.wire.protocol import Request, response_type
 
 
@@ -92,6 +94,43 @@ def error_response(req: Request, code: int, message: str, brokers: list[dict]) -
         out["transaction_states"] = [{"error_code": code, "transactional_id": tid, "transaction_state": "",
                                       "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
                                       "producer_epoch": -1, "topics": []} for tid in b.transactional_ids]
+    elif k == DELETE_RECORDS:
+        out["topics"] = [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "low_watermark": -1, "error_code": code}
+            for p in t.partitions]} for t in b.topics]
+    elif k == DESCRIBE_PRODUCERS:
+        out["topics"] = [{"name": t.name, "partitions": [
+            {"partition_index": p, "error_code": code, "error_message": message, "active_producers": []}
+            for p in t.partition_indexes]} for t in b.topics]
+    elif k == CREATE_PARTITIONS:
+        out["results"] = [{"name": t.name, "error_code": code, "error_message": message} for t in b.topics]
+    elif k == DELETE_GROUPS:
+        out["results"] = [{"group_id": g, "error_code": code} for g in b.groups_names]
+    elif k == DESCRIBE_GROUPS:
+        out["groups"] = [{"error_code": code, "error_message": message, "group_id": g, "group_state": "",
+                          "protocol_type": "", "protocol_data": "", "members": [],
+                          "authorized_operations": -(2 ** 31)} for g in b.groups]
+    elif k in (ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS):
+        out["responses"] = [{"error_code": code, "error_message": message, "resource_type": r.resource_type,
+                             "resource_name": r.resource_name} for r in b.resources]
+    elif k == CONSUMER_GROUP_DESCRIBE:
+        out["groups"] = [{"error_code": code, "error_message": message, "group_id": g, "group_state": "",
+                          "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+                          "authorized_operations": -(2 ** 31)} for g in b.group_ids]
+    elif k == DESCRIBE_LOG_DIRS:
+        out["results"] = []
+        if "error_code" in out:
+            out["results"] = [{"error_code": code, "log_dir": "", "topics": [], "total_bytes": -1,
+                               "usable_bytes": -1}]
+    elif k == OFFSET_DELETE:
+        out["error_code"], out["topics"] = code, []
+    elif k == CREATE_ACLS:
+        out["results"] = [{"error_code": code, "error_message": message} for _ in b.creations]
+    elif k == DELETE_ACLS:
+        out["filter_results"] = [{"error_code": code, "error_message": message, "matching_acls": []}
+                                 for _ in b.filters]
+    elif k == DESCRIBE_ACLS:
+        out["resources"] = []
     elif "error_code" not in out:
         return None
     if "error_message" in _fields(k, req.api_version):

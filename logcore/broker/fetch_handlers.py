@@ -18,6 +18,10 @@ from logcore.errors import CorruptRecordError, SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.metrics.topic_metrics import TopicMetrics
 from logcore.wire.protocol import Request
+from logcore.broker.access_rules import replica_id
+from logcore.security.acl import AclOperation
+
+READ = AclOperation.READ
 
 if TYPE_CHECKING:
     from logcore.broker.broker import Result
@@ -53,8 +57,10 @@ class FetchHandlers:
     """Over the broker's `config` and open `partitions`; `membership` gives the fetch checks
     (a broker alone's, or a cluster member's)."""
 
-    def __init__(self, config, partitions, membership, topic_metrics: TopicMetrics | None = None):
+    def __init__(self, config, partitions, membership, topic_metrics: TopicMetrics | None = None,
+                 access=None):
         self.config = config
+        self.access = access        # access_rules.RequestAccess: READ on each topic (None: everything)
         self.partitions = partitions
         self.membership = membership
         self.topic_metrics = topic_metrics or TopicMetrics()     # bytes out per topic (counted, not exported)
@@ -67,9 +73,9 @@ class FetchHandlers:
             # This broker never creates fetch sessions (it answers session_id 0).
             return {"throttle_time": 0, "error_code": E.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
                     "responses": []}
-        return self._fetch(body, v, req.correlation_id)
+        return self._fetch(body, v, req.correlation_id, req)
 
-    async def _fetch(self, body, v: int, correlation_id: int) -> EncodedResponse:
+    async def _fetch(self, body, v: int, correlation_id: int, req: Request) -> EncodedResponse:
         loop = asyncio.get_running_loop()
         isolation = "read_committed" if getattr(body, "isolation_level", 0) == 1 else "read_uncommitted"
         max_bytes = max(0, min(body.max_bytes, self.config["fetch.max.bytes"]))
@@ -77,12 +83,17 @@ class FetchHandlers:
         if self._fetch_names_unknown(body, v):
             await asyncio.to_thread(self.partitions.refresh_topics)   # created by another process?
         wanted: list[WantedPartition] = []
+        # A consumer needs READ on each topic; a follower was checked for CLUSTER_ACTION before.
+        consumer = self.access is not None and self.access.authorizer.enabled and replica_id(body) < 0
         for t in body.topics:
             if v >= 13:
                 name = self.partitions.topic_ids.get(t.topic_id.bytes)
                 tid = t.topic_id
             else:
                 name, tid = t.topic, self.partitions.topic_uuid(t.topic)
+            if consumer and name is not None and not self.access.topic_allowed(req, READ, name):
+                wanted.extend(WantedPartition(name, tid, p, None, E.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions)
+                continue
             for p in t.partitions:
                 part = self.partitions.get(name, p.partition) if name else None
                 error = E.NONE if part else (E.UNKNOWN_TOPIC_ID if name is None else E.UNKNOWN_TOPIC_OR_PARTITION)

@@ -231,7 +231,7 @@ class BrokerServer:
             return False
         started = time.perf_counter()
         try:
-            request = parse_request(frame, self.windows)
+            request = parse_request(frame, self.windows, client_host=_host(conn.peer))
         except (UnsupportedRequest, ProtocolError):
             return False
         try:
@@ -308,7 +308,7 @@ class BrokerServer:
     async def _dispatch(self, frame: bytearray, peer):
         started = time.perf_counter()
         try:
-            request = parse_request(frame, self.windows)
+            request = parse_request(frame, self.windows, client_host=_host(peer))
         except UnsupportedRequest as exc:
             if exc.api_key == API_VERSIONS:
                 # Kafka answers an ApiVersions version it does not know in v0, with the list.
@@ -375,6 +375,11 @@ class BrokerServer:
 
 
 _CLOSE = object()
+
+
+def _host(peer) -> str:
+    """The client's address as ACLs name hosts (the IP of a TCP peer)."""
+    return peer[0] if isinstance(peer, tuple) else str(peer or "")
 
 
 class ListenerError(SegLogError):

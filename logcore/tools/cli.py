@@ -26,7 +26,7 @@ from logcore.log.config import load_properties
 from logcore.tools.arguments import CommandParser, parse_storage_options
 from logcore.tools.broker_command import cmd_broker
 from logcore.tools.consume_command import cmd_consume
-from logcore.tools import consumer_groups_command, delete_records_command
+from logcore.tools import acls_command, consumer_groups_command, delete_records_command
 from logcore.tools.dump_command import cmd_dump
 from logcore.tools.leader_election_command import cmd_leader_election
 from logcore.tools.transactions_command import add_transactions_parser, cmd_transactions
@@ -486,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_transactions_parser(sub)
     consumer_groups_command.add_parser(sub, raw)
     delete_records_command.add_parser(sub, raw)
+    acls_command.add_parser(sub, raw)
 
     broker = sub.add_parser("broker", help="serve a log root over the Kafka protocol",
                             description="Run the sidecar broker (like kafka-server-start).",

@@ -1,0 +1,1 @@
+"""Security: listeners, TLS, SASL, credentials, the authorizer (ACLs) and quotas."""
