@@ -59,9 +59,11 @@ class Split:
 
 
 class RequestAccess:
-    def __init__(self, authorizer, brokers: Callable[[], list[dict]]):
+    def __init__(self, authorizer, brokers: Callable[[], list[dict]],
+                 topic_name_of: Callable[[Any], str | None] = lambda topic_id: None):
         self.authorizer = authorizer
         self.brokers = brokers
+        self.topic_name_of = topic_name_of      # a topic id (UUID) -> its name, or None
 
     # ------------------------------------------------------------------ the checks
     def denial(self, req: Request, op: Op, kind: R, name: str, code: int | None = None) -> Denial:
@@ -228,9 +230,14 @@ def _create_topic(a: RequestAccess, req: Request, item) -> Denial:
 
 def _delete_topic(a: RequestAccess, req: Request, item) -> Denial:
     name = item if isinstance(item, str) else item.name
-    if name is None:
-        return None               # by topic id: checked by the handler's name (see docs/security.md)
-    return a.denial(req, Op.DELETE, R.TOPIC, name)
+    if name is not None:
+        return a.denial(req, Op.DELETE, R.TOPIC, name)
+    # by topic id (v6): authorized on the name it resolves to; an id no topic has is answered
+    # UNKNOWN_TOPIC_ID by the handler only to a principal who may delete any topic
+    name = a.topic_name_of(item.topic_id)
+    if name is not None:
+        return a.denial(req, Op.DELETE, R.TOPIC, name)
+    return a.cluster(req, Op.DELETE, E.TOPIC_AUTHORIZATION_FAILED)
 
 
 def _config_resource(op: Op):

@@ -131,7 +131,7 @@ class Broker:
         # cluster (join_cluster); every request passes the rules of access_rules.py.
         self.authorizer = authorizer_for(config["authorizer.class.name"], lambda: RootAclStore(root.storage),
                                          config["super.users"], config["allow.everyone.if.no.acl.found"])
-        self.access = RequestAccess(self.authorizer, self._brokers)
+        self.access = RequestAccess(self.authorizer, self._brokers, self._topic_name_of)
         # A cluster member (zookeeper.connect): join_cluster changes it before the broker serves.
         self.membership = Membership(_cluster_id(root))
         self.groups = GroupCoordinator(
@@ -344,6 +344,16 @@ class Broker:
         if answer is None:
             raise exc
         return answer
+
+    def _topic_name_of(self, topic_id) -> str | None:
+        """The name of the topic with this id (a UUID), or None (DeleteTopics by id is
+        authorized on the name it deletes)."""
+        rm = self.membership.replica_manager
+        if rm is None:
+            return self.partitions.topic_ids.get(topic_id.bytes)
+        from logcore.log.partition_metadata import parse_topic_id
+        return next((n for n, ta in rm.assignments.items()
+                     if ta.topic_id and parse_topic_id(ta.topic_id) == topic_id), None)
 
     def _brokers(self) -> list[dict]:
         return [{"node_id": self.node_id, "host": self.host, "port": self.port, "rack": None}]

@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import inspect
 import threading
+import uuid
 
 import pytest
 
@@ -81,6 +82,7 @@ REQUESTS = [
                                          "assignments": [], "configs": []}], "timeout": 5000,
                              "validate_only": True}),
     ("DeleteTopics", 20, 6, {"topics": [{"name": "no-such-topic", "topic_id": ZERO_UUID}], "timeout": 5000}),
+    ("DeleteTopics by id", 20, 6, {"topics": [{"name": None, "topic_id": uuid.UUID(int=12345)}], "timeout": 5000}),
     ("DeleteRecords", 21, 2, {"topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": 0}]}],
                               "timeout": 5000}),
     ("InitProducerId idempotent", 22, 4, {"transactional_id": None, "transaction_timeout": 60000,
