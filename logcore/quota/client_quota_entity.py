@@ -131,7 +131,7 @@ def check_quota_value(key: str, value: float) -> str:
     if whole:
         rounded = int(value + 1e-6)
         if abs(rounded - value) > 1e-6:
-            raise QuotaEntityError(f"Configuration {key} must be a Long value")
+            raise QuotaEntityError(f"{key} cannot be a fractional value.")
         return str(rounded)
     return repr(value)
 

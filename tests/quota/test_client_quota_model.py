@@ -32,7 +32,7 @@ def test_entity_paths_round_trip_sanitized():
 def test_values_as_kafka_stores_them():
     assert check_quota_value("producer_byte_rate", 1024.0) == "1024"
     assert check_quota_value("request_percentage", 200.0) == "200.0"
-    with pytest.raises(QuotaEntityError, match="must be a Long"):
+    with pytest.raises(QuotaEntityError, match="cannot be a fractional value"):
         check_quota_value("consumer_byte_rate", 10.5)
     with pytest.raises(QuotaEntityError, match="Invalid configuration key"):
         check_quota_value("producer_rate", 10)
