@@ -79,6 +79,10 @@ FORBIDDEN = {
     # the coordinators: above the log and replication (whose objects they take duck-typed), below
     # the broker, which hands requests to them
     "logcore.coordinator": ("logcore.broker", "logcore.maintenance", "logcore.tools", "pyspark_seglog"),
+    # the quotas: the broker wires them in (ZooKeeper through the cluster's znode layout)
+    "logcore.quota": ("logcore.log", "logcore.tiered", "logcore.cleaner", "logcore.replication",
+                      "logcore.coordinator", "logcore.broker", "logcore.maintenance", "logcore.tools",
+                      "logcore.wire", "pyspark_seglog"),
     # the metrics: read the broker's objects duck-typed (the broker wires them), know none of them
     "logcore.metrics": ("logcore.storage", "logcore.log", "logcore.tiered", "logcore.cleaner", "logcore.cluster",
                         "logcore.replication", "logcore.coordinator", "logcore.broker", "logcore.maintenance",

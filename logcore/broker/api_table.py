@@ -71,6 +71,9 @@ NOTES: dict[int, str] = {
     45: "moves replicas (docs/cluster.md, partition reassignment)",
     46: "the ongoing reassignments",
     47: "a group's offsets of a topic its members do not subscribe",
+    48: "client quotas by user and client id ([quotas.md](quotas.md)); exact, default and any matches, strict",
+    49: "producer_byte_rate, consumer_byte_rate, request_percentage; alone: in the log root, in a cluster:"
+        " ZooKeeper's /config/users and /config/clients",
     60: "the brokers, the cluster id and the controller (alone: itself)",
     61: "the active producers of a partition's producer state, from its leader",
     65: "`kafka-transactions describe`",

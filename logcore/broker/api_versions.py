@@ -56,6 +56,9 @@ SERVED: dict[int, tuple[str, int, int]] = {
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
     47: ("OffsetDelete", 0, 0),
+    # client quotas (quota_handlers.py)
+    48: ("DescribeClientQuotas", 0, 1),
+    49: ("AlterClientQuotas", 0, 1),
     # describe_handlers.py
     60: ("DescribeCluster", 0, 1),
     61: ("DescribeProducers", 0, 0),

@@ -41,6 +41,7 @@ from logcore.broker.maintenance import BrokerMaintenance
 from logcore.broker.membership import Membership
 from logcore.broker.partitions import PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
+from logcore.broker.quota_handlers import QuotaHandlers, ThrottledResponse
 from logcore.broker.reassignment_handlers import ReassignmentHandlers
 from logcore.broker.records_handlers import RecordsHandlers
 from logcore.broker import transaction_handlers
@@ -51,6 +52,9 @@ from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 from logcore.metrics.broker_metrics import BrokerMetrics
+from logcore.quota.client_quota_configs import ClientQuotaConfigs
+from logcore.quota.client_quotas import ClientQuotas
+from logcore.quota.root_quota_store import RootQuotaStore
 from logcore.security.acl_store import RootAclStore, ZooKeeperAclStore
 from logcore.security.authorizer import authorizer_for
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
@@ -163,8 +167,13 @@ class Broker:
         self.configs = ConfigHandlers(config, root, self.partitions)
         self.configs.start()
         self.maintenance.clean_listeners.append(self.metrics.cleaner.cleaned)
+        # Client quotas (logcore.quota, docs/quotas.md): read before serving, enforced per request
+        # (Produce here, Fetch in fetch_handlers, every request's handling time in the server).
+        self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"])
+        self.quota_configs = ClientQuotaConfigs(self.quotas, RootQuotaStore(root.storage))
+        self.quota_configs.start()
         self.fetching = FetchHandlers(config, self.partitions, self.membership, self.metrics.topics,
-                                      self.access)
+                                      self.access, self.quotas)
         self.group_api = GroupHandlers(self.groups, config, advertised, self.membership, self.transactions)
         self.cluster_api = ClusterHandlers(config, self.membership)
         self.reassignments = ReassignmentHandlers(self.membership)
@@ -186,6 +195,7 @@ class Broker:
             **self.transactions.handlers(),
             **self.describing.handlers(),
             **AclHandlers(self.authorizer).handlers(),
+            **QuotaHandlers(self.quota_configs).handlers(),
         }
         self.served = dict(SERVED)
         # KIP-848's consumer group protocol beside the classic one (consumer_group_handlers.py).
@@ -246,6 +256,8 @@ class Broker:
         self.configs.attach_cluster(store, replica_manager)
         if self.authorizer.enabled:
             self.authorizer.store = ZooKeeperAclStore(store.client)
+        from logcore.quota.zookeeper_quota_store import ZooKeeperQuotaStore
+        self.quota_configs.attach(ZooKeeperQuotaStore(store.client))
 
     def open(self) -> None:
         """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a
@@ -482,16 +494,19 @@ class Broker:
                 _produce_result(p.index, error, message=message) for p in t.partition_data]}
                 for t in body.topic_data], "throttle_time": 0}
         entries = self._submit_all(body, req)
+        # the producer's byte rate: the request's records, once per request (Kafka's request size)
+        throttle = self.quotas.produced(req, sum(len(pd.records or b"") for t in body.topic_data
+                                                 for pd in t.partition_data)) if self.quotas.active else 0
         if acks == 0:
             for entry in entries:
                 if entry.appended is not None:
                     entry.appended.add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
-            return None
+            return ThrottledResponse(None, throttle) if throttle else None
         if acks == -1 and self.replication.replicates and any(e.appended is not None for e in entries):
-            return self._finish_replicated_produce(entries, req)
+            return self._finish_replicated_produce(entries, req, throttle)
         if all(e.appended is None or e.appended.done() for e in entries):
-            return self._produce_response(entries, req)       # committed on the loop already
-        return self._finish_produce(entries, req)
+            return self._produce_response(entries, req, None, throttle)       # committed on the loop already
+        return self._finish_produce(entries, req, throttle)
 
     def _submit_all(self, body, req: Request) -> list[ProduceEntry]:
         """Queue every partition's batch now (keeping this connection's order); errors found
@@ -534,11 +549,11 @@ class Broker:
                         produced(name, records)
         return out
 
-    async def _finish_produce(self, entries, req: Request) -> bytes:
+    async def _finish_produce(self, entries, req: Request, throttle: int = 0) -> bytes | ThrottledResponse:
         await _appended(entries)
-        return self._produce_response(entries, req)
+        return self._produce_response(entries, req, None, throttle)
 
-    async def _finish_replicated_produce(self, entries, req: Request) -> bytes:
+    async def _finish_replicated_produce(self, entries, req: Request, throttle: int = 0) -> bytes | ThrottledResponse:
         """acks=all in a cluster: once appended, each batch waits until the high watermark
         passes it (replication.md 1.8), all of them within the request's timeout."""
         await _appended(entries)
@@ -567,11 +582,13 @@ class Broker:
                 overrides[i] = E.REQUEST_TIMED_OUT          # the records may still commit
             elif w.result() != E.NONE:
                 overrides[i] = w.result()
-        return self._produce_response(entries, req, overrides)
+        return self._produce_response(entries, req, overrides, throttle)
 
-    def _produce_response(self, entries, req: Request, overrides: dict | None = None) -> bytes:
+    def _produce_response(self, entries, req: Request, overrides: dict | None = None,
+                          throttle: int = 0) -> bytes | ThrottledResponse:
         """The encoded response, once every submitted batch's future is done. `overrides`:
-        entry index -> error code for appended batches that did not replicate (acks=all)."""
+        entry index -> error code for appended batches that did not replicate (acks=all);
+        `throttle`: the client's throttle time (ms) under its producer quota."""
         by_topic: dict[str, list] = {}
         for i, entry in enumerate(entries):
             topic, index, part, fut = entry.topic, entry.index, entry.part, entry.appended
@@ -602,7 +619,8 @@ class Broker:
                 by_topic[topic] = [result]
             else:
                 results.append(result)
-        return encode_produce_results(req.correlation_id, req.api_version, list(by_topic.items()))
+        encoded = encode_produce_results(req.correlation_id, req.api_version, list(by_topic.items()), throttle)
+        return ThrottledResponse(encoded, throttle) if throttle else encoded
 
     def _leader_partition(self, topic: str, index: int, request):
         """(Partition, NONE) when this broker serves `topic`-`index` to clients, else (None or the

@@ -283,6 +283,17 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("fetch.max.bytes", ConfigType.INT, 57671680,
               "Cap on a fetch response's size whatever the client asks.", validator=at_least(1024),
               category="broker"),
+    # client quotas and replication throttles (docs/quotas.md): the windows their rates span
+    ConfigKey("quota.window.num", ConfigType.INT, 11,
+              "Sample windows a client's quota rate is measured over.", validator=at_least(2),
+              category="broker"),
+    ConfigKey("quota.window.size.seconds", ConfigType.INT, 1,
+              "Length of one client quota sample window.", validator=at_least(1), category="broker"),
+    ConfigKey("replication.quota.window.num", ConfigType.INT, 11,
+              "Sample windows the replication throttles' rates are measured over.", validator=at_least(2),
+              category="cluster"),
+    ConfigKey("replication.quota.window.size.seconds", ConfigType.INT, 1,
+              "Length of one replication throttle sample window.", validator=at_least(1), category="cluster"),
     ConfigKey("metrics.listener", ConfigType.STRING, "",
               "http://host:port of the Prometheus endpoint (docs/metrics.md; port 0 picks a free"
               " port); empty: no endpoint.", validator=_metrics_listener_validator(), category="broker"),

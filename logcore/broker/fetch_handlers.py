@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from logcore.wire import error_codes as E
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
-from logcore.broker.cluster_fetch import DivergedPartition, ElsewherePartition, reads_any_replica
+from logcore.broker.cluster_fetch import (DivergedPartition, ElsewherePartition, reads_any_replica,
+                                          replica_id_of)
+from logcore.broker.quota_handlers import ThrottledResponse
 from logcore.broker.wanted_partition import WantedPartition
 from logcore.errors import CorruptRecordError, SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.metrics.topic_metrics import TopicMetrics
+from logcore.quota.client_quotas import ClientQuotas
 from logcore.wire.protocol import Request
 from logcore.broker.access_rules import replica_id
 from logcore.security.acl import AclOperation
@@ -55,15 +58,16 @@ SENDFILE_MIN_BYTES = 64 * 1024
 
 class FetchHandlers:
     """Over the broker's `config` and open `partitions`; `membership` gives the fetch checks
-    (a broker alone's, or a cluster member's)."""
+    (a broker alone's, or a cluster member's); `quotas` the consumers' byte rates."""
 
     def __init__(self, config, partitions, membership, topic_metrics: TopicMetrics | None = None,
-                 access=None):
+                 access=None, quotas: ClientQuotas | None = None):
         self.config = config
         self.access = access        # access_rules.RequestAccess: READ on each topic (None: everything)
         self.partitions = partitions
         self.membership = membership
         self.topic_metrics = topic_metrics or TopicMetrics()     # bytes out per topic (counted, not exported)
+        self.quotas = quotas or ClientQuotas()
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, req: Request) -> Result:
@@ -73,12 +77,28 @@ class FetchHandlers:
             # This broker never creates fetch sessions (it answers session_id 0).
             return {"throttle_time": 0, "error_code": E.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
                     "responses": []}
+        if self.quotas.active and replica_id_of(body, v) < 0:
+            return self._fetch_within_quota(req)
         return self._fetch(body, v, req.correlation_id, req)
 
-    async def _fetch(self, body, v: int, correlation_id: int, req: Request) -> EncodedResponse:
+    async def _fetch_within_quota(self, req: Request) -> EncodedResponse | ThrottledResponse:
+        """A consumer's fetch under its consumer_byte_rate (followers have none): at most the
+        quota's bytes over the measured span, the response's size recorded; over the quota it
+        is answered empty with the throttle time, as Kafka does."""
+        limit = self.quotas.fetch_limit(req)
+        response = await self._fetch(req.body, req.api_version, req.correlation_id, req, limit)
+        throttle = self.quotas.fetched(req, response.size)
+        if not throttle:
+            return response
+        response.close()
+        return ThrottledResponse(encode_fetch_response(req.correlation_id, req.api_version, {
+            "throttle_time": throttle, "error_code": E.NONE, "session_id": 0, "responses": []}), throttle)
+
+    async def _fetch(self, body, v: int, correlation_id: int, req: Request,
+                     limit: int | None = None) -> EncodedResponse:
         loop = asyncio.get_running_loop()
         isolation = "read_committed" if getattr(body, "isolation_level", 0) == 1 else "read_uncommitted"
-        max_bytes = max(0, min(body.max_bytes, self.config["fetch.max.bytes"]))
+        max_bytes = max(0, min(body.max_bytes, self.config["fetch.max.bytes"], limit or body.max_bytes))
         deadline = loop.time() + max(0.0, body.max_wait.total_seconds())
         if self._fetch_names_unknown(body, v):
             await asyncio.to_thread(self.partitions.refresh_topics)   # created by another process?

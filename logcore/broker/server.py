@@ -24,6 +24,7 @@ from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.framing import ConnectionLimits, FrameConnection, RequestMemory
 from logcore.broker.log_dir_failure import HaltProcess, LogDirFailureChannel, RecordedStop
+from logcore.broker.quota_handlers import ThrottledResponse
 from logcore.errors import SegLogError
 from logcore.log.file_slice import FileSlice
 from logcore.log.log_root import LogRoot
@@ -227,7 +228,8 @@ class BrokerServer:
         else (another API, a frame that does not parse, a full response queue) is left to the
         reader, which reports errors as usual."""
         queue, sending = conn.responses, conn.sending
-        if queue is None or queue.full() or len(frame) < 2 or frame[0] != 0 or frame[1] != PRODUCE:
+        if queue is None or queue.full() or len(frame) < 2 or frame[0] != 0 or frame[1] != PRODUCE \
+                or sending.muted_until:      # a throttled client: the reader waits out the mute
             return False
         started = time.perf_counter()
         try:
@@ -240,12 +242,14 @@ class BrokerServer:
             logger.exception("connection %s: unexpected error; closing it", conn.peer)
             conn.close()
             return True
+        if self.broker.quotas.active or type(result) is ThrottledResponse:
+            result = self._charged(request, started, result, sending)
         if result is None or not inspect.isawaitable(result):
             self._requests.done(PRODUCE, started, response_errors(result))
         if result is None:
             return True
         if inspect.isawaitable(result):
-            queue.put_nowait((request, asyncio.ensure_future(self._timed(PRODUCE, started, result))))
+            queue.put_nowait((request, asyncio.ensure_future(self._timed(PRODUCE, started, result, sending))))
             return True
         item = (request, result)
         if not sending.busy and queue.empty() and not conn.write_paused:
@@ -267,7 +271,9 @@ class BrokerServer:
                 frame = await conn.read_frame(self.idle_timeout)
                 if frame is None:
                     break
-                item = await self._dispatch(frame, peer)
+                if sending.muted_until:
+                    await sending.unmuted()
+                item = await self._dispatch(frame, peer, sending)
                 if item is _CLOSE:
                     break
                 if item is None:
@@ -294,18 +300,37 @@ class BrokerServer:
             conn.close()
             self.connections.discard(task)
 
-    async def _timed(self, api_key: int, started: float, pending):
+    async def _timed(self, api_key: int, started: float, pending, sending: _Sending):
         """A request answered later (a produce waiting for its commit, a long-polling fetch):
-        counted when its response is ready, before the sender can write it."""
+        counted when its response is ready, before the sender can write it; a throttled
+        client's connection muted from then on."""
         try:
             result = await pending
         except Exception:
             self._requests.done(api_key, started)
             raise
+        if type(result) is ThrottledResponse:
+            sending.mute(result.throttle_ms)
+            result = result.response
         self._requests.done(api_key, started, response_errors(result))
         return result
 
-    async def _dispatch(self, frame: bytearray, peer):
+    def _charged(self, request, started: float, result, sending: _Sending):
+        """Client quotas in force: the request's handling time counted against its
+        request_percentage, and the response's throttle time (the larger of that quota's and
+        the one a handler answered for a byte rate) written into a dict response; the
+        connection is then muted for it. Returns the response to send."""
+        throttle = self.broker.quotas.handled(request, time.perf_counter() - started)
+        if type(result) is ThrottledResponse:
+            throttle = max(throttle, result.throttle_ms)
+            result = result.response
+        if throttle:
+            if isinstance(result, dict) and "throttle_time" in result:
+                result["throttle_time"] = max(throttle, result["throttle_time"] or 0)
+            sending.mute(throttle)
+        return result
+
+    async def _dispatch(self, frame: bytearray, peer, sending: _Sending):
         started = time.perf_counter()
         try:
             request = parse_request(frame, self.windows, client_host=_host(peer))
@@ -324,11 +349,13 @@ class BrokerServer:
             logger.warning("connection %s: %s; closing the connection", peer, exc)
             return _CLOSE
         result = await self.broker.handle(request)
+        if self.broker.quotas.active or type(result) is ThrottledResponse:
+            result = self._charged(request, started, result, sending)
         if isinstance(result, (bytes, dict)):       # the common answers (isawaitable is an ABC check)
             self._requests.done(request.api_key, started, response_errors(result))
             return (request, result)
         if inspect.isawaitable(result):
-            return (request, asyncio.ensure_future(self._timed(request.api_key, started, result)))
+            return (request, asyncio.ensure_future(self._timed(request.api_key, started, result, sending)))
         self._requests.done(request.api_key, started)
         if result is None:
             return None
@@ -424,8 +451,19 @@ async def _renew_claim(claim: OwnerClaim) -> None:
 
 
 class _Sending:
-    """Whether a connection's sender task is working on a response (else it waits for one)."""
+    """Whether a connection's sender task is working on a response (else it waits for one),
+    and until when its reader is muted: a client over a quota is answered at once with the
+    throttle time, then nothing more is read from it until that time has passed (KIP-219)."""
     busy = False
+    muted_until = 0.0             # time.monotonic(); 0: not muted
+
+    def mute(self, throttle_ms: int) -> None:
+        self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000.0)
+
+    async def unmuted(self) -> None:
+        while (delay := self.muted_until - time.monotonic()) > 0:   # a later response may extend it
+            await asyncio.sleep(delay)
+        self.muted_until = 0.0
 
 
 def _encoded(request, result: dict | bytes) -> bytes:

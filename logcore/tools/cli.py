@@ -216,11 +216,27 @@ _EXAMPLES_CONFIGS = """examples:
   seglog configs --bootstrap-server 127.0.0.1:9092 --entity-type brokers --entity-default \\
       --alter --add-config log.retention.ms=86400000
   seglog configs --bootstrap-server 127.0.0.1:9092 --entity-type brokers --entity-name 1 --describe
+  seglog configs --bootstrap-server 127.0.0.1:9092 --entity-type clients --entity-name slow \\
+      --alter --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152
+  seglog configs --bootstrap-server 127.0.0.1:9092 --entity-type users --entity-name alice \\
+      --entity-type clients --entity-default --describe
 
 A broker applies a change at once to its open logs. Dynamic broker configs are the log defaults
 under Kafka's broker names (log.retention.ms, log.segment.bytes, log.cleanup.policy,
-message.max.bytes, min.insync.replicas, ...); the other broker settings are static.
+message.max.bytes, min.insync.replicas, ...); the other broker settings are static. Client
+quotas (users, clients): docs/quotas.md.
 """
+
+
+class _EntityPart(argparse.Action):
+    """--entity-type / --entity-name / --entity-default, also kept in order (`entity_parts`):
+    kafka-configs pairs each --entity-type with the name or default given after it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        value = True if self.nargs == 0 else values
+        namespace.entity_parts = [*(getattr(namespace, "entity_parts", None) or []), (self.dest, value)]
+        setattr(namespace, self.dest, value)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
@@ -286,10 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_argument("--bootstrap-server", metavar="H:P",
                          help="go through a Kafka-protocol broker (seglog broker or Apache Kafka) instead")
     _add_storage_option(configs)
-    configs.add_argument("--entity-type", required=True, choices=sorted(["topics", "brokers"]))
-    configs.add_argument("--entity-name", metavar="NAME", help="the topic, or the broker id")
-    configs.add_argument("--entity-default", action="store_true",
-                         help="the cluster-wide default of --entity-type brokers")
+    configs.add_argument("--entity-type", required=True, choices=sorted(["topics", "brokers", "users", "clients"]),
+                         action=_EntityPart, help="users and clients (client quotas) may be given together")
+    configs.add_argument("--entity-name", metavar="NAME", action=_EntityPart,
+                         help="the topic, the broker id, the user or the client id")
+    configs.add_argument("--entity-default", nargs=0, default=False, action=_EntityPart,
+                         help="the cluster-wide default of --entity-type brokers, users or clients")
     configs.add_argument("--describe", action="store_true", help="list the dynamic configs (--all: every config)")
     configs.add_argument("--all", action="store_true", help="with --describe: every config, with its source")
     configs.add_argument("--alter", action="store_true", help="change configs (--add-config, --delete-config)")

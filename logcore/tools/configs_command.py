@@ -1,6 +1,9 @@
 """`seglog configs`: describe and alter topic and broker configs, with kafka-configs' flags and
 output (--entity-type topics|brokers, --entity-name / --entity-default, --describe [--all],
---alter --add-config k=v,k2=[a,b] --delete-config k).
+--alter --add-config k=v,k2=[a,b] --delete-config k), and client quotas (--entity-type users
+and/or clients, each followed by its --entity-name or --entity-default, as kafka-configs pairs
+them; through a broker: DescribeClientQuotas and AlterClientQuotas; on a log root: its
+seglog-client-quotas.json).
 
 With --bootstrap-server it goes through a Kafka-protocol broker (seglog broker or Apache
 Kafka): DescribeConfigs and IncrementalAlterConfigs. On a log root (ROOT, or --root) it works on
@@ -57,6 +60,8 @@ def requested_changes(args) -> list[tuple[str, int, str | None]]:
 
 def cmd_configs(args, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    if any(kind in QUOTA_TYPES for kind, _ in quota_entity_args(args)):
+        return cmd_client_quotas(args, out)
     kind = KINDS[args.entity_type]
     if args.describe == args.alter:
         raise InvalidConfigError("give exactly one of --describe, --alter")
@@ -197,3 +202,137 @@ def _list_default(name: str) -> str | None:
     key = CONFIG_KEYS.get(name)
     return key.format(key.default) if key is not None and key.type is ConfigType.LIST else None
 
+
+
+# ---------------------------------------------------------------------- client quotas
+QUOTA_TYPES = {"users": "user", "clients": "client-id"}
+_MATCH_EXACT, _MATCH_DEFAULT, _MATCH_ANY = 0, 1, 2
+
+
+def quota_entity_args(args) -> list[tuple[str, object]]:
+    """(entity type, name / None for --entity-default / False for neither) in the order given:
+    kafka-configs pairs each --entity-type with the --entity-name or --entity-default after it."""
+    parts = getattr(args, "entity_parts", None)
+    if not parts:
+        name = None if args.entity_default else (args.entity_name if args.entity_name is not None else False)
+        return [(args.entity_type, name)]
+    out: list[list] = []
+    for dest, value in parts:
+        if dest == "entity_type":
+            out.append([value, False])
+        elif not out:
+            raise InvalidConfigError("--entity-name and --entity-default follow the --entity-type they name")
+        elif out[-1][1] is not False:
+            raise InvalidConfigError(f"--entity-type {out[-1][0]} is given two names")
+        else:
+            out[-1][1] = None if dest == "entity_default" else value
+    return [(kind, name) for kind, name in out]
+
+
+def cmd_client_quotas(args, out: TextIO) -> int:
+    """kafka-configs on users and clients: --alter --add-config producer_byte_rate=1024
+    --delete-config k, or --describe."""
+    entities = quota_entity_args(args)
+    kinds = [kind for kind, _ in entities]
+    if any(kind not in QUOTA_TYPES for kind in kinds) or len(set(kinds)) != len(kinds):
+        raise InvalidConfigError("client quota entities are --entity-type users and/or clients, each once"
+                                 f" (not {', '.join(kinds)})")
+    if kinds == ["clients", "users"]:
+        entities.reverse()               # users first, as kafka-configs names them
+    if args.describe == args.alter:
+        raise InvalidConfigError("give exactly one of --describe, --alter")
+    if args.describe and (args.add_config or args.delete_config):
+        raise InvalidConfigError("--add-config and --delete-config apply to --alter only")
+    if args.all:
+        raise InvalidConfigError("--all applies to topics and brokers")
+    root_url = args.root or getattr(args, "root_path", None)
+    if args.bootstrap_server and root_url:
+        raise InvalidConfigError("give a log root or --bootstrap-server, not both")
+    if not args.bootstrap_server and not root_url:
+        raise InvalidConfigError("give a log root (seglog configs ROOT ...) or --bootstrap-server H:P")
+    quotas = RootQuotas(root_url, args.storage_option) if root_url else BrokerQuotas(args.bootstrap_server)
+    try:
+        if args.alter:
+            if any(name is False for _, name in entities):
+                raise InvalidConfigError("--alter needs --entity-name or --entity-default after each --entity-type")
+            ops = []
+            for text in args.add_config or []:
+                for key, value in parse_add_config(text):
+                    try:
+                        ops.append((key, float(value)))
+                    except ValueError:
+                        raise InvalidConfigError(f"--add-config {key}={value}: a quota is a number") from None
+            ops += [(k.strip(), None) for text in args.delete_config or [] for k in text.split(",") if k.strip()]
+            if not ops:
+                raise InvalidConfigError("--alter needs --add-config k=v and/or --delete-config k")
+            check_no_duplicates(key for key, _ in ops)
+            quotas.alter([(QUOTA_TYPES[kind], name) for kind, name in entities], ops)
+            kind, name = entities[0]
+            out.write(f"Completed updating config for {kind[:-1]} {name}.\n" if name is not None else
+                      f"Completed updating default config for {kind} in the cluster.\n")
+            return 0
+        components = [(QUOTA_TYPES[kind], _MATCH_ANY if name is False else _MATCH_DEFAULT if name is None
+                       else _MATCH_EXACT, name if isinstance(name, str) else None) for kind, name in entities]
+        for parts, values in quotas.describe(components, True):
+            settings = ", ".join(f"{k}={_java_double(v)}" for k, v in sorted(values.items()))
+            out.write(f"Quota configs for {_entity_words(parts)} are {settings}\n")
+        return 0
+    finally:
+        quotas.close()
+
+
+def _entity_words(parts) -> str:
+    words = {"user": "user-principal", "client-id": "client-id"}
+    return ", ".join(f"the default {words[kind]}" if name is None else f"{words[kind]} '{name}'"
+                     for kind, name in parts)
+
+
+def _java_double(value: float) -> str:
+    """As Java's Double.toString writes it (what kafka-configs prints): 1024.0, 12.5, 1.0E7."""
+    if value != 0 and not 1e-3 <= abs(value) < 1e7:
+        mantissa, _, exponent = f"{value:.16e}".partition("e")
+        mantissa = mantissa.rstrip("0")
+        return f"{mantissa}0E{int(exponent)}" if mantissa.endswith(".") else f"{mantissa}E{int(exponent)}"
+    return repr(float(value))
+
+
+class BrokerQuotas:
+    """Through a broker (DescribeClientQuotas, AlterClientQuotas)."""
+
+    def __init__(self, servers: str):
+        from logcore.tools.client_quota_admin import ClientQuotaAdmin
+        self.admin = ClientQuotaAdmin(servers)
+
+    def close(self) -> None:
+        self.admin.close()
+
+    def describe(self, components, strict: bool):
+        return self.admin.describe(components, strict)
+
+    def alter(self, parts, ops) -> None:
+        self.admin.alter(parts, ops)
+
+
+class RootQuotas:
+    """On a log root's seglog-client-quotas.json (refused while a broker serves the root)."""
+
+    def __init__(self, url: str, storage_options):
+        from logcore.log.log_root import LogRoot
+        from logcore.quota.client_quota_configs import ClientQuotaConfigs
+        from logcore.quota.client_quotas import ClientQuotas
+        from logcore.quota.root_quota_store import RootQuotaStore
+        from logcore.tools.arguments import parse_storage_options
+        import logcore.tiered  # noqa: F401 - the remote tier roots
+        self.root = LogRoot.open(url, storage_options=parse_storage_options(storage_options))
+        self.configs = ClientQuotaConfigs(ClientQuotas(), RootQuotaStore(self.root.storage))
+
+    def close(self) -> None:
+        self.root.close()
+
+    def describe(self, components, strict: bool):
+        return [(entity.parts(), values) for entity, values in self.configs.describe(components, strict)]
+
+    def alter(self, parts, ops) -> None:
+        self.root.check_not_served("cannot alter its client quotas", "alter them through the broker: seglog"
+                                   " configs --bootstrap-server HOST:PORT with the same flags")
+        self.configs.alter(parts, [(key, value, value is None) for key, value in ops], False)
