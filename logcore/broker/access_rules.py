@@ -214,6 +214,8 @@ WHOLE: dict[int, Callable[[RequestAccess, Request], Denial]] = {
     K.OFFSET_DELETE: _group(Op.DELETE),
     K.DESCRIBE_CLUSTER: lambda a, req: a.cluster(req, Op.DESCRIBE),
     K.CONSUMER_GROUP_HEARTBEAT: _heartbeat_848,
+    K.DESCRIBE_CLIENT_QUOTAS: lambda a, req: a.cluster(req, Op.DESCRIBE_CONFIGS),
+    K.ALTER_CLIENT_QUOTAS: lambda a, req: a.cluster(req, Op.ALTER_CONFIGS),
 }
 
 

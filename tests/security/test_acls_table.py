@@ -124,6 +124,10 @@ REQUESTS = [
     ("AlterConfigs", 33, 2, {"resources": [{"resource_type": 2, "resource_name": TOPIC, "configs": []}],
                              "validate_only": True}),
     ("DescribeLogDirs", 35, 4, {"topics": None}),
+    ("DescribeClientQuotas", 48, 1, {"components": [], "strict": False}),
+    ("AlterClientQuotas", 49, 1, {"validate_only": True, "entries": [
+        {"entity": [{"entity_type": "client-id", "entity_name": "c"}],
+         "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}]}),
     ("CreatePartitions", 37, 3, {"topics": [{"name": TOPIC, "count": 2, "assignments": None}],
                                  "timeout": 5000, "validate_only": True}),
     ("DeleteGroups", 42, 2, {"groups_names": ["no-such-group"]}),
