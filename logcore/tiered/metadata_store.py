@@ -75,9 +75,10 @@ class RemoteLogMetadataStore:
 
     def __init__(self, storage: Storage, topic: str, topic_id: uuid.UUID, partition: int, *,
                  custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES,
-                 snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL):
+                 snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL, read_only_reason: str | None = None):
         """snapshot_interval: records between snapshots written by this store (0: none; a
-        snapshot others wrote is read either way)."""
+        snapshot others wrote is read either way). read_only_reason: writes are refused with
+        it (another store is the source of truth and writes this one)."""
         if snapshot_interval < 0:
             raise RemoteStorageError(f"snapshot_interval must be >= 0, got {snapshot_interval}")
         self.storage = storage
@@ -85,6 +86,7 @@ class RemoteLogMetadataStore:
         self.folder = storage.join(partition_prefix(self.topic_id_partition), METADATA_FOLDER)
         self.custom_metadata_max_bytes = custom_metadata_max_bytes
         self.snapshot_interval = snapshot_interval
+        self.read_only_reason = read_only_reason
         self._states = RemoteSegmentStates(self.topic_id_partition)
         self._next_seq = 0
         self._opened = False
@@ -195,6 +197,9 @@ class RemoteLogMetadataStore:
     def get(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata:
         return self._states.get(segment_id)
 
+    def find(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
+        return self._states.find(segment_id)
+
     def list_segments(self, state: RemoteLogSegmentState | Iterable[RemoteLogSegmentState] | None = FINISHED,
                       *, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
         """Segments in the given state(s) (None: every state), by start offset then event time."""
@@ -242,6 +247,8 @@ class RemoteLogMetadataStore:
 
     def _append(self, kind: str, check) -> RemoteLogSegmentMetadata:
         """check() -> (the answer when nothing is to be written, else None; the record's metadata)."""
+        if self.read_only_reason is not None:
+            raise RemoteStorageError(self.read_only_reason)
         with self._lock:
             for _ in range(_MAX_RACE_RETRIES):
                 self._refresh_locked()
