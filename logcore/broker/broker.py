@@ -50,6 +50,7 @@ from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 from logcore.metrics.broker_metrics import BrokerMetrics
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+from logcore.tiered.config import TOPIC_BASED_RLMM_CLASS
 from logcore.wire.list_offsets import (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
                                        MAX_TIMESTAMP)
 from logcore.wire.produce_codec import encode_produce_results
@@ -122,6 +123,7 @@ class Broker:
         self.background: set[asyncio.Task] = set()
         # A cluster member (zookeeper.connect): join_cluster changes it before the broker serves.
         self.membership = Membership(_cluster_id(root))
+        self.metadata_topic = None      # __remote_log_metadata's client (join_cluster)
         self.groups = GroupCoordinator(
             self.partitions, self._ensure_offsets_topic,
             num_partitions=config["offsets.topic.num.partitions"],
@@ -230,6 +232,12 @@ class Broker:
                               46: self.reassignments.list_partition_reassignments})
         self.served.update(CLUSTER_SERVED)
         self.configs.attach_cluster(store, replica_manager)
+        # TopicBasedRemoteLogMetadataManager: remote segment metadata in __remote_log_metadata.
+        tier = self.root.remote_tier()
+        if tier is not None and tier.config.metadata_manager_class_name == TOPIC_BASED_RLMM_CLASS:
+            from logcore.broker.remote_metadata_topic import ClusterMetadataTopic
+            self.metadata_topic = ClusterMetadataTopic(tier.config, replica_manager, catalog, self.node_id)
+            tier.attach_metadata_topic(self.metadata_topic)
 
     def open(self) -> None:
         """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a
@@ -257,6 +265,8 @@ class Broker:
         await asyncio.to_thread(self.maintenance.stop)
 
     def close(self) -> None:
+        if self.metadata_topic is not None:
+            self.metadata_topic.close()
         self.partitions.close()
 
     def _ensure_offsets_topic(self) -> None:
