@@ -50,7 +50,6 @@ from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 from logcore.metrics.broker_metrics import BrokerMetrics
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
-from logcore.tiered.config import TOPIC_BASED_RLMM_CLASS
 from logcore.wire.list_offsets import (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
                                        MAX_TIMESTAMP)
 from logcore.wire.produce_codec import encode_produce_results
@@ -233,11 +232,8 @@ class Broker:
         self.served.update(CLUSTER_SERVED)
         self.configs.attach_cluster(store, replica_manager)
         # TopicBasedRemoteLogMetadataManager: remote segment metadata in __remote_log_metadata.
-        tier = self.root.remote_tier()
-        if tier is not None and tier.config.metadata_manager_class_name == TOPIC_BASED_RLMM_CLASS:
-            from logcore.broker.remote_metadata_topic import ClusterMetadataTopic
-            self.metadata_topic = ClusterMetadataTopic(tier.config, replica_manager, catalog, self.node_id)
-            tier.attach_metadata_topic(self.metadata_topic)
+        from logcore.broker.remote_metadata_topic import attach_metadata_topic
+        self.metadata_topic = attach_metadata_topic(self.root.remote_tier(), replica_manager, catalog, self.node_id)
 
     def open(self) -> None:
         """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a

@@ -20,13 +20,12 @@ import threading
 import time
 
 from logcore.errors import RemoteStorageError, SegLogError, TopicExistsError
-from logcore.records.batch import decode_records, iter_batches
-from logcore.tiered.config import TieredConfig
+from logcore.records.batch import build_batch, decode_records, iter_batches
+from logcore.tiered.config import TOPIC_BASED_RLMM_CLASS, TieredConfig
 from logcore.tiered.metadata_records import TOPIC
 from logcore.wire import error_codes as E
 from logcore.wire.api_keys import FETCH, PRODUCE
 from logcore.wire.client import KafkaConnection, KafkaConnectionError, error_name
-from logcore.records.batch import build_batch
 
 logger = logging.getLogger(__name__)
 _RETRY = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.LEADER_NOT_AVAILABLE, E.FENCED_LEADER_EPOCH,
@@ -174,6 +173,16 @@ class ClusterMetadataTopic:
             for conn in self._connections.values():
                 conn.close()
             self._connections.clear()
+
+
+def attach_metadata_topic(tier, replica_manager, catalog, node_id: int) -> ClusterMetadataTopic | None:
+    """With TopicBasedRemoteLogMetadataManager, the cluster's `__remote_log_metadata` attached to
+    the root's remote tier `tier` (before the partitions open); else None."""
+    if tier is None or tier.config.metadata_manager_class_name != TOPIC_BASED_RLMM_CLASS:
+        return None
+    client = ClusterMetadataTopic(tier.config, replica_manager, catalog, node_id)
+    tier.attach_metadata_topic(client)
+    return client
 
 
 def _records(data: bytes, offset: int, source: str) -> list[tuple[int, bytes]]:
