@@ -138,6 +138,7 @@ class Broker:
         self.access = RequestAccess(self.authorizer, self._brokers, self._topic_name_of)
         # A cluster member (zookeeper.connect): join_cluster changes it before the broker serves.
         self.membership = Membership(_cluster_id(root))
+        self.metadata_topic = None      # __remote_log_metadata's client (join_cluster)
         self.groups = GroupCoordinator(
             self.partitions, self._ensure_offsets_topic,
             num_partitions=config["offsets.topic.num.partitions"],
@@ -258,6 +259,9 @@ class Broker:
             self.authorizer.store = ZooKeeperAclStore(store.client)
         from logcore.quota.zookeeper_quota_store import ZooKeeperQuotaStore
         self.quota_configs.attach(ZooKeeperQuotaStore(store.client))
+        # TopicBasedRemoteLogMetadataManager: remote segment metadata in __remote_log_metadata.
+        from logcore.broker.remote_metadata_topic import attach_metadata_topic
+        self.metadata_topic = attach_metadata_topic(self.root.remote_tier(), replica_manager, catalog, self.node_id)
 
     def open(self) -> None:
         """Open every partition (blocking) and rebuild the groups from __consumer_offsets (a
@@ -286,6 +290,8 @@ class Broker:
         await asyncio.to_thread(self.maintenance.stop)
 
     def close(self) -> None:
+        if self.metadata_topic is not None:
+            self.metadata_topic.close()
         self.partitions.close()
 
     def _ensure_offsets_topic(self) -> None:

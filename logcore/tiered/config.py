@@ -34,9 +34,8 @@ RLMM_PREFIX = "rlmm.config."
 # implements (a Kafka broker.properties may name either; any other is refused).
 FSSPEC_RSM_CLASS = "logcore.tiered.fsspec_rsm.FsspecRemoteStorageManager"
 RSM_CLASSES = ("", FSSPEC_RSM_CLASS, AIVEN_RSM_CLASS)
-# The remote log metadata managers: seglog's metadata store in the remote tier, and the name of
-# Kafka's topic-based manager, whose role (one view of every partition's remote segments shared
-# by all brokers, a new leader included) seglog's shared store plays (docs/tiered-storage.md).
+# The remote log metadata managers: seglog's metadata store in the remote tier, and Kafka's
+# topic-based manager, __remote_log_metadata on a cluster (tiered/metadata_policy.py).
 STORE_RLMM_CLASS = "logcore.tiered.metadata_store.RemoteLogMetadataStore"
 TOPIC_BASED_RLMM_CLASS = "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager"
 RLMM_CLASSES = ("", STORE_RLMM_CLASS, TOPIC_BASED_RLMM_CLASS)
@@ -75,14 +74,18 @@ class TieredConfig:
                             "a listener name"), category="tiered")
     metadata_topic_replication_factor: int = ConfigKey(
         RLMM_PREFIX + "remote.log.metadata.topic.replication.factor", ConfigType.INT, 3,
-        "Kafka's replication factor of __remote_log_metadata; with TopicBasedRemoteLogMetadataManager"
-        " only. seglog's shared metadata store is as durable as the remote store that holds it.",
+        "Replication factor of __remote_log_metadata, created on first use by a cluster member;"
+        " with TopicBasedRemoteLogMetadataManager only.",
         validator=between(1, 32767), category="tiered")
     metadata_topic_partitions: int = ConfigKey(
         RLMM_PREFIX + "remote.log.metadata.topic.num.partitions", ConfigType.INT, 50,
-        "Kafka's partition count of __remote_log_metadata; with TopicBasedRemoteLogMetadataManager"
-        " only. seglog's metadata store has one log per tiered partition.",
+        "Partition count of __remote_log_metadata, created on first use by a cluster member;"
+        " with TopicBasedRemoteLogMetadataManager only.",
         validator=at_least(1), category="tiered")
+    metadata_topic_retention_ms: int = ConfigKey(
+        RLMM_PREFIX + "remote.log.metadata.topic.retention.ms", ConfigType.LONG, -1,
+        "retention.ms of __remote_log_metadata (-1: kept forever); with TopicBasedRemoteLogMetadataManager"
+        " only.", validator=at_least(-1), category="tiered")
     copy_max_bytes_per_second: int = ConfigKey(
         "remote.log.manager.copy.max.bytes.per.second", ConfigType.LONG, UNLIMITED_RATE,
         "Most bytes per second the broker copies to the remote tier (all partitions together).",

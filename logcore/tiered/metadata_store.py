@@ -9,6 +9,12 @@ its change against them, so two writers (a zombie and a new leader) cannot both 
 number: the loser re-reads and re-checks. Everything is derived by replaying the records in order,
 so the store needs no broker: a reader opens it from the remote URL alone (`open`).
 
+Snapshots: every `snapshot_interval` records a writer also writes `metadata/snapshot.json`, the
+state after records 0..n-1 (segments not yet DELETE_SEGMENT_FINISHED) and n. Opening reads that
+one object and then records n, n+1, ... by name until one is absent, so a partition's open costs
+one snapshot and the tail, not its history (the records below n stay, never read again). Readers
+never list the folder: a record is created only after all those before it exist.
+
 Visibility rules:
 - a segment is served (segment_for_offset, highest_offset, list_segments() by default) only in
   COPY_SEGMENT_FINISHED: a half-done copy attempt (COPY_SEGMENT_STARTED) is invisible;
@@ -19,23 +25,27 @@ Visibility rules:
 from __future__ import annotations
 
 import json
-import re
+import logging
 import threading
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from logcore.errors import (CommitFailedError, CorruptIndexError, RemoteResourceNotFoundError,
-                            RemoteStorageError)
+                            RemoteStorageError, ResourceNotFoundError, SegLogError)
 from logcore.log.partition_metadata import format_topic_id, parse_topic_id
 from logcore.storage import Storage, open_storage
 from logcore.tiered.metadata import (DEFAULT_CUSTOM_METADATA_MAX_BYTES, RemoteLogSegmentId,
                                      RemoteLogSegmentMetadata, RemoteLogSegmentState,
-                                     TopicIdPartition, check_custom_metadata_size,
-                                     is_valid_transition)
+                                     TopicIdPartition, check_custom_metadata_size)
+from logcore.tiered.segment_states import InvalidEvent, RemoteSegmentStates
 
+logger = logging.getLogger(__name__)
 METADATA_FOLDER = "metadata"
-_RECORD_NAME = re.compile(r"(\d{20})\.json\Z")
+SNAPSHOT_NAME = "snapshot.json"
+SNAPSHOT_VERSION = 1
+# Records between snapshots: a reader replays at most this many after the snapshot.
+DEFAULT_SNAPSHOT_INTERVAL = 100
 _MAX_RACE_RETRIES = 100
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
@@ -64,13 +74,23 @@ class RemoteLogMetadataStore:
     """Durable, ordered metadata of one partition's remote segments (see the module docstring)."""
 
     def __init__(self, storage: Storage, topic: str, topic_id: uuid.UUID, partition: int, *,
-                 custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES):
+                 custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES,
+                 snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL, read_only_reason: str | None = None):
+        """snapshot_interval: records between snapshots written by this store (0: none; a
+        snapshot others wrote is read either way). read_only_reason: writes are refused with
+        it (another store is the source of truth and writes this one)."""
+        if snapshot_interval < 0:
+            raise RemoteStorageError(f"snapshot_interval must be >= 0, got {snapshot_interval}")
         self.storage = storage
         self.topic_id_partition = TopicIdPartition(topic_id, topic, partition)
         self.folder = storage.join(partition_prefix(self.topic_id_partition), METADATA_FOLDER)
         self.custom_metadata_max_bytes = custom_metadata_max_bytes
-        self._segments: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        self.snapshot_interval = snapshot_interval
+        self.read_only_reason = read_only_reason
+        self._states = RemoteSegmentStates(self.topic_id_partition)
         self._next_seq = 0
+        self._opened = False
+        self.records_read = 0          # records replayed since the store opened (the bench reads it)
         self._lock = threading.Lock()
         self.refresh()
 
@@ -92,10 +112,19 @@ class RemoteLogMetadataStore:
             topic_id = ids[0]
         return cls(storage, topic, topic_id, partition)
 
+    @property
+    def next_sequence(self) -> int:
+        """The number the next record will take (records 0..n-1 are applied)."""
+        return self._next_seq
+
     # -- reading -------------------------------------------------------------------------------
 
     def _record_path(self, seq: int) -> str:
         return self.storage.join(self.folder, f"{seq:020d}.json")
+
+    @property
+    def snapshot_path(self) -> str:
+        return self.storage.join(self.folder, SNAPSHOT_NAME)
 
     def refresh(self) -> None:
         """Replay records written since the last refresh (by this or any other process)."""
@@ -103,16 +132,31 @@ class RemoteLogMetadataStore:
             self._refresh_locked()
 
     def _refresh_locked(self) -> None:
-        names = self.storage.list_dir(self.folder)
-        seqs = sorted(int(m.group(1)) for n in names if (m := _RECORD_NAME.match(n)))
-        for seq in seqs:
-            if seq < self._next_seq:
-                continue
-            if seq != self._next_seq:
-                raise CorruptIndexError(f"remote metadata record {self._next_seq} is missing "
-                                        f"(found {seq} next)", file=self.storage.describe(self.folder))
-            self._apply(seq, self.storage.read(self._record_path(seq)))
-        # A record created between our list and now is picked up by the next refresh.
+        if not self._opened:
+            self._load_snapshot()
+            self._opened = True
+        while True:
+            try:
+                raw = self.storage.read(self._record_path(self._next_seq))
+            except ResourceNotFoundError:
+                return        # a record created after this read is picked up by the next refresh
+            self._apply(self._next_seq, raw)
+
+    def _load_snapshot(self) -> None:
+        found = self.storage.read_versioned(self.snapshot_path)
+        if found is None:
+            return
+        source = self.storage.describe(self.snapshot_path)
+        try:
+            snapshot = json.loads(found[0])
+            if snapshot.get("version") != SNAPSHOT_VERSION:
+                raise ValueError(f"version {snapshot.get('version')!r}, this seglog reads {SNAPSHOT_VERSION}")
+            next_seq = int(snapshot["nextSequence"])
+            segments = [RemoteLogSegmentMetadata.from_json(m, source=source) for m in snapshot["segments"]]
+            self._states.load(segments)
+        except (ValueError, KeyError, TypeError, InvalidEvent, CommitFailedError) as exc:
+            raise CorruptIndexError(f"unreadable remote metadata snapshot: {exc}", file=source) from None
+        self._next_seq = next_seq
 
     def _apply(self, seq: int, raw: bytes) -> None:
         source = self.storage.describe(self._record_path(seq))
@@ -121,134 +165,111 @@ class RemoteLogMetadataStore:
             kind = record["type"]
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptIndexError(f"unreadable remote metadata record: {exc}", file=source) from None
-        meta = RemoteLogSegmentMetadata.from_json(record.get("segment", {}), source=source)
-        if meta.topic_id_partition != self.topic_id_partition:
-            raise CorruptIndexError(f"record of {meta.topic_id_partition} in the folder of "
-                                    f"{self.topic_id_partition}", file=source)
-        previous = self._segments.get(meta.segment_id.id)
-        if kind == "add":
-            if previous is not None or meta.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-                raise CorruptIndexError(f"bad add of segment {meta.segment_id}", file=source)
-        elif kind == "update":
-            if previous is None or meta.state is previous.state \
-                    or not is_valid_transition(previous.state, meta.state):
-                raise CorruptIndexError(f"bad update of segment {meta.segment_id}", file=source)
-        else:
+        if kind not in ("add", "update"):
             raise CorruptIndexError(f"unknown record type {kind!r}", file=source)
-        self._segments[meta.segment_id.id] = meta
+        meta = RemoteLogSegmentMetadata.from_json(record.get("segment", {}), source=source)
+        try:
+            self._states.apply(meta, is_add=kind == "add")
+        except (InvalidEvent, CommitFailedError) as exc:
+            # Writers check before they append, so a record the rules refuse is damage.
+            raise CorruptIndexError(str(exc), file=source) from None
         self._next_seq = seq + 1
+        self.records_read += 1
+
+    def write_snapshot(self) -> None:
+        """Write the state as of the records applied so far (atomically replacing an older
+        snapshot; a newer one another writer left is kept)."""
+        with self._lock:
+            self._write_snapshot_locked()
+
+    def _write_snapshot_locked(self) -> None:
+        current = self.storage.read_versioned(self.snapshot_path)
+        if current is not None:
+            try:
+                if int(json.loads(current[0])["nextSequence"]) >= self._next_seq:
+                    return
+            except (ValueError, KeyError, TypeError):
+                pass                      # unreadable: replaced below
+        body = json.dumps({"version": SNAPSHOT_VERSION, "nextSequence": self._next_seq,
+                           "segments": self._states.to_json()}, separators=(",", ":")).encode()
+        self.storage.write_atomic(self.snapshot_path, body)
 
     def get(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata:
-        found = self._segments.get(segment_id.id)
-        if found is None:
-            raise RemoteResourceNotFoundError(
-                f"no remote segment {segment_id} in {self.topic_id_partition}")
-        return found
+        return self._states.get(segment_id)
+
+    def find(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
+        return self._states.find(segment_id)
 
     def list_segments(self, state: RemoteLogSegmentState | Iterable[RemoteLogSegmentState] | None = FINISHED,
                       *, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
         """Segments in the given state(s) (None: every state), by start offset then event time."""
-        if state is None:
-            wanted = set(RemoteLogSegmentState)
-        elif isinstance(state, RemoteLogSegmentState):
-            wanted = {state}
-        else:
-            wanted = set(state)
-        found = [m for m in self._segments.values() if m.state in wanted
-                 and (leader_epoch is None or leader_epoch in m.segment_leader_epochs)]
-        return sorted(found, key=lambda m: (m.start_offset, m.event_timestamp_ms))
+        return self._states.list_segments(state, leader_epoch=leader_epoch)
 
     def segment_for_offset(self, offset: int, leader_epoch: int | None = None
                            ) -> RemoteLogSegmentMetadata | None:
         """The finished segment holding `offset` (within `leader_epoch`'s range when given)."""
-        for meta in self.list_segments(FINISHED):
-            if meta.start_offset <= offset <= meta.end_offset:
-                if leader_epoch is None or meta.epoch_for_offset(offset) == leader_epoch:
-                    return meta
-        return None
+        return self._states.segment_for_offset(offset, leader_epoch)
 
     def highest_offset(self, leader_epoch: int | None = None) -> int | None:
         """The highest end offset of a finished segment (holding `leader_epoch` when given)."""
-        ends = [m.end_offset for m in self.list_segments(FINISHED, leader_epoch=leader_epoch)]
-        return max(ends) if ends else None
+        return self._states.highest_offset(leader_epoch)
 
     def remote_log_size(self) -> int:
-        return sum(m.segment_size_in_bytes for m in self.list_segments(FINISHED))
+        return self._states.remote_log_size()
 
     # -- writing -------------------------------------------------------------------------------
 
     def add_segment(self, metadata: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
         """Record a copy attempt (state COPY_SEGMENT_STARTED) before any of its data is uploaded."""
-        if metadata.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            raise RemoteStorageError(f"add_segment needs state COPY_SEGMENT_STARTED, got "
-                                     f"{metadata.state.name} for {metadata.segment_id}")
-        if metadata.topic_id_partition != self.topic_id_partition:
-            raise RemoteStorageError(f"segment {metadata.segment_id} is of "
-                                     f"{metadata.topic_id_partition}, not {self.topic_id_partition}")
         check_custom_metadata_size(metadata.custom_metadata, self.custom_metadata_max_bytes,
                                    metadata.segment_id)
 
-        def check() -> RemoteLogSegmentMetadata | None:
-            existing = self._segments.get(metadata.segment_id.id)
-            if existing is not None:
-                if existing.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-                    return existing           # a retried add of the same attempt: idempotent
-                raise RemoteStorageError(f"segment id {metadata.segment_id} was already used "
-                                         f"(state {existing.state.name}): use a fresh id per attempt")
-            self._refuse_overlap(metadata)
-            return None
+        def check() -> tuple[RemoteLogSegmentMetadata | None, RemoteLogSegmentMetadata | None]:
+            existing = self._states.check_add(metadata)
+            return existing, metadata
 
-        return self._append("add", metadata, check)
+        return self._append("add", check)
 
     def update_state(self, segment_id: RemoteLogSegmentId, state: RemoteLogSegmentState, *,
                      custom_metadata: bytes | None = None, event_timestamp_ms: int | None = None,
                      broker_id: int | None = None) -> RemoteLogSegmentMetadata:
         """Move a segment to `state` (Kafka's transitions; repeating the current state is a no-op)."""
         state = RemoteLogSegmentState(state)
-        if state is RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            raise RemoteStorageError(f"update_state cannot set COPY_SEGMENT_STARTED ({segment_id}); "
-                                     "use add_segment")
         check_custom_metadata_size(custom_metadata, self.custom_metadata_max_bytes, segment_id)
-        updated: list[RemoteLogSegmentMetadata] = []
 
-        def check() -> RemoteLogSegmentMetadata | None:
-            current = self.get(segment_id)
-            if current.state is state:
-                return current
-            new = current.with_update(state, event_timestamp_ms=event_timestamp_ms,
-                                      custom_metadata=custom_metadata, broker_id=broker_id)
-            if state is FINISHED:
-                self._refuse_overlap(new)
-            updated[:] = [new]
-            return None
+        def check() -> tuple[RemoteLogSegmentMetadata | None, RemoteLogSegmentMetadata | None]:
+            new, changes = self._states.check_update(
+                segment_id, state, event_timestamp_ms=event_timestamp_ms,
+                custom_metadata=custom_metadata, broker_id=broker_id)
+            return (None, new) if changes else (new, None)
 
-        return self._append("update", None, check, updated)
+        return self._append("update", check)
 
-    def _refuse_overlap(self, meta: RemoteLogSegmentMetadata) -> None:
-        for other in self._segments.values():
-            if other.state is FINISHED and other.segment_id != meta.segment_id \
-                    and other.start_offset <= meta.end_offset and meta.start_offset <= other.end_offset:
-                raise CommitFailedError(
-                    f"remote segment {meta.segment_id} (offsets {meta.start_offset}-{meta.end_offset}) "
-                    f"overlaps finished segment {other.segment_id} ({other.start_offset}-"
-                    f"{other.end_offset}) of {self.topic_id_partition}: the first copy wins; "
-                    "delete this attempt's data")
-
-    def _append(self, kind: str, metadata: RemoteLogSegmentMetadata | None, check,
-                updated: list | None = None) -> RemoteLogSegmentMetadata:
+    def _append(self, kind: str, check) -> RemoteLogSegmentMetadata:
+        """check() -> (the answer when nothing is to be written, else None; the record's metadata)."""
+        if self.read_only_reason is not None:
+            raise RemoteStorageError(self.read_only_reason)
         with self._lock:
             for _ in range(_MAX_RACE_RETRIES):
                 self._refresh_locked()
-                done = check()
+                done, meta = check()
                 if done is not None:
                     return done
-                meta = metadata if metadata is not None else updated[0]
                 body = json.dumps({"type": kind, "segment": meta.to_json()},
                                   separators=(",", ":")).encode()
                 seq = self._next_seq
                 if self.storage.put_if_absent(self._record_path(seq), body) is not None:
                     self._apply(seq, body)
+                    self._maybe_snapshot()
                     return meta
                 # another writer took this sequence number: re-read and check again
             raise CommitFailedError(f"remote metadata of {self.topic_id_partition}: lost "
                                     f"{_MAX_RACE_RETRIES} races in a row")
+
+    def _maybe_snapshot(self) -> None:
+        if self.snapshot_interval and self._next_seq % self.snapshot_interval == 0:
+            try:
+                self._write_snapshot_locked()
+            except SegLogError as exc:      # the records stand; the next interval tries again
+                logger.warning("%s: writing the remote metadata snapshot failed: %s",
+                               self.topic_id_partition, exc)

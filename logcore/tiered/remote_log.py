@@ -28,7 +28,9 @@ from logcore.records.batch import (F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SI
 from logcore.tiered.config import UNLIMITED_RATE, TieredConfig
 from logcore.tiered.fsspec_rsm import FsspecRemoteStorageManager
 from logcore.tiered.metadata import RemoteLogSegmentMetadata
+from logcore.tiered.metadata_policy import metadata_policy
 from logcore.tiered.metadata_store import RemoteLogMetadataStore
+from logcore.tiered.metadata_topic import MetadataTopicClient
 from logcore.tiered.metrics import RemoteStorageMetrics
 from logcore.tiered.quota import ByteRateQuota, combined
 from logcore.tiered.rsm import IndexType, SegmentCustomMetadata
@@ -55,8 +57,17 @@ class RemoteTier(RemoteTierProtocol):
         self.copy_quota = ByteRateQuota(combined(_limit(config.copy_max_bytes_per_second),
                                                  config.upload_rate_limit))
         self.fetch_quota = ByteRateQuota(_limit(config.fetch_max_bytes_per_second))
+        # remote.log.metadata.manager.class.name: the object store, or __remote_log_metadata
+        self.metadata = metadata_policy(config)
         self._stores: dict[tuple[str, uuid.UUID, int], RemoteLogMetadataStore] = {}
         self._lock = threading.Lock()
+
+    def attach_metadata_topic(self, client: MetadataTopicClient) -> None:
+        """A broker's `__remote_log_metadata` (TopicBasedRemoteLogMetadataManager only): the
+        partitions opened from now on keep their metadata there."""
+        self.metadata.attach(client)
+        with self._lock:
+            self._stores.clear()
 
     @classmethod
     def from_props(cls, props: dict[str, Any]) -> "RemoteTier | None":
@@ -84,8 +95,7 @@ class RemoteTier(RemoteTierProtocol):
         with self._lock:
             store = self._stores.get(key)
         if store is None:
-            store = RemoteLogMetadataStore(self.rsm.storage, topic, tid, partition,
-                                           custom_metadata_max_bytes=self.config.custom_metadata_max_bytes)
+            store = self.metadata.open_store(self.rsm.storage, topic, tid, partition)
             with self._lock:
                 store = self._stores.setdefault(key, store)
         return store
@@ -112,12 +122,13 @@ class RemotePartition(RemoteLogView):
         unlimited)."""
         self.rsm = rsm
         self.topic = topic if topic is not None else (
-            store.topic_id_partition.topic if isinstance(store, RemoteLogMetadataStore) else "")
+            "" if callable(store) else store.topic_id_partition.topic)
         self.metrics = metrics if metrics is not None else RemoteStorageMetrics()
         self.copy_quota = copy_quota if copy_quota is not None else ByteRateQuota(None)
         self.fetch_quota = fetch_quota if fetch_quota is not None else ByteRateQuota(None)
-        self._store = store if isinstance(store, RemoteLogMetadataStore) else None
-        self._open_store = None if self._store is not None else store
+        # a store, or how to open it on first need
+        self._store = None if callable(store) else store
+        self._open_store = store if callable(store) else None
         # Parsed remote indexes by (segment id, index type), most recently used last.
         self._indexes: OrderedDict[tuple[str, IndexType], Any] = OrderedDict()
         self._lock = threading.Lock()
