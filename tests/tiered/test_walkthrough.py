@@ -220,14 +220,16 @@ def test_walkthrough(tmp_path, zookeeper, bucket, jars, spark):  # noqa: F811
                 offsets.append(m.offset())
         finally:
             consumer.close()
-        assert offsets == list(range(10000))
+        # acks=1 without idempotence (the walkthrough's settings): a batch the producer resent
+        # after a timeout on a loaded machine is in the log twice, as on Kafka; never fewer.
+        assert len(offsets) >= 10000 and offsets == list(range(len(offsets))), (len(offsets), offsets[:5])
 
         # And through format("seglog") on the broker's log dir (credentials as reader options).
         creds = {"rsm.config.storage.aws.access.key.id": "minioadmin",
                  "rsm.config.storage.aws.secret.access.key": "minioadmin"}
         df = spark.read.format("seglog").options(**creds).option("subscribe", TOPIC).load(str(broker.log_dir))
         rows = df.selectExpr("offset", "length(value) AS n").collect()
-        assert sorted(r.offset for r in rows) == list(range(10000)) and {r.n for r in rows} == {1000}
+        assert sorted(r.offset for r in rows) == offsets and {r.n for r in rows} == {1000}
 
         # A segment copied out of the bucket is a plain Kafka segment: kafka-dump-log reads it.
         segment = logs[1]
