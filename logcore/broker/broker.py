@@ -38,6 +38,7 @@ from logcore.coordinator.consumer_group_coordinator import ConsumerGroupCoordina
 from logcore.coordinator.group_coordinator import GroupCoordinator
 from logcore.broker.log_dir_failure import LogDirFailureChannel
 from logcore.broker.maintenance import BrokerMaintenance
+from logcore.broker.offset_handlers import OffsetHandlers
 from logcore.broker.membership import Membership
 from logcore.broker.partitions import PartitionManager
 from logcore.broker.producer_ids import MAX_EPOCH, ProducerIdAllocator
@@ -58,8 +59,6 @@ from logcore.quota.root_quota_store import RootQuotaStore
 from logcore.security.acl_store import RootAclStore, ZooKeeperAclStore
 from logcore.security.authorizer import authorizer_for
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
-from logcore.wire.list_offsets import (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
-                                       MAX_TIMESTAMP)
 from logcore.wire.produce_codec import encode_produce_results
 from logcore.security.acl import AclOperation
 
@@ -173,6 +172,7 @@ class Broker:
         self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"])
         self.quota_configs = ClientQuotaConfigs(self.quotas, RootQuotaStore(root.storage))
         self.quota_configs.start()
+        self.offset_api = OffsetHandlers(self.partitions)     # ListOffsets, OffsetForLeaderEpoch
         self.fetching = FetchHandlers(config, self.partitions, self.membership, self.metrics.topics,
                                       self.access, self.quotas)
         self.group_api = GroupHandlers(self.groups, config, advertised, self.membership, self.transactions)
@@ -184,12 +184,12 @@ class Broker:
                                                     self.partitions)
         admin, groups = self.admin, self.group_api
         self.handlers = {
-            0: self.produce, 1: self.fetching.fetch, 2: self.list_offsets, 3: self.metadata,
+            0: self.produce, 1: self.fetching.fetch, 2: self.offset_api.list_offsets, 3: self.metadata,
             8: groups.offset_commit, 9: groups.offset_fetch, 10: groups.find_coordinator,
             11: groups.join_group, 12: groups.heartbeat, 13: groups.leave_group, 14: groups.sync_group,
             15: groups.describe_groups, 16: groups.list_groups,
             18: self.api_versions, 19: admin.create_topics, 20: admin.delete_topics,
-            22: self.init_producer_id, 23: self.offset_for_leader_epoch,
+            22: self.init_producer_id, 23: self.offset_api.offset_for_leader_epoch,
             32: self.configs.describe_configs, 33: self.configs.alter_configs,
             37: admin.create_partitions, 44: self.configs.incremental_alter_configs,
             21: self.records.delete_records, 42: groups.delete_groups, 47: groups.offset_delete,
@@ -628,93 +628,6 @@ class Broker:
         encoded = encode_produce_results(req.correlation_id, req.api_version, list(by_topic.items()), throttle)
         return ThrottledResponse(encoded, throttle) if throttle else encoded
 
-    def _leader_partition(self, topic: str, index: int, request):
-        """(Partition, NONE) when this broker serves `topic`-`index` to clients, else (None or the
-        partition, the error): in a cluster only its leader does, at the epoch the request's
-        current_leader_epoch names (replica_manager.partition_error)."""
-        part = self.partitions.get(topic, index)
-        code = self.replication.partition_error(topic, index, getattr(request, "current_leader_epoch", -1))
-        if code != E.NONE:
-            return part, code
-        return part, (E.NONE if part is not None else E.UNKNOWN_TOPIC_OR_PARTITION)
-
-    # ------------------------------------------------------------------ ListOffsets
-    async def list_offsets(self, req: Request) -> dict:
-        return {"throttle_time": 0, "topics": await asyncio.to_thread(self._list_offsets, req.body)}
-
-    def _list_offsets(self, body) -> list[dict]:
-        committed = getattr(body, "isolation_level", 0) == 1
-        replica_id = getattr(body, "replica_id", -1) if self.replication.serves_followers else -1
-        if any(self.partitions.get(t.name, p.partition_index) is None
-               for t in body.topics for p in t.partitions):
-            self.partitions.refresh_topics()      # created in the root by another process?
-        topics = []
-        for t in body.topics:
-            parts = []
-            for p in t.partitions:
-                res = {"partition_index": p.partition_index, "error_code": E.NONE,
-                       "timestamp": -1, "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
-                part, code = self._leader_partition(t.name, p.partition_index, p)
-                if code != E.NONE:
-                    res["error_code"] = code
-                else:
-                    log = part.log
-                    try:
-                        if p.timestamp == EARLIEST_TIMESTAMP:
-                            res["offset"] = log.log_start_offset
-                        elif p.timestamp == EARLIEST_LOCAL_TIMESTAMP:
-                            res["offset"] = log.local_log_start_offset
-                        elif p.timestamp == LATEST_TIMESTAMP and replica_id >= 0:
-                            res["offset"] = log.log_end_offset      # a follower asks the leader's LEO
-                        elif p.timestamp == LATEST_TIMESTAMP and \
-                                log.high_watermark < self.replication.epoch_start_offset(t.name, p.partition_index):
-                            # A new leader whose HW has not reached its epoch start yet (KIP-207).
-                            res["error_code"] = E.OFFSET_NOT_AVAILABLE
-                        elif p.timestamp == LATEST_TIMESTAMP:
-                            res["offset"] = log.last_stable_offset if committed else log.high_watermark
-                        elif p.timestamp == MAX_TIMESTAMP:
-                            found = _max_timestamp_offset(log)
-                            if found is not None:
-                                res["offset"], res["timestamp"] = found
-                        elif p.timestamp >= 0:
-                            found = log.offset_for_timestamp(p.timestamp)
-                            if found is not None:
-                                res["offset"], res["timestamp"] = found
-                        else:
-                            res["error_code"] = E.INVALID_REQUEST
-                        if res["offset"] >= 0:
-                            res["leader_epoch"] = log.leader_epoch
-                    except SegLogError as exc:
-                        res["error_code"] = E.error_code(exc)
-                parts.append(res)
-            topics.append({"name": t.name, "partitions": parts})
-        return topics
-
-    async def offset_for_leader_epoch(self, req: Request) -> dict:
-        topics = []
-        for t in req.body.topics:
-            parts = []
-            for p in t.partitions:
-                res = {"partition": p.partition, "error_code": E.NONE, "leader_epoch": -1, "end_offset": -1}
-                part, code = self._leader_partition(t.topic, p.partition, p)
-                if code != E.NONE:
-                    res["error_code"] = code
-                else:
-                    log = part.log
-                    current = getattr(p, "current_leader_epoch", -1)
-                    if current >= 0 and current < log.leader_epoch:
-                        res["error_code"] = E.FENCED_LEADER_EPOCH
-                    elif current > log.leader_epoch:
-                        res["error_code"] = E.UNKNOWN_LEADER_EPOCH
-                    else:
-                        # From the leader-epoch cache, as Kafka: the end of the requested epoch.
-                        epoch, end = log.epoch_cache.end_offset_for(p.leader_epoch, log.log_end_offset)
-                        res.update(leader_epoch=epoch, end_offset=end)
-                parts.append(res)
-            topics.append({"topic": t.topic, "partitions": parts})
-        return {"throttle_time": 0, "topics": topics}
-
-
 
 def _consume_exception(fut: asyncio.Future) -> None:
     if not fut.cancelled():
@@ -726,22 +639,6 @@ def _produce_result(index: int, error: int, *, base_offset: int = -1, log_append
     return {"index": index, "error_code": error, "base_offset": base_offset,
             "log_append_time": log_append_time, "log_start_offset": log_start_offset,
             "record_errors": [], "error_message": message}
-
-
-def _max_timestamp_offset(log) -> tuple[int, int] | None:
-    """(offset, timestamp) of the record with the largest timestamp below the HW (ListOffsets -3)."""
-    best = None
-    for seg in log.segments:
-        ts = seg.largest_timestamp
-        if ts >= 0 and (best is None or ts > best.largest_timestamp):
-            best = seg
-    if best is None:
-        return None
-    seg = best
-    found = seg.find_offset_by_timestamp(seg.largest_timestamp, log.log_start_offset)
-    if found is None or found[0] >= log.high_watermark:
-        return None
-    return found
 
 
 def _cluster_id(root: LogRoot) -> str:
