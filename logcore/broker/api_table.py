@@ -41,6 +41,8 @@ NOTES: dict[int, str] = {
     14: "the leader's assignment handed to each member",
     15: "Kafka's classic summary: state, protocol, members; an unknown group is `Dead`",
     16: "every group of the coordinator, classic and consumer; state (v4) and type (v5) filters",
+    17: "SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 ([security.md](security.md)); v0's bare tokens;"
+        " a second handshake re-authenticates (KIP-368)",
     18: "an unknown version is answered in v0 with UNSUPPORTED_VERSION",
     19: "topic configs; validate_only; alone: replication factor -1 or 1",
     20: "by name or (v6) topic id",
@@ -59,6 +61,7 @@ NOTES: dict[int, str] = {
     33: "the legacy full replace of a resource's dynamic configs",
     35: "the broker's log dir: each partition's size and offset lag; total and usable bytes (v4,"
         " -1 on an object store)",
+    36: "the SASL tokens; v1+ session_lifetime_ms from connections.max.reauth.ms",
     37: "grow topics (never shrink: INVALID_PARTITIONS)",
     43: "preferred and unclean elections, through the controller",
     42: "an empty group's offsets and metadata tombstoned; NON_EMPTY_GROUP for a group with members",
@@ -67,6 +70,8 @@ NOTES: dict[int, str] = {
     45: "moves replicas (docs/cluster.md, partition reassignment)",
     46: "the ongoing reassignments",
     47: "a group's offsets of a topic its members do not subscribe",
+    50: "users' SCRAM mechanisms and iterations ([security.md](security.md))",
+    51: "SCRAM credentials salted and hashed as Kafka stores them (ZooKeeper `/config/users`, alone the root)",
     60: "the brokers, the cluster id and the controller (alone: itself)",
     61: "the active producers of a partition's producer state, from its leader",
     65: "`kafka-transactions describe`",

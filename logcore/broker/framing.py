@@ -197,6 +197,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         # The server's per-connection response queue and sender state (for handle_now).
         self.responses: asyncio.Queue | None = None
         self.sending = None
+        self.session = None        # the server's security session of this connection
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -252,7 +253,8 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._finish(self._partial_reason())
-        return True            # half-closed: the responses to frames already read still go out
+        # Half-closed: the responses to frames already read still go out (TLS has no half-close).
+        return self.transport is None or self.transport.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._admitted and self._limits is not None:
