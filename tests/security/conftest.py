@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "kafka_clients")]
 
+from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixture)
 from pki import STORE_PASSWORD, Pki  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,9 +62,9 @@ class SecureBroker:
 def broker_props(pki: Pki, root: Path) -> dict[str, str]:
     return {
         "listeners": ",".join(f"{n}://127.0.0.1:0" for n in
-                              ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", "MTLS", "REAUTH")),
+                              ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", "MTLS", "REAUTH", "EXPIRED")),
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
-                                          "SASL_SSL:SASL_SSL,MTLS:SSL,REAUTH:SASL_PLAINTEXT",
+                                          "SASL_SSL:SASL_SSL,MTLS:SSL,REAUTH:SASL_PLAINTEXT,EXPIRED:SSL",
         "log.dirs": str(root), "node.id": "0", "num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
         "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(pki.broker_p12),
         "ssl.keystore.password": STORE_PASSWORD,
@@ -73,6 +75,9 @@ def broker_props(pki: Pki, root: Path) -> dict[str, str]:
         "listener.name.mtls.ssl.keystore.location": str(pki.broker_pem),
         "sasl.jaas.config": jaas(PLAIN_MODULE, **{f"user_{u}": p for u, p in PLAIN_USERS.items()}),
         "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
+        # a listener whose certificate has expired
+        "listener.name.expired.ssl.keystore.type": "PEM",
+        "listener.name.expired.ssl.keystore.location": str(pki.expired_pem),
     }
 
 
