@@ -65,7 +65,9 @@ def _xor(a: bytes, b: bytes) -> bytes:
 class ScramServer:
     """One server exchange. `lookup(user)` gives the user's credential for this mechanism, or None."""
 
-    def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None]):
+    def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None], nonce: str | None = None):
+        """`nonce`: the server's part of the nonce (random unless given: RFC test vectors)."""
+        self._own_nonce = nonce or _nonce()
         self.mechanism = mechanism
         self.hash = MECHANISMS[mechanism][0]
         self._lookup = lookup
@@ -107,7 +109,7 @@ class ScramServer:
         self.username = user
         self._credential = credential
         self._first_bare = bare
-        self._nonce = attrs["r"] + _nonce()
+        self._nonce = attrs["r"] + self._own_nonce
         self._server_first = f"r={self._nonce},s={_b64(credential.salt)},i={credential.iterations}"
         self._state = "final"
         return self._server_first.encode()
@@ -139,11 +141,11 @@ class ScramServer:
 class ScramClient:
     """One client exchange: first() then final(server_first), then verify(server_final)."""
 
-    def __init__(self, mechanism: str, username: str, password: str):
+    def __init__(self, mechanism: str, username: str, password: str, nonce: str | None = None):
         self.mechanism = mechanism
         self.hash = MECHANISMS[mechanism][0]
         self._username, self._password = username, password
-        self._nonce = _nonce()
+        self._nonce = nonce or _nonce()
         self._first_bare = f"n={_escape(username)},r={self._nonce}"
         self._server_signature = b""
 

@@ -193,3 +193,35 @@ def test_java_clients_and_kafka_configs(secure_broker, pki, kafka_jars, tmp_path
         "org.apache.kafka.common.errors.SaslAuthenticationException"), rows["wrong-password"]
     assert rows["untrusted"]["error"].startswith(
         "org.apache.kafka.common.errors.SslAuthenticationException"), rows["untrusted"]
+
+
+def test_seglog_cli_with_command_config(secure_broker, pki, tmp_path):
+    """`seglog topics/produce/consume --command-config` over SASL_SSL (SCRAM-SHA-512) and SSL."""
+    import subprocess
+    import sys
+
+    from conftest import env
+    scram = tmp_path / "scram.properties"
+    scram.write_text(f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki.ca_pem}\n"
+                     "sasl.mechanism=SCRAM-SHA-512\n"
+                     f"sasl.jaas.config={jaas(SCRAM_MODULE, username='scram512', password='s512-secret')}\n")
+    tls = tmp_path / "tls.properties"
+    tls.write_text(f"security.protocol=SSL\nssl.truststore.type=PKCS12\nssl.truststore.location={pki.truststore_p12}\n"
+                   f"ssl.truststore.password={STORE_PASSWORD}\n")
+
+    def seglog(*args, stdin: bytes = b"") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin, capture_output=True,
+                              env=env(), timeout=120)
+    done = seglog("topics", "--bootstrap-server", secure_broker.bootstrap("SASL_SSL"), "--command-config", str(scram),
+                  "--create", "--topic", "cli-secure", "--partitions", "1")
+    assert done.stdout.decode() == "Created topic cli-secure.\n", done.stderr.decode()
+    done = seglog("produce", "--bootstrap-server", secure_broker.bootstrap("SASL_SSL"), "--topic", "cli-secure",
+                  "--command-config", str(scram), stdin=b"one\ntwo\n")
+    assert done.returncode == 0, done.stderr.decode()
+    done = seglog("consume", "--bootstrap-server", secure_broker.bootstrap("SSL"), "--topic", "cli-secure",
+                  "--from-beginning", "--max-messages", "2", "--command-config", str(tls))
+    assert done.stdout.decode() == "one\ntwo\n", done.stderr.decode()
+    scram.write_text(scram.read_text().replace("s512-secret", "wrong"))
+    done = seglog("topics", "--bootstrap-server", secure_broker.bootstrap("SASL_SSL"), "--command-config", str(scram),
+                  "--list")
+    assert done.returncode == 1 and "invalid credentials" in done.stderr.decode(), done.stderr.decode()
