@@ -6,7 +6,9 @@ in lower case. Names mirror Spark's Kafka sink and Kafka's producer where one ex
 a `seglog broker` over the Kafka protocol instead of committing them into the root (the path may
 then be omitted); `kafka.delivery.timeout.ms` bounds its retries; `deliveryGuarantee` says whether
 it writes in Kafka transactions (exactly-once, the default; `kafka.transaction.timeout.ms`) or as
-an idempotent producer (at-least-once). Other `kafka.*` options are accepted and ignored so that a pipeline moving from `format("kafka")` changes the format only.
+an idempotent producer (at-least-once). `kafka.security.protocol` other than PLAINTEXT and
+`kafka.ssl.*` / `kafka.sasl.*` are refused (kafka_security.py). Other `kafka.*` options are
+accepted and ignored so that a pipeline moving from `format("kafka")` changes the format only.
 Anything else unknown fails with the closest known name.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from logcore.log.config import validate_topic_overrides
 from logcore.records.compression import CODEC_BY_NAME, Compression
 
 from pyspark_seglog.bootstrap import parse_bootstrap
+from pyspark_seglog.kafka_security import check_security_option
 from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
 
 TOPIC_CONFIG_PREFIX = "topic.config."
@@ -121,13 +124,14 @@ def check_unknown(options) -> None:
     for name in options:
         low = name.lower()
         if low in KNOWN_OPTIONS or low.startswith(_PREFIXES):
+            check_security_option(name, options[name])
             continue
         close = difflib.get_close_matches(low, list(KNOWN_OPTIONS), n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidConfigError(
             f"unknown seglog sink option {name!r}{hint} Known options: {', '.join(sorted(KNOWN_OPTIONS))},"
             " plus storage.*, topic.config.*, kafka.bootstrap.servers, kafka.delivery.timeout.ms,"
-            " kafka.transaction.timeout.ms and other kafka.* (ignored)")
+            " kafka.transaction.timeout.ms and other kafka.* (ignored; kafka.ssl.*, kafka.sasl.* refused)")
 
 
 def _alias(options: dict, name: str) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from logcore.errors import InvalidConfigError
 from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pyspark_seglog.bootstrap import parse_bootstrap
+from pyspark_seglog.kafka_security import check_security_option
 from pyspark_seglog.offsets import parse_assign, parse_partition_map
 from pyspark_seglog.read_path import READ_PATH_OPTION, parse_read_path
 from pyspark_seglog.storage_options import (STORAGE_PREFIX, TIERED_PREFIX, root_url, storage_options,
@@ -185,6 +186,7 @@ def check_option_names(options) -> None:
                 raise InvalidConfigError(
                     f"option {name}: the Kafka setting '{setting}' is not supported:"
                     f" {REJECTED_KAFKA_OPTIONS[setting]}")
+            check_security_option(name, options[name])
             continue        # other kafka.* settings configure a Kafka client: none here
         known = list(SOURCE_OPTIONS) + list(IGNORED_OPTIONS)
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)

@@ -41,6 +41,8 @@ NOTES: dict[int, str] = {
     14: "the leader's assignment handed to each member",
     15: "Kafka's classic summary: state, protocol, members; an unknown group is `Dead`",
     16: "every group of the coordinator, classic and consumer; state (v4) and type (v5) filters",
+    17: "SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 ([security.md](security.md)); v0's bare tokens;"
+        " a second handshake re-authenticates (KIP-368)",
     18: "an unknown version is answered in v0 with UNSUPPORTED_VERSION",
     19: "topic configs; validate_only; alone: replication factor -1 or 1",
     20: "by name or (v6) topic id",
@@ -63,6 +65,7 @@ NOTES: dict[int, str] = {
     33: "the legacy full replace of a resource's dynamic configs",
     35: "the broker's log dir: each partition's size and offset lag; total and usable bytes (v4,"
         " -1 on an object store)",
+    36: "the SASL tokens; v1+ session_lifetime_ms from connections.max.reauth.ms",
     37: "grow topics (never shrink: INVALID_PARTITIONS)",
     43: "preferred and unclean elections, through the controller",
     42: "an empty group's offsets and metadata tombstoned; NON_EMPTY_GROUP for a group with members",
@@ -74,6 +77,8 @@ NOTES: dict[int, str] = {
     48: "client quotas by user and client id ([quotas.md](quotas.md)); exact, default and any matches, strict",
     49: "producer_byte_rate, consumer_byte_rate, request_percentage; alone: in the log root, in a cluster:"
         " ZooKeeper's /config/users and /config/clients",
+    50: "users' SCRAM mechanisms and iterations ([security.md](security.md))",
+    51: "SCRAM credentials salted and hashed as Kafka stores them (ZooKeeper `/config/users`, alone the root)",
     60: "the brokers, the cluster id and the controller (alone: itself)",
     61: "the active producers of a partition's producer state, from its leader",
     65: "`kafka-transactions describe`",

@@ -33,6 +33,8 @@ SERVED: dict[int, tuple[str, int, int]] = {
     14: ("SyncGroup", 0, 3),
     15: ("DescribeGroups", 0, 5),
     16: ("ListGroups", 0, 5),
+    # SASL (logcore.security; the server answers them before any handler)
+    17: ("SaslHandshake", 0, 1),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 5),
     20: ("DeleteTopics", 1, 6),
@@ -52,6 +54,7 @@ SERVED: dict[int, tuple[str, int, int]] = {
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     35: ("DescribeLogDirs", 1, 4),
+    36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
@@ -59,6 +62,9 @@ SERVED: dict[int, tuple[str, int, int]] = {
     # client quotas (quota_handlers.py)
     48: ("DescribeClientQuotas", 0, 1),
     49: ("AlterClientQuotas", 0, 1),
+    # users' SCRAM credentials (scram_handlers.py)
+    50: ("DescribeUserScramCredentials", 0, 0),
+    51: ("AlterUserScramCredentials", 0, 0),
     # describe_handlers.py
     60: ("DescribeCluster", 0, 1),
     61: ("DescribeProducers", 0, 0),

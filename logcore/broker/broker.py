@@ -24,6 +24,8 @@ from logcore.broker.admin_handlers import AdminHandlers
 from logcore.broker.topic_catalog import ClusterTopics, LocalTopics
 from logcore.broker.cluster_handlers import ClusterHandlers
 from logcore.broker.config_handlers import ConfigHandlers
+from logcore.broker.scram_handlers import ScramHandlers, UserCredentials
+from logcore.security.client_security import inter_broker_security
 from logcore.broker.cluster_fetch import ClusterFetch
 from logcore.broker.config import BrokerConfig
 from logcore.broker.describe_handlers import DescribeHandlers
@@ -166,6 +168,11 @@ class Broker:
         # are read before any log opens.
         self.configs = ConfigHandlers(config, root, self.partitions)
         self.configs.start()
+        # Users' SCRAM credentials in the dynamic config store (scram_handlers.py): SASL logins read them.
+        self.scram = ScramHandlers(lambda: self.configs.dynamic.store)
+        self.credentials = UserCredentials(lambda: self.configs.dynamic.store)
+        self.inter_broker_security = inter_broker_security(config.security.listener(config.inter_broker_listener),
+                                                           config.security.inter_broker_mechanism, config.source)
         self.maintenance.clean_listeners.append(self.metrics.cleaner.cleaned)
         # Client quotas (logcore.quota, docs/quotas.md): read before serving, enforced per request
         # (Produce here, Fetch in fetch_handlers, every request's handling time in the server).
@@ -194,7 +201,7 @@ class Broker:
             37: admin.create_partitions, 44: self.configs.incremental_alter_configs,
             21: self.records.delete_records, 42: groups.delete_groups, 47: groups.offset_delete,
             **self.transactions.handlers(),
-            **self.describing.handlers(),
+            **self.describing.handlers(), **self.scram.handlers(),
             **AclHandlers(self.authorizer).handlers(),
             **QuotaHandlers(self.quota_configs).handlers(),
         }
@@ -324,8 +331,8 @@ class Broker:
         address = self.replica_manager.address_of(node)
         if address is None:
             raise ConnectionError(f"broker {node} is not registered")
-        conn = AsyncKafkaConnection(address[0], address[1], timeout_s=30.0,
-                                    client_id=f"txn-markers-{self.node_id}")
+        conn = AsyncKafkaConnection(address[0], address[1], timeout_s=30.0, client_id=f"txn-markers-{self.node_id}",
+                                    security=self.inter_broker_security)
         return await conn.connect()
 
     async def handle(self, request: Request) -> Result:

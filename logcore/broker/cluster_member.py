@@ -41,11 +41,13 @@ class ClusterMember:
         cluster_id = await asyncio.to_thread(self.store.cluster_id)
         self.broker.join_cluster(self.store, catalog, cluster_id)
 
-    async def register(self, host: str, port: int) -> None:
+    async def register(self, host: str, port: int, endpoints: list[str] | None = None) -> None:
+        """`host`, `port`: the inter-broker listener's address; `endpoints`: every listener's."""
         from logcore.cluster.controller import Controller
 
-        epoch = await asyncio.to_thread(self.store.register_broker, self.broker.node_id, host, port,
-                                          rack=self.config["broker.rack"] or None)
+        protocols = {listener.name: listener.protocol for listener in self.config.listeners}
+        epoch = await asyncio.to_thread(self.store.register_broker, self.broker.node_id, host, port, endpoints,
+                                        rack=self.config["broker.rack"] or None, protocols=protocols)
         logger.info("broker %d registered in ZooKeeper (%s) at %s:%d, broker epoch %d", self.broker.node_id,
                     self.config["zookeeper.connect"], host, port, epoch)
         self.broker.replica_manager.registered()          # replicas take their roles from here on

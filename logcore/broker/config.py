@@ -9,26 +9,15 @@ error that names the file and the key.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from logcore.errors import InvalidConfigError
 from logcore.log.config import (ConfigKey, ConfigType, Validator, unknown_message, at_least, between,
                                 load_properties, resolve_root_defaults)
+from logcore.security.listener import Listener
+from logcore.security.security_config import SECURITY_KEYS, SecurityConfig, is_security_name
 from logcore.tiered.config import TIERED_KEYS, TieredConfig
-
-_LISTENER = re.compile(r"^(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)://)?(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
-
-
-def _listener_validator():
-    from logcore.log.config import Validator
-
-    def check(values: tuple[str, ...]) -> bool:
-        return len(values) == 1 and _LISTENER.match(values[0]) is not None \
-            and (_LISTENER.match(values[0])["name"] or "PLAINTEXT") == "PLAINTEXT"
-
-    return Validator(check, "one PLAINTEXT://host:port listener (this broker speaks PLAINTEXT only)")
 
 
 def _metrics_listener_validator():
@@ -69,10 +58,12 @@ def _known_assignors(values: tuple[str, ...]) -> bool:
 
 BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("listeners", ConfigType.LIST, "PLAINTEXT://127.0.0.1:9092",
-              "Address the broker listens on; port 0 picks a free port (printed at start).",
-              validator=_listener_validator(), category="broker"),
+              "NAME://host:port,... the broker listens on, each NAME's security protocol from"
+              " listener.security.protocol.map (docs/security.md); port 0 picks a free port (printed"
+              " at start).", category="broker"),
     ConfigKey("advertised.listeners", ConfigType.LIST, "",
-              "Address given to clients in Metadata; empty: the listener's (with the bound port).",
+              "NAME://host:port,... given to clients in Metadata, by the listener they connected to;"
+              " a listener not named here: its own address (with the bound port).",
               category="broker"),
     ConfigKey("log.dirs", ConfigType.LIST, "",
               "The log root this broker serves (one folder, a seglog log root; created if missing).",
@@ -326,6 +317,7 @@ class BrokerConfig:
     log_defaults: dict[str, str]        # the rest: topic defaults with broker-level names
     source: str = "<properties>"
     tiered: TieredConfig | None = None  # the tiered-storage settings among log_defaults
+    security: SecurityConfig = field(default=None)   # listeners, TLS, SASL (logcore.security)
 
     @classmethod
     def from_props(cls, props: dict[str, str], source: str = "<properties>") -> "BrokerConfig":
@@ -338,8 +330,10 @@ class BrokerConfig:
                     values[name] = key.parse(raw)
                 except InvalidConfigError as exc:
                     raise InvalidConfigError(f"{source}: {exc}") from None
-            else:
+            elif not is_security_name(name):
                 rest[name] = raw
+        security = SecurityConfig.from_props(props, values["listeners"], values["advertised.listeners"],
+                                             cluster=bool(values["zookeeper.connect"]), where=source)
         queued, frame = values["queued.max.request.bytes"], values["socket.request.max.bytes"]
         if 0 <= queued < frame:
             raise InvalidConfigError(
@@ -383,7 +377,7 @@ class BrokerConfig:
                 bad = next((n for n in rest if n not in _known_log_names() and not _service_name(n)),
                            None)
                 if bad is not None:
-                    message = unknown_message(bad, list(BROKER_KEYS) + _known_log_names()
+                    message = unknown_message(bad, list(BROKER_KEYS) + list(SECURITY_KEYS) + _known_log_names()
                                                + list(TIERED_KEYS), "broker config")
             raise InvalidConfigError(f"{source}: {message}") from None
         try:
@@ -391,12 +385,12 @@ class BrokerConfig:
         except InvalidConfigError as exc:
             raise InvalidConfigError(f"{source}: {exc}") from None
         listener = tiered.metadata_manager_listener_name
-        names = [(m["name"] or "PLAINTEXT") for m in map(_LISTENER.match, values["listeners"]) if m]
+        names = [l.name for l in security.listeners]
         if listener and listener not in names:
             raise InvalidConfigError(
                 f"{source}: remote.log.metadata.manager.listener.name={listener} is not one of the"
                 f" listeners ({', '.join(values['listeners'])})")
-        return cls(values, rest, source, tiered)
+        return cls(values, rest, source, tiered, security)
 
     @classmethod
     def load(cls, path: str) -> "BrokerConfig":
@@ -437,33 +431,40 @@ class BrokerConfig:
             out[int(node)] = (host.strip("[]"), int(port))
         return out
 
-    def listener(self) -> tuple[str, int]:
-        m = _LISTENER.match(self.values["listeners"][0])
-        return m["host"].strip("[]") or "0.0.0.0", int(m["port"])
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        return self.security.listeners
+
+    @property
+    def inter_broker_listener(self) -> str:
+        return self.security.inter_broker
 
     def listener_warning(self) -> str | None:
-        """A warning when the listener binds every network interface (an empty host, 0.0.0.0
-        or ::): this broker has no authentication yet, so anyone who can reach the port can
-        read and write every topic."""
-        host, port = self.listener()
-        if host not in ("0.0.0.0", "::"):
-            return None
-        return (f"listeners={self.values['listeners'][0]} binds every network interface ({host}) and this"
-                f" broker has no authentication: any host that can reach port {port} can read, write"
-                f" and delete every topic; bind 127.0.0.1 or a private address unless the network"
-                f" in front of it is trusted")
+        """A warning for each listener without authentication (PLAINTEXT, or SSL without
+        required client certificates) that binds every network interface (an empty host,
+        0.0.0.0 or ::): anyone who can reach its port can read and write every topic."""
+        warnings = []
+        for listener in self.security.listeners:
+            host = listener.bind_host
+            settings = self.security.listener(listener.name).settings
+            authenticated = listener.sasl or settings.get("ssl.client.auth", "none").lower() == "required"
+            if host not in ("0.0.0.0", "::") or authenticated:
+                continue
+            warnings.append(
+                f"listeners={listener.endpoint()} binds every network interface ({host}) and has no"
+                f" authentication: any host that can reach port {listener.port} can read, write and delete"
+                f" every topic; bind 127.0.0.1 or a private address, or use SASL or ssl.client.auth=required,"
+                f" unless the network in front of it is trusted")
+        return "; ".join(warnings) or None
 
-    def advertised(self, bound_host: str, bound_port: int) -> tuple[str, int]:
-        adv = self.values["advertised.listeners"]
-        if adv:
-            m = _LISTENER.match(adv[0])
-            if m is None:
-                raise InvalidConfigError(
-                    f"{self.source}: advertised.listeners={adv[0]!r} is not PLAINTEXT://host:port")
-            port = int(m["port"]) or bound_port
-            return m["host"].strip("[]") or bound_host, port
+    def advertised(self, name: str, bound_host: str, bound_port: int) -> tuple[str, int]:
+        """Listener `name`'s address for clients: advertised.listeners' (port 0: the bound one),
+        else the listener's own (0.0.0.0 / empty: 127.0.0.1)."""
+        adv = next(a for a in self.security.advertised if a.name == name)
+        if adv.host and adv.host not in ("0.0.0.0", "::"):
+            return adv.host, adv.port or bound_port
         host = bound_host if bound_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        return host, bound_port
+        return host, adv.port or bound_port
 
 
 def _check_consumer_group_settings(values: dict, source: str) -> None:

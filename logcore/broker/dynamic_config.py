@@ -10,7 +10,8 @@ topic configs with the new layer and every open log is reconfigured. Any other b
 is static: refused with Kafka's INVALID_REQUEST "Cannot update these configs dynamically".
 
 Where they persist is the broker's policy: `RootBrokerConfigs` (one broker alone: a JSON file
-in its log root, `seglog-broker-configs.json`) or, for a cluster member,
+in its log root, `seglog-broker-configs.json`, which also holds the users' SCRAM credentials) or,
+for a cluster member,
 logcore.cluster.config_store.ZooKeeperConfigStore (/config/brokers/<id>, /config/brokers/<default>,
 watched by every broker).
 """
@@ -104,6 +105,26 @@ class RootBrokerConfigs:
 
     def watch_broker_config(self, entity: str, fn) -> None:
         fn(self.broker_config(entity))          # no other writer: read once, then each write applies
+
+    # Users' configs (SCRAM credentials, as Kafka's /config/users/<user>) under "users".
+    def user_config(self, user: str) -> dict[str, str]:
+        return dict(self._doc().get("users", {}).get(user, {}))
+
+    def user_names(self) -> list[str]:
+        return sorted(self._doc().get("users", {}))
+
+    def set_user_config(self, user: str, change) -> dict[str, str]:
+        """Replace the user's configs by change(current); an empty result removes the user."""
+        with self._lock:
+            doc = self._doc()
+            users = doc.setdefault("users", {})
+            new = change(dict(users.get(user, {})))
+            if new:
+                users[user] = new
+            else:
+                users.pop(user, None)
+            self._storage.write_atomic(BROKER_CONFIGS_FILE, json.dumps(doc, indent=1, sort_keys=True).encode())
+            return new
 
 
 class DynamicBrokerConfig:

@@ -197,10 +197,13 @@ class FrameConnection(asyncio.BufferedProtocol):
         # The server's per-connection response queue and sender state (for handle_now).
         self.responses: asyncio.Queue | None = None
         self.sending = None
+        self.session = None        # the server's security session of this connection
+        self._half_close = True     # a TLS transport cannot stay half open
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
+        self._half_close = transport.get_extra_info("sslcontext") is None
         self.peer = transport.get_extra_info("peername")
         if self._limits is not None:
             ip = self.peer[0] if isinstance(self.peer, tuple) else str(self.peer)
@@ -252,7 +255,8 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._finish(self._partial_reason())
-        return True            # half-closed: the responses to frames already read still go out
+        # Half-closed: the responses to frames already read still go out (TLS has no half-close).
+        return self._half_close
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._admitted and self._limits is not None:

@@ -1,5 +1,13 @@
 """The asyncio server: connections, framing, dispatch, in-order responses, clean shutdown.
 
+Listeners (logcore.security): one server per listener of `listeners`, TLS ones with their
+listener's context (reloaded when its stores change); each connection gets a security session
+(its listener, the client's address, its principal) stamped on every request it sends; on a
+SASL listener nothing but ApiVersions and the SASL exchange is served before the login.
+Metadata, FindCoordinator and DescribeCluster name the brokers by the endpoint of the listener
+the client connected to (advertised.listeners), as Kafka does; the handlers answer with the
+inter-broker listener's, which is what each broker registers as its host and port.
+
 Per connection, a reader loop takes one frame at a time (bounded by socket.request.max.bytes),
 parses it and runs the handler's immediate part; what the handler leaves to finish later (a
 produce waiting for its commit, a long-polling fetch) is queued, and a writer task sends the
@@ -18,6 +26,8 @@ import time
 
 from logcore.wire import error_codes as E
 from logcore.broker.api_versions import windows
+from logcore.broker.listener_endpoints import ListenerEndpoints
+from logcore.broker.sasl_requests import SaslRequests
 from logcore.broker.broker import Broker
 from logcore.broker.cluster_member import ClusterMember
 from logcore.broker.config import BrokerConfig
@@ -31,6 +41,10 @@ from logcore.log.log_root import LogRoot
 from logcore.log.root_owner import OwnerClaim
 from logcore.metrics.broker_metrics import BrokerMetrics
 from logcore.metrics.request_metrics import response_errors
+from logcore.security.authenticator import SaslAuthenticator
+from logcore.security.principal import certificate_principal
+from logcore.security.session import CLOSE, SASL, SASL_AUTHENTICATE, SASL_HANDSHAKE, ConnectionSession
+from logcore.security.tls_context import ServerTls
 from logcore.wire.api_keys import API_VERSIONS, PRODUCE
 from logcore.wire.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                    parse_request, response, response_type)
@@ -51,8 +65,13 @@ class BrokerServer:
             config.log_dir, on_log_dir_failure if on_log_dir_failure is not None else RecordedStop(self.halt))
         self.halted = False
         self.broker: Broker | None = None
-        self.server: asyncio.base_events.Server | None = None
-        self.connections: set[asyncio.Task] = set()
+        self.server: asyncio.base_events.Server | None = None      # the first listener's
+        self.servers: dict[str, asyncio.base_events.Server] = {}    # every listener's, by name
+        self.tls: dict[str, ServerTls] = {}
+        self.bound: dict[str, tuple[str, int]] = {}
+        self.endpoints: ListenerEndpoints | None = None
+        self.connections: dict[asyncio.Task, str] = {}              # -> its listener's name
+        self.sasl = SaslRequests()
         self.windows = windows()
         self.max_request = config["socket.request.max.bytes"]
         self.idle_timeout = config["connections.max.idle.ms"] / 1000
@@ -66,8 +85,34 @@ class BrokerServer:
         self.metrics = BrokerMetrics()           # this broker's registry (endpoint: metrics.listener)
         self._requests = self.metrics.requests
 
+    def _close_servers(self) -> None:
+        for server in self.servers.values():
+            server.close()
+
+    async def _bind(self) -> None:
+        """Every listener bound (TLS contexts built first: a bad store fails the start)."""
+        loop = asyncio.get_running_loop()
+        for listener in self.config.listeners:
+            settings = self.config.security.listener(listener.name)
+            if listener.tls:
+                self.tls[listener.name] = ServerTls(settings.settings, f"{self.config.source}: listener"
+                                                                       f" {listener.name}")
+            host, port = listener.bind_host, listener.port
+            tls = self.tls.get(listener.name)
+            try:
+                server = await loop.create_server(
+                    lambda l=listener: self._new_connection(l), host, port, reuse_address=True,
+                    start_serving=False, **({} if tls is None else {"ssl": tls.context}))
+            except OSError as exc:
+                self._close_servers()
+                raise ListenerError(
+                    f"{self.config.source}: listeners={','.join(self.config['listeners'])}: cannot listen on "
+                    f"{host}:{port} ({listener.name}): {exc.strerror or exc}") from None
+            self.servers[listener.name] = server
+            self.bound[listener.name] = server.sockets[0].getsockname()[:2]
+        self.server = self.servers[self.config.listeners[0].name]
+
     async def start(self) -> tuple[str, int]:
-        host, port = self.config.listener()
         warning = self.config.listener_warning()
         if warning is not None:
             logger.warning("%s", warning)
@@ -75,13 +120,7 @@ class BrokerServer:
         # in the root, but accepting only once every partition is open: a client that connects
         # during start-up waits in the backlog instead of being told that existing partitions
         # are unknown.
-        try:
-            self.server = await asyncio.get_running_loop().create_server(
-                self._new_connection, host, port, reuse_address=True, start_serving=False)
-        except OSError as exc:
-            raise ListenerError(
-                f"{self.config.source}: listeners={','.join(self.config['listeners'])}: cannot listen on "
-                f"{host}:{port}: {exc.strerror or exc}") from None
+        await self._bind()
         try:
             if self.config["metrics.listener"]:      # bound now too: a port in use fails the start
                 endpoint = self.metrics.serve(self.config["metrics.listener"])
@@ -89,26 +128,26 @@ class BrokerServer:
             root = await asyncio.to_thread(LogRoot.open, self.config.log_dir, create=True,
                                            defaults=self.config.log_defaults)
         except BaseException:
-            self.server.close()
+            self._close_servers()
             self.metrics.close()
             raise
-        bound = self.server.sockets[0].getsockname()
-        advertised = self.config.advertised(bound[0], bound[1])
+        bound = self.bound[self.config.listeners[0].name]
+        by_listener = {name: self.config.advertised(name, *address) for name, address in self.bound.items()}
+        advertised = by_listener[self.config.inter_broker_listener]
+        self.endpoints = ListenerEndpoints(self.config.node_id, by_listener, advertised)
         # Claim the root before any partition is opened: other writers now refuse it, and a
         # second broker on the same root fails here, naming this one (root_owner).
         try:
             self.claim = await asyncio.to_thread(claim_root, root, advertised, self.config.node_id)
         except BaseException:
-            self.server.close()
+            self._close_servers()
             self.metrics.close()
             await asyncio.to_thread(root.close)
             raise
         self.broker = Broker(self.config, root, advertised, self.log_dir_failure, self.metrics)
         self.member = None
-        listener = self.config["listeners"][0].partition("://")[0] if "://" in self.config["listeners"][0] \
-            else "PLAINTEXT"
         self.metrics.watch(self.broker, controller=lambda: self.member.controller if self.member else None,
-                           connections=lambda: {listener: len(self.connections)},
+                           connections=self._connections_by_listener,
                            cleaner=self.broker.maintenance.service.cleaner)
         try:
             if self.config.cluster:
@@ -116,9 +155,10 @@ class BrokerServer:
                 self.member = ClusterMember(self.config, self.broker)
                 await self.member.connect()
                 self.windows = windows(self.broker.served)
+                self.endpoints.registrations = lambda: self.broker.replica_manager.brokers
             await asyncio.to_thread(self.broker.open)
         except BaseException:
-            self.server.close()
+            self._close_servers()
             await asyncio.to_thread(self.broker.close)
             self.broker = None
             if self.member is not None:
@@ -128,9 +168,10 @@ class BrokerServer:
             self.metrics.close()
             raise
         await self.broker.start()
-        await self.server.start_serving()      # clients connect only once every partition is open
+        for server in self.servers.values():
+            await server.start_serving()      # clients connect only once every partition is open
         if self.member is not None:
-            await self.member.register(*advertised)
+            await self.member.register(*advertised, endpoints=self.endpoints.registered_endpoints(self.config))
         if not root.storage.is_local:
             self._heartbeat = asyncio.get_running_loop().create_task(_renew_claim(self.claim))
         self._stopping = asyncio.Event()
@@ -166,8 +207,7 @@ class BrokerServer:
 
     async def _close_connections(self) -> None:
         """Stop listening and end every client connection (their tasks cancelled and awaited)."""
-        if self.server is not None:
-            self.server.close()
+        self._close_servers()
         for task in list(self.connections):
             task.cancel()
         if self.connections:
@@ -217,9 +257,34 @@ class BrokerServer:
         logger.info("broker stopped; every log closed cleanly")
 
     # ------------------------------------------------------------------ connections
-    def _new_connection(self) -> FrameConnection:
-        return FrameConnection(self.max_request, self._serve_connection, self._produce_now,
-                               memory=self.memory, read_timeout=self.read_timeout, limits=self.limits)
+    def _connections_by_listener(self) -> dict[str, int]:
+        counts = {listener.name: 0 for listener in self.config.listeners}
+        for name in list(self.connections.values()):
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def _new_connection(self, listener) -> FrameConnection:
+        return FrameConnection(self.max_request, lambda conn: self._serve_connection(conn, listener),
+                               self._produce_now, memory=self.memory, read_timeout=self.read_timeout,
+                               limits=self.limits)
+
+    def _session(self, conn: FrameConnection, listener) -> ConnectionSession:
+        """The connection's security session: its TLS client certificate's principal, its
+        SASL exchange on a SASL listener."""
+        peer = conn.peer
+        host = peer[0] if isinstance(peer, tuple) else str(peer or "")
+        tls_principal = None
+        ssl_object = conn.transport.get_extra_info("ssl_object") if conn.transport is not None else None
+        if ssl_object is not None:
+            der = ssl_object.getpeercert(binary_form=True)
+            if der:
+                tls_principal = certificate_principal(der)
+        authenticator = None
+        if listener.sasl:
+            settings = self.config.security.listener(listener.name)
+            authenticator = SaslAuthenticator(settings.mechanisms, settings.plain_users(),
+                                              self.broker.credentials.scram, settings.reauth_ms)
+        return ConnectionSession(listener.name, host, tls_principal=tls_principal, authenticator=authenticator)
 
     def _produce_now(self, conn: FrameConnection, frame) -> bool:
         """A Produce request that arrives while the connection's reader is parked, handled in
@@ -227,13 +292,13 @@ class BrokerServer:
         response is written at once when nothing is ahead of it, else queued in order; anything
         else (another API, a frame that does not parse, a full response queue) is left to the
         reader, which reports errors as usual."""
-        queue, sending = conn.responses, conn.sending
+        queue, sending, session = conn.responses, conn.sending, conn.session
         if queue is None or queue.full() or len(frame) < 2 or frame[0] != 0 or frame[1] != PRODUCE \
-                or sending.muted_until:      # a throttled client: the reader waits out the mute
+                or not session.open or sending.muted_until:   # a throttled client: the reader waits
             return False
         started = time.perf_counter()
         try:
-            request = parse_request(frame, self.windows, client_host=_host(conn.peer))
+            request = parse_request(frame, self.windows, session)
         except (UnsupportedRequest, ProtocolError):
             return False
         try:
@@ -258,10 +323,11 @@ class BrokerServer:
             queue.put_nowait(item)
         return True
 
-    async def _serve_connection(self, conn: FrameConnection) -> None:
+    async def _serve_connection(self, conn: FrameConnection, listener) -> None:
         task = asyncio.current_task()
-        self.connections.add(task)
+        self.connections[task] = listener.name
         peer = conn.peer
+        session = conn.session = self._session(conn, listener)
         queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
         sending = _Sending()
         conn.responses, conn.sending = queue, sending       # for _produce_now
@@ -273,11 +339,17 @@ class BrokerServer:
                     break
                 if sending.muted_until:
                     await sending.unmuted()
-                item = await self._dispatch(frame, peer, sending)
+                if session.authenticator is not None and session.authenticator.raw_tokens:
+                    item = await self.sasl.raw_token(session, frame, peer) or _CLOSE
+                else:
+                    item = await self._dispatch(frame, peer, session, sending)
                 if item is _CLOSE:
                     break
                 if item is None:
                     continue
+                if isinstance(item, _Closing):      # its response goes out, then the connection closes
+                    await queue.put(item.item)
+                    break
                 if not sending.busy and queue.empty() and not conn.write_paused:
                     ready = _ready_frame(item)
                     if ready is not None:       # nothing ahead of it: no hop through the sender
@@ -298,7 +370,7 @@ class BrokerServer:
                 sender.cancel()
             conn.responses = None
             conn.close()
-            self.connections.discard(task)
+            self.connections.pop(task, None)
 
     async def _timed(self, api_key: int, started: float, pending, sending: _Sending):
         """A request answered later (a produce waiting for its commit, a long-polling fetch):
@@ -330,10 +402,14 @@ class BrokerServer:
             sending.mute(throttle)
         return result
 
-    async def _dispatch(self, frame: bytearray, peer, sending: _Sending):
+    async def _rewritten(self, request, pending):
+        """An answer that names brokers, given later, with the client's listener's endpoints."""
+        return self.endpoints.rewrite(request, await pending)
+
+    async def _dispatch(self, frame: bytearray, peer, session: ConnectionSession, sending: _Sending):
         started = time.perf_counter()
         try:
-            request = parse_request(frame, self.windows, client_host=_host(peer))
+            request = parse_request(frame, self.windows, session)
         except UnsupportedRequest as exc:
             if exc.api_key == API_VERSIONS:
                 # Kafka answers an ApiVersions version it does not know in v0, with the list.
@@ -348,9 +424,26 @@ class BrokerServer:
         except ProtocolError as exc:
             logger.warning("connection %s: %s; closing the connection", peer, exc)
             return _CLOSE
+        if not session.open:
+            admission = session.admit(request.api_key)
+            if admission == CLOSE:
+                logger.info("connection %s (listener %s): %s; closing the connection", peer, session.listener,
+                            session.close_reason)
+                return _CLOSE
+            if admission == SASL:
+                item, close = await self.sasl.handle(request, session, peer)
+                return _Closing(item) if close else item
+        elif request.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            item, close = await self.sasl.handle(request, session, peer)
+            return _Closing(item) if close else item
         result = await self.broker.handle(request)
         if self.broker.quotas.active or type(result) is ThrottledResponse:
             result = self._charged(request, started, result, sending)
+        if request.api_key in self.endpoints.rewritten and session.listener != self.config.inter_broker_listener:
+            if isinstance(result, dict):
+                result = self.endpoints.rewrite(request, result)
+            elif result is not None and inspect.isawaitable(result):
+                result = self._rewritten(request, result)
         if isinstance(result, (bytes, dict)):       # the common answers (isawaitable is an ABC check)
             self._requests.done(request.api_key, started, response_errors(result))
             return (request, result)
@@ -404,9 +497,11 @@ class BrokerServer:
 _CLOSE = object()
 
 
-def _host(peer) -> str:
-    """The client's address as ACLs name hosts (the IP of a TCP peer)."""
-    return peer[0] if isinstance(peer, tuple) else str(peer or "")
+class _Closing:
+    """A response after which the connection closes (a failed SASL exchange)."""
+
+    def __init__(self, item):
+        self.item = item
 
 
 class ListenerError(SegLogError):
@@ -566,23 +661,26 @@ def _return_large_blocks() -> None:
 
 
 async def run_broker(config: BrokerConfig, *, ready=None, on_log_dir_failure=None) -> None:
-    """Run a broker until SIGINT/SIGTERM; `ready(host, port)` is called once it listens.
-    `on_log_dir_failure`: see BrokerServer."""
+    """Run a broker until SIGINT/SIGTERM; `ready(endpoints)` is called once it listens, with
+    each listener's NAME://host:port as bound. `on_log_dir_failure`: see BrokerServer."""
     from logcore.broker.resources import check_remote_before_root, raise_nofile_limit
     raise_nofile_limit()
     await asyncio.to_thread(check_remote_before_root, config)
     server = BrokerServer(config, on_log_dir_failure)
-    host, port = await server.start()
-    logger.info("seglog broker (node %d) serving %s on %s:%d", config.node_id, config.log_dir, host, port)
+    await server.start()
+    endpoints = [listener.endpoint(*server.bound[listener.name]) for listener in config.listeners]
+    logger.info("seglog broker (node %d) serving %s on %s (inter-broker listener %s)", config.node_id,
+                config.log_dir, ",".join(endpoints), config.inter_broker_listener)
     if ready is not None:
-        ready(host, port)
+        ready(endpoints)
     await server.serve_until_stopped()
 
 
 def run_from_properties(path: str, overrides: dict[str, str] | None = None) -> int:
     """`seglog broker --config FILE`: run until SIGINT/SIGTERM, then close every log cleanly.
 
-    Prints `seglog broker listening on PLAINTEXT://host:port` on stdout once clients can connect.
+    Prints `seglog broker listening on PLAINTEXT://host:port[,SSL://host:port...]` (every listener,
+    as bound) on stdout once clients can connect.
     """
     import sys
 
@@ -595,12 +693,13 @@ def run_from_properties(path: str, overrides: dict[str, str] | None = None) -> i
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from logcore.security.jaas import login_secrets
     from logcore.storage.secrets import RedactingFilter, secret_values
     for handler in logging.getLogger().handlers:    # no log line shows a configured credential
-        handler.addFilter(RedactingFilter(secret_values(props)))
+        handler.addFilter(RedactingFilter(secret_values(props) + login_secrets(props)))
 
-    def ready(host: str, port: int) -> None:
-        sys.stdout.write(f"seglog broker listening on PLAINTEXT://{host}:{port}\n")
+    def ready(endpoints: list[str]) -> None:
+        sys.stdout.write(f"seglog broker listening on {','.join(endpoints)}\n")
         sys.stdout.flush()
 
     # A failed log dir (a full disk, an I/O error) ends the process at once, status 1 (Kafka's

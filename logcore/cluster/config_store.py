@@ -2,7 +2,8 @@
 /config/topics/<t>, a broker's in /config/brokers/<id>, the cluster-wide broker defaults in
 /config/brokers/<default>, each {"version":1,"config":{..}}, and every change announced by a
 /config/changes/config_change_N node {"version":2,"entity_path":"topics/<t>"} (or
-"brokers/<id>", "brokers/<default>"), as Kafka's AdminZkClient writes them.
+"brokers/<id>", "brokers/<default>"), as Kafka's AdminZkClient writes them. Users' configs (their
+SCRAM credentials) are in /config/users/<user, URL-encoded> ("users/<user>").
 
 Brokers watch the znodes themselves (the replica manager watches each topic's; the broker's
 DynamicBrokerConfig watches its own and the default): a change reaches every broker at once.
@@ -18,7 +19,14 @@ from logcore.cluster.zookeeper_store import ZooKeeperStore
 from logcore.errors import CorruptRecordError, ZkVersionConflictError
 
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_USERS = "/config/users"
 DEFAULT_ENTITY = "<default>"        # Kafka's name of the cluster-wide broker entity
+
+
+def user_config_path(user: str) -> str:
+    """Kafka's Sanitizer: the user name URL-encoded."""
+    from urllib.parse import quote
+    return f"{CONFIG_USERS}/{quote(user, safe='')}"
 
 
 def broker_config_path(entity: str) -> str:
@@ -105,3 +113,55 @@ class ZooKeeperConfigStore:
             except CorruptRecordError:
                 return None             # not JSON: the last good configs stay
         return self._client.DataWatch(path, on_data)
+
+    # ------------------------------------------------------------------ users
+    def user_config(self, user: str) -> dict[str, str]:
+        from kazoo.exceptions import NoNodeError
+        path = user_config_path(user)
+        try:
+            raw, _ = self._client.get(path)
+        except NoNodeError:
+            return {}
+        try:
+            return topic_config_from_json(raw or b"{}", path)
+        except CorruptRecordError:
+            return {}
+
+    def user_names(self) -> list[str]:
+        from urllib.parse import unquote
+
+        from kazoo.exceptions import NoNodeError
+        try:
+            return sorted(unquote(n) for n in self._client.get_children(CONFIG_USERS))
+        except NoNodeError:
+            return []
+
+    def set_user_config(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace the user's configs by change(current) (the znode created when absent; kept,
+        emptied, when nothing is left, as Kafka leaves it), announced in /config/changes."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+        path = user_config_path(user)
+        notice = dumps({"version": 2, "entity_path": f"users/{path.rsplit('/', 1)[1]}"})
+        for _ in range(50):
+            try:
+                raw, stat = self._client.get(path)
+                current, version = topic_config_from_json(raw or b"{}", path), stat.version
+            except NoNodeError:
+                current, version = {}, None
+            new = change(current)
+            t = self._client.transaction()
+            if version is None:
+                self._client.ensure_path(CONFIG_USERS)
+                t.create(path, topic_config_json(new))
+            else:
+                t.set_data(path, topic_config_json(new), version=version)
+            t.create(CONFIG_CHANGE_PREFIX, notice, sequence=True)
+            results = t.commit()
+            if isinstance(results[0], (BadVersionError, NodeExistsError, NoNodeError)):
+                time.sleep(0.02)
+                continue
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+            return new
+        raise ZkVersionConflictError(f"{path}: too many concurrent changes")

@@ -36,13 +36,17 @@ class BrokerRegistration:
     endpoints: tuple[str, ...]
     rack: str | None = None
     epoch: int = -1                  # the registration znode's czxid (the broker epoch)
+    # listener name -> security protocol (Kafka's listener_security_protocol_map); empty: the
+    # endpoints' names, which are protocol names
+    protocols: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> bytes:
+        known = dict(self.protocols)
         protocols = {}
         for ep in self.endpoints:
             name = ep.split("://", 1)[0]
-            protocols[name] = name if name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") \
-                else "PLAINTEXT"
+            protocols[name] = known.get(name) or (name if name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+                                                  else "PLAINTEXT")
         doc = {"version": 4, "host": self.host, "port": self.port, "jmx_port": -1,
                "timestamp": now_ms(), "endpoints": list(self.endpoints),
                "listener_security_protocol_map": protocols}
@@ -54,7 +58,8 @@ class BrokerRegistration:
     def from_json(cls, broker_id: int, raw: bytes, czxid: int, path: str) -> "BrokerRegistration":
         d = loads(raw, path)
         return cls(broker_id, d.get("host") or "", int(d.get("port", -1)),
-                   tuple(d.get("endpoints", ())), d.get("rack"), czxid)
+                   tuple(d.get("endpoints", ())), d.get("rack"), czxid,
+                   tuple(sorted((d.get("listener_security_protocol_map") or {}).items())))
 
 
 @dataclass(frozen=True)

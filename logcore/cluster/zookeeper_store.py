@@ -89,7 +89,8 @@ class ZooKeeperStore:
         reg = self._registration
         if reg is not None:
             try:
-                self.register_broker(reg.broker_id, reg.host, reg.port, reg.endpoints, rack=reg.rack)
+                self.register_broker(reg.broker_id, reg.host, reg.port, reg.endpoints, rack=reg.rack,
+                                     protocols=dict(reg.protocols))
             except Exception:                                # noqa: BLE001 - logged, retried by the owner
                 logger.exception("re-registering broker %d after session expiry failed", reg.broker_id)
 
@@ -108,14 +109,16 @@ class ZooKeeperStore:
 
     # ------------------------------------------------------------------ brokers
     def register_broker(self, broker_id: int, host: str, port: int, endpoints=None, *,
-                        rack: str | None = None, wait_s: float | None = None) -> int:
+                        rack: str | None = None, wait_s: float | None = None,
+                        protocols: dict[str, str] | None = None) -> int:
         """Create /brokers/ids/<id> as an ephemeral of this session and return the broker epoch
         (its czxid). A registration left by an older session of the same broker is waited for
         (up to `wait_s`, default the session timeout): ZooKeeper removes it when that session
         expires. A live foreign registration after that raises BrokerIdInUseError."""
         from kazoo.exceptions import NoNodeError, NodeExistsError
         endpoints = tuple(endpoints or (f"PLAINTEXT://{host}:{port}",))
-        reg = BrokerRegistration(int(broker_id), host, int(port), endpoints, rack)
+        protocols = tuple(sorted((protocols or {}).items()))
+        reg = BrokerRegistration(int(broker_id), host, int(port), endpoints, rack, protocols=protocols)
         path = broker_path(broker_id)
         wait = (self.session_timeout_ms / 1000.0 + 2.0) if wait_s is None else wait_s
         deadline = time.monotonic() + wait
@@ -136,7 +139,7 @@ class ZooKeeperStore:
                         f" session (0x{stat.ephemeralOwner:x}); is another broker running with this id?"
                     ) from None
                 time.sleep(0.2)
-        self._registration = BrokerRegistration(reg.broker_id, host, int(port), endpoints, rack, stat.czxid)
+        self._registration = BrokerRegistration(reg.broker_id, host, int(port), endpoints, rack, stat.czxid, protocols)
         return stat.czxid
 
     @coordinator_errors

@@ -192,7 +192,8 @@ class LeaderFetcher:
             self.reconnect = False
             self.address = address
             self.conn = AsyncKafkaConnection(address[0], address[1], timeout_s=self.timeout_s,
-                                             client_id=f"replica-fetcher-{self.manager.me}")
+                                             client_id=f"replica-fetcher-{self.manager.me}",
+                                             security=getattr(self.manager.broker, "inter_broker_security", None))
             await self.conn.connect()
         return self.conn
 

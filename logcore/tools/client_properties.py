@@ -2,9 +2,10 @@
 .properties file Kafka's tools take) and `--producer-property` / `--consumer-property` items.
 
 Each command names the keys it applies; a key it does not apply is refused with the list of
-those it does, never silently ignored. seglog's clients speak PLAINTEXT only:
-`security.protocol=PLAINTEXT` is accepted, any other protocol and every ssl.* / sasl.* key is
-refused until the brokers have TLS and SASL.
+those it does, never silently ignored. Every command applies the security settings, Kafka's
+client names (`security.protocol` PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, `ssl.*` stores,
+`sasl.mechanism` PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512 with `sasl.jaas.config`), checked when
+read (logcore.security.client_security); `client_security(props)` is what the connections use.
 """
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from typing import Sequence
 
 from logcore.errors import InvalidConfigError
 from logcore.log.config import load_properties
+from logcore.security.client_security import CLIENT_SECURITY_KEYS, ClientSecurity
 from logcore.tools.arguments import _configs, _properties_file
 
 # Keys every broker command applies.
-COMMON = ("client.id", "request.timeout.ms", "security.protocol")
+COMMON = ("client.id", "request.timeout.ms") + CLIENT_SECURITY_KEYS
 
 
 def client_properties(path: str | None, items: Sequence[str] | None, applied: Sequence[str], *,
@@ -30,18 +32,20 @@ def client_properties(path: str | None, items: Sequence[str] | None, applied: Se
     for name, value in _configs(items, item_option).items():
         _check(name, value, applied, command, item_option)
         props[name] = value
+    where = f"--command-config {path}" if path is not None else item_option
+    ClientSecurity.from_properties(props, where)         # a bad setting fails now, naming it
     return props
 
 
+def client_security(props: dict[str, str]) -> ClientSecurity | None:
+    """The connections' TLS and SASL from checked properties (None: PLAINTEXT)."""
+    return ClientSecurity.from_properties(props, "client properties")
+
+
 def _check(name: str, value: str, applied: Sequence[str], command: str, where: str) -> None:
-    if name == "security.protocol":
-        if value.strip().upper() != "PLAINTEXT":
-            raise InvalidConfigError(f"{where}: security.protocol={value} is not supported: seglog's clients"
-                                     " and brokers speak PLAINTEXT only (no TLS or SASL yet)")
-        return
-    if name.startswith(("ssl.", "sasl.")):
-        raise InvalidConfigError(f"{where}: {name} is not supported: seglog's clients and brokers speak"
-                                 " PLAINTEXT only (no TLS or SASL yet)")
+    if name.startswith(("ssl.", "sasl.")) and name not in CLIENT_SECURITY_KEYS:
+        raise InvalidConfigError(f"{where}: {name} is not supported by seglog's clients; the security settings"
+                                 f" they apply: {', '.join(CLIENT_SECURITY_KEYS)}")
     if name == "bootstrap.servers":
         raise InvalidConfigError(f"{where}: bootstrap.servers is taken from --bootstrap-server; leave it out")
     if name not in applied and name not in COMMON:

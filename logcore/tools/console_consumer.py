@@ -19,7 +19,7 @@ import time
 from logcore.errors import InvalidConfigError
 from logcore.records import TimestampType
 from logcore.tools.arguments import _stdout_bytes
-from logcore.tools.client_properties import client_properties, int_property, timeout_s
+from logcore.tools.client_properties import client_properties, client_security, int_property, timeout_s
 
 # Consumer properties --bootstrap-server applies (--command-config, --consumer-property).
 CONSUMER_KEYS = ("group.id", "isolation.level", "auto.offset.reset", "session.timeout.ms", "heartbeat.interval.ms",
@@ -66,7 +66,7 @@ def consume_from_brokers(args, formatter) -> int:
 
     out = _stdout_bytes()
     leaders = PartitionLeaders(args.bootstrap_server, args.topic, client_id=props.get("client.id", "console-consumer"),
-                               timeout_s=timeout_s(props), windows=WINDOWS)
+                               timeout_s=timeout_s(props), windows=WINDOWS, security=client_security(props))
     fetcher = TopicFetcher(leaders, isolation_level=isolation, reset=reset)
     group = None
     consumed: dict[int, int] = {}            # the next offset of each partition after what was printed
@@ -77,7 +77,8 @@ def consume_from_brokers(args, formatter) -> int:
             group = ConsoleGroup(args.bootstrap_server, group_id, args.topic,
                                  client_id=props.get("client.id", "console-consumer"), timeout_s=timeout_s(props),
                                  session_timeout_ms=int_property(props, "session.timeout.ms", 45_000, minimum=1),
-                                 heartbeat_interval_ms=int_property(props, "heartbeat.interval.ms", 3_000, minimum=1))
+                                 heartbeat_interval_ms=int_property(props, "heartbeat.interval.ms", 3_000, minimum=1),
+                                 security=leaders.conn.security)
             _take_assignment(group, fetcher, reset, consumed)
         else:
             if args.partition is not None:

@@ -99,7 +99,7 @@ class ConsoleGroup:
 
     def __init__(self, servers: str, group_id: str, topic: str, *, client_id: str, timeout_s: float,
                  session_timeout_ms: int = 45_000, heartbeat_interval_ms: int = 3_000,
-                 rebalance_timeout_ms: int = 300_000):
+                 rebalance_timeout_ms: int = 300_000, security=None):
         if not group_id:
             raise InvalidConfigError("--group must not be empty")
         if heartbeat_interval_ms >= session_timeout_ms:
@@ -116,7 +116,7 @@ class ConsoleGroup:
         self.generation = -1
         self.assigned: list[int] = []
         self._bootstrap = bootstrap(servers, timeout_s=timeout_s, client_id=client_id, windows=WINDOWS,
-                                    option="--bootstrap-server")
+                                    option="--bootstrap-server", security=security)
         self._coordinator: KafkaConnection | None = None
         self._next_heartbeat = 0.0
 
@@ -151,7 +151,8 @@ class ConsoleGroup:
             raise KafkaConnectionError(f"FindCoordinator of group {self.group_id}: {error_name(code)}", code)
         self._coordinator = KafkaConnection(response.host, int(response.port), timeout_s=self.timeout_s + 5,
                                             client_id=self._bootstrap.client_id, windows=WINDOWS,
-                                            origin=f"coordinator of group {self.group_id}").connect()
+                                            origin=f"coordinator of group {self.group_id}",
+                                            security=self._bootstrap.security).connect()
         return self._coordinator
 
     def _drop_coordinator(self) -> None:

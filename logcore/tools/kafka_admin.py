@@ -73,10 +73,10 @@ class KafkaAdmin:
     """One admin session over a connection to the first reachable bootstrap server."""
 
     def __init__(self, servers: str, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, client_id: str = "seglog-admin",
-                 option: str = "--bootstrap-server"):
+                 option: str = "--bootstrap-server", security=None):
         self.timeout_ms = timeout_ms
         self.conn: KafkaConnection = bootstrap(servers, timeout_s=timeout_ms / 1000 + 5, client_id=client_id,
-                                               windows=WINDOWS, option=option)
+                                               windows=WINDOWS, option=option, security=security)
         self._controller: KafkaConnection | None = None
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
-from logcore.tools.client_properties import client_properties, timeout_s
+from logcore.tools.client_properties import client_properties, client_security, timeout_s
 from logcore.tools.kafka_admin import KafkaAdmin
 from logcore.wire.client import KafkaError, error_name
 from logcore.wire.error_codes import ELECTION_NOT_NEEDED, NONE
@@ -31,7 +31,7 @@ def cmd_leader_election(args, out: TextIO | None = None) -> int:
     props = client_properties(getattr(args, "command_config", None), None, (),
                               command="seglog leader-election", item_option="--command-config")
     with KafkaAdmin(args.bootstrap_server, client_id=props.get("client.id", "seglog-leader-election"),
-                    timeout_ms=int(timeout_s(props) * 1000)) as admin:
+                    timeout_ms=int(timeout_s(props) * 1000), security=client_security(props)) as admin:
         results = admin.elect_leaders(kind, partitions)
     label = kind.upper()
     ordered = sorted(results.items())

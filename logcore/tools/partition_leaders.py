@@ -29,12 +29,13 @@ class PartitionLeaders:
     """The leaders of one topic's partitions and a connection to each."""
 
     def __init__(self, servers: str, topic: str, *, client_id: str, timeout_s: float = 30.0,
-                 windows: dict | None = None, option: str = "--bootstrap-server"):
+                 windows: dict | None = None, option: str = "--bootstrap-server", security=None):
         self.servers = servers
         self.topic = topic
         self.timeout_s = timeout_s
         self.option = option
-        self.conn = bootstrap(servers, timeout_s=timeout_s, client_id=client_id, windows=windows, option=option)
+        self.conn = bootstrap(servers, timeout_s=timeout_s, client_id=client_id, windows=windows, option=option,
+                              security=security)
         self.brokers: dict[int, BrokerAddress] = {}
         self.leaders: dict[int, int] = {}         # partition -> leader id (-1: none)
         self.epochs: dict[int, int] = {}
@@ -85,7 +86,7 @@ class PartitionLeaders:
             address = self.brokers[node]
             conn = KafkaConnection(address.host, address.port, timeout_s=self.timeout_s,
                                    client_id=self.conn.client_id, windows=self.conn.windows,
-                                   origin=f"node {node}, {self.where()}").connect()
+                                   origin=f"node {node}, {self.where()}", security=self.conn.security).connect()
             self._connections[node] = conn
         return conn
 

@@ -391,14 +391,14 @@ def _produce_to_root(args, source: _Input, batch_size: int, compression) -> tupl
 
 def _produce_to_brokers(args, source: _Input, props: dict[str, str], batch_size: int,
                         compression) -> tuple[int, list[int]]:
-    from logcore.tools.client_properties import int_property, timeout_s
+    from logcore.tools.client_properties import client_security, int_property, timeout_s
     from logcore.tools.partition_leaders import PartitionLeaders
     from logcore.tools.topic_producer import WINDOWS, TopicProducer
 
     acks = _acks(args, props)
     delivery_ms = int_property(props, "delivery.timeout.ms", 120_000, minimum=1)
     leaders = PartitionLeaders(args.bootstrap_server, args.topic, client_id=props.get("client.id", "console-producer"),
-                               timeout_s=timeout_s(props), windows=WINDOWS)
+                               timeout_s=timeout_s(props), windows=WINDOWS, security=client_security(props))
     try:
         if args.partition is not None:
             leaders.check_partition(args.partition)

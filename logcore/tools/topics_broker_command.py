@@ -16,7 +16,7 @@ from typing import TextIO
 
 from logcore.errors import InvalidConfigError
 from logcore.log.partition_metadata import format_topic_id
-from logcore.tools.client_properties import client_properties, timeout_s
+from logcore.tools.client_properties import client_properties, client_security, timeout_s
 from logcore.tools.kafka_admin import ConfigEntry, KafkaAdmin, TopicInfo
 from logcore.wire.client import KafkaError
 from logcore.wire.config_resources import SOURCE_TOPIC
@@ -51,7 +51,7 @@ def cmd_topics_broker(args, out: TextIO | None = None) -> int:
     props = client_properties(args.command_config, None, (), command="seglog topics --bootstrap-server",
                               item_option="--command-config")
     admin_options = {"client_id": props.get("client.id", "seglog-topics"),
-                     "timeout_ms": int(timeout_s(props) * 1000)}
+                     "timeout_ms": int(timeout_s(props) * 1000), "security": client_security(props)}
     if args.config and action not in ("create", "alter"):
         raise InvalidConfigError("--config applies to --create and --alter only")
     if args.replication_factor is not None and action != "create":

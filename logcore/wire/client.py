@@ -19,6 +19,12 @@ ApiVersions goes out at the newest version kio knows; a broker that does not ser
 UNSUPPORTED_VERSION with its own window in a v0 body (Kafka's rule), and the request is sent again
 at the newest version both know.
 
+Security (`security=`, a logcore.security.client_security.ClientSecurity or anything with its
+`ssl_context`, `server_hostname(host)`, `authenticate(conn)` / `authenticate_async(conn)`):
+the connection is wrapped in TLS when it has an ssl_context, and logs in with SASL right after
+ApiVersions; when the login's session has a lifetime (KIP-368), the connection logs in again
+before a request once `authenticate` said it is due.
+
 Every failure is a KafkaError (a SegLogError) naming the broker's host:port and the API; a broken
 or timed-out connection is a KafkaConnectionError (retriable: connect again). After a request
 timeout the connection is closed, as Kafka's clients do: its late response cannot be matched.
@@ -29,7 +35,9 @@ import asyncio
 import collections
 import random
 import socket
+import ssl
 import struct
+import time
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -107,7 +115,9 @@ class _Negotiated:
     """What both client kinds share: the negotiated versions, the correlation ids, the names."""
 
     def __init__(self, host: str, port: int, timeout_s: float, client_id: str | None,
-                 windows: dict[int, tuple[int, int]] | None, origin: str | None):
+                 windows: dict[int, tuple[int, int]] | None, origin: str | None, security=None):
+        self.security = security
+        self.reauth_at: float | None = None   # monotonic time the SASL session wants a new login
         self.host = host
         self.port = int(port)
         self.timeout_s = float(timeout_s)
@@ -200,8 +210,8 @@ class KafkaConnection(_Negotiated):
 
     def __init__(self, host: str, port: int, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                  client_id: str | None = "seglog", windows: dict[int, tuple[int, int]] | None = None,
-                 origin: str | None = None):
-        super().__init__(host, port, timeout_s, client_id, windows, origin)
+                 origin: str | None = None, security=None):
+        super().__init__(host, port, timeout_s, client_id, windows, origin, security)
         self._sock: socket.socket | None = None
         self._pending: collections.deque[tuple[int, int, int]] = collections.deque()
 
@@ -215,6 +225,16 @@ class KafkaConnection(_Negotiated):
             raise KafkaConnectionError(f"cannot connect to {self.where()}: {exc.strerror or exc}") from None
         sock.settimeout(self.timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        context = getattr(self.security, "ssl_context", None)
+        if context is not None:
+            try:
+                sock = context.wrap_socket(sock, server_hostname=self.security.server_hostname(self.host))
+            except (ssl.SSLError, ssl.CertificateError) as exc:
+                sock.close()
+                raise KafkaError(f"TLS handshake with {self.where()} failed: {exc}") from None
+            except OSError as exc:
+                sock.close()
+                raise KafkaConnectionError(f"TLS handshake with {self.where()} failed: {exc.strerror or exc}") from None
         self._sock = sock
         try:
             version = known_versions(API_VERSIONS)[1]
@@ -223,6 +243,8 @@ class KafkaConnection(_Negotiated):
                 self._send_frame(self._api_versions_frame(version, correlation), API_VERSIONS)
                 frame = self._recv_frame(API_VERSIONS)
                 version = self._api_versions_answer(version, frame)
+            if self.security is not None:
+                self.reauth_at = self.security.authenticate(self)
         except BaseException:
             self.close()
             raise
@@ -254,6 +276,9 @@ class KafkaConnection(_Negotiated):
              window: tuple[int, int] | None = None) -> int:
         """Send one request without waiting for its response; its correlation id."""
         self.connect()
+        if self.reauth_at is not None and not self._pending and time.monotonic() >= self.reauth_at:
+            self.reauth_at = None                   # KIP-368: log in again on this connection
+            self.reauth_at = self.security.authenticate(self)
         frame, v, correlation = self._frame(api_key, body, version, window)
         self._send_frame(frame, api_key)
         self._pending.append((correlation, api_key, v))
@@ -332,7 +357,7 @@ class KafkaConnection(_Negotiated):
             raise KafkaError(f"{self.where()} lists no broker {node_id} in its Metadata"
                              f" (brokers: {sorted(brokers) or 'none'})")
         return KafkaConnection(target.host, target.port, timeout_s=self.timeout_s, client_id=self.client_id,
-                               windows=self.windows, origin=f"node {node_id}").connect()
+                               windows=self.windows, origin=f"node {node_id}", security=self.security).connect()
 
     def controller(self) -> "KafkaConnection":
         """A new connection to the broker Metadata names as the controller."""
@@ -344,7 +369,7 @@ class KafkaConnection(_Negotiated):
 
 def bootstrap(servers: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, client_id: str | None = "seglog",
               windows: dict[int, tuple[int, int]] | None = None,
-              option: str = "bootstrap.servers") -> KafkaConnection:
+              option: str = "bootstrap.servers", security=None) -> KafkaConnection:
     """A connected KafkaConnection to the first of `servers` (`h1:p1,h2:p2`) that answers, trying
     them from a random one on, in order, as Kafka's clients do: clients spread over the list,
     and a server that is down is not every client's first try. `option` names the setting in
@@ -354,7 +379,7 @@ def bootstrap(servers: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, client_id: 
     start = random.randrange(len(listed)) if listed else 0
     for host, port in listed[start:] + listed[:start]:
         conn = KafkaConnection(host, port, timeout_s=timeout_s, client_id=client_id, windows=windows,
-                               origin=f"{option}={servers}")
+                               origin=f"{option}={servers}", security=security)
         try:
             return conn.connect()
         except KafkaConnectionError as exc:
@@ -372,8 +397,9 @@ class AsyncKafkaConnection(_Negotiated):
 
     def __init__(self, host: str, port: int, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                  client_id: str | None = "seglog", windows: dict[int, tuple[int, int]] | None = None,
-                 origin: str | None = None):
-        super().__init__(host, port, timeout_s, client_id, windows, origin)
+                 origin: str | None = None, security=None):
+        super().__init__(host, port, timeout_s, client_id, windows, origin, security)
+        self._reauthenticating = False
         self._protocol: _ResponseFrames | None = None
         self._waiting: dict[int, tuple[asyncio.Future, int, int]] = {}
         self._unclaimed: collections.deque[tuple[asyncio.Future, int]] = collections.deque()
@@ -395,12 +421,17 @@ class AsyncKafkaConnection(_Negotiated):
         if self._protocol is not None:
             return self
         loop = asyncio.get_running_loop()
+        context = getattr(self.security, "ssl_context", None)
+        tls = {} if context is None else {"ssl": context, "server_hostname": self.security.server_hostname(self.host),
+                                          "ssl_handshake_timeout": self.timeout_s}
         try:
             _transport, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _ResponseFrames(self), self.host, self.port), self.timeout_s)
+                loop.create_connection(lambda: _ResponseFrames(self), self.host, self.port, **tls), self.timeout_s)
         except asyncio.TimeoutError:
             raise KafkaConnectionError(f"cannot connect to {self.where()}: no answer within"
                                        f" {self.timeout_s:g} s") from None
+        except (ssl.SSLError, ssl.CertificateError) as exc:
+            raise KafkaError(f"TLS handshake with {self.where()} failed: {exc}") from None
         except OSError as exc:
             raise KafkaConnectionError(f"cannot connect to {self.where()}: {exc.strerror or exc}") from None
         sock = protocol.transport.get_extra_info("socket")
@@ -415,10 +446,21 @@ class AsyncKafkaConnection(_Negotiated):
                 frame = await self._exchange(API_VERSIONS, version,
                                              lambda c, v=version: self._api_versions_frame(v, c), None, raw=True)
                 version = self._api_versions_answer(version, frame)
+            if self.security is not None:
+                self.reauth_at = await self.security.authenticate_async(self)
         except BaseException:
             self.close()
             raise
         return self
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368: log in again on this connection (other requests go on meanwhile)."""
+        self._reauthenticating = True
+        try:
+            self.reauth_at = None
+            self.reauth_at = await self.security.authenticate_async(self)
+        finally:
+            self._reauthenticating = False
 
     def close(self) -> None:
         """Close the connection; requests still waiting fail with KafkaConnectionError."""
@@ -434,6 +476,8 @@ class AsyncKafkaConnection(_Negotiated):
                    window: tuple[int, int] | None = None) -> int:
         """Send one request; `receive()` returns the responses in the order of the sends."""
         self._check_open()
+        if self.reauth_at is not None and not self._reauthenticating and time.monotonic() >= self.reauth_at:
+            await self._reauthenticate()
         frame, v, correlation = self._frame(api_key, body, version, window)
         fut = self._register(correlation, api_key, v)
         self._unclaimed.append((fut, api_key))
@@ -452,6 +496,8 @@ class AsyncKafkaConnection(_Negotiated):
         """Send one request and return its response; KafkaConnectionError (and the connection
         closed) when it does not come within `timeout_s` (default: the connection's)."""
         self._check_open()
+        if self.reauth_at is not None and not self._reauthenticating and time.monotonic() >= self.reauth_at:
+            await self._reauthenticate()
         frame, v, correlation = self._frame(api_key, body, version, window)
         return await self._exchange(api_key, v, lambda _c: frame, timeout_s, correlation=correlation)
 

@@ -35,6 +35,7 @@ _SIZE = struct.Struct(">i")
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 ZERO_UUID = uuid.UUID(int=0)
+ANONYMOUS = "User:ANONYMOUS"      # Kafka's principal of a connection nobody authenticated
 
 
 class ProtocolError(SegLogError):
@@ -58,9 +59,12 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: Any                  # the kio request dataclass
-    # Who sent it (authorization): the connection's authenticated principal and its peer's host.
-    principal: str = "User:ANONYMOUS"
+    # Who sent it and where (the connection's session: logcore.security.session): Kafka's
+    # principal ("User:ANONYMOUS" until authenticated, "User:alice" after SASL, "User:CN=..."
+    # for a TLS client certificate), the client's address and the listener's name.
+    principal: str = ANONYMOUS
     client_host: str = ""
+    listener: str = ""
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
@@ -76,10 +80,11 @@ def _request_reader(api_key: int, api_version: int):
     return entity_reader(schema.__header_schema__), entity_reader(schema)
 
 
-def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]], *,
-                  principal: str = "User:ANONYMOUS", client_host: str = "") -> Request:
-    """Parse one request frame (size prefix removed) whose API and version lie in `windows`,
-    sent by `principal` from `client_host`. Produce records are views of `frame` (writable if it is)."""
+def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]], session=None) -> Request:
+    """Parse one request frame (size prefix removed) whose API and version lie in `windows`.
+    Produce records are views of `frame` (writable if it is). `session` (any object with
+    `principal`, `client_host` and `listener`): the connection's, stamped on the request."""
+    who = (ANONYMOUS, "", "") if session is None else (session.principal, session.client_host, session.listener)
     api_key, api_version, correlation_id = peek_header(frame)
     window = windows.get(api_key)
     if window is None or not window[0] <= api_version <= window[1]:
@@ -94,7 +99,7 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]],
         except (ValueError, struct.error) as exc:
             raise ProtocolError(f"malformed api key {api_key} v{api_version} request"
                                 f" (correlation id {correlation_id}): {exc}") from None
-        return Request(api_key, api_version, correlation_id, client_id, body, principal, client_host)
+        return Request(api_key, api_version, correlation_id, client_id, body, *who)
     try:
         read_header, read_body = _request_reader(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity) as exc:   # a window wider than kio knows: a bug of ours
@@ -110,7 +115,7 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]],
                             f" (correlation id {correlation_id}): {type(exc).__name__}: {exc}") from None
     # Trailing bytes are ignored, as Kafka's own parser does: librdkafka 2.16 sends Metadata v12
     # with fields that version no longer has.
-    return Request(api_key, api_version, correlation_id, header.client_id, body, principal, client_host)
+    return Request(api_key, api_version, correlation_id, header.client_id, body, *who)
 
 
 @cache

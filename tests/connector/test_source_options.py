@@ -48,7 +48,7 @@ def test_defaults_stream_and_batch():
 
 def test_storage_options_and_ignored_kafka_options():
     s = stream(**{"storage.endpoint_url": "http://127.0.0.1:9000", "storage.client_kwargs.region_name": "eu",
-                  "kafka.bootstrap.servers": "host:9092", "kafka.security.protocol": "SSL",
+                  "kafka.bootstrap.servers": "host:9092", "kafka.security.protocol": "PLAINTEXT",
                   "groupIdPrefix": "x", "kafkaConsumer.pollTimeoutMs": "1000"})
     assert s.storage_options == {"endpoint_url": "http://127.0.0.1:9000",
                                  "client_kwargs": {"region_name": "eu"}}

@@ -21,6 +21,7 @@ import dataclasses
 import inspect
 import threading
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -201,7 +202,8 @@ def secured(tmp_path_factory):
 def call(loop, broker, principal: str, host: str, key: int, version: int, body: dict):
     """The response (a dict, or the decoded kio response) of one request from `principal`@`host`."""
     frame = encode_request(key, version, 7, "acl-table", build(request_type(key, version), body))
-    req = parse_request(frame[4:], {key: (version, version)}, principal=principal, client_host=host)
+    session = SimpleNamespace(principal=principal, client_host=host, listener="SASL_SSL")
+    req = parse_request(frame[4:], {key: (version, version)}, session)
 
     async def run():
         result = await broker.handle(req)

@@ -215,8 +215,9 @@ def test_misspelled_flag_gets_the_commands_usage_and_a_suggestion():
 
 
 @pytest.mark.parametrize("lines, fragment", [
-    ("security.protocol=SASL_SSL\n", "security.protocol=SASL_SSL is not supported"),
-    ("ssl.truststore.location=/x\n", "ssl.truststore.location is not supported"),
+    ("security.protocol=SASL_SSL\n", "security.protocol=SASL_SSL needs sasl.mechanism"),
+    ("ssl.truststore.location=/x\n", "ssl.truststore.location given but security.protocol=PLAINTEXT does not use TLS"),
+    ("ssl.cipher.suites=x\n", "ssl.cipher.suites is not supported by seglog's clients"),
     ("linger.ms=5\n", "linger.ms is unknown to or not supported by seglog produce --bootstrap-server"),
     ("acks=0\n", "acks=0 is not supported"),
 ])

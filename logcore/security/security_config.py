@@ -1,0 +1,239 @@
+"""The broker's security settings (Kafka's names): the listeners' protocols, TLS stores, SASL
+mechanisms and logins, re-authentication, and the inter-broker listener.
+
+Every ssl.*, sasl.enabled.mechanisms, sasl.jaas.config and connections.max.reauth.ms setting may
+be given for one listener, `listener.name.<listener, lower case>.<setting>`, which wins over the
+unprefixed one; a SASL login may also be given per mechanism,
+`listener.name.<listener>.<mechanism, lower case>.sasl.jaas.config` (Kafka's broker form).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from logcore.errors import InvalidConfigError
+from logcore.log.config_key import ConfigKey, ConfigType, at_least, unknown_message
+from logcore.security.jaas import MODULES, PLAIN_MODULE, JaasConfig, parse_jaas
+from logcore.security.listener import (DEFAULT_PROTOCOL_MAP, PLAINTEXT, PROTOCOLS, Listener, parse_listeners,
+                                       protocol_map)
+
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+REFUSED_MECHANISMS = {
+    "GSSAPI": "Kerberos is not supported by seglog",
+    "OAUTHBEARER": "OAUTHBEARER is not supported by seglog: it needs a token issuer (an OAuth server) to validate"
+                   " tokens against, and none is available to test it with",
+}
+LISTENER_PREFIX = "listener.name."
+
+# Settings that may carry a listener prefix.
+_PER_LISTENER = (
+    ConfigKey("ssl.keystore.type", ConfigType.STRING, "", "PKCS12 or PEM (JKS: convert it). Default: PEM"
+              " when the chain is given inline, else PKCS12.", category="security"),
+    ConfigKey("ssl.keystore.location", ConfigType.STRING, "", "The keystore file (this side's certificate"
+              " and key); read again when it changes.", category="security"),
+    ConfigKey("ssl.keystore.password", ConfigType.STRING, "", "Password of a PKCS12 keystore.", category="security"),
+    ConfigKey("ssl.key.password", ConfigType.STRING, "", "Password of the private key (an encrypted PEM key).",
+              category="security"),
+    ConfigKey("ssl.keystore.certificate.chain", ConfigType.STRING, "", "The certificate chain in PEM, inline"
+              " (with ssl.keystore.key and ssl.keystore.type=PEM).", category="security"),
+    ConfigKey("ssl.keystore.key", ConfigType.STRING, "", "The private key in PEM, inline.", category="security"),
+    ConfigKey("ssl.truststore.type", ConfigType.STRING, "", "PKCS12 or PEM.", category="security"),
+    ConfigKey("ssl.truststore.location", ConfigType.STRING, "", "The truststore file (the certificates peers'"
+              " chains must lead to); empty: the system's authorities.", category="security"),
+    ConfigKey("ssl.truststore.password", ConfigType.STRING, "", "Password of a PKCS12 truststore.",
+              category="security"),
+    ConfigKey("ssl.truststore.certificates", ConfigType.STRING, "", "Trusted certificates in PEM, inline.",
+              category="security"),
+    ConfigKey("ssl.client.auth", ConfigType.STRING, "none", "none, requested or required: whether TLS clients"
+              " must present a trusted certificate (its subject is then their principal).", category="security"),
+    ConfigKey("ssl.enabled.protocols", ConfigType.LIST, "TLSv1.2,TLSv1.3", "TLSv1.2 and/or TLSv1.3 (older"
+              " versions are refused).", category="security"),
+    ConfigKey("ssl.protocol", ConfigType.STRING, "TLSv1.3", "TLSv1.3, TLSv1.2 or TLS (the enabled protocols"
+              " decide what is negotiated).", category="security"),
+    ConfigKey("ssl.endpoint.identification.algorithm", ConfigType.STRING, "https", "https: an inter-broker"
+              " connection checks that the other broker's certificate names its host; empty: not checked.",
+              category="security"),
+    ConfigKey("sasl.enabled.mechanisms", ConfigType.LIST, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+              "SASL mechanisms a SASL listener accepts: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's"
+              " default, GSSAPI, is not supported).", category="security"),
+    ConfigKey("sasl.jaas.config", ConfigType.STRING, "", "The login configuration (PlainLoginModule's"
+              ' user_<name>="<password>" are the PLAIN users; username/password: this broker\'s own'
+              " inter-broker login).", category="security"),
+    ConfigKey("connections.max.reauth.ms", ConfigType.LONG, 0, "KIP-368: an authenticated SASL connection"
+              " must re-authenticate within this time or is closed at its next request; 0: never.",
+              validator=at_least(0), category="security"),
+)
+_GLOBAL = (
+    ConfigKey("listener.security.protocol.map", ConfigType.LIST, DEFAULT_PROTOCOL_MAP,
+              "NAME:PROTOCOL pairs: each listener name's security protocol.", category="security"),
+    ConfigKey("inter.broker.listener.name", ConfigType.STRING, "", "The listener other brokers reach this one"
+              " on (replica fetches, the controller, transaction markers); empty: the listener named"
+              " security.inter.broker.protocol.", category="security"),
+    ConfigKey("security.inter.broker.protocol", ConfigType.STRING, PLAINTEXT, "The inter-broker listener's name"
+              " when inter.broker.listener.name is not set.", category="security"),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", ConfigType.STRING, "PLAIN", "The SASL mechanism brokers"
+              " log in to each other with (Kafka's default, GSSAPI, is not supported).", category="security"),
+)
+SECURITY_KEYS: dict[str, ConfigKey] = {k.name: k for k in _PER_LISTENER + _GLOBAL}
+_PER_LISTENER_NAMES = frozenset(k.name for k in _PER_LISTENER)
+
+
+def is_security_name(name: str) -> bool:
+    return name in SECURITY_KEYS or name.startswith(LISTENER_PREFIX)
+
+
+def check_mechanism(mechanism: str, where: str) -> str:
+    m = mechanism.strip().upper()
+    if m in REFUSED_MECHANISMS:
+        raise InvalidConfigError(f"{where}: SASL mechanism {m}: {REFUSED_MECHANISMS[m]}; use one of"
+                                 f" {', '.join(SUPPORTED_MECHANISMS)}")
+    if m not in SUPPORTED_MECHANISMS:
+        raise InvalidConfigError(f"{where}: unknown SASL mechanism {mechanism!r}; use one of"
+                                 f" {', '.join(SUPPORTED_MECHANISMS)}")
+    return m
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    """One listener's resolved settings."""
+    listener: Listener
+    settings: dict[str, str]                       # the ssl.* and sasl.* values that apply to it
+    mechanisms: tuple[str, ...]
+    logins: dict[str, JaasConfig] = field(default_factory=dict)   # mechanism -> its login config
+    reauth_ms: int = 0
+
+    def plain_users(self) -> dict[str, str]:
+        login = self.logins.get("PLAIN")
+        return login.plain_users() if login is not None and login.module == PLAIN_MODULE else {}
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    listeners: tuple[Listener, ...]
+    advertised: tuple[Listener, ...]               # by name; a port 0 / empty host: the bound one
+    inter_broker: str                              # the inter-broker listener's name
+    inter_broker_mechanism: str
+    by_listener: dict[str, ListenerSecurity]
+
+    @classmethod
+    def from_props(cls, props: dict[str, str], listeners: tuple[str, ...], advertised: tuple[str, ...], *,
+                   cluster: bool, where: str) -> "SecurityConfig":
+        values = {}
+        for name, key in SECURITY_KEYS.items():
+            try:
+                values[name] = key.parse(props[name]) if name in props else key.default
+            except InvalidConfigError as exc:
+                raise InvalidConfigError(f"{where}: {exc}") from None
+        protocols = protocol_map(values["listener.security.protocol.map"], where)
+        bound = parse_listeners(listeners, protocols, "listeners", where)
+        if not bound:
+            raise InvalidConfigError(f"{where}: listeners is empty: give at least one NAME://host:port")
+        adv = parse_listeners(advertised, protocols, "advertised.listeners", where)
+        names = [l.name for l in bound]
+        for a in adv:
+            if a.name not in names:
+                raise InvalidConfigError(f"{where}: advertised.listeners names {a.name}, which is not one of the"
+                                         f" listeners ({', '.join(names)})")
+        by_name = {a.name: a for a in adv}
+        advertised_all = tuple(by_name.get(l.name, Listener(l.name, l.protocol, l.host, 0)) for l in bound)
+        overrides = _listener_overrides(props, names, where)
+        inter = values["inter.broker.listener.name"].strip().upper()
+        if inter and "security.inter.broker.protocol" in props:
+            raise InvalidConfigError(f"{where}: give inter.broker.listener.name or security.inter.broker.protocol,"
+                                     " not both")
+        if not inter:
+            inter = values["security.inter.broker.protocol"].strip().upper()
+            if inter not in PROTOCOLS:
+                raise InvalidConfigError(f"{where}: security.inter.broker.protocol={inter}: must be one of"
+                                         f" {', '.join(PROTOCOLS)}")
+            if inter not in names and not cluster and "security.inter.broker.protocol" not in props:
+                inter = names[0]        # a single broker has no inter-broker traffic: any listener
+        if inter not in names:
+            raise InvalidConfigError(f"{where}: the inter-broker listener {inter} is not one of the listeners"
+                                     f" ({', '.join(names)}): set inter.broker.listener.name")
+        by_listener = {l.name: _resolve(l, values, props, overrides.get(l.name, {}), where) for l in bound}
+        mechanism = check_mechanism(values["sasl.mechanism.inter.broker.protocol"],
+                                    f"{where}: sasl.mechanism.inter.broker.protocol")
+        inter_sec = by_listener[inter]
+        if cluster and inter_sec.listener.sasl:
+            if mechanism not in inter_sec.mechanisms:
+                raise InvalidConfigError(f"{where}: sasl.mechanism.inter.broker.protocol={mechanism} is not in the"
+                                         f" inter-broker listener {inter}'s sasl.enabled.mechanisms")
+            login = inter_sec.logins.get(mechanism)
+            if login is None or not login.username or login.password is None:
+                raise InvalidConfigError(
+                    f"{where}: the inter-broker listener {inter} uses SASL {mechanism}: its sasl.jaas.config"
+                    f" (listener.name.{inter.lower()}.{mechanism.lower()}.sasl.jaas.config) needs this broker's"
+                    ' username="..." password="..."')
+        return cls(tuple(bound), advertised_all, inter, mechanism, by_listener)
+
+    def listener(self, name: str) -> ListenerSecurity:
+        return self.by_listener[name]
+
+
+def _listener_overrides(props: dict[str, str], names: list[str], where: str) -> dict[str, dict[str, str]]:
+    """listener.name.<l>.<setting> as {LISTENER: {setting: value}} (mechanism logins keep their
+    `<mechanism>.sasl.jaas.config` name)."""
+    out: dict[str, dict[str, str]] = {}
+    lower = {n.lower(): n for n in names}
+    for name, value in props.items():
+        if not name.startswith(LISTENER_PREFIX):
+            continue
+        rest = name[len(LISTENER_PREFIX):]
+        listener, _, setting = rest.partition(".")
+        if listener.lower() not in lower:
+            raise InvalidConfigError(f"{where}: {name}: {listener} is not one of the listeners ({', '.join(names)})")
+        mech, _, tail = setting.partition(".")
+        if tail == "sasl.jaas.config" and mech.upper() not in ("SASL",):
+            check_mechanism(mech, f"{where}: {name}")
+        elif setting not in _PER_LISTENER_NAMES:
+            raise InvalidConfigError(f"{where}: " + unknown_message(setting, sorted(_PER_LISTENER_NAMES),
+                                                                    f"per-listener setting (in {name})"))
+        out.setdefault(lower[listener.lower()], {})[setting] = value
+    return out
+
+
+def _resolve(listener: Listener, values: dict, props: dict[str, str], overrides: dict[str, str],
+             where: str) -> ListenerSecurity:
+    settings: dict[str, str] = {}
+    for key in _PER_LISTENER:
+        if key.name in overrides:
+            raw = overrides[key.name]
+        elif key.name in props:
+            raw = props[key.name]
+        else:
+            continue
+        settings[key.name] = raw
+    here = f"{where}: listener {listener.name}"
+    mechanisms: tuple[str, ...] = ()
+    logins: dict[str, JaasConfig] = {}
+    reauth = 0
+    if listener.sasl:
+        raw = settings.get("sasl.enabled.mechanisms")
+        listed = SECURITY_KEYS["sasl.enabled.mechanisms"].parse(raw) if raw is not None else \
+            values["sasl.enabled.mechanisms"]
+        mechanisms = tuple(dict.fromkeys(check_mechanism(m, f"{here}: sasl.enabled.mechanisms") for m in listed))
+        if not mechanisms:
+            raise InvalidConfigError(f"{here}: sasl.enabled.mechanisms is empty")
+        shared = parse_jaas(settings["sasl.jaas.config"], f"listener {listener.name}: sasl.jaas.config") \
+            if settings.get("sasl.jaas.config") else None
+        for m in mechanisms:
+            text = overrides.get(f"{m.lower()}.sasl.jaas.config")
+            if text:
+                setting = f"listener.name.{listener.name.lower()}.{m.lower()}.sasl.jaas.config"
+                login = parse_jaas(text, setting)
+                if login.module != MODULES[m]:
+                    raise InvalidConfigError(f"{where}: {setting}: {m} logs in with {MODULES[m]}, not {login.module}")
+                logins[m] = login
+            elif shared is not None and shared.module == MODULES[m]:
+                logins[m] = shared          # sasl.jaas.config serves the mechanisms of its module
+        reauth = SECURITY_KEYS["connections.max.reauth.ms"].parse(settings.get("connections.max.reauth.ms",
+                                                                               values["connections.max.reauth.ms"]))
+    if listener.tls:
+        from logcore.security.tls_context import client_auth, tls_versions, hostname_check
+        tls_versions(settings, here)
+        client_auth(settings, here)
+        hostname_check(settings, here)
+        if not (settings.get("ssl.keystore.location") or settings.get("ssl.keystore.certificate.chain")):
+            raise InvalidConfigError(f"{here}: a TLS listener ({listener.protocol}) needs a keystore:"
+                                     " ssl.keystore.location, or ssl.keystore.certificate.chain with ssl.keystore.key")
+    return ListenerSecurity(listener, settings, mechanisms, logins, reauth)

@@ -1,0 +1,170 @@
+"""TLS contexts (Python's ssl module) from Kafka's ssl.* settings, for a listener (server side)
+and for a client (inter-broker connections, the CLI, the Spark connector).
+
+- ssl.enabled.protocols: TLSv1.2 and/or TLSv1.3; anything older is refused (a client that
+  offers only TLS 1.0/1.1 fails its handshake).
+- ssl.client.auth (server): none, requested (a certificate is asked for and verified when
+  given) or required (a client without a trusted certificate fails its handshake).
+- ssl.endpoint.identification.algorithm (client): https (the default: the server's certificate
+  must name the host connected to) or empty (not checked; the chain is still verified).
+- Stores: key_store.py. A listener's stores are read again when one of their files changes
+  (checked at most once a second, as connections arrive): new connections then get the new
+  certificate and trust, without a restart; a store that cannot be read keeps the last good
+  one (logged).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import tempfile
+import threading
+import time
+
+from logcore.errors import InvalidConfigError
+from logcore.security.key_store import file_stamp, load_keystore, load_truststore, store_files
+
+logger = logging.getLogger(__name__)
+
+TLS_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+_OLD = ("SSLv2", "SSLv3", "TLSv1", "TLSv1.1")
+CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+RELOAD_CHECK_S = 1.0
+
+
+def tls_versions(settings: dict[str, str], where: str) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
+    names = [v.strip() for v in (settings.get("ssl.enabled.protocols") or "TLSv1.2,TLSv1.3").split(",") if v.strip()]
+    old = [n for n in names if n in _OLD]
+    if old:
+        raise InvalidConfigError(f"{where}: ssl.enabled.protocols={','.join(names)}: {', '.join(old)} is not"
+                                 " allowed (insecure); use TLSv1.2 and/or TLSv1.3")
+    bad = [n for n in names if n not in TLS_VERSIONS]
+    if bad or not names:
+        raise InvalidConfigError(f"{where}: ssl.enabled.protocols={','.join(names)}: must list TLSv1.2 and/or"
+                                 " TLSv1.3")
+    protocol = (settings.get("ssl.protocol") or "TLSv1.3").strip()
+    if protocol not in ("TLS", "TLSv1.2", "TLSv1.3"):
+        raise InvalidConfigError(f"{where}: ssl.protocol={protocol}: must be TLSv1.3, TLSv1.2 or TLS")
+    picked = sorted(TLS_VERSIONS[n] for n in names)
+    return picked[0], picked[-1]
+
+
+def client_auth(settings: dict[str, str], where: str) -> ssl.VerifyMode:
+    value = (settings.get("ssl.client.auth") or "none").strip().lower()
+    if value not in CLIENT_AUTH:
+        raise InvalidConfigError(f"{where}: ssl.client.auth={value}: must be none, requested or required")
+    return CLIENT_AUTH[value]
+
+
+def hostname_check(settings: dict[str, str], where: str) -> bool:
+    value = settings.get("ssl.endpoint.identification.algorithm")
+    value = "https" if value is None else value.strip()
+    if value.lower() not in ("https", ""):
+        raise InvalidConfigError(f"{where}: ssl.endpoint.identification.algorithm={value}: must be https or empty")
+    return value.lower() == "https"
+
+
+def _load_chain(context: ssl.SSLContext, chain_pem: bytes, key_pem: bytes) -> None:
+    """ssl reads a certificate chain from files only: a private folder, removed at once."""
+    with tempfile.TemporaryDirectory(prefix="seglog-tls-") as folder:
+        os.chmod(folder, 0o700)
+        path = os.path.join(folder, "chain.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key_pem + chain_pem)
+        context.load_cert_chain(path)
+
+
+def server_context(settings: dict[str, str], where: str) -> ssl.SSLContext:
+    """A listener's context: its keystore (required), its truststore and client auth."""
+    low, high = tls_versions(settings, where)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version, context.maximum_version = low, high
+    material = load_keystore(settings, where)
+    if material is None:
+        raise InvalidConfigError(f"{where}: a TLS listener needs a keystore: ssl.keystore.location (PKCS12 or"
+                                 " PEM), or ssl.keystore.certificate.chain with ssl.keystore.key")
+    try:
+        _load_chain(context, material.chain_pem, material.key_pem)
+    except ssl.SSLError as exc:
+        raise InvalidConfigError(f"{where}: the keystore's certificate and key do not go together: {exc}") from None
+    mode = client_auth(settings, where)
+    if mode != ssl.CERT_NONE:
+        context.verify_mode = mode
+        trusted = load_truststore(settings, where)
+        if trusted is None:
+            context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+        else:
+            context.load_verify_locations(cadata=trusted.decode())
+    return context
+
+
+def client_context(settings: dict[str, str], where: str) -> ssl.SSLContext:
+    """A client's context: the server's chain verified against the truststore (or the system's
+    authorities), its name checked unless ssl.endpoint.identification.algorithm is empty, and
+    the keystore's certificate offered when one is set (client auth)."""
+    low, high = tls_versions(settings, where)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version, context.maximum_version = low, high
+    context.check_hostname = hostname_check(settings, where)
+    context.verify_mode = ssl.CERT_REQUIRED
+    trusted = load_truststore(settings, where)
+    if trusted is None:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    else:
+        context.load_verify_locations(cadata=trusted.decode())
+    material = load_keystore(settings, where)
+    if material is not None:
+        try:
+            _load_chain(context, material.chain_pem, material.key_pem)
+        except ssl.SSLError as exc:
+            raise InvalidConfigError(f"{where}: the keystore's certificate and key do not go together: {exc}") from None
+    return context
+
+
+class ServerTls:
+    """A listener's TLS: `context` is given to the server once; each handshake is moved (SNI
+    callback) to the newest context, rebuilt when a store file changed."""
+
+    def __init__(self, settings: dict[str, str], where: str):
+        self._settings = dict(settings)
+        self._where = where
+        self._files = store_files(settings)
+        self._stamp = file_stamp(self._files)
+        self._current = server_context(settings, where)
+        self._checked = time.monotonic()
+        self._lock = threading.Lock()
+        self.reloads = 0
+        self.context = self._current
+        self.context.sni_callback = self._pick
+
+    def _pick(self, ssl_object, server_name, _context) -> None:
+        self.check_reload()
+        current = self._current
+        if ssl_object.context is not current:
+            ssl_object.context = current
+        return None
+
+    def check_reload(self, *, force: bool = False) -> bool:
+        """Rebuild the context when a store file changed (at most once per RELOAD_CHECK_S unless
+        `force`); whether a new context is in use."""
+        now = time.monotonic()
+        if not self._files or (not force and now - self._checked < RELOAD_CHECK_S):
+            return False
+        with self._lock:
+            self._checked = now
+            stamp = file_stamp(self._files)
+            if stamp == self._stamp:
+                return False
+            try:
+                fresh = server_context(self._settings, self._where)
+            except (InvalidConfigError, ssl.SSLError, OSError) as exc:
+                logger.error("%s: the changed key or trust store cannot be used (%s); the previous one"
+                             " stays in use", self._where, exc)
+                self._stamp = stamp          # tried once per change, not at every handshake
+                return False
+            self._stamp = stamp
+            self._current = fresh
+            self.reloads += 1
+            logger.info("%s: key/trust store changed; new connections use it", self._where)
+            return True
