@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from logcore.wire.api_keys import (ADD_PARTITIONS_TO_TXN, ALTER_CLIENT_QUOTAS, ALTER_CONFIGS, CONSUMER_GROUP_DESCRIBE, CREATE_ACLS,
+from logcore.wire.api_keys import (ADD_PARTITIONS_TO_TXN, ALTER_CLIENT_QUOTAS, ALTER_CONFIGS, ALTER_USER_SCRAM_CREDENTIALS, CONSUMER_GROUP_DESCRIBE, CREATE_ACLS,
                                    CREATE_PARTITIONS, CREATE_TOPICS, DELETE_ACLS, DELETE_GROUPS, DELETE_RECORDS,
-                                   DELETE_TOPICS, DESCRIBE_ACLS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CONFIGS, DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS,
+                                   DELETE_TOPICS, DESCRIBE_ACLS, DESCRIBE_CLIENT_QUOTAS, DESCRIBE_CONFIGS, DESCRIBE_USER_SCRAM_CREDENTIALS, DESCRIBE_GROUPS, DESCRIBE_LOG_DIRS,
                                    DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, FETCH, FIND_COORDINATOR, INCREMENTAL_ALTER_CONFIGS,
                                    LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH,
                                    OFFSET_FOR_LEADER_EPOCH, PRODUCE, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
@@ -122,6 +122,11 @@ def error_response(req: Request, code: int, message: str, brokers: list[dict]) -
         if "error_code" in out:
             out["results"] = [{"error_code": code, "log_dir": "", "topics": [], "total_bytes": -1,
                                "usable_bytes": -1}]
+    elif k == DESCRIBE_USER_SCRAM_CREDENTIALS:
+        out.update(error_message=message, results=[])
+    elif k == ALTER_USER_SCRAM_CREDENTIALS:
+        users = dict.fromkeys([u.name for u in b.deletions] + [u.name for u in b.upsertions])
+        out["results"] = [{"user": u, "error_code": code, "error_message": message} for u in users]
     elif k == DESCRIBE_CLIENT_QUOTAS:
         out.update(error_message=message, entries=None)
     elif k == ALTER_CLIENT_QUOTAS:

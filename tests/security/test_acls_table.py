@@ -125,6 +125,8 @@ REQUESTS = [
     ("AlterConfigs", 33, 2, {"resources": [{"resource_type": 2, "resource_name": TOPIC, "configs": []}],
                              "validate_only": True}),
     ("DescribeLogDirs", 35, 4, {"topics": None}),
+    ("DescribeUserScramCredentials", 50, 0, {"users": None}),
+    ("AlterUserScramCredentials", 51, 0, {"deletions": [{"name": "bob", "mechanism": 1}], "upsertions": []}),
     ("DescribeClientQuotas", 48, 1, {"components": [], "strict": False}),
     ("AlterClientQuotas", 49, 1, {"validate_only": True, "entries": [
         {"entity": [{"entity_type": "client-id", "entity_name": "c"}],
@@ -245,8 +247,13 @@ def listed(result, label: str) -> set[str]:
     return {e[name] if isinstance(e, dict) else getattr(e, name) for e in entries}
 
 
+# SaslHandshake and SaslAuthenticate are answered by the connection's SASL layer before any
+# principal exists (server.py), as in Kafka: not by the broker's handlers
+SASL_LAYER = {17, 36}
+
+
 def test_the_table_covers_every_served_api():
-    assert {key for _, key, _, _ in REQUESTS} == set(SERVED)
+    assert {key for _, key, _, _ in REQUESTS} == set(SERVED) - SASL_LAYER
     for _, key, version, _ in REQUESTS:
         lo, hi = SERVED[key][1:]
         assert lo <= version <= hi
