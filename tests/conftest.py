@@ -374,6 +374,14 @@ def s3_backend_url(request: pytest.FixtureRequest, storage_targets: StorageTarge
     return storage_targets.make(request.param)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: Any) -> None:
+    # soak runs take a minute or more each: only when asked for (-m soak, README), never in the
+    # whole suite
+    if item.get_closest_marker("soak") and "soak" not in (item.config.option.markexpr or ""):
+        pytest.skip("a soak run (a minute or more): select it with `-m soak`")
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     for servers in _SERVERS:
         for backend, endpoint in servers.started.items():

@@ -41,12 +41,6 @@ from kafka_reference import kafka_unavailable  # noqa: E402
 from transaction_check import TRANSACTION_SETTINGS  # noqa: E402
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    # soak runs take minutes: only when asked for by name (-m soak), never in the whole suite
-    if item.get_closest_marker("soak") and "soak" not in (item.config.option.markexpr or ""):
-        pytest.skip("a soak run (a minute or more): select it with `-m soak`")
-
 
 @pytest.fixture(scope="session", params=["kafka", "seglog"])
 def txn_server(request, kafka_jars, tmp_path_factory):

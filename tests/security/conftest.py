@@ -1,6 +1,5 @@
 """A broker with every kind of listener, for the security tests (one per module), and the
-certificates they use (pki.py). A soak-marked test (a Kafka broker and many tool JVMs) runs only
-when selected with `-m soak`, as in tests/kafka_clients."""
+certificates they use (pki.py)."""
 from __future__ import annotations
 
 import os
@@ -139,8 +138,3 @@ def secure_broker(tmp_path_factory, pki) -> SecureBroker:
         yield broker
     finally:
         broker.stop()
-
-
-def pytest_runtest_setup(item):
-    if item.get_closest_marker("soak") and "soak" not in (item.config.option.markexpr or ""):
-        pytest.skip("a soak run (a minute or more): select it with `-m soak`")
