@@ -24,7 +24,7 @@ from logcore.broker.cluster_handlers import ClusterHandlers
 from logcore.broker.config_handlers import ConfigHandlers
 from logcore.broker.cluster_fetch import ClusterFetch
 from logcore.broker.config import BrokerConfig
-from logcore.broker.describe_handlers import DescribeHandlers
+from logcore.broker.describe_handlers import DescribeHandlers, with_authorized_operations
 from logcore.broker.error_response import error_response
 from logcore.broker.resources import open_partition_budget
 from logcore.broker.fetch_handlers import FetchHandlers
@@ -345,7 +345,7 @@ class Broker:
 
     # ------------------------------------------------------------------ Metadata
     async def metadata(self, req: Request) -> dict:
-        return await self.membership.topic_catalog.metadata(req.body)
+        return with_authorized_operations(req.body, await self.membership.topic_catalog.metadata(req.body))
 
     async def local_metadata(self, body) -> dict:
         if body.topics is None:
