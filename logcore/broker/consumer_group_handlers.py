@@ -74,6 +74,7 @@ class ConsumerGroupHandlers:
                            else tuple(b.subscribed_topic_names),
                            subscribed_topic_regex=getattr(b, "subscribed_topic_regex", None),
                            server_assignor=b.server_assignor, owned=owned, client_id=req.client_id or "",
+                           client_host=req.client_host,
                            version=req.api_version)
         except (AttributeError, TypeError, ValueError) as exc:
             return heartbeat_error(E.INVALID_REQUEST, f"malformed ConsumerGroupHeartbeat: {exc}")

@@ -158,7 +158,7 @@ class GroupHandlers:
         return self.groups.join(
             group_id=b.group_id, member_id=b.member_id,
             group_instance_id=getattr(b, "group_instance_id", None), client_id=req.client_id or "",
-            client_host="", session_timeout_ms=session_ms,
+            client_host=req.client_host, session_timeout_ms=session_ms,
             rebalance_timeout_ms=int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms,
             protocol_type=b.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in b.protocols],
             require_known_member=req.api_version >= 4)

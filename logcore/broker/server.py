@@ -308,7 +308,7 @@ class BrokerServer:
     async def _dispatch(self, frame: bytearray, peer):
         started = time.perf_counter()
         try:
-            request = parse_request(frame, self.windows)
+            request = parse_request(frame, self.windows, client_host(peer))
         except UnsupportedRequest as exc:
             if exc.api_key == API_VERSIONS:
                 # Kafka answers an ApiVersions version it does not know in v0, with the list.
@@ -379,6 +379,11 @@ _CLOSE = object()
 
 class ListenerError(SegLogError):
     """The configured listener cannot be bound (port in use, address not local, no permission)."""
+
+
+def client_host(peer) -> str:
+    """A client's address as Kafka names it in group member descriptions ("/127.0.0.1")."""
+    return f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
 
 
 def _unsupported_answer(frame, exc: UnsupportedRequest):

@@ -58,6 +58,7 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: Any                  # the kio request dataclass
+    client_host: str = ""      # the client's address as Kafka names it ("/127.0.0.1"); "" when unknown
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
@@ -73,9 +74,9 @@ def _request_reader(api_key: int, api_version: int):
     return entity_reader(schema.__header_schema__), entity_reader(schema)
 
 
-def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]]) -> Request:
-    """Parse one request frame (size prefix removed) whose API and version lie in `windows`.
-    Produce records are views of `frame` (writable if it is)."""
+def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]], client_host: str = "") -> Request:
+    """Parse one request frame (size prefix removed) whose API and version lie in `windows`, from
+    `client_host`. Produce records are views of `frame` (writable if it is)."""
     api_key, api_version, correlation_id = peek_header(frame)
     window = windows.get(api_key)
     if window is None or not window[0] <= api_version <= window[1]:
@@ -90,7 +91,7 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]])
         except (ValueError, struct.error) as exc:
             raise ProtocolError(f"malformed api key {api_key} v{api_version} request"
                                 f" (correlation id {correlation_id}): {exc}") from None
-        return Request(api_key, api_version, correlation_id, client_id, body)
+        return Request(api_key, api_version, correlation_id, client_id, body, client_host)
     try:
         read_header, read_body = _request_reader(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity) as exc:   # a window wider than kio knows: a bug of ours
@@ -106,7 +107,7 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]])
                             f" (correlation id {correlation_id}): {type(exc).__name__}: {exc}") from None
     # Trailing bytes are ignored, as Kafka's own parser does: librdkafka 2.16 sends Metadata v12
     # with fields that version no longer has.
-    return Request(api_key, api_version, correlation_id, header.client_id, body)
+    return Request(api_key, api_version, correlation_id, header.client_id, body, client_host)
 
 
 @cache
