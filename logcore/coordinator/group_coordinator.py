@@ -698,11 +698,13 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if self._fenced(group, member_id, group_instance_id):
             return E.FENCED_INSTANCE_ID
-        if generation_id < 0 and not member_id:
-            # A consumer that assigns its own partitions: allowed while no member owns the group.
-            if group is not None and group.members:
-                return E.UNKNOWN_MEMBER_ID
+        if generation_id < 0 and (group is None or not group.members):
+            # An admin or a consumer that assigns its own partitions: allowed while no member
+            # owns the group, whatever member id it sends (Kafka's; librdkafka's KIP-848
+            # consumer sends the id it made up itself).
             return E.NONE
+        if generation_id < 0 and not member_id:
+            return E.UNKNOWN_MEMBER_ID
         if group is None or member_id not in group.members:
             return E.UNKNOWN_MEMBER_ID
         if generation_id != group.generation:
