@@ -8,7 +8,8 @@ Then, with Kafka's tools (one JVM each) and with seglog's: --describe of `idle`,
 `idle` and `busy` (the active one refused with NON_EMPTY_GROUP), --delete-offsets of `trim` on
 t:0, delete-records (t-0 before 10, t-1 before 100: past the high watermark, refused), and a
 consumer from earliest on t-0 then starts at 10. The parsed answers are compared, not the
-formatting.
+formatting. Then group_reset_scenario's --reset-offsets (every mode), --describe --members /
+--state and --list --state, by both tools on one seglog broker.
 """
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from logcore.tools import cli  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import group_reset_scenario  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -229,170 +233,26 @@ def test_seglog_tools_answer_as_kafka_tools(kafka_answers, seglog_broker, tmp_pa
 
 
 # ------------------------------------------------------------------ --reset-offsets, --members, --state
-# On one seglog broker, Kafka's ConsumerGroupCommand and `seglog consumer-groups` each reset their
-# own copy of a group (every mode, --dry-run, the default dry run, --execute) and describe one
-# active group: the parsed answers must be the same, and what Kafka's semantics say.
-T0 = 1_767_225_600_000          # 2026-01-01T00:00:00Z: record i of each partition is T0 + i s
-RESETS = {
-    "earliest": ["--all-topics", "--to-earliest", "--dry-run"],
-    "latest_default_dry_run": ["--topic", "r", "--to-latest"],
-    "offset_past_the_end": ["--topic", "r:1", "--to-offset", "100", "--dry-run"],
-    "shift_before_the_start": ["--all-topics", "--shift-by", "-15", "--dry-run"],
-    "datetime": ["--all-topics", "--to-datetime", "2026-01-01T00:00:12.000Z", "--dry-run"],
-}
-RESET_EXPECTED = {
-    "earliest": {("r", 0): 5, ("r", 1): 0},                  # r-0 starts at 5 (DeleteRecords)
-    "latest_default_dry_run": {("r", 0): 30, ("r", 1): 30},
-    "offset_past_the_end": {("r", 1): 30},                   # to the nearest end
-    "shift_before_the_start": {("r", 0): 5, ("r", 1): 5},    # 10-15 -> log start 5; 20-15
-    "datetime": {("r", 0): 12, ("r", 1): 12},
-    "execute": {("r", 0): 7},
-    "after_execute": {("r", 0): 7, ("r", 1): 20},            # the other partition untouched
-    "active": "Stable",
-    "members": [("active", "/127.0.0.1", "rdkafka-active", 2)],     # Kafka names hosts so
-    "state": [("active", "range", "Stable", 1)],
-    "list_state": [("active", "Stable")],
-}
-
-
-def _parse_reset(text: str, group: str) -> dict:
-    out = {}
-    for line in text.splitlines():
-        cells = line.split()
-        if len(cells) == 4 and cells[0] == group and cells[2].isdigit():
-            out[(cells[1], int(cells[2]))] = int(cells[3])
-    return out
-
-
-def _parse_members(text: str) -> list:
-    """(group, host, client id, #partitions) of each member row (member ids differ by run)."""
-    return sorted((c[0], c[2], c[3], int(c[4])) for c in (ln.split() for ln in text.splitlines())
-                  if len(c) == 5 and c[0] == "active" and c[4].isdigit())
-
-
-def _parse_state(text: str) -> list:
-    """(group, strategy, state, #members); the COORDINATOR (ID) cell holds a space."""
-    rows = []
-    for line in text.splitlines():
-        m = re.match(r"^(\S+)\s+(\S+)\s+\((\d+)\)\s+(\S+)\s+(\S+)\s+(\d+)\s*$", line)
-        if m and m.group(1) == "active":
-            rows.append((m.group(1), m.group(4), m.group(5), int(m.group(6))))
-    return rows
-
-
-def _parse_list_state(text: str) -> list:
-    return sorted(tuple(c) for c in (ln.split() for ln in text.splitlines()) if len(c) == 2 and c[0] == "active")
-
-
 @pytest.fixture(scope="module")
 def reset_broker(seglog_broker):
-    """One seglog broker: topic r (2 x 30 timestamped records, r-0 trimmed to 5), groups ra/rb
-    and ra-exec/rb-exec committed at {r-0: 10, r-1: 20}, and `active`, a subscribed consumer."""
+    """One seglog broker with group_reset_scenario's topic and groups."""
     bootstrap = seglog_broker()
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic("r", 2, 1)])["r"].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for p in (0, 1):
-        for i in range(30):
-            producer.produce("r", b"v%d" % i, partition=p, timestamp=T0 + i * 1000)
-    assert producer.flush(30) == 0
-    for group in ("ra", "rb", "ra-exec", "rb-exec"):
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-        c.commit(offsets=[TopicPartition("r", 0, 10), TopicPartition("r", 1, 20)], asynchronous=False)
-        c.close()
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert cli.main(["delete-records", "--bootstrap-server", bootstrap, "--offset-json-file",
-                         _offsets_file({("r", 0): 5})]) == 0, out.getvalue()
-    active = Consumer({"bootstrap.servers": bootstrap, "group.id": "active", "client.id": "rdkafka-active",
-                       "enable.auto.commit": False, "session.timeout.ms": 10000})
-    active.subscribe(["r"])
-    deadline = time.monotonic() + 30
-    while len(active.assignment()) < 2 and time.monotonic() < deadline:
-        active.poll(0.1)
-    assert len(active.assignment()) == 2
+    active = group_reset_scenario.prepare(bootstrap)
     yield bootstrap
     active.close()
 
 
-def _offsets_file(offsets: dict) -> str:
-    import tempfile
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"version": 1, "partitions": [{"topic": t, "partition": p, "offset": o}
-                                                for (t, p), o in offsets.items()]}, f)
-    return f.name
-
-
-def _reset_answers(run_all, group: str, committed) -> dict:
-    """Every reset mode on `group`, an --execute on `<group>-exec`, the refusal on the active
-    group, --describe --members and --state of it, --list --state. `run_all([args, ...])` -> the
-    output of each invocation."""
-    calls = {name: ["--reset-offsets", "--group", group, *args] for name, args in RESETS.items()}
-    calls["execute"] = ["--reset-offsets", "--group", f"{group}-exec", "--topic", "r:0", "--to-offset", "7",
-                        "--execute"]
-    calls["active"] = ["--reset-offsets", "--group", "active", "--all-topics", "--to-earliest", "--execute"]
-    calls["members"] = ["--describe", "--group", "active", "--members"]
-    calls["state"] = ["--describe", "--group", "active", "--state"]
-    calls["list_state"] = ["--list", "--state"]
-    outputs = dict(zip(calls, run_all(list(calls.values()))))
-    answers = {name: _parse_reset(outputs[name], group) for name in RESETS}
-    answers["execute"] = _parse_reset(outputs["execute"], f"{group}-exec")
-    answers["after_execute"] = committed(f"{group}-exec")
-    state = re.search(r"current state is (\w+)", outputs["active"])
-    answers["active"] = state.group(1) if state else outputs["active"][-500:]
-    answers["members"] = _parse_members(outputs["members"])
-    answers["state"] = _parse_state(outputs["state"])
-    answers["list_state"] = _parse_list_state(outputs["list_state"])
-    answers["dry_run_warning"] = "No action will be performed as the --execute option is missing" in \
-        outputs["latest_default_dry_run"]
-    return answers
-
-
-def _committed(bootstrap: str):
-    def committed(group: str) -> dict:
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-        try:
-            return {(tp.topic, tp.partition): tp.offset
-                    for tp in c.committed([TopicPartition("r", 0), TopicPartition("r", 1)], timeout=20)}
-        finally:
-            c.close()
-    return committed
-
-
 @pytest.fixture(scope="module")
 def tool_batch(kafka_jars, tmp_path_factory):
-    """ToolBatch.java: many invocations of one Kafka tool in one JVM (a JVM start is ~2 s)."""
     sys.path.insert(0, str(REPO / "tests" / "kafka_clients"))
-    from java_program import JavaProgram, JavaUnavailable
+    from java_program import JavaUnavailable
     from kafka_reference import kafka_unavailable
     try:
-        return JavaProgram.compile([Path(__file__).with_name("ToolBatch.java")], kafka_jars.jars,
-                                   tmp_path_factory.mktemp("tool-batch"), kafka_jars.folder / "log4j2-tools.properties")
+        return group_reset_scenario.compile_tool_batch(kafka_jars, tmp_path_factory.mktemp("tool-batch"))
     except JavaUnavailable as exc:
         kafka_unavailable(str(exc))
 
 
-def _kafka_group_batch(program, bootstrap: str):
-    def run_all(calls: list[list[str]]) -> list[str]:
-        lines = "".join("\t".join(["--bootstrap-server", bootstrap, *args]) + "\n" for args in calls)
-        proc = subprocess.run(program.command([GROUP_COMMAND]), input=lines, capture_output=True, text=True,
-                              timeout=180)
-        parts = re.split(r"^=== (\d+) -?\d+\n", proc.stdout, flags=re.M)
-        outputs = dict(zip(map(int, parts[1::2]), parts[2::2]))
-        assert sorted(outputs) == list(range(len(calls))), proc.stdout[-3000:] + proc.stderr[-3000:]
-        return [outputs[i] for i in range(len(calls))]
-    return run_all
-
-
-def _seglog_group_batch(bootstrap: str):
-    run = _seglog_tools(bootstrap)
-    return lambda calls: [run("groups", *args) for args in calls]
-
-
 def test_reset_offsets_and_describe_alike_with_kafka_and_seglog_tools(tool_batch, reset_broker):
-    committed = _committed(reset_broker)
-    kafka = _reset_answers(_kafka_group_batch(tool_batch, reset_broker), "ra", committed)
-    seglog = _reset_answers(_seglog_group_batch(reset_broker), "rb", committed)
-    assert kafka.pop("dry_run_warning") and seglog.pop("dry_run_warning")
-    assert kafka == RESET_EXPECTED
-    assert seglog == kafka
+    group_reset_scenario.check(group_reset_scenario.kafka_tool(tool_batch, reset_broker),
+                               group_reset_scenario.seglog_tool(reset_broker), reset_broker)
