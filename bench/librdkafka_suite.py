@@ -386,13 +386,18 @@ def run_test(build: LibrdkafkaBuild, number: str, bootstrap: str, kafka_path: Pa
         if r.state == "FAILED":
             r.reason = failures.get(r.name) or r.reason or _last_lines(text)
     if subtest is not None:
-        # a filter that matched no sub-test passes vacuously: say it did not run
-        matched = any(line.lstrip().startswith("[ ") and subtest in line
-                      for line in (ln.split("] ", 1)[-1] for ln in text.splitlines()))
+        # a filter that matched no sub-test, or only sub-tests that skipped themselves, passes
+        # vacuously: say so
+        marks = [line for line in (ln.split("] ", 1)[-1].strip() for ln in text.splitlines())
+                 if line.startswith("[ ") and subtest in line]
+        skips = [m for m in marks if ": SKIP: " in m]
+        done = [m for m in marks if ": PASS (" in m]
         for r in rows:
             r.name = f"{r.name} [{subtest}]"
-            if r.state == "PASSED" and not matched:
+            if r.state == "PASSED" and not marks:
                 r.state, r.reason = "NOT RUN", f"no sub-test of {number} matched {subtest!r}"
+            elif r.state == "PASSED" and skips and not done:
+                r.state, r.reason = "SKIPPED", skips[0].split(": SKIP: ", 1)[1].rstrip(" ]")
     return rows
 
 
