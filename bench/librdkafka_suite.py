@@ -4,7 +4,8 @@ test -> PASSED / FAILED / SKIPPED per server. A long run (minutes per server), n
 
     python bench/librdkafka_suite.py [--version 2.15.0] [--targets kafka,kafka3,seglog,seglog3]
         [--tests 0001,0012,0103,...|general|transactions|all] [--seglog-tree DIR]
-        [--scenario default|noautocreate] [--full] [--timeout 600] [--source GIT_DIR] [--workdir DIR]
+        [--scenario default|noautocreate] [--group-protocol classic|consumer] [--subtests NAME,...]
+        [--full] [--timeout 600] [--source GIT_DIR] [--workdir DIR]
 
 (docs/compatibility.md has the measured table and why each failure fails.)
 
@@ -323,18 +324,33 @@ class Result:
     log: Path
 
 
+@dataclass
+class Options:
+    """How every test-runner runs: librdkafka's quick mode, the timeout of one runner, the test
+    scenario, and the consumer group protocol of its consumers (librdkafka's
+    TEST_CONSUMER_GROUP_PROTOCOL: `classic`, or KIP-848's `consumer`)."""
+    quick: bool = True
+    timeout: float = 600
+    scenario: str = "default"
+    group_protocol: str = "classic"
+
+
 def run_test(build: LibrdkafkaBuild, number: str, bootstrap: str, kafka_path: Path, broker_version: str,
-             outdir: Path, quick: bool, timeout: float, scenario: str) -> list[Result]:
+             outdir: Path, options: Options, subtest: str | None = None) -> list[Result]:
     """One test-runner process for test `number` against `bootstrap`: one Result per test of that
-    number (0045 has several)."""
+    number (0045 has several). With `subtest`, only the sub-tests whose name holds it run
+    (librdkafka's SUBTESTS) and the rows are named `<test> [<subtest>]`."""
     outdir.mkdir(parents=True, exist_ok=True)
     conf = outdir / "test.conf"
     conf.write_text(f"bootstrap.servers={bootstrap}\n# a Python broker on a shared machine: "
                     "librdkafka's own timeouts, doubled\ntest.timeout.multiplier=2\n")
-    log = outdir / f"{number}.log"
+    log = outdir / (f"{number}.log" if subtest is None else f"{number}-{re.sub(r'[^A-Za-z0-9_]+', '_', subtest)}.log")
     env = {**os.environ, "TESTS": number, "TEST_KAFKA_VERSION": broker_version, "RDKAFKA_TEST_CONF": str(conf),
-           "KAFKA_PATH": str(kafka_path), "BROKERS": bootstrap,
+           "KAFKA_PATH": str(kafka_path), "BROKERS": bootstrap, "TEST_CONSUMER_GROUP_PROTOCOL": options.group_protocol,
            "LD_LIBRARY_PATH": f"{build.tree / 'src'}:{build.tree / 'src-cpp'}"}
+    if subtest is not None:
+        env["SUBTESTS"] = subtest
+    quick, timeout, scenario = options.quick, options.timeout, options.scenario
     # line-buffered: a runner that aborts after a failure (threads left behind) keeps its summary
     args = ["stdbuf", "-oL", "-eL", "./test-runner", "-p1", "-L", "-s", scenario, *(["-Q"] if quick else [])]
     started = time.monotonic()
@@ -367,8 +383,24 @@ def run_test(build: LibrdkafkaBuild, number: str, bootstrap: str, kafka_path: Pa
     for r in rows:
         if r.state == "RUNNING":     # the runner gave up on it
             r.state = "FAILED"
+        if r.state == "PASSED" and quick and r.seconds == 0.0:
+            # every sub-test of it is a full-mode one (SUB_TEST, not SUB_TEST_QUICK): it ran nothing
+            r.state, r.reason = "SKIPPED", "no sub-test runs in quick mode (-Q): run it with --full"
         if r.state == "FAILED":
             r.reason = failures.get(r.name) or r.reason or _last_lines(text)
+    if subtest is not None:
+        # a filter that matched no sub-test, or only sub-tests that skipped themselves, passes
+        # vacuously: say so
+        marks = [line for line in (ln.split("] ", 1)[-1].strip() for ln in text.splitlines())
+                 if line.startswith("[ ") and subtest in line]
+        skips = [m for m in marks if ": SKIP: " in m]
+        done = [m for m in marks if ": PASS (" in m]
+        for r in rows:
+            r.name = f"{r.name} [{subtest}]"
+            if r.state == "PASSED" and not marks:
+                r.state, r.reason = "NOT RUN", f"no sub-test of {number} matched {subtest!r}"
+            elif r.state == "PASSED" and skips and not done:
+                r.state, r.reason = "SKIPPED", skips[0].split(": SKIP: ", 1)[1].rstrip(" ]")
     return rows
 
 
@@ -395,7 +427,7 @@ def _last_lines(text: str, n: int = 3) -> str:
 
 
 def run_target(label: str, target, build, tests: list[str], kafka_path: Path, broker_version: str,
-               workdir: Path, quick: bool, timeout: float, scenario: str) -> list[Result]:
+               workdir: Path, options: Options, subtests: list[str]) -> list[Result]:
     print(f"== {label}: starting", flush=True)
     results: list[Result] = []
     try:
@@ -403,10 +435,11 @@ def run_target(label: str, target, build, tests: list[str], kafka_path: Path, br
         bootstrap = target.start()
         print(f"== {label}: {bootstrap} (started in {time.monotonic() - started:.0f} s)", flush=True)
         for number in tests:
-            for r in run_test(build, number, bootstrap, kafka_path, broker_version, workdir / label, quick,
-                              timeout, scenario):
-                print(f"   {r.name:<45} {r.state:<8} {r.seconds:7.1f}s {r.reason[:160]}", flush=True)
-                results.append(r)
+            for subtest in subtests or [None]:
+                for r in run_test(build, number, bootstrap, kafka_path, broker_version, workdir / label, options,
+                                  subtest):
+                    print(f"   {r.name:<45} {r.state:<8} {r.seconds:7.1f}s {r.reason[:160]}", flush=True)
+                    results.append(r)
     except Exception as exc:     # noqa: BLE001 - a server that does not start: every test says why
         print(f"== {label}: {exc}", flush=True)
         done = {r.name.split("_")[0] for r in results}
@@ -457,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
                          "the tests of the other one")
     ap.add_argument("--full", action="store_true", help="without librdkafka's quick mode (-Q)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds for one test-runner process")
+    ap.add_argument("--group-protocol", default="classic", choices=("classic", "consumer"),
+                    help="the consumer group protocol of the tests' consumers (librdkafka's "
+                         "TEST_CONSUMER_GROUP_PROTOCOL; `consumer` is KIP-848's)")
+    ap.add_argument("--subtests", help="comma list: run each test once per name, only its sub-tests whose "
+                                       "name holds it (librdkafka's SUBTESTS), e.g. do_test_DeleteRecords")
     ap.add_argument("--workdir", help="where servers and test logs go (default: a new temporary folder, kept)")
     ap.add_argument("--build-only", action="store_true")
     args = ap.parse_args(argv)
@@ -481,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="librdkafka-suite-"))
     workdir.mkdir(parents=True, exist_ok=True)
     scenario = SCENARIOS[args.scenario]
+    options = Options(quick=not args.full, timeout=args.timeout, scenario=args.scenario,
+                      group_protocol=args.group_protocol)
+    subtests = [s.strip() for s in (args.subtests or "").split(",") if s.strip()]
     makers = {
         "kafka": (f"Kafka {jars.version}", lambda d: KafkaTarget(jars, d, 1, scenario)),
         "kafka3": (f"Kafka {jars.version} x3", lambda d: KafkaTarget(jars, d, 3, scenario)),
@@ -494,10 +535,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown target {key!r}: one of {', '.join(makers)}")
         label, make = makers[key]
         columns[label] = run_target(key, make(workdir / f"server-{key}"), build, tests, kafka_path,
-                                    jars.version, workdir, not args.full, args.timeout, args.scenario)
+                                    jars.version, workdir, options, subtests)
     print()
     print(f"librdkafka {args.version} test suite ({'full' if args.full else 'quick'} mode, scenario "
-          f"{args.scenario}), seglog tree "
+          f"{args.scenario}, group protocol {args.group_protocol}), seglog tree "
           f"{tree.name}{' with' if seglog_has_transactions(tree) else ' without'} a transaction coordinator")
     print(table(columns))
     failures = [(label, r) for label, results in columns.items() for r in results

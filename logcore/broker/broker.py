@@ -28,7 +28,7 @@ from logcore.broker.scram_handlers import ScramHandlers, UserCredentials
 from logcore.security.client_security import inter_broker_security
 from logcore.broker.cluster_fetch import ClusterFetch
 from logcore.broker.config import BrokerConfig
-from logcore.broker.describe_handlers import DescribeHandlers
+from logcore.broker.describe_handlers import DescribeHandlers, with_authorized_operations
 from logcore.broker.error_response import error_response
 from logcore.broker.resources import open_partition_budget
 from logcore.broker.fetch_handlers import FetchHandlers
@@ -399,7 +399,7 @@ class Broker:
 
     # ------------------------------------------------------------------ Metadata
     async def metadata(self, req: Request) -> dict:
-        return await self.membership.topic_catalog.metadata(req.body)
+        return with_authorized_operations(req.body, await self.membership.topic_catalog.metadata(req.body))
 
     async def local_metadata(self, body) -> dict:
         if body.topics is None:

@@ -307,14 +307,17 @@ class ClusterHandlers:
                 res.update(error_code=E.INVALID_PARTITIONS,
                            error_message=f"Topic currently has {len(ta.partitions)} partitions, which is higher"
                                          f" than the requested {t.count}.")
-            elif t.assignments:
-                res.update(error_code=E.INVALID_REPLICA_ASSIGNMENT,
-                           error_message="manual replica assignments of new partitions are not supported;"
-                                         " leave them out to have them assigned as Kafka does")
-            elif not body.validate_only:
+            else:
+                # Kafka's CreatePartitions assignments: the replicas of each new partition, in order
+                manual = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
                 try:
-                    await asyncio.to_thread(self.membership.catalog.add_partitions, t.name, t.count)
-                    grown.append((t.name, t.count))
+                    await asyncio.to_thread(self.membership.catalog.add_partitions, t.name, t.count, manual,
+                                            validate_only=body.validate_only)
+                    if not body.validate_only:
+                        grown.append((t.name, t.count))
+                except (InvalidConfigError, InvalidReplicationFactorError) as exc:
+                    res.update(error_code=E.INVALID_REPLICA_ASSIGNMENT if manual else E.error_code(exc),
+                               error_message=str(exc))
                 except SegLogError as exc:
                     res.update(error_code=E.error_code(exc), error_message=str(exc))
         if grown and timeout_s > 0:

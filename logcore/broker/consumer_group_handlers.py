@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 
 from logcore.wire import error_codes as E
+from logcore.broker.member_host import member_host
 from logcore.broker.group_handlers import commit_answer, offsets_to_commit
 from logcore.coordinator.consumer_group_coordinator import ConsumerGroupSettings, Heartbeat, heartbeat_error
 from logcore.coordinator.group_coordinator import join_error
@@ -74,6 +75,7 @@ class ConsumerGroupHandlers:
                            else tuple(b.subscribed_topic_names),
                            subscribed_topic_regex=getattr(b, "subscribed_topic_regex", None),
                            server_assignor=b.server_assignor, owned=owned, client_id=req.client_id or "",
+                           client_host=member_host(req),
                            version=req.api_version)
         except (AttributeError, TypeError, ValueError) as exc:
             return heartbeat_error(E.INVALID_REQUEST, f"malformed ConsumerGroupHeartbeat: {exc}")

@@ -22,17 +22,32 @@ UNSUPPORTED_ENDPOINT_TYPE = 119
 # Kafka's AclOperation codes of what can be done on the cluster resource: with no authorizer
 # every one of them is allowed, as Kafka answers without one.
 CLUSTER_OPERATIONS = (5, 7, 8, 9, 10, 11, 12)  # CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE_CONFIGS ALTER_CONFIGS IDEMPOTENT_WRITE
+TOPIC_OPERATIONS = (3, 4, 5, 6, 7, 8, 10, 11)   # READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
 NO_TRANSACTION = -1
 
 
-def authorized_operations(requested: bool) -> int:
-    """The bit field of allowed cluster operations, or INT32_MIN when not asked for."""
+def authorized_operations(requested: bool, operations: tuple[int, ...] = CLUSTER_OPERATIONS) -> int:
+    """The bit field of allowed `operations` (the cluster's by default), or INT32_MIN when not
+    asked for."""
     if not requested:
         return INT32_MIN
     bits = 0
-    for op in CLUSTER_OPERATIONS:
+    for op in operations:
         bits |= 1 << op
     return bits
+
+
+def with_authorized_operations(body, answer: dict) -> dict:
+    """A Metadata `answer` with the operations its request asked for (include_topic_ and, v8-10,
+    include_cluster_authorized_operations): librdkafka's DescribeTopics and DescribeCluster ask
+    Metadata for them."""
+    if getattr(body, "include_cluster_authorized_operations", False):
+        answer["cluster_authorized_operations"] = authorized_operations(True)
+    if getattr(body, "include_topic_authorized_operations", False):
+        for t in answer["topics"]:
+            if t["error_code"] == 0:
+                t["topic_authorized_operations"] = authorized_operations(True, TOPIC_OPERATIONS)
+    return answer
 
 
 class DescribeHandlers:

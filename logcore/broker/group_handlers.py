@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from logcore.wire import error_codes as E
+from logcore.broker.member_host import member_host
 from logcore.broker.cluster_handlers import create_internal_topic, find_internal_coordinator
 from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator.group_coordinator import join_error, sync_error
@@ -158,7 +159,7 @@ class GroupHandlers:
         return self.groups.join(
             group_id=b.group_id, member_id=b.member_id,
             group_instance_id=getattr(b, "group_instance_id", None), client_id=req.client_id or "",
-            client_host="", session_timeout_ms=session_ms,
+            client_host=member_host(req), session_timeout_ms=session_ms,
             rebalance_timeout_ms=int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms,
             protocol_type=b.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in b.protocols],
             require_known_member=req.api_version >= 4)

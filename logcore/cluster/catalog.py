@@ -92,21 +92,34 @@ class ZooKeeperCatalog:
         self.store.create_topic(name, topic_id, assignment, overrides)
         return TopicInfo(name, topic_id, len(assignment), overrides)
 
-    def add_partitions(self, name: str, total: int) -> TopicInfo:
+    def add_partitions(self, name: str, total: int, assignment: list[list[int]] | None = None, *,
+                       validate_only: bool = False) -> TopicInfo:
+        """Grow `name` to `total` partitions; `assignment`, when given, has the replicas of each new
+        partition in order (Kafka's CreatePartitions assignments), checked as a topic's manual
+        assignment is (InvalidConfigError / InvalidReplicationFactorError). `validate_only`
+        checks without writing."""
         ta = self.store.topic(name)
         count = len(ta.partitions)
         if not isinstance(total, int) or total <= count:
             raise InvalidConfigError(f"topic {name!r} has {count} partitions; the count can only grow"
                                      f" (asked for {total})")
         brokers = sorted(self.store.brokers())
-        rf = len(ta.partitions[0])
-        # Kafka: continue from the broker that holds partition 0's first replica
-        first = ta.partitions[0][0]
-        start = brokers.index(first) if first in brokers else self._rng.randrange(len(brokers) or 1)
-        extra = assign_replicas(brokers, total - count, rf, start_index=start, replica_shift=start,
-                                start_partition=count)
         merged = {p: list(r) for p, r in ta.partitions.items()}
-        merged.update(extra)
+        if assignment is not None:
+            if len(assignment) != total - count:
+                raise InvalidConfigError(f"Increasing the number of partitions by {total - count} but"
+                                         f" {len(assignment)} assignments provided.")
+            merged.update({count + i: [int(b) for b in replicas] for i, replicas in enumerate(assignment)})
+            check_assignment(merged, brokers)
+        else:
+            rf = len(ta.partitions[0])
+            # Kafka: continue from the broker that holds partition 0's first replica
+            first = ta.partitions[0][0]
+            start = brokers.index(first) if first in brokers else self._rng.randrange(len(brokers) or 1)
+            merged.update(assign_replicas(brokers, total - count, rf, start_index=start, replica_shift=start,
+                                          start_partition=count))
+        if validate_only:
+            return TopicInfo(name, ta.topic_id, total, self.describe_topic(name).config)
         self.store.set_assignment(ta, merged)
         return self.describe_topic(name)
 

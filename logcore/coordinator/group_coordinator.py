@@ -52,7 +52,7 @@ from logcore.records.batch import build_batch
 
 logger = logging.getLogger(__name__)
 
-EXPIRY_CHECK_S = 0.1
+EXPIRY_CHECK_S = 0.1     # the longest the expiry loop sleeps; it wakes earlier at the next deadline
 AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)   # Kafka's answer when operations were not asked for
 
 
@@ -658,17 +658,27 @@ class GroupCoordinator:
         self._changed(group).set()
 
     async def _expire_members(self) -> None:
+        # Sessions end at their deadline, as Kafka's timers end them, not up to a polling period
+        # later: a client that waits out a session timeout (librdkafka's 0081 deletes a static
+        # member's group just after) finds the member gone.
         loop = asyncio.get_running_loop()
+        wake = EXPIRY_CHECK_S
         while True:
-            await asyncio.sleep(EXPIRY_CHECK_S)
+            await asyncio.sleep(wake)
             now = loop.time()
+            next_deadline = now + EXPIRY_CHECK_S
             for group in list(self.groups.values()):
                 for mid, expires in list(group.pending.items()):
                     if now >= expires:
                         del group.pending[mid]
                         self._changed(group).set()
+                    else:
+                        next_deadline = min(next_deadline, expires)
                 gone = [mid for mid, m in group.members.items()
-                        if m.join is None and now - m.last_seen > m.session_timeout_ms / 1000]
+                        if m.join is None and now >= m.last_seen + m.session_timeout_ms / 1000]
+                for m in group.members.values():
+                    if m.join is None and m.member_id not in gone:
+                        next_deadline = min(next_deadline, m.last_seen + m.session_timeout_ms / 1000)
                 for mid in gone:
                     member = group.members.pop(mid)
                     if member.sync is not None and not member.sync.done():
@@ -676,6 +686,7 @@ class GroupCoordinator:
                 if gone:
                     logger.info("group %s: session of %s expired", group.group_id, ", ".join(gone))
                     self._member_gone(group, f"session of {', '.join(gone)} expired")
+            wake = max(0.001, next_deadline - loop.time())
 
     # ------------------------------------------------------------------ offsets
     def check_commit(self, group_id: str, generation_id: int, member_id: str,
@@ -687,11 +698,13 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if self._fenced(group, member_id, group_instance_id):
             return E.FENCED_INSTANCE_ID
-        if generation_id < 0 and not member_id:
-            # A consumer that assigns its own partitions: allowed while no member owns the group.
-            if group is not None and group.members:
-                return E.UNKNOWN_MEMBER_ID
+        if generation_id < 0 and (group is None or not group.members):
+            # An admin or a consumer that assigns its own partitions: allowed while no member
+            # owns the group, whatever member id it sends (Kafka's; librdkafka's KIP-848
+            # consumer sends the id it made up itself).
             return E.NONE
+        if generation_id < 0 and not member_id:
+            return E.UNKNOWN_MEMBER_ID
         if group is None or member_id not in group.members:
             return E.UNKNOWN_MEMBER_ID
         if generation_id != group.generation:

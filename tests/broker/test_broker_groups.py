@@ -188,6 +188,10 @@ def test_join_sync_heartbeat_and_session_expiry(broker_factory):
                                                     SyncGroupRequestAssignment(member_id=first.member_id,
                                                                         assignment=b"mine"),)))
         assert sync.error_code.value == 0 and sync.assignment == b"mine"
+        # DescribeGroups names the member's host as Kafka does (kafka-consumer-groups' HOST column)
+        from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+        described = _call(s, 15, 5, DescribeGroupsRequest(groups=("raw",), include_authorized_operations=False))
+        assert [m.client_host for m in described.groups[0].members] == ["/127.0.0.1"]
         hb = lambda g: _call(s, 12, 3, HeartbeatRequest(group_id="raw", generation_id=g,  # noqa: E731
                                                         member_id=first.member_id, group_instance_id=None))
         assert hb(gen).error_code.value == 0

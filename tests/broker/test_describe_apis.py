@@ -66,6 +66,25 @@ def test_describe_cluster(hanging_broker):
     assert described.controller.id == 0 and described.cluster_id == body.cluster_id
 
 
+def test_metadata_authorized_operations_when_asked(hanging_broker):
+    """librdkafka's DescribeCluster and DescribeTopics ask Metadata for the authorized operations:
+    with no authorizer, every operation of the resource, as Kafka answers (its 0081 checks the
+    sets); not asked, none."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+    admin = AdminClient({"bootstrap.servers": hanging_broker.bootstrap})
+    cluster = admin.describe_cluster(include_authorized_operations=True, request_timeout=10).result(15)
+    assert {op.name for op in cluster.authorized_operations} == {
+        "CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"}
+    assert not admin.describe_cluster(request_timeout=10).result(15).authorized_operations
+    topic = sorted(t for t in admin.list_topics(timeout=10).topics if not t.startswith("__"))[0]
+    described = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic].result(15)
+    assert set(described.authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER,
+        AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
+    assert not admin.describe_topics(TopicCollection([topic]))[topic].result(15).authorized_operations
+
+
 def test_describe_log_dirs(hanging_broker):
     b = hanging_broker
     create(b, "dirs", 2)

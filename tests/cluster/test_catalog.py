@@ -81,6 +81,17 @@ def test_zookeeper_catalog_assigns_over_registered_brokers(zk_hosts, zk_client):
         assert cat.assignment("m") == {0: [30, 10], 1: [10, 20]}
         with pytest.raises(InvalidConfigError, match="unknown broker"):
             cat.create_topic("n", assignment={0: [99]})
+        # new partitions on the replicas named, checked as a manual assignment of a new topic
+        with pytest.raises(InvalidConfigError, match="by 2 but 1 assignments"):
+            cat.add_partitions("m", 4, [[20, 30]])
+        with pytest.raises(InvalidReplicationFactorError):
+            cat.add_partitions("m", 3, [[20]])
+        with pytest.raises(InvalidConfigError, match="twice"):
+            cat.add_partitions("m", 3, [[20, 20]])
+        assert cat.add_partitions("m", 3, [[20, 30]], validate_only=True).partitions == 3
+        assert len(cat.assignment("m")) == 2
+        assert cat.add_partitions("m", 4, [[20, 30], [30, 10]]).partitions == 4
+        assert cat.assignment("m") == {0: [30, 10], 1: [10, 20], 2: [20, 30], 3: [30, 10]}
         # topic deletion is a request until the controller completes it
         cat.delete_topic("t")
         assert zk_client.exists("/admin/delete_topics/t") and zk_client.exists("/brokers/topics/t")

@@ -2,8 +2,13 @@
 `leader-election --all-topic-partitions` lists only what it moved (nothing when nothing needed
 an election, as Kafka's LeaderElectionCommand prints against Apache Kafka), `topics --describe
 --under-replicated-partitions` prints what kafka-topics prints, and a broker stopped cleanly
-(SIGTERM) logs its ZooKeeper session closing at INFO, never as an expiry."""
+(SIGTERM) logs its ZooKeeper session closing at INFO, never as an expiry. Then Kafka's
+kafka-consumer-groups and `seglog consumer-groups` reset, describe and list groups whose
+coordinators are spread over the brokers (tests/kafka_ref/group_reset_scenario.py) alike."""
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +18,9 @@ from seglog_cluster import SeglogCluster
 from logcore.tools.cli import main
 
 pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka_ref"))
+import group_reset_scenario  # noqa: E402
 
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 
@@ -61,3 +69,12 @@ def test_leader_election_under_replicated_and_a_clean_stop(capsys, tmp_path, zk_
         assert out == ("Successfully completed leader election (PREFERRED) for partitions "
                        + ", ".join(f"el-{p}" for p in moved) + "\n")
         assert seglog(capsys, "topics", *bs, "--describe", "--under-replicated-partitions")[:2] == (0, "")
+
+        # kafka-consumer-groups against the cluster: each group's coordinator found wherever it is
+        active = group_reset_scenario.prepare(c.bootstrap)
+        try:
+            program = group_reset_scenario.compile_tool_batch(kafka_jars, tmp_path / "tool-batch")
+            group_reset_scenario.check(group_reset_scenario.kafka_tool(program, c.bootstrap),
+                                       group_reset_scenario.seglog_tool(c.bootstrap), c.bootstrap)
+        finally:
+            active.close()

@@ -177,6 +177,33 @@ def test_errors_as_kafka_gives_them(cluster, admin):
     assert cluster.metadata(topic)[0][1] == [1, 2]
 
 
+def test_new_partitions_on_replicas_the_client_names(cluster):
+    """CreatePartitions with manual assignments (librdkafka's 0081 asks for them): the new
+    partitions get exactly those replicas; a wrong count of assignments, an unknown broker and
+    another replication factor are refused with INVALID_REPLICA_ASSIGNMENT, as Kafka does."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+    topic = "grown"
+    _create(cluster, topic, [1, 2])
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    def grow(total, assignment, validate_only=False):
+        future = admin.create_partitions([NewPartitions(topic, total, replica_assignment=assignment)],
+                                         validate_only=validate_only)[topic]
+        try:
+            future.result(30)
+            return "ok"
+        except ck.KafkaException as exc:
+            return exc.args[0].name()
+    assert grow(3, [[3, 1]]) == "INVALID_REPLICA_ASSIGNMENT"            # one assignment for two new partitions
+    assert grow(2, [[1, 9]]) == "INVALID_REPLICA_ASSIGNMENT"            # broker 9 does not exist
+    assert grow(2, [[1, 2, 3]]) == "INVALID_REPLICA_ASSIGNMENT"         # replication factor 3, not 2
+    assert grow(3, [[3, 1], [2, 3]], validate_only=True) == "ok"
+    assert list(cluster.metadata(topic)) == [0]
+    assert grow(3, [[3, 1], [2, 3]]) == "ok"
+    cluster.wait_for(lambda: {p: r for p, (leader, r, _isr) in cluster.metadata(topic).items() if leader >= 0}
+                     == {0: [1, 2], 1: [3, 1], 2: [2, 3]}, 30, "the new partitions on the named replicas")
+
+
 def _plan(tmp_path, name, moves) -> str:
     path = tmp_path / name
     path.write_text(json.dumps({"version": 1, "partitions": [

@@ -110,9 +110,16 @@ def test_an_empty_consumer_group_expires_from_when_it_became_empty(tmp_path):
         await gc.start()
         try:
             t0 = clock[0]
+            # a consumer outside any group commits with generation -1, with or without a member
+            # id (librdkafka's KIP-848 consumer sends the one it made up): allowed, as in Kafka
+            assert gc.check_commit("g", -1, "") == E.NONE
+            assert gc.check_commit("g", -1, "made-up-by-the-client") == E.NONE
             mid = await _member(gc, "g", "data")
             gen = gc.groups["g"].generation
             assert gc.check_commit("g", gen, mid) == E.NONE
+            # ... not once a member owns the group
+            assert gc.check_commit("g", -1, "") == E.UNKNOWN_MEMBER_ID
+            assert gc.check_commit("g", -1, "made-up-by-the-client") == E.UNKNOWN_MEMBER_ID
             assert await _commit(gc, "g", {("data", 0): 3}, t0) == E.NONE
             clock[0] = t0 + 2 * RETENTION_MS              # old commit, but the group has a member
             assert await gc.admin.expire_offsets() == 0

@@ -8,7 +8,8 @@ Then, with Kafka's tools (one JVM each) and with seglog's: --describe of `idle`,
 `idle` and `busy` (the active one refused with NON_EMPTY_GROUP), --delete-offsets of `trim` on
 t:0, delete-records (t-0 before 10, t-1 before 100: past the high watermark, refused), and a
 consumer from earliest on t-0 then starts at 10. The parsed answers are compared, not the
-formatting.
+formatting. Then group_reset_scenario's --reset-offsets (every mode), --describe --members /
+--state and --list --state, by both tools on one seglog broker.
 """
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from logcore.tools import cli  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import group_reset_scenario  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -226,3 +230,29 @@ def test_seglog_tools_answer_as_kafka_tools(kafka_answers, seglog_broker, tmp_pa
     bootstrap = seglog_broker()
     assert _scenario(bootstrap, _seglog_tools(bootstrap), tmp_path) == kafka_answers
 
+
+
+# ------------------------------------------------------------------ --reset-offsets, --members, --state
+@pytest.fixture(scope="module")
+def reset_broker(seglog_broker):
+    """One seglog broker with group_reset_scenario's topic and groups."""
+    bootstrap = seglog_broker()
+    active = group_reset_scenario.prepare(bootstrap)
+    yield bootstrap
+    active.close()
+
+
+@pytest.fixture(scope="module")
+def tool_batch(kafka_jars, tmp_path_factory):
+    sys.path.insert(0, str(REPO / "tests" / "kafka_clients"))
+    from java_program import JavaUnavailable
+    from kafka_reference import kafka_unavailable
+    try:
+        return group_reset_scenario.compile_tool_batch(kafka_jars, tmp_path_factory.mktemp("tool-batch"))
+    except JavaUnavailable as exc:
+        kafka_unavailable(str(exc))
+
+
+def test_reset_offsets_and_describe_alike_with_kafka_and_seglog_tools(tool_batch, reset_broker):
+    group_reset_scenario.check(group_reset_scenario.kafka_tool(tool_batch, reset_broker),
+                               group_reset_scenario.seglog_tool(reset_broker), reset_broker)
