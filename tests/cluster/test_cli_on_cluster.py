@@ -22,6 +22,9 @@ pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka_ref"))
 import group_reset_scenario  # noqa: E402
 
+pytestmark = pytest.mark.soak   # a 3-broker cluster and Kafka's tools, ~25 s: -m soak
+
+
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 
 

@@ -26,6 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kafka_reference import KafkaUnavailable, kafka_unavailable, resolve_jars  # noqa: E402
 
 
+pytestmark = pytest.mark.soak   # a 3-broker cluster, ~30 s: -m soak (one broker: tests/broker/test_broker_configs.py)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zk_server):
     from kazoo.client import KazooClient

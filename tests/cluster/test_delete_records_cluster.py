@@ -18,7 +18,7 @@ ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not insta
 
 from logcore.tools import cli  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(300)]   # a 3-broker cluster with kills, ~40 s: -m soak (one broker: tests/kafka_ref/test_group_admin_tools.py)
 
 
 def _earliest(c: SeglogCluster) -> int:

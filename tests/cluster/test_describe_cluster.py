@@ -26,7 +26,7 @@ from logcore.wire.api_keys import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_
 from logcore.wire.client import KafkaConnection  # noqa: E402
 from logcore.wire.error_codes import NONE, NOT_LEADER_OR_FOLLOWER  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(300)]   # a cluster and a Kafka broker, ~45 s: -m soak (one broker: tests/broker/test_describe_apis.py)
 
 CLUSTER_TOOL = "org.apache.kafka.tools.ClusterTool"
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"

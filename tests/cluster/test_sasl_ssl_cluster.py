@@ -16,6 +16,9 @@ from pki import STORE_PASSWORD, Pki  # noqa: E402
 from seglog_cluster import SeglogCluster  # noqa: E402
 from zookeeper_reference import free_ports  # noqa: E402
 
+pytestmark = pytest.mark.soak   # a 3-broker cluster over SASL_SSL, ~30 s: -m soak (one broker: tests/security/test_clients.py)
+
+
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.soak   # Prometheus scraping a 3-broker cluster through a failover, ~25 s: -m soak
+
+
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS), str(TESTS / "cluster")]
 

@@ -17,6 +17,9 @@ from quota_tool_session import KAFKA_ANSWERS, session
 from seglog_cluster import SeglogCluster
 
 
+pytestmark = pytest.mark.soak   # a 3-broker cluster, ~30 s: -m soak (one broker: test_client_quotas_broker.py)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zk_server):
     from kazoo.client import KazooClient

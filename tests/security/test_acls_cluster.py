@@ -33,7 +33,7 @@ from logcore.wire.api_keys import FETCH  # noqa: E402
 from logcore.wire.client import KafkaConnection  # noqa: E402
 from logcore.wire.error_codes import TOPIC_AUTHORIZATION_FAILED  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(300)]   # a 3-broker cluster, ~30 s: -m soak (one broker: test_acls_table.py, test_acls_cli.py)
 PROPS = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
          "allow.everyone.if.no.acl.found": "true"}
 

@@ -133,6 +133,7 @@ def test_kafka_python_on_tls_and_sasl(secure_broker, pki):
         assert got == [f"{topic}-{i}".encode() for i in range(3)], name
 
 
+@pytest.mark.soak          # Kafka's Java clients and kafka-configs JVMs, ~30 s: -m soak
 def test_java_clients_and_kafka_configs(secure_broker, pki, kafka_jars, tmp_path):
     from java_program import JavaProgram, JavaUnavailable
     from kafka_reference import kafka_unavailable
