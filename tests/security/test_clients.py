@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from conftest import PLAIN_MODULE, SCRAM_MODULE, jaas
+from secure_broker import PLAIN_MODULE, SCRAM_MODULE, jaas
 from pki import STORE_PASSWORD
 
 HERE = Path(__file__).resolve().parent
@@ -201,7 +201,7 @@ def test_seglog_cli_with_command_config(secure_broker, pki, tmp_path):
     import subprocess
     import sys
 
-    from conftest import env
+    from secure_broker import env
     scram = tmp_path / "scram.properties"
     scram.write_text(f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki.ca_pem}\n"
                      "sasl.mechanism=SCRAM-SHA-512\n"

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import PLAIN_MODULE, SCRAM_MODULE, jaas
+from secure_broker import PLAIN_MODULE, SCRAM_MODULE, jaas
 from pki import issue
 from logcore.broker.config import BrokerConfig
 from logcore.broker.server import BrokerServer
