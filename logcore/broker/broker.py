@@ -277,6 +277,7 @@ class Broker:
         tier = self.root.remote_tier()
         if tier is not None:
             tier.check_access()
+            self.metrics.remote.read_from(tier.metrics.snapshot)     # logcore.tiered.metrics' totals
         self.partitions.open_all()
         if self.groups.loads_at_open():
             self.groups.load()

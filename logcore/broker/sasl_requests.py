@@ -2,7 +2,8 @@
 is logcore.security.authenticator's): each answer is (request, response) plus whether the
 connection closes once it is sent; bare tokens after a SaslHandshake v0 are answered as bare
 size-prefixed tokens. Failures are logged at INFO (a client with a wrong password is not the
-broker's problem) and counted."""
+broker's problem) and counted per listener, with the successes, in the broker's metrics
+(logcore.metrics.authentication_metrics)."""
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,8 @@ CLOSE = None          # what raw_token gives when the connection must close
 
 
 class SaslRequests:
-    def __init__(self):
-        self.failures = 0
+    def __init__(self, outcomes):
+        self.outcomes = outcomes          # failed(listener) / succeeded(listener): AuthenticationMetrics
 
     async def raw_token(self, session: ConnectionSession, frame, peer):
         """The server's answer to a bare token as a size-prefixed frame; the server's close
@@ -28,11 +29,12 @@ class SaslRequests:
         try:
             answer = await asyncio.to_thread(auth.step, bytes(frame))
         except SaslFailure as exc:
-            self.failures += 1
+            self.outcomes.failed(session.listener)
             logger.info("connection %s (listener %s): SASL authentication failed: %s", peer, session.listener, exc)
             return CLOSE
         if auth.authenticated and not auth.in_exchange:
             session.authenticated()
+            self.outcomes.succeeded(session.listener)
         return struct.pack(">i", len(answer)) + answer
 
     async def handle(self, request, session: ConnectionSession, peer):
@@ -43,7 +45,7 @@ class SaslRequests:
         if request.api_key == SASL_HANDSHAKE:
             answer, close = auth.handshake(request.api_version, request.body.mechanism)
             if close:
-                self.failures += 1
+                self.outcomes.failed(session.listener)
                 logger.info("connection %s (listener %s): SaslHandshake for %r refused (error %d)", peer,
                             session.listener, request.body.mechanism, answer["error_code"])
             return (request, answer), close
@@ -53,9 +55,10 @@ class SaslRequests:
             return (request, answer), True
         answer, close = await asyncio.to_thread(auth.authenticate_response, bytes(request.body.auth_bytes))
         if close:
-            self.failures += 1
+            self.outcomes.failed(session.listener)
             logger.info("connection %s (listener %s): SASL %s authentication failed: %s", peer, session.listener,
                         auth.mechanism, answer["error_message"])
         elif auth.authenticated and not auth.in_exchange:
             session.authenticated()
+            self.outcomes.succeeded(session.listener)
         return (request, answer), close

@@ -71,7 +71,6 @@ class BrokerServer:
         self.bound: dict[str, tuple[str, int]] = {}
         self.endpoints: ListenerEndpoints | None = None
         self.connections: dict[asyncio.Task, str] = {}              # -> its listener's name
-        self.sasl = SaslRequests()
         self.windows = windows()
         self.max_request = config["socket.request.max.bytes"]
         self.idle_timeout = config["connections.max.idle.ms"] / 1000
@@ -84,6 +83,7 @@ class BrokerServer:
         self._heartbeat: asyncio.Task | None = None
         self.metrics = BrokerMetrics()           # this broker's registry (endpoint: metrics.listener)
         self._requests = self.metrics.requests
+        self.sasl = SaslRequests(self.metrics.authentication)
 
     def _close_servers(self) -> None:
         for server in self.servers.values():

@@ -3,16 +3,19 @@
 starts the endpoint when metrics.listener is set, and registers the state collector once the
 broker's objects exist (watch()).
 
+The server's SASL exchange counts logins in `authentication`; the broker points `remote` at its
+remote tier's totals when tiered storage is on (its families are exported, empty, either way).
 Other parts add their own figures with add(collector): an object whose collect() yields
-prometheus_client metric families (the tiered storage's remote storage manager statistics are
-meant to come in this way, from their own object)."""
+prometheus_client metric families."""
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from logcore.metrics.authentication_metrics import AuthenticationMetrics
 from logcore.metrics.broker_state import BrokerStateCollector
 from logcore.metrics.cleaner_metrics import CleanerTotals
 from logcore.metrics.endpoint import MetricsEndpoint
+from logcore.metrics.remote_storage_metrics import RemoteStorageCollector
 from logcore.metrics.request_metrics import RequestMetrics
 from logcore.metrics.topic_metrics import TopicMetrics
 
@@ -24,6 +27,10 @@ class BrokerMetrics:
         self.topics = TopicMetrics()
         self.registry.register(self.requests)
         self.registry.register(self.topics)
+        self.authentication = AuthenticationMetrics()
+        self.remote = RemoteStorageCollector()
+        self.registry.register(self.authentication)
+        self.registry.register(self.remote)
         self.cleaner = CleanerTotals()
         self.endpoint: MetricsEndpoint | None = None
         self._state: BrokerStateCollector | None = None
