@@ -185,7 +185,9 @@ class ConfigHandlers:
                 new = altered({} if replace else current, wanted, _topic_list_default)
                 defaults = self.root.defaults()
                 new = validate_topic_overrides(new, defaults)
-                check_topic_against_root(name, LogConfig.from_props(new, defaults), defaults)
+                config = LogConfig.from_props(new, defaults)
+                check_topic_against_root(name, config, defaults)
+                config.check_change_from(LogConfig.from_props(current, defaults))
             except InvalidConfigError as exc:
                 raise _Failed(E.INVALID_CONFIG, str(exc)) from None
             return new

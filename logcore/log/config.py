@@ -21,7 +21,8 @@ from typing import Any
 from logcore.errors import InvalidConfigError
 from logcore.log.config_key import (INT64_MAX, ConfigKey, ConfigType, Validator, at_least, between,
                                     level_or, list_of, one_of, parse_value, unknown_message)
-from logcore.log.config_rules import CROSS_FIELD_RULES, check_cross_field_rules
+from logcore.log.config_rules import (CROSS_FIELD_RULES, check_cross_field_rules,
+                                      check_turning_off_remote_storage)
 from logcore.log.topic_name import MAX_TOPIC_NAME_LENGTH
 
 # Imported by the callers that take every user-given configuration from this module.
@@ -186,7 +187,13 @@ class LogConfig:
         validator=at_least(-2), broker_names=("log.local.retention.bytes",), category="tiered")
     remote_log_copy_disable: bool = ConfigKey(
         "remote.log.copy.disable", ConfigType.BOOLEAN, False,
-        "With remote storage: stop copying new segments (tiered data stays readable).",
+        "With remote storage: stop copying new segments (tiered data stays readable and"
+        " remote retention still runs).",
+        category="tiered")
+    remote_log_delete_on_disable: bool = ConfigKey(
+        "remote.log.delete.on.disable", ConfigType.BOOLEAN, False,
+        "Needed to turn remote.storage.enable from true to false: the topic's remote segments"
+        " are then deleted and its partitions keep only their local data.",
         category="tiered")
 
     def __init__(self, values: dict[str, Any], overrides: dict[str, str] | None = None):
@@ -241,6 +248,11 @@ class LogConfig:
         """Typed value by Kafka name."""
         key_for(name)
         return self._values[name]
+
+    def check_change_from(self, old: "LogConfig") -> None:
+        """The rules on changing a topic's config from `old` to this one (AlterConfigs): turning
+        remote storage off needs remote.log.delete.on.disable=true (config_rules)."""
+        check_turning_off_remote_storage(old._values, self._values)
 
     def to_properties(self) -> dict[str, str]:
         """Every topic config, by Kafka name, in canonical string form (for describe)."""

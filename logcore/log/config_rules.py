@@ -63,6 +63,23 @@ def check_retention_when_copy_disabled(values: dict[str, Any]) -> None:
                 "remote.log.copy.disable=true")
 
 
+TURN_OFF_REMOTE_STORAGE_MESSAGE = (
+    "It is invalid to disable remote storage without deleting remote data. If you want to keep"
+    " the remote data and turn to read only, please set"
+    " `remote.storage.enable=true,remote.log.copy.disable=true`. If you want to disable remote"
+    " storage and delete all remote data, please set"
+    " `remote.storage.enable=false,remote.log.delete.on.disable=true`.")
+
+
+def check_turning_off_remote_storage(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """A change of a topic's settings (not a rule within one config): remote storage goes from
+    on to off only with remote.log.delete.on.disable=true, as in Kafka (KIP-950): the remote
+    data is then deleted, so it must be asked for."""
+    if (old["remote.storage.enable"] and not new["remote.storage.enable"]
+            and not new["remote.log.delete.on.disable"]):
+        raise InvalidConfigError(TURN_OFF_REMOTE_STORAGE_MESSAGE)
+
+
 CROSS_FIELD_RULES: tuple[Callable[[dict[str, Any]], None], ...] = (
     check_compaction_lags,
     check_remote_storage_not_compacted,

@@ -545,7 +545,10 @@ class LogRoot:
             mode = PlainReader()
         fence = WriterFence(storage, d, only_if_free=only_if_free) if writer else None
         remote = None
-        if config.remote_storage_enable:
+        # Remote storage turned off with remote.log.delete.on.disable: the view stays until the
+        # remote log manager has deleted the remote segments (then it is empty).
+        if config.remote_storage_enable or (config.remote_log_delete_on_disable
+                                            and self.remote_tier() is not None):
             tier = self.remote_tier()
             if tier is None:
                 check_topic_against_root(topic, config, self.defaults())

@@ -115,7 +115,7 @@ class LogRetention:
         removed after file.delete.delay.ms (`delete_expired_files`)."""
         now = _now_ms() if now_ms is None else now_ms
         with self._log.critical():
-            if self._log.tiered:
+            if self._log.tiered or self._remote_copy_disabled_with_remote_data():
                 return self._apply_local_retention_locked(now)
             decision = deletable_segments(
                 self._segment_infos(), high_watermark=self._log.high_watermark,
@@ -128,6 +128,18 @@ class LogRetention:
                 self._log.roll_to(self._log.log_end_offset)
             return self.delete_oldest_locked(decision.count, self._log.log_start_offset, now,
                                                   decision.reasons)
+
+    def _remote_copy_disabled_with_remote_data(self) -> bool:
+        """remote.log.copy.disable=true while remote segments remain: local copies go by local
+        retention (equal to the total one then) and the remote tier's expiration moves the log
+        start offset, oldest first, so the remote data stays readable until it expires. Once it
+        has, total retention runs on the local segments as for a local topic."""
+        remote = self._log.remote
+        if remote is None or not self._log.config.remote_storage_enable:
+            return False
+        remote.refresh()
+        end = remote.end_offset()
+        return end is not None and end >= self._log.log_start_offset
 
     def _apply_local_retention_locked(self, now: int) -> RetentionResult:
         """Tiered storage (Kafka's local retention): delete local copies of segments already in

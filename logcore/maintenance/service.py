@@ -252,7 +252,10 @@ class MaintenanceService:
             config = log.config
             if log.remote is not None:
                 outcome.tiering = TieringResult()
-                self._copy_to_remote(log, outcome.tiering)
+                if config.remote_storage_enable:
+                    self._copy_to_remote(log, outcome.tiering)
+                elif config.remote_log_delete_on_disable:
+                    self._delete_remote(log, outcome.tiering)
             result = log.apply_retention(now)
             outcome.segments_deleted = result.segments_deleted
             outcome.bytes_deleted = result.bytes_deleted
@@ -284,6 +287,17 @@ class MaintenanceService:
             tiering.error = str(exc)
         if tiering.error:
             logger.warning("%s-%d: tiering: %s", log.topic, log.partition, tiering.error)
+
+    def _delete_remote(self, log, tiering: TieringResult) -> None:
+        """Remote storage was turned off with remote.log.delete.on.disable=true: the log start
+        offset moves to the local log start, then every remote segment goes (retried next pass
+        on a remote-storage failure)."""
+        try:
+            self.remote_log_manager.delete_all(log, tiering)
+        except RemoteStorageError as exc:
+            tiering.error = str(exc)
+        if tiering.error:
+            logger.warning("%s-%d: deleting the remote data: %s", log.topic, log.partition, tiering.error)
 
     def _expire_remote(self, log, tiering: TieringResult, now: int) -> None:
         try:

@@ -21,6 +21,8 @@ copies or deletes this partition's remote segments at the same time):
   first. The log start offset is checkpointed past them FIRST, so no reader is ever sent to a
   segment being deleted; then each is marked DELETE_SEGMENT_STARTED (hidden), its data deleted,
   and marked DELETE_SEGMENT_FINISHED.
+- `delete_all`: remote storage turned off with remote.log.delete.on.disable=true: the log start
+  offset moves to the local log start, then every remote segment is deleted the same way.
 """
 from __future__ import annotations
 
@@ -228,6 +230,37 @@ class RemoteLogManager:
             result.remote_bytes_deleted += meta.segment_size_in_bytes
         logger.info("%s-%d: expired %d remote segments (%s); log start offset now %d", log.topic,
                     log.partition, len(doomed), ", ".join(sorted(set(reasons))), log.log_start_offset)
+
+    # -- remote storage turned off -------------------------------------------------------------
+
+    def delete_all(self, log: Log, result: TieringResult) -> None:
+        """Remote storage turned off with remote.log.delete.on.disable (KIP-950): the log start
+        offset moves to the local log start FIRST (the partition serves its local data only,
+        and no reader is sent to a segment being deleted), then every remote segment, finished
+        or left half-copied, is deleted as retention deletes one."""
+        view = self._view(log)
+        store = view.store
+        self.collect(log, result)
+        store.refresh()
+        segments = store.list_segments()
+        if not segments:
+            return
+        if log.log_start_offset < log.local_log_start_offset:
+            log.move_log_start_offset(log.local_log_start_offset, reason="remote storage disabled")
+        for meta in segments:
+            try:
+                store.update_state(meta.segment_id, S.DELETE_SEGMENT_STARTED, broker_id=self.broker_id)
+                view.rsm.delete_log_segment_data(meta)
+                store.update_state(meta.segment_id, S.DELETE_SEGMENT_FINISHED, broker_id=self.broker_id)
+            except SegLogError as exc:
+                view.metrics.record_delete_error(log.topic)
+                result.error = f"deleting remote segment {meta.segment_id} failed: {exc}"
+                return
+            view.metrics.record_delete(log.topic, meta.segment_size_in_bytes)
+            result.remote_segments_deleted += 1
+            result.remote_bytes_deleted += meta.segment_size_in_bytes
+        logger.info("%s-%d: remote storage disabled: deleted %d remote segments; log start offset"
+                    " now %d", log.topic, log.partition, len(segments), log.log_start_offset)
 
 
 def _segment_epochs(log: Log, base: int, end: int) -> dict[int, int]:

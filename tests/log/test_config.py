@@ -54,6 +54,7 @@ KAFKA_DEFAULTS = {
     "local.retention.ms": -2,
     "local.retention.bytes": -2,
     "remote.log.copy.disable": False,
+    "remote.log.delete.on.disable": False,
 }
 
 
