@@ -29,6 +29,7 @@ from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pyspark_seglog.broker_client import RETRIABLE, RETRY_BACKOFF_S, BrokerClient
 from pyspark_seglog.data_loss import data_loss
 from pyspark_seglog.kafka_rows import COLUMN_BUFFERS, ConstantColumns
+from pyspark_seglog.kafka_security import PLAINTEXT
 from pyspark_seglog.schema import arrow_schema
 
 logger = logging.getLogger("pyspark_seglog.source")
@@ -98,14 +99,15 @@ class BrokerRangeReader:
 
     def batches(self):
         p = self.p
-        client = _CLIENTS.take(p.bootstrap_servers, p.retry_timeout, p.security)
+        security = p.security or PLAINTEXT
+        client = _CLIENTS.take(p.bootstrap_servers, p.retry_timeout, security)
         ok = False
         try:
             yield from self._read(client)
             ok = True
         finally:
             if ok:
-                _CLIENTS.give_back(client, p.bootstrap_servers, p.retry_timeout, p.security)
+                _CLIENTS.give_back(client, p.bootstrap_servers, p.retry_timeout, security)
             else:
                 client.close()
 

@@ -63,7 +63,7 @@ class SeglogInputPartition(InputPartition):
         self.bootstrap_servers = bootstrap_servers
         self.client_rack = client_rack          # kafka.client.rack: fetch from a replica in this rack
         self.retry_timeout = retry_timeout      # seconds without progress before a fetch gives up
-        self.security = security                # a KafkaSecurity: the brokers' TLS / SASL (kafka_security.py)
+        self.security = security                # a KafkaSecurity (None: PLAINTEXT): the brokers' TLS / SASL
 
     def __repr__(self) -> str:          # storage options (credentials) are never printed
         return (f"SeglogInputPartition({self.topic}-{self.partition} [{self.start}, {self.until}),"
