@@ -18,6 +18,10 @@ in order), which the idempotent producer of `broker_sink` uses.
 
 Every failure is a KafkaError (KafkaConnectionError when the connection broke: retriable) whose
 message names the broker and kafka.bootstrap.servers.
+
+Every connection (bootstrap server, leader, coordinator) is secured alike by `security` (the
+ClientSecurity of Spark's kafka.security.protocol / kafka.ssl.* / kafka.sasl.* options:
+kafka_security.py); a failed SASL login is a KafkaError with SASL_AUTHENTICATION_FAILED.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logcore.errors import TopicNotFoundError
+from logcore.security.client_security import ClientSecurity
 from logcore.wire.api_keys import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, CREATE_TOPICS, DESCRIBE_CONFIGS,
                                    END_TXN, FETCH, FIND_COORDINATOR, INIT_PRODUCER_ID, LIST_OFFSETS, METADATA,
                                    OFFSET_FETCH, PRODUCE, TXN_OFFSET_COMMIT)
@@ -90,8 +95,10 @@ class BrokerClient:
     not thread-safe."""
 
     def __init__(self, bootstrap_servers: str, *, client_id: str = "seglog-spark",
-                 timeout: float = DEFAULT_TIMEOUT_S, retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S):
+                 timeout: float = DEFAULT_TIMEOUT_S, retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S,
+                 security: ClientSecurity | None = None):
         self.bootstrap = str(bootstrap_servers)
+        self.security = security                                # None: PLAINTEXT
         self.client_id = client_id
         self.timeout = timeout
         self.retry_timeout = retry_timeout
@@ -119,12 +126,13 @@ class BrokerClient:
             self._conn = None
             try:
                 self._conn = bootstrap(self.bootstrap, timeout_s=self.timeout, client_id=self.client_id,
-                                       windows=CLIENT_WINDOWS, option=OPTION)
+                                       windows=CLIENT_WINDOWS, option=OPTION, security=self.security)
             except KafkaConnectionError:
                 for node, address in sorted(self.brokers.items()):
                     conn = KafkaConnection(address.host, address.port, timeout_s=self.timeout,
                                            client_id=self.client_id, windows=CLIENT_WINDOWS,
-                                           origin=f"broker {node}, {OPTION}={self.bootstrap}")
+                                           origin=f"broker {node}, {OPTION}={self.bootstrap}",
+                                           security=self.security)
                     try:
                         self._conn = conn.connect()
                         break
@@ -143,7 +151,8 @@ class BrokerClient:
                 raise KafkaConnectionError(f"Metadata from {self.where()} lists no broker {node}"
                                            f" (brokers: {sorted(self.brokers) or 'none'})")
             conn = KafkaConnection(address.host, address.port, timeout_s=self.timeout, client_id=self.client_id,
-                                   windows=CLIENT_WINDOWS, origin=f"broker {node}, {OPTION}={self.bootstrap}")
+                                   windows=CLIENT_WINDOWS, origin=f"broker {node}, {OPTION}={self.bootstrap}",
+                                   security=self.security)
             self._nodes[node] = conn
             conn.connect()
         return conn

@@ -14,7 +14,8 @@ class BrokerLogs:
         from pyspark_seglog.broker_client import BrokerClient
         self.opts = opts
         self._client = BrokerClient(opts.bootstrap_servers, client_id="seglog-spark-source",
-                                    retry_timeout=opts.retry_timeout_ms / 1000.0)
+                                    retry_timeout=opts.retry_timeout_ms / 1000.0,
+                                    security=opts.security.client())
         self._earliest: dict = {}
         self._latest: dict = {}
 

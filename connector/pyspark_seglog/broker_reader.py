@@ -29,6 +29,7 @@ from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pyspark_seglog.broker_client import RETRIABLE, RETRY_BACKOFF_S, BrokerClient
 from pyspark_seglog.data_loss import data_loss
 from pyspark_seglog.kafka_rows import COLUMN_BUFFERS, ConstantColumns
+from pyspark_seglog.kafka_security import PLAINTEXT
 from pyspark_seglog.schema import arrow_schema
 
 logger = logging.getLogger("pyspark_seglog.source")
@@ -49,16 +50,17 @@ class _Clients:
         self._free: dict[tuple, list[BrokerClient]] = {}
         self._lock = threading.Lock()
 
-    def take(self, servers: str, retry_timeout: float) -> BrokerClient:
+    def take(self, servers: str, retry_timeout: float, security) -> BrokerClient:
         with self._lock:
-            free = self._free.get((servers, retry_timeout))
+            free = self._free.get((servers, retry_timeout, security))
             if free:
                 return free.pop()
-        return BrokerClient(servers, client_id="seglog-spark-source", retry_timeout=retry_timeout)
+        return BrokerClient(servers, client_id="seglog-spark-source", retry_timeout=retry_timeout,
+                            security=security.client())
 
-    def give_back(self, client: BrokerClient, servers: str, retry_timeout: float) -> None:
+    def give_back(self, client: BrokerClient, servers: str, retry_timeout: float, security) -> None:
         with self._lock:
-            free = self._free.setdefault((servers, retry_timeout), [])
+            free = self._free.setdefault((servers, retry_timeout, security), [])
             if len(free) < self.keep:
                 free.append(client)
                 return
@@ -97,14 +99,15 @@ class BrokerRangeReader:
 
     def batches(self):
         p = self.p
-        client = _CLIENTS.take(p.bootstrap_servers, p.retry_timeout)
+        security = p.security or PLAINTEXT
+        client = _CLIENTS.take(p.bootstrap_servers, p.retry_timeout, security)
         ok = False
         try:
             yield from self._read(client)
             ok = True
         finally:
             if ok:
-                _CLIENTS.give_back(client, p.bootstrap_servers, p.retry_timeout)
+                _CLIENTS.give_back(client, p.bootstrap_servers, p.retry_timeout, security)
             else:
                 client.close()
 

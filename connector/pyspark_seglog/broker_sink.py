@@ -109,7 +109,7 @@ def produce_task(opts: SinkOptions, columns: dict[str, str], iterator, task: int
         return producer.message()
     txn = TaskTransaction(opts.bootstrap_servers, transactional_id(owner, task), opts.transaction_timeout_ms,
                           deadline_s=opts.delivery_timeout_ms / 1000,
-                          client_id=f"seglog-spark-sink-{task}-{attempt}")
+                          client_id=f"seglog-spark-sink-{task}-{attempt}", security=opts.security.client())
     try:
         try:
             txn.begin()          # fences earlier attempts of this task; aborts what they left open
@@ -148,7 +148,7 @@ def commit_batch(opts: SinkOptions, messages, batch_id: int) -> None:
     txns = [m.transaction for m in messages if m is not None and m.transaction is not None]
     if opts.delivery is DeliveryGuarantee.EXACTLY_ONCE:
         end_task_transactions(opts.bootstrap_servers, txns, commit=True,
-                              deadline_s=opts.delivery_timeout_ms / 1000)
+                              deadline_s=opts.delivery_timeout_ms / 1000, security=opts.security.client())
     _log_produced(messages, batch_id, "committed", len(txns))
 
 
@@ -159,7 +159,7 @@ def abort_batch(opts: SinkOptions, messages, batch_id: int) -> None:
     if opts.delivery is DeliveryGuarantee.EXACTLY_ONCE:
         try:
             end_task_transactions(opts.bootstrap_servers, txns, commit=False,
-                                  deadline_s=opts.delivery_timeout_ms / 1000)
+                                  deadline_s=opts.delivery_timeout_ms / 1000, security=opts.security.client())
         except KafkaError as exc:
             logger.warning("seglog sink: batch %s: %s (the broker aborts them at their timeout, or the"
                            " next attempt of each task does)", batch_id, exc)
@@ -210,7 +210,8 @@ class TaskProducer(RowRouter):
         super().__init__(opts, columns, task)
         self.attempt = attempt
         self.transaction = transaction
-        self.client = BrokerClient(opts.bootstrap_servers, client_id=f"seglog-spark-sink-{task}-{attempt}")
+        self.client = BrokerClient(opts.bootstrap_servers, client_id=f"seglog-spark-sink-{task}-{attempt}",
+                                   security=opts.security.client())
         self.deadline_s = opts.delivery_timeout_ms / 1000
         if transaction is not None:
             self.producer_id, self.epoch = transaction.producer_id, transaction.epoch

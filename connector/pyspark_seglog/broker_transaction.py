@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from logcore.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, TRANSACTIONAL_MASK
 from logcore.records.crc import crc32c
+from logcore.security.client_security import ClientSecurity
 from logcore.wire.api_keys import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, END_TXN, FIND_COORDINATOR,
                                    INIT_PRODUCER_ID, OFFSET_FETCH, TXN_OFFSET_COMMIT)
 from logcore.wire.client import BrokerAddress, KafkaConnectionError, KafkaError, error_name
@@ -137,10 +138,10 @@ class TaskTransaction:
     """One task attempt's transaction on the brokers (see the module docstring)."""
 
     def __init__(self, bootstrap: str, txn_id: str, timeout_ms: int, *, deadline_s: float,
-                 client_id: str):
+                 client_id: str, security: ClientSecurity | None = None):
         self.txn_id = txn_id
         self.timeout_ms = timeout_ms
-        self.client = BrokerClient(bootstrap, client_id=client_id)
+        self.client = BrokerClient(bootstrap, client_id=client_id, security=security)
         self.coordinators = _Coordinators(self.client, deadline_s)
         self.producer_id = -1
         self.epoch = -1
@@ -305,11 +306,11 @@ def _end_failure(what: str, errors: dict[str, tuple[int, str]], bootstrap: str) 
 
 
 def end_task_transactions(bootstrap: str, txns: list[OpenTransaction], *, commit: bool,
-                          deadline_s: float) -> None:
+                          deadline_s: float, security: ClientSecurity | None = None) -> None:
     """The driver's commit (or abort): EndTxn for every task transaction of the batch."""
     if not txns:
         return
-    with BrokerClient(bootstrap, client_id="seglog-spark-sink-commit") as client:
+    with BrokerClient(bootstrap, client_id="seglog-spark-sink-commit", security=security) as client:
         end_transactions(_Coordinators(client, deadline_s), txns, commit=commit)
 
 

@@ -39,7 +39,7 @@ class SeglogInputPartition(InputPartition):
                  fetch_bytes: int = DEFAULT_FETCH_BYTES, tiered: dict | None = None,
                  broker_bound: bool = False, replicas: tuple | None = None,
                  read_path: str = "files", bootstrap_servers: str | None = None, client_rack: str = "",
-                 retry_timeout: float = 60.0):
+                 retry_timeout: float = 60.0, security=None):
         super().__init__(None)
         self.tiered = tiered            # rsm.config.* options: the remote tier's credentials
         self.root = root
@@ -63,6 +63,7 @@ class SeglogInputPartition(InputPartition):
         self.bootstrap_servers = bootstrap_servers
         self.client_rack = client_rack          # kafka.client.rack: fetch from a replica in this rack
         self.retry_timeout = retry_timeout      # seconds without progress before a fetch gives up
+        self.security = security                # a KafkaSecurity (None: PLAINTEXT): the brokers' TLS / SASL
 
     def __repr__(self) -> str:          # storage options (credentials) are never printed
         return (f"SeglogInputPartition({self.topic}-{self.partition} [{self.start}, {self.until}),"

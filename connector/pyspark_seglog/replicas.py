@@ -235,7 +235,8 @@ class ReplicaLogs:
     def _ask_broker(self, tps: list) -> dict:
         from pyspark_seglog.broker_client import BrokerClient
         if self._broker is None:
-            self._broker = BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-source")
+            self._broker = BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-source",
+                                        security=self.opts.security.client())
         return self._broker.list_offsets(tps, isolation=self.opts.isolation)
 
     def _reference(self, tp) -> int:

@@ -100,7 +100,8 @@ class RootLogs:
         # Imported here: the Kafka protocol package is large, and Spark tasks never need it.
         from pyspark_seglog.broker_client import BrokerClient
         if self._broker is None:
-            self._broker = BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-source")
+            self._broker = BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-source",
+                                        security=self.opts.security.client())
         return self._broker
 
     def _claim(self):

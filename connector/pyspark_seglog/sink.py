@@ -79,7 +79,8 @@ class _SeglogWriterBase(abc.ABC):
             # imported here: the Kafka protocol package is heavy, and file-root writes never use it
             from pyspark_seglog.broker_client import BrokerClient
             from pyspark_seglog.broker_sink import check_guarantee, ensure_topic
-            with BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-sink") as client:
+            with BrokerClient(self.opts.bootstrap_servers, client_id="seglog-spark-sink",
+                              security=self.opts.security.client()) as client:
                 check_guarantee(client, self.opts)
                 if self.opts.topic is not None:
                     ensure_topic(client, self.opts, self.opts.topic)

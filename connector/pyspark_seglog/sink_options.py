@@ -6,8 +6,9 @@ in lower case. Names mirror Spark's Kafka sink and Kafka's producer where one ex
 a `seglog broker` over the Kafka protocol instead of committing them into the root (the path may
 then be omitted); `kafka.delivery.timeout.ms` bounds its retries; `deliveryGuarantee` says whether
 it writes in Kafka transactions (exactly-once, the default; `kafka.transaction.timeout.ms`) or as
-an idempotent producer (at-least-once). `kafka.security.protocol` other than PLAINTEXT and
-`kafka.ssl.*` / `kafka.sasl.*` are refused (kafka_security.py). Other `kafka.*` options are
+an idempotent producer (at-least-once). `kafka.security.protocol`, `kafka.ssl.*` and
+`kafka.sasl.*` secure its connections (kafka_security.py: TLS, SASL PLAIN / SCRAM; settings it
+cannot apply are refused by name). Other `kafka.*` options are
 accepted and ignored so that a pipeline moving from `format("kafka")` changes the format only.
 Anything else unknown fails with the closest known name.
 """
@@ -22,7 +23,7 @@ from logcore.log.config import validate_topic_overrides
 from logcore.records.compression import CODEC_BY_NAME, Compression
 
 from pyspark_seglog.bootstrap import parse_bootstrap
-from pyspark_seglog.kafka_security import check_security_option
+from pyspark_seglog.kafka_security import PLAINTEXT, KafkaSecurity, check_security_option
 from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
 
 TOPIC_CONFIG_PREFIX = "topic.config."
@@ -90,6 +91,7 @@ class SinkOptions:
     delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS
     delivery: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    security: KafkaSecurity = PLAINTEXT      # kafka.security.protocol, kafka.ssl.*, kafka.sasl.*
 
 
 def default_batch_size(max_message_bytes: int) -> int:
@@ -131,7 +133,8 @@ def check_unknown(options) -> None:
         raise InvalidConfigError(
             f"unknown seglog sink option {name!r}{hint} Known options: {', '.join(sorted(KNOWN_OPTIONS))},"
             " plus storage.*, topic.config.*, kafka.bootstrap.servers, kafka.delivery.timeout.ms,"
-            " kafka.transaction.timeout.ms and other kafka.* (ignored; kafka.ssl.*, kafka.sasl.* refused)")
+            " kafka.transaction.timeout.ms, kafka.security.protocol, kafka.ssl.*, kafka.sasl.* and other kafka.*"
+            " (ignored)")
 
 
 def _alias(options: dict, name: str) -> None:
@@ -210,5 +213,6 @@ def parse_sink_options(options) -> SinkOptions:
         bootstrap_servers=bootstrap,
         delivery_timeout_ms=_int(options, DELIVERY_TIMEOUT_OPTION, DEFAULT_DELIVERY_TIMEOUT_MS, 1),
         delivery=_guarantee(options, bootstrap),
+        security=KafkaSecurity.from_options(options, has_bootstrap=bootstrap is not None),
         transaction_timeout_ms=_int(options, TRANSACTION_TIMEOUT_OPTION, DEFAULT_TRANSACTION_TIMEOUT_MS, 1),
     )

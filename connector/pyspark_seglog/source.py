@@ -42,7 +42,8 @@ def _input_partitions(opts: SourceOptions, ranges: list[OffsetRange], logs=None)
                                  broker_bound=opts.bootstrap_servers is not None,
                                  replicas=replicas((r.topic, r.partition)),
                                  read_path=opts.read_path, bootstrap_servers=opts.bootstrap_servers,
-                                 client_rack=opts.client_rack, retry_timeout=opts.retry_timeout_ms / 1000.0)
+                                 client_rack=opts.client_rack, retry_timeout=opts.retry_timeout_ms / 1000.0,
+                                 security=opts.security)
             for r in pieces]
 
 

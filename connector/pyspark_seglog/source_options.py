@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from logcore.errors import InvalidConfigError
 from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pyspark_seglog.bootstrap import parse_bootstrap
-from pyspark_seglog.kafka_security import check_security_option
+from pyspark_seglog.kafka_security import PLAINTEXT, KafkaSecurity, check_security_option
 from pyspark_seglog.offsets import parse_assign, parse_partition_map
 from pyspark_seglog.read_path import READ_PATH_OPTION, parse_read_path
 from pyspark_seglog.storage_options import (STORAGE_PREFIX, TIERED_PREFIX, root_url, storage_options,
@@ -157,6 +157,7 @@ class SourceOptions:
     client_rack: str = ""                          # kafka.client.rack
     retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS   # kafka.default.api.timeout.ms
     tiered: dict | None = None                     # rsm.config.* (remote-tier credentials)
+    security: KafkaSecurity = PLAINTEXT            # kafka.security.protocol, kafka.ssl.*, kafka.sasl.*
 
     @property
     def roots(self) -> tuple[str, ...]:
@@ -335,7 +336,8 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
         fetch_bytes=_parse_int(options, FETCH_BYTES_OPTION) or DEFAULT_FETCH_BYTES,
         read_path=read_path,
         client_rack=str(options.get(CLIENT_RACK_OPTION) or "").strip(),
-        retry_timeout_ms=_parse_int(options, RETRY_TIMEOUT_OPTION) or DEFAULT_RETRY_TIMEOUT_MS)
+        retry_timeout_ms=_parse_int(options, RETRY_TIMEOUT_OPTION) or DEFAULT_RETRY_TIMEOUT_MS,
+        security=KafkaSecurity.from_options(options, has_bootstrap=bootstrap is not None))
 
 
 def _isolation(options) -> str:
