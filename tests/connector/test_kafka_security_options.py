@@ -5,7 +5,6 @@ SSL listeners). A Spark batch write and read over SASL_SSL with SCRAM-SHA-512, a
 failing the query with the login error, and what cannot be applied refused by name."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -21,11 +20,7 @@ from pyspark_seglog.source_options import check_option_names, parse_source_optio
 SECURITY = Path(__file__).resolve().parents[1] / "security"
 sys.path.insert(0, str(SECURITY))
 from pki import STORE_PASSWORD, Pki  # noqa: E402
-
-# tests/security/conftest.py's broker helpers (a conftest is not importable by name from here)
-_spec = importlib.util.spec_from_file_location("security_conftest", SECURITY / "conftest.py")
-secure = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(secure)
+import secure_broker as secure  # noqa: E402  (tests/security's broker with every listener)
 
 SASL_SSL_SCRAM = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512"}
 
