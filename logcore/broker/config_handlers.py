@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 
 from logcore.broker.config_description import ConfigDescription
-from logcore.broker.dynamic_config import (BROKER_THROTTLES, DynamicBrokerConfig,
+from logcore.broker.dynamic_config import (BROKER_THROTTLES, REPLICATION_RATES, DynamicBrokerConfig,
                                            RootBrokerConfigs, UnknownBrokerConfigError, check_dynamic)
 from logcore.errors import InvalidConfigError, SegLogError, TopicNotFoundError
 from logcore.log.config import (BROKER_NAMES, CONFIG_KEYS, ConfigType, LogConfig, check_topic_against_root,
@@ -217,7 +217,8 @@ class ConfigHandlers:
                 for key in new:
                     check_dynamic(key, new[key])
                 # the topic configs these defaults give must stay valid (the rules between settings)
-                LogConfig.from_props({}, {**self.root.static_defaults(), **new})
+                LogConfig.from_props({}, {**self.root.static_defaults(),
+                                          **{k: v for k, v in new.items() if k not in REPLICATION_RATES}})
             except InvalidConfigError as exc:
                 raise _Failed(E.INVALID_REQUEST, str(exc)) from None
             return new

@@ -1,0 +1,129 @@
+"""Replication throttles (KIP-73) on a three-broker seglog cluster: a replica added by a
+reassignment copies a few MB; with leader and follower throttles of 200 KB/s set as
+kafka-reassign-partitions --throttle sets them (IncrementalAlterConfigs on the brokers' rates
+and the topic's throttled replicas), it moves measurably fewer bytes in the same time than an
+unthrottled one, and it finishes once the throttles are removed."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from seglog_cluster import SeglogCluster
+
+ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
+kp = pytest.importorskip("kafka", reason="kafka-python is not installed")
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,  # noqa: E402
+                                   ConfigResource, ResourceType)
+
+pytestmark = pytest.mark.timeout(180)
+
+RATE = 200_000                      # bytes/s, leader and follower
+SIZE = 3 * 1024 * 1024              # bytes per topic
+WINDOW_S = 2.5                      # the time the copy is measured over
+
+
+@pytest.fixture(scope="module")
+def cluster(zk_server, tmp_path_factory):
+    # Small fetches and short quota windows, so the rates show within seconds.
+    props = {"min.insync.replicas": "1", "replica.fetch.max.bytes": "65536",
+             "replication.quota.window.num": "2", "replication.quota.window.size.seconds": "1"}
+    with SeglogCluster.running(tmp_path_factory.mktemp("rthrottle"), zk_server.connect_string + "/rthrottle",
+                               size=3, props=props) as c:
+        yield c
+
+
+def _create_and_fill(cluster, topic):
+    from kafka.admin import NewTopic
+    a = kp.KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        a.create_topics([NewTopic(topic, -1, -1, replica_assignments={0: [1]})])
+    finally:
+        a.close()
+    cluster.wait_for(lambda: (md := cluster.metadata(topic)) and md[0][0] == 1, 30, f"{topic}'s leader")
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                     "batch.size": 16384})
+    value = os.urandom(1000)
+    for i in range(SIZE // 1000):
+        p.produce(topic, value, partition=0)
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+
+
+def _bytes_on(broker, topic) -> int:
+    folder = broker.log_dir / f"{topic}-0"
+    return sum(f.stat().st_size for f in folder.glob("*.log")) if folder.exists() else 0
+
+
+def _alter(admin, resources):
+    for r in resources:                 # librdkafka: one broker resource per call
+        for fut in admin.incremental_alter_configs([r]).values():
+            fut.result(15)
+
+
+def _rates(op, value=None):
+    return [ConfigResource(ResourceType.BROKER, str(b), incremental_configs=[
+        ConfigEntry(f"{side}.replication.throttled.rate", value, incremental_operation=op)
+        for side in ("leader", "follower")]) for b in (1, 2)]
+
+
+def _copy_for(cluster, admin, topic) -> int:
+    """Add broker 2 to partition 0's replicas; the bytes it holds after WINDOW_S."""
+    admin.alter_partition_reassignments({kp.TopicPartition(topic, 0): [1, 2]})
+    time.sleep(WINDOW_S)
+    return _bytes_on(cluster.brokers[2], topic)
+
+
+def _in_sync(cluster, topic):
+    return sorted(cluster.metadata(topic)[0][2]) == [1, 2]
+
+
+def test_throttled_reassignment_is_slower_and_finishes_when_lifted(cluster):
+    ca = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin = kp.KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+    try:
+        _create_and_fill(cluster, "free")
+        _create_and_fill(cluster, "held")
+        free = _copy_for(cluster, admin, "free")
+        cluster.wait_for(lambda: _in_sync(cluster, "free"), 30, "the unthrottled copy")
+
+        _alter(ca, _rates(AlterConfigOpType.SET, str(RATE)) + [ConfigResource(
+            ResourceType.TOPIC, "held", incremental_configs=[
+                ConfigEntry("leader.replication.throttled.replicas", "0:1",
+                            incremental_operation=AlterConfigOpType.SET),
+                ConfigEntry("follower.replication.throttled.replicas", "0:2",
+                            incremental_operation=AlterConfigOpType.SET)])])
+        described = ca.describe_configs([ConfigResource(ResourceType.BROKER, "2")])
+        entries = list(described.values())[0].result(15)
+        assert entries["follower.replication.throttled.rate"].value == str(RATE)
+        held = _copy_for(cluster, admin, "held")
+        # 200 KB/s over the measured span (plus the first windows' burst) against a free copy
+        assert free >= SIZE * 0.9, free
+        assert held < free / 2, (held, free)
+        assert held <= RATE * (WINDOW_S + 2) + 2 * 65536, held
+        assert not _in_sync(cluster, "held")
+
+        # kafka-reassign-partitions --verify removes them the same way
+        _alter(ca, _rates(AlterConfigOpType.DELETE) + [ConfigResource(
+            ResourceType.TOPIC, "held", incremental_configs=[
+                ConfigEntry(name, None, incremental_operation=AlterConfigOpType.DELETE)
+                for name in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")])])
+        cluster.wait_for(lambda: _in_sync(cluster, "held"), 30, "the copy once the throttle is lifted")
+        assert _bytes_on(cluster.brokers[2], "held") >= SIZE * 0.9
+    finally:
+        admin.close()
+
+
+def test_throttled_replicas_are_validated(cluster):
+    ca = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    bad = ConfigResource(ResourceType.TOPIC, "free", incremental_configs=[
+        ConfigEntry("leader.replication.throttled.replicas", "0-1",
+                    incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(ck.KafkaException, match="partitionId"):
+        _alter(ca, [bad])
+    neg = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("leader.replication.throttled.rate", "-5", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(ck.KafkaException):
+        _alter(ca, [neg])
