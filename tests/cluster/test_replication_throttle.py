@@ -5,11 +5,13 @@ and the topic's throttled replicas), it moves measurably fewer bytes in the same
 unthrottled one, and it finishes once the throttles are removed."""
 from __future__ import annotations
 
+import json
 import os
 import time
 
 import pytest
 
+from kafka_reference import kafka_jars  # noqa: F401  (a fixture: Kafka's jars, skips without them)
 from seglog_cluster import SeglogCluster
 
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
@@ -18,6 +20,8 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    ConfigResource, ResourceType)
 
 pytestmark = pytest.mark.timeout(180)
+
+REASSIGN_TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 
 RATE = 200_000                      # bytes/s, leader and follower
 SIZE = 3 * 1024 * 1024              # bytes per topic
@@ -34,7 +38,7 @@ def cluster(zk_server, tmp_path_factory):
         yield c
 
 
-def _create_and_fill(cluster, topic):
+def _create_and_fill(cluster, topic, size=SIZE):
     from kafka.admin import NewTopic
     a = kp.KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     try:
@@ -45,7 +49,7 @@ def _create_and_fill(cluster, topic):
     p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
                      "batch.size": 16384})
     value = os.urandom(1000)
-    for i in range(SIZE // 1000):
+    for i in range(size // 1000):
         p.produce(topic, value, partition=0)
         if i % 500 == 0:
             p.poll(0)
@@ -127,3 +131,36 @@ def test_throttled_replicas_are_validated(cluster):
         ConfigEntry("leader.replication.throttled.rate", "-5", incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(ck.KafkaException):
         _alter(ca, [neg])
+
+
+def _described(ca, kind, name) -> dict:
+    entries = list(ca.describe_configs([ConfigResource(kind, name)]).values())[0].result(15)
+    return {k: e.value for k, e in entries.items() if "replication.throttled" in k}
+
+
+def test_kafka_reassign_tool_sets_and_clears_the_throttles(cluster, kafka_jars, tmp_path):
+    """Kafka 4.1's kafka-reassign-partitions --execute --throttle sets the rates on the brokers
+    of the move and the topic's throttled replicas; --verify, once the move is done, clears them."""
+    ca = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    _create_and_fill(cluster, "tool", 300_000)          # a small move: done in about 2 s throttled
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "tool", "partition": 0, "replicas": [1, 3]}]}))
+    run = kafka_jars.run_tool(REASSIGN_TOOL, ["--bootstrap-server", cluster.bootstrap, "--reassignment-json-file",
+                                              str(plan), "--execute", "--throttle", str(RATE)])
+    assert run.returncode == 0, run.stderr
+    assert f"The inter-broker throttle limit was set to {RATE} B/s" in run.stdout
+    assert _described(ca, ResourceType.TOPIC, "tool") == {"leader.replication.throttled.replicas": "0:1",
+                                                          "follower.replication.throttled.replicas": "0:3"}
+    for broker in (1, 3):
+        assert _described(ca, ResourceType.BROKER, str(broker)) == {
+            "leader.replication.throttled.rate": str(RATE), "follower.replication.throttled.rate": str(RATE)}
+    cluster.wait_for(lambda: sorted(cluster.metadata("tool")[0][2]) == [1, 3], 60, "the throttled move")
+    run = kafka_jars.run_tool(REASSIGN_TOOL, ["--bootstrap-server", cluster.bootstrap, "--reassignment-json-file",
+                                              str(plan), "--verify"])
+    assert run.returncode == 0, run.stderr
+    assert "Reassignment of partition tool-0 is completed." in run.stdout
+    assert "Clearing broker-level throttles on brokers" in run.stdout
+    assert set(_described(ca, ResourceType.TOPIC, "tool").values()) <= {"", None}
+    unbounded = str(2 ** 63 - 1)
+    assert _described(ca, ResourceType.BROKER, "1") == {"leader.replication.throttled.rate": unbounded,
+                                                        "follower.replication.throttled.rate": unbounded}
