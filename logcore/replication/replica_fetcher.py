@@ -196,11 +196,12 @@ class LeaderFetcher:
         """Until the follower rate is back within its bound (at most the fetch backoff), or a
         partition is added."""
         wait_s = min(max(self._quota().wait_ms(), 10) / 1000.0, self.backoff_s)
+        if not self.switched.is_set():
+            try:
+                await asyncio.wait_for(self.switched.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
         self.switched.clear()
-        try:
-            await asyncio.wait_for(self.switched.wait(), wait_s)
-        except asyncio.TimeoutError:
-            pass
 
     async def _backoff(self) -> None:
         """replica.fetch.backoff.ms after a failure, unless a partition is added meanwhile

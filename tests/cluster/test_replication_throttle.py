@@ -73,49 +73,58 @@ def _rates(op, value=None):
         for side in ("leader", "follower")]) for b in (1, 2)]
 
 
-def _copy_for(cluster, admin, topic) -> int:
-    """Add broker 2 to partition 0's replicas; the bytes it holds after WINDOW_S."""
-    admin.alter_partition_reassignments({kp.TopicPartition(topic, 0): [1, 2]})
-    time.sleep(WINDOW_S)
-    return _bytes_on(cluster.brokers[2], topic)
+def _add_replica(admin, *topics):
+    """Add broker 2 to partition 0's replicas of each topic (at once)."""
+    admin.alter_partition_reassignments({kp.TopicPartition(t, 0): [1, 2] for t in topics})
 
 
 def _in_sync(cluster, topic):
     return sorted(cluster.metadata(topic)[0][2]) == [1, 2]
 
 
+def _replicas(topic, op, leader=None, follower=None):
+    return ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(f"{side}.replication.throttled.replicas", value, incremental_operation=op)
+        for side, value in (("leader", leader), ("follower", follower)) if value is not None
+        or op == AlterConfigOpType.DELETE])
+
+
 def test_throttled_reassignment_is_slower_and_finishes_when_lifted(cluster):
+    """Three moves of 3 MB: a free one; one held by the leader's throttle only (broker 1's
+    leader rate, the topic listing 0:1); one by the follower's only (broker 2's follower rate,
+    0:2). Each throttle counts only its topics' bytes, so the two held moves run side by side."""
     ca = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin = kp.KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
     try:
-        _create_and_fill(cluster, "free")
-        _create_and_fill(cluster, "held")
-        free = _copy_for(cluster, admin, "free")
+        for topic in ("free", "lead", "follow"):
+            _create_and_fill(cluster, topic)
+        _add_replica(admin, "free")
+        time.sleep(WINDOW_S)
+        free = _bytes_on(cluster.brokers[2], "free")
         cluster.wait_for(lambda: _in_sync(cluster, "free"), 30, "the unthrottled copy")
 
-        _alter(ca, _rates(AlterConfigOpType.SET, str(RATE)) + [ConfigResource(
-            ResourceType.TOPIC, "held", incremental_configs=[
-                ConfigEntry("leader.replication.throttled.replicas", "0:1",
-                            incremental_operation=AlterConfigOpType.SET),
-                ConfigEntry("follower.replication.throttled.replicas", "0:2",
-                            incremental_operation=AlterConfigOpType.SET)])])
+        _alter(ca, _rates(AlterConfigOpType.SET, str(RATE)) + [
+            _replicas("lead", AlterConfigOpType.SET, leader="0:1"),
+            _replicas("follow", AlterConfigOpType.SET, follower="0:2")])
         described = ca.describe_configs([ConfigResource(ResourceType.BROKER, "2")])
         entries = list(described.values())[0].result(15)
         assert entries["follower.replication.throttled.rate"].value == str(RATE)
-        held = _copy_for(cluster, admin, "held")
-        # 200 KB/s over the measured span (plus the first windows' burst) against a free copy
+        _add_replica(admin, "lead", "follow")
+        time.sleep(WINDOW_S)
+        lead, follow = _bytes_on(cluster.brokers[2], "lead"), _bytes_on(cluster.brokers[2], "follow")
         assert free >= SIZE * 0.9, free
-        assert held < free / 2, (held, free)
-        assert held <= RATE * (WINDOW_S + 2) + 2 * 65536, held
-        assert not _in_sync(cluster, "held")
+        for held in (lead, follow):
+            # 200 KB/s over the measured span, plus the first window's burst, against a free copy
+            assert held < free / 2, (lead, follow, free)
+            assert held <= RATE * (WINDOW_S + 2) + 2 * 65536, (lead, follow)
+        assert not _in_sync(cluster, "lead") and not _in_sync(cluster, "follow")
 
-        # kafka-reassign-partitions --verify removes them the same way
-        _alter(ca, _rates(AlterConfigOpType.DELETE) + [ConfigResource(
-            ResourceType.TOPIC, "held", incremental_configs=[
-                ConfigEntry(name, None, incremental_operation=AlterConfigOpType.DELETE)
-                for name in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")])])
-        cluster.wait_for(lambda: _in_sync(cluster, "held"), 30, "the copy once the throttle is lifted")
-        assert _bytes_on(cluster.brokers[2], "held") >= SIZE * 0.9
+        # removed as kafka-reassign-partitions --verify removes them: the copies finish
+        _alter(ca, _rates(AlterConfigOpType.DELETE) + [_replicas(t, AlterConfigOpType.DELETE)
+                                                       for t in ("lead", "follow")])
+        for topic in ("lead", "follow"):
+            cluster.wait_for(lambda: _in_sync(cluster, topic), 30, f"{topic}'s copy once the throttle is lifted")
+            assert _bytes_on(cluster.brokers[2], topic) >= SIZE * 0.9
     finally:
         admin.close()
 
