@@ -165,7 +165,7 @@ class ClusterFetch:
             # KIP-405: a follower does not fetch what only the remote tier holds; it builds its
             # state from the remote tier and starts at the local log start.
             return entry.refused(E.OFFSET_MOVED_TO_TIERED_STORAGE)
-        if follower not in replica.isr and self._leader_throttled(entry.name, p.partition, log) \
+        if follower not in replica.isr and self._leader_throttled(p.partition, log) \
                 and self._quota().exceeded():
             return entry.asking(ThrottledPartition(p))
         return entry
@@ -173,7 +173,7 @@ class ClusterFetch:
     def _quota(self):
         return self.manager.broker.replication_quotas.leader
 
-    def _leader_throttled(self, topic: str, index: int, log) -> bool:
+    def _leader_throttled(self, index: int, log) -> bool:
         return throttles(log.config.leader_replication_throttled_replicas, index, self.manager.me)
 
     def sent(self, wanted: list[WantedPartition], results) -> None:
@@ -185,7 +185,7 @@ class ClusterFetch:
         total = 0
         for w, res in zip(wanted, results):
             log = w.part.log_if_open if w.part is not None else None
-            if res.get("records") and log is not None and self._leader_throttled(w.name, w.request.partition, log):
+            if res.get("records") and log is not None and self._leader_throttled(w.request.partition, log):
                 total += len(res["records"])
         quota.record(total)
 
