@@ -57,6 +57,7 @@ from logcore.log.log_root import LogRoot
 from logcore.metrics.broker_metrics import BrokerMetrics
 from logcore.quota.client_quota_configs import ClientQuotaConfigs
 from logcore.quota.client_quotas import ClientQuotas
+from logcore.quota.replication_quota import ReplicationQuotas
 from logcore.quota.root_quota_store import RootQuotaStore
 from logcore.security.acl_store import RootAclStore, ZooKeeperAclStore
 from logcore.security.authorizer import authorizer_for
@@ -166,7 +167,11 @@ class Broker:
         self.admin = AdminHandlers(config, root, self.partitions, self.membership)
         # Describe/Alter/IncrementalAlterConfigs (config_handlers.py); dynamic broker configs
         # are read before any log opens.
-        self.configs = ConfigHandlers(config, root, self.partitions)
+        # Replication throttles (docs/quotas.md): rates from the dynamic broker configs, used by
+        # the leader's Fetch path and the follower's fetcher of a cluster member.
+        self.replication_quotas = ReplicationQuotas(config["replication.quota.window.num"],
+                                                    config["replication.quota.window.size.seconds"])
+        self.configs = ConfigHandlers(config, root, self.partitions, self.replication_quotas)
         self.configs.start()
         # Users' SCRAM credentials in the dynamic config store (scram_handlers.py): SASL logins read them.
         self.scram = ScramHandlers(lambda: self.configs.dynamic.store)

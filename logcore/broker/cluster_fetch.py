@@ -10,6 +10,10 @@ A consumer's fetch (v11+, KIP-392) may be served by a follower, up to the follow
 watermark (LSO with read_committed) and at the follower's leader epoch; the leader, with
 replica.selector.class set to the rack-aware selector, answers a consumer in another rack with
 the preferred read replica (an in-sync follower in the consumer's rack) and no records.
+A follower that is not in the ISR, fetching a partition the topic's
+leader.replication.throttled.replicas names for this broker, gets no records while this
+broker's leader throttle is over its rate; the bytes sent for such partitions count towards it
+(Kafka's shouldLeaderThrottle; logcore.quota.replication_quota).
 The Fetch handler asks its checks object: ClusterFetch for a cluster member, SingleNodeFetch
 (no follower, nothing to check) for a broker alone.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 from logcore.wire import error_codes as E
 from logcore.broker.replica_selector import LeaderSelector, ReplicaView, replica_selector
 from logcore.broker.wanted_partition import WantedPartition
+from logcore.quota.replication_quota import throttles
 from logcore.replication.partition import FOLLOWER, now_ms
 
 
@@ -28,6 +33,17 @@ class DivergedPartition:
     def __init__(self, request, diverging: tuple[int, int]):
         self.request = request
         self.diverging = diverging
+
+    def __getattr__(self, name):
+        return getattr(self.request, name)
+
+
+class ThrottledPartition:
+    """A follower's partition request the leader answers without records: the leader's
+    replication throttle is over its rate."""
+
+    def __init__(self, request):
+        self.request = request
 
     def __getattr__(self, name):
         return getattr(self.request, name)
@@ -96,6 +112,10 @@ class SingleNodeFetch:
     def annotate(wanted: list[WantedPartition], results) -> None:
         pass
 
+    @staticmethod
+    def sent(wanted: list[WantedPartition], results) -> None:
+        pass
+
 
 class ClusterFetch:
     """A cluster member: only the leader serves a partition, at the request's epoch; a
@@ -145,7 +165,29 @@ class ClusterFetch:
             # KIP-405: a follower does not fetch what only the remote tier holds; it builds its
             # state from the remote tier and starts at the local log start.
             return entry.refused(E.OFFSET_MOVED_TO_TIERED_STORAGE)
+        if follower not in replica.isr and self._leader_throttled(p.partition, log) \
+                and self._quota().exceeded():
+            return entry.asking(ThrottledPartition(p))
         return entry
+
+    def _quota(self):
+        return self.manager.broker.replication_quotas.leader
+
+    def _leader_throttled(self, index: int, log) -> bool:
+        return throttles(log.config.leader_replication_throttled_replicas, index, self.manager.me)
+
+    def sent(self, wanted: list[WantedPartition], results) -> None:
+        """After answering a follower: the bytes of its throttled partitions count towards the
+        leader throttle (in sync or not, as Kafka counts them)."""
+        quota = self._quota()
+        if not quota.bounded:
+            return
+        total = 0
+        for w, res in zip(wanted, results):
+            log = w.part.log_if_open if w.part is not None else None
+            if res.get("records") and log is not None and self._leader_throttled(w.request.partition, log):
+                total += len(res["records"])
+        quota.record(total)
 
     def _replica_read_error(self, topic: str, p: int, epoch: int) -> int:
         """A consumer read that a follower may serve (Kafka's localLogWithEpochOrThrow with

@@ -10,6 +10,7 @@ broker.properties or the root's stored defaults (STATIC_BROKER_CONFIG), and last
 from __future__ import annotations
 
 from logcore.broker.config import BROKER_KEYS
+from logcore.broker.dynamic_config import REPLICATION_RATES
 from logcore.log.config import BROKER_NAMES, CONFIG_KEYS, ConfigKey, ConfigType, LogConfig
 from logcore.storage.secrets import redact_url
 from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
@@ -107,7 +108,19 @@ class ConfigDescription:
             if keys is not None and name not in keys:
                 continue
             out.append(self._log_default(name, layers, synonyms, documentation))
+        for name, key in REPLICATION_RATES.items():
+            if keys is None or name in keys:
+                out.append(self._rate(name, key, layers, synonyms, documentation))
         return out + self._tiered(keys, documentation)
+
+    def _rate(self, name: str, key: ConfigKey, layers, synonyms: bool, documentation: bool) -> dict:
+        """A replication throttle's rate: this broker's, the cluster default, or unbounded."""
+        found = [(name, layer[name], source) for source, layer in layers
+                 if source != SOURCE_STATIC_BROKER and name in layer]
+        value, source = (found[0][1], found[0][2]) if found else (key.format(key.default), SOURCE_DEFAULT)
+        syn = [{"name": n, "value": v, "source": s} for n, v, s in found]
+        return self._entry(name, value, source, syn, key.type, key.doc,
+                           with_synonyms=synonyms, with_doc=documentation)
 
     def broker_default(self, keys: set[str] | None, *, synonyms: bool = True,
                        documentation: bool = False) -> list[dict]:
@@ -116,7 +129,7 @@ class ConfigDescription:
         for name, value in sorted(self.dynamic.layer("").items()):
             if keys is not None and name not in keys:
                 continue
-            key = BROKER_NAMES[name][0]
+            key = REPLICATION_RATES[name] if name in REPLICATION_RATES else BROKER_NAMES[name][0]
             syn = [{"name": name, "value": value, "source": SOURCE_DYNAMIC_DEFAULT}]
             out.append(self._entry(name, value, SOURCE_DYNAMIC_DEFAULT, syn, key.type, key.doc,
                                    with_synonyms=synonyms, with_doc=documentation))

@@ -7,16 +7,15 @@ INVALID_CONFIG naming the key and value) and kept where the broker's topics live
 `topics`): `LocalTopicConfigs` in the log root's topics file for one broker alone, applied to
 its open logs at once; `ClusterTopicConfigs` in ZooKeeper (/config/topics/<t> and a
 /config/changes notification) for a cluster member, where every broker's watch applies it to its
-own logs. Broker configs are the dynamic ones of logcore.broker.dynamic_config. Replication
-throttles (which seglog does not have) may be deleted, as kafka-reassign-partitions --verify
-does; setting one is refused.
+own logs. Broker configs are the dynamic ones of logcore.broker.dynamic_config, among them the
+replication throttles' rates (the throttled replicas are topic configs).
 """
 from __future__ import annotations
 
 import asyncio
 
 from logcore.broker.config_description import ConfigDescription
-from logcore.broker.dynamic_config import (BROKER_THROTTLES, TOPIC_THROTTLES, DynamicBrokerConfig,
+from logcore.broker.dynamic_config import (BROKER_THROTTLES, REPLICATION_RATES, DynamicBrokerConfig,
                                            RootBrokerConfigs, UnknownBrokerConfigError, check_dynamic)
 from logcore.errors import InvalidConfigError, SegLogError, TopicNotFoundError
 from logcore.log.config import (BROKER_NAMES, CONFIG_KEYS, ConfigType, LogConfig, check_topic_against_root,
@@ -66,11 +65,13 @@ class ClusterTopicConfigs:
 class ConfigHandlers:
     """`config`: the broker's BrokerConfig; `root` and `partitions` its log root and open logs."""
 
-    def __init__(self, config, root, partitions):
+    def __init__(self, config, root, partitions, rates=None):
+        """`rates`: the broker's ReplicationQuotas, given the throttles' rates."""
         self.node_id = config.node_id
         self.root = root
         self.topics = LocalTopicConfigs(root, partitions)
-        self.dynamic = DynamicBrokerConfig(config.node_id, root, partitions, RootBrokerConfigs(root.storage))
+        self.dynamic = DynamicBrokerConfig(config.node_id, root, partitions, RootBrokerConfigs(root.storage),
+                                           rates)
         self.describer = ConfigDescription(config, root, self.dynamic)
         self._cluster = False
 
@@ -168,10 +169,6 @@ class ConfigHandlers:
             raise _Failed(E.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         wanted = []
         for key, op, value in changes:
-            if key in TOPIC_THROTTLES:
-                if op == DELETE:
-                    continue        # seglog has no replication throttles: removed already
-                raise _Failed(E.INVALID_CONFIG, f"{key}={value}: seglog has no replication throttles")
             try:
                 key_for(key)
             except InvalidConfigError as exc:
@@ -204,7 +201,8 @@ class ConfigHandlers:
             if key in BROKER_THROTTLES:
                 if op == DELETE:
                     continue
-                raise _Failed(E.INVALID_CONFIG, f"{key}={value}: seglog has no replication throttles")
+                raise _Failed(E.INVALID_CONFIG, f"{key}={value}: seglog does not move replicas"
+                              " between log dirs (AlterReplicaLogDirs), so it has no such throttle")
             try:
                 check_dynamic(key, value if op == SET else None)
             except UnknownBrokerConfigError as exc:
@@ -221,7 +219,8 @@ class ConfigHandlers:
                 for key in new:
                     check_dynamic(key, new[key])
                 # the topic configs these defaults give must stay valid (the rules between settings)
-                LogConfig.from_props({}, {**self.root.static_defaults(), **new})
+                LogConfig.from_props({}, {**self.root.static_defaults(),
+                                          **{k: v for k, v in new.items() if k not in REPLICATION_RATES}})
             except InvalidConfigError as exc:
                 raise _Failed(E.INVALID_REQUEST, str(exc)) from None
             return new

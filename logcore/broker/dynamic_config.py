@@ -23,15 +23,25 @@ import threading
 
 from logcore.errors import InvalidConfigError
 from logcore.log.config import BROKER_NAMES, resolve_root_defaults, unknown_message
+from logcore.log.config_key import INT64_MAX, ConfigKey, ConfigType, at_least
+from logcore.quota.replication_quota import FOLLOWER_RATE, LEADER_RATE
 
 logger = logging.getLogger(__name__)
 
-DYNAMIC_NAMES = frozenset(BROKER_NAMES)
-# Replication throttles: seglog has none; deleting them (kafka-reassign-partitions --verify) is
-# answered as done, setting them is refused.
-TOPIC_THROTTLES = frozenset({"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"})
-BROKER_THROTTLES = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
-                              "replica.alter.log.dirs.io.max.bytes.per.second"})
+# The replication throttles' rates (logcore.quota.replication_quota): dynamic, not log defaults.
+REPLICATION_RATES: dict[str, ConfigKey] = {k.name: k for k in (
+    ConfigKey(LEADER_RATE, ConfigType.LONG, INT64_MAX,
+              "Bytes per second this broker, as leader, sends to the throttled replicas"
+              " (leader.replication.throttled.replicas) that are not in sync.",
+              validator=at_least(0), category="replication"),
+    ConfigKey(FOLLOWER_RATE, ConfigType.LONG, INT64_MAX,
+              "Bytes per second this broker, as follower, fetches of its throttled replicas"
+              " (follower.replication.throttled.replicas) while they are not caught up.",
+              validator=at_least(0), category="replication"))}
+DYNAMIC_NAMES = frozenset(BROKER_NAMES) | frozenset(REPLICATION_RATES)
+# Moving replicas between a broker's log dirs (AlterReplicaLogDirs) is not served: deleting its
+# throttle (kafka-reassign-partitions --verify) is answered as done, setting it is refused.
+BROKER_THROTTLES = frozenset({"replica.alter.log.dirs.io.max.bytes.per.second"})
 BROKER_CONFIGS_FILE = "seglog-broker-configs.json"
 
 
@@ -60,9 +70,13 @@ def check_dynamic(name: str, value: str | None) -> str | None:
                                                            "broker config"))
         raise StaticConfigError(f"Cannot update these configs dynamically: Set({name}) (seglog"
                                 " changes at runtime only the log defaults under their broker names,"
-                                " e.g. log.retention.ms, log.segment.bytes, log.cleanup.policy)")
+                                " e.g. log.retention.ms, log.segment.bytes, log.cleanup.policy, and"
+                                " the replication throttles' rates)")
     if value is None:
         return None
+    if name in REPLICATION_RATES:
+        key = REPLICATION_RATES[name]
+        return key.format(key.parse(value))
     try:
         resolve_root_defaults({name: value})
     except InvalidConfigError as exc:
@@ -131,11 +145,12 @@ class DynamicBrokerConfig:
     """This broker's dynamic layers over `root` and its open logs (`partitions`); `store` is where
     they persist (RootBrokerConfigs or ZooKeeperConfigStore)."""
 
-    def __init__(self, node_id: int, root, partitions, store):
+    def __init__(self, node_id: int, root, partitions, store, rates=None):
         self.node_id = node_id
         self.root = root
         self.partitions = partitions
         self.store = store
+        self.rates = rates          # ReplicationQuotas: takes the replication throttles' rates
         self._layers: dict[str, dict[str, str]] = {"": {}, str(node_id): {}}
         self._lock = threading.Lock()
 
@@ -177,7 +192,9 @@ class DynamicBrokerConfig:
                 return
             self._layers[entity] = usable
             layer = {**self._layers[""], **self._layers[str(self.node_id)]}
-            self.root.set_dynamic_defaults(layer)
+            self.root.set_dynamic_defaults({k: v for k, v in layer.items() if k not in REPLICATION_RATES})
+            if self.rates is not None:
+                self.rates.apply({k: v for k, v in layer.items() if k in REPLICATION_RATES})
         logger.info("dynamic broker configs of %s now %s", f"broker {entity}" if entity else
                     "the cluster default", usable or "{}")
         for info in list(self.partitions.topics.values()):

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from logcore.wire import error_codes as E
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
-from logcore.broker.cluster_fetch import (DivergedPartition, ElsewherePartition, reads_any_replica,
-                                          replica_id_of)
+from logcore.broker.cluster_fetch import (DivergedPartition, ElsewherePartition, ThrottledPartition,
+                                          reads_any_replica, replica_id_of)
 from logcore.broker.quota_handlers import ThrottledResponse
 from logcore.broker.wanted_partition import WantedPartition
 from logcore.errors import CorruptRecordError, SegLogError
@@ -156,6 +156,8 @@ class FetchHandlers:
                 results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
                 break
         checks.annotate(wanted, results)
+        if follower >= 0:
+            checks.sent(wanted, results)
         topics: dict[Any, dict] = {}
         counted = self.topic_metrics.fetched if follower < 0 else None    # consumers' bytes only
         for w, res in zip(wanted, results):
@@ -224,6 +226,11 @@ class FetchHandlers:
                 # KIP-392: read from the preferred replica instead; no records from here.
                 res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
                            log_start_offset=log.log_start_offset, preferred_read_replica=p.node)
+                continue
+            if isinstance(p, ThrottledPartition):
+                # The leader's replication throttle is over its rate: no records this time.
+                res.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
+                           log_start_offset=log.log_start_offset)
                 continue
             if isinstance(p, DivergedPartition):
                 # A follower whose log is not a prefix of this leader's: no records, no state.

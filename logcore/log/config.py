@@ -20,7 +20,7 @@ from typing import Any
 
 from logcore.errors import InvalidConfigError
 from logcore.log.config_key import (INT64_MAX, ConfigKey, ConfigType, Validator, at_least, between,
-                                    level_or, list_of, one_of, parse_value, unknown_message)
+                                    level_or, list_of, one_of, replica_list, parse_value, unknown_message)
 from logcore.log.config_rules import (CROSS_FIELD_RULES, check_cross_field_rules,
                                       check_turning_off_remote_storage)
 from logcore.log.topic_name import MAX_TOPIC_NAME_LENGTH
@@ -167,6 +167,19 @@ class LogConfig:
         " NOT_ENOUGH_REPLICAS; acks=1 and acks=0 are not affected. A single broker holds one"
         " replica, so there a value above 1 makes every acks=all produce fail.",
         validator=at_least(1), broker_names=("min.insync.replicas",), category="replication")
+    leader_replication_throttled_replicas: tuple[str, ...] = ConfigKey(
+        "leader.replication.throttled.replicas", ConfigType.LIST, "",
+        "Replicas whose fetches from this topic's leaders are held to the leader broker's"
+        " `leader.replication.throttled.rate` while they are not in sync: `partition:brokerId`"
+        " entries naming the leader's broker, or `*` for every replica (set by"
+        " `kafka-reassign-partitions --throttle`).",
+        validator=replica_list(), category="replication")
+    follower_replication_throttled_replicas: tuple[str, ...] = ConfigKey(
+        "follower.replication.throttled.replicas", ConfigType.LIST, "",
+        "Replicas that fetch this topic at most at their broker's"
+        " `follower.replication.throttled.rate` while they are not in sync: `partition:brokerId`"
+        " entries naming the follower's broker, or `*` for every replica.",
+        validator=replica_list(), category="replication")
     unclean_leader_election_enable: bool = ConfigKey(
         "unclean.leader.election.enable", ConfigType.BOOLEAN, False,
         "In a cluster, when no in-sync replica is alive, elect the first live replica anyway"

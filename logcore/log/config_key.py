@@ -126,6 +126,23 @@ def list_of(*choices: str, allow_empty: bool = False) -> Validator:
     return Validator(check, "a comma-separated list of " + ", ".join(choices) + " (no repeats)")
 
 
+def replica_list() -> Validator:
+    """Replication throttles: `*` alone, or `partition:brokerId` entries (Kafka's
+    ThrottledReplicaListValidator)."""
+    def check(values: tuple[str, ...]) -> bool:
+        if values == ("*",):
+            return True
+        return all(_is_replica(v) for v in values)
+
+    return Validator(check, "the literal '*' or a list of replicas in the following format:"
+                     " [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+def _is_replica(entry: str) -> bool:
+    partition, sep, broker = entry.partition(":")
+    return bool(sep) and partition.isdigit() and broker.isdigit()
+
+
 def level_or(default_marker: int, lo: int, hi: int) -> Validator:
     """Compression levels: a range, or the codec's 'use the library default' marker."""
     return Validator(lambda v: v == default_marker or lo <= v <= hi,

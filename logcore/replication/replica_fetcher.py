@@ -23,6 +23,11 @@ is fetched at once: neither the backoff after an error nor a round parked at the
 (replica.fetch.wait.max.ms, answered in order on its connection) holds it back; Kafka's fetcher
 thread likewise drops and re-adds partitions on LeaderAndIsr. The round in flight is abandoned
 with its connection and a new one starts.
+Replication throttle (Kafka's shouldFollowerThrottle): a partition the topic's
+follower.replication.throttled.replicas names for this broker is left out of a round while it
+is not caught up (its LEO below the leader's last HW) and this broker's follower throttle is
+over its rate; the bytes received for such partitions count towards it. When only throttled
+partitions are ready, the fetcher waits until the rate is back within the bound.
 A response is applied only if the partition is still followed at the same epoch and its LEO is
 still the offset the request asked for (a truncation or a new state may have come meanwhile).
 """
@@ -35,6 +40,7 @@ import time
 from dataclasses import dataclass
 
 from logcore.wire import error_codes as E
+from logcore.quota.replication_quota import throttles
 from logcore.replication import replica_catchup
 from logcore.errors import NotLeaderOrFollowerError, SegLogError
 from logcore.wire.api_keys import FETCH
@@ -52,6 +58,7 @@ class Followed:
     epoch: int                       # the leader epoch followed at
     delayed_until: float = 0.0       # monotonic seconds: backing off after an error
     fenced: bool = False             # the leader has a newer epoch: wait for ZooKeeper
+    caught_up: bool = False          # the last answer left the LEO at the leader's HW
 
 
 def truncation_offset(log, leader_epoch: int, leader_end: int) -> int:
@@ -137,6 +144,11 @@ class LeaderFetcher:
         while True:
             now = time.monotonic()
             ready = [f for f in self.partitions.values() if not f.fenced and f.delayed_until <= now]
+            held = self._throttled(ready)
+            if ready and len(held) == len(ready):
+                await self._wait_for_quota()
+                continue
+            ready = [f for f in ready if f not in held]
             if not ready:
                 self.wake.clear()
                 delays = [f.delayed_until - now for f in self.partitions.values() if not f.fenced]
@@ -164,6 +176,32 @@ class LeaderFetcher:
                 logger.exception("broker %d: fetcher for leader %d failed; retrying", self.manager.me,
                                  self.leader)
                 await self._backoff()
+
+    def _quota(self):
+        return self.manager.broker.replication_quotas.follower
+
+    def _throttles(self, followed: Followed) -> bool:
+        log = followed.replica.open_log()
+        return log is not None and throttles(log.config.follower_replication_throttled_replicas,
+                                             followed.replica.index, self.manager.me)
+
+    def _throttled(self, ready: list[Followed]) -> list[Followed]:
+        """The ready partitions left out of this round by the follower throttle."""
+        quota = self._quota()
+        if not quota.bounded or not quota.exceeded():
+            return []
+        return [f for f in ready if not f.caught_up and self._throttles(f)]
+
+    async def _wait_for_quota(self) -> None:
+        """Until the follower rate is back within its bound (at most the fetch backoff), or a
+        partition is added."""
+        wait_s = min(max(self._quota().wait_ms(), 10) / 1000.0, self.backoff_s)
+        if not self.switched.is_set():
+            try:
+                await asyncio.wait_for(self.switched.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
+        self.switched.clear()
 
     async def _backoff(self) -> None:
         """replica.fetch.backoff.ms after a failure, unless a partition is added meanwhile
@@ -307,6 +345,9 @@ class LeaderFetcher:
                     if not await asyncio.to_thread(append):
                         return
             log.update_high_watermark(p.high_watermark, follower_at=followed.epoch)
+            followed.caught_up = log.log_end_offset >= p.high_watermark
+            if records and self._quota().bounded and self._throttles(followed):
+                self._quota().record(len(records))
             if p.log_start_offset > log.log_start_offset:
                 await asyncio.to_thread(replica_catchup.follow_log_start, log, p.log_start_offset)
             self.manager.notify(replica)

@@ -12,8 +12,8 @@ as JSON to save for a rollback and `Successfully started partition reassignment(
 --verify prints `Status of partition reassignment:` and per partition `... is completed.`,
 `... is still in progress.` or `There is no active reassignment of partition T-P, but replica
 set is ... rather than ....`; --cancel reverts the listed partitions that are moving to their
-original replicas. seglog has no replication throttles: --throttle is not offered and --verify
-has none to clear. Refused partitions are listed with Kafka's error and exit status 1.
+original replicas. --throttle is not offered here and --verify clears no throttles: the
+replication throttles (docs/quotas.md) are set with Kafka's tool or `seglog configs`. Refused partitions are listed with Kafka's error and exit status 1.
 """
 from __future__ import annotations
 

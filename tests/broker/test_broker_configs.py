@@ -147,6 +147,33 @@ def test_dynamic_broker_configs(broker):
     assert _describe(admin, TOPIC, "cfg-d")["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
 
 
+def test_replication_throttle_rates(broker):
+    """The replication throttles' rates are dynamic broker configs: per broker over the cluster
+    default over unbounded (Long.MAX_VALUE), whole numbers >= 0."""
+    admin = _admin(broker)
+    unbounded = str(2 ** 63 - 1)
+    assert _describe(admin, BROKER, "0")["leader.replication.throttled.rate"].value == unbounded
+    _broker_default(broker, [("leader.replication.throttled.rate", OP_SET, "300000")])
+    _incremental(admin, BROKER, "0", [_op("follower.replication.throttled.rate", "200000")])
+    try:
+        b = _describe(admin, BROKER, "0")
+        assert (b["leader.replication.throttled.rate"].value, b["leader.replication.throttled.rate"].source) == \
+            ("300000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        assert (b["follower.replication.throttled.rate"].value, b["follower.replication.throttled.rate"].source) == \
+            ("200000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        assert _default_configs(broker) == {"leader.replication.throttled.rate": ("300000", 3)}
+        for bad in ("-1", "1.5", "fast"):
+            assert "INVALID_REQUEST" in _error(lambda: _incremental(
+                admin, BROKER, "0", [_op("leader.replication.throttled.rate", bad)]))
+        assert "INVALID_CONFIG" in _error(lambda: _incremental(
+            admin, BROKER, "0", [_op("replica.alter.log.dirs.io.max.bytes.per.second", "1000")]))
+    finally:
+        _broker_default(broker, [("leader.replication.throttled.rate", OP_DELETE, None)])
+        _incremental(admin, BROKER, "0", [_op("follower.replication.throttled.rate", None,
+                                                AlterConfigOpType.DELETE)])
+    assert _describe(admin, BROKER, "0")["follower.replication.throttled.rate"].value == unbounded
+
+
 def _produce(b, topic, values, keys=None):
     p = ck.Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "batch.num.messages": 10})
     for i, v in enumerate(values):

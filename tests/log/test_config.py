@@ -50,6 +50,8 @@ KAFKA_DEFAULTS = {
     "compression.zstd.level": 3,
     "min.insync.replicas": 1,
     "unclean.leader.election.enable": False,
+    "leader.replication.throttled.replicas": (),
+    "follower.replication.throttled.replicas": (),
     "remote.storage.enable": False,
     "local.retention.ms": -2,
     "local.retention.bytes": -2,
@@ -293,3 +295,13 @@ def test_generated_doc_is_up_to_date():
 def test_markdown_cli_entry(capsys):
     assert cfgmod.main(["--markdown"]) == 0
     assert capsys.readouterr().out == config_markdown()
+
+
+def test_throttled_replicas_lists_as_kafka_validates_them():
+    cfg = LogConfig.from_props({"leader.replication.throttled.replicas": "0:1, 1:2",
+                                "follower.replication.throttled.replicas": "*"})
+    assert cfg.leader_replication_throttled_replicas == ("0:1", "1:2")
+    assert cfg.follower_replication_throttled_replicas == ("*",)
+    for bad in ("0-1", "*,0:1", "a:1", "0:"):
+        with pytest.raises(InvalidConfigError, match=r"\[partitionId\]:\[brokerId\]"):
+            LogConfig.from_props({"leader.replication.throttled.replicas": bad})
