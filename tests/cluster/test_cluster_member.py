@@ -14,6 +14,7 @@ from zookeeper_reference import ZooKeeperCluster
 pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
 
+@pytest.mark.soak          # ~17 s: -m soak
 def test_sigterm_ends_a_broker_whose_zookeeper_is_gone(tmp_path, zk_standalone: ZooKeeperCluster):
     zookeeper = zk_standalone
     props = {"controlled.shutdown.max.retries": "2", "controlled.shutdown.retry.backoff.ms": "500",

@@ -15,7 +15,7 @@ from java_check import run_java_client_check  # noqa: E402
 from kafka_reference import kafka_jars  # noqa: E402,F401  (a fixture)
 from seglog_cluster import SeglogCluster  # noqa: E402
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(420)]   # a cluster and a JVM, ~35 s: -m soak (one broker: tests/kafka_clients/test_java_clients.py)
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.jepsen
 CI_SEEDS = (1, 2)
 
 
+@pytest.mark.soak          # ~18 s: -m soak (kill and pause on the cluster: test_cluster_under_faults)
 def test_pipeline_on_one_broker_is_valid_under_kill_and_pause(tmp_path):
     opts = Options(seed=11, duration=12, brokers=1, zookeepers=0, faults=("kill", "pause"),
                    fault_gap=(1.5, 2.5), fault_length=(1.5, 2.5))

@@ -70,6 +70,7 @@ def test_quickstart_writes_reads_and_aggregates_in_under_two_minutes(tmp_path):
     assert records_in(str(root), "clicks") == 150_000
 
 
+@pytest.mark.soak          # ~25 s: -m soak
 def test_compacted_changelog_keeps_the_latest_email_per_user(tmp_path):
     root = tmp_path / "changelog-root"
     out, _err, _ = run_example("compacted_changelog.py", str(root), cwd=tmp_path, timeout=240)

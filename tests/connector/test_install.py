@@ -131,6 +131,7 @@ def test_editable_install_lets_spark_find_format_seglog_without_register(tmp_pat
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.soak          # ~25 s: -m soak (the README's first command installs with pip install . and runs the quickstart)
 def test_own_spark_script_runs_from_the_checkout_after_a_regular_install(tmp_path):
     """`pip install .`, then a script of one's own in the checkout's top folder: Spark's workers
     start in that folder and import its `logcore` first, so the build leaves the compiled codec

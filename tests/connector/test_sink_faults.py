@@ -128,6 +128,7 @@ def test_task_fails_after_staging_part_of_its_rows(job_env, tmp_path):
     check_exactly_once(root, total)
 
 
+@pytest.mark.soak          # ~48 s: -m soak (a task failing mid-write stays in the suite; the broker path's fault job is soak too)
 def test_driver_killed_at_random_points(job_env, tmp_path):
     src, root, ckpt = tmp_path / "in", tmp_path / "root", tmp_path / "ckpt"
     total = write_inputs(src, 30, 500)
