@@ -1,3 +1,4 @@
+# Just over 700 lines: connections, listeners, SASL admission, quotas' mutes and in-order responses share each connection's state; TLS, SASL and quotas live in logcore.security and logcore.quota (next split: the per-connection reader loop).
 """The asyncio server: connections, framing, dispatch, in-order responses, clean shutdown.
 
 Listeners (logcore.security): one server per listener of `listeners`, TLS ones with their

@@ -1,3 +1,4 @@
+# Just over 700 lines: the controller's passes (elections, ISR changes, reassignments, deletions) share its epoch fence and ZooKeeper view (next split: the reassignment pass).
 """The controller: elected through ZooKeeper's /controller, it owns every partition's leader and
 leader epoch, and fences each write with its controller epoch.
 

@@ -1,3 +1,4 @@
+# Over 700 lines (741): the classic protocol's join/sync/heartbeat state machine and its timers share each group's state; offsets, admin (DeleteGroups, expiry) and KIP-848 groups are modules of their own (next split: the session and rebalance timers).
 """The group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
 and committed offsets (OffsetCommit, OffsetFetch) kept in the compacted `__consumer_offsets` topic.
 

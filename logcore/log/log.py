@@ -1,3 +1,4 @@
+# Just over 700 lines: the partition's offsets and their commit, refresh and reconfigure share one lock and one state; its appends, replica role, cleaner access and local segments are parts of their own (next split: reconfigure with the config it applies).
 """One partition's log (Kafka's UnifiedLog): its offsets (log start, HW, LSO, LEO), epoch cache
 and producer state, opened, refreshed, committed and closed here; the rest is its parts', each
 owning its state: `LocalLog` (segments, roll, flush, recovery point), `ClientAppend` (the client
