@@ -26,6 +26,7 @@ import signal
 import time
 
 from logcore.wire import error_codes as E
+from logcore.broker import stack_dump
 from logcore.broker.api_versions import windows
 from logcore.broker.listener_endpoints import ListenerEndpoints
 from logcore.broker.sasl_requests import SaslRequests
@@ -160,6 +161,7 @@ class BrokerServer:
             await asyncio.to_thread(self.broker.open)
         except BaseException:
             self._close_servers()
+            logger.info("stopping: closing every log")
             await asyncio.to_thread(self.broker.close)
             self.broker = None
             if self.member is not None:
@@ -188,6 +190,7 @@ class BrokerServer:
                 loop.add_signal_handler(sig, self._stopping.set)
             except (NotImplementedError, RuntimeError):
                 pass
+        stack_dump.install(loop)
         await self._stopping.wait()
         await self.stop()
 
@@ -237,8 +240,10 @@ class BrokerServer:
         member = getattr(self, "member", None)
         if member is not None:
             await member.shutdown()        # leaderships move while this broker still serves
+        logger.info("stopping: closing client connections")   # each step logged: a stuck one shows
         await self._close_connections()
         if self.broker is not None:
+            logger.info("stopping: replication, groups, transactions and log maintenance")
             await self.broker.stop()
             for task in list(self.broker.background):
                 try:

@@ -99,9 +99,12 @@ class Broker:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            # What the stop was waiting for, in the failing test's captured output.
+            # What the stop was waiting for, in the failing test's captured output: the broker's
+            # stack dump (SIGQUIT) and its log.
+            self.proc.send_signal(signal.SIGQUIT)
+            time.sleep(2)
             print(f"broker {self.id} did not stop within {timeout} s of SIGTERM; its log ends:\n"
-                  f"{self.log_tail(80)}", file=sys.stderr)
+                  f"{self.log_tail(250)}", file=sys.stderr)
             self.proc.kill()
             return self.proc.wait(10)
 
