@@ -16,6 +16,7 @@ import logging
 import time
 import uuid
 
+from logcore.event_wait import wait_event
 from logcore.wire import error_codes as E
 from logcore.coordinator import offsets_topic as OT
 from logcore.wire.protocol import ZERO_UUID
@@ -37,9 +38,7 @@ async def await_metadata(replica_manager, done, timeout_s: float) -> bool:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
-        try:
-            await asyncio.wait_for(replica_manager.changed.wait(), remaining)
-        except asyncio.TimeoutError:
+        if not await wait_event(replica_manager.changed, remaining):
             return done()
     return True
 

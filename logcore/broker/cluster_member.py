@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 
+from logcore.event_wait import wait_event
 from logcore.errors import InvalidConfigError, SegLogError
 
 logger = logging.getLogger(__name__)
@@ -106,9 +107,7 @@ class ClusterMember:
             return out
 
         while movable() and time.monotonic() < deadline:
-            try:
-                await asyncio.wait_for(rm.changed.wait(), max(0.0, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            if not await wait_event(rm.changed, max(0.0, deadline - time.monotonic())):
                 break
         left = movable()
         if left:

@@ -40,6 +40,7 @@ import time
 import uuid
 from typing import Awaitable, Callable, Protocol
 
+from logcore.event_wait import wait_event
 from logcore.wire import error_codes as E
 from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator import placement
@@ -520,10 +521,7 @@ class GroupCoordinator:
                 break
             changed.clear()
             wake = min(deadline, ready_at) if group.all_joined() else deadline
-            try:
-                await asyncio.wait_for(changed.wait(), max(0.0, wake - now))
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(changed, max(0.0, wake - now))
         await self._complete_join(group)
 
     async def _complete_join(self, group: Group) -> None:

@@ -39,6 +39,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from logcore.event_wait import wait_event
 from logcore.wire import error_codes as E
 from logcore.quota.replication_quota import throttles
 from logcore.replication import replica_catchup
@@ -152,10 +153,7 @@ class LeaderFetcher:
             if not ready:
                 self.wake.clear()
                 delays = [f.delayed_until - now for f in self.partitions.values() if not f.fenced]
-                try:
-                    await asyncio.wait_for(self.wake.wait(), min(delays) if delays else None)
-                except asyncio.TimeoutError:
-                    pass
+                await wait_event(self.wake, min(delays) if delays else None)
                 continue
             try:
                 conn = await self._connection()
@@ -196,21 +194,13 @@ class LeaderFetcher:
         """Until the follower rate is back within its bound (at most the fetch backoff), or a
         partition is added."""
         wait_s = min(max(self._quota().wait_ms(), 10) / 1000.0, self.backoff_s)
-        if not self.switched.is_set():
-            try:
-                await asyncio.wait_for(self.switched.wait(), wait_s)
-            except asyncio.TimeoutError:
-                pass
+        await wait_event(self.switched, wait_s)
         self.switched.clear()
 
     async def _backoff(self) -> None:
         """replica.fetch.backoff.ms after a failure, unless a partition is added meanwhile
         (a new leadership is tried at once)."""
-        if not self.switched.is_set():
-            try:
-                await asyncio.wait_for(self.switched.wait(), self.backoff_s)
-            except asyncio.TimeoutError:
-                pass
+        await wait_event(self.switched, self.backoff_s)
         self.switched.clear()            # one retry at once per addition, then the backoff again
 
     def _warn(self, message: str) -> None:

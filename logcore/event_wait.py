@@ -1,0 +1,26 @@
+"""Waiting for an asyncio.Event with a timeout, without losing a cancellation.
+
+`asyncio.wait_for(event.wait(), t)` before Python 3.12 returns normally when the task is
+cancelled in the same loop turn as the event is set: the cancellation is swallowed. A loop
+that waits that way (a replica fetcher, a join) then never ends, and whoever cancelled it and
+awaits it (a broker stopping) waits for ever."""
+from __future__ import annotations
+
+import asyncio
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """True once `event` is set, False when `timeout` seconds (None: no limit) pass first.
+    A cancellation always propagates."""
+    if event.is_set():
+        return True
+    if timeout is None:
+        await event.wait()
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        done, _ = await asyncio.wait({waiter}, timeout=max(0.0, timeout))
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+    return bool(done)
