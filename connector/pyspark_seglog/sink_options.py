@@ -69,6 +69,7 @@ KNOWN_OPTIONS = {
                          " or at-least-once (idempotent producers, as Spark's Kafka sink)",
     "includeheaders": "accepted for Kafka compatibility: a `headers` column is always written",
     "checkpointlocation": "Spark's streaming checkpoint (read by Spark, not by the sink)",
+    "queryname": "the streaming query's name, given with queryName() (Spark hands it to the sink)",
 }
 _PREFIXES = ("kafka.", STORAGE_PREFIX, TOPIC_CONFIG_PREFIX)
 

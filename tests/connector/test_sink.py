@@ -78,10 +78,12 @@ def staging_leftovers(root: str) -> list[str]:
     return found
 
 
-def run_available_now(spark, source_dir, root, ckpt, **options):
+def run_available_now(spark, source_dir, root, ckpt, query_name=None, **options):
     schema = spark.read.parquet(str(source_dir)).schema
     df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(source_dir))
     writer = df.writeStream.format("seglog").option("checkpointLocation", str(ckpt))
+    if query_name is not None:      # Spark hands it to the sink among its options
+        writer = writer.queryName(query_name)
     for k, v in options.items():
         writer = writer.option(k, v)
     from pyspark.errors import StreamingQueryException
@@ -125,8 +127,8 @@ def test_stream_round_trip_and_restart(spark, tmp_path):
     # restart from the checkpoint with more input: continues, no duplicate
     for f in range(3, 5):
         write_input_file(src, f"f{f}.parquet", f * 700, 700)
-    q2 = run_available_now(spark, src, root, ckpt, topic="events")
-    assert q2.exception() is None and q2.id == q.id
+    q2 = run_available_now(spark, src, root, ckpt, query_name="events_copy", topic="events")
+    assert q2.exception() is None and q2.id == q.id and q2.name == "events_copy"
     check_rows(read_all(root, "events"), range(3500))
     assert staging_leftovers(root) == []
 
