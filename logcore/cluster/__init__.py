@@ -8,6 +8,7 @@
   read-update-conditional-write loop).
 - `change_notices`: a folder of sequential change notices (/config/changes, the ACL ones):
   written with the change they announce, watched, purged after Kafka's 15 minutes.
-- `controller`: leader-election rules and the ZooKeeper-backed controller.
+- `controller`: leader-election rules and the ZooKeeper-backed controller; its reassignment
+  pass in `reassignments`.
 - `liveness`: the listener probe that tells a dead broker before its session expires.
 """
