@@ -10,16 +10,7 @@ import pytest
 
 from logcore.cluster.change_notices import CHANGE_EXPIRATION_MS, UNCHANGED, ChangeNotices, config_changes
 from logcore.errors import ZkVersionConflictError
-
-
-def wait_for(cond, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+from test_zookeeper_store import wait_for
 
 
 def test_replace_creates_sets_deletes_and_announces(zk_client):
