@@ -19,11 +19,6 @@ from logcore.wire import error_codes as E
 
 logger = logging.getLogger(__name__)
 
-UNSUPPORTED_SASL_MECHANISM = 33
-RESOURCE_NOT_FOUND = 91
-DUPLICATE_RESOURCE = 92
-UNACCEPTABLE_CREDENTIAL = 93
-
 
 class UserCredentials:
     """The credential lookup over `store()` (the broker's current dynamic config store, which
@@ -63,14 +58,14 @@ class ScramHandlers:
                 continue
             seen.add(name)
             if explicit and names.count(name) > 1:
-                results.append({"user": name, "error_code": DUPLICATE_RESOURCE,
+                results.append({"user": name, "error_code": E.DUPLICATE_RESOURCE,
                                 "error_message": f"Cannot describe SCRAM credentials for the same user twice in a"
                                                  f" single request: {name}", "credential_infos": []})
                 continue
             creds = credentials_of(store.user_config(name))
             if not creds:
                 if explicit:
-                    results.append({"user": name, "error_code": RESOURCE_NOT_FOUND,
+                    results.append({"user": name, "error_code": E.RESOURCE_NOT_FOUND,
                                     "error_message": f"Attempt to describe a user credential that does not exist:"
                                                      f" {name}", "credential_infos": []})
                 continue
@@ -95,19 +90,19 @@ class ScramHandlers:
                     order.append(name)
                 mechanism = MECHANISM_BY_TYPE.get(int(item.mechanism))
                 if (name, int(item.mechanism)) in pairs:
-                    errors.setdefault(name, (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in"
+                    errors.setdefault(name, (E.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in"
                                                                  " the same request"))
                 pairs.add((name, int(item.mechanism)))
                 if not name:
-                    errors.setdefault(name, (UNACCEPTABLE_CREDENTIAL, "Username must not be empty"))
+                    errors.setdefault(name, (E.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"))
                 elif mechanism is None:
-                    errors.setdefault(name, (UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {item.mechanism}"))
+                    errors.setdefault(name, (E.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {item.mechanism}"))
                 elif kind == "upsert":
                     if not MIN_ITERATIONS <= item.iterations <= MAX_ITERATIONS:
-                        errors.setdefault(name, (UNACCEPTABLE_CREDENTIAL, f"Iterations {item.iterations} not in"
+                        errors.setdefault(name, (E.UNACCEPTABLE_CREDENTIAL, f"Iterations {item.iterations} not in"
                                                  f" {MIN_ITERATIONS}..{MAX_ITERATIONS} for {mechanism}"))
                     elif not item.salt or not item.salted_password:
-                        errors.setdefault(name, (UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be"
+                        errors.setdefault(name, (E.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be"
                                                                           " empty"))
                     else:
                         cred = ScramCredential.from_salted(mechanism, bytes(item.salt), bytes(item.salted_password),
@@ -124,7 +119,7 @@ class ScramHandlers:
             missing = [m for m, value in changes[name] if value is None
                        and m not in store.user_config(name)]
             if missing:
-                results.append({"user": name, "error_code": RESOURCE_NOT_FOUND,
+                results.append({"user": name, "error_code": E.RESOURCE_NOT_FOUND,
                                 "error_message": f"Attempt to delete a user credential that does not exist:"
                                                  f" {name} {missing[0]}"})
                 continue

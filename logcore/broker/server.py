@@ -1,5 +1,4 @@
-# Just over 700 lines: connections, listeners, SASL admission, quotas' mutes and in-order responses share each connection's state; TLS, SASL and quotas live in logcore.security and logcore.quota (next split: the per-connection reader loop).
-"""The asyncio server: connections, framing, dispatch, in-order responses, clean shutdown.
+"""The asyncio server: listeners, start-up, clean shutdown (and halt when the log dir fails).
 
 Listeners (logcore.security): one server per listener of `listeners`, TLS ones with their
 listener's context (reloaded when its stores change); each connection gets a security session
@@ -9,51 +8,29 @@ Metadata, FindCoordinator and DescribeCluster name the brokers by the endpoint o
 the client connected to (advertised.listeners), as Kafka does; the handlers answer with the
 inter-broker listener's, which is what each broker registers as its host and port.
 
-Per connection, a reader loop takes one frame at a time (bounded by socket.request.max.bytes),
-parses it and runs the handler's immediate part; what the handler leaves to finish later (a
-produce waiting for its commit, a long-polling fetch) is queued, and a writer task sends the
-responses in request order. A frame that cannot be parsed, is truncated or is too large closes
-that connection only, with the reason logged.
+Each connection's reader loop, dispatch and in-order responses: logcore.broker.client_connections.
 """
 from __future__ import annotations
 
 import asyncio
-import os
-import struct
-import inspect
 import logging
 import signal
-import time
 
-from logcore.wire import error_codes as E
 from logcore.broker import stack_dump
 from logcore.broker.api_versions import windows
-from logcore.broker.listener_endpoints import ListenerEndpoints
-from logcore.broker.sasl_requests import SaslRequests
 from logcore.broker.broker import Broker
+from logcore.broker.client_connections import ClientConnections
 from logcore.broker.cluster_member import ClusterMember
 from logcore.broker.config import BrokerConfig
-from logcore.broker.fetch_response import EncodedResponse
-from logcore.broker.framing import ConnectionLimits, FrameConnection, RequestMemory
+from logcore.broker.listener_endpoints import ListenerEndpoints
 from logcore.broker.log_dir_failure import HaltProcess, LogDirFailureChannel, RecordedStop
-from logcore.broker.quota_handlers import ThrottledResponse
 from logcore.errors import SegLogError
-from logcore.log.file_slice import FileSlice
 from logcore.log.log_root import LogRoot
 from logcore.log.root_owner import OwnerClaim
 from logcore.metrics.broker_metrics import BrokerMetrics
-from logcore.metrics.request_metrics import response_errors
-from logcore.security.authenticator import SaslAuthenticator
-from logcore.security.principal import certificate_principal
-from logcore.security.session import CLOSE, SASL, SASL_AUTHENTICATE, SASL_HANDSHAKE, ConnectionSession
 from logcore.security.tls_context import ServerTls
-from logcore.wire.api_keys import API_VERSIONS, PRODUCE
-from logcore.wire.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
-                                   parse_request, response, response_type)
 
 logger = logging.getLogger(__name__)
-
-MAX_IN_FLIGHT = 64           # queued responses per connection before the reader waits
 
 
 class BrokerServer:
@@ -72,20 +49,12 @@ class BrokerServer:
         self.tls: dict[str, ServerTls] = {}
         self.bound: dict[str, tuple[str, int]] = {}
         self.endpoints: ListenerEndpoints | None = None
-        self.connections: dict[asyncio.Task, str] = {}              # -> its listener's name
-        self.windows = windows()
-        self.max_request = config["socket.request.max.bytes"]
-        self.idle_timeout = config["connections.max.idle.ms"] / 1000
-        self.read_timeout = config["socket.request.read.timeout.ms"] / 1000
-        self.memory = RequestMemory(config["queued.max.request.bytes"])
-        self.limits = ConnectionLimits(config["max.connections"], config["max.connections.per.ip"])
         self._stopping: asyncio.Event | None = None
         self.claim: OwnerClaim | None = None
         self.member: ClusterMember | None = None
         self._heartbeat: asyncio.Task | None = None
         self.metrics = BrokerMetrics()           # this broker's registry (endpoint: metrics.listener)
-        self._requests = self.metrics.requests
-        self.sasl = SaslRequests(self.metrics.authentication)
+        self.clients = ClientConnections(config, self.metrics)
 
     def _close_servers(self) -> None:
         for server in self.servers.values():
@@ -103,7 +72,7 @@ class BrokerServer:
             tls = self.tls.get(listener.name)
             try:
                 server = await loop.create_server(
-                    lambda l=listener: self._new_connection(l), host, port, reuse_address=True,
+                    lambda l=listener: self.clients.new_connection(l), host, port, reuse_address=True,
                     start_serving=False, **({} if tls is None else {"ssl": tls.context}))
             except OSError as exc:
                 self._close_servers()
@@ -147,16 +116,17 @@ class BrokerServer:
             await asyncio.to_thread(root.close)
             raise
         self.broker = Broker(self.config, root, advertised, self.log_dir_failure, self.metrics)
+        self.clients.broker, self.clients.endpoints = self.broker, self.endpoints
         self.member = None
         self.metrics.watch(self.broker, controller=lambda: self.member.controller if self.member else None,
-                           connections=self._connections_by_listener,
+                           connections=self.clients.by_listener,
                            cleaner=self.broker.maintenance.service.cleaner)
         try:
             if self.config.cluster:
                 # Before the logs open: a cluster member's logs open as replicas.
                 self.member = ClusterMember(self.config, self.broker)
                 await self.member.connect()
-                self.windows = windows(self.broker.served)
+                self.clients.windows = windows(self.broker.served)
                 self.endpoints.registrations = lambda: self.broker.replica_manager.brokers
             await asyncio.to_thread(self.broker.open)
         except BaseException:
@@ -212,10 +182,7 @@ class BrokerServer:
     async def _close_connections(self) -> None:
         """Stop listening and end every client connection (their tasks cancelled and awaited)."""
         self._close_servers()
-        for task in list(self.connections):
-            task.cancel()
-        if self.connections:
-            await asyncio.gather(*self.connections, return_exceptions=True)
+        await self.clients.close_all()
 
     async def _abort(self) -> None:
         """Kafka's halt, in-process: no controlled shutdown, no log closed, the root's claim
@@ -262,270 +229,9 @@ class BrokerServer:
         await asyncio.to_thread(self.metrics.close)
         logger.info("broker stopped; every log closed cleanly")
 
-    # ------------------------------------------------------------------ connections
-    def _connections_by_listener(self) -> dict[str, int]:
-        counts = {listener.name: 0 for listener in self.config.listeners}
-        for name in list(self.connections.values()):
-            counts[name] = counts.get(name, 0) + 1
-        return counts
-
-    def _new_connection(self, listener) -> FrameConnection:
-        return FrameConnection(self.max_request, lambda conn: self._serve_connection(conn, listener),
-                               self._produce_now, memory=self.memory, read_timeout=self.read_timeout,
-                               limits=self.limits)
-
-    def _session(self, conn: FrameConnection, listener) -> ConnectionSession:
-        """The connection's security session: its TLS client certificate's principal, its
-        SASL exchange on a SASL listener."""
-        peer = conn.peer
-        host = peer[0] if isinstance(peer, tuple) else str(peer or "")
-        tls_principal = None
-        ssl_object = conn.transport.get_extra_info("ssl_object") if conn.transport is not None else None
-        if ssl_object is not None:
-            der = ssl_object.getpeercert(binary_form=True)
-            if der:
-                tls_principal = certificate_principal(der)
-        authenticator = None
-        if listener.sasl:
-            settings = self.config.security.listener(listener.name)
-            authenticator = SaslAuthenticator(settings.mechanisms, settings.plain_users(),
-                                              self.broker.credentials.scram, settings.reauth_ms)
-        return ConnectionSession(listener.name, host, tls_principal=tls_principal, authenticator=authenticator)
-
-    def _produce_now(self, conn: FrameConnection, frame) -> bool:
-        """A Produce request that arrives while the connection's reader is parked, handled in
-        the protocol callback (no task wake-up, one event-loop round less per request). Its
-        response is written at once when nothing is ahead of it, else queued in order; anything
-        else (another API, a frame that does not parse, a full response queue) is left to the
-        reader, which reports errors as usual."""
-        queue, sending, session = conn.responses, conn.sending, conn.session
-        if queue is None or queue.full() or len(frame) < 2 or frame[0] != 0 or frame[1] != PRODUCE \
-                or not session.open or sending.muted_until:   # a throttled client: the reader waits
-            return False
-        started = time.perf_counter()
-        try:
-            request = parse_request(frame, self.windows, session)
-        except (UnsupportedRequest, ProtocolError):
-            return False
-        try:
-            result = self.broker.produce_now(request)
-        except Exception:   # noqa: BLE001 - a bug must cost one connection, not the broker
-            logger.exception("connection %s: unexpected error; closing it", conn.peer)
-            conn.close()
-            return True
-        if self.broker.quotas.active or type(result) is ThrottledResponse:
-            result = self._charged(request, started, result, sending)
-        if result is None or not inspect.isawaitable(result):
-            self._requests.done(PRODUCE, started, response_errors(result))
-        if result is None:
-            return True
-        if inspect.isawaitable(result):
-            queue.put_nowait((request, asyncio.ensure_future(self._timed(PRODUCE, started, result, sending))))
-            return True
-        item = (request, result)
-        if not sending.busy and queue.empty() and not conn.write_paused:
-            conn.write(_ready_frame(item))
-        else:
-            queue.put_nowait(item)
-        return True
-
-    async def _serve_connection(self, conn: FrameConnection, listener) -> None:
-        task = asyncio.current_task()
-        self.connections[task] = listener.name
-        peer = conn.peer
-        session = conn.session = self._session(conn, listener)
-        queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
-        sending = _Sending()
-        conn.responses, conn.sending = queue, sending       # for _produce_now
-        sender = asyncio.get_running_loop().create_task(self._send_responses(queue, conn, peer, sending))
-        try:
-            while True:
-                frame = await conn.read_frame(self.idle_timeout)
-                if frame is None:
-                    break
-                if sending.muted_until:
-                    await sending.unmuted()
-                if session.authenticator is not None and session.authenticator.raw_tokens:
-                    item = await self.sasl.raw_token(session, frame, peer) or _CLOSE
-                else:
-                    item = await self._dispatch(frame, peer, session, sending)
-                if item is _CLOSE:
-                    break
-                if item is None:
-                    continue
-                if isinstance(item, _Closing):      # its response goes out, then the connection closes
-                    await queue.put(item.item)
-                    break
-                if not sending.busy and queue.empty() and not conn.write_paused:
-                    ready = _ready_frame(item)
-                    if ready is not None:       # nothing ahead of it: no hop through the sender
-                        conn.write(ready)
-                        continue
-                await queue.put(item)
-        except asyncio.CancelledError:
-            pass
-        except ConnectionError:
-            pass
-        except Exception:   # noqa: BLE001 - a bug must cost one connection, not the broker
-            logger.exception("connection %s: unexpected error; closing it", peer)
-        finally:
-            try:
-                await queue.put(None)
-                await asyncio.wait_for(sender, 30)
-            except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
-                sender.cancel()
-            conn.responses = None
-            conn.close()
-            self.connections.pop(task, None)
-
-    async def _timed(self, api_key: int, started: float, pending, sending: _Sending):
-        """A request answered later (a produce waiting for its commit, a long-polling fetch):
-        counted when its response is ready, before the sender can write it; a throttled
-        client's connection muted from then on."""
-        try:
-            result = await pending
-        except Exception:
-            self._requests.done(api_key, started)
-            raise
-        if type(result) is ThrottledResponse:
-            sending.mute(result.throttle_ms)
-            result = result.response
-        self._requests.done(api_key, started, response_errors(result))
-        return result
-
-    def _charged(self, request, started: float, result, sending: _Sending):
-        """Client quotas in force: the request's handling time counted against its
-        request_percentage, and the response's throttle time (the larger of that quota's and
-        the one a handler answered for a byte rate) written into a dict response; the
-        connection is then muted for it. Returns the response to send."""
-        throttle = self.broker.quotas.handled(request, time.perf_counter() - started)
-        if type(result) is ThrottledResponse:
-            throttle = max(throttle, result.throttle_ms)
-            result = result.response
-        if throttle:
-            if isinstance(result, dict) and "throttle_time" in result:
-                result["throttle_time"] = max(throttle, result["throttle_time"] or 0)
-            sending.mute(throttle)
-        return result
-
-    async def _rewritten(self, request, pending):
-        """An answer that names brokers, given later, with the client's listener's endpoints."""
-        return self.endpoints.rewrite(request, await pending)
-
-    async def _dispatch(self, frame: bytearray, peer, session: ConnectionSession, sending: _Sending):
-        started = time.perf_counter()
-        try:
-            request = parse_request(frame, self.windows, session)
-        except UnsupportedRequest as exc:
-            if exc.api_key == API_VERSIONS:
-                # Kafka answers an ApiVersions version it does not know in v0, with the list.
-                body = response(API_VERSIONS, 0, self.broker.api_versions_body(E.UNSUPPORTED_VERSION))
-                return encode_response(exc.correlation_id, body)
-            answer = _unsupported_answer(frame, exc)
-            if answer is not _CLOSE:
-                logger.info("connection %s: %s; answered UNSUPPORTED_VERSION", peer, exc)
-                return answer
-            logger.warning("connection %s: %s; closing the connection", peer, exc)
-            return _CLOSE
-        except ProtocolError as exc:
-            logger.warning("connection %s: %s; closing the connection", peer, exc)
-            return _CLOSE
-        if not session.open:
-            admission = session.admit(request.api_key)
-            if admission == CLOSE:
-                logger.info("connection %s (listener %s): %s; closing the connection", peer, session.listener,
-                            session.close_reason)
-                return _CLOSE
-            if admission == SASL:
-                item, close = await self.sasl.handle(request, session, peer)
-                return _Closing(item) if close else item
-        elif request.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
-            item, close = await self.sasl.handle(request, session, peer)
-            return _Closing(item) if close else item
-        result = await self.broker.handle(request)
-        if self.broker.quotas.active or type(result) is ThrottledResponse:
-            result = self._charged(request, started, result, sending)
-        if request.api_key in self.endpoints.rewritten and session.listener != self.config.inter_broker_listener:
-            if isinstance(result, dict):
-                result = self.endpoints.rewrite(request, result)
-            elif result is not None and inspect.isawaitable(result):
-                result = self._rewritten(request, result)
-        if isinstance(result, (bytes, dict)):       # the common answers (isawaitable is an ABC check)
-            self._requests.done(request.api_key, started, response_errors(result))
-            return (request, result)
-        if inspect.isawaitable(result):
-            return (request, asyncio.ensure_future(self._timed(request.api_key, started, result, sending)))
-        self._requests.done(request.api_key, started)
-        if result is None:
-            return None
-        return (request, result)
-
-    async def _send_responses(self, queue: asyncio.Queue, writer: FrameConnection, peer,
-                              sending: _Sending) -> None:
-        try:
-            while True:
-                sending.busy = False
-                item = await queue.get()
-                sending.busy = True
-                if item is None:
-                    break
-                if isinstance(item, bytes):
-                    writer.write(item)
-                else:
-                    request, result = item
-                    if isinstance(result, asyncio.Future):
-                        try:
-                            result = await result
-                        except Exception:   # noqa: BLE001
-                            logger.exception("connection %s: request %d v%d failed; closing the connection",
-                                             peer, request.api_key, request.api_version)
-                            break
-                        if result is None:
-                            continue
-                    if isinstance(result, EncodedResponse):
-                        await _send_pieces(writer, result)
-                    else:
-                        writer.write(_encoded(request, result))
-                await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        except (_ShortSend, OSError) as exc:     # a file range that cannot be read or sent whole
-            logger.error("connection %s: %s; closing the connection", peer, exc)
-        finally:
-            writer.close()
-            # drop what is still queued: the connection is gone
-            while not queue.empty():
-                item = queue.get_nowait()
-                if isinstance(item, tuple) and isinstance(item[1], asyncio.Future):
-                    _discard(item[1])
-
-
-_CLOSE = object()
-
-
-class _Closing:
-    """A response after which the connection closes (a failed SASL exchange)."""
-
-    def __init__(self, item):
-        self.item = item
-
 
 class ListenerError(SegLogError):
     """The configured listener cannot be bound (port in use, address not local, no permission)."""
-
-
-def _unsupported_answer(frame, exc: UnsupportedRequest):
-    """UNSUPPORTED_VERSION for a request outside the served windows (see unsupported.py): the
-    response frame, None for an acks=0 Produce, or _CLOSE when no response can be written."""
-    from logcore.broker.unsupported import error_response, old_produce_response
-
-    if exc.api_key == PRODUCE and 0 <= exc.api_version <= 2:
-        try:
-            return old_produce_response(frame, exc.api_version, exc.correlation_id)
-        except (ValueError, struct.error):
-            return _CLOSE
-    answer = error_response(exc.api_key, exc.api_version, exc.correlation_id)
-    return _CLOSE if answer is None else answer
 
 
 def claim_root(root: LogRoot, advertised: tuple[str, int], node_id: int) -> OwnerClaim:
@@ -549,99 +255,6 @@ async def _renew_claim(claim: OwnerClaim) -> None:
             raise
         except Exception as exc:   # noqa: BLE001 - retried at the next beat; the lease is 3 beats
             logger.warning("renewing the claim on %s failed: %s", claim.storage.url, exc)
-
-
-class _Sending:
-    """Whether a connection's sender task is working on a response (else it waits for one),
-    and until when its reader is muted: a client over a quota is answered at once with the
-    throttle time, then nothing more is read from it until that time has passed (KIP-219)."""
-    busy = False
-    muted_until = 0.0             # time.monotonic(); 0: not muted
-
-    def mute(self, throttle_ms: int) -> None:
-        self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000.0)
-
-    async def unmuted(self) -> None:
-        while (delay := self.muted_until - time.monotonic()) > 0:   # a later response may extend it
-            await asyncio.sleep(delay)
-        self.muted_until = 0.0
-
-
-def _encoded(request, result: dict | bytes) -> bytes:
-    if isinstance(result, bytes):
-        return result
-    body = response_type(request.api_key, request.api_version)
-    return encode_response(request.correlation_id, build(body, result))
-
-
-def _ready_frame(item) -> bytes | None:
-    """The response frame of a queue item that needs no waiting and no sendfile, else None."""
-    if isinstance(item, bytes):
-        return item
-    request, result = item
-    if isinstance(result, (asyncio.Future, EncodedResponse)):
-        return None
-    return _encoded(request, result)
-
-
-class _ShortSend(Exception):
-    """A file range ended before the length its response announced: the frame cannot be completed."""
-
-
-async def _send_pieces(writer: FrameConnection, response: EncodedResponse) -> None:
-    """Send a response's pieces in order: bytes through the transport, file ranges with sendfile
-    (the kernel copies page cache to the socket; asyncio falls back to read+send on transports
-    that cannot). The slices are closed whatever happens."""
-    loop = asyncio.get_running_loop()
-    try:
-        for piece in response.pieces:
-            if isinstance(piece, FileSlice):
-                sent = _sendfile_now(writer.transport, piece)
-                if sent < piece.size:
-                    try:
-                        sent += await loop.sendfile(writer.transport, piece.file, piece.position + sent,
-                                                    piece.size - sent)
-                    except RuntimeError as exc:      # the transport is closing
-                        raise ConnectionError(str(exc)) from None
-                if sent != piece.size:
-                    raise _ShortSend(f"{piece.source} gave {sent} of {piece.size} bytes from {piece.position}")
-            else:
-                writer.write(piece)
-    finally:
-        response.close()
-
-
-def _sendfile_now(transport: asyncio.Transport, piece: FileSlice) -> int:
-    """Bytes of the slice that the socket takes at once, with os.sendfile and no waiting: the
-    usual case (a replica fetch's range fits the socket buffer) then costs one system call
-    instead of asyncio's sendfile machinery (a future, a writer callback, reading paused and
-    resumed). 0 when the transport still holds bytes to send (they must go first), is closing,
-    or is not a plain socket; asyncio's sendfile sends the rest."""
-    if transport.is_closing() or transport.get_write_buffer_size() or transport.get_extra_info("sslcontext"):
-        return 0
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return 0
-    out, fd, sent = sock.fileno(), piece.file.fileno(), 0
-    while sent < piece.size:
-        try:
-            n = os.sendfile(out, fd, piece.position + sent, piece.size - sent)
-        except OSError:         # the socket is full (asyncio waits for it), or an error that
-            break               # asyncio's sendfile meets again and reports
-        if n == 0:
-            break               # the file ended early: the caller reports the short range
-        sent += n
-    return sent
-
-
-def _discard(future: asyncio.Future) -> None:
-    """Cancel a queued response that will not be sent, closing the files it holds."""
-    if not future.done():
-        future.cancel()
-    elif not future.cancelled() and future.exception() is None:
-        result = future.result()
-        if isinstance(result, EncodedResponse):
-            result.close()
 
 
 def _return_large_blocks() -> None:

@@ -6,6 +6,9 @@
   `zookeeper_session` (the session), `admin_requests` (what the controller is asked), with the
   layout in `znode_paths`, each znode's JSON in `znode_json`, and `compare_and_set` (the one
   read-update-conditional-write loop).
-- `controller`: leader-election rules and the ZooKeeper-backed controller.
+- `change_notices`: a folder of sequential change notices (/config/changes, the ACL ones):
+  written with the change they announce, watched, purged after Kafka's 15 minutes.
+- `controller`: leader-election rules and the ZooKeeper-backed controller; its reassignment
+  pass in `reassignments`.
 - `liveness`: the listener probe that tells a dead broker before its session expires.
 """

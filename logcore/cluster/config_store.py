@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from logcore.cluster.change_notices import config_changes
 from logcore.cluster.znode_json import dumps, topic_config_from_json, topic_config_json
-from logcore.cluster.znode_paths import CONFIG_CHANGE_PREFIX
 from logcore.cluster.zookeeper_store import ZooKeeperStore
 from logcore.errors import CorruptRecordError, ZkVersionConflictError
 
@@ -43,6 +43,10 @@ class ZooKeeperConfigStore:
     @property
     def _client(self):
         return self.store.client
+
+    @property
+    def _notices(self):
+        return config_changes(self.store.client)
 
     def topic_config(self, name: str) -> dict[str, str]:
         """The topic's overrides as ZooKeeper has them now (TopicNotFoundError when absent)."""
@@ -74,32 +78,9 @@ class ZooKeeperConfigStore:
     def set_broker_config(self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
         """Replace the entity's dynamic broker configs by change(current) (the znode created when
         absent), announced in /config/changes."""
-        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
         path = broker_config_path(entity)
         notice = dumps({"version": 2, "entity_path": f"brokers/{entity or DEFAULT_ENTITY}"})
-        for _ in range(50):
-            try:
-                raw, stat = self._client.get(path)
-                current, version = topic_config_from_json(raw or b"{}", path), stat.version
-            except NoNodeError:
-                current, version = {}, None
-            new = change(current)
-            t = self._client.transaction()
-            if version is None:
-                self._client.ensure_path(CONFIG_BROKERS)
-                t.create(path, topic_config_json(new))
-            else:
-                t.set_data(path, topic_config_json(new), version=version)
-            t.create(CONFIG_CHANGE_PREFIX, notice, sequence=True)
-            results = t.commit()
-            if isinstance(results[0], (BadVersionError, NodeExistsError, NoNodeError)):
-                time.sleep(0.02)
-                continue
-            for r in results:
-                if isinstance(r, Exception):
-                    raise r
-            return new
-        raise ZkVersionConflictError(f"{path}: too many concurrent changes")
+        return self._notices.replace(path, _config_rewrite(path, change), notice)
 
     def watch_broker_config(self, entity: str, fn: Callable[[dict[str, str]], object]):
         """fn(configs) now and whenever the entity's znode changes ({} while it is absent)."""
@@ -139,29 +120,14 @@ class ZooKeeperConfigStore:
     def set_user_config(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
         """Replace the user's configs by change(current) (the znode created when absent; kept,
         emptied, when nothing is left, as Kafka leaves it), announced in /config/changes."""
-        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
         path = user_config_path(user)
         notice = dumps({"version": 2, "entity_path": f"users/{path.rsplit('/', 1)[1]}"})
-        for _ in range(50):
-            try:
-                raw, stat = self._client.get(path)
-                current, version = topic_config_from_json(raw or b"{}", path), stat.version
-            except NoNodeError:
-                current, version = {}, None
-            new = change(current)
-            t = self._client.transaction()
-            if version is None:
-                self._client.ensure_path(CONFIG_USERS)
-                t.create(path, topic_config_json(new))
-            else:
-                t.set_data(path, topic_config_json(new), version=version)
-            t.create(CONFIG_CHANGE_PREFIX, notice, sequence=True)
-            results = t.commit()
-            if isinstance(results[0], (BadVersionError, NodeExistsError, NoNodeError)):
-                time.sleep(0.02)
-                continue
-            for r in results:
-                if isinstance(r, Exception):
-                    raise r
-            return new
-        raise ZkVersionConflictError(f"{path}: too many concurrent changes")
+        return self._notices.replace(path, _config_rewrite(path, change), notice)
+
+
+def _config_rewrite(path: str, change: Callable[[dict[str, str]], dict[str, str]]):
+    """ChangeNotices.replace's rewrite of a config znode: (change(current), its JSON)."""
+    def rewrite(raw: bytes | None):
+        new = change({} if raw is None else topic_config_from_json(raw or b"{}", path))
+        return new, topic_config_json(new)
+    return rewrite

@@ -1,4 +1,3 @@
-# Just over 700 lines: the controller's passes (elections, ISR changes, reassignments, deletions) share its epoch fence and ZooKeeper view (next split: the reassignment pass).
 """The controller: elected through ZooKeeper's /controller, it owns every partition's leader and
 leader epoch, and fences each write with its controller epoch.
 
@@ -16,7 +15,8 @@ Every election bumps leader_epoch and is written with a compare-and-set on the s
 the /controller_epoch check. `Controller` runs them: it watches /controller (and takes office
 when it is free), /brokers/ids, /brokers/topics, /admin/delete_topics and
 /admin/preferred_replica_election; each watch callback only queues a "reconcile" for one worker
-thread, which re-reads ZooKeeper and acts (callbacks coalesce and may skip versions).
+thread, which re-reads ZooKeeper and acts (callbacks coalesce and may skip versions). Its
+reassignment pass (KIP-455) is logcore.cluster.reassignments.
 
 With `listener_probe` (broker.failure.probe.enable) the active controller also watches every
 registered broker's listener (logcore.cluster.liveness): a registration whose listener refused
@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 from logcore.cluster.compare_and_set import compare_and_set
+from logcore.cluster.reassignments import Reassignments
 from logcore.cluster.znode_json import NO_LEADER, ControllerEpoch, LeaderAndIsr
 from logcore.cluster.zookeeper_session import is_transient
 from logcore.cluster.zookeeper_store import ZooKeeperStore
@@ -90,24 +91,6 @@ def initial_state(assignment, live, controller_epoch: int) -> LeaderAndIsr:
                           controller_epoch)
 
 
-def reassignment_plan(replicas, adding, target) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """Kafka's ReplicaAssignment.fromOriginAndTarget: with ORS = the replicas without those
-    being added (a reassignment in progress keeps its origin), RS = TRS + (ORS - TRS), adding
-    = TRS - ORS, removing = ORS - TRS. Returns (RS, adding, removing)."""
-    adding = set(adding)
-    origin = [r for r in replicas if r not in adding]
-    full = tuple(dict.fromkeys([*target, *origin]))
-    return (full, tuple(r for r in target if r not in origin),
-            tuple(r for r in origin if r not in set(target)))
-
-
-def elect_reassigned(target, isr, live) -> int:
-    """The leader of a partition whose replicas become `target`: the first live member of
-    `target` in the ISR (replication.md 4.5), else NO_LEADER."""
-    isr = set(isr)
-    return next((r for r in target if r in set(live) and r in isr), NO_LEADER)
-
-
 def _truthy(v) -> bool:
     return str(v).strip().lower() == "true"
 
@@ -140,7 +123,10 @@ class Controller:
         self._worker = threading.Thread(target=self._run, name=f"controller-{broker_id}", daemon=True)
         self.unclean_elections: list[tuple[str, int, int]] = []   # (topic, partition, leader)
         self._watched_topics: set[str] = set()
-        self._reassigning: set[tuple[str, int]] = set()   # partitions whose state znode is watched
+        self.reassignments = Reassignments(store, self.broker_id, fence=lambda: self.fence,
+                                           eligible=self._eligible, read_state=self._read_state,
+                                           write_state=self._write_state,
+                                           wake=lambda: self._events.put("reconcile"))
         self.leader_elections, self.election_seconds = 0, 0.0   # Kafka's LeaderElectionRateAndTimeMs
 
     def _topic_watch(self, _assignment) -> None:
@@ -328,8 +314,8 @@ class Controller:
             logger.info("controller %d: deleted topic %r", self.broker_id, topic)
         self._run_requested_preferred_elections(registered)
         self._run_requested_unclean_elections(registered)
-        self._run_requested_reassignments(registered)
-        self._reconcile_reassignments(registered)
+        self.reassignments.run_requested(registered)
+        self.reassignments.reconcile(registered)
         shutting = self.store.shutting_down() & registered
         if shutting:
             self._move_off(shutting, registered)
@@ -550,159 +536,3 @@ class Controller:
             if off and 100 * len(off) / len(parts) > self.imbalance_percentage:
                 wanted += off
         return self.elect_preferred_leaders(wanted) if wanted else {}
-
-    # ------------------------------------------------------------------ reassignment (KIP-455)
-    def _run_requested_reassignments(self, live: set[int]) -> None:
-        """Start (or cancel) the reassignments of /admin/reassign_partitions, then consume it."""
-        pending = self.store.pending_reassignments()
-        if pending is None:
-            return
-        targets, version = pending
-        for (topic, p), target in sorted(targets.items()):
-            try:
-                self._start_reassignment(topic, p, target, live)
-            except (TopicNotFoundError, KeyError):
-                logger.warning("controller %d: reassignment of %s-%d: no such partition", self.broker_id,
-                               topic, p)
-        self.store.requests.finish_reassignments(version)
-
-    def _start_reassignment(self, topic: str, p: int, target, live: set[int]) -> None:
-        """Phase A of Kafka's onPartitionReassignment: RS = TRS + ORS in the topic znode with
-        adding / removing replicas, then a leader-epoch bump so that the new replicas start
-        following (replicas dropped by a changed reassignment leave the ISR then). A target of
-        None (cancel) or equal to ORS reverts to ORS at once."""
-        seen: dict = {}                                  # what the last read made of it
-
-        def update(ta):
-            current = ta.partitions[p]
-            if target is None:
-                if not ta.reassigning(p):
-                    seen["done"] = True
-                    return None
-                target_now = ta.origin_replicas(p)
-            else:
-                target_now = tuple(target)
-            plan = reassignment_plan(current, ta.adding_replicas.get(p, ()), target_now)
-            seen.update(full=plan[0], target=target_now)
-            if not ta.reassigning(p) and current == target_now:
-                seen["done"] = True
-            elif not plan[1] and not plan[2]:
-                seen["finish"] = True
-            elif plan != (current, ta.adding_replicas.get(p, ()), ta.removing_replicas.get(p, ())):
-                return plan
-            return None
-
-        def write(ta, plan):
-            written = self.store.set_reassignment(ta, p, *plan, self.fence)
-            logger.info("controller %d: reassigning %s-%d from %s to %s (replicas %s, adding %s,"
-                        " removing %s)", self.broker_id, topic, p, list(ta.origin_replicas(p)),
-                        list(seen["target"]), *(list(r) for r in plan))
-            return written
-        try:
-            compare_and_set(lambda: self.store.topic(topic), update, write)
-        except ZkVersionConflictError:
-            pass                                         # lost every race: bump with the last plan
-        if seen.get("done"):
-            return
-        if seen.get("finish"):
-            # Nothing to add (a cancel, or a target that is the origin again): finish now.
-            self._finish_reassignment(topic, p, seen["target"], live, force=True)
-            return
-        full = seen["full"]
-        self._bump_for_reassignment(topic, p, full, live)
-        self._watch_reassigning(topic, p)
-        self._maybe_complete_reassignment(topic, p, live)
-
-    def _bump_for_reassignment(self, topic: str, p: int, full, live: set[int]) -> None:
-        """A new leader epoch with the replica set changed: the ISR keeps only members of `full`
-        and a leader outside it (a dropped adding replica) is replaced."""
-        def update(state):
-            isr = tuple(b for b in state.isr if b in full) or state.isr
-            leader = state.leader
-            if leader not in full:
-                leader = elect_reassigned(full, isr, self._eligible(state, live))
-            return LeaderAndIsr(leader, state.leader_epoch + 1, isr, self.fence.epoch)
-        try:
-            compare_and_set(self._read_state(topic, p), update, self._write_state(topic, p))
-        except ZkVersionConflictError:
-            pass
-
-    def _watch_reassigning(self, topic: str, p: int) -> None:
-        """Watch the partition's state znode while it is being reassigned: an ISR that now holds
-        every target replica completes it (the leader writes ISR changes itself)."""
-        key = (topic, p)
-        if key in self._reassigning:
-            return
-        self._reassigning.add(key)
-
-        def on_state(state):
-            if key not in self._reassigning or state is None:
-                self._reassigning.discard(key)
-                return False
-            self._events.put("reconcile")
-            return None
-        self.store.watch_partition_state(topic, p, on_state)
-
-    def _reconcile_reassignments(self, live: set[int]) -> None:
-        """Every reassignment in progress (also those a previous controller started): complete
-        those whose target replicas are all in the ISR."""
-        for topic in self.store.list_topics():
-            try:
-                ta = self.store.topic(topic)
-            except TopicNotFoundError:
-                continue
-            for p in sorted(ta.partitions):
-                if ta.reassigning(p):
-                    self._watch_reassigning(topic, p)
-                    self._maybe_complete_reassignment(topic, p, live)
-
-    def _maybe_complete_reassignment(self, topic: str, p: int, live: set[int]) -> None:
-        ta = self.store.topic(topic)
-        if not ta.reassigning(p):
-            return
-        target = ta.target_replicas(p)
-        state = self.store.partition_state(topic, p, sync=True)
-        if state is not None and set(target) <= set(state.isr):
-            self._finish_reassignment(topic, p, target, live, force=False)
-
-    def _finish_reassignment(self, topic: str, p: int, target, live: set[int], *, force: bool) -> None:
-        """Phase B: leader from TRS if the current one is not in it (first live TRS member in the
-        ISR), ISR := ISR ∩ TRS with a leader-epoch bump, then the topic znode's replicas := TRS
-        without adding / removing replicas; the removed brokers see that and delete their
-        replica. `force` (cancel): without waiting for TRS to be in the ISR."""
-        target = tuple(target)
-
-        def update_state(state):
-            if not force and not set(target) <= set(state.isr):
-                return None
-            isr = tuple(b for b in state.isr if b in set(target))
-            eligible = self._eligible(state, live)
-            leader = state.leader if state.leader in set(target) and state.leader in eligible else \
-                elect_reassigned(target, isr, eligible)
-            if leader == NO_LEADER and state.leader != NO_LEADER and state.leader in live:
-                logger.warning("controller %d: %s-%d: no live replica of %s is in the ISR %s; the"
-                               " reassignment waits", self.broker_id, topic, p, list(target), list(state.isr))
-                return None
-            return LeaderAndIsr(leader, state.leader_epoch + 1, isr or state.isr, self.fence.epoch)
-        try:
-            if compare_and_set(self._read_state(topic, p), update_state, self._write_state(topic, p)) is None:
-                return
-        except ZkVersionConflictError:
-            self._events.put("reconcile")               # lost every race: the next pass retries
-            return
-
-        def update_topic(ta):
-            if ta.partitions.get(p) == target and not ta.reassigning(p):
-                return None
-            return target
-
-        def write_topic(ta, replicas):
-            written = self.store.set_reassignment(ta, p, replicas, (), (), self.fence)
-            logger.info("controller %d: reassignment of %s-%d %s: replicas %s", self.broker_id, topic, p,
-                        "cancelled" if force else "complete", list(target))
-            return written
-        try:
-            compare_and_set(lambda: self.store.topic(topic), update_topic, write_topic)
-        except ZkVersionConflictError:
-            pass
-        self._reassigning.discard((topic, p))

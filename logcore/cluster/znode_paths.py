@@ -45,7 +45,7 @@ PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, "/brokers/seqid", CONFIG_TOPICS, CONFIG_CHANGES,
                     "/config/brokers", DELETE_TOPICS, ISR_CHANGES, "/cluster", CONTROLLED_SHUTDOWN)
 ISR_CHANGE_PREFIX = f"{ISR_CHANGES}/isr_change_"               # sequential: NNNNNNNNNN follows
-CONFIG_CHANGE_PREFIX = f"{CONFIG_CHANGES}/config_change_"
+CONFIG_CHANGE_NAME = "config_change_"                             # sequential, in CONFIG_CHANGES
 
 
 def broker_path(broker_id) -> str:

@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable
 
 from logcore.cluster.admin_requests import AdminRequests
+from logcore.cluster.change_notices import config_changes
 from logcore.cluster.compare_and_set import WriteOutcome, classify_write, compare_and_set
 from logcore.cluster.znode_json import (NO_LEADER, BrokerRegistration, ControllerEpoch, LeaderAndIsr,
                                         TopicAssignment, controller_from_json, controller_json, dumps,
                                         loads, topic_config_from_json, topic_config_json)
-from logcore.cluster.znode_paths import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID, CONFIG_CHANGE_PREFIX,
+from logcore.cluster.znode_paths import (BROKER_IDS, BROKER_TOPICS, CLUSTER_ID,
                                          CONTROLLER, CONTROLLER_EPOCH, DELETE_TOPICS, PRODUCER_ID_BLOCK,
                                          broker_path, deletion_path, partition_path, partition_state_path,
                                          partitions_path, topic_config_path, topic_path)
@@ -325,8 +326,7 @@ class ZooKeeperStore:
         t = self.client.transaction()
         t.set_data(path, topic_config_json(config),
                    version=expected_version)
-        t.create(CONFIG_CHANGE_PREFIX, dumps({"version": 2, "entity_path": f"topics/{name}"}),
-                 sequence=True)
+        config_changes(self.client).add(t, dumps({"version": 2, "entity_path": f"topics/{name}"}))
         results = t.commit()
         if isinstance(results[0], BadVersionError):
             raise ZkVersionConflictError(f"{path} changed since version {expected_version}; re-read it")

@@ -14,19 +14,18 @@ ZooKeeper, as Kafka's AclAuthorizer keeps it:
 (<Type>: Topic, Group, Cluster, TransactionalId, DelegationToken.) A pattern's znode is replaced
 conditionally on its version with its change notification in the same transaction, and deleted
 when its last ACL goes. Every broker watches the change folders and re-reads the pattern each
-new notification names; notifications older than CHANGE_EXPIRATION_MS are removed, as Kafka
-does. The stores take the ZooKeeper client duck-typed (kazoo), so that this package does not
-depend on logcore.cluster.
+new notification names; notifications older than 15 minutes are removed, as Kafka does (both
+through logcore.cluster.change_notices). The stores take the ZooKeeper client duck-typed (kazoo).
 """
 from __future__ import annotations
 
 import json
 import logging
 import threading
-import time
 from typing import Callable
 
-from logcore.errors import InvalidConfigError, ZkVersionConflictError
+from logcore.cluster.change_notices import UNCHANGED, ChangeNotices
+from logcore.errors import InvalidConfigError
 from logcore.security.acl import AccessControlEntry, AclError, PatternType, ResourcePattern, ResourceType
 
 logger = logging.getLogger(__name__)
@@ -39,7 +38,6 @@ PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
 LITERAL_CHANGES = "/kafka-acl-changes"
 EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 CHANGE_PREFIX = "acl_changes_"
-CHANGE_EXPIRATION_MS = 15 * 60_000
 ACLS_FILE = "acls.json"          # one broker alone: in its log root, beside its dynamic configs
 
 _CAMEL_TYPES = {t.camel: t for t in ResourceType if t not in (ResourceType.ANY, ResourceType.UNKNOWN)}
@@ -88,8 +86,8 @@ class ZooKeeperAclStore:
         self.client = client
         for path in (LITERAL_ROOT, PREFIXED_ROOT, LITERAL_CHANGES, EXTENDED_CHANGES):
             client.ensure_path(path)
-        self._seen: dict[str, set[str]] = {LITERAL_CHANGES: set(), EXTENDED_CHANGES: set()}
-        self._lock = threading.Lock()
+        self._notices = {folder: ChangeNotices(client, folder, CHANGE_PREFIX)
+                         for folder in (LITERAL_CHANGES, EXTENDED_CHANGES)}
 
     def load(self) -> Acls:
         out: Acls = {}
@@ -117,84 +115,31 @@ class ZooKeeperAclStore:
     def update(self, pattern: ResourcePattern, change: Change) -> frozenset[AccessControlEntry]:
         """Replace the pattern's ACLs by change(current), conditional on the znode's version
         (retried when another broker got in between), with its change notification."""
-        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
         path = pattern_path(pattern)
         folder, notice = change_notice(pattern)
-        for _ in range(50):
-            try:
-                raw, stat = self.client.get(path)
-                current, version = acls_from_json(raw, path), stat.version
-            except NoNodeError:
-                current, version = frozenset(), None
+
+        def rewrite(raw: bytes | None):
+            current = frozenset() if raw is None else acls_from_json(raw, path)
             new = frozenset(change(current))
             if new == current:
-                return new
-            t = self.client.transaction()
-            if version is None:
-                self.client.ensure_path(path.rsplit("/", 1)[0])
-                t.create(path, acls_json(new))
-            elif new:
-                t.set_data(path, acls_json(new), version=version)
-            else:
-                t.delete(path, version=version)
-            t.create(f"{folder}/{CHANGE_PREFIX}", notice, sequence=True)
-            results = t.commit()
-            if isinstance(results[0], (BadVersionError, NodeExistsError, NoNodeError)):
-                time.sleep(0.02)
-                continue
-            for r in results:
-                if isinstance(r, Exception):
-                    raise r
-            return new
-        raise ZkVersionConflictError(f"{path}: too many concurrent ACL changes")
+                return new, UNCHANGED
+            return new, (acls_json(new) if new else None)      # None: the last ACL went, so does the znode
+        return self._notices[folder].replace(path, rewrite, notice)
 
     def watch(self, on_change: Callable[[ResourcePattern, frozenset[AccessControlEntry]], None]) -> None:
         """on_change(pattern, its ACLs now) for each change notification that appears from now
         on (the caller loads everything first)."""
-        for folder in (LITERAL_CHANGES, EXTENDED_CHANGES):
-            self._seen[folder] = set(self.client.get_children(folder))
-
-            def on_children(children, folder=folder):
-                self._notified(folder, children, on_change)
-            self.client.ChildrenWatch(folder, on_children)
-
-    def _notified(self, folder: str, children, on_change) -> None:
-        from kazoo.exceptions import NoNodeError
-        with self._lock:
-            fresh = sorted(set(children) - self._seen[folder])
-            self._seen[folder] = set(children)
-        now_ms = time.time() * 1000
-        for child in fresh:
-            path = f"{folder}/{child}"
-            try:
-                raw, stat = self.client.get(path)
-                pattern = pattern_of_notice(folder, raw)
-                on_change(pattern, self.read(pattern))
-            except NoNodeError:
-                continue
-            except (ValueError, KeyError, AclError, InvalidConfigError) as exc:
-                logger.warning("ACL change notification %s ignored: %s", path, exc)
-                continue
-            if now_ms - stat.ctime > CHANGE_EXPIRATION_MS:
-                self._purge(path)
-        for child in sorted(set(children) - set(fresh)):
-            self._purge_if_old(f"{folder}/{child}", now_ms)
-
-    def _purge_if_old(self, path: str, now_ms: float) -> None:
-        from kazoo.exceptions import NoNodeError
-        try:
-            stat = self.client.exists(path)
-        except NoNodeError:
-            return
-        if stat is not None and now_ms - stat.ctime > CHANGE_EXPIRATION_MS:
-            self._purge(path)
-
-    def _purge(self, path: str) -> None:
-        from kazoo.exceptions import NoNodeError
-        try:
-            self.client.delete(path)
-        except NoNodeError:
-            pass
+        for folder, notices in self._notices.items():
+            def on_notice(name: str, raw: bytes | None, folder=folder):
+                if raw is None:
+                    return          # gone before it was read (purged by another broker)
+                try:
+                    pattern = pattern_of_notice(folder, raw)
+                    on_change(pattern, self.read(pattern))
+                except (ValueError, KeyError, AclError, InvalidConfigError) as exc:
+                    logger.warning("ACL change notification %s/%s ignored: %s", folder, name, exc)
+            notices.mark_handled()
+            notices.watch(on_notice)
 
 
 class RootAclStore:

@@ -23,10 +23,6 @@ from logcore.security.scram import SaslFailure, ScramServer
 from logcore.security.scram_credential import ScramCredential
 from logcore.wire import error_codes as E
 
-ILLEGAL_SASL_STATE = 34
-UNSUPPORTED_SASL_MECHANISM = 33
-SASL_AUTHENTICATION_FAILED = 58
-
 ScramLookup = Callable[[str, str], "ScramCredential | None"]     # (mechanism, user) -> credential
 
 
@@ -64,13 +60,13 @@ class SaslAuthenticator:
     def handshake(self, version: int, mechanism: str) -> tuple[dict, bool]:
         """The SaslHandshake response and whether the connection must close after it."""
         if self._exchange is not None:
-            return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": list(self.mechanisms)}, True
+            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": list(self.mechanisms)}, True
         if mechanism not in self.mechanisms:
-            return {"error_code": UNSUPPORTED_SASL_MECHANISM, "mechanisms": list(self.mechanisms)}, True
+            return {"error_code": E.UNSUPPORTED_SASL_MECHANISM, "mechanisms": list(self.mechanisms)}, True
         if self.authenticated:
             # KIP-368: a re-authentication, with the mechanism the session started with.
             if version < 1 or mechanism != self.mechanism:
-                return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": list(self.mechanisms)}, True
+                return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": list(self.mechanisms)}, True
         self.mechanism = mechanism
         self.raw_tokens = version == 0
         if mechanism == "PLAIN":
@@ -113,7 +109,7 @@ class SaslAuthenticator:
         try:
             answer = self.step(token)
         except SaslFailure as exc:
-            return {"error_code": SASL_AUTHENTICATION_FAILED, "error_message": str(exc), "auth_bytes": b"",
+            return {"error_code": E.SASL_AUTHENTICATION_FAILED, "error_message": str(exc), "auth_bytes": b"",
                     "session_lifetime": 0}, True
         return {"error_code": E.NONE, "error_message": None, "auth_bytes": answer,
                 "session_lifetime": self.session_lifetime_ms() if self._exchange is None else 0}, False

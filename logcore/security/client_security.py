@@ -20,9 +20,9 @@ from logcore.security.plain import plain_token
 from logcore.security.scram import SaslFailure, ScramClient
 from logcore.security.security_config import check_mechanism
 from logcore.security.tls_context import client_context
+from logcore.wire import error_codes as E
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-SASL_AUTHENTICATION_FAILED = 58
 REAUTH_AT = 0.85         # re-authenticate once this share of the session lifetime has passed
 
 CLIENT_SSL_KEYS = ("ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
@@ -102,7 +102,7 @@ class ClientSecurity:
         server_final = yield client.final(server_first)
         client.verify(server_final)
 
-    def _failed(self, conn, message: str, code: int = SASL_AUTHENTICATION_FAILED):
+    def _failed(self, conn, message: str, code: int = E.SASL_AUTHENTICATION_FAILED):
         from logcore.wire.client import KafkaError
         conn.close()
         return KafkaError(f"{conn.where()}: SASL {self.mechanism} login as {self.username} failed: {message}", code)

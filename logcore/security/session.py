@@ -12,9 +12,10 @@ The broker stamps `principal`, `client_host` and `listener` on every request it 
 """
 from __future__ import annotations
 
-from logcore.security.authenticator import ILLEGAL_SASL_STATE, SaslAuthenticator
+from logcore.security.authenticator import SaslAuthenticator
 from logcore.security.principal import ANONYMOUS_PRINCIPAL, KafkaPrincipal
 from logcore.wire.api_keys import API_VERSIONS
+from logcore.wire import error_codes as E
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -66,6 +67,6 @@ class ConnectionSession:
     def not_sasl(self, api_key: int) -> dict:
         """The answer to SaslHandshake / SaslAuthenticate on a listener without SASL."""
         if api_key == SASL_HANDSHAKE:
-            return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": []}
-        return {"error_code": ILLEGAL_SASL_STATE, "error_message": f"listener {self.listener} does not use SASL",
+            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": []}
+        return {"error_code": E.ILLEGAL_SASL_STATE, "error_message": f"listener {self.listener} does not use SASL",
                 "auth_bytes": b"", "session_lifetime": 0}

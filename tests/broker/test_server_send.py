@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from logcore.broker.fetch_response import EncodedResponse
-from logcore.broker.server import _send_pieces, _sendfile_now
+from logcore.broker.client_connections import _send_pieces, _sendfile_now
 from logcore.log.file_slice import FileSlice
 
 

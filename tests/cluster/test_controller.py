@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from logcore.cluster.controller import (Controller, elect_controlled_shutdown, elect_leader,
-                                        elect_preferred, elect_reassigned, initial_state,
-                                        reassignment_plan)
+                                        elect_preferred, initial_state)
+from logcore.cluster.reassignments import elect_reassigned, reassignment_plan
 from logcore.cluster.znode_json import NO_LEADER, LeaderAndIsr
 from logcore.cluster.zookeeper_store import ZooKeeperStore
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -19,43 +18,23 @@ from logcore.broker.config import BrokerConfig
 from logcore.broker.server import BrokerServer
 from logcore.errors import InvalidConfigError
 from logcore.metrics.endpoint import parse_listener
+from in_process_broker import InProcessBroker
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 parser = pytest.importorskip("prometheus_client.parser")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 
-class _LoopThread:
-    """An event loop in a daemon thread; run(coro) waits for its result."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     base = tmp_path_factory.mktemp("metrics")
-    loop = _LoopThread()
-    config = BrokerConfig.from_props({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(base / "logs"),
-                                      "num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
-                                      "metrics.listener": "http://127.0.0.1:0"}, source="test")
-    server = BrokerServer(config)
-    host, port = loop.run(server.start())
+    running = InProcessBroker({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(base / "logs"),
+                               "num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
+                               "metrics.listener": "http://127.0.0.1:0"})
     try:
-        yield server, f"{host}:{port}", base / "logs"
+        yield running.server, running.bootstrap, base / "logs"
     finally:
-        loop.run(server.stop())
-        loop.close()
+        running.stop()
 
 
 def scrape(server) -> dict[tuple[str, tuple], float]:

@@ -14,8 +14,6 @@ import time
 
 import pytest
 
-from logcore.broker.config import BrokerConfig
-from logcore.broker.server import BrokerServer
 from logcore.security.jaas import PLAIN_MODULE
 from logcore.wire.protocol import build, decode_response, encode_request, request_type
 
@@ -23,7 +21,8 @@ pytest.importorskip("confluent_kafka")
 pytest.importorskip("prometheus_client.parser")
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from test_broker_metrics import _LoopThread, scrape, value  # noqa: E402
+from in_process_broker import InProcessBroker  # noqa: E402
+from test_broker_metrics import scrape, value  # noqa: E402
 
 KAFKA = "kafka_server_brokertopicmetrics_"
 AIVEN = "aiven_kafka_server_tieredstorage_remote_storage_manager_metrics_"
@@ -33,23 +32,18 @@ PASSWORD = "metrics-secret"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     base = tmp_path_factory.mktemp("remote-metrics")
-    loop = _LoopThread()
-    config = BrokerConfig.from_props({
+    running = InProcessBroker({
         "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN",
         "sasl.jaas.config": f'{PLAIN_MODULE} required user_alice="{PASSWORD}";',
         "log.dirs": str(base / "logs"), "num.partitions": "1", "metrics.listener": "http://127.0.0.1:0",
         "remote.log.storage.system.enable": "true", "rsm.config.storage.url": str(base / "remote"),
-        "remote.log.manager.task.interval.ms": "100", "log.retention.check.interval.ms": "60000"},
-        source="test")
-    server = BrokerServer(config)
-    loop.run(server.start())
+        "remote.log.manager.task.interval.ms": "100", "log.retention.check.interval.ms": "60000"})
     try:
-        yield server, base
+        yield running.server, base
     finally:
-        loop.run(server.stop())
-        loop.close()
+        running.stop()
 
 
 def _bootstrap(server, listener: str) -> str:

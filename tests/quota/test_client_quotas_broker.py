@@ -9,15 +9,12 @@ burst a quota lets through is one window's worth and the runs stay short; over T
 client at its quota moves quota x (T + samples - 1 windows) bytes, as in Kafka."""
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 
 import pytest
 
-from logcore.broker.config import BrokerConfig
-from logcore.broker.server import BrokerServer
+from in_process_broker import InProcessBroker
 from logcore.wire.client import KafkaConnection
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -27,35 +24,16 @@ RUN_S = 3.0
 SAMPLES = 2
 
 
-class _LoopThread:
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("quota")
-    loop = _LoopThread()
-    config = BrokerConfig.from_props({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(base / "logs"),
-                                      "num.partitions": "1", "quota.window.num": str(SAMPLES),
-                                      "quota.window.size.seconds": "1"}, source="test")
-    server = BrokerServer(config)
-    host, port = loop.run(server.start())
+    running = InProcessBroker({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(base / "logs"),
+                               "num.partitions": "1", "quota.window.num": str(SAMPLES),
+                               "quota.window.size.seconds": "1"})
     try:
-        yield host, port, base / "logs"
+        yield running.host, running.port, base / "logs"
     finally:
-        loop.run(server.stop())
-        loop.close()
+        running.stop()
 
 
 def _alter(conn, entity, ops, validate_only=False):

@@ -4,34 +4,20 @@ against Apache Kafka (KRaft) and against a `seglog broker`: the same answers, an
 quota_tool_session.KAFKA_ANSWERS (which the cluster test expects too)."""
 from __future__ import annotations
 
-import asyncio
-import threading
-
 import pytest
 
-from logcore.broker.config import BrokerConfig
-from logcore.broker.server import BrokerServer
+from in_process_broker import InProcessBroker
 from quota_tool_session import KAFKA_ANSWERS, session
 
 
 @pytest.fixture(scope="module")
 def seglog_bootstrap(tmp_path_factory):
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def run(coro):
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
-    server = BrokerServer(BrokerConfig.from_props({"listeners": "PLAINTEXT://127.0.0.1:0",
-                                                   "log.dirs": str(tmp_path_factory.mktemp("quota-ref"))},
-                                                  source="test"))
-    host, port = run(server.start())
+    running = InProcessBroker({"listeners": "PLAINTEXT://127.0.0.1:0",
+                               "log.dirs": str(tmp_path_factory.mktemp("quota-ref"))})
     try:
-        yield f"{host}:{port}"
+        yield running.bootstrap
     finally:
-        run(server.stop())
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+        running.stop()
 
 
 def test_kafka_configs_on_quota_entities_answers_as_kafka(kafka_jars, kafka_broker_factory, seglog_bootstrap):

@@ -16,22 +16,19 @@ the principal may not DESCRIBE instead; ApiVersions is open to all, as in Kafka.
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
-import threading
 import uuid
 from types import SimpleNamespace
 
 import pytest
 
 from logcore.broker.api_versions import SERVED
-from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
-from logcore.broker.server import BrokerServer
 from logcore.records.batch import build_batch
 from logcore.security.acl import (AccessControlEntry, AclBinding, AclOperation as Op, AclPermissionType as P,
                                   ResourcePattern, ResourceType as R)
+from in_process_broker import InProcessBroker
 from logcore.wire.protocol import ZERO_UUID, build, decode_response, encode_request, parse_request, request_type
 
 AUTH_ERRORS = {29, 30, 31, 53}
@@ -153,41 +150,23 @@ FILTERED = {"ListGroups": ("groups", "group_id", GROUP), "ListTransactions": ("t
                                                                              "transactional_id", TXN)}
 
 
-class _LoopThread:
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     base = tmp_path_factory.mktemp("acl-table")
-    loop = _LoopThread()
-    config = BrokerConfig.from_props({
+    running = InProcessBroker({
         "listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(base / "logs"), "num.partitions": "1",
         "group.initial.rebalance.delay.ms": "0", "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         "super.users": "User:admin", "offsets.topic.num.partitions": "1",
-        "transaction.state.log.num.partitions": "1"}, source="test")
-    server = BrokerServer(config)
-    loop.run(server.start())
-    broker = server.broker
-    every = [R.TOPIC, R.GROUP, R.CLUSTER, R.TRANSACTIONAL_ID]
-    grants = [AclBinding(ResourcePattern(rt, "kafka-cluster" if rt == R.CLUSTER else "*"),
-                         AccessControlEntry(who, LOCAL if who == "User:alice" else "*", Op.ALL, P.ALLOW))
-              for rt in every for who in ("User:alice", "User:mallory")]
-    denials = [AclBinding(ResourcePattern(rt, "kafka-cluster" if rt == R.CLUSTER else "*"),
-                          AccessControlEntry("User:mallory", "*", Op.ALL, P.DENY)) for rt in every]
-    assert broker.authorizer.create(grants + denials) == [None] * (len(grants) + len(denials))
+        "transaction.state.log.num.partitions": "1"})
+    loop, broker = running.loop, running.broker
     try:
+        every = [R.TOPIC, R.GROUP, R.CLUSTER, R.TRANSACTIONAL_ID]
+        grants = [AclBinding(ResourcePattern(rt, "kafka-cluster" if rt == R.CLUSTER else "*"),
+                             AccessControlEntry(who, LOCAL if who == "User:alice" else "*", Op.ALL, P.ALLOW))
+                  for rt in every for who in ("User:alice", "User:mallory")]
+        denials = [AclBinding(ResourcePattern(rt, "kafka-cluster" if rt == R.CLUSTER else "*"),
+                              AccessControlEntry("User:mallory", "*", Op.ALL, P.DENY)) for rt in every]
+        assert broker.authorizer.create(grants + denials) == [None] * (len(grants) + len(denials))
         # the admin makes what the filtered lists should show: a topic, a group, a transactional id
         call(loop, broker, "User:admin", LOCAL, 19, 5, {"topics": [{"name": TOPIC, "num_partitions": 1,
                                                                      "replication_factor": 1}], "timeout": 5000})
@@ -197,8 +176,7 @@ def secured(tmp_path_factory):
                                                           "producer_id": -1, "producer_epoch": -1})
         yield loop, broker
     finally:
-        loop.run(server.stop())
-        loop.close()
+        running.stop()
 
 
 def call(loop, broker, principal: str, host: str, key: int, version: int, body: dict):

@@ -8,7 +8,8 @@ import pytest
 
 from logcore.broker.config import BrokerConfig
 from logcore.errors import InvalidConfigError
-from logcore.security.authenticator import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, SaslAuthenticator
+from logcore.security.authenticator import SaslAuthenticator
+from logcore.wire.error_codes import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM
 from logcore.security.jaas import parse_jaas
 from logcore.security.plain import PlainServer, plain_token
 from logcore.security.scram import SaslFailure, ScramClient, ScramServer

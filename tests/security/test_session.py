@@ -5,21 +5,18 @@ login, KIP-368 re-authentication, certificate reload, the listener's endpoints i
 Describe/AlterUserScramCredentials."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
 import ssl
 import struct
-import threading
 import time
 
 import pytest
 
 from secure_broker import PLAIN_MODULE, SCRAM_MODULE, jaas
 from pki import issue
-from logcore.broker.config import BrokerConfig
-from logcore.broker.server import BrokerServer
+from in_process_broker import InProcessBroker
 from logcore.security.client_security import ClientSecurity
 from logcore.security.scram_credential import salted_password
 from logcore.wire.client import KafkaConnection, KafkaConnectionError, KafkaError
@@ -28,27 +25,12 @@ from logcore.wire.protocol import encode_request
 REAUTH_MS = 1500
 
 
-class _LoopThread:
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, pki):
     base = tmp_path_factory.mktemp("session")
     keystore = base / "mtls-keystore.pem"          # rewritten by the reload test
     keystore.write_bytes(pki.broker_pem.read_bytes())
-    config = BrokerConfig.from_props({
+    running = InProcessBroker({
         "listeners": "PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0,SASL_SSL://127.0.0.1:0,REAUTH://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,MTLS:SSL,SASL_SSL:SASL_SSL,REAUTH:SASL_PLAINTEXT",
         "advertised.listeners": "SASL_SSL://localhost:0",
@@ -59,10 +41,8 @@ def served(tmp_path_factory, pki):
         "listener.name.mtls.ssl.keystore.location": str(keystore),
         "sasl.jaas.config": jaas(PLAIN_MODULE, user_alice="alice-secret", user_bob="bob-secret"),
         "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
-    }, source="test")
-    loop = _LoopThread()
-    server = BrokerServer(config)
-    loop.run(server.start())
+    })
+    server = running.server
     seen: list[tuple[str, str, str]] = []
     metadata = server.broker.handlers[3]
 
@@ -73,8 +53,7 @@ def served(tmp_path_factory, pki):
     try:
         yield server, seen, keystore
     finally:
-        loop.run(server.stop())
-        loop.close()
+        running.stop()
 
 
 def connect(server, listener: str, **props) -> KafkaConnection:
