@@ -131,7 +131,6 @@ class BrokerServer:
             await asyncio.to_thread(self.broker.open)
         except BaseException:
             self._close_servers()
-            logger.info("stopping: closing every log")
             await asyncio.to_thread(self.broker.close)
             self.broker = None
             if self.member is not None:
@@ -217,6 +216,7 @@ class BrokerServer:
                     await asyncio.wait_for(task, 5)
                 except (asyncio.TimeoutError, Exception):
                     pass
+            logger.info("stopping: closing every log")
             await asyncio.to_thread(self.broker.close)
             self.broker = None
         if member is not None:
