@@ -173,3 +173,43 @@ def test_kafka_reassign_tool_sets_and_clears_the_throttles(cluster, kafka_jars, 
     unbounded = str(2 ** 63 - 1)
     assert _described(ca, ResourceType.BROKER, "1") == {"leader.replication.throttled.rate": unbounded,
                                                         "follower.replication.throttled.rate": unbounded}
+
+
+def test_seglog_reassign_throttle_sets_and_verify_clears(cluster, tmp_path, capsys):
+    """`seglog reassign-partitions --execute --throttle` sets what Kafka's tool sets (the rates on
+    the move's brokers, the topic's throttled replicas: sources as leaders, new replicas as
+    followers); `--verify` says completed and clears them, `--preserve-throttles` keeps them."""
+    from logcore.tools.cli import main
+    ca = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    _create_and_fill(cluster, "ours", 200_000)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "ours", "partition": 0, "replicas": [1, 2]}]}))
+    args = ["reassign-partitions", "--bootstrap-server", cluster.bootstrap, "--reassignment-json-file", str(plan)]
+    capsys.readouterr()
+    assert main(args + ["--execute", "--throttle", str(RATE)]) == 0
+    out = capsys.readouterr().out
+    assert ("Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle"
+            f" is removed.\nThe inter-broker throttle limit was set to {RATE} B/s\n") in out
+    assert "Successfully started partition reassignment for ours-0" in out
+    assert _described(ca, ResourceType.TOPIC, "ours") == {"leader.replication.throttled.replicas": "0:1",
+                                                          "follower.replication.throttled.replicas": "0:2"}
+    for broker in (1, 2):
+        assert _described(ca, ResourceType.BROKER, str(broker)) == {
+            "leader.replication.throttled.rate": str(RATE), "follower.replication.throttled.rate": str(RATE)}
+
+    def completed() -> bool:
+        assert main(args + ["--verify", "--preserve-throttles"]) == 0
+        out = capsys.readouterr().out
+        assert "Clearing" not in out
+        return "Reassignment of partition ours-0 is completed." in out
+
+    cluster.wait_for(completed, 60, "the throttled move")
+    assert _described(ca, ResourceType.BROKER, "2")["follower.replication.throttled.rate"] == str(RATE)
+    assert main(args + ["--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "Clearing broker-level throttles on brokers 1,2,3\nClearing topic-level throttles on topic ours\n" in out
+    assert set(_described(ca, ResourceType.TOPIC, "ours").values()) <= {"", None}
+    unbounded = str(2 ** 63 - 1)
+    for broker in (1, 2):
+        assert _described(ca, ResourceType.BROKER, str(broker)) == {"leader.replication.throttled.rate": unbounded,
+                                                                    "follower.replication.throttled.rate": unbounded}
