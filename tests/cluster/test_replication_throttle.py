@@ -31,7 +31,7 @@ WINDOW_S = 2.5                      # the time the copy is measured over
 @pytest.fixture(scope="module")
 def cluster(zk_server, tmp_path_factory):
     # Small fetches and short quota windows, so the rates show within seconds.
-    props = {"min.insync.replicas": "1", "replica.fetch.max.bytes": "65536",
+    props = {"min.insync.replicas": "1", "replica.fetch.max.bytes": "65536", "metrics.listener": "http://127.0.0.1:0",
              "replication.quota.window.num": "2", "replication.quota.window.size.seconds": "1"}
     with SeglogCluster.running(tmp_path_factory.mktemp("rthrottle"), zk_server.connect_string + "/rthrottle",
                                size=3, props=props) as c:
@@ -54,6 +54,16 @@ def _create_and_fill(cluster, topic, size=SIZE):
         if i % 500 == 0:
             p.poll(0)
     assert p.flush(30) == 0
+
+
+def _byte_rate(broker, side: str) -> float:
+    """kafka_server_<side>replication_byte_rate from the broker's Prometheus endpoint."""
+    import re
+    import urllib.request
+    url = re.search(r"metrics endpoint on (http://\S+)", broker.log_text()).group(1)
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return float(re.search(rf"^kafka_server_{side}replication_byte_rate (\S+)$", text, re.M).group(1))
 
 
 def _bytes_on(broker, topic) -> int:
@@ -112,6 +122,12 @@ def test_throttled_reassignment_is_slower_and_finishes_when_lifted(cluster):
         _add_replica(admin, "lead", "follow")
         time.sleep(WINDOW_S)
         lead, follow = _bytes_on(cluster.brokers[2], "lead"), _bytes_on(cluster.brokers[2], "follow")
+        # the throttled traffic on the Prometheus endpoints (Kafka's LeaderReplication and
+        # FollowerReplication byte-rate): broker 1 sends "lead" throttled, broker 2 fetches "follow"
+        for broker, side in ((1, "leader"), (2, "follower")):
+            rate = _byte_rate(cluster.brokers[broker], side)
+            assert 0 < rate <= 3 * RATE, (broker, side, rate)
+        assert _byte_rate(cluster.brokers[3], "leader") == 0 == _byte_rate(cluster.brokers[3], "follower")
         assert free >= SIZE * 0.9, free
         for held in (lead, follow):
             # 200 KB/s over the measured span, plus the first window's burst, against a free copy
