@@ -69,6 +69,7 @@ class ZooKeeperSession:
         self._session_lost = False
         self._new_session_callbacks: list[Callable[[], None]] = []
         self._closing = False
+        self._logged_in = False          # a first login succeeded (a later refusal is logged)
         self.client.add_listener(self._on_state)
 
     def start(self) -> None:
@@ -107,6 +108,7 @@ class ZooKeeperSession:
         from kazoo.exceptions import AuthFailedError
         try:
             self.client.exists("/")
+            self._logged_in = True
         except AuthFailedError:
             self._closing = True
             self.client.stop()
@@ -155,6 +157,11 @@ class ZooKeeperSession:
         if self._closing:
             if state == KazooState.LOST:
                 logger.info("ZooKeeper session closed (%s)", self.hosts)
+        elif state == KazooState.LOST and self._auth_failed():
+            # kazoo stops reconnecting after a refused login: say why this broker is cut off
+            logger.error("ZooKeeper refused the SASL login of user %r (%s) on reconnecting (%s): this broker"
+                         " stays disconnected until restarted with a login the servers accept",
+                         self.login.username, self.login.origin, self.hosts)
         elif state == KazooState.LOST:
             self._session_lost = True
             logger.warning("ZooKeeper session expired (%s): ephemerals are gone", self.hosts)
@@ -163,6 +170,10 @@ class ZooKeeperSession:
         elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
             self.client.handler.spawn(self._after_new_session)
+
+    def _auth_failed(self) -> bool:
+        from kazoo.protocol.states import KeeperState
+        return self._logged_in and self.client.client_state == KeeperState.AUTH_FAILED
 
     def _after_new_session(self) -> None:
         for fn in list(self._new_session_callbacks):

@@ -139,3 +139,35 @@ def test_jaas_file_refusals(tmp_path):
     assert config.security.zookeeper_login.sasl_options() == {"mechanism": "DIGEST-MD5", "username": USER,
                                                               "password": PASSWORD}
     assert PASSWORD not in repr(config.security.zookeeper_login)
+
+
+def test_a_login_refused_on_reconnecting_is_logged(tmp_path, sasl_zookeeper, caplog):
+    """The servers stop accepting the broker's password (rotated there first): kazoo gives up
+    reconnecting, and the session says why instead of reporting a plain expiry. Last in this
+    module: it restarts the module's ZooKeeper with the old password back."""
+    import logging
+    import time
+
+    from zookeeper_reference import server_jaas
+    login = ZooKeeperLogin.from_file(str(client_jaas(tmp_path / "jaas.conf")), "Client", "test")
+    store = ZooKeeperStore(sasl_zookeeper.connect_string, session_timeout_ms=4000, connect_timeout_s=10,
+                           login=login, acls=SECURE)
+    store.start()
+    node = sasl_zookeeper.nodes[0]
+    try:
+        with caplog.at_level(logging.ERROR, logger="logcore.cluster.zookeeper_session"):
+            node.stop()
+            node.jaas.write_text(server_jaas({USER: "rotated"}))
+            node.start()
+            sasl_zookeeper.wait_serving()
+            deadline = time.monotonic() + 20
+            while "refused the SASL login of user 'kafka'" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.1)
+        assert "refused the SASL login of user 'kafka'" in caplog.text and "on reconnecting" in caplog.text
+        assert not store.connected
+    finally:
+        store.close()
+        node.stop()
+        node.jaas.write_text(server_jaas({USER: PASSWORD}))
+        node.start()
+        sasl_zookeeper.wait_serving()
