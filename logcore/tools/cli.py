@@ -507,6 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
     reassign.add_argument("--cancel", action="store_true",
                           help="cancel the file's reassignments in progress (back to the original replicas)")
     reassign.add_argument("--list", action="store_true", help="list the reassignments in progress")
+    _add_command_config(reassign, "client.id, request.timeout.ms")
     reassign.set_defaults(func=cmd_reassign_partitions)
 
     add_transactions_parser(sub)

@@ -24,6 +24,7 @@ import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
+from logcore.tools.client_properties import client_properties, client_security, timeout_s
 from logcore.tools.config_admin import ConfigAdmin
 from logcore.tools.kafka_admin import KafkaAdmin
 from logcore.tools.reassignment_throttle import VERIFY_WARNING, clear_throttles, move_map, set_throttle
@@ -51,13 +52,22 @@ def cmd_reassign_partitions(args, out: TextIO | None = None) -> int:
     if preserve and action != "verify":
         raise InvalidConfigError("--preserve-throttles applies with --verify only")
     plan = read_plan(args.reassignment_json_file) if action != "list" else {}
-    with KafkaAdmin(args.bootstrap_server, client_id="seglog-reassign-partitions") as admin:
+    props = client_properties(getattr(args, "command_config", None), None, (),
+                              command="seglog reassign-partitions", item_option="--command-config")
+    client_id, wait_s, security = props.get("client.id", "seglog-reassign-partitions"), timeout_s(props), \
+        client_security(props)
+
+    def configs() -> ConfigAdmin:
+        return ConfigAdmin(args.bootstrap_server, timeout_s=wait_s + 5, client_id=client_id, security=security)
+
+    with KafkaAdmin(args.bootstrap_server, client_id=client_id, timeout_ms=int(wait_s * 1000),
+                    security=security) as admin:
         if action == "list":
             return _list(admin, out)
         if action == "execute":
-            return _execute(admin, plan, args.additional, throttle, args.bootstrap_server, out)
+            return _execute(admin, plan, args.additional, throttle, configs, out)
         if action == "verify":
-            return _verify(admin, plan, None if preserve else args.bootstrap_server, out)
+            return _verify(admin, plan, None if preserve else configs, out)
         return _cancel(admin, plan, out)
 
 
@@ -85,7 +95,8 @@ def _current(admin: KafkaAdmin, parts) -> dict[tuple[str, int], list[int]]:
     return {tp: found[tp] for tp in parts}
 
 
-def _execute(admin: KafkaAdmin, plan, additional: bool, throttle: int, servers: str, out: TextIO) -> int:
+def _execute(admin: KafkaAdmin, plan, additional: bool, throttle: int, configs, out: TextIO) -> int:
+    """`configs()`: a ConfigAdmin on the same servers (the throttle's IncrementalAlterConfigs)."""
     in_progress = admin.list_partition_reassignments()
     if not additional and in_progress:
         raise KafkaError("Cannot execute because there is an existing partition assignment.  Use --additional"
@@ -97,17 +108,17 @@ def _execute(admin: KafkaAdmin, plan, additional: bool, throttle: int, servers: 
               "Save this to use as the --reassignment-json-file option during rollback\n")
     if throttle >= 0:
         out.write(f"{VERIFY_WARNING}\nThe inter-broker throttle limit was set to {throttle} B/s\n")
-        with ConfigAdmin(servers) as configs:
-            set_throttle(configs, move_map(in_progress, plan, current), throttle)
+        with configs() as config_admin:
+            set_throttle(config_admin, move_map(in_progress, plan, current), throttle)
     results = admin.alter_partition_reassignments(plan)
     _raise_refused("Error reassigning partition(s)", results)
     out.write(f"Successfully started partition reassignment{'' if len(plan) == 1 else 's'} for {_names(plan)}\n")
     return 0
 
 
-def _verify(admin: KafkaAdmin, plan, clear_on: str | None, out: TextIO) -> int:
-    """`clear_on`: the bootstrap servers to clear the throttles through once nothing of the plan
-    moves (None: --preserve-throttles)."""
+def _verify(admin: KafkaAdmin, plan, configs, out: TextIO) -> int:
+    """`configs()`: a ConfigAdmin to clear the throttles through once nothing of the plan moves
+    (None: --preserve-throttles)."""
     moving = admin.list_partition_reassignments()
     settled = _current(admin, [tp for tp in plan if tp not in moving]) if any(tp not in moving for tp in plan) else {}
     lines = ["Status of partition reassignment:"]
@@ -121,9 +132,9 @@ def _verify(admin: KafkaAdmin, plan, clear_on: str | None, out: TextIO) -> int:
             lines.append(f"There is no active reassignment of partition {name}, but replica set is"
                          f" {_ids(settled[tp])} rather than {_ids(plan[tp])}.")
     out.write("\n".join(lines) + "\n\n")
-    if clear_on is not None and not any(tp in moving for tp in plan):
-        with ConfigAdmin(clear_on) as configs:
-            clear_throttles(configs, admin.broker_ids(), plan, out)
+    if configs is not None and not any(tp in moving for tp in plan):
+        with configs() as config_admin:
+            clear_throttles(config_admin, admin.broker_ids(), plan, out)
     return 0
 
 
