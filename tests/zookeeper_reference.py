@@ -14,6 +14,11 @@ that readiness can be polled without a client library.
     cluster.nodes[0].pause(); ...resume()         # SIGSTOP / SIGCONT
     cluster.stop()
 
+    ZooKeeperCluster(tmp_dir, sasl_users={"kafka": "kafka-secret"})
+                                                  # SASL DIGEST-MD5 logins for these users (server
+                                                  # JAAS file, SASLAuthenticationProvider); clients
+                                                  # without a login still connect (znode ACLs decide)
+
 Where the jars live can be overridden with ZOOKEEPER_CLASSPATH (a java class path) and the JVM
 with JAVA (a path); `find_zookeeper()` raises ZooKeeperUnavailable with the reason otherwise,
 which the fixtures turn into a skip.
@@ -90,8 +95,15 @@ def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
         return ""
 
 
+def server_jaas(users: dict[str, str]) -> str:
+    """The `Server` section of a JAAS file: DIGEST-MD5 logins ZooKeeper accepts (user -> password)."""
+    options = " ".join(f'user_{u}="{p}"' for u, p in users.items())
+    return f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required {options};\n}};\n"
+
+
 class ZooKeeperNode:
-    def __init__(self, myid: int, base: Path, client_port: int, servers: list[str] | None):
+    def __init__(self, myid: int, base: Path, client_port: int, servers: list[str] | None,
+                 sasl_users: dict[str, str] | None = None):
         self.myid = myid
         self.dir = base / f"zk{myid}"
         self.data_dir = self.dir / "data"
@@ -106,6 +118,11 @@ class ZooKeeperNode:
         if servers:
             lines += ["initLimit=10", "syncLimit=5", *servers]
             (self.data_dir / "myid").write_text(f"{myid}\n")
+        self.jaas: Path | None = None
+        if sasl_users:
+            self.jaas = self.dir / "server_jaas.conf"
+            self.jaas.write_text(server_jaas(sasl_users))
+            lines.append("authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
         self.cfg.write_text("\n".join(lines) + "\n")
 
     @property
@@ -119,10 +136,11 @@ class ZooKeeperNode:
     def start(self) -> None:
         java, cp = find_zookeeper()
         log = open(self.log_path, "ab")
+        jaas = [f"-Djava.security.auth.login.config={self.jaas}"] if self.jaas else []
         self.proc = subprocess.Popen(
             [java, "-Xms16m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
              "-Xshare:auto", "-Dzookeeper.admin.enableServer=false",
-             "-Dzookeeper.root.logger=INFO,CONSOLE", "-Dzookeeper.console.threshold=INFO",
+             "-Dzookeeper.root.logger=INFO,CONSOLE", "-Dzookeeper.console.threshold=INFO", *jaas,
              "-cp", cp, MAIN_CLASS, str(self.cfg)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
@@ -180,7 +198,7 @@ class ZooKeeperNode:
 class ZooKeeperCluster:
     """A standalone server (size=1) or an ensemble of `size` servers on 127.0.0.1."""
 
-    def __init__(self, base: Path | str, size: int = 1):
+    def __init__(self, base: Path | str, size: int = 1, sasl_users: dict[str, str] | None = None):
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
         base = Path(base)
@@ -190,7 +208,7 @@ class ZooKeeperCluster:
         if size > 1:
             servers = [f"server.{i + 1}=127.0.0.1:{ports[size + 2 * i]}:{ports[size + 2 * i + 1]}"
                        for i in range(size)]
-        self.nodes = [ZooKeeperNode(i + 1, base, client_ports[i], servers) for i in range(size)]
+        self.nodes = [ZooKeeperNode(i + 1, base, client_ports[i], servers, sasl_users) for i in range(size)]
 
     @property
     def connect_string(self) -> str:

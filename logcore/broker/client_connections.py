@@ -193,6 +193,7 @@ class ClientConnections:
             raise
         if type(result) is ThrottledResponse:
             sending.mute(result.throttle_ms)
+            self._requests.throttled(api_key, result.throttle_ms)
             result = result.response
         self._requests.done(api_key, started, response_errors(result))
         return result
@@ -210,6 +211,7 @@ class ClientConnections:
             if isinstance(result, dict) and "throttle_time" in result:
                 result["throttle_time"] = max(throttle, result["throttle_time"] or 0)
             sending.mute(throttle)
+            self._requests.throttled(request.api_key, throttle)
         return result
 
     async def _rewritten(self, request, pending):

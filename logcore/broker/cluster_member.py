@@ -29,14 +29,17 @@ class ClusterMember:
 
     async def connect(self) -> None:
         from logcore.cluster.catalog import ZooKeeperCatalog
+        from logcore.cluster.znode_acls import znode_acls
         from logcore.cluster.zookeeper_store import ZooKeeperStore
 
         if not self.broker.root.storage.is_local:
             raise InvalidConfigError(
                 f"{self.config.source}: zookeeper.connect: a cluster member keeps its replicas on local"
                 f" disk; log.dirs={self.config.log_dir} is not a local folder")
+        security = self.config.security
         self.store = ZooKeeperStore(self.config["zookeeper.connect"],
-                                    session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
+                                    session_timeout_ms=self.config["zookeeper.session.timeout.ms"],
+                                    login=security.zookeeper_login, acls=znode_acls(security.zookeeper_set_acl))
         await asyncio.to_thread(self.store.start)
         catalog = ZooKeeperCatalog(self.store, replication_factor=self.config["default.replication.factor"])
         cluster_id = await asyncio.to_thread(self.store.cluster_id)

@@ -6,6 +6,11 @@ survive a suspension and nothing is redone. After LOST kazoo starts a new sessio
 nothing, so the callbacks given to `on_new_session` run then (the store re-registers the broker:
 a new czxid, a new broker epoch; the controller re-runs its election). The kazoo listener itself
 never blocks: the work runs on kazoo's callback thread via handler.spawn.
+
+With a ZooKeeper login (logcore.security.zookeeper_login) every connection authenticates with
+SASL DIGEST-MD5; kazoo reports the session connected before that exchange ends, so `start`
+waits for a first answer and a refused login fails the start with a clear error. The znodes the
+session creates get the ACLs of its policy (logcore.cluster.znode_acls).
 """
 from __future__ import annotations
 
@@ -13,8 +18,9 @@ import functools
 import logging
 from collections.abc import Callable
 
+from logcore.cluster.znode_acls import OPEN, ZnodeAcls, kazoo_client
 from logcore.cluster.znode_paths import PERSISTENT_PATHS
-from logcore.errors import CoordinatorUnavailableError
+from logcore.errors import CoordinatorUnavailableError, InvalidConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -48,17 +54,22 @@ def coordinator_errors(method):
 
 class ZooKeeperSession:
     """A kazoo client and its session. `hosts` is Kafka's zookeeper.connect: host:port[,host:port]
-    with an optional chroot suffix (`/seglog`)."""
+    with an optional chroot suffix (`/seglog`); `login` a ZooKeeperLogin (None: none), `acls` the
+    policy for the znodes it creates."""
 
-    def __init__(self, hosts: str, *, session_timeout_ms: int, connect_timeout_s: float):
-        from kazoo.client import KazooClient     # runtime dependency of the cluster store only
+    def __init__(self, hosts: str, *, session_timeout_ms: int, connect_timeout_s: float, login=None,
+                 acls: ZnodeAcls = OPEN):
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms
-        self.client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0)
+        self.login = login
+        self.acls = acls
+        self.client = kazoo_client(hosts, session_timeout_ms / 1000.0, acls,
+                                   login.sasl_options() if login is not None else None)
         self._connect_timeout = connect_timeout_s
         self._session_lost = False
         self._new_session_callbacks: list[Callable[[], None]] = []
         self._closing = False
+        self._logged_in = False          # a first login succeeded (a later refusal is logged)
         self.client.add_listener(self._on_state)
 
     def start(self) -> None:
@@ -71,8 +82,41 @@ class ZooKeeperSession:
             self.client.stop()
             raise CoordinatorUnavailableError(
                 f"zookeeper.connect={self.hosts}: no ZooKeeper answered within {self._connect_timeout:.0f} s") from None
+        if self.login is not None:
+            self._check_login()
+        if self.client.chroot and self.client.exists("/") is None:
+            self._create_chroot()
         for p in PERSISTENT_PATHS:
             self.client.ensure_path(p)
+
+    def _create_chroot(self) -> None:
+        """Create the chroot of zookeeper.connect, as Kafka does, with this session's ACL policy
+        (under zookeeper.set.acl a chroot anyone may write to would let anyone delete
+        /controller or /brokers), through a short session of its own outside the chroot."""
+        outside = kazoo_client(self.hosts.split("/", 1)[0], self.session_timeout_ms / 1000.0, self.acls,
+                               self.login.sasl_options() if self.login is not None else None)
+        outside.start(timeout=self._connect_timeout)
+        try:
+            outside.ensure_path(self.client.chroot)
+        finally:
+            outside.stop()
+            outside.close()
+        logger.info("created the chroot %s in ZooKeeper (%s ACLs)", self.client.chroot, self.acls.name)
+
+    def _check_login(self) -> None:
+        """Wait for the SASL exchange's outcome: the first request is answered only after it."""
+        from kazoo.exceptions import AuthFailedError
+        try:
+            self.client.exists("/")
+            self._logged_in = True
+        except AuthFailedError:
+            self._closing = True
+            self.client.stop()
+            self.client.close()
+            raise InvalidConfigError(
+                f"zookeeper.connect={self.hosts}: ZooKeeper refused the SASL DIGEST-MD5 login of user"
+                f" {self.login.username!r} ({self.login.origin}): wrong username or password, or the"
+                " servers do not accept SASL (authProvider.sasl)") from None
 
     def close(self) -> None:
         """End the session: its ephemerals go at once."""
@@ -113,6 +157,11 @@ class ZooKeeperSession:
         if self._closing:
             if state == KazooState.LOST:
                 logger.info("ZooKeeper session closed (%s)", self.hosts)
+        elif state == KazooState.LOST and self._auth_failed():
+            # kazoo stops reconnecting after a refused login: say why this broker is cut off
+            logger.error("ZooKeeper refused the SASL login of user %r (%s) on reconnecting (%s): this broker"
+                         " stays disconnected until restarted with a login the servers accept",
+                         self.login.username, self.login.origin, self.hosts)
         elif state == KazooState.LOST:
             self._session_lost = True
             logger.warning("ZooKeeper session expired (%s): ephemerals are gone", self.hosts)
@@ -121,6 +170,10 @@ class ZooKeeperSession:
         elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
             self.client.handler.spawn(self._after_new_session)
+
+    def _auth_failed(self) -> bool:
+        from kazoo.protocol.states import KeeperState
+        return self._logged_in and self.client.client_state == KeeperState.AUTH_FAILED
 
     def _after_new_session(self) -> None:
         for fn in list(self._new_session_callbacks):

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from logcore.cluster.admin_requests import AdminRequests
 from logcore.cluster.change_notices import config_changes
 from logcore.cluster.compare_and_set import WriteOutcome, classify_write, compare_and_set
+from logcore.cluster.znode_acls import OPEN, ZnodeAcls
 from logcore.cluster.znode_json import (NO_LEADER, BrokerRegistration, ControllerEpoch, LeaderAndIsr,
                                         TopicAssignment, controller_from_json, controller_json, dumps,
                                         loads, topic_config_from_json, topic_config_json)
@@ -45,11 +46,12 @@ logger = logging.getLogger(__name__)
 
 class ZooKeeperStore:
     """Cluster metadata in ZooKeeper. `hosts` is Kafka's zookeeper.connect: host:port[,host:port]
-    with an optional chroot suffix (`/seglog`)."""
+    with an optional chroot suffix (`/seglog`); `login` and `acls`: ZooKeeperSession's."""
 
-    def __init__(self, hosts: str, *, session_timeout_ms: int = 18000, connect_timeout_s: float = 15.0):
+    def __init__(self, hosts: str, *, session_timeout_ms: int = 18000, connect_timeout_s: float = 15.0,
+                 login=None, acls: ZnodeAcls = OPEN):
         self._session = ZooKeeperSession(hosts, session_timeout_ms=session_timeout_ms,
-                                         connect_timeout_s=connect_timeout_s)
+                                         connect_timeout_s=connect_timeout_s, login=login, acls=acls)
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms
         self.client = self._session.client        # the store's own: callers use its methods

@@ -16,6 +16,7 @@ from logcore.metrics.broker_state import BrokerStateCollector
 from logcore.metrics.cleaner_metrics import CleanerTotals
 from logcore.metrics.endpoint import MetricsEndpoint
 from logcore.metrics.remote_storage_metrics import RemoteStorageCollector
+from logcore.metrics.replication_throttle_metrics import ReplicationThrottleMetrics
 from logcore.metrics.request_metrics import RequestMetrics
 from logcore.metrics.topic_metrics import TopicMetrics
 
@@ -34,14 +35,19 @@ class BrokerMetrics:
         self.cleaner = CleanerTotals()
         self.endpoint: MetricsEndpoint | None = None
         self._state: BrokerStateCollector | None = None
+        self._throttles: ReplicationThrottleMetrics | None = None
 
     def watch(self, broker, *, controller=lambda: None, connections=lambda: {}, cleaner=None) -> None:
-        """Export the broker's state (broker_state.py) from now on; again: replaces it."""
-        if self._state is not None:
-            self.registry.unregister(self._state)
+        """Export the broker's state (broker_state.py) and its replication throttles' rates
+        from now on; again: replaces them."""
+        for collector in (self._state, self._throttles):
+            if collector is not None:
+                self.registry.unregister(collector)
         self._state = BrokerStateCollector(broker, self.cleaner, controller=controller,
                                            connections=connections, cleaner=cleaner)
         self.registry.register(self._state)
+        self._throttles = ReplicationThrottleMetrics(broker.replication_quotas)
+        self.registry.register(self._throttles)
 
     def add(self, collector) -> None:
         self.registry.register(collector)

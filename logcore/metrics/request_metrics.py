@@ -1,5 +1,9 @@
-"""Per-API request metrics: Kafka's RequestMetrics (RequestsPerSec, ErrorsPerSec, TotalTimeMs)
-as the JMX exporter names them.
+"""Per-API request metrics: Kafka's RequestMetrics (RequestsPerSec, ErrorsPerSec, TotalTimeMs,
+ThrottleTimeMs) as the JMX exporter names them.
+
+ThrottleTimeMs is Kafka's histogram of every request's quota throttle time (0 for most): exported
+as a count (the requests answered) and a sum (the throttle times, ms), so only a throttled
+request records anything.
 
 Counted once per request (never per partition or record) in plain Python numbers on the event
 loop's thread (no lock, no prometheus_client child on the hot path: about a quarter of a
@@ -10,7 +14,7 @@ from __future__ import annotations
 import bisect
 import time
 
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, SummaryMetricFamily
 
 from logcore.wire import api_keys, error_codes
 
@@ -57,6 +61,11 @@ class RequestMetrics:
     def __init__(self):
         self._stats: dict[int, _ApiStats] = {}
         self._errors: dict[tuple[int, int], int] = {}
+        self._throttle_ms: dict[int, float] = {}
+
+    def throttled(self, api_key: int, throttle_ms: float) -> None:
+        """A response that mutes its client's connection for `throttle_ms` (a client quota)."""
+        self._throttle_ms[api_key] = self._throttle_ms.get(api_key, 0.0) + throttle_ms
 
     def done(self, api_key: int, started: float, errors=()) -> None:
         """A request answered: `started` is its time.perf_counter() at arrival, `errors` the
@@ -86,6 +95,9 @@ class RequestMetrics:
         errors = CounterMetricFamily("kafka_network_requestmetrics_errors",
                                      "Error codes answered (other than NONE), by API and error",
                                      labels=["request", "error"])
+        throttle = SummaryMetricFamily("kafka_network_requestmetrics_throttletimems",
+                                       "Client quota throttle time of the requests answered, ms", labels=["request"])
+        throttled = dict(self._throttle_ms)
         for api_key, stats in sorted(dict(self._stats).items()):
             counts, total, cumulative = list(stats.buckets), stats.sum_ms, []
             running = 0
@@ -95,9 +107,10 @@ class RequestMetrics:
             name = api_name(api_key)
             requests.add_metric([name], running)
             latency.add_metric([name], cumulative, total)
+            throttle.add_metric([name], running, throttled.get(api_key, 0.0))
         for (api_key, code), n in sorted(dict(self._errors).items()):
             errors.add_metric([api_name(api_key), error_name(code)], n)
-        return [requests, errors, latency]
+        return [requests, errors, latency, throttle]
 
 
 def response_errors(body) -> list[int]:

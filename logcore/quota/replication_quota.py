@@ -60,6 +60,10 @@ class ReplicationQuota:
             return 0
         return self.sensor.throttle_ms(max(self.bound, 1), now_ms() if at_ms is None else at_ms)
 
+    def rate(self, at_ms: float | None = None) -> float:
+        """The throttled replicas' bytes per second now (Kafka's `byte-rate` of this direction)."""
+        return self.sensor.rate(now_ms() if at_ms is None else at_ms)
+
     def record(self, nbytes: int, at_ms: float | None = None) -> None:
         if nbytes > 0:
             self.sensor.record(nbytes, now_ms() if at_ms is None else at_ms)

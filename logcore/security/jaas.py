@@ -8,6 +8,9 @@
 On a broker, PlainLoginModule's `user_<name>="<password>"` options are the PLAIN users; the
 `username`/`password` options are what this broker logs in with on inter-broker connections
 (either module). A client's config names the user it logs in as.
+
+A JAAS *file* (Kafka's `java.security.auth.login.config`) holds named sections of such modules,
+`Client { <module> required key="value" ...; };`, with `//` and `/* */` comments.
 """
 from __future__ import annotations
 
@@ -90,3 +93,85 @@ def login_secrets(props: dict[str, str]) -> list[str]:
             continue
         out.extend(v for k, v in login.options.items() if k == "password" or k.startswith("user_"))
     return out
+
+
+def parse_jaas_file(text: str, where: str) -> dict[str, tuple[JaasConfig, ...]]:
+    """The sections of a JAAS file: {name: its login modules}; InvalidConfigError naming `where`
+    (never the text: it holds passwords)."""
+    sections: dict[str, tuple[JaasConfig, ...]] = {}
+    body = _strip_comments(text, where)
+    pos = 0
+    header = re.compile(r"\s*([A-Za-z0-9_.\-]+)\s*\{")
+    while body[pos:].strip():
+        m = header.match(body, pos)
+        if m is None:
+            raise InvalidConfigError(f"{where}: expected a section `Name {{ <LoginModule> required ...; }};`"
+                                     f" at character {pos + 1}")
+        name, end = m.group(1), _closing_brace(body, m.end(), where)
+        modules = [part.strip() + ";" for part in _split_unquoted(body[m.end():end], ";") if part.strip()]
+        if not modules:
+            raise InvalidConfigError(f"{where}: section {name} has no login module")
+        if name in sections:
+            raise InvalidConfigError(f"{where}: section {name} is given twice")
+        sections[name] = tuple(parse_jaas(mod, f"{where}: section {name}") for mod in modules)
+        tail = re.compile(r"\s*;").match(body, end + 1)
+        if tail is None:
+            raise InvalidConfigError(f"{where}: section {name} must end with }};")
+        pos = tail.end()
+    return sections
+
+
+def _strip_comments(text: str, where: str) -> str:
+    out, i, quoted = [], 0, False
+    while i < len(text):
+        c = text[i]
+        if quoted:
+            out.append(c)
+            if c == "\\" and i + 1 < len(text):
+                out.append(text[i + 1])
+                i += 1
+            elif c == '"':
+                quoted = False
+        elif c == '"':
+            quoted = True
+            out.append(c)
+        elif text.startswith("//", i):
+            i = text.find("\n", i)
+            if i < 0:
+                break
+            continue
+        elif text.startswith("/*", i):
+            close = text.find("*/", i + 2)
+            if close < 0:
+                raise InvalidConfigError(f"{where}: a /* comment is not closed")
+            i = close + 2
+            continue
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _closing_brace(body: str, start: int, where: str) -> int:
+    quoted = False
+    for i in range(start, len(body)):
+        c = body[i]
+        if c == '"' and (i == 0 or body[i - 1] != "\\"):
+            quoted = not quoted
+        elif c == "}" and not quoted:
+            return i
+    raise InvalidConfigError(f"{where}: a section is not closed by }};")
+
+
+def _split_unquoted(text: str, sep: str) -> list[str]:
+    parts, current, quoted = [], [], False
+    for i, c in enumerate(text):
+        if c == '"' and (i == 0 or text[i - 1] != "\\"):
+            quoted = not quoted
+        if c == sep and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(c)
+    parts.append("".join(current))
+    return parts

@@ -15,6 +15,7 @@ from logcore.log.config_key import ConfigKey, ConfigType, at_least, unknown_mess
 from logcore.security.jaas import MODULES, PLAIN_MODULE, JaasConfig, parse_jaas
 from logcore.security.listener import (DEFAULT_PROTOCOL_MAP, PLAINTEXT, PROTOCOLS, Listener, parse_listeners,
                                        protocol_map)
+from logcore.security.zookeeper_login import DEFAULT_SECTION, LOGIN_FILE_SETTING, SECTION_SETTING, ZooKeeperLogin
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 REFUSED_MECHANISMS = {
@@ -72,6 +73,14 @@ _GLOBAL = (
               " when inter.broker.listener.name is not set.", category="security"),
     ConfigKey("sasl.mechanism.inter.broker.protocol", ConfigType.STRING, "PLAIN", "The SASL mechanism brokers"
               " log in to each other with (Kafka's default, GSSAPI, is not supported).", category="security"),
+    ConfigKey(LOGIN_FILE_SETTING, ConfigType.STRING, "", "A JAAS file whose Client section is the SASL"
+              " DIGEST-MD5 login this broker gives ZooKeeper (Kafka's JVM property of that name);"
+              " empty: no ZooKeeper login.", category="security"),
+    ConfigKey(SECTION_SETTING, ConfigType.STRING, DEFAULT_SECTION, "The section of that JAAS file holding the"
+              " ZooKeeper login.", category="security"),
+    ConfigKey("zookeeper.set.acl", ConfigType.BOOLEAN, False, "true: every znode this broker creates is"
+              " writable only by the brokers' ZooKeeper login and readable by all (not /config/users,"
+              " /config/brokers: only by the brokers); needs the ZooKeeper login.", category="security"),
 )
 SECURITY_KEYS: dict[str, ConfigKey] = {k.name: k for k in _PER_LISTENER + _GLOBAL}
 _PER_LISTENER_NAMES = frozenset(k.name for k in _PER_LISTENER)
@@ -113,6 +122,8 @@ class SecurityConfig:
     inter_broker: str                              # the inter-broker listener's name
     inter_broker_mechanism: str
     by_listener: dict[str, ListenerSecurity]
+    zookeeper_login: ZooKeeperLogin | None = None    # SASL to ZooKeeper (a cluster member)
+    zookeeper_set_acl: bool = False                  # Kafka's zookeeper.set.acl
 
     @classmethod
     def from_props(cls, props: dict[str, str], listeners: tuple[str, ...], advertised: tuple[str, ...], *,
@@ -164,10 +175,31 @@ class SecurityConfig:
                     f"{where}: the inter-broker listener {inter} uses SASL {mechanism}: its sasl.jaas.config"
                     f" (listener.name.{inter.lower()}.{mechanism.lower()}.sasl.jaas.config) needs this broker's"
                     ' username="..." password="..."')
-        return cls(tuple(bound), advertised_all, inter, mechanism, by_listener)
+        zk_login, set_acl = _zookeeper_security(values, props, cluster, where)
+        return cls(tuple(bound), advertised_all, inter, mechanism, by_listener, zk_login, set_acl)
 
     def listener(self, name: str) -> ListenerSecurity:
         return self.by_listener[name]
+
+
+def _zookeeper_security(values: dict, props: dict[str, str], cluster: bool,
+                        where: str) -> tuple[ZooKeeperLogin | None, bool]:
+    for name in (LOGIN_FILE_SETTING, SECTION_SETTING, "zookeeper.set.acl"):
+        if name in props and not cluster:
+            raise InvalidConfigError(f"{where}: {name} is about the broker's ZooKeeper session: it needs"
+                                     " zookeeper.connect")
+    login = None
+    if values[LOGIN_FILE_SETTING]:
+        login = ZooKeeperLogin.from_file(values[LOGIN_FILE_SETTING], values[SECTION_SETTING].strip(), where)
+    elif SECTION_SETTING in props:
+        raise InvalidConfigError(f"{where}: {SECTION_SETTING} names a section of the JAAS file given by"
+                                 f" {LOGIN_FILE_SETTING}, which is not set")
+    if values["zookeeper.set.acl"] and login is None:
+        # Kafka refuses this too: ACLs naming no identity would lock the brokers out
+        raise InvalidConfigError(f"{where}: zookeeper.set.acl=true needs the brokers' ZooKeeper login:"
+                                 f" set {LOGIN_FILE_SETTING} to a JAAS file with a {DEFAULT_SECTION} section"
+                                 " (DigestLoginModule username/password)")
+    return login, values["zookeeper.set.acl"]
 
 
 def _listener_overrides(props: dict[str, str], names: list[str], where: str) -> dict[str, dict[str, str]]:

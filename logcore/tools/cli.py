@@ -62,6 +62,7 @@ or Apache Kafka), managed through the Kafka protocol with kafka-topics' flags an
 """
 _EXAMPLES_REASSIGN = """examples:
   seglog reassign-partitions --bootstrap-server 127.0.0.1:9092 --reassignment-json-file move.json --execute
+  seglog reassign-partitions --bootstrap-server 127.0.0.1:9092 --reassignment-json-file move.json --execute --throttle 10000000
   seglog reassign-partitions --bootstrap-server 127.0.0.1:9092 --reassignment-json-file move.json --verify
   seglog reassign-partitions --bootstrap-server 127.0.0.1:9092 --reassignment-json-file move.json --cancel
 
@@ -494,11 +495,19 @@ def build_parser() -> argparse.ArgumentParser:
                           help='{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3]}]}')
     reassign.add_argument("--execute", action="store_true", help="start the reassignments of the file")
     reassign.add_argument("--additional", action="store_true",
-                          help="with --execute: even while other reassignments are in progress")
+                          help="with --execute: even while other reassignments are in progress (also: change"
+                               " the throttle of an ongoing reassignment by resubmitting it)")
+    reassign.add_argument("--throttle", type=int, default=-1, metavar="BYTES_PER_SEC",
+                          help="with --execute: throttle the replication of the moving replicas to this rate"
+                               " (sets the brokers' leader/follower.replication.throttled.rate and the topics'"
+                               " *.replication.throttled.replicas); --verify removes them once done")
+    reassign.add_argument("--preserve-throttles", action="store_true",
+                          help="with --verify: leave the broker and topic throttles as they are")
     reassign.add_argument("--verify", action="store_true", help="say where the file's reassignments stand")
     reassign.add_argument("--cancel", action="store_true",
                           help="cancel the file's reassignments in progress (back to the original replicas)")
     reassign.add_argument("--list", action="store_true", help="list the reassignments in progress")
+    _add_command_config(reassign, "client.id, request.timeout.ms")
     reassign.set_defaults(func=cmd_reassign_partitions)
 
     add_transactions_parser(sub)

@@ -40,9 +40,11 @@ class DescribedConfig:
 
 
 class ConfigAdmin:
-    def __init__(self, servers: str, *, timeout_s: float = 35.0, option: str = "--bootstrap-server"):
-        self.conn: KafkaConnection = bootstrap(servers, timeout_s=timeout_s, client_id="seglog-configs",
-                                               windows=WINDOWS, option=option)
+    def __init__(self, servers: str, *, timeout_s: float = 35.0, option: str = "--bootstrap-server",
+                 client_id: str = "seglog-configs", security=None):
+        """`security`: a ClientSecurity (TLS, SASL) for this connection and those to the brokers."""
+        self.conn: KafkaConnection = bootstrap(servers, timeout_s=timeout_s, client_id=client_id,
+                                               windows=WINDOWS, option=option, security=security)
         self._nodes: dict[int, KafkaConnection] = {}
 
     def close(self) -> None:

@@ -102,6 +102,11 @@ class KafkaAdmin:
             response = self._controller.request(api_key, body)
         return response
 
+    def broker_ids(self) -> list[int]:
+        """The ids of the brokers Metadata lists (the live ones), sorted."""
+        body = self.conn.request(METADATA, {"topics": [], "allow_auto_topic_creation": False})
+        return sorted(int(b.node_id) for b in body.brokers)
+
     # ------------------------------------------------------------------ topics
     def list_topics(self) -> list[tuple[str, bool]]:
         """(name, internal) of every topic, sorted by name."""

@@ -12,8 +12,10 @@ as JSON to save for a rollback and `Successfully started partition reassignment(
 --verify prints `Status of partition reassignment:` and per partition `... is completed.`,
 `... is still in progress.` or `There is no active reassignment of partition T-P, but replica
 set is ... rather than ....`; --cancel reverts the listed partitions that are moving to their
-original replicas. --throttle is not offered here and --verify clears no throttles: the
-replication throttles (docs/quotas.md) are set with Kafka's tool or `seglog configs`. Refused partitions are listed with Kafka's error and exit status 1.
+original replicas. `--execute --throttle R` throttles the moving replicas' replication to R
+bytes/s before the moves start, and `--verify`, once none of the file's partitions moves, clears
+the throttles (unless --preserve-throttles), as Kafka's tool does (logcore.tools.reassignment_throttle).
+Refused partitions are listed with Kafka's error and exit status 1.
 """
 from __future__ import annotations
 
@@ -22,7 +24,10 @@ import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
+from logcore.tools.client_properties import client_properties, client_security, timeout_s
+from logcore.tools.config_admin import ConfigAdmin
 from logcore.tools.kafka_admin import KafkaAdmin
+from logcore.tools.reassignment_throttle import VERIFY_WARNING, clear_throttles, move_map, set_throttle
 from logcore.wire.client import KafkaError, error_name
 from logcore.wire.error_codes import NONE
 
@@ -38,14 +43,31 @@ def cmd_reassign_partitions(args, out: TextIO | None = None) -> int:
         raise InvalidConfigError(f"--{action} needs --reassignment-json-file")
     if args.additional and action != "execute":
         raise InvalidConfigError("--additional applies with --execute only")
+    throttle = getattr(args, "throttle", -1)
+    if throttle != -1 and action != "execute":
+        raise InvalidConfigError("--throttle applies with --execute only")
+    if throttle < -1:
+        raise InvalidConfigError(f"--throttle {throttle}: give a rate in bytes per second (at least 0)")
+    preserve = getattr(args, "preserve_throttles", False)
+    if preserve and action != "verify":
+        raise InvalidConfigError("--preserve-throttles applies with --verify only")
     plan = read_plan(args.reassignment_json_file) if action != "list" else {}
-    with KafkaAdmin(args.bootstrap_server, client_id="seglog-reassign-partitions") as admin:
+    props = client_properties(getattr(args, "command_config", None), None, (),
+                              command="seglog reassign-partitions", item_option="--command-config")
+    client_id, wait_s, security = props.get("client.id", "seglog-reassign-partitions"), timeout_s(props), \
+        client_security(props)
+
+    def configs() -> ConfigAdmin:
+        return ConfigAdmin(args.bootstrap_server, timeout_s=wait_s + 5, client_id=client_id, security=security)
+
+    with KafkaAdmin(args.bootstrap_server, client_id=client_id, timeout_ms=int(wait_s * 1000),
+                    security=security) as admin:
         if action == "list":
             return _list(admin, out)
         if action == "execute":
-            return _execute(admin, plan, args.additional, out)
+            return _execute(admin, plan, args.additional, throttle, configs, out)
         if action == "verify":
-            return _verify(admin, plan, out)
+            return _verify(admin, plan, None if preserve else configs, out)
         return _cancel(admin, plan, out)
 
 
@@ -73,21 +95,30 @@ def _current(admin: KafkaAdmin, parts) -> dict[tuple[str, int], list[int]]:
     return {tp: found[tp] for tp in parts}
 
 
-def _execute(admin: KafkaAdmin, plan, additional: bool, out: TextIO) -> int:
-    if not additional and admin.list_partition_reassignments():
+def _execute(admin: KafkaAdmin, plan, additional: bool, throttle: int, configs, out: TextIO) -> int:
+    """`configs()`: a ConfigAdmin on the same servers (the throttle's IncrementalAlterConfigs)."""
+    in_progress = admin.list_partition_reassignments()
+    if not additional and in_progress:
         raise KafkaError("Cannot execute because there is an existing partition assignment.  Use --additional"
                          " to override this and create a new partition assignment in addition to the existing"
-                         " one.")
+                         " one. The --additional flag can also be used to change the throttle by resubmitting"
+                         " the current reassignment.")
     current = _current(admin, list(plan))
     out.write(f"Current partition replica assignment\n\n{plan_json(current)}\n\n"
               "Save this to use as the --reassignment-json-file option during rollback\n")
+    if throttle >= 0:
+        out.write(f"{VERIFY_WARNING}\nThe inter-broker throttle limit was set to {throttle} B/s\n")
+        with configs() as config_admin:
+            set_throttle(config_admin, move_map(in_progress, plan, current), throttle)
     results = admin.alter_partition_reassignments(plan)
     _raise_refused("Error reassigning partition(s)", results)
     out.write(f"Successfully started partition reassignment{'' if len(plan) == 1 else 's'} for {_names(plan)}\n")
     return 0
 
 
-def _verify(admin: KafkaAdmin, plan, out: TextIO) -> int:
+def _verify(admin: KafkaAdmin, plan, configs, out: TextIO) -> int:
+    """`configs()`: a ConfigAdmin to clear the throttles through once nothing of the plan moves
+    (None: --preserve-throttles)."""
     moving = admin.list_partition_reassignments()
     settled = _current(admin, [tp for tp in plan if tp not in moving]) if any(tp not in moving for tp in plan) else {}
     lines = ["Status of partition reassignment:"]
@@ -101,6 +132,9 @@ def _verify(admin: KafkaAdmin, plan, out: TextIO) -> int:
             lines.append(f"There is no active reassignment of partition {name}, but replica set is"
                          f" {_ids(settled[tp])} rather than {_ids(plan[tp])}.")
     out.write("\n".join(lines) + "\n\n")
+    if configs is not None and not any(tp in moving for tp in plan):
+        with configs() as config_admin:
+            clear_throttles(config_admin, admin.broker_ids(), plan, out)
     return 0
 
 

@@ -31,7 +31,7 @@ WINDOW_S = 2.5                      # the time the copy is measured over
 @pytest.fixture(scope="module")
 def cluster(zk_server, tmp_path_factory):
     # Small fetches and short quota windows, so the rates show within seconds.
-    props = {"min.insync.replicas": "1", "replica.fetch.max.bytes": "65536",
+    props = {"min.insync.replicas": "1", "replica.fetch.max.bytes": "65536", "metrics.listener": "http://127.0.0.1:0",
              "replication.quota.window.num": "2", "replication.quota.window.size.seconds": "1"}
     with SeglogCluster.running(tmp_path_factory.mktemp("rthrottle"), zk_server.connect_string + "/rthrottle",
                                size=3, props=props) as c:
@@ -54,6 +54,16 @@ def _create_and_fill(cluster, topic, size=SIZE):
         if i % 500 == 0:
             p.poll(0)
     assert p.flush(30) == 0
+
+
+def _byte_rate(broker, side: str) -> float:
+    """kafka_server_<side>replication_byte_rate from the broker's Prometheus endpoint."""
+    import re
+    import urllib.request
+    url = re.search(r"metrics endpoint on (http://\S+)", broker.log_text()).group(1)
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return float(re.search(rf"^kafka_server_{side}replication_byte_rate (\S+)$", text, re.M).group(1))
 
 
 def _bytes_on(broker, topic) -> int:
@@ -112,6 +122,12 @@ def test_throttled_reassignment_is_slower_and_finishes_when_lifted(cluster):
         _add_replica(admin, "lead", "follow")
         time.sleep(WINDOW_S)
         lead, follow = _bytes_on(cluster.brokers[2], "lead"), _bytes_on(cluster.brokers[2], "follow")
+        # the throttled traffic on the Prometheus endpoints (Kafka's LeaderReplication and
+        # FollowerReplication byte-rate): broker 1 sends "lead" throttled, broker 2 fetches "follow"
+        for broker, side in ((1, "leader"), (2, "follower")):
+            rate = _byte_rate(cluster.brokers[broker], side)
+            assert 0 < rate <= 3 * RATE, (broker, side, rate)
+        assert _byte_rate(cluster.brokers[3], "leader") == 0 == _byte_rate(cluster.brokers[3], "follower")
         assert free >= SIZE * 0.9, free
         for held in (lead, follow):
             # 200 KB/s over the measured span, plus the first window's burst, against a free copy
@@ -173,3 +189,43 @@ def test_kafka_reassign_tool_sets_and_clears_the_throttles(cluster, kafka_jars, 
     unbounded = str(2 ** 63 - 1)
     assert _described(ca, ResourceType.BROKER, "1") == {"leader.replication.throttled.rate": unbounded,
                                                         "follower.replication.throttled.rate": unbounded}
+
+
+def test_seglog_reassign_throttle_sets_and_verify_clears(cluster, tmp_path, capsys):
+    """`seglog reassign-partitions --execute --throttle` sets what Kafka's tool sets (the rates on
+    the move's brokers, the topic's throttled replicas: sources as leaders, new replicas as
+    followers); `--verify` says completed and clears them, `--preserve-throttles` keeps them."""
+    from logcore.tools.cli import main
+    ca = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    _create_and_fill(cluster, "ours", 200_000)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "ours", "partition": 0, "replicas": [1, 2]}]}))
+    args = ["reassign-partitions", "--bootstrap-server", cluster.bootstrap, "--reassignment-json-file", str(plan)]
+    capsys.readouterr()
+    assert main(args + ["--execute", "--throttle", str(RATE)]) == 0
+    out = capsys.readouterr().out
+    assert ("Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle"
+            f" is removed.\nThe inter-broker throttle limit was set to {RATE} B/s\n") in out
+    assert "Successfully started partition reassignment for ours-0" in out
+    assert _described(ca, ResourceType.TOPIC, "ours") == {"leader.replication.throttled.replicas": "0:1",
+                                                          "follower.replication.throttled.replicas": "0:2"}
+    for broker in (1, 2):
+        assert _described(ca, ResourceType.BROKER, str(broker)) == {
+            "leader.replication.throttled.rate": str(RATE), "follower.replication.throttled.rate": str(RATE)}
+
+    def completed() -> bool:
+        assert main(args + ["--verify", "--preserve-throttles"]) == 0
+        out = capsys.readouterr().out
+        assert "Clearing" not in out
+        return "Reassignment of partition ours-0 is completed." in out
+
+    cluster.wait_for(completed, 60, "the throttled move")
+    assert _described(ca, ResourceType.BROKER, "2")["follower.replication.throttled.rate"] == str(RATE)
+    assert main(args + ["--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "Clearing broker-level throttles on brokers 1,2,3\nClearing topic-level throttles on topic ours\n" in out
+    assert set(_described(ca, ResourceType.TOPIC, "ours").values()) <= {"", None}
+    unbounded = str(2 ** 63 - 1)
+    for broker in (1, 2):
+        assert _described(ca, ResourceType.BROKER, str(broker)) == {"leader.replication.throttled.rate": unbounded,
+                                                                    "follower.replication.throttled.rate": unbounded}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 
 import pytest
 
@@ -29,9 +30,9 @@ def broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("quota")
     running = InProcessBroker({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(base / "logs"),
                                "num.partitions": "1", "quota.window.num": str(SAMPLES),
-                               "quota.window.size.seconds": "1"})
+                               "quota.window.size.seconds": "1", "metrics.listener": "http://127.0.0.1:0"})
     try:
-        yield running.host, running.port, base / "logs"
+        yield running.host, running.port, base / "logs", running.server
     finally:
         running.stop()
 
@@ -54,7 +55,7 @@ def _describe(conn, components, strict=False):
 
 
 def test_alter_and_describe_client_quotas(broker):
-    host, port, root = broker
+    host, port, root, _ = broker
     with KafkaConnection(host, port) as conn:
         assert _alter(conn, [("user", "alice"), ("client-id", None)], [("request_percentage", 50)]) == (0, None)
         assert _alter(conn, [("user", None)], [("producer_byte_rate", 4096)]) == (0, None)
@@ -137,7 +138,7 @@ def _consume_for(bootstrap: str, topic: str, client_id: str, seconds: float) -> 
 
 
 def test_producer_and_consumer_held_to_their_byte_rates(broker):
-    host, port, _ = broker
+    host, port, *_ = broker
     bootstrap = f"{host}:{port}"
     with KafkaConnection(host, port) as conn:
         assert _alter(conn, [("client-id", "slow")], [("producer_byte_rate", RATE),
@@ -161,8 +162,23 @@ def test_producer_and_consumer_held_to_their_byte_rates(broker):
             _alter(conn, [("client-id", "slow")], [("producer_byte_rate", None), ("consumer_byte_rate", None)])
 
 
+def _throttle_time(server) -> tuple[float, float]:
+    """(count, sum ms) of Metadata's kafka_network_requestmetrics_throttletimems, scraped over HTTP."""
+    from prometheus_client import parser
+    host, port = server.metrics.endpoint.address
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found = {s.name: s.value for family in parser.text_string_to_metric_families(text) for s in family.samples
+             if s.name.startswith("kafka_network_requestmetrics_throttletimems") and s.labels == {"request": "Metadata"}}
+    return (found.get("kafka_network_requestmetrics_throttletimems_count", 0.0),
+            found.get("kafka_network_requestmetrics_throttletimems_sum", 0.0))
+
+
 def test_request_percentage_throttles_and_mutes(broker):
-    host, port, _ = broker
+    """... and the throttle times answered are Kafka's RequestMetrics ThrottleTimeMs on the
+    broker's Prometheus endpoint."""
+    host, port, _, server = broker
+    count_before, sum_before = _throttle_time(server)
     with KafkaConnection(host, port, client_id="admin") as conn:
         assert _alter(conn, [("client-id", "busy")], [("request_percentage", 0.01)]) == (0, None)
     try:
@@ -178,6 +194,9 @@ def test_request_percentage_throttles_and_mutes(broker):
         assert elapsed >= 0.8 * sum(throttles[:-1])
         with KafkaConnection(host, port, client_id="other") as conn:
             assert conn.request(3, {"topics": []}).throttle_time.total_seconds() == 0
+        count_after, sum_after = _throttle_time(server)
+        assert count_after - count_before >= 4                # every Metadata answered counts, throttled or not
+        assert abs((sum_after - sum_before) - 1000 * sum(throttles)) <= 3, (sum_after - sum_before, throttles)
     finally:
         with KafkaConnection(host, port, client_id="admin") as conn:
             _alter(conn, [("client-id", "busy")], [("request_percentage", None)])

@@ -226,3 +226,26 @@ def test_seglog_cli_with_command_config(secure_broker, pki, tmp_path):
     done = seglog("topics", "--bootstrap-server", secure_broker.bootstrap("SASL_SSL"), "--command-config", str(scram),
                   "--list")
     assert done.returncode == 1 and "invalid credentials" in done.stderr.decode(), done.stderr.decode()
+
+
+def test_seglog_reassign_partitions_with_command_config(secure_broker, pki, tmp_path, capsys):
+    """`seglog reassign-partitions --command-config` over SASL_SSL: --list, and --verify clearing
+    the throttles with IncrementalAlterConfigs on the same secured connections."""
+    from logcore.tools.cli import main
+    props = tmp_path / "scram.properties"
+    props.write_text(f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki.ca_pem}\n"
+                     "sasl.mechanism=SCRAM-SHA-256\n"
+                     f"sasl.jaas.config={jaas(SCRAM_MODULE, username='scram256', password='s256-secret')}\n")
+    secured = ["--bootstrap-server", secure_broker.bootstrap("SASL_SSL"), "--command-config", str(props)]
+    assert main(["topics", *secured, "--create", "--topic", "reassign-secure", "--partitions", "1"]) == 0
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "reassign-secure", "partition": 0,
+                                                              "replicas": [0]}]}))
+    capsys.readouterr()
+    assert main(["reassign-partitions", *secured, "--list"]) == 0
+    assert capsys.readouterr().out == "No partition reassignments found.\n"
+    assert main(["reassign-partitions", *secured, "--reassignment-json-file", str(plan), "--verify"]) == 0
+    assert capsys.readouterr().out == ("Status of partition reassignment:\n"
+                                       "Reassignment of partition reassign-secure-0 is completed.\n\n"
+                                       "Clearing broker-level throttles on broker 0\n"
+                                       "Clearing topic-level throttles on topic reassign-secure\n")
