@@ -5,6 +5,7 @@ test -> PASSED / FAILED / SKIPPED per server. A long run (minutes per server), n
     python bench/librdkafka_suite.py [--version 2.15.0] [--targets kafka,kafka3,seglog,seglog3]
         [--tests 0001,0012,0103,...|general|transactions|all] [--seglog-tree DIR]
         [--scenario default|noautocreate] [--group-protocol classic|consumer] [--subtests NAME,...]
+        [--initial-rebalance-delay MS]
         [--full] [--timeout 600] [--source GIT_DIR] [--workdir DIR]
 
 (docs/compatibility.md has the measured table and why each failure fails.)
@@ -78,9 +79,13 @@ COMMON = {"num.partitions": "4", "group.initial.rebalance.delay.ms": "0"}
 # Kafka's ACL authorizer on the one-node reference, open to everyone until a test adds an ACL (0081
 # CreateAcls, 0109 kafka-acls.sh). Not on three KRaft nodes: over PLAINTEXT every principal is
 # ANONYMOUS, and the controllers' quorum only starts with its principal a super user, which would
-# make every client one too. seglog has no ACLs (it refuses these settings).
+# make every client one too. seglog's ZooKeeper-era AclAuthorizer, the same way open, on one broker
+# and three (the brokers' own requests need no ACL while the cluster resource has none); a seglog
+# tree without ACLs gets none (it would refuse the setting).
 KAFKA_ACLS = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "allow.everyone.if.no.acl.found": "true"}
+SEGLOG_ACLS = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+               "allow.everyone.if.no.acl.found": "true"}
 ONE_NODE = {"default.replication.factor": "1", "offsets.topic.replication.factor": "1"}
 THREE_NODES = {"default.replication.factor": "3", "offsets.topic.replication.factor": "3"}
 ONE_NODE_TXN = {"transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1",
@@ -221,6 +226,10 @@ def seglog_has_transactions(tree: Path) -> bool:
     return (tree / "logcore" / "coordinator" / "transaction_coordinator.py").exists()
 
 
+def seglog_has_acls(tree: Path) -> bool:
+    return (tree / "logcore" / "security" / "authorizer.py").exists()
+
+
 class KafkaTarget:
     """Apache Kafka (KRaft), one node or three."""
 
@@ -255,6 +264,8 @@ class SeglogBrokerTarget:
                  "offsets.topic.num.partitions": "3", **self.scenario, **ONE_NODE}
         if seglog_has_transactions(self.tree):
             props.update(ONE_NODE_TXN)
+        if seglog_has_acls(self.tree):
+            props.update(SEGLOG_ACLS)
         return props
 
     def start(self) -> str:
@@ -298,6 +309,8 @@ class SeglogClusterTarget:
         props = {**self.scenario, **THREE_NODES}
         if seglog_has_transactions(self.tree):
             props.update(THREE_NODES_TXN)
+        if seglog_has_acls(self.tree):
+            props.update(SEGLOG_ACLS)
         self.zk = ZooKeeperCluster(self.workdir / "zk", size=1)
         self.zk.start()
         self.cluster = SeglogCluster(self.workdir / "seglog", self.zk.connect_string, size=self.size, props=props)
@@ -488,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", default="default", choices=sorted(SCENARIOS),
                     help="librdkafka's test scenario: the servers' topic auto-creation; the runner skips "
                          "the tests of the other one")
+    ap.add_argument("--initial-rebalance-delay", type=int, default=0, metavar="MS",
+                    help="every server's group.initial.rebalance.delay.ms (default 0; Kafka's own default is "
+                         "3000): how long the first generation of a classic group waits for more members")
     ap.add_argument("--full", action="store_true", help="without librdkafka's quick mode (-Q)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds for one test-runner process")
     ap.add_argument("--group-protocol", default="classic", choices=("classic", "consumer"),
@@ -518,7 +534,9 @@ def main(argv: list[str] | None = None) -> int:
     tree = Path(args.seglog_tree).resolve()
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="librdkafka-suite-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    scenario = SCENARIOS[args.scenario]
+    if args.initial_rebalance_delay < 0:
+        ap.error("--initial-rebalance-delay must be 0 or more")
+    scenario = {**SCENARIOS[args.scenario], "group.initial.rebalance.delay.ms": str(args.initial_rebalance_delay)}
     options = Options(quick=not args.full, timeout=args.timeout, scenario=args.scenario,
                       group_protocol=args.group_protocol)
     subtests = [s.strip() for s in (args.subtests or "").split(",") if s.strip()]
@@ -538,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
                                     jars.version, workdir, options, subtests)
     print()
     print(f"librdkafka {args.version} test suite ({'full' if args.full else 'quick'} mode, scenario "
-          f"{args.scenario}, group protocol {args.group_protocol}), seglog tree "
+          f"{args.scenario}, group protocol {args.group_protocol}, initial rebalance delay "
+          f"{args.initial_rebalance_delay} ms), seglog tree "
           f"{tree.name}{' with' if seglog_has_transactions(tree) else ' without'} a transaction coordinator")
     print(table(columns))
     failures = [(label, r) for label, results in columns.items() for r in results

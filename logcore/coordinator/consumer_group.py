@@ -14,6 +14,11 @@ epoch with them pending revocation (UNREVOKED_PARTITIONS) and gets nothing new; 
 still owned by another member is withheld (UNRELEASED_PARTITIONS) until that member released it.
 The group's state follows: Empty (no member), Assigning (target behind the group epoch),
 Reconciling (a member not at the target epoch yet), Stable.
+
+Regular expressions: a member subscribes to topic names and/or one regex; the group holds what
+each regex it uses matched (`resolved`, written by the coordinator apart from heartbeats, as
+Kafka resolves them asynchronously). A member's topics are its names plus what its regex
+matched so far; a regex not resolved yet adds nothing.
 """
 from __future__ import annotations
 
@@ -63,6 +68,10 @@ class ConsumerGroup:
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)
     subscription_metadata: dict[str, CG.TopicMetadata] = field(default_factory=dict)
+    resolved: dict[str, CG.ResolvedRegex] = field(default_factory=dict)
+    # of the last resolution replayed (Kafka keeps them when a regex is deleted too)
+    last_resolution_ms: int = 0
+    last_resolution_version: int = -1
 
     @property
     def state(self) -> str:
@@ -87,8 +96,25 @@ class ConsumerGroup:
                 return m.member_epoch
         return -1
 
+    def member_topic_names(self, member: ConsumerMember) -> set[str]:
+        """The member's subscribed names and what its regex matched so far."""
+        names = set(member.metadata.subscribed_topic_names)
+        regex = regex_of(member)
+        if regex is not None and regex in self.resolved:
+            names |= self.resolved[regex].topics
+        return names
+
     def subscribed_names(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.metadata.subscribed_topic_names}
+        return {t for m in self.members.values() for t in self.member_topic_names(m)}
+
+    def subscribed_regexes(self) -> dict[str, int]:
+        """Each regex a member subscribes to, and how many members do."""
+        out: dict[str, int] = {}
+        for m in self.members.values():
+            regex = regex_of(m)
+            if regex is not None:
+                out[regex] = out.get(regex, 0) + 1
+        return out
 
     # ------------------------------------------------------------------ records
     def replay(self, key: ConsumerGroupKey, value) -> None:
@@ -97,6 +123,13 @@ class ConsumerGroup:
         if t == CG.GROUP_METADATA:
             if value is not None:
                 self.group_epoch = value
+        elif t == CG.REGULAR_EXPRESSION:
+            if value is None:
+                self.resolved.pop(key.regex, None)
+            else:
+                self.resolved[key.regex] = value
+                self.last_resolution_ms = value.timestamp_ms
+                self.last_resolution_version = value.version
         elif t == CG.PARTITION_METADATA:
             self.subscription_metadata = dict(value) if value is not None else {}
         elif t == CG.TARGET_ASSIGNMENT_METADATA:
@@ -125,6 +158,11 @@ class ConsumerGroup:
                     old, member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
                     state=value.state if value.state in MEMBER_STATE_NAMES else STABLE,
                     assigned=dict(value.assigned), pending_revocation=dict(value.pending_revocation))
+
+
+def regex_of(member: ConsumerMember) -> str | None:
+    """The member's regex; an empty one (librdkafka sends "" for none) is none, as in Kafka."""
+    return member.metadata.subscribed_topic_regex or None
 
 
 # ------------------------------------------------------------------------------ reconciliation

@@ -18,12 +18,22 @@ revoked. Every change is written as records (consumer_group_records) and applied
 written; the heartbeat is answered once they are acknowledged. A member that does not
 heartbeat for the session timeout, or does not revoke within its rebalance timeout, is fenced
 (removed; the group epoch bumps).
+
+Regular expressions are resolved apart from heartbeats, as Kafka does: a heartbeat that brings a
+regex new to the group is answered with the assignment of what the group already knows (its
+topic names, regexes resolved before); a task then matches the group's regexes against the
+topics (topic_regex: RE2 syntax, whole names), writes what each matched (record type 16) and
+bumps the group epoch if that changed a member's topics, so a later heartbeat assigns them.
+Regexes are resolved again when a topic was created since (or every
+`regex_refresh_interval_ms`), never twice within REGEX_MIN_REFRESH_MS for a group, and only
+when a heartbeat of the group comes in. A deleted topic leaves the assignment at the next
+heartbeat (the subscribed topics' metadata changes).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
+import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -32,13 +42,16 @@ from logcore.wire import error_codes as E
 from logcore.coordinator import assignors as A
 from logcore.coordinator import consumer_group_records as CG
 from logcore.coordinator.consumer_group import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-                                                UNREVOKED_PARTITIONS, ConsumerGroup, ConsumerMember, reconcile)
+                                                UNREVOKED_PARTITIONS, ConsumerGroup, ConsumerMember, reconcile,
+                                                regex_of)
 from logcore.coordinator.consumer_group_records import ConsumerGroupKey
+from logcore.coordinator.topic_regex import InvalidTopicRegex, compile_topic_regex, matching
 from logcore.errors import SegLogError
 
 logger = logging.getLogger(__name__)
 
 TIMER_CHECK_S = 0.25
+REGEX_MIN_REFRESH_MS = 10_000         # Kafka's: a group's regexes are resolved at most this often
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 # topic name -> (topic id, partition count): the topics of the cluster (or the broker) now
 TopicImage = dict[str, tuple[uuid.UUID, int]]
@@ -51,6 +64,7 @@ class ConsumerGroupSettings:
     session_timeout_ms: int = 45000
     max_size: int = 2 ** 31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")      # the first is the default
+    regex_refresh_interval_ms: int = 600_000               # Kafka's group.consumer.regex.refresh.interval.ms
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,11 @@ class ConsumerGroupCoordinator:
         self._revocations: dict[tuple[str, str], tuple[int, float]] = {}   # -> (epoch, deadline)
         self._timers: asyncio.Task | None = None
         self._fencing: set[asyncio.Task] = set()
+        self._resolving: dict[str, asyncio.Task] = {}            # group -> its regexes' resolution
+        # The topics seen last, and when (wall-clock ms) one was first seen that had not been:
+        # the version a resolution is of (Kafka's metadata image offset).
+        self._known_topics: frozenset[str] | None = None
+        self._topics_version = 0
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -99,6 +118,8 @@ class ConsumerGroupCoordinator:
     async def stop(self) -> None:
         if self._timers is not None:
             self._timers.cancel()
+        for task in list(self._resolving.values()):
+            task.cancel()
 
     def owns(self, group_id: str) -> bool:
         """Whether `group_id` is a consumer-protocol group here."""
@@ -176,12 +197,12 @@ class ConsumerGroupCoordinator:
                 raise invalid("InstanceId can't be null.")
         elif hb.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             raise invalid("MemberEpoch is invalid.")
-        if hb.subscribed_topic_regex is not None:
+        if hb.subscribed_topic_regex:
             try:
-                re.compile(hb.subscribed_topic_regex)
-            except re.error as exc:
-                raise HeartbeatError(E.INVALID_REGULAR_EXPRESSION,
-                                     f"SubscribedTopicRegex {hb.subscribed_topic_regex!r} is not valid: {exc}") from None
+                compile_topic_regex(hb.subscribed_topic_regex)
+            except InvalidTopicRegex as exc:
+                raise HeartbeatError(E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{hb.subscribed_topic_regex}`"
+                                     f" is not a valid regular expression: {exc}.") from None
         if hb.server_assignor is not None and hb.server_assignor not in self.settings.assignors:
             raise HeartbeatError(E.UNSUPPORTED_ASSIGNOR,
                                  f"ServerAssignor {hb.server_assignor} is not supported. Supported assignors: "
@@ -217,12 +238,22 @@ class ConsumerGroupCoordinator:
             hb.subscribed_topic_regex if hb.subscribed_topic_regex is not None else meta.subscribed_topic_regex,
             hb.rebalance_timeout_ms if hb.rebalance_timeout_ms != -1 else meta.rebalance_timeout_ms,
             hb.server_assignor if hb.server_assignor is not None else meta.server_assignor)
-        bump = False
+        image = self._image()
+        # A new group starts at epoch 1; a member's subscription bumps it when its names change
+        # or when what it subscribes to resolves to other topics (a regex new to the group
+        # resolves later: its bump comes then).
+        bump = group.group_epoch == 0
         if updated_meta != meta or member_id not in group.members:
+            before = group.member_topic_names(member) if member_id in group.members else set()
+            old_regex = regex_of(member)
+            last_of_old = old_regex is not None and group.subscribed_regexes().get(old_regex) == 1
             self._apply(group, records, ConsumerGroupKey(CG.MEMBER_METADATA, group.group_id, member_id), updated_meta)
-            bump = (updated_meta.subscribed_topic_names != meta.subscribed_topic_names
-                    or updated_meta.subscribed_topic_regex != meta.subscribed_topic_regex)
-        bump = self._refresh_metadata(group, records) or bump
+            new_regex = regex_of(group.members[member_id])
+            if new_regex != old_regex and last_of_old and old_regex in group.resolved:
+                self._apply(group, records, _regex_key(group.group_id, old_regex), None)
+            bump = (bump or updated_meta.subscribed_topic_names != meta.subscribed_topic_names
+                    or group.member_topic_names(group.members[member_id]) != before)
+        bump = self._refresh_metadata(group, records, image) or bump
         if bump:
             self._apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, group.group_id), group.group_epoch + 1)
             logger.info("group %s: epoch %d", group.group_id, group.group_epoch)
@@ -246,6 +277,7 @@ class ConsumerGroupCoordinator:
         code = await self._write(group, records)
         if code != E.NONE:
             raise HeartbeatError(code)
+        self._maybe_resolve(group)
         full = joining or (hb.rebalance_timeout_ms != -1 and hb.subscribed_topic_names is not None
                            and hb.owned is not None)
         response = {"throttle_time": 0, "error_code": E.NONE, "error_message": None, "member_id": member_id,
@@ -306,27 +338,71 @@ class ConsumerGroupCoordinator:
         _check_epoch(static, hb)
         return static
 
-    def _refresh_metadata(self, group: ConsumerGroup, records: list[Record]) -> bool:
+    def _refresh_metadata(self, group: ConsumerGroup, records: list[Record], image: TopicImage) -> bool:
         """Write the subscribed topics' metadata when it changed; whether it did."""
-        wanted = self._subscription_metadata(group)
+        names = group.subscribed_names()
+        wanted = {n: CG.TopicMetadata(image[n][0], n, image[n][1]) for n in sorted(names) if n in image}
         if wanted == group.subscription_metadata:
             return False
         self._apply(group, records, ConsumerGroupKey(CG.PARTITION_METADATA, group.group_id), wanted)
         return True
 
-    def _subscription_metadata(self, group: ConsumerGroup) -> dict[str, CG.TopicMetadata]:
-        image = self.topics()
-        names = set(group.subscribed_names())
-        for pattern in {m.metadata.subscribed_topic_regex for m in group.members.values()} - {None}:
-            names |= _matching(pattern, image)
-        return {n: CG.TopicMetadata(image[n][0], n, image[n][1]) for n in sorted(names) if n in image}
-
     def _member_topics(self, group: ConsumerGroup, member: ConsumerMember) -> frozenset[uuid.UUID]:
         meta = group.subscription_metadata
-        names = set(member.metadata.subscribed_topic_names)
-        if member.metadata.subscribed_topic_regex is not None:
-            names |= _matching(member.metadata.subscribed_topic_regex, {n: None for n in meta})
-        return frozenset(meta[n].topic_id for n in names if n in meta)
+        return frozenset(meta[n].topic_id for n in group.member_topic_names(member) if n in meta)
+
+    def _image(self) -> TopicImage:
+        """The topics now; a name not seen before moves the topic version on."""
+        image = self.topics()
+        names = frozenset(image)
+        if self._known_topics is None or names - self._known_topics:
+            self._topics_version = _wall_ms()
+        self._known_topics = names
+        return image
+
+    # ------------------------------------------------------------------ regular expressions
+    def _maybe_resolve(self, group: ConsumerGroup) -> None:
+        """Start resolving the group's regexes if one is not resolved yet, a topic appeared
+        since, or the refresh interval passed (Kafka's conditions); at most every
+        REGEX_MIN_REFRESH_MS, one resolution of a group at a time."""
+        gid = group.group_id
+        regexes = group.subscribed_regexes()
+        if not regexes or gid in self._resolving:
+            return
+        now = _wall_ms()
+        if now <= group.last_resolution_ms + REGEX_MIN_REFRESH_MS:
+            return
+        if (any(r not in group.resolved for r in regexes) or group.last_resolution_version < self._topics_version
+                or now > group.last_resolution_ms + self.settings.regex_refresh_interval_ms):
+            task = asyncio.get_running_loop().create_task(self._resolve(group))
+            self._resolving[gid] = task
+            task.add_done_callback(lambda _t: self._resolving.pop(gid, None))
+
+    async def _resolve(self, group: ConsumerGroup) -> None:
+        """Match the group's regexes against the topics now and write what each matched; the
+        group epoch bumps when that changes a member's topics."""
+        gid = group.group_id
+        if self.groups.get(gid) is not group:
+            return                                  # unloaded, or deleted, since
+        image = self._image()
+        now = _wall_ms()
+        records: list[Record] = []
+        changed = []
+        for regex in sorted(group.subscribed_regexes()):
+            try:
+                topics = frozenset(matching(regex, image, INTERNAL_TOPICS))
+            except InvalidTopicRegex as exc:        # refused at the heartbeat: only from an old record
+                logger.error("group %s: regular expression %r ignored: %s", gid, regex, exc)
+                continue
+            old = group.resolved.get(regex)
+            if (old.topics if old is not None else frozenset()) != topics:
+                changed.append(regex)
+            self._apply(group, records, _regex_key(gid, regex), CG.ResolvedRegex(topics, self._topics_version, now))
+        if self._refresh_metadata(group, records, image) or changed:
+            self._apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, gid), group.group_epoch + 1)
+            logger.info("group %s: epoch %d (regular expressions %s resolved to other topics)", gid,
+                        group.group_epoch, ", ".join(changed) or "unchanged; topic metadata")
+        await self._write(group, records)
 
     def assignor_of(self, group: ConsumerGroup) -> str:
         """The group's assignor: the one most of its members ask for, else the default."""
@@ -395,9 +471,13 @@ class ConsumerGroupCoordinator:
         self._revocations.pop((gid, member_id), None)
 
     def _fence(self, group: ConsumerGroup, member: ConsumerMember, records: list[Record]) -> None:
-        """Remove the member; the group epoch bumps (the next heartbeat reassigns)."""
+        """Remove the member, and its regex's resolution if no member is left subscribed to it;
+        the group epoch bumps (the next heartbeat reassigns)."""
         self._remove(group, member.member_id, records)
-        self._refresh_metadata(group, records)
+        regex = regex_of(member)
+        if regex is not None and regex in group.resolved and regex not in group.subscribed_regexes():
+            self._apply(group, records, _regex_key(group.group_id, regex), None)
+        self._refresh_metadata(group, records, self._image())
         self._apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, group.group_id), group.group_epoch + 1)
 
     async def _run_timers(self) -> None:
@@ -453,6 +533,8 @@ class ConsumerGroupCoordinator:
         if group.members:
             return False
         records: list[Record] = []
+        for regex in sorted(group.resolved):
+            self._apply(group, records, _regex_key(group_id, regex), None)
         for t in (CG.TARGET_ASSIGNMENT_METADATA, CG.PARTITION_METADATA, CG.GROUP_METADATA):
             self._apply(group, records, ConsumerGroupKey(t, group_id), None)
         code = await self._write(group, records)
@@ -536,9 +618,12 @@ def _check_epoch(member: ConsumerMember, hb: Heartbeat) -> None:
                                  f" ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
 
 
-def _matching(pattern: str, names) -> set[str]:
-    regex = re.compile(pattern)
-    return {n for n in names if n not in INTERNAL_TOPICS and regex.fullmatch(n)}
+def _regex_key(group_id: str, regex: str) -> ConsumerGroupKey:
+    return ConsumerGroupKey(CG.REGULAR_EXPRESSION, group_id, regex=regex)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _rebalance_s(member: ConsumerMember) -> float:

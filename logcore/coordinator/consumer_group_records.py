@@ -12,6 +12,9 @@ version (0) then flexible fields (compact strings and arrays, 16-byte topic ids,
   type 7  ConsumerGroupTargetAssignmentMember   (group, member) -> the member's target partitions
   type 8  ConsumerGroupCurrentMemberAssignment  (group, member) -> member epoch, previous epoch,
                                                                state, assigned and pending revocation
+  type 16 ConsumerGroupRegularExpression   (group, regex)   -> the topics it matched, the version
+                                                               of the topics it was matched against,
+                                                               when (ms)
 
 A null value (tombstone) removes what the key names. Kafka 4.1 also writes a metadata hash as a
 tagged field of type 3 instead of type 4 records; both read here (the tag is skipped), and this
@@ -23,7 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from logcore.coordinator import record_fields as F
-from logcore.coordinator.record_fields import I8, I16, I32, RecordReader
+from logcore.coordinator.record_fields import I8, I16, I32, I64, RecordReader
 
 GROUP_METADATA = 3
 PARTITION_METADATA = 4
@@ -31,8 +34,9 @@ MEMBER_METADATA = 5
 TARGET_ASSIGNMENT_METADATA = 6
 TARGET_ASSIGNMENT_MEMBER = 7
 CURRENT_MEMBER_ASSIGNMENT = 8
+REGULAR_EXPRESSION = 16
 KEY_TYPES = frozenset({GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA, TARGET_ASSIGNMENT_METADATA,
-                       TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT})
+                       TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT, REGULAR_EXPRESSION})
 _MEMBER_KEYS = frozenset({MEMBER_METADATA, TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT})
 VALUE_VERSION = 0
 
@@ -42,10 +46,12 @@ Assignment = dict[uuid.UUID, frozenset[int]]
 
 @dataclass(frozen=True)
 class ConsumerGroupKey:
-    """The key of a consumer-group record: its type, the group, and the member (types 5, 7, 8)."""
+    """The key of a consumer-group record: its type, the group, and the member (types 5, 7, 8)
+    or the regular expression (type 16)."""
     type: int
     group: str
     member: str | None = None
+    regex: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,15 @@ class MemberMetadata:
 
 
 @dataclass(frozen=True)
+class ResolvedRegex:
+    """What a group's regular expression matched: topic names, the version of the topics seen
+    (the coordinator's topic image version) and when (wall-clock ms)."""
+    topics: frozenset[str]
+    version: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
 class CurrentAssignment:
     member_epoch: int
     previous_member_epoch: int
@@ -82,6 +97,8 @@ def key(k: ConsumerGroupKey) -> bytes:
     out = I16.pack(k.type) + F.string(k.group)
     if k.type in _MEMBER_KEYS:
         out += F.string(k.member or "")
+    elif k.type == REGULAR_EXPRESSION:
+        out += F.string(k.regex or "")
     return out
 
 
@@ -120,6 +137,11 @@ def target_member_value(a: Assignment) -> bytes:
     return _value(_assignment(a))
 
 
+def resolved_regex_value(r: ResolvedRegex) -> bytes:
+    return _value(F.compact_array([F.compact_string(t) for t in sorted(r.topics)]), I64.pack(r.version),
+                  I64.pack(r.timestamp_ms))
+
+
 def current_assignment_value(c: CurrentAssignment) -> bytes:
     return _value(I32.pack(c.member_epoch), I32.pack(c.previous_member_epoch), I8.pack(c.state),
                   _assignment(c.assigned), _assignment(c.pending_revocation))
@@ -131,7 +153,8 @@ def parse_key(r: RecordReader, record_type: int) -> ConsumerGroupKey:
     """The rest of a key whose int16 type `r` has read."""
     group = r.nullable_string() or ""
     member = (r.nullable_string() or "") if record_type in _MEMBER_KEYS else None
-    return ConsumerGroupKey(record_type, group, member)
+    regex = (r.nullable_string() or "") if record_type == REGULAR_EXPRESSION else None
+    return ConsumerGroupKey(record_type, group, member, regex)
 
 
 def _read_assignment(r: RecordReader) -> Assignment:
@@ -147,7 +170,7 @@ def _read_assignment(r: RecordReader) -> Assignment:
 
 def parse_value(record_type: int, value: bytes, where: str):
     """The value of a record of `record_type`: an int epoch (types 3, 6), {name: TopicMetadata}
-    (4), MemberMetadata (5), an Assignment (7) or CurrentAssignment (8)."""
+    (4), MemberMetadata (5), an Assignment (7), CurrentAssignment (8) or ResolvedRegex (16)."""
     r = RecordReader(value, where)
     r.i16()                                     # the version: 0 is the only one
     if record_type in (GROUP_METADATA, TARGET_ASSIGNMENT_METADATA):
@@ -181,6 +204,9 @@ def parse_value(record_type: int, value: bytes, where: str):
     if record_type == CURRENT_MEMBER_ASSIGNMENT:
         epoch, previous, state = r.i32(), r.i32(), r.i8()
         return CurrentAssignment(epoch, previous, state, _read_assignment(r), _read_assignment(r))
+    if record_type == REGULAR_EXPRESSION:
+        topics = frozenset(r.compact_string() for _ in range(F.read_compact_array_length(r)))
+        return ResolvedRegex(topics, r.i64(), r.i64())
     raise ValueError(f"record type {record_type} is not a consumer-group record")
 
 
@@ -200,4 +226,6 @@ def encode_value(record_type: int, value) -> bytes | None:
         return target_member_value(value)
     if record_type == CURRENT_MEMBER_ASSIGNMENT:
         return current_assignment_value(value)
+    if record_type == REGULAR_EXPRESSION:
+        return resolved_regex_value(value)
     raise ValueError(f"record type {record_type} is not a consumer-group record")

@@ -5,7 +5,7 @@ Two kinds of records share the compacted topic, told apart by the key's version:
   metadata, commit timestamp); a null value (tombstone) forgets the offset;
 - group metadata: key v2 (group) -> value v3 (protocol type, generation, protocol, leader,
   state timestamp, members).
-- consumer-protocol (KIP-848) group records: key versions 3..8 (consumer_group_records).
+- consumer-protocol (KIP-848) group records: key versions 3..8 and 16 (consumer_group_records).
 A group lives in partition abs(java hashCode(group id)) % offsets.topic.num.partitions, as in
 Kafka, so a root written by this broker reads the same way in Kafka's tools.
 """
@@ -98,7 +98,7 @@ class GroupKey:
 
 def parse_key(key: bytes, where: str) -> OffsetKey | GroupKey | CG.ConsumerGroupKey | None:
     """The key of a record of the topic; None for a key version this broker does not know.
-    Versions 3..8 are the consumer-protocol group records (consumer_group_records)."""
+    Versions 3..8 and 16 are the consumer-protocol group records (consumer_group_records)."""
     r = RecordReader(key, where)
     version = r.i16()
     if version in (0, 1):

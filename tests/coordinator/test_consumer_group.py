@@ -1,9 +1,10 @@
 """The consumer group protocol's parts without a broker: the record codec (Kafka's layout of
-record types 3..8), the server assignors (uniform: balanced then sticky; range: Kafka's ranges),
+record types 3..8 and 16), topic regexes in RE2 syntax, the server assignors (uniform: balanced then sticky; range: Kafka's ranges),
 and the reconciliation of members (a partition reaches its new owner only once the old one has
 revoked it)."""
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -14,6 +15,7 @@ from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator.consumer_group import (STABLE, UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS,
                                                 ConsumerGroup, reconcile)
 from logcore.coordinator.consumer_group_records import ConsumerGroupKey
+from logcore.coordinator.topic_regex import InvalidTopicRegex, compile_topic_regex, matching
 
 T1 = uuid.UUID(int=1)
 T2 = uuid.UUID(int=2)
@@ -27,6 +29,15 @@ def test_keys_are_kafka_record_types():
     assert CG.key(ConsumerGroupKey(CG.GROUP_METADATA, "g")) == b"\x00\x03\x00\x01g"
     assert OT.parse_key(k, "here") == ConsumerGroupKey(8, "g", "m")
     assert OT.parse_key(b"\x00\x06\x00\x01g", "here") == ConsumerGroupKey(6, "g", None)
+    regex = CG.key(ConsumerGroupKey(CG.REGULAR_EXPRESSION, "g", regex="t.*"))
+    assert regex == b"\x00\x10" + b"\x00\x01g" + b"\x00\x03t.*"
+    assert OT.parse_key(regex, "here") == ConsumerGroupKey(16, "g", regex="t.*")
+
+
+def test_resolved_regex_value_layout():
+    # version 0, compact array of compact strings, int64 version, int64 timestamp, no tags
+    assert CG.resolved_regex_value(CG.ResolvedRegex(frozenset({"b", "a"}), 3, 9)) == \
+        b"\x00\x00" + b"\x03" + b"\x02a" + b"\x02b" + (3).to_bytes(8, "big") + (9).to_bytes(8, "big") + b"\x00"
 
 
 def test_group_epoch_value_layout():
@@ -43,6 +54,8 @@ def test_group_epoch_value_layout():
     (CG.TARGET_ASSIGNMENT_MEMBER, {T1: frozenset({0, 2}), T2: frozenset({5})}),
     (CG.CURRENT_MEMBER_ASSIGNMENT, CG.CurrentAssignment(4, 3, UNREVOKED_PARTITIONS, {T1: frozenset({1})},
                                                         {T2: frozenset({0, 3})})),
+    (CG.REGULAR_EXPRESSION, CG.ResolvedRegex(frozenset({"t1", "t2"}), 1795965471273, 1795965474378)),
+    (CG.REGULAR_EXPRESSION, CG.ResolvedRegex(frozenset(), -1, 0)),
 ])
 def test_values_round_trip(record_type, value):
     data = CG.encode_value(record_type, value)
@@ -53,6 +66,43 @@ def test_tagged_fields_are_skipped():
     # Kafka 4.1 adds MetadataHash as tag 0 of the group metadata value.
     data = b"\x00\x00" + b"\x00\x00\x00\x05" + b"\x01" + b"\x00\x08" + b"\x00" * 8
     assert CG.parse_value(CG.GROUP_METADATA, data, "test") == 5
+
+
+# ------------------------------------------------------------------------------ topic regexes
+
+@pytest.mark.parametrize("pattern,python", [
+    ("^.*topic_regex.*", "^.*topic_regex.*"),
+    ("(^a.*)|(^b.*)", "(^a.*)|(^b.*)"),           # librdkafka joins its regexes so
+    ("a+?b{2,3}", "a+?b{2,3}"),
+    (r"\Qa.b\E.*", r"a\.b.*"),
+    (r"x\z", r"x\Z"),
+    ("(?<n>ab)", "(?P<n>ab)"),
+    ("(?i)ab", "(?i)ab"),
+    ("[[:digit:]_]+", "[0-9_]+"),
+    ("[]a]", r"[\]a]"),
+    ("x}+", "x}+"),
+])
+def test_re2_patterns_translate(pattern, python):
+    assert compile_topic_regex(pattern).pattern == python
+
+
+@pytest.mark.parametrize("pattern,why", [
+    ("t[", "missing closing ]"), ("a(?=b)", "lookahead"), ("a(?<!b)", "negative lookbehind"),
+    (r"(a)\1", "backreference"), ("(?P=n)", "backreference"), ("(?>a)", "atomic group"), ("a*+", "possessive"),
+    ("a{2}+", "possessive"), (r"a\Z", r"\Z"), (r"\pL", "Unicode"), ("(?x)a", "flag x"), ("(?U)a", "ungreedy"),
+    ("(?#c)", "comment"), ("[[:^alpha:]]", "negated"),
+])
+def test_what_re2_refuses_is_refused(pattern, why):
+    with pytest.raises(InvalidTopicRegex, match=re.escape(why)):
+        compile_topic_regex(pattern)
+
+
+def test_regex_matches_whole_names():
+    names = ["topic_a", "xtopic_regex1", "topic_regex2", "__consumer_offsets"]
+    assert matching("^.*topic_regex.*", names) == {"xtopic_regex1", "topic_regex2"}
+    assert matching("topic", names) == set()
+    assert matching(".*", names, excluded={"__consumer_offsets"}) == set(names) - {"__consumer_offsets"}
+    assert matching(r"\Qtopic_a\E", names) == {"topic_a"}
 
 
 # ------------------------------------------------------------------------------ assignors

@@ -181,6 +181,8 @@ def test_heartbeat_errors(conn):
     assert r.error_code == E.INVALID_REQUEST and "MemberId" in r.error_message
     assert heartbeat(conn, "g2", "m", 0, topics=["t"], owned=[]).error_code == E.INVALID_REQUEST   # no timeout
     assert join(conn, "g2", "m", regex="t[").error_code == E.INVALID_REGULAR_EXPRESSION
+    r = join(conn, "g2", "m", regex="t(?=x)")             # a lookahead: not RE2, Kafka refuses it too
+    assert r.error_code == E.INVALID_REGULAR_EXPRESSION and "lookahead" in r.error_message
     assert heartbeat(conn, "nogroup", "m", 3).error_code == E.GROUP_ID_NOT_FOUND
     assert heartbeat(conn, "g2", "m", -3).error_code == E.INVALID_REQUEST
     assert join(conn, "g2", "m").error_code == E.NONE
@@ -196,10 +198,27 @@ def test_heartbeat_errors(conn):
 
 
 def test_regex_subscription(conn):
+    """A regex new to the group is resolved after the heartbeat that brought it (Kafka's
+    asynchronous resolution): the first answer assigns the literal topic only, a later one
+    (after the group epoch bumped) the regex's topics too."""
     ids = topic_ids(conn)
-    r = join(conn, "g3", "x", topics=(), regex="[tu]")
-    assert r.error_code == E.NONE
-    assert assigned(r) == {ids["t"]: [0, 1, 2, 3], ids["u"]: [0, 1]}
+    r = join(conn, "g3", "x", topics=("u",), regex="[t]")
+    assert (r.error_code, r.member_epoch, assigned(r)) == (E.NONE, 1, {ids["u"]: [0, 1]})
+    owned = [(ids["u"], [0, 1])]
+    answers = [r]
+
+    def regex_assigned() -> bool:
+        answers.append(heartbeat(conn, "g3", "x", answers[-1].member_epoch, owned=owned))
+        return answers[-1].assignment is not None
+    assert wait_until(regex_assigned, timeout=10), answers
+    assert (answers[-1].member_epoch, assigned(answers[-1])) == (2, {ids["u"]: [0, 1], ids["t"]: [0, 1, 2, 3]})
+    d = describe(conn, "g3")
+    assert (d.group_epoch, d.members[0].subscribed_topic_regex) == (2, "[t]")
+    # an empty regex (librdkafka's "none") subscribes to nothing more; the regex's topic goes
+    r = heartbeat(conn, "g3", "x", 2, topics=["u"], regex="", owned=owned + [(ids["t"], [0, 1, 2, 3])])
+    assert (r.error_code, r.member_epoch, assigned(r)) == (E.NONE, 2, {ids["u"]: [0, 1]})    # revoke t first
+    r = heartbeat(conn, "g3", "x", 2, owned=owned)
+    assert (r.member_epoch, describe(conn, "g3").group_epoch) == (3, 3)
 
 
 def test_static_member_rejoins_without_rebalance(conn):
@@ -260,6 +279,38 @@ def test_librdkafka_consumers(broker):
     assert sum(committed.values()) == 40
 
 
+def test_librdkafka_regex_subscription(broker):
+    """librdkafka (group.protocol=consumer) subscribed to a regex and a topic name, as Kafka
+    serves it: the name's partitions first, the regex's in a later assignment (resolved after
+    the heartbeat); a topic created later that matches is assigned at the next resolution (at
+    most every 10 s), a deleted one leaves the assignment at the next heartbeat."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+    create(broker, "rx-a", 2)
+    create(broker, "lit", 1)
+    assigns: list[list] = []
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "rx", "group.protocol": "consumer",
+                  "topic.metadata.refresh.interval.ms": 1000})
+    c.subscribe(["^rx-.*", "lit"], on_assign=lambda _c, ps: assigns.append(sorted((p.topic, p.partition) for p in ps)))
+
+    def assignment_holds(wanted) -> bool:
+        c.poll(0.1)
+        return wanted(sorted((p.topic, p.partition) for p in c.assignment()))
+    try:
+        assert wait_until(lambda: assignment_holds(lambda a: len(a) == 3), timeout=15), (assigns, c.assignment())
+        assert assigns[:2] == [[("lit", 0)], [("rx-a", 0), ("rx-a", 1)]], assigns
+        started = time.monotonic()
+        create(broker, "rx-b", 1)
+        assert wait_until(lambda: assignment_holds(lambda a: ("rx-b", 0) in a), timeout=25), (assigns, c.assignment())
+        assert time.monotonic() - started < 20
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})       # must outlive the future
+        admin.delete_topics(["rx-a"])["rx-a"].result(15)
+        assert wait_until(lambda: assignment_holds(lambda a: a == [("lit", 0), ("rx-b", 0)]), timeout=15), \
+            c.assignment()
+    finally:
+        c.close()
+
+
 def test_group_is_restored_after_a_kill(broker, conn):
     t = topic_ids(conn)["t"]
     r = join(conn, "g6", "k")
@@ -293,13 +344,15 @@ def test_settings_are_checked():
 
 
 def test_kafka_dump_tool_reads_the_records(broker, kafka_jars):
-    """Kafka 4.1.1's DumpLogSegments decodes the group's records (Kafka's own record types)."""
-    from logcore.coordinator.offsets_topic import partition_for
-    p = partition_for("g1", int(SETTINGS["offsets.topic.num.partitions"]))
-    segments = sorted((broker.root / f"__consumer_offsets-{p}").glob("*.log"))
+    """Kafka 4.1.1's DumpLogSegments decodes the groups' records (Kafka's own record types), the
+    resolved regular expressions (type 16) included."""
+    segments = sorted(broker.root.glob("__consumer_offsets-*/*.log"))
     out = kafka_jars.run_tool("kafka.tools.DumpLogSegments",
                               ["--files", ",".join(map(str, segments)), "--offsets-decoder", "--print-data-log"])
     assert out.returncode == 0, out.stderr[-2000:]
     types = {int(t) for t in re.findall(r'key: \{"type":"(\d+)","data":\{"groupId":"g1"', out.stdout)}
     assert types >= {3, 4, 5, 6, 7, 8}, out.stdout[-3000:]
     assert '"memberId":"a"' in out.stdout and '"assignmentEpoch":2' in out.stdout
+    assert re.search(r'key: \{"type":"16","data":\{"groupId":"g3","regularExpression":"\[t\]"\}\} '
+                     r'payload: \{"version":"0","data":\{"topics":\["t"\]', out.stdout), \
+        [ln for ln in out.stdout.splitlines() if '"type":"16"' in ln]

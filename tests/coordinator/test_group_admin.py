@@ -19,7 +19,7 @@ from logcore.wire import error_codes as E
 RETENTION_MS = 60_000
 
 
-def _open(path):
+def _open(path, initial_delay_ms: int = 0):
     root = LogRoot.open(str(path), create=True)
     for name in ("data", "other"):
         if name not in root.list_topics():
@@ -31,7 +31,7 @@ def _open(path):
         if OT.TOPIC not in pm.topics:
             root.create_topic(OT.TOPIC, 3, {"cleanup.policy": "compact"})
             pm.open_topic(root.describe_topic(OT.TOPIC))
-    gc = GroupCoordinator(pm, ensure, num_partitions=3, initial_delay_ms=0, min_session_ms=10,
+    gc = GroupCoordinator(pm, ensure, num_partitions=3, initial_delay_ms=initial_delay_ms, min_session_ms=10,
                           max_session_ms=60_000, offsets_retention_ms=RETENTION_MS, retention_check_ms=3_600_000)
     clock = [1_000_000]
     gc.admin.clock_ms = lambda: clock[0]
