@@ -35,6 +35,7 @@ WARM_MODULES = ("logcore.tools.cli",)
 POLICY_ENV = "SEGLOG_TEST_BROKER_START"
 _VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)     # pytest changes it for every test phase
 _MAX_MESSAGE = 1 << 20
+_MAX_SPAWNERS = 3                            # idle ones beyond this are closed
 
 
 def _policy() -> str:
@@ -96,6 +97,7 @@ class _Spawner:
         self._lock = threading.Condition()
         self._spawned: dict[int, int | str] = {}     # request id -> pid, or the error text
         self._exits: dict[int, int] = {}             # pid -> exit code (Popen's convention)
+        self._pids: list[int] = []                   # every child it started
         self._gone = False
         self._next = 0
         threading.Thread(target=self._read, name="broker-spawner-reader", daemon=True).start()
@@ -122,6 +124,11 @@ class _Spawner:
     def alive(self) -> bool:
         return not self._gone and self.proc.poll() is None
 
+    def idle(self) -> bool:
+        """No child of it is still running (closing it would kill none)."""
+        with self._lock:
+            return all(pid in self._exits for pid in self._pids)
+
     def spawn(self, args: list[str], module_args: list[str], fds: list[int], cwd: str,
               env: dict[str, str], stdout) -> SpawnedProcess:
         with self._lock:
@@ -136,6 +143,8 @@ class _Spawner:
             raise RuntimeError("the broker spawner did not answer (it exited or hangs)")
         if isinstance(answer, str):
             raise OSError(f"the broker spawner could not start {args}: {answer}")
+        with self._lock:
+            self._pids.append(answer)
         return SpawnedProcess(self, answer, args, stdout)
 
     def exit_code(self, pid: int, timeout: float | None) -> int | None:
@@ -171,6 +180,11 @@ def _spawner_for(env: dict[str, str]) -> _Spawner:
     with _SPAWNERS_LOCK:
         spawner = _SPAWNERS.get(key)
         if spawner is None or not spawner.alive():
+            # each spawner holds an interpreter with the CLI imported: keep few of them
+            for old_key, old in list(_SPAWNERS.items()):
+                if len(_SPAWNERS) >= _MAX_SPAWNERS and old.idle():
+                    old.close()
+                    del _SPAWNERS[old_key]
             spawner = _SPAWNERS[key] = _Spawner(stable)
         return spawner
 
