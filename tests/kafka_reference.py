@@ -307,6 +307,55 @@ def server_properties(node_id: int, port: int, controller_port: int, log_dirs: P
     return props
 
 
+class _FormattedDirs:
+    """What kafka-storage format wrote for one single-node configuration, kept for this process:
+    a broker of the same settings gets a copy with a meta.properties of its own (its cluster id,
+    new directory ids), which is all format varies between runs (bootstrap.checkpoint holds the
+    feature levels; only its timestamps and CRCs differ), instead of a format JVM each time."""
+
+    # settings that name this broker's ports and folders: the same for the format's output
+    _PLACES = ("listeners", "advertised.listeners", "controller.quorum.voters", "log.dirs", "metadata.log.dir")
+
+    def __init__(self) -> None:
+        self._templates: dict[tuple, Path] = {}
+
+    def _key(self, broker: "KafkaBroker", overrides: dict[str, str] | None) -> tuple | None:
+        if any(k in self._PLACES for k in (overrides or {})):
+            return None                      # other folders or voters: format as given
+        props = server_properties(1, 0, 0, Path("data"), Path("metadata"), overrides)
+        return (broker.jars.version, str(broker.jars.folder), tuple(sorted(props.items())))
+
+    def keep(self, broker: "KafkaBroker", overrides: dict[str, str] | None) -> None:
+        key = self._key(broker, overrides)
+        if key is None or key in self._templates:
+            return
+        import atexit
+        import tempfile
+        template = Path(tempfile.mkdtemp(prefix="seglog-kafka-format-"))
+        atexit.register(shutil.rmtree, template, True)
+        for name, src in (("data", broker.log_dirs), ("metadata", broker.metadata_dir)):
+            shutil.copytree(src, template / name)
+        self._templates[key] = template
+
+    def copy_formatted(self, broker: "KafkaBroker", overrides: dict[str, str] | None) -> bool:
+        key = self._key(broker, overrides)
+        template = self._templates.get(key) if key is not None else None
+        if template is None or not template.is_dir():
+            return False
+        for name, dest in (("data", broker.log_dirs), ("metadata", broker.metadata_dir)):
+            shutil.copytree(template / name, dest)
+            meta = dest / "meta.properties"
+            fields = dict(line.split("=", 1) for line in meta.read_text().splitlines()
+                          if "=" in line and not line.startswith("#"))
+            fields["cluster.id"] = broker.cluster_id
+            fields["directory.id"] = random_cluster_id()
+            meta.write_text("#\n" + "".join(f"{k}={v}\n" for k, v in fields.items()))
+        return True
+
+
+_FORMATS = _FormattedDirs()
+
+
 @dataclass
 class KafkaBroker:
     """A running Apache Kafka (KRaft, combined roles) that this process started."""
@@ -340,11 +389,18 @@ class KafkaBroker:
         broker = cls(jars, workdir, workdir / "data", workdir / "metadata", free_port(), free_port(),
                      cluster_id or random_cluster_id())
         broker.write_config(overrides)
-        fmt = jars.run_tool(jars.storage_tool, ["format", "-t", broker.cluster_id, "-c", str(broker.config_path),
-                                                "--ignore-formatted"], timeout=120)
+        if _FORMATS.copy_formatted(broker, overrides):
+            return broker
+        broker.format()
+        _FORMATS.keep(broker, overrides)
+        return broker
+
+    def format(self) -> None:
+        """kafka-storage format of the log dirs (a JVM of its own, ~2 s)."""
+        fmt = self.jars.run_tool(self.jars.storage_tool, ["format", "-t", self.cluster_id, "-c", str(self.config_path),
+                                                          "--ignore-formatted"], timeout=120)
         if fmt.returncode != 0:
             raise KafkaUnavailable(f"kafka-storage format failed ({fmt.returncode}): {fmt.stderr[-2000:]}")
-        return broker
 
     def write_config(self, overrides: dict[str, str] | None = None) -> None:
         props = server_properties(1, self.port, self.controller_port, self.log_dirs, self.metadata_dir, overrides)
@@ -369,7 +425,7 @@ class KafkaBroker:
                                        f"{self._tail()}")
             if self._log_since(offset).find(_STARTED_LINE) >= 0 and self._port_answers():
                 return self
-            time.sleep(0.2)
+            time.sleep(0.05)
         self.stop(signal.SIGKILL)
         raise KafkaUnavailable(f"Kafka did not start within {timeout:.0f}s: {self._tail()}")
 

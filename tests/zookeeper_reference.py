@@ -233,7 +233,7 @@ class ZooKeeperCluster:
                 return live[modes.index("leader")]
             if time.monotonic() > deadline:
                 raise ZooKeeperUnavailable(f"no quorum after {timeout:.0f} s: modes {modes}")
-            time.sleep(0.2)
+            time.sleep(0.05)          # a srvr probe is one loopback connection
 
     def wait_serving(self, timeout: float = 60.0, nodes=None) -> None:
         """Wait until each node (all, or `nodes`) answers `srvr` with a serving mode."""
@@ -251,7 +251,7 @@ class ZooKeeperCluster:
                 raise ZooKeeperUnavailable(
                     f"ZooKeeper node(s) {[n.myid for n in pending]} not serving after {timeout:.0f} s:\n"
                     + pending[0].log_tail())
-            time.sleep(0.2)
+            time.sleep(0.05)          # a srvr probe is one loopback connection
 
     def leader(self) -> ZooKeeperNode | None:
         for n in self.nodes:

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+import broker_spawner  # noqa: E402
 START_TIMEOUT = 30
 
 
@@ -71,9 +73,11 @@ def _start_factory(base: Path, started: list):
         conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         err = base / f"broker-{counter[0]}.stderr"
         with open(err, "wb") as err_file:
-            proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                                    stdout=subprocess.PIPE, stderr=err_file, env=_env(), cwd=base,
-                                    preexec_fn=preexec_fn)
+            # forked from an interpreter with the CLI imported (tests/broker_spawner.py); with a
+            # preexec_fn, a fresh process
+            proc = broker_spawner.popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
+                                        stdout=subprocess.PIPE, stderr=err_file, env=_env(), cwd=base,
+                                        preexec_fn=preexec_fn)
         broker = RunningBroker(proc, root, "", 0, err)
         started.append(broker)
         deadline = time.monotonic() + START_TIMEOUT

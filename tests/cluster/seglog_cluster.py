@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import broker_spawner
 from zookeeper_reference import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,8 +62,10 @@ class Broker:
         self._log_start = out.tell()        # this run's lines start here
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "connector"),
                                                              os.environ.get("PYTHONPATH", "")])}
-        self.proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(config)],
-                                     stdout=out, stderr=subprocess.STDOUT, cwd=str(self.dir), env=env)
+        # Forked from an interpreter that has the CLI imported (broker_spawner.py): the same
+        # command, ~1.5 CPU seconds less per start.
+        self.proc = broker_spawner.popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(config)],
+                                         stdout=out, stderr=subprocess.STDOUT, cwd=str(self.dir), env=env)
         out.close()
         self.paused = False
         if wait:
