@@ -163,7 +163,13 @@ def test_batch_write_produces_to_every_leader(spark, cluster):
     df = spark.range(n).selectExpr("CAST(id AS STRING) AS key", "CAST(concat('v', id) AS BINARY) AS value")
     (df.write.format("seglog").option("kafka.bootstrap.servers", cluster.bootstrap)
      .option("topic", topic).mode("append").save())
+    # The write's transactions are committed when save() returns; their markers (which move the
+    # LSO a read_committed consumer stops at) follow in the background, as in Kafka.
+    deadline = time.monotonic() + 30
     got = consume_all(cluster, topic, 6)
+    while len(got) < n and time.monotonic() < deadline:
+        time.sleep(0.2)
+        got = consume_all(cluster, topic, 6)
     values = [v for _p, _o, _k, v in got]
     assert len(values) == n and set(values) == {b"v%d" % i for i in range(n)}
     assert {p for p, _o, _k, _v in got} == set(range(6))        # keyed rows reach every partition
