@@ -621,8 +621,9 @@ class Broker:
                 exc = fut.exception()
                 if exc is None:
                     info = fut.result()
+                    log = part.log_if_open or part.log   # the log just appended to: no pin needed
                     result = ProduceResult(index, E.NONE, info.first_offset, info.log_append_time,
-                                           part.log.log_start_offset)
+                                           log.log_start_offset)
                 elif isinstance(exc, SegLogError):
                     code = E.error_code(exc)
                     logger.info("produce to %s-%d rejected (%s): %s", part.topic, part.index, code, exc)

@@ -119,12 +119,12 @@ class ClientConnections:
             return True
         if self.broker.quotas.active or type(result) is ThrottledResponse:
             result = self._charged(request, started, result, sending)
-        if result is None or not inspect.isawaitable(result):
-            self._requests.done(PRODUCE, started, response_errors(result))
-        if result is None:
-            return True
-        if inspect.isawaitable(result):
+        # bytes: the usual answer, committed already (isawaitable is an ABC check)
+        if type(result) is not bytes and result is not None and inspect.isawaitable(result):
             queue.put_nowait((request, asyncio.ensure_future(self._timed(PRODUCE, started, result, sending))))
+            return True
+        self._requests.done(PRODUCE, started, response_errors(result))
+        if result is None:
             return True
         item = (request, result)
         if not sending.busy and queue.empty() and not conn.write_paused:

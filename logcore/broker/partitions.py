@@ -438,7 +438,8 @@ class PartitionManager:
         if part.closed:
             fut.set_exception(ConnectionAbortedError(f"{part.topic}-{part.index} was closed"))
             return fut
-        if self.log_dir_failure.all_failed:      # stopping: nothing more is written
+        failure = self.log_dir_failure
+        if failure.offline and failure.all_failed:      # stopping: nothing more is written
             try:
                 self.log_dir_failure.check_online(f"{part.topic}-{part.index}")
             except LogDirOfflineError as exc:

@@ -48,6 +48,7 @@ class ClientAppend:
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
         self._compact = config.compact
+        self._log_append_time = log.log_append_time()
         self._validator = LogValidator(log.topic, log.partition, config)     # a client batch's checks
         self._nonblocking = False                   # inside append_and_commit_nowait
 
@@ -56,6 +57,7 @@ class ClientAppend:
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
         self._compact = config.compact
+        self._log_append_time = getattr(config, "message_timestamp_type", "CreateTime") == "LogAppendTime"
         self._validator = LogValidator(self._log.topic, self._log.partition, config)
 
     def _compression(self, compression) -> Compression:
@@ -195,7 +197,7 @@ class ClientAppend:
         if not validated or assign:
             set_base_offset(data, leo)
             set_partition_leader_epoch(data, epoch)
-            if log.log_append_time():
+            if self._log_append_time:
                 set_log_append_time(data, now)
                 header = parse_header(data)
             elif validated:

@@ -304,9 +304,10 @@ class Log:
 
     @property
     def log_end_offset(self) -> int:
-        if not self.segments:
+        segments = self.log_segments.list       # read on every append: one lookup
+        if not segments:
             return self.log_start_offset
-        return self.segments[-1].next_offset()
+        return segments[-1].next_offset()
 
     @property
     def last_stable_offset(self) -> int:
@@ -574,7 +575,8 @@ class Log:
     def commit_locked(self, marker: dict | None = None, *, durable: bool = True, root: bool = False) -> None:
         durable = self.segment_store.before_commit(durable)
         leo = self.log_end_offset
-        first_base = self.segments[0].base_offset if self.segments else leo
+        segments = self.log_segments.list
+        first_base = segments[0].base_offset if segments else leo
         # A replica records its HW as replication moved it; the single-node policy makes
         # everything appended visible once recorded.
         hw = leo if self.mode.commit_moves_high_watermark else self.high_watermark

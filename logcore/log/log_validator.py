@@ -46,6 +46,8 @@ class LogValidator:
         # Hot-path copies of the config (read on every append).
         self._max_message_bytes = config.max_message_bytes
         self._compact = config.compact
+        self._before_max_ms = config.message_timestamp_before_max_ms
+        self._after_max_ms = config.message_timestamp_after_max_ms
 
     def validate(self, data: bytearray, now: int, *, nonblocking: bool = False) -> tuple:
         """Every check of a client-built batch; returns its header fields (BatchHeader's order).
@@ -97,9 +99,7 @@ class LogValidator:
             if self._compact and null_key >= 0:
                 self.refuse_null_keys(_null_key_rows(record_columns(data, source=source)), records_count)
             if not attributes & TIMESTAMP_TYPE_MASK:
-                before = self.config.message_timestamp_before_max_ms
-                after = self.config.message_timestamp_after_max_ms
-                if now - min_ts > before or max_ts - now > after:
+                if now - min_ts > self._before_max_ms or max_ts - now > self._after_max_ms:
                     # out of bounds: the column check names the first record outside
                     self._check_record_columns(data, base_offset, records_count, now, source)
         if attributes & TIMESTAMP_TYPE_MASK:

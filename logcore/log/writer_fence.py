@@ -254,8 +254,7 @@ class WriterFence:
 
     def check(self) -> None:
         """Raise FencedWriterError unless the partition's epoch is still mine."""
-        mine = self.partition_leader_epoch
-        if self.storage.is_local and self._pinned_key is not None:
+        if self.storage.is_local and self._pinned_key is not None:   # pinned: acquired, local
             if self._epoch_os_path is None:      # resolved once: this runs on every append
                 self._epoch_os_path = self.storage.local_path(self.epoch_path)
             try:
@@ -264,6 +263,7 @@ class WriterFence:
                 raise self._fenced(-1) from None
             if (st.st_ino, st.st_mtime_ns, st.st_size) == self._pinned_key:
                 return
+        mine = self.partition_leader_epoch      # raises if never acquired
         found = self._read()
         if found is None:
             raise self._fenced(-1)

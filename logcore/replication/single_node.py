@@ -38,7 +38,8 @@ class SingleNode:
         """Before appending to `part` (opening its log): acks=all with min.insync.replicas
         above 1 is refused, as Kafka refuses an ISR below it."""
         if acks_all:
-            need = part.log.config.min_insync_replicas
+            log = part.log_if_open or part.log          # open already on the produce path: no pin
+            need = log.config.min_insync_replicas
             if need > 1:
                 return E.NOT_ENOUGH_REPLICAS, (
                     f"The size of the current ISR 1 is insufficient to satisfy the min.isr "

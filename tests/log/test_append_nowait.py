@@ -177,3 +177,28 @@ def test_wrong_offset_delta_is_rejected(root, rows):
     assert isinstance(results[0], InvalidRecordError)
     assert f"record {rows - 1} has offset delta {rows}, expected {rows - 1}" in str(results[0])
     assert log.log_end_offset == 0
+
+
+def test_a_changed_topic_config_reaches_the_appends_at_once(root):
+    """The append path keeps copies of the timestamp bounds and type: reconfigure refreshes them."""
+    from logcore.log.config import LogConfig
+    from logcore.records.batch import TimestampType
+
+    root.create_topic("t")
+    log = root.log("t", 0, writer=True)
+    log.append_records([(b"a", b"b", (), T0)])
+    log.commit()                                  # root checkpoint written: the next one is 5 s away
+    results, committed = log.append_and_commit_nowait([client_batch(0)])
+    assert committed and results[0].first_offset == 1 and results[0].log_append_time == -1
+    log.reconfigure(LogConfig.from_props({"message.timestamp.before.max.ms": "3600000"}))
+    results, _ = log.append_and_commit_nowait([client_batch(1)])      # T0 is years old
+    assert isinstance(results[0], Exception) and "timestamp" in str(results[0]).lower()
+    log.reconfigure(LogConfig.from_props({"message.timestamp.type": "LogAppendTime"}))
+    # Stamped now, the batch is years after the segment's first: it rolls, in the blocking path.
+    results, committed = log.append_and_commit_nowait([client_batch(2)])
+    assert results == [] and not committed
+    info = log.append_batch(client_batch(2))
+    assert info.first_offset == 2 and info.log_append_time > T0
+    log.commit()
+    last = [h for _, h in iter_batches(log.read(2).data)][-1]
+    assert last.timestamp_type == TimestampType.LOG_APPEND_TIME
