@@ -159,10 +159,13 @@ class RootLogs:
         return sorted(tp for tp in client.partitions if tp[0] in names)
 
     def _check_replicas(self) -> None:
-        from logcore.wire.client import KafkaError
         client = self._metadata_client()
         if client is None:
             return
+        # Imported only now: the Kafka protocol package takes a second or more to import (its
+        # schema types register with hypothesis when that is installed), and a root no broker
+        # serves never needs it.
+        from logcore.wire.client import KafkaError
         try:
             wanted = self._wanted(client)
         except KafkaError as exc:
