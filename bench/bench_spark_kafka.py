@@ -176,9 +176,9 @@ def produce_to_kafka(bootstrap: str, rows: int, ts0: int) -> None:
         raise RuntimeError("Kafka holds a different number of records than produced")
 
 
-def write_seglog_root(path: str, rows: int, ts0: int) -> None:
+def write_seglog_root(path: str, rows: int, ts0: int, storage_options: dict | None = None) -> None:
     from logcore.log.log_root import LogRoot
-    with LogRoot.open(path, create=True) as root:
+    with LogRoot.open(path, storage_options=storage_options, create=True) as root:
         root.create_topic(TOPIC, partitions=PARTITIONS)
         for part in range(PARTITIONS):
             log = root.log(TOPIC, part, writer=True)

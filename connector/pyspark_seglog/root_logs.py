@@ -159,10 +159,13 @@ class RootLogs:
         return sorted(tp for tp in client.partitions if tp[0] in names)
 
     def _check_replicas(self) -> None:
-        from logcore.wire.client import KafkaError
         client = self._metadata_client()
         if client is None:
             return
+        # Imported only now: the Kafka protocol package takes a second or more to import (its
+        # schema types register with hypothesis when that is installed), and a root no broker
+        # serves never needs it.
+        from logcore.wire.client import KafkaError
         try:
             wanted = self._wanted(client)
         except KafkaError as exc:
@@ -197,7 +200,11 @@ class RootLogs:
     def log(self, tp):
         log = self._logs.get(tp)
         if log is None:
-            log = self.root.log(*tp)
+            # Range-bounded from the HW on (range_open.py): planning needs the log start, the HW
+            # and the LSO, not the producer state a plain open replays from every batch header
+            # of the log (one ranged GET per 64 KiB on an object store, the whole log's bytes);
+            # lookups by timestamp still work, checked on use.
+            log = self.root.log(*tp, read_range=(None, None))
             self._logs[tp] = log
             self._fresh.add(tp)
         return log

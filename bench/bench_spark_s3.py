@@ -1,0 +1,402 @@
+"""Spark on S3 as a user runs it: `format("seglog")` on an S3 root against Spark's own Parquet
+reader and writer on the same S3 server (`s3a://`), and against Spark's Kafka source and sink on
+Apache Kafka (issue 31 item 3).
+
+The S3 server is SeaweedFS (`weed mini` on 127.0.0.1, tests/conftest.py) with its Prometheus
+endpoint on, so that every S3 request is counted by the server, per bucket and type, the same way
+for both sides. `s3a://` is hadoop-aws and the AWS SDK bundle it depends on, resolved with Maven
+(spark_kafka_jars.resolve_maven_jars) at the version of the Hadoop client that pyspark ships.
+Spark's Kafka connector, the Kafka broker (Kafka's start-script JVM flags) and the Kafka anchors
+themselves are bench_spark_kafka.py's.
+
+N records (default 1M, 100-byte values and keys, 4 partitions, bench_spark.make_records) are
+written once to Kafka (confluent-kafka, acks=all) and once with seglog's writer to an S3 root; the
+Parquet copy (Kafka's schema, written by Spark through s3a) is made from that root.
+
+(a) source -> noop, Trigger.AvailableNow, local checkpoint: `format("seglog")` on the S3 root vs
+    Spark's Parquet file stream source on `s3a://` vs `format("kafka")` on the live broker;
+    rows/s = rows / triggerExecution.
+(b) sink, batch `df.write` of the same key+value DataFrame (local Parquet): the seglog sink into
+    a fresh S3 root (path mode, exactly-once) vs `df.write.parquet("s3a://...")` (Spark's default
+    commit protocol: the only one pyspark ships, as Spark's hadoop-cloud module is not on Maven
+    Central for 4.x) vs `format("kafka")` (acks=all) into a fresh topic; rows/s = rows / wall time.
+(c) a task's open and first bytes: one source task's `open_files` (LogRoot.open + the partition's
+    bounded open) and its first Arrow batch, timed in this process against one GET of a small
+    object (the S3 round trip) through the same client; the server's request count for each step.
+(d) S3 requests per GB of records (key + value bytes), from the server's counters around each
+    scenario of the median round.
+
+After `--warmup` rounds (1), `--runs` rounds (3) are measured; every other round runs the
+scenarios in reverse order; each ratio is from the round with the median ratio (bench_spark.paired).
+Run: python bench/bench_spark_s3.py [--records N] [--runs R] [--warmup W] [--only source|sink]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+sys.path.insert(0, os.path.dirname(BENCH_DIR))
+from bench_spark import PARTITIONS, VALUE_SIZE, make_records, paired  # noqa: E402
+from bench_spark_kafka import (TOPIC, BROKER_OVERRIDES, Bench, DefaultJvmKafka, cluster_id,  # noqa: E402
+                               produce_to_kafka, spark_session, write_seglog_root)
+from common import print_table  # noqa: E402
+from kafka_anchor import resolve_jars  # noqa: E402
+from spark_kafka_jars import resolve_maven_jars, resolve_spark_kafka_jars  # noqa: E402
+from tests.conftest import _free_port, _make_bucket, _start_seaweedfs  # noqa: E402
+
+SCENARIOS = {
+    "source": ("source_seglog_s3", "source_parquet_s3", "source_kafka"),
+    "sink": ("sink_seglog_s3", "sink_parquet_s3", "sink_kafka"),
+}
+# The bucket each scenario's S3 requests go to (the server counts per bucket).
+BUCKETS = {"source_seglog_s3": "log", "source_parquet_s3": "parquet",
+           "sink_seglog_s3": "log_sink", "sink_parquet_s3": "parquet_sink"}
+FIRST_BYTES_TRIES = 7
+RTT_TRIES = 21
+_REQUEST_LINE = re.compile(r'^SeaweedFS_s3_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+
+
+def s3_identities(folder: Path) -> Path:
+    """A SeaweedFS identities file granting the test keys (tests/conftest.py's S3Endpoint) everything:
+    without one the server takes unsigned requests only and refuses s3a's chunk-signed PUTs."""
+    import json
+    path = folder / "s3-identities.json"
+    path.write_text(json.dumps({"identities": [{
+        "name": "bench", "credentials": [{"accessKey": "testing", "secretKey": "testing"}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    return path
+
+
+def hadoop_version() -> str:
+    """The Hadoop client version pyspark ships (jars/hadoop-client-api-<version>.jar)."""
+    import pyspark
+    found = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("hadoop-client-api-*.jar"))
+    if not found:
+        raise RuntimeError("pyspark ships no hadoop-client-api jar: cannot pick a hadoop-aws version")
+    return found[0].name[len("hadoop-client-api-"):-len(".jar")]
+
+
+def resolve_s3a_jars(version: str) -> list[Path]:
+    """hadoop-aws at `version` and what it needs at run time (the AWS SDK v2 bundle)."""
+    return resolve_maven_jars(f"hadoop-aws-{version}", [f"org.apache.hadoop:hadoop-aws:{version}"])
+
+
+class RequestCounter:
+    """SeaweedFS's per-bucket S3 request counters (Prometheus text at /metrics). HEAD requests
+    count as GET there, as they are billed."""
+
+    def __init__(self, metrics_port: int):
+        self.url = f"http://127.0.0.1:{metrics_port}/metrics"
+
+    def snapshot(self, bucket: str) -> Counter:
+        text = urllib.request.urlopen(self.url, timeout=10).read().decode()
+        counts: Counter = Counter()
+        for line in text.splitlines():
+            m = _REQUEST_LINE.match(line)
+            if not m:
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+            if labels.get("bucket") == bucket:
+                counts[labels.get("type", "?")] += int(float(m["value"]))
+        return counts
+
+    def around(self, bucket: str, fn):
+        """(fn's result, the requests to `bucket` while it ran)."""
+        before = self.snapshot(bucket)
+        result = fn()
+        after = self.snapshot(bucket)
+        return result, Counter({k: after[k] - before[k] for k in after if after[k] - before[k]})
+
+
+def configure_s3a(spark, endpoint) -> None:
+    """s3a:// on the SeaweedFS endpoint: path-style, plain HTTP, static keys; the rest at
+    hadoop-aws's defaults."""
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in {
+        "fs.s3a.endpoint": endpoint.endpoint_url,
+        "fs.s3a.endpoint.region": endpoint.region,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "fs.s3a.access.key": endpoint.key,
+        "fs.s3a.secret.key": endpoint.secret,
+    }.items():
+        conf.set(key, value)
+
+
+def record_bytes(rows: int) -> int:
+    """Key + value bytes of the benchmark's records: the denominator of requests per GB."""
+    return sum(len(k) + len(v) for p in range(PARTITIONS) for k, v, _h, _ts in make_records(rows, p))
+
+
+class S3Bench(Bench):
+    """bench_spark_kafka's Kafka anchors plus the S3 scenarios."""
+
+    def __init__(self, spark, broker, paths, workdir, rows, endpoint, buckets: dict[str, str], counter):
+        super().__init__(spark, broker, paths, workdir, rows)
+        self.endpoint, self.buckets, self.counter = endpoint, buckets, counter
+        self.storage = {f"storage.{k}": v for k, v in {
+            "endpoint_url": endpoint.endpoint_url, "key": endpoint.key, "secret": endpoint.secret,
+            "client_kwargs.region_name": endpoint.region}.items()}
+        self.requests: dict[str, list[Counter]] = {}
+        self.parquet_schema = None      # the Parquet copy's, once written
+
+    def counted(self, name: str, fn) -> float:
+        rate, requests = self.counter.around(self.buckets[BUCKETS[name]], fn)
+        self.requests.setdefault(name, []).append(requests)
+        return rate
+
+    # (a) sources
+    def source_seglog_s3(self) -> float:
+        return self.counted("source_seglog_s3", lambda: self.run_stream(
+            self.spark.readStream.format("seglog").options(**self.storage).option("subscribe", TOPIC)
+            .option("startingOffsets", "earliest").load(self.paths["s3_log"])))
+
+    def source_parquet_s3(self) -> float:
+        def run() -> float:
+            query = (self.spark.readStream.schema(self.parquet_schema).parquet(self.paths["s3_parquet"])
+                     .writeStream.format("noop").trigger(availableNow=True)
+                     .option("checkpointLocation", self.fresh("ckpt")).start())
+            try:
+                query.awaitTermination()
+            finally:
+                query.stop()
+            batches = [p for p in query.recentProgress if p["numInputRows"]]
+            if sum(p["numInputRows"] for p in batches) != self.rows:
+                raise AssertionError(f"the Parquet stream read {sum(p['numInputRows'] for p in batches):,}"
+                                     f" rows, expected {self.rows:,}")
+            return self.rows / (sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000)
+        return self.counted("source_parquet_s3", run)
+
+    # (b) sinks
+    def sink_seglog_s3(self) -> float:
+        from logcore.log.log_root import LogRoot
+        url = f"s3://{self.buckets['log_sink']}/{os.path.basename(self.fresh('sink'))}"
+
+        def write() -> float:
+            t0 = time.perf_counter()
+            (self._input().write.format("seglog").mode("append").options(**self.storage).option("topic", TOPIC)
+             .option("topic.partitions", PARTITIONS).save(url))
+            return self.rows / (time.perf_counter() - t0)
+        rate = self.counted("sink_seglog_s3", write)
+        with LogRoot.open(url, storage_options=self.endpoint.storage_options(), read_only=True) as root:
+            n = 0
+            for p in range(PARTITIONS):
+                log = root.log(TOPIC, p)
+                n += log.high_watermark - log.log_start_offset
+                log.close()
+        if n != self.rows:
+            raise AssertionError(f"seglog sink on S3: {n:,} records, expected {self.rows:,}")
+        return rate
+
+    def sink_parquet_s3(self) -> float:
+        url = f"s3a://{self.buckets['parquet_sink']}/{os.path.basename(self.fresh('sink'))}"
+
+        def write() -> float:
+            t0 = time.perf_counter()
+            self._input().write.parquet(url)
+            return self.rows / (time.perf_counter() - t0)
+        rate = self.counted("sink_parquet_s3", write)
+        n = self.spark.read.parquet(url).count()
+        if n != self.rows:
+            raise AssertionError(f"Parquet sink on S3: {n:,} rows, expected {self.rows:,}")
+        return rate
+
+
+def first_bytes(url: str, storage_options: dict, bucket: str, counter: RequestCounter) -> dict:
+    """Median over FIRST_BYTES_TRIES of a source task's open and first Arrow batch (partition 0,
+    its whole range), with the server's request count for each step, beside one small GET."""
+    from logcore.log.log_root import LogRoot
+    from logcore.storage import open_storage
+    from pyspark_seglog.partition_reader import SeglogInputPartition, open_files, read_files
+    with LogRoot.open(url, storage_options=storage_options, read_only=True) as root:
+        log = root.log(TOPIC, 0)
+        until = log.high_watermark
+        log.close()
+    storage = open_storage(f"s3://{bucket}/rtt", storage_options)
+    storage.write_atomic("small", b"x" * 100)
+    rtts = []
+    for _ in range(RTT_TRIES):
+        t0 = time.perf_counter()
+        storage.read("small")
+        rtts.append(time.perf_counter() - t0)
+    opens, firsts, open_requests, first_requests = [], [], [], []
+    for _ in range(FIRST_BYTES_TRIES):
+        p = SeglogInputPartition(url, storage_options, TOPIC, 0, 0, until, "read_committed", False, True)
+        before = counter.snapshot(bucket)
+        t0 = time.perf_counter()
+        opened = open_files(p)
+        t1 = time.perf_counter()
+        middle = counter.snapshot(bucket)
+        rows = read_files(p, *opened)
+        t2 = time.perf_counter()
+        batch = next(rows)
+        t3 = time.perf_counter()
+        after = counter.snapshot(bucket)
+        rows.close()
+        if batch.num_rows == 0:
+            raise AssertionError("the first batch of a task is empty")
+        opens.append(t1 - t0)
+        firsts.append(t3 - t2)
+        open_requests.append(sum((middle - before).values()))
+        first_requests.append(sum((after - middle).values()))
+    return {"rtt": statistics.median(rtts), "open": statistics.median(opens),
+            "first": statistics.median(firsts), "open_requests": statistics.median(open_requests),
+            "first_requests": statistics.median(first_requests)}
+
+
+def _request_rows(bench: S3Bench, results: dict, names: list[str], gb: float) -> list[str]:
+    """One row per S3 scenario: requests of the median-rate round by type, total, per GB."""
+    lines = ["| scenario | GET (incl. HEAD) | PUT | LIST | DELETE | other | total | per GB of records |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in names:
+        if name not in bench.requests:
+            continue
+        measured = bench.requests[name][-len(results[name]):]
+        order = sorted(range(len(measured)), key=lambda i: results[name][i])
+        req = measured[order[(len(order) - 1) // 2]]
+        other = sum(v for k, v in req.items() if k not in ("GET", "PUT", "LIST", "DELETE"))
+        total = sum(req.values())
+        lines.append(f"| {name} | {req['GET']:,} | {req['PUT']:,} | {req['LIST']:,} | {req['DELETE']:,}"
+                     f" | {other:,} | {total:,} | {total / gb:,.0f} |")
+    return lines
+
+
+def _range(results: dict, name: str, anchor: str) -> str:
+    ratios = sorted(f / a for f, a in zip(results[name], results[anchor]))
+    return f"{ratios[0]:.2f}-{ratios[-1]:.2f}x"
+
+
+def _printed(line: str) -> list[str]:
+    print(line + "\n", flush=True)
+    return ["", line, ""]
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    import pyspark
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3, help="measured rounds (after the warm-up ones)")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up rounds (not reported)")
+    parser.add_argument("--only", choices=tuple(SCENARIOS), action="append")
+    args = parser.parse_args(argv if argv is not None else [])
+    parts = args.only or list(SCENARIOS)
+    rows = args.records
+
+    hadoop = hadoop_version()
+    s3a_jars = resolve_s3a_jars(hadoop)
+    connector_version, kafka_connector_jars = resolve_spark_kafka_jars(pyspark.__version__)
+    kafka_jars = resolve_jars()
+    workdir = tempfile.mkdtemp(prefix="seglog-bench-spark-s3-")
+    broker = spark = stop_s3 = None
+    try:
+        os.makedirs(os.path.join(workdir, "weed"))
+        metrics_port = _free_port()
+        endpoint, stop_s3 = _start_seaweedfs(Path(workdir) / "weed", metrics_port=metrics_port,
+                                             s3_config=s3_identities(Path(workdir)))
+        counter = RequestCounter(metrics_port)
+        buckets = {role: _make_bucket(endpoint)[0] for role in ("log", "parquet", "log_sink", "parquet_sink")}
+        storage_options = endpoint.storage_options()
+        broker = DefaultJvmKafka.create(kafka_jars, Path(workdir) / "kafka", BROKER_OVERRIDES,
+                                        cluster_id=cluster_id()).start()
+        paths = {"s3_log": f"s3://{buckets['log']}/root", "s3_parquet": f"s3a://{buckets['parquet']}/records",
+                 "parquet": os.path.join(workdir, "input-parquet")}
+        ts0 = int(time.time() * 1000) - rows      # today's timestamps: see bench_spark_kafka.main
+        t0 = time.perf_counter()
+        produce_to_kafka(broker.bootstrap, rows, ts0)
+        print(f"produced {rows:,} records to Kafka {kafka_jars.version} in {time.perf_counter() - t0:.1f} s",
+              flush=True)
+        t0 = time.perf_counter()
+        write_seglog_root(paths["s3_log"], rows, ts0, storage_options)
+        print(f"wrote them to a seglog root on S3 in {time.perf_counter() - t0:.1f} s", flush=True)
+        spark = spark_session(kafka_connector_jars + s3a_jars)
+        configure_s3a(spark, endpoint)
+        bench = S3Bench(spark, broker, paths, workdir, rows, endpoint, buckets, counter)
+        records = (spark.read.format("seglog").options(**bench.storage).option("subscribe", TOPIC)
+                   .load(paths["s3_log"]))
+        t0 = time.perf_counter()
+        records.write.parquet(paths["s3_parquet"])
+        records.select("key", "value").write.parquet(paths["parquet"])
+        bench.parquet_schema = spark.read.parquet(paths["s3_parquet"]).schema
+        print(f"wrote the Parquet copies (s3a and the local sink input) in {time.perf_counter() - t0:.1f} s",
+              flush=True)
+
+        names = [n for part in SCENARIOS if part in parts for n in SCENARIOS[part]]
+        results: dict[str, list[float]] = {n: [] for n in names}
+        for round_no in range(args.warmup + args.runs):
+            label = "warm-up" if round_no < args.warmup else f"run {round_no - args.warmup + 1}"
+            for name in (names if round_no % 2 == 0 else names[::-1]):
+                figure = getattr(bench, name)()
+                print(f"  {label}: {name} {figure:,.0f} rows/s", flush=True)
+                if round_no >= args.warmup:
+                    results[name].append(figure)
+        fb = first_bytes(paths["s3_log"], storage_options, buckets["log"], counter) if "source" in parts else None
+
+        how = (f"{args.runs} rounds after {args.warmup} warm-up, figures from the round with the median"
+               f" ratio; SeaweedFS {endpoint.backend} on 127.0.0.1, hadoop-aws {hadoop}, Kafka"
+               f" {kafka_jars.version}, spark-sql-kafka-0-10 {connector_version}, pyspark {pyspark.__version__}")
+        rows_m = f"{rows / 1e6:g}M"
+        lines: list[str] = []
+        if "source" in parts:
+            lines += print_table(
+                f"Spark source on S3 -> noop ({rows_m} records of {VALUE_SIZE}-byte values, {PARTITIONS}"
+                f" partitions, local[2], AvailableNow; {how})", [
+                    ("seglog source (S3 root) vs Parquet file stream (s3a://)",
+                     *paired(results, "source_seglog_s3", "source_parquet_s3"), "rows/s"),
+                    ("seglog source (S3 root) vs format(\"kafka\") (live Kafka)",
+                     *paired(results, "source_seglog_s3", "source_kafka"), "rows/s"),
+                ])
+            lines += _printed(f"Rounds' ratio range: vs Parquet {_range(results, 'source_seglog_s3', 'source_parquet_s3')},"
+                              f" vs Kafka {_range(results, 'source_seglog_s3', 'source_kafka')}.")
+        if "sink" in parts:
+            lines += print_table(
+                f"Spark sink on S3 ({rows_m} records key+value from local Parquet, batch df.write,"
+                f" {PARTITIONS} partitions, local[2]; {how})", [
+                    ("seglog sink (S3 root, exactly-once) vs df.write.parquet (s3a://)",
+                     *paired(results, "sink_seglog_s3", "sink_parquet_s3"), "rows/s"),
+                    ("seglog sink (S3 root, exactly-once) vs format(\"kafka\") (acks=all)",
+                     *paired(results, "sink_seglog_s3", "sink_kafka"), "rows/s"),
+                ])
+            lines += _printed(f"Rounds' ratio range: vs Parquet {_range(results, 'sink_seglog_s3', 'sink_parquet_s3')},"
+                              f" vs Kafka {_range(results, 'sink_seglog_s3', 'sink_kafka')}.")
+        gb = record_bytes(rows) / 1e9
+        table = [f"### S3 requests per GB of records ({gb * 1e3:,.0f} MB of keys and values; counted by"
+                 " SeaweedFS per bucket, the round with the median rate)", ""]
+        table += _request_rows(bench, results, [n for n in names if n in BUCKETS], gb)
+        print("\n".join(table) + "\n", flush=True)
+        lines += table + [""]
+        if fb is not None:
+            text = [f"### A source task's open and first bytes on S3 (partition 0 of the root, median of"
+                    f" {FIRST_BYTES_TRIES}; anchor: one GET of a 100-byte object, median of {RTT_TRIES})", "",
+                    "| step | ms | S3 requests | in S3 round trips |", "|---|---:|---:|---:|",
+                    f"| one GET of a small object | {fb['rtt'] * 1e3:.1f} | 1 | 1.0 |",
+                    f"| open (LogRoot.open + bounded partition open) | {fb['open'] * 1e3:.1f} |"
+                    f" {fb['open_requests']:g} | {fb['open'] / fb['rtt']:.1f} |",
+                    f"| first Arrow batch after open | {fb['first'] * 1e3:.1f} | {fb['first_requests']:g} |"
+                    f" {fb['first'] / fb['rtt']:.1f} |"]
+            print("\n".join(text) + "\n", flush=True)
+            lines += text + [""]
+        return lines
+    finally:
+        if spark is not None:
+            spark.stop()
+        if broker is not None:
+            broker.stop()
+        if stop_s3 is not None:
+            stop_s3()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,84 @@
+"""What the source's planning on the driver costs, found by bench_spark_s3.py's profile:
+
+- a root that no broker serves is planned and read without importing the Kafka protocol client
+  (it and the schema types it brings, which register with hypothesis when that is installed,
+  took over a second in every streaming query's planning process). Checked in a fresh
+  interpreter, since this test session imports it anyway;
+- planning reads the log's tail, not every batch header: a plain open replays the producer
+  state from the whole log (on S3, a ranged GET per 64 KiB: 1,800 of the 2,000 requests of a
+  1M-record query).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from logcore.log.log_root import LogRoot
+from logcore.storage.objectstore import ObjectStorage
+from pyspark_seglog.source import SeglogStreamReader
+
+SCRIPT = """
+import sys
+from logcore.log.log_root import LogRoot
+from pyspark_seglog.partition_reader import read_partition
+from pyspark_seglog.source import SeglogStreamReader
+
+root = sys.argv[1]
+r = LogRoot.open(root, create=True)
+r.create_topic("t", 2)
+log = r.log("t", 0, writer=True)
+log.append_records([(b"k", b"v", (), None)] * 3)
+log.commit()
+log.close()
+r.close()
+reader = SeglogStreamReader({"path": root, "subscribe": "t", "startingoffsets": "earliest"}, None)
+reader.prepareForTriggerAvailableNow()
+start = reader.initialOffset()
+end = reader.latestOffset(start, reader.getDefaultReadLimit())
+rows = sum(b.num_rows for p in reader.partitions(start, end) for b in read_partition(p))
+loaded = sorted(m for m in sys.modules if m == "kio" or m.startswith(("kio.", "logcore.wire.client")))
+print(rows, ",".join(loaded))
+"""
+
+
+def test_a_root_no_broker_serves_is_planned_and_read_without_the_protocol_client(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "root")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows, _, loaded = done.stdout.strip().partition(" ")
+    assert rows == "3"
+    assert loaded == "", f"imported while planning and reading: {loaded}"
+
+
+def test_planning_an_object_store_root_reads_the_log_tail_only(tmp_path, monkeypatch):
+    url = f"memory://{tmp_path.name}/root"
+    with LogRoot.open(url, create=True) as root:
+        root.create_topic("t", 2)
+        for p in range(2):
+            log = root.log("t", p, writer=True)
+            for i in range(200):                    # 200 batches of 10 records
+                log.append_records([(b"k%d" % i, b"v" * 100, (), None)] * 10)
+            log.commit()
+            log.close()
+        size = root.storage.size("t-0/00000000000000000000.log")
+    read = []
+    real_read = ObjectStorage.read
+
+    def counting_read(self, path, start=0, end=None):
+        data = real_read(self, path, start, end)
+        if path.endswith(".log"):
+            read.append(len(data))
+        return data
+
+    monkeypatch.setattr(ObjectStorage, "read", counting_read)
+    reader = SeglogStreamReader({"path": url, "subscribe": "t", "startingoffsets": "earliest"}, None)
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    parts = reader.partitions(start, end)
+    assert end == {"t": {"0": 2000, "1": 2000}} and len(parts) == 2
+    # the last batch of each partition (its LEO): a few KiB of the two logs
+    assert sum(read) < size / 4, f"planning read {sum(read)} bytes of .log objects ({len(read)} reads)"
+    reader.stop()
