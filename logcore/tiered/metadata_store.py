@@ -4,9 +4,11 @@ An append-only, totally ordered sequence of small JSON records, one object each:
 
     <topic>-<topic id>/<partition>/metadata/<20-digit sequence number>.json
 
-Record n+1 is created with put_if_absent only after the writer has read records 0..n and checked
-its change against them, so two writers (a zombie and a new leader) cannot both append the same
-number: the loser re-reads and re-checks. Everything is derived by replaying the records in order,
+A record is a segment's "add" (a copy attempt) or "update" (a state change), or a
+"partition_delete" step of a deleted partition's remote deletion (DELETE_PARTITION_MARKED,
+_STARTED, _FINISHED; partition_delete.py). Record n+1 is created with put_if_absent only after
+the writer has read records 0..n and checked its change against them, so two writers (a zombie
+and a new leader) cannot both append the same number: the loser re-reads and re-checks. Everything is derived by replaying the records in order,
 so the store needs no broker: a reader opens it from the remote URL alone (`open`).
 
 Snapshots: every `snapshot_interval` records a writer also writes `metadata/snapshot.json`, the
@@ -37,7 +39,8 @@ from logcore.log.partition_metadata import format_topic_id, parse_topic_id
 from logcore.storage import Storage, open_storage
 from logcore.tiered.metadata import (DEFAULT_CUSTOM_METADATA_MAX_BYTES, RemoteLogSegmentId,
                                      RemoteLogSegmentMetadata, RemoteLogSegmentState,
-                                     TopicIdPartition, check_custom_metadata_size)
+                                     RemotePartitionDeleteState, TopicIdPartition,
+                                     check_custom_metadata_size, now_ms)
 from logcore.tiered.segment_states import InvalidEvent, RemoteSegmentStates
 
 logger = logging.getLogger(__name__)
@@ -153,7 +156,8 @@ class RemoteLogMetadataStore:
                 raise ValueError(f"version {snapshot.get('version')!r}, this seglog reads {SNAPSHOT_VERSION}")
             next_seq = int(snapshot["nextSequence"])
             segments = [RemoteLogSegmentMetadata.from_json(m, source=source) for m in snapshot["segments"]]
-            self._states.load(segments)
+            deleted = snapshot.get("partitionDelete")
+            self._states.load(segments, None if deleted is None else RemotePartitionDeleteState[deleted])
         except (ValueError, KeyError, TypeError, InvalidEvent, CommitFailedError) as exc:
             raise CorruptIndexError(f"unreadable remote metadata snapshot: {exc}", file=source) from None
         self._next_seq = next_seq
@@ -165,11 +169,14 @@ class RemoteLogMetadataStore:
             kind = record["type"]
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptIndexError(f"unreadable remote metadata record: {exc}", file=source) from None
-        if kind not in ("add", "update"):
+        if kind not in ("add", "update", "partition_delete"):
             raise CorruptIndexError(f"unknown record type {kind!r}", file=source)
-        meta = RemoteLogSegmentMetadata.from_json(record.get("segment", {}), source=source)
         try:
-            self._states.apply(meta, is_add=kind == "add")
+            if kind == "partition_delete":
+                self._states.apply_partition_delete(_delete_state(record, source))
+            else:
+                meta = RemoteLogSegmentMetadata.from_json(record.get("segment", {}), source=source)
+                self._states.apply(meta, is_add=kind == "add")
         except (InvalidEvent, CommitFailedError) as exc:
             # Writers check before they append, so a record the rules refuse is damage.
             raise CorruptIndexError(str(exc), file=source) from None
@@ -190,8 +197,11 @@ class RemoteLogMetadataStore:
                     return
             except (ValueError, KeyError, TypeError):
                 pass                      # unreadable: replaced below
-        body = json.dumps({"version": SNAPSHOT_VERSION, "nextSequence": self._next_seq,
-                           "segments": self._states.to_json()}, separators=(",", ":")).encode()
+        snapshot: dict[str, Any] = {"version": SNAPSHOT_VERSION, "nextSequence": self._next_seq,
+                                    "segments": self._states.to_json()}
+        if self._states.partition_delete is not None:
+            snapshot["partitionDelete"] = self._states.partition_delete.name
+        body = json.dumps(snapshot, separators=(",", ":")).encode()
         self.storage.write_atomic(self.snapshot_path, body)
 
     def get(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata:
@@ -217,6 +227,11 @@ class RemoteLogMetadataStore:
     def remote_log_size(self) -> int:
         return self._states.remote_log_size()
 
+    @property
+    def partition_delete(self) -> RemotePartitionDeleteState | None:
+        """How far the partition's remote deletion went (None: the partition is not deleted)."""
+        return self._states.partition_delete
+
     # -- writing -------------------------------------------------------------------------------
 
     def add_segment(self, metadata: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
@@ -224,11 +239,11 @@ class RemoteLogMetadataStore:
         check_custom_metadata_size(metadata.custom_metadata, self.custom_metadata_max_bytes,
                                    metadata.segment_id)
 
-        def check() -> tuple[RemoteLogSegmentMetadata | None, RemoteLogSegmentMetadata | None]:
+        def check():
             existing = self._states.check_add(metadata)
-            return existing, metadata
+            return existing, {"type": "add", "segment": metadata.to_json()}, metadata
 
-        return self._append("add", check)
+        return self._append(check)
 
     def update_state(self, segment_id: RemoteLogSegmentId, state: RemoteLogSegmentState, *,
                      custom_metadata: bytes | None = None, event_timestamp_ms: int | None = None,
@@ -237,31 +252,46 @@ class RemoteLogMetadataStore:
         state = RemoteLogSegmentState(state)
         check_custom_metadata_size(custom_metadata, self.custom_metadata_max_bytes, segment_id)
 
-        def check() -> tuple[RemoteLogSegmentMetadata | None, RemoteLogSegmentMetadata | None]:
+        def check():
             new, changes = self._states.check_update(
                 segment_id, state, event_timestamp_ms=event_timestamp_ms,
                 custom_metadata=custom_metadata, broker_id=broker_id)
-            return (None, new) if changes else (new, None)
+            return (None, {"type": "update", "segment": new.to_json()}, new) if changes else (new, None, None)
 
-        return self._append("update", check)
+        return self._append(check)
 
-    def _append(self, kind: str, check) -> RemoteLogSegmentMetadata:
-        """check() -> (the answer when nothing is to be written, else None; the record's metadata)."""
+    def put_partition_delete(self, state: RemotePartitionDeleteState, *, broker_id: int = -1,
+                             event_timestamp_ms: int | None = None) -> RemotePartitionDeleteState:
+        """Record a step of the partition's remote deletion (Kafka's putRemotePartitionDeleteMetadata;
+        repeating the current step is a no-op)."""
+        state = RemotePartitionDeleteState(state)
+
+        def check():
+            if not self._states.check_partition_delete(state):
+                return state, None, None
+            record = {"type": "partition_delete", "state": state.name, "brokerId": broker_id,
+                      "eventTimestampMs": now_ms() if event_timestamp_ms is None else event_timestamp_ms}
+            return None, record, state
+
+        return self._append(check)
+
+    def _append(self, check):
+        """check() -> (the answer when nothing is to be written, else None; the record to write;
+        the answer once it is written)."""
         if self.read_only_reason is not None:
             raise RemoteStorageError(self.read_only_reason)
         with self._lock:
             for _ in range(_MAX_RACE_RETRIES):
                 self._refresh_locked()
-                done, meta = check()
+                done, record, answer = check()
                 if done is not None:
                     return done
-                body = json.dumps({"type": kind, "segment": meta.to_json()},
-                                  separators=(",", ":")).encode()
+                body = json.dumps(record, separators=(",", ":")).encode()
                 seq = self._next_seq
                 if self.storage.put_if_absent(self._record_path(seq), body) is not None:
                     self._apply(seq, body)
                     self._maybe_snapshot()
-                    return meta
+                    return answer
                 # another writer took this sequence number: re-read and check again
             raise CommitFailedError(f"remote metadata of {self.topic_id_partition}: lost "
                                     f"{_MAX_RACE_RETRIES} races in a row")
@@ -273,3 +303,10 @@ class RemoteLogMetadataStore:
             except SegLogError as exc:      # the records stand; the next interval tries again
                 logger.warning("%s: writing the remote metadata snapshot failed: %s",
                                self.topic_id_partition, exc)
+
+
+def _delete_state(record: dict[str, Any], source: str) -> RemotePartitionDeleteState:
+    try:
+        return RemotePartitionDeleteState[record["state"]]
+    except (KeyError, TypeError):
+        raise CorruptIndexError(f"bad partition delete state {record.get('state')!r}", file=source) from None

@@ -32,6 +32,7 @@ from logcore.tiered.metadata_policy import metadata_policy
 from logcore.tiered.metadata_store import RemoteLogMetadataStore
 from logcore.tiered.metadata_topic import MetadataTopicClient
 from logcore.tiered.metrics import RemoteStorageMetrics
+from logcore.tiered.partition_delete import delete_remote_partition
 from logcore.tiered.quota import ByteRateQuota, combined
 from logcore.tiered.rsm import IndexType, SegmentCustomMetadata
 
@@ -106,6 +107,17 @@ class RemoteTier(RemoteTierProtocol):
         return RemotePartition(self.rsm, lambda: self.store(topic, topic_id, partition), topic=topic,
                                metrics=self.metrics, copy_quota=self.copy_quota,
                                fetch_quota=self.fetch_quota)
+
+    def delete_partition(self, topic: str, topic_id: str | uuid.UUID, partition: int) -> int:
+        """A deleted topic's partition: its remote segments deleted, each step recorded in its
+        remote log metadata (partition_delete.py); the segments deleted."""
+        tid = parse_topic_id(topic_id) if isinstance(topic_id, str) else topic_id
+        try:
+            return delete_remote_partition(self.store(topic, tid, partition), self.rsm,
+                                           metrics=self.metrics)
+        finally:
+            with self._lock:
+                self._stores.pop((topic, tid, partition), None)
 
     def close(self) -> None:
         self.rsm.close()

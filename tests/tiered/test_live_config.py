@@ -8,12 +8,15 @@
   alone, with `remote.log.copy.disable=true`, after copying was disabled, and by an AlterConfigs
   that leaves remote.storage.enable out; with `remote.log.delete.on.disable=true` it is taken.
   Turning it on again afterwards is taken too, and copying starts again.
+- Deleting a tiered topic deletes its remote segments with it, and the partition's object-store
+  metadata records DELETE_PARTITION_MARKED, _STARTED, the segments' deletes, then _FINISHED.
 
 One broker for the module, a local folder as the remote root (fast; the S3 path is the same RSM).
 """
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -104,6 +107,7 @@ def _refused(admin: AdminClient, topic: str, **kwargs) -> str:
     return refused.value.args[0].str()
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")   # Kafka's AlterConfigs, on purpose
 def test_remote_storage_enabled_live_by_kafka_configs(tiered_broker):
     try:
         jars = resolve_jars()
@@ -150,3 +154,26 @@ def test_remote_storage_enabled_live_by_kafka_configs(tiered_broker):
     assert wait_until(lambda: _remote(b, settings, "late") and
                       _remote(b, settings, "late")[-1][1] >= 350, 20), b.log_text()[-3000:]
     assert _remote(b, settings, "late")[0][0] == local_start
+
+
+def test_deleting_a_tiered_topic_deletes_its_remote_data(tiered_broker):
+    b, settings, remote_root = tiered_broker
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    config = {"segment.bytes": "4096", "remote.storage.enable": "true", "local.retention.bytes": "4096"}
+    admin.create_topics([NewTopic("gone", 1, 1, config=config)])["gone"].result(15)
+    assert all(err is None for err, *_ in produce(b, "gone", _values(0, 200), acks="all",
+                                                  **{"batch.num.messages": 5}))
+    assert wait_until(lambda: len(_remote(b, settings, "gone")) >= 4, 20)
+    topic_id = _topic_id(b, "gone")
+    assert _remote_files(remote_root, topic_id)
+
+    admin.delete_topics(["gone"])["gone"].result(15)
+    assert not _remote_files(remote_root, topic_id)          # gone with the topic, at once
+    metadata = next(remote_root.glob(f"gone-{topic_id}")) / "0" / "metadata"
+    records = [json.loads(p.read_text()) for p in sorted(metadata.glob("0*.json"))]
+    steps = [r["state"] for r in records if r["type"] == "partition_delete"]
+    assert steps == ["DELETE_PARTITION_MARKED", "DELETE_PARTITION_STARTED", "DELETE_PARTITION_FINISHED"]
+    kinds = [r["type"] for r in records]
+    first, last = kinds.index("partition_delete"), len(kinds) - 1
+    assert kinds[last] == "partition_delete" and kinds[first + 1] == "partition_delete"
+    assert all(k == "update" for k in kinds[first + 2:last])  # the segments' deletes in between
