@@ -14,8 +14,12 @@ so the store needs no broker: a reader opens it from the remote URL alone (`open
 Snapshots: every `snapshot_interval` records a writer also writes `metadata/snapshot.json`, the
 state after records 0..n-1 (segments not yet DELETE_SEGMENT_FINISHED) and n. Opening reads that
 one object and then records n, n+1, ... by name until one is absent, so a partition's open costs
-one snapshot and the tail, not its history (the records below n stay, never read again). Readers
-never list the folder: a record is created only after all those before it exist.
+one snapshot and the tail, not its history. Readers never list the folder: a record is created
+only after all those before it exist. The snapshot replaces an older one by compare-and-swap
+(never a newer one), and its writer then deletes the records below n (`SnapshotHistory`), so the
+folder holds about one interval of records. A reader that finds its next record absent reads the
+snapshot's first bytes: when the snapshot is past that record (deleted under it), it reloads
+from the snapshot, else it is at the end.
 
 Visibility rules:
 - a segment is served (segment_for_offset, highest_offset, list_segments() by default) only in
@@ -28,9 +32,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Iterable
+from enum import Enum
 from typing import Any
 
 from logcore.errors import (CommitFailedError, CorruptIndexError, RemoteResourceNotFoundError,
@@ -49,6 +55,15 @@ SNAPSHOT_NAME = "snapshot.json"
 SNAPSHOT_VERSION = 1
 # Records between snapshots: a reader replays at most this many after the snapshot.
 DEFAULT_SNAPSHOT_INTERVAL = 100
+_RECORD_NAME = re.compile(r"^(\d{20})\.json$")
+_SNAPSHOT_HEAD = 64           # bytes of snapshot.json that hold its nextSequence
+_NEXT_SEQUENCE = re.compile(rb'"nextSequence":(\d+)')
+
+
+class SnapshotHistory(Enum):
+    """What becomes of the records below a snapshot once it is written."""
+    DELETED = "deleted"       # they go: the folder holds one snapshot and its tail
+    KEPT = "kept"             # they stay (a benchmark replaying the whole history)
 _MAX_RACE_RETRIES = 100
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
@@ -78,10 +93,12 @@ class RemoteLogMetadataStore:
 
     def __init__(self, storage: Storage, topic: str, topic_id: uuid.UUID, partition: int, *,
                  custom_metadata_max_bytes: int = DEFAULT_CUSTOM_METADATA_MAX_BYTES,
-                 snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL, read_only_reason: str | None = None):
+                 snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL, read_only_reason: str | None = None,
+                 history: SnapshotHistory = SnapshotHistory.DELETED):
         """snapshot_interval: records between snapshots written by this store (0: none; a
         snapshot others wrote is read either way). read_only_reason: writes are refused with
-        it (another store is the source of truth and writes this one)."""
+        it (another store is the source of truth and writes this one). history: what becomes
+        of the records below a snapshot this store writes."""
         if snapshot_interval < 0:
             raise RemoteStorageError(f"snapshot_interval must be >= 0, got {snapshot_interval}")
         self.storage = storage
@@ -90,6 +107,7 @@ class RemoteLogMetadataStore:
         self.custom_metadata_max_bytes = custom_metadata_max_bytes
         self.snapshot_interval = snapshot_interval
         self.read_only_reason = read_only_reason
+        self.history = history
         self._states = RemoteSegmentStates(self.topic_id_partition)
         self._next_seq = 0
         self._opened = False
@@ -142,8 +160,23 @@ class RemoteLogMetadataStore:
             try:
                 raw = self.storage.read(self._record_path(self._next_seq))
             except ResourceNotFoundError:
+                if self._snapshot_ahead():
+                    continue  # the record went below a newer snapshot: replay from that one
                 return        # a record created after this read is picked up by the next refresh
             self._apply(self._next_seq, raw)
+
+    def _snapshot_ahead(self) -> bool:
+        """Whether a snapshot past the next record exists (its head read first), and if so
+        load it: a writer deletes the records below the snapshot it writes."""
+        try:
+            head = self.storage.read(self.snapshot_path, 0, _SNAPSHOT_HEAD)
+        except ResourceNotFoundError:
+            return False
+        found = _NEXT_SEQUENCE.search(head)
+        if found is None or int(found.group(1)) <= self._next_seq:
+            return False
+        self._load_snapshot()
+        return True
 
     def _load_snapshot(self) -> None:
         found = self.storage.read_versioned(self.snapshot_path)
@@ -197,12 +230,26 @@ class RemoteLogMetadataStore:
                     return
             except (ValueError, KeyError, TypeError):
                 pass                      # unreadable: replaced below
+        # nextSequence right after version: a reader finds it in the object's first bytes.
         snapshot: dict[str, Any] = {"version": SNAPSHOT_VERSION, "nextSequence": self._next_seq,
                                     "segments": self._states.to_json()}
         if self._states.partition_delete is not None:
             snapshot["partitionDelete"] = self._states.partition_delete.name
         body = json.dumps(snapshot, separators=(",", ":")).encode()
-        self.storage.write_atomic(self.snapshot_path, body)
+        # Compare-and-swap: an older state never replaces a newer one another writer just wrote.
+        written = (self.storage.put_if_absent(self.snapshot_path, body) if current is None
+                   else self.storage.put_if_version(self.snapshot_path, body, current[1]))
+        if written is not None and self.history is SnapshotHistory.DELETED:
+            self._delete_history(self._next_seq)
+
+    def _delete_history(self, below: int) -> None:
+        """Delete the records below sequence `below` (a snapshot holds their state), oldest
+        first: what a crash leaves is the newest of them, deleted by the next snapshot."""
+        names = sorted(n for n in self.storage.list_dir(self.folder) if _RECORD_NAME.match(n))
+        for name in names:
+            if int(name[:20]) >= below:
+                break
+            self.storage.delete(self.storage.join(self.folder, name))
 
     def get(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata:
         return self._states.get(segment_id)
@@ -300,7 +347,7 @@ class RemoteLogMetadataStore:
         if self.snapshot_interval and self._next_seq % self.snapshot_interval == 0:
             try:
                 self._write_snapshot_locked()
-            except SegLogError as exc:      # the records stand; the next interval tries again
+            except SegLogError as exc:      # the records stand; the next snapshot tries again
                 logger.warning("%s: writing the remote metadata snapshot failed: %s",
                                self.topic_id_partition, exc)
 
