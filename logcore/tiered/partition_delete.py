@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 
-from logcore.errors import CommitFailedError, RemoteStorageError
+from logcore.errors import CommitFailedError, RemoteStorageError, SegLogError
 from logcore.tiered.metadata import RemoteLogSegmentState, RemotePartitionDeleteState
 from logcore.tiered.metrics import RemoteStorageMetrics
 
@@ -35,8 +35,8 @@ _ROUNDS = 5            # listings of what is left (a copy another broker finishe
 def delete_remote_partition(store, rsm, *, broker_id: int = -1,
                             metrics: RemoteStorageMetrics | None = None) -> int:
     """Delete every remote segment of the partition `store` holds the metadata of, recording
-    the steps above; the number of segments this call deleted. RemoteStorageError when the
-    remote store fails (the steps recorded so far stand; running it again finishes the job)."""
+    the steps above; the number of segments this call deleted. The remote store's error when it
+    fails (the steps recorded so far stand; running it again finishes the job)."""
     tip = store.topic_id_partition
     store.refresh()
     if store.partition_delete is P.DELETE_PARTITION_FINISHED:
@@ -55,7 +55,7 @@ def delete_remote_partition(store, rsm, *, broker_id: int = -1,
             _update(store, meta, S.DELETE_SEGMENT_STARTED, broker_id)
             try:
                 rsm.delete_log_segment_data(meta)
-            except Exception:
+            except SegLogError:
                 if metrics is not None:
                     metrics.record_delete_error(tip.topic)
                 raise
