@@ -175,8 +175,9 @@ class RemoteLogMetadataStore:
         found = _NEXT_SEQUENCE.search(head)
         if found is None or int(found.group(1)) <= self._next_seq:
             return False
+        before = self._next_seq
         self._load_snapshot()
-        return True
+        return self._next_seq > before       # else (the snapshot went meanwhile) at the end
 
     def _load_snapshot(self) -> None:
         found = self.storage.read_versioned(self.snapshot_path)
