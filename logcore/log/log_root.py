@@ -467,19 +467,14 @@ class LogRoot:
             self.storage.delete_dir(d)
 
     def _delete_remote_data(self, info: TopicInfo) -> None:
-        """A deleted topic's remote segments go with it (the remote tier records the deletion).
-        A failure is logged, not raised: the topic is gone either way, and its metadata says
-        how far the remote deletion went."""
+        """A deleted topic's remote segments go after it, in the background (the remote tier
+        records the deletion; closing the root waits for it)."""
         config = LogConfig.from_props(info.config, self.defaults())
         tier = self.remote_tier()
         if tier is None or not (config.remote_storage_enable or config.remote_log_delete_on_disable):
             return
         for p in range(info.partitions) if info.hosted is None else sorted(info.hosted):
-            try:
-                tier.delete_partition(info.name, info.topic_id, p)
-            except SegLogError as exc:
-                logger.error("topic %s partition %d deleted, but not its remote data: %s",
-                             info.name, p, exc)
+            tier.delete_partition(info.name, info.topic_id, p)
 
     def partition_holds_data(self, name: str, partition: int) -> bool:
         """Whether the partition's folder has anything besides partition.metadata."""

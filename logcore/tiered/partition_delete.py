@@ -12,7 +12,8 @@ The steps, each recorded in the partition's remote log metadata (the object stor
    partition; it writes no partition records itself, but its RLMM reads them);
 4. DELETE_PARTITION_FINISHED once no segment is left.
 
-Every step repeats harmlessly (a repeated state is not written again; an RSM delete of data that
+`PartitionDeleter` runs these deletions in the background, so a topic deletion does not wait for
+them. Every step repeats harmlessly (a repeated state is not written again; an RSM delete of data that
 is gone is no error), so every replica of a deleted topic may run it, and one that finds the
 partition FINISHED does nothing. A step another broker's record made invalid first is taken as
 done by that broker (`CommitFailedError`: refresh and go on).
@@ -20,7 +21,10 @@ done by that broker (`CommitFailedError`: refresh and go on).
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
+from typing import Callable
 
 from logcore.errors import CommitFailedError, RemoteStorageError, SegLogError
 from logcore.tiered.metadata import RemoteLogSegmentState, RemotePartitionDeleteState
@@ -95,3 +99,50 @@ def _update(store, meta, state: RemoteLogSegmentState, broker_id: int) -> None:
         store.update_state(meta.segment_id, state, broker_id=broker_id)
     except CommitFailedError:
         store.refresh()
+
+
+class PartitionDeleter:
+    """Runs the remote deletions of deleted partitions one after another on a thread of its own,
+    so a topic deletion returns at once (a tiered topic's remote data may take long to go, and
+    on a cluster every replica's deletion goes through `__remote_log_metadata`). A failure is
+    logged: the partition's metadata says how far its deletion went. `close` waits for what
+    was submitted."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, what: str, delete: Callable[[], int]) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="seglog-remote-partition-delete",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put((what, delete))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            what, delete = item
+            try:
+                delete()
+            except SegLogError as exc:
+                logger.error("%s was deleted, but not all of its remote data: %s", what, exc)
+            except Exception:  # noqa: BLE001 - one partition's failure must not stop the others
+                logger.exception("%s: deleting its remote data failed", what)
+            finally:
+                self._queue.task_done()
+
+    def wait(self) -> None:
+        """Until every submitted deletion has run."""
+        self._queue.join()
+
+    def close(self, timeout: float = 300) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join(timeout)

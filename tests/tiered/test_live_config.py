@@ -168,8 +168,10 @@ def test_deleting_a_tiered_topic_deletes_its_remote_data(tiered_broker):
     assert _remote_files(remote_root, topic_id)
 
     admin.delete_topics(["gone"])["gone"].result(15)
-    assert not _remote_files(remote_root, topic_id)          # gone with the topic, at once
+    assert wait_until(lambda: not _remote_files(remote_root, topic_id), 20)   # gone after the topic
     metadata = next(remote_root.glob(f"gone-{topic_id}")) / "0" / "metadata"
+    assert wait_until(lambda: "DELETE_PARTITION_FINISHED" in "".join(
+        p.read_text() for p in metadata.glob("0*.json")), 20)
     records = [json.loads(p.read_text()) for p in sorted(metadata.glob("0*.json"))]
     steps = [r["state"] for r in records if r["type"] == "partition_delete"]
     assert steps == ["DELETE_PARTITION_MARKED", "DELETE_PARTITION_STARTED", "DELETE_PARTITION_FINISHED"]
