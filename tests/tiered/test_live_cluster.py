@@ -10,7 +10,8 @@ test_live_config.py checks on one broker, through ZooKeeper's topic configs and
   FINISHED, in that order, FINISHED after every segment's DELETE_SEGMENT_FINISHED.
 
 ZooKeeper from the reference jars, three `seglog broker` processes, a local folder as the bucket.
-About 100 s on a loaded 2-core machine: `-m soak` (the one-broker form runs in the suite).
+About 30 s with the cluster's start on a quiet 2-core machine, 100 s loaded: `-m soak` (the
+one-broker form runs in the suite).
 """
 from __future__ import annotations
 
