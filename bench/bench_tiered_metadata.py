@@ -22,14 +22,16 @@ from common import print_table  # noqa: E402
 from logcore.storage import open_storage  # noqa: E402
 from logcore.tiered.metadata import (RemoteLogSegmentId, RemoteLogSegmentMetadata,  # noqa: E402
                                      RemoteLogSegmentState, TopicIdPartition)
-from logcore.tiered.metadata_store import RemoteLogMetadataStore  # noqa: E402
+from logcore.tiered.metadata_store import RemoteLogMetadataStore, SnapshotHistory  # noqa: E402
 
 TIP = TopicIdPartition(uuid.UUID(int=0x5E6106), "bench", 0)
 REPEATS = 3
 
 
 def build(storage, segments: int) -> RemoteLogMetadataStore:
-    store = RemoteLogMetadataStore(storage, TIP.topic, TIP.topic_id, TIP.partition)
+    # The history below the snapshots is kept: the anchor replays it.
+    store = RemoteLogMetadataStore(storage, TIP.topic, TIP.topic_id, TIP.partition,
+                                   history=SnapshotHistory.KEPT)
     for i in range(segments):
         meta = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(TIP), i * 1000, i * 1000 + 999,
                                         1_700_000_000_000 + i, {0: i * 1000}, 512_000)

@@ -306,7 +306,8 @@ class PartitionManager:
 
     def reconfigure_topic(self, info: TopicInfo) -> None:
         """The topic's config changed (AlterConfigs, a dynamic broker default): its open logs
-        take it at once (Log.reconfigure); closed ones open with it from the root."""
+        take it at once (LogRoot.reconfigure_log: tiering turned on included); closed ones open
+        with it from the root."""
         from logcore.log.config import LogConfig
         with self.lock:
             self.topics[info.name] = info
@@ -314,7 +315,7 @@ class PartitionManager:
             for (topic, _), part in list(self.partitions.items()):
                 log = part.log_if_open if topic == info.name else None
                 if log is not None:
-                    log.reconfigure(config)
+                    self.root.reconfigure_log(log, config, info.topic_id)
 
     def refresh_topics(self) -> None:
         """Pick up what another process changed in the root's topics file (blocking): topics it

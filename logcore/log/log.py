@@ -374,6 +374,15 @@ class Log:
             self._follower.reconfigure(config)
             self._adoption.reconfigure(config)
 
+    def attach_remote(self, view) -> None:
+        """Tiering turned on while the log is open (remote.storage.enable set live): from now on
+        it has the remote tier `view`, as if it had been opened with the setting."""
+        with self._lock:
+            if self.remote is None:
+                self.remote = view
+                self.listing.attach_remote(view)
+                self._refresher.attach_remote(view)
+
     @property
     def gapless(self) -> bool:
         """Batches tile the offsets without gaps (no compaction ran nor may run)."""

@@ -35,6 +35,9 @@ class LogRefresh:
         self._seen_start_state: int | None = None
         self._seen_first_base: int | None = None
 
+    def attach_remote(self, remote) -> None:
+        self.remote = remote
+
     def view(self, segments: list, high_watermark: int) -> RefreshedView:
         """The reader's segments and offsets now; `segments` and `high_watermark`: what it holds."""
         state = self.state_store.load()

@@ -457,12 +457,24 @@ class LogRoot:
                 raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
             return doc["topics"].pop(name)["partitions"]
 
+        info = self.describe_topic(name)
         count = self._update_doc(remove)
+        self._delete_remote_data(info)
         for p in range(count):
             d = partition_dir(name, p)
             if self.storage.is_local:
                 LocalPartitionState(self.storage, name, p).forget()
             self.storage.delete_dir(d)
+
+    def _delete_remote_data(self, info: TopicInfo) -> None:
+        """A deleted topic's remote segments go after it, in the background (the remote tier
+        records the deletion; closing the root waits for it)."""
+        config = LogConfig.from_props(info.config, self.defaults())
+        tier = self.remote_tier()
+        if tier is None or not (config.remote_storage_enable or config.remote_log_delete_on_disable):
+            return
+        for p in range(info.partitions) if info.hosted is None else sorted(info.hosted):
+            tier.delete_partition(info.name, info.topic_id, p)
 
     def partition_holds_data(self, name: str, partition: int) -> bool:
         """Whether the partition's folder has anything besides partition.metadata."""
@@ -544,18 +556,32 @@ class LogRoot:
         else:
             mode = PlainReader()
         fence = WriterFence(storage, d, only_if_free=only_if_free) if writer else None
-        remote = None
-        # Remote storage turned off with remote.log.delete.on.disable: the view stays until the
-        # remote log manager has deleted the remote segments (then it is empty).
-        if config.remote_storage_enable or (config.remote_log_delete_on_disable
-                                            and self.remote_tier() is not None):
-            tier = self.remote_tier()
-            if tier is None:
-                check_topic_against_root(topic, config, self.defaults())
-            remote = tier.view(topic, info.topic_id, partition)
+        remote = self._remote_view(topic, info.topic_id, partition, config)
         log = Log(LogBackend(storage, state, segment_store, fence, remote), d, topic, partition, config, mode)
         self._open_logs.append(log)
         return log
+
+    def _remote_view(self, topic: str, topic_id, partition: int, config: LogConfig):
+        """The partition's remote tier view when `config` tiers it, else None. Remote storage
+        turned off with remote.log.delete.on.disable keeps the view until the remote log manager
+        has deleted the remote segments (then it is empty)."""
+        if not (config.remote_storage_enable or (config.remote_log_delete_on_disable
+                                                 and self.remote_tier() is not None)):
+            return None
+        tier = self.remote_tier()
+        if tier is None:
+            check_topic_against_root(topic, config, self.defaults())
+        return tier.view(topic, topic_id, partition)
+
+    def reconfigure_log(self, log: Log, config: LogConfig, topic_id) -> None:
+        """An open log of this root takes a changed topic config at once. Tiering turned on
+        (remote.storage.enable set by AlterConfigs) gives it its remote view first, so the
+        remote log manager copies it and local retention applies without a reopen."""
+        if log.remote is None:
+            view = self._remote_view(log.topic, topic_id, log.partition, config)
+            if view is not None:
+                log.attach_remote(view)
+        log.reconfigure(config)
 
     def remote_tier(self) -> RemoteTier | None:
         """The root's tiered storage (the registered `RemoteTier`) when its settings

@@ -64,6 +64,11 @@ class RemoteTier(ABC):
     def view(self, topic: str, topic_id, partition: int) -> RemoteLogView:
         """The partition's remote segments."""
 
+    @abstractmethod
+    def delete_partition(self, topic: str, topic_id, partition: int) -> None:
+        """A deleted topic's partition: delete its remote segments (recording the deletion in
+        its remote log metadata), in the background; `close` waits for it."""
+
     def close(self) -> None:
         """Release the tier's remote storage manager and caches."""
 

@@ -32,6 +32,11 @@ class SegmentListing:
         self.own_start_record = segment_store.in_place and not kafka_copy and remote is None
         self.reported_start: tuple | None = None    # a contradictory log start already reported
 
+    def attach_remote(self, remote) -> None:
+        """The log got a remote tier while open: the checkpoint alone says its start from now on."""
+        self.remote = remote
+        self.own_start_record = False
+
     def compacted_once(self) -> bool:
         """Whether the cleaner ever ran on the partition (its cleaner-offset-checkpoint entry, or
         an object store's list of cleaned segments): its segments may have offset gaps."""

@@ -43,6 +43,23 @@ def is_valid_transition(src: RemoteLogSegmentState, dst: RemoteLogSegmentState) 
     return dst in _ALLOWED[src]
 
 
+class RemotePartitionDeleteState(IntEnum):
+    """Kafka's RemotePartitionDeleteState ids: a deleted partition's remote data going."""
+
+    DELETE_PARTITION_MARKED = 0
+    DELETE_PARTITION_STARTED = 1
+    DELETE_PARTITION_FINISHED = 2
+
+
+def is_valid_partition_delete_transition(src: RemotePartitionDeleteState | None,
+                                         dst: RemotePartitionDeleteState) -> bool:
+    """Kafka's RemotePartitionDeleteState.isValidTransition: MARKED first, then STARTED, then
+    FINISHED (self-transitions allowed)."""
+    if src is None:
+        return dst is RemotePartitionDeleteState.DELETE_PARTITION_MARKED
+    return dst is src or dst == src + 1
+
+
 @dataclass(frozen=True, order=True)
 class TopicIdPartition:
     topic_id: uuid.UUID

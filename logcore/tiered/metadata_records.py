@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from logcore.errors import CorruptIndexError, RemoteStorageError
 from logcore.records.partitioner import murmur2
 from logcore.tiered.metadata import (RemoteLogSegmentId, RemoteLogSegmentMetadata,
-                                     RemoteLogSegmentState, TopicIdPartition)
+                                     RemoteLogSegmentState, RemotePartitionDeleteState,
+                                     TopicIdPartition)
 
 TOPIC = "__remote_log_metadata"
 FRAME_VERSION = 1
@@ -55,7 +56,7 @@ class SegmentUpdate:
 class PartitionDelete:
     """RemotePartitionDeleteMetadataRecord (Kafka's DELETE_PARTITION_MARKED/STARTED/FINISHED)."""
     topic_id_partition: TopicIdPartition
-    state: int
+    state: RemotePartitionDeleteState
     broker_id: int
     event_timestamp_ms: int
 
@@ -223,6 +224,7 @@ def encode_segment_update(meta: RemoteLogSegmentMetadata) -> bytes:
 
 
 def encode_partition_delete(event: PartitionDelete) -> bytes:
+    """RemotePartitionDeleteMetadataRecord (api key 2): a step of a partition's remote deletion."""
     w = _frame(PARTITION_DELETE)
     _write_tip(w, event.topic_id_partition)
     w.fixed(_I32, event.broker_id)
@@ -275,7 +277,7 @@ def decode(value: bytes, *, source: str = TOPIC, tip: TopicIdPartition | None = 
         elif api_key == PARTITION_DELETE:
             tip_ = _read_tip(r)
             broker, event_ts, state = r.fixed(_I32), r.fixed(_I64), r.fixed(_I8)
-            result = PartitionDelete(tip_, state, broker, event_ts)
+            result = PartitionDelete(tip_, RemotePartitionDeleteState(state), broker, event_ts)
         elif api_key == SEGMENT_SNAPSHOT:
             if tip is None:
                 raise ValueError("a snapshot record read without its partition")

@@ -102,12 +102,13 @@ class MetadataTopicCache:
     def _apply(self, part: _Partition, partition: int, offset: int, value: bytes) -> None:
         source = f"__remote_log_metadata-{partition} offset {offset}"
         event = decode(value, source=source)
-        if isinstance(event, PartitionDelete):
-            return          # a whole partition's deletion: its segments' own records follow
-        tip = event.segment_id.topic_id_partition
+        tip = (event.topic_id_partition if isinstance(event, PartitionDelete)
+               else event.segment_id.topic_id_partition)
         states = part.states.setdefault(tip, RemoteSegmentStates(tip))
         try:
-            if isinstance(event, SegmentUpdate):
+            if isinstance(event, PartitionDelete):
+                states.apply_partition_delete(event.state)
+            elif isinstance(event, SegmentUpdate):
                 current = states.get(event.segment_id)
                 meta = current.with_update(event.state, event_timestamp_ms=event.event_timestamp_ms,
                                            custom_metadata=event.custom_metadata, broker_id=event.broker_id)

@@ -32,6 +32,7 @@ from logcore.tiered.metadata_policy import metadata_policy
 from logcore.tiered.metadata_store import RemoteLogMetadataStore
 from logcore.tiered.metadata_topic import MetadataTopicClient
 from logcore.tiered.metrics import RemoteStorageMetrics
+from logcore.tiered.partition_delete import PartitionDeleter, delete_remote_partition
 from logcore.tiered.quota import ByteRateQuota, combined
 from logcore.tiered.rsm import IndexType, SegmentCustomMetadata
 
@@ -61,6 +62,7 @@ class RemoteTier(RemoteTierProtocol):
         self.metadata = metadata_policy(config)
         self._stores: dict[tuple[str, uuid.UUID, int], RemoteLogMetadataStore] = {}
         self._lock = threading.Lock()
+        self.deleter = PartitionDeleter()        # deleted partitions' remote data, in the background
 
     def attach_metadata_topic(self, client: MetadataTopicClient) -> None:
         """A broker's `__remote_log_metadata` (TopicBasedRemoteLogMetadataManager only): the
@@ -107,7 +109,23 @@ class RemoteTier(RemoteTierProtocol):
                                metrics=self.metrics, copy_quota=self.copy_quota,
                                fetch_quota=self.fetch_quota)
 
+    def delete_partition(self, topic: str, topic_id: str | uuid.UUID, partition: int) -> None:
+        """A deleted topic's partition: its remote segments are deleted in the background, each
+        step recorded in its remote log metadata (partition_delete.py)."""
+        tid = parse_topic_id(topic_id) if isinstance(topic_id, str) else topic_id
+
+        def delete() -> int:
+            try:
+                return delete_remote_partition(self.store(topic, tid, partition), self.rsm,
+                                               metrics=self.metrics)
+            finally:
+                with self._lock:
+                    self._stores.pop((topic, tid, partition), None)
+
+        self.deleter.submit(f"partition {partition} of topic {topic}", delete)
+
     def close(self) -> None:
+        self.deleter.close()          # the deletions submitted finish first
         self.rsm.close()
 
 

@@ -9,7 +9,9 @@ Rules (Kafka's RemoteLogMetadataCache, plus seglog's first-copy-wins):
   COPY_SEGMENT_FINISHED, and finishing a copy whose offsets overlap a finished segment is refused:
   the first copy to finish wins;
 - DELETE_SEGMENT_FINISHED segments are forgotten by snapshots (`to_json`): their ids are random
-  per attempt and never come back.
+  per attempt and never come back;
+- a deleted partition's remote data goes DELETE_PARTITION_MARKED, _STARTED, _FINISHED (Kafka's
+  RemotePartitionDeleteState transitions); once it is marked, no new copy attempt is taken.
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ from typing import Any
 
 from logcore.errors import CommitFailedError, RemoteResourceNotFoundError, RemoteStorageError
 from logcore.tiered.metadata import (RemoteLogSegmentId, RemoteLogSegmentMetadata,
-                                     RemoteLogSegmentState, TopicIdPartition, is_valid_transition)
+                                     RemoteLogSegmentState, RemotePartitionDeleteState,
+                                     TopicIdPartition, is_valid_partition_delete_transition,
+                                     is_valid_transition)
 
 S = RemoteLogSegmentState
 FINISHED = S.COPY_SEGMENT_FINISHED
@@ -38,6 +42,7 @@ class RemoteSegmentStates:
         self._segments: dict[Any, RemoteLogSegmentMetadata] = {}
         self._finished_starts: list[int] = []                     # sorted
         self._finished: list[RemoteLogSegmentMetadata] = []       # in the same order
+        self.partition_delete: RemotePartitionDeleteState | None = None
 
     def __len__(self) -> int:
         return len(self._segments)
@@ -52,6 +57,7 @@ class RemoteSegmentStates:
         if is_add:
             if previous is not None or meta.state is not S.COPY_SEGMENT_STARTED:
                 raise InvalidEvent(f"bad add of segment {meta.segment_id} (state {meta.state.name})")
+            self._refuse_if_deleted(meta.segment_id)
         elif previous is None or meta.state is previous.state \
                 or not is_valid_transition(previous.state, meta.state):
             was = "unknown" if previous is None else previous.state.name
@@ -65,6 +71,28 @@ class RemoteSegmentStates:
             i = bisect.bisect_right(self._finished_starts, meta.start_offset)
             self._finished_starts.insert(i, meta.start_offset)
             self._finished.insert(i, meta)
+
+    def apply_partition_delete(self, state: RemotePartitionDeleteState) -> None:
+        """Take a partition-delete event; InvalidEvent for a repeat or a transition Kafka refuses."""
+        if state is self.partition_delete or not is_valid_partition_delete_transition(self.partition_delete, state):
+            was = "none" if self.partition_delete is None else self.partition_delete.name
+            raise InvalidEvent(f"bad partition delete of {self.topic_id_partition}: {was} -> {state.name}")
+        self.partition_delete = state
+
+    def check_partition_delete(self, state: RemotePartitionDeleteState) -> bool:
+        """Before recording a partition-delete step: whether it changes anything."""
+        if state is self.partition_delete:
+            return False
+        if not is_valid_partition_delete_transition(self.partition_delete, state):
+            was = "none" if self.partition_delete is None else self.partition_delete.name
+            raise InvalidEvent(f"{self.topic_id_partition}: partition delete {was} -> {state.name} "
+                               "is not a valid transition")
+        return True
+
+    def _refuse_if_deleted(self, segment_id: RemoteLogSegmentId) -> None:
+        if self.partition_delete is not None:
+            raise InvalidEvent(f"copy attempt {segment_id} refused: {self.topic_id_partition} is "
+                               f"being deleted ({self.partition_delete.name})")
 
     def _drop_finished(self, meta: RemoteLogSegmentMetadata) -> None:
         i = bisect.bisect_left(self._finished_starts, meta.start_offset)
@@ -98,6 +126,7 @@ class RemoteSegmentStates:
                 return existing           # a retried add of the same attempt: idempotent
             raise RemoteStorageError(f"segment id {meta.segment_id} was already used "
                                      f"(state {existing.state.name}): use a fresh id per attempt")
+        self._refuse_if_deleted(meta.segment_id)
         self.refuse_overlap(meta)
         return None
 
@@ -171,11 +200,14 @@ class RemoteSegmentStates:
         """Every segment not yet DELETE_SEGMENT_FINISHED, in event order kept by id insertion."""
         return [m.to_json() for m in self._segments.values() if m.state is not S.DELETE_SEGMENT_FINISHED]
 
-    def load(self, metas: Iterable[RemoteLogSegmentMetadata]) -> None:
-        """Start from a snapshot's segments (replacing any state), each checked as it goes in."""
+    def load(self, metas: Iterable[RemoteLogSegmentMetadata],
+             partition_delete: RemotePartitionDeleteState | None = None) -> None:
+        """Start from a snapshot's segments and partition-delete state (replacing any state),
+        each segment checked as it goes in."""
         self._segments.clear()
         self._finished_starts.clear()
         self._finished.clear()
+        self.partition_delete = partition_delete
         for meta in metas:
             if meta.topic_id_partition != self.topic_id_partition:
                 raise InvalidEvent(f"snapshot segment of {meta.topic_id_partition} among those of "

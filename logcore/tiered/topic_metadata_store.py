@@ -26,8 +26,10 @@ from logcore.errors import CommitFailedError
 
 from logcore.tiered.metadata import (DEFAULT_CUSTOM_METADATA_MAX_BYTES, RemoteLogSegmentId,
                                      RemoteLogSegmentMetadata, RemoteLogSegmentState,
-                                     TopicIdPartition, check_custom_metadata_size)
-from logcore.tiered.metadata_records import encode_segment_metadata, encode_segment_update
+                                     RemotePartitionDeleteState, TopicIdPartition,
+                                     check_custom_metadata_size, now_ms)
+from logcore.tiered.metadata_records import (PartitionDelete, encode_partition_delete,
+                                             encode_segment_metadata, encode_segment_update)
 from logcore.tiered.metadata_store import RemoteLogMetadataStore
 from logcore.tiered.metadata_topic import MetadataTopicCache
 
@@ -57,6 +59,9 @@ class TopicBasedMetadataStore:
     def get(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata:
         return self._states.get(segment_id)
 
+    def find(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
+        return self._states.find(segment_id)
+
     def list_segments(self, state: RemoteLogSegmentState | Iterable[RemoteLogSegmentState] | None = FINISHED,
                       *, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
         return self._states.list_segments(state, leader_epoch=leader_epoch)
@@ -70,6 +75,10 @@ class TopicBasedMetadataStore:
 
     def remote_log_size(self) -> int:
         return self._states.remote_log_size()
+
+    @property
+    def partition_delete(self) -> RemotePartitionDeleteState | None:
+        return self._states.partition_delete
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -98,6 +107,19 @@ class TopicBasedMetadataStore:
             self.cache.append(self.topic_id_partition, encode_segment_update(new))
         self.sync_mirror()
         return self._states.get(segment_id)
+
+    def put_partition_delete(self, state: RemotePartitionDeleteState, *, broker_id: int = -1,
+                             event_timestamp_ms: int | None = None) -> RemotePartitionDeleteState:
+        """A step of the partition's remote deletion: a RemotePartitionDeleteMetadataRecord
+        (repeating the current step is a no-op)."""
+        state = RemotePartitionDeleteState(state)
+        self.refresh()
+        if self._states.check_partition_delete(state):
+            event = PartitionDelete(self.topic_id_partition, state, broker_id,
+                                    now_ms() if event_timestamp_ms is None else event_timestamp_ms)
+            self.cache.append(self.topic_id_partition, encode_partition_delete(event))
+        self.sync_mirror()
+        return state
 
     def sync_mirror(self) -> int:
         """Bring the object-store copy to the topic's state; the records it wrote. Deletes go
@@ -129,4 +151,11 @@ class TopicBasedMetadataStore:
                                                event_timestamp_ms=meta.event_timestamp_ms,
                                                broker_id=meta.broker_id)
                     written += 1
+        # The partition's deletion steps follow its segments' (as they were written).
+        wanted = self._states.partition_delete
+        while wanted is not None and mirror.partition_delete is not wanted:
+            step = (RemotePartitionDeleteState.DELETE_PARTITION_MARKED if mirror.partition_delete is None
+                    else RemotePartitionDeleteState(mirror.partition_delete + 1))
+            mirror.put_partition_delete(step)
+            written += 1
         return written

@@ -1,5 +1,7 @@
 """Snapshots of the object-store remote metadata: opening a partition reads one snapshot and the
-records after it, not its history; what a snapshot holds is what the replay of the records gives."""
+records after it, not its history; what a snapshot holds is what the replay of the records gives;
+the records below a snapshot are deleted once it is written, and a reader left behind them
+replays from the snapshot."""
 from __future__ import annotations
 
 import json
@@ -72,3 +74,37 @@ def test_a_damaged_snapshot_is_an_error_naming_it(tmp_path):
     storage.write_atomic(writer.snapshot_path, b'{"version": 9}')
     with pytest.raises(CorruptIndexError, match="version 9"):
         _store(storage)
+
+
+def _record_names(storage, store) -> list[int]:
+    return sorted(int(n[:20]) for n in storage.list_dir(store.folder) if n[:20].isdigit())
+
+
+def test_records_below_a_snapshot_are_deleted_and_stale_readers_follow(tmp_path):
+    storage = open_storage(str(tmp_path))
+    writer = _store(storage, snapshot_interval=10)
+    _fill(writer, 0, 4)                                # 8 records, no snapshot yet
+    stale = _store(storage, snapshot_interval=0)       # opened at record 8
+    assert stale.next_sequence == 8
+    _fill(writer, 4, 8)                                # 24 records: snapshots at 10 and 20
+    assert _record_names(storage, writer) == [20, 21, 22, 23]   # the history below 20 is gone
+    # A reader past whose position records were deleted replays from the snapshot, not a gap.
+    stale.refresh()
+    assert stale.next_sequence == 24 and stale.list_segments() == writer.list_segments()
+    assert stale.highest_offset() == 119
+    # The stale store writes on (records 24, 25); the writer's next snapshot replaces the one at 20.
+    _fill(stale, 12, 1)
+    writer.refresh()
+    writer.write_snapshot()
+    assert json.loads(storage.read(writer.snapshot_path))["nextSequence"] == 26
+    assert _record_names(storage, writer) == []
+    fresh = _store(storage)
+    assert fresh.records_read == 0 and fresh.list_segments() == writer.list_segments()
+
+
+def test_kept_history_stays(tmp_path):
+    from logcore.tiered.metadata_store import SnapshotHistory
+    storage = open_storage(str(tmp_path))
+    writer = _store(storage, snapshot_interval=10, history=SnapshotHistory.KEPT)
+    _fill(writer, 0, 6)
+    assert _record_names(storage, writer) == list(range(12))
