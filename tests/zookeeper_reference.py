@@ -25,6 +25,7 @@ which the fixtures turn into a skip.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -269,3 +270,24 @@ class ZooKeeperCluster:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+@contextlib.contextmanager
+def running_zookeeper(base: Path, size: int = 1, **options):
+    """A started ZooKeeperCluster in `base` (options: ZooKeeperCluster's), stopped at exit; the
+    calling test is skipped with the reason when ZooKeeper is not installed or does not start."""
+    import pytest
+    try:
+        find_zookeeper()
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(str(exc))
+    zk = ZooKeeperCluster(base, size=size, **options)
+    try:
+        zk.start()
+    except ZooKeeperUnavailable as exc:
+        zk.stop()
+        pytest.skip(f"ZooKeeper did not start: {exc}")
+    try:
+        yield zk
+    finally:
+        zk.stop()

@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable, find_zookeeper  # noqa: E402
+from zookeeper_reference import running_zookeeper  # noqa: E402
 
 SESSION_TIMEOUT = 2.0     # seconds; the servers run with tickTime 500 ms (1 s .. 10 s allowed)
 
@@ -29,26 +29,11 @@ def _need_kazoo():
     return pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo)")
 
 
-def _start(base, size):
-    try:
-        find_zookeeper()
-    except ZooKeeperUnavailable as e:
-        pytest.skip(str(e))
-    cluster = ZooKeeperCluster(base, size=size)
-    try:
-        cluster.start()
-    except ZooKeeperUnavailable as e:
-        cluster.stop()
-        pytest.skip(f"ZooKeeper did not start: {e}")
-    return cluster
-
-
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory):
     _need_kazoo()
-    cluster = _start(tmp_path_factory.mktemp("zk"), 1)
-    yield cluster
-    cluster.stop()
+    with running_zookeeper(tmp_path_factory.mktemp("zk")) as cluster:
+        yield cluster
 
 
 @pytest.fixture
@@ -76,15 +61,13 @@ def zk_client(zk_hosts):
 @pytest.fixture
 def zk_ensemble(tmp_path):
     _need_kazoo()
-    cluster = _start(tmp_path / "ensemble", 3)
-    yield cluster
-    cluster.stop()
+    with running_zookeeper(tmp_path / "ensemble", 3) as cluster:
+        yield cluster
 
 
 @pytest.fixture
 def zk_standalone(tmp_path):
     """A standalone ZooKeeper of the test's own (function scope: the test may stop it)."""
     _need_kazoo()
-    cluster = _start(tmp_path / "standalone", 1)
-    yield cluster
-    cluster.stop()
+    with running_zookeeper(tmp_path / "standalone", 1) as cluster:
+        yield cluster

@@ -39,30 +39,18 @@ for folder in (TESTS, TESTS / "cluster"):
         sys.path.insert(0, str(folder))
 
 from seglog_cluster import SeglogCluster  # noqa: E402
-from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable, find_zookeeper  # noqa: E402
+from zookeeper_reference import running_zookeeper  # noqa: E402
 
 from pyspark_seglog.broker_client import BrokerClient  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    try:
-        find_zookeeper()
-    except ZooKeeperUnavailable as exc:
-        pytest.skip(str(exc))
     base = tmp_path_factory.mktemp("spark-cluster")
-    zk = ZooKeeperCluster(base / "zk", size=1)
-    try:
-        zk.start()
-    except ZooKeeperUnavailable as exc:
-        zk.stop()
-        pytest.skip(f"ZooKeeper did not start: {exc}")
-    try:
-        with SeglogCluster.running(base, zk.connect_string, size=3, props={"min.insync.replicas": "2"},
-                                   hosts={2: "127.0.0.2", 3: "127.0.0.3"} if _other_loopbacks() else None) as c:
-            yield c
-    finally:
-        zk.stop()
+    with running_zookeeper(base / "zk") as zk, \
+            SeglogCluster.running(base, zk.connect_string, size=3, props={"min.insync.replicas": "2"},
+                                  hosts={2: "127.0.0.2", 3: "127.0.0.3"} if _other_loopbacks() else None) as c:
+        yield c
 
 
 def _other_loopbacks() -> bool:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.soak   # Prometheus scraping a 3-broker cluster through
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS), str(TESTS / "cluster")]
 
-from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable, find_zookeeper, free_ports  # noqa: E402
+from zookeeper_reference import free_ports, running_zookeeper  # noqa: E402
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo)")
@@ -37,18 +37,8 @@ PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/
 
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory):
-    try:
-        find_zookeeper()
-    except ZooKeeperUnavailable as exc:
-        pytest.skip(str(exc))
-    zk = ZooKeeperCluster(tmp_path_factory.mktemp("zk"), size=1)
-    try:
-        zk.start()
-    except ZooKeeperUnavailable as exc:
-        zk.stop()
-        pytest.skip(f"ZooKeeper did not start: {exc}")
-    yield zk
-    zk.stop()
+    with running_zookeeper(tmp_path_factory.mktemp("zk")) as zk:
+        yield zk
 
 
 class Prometheus:

@@ -18,7 +18,7 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS), str(TESTS / "cluster")]
 
 from seglog_cluster import SeglogCluster  # noqa: E402
-from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable, find_zookeeper  # noqa: E402
+from zookeeper_reference import running_zookeeper  # noqa: E402
 
 from logcore.broker.config import BrokerConfig  # noqa: E402
 from logcore.cluster.znode_acls import SECURE  # noqa: E402
@@ -39,18 +39,8 @@ def client_jaas(path: Path, password: str = PASSWORD, extra: str = "") -> Path:
 
 @pytest.fixture(scope="module")
 def sasl_zookeeper(tmp_path_factory):
-    try:
-        find_zookeeper()
-    except ZooKeeperUnavailable as e:
-        pytest.skip(str(e))
-    zk = ZooKeeperCluster(tmp_path_factory.mktemp("zk-sasl"), sasl_users={USER: PASSWORD})
-    try:
-        zk.start()
-    except ZooKeeperUnavailable as e:
-        zk.stop()
-        pytest.skip(f"ZooKeeper did not start: {e}")
-    yield zk
-    zk.stop()
+    with running_zookeeper(tmp_path_factory.mktemp("zk-sasl"), sasl_users={USER: PASSWORD}) as zk:
+        yield zk
 
 
 def anonymous(zk):

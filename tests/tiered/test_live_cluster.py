@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 
 from seglog_cluster import SeglogCluster  # noqa: E402
-from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable, find_zookeeper  # noqa: E402
+from zookeeper_reference import running_zookeeper  # noqa: E402
 
 from logcore.tiered.config import TOPIC_BASED_RLMM_CLASS  # noqa: E402
 from logcore.tiered.metadata import (RemoteLogSegmentState as S,  # noqa: E402
@@ -42,17 +42,7 @@ SEGMENT = 8192
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     pytest.importorskip("kazoo", reason="kazoo is not installed")
-    try:
-        find_zookeeper()
-    except ZooKeeperUnavailable as exc:
-        pytest.skip(str(exc))
     base = tmp_path_factory.mktemp("live-cluster")
-    zk = ZooKeeperCluster(base / "zk", size=1)
-    try:
-        zk.start()
-    except ZooKeeperUnavailable as exc:
-        zk.stop()
-        pytest.skip(f"ZooKeeper did not start: {exc}")
     remote = base / "bucket"
     props = {"min.insync.replicas": "2", "log.retention.check.interval.ms": "300",
              "remote.log.manager.task.interval.ms": "200", "log.segment.delete.delay.ms": "0",
@@ -61,11 +51,9 @@ def cluster(tmp_path_factory):
              "remote.log.metadata.manager.listener.name": "PLAINTEXT",
              "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
              "rlmm.config.remote.log.metadata.topic.num.partitions": str(RLMM_PARTITIONS)}
-    try:
-        with SeglogCluster.running(base, zk.connect_string, size=3, props=props) as running:
-            yield running, remote
-    finally:
-        zk.stop()
+    with running_zookeeper(base / "zk") as zk, \
+            SeglogCluster.running(base, zk.connect_string, size=3, props=props) as running:
+        yield running, remote
 
 
 def _values(count: int) -> list[bytes]:

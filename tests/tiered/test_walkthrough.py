@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafka_reference import KafkaUnavailable, resolve_jars  # noqa: E402
-from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable, find_zookeeper, free_ports  # noqa: E402
+from zookeeper_reference import free_ports, running_zookeeper  # noqa: E402
 from tests.connector.conftest import spark  # noqa: E402,F401 - the session's SparkSession
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,18 +78,8 @@ def jars():
 
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory):
-    try:
-        find_zookeeper()
-    except ZooKeeperUnavailable as exc:
-        pytest.skip(str(exc))
-    zk = ZooKeeperCluster(tmp_path_factory.mktemp("zk"), size=1)
-    try:
-        zk.start()
-    except ZooKeeperUnavailable as exc:
-        zk.stop()
-        pytest.skip(f"ZooKeeper did not start: {exc}")
-    yield zk
-    zk.stop()
+    with running_zookeeper(tmp_path_factory.mktemp("zk")) as zk:
+        yield zk
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 
 from kafka_reference import KafkaUnavailable, resolve_jars  # noqa: E402
 from seglog_cluster import SeglogCluster  # noqa: E402
-from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable, find_zookeeper  # noqa: E402
+from zookeeper_reference import running_zookeeper  # noqa: E402
 
 from logcore.tiered.config import TOPIC_BASED_RLMM_CLASS  # noqa: E402
 from logcore.tiered.metadata import RemoteLogSegmentState as S, TopicIdPartition  # noqa: E402
@@ -41,18 +41,8 @@ SEGMENT = 8192
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory):
     pytest.importorskip("kazoo", reason="kazoo is not installed")
-    try:
-        find_zookeeper()
-    except ZooKeeperUnavailable as exc:
-        pytest.skip(str(exc))
-    zk = ZooKeeperCluster(tmp_path_factory.mktemp("zk"), size=1)
-    try:
-        zk.start()
-    except ZooKeeperUnavailable as exc:
-        zk.stop()
-        pytest.skip(f"ZooKeeper did not start: {exc}")
-    yield zk
-    zk.stop()
+    with running_zookeeper(tmp_path_factory.mktemp("zk")) as zk:
+        yield zk
 
 
 def _values(start: int, end: int) -> list[bytes]:
