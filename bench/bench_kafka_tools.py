@@ -36,6 +36,7 @@ import datetime
 import fnmatch
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -378,13 +379,15 @@ def run_row(side: Side, tools: Tools, row: Row, size: int, args, tag: str) -> di
     return result
 
 
-def run_setup(setup: str, rows: list[Row], args) -> tuple[dict, dict[str, str]]:
+def run_setup(setup: str, rows: list[Row], args) -> tuple[dict, dict[str, str], list[str]]:
     """Both sides of a set-up started together, a warm-up round, then args.runs interleaved rounds.
-    Returns {(row, size, side): [result or error per round]} and the sides not measured (why)."""
+    Returns {(row, size, side): [result or error per round]}, the sides not measured (why) and
+    notes for the table (an interruption)."""
     title, rf, starters = SETUPS[setup]
     tools = Tools(args.timeout)
     results: dict[tuple[str, int, str], list] = {}
     skipped: dict[str, str] = {}
+    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-tools-") as tmp:
         sides: list[Side] = []
         try:
@@ -399,28 +402,39 @@ def run_setup(setup: str, rows: list[Row], args) -> tuple[dict, dict[str, str]]:
                         raise
                     skipped[name] = str(exc)
                     print(f"[{setup}] {name}: not measured ({exc})", flush=True)
-            for rnd in range(args.runs + 1):
-                warm = rnd == 0
-                order = sides if rnd % 2 else sides[::-1]
-                for size in args.sizes:
-                    for row in rows:
-                        for side in order:
-                            t0 = time.monotonic()
-                            try:
-                                result = run_row(side, tools, row, size, args, f"r{rnd}")
-                            except CouldNotRun as exc:
-                                result = {"error": str(exc)}
-                            what = "warm-up" if warm else f"round {rnd}"
-                            shown = result.get("error") or (f"{result['value']:,.1f}, CPU {result['cpu']:.1f} s,"
-                                                            f" peak RSS {result['rss']:,.0f} MB")
-                            print(f"[{setup}] {what} {row.name} {size} B {side.name}: {shown}"
-                                  f" ({time.monotonic() - t0:.0f} s)", flush=True)
-                            if not warm:
-                                results.setdefault((row.name, size, side.name), []).append(result)
+            rnd = 0
+            try:
+                for rnd in range(args.runs + 1):
+                    run_round(setup, sides, tools, rows, args, rnd, results)
+            except KeyboardInterrupt:      # Ctrl-C or SIGTERM: the table of the rounds done so far
+                notes.append(f"interrupted in {'the warm-up round' if rnd == 0 else f'round {rnd} of {args.runs}'}:"
+                             " the figures are those of the rows both sides completed")
+                print(f"[{setup}] {notes[-1]}", flush=True)
         finally:
             for side in sides:
                 side.cluster.close()
-    return results, skipped
+    return results, skipped, notes
+
+
+def run_round(setup: str, sides: list[Side], tools: Tools, rows: list[Row], args, rnd: int, results: dict) -> None:
+    """Every row at every size, on one side and then the other (the order alternates by round);
+    round 0 is the warm-up, not kept."""
+    order = sides if rnd % 2 else sides[::-1]
+    what = "warm-up" if rnd == 0 else f"round {rnd}"
+    for size in args.sizes:
+        for row in rows:
+            for side in order:
+                t0 = time.monotonic()
+                try:
+                    result = run_row(side, tools, row, size, args, f"r{rnd}")
+                except CouldNotRun as exc:
+                    result = {"error": str(exc)}
+                shown = result.get("error") or (f"{result['value']:,.1f}, CPU {result['cpu']:.1f} s,"
+                                                f" peak RSS {result['rss']:,.0f} MB")
+                print(f"[{setup}] {what} {row.name} {size} B {side.name}: {shown} ({time.monotonic() - t0:.0f} s)",
+                      flush=True)
+                if rnd:
+                    results.setdefault((row.name, size, side.name), []).append(result)
 
 
 # ----------------------------------------------------------------------------------- report
@@ -436,7 +450,8 @@ def _ratio(row: Row, ours: float, theirs: float) -> float | None:
     return theirs / ours if ours else None
 
 
-def report(setup: str, rows: list[Row], args, results: dict, skipped: dict[str, str], cmdline: str) -> list[str]:
+def report(setup: str, rows: list[Row], args, results: dict, skipped: dict[str, str], notes: list[str],
+           cmdline: str) -> list[str]:
     title = SETUPS[setup][0]
     lines = [f"### Kafka's own tools, {title} ({args.records:,} records per produce/consume row, "
              f"{args.partitions} partitions; EndToEndLatency {args.e2e_messages:,} records, 1 partition)", "",
@@ -448,12 +463,16 @@ def report(setup: str, rows: list[Row], args, results: dict, skipped: dict[str, 
         for size in args.sizes:
             ours = results.get((row.name, size, SEGLOG), [])
             theirs = results.get((row.name, size, KAFKA), [])
+            if ours and theirs:        # an interrupted round may have run one side only
+                n = min(len(ours), len(theirs))
+                ours, theirs = ours[:n], theirs[:n]
             lines.append(_row_line(row, size, unit, ours, theirs, skipped))
     lines += ["", "Ratios: throughput seglog / Kafka, latency Kafka / seglog (above 1: seglog ahead); the range is "
               "the per-round ratios'. MiB/s as the tools print them (2^20 bytes). CPU s and peak RSS are the broker "
               "side's over the row (a cluster's summed over its processes; the seglog cluster's include ZooKeeper)."]
     for name, reason in skipped.items():
         lines.append(f"{name}: not measured ({reason}).")
+    lines += [note[0].upper() + note[1:] + "." for note in notes]
     print("\n".join(lines) + "\n", flush=True)
     return lines
 
@@ -514,7 +533,15 @@ QUICK = {"records": 50_000, "runs": 1, "sizes": [1024], "e2e_messages": 1000,
          "only": "produce-acksall,produce-idempotent,consume-start,e2e"}
 
 
+def _interrupt(signum, _frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> list[str]:
+    # Ctrl-C or SIGTERM (also when started in the background, where SIGINT comes ignored) ends the
+    # rounds early and prints the table of what both sides completed.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, help="records per produce and consume row (default 300,000)")
     parser.add_argument("--runs", type=int, help="measured rounds after the warm-up round (default 2)")
@@ -551,12 +578,12 @@ def main(argv: list[str] | None = None) -> list[str]:
     lines: list[str] = []
     for setup in setups:
         try:
-            results, skipped = run_setup(setup, rows, args)
+            results, skipped, notes = run_setup(setup, rows, args)
         except Unavailable as exc:
             lines += [f"### Kafka's own tools, {SETUPS[setup][0]}", "", f"Not measured: {exc}", ""]
             print("\n".join(lines[-4:]), flush=True)
             continue
-        lines += report(setup, rows, args, results, skipped, cmdline) + [""]
+        lines += report(setup, rows, args, results, skipped, notes, cmdline) + [""]
     return lines
 
 
