@@ -20,6 +20,7 @@ import bench_cluster  # noqa: E402
 import bench_decode  # noqa: E402
 import bench_encode  # noqa: E402
 import bench_fetch_cold  # noqa: E402
+import bench_kafka_tools  # noqa: E402
 import bench_lookup  # noqa: E402
 import bench_read_memory  # noqa: E402
 import bench_sink_commit  # noqa: E402
@@ -55,6 +56,7 @@ def main() -> None:
         bench_cluster.main([]),
         bench_txn_produce.main([]),
         bench_txn_produce.main(["--cluster"]),
+        bench_kafka_tools.main([]),
     ]
     if "--no-write" in sys.argv:
         return
