@@ -4,7 +4,7 @@ them. Each writes tombstones to the group's partition of `__consumer_offsets` (t
 coordinator's append, acknowledged as any commit) before it forgets what it removed, so a
 restart or a new coordinator reads the same.
 
-Expiry (KIP-211), checked every `offsets.retention.check.interval.ms`:
+Expiry (KIP-211), checked every `offsets.retention.check.interval.ms` (KIP-848 groups: below):
 - a group with a protocol type and no members (Empty): every offset once the group has been
   empty for the retention period (since its state timestamp, written with its metadata);
 - a Stable consumer group: the offsets of topics no member subscribes to, by commit time;
@@ -132,9 +132,12 @@ class GroupAdmin:
         now = self.clock_ms()
         removed = 0
         offsets = self.coordinator.offsets
+        consumer_groups = self.coordinator.consumer_groups
         for group_id, group in list(self.coordinator.groups.items()):
             if self.coordinator.coordinator_error(group_id) != E.NONE:
                 continue
+            if consumer_groups is not None and consumer_groups.owns(group_id):
+                continue            # a KIP-848 group's offsets (its classic entry only holds them)
             expired = self._expired(group_id, group, now)
             if expired:
                 code = await offsets.delete(group_id, expired)
@@ -150,6 +153,31 @@ class GroupAdmin:
                         and group.state == EMPTY and not group.members:
                     self.coordinator.forget(group_id)
                     logger.info("group %s: empty with no offsets left; removed", group_id)
+        removed += await self._expire_consumer_groups(now)
+        return removed
+
+    async def _expire_consumer_groups(self, now: int) -> int:
+        """KIP-848 groups (Kafka's new coordinator): an offset expires once its topic is
+        subscribed by no member and its commit is older than the retention; an empty group's
+        offsets all do."""
+        consumer_groups = self.coordinator.consumer_groups
+        if consumer_groups is None:
+            return 0
+        removed = 0
+        offsets = self.coordinator.offsets
+        for group_id, group in list(consumer_groups.groups.items()):
+            if self.coordinator.coordinator_error(group_id) != E.NONE:
+                continue
+            expired = offsets.expired(group_id, now, self.retention_ms, lambda c: c.commit_timestamp,
+                                      group.subscribed_names())
+            if not expired:
+                continue
+            code = await offsets.delete(group_id, expired)
+            if code != E.NONE:
+                logger.warning("group %s: expiring %d offsets failed: error %d", group_id, len(expired), code)
+                continue
+            removed += len(expired)
+            logger.info("group %s: %d committed offsets expired", group_id, len(expired))
         return removed
 
     def _expired(self, group_id: str, group, now: int) -> list[TopicPartition]:

@@ -213,3 +213,35 @@ def test_static_member_rejoins_without_rebalance_and_the_old_id_is_fenced(tmp_pa
             await gc.stop()
     asyncio.run(run())
     pm.close()
+
+
+def test_a_kip848_group_loses_the_offsets_of_topics_no_member_subscribes_to(tmp_path):
+    """Kafka's new coordinator: a consumer group's offset expires by its commit time once no
+    member subscribes to its topic; once the group has no members, every offset does."""
+    from logcore.coordinator import consumer_group_records as CG
+    from logcore.coordinator.consumer_group_coordinator import ConsumerGroupCoordinator, ConsumerGroupSettings
+    from logcore.coordinator.consumer_group_records import ConsumerGroupKey
+    pm, gc, clock = _open(tmp_path)
+    gc.consumer_groups = ConsumerGroupCoordinator(gc, lambda: None, ConsumerGroupSettings())
+    member = ConsumerGroupKey(CG.MEMBER_METADATA, "k", "m1")
+
+    async def run():
+        await gc.ensure_topic()
+        # The group as it is read back from __consumer_offsets: its epoch and one member.
+        gc.consumer_groups.apply_record(ConsumerGroupKey(CG.GROUP_METADATA, "k"),
+                                        CG.encode_value(CG.GROUP_METADATA, 1), "test")
+        gc.consumer_groups.apply_record(member, CG.encode_value(CG.MEMBER_METADATA, CG.MemberMetadata(
+            None, None, "c", "", ("data",), None, 30_000, None)), "test")
+        t0 = clock[0]
+        assert await _commit(gc, "k", {("data", 0): 1, ("other", 0): 2}, t0) == E.NONE
+        clock[0] = t0 + RETENTION_MS - 1
+        assert await gc.admin.expire_offsets() == 0
+        clock[0] = t0 + RETENTION_MS
+        assert await gc.admin.expire_offsets() == 1
+        assert [t for t, _ in gc.offsets.committed("k", None)] == ["data"]
+        gc.consumer_groups.apply_record(member, None, "test")        # the member left
+        assert await gc.admin.expire_offsets() == 1
+        assert gc.offsets.committed("k", None) == []
+    asyncio.run(run())
+    assert {OT.offset_key("k", "data", 0), OT.offset_key("k", "other", 0)} <= set(_tombstones(pm))
+    pm.close()
