@@ -87,7 +87,7 @@ def open_attempt(opts, owner: str, task: int, attempt: int) -> tuple[TaskTransac
     """A task attempt that begins its transaction and produces, as produce_task does, but that the
     test can stop anywhere (an executor lost: no abort, no message)."""
     txn = TaskTransaction(opts.bootstrap_servers, transactional_id(owner, task), opts.transaction_timeout_ms,
-                          deadline_s=30, client_id=f"zombie-{task}-{attempt}")
+                          deadline_s=30)
     txn.begin()
     return txn, TaskProducer(opts, COLUMNS, task, attempt, transaction=txn)
 
