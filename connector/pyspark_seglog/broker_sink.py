@@ -54,6 +54,11 @@ logger = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 5
 MAX_REQUEST_BYTES = 16 << 20          # under the broker's socket.request.max.bytes (100 MiB)
 MAX_QUEUED_BYTES = 64 << 20           # encoded but unsent: bounds a task's memory
+# Encoded bytes held before the first sends: a small task (a streaming micro-batch) sends all its
+# partitions at flush, in one AddPartitionsToTxn and one Produce per leader, instead of a round
+# trip of each per partition as the router hands them over; a large one still sends while it
+# encodes.
+SEND_AHEAD_BYTES = 1 << 20
 ACKS_ALL = -1
 REQUEST_TIMEOUT_MS = 30_000
 RETRY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
@@ -277,7 +282,8 @@ class TaskProducer(RowRouter):
             ordinal += records
             self.queued_bytes += len(data)
         self.sequences[tp] = ordinal
-        self._pump(drain=self.queued_bytes > MAX_QUEUED_BYTES)
+        if self.queued_bytes >= SEND_AHEAD_BYTES:
+            self._pump(drain=self.queued_bytes > MAX_QUEUED_BYTES)
 
     def flush(self) -> None:
         """Send everything and wait until the broker acknowledged every batch."""
