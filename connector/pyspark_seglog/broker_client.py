@@ -25,6 +25,7 @@ kafka_security.py); a failed SASL login is a KafkaError with SASL_AUTHENTICATION
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -178,6 +179,11 @@ class BrokerClient:
         for conn in self._nodes.values():
             conn.close()
         self._nodes.clear()
+
+    def idle(self) -> bool:
+        """No response is awaited on any of its connections (it can serve another task)."""
+        conns = [self._conn, *self._nodes.values()]
+        return not any(c is not None and c.connected and c.in_flight for c in conns)
 
     def __enter__(self) -> "BrokerClient":
         self.connect()
@@ -410,3 +416,39 @@ class BrokerClient:
             raise KafkaError(f"{self.where()} refused InitProducerId: {error_name(body.error_code)}",
                               int(body.error_code))
         return int(body.producer_id), int(body.producer_epoch)
+
+
+class ClientPool:
+    """Broker clients kept for the next task of the same (reused) Python worker, or the next
+    micro-batch's commit on the driver: a new client costs a connection and ApiVersions to each
+    broker it talks to, and Metadata. A task takes one and gives it back when done; a client
+    with responses still awaited (a task that failed mid-request) is closed instead."""
+
+    def __init__(self, client_id: str, keep: int = 2):
+        self.client_id = client_id
+        self.keep = keep
+        self._free: dict[tuple, list[BrokerClient]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(servers: str, retry_timeout: float, security: ClientSecurity | None) -> tuple:
+        # ClientSecurity objects are built once per process (kafka_security.KafkaSecurity.client)
+        # and a pooled client holds its own: the identity cannot be reused while it is kept.
+        return servers, retry_timeout, None if security is None else id(security)
+
+    def take(self, servers: str, *, security: ClientSecurity | None,
+             retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S) -> BrokerClient:
+        with self._lock:
+            free = self._free.get(self._key(servers, retry_timeout, security))
+            if free:
+                return free.pop()
+        return BrokerClient(servers, client_id=self.client_id, retry_timeout=retry_timeout, security=security)
+
+    def give_back(self, client: BrokerClient) -> None:
+        if client.idle():
+            with self._lock:
+                free = self._free.setdefault(self._key(client.bootstrap, client.retry_timeout, client.security), [])
+                if len(free) < self.keep:
+                    free.append(client)
+                    return
+        client.close()

@@ -17,7 +17,6 @@ to the leader. OFFSET_OUT_OF_RANGE from the leader follows failOnDataLoss, as th
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from logcore.errors import CorruptRecordError, OffsetOutOfRangeError
@@ -26,7 +25,7 @@ from logcore.records.batch import CONTROL_MASK, F_BASE_OFFSET, F_ATTRIBUTES, F_P
 from logcore.wire import error_codes as E
 from logcore.wire.client import KafkaConnectionError, KafkaError, error_name
 from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from pyspark_seglog.broker_client import RETRIABLE, RETRY_BACKOFF_S, BrokerClient
+from pyspark_seglog.broker_client import RETRIABLE, RETRY_BACKOFF_S, BrokerClient, ClientPool
 from pyspark_seglog.data_loss import data_loss
 from pyspark_seglog.kafka_rows import COLUMN_BUFFERS, ConstantColumns
 from pyspark_seglog.kafka_security import PLAINTEXT
@@ -41,33 +40,7 @@ FETCH_MAX_WAIT_MS = 500          # the Kafka consumer's fetch.max.wait.ms
 PREFERRED_PATIENCE = 3
 
 
-class _Clients:
-    """Broker clients kept for the next task of the same (reused) Python worker: a new one costs
-    a connection, ApiVersions and Metadata. A task takes one and gives it back when done."""
-
-    def __init__(self, keep: int = 2):
-        self.keep = keep
-        self._free: dict[tuple, list[BrokerClient]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, servers: str, retry_timeout: float, security) -> BrokerClient:
-        with self._lock:
-            free = self._free.get((servers, retry_timeout, security))
-            if free:
-                return free.pop()
-        return BrokerClient(servers, client_id="seglog-spark-source", retry_timeout=retry_timeout,
-                            security=security.client())
-
-    def give_back(self, client: BrokerClient, servers: str, retry_timeout: float, security) -> None:
-        with self._lock:
-            free = self._free.setdefault((servers, retry_timeout, security), [])
-            if len(free) < self.keep:
-                free.append(client)
-                return
-        client.close()
-
-
-_CLIENTS = _Clients()
+_CLIENTS = ClientPool("seglog-spark-source")
 
 
 def aborted_ranges(data, aborted) -> list[tuple[int, int, int]] | None:
@@ -100,14 +73,14 @@ class BrokerRangeReader:
     def batches(self):
         p = self.p
         security = p.security or PLAINTEXT
-        client = _CLIENTS.take(p.bootstrap_servers, p.retry_timeout, security)
+        client = _CLIENTS.take(p.bootstrap_servers, retry_timeout=p.retry_timeout, security=security.client())
         ok = False
         try:
             yield from self._read(client)
             ok = True
         finally:
             if ok:
-                _CLIENTS.give_back(client, p.bootstrap_servers, p.retry_timeout, security)
+                _CLIENTS.give_back(client)
             else:
                 client.close()
 

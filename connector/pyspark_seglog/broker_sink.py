@@ -40,10 +40,7 @@ from logcore.wire.client import KafkaConnectionError, KafkaError, error_name
 from logcore.wire.error_codes import DUPLICATE_SEQUENCE_NUMBER, MESSAGE_TOO_LARGE, NONE, OUT_OF_ORDER_SEQUENCE_NUMBER
 from logcore.wire.api_keys import ADD_PARTITIONS_TO_TXN, END_TXN
 from logcore.wire.error_codes import INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, PRODUCER_FENCED
-from pyspark_seglog.broker_client import (
-    RETRIABLE,
-    BrokerClient,
-)
+from pyspark_seglog.broker_client import RETRIABLE, BrokerClient, ClientPool
 from pyspark_seglog.broker_transaction import (GUARANTEE_OPTION, OpenTransaction, TaskTransaction,
                                                end_task_transactions, mark_transactional, refused_error,
                                                transactional_id)
@@ -57,10 +54,17 @@ logger = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 5
 MAX_REQUEST_BYTES = 16 << 20          # under the broker's socket.request.max.bytes (100 MiB)
 MAX_QUEUED_BYTES = 64 << 20           # encoded but unsent: bounds a task's memory
+# Encoded bytes held before the first sends: a small task (a streaming micro-batch) sends all its
+# partitions at flush, in one AddPartitionsToTxn and one Produce per leader, instead of a round
+# trip of each per partition as the router hands them over; a large one still sends while it
+# encodes.
+SEND_AHEAD_BYTES = 1 << 20
 ACKS_ALL = -1
 REQUEST_TIMEOUT_MS = 30_000
 RETRY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
 SEQUENCE_WRAP = 1 << 31
+# The producers' connections, kept for the worker's next task (broker_client.ClientPool).
+_CLIENTS = ClientPool("seglog-spark-sink")
 
 
 @dataclass
@@ -108,8 +112,7 @@ def produce_task(opts: SinkOptions, columns: dict[str, str], iterator, task: int
             producer.close()
         return producer.message()
     txn = TaskTransaction(opts.bootstrap_servers, transactional_id(owner, task), opts.transaction_timeout_ms,
-                          deadline_s=opts.delivery_timeout_ms / 1000,
-                          client_id=f"seglog-spark-sink-{task}-{attempt}", security=opts.security.client())
+                          deadline_s=opts.delivery_timeout_ms / 1000, security=opts.security.client())
     try:
         try:
             txn.begin()          # fences earlier attempts of this task; aborts what they left open
@@ -210,8 +213,7 @@ class TaskProducer(RowRouter):
         super().__init__(opts, columns, task)
         self.attempt = attempt
         self.transaction = transaction
-        self.client = BrokerClient(opts.bootstrap_servers, client_id=f"seglog-spark-sink-{task}-{attempt}",
-                                   security=opts.security.client())
+        self.client = _CLIENTS.take(opts.bootstrap_servers, security=opts.security.client())
         self.deadline_s = opts.delivery_timeout_ms / 1000
         if transaction is not None:
             self.producer_id, self.epoch = transaction.producer_id, transaction.epoch
@@ -229,7 +231,9 @@ class TaskProducer(RowRouter):
         self.acked: dict[tuple[str, int], int] = {}
 
     def close(self) -> None:
-        self.client.close()
+        """Done with the brokers: the client serves the worker's next task unless a response is
+        still awaited."""
+        _CLIENTS.give_back(self.client)
 
     def message(self) -> BrokerWriteMessage:
         return BrokerWriteMessage(self.task, self.attempt, self.producer_id,
@@ -278,7 +282,8 @@ class TaskProducer(RowRouter):
             ordinal += records
             self.queued_bytes += len(data)
         self.sequences[tp] = ordinal
-        self._pump(drain=self.queued_bytes > MAX_QUEUED_BYTES)
+        if self.queued_bytes >= SEND_AHEAD_BYTES:
+            self._pump(drain=self.queued_bytes > MAX_QUEUED_BYTES)
 
     def flush(self) -> None:
         """Send everything and wait until the broker acknowledged every batch."""

@@ -35,7 +35,7 @@ from logcore.wire.error_codes import (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_
                                       REQUEST_TIMED_OUT, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                       UNSTABLE_OFFSET_COMMIT)
 
-from pyspark_seglog.broker_client import BrokerClient
+from pyspark_seglog.broker_client import BrokerClient, ClientPool
 from pyspark_seglog.sink_options import TRANSACTION_TIMEOUT_OPTION as TIMEOUT_OPTION
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,10 @@ BUSY = frozenset({COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, REQUEST
 FENCED = frozenset({PRODUCER_FENCED, INVALID_PRODUCER_EPOCH})
 BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5)
 GUARANTEE_OPTION = "deliveryGuarantee"          # as users write it (Spark lower-cases it)
+# Coordinator connections, kept for the worker's next task and the driver's next commit
+# (broker_client.ClientPool); never those of the task's Produce requests.
+_CLIENTS = ClientPool("seglog-spark-sink-txn")
+_COMMIT_CLIENTS = ClientPool("seglog-spark-sink-commit", keep=1)
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 
@@ -138,10 +142,10 @@ class TaskTransaction:
     """One task attempt's transaction on the brokers (see the module docstring)."""
 
     def __init__(self, bootstrap: str, txn_id: str, timeout_ms: int, *, deadline_s: float,
-                 client_id: str, security: ClientSecurity | None = None):
+                 security: ClientSecurity | None = None):
         self.txn_id = txn_id
         self.timeout_ms = timeout_ms
-        self.client = BrokerClient(bootstrap, client_id=client_id, security=security)
+        self.client = _CLIENTS.take(bootstrap, security=security)
         self.coordinators = _Coordinators(self.client, deadline_s)
         self.producer_id = -1
         self.epoch = -1
@@ -149,7 +153,7 @@ class TaskTransaction:
         self.offsets_added: set[str] = set()
 
     def close(self) -> None:
-        self.client.close()
+        _CLIENTS.give_back(self.client)
 
     def open(self) -> OpenTransaction:
         return OpenTransaction(self.txn_id, self.producer_id, self.epoch)
@@ -310,8 +314,11 @@ def end_task_transactions(bootstrap: str, txns: list[OpenTransaction], *, commit
     """The driver's commit (or abort): EndTxn for every task transaction of the batch."""
     if not txns:
         return
-    with BrokerClient(bootstrap, client_id="seglog-spark-sink-commit", security=security) as client:
+    client = _COMMIT_CLIENTS.take(bootstrap, security=security)
+    try:
         end_transactions(_Coordinators(client, deadline_s), txns, commit=commit)
+    finally:
+        _COMMIT_CLIENTS.give_back(client)
 
 
 def refused_error(exc: KafkaError, bootstrap: str) -> KafkaError:

@@ -87,7 +87,7 @@ def open_attempt(opts, owner: str, task: int, attempt: int) -> tuple[TaskTransac
     """A task attempt that begins its transaction and produces, as produce_task does, but that the
     test can stop anywhere (an executor lost: no abort, no message)."""
     txn = TaskTransaction(opts.bootstrap_servers, transactional_id(owner, task), opts.transaction_timeout_ms,
-                          deadline_s=30, client_id=f"zombie-{task}-{attempt}")
+                          deadline_s=30)
     txn.begin()
     return txn, TaskProducer(opts, COLUMNS, task, attempt, transaction=txn)
 
@@ -177,6 +177,46 @@ def test_replayed_batch_is_not_written_twice(broker):
     assert again[0].skipped and not again[1].skipped and sum(again[1].records.values()) == 1000
     commit_batch(opts, again, 1)
     assert exactly(read_values(broker.bootstrap, topic, 3), range(4000))
+
+
+def test_micro_batch_task_adds_its_partitions_once_and_reuses_its_clients(broker, monkeypatch):
+    """A micro-batch's task holds its few rows until flush: one AddPartitionsToTxn names every
+    partition it writes (not one round trip per partition), and the worker's next task and the
+    driver's next commit reuse the clients (connections, Metadata) the last ones left."""
+    import pyspark_seglog.broker_client as broker_client
+    from pyspark_seglog.broker_transaction import TaskTransaction as Txn
+
+    topic = "eos-small-batches"
+    create_topic(broker, topic, 3)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    added: list[list] = []
+    real_add = Txn.add_partitions
+
+    def add_partitions(self, tps):
+        tps = list(tps)
+        if set(tps) - self.added:            # a request goes out (else add_partitions sends none)
+            added.append(sorted(set(tps)))
+        return real_add(self, tps)
+
+    monkeypatch.setattr(Txn, "add_partitions", add_partitions)
+    made: list[str] = []
+
+    class CountedClient(broker_client.BrokerClient):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("client_id", ""))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(broker_client, "BrokerClient", CountedClient)
+    for batch in range(3):
+        made.clear()
+        messages = [produce_task(opts, COLUMNS, rows(batch * 100 + t * 50, 50), t, 0, "q-small", batch,
+                                 streaming=True) for t in range(2)]
+        commit_batch(opts, messages, batch)
+        assert all(sorted(m.records) == [f"{topic}-{p}" for p in range(3)] for m in messages)
+        if batch:
+            assert made == [], f"batch {batch} opened new clients: {made}"
+    assert added == [[(topic, p) for p in range(3)]] * 6, added      # 2 tasks x 3 batches
+    assert exactly(read_values(broker.bootstrap, topic, 3), range(300))
 
 
 def test_abort_hides_the_batch(broker):
