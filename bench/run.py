@@ -28,6 +28,7 @@ import bench_sink_epoch  # noqa: E402
 import bench_spark  # noqa: E402
 import bench_spark_kafka  # noqa: E402
 import bench_spark_s3  # noqa: E402
+import bench_stream_latency  # noqa: E402
 import bench_task_open  # noqa: E402
 import bench_tiered  # noqa: E402
 import bench_txn_produce  # noqa: E402
@@ -57,6 +58,7 @@ def main() -> None:
         bench_txn_produce.main([]),
         bench_txn_produce.main(["--cluster"]),
         bench_kafka_tools.main([]),
+        bench_stream_latency.main(["--rounds", "2"]),
     ]
     if "--no-write" in sys.argv:
         return
