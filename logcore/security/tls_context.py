@@ -11,6 +11,7 @@ and for a client (inter-broker connections, the CLI, the Spark connector).
   (checked at most once a second, as connections arrive): new connections then get the new
   certificate and trust, without a restart; a store that cannot be read keeps the last good
   one (logged).
+- Dynamic store settings (listener.name.<l>.ssl.keystore.location, ...): tls_reconfiguration.py.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import threading
 import time
 
 from logcore.errors import InvalidConfigError
-from logcore.security.key_store import file_stamp, load_keystore, load_truststore, store_files
+from logcore.security.key_store import KeyMaterial, file_stamp, load_keystore, load_truststore, store_files
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,10 @@ def _load_chain(context: ssl.SSLContext, chain_pem: bytes, key_pem: bytes) -> No
 
 def server_context(settings: dict[str, str], where: str) -> ssl.SSLContext:
     """A listener's context: its keystore (required), its truststore and client auth."""
+    return _server_context(settings, where)[0]
+
+
+def _server_context(settings: dict[str, str], where: str) -> tuple[ssl.SSLContext, KeyMaterial]:
     low, high = tls_versions(settings, where)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version, context.maximum_version = low, high
@@ -96,7 +101,7 @@ def server_context(settings: dict[str, str], where: str) -> ssl.SSLContext:
             context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
         else:
             context.load_verify_locations(cadata=trusted.decode())
-    return context
+    return context, material
 
 
 def client_context(settings: dict[str, str], where: str) -> ssl.SSLContext:
@@ -122,16 +127,22 @@ def client_context(settings: dict[str, str], where: str) -> ssl.SSLContext:
     return context
 
 
+def _names_truststore(settings: dict[str, str]) -> bool:
+    return bool(settings.get("ssl.truststore.location") or settings.get("ssl.truststore.certificates"))
+
+
 class ServerTls:
     """A listener's TLS: `context` is given to the server once; each handshake is moved (SNI
-    callback) to the newest context, rebuilt when a store file changed."""
+    callback) to the newest context, rebuilt when a store file changed or when the dynamic
+    broker configs give the listener new store settings (reconfigure)."""
 
     def __init__(self, settings: dict[str, str], where: str):
+        self._static = dict(settings)
         self._settings = dict(settings)
         self._where = where
         self._files = store_files(settings)
         self._stamp = file_stamp(self._files)
-        self._current = server_context(settings, where)
+        self._current, self._material = _server_context(settings, where)
         self._checked = time.monotonic()
         self._lock = threading.Lock()
         self.reloads = 0
@@ -145,6 +156,36 @@ class ServerTls:
             ssl_object.context = current
         return None
 
+    def build(self, overrides: dict[str, str]) -> tuple[dict[str, str], ssl.SSLContext, KeyMaterial]:
+        """The settings, context and keystore the listener would have with the dynamic store
+        settings `overrides` over its static ones; InvalidConfigError when they are not usable
+        (tls_reconfiguration's rules)."""
+        from logcore.security.tls_reconfiguration import check_compatible
+        settings = {**self._static, **overrides}
+        where = f"{self._where}: dynamic {', '.join(sorted(overrides)) or 'store settings removed'}"
+        if not _names_truststore(self._settings) and _names_truststore(settings):
+            raise InvalidConfigError(f"{where}: Cannot add SSL truststore to an existing listener for which no"
+                                     " truststore was configured.")
+        try:
+            context, material = _server_context(settings, where)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise InvalidConfigError(f"{where}: the stores cannot be used: {exc}") from None
+        check_compatible(self._material, material, settings, where)
+        return settings, context, material
+
+    def reconfigure(self, overrides: dict[str, str]) -> None:
+        """Take the dynamic store settings `overrides` (validated again: build): new connections
+        use them, open ones keep their context."""
+        settings, context, material = self.build(overrides)
+        with self._lock:
+            self._settings = settings
+            self._files = store_files(settings)
+            self._stamp = file_stamp(self._files)
+            self._current, self._material = context, material
+            self.reloads += 1
+        logger.info("%s: new key/trust store settings (%s); new connections use them", self._where,
+                    ", ".join(sorted(overrides)) or "back to the static ones")
+
     def check_reload(self, *, force: bool = False) -> bool:
         """Rebuild the context when a store file changed (at most once per RELOAD_CHECK_S unless
         `force`); whether a new context is in use."""
@@ -157,14 +198,14 @@ class ServerTls:
             if stamp == self._stamp:
                 return False
             try:
-                fresh = server_context(self._settings, self._where)
+                fresh, material = _server_context(self._settings, self._where)
             except (InvalidConfigError, ssl.SSLError, OSError) as exc:
                 logger.error("%s: the changed key or trust store cannot be used (%s); the previous one"
                              " stays in use", self._where, exc)
                 self._stamp = stamp          # tried once per change, not at every handshake
                 return False
             self._stamp = stamp
-            self._current = fresh
+            self._current, self._material = fresh, material
             self.reloads += 1
             logger.info("%s: key/trust store changed; new connections use it", self._where)
             return True
