@@ -24,8 +24,12 @@ PREFIX = "listener.name.ssl."
 
 
 def _props(pki, root) -> dict[str, str]:
-    return {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL",
+    return {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+            # client certificates required, trusted by the first CA only (until the truststore changes)
+            "listener.name.mtls.ssl.client.auth": "required",
+            "listener.name.mtls.ssl.truststore.type": "PEM",
+            "listener.name.mtls.ssl.truststore.location": str(pki.ca_pem),
             "log.dirs": str(root), "node.id": "0", "num.partitions": "1",
             "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(pki.broker_p12),
             "ssl.keystore.password": STORE_PASSWORD}
@@ -54,8 +58,11 @@ def new_ca(tmp_path_factory):
 class TlsConnection:
     """A TLS connection trusting only `cafile` that sends ApiVersions v0 requests."""
 
-    def __init__(self, address: tuple[str, int], cafile):
+    def __init__(self, address: tuple[str, int], cafile, client=None):
+        """`client`: (certificate, key) files offered for client auth."""
         context = ssl.create_default_context(cafile=str(cafile))
+        if client is not None:
+            context.load_cert_chain(str(client[0]), str(client[1]))
         raw = socket.create_connection(address, timeout=10)
         try:
             self.sock = context.wrap_socket(raw, server_hostname=address[0])
@@ -155,6 +162,25 @@ def test_new_keystore_serves_new_connections_while_open_ones_go_on(reload_broker
     fresh.close()
     stored = json.loads((broker.root / "seglog-broker-configs.json").read_text())
     assert stored["brokers"]["0"][PREFIX + "ssl.keystore.location"].endswith("broker-new.p12")
+
+
+def test_new_truststore_admits_clients_of_the_new_ca(reload_broker, pki, new_ca):
+    broker = reload_broker["broker"]
+    ca, folder = new_ca
+    mtls = broker.endpoints["MTLS"]
+    newcomer = issue(ca, "bob", hosts=()).write_pem(folder, "bob")
+    with pytest.raises((ssl.SSLError, ConnectionError, AssertionError)):
+        TlsConnection(mtls, pki.ca_pem, newcomer).api_versions()     # TLS 1.3: refused at the first read
+    old = TlsConnection(mtls, pki.ca_pem, (pki.client_cert, pki.client_key))
+    assert old.api_versions() == 0
+    both = folder / "both-cas.crt"
+    both.write_bytes(pki.ca_pem.read_bytes() + (folder / "ca.crt").read_bytes())
+    _set(broker.bootstrap("PLAINTEXT"), {"listener.name.mtls.ssl.truststore.location": str(both)})
+    conn = TlsConnection(mtls, pki.ca_pem, newcomer)
+    assert conn.api_versions() == 0
+    conn.close()
+    assert old.api_versions() == 0
+    old.close()
 
 
 def test_kafka_configs_tool_sets_a_pem_keystore_that_survives_a_restart(reload_broker, new_ca):
