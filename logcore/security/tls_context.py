@@ -127,6 +127,64 @@ def client_context(settings: dict[str, str], where: str) -> ssl.SSLContext:
     return context
 
 
+def _client_for_check(settings: dict[str, str], where: str) -> ssl.SSLContext:
+    """A client of this listener's own stores (its truststore, its keystore offered), names not
+    checked: the validation handshakes of an inter-broker listener."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    trusted = load_truststore(settings, where)
+    if trusted is None:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    else:
+        context.load_verify_locations(cadata=trusted.decode())
+    material = load_keystore(settings, where)
+    _load_chain(context, material.chain_pem, material.key_pem)
+    return context
+
+
+def _handshake(client: ssl.SSLContext, server: ssl.SSLContext) -> None:
+    """A TLS handshake in memory; ssl.SSLError when either side refuses the other."""
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    c = client.wrap_bio(c_in, c_out, server_side=False, server_hostname="localhost")
+    s = server.wrap_bio(s_in, s_out, server_side=True)
+    done = {c: False, s: False}
+    for _ in range(20):
+        for side in (c, s):
+            if not done[side]:
+                try:
+                    side.do_handshake()
+                    done[side] = True
+                except ssl.SSLWantReadError:
+                    pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if all(done.values()):
+            # TLS 1.3: the server's verdict on the client's certificate arrives after the handshake
+            s.write(b"x")
+            c_in.write(s_out.read())
+            try:
+                c.read(1)
+            except ssl.SSLWantReadError:
+                pass
+            return
+    raise ssl.SSLError("the validation handshake did not finish")
+
+
+def check_peers_agree(old: dict[str, str], new: dict[str, str], where: str) -> None:
+    """Kafka's check for an inter-broker listener's new stores: the brokers still on the old
+    ones and this one on the new ones must accept each other (new certificate trusted by the old
+    truststore, old certificate by the new truststore), so that replication goes on while the
+    brokers are updated one at a time."""
+    for client, server, what in ((old, new, "the current truststore does not trust the new certificate"),
+                                 (new, old, "the new truststore does not trust the current certificate")):
+        try:
+            _handshake(_client_for_check(client, where), _server_context(server, where)[0])
+        except ssl.SSLError as exc:
+            raise InvalidConfigError(f"{where}: this is the inter-broker listener and {what}, so brokers"
+                                     f" on either would not connect ({exc.reason or exc}): add the new CA"
+                                     " to the truststores first") from None
+
+
 def _names_truststore(settings: dict[str, str]) -> bool:
     return bool(settings.get("ssl.truststore.location") or settings.get("ssl.truststore.certificates"))
 
@@ -134,7 +192,7 @@ def _names_truststore(settings: dict[str, str]) -> bool:
 class ServerTls:
     """A listener's TLS: `context` is given to the server once; each handshake is moved (SNI
     callback) to the newest context, rebuilt when a store file changed or when the dynamic
-    broker configs give the listener new store settings (reconfigure)."""
+    broker configs give the listener new store settings (checked by `build`, taken by `use`)."""
 
     def __init__(self, settings: dict[str, str], where: str):
         self._static = dict(settings)
@@ -156,27 +214,42 @@ class ServerTls:
             ssl_object.context = current
         return None
 
-    def build(self, overrides: dict[str, str]) -> tuple[dict[str, str], ssl.SSLContext, KeyMaterial]:
+    def build(self, overrides: dict[str, str], *, inter_broker: bool = False
+              ) -> tuple[dict[str, str], ssl.SSLContext, KeyMaterial]:
         """The settings, context and keystore the listener would have with the dynamic store
         settings `overrides` over its static ones; InvalidConfigError when they are not usable
-        (tls_reconfiguration's rules)."""
+        (tls_reconfiguration's rules; `inter_broker`: check_peers_agree too)."""
         from logcore.security.tls_reconfiguration import check_compatible
-        settings = {**self._static, **overrides}
-        where = f"{self._where}: dynamic {', '.join(sorted(overrides)) or 'store settings removed'}"
-        if not _names_truststore(self._settings) and _names_truststore(settings):
+        where = self._where_for(overrides)
+        if not _names_truststore(self._settings) and _names_truststore({**self._static, **overrides}):
             raise InvalidConfigError(f"{where}: Cannot add SSL truststore to an existing listener for which no"
                                      " truststore was configured.")
-        try:
-            context, material = _server_context(settings, where)
-        except (ssl.SSLError, OSError, ValueError) as exc:
-            raise InvalidConfigError(f"{where}: the stores cannot be used: {exc}") from None
+        settings, context, material = self._context_for(overrides)
         check_compatible(self._material, material, settings, where)
+        if inter_broker:
+            check_peers_agree(self._settings, settings, where)
         return settings, context, material
 
-    def reconfigure(self, overrides: dict[str, str]) -> None:
-        """Take the dynamic store settings `overrides` (validated again: build): new connections
-        use them, open ones keep their context."""
-        settings, context, material = self.build(overrides)
+    def _where_for(self, overrides: dict[str, str]) -> str:
+        return f"{self._where}: dynamic {', '.join(sorted(overrides)) or 'store settings removed'}"
+
+    def _context_for(self, overrides: dict[str, str]) -> tuple[dict[str, str], ssl.SSLContext, KeyMaterial]:
+        settings = {**self._static, **overrides}
+        try:
+            context, material = _server_context(settings, self._where_for(overrides))
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise InvalidConfigError(f"{self._where_for(overrides)}: the stores cannot be used: {exc}") from None
+        return settings, context, material
+
+    def use(self, overrides: dict[str, str]) -> None:
+        """Take dynamic store settings checked when they were altered (build), or persisted and
+        read at start-up: they must be usable, and are not compared again (several changes, e.g.
+        a new CA trusted and then a new certificate, may hold only together). New connections
+        use them; open ones keep their context."""
+        self._take(overrides, *self._context_for(overrides))
+
+    def _take(self, overrides: dict[str, str], settings: dict[str, str], context: ssl.SSLContext,
+              material: KeyMaterial) -> None:
         with self._lock:
             self._settings = settings
             self._files = store_files(settings)

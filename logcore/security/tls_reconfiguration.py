@@ -9,7 +9,10 @@ Kafka does it (DynamicBrokerConfig with SslFactory's reconfiguration rules):
   (an unreadable file, a wrong password, a key that does not go with its certificate are
   refused); the new certificate must name the same subject and subject alternative names as the
   one in use unless `ssl.allow.dn.changes` / `ssl.allow.san.changes` (Kafka's rule); a keystore
-  cannot be removed and a truststore cannot be added where none was (Kafka's rules); and, which
+  cannot be removed and a truststore cannot be added where none was (Kafka's rules); on the
+  inter-broker listener the new certificate must be trusted by the old truststore and the old
+  certificate by the new one (Kafka's SslEngineValidator: brokers updated one at a time still
+  connect to each other); and, which
   Kafka leaves to the handshake, a certificate that is expired or not yet valid is refused;
 - applied: new connections get the new context, open ones keep theirs (tls_context.ServerTls).
 """
@@ -114,8 +117,11 @@ class ListenerTlsUpdates:
     """The broker's TLS listeners ({name: ServerTls}) taking the store settings of its own
     dynamic layer."""
 
-    def __init__(self, listeners: dict):
+    def __init__(self, listeners: dict, inter_broker: str | None = None):
+        """`inter_broker`: the inter-broker listener's name (its new stores must be accepted by
+        brokers on its old ones: tls_context.check_peers_agree)."""
         self._listeners = listeners
+        self._inter_broker = inter_broker
         self._applied: dict[str, dict[str, str]] = {}
 
     def check(self, layer: dict[str, str]) -> None:
@@ -127,18 +133,19 @@ class ListenerTlsUpdates:
                     f"listener.name.{name.lower()}.*: {name} is not a TLS listener of this broker"
                     f" ({', '.join(sorted(self._listeners)) or 'it has none'})")
             if overrides != self._applied.get(name, {}):
-                tls.build(overrides)
+                tls.build(overrides, inter_broker=name == self._inter_broker)
 
     def apply(self, layer: dict[str, str]) -> None:
-        """Each listener whose store settings changed takes them; one that cannot keeps what it
-        has (logged: a layer written by another tool, or a store gone since it was checked)."""
+        """Each listener whose store settings changed takes them (checked by `check` before they
+        were stored; at start-up, as persisted); one that cannot keeps what it has (logged: a
+        layer written by another tool, or a store gone since)."""
         wanted = tls_layer(layer)
         for name, tls in self._listeners.items():
             overrides = wanted.get(name, {})
             if overrides == self._applied.get(name, {}):
                 continue
             try:
-                tls.reconfigure(overrides)
+                tls.use(overrides)
             except InvalidConfigError as exc:
                 logger.error("%s", exc)
                 continue

@@ -2,8 +2,10 @@
 (`listener.name.<l>.ssl.keystore.*`, Kafka's form): validated first (a wrong password, a missing
 file, an expired certificate, another subject or other alternative names, the cluster default,
 no listener prefix, a listener without TLS: each refused, the old keystore still serving), then
-new connections get the new certificate while an open connection goes on; Kafka's own
-kafka-configs does it too, and the change survives a restart."""
+new connections get the new certificate while an open connection goes on; a new truststore
+admits a new CA's clients; the inter-broker listener takes a new CA's certificate only once its
+truststore trusts that CA; Kafka's own kafka-configs does it too, and the changes survive a
+restart."""
 from __future__ import annotations
 
 import json
@@ -24,8 +26,12 @@ PREFIX = "listener.name.ssl."
 
 
 def _props(pki, root) -> dict[str, str]:
-    return {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+    return {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,INTERNAL:SSL",
+            # the inter-broker listener: its new stores must be accepted by brokers on its old ones
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.name.internal.ssl.truststore.type": "PEM",
+            "listener.name.internal.ssl.truststore.location": str(pki.ca_pem),
             # client certificates required, trusted by the first CA only (until the truststore changes)
             "listener.name.mtls.ssl.client.auth": "required",
             "listener.name.mtls.ssl.truststore.type": "PEM",
@@ -183,6 +189,26 @@ def test_new_truststore_admits_clients_of_the_new_ca(reload_broker, pki, new_ca)
     old.close()
 
 
+def test_inter_broker_listener_rotates_its_ca_in_two_steps(reload_broker, pki, new_ca):
+    """Kafka's rule for the inter-broker listener: a certificate of a new CA is refused while the
+    truststore (the other brokers') does not trust that CA; trusted first, it is then accepted."""
+    broker = reload_broker["broker"]
+    ca, folder = new_ca
+    plain = broker.bootstrap("PLAINTEXT")
+    internal = "listener.name.internal."
+    keystore = {internal + k.removeprefix(PREFIX): v
+                for k, v in _keystore(issue(ca, "broker"), folder, "internal-new").items()}
+    message = _refused(plain, "0", keystore)
+    assert "the current truststore does not trust the new certificate" in message, message
+    both = folder / "internal-cas.crt"
+    both.write_bytes(pki.ca_pem.read_bytes() + (folder / "ca.crt").read_bytes())
+    _set(plain, {internal + "ssl.truststore.location": str(both)})
+    _set(plain, keystore)
+    conn = TlsConnection(broker.endpoints["INTERNAL"], folder / "ca.crt")
+    assert conn.issuer == "the new CA" and conn.api_versions() == 0
+    conn.close()
+
+
 def test_kafka_configs_tool_sets_a_pem_keystore_that_survives_a_restart(reload_broker, new_ca):
     try:
         jars = resolve_jars()
@@ -203,6 +229,8 @@ def test_kafka_configs_tool_sets_a_pem_keystore_that_survives_a_restart(reload_b
     # restarted on the same root: the persisted dynamic keystore is the one served
     restarted = start_broker(reload_broker["base"] / "second", reload_broker["props"])
     reload_broker["broker"] = restarted
-    conn = TlsConnection(restarted.endpoints["SSL"], folder / "ca.crt")
-    assert conn.issuer == "the new CA" and conn.api_versions() == 0
-    conn.close()
+    for listener in ("SSL", "INTERNAL"):       # INTERNAL: its two steps taken together at start
+        conn = TlsConnection(restarted.endpoints[listener], folder / "ca.crt")
+        assert conn.issuer == "the new CA" and conn.api_versions() == 0
+        conn.close()
+    assert "ERROR" not in restarted.log_text()
