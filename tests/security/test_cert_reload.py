@@ -234,3 +234,14 @@ def test_kafka_configs_tool_sets_a_pem_keystore_that_survives_a_restart(reload_b
         assert conn.issuer == "the new CA" and conn.api_versions() == 0
         conn.close()
     assert "ERROR" not in restarted.log_text()
+
+
+def test_offline_configs_refuse_store_settings(tmp_path, capsys):
+    """`seglog configs <root>` on a stopped broker cannot check stores against the listener: refused."""
+    from logcore.tools.cli import main
+    root = tmp_path / "root"
+    assert main(["topics", "--root", str(root), "--create", "--topic", "t", "--partitions", "1"]) == 0
+    code = main(["configs", str(root), "--entity-type", "brokers", "--entity-name", "0", "--alter",
+                 "--add-config", PREFIX + "ssl.keystore.location=/any.p12"])
+    assert code != 0 and "changed through the running broker" in capsys.readouterr().err
+    assert not (root / "seglog-broker-configs.json").exists()
