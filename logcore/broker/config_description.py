@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from logcore.broker.config import BROKER_KEYS
 from logcore.broker.dynamic_config import REPLICATION_RATES
+from logcore.log.config import BROKER_NAMES, CONFIG_KEYS, ConfigKey, ConfigType, LogConfig
 from logcore.security.security_config import SECURITY_KEYS
 from logcore.security.tls_reconfiguration import SENSITIVE, listener_setting
-from logcore.log.config import BROKER_NAMES, CONFIG_KEYS, ConfigKey, ConfigType, LogConfig
 from logcore.storage.secrets import redact_url
 from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
 from logcore.wire.config_resources import (SOURCE_DEFAULT, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT,

@@ -28,6 +28,7 @@ from logcore.log.config import BROKER_NAMES, resolve_root_defaults, unknown_mess
 from logcore.log.config_key import INT64_MAX, ConfigKey, ConfigType, at_least
 from logcore.quota.replication_quota import FOLLOWER_RATE, LEADER_RATE
 from logcore.security.tls_reconfiguration import PerBrokerOnlyError, check_value as check_store_value
+from logcore.security.tls_reconfiguration import is_static_listener_setting
 from logcore.security.tls_reconfiguration import is_unprefixed as is_unprefixed_store_setting
 from logcore.security.tls_reconfiguration import listener_setting
 
@@ -71,6 +72,9 @@ def check_dynamic(name: str, value: str | None) -> str | None:
     naming the key and value when it is not valid, StaticConfigError when it is not dynamic."""
     if listener_setting(name) is not None or is_unprefixed_store_setting(name):
         return check_store_value(name, value)       # a TLS listener's stores (tls_reconfiguration)
+    if is_static_listener_setting(name):
+        raise StaticConfigError(f"Cannot update these configs dynamically: Set({name}) (of a listener's"
+                                " settings, only its key and trust stores change at runtime)")
     if name not in DYNAMIC_NAMES:
         if name not in _known_static():
             raise UnknownBrokerConfigError(unknown_message(name, sorted(DYNAMIC_NAMES) + sorted(_known_static()),

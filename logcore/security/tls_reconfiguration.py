@@ -49,6 +49,14 @@ def listener_setting(name: str) -> tuple[str, str] | None:
     return listener.upper(), setting
 
 
+def is_static_listener_setting(name: str) -> bool:
+    """A listener's own setting that does not change at runtime (ssl.client.auth, sasl.*, ...)."""
+    if not name.startswith(LISTENER_PREFIX):
+        return False
+    setting = name[len(LISTENER_PREFIX):].partition(".")[2]
+    return setting in SECURITY_KEYS and setting not in RECONFIGURABLE
+
+
 def is_unprefixed(name: str) -> bool:
     return name in RECONFIGURABLE
 

@@ -137,6 +137,7 @@ def test_invalid_keystores_are_refused_and_the_old_one_serves(reload_broker, pki
         "no listener prefix": ("0", {"ssl.keystore.location": str(pki.broker_p12)}, "only per-listener"),
         "plaintext listener": ("0", {"listener.name.plaintext.ssl.keystore.location": str(pki.broker_p12)},
                                "PLAINTEXT is not a TLS listener"),
+        "static setting": ("0", {PREFIX + "ssl.client.auth": "required"}, "Cannot update these configs dynamically"),
         "bad type": ("0", {PREFIX + "ssl.keystore.type": "JKS"}, "must be PEM or PKCS12"),
     }
     for what, (entity, changes, expected) in cases.items():
