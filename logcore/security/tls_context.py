@@ -142,7 +142,7 @@ def _client_for_check(settings: dict[str, str], where: str) -> ssl.SSLContext:
     return context
 
 
-def _handshake(client: ssl.SSLContext, server: ssl.SSLContext) -> None:
+def handshake_in_memory(client: ssl.SSLContext, server: ssl.SSLContext) -> None:
     """A TLS handshake in memory; ssl.SSLError when either side refuses the other."""
     c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
     c = client.wrap_bio(c_in, c_out, server_side=False, server_hostname="localhost")
@@ -178,7 +178,7 @@ def check_peers_agree(old: dict[str, str], new: dict[str, str], where: str) -> N
     for client, server, what in ((old, new, "the current truststore does not trust the new certificate"),
                                  (new, old, "the new truststore does not trust the current certificate")):
         try:
-            _handshake(_client_for_check(client, where), _server_context(server, where)[0])
+            handshake_in_memory(_client_for_check(client, where), _server_context(server, where)[0])
         except ssl.SSLError as exc:
             raise InvalidConfigError(f"{where}: this is the inter-broker listener and {what}, so brokers"
                                      f" on either would not connect ({exc.reason or exc}): add the new CA"
@@ -282,3 +282,27 @@ class ServerTls:
             self.reloads += 1
             logger.info("%s: key/trust store changed; new connections use it", self._where)
             return True
+
+
+class ClientTls:
+    """The client side of the inter-broker listener (this broker connecting to the others): its
+    context follows the listener's dynamic store settings, as Kafka's inter-broker clients do;
+    connections made since use the new one."""
+
+    def __init__(self, settings: dict[str, str], where: str):
+        self._static = dict(settings)
+        self._where = where
+        self.context = client_context(settings, where)
+
+    def build(self, overrides: dict[str, str]) -> ssl.SSLContext:
+        """The context with `overrides` over the static settings (InvalidConfigError if unusable)."""
+        where = f"{self._where}: dynamic {', '.join(sorted(overrides)) or 'store settings removed'} (client side)"
+        try:
+            return client_context({**self._static, **overrides}, where)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise InvalidConfigError(f"{where}: the stores cannot be used: {exc}") from None
+
+    def use(self, overrides: dict[str, str]) -> None:
+        self.context = self.build(overrides)
+        logger.info("%s: inter-broker connections made from now on use the new key/trust store settings",
+                    self._where)

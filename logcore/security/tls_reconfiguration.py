@@ -125,11 +125,13 @@ class ListenerTlsUpdates:
     """The broker's TLS listeners ({name: ServerTls}) taking the store settings of its own
     dynamic layer."""
 
-    def __init__(self, listeners: dict, inter_broker: str | None = None):
+    def __init__(self, listeners: dict, inter_broker: str | None = None, client=None):
         """`inter_broker`: the inter-broker listener's name (its new stores must be accepted by
-        brokers on its old ones: tls_context.check_peers_agree)."""
+        brokers on its old ones: tls_context.check_peers_agree); `client`: its client side
+        (tls_context.ClientTls, None when it is not TLS), which takes them too."""
         self._listeners = listeners
         self._inter_broker = inter_broker
+        self._client = client
         self._applied: dict[str, dict[str, str]] = {}
 
     def check(self, layer: dict[str, str]) -> None:
@@ -142,6 +144,8 @@ class ListenerTlsUpdates:
                     f" ({', '.join(sorted(self._listeners)) or 'it has none'})")
             if overrides != self._applied.get(name, {}):
                 tls.build(overrides, inter_broker=name == self._inter_broker)
+                if name == self._inter_broker and self._client is not None:
+                    self._client.build(overrides)
 
     def apply(self, layer: dict[str, str]) -> None:
         """Each listener whose store settings changed takes them (checked by `check` before they
@@ -154,6 +158,8 @@ class ListenerTlsUpdates:
                 continue
             try:
                 tls.use(overrides)
+                if name == self._inter_broker and self._client is not None:
+                    self._client.use(overrides)
             except InvalidConfigError as exc:
                 logger.error("%s", exc)
                 continue

@@ -246,3 +246,26 @@ def test_offline_configs_refuse_store_settings(tmp_path, capsys):
                  "--add-config", PREFIX + "ssl.keystore.location=/any.p12"])
     assert code != 0 and "changed through the running broker" in capsys.readouterr().err
     assert not (root / "seglog-broker-configs.json").exists()
+
+
+def test_inter_broker_client_side_follows_the_listener_stores(pki, new_ca):
+    """The broker's own connections to the others (ClientTls) take the inter-broker listener's new
+    truststore too: a peer already on the new CA's certificate is then trusted."""
+    from logcore.security.tls_context import ClientTls, ServerTls, handshake_in_memory, server_context
+    from logcore.security.tls_reconfiguration import ListenerTlsUpdates
+    ca, folder = new_ca
+    settings = {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(pki.broker_p12),
+                "ssl.keystore.password": STORE_PASSWORD, "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(pki.ca_pem)}
+    client = ClientTls(settings, "test")
+    updates = ListenerTlsUpdates({"INTERNAL": ServerTls(settings, "test")}, "INTERNAL", client)
+    peer = server_context({"ssl.keystore.type": "PKCS12", "ssl.keystore.password": STORE_PASSWORD,
+                           "ssl.keystore.location": str(issue(ca, "broker").write_pkcs12(folder, "peer"))}, "peer")
+    with pytest.raises(ssl.SSLError):
+        handshake_in_memory(client.context, peer)
+    both = folder / "client-side-cas.crt"
+    both.write_bytes(pki.ca_pem.read_bytes() + (folder / "ca.crt").read_bytes())
+    layer = {"listener.name.internal.ssl.truststore.location": str(both)}
+    updates.check(layer)
+    updates.apply(layer)
+    handshake_in_memory(client.context, peer)
