@@ -12,6 +12,8 @@ from __future__ import annotations
 from logcore.broker.config import BROKER_KEYS
 from logcore.broker.dynamic_config import REPLICATION_RATES
 from logcore.log.config import BROKER_NAMES, CONFIG_KEYS, ConfigKey, ConfigType, LogConfig
+from logcore.security.security_config import SECURITY_KEYS
+from logcore.security.tls_reconfiguration import SENSITIVE, listener_setting
 from logcore.storage.secrets import redact_url
 from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
 from logcore.wire.config_resources import (SOURCE_DEFAULT, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT,
@@ -111,7 +113,24 @@ class ConfigDescription:
         for name, key in REPLICATION_RATES.items():
             if keys is None or name in keys:
                 out.append(self._rate(name, key, layers, synonyms, documentation))
-        return out + self._tiered(keys, documentation)
+        return out + self._listener_stores(keys, synonyms, documentation) + self._tiered(keys, documentation)
+
+    def _listener_stores(self, keys: set[str] | None, synonyms: bool, documentation: bool) -> list[dict]:
+        """The TLS listeners' dynamic store settings of this broker; passwords and keys are
+        sensitive: named, their value withheld (as Kafka answers)."""
+        out = []
+        for name, value in sorted(self.dynamic.layer(str(self.config.node_id)).items()):
+            found = listener_setting(name)
+            if found is None or (keys is not None and name not in keys):
+                continue
+            secret = found[1] in SENSITIVE
+            shown = None if secret else value
+            syn = [{"name": name, "value": shown, "source": SOURCE_DYNAMIC_BROKER}]
+            entry = self._entry(name, shown, SOURCE_DYNAMIC_BROKER, syn, ConfigType.STRING,
+                                SECURITY_KEYS[found[1]].doc, with_synonyms=synonyms, with_doc=documentation)
+            entry["is_sensitive"] = secret
+            out.append(entry)
+        return out
 
     def _rate(self, name: str, key: ConfigKey, layers, synonyms: bool, documentation: bool) -> dict:
         """A replication throttle's rate: this broker's, the cluster default, or unbounded."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 
 from logcore.broker.config_description import ConfigDescription
-from logcore.broker.dynamic_config import (BROKER_THROTTLES, REPLICATION_RATES, DynamicBrokerConfig,
+from logcore.broker.dynamic_config import (BROKER_THROTTLES, DynamicBrokerConfig,
                                            RootBrokerConfigs, UnknownBrokerConfigError, check_dynamic)
 from logcore.errors import InvalidConfigError, SegLogError, TopicNotFoundError
 from logcore.log.config import (BROKER_NAMES, CONFIG_KEYS, ConfigType, LogConfig, check_topic_against_root,
@@ -218,9 +218,10 @@ class ConfigHandlers:
                 new = altered({} if replace else current, wanted, _broker_list_default)
                 for key in new:
                     check_dynamic(key, new[key])
+                self.dynamic.check_tls(entity, new)
                 # the topic configs these defaults give must stay valid (the rules between settings)
                 LogConfig.from_props({}, {**self.root.static_defaults(),
-                                          **{k: v for k, v in new.items() if k not in REPLICATION_RATES}})
+                                          **{k: v for k, v in new.items() if k in BROKER_NAMES}})
             except InvalidConfigError as exc:
                 raise _Failed(E.INVALID_REQUEST, str(exc)) from None
             return new

@@ -8,6 +8,8 @@ IncrementalAlterConfigs, and layered: per broker > cluster default > broker.prop
 root's stored defaults) > Kafka's defaults. A change is applied at once: the log root resolves
 topic configs with the new layer and every open log is reconfigured. Any other broker setting
 is static: refused with Kafka's INVALID_REQUEST "Cannot update these configs dynamically".
+A TLS listener's stores (`listener.name.<l>.ssl.keystore.location`, ...) are dynamic per broker:
+validated and applied by logcore.security.tls_reconfiguration (certificate reload).
 
 Where they persist is the broker's policy: `RootBrokerConfigs` (one broker alone: a JSON file
 in its log root, `seglog-broker-configs.json`, which also holds the users' SCRAM credentials) or,
@@ -25,6 +27,10 @@ from logcore.errors import InvalidConfigError
 from logcore.log.config import BROKER_NAMES, resolve_root_defaults, unknown_message
 from logcore.log.config_key import INT64_MAX, ConfigKey, ConfigType, at_least
 from logcore.quota.replication_quota import FOLLOWER_RATE, LEADER_RATE
+from logcore.security.tls_reconfiguration import PerBrokerOnlyError, check_value as check_store_value
+from logcore.security.tls_reconfiguration import is_static_listener_setting
+from logcore.security.tls_reconfiguration import is_unprefixed as is_unprefixed_store_setting
+from logcore.security.tls_reconfiguration import listener_setting
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +70,11 @@ def _known_static() -> set[str]:
 def check_dynamic(name: str, value: str | None) -> str | None:
     """The canonical value of dynamic broker config `name` (None for a removal); InvalidConfigError
     naming the key and value when it is not valid, StaticConfigError when it is not dynamic."""
+    if listener_setting(name) is not None or is_unprefixed_store_setting(name):
+        return check_store_value(name, value)       # a TLS listener's stores (tls_reconfiguration)
+    if is_static_listener_setting(name):
+        raise StaticConfigError(f"Cannot update these configs dynamically: Set({name}) (of a listener's"
+                                " settings, only its key and trust stores change at runtime)")
     if name not in DYNAMIC_NAMES:
         if name not in _known_static():
             raise UnknownBrokerConfigError(unknown_message(name, sorted(DYNAMIC_NAMES) + sorted(_known_static()),
@@ -151,6 +162,7 @@ class DynamicBrokerConfig:
         self.partitions = partitions
         self.store = store
         self.rates = rates          # ReplicationQuotas: takes the replication throttles' rates
+        self.tls = None             # ListenerTlsUpdates: takes the TLS listeners' store settings
         self._layers: dict[str, dict[str, str]] = {"": {}, str(node_id): {}}
         self._lock = threading.Lock()
 
@@ -171,6 +183,30 @@ class DynamicBrokerConfig:
             return dict(self._layers[entity])
         return self.store.broker_config(entity)
 
+    def serve_tls(self, updates) -> None:
+        """Give the TLS listeners' store settings to `updates` (ListenerTlsUpdates) from now on,
+        starting with the ones already persisted for this broker."""
+        with self._lock:
+            self.tls = updates
+            updates.apply(self._layers[str(self.node_id)])
+
+    def check_tls(self, entity: str, new: dict[str, str]) -> None:
+        """The TLS store settings of layer `new` for `entity` are usable (InvalidConfigError
+        otherwise): only per broker, only this broker's (its files are read here), only its TLS
+        listeners, and the stores they name valid (tls_reconfiguration)."""
+        names = sorted(n for n in new if listener_setting(n) is not None)
+        if not names:
+            return
+        if entity == "":
+            raise PerBrokerOnlyError("Cannot update these configs at default cluster level, broker id must be"
+                                     f" specified: {', '.join(names)}")
+        if entity != str(self.node_id):
+            raise InvalidConfigError(f"{', '.join(names)}: the stores are read by the broker that uses them:"
+                                     f" send this change to broker {entity} (this is broker {self.node_id})")
+        if self.tls is None:
+            raise InvalidConfigError(f"{', '.join(names)}: this broker has no TLS listener")
+        self.tls.check(new)
+
     def alter(self, entity: str, change) -> dict[str, str]:
         """Persist change(current) for `entity` (already validated) and apply it here."""
         new = self.store.set_broker_config(entity, change)
@@ -182,6 +218,8 @@ class DynamicBrokerConfig:
         usable = {}
         for name, value in config.items():
             try:
+                if entity == "" and listener_setting(name) is not None:
+                    raise PerBrokerOnlyError("a TLS listener's store settings are per broker")
                 check_dynamic(name, value)
                 usable[name] = value
             except InvalidConfigError as exc:       # written by another tool: skipped, said once
@@ -192,9 +230,12 @@ class DynamicBrokerConfig:
                 return
             self._layers[entity] = usable
             layer = {**self._layers[""], **self._layers[str(self.node_id)]}
-            self.root.set_dynamic_defaults({k: v for k, v in layer.items() if k not in REPLICATION_RATES})
+            self.root.set_dynamic_defaults({k: v for k, v in layer.items()
+                                            if k not in REPLICATION_RATES and listener_setting(k) is None})
             if self.rates is not None:
                 self.rates.apply({k: v for k, v in layer.items() if k in REPLICATION_RATES})
+            if self.tls is not None:
+                self.tls.apply(self._layers[str(self.node_id)])
         logger.info("dynamic broker configs of %s now %s", f"broker {entity}" if entity else
                     "the cluster default", usable or "{}")
         for info in list(self.partitions.topics.values()):

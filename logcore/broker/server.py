@@ -29,6 +29,7 @@ from logcore.log.log_root import LogRoot
 from logcore.log.root_owner import OwnerClaim
 from logcore.metrics.broker_metrics import BrokerMetrics
 from logcore.security.tls_context import ServerTls
+from logcore.security.tls_reconfiguration import ListenerTlsUpdates
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,9 @@ class BrokerServer:
             await asyncio.to_thread(root.close)
             raise
         self.broker = Broker(self.config, root, advertised, self.log_dir_failure, self.metrics)
+        inter = self.broker.inter_broker_security       # certificate reload: its client side too
+        self.broker.configs.dynamic.serve_tls(ListenerTlsUpdates(
+            self.tls, self.config.inter_broker_listener, inter.reloading if inter is not None else None))
         self.clients.broker, self.clients.endpoints = self.broker, self.endpoints
         self.member = None
         self.metrics.watch(self.broker, controller=lambda: self.member.controller if self.member else None,

@@ -19,7 +19,7 @@ from logcore.security.listener import PLAINTEXT, PROTOCOLS, SASL_PLAINTEXT, SASL
 from logcore.security.plain import plain_token
 from logcore.security.scram import SaslFailure, ScramClient
 from logcore.security.security_config import check_mechanism
-from logcore.security.tls_context import client_context
+from logcore.security.tls_context import ClientTls, client_context
 from logcore.wire import error_codes as E
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
@@ -37,10 +37,16 @@ CLIENT_SECURITY_KEYS = ("security.protocol",) + CLIENT_SSL_KEYS + CLIENT_SASL_KE
 @dataclass(frozen=True)
 class ClientSecurity:
     protocol: str
-    ssl_context: ssl.SSLContext | None = None
+    fixed_context: ssl.SSLContext | None = None
     mechanism: str | None = None
     username: str | None = None
     password: str | None = None
+    reloading: ClientTls | None = None      # the inter-broker listener's: follows its dynamic stores
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for a new connection (None: no TLS)."""
+        return self.reloading.context if self.reloading is not None else self.fixed_context
 
     @classmethod
     def from_properties(cls, props: dict[str, str], where: str) -> "ClientSecurity | None":
@@ -172,8 +178,8 @@ def inter_broker_security(listener_security, mechanism: str, where: str) -> Clie
     listener = listener_security.listener
     if listener.protocol == PLAINTEXT:
         return None
-    context = client_context(listener_security.settings, where) if listener.tls else None
+    tls = ClientTls(listener_security.settings, where) if listener.tls else None
     if not listener.sasl:
-        return ClientSecurity(listener.protocol, context)
+        return ClientSecurity(listener.protocol, reloading=tls)
     login = listener_security.logins[mechanism]
-    return ClientSecurity(listener.protocol, context, mechanism, login.username, login.password)
+    return ClientSecurity(listener.protocol, None, mechanism, login.username, login.password, tls)

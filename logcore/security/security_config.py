@@ -44,6 +44,10 @@ _PER_LISTENER = (
               category="security"),
     ConfigKey("ssl.truststore.certificates", ConfigType.STRING, "", "Trusted certificates in PEM, inline.",
               category="security"),
+    ConfigKey("ssl.allow.dn.changes", ConfigType.BOOLEAN, False, "Whether a dynamic keystore update may change"
+              " the certificate's subject (distinguished name).", category="security"),
+    ConfigKey("ssl.allow.san.changes", ConfigType.BOOLEAN, False, "Whether a dynamic keystore update may change"
+              " the certificate's subject alternative names.", category="security"),
     ConfigKey("ssl.client.auth", ConfigType.STRING, "none", "none, requested or required: whether TLS clients"
               " must present a trusted certificate (its subject is then their principal).", category="security"),
     ConfigKey("ssl.enabled.protocols", ConfigType.LIST, "TLSv1.2,TLSv1.3", "TLSv1.2 and/or TLSv1.3 (older"

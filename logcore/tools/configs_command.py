@@ -172,7 +172,11 @@ class RootEntities:
             return
         from logcore.broker.dynamic_config import check_dynamic
         self._served_check("cannot alter its dynamic broker configs")
+        from logcore.security.tls_reconfiguration import listener_setting
         for key, op, value in changes:
+            if listener_setting(key) is not None:       # checked against the listener in use
+                raise InvalidConfigError(f"{key}: a TLS listener's stores are changed through the running"
+                                         " broker, which checks them: seglog configs --bootstrap-server HOST:PORT")
             check_dynamic(key, value if op == SET else None)
 
         def change(current):
