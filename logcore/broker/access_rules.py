@@ -30,7 +30,7 @@ from logcore.broker.error_response import error_response
 from logcore.security.acl import CLUSTER_NAME, AclOperation as Op, ResourceType as R
 from logcore.wire import api_keys as K
 from logcore.wire import error_codes as E
-from logcore.wire.config_resources import BROKER_RESOURCE, TOPIC_RESOURCE
+from logcore.wire.config_resources import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from logcore.wire.protocol import Request
 
 Denial = tuple[int, str] | None
@@ -250,6 +250,8 @@ def _config_resource(op: Op):
             return a.denial(req, op, R.TOPIC, item.resource_name)
         if item.resource_type == BROKER_RESOURCE:
             return a.cluster(req, op)
+        if item.resource_type == GROUP_RESOURCE:           # Kafka: DESCRIBE_CONFIGS / ALTER_CONFIGS on the group
+            return a.denial(req, op, R.GROUP, item.resource_name)
         return a.cluster(req, Op.DESCRIBE if op == Op.DESCRIBE_CONFIGS else Op.ALTER)   # broker loggers
     return check
 

@@ -214,7 +214,8 @@ class Broker:
         # KIP-848's consumer group protocol beside the classic one (consumer_group_handlers.py).
         if consumer_protocol_enabled(config):
             self.groups.consumer_groups = ConsumerGroupCoordinator(
-                self.groups, lambda: topic_image(self.membership, self.partitions), consumer_group_settings(config))
+                self.groups, lambda: topic_image(self.membership, self.partitions), consumer_group_settings(config),
+                self.configs.groups)
             self.handlers.update(ConsumerGroupHandlers(self.groups.consumer_groups, groups).handlers())
         else:
             del self.served[68], self.served[69]

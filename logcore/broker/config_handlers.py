@@ -1,6 +1,6 @@
 """The config APIs of the Broker: DescribeConfigs (32), AlterConfigs (33) and
-IncrementalAlterConfigs (44), for topics (resource type 2) and brokers (4: a broker id, or ""
-for the cluster-wide default).
+IncrementalAlterConfigs (44), for topics (resource type 2), brokers (4: a broker id, or ""
+for the cluster-wide default) and groups (32: KIP-848's per-group configs, group_configs.py).
 
 A topic's overrides are validated as at creation (names, values, the rules between settings;
 INVALID_CONFIG naming the key and value) and kept where the broker's topics live (its policy,
@@ -17,12 +17,13 @@ import asyncio
 from logcore.broker.config_description import ConfigDescription
 from logcore.broker.dynamic_config import (BROKER_THROTTLES, REPLICATION_RATES, DynamicBrokerConfig,
                                            RootBrokerConfigs, UnknownBrokerConfigError, check_dynamic)
+from logcore.broker.group_configs import GroupConfigs
 from logcore.errors import InvalidConfigError, SegLogError, TopicNotFoundError
 from logcore.log.config import (BROKER_NAMES, CONFIG_KEYS, ConfigType, LogConfig, check_topic_against_root,
                                 key_for, validate_topic_overrides)
 from logcore.log.config_alteration import DELETE, SET, altered, check_no_duplicates
 from logcore.wire import error_codes as E
-from logcore.wire.config_resources import BROKER_RESOURCE, TOPIC_RESOURCE
+from logcore.wire.config_resources import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 
 
 class LocalTopicConfigs:
@@ -73,11 +74,13 @@ class ConfigHandlers:
         self.dynamic = DynamicBrokerConfig(config.node_id, root, partitions, RootBrokerConfigs(root.storage),
                                            rates)
         self.describer = ConfigDescription(config, root, self.dynamic)
+        self.groups = GroupConfigs(config, root.storage)
         self._cluster = False
 
     def start(self) -> None:
-        """Read the persisted dynamic broker configs (before the logs open)."""
+        """Read the persisted dynamic broker and group configs (before the logs open)."""
         self.dynamic.start()
+        self.groups.start()
 
     def attach_cluster(self, store, replica_manager) -> None:
         """A cluster member: topic overrides and dynamic broker configs in ZooKeeper."""
@@ -85,6 +88,7 @@ class ConfigHandlers:
         zk = ZooKeeperConfigStore(store)
         self.topics = ClusterTopicConfigs(zk, replica_manager)
         self.dynamic.attach(zk)
+        self.groups.attach(zk)
         self._cluster = True
 
     # ------------------------------------------------------------------ DescribeConfigs
@@ -121,6 +125,9 @@ class ConfigHandlers:
                 raise _Failed(E.INVALID_REQUEST, f"this is broker {self.node_id}: ask broker {entity} for"
                               " its configs")
             return self.describer.broker(keys, synonyms=synonyms, documentation=documentation)
+        if kind == GROUP_RESOURCE:
+            _check_group_name(name)
+            return self.groups.describe(name, keys, synonyms=synonyms, documentation=documentation)
         raise _Failed(E.INVALID_REQUEST, f"resource type {kind} is not served")
 
     # ------------------------------------------------------------------ AlterConfigs / IncrementalAlterConfigs
@@ -154,6 +161,8 @@ class ConfigHandlers:
                 await asyncio.to_thread(self._alter_topic, r.resource_name, changes, validate_only, replace)
             elif kind == BROKER_RESOURCE:
                 await asyncio.to_thread(self._alter_broker, r.resource_name, changes, validate_only, replace)
+            elif kind == GROUP_RESOURCE:
+                await asyncio.to_thread(self._alter_group, r.resource_name, changes, validate_only, replace)
             else:
                 raise _Failed(E.INVALID_REQUEST, f"resource type {kind} is not served")
         except _Failed as exc:
@@ -230,6 +239,13 @@ class ConfigHandlers:
         else:
             self.dynamic.alter(entity, change)
 
+    def _alter_group(self, name: str, changes, validate_only: bool, replace: bool) -> None:
+        _check_group_name(name)
+        try:
+            self.groups.alter(name, changes, replace=replace, validate_only=validate_only)
+        except InvalidConfigError as exc:       # Kafka's InvalidConfigurationException
+            raise _Failed(E.INVALID_CONFIG, str(exc)) from None
+
     def _broker_entity(self, name: str) -> str:
         """"" (the cluster-wide default) or a broker id; a single broker knows only itself."""
         if name == "":
@@ -241,6 +257,11 @@ class ConfigHandlers:
         if node < 0 or (not self._cluster and node != self.node_id):
             raise _Failed(E.INVALID_REQUEST, f"this single broker is node {self.node_id}; there is no broker {name}")
         return str(node)
+
+
+def _check_group_name(name: str) -> None:
+    if not name:
+        raise _Failed(E.INVALID_REQUEST, "Group name must not be empty")
 
 
 def _topic_list_default(name: str) -> str | None:
