@@ -216,6 +216,7 @@ WHOLE: dict[int, Callable[[RequestAccess, Request], Denial]] = {
     K.CONSUMER_GROUP_HEARTBEAT: _heartbeat_848,
     K.DESCRIBE_CLIENT_QUOTAS: lambda a, req: a.cluster(req, Op.DESCRIBE_CONFIGS),
     K.ALTER_CLIENT_QUOTAS: lambda a, req: a.cluster(req, Op.ALTER_CONFIGS),
+    K.LIST_CONFIG_RESOURCES: lambda a, req: a.cluster(req, Op.DESCRIBE_CONFIGS),
     K.DESCRIBE_USER_SCRAM_CREDENTIALS: lambda a, req: a.cluster(req, Op.DESCRIBE),
     K.ALTER_USER_SCRAM_CREDENTIALS: lambda a, req: a.cluster(req, Op.ALTER),
 }

@@ -1,6 +1,7 @@
-"""The config APIs of the Broker: DescribeConfigs (32), AlterConfigs (33) and
-IncrementalAlterConfigs (44), for topics (resource type 2), brokers (4: a broker id, or ""
-for the cluster-wide default) and groups (32: KIP-848's per-group configs, group_configs.py).
+"""The config APIs of the Broker: DescribeConfigs (32), AlterConfigs (33),
+IncrementalAlterConfigs (44) and ListConfigResources (74), for topics (resource type 2), brokers
+(4: a broker id, or "" for the cluster-wide default) and groups (32: KIP-848's per-group configs,
+group_configs.py).
 
 A topic's overrides are validated as at creation (names, values, the rules between settings;
 INVALID_CONFIG naming the key and value) and kept where the broker's topics live (its policy,
@@ -36,6 +37,9 @@ class LocalTopicConfigs:
     def exists(self, name: str) -> bool:
         return name in self.partitions.topics
 
+    def names(self) -> list[str]:
+        return sorted(self.partitions.topics)
+
     def current(self, name: str) -> dict[str, str]:
         return dict(self.root.describe_topic(name).config)
 
@@ -55,6 +59,9 @@ class ClusterTopicConfigs:
 
     def exists(self, name: str) -> bool:
         return name in self.replica_manager.assignments
+
+    def names(self) -> list[str]:
+        return sorted(self.replica_manager.assignments)
 
     def current(self, name: str) -> dict[str, str]:
         return self.store.topic_config(name)
@@ -76,6 +83,7 @@ class ConfigHandlers:
         self.describer = ConfigDescription(config, root, self.dynamic)
         self.groups = GroupConfigs(config, root.storage)
         self._cluster = False
+        self._broker_ids = lambda: [self.node_id]
 
     def start(self) -> None:
         """Read the persisted dynamic broker and group configs (before the logs open)."""
@@ -90,6 +98,7 @@ class ConfigHandlers:
         self.dynamic.attach(zk)
         self.groups.attach(zk)
         self._cluster = True
+        self._broker_ids = lambda: sorted(replica_manager.brokers)
 
     # ------------------------------------------------------------------ DescribeConfigs
     async def describe_configs(self, req) -> dict:
@@ -129,6 +138,24 @@ class ConfigHandlers:
             _check_group_name(name)
             return self.groups.describe(name, keys, synonyms=synonyms, documentation=documentation)
         raise _Failed(E.INVALID_REQUEST, f"resource type {kind} is not served")
+
+    # ------------------------------------------------------------------ ListConfigResources
+    async def list_config_resources(self, req) -> dict:
+        """Kafka 4.1's ListConfigResources v1 (kafka-configs --describe lists groups by it): the
+        resources of the types asked (all when none) that seglog describes: the groups with
+        configs of their own, the brokers, the topics."""
+        wanted = list(req.body.resource_types) or list(_LISTED)
+        unserved = [t for t in wanted if t not in _LISTED]
+        if unserved:
+            return {"throttle_time": 0, "error_code": E.UNSUPPORTED_VERSION, "config_resources": [],
+                    "error_message": f"config resource types {unserved} are not served: seglog lists"
+                                     f" {sorted(_LISTED)}"}
+        found = []
+        for kind in dict.fromkeys(wanted):
+            names = (self.groups.names() if kind == GROUP_RESOURCE else
+                     [str(b) for b in self._broker_ids()] if kind == BROKER_RESOURCE else self.topics.names())
+            found += [{"resource_name": n, "resource_type": kind} for n in names]
+        return {"throttle_time": 0, "error_code": E.NONE, "config_resources": found}
 
     # ------------------------------------------------------------------ AlterConfigs / IncrementalAlterConfigs
     async def alter_configs(self, req) -> dict:
@@ -257,6 +284,9 @@ class ConfigHandlers:
         if node < 0 or (not self._cluster and node != self.node_id):
             raise _Failed(E.INVALID_REQUEST, f"this single broker is node {self.node_id}; there is no broker {name}")
         return str(node)
+
+
+_LISTED = (GROUP_RESOURCE, BROKER_RESOURCE, TOPIC_RESOURCE)
 
 
 def _check_group_name(name: str) -> None:

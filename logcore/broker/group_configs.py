@@ -97,6 +97,10 @@ class GroupConfigs:
         else:
             self._groups.pop(group, None)
 
+    def names(self) -> list[str]:
+        """The groups that have configs of their own (ListConfigResources)."""
+        return sorted(self._groups)
+
     def overrides(self, group: str) -> dict[str, str]:
         """The group's own configs now ({} when it has none)."""
         return dict(self._groups.get(group, {}))

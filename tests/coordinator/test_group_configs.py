@@ -33,7 +33,7 @@ _spec.loader.exec_module(broker_fixtures)
 pytestmark = pytest.mark.timeout(300)
 
 SESSION, INTERVAL = "consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"
-HB, DESCRIBE, ALTER_CONFIGS = 68, 69, 33
+HB, DESCRIBE, ALTER_CONFIGS, LIST_CONFIG_RESOURCES = 68, 69, 33, 74
 SETTINGS = {"offsets.topic.num.partitions": "2", "num.partitions": "2",
             "group.consumer.min.heartbeat.interval.ms": "100", "group.consumer.heartbeat.interval.ms": "500",
             "group.consumer.max.heartbeat.interval.ms": "3000",
@@ -150,12 +150,29 @@ def test_members_follow_their_group_config(broker):
         assert _ms(_heartbeat(conn, "plain", "p", plain.member_epoch).heartbeat_interval) == 700
 
 
+def test_list_config_resources(broker):
+    alter(broker, "listed", [(SESSION, OP_SET, "5000")])
+    with KafkaConnection(broker.host, broker.port) as conn:
+        def listed(types):
+            r = conn.request(LIST_CONFIG_RESOURCES, {"resource_types": types}, 1)
+            return r.error_code, {(c.resource_type, c.resource_name) for c in r.config_resources}
+        code, groups = listed([GROUP_RESOURCE])
+        assert code == E.NONE and (GROUP_RESOURCE, "listed") in groups
+        assert all(kind == GROUP_RESOURCE for kind, _ in groups) and (GROUP_RESOURCE, "nobody") not in groups
+        code, everything = listed([])
+        assert {(4, "0"), (2, "t"), (GROUP_RESOURCE, "listed")} <= everything
+        assert listed([16])[0] == E.UNSUPPORTED_VERSION          # client metrics: seglog has none to serve
+
+
 def test_kafka_configs_tool(broker, kafka_jars):
-    """kafka-configs --entity-type groups --alter --add-config."""
+    """kafka-configs --entity-type groups: --alter --add-config, then --describe (which lists the
+    groups by ListConfigResources first)."""
     tool = ["--bootstrap-server", broker.bootstrap, "--entity-type", "groups", "--entity-name", "tooled"]
     kafka_jars.run_tool("kafka.admin.ConfigCommand", [*tool, "--alter", "--add-config", f"{SESSION}=12000"],
                         check=True)
     assert configs(broker, "tooled")[SESSION] == ("12000", SOURCE_DYNAMIC_GROUP)
+    out = kafka_jars.run_tool("kafka.admin.ConfigCommand", [*tool, "--describe"], check=True).stdout
+    assert f"{SESSION}=12000" in out, out
 
 
 def test_configs_survive_a_restart(broker):
