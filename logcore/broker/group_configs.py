@@ -8,7 +8,7 @@ Kafka's GroupConfig checks them: within the broker's group.consumer.min/max.* bo
 longer than the heartbeat interval. Kafka's share.* and streams.* group configs are refused by
 name: seglog has neither share groups nor streams groups, so they could not do what they say.
 
-Kept in the log root (group-configs.json) on one broker alone, in ZooKeeper's
+Kept in the log root (seglog-group-configs.json) on one broker alone, in ZooKeeper's
 /config/groups/<group> (announced in /config/changes as "groups/<group>") on a cluster, where
 every broker follows them, since any of them may become the group's coordinator.
 """
@@ -23,7 +23,7 @@ from logcore.log.config import ConfigType
 from logcore.log.config_alteration import altered
 from logcore.wire.config_resources import SOURCE_DEFAULT, SOURCE_DYNAMIC_GROUP
 
-GROUP_CONFIGS_FILE = "group-configs.json"
+GROUP_CONFIGS_FILE = "seglog-group-configs.json"
 
 SESSION_TIMEOUT = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
