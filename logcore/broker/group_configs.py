@@ -15,6 +15,7 @@ every broker follows them, since any of them may become the group's coordinator.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 from logcore.broker.config_description import KAFKA_CONFIG_TYPE
@@ -22,6 +23,8 @@ from logcore.errors import InvalidConfigError
 from logcore.log.config import ConfigType
 from logcore.log.config_alteration import altered
 from logcore.wire.config_resources import SOURCE_DEFAULT, SOURCE_DYNAMIC_GROUP
+
+logger = logging.getLogger(__name__)
 
 GROUP_CONFIGS_FILE = "seglog-group-configs.json"
 
@@ -89,13 +92,26 @@ class GroupConfigs:
         """A cluster member: the overrides in ZooKeeper, followed as they change."""
         self.store = zk_store
         self._groups = {}
-        zk_store.watch_group_configs(self._changed)
+        zk_store.watch_group_configs(self._watched)
+
+    def _watched(self, group: str, configs: dict[str, str]) -> None:
+        """A group's znode as another writer may have left it: the last good configs stay when
+        it does not pass the checks."""
+        try:
+            configs = self.validate(configs)
+        except InvalidConfigError as exc:
+            logger.warning("group %s: its configs in ZooKeeper are ignored: %s", group, exc)
+            return
+        self._changed(group, configs)
 
     def _changed(self, group: str, configs: dict[str, str]) -> None:
+        # copied, never changed in place: the ZooKeeper watch writes from its own thread
+        groups = dict(self._groups)
         if configs:
-            self._groups[group] = dict(configs)
+            groups[group] = dict(configs)
         else:
-            self._groups.pop(group, None)
+            groups.pop(group, None)
+        self._groups = groups
 
     def names(self) -> list[str]:
         """The groups that have configs of their own (ListConfigResources)."""

@@ -60,3 +60,8 @@ def test_configs_in_zookeeper_followed_by_every_broker(brokers, zk_client):
     zk_client.create("/config/groups/late", json.dumps({"version": 1, "config": {SESSION: "7000"}}).encode())
     assert wait_until(lambda: first.session_timeout_ms("late") == 7000 and second.names() == ["g/1", "late"],
                       timeout=10)
+    # a value no broker would have accepted, written past the checks: the last good one stays
+    zk_client.set("/config/groups/late", json.dumps({"version": 1, "config": {SESSION: "soon"}}).encode())
+    zk_client.set("/config/groups/g%2F1", json.dumps({"version": 1, "config": {INTERVAL: "3000"}}).encode())
+    assert wait_until(lambda: first.heartbeat_interval_ms("g/1") == 3000, timeout=10)     # written after "late"
+    assert first.session_timeout_ms("late") == 7000
