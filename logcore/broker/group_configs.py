@@ -153,7 +153,8 @@ class GroupConfigs:
             try:
                 values[name] = int(str(raw).strip())
             except ValueError:
-                raise InvalidConfigError(f"Invalid value {raw} for configuration {name}: Not a number of type INT") from None
+                raise InvalidConfigError(f"Invalid value {raw} for configuration {name}:"
+                                         " Not a number of type INT") from None
             if values[name] < 1:
                 raise InvalidConfigError(f"Invalid value {raw} for configuration {name}: Value must be at least 1")
         for name, what in ((HEARTBEAT_INTERVAL, "heartbeat.interval.ms"), (SESSION_TIMEOUT, "session.timeout.ms")):
