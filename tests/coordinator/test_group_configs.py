@@ -1,8 +1,8 @@
 """Per-group configs (Kafka 4's GROUP config resource, 32) on one `seglog broker` (a subprocess,
 shared by the module): DescribeConfigs with their sources, IncrementalAlterConfigs and
 AlterConfigs validated as Kafka's GroupConfig validates them, a KIP-848 member's session timeout
-and heartbeat interval following its group's config, the configs surviving a restart, and Kafka's
-own kafka-configs setting and describing them."""
+and heartbeat interval following its group's config, ListConfigResources, the configs surviving a
+restart. Kafka's own kafka-configs against seglog and Kafka: tests/kafka_ref/test_configs_reference.py."""
 from __future__ import annotations
 
 import importlib.util
@@ -23,7 +23,6 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "broker"))
 sys.path.insert(0, str(TESTS))
 from broker_helpers import create, wait_until  # noqa: E402
-from kafka_reference import kafka_jars  # noqa: E402,F401  (a fixture)
 
 _spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_gc", TESTS / "broker" / "conftest.py")
 broker_fixtures = importlib.util.module_from_spec(_spec)
@@ -162,17 +161,6 @@ def test_list_config_resources(broker):
         code, everything = listed([])
         assert {(4, "0"), (2, "t"), (GROUP_RESOURCE, "listed")} <= everything
         assert listed([16])[0] == E.UNSUPPORTED_VERSION          # client metrics: seglog has none to serve
-
-
-def test_kafka_configs_tool(broker, kafka_jars):
-    """kafka-configs --entity-type groups: --alter --add-config, then --describe (which lists the
-    groups by ListConfigResources first)."""
-    tool = ["--bootstrap-server", broker.bootstrap, "--entity-type", "groups", "--entity-name", "tooled"]
-    kafka_jars.run_tool("kafka.admin.ConfigCommand", [*tool, "--alter", "--add-config", f"{SESSION}=12000"],
-                        check=True)
-    assert configs(broker, "tooled")[SESSION] == ("12000", SOURCE_DYNAMIC_GROUP)
-    out = kafka_jars.run_tool("kafka.admin.ConfigCommand", [*tool, "--describe"], check=True).stdout
-    assert f"{SESSION}=12000" in out, out
 
 
 def test_configs_survive_a_restart(broker):
