@@ -30,7 +30,7 @@ from logcore.broker.error_response import error_response
 from logcore.security.acl import CLUSTER_NAME, AclOperation as Op, ResourceType as R
 from logcore.wire import api_keys as K
 from logcore.wire import error_codes as E
-from logcore.wire.config_resources import BROKER_RESOURCE, TOPIC_RESOURCE
+from logcore.wire.config_resources import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from logcore.wire.protocol import Request
 
 Denial = tuple[int, str] | None
@@ -216,6 +216,7 @@ WHOLE: dict[int, Callable[[RequestAccess, Request], Denial]] = {
     K.CONSUMER_GROUP_HEARTBEAT: _heartbeat_848,
     K.DESCRIBE_CLIENT_QUOTAS: lambda a, req: a.cluster(req, Op.DESCRIBE_CONFIGS),
     K.ALTER_CLIENT_QUOTAS: lambda a, req: a.cluster(req, Op.ALTER_CONFIGS),
+    K.LIST_CONFIG_RESOURCES: lambda a, req: a.cluster(req, Op.DESCRIBE_CONFIGS),
     K.DESCRIBE_USER_SCRAM_CREDENTIALS: lambda a, req: a.cluster(req, Op.DESCRIBE),
     K.ALTER_USER_SCRAM_CREDENTIALS: lambda a, req: a.cluster(req, Op.ALTER),
 }
@@ -250,6 +251,8 @@ def _config_resource(op: Op):
             return a.denial(req, op, R.TOPIC, item.resource_name)
         if item.resource_type == BROKER_RESOURCE:
             return a.cluster(req, op)
+        if item.resource_type == GROUP_RESOURCE:           # Kafka: DESCRIBE_CONFIGS / ALTER_CONFIGS on the group
+            return a.denial(req, op, R.GROUP, item.resource_name)
         return a.cluster(req, Op.DESCRIBE if op == Op.DESCRIBE_CONFIGS else Op.ALTER)   # broker loggers
     return check
 

@@ -60,7 +60,7 @@ NOTES: dict[int, str] = {
         " `authorizer.class.name`",
     30: "ACLs in ZooKeeper's `/kafka-acl` as Kafka's AclAuthorizer (alone: the log root); cluster ALTER",
     31: "ACLs; cluster ALTER",
-    32: "topics and brokers (this broker, or `\"\"` the cluster default), with Kafka's sources and"
+    32: "topics, groups (KIP-848's per-group configs) and brokers (this broker, or `\"\"` the cluster default), with Kafka's sources and"
         " synonyms (topic override, per-broker dynamic, dynamic default, static, default)",
     33: "the legacy full replace of a resource's dynamic configs",
     35: "the broker's log dir: each partition's size and offset lag; total and usable bytes (v4,"
@@ -69,7 +69,7 @@ NOTES: dict[int, str] = {
     37: "grow topics (never shrink: INVALID_PARTITIONS)",
     43: "preferred and unclean elections, through the controller",
     42: "an empty group's offsets and metadata tombstoned; NON_EMPTY_GROUP for a group with members",
-    44: "SET, DELETE, APPEND, SUBTRACT; validate_only; topic overrides and dynamic broker configs,"
+    44: "SET, DELETE, APPEND, SUBTRACT; validate_only; topic overrides, group configs and dynamic broker configs,"
         " applied at once ([Dynamic configs](#dynamic-configs))",
     45: "moves replicas (docs/cluster.md, partition reassignment)",
     46: "the ongoing reassignments",
@@ -86,6 +86,8 @@ NOTES: dict[int, str] = {
     68: "KIP-848's consumer group protocol ([consumer-groups.md](consumer-groups.md)); not advertised"
         " when `group.coordinator.rebalance.protocols` leaves out `consumer`",
     69: "KIP-848's consumer groups, described",
+    74: "v1: the groups with configs of their own, the brokers, the topics (`kafka-configs --describe"
+        " --entity-type groups`)",
 }
 
 

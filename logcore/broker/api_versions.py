@@ -74,6 +74,8 @@ SERVED: dict[int, tuple[str, int, int]] = {
     # group.coordinator.rebalance.protocols leaves it out
     68: ("ConsumerGroupHeartbeat", 0, 1),
     69: ("ConsumerGroupDescribe", 0, 1),
+    # config_handlers.py: v1 (KIP-1142); v0 listed client metrics resources only
+    74: ("ListConfigResources", 1, 1),
 }
 
 # What a cluster member serves besides SERVED (api key -> (name, min, max)).

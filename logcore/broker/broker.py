@@ -204,6 +204,7 @@ class Broker:
             22: self.init_producer_id, 23: self.offset_api.offset_for_leader_epoch,
             32: self.configs.describe_configs, 33: self.configs.alter_configs,
             37: admin.create_partitions, 44: self.configs.incremental_alter_configs,
+            74: self.configs.list_config_resources,
             21: self.records.delete_records, 42: groups.delete_groups, 47: groups.offset_delete,
             **self.transactions.handlers(),
             **self.describing.handlers(), **self.scram.handlers(),
@@ -214,7 +215,8 @@ class Broker:
         # KIP-848's consumer group protocol beside the classic one (consumer_group_handlers.py).
         if consumer_protocol_enabled(config):
             self.groups.consumer_groups = ConsumerGroupCoordinator(
-                self.groups, lambda: topic_image(self.membership, self.partitions), consumer_group_settings(config))
+                self.groups, lambda: topic_image(self.membership, self.partitions), consumer_group_settings(config),
+                self.configs.groups)
             self.handlers.update(ConsumerGroupHandlers(self.groups.consumer_groups, groups).handlers())
         else:
             del self.served[68], self.served[69]

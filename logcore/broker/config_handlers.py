@@ -1,6 +1,7 @@
-"""The config APIs of the Broker: DescribeConfigs (32), AlterConfigs (33) and
-IncrementalAlterConfigs (44), for topics (resource type 2) and brokers (4: a broker id, or ""
-for the cluster-wide default).
+"""The config APIs of the Broker: DescribeConfigs (32), AlterConfigs (33),
+IncrementalAlterConfigs (44) and ListConfigResources (74), for topics (resource type 2), brokers
+(4: a broker id, or "" for the cluster-wide default) and groups (32: KIP-848's per-group configs,
+group_configs.py).
 
 A topic's overrides are validated as at creation (names, values, the rules between settings;
 INVALID_CONFIG naming the key and value) and kept where the broker's topics live (its policy,
@@ -17,12 +18,13 @@ import asyncio
 from logcore.broker.config_description import ConfigDescription
 from logcore.broker.dynamic_config import (BROKER_THROTTLES, DynamicBrokerConfig,
                                            RootBrokerConfigs, UnknownBrokerConfigError, check_dynamic)
+from logcore.broker.group_configs import GroupConfigs
 from logcore.errors import InvalidConfigError, SegLogError, TopicNotFoundError
 from logcore.log.config import (BROKER_NAMES, CONFIG_KEYS, ConfigType, LogConfig, check_topic_against_root,
                                 key_for, validate_topic_overrides)
 from logcore.log.config_alteration import DELETE, SET, altered, check_no_duplicates
 from logcore.wire import error_codes as E
-from logcore.wire.config_resources import BROKER_RESOURCE, TOPIC_RESOURCE
+from logcore.wire.config_resources import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 
 
 class LocalTopicConfigs:
@@ -34,6 +36,9 @@ class LocalTopicConfigs:
 
     def exists(self, name: str) -> bool:
         return name in self.partitions.topics
+
+    def names(self) -> list[str]:
+        return sorted(self.partitions.topics)
 
     def current(self, name: str) -> dict[str, str]:
         return dict(self.root.describe_topic(name).config)
@@ -55,6 +60,9 @@ class ClusterTopicConfigs:
     def exists(self, name: str) -> bool:
         return name in self.replica_manager.assignments
 
+    def names(self) -> list[str]:
+        return sorted(self.replica_manager.assignments)
+
     def current(self, name: str) -> dict[str, str]:
         return self.store.topic_config(name)
 
@@ -73,11 +81,14 @@ class ConfigHandlers:
         self.dynamic = DynamicBrokerConfig(config.node_id, root, partitions, RootBrokerConfigs(root.storage),
                                            rates)
         self.describer = ConfigDescription(config, root, self.dynamic)
+        self.groups = GroupConfigs(config, root.storage)
         self._cluster = False
+        self._broker_ids = lambda: [self.node_id]
 
     def start(self) -> None:
-        """Read the persisted dynamic broker configs (before the logs open)."""
+        """Read the persisted dynamic broker and group configs (before the logs open)."""
         self.dynamic.start()
+        self.groups.start()
 
     def attach_cluster(self, store, replica_manager) -> None:
         """A cluster member: topic overrides and dynamic broker configs in ZooKeeper."""
@@ -85,7 +96,9 @@ class ConfigHandlers:
         zk = ZooKeeperConfigStore(store)
         self.topics = ClusterTopicConfigs(zk, replica_manager)
         self.dynamic.attach(zk)
+        self.groups.attach(zk)
         self._cluster = True
+        self._broker_ids = lambda: sorted(replica_manager.brokers)
 
     # ------------------------------------------------------------------ DescribeConfigs
     async def describe_configs(self, req) -> dict:
@@ -121,7 +134,28 @@ class ConfigHandlers:
                 raise _Failed(E.INVALID_REQUEST, f"this is broker {self.node_id}: ask broker {entity} for"
                               " its configs")
             return self.describer.broker(keys, synonyms=synonyms, documentation=documentation)
+        if kind == GROUP_RESOURCE:
+            _check_group_name(name)
+            return self.groups.describe(name, keys, synonyms=synonyms, documentation=documentation)
         raise _Failed(E.INVALID_REQUEST, f"resource type {kind} is not served")
+
+    # ------------------------------------------------------------------ ListConfigResources
+    async def list_config_resources(self, req) -> dict:
+        """Kafka 4.1's ListConfigResources v1 (kafka-configs --describe lists groups by it): the
+        resources of the types asked (all when none) that seglog describes: the groups with
+        configs of their own, the brokers, the topics."""
+        wanted = list(req.body.resource_types) or list(_LISTED)
+        unserved = [t for t in wanted if t not in _LISTED]
+        if unserved:
+            return {"throttle_time": 0, "error_code": E.UNSUPPORTED_VERSION, "config_resources": [],
+                    "error_message": f"config resource types {unserved} are not served: seglog lists"
+                                     f" {sorted(_LISTED)}"}
+        found = []
+        for kind in dict.fromkeys(wanted):
+            names = (self.groups.names() if kind == GROUP_RESOURCE else
+                     [str(b) for b in self._broker_ids()] if kind == BROKER_RESOURCE else self.topics.names())
+            found += [{"resource_name": n, "resource_type": kind} for n in names]
+        return {"throttle_time": 0, "error_code": E.NONE, "config_resources": found}
 
     # ------------------------------------------------------------------ AlterConfigs / IncrementalAlterConfigs
     async def alter_configs(self, req) -> dict:
@@ -154,6 +188,8 @@ class ConfigHandlers:
                 await asyncio.to_thread(self._alter_topic, r.resource_name, changes, validate_only, replace)
             elif kind == BROKER_RESOURCE:
                 await asyncio.to_thread(self._alter_broker, r.resource_name, changes, validate_only, replace)
+            elif kind == GROUP_RESOURCE:
+                await asyncio.to_thread(self._alter_group, r.resource_name, changes, validate_only, replace)
             else:
                 raise _Failed(E.INVALID_REQUEST, f"resource type {kind} is not served")
         except _Failed as exc:
@@ -231,6 +267,13 @@ class ConfigHandlers:
         else:
             self.dynamic.alter(entity, change)
 
+    def _alter_group(self, name: str, changes, validate_only: bool, replace: bool) -> None:
+        _check_group_name(name)
+        try:
+            self.groups.alter(name, changes, replace=replace, validate_only=validate_only)
+        except InvalidConfigError as exc:       # Kafka's InvalidConfigurationException
+            raise _Failed(E.INVALID_CONFIG, str(exc)) from None
+
     def _broker_entity(self, name: str) -> str:
         """"" (the cluster-wide default) or a broker id; a single broker knows only itself."""
         if name == "":
@@ -242,6 +285,14 @@ class ConfigHandlers:
         if node < 0 or (not self._cluster and node != self.node_id):
             raise _Failed(E.INVALID_REQUEST, f"this single broker is node {self.node_id}; there is no broker {name}")
         return str(node)
+
+
+_LISTED = (GROUP_RESOURCE, BROKER_RESOURCE, TOPIC_RESOURCE)
+
+
+def _check_group_name(name: str) -> None:
+    if not name:
+        raise _Failed(E.INVALID_REQUEST, "Group name must not be empty")
 
 
 def _topic_list_default(name: str) -> str | None:

@@ -20,6 +20,7 @@ from logcore.errors import CorruptRecordError, ZkVersionConflictError
 
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_USERS = "/config/users"
+CONFIG_GROUPS = "/config/groups"
 DEFAULT_ENTITY = "<default>"        # Kafka's name of the cluster-wide broker entity
 
 
@@ -27,6 +28,12 @@ def user_config_path(user: str) -> str:
     """Kafka's Sanitizer: the user name URL-encoded."""
     from urllib.parse import quote
     return f"{CONFIG_USERS}/{quote(user, safe='')}"
+
+
+def group_config_path(group: str) -> str:
+    """Kafka's /config/groups/<group> (the name URL-encoded, as its Sanitizer does)."""
+    from urllib.parse import quote
+    return f"{CONFIG_GROUPS}/{quote(group, safe='')}"
 
 
 def broker_config_path(entity: str) -> str:
@@ -123,6 +130,44 @@ class ZooKeeperConfigStore:
         path = user_config_path(user)
         notice = dumps({"version": 2, "entity_path": f"users/{path.rsplit('/', 1)[1]}"})
         return self._notices.replace(path, _config_rewrite(path, change), notice)
+
+
+    # ------------------------------------------------------------------ groups
+    def set_group_config(self, group: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace the group's configs by change(current) (the znode created when absent, kept
+        emptied when nothing is left), announced in /config/changes as "groups/<group>"."""
+        path = group_config_path(group)
+        notice = dumps({"version": 2, "entity_path": f"groups/{path.rsplit('/', 1)[1]}"})
+        return self._notices.replace(path, _config_rewrite(path, change), notice)
+
+    def watch_group_configs(self, fn: Callable[[str, dict[str, str]], object]) -> None:
+        """fn(group, configs) for every group's configs now and whenever they change ({} once
+        removed): every broker follows them, since any may become a group's coordinator."""
+        from urllib.parse import unquote
+        watched: set[str] = set()
+
+        def watch(child: str) -> None:
+            group, path = unquote(child), f"{CONFIG_GROUPS}/{child}"
+
+            def on_data(raw, stat):
+                if stat is None:
+                    watched.discard(child)
+                    fn(group, {})
+                    return False            # the znode is gone: stop watching it
+                try:
+                    fn(group, topic_config_from_json(raw or b"{}", path))
+                except CorruptRecordError:
+                    pass                    # not JSON: the last good configs stay
+                return None
+            self._client.DataWatch(path, on_data)
+
+        def on_children(children):
+            for child in children:
+                if child not in watched:
+                    watched.add(child)
+                    watch(child)
+        self._client.ensure_path(CONFIG_GROUPS)
+        self._client.ChildrenWatch(CONFIG_GROUPS, on_children)
 
 
 def _config_rewrite(path: str, change: Callable[[dict[str, str]], dict[str, str]]):

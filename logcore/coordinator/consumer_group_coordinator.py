@@ -67,6 +67,20 @@ class ConsumerGroupSettings:
     regex_refresh_interval_ms: int = 600_000               # Kafka's group.consumer.regex.refresh.interval.ms
 
 
+class BrokerTimeouts:
+    """Every group's session timeout and heartbeat interval: the broker's settings. A broker
+    with per-group configs gives its own (logcore.broker.group_configs), same two methods."""
+
+    def __init__(self, settings: ConsumerGroupSettings):
+        self.settings = settings
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return self.settings.session_timeout_ms
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self.settings.heartbeat_interval_ms
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     """A ConsumerGroupHeartbeat request's fields (None: not sent, unchanged since the last)."""
@@ -96,10 +110,15 @@ Record = tuple[ConsumerGroupKey, object]      # a record: its key, its value (No
 
 
 class ConsumerGroupCoordinator:
-    def __init__(self, classic, topics: Callable[[], TopicImage], settings: ConsumerGroupSettings):
+    def __init__(self, classic, topics: Callable[[], TopicImage], settings: ConsumerGroupSettings,
+                 timeouts=None):
+        """`timeouts`: each group's session timeout and heartbeat interval (its group configs,
+        KIP-848's consumer.session.timeout.ms and consumer.heartbeat.interval.ms), looked up at
+        every heartbeat; the broker's settings when None."""
         self.classic = classic                 # the GroupCoordinator: placement, appends, offsets
         self.topics = topics
         self.settings = settings
+        self.timeouts = timeouts if timeouts is not None else BrokerTimeouts(settings)
         self.groups: dict[str, ConsumerGroup] = {}
         self._sessions: dict[tuple[str, str], float] = {}           # (group, member) -> deadline
         self._revocations: dict[tuple[str, str], tuple[int, float]] = {}   # -> (epoch, deadline)
@@ -147,7 +166,7 @@ class ConsumerGroupCoordinator:
                 continue
             count += 1
             for m in group.members.values():
-                self._sessions[(gid, m.member_id)] = now + self.settings.session_timeout_ms / 1000
+                self._sessions[(gid, m.member_id)] = now + self.timeouts.session_timeout_ms(gid) / 1000
                 if m.state == UNREVOKED_PARTITIONS:
                     self._revocations[(gid, m.member_id)] = (m.member_epoch, now + _rebalance_s(m))
         return count
@@ -270,7 +289,7 @@ class ConsumerGroupCoordinator:
                 self._revocations[key] = (after.member_epoch, _now() + _rebalance_s(after))
             else:
                 self._revocations.pop(key, None)
-        self._sessions[(group.group_id, member_id)] = _now() + self.settings.session_timeout_ms / 1000
+        self._sessions[(group.group_id, member_id)] = _now() + self.timeouts.session_timeout_ms(group.group_id) / 1000
         # A new group is coordinated from its first records on (no await since _group_for: its
         # partition cannot have been dropped meanwhile).
         self.groups.setdefault(group.group_id, group)
@@ -282,7 +301,7 @@ class ConsumerGroupCoordinator:
                            and hb.owned is not None)
         response = {"throttle_time": 0, "error_code": E.NONE, "error_message": None, "member_id": member_id,
                     "member_epoch": after.member_epoch,
-                    "heartbeat_interval": self.settings.heartbeat_interval_ms, "assignment": None}
+                    "heartbeat_interval": self.timeouts.heartbeat_interval_ms(group.group_id), "assignment": None}
         if full or after.assigned != before.assigned or joining:
             response["assignment"] = {"topic_partitions": [
                 {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(after.assigned.items())]}

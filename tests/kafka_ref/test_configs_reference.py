@@ -1,7 +1,8 @@
 """Kafka 4.1's own kafka-configs (kafka.admin.ConfigCommand) against a `seglog broker` and against
 Apache Kafka: the same alterations give the same described overrides (names, values, sources),
---delete-config removes one, the brokers' cluster default is set and described, and an invalid
-value is refused with the same exception. Answers are compared, not formatting."""
+--delete-config removes one, the brokers' cluster default is set and described, a group's config
+(KIP-848) is set and described, and an invalid value is refused with the same exception. Answers
+are compared, not formatting."""
 from __future__ import annotations
 
 import importlib.util
@@ -60,11 +61,15 @@ def _session(jars, bootstrap: str) -> dict:
     described = run(*topic, "--describe")
     broker_default = run(*default, "--alter", "--add-config", "log.retention.ms=7200000")
     default_described = run(*default, "--describe")
-    for r in (added, deleted, described, broker_default, default_described):
+    group = ("--entity-type", "groups", "--entity-name", "ref-group")      # KIP-848's group configs
+    group_added = run(*group, "--alter", "--add-config", "consumer.session.timeout.ms=50000")
+    group_described = run(*group, "--describe")
+    for r in (added, deleted, described, broker_default, default_described, group_added, group_described):
         assert r.returncode == 0, r.stderr[-2000:]
     exception = re.search(r"Caused by: (\S+?):", invalid.stderr)
     return {"topic": _described(described.stdout),
             "default": {k: v for k, v in _described(default_described.stdout).items() if k == "log.retention.ms"},
+            "group": _described(group_described.stdout),
             "invalid": (invalid.returncode != 0, exception[1] if exception else invalid.stderr[-500:])}
 
 
@@ -77,5 +82,7 @@ def test_kafka_configs_gives_the_same_answers(kafka_jars, kafka_broker_factory, 
     assert seglog["topic"] == kafka["topic"]
     assert kafka["default"] == {"log.retention.ms": ("7200000", "DYNAMIC_DEFAULT_BROKER_CONFIG")}
     assert seglog["default"] == kafka["default"]
+    assert kafka["group"] == {"consumer.session.timeout.ms": ("50000", "DYNAMIC_GROUP_CONFIG")}
+    assert seglog["group"] == kafka["group"]
     assert kafka["invalid"] == (True, "org.apache.kafka.common.errors.InvalidConfigurationException")
     assert seglog["invalid"] == kafka["invalid"]
