@@ -238,7 +238,7 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_USER, SASL_PASSWORD = "rdkafka", "rdkafka-secret"
 KEY_PASSWORD = "client-key-secret"
 # librdkafka's 0142 re-authenticates within the smallest connections.max.reauth.ms of the brokers
-# (unset: it skips); 0097 wants client certificates required on an SSL listener (SSL_client_auth).
+# (unset: it skips).
 REAUTH_MS = "10000"
 
 
