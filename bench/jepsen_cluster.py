@@ -5,6 +5,7 @@ another, until the time is up; each run's history checked (tests/cluster/checker
     python bench/jepsen_cluster.py --minutes 60 --seed 100 --zookeepers 3 --run-seconds 90
     python bench/jepsen_cluster.py --runs 1 --seed 7 --configs rf3 --faults controlled-shutdown,elect-preferred
     python bench/jepsen_cluster.py --runs 1 --seed 5 --configs rf3 --run-seconds 45 --faults full-disk,kill
+    python bench/jepsen_cluster.py --runs 1 --seed 1 --configs rf3 --run-seconds 20 --inter-broker sasl_ssl
 
 Every fault kind of tests/cluster/jepsen.py is in the default --faults. With full-disk (a
 leader's filesystem filled to ENOSPC: the broker exits by itself; freed and restarted at heal) each broker's log.dirs is on a 256 MiB
@@ -23,6 +24,11 @@ tmpfs of its own, which needs root (without it the fault is skipped, the reason 
                written again) is counted apart as expected, on the partitions whose controller
                logged one, and printed as "lost after unclean election: N"; without one a loss
                is an anomaly as anywhere else (alone-then-kill is the fault that causes them)
+
+--inter-broker sasl_ssl puts the brokers' own traffic (followers' fetches, the controller's and the
+coordinators' calls) on a SASL_SSL listener of its own: SASL PLAIN inside mutual TLS with hostname
+verification, certificates made with `cryptography` (tests/security/pki.py); the clients stay on
+PLAINTEXT, and the harness's proxies (the partition faults) sit in front of the SASL_SSL listener.
 
 Run i uses seed (--seed + i), so a failing run is replayed with `--seed N --runs 1` (fault
 timing is wall-clock, so a replay is the same schedule of faults, not the same interleaving).
@@ -59,6 +65,29 @@ CONFIGS = {
     "rf2": {"replication_factor": 2, "min_insync": 1},
     "unclean": {"replication_factor": 3, "min_insync": 1, "unclean": True},
 }
+
+
+INTER_BROKER_USER, INTER_BROKER_PASSWORD = "broker", "broker-secret"
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+def inter_broker_props(protocol: str, folder: Path) -> dict:
+    """The brokers' settings for an inter-broker listener INTERNAL of `protocol` (none for plaintext)."""
+    if protocol == "plaintext":
+        return {}
+    sys.path.insert(0, str(REPO / "tests" / "security"))
+    from pki import STORE_PASSWORD, Pki
+    pki = Pki(folder)
+    login = (f'{PLAIN_MODULE} required username="{INTER_BROKER_USER}" password="{INTER_BROKER_PASSWORD}"'
+             f' user_{INTER_BROKER_USER}="{INTER_BROKER_PASSWORD}";')
+    return {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+            "inter.broker.listener.name": "INTERNAL",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.internal.plain.sasl.jaas.config": login,
+            "listener.name.internal.ssl.client.auth": "required",
+            "ssl.keystore.location": str(pki.broker_p12), "ssl.keystore.password": STORE_PASSWORD,
+            "ssl.truststore.location": str(pki.truststore_p12), "ssl.truststore.password": STORE_PASSWORD}
 
 
 def _pair(text: str) -> tuple[float, float]:
@@ -101,6 +130,8 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", default=None, help="directory to keep every run's files in")
     ap.add_argument("--client-debug", default="", help="librdkafka debug contexts for the producers "
                     "(e.g. msg,protocol,broker), logged to client-<producer>.log in the run's directory")
+    ap.add_argument("--inter-broker", choices=("plaintext", "sasl_ssl"), default="plaintext",
+                    help="the brokers' own listener: PLAINTEXT (the clients' one) or a SASL_SSL one of its own")
     args = ap.parse_args(argv)
 
     reason = cluster_support()
@@ -123,6 +154,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
 
     keep = Path(args.keep) if args.keep else None
+    pki_dir = (keep / "pki") if keep else Path(tempfile.mkdtemp(prefix="jepsen-pki-"))
+    security_props = inter_broker_props(args.inter_broker, pki_dir)
     deadline = time.monotonic() + args.minutes * 60
     totals = Counter()
     fault_totals = Counter()
@@ -141,12 +174,14 @@ def main(argv=None) -> int:
                        zookeepers=args.zookeepers, faults=faults, rate=args.rate,
                        fault_length=_pair(args.fault_length), fault_gap=_pair(args.fault_gap),
                        client_debug=args.client_debug, schedule=args.schedule,
-                       group_consumers=args.group_consumers, **CONFIGS[config])
+                       group_consumers=args.group_consumers, broker_props=dict(security_props),
+                       **CONFIGS[config])
         print(f"--- seed {seed}, configuration {config}: python bench/jepsen_cluster.py --runs 1 --seed {seed} "
               f"--configs {config} --run-seconds {args.run_seconds:g} --zookeepers {args.zookeepers} "
               f"--partitions {args.partitions} --rate {args.rate:g} --group-consumers {args.group_consumers} "
               f"--fault-length {args.fault_length} --fault-gap {args.fault_gap} --faults {','.join(faults)}"
-              f"{' --schedule cycle' if args.schedule == 'cycle' else ''}", flush=True)
+              f"{' --schedule cycle' if args.schedule == 'cycle' else ''}"
+              f"{' --inter-broker ' + args.inter_broker if args.inter_broker != 'plaintext' else ''}", flush=True)
         try:
             report = run_once(base, opts)
         except Exception as e:          # noqa: BLE001 - report the run and go on
@@ -200,6 +235,8 @@ def main(argv=None) -> int:
     print(f"faults by kind: {dict(fault_totals)}")
     if bad_runs:
         print(f"runs with anomalies or harness errors: seeds {bad_runs}")
+    if not keep:
+        shutil.rmtree(pki_dir, ignore_errors=True)
     return 1 if bad_runs else 0
 
 

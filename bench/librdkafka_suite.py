@@ -5,10 +5,18 @@ test -> PASSED / FAILED / SKIPPED per server. A long run (minutes per server), n
     python bench/librdkafka_suite.py [--version 2.15.0] [--targets kafka,kafka3,seglog,seglog3]
         [--tests 0001,0012,0103,...|general|transactions|all] [--seglog-tree DIR]
         [--scenario default|noautocreate] [--group-protocol classic|consumer] [--subtests NAME,...]
-        [--initial-rebalance-delay MS]
+        [--initial-rebalance-delay MS] [--security plaintext|ssl|sasl_plaintext|sasl_ssl]
+        [--sasl-mechanism PLAIN|SCRAM-SHA-256|SCRAM-SHA-512]
         [--full] [--timeout 600] [--source GIT_DIR] [--workdir DIR]
 
 (docs/compatibility.md has the measured table and why each failure fails.)
+
+With ``--security`` other than plaintext the seglog targets get a second client listener of that
+protocol (beside PLAINTEXT, which stays the inter-broker one), certificates made with `cryptography`
+in the work folder, and every test's clients connect to it: test.conf gets security.protocol,
+ssl.* and sasl.* as trivup writes them, the environment the SSL_* files 0097 reads; a SCRAM user is
+created with AlterUserScramCredentials. ``--tests security`` names the tests that need it (0097 SSL
+verification, 0142 re-authentication, 0126 OIDC) with a few ordinary ones run over it.
 
 librdkafka is built from its release tag v<version> (default: the librdkafka that confluent-kafka
 bundles) in a cache folder outside the checkout, ``$SEGLOG_LIBRDKAFKA_CACHE`` or
@@ -71,6 +79,9 @@ GENERAL = ["0001", "0002", "0003", "0005", "0007", "0008", "0011", "0012", "0013
            "0107", "0109", "0110", "0112", "0113", "0114", "0118", "0122", "0125", "0127", "0130", "0132",
            "0137", "0140"]
 TRANSACTIONS = ["0098", "0103", "0129"]
+# The broker tests that check SSL/SASL themselves (they skip over plaintext), then ordinary ones
+# (produce, consume, groups) that must work the same over a secured listener.
+SECURITY = ["0097", "0126", "0142", "0001", "0011", "0018"]
 
 # librdkafka's test scenarios (its tests/scenarios/*.json): topics are auto-created or not, 4
 # partitions each; a test of another scenario is skipped by the runner. No rebalance delay anywhere.
@@ -220,6 +231,137 @@ class LibrdkafkaBuild:
         return path
 
 
+# ------------------------------------------------------------------------------------ security
+
+SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_USER, SASL_PASSWORD = "rdkafka", "rdkafka-secret"
+KEY_PASSWORD = "client-key-secret"
+# librdkafka's 0142 re-authenticates within the smallest connections.max.reauth.ms of the brokers
+# (unset: it skips).
+REAUTH_MS = "10000"
+
+
+class Security:
+    """How the servers' client listener and the tests' clients are secured (`--security`): the
+    protocol, the SASL mechanism, and the certificates made for it with `cryptography`
+    (tests/security/pki.py): a CA, a broker certificate for 127.0.0.1, a client certificate whose
+    key is password-protected, written as trivup writes them for librdkafka's tests (test.conf's
+    ssl.* settings and the SSL_* variables 0097 reads)."""
+
+    def __init__(self, protocol: str, mechanism: str, folder: Path):
+        if protocol not in SECURITY_PROTOCOLS:
+            raise SystemExit(f"--security: {protocol!r} is not one of {', '.join(SECURITY_PROTOCOLS)}")
+        if mechanism not in SASL_MECHANISMS:
+            raise SystemExit(f"--sasl-mechanism: {mechanism!r} is not one of {', '.join(SASL_MECHANISMS)}")
+        self.protocol, self.mechanism, self.folder = protocol, mechanism, folder
+        self.pki = None
+        if self.tls:
+            self._make_certificates()
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol.endswith("ssl")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("sasl")
+
+    @property
+    def scram(self) -> bool:
+        return self.sasl and self.mechanism.startswith("SCRAM")
+
+    @property
+    def listener(self) -> str:
+        """The client listener's name (and protocol)."""
+        return self.protocol.upper()
+
+    def _make_certificates(self) -> None:
+        sys.path.insert(0, str(REPO / "tests" / "security"))
+        from cryptography.hazmat.primitives import serialization
+        from pki import STORE_PASSWORD, Pki
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.pki = pki = Pki(self.folder)
+        self.store_password = STORE_PASSWORD
+        der = serialization.Encoding.DER
+        client = pki.client
+        files = {"client.pem": client.cert_pem(), "client.key": client.key_pem(KEY_PASSWORD),
+                 "client.der": client.cert.public_bytes(der),
+                 "client.key.der": client.key.private_bytes(der, serialization.PrivateFormat.PKCS8,
+                                                            serialization.NoEncryption()),
+                 "ca.der": pki.ca.cert.public_bytes(der),
+                 "all-cas.pem": pki.ca.cert_pem() + pki.other_ca.cert_pem()}
+        for name, data in files.items():
+            (self.folder / name).write_bytes(data)
+        self.client_p12 = client.write_pkcs12(self.folder, "client-ks", KEY_PASSWORD)
+
+    def broker_settings(self) -> dict[str, str]:
+        """The client listener's settings (the listener itself is named by the target)."""
+        props: dict[str, str] = {}
+        if self.protocol == "plaintext":
+            return props
+        props["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT," + f"{self.listener}:{self.listener}"
+        if self.tls:
+            props.update({"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(self.pki.broker_p12),
+                          "ssl.keystore.password": self.store_password,
+                          "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.pki.ca_pem)})
+            if self.protocol == "ssl":
+                props[f"listener.name.{self.protocol}.ssl.client.auth"] = "required"
+        if self.sasl:
+            props["sasl.enabled.mechanisms"] = self.mechanism
+            props["connections.max.reauth.ms"] = REAUTH_MS
+            if self.mechanism == "PLAIN":
+                props["sasl.jaas.config"] = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+                                             f'user_{SASL_USER}="{SASL_PASSWORD}";')
+        return props
+
+    def client_conf(self) -> dict[str, str]:
+        """test.conf's lines for every client of the tests."""
+        conf = {"security.protocol": self.protocol}
+        if self.tls:
+            conf.update({"ssl.ca.location": str(self.pki.ca_pem),
+                         "ssl.certificate.location": str(self.folder / "client.pem"),
+                         "ssl.key.location": str(self.folder / "client.key"), "ssl.key.password": KEY_PASSWORD})
+        if self.sasl:
+            conf.update({"sasl.mechanisms": self.mechanism, "sasl.username": SASL_USER,
+                         "sasl.password": SASL_PASSWORD})
+        return conf
+
+    def environment(self) -> dict[str, str]:
+        """The SSL_* variables trivup exports for 0097."""
+        if not self.tls:
+            return {}
+        f = self.folder
+        return {"SSL_pkcs": str(self.client_p12), "SSL_password": KEY_PASSWORD,
+                "SSL_pub_pem": str(f / "client.pem"), "SSL_pub_der": str(f / "client.der"),
+                "SSL_priv_pem": str(f / "client.key"), "SSL_priv_der": str(f / "client.key.der"),
+                "SSL_ca_pem": str(self.pki.ca_pem), "SSL_ca_der": str(f / "ca.der"),
+                "SSL_all_cas_pem": str(f / "all-cas.pem"),
+                "SSL_client_auth": "required" if self.protocol == "ssl" else "none"}
+
+    def add_users(self, plaintext_bootstrap: str) -> None:
+        """The SCRAM credential of the tests' user, with AlterUserScramCredentials over the
+        PLAINTEXT listener (stored in ZooKeeper's /config/users on a cluster)."""
+        if not self.scram:
+            return
+        sys.path.insert(0, str(REPO))
+        from logcore.security.scram_credential import MECHANISMS, salted_password
+        from logcore.wire.client import bootstrap as connect
+        salt = os.urandom(16)
+        upsert = {"name": SASL_USER, "mechanism": MECHANISMS[self.mechanism][1], "iterations": 4096, "salt": salt,
+                  "salted_password": salted_password(SASL_PASSWORD, salt, 4096, self.mechanism)}
+        deadline = time.monotonic() + 30
+        while True:
+            with connect(plaintext_bootstrap) as conn:
+                body = conn.request(51, {"deletions": [], "upsertions": [upsert]})
+            errors = [r.error_code for r in body.results if r.error_code]
+            if not errors:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"AlterUserScramCredentials failed: {body}")
+            time.sleep(0.5)
+
+
 # ------------------------------------------------------------------------------------ the servers
 
 def seglog_has_transactions(tree: Path) -> bool:
@@ -254,14 +396,19 @@ class KafkaTarget:
 class SeglogBrokerTarget:
     """One `seglog broker` of the tree `tree`, as a user starts it."""
 
-    def __init__(self, tree: Path, workdir: Path, scenario: dict[str, str]):
+    def __init__(self, tree: Path, workdir: Path, scenario: dict[str, str], security: Security):
         self.tree, self.workdir = tree, workdir
         self.scenario = {**COMMON, **scenario}
+        self.security = security
         self.proc: subprocess.Popen | None = None
 
     def settings(self) -> dict[str, str]:
-        props = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(self.workdir / "logs"), "node.id": "0",
-                 "offsets.topic.num.partitions": "3", **self.scenario, **ONE_NODE}
+        # a secured client listener beside the PLAINTEXT one the SCRAM credential is set through
+        listeners = "PLAINTEXT://127.0.0.1:0" + ("" if self.security.protocol == "plaintext"
+                                                 else f",{self.security.listener}://127.0.0.1:0")
+        props = {"listeners": listeners, "log.dirs": str(self.workdir / "logs"), "node.id": "0",
+                 "offsets.topic.num.partitions": "3", **self.scenario, **ONE_NODE,
+                 **self.security.broker_settings()}
         if seglog_has_transactions(self.tree):
             props.update(ONE_NODE_TXN)
         if seglog_has_acls(self.tree):
@@ -281,7 +428,9 @@ class SeglogBrokerTarget:
             self.stop()
             raise RuntimeError(f"seglog broker did not start: {line!r}\n"
                                f"{(self.workdir / 'broker.log').read_text(errors='replace')[-3000:]}")
-        return line.rsplit("//", 1)[1]
+        endpoints = dict(ep.split("://") for ep in line.split("listening on ", 1)[1].split(","))
+        self.security.add_users(endpoints["PLAINTEXT"])
+        return endpoints[self.security.listener]
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -296,17 +445,18 @@ class SeglogBrokerTarget:
 class SeglogClusterTarget:
     """Three `seglog broker`s of the tree `tree` over one ZooKeeper (tests/cluster/seglog_cluster.py)."""
 
-    def __init__(self, tree: Path, workdir: Path, scenario: dict[str, str], size: int = 3):
+    def __init__(self, tree: Path, workdir: Path, scenario: dict[str, str], security: Security, size: int = 3):
         self.tree, self.workdir, self.size = tree, workdir, size
         self.scenario = {**COMMON, **scenario}
+        self.security = security
         self.zk = self.cluster = None
 
     def start(self) -> str:
         for p in (self.tree / "tests", self.tree / "tests" / "cluster"):
             sys.path.insert(0, str(p))
         from seglog_cluster import SeglogCluster
-        from zookeeper_reference import ZooKeeperCluster
-        props = {**self.scenario, **THREE_NODES}
+        from zookeeper_reference import ZooKeeperCluster, free_ports
+        props = {**self.scenario, **THREE_NODES, **self.security.broker_settings()}
         if seglog_has_transactions(self.tree):
             props.update(THREE_NODES_TXN)
         if seglog_has_acls(self.tree):
@@ -314,8 +464,18 @@ class SeglogClusterTarget:
         self.zk = ZooKeeperCluster(self.workdir / "zk", size=1)
         self.zk.start()
         self.cluster = SeglogCluster(self.workdir / "seglog", self.zk.connect_string, size=self.size, props=props)
+        if self.security.protocol == "plaintext":
+            self.cluster.start()
+            return self.cluster.bootstrap
+        # each broker's secured client listener beside its PLAINTEXT one (inter-broker and tools)
+        taken = {b.port for b in self.cluster.brokers.values()}
+        ports = [p for p in free_ports(2 * self.size) if p not in taken][:self.size]
+        name = self.security.listener
+        for (i, b), port in zip(sorted(self.cluster.brokers.items()), ports):
+            self.cluster.per_broker[i] = {"listeners": f"PLAINTEXT://{b.host}:{b.port},{name}://127.0.0.1:{port}"}
         self.cluster.start()
-        return self.cluster.bootstrap
+        self.security.add_users(self.cluster.bootstrap)
+        return ",".join(f"127.0.0.1:{port}" for port in ports)
 
     def stop(self) -> None:
         if self.cluster is not None:
@@ -346,6 +506,7 @@ class Options:
     timeout: float = 600
     scenario: str = "default"
     group_protocol: str = "classic"
+    security: Security | None = None    # the tests' clients: test.conf lines and SSL_* variables
 
 
 def run_test(build: LibrdkafkaBuild, number: str, bootstrap: str, kafka_path: Path, broker_version: str,
@@ -355,12 +516,15 @@ def run_test(build: LibrdkafkaBuild, number: str, bootstrap: str, kafka_path: Pa
     (librdkafka's SUBTESTS) and the rows are named `<test> [<subtest>]`."""
     outdir.mkdir(parents=True, exist_ok=True)
     conf = outdir / "test.conf"
+    security = options.security.client_conf() if options.security else {}
     conf.write_text(f"bootstrap.servers={bootstrap}\n# a Python broker on a shared machine: "
-                    "librdkafka's own timeouts, doubled\ntest.timeout.multiplier=2\n")
+                    "librdkafka's own timeouts, doubled\ntest.timeout.multiplier=2\n"
+                    + "".join(f"{k}={v}\n" for k, v in security.items()))
     log = outdir / (f"{number}.log" if subtest is None else f"{number}-{re.sub(r'[^A-Za-z0-9_]+', '_', subtest)}.log")
     env = {**os.environ, "TESTS": number, "TEST_KAFKA_VERSION": broker_version, "RDKAFKA_TEST_CONF": str(conf),
            "KAFKA_PATH": str(kafka_path), "BROKERS": bootstrap, "TEST_CONSUMER_GROUP_PROTOCOL": options.group_protocol,
-           "LD_LIBRARY_PATH": f"{build.tree / 'src'}:{build.tree / 'src-cpp'}"}
+           "LD_LIBRARY_PATH": f"{build.tree / 'src'}:{build.tree / 'src-cpp'}",
+           **(options.security.environment() if options.security else {})}
     if subtest is not None:
         env["SUBTESTS"] = subtest
     quick, timeout, scenario = options.quick, options.timeout, options.scenario
@@ -496,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma list of kafka, kafka3, seglog, seglog3")
     ap.add_argument("--tests", default=",".join(GENERAL + TRANSACTIONS),
                     help="comma list of test numbers; 'general' and 'transactions' name the two default sets, "
+                         "'security' the SSL/SASL ones, "
                          "'all' every broker test of librdkafka's 0001-0999 series")
     ap.add_argument("--seglog-tree", default=str(REPO), help="the seglog checkout whose broker runs")
     ap.add_argument("--scenario", default="default", choices=sorted(SCENARIOS),
@@ -511,6 +676,12 @@ def main(argv: list[str] | None = None) -> int:
                          "TEST_CONSUMER_GROUP_PROTOCOL; `consumer` is KIP-848's)")
     ap.add_argument("--subtests", help="comma list: run each test once per name, only its sub-tests whose "
                                        "name holds it (librdkafka's SUBTESTS), e.g. do_test_DeleteRecords")
+    ap.add_argument("--security", default="plaintext", choices=SECURITY_PROTOCOLS,
+                    help="the seglog targets' client listener and the tests' security.protocol (certificates "
+                         "made in the work folder; Kafka targets only over plaintext)")
+    ap.add_argument("--sasl-mechanism", default="SCRAM-SHA-512", choices=SASL_MECHANISMS,
+                    help="with a sasl_* --security: the tests' sasl.mechanisms (SCRAM credentials are set "
+                         "with AlterUserScramCredentials)")
     ap.add_argument("--workdir", help="where servers and test logs go (default: a new temporary folder, kept)")
     ap.add_argument("--build-only", action="store_true")
     args = ap.parse_args(argv)
@@ -521,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = build.ensure()
     tests: list[str] = []
     for item in args.tests.split(","):
-        named = {"general": GENERAL, "transactions": TRANSACTIONS, "all": build.broker_tests}
+        named = {"general": GENERAL, "transactions": TRANSACTIONS, "security": SECURITY, "all": build.broker_tests}
         tests += named[item.strip()]() if item.strip() == "all" else named.get(item.strip(), [item.strip()])
     tests = list(dict.fromkeys(tests))
     print(f"librdkafka {args.version}: " + (f"built in {seconds:.0f} s" if seconds else "cached")
@@ -538,26 +709,31 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--initial-rebalance-delay must be 0 or more")
     scenario = {**SCENARIOS[args.scenario], "group.initial.rebalance.delay.ms": str(args.initial_rebalance_delay)}
     options = Options(quick=not args.full, timeout=args.timeout, scenario=args.scenario,
-                      group_protocol=args.group_protocol)
+                      group_protocol=args.group_protocol,
+                      security=Security(args.security, args.sasl_mechanism, workdir / "pki"))
+    security = options.security
     subtests = [s.strip() for s in (args.subtests or "").split(",") if s.strip()]
     makers = {
         "kafka": (f"Kafka {jars.version}", lambda d: KafkaTarget(jars, d, 1, scenario)),
         "kafka3": (f"Kafka {jars.version} x3", lambda d: KafkaTarget(jars, d, 3, scenario)),
-        "seglog": ("seglog", lambda d: SeglogBrokerTarget(tree, d, scenario)),
-        "seglog3": ("seglog x3", lambda d: SeglogClusterTarget(tree, d, scenario)),
+        "seglog": ("seglog", lambda d: SeglogBrokerTarget(tree, d, scenario, security)),
+        "seglog3": ("seglog x3", lambda d: SeglogClusterTarget(tree, d, scenario, security)),
     }
     columns: dict[str, list[Result]] = {}
     for key in args.targets.split(","):
         key = key.strip()
         if key not in makers:
             ap.error(f"unknown target {key!r}: one of {', '.join(makers)}")
+        if key.startswith("kafka") and security.protocol != "plaintext":
+            ap.error(f"--security {security.protocol}: the Kafka targets run over plaintext only")
         label, make = makers[key]
         columns[label] = run_target(key, make(workdir / f"server-{key}"), build, tests, kafka_path,
                                     jars.version, workdir, options, subtests)
     print()
     print(f"librdkafka {args.version} test suite ({'full' if args.full else 'quick'} mode, scenario "
           f"{args.scenario}, group protocol {args.group_protocol}, initial rebalance delay "
-          f"{args.initial_rebalance_delay} ms), seglog tree "
+          f"{args.initial_rebalance_delay} ms, security {security.protocol}"
+          f"{' ' + security.mechanism if security.sasl else ''}), seglog tree "
           f"{tree.name}{' with' if seglog_has_transactions(tree) else ' without'} a transaction coordinator")
     print(table(columns))
     failures = [(label, r) for label, results in columns.items() for r in results

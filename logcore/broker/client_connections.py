@@ -24,6 +24,7 @@ from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.framing import ConnectionLimits, FrameConnection, RequestMemory
 from logcore.broker.quota_handlers import ThrottledResponse
 from logcore.broker.sasl_requests import SaslRequests
+from logcore.errors import StorageError
 from logcore.log.file_slice import FileSlice
 from logcore.metrics.request_metrics import response_errors
 from logcore.security.authenticator import SaslAuthenticator
@@ -374,7 +375,12 @@ async def _send_pieces(writer: FrameConnection, response: EncodedResponse) -> No
     loop = asyncio.get_running_loop()
     try:
         for piece in response.pieces:
-            if isinstance(piece, FileSlice):
+            if isinstance(piece, FileSlice) and writer.transport.get_extra_info("sslcontext") is not None:
+                # TLS encrypts in user space: no sendfile, and asyncio's read+send fallback reads
+                # at the descriptor's file position, which the segment's duplicated descriptors
+                # share (a range from 0 read from where another send left it): positional reads
+                writer.write(_copy(piece))
+            elif isinstance(piece, FileSlice):
                 sent = _sendfile_now(writer.transport, piece)
                 if sent < piece.size:
                     try:
@@ -388,6 +394,13 @@ async def _send_pieces(writer: FrameConnection, response: EncodedResponse) -> No
                 writer.write(piece)
     finally:
         response.close()
+
+
+def _copy(piece: FileSlice) -> bytes:
+    try:
+        return piece.read()
+    except StorageError as exc:
+        raise _ShortSend(str(exc)) from None
 
 
 def _sendfile_now(transport: asyncio.Transport, piece: FileSlice) -> int:

@@ -96,6 +96,7 @@ class BrokerNode:
         self.proc: subprocess.Popen | None = None
         self.paused = False
         self.starts = 0
+        self.inter_port: int | None = None  # the inter-broker listener's own port, when it has one
         self.journal: Path | None = None    # fsync journal (fsync_journal.py) when set
         self.disk: Path | None = None       # its own filesystem (Cluster disk_size), log.dirs inside
 
@@ -212,6 +213,13 @@ class Cluster:
                 node.log_dir = node.disk / "data"
         self.zk = ZooKeeperCluster(self.base / "zookeeper", size=zookeepers) if zookeepers else None
         self.extra_props = dict(props or {})
+        # props naming an inter-broker listener (e.g. SASL_SSL): each broker gets it on a port of
+        # its own beside PLAINTEXT (the clients'), and the proxies between brokers go to it
+        self.inter_listener = str(self.extra_props.get("inter.broker.listener.name", "")).upper() or None
+        if self.inter_listener:
+            taken = set(ports)
+            for node, port in zip(self.nodes.values(), [p for p in free_ports(2 * brokers) if p not in taken]):
+                node.inter_port = port
         self.hub = ProxyHub()
         self.links: dict[tuple[int, int], object] = {}       # (src, dst) broker -> broker
         self.zk_links: dict[tuple[int, int], object] = {}    # (broker, zk myid)
@@ -249,6 +257,8 @@ class Cluster:
                 "inter.broker.address.overrides": overrides,
             })
         settings.update(self.extra_props)
+        if self.inter_listener:
+            settings["listeners"] = f"PLAINTEXT://{node.address},{self.inter_listener}://127.0.0.1:{node.inter_port}"
         return settings
 
     def start(self, timeout: float = START_TIMEOUT) -> "Cluster":
@@ -262,7 +272,7 @@ class Cluster:
             for src in self.nodes.values():
                 for dst in self.nodes.values():
                     if src.id != dst.id:
-                        self.links[(src.id, dst.id)] = self.hub.add(("127.0.0.1", dst.port),
+                        self.links[(src.id, dst.id)] = self.hub.add(("127.0.0.1", dst.inter_port or dst.port),
                                                                     name=f"{src.id}->{dst.id}")
                 if self.zk is not None:
                     for z in self.zk.nodes:
