@@ -476,6 +476,21 @@ class LogRoot:
         for p in range(info.partitions) if info.hosted is None else sorted(info.hosted):
             tier.delete_partition(info.name, info.topic_id, p)
 
+    def resume_remote_deletions(self, broker_id: int) -> int:
+        """At a broker's start: the remote tier records `broker_id` in what it writes, and the
+        remote deletions of deleted topics that a killed broker left unfinished are submitted
+        again (in the background); how many."""
+        tier = self.remote_tier()
+        if tier is None:
+            return 0
+        tier.attach_broker(broker_id)
+        live = set()
+        for name in self.list_topics():
+            topic_id = self.describe_topic(name).topic_id
+            if topic_id:
+                live.add(parse_topic_id(topic_id))
+        return tier.resume_deletions(live)
+
     def partition_holds_data(self, name: str, partition: int) -> bool:
         """Whether the partition's folder has anything besides partition.metadata."""
         d = partition_dir(name, partition)
