@@ -286,6 +286,8 @@ class Broker:
             tier.check_access()
             self.metrics.remote.read_from(tier.metrics.snapshot)     # logcore.tiered.metrics' totals
         self.partitions.open_all()
+        # the tier records this broker's id; deletions a killed broker left unfinished go on
+        self.root.resume_remote_deletions(self.node_id)
         if self.groups.loads_at_open():
             self.groups.load()
         if self.txn.loads_at_open():

@@ -14,6 +14,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootError,
@@ -443,7 +444,10 @@ class LogRoot:
         self._update_doc(replace)
         return self.describe_topic(name)
 
-    def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str, remote_partitions: Iterable[int] | None = None) -> None:
+        """remote_partitions: the partitions whose remote data this deletion deletes (default:
+        every partition hosted here). A cluster broker names those it led, as Kafka has only
+        the leader at deletion time delete a partition's remote data."""
         self._require_writable()
         owner = self.served_by()
         if owner is not None:
@@ -459,22 +463,39 @@ class LogRoot:
 
         info = self.describe_topic(name)
         count = self._update_doc(remove)
-        self._delete_remote_data(info)
+        self._delete_remote_data(info, remote_partitions)
         for p in range(count):
             d = partition_dir(name, p)
             if self.storage.is_local:
                 LocalPartitionState(self.storage, name, p).forget()
             self.storage.delete_dir(d)
 
-    def _delete_remote_data(self, info: TopicInfo) -> None:
+    def _delete_remote_data(self, info: TopicInfo, partitions: Iterable[int] | None) -> None:
         """A deleted topic's remote segments go after it, in the background (the remote tier
         records the deletion; closing the root waits for it)."""
         config = LogConfig.from_props(info.config, self.defaults())
         tier = self.remote_tier()
         if tier is None or not (config.remote_storage_enable or config.remote_log_delete_on_disable):
             return
-        for p in range(info.partitions) if info.hosted is None else sorted(info.hosted):
+        if partitions is None:
+            partitions = range(info.partitions) if info.hosted is None else info.hosted
+        for p in sorted(partitions):
             tier.delete_partition(info.name, info.topic_id, p)
+
+    def resume_remote_deletions(self, broker_id: int) -> int:
+        """At a broker's start: the remote tier records `broker_id` in what it writes, and the
+        remote deletions of deleted topics that a killed broker left unfinished are submitted
+        again (in the background); how many."""
+        tier = self.remote_tier()
+        if tier is None:
+            return 0
+        tier.attach_broker(broker_id)
+        live = set()
+        for name in self.list_topics():
+            topic_id = self.describe_topic(name).topic_id
+            if topic_id:
+                live.add(parse_topic_id(topic_id))
+        return tier.resume_deletions(live)
 
     def partition_holds_data(self, name: str, partition: int) -> bool:
         """Whether the partition's folder has anything besides partition.metadata."""

@@ -69,6 +69,15 @@ class RemoteTier(ABC):
         """A deleted topic's partition: delete its remote segments (recording the deletion in
         its remote log metadata), in the background; `close` waits for it."""
 
+    @abstractmethod
+    def attach_broker(self, broker_id: int) -> None:
+        """The broker that owns the tier: its id goes into the remote metadata the tier writes."""
+
+    @abstractmethod
+    def resume_deletions(self, live_topic_ids) -> int:
+        """Submit again the partition deletions a killed process left unfinished (topics whose
+        ids are in `live_topic_ids` still exist); how many."""
+
     def close(self) -> None:
         """Release the tier's remote storage manager and caches."""
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from logcore.wire import error_codes as E
 from logcore.cluster.znode_json import NO_LEADER, LeaderAndIsr, TopicAssignment
@@ -201,6 +202,9 @@ class ReplicaManager:
         if ta is None:
             self.assignments.pop(name, None)
             self.topic_configs.pop(name, None)
+            # Kafka has only the leader at deletion time delete a partition's remote data (the
+            # replica's role, not self.states: the state znodes' watches may fire first)
+            led = [p for (t, p), r in self.replicas.items() if t == name and r.role == LEADER]
             for key in [k for k in self.states if k[0] == name]:
                 self.states.pop(key, None)
                 self._watched_states.discard(key)
@@ -209,7 +213,7 @@ class ReplicaManager:
                 await self._stop_replica(replica, unhost=False)     # the whole topic goes
                 self.replicas.pop(replica.key, None)
             if removed or name in self.partitions.topics:
-                await asyncio.to_thread(self._delete_local_topic, name)
+                await asyncio.to_thread(self._delete_local_topic, name, led)
             return
         self.assignments[name] = ta
         hosted = [p for p, replicas in ta.partitions.items() if self.me in replicas]
@@ -290,12 +294,14 @@ class ReplicaManager:
                 self._hosted.difference_update((ta.name, p) for p in held - mine)
             self.partitions.open_topic(info, eager=False)
 
-    def _delete_local_topic(self, name: str) -> None:
+    def _delete_local_topic(self, name: str, remote_partitions: Sequence[int] = ()) -> None:
+        """remote_partitions: those whose remote data goes too (the topic was deleted and this
+        broker led them); a replica that only moved away leaves the remote data alone."""
         self._hosted.difference_update([k for k in list(self._hosted) if k[0] == name])
         with self.partitions.lock:
             self.partitions.close_topic(name)
             try:
-                self.partitions.root.delete_topic(name)
+                self.partitions.root.delete_topic(name, remote_partitions)
                 logger.info("deleted the local replicas of topic %s", name)
             except TopicNotFoundError:
                 pass

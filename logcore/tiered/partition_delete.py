@@ -13,7 +13,8 @@ The steps, each recorded in the partition's remote log metadata (the object stor
 4. DELETE_PARTITION_FINISHED once no segment is left.
 
 `PartitionDeleter` runs these deletions in the background, so a topic deletion does not wait for
-them. Every step repeats harmlessly (a repeated state is not written again; an RSM delete of data that
+them. A deletion cut short (the process killed after MARKED) is found again by `pending_deletions`
+when the next broker starts (the tier's `resume_deletions`), and finished from where it stopped. Every step repeats harmlessly (a repeated state is not written again; an RSM delete of data that
 is gone is no error), so every replica of a deleted topic may run it, and one that finds the
 partition FINISHED does nothing. A step another broker's record made invalid first is taken as
 done by that broker (`CommitFailedError`: refresh and go on).
@@ -24,10 +25,13 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from typing import Callable
 
-from logcore.errors import CommitFailedError, RemoteStorageError, SegLogError
+from logcore.errors import CommitFailedError, CorruptIndexError, RemoteStorageError, SegLogError
+from logcore.log.partition_metadata import parse_topic_id
 from logcore.tiered.metadata import RemoteLogSegmentState, RemotePartitionDeleteState
+from logcore.tiered.metadata_store import RemoteLogMetadataStore
 from logcore.tiered.metrics import RemoteStorageMetrics
 
 logger = logging.getLogger(__name__)
@@ -76,6 +80,37 @@ def delete_remote_partition(store, rsm, *, broker_id: int = -1,
     _put(store, P.DELETE_PARTITION_FINISHED, broker_id)
     logger.info("%s: deleted the remote data of the deleted partition (%d segments)", tip, deleted)
     return deleted
+
+
+def pending_deletions(storage, skip_topic_ids=frozenset()) -> list[tuple[str, uuid.UUID, int]]:
+    """(topic, topic id, partition) of every partition under the remote root whose deletion was
+    marked or started and not finished, read from the object-store metadata (which the
+    `__remote_log_metadata` mode keeps as its copy). Topic ids in `skip_topic_ids` (topics that
+    still exist) are not looked into."""
+    found = []
+    for name in sorted(storage.list_dir("")):
+        # "<topic>-<topic id>": the id's text is 22 characters of URL-safe base64
+        if len(name) < 24 or name[-23] != "-":
+            continue
+        try:
+            topic_id = parse_topic_id(name[-22:])
+        except CorruptIndexError:
+            continue
+        if topic_id in skip_topic_ids:
+            continue
+        topic = name[:-23]
+        try:
+            parts = storage.list_dir(name)
+        except SegLogError:          # a file of that shape, not a topic's folder
+            continue
+        for part in parts:
+            if not part.isdigit():
+                continue
+            store = RemoteLogMetadataStore(storage, topic, topic_id, int(part), snapshot_interval=0,
+                                           read_only_reason="only read to find unfinished deletions")
+            if store.partition_delete in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED):
+                found.append((topic, topic_id, int(part)))
+    return found
 
 
 def _left(store) -> list:

@@ -8,6 +8,7 @@ it (the segment's offset index, fetched once and cached), and whole batches read
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -32,9 +33,12 @@ from logcore.tiered.metadata_policy import metadata_policy
 from logcore.tiered.metadata_store import RemoteLogMetadataStore
 from logcore.tiered.metadata_topic import MetadataTopicClient
 from logcore.tiered.metrics import RemoteStorageMetrics
-from logcore.tiered.partition_delete import PartitionDeleter, delete_remote_partition
+from logcore.tiered.partition_delete import PartitionDeleter, delete_remote_partition, pending_deletions
 from logcore.tiered.quota import ByteRateQuota, combined
 from logcore.tiered.rsm import IndexType, SegmentCustomMetadata
+
+logger = logging.getLogger(__name__)
+
 
 def _limit(rate: int) -> int | None:
     """A Kafka quota setting as a limit: its default (Long.MAX_VALUE) is none."""
@@ -63,6 +67,15 @@ class RemoteTier(RemoteTierProtocol):
         self._stores: dict[tuple[str, uuid.UUID, int], RemoteLogMetadataStore] = {}
         self._lock = threading.Lock()
         self.deleter = PartitionDeleter()        # deleted partitions' remote data, in the background
+        # the broker this tier works for, recorded in the metadata it writes (-1: a tool)
+        self.broker_id = -1
+
+    def attach_broker(self, broker_id: int) -> None:
+        """The broker (node id) that owns this tier: its id goes into the remote log metadata
+        records the tier writes (Kafka's brokerId field)."""
+        if broker_id < 0:
+            raise InvalidConfigError(f"a remote tier's broker id must be >= 0, got {broker_id}")
+        self.broker_id = broker_id
 
     def attach_metadata_topic(self, client: MetadataTopicClient) -> None:
         """A broker's `__remote_log_metadata` (TopicBasedRemoteLogMetadataManager only): the
@@ -117,12 +130,23 @@ class RemoteTier(RemoteTierProtocol):
         def delete() -> int:
             try:
                 return delete_remote_partition(self.store(topic, tid, partition), self.rsm,
-                                               metrics=self.metrics)
+                                               broker_id=self.broker_id, metrics=self.metrics)
             finally:
                 with self._lock:
                     self._stores.pop((topic, tid, partition), None)
 
         self.deleter.submit(f"partition {partition} of topic {topic}", delete)
+
+    def resume_deletions(self, live_topic_ids=frozenset()) -> int:
+        """Submit again every partition deletion that a killed process left marked or started
+        (found in the remote root's metadata; topics in `live_topic_ids` still exist and are
+        not looked into); the number submitted. A broker calls it when it starts."""
+        pending = pending_deletions(self.rsm.storage, frozenset(live_topic_ids))
+        for topic, topic_id, partition in pending:
+            logger.info("partition %d of deleted topic %s: resuming the deletion of its remote data",
+                        partition, topic)
+            self.delete_partition(topic, topic_id, partition)
+        return len(pending)
 
     def close(self) -> None:
         self.deleter.close()          # the deletions submitted finish first

@@ -7,7 +7,8 @@ test_live_config.py checks on one broker, through ZooKeeper's topic configs and
   names it), and every replica applies local retention (its first local segment moves up).
 - Deleting the topic deletes its remote segments, and its metadata partition of
   `__remote_log_metadata` carries RemotePartitionDeleteMetadataRecords MARKED, STARTED and
-  FINISHED, in that order, FINISHED after every segment's DELETE_SEGMENT_FINISHED.
+  FINISHED, in that order, FINISHED after every segment's DELETE_SEGMENT_FINISHED, each written
+  once by the partition's leader (the other replicas leave the remote data to it, as in Kafka).
 
 ZooKeeper from the reference jars, three `seglog broker` processes, a local folder as the bucket.
 About 30 s with the cluster's start on a quiet 2-core machine, 100 s loaded: `-m soak` (the
@@ -122,10 +123,11 @@ def test_remote_storage_enabled_live_on_every_replica_then_topic_deleted(cluster
     tip = TopicIdPartition(topic_id, topic, 0)
     events = [decode(value) for _o, _k, value in
               cluster.read_partition(RLMM_TOPIC, metadata_partition(tip, RLMM_PARTITIONS))]
-    steps = [e.state for e in events if isinstance(e, PartitionDelete) and e.topic_id_partition == tip]
-    firsts = sorted({s: steps.index(s) for s in steps}.items(), key=lambda kv: kv[1])
-    assert [s for s, _ in firsts] == [P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED,
-                                      P.DELETE_PARTITION_FINISHED], steps
+    # Only the leader at deletion time (broker 1) deletes, as in Kafka: each step once, its id.
+    steps = [(e.state, e.broker_id) for e in events
+             if isinstance(e, PartitionDelete) and e.topic_id_partition == tip]
+    assert steps == [(P.DELETE_PARTITION_MARKED, 1), (P.DELETE_PARTITION_STARTED, 1),
+                     (P.DELETE_PARTITION_FINISHED, 1)], steps
     mine = [i for i, e in enumerate(events) if getattr(e, "topic_id_partition", None) == tip
             or (isinstance(e, SegmentUpdate) and e.segment_id.topic_id_partition == tip)]
     finished_at = next(i for i in mine if isinstance(events[i], PartitionDelete)
@@ -133,3 +135,5 @@ def test_remote_storage_enabled_live_on_every_replica_then_topic_deleted(cluster
     deletes = [i for i in mine if isinstance(events[i], SegmentUpdate)
                and events[i].state is S.DELETE_SEGMENT_FINISHED]
     assert len(deletes) >= len(finished) and max(deletes) < finished_at
+    assert len({events[i].segment_id for i in deletes}) == len(deletes)        # each segment once
+    assert {events[i].broker_id for i in deletes} == {1}

@@ -120,7 +120,7 @@ def test_topics_create_list_describe_alter_delete(capsys, root):
     (["--create", "t", "--partitions", "1", "--config", "segment.bytes=10"],
      "Invalid value '10' for configuration segment.bytes: must be at least 14"),
     (["--create", "t", "--partitions", "1", "--config", "cleanup.policy=compact",
-      "--config", "remote.storage.enable=true"], "remote.storage.enable=true is not supported with cleanup.policy"),
+      "--config", "remote.storage.enable=true"], "Remote log storage only supports topics with cleanup.policy=delete"),
     (["--create", "t", "--partitions", "1", "--config", "noequals"], "--config must be key=value"),
 ])
 def test_topics_bad_input_writes_nothing(capsys, root, argv, fragment):
