@@ -108,9 +108,8 @@ def random_cluster_id() -> str:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from zookeeper_reference import free_ports
+    return free_ports(1)[0]
 
 
 @dataclass

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -65,8 +66,42 @@ def find_zookeeper() -> tuple[str, str]:
         "`apt-get install zookeeper` or set ZOOKEEPER_CLASSPATH")
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (outgoing connections' local ports)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct ports that were free on 127.0.0.1 a moment ago."""
+    """`count` distinct ports that were free on 127.0.0.1 a moment ago, chosen below the kernel's
+    ephemeral range: a server started on one later cannot find it taken by an outgoing
+    connection's local port meanwhile (a port from bind(0) is an ephemeral one, and the suite's
+    own clients take those all the time)."""
+    low = _ephemeral_low()
+    if low <= 11_000:                       # no room below the range: the kernel's choice
+        return _bound_zero_ports(count)
+    rng = random.SystemRandom()
+    ports: list[int] = []
+    for _ in range(100 * count + 100):
+        if len(ports) == count:
+            return ports
+        port = rng.randrange(10_000, low)
+        if port in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue                    # in use (or lingering): another one
+        ports.append(port)
+    if len(ports) == count:
+        return ports
+    raise RuntimeError(f"found only {len(ports)} of {count} free ports below {low} on 127.0.0.1")
+
+
+def _bound_zero_ports(count: int) -> list[int]:
     socks, ports = [], []
     try:
         for _ in range(count):
