@@ -30,6 +30,7 @@ import bench_spark_kafka  # noqa: E402
 import bench_spark_s3  # noqa: E402
 import bench_task_open  # noqa: E402
 import bench_tiered  # noqa: E402
+import bench_tls  # noqa: E402
 import bench_txn_produce  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
@@ -57,6 +58,7 @@ def main() -> None:
         bench_txn_produce.main([]),
         bench_txn_produce.main(["--cluster"]),
         bench_kafka_tools.main([]),
+        bench_tls.main([]),
     ]
     if "--no-write" in sys.argv:
         return
