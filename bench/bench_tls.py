@@ -251,7 +251,7 @@ def _cell(rounds: list[dict]) -> str:
     if errors:
         return f"could not run: {errors[0]}"
     return (f"{statistics.median(r['value'] for r in rounds):,.1f} MiB/s, CPU "
-            f"{statistics.median(r['cpu'] for r in rounds):.2f} s")
+            f"{statistics.median(r['cpu'] for r in rounds):.2f} / {statistics.median(r['client_cpu'] for r in rounds):.2f} s")
 
 
 def report(args, results: dict, systems: list[str], skipped: dict[str, str], cmdline: str) -> list[str]:
@@ -260,7 +260,8 @@ def report(args, results: dict, systems: list[str], skipped: dict[str, str], cmd
              f"({args.records:,} x {RECORD} B records = {mib:,.0f} MiB per figure, acks=all, idempotent, "
              f"{PARTITIONS} partitions; consume from offset 0)", "",
              f"`{cmdline}`; {args.runs} round(s) after a warm-up round; medians, range over the rounds. Cells: "
-             f"throughput and the broker's CPU seconds over that figure.", "",
+             f"throughput, then CPU seconds over that figure of the broker / of the client (librdkafka: this "
+             f"process; Java: the tool's JVM, start included).", "",
              "| client, operation | " + " | ".join(f"{s} {listener}" for s in systems for listener in LISTENERS)
              + " | " + " | ".join(f"{s} SASL_SSL / PLAINTEXT" for s in systems)
              + (" | seglog ratio / Kafka ratio | broker CPU per MiB, SASL_SSL / PLAINTEXT: seglog ; Kafka |"
