@@ -134,10 +134,12 @@ def start_apache_kafka(workdir: str) -> tuple[subprocess.Popen, str]:
     return broker.proc, broker.bootstrap
 
 
-def produce(bootstrap: str, n: int, *, rate: float | None = None, topic: str = TOPIC) -> tuple[float, list[float]]:
+def produce(bootstrap: str, n: int, *, rate: float | None = None, topic: str = TOPIC,
+            client: dict | None = None) -> tuple[float, list[float]]:
+    """`client`: more librdkafka settings (security.protocol, sasl.*, ssl.* for bench_tls.py)."""
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                  "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20})
+                  "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20, **(client or {})})
     payload = os.urandom(RECORD)
     latencies: list[float] = []
     failures = [0]
@@ -202,18 +204,19 @@ def warm_client(n: int) -> None:
     p.flush(0)
 
 
-def consume(bootstrap: str, n: int, topic: str = TOPIC) -> float:
+def consume(bootstrap: str, n: int, topic: str = TOPIC, client: dict | None = None) -> float:
     from confluent_kafka import Consumer, TopicPartition
     # receive.message.max.bytes above librdkafka's 100 MB default: a broker that overshoots
     # fetch.max.bytes (noida-db answers ~103 MB) is measured rather than refused by the client.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
                   "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 8 << 20,
-                  "receive.message.max.bytes": 256 << 20})
+                  "receive.message.max.bytes": 256 << 20, **(client or {})})
     c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     got = 0
     t0 = time.perf_counter()
     while got < n:
-        msgs = c.consume(10000, timeout=1)
+        # no more than remain: consume() waits out its timeout for a batch it cannot fill
+        msgs = c.consume(min(10000, n - got), timeout=1)
         got += sum(1 for m in msgs if m.error() is None)
         if time.perf_counter() - t0 > 300:
             raise TimeoutError(f"consumer read {got} of {n} records in 300 s")

@@ -31,6 +31,7 @@ import bench_spark_s3  # noqa: E402
 import bench_stream_latency  # noqa: E402
 import bench_task_open  # noqa: E402
 import bench_tiered  # noqa: E402
+import bench_tls  # noqa: E402
 import bench_txn_produce  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
@@ -59,6 +60,7 @@ def main() -> None:
         bench_txn_produce.main(["--cluster"]),
         bench_kafka_tools.main([]),
         bench_stream_latency.main(["--rounds", "2"]),
+        bench_tls.main([]),
     ]
     if "--no-write" in sys.argv:
         return
