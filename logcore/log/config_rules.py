@@ -1,5 +1,5 @@
 """The rules between topic settings, one function each over a resolved config's values (by
-Kafka name); each error names both settings (the compaction one keeps Kafka's exact words). `LogConfig.from_props` checks them all."""
+Kafka name); each error names both settings (the compaction one starts with Kafka's exact words). `LogConfig.from_props` checks them all."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -16,8 +16,15 @@ def check_compaction_lags(values: dict[str, Any]) -> None:
 
 def check_remote_storage_not_compacted(values: dict[str, Any]) -> None:
     if values["remote.storage.enable"] and "compact" in values["cleanup.policy"]:
-        # Kafka's own words (LogConfig), so clients and scripts see the same refusal
-        raise InvalidConfigError("Remote log storage only supports topics with cleanup.policy=delete")
+        # Kafka's own words (LogConfig) first, so clients and scripts see the same refusal; then
+        # the two settings, as every refusal here names them
+        policy = _listed(values["cleanup.policy"])
+        raise InvalidConfigError("Remote log storage only supports topics with cleanup.policy=delete"
+                                 f" (remote.storage.enable=true, cleanup.policy={policy})")
+
+
+def _listed(value) -> str:
+    return value if isinstance(value, str) else ",".join(value)
 
 
 def check_local_retention_ms(values: dict[str, Any]) -> None:

@@ -158,7 +158,8 @@ def test_bad_combinations_name_both_settings(tmp_path):
                           defaults=tiering_defaults(str(tmp_path / "remote")))
     with pytest.raises(InvalidConfigError) as err:
         tiered.create_topic("t", config={"remote.storage.enable": "true", "cleanup.policy": "compact"})
-    assert str(err.value) == "Remote log storage only supports topics with cleanup.policy=delete"
+    assert str(err.value) == ("Remote log storage only supports topics with cleanup.policy=delete"
+                              " (remote.storage.enable=true, cleanup.policy=compact)")
     with pytest.raises(InvalidConfigError, match="rsm.config.storage.url"):
         LogRoot.open(str(tmp_path / "nourl"), create=True,
                      defaults={"remote.log.storage.system.enable": "true"}).remote_tier()

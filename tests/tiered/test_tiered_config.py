@@ -46,7 +46,8 @@ def test_bad_settings_name_the_setting(props, named):
 
 def test_compaction_with_tiering_refused_in_kafkas_words():
     with pytest.raises(InvalidConfigError,
-                       match=r"^Remote log storage only supports topics with cleanup\.policy=delete$"):
+                       match=r"^Remote log storage only supports topics with cleanup\.policy=delete "
+                             r"\(remote\.storage\.enable=true, cleanup\.policy=compact\)$"):
         LogConfig.from_props({"remote.storage.enable": "true", "cleanup.policy": "compact"})
     topic = LogConfig.from_props({"remote.storage.enable": "true"})
     with pytest.raises(InvalidConfigError, match=r"remote\.storage\.enable.*remote\.log\.storage\.system\.enable"):
