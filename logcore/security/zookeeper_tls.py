@@ -137,6 +137,15 @@ def _store_type(kind: str, location: str, setting: str, where: str) -> str:
     return kind
 
 
+def _encrypted_pem(path: str) -> bool:
+    """Whether a PEM file's key is encrypted (an unreadable file is reported when it is loaded)."""
+    try:
+        with open(path, "rb") as f:
+            return b"ENCRYPTED" in f.read()
+    except OSError:
+        return False
+
+
 def _versions(values: dict, origin: dict[str, str], where: str) -> tuple[str, ...]:
     protocol = values["zookeeper.ssl.protocol"].strip()
     if protocol not in ("TLS", *TLS_VERSIONS):
@@ -267,7 +276,7 @@ class ZooKeeperTls:
             raise InvalidConfigError(f"{where}: zookeeper.ssl.endpoint.identification.algorithm={algorithm}:"
                                      " must be HTTPS (check the server's host name) or empty (do not)")
         versions = _versions(values, origin, where)
-        settings = {"ssl.enabled.protocols": ",".join(versions)}
+        settings: dict[str, str] = {}
         for side in ("keystore", "truststore"):
             location = values[f"zookeeper.ssl.{side}.location"]
             if not location:
@@ -284,7 +293,7 @@ class ZooKeeperTls:
             password = values[f"zookeeper.ssl.{side}.password"]
             if password:
                 settings[f"ssl.{side}.password"] = password
-                if side == "keystore" and kind == "PEM":
+                if side == "keystore" and kind == "PEM" and _encrypted_pem(location):
                     settings["ssl.key.password"] = password      # ZooKeeper opens a PEM key with it
         tls = cls(settings, origin, versions, tuple(s.strip() for s in values["zookeeper.ssl.cipher.suites"]
                                                     if s.strip()), algorithm.upper() == "HTTPS")

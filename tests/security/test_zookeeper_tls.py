@@ -182,9 +182,16 @@ def test_settings_refused(props, message):
         BrokerConfig.from_props(props)
 
 
-def test_store_and_suite_refusals_name_the_zookeeper_setting(pki):
+def test_store_and_suite_refusals_name_the_zookeeper_setting(tmp_path, pki):
     with pytest.raises(InvalidConfigError, match="a wrong zookeeper.ssl.keystore.password"):
         _tls(pki, **{"zookeeper.ssl.keystore.password": "wrong"})
+    with pytest.raises(InvalidConfigError, match=r"private key of .*zookeeper.ssl.keystore.location=.*"
+                                                 r"\(a wrong zookeeper.ssl.keystore.password"):
+        _tls(pki, **{"zookeeper.ssl.keystore.location": str(pki.client.write_keystore_pem(tmp_path, "enc", "right")),
+                     "zookeeper.ssl.keystore.password": "wrong"})
+    # a plain PEM key with a keystore password (as ZooKeeper takes one) opens
+    assert _tls(pki, **{"zookeeper.ssl.keystore.location": str(pki.client.write_keystore_pem(tmp_path, "plain")),
+                        "zookeeper.ssl.keystore.password": "unused"}).has_keystore
     with pytest.raises(InvalidConfigError, match="zookeeper.ssl.cipher.suites: TLS_NOPE is not a cipher suite"):
         _tls(pki, **{"zookeeper.ssl.cipher.suites": "TLS_NOPE", "zookeeper.ssl.enabled.protocols": "TLSv1.2"})
     with pytest.raises(InvalidConfigError, match="names only some TLS 1.3 suites"):
