@@ -96,10 +96,19 @@ class ZooKeeperSession:
         self._connect(self.client, self._handler)
         if self.login is not None:
             self._check_login()
-        if self.client.chroot and self.client.exists("/") is None:
-            self._create_chroot()
-        for p in PERSISTENT_PATHS:
-            self.client.ensure_path(p)
+        from kazoo.exceptions import InvalidACLError
+        try:
+            if self.client.chroot and self.client.exists("/") is None:
+                self._create_chroot()
+            for p in PERSISTENT_PATHS:
+                self.client.ensure_path(p)
+        except InvalidACLError:
+            # the creator's-identity ACL names nobody when the session has no identity
+            self.close()
+            raise InvalidConfigError(
+                f"zookeeper.connect={self.hosts}: zookeeper.set.acl=true but ZooKeeper knows this broker by no"
+                " identity: its TLS client certificate was not asked for (the servers' ssl.clientAuth) and it"
+                " has no SASL login (java.security.auth.login.config)") from None
 
     def _create_chroot(self) -> None:
         """Create the chroot of zookeeper.connect, as Kafka does, with this session's ACL policy

@@ -26,6 +26,7 @@ from zookeeper_reference import ServerTls, running_zookeeper  # noqa: E402
 
 from logcore.broker.config import BrokerConfig  # noqa: E402
 from logcore.cluster.tls_handler import TlsHandler  # noqa: E402
+from logcore.cluster.znode_acls import znode_acls  # noqa: E402
 from logcore.errors import InvalidConfigError  # noqa: E402
 from logcore.security.zookeeper_tls import NETTY_SOCKET, NIO_SOCKET, ZooKeeperTls  # noqa: E402
 
@@ -104,6 +105,38 @@ def test_a_cluster_forms_over_tls_and_sasl(tmp_path, pki, tls_zookeeper):
             outsider.close()
 
 
+def test_set_acl_with_the_certificate_as_the_only_identity(tmp_path, pki, tls_zookeeper):
+    """Kafka's rule without a SASL login: the znodes belong to the certificate's subject, so
+    brokers sharing it change them and a client with another subject only reads them."""
+    from kazoo.exceptions import NoAuthError
+    from kazoo.security import ACL, Id, Permissions
+
+    from logcore.cluster.zookeeper_store import ZooKeeperStore
+    config = BrokerConfig.from_props({"zookeeper.connect": tls_zookeeper.connect_string + "/x509",
+                                      "zookeeper.set.acl": "true", **tls_props(pki)})
+    assert config.security.zookeeper_login is None
+
+    def store(tls):
+        return ZooKeeperStore(config["zookeeper.connect"], session_timeout_ms=4000, connect_timeout_s=10,
+                              acls=znode_acls(True), tls=tls).start()
+
+    first, second = store(config.security.zookeeper_tls), store(config.security.zookeeper_tls)
+    other_p12 = issue(pki.ca, "mallory", hosts=()).write_pkcs12(tmp_path, "mallory")
+    other = store(_tls(pki, **{"zookeeper.ssl.keystore.location": str(other_p12)}))
+    try:
+        first.cluster_id()
+        acls, _ = first.client.get_acls("/cluster/id")
+        assert sorted(acls, key=str) == sorted([ACL(Permissions.ALL, Id("x509", "CN=alice,O=seglog tests")),
+                                                ACL(Permissions.READ, Id("world", "anyone"))], key=str)
+        second.client.set("/cluster/id", first.client.get("/cluster/id")[0])      # same subject: allowed
+        assert other.client.get("/cluster/id")[0]
+        with pytest.raises(NoAuthError):
+            other.client.set("/cluster/id", b"{}")
+    finally:
+        for s in (first, second, other):
+            s.close()
+
+
 def _refused_start(tmp_path, zk, props: dict[str, str]) -> list[str]:
     """Start one broker per props (at once) and return each one's output after it exited."""
     clusters = [SeglogCluster(tmp_path / f"refused-{i}", zk.connect_string, size=1, props=p)
@@ -174,6 +207,8 @@ def _tls(pki, **extra):
      "set zookeeper.ssl.keystore.type"),
     ({**BASE, "zookeeper.ssl.client.enable": "true", "zookeeper.ssl.truststore.password": "x"},
      "zookeeper.ssl.truststore.password is set without zookeeper.ssl.truststore.location"),
+    ({**BASE, "zookeeper.ssl.client.enable": "true", "zookeeper.set.acl": "true"},
+     "needs the brokers' ZooKeeper login.*or give ZooKeeper a TLS client certificate"),
     ({**BASE, "zookeeper.ssl.client.enable": "true", "zookeeper.ssl.keystore.location": "/nonexistent.p12"},
      "zookeeper.ssl.keystore.location=/nonexistent.p12: cannot read it"),
 ])
