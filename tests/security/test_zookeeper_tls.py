@@ -159,15 +159,22 @@ def test_a_broker_with_an_untrusted_ca_or_no_client_certificate_refuses_to_start
                                   "zookeeper.ssl.truststore.type": "PEM"})
     del untrusted["zookeeper.ssl.truststore.password"]
     no_cert = {k: v for k, v in tls_props(pki).items() if not k.startswith("zookeeper.ssl.keystore.")}
-    rogue = tls_props(pki, **{"zookeeper.ssl.keystore.location": str(
-        issue(pki.other_ca, "rogue", hosts=()).write_pkcs12(tmp_path, "rogue"))})
-    logs = _refused_start(tmp_path, tls_zookeeper, [untrusted, no_cert, rogue])
+    logs = _refused_start(tmp_path, tls_zookeeper, [untrusted, no_cert])
     # refused at once (InvalidConfigError), not after the connect timeout (which would say so)
     assert not any("no ZooKeeper answered" in log for log in logs), logs
     assert "is not trusted by zookeeper.ssl.truststore.location=" + str(pki.other_ca_pem) in logs[0], logs[0]
     assert "it asks for a client certificate (ssl.clientAuth=need) and zookeeper.ssl.keystore.location is not set" \
         in logs[1], logs[1]
-    assert "refused this broker's client certificate (zookeeper.ssl.keystore.location=" in logs[2], logs[2]
+
+
+def test_a_client_certificate_of_another_ca_is_refused_by_name(tmp_path, pki, tls_zookeeper):
+    from logcore.cluster.zookeeper_store import ZooKeeperStore
+    rogue = issue(pki.other_ca, "rogue", hosts=()).write_pkcs12(tmp_path, "rogue")
+    store = ZooKeeperStore(tls_zookeeper.connect_string, session_timeout_ms=4000, connect_timeout_s=10,
+                           tls=_tls(pki, **{"zookeeper.ssl.keystore.location": str(rogue)}))
+    with pytest.raises(InvalidConfigError, match="refused this broker's client certificate"
+                                                 r" \(zookeeper.ssl.keystore.location=.*rogue.p12\)"):
+        store.start()
 
 
 def test_a_plaintext_client_of_a_tls_only_zookeeper_is_told_why(tls_zookeeper):
