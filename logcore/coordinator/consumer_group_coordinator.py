@@ -215,8 +215,11 @@ class ConsumerGroupCoordinator:
                 raise invalid("RebalanceTimeoutMs must be provided in first request.")
             if hb.owned is None or hb.owned:
                 raise invalid("TopicPartitions must be empty when (re-)joining.")
-            if not hb.subscribed_topic_names and hb.subscribed_topic_regex is None:
-                raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+            # An empty list of names joins subscribed to nothing (Kafka 4.1 accepts it: librdkafka
+            # rejoins so after an unsubscribe() and subscribe() in quick succession).
+            if hb.subscribed_topic_names is None and hb.subscribed_topic_regex is None:
+                raise invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when"
+                              " (re-)joining.")
         elif hb.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if hb.instance_id is None:
                 raise invalid("InstanceId can't be null.")
@@ -664,6 +667,7 @@ def _now() -> float:
 
 
 def heartbeat_error(code: int, message: str | None = None) -> dict:
-    """ConsumerGroupHeartbeat's answer refusing with `code` (the broker answers it too)."""
+    """ConsumerGroupHeartbeat's answer refusing with `code` (the broker answers it too); the
+    member epoch is Kafka's on an error, the field's default 0."""
     return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
-            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+            "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
