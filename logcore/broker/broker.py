@@ -217,7 +217,7 @@ class Broker:
             self.groups.consumer_groups = ConsumerGroupCoordinator(
                 self.groups, lambda: topic_image(self.membership, self.partitions), consumer_group_settings(config),
                 self.configs.groups)
-            self.handlers.update(ConsumerGroupHandlers(self.groups.consumer_groups, groups).handlers())
+            self.handlers.update(ConsumerGroupHandlers(self.groups.consumer_groups, groups, self.authorizer).handlers())
         else:
             del self.served[68], self.served[69]
 

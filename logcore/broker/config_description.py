@@ -12,13 +12,14 @@ from __future__ import annotations
 from logcore.broker.config import BROKER_KEYS
 from logcore.broker.dynamic_config import REPLICATION_RATES
 from logcore.log.config import BROKER_NAMES, CONFIG_KEYS, ConfigKey, ConfigType, LogConfig
-from logcore.security.security_config import SECURITY_KEYS
+from logcore.security.security_config import LISTENER_PREFIX, SECURITY_KEYS
 from logcore.security.tls_reconfiguration import SENSITIVE, listener_setting
 from logcore.storage.secrets import redact_url
 from logcore.tiered.config import RSM_PREFIX, TIERED_KEYS, TieredConfig
 from logcore.wire.config_resources import (SOURCE_DEFAULT, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT,
                                            SOURCE_STATIC_BROKER, SOURCE_TOPIC)
 
+REAUTH = "connections.max.reauth.ms"
 KAFKA_CONFIG_TYPE = {ConfigType.BOOLEAN: 1, ConfigType.STRING: 2, ConfigType.INT: 3,
                      ConfigType.LONG: 5, ConfigType.DOUBLE: 6, ConfigType.LIST: 7}
 
@@ -113,7 +114,29 @@ class ConfigDescription:
         for name, key in REPLICATION_RATES.items():
             if keys is None or name in keys:
                 out.append(self._rate(name, key, layers, synonyms, documentation))
-        return out + self._listener_stores(keys, synonyms, documentation) + self._tiered(keys, documentation)
+        return (out + self._reauth(keys, synonyms, documentation) + self._listener_stores(keys, synonyms, documentation)
+                + self._tiered(keys, documentation))
+
+    def _reauth(self, keys: set[str] | None, synonyms: bool, documentation: bool) -> list[dict]:
+        """connections.max.reauth.ms (always, as Kafka lists every broker setting) and the
+        listener overrides given (`listener.name.<l>.connections.max.reauth.ms`, whose synonym
+        is the unprefixed name); static: seglog does not change it at runtime."""
+        given = self.config.security.given if self.config.security is not None else {}
+        key = SECURITY_KEYS[REAUTH]
+        def value(name: str) -> str:
+            return key.format(key.parse(given[name]))          # checked at start; as Kafka prints it
+        base = [(REAUTH, value(REAUTH), SOURCE_STATIC_BROKER)] if REAUTH in given else []
+        base.append((REAUTH, key.format(key.default), SOURCE_DEFAULT))
+        overrides = sorted(n for n in given if n.startswith(LISTENER_PREFIX) and n.endswith("." + REAUTH))
+        out = []
+        for name in [REAUTH, *overrides]:
+            if keys is not None and name not in keys:
+                continue
+            found = base if name == REAUTH else [(name, value(name), SOURCE_STATIC_BROKER), *base]
+            syn = [{"name": n, "value": v, "source": s} for n, v, s in found]
+            out.append(self._entry(name, found[0][1], found[0][2], syn, key.type, key.doc, read_only=True,
+                                   with_synonyms=synonyms, with_doc=documentation))
+        return out
 
     def _listener_stores(self, keys: set[str] | None, synonyms: bool, documentation: bool) -> list[dict]:
         """The TLS listeners' dynamic store settings of this broker; passwords and keys are

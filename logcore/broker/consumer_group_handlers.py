@@ -20,6 +20,7 @@ from logcore.coordinator.consumer_group_coordinator import ConsumerGroupSettings
 from logcore.coordinator.group_coordinator import join_error
 from logcore.coordinator import assignors
 from logcore.log.partition_metadata import parse_topic_id
+from logcore.security.acl import AclOperation as Op, ResourceType as R
 from logcore.wire.protocol import ZERO_UUID, Request
 
 def consumer_protocol_enabled(config) -> bool:
@@ -51,11 +52,13 @@ def topic_image(membership, partitions) -> dict[str, tuple[uuid.UUID, int]]:
 
 
 class ConsumerGroupHandlers:
-    """Over the ConsumerGroupCoordinator (`groups`) and the classic GroupHandlers (`classic`)."""
+    """Over the ConsumerGroupCoordinator (`groups`) and the classic GroupHandlers (`classic`);
+    the broker's `authorizer` narrows a member's regex to the topics its principal may DESCRIBE."""
 
-    def __init__(self, groups, classic):
+    def __init__(self, groups, classic, authorizer):
         self.groups = groups
         self.classic = classic
+        self.authorizer = authorizer
 
     def handlers(self) -> dict:
         """The broker's handler table entries these answer."""
@@ -76,10 +79,16 @@ class ConsumerGroupHandlers:
                            subscribed_topic_regex=getattr(b, "subscribed_topic_regex", None),
                            server_assignor=b.server_assignor, owned=owned, client_id=req.client_id or "",
                            client_host=member_host(req),
-                           version=req.api_version)
+                           version=req.api_version, may_describe=self._describable(req))
         except (AttributeError, TypeError, ValueError) as exc:
             return heartbeat_error(E.INVALID_REQUEST, f"malformed ConsumerGroupHeartbeat: {exc}")
         return await self.groups.heartbeat(hb)
+
+    def _describable(self, req: Request):
+        """Whether the request's principal may DESCRIBE a topic; None without an authorizer."""
+        if not self.authorizer.enabled:
+            return None
+        return lambda topic: self.authorizer.allows(req, Op.DESCRIBE, R.TOPIC, topic)
 
     async def consumer_group_describe(self, req: Request) -> dict:
         out = []

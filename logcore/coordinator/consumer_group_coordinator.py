@@ -26,12 +26,16 @@ topics (topic_regex: RE2 syntax, whole names), writes what each matched (record 
 bumps the group epoch if that changed a member's topics, so a later heartbeat assigns them.
 Regexes are resolved again when a topic was created since (or every
 `regex_refresh_interval_ms`), never twice within REGEX_MIN_REFRESH_MS for a group, and only
-when a heartbeat of the group comes in. A deleted topic leaves the assignment at the next
-heartbeat (the subscribed topics' metadata changes).
+when a heartbeat of the group comes in. A regex's matches leave out the topics the principal of
+the heartbeat that started the resolution may not DESCRIBE (its `may_describe`), as Kafka's
+filterTopicDescribeAuthorizedTopics does; an ACL change is seen at the next resolution. A
+deleted topic leaves the assignment at the next heartbeat (the subscribed topics' metadata
+changes).
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -97,6 +101,8 @@ class Heartbeat:
     client_id: str = ""
     client_host: str = ""
     version: int = 0
+    # the topics the connection's principal may DESCRIBE (None: no authorizer, every topic)
+    may_describe: Callable[[str], bool] | None = None
 
 
 class HeartbeatError(SegLogError):
@@ -209,8 +215,11 @@ class ConsumerGroupCoordinator:
                 raise invalid("RebalanceTimeoutMs must be provided in first request.")
             if hb.owned is None or hb.owned:
                 raise invalid("TopicPartitions must be empty when (re-)joining.")
-            if not hb.subscribed_topic_names and hb.subscribed_topic_regex is None:
-                raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+            # An empty list of names joins subscribed to nothing (Kafka 4.1 accepts it: librdkafka
+            # rejoins so after an unsubscribe() and subscribe() in quick succession).
+            if hb.subscribed_topic_names is None and hb.subscribed_topic_regex is None:
+                raise invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when"
+                              " (re-)joining.")
         elif hb.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if hb.instance_id is None:
                 raise invalid("InstanceId can't be null.")
@@ -296,7 +305,7 @@ class ConsumerGroupCoordinator:
         code = await self._write(group, records)
         if code != E.NONE:
             raise HeartbeatError(code)
-        self._maybe_resolve(group)
+        self._maybe_resolve(group, hb.may_describe)
         full = joining or (hb.rebalance_timeout_ms != -1 and hb.subscribed_topic_names is not None
                            and hb.owned is not None)
         response = {"throttle_time": 0, "error_code": E.NONE, "error_message": None, "member_id": member_id,
@@ -380,10 +389,11 @@ class ConsumerGroupCoordinator:
         return image
 
     # ------------------------------------------------------------------ regular expressions
-    def _maybe_resolve(self, group: ConsumerGroup) -> None:
+    def _maybe_resolve(self, group: ConsumerGroup, may_describe: Callable[[str], bool] | None) -> None:
         """Start resolving the group's regexes if one is not resolved yet, a topic appeared
         since, or the refresh interval passed (Kafka's conditions); at most every
-        REGEX_MIN_REFRESH_MS, one resolution of a group at a time."""
+        REGEX_MIN_REFRESH_MS, one resolution of a group at a time. `may_describe`: the
+        heartbeat's principal's (Kafka resolves with the request context of the heartbeat)."""
         gid = group.group_id
         regexes = group.subscribed_regexes()
         if not regexes or gid in self._resolving:
@@ -393,13 +403,14 @@ class ConsumerGroupCoordinator:
             return
         if (any(r not in group.resolved for r in regexes) or group.last_resolution_version < self._topics_version
                 or now > group.last_resolution_ms + self.settings.regex_refresh_interval_ms):
-            task = asyncio.get_running_loop().create_task(self._resolve(group))
+            task = asyncio.get_running_loop().create_task(self._resolve(group, may_describe))
             self._resolving[gid] = task
             task.add_done_callback(lambda _t: self._resolving.pop(gid, None))
 
-    async def _resolve(self, group: ConsumerGroup) -> None:
-        """Match the group's regexes against the topics now and write what each matched; the
-        group epoch bumps when that changes a member's topics."""
+    async def _resolve(self, group: ConsumerGroup, may_describe: Callable[[str], bool] | None) -> None:
+        """Match the group's regexes against the topics now, leaving out those `may_describe`
+        refuses, and write what each matched; the group epoch bumps when that changes a
+        member's topics."""
         gid = group.group_id
         if self.groups.get(gid) is not group:
             return                                  # unloaded, or deleted, since
@@ -407,9 +418,11 @@ class ConsumerGroupCoordinator:
         now = _wall_ms()
         records: list[Record] = []
         changed = []
+        # each topic authorized once, whichever regexes match it (as Kafka does)
+        visible = None if may_describe is None else functools.cache(may_describe)
         for regex in sorted(group.subscribed_regexes()):
             try:
-                topics = frozenset(matching(regex, image, INTERNAL_TOPICS))
+                topics = frozenset(matching(regex, image, INTERNAL_TOPICS, visible))
             except InvalidTopicRegex as exc:        # refused at the heartbeat: only from an old record
                 logger.error("group %s: regular expression %r ignored: %s", gid, regex, exc)
                 continue
@@ -654,6 +667,7 @@ def _now() -> float:
 
 
 def heartbeat_error(code: int, message: str | None = None) -> dict:
-    """ConsumerGroupHeartbeat's answer refusing with `code` (the broker answers it too)."""
+    """ConsumerGroupHeartbeat's answer refusing with `code` (the broker answers it too); the
+    member epoch is Kafka's on an error, the field's default 0."""
     return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
-            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+            "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Callable
 
 from logcore.errors import SegLogError
 
@@ -36,10 +37,13 @@ def compile_topic_regex(pattern: str) -> re.Pattern:
         raise InvalidTopicRegex(f"{exc}") from None
 
 
-def matching(pattern: str, names, excluded=frozenset()) -> set[str]:
-    """The names the whole of which `pattern` matches (Java's Matcher.matches), but `excluded`."""
+def matching(pattern: str, names, excluded=frozenset(), visible: Callable[[str], bool] | None = None) -> set[str]:
+    """The names the whole of which `pattern` matches (Java's Matcher.matches), but `excluded`
+    and those `visible` refuses (Kafka leaves out of a regex's matches the topics the member's
+    principal may not DESCRIBE; None: every topic is visible, as without an authorizer)."""
     regex = compile_topic_regex(pattern)
-    return {n for n in names if n not in excluded and regex.fullmatch(n)}
+    found = {n for n in names if n not in excluded and regex.fullmatch(n)}
+    return found if visible is None else {n for n in found if visible(n)}
 
 
 def _translate(pattern: str) -> str:

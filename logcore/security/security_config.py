@@ -132,6 +132,7 @@ class SecurityConfig:
     zookeeper_login: ZooKeeperLogin | None = None    # SASL to ZooKeeper (a cluster member)
     zookeeper_set_acl: bool = False                  # Kafka's zookeeper.set.acl
     zookeeper_tls: ZooKeeperTls | None = None        # TLS to ZooKeeper (zookeeper.ssl.*)
+    given: dict[str, str] = field(default_factory=dict)   # the security settings as given (DescribeConfigs)
 
     @classmethod
     def from_props(cls, props: dict[str, str], listeners: tuple[str, ...], advertised: tuple[str, ...], *,
@@ -186,7 +187,8 @@ class SecurityConfig:
         zk_tls = ZooKeeperTls.from_props(props, cluster=cluster, where=where)
         zk_login, set_acl = _zookeeper_security(values, props, cluster, where,
                                                 certificate=zk_tls is not None and zk_tls.has_keystore)
-        return cls(tuple(bound), advertised_all, inter, mechanism, by_listener, zk_login, set_acl, zk_tls)
+        given = {k: v for k, v in props.items() if is_security_name(k)}
+        return cls(tuple(bound), advertised_all, inter, mechanism, by_listener, zk_login, set_acl, zk_tls, given)
 
     def listener(self, name: str) -> ListenerSecurity:
         return self.by_listener[name]
