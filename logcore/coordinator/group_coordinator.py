@@ -1,4 +1,4 @@
-# Over 700 lines (741): the classic protocol's join/sync/heartbeat state machine and its timers share each group's state; offsets, admin (DeleteGroups, expiry) and KIP-848 groups are modules of their own (next split: the session and rebalance timers).
+# Over 700 lines (770): the classic protocol's join/sync/heartbeat state machine and its timers share each group's state; offsets, admin (DeleteGroups, expiry) and KIP-848 groups are modules of their own (next split: the session and rebalance timers).
 """The group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
 and committed offsets (OffsetCommit, OffsetFetch) kept in the compacted `__consumer_offsets` topic.
 
@@ -245,8 +245,9 @@ class GroupCoordinator:
                 self.consumer_groups.apply_record(key, record_value, where)
             return
         if record_value is None:
+            # Kafka: the group is gone, not its offsets (their own tombstones remove them; a
+            # group upgraded to a consumer group keeps them).
             self.groups.pop(key.group, None)
-            self.offsets.drop_group(key.group)
             return
         g = OT.parse_group_value(record_value, where)
         group = self._group(key.group)
@@ -292,6 +293,34 @@ class GroupCoordinator:
         if group is not None and group.rebalance is not None:
             group.rebalance.cancel()
         self.offsets.drop_group(group_id)
+
+    def release(self, group_id: str) -> None:
+        """The group became a consumer group (KIP-848's online upgrade, group_migration.py): its
+        parked JoinGroup and SyncGroup answers get REBALANCE_IN_PROGRESS (the members rejoin,
+        into the consumer group now) and it is no longer a classic group here; its offsets stay."""
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return
+        if group.rebalance is not None:
+            group.rebalance.cancel()
+        for m in group.members.values():
+            if m.join is not None and not m.join.done():
+                m.join.set_result(join_error(E.REBALANCE_IN_PROGRESS, m.member_id))
+            if m.sync is not None and not m.sync.done():
+                m.sync.set_result(sync_error(E.REBALANCE_IN_PROGRESS))
+
+    def adopt(self, group: Group, reason: str) -> tuple[bytes, bytes]:
+        """A consumer group turned back into this classic group (KIP-848's online downgrade):
+        coordinated here from now on, Stable with its members' assignments until the rebalance
+        this starts. The group's metadata record, to write."""
+        now = asyncio.get_running_loop().time()
+        group.state = STABLE
+        for m in group.members.values():
+            m.last_seen = now
+        self.groups[group.group_id] = group
+        record = (OT.group_key(group.group_id), OT.group_value(self._group_record(group)))
+        self._prepare_rebalance(group, reason)
+        return record
 
     def _changed(self, group: Group) -> asyncio.Event:
         if group.changed is None:
