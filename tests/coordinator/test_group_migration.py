@@ -8,7 +8,11 @@ librdkafka going classic -> consumer -> classic while records are consumed."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import signal
+import subprocess
+import threading
+import time
 import struct
 import sys
 import uuid
@@ -25,7 +29,12 @@ from logcore.wire.client import KafkaConnection
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "broker"))
 sys.path.insert(0, str(TESTS))
-from broker_helpers import create  # noqa: E402
+from broker_helpers import create, wait_until  # noqa: E402
+from kafka_reference import kafka_jars, kafka_unavailable  # noqa: E402,F401  (a fixture)
+
+sys.path.insert(0, str(TESTS / "kafka_clients"))
+from java_check import CLIENT_JARS  # noqa: E402
+from java_program import JavaProgram, JavaUnavailable  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_gm", TESTS / "broker" / "conftest.py")
 broker_fixtures = importlib.util.module_from_spec(_spec)
@@ -248,6 +257,229 @@ def test_upgrade_classic_members_inside_the_consumer_group_then_downgrade(broker
                                           "topics": [{"name": "t", "partition_indexes": [0]}]}]}, 9)
         assert f.groups[0].topics[0].partitions[0].committed_offset == 9
         assert leave(conn2, "mg", leader) == E.NONE
+
+
+# ------------------------------------------------------------------------------ real clients
+MIG_TOPIC, MIG_GROUP, MIG_PARTITIONS = "mig", "mig-group", 4
+
+
+@pytest.fixture(scope="module")
+def member_program(kafka_jars, tmp_path_factory):
+    jars = [j for j in kafka_jars.jars if j.name.startswith(CLIENT_JARS)]
+    try:
+        return JavaProgram.compile([Path(__file__).with_name("MigrationMember.java"),
+                                    TESTS / "kafka_clients" / "Clients.java"],
+                                   jars, tmp_path_factory.mktemp("mig-classes"),
+                                   kafka_jars.folder / "log4j2-tools.properties")
+    except JavaUnavailable as exc:
+        kafka_unavailable(str(exc))
+
+
+class Member:
+    """A member's view from its events: what it owns, its ownership intervals (wall-clock ms),
+    the records it got."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.owned: dict[int, float] = {}                   # partition -> since
+        self.intervals: list[tuple[int, float, float]] = []  # (partition, from, to)
+        self.records: set[tuple[int, int]] = set()
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+
+    def on(self, event: dict) -> None:
+        with self.lock:
+            kind, t = event["event"], event["t"]
+            if kind == "assigned":
+                for p in event["partitions"]:
+                    self.owned.setdefault(p, t)
+            elif kind == "revoked":
+                for p in event["partitions"]:
+                    if p in self.owned:
+                        self.intervals.append((p, self.owned.pop(p), t))
+            elif kind == "records":
+                self.records |= {tuple(o) for o in event["offsets"]}
+            elif kind == "error":
+                self.errors.append(event["message"])
+
+    def assignment(self) -> set[int]:
+        with self.lock:
+            return set(self.owned)
+
+
+class JavaMember(Member):
+    def __init__(self, program: JavaProgram, bootstrap: str, name: str, protocol: str):
+        super().__init__(name)
+        self.proc = program.popen([bootstrap, MIG_GROUP, MIG_TOPIC, protocol], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.closed = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                event = json.loads(line)
+                self.on(event)
+                if event["event"] == "closed":
+                    self.closed.set()
+
+    def leave(self) -> None:
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.flush()
+        assert self.closed.wait(30), f"{self.name} did not close"
+        self.proc.wait(10)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class LibrdkafkaMember(Member):
+    """librdkafka's consumer (classic protocol by default), polled and committed in a thread."""
+
+    def __init__(self, bootstrap: str, name: str, protocol: str):
+        super().__init__(name)
+        from confluent_kafka import Consumer
+        self.stop = threading.Event()
+        conf = {"bootstrap.servers": bootstrap, "group.id": MIG_GROUP, "group.protocol": protocol,
+                "auto.offset.reset": "earliest", "enable.auto.commit": False, "client.id": name}
+        if protocol == "classic":
+            conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+        self.consumer = Consumer(conf)
+        self.consumer.subscribe([MIG_TOPIC], on_assign=self._assigned, on_revoke=self._revoked)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _assigned(self, _c, parts) -> None:
+        self.on({"event": "assigned", "t": time.time() * 1000, "partitions": [tp.partition for tp in parts]})
+
+    def _revoked(self, _c, parts) -> None:
+        self.on({"event": "revoked", "t": time.time() * 1000, "partitions": [tp.partition for tp in parts]})
+
+    def _run(self) -> None:
+        from confluent_kafka import TopicPartition
+        while not self.stop.is_set():
+            msgs = [m for m in self.consumer.consume(100, 0.1) if not m.error()]
+            if not msgs:
+                continue
+            self.on({"event": "records", "t": time.time() * 1000, "offsets": [[m.partition(), m.offset()] for m in msgs]})
+            nxt = {m.partition(): m.offset() + 1 for m in msgs}
+            try:
+                self.consumer.commit(offsets=[TopicPartition(MIG_TOPIC, p, o) for p, o in nxt.items()],
+                                     asynchronous=False)
+            except Exception as exc:  # noqa: BLE001 - a commit refused while partitions move
+                self.on({"event": "error", "t": time.time() * 1000, "message": str(exc)})
+        self.consumer.close()
+
+    def leave(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+    def kill(self) -> None:
+        self.leave()
+
+
+def produce_mig(bootstrap: str, start: int, count: int) -> None:
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(start, start + count):
+        p.produce(MIG_TOPIC, value=b"%d" % i, partition=i % MIG_PARTITIONS)
+    assert p.flush(30) == 0
+
+
+def test_rolling_upgrade_and_downgrade_with_real_clients(broker, member_program):
+    """Two classic consumers (Kafka's Java consumer) share a topic; one is restarted with
+    group.protocol=consumer (its new instance starting before the old one stops): the group
+    becomes a consumer group and all go on consuming; the classic ones leave: a plain consumer
+    group; a classic librdkafka consumer joins it, and the
+    consumer-protocol member leaves: a classic group again. Every record is consumed, no
+    partition is ever owned by two members at once, and the offsets are committed to the end."""
+    pytest.importorskip("confluent_kafka")
+    now = broker.started[-1]
+    bootstrap = f"{now.host}:{now.port}"
+    create(now, MIG_TOPIC, MIG_PARTITIONS)
+    members: list[Member] = []
+    produced = 0
+
+    def feed(count=40):
+        nonlocal produced
+        produce_mig(bootstrap, produced, count)
+        produced += count
+
+    def start(member):
+        members.append(member)
+        return member
+
+    def split(*ms) -> bool:
+        """Each member owns partitions, together all of them, none twice."""
+        sets = [m.assignment() for m in ms]
+        return all(sets) and sorted(p for s in sets for p in s) == list(range(MIG_PARTITIONS))
+
+    def consumed_all() -> bool:
+        got = set().union(*(m.records for m in members))
+        return len(got) == produced
+
+    def group(conn) -> tuple[str, list[int]]:
+        d = cg_describe(conn, MIG_GROUP)
+        if d.error_code != E.NONE:
+            return list_groups(conn).get(MIG_GROUP, ("", ""))[0], []
+        return "consumer", sorted(m.member_type for m in d.members)
+
+    try:
+        with KafkaConnection(now.host, now.port, client_id="observer") as conn:
+            feed()
+            a = start(JavaMember(member_program, bootstrap, "a-classic", "classic"))
+            b = start(JavaMember(member_program, bootstrap, "b-classic", "classic"))
+            assert wait_until(lambda: split(a, b) and consumed_all(), 60), (a.owned, b.owned)
+            assert group(conn)[0] == "classic"
+
+            # the rolling upgrade: b's new instance, with the consumer protocol, starts beside it
+            # (the group becomes a consumer group with two classic members), then b stops
+            b2 = start(JavaMember(member_program, bootstrap, "b-consumer", "consumer"))
+            feed()
+            assert wait_until(lambda: split(a, b, b2) and consumed_all(), 60), (a.owned, b.owned, b2.owned)
+            assert group(conn) == ("consumer", [0, 0, 1])       # two classic members, a consumer one
+            b.leave()
+            feed()
+            assert wait_until(lambda: split(a, b2) and consumed_all(), 60), (a.owned, b2.owned)
+            assert group(conn) == ("consumer", [0, 1])
+
+            # the classic member leaves: a plain consumer group
+            a.leave()
+            feed()
+            assert wait_until(lambda: b2.assignment() == set(range(MIG_PARTITIONS)) and consumed_all(), 60)
+            assert group(conn) == ("consumer", [1])
+
+            # back: a classic librdkafka consumer joins, the consumer-protocol member leaves
+            c = start(LibrdkafkaMember(bootstrap, "c-classic", "classic"))
+            feed()
+            assert wait_until(lambda: split(b2, c) and consumed_all(), 60), (b2.owned, c.owned)
+            assert group(conn) == ("consumer", [0, 1])
+            b2.leave()
+            feed()
+            assert wait_until(lambda: c.assignment() == set(range(MIG_PARTITIONS)) and consumed_all(), 60)
+            assert group(conn)[0] == "classic"
+            assert describe_groups(conn, MIG_GROUP).group_state == "Stable"
+            c.leave()
+
+            # every record consumed and committed to the end
+            f = conn.request(9, {"groups": [{"group_id": MIG_GROUP, "member_id": None, "member_epoch": -1,
+                                             "topics": [{"name": MIG_TOPIC, "partition_indexes":
+                                                         list(range(MIG_PARTITIONS))}]}]}, 9)
+            committed = {p.partition_index: p.committed_offset for p in f.groups[0].topics[0].partitions}
+            assert committed == {p: produced // MIG_PARTITIONS for p in range(MIG_PARTITIONS)}
+    finally:
+        for m in members:
+            if isinstance(m, JavaMember):
+                m.kill()
+            else:
+                m.leave()
+    # no partition owned by two members at once (each member's own clock: one host)
+    intervals = sorted((p, t0, t1, m.name) for m in members for p, t0, t1 in m.intervals)
+    for (p, _, end, who), (q, start_, _, other) in zip(intervals, intervals[1:]):
+        if p == q:
+            assert start_ >= end, f"partition {p}: {other} got it at {start_} before {who} gave it up at {end}"
 
 
 def test_migration_policy_disabled_refuses_the_upgrade(broker, conn):
