@@ -617,30 +617,11 @@ class ConsumerGroupCoordinator:
     def check_commit(self, group_id: str, member_epoch: int, member_id: str, api_version: int | None) -> int:
         """Whether this member at this epoch may commit the group's offsets (`api_version`: the
         OffsetCommit's, None for TxnOffsetCommit)."""
-        group = self.groups[group_id]
-        if member_epoch < 0 and not group.members:
-            return E.NONE                   # an admin or a consumer outside the group: empty group only
-        member = group.members.get(member_id)
-        if member is None:
-            return E.UNKNOWN_MEMBER_ID
-        classic = member.metadata.classic is not None
-        if api_version is not None and api_version < 9 and not classic:
-            return E.UNSUPPORTED_VERSION    # consumer-protocol members commit with v9+
-        if member_epoch != member.member_epoch:
-            return E.ILLEGAL_GENERATION if classic else E.STALE_MEMBER_EPOCH
-        return E.NONE
+        return self.groups[group_id].check_commit(member_epoch, member_id, api_version)
 
     def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """OffsetFetch v9's member check (no member id and a negative epoch: an admin)."""
-        if member_id is None and member_epoch < 0:
-            return E.NONE
-        group = self.groups[group_id]
-        member = group.members.get(member_id or "")
-        if member is None:
-            return E.UNKNOWN_MEMBER_ID
-        if member_epoch != member.member_epoch:
-            return E.STALE_MEMBER_EPOCH
-        return E.NONE
+        return self.groups[group_id].check_fetch(member_id, member_epoch)
 
     def describe(self, group_id: str, version: int) -> dict:
         """ConsumerGroupDescribe's answer for one group."""
@@ -654,21 +635,7 @@ class ConsumerGroupCoordinator:
                     "members": []}
         names = {t.topic_id: t.name for t in group.subscription_metadata.values()}
         names.update({tid: n for n, (tid, _) in self.topics().items() if tid not in names})
-
-        def parts(a: CG.Assignment) -> dict:
-            return {"topic_partitions": [{"topic_id": t, "topic_name": names.get(t, ""), "partitions": sorted(ps)}
-                                         for t, ps in sorted(a.items(), key=lambda x: names.get(x[0], ""))]}
-        members = [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.metadata.rack_id,
-                    "member_epoch": m.member_epoch, "client_id": m.metadata.client_id,
-                    "client_host": m.metadata.client_host,
-                    "subscribed_topic_names": list(m.metadata.subscribed_topic_names),
-                    "subscribed_topic_regex": m.metadata.subscribed_topic_regex,
-                    "assignment": parts(m.assigned), "target_assignment": parts(group.target.get(m.member_id, {})),
-                    "member_type": 0 if m.metadata.classic is not None else 1}
-                   for m in group.members.values()]
-        return {"error_code": E.NONE, "error_message": None, "group_id": group_id, "group_state": group.state,
-                "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch,
-                "assignor_name": self.assignor_of(group), "members": members}
+        return group.description(names, self.assignor_of(group))
 
 
 def _check_epoch(member: ConsumerMember, hb: Heartbeat) -> None:

@@ -15,7 +15,6 @@ import threading
 import time
 import struct
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -127,11 +126,6 @@ def list_groups(conn) -> dict[str, tuple[str, str]]:
     return {g.group_id: (g.group_type, g.group_state) for g in r.groups}
 
 
-def topic_id(conn, name="t") -> uuid.UUID:
-    md = conn.request(3, {"topics": None, "allow_auto_topic_creation": False}, 12)
-    return {t.name: t.topic_id for t in md.topics}[name]
-
-
 def classic_group(broker, conn, group) -> tuple[str, str, int]:
     """Two classic members a and b, a the leader giving itself 0,1 and b 2,3: their ids and generation."""
     a = join(conn, group, "")
@@ -143,7 +137,7 @@ def classic_group(broker, conn, group) -> tuple[str, str, int]:
                                  "protocols": [{"name": "range", "metadata": subscription(["t"])}]}, 5)
         b_id = b.member_id
         # both join the same generation: b's join is parked until a's comes
-        fut = other.send(JOIN, {"group_id": group, "session_timeout": 10000, "rebalance_timeout": 10000,
+        other.send(JOIN, {"group_id": group, "session_timeout": 10000, "rebalance_timeout": 10000,
                                 "member_id": b_id, "group_instance_id": None, "protocol_type": "consumer",
                                 "protocols": [{"name": "range", "metadata": subscription(["t"])}]}, 5)
         a = join(conn, group, a_id)
@@ -153,7 +147,7 @@ def classic_group(broker, conn, group) -> tuple[str, str, int]:
     follower_id = b_id if leader_id == a_id else a_id
     gen = a.generation_id
     with KafkaConnection(broker.started[-1].host, broker.started[-1].port, client_id="f") as other:
-        fut = other.send(SYNC, {"group_id": group, "generation_id": gen, "member_id": follower_id,
+        other.send(SYNC, {"group_id": group, "generation_id": gen, "member_id": follower_id,
                                 "group_instance_id": None, "assignments": []}, 3)
         s = sync(conn, group, leader_id, gen, [(leader_id, assignment({"t": [0, 1]})),
                                                (follower_id, assignment({"t": [2, 3]}))])
@@ -169,7 +163,6 @@ def conn(broker):
 
 
 def test_upgrade_classic_members_inside_the_consumer_group_then_downgrade(broker, conn):
-    tid = topic_id(conn)
     leader, follower, gen = classic_group(broker, conn, "mg")
     commit = conn.request(8, {"group_id": "mg", "generation_id_or_member_epoch": gen, "member_id": leader,
                               "group_instance_id": None, "retention_time_ms": -1, "topics": [
