@@ -140,7 +140,8 @@ def member_metadata_value(m: MemberMetadata) -> bytes:
               + F.compact_string(m.server_assignor))
     if m.classic is None:
         return _value(fields)
-    classic = (I32.pack(m.classic.session_timeout_ms)
+    # a nullable struct: a presence marker (1) before its fields
+    classic = (F.uvarint(1) + I32.pack(m.classic.session_timeout_ms)
                + F.compact_array([F.compact_string(name) + F.uvarint(len(meta) + 1) + bytes(meta)
                                   + F.NO_TAGGED_FIELDS for name, meta in m.classic.protocols])
                + F.NO_TAGGED_FIELDS)
@@ -187,7 +188,9 @@ def _read_assignment(r: RecordReader) -> Assignment:
     return out
 
 
-def _read_classic(r: RecordReader) -> ClassicMemberMetadata:
+def _read_classic(r: RecordReader) -> ClassicMemberMetadata | None:
+    if r.i8() <= 0:                             # the nullable struct's presence marker: 0 (or -1) for null
+        return None
     session = r.i32()
     protocols = []
     for _ in range(F.read_compact_array_length(r)):
