@@ -28,6 +28,12 @@ Regexes are resolved again when a topic was created since (or every
 `regex_refresh_interval_ms`), never twice within REGEX_MIN_REFRESH_MS for a group, and only
 when a heartbeat of the group comes in. A deleted topic leaves the assignment at the next
 heartbeat (the subscribed topics' metadata changes).
+
+KIP-848's online migration (`migration`, group_migration.py): a heartbeat joining a classic
+group with members upgrades it; the last consumer-protocol member leaving a group of classic
+members downgrades it. Classic members inside a consumer group (`classic_members`,
+classic_members.py) go through the same member changes, records and fencing as the others,
+with their own session timeouts.
 """
 from __future__ import annotations
 
