@@ -1,4 +1,5 @@
-"""Run every seglog benchmark and write the tables to docs/benchmarks.md.
+"""Run every seglog benchmark and write the tables into docs/benchmarks.md's latest-run block
+(the hand-written sections around it are kept).
 
 Each benchmark prints its figures beside an anchor measured in the same run, as a ratio.
 Usage: python bench/run.py [--no-write]
@@ -35,6 +36,8 @@ import bench_tls  # noqa: E402
 import bench_txn_produce  # noqa: E402
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
+BEGIN = "<!-- latest bench/run.py run: begin -->"
+END = "<!-- latest bench/run.py run: end -->"
 
 
 def main() -> None:
@@ -64,21 +67,33 @@ def main() -> None:
     ]
     if "--no-write" in sys.argv:
         return
-    header = [
-        "# seglog benchmarks",
+    block = [
+        BEGIN,
+        "## Latest full run (`python bench/run.py`)",
         "",
-        "Written by `python bench/run.py`. Every figure stands beside an anchor measured in the same",
-        "run on the same machine; the ratio is seglog / anchor.",
-        "",
-        f"Last run: {datetime.date.today().isoformat()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        f"{datetime.date.today().isoformat()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
         "",
     ]
-    body = []
     for lines in sections:
-        body.extend(lines + [""])
+        block.extend(lines + [""])
+    block.append(END)
+    with open(DOC) as f:
+        doc = f.read()
     with open(DOC, "w") as f:
-        f.write("\n".join(header + body))
-    print(f"wrote {os.path.normpath(DOC)}")
+        f.write(with_run(doc, "\n".join(block)))
+    print(f"wrote the latest run into {os.path.normpath(DOC)}")
+
+
+def with_run(doc: str, block: str) -> str:
+    """The document with its latest-run block replaced by `block`; the first run goes after the
+    title paragraph. Everything outside the block (dated measurements, profiles, the reading of
+    each figure) is written by hand and kept."""
+    if BEGIN in doc and END in doc:
+        head, rest = doc.split(BEGIN, 1)
+        return head + block + rest.split(END, 1)[1]
+    at = doc.find("\n### ")
+    at = len(doc) if at < 0 else at + 1
+    return doc[:at] + block + "\n\n" + doc[at:]
 
 
 if __name__ == "__main__":

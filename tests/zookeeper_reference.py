@@ -18,6 +18,9 @@ that readiness can be polled without a client library.
                                                   # SASL DIGEST-MD5 logins for these users (server
                                                   # JAAS file, SASLAuthenticationProvider); clients
                                                   # without a login still connect (znode ACLs decide)
+    ZooKeeperCluster(tmp_dir, tls=ServerTls(...))  # TLS only: secureClientPort (Netty), the server's
+                                                  # own keystore/truststore, ssl.clientAuth=need; no
+                                                  # plaintext clientPort (probes speak TLS)
 
 Where the jars live can be overridden with ZOOKEEPER_CLASSPATH (a java class path) and the JVM
 with JAVA (a path); `find_zookeeper()` raises ZooKeeperUnavailable with the reason otherwise,
@@ -31,8 +34,10 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 JAVA_DIRS = ("/usr/share/java",)
@@ -115,10 +120,34 @@ def _bound_zero_ports(count: int) -> list[int]:
     return ports
 
 
-def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
-    """Send a four-letter word (ruok, srvr, mntr) and return the answer ('' when none)."""
+@dataclass(frozen=True)
+class ServerTls:
+    """A ZooKeeper server's TLS: its keystore and truststore (files ZooKeeper reads, PKCS12 or
+    PEM, by their names), their password, and the client context the readiness probes use (it
+    must hold a client certificate the truststore trusts: ssl.clientAuth=need)."""
+    keystore: Path
+    truststore: Path
+    password: str
+    probe: ssl.SSLContext
+    client_auth: str = "need"
+
+    def cfg_lines(self) -> list[str]:
+        return ["serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                f"ssl.keyStore.location={self.keystore}", f"ssl.keyStore.password={self.password}",
+                f"ssl.trustStore.location={self.truststore}", f"ssl.trustStore.password={self.password}",
+                f"ssl.clientAuth={self.client_auth}"]
+
+
+# Netty's server side needs these beside the jars zookeeper.jar's manifest names.
+NETTY_EXTRA = ("netty-codec.jar", "netty-resolver.jar", "netty-transport-native-unix-common.jar")
+
+
+def four_letter(port: int, word: str, timeout: float = 1.0, tls: ssl.SSLContext | None = None) -> str:
+    """Send a four-letter word (ruok, srvr, mntr) and return the answer ('' when none); over TLS
+    with the context `tls` when given."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw, \
+                (tls.wrap_socket(raw, server_hostname="127.0.0.1") if tls else contextlib.nullcontext(raw)) as s:
             s.sendall(word.encode())
             chunks = []
             while True:
@@ -127,7 +156,7 @@ def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
                     break
                 chunks.append(b)
             return b"".join(chunks).decode(errors="replace")
-    except OSError:
+    except (OSError, ssl.SSLError):
         return ""
 
 
@@ -139,7 +168,7 @@ def server_jaas(users: dict[str, str]) -> str:
 
 class ZooKeeperNode:
     def __init__(self, myid: int, base: Path, client_port: int, servers: list[str] | None,
-                 sasl_users: dict[str, str] | None = None):
+                 sasl_users: dict[str, str] | None = None, tls: ServerTls | None = None):
         self.myid = myid
         self.dir = base / f"zk{myid}"
         self.data_dir = self.dir / "data"
@@ -148,8 +177,10 @@ class ZooKeeperNode:
         self.log_path = self.dir / "zk.log"
         self.proc: subprocess.Popen | None = None
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        lines = [f"tickTime={TICK_MS}", f"dataDir={self.data_dir}", f"clientPort={client_port}",
-                 "clientPortAddress=127.0.0.1", "admin.enableServer=false",
+        self.tls = tls
+        port_lines = [f"clientPort={client_port}", "clientPortAddress=127.0.0.1"] if tls is None else \
+            [f"secureClientPort={client_port}", "secureClientPortAddress=127.0.0.1", *tls.cfg_lines()]
+        lines = [f"tickTime={TICK_MS}", f"dataDir={self.data_dir}", *port_lines, "admin.enableServer=false",
                  "4lw.commands.whitelist=srvr,ruok,mntr,stat", "maxClientCnxns=0"]
         if servers:
             lines += ["initLimit=10", "syncLimit=5", *servers]
@@ -171,6 +202,8 @@ class ZooKeeperNode:
 
     def start(self) -> None:
         java, cp = find_zookeeper()
+        if self.tls is not None:
+            cp = ":".join([cp, *(str(Path(d) / j) for d in JAVA_DIRS for j in NETTY_EXTRA if (Path(d) / j).exists())])
         log = open(self.log_path, "ab")
         jaas = [f"-Djava.security.auth.login.config={self.jaas}"] if self.jaas else []
         self.proc = subprocess.Popen(
@@ -186,7 +219,7 @@ class ZooKeeperNode:
 
     def mode(self) -> str | None:
         """'standalone', 'leader' or 'follower' when the node serves clients, else None."""
-        answer = four_letter(self.client_port, "srvr")
+        answer = four_letter(self.client_port, "srvr", tls=self.tls.probe if self.tls else None)
         for line in answer.splitlines():
             if line.startswith("Mode:"):
                 return line.split(":", 1)[1].strip()
@@ -234,7 +267,8 @@ class ZooKeeperNode:
 class ZooKeeperCluster:
     """A standalone server (size=1) or an ensemble of `size` servers on 127.0.0.1."""
 
-    def __init__(self, base: Path | str, size: int = 1, sasl_users: dict[str, str] | None = None):
+    def __init__(self, base: Path | str, size: int = 1, sasl_users: dict[str, str] | None = None,
+                 tls: ServerTls | None = None):
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
         base = Path(base)
@@ -244,7 +278,7 @@ class ZooKeeperCluster:
         if size > 1:
             servers = [f"server.{i + 1}=127.0.0.1:{ports[size + 2 * i]}:{ports[size + 2 * i + 1]}"
                        for i in range(size)]
-        self.nodes = [ZooKeeperNode(i + 1, base, client_ports[i], servers, sasl_users) for i in range(size)]
+        self.nodes = [ZooKeeperNode(i + 1, base, client_ports[i], servers, sasl_users, tls) for i in range(size)]
 
     @property
     def connect_string(self) -> str:

@@ -8,8 +8,10 @@ then be omitted); `kafka.delivery.timeout.ms` bounds its retries; `deliveryGuara
 it writes in Kafka transactions (exactly-once, the default; `kafka.transaction.timeout.ms`) or as
 an idempotent producer (at-least-once). `kafka.security.protocol`, `kafka.ssl.*` and
 `kafka.sasl.*` secure its connections (kafka_security.py: TLS, SASL PLAIN / SCRAM; settings it
-cannot apply are refused by name). Other `kafka.*` options are
-accepted and ignored so that a pipeline moving from `format("kafka")` changes the format only.
+cannot apply are refused by name). The Kafka producer's other settings are accepted as `kafka.*`
+so that a pipeline moving from `format("kafka")` changes the format only, named in a warning
+(kafka_settings.py); those whose meaning the sink cannot have (acks=1, a partitioner class,
+serializers, a transactional.id) are refused, and a name no Kafka producer has is refused.
 Anything else unknown fails with the closest known name.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from logcore.records.compression import CODEC_BY_NAME, Compression
 
 from pyspark_seglog.bootstrap import parse_bootstrap
 from pyspark_seglog.kafka_security import PLAINTEXT, KafkaSecurity, check_security_option
+from pyspark_seglog.kafka_settings import PRODUCER_SETTINGS, check_known, setting_of, warn_inert
 from pyspark_seglog.storage_options import STORAGE_PREFIX, root_url, storage_options
 
 TOPIC_CONFIG_PREFIX = "topic.config."
@@ -123,19 +126,63 @@ def _int(options, name: str, default: int | None, minimum: int) -> int | None:
     return value
 
 
+# Kafka producer settings whose meaning the sink's writes cannot have: refused, with why.
+# (value -> None when any value is refused; else the values that are.)
+REFUSED_KAFKA_SETTINGS = {
+    "acks": (("0", "1"), "the sink writes with acks=all always: its producers are idempotent or"
+             " transactional, which need acks=all (Kafka's producer refuses the same); leave it out or set all"),
+    "enable.idempotence": (("false",), "the sink's producers are always idempotent (deliveryGuarantee="
+                           "at-least-once is Spark's Kafka sink without duplicates from retries)"),
+    "key.serializer": (None, "keys are written as the binary or string `key` column; serialize them with"
+                       " DataFrame operations"),
+    "value.serializer": (None, "values are written as the binary or string `value` column; serialize them"
+                         " with DataFrame operations, e.g. to_json"),
+    "transactional.id": (None, "with deliveryGuarantee=exactly-once the sink names one transaction per task"
+                         " from the query and the task (docs/sink-protocol.md); it takes no id"),
+    "partitioner.class": (None, "rows go to the `partition` column's partition, else Kafka's default"
+                          " partitioner (murmur2 of the key), as Spark's Kafka sink without a partitioner"),
+    "partitioner.ignore.keys": (("true",), "keyed rows are placed by Kafka's default partitioner (murmur2 of"
+                                " the key); give a `partition` column to place rows yourself"),
+    "interceptor.classes": (None, "the sink runs no producer interceptors"),
+    "transaction.two.phase.commit.enable": (("true",), "two-phase commit with an external coordinator"
+                                            " (KIP-939) is not supported"),
+}
+# The Kafka producer settings the sink applies; the others tune a producer it does not run.
+APPLIED_KAFKA_SETTINGS = frozenset((
+    "bootstrap.servers", "delivery.timeout.ms", "transaction.timeout.ms", "compression.type", "batch.size",
+    "acks", "enable.idempotence", "security.protocol"))
+
+
+def _applied(setting: str) -> bool:
+    return setting in APPLIED_KAFKA_SETTINGS or setting.startswith(("ssl.", "sasl."))
+
+
+def check_kafka_setting(name: str, value) -> None:
+    """A `kafka.*` option: a real producer setting, and one whose meaning the sink can have."""
+    check_known(name, PRODUCER_SETTINGS, "producer", "the seglog sink")
+    setting = setting_of(name)
+    if setting in REFUSED_KAFKA_SETTINGS:
+        refused, why = REFUSED_KAFKA_SETTINGS[setting]
+        if refused is None or str(value).strip().lower() in refused:
+            raise InvalidConfigError(f"option {name}={value!r} is not supported by the seglog sink: {why}")
+    check_security_option(name, value)
+
+
 def check_unknown(options) -> None:
     for name in options:
         low = name.lower()
+        if low.startswith("kafka."):
+            check_kafka_setting(name, options[name])
+            continue
         if low in KNOWN_OPTIONS or low.startswith(_PREFIXES):
-            check_security_option(name, options[name])
             continue
         close = difflib.get_close_matches(low, list(KNOWN_OPTIONS), n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidConfigError(
             f"unknown seglog sink option {name!r}{hint} Known options: {', '.join(sorted(KNOWN_OPTIONS))},"
             " plus storage.*, topic.config.*, kafka.bootstrap.servers, kafka.delivery.timeout.ms,"
-            " kafka.transaction.timeout.ms, kafka.security.protocol, kafka.ssl.*, kafka.sasl.* and other kafka.*"
-            " (ignored)")
+            " kafka.transaction.timeout.ms, kafka.security.protocol, kafka.ssl.*, kafka.sasl.* and the Kafka"
+            " producer's other settings as kafka.* (accepted without effect, with a warning)")
 
 
 def _alias(options: dict, name: str) -> None:
@@ -169,6 +216,7 @@ def parse_sink_options(options) -> SinkOptions:
     """Validate every sink option; raises InvalidConfigError naming the option and what is allowed."""
     options = {str(k).lower(): v for k, v in options.items()}
     check_unknown(options)
+    warn_inert(options, _applied, "producer", "the seglog sink")
     bootstrap = options.get(BOOTSTRAP_OPTION)
     if bootstrap is not None:
         parse_bootstrap(str(bootstrap))        # fails now, naming the option, if malformed

@@ -7,6 +7,7 @@ that names the option, the value and what is allowed.
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ from logcore.errors import InvalidConfigError
 from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from pyspark_seglog.bootstrap import parse_bootstrap
 from pyspark_seglog.kafka_security import PLAINTEXT, KafkaSecurity, check_security_option
+from pyspark_seglog.kafka_settings import CONSUMER_SETTINGS, check_known, warn_inert
 from pyspark_seglog.offsets import parse_assign, parse_partition_map
 from pyspark_seglog.read_path import READ_PATH_OPTION, parse_read_path
 from pyspark_seglog.storage_options import (STORAGE_PREFIX, TIERED_PREFIX, root_url, storage_options,
@@ -23,6 +25,7 @@ from pyspark_seglog.storage_options import (STORAGE_PREFIX, TIERED_PREFIX, root_
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 TIMESTAMP_STRATEGIES = ("error", "latest")
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+log = logging.getLogger("pyspark_seglog")
 
 # Canonical spelling of every option the source knows, keyed by the lower-cased name Spark passes.
 SOURCE_OPTIONS = {name.lower(): name for name in (
@@ -35,7 +38,7 @@ SOURCE_OPTIONS = {name.lower(): name for name in (
     "failOnDataLoss", "includeHeaders", "isolation.level", "readFrom",
 )}
 # Kafka source options that only tune its Kafka consumer: accepted (so that moving a pipeline from
-# format("kafka") changes the format and the path only) and ignored.
+# format("kafka") changes the format and the path only), named in a warning, without effect.
 IGNORED_OPTIONS = {name.lower(): name for name in (
     "groupIdPrefix", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
     "fetchOffset.retryIntervalMs",
@@ -174,6 +177,16 @@ class SourceOptions:
         return any(t == topic for t, _p in self.assigned)
 
 
+# The Kafka consumer settings the source applies; the others tune a consumer it does not run.
+APPLIED_KAFKA_SETTINGS = frozenset(k[len(KAFKA_PREFIX):] for k in (
+    BOOTSTRAP_OPTION, FETCH_BYTES_OPTION, CLIENT_RACK_OPTION, RETRY_TIMEOUT_OPTION, "kafka.isolation.level",
+    "kafka.security.protocol"))
+
+
+def _applied(setting: str) -> bool:
+    return setting in APPLIED_KAFKA_SETTINGS or setting.startswith(("ssl.", "sasl."))
+
+
 def check_option_names(options) -> None:
     """Unknown and refused options: one error naming the option (and the closest known one)."""
     for name in options:
@@ -187,14 +200,15 @@ def check_option_names(options) -> None:
                 raise InvalidConfigError(
                     f"option {name}: the Kafka setting '{setting}' is not supported:"
                     f" {REJECTED_KAFKA_OPTIONS[setting]}")
+            check_known(name, CONSUMER_SETTINGS, "consumer", "the seglog source")
             check_security_option(name, options[name])
-            continue        # other kafka.* settings configure a Kafka client: none here
+            continue
         known = list(SOURCE_OPTIONS) + list(IGNORED_OPTIONS)
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         hint = f"; did you mean {_display(close[0])}?" if close else ""
         raise InvalidConfigError(
             f"unknown option {name!r} for the seglog source{hint} (known options:"
-            f" {', '.join(SOURCE_OPTIONS.values())}, storage.*, kafka.*)")
+            f" {', '.join(SOURCE_OPTIONS.values())}, storage.*, and the Kafka consumer's settings as kafka.*)")
 
 
 def _strategy(options) -> tuple[str, tuple, str | None, tuple]:
@@ -261,6 +275,12 @@ def parse_source_options(options, *, streaming: bool) -> SourceOptions:
     """Validate every source option; `options` has Spark's lower-cased keys."""
     options = {str(k).lower(): v for k, v in options.items()}
     check_option_names(options)
+    warn_inert(options, _applied, "consumer", "the seglog source")
+    tuning = [IGNORED_OPTIONS[k] for k in options if k in IGNORED_OPTIONS]
+    if tuning:
+        log.warning("the seglog source: option(s) %s tune the Kafka source's consumer, which it does not"
+                    " run: accepted so that a format(\"kafka\") pipeline runs unchanged, and without effect"
+                    " here", ", ".join(sorted(tuning)))
     bootstrap = options.get(BOOTSTRAP_OPTION)
     has_path = bool(options.get("path"))
     read_path = parse_read_path(options.get(READ_PATH_OPTION.lower()), has_root=has_path,

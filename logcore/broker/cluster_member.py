@@ -39,7 +39,8 @@ class ClusterMember:
         security = self.config.security
         self.store = ZooKeeperStore(self.config["zookeeper.connect"],
                                     session_timeout_ms=self.config["zookeeper.session.timeout.ms"],
-                                    login=security.zookeeper_login, acls=znode_acls(security.zookeeper_set_acl))
+                                    login=security.zookeeper_login, acls=znode_acls(security.zookeeper_set_acl),
+                                    tls=security.zookeeper_tls)
         await asyncio.to_thread(self.store.start)
         catalog = ZooKeeperCatalog(self.store, replication_factor=self.config["default.replication.factor"])
         cluster_id = await asyncio.to_thread(self.store.cluster_id)

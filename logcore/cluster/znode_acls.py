@@ -44,9 +44,10 @@ def znode_acls(set_acl: bool) -> ZnodeAcls:
     return SECURE if set_acl else OPEN
 
 
-def kazoo_client(hosts: str, timeout_s: float, acls: ZnodeAcls, sasl_options: dict | None):
+def kazoo_client(hosts: str, timeout_s: float, acls: ZnodeAcls, sasl_options: dict | None, handler=None):
     """A KazooClient whose creates without an explicit ACL get `acls.for_path(path)` (the path as
-    the caller gave it, below any chroot), logging in with `sasl_options` when given."""
+    the caller gave it, below any chroot), logging in with `sasl_options` when given, its
+    connections made by `handler` when given (TLS: logcore.cluster.tls_handler)."""
     from kazoo.client import KazooClient, TransactionRequest
 
     class PolicyTransaction(TransactionRequest):
@@ -64,4 +65,5 @@ def kazoo_client(hosts: str, timeout_s: float, acls: ZnodeAcls, sasl_options: di
         def transaction(self):
             return PolicyTransaction(self)
 
-    return PolicyClient(hosts=hosts, timeout=timeout_s, sasl_options=sasl_options)
+    return PolicyClient(hosts=hosts, timeout=timeout_s, sasl_options=sasl_options, handler=handler,
+                        use_ssl=handler is not None)

@@ -11,6 +11,11 @@ With a ZooKeeper login (logcore.security.zookeeper_login) every connection authe
 SASL DIGEST-MD5; kazoo reports the session connected before that exchange ends, so `start`
 waits for a first answer and a refused login fails the start with a clear error. The znodes the
 session creates get the ACLs of its policy (logcore.cluster.znode_acls).
+
+With TLS (logcore.security.zookeeper_tls) each kazoo client connects through a TlsHandler
+(logcore.cluster.tls_handler); a start whose every server refused the TLS handshake (an
+untrusted certificate, no client certificate, a plaintext port) fails at once with a clear
+error naming the setting, not after the connect timeout.
 """
 from __future__ import annotations
 
@@ -55,16 +60,17 @@ def coordinator_errors(method):
 class ZooKeeperSession:
     """A kazoo client and its session. `hosts` is Kafka's zookeeper.connect: host:port[,host:port]
     with an optional chroot suffix (`/seglog`); `login` a ZooKeeperLogin (None: none), `acls` the
-    policy for the znodes it creates."""
+    policy for the znodes it creates, `tls` a ZooKeeperTls (None: plaintext)."""
 
     def __init__(self, hosts: str, *, session_timeout_ms: int, connect_timeout_s: float, login=None,
-                 acls: ZnodeAcls = OPEN):
+                 acls: ZnodeAcls = OPEN, tls=None):
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms
         self.login = login
         self.acls = acls
-        self.client = kazoo_client(hosts, session_timeout_ms / 1000.0, acls,
-                                   login.sasl_options() if login is not None else None)
+        self.tls = tls
+        self._handler = self._new_handler()
+        self.client = self._new_client(hosts)
         self._connect_timeout = connect_timeout_s
         self._session_lost = False
         self._new_session_callbacks: list[Callable[[], None]] = []
@@ -72,36 +78,84 @@ class ZooKeeperSession:
         self._logged_in = False          # a first login succeeded (a later refusal is logged)
         self.client.add_listener(self._on_state)
 
+    def _new_handler(self):
+        if self.tls is None:
+            return None
+        from logcore.cluster.tls_handler import TlsHandler
+        return TlsHandler(self.tls, f"zookeeper.connect={self.hosts}")
+
+    def _new_client(self, hosts: str, handler=None):
+        return kazoo_client(hosts, self.session_timeout_ms / 1000.0, self.acls,
+                            self.login.sasl_options() if self.login is not None else None,
+                            handler or self._handler)
+
     def start(self) -> None:
-        """Connect (CoordinatorUnavailableError when no server answers in time) and create the
-        persistent znodes that are absent."""
-        from kazoo.handlers.threading import KazooTimeoutError
-        try:
-            self.client.start(timeout=self._connect_timeout)
-        except KazooTimeoutError:
-            self.client.stop()
-            raise CoordinatorUnavailableError(
-                f"zookeeper.connect={self.hosts}: no ZooKeeper answered within {self._connect_timeout:.0f} s") from None
+        """Connect (CoordinatorUnavailableError when no server answers in time; InvalidConfigError
+        when every server refused the TLS handshake) and create the persistent znodes that are
+        absent."""
+        self._connect(self.client, self._handler)
         if self.login is not None:
             self._check_login()
-        if self.client.chroot and self.client.exists("/") is None:
-            self._create_chroot()
-        for p in PERSISTENT_PATHS:
-            self.client.ensure_path(p)
+        from kazoo.exceptions import InvalidACLError
+        try:
+            if self.client.chroot and self.client.exists("/") is None:
+                self._create_chroot()
+            for p in PERSISTENT_PATHS:
+                self.client.ensure_path(p)
+        except InvalidACLError:
+            # the creator's-identity ACL names nobody when the session has no identity
+            self.close()
+            raise InvalidConfigError(
+                f"zookeeper.connect={self.hosts}: zookeeper.set.acl=true but ZooKeeper knows this broker by no"
+                " identity: its TLS client certificate was not asked for (the servers' ssl.clientAuth) and it"
+                " has no SASL login (java.security.auth.login.config)") from None
 
     def _create_chroot(self) -> None:
         """Create the chroot of zookeeper.connect, as Kafka does, with this session's ACL policy
         (under zookeeper.set.acl a chroot anyone may write to would let anyone delete
         /controller or /brokers), through a short session of its own outside the chroot."""
-        outside = kazoo_client(self.hosts.split("/", 1)[0], self.session_timeout_ms / 1000.0, self.acls,
-                               self.login.sasl_options() if self.login is not None else None)
-        outside.start(timeout=self._connect_timeout)
+        handler = self._new_handler()
+        outside = self._new_client(self.hosts.split("/", 1)[0], handler)
+        self._connect(outside, handler)
         try:
             outside.ensure_path(self.client.chroot)
         finally:
             outside.stop()
             outside.close()
         logger.info("created the chroot %s in ZooKeeper (%s ACLs)", self.client.chroot, self.acls.name)
+
+    def _connect(self, client, handler) -> None:
+        """Start `client`, waiting up to the connect timeout; with TLS, give up as soon as every
+        server refused the handshake for a reason that trying again will not cure."""
+        import time
+        deadline = time.monotonic() + self._connect_timeout
+        event = client.start_async()
+        servers = len({(h, p) for h, p in client.hosts})
+        while not event.wait(0.1):
+            refused = handler.failure(servers) if handler is not None else None
+            if refused is not None or time.monotonic() >= deadline:
+                client.stop()
+                if refused is not None:
+                    raise InvalidConfigError(f"zookeeper.connect={self.hosts}: {refused}")
+                raise CoordinatorUnavailableError(
+                    f"zookeeper.connect={self.hosts}: no ZooKeeper answered within {self._connect_timeout:.0f} s"
+                    + self._tls_hint(handler)) from None
+        if not client.connected:         # the event is also set when the client stops
+            client.stop()
+            raise CoordinatorUnavailableError(f"zookeeper.connect={self.hosts}: the connection ended at once"
+                                              + self._tls_hint(handler))
+
+    def _tls_hint(self, handler) -> str:
+        if handler is None:
+            return ("; if the servers listen with TLS only (secureClientPort), set"
+                    " zookeeper.ssl.client.enable=true")
+        last = handler.last_failure()
+        if last is not None:
+            return f"; the last TLS failure: {last}"
+        if not self.tls.has_keystore:
+            return ("; with TLS: the servers may close connections without a client certificate"
+                    " (ssl.clientAuth=need) and zookeeper.ssl.keystore.location is not set")
+        return ""
 
     def _check_login(self) -> None:
         """Wait for the SASL exchange's outcome: the first request is answered only after it."""
@@ -167,9 +221,12 @@ class ZooKeeperSession:
             logger.warning("ZooKeeper session expired (%s): ephemerals are gone", self.hosts)
         elif state == KazooState.SUSPENDED:
             logger.info("ZooKeeper connection lost (%s); session may still be alive", self.hosts)
-        elif state == KazooState.CONNECTED and self._session_lost:
-            self._session_lost = False
-            self.client.handler.spawn(self._after_new_session)
+        elif state == KazooState.CONNECTED:
+            if self._handler is not None:
+                self._handler.connected()
+            if self._session_lost:
+                self._session_lost = False
+                self.client.handler.spawn(self._after_new_session)
 
     def _auth_failed(self) -> bool:
         from kazoo.protocol.states import KeeperState

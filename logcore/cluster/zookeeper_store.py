@@ -46,12 +46,12 @@ logger = logging.getLogger(__name__)
 
 class ZooKeeperStore:
     """Cluster metadata in ZooKeeper. `hosts` is Kafka's zookeeper.connect: host:port[,host:port]
-    with an optional chroot suffix (`/seglog`); `login` and `acls`: ZooKeeperSession's."""
+    with an optional chroot suffix (`/seglog`); `login`, `acls` and `tls`: ZooKeeperSession's."""
 
     def __init__(self, hosts: str, *, session_timeout_ms: int = 18000, connect_timeout_s: float = 15.0,
-                 login=None, acls: ZnodeAcls = OPEN):
+                 login=None, acls: ZnodeAcls = OPEN, tls=None):
         self._session = ZooKeeperSession(hosts, session_timeout_ms=session_timeout_ms,
-                                         connect_timeout_s=connect_timeout_s, login=login, acls=acls)
+                                         connect_timeout_s=connect_timeout_s, login=login, acls=acls, tls=tls)
         self.hosts = hosts
         self.session_timeout_ms = session_timeout_ms
         self.client = self._session.client        # the store's own: callers use its methods

@@ -16,6 +16,8 @@ from logcore.security.jaas import MODULES, PLAIN_MODULE, JaasConfig, parse_jaas
 from logcore.security.listener import (DEFAULT_PROTOCOL_MAP, PLAINTEXT, PROTOCOLS, Listener, parse_listeners,
                                        protocol_map)
 from logcore.security.zookeeper_login import DEFAULT_SECTION, LOGIN_FILE_SETTING, SECTION_SETTING, ZooKeeperLogin
+from logcore.security.zookeeper_tls import KEYS as ZOOKEEPER_TLS_KEYS, PROPERTY_KEYS as ZOOKEEPER_TLS_PROPERTIES
+from logcore.security.zookeeper_tls import ZooKeeperTls
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 REFUSED_MECHANISMS = {
@@ -86,7 +88,8 @@ _GLOBAL = (
               " writable only by the brokers' ZooKeeper login and readable by all (not /config/users,"
               " /config/brokers: only by the brokers); needs the ZooKeeper login.", category="security"),
 )
-SECURITY_KEYS: dict[str, ConfigKey] = {k.name: k for k in _PER_LISTENER + _GLOBAL}
+SECURITY_KEYS: dict[str, ConfigKey] = {k.name: k for k in _PER_LISTENER + _GLOBAL + ZOOKEEPER_TLS_KEYS
+                                       + ZOOKEEPER_TLS_PROPERTIES}
 _PER_LISTENER_NAMES = frozenset(k.name for k in _PER_LISTENER)
 
 
@@ -128,6 +131,7 @@ class SecurityConfig:
     by_listener: dict[str, ListenerSecurity]
     zookeeper_login: ZooKeeperLogin | None = None    # SASL to ZooKeeper (a cluster member)
     zookeeper_set_acl: bool = False                  # Kafka's zookeeper.set.acl
+    zookeeper_tls: ZooKeeperTls | None = None        # TLS to ZooKeeper (zookeeper.ssl.*)
 
     @classmethod
     def from_props(cls, props: dict[str, str], listeners: tuple[str, ...], advertised: tuple[str, ...], *,
@@ -179,15 +183,19 @@ class SecurityConfig:
                     f"{where}: the inter-broker listener {inter} uses SASL {mechanism}: its sasl.jaas.config"
                     f" (listener.name.{inter.lower()}.{mechanism.lower()}.sasl.jaas.config) needs this broker's"
                     ' username="..." password="..."')
-        zk_login, set_acl = _zookeeper_security(values, props, cluster, where)
-        return cls(tuple(bound), advertised_all, inter, mechanism, by_listener, zk_login, set_acl)
+        zk_tls = ZooKeeperTls.from_props(props, cluster=cluster, where=where)
+        zk_login, set_acl = _zookeeper_security(values, props, cluster, where,
+                                                certificate=zk_tls is not None and zk_tls.has_keystore)
+        return cls(tuple(bound), advertised_all, inter, mechanism, by_listener, zk_login, set_acl, zk_tls)
 
     def listener(self, name: str) -> ListenerSecurity:
         return self.by_listener[name]
 
 
-def _zookeeper_security(values: dict, props: dict[str, str], cluster: bool,
-                        where: str) -> tuple[ZooKeeperLogin | None, bool]:
+def _zookeeper_security(values: dict, props: dict[str, str], cluster: bool, where: str, *,
+                        certificate: bool) -> tuple[ZooKeeperLogin | None, bool]:
+    """The SASL login and zookeeper.set.acl; `certificate`: the broker gives ZooKeeper a TLS client
+    certificate, whose subject is then its identity (x509:<DN>) when there is no login."""
     for name in (LOGIN_FILE_SETTING, SECTION_SETTING, "zookeeper.set.acl"):
         if name in props and not cluster:
             raise InvalidConfigError(f"{where}: {name} is about the broker's ZooKeeper session: it needs"
@@ -198,11 +206,12 @@ def _zookeeper_security(values: dict, props: dict[str, str], cluster: bool,
     elif SECTION_SETTING in props:
         raise InvalidConfigError(f"{where}: {SECTION_SETTING} names a section of the JAAS file given by"
                                  f" {LOGIN_FILE_SETTING}, which is not set")
-    if values["zookeeper.set.acl"] and login is None:
+    if values["zookeeper.set.acl"] and login is None and not certificate:
         # Kafka refuses this too: ACLs naming no identity would lock the brokers out
         raise InvalidConfigError(f"{where}: zookeeper.set.acl=true needs the brokers' ZooKeeper login:"
                                  f" set {LOGIN_FILE_SETTING} to a JAAS file with a {DEFAULT_SECTION} section"
-                                 " (DigestLoginModule username/password)")
+                                 " (DigestLoginModule username/password), or give ZooKeeper a TLS client"
+                                 " certificate (zookeeper.ssl.keystore.location)")
     return login, values["zookeeper.set.acl"]
 
 

@@ -96,11 +96,7 @@ def _server_context(settings: dict[str, str], where: str) -> tuple[ssl.SSLContex
     mode = client_auth(settings, where)
     if mode != ssl.CERT_NONE:
         context.verify_mode = mode
-        trusted = load_truststore(settings, where)
-        if trusted is None:
-            context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
-        else:
-            context.load_verify_locations(cadata=trusted.decode())
+        _trust(context, settings, where, ssl.Purpose.CLIENT_AUTH)
     return context, material
 
 
@@ -113,11 +109,7 @@ def client_context(settings: dict[str, str], where: str) -> ssl.SSLContext:
     context.minimum_version, context.maximum_version = low, high
     context.check_hostname = hostname_check(settings, where)
     context.verify_mode = ssl.CERT_REQUIRED
-    trusted = load_truststore(settings, where)
-    if trusted is None:
-        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
-    else:
-        context.load_verify_locations(cadata=trusted.decode())
+    _trust(context, settings, where, ssl.Purpose.SERVER_AUTH)
     material = load_keystore(settings, where)
     if material is not None:
         try:
@@ -132,14 +124,19 @@ def _client_for_check(settings: dict[str, str], where: str) -> ssl.SSLContext:
     checked: the validation handshakes of an inter-broker listener."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
-    trusted = load_truststore(settings, where)
-    if trusted is None:
-        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
-    else:
-        context.load_verify_locations(cadata=trusted.decode())
+    _trust(context, settings, where, ssl.Purpose.SERVER_AUTH)
     material = load_keystore(settings, where)
     _load_chain(context, material.chain_pem, material.key_pem)
     return context
+
+
+def _trust(context: ssl.SSLContext, settings: dict[str, str], where: str, purpose: ssl.Purpose) -> None:
+    """The authorities the context verifies peers against: the truststore's, else the system's."""
+    trusted = load_truststore(settings, where)
+    if trusted is None:
+        context.load_default_certs(purpose)
+    else:
+        context.load_verify_locations(cadata=trusted.decode())
 
 
 def handshake_in_memory(client: ssl.SSLContext, server: ssl.SSLContext) -> None:

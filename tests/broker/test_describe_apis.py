@@ -2,7 +2,6 @@
 written before it starts with transactions that never ended (tests/hanging_transaction.py)."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
@@ -20,10 +19,8 @@ from logcore.wire.client import KafkaConnection
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hanging_transaction import AGE_MS, HANGING, write_hanging_root  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_describe", Path(__file__).parent / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import broker_process  # noqa: E402
 
 HANGING_PID, HANGING_EPOCH = HANGING[0]
 
@@ -33,7 +30,7 @@ def hanging_broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("describe")
     write_hanging_root(base / "logs")
     started: list = []
-    yield broker_fixtures._start_factory(base, started)(**{"transaction.state.log.num.partitions": 3})
+    yield broker_process.start_factory(base, started)(**{"transaction.state.log.num.partitions": 3})
     for b in started:
         b.stop()
 

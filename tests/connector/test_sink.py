@@ -517,6 +517,28 @@ def test_kafka_options_ignored_and_missing_topic_without_autocreate(tmp_path):
         SeglogBatchWriter({"path": root, "topic": "t"}, _schema(), True)
 
 
+def test_kafka_producer_settings_checked_by_name_and_meaning(tmp_path, caplog):
+    """kafka.* must be a Kafka producer setting; one whose meaning the sink cannot have is
+    refused; one it does not apply is accepted and named in a warning."""
+    from pyspark_seglog.sink_options import parse_sink_options
+    base = {"path": str(tmp_path), "topic": "t"}
+    with pytest.raises(InvalidConfigError, match=r"kafka\.linger\.msec is not a Kafka producer setting; "
+                                                 r"did you mean kafka\.linger\.ms\?"):
+        parse_sink_options({**base, "kafka.linger.msec": "5"})
+    for name, value, words in [("kafka.acks", "1", "acks=all always"),
+                               ("kafka.enable.idempotence", "false", "always idempotent"),
+                               ("kafka.key.serializer", "x.Y", "DataFrame operations"),
+                               ("kafka.transactional.id", "mine", "one transaction per task"),
+                               ("kafka.partitioner.class", "x.P", "murmur2")]:
+        with pytest.raises(InvalidConfigError, match=f"option {name}=.*not supported by the seglog sink: .*{words}"):
+            parse_sink_options({**base, name: value})
+    with caplog.at_level("WARNING", logger="pyspark_seglog"):
+        parse_sink_options({**base, "kafka.acks": "all", "kafka.linger.ms": "5", "kafka.retries": "3",
+                            "kafka.batch.size": "65536"})
+    warned = [r.getMessage() for r in caplog.records if "without effect" in r.getMessage()]
+    assert len(warned) == 1 and "kafka.linger.ms, kafka.retries tune Kafka's producer" in warned[0], warned
+
+
 def test_kafka_producer_settings_of_spark_kafka_sink_are_honoured(tmp_path):
     """A pipeline moving from format("kafka") keeps kafka.compression.type and kafka.batch.size."""
     from pyspark_seglog.sink_options import parse_sink_options

@@ -284,3 +284,19 @@ def test_path_lists_several_log_dirs():
     for bad in ("/mnt/b1/logs,/mnt/b1/logs", "/mnt/b1/logs,,/mnt/b2/logs"):
         message = error(path=bad)
         assert f"option path={bad!r}" in message and "each one once" in message
+
+
+def test_kafka_settings_checked_by_name_and_warned_when_without_effect(caplog):
+    """kafka.* must be a Kafka consumer setting (a typo is refused with the real name); one the
+    source does not apply is accepted and named in a warning, as are the Kafka source's tuning
+    options."""
+    assert "kafka.bootstrap.server is not a Kafka consumer setting; did you mean kafka.bootstrap.servers?" in \
+        error(**{"kafka.bootstrap.server": "h:1"})
+    assert "did you mean kafka.max.poll.records?" in error(**{"kafka.max.poll.record": "5"})
+    with caplog.at_level("WARNING", logger="pyspark_seglog"):
+        stream(**{"kafka.max.poll.records": "500", "kafka.group.id": "g", "kafka.max.partition.fetch.bytes": "65536",
+                  "kafka.isolation.level": "read_committed", "groupIdPrefix": "p"})
+    warned = [r.getMessage() for r in caplog.records if "without effect" in r.getMessage()]
+    assert len(warned) == 2, warned
+    assert "kafka.group.id, kafka.max.poll.records tune Kafka's consumer" in warned[0]
+    assert "groupIdPrefix tune the Kafka source's consumer" in warned[1]

@@ -6,7 +6,6 @@ __consumer_offsets after a SIGKILL, librdkafka's consumers with group.protocol=c
 DumpLogSegments decoding the records."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import signal
 import sys
@@ -27,10 +26,8 @@ sys.path.insert(0, str(TESTS))
 from broker_helpers import create, produce, wait_until  # noqa: E402
 from kafka_reference import kafka_jars  # noqa: E402,F401  (a fixture)
 
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_cg", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -45,7 +42,7 @@ SETTINGS = {"offsets.topic.num.partitions": "3", "num.partitions": "4",
 def broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("cg-broker")
     started: list = []
-    start = broker_fixtures._start_factory(base, started)
+    start = broker_process.start_factory(base, started)
     b = start(**SETTINGS)
     create(b, "t", 4)
     create(b, "u", 2)

@@ -5,7 +5,6 @@ and heartbeat interval following its group's config, ListConfigResources, the co
 restart. Kafka's own kafka-configs against seglog and Kafka: tests/kafka_ref/test_configs_reference.py."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -24,10 +23,8 @@ sys.path.insert(0, str(TESTS / "broker"))
 sys.path.insert(0, str(TESTS))
 from broker_helpers import create, wait_until  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_gc", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,7 +41,7 @@ SETTINGS = {"offsets.topic.num.partitions": "2", "num.partitions": "2",
 def broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("gc-broker")
     started: list = []
-    start = broker_fixtures._start_factory(base, started)
+    start = broker_process.start_factory(base, started)
     b = start(**SETTINGS)
     create(b, "t", 2)
     b.restart = lambda: start(b.root, **SETTINGS)

@@ -5,7 +5,6 @@ Apache Kafka: the same alterations give the same described overrides (names, val
 are compared, not formatting."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -16,10 +15,8 @@ ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_cfgref", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 _LINE = re.compile(r"^  (?P<name>[^=]+)=(?P<value>\S*) sensitive=\w+ synonyms=\{(?P<first>[A-Z_]+)?")
@@ -28,7 +25,7 @@ _LINE = re.compile(r"^  (?P<name>[^=]+)=(?P<value>\S*) sensitive=\w+ synonyms=\{
 @pytest.fixture(scope="module")
 def seglog_broker(tmp_path_factory):
     started: list = []
-    yield broker_fixtures._start_factory(tmp_path_factory.mktemp("cfgref-broker"), started)()
+    yield broker_process.start_factory(tmp_path_factory.mktemp("cfgref-broker"), started)()
     for b in started:
         b.stop()
 

@@ -9,7 +9,6 @@ there name User:ANONYMOUS from 127.0.0.1.
 """
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import re
@@ -24,10 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_acls", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (pytest fixtures)
 
 from logcore.tools.cli import main  # noqa: E402
@@ -42,7 +39,7 @@ _RESOURCE = re.compile(r"`(ResourcePattern\([^`]*\))`")
 def brokers(tmp_path_factory):
     """(administered: ANONYMOUS is a super user, guarded: ANONYMOUS is not)."""
     started: list = []
-    start = broker_fixtures._start_factory(tmp_path_factory.mktemp("acl-brokers"), started)
+    start = broker_process.start_factory(tmp_path_factory.mktemp("acl-brokers"), started)
     admin = start(tmp_path_factory.mktemp("admin-root"), **AUTHORIZER, **{"super.users": "User:ANONYMOUS"})
     guarded = start(tmp_path_factory.mktemp("guarded-root"), **AUTHORIZER,
                     **{"super.users": "User:nobody", "allow.everyone.if.no.acl.found": "false"})

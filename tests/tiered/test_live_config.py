@@ -15,7 +15,6 @@ One broker for the module, a local folder as the remote root (fast; the S3 path 
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -33,10 +32,8 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS / "broker"))
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_live", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 
 from broker_helpers import consume_all, produce, wait_until  # noqa: E402
 from kafka_reference import KafkaUnavailable, resolve_jars  # noqa: E402
@@ -55,7 +52,7 @@ def tiered_broker(tmp_path_factory):
     settings = {"remote.log.storage.system.enable": "true", "rsm.config.storage.url": str(base / "remote"),
                 "rsm.config.chunk.size": "4096"}
     started: list = []
-    b = broker_fixtures._start_factory(base, started)(
+    b = broker_process.start_factory(base, started)(
         **{"log.retention.check.interval.ms": "60000", "remote.log.manager.task.interval.ms": "200",
            "log.segment.delete.delay.ms": "0"}, **settings)
     yield b, settings, base / "remote"

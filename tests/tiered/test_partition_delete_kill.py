@@ -9,7 +9,6 @@ the deletion takes long enough to be cut short), a local folder as the bucket.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import sys
@@ -28,12 +27,10 @@ ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not insta
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_delete_kill", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS / "broker"))
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 
 TOPIC = "gone"
 CONFIG = {"remote.storage.enable": "true", "segment.bytes": "4096", "local.retention.bytes": "4096",
@@ -63,7 +60,7 @@ def test_broker_killed_mid_deletion_finishes_it_when_started_again(tmp_path):
     copied = len(_segment_folders(remote))
     assert copied >= 50, copied
 
-    start = broker_fixtures._start_factory(tmp_path, started := [])
+    start = broker_process.start_factory(tmp_path, started := [])
     try:
         broker = start(tmp_path / "logs", **{"log.retention.check.interval.ms": "600000",
                                              "remote.log.manager.task.interval.ms": "600000"},

@@ -3,7 +3,6 @@
 (TopicCommand, LeaderElectionCommand) print the reference output: the comparisons are exact."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -17,10 +16,8 @@ from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401 
 from logcore.log.partition_metadata import PartitionMetadata, format_topic_id  # noqa: E402
 from logcore.tools.cli import main  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_admin", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 COLLISION = ("WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') could"
@@ -30,7 +27,7 @@ COLLISION = ("WARNING: Due to limitations in metric names, topics with a period 
 @pytest.fixture(scope="module")
 def seglog_broker(tmp_path_factory):
     started: list = []
-    yield broker_fixtures._start_factory(tmp_path_factory.mktemp("seglog-broker"), started)()
+    yield broker_process.start_factory(tmp_path_factory.mktemp("seglog-broker"), started)()
     for b in started:
         b.stop()
 

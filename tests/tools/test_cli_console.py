@@ -6,7 +6,6 @@ flag's "did you mean", --command-config refusals, an --override error naming --o
 """
 from __future__ import annotations
 
-import importlib.util
 import io
 import subprocess
 import sys
@@ -21,10 +20,8 @@ from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixture)
 
 from logcore.tools.cli import main  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_console", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 
@@ -32,7 +29,7 @@ CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     started: list = []
-    yield broker_fixtures._start_factory(tmp_path_factory.mktemp("console-broker"), started)(
+    yield broker_process.start_factory(tmp_path_factory.mktemp("console-broker"), started)(
         **{"group.initial.rebalance.delay.ms": "0"})
     for b in started:
         b.stop()
@@ -41,7 +38,7 @@ def broker(tmp_path_factory):
 def seglog_process(*args: str, stdin: bytes = b"", timeout: float = 60) -> subprocess.CompletedProcess:
     """The command as a user types it: a `python -m logcore.tools.cli` process."""
     return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin, capture_output=True,
-                          env=broker_fixtures._env(), timeout=timeout)
+                          env=broker_process.subprocess_env(), timeout=timeout)
 
 
 def seglog(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
@@ -154,6 +151,21 @@ def test_consume_group_commits_offsets_kafka_tools_see(broker, kafka_jars):
     assert rows == {("grouped", "0", "3", "3", "0"), ("grouped", "1", "2", "2", "0")}, described.stdout
 
 
+def _wait_for_members(confluent_kafka, bootstrap: str, group: str, count: int, timeout: float = 30) -> None:
+    """Until the group is Stable with `count` members (a started process may take seconds to join
+    on a busy machine)."""
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    described = None
+    while time.monotonic() < deadline:
+        described = admin.describe_consumer_groups([group])[group].result(10)
+        if str(described.state).endswith("STABLE") and len(described.members) == count:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"group {group} not stable with {count} members in {timeout} s: {described}")
+
+
 def test_consume_group_shares_partitions_with_a_kafka_consumer(broker):
     """A confluent-kafka member (range assignor) joins while `seglog consume --group` runs: the
     group rebalances, each member owns a part, and between them every record is read."""
@@ -167,9 +179,9 @@ def test_consume_group_shares_partitions_with_a_kafka_consumer(broker):
                             "--group", "mixed", "--from-beginning", "--timeout-ms", "4000",
                             "--consumer-property", "heartbeat.interval.ms=300",
                             "--consumer-property", "session.timeout.ms=10000"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=broker_fixtures._env())
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=broker_process.subprocess_env())
     try:
-        time.sleep(1.5)                  # the CLI member has joined and read its first assignment
+        _wait_for_members(confluent_kafka, broker.bootstrap, "mixed", 1)   # the CLI member has joined
         consumer = confluent_kafka.Consumer({
             "bootstrap.servers": broker.bootstrap, "group.id": "mixed", "partition.assignment.strategy": "range",
             "auto.offset.reset": "earliest", "enable.auto.commit": True, "session.timeout.ms": 10000})

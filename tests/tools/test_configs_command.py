@@ -2,7 +2,6 @@
 root's files and through a `seglog broker` (--bootstrap-server)."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,10 +11,8 @@ from logcore.log.log_root import LogRoot
 from logcore.tools.cli import main
 
 TESTS = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_configs", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 
 
 def seglog(capsys, *argv) -> tuple[int, str, str]:
@@ -27,7 +24,7 @@ def seglog(capsys, *argv) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def seglog_broker(tmp_path_factory):
     started: list = []
-    yield broker_fixtures._start_factory(tmp_path_factory.mktemp("cfg-broker"), started)()
+    yield broker_process.start_factory(tmp_path_factory.mktemp("cfg-broker"), started)()
     for b in started:
         b.stop()
 

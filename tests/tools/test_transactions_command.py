@@ -3,7 +3,6 @@ and Kafka 4.1's own kafka-transactions (TransactionsCommand) on the same `seglog
 aborts one of the two hanging transactions of tests/hanging_transaction.py's root."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -19,10 +18,8 @@ from logcore.wire.api_keys import LIST_OFFSETS  # noqa: E402
 from logcore.wire.client import KafkaConnection  # noqa: E402
 from logcore.wire.list_offsets import LATEST_TIMESTAMP  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_txncmd", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 
 TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 
@@ -32,7 +29,7 @@ def broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("txn-command")
     write_hanging_root(base / "logs")
     started: list = []
-    b = broker_fixtures._start_factory(base, started)(**{"transaction.state.log.num.partitions": 3,
+    b = broker_process.start_factory(base, started)(**{"transaction.state.log.num.partitions": 3,
                                                          "offsets.topic.num.partitions": 3})
     p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "cmd-done", "linger.ms": 1})
     p.init_transactions(15)

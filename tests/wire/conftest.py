@@ -2,7 +2,6 @@
 starts one) and Apache Kafka's KRaft broker of tests/kafka_reference.py (skipped without it)."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -13,18 +12,15 @@ sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS / "broker"))
 from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (pytest fixtures)
 
-# tests/broker/conftest.py is a conftest (not importable by name): load it under its own name.
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_wire", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+sys.path.insert(0, str(TESTS))
+import broker_process  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def seglog_broker(tmp_path_factory):
     """One `seglog broker` for the module, stopped by its pid afterwards."""
     started: list = []
-    yield broker_fixtures._start_factory(tmp_path_factory.mktemp("seglog-broker"), started)()
+    yield broker_process.start_factory(tmp_path_factory.mktemp("seglog-broker"), started)()
     for b in started:
         b.stop()
 
@@ -39,6 +35,6 @@ def kafka(kafka_broker_factory):
 def seglog_broker_factory(tmp_path):
     """Start `seglog broker`s for one test (to stop or kill them); all stopped by pid afterwards."""
     started: list = []
-    yield broker_fixtures._start_factory(tmp_path, started)
+    yield broker_process.start_factory(tmp_path, started)
     for b in started:
         b.stop()
