@@ -7,14 +7,13 @@ group.consumer.migration.policy=disabled); then real clients: Kafka 4.1.1's Java
 librdkafka going classic -> consumer -> classic while records are consumed."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
+import struct
 import subprocess
+import sys
 import threading
 import time
-import struct
-import sys
 from pathlib import Path
 
 import pytest
@@ -35,10 +34,7 @@ sys.path.insert(0, str(TESTS / "kafka_clients"))
 from java_check import CLIENT_JARS  # noqa: E402
 from java_program import JavaProgram, JavaUnavailable  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("seglog_broker_fixtures_gm", TESTS / "broker" / "conftest.py")
-broker_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = broker_fixtures
-_spec.loader.exec_module(broker_fixtures)
+import broker_process  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -53,7 +49,7 @@ SETTINGS = {"offsets.topic.num.partitions": "2", "num.partitions": "4",
 def broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("gm-broker")
     started: list = []
-    start = broker_fixtures._start_factory(base, started)
+    start = broker_process.start_factory(base, started)
     b = start(**SETTINGS)
     create(b, "t", 4)
     b.restart = lambda **extra: start(b.root, **SETTINGS, **extra)
