@@ -19,7 +19,7 @@ import org.apache.kafka.common.TopicPartition;
 
 /**
  * One consumer of a group with the group protocol it is given: args BOOTSTRAP GROUP TOPIC
- * PROTOCOL (classic or consumer). It subscribes, and on every poll prints the records it got
+ * PROTOCOL (classic or consumer) [ASSIGNORS: a classic consumer's partition.assignment.strategy]. It subscribes, and on every poll prints the records it got
  * and commits their offsets synchronously; one JSON line per event on stdout, each with the
  * wall-clock time in ms ("t"), so that the owners of a partition over time can be compared
  * across members:
@@ -36,6 +36,9 @@ public final class MigrationMember {
         if (protocol.equals("classic")) {
             p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "6000");
             p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "300");
+            if (args.length > 4) {
+                p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, args[4]);
+            }
         }
         AtomicBoolean stop = new AtomicBoolean(false);
         Thread stdin = new Thread(() -> {

@@ -297,9 +297,9 @@ class Member:
 
 
 class JavaMember(Member):
-    def __init__(self, program: JavaProgram, bootstrap: str, name: str, protocol: str):
+    def __init__(self, program: JavaProgram, bootstrap: str, name: str, protocol: str, *assignors: str):
         super().__init__(name)
-        self.proc = program.popen([bootstrap, MIG_GROUP, MIG_TOPIC, protocol], stdin=subprocess.PIPE,
+        self.proc = program.popen([bootstrap, MIG_GROUP, MIG_TOPIC, protocol, *assignors], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.closed = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
@@ -418,7 +418,9 @@ def test_rolling_upgrade_and_downgrade_with_real_clients(broker, member_program)
     try:
         with KafkaConnection(now.host, now.port, client_id="observer") as conn:
             feed()
-            a = start(JavaMember(member_program, bootstrap, "a-classic", "classic"))
+            # a rebalances cooperatively (it keeps what it may while it rejoins), b eagerly
+            a = start(JavaMember(member_program, bootstrap, "a-classic", "classic",
+                                 "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"))
             b = start(JavaMember(member_program, bootstrap, "b-classic", "classic"))
             assert wait_until(lambda: split(a, b) and consumed_all(), 60), (a.owned, b.owned)
             assert group(conn)[0] == "classic"
