@@ -73,6 +73,16 @@ class ClassicMembers:
             subscription = parse_subscription(protocols[0][1])
         except MalformedConsumerProtocol:
             return _join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        records: list = []
+        static = group.static_member(group_instance_id)
+        if static is not None and static.member_id != new_id:
+            if member_id:
+                return _join_error(E.FENCED_INSTANCE_ID, member_id)
+            # KIP-345: the instance is back under a new member id; the old one is gone (its
+            # partitions free for the new one; unlike Kafka, the group rebalances)
+            logger.info("group %s: static member %s (instance %s) replaced by %s", group_id, static.member_id,
+                        group_instance_id, new_id)
+            c.remove(group, static.member_id, records)
         if member is None:
             logger.info("group %s: member %s joins (classic protocol)", group_id, new_id)
             member = ConsumerMember(new_id)
@@ -81,7 +91,6 @@ class ClassicMembers:
                                  tuple(sorted(set(subscription.topics))), None, rebalance_timeout_ms, None,
                                  CG.ClassicMemberMetadata(session_timeout_ms, tuple(protocols)))
         owned = [(image[t][0], list(ps)) for t, ps in (subscription.owned or {}).items() if t in image]
-        records: list = []
         _, after = c.change_member(group, member, meta, owned, records)
         c.touch(group_id, after)
         code = await c.write(group, records)

@@ -80,9 +80,9 @@ def assignment(parts: dict[str, list[int]]) -> bytes:
     return out + struct.pack(">i", -1)
 
 
-def join(conn, group, member, owned=None, protocol="range"):
+def join(conn, group, member, owned=None, protocol="range", instance=None):
     return conn.request(JOIN, {"group_id": group, "session_timeout": 10000, "rebalance_timeout": 10000,
-                               "member_id": member, "group_instance_id": None, "protocol_type": "consumer",
+                               "member_id": member, "group_instance_id": instance, "protocol_type": "consumer",
                                "protocols": [{"name": protocol, "metadata": subscription(["t"], owned)}]}, 5)
 
 
@@ -247,6 +247,22 @@ def test_upgrade_classic_members_inside_the_consumer_group_then_downgrade(broker
         assert f.groups[0].topics[0].partitions[0].committed_offset == 9
         assert leave(conn2, "mg", leader) == E.NONE
 
+
+def test_static_classic_member_inside_a_consumer_group(conn):
+    """A static classic member back under a new member id replaces its old incarnation; the old
+    id with the instance id is fenced."""
+    c = cg_heartbeat(conn, "ms", "c", 0, owned=[], topics=["t"], rebalance_ms=10000)
+    assert c.error_code == E.NONE
+    first = join(conn, "ms", "", instance="i1")
+    assert first.error_code == E.NONE
+    again = join(conn, "ms", "", instance="i1")
+    assert again.error_code == E.NONE and again.member_id != first.member_id
+    assert {m.member_id: m.instance_id for m in cg_describe(conn, "ms").members} == \
+        {"c": None, again.member_id: "i1"}
+    assert join(conn, "ms", first.member_id, instance="i1").error_code == E.FENCED_INSTANCE_ID
+    assert heartbeat(conn, "ms", first.member_id, first.generation_id) == E.UNKNOWN_MEMBER_ID
+    assert leave(conn, "ms", again.member_id) == E.NONE
+    assert cg_heartbeat(conn, "ms", "c", -1).error_code == E.NONE
 
 # ------------------------------------------------------------------------------ real clients
 MIG_TOPIC, MIG_GROUP, MIG_PARTITIONS = "mig", "mig-group", 4
