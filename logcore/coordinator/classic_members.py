@@ -58,7 +58,8 @@ class ClassicMembers:
             return _join_error(E.INVALID_SESSION_TIMEOUT, member_id)
         group = c.groups[group_id]
         new_id = member_id or str(uuid.uuid4())
-        if new_id not in group.members and len(group.members) >= c.settings.max_size:
+        joins_anew = new_id not in group.members and group.static_member(group_instance_id) is None
+        if joins_anew and len(group.members) >= c.settings.max_size:
             return _join_error(E.GROUP_MAX_SIZE_REACHED, member_id)
         if protocol_type != CONSUMER_PROTOCOL or not protocols:
             return _join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
