@@ -271,6 +271,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
               " uniform, range (or Kafka's class names of them).",
               validator=Validator(_known_assignors, "a list of uniform, range (or Kafka's class names of them)"),
               category="broker"),
+    ConfigKey("group.consumer.migration.policy", ConfigType.STRING, "bidirectional",
+              "KIP-848's online migration of a live group between the protocols: upgrade (a classic group"
+              " becomes a consumer group when a consumer-protocol member joins), downgrade (back when its"
+              " last consumer-protocol member leaves), bidirectional (both) or disabled.",
+              validator=Validator(lambda v: v.strip().lower() in ("disabled", "upgrade", "downgrade", "bidirectional"),
+                                  "one of disabled, upgrade, downgrade, bidirectional"), category="broker"),
     ConfigKey("fetch.max.bytes", ConfigType.INT, 57671680,
               "Cap on a fetch response's size whatever the client asks.", validator=at_least(1024),
               category="broker"),

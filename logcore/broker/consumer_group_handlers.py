@@ -2,8 +2,10 @@
 ConsumerGroupDescribe (69), and the group APIs that answer a consumer-protocol group
 differently from a classic one: OffsetCommit and OffsetFetch check its member id and epoch
 (STALE_MEMBER_EPOCH), ListGroups lists it as type "consumer", DescribeGroups answers it as
-Kafka does (not a classic group: Dead, and GROUP_ID_NOT_FOUND from v6), JoinGroup refuses to
-add classic members to it (an empty one is dropped first, its offsets kept).
+Kafka does (not a classic group: Dead, and GROUP_ID_NOT_FOUND from v6). JoinGroup, SyncGroup,
+Heartbeat and LeaveGroup for a consumer group with members go to its classic members
+(KIP-848's online migration, logcore/coordinator/classic_members.py); JoinGroup for an empty
+one drops it first (its offsets kept) and makes a classic group.
 
 Everything else goes to the classic GroupHandlers (group_handlers.py). The coordinator is
 logcore/coordinator/consumer_group_coordinator.py; the broker registers these in its handler
@@ -15,10 +17,12 @@ import uuid
 
 from logcore.wire import error_codes as E
 from logcore.broker.member_host import member_host
-from logcore.broker.group_handlers import commit_answer, offsets_to_commit
+from logcore.broker.group_handlers import (commit_answer, heartbeat_args, join_args, leave_answer, leave_args,
+                                           offsets_to_commit, sync_args)
 from logcore.coordinator.consumer_group_coordinator import ConsumerGroupSettings, Heartbeat, heartbeat_error
 from logcore.coordinator.group_coordinator import join_error
 from logcore.coordinator import assignors
+from logcore.coordinator.migration_policy import migration_policy
 from logcore.log.partition_metadata import parse_topic_id
 from logcore.security.acl import AclOperation as Op, ResourceType as R
 from logcore.wire.protocol import ZERO_UUID, Request
@@ -33,7 +37,8 @@ def consumer_group_settings(config) -> ConsumerGroupSettings:
     names = tuple(dict.fromkeys(assignors.assignor_name(a) for a in config["group.consumer.assignors"]))
     return ConsumerGroupSettings(heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
                                  session_timeout_ms=config["group.consumer.session.timeout.ms"],
-                                 max_size=config["group.consumer.max.size"], assignors=names)
+                                 max_size=config["group.consumer.max.size"], assignors=names,
+                                 migration_policy=migration_policy(config["group.consumer.migration.policy"]))
 
 
 def topic_image(membership, partitions) -> dict[str, tuple[uuid.UUID, int]]:
@@ -62,7 +67,8 @@ class ConsumerGroupHandlers:
 
     def handlers(self) -> dict:
         """The broker's handler table entries these answer."""
-        return {8: self.offset_commit, 9: self.offset_fetch, 11: self.join_group, 15: self.describe_groups,
+        return {8: self.offset_commit, 9: self.offset_fetch, 11: self.join_group, 12: self.heartbeat,
+                13: self.leave_group, 14: self.sync_group, 15: self.describe_groups,
                 16: self.list_groups, 68: self.consumer_group_heartbeat, 69: self.consumer_group_describe}
 
     async def consumer_group_heartbeat(self, req: Request) -> dict:
@@ -127,12 +133,43 @@ class ConsumerGroupHandlers:
                 group.update(error_code=code, topics=[])
         return answer
 
+    def _classic_members_of(self, group_id: str):
+        """The classic members' part when `group_id` is a consumer group with members here."""
+        members = self.groups.classic_members
+        if members.serves(group_id) and self.groups.classic.coordinator_error(group_id) == E.NONE:
+            return members
+        return None
+
     async def join_group(self, req: Request):
         b = req.body
+        members = self._classic_members_of(b.group_id)
+        if members is not None:
+            return await members.join(**join_args(req))
         if self.groups.owns(b.group_id) and self.groups.classic.coordinator_error(b.group_id) == E.NONE:
             if not await self.groups.drop_if_empty(b.group_id):
                 return join_error(E.INCONSISTENT_GROUP_PROTOCOL, b.member_id)
         return await self.classic.join_group(req)
+
+    async def sync_group(self, req: Request):
+        members = self._classic_members_of(req.body.group_id)
+        if members is None:
+            return await self.classic.sync_group(req)
+        b = req.body
+        return members.sync(**sync_args(req), protocol_type=getattr(b, "protocol_type", None),
+                            protocol_name=getattr(b, "protocol_name", None))
+
+    async def heartbeat(self, req: Request) -> dict:
+        members = self._classic_members_of(req.body.group_id)
+        if members is None:
+            return await self.classic.heartbeat(req)
+        return {"throttle_time": 0, "error_code": members.heartbeat(**heartbeat_args(req))}
+
+    async def leave_group(self, req: Request) -> dict:
+        members = self._classic_members_of(req.body.group_id)
+        if members is None:
+            return await self.classic.leave_group(req)
+        leaving = leave_args(req)
+        return leave_answer(req, leaving, await members.leave(req.body.group_id, leaving))
 
     async def describe_groups(self, req: Request) -> dict:
         answer = await self.classic.describe_groups(req)

@@ -62,6 +62,46 @@ def commit_answer(results: list[tuple[str, int, int]], stored: int) -> dict:
     return {"throttle_time": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
 
+def join_args(req: Request) -> dict:
+    """A JoinGroup's fields, as the coordinators take them."""
+    b = req.body
+    session_ms = int(b.session_timeout.total_seconds() * 1000)
+    rebalance = getattr(b, "rebalance_timeout", None)
+    return dict(group_id=b.group_id, member_id=b.member_id,
+                group_instance_id=getattr(b, "group_instance_id", None), client_id=req.client_id or "",
+                client_host=member_host(req), session_timeout_ms=session_ms,
+                rebalance_timeout_ms=int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms,
+                protocol_type=b.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in b.protocols],
+                require_known_member=req.api_version >= 4)
+
+
+def sync_args(req: Request) -> dict:
+    b = req.body
+    return dict(group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
+                group_instance_id=getattr(b, "group_instance_id", None))
+
+
+def heartbeat_args(req: Request) -> dict:
+    b = req.body
+    return dict(group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
+                group_instance_id=getattr(b, "group_instance_id", None))
+
+
+def leave_args(req: Request) -> list[tuple[str, str | None]]:
+    """The (member id, group.instance.id) of each member a LeaveGroup names (v3+: a batch)."""
+    b = req.body
+    if req.api_version < 3:
+        return [(b.member_id, None)]
+    return [(m.member_id, m.group_instance_id) for m in b.members]
+
+
+def leave_answer(req: Request, members: list[tuple[str, str | None]], codes: list[int]) -> dict:
+    if req.api_version < 3:
+        return {"throttle_time": 0, "error_code": codes[0]}
+    return {"throttle_time": 0, "error_code": E.NONE, "members": [
+        {"member_id": mid, "group_instance_id": iid, "error_code": c} for (mid, iid), c in zip(members, codes)]}
+
+
 class GroupHandlers:
     """Over the `coordinator` (GroupCoordinator) and the broker's `config`; `advertised`: this
     broker's (host, port); `membership` says who coordinates a group (this broker alone, or
@@ -154,47 +194,31 @@ class GroupHandlers:
         code = self.groups.coordinator_error(b.group_id)
         if code != E.NONE:
             return join_error(code, b.member_id)
-        session_ms = int(b.session_timeout.total_seconds() * 1000)
-        rebalance = getattr(b, "rebalance_timeout", None)
-        return self.groups.join(
-            group_id=b.group_id, member_id=b.member_id,
-            group_instance_id=getattr(b, "group_instance_id", None), client_id=req.client_id or "",
-            client_host=member_host(req), session_timeout_ms=session_ms,
-            rebalance_timeout_ms=int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms,
-            protocol_type=b.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in b.protocols],
-            require_known_member=req.api_version >= 4)
+        return self.groups.join(**join_args(req))
 
     async def sync_group(self, req: Request) -> Result:
         b = req.body
         code = self.groups.coordinator_error(b.group_id)
         if code != E.NONE:
             return sync_error(code)
-        return self.groups.sync(group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
-                                assignments=[(a.member_id, bytes(a.assignment)) for a in b.assignments],
-                                group_instance_id=getattr(b, "group_instance_id", None))
+        return self.groups.sync(**sync_args(req), assignments=[(a.member_id, bytes(a.assignment))
+                                                                 for a in b.assignments])
 
     async def heartbeat(self, req: Request) -> dict:
         b = req.body
         code = self.groups.coordinator_error(b.group_id)
         if code != E.NONE:
             return {"throttle_time": 0, "error_code": code}
-        return {"throttle_time": 0, "error_code": self.groups.heartbeat(
-            group_id=b.group_id, generation_id=b.generation_id, member_id=b.member_id,
-            group_instance_id=getattr(b, "group_instance_id", None))}
+        return {"throttle_time": 0, "error_code": self.groups.heartbeat(**heartbeat_args(req))}
 
     async def leave_group(self, req: Request) -> dict:
         b = req.body
         code = self.groups.coordinator_error(b.group_id)
         if code != E.NONE:
             return {"throttle_time": 0, "error_code": code, "members": []}
-        if req.api_version < 3:
-            (code,) = self.groups.leave(b.group_id, [(b.member_id, None)])
-            return {"throttle_time": 0, "error_code": code}
         # v3+ (KIP-345): a batch of members, each named by member id and/or group.instance.id.
-        members = [(m.member_id, m.group_instance_id) for m in b.members]
-        codes = self.groups.leave(b.group_id, members)
-        return {"throttle_time": 0, "error_code": E.NONE, "members": [
-            {"member_id": mid, "group_instance_id": iid, "error_code": c} for (mid, iid), c in zip(members, codes)]}
+        members = leave_args(req)
+        return leave_answer(req, members, self.groups.leave(b.group_id, members))
 
     async def delete_groups(self, req: Request) -> dict:
         results = await self.groups.admin.delete_groups(list(req.body.groups_names))

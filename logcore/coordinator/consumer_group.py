@@ -25,6 +25,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field, replace
 
+from logcore.wire import error_codes as E
 from logcore.coordinator import consumer_group_records as CG
 from logcore.coordinator.consumer_group_records import Assignment, ConsumerGroupKey
 
@@ -115,6 +116,52 @@ class ConsumerGroup:
             if regex is not None:
                 out[regex] = out.get(regex, 0) + 1
         return out
+
+    # ------------------------------------------------------------------ offsets and describe
+    def check_commit(self, member_epoch: int, member_id: str, api_version: int | None) -> int:
+        """Whether this member at this epoch may commit the group's offsets (`api_version`: the
+        OffsetCommit's, None for TxnOffsetCommit), as Kafka's ConsumerGroup checks it: a classic
+        member (KIP-848's online migration) commits with its generation = its member epoch."""
+        if member_epoch < 0 and not self.members:
+            return E.NONE                   # an admin or a consumer outside the group: empty group only
+        member = self.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        classic = member.metadata.classic is not None
+        if api_version is not None and api_version < 9 and not classic:
+            return E.UNSUPPORTED_VERSION    # consumer-protocol members commit with v9+
+        if member_epoch != member.member_epoch:
+            return E.ILLEGAL_GENERATION if classic else E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    def check_fetch(self, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9's member check (no member id and a negative epoch: an admin)."""
+        if member_id is None and member_epoch < 0:
+            return E.NONE
+        member = self.members.get(member_id or "")
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    def description(self, names: dict[uuid.UUID, str], assignor: str) -> dict:
+        """ConsumerGroupDescribe's answer for the group (`names`: topic names by id); v1 marks
+        each member's type, 0 classic, 1 consumer."""
+        def parts(a: Assignment) -> dict:
+            return {"topic_partitions": [{"topic_id": t, "topic_name": names.get(t, ""), "partitions": sorted(ps)}
+                                         for t, ps in sorted(a.items(), key=lambda x: names.get(x[0], ""))]}
+        members = [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.metadata.rack_id,
+                    "member_epoch": m.member_epoch, "client_id": m.metadata.client_id,
+                    "client_host": m.metadata.client_host,
+                    "subscribed_topic_names": list(m.metadata.subscribed_topic_names),
+                    "subscribed_topic_regex": m.metadata.subscribed_topic_regex,
+                    "assignment": parts(m.assigned), "target_assignment": parts(self.target.get(m.member_id, {})),
+                    "member_type": 0 if m.metadata.classic is not None else 1}
+                   for m in self.members.values()]
+        return {"error_code": E.NONE, "error_message": None, "group_id": self.group_id, "group_state": self.state,
+                "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
+                "assignor_name": assignor, "members": members}
 
     # ------------------------------------------------------------------ records
     def replay(self, key: ConsumerGroupKey, value) -> None:

@@ -31,6 +31,12 @@ the heartbeat that started the resolution may not DESCRIBE (its `may_describe`),
 filterTopicDescribeAuthorizedTopics does; an ACL change is seen at the next resolution. A
 deleted topic leaves the assignment at the next heartbeat (the subscribed topics' metadata
 changes).
+
+KIP-848's online migration (`migration`, group_migration.py): a heartbeat joining a classic
+group with members upgrades it; the last consumer-protocol member leaving a group of classic
+members downgrades it. Classic members inside a consumer group (`classic_members`,
+classic_members.py) go through the same member changes, records and fencing as the others,
+with their own session timeouts.
 """
 from __future__ import annotations
 
@@ -48,7 +54,10 @@ from logcore.coordinator import consumer_group_records as CG
 from logcore.coordinator.consumer_group import (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH,
                                                 UNREVOKED_PARTITIONS, ConsumerGroup, ConsumerMember, reconcile,
                                                 regex_of)
+from logcore.coordinator.classic_members import ClassicMembers
 from logcore.coordinator.consumer_group_records import ConsumerGroupKey
+from logcore.coordinator.group_migration import GroupMigration, MigrationRefused
+from logcore.coordinator.migration_policy import BIDIRECTIONAL, MigrationPolicy
 from logcore.coordinator.topic_regex import InvalidTopicRegex, compile_topic_regex, matching
 from logcore.errors import SegLogError
 
@@ -69,6 +78,7 @@ class ConsumerGroupSettings:
     max_size: int = 2 ** 31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")      # the first is the default
     regex_refresh_interval_ms: int = 600_000               # Kafka's group.consumer.regex.refresh.interval.ms
+    migration_policy: MigrationPolicy = BIDIRECTIONAL      # Kafka's group.consumer.migration.policy
 
 
 class BrokerTimeouts:
@@ -112,7 +122,8 @@ class HeartbeatError(SegLogError):
         self.message = message
 
 
-Record = tuple[ConsumerGroupKey, object]      # a record: its key, its value (None: tombstone)
+# a record: its key, its value (None: tombstone); or a classic group's record, encoded already
+Record = tuple[ConsumerGroupKey, object] | tuple[bytes, bytes | None]
 
 
 class ConsumerGroupCoordinator:
@@ -135,6 +146,10 @@ class ConsumerGroupCoordinator:
         # the version a resolution is of (Kafka's metadata image offset).
         self._known_topics: frozenset[str] | None = None
         self._topics_version = 0
+        # KIP-848's online migration: groups turned from one protocol into the other, and the
+        # classic members inside consumer groups (their JoinGroup, SyncGroup, Heartbeat, leaves).
+        self.migration = GroupMigration(self, settings.migration_policy)
+        self.classic_members = ClassicMembers(self)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -172,7 +187,7 @@ class ConsumerGroupCoordinator:
                 continue
             count += 1
             for m in group.members.values():
-                self._sessions[(gid, m.member_id)] = now + self.timeouts.session_timeout_ms(gid) / 1000
+                self._sessions[(gid, m.member_id)] = now + self.session_timeout_ms(gid, m) / 1000
                 if m.state == UNREVOKED_PARTITIONS:
                     self._revocations[(gid, m.member_id)] = (m.member_epoch, now + _rebalance_s(m))
         return count
@@ -180,9 +195,23 @@ class ConsumerGroupCoordinator:
     def unload(self, in_partition: Callable[[str], bool]) -> None:
         for gid in [g for g in self.groups if in_partition(g)]:
             del self.groups[gid]
-            for timers in (self._sessions, self._revocations):
-                for k in [k for k in timers if k[0] == gid]:
-                    del timers[k]
+            self.forget_timers(gid)
+
+    def forget_timers(self, gid: str, member_id: str | None = None) -> None:
+        """Stop the timers of a group's members (of one of them)."""
+        for timers in (self._sessions, self._revocations):
+            for k in [k for k in timers if k[0] == gid and member_id in (None, k[1])]:
+                del timers[k]
+        self.classic_members.forget(gid, member_id)
+
+    def session_timeout_ms(self, gid: str, member: ConsumerMember) -> int:
+        """A classic member's own session timeout; the group's for a consumer-protocol one."""
+        classic = member.metadata.classic
+        return classic.session_timeout_ms if classic is not None else self.timeouts.session_timeout_ms(gid)
+
+    def touch(self, gid: str, member: ConsumerMember) -> None:
+        """The member was heard from: its session starts again."""
+        self._sessions[(gid, member.member_id)] = _now() + self.session_timeout_ms(gid, member) / 1000
 
     # ------------------------------------------------------------------ ConsumerGroupHeartbeat
     async def heartbeat(self, hb: Heartbeat) -> dict:
@@ -236,26 +265,35 @@ class ConsumerGroupCoordinator:
                                  f"ServerAssignor {hb.server_assignor} is not supported. Supported assignors: "
                                  + ", ".join(self.settings.assignors) + ".")
 
-    def _group_for(self, group_id: str, create: bool) -> ConsumerGroup:
+    def _group_for(self, group_id: str, create: bool, records: list[Record]) -> ConsumerGroup:
         group = self.groups.get(group_id)
         if group is not None:
             return group
         classic = self.classic.groups.get(group_id)
         if classic is not None and classic.members:
-            raise HeartbeatError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            if not create:
+                raise HeartbeatError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            try:                                # KIP-848's online upgrade: its records go first
+                return self.migration.upgrade(classic, records)
+            except MigrationRefused as exc:
+                raise HeartbeatError(E.GROUP_ID_NOT_FOUND, str(exc)) from None
         if not create:
             raise HeartbeatError(E.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         return ConsumerGroup(group_id)          # in self.groups once its first records are written
 
     async def _heartbeat(self, hb: Heartbeat) -> dict:
         joining = hb.member_epoch == 0
-        group = self._group_for(hb.group_id, create=joining)
-        member_id = hb.member_id or str(uuid.uuid4())
         records: list[Record] = []
-        if group.members.get(member_id) is None and len(group.members) >= self.settings.max_size:
-            raise HeartbeatError(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of"
-                                 f" {self.settings.max_size} members.")
-        member = self._member(group, member_id, hb, joining, records)
+        group = self._group_for(hb.group_id, joining, records)
+        member_id = hb.member_id or str(uuid.uuid4())
+        try:
+            if group.members.get(member_id) is None and len(group.members) >= self.settings.max_size:
+                raise HeartbeatError(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity"
+                                     f" of {self.settings.max_size} members.")
+            member = self._member(group, member_id, hb, joining, records)
+        except HeartbeatError:
+            await self.write(group, records)       # an upgrade done already stays (a classic group no more)
+            raise
         meta = member.metadata
         updated_meta = CG.MemberMetadata(
             hb.instance_id if hb.instance_id is not None else meta.instance_id,
@@ -266,43 +304,12 @@ class ConsumerGroupCoordinator:
             hb.subscribed_topic_regex if hb.subscribed_topic_regex is not None else meta.subscribed_topic_regex,
             hb.rebalance_timeout_ms if hb.rebalance_timeout_ms != -1 else meta.rebalance_timeout_ms,
             hb.server_assignor if hb.server_assignor is not None else meta.server_assignor)
-        image = self._image()
-        # A new group starts at epoch 1; a member's subscription bumps it when its names change
-        # or when what it subscribes to resolves to other topics (a regex new to the group
-        # resolves later: its bump comes then).
-        bump = group.group_epoch == 0
-        if updated_meta != meta or member_id not in group.members:
-            before = group.member_topic_names(member) if member_id in group.members else set()
-            old_regex = regex_of(member)
-            last_of_old = old_regex is not None and group.subscribed_regexes().get(old_regex) == 1
-            self._apply(group, records, ConsumerGroupKey(CG.MEMBER_METADATA, group.group_id, member_id), updated_meta)
-            new_regex = regex_of(group.members[member_id])
-            if new_regex != old_regex and last_of_old and old_regex in group.resolved:
-                self._apply(group, records, _regex_key(group.group_id, old_regex), None)
-            bump = (bump or updated_meta.subscribed_topic_names != meta.subscribed_topic_names
-                    or group.member_topic_names(group.members[member_id]) != before)
-        bump = self._refresh_metadata(group, records, image) or bump
-        if bump:
-            self._apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, group.group_id), group.group_epoch + 1)
-            logger.info("group %s: epoch %d", group.group_id, group.group_epoch)
-        if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group, records)
-        before = group.members[member_id]
-        after = reconcile(before, group.assignment_epoch, group.target.get(member_id, {}), group.partition_epoch,
-                          hb.owned)
-        if after != before:
-            self._apply(group, records, ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, group.group_id, member_id),
-                        after.current())
-            key = (group.group_id, member_id)
-            if after.state == UNREVOKED_PARTITIONS:
-                self._revocations[key] = (after.member_epoch, _now() + _rebalance_s(after))
-            else:
-                self._revocations.pop(key, None)
-        self._sessions[(group.group_id, member_id)] = _now() + self.timeouts.session_timeout_ms(group.group_id) / 1000
+        before, after = self.change_member(group, member, updated_meta, hb.owned, records)
+        self.touch(group.group_id, after)
         # A new group is coordinated from its first records on (no await since _group_for: its
         # partition cannot have been dropped meanwhile).
         self.groups.setdefault(group.group_id, group)
-        code = await self._write(group, records)
+        code = await self.write(group, records)
         if code != E.NONE:
             raise HeartbeatError(code)
         self._maybe_resolve(group, hb.may_describe)
@@ -315,6 +322,49 @@ class ConsumerGroupCoordinator:
             response["assignment"] = {"topic_partitions": [
                 {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(after.assigned.items())]}
         return response
+
+    def change_member(self, group: ConsumerGroup, member: ConsumerMember, updated_meta: CG.MemberMetadata,
+                      owned: list[tuple[uuid.UUID, list[int]]] | None,
+                      records: list[Record]) -> tuple[ConsumerMember, ConsumerMember]:
+        """A member's heartbeat or (classic) JoinGroup: its metadata written when it changed, the
+        group epoch bumped when its topics (or the subscribed topics' metadata) changed, the
+        target computed for a new group epoch, and the member reconciled towards it (`owned`:
+        the partitions it says it owns). The member before and after reconciling."""
+        member_id = member.member_id
+        meta = member.metadata
+        image = self.image()
+        # A new group starts at epoch 1; a member's subscription bumps it when its names change
+        # or when what it subscribes to resolves to other topics (a regex new to the group
+        # resolves later: its bump comes then).
+        bump = group.group_epoch == 0
+        if updated_meta != meta or member_id not in group.members:
+            before = group.member_topic_names(member) if member_id in group.members else set()
+            old_regex = regex_of(member)
+            last_of_old = old_regex is not None and group.subscribed_regexes().get(old_regex) == 1
+            self.apply(group, records, ConsumerGroupKey(CG.MEMBER_METADATA, group.group_id, member_id), updated_meta)
+            new_regex = regex_of(group.members[member_id])
+            if new_regex != old_regex and last_of_old and old_regex in group.resolved:
+                self.apply(group, records, _regex_key(group.group_id, old_regex), None)
+            bump = (bump or updated_meta.subscribed_topic_names != meta.subscribed_topic_names
+                    or group.member_topic_names(group.members[member_id]) != before)
+        bump = self.refresh_metadata(group, records, image) or bump
+        if bump:
+            self.apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, group.group_id), group.group_epoch + 1)
+            logger.info("group %s: epoch %d", group.group_id, group.group_epoch)
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group, records)
+        before = group.members[member_id]
+        after = reconcile(before, group.assignment_epoch, group.target.get(member_id, {}), group.partition_epoch,
+                          owned)
+        if after != before:
+            self.apply(group, records, ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, group.group_id, member_id),
+                        after.current())
+            key = (group.group_id, member_id)
+            if after.state == UNREVOKED_PARTITIONS:
+                self._revocations[key] = (after.member_epoch, _now() + _rebalance_s(after))
+            else:
+                self._revocations.pop(key, None)
+        return before, group.members[member_id]
 
     def _member(self, group: ConsumerGroup, member_id: str, hb: Heartbeat, joining: bool,
                 records: list[Record]) -> ConsumerMember:
@@ -350,11 +400,11 @@ class ConsumerGroupCoordinator:
             # The instance is back under a new member id: it takes over the old one's partitions.
             new = replace(static, member_id=member_id, member_epoch=0, previous_member_epoch=0)
             target = dict(group.target.get(static.member_id, {}))
-            self._remove(group, static.member_id, records)
+            self.remove(group, static.member_id, records)
             gid = group.group_id
-            self._apply(group, records, ConsumerGroupKey(CG.MEMBER_METADATA, gid, member_id), new.metadata)
-            self._apply(group, records, ConsumerGroupKey(CG.TARGET_ASSIGNMENT_MEMBER, gid, member_id), target)
-            self._apply(group, records, ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, gid, member_id), new.current())
+            self.apply(group, records, ConsumerGroupKey(CG.MEMBER_METADATA, gid, member_id), new.metadata)
+            self.apply(group, records, ConsumerGroupKey(CG.TARGET_ASSIGNMENT_MEMBER, gid, member_id), target)
+            self.apply(group, records, ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, gid, member_id), new.current())
             logger.info("group %s: static member %s (instance %s) replaces %s", gid, member_id, hb.instance_id,
                         static.member_id)
             return group.members[member_id]
@@ -366,20 +416,20 @@ class ConsumerGroupCoordinator:
         _check_epoch(static, hb)
         return static
 
-    def _refresh_metadata(self, group: ConsumerGroup, records: list[Record], image: TopicImage) -> bool:
+    def refresh_metadata(self, group: ConsumerGroup, records: list[Record], image: TopicImage) -> bool:
         """Write the subscribed topics' metadata when it changed; whether it did."""
         names = group.subscribed_names()
         wanted = {n: CG.TopicMetadata(image[n][0], n, image[n][1]) for n in sorted(names) if n in image}
         if wanted == group.subscription_metadata:
             return False
-        self._apply(group, records, ConsumerGroupKey(CG.PARTITION_METADATA, group.group_id), wanted)
+        self.apply(group, records, ConsumerGroupKey(CG.PARTITION_METADATA, group.group_id), wanted)
         return True
 
     def _member_topics(self, group: ConsumerGroup, member: ConsumerMember) -> frozenset[uuid.UUID]:
         meta = group.subscription_metadata
         return frozenset(meta[n].topic_id for n in group.member_topic_names(member) if n in meta)
 
-    def _image(self) -> TopicImage:
+    def image(self) -> TopicImage:
         """The topics now; a name not seen before moves the topic version on."""
         image = self.topics()
         names = frozenset(image)
@@ -414,7 +464,7 @@ class ConsumerGroupCoordinator:
         gid = group.group_id
         if self.groups.get(gid) is not group:
             return                                  # unloaded, or deleted, since
-        image = self._image()
+        image = self.image()
         now = _wall_ms()
         records: list[Record] = []
         changed = []
@@ -429,12 +479,12 @@ class ConsumerGroupCoordinator:
             old = group.resolved.get(regex)
             if (old.topics if old is not None else frozenset()) != topics:
                 changed.append(regex)
-            self._apply(group, records, _regex_key(gid, regex), CG.ResolvedRegex(topics, self._topics_version, now))
-        if self._refresh_metadata(group, records, image) or changed:
-            self._apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, gid), group.group_epoch + 1)
+            self.apply(group, records, _regex_key(gid, regex), CG.ResolvedRegex(topics, self._topics_version, now))
+        if self.refresh_metadata(group, records, image) or changed:
+            self.apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, gid), group.group_epoch + 1)
             logger.info("group %s: epoch %d (regular expressions %s resolved to other topics)", gid,
                         group.group_epoch, ", ".join(changed) or "unchanged; topic metadata")
-        await self._write(group, records)
+        await self.write(group, records)
 
     def assignor_of(self, group: ConsumerGroup) -> str:
         """The group's assignor: the one most of its members ask for, else the default."""
@@ -455,20 +505,20 @@ class ConsumerGroupCoordinator:
         for mid in group.members:
             new = result.get(mid, {})
             if new != group.target.get(mid):
-                self._apply(group, records, ConsumerGroupKey(CG.TARGET_ASSIGNMENT_MEMBER, group.group_id, mid), new)
-        self._apply(group, records, ConsumerGroupKey(CG.TARGET_ASSIGNMENT_METADATA, group.group_id), group.group_epoch)
+                self.apply(group, records, ConsumerGroupKey(CG.TARGET_ASSIGNMENT_MEMBER, group.group_id, mid), new)
+        self.apply(group, records, ConsumerGroupKey(CG.TARGET_ASSIGNMENT_METADATA, group.group_id), group.group_epoch)
 
     # ------------------------------------------------------------------ leaving and fencing
     async def _leave(self, hb: Heartbeat) -> dict:
-        group = self._group_for(hb.group_id, create=False)
         records: list[Record] = []
+        group = self._group_for(hb.group_id, False, records)
         if hb.instance_id is None:
             member = group.members.get(hb.member_id)
             if member is None:
                 raise HeartbeatError(E.UNKNOWN_MEMBER_ID,
                                      f"Member {hb.member_id} is not a member of group {group.group_id}.")
             logger.info("group %s: member %s left", group.group_id, member.member_id)
-            self._fence(group, member, records)
+            self.fence(group, member, records)
         else:
             member = group.static_member(hb.instance_id)
             if member is None:
@@ -481,36 +531,39 @@ class ConsumerGroupCoordinator:
                 logger.info("group %s: static member %s (instance %s) left for now", group.group_id,
                             member.member_id, hb.instance_id)
                 left = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
-                self._apply(group, records, ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, group.group_id,
+                self.apply(group, records, ConsumerGroupKey(CG.CURRENT_MEMBER_ASSIGNMENT, group.group_id,
                                                              member.member_id), left.current())
                 self._revocations.pop((group.group_id, member.member_id), None)
             else:
                 logger.info("group %s: static member %s (instance %s) left", group.group_id, member.member_id,
                             hb.instance_id)
-                self._fence(group, member, records)
-        code = await self._write(group, records)
+                self.fence(group, member, records)
+        code = await self.write(group, records)
         if code != E.NONE:
             raise HeartbeatError(code)
         return {"throttle_time": 0, "error_code": E.NONE, "error_message": None, "member_id": hb.member_id,
                 "member_epoch": hb.member_epoch, "heartbeat_interval": 0, "assignment": None}
 
-    def _remove(self, group: ConsumerGroup, member_id: str, records: list[Record]) -> None:
+    def remove(self, group: ConsumerGroup, member_id: str, records: list[Record]) -> None:
         """The member's tombstones, in Kafka's order."""
         gid = group.group_id
         for t in (CG.CURRENT_MEMBER_ASSIGNMENT, CG.TARGET_ASSIGNMENT_MEMBER, CG.MEMBER_METADATA):
-            self._apply(group, records, ConsumerGroupKey(t, gid, member_id), None)
-        self._sessions.pop((gid, member_id), None)
-        self._revocations.pop((gid, member_id), None)
+            self.apply(group, records, ConsumerGroupKey(t, gid, member_id), None)
+        self.forget_timers(gid, member_id)
 
-    def _fence(self, group: ConsumerGroup, member: ConsumerMember, records: list[Record]) -> None:
+    def fence(self, group: ConsumerGroup, member: ConsumerMember, records: list[Record]) -> None:
         """Remove the member, and its regex's resolution if no member is left subscribed to it;
-        the group epoch bumps (the next heartbeat reassigns)."""
-        self._remove(group, member.member_id, records)
+        the group epoch bumps (the next heartbeat reassigns). The last consumer-protocol member
+        gone, with classic members left, the group turns back into a classic group when the
+        migration policy allows (KIP-848's online downgrade)."""
+        if self.migration.downgrade(group, {member.member_id}, records):
+            return
+        self.remove(group, member.member_id, records)
         regex = regex_of(member)
         if regex is not None and regex in group.resolved and regex not in group.subscribed_regexes():
-            self._apply(group, records, _regex_key(group.group_id, regex), None)
-        self._refresh_metadata(group, records, self._image())
-        self._apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, group.group_id), group.group_epoch + 1)
+            self.apply(group, records, _regex_key(group.group_id, regex), None)
+        self.refresh_metadata(group, records, self.image())
+        self.apply(group, records, ConsumerGroupKey(CG.GROUP_METADATA, group.group_id), group.group_epoch + 1)
 
     async def _run_timers(self) -> None:
         while True:
@@ -524,6 +577,8 @@ class ConsumerGroupCoordinator:
                 if now >= deadline:
                     self._revocations.pop((gid, mid), None)
                     self._fence_later(gid, mid, epoch, f"it did not revoke its partitions of epoch {epoch} in time")
+            for gid, mid, why in self.classic_members.expired(now):
+                self._fence_later(gid, mid, None, why)
 
     def _fence_later(self, gid: str, mid: str, epoch: int | None, why: str) -> None:
         group = self.groups.get(gid)
@@ -532,24 +587,24 @@ class ConsumerGroupCoordinator:
             return
         logger.info("group %s: member %s fenced: %s", gid, mid, why)
         records: list[Record] = []
-        self._fence(group, member, records)
-        task = asyncio.get_running_loop().create_task(self._write(group, records))
+        self.fence(group, member, records)
+        task = asyncio.get_running_loop().create_task(self.write(group, records))
         self._fencing.add(task)
         task.add_done_callback(self._fencing.discard)
 
     # ------------------------------------------------------------------ records
-    def _apply(self, group: ConsumerGroup, records: list[Record], key: ConsumerGroupKey, value) -> None:
+    def apply(self, group: ConsumerGroup, records: list[Record], key: ConsumerGroupKey, value) -> None:
         """Record a change and apply it to the group at once (as a load would replay it)."""
         records.append((key, value))
         group.replay(key, value)
 
-    async def _write(self, group: ConsumerGroup, records: list[Record]) -> int:
+    async def write(self, group: ConsumerGroup, records: list[Record]) -> int:
         """Append the records to the group's partition; NONE once acknowledged. The group is in
         memory as they say already (a failed append leaves the partition to be reloaded by its
         next coordinator, as Kafka's failover does)."""
         if not records:
             return E.NONE
-        encoded = [(CG.key(k), CG.encode_value(k.type, v)) for k, v in records]
+        encoded = [(k, v) if isinstance(k, bytes) else (CG.key(k), CG.encode_value(k.type, v)) for k, v in records]
         code = await self.classic.append(group.group_id, encoded)
         if code != E.NONE:
             logger.warning("group %s: writing %d records failed: error %d", group.group_id, len(records), code)
@@ -566,10 +621,10 @@ class ConsumerGroupCoordinator:
             return False
         records: list[Record] = []
         for regex in sorted(group.resolved):
-            self._apply(group, records, _regex_key(group_id, regex), None)
+            self.apply(group, records, _regex_key(group_id, regex), None)
         for t in (CG.TARGET_ASSIGNMENT_METADATA, CG.PARTITION_METADATA, CG.GROUP_METADATA):
-            self._apply(group, records, ConsumerGroupKey(t, group_id), None)
-        code = await self._write(group, records)
+            self.apply(group, records, ConsumerGroupKey(t, group_id), None)
+        code = await self.write(group, records)
         if code != E.NONE:
             return False
         if self.groups.get(group_id) is group:
@@ -581,29 +636,11 @@ class ConsumerGroupCoordinator:
     def check_commit(self, group_id: str, member_epoch: int, member_id: str, api_version: int | None) -> int:
         """Whether this member at this epoch may commit the group's offsets (`api_version`: the
         OffsetCommit's, None for TxnOffsetCommit)."""
-        group = self.groups[group_id]
-        if member_epoch < 0 and not group.members:
-            return E.NONE                   # an admin or a consumer outside the group: empty group only
-        member = group.members.get(member_id)
-        if member is None:
-            return E.UNKNOWN_MEMBER_ID
-        if api_version is not None and api_version < 9:
-            return E.UNSUPPORTED_VERSION    # consumer-protocol members commit with v9+
-        if member_epoch != member.member_epoch:
-            return E.STALE_MEMBER_EPOCH
-        return E.NONE
+        return self.groups[group_id].check_commit(member_epoch, member_id, api_version)
 
     def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """OffsetFetch v9's member check (no member id and a negative epoch: an admin)."""
-        if member_id is None and member_epoch < 0:
-            return E.NONE
-        group = self.groups[group_id]
-        member = group.members.get(member_id or "")
-        if member is None:
-            return E.UNKNOWN_MEMBER_ID
-        if member_epoch != member.member_epoch:
-            return E.STALE_MEMBER_EPOCH
-        return E.NONE
+        return self.groups[group_id].check_fetch(member_id, member_epoch)
 
     def describe(self, group_id: str, version: int) -> dict:
         """ConsumerGroupDescribe's answer for one group."""
@@ -617,21 +654,7 @@ class ConsumerGroupCoordinator:
                     "members": []}
         names = {t.topic_id: t.name for t in group.subscription_metadata.values()}
         names.update({tid: n for n, (tid, _) in self.topics().items() if tid not in names})
-
-        def parts(a: CG.Assignment) -> dict:
-            return {"topic_partitions": [{"topic_id": t, "topic_name": names.get(t, ""), "partitions": sorted(ps)}
-                                         for t, ps in sorted(a.items(), key=lambda x: names.get(x[0], ""))]}
-        members = [{"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.metadata.rack_id,
-                    "member_epoch": m.member_epoch, "client_id": m.metadata.client_id,
-                    "client_host": m.metadata.client_host,
-                    "subscribed_topic_names": list(m.metadata.subscribed_topic_names),
-                    "subscribed_topic_regex": m.metadata.subscribed_topic_regex,
-                    "assignment": parts(m.assigned), "target_assignment": parts(group.target.get(m.member_id, {})),
-                    "member_type": 1}
-                   for m in group.members.values()]
-        return {"error_code": E.NONE, "error_message": None, "group_id": group_id, "group_state": group.state,
-                "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch,
-                "assignor_name": self.assignor_of(group), "members": members}
+        return group.description(names, self.assignor_of(group))
 
 
 def _check_epoch(member: ConsumerMember, hb: Heartbeat) -> None:

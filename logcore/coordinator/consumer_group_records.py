@@ -7,7 +7,9 @@ version (0) then flexible fields (compact strings and arrays, 16-byte topic ids,
   type 3  ConsumerGroupMetadata            (group)          -> group epoch
   type 4  ConsumerGroupPartitionMetadata   (group)          -> subscribed topics: id, name, partitions
   type 5  ConsumerGroupMemberMetadata      (group, member)  -> instance/rack/client ids, host,
-                                                               subscription, rebalance timeout, assignor
+                                                               subscription, rebalance timeout, assignor;
+                                                               a classic member's session timeout and
+                                                               protocols (tagged field 0)
   type 6  ConsumerGroupTargetAssignmentMetadata (group)     -> assignment epoch
   type 7  ConsumerGroupTargetAssignmentMember   (group, member) -> the member's target partitions
   type 8  ConsumerGroupCurrentMemberAssignment  (group, member) -> member epoch, previous epoch,
@@ -62,6 +64,14 @@ class TopicMetadata:
 
 
 @dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """What a member speaking the classic protocol inside a consumer group (KIP-848's online
+    migration) joined with: its session timeout and its (name, metadata) protocols."""
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class MemberMetadata:
     instance_id: str | None
     rack_id: str | None
@@ -71,6 +81,7 @@ class MemberMetadata:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None     # None: the member speaks the consumer protocol
 
 
 @dataclass(frozen=True)
@@ -122,11 +133,20 @@ def partition_metadata_value(topics: dict[str, TopicMetadata]) -> bytes:
 
 
 def member_metadata_value(m: MemberMetadata) -> bytes:
-    return _value(F.compact_string(m.instance_id), F.compact_string(m.rack_id), F.compact_string(m.client_id),
-                  F.compact_string(m.client_host),
-                  F.compact_array([F.compact_string(t) for t in m.subscribed_topic_names]),
-                  F.compact_string(m.subscribed_topic_regex), I32.pack(m.rebalance_timeout_ms),
-                  F.compact_string(m.server_assignor))
+    fields = (F.compact_string(m.instance_id) + F.compact_string(m.rack_id) + F.compact_string(m.client_id)
+              + F.compact_string(m.client_host)
+              + F.compact_array([F.compact_string(t) for t in m.subscribed_topic_names])
+              + F.compact_string(m.subscribed_topic_regex) + I32.pack(m.rebalance_timeout_ms)
+              + F.compact_string(m.server_assignor))
+    if m.classic is None:
+        return _value(fields)
+    # a nullable struct: a presence marker (1) before its fields
+    classic = (F.uvarint(1) + I32.pack(m.classic.session_timeout_ms)
+               + F.compact_array([F.compact_string(name) + F.uvarint(len(meta) + 1) + bytes(meta)
+                                  + F.NO_TAGGED_FIELDS for name, meta in m.classic.protocols])
+               + F.NO_TAGGED_FIELDS)
+    # one tagged field: tag 0, its size, the struct
+    return I16.pack(VALUE_VERSION) + fields + F.uvarint(1) + F.uvarint(0) + F.uvarint(len(classic)) + classic
 
 
 def assignment_epoch_value(epoch: int) -> bytes:
@@ -168,6 +188,19 @@ def _read_assignment(r: RecordReader) -> Assignment:
     return out
 
 
+def _read_classic(r: RecordReader) -> ClassicMemberMetadata | None:
+    if r.i8() <= 0:                             # the nullable struct's presence marker: 0 (or -1) for null
+        return None
+    session = r.i32()
+    protocols = []
+    for _ in range(F.read_compact_array_length(r)):
+        name = r.compact_string()
+        protocols.append((name, r.take(r.uvarint() - 1)))
+        F.skip_tagged_fields(r)
+    F.skip_tagged_fields(r)
+    return ClassicMemberMetadata(session, tuple(protocols))
+
+
 def parse_value(record_type: int, value: bytes, where: str):
     """The value of a record of `record_type`: an int epoch (types 3, 6), {name: TopicMetadata}
     (4), MemberMetadata (5), an Assignment (7), CurrentAssignment (8) or ResolvedRegex (16)."""
@@ -198,7 +231,9 @@ def parse_value(record_type: int, value: bytes, where: str):
         regex = F.read_compact_nullable_string(r)
         rebalance = r.i32()
         assignor = F.read_compact_nullable_string(r)
-        return MemberMetadata(instance, rack, client_id, host, names, regex, rebalance, assignor)
+        tagged = F.skip_tagged_fields(r)
+        classic = _read_classic(RecordReader(tagged[0], where)) if 0 in tagged else None
+        return MemberMetadata(instance, rack, client_id, host, names, regex, rebalance, assignor, classic)
     if record_type == TARGET_ASSIGNMENT_MEMBER:
         return _read_assignment(r)
     if record_type == CURRENT_MEMBER_ASSIGNMENT:

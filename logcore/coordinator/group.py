@@ -12,7 +12,11 @@ import asyncio
 import struct
 from dataclasses import dataclass, field
 
+from logcore.coordinator import offsets_topic as OT
+
 EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
+DEAD = "Dead"                       # how DescribeGroups names a group the coordinator does not know
+AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)   # Kafka's answer when operations were not asked for
 CONSUMER_PROTOCOL = "consumer"      # the protocol type of Kafka's consumers (their subscriptions are readable)
 
 
@@ -85,6 +89,31 @@ class Group:
             choice = next(name for name, _ in m.protocols if name in candidates)
             votes[choice] = votes.get(choice, 0) + 1
         return max(sorted(votes), key=lambda name: votes[name])
+
+    def description(self) -> dict:
+        """DescribeGroups' answer for the group, as Kafka's classic coordinator gives it: the
+        chosen protocol and each member's metadata and assignment only while the group is
+        Stable, members without them otherwise."""
+        stable = self.state == STABLE and self.protocol is not None
+        members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata_for(self.protocol) if stable else b"",
+                    "member_assignment": m.assignment if stable else b""}
+                   for m in self.members.values()]
+        return {"error_code": 0, "group_id": self.group_id, "group_state": self.state,
+                "protocol_type": self.protocol_type or "", "protocol_data": self.protocol if stable else "",
+                "members": members, "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+
+    def record(self, now_ms: int) -> OT.GroupRecord:
+        """The group's metadata as __consumer_offsets keeps it (`now_ms`: its timestamp unless
+        it is Empty since a known time)."""
+        return OT.GroupRecord(
+            self.protocol_type or "", self.generation, self.protocol, self.leader,
+            self.state_timestamp_ms if self.state == EMPTY and self.state_timestamp_ms >= 0 else now_ms,
+            [OT.MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                             m.rebalance_timeout_ms, m.session_timeout_ms,
+                             m.metadata_for(self.protocol) if self.protocol else b"", m.assignment)
+             for m in self.members.values()])
 
     def all_joined(self) -> bool:
         return not self.pending and all(m.join is not None for m in self.members.values())

@@ -1,4 +1,4 @@
-# Over 700 lines (741): the classic protocol's join/sync/heartbeat state machine and its timers share each group's state; offsets, admin (DeleteGroups, expiry) and KIP-848 groups are modules of their own (next split: the session and rebalance timers).
+# Over 700 lines (740): the classic protocol's join/sync/heartbeat state machine and its timers share each group's state; offsets, admin (DeleteGroups, expiry) and KIP-848 groups are modules of their own (next split: the session and rebalance timers).
 """The group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
 and committed offsets (OffsetCommit, OffsetFetch) kept in the compacted `__consumer_offsets` topic.
 
@@ -44,7 +44,7 @@ from logcore.event_wait import wait_event
 from logcore.wire import error_codes as E
 from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator import placement
-from logcore.coordinator.group import COMPLETING, EMPTY, PREPARING, STABLE, Group, Member, resume
+from logcore.coordinator.group import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, Group, Member, resume
 from logcore.coordinator.group_admin import GroupAdmin
 from logcore.coordinator.group_offsets import GroupOffsets
 from logcore.coordinator.transaction_appends import CoordinatorAppender
@@ -55,7 +55,6 @@ from logcore.records.batch import build_batch
 logger = logging.getLogger(__name__)
 
 EXPIRY_CHECK_S = 0.1     # the longest the expiry loop sleeps; it wakes earlier at the next deadline
-AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)   # Kafka's answer when operations were not asked for
 
 
 class OffsetsPartitions(Protocol):
@@ -245,8 +244,9 @@ class GroupCoordinator:
                 self.consumer_groups.apply_record(key, record_value, where)
             return
         if record_value is None:
+            # Kafka: the group is gone, not its offsets (their own tombstones remove them; a
+            # group upgraded to a consumer group keeps them).
             self.groups.pop(key.group, None)
-            self.offsets.drop_group(key.group)
             return
         g = OT.parse_group_value(record_value, where)
         group = self._group(key.group)
@@ -293,28 +293,38 @@ class GroupCoordinator:
             group.rebalance.cancel()
         self.offsets.drop_group(group_id)
 
+    def release(self, group_id: str) -> None:
+        """The group became a consumer group (KIP-848's online upgrade): parked JoinGroup and
+        SyncGroup answers get REBALANCE_IN_PROGRESS (the members rejoin it); its offsets stay."""
+        group = self.groups.pop(group_id, None)
+        if group is not None and group.rebalance is not None:
+            group.rebalance.cancel()
+        for m in group.members.values() if group is not None else ():
+            if m.join is not None and not m.join.done():
+                m.join.set_result(join_error(E.REBALANCE_IN_PROGRESS, m.member_id))
+            if m.sync is not None and not m.sync.done():
+                m.sync.set_result(sync_error(E.REBALANCE_IN_PROGRESS))
+
+    def adopt(self, group: Group, reason: str) -> tuple[bytes, bytes]:
+        """A consumer group turned back into this classic group (KIP-848's online downgrade),
+        Stable until the rebalance this starts; the record to write."""
+        group.state = STABLE
+        for m in group.members.values():
+            m.last_seen = asyncio.get_running_loop().time()
+        self.groups[group.group_id] = group
+        record = (OT.group_key(group.group_id), OT.group_value(group.record(self.admin.clock_ms())))
+        self._prepare_rebalance(group, reason)
+        return record
+
     def _changed(self, group: Group) -> asyncio.Event:
         if group.changed is None:
             group.changed = asyncio.Event()
         return group.changed
 
     def describe(self, group_id: str) -> dict:
-        """DescribeGroups' answer for one group, as Kafka's classic coordinator gives it: a group
-        it does not know is "Dead" (error NONE); the chosen protocol and each member's metadata
-        and assignment only while the group is Stable, members without them otherwise."""
+        """DescribeGroups' answer for one group (a group it does not know is "Dead", error NONE)."""
         group = self.groups.get(group_id)
-        if group is None:
-            return {"error_code": E.NONE, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
-                    "protocol_data": "", "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
-        stable = group.state == STABLE and group.protocol is not None
-        members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "member_metadata": m.metadata_for(group.protocol) if stable else b"",
-                    "member_assignment": m.assignment if stable else b""}
-                   for m in group.members.values()]
-        return {"error_code": E.NONE, "group_id": group_id, "group_state": group.state,
-                "protocol_type": group.protocol_type or "", "protocol_data": group.protocol if stable else "",
-                "members": members, "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+        return group.description() if group is not None else Group(group_id, state=DEAD).description()
 
     # ------------------------------------------------------------------ the offsets topic
     async def ensure_topic(self) -> None:
@@ -371,16 +381,6 @@ class GroupCoordinator:
             logger.info("group %s: records appended to %s at offset %d not acknowledged: error %d",
                         group_id, where, info.last_offset, code)
         return _coordinator_code(code)
-
-    def _group_record(self, group: Group) -> OT.GroupRecord:
-        return OT.GroupRecord(
-            group.protocol_type or "", group.generation, group.protocol, group.leader,
-            group.state_timestamp_ms if group.state == EMPTY and group.state_timestamp_ms >= 0
-            else self.admin.clock_ms(),
-            [OT.MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                             m.rebalance_timeout_ms, m.session_timeout_ms,
-                             m.metadata_for(group.protocol) if group.protocol else b"", m.assignment)
-             for m in group.members.values()])
 
     # ------------------------------------------------------------------ JoinGroup
     async def join(self, *, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
@@ -551,7 +551,7 @@ class GroupCoordinator:
         """Write the group's metadata; the error code (Kafka's storeGroup: a timeout is
         COORDINATOR_NOT_AVAILABLE)."""
         code = await self._append(group.group_id, [(OT.group_key(group.group_id),
-                                                    OT.group_value(self._group_record(group)))])
+                                                    OT.group_value(group.record(self.admin.clock_ms())))])
         if code != E.NONE:
             logger.error("group %s: writing its metadata to %s failed: error %d", group.group_id, OT.TOPIC, code)
         return E.COORDINATOR_NOT_AVAILABLE if code == E.REQUEST_TIMED_OUT else code

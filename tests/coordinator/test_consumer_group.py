@@ -221,3 +221,30 @@ def test_group_state_follows_epochs():
     for t in (CG.CURRENT_MEMBER_ASSIGNMENT, CG.TARGET_ASSIGNMENT_MEMBER, CG.MEMBER_METADATA):
         g.replay(ConsumerGroupKey(t, "g", "a"), None)
     assert g.state == "Empty" and not g.members
+
+
+def test_classic_member_metadata_and_the_consumer_protocol_round_trip():
+    """A classic member's record 5 (KIP-848's online migration: Kafka's tagged field 0, a
+    nullable struct) and the consumer protocol's subscription and assignment bytes."""
+    import struct
+
+    from logcore.coordinator import consumer_group_records as CGR
+    from logcore.coordinator.consumer_protocol import (MalformedConsumerProtocol, assignment_bytes,
+                                                       parse_assignment, parse_subscription)
+    sub_v3 = (struct.pack(">hi", 3, 1) + struct.pack(">h", 1) + b"t" + struct.pack(">i", -1)
+              + struct.pack(">ih", 1, 1) + b"t" + struct.pack(">iii", 2, 0, 3)
+              + struct.pack(">i", 7) + struct.pack(">h", 2) + b"r1")
+    sub = parse_subscription(sub_v3)
+    assert (sub.version, sub.topics, sub.owned, sub.generation_id, sub.rack_id) == (3, ("t",), {"t": (0, 3)}, 7, "r1")
+    assert parse_subscription(struct.pack(">hi", 0, 1) + struct.pack(">h", 1) + b"u" + struct.pack(">i", -1)).owned \
+        is None
+    with pytest.raises(MalformedConsumerProtocol):
+        parse_subscription(b"\x00\x01\x00")
+    assert parse_assignment(assignment_bytes({"t": (3, 1), "u": ()}, 3)) == {"t": (1, 3)}
+    assert parse_assignment(b"") == {}
+    meta = CGR.MemberMetadata(None, None, "c", "/h", ("t",), None, 3000, None,
+                              CGR.ClassicMemberMetadata(6000, (("range", sub_v3), ("roundrobin", b""))))
+    value = CGR.encode_value(CGR.MEMBER_METADATA, meta)
+    assert CGR.parse_value(CGR.MEMBER_METADATA, value, "test") == meta
+    plain = CGR.MemberMetadata(None, None, "c", "/h", ("t",), None, 3000, None)
+    assert CGR.parse_value(CGR.MEMBER_METADATA, CGR.encode_value(CGR.MEMBER_METADATA, plain), "test") == plain

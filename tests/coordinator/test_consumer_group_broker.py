@@ -188,9 +188,14 @@ def test_heartbeat_errors(conn):
     assert join(conn, "g2", "m2").error_code == E.NONE
     assert join(conn, "g2", "m3").error_code == E.NONE
     assert join(conn, "g2", "m4").error_code == E.GROUP_MAX_SIZE_REACHED       # group.consumer.max.size=3
-    # a classic member may not join a consumer group with members
+    # a classic member joins a consumer group with members as a classic member of it (KIP-848's
+    # online migration), but not past group.consumer.max.size, nor with another protocol type
     r = conn.request(11, {"group_id": "g2", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
                           "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}, 5)
+    assert r.error_code == E.GROUP_MAX_SIZE_REACHED
+    assert heartbeat(conn, "g2", "m3", -1).error_code == E.NONE
+    r = conn.request(11, {"group_id": "g2", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
+                          "protocol_type": "connect", "protocols": [{"name": "range", "metadata": b""}]}, 5)
     assert r.error_code == E.INCONSISTENT_GROUP_PROTOCOL
 
 
