@@ -5,7 +5,8 @@ librdkafka (sasl.oauthbearer.method=oidc) and Kafka's Java client (OAuthBearerLo
 fetch their own tokens and produce and consume as User:<client id> (sasl.oauthbearer.sub.claim.name
 =azp), within the ACLs of that principal; a token of another issuer, one without the expected
 audience, an expired one and a non-JWT are each refused with SASL_AUTHENTICATION_FAILED while the
-broker goes on serving; the session lifetime the broker gives is the token's remaining life.
+broker goes on serving; the session lifetime the broker gives is the token's remaining life, and
+librdkafka re-authenticates with fresh tokens before it ends (KIP-368).
 
 Keycloak takes minutes to start on a loaded 2-core machine (measured 2026-11-29, load ~25: 88 s,
 and 108 s more on the first run for its one-time build; the module's setup ~125 s), so the module
@@ -43,7 +44,8 @@ def keycloak(tmp_path_factory):
     try:
         kc.import_realm({"realm": REALM, "enabled": True, "clients": [
             client("producer-app"), client("no-audience", audience=False),
-            client("short-lived", **{"access.token.lifespan": "3"})]})
+            client("short-lived", **{"access.token.lifespan": "3"}),
+            client("rotating", **{"access.token.lifespan": "8"})]})
         yield kc
     finally:
         kc.stop()
@@ -65,17 +67,19 @@ def broker(keycloak, tmp_path_factory):
         "sasl.oauthbearer.expected.issuer": keycloak.issuer(REALM),
         "sasl.oauthbearer.sub.claim.name": "azp",          # Keycloak's `sub` is the service account's uuid
         "sasl.oauthbearer.clock.skew.seconds": "1",
-        # ACLs: only producer-app's topics; the PLAINTEXT listener (ANONYMOUS) administers them
+        # ACLs: only the clients' topics; the PLAINTEXT listener (ANONYMOUS) administers them
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "false",
     })
     try:
         from logcore.wire.client import bootstrap as connect
-        creations = [{"resource_type": 2, "resource_name": prefix, "resource_pattern_type": 4,
-                      "principal": "User:producer-app", "host": "*", "operation": 2, "permission_type": 3}
-                     for prefix in ALLOWED_PREFIXES]
-        creations.append({"resource_type": 3, "resource_name": "*", "resource_pattern_type": 3,
-                          "principal": "User:producer-app", "host": "*", "operation": 2, "permission_type": 3})
+        creations = []
+        for principal in ("User:producer-app", "User:rotating"):
+            creations += [{"resource_type": 2, "resource_name": prefix, "resource_pattern_type": 4,
+                           "principal": principal, "host": "*", "operation": 2, "permission_type": 3}
+                          for prefix in ALLOWED_PREFIXES]
+            creations.append({"resource_type": 3, "resource_name": "*", "resource_pattern_type": 3,
+                              "principal": principal, "host": "*", "operation": 2, "permission_type": 3})
         with connect(b.bootstrap("PLAINTEXT")) as conn:
             answer = conn.request(30, {"creations": creations})
         assert all(r.error_code == 0 for r in answer.results), answer
@@ -162,6 +166,25 @@ def test_session_lasts_as_long_as_the_token(broker, keycloak):
     assert challenge.error_code == 0 and json.loads(challenge.auth_bytes) == {"status": "invalid_token"}
     failed = conn.request(36, {"auth_bytes": b"\x01"})
     assert failed.error_code == 58 and "audience" in failed.error_message, failed
+
+
+def test_librdkafka_reauthenticates_with_fresh_tokens(broker, keycloak):
+    """KIP-368 with tokens that live 8 s: the broker bounds each session by its token; librdkafka
+    fetches new tokens and re-authenticates before the session ends, so over 20 s of produce the
+    broker never has to close an expired session and every record is delivered."""
+    expired = "its SASL session expired"
+    before = broker.log_text().count(expired)
+    producer = Producer({**oidc(broker, keycloak, "rotating"), "message.timeout.ms": 15000})
+    delivered, errors = [], []
+    end, sent = time.monotonic() + 20, 0
+    while time.monotonic() < end:
+        producer.produce("oauth-rotating", str(sent).encode(),
+                         callback=lambda e, m: errors.append(e) if e else delivered.append(m.offset()))
+        sent += 1
+        producer.flush(15)
+        time.sleep(1)
+    assert not errors and len(delivered) == sent, errors
+    assert broker.log_text().count(expired) == before
 
 
 def test_java_client_with_kafkas_login_handler(broker, keycloak, kafka_jars, tmp_path):
