@@ -57,7 +57,7 @@ class ClientConnections:
         self.memory = RequestMemory(config["queued.max.request.bytes"])
         self.limits = ConnectionLimits(config["max.connections"], config["max.connections.per.ip"])
         self._requests = metrics.requests
-        self.sasl = SaslRequests(metrics.authentication)
+        self.sasl = SaslRequests(metrics.authentication, config.security)
 
     def by_listener(self) -> dict[str, int]:
         """How many connections each listener has now."""
@@ -94,7 +94,8 @@ class ClientConnections:
         if listener.sasl:
             settings = self.config.security.listener(listener.name)
             authenticator = SaslAuthenticator(settings.mechanisms, settings.plain_users(),
-                                              self.broker.credentials.scram, settings.reauth_ms)
+                                              self.broker.credentials.scram, settings.reauth_ms,
+                                              oauthbearer=self.sasl.token_validator(listener.name))
         return ConnectionSession(listener.name, host, tls_principal=tls_principal, authenticator=authenticator)
 
     def _produce_now(self, conn: FrameConnection, frame) -> bool:

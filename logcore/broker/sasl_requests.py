@@ -3,13 +3,15 @@ is logcore.security.authenticator's): each answer is (request, response) plus wh
 connection closes once it is sent; bare tokens after a SaslHandshake v0 are answered as bare
 size-prefixed tokens. Failures are logged at INFO (a client with a wrong password is not the
 broker's problem) and counted per listener, with the successes, in the broker's metrics
-(logcore.metrics.authentication_metrics)."""
+(logcore.metrics.authentication_metrics). A listener serving OAUTHBEARER has one token validator
+(and so one cached key set of its issuer) for all its connections."""
 from __future__ import annotations
 
 import asyncio
 import logging
 import struct
 
+from logcore.security.access_token import TokenValidator
 from logcore.security.scram import SaslFailure
 from logcore.security.session import SASL_AUTHENTICATE, SASL_HANDSHAKE, ConnectionSession
 
@@ -19,8 +21,15 @@ CLOSE = None          # what raw_token gives when the connection must close
 
 
 class SaslRequests:
-    def __init__(self, outcomes):
+    def __init__(self, outcomes, security=None):
         self.outcomes = outcomes          # failed(listener) / succeeded(listener): AuthenticationMetrics
+        self._validators = {name: TokenValidator(sec.oauthbearer)
+                            for name, sec in (security.by_listener.items() if security is not None else ())
+                            if sec.oauthbearer is not None}
+
+    def token_validator(self, listener: str) -> TokenValidator | None:
+        """The OAUTHBEARER token validator of `listener` (None: it does not serve OAUTHBEARER)."""
+        return self._validators.get(listener)
 
     async def raw_token(self, session: ConnectionSession, frame, peer):
         """The server's answer to a bare token as a size-prefixed frame; the server's close

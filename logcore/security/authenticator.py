@@ -10,13 +10,18 @@ Anything else before authentication closes the connection (ILLEGAL_SASL_STATE).
 Re-authentication (KIP-368): with connections.max.reauth.ms > 0, SaslAuthenticate v1+ tells the
 client its session_lifetime_ms; the client re-authenticates on the same connection (a new
 SaslHandshake + SaslAuthenticate, same mechanism and principal) before then. A request that
-arrives after the session expired closes the connection (`expired`).
+arrives after the session expired closes the connection (`expired`). An OAUTHBEARER session also
+ends when its token does: its lifetime is the smaller of the token's remaining life and
+connections.max.reauth.ms (the token's alone when that is 0), as Kafka's SaslServerAuthenticator
+computes it.
 """
 from __future__ import annotations
 
 import time
 from typing import Callable
 
+from logcore.security.access_token import TokenValidator
+from logcore.security.oauthbearer import OAuthBearerServer
 from logcore.security.plain import PlainServer
 from logcore.security.principal import KafkaPrincipal
 from logcore.security.scram import SaslFailure, ScramServer
@@ -28,15 +33,22 @@ ScramLookup = Callable[[str, str], "ScramCredential | None"]     # (mechanism, u
 
 class SaslAuthenticator:
     """`mechanisms`: the listener's enabled ones; `plain_users`: its PLAIN users; `scram`: the
-    credential lookup; `reauth_ms`: connections.max.reauth.ms (0: sessions never expire)."""
+    credential lookup; `reauth_ms`: connections.max.reauth.ms (0: sessions never expire);
+    `oauthbearer`: the listener's token validator when it enables OAUTHBEARER."""
 
     def __init__(self, mechanisms: tuple[str, ...], plain_users: dict[str, str], scram: ScramLookup,
-                 reauth_ms: int = 0, clock: Callable[[], float] = time.monotonic):
+                 reauth_ms: int = 0, clock: Callable[[], float] = time.monotonic, *,
+                 oauthbearer: TokenValidator | None = None, wall_clock: Callable[[], float] = time.time):
+        if "OAUTHBEARER" in mechanisms and oauthbearer is None:
+            raise ValueError("OAUTHBEARER is enabled but no token validator was given")
         self.mechanisms = mechanisms
         self._plain_users = plain_users
         self._scram = scram
         self._reauth_ms = reauth_ms
+        self._oauthbearer = oauthbearer
         self._clock = clock
+        self._wall_clock = wall_clock         # token expiry times are wall-clock (epoch) times
+        self._lifetime_ms = 0
         self.mechanism: str | None = None
         self.principal: KafkaPrincipal | None = None      # once authenticated
         self.expires_at: float | None = None              # clock time the session ends (None: never)
@@ -71,6 +83,8 @@ class SaslAuthenticator:
         self.raw_tokens = version == 0
         if mechanism == "PLAIN":
             self._exchange = PlainServer(self._plain_users)
+        elif mechanism == "OAUTHBEARER":
+            self._exchange = OAuthBearerServer(self._oauthbearer)
         else:
             self._exchange = ScramServer(mechanism, lambda user: self._scram(mechanism, user))
         return {"error_code": E.NONE, "mechanisms": list(self.mechanisms)}, False
@@ -97,12 +111,22 @@ class SaslAuthenticator:
                                   f" to {principal}")
             self.principal = principal
             self.raw_tokens = False
-            self.expires_at = (self._clock() + self._reauth_ms / 1000) if self._reauth_ms > 0 else None
+            self._lifetime_ms = self._session_lifetime(exchange)
+            self.expires_at = (self._clock() + self._lifetime_ms / 1000) if self._lifetime_ms is not None else None
         return answer
+
+    def _session_lifetime(self, exchange) -> int | None:
+        """How long the new session lasts in ms (None: no limit): connections.max.reauth.ms, cut
+        short by the credential's own expiry (an OAUTHBEARER token's exp)."""
+        limit = self._reauth_ms if self._reauth_ms > 0 else None
+        if isinstance(exchange, OAuthBearerServer):
+            left = max(0, exchange.credential_expires_at_ms - int(self._wall_clock() * 1000))
+            limit = left if limit is None else min(limit, left)
+        return limit
 
     def session_lifetime_ms(self) -> int:
         """What SaslAuthenticate v1+ tells the client once authenticated (0: no limit)."""
-        return self._reauth_ms if self.authenticated and self._reauth_ms > 0 else 0
+        return (self._lifetime_ms or 0) if self.authenticated else 0
 
     def authenticate_response(self, token: bytes) -> tuple[dict, bool]:
         """The SaslAuthenticate response for `token` and whether to close after it (blocking)."""

@@ -5,6 +5,9 @@ Every ssl.*, sasl.enabled.mechanisms, sasl.jaas.config and connections.max.reaut
 be given for one listener, `listener.name.<listener, lower case>.<setting>`, which wins over the
 unprefixed one; a SASL login may also be given per mechanism,
 `listener.name.<listener>.<mechanism, lower case>.sasl.jaas.config` (Kafka's broker form).
+OAUTHBEARER's settings (access_token.py: sasl.oauthbearer.*, and the validator's
+sasl.server.callback.handler.class) likewise: `listener.name.<listener>.oauthbearer.<setting>`
+wins over the unprefixed sasl.oauthbearer.* one.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 
 from logcore.errors import InvalidConfigError
 from logcore.log.config_key import ConfigKey, ConfigType, at_least, unknown_message
+from logcore.security.access_token import CALLBACK_HANDLER, OAUTHBEARER_KEYS, OAUTHBEARER_NAMES, OAuthBearerSettings
 from logcore.security.jaas import MODULES, PLAIN_MODULE, JaasConfig, parse_jaas
 from logcore.security.listener import (DEFAULT_PROTOCOL_MAP, PLAINTEXT, PROTOCOLS, Listener, parse_listeners,
                                        protocol_map)
@@ -19,11 +23,14 @@ from logcore.security.zookeeper_login import DEFAULT_SECTION, LOGIN_FILE_SETTING
 from logcore.security.zookeeper_tls import KEYS as ZOOKEEPER_TLS_KEYS, PROPERTY_KEYS as ZOOKEEPER_TLS_PROPERTIES
 from logcore.security.zookeeper_tls import ZooKeeperTls
 
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# What a listener serves, and what seglog itself logs in with (its tools, connector and brokers:
+# none of them fetches OAuth tokens).
+SERVED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SUPPORTED_MECHANISMS = LOGIN_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 REFUSED_MECHANISMS = {
     "GSSAPI": "Kerberos is not supported by seglog",
-    "OAUTHBEARER": "OAUTHBEARER is not supported by seglog: it needs a token issuer (an OAuth server) to validate"
-                   " tokens against, and none is available to test it with",
+    "OAUTHBEARER": "OAUTHBEARER is not supported by seglog's own clients (its tools, the connector, a broker's"
+                   " inter-broker login): they do not fetch OAuth tokens (a broker listener serves OAUTHBEARER)",
 }
 LISTENER_PREFIX = "listener.name."
 
@@ -60,8 +67,8 @@ _PER_LISTENER = (
               " connection checks that the other broker's certificate names its host; empty: not checked.",
               category="security"),
     ConfigKey("sasl.enabled.mechanisms", ConfigType.LIST, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-              "SASL mechanisms a SASL listener accepts: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's"
-              " default, GSSAPI, is not supported).", category="security"),
+              "SASL mechanisms a SASL listener accepts: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"
+              " (Kafka's default, GSSAPI, is not supported).", category="security"),
     ConfigKey("sasl.jaas.config", ConfigType.STRING, "", "The login configuration (PlainLoginModule's"
               ' user_<name>="<password>" are the PLAIN users; username/password: this broker\'s own'
               " inter-broker login).", category="security"),
@@ -88,8 +95,8 @@ _GLOBAL = (
               " writable only by the brokers' ZooKeeper login and readable by all (not /config/users,"
               " /config/brokers: only by the brokers); needs the ZooKeeper login.", category="security"),
 )
-SECURITY_KEYS: dict[str, ConfigKey] = {k.name: k for k in _PER_LISTENER + _GLOBAL + ZOOKEEPER_TLS_KEYS
-                                       + ZOOKEEPER_TLS_PROPERTIES}
+SECURITY_KEYS: dict[str, ConfigKey] = {k.name: k for k in _PER_LISTENER + _GLOBAL + OAUTHBEARER_KEYS
+                                       + ZOOKEEPER_TLS_KEYS + ZOOKEEPER_TLS_PROPERTIES}
 _PER_LISTENER_NAMES = frozenset(k.name for k in _PER_LISTENER)
 
 
@@ -97,14 +104,16 @@ def is_security_name(name: str) -> bool:
     return name in SECURITY_KEYS or name.startswith(LISTENER_PREFIX)
 
 
-def check_mechanism(mechanism: str, where: str) -> str:
+def check_mechanism(mechanism: str, where: str, accepted: tuple[str, ...] = LOGIN_MECHANISMS) -> str:
+    """`mechanism` upper-cased when it is one of `accepted` (LOGIN_MECHANISMS for a login,
+    SERVED_MECHANISMS for a listener), else InvalidConfigError saying why."""
     m = mechanism.strip().upper()
-    if m in REFUSED_MECHANISMS:
+    if m in REFUSED_MECHANISMS and m not in accepted:
         raise InvalidConfigError(f"{where}: SASL mechanism {m}: {REFUSED_MECHANISMS[m]}; use one of"
-                                 f" {', '.join(SUPPORTED_MECHANISMS)}")
-    if m not in SUPPORTED_MECHANISMS:
+                                 f" {', '.join(accepted)}")
+    if m not in accepted:
         raise InvalidConfigError(f"{where}: unknown SASL mechanism {mechanism!r}; use one of"
-                                 f" {', '.join(SUPPORTED_MECHANISMS)}")
+                                 f" {', '.join(accepted)}")
     return m
 
 
@@ -116,6 +125,7 @@ class ListenerSecurity:
     mechanisms: tuple[str, ...]
     logins: dict[str, JaasConfig] = field(default_factory=dict)   # mechanism -> its login config
     reauth_ms: int = 0
+    oauthbearer: OAuthBearerSettings | None = None  # its token checks, when it serves OAUTHBEARER
 
     def plain_users(self) -> dict[str, str]:
         login = self.logins.get("PLAIN")
@@ -184,6 +194,10 @@ class SecurityConfig:
                     f"{where}: the inter-broker listener {inter} uses SASL {mechanism}: its sasl.jaas.config"
                     f" (listener.name.{inter.lower()}.{mechanism.lower()}.sasl.jaas.config) needs this broker's"
                     ' username="..." password="..."')
+        oauth_given = sorted(n for n in props if n in OAUTHBEARER_NAMES)
+        if oauth_given and not any(sec.oauthbearer for sec in by_listener.values()):
+            raise InvalidConfigError(f"{where}: {oauth_given[0]} is set but no listener enables OAUTHBEARER"
+                                     " (sasl.enabled.mechanisms)")
         zk_tls = ZooKeeperTls.from_props(props, cluster=cluster, where=where)
         zk_login, set_acl = _zookeeper_security(values, props, cluster, where,
                                                 certificate=zk_tls is not None and zk_tls.has_keystore)
@@ -231,7 +245,9 @@ def _listener_overrides(props: dict[str, str], names: list[str], where: str) -> 
             raise InvalidConfigError(f"{where}: {name}: {listener} is not one of the listeners ({', '.join(names)})")
         mech, _, tail = setting.partition(".")
         if tail == "sasl.jaas.config" and mech.upper() not in ("SASL",):
-            check_mechanism(mech, f"{where}: {name}")
+            check_mechanism(mech, f"{where}: {name}", SERVED_MECHANISMS)
+        elif mech == "oauthbearer" and (tail in OAUTHBEARER_NAMES or tail == CALLBACK_HANDLER):
+            pass                    # resolved with the listener's mechanisms (_oauthbearer)
         elif setting not in _PER_LISTENER_NAMES:
             raise InvalidConfigError(f"{where}: " + unknown_message(setting, sorted(_PER_LISTENER_NAMES),
                                                                     f"per-listener setting (in {name})"))
@@ -258,7 +274,8 @@ def _resolve(listener: Listener, values: dict, props: dict[str, str], overrides:
         raw = settings.get("sasl.enabled.mechanisms")
         listed = SECURITY_KEYS["sasl.enabled.mechanisms"].parse(raw) if raw is not None else \
             values["sasl.enabled.mechanisms"]
-        mechanisms = tuple(dict.fromkeys(check_mechanism(m, f"{here}: sasl.enabled.mechanisms") for m in listed))
+        mechanisms = tuple(dict.fromkeys(check_mechanism(m, f"{here}: sasl.enabled.mechanisms", SERVED_MECHANISMS)
+                                         for m in listed))
         if not mechanisms:
             raise InvalidConfigError(f"{here}: sasl.enabled.mechanisms is empty")
         shared = parse_jaas(settings["sasl.jaas.config"], f"listener {listener.name}: sasl.jaas.config") \
@@ -275,6 +292,7 @@ def _resolve(listener: Listener, values: dict, props: dict[str, str], overrides:
                 logins[m] = shared          # sasl.jaas.config serves the mechanisms of its module
         reauth = SECURITY_KEYS["connections.max.reauth.ms"].parse(settings.get("connections.max.reauth.ms",
                                                                                values["connections.max.reauth.ms"]))
+    oauthbearer = _oauthbearer(listener, mechanisms, props, overrides, here)
     if listener.tls:
         from logcore.security.tls_context import client_auth, tls_versions, hostname_check
         tls_versions(settings, here)
@@ -283,4 +301,18 @@ def _resolve(listener: Listener, values: dict, props: dict[str, str], overrides:
         if not (settings.get("ssl.keystore.location") or settings.get("ssl.keystore.certificate.chain")):
             raise InvalidConfigError(f"{here}: a TLS listener ({listener.protocol}) needs a keystore:"
                                      " ssl.keystore.location, or ssl.keystore.certificate.chain with ssl.keystore.key")
-    return ListenerSecurity(listener, settings, mechanisms, logins, reauth)
+    return ListenerSecurity(listener, settings, mechanisms, logins, reauth, oauthbearer)
+
+
+def _oauthbearer(listener: Listener, mechanisms: tuple[str, ...], props: dict[str, str], overrides: dict[str, str],
+                 here: str) -> OAuthBearerSettings | None:
+    """The listener's OAUTHBEARER settings (unprefixed, then its oauthbearer.-prefixed ones)."""
+    prefixed = {k[len("oauthbearer."):]: v for k, v in overrides.items() if k.startswith("oauthbearer.")}
+    if "OAUTHBEARER" not in mechanisms:
+        if prefixed:
+            raise InvalidConfigError(f"{here}: listener.name.{listener.name.lower()}.oauthbearer.{next(iter(prefixed))}"
+                                     " is set but the listener does not enable OAUTHBEARER (sasl.enabled.mechanisms)")
+        return None
+    raw = {k: v for k, v in props.items() if k in OAUTHBEARER_NAMES}
+    raw.update(prefixed)
+    return OAuthBearerSettings.parse(raw, here)

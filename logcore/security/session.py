@@ -55,8 +55,8 @@ class ConnectionSession:
                                  " (only ApiVersions, SaslHandshake and SaslAuthenticate are allowed)")
             return CLOSE
         if auth.expired():
-            self.close_reason = ("its SASL session expired (connections.max.reauth.ms) and it did not"
-                                 " re-authenticate")
+            self.close_reason = ("its SASL session expired (connections.max.reauth.ms, or its OAUTHBEARER"
+                                 " token's exp) and it did not re-authenticate")
             return CLOSE
         return SERVE
 

@@ -115,7 +115,7 @@ def _config(**props):
     ({"listeners": "SSL://127.0.0.1:1", "ssl.keystore.location": "/k", "ssl.client.auth": "sometimes"},
      "must be none, requested or required"),
     ({"listeners": "SASL_PLAINTEXT://127.0.0.1:1", "sasl.enabled.mechanisms": "OAUTHBEARER"},
-     "needs a token issuer"),
+     "OAUTHBEARER needs listener.name.<listener>.oauthbearer.sasl.server.callback.handler.class"),
     ({"listeners": "SASL_PLAINTEXT://127.0.0.1:1", "sasl.enabled.mechanisms": "GSSAPI"}, "Kerberos"),
     ({"listeners": "PLAINTEXT://127.0.0.1:1", "listener.name.ssl.ssl.client.auth": "required"},
      "ssl is not one of the listeners"),
