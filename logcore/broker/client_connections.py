@@ -402,6 +402,8 @@ async def _send_encrypted(writer: FrameConnection, piece: FileSlice) -> None:
     are positional: the segment's duplicated descriptors share one file position."""
     fd, position, end = piece.file.fileno(), piece.position, piece.position + piece.size
     while position < end:
+        if writer.transport.is_closing():        # the rest would be read and dropped
+            raise ConnectionResetError("the connection closed during a fetch response")
         try:
             data = os.pread(fd, min(TLS_CHUNK, end - position), position)
         except OSError as exc:

@@ -99,8 +99,9 @@ def test_large_fetches_pipelined_on_one_tls_connection_arrive_whole_and_in_order
 def test_a_file_range_over_tls_goes_in_order_and_a_short_one_is_refused(pki, tmp_path):
     """The TLS send path alone: bytes and file ranges interleaved reach a reader that starts late
     (the sender waits for the socket between chunks) byte for byte; a range that runs past its
-    file's end stops the send with _ShortSend (the response announced bytes that do not exist),
-    and every slice is closed either way."""
+    file's end stops the send with _ShortSend (the response announced bytes that do not exist);
+    a reader gone in the middle of a range stops it with a ConnectionError; every slice is
+    closed whatever happens."""
     import asyncio
     import os
     import ssl
@@ -109,7 +110,7 @@ def test_a_file_range_over_tls_goes_in_order_and_a_short_one_is_refused(pki, tmp
     from logcore.broker.fetch_response import EncodedResponse
     from logcore.log.file_slice import FileSlice
 
-    data = os.urandom(5 * TLS_CHUNK + 123)
+    data = os.urandom(40 * TLS_CHUNK + 123)
     path = tmp_path / "segment"
     path.write_bytes(data)
 
@@ -120,13 +121,16 @@ def test_a_file_range_over_tls_goes_in_order_and_a_short_one_is_refused(pki, tmp
     server_tls.load_cert_chain(pki.broker_pem)
     client_tls = ssl.create_default_context(cafile=str(pki.ca_pem))
 
-    async def send(pieces: list) -> tuple[bytes, BaseException | None]:
+    async def send(pieces: list, give_up_after: int | None = None) -> tuple[bytes, BaseException | None]:
         got, done = bytearray(), asyncio.Event()
 
         async def reader(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             await asyncio.sleep(0.2)
             while chunk := await r.read(1 << 16):
                 got.extend(chunk)
+                if give_up_after is not None and len(got) >= give_up_after:
+                    w.transport.abort()             # a client gone in the middle of a response
+                    break
             w.close()
             done.set()
 
@@ -138,7 +142,7 @@ def test_a_file_range_over_tls_goes_in_order_and_a_short_one_is_refused(pki, tmp
             try:
                 await _send_pieces(writer, EncodedResponse(pieces))
                 await writer.drain()
-            except _ShortSend as exc:
+            except (_ShortSend, ConnectionError) as exc:
                 failure = exc
             writer.close()
             await asyncio.wait_for(done.wait(), 30)
@@ -153,8 +157,13 @@ def test_a_file_range_over_tls_goes_in_order_and_a_short_one_is_refused(pki, tmp
                    + data[TLS_CHUNK:3 * TLS_CHUNK] + b"tail")
     assert all(p.closed for p in pieces if isinstance(p, FileSlice))
 
-    short = [b"head", piece(4 * TLS_CHUNK, 2 * TLS_CHUNK), b"tail"]
+    short = [b"head", piece(39 * TLS_CHUNK, 2 * TLS_CHUNK), b"tail"]
     got, failure = asyncio.run(send(short))
     assert isinstance(failure, _ShortSend) and "ended at" in str(failure), failure
-    assert got == b"head" + data[4 * TLS_CHUNK:]
+    assert got == b"head" + data[39 * TLS_CHUNK:]
     assert short[1].closed
+
+    whole = [b"head", piece(0, len(data)), b"tail"]       # more than the sockets hold
+    got, failure = asyncio.run(send(whole, give_up_after=1 << 16))
+    assert isinstance(failure, ConnectionError), failure
+    assert whole[1].closed
