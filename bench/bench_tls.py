@@ -16,7 +16,7 @@ that the two figures of a ratio are measured close together. Reported per system
 SASL_SSL / PLAINTEXT throughput ratio, then seglog's ratio over Kafka's (above 1: TLS costs seglog
 less of its throughput than it costs Kafka), and the broker's CPU seconds beside each figure.
 
-    python bench/bench_tls.py [--records 100000] [--runs 2] [--quick] [--no-kafka]
+    python bench/bench_tls.py [--records 100000] [--runs 2] [--quick] [--no-kafka] [--client librdkafka]
 """
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 RECORD = bench_broker.RECORD
 PARTITIONS = bench_broker.PARTITIONS
 # (client, operation): the rows of the table
-ROWS = (("librdkafka", "produce"), ("librdkafka", "consume"), ("Java", "produce"), ("Java", "consume"))
+CLIENTS = ("librdkafka", "Java")
+ROWS = tuple((client, op) for client in CLIENTS for op in ("produce", "consume"))
 
 
 def _jaas(**options: str) -> str:
@@ -204,7 +205,7 @@ def run_round(systems: list[System], secrets: Secrets, args, rnd: int, results: 
     what = "warm-up" if rnd == 0 else f"round {rnd}"
     listeners = LISTENERS if rnd % 2 else LISTENERS[::-1]
     for system in (systems if rnd % 2 else systems[::-1]):
-        for client in ("librdkafka", "Java"):
+        for client in args.clients:
             for listener in listeners:
                 t0 = time.monotonic()
                 figures = measure(system, secrets, client, listener, args, f"r{rnd}")
@@ -267,7 +268,7 @@ def report(args, results: dict, systems: list[str], skipped: dict[str, str], cmd
              + (" | seglog ratio / Kafka ratio | broker CPU per MiB, SASL_SSL / PLAINTEXT: seglog ; Kafka |"
                 if KAFKA in systems else " |"),
              "|---|" + "---:|" * (3 * len(systems)) + ("---:|---:|" if KAFKA in systems else "")]
-    for client, op in ROWS:
+    for client, op in (row for row in ROWS if row[0] in args.clients):
         cells = [_cell(results.get((s, listener, client, op), [])) for s in systems for listener in LISTENERS]
         ratios = {s: _ratios(results, s, client, op) for s in systems}
         row = f"| {client} {op} | " + " | ".join(cells) + " | " + " | ".join(_span(ratios[s]) for s in systems)
@@ -296,12 +297,16 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--runs", type=int, help="measured rounds after the warm-up round (default 2)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for one Kafka tool run")
     parser.add_argument("--no-kafka", action="store_true", help="seglog only (no anchor)")
+    parser.add_argument("--client", choices=CLIENTS, dest="clients", action="append",
+                        help="measure with this client only (repeatable; default: both); more rounds of one "
+                             "row then fit in the time of a default run")
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK['records']:,} records, {QUICK['runs']} round (options given explicitly win)")
     args = parser.parse_args(argv)
     for key, value in (QUICK if args.quick else {"records": 100_000, "runs": 2}).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    args.clients = tuple(args.clients or CLIENTS)
     if args.records < 1 or args.runs < 1:
         parser.error("--records and --runs must be at least 1")
     cmdline = " ".join(["python bench/bench_tls.py", *(argv if argv is not None else sys.argv[1:])])

@@ -24,7 +24,6 @@ from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.framing import ConnectionLimits, FrameConnection, RequestMemory
 from logcore.broker.quota_handlers import ThrottledResponse
 from logcore.broker.sasl_requests import SaslRequests
-from logcore.errors import StorageError
 from logcore.log.file_slice import FileSlice
 from logcore.metrics.request_metrics import response_errors
 from logcore.security.authenticator import SaslAuthenticator
@@ -377,10 +376,7 @@ async def _send_pieces(writer: FrameConnection, response: EncodedResponse) -> No
     try:
         for piece in response.pieces:
             if isinstance(piece, FileSlice) and writer.transport.get_extra_info("sslcontext") is not None:
-                # TLS encrypts in user space: no sendfile, and asyncio's read+send fallback reads
-                # at the descriptor's file position, which the segment's duplicated descriptors
-                # share (a range from 0 read from where another send left it): positional reads
-                writer.write(_copy(piece))
+                await _send_encrypted(writer, piece)
             elif isinstance(piece, FileSlice):
                 sent = _sendfile_now(writer.transport, piece)
                 if sent < piece.size:
@@ -397,11 +393,29 @@ async def _send_pieces(writer: FrameConnection, response: EncodedResponse) -> No
         response.close()
 
 
-def _copy(piece: FileSlice) -> bytes:
-    try:
-        return piece.read()
-    except StorageError as exc:
-        raise _ShortSend(str(exc)) from None
+TLS_CHUNK = 1 << 18     # bytes of a file range read and encrypted at a time (16 TLS records)
+
+
+async def _send_encrypted(writer: FrameConnection, piece: FileSlice) -> None:
+    """A file range through a TLS transport, which encrypts in user space (no sendfile), in
+    chunks with a drain between them: the client decrypts one chunk while the next is read
+    and encrypted, where a whole range encrypted at once left it waiting for all of it. Reads
+    are positional: the segment's duplicated descriptors share one file position."""
+    fd, position, end = piece.file.fileno(), piece.position, piece.position + piece.size
+    while position < end:
+        if writer.transport.is_closing():        # the rest would be read and dropped
+            raise ConnectionResetError("the connection closed during a fetch response")
+        try:
+            data = os.pread(fd, min(TLS_CHUNK, end - position), position)
+        except OSError as exc:
+            raise _ShortSend(f"{piece.source}: {exc}") from None
+        if not data:
+            raise _ShortSend(f"{piece.source} ended at {position} inside a slice of {piece.size} bytes"
+                             f" from {piece.position}")
+        writer.write(data)
+        position += len(data)
+        if position < end:
+            await writer.drain()
 
 
 def _sendfile_now(transport: asyncio.Transport, piece: FileSlice) -> int:
