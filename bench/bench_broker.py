@@ -46,8 +46,11 @@ def start_broker(workdir: str, settings: dict[str, str] | None = None) -> tuple[
     base = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": f"{workdir}/logs", "node.id": "0"}
     conf.write_text("".join(f"{k}={v}\n" for k, v in {**base, **(settings or {})}.items()))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    # cwd: `python -m` puts its working directory first on sys.path, ahead of PYTHONPATH, so a
+    # broker started from another checkout's folder would run that checkout's code.
     proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                            stdout=subprocess.PIPE, stderr=open(Path(workdir) / "broker.log", "wb"), env=env)
+                            stdout=subprocess.PIPE, stderr=open(Path(workdir) / "broker.log", "wb"), env=env,
+                            cwd=workdir)
     line = proc.stdout.readline().decode()
     if "listening on" not in line:
         raise SystemExit(f"broker did not start: {line!r}")
