@@ -132,7 +132,9 @@ class FetchHandlers:
             # for the follower's progress only if this broker still leads at that epoch.
             epochs = checks.epochs(wanted)
         while True:
-            waits = [w.part.next_commit() for w in wanted if w.part is not None]
+            # A follower reads to the LEO: a HW move alone gives it nothing to read.
+            waits = [w.part.next_growth() if follower >= 0 else w.part.next_commit()
+                     for w in wanted if w.part is not None]
             if follower >= 0:
                 ends = {w.key: w.part.log_if_open.log_end_offset
                         for w in wanted if w.part is not None and w.part.is_open}

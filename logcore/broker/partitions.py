@@ -55,7 +55,8 @@ class PartitionLog:
     manager: "PartitionManager"
     working: bool = False
     queue: list = field(default_factory=list)           # (batch bytes, future)
-    committed: asyncio.Future | None = None              # resolved at the next commit
+    committed: asyncio.Future | None = None              # resolved at the next commit or HW move
+    grown: asyncio.Future | None = None                  # resolved at the next commit, not at a HW move
     closed: bool = False
     _log: Log | None = None
     _epoch: int = -1                                     # leader epoch of the last open
@@ -118,6 +119,14 @@ class PartitionLog:
         if self.committed is None or self.committed.done():
             self.committed = asyncio.get_running_loop().create_future()
         return self.committed
+
+    def next_growth(self) -> asyncio.Future:
+        """A future for what a follower's parked fetch waits on: the log grew, or its state
+        changed (notify), but not a move of the HW alone, which a follower reading to the
+        LEO has no use for (Kafka's delayed fetch: followers wake on the leader's appends)."""
+        if self.grown is None or self.grown.done():
+            self.grown = asyncio.get_running_loop().create_future()
+        return self.grown
 
 
 class PartitionManager:
@@ -539,6 +548,13 @@ class PartitionManager:
         self.notify(part)
 
     def notify(self, part: PartitionLog) -> None:
+        """Wake every fetch parked on the partition: its log grew or its state changed."""
+        self.notify_high_watermark(part)
+        if part.grown is not None and not part.grown.done():
+            part.grown.set_result(None)
+
+    def notify_high_watermark(self, part: PartitionLog) -> None:
+        """Wake the consumers' fetches parked on the partition: its HW moved."""
         if part.committed is not None and not part.committed.done():
             part.committed.set_result(None)
 

@@ -256,6 +256,22 @@ class ClientAppend:
             self._complete_producer_append(active, analysis, header)
         local.add_unflushed(header.records_count)
 
+    def append_next_run_locked(self, data, headers: list[BatchHeader]) -> None:
+        """Write a follower's run of checked batches that starts at the LEO in one write, as
+        `append_batch_locked` would one by one, for a run the caller found needs neither a
+        roll, nor a new epoch in the epoch cache, nor a producer state analysis (every batch
+        with a producer is that producer's next in sequence: `append_next_batch`)."""
+        log = self._log
+        log.log_segments.active.append(data, headers)
+        producer_state = log.producer_state
+        records = 0
+        for h in headers:
+            if h.producer_id >= 0:
+                producer_state.append_next_batch(h.producer_id, h.last_sequence, h.base_offset,
+                                                 h.last_offset, h.max_timestamp)
+            records += h.records_count
+        log.local.add_unflushed(records)
+
     def _complete_producer_append(self, active: LogSegment, analysis, header: BatchHeader) -> None:
         """The producer state's part of an append whose batch is in `active` already, and the
         aborted transactions it ends into the `.txnindex`. If that write fails (a full disk),

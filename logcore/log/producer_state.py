@@ -87,7 +87,7 @@ def decrement_sequence(sequence: int, decrement: int) -> int:
     return sequence - decrement
 
 
-def _in_sequence(last_seq: int, next_seq: int) -> bool:
+def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
@@ -253,7 +253,7 @@ class ProducerAppendInfo:
             current_last_seq = NO_SEQUENCE
         # A producer whose state was removed (expired, retention) may continue at any sequence.
         if self.current.producer_epoch != NO_PRODUCER_EPOCH \
-                and not _in_sequence(current_last_seq, first_seq):
+                and not in_sequence(current_last_seq, first_seq):
             raise OutOfOrderSequenceError(
                 f"out of order sequence number for producer {self.producer_id} at offset {offset}"
                 f"{self.where}: {first_seq} (incoming seq. number), {current_last_seq} (current "
@@ -511,7 +511,7 @@ class ProducerStateManager:
         entry = self._producers.get(producer_id)
         return (entry is not None and entry.producer_epoch == producer_epoch and bool(entry.batches)
                 and entry.current_txn_first_offset is None
-                and _in_sequence(entry.batches[-1].last_seq, first_seq))
+                and in_sequence(entry.batches[-1].last_seq, first_seq))
 
     def append_next_batch(self, producer_id: int, last_seq: int, first_offset: int,
                           last_offset: int, max_timestamp: int) -> None:

@@ -13,7 +13,8 @@ from logcore.errors import InvalidRecordError, RecordTooLargeError
 from logcore.records.batch import iter_batches
 from logcore.log.clock import now_ms as _now_ms
 from logcore.log.log_reader import _end_marker
-from logcore.log.producer_state import AppendOrigin, ProducerBatch
+from logcore.log.producer_state import AppendOrigin, ProducerBatch, in_sequence
+from logcore.records.batch import CONTROL_MASK, TRANSACTIONAL_MASK
 
 
 class FollowerAppend:
@@ -116,8 +117,19 @@ class FollowerAppend:
                     f" segment.bytes={self._segment_bytes}")
             expected = header.next_offset
         now = _now_ms()
-        if nonblocking and self._follower_append_blocks(batches, now):
-            return None
+        if nonblocking:
+            if self._follower_append_blocks(batches, now):
+                return None
+            # Nothing rolls and no new epoch starts (checked just above): when no batch needs
+            # the producer state's analysis, the run is one write (one pwrite, its index
+            # entries) and its producers' next batches.
+            headers = [header for _pos, header in batches]
+            if _next_batches(log.producer_state, headers):
+                first = batches[0][0]
+                last_pos, last = batches[-1]
+                self._append.append_next_run_locked(memoryview(buf)[first:last_pos + last.size], headers)
+                log.maybe_flush(now)
+                return headers[0].base_offset, last.last_offset
         view = memoryview(buf)
         write = self._append.append_batch_locked
         for pos, header in batches:
@@ -155,3 +167,25 @@ class FollowerAppend:
                 first_ts = header.max_timestamp
         return log.flush_due(records, now)
 
+
+
+def _next_batches(producer_state, headers) -> bool:
+    """Whether every batch of a run (in log order) that has a producer is a non-transactional
+    data batch continuing its producer, counting the run's earlier batches: the producer
+    state's is_next_batch for each in turn, nothing changed. Their producer state is then what
+    `append_next_batch` records, as an analysis with AppendOrigin.REPLICATION would leave it."""
+    last: dict[int, tuple[int, int]] = {}          # producer id -> (epoch, last sequence) so far
+    for h in headers:
+        pid = h.producer_id
+        if pid < 0:
+            continue
+        if h.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
+            return False
+        seen = last.get(pid)
+        if seen is None:
+            if not producer_state.is_next_batch(pid, h.producer_epoch, h.base_sequence):
+                return False
+        elif seen[0] != h.producer_epoch or not in_sequence(seen[1], h.base_sequence):
+            return False
+        last[pid] = (h.producer_epoch, h.last_sequence)
+    return True

@@ -537,10 +537,11 @@ class ReplicaManager:
             self.states[key] = written
 
     def notify(self, replica: Partition) -> None:
-        """Wake the fetches parked on the partition (its HW moved)."""
+        """Wake the consumers' fetches parked on the partition (its HW moved); a follower's,
+        which reads to the LEO, waits for the log to grow."""
         part = self.partitions.get(replica.topic, replica.index)
         if part is not None:
-            self.partitions.notify(part)
+            self.partitions.notify_high_watermark(part)
 
     def produce_check(self, topic: str, p: int, acks_all: bool) -> tuple[int, str | None]:
         """Before appending: only the leader takes produces, and acks=all needs an ISR of at

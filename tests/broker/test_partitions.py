@@ -71,3 +71,21 @@ def test_closed_partition_fails_new_batches(manager):
         with pytest.raises(ConnectionAbortedError):
             await manager.submit(part, batch(0))
     asyncio.run(run())
+
+
+def test_a_high_watermark_move_wakes_consumers_fetches_not_followers(manager):
+    """A follower's parked fetch (next_growth) reads to the LEO: a HW move alone (a follower's
+    fetch reported its LEO) leaves it parked; an append, or any other notify, wakes both."""
+    async def run():
+        part = manager.get("plain", 0)
+        consumer, follower = part.next_commit(), part.next_growth()
+        manager.notify_high_watermark(part)
+        assert consumer.done() and not follower.done()
+        consumer = part.next_commit()
+        assert part.next_growth() is follower       # still the same parked wait
+        await manager.submit(part, batch(0))        # an append
+        assert consumer.done() and follower.done()
+        consumer, follower = part.next_commit(), part.next_growth()
+        manager.notify(part)                        # e.g. a new leadership, a moved log start
+        assert consumer.done() and follower.done()
+    asyncio.run(run())

@@ -140,6 +140,9 @@ def test_follower_segments_are_the_leaders_bytes(tmp_path, seed, nowait):
     assert set(starts) <= set(leader.epoch_cache.entries)
     assert _segment_files(follower, ".txnindex") == _segment_files(leader, ".txnindex")
     assert follower.producer_last_offsets() == leader.producer_last_offsets()
+    # every producer's retained batches, epoch and open transaction, whichever way the
+    # follower appended them (one write per run of next batches, or analysed one by one)
+    assert follower.producer_state.producers == leader.producer_state.producers
     assert [r.offset for r in follower.read_records(0, isolation="log_end")] == \
         [r.offset for r in leader.read_records(0, isolation="log_end")]
 
@@ -309,3 +312,41 @@ def test_nowait_append_and_read_decline_what_would_block(tmp_path):
     got = leader.read_nowait(tail, 1 << 20, isolation="log_end")
     want = leader.read(tail, 1 << 20, isolation="log_end")
     assert bytes(got.data) == bytes(want.data) and got.high_watermark == want.high_watermark
+
+
+def test_follower_run_of_next_batches_is_one_write(tmp_path, monkeypatch):
+    """On the event loop, a follower writes a run of batches that each continue their producer
+    (or have none) in one write; a run with a transactional batch goes batch by batch through
+    the producer state's analysis. Both leave the leader's bytes and producer state."""
+    config = {**CONFIG, "segment.bytes": "1000000"}
+    _ra, leader = _open(tmp_path / "leader", config)
+    _rb, follower = _open(tmp_path / "follower", config)
+    ts = 1_700_000_000_000
+    leader.append_records([(b"k", b"v", (), ts)], producer_id=7, producer_epoch=0, base_sequence=0)
+    follower.append_as_follower(_fetch(leader, 0))      # learns the epoch and producer 7
+    for i in range(3):
+        leader.append_records([(b"k", b"v" * 50, (), ts + i)] * 2, producer_id=7, producer_epoch=0,
+                              base_sequence=1 + 2 * i)
+    leader.append_records([(b"k", b"plain", (), ts)])
+    writes: list[int] = []
+    data = follower.segments[-1].data
+    real_append = data.append
+    monkeypatch.setattr(data, "append", lambda b: writes.append(len(b)) or real_append(b))
+    run = _fetch(leader, 1)
+    assert follower.append_as_follower_nowait(run) == (1, 7)
+    assert writes == [len(run)]
+    assert follower.producer_state.producers == leader.producer_state.producers
+    # a transaction's first batch needs the analysis: every batch is written on its own
+    leader.append_records([(b"k", b"t", (), ts)], producer_id=9, producer_epoch=0, base_sequence=0,
+                          is_transactional=True)
+    leader.append_records([(b"k", b"v", (), ts)], producer_id=7, producer_epoch=0, base_sequence=7)
+    writes.clear()
+    assert follower.append_as_follower_nowait(_fetch(leader, 8)) == (8, 9)
+    assert len(writes) == 2
+    assert follower.producer_state.producers == leader.producer_state.producers
+    assert follower.producer_state.producers[9].current_txn_first_offset == 8
+    # a producer's new epoch is analysed too, and the states still agree
+    leader.append_records([(b"k", b"v", (), ts)], producer_id=7, producer_epoch=1, base_sequence=0)
+    assert follower.append_as_follower_nowait(_fetch(leader, 10)) == (10, 10)
+    assert follower.producer_state.producers == leader.producer_state.producers
+    assert _segment_files(follower) == _segment_files(leader)
