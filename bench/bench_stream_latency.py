@@ -10,6 +10,8 @@ query's micro-batches: trigger to commit (`triggerExecution` of each progress re
 - seglog: a 3-broker seglog cluster on ZooKeeper (bench_cluster.SeglogClusterRun), the query with
   `format("seglog")` for source and sink (`kafka.bootstrap.servers`, no path: tasks fetch through
   the brokers; the sink writes through them, exactly-once with Kafka transactions).
+- seglog-alo: the same with the sink's `deliveryGuarantee=at-least-once` (idempotent producers, no
+  transaction: the guarantee Spark's Kafka sink gives, so the like-for-like row against it).
 - anchor: a 3-node Apache Kafka KRaft cluster (bench_cluster.KafkaClusterRun), the same query with
   Spark's own Kafka source and sink (`format("kafka")`, spark-sql-kafka-0-10 from Maven).
 
@@ -19,7 +21,7 @@ second round. Every acknowledged record must arrive exactly once; missing and du
 are printed.
 
     python bench/bench_stream_latency.py [--rate 200] [--seconds 30] [--warmup 10] [--rounds 1]
-        [--only seglog|kafka]
+        [--only seglog|seglog-alo|kafka]
 """
 from __future__ import annotations
 
@@ -112,7 +114,14 @@ def send_paced(bootstrap: str, topic: str, rate: int, seconds: float, first: int
     return acked
 
 
-def run_pipeline(spark, cluster, fmt: str, workdir: Path, args, label: str) -> dict:
+# The systems measured: (cluster, format, sink options).
+SYSTEMS = {"seglog": ("seglog", "seglog", {}),
+           "seglog-alo": ("seglog", "seglog", {"deliveryGuarantee": "at-least-once"}),
+           "kafka": ("kafka", "kafka", {})}
+
+
+def run_pipeline(spark, cluster, fmt: str, workdir: Path, args, label: str,
+                 sink_options: dict[str, str]) -> dict:
     for name in ("in", "out"):
         cluster.create_topic(name, PARTITIONS, 3, TOPIC_CONFIG)
     bs = cluster.bootstrap
@@ -121,7 +130,7 @@ def run_pipeline(spark, cluster, fmt: str, workdir: Path, args, label: str) -> d
     if fmt == "kafka":
         reader = reader.option("kafka.fetch.max.wait.ms", "10")
     query = (reader.load().selectExpr("key", "value").writeStream.format(fmt)
-             .option("kafka.bootstrap.servers", bs).option("topic", "out")
+             .option("kafka.bootstrap.servers", bs).option("topic", "out").options(**sink_options)
              .option("checkpointLocation", str(workdir / f"checkpoint-{label}"))
              .queryName(f"latency-{label}").start())
     try:
@@ -162,10 +171,10 @@ def run_pipeline(spark, cluster, fmt: str, workdir: Path, args, label: str) -> d
 def measure(system: str, spark, workdir: Path, args, round_no: int) -> dict:
     wd = workdir / f"{system}-{round_no}"
     wd.mkdir(parents=True)
-    cluster = SeglogClusterRun(wd) if system == "seglog" else KafkaClusterRun(wd)
+    kind, fmt, sink_options = SYSTEMS[system]
+    cluster = SeglogClusterRun(wd) if kind == "seglog" else KafkaClusterRun(wd)
     try:
-        return run_pipeline(spark, cluster, "seglog" if system == "seglog" else "kafka", wd, args,
-                            f"{system}-{round_no}")
+        return run_pipeline(spark, cluster, fmt, wd, args, f"{system}-{round_no}", sink_options)
     finally:
         cluster.close()
 
@@ -177,7 +186,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--seconds", type=float, default=30, help="seconds of sending that are counted")
     parser.add_argument("--warmup", type=float, default=10, help="seconds of sending first, not counted")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--only", choices=("seglog", "kafka"), action="append")
+    parser.add_argument("--only", choices=tuple(SYSTEMS), action="append",
+                        help="measure only these (repeatable); default: seglog and kafka")
     args = parser.parse_args(argv if argv is not None else [])
     systems = args.only or ["seglog", "kafka"]
     connector_version, jars = resolve_spark_kafka_jars(pyspark.__version__)
@@ -216,12 +226,15 @@ def main(argv: list[str] | None = None) -> list[str]:
         return f"rounds {', '.join(f'{v:.0f}' for v in values)}" if values else skipped.get(system, "")
 
     rows = []
-    for key, what in (("p50", "ack -> readable in `out`, p50"), ("p99", "ack -> readable in `out`, p99"),
-                      ("max", "ack -> readable in `out`, max"), ("batch_p50", "micro-batch trigger -> commit, p50"),
-                      ("batch_p99", "micro-batch trigger -> commit, p99")):
-        s, k = median("seglog", key), median("kafka", key)
-        rows.append((f"{what} (ms; seglog {spread('seglog', key)}; Kafka {spread('kafka', key)})",
-                     s, k, "ms"))
+    sinks = {"seglog": "exactly-once", "seglog-alo": "at-least-once"}
+    for variant in [v for v in sinks if v in systems]:
+        for key, what in (("p50", "ack -> readable in `out`, p50"), ("p99", "ack -> readable in `out`, p99"),
+                          ("max", "ack -> readable in `out`, max"),
+                          ("batch_p50", "micro-batch trigger -> commit, p50"),
+                          ("batch_p99", "micro-batch trigger -> commit, p99")):
+            s, k = median(variant, key), median("kafka", key)
+            rows.append((f"{what}, seglog sink {sinks[variant]} (ms; seglog {spread(variant, key)};"
+                         f" Kafka {spread('kafka', key)})", s, k, "ms"))
     lost = sum(r["missing"] + r["duplicates"] for rs in results.values() for r in rs)
     title = (f"Streaming pipeline latency on 3 brokers, RF=3 ({args.rate} records/s for {args.seconds:g} s"
              f" after {args.warmup:g} s, {PARTITIONS} partitions, local[2], default trigger; format(\"seglog\")"
