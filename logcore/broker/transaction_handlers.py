@@ -146,17 +146,21 @@ class TransactionHandlers:
 
     # ------------------------------------------------------------------ WriteTxnMarkers (from a coordinator)
     async def write_txn_markers(self, req: Request) -> dict:
+        # Every partition's marker at once: each waits for its own ISR.
+        wanted = [(marker, t.name, p) for marker in req.body.markers for t in marker.topics
+                  for p in t.partition_indexes]
+        codes = await asyncio.gather(*(
+            self.txn.markers.write_local(name, p, producer_id=marker.producer_id,
+                                         producer_epoch=marker.producer_epoch,
+                                         coordinator_epoch=marker.coordinator_epoch,
+                                         committed=marker.transaction_result)
+            for marker, name, p in wanted))
+        answer = iter(codes)
         results = []
         for marker in req.body.markers:
-            topics = []
-            for t in marker.topics:
-                parts = []
-                for p in t.partition_indexes:
-                    code = await self.txn.markers.write_local(
-                        t.name, p, producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
-                        coordinator_epoch=marker.coordinator_epoch, committed=marker.transaction_result)
-                    parts.append({"partition_index": p, "error_code": code})
-                topics.append({"name": t.name, "partitions": parts})
+            topics = [{"name": t.name, "partitions": [{"partition_index": p, "error_code": next(answer)}
+                                                      for p in t.partition_indexes]}
+                      for t in marker.topics]
             results.append({"producer_id": marker.producer_id, "topics": topics})
         return {"markers": results}
 

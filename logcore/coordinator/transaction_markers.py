@@ -1,7 +1,8 @@
 """The transaction marker writer: COMMIT or ABORT markers to every partition of a transaction,
 each at that partition's leader, retried until every leader has written it.
 
-A partition led here gets its marker appended directly (`write_local`, which the broker's
+Every partition's marker is written at once (each waits for its own ISR). A partition led here
+gets its marker appended directly (`write_local`, which the broker's
 WriteTxnMarkers handler uses too); one led by another broker is sent to it in a
 WriteTxnMarkers request over the inter-broker connection. A partition that no longer exists
 is dropped (Kafka's answer: its marker is not needed); a leader that is moving, an error or an
@@ -59,14 +60,19 @@ class MarkerWriter:
                     continue
                 leader = self.placement.leader_of(*tp)
                 by_leader.setdefault(-2 if leader is None else leader, []).append(tp)
-            for tp in by_leader.pop(-2, []):
-                code = await self.write_local(tp[0], tp[1], producer_id=producer_id, producer_epoch=producer_epoch,
-                                              coordinator_epoch=coordinator_epoch, committed=committed)
+            local = by_leader.pop(-2, [])
+            by_leader.pop(-1, None)                # no live leader yet: retried
+            # Every partition's marker at once: each waits for its own ISR, so in turn they
+            # would cost a replicated round trip apiece before readers see the transaction.
+            answers = await asyncio.gather(
+                *(self.write_local(tp[0], tp[1], producer_id=producer_id, producer_epoch=producer_epoch,
+                                   coordinator_epoch=coordinator_epoch, committed=committed) for tp in local),
+                *(self._write_remote(leader, tps, producer_id, producer_epoch, coordinator_epoch, committed)
+                  for leader, tps in by_leader.items()))
+            for tp, code in zip(local, answers):
                 if code in (E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.TRANSACTION_COORDINATOR_FENCED):
                     remaining.discard(tp)
-            by_leader.pop(-1, None)                # no live leader yet: retried
-            for leader, tps in by_leader.items():
-                done = await self._write_remote(leader, tps, producer_id, producer_epoch, coordinator_epoch, committed)
+            for done in answers[len(local):]:
                 remaining -= done
             if remaining:
                 await asyncio.sleep(backoff)
