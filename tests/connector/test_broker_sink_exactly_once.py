@@ -219,6 +219,44 @@ def test_micro_batch_task_adds_its_partitions_once_and_reuses_its_clients(broker
     assert exactly(read_values(broker.bootstrap, topic, 3), range(300))
 
 
+def test_batch_record_flies_with_the_rows_and_aborts_with_them(broker, monkeypatch):
+    """The batch record (AddOffsetsToTxn + TxnOffsetCommit) is sent while the task's Produce
+    requests are in flight, not after their acknowledgment; an attempt that fails after sending it
+    aborts it with the rows: the retry finds no record and writes every row again, read_committed
+    sees each once, and a replay of the committed batch finds the record and writes nothing."""
+    topic = "eos-record-in-flight"
+    create_topic(broker, topic, 2)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    events: list[str] = []
+    lost = [True]
+    real_record, real_receive = TaskTransaction.record_batch, TaskProducer._receive_next
+
+    def record_batch(self, *args):
+        events.append("record")
+        return real_record(self, *args)
+
+    def receive_next(self, node, **kwargs):
+        events.append("produce answered")
+        if lost[0]:
+            raise KafkaError("the executor was lost")
+        return real_receive(self, node, **kwargs)
+
+    monkeypatch.setattr(TaskTransaction, "record_batch", record_batch)
+    monkeypatch.setattr(TaskProducer, "_receive_next", receive_next)
+    with pytest.raises(KafkaError, match="executor was lost"):
+        produce_task(opts, COLUMNS, rows(0, 1000), 0, 0, "q-record", 0, streaming=True)
+    assert events[:2] == ["record", "produce answered"], events
+    lost[0] = False
+    events.clear()
+    message = produce_task(opts, COLUMNS, rows(0, 1000), 0, 1, "q-record", 0, streaming=True)
+    assert not message.skipped and sum(message.records.values()) == 1000     # no record of attempt 0
+    assert events[0] == "record", events
+    commit_batch(opts, [message], 0)
+    assert exactly(read_values(broker.bootstrap, topic, 2), range(1000))
+    replay = produce_task(opts, COLUMNS, rows(0, 1000), 0, 0, "q-record", 0, streaming=True)
+    assert replay.skipped and replay.transaction is None
+
+
 def test_abort_hides_the_batch(broker):
     topic = "eos-abort"
     create_topic(broker, topic, 1)
