@@ -145,7 +145,14 @@ class TransactionHandlers:
         return {"throttle_time": 0, "error_code": _fenced(code, req)}
 
     # ------------------------------------------------------------------ WriteTxnMarkers (from a coordinator)
-    async def write_txn_markers(self, req: Request) -> dict:
+    async def write_txn_markers(self, req: Request):
+        # Answered later (the connection reads on): a coordinator completing several
+        # transactions sends their markers to a leader over one connection, and each waits
+        # for its own ISR. (Markers of one producer are never in flight twice: its next
+        # transaction waits for this one's Complete record.)
+        return self._write_txn_markers(req)
+
+    async def _write_txn_markers(self, req: Request) -> dict:
         # Every partition's marker at once: each waits for its own ISR.
         wanted = [(marker, t.name, p) for marker in req.body.markers for t in marker.topics
                   for p in t.partition_indexes]
