@@ -182,7 +182,9 @@ def test_replayed_batch_is_not_written_twice(broker):
 def test_micro_batch_task_adds_its_partitions_once_and_reuses_its_clients(broker, monkeypatch):
     """A micro-batch's task holds its few rows until flush: one AddPartitionsToTxn names every
     partition it writes (not one round trip per partition), and the worker's next task and the
-    driver's next commit reuse the clients (connections, Metadata) the last ones left."""
+    driver's next commit reuse the clients (connections, Metadata, the coordinators found) the
+    last ones left."""
+    from logcore.wire.api_keys import FIND_COORDINATOR
     import pyspark_seglog.broker_client as broker_client
     from pyspark_seglog.broker_transaction import TaskTransaction as Txn
 
@@ -200,21 +202,28 @@ def test_micro_batch_task_adds_its_partitions_once_and_reuses_its_clients(broker
 
     monkeypatch.setattr(Txn, "add_partitions", add_partitions)
     made: list[str] = []
+    asked: list[int] = []
 
     class CountedClient(broker_client.BrokerClient):
         def __init__(self, *args, **kwargs):
             made.append(kwargs.get("client_id", ""))
             super().__init__(*args, **kwargs)
 
+        def request(self, api_key, values):
+            asked.append(api_key)
+            return super().request(api_key, values)
+
     monkeypatch.setattr(broker_client, "BrokerClient", CountedClient)
     for batch in range(3):
         made.clear()
+        asked.clear()
         messages = [produce_task(opts, COLUMNS, rows(batch * 100 + t * 50, 50), t, 0, "q-small", batch,
                                  streaming=True) for t in range(2)]
         commit_batch(opts, messages, batch)
         assert all(sorted(m.records) == [f"{topic}-{p}" for p in range(3)] for m in messages)
         if batch:
             assert made == [], f"batch {batch} opened new clients: {made}"
+            assert FIND_COORDINATOR not in asked, f"batch {batch} looked its coordinators up again"
     assert added == [[(topic, p) for p in range(3)]] * 6, added      # 2 tasks x 3 batches
     assert exactly(read_values(broker.bootstrap, topic, 3), range(300))
 
