@@ -153,19 +153,18 @@ class TransactionHandlers:
         return self._write_txn_markers(req)
 
     async def _write_txn_markers(self, req: Request) -> dict:
-        # Every partition's marker at once: each waits for its own ISR.
-        wanted = [(marker, t.name, p) for marker in req.body.markers for t in marker.topics
-                  for p in t.partition_indexes]
-        codes = await asyncio.gather(*(
-            self.txn.markers.write_local(name, p, producer_id=marker.producer_id,
-                                         producer_epoch=marker.producer_epoch,
-                                         coordinator_epoch=marker.coordinator_epoch,
-                                         committed=marker.transaction_result)
-            for marker, name, p in wanted))
-        answer = iter(codes)
+        # Each producer's markers appended in one go, then each waits for its own ISR.
+        markers = list(req.body.markers)
+        answers = await asyncio.gather(*(
+            self.txn.markers.write_locals([(t.name, p) for t in marker.topics for p in t.partition_indexes],
+                                          producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                                          coordinator_epoch=marker.coordinator_epoch,
+                                          committed=marker.transaction_result)
+            for marker in markers))
         results = []
-        for marker in req.body.markers:
-            topics = [{"name": t.name, "partitions": [{"partition_index": p, "error_code": next(answer)}
+        for marker, codes in zip(markers, answers):
+            code = iter(codes)
+            topics = [{"name": t.name, "partitions": [{"partition_index": p, "error_code": next(code)}
                                                       for p in t.partition_indexes]}
                       for t in marker.topics]
             results.append({"producer_id": marker.producer_id, "topics": topics})
