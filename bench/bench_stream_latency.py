@@ -15,13 +15,13 @@ query's micro-batches: trigger to commit (`triggerExecution` of each progress re
 - anchor: a 3-node Apache Kafka KRaft cluster (bench_cluster.KafkaClusterRun), the same query with
   Spark's own Kafka source and sink (`format("kafka")`, spark-sql-kafka-0-10 from Maven).
 
-Both topics: 4 partitions, RF=3, min.insync.replicas=2. The two systems run one after the other
+Both topics: 4 partitions, RF=3, min.insync.replicas=2. The systems run one after the other
 (never side by side: the machine has 2 cores); with `--rounds 2` the order is reversed in the
 second round. Every acknowledged record must arrive exactly once; missing and duplicate counts
 are printed.
 
     python bench/bench_stream_latency.py [--rate 200] [--seconds 30] [--warmup 10] [--rounds 1]
-        [--only seglog|seglog-alo|kafka]
+        [--only seglog|seglog-alo|kafka] [--sink-steps BATCHES]
 
 `--sink-steps N` measures the seglog sink alone instead, without Spark, on the same 3-broker
 cluster: N micro-batches of 4 tasks of 12 rows (what a task of the pipeline above writes), each
@@ -283,11 +283,11 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--sink-steps", type=int, metavar="BATCHES",
                         help="measure the seglog sink's steps alone (no Spark, no Kafka) over BATCHES batches")
     parser.add_argument("--only", choices=tuple(SYSTEMS), action="append",
-                        help="measure only these (repeatable); default: seglog and kafka")
+                        help="measure only these (repeatable); default: all three")
     args = parser.parse_args(argv if argv is not None else [])
     if args.sink_steps:
         return sink_steps(args.sink_steps)
-    systems = args.only or ["seglog", "kafka"]
+    systems = args.only or list(SYSTEMS)
     connector_version, jars = resolve_spark_kafka_jars(pyspark.__version__)
     workdir = Path(tempfile.mkdtemp(prefix="seglog-bench-latency-"))
     spark = spark_session(jars)
