@@ -10,20 +10,30 @@ query's micro-batches: trigger to commit (`triggerExecution` of each progress re
 - seglog: a 3-broker seglog cluster on ZooKeeper (bench_cluster.SeglogClusterRun), the query with
   `format("seglog")` for source and sink (`kafka.bootstrap.servers`, no path: tasks fetch through
   the brokers; the sink writes through them, exactly-once with Kafka transactions).
+- seglog-alo: the same with the sink's `deliveryGuarantee=at-least-once` (idempotent producers, no
+  transaction: the guarantee Spark's Kafka sink gives, so the like-for-like row against it).
 - anchor: a 3-node Apache Kafka KRaft cluster (bench_cluster.KafkaClusterRun), the same query with
   Spark's own Kafka source and sink (`format("kafka")`, spark-sql-kafka-0-10 from Maven).
 
-Both topics: 4 partitions, RF=3, min.insync.replicas=2. The two systems run one after the other
+Both topics: 4 partitions, RF=3, min.insync.replicas=2. The systems run one after the other
 (never side by side: the machine has 2 cores); with `--rounds 2` the order is reversed in the
 second round. Every acknowledged record must arrive exactly once; missing and duplicate counts
 are printed.
 
     python bench/bench_stream_latency.py [--rate 200] [--seconds 30] [--warmup 10] [--rounds 1]
-        [--only seglog|kafka]
+        [--only seglog|seglog-alo|kafka] [--sink-steps BATCHES]
+
+`--sink-steps N` measures the seglog sink alone instead, without Spark, on the same 3-broker
+cluster: N micro-batches of 4 tasks of 12 rows (what a task of the pipeline above writes), each
+task's steps called as Spark calls them (`broker_sink.produce_task`, then the driver's
+`commit_batch`), one after the other; the medians of each step from the sink's DEBUG timings,
+and of a whole batch: its tasks, its commit, and (exactly-once) until read_committed readers
+see it (every partition's last stable offset at its high watermark). Both delivery guarantees.
 """
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
@@ -112,7 +122,14 @@ def send_paced(bootstrap: str, topic: str, rate: int, seconds: float, first: int
     return acked
 
 
-def run_pipeline(spark, cluster, fmt: str, workdir: Path, args, label: str) -> dict:
+# The systems measured: (cluster, format, sink options).
+SYSTEMS = {"seglog": ("seglog", "seglog", {}),
+           "seglog-alo": ("seglog", "seglog", {"deliveryGuarantee": "at-least-once"}),
+           "kafka": ("kafka", "kafka", {})}
+
+
+def run_pipeline(spark, cluster, fmt: str, workdir: Path, args, label: str,
+                 sink_options: dict[str, str]) -> dict:
     for name in ("in", "out"):
         cluster.create_topic(name, PARTITIONS, 3, TOPIC_CONFIG)
     bs = cluster.bootstrap
@@ -121,7 +138,7 @@ def run_pipeline(spark, cluster, fmt: str, workdir: Path, args, label: str) -> d
     if fmt == "kafka":
         reader = reader.option("kafka.fetch.max.wait.ms", "10")
     query = (reader.load().selectExpr("key", "value").writeStream.format(fmt)
-             .option("kafka.bootstrap.servers", bs).option("topic", "out")
+             .option("kafka.bootstrap.servers", bs).option("topic", "out").options(**sink_options)
              .option("checkpointLocation", str(workdir / f"checkpoint-{label}"))
              .queryName(f"latency-{label}").start())
     try:
@@ -162,12 +179,98 @@ def run_pipeline(spark, cluster, fmt: str, workdir: Path, args, label: str) -> d
 def measure(system: str, spark, workdir: Path, args, round_no: int) -> dict:
     wd = workdir / f"{system}-{round_no}"
     wd.mkdir(parents=True)
-    cluster = SeglogClusterRun(wd) if system == "seglog" else KafkaClusterRun(wd)
+    kind, fmt, sink_options = SYSTEMS[system]
+    cluster = SeglogClusterRun(wd) if kind == "seglog" else KafkaClusterRun(wd)
     try:
-        return run_pipeline(spark, cluster, "seglog" if system == "seglog" else "kafka", wd, args,
-                            f"{system}-{round_no}")
+        return run_pipeline(spark, cluster, fmt, wd, args, f"{system}-{round_no}", sink_options)
     finally:
         cluster.close()
+
+
+class _StepTimings(logging.Handler):
+    """Collects the numbers of the sink's DEBUG timing lines (see broker_sink.produce_task)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.tasks: list[list[float]] = []
+        self.commits: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("seglog sink task"):
+            self.tasks.append([float(v) for v in record.args[3:]])
+        elif "EndTxn of" in record.msg:
+            self.commits.append(float(record.args[2]))
+
+
+def sink_steps(batches: int) -> list[str]:
+    import pyarrow as pa
+    from pyspark_seglog import broker_sink
+    from pyspark_seglog.broker_client import BrokerClient
+    from pyspark_seglog.sink_options import parse_sink_options
+    timings = _StepTimings()
+    sink_logger = logging.getLogger(broker_sink.__name__)
+    sink_logger.addHandler(timings)
+    sink_logger.setLevel(logging.DEBUG)
+    workdir = Path(tempfile.mkdtemp(prefix="seglog-bench-sink-steps-"))
+    cluster = SeglogClusterRun(workdir)
+    rows: list[tuple[str, float]] = []
+    try:
+        for guarantee in ("exactly-once", "at-least-once"):
+            cluster.create_topic(f"out-{guarantee}", PARTITIONS, 3, TOPIC_CONFIG)
+            tps = [(f"out-{guarantee}", p) for p in range(PARTITIONS)]
+            opts = parse_sink_options({"kafka.bootstrap.servers": cluster.bootstrap, "topic": tps[0][0],
+                                       "deliveryGuarantee": guarantee})
+            timings.tasks.clear()
+            timings.commits.clear()
+            whole, readable = [], []
+            seq = 0
+            with BrokerClient(cluster.bootstrap) as watcher:
+                for batch in range(batches + 3):          # the first 3 warm the clients up
+                    started = time.perf_counter()
+                    messages = []
+                    for task in range(4):
+                        ids = range(seq, seq + 12)
+                        seq += 12
+                        data = pa.record_batch([pa.array([b"%d" % i for i in ids]), pa.array([b"%d" % i for i in ids])],
+                                               names=["key", "value"])
+                        messages.append(broker_sink.produce_task(opts, {"key": "key", "value": "value"}, iter([data]),
+                                                                 task, 0, f"steps-{guarantee}", batch, True))
+                    committing = time.perf_counter()
+                    broker_sink.commit_batch(opts, messages, batch)
+                    while guarantee == "exactly-once":
+                        stable = watcher.list_offsets(tps, isolation="read_committed")
+                        end = watcher.list_offsets(tps, isolation="read_uncommitted")
+                        if all(stable[tp] >= end[tp] for tp in tps):
+                            break
+                        time.sleep(0.001)
+                    if batch >= 3:
+                        whole.append((committing - started) * 1000)
+                        readable.append((time.perf_counter() - committing) * 1000)
+            tasks = timings.tasks[12:]
+            label = f"sink {guarantee}"
+            if guarantee == "exactly-once" and tasks:          # (a tree without the DEBUG timings: none)
+                for i, step in enumerate(("InitProducerId", "OffsetFetch (replay check)", "rows routed and encoded",
+                                          "AddPartitionsToTxn + Produce (+ the batch record alongside)")):
+                    rows.append((f"{label}: a task's {step}, median", statistics.median(t[i] for t in tasks)))
+                rows.append((f"{label}: the driver's EndTxn of 4 tasks, median",
+                             statistics.median(timings.commits[3:])))
+            if guarantee == "exactly-once":
+                rows.append((f"{label}: commit start -> read_committed sees the batch, median",
+                             statistics.median(readable)))
+                rows.append((f"{label}: commit start -> read_committed sees the batch, p90",
+                             _percentile(readable, 0.9)))
+            rows.append((f"{label}: a batch's 4 tasks one after the other, median", statistics.median(whole)))
+            rows.append((f"{label}: a batch's 4 tasks one after the other, p90", _percentile(whole, 0.9)))
+    finally:
+        sink_logger.removeHandler(timings)
+        cluster.close()
+        import shutil
+        shutil.rmtree(workdir, ignore_errors=True)
+    lines = [f"### The seglog sink's steps without Spark on 3 brokers, RF=3 ({batches} batches of 4 tasks x 12"
+             f" rows, {PARTITIONS} partitions)", "", "| step | ms |", "|---|---:|"]
+    lines += [f"| {what} | {ms:,.1f} |" for what, ms in rows]
+    print("\n".join(lines) + "\n", flush=True)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> list[str]:
@@ -177,9 +280,14 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--seconds", type=float, default=30, help="seconds of sending that are counted")
     parser.add_argument("--warmup", type=float, default=10, help="seconds of sending first, not counted")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--only", choices=("seglog", "kafka"), action="append")
+    parser.add_argument("--sink-steps", type=int, metavar="BATCHES",
+                        help="measure the seglog sink's steps alone (no Spark, no Kafka) over BATCHES batches")
+    parser.add_argument("--only", choices=tuple(SYSTEMS), action="append",
+                        help="measure only these (repeatable); default: all three")
     args = parser.parse_args(argv if argv is not None else [])
-    systems = args.only or ["seglog", "kafka"]
+    if args.sink_steps:
+        return sink_steps(args.sink_steps)
+    systems = args.only or list(SYSTEMS)
     connector_version, jars = resolve_spark_kafka_jars(pyspark.__version__)
     workdir = Path(tempfile.mkdtemp(prefix="seglog-bench-latency-"))
     spark = spark_session(jars)
@@ -216,12 +324,15 @@ def main(argv: list[str] | None = None) -> list[str]:
         return f"rounds {', '.join(f'{v:.0f}' for v in values)}" if values else skipped.get(system, "")
 
     rows = []
-    for key, what in (("p50", "ack -> readable in `out`, p50"), ("p99", "ack -> readable in `out`, p99"),
-                      ("max", "ack -> readable in `out`, max"), ("batch_p50", "micro-batch trigger -> commit, p50"),
-                      ("batch_p99", "micro-batch trigger -> commit, p99")):
-        s, k = median("seglog", key), median("kafka", key)
-        rows.append((f"{what} (ms; seglog {spread('seglog', key)}; Kafka {spread('kafka', key)})",
-                     s, k, "ms"))
+    sinks = {"seglog": "exactly-once", "seglog-alo": "at-least-once"}
+    for variant in [v for v in sinks if v in systems]:
+        for key, what in (("p50", "ack -> readable in `out`, p50"), ("p99", "ack -> readable in `out`, p99"),
+                          ("max", "ack -> readable in `out`, max"),
+                          ("batch_p50", "micro-batch trigger -> commit, p50"),
+                          ("batch_p99", "micro-batch trigger -> commit, p99")):
+            s, k = median(variant, key), median("kafka", key)
+            rows.append((f"{what}, seglog sink {sinks[variant]} (ms; seglog {spread(variant, key)};"
+                         f" Kafka {spread('kafka', key)})", s, k, "ms"))
     lost = sum(r["missing"] + r["duplicates"] for rs in results.values() for r in rs)
     title = (f"Streaming pipeline latency on 3 brokers, RF=3 ({args.rate} records/s for {args.seconds:g} s"
              f" after {args.warmup:g} s, {PARTITIONS} partitions, local[2], default trigger; format(\"seglog\")"

@@ -109,6 +109,9 @@ class BrokerClient:
         self.partitions: dict[tuple[str, int], PartitionInfo] = {}
         self._stale: set[str] = set()                           # topics whose leaders must be asked again
         self._topic_errors: dict[str, int] = {}                 # topic -> its error in the last Metadata
+        # (key type, key) -> the node FindCoordinator named, kept while the client is pooled
+        # (the next task of the same id asks no FindCoordinator); its user drops a moved one.
+        self.coordinator_nodes: dict[tuple[int, str], int] = {}
 
     def where(self) -> str:
         if self._conn is not None:

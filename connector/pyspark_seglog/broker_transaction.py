@@ -86,7 +86,7 @@ class _Coordinators:
     def __init__(self, client: BrokerClient, deadline_s: float):
         self.client = client
         self.deadline_s = deadline_s
-        self.nodes: dict[tuple[int, str], int] = {}
+        self.nodes = client.coordinator_nodes      # the pooled client's: found once per id
 
     def find(self, key_type: int, key: str) -> int:
         node = self.nodes.get((key_type, key))

@@ -145,18 +145,28 @@ class TransactionHandlers:
         return {"throttle_time": 0, "error_code": _fenced(code, req)}
 
     # ------------------------------------------------------------------ WriteTxnMarkers (from a coordinator)
-    async def write_txn_markers(self, req: Request) -> dict:
+    async def write_txn_markers(self, req: Request):
+        # Answered later (the connection reads on): a coordinator completing several
+        # transactions sends their markers to a leader over one connection, and each waits
+        # for its own ISR. (Markers of one producer are never in flight twice: its next
+        # transaction waits for this one's Complete record.)
+        return self._write_txn_markers(req)
+
+    async def _write_txn_markers(self, req: Request) -> dict:
+        # Each producer's markers appended in one go, then each waits for its own ISR.
+        markers = list(req.body.markers)
+        answers = await asyncio.gather(*(
+            self.txn.markers.write_locals([(t.name, p) for t in marker.topics for p in t.partition_indexes],
+                                          producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                                          coordinator_epoch=marker.coordinator_epoch,
+                                          committed=marker.transaction_result)
+            for marker in markers))
         results = []
-        for marker in req.body.markers:
-            topics = []
-            for t in marker.topics:
-                parts = []
-                for p in t.partition_indexes:
-                    code = await self.txn.markers.write_local(
-                        t.name, p, producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
-                        coordinator_epoch=marker.coordinator_epoch, committed=marker.transaction_result)
-                    parts.append({"partition_index": p, "error_code": code})
-                topics.append({"name": t.name, "partitions": parts})
+        for marker, codes in zip(markers, answers):
+            code = iter(codes)
+            topics = [{"name": t.name, "partitions": [{"partition_index": p, "error_code": next(code)}
+                                                      for p in t.partition_indexes]}
+                      for t in marker.topics]
             results.append({"producer_id": marker.producer_id, "topics": topics})
         return {"markers": results}
 

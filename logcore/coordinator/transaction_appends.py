@@ -35,12 +35,42 @@ class CoordinatorAppender:
     async def append_marker(self, part, *, committed: bool, producer_id: int, producer_epoch: int,
                             coordinator_epoch: int):
         """Write one end-transaction marker; its AppendInfo."""
-        control = ControlType.COMMIT if committed else ControlType.ABORT
+        (info,) = await self.append_markers([part], committed=committed, producer_id=producer_id,
+                                            producer_epoch=producer_epoch, coordinator_epoch=coordinator_epoch)
+        if isinstance(info, BaseException):
+            raise info
+        return info
 
-        def write(log):
-            return log.append_control(control, producer_id=producer_id, producer_epoch=producer_epoch,
-                                      coordinator_epoch=coordinator_epoch)
-        return await self._run(part, write)
+    async def append_markers(self, parts: list, *, committed: bool, producer_id: int, producer_epoch: int,
+                             coordinator_epoch: int) -> list:
+        """One end-transaction marker on each of `parts` in one worker-thread job (a
+        transaction's partitions here: one hop of the thread pool that followers' appends and
+        fetch reads share, not one each); for each, its AppendInfo or the exception it raised."""
+        control = ControlType.COMMIT if committed else ControlType.ABORT
+        partitions = self.partitions
+
+        def run():
+            out = []
+            try:
+                for part in parts:
+                    try:
+                        log = part.log
+                        info = log.append_control(control, producer_id=producer_id, producer_epoch=producer_epoch,
+                                                  coordinator_epoch=coordinator_epoch)
+                        if log.high_watermark < log.log_end_offset:
+                            log.commit(durable=False)
+                        out.append(info)
+                    except Exception as exc:   # noqa: BLE001 - the caller maps each one's error
+                        out.append(exc)
+                return out
+            finally:
+                partitions.unpin_thread()
+        try:
+            return await asyncio.to_thread(run)
+        finally:
+            for part in parts:
+                partitions.replication.appended(part)
+                partitions.notify(part)
 
     async def append_transactional(self, part, records: list[tuple[bytes, bytes | None]], *,
                                    producer_id: int, producer_epoch: int):

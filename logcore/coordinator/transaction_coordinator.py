@@ -16,7 +16,10 @@ InitProducerId with a transactional id gives a producer id and bumps its epoch (
 a new producer id with epoch 0 when the epoch is exhausted), which fences any older producer
 of the same id (PRODUCER_FENCED). An Ongoing transaction of the old epoch is aborted first,
 with the epoch bumped (Kafka's PrepareEpochFence): the caller gets CONCURRENT_TRANSACTIONS and
-retries. KIP-360: a producer that gives its current producer id and epoch keeps its id with a
+retries. A request that finds the id busy this way (a change being written, a transaction's
+markers being written) waits for it up to `settle_wait_s` before answering
+CONCURRENT_TRANSACTIONS: the next micro-batch of a sink task that asks just after the previous
+commit would otherwise sleep through its client's backoff. KIP-360: a producer that gives its current producer id and epoch keeps its id with a
 bumped epoch; one that gives the previous pair of a bump it missed gets the current one again.
 
 Transactions older than their timeout are aborted with an epoch bump by a periodic check
@@ -101,6 +104,9 @@ class TxnSettings:
     id_expiration_ms: int = 604_800_000
     remove_interval_ms: int = 3_600_000
     commit_timeout_s: float = 5.0
+    # How long a request that finds its id busy waits for it to settle before answering
+    # CONCURRENT_TRANSACTIONS (0: at once, as Kafka's coordinator answers).
+    settle_wait_s: float = 1.0
 
 
 class TransactionCoordinator:
@@ -125,6 +131,7 @@ class TransactionCoordinator:
         self.topic_ready = False
         self.topic_lock: asyncio.Lock | None = None
         self.expiry: asyncio.Task | None = None
+        self.waiters: list[asyncio.Future] = []      # requests waiting for an id to settle
 
     # ------------------------------------------------------------------ placement
     def attach_cluster(self, replica_manager, connect) -> None:
@@ -260,6 +267,7 @@ class TransactionCoordinator:
             meta = self.txns.pop(tid)
             if meta.completing is not None:
                 meta.completing.cancel()
+        self._changed()
 
     # ------------------------------------------------------------------ writing the state
     async def _ensure_topic(self) -> None:
@@ -309,20 +317,66 @@ class TransactionCoordinator:
         code = await self._write_pending(meta, record)
         if code == E.NONE and self.txns.get(meta.transactional_id) is meta:
             meta.apply(record)
+        self._changed()
         return code
 
     async def _write_pending(self, meta: TxnMetadata, record: TxnRecord | None) -> int:
-        """`_write` holding meta.pending meanwhile (others asking about the id get CONCURRENT_TRANSACTIONS)."""
+        """`_write` holding meta.pending meanwhile (others asking about the id wait, then get
+        CONCURRENT_TRANSACTIONS)."""
         meta.pending = True
         try:
             return await self._write(meta, record)
         finally:
             meta.pending = False
+            self._changed()
+
+    # ------------------------------------------------------------------ waiting for a busy id
+    @staticmethod
+    def _busy(meta: TxnMetadata | None) -> bool:
+        return meta is not None and (meta.pending or meta.state in PREPARED
+                                     or meta.state == TxnState.PREPARE_EPOCH_FENCE)
+
+    def _changed(self) -> None:
+        """Some id's state moved: the waiting requests look again."""
+        waiters, self.waiters = self.waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def _settled(self, transactional_id: str, deadline: float) -> bool:
+        """Wait until the id is no longer busy (True), or until `deadline` (loop time: False)."""
+        loop = asyncio.get_running_loop()
+        while self._busy(self.txns.get(transactional_id)):
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            waiter = loop.create_future()
+            self.waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, left)
+            except asyncio.TimeoutError:
+                return False
+        return True
+
+    async def _patiently(self, transactional_id: str, call):
+        """`call()` again each time the id it found busy settles, up to settle_wait_s; its
+        last answer (the error code first, or alone)."""
+        deadline = asyncio.get_running_loop().time() + self.settings.settle_wait_s
+        while True:
+            answer = await call()
+            code = answer[0] if isinstance(answer, tuple) else answer
+            if code != E.CONCURRENT_TRANSACTIONS or not await self._settled(transactional_id, deadline):
+                return answer
 
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int = NO_PRODUCER_ID,
                                producer_epoch: int = NO_EPOCH) -> tuple[int, int, int]:
         """(error code, producer id, epoch)."""
+        return await self._patiently(transactional_id, lambda: self._init_producer_id(
+            transactional_id, timeout_ms, producer_id, producer_epoch))
+
+    async def _init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int,
+                                producer_epoch: int) -> tuple[int, int, int]:
         if not transactional_id:
             return E.INVALID_REQUEST, -1, -1
         if not 0 < timeout_ms <= self.settings.max_timeout_ms:
@@ -381,6 +435,11 @@ class TransactionCoordinator:
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: set[tuple[str, int]]) -> int:
         """Add partitions to the id's transaction (starting it); one error code for all."""
+        return await self._patiently(transactional_id, lambda: self._add_partitions(
+            transactional_id, producer_id, producer_epoch, partitions))
+
+    async def _add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              partitions: set[tuple[str, int]]) -> int:
         code, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
         if code != E.NONE:
             return code
@@ -451,6 +510,7 @@ class TransactionCoordinator:
             finally:
                 meta.pending = False
             if code != E.NONE or self.txns.get(meta.transactional_id) is not meta:
+                self._changed()
                 return
             meta.apply(record)
             await self._complete(meta, tenure)
@@ -482,6 +542,7 @@ class TransactionCoordinator:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
         meta.completing = None
+        self._changed()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)

@@ -1,7 +1,9 @@
 """The transaction marker writer: COMMIT or ABORT markers to every partition of a transaction,
 each at that partition's leader, retried until every leader has written it.
 
-A partition led here gets its marker appended directly (`write_local`, which the broker's
+Every partition's marker is written at once: those led here appended in one worker-thread job,
+then each waits for its own ISR; the others sent to their leaders at the same time. A partition
+led here gets its marker appended directly (`write_local`, which the broker's
 WriteTxnMarkers handler uses too); one led by another broker is sent to it in a
 WriteTxnMarkers request over the inter-broker connection. A partition that no longer exists
 is dropped (Kafka's answer: its marker is not needed); a leader that is moving, an error or an
@@ -59,14 +61,19 @@ class MarkerWriter:
                     continue
                 leader = self.placement.leader_of(*tp)
                 by_leader.setdefault(-2 if leader is None else leader, []).append(tp)
-            for tp in by_leader.pop(-2, []):
-                code = await self.write_local(tp[0], tp[1], producer_id=producer_id, producer_epoch=producer_epoch,
-                                              coordinator_epoch=coordinator_epoch, committed=committed)
+            local = by_leader.pop(-2, [])
+            by_leader.pop(-1, None)                # no live leader yet: retried
+            # Every partition's marker at once: each waits for its own ISR, so in turn they
+            # would cost a replicated round trip apiece before readers see the transaction.
+            local_codes, *remote = await asyncio.gather(
+                self.write_locals(local, producer_id=producer_id, producer_epoch=producer_epoch,
+                                  coordinator_epoch=coordinator_epoch, committed=committed),
+                *(self._write_remote(leader, tps, producer_id, producer_epoch, coordinator_epoch, committed)
+                  for leader, tps in by_leader.items()))
+            for tp, code in zip(local, local_codes):
                 if code in (E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.TRANSACTION_COORDINATOR_FENCED):
                     remaining.discard(tp)
-            by_leader.pop(-1, None)                # no live leader yet: retried
-            for leader, tps in by_leader.items():
-                done = await self._write_remote(leader, tps, producer_id, producer_epoch, coordinator_epoch, committed)
+            for done in remote:
                 remaining -= done
             if remaining:
                 await asyncio.sleep(backoff)
@@ -77,31 +84,62 @@ class MarkerWriter:
                           coordinator_epoch: int, committed: bool) -> int:
         """Append the marker to topic-p, led here; in a cluster wait until the ISR has it
         (acks=all). The error code."""
-        code = self.partitions.replication.partition_error(topic, p)
-        part = self.partitions.get(topic, p)
-        if code == E.NONE and part is None:
-            code = E.UNKNOWN_TOPIC_OR_PARTITION
-        if code != E.NONE:
-            return code
-        try:
-            info = await self.appender.append_marker(part, committed=committed, producer_id=producer_id,
-                                                     producer_epoch=producer_epoch,
-                                                     coordinator_epoch=coordinator_epoch)
-        except TransactionCoordinatorFencedError as exc:
+        (code,) = await self.write_locals([(topic, p)], producer_id=producer_id, producer_epoch=producer_epoch,
+                                          coordinator_epoch=coordinator_epoch, committed=committed)
+        return code
+
+    async def write_locals(self, tps: list[tuple[str, int]], *, producer_id: int, producer_epoch: int,
+                           coordinator_epoch: int, committed: bool) -> list[int]:
+        """The marker on each of `tps`, led here: appended in one go, then (a cluster) each
+        waits for its ISR, all at once. Each one's error code."""
+        codes: list[int | None] = []
+        parts = []
+        for topic, p in tps:
+            code = self.partitions.replication.partition_error(topic, p)
+            part = self.partitions.get(topic, p)
+            if code == E.NONE and part is None:
+                code = E.UNKNOWN_TOPIC_OR_PARTITION
+            codes.append(None if code == E.NONE else code)
+            if code == E.NONE:
+                parts.append(part)
+        appended = iter(await self.appender.append_markers(
+            parts, committed=committed, producer_id=producer_id, producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch) if parts else [])
+        waits = []
+        for i, (topic, p) in enumerate(tps):
+            if codes[i] is not None:
+                continue
+            info = next(appended)
+            if isinstance(info, BaseException):
+                codes[i] = self._refused(topic, p, info, producer_id, committed)
+            else:
+                waits.append((i, self._acknowledged(topic, p, info, producer_id, committed)))
+        for (i, _w), code in zip(waits, await asyncio.gather(*(w for _i, w in waits))):
+            codes[i] = code
+        return codes
+
+    @staticmethod
+    def _refused(topic: str, p: int, exc: BaseException, producer_id: int, committed: bool) -> int:
+        """The error code of a marker the log refused."""
+        if isinstance(exc, TransactionCoordinatorFencedError):
             # A newer coordinator (a higher epoch of __transaction_state) wrote there: this
             # one's marker is superseded (Kafka's TRANSACTION_COORDINATOR_FENCED).
             logger.info("producer %d: marker for %s-%d fenced: %s", producer_id, topic, p, exc)
             return E.TRANSACTION_COORDINATOR_FENCED
-        except SegLogError as exc:
+        if isinstance(exc, SegLogError):
             code = E.error_code(exc)
             logger.warning("producer %d: the %s marker for %s-%d was refused (error %d): %s", producer_id,
                            "COMMIT" if committed else "ABORT", topic, p, code, exc)
             # A marker from an older coordinator epoch or producer epoch than the log has seen
             # was superseded: the newer one already ended the transaction there.
             return E.NONE if code == E.INVALID_PRODUCER_EPOCH else code
-        except Exception as exc:   # noqa: BLE001 - a disk error: retried by the writer
-            logger.error("producer %d: writing the marker for %s-%d failed: %s", producer_id, topic, p, exc)
-            return E.KAFKA_STORAGE_ERROR
+        # a disk error: retried by the writer
+        logger.error("producer %d: writing the marker for %s-%d failed: %s", producer_id, topic, p, exc)
+        return E.KAFKA_STORAGE_ERROR
+
+    async def _acknowledged(self, topic: str, p: int, info, producer_id: int, committed: bool) -> int:
+        """After the marker's append: in a cluster, wait until the ISR has it; then the offsets
+        hook. The error code."""
         if self.partitions.replication.replicates:
             replica_manager = self.partitions.replication
             replica = replica_manager.replicas.get((topic, p))

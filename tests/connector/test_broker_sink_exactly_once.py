@@ -182,7 +182,9 @@ def test_replayed_batch_is_not_written_twice(broker):
 def test_micro_batch_task_adds_its_partitions_once_and_reuses_its_clients(broker, monkeypatch):
     """A micro-batch's task holds its few rows until flush: one AddPartitionsToTxn names every
     partition it writes (not one round trip per partition), and the worker's next task and the
-    driver's next commit reuse the clients (connections, Metadata) the last ones left."""
+    driver's next commit reuse the clients (connections, Metadata, the coordinators found) the
+    last ones left."""
+    from logcore.wire.api_keys import FIND_COORDINATOR
     import pyspark_seglog.broker_client as broker_client
     from pyspark_seglog.broker_transaction import TaskTransaction as Txn
 
@@ -200,23 +202,68 @@ def test_micro_batch_task_adds_its_partitions_once_and_reuses_its_clients(broker
 
     monkeypatch.setattr(Txn, "add_partitions", add_partitions)
     made: list[str] = []
+    asked: list[int] = []
 
     class CountedClient(broker_client.BrokerClient):
         def __init__(self, *args, **kwargs):
             made.append(kwargs.get("client_id", ""))
             super().__init__(*args, **kwargs)
 
+        def request(self, api_key, values):
+            asked.append(api_key)
+            return super().request(api_key, values)
+
     monkeypatch.setattr(broker_client, "BrokerClient", CountedClient)
     for batch in range(3):
         made.clear()
+        asked.clear()
         messages = [produce_task(opts, COLUMNS, rows(batch * 100 + t * 50, 50), t, 0, "q-small", batch,
                                  streaming=True) for t in range(2)]
         commit_batch(opts, messages, batch)
         assert all(sorted(m.records) == [f"{topic}-{p}" for p in range(3)] for m in messages)
         if batch:
             assert made == [], f"batch {batch} opened new clients: {made}"
+            assert FIND_COORDINATOR not in asked, f"batch {batch} looked its coordinators up again"
     assert added == [[(topic, p) for p in range(3)]] * 6, added      # 2 tasks x 3 batches
     assert exactly(read_values(broker.bootstrap, topic, 3), range(300))
+
+
+def test_batch_record_flies_with_the_rows_and_aborts_with_them(broker, monkeypatch):
+    """The batch record (AddOffsetsToTxn + TxnOffsetCommit) is sent while the task's Produce
+    requests are in flight, not after their acknowledgment; an attempt that fails after sending it
+    aborts it with the rows: the retry finds no record and writes every row again, read_committed
+    sees each once, and a replay of the committed batch finds the record and writes nothing."""
+    topic = "eos-record-in-flight"
+    create_topic(broker, topic, 2)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    events: list[str] = []
+    lost = [True]
+    real_record, real_receive = TaskTransaction.record_batch, TaskProducer._receive_next
+
+    def record_batch(self, *args):
+        events.append("record")
+        return real_record(self, *args)
+
+    def receive_next(self, node, **kwargs):
+        events.append("produce answered")
+        if lost[0]:
+            raise KafkaError("the executor was lost")
+        return real_receive(self, node, **kwargs)
+
+    monkeypatch.setattr(TaskTransaction, "record_batch", record_batch)
+    monkeypatch.setattr(TaskProducer, "_receive_next", receive_next)
+    with pytest.raises(KafkaError, match="executor was lost"):
+        produce_task(opts, COLUMNS, rows(0, 1000), 0, 0, "q-record", 0, streaming=True)
+    assert events[:2] == ["record", "produce answered"], events
+    lost[0] = False
+    events.clear()
+    message = produce_task(opts, COLUMNS, rows(0, 1000), 0, 1, "q-record", 0, streaming=True)
+    assert not message.skipped and sum(message.records.values()) == 1000     # no record of attempt 0
+    assert events[0] == "record", events
+    commit_batch(opts, [message], 0)
+    assert exactly(read_values(broker.bootstrap, topic, 2), range(1000))
+    replay = produce_task(opts, COLUMNS, rows(0, 1000), 0, 0, "q-record", 0, streaming=True)
+    assert replay.skipped and replay.transaction is None
 
 
 def test_abort_hides_the_batch(broker):

@@ -102,12 +102,10 @@ def test_fencing_a_second_producer_aborts_the_open_transaction(tmp_path):
         _, pid, e0 = await txn.init_producer_id("t1", 60000)
         assert await txn.add_partitions("t1", pid, e0, {("data", 0)}) == E.NONE
         _produce(pm, 0, pid, e0, 0, [b"zombie"])
-        code, _, _ = await txn.init_producer_id("t1", 60000)
-        assert code == E.CONCURRENT_TRANSACTIONS          # aborting the old epoch's transaction
-        await _settled(txn, "t1", TxnState.COMPLETE_ABORT)
-        assert _markers(pm, 0) == [(pid, False)]
+        # The old epoch's transaction is aborted (epoch + 1) before the answer comes (epoch + 2).
         code, pid2, e2 = await txn.init_producer_id("t1", 60000)
         assert (code, pid2, e2) == (E.NONE, pid, e0 + 2)
+        assert txn.txns["t1"].state == TxnState.EMPTY and _markers(pm, 0) == [(pid, False)]
         # the zombie is fenced everywhere
         assert await txn.add_partitions("t1", pid, e0, {("data", 1)}) == E.PRODUCER_FENCED
         assert await txn.end_txn("t1", pid, e0, True) == E.PRODUCER_FENCED
@@ -117,6 +115,40 @@ def test_fencing_a_second_producer_aborts_the_open_transaction(tmp_path):
         code, _, e3 = await txn.init_producer_id("t1", 60000, pid, e2)             # KIP-360 from the owner
         assert (code, e3) == (E.NONE, e2 + 1)
         assert await txn.init_producer_id("t1", 60000, pid, e2) == (E.NONE, pid, e3)   # its retry
+        await txn.stop()
+        pm.close()
+    asyncio.run(run())
+
+
+def test_a_busy_id_is_waited_for_or_answered_concurrent_transactions(tmp_path):
+    """A request that finds its id busy (markers of the last EndTxn being written, an old
+    epoch's transaction being aborted) waits for it to settle (settle_wait_s) instead of
+    sending the client to its backoff; with settle_wait_s=0 it gets Kafka's
+    CONCURRENT_TRANSACTIONS at once, and the zombie stays fenced either way."""
+    async def run():
+        pm, txn = _open(tmp_path / "root")
+        await txn.start()
+        _, pid, epoch = await txn.init_producer_id("t1", 60000)
+        assert await txn.add_partitions("t1", pid, epoch, {("data", 0), ("data", 1)}) == E.NONE
+        _produce(pm, 0, pid, epoch, 0, [b"a"])
+        assert await txn.end_txn("t1", pid, epoch, True) == E.NONE
+        assert txn.txns["t1"].state == TxnState.PREPARE_COMMIT       # its markers follow
+        # The next transaction's first add, at once: answered once the markers are written.
+        assert await txn.add_partitions("t1", pid, epoch, {("data", 1)}) == E.NONE
+        assert _markers(pm, 0) == [(pid, True)] and txn.txns["t1"].state == TxnState.ONGOING
+        await txn.stop()
+        pm.close()
+
+        pm, txn = _open(tmp_path / "root2", TxnSettings(num_partitions=3, abort_interval_ms=50, settle_wait_s=0))
+        await txn.start()
+        _, pid, e0 = await txn.init_producer_id("t1", 60000)
+        assert await txn.add_partitions("t1", pid, e0, {("data", 0)}) == E.NONE
+        _produce(pm, 0, pid, e0, 0, [b"zombie"])
+        code, _, _ = await txn.init_producer_id("t1", 60000)
+        assert code == E.CONCURRENT_TRANSACTIONS          # aborting the old epoch's transaction
+        await _settled(txn, "t1", TxnState.COMPLETE_ABORT)
+        assert await txn.init_producer_id("t1", 60000) == (E.NONE, pid, e0 + 2)
+        assert await txn.add_partitions("t1", pid, e0, {("data", 1)}) == E.PRODUCER_FENCED
         await txn.stop()
         pm.close()
     asyncio.run(run())
