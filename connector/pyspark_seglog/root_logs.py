@@ -66,9 +66,16 @@ class RootLogs:
         facts = getattr(self.root.storage, "read_facts", None)
         return None if facts is None else facts.for_folder(partition_dir(*tp))
 
+    def _new_round(self) -> None:
+        """A planning call starts: what earlier calls read is read again, once within this one."""
+        facts = getattr(self.root.storage, "read_facts", None)
+        if facts is not None:
+            facts.new_round()
+
     def topic_partitions(self) -> list:
         """The partitions the subscription covers right now (new topics and partitions included)."""
         opts, root = self.opts, self.root
+        self._new_round()
         if opts.strategy == "assign":
             counts = {}
             for topic in {t for t, _p in opts.assigned}:
@@ -221,6 +228,7 @@ class RootLogs:
 
     def refresh(self, tps) -> None:
         tps = list(tps)
+        self._new_round()
         if self.opts.bootstrap_servers is not None:
             # Ask the leaders first: a leader's HW never runs ahead of its root's checkpoint (the
             # broker checkpoints before it moves the HW), so logs refreshed after this hold every

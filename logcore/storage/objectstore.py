@@ -205,18 +205,14 @@ class ObjectStorage(Storage):
         if self._facts is not None:
             rel = self._check_path(path)
             if start == 0 and end is None:
-                found = self._facts.whole(rel, lambda: self._whole(path))
+                # with its version: a read_versioned of the same object (the partition state
+                # is read both ways at an open) is answered by it
+                found = self._facts.whole(rel, lambda: self._read_versioned(path))
                 if found is None:
                     raise ResourceNotFoundError(f"not found: {self.describe(path)}")
                 return found[0]
             return self._facts.read_range(rel, start, end, lambda: self._read(path, start, end))
         return self._read(path, start, end)
-
-    def _whole(self, path: str) -> tuple[bytes, None] | None:
-        try:
-            return self._read(path, 0, None), None
-        except ResourceNotFoundError:
-            return None
 
     def _read(self, path: str, start: int, end: int | None) -> bytes:
         full = self._full(path)

@@ -9,8 +9,10 @@ segment's indexes and tail: 19 requests, 15 round trips on S3 before its first b
 asks the store only for what is not there (then remembers it for the rest of its open, so one
 open never asks twice).
 
-Two policies, named: `RECORD` (every read asks the store and keeps the answer: a planner that
-must see the latest state) and `REPLAY` (a kept answer is given back: a task's open).
+Two policies, named: `RECORD` (a planner that must see the latest state: a read asks the store
+and keeps the answer, unless the same thing was read in the current round, which the planner
+starts with `new_round()` at each planning call) and `REPLAY` (a kept answer is given back: a
+task's open).
 
 When a kept answer is stale: segment objects are immutable on an object store (a deleted or
 replaced one stays `file.delete.delay.ms`, for readers that hold it) and a task's range lies
@@ -48,9 +50,20 @@ class ReadFacts:
         self._sizes: dict[str, int] = {}
         self._ranges: dict[tuple[str, int, int], bytes] = {}
         self._kept = 0                  # bytes in _objects and _ranges
+        self._this_round: set = set()   # RECORD: (table name, key) read since new_round()
 
     def _known(self, table: dict, key) -> bool:
-        return self.policy == REPLAY and key in table
+        if key not in table:
+            return False
+        return self.policy == REPLAY or (id(table), key) in self._this_round
+
+    def _read_now(self, table: dict, key) -> None:
+        if self.policy == RECORD:
+            self._this_round.add((id(table), key))
+
+    def new_round(self) -> None:
+        """RECORD: what was read so far is not answered again (a new planning call)."""
+        self._this_round.clear()
 
     # -- listings
     def listing(self, folder: str, ask: Callable[[], dict[str, int | None]]) -> list[str]:
@@ -59,20 +72,22 @@ class ReadFacts:
             return list(self._listings[folder])
         found = ask()
         self._listings[folder] = sorted(found)
+        self._read_now(self._listings, folder)
         for name, size in found.items():
             if size is not None:
-                self._sizes[f"{folder}/{name}" if folder else name] = size
+                path = f"{folder}/{name}" if folder else name
+                self._sizes[path] = size
+                self._read_now(self._sizes, path)
         return sorted(found)
 
     def exists(self, path: str, ask: Callable[[], bool]) -> bool:
-        if self.policy == REPLAY:
-            if path in self._objects:
-                return self._objects[path] is not None
-            if path in self._listings and self._listings[path]:
-                return True             # a folder with something in it
-            folder, _, name = path.rpartition("/")
-            if folder in self._listings:
-                return name in self._listings[folder]
+        if self._known(self._objects, path):
+            return self._objects[path] is not None
+        if self._known(self._listings, path) and self._listings[path]:
+            return True                 # a folder with something in it
+        folder, _, name = path.rpartition("/")
+        if self._known(self._listings, folder):
+            return name in self._listings[folder]
         return ask()
 
     # -- objects
@@ -87,21 +102,24 @@ class ReadFacts:
         found = ask()
         if found is None or len(found[0]) <= MAX_KEPT_BYTES:
             self._keep(self._objects, path, found, 0 if found is None else len(found[0]))
+            self._read_now(self._objects, path)
         if found is not None:
             self._sizes[path] = len(found[0])
         return found
 
     def read_range(self, path: str, start: int, end: int | None, ask: Callable[[], bytes]) -> bytes:
         """Bytes [start, end) of an object (a whole one kept answers any range of it)."""
-        known = self._objects.get(path) if self.policy == REPLAY else None
+        known = self._objects[path] if self._known(self._objects, path) else None
         if known is not None:
             return known[0][start:end]
         key = (path, start, end)
-        if self._known(self._ranges, key):
+        # Bytes of an immutable segment object are the same in every round.
+        if key in self._ranges:
             return self._ranges[key]
         data = ask()
         if end is not None and path.endswith(_IMMUTABLE_SUFFIXES) and len(data) <= MAX_KEPT_BYTES:
             self._keep(self._ranges, key, data, len(data))
+            self._read_now(self._ranges, key)
         return data
 
     def _keep(self, table: dict, key, value, size: int) -> None:
@@ -119,6 +137,7 @@ class ReadFacts:
             return self._sizes[path]
         size = ask()
         self._sizes[path] = size
+        self._read_now(self._sizes, path)
         return size
 
     def settle(self) -> None:
