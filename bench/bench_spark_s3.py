@@ -21,8 +21,9 @@ Parquet copy (Kafka's schema, written by Spark through s3a) is made from that ro
     commit protocol: the only one pyspark ships, as Spark's hadoop-cloud module is not on Maven
     Central for 4.x) vs `format("kafka")` (acks=all) into a fresh topic; rows/s = rows / wall time.
 (c) a task's open and first bytes: one source task's `open_files` (LogRoot.open + the partition's
-    bounded open) and its first Arrow batch, timed in this process against one GET of a small
-    object (the S3 round trip) through the same client; the server's request count for each step.
+    bounded open, from the facts the planner hands the task, and without them) and its first
+    Arrow batch, timed in this process against one GET of a small object (the S3 round trip)
+    through the same client; the server's request count for each step.
 (d) S3 requests per GB of records (key + value bytes), from the server's counters around each
     scenario of the median round.
 
@@ -214,16 +215,18 @@ class S3Bench(Bench):
         return rate
 
 
-def first_bytes(url: str, storage_options: dict, bucket: str, counter: RequestCounter) -> dict:
+def first_bytes(url: str, storage_options: dict, spark_options: dict, bucket: str,
+                counter: RequestCounter) -> dict:
     """Median over FIRST_BYTES_TRIES of a source task's open and first Arrow batch (partition 0,
-    its whole range), with the server's request count for each step, beside one small GET."""
-    from logcore.log.log_root import LogRoot
+    its whole range, planned by the batch reader as Spark's driver plans it, pickled as Spark
+    ships it), with the server's request count for each step, beside one small GET. Also the
+    same task without the planner's facts (`read_facts` None: a task of an older driver)."""
+    import pickle
     from logcore.storage import open_storage
-    from pyspark_seglog.partition_reader import SeglogInputPartition, open_files, read_files
-    with LogRoot.open(url, storage_options=storage_options, read_only=True) as root:
-        log = root.log(TOPIC, 0)
-        until = log.high_watermark
-        log.close()
+    from pyspark_seglog.partition_reader import open_files, read_files
+    from pyspark_seglog.source import SeglogBatchReader
+    planned = SeglogBatchReader({"path": url, "subscribe": TOPIC, **spark_options}, None).partitions()
+    shipped = pickle.dumps(next(p for p in planned if p.partition == 0))
     storage = open_storage(f"s3://{bucket}/rtt", storage_options)
     storage.write_atomic("small", b"x" * 100)
     rtts = []
@@ -231,29 +234,34 @@ def first_bytes(url: str, storage_options: dict, bucket: str, counter: RequestCo
         t0 = time.perf_counter()
         storage.read("small")
         rtts.append(time.perf_counter() - t0)
-    opens, firsts, open_requests, first_requests = [], [], [], []
-    for _ in range(FIRST_BYTES_TRIES):
-        p = SeglogInputPartition(url, storage_options, TOPIC, 0, 0, until, "read_committed", False, True)
-        before = counter.snapshot(bucket)
-        t0 = time.perf_counter()
-        opened = open_files(p)
-        t1 = time.perf_counter()
-        middle = counter.snapshot(bucket)
-        rows = read_files(p, *opened)
-        t2 = time.perf_counter()
-        batch = next(rows)
-        t3 = time.perf_counter()
-        after = counter.snapshot(bucket)
-        rows.close()
-        if batch.num_rows == 0:
-            raise AssertionError("the first batch of a task is empty")
-        opens.append(t1 - t0)
-        firsts.append(t3 - t2)
-        open_requests.append(sum((middle - before).values()))
-        first_requests.append(sum((after - middle).values()))
-    return {"rtt": statistics.median(rtts), "open": statistics.median(opens),
-            "first": statistics.median(firsts), "open_requests": statistics.median(open_requests),
-            "first_requests": statistics.median(first_requests)}
+    out = {"rtt": statistics.median(rtts), "facts_bytes": len(shipped)}
+    for label, with_facts in (("", True), ("plain_", False)):
+        opens, firsts, open_requests, first_requests = [], [], [], []
+        for _ in range(FIRST_BYTES_TRIES):
+            p = pickle.loads(shipped)
+            if not with_facts:
+                p.read_facts = None
+            before = counter.snapshot(bucket)
+            t0 = time.perf_counter()
+            opened = open_files(p)
+            t1 = time.perf_counter()
+            middle = counter.snapshot(bucket)
+            rows = read_files(p, *opened)
+            t2 = time.perf_counter()
+            batch = next(rows)
+            t3 = time.perf_counter()
+            after = counter.snapshot(bucket)
+            rows.close()
+            if batch.num_rows == 0:
+                raise AssertionError("the first batch of a task is empty")
+            opens.append(t1 - t0)
+            firsts.append(t3 - t2)
+            open_requests.append(sum((middle - before).values()))
+            first_requests.append(sum((after - middle).values()))
+        out.update({f"{label}open": statistics.median(opens), f"{label}first": statistics.median(firsts),
+                    f"{label}open_requests": statistics.median(open_requests),
+                    f"{label}first_requests": statistics.median(first_requests)})
+    return out
 
 
 def _request_rows(bench: S3Bench, results: dict, names: list[str], gb: float) -> list[str]:
@@ -341,7 +349,8 @@ def main(argv: list[str] | None = None) -> list[str]:
                 print(f"  {label}: {name} {figure:,.0f} rows/s", flush=True)
                 if round_no >= args.warmup:
                     results[name].append(figure)
-        fb = first_bytes(paths["s3_log"], storage_options, buckets["log"], counter) if "source" in parts else None
+        fb = (first_bytes(paths["s3_log"], storage_options, bench.storage, buckets["log"], counter)
+              if "source" in parts else None)
 
         how = (f"{args.runs} rounds after {args.warmup} warm-up, figures from the round with the median"
                f" ratio; SeaweedFS {endpoint.backend} on 127.0.0.1, hadoop-aws {hadoop}, Kafka"
@@ -381,10 +390,14 @@ def main(argv: list[str] | None = None) -> list[str]:
                     f" {FIRST_BYTES_TRIES}; anchor: one GET of a 100-byte object, median of {RTT_TRIES})", "",
                     "| step | ms | S3 requests | in S3 round trips |", "|---|---:|---:|---:|",
                     f"| one GET of a small object | {fb['rtt'] * 1e3:.1f} | 1 | 1.0 |",
-                    f"| open (LogRoot.open + bounded partition open) | {fb['open'] * 1e3:.1f} |"
+                    f"| open with the planner's facts ({fb['facts_bytes']:,} bytes pickled) | {fb['open'] * 1e3:.1f} |"
                     f" {fb['open_requests']:g} | {fb['open'] / fb['rtt']:.1f} |",
-                    f"| first Arrow batch after open | {fb['first'] * 1e3:.1f} | {fb['first_requests']:g} |"
-                    f" {fb['first'] / fb['rtt']:.1f} |"]
+                    f"| first Arrow batch after it | {fb['first'] * 1e3:.1f} | {fb['first_requests']:g} |"
+                    f" {fb['first'] / fb['rtt']:.1f} |",
+                    f"| open without them (each thing asked once) | {fb['plain_open'] * 1e3:.1f} |"
+                    f" {fb['plain_open_requests']:g} | {fb['plain_open'] / fb['rtt']:.1f} |",
+                    f"| first Arrow batch after it | {fb['plain_first'] * 1e3:.1f} | {fb['plain_first_requests']:g} |"
+                    f" {fb['plain_first'] / fb['rtt']:.1f} |"]
             print("\n".join(text) + "\n", flush=True)
             lines += text + [""]
         return lines

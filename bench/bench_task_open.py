@@ -1,10 +1,11 @@
 """What a Spark source task pays to open its partition, on a partition of many segments.
 
 A task runs `read_partition` (connector/pyspark_seglog/partition_reader.py) for one offset
-range. The figure is the whole task function on a range of 100 records in the last sealed
+range, planned by the batch reader (as Spark's driver plans it) and pickled. The figure is the whole task function on a range of 100 records in the last sealed
 segments: with the range-bounded open (`read_range`, today's task) against the same function with the full
 `Log` open (every segment's index checked, the producer state rebuilt), measured in the same run
-by having `LogRoot.log` ignore `read_range`. Storage: local disk, and an S3 server (moto,
+by having `LogRoot.log` ignore `read_range`; on S3 also the task with the facts its planner
+read (logcore.storage.read_facts) against the same task without them. Storage: local disk, and an S3 server (moto,
 in this process) where every file read is a request.
 
     python bench/bench_task_open.py [segments]
@@ -45,10 +46,30 @@ def build(url: str, options: dict | None, segments: int) -> tuple[int, int]:
     return start, start + RANGE
 
 
-def task_seconds(url: str, options: dict | None, start: int, end: int, bounded: bool) -> float:
-    from pyspark_seglog.partition_reader import SeglogInputPartition, read_partition
+def planned_partition(url: str, options: dict | None, start: int, end: int):
+    """The task's partition as the driver plans it (with the facts it read) and Spark ships it."""
+    import json
+    import pickle
+    from pyspark_seglog.source import SeglogBatchReader
 
-    part = SeglogInputPartition(url, options or {}, "t", 0, start, end, "read_committed", False, True)
+    spark_options = {"path": url, "assign": json.dumps({"t": [0]}),
+                     "startingOffsets": json.dumps({"t": {"0": start}}),
+                     "endingOffsets": json.dumps({"t": {"0": end}})}
+    spark_options.update({f"storage.{k}": v for k, v in (options or {}).items() if k != "client_kwargs"})
+    spark_options.update({f"storage.client_kwargs.{k}": v
+                          for k, v in (options or {}).get("client_kwargs", {}).items()})
+    parts = SeglogBatchReader(spark_options, None).partitions()
+    assert len(parts) == 1, parts
+    return pickle.loads(pickle.dumps(parts[0]))
+
+
+def task_seconds(url: str, options: dict | None, start: int, end: int, bounded: bool,
+                 facts: bool = False) -> float:
+    from pyspark_seglog.partition_reader import read_partition
+
+    part = planned_partition(url, options, start, end)
+    if not facts:
+        part.read_facts = None      # the open asks the store (each thing once)
     original = LogRoot.log
 
     def full_open(self, topic, partition, **kwargs):
@@ -105,8 +126,11 @@ def main(segments: int = 200) -> list[str]:
             start, end = build(url, options, s3_segments)
             bounded = task_seconds(url, options, start, end, True)
             full = task_seconds(url, options, start, end, False)
+            planned = task_seconds(url, options, start, end, True, facts=True)
             rows.append((f"S3 (moto), {s3_segments} segments: task ms, bounded open vs full open",
                          bounded * 1e3, full * 1e3, "ms"))
+            rows.append((f"S3 (moto), {s3_segments} segments: task ms, bounded open from the planner's"
+                         " facts vs without them", planned * 1e3, bounded * 1e3, "ms"))
         finally:
             server.stop()
     return print_table(f"Spark source task open: read_partition of {RANGE} records near the end", rows)

@@ -10,10 +10,11 @@ import threading
 
 from pyspark.sql.datasource import InputPartition
 
-from logcore.errors import CorruptRecordError, OffsetOutOfRangeError
-from logcore.log.log_root import LogRoot
+from logcore.errors import CorruptRecordError, OffsetOutOfRangeError, ResourceNotFoundError
+from logcore.log.log_root import LogRoot, partition_dir
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
 from logcore.records.arrow import decode_batches
+from logcore.storage.read_facts import REPLAY, ReadFacts
 from pyspark_seglog.data_loss import damaged, data_loss
 from pyspark_seglog.kafka_rows import COLUMN_BUFFERS, ConstantColumns
 from pyspark_seglog.read_path import READ_PATHS
@@ -39,7 +40,7 @@ class SeglogInputPartition(InputPartition):
                  fetch_bytes: int = DEFAULT_FETCH_BYTES, tiered: dict | None = None,
                  broker_bound: bool = False, replicas: tuple | None = None,
                  read_path: str = "files", bootstrap_servers: str | None = None, client_rack: str = "",
-                 retry_timeout: float = 60.0, security=None):
+                 retry_timeout: float = 60.0, security=None, read_facts=None):
         super().__init__(None)
         self.tiered = tiered            # rsm.config.* options: the remote tier's credentials
         self.root = root
@@ -64,6 +65,10 @@ class SeglogInputPartition(InputPartition):
         self.client_rack = client_rack          # kafka.client.rack: fetch from a replica in this rack
         self.retry_timeout = retry_timeout      # seconds without progress before a fetch gives up
         self.security = security                # a KafkaSecurity (None: PLAINTEXT): the brokers' TLS / SASL
+        # What the driver read of this partition while planning (an object store's listings,
+        # topics file, partition state, last segment's indexes and tail: a ReadFacts): the
+        # task's open answers from it instead of asking the store again.
+        self.read_facts = read_facts
 
     def __repr__(self) -> str:          # storage options (credentials) are never printed
         return (f"SeglogInputPartition({self.topic}-{self.partition} [{self.start}, {self.until}),"
@@ -113,19 +118,39 @@ def open_files(p: SeglogInputPartition):
     this host cannot open them."""
     if getattr(p, "replicas", None):
         return choose_replica(p)
+    planned = getattr(p, "read_facts", None)
+    if planned is not None:
+        try:
+            # A copy: the open adds to its facts, and the same partition may be read again here.
+            return _open_range(p, planned.for_folder(partition_dir(p.topic, p.partition)))
+        except ResourceNotFoundError as exc:
+            # Something the driver listed is gone (retention, a cleaner's swap, a deleted
+            # topic): list again.
+            logger.info("%s-%d: %s since planning; opening it again from a fresh listing",
+                        p.topic, p.partition, exc)
+    # No facts from the driver: the open still asks the store for each thing once.
+    return _open_range(p, ReadFacts(REPLAY))
+
+
+def _open_range(p: SeglogInputPartition, facts: ReadFacts):
     root = LogRoot.open(p.root, storage_options=p.storage_options, read_only=True,
-                        defaults=getattr(p, "tiered", None))
+                        defaults=getattr(p, "tiered", None), read_facts=facts)
     try:
         # Only what reading [start, until) needs: not every segment's index nor the producer state.
         log = root.log(p.topic, p.partition, read_range=(p.start, p.until))
     except BaseException:
         root.close()
         raise
+    if not root.storage.is_local:
+        # Open: later reads see a fresh listing and state (a segment deleted meanwhile is
+        # found missing and the log refreshes its view); the segments' bytes stay known.
+        root.storage.settle_reads()
     return root, log, p.broker_bound
 
 
 def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
     schema = arrow_schema(p.include_headers)
+    planned = getattr(p, "read_facts", None) is not None
     buffer = None
     try:
         name = f"{p.topic}-{p.partition}"
@@ -157,12 +182,16 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
                 offset = damaged(log, offset, exc, p.fail_on_data_loss)
                 continue
             data = fetch.data
-            if not data and broker_bound and not rechecked:
+            if not data and (broker_bound or planned) and not rechecked:
                 # A read that refreshed the view (a segment replaced under it) took the stored HW
-                # again: look at the log once more with the broker's bound.
+                # again: look at the log once more with the broker's bound. Opened from the
+                # planner's facts, the listing may be older than the state it came with (the
+                # driver re-read one and not the other): look at a fresh one before calling the
+                # log short.
                 rechecked = True
                 log.refresh()
-                log.assume_high_watermark(p.until)
+                if broker_bound:
+                    log.assume_high_watermark(p.until)
                 continue
             if not data:
                 bound = fetch.last_stable_offset if p.isolation == "read_committed" else fetch.high_watermark

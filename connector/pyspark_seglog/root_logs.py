@@ -7,7 +7,8 @@ import dataclasses
 import logging
 
 from logcore.errors import ReplicaNotAvailableError, SegLogError, TopicNotFoundError
-from logcore.log.log_root import LogRoot
+from logcore.log.log_root import LogRoot, partition_dir
+from logcore.storage.read_facts import RECORD, ReadFacts
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
 from logcore.wire.error_codes import NONE
 from pyspark_seglog.replicas import ReplicaLogs
@@ -52,13 +53,29 @@ class RootLogs:
     @property
     def root(self) -> LogRoot:
         if self._root is None:
+            # On an object store the planner records what it reads, to hand each task the facts
+            # of its partition (read_facts): a task then opens with no listing and few requests.
             self._root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options,
-                                      read_only=True, defaults=self.opts.tiered)
+                                      read_only=True, defaults=self.opts.tiered,
+                                      read_facts=ReadFacts(RECORD))
         return self._root
+
+    def read_facts(self, tp) -> ReadFacts | None:
+        """What planning read of partition `tp` and the root's files, for its task (None on
+        local disk, where a task's open costs no request)."""
+        facts = getattr(self.root.storage, "read_facts", None)
+        return None if facts is None else facts.for_folder(partition_dir(*tp))
+
+    def _new_round(self) -> None:
+        """A planning call starts: what earlier calls read is read again, once within this one."""
+        facts = getattr(self.root.storage, "read_facts", None)
+        if facts is not None:
+            facts.new_round()
 
     def topic_partitions(self) -> list:
         """The partitions the subscription covers right now (new topics and partitions included)."""
         opts, root = self.opts, self.root
+        self._new_round()
         if opts.strategy == "assign":
             counts = {}
             for topic in {t for t, _p in opts.assigned}:
@@ -211,6 +228,7 @@ class RootLogs:
 
     def refresh(self, tps) -> None:
         tps = list(tps)
+        self._new_round()
         if self.opts.bootstrap_servers is not None:
             # Ask the leaders first: a leader's HW never runs ahead of its root's checkpoint (the
             # broker checkpoints before it moves the HW), so logs refreshed after this hold every

@@ -36,6 +36,7 @@ def _input_partitions(opts: SourceOptions, ranges: list[OffsetRange], logs=None)
     pieces = split_ranges(ranges, min_partitions=opts.min_partitions,
                           max_records_per_partition=opts.max_records_per_partition)
     replicas = logs.replicas if isinstance(logs, ReplicaLogs) else (lambda tp: None)
+    facts = logs.read_facts if isinstance(logs, RootLogs) else (lambda tp: None)
     return [SeglogInputPartition(opts.root, opts.storage_options, r.topic, r.partition, r.start,
                                  r.until, opts.isolation, opts.include_headers, opts.fail_on_data_loss,
                                  opts.fetch_bytes, opts.tiered,
@@ -43,7 +44,8 @@ def _input_partitions(opts: SourceOptions, ranges: list[OffsetRange], logs=None)
                                  replicas=replicas((r.topic, r.partition)),
                                  read_path=opts.read_path, bootstrap_servers=opts.bootstrap_servers,
                                  client_rack=opts.client_rack, retry_timeout=opts.retry_timeout_ms / 1000.0,
-                                 security=opts.security)
+                                 security=opts.security,
+                                 read_facts=facts((r.topic, r.partition)))
             for r in pieces]
 
 

@@ -2,9 +2,30 @@
 staging area, listed in the task's commit message and appended to its partition by the commit."""
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+
+# On an object store the commit reads each copied part back (a GET) before appending it: up to
+# this many parts of a partition are read ahead while the earlier ones are appended, so the
+# GETs' round trips overlap instead of adding up. Bounds the parts held in memory meanwhile.
+READ_AHEAD_PARTS = 3
+_READ_THREADS = 8
+_read_pool: tuple[int, ThreadPoolExecutor] | None = None     # (pid that made it, pool)
+_read_pool_lock = threading.Lock()
+
+
+def _reader_pool() -> ThreadPoolExecutor:
+    """Threads that read parts ahead, apart from the publish pool whose threads wait on them
+    (sharing it could leave every publish thread waiting for reads queued behind them)."""
+    global _read_pool
+    with _read_pool_lock:
+        if _read_pool is None or _read_pool[0] != os.getpid():
+            _read_pool = (os.getpid(), ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="seglog-part-read"))
+        return _read_pool[1]
 
 
 @dataclass
@@ -27,6 +48,9 @@ class StagedPart:
 def append_parts(storage, log, parts: list[StagedPart], adopt_bytes: int, verify_crc: bool) -> None:
     """Append one partition's staged parts in order (not committed: its HW stays). Runs of
     parts big enough to adopt are adopted together (one folder fsync, one roll per run)."""
+    if not storage.is_local:
+        _copy_parts(storage, log, parts)
+        return
     i = 0
     while i < len(parts):
         run = []
@@ -42,3 +66,22 @@ def append_parts(storage, log, parts: list[StagedPart], adopt_bytes: int, verify
         if i < len(parts):           # too small, or not adoptable: copied into the log
             log.append_staged(storage.read(parts[i].path))
             i += 1
+
+
+def _copy_parts(storage, log, parts: list[StagedPart]) -> None:
+    """An object store (no adoption: the offsets are assigned here, so each part is copied into
+    the log): the parts read READ_AHEAD_PARTS ahead, appended in order."""
+    pool = _reader_pool()
+    pending = [pool.submit(storage.read, part.path) for part in parts[:READ_AHEAD_PARTS + 1]]
+    try:
+        for i in range(len(parts)):
+            data = pending[i].result()
+            pending[i] = None           # appended below: not held longer than needed
+            if i + READ_AHEAD_PARTS + 1 < len(parts):
+                pending.append(pool.submit(storage.read, parts[i + READ_AHEAD_PARTS + 1].path))
+            log.append_staged(data)
+            del data
+    finally:
+        for future in pending:
+            if future is not None:
+                future.cancel()

@@ -107,8 +107,12 @@ class LogRoot:
     # ------------------------------------------------------------------ opening
     @classmethod
     def open(cls, url: str, *, storage_options: dict | None = None, read_only: bool = False,
-             create: bool = False, defaults: dict[str, str] | None = None) -> "LogRoot":
-        storage = open_storage(url, storage_options, read_only=read_only)
+             create: bool = False, defaults: dict[str, str] | None = None,
+             read_facts=None) -> "LogRoot":
+        """read_facts (an object store's; logcore.storage.read_facts.ReadFacts): reads are
+        answered and kept by it, as its policy says (a Spark source's planner records, its
+        tasks replay); ignored on local disk."""
+        storage = _remembering(open_storage(url, storage_options, read_only=read_only), read_facts)
         names = storage.list_dir("") if storage.exists("") else []
         if TOPICS_FILE in names:
             return cls(storage, kafka_copy=False, defaults=defaults, url=url,
@@ -120,7 +124,7 @@ class LogRoot:
             if not read_only:
                 logger.info("%s has no %s: opening it read-only as a copy of a Kafka log dir",
                             storage.url, TOPICS_FILE)
-            ro = open_storage(url, storage_options, read_only=True)
+            ro = _remembering(open_storage(url, storage_options, read_only=True), read_facts)
             return cls(ro, kafka_copy=True, defaults=defaults, url=url, storage_options=storage_options)
         if not create:
             raise NotALogRootError(
@@ -655,3 +659,9 @@ def _dump(doc: dict) -> bytes:
 def _new_id() -> str:
     import base64
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _remembering(storage, read_facts):
+    if read_facts is not None and not storage.is_local:
+        storage.remember_reads(read_facts)
+    return storage

@@ -421,7 +421,8 @@ class ObjectSegmentStore:
         self.dir = log.dir
 
     def list_files(self) -> list[str]:
-        return self.storage.list_dir(self.dir) if self.storage.exists(self.dir) else []
+        # One LIST: an object store lists a missing prefix as empty (no HEAD before it).
+        return self.storage.list_dir(self.dir)
 
     def segment_plan(self, names: list[str], bases: list[int], state) -> tuple[list, set[int]]:
         """The cleaner's list in the partition state names the segments below its end; listed

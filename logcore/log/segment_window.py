@@ -12,7 +12,7 @@ import numpy as np
 
 from logcore.errors import CorruptRecordError
 from logcore.records.batch import F_BASE_OFFSET, F_LAST_DELTA, F_POSITION, F_SIZE, HEADER_SIZE, batch_fields
-from logcore.log.segment_verification import first_bad_row
+from logcore.log.segment_verification import first_bad_row, index_entry_problem
 
 INT32_MAX = 2**31 - 1
 
@@ -21,6 +21,10 @@ def read_window(seg, offset: int, max_bytes: int, max_offset: int, min_one_batch
                 view: bool, buffer: bytearray | None, strict: bool,
                 next_base: int | None) -> tuple[int, bytes | memoryview]:
     """(file position of the data, data): see `LogSegment.read_window`."""
+    if _remote(seg):
+        one = _one_read_window(seg, offset, max_bytes, max_offset, view, buffer, next_base)
+        if one is not None:
+            return one
     found = seg.translate_offset(offset, strict=strict)
     if found is None:
         return 0, b""
@@ -59,6 +63,61 @@ def read_window(seg, offset: int, max_bytes: int, max_offset: int, min_one_batch
     if end == len(buf):
         return start, buf
     return start, (memoryview(buf)[:end] if view else buf[:end])
+
+
+def _remote(seg) -> bool:
+    """A published segment of an object store: each read is a request (a round trip)."""
+    storage = getattr(seg, "storage", None)
+    return (not seg.is_local_file and storage is not None and not storage.is_local
+            and not getattr(seg, "writable", False))
+
+
+def _one_read_window(seg, offset: int, max_bytes: int, max_offset: int, view: bool,
+                     buffer: bytearray | None, next_base: int | None):
+    """The window in one ranged read from the offset index's entry, on an object store (the
+    general path reads the entry's header to check it, scans headers to the offset, then
+    reads the window: three round trips). The entry's check, the headers' offsets and the
+    bound are checked in the bytes read. None when that read cannot settle the window alone
+    (the first batch not whole in it, damage, an entry to rebuild, a straddling batch, a
+    reader's resume point): the general path then answers, with its precise errors."""
+    if seg.resume_points:
+        return None
+    entry_offset, position = seg.offset_index.lookup(offset)
+    buf = seg.read_bytes(position, position + max_bytes, buffer)
+    if len(buf) < HEADER_SIZE:
+        return None
+    if not (position == 0 and entry_offset == seg.base_offset) and \
+            index_entry_problem(bytes(buf[:HEADER_SIZE]), entry_offset, position, seg.size()) is not None:
+        return None
+    try:
+        fields = batch_fields(buf, source=seg.log_path, verify_crc=False, allow_partial_tail=True,
+                              base_position=position)
+    except CorruptRecordError:
+        return None
+    if not len(fields) or int(fields[0, F_POSITION]) != 0:     # positions in `buf`
+        return None
+    if position == 0 and seg.contiguous and int(fields[0, F_BASE_OFFSET]) != seg.base_offset:
+        return None                     # a gap at the segment's start (batch_offsets_error's check)
+    last_offsets = fields[:, F_BASE_OFFSET] + fields[:, F_LAST_DELTA]
+    first = int(np.searchsorted(last_offsets, offset, side="left"))
+    if first == len(fields) or int(last_offsets[first]) >= max_offset:
+        return None
+    bad = first_bad_row(fields, seg.base_offset, seg.contiguous, None, next_base)
+    if bad is not None and bad[0] <= first:
+        return None
+    if bad is not None:
+        fields = fields[:bad[0]]        # serve the good batches; the next read fails there
+        last_offsets = last_offsets[:bad[0]]
+    begin = int(fields[first, F_POSITION])
+    stop = int(np.searchsorted(last_offsets, max_offset, side="left"))
+    if stop < len(fields):
+        end = int(fields[stop, F_POSITION])
+    else:
+        end = int(fields[-1, F_POSITION] + fields[-1, F_SIZE])
+    if begin == 0 and end == len(buf):
+        return position, buf
+    window = memoryview(buf)[begin:end]
+    return position + begin, (window if view else bytes(window))
 
 
 def locate_window(seg, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool,

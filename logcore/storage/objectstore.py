@@ -106,6 +106,22 @@ class ObjectStorage(Storage):
         self._is_s3 = protocol in S3_PROTOCOLS
         self._root = fs._strip_protocol(url).rstrip("/")
         self._secrets = tuple(s for s in secrets if len(s) >= 4)
+        self._facts = None              # a ReadFacts answering reads (read_facts.py), or None
+
+    # -- remembered reads (read_facts.py) --------------------------------------------------------
+
+    def remember_reads(self, facts) -> None:
+        """Answer and keep reads with `facts` (a ReadFacts) from now on."""
+        self._facts = facts
+
+    def settle_reads(self) -> None:
+        """An open is done: only facts of immutable segment objects answer from now on."""
+        if self._facts is not None:
+            self._facts.settle()
+
+    @property
+    def read_facts(self):
+        return self._facts
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -148,6 +164,16 @@ class ObjectStorage(Storage):
     # -- reads ---------------------------------------------------------------------------------
 
     def exists(self, path: str) -> bool:
+        if self._facts is not None:
+            rel = self._check_path(path)
+            if not rel:
+                # The root prefix exists when something is below it: the LIST that follows an
+                # open's check answers both.
+                return bool(self.list_dir(""))
+            return self._facts.exists(rel, lambda: self._exists(path))
+        return self._exists(path)
+
+    def _exists(self, path: str) -> bool:
         full = self._full(path)
         try:
             return bool(self._fs.exists(full))
@@ -155,6 +181,11 @@ class ObjectStorage(Storage):
             raise self._translate(exc, "check", path) from exc
 
     def size(self, path: str) -> int:
+        if self._facts is not None:
+            return self._facts.size(self._check_path(path), lambda: self._size(path))
+        return self._size(path)
+
+    def _size(self, path: str) -> int:
         full = self._full(path)
         try:
             info = self._fs.info(full)
@@ -171,6 +202,19 @@ class ObjectStorage(Storage):
             if not self.exists(path):
                 raise ResourceNotFoundError(f"not found: {self.describe(path)}")
             return b""
+        if self._facts is not None:
+            rel = self._check_path(path)
+            if start == 0 and end is None:
+                # with its version: a read_versioned of the same object (the partition state
+                # is read both ways at an open) is answered by it
+                found = self._facts.whole(rel, lambda: self._read_versioned(path))
+                if found is None:
+                    raise ResourceNotFoundError(f"not found: {self.describe(path)}")
+                return found[0]
+            return self._facts.read_range(rel, start, end, lambda: self._read(path, start, end))
+        return self._read(path, start, end)
+
+    def _read(self, path: str, start: int, end: int | None) -> bytes:
         full = self._full(path)
         try:
             if self._is_s3:
@@ -186,18 +230,39 @@ class ObjectStorage(Storage):
             raise self._translate(exc, "read", path) from exc
 
     def list_dir(self, path: str = "") -> list[str]:
+        if self._facts is not None:
+            return self._facts.listing(self._check_path(path), lambda: self._listing(path))
+        return sorted(self._listing(path))
+
+    def _listing(self, path: str) -> dict[str, int | None]:
+        """{name: size, None for a folder} of the names directly in `path` (one LIST: the
+        sizes come with it, and a remembering reader keeps them)."""
         full = self._full(path)
         try:
-            entries = self._fs.ls(full, detail=False, refresh=True)
+            entries = self._fs.ls(full, detail=True, refresh=True)
         except FileNotFoundError:
-            return []
+            return {}
         except Exception as exc:
             raise self._translate(exc, "list", path) from exc
         prefix = full.rstrip("/") + "/"
-        names = {e.rstrip("/")[len(prefix):] for e in entries if e.rstrip("/").startswith(prefix)}
-        return sorted(n for n in names if n and "/" not in n)
+        out: dict[str, int | None] = {}
+        for e in entries:
+            name = e["name"].rstrip("/")
+            if not name.startswith(prefix):
+                continue
+            rel = name[len(prefix):]
+            if rel and "/" not in rel:
+                is_file = e.get("type") == "file"
+                out[rel] = int(e.get("size") or 0) if is_file else None
+        return out
 
     def read_versioned(self, path: str) -> tuple[bytes, str] | None:
+        if self._facts is not None:
+            return self._facts.whole(self._check_path(path), lambda: self._read_versioned(path),
+                                     versioned=True)
+        return self._read_versioned(path)
+
+    def _read_versioned(self, path: str) -> tuple[bytes, str] | None:
         full = self._full(path)
         try:
             if self._is_s3:

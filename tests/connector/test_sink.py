@@ -418,6 +418,34 @@ def test_crash_after_some_partitions_committed(tmp_path):
     assert staging_leftovers(root) == []
 
 
+def test_an_object_store_commit_reads_parts_ahead_in_order_and_a_crash_mid_commit_is_finished(tmp_path):
+    """On an object store the commit reads each partition's parts ahead (staged_part.py) while it
+    appends them: the parts still land in (task, seq) order, and a commit that fails on one
+    partition's part publishes the others and is finished by the replay, as on local disk."""
+    root = f"memory://{tmp_path.name}/root"
+    opts = {"path": root, "topic": "t", "topic.partitions": "2"}
+    writer = SeglogStreamWriter(opts, _schema(), False)
+    # 7 tasks, each staging rows for both partitions (null keys: round-robin per task)
+    msgs = [_stage(root, writer, "q", 4, task, [(None, b"%d-%03d" % (task, i)) for i in range(40)])
+            for task in range(7)]
+    storage = open_storage(root)
+    victim = next(p for m in msgs[3:] for p in m.parts if p.partition == 1)
+    saved = storage.read(victim.path)
+    storage.delete(victim.path)
+    with pytest.raises(Exception):
+        SeglogStreamWriter(opts, _schema(), False).commit(msgs, 4)
+    published = {p: len(rs) for p, rs in read_all(root, "t").items()}
+    assert published[1] == 0 and published[0] == sum(p.records for m in msgs for p in m.parts if p.partition == 0)
+    storage.write_atomic(victim.path, saved)                        # the "crash" is over
+    SeglogStreamWriter(opts, _schema(), False).commit(msgs, 4)
+    records = read_all(root, "t")
+    for p, rs in records.items():
+        values = [r.value for r in rs]
+        assert values == sorted(values)     # task by task, each task's rows in their order
+        assert [r.offset for r in rs] == list(range(len(rs)))
+    assert sum(len(rs) for rs in records.values()) == 7 * 40
+
+
 def test_abort_deletes_the_batch_staging_but_keeps_a_pinned_batch(tmp_path):
     root = str(tmp_path / "root")
     opts = {"path": root, "topic": "t"}
