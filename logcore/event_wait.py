@@ -1,4 +1,5 @@
-"""Waiting for an asyncio.Event with a timeout, without losing a cancellation.
+"""Waiting for an asyncio.Event with a timeout, and stopping a task, without losing a
+cancellation.
 
 `asyncio.wait_for(event.wait(), t)` before Python 3.12 returns normally when the task is
 cancelled in the same loop turn as the event is set: the cancellation is swallowed. A loop
@@ -24,3 +25,15 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
         if not waiter.done():
             waiter.cancel()
     return bool(done)
+
+
+async def cancel_and_wait(task: asyncio.Task, recheck_s: float = 0.1) -> None:
+    """Cancel `task` and wait until it has ended. The cancellation is repeated while the task
+    runs on: any `asyncio.wait_for` inside it (a connect with a timeout, in this code or a
+    library's) can swallow a cancellation on Python 3.11 the same way, and a loop task that
+    swallowed it would otherwise be awaited for ever."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=recheck_s)
+    if not task.cancelled():
+        task.exception()                 # retrieved: an error of a stopped task is not reported

@@ -18,6 +18,7 @@ import os
 import struct
 import time
 
+from logcore.event_wait import cancel_and_wait
 from logcore.broker.api_versions import windows
 from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
@@ -67,10 +68,7 @@ class ClientConnections:
 
     async def close_all(self) -> None:
         """End every connection (their tasks cancelled and awaited)."""
-        for task in list(self.connections):
-            task.cancel()
-        if self.connections:
-            await asyncio.gather(*self.connections, return_exceptions=True)
+        await asyncio.gather(*(cancel_and_wait(task) for task in list(self.connections)))
 
     def new_connection(self, listener) -> FrameConnection:
         """The protocol of a connection accepted on `listener` (asyncio's protocol factory)."""

@@ -39,7 +39,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from logcore.event_wait import wait_event
+from logcore.event_wait import cancel_and_wait, wait_event
 from logcore.wire import error_codes as E
 from logcore.quota.replication_quota import throttles
 from logcore.replication import replica_catchup
@@ -136,8 +136,7 @@ class LeaderFetcher:
 
     async def stop(self) -> None:
         if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+            await cancel_and_wait(self.task)
         if self.conn is not None:
             self.conn.close()
 

@@ -27,6 +27,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from logcore.event_wait import cancel_and_wait
 from logcore.wire import error_codes as E
 from logcore.cluster.znode_json import NO_LEADER, LeaderAndIsr, TopicAssignment
 from logcore.cluster.zookeeper_session import is_transient
@@ -98,9 +99,7 @@ class ReplicaManager:
     async def stop(self) -> None:
         self.stopped = True
         await self.fetchers.stop()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(cancel_and_wait(task) for task in self._tasks))
         for replica in self.replicas.values():
             replica.fail_waiters(E.NOT_LEADER_OR_FOLLOWER)
 
