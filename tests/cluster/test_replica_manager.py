@@ -67,6 +67,15 @@ class InProcessCluster:
     def log(self, i: int):
         return self.broker(i).partitions.get(*KEY)._log
 
+    async def opened_log(self, i: int):
+        """Broker i's log of the partition, once it has opened it (a follower opens its replica
+        when it learns of the topic, which may come after the leader leads with it in the ISR)."""
+        def opened():
+            partition = self.broker(i).partitions.get(*KEY)
+            return partition is not None and partition._log is not None
+        await self.until(opened, f"broker {i}'s replica open")
+        return self.log(i)
+
     def store(self):
         return self.rm(1).store
 
@@ -173,7 +182,7 @@ def test_a_follower_append_in_flight_does_not_land_after_become_leader(tmp_path,
         async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
             await c.create([1, 2], {"min.insync.replicas": "1"})
             epoch = await c.leading(1, (1, 2))
-            log2 = c.log(2)
+            log2 = await c.opened_log(2)
             original = log2.append_as_follower
             started = threading.Event()
 
@@ -373,7 +382,7 @@ def test_a_full_disk_on_a_follower_stops_it_and_the_leader_goes_on(tmp_path, zk_
             await c.create([1, 2], {"min.insync.replicas": "1"})
             await c.leading(1, (1, 2))
             follower = c.servers[2]
-            log2 = c.log(2)
+            log2 = await c.opened_log(2)
             log2.append_as_follower_nowait = lambda records, **kw: None   # always the thread path
             log2.append_as_follower = _enospc
             assert (await c.produce(1, b"x"))[0] == E.NONE
