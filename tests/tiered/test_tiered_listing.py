@@ -24,7 +24,8 @@ def test_segment_objects_are_the_local_files(tmp_path, capsys):
     store.refresh()
     second = store.list_segments()[1]
     for wanted in (str(second.start_offset + 1), second.segment_id.text):
-        assert cli.main(["tiered", "--root", url, "--topic", "t", "--segment", wanted]) == 0
+        # --segment=: a segment id (base64url) may start with "-", which argparse would take for a flag
+        assert cli.main(["tiered", "--root", url, "--topic", "t", f"--segment={wanted}"]) == 0
         out = capsys.readouterr().out
         name = f"{second.start_offset:020d}.log"
         assert f"offsets {second.start_offset}-{second.end_offset}" in out and "plain (Kafka files)" in out
