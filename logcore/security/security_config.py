@@ -18,9 +18,9 @@ from logcore.errors import InvalidConfigError
 from logcore.log.config_key import ConfigKey, ConfigType, at_least, unknown_message
 from logcore.security.access_token import CALLBACK_HANDLER, OAUTHBEARER_KEYS, OAUTHBEARER_NAMES, OAuthBearerSettings
 from logcore.security.jaas import MODULES, PLAIN_MODULE, JaasConfig, parse_jaas
-from logcore.security.session_lifetime import SessionLifetimes
 from logcore.security.listener import (DEFAULT_PROTOCOL_MAP, PLAINTEXT, PROTOCOLS, Listener, parse_listeners,
                                        protocol_map)
+from logcore.security.session_lifetime import SessionLifetimes
 from logcore.security.zookeeper_login import DEFAULT_SECTION, LOGIN_FILE_SETTING, SECTION_SETTING, ZooKeeperLogin
 from logcore.security.zookeeper_tls import KEYS as ZOOKEEPER_TLS_KEYS, PROPERTY_KEYS as ZOOKEEPER_TLS_PROPERTIES
 from logcore.security.zookeeper_tls import ZooKeeperTls
