@@ -13,7 +13,7 @@ SaslHandshake + SaslAuthenticate, same mechanism and principal) before then. A r
 arrives after the session expired closes the connection (`expired`). An OAUTHBEARER session also
 ends when its token does: its lifetime is the smaller of the token's remaining life and
 connections.max.reauth.ms (the token's alone when that is 0), as Kafka's SaslServerAuthenticator
-computes it.
+computes it. connections.max.reauth.ms may differ per mechanism on a listener (SessionLifetimes).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from logcore.security.plain import PlainServer
 from logcore.security.principal import KafkaPrincipal
 from logcore.security.scram import SaslFailure, ScramServer
 from logcore.security.scram_credential import ScramCredential
+from logcore.security.session_lifetime import SessionLifetimes
 from logcore.wire import error_codes as E
 
 ScramLookup = Callable[[str, str], "ScramCredential | None"]     # (mechanism, user) -> credential
@@ -33,18 +34,19 @@ ScramLookup = Callable[[str, str], "ScramCredential | None"]     # (mechanism, u
 
 class SaslAuthenticator:
     """`mechanisms`: the listener's enabled ones; `plain_users`: its PLAIN users; `scram`: the
-    credential lookup; `reauth_ms`: connections.max.reauth.ms (0: sessions never expire);
+    credential lookup; `reauth_ms`: connections.max.reauth.ms, one for every mechanism or the
+    listener's SessionLifetimes (per mechanism; 0: sessions never expire);
     `oauthbearer`: the listener's token validator when it enables OAUTHBEARER."""
 
     def __init__(self, mechanisms: tuple[str, ...], plain_users: dict[str, str], scram: ScramLookup,
-                 reauth_ms: int = 0, clock: Callable[[], float] = time.monotonic, *,
+                 reauth_ms: int | SessionLifetimes = 0, clock: Callable[[], float] = time.monotonic, *,
                  oauthbearer: TokenValidator | None = None, wall_clock: Callable[[], float] = time.time):
         if "OAUTHBEARER" in mechanisms and oauthbearer is None:
             raise ValueError("OAUTHBEARER is enabled but no token validator was given")
         self.mechanisms = mechanisms
         self._plain_users = plain_users
         self._scram = scram
-        self._reauth_ms = reauth_ms
+        self._lifetimes = reauth_ms if isinstance(reauth_ms, SessionLifetimes) else SessionLifetimes(reauth_ms)
         self._oauthbearer = oauthbearer
         self._clock = clock
         self._wall_clock = wall_clock         # token expiry times are wall-clock (epoch) times
@@ -118,7 +120,8 @@ class SaslAuthenticator:
     def _session_lifetime(self, exchange) -> int | None:
         """How long the new session lasts in ms (None: no limit): connections.max.reauth.ms, cut
         short by the credential's own expiry (an OAUTHBEARER token's exp)."""
-        limit = self._reauth_ms if self._reauth_ms > 0 else None
+        reauth_ms = self._lifetimes.ms(self.mechanism)
+        limit = reauth_ms if reauth_ms > 0 else None
         if isinstance(exchange, OAuthBearerServer):
             left = max(0, exchange.credential_expires_at_ms - int(self._wall_clock() * 1000))
             limit = left if limit is None else min(limit, left)

@@ -4,7 +4,8 @@ mechanisms and logins, re-authentication, and the inter-broker listener.
 Every ssl.*, sasl.enabled.mechanisms, sasl.jaas.config and connections.max.reauth.ms setting may
 be given for one listener, `listener.name.<listener, lower case>.<setting>`, which wins over the
 unprefixed one; a SASL login may also be given per mechanism,
-`listener.name.<listener>.<mechanism, lower case>.sasl.jaas.config` (Kafka's broker form).
+`listener.name.<listener>.<mechanism, lower case>.sasl.jaas.config` (Kafka's broker form), and so
+may a session's lifetime, `listener.name.<listener>.<mechanism>.connections.max.reauth.ms`.
 OAUTHBEARER's settings (access_token.py: sasl.oauthbearer.*, and the validator's
 sasl.server.callback.handler.class) likewise: `listener.name.<listener>.oauthbearer.<setting>`
 wins over the unprefixed sasl.oauthbearer.* one.
@@ -19,6 +20,7 @@ from logcore.security.access_token import CALLBACK_HANDLER, OAUTHBEARER_KEYS, OA
 from logcore.security.jaas import MODULES, PLAIN_MODULE, JaasConfig, parse_jaas
 from logcore.security.listener import (DEFAULT_PROTOCOL_MAP, PLAINTEXT, PROTOCOLS, Listener, parse_listeners,
                                        protocol_map)
+from logcore.security.session_lifetime import SessionLifetimes
 from logcore.security.zookeeper_login import DEFAULT_SECTION, LOGIN_FILE_SETTING, SECTION_SETTING, ZooKeeperLogin
 from logcore.security.zookeeper_tls import KEYS as ZOOKEEPER_TLS_KEYS, PROPERTY_KEYS as ZOOKEEPER_TLS_PROPERTIES
 from logcore.security.zookeeper_tls import ZooKeeperTls
@@ -98,6 +100,10 @@ _GLOBAL = (
 SECURITY_KEYS: dict[str, ConfigKey] = {k.name: k for k in _PER_LISTENER + _GLOBAL + OAUTHBEARER_KEYS
                                        + ZOOKEEPER_TLS_KEYS + ZOOKEEPER_TLS_PROPERTIES}
 _PER_LISTENER_NAMES = frozenset(k.name for k in _PER_LISTENER)
+REAUTH = "connections.max.reauth.ms"
+# Settings that may also be given for one mechanism of a listener (Kafka's ListenerMechanismConfigs
+# that seglog serves).
+_PER_MECHANISM = ("sasl.jaas.config", REAUTH)
 
 
 def is_security_name(name: str) -> bool:
@@ -124,7 +130,7 @@ class ListenerSecurity:
     settings: dict[str, str]                       # the ssl.* and sasl.* values that apply to it
     mechanisms: tuple[str, ...]
     logins: dict[str, JaasConfig] = field(default_factory=dict)   # mechanism -> its login config
-    reauth_ms: int = 0
+    reauth_ms: SessionLifetimes = SessionLifetimes()   # connections.max.reauth.ms per mechanism
     oauthbearer: OAuthBearerSettings | None = None  # its token checks, when it serves OAUTHBEARER
 
     def plain_users(self) -> dict[str, str]:
@@ -244,7 +250,7 @@ def _listener_overrides(props: dict[str, str], names: list[str], where: str) -> 
         if listener.lower() not in lower:
             raise InvalidConfigError(f"{where}: {name}: {listener} is not one of the listeners ({', '.join(names)})")
         mech, _, tail = setting.partition(".")
-        if tail == "sasl.jaas.config" and mech.upper() not in ("SASL",):
+        if tail in _PER_MECHANISM and mech.upper() not in ("SASL",):
             check_mechanism(mech, f"{where}: {name}", SERVED_MECHANISMS)
         elif mech == "oauthbearer" and (tail in OAUTHBEARER_NAMES or tail == CALLBACK_HANDLER):
             pass                    # resolved with the listener's mechanisms (_oauthbearer)
@@ -269,7 +275,7 @@ def _resolve(listener: Listener, values: dict, props: dict[str, str], overrides:
     here = f"{where}: listener {listener.name}"
     mechanisms: tuple[str, ...] = ()
     logins: dict[str, JaasConfig] = {}
-    reauth = 0
+    reauth = SessionLifetimes()
     if listener.sasl:
         raw = settings.get("sasl.enabled.mechanisms")
         listed = SECURITY_KEYS["sasl.enabled.mechanisms"].parse(raw) if raw is not None else \
@@ -290,8 +296,13 @@ def _resolve(listener: Listener, values: dict, props: dict[str, str], overrides:
                 logins[m] = login
             elif shared is not None and shared.module == MODULES[m]:
                 logins[m] = shared          # sasl.jaas.config serves the mechanisms of its module
-        reauth = SECURITY_KEYS["connections.max.reauth.ms"].parse(settings.get("connections.max.reauth.ms",
-                                                                               values["connections.max.reauth.ms"]))
+        reauth = _session_lifetimes(listener, mechanisms, values, settings, overrides, where)
+    else:
+        given = sorted(k for k in overrides if k.endswith("." + REAUTH))     # a mechanism's
+        if given:
+            raise InvalidConfigError(f"{where}: listener.name.{listener.name.lower()}.{given[0]}: listener"
+                                     f" {listener.name} is {listener.protocol}, not SASL: it has no sessions to"
+                                     " re-authenticate")
     oauthbearer = _oauthbearer(listener, mechanisms, props, overrides, here)
     if listener.tls:
         from logcore.security.tls_context import client_auth, tls_versions, hostname_check
@@ -302,6 +313,27 @@ def _resolve(listener: Listener, values: dict, props: dict[str, str], overrides:
             raise InvalidConfigError(f"{here}: a TLS listener ({listener.protocol}) needs a keystore:"
                                      " ssl.keystore.location, or ssl.keystore.certificate.chain with ssl.keystore.key")
     return ListenerSecurity(listener, settings, mechanisms, logins, reauth, oauthbearer)
+
+
+def _session_lifetimes(listener: Listener, mechanisms: tuple[str, ...], values: dict, settings: dict[str, str],
+                       overrides: dict[str, str], where: str) -> SessionLifetimes:
+    """connections.max.reauth.ms of the listener and of each of its mechanisms given one."""
+    key = SECURITY_KEYS[REAUTH]
+    base = key.parse(settings[REAUTH]) if REAUTH in settings else values[REAUTH]
+    by_mechanism = {}
+    for setting, raw in overrides.items():
+        mech, _, tail = setting.partition(".")
+        if tail != REAUTH:
+            continue
+        name = f"listener.name.{listener.name.lower()}.{setting}"
+        if mech.upper() not in mechanisms:
+            raise InvalidConfigError(f"{where}: {name}: {mech.upper()} is not enabled on listener {listener.name}"
+                                     f" (sasl.enabled.mechanisms: {', '.join(mechanisms)})")
+        try:
+            by_mechanism[mech.upper()] = key.parse(raw)
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(f"{where}: {name}: {exc}") from None
+    return SessionLifetimes(base, by_mechanism)
 
 
 def _oauthbearer(listener: Listener, mechanisms: tuple[str, ...], props: dict[str, str], overrides: dict[str, str],

@@ -2,10 +2,11 @@
 and the key-set cache (jwks.py) against a JWKS served over HTTP on 127.0.0.1 by the test, with
 keys made here (key rotation, refresh, an unreachable issuer: what Keycloak in
 test_oauthbearer.py cannot be made to do quickly); RFC 7628's client message; the settings'
-refusals; the session lifetime of KIP-368."""
+refusals; the session lifetime of KIP-368; kafka-python on a broker with tokens minted here."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -222,3 +223,74 @@ def test_settings_refused_with_reasons():
     with pytest.raises(InvalidConfigError, match="do not fetch OAuth tokens"):
         ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER"},
                                        "client.properties")
+
+
+# ---------------------------------------------------------------- kafka-python on a broker
+@pytest.fixture(scope="module")
+def oauth_broker(issuer, pki, tmp_path_factory):
+    """One broker for this module's client tests: OAUTHBEARER on SASL_PLAINTEXT and SASL_SSL,
+    tokens checked against `issuer`'s key set."""
+    from in_process_broker import InProcessBroker
+    base = tmp_path_factory.mktemp("oauth-broker")
+    running = InProcessBroker({
+        "listeners": "PLAINTEXT://127.0.0.1:0,OAUTH://127.0.0.1:0,OAUTH_SSL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OAUTH:SASL_PLAINTEXT,OAUTH_SSL:SASL_SSL",
+        "log.dirs": str(base / "logs"), "num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
+        "ssl.keystore.location": str(pki.broker_p12), "ssl.keystore.password": "store-secret",
+        "sasl.enabled.mechanisms": "OAUTHBEARER",
+        **{f"listener.name.{name}.oauthbearer.sasl.server.callback.handler.class": VALIDATOR_CLASSES[0]
+           for name in ("oauth", "oauth_ssl")},
+        "sasl.oauthbearer.jwks.endpoint.url": issuer.url, "sasl.oauthbearer.expected.audience": "kafka",
+        "sasl.oauthbearer.expected.issuer": ISSUER, "sasl.oauthbearer.clock.skew.seconds": "0",
+    })
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def kafka_python_login(running, pki, listener: str, token: str) -> dict:
+    """kafka-python's settings for `listener`, presenting `token` (its sasl_oauth_token_provider)."""
+    try:
+        from kafka.net.sasl.oauth import AbstractTokenProvider
+    except ImportError:                                  # kafka-python 2.x keeps it here
+        from kafka.sasl.oauth import AbstractTokenProvider
+
+    class Minted(AbstractTokenProvider):
+        def token(self):
+            return token
+    conf = dict(bootstrap_servers=running.listener(listener), sasl_mechanism="OAUTHBEARER",
+                sasl_oauth_token_provider=Minted(), security_protocol="SASL_PLAINTEXT")
+    if listener == "OAUTH_SSL":
+        conf.update(security_protocol="SASL_SSL", ssl_cafile=str(pki.ca_pem))
+    return conf
+
+
+def test_kafka_python_with_minted_tokens(oauth_broker, issuer, pki, caplog):
+    """kafka-python (its sasl_oauth_token_provider) produces and consumes over SASL_PLAINTEXT and
+    SASL_SSL with a token signed by the issuer; an expired one is refused."""
+    kafka = pytest.importorskip("kafka")
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    issuer.keys = {"r1": RSA_KEY}
+    for listener in ("OAUTH", "OAUTH_SSL"):
+        conf = kafka_python_login(oauth_broker, pki, listener, issuer.sign("r1", sub="kp-app"))
+        topic = f"kp-oauth-{listener.lower()}"
+        producer = KafkaProducer(**conf)
+        for i in range(3):
+            producer.send(topic, f"{topic}-{i}".encode()).get(timeout=20)
+        producer.close()
+        consumer = KafkaConsumer(**conf, consumer_timeout_ms=10000)
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        got = [m.value for _, m in zip(range(3), consumer)]
+        consumer.close()
+        assert got == [f"{topic}-{i}".encode() for i in range(3)], listener
+    # An expired token: refused with the reason (kafka-python logs the SaslAuthenticate error,
+    # then gives up bootstrapping).
+    now = int(time.time())
+    expired = kafka_python_login(oauth_broker, pki, "OAUTH", issuer.sign("r1", exp=now - 5, iat=now - 60))
+    with caplog.at_level(logging.WARNING, logger="kafka"), pytest.raises(kafka.errors.KafkaTimeoutError):
+        KafkaProducer(**expired, bootstrap_timeout_ms=2000)
+    refusals = [r.getMessage() for r in caplog.records if r.name.startswith("kafka.")]
+    assert any("SaslAuthenticationFailedError" in m and "the token has expired (exp)" in m for m in refusals), refusals
