@@ -1,5 +1,6 @@
 """Every client connection of a broker server: its security session, its reader loop, the
-dispatch of each request to the broker and the in-order writing of the responses.
+dispatch of each request to the broker and the in-order writing of the responses (through
+the connection's ResponseWriter, which sends the answers of one event-loop pass together).
 
 Per connection, a reader loop takes one frame at a time (bounded by socket.request.max.bytes),
 parses it and runs the handler's immediate part; what the handler leaves to finish later (a
@@ -24,6 +25,7 @@ from logcore.broker.config import BrokerConfig
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.framing import ConnectionLimits, FrameConnection, RequestMemory
 from logcore.broker.quota_handlers import ThrottledResponse
+from logcore.broker.response_writer import ResponseWriter
 from logcore.broker.sasl_requests import SaslRequests
 from logcore.log.file_slice import FileSlice
 from logcore.metrics.request_metrics import response_errors
@@ -114,7 +116,7 @@ class ClientConnections:
             result = self.broker.produce_now(request)
         except Exception:   # noqa: BLE001 - a bug must cost one connection, not the broker
             logger.exception("connection %s: unexpected error; closing it", conn.peer)
-            conn.close()
+            sending.out.close()
             return True
         if self.broker.quotas.active or type(result) is ThrottledResponse:
             result = self._charged(request, started, result, sending)
@@ -127,7 +129,7 @@ class ClientConnections:
             return True
         item = (request, result)
         if not sending.busy and queue.empty() and not conn.write_paused:
-            conn.write(_ready_frame(item))
+            sending.out.write(_ready_frame(item))
         else:
             queue.put_nowait(item)
         return True
@@ -138,9 +140,9 @@ class ClientConnections:
         peer = conn.peer
         session = conn.session = self._session(conn, listener)
         queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
-        sending = _Sending()
+        sending = _Sending(ResponseWriter(conn))
         conn.responses, conn.sending = queue, sending       # for _produce_now
-        sender = asyncio.get_running_loop().create_task(self._send_responses(queue, conn, peer, sending))
+        sender = asyncio.get_running_loop().create_task(self._send_responses(queue, sending.out, peer, sending))
         try:
             while True:
                 frame = await conn.read_frame(self.idle_timeout)
@@ -162,7 +164,7 @@ class ClientConnections:
                 if not sending.busy and queue.empty() and not conn.write_paused:
                     ready = _ready_frame(item)
                     if ready is not None:       # nothing ahead of it: no hop through the sender
-                        conn.write(ready)
+                        sending.out.write(ready)
                         continue
                 await queue.put(item)
         except asyncio.CancelledError:
@@ -178,7 +180,7 @@ class ClientConnections:
             except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
                 sender.cancel()
             conn.responses = None
-            conn.close()
+            sending.out.close()
             self.connections.pop(task, None)
 
     async def _timed(self, api_key: int, started: float, pending, sending: _Sending):
@@ -265,7 +267,7 @@ class ClientConnections:
             return None
         return (request, result)
 
-    async def _send_responses(self, queue: asyncio.Queue, writer: FrameConnection, peer,
+    async def _send_responses(self, queue: asyncio.Queue, writer: ResponseWriter, peer,
                               sending: _Sending) -> None:
         try:
             while True:
@@ -330,11 +332,15 @@ def _unsupported_answer(frame, exc: UnsupportedRequest):
 
 
 class _Sending:
-    """Whether a connection's sender task is working on a response (else it waits for one),
-    and until when its reader is muted: a client over a quota is answered at once with the
-    throttle time, then nothing more is read from it until that time has passed (KIP-219)."""
+    """A connection's way out (`out`, its ResponseWriter), whether its sender task is working
+    on a response (else it waits for one), and until when its reader is muted: a client over a
+    quota is answered at once with the throttle time, then nothing more is read from it until
+    that time has passed (KIP-219)."""
     busy = False
     muted_until = 0.0             # time.monotonic(); 0: not muted
+
+    def __init__(self, out: ResponseWriter):
+        self.out = out
 
     def mute(self, throttle_ms: int) -> None:
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000.0)
@@ -366,16 +372,17 @@ class _ShortSend(Exception):
     """A file range ended before the length its response announced: the frame cannot be completed."""
 
 
-async def _send_pieces(writer: FrameConnection, response: EncodedResponse) -> None:
-    """Send a response's pieces in order: bytes through the transport, file ranges with sendfile
+async def _send_pieces(writer: ResponseWriter, response: EncodedResponse) -> None:
+    """Send a response's pieces in order: bytes through the writer, file ranges with sendfile
     (the kernel copies page cache to the socket; asyncio falls back to read+send on transports
-    that cannot). The slices are closed whatever happens."""
+    that cannot), after what the writer keeps. The slices are closed whatever happens."""
     loop = asyncio.get_running_loop()
     try:
         for piece in response.pieces:
             if isinstance(piece, FileSlice) and writer.transport.get_extra_info("sslcontext") is not None:
                 await _send_encrypted(writer, piece)
             elif isinstance(piece, FileSlice):
+                writer.flush()
                 sent = _sendfile_now(writer.transport, piece)
                 if sent < piece.size:
                     try:
@@ -394,7 +401,7 @@ async def _send_pieces(writer: FrameConnection, response: EncodedResponse) -> No
 TLS_CHUNK = 1 << 18     # bytes of a file range read and encrypted at a time (16 TLS records)
 
 
-async def _send_encrypted(writer: FrameConnection, piece: FileSlice) -> None:
+async def _send_encrypted(writer: ResponseWriter, piece: FileSlice) -> None:
     """A file range through a TLS transport, which encrypts in user space (no sendfile), in
     chunks with a drain between them: the client decrypts one chunk while the next is read
     and encrypted, where a whole range encrypted at once left it waiting for all of it. Reads

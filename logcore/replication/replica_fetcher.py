@@ -45,7 +45,7 @@ from logcore.quota.replication_quota import throttles
 from logcore.replication import replica_catchup
 from logcore.errors import NotLeaderOrFollowerError, SegLogError
 from logcore.wire.api_keys import FETCH
-from logcore.wire.client import AsyncKafkaConnection, KafkaError
+from logcore.wire.client import AsyncKafkaConnection, KafkaConnectionError, KafkaError
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,12 @@ def truncation_offset(log, leader_epoch: int, leader_end: int) -> int:
     return min(end, leo)
 
 
+def _time_out(conn: AsyncKafkaConnection, wait: asyncio.Future, timeout_s: float) -> None:
+    """A fetch round not answered in time: its connection fails (and with it the request)."""
+    if not wait.done():
+        conn.fail(KafkaConnectionError(f"{conn.where()} did not answer Fetch within {timeout_s:g} s"))
+
+
 class ReplicaFetchers:
     """The fetcher tasks of this broker, one per leader it follows partitions of."""
 
@@ -95,7 +101,7 @@ class ReplicaFetchers:
             fetcher.start()
         fetcher.partitions[replica.key] = Followed(replica, replica.epoch)
         fetcher.wake.set()
-        fetcher.switched.set()           # fetch it now, not after a parked round or a backoff
+        fetcher.cut_short()              # fetch it now, not after a parked round or a backoff
 
     def remove(self, replica) -> None:
         for fetcher in self.by_leader.values():
@@ -130,6 +136,15 @@ class LeaderFetcher:
         self.timeout_s = self.config["replica.socket.timeout.ms"] / 1000.0
         self.wait_ms = self.config["replica.fetch.wait.max.ms"]
         self._warned: str | None = None
+        self._round_wait: asyncio.Future | None = None    # the round in flight's wait, to cut short
+
+    def cut_short(self) -> None:
+        """A partition was added: end a round parked at the leader, a backoff or a wait for the
+        quota now."""
+        self.switched.set()
+        wait = self._round_wait
+        if wait is not None and not wait.done():
+            wait.set_result(None)
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{self.leader}")
@@ -255,25 +270,30 @@ class LeaderFetcher:
                 "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
                 "forgotten_topics_data": [], "rack_id": ""}
         self.switched.clear()
-        request = asyncio.ensure_future(conn.request(FETCH, body, version=FETCH_VERSION,
-                                                     timeout_s=self.timeout_s + self.wait_ms / 1000.0))
-        switched = asyncio.ensure_future(self.switched.wait())
-        abandoned = True
+        request = await conn.submit(FETCH, body, version=FETCH_VERSION)
+        # One future to wait on, ended by the answer, by cut_short() or by the timeout: one
+        # event-loop callback between the answer and this round's next step, where tasks for
+        # the request and the switch, shield and wait_for took several per round.
+        loop = asyncio.get_running_loop()
+        wait = self._round_wait = loop.create_future()
+        request.add_done_callback(lambda _r: wait.done() or wait.set_result(None))
+        timeout_s = self.timeout_s + self.wait_ms / 1000.0
+        timer = loop.call_later(timeout_s, _time_out, conn, wait, timeout_s)
+        if self.switched.is_set():       # added while the request was being written
+            wait.set_result(None)
         try:
-            await asyncio.wait((request, switched), return_when=asyncio.FIRST_COMPLETED)
-            abandoned = not request.done()
+            await wait
         finally:
-            switched.cancel()
-            if abandoned:
-                request.cancel()
-        if abandoned:
+            timer.cancel()
+            self._round_wait = None
+        if not request.done():
             # A partition was added while this round may sit parked at the leader for up to
             # replica.fetch.wait.max.ms; its connection answers in order, so start afresh.
             if self.conn is conn:
                 conn.close()
                 self.conn = None
             return
-        response = request.result()
+        response = request.result()        # the connection's failure (a timeout) raises here
         if response.error_code != E.NONE:
             raise KafkaError(f"Fetch answered error {int(response.error_code)}", int(response.error_code))
         for topic in response.responses:

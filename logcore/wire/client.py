@@ -501,6 +501,18 @@ class AsyncKafkaConnection(_Negotiated):
         frame, v, correlation = self._frame(api_key, body, version, window)
         return await self._exchange(api_key, v, lambda _c: frame, timeout_s, correlation=correlation)
 
+    async def submit(self, api_key: int, body: Any, version: int | None = None) -> asyncio.Future:
+        """Send one request and return the future of its response without waiting for it: for
+        a caller that waits its own way (a follower's fetch round, which may also be cut short)
+        and times it out itself, with fail(). The future fails with the connection."""
+        self._check_open()
+        if self.reauth_at is not None and not self._reauthenticating and time.monotonic() >= self.reauth_at:
+            await self._reauthenticate()
+        frame, v, correlation = self._frame(api_key, body, version, None)
+        fut = self._register(correlation, api_key, v)
+        await self._write(frame, api_key)
+        return fut
+
     # ------------------------------------------------------------------ internals
     def _check_open(self) -> None:
         if self._protocol is None:

@@ -11,6 +11,7 @@ import pytest
 
 from logcore.broker.fetch_response import EncodedResponse
 from logcore.broker.client_connections import _send_pieces, _sendfile_now
+from logcore.broker.response_writer import ResponseWriter
 from logcore.log.file_slice import FileSlice
 
 
@@ -42,7 +43,7 @@ async def _send_and_read(pieces: list, expected: bytes, sndbuf: int, read_after_
     try:
         _r, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-        await _send_pieces(writer, EncodedResponse(pieces))
+        await _send_pieces(ResponseWriter(writer), EncodedResponse(pieces))
         await writer.drain()
         await asyncio.wait_for(done.wait(), 30)
         writer.close()

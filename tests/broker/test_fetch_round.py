@@ -1,0 +1,56 @@
+"""The follower's fetch round's building blocks against a real broker: a request submitted
+without waiting (AsyncKafkaConnection.submit) is answered through its future, and a round
+that outlives its timeout fails its connection and with it the request (replica_fetcher)."""
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+import pytest
+
+from broker_helpers import create
+from logcore.replication.replica_fetcher import _time_out
+from logcore.wire.api_keys import FETCH, METADATA
+from logcore.wire.client import AsyncKafkaConnection, KafkaConnectionError
+
+
+def _parked_fetch(topic: str, wait_ms: int) -> dict:
+    return {"replica_id": -1, "max_wait": datetime.timedelta(milliseconds=wait_ms), "min_bytes": 1,
+            "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def test_a_submitted_request_is_answered_through_its_future(broker):
+    pytest.importorskip("confluent_kafka")
+
+    async def run():
+        async with AsyncKafkaConnection(broker.host, broker.port, timeout_s=10) as conn:
+            fut = await conn.submit(METADATA, {"topics": None, "allow_auto_topic_creation": False}, version=9)
+            answer = await asyncio.wait_for(fut, 10)
+            return [b.node_id for b in answer.brokers]
+
+    assert asyncio.run(run()) == [0]
+
+
+def test_a_round_past_its_timeout_fails_its_connection(broker):
+    pytest.importorskip("confluent_kafka")
+    create(broker, "parked", 1)
+
+    async def run():
+        conn = AsyncKafkaConnection(broker.host, broker.port, timeout_s=10)
+        await conn.connect()
+        fut = await conn.submit(FETCH, _parked_fetch("parked", 5000), version=12)   # nothing to read: parks
+        wait = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(lambda _f: wait.done() or wait.set_result(None))
+        asyncio.get_running_loop().call_later(0.2, _time_out, conn, wait, 0.2)
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(wait, 5)
+        return fut, conn.connected, asyncio.get_running_loop().time() - started
+
+    fut, connected, took = asyncio.run(run())
+    assert isinstance(fut.exception(), KafkaConnectionError)
+    assert "did not answer Fetch within 0.2 s" in str(fut.exception())
+    assert not connected and took < 2
