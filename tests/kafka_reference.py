@@ -1,7 +1,8 @@
 """Apache Kafka itself as the reference: jars from Maven Central, a single-node KRaft broker on
 loopback, and Kafka's tools run as Java main classes.
 
-Used by tests (the fixtures at the end; tests/kafka/conftest.py imports them) and by benchmarks
+Used by tests (the fixtures at the end: tests/conftest.py defines the session's shared broker, other
+conftests import the rest) and by benchmarks
 (bench/kafka_anchor.py puts this folder on sys.path). Nothing here imports pytest at module level.
 
 - `resolve_jars(version)` writes a small pom into a cache folder outside the checkout
@@ -685,7 +686,50 @@ def _fixtures():
         for broker in started:
             broker.stop()
 
-    return kafka_jars, kafka_broker_factory
+    @pytest.fixture(scope="session")
+    def kafka_session_broker(kafka_jars, tmp_path_factory):
+        """One broker of the default settings for the whole session (a start costs several
+        seconds). tests/conftest.py alone defines it, so that it is one; modules take it through
+        `kafka_shared`."""
+        broker = None
+        try:
+            broker = KafkaBroker.create(kafka_jars, tmp_path_factory.mktemp("kafka-shared"))
+            yield broker.start()
+        except KafkaUnavailable as exc:
+            kafka_unavailable(str(exc))
+        finally:
+            if broker is not None:
+                broker.stop()
+
+    @pytest.fixture(scope="module")
+    def kafka_shared(kafka_session_broker):
+        """The session's broker for one module, which must not change broker-wide state (dynamic
+        broker configs, quotas, ACLs: those start their own with kafka_broker_factory). The
+        module's topics and groups are deleted after it, so the next module finds none."""
+        yield kafka_session_broker
+        forget_topics_and_groups(kafka_session_broker.bootstrap)
+
+    return kafka_jars, kafka_broker_factory, kafka_session_broker, kafka_shared
 
 
-kafka_jars, kafka_broker_factory = _fixtures()
+def forget_topics_and_groups(bootstrap: str) -> None:
+    """Delete every topic but the internal ones and every group that has no members (a member
+    a test left behind, e.g. one that never sent its leave, expires with its session)."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin.list_topics(timeout=30).topics if not t.startswith("__")]
+    if topics:
+        for future in admin.delete_topics(topics, operation_timeout=30).values():
+            future.result(60)
+    groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=30).result(60).valid]
+    if groups:
+        for group, future in admin.delete_consumer_groups(groups, request_timeout=30).items():
+            try:
+                future.result(60)
+            except Exception as exc:  # noqa: BLE001 - only a group with members may stay
+                if not (exc.args and getattr(exc.args[0], "code", lambda: None)() == KafkaError.NON_EMPTY_GROUP):
+                    raise RuntimeError(f"group {group} of the shared Kafka broker cannot be deleted: {exc}") from exc
+
+
+kafka_jars, kafka_broker_factory, kafka_session_broker, kafka_shared = _fixtures()

@@ -19,7 +19,7 @@ from seglog_cluster import SeglogCluster
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (pytest fixtures)
+from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixtures)
 
 from logcore.broker.api_versions import advertised, cluster_served  # noqa: E402
 from logcore.wire.api_keys import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS  # noqa: E402
@@ -74,8 +74,8 @@ def partitions(log_dirs: dict) -> dict[int, dict[str, tuple]]:
 
 
 @pytest.fixture(scope="module")
-def kafka_answers(kafka_broker_factory, kafka_jars):
-    kafka = kafka_broker_factory()
+def kafka_answers(kafka_shared, kafka_jars):
+    kafka = kafka_shared
     kafka.create_topic("described", 2)
     produce(kafka.bootstrap, "described", 10)
     return tools(kafka_jars, kafka.bootstrap, "described", "1")

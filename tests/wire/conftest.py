@@ -10,7 +10,7 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS / "broker"))
-from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (pytest fixtures)
+from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixtures)
 
 sys.path.insert(0, str(TESTS))
 import broker_process  # noqa: E402
@@ -26,9 +26,9 @@ def seglog_broker(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def kafka(kafka_broker_factory):
-    """One Apache Kafka broker (KRaft, node 1) for the module."""
-    return kafka_broker_factory()
+def kafka(kafka_shared):
+    """Apache Kafka's broker (KRaft, node 1) the session shares (tests/conftest.py)."""
+    return kafka_shared
 
 
 @pytest.fixture
