@@ -189,6 +189,51 @@ class KafkaJars:
             raise RuntimeError(f"{main_class} {' '.join(args)} exited {result.returncode}:\n{result.stderr[-4000:]}")
         return result
 
+    def run_tools(self, runs: list[tuple[str, list[str]]], timeout: float = 300) -> list[subprocess.CompletedProcess]:
+        """Several tool runs (main class, args) in one JVM, in order (ToolBatch.java): what
+        run_tool would give each, for runs that read no stdin and whose JVM-wide state (static
+        fields, shutdown hooks) does not matter between them."""
+        import sys
+        import tempfile
+        helpers = str(Path(__file__).with_name("kafka_clients"))   # java_program.py: javac, cached
+        if helpers not in sys.path:
+            sys.path.append(helpers)
+        from java_program import JavaProgram
+        java = self.java_command("ToolBatch", [])[0]      # KafkaUnavailable without java
+        workdir = Path(tempfile.mkdtemp(prefix="seglog-tool-batch-"))
+        try:
+            program = JavaProgram.compile([Path(__file__).with_name("ToolBatch.java")], self.jars, workdir,
+                                          self.folder / "log4j2-tools.properties")
+            lines = []
+            for main_class, args in runs:
+                fields = [main_class, *args]
+                if any("\n" in f or "\x01" in f for f in fields):
+                    raise ValueError(f"a batched tool argument holds a newline or \\x01: {fields}")
+                lines.append("\x01".join(fields) + "\n")
+            runs_file = workdir / "runs"
+            runs_file.write_text("".join(lines), encoding="utf-8")
+            marker = f"@@seglog-tool-batch-{uuid.uuid4().hex}@@"
+            cmd = [java, TOOL_HEAP, "-Xss1m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+                   "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Dsun.stdout.encoding=UTF-8",
+                   "-Dsun.stderr.encoding=UTF-8", f"-Dlog4j2.configurationFile={program.log4j}",
+                   "-cp", program.classpath, "ToolBatch", str(runs_file), marker]
+            proc = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        out = proc.stdout.decode("utf-8", errors="replace").split(marker + " ")
+        err = proc.stderr.decode("utf-8", errors="replace").split(marker + " ")
+        if proc.returncode != 0 or len(out) != len(runs) + 1 or len(err) != len(runs) + 1:
+            raise RuntimeError(f"ToolBatch exited {proc.returncode} after {len(out) - 1} of {len(runs)} runs:\n"
+                               f"{err[-1][-4000:]}")
+        results = []
+        for i, (main_class, args) in enumerate(runs):
+            # each piece after the first starts with "<index> <status>\n" (stderr: "<index>\n")
+            stdout = out[i] if i == 0 else out[i].split("\n", 1)[1]
+            stderr = err[i] if i == 0 else err[i].split("\n", 1)[1]
+            status = int(out[i + 1].split("\n", 1)[0].split()[1])
+            results.append(subprocess.CompletedProcess([main_class, *args], status, stdout, stderr))
+        return results
+
     def dump_log_segments(self, files: list[str | Path], *options: str,
                           timeout: float = 180) -> subprocess.CompletedProcess:
         """kafka-dump-log (DumpLogSegments) on `files` in one JVM."""
@@ -471,12 +516,22 @@ class KafkaBroker:
 
     # -- Kafka's tools against this broker ----------------------------------------------------------
 
-    def create_topic(self, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+    def _create_args(self, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> list[str]:
         args = ["--bootstrap-server", self.bootstrap, "--create", "--topic", topic,
                 "--partitions", str(partitions), "--replication-factor", "1"]
         for k, v in (configs or {}).items():
             args += ["--config", f"{k}={v}"]
-        self.jars.run_tool(self.jars.topic_command, args, check=True)
+        return args
+
+    def create_topic(self, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+        self.jars.run_tool(self.jars.topic_command, self._create_args(topic, partitions, configs), check=True)
+
+    def create_topics(self, topics: list[tuple[str, int, dict[str, str] | None]]) -> None:
+        """Several create_topic calls (topic, partitions, configs) in one JVM."""
+        runs = [(self.jars.topic_command, self._create_args(*t)) for t in topics]
+        for (_, args), done in zip(runs, self.jars.run_tools(runs)):
+            if done.returncode != 0:
+                raise RuntimeError(f"TopicCommand {' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}")
 
     def console_consume(self, topic: str, max_messages: int, *extra: str, timeout_ms: int = 20000,
                         properties: dict[str, str] | None = None) -> subprocess.CompletedProcess:
