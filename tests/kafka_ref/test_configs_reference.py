@@ -16,18 +16,9 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
-import broker_process  # noqa: E402
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 _LINE = re.compile(r"^  (?P<name>[^=]+)=(?P<value>\S*) sensitive=\w+ synonyms=\{(?P<first>[A-Z_]+)?")
-
-
-@pytest.fixture(scope="module")
-def seglog_broker(tmp_path_factory):
-    started: list = []
-    yield broker_process.start_factory(tmp_path_factory.mktemp("cfgref-broker"), started)()
-    for b in started:
-        b.stop()
 
 
 def _create(bootstrap: str, topic: str) -> None:

@@ -17,19 +17,10 @@ from logcore.log.partition_metadata import PartitionMetadata, format_topic_id  #
 from logcore.tools.cli import main  # noqa: E402
 
 sys.path.insert(0, str(TESTS))
-import broker_process  # noqa: E402
 
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 COLLISION = ("WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') could"
              " collide. To avoid issues it is best to use either, but not both.\n")
-
-
-@pytest.fixture(scope="module")
-def seglog_broker(tmp_path_factory):
-    started: list = []
-    yield broker_process.start_factory(tmp_path_factory.mktemp("seglog-broker"), started)()
-    for b in started:
-        b.stop()
 
 
 @pytest.fixture(scope="module")

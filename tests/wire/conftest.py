@@ -17,15 +17,6 @@ import broker_process  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def seglog_broker(tmp_path_factory):
-    """One `seglog broker` for the module, stopped by its pid afterwards."""
-    started: list = []
-    yield broker_process.start_factory(tmp_path_factory.mktemp("seglog-broker"), started)()
-    for b in started:
-        b.stop()
-
-
-@pytest.fixture(scope="module")
 def kafka(kafka_shared):
     """Apache Kafka's broker (KRaft, node 1) the session shares (tests/conftest.py)."""
     return kafka_shared
