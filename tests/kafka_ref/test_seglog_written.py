@@ -204,6 +204,7 @@ def test_kafka_broker_serves_a_copy_of_a_seglog_root(kafka_jars, kafka_broker_fa
                                 "print.key") for arg in ("--property", f"{option}=true")]
 
     def served_as_seglog_prints() -> None:
+        printed = {}
         for topic, partitions in topics.items():
             expected = seglog("consume", "--root", str(sources[topic]), "--topic", topic, "--from-beginning",
                               "--print-timestamp", "--print-partition", "--print-offset", "--print-headers",
@@ -211,10 +212,13 @@ def test_kafka_broker_serves_a_copy_of_a_seglog_root(kafka_jars, kafka_broker_fa
             assert expected.returncode == 0, expected.stderr
             count = len(expected.stdout.splitlines())
             assert count == sum(rows[(topic, p)] for p in range(partitions))    # no control records here
-            served = kafka_jars.run_tool(kafka_jars.console_consumer, [
-                "--bootstrap-server", broker.bootstrap, "--topic", topic, "--from-beginning",
-                "--max-messages", str(count), "--timeout-ms", "30000", "--isolation-level", "read_committed",
-                *props], timeout=150)
+            printed[topic] = (expected, count)
+        served_all = kafka_jars.run_tools([(kafka_jars.console_consumer, [       # one JVM for the topics
+            "--bootstrap-server", broker.bootstrap, "--topic", topic, "--from-beginning",
+            "--max-messages", str(count), "--timeout-ms", "30000", "--isolation-level", "read_committed",
+            *props]) for topic, (_, count) in printed.items()], timeout=300)
+        for (topic, partitions), served in zip(topics.items(), served_all):
+            expected = printed[topic][0]
             assert served.returncode == 0, served.stderr[-3000:]
             theirs, mine = _by_partition(served.stdout), _by_partition(expected.stdout)
             assert sorted(theirs) == list(range(partitions))
