@@ -761,6 +761,7 @@ def _fixtures():
         """The session's broker for one module, which must not change broker-wide state (dynamic
         broker configs, quotas, ACLs: those start their own with kafka_broker_factory). The
         module's topics and groups are deleted after it, so the next module finds none."""
+        pytest.importorskip("confluent_kafka", reason="the shared Kafka broker is cleaned with confluent-kafka's admin")
         yield kafka_session_broker
         forget_topics_and_groups(kafka_session_broker.bootstrap)
 
