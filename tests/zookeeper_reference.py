@@ -360,3 +360,49 @@ def running_zookeeper(base: Path, size: int = 1, **options):
         yield zk
     finally:
         zk.stop()
+
+
+# -- pytest fixtures (tests/conftest.py alone imports them: one ZooKeeper for the session) ---------
+
+SESSION_TIMEOUT = 2.0     # seconds; the servers run with tickTime 500 ms (1 s .. 10 s allowed)
+
+
+def _fixtures():
+    import uuid
+
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def zk_server(tmp_path_factory):
+        """One standalone ZooKeeper for the whole session (started on first use)."""
+        pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo)")
+        with running_zookeeper(tmp_path_factory.mktemp("zk")) as cluster:
+            yield cluster
+
+    @pytest.fixture
+    def zk_hosts(zk_server):
+        """A connect string with a fresh chroot ("127.0.0.1:p/t-<hex>"), so that tests share the
+        server but never see each other's znodes."""
+        from kazoo.client import KazooClient
+        chroot = f"/t-{uuid.uuid4().hex[:12]}"
+        c = KazooClient(hosts=zk_server.connect_string, timeout=SESSION_TIMEOUT)
+        c.start(timeout=15)
+        c.ensure_path(chroot)
+        c.stop()
+        c.close()
+        return zk_server.connect_string + chroot
+
+    @pytest.fixture
+    def zk_client(zk_hosts):
+        """A started KazooClient on zk_hosts, stopped after the test."""
+        from kazoo.client import KazooClient
+        c = KazooClient(hosts=zk_hosts, timeout=SESSION_TIMEOUT)
+        c.start(timeout=15)
+        yield c
+        c.stop()
+        c.close()
+
+    return zk_server, zk_hosts, zk_client
+
+
+zk_server, zk_hosts, zk_client = _fixtures()

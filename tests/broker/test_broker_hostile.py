@@ -200,10 +200,13 @@ def test_a_listener_on_every_interface_is_warned_about(broker_factory):
 
 
 # ------------------------------------------------------------------ the bounded hostile run
-def test_hostile_run_bounds_memory_and_latency(broker_factory, tmp_path):
+# The default run attacks for 10 s (~170 round trips, p99 taken as the 2nd worst); the 20 s form
+# docs/broker.md reports (~400 round trips, p99 the 4th worst) is a soak run: the same bounds.
+@pytest.mark.parametrize("attack_s", [10, pytest.param(20, marks=pytest.mark.soak)], ids=lambda s: f"{s}s")
+def test_hostile_run_bounds_memory_and_latency(broker_factory, tmp_path, attack_s):
     """Bombs up to 32,768:1, claimed-but-unsent and trickled frames, 2000 idle connections, all
-    at once for about 20 s; a well-behaved client's produce round trips and the broker's peak
-    RSS are measured, then the broker restarts cleanly."""
+    at once for `attack_s` seconds; a well-behaved client's produce round trips and the broker's
+    peak RSS are measured, then the broker restarts cleanly."""
     b = broker_factory(socket_request_read_timeout_ms=3000)
     create(b, "attacked", 1)
     create(b, "steady", 1)
@@ -284,12 +287,21 @@ def test_hostile_run_bounds_memory_and_latency(broker_factory, tmp_path):
         return took
 
     quiet = sorted(round_trips(3, 60))         # the same client on the same machine, no attack
-    idle = []
-    for _ in range(2000):
-        idle.append(socket.create_connection((b.host, b.port), timeout=10))
+    idle: list = []
+
+    def open_idle(count: int) -> None:       # 8 openers: the broker's accepts, not one client, set the pace
+        mine = [socket.create_connection((b.host, b.port), timeout=10) for _ in range(count)]
+        idle.extend(mine)
+
+    openers = [threading.Thread(target=open_idle, args=(250,)) for _ in range(8)]
+    for t in openers:
+        t.start()
+    for t in openers:
+        t.join()
+    assert len(idle) == 2000
     for t in threads:
         t.start()
-    latencies = round_trips(20, 400)
+    latencies = round_trips(attack_s, 20 * attack_s)
     stop.set()
     for t in threads:
         t.join(30)

@@ -53,11 +53,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from broker_process import subprocess_env  # noqa: E402
 from netproxy import ProxyHub, zookeeper_write  # noqa: E402
 from fsync_journal import synced_sizes  # noqa: E402
 from zookeeper_reference import ZooKeeperCluster, free_ports  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
 
 
@@ -75,15 +75,6 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
         if time.monotonic() > deadline:
             raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
-
-
-def broker_env() -> dict:
-    env = dict(os.environ)
-    paths = [str(REPO), str(REPO / "connector")]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
 
 
 class BrokerNode:
@@ -127,7 +118,7 @@ class BrokerNode:
                         [str(Path(__file__).resolve().parent / "fsync_journal.py"), str(self.journal)])
             self.proc = subprocess.Popen(
                 [sys.executable, *launcher, "broker", "--config", str(self.conf)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=broker_env(),
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=subprocess_env(),
                 cwd=self.conf.parent)
         self.starts += 1
         self.paused = False

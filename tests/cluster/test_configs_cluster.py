@@ -114,14 +114,14 @@ def test_kafka_configs_tool_against_the_cluster(cluster):
         kafka_unavailable(str(exc))
     cluster.create_topic("tooled", 1, 3)
     base = ["--bootstrap-server", cluster.bootstrap, "--entity-type", "topics", "--entity-name", "tooled"]
-    run = jars.run_tool("kafka.admin.ConfigCommand",
-                        [*base, "--alter", "--add-config", "retention.ms=1000,cleanup.policy=[compact,delete]"])
-    assert run.returncode == 0, run.stderr[-2000:]
-    run = jars.run_tool("kafka.admin.ConfigCommand", [*base, "--describe"])
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert "retention.ms=1000" in run.stdout and "cleanup.policy=compact,delete" in run.stdout
-    run = jars.run_tool("kafka.admin.ConfigCommand", [*base, "--alter", "--add-config", "retention.ms=abc"])
-    assert run.returncode != 0 and "InvalidConfigurationException" in run.stderr
+    altered, described, invalid = jars.run_tools([("kafka.admin.ConfigCommand", args) for args in (   # one JVM
+        [*base, "--alter", "--add-config", "retention.ms=1000,cleanup.policy=[compact,delete]"],
+        [*base, "--describe"],
+        [*base, "--alter", "--add-config", "retention.ms=abc"])])
+    assert altered.returncode == 0, altered.stderr[-2000:]
+    assert described.returncode == 0, described.stderr[-2000:]
+    assert "retention.ms=1000" in described.stdout and "cleanup.policy=compact,delete" in described.stdout
+    assert invalid.returncode != 0 and "InvalidConfigurationException" in invalid.stderr
     res = ConfigResource(ConfigResource.Type.TOPIC, "tooled")
     d = cluster.admin().describe_configs([res])[res].result(15)
     assert (d["retention.ms"].value, d["retention.ms"].source) == ("1000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)

@@ -1,5 +1,5 @@
 """Kafka 4's consumer group protocol (KIP-848, group.protocol=consumer) on a three-broker seglog
-cluster: members of one group, Kafka 4.1.1's Java consumer (ConsumerProtocolMember.java) and
+cluster: members of one group, Kafka 4.1.1's Java consumer (kafka_clients/GroupMember.java) and
 librdkafka, share a topic's partitions; a member leaves and its partitions move; the broker
 coordinating the group is SIGKILLed and the members go on with the new coordinator (the leader
 of the group's __consumer_offsets partition), which loaded the group and its offsets: every
@@ -8,8 +8,6 @@ record is consumed, the committed offsets never go backwards. Kafka's kafka-cons
 (KRaft) get the same assignment shape."""
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import threading
 import time
@@ -20,7 +18,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "kafka_clients"))
 
-from java_check import CLIENT_JARS  # noqa: E402
+from group_member import GroupMemberProcess, compile_group_member  # noqa: E402
 from java_program import JavaProgram, JavaUnavailable  # noqa: E402
 from kafka_reference import kafka_jars, kafka_unavailable  # noqa: E402,F401  (a fixture)
 from seglog_cluster import SeglogCluster  # noqa: E402
@@ -38,11 +36,8 @@ PROPS = {"offsets.topic.replication.factor": "3", "offsets.topic.num.partitions"
 
 @pytest.fixture(scope="module")
 def member_program(kafka_jars, tmp_path_factory):
-    jars = [j for j in kafka_jars.jars if j.name.startswith(CLIENT_JARS)]
     try:
-        return JavaProgram.compile([HERE / "ConsumerProtocolMember.java", HERE.parent / "kafka_clients" / "Clients.java"],
-                                   jars, tmp_path_factory.mktemp("cp-classes"),
-                                   kafka_jars.folder / "log4j2-tools.properties")
+        return compile_group_member(kafka_jars, tmp_path_factory.mktemp("cp-classes"))
     except JavaUnavailable as exc:
         kafka_unavailable(str(exc))
 
@@ -82,30 +77,17 @@ class Member:
 
 
 class JavaMember(Member):
+    """GroupMember.java with the consumer protocol (KIP-848)."""
+
     def __init__(self, program: JavaProgram, bootstrap: str, name: str):
         super().__init__(name)
-        self.proc = program.popen([bootstrap, GROUP, TOPIC], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL)
-        self.closed = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                event = json.loads(line)
-                self.on(event)
-                if event["event"] == "closed":
-                    self.closed.set()
+        self.process = GroupMemberProcess(program, [bootstrap, GROUP, TOPIC, "consumer"], self.on, name)
 
     def leave(self) -> None:
-        self.proc.stdin.write("stop\n")
-        self.proc.stdin.flush()
-        assert self.closed.wait(30), f"{self.name} did not close"
+        self.process.leave()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        self.process.kill()
 
 
 class LibrdkafkaMember(Member):

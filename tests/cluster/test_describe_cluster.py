@@ -19,7 +19,7 @@ from seglog_cluster import SeglogCluster
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (pytest fixtures)
+from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixtures)
 
 from logcore.broker.api_versions import advertised, cluster_served  # noqa: E402
 from logcore.wire.api_keys import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS  # noqa: E402
@@ -44,15 +44,14 @@ def tools(jars, bootstrap: str, topic: str, brokers: str) -> dict:
     """What the three tools print against `bootstrap`: the cluster id, the log dirs (JSON) and the
     API lines of each broker."""
     out = {}
-    proc = jars.run_tool(CLUSTER_TOOL, ["cluster-id", "--bootstrap-server", bootstrap])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out["cluster_id"] = proc.stdout.strip().removeprefix("Cluster ID: ")
-    proc = jars.run_tool(LOG_DIRS, ["--describe", "--bootstrap-server", bootstrap, "--broker-list", brokers,
-                                    "--topic-list", topic])
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out["log_dirs"] = json.loads(proc.stdout.strip().splitlines()[-1])
-    proc = jars.run_tool(API_VERSIONS, ["--bootstrap-server", bootstrap])
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    cluster_id, log_dirs, proc = jars.run_tools([      # one JVM
+        (CLUSTER_TOOL, ["cluster-id", "--bootstrap-server", bootstrap]),
+        (LOG_DIRS, ["--describe", "--bootstrap-server", bootstrap, "--broker-list", brokers, "--topic-list", topic]),
+        (API_VERSIONS, ["--bootstrap-server", bootstrap])])
+    for done in (cluster_id, log_dirs, proc):
+        assert done.returncode == 0, done.stderr[-2000:]
+    out["cluster_id"] = cluster_id.stdout.strip().removeprefix("Cluster ID: ")
+    out["log_dirs"] = json.loads(log_dirs.stdout.strip().splitlines()[-1])
     out["apis"] = {}
     node = None
     for line in proc.stdout.splitlines():
@@ -74,8 +73,8 @@ def partitions(log_dirs: dict) -> dict[int, dict[str, tuple]]:
 
 
 @pytest.fixture(scope="module")
-def kafka_answers(kafka_broker_factory, kafka_jars):
-    kafka = kafka_broker_factory()
+def kafka_answers(kafka_shared, kafka_jars):
+    kafka = kafka_shared
     kafka.create_topic("described", 2)
     produce(kafka.bootstrap, "described", 10)
     return tools(kafka_jars, kafka.bootstrap, "described", "1")

@@ -7,10 +7,8 @@ group.consumer.migration.policy=disabled); then real clients: Kafka 4.1.1's Java
 librdkafka going classic -> consumer -> classic while records are consumed."""
 from __future__ import annotations
 
-import json
 import signal
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -31,7 +29,7 @@ from broker_helpers import create, wait_until  # noqa: E402
 from kafka_reference import kafka_jars, kafka_unavailable  # noqa: E402,F401  (a fixture)
 
 sys.path.insert(0, str(TESTS / "kafka_clients"))
-from java_check import CLIENT_JARS  # noqa: E402
+from group_member import GroupMemberProcess, compile_group_member  # noqa: E402
 from java_program import JavaProgram, JavaUnavailable  # noqa: E402
 
 import broker_process  # noqa: E402
@@ -270,12 +268,8 @@ MIG_TOPIC, MIG_GROUP, MIG_PARTITIONS = "mig", "mig-group", 4
 
 @pytest.fixture(scope="module")
 def member_program(kafka_jars, tmp_path_factory):
-    jars = [j for j in kafka_jars.jars if j.name.startswith(CLIENT_JARS)]
     try:
-        return JavaProgram.compile([Path(__file__).with_name("MigrationMember.java"),
-                                    TESTS / "kafka_clients" / "Clients.java"],
-                                   jars, tmp_path_factory.mktemp("mig-classes"),
-                                   kafka_jars.folder / "log4j2-tools.properties")
+        return compile_group_member(kafka_jars, tmp_path_factory.mktemp("mig-classes"))
     except JavaUnavailable as exc:
         kafka_unavailable(str(exc))
 
@@ -315,29 +309,14 @@ class Member:
 class JavaMember(Member):
     def __init__(self, program: JavaProgram, bootstrap: str, name: str, protocol: str, *assignors: str):
         super().__init__(name)
-        self.proc = program.popen([bootstrap, MIG_GROUP, MIG_TOPIC, protocol, *assignors], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.closed = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                event = json.loads(line)
-                self.on(event)
-                if event["event"] == "closed":
-                    self.closed.set()
+        self.process = GroupMemberProcess(program, [bootstrap, MIG_GROUP, MIG_TOPIC, protocol, *assignors],
+                                          self.on, name)
 
     def leave(self) -> None:
-        self.proc.stdin.write("stop\n")
-        self.proc.stdin.flush()
-        assert self.closed.wait(30), f"{self.name} did not close"
-        self.proc.wait(10)
+        self.process.leave()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        self.process.kill()
 
 
 class LibrdkafkaMember(Member):

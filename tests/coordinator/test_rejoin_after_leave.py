@@ -17,7 +17,7 @@ from logcore.wire.client import KafkaConnection
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 from in_process_broker import InProcessBroker  # noqa: E402
-from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (fixtures)
+from kafka_reference import kafka_jars  # noqa: E402,F401  (fixtures)
 
 HB, CREATE_TOPICS = 68, 19
 LOADING = {14, 15, 16}       # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
@@ -65,14 +65,14 @@ def conversation(host: str, port: int) -> list:
         return out
 
 
-def test_leave_and_rejoin_as_kafka_answers(tmp_path, kafka_broker_factory):
+def test_leave_and_rejoin_as_kafka_answers(tmp_path, kafka_shared):
     seglog = InProcessBroker({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "logs"),
                               "offsets.topic.num.partitions": "1"})
     try:
         ours = conversation(seglog.host, seglog.port)
     finally:
         seglog.stop()
-    kafka = kafka_broker_factory()
+    kafka = kafka_shared
     theirs = conversation("127.0.0.1", kafka.port)
     assert ours == theirs
     assert ours[5][0] == 0 and ours[5][3] == [], ours      # the empty rejoin is accepted, nothing assigned

@@ -16,15 +16,6 @@ sys.path.insert(0, str(TESTS))
 import broker_process  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def seglog_broker(tmp_path_factory):
-    """One `seglog broker` for the module, stopped by its pid afterwards."""
-    started: list = []
-    yield broker_process.start_factory(tmp_path_factory.mktemp("seglog-broker"), started)()
-    for b in started:
-        b.stop()
-
-
 @pytest.fixture(scope="session")
 def broker_subprocess_env() -> dict:
     return broker_process.subprocess_env()

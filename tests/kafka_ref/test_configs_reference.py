@@ -16,18 +16,9 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
-import broker_process  # noqa: E402
 
 CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 _LINE = re.compile(r"^  (?P<name>[^=]+)=(?P<value>\S*) sensitive=\w+ synonyms=\{(?P<first>[A-Z_]+)?")
-
-
-@pytest.fixture(scope="module")
-def seglog_broker(tmp_path_factory):
-    started: list = []
-    yield broker_process.start_factory(tmp_path_factory.mktemp("cfgref-broker"), started)()
-    for b in started:
-        b.stop()
 
 
 def _create(bootstrap: str, topic: str) -> None:
@@ -48,19 +39,20 @@ def _session(jars, bootstrap: str) -> dict:
     """The same kafka-configs calls against one broker; what each answered."""
     _create(bootstrap, "ref-cfg")
 
-    def run(*args):
-        return jars.run_tool(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *args])
     topic = ("--entity-type", "topics", "--entity-name", "ref-cfg")
     default = ("--entity-type", "brokers", "--entity-default")
-    added = run(*topic, "--alter", "--add-config", "retention.ms=1000,cleanup.policy=[compact,delete],segment.bytes=2000000")
-    deleted = run(*topic, "--alter", "--delete-config", "segment.bytes", "--add-config", "max.message.bytes=2000")
-    invalid = run(*topic, "--alter", "--add-config", "retention.ms=abc")
-    described = run(*topic, "--describe")
-    broker_default = run(*default, "--alter", "--add-config", "log.retention.ms=7200000")
-    default_described = run(*default, "--describe")
     group = ("--entity-type", "groups", "--entity-name", "ref-group")      # KIP-848's group configs
-    group_added = run(*group, "--alter", "--add-config", "consumer.session.timeout.ms=50000")
-    group_described = run(*group, "--describe")
+    calls = [(*topic, "--alter", "--add-config", "retention.ms=1000,cleanup.policy=[compact,delete],segment.bytes=2000000"),
+             (*topic, "--alter", "--delete-config", "segment.bytes", "--add-config", "max.message.bytes=2000"),
+             (*topic, "--alter", "--add-config", "retention.ms=abc"),
+             (*topic, "--describe"),
+             (*default, "--alter", "--add-config", "log.retention.ms=7200000"),
+             (*default, "--describe"),
+             (*group, "--alter", "--add-config", "consumer.session.timeout.ms=50000"),
+             (*group, "--describe")]
+    # in order, in one JVM
+    (added, deleted, invalid, described, broker_default, default_described, group_added,
+     group_described) = jars.run_tools([(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *c]) for c in calls])
     for r in (added, deleted, described, broker_default, default_described, group_added, group_described):
         assert r.returncode == 0, r.stderr[-2000:]
     exception = re.search(r"Caused by: (\S+?):", invalid.stderr)

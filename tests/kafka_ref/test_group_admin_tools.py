@@ -212,8 +212,8 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def kafka_answers(kafka_jars, kafka_broker_factory, tmp_path_factory):
-    kafka = kafka_broker_factory()
+def kafka_answers(kafka_jars, kafka_shared, tmp_path_factory):
+    kafka = kafka_shared
     return _scenario(kafka.bootstrap, _kafka_tools(kafka_jars, kafka.bootstrap), tmp_path_factory.mktemp("k"))
 
 

@@ -153,16 +153,20 @@ def _by_partition(output: bytes) -> dict[int, list[bytes]]:
     return lines
 
 
-def _console_reference(broker, topic: str, count: int, isolation: str) -> dict[int, list[bytes]]:
+def _console_references(broker, runs: list[tuple[str, int, str]]) -> list[dict[int, list[bytes]]]:
+    """Kafka's console consumer for each (topic, count, isolation), all in one JVM."""
     props = [arg for option in PRINT_OPTIONS for arg in ("--property", f"{option}=true")]
-    proc = broker.jars.run_tool(broker.jars.console_consumer, [
+    procs = broker.jars.run_tools([(broker.jars.console_consumer, [
         "--bootstrap-server", broker.bootstrap, "--topic", topic, "--from-beginning",
-        "--max-messages", str(count), "--timeout-ms", "30000", "--isolation-level", isolation, *props],
-        timeout=150)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"Processed a total of {count} messages" in proc.stderr
-    # run_tool decodes as text; values are ASCII hex, keys and headers ASCII: encoding is lossless
-    return _by_partition(proc.stdout.encode())
+        "--max-messages", str(count), "--timeout-ms", "30000", "--isolation-level", isolation, *props])
+        for topic, count, isolation in runs], timeout=150 * len(runs))
+    out = []
+    for proc, (_, count, _) in zip(procs, runs):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"Processed a total of {count} messages" in proc.stderr
+        # run_tools decodes as text; values are ASCII hex, keys and headers ASCII: encoding is lossless
+        out.append(_by_partition(proc.stdout.encode()))
+    return out
 
 
 def _console_produce(broker, topic: str, lines: list[str]) -> None:
@@ -222,11 +226,11 @@ def kafka_written(kafka_broker_factory, tmp_path_factory):
                                    "log.flush.offset.checkpoint.interval.ms": "500",
                                    "log.cleaner.backoff.ms": "500"})
     assert (broker.log_dirs / "meta.properties").read_text().count(f"cluster.id={broker.cluster_id}") == 1
-    broker.create_topic(TOPIC, 2, {"segment.bytes": str(1 << 20)})
-    broker.create_topic(LAT_TOPIC, 1, {"message.timestamp.type": "LogAppendTime"})
-    broker.create_topic(CONSOLE_TOPIC, 1)
-    broker.create_topic(CMP_TOPIC, 1, {"cleanup.policy": "compact", "segment.bytes": str(1 << 20),
-                                       "min.cleanable.dirty.ratio": "0.01"})
+    broker.create_topics([(TOPIC, 2, {"segment.bytes": str(1 << 20)}),
+                          (LAT_TOPIC, 1, {"message.timestamp.type": "LogAppendTime"}),
+                          (CONSOLE_TOPIC, 1, None),
+                          (CMP_TOPIC, 1, {"cleanup.policy": "compact", "segment.bytes": str(1 << 20),
+                                          "min.cleanable.dirty.ratio": "0.01"})])
     _console_produce(broker, CONSOLE_TOPIC, [f"console-key-{i}\tconsole value {i}" for i in range(100)])
     try:
         committed = _produce_all(broker.bootstrap)
@@ -253,12 +257,14 @@ def kafka_written(kafka_broker_factory, tmp_path_factory):
     assert {tp: hw.get(tp) for tp in partitions} == live_hw
 
     # Kafka's console consumer on the live broker: one run per topic and isolation level
-    reference = {}
+    runs = []
     for topic in (TOPIC, LAT_TOPIC, CONSOLE_TOPIC, CMP_TOPIC):
         for isolation in ("read_committed", "read_uncommitted") if topic == TOPIC else ("read_committed",):
             counts = [committed[tp] if isolation == "read_committed" else _uncommitted_count(hw[tp], tp)
                       for tp in partitions if tp[0] == topic]
-            reference[(topic, isolation)] = _console_reference(broker, topic, sum(counts), isolation)
+            runs.append((topic, sum(counts), isolation))
+    reference = {(topic, isolation): printed
+                 for (topic, _, isolation), printed in zip(runs, _console_references(broker, runs))}
 
     copies = {}
     broker.stop(signal.SIGKILL)
@@ -338,14 +344,23 @@ def _report_blocks(stderr: str) -> list[list[str]]:
     return sorted(blocks)
 
 
+@pytest.fixture(scope="module")
+def kafka_dumps(kafka_written, kafka_jars) -> dict:
+    """kafka-dump-log on each copy with each option set, all in one JVM: (copy, options) -> run."""
+    keys = [(copy, options) for copy in ("sigkill", "sigterm") for options in DUMP_OPTION_SETS]
+    runs = [(kafka_jars.dump_class, ["--files", ",".join(_segment_files(kafka_written["copies"][copy])), *options])
+            for copy, options in keys]
+    return dict(zip(keys, kafka_jars.run_tools(runs, timeout=180 * len(runs))))
+
+
 @pytest.mark.parametrize("copy", ["sigkill", "sigterm"])
 @pytest.mark.parametrize("options", DUMP_OPTION_SETS, ids=lambda o: "+".join(x.lstrip("-") for x in o))
-def test_seglog_dump_prints_what_kafka_dump_log_prints(kafka_written, kafka_jars, copy, options):
+def test_seglog_dump_prints_what_kafka_dump_log_prints(kafka_written, kafka_dumps, copy, options):
     root = kafka_written["copies"][copy]
     files = _segment_files(root)
     assert sum(f.endswith(".log") and f"/{TOPIC}-0/" in f for f in files) >= 3
     assert any(f.endswith(".txnindex") for f in files)
-    kafka = kafka_jars.dump_log_segments(files, *options)
+    kafka = kafka_dumps[(copy, options)]
     ours = seglog("dump", "--files", *files, *options)
     if ours.returncode != 0 and b"no batch at this position" in ours.stderr:
         pytest.xfail(OPEN_BUG)

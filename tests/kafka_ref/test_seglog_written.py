@@ -124,18 +124,31 @@ def _kafka_problems(stderr: str, stdout: str) -> list[str]:
     return [line for line in (stderr + stdout).splitlines() if any(m in line for m in markers)]
 
 
+def _root_files(root: Path) -> list[str]:
+    return [f for d in _partition_dirs(root) for f in _dumped_files(d)]
+
+
+@pytest.fixture(scope="module")
+def kafka_dumps(kafka_jars, seglog_roots) -> dict:
+    """kafka-dump-log on each root with each option set, all in one JVM: (kind, options) -> run."""
+    keys = [(kind, options) for kind in ("cli", "broker") for options in DUMP_OPTION_SETS]
+    runs = [(kafka_jars.dump_class, ["--files", ",".join(_root_files(seglog_roots[kind])), *options])
+            for kind, options in keys]
+    return dict(zip(keys, kafka_jars.run_tools(runs, timeout=180 * len(runs))))
+
+
 @pytest.mark.parametrize("kind", ["cli", "broker"])
 @pytest.mark.parametrize("options", DUMP_OPTION_SETS, ids=lambda o: "+".join(x.lstrip("-") for x in o))
-def test_kafka_dump_accepts_seglog_files_and_seglog_dump_matches(kafka_jars, seglog_roots, kind, options):
+def test_kafka_dump_accepts_seglog_files_and_seglog_dump_matches(kafka_dumps, seglog_roots, kind, options):
     root = seglog_roots[kind]
     dirs = _partition_dirs(root)
     assert len(dirs) == 2
-    files = [f for d in dirs for f in _dumped_files(d)]
+    files = _root_files(root)
     suffixes = {Path(f).suffix for f in files}
     assert {".log", ".index", ".timeindex", ".snapshot"} <= suffixes
     assert sum(f.endswith(".log") for f in files) >= 6            # several segments per partition
 
-    kafka = kafka_jars.dump_log_segments(files, *options)
+    kafka = kafka_dumps[(kind, options)]
     assert kafka.returncode == 0, kafka.stderr[-3000:]
     assert _kafka_problems(kafka.stderr, kafka.stdout) == []
     ours = seglog("dump", "--files", *files, *options)
@@ -204,6 +217,7 @@ def test_kafka_broker_serves_a_copy_of_a_seglog_root(kafka_jars, kafka_broker_fa
                                 "print.key") for arg in ("--property", f"{option}=true")]
 
     def served_as_seglog_prints() -> None:
+        printed = {}
         for topic, partitions in topics.items():
             expected = seglog("consume", "--root", str(sources[topic]), "--topic", topic, "--from-beginning",
                               "--print-timestamp", "--print-partition", "--print-offset", "--print-headers",
@@ -211,10 +225,13 @@ def test_kafka_broker_serves_a_copy_of_a_seglog_root(kafka_jars, kafka_broker_fa
             assert expected.returncode == 0, expected.stderr
             count = len(expected.stdout.splitlines())
             assert count == sum(rows[(topic, p)] for p in range(partitions))    # no control records here
-            served = kafka_jars.run_tool(kafka_jars.console_consumer, [
-                "--bootstrap-server", broker.bootstrap, "--topic", topic, "--from-beginning",
-                "--max-messages", str(count), "--timeout-ms", "30000", "--isolation-level", "read_committed",
-                *props], timeout=150)
+            printed[topic] = (expected, count)
+        served_all = kafka_jars.run_tools([(kafka_jars.console_consumer, [       # one JVM for the topics
+            "--bootstrap-server", broker.bootstrap, "--topic", topic, "--from-beginning",
+            "--max-messages", str(count), "--timeout-ms", "30000", "--isolation-level", "read_committed",
+            *props]) for topic, (_, count) in printed.items()], timeout=300)
+        for (topic, partitions), served in zip(topics.items(), served_all):
+            expected = printed[topic][0]
             assert served.returncode == 0, served.stderr[-3000:]
             theirs, mine = _by_partition(served.stdout), _by_partition(expected.stdout)
             assert sorted(theirs) == list(range(partitions))

@@ -48,4 +48,5 @@ def answer(run) -> tuple:
 
 def session(jars, bootstrap: str, calls=range(len(CALLS))) -> list[tuple]:
     """The answers to CALLS (or those of the given indexes), in order."""
-    return [answer(jars.run_tool(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *CALLS[i]])) for i in calls]
+    runs = jars.run_tools([(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *CALLS[i]]) for i in calls])  # one JVM
+    return [answer(run) for run in runs]

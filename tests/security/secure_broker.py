@@ -3,7 +3,6 @@ certificates required, re-authentication, an expired certificate) for the securi
 JAAS and SCRAM helpers they share (conftest.py makes the fixtures)."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,9 +14,9 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "kafka_clients")]
 
+from broker_process import subprocess_env  # noqa: E402
 from pki import STORE_PASSWORD, Pki  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
 SCRAM_USERS = {"scram256": ("SCRAM-SHA-256", "s256-secret"), "scram512": ("SCRAM-SHA-512", "s512-secret")}
 REAUTH_MS = 3000
@@ -29,10 +28,8 @@ def jaas(module: str, **options) -> str:
     return module + " required " + " ".join(f'{k}="{v}"' for k, v in options.items()) + ";"
 
 
-def env() -> dict:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "connector"), e.get("PYTHONPATH", "")])
-    return e
+# the environment of a `seglog` subprocess (this checkout first), under the name the tests import
+env = subprocess_env
 
 
 class SecureBroker:

@@ -7,7 +7,6 @@ User:ANONYMOUS, the brokers' own included, and the cluster resource has no ACL, 
 (CLUSTER_ACTION) goes on while the topic's ACLs are enforced."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
@@ -20,11 +19,7 @@ pytest.importorskip("kazoo")
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "cluster"))
-_spec = importlib.util.spec_from_file_location("seglog_cluster_fixtures_acls", TESTS / "cluster" / "conftest.py")
-cluster_fixtures = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = cluster_fixtures
-_spec.loader.exec_module(cluster_fixtures)
-zk_server, zk_hosts, zk_client = cluster_fixtures.zk_server, cluster_fixtures.zk_hosts, cluster_fixtures.zk_client
+# zk_server, zk_hosts, zk_client: the session's ZooKeeper (tests/conftest.py)
 
 from seglog_cluster import SeglogCluster  # noqa: E402
 

@@ -2,31 +2,16 @@
 root's files and through a `seglog broker` (--bootstrap-server)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
 from logcore.log.log_root import LogRoot
 from logcore.tools.cli import main
 
-TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS))
-import broker_process  # noqa: E402
+# seglog_broker: tests/conftest.py
 
 
 def seglog(capsys, *argv) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-@pytest.fixture(scope="module")
-def seglog_broker(tmp_path_factory):
-    started: list = []
-    yield broker_process.start_factory(tmp_path_factory.mktemp("cfg-broker"), started)()
-    for b in started:
-        b.stop()
 
 
 def test_configs_on_a_root(capsys, tmp_path):

@@ -10,25 +10,16 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS / "broker"))
-from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (pytest fixtures)
+from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixtures)
 
 sys.path.insert(0, str(TESTS))
 import broker_process  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def seglog_broker(tmp_path_factory):
-    """One `seglog broker` for the module, stopped by its pid afterwards."""
-    started: list = []
-    yield broker_process.start_factory(tmp_path_factory.mktemp("seglog-broker"), started)()
-    for b in started:
-        b.stop()
-
-
-@pytest.fixture(scope="module")
-def kafka(kafka_broker_factory):
-    """One Apache Kafka broker (KRaft, node 1) for the module."""
-    return kafka_broker_factory()
+def kafka(kafka_shared):
+    """Apache Kafka's broker (KRaft, node 1) the session shares (tests/conftest.py)."""
+    return kafka_shared
 
 
 @pytest.fixture

@@ -19,16 +19,19 @@ import org.apache.kafka.common.TopicPartition;
 
 /**
  * One consumer of a group with the group protocol it is given: args BOOTSTRAP GROUP TOPIC
- * PROTOCOL (classic or consumer) [ASSIGNORS: a classic consumer's partition.assignment.strategy]. It subscribes, and on every poll prints the records it got
- * and commits their offsets synchronously; one JSON line per event on stdout, each with the
+ * PROTOCOL (classic, or consumer: Kafka 4's KIP-848 protocol) [ASSIGNORS: a classic consumer's
+ * partition.assignment.strategy]. It subscribes, and on every poll prints the records it got and
+ * commits their offsets synchronously; one JSON line per event on stdout, each with the
  * wall-clock time in ms ("t"), so that the owners of a partition over time can be compared
  * across members:
  *   {"event":"assigned","t":..,"partitions":[..]}  {"event":"revoked","t":..,"partitions":[..]}
- *   {"event":"records","t":..,"offsets":[[p,o],..]} {"event":"error","t":..,"message":".."}
- *   {"event":"closed","t":..}
- * A line "stop" on stdin makes it leave the group (close) and exit.
+ *   {"event":"records","t":..,"offsets":[[p,o],..]} {"event":"committed","t":..,"offsets":{"p":next,..}}
+ *   {"event":"error","t":..,"message":".."}         {"event":"closed","t":..}
+ * A line "stop" on stdin makes it leave the group (close) and exit. Used by
+ * tests/cluster/test_consumer_protocol_cluster.py and tests/coordinator/test_group_migration.py
+ * (through group_member.py).
  */
-public final class MigrationMember {
+public final class GroupMember {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], group = args[1], topic = args[2], protocol = args[3];
         Properties p = new Clients(bootstrap, 60_000).consumer(group, "read_committed");
@@ -83,8 +86,16 @@ public final class MigrationMember {
                     }
                     print("records", "\"offsets\":" + offsets + "]");
                     c.commitSync(next);
+                    StringBuilder committed = new StringBuilder("{");
+                    for (Map.Entry<TopicPartition, OffsetAndMetadata> e : next.entrySet()) {
+                        if (committed.length() > 1) {
+                            committed.append(',');
+                        }
+                        committed.append('"').append(e.getKey().partition()).append("\":").append(e.getValue().offset());
+                    }
+                    print("committed", "\"offsets\":" + committed + "}");
                 } catch (Exception e) {
-                    // a commit refused while partitions move: the consumer goes on
+                    // a commit refused while partitions move, a coordinator gone: the consumer goes on
                     print("error", "\"message\":\"" + String.valueOf(e).replace("\\", "/").replace("\"", "'") + "\"");
                 }
             }
