@@ -55,6 +55,7 @@ class ClientConnections:
         self.connections: dict[asyncio.Task, str] = {}              # -> its listener's name
         self.max_request = config["socket.request.max.bytes"]
         self.idle_timeout = config["connections.max.idle.ms"] / 1000
+        self.failed_login_delay = config["connection.failed.authentication.delay.ms"] / 1000
         self.read_timeout = config["socket.request.read.timeout.ms"] / 1000
         self.memory = RequestMemory(config["queued.max.request.bytes"])
         self.limits = ConnectionLimits(config["max.connections"], config["max.connections.per.ip"])
@@ -151,14 +152,19 @@ class ClientConnections:
                 if sending.muted_until:
                     await sending.unmuted()
                 if session.authenticator is not None and session.authenticator.raw_tokens:
-                    item = await self.sasl.raw_token(session, frame, peer) or _CLOSE
+                    item = await self.sasl.raw_token(session, frame, peer)
+                    if item is None:                # a failed login: closed after the delay
+                        await asyncio.sleep(self.failed_login_delay)
+                        break
                 else:
                     item = await self._dispatch(frame, peer, session, sending)
                 if item is _CLOSE:
                     break
                 if item is None:
                     continue
-                if isinstance(item, _Closing):      # its response goes out, then the connection closes
+                if isinstance(item, _Closing):      # a failed login: its answer, then the close
+                    # held back as Kafka holds them (KIP-306), so each guess costs the guesser
+                    await asyncio.sleep(self.failed_login_delay)
                     await queue.put(item.item)
                     break
                 if not sending.busy and queue.empty() and not conn.write_paused:

@@ -296,6 +296,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
               " port); empty: no endpoint.", validator=_metrics_listener_validator(), category="broker"),
     ConfigKey("connections.max.idle.ms", ConfigType.LONG, 600000,
               "Close a connection idle this long.", validator=at_least(1000), category="broker"),
+    ConfigKey("connection.failed.authentication.delay.ms", ConfigType.INT, 100,
+              "How long a failed SASL login's answer and the connection's close are held back"
+              " (KIP-306): a client guessing passwords pays this per attempt. Below"
+              " connections.max.idle.ms.", validator=at_least(0), category="broker"),
     ConfigKey("max.partitions.per.request", ConfigType.INT, 1000,
               "Most partitions one CreateTopics request may create (all its topics together); a"
               " request asking for more fails each topic beyond it with POLICY_VIOLATION (44).",
@@ -364,6 +368,11 @@ class BrokerConfig:
                 f"{source}: replica.fetch.wait.max.ms={values['replica.fetch.wait.max.ms']} must be below"
                 f" replica.lag.time.max.ms={values['replica.lag.time.max.ms']}, or idle followers"
                 " would keep leaving the ISR")
+        if values["connection.failed.authentication.delay.ms"] >= values["connections.max.idle.ms"]:
+            raise InvalidConfigError(
+                f"{source}: connection.failed.authentication.delay.ms="
+                f"{values['connection.failed.authentication.delay.ms']} must be below connections.max.idle.ms="
+                f"{values['connections.max.idle.ms']}: the idle timeout would close the connection first")
         if "transaction.state.log.min.isr" not in props:   # the default 2 asks too much of 1 replica
             values["transaction.state.log.min.isr"] = min(values["transaction.state.log.min.isr"],
                                                           values["transaction.state.log.replication.factor"])

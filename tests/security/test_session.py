@@ -148,6 +148,25 @@ def test_handshake_v0_then_bare_tokens(served):
     assert seen[-1][0] == "User:bob"
 
 
+def test_a_failed_login_is_answered_and_closed_after_the_delay(served):
+    """KIP-306: connection.failed.authentication.delay.ms (Kafka's default, 100 ms, here) holds
+    back a failed login's answer and the close, on both framings (SaslAuthenticate, bare tokens)."""
+    server, _, _ = served
+    with socket.create_connection(server.bound["REAUTH"], timeout=10) as sock:
+        assert _frame_exchange(sock, encode_request(17, 1, 1, "raw", {"mechanism": "PLAIN"})[4:])[4:6] == b"\0\0"
+        started = time.monotonic()
+        answer = _frame_exchange(sock, encode_request(36, 1, 2, "raw", {"auth_bytes": b"\0alice\0nope"})[4:])
+        assert time.monotonic() - started >= 0.1
+        assert struct.unpack(">h", answer[4:6])[0] == 58            # SASL_AUTHENTICATION_FAILED
+        assert sock.recv(1) == b""                                   # then closed
+    with socket.create_connection(server.bound["REAUTH"], timeout=10) as sock:
+        assert _frame_exchange(sock, encode_request(17, 0, 1, "raw", {"mechanism": "PLAIN"})[4:])[4:6] == b"\0\0"
+        started = time.monotonic()
+        sock.sendall(struct.pack(">i", 11) + b"\0alice\0nope")       # a bare token: no answer, a close
+        assert sock.recv(1) == b""
+        assert time.monotonic() - started >= 0.1
+
+
 def test_reauthentication(served):
     server, seen, _ = served
     props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
@@ -224,3 +243,12 @@ def test_user_scram_credentials(served, pki):
             .results[0].error_code == 0
     with pytest.raises(KafkaError, match="invalid credentials"):
         connect(server, "SASL_SSL", **login)
+
+
+def test_a_failed_login_delay_at_or_above_the_idle_timeout_is_refused(tmp_path):
+    from logcore.broker.config import BrokerConfig
+    from logcore.errors import InvalidConfigError
+    base = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
+    assert BrokerConfig.from_props(base)["connection.failed.authentication.delay.ms"] == 100   # Kafka's default
+    with pytest.raises(InvalidConfigError, match="connection.failed.authentication.delay.ms=600000 must be below"):
+        BrokerConfig.from_props({**base, "connection.failed.authentication.delay.ms": "600000"})
