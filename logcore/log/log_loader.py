@@ -154,7 +154,10 @@ class LogLoader(RangePlan):
         can_write = self.writer and not self.read_only
         if can_write:
             self.segment_store.clean_leftovers(names)      # Kafka's load steps 1-2
-            names = self.listing.list_files()
+            # An object store's leftovers are only `.deleted` markers: without one nothing
+            # changed, and the listing stands (one LIST less per open).
+            if self.segment_store.in_place or any(n.endswith(TEMP_SUFFIXES) for n in names):
+                names = self.listing.list_files()
         bases = sorted({parsed[0] for parsed in map(parse_segment_name, names)
                         if parsed is not None and parsed[1] == LOG_SUFFIX})
         clean = self.kafka_clean or CLEAN_SHUTDOWN in names
