@@ -370,10 +370,12 @@ class ObjectPartitionState:
         self.version = new
         return True
 
-    def take_over(self, epoch: int) -> PartitionState:
-        """Stamp a new writer epoch into the state so that older writers' commits fail."""
+    def take_over(self, epoch: int, loaded: PartitionState | None = None) -> PartitionState:
+        """Stamp a new writer epoch into the state so that older writers' commits fail.
+        loaded: what this object's last load() returned, tried first (the write is conditional
+        on that version: a state changed since is read again)."""
         while True:
-            state = self.load()
+            state, loaded = (loaded, None) if loaded is not None and self.version is not None else (self.load(), None)
             if self.epoch > epoch:
                 raise FencedWriterError(
                     f"partition state {self.path} already has writer epoch {self.epoch}, newer than {epoch}")
