@@ -242,19 +242,16 @@ class LogLoader(RangePlan):
         a crashed or live writer's preallocation, which is not worth a warning.
         committed_below: an object store's committed HW, for a writer: a segment that ends at or
         below it was published with its indexes before that commit moved the HW, and objects are
-        immutable, so only segments reaching above the HW (a crashed commit's) are checked
-        (checking every segment made each open, so each commit of a stream, cost 3 requests
-        more per segment).
+        immutable, so only the last segment (the LEO is read from its tail: a damaged one must be
+        found here) and any reaching above the HW are checked (checking every segment made each
+        open, so each commit of a stream, cost 3 requests more per segment).
         """
         last = len(self.segments) - 1
         for i, seg in enumerate(self.segments):
             if skip_active and i == last or not self._needs(seg):
                 continue
-            if committed_below is not None:
-                # (the last segment's end is read for the LEO anyway: its tail, not its index)
-                end = self.segments[i + 1].base_offset if i < last else seg.next_offset()
-                if end <= committed_below:
-                    continue
+            if committed_below is not None and i < last and self.segments[i + 1].base_offset <= committed_below:
+                continue
             problem = None
             if not self.storage.exists(seg.index_path):
                 problem = "missing offset index"
