@@ -43,7 +43,7 @@ from pyspark_seglog.publish_pool import run_all, run_each, shared_publish_pool
 from pyspark_seglog.row_router import is_compacted, keyless_rows_error
 from pyspark_seglog.sink_columns import input_columns
 from pyspark_seglog.sink_options import SinkOptions, parse_sink_options
-from pyspark_seglog.staged_part import StagedPart, append_parts
+from pyspark_seglog.staged_part import PartReads, StagedPart, append_parts
 from pyspark_seglog.staging_area import (COMMITTED, JOB_MARKER, MANIFEST, cleanup, end_job, held_epochs,
                                          read_json, staging_path)
 from pyspark_seglog.task_stager import TaskStager
@@ -174,14 +174,15 @@ class _SeglogWriterBase(abc.ABC):
         return SeglogCommitMessage(query_id, batch_id, task, attempt, stager.parts)
 
     # -- driver -----------------------------------------------------------------------------
-    def _commit(self, messages, batch_id: int) -> None:
+    def _commit(self, messages, batch_id: int) -> bool:
+        """Publish the batch; whether its staging is swept (False: no message came)."""
         if self.opts.bootstrap_servers is not None:
             from pyspark_seglog.broker_sink import commit_batch
             commit_batch(self.opts, messages, batch_id)     # ends the tasks' transactions
-            return
+            return True
         msgs = [m for m in messages if m is not None]
         if not msgs:
-            return                          # no task succeeded: nothing was ever staged for commit
+            return False                    # no task succeeded: nothing was ever staged for commit
         query_id = msgs[0].query_id
         storage = open_storage(self.opts.root, self.opts.storage_options)
         staging = staging_path(query_id, batch_id)
@@ -195,7 +196,7 @@ class _SeglogWriterBase(abc.ABC):
             if committed is not None and committed.get("batch", -1) >= batch_id:
                 logger.info("seglog sink: batch %s of query %s was already committed", batch_id, query_id)
                 cleanup(storage, query_id, batch_id)
-                return
+                return True
             # The first commit attempt pins what this batch is (its manifest); a replay after a
             # crash publishes exactly that, whatever its own tasks staged.
             pinned = read_json(storage, f"{staging}/{MANIFEST}")
@@ -204,6 +205,10 @@ class _SeglogWriterBase(abc.ABC):
         by_partition: dict[tuple[str, int], list[StagedPart]] = {}
         for p in parts:
             by_partition.setdefault((p.topic, p.partition), []).append(p)
+        # On an object store the commit copies each part into its partition's log: its first
+        # parts are read while the partitions are taken below.
+        reads = PartReads(storage, {tp: sorted(found, key=lambda p: (p.task, p.seq))
+                                    for tp, found in by_partition.items()})
         root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options)
         pool = shared_publish_pool()
         try:
@@ -243,7 +248,8 @@ class _SeglogWriterBase(abc.ABC):
                 # (after a crash, maybe of the machine) checks every CRC.
                 verify_crc = pinned is not None if self.streaming else False
                 appended = run_each(pool, [(append_parts, storage, log, parts, self.opts.staging_adopt_bytes,
-                                             verify_crc) for log, parts in todo])
+                                             verify_crc, reads.take((log.topic, log.partition)))
+                                            for log, parts in todo])
                 # The partitions whose parts are all in place commit together: they share rounds
                 # of the root checkpoint files (and their fsyncs) instead of each rewriting them
                 # in turn. A partition whose append failed stays as it was (the replay finishes it).
@@ -254,6 +260,7 @@ class _SeglogWriterBase(abc.ABC):
                         raise error
                 held.update((tp, (log.leader_epoch, log.fence.writer_id)) for tp, log in logs.items())
             finally:
+                reads.cancel()
                 run_all(pool, [(log.close,) for log in logs.values()])
         finally:
             root.close()
@@ -262,9 +269,13 @@ class _SeglogWriterBase(abc.ABC):
             epochs = [[topic, p, epoch, writer] for (topic, p), (epoch, writer) in sorted(held.items())]
             storage.write_atomic(f"{staging_path(query_id)}/{COMMITTED}",
                                  json.dumps({"batch": batch_id, "epochs": epochs}).encode())
+            cleanup(storage, query_id, batch_id)
         else:
+            # A batch job has one batch and no `_committed.json`: its whole folder goes, once
+            # its marker is gone (see JOB_MARKER).
             end_job(storage, query_id)
-        cleanup(storage, query_id, batch_id)
+            storage.delete_dir(staging_path(query_id))
+        return True
 
     def _check_owner(self, log, query_id: str) -> None:
         marker = log.commit_marker
@@ -346,8 +357,8 @@ class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
         return self.job_id, 0
 
     def commit(self, messages) -> None:
-        self._commit(messages, 0)
-        self._sweep()           # a job none of whose tasks staged anything
+        if not self._commit(messages, 0):
+            self._sweep()           # a job none of whose tasks staged anything
 
     def abort(self, messages) -> None:
         if self.opts.bootstrap_servers is None:

@@ -45,11 +45,38 @@ class StagedPart:
         return {k: v for k, v in self.__dict__.items() if k != "batches"}
 
 
-def append_parts(storage, log, parts: list[StagedPart], adopt_bytes: int, verify_crc: bool) -> None:
+class PartReads:
+    """An object store's staged parts read ahead, per target partition: the first
+    READ_AHEAD_PARTS + 1 of each are asked for when the commit starts, so that their GETs run
+    while the partitions are being taken (the writer opens), not after them."""
+
+    def __init__(self, storage, by_partition: dict[tuple[str, int], list[StagedPart]]):
+        self._storage = storage
+        self._pending: dict[tuple[str, int], list] = {}
+        if not storage.is_local:
+            pool = _reader_pool()
+            self._pending = {tp: [pool.submit(storage.read, part.path) for part in parts[:READ_AHEAD_PARTS + 1]]
+                             for tp, parts in by_partition.items()}
+
+    def take(self, tp: tuple[str, int]) -> list:
+        """The reads started for partition `tp` (then this object no longer holds them)."""
+        return self._pending.pop(tp, [])
+
+    def cancel(self) -> None:
+        """Drop the reads nobody took (a partition skipped or a commit that failed)."""
+        for futures in self._pending.values():
+            for future in futures:
+                future.cancel()
+        self._pending.clear()
+
+
+def append_parts(storage, log, parts: list[StagedPart], adopt_bytes: int, verify_crc: bool,
+                 started: list | None = None) -> None:
     """Append one partition's staged parts in order (not committed: its HW stays). Runs of
-    parts big enough to adopt are adopted together (one folder fsync, one roll per run)."""
+    parts big enough to adopt are adopted together (one folder fsync, one roll per run).
+    started: on an object store, the reads of the first parts already asked for (PartReads)."""
     if not storage.is_local:
-        _copy_parts(storage, log, parts)
+        _copy_parts(storage, log, parts, started or [])
         return
     i = 0
     while i < len(parts):
@@ -68,11 +95,12 @@ def append_parts(storage, log, parts: list[StagedPart], adopt_bytes: int, verify
             i += 1
 
 
-def _copy_parts(storage, log, parts: list[StagedPart]) -> None:
+def _copy_parts(storage, log, parts: list[StagedPart], started: list) -> None:
     """An object store (no adoption: the offsets are assigned here, so each part is copied into
     the log): the parts read READ_AHEAD_PARTS ahead, appended in order."""
     pool = _reader_pool()
-    pending = [pool.submit(storage.read, part.path) for part in parts[:READ_AHEAD_PARTS + 1]]
+    pending = list(started) + [pool.submit(storage.read, part.path)
+                               for part in parts[len(started):READ_AHEAD_PARTS + 1]]
     try:
         for i in range(len(parts)):
             data = pending[i].result()

@@ -43,6 +43,7 @@ _STAGING_BUFFERS = AlignedBufferPool(keep_bytes=_STAGING_MEMORY_BYTES)
 _MAX_KEPT_BATCHES = 1 << 16     # a part's batch_fields rows sent with its commit message (4.5 MiB)
 _FIELD_ROW_BYTES = 9 * 8        # one batch_fields row: 9 int64
 _NO_POSITIONS = np.empty(0, dtype=np.int64)
+_PARALLEL_PUTS = 4              # object store: a task's last parts written at the same time
 
 
 class _PartBuffer:
@@ -216,9 +217,9 @@ class TaskStager(RowRouter):
         self._plain = (keys, values, ts, headers, codec, columns)
         return columns
 
-    def _write(self, tp) -> None:
+    def _write(self, tp, puts: list | None = None) -> None:
         """Stage the encoded batches of `tp`: append them to its open part (local disk), or
-        write them as one part object."""
+        write them as one part object (or add (path, bytes) to `puts`, for the caller to write)."""
         out = self.pending.get(tp)
         if out is None or out.fill == out.kept:
             return
@@ -252,7 +253,11 @@ class TaskStager(RowRouter):
             out.fill = out.kept = rest
             out.part_base = part.size - rest
         else:
-            self.storage.write_atomic(part.path, bytes(out.data[:out.fill]), durable=False)
+            data = bytes(out.data[:out.fill])
+            if puts is None:
+                self.storage.write_atomic(part.path, data, durable=False)
+            else:
+                puts.append((part.path, data))
             part.size += out.fill
             out.fill = 0
         part.records += out.records
@@ -292,7 +297,27 @@ class TaskStager(RowRouter):
         return np.unique(np.concatenate((now // ALIGN, (now + 15) // ALIGN))) * ALIGN
 
     def flush_all(self) -> None:
+        # On an object store the task's last parts (one per target partition, usually all of
+        # them) are PUT together, not one round trip after another.
+        # (_PARALLEL_PUTS at a time: each holds a copy of its bytes meanwhile)
+        puts = None if self.local else []
         for tp in sorted(self.pending):
-            self._write(tp)
+            self._write(tp, puts)
+            if puts is not None and len(puts) >= _PARALLEL_PUTS:
+                self._put_all(puts)
+                puts.clear()
+        if puts:
+            self._put_all(puts)
         for tp in sorted(self.open_parts):
             self._finish(tp)
+
+    def _put_all(self, puts: list[tuple[str, bytes]]) -> None:
+        """Write the part objects `puts` concurrently; the first error is raised once all are
+        done (the caller's discard then removes every part of the attempt)."""
+        if len(puts) == 1:
+            self.storage.write_atomic(puts[0][0], puts[0][1], durable=False)
+            return
+        with ThreadPoolExecutor(min(len(puts), _PARALLEL_PUTS), thread_name_prefix="seglog-stage-put") as pool:
+            futures = [pool.submit(self.storage.write_atomic, path, data, durable=False) for path, data in puts]
+        for future in futures:
+            future.result()

@@ -208,7 +208,7 @@ class Log:
         state and takes its epoch at the LEO."""
         if not self.writer:
             if self._producer_state_loaded:
-                self.rebuild_producer_state()
+                self.rebuild_producer_state(loaded.empty_producers_at)
             return
         if not self.segments:
             self.roll_to(self.log_start_offset)
@@ -225,7 +225,7 @@ class Log:
             logger.warning("%s-%d: dropping %d uncommitted offsets above the high watermark %d",
                            self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
             self.truncate_locked(self.high_watermark)
-        self.rebuild_producer_state()
+        self.rebuild_producer_state(loaded.empty_producers_at)
         if not self.mode.leads_when_opened:
             # A replica: its epoch is the latest it holds until the controller says more.
             latest = self.epoch_cache.latest_epoch
@@ -235,13 +235,20 @@ class Log:
         self.epoch_cache.flush()        # the truncation above, when assign changed nothing
         self.segment_store.writer_opened()
 
-    def rebuild_producer_state(self) -> None:
+    def rebuild_producer_state(self, empty_at: int | None = None) -> None:
         """Reload the newest usable snapshot, then replay producer fields of later batches.
 
-        Only batch headers are read, plus the one record of each transaction marker.
+        Only batch headers are read, plus the one record of each transaction marker. `empty_at`
+        (an open on an object store, which keeps no snapshots: what its last commit recorded):
+        an offset where the producer state was empty, a later start of the replay than the log
+        start when no snapshot is newer; without it an open read every segment's headers.
         """
-        self.producer_state.truncate_and_reload(self.log_start_offset, self.log_end_offset, _now_ms())
-        self._replay_producer_state(self.producer_state.map_end_offset)
+        state = self.producer_state
+        state.truncate_and_reload(self.log_start_offset, self.log_end_offset, _now_ms())
+        if (empty_at is not None and not state.producers
+                and state.map_end_offset < empty_at <= self.log_end_offset):
+            state.update_map_end_offset(empty_at)
+        self._replay_producer_state(state.map_end_offset)
         self.producer_state.on_high_watermark_updated(self.high_watermark)
 
     def _replay_producer_state(self, start: int) -> None:
@@ -591,11 +598,14 @@ class Log:
         hw = leo if self.mode.commit_moves_high_watermark else self.high_watermark
         # The LSO at the new HW, counting every transaction not yet ended as open (a floor).
         unstable = self.producer_state.first_unstable_offset
+        # No producer in the state at the HW: the next open replays producer fields from here.
+        empty_at = hw if hw == leo and not self.producer_state.producers else None
         self.state_store.commit(high_watermark=hw, log_start_offset=self.log_start_offset,
                                 first_segment_base=first_base, epoch=self.leader_epoch,
                                 recovery_point=self.segment_store.recovery_point_to_record(),
                                 marker=marker, durable=durable, root=root,
-                                last_stable_offset=hw if unstable is None else min(unstable, hw))
+                                last_stable_offset=hw if unstable is None else min(unstable, hw),
+                                empty_producers_at=empty_at)
         self.local.recovery_point_recorded()
         self._state_unsynced = not durable
         # The single-node policy: once durable and recorded, everything appended is visible.

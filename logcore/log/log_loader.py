@@ -70,6 +70,7 @@ class LoadedLog:
     commit_marker: dict | None
     stored_lso: int | None                  # the LSO an object store's last commit recorded
     recovery: RecoveryReport                # what recovery cut or rebuilt
+    empty_producers_at: int | None = None   # PartitionState.empty_producers_at (object stores)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,10 @@ class LogLoader(RangePlan):
         can_write = self.writer and not self.read_only
         if can_write:
             self.segment_store.clean_leftovers(names)      # Kafka's load steps 1-2
-            names = self.listing.list_files()
+            # An object store's leftovers are only `.deleted` markers: without one nothing
+            # changed, and the listing stands (one LIST less per open).
+            if self.segment_store.in_place or any(n.endswith(TEMP_SUFFIXES) for n in names):
+                names = self.listing.list_files()
         bases = sorted({parsed[0] for parsed in map(parse_segment_name, names)
                         if parsed is not None and parsed[1] == LOG_SUFFIX})
         clean = self.kafka_clean or CLEAN_SHUTDOWN in names
@@ -182,7 +186,8 @@ class LogLoader(RangePlan):
             if len(self.segments) == count:
                 break
             self._plan_range(state)     # a dropped segment may have held the range's start
-        self._check_indexes(can_write, skip_active=in_place and not clean and can_write)
+        self._check_indexes(can_write, skip_active=in_place and not clean and can_write,
+                            committed_below=None if in_place or not self.writer else state.high_watermark)
         if in_place and (not clean or self._repair) and self.segments:
             self._recover(can_write)
         if not self.segments:
@@ -226,16 +231,26 @@ class LogLoader(RangePlan):
                 position=self.segments[-1].size() if self.segments else 0)
         return LoadedLog(tuple(self.segments), self.log_segments.txn_bases, self.log_start_offset,
                          self.recovery_point, checkpointed_recovery_point, high_watermark, leo,
-                         state.high_watermark, state.marker, state.last_stable_offset, self.recovery)
+                         state.high_watermark, state.marker, state.last_stable_offset, self.recovery,
+                         state.empty_producers_at)
 
-    def _check_indexes(self, can_write: bool, skip_active: bool = False) -> None:
+    def _check_indexes(self, can_write: bool, skip_active: bool = False,
+                       committed_below: int | None = None) -> None:
         """Rebuild any missing or insane index of a sealed segment (in memory when read-only).
 
         skip_active: the last segment is about to be recovered (rebuilt) anyway; its index may be
         a crashed or live writer's preallocation, which is not worth a warning.
+        committed_below: an object store's committed HW, for a writer: a segment that ends at or
+        below it was published with its indexes before that commit moved the HW, and objects are
+        immutable, so only the last segment (the LEO is read from its tail: a damaged one must be
+        found here) and any reaching above the HW are checked (checking every segment made each
+        open, so each commit of a stream, cost 3 requests more per segment).
         """
+        last = len(self.segments) - 1
         for i, seg in enumerate(self.segments):
-            if skip_active and i == len(self.segments) - 1 or not self._needs(seg):
+            if skip_active and i == last or not self._needs(seg):
+                continue
+            if committed_below is not None and i < last and self.segments[i + 1].base_offset <= committed_below:
                 continue
             problem = None
             if not self.storage.exists(seg.index_path):

@@ -62,6 +62,10 @@ class PartitionState:
     # Object stores: the last stable offset at the last commit (a floor of today's LSO, for
     # range-bounded readers, which rebuild no producer state); None when not recorded.
     last_stable_offset: int | None = None
+    # Object stores: an offset at which the producer state was empty (the HW of the last commit
+    # that found no producer): a writer's open replays batch headers from there instead of from
+    # the log start (local disk has the producer snapshots of each roll instead). None: unknown.
+    empty_producers_at: int | None = None
 
 
 COMMIT_MARKER = "commit-marker.json"
@@ -168,10 +172,10 @@ class LocalPartitionState:
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
                epoch: int, recovery_point: int | None = None, marker: dict | None = None,
                durable: bool = True, root: bool = False,
-               last_stable_offset: int | None = None) -> None:
+               last_stable_offset: int | None = None, empty_producers_at: int | None = None) -> None:
         # root=True: replace the root checkpoint files now even without fsync (a replica's
-        # periodic HW checkpoint). (last_stable_offset: readers of local disk take it from the
-        # producer snapshots of each roll.)
+        # periodic HW checkpoint). (last_stable_offset and empty_producers_at: opens on local
+        # disk take them from the producer snapshots of each roll.)
         # Callers hold the partition's writer lock (the fence); the root lock serialises the
         # read-modify-write of files shared with other partitions' writers. durable=False
         # replaces the files (write + rename) without fsync: the page cache keeps them across a
@@ -330,6 +334,7 @@ class ObjectPartitionState:
         self.marker: dict | None = None
         self.cleaned: dict | None = None
         self.stable: int | None = None  # the last stable offset last read or written
+        self.empty_producers: int | None = None     # PartitionState.empty_producers_at, as stored
         self._offsets = (0, 0)          # (high watermark, log start) last read or written
 
     def load(self) -> PartitionState:
@@ -345,9 +350,12 @@ class ObjectPartitionState:
             self.cleaned = doc.get("cleaned")
             stable = doc.get("last_stable_offset")
             self.stable = int(stable) if stable is not None else None
+            empty = doc.get("empty_producers_at")
+            self.empty_producers = int(empty) if empty is not None else None
             self._offsets = (int(doc["high_watermark"]), int(doc["log_start_offset"]))
             return PartitionState(int(doc["high_watermark"]), int(doc["log_start_offset"]), None,
-                                  self.marker, self.cleaned, last_stable_offset=self.stable)
+                                  self.marker, self.cleaned, last_stable_offset=self.stable,
+                                  empty_producers_at=self.empty_producers)
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptIndexError(f"unreadable partition state: {exc}", file=self.path) from exc
 
@@ -362,10 +370,12 @@ class ObjectPartitionState:
         self.version = new
         return True
 
-    def take_over(self, epoch: int) -> PartitionState:
-        """Stamp a new writer epoch into the state so that older writers' commits fail."""
+    def take_over(self, epoch: int, loaded: PartitionState | None = None) -> PartitionState:
+        """Stamp a new writer epoch into the state so that older writers' commits fail.
+        loaded: what this object's last load() returned, tried first (the write is conditional
+        on that version: a state changed since is read again)."""
         while True:
-            state = self.load()
+            state, loaded = (loaded, None) if loaded is not None and self.version is not None else (self.load(), None)
             if self.epoch > epoch:
                 raise FencedWriterError(
                     f"partition state {self.path} already has writer epoch {self.epoch}, newer than {epoch}")
@@ -377,16 +387,21 @@ class ObjectPartitionState:
                 doc["cleaned"] = state.cleaned
             if self.stable is not None:
                 doc["last_stable_offset"] = self.stable
+            if self.empty_producers is not None:
+                doc["empty_producers_at"] = self.empty_producers
             if self._put(doc):
                 self.epoch = epoch
                 return PartitionState(doc["high_watermark"], doc["log_start_offset"], None,
-                                      state.marker, state.cleaned)
+                                      state.marker, state.cleaned,
+                                      empty_producers_at=self.empty_producers)
 
     def commit(self, *, high_watermark: int, log_start_offset: int, first_segment_base: int,
                epoch: int, recovery_point: int | None = None, marker: dict | None = None,
                durable: bool = True, root: bool = False,
-               last_stable_offset: int | None = None) -> None:
+               last_stable_offset: int | None = None, empty_producers_at: int | None = None) -> None:
         # A conditional PUT is durable once it returns: `durable` and `root` change nothing here.
+        # empty_producers_at is a fact about the data below it: written only by the commit
+        # that found it (never carried on, so a later truncation cannot leave it stale).
         doc = {"high_watermark": high_watermark, "log_start_offset": log_start_offset,
                "leader_epoch": epoch}
         stable = last_stable_offset if last_stable_offset is not None else self.stable
@@ -397,9 +412,12 @@ class ObjectPartitionState:
             doc["marker"] = marker      # replaced in the same conditional write as the HW
         if self.cleaned is not None:
             doc["cleaned"] = self.cleaned
+        if empty_producers_at is not None:
+            doc["empty_producers_at"] = min(empty_producers_at, high_watermark)
         if self._put(doc):
             self.marker = marker
             self.stable = doc.get("last_stable_offset")
+            self.empty_producers = doc.get("empty_producers_at")
             self._offsets = (high_watermark, log_start_offset)
         else:
             current = self.load()
@@ -419,6 +437,8 @@ class ObjectPartitionState:
             doc["marker"] = self.marker
         if self.stable is not None:
             doc["last_stable_offset"] = self.stable
+        if self.empty_producers is not None:
+            doc["empty_producers_at"] = self.empty_producers    # compaction keeps producer state
         if self._put(doc):
             self.cleaned = cleaned
             return

@@ -500,7 +500,8 @@ class ObjectSegmentStore:
 
     def take_over(self, state):
         # A new writer epoch stamped into the partition state: an older writer's commit fails.
-        return self.log.state_store.take_over(self.log.leader_epoch)
+        # (conditional on the version of the state the open just read: no second read)
+        return self.log.state_store.take_over(self.log.leader_epoch, state)
 
     def writer_opened(self) -> None:
         # The published segments are immutable: new data goes into a fresh in-memory one.

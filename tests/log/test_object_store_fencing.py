@@ -60,9 +60,9 @@ def test_takeover_fences_the_old_writer(open_root):
     assert b.leader_epoch > a.leader_epoch
     assert b.log_end_offset == b.high_watermark == 3
     state = partition_state(root)
-    # (the LSO recorded with the HW: no transaction, so the HW itself)
+    # (the LSO recorded with the HW: no transaction, so the HW itself; no producer either)
     assert state == {"high_watermark": 3, "log_start_offset": 0, "leader_epoch": b.leader_epoch,
-                     "last_stable_offset": 3}
+                     "last_stable_offset": 3, "empty_producers_at": 3}
 
     a.append_records(recs("a", 5, 2))               # appends after the takeover
     with pytest.raises(FencedWriterError, match="fenced"):
@@ -80,7 +80,8 @@ def test_takeover_fences_the_old_writer(open_root):
     assert visible(reader) == want
     assert visible(reader, "read_uncommitted") == want
     assert partition_state(root) == {"high_watermark": 6, "log_start_offset": 0,
-                                     "leader_epoch": b.leader_epoch, "last_stable_offset": 6}
+                                     "leader_epoch": b.leader_epoch, "last_stable_offset": 6,
+                                     "empty_producers_at": 6}
     # Every batch from the takeover point on carries B's epoch.
     epochs = [(h.base_offset, h.partition_leader_epoch) for _, h in iter_batches(reader.read(0).data)]
     for base, epoch in epochs:
@@ -176,7 +177,8 @@ def test_leftover_segment_above_the_takeover_point(open_root):
     c.commit()
     assert visible(fresh_reader(open_root)) == want + [(6, b"c6")]
     assert partition_state(root) == {"high_watermark": 7, "log_start_offset": 0,
-                                     "leader_epoch": c.leader_epoch, "last_stable_offset": 7}
+                                     "leader_epoch": c.leader_epoch, "last_stable_offset": 7,
+                                     "empty_producers_at": 7}
 
 
 # ---------------------------------------------------------------------------------------------

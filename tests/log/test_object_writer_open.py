@@ -1,0 +1,105 @@
+"""A writer's open on an object store costs the same whatever the partition's age.
+
+Each commit on an object store publishes a segment, so a stream's partition has one segment per
+micro-batch. A writer's open used to check every segment's indexes (3 requests each) and replay
+the producer state from every segment's headers (a GET of each `.log`): each commit of a stream
+cost more than the one before. It now checks only what a crashed commit may have left (the last
+segment, anything above the committed HW) and replays producer fields from where the last commit
+recorded an empty producer state (`empty_producers_at` in `partition-state.json`).
+"""
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import pytest
+
+from logcore.log.log_root import LogRoot
+from logcore.records.batch import build_batch
+from logcore.storage.objectstore import ObjectStorage
+
+_OPS = ("_read", "_listing", "_exists", "_size", "_read_versioned", "write_atomic",
+        "put_if_absent", "put_if_version", "delete")
+
+
+@pytest.fixture
+def requests(monkeypatch):
+    """Every request the object storage makes, by kind."""
+    counts: Counter = Counter()
+    for op in _OPS:
+        real = getattr(ObjectStorage, op)
+
+        def counted(self, *args, _real=real, _op=op, **kwargs):
+            counts[_op] += 1
+            return _real(self, *args, **kwargs)
+        monkeypatch.setattr(ObjectStorage, op, counted)
+    return counts
+
+
+def _url() -> str:
+    return f"memory://open-{uuid.uuid4().hex[:8]}/root"
+
+
+def test_a_writers_open_and_commit_cost_stays_flat_over_many_commits(requests):
+    per_commit = []
+    with LogRoot.open(_url(), create=True) as root:
+        root.create_topic("t", 1)
+        held = None
+        for n in range(60):
+            requests.clear()
+            log = root.log("t", 0, writer=True, resume=held)
+            log.append_records([(b"k%d" % n, b"v" * 100, (), None)] * 10)
+            log.commit()
+            held = (log.leader_epoch, log.fence.writer_id)
+            log.close()
+            per_commit.append(sum(requests.values()))
+        assert log.high_watermark == 600
+    # the first commits create the partition's files; from then on each costs the same
+    assert max(per_commit[5:]) == min(per_commit[5:]), per_commit
+    # and every record is there, in order, for a fresh reader
+    with LogRoot.open(root.url) as again:
+        reader = again.log("t", 0)
+        keys = [r.key for r in reader.read_records(0)]
+        reader.close()
+    assert keys == [b"k%d" % n for n in range(60) for _ in range(10)]
+
+
+def test_an_idempotent_producers_state_survives_reopens_between_plain_commits():
+    """Producer state is still rebuilt from the log when the last commit had a producer (no
+    `empty_producers_at` then), and plain commits before it do not hide it."""
+    with LogRoot.open(_url(), create=True) as root:
+        root.create_topic("t", 1)
+        for n in range(3):                          # plain commits: an empty producer state
+            log = root.log("t", 0, writer=True)
+            log.append_records([(b"k", b"v", (), None)] * 2)
+            log.commit()
+            log.close()
+        batch = build_batch([(b"k", b"a", (), 1), (b"k", b"b", (), 2)], producer_id=42,
+                            producer_epoch=0, base_sequence=0)
+        log = root.log("t", 0, writer=True)
+        first = log.append_batch(batch)
+        log.commit()
+        log.close()
+        state = root.storage.read("t-0/partition-state.json")
+        assert b"empty_producers_at" not in state     # a producer is known at this HW
+        log = root.log("t", 0, writer=True)
+        again = log.append_batch(batch)             # the same sequence: a duplicate
+        assert again.first_offset == first.first_offset
+        assert log.log_end_offset == 8
+        assert 42 in log.producer_state.producers
+        log.close()
+
+
+def test_plain_commits_record_where_the_producer_state_was_empty():
+    with LogRoot.open(_url(), create=True) as root:
+        root.create_topic("t", 1)
+        log = root.log("t", 0, writer=True)
+        log.append_records([(b"k", b"v", (), None)] * 4)
+        log.commit()
+        log.close()
+        assert b'"empty_producers_at": 4' in root.storage.read("t-0/partition-state.json")
+        # a new writer's take-over keeps it; its open replays from there
+        log = root.log("t", 0, writer=True)
+        assert b'"empty_producers_at": 4' in root.storage.read("t-0/partition-state.json")
+        assert log.producer_state.map_end_offset == 4 and not log.producer_state.producers
+        log.close()
