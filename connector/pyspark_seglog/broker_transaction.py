@@ -262,18 +262,25 @@ def end_transactions(coordinators: _Coordinators, txns: list[OpenTransaction], *
                 if exc.code not in MOVED and exc.code not in BUSY:
                     raise
                 errors[t.transactional_id] = (exc.code, str(exc))
+        # Every coordinator's requests go out before any answer is awaited: each EndTxn is a
+        # replicated write at its coordinator, and the coordinators (and a coordinator's
+        # requests on one connection) work on them at once.
+        sent: dict[int, object] = {}
         for node, group in by_node.items():
             try:
                 conn = client.leader_connection(node)
                 for t in group:
                     conn.send(END_TXN, {"transactional_id": t.transactional_id, "producer_id": t.producer_id,
                                         "producer_epoch": t.producer_epoch, "committed": commit})
+                sent[node] = conn
+            except KafkaConnectionError as exc:
+                _lost(coordinators, node, group, exc, errors)
+        for node, conn in sent.items():
+            group = by_node[node]
+            try:
                 answers = [int(conn.receive().error_code) for _t in group]
             except KafkaConnectionError as exc:
-                client.drop_connection(node)
-                for t in group:
-                    coordinators.nodes.pop((KEY_TRANSACTION, t.transactional_id), None)
-                    errors[t.transactional_id] = (-1, f"{client.node_where(node)}: {exc}")
+                _lost(coordinators, node, group, exc, errors)
                 continue
             for t, code in zip(group, answers):
                 if code == NONE:
@@ -293,6 +300,16 @@ def end_transactions(coordinators: _Coordinators, txns: list[OpenTransaction], *
             raise KafkaError(_end_failure(what, errors, coordinators.client.bootstrap) +
                              f" (gave up after {waited:.0f} s)", next(iter(errors.values()))[0])
         time.sleep(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
+
+
+def _lost(coordinators: _Coordinators, node: int, group: list[OpenTransaction], exc: Exception,
+          errors: dict[str, tuple[int, str]]) -> None:
+    """A coordinator's connection broke with `group`'s EndTxn unanswered: found again, retried."""
+    client = coordinators.client
+    client.drop_connection(node)
+    for t in group:
+        coordinators.nodes.pop((KEY_TRANSACTION, t.transactional_id), None)
+        errors[t.transactional_id] = (-1, f"{client.node_where(node)}: {exc}")
 
 
 def _end_failure(what: str, errors: dict[str, tuple[int, str]], bootstrap: str) -> str:
