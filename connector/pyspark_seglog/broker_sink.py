@@ -2,7 +2,7 @@
 
 Each task attempt is one producer: with `deliveryGuarantee=exactly-once` (the default) a
 transactional one (`broker_transaction.TaskTransaction`: a transactional id per task, stable
-across attempts and micro-batches), else an idempotent one with a fresh producer id. It routes
+across its attempts, one for even and one for odd micro-batches), else an idempotent one with a fresh producer id. It routes
 and encodes its rows as the log-dir sink does (`RowRouter`, `logcore.records.encode`), stamps
 each RecordBatch with the producer id, epoch and per-partition sequence numbers (and the
 transactional attribute), and sends Produce requests with acks=all to each partition's leader
