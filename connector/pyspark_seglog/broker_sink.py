@@ -2,7 +2,7 @@
 
 Each task attempt is one producer: with `deliveryGuarantee=exactly-once` (the default) a
 transactional one (`broker_transaction.TaskTransaction`: a transactional id per task, stable
-across attempts and micro-batches), else an idempotent one with a fresh producer id. It routes
+across its attempts, one for even and one for odd micro-batches), else an idempotent one with a fresh producer id. It routes
 and encodes its rows as the log-dir sink does (`RowRouter`, `logcore.records.encode`), stamps
 each RecordBatch with the producer id, epoch and per-partition sequence numbers (and the
 transactional attribute), and sends Produce requests with acks=all to each partition's leader
@@ -112,7 +112,8 @@ def produce_task(opts: SinkOptions, columns: dict[str, str], iterator, task: int
             producer.close()
         return producer.message()
     clock = [time.perf_counter()]          # when each step ended, for the DEBUG line below
-    txn = TaskTransaction(opts.bootstrap_servers, transactional_id(owner, task), opts.transaction_timeout_ms,
+    txn = TaskTransaction(opts.bootstrap_servers, transactional_id(owner, task, batch_id if streaming else 0),
+                          opts.transaction_timeout_ms,
                           deadline_s=opts.delivery_timeout_ms / 1000, security=opts.security.client())
     try:
         try:
@@ -123,6 +124,12 @@ def produce_task(opts: SinkOptions, columns: dict[str, str], iterator, task: int
         group = txn.txn_id      # the task's record of its committed batches (a group of its own)
         if streaming:
             done = txn.committed_batch(group)
+            if batch_id % 2:
+                # A run of a version before the ids alternated recorded odd batches in the even
+                # id's group, where this version records only even ones: a value there >= this
+                # batch is such a run's commit of it. (Not a stable read: the even id's
+                # transaction of the previous batch may still be completing.)
+                done = max(done, txn.committed_batch(transactional_id(owner, task), stable=False))
             if done >= batch_id:
                 logger.info("seglog sink: task %d of batch %d: its rows were committed before (batch %d"
                             " recorded); nothing to write", task, batch_id, done)

@@ -1,12 +1,13 @@
 """One sink task's Kafka transaction (`deliveryGuarantee=exactly-once` through a broker), and the
 driver's end of it.
 
-A task attempt owns a `TaskTransaction`: a transactional id stable across attempts and
-micro-batches (`seglog-sink-<query or job id>-<task partition id>`), so that InitProducerId
-fences every earlier attempt of the same task and aborts what it left open. The task adds each
+A task attempt owns a `TaskTransaction`: a transactional id stable across the attempts of a
+task in a micro-batch (`seglog-sink-<query or job id>-<task partition id>`, with `-odd` for odd
+batch ids), so that InitProducerId fences every earlier attempt of the same task and aborts what
+it left open. The task adds each
 partition before its first batch there (AddPartitionsToTxn), produces transactional batches,
 and, in a streaming query, records the batch id in the same transaction (AddOffsetsToTxn +
-TxnOffsetCommit, offset = batch id, in a group of its own, `seglog-sink-<query>-<task>`). It
+TxnOffsetCommit, offset = batch id, in a group of its own, named as the transactional id). It
 does not end the transaction: its commit message carries (transactional id, producer id,
 epoch), and the driver's commit sends EndTxn(commit) for each (`end_transactions`), abort
 EndTxn(abort). A replayed batch asks the group first (`committed_batch`, after InitProducerId
@@ -57,9 +58,14 @@ _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 
 
-def transactional_id(owner: str, task: int) -> str:
-    """The id of a task's transactions: the same for every attempt and every micro-batch."""
-    return f"seglog-sink-{owner}-{task}"
+def transactional_id(owner: str, task: int, batch_id: int = 0) -> str:
+    """The id of a task's transactions: the same for every attempt of the task in a batch. A
+    streaming task alternates between two ids, one for even batch ids and one for odd ones, so
+    that its InitProducerId does not wait for the commit of the task's previous batch, whose
+    markers are still being written when the next batch starts; the even id is the one versions
+    before the alternation used for every batch."""
+    base = f"seglog-sink-{owner}-{task}"
+    return base if batch_id % 2 == 0 else f"{base}-odd"
 
 
 def mark_transactional(batch: bytes) -> bytes:
@@ -194,9 +200,10 @@ class TaskTransaction:
             error_of, f"AddPartitionsToTxn of transactional id {self.txn_id!r}")
         self.added.update(new)
 
-    def committed_batch(self, group: str) -> int:
+    def committed_batch(self, group: str, *, stable: bool = True) -> int:
         """The last batch id this task recorded in `group` (-1: none), as a read_committed consumer
-        sees it (pending offsets of an open transaction: UNSTABLE_OFFSET_COMMIT, asked again)."""
+        sees it (pending offsets of an open transaction: UNSTABLE_OFFSET_COMMIT, asked again);
+        with `stable=False`, the last one committed, whatever a transaction has pending."""
         def error_of(body) -> int:
             if int(body.error_code) != NONE:
                 return int(body.error_code)
@@ -204,7 +211,7 @@ class TaskTransaction:
             return min(codes) if codes else NONE
 
         body = self.coordinators.ask(KEY_GROUP, group, OFFSET_FETCH,
-                                     {"group_id": group, "topics": None, "require_stable": True},
+                                     {"group_id": group, "topics": None, "require_stable": stable},
                                      error_of, f"OffsetFetch of group {group!r}")
         offsets = [int(p.committed_offset) for t in body.topics for p in t.partitions]
         return max(offsets, default=-1)
@@ -262,18 +269,25 @@ def end_transactions(coordinators: _Coordinators, txns: list[OpenTransaction], *
                 if exc.code not in MOVED and exc.code not in BUSY:
                     raise
                 errors[t.transactional_id] = (exc.code, str(exc))
+        # Every coordinator's requests go out before any answer is awaited: each EndTxn is a
+        # replicated write at its coordinator, and the coordinators (and a coordinator's
+        # requests on one connection) work on them at once.
+        sent: dict[int, object] = {}
         for node, group in by_node.items():
             try:
                 conn = client.leader_connection(node)
                 for t in group:
                     conn.send(END_TXN, {"transactional_id": t.transactional_id, "producer_id": t.producer_id,
                                         "producer_epoch": t.producer_epoch, "committed": commit})
+                sent[node] = conn
+            except KafkaConnectionError as exc:
+                _lost(coordinators, node, group, exc, errors)
+        for node, conn in sent.items():
+            group = by_node[node]
+            try:
                 answers = [int(conn.receive().error_code) for _t in group]
             except KafkaConnectionError as exc:
-                client.drop_connection(node)
-                for t in group:
-                    coordinators.nodes.pop((KEY_TRANSACTION, t.transactional_id), None)
-                    errors[t.transactional_id] = (-1, f"{client.node_where(node)}: {exc}")
+                _lost(coordinators, node, group, exc, errors)
                 continue
             for t, code in zip(group, answers):
                 if code == NONE:
@@ -293,6 +307,16 @@ def end_transactions(coordinators: _Coordinators, txns: list[OpenTransaction], *
             raise KafkaError(_end_failure(what, errors, coordinators.client.bootstrap) +
                              f" (gave up after {waited:.0f} s)", next(iter(errors.values()))[0])
         time.sleep(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
+
+
+def _lost(coordinators: _Coordinators, node: int, group: list[OpenTransaction], exc: Exception,
+          errors: dict[str, tuple[int, str]]) -> None:
+    """A coordinator's connection broke with `group`'s EndTxn unanswered: found again, retried."""
+    client = coordinators.client
+    client.drop_connection(node)
+    for t in group:
+        coordinators.nodes.pop((KEY_TRANSACTION, t.transactional_id), None)
+        errors[t.transactional_id] = (-1, f"{client.node_where(node)}: {exc}")
 
 
 def _end_failure(what: str, errors: dict[str, tuple[int, str]], bootstrap: str) -> str:

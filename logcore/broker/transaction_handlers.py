@@ -139,9 +139,19 @@ class TransactionHandlers:
         return {"throttle_time": 0, "error_code": _fenced(code, req)}
 
     # ------------------------------------------------------------------ EndTxn
-    async def end_txn(self, req: Request) -> dict:
+    async def end_txn(self, req: Request):
+        # Answered later (the connection reads on): a driver ending a micro-batch's transactions
+        # sends their EndTxn over one connection, and each Prepare record is a replicated write
+        # of its own; one after another they added up. The id is claimed before the next
+        # request is read, so a client's later request for it still comes after.
         b = req.body
-        code = await self.txn.end_txn(b.transactional_id, b.producer_id, b.producer_epoch, b.committed)
+        started = self.txn.start_end_txn(b.transactional_id, b.producer_id, b.producer_epoch, b.committed)
+        if isinstance(started, int):
+            return {"throttle_time": 0, "error_code": _fenced(started, req)}
+        return self._end_txn_answer(started, req)
+
+    async def _end_txn_answer(self, write: asyncio.Task, req: Request) -> dict:
+        code = await asyncio.shield(write)       # a closed connection must not cancel the write
         return {"throttle_time": 0, "error_code": _fenced(code, req)}
 
     # ------------------------------------------------------------------ WriteTxnMarkers (from a coordinator)

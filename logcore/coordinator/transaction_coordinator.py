@@ -472,6 +472,15 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------ EndTxn
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        started = self.start_end_txn(transactional_id, producer_id, producer_epoch, commit)
+        return started if isinstance(started, int) else await started
+
+    def start_end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool) -> "int | asyncio.Task":
+        """EndTxn's checks, now: an error code (or NONE for a retry of an end already complete),
+        or the task that writes the Prepare record, the id claimed (busy) before this returns, so
+        that a request for the id handled after this one waits for it. The task is the
+        coordinator's: a client that goes away does not cancel a write half done."""
         code, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
         if code != E.NONE:
             return code          # a timed-out producer's epoch was bumped: it is fenced (KIP-588: it re-inits)
@@ -480,16 +489,20 @@ class TransactionCoordinator:
         target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         if meta.state == TxnState.ONGOING:
-            record = meta.record(state=target, last_update_ms=_now_ms())
-            code = await self._transition(meta, record)
-            if code == E.NONE:
-                self._complete_later(meta, self.tenure.get(self.partition_of(transactional_id)))
-            return code
+            meta.pending = True
+            return self._spawn(self._prepare_end(meta, meta.record(state=target, last_update_ms=_now_ms())))
         if meta.state == done:
             return E.NONE                              # a retry of an end already complete
         if meta.state == target:
             return E.CONCURRENT_TRANSACTIONS          # its markers are being written
         return E.INVALID_TXN_STATE
+
+    async def _prepare_end(self, meta: TxnMetadata, record: TxnRecord) -> int:
+        tenure = self.tenure.get(self.partition_of(meta.transactional_id))
+        code = await self._transition(meta, record)
+        if code == E.NONE:
+            self._complete_later(meta, tenure)
+        return code
 
     def _abort_with_bump(self, meta: TxnMetadata, why: str) -> None:
         """Kafka's PrepareEpochFence: abort the open transaction at epoch + 1 (fencing its

@@ -360,3 +360,41 @@ def test_transaction_apis_answer_bad_requests_with_errors(broker_factory):
         answer = conn.request(10, {"key_type": 7, "coordinator_keys": ["x"]}, 4)
         assert int(answer.coordinators[0].error_code) == E.INVALID_REQUEST
     assert b.proc.poll() is None          # still serving
+
+
+def _request(s, api_key: int, version: int, correlation: int, body: dict):
+    s.sendall(encode_request(api_key, version, correlation, "raw", body))
+    return parse_response(api_key, version, recv_frame(s))[1]
+
+
+def test_end_txn_pipelined_on_one_connection(broker_factory):
+    """EndTxn is answered later (the connection reads on while each Prepare record is written):
+    several sent at once on one connection are answered in order, each for its own id, and a
+    second EndTxn of an id sent right behind its first finds the end under way."""
+    b = broker_factory(**FAST)
+    create(b, "pe", 1)
+    ids = {}
+    with connect(b, timeout=15) as s:
+        for n, tid in enumerate(("pe-1", "pe-2", "pe-3")):
+            body = _request(s, 22, 1, 10 + n, {"transactional_id": tid, "transaction_timeout": 60000})
+            assert int(body.error_code) == 0
+            pid, epoch = int(body.producer_id), int(body.producer_epoch)
+            body = _request(s, 24, 3, 20 + n, {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+                                               "v3_and_below_producer_epoch": epoch,
+                                               "v3_and_below_topics": [{"name": "pe", "partitions": [0]}]})
+            assert int(body.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code) == 0
+            batch = build_batch([(None, tid.encode(), (), int(time.time() * 1000))], producer_id=pid,
+                                producer_epoch=epoch, base_sequence=0, is_transactional=True)
+            s.sendall(_produce_frame(tid, "pe", 0, batch))
+            assert int(parse_response(0, 9, recv_frame(s))[1].responses[0].partition_responses[0].error_code) == 0
+            ids[tid] = (pid, epoch)
+        ends = [(tid, *ids[tid]) for tid in ids] + [("pe-1", *ids["pe-1"])]
+        s.sendall(b"".join(encode_request(26, 3, 100 + n, "raw", {"transactional_id": tid, "producer_id": pid,
+                                                                   "producer_epoch": epoch, "committed": True})
+                           for n, (tid, pid, epoch) in enumerate(ends)))
+        answers = [parse_response(26, 3, recv_frame(s)) for _ in ends]
+    assert [c for c, _b in answers] == [100, 101, 102, 103]
+    assert [int(a.error_code) for _c, a in answers[:3]] == [0, 0, 0]
+    assert int(answers[3][1].error_code) in (0, 51)          # NONE (complete already) or CONCURRENT_TRANSACTIONS
+    expected = [b"pe-1", b"pe-2", b"pe-3"]
+    assert _read(b, "pe", 1, "read_committed", expect=expected) == expected

@@ -214,7 +214,7 @@ def test_micro_batch_task_adds_its_partitions_once_and_reuses_its_clients(broker
             return super().request(api_key, values)
 
     monkeypatch.setattr(broker_client, "BrokerClient", CountedClient)
-    for batch in range(3):
+    for batch in range(4):
         made.clear()
         asked.clear()
         messages = [produce_task(opts, COLUMNS, rows(batch * 100 + t * 50, 50), t, 0, "q-small", batch,
@@ -223,9 +223,43 @@ def test_micro_batch_task_adds_its_partitions_once_and_reuses_its_clients(broker
         assert all(sorted(m.records) == [f"{topic}-{p}" for p in range(3)] for m in messages)
         if batch:
             assert made == [], f"batch {batch} opened new clients: {made}"
+        if batch >= 2:          # (batch 1 finds the coordinators of the odd batches' ids)
             assert FIND_COORDINATOR not in asked, f"batch {batch} looked its coordinators up again"
-    assert added == [[(topic, p) for p in range(3)]] * 6, added      # 2 tasks x 3 batches
-    assert exactly(read_values(broker.bootstrap, topic, 3), range(300))
+    assert added == [[(topic, p) for p in range(3)]] * 8, added      # 2 tasks x 4 batches
+    assert exactly(read_values(broker.bootstrap, topic, 3), range(400))
+
+
+def test_micro_batches_alternate_two_transactional_ids(broker):
+    """A task's micro-batches alternate between two transactional ids (even and odd batch ids),
+    so that a batch's InitProducerId does not wait for the markers of the previous batch's
+    commit. An odd batch that a version before the alternation committed under the even id (its
+    record in the even id's group) is not written again when it is replayed."""
+    from pyspark_seglog.broker_transaction import end_task_transactions
+
+    topic = "eos-alternate"
+    create_topic(broker, topic, 2)
+    opts = parse_sink_options(options(broker.bootstrap, topic))
+    ids = []
+    for batch in range(3):
+        message = produce_task(opts, COLUMNS, rows(batch * 100, 100), 0, 0, "q-alt", batch, streaming=True)
+        commit_batch(opts, [message], batch)
+        ids.append(message.transaction.transactional_id)
+    assert ids == [transactional_id("q-alt", 0), transactional_id("q-alt", 0, 1), transactional_id("q-alt", 0)]
+    assert ids[0] != ids[1]
+    # An older version's run commits odd batch 3 under the even id, then dies before Spark's commits/3.
+    txn, producer = open_attempt(opts, "q-alt", 0, 0)
+    for batch in rows(300, 100):
+        producer.add(batch)
+    producer.flush(alongside=lambda: txn.record_batch(txn.txn_id, topic, 3))
+    producer.close()
+    txn.close()
+    end_task_transactions(opts.bootstrap_servers, [txn.open()], commit=True, deadline_s=30)
+    replay = produce_task(opts, COLUMNS, rows(300, 100), 0, 0, "q-alt", 3, streaming=True)
+    assert replay.skipped and replay.transaction is None
+    fresh = produce_task(opts, COLUMNS, rows(400, 100), 0, 0, "q-alt", 5, streaming=True)
+    assert not fresh.skipped and fresh.transaction.transactional_id == transactional_id("q-alt", 0, 5)
+    commit_batch(opts, [fresh], 5)
+    assert exactly(read_values(broker.bootstrap, topic, 2), range(500))
 
 
 def test_batch_record_flies_with_the_rows_and_aborts_with_them(broker, monkeypatch):

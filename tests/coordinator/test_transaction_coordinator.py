@@ -222,3 +222,30 @@ def test_marker_of_an_older_coordinator_epoch_is_fenced(tmp_path):
         assert _markers(pm, 0) == [(42, True), (42, False)]
         pm.close()
     asyncio.run(run())
+
+
+def test_end_txn_claims_the_id_at_once_and_several_ids_end_together(tmp_path):
+    """EndTxn's checks run when it is handled and claim the id before its Prepare record is
+    written (a broker answers EndTxn later, reading the connection on): a request for the id
+    handled next finds it busy; the ends of several ids are written at the same time."""
+    async def run():
+        pm, txn = _open(tmp_path / "root", TxnSettings(num_partitions=3, abort_interval_ms=50, settle_wait_s=0))
+        await txn.start()
+        ids = {}
+        for tid in ("t1", "t2", "t3"):
+            _code, pid, epoch = await txn.init_producer_id(tid, 60000)
+            assert await txn.add_partitions(tid, pid, epoch, {("data", 0)}) == E.NONE
+            ids[tid] = (pid, epoch)
+        writes = [txn.start_end_txn(tid, *ids[tid], True) for tid in ids]
+        assert all(isinstance(w, asyncio.Task) and not w.done() for w in writes)
+        assert all(txn.txns[tid].pending for tid in ids)         # claimed before any write ran
+        assert txn.start_end_txn("t1", *ids["t1"], True) == E.CONCURRENT_TRANSACTIONS
+        assert await txn.add_partitions("t1", *ids["t1"], {("data", 1)}) == E.CONCURRENT_TRANSACTIONS
+        assert await asyncio.gather(*writes) == [E.NONE] * 3
+        for tid in ids:
+            await _settled(txn, tid, TxnState.COMPLETE_COMMIT)
+        assert sorted(pid for pid, committed in _markers(pm, 0) if committed) == sorted(p for p, _e in ids.values())
+        assert txn.start_end_txn("t1", *ids["t1"], True) == E.NONE          # a retry of the complete end
+        await txn.stop()
+        pm.close()
+    asyncio.run(run())
