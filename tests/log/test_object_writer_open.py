@@ -103,3 +103,20 @@ def test_plain_commits_record_where_the_producer_state_was_empty():
         assert b'"empty_producers_at": 4' in root.storage.read("t-0/partition-state.json")
         assert log.producer_state.map_end_offset == 4 and not log.producer_state.producers
         log.close()
+
+
+def test_a_writers_open_lists_the_partition_folder_once(requests):
+    """The load's listing also tells the producer state that the folder holds no snapshots: it
+    used to list again three times (delete above the LEO, delete below the start, load)."""
+    with LogRoot.open(_url(), create=True) as root:
+        root.create_topic("t", 1)
+        for _ in range(3):
+            log = root.log("t", 0, writer=True)
+            log.append_records([(b"k", b"v", (), None)] * 3)
+            log.commit()
+            log.close()
+        requests.clear()
+        log = root.log("t", 0, writer=True)
+        assert requests["_listing"] == 1
+        assert log.log_end_offset == 9 and log.producer_state.map_end_offset == 9
+        log.close()
