@@ -206,12 +206,16 @@ class Log:
         (unless range-bounded); a writer rolls a first segment into an empty log, brings a stored
         HW above the LEO down, cuts an uncommitted tail (unless a replica), rebuilds its producer
         state and takes its epoch at the LEO."""
+        # The load's listing names the producer snapshots unless this writes or deletes some
+        # first (a roll on local disk snapshots, a truncation drops the ones above its cut).
+        listed: tuple[int, ...] | None = loaded.snapshot_offsets
         if not self.writer:
             if self._producer_state_loaded:
-                self.rebuild_producer_state(loaded.empty_producers_at)
+                self.rebuild_producer_state(loaded.empty_producers_at, listed)
             return
         if not self.segments:
             self.roll_to(self.log_start_offset)
+            listed = None
         leo = self.log_end_offset
         if self.segment_store.in_place and loaded.committed_hw is not None and loaded.committed_hw > leo:
             # Committed data that a power cut took (it was not fsynced): the stored HW comes
@@ -225,7 +229,8 @@ class Log:
             logger.warning("%s-%d: dropping %d uncommitted offsets above the high watermark %d",
                            self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
             self.truncate_locked(self.high_watermark)
-        self.rebuild_producer_state(loaded.empty_producers_at)
+            listed = None
+        self.rebuild_producer_state(loaded.empty_producers_at, listed)
         if not self.mode.leads_when_opened:
             # A replica: its epoch is the latest it holds until the controller says more.
             latest = self.epoch_cache.latest_epoch
@@ -235,16 +240,19 @@ class Log:
         self.epoch_cache.flush()        # the truncation above, when assign changed nothing
         self.segment_store.writer_opened()
 
-    def rebuild_producer_state(self, empty_at: int | None = None) -> None:
+    def rebuild_producer_state(self, empty_at: int | None = None,
+                               listed_snapshots: tuple[int, ...] | None = None) -> None:
         """Reload the newest usable snapshot, then replay producer fields of later batches.
 
         Only batch headers are read, plus the one record of each transaction marker. `empty_at`
         (an open on an object store, which keeps no snapshots: what its last commit recorded):
         an offset where the producer state was empty, a later start of the replay than the log
         start when no snapshot is newer; without it an open read every segment's headers.
+        listed_snapshots: the snapshots the open's listing found (None: list the folder again).
         """
         state = self.producer_state
-        state.truncate_and_reload(self.log_start_offset, self.log_end_offset, _now_ms())
+        state.truncate_and_reload(self.log_start_offset, self.log_end_offset, _now_ms(),
+                                  None if listed_snapshots is None else list(listed_snapshots))
         if (empty_at is not None and not state.producers
                 and state.map_end_offset < empty_at <= self.log_end_offset):
             state.update_map_end_offset(empty_at)

@@ -20,7 +20,7 @@ from typing import Callable
 
 from logcore.errors import CorruptIndexError, CorruptRecordError, DamagedLogError
 from logcore.records.batch import BatchHeader
-from logcore.log.producer_state import ProducerBatch
+from logcore.log.producer_state import ProducerBatch, snapshot_offsets_in
 from logcore.log.segment import LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, parse_segment_name, segment_name
 from logcore.log.segment_listing import SegmentListing
 from logcore.log.log_segments import LogSegments
@@ -71,6 +71,7 @@ class LoadedLog:
     stored_lso: int | None                  # the LSO an object store's last commit recorded
     recovery: RecoveryReport                # what recovery cut or rebuilt
     empty_producers_at: int | None = None   # PartitionState.empty_producers_at (object stores)
+    snapshot_offsets: tuple[int, ...] = ()  # the producer snapshots the load's listing found
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ class LogLoader(RangePlan):
         return LoadedLog(tuple(self.segments), self.log_segments.txn_bases, self.log_start_offset,
                          self.recovery_point, checkpointed_recovery_point, high_watermark, leo,
                          state.high_watermark, state.marker, state.last_stable_offset, self.recovery,
-                         state.empty_producers_at)
+                         state.empty_producers_at, tuple(snapshot_offsets_in(names)))
 
     def _check_indexes(self, can_write: bool, skip_active: bool = False,
                        committed_below: int | None = None) -> None:

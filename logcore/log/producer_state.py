@@ -374,14 +374,14 @@ def decode_snapshot(data: bytes, *, source: str | None = None) -> list[ProducerS
     return entries
 
 
+def snapshot_offsets_in(names: Iterable[str]) -> list[int]:
+    """Offsets of the `.snapshot` files among a folder's file names, ascending."""
+    return sorted(int(match.group(1)) for match in map(_SNAPSHOT_NAME.match, names) if match)
+
+
 def list_snapshot_offsets(storage: Storage, directory: str) -> list[int]:
     """Offsets of the `.snapshot` files in `directory`, ascending."""
-    offsets = []
-    for name in storage.list_dir(directory):
-        match = _SNAPSHOT_NAME.match(name)
-        if match:
-            offsets.append(int(match.group(1)))
-    return sorted(offsets)
+    return snapshot_offsets_in(storage.list_dir(directory))
 
 
 def write_snapshot(storage: Storage, directory: str, offset: int,
@@ -393,11 +393,14 @@ def write_snapshot(storage: Storage, directory: str, offset: int,
 
 
 def load_latest_snapshot(storage: Storage, directory: str, upto_offset: int,
-                         above_offset: int = -1) -> tuple[int, list[ProducerStateEntry]] | None:
+                         above_offset: int = -1, *, offsets: list[int] | None = None
+                         ) -> tuple[int, list[ProducerStateEntry]] | None:
     """The newest readable snapshot with above_offset < offset <= upto_offset, as
     (offset, entries). Corrupt ones are skipped with a warning and deleted unless the storage is
-    read-only."""
-    for offset in reversed(list_snapshot_offsets(storage, directory)):
+    read-only. offsets: the snapshots a listing just found (None: list the folder)."""
+    if offsets is None:
+        offsets = list_snapshot_offsets(storage, directory)
+    for offset in reversed(offsets):
         if offset > upto_offset or offset <= above_offset:
             continue
         path = storage.join(directory, snapshot_file_name(offset))
@@ -615,17 +618,24 @@ class ProducerStateManager:
         self._ongoing.clear()
         self._unreplicated.clear()
 
-    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None:
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int,
+                            listed: list[int] | None = None) -> None:
         """Drop snapshots outside (log_start, log_end] and, unless the state is already at
         log_end, reload from the newest remaining snapshot. The caller then replays the log from
-        `map_end_offset` to `log_end_offset` (assumed <= the HW)."""
+        `map_end_offset` to `log_end_offset` (assumed <= the HW).
+
+        The folder is listed once here, or not at all when the caller just listed it (`listed`:
+        the snapshots found): on an object store, which holds no snapshots, each listing is a
+        request that finds none."""
+        offsets = self.snapshot_offsets() if listed is None else list(listed)
         if not self.storage.read_only:
-            self.delete_snapshots_after(log_end_offset)
-            self.delete_snapshots_before(log_start_offset + 1)
+            self.delete_snapshots_after(log_end_offset, offsets)
+            self.delete_snapshots_before(log_start_offset + 1, offsets)
+            offsets = [snap for snap in offsets if log_start_offset < snap <= log_end_offset]
         if log_end_offset != self.map_end_offset:
             self._clear()
             loaded = load_latest_snapshot(self.storage, self.directory, log_end_offset,
-                                          above_offset=log_start_offset)
+                                          above_offset=log_start_offset, offsets=offsets)
             if loaded is None:
                 self.map_end_offset = self.last_snapshot_offset = log_start_offset
             else:
@@ -635,7 +645,7 @@ class ProducerStateManager:
                         self._load_entry(entry)
                 self.map_end_offset = self.last_snapshot_offset = offset
         else:
-            self.on_log_start_offset_incremented(log_start_offset)
+            self.on_log_start_offset_incremented(log_start_offset, offsets)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Forget everything (the log was emptied) and continue at `offset`."""
@@ -661,24 +671,29 @@ class ProducerStateManager:
         self.last_snapshot_offset = offset
         return len(entries)
 
-    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+    def on_log_start_offset_incremented(self, log_start_offset: int,
+                                        snapshot_offsets: list[int] | None = None) -> None:
+        """snapshot_offsets: the snapshots the caller just listed (None: list the folder)."""
         for first_offset in [f for f, t in self._unreplicated.items()
                              if t.last_offset < log_start_offset]:
             del self._unreplicated[first_offset]
         if self.map_end_offset < log_start_offset:
             self.map_end_offset = log_start_offset
-        latest = self.latest_snapshot_offset()
+        if snapshot_offsets is None:
+            snapshot_offsets = self.snapshot_offsets()
+        latest = snapshot_offsets[-1] if snapshot_offsets else None
         self.last_snapshot_offset = latest if latest is not None else log_start_offset
 
-    def delete_snapshots_before(self, offset: int) -> None:
-        """Delete snapshot files with offset < `offset`."""
-        for snap in self.snapshot_offsets():
+    def delete_snapshots_before(self, offset: int, listed: list[int] | None = None) -> None:
+        """Delete snapshot files with offset < `offset` (listed: the snapshots a listing just
+        found; None: list the folder)."""
+        for snap in self.snapshot_offsets() if listed is None else listed:
             if snap < offset:
                 self.storage.delete(self.storage.join(self.directory, snapshot_file_name(snap)))
 
-    def delete_snapshots_after(self, offset: int) -> None:
-        """Delete snapshot files with offset > `offset`."""
-        for snap in self.snapshot_offsets():
+    def delete_snapshots_after(self, offset: int, listed: list[int] | None = None) -> None:
+        """Delete snapshot files with offset > `offset` (listed: as delete_snapshots_before)."""
+        for snap in self.snapshot_offsets() if listed is None else listed:
             if snap > offset:
                 self.storage.delete(self.storage.join(self.directory, snapshot_file_name(snap)))
 

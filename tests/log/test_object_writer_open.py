@@ -9,6 +9,7 @@ recorded an empty producer state (`empty_producers_at` in `partition-state.json`
 """
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import Counter
 
@@ -103,3 +104,45 @@ def test_plain_commits_record_where_the_producer_state_was_empty():
         assert b'"empty_producers_at": 4' in root.storage.read("t-0/partition-state.json")
         assert log.producer_state.map_end_offset == 4 and not log.producer_state.producers
         log.close()
+
+
+def test_a_writers_open_lists_the_partition_folder_once(requests):
+    """The load's listing also tells the producer state that the folder holds no snapshots: it
+    used to list again three times (delete above the LEO, delete below the start, load)."""
+    with LogRoot.open(_url(), create=True) as root:
+        root.create_topic("t", 1)
+        for _ in range(3):
+            log = root.log("t", 0, writer=True)
+            log.append_records([(b"k", b"v", (), None)] * 3)
+            log.commit()
+            log.close()
+        requests.clear()
+        log = root.log("t", 0, writer=True)
+        assert requests["_listing"] == 1
+        assert log.log_end_offset == 9 and log.producer_state.map_end_offset == 9
+        log.close()
+
+
+def test_a_published_segments_indexes_are_put_at_the_same_time(monkeypatch):
+    """Each index PUT waits here until the other one has started: PUT one after the other,
+    the first would wait in vain and the barrier break."""
+    started = threading.Barrier(2, timeout=5)
+    real = ObjectStorage.write_atomic
+
+    def write_atomic(self, path, data, **kwargs):
+        if path.endswith((".index", ".timeindex")):
+            started.wait()
+        return real(self, path, data, **kwargs)
+    with LogRoot.open(_url(), create=True) as root:
+        root.create_topic("t", 1)
+        monkeypatch.setattr(ObjectStorage, "write_atomic", write_atomic)
+        log = root.log("t", 0, writer=True)
+        log.append_records([(b"k", b"v", (), None)] * 3)
+        log.commit()
+        log.close()
+        names = root.storage.list_dir("t-0")
+        reader = root.log("t", 0)
+        assert len(list(reader.read_records(0))) == 3
+        assert reader.recovery.rebuilt_indexes == []
+        reader.close()
+    assert {"00000000000000000000.index", "00000000000000000000.timeindex"} <= set(names)
