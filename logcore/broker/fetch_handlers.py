@@ -138,7 +138,7 @@ class FetchHandlers:
             if follower >= 0:
                 ends = {w.key: w.part.log_if_open.log_end_offset
                         for w in wanted if w.part is not None and w.part.is_open}
-            results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
+            results, total, failed = await self._read_for(wanted, isolation, max_bytes)
             if follower >= 0:
                 checks.followed(wanted, results, follower, ends, epochs)
                 failed = failed or any("diverging_epoch" in r for r in results)
@@ -155,7 +155,7 @@ class FetchHandlers:
             # leader) never answer a request made at an older one.
             wanted = [checks.check(entry, follower, any_replica) for entry in wanted]
             if loop.time() >= deadline:
-                results, total, failed = await self._read_for(wanted, isolation, max_bytes, follower)
+                results, total, failed = await self._read_for(wanted, isolation, max_bytes)
                 break
         checks.annotate(wanted, results)
         if follower >= 0:
@@ -180,18 +180,17 @@ class FetchHandlers:
                 return True
         return False
 
-    async def _read_for(self, wanted, isolation: str, max_bytes: int,
-                        follower: int) -> tuple[list[dict], int, bool]:
-        """The read of every wanted partition. A follower's, which asks for the tail of logs
-        this broker holds open, is done here on the event loop when no log's lock is busy and
-        every offset lies in the active segment (page cache): the thread hand-off would
-        cost more than the read, twice per replicated produce (the read that sends the
-        records, and the next fetch that reports the follower's new LEO and moves the HW).
-        Otherwise (and for consumers) in a worker thread."""
-        if follower >= 0:
-            read = self._read_all(wanted, isolation, max_bytes, nowait=True)
-            if read is not None:
-                return read
+    async def _read_for(self, wanted, isolation: str, max_bytes: int) -> tuple[list[dict], int, bool]:
+        """The read of every wanted partition, done here on the event loop when every log is
+        open, no log's lock is busy and every offset lies in the active segment (page cache;
+        records of a large range go out with sendfile, not read here): the thread hand-off
+        would cost more than the read, twice per replicated produce for followers (the read
+        that sends the records, and the next fetch that reports the follower's new LEO and
+        moves the HW) and once per record a tailing consumer sees. Otherwise (history, a log
+        to open, a busy lock) in a worker thread."""
+        read = self._read_all(wanted, isolation, max_bytes, nowait=True)
+        if read is not None:
+            return read
         return await asyncio.to_thread(self._read_all, wanted, isolation, max_bytes)
 
     def _read_all(self, wanted, isolation: str, max_bytes: int,
