@@ -42,8 +42,19 @@ def kafka(kafka_broker_factory):
 
 
 def create_topic(kafka, name: str, partitions: int) -> None:
+    """The topic, once the broker leads each of its partitions: Kafka answers CreateTopics
+    before its broker has taken the leadership from the controller's metadata, and a produce in
+    that window is refused NOT_LEADER_OR_FOLLOWER (what these tests check is not that window)."""
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(30)
+    deadline = time.monotonic() + 30
+    while True:
+        found = admin.list_topics(name, timeout=10).topics.get(name)
+        if found is not None and found.error is None and len(found.partitions) == partitions \
+                and all(p.leader >= 0 and p.error is None for p in found.partitions.values()):
+            return
+        assert time.monotonic() < deadline, f"{name}: no leader for every partition after 30 s"
+        time.sleep(0.1)
 
 
 def produce(kafka, topic: str, partitions: int, first: int, count: int) -> set:
