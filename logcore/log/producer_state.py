@@ -1,4 +1,4 @@
-# Over 600 lines: Kafka's producer state machine (sequences, transactions) and its .snapshot codec.
+# Just over 700 lines: Kafka's producer state machine (sequences, transactions) and its .snapshot codec.
 """Producer state: idempotent de-duplication, open transactions and `.snapshot` files.
 
 Per producer id the log keeps the epoch, the coordinator epoch, the first offset of the open

@@ -1,3 +1,4 @@
+# Just over 700 lines: one connection's framing, its in-flight requests (send, submit, receive), SASL and re-authentication share the socket and its correlation ids (next split: the SASL login into logcore.security).
 """A Kafka protocol client over kio schemas: one connection to one broker.
 
 - `KafkaConnection(host, port, *, timeout_s, client_id)`: blocking. `connect()` opens the socket
