@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from kafka_python_round_trip import kafka_python_round_trip
 from secure_broker import PLAIN_MODULE, SCRAM_MODULE, jaas
 from pki import STORE_PASSWORD
 
@@ -106,7 +107,6 @@ def test_librdkafka_refusals_leave_the_broker_serving(secure_broker, pki):
 
 
 def test_kafka_python_on_tls_and_sasl(secure_broker, pki):
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition as KTopicPartition
     b = secure_broker
     cases = {
         "ssl": dict(bootstrap_servers=b.bootstrap("SSL"), security_protocol="SSL", ssl_cafile=str(pki.ca_pem)),
@@ -120,17 +120,7 @@ def test_kafka_python_on_tls_and_sasl(secure_broker, pki):
     }
     for name, conf in cases.items():
         topic = f"kp-{name}"
-        producer = KafkaProducer(**conf)
-        for i in range(3):
-            producer.send(topic, f"{topic}-{i}".encode()).get(timeout=20)
-        producer.close()
-        consumer = KafkaConsumer(**conf, consumer_timeout_ms=10000)
-        tp = KTopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        got = [m.value for _, m in zip(range(3), consumer)]
-        consumer.close()
-        assert got == [f"{topic}-{i}".encode() for i in range(3)], name
+        assert kafka_python_round_trip(conf, topic) == [f"{topic}-{i}".encode() for i in range(3)], name
 
 
 @pytest.mark.soak          # Kafka's Java clients and kafka-configs JVMs, ~30 s: -m soak
