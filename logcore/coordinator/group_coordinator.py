@@ -266,12 +266,12 @@ class GroupCoordinator:
             await self.consumer_groups.start()
 
     async def stop(self) -> None:
+        self.timers.stop()                      # no session expires, no rebalance completes now
         self.admin.stop()
         if self.consumer_groups is not None:
             await self.consumer_groups.stop()
         for task in self._loads.values():
             task.cancel()
-        self.timers.stop()
 
     def _group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
