@@ -56,6 +56,19 @@ def subprocess_env() -> dict:
     return env
 
 
+def listening_line(proc: subprocess.Popen, timeout: float) -> str:
+    """The first line a starting broker writes on its stdout (`... listening on
+    NAME://host:port,...` once it serves); '' when it exited first. Lines are read until
+    `timeout` seconds have passed (a read itself waits for its line)."""
+    deadline = time.monotonic() + timeout
+    line = b""
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line or proc.poll() is not None:
+            break
+    return line.decode().strip()
+
+
 def start_factory(base: Path, started: list):
     """A function that starts a broker over a root below `base` (its settings as keywords) and
     appends it to `started`, whose brokers the caller stops."""
@@ -82,13 +95,7 @@ def start_factory(base: Path, started: list):
                                         preexec_fn=preexec_fn)
         broker = RunningBroker(proc, root, "", 0, err)
         started.append(broker)
-        deadline = time.monotonic() + START_TIMEOUT
-        line = b""
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if line or proc.poll() is not None:
-                break
-        text = line.decode().strip()
+        text = listening_line(proc, START_TIMEOUT)
         if "listening on PLAINTEXT://" not in text:
             broker.stop(signal.SIGKILL)
             pytest.fail(f"broker did not start: {text!r}\n{err.read_text(errors='replace')[-3000:]}")

@@ -20,7 +20,7 @@ from logcore.broker.member_host import member_host
 from logcore.broker.group_handlers import (commit_answer, heartbeat_args, join_args, leave_answer, leave_args,
                                            offsets_to_commit, sync_args)
 from logcore.coordinator.consumer_group_coordinator import ConsumerGroupSettings, Heartbeat, heartbeat_error
-from logcore.coordinator.group_coordinator import join_error
+from logcore.coordinator.group_answers import join_error
 from logcore.coordinator import assignors
 from logcore.coordinator.migration_policy import migration_policy
 from logcore.log.partition_metadata import parse_topic_id

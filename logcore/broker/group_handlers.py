@@ -19,7 +19,7 @@ from logcore.wire import error_codes as E
 from logcore.broker.member_host import member_host
 from logcore.broker.cluster_handlers import create_internal_topic, find_internal_coordinator
 from logcore.coordinator import offsets_topic as OT
-from logcore.coordinator.group_coordinator import join_error, sync_error
+from logcore.coordinator.group_answers import join_error, sync_error
 from logcore.coordinator.group_offsets import OFFSET_METADATA_MAX_BYTES
 from logcore.wire.protocol import Request
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 
+from logcore.forwarding import forwarded
+
 FLUSH_BYTES = 64 * 1024      # bytes kept before they are written at once
 
 
@@ -28,14 +30,9 @@ class ResponseWriter:
         self._size = 0
         self._scheduled: asyncio.Handle | None = None
 
-    @property
-    def transport(self) -> asyncio.Transport:
-        return self._conn.transport
-
-    @property
-    def write_paused(self) -> bool:
-        """The transport is above its high-water mark (drain() would wait)."""
-        return self._conn.write_paused
+    transport = forwarded("_conn.transport", "The connection's asyncio.Transport.")
+    write_paused = forwarded("_conn.write_paused",
+                             "The transport is above its high-water mark (drain() would wait).")
 
     @property
     def pending_bytes(self) -> int:

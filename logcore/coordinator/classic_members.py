@@ -30,7 +30,7 @@ from logcore.coordinator import consumer_group_records as CG
 from logcore.coordinator.consumer_group import UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, ConsumerGroup, ConsumerMember
 from logcore.coordinator.consumer_protocol import MalformedConsumerProtocol, assignment_bytes, parse_subscription
 from logcore.coordinator.group import CONSUMER_PROTOCOL
-from logcore.coordinator.group_coordinator import join_error as _join_error, sync_error as _sync_error
+from logcore.coordinator.group_answers import join_error as _join_error, sync_error as _sync_error
 
 logger = logging.getLogger(__name__)
 

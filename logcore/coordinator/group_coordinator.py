@@ -1,4 +1,3 @@
-# Over 700 lines (740): the classic protocol's join/sync/heartbeat state machine and its timers share each group's state; offsets, admin (DeleteGroups, expiry) and KIP-848 groups are modules of their own (next split: the session and rebalance timers).
 """The group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
 and committed offsets (OffsetCommit, OffsetFetch) kept in the compacted `__consumer_offsets` topic.
 
@@ -9,9 +8,11 @@ empty group waits group.initial.rebalance.delay.ms after the last newcomer. The 
 every member's subscription and computes the assignment client-side; its SyncGroup hands each
 member its share. Members that stop heartbeating for their session timeout are removed.
 
-The groups and members are `group.Group` and `group.Member`; the committed offsets, plain and
-transactional, are a part of their own (`group_offsets.GroupOffsets`, the coordinator's
-`offsets`), which this coordinator feeds with its appends and its loads.
+The groups and members are `group.Group` and `group.Member`; when a rebalance completes and a
+session ends is `group_timers.GroupTimers`' (the coordinator's `timers`), the answers it hands
+out are `group_answers`'; the committed offsets, plain and transactional, are a part of their
+own (`group_offsets.GroupOffsets`, the coordinator's `offsets`), which this coordinator feeds
+with its appends and its loads.
 
 Committed offsets and each generation's group metadata are appended to the group's partition
 of `__consumer_offsets` (through the partition's append queue and group commit) before the
@@ -40,12 +41,13 @@ import time
 import uuid
 from typing import Awaitable, Callable, Protocol
 
-from logcore.event_wait import wait_event
 from logcore.wire import error_codes as E
 from logcore.coordinator import offsets_topic as OT
 from logcore.coordinator import placement
 from logcore.coordinator.group import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, Group, Member, resume
 from logcore.coordinator.group_admin import GroupAdmin
+from logcore.coordinator.group_answers import join_answer, join_error, sync_answer, sync_error
+from logcore.coordinator.group_timers import GroupTimers, changed
 from logcore.coordinator.group_offsets import GroupOffsets
 from logcore.coordinator.transaction_appends import CoordinatorAppender
 from logcore.coordinator.transaction_offsets import LogEntry, replay
@@ -53,9 +55,6 @@ from logcore.errors import SegLogError
 from logcore.records.batch import build_batch
 
 logger = logging.getLogger(__name__)
-
-EXPIRY_CHECK_S = 0.1     # the longest the expiry loop sleeps; it wakes earlier at the next deadline
-
 
 class OffsetsPartitions(Protocol):
     """The broker's open partitions as the coordinator uses them (its PartitionManager, taken
@@ -76,11 +75,11 @@ class GroupCoordinator:
         self.partitions = partitions
         self._ensure_topic = ensure_topic         # blocking: creates __consumer_offsets if missing
         self.num_partitions = num_partitions
-        self.initial_delay = initial_delay_ms / 1000
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
         self.groups: dict[str, Group] = {}
-        self._expiry: asyncio.Task | None = None
+        # When rebalances complete and sessions end (group_timers.py); completing is ours.
+        self.timers = GroupTimers(lambda: self.groups.values(), initial_delay_ms, self._complete_join)
         self._topic_ready = False
         self._topic_lock: asyncio.Lock | None = None
         # Which groups this broker may coordinate (placement): all of them, until
@@ -201,9 +200,7 @@ class GroupCoordinator:
         gone = [gid for gid in self.groups if self.partition_of(gid) == p]
         for gid in gone:
             group = self.groups.pop(gid)
-            if group.rebalance is not None:
-                group.rebalance.cancel()
-                group.rebalance = None
+            self.timers.cancel_rebalance(group)
             for m in group.members.values():
                 if m.join is not None and not m.join.done():
                     m.join.set_result(join_error(E.NOT_COORDINATOR, m.member_id))
@@ -263,22 +260,18 @@ class GroupCoordinator:
             for m in g.members} if g.protocol else {}
 
     async def start(self) -> None:
-        self._expiry = asyncio.get_running_loop().create_task(self._expire_members())
+        self.timers.start()
         self.admin.start()
         if self.consumer_groups is not None:
             await self.consumer_groups.start()
 
     async def stop(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
+        self.timers.stop()                      # no session expires, no rebalance completes now
         self.admin.stop()
         if self.consumer_groups is not None:
             await self.consumer_groups.stop()
         for task in self._loads.values():
             task.cancel()
-        for group in self.groups.values():
-            if group.rebalance is not None:
-                group.rebalance.cancel()
 
     def _group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -289,16 +282,16 @@ class GroupCoordinator:
     def forget(self, group_id: str) -> None:
         """The group was deleted or expired (its tombstones written): drop it and its offsets."""
         group = self.groups.pop(group_id, None)
-        if group is not None and group.rebalance is not None:
-            group.rebalance.cancel()
+        if group is not None:
+            self.timers.cancel_rebalance(group)
         self.offsets.drop_group(group_id)
 
     def release(self, group_id: str) -> None:
         """The group became a consumer group (KIP-848's online upgrade): parked JoinGroup and
         SyncGroup answers get REBALANCE_IN_PROGRESS (the members rejoin it); its offsets stay."""
         group = self.groups.pop(group_id, None)
-        if group is not None and group.rebalance is not None:
-            group.rebalance.cancel()
+        if group is not None:
+            self.timers.cancel_rebalance(group)
         for m in group.members.values() if group is not None else ():
             if m.join is not None and not m.join.done():
                 m.join.set_result(join_error(E.REBALANCE_IN_PROGRESS, m.member_id))
@@ -313,13 +306,8 @@ class GroupCoordinator:
             m.last_seen = asyncio.get_running_loop().time()
         self.groups[group.group_id] = group
         record = (OT.group_key(group.group_id), OT.group_value(group.record(self.admin.clock_ms())))
-        self._prepare_rebalance(group, reason)
+        self.timers.prepare_rebalance(group, reason)
         return record
-
-    def _changed(self, group: Group) -> asyncio.Event:
-        if group.changed is None:
-            group.changed = asyncio.Event()
-        return group.changed
 
     def describe(self, group_id: str) -> dict:
         """DescribeGroups' answer for one group (a group it does not know is "Dead", error NONE)."""
@@ -429,13 +417,13 @@ class GroupCoordinator:
             member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
             if group.state in (STABLE, COMPLETING) and unchanged and member_id != group.leader:
                 # A follower asking again with the same subscription: nothing to rebalance.
-                return self._join_response(group, member)
+                return join_answer(group, member)
             member.protocols = list(protocols)
         if member.join is not None and not member.join.done():
             member.join.set_result(join_error(E.REBALANCE_IN_PROGRESS, member_id))
         member.join = loop.create_future()
-        self._prepare_rebalance(group, f"member {member_id} joined")
-        self._changed(group).set()
+        self.timers.prepare_rebalance(group, f"member {member_id} joined")
+        changed(group).set()
         return await member.join
 
     async def _rejoin_static(self, group: Group, old_id: str, new_id: str, client_id: str, session_timeout_ms: int,
@@ -465,12 +453,12 @@ class GroupCoordinator:
             code = await self._persist_group(group)
             if code != E.NONE:
                 return join_error(code, new_id)
-            answer = self._join_response(group, member)
+            answer = join_answer(group, member)
             answer["leader"] = leader_before or ""
             return answer
         member.join = loop.create_future()
-        self._prepare_rebalance(group, f"static member {member.group_instance_id} rejoined as {new_id}")
-        self._changed(group).set()
+        self.timers.prepare_rebalance(group, f"static member {member.group_instance_id} rejoined as {new_id}")
+        changed(group).set()
         return await member.join
 
     def _fenced(self, group: Group | None, member_id: str, instance_id: str | None) -> bool:
@@ -480,52 +468,9 @@ class GroupCoordinator:
         known = group.static_member(instance_id)
         return known is not None and known != member_id
 
-    def _join_response(self, group: Group, member: Member) -> dict:
-        members = []
-        if member.member_id == group.leader:
-            members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                        "metadata": m.metadata_for(group.protocol)} for m in group.members.values()]
-        return {"throttle_time": 0, "error_code": E.NONE, "generation_id": group.generation,
-                "protocol_type": group.protocol_type, "protocol_name": group.protocol,
-                "leader": group.leader or "", "member_id": member.member_id, "members": members,
-                "skip_assignment": False}
-
-    def _prepare_rebalance(self, group: Group, reason: str) -> None:
-        for m in group.members.values():       # a SyncGroup waiting on the old generation is over
-            if m.sync is not None and not m.sync.done():
-                m.sync.set_result(sync_error(E.REBALANCE_IN_PROGRESS))
-            m.sync = None
-        if group.state == PREPARING:
-            return
-        logger.info("group %s: rebalancing (generation %d): %s", group.group_id, group.generation, reason)
-        initial = group.state == EMPTY
-        group.state = PREPARING
-        group.rebalance = asyncio.get_running_loop().create_task(self._rebalance(group, initial))
-
-    async def _rebalance(self, group: Group, initial: bool) -> None:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        changed = self._changed(group)
-        while True:
-            timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
-            deadline = started + timeout
-            now = loop.time()
-            ready_at = min(group.last_newcomer + self.initial_delay, deadline) if initial else now
-            if group.all_joined() and now >= ready_at:
-                break
-            if now >= deadline:
-                for mid in [mid for mid, m in group.members.items() if m.join is None]:
-                    logger.info("group %s: member %s did not rejoin in time; removed", group.group_id, mid)
-                    del group.members[mid]
-                group.pending.clear()
-                break
-            changed.clear()
-            wake = min(deadline, ready_at) if group.all_joined() else deadline
-            await wait_event(changed, max(0.0, wake - now))
-        await self._complete_join(group)
-
     async def _complete_join(self, group: Group) -> None:
-        group.rebalance = None
+        """The rebalance is over: the new generation, its leader and protocol to every member
+        that rejoined (an empty group is written as such)."""
         group.generation += 1
         if not group.members:
             group.state, group.protocol, group.leader = EMPTY, None, None
@@ -544,7 +489,7 @@ class GroupCoordinator:
             m.last_seen = now
             m.assignment = b""
             if m.join is not None and not m.join.done():
-                m.join.set_result(self._join_response(group, m))
+                m.join.set_result(join_answer(group, m))
             m.join = None
 
     async def _persist_group(self, group: Group) -> int:
@@ -571,8 +516,7 @@ class GroupCoordinator:
         if group.state == PREPARING:
             return sync_error(E.REBALANCE_IN_PROGRESS)
         if group.state == STABLE:
-            return {"throttle_time": 0, "error_code": E.NONE, "assignment": member.assignment,
-                    "protocol_type": group.protocol_type, "protocol_name": group.protocol}
+            return sync_answer(group, member)
         if member.sync is not None and not member.sync.done():
             member.sync.set_result(sync_error(E.REBALANCE_IN_PROGRESS))
         member.sync = asyncio.get_running_loop().create_future()
@@ -590,9 +534,7 @@ class GroupCoordinator:
                     group.state = STABLE
                     for m in group.members.values():
                         if m.sync is not None and not m.sync.done():
-                            m.sync.set_result({"throttle_time": 0, "error_code": E.NONE,
-                                               "assignment": m.assignment, "protocol_type": group.protocol_type,
-                                               "protocol_name": group.protocol})
+                            m.sync.set_result(sync_answer(group, m))
                         m.sync = None
                 else:
                     # Kafka: every member gets the error (NOT_COORDINATOR sends them to the new
@@ -601,7 +543,7 @@ class GroupCoordinator:
                         if m.sync is not None and not m.sync.done():
                             m.sync.set_result(sync_error(code))
                         m.sync = None
-                    self._prepare_rebalance(group, "its metadata could not be written")
+                    self.timers.prepare_rebalance(group, "its metadata could not be written")
         return await waiting
 
     # ------------------------------------------------------------------ Heartbeat / LeaveGroup
@@ -648,44 +590,8 @@ class GroupCoordinator:
                 if member.sync is not None and not member.sync.done():
                     member.sync.set_result(sync_error(E.UNKNOWN_MEMBER_ID))
         if group is not None and left:
-            self._member_gone(group, f"member {', '.join(left)} left")
+            self.timers.member_gone(group, f"member {', '.join(left)} left")
         return codes
-
-    def _member_gone(self, group: Group, reason: str) -> None:
-        if group.state in (STABLE, COMPLETING):
-            self._prepare_rebalance(group, reason)
-        self._changed(group).set()
-
-    async def _expire_members(self) -> None:
-        # Sessions end at their deadline, as Kafka's timers end them, not up to a polling period
-        # later: a client that waits out a session timeout (librdkafka's 0081 deletes a static
-        # member's group just after) finds the member gone.
-        loop = asyncio.get_running_loop()
-        wake = EXPIRY_CHECK_S
-        while True:
-            await asyncio.sleep(wake)
-            now = loop.time()
-            next_deadline = now + EXPIRY_CHECK_S
-            for group in list(self.groups.values()):
-                for mid, expires in list(group.pending.items()):
-                    if now >= expires:
-                        del group.pending[mid]
-                        self._changed(group).set()
-                    else:
-                        next_deadline = min(next_deadline, expires)
-                gone = [mid for mid, m in group.members.items()
-                        if m.join is None and now >= m.last_seen + m.session_timeout_ms / 1000]
-                for m in group.members.values():
-                    if m.join is None and m.member_id not in gone:
-                        next_deadline = min(next_deadline, m.last_seen + m.session_timeout_ms / 1000)
-                for mid in gone:
-                    member = group.members.pop(mid)
-                    if member.sync is not None and not member.sync.done():
-                        member.sync.set_result(sync_error(E.UNKNOWN_MEMBER_ID))
-                if gone:
-                    logger.info("group %s: session of %s expired", group.group_id, ", ".join(gone))
-                    self._member_gone(group, f"session of {', '.join(gone)} expired")
-            wake = max(0.001, next_deadline - loop.time())
 
     # ------------------------------------------------------------------ offsets
     def check_commit(self, group_id: str, generation_id: int, member_id: str,
@@ -726,15 +632,3 @@ def _coordinator_code(code: int) -> int:
         return E.COORDINATOR_NOT_AVAILABLE
     return code
 
-
-def join_error(code: int, member_id: str) -> dict:
-    """JoinGroup's answer refusing `member_id` with `code` (the broker answers it too)."""
-    return {"throttle_time": 0, "error_code": code, "generation_id": -1, "protocol_type": None,
-            "protocol_name": "", "leader": "", "member_id": member_id, "members": [],
-            "skip_assignment": False}
-
-
-def sync_error(code: int) -> dict:
-    """SyncGroup's answer refusing with `code` (the broker answers it too)."""
-    return {"throttle_time": 0, "error_code": code, "assignment": b"", "protocol_type": None,
-            "protocol_name": None}

@@ -35,7 +35,6 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
@@ -47,6 +46,7 @@ from logcore.tiered.metadata import (DEFAULT_CUSTOM_METADATA_MAX_BYTES, RemoteLo
                                      RemoteLogSegmentMetadata, RemoteLogSegmentState,
                                      RemotePartitionDeleteState, TopicIdPartition,
                                      check_custom_metadata_size, now_ms)
+from logcore.tiered.metadata_view import MetadataView
 from logcore.tiered.segment_states import InvalidEvent, RemoteSegmentStates
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,6 @@ class SnapshotHistory(Enum):
     DELETED = "deleted"       # they go: the folder holds one snapshot and its tail
     KEPT = "kept"             # they stay (a benchmark replaying the whole history)
 _MAX_RACE_RETRIES = 100
-FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
 
 def partition_prefix(tip: TopicIdPartition) -> str:
@@ -88,7 +87,7 @@ def find_topic_ids(storage: Storage, topic: str) -> list[uuid.UUID]:
     return found
 
 
-class RemoteLogMetadataStore:
+class RemoteLogMetadataStore(MetadataView):
     """Durable, ordered metadata of one partition's remote segments (see the module docstring)."""
 
     def __init__(self, storage: Storage, topic: str, topic_id: uuid.UUID, partition: int, *,
@@ -108,7 +107,7 @@ class RemoteLogMetadataStore:
         self.snapshot_interval = snapshot_interval
         self.read_only_reason = read_only_reason
         self.history = history
-        self._states = RemoteSegmentStates(self.topic_id_partition)
+        super().__init__(RemoteSegmentStates(self.topic_id_partition))
         self._next_seq = 0
         self._opened = False
         self.records_read = 0          # records replayed since the store opened (the bench reads it)
@@ -191,7 +190,7 @@ class RemoteLogMetadataStore:
             next_seq = int(snapshot["nextSequence"])
             segments = [RemoteLogSegmentMetadata.from_json(m, source=source) for m in snapshot["segments"]]
             deleted = snapshot.get("partitionDelete")
-            self._states.load(segments, None if deleted is None else RemotePartitionDeleteState[deleted])
+            self.states.load(segments, None if deleted is None else RemotePartitionDeleteState[deleted])
         except (ValueError, KeyError, TypeError, InvalidEvent, CommitFailedError) as exc:
             raise CorruptIndexError(f"unreadable remote metadata snapshot: {exc}", file=source) from None
         self._next_seq = next_seq
@@ -207,10 +206,10 @@ class RemoteLogMetadataStore:
             raise CorruptIndexError(f"unknown record type {kind!r}", file=source)
         try:
             if kind == "partition_delete":
-                self._states.apply_partition_delete(_delete_state(record, source))
+                self.states.apply_partition_delete(_delete_state(record, source))
             else:
                 meta = RemoteLogSegmentMetadata.from_json(record.get("segment", {}), source=source)
-                self._states.apply(meta, is_add=kind == "add")
+                self.states.apply(meta, is_add=kind == "add")
         except (InvalidEvent, CommitFailedError) as exc:
             # Writers check before they append, so a record the rules refuse is damage.
             raise CorruptIndexError(str(exc), file=source) from None
@@ -233,9 +232,9 @@ class RemoteLogMetadataStore:
                 pass                      # unreadable: replaced below
         # nextSequence right after version: a reader finds it in the object's first bytes.
         snapshot: dict[str, Any] = {"version": SNAPSHOT_VERSION, "nextSequence": self._next_seq,
-                                    "segments": self._states.to_json()}
-        if self._states.partition_delete is not None:
-            snapshot["partitionDelete"] = self._states.partition_delete.name
+                                    "segments": self.states.to_json()}
+        if self.states.partition_delete is not None:
+            snapshot["partitionDelete"] = self.states.partition_delete.name
         body = json.dumps(snapshot, separators=(",", ":")).encode()
         # Compare-and-swap: an older state never replaces a newer one another writer just wrote.
         written = (self.storage.put_if_absent(self.snapshot_path, body) if current is None
@@ -252,34 +251,6 @@ class RemoteLogMetadataStore:
                 break
             self.storage.delete(self.storage.join(self.folder, name))
 
-    def get(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata:
-        return self._states.get(segment_id)
-
-    def find(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
-        return self._states.find(segment_id)
-
-    def list_segments(self, state: RemoteLogSegmentState | Iterable[RemoteLogSegmentState] | None = FINISHED,
-                      *, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
-        """Segments in the given state(s) (None: every state), by start offset then event time."""
-        return self._states.list_segments(state, leader_epoch=leader_epoch)
-
-    def segment_for_offset(self, offset: int, leader_epoch: int | None = None
-                           ) -> RemoteLogSegmentMetadata | None:
-        """The finished segment holding `offset` (within `leader_epoch`'s range when given)."""
-        return self._states.segment_for_offset(offset, leader_epoch)
-
-    def highest_offset(self, leader_epoch: int | None = None) -> int | None:
-        """The highest end offset of a finished segment (holding `leader_epoch` when given)."""
-        return self._states.highest_offset(leader_epoch)
-
-    def remote_log_size(self) -> int:
-        return self._states.remote_log_size()
-
-    @property
-    def partition_delete(self) -> RemotePartitionDeleteState | None:
-        """How far the partition's remote deletion went (None: the partition is not deleted)."""
-        return self._states.partition_delete
-
     # -- writing -------------------------------------------------------------------------------
 
     def add_segment(self, metadata: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
@@ -288,7 +259,7 @@ class RemoteLogMetadataStore:
                                    metadata.segment_id)
 
         def check():
-            existing = self._states.check_add(metadata)
+            existing = self.states.check_add(metadata)
             return existing, {"type": "add", "segment": metadata.to_json()}, metadata
 
         return self._append(check)
@@ -301,7 +272,7 @@ class RemoteLogMetadataStore:
         check_custom_metadata_size(custom_metadata, self.custom_metadata_max_bytes, segment_id)
 
         def check():
-            new, changes = self._states.check_update(
+            new, changes = self.states.check_update(
                 segment_id, state, event_timestamp_ms=event_timestamp_ms,
                 custom_metadata=custom_metadata, broker_id=broker_id)
             return (None, {"type": "update", "segment": new.to_json()}, new) if changes else (new, None, None)
@@ -315,7 +286,7 @@ class RemoteLogMetadataStore:
         state = RemotePartitionDeleteState(state)
 
         def check():
-            if not self._states.check_partition_delete(state):
+            if not self.states.check_partition_delete(state):
                 return state, None, None
             record = {"type": "partition_delete", "state": state.name, "brokerId": broker_id,
                       "eventTimestampMs": now_ms() if event_timestamp_ms is None else event_timestamp_ms}

@@ -2,9 +2,10 @@
 TopicBasedRemoteLogMetadataManager), with seglog's object-store records as a copy for readers
 without a broker.
 
-The same interface as `metadata_store.RemoteLogMetadataStore`, which the remote log manager and
-the partitions' remote reads use; the remote tier picks one or the other by
-`remote.log.metadata.manager.class.name` (`remote_log.MetadataPolicy`).
+The same interface as `metadata_store.RemoteLogMetadataStore` (the reads are both stores'
+`metadata_view.MetadataView`), which the remote log manager and the partitions' remote reads
+use; the remote tier picks one or the other by `remote.log.metadata.manager.class.name`
+(`remote_log.MetadataPolicy`).
 
 - Source of truth: the topic. A write is checked against the replayed state, appended with
   acks=all, and stands once this process has replayed past it and the rules took it (a record
@@ -19,7 +20,6 @@ the partitions' remote reads use; the remote tier picks one or the other by
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
 
 from logcore.errors import CommitFailedError
@@ -32,12 +32,13 @@ from logcore.tiered.metadata_records import (PartitionDelete, encode_partition_d
                                              encode_segment_metadata, encode_segment_update)
 from logcore.tiered.metadata_store import RemoteLogMetadataStore
 from logcore.tiered.metadata_topic import MetadataTopicCache
+from logcore.tiered.metadata_view import MetadataView
 
 S = RemoteLogSegmentState
 FINISHED = S.COPY_SEGMENT_FINISHED
 
 
-class TopicBasedMetadataStore:
+class TopicBasedMetadataStore(MetadataView):
     """One partition's remote segments as `__remote_log_metadata` records them (see the module)."""
 
     def __init__(self, cache: MetadataTopicCache, tip: TopicIdPartition, *,
@@ -48,37 +49,13 @@ class TopicBasedMetadataStore:
         self.mirror = mirror
         self.custom_metadata_max_bytes = custom_metadata_max_bytes
         self.metadata_partition = cache.partition_of(tip)
-        self._states = cache.states(tip)
+        super().__init__(cache.states(tip))
 
     # -- reading -------------------------------------------------------------------------------
 
     def refresh(self) -> None:
         """Replay the metadata partition up to its high watermark."""
         self.cache.catch_up(self.metadata_partition)
-
-    def get(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata:
-        return self._states.get(segment_id)
-
-    def find(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
-        return self._states.find(segment_id)
-
-    def list_segments(self, state: RemoteLogSegmentState | Iterable[RemoteLogSegmentState] | None = FINISHED,
-                      *, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
-        return self._states.list_segments(state, leader_epoch=leader_epoch)
-
-    def segment_for_offset(self, offset: int, leader_epoch: int | None = None
-                           ) -> RemoteLogSegmentMetadata | None:
-        return self._states.segment_for_offset(offset, leader_epoch)
-
-    def highest_offset(self, leader_epoch: int | None = None) -> int | None:
-        return self._states.highest_offset(leader_epoch)
-
-    def remote_log_size(self) -> int:
-        return self._states.remote_log_size()
-
-    @property
-    def partition_delete(self) -> RemotePartitionDeleteState | None:
-        return self._states.partition_delete
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -87,12 +64,12 @@ class TopicBasedMetadataStore:
         check_custom_metadata_size(metadata.custom_metadata, self.custom_metadata_max_bytes,
                                    metadata.segment_id)
         self.refresh()
-        existing = self._states.check_add(metadata)
+        existing = self.states.check_add(metadata)
         if existing is not None:
             return existing
         self.cache.append(self.topic_id_partition, encode_segment_metadata(metadata))
         self.sync_mirror()
-        return self._states.get(metadata.segment_id)
+        return self.states.get(metadata.segment_id)
 
     def update_state(self, segment_id: RemoteLogSegmentId, state: RemoteLogSegmentState, *,
                      custom_metadata: bytes | None = None, event_timestamp_ms: int | None = None,
@@ -101,12 +78,12 @@ class TopicBasedMetadataStore:
         state = RemoteLogSegmentState(state)
         check_custom_metadata_size(custom_metadata, self.custom_metadata_max_bytes, segment_id)
         self.refresh()
-        new, changes = self._states.check_update(segment_id, state, event_timestamp_ms=event_timestamp_ms,
+        new, changes = self.states.check_update(segment_id, state, event_timestamp_ms=event_timestamp_ms,
                                                  custom_metadata=custom_metadata, broker_id=broker_id)
         if changes:
             self.cache.append(self.topic_id_partition, encode_segment_update(new))
         self.sync_mirror()
-        return self._states.get(segment_id)
+        return self.states.get(segment_id)
 
     def put_partition_delete(self, state: RemotePartitionDeleteState, *, broker_id: int = -1,
                              event_timestamp_ms: int | None = None) -> RemotePartitionDeleteState:
@@ -114,7 +91,7 @@ class TopicBasedMetadataStore:
         (repeating the current step is a no-op)."""
         state = RemotePartitionDeleteState(state)
         self.refresh()
-        if self._states.check_partition_delete(state):
+        if self.states.check_partition_delete(state):
             event = PartitionDelete(self.topic_id_partition, state, broker_id,
                                     now_ms() if event_timestamp_ms is None else event_timestamp_ms)
             self.cache.append(self.topic_id_partition, encode_partition_delete(event))
@@ -129,7 +106,7 @@ class TopicBasedMetadataStore:
         mirror = self.mirror
         mirror.refresh()
         written = 0
-        ordered = sorted(self._states.list_segments(None), key=lambda m: m.state is FINISHED)
+        ordered = sorted(self.states.list_segments(None), key=lambda m: m.state is FINISHED)
         for meta in ordered:
             copy = mirror.find(meta.segment_id)
             if copy is None:
@@ -152,7 +129,7 @@ class TopicBasedMetadataStore:
                                                broker_id=meta.broker_id)
                     written += 1
         # The partition's deletion steps follow its segments' (as they were written).
-        wanted = self._states.partition_delete
+        wanted = self.states.partition_delete
         while wanted is not None and mirror.partition_delete is not wanted:
             step = (RemotePartitionDeleteState.DELETE_PARTITION_MARKED if mirror.partition_delete is None
                     else RemotePartitionDeleteState(mirror.partition_delete + 1))

@@ -1,4 +1,3 @@
-# Just over 700 lines: one connection's framing, its in-flight requests (send, submit, receive), SASL and re-authentication share the socket and its correlation ids (next split: the SASL login into logcore.security).
 """A Kafka protocol client over kio schemas: one connection to one broker.
 
 - `KafkaConnection(host, port, *, timeout_s, client_id)`: blocking. `connect()` opens the socket
@@ -29,6 +28,8 @@ before a request once `authenticate` said it is due.
 Every failure is a KafkaError (a SegLogError) naming the broker's host:port and the API; a broken
 or timed-out connection is a KafkaConnectionError (retriable: connect again). After a request
 timeout the connection is closed, as Kafka's clients do: its late response cannot be matched.
+The errors are kafka_error's; the asyncio connection's socket I/O (cutting response frames,
+waiting on a full transport) is response_frames'.
 """
 from __future__ import annotations
 
@@ -43,14 +44,14 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 
 from logcore import __version__
-from logcore.errors import SegLogError
 from logcore.wire.api_keys import API_VERSIONS, METADATA
 from logcore.wire.error_codes import NONE, UNSUPPORTED_VERSION
+from logcore.wire.kafka_error import KafkaConnectionError, KafkaError, UnsupportedApiError, api_name, error_name
 from logcore.wire.protocol import ProtocolError, decode_response, encode_request
+from logcore.wire.response_frames import ResponseFrames
 from logcore.wire.servers import parse_servers
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -58,40 +59,6 @@ CLIENT_SOFTWARE = "seglog"           # ApiVersions v3+: Kafka checks [a-zA-Z0-9]
 
 _SIZE = struct.Struct(">i")
 _CORRELATION_ERROR = struct.Struct(">ih")     # response header v0 + ApiVersions' leading error_code
-
-
-class KafkaError(SegLogError):
-    """A broker answered with an error, refused an API or version, or sent what cannot be read.
-    `code` is the Kafka error code (-1: none applies)."""
-
-    def __init__(self, message: str, code: int = -1):
-        super().__init__(message)
-        self.code = int(code)
-
-
-class KafkaConnectionError(KafkaError):
-    """The broker could not be reached, the connection broke, or a request timed out (retriable)."""
-
-
-class UnsupportedApiError(KafkaError):
-    """The broker does not serve the API, or no version of it that this client can send."""
-
-    def __init__(self, message: str):
-        super().__init__(message, UNSUPPORTED_VERSION)
-
-
-def api_name(api_key: int) -> str:
-    """Kafka's name of an API key (`ElectLeaders`), or `api key N` when kio does not know it."""
-    name = api_key_map.get(api_key)
-    return "".join(part.capitalize() for part in name.split("_")) if name else f"api key {api_key}"
-
-
-def error_name(code: int) -> str:
-    """Kafka's name of an error code (`ELECTION_NOT_NEEDED`), or `error N`."""
-    try:
-        return ErrorCode(int(code)).name.upper()
-    except ValueError:
-        return f"error {code}"
 
 
 @cache
@@ -401,7 +368,7 @@ class AsyncKafkaConnection(_Negotiated):
                  origin: str | None = None, security=None):
         super().__init__(host, port, timeout_s, client_id, windows, origin, security)
         self._reauthenticating = False
-        self._protocol: _ResponseFrames | None = None
+        self._protocol: ResponseFrames | None = None
         self._waiting: dict[int, tuple[asyncio.Future, int, int]] = {}
         self._unclaimed: collections.deque[tuple[asyncio.Future, int]] = collections.deque()
         self._failure: KafkaError | None = None
@@ -414,7 +381,7 @@ class AsyncKafkaConnection(_Negotiated):
     def in_flight(self) -> int:
         return len(self._waiting)
 
-    def reads_through(self, protocol: "_ResponseFrames") -> bool:
+    def reads_through(self, protocol: "ResponseFrames") -> bool:
         """Whether `protocol` is this connection's I/O now (not one closed or replaced)."""
         return self._protocol is protocol
 
@@ -427,7 +394,7 @@ class AsyncKafkaConnection(_Negotiated):
                                           "ssl_handshake_timeout": self.timeout_s}
         try:
             _transport, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _ResponseFrames(self), self.host, self.port, **tls), self.timeout_s)
+                loop.create_connection(lambda: ResponseFrames(self), self.host, self.port, **tls), self.timeout_s)
         except asyncio.TimeoutError:
             raise KafkaConnectionError(f"cannot connect to {self.where()}: no answer within"
                                        f" {self.timeout_s:g} s") from None
@@ -454,8 +421,11 @@ class AsyncKafkaConnection(_Negotiated):
             raise
         return self
 
-    async def _reauthenticate(self) -> None:
-        """KIP-368: log in again on this connection (other requests go on meanwhile)."""
+    async def _login_if_due(self) -> None:
+        """KIP-368: log in again on this connection once the session wants it (other requests
+        go on meanwhile; one login at a time)."""
+        if self.reauth_at is None or self._reauthenticating or time.monotonic() < self.reauth_at:
+            return
         self._reauthenticating = True
         try:
             self.reauth_at = None
@@ -477,8 +447,7 @@ class AsyncKafkaConnection(_Negotiated):
                    window: tuple[int, int] | None = None) -> int:
         """Send one request; `receive()` returns the responses in the order of the sends."""
         self._check_open()
-        if self.reauth_at is not None and not self._reauthenticating and time.monotonic() >= self.reauth_at:
-            await self._reauthenticate()
+        await self._login_if_due()
         frame, v, correlation = self._frame(api_key, body, version, window)
         fut = self._register(correlation, api_key, v)
         self._unclaimed.append((fut, api_key))
@@ -497,8 +466,7 @@ class AsyncKafkaConnection(_Negotiated):
         """Send one request and return its response; KafkaConnectionError (and the connection
         closed) when it does not come within `timeout_s` (default: the connection's)."""
         self._check_open()
-        if self.reauth_at is not None and not self._reauthenticating and time.monotonic() >= self.reauth_at:
-            await self._reauthenticate()
+        await self._login_if_due()
         frame, v, correlation = self._frame(api_key, body, version, window)
         return await self._exchange(api_key, v, lambda _c: frame, timeout_s, correlation=correlation)
 
@@ -507,8 +475,7 @@ class AsyncKafkaConnection(_Negotiated):
         a caller that waits its own way (a follower's fetch round, which may also be cut short)
         and times it out itself, with fail(). The future fails with the connection."""
         self._check_open()
-        if self.reauth_at is not None and not self._reauthenticating and time.monotonic() >= self.reauth_at:
-            await self._reauthenticate()
+        await self._login_if_due()
         frame, v, correlation = self._frame(api_key, body, version, None)
         fut = self._register(correlation, api_key, v)
         await self._write(frame, api_key)
@@ -580,132 +547,3 @@ class AsyncKafkaConnection(_Negotiated):
         protocol, self._protocol = self._protocol, None
         if protocol is not None:
             protocol.close(error)
-
-
-class _ResponseFrames(asyncio.BufferedProtocol):
-    """The I/O of one AsyncKafkaConnection: size-prefixed response frames handed to the
-    connection as they complete, in the protocol callback (no reader task to wake). Small
-    frames are cut from one receive buffer; a frame larger than it (a fetch response with
-    records) is received straight into a buffer of its own (kept for the next one: no
-    allocation and page faults per frame), so its bytes are copied once from the kernel and
-    then only where the decoder takes the records out.
-    Writes wait while the transport's buffer is full (pause_writing / resume_writing)."""
-
-    RECEIVE_BYTES = 64 * 1024
-    KEEP_BYTES = 16 << 20                         # a larger frame's buffer is not kept for smaller ones
-
-    def __init__(self, conn: AsyncKafkaConnection):
-        self.conn = conn
-        self.transport: asyncio.Transport | None = None
-        self._buf = bytearray(self.RECEIVE_BYTES)
-        self._view = memoryview(self._buf)
-        self._used = 0                            # bytes in _buf not yet cut into frames
-        self._frame: bytearray | None = None      # the large frames' buffer, reused
-        self._frame_view: memoryview | None = None    # the frame being received in it
-        self._filled = 0
-        self._paused = False
-        self._drained: list[asyncio.Future] = []
-        self._lost: BaseException | None = None
-
-    # ------------------------------------------------------------------ transport callbacks
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-
-    def get_buffer(self, sizehint: int):
-        if self._frame_view is not None:
-            return self._frame_view[self._filled:]
-        return self._view[self._used:]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        try:
-            if self._frame_view is not None:
-                self._filled += nbytes
-                if self._filled == len(self._frame_view):
-                    view, self._frame_view = self._frame_view, None
-                    frame = view.toreadonly()
-                    try:
-                        self.conn.frame_received(frame)
-                    finally:
-                        # The decoded response holds copies of what it took (records come
-                        # out as bytes): the buffer serves the next large frame.
-                        try:
-                            frame.release()
-                            view.release()
-                        except BufferError:
-                            self._frame = None
-                return
-            self._used += nbytes
-            self._cut_frames()
-        except KafkaError as exc:
-            self.conn.fail(exc)
-
-    def _cut_frames(self) -> None:
-        buf, pos, end = self._buf, 0, self._used
-        while end - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0:
-                raise KafkaError(f"{self.conn.where()} sent a negative response size {size}")
-            if end - pos - 4 >= size:
-                frame = bytes(self._view[pos + 4:pos + 4 + size])
-                pos += 4 + size
-                self.conn.frame_received(frame)
-                if not self.conn.reads_through(self):
-                    return                        # the connection was closed meanwhile
-                continue
-            if 4 + size > len(buf):
-                # Larger than the receive buffer: into a buffer of its own from here on.
-                have = end - pos - 4
-                if self._frame is None or len(self._frame) < size or len(self._frame) > max(
-                        4 * size, self.KEEP_BYTES):
-                    self._frame = bytearray(size)
-                self._frame_view = memoryview(self._frame)[:size]
-                self._frame_view[:have] = self._view[pos + 4:end]
-                self._filled = have
-                pos = end
-            break
-        if pos:
-            rest = end - pos
-            self._view[:rest] = self._view[pos:end]
-            self._used = rest
-
-    def eof_received(self) -> bool:
-        return False                              # connection_lost follows
-
-    def connection_lost(self, exc) -> None:
-        self._lost = exc or ConnectionResetError("the broker closed the connection")
-        self._wake_writers()
-        if self.conn.reads_through(self):
-            what = "the broker closed the connection" if exc is None else exc
-            self.conn.fail(KafkaConnectionError(f"lost the connection to {self.conn.where()}: {what}"))
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        self._wake_writers()
-
-    # ------------------------------------------------------------------ for the connection
-    async def write(self, frame: bytes) -> None:
-        if self._lost is not None or self.transport is None or self.transport.is_closing():
-            raise ConnectionResetError("the connection is closed")
-        self.transport.write(frame)
-        while self._paused and self._lost is None:
-            fut = asyncio.get_running_loop().create_future()
-            self._drained.append(fut)
-            await fut
-        if self._lost is not None:
-            raise ConnectionResetError(str(self._lost))
-
-    def close(self, error: BaseException) -> None:
-        if self._lost is None:
-            self._lost = error
-        self._wake_writers()
-        if self.transport is not None:
-            self.transport.close()
-
-    def _wake_writers(self) -> None:
-        waiters, self._drained = self._drained, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)

@@ -11,8 +11,8 @@ import pytest
 from tests.conftest import StorageTarget
 from logcore.log.log_root import LogRoot
 from tests.cleaner.helpers import check_compacted, open_root, read_all, write
+from broker_process import subprocess_env
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHILD = r"""
 import sys
@@ -48,7 +48,7 @@ def test_kill_during_cleaning_loses_nothing(tmp_path, seed):
     written = write(log, items)
     log.close()
     root.close()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "connector")]))
+    env = subprocess_env()
     child = subprocess.Popen([sys.executable, "-c", CHILD, target.url], stdout=subprocess.PIPE, env=env)
     assert child.stdout.readline().strip() == b"ready"
     time.sleep(random.Random(seed).uniform(0.0, 0.6))

@@ -6,7 +6,6 @@ value of every key is there, segments never overlap), and the opening writer mus
 what the killed pass left (objects of no listed segment).
 """
 import json
-import os
 import random
 import signal
 import subprocess
@@ -18,8 +17,8 @@ import pytest
 from logcore.log.log_root import LogRoot
 from logcore.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from tests.cleaner.helpers import check_compacted, open_root, read_all, write
+from broker_process import subprocess_env
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROUNDS = 4
 
 CHILD = r"""
@@ -70,7 +69,7 @@ def test_kill_during_cleaning_on_s3_loses_nothing(storage_targets):
     items = [(b"k%d" % (i % 13), None if i % 17 == 3 else b"v%d" % i) for i in range(120)]
     written = write(log, items, per_commit=10)
     root.close()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "connector")]))
+    env = subprocess_env()
     rnd = random.Random(13)
     # Every record any round committed: a record may later be superseded, never lost unless so.
     history = dict(written)

@@ -3,7 +3,6 @@
 every acknowledged record read back."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from zookeeper_reference import ZooKeeperUnavailable, find_zookeeper
+from broker_process import subprocess_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,10 +20,9 @@ def test_cluster_quickstart_runs(zk_server):
         find_zookeeper()
     except ZooKeeperUnavailable as exc:
         pytest.skip(str(exc))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "connector")])}
     out = subprocess.run([sys.executable, str(REPO / "examples" / "cluster_quickstart.py"),
                           "--zookeeper", zk_server.connect_string + "/example", "--records", "4000"],
-                         capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
+                         capture_output=True, text=True, timeout=240, env=subprocess_env(), cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Partition: 0\tLeader: " in out.stdout and "Replicas: " in out.stdout
     assert "read back 4000 records; acknowledged but missing or moved: 0" in out.stdout

@@ -28,8 +28,8 @@ from logcore.errors import SegLogError, TopicNotFoundError  # noqa: E402
 from logcore.log.log_root import LogRoot  # noqa: E402
 from logcore.wire.client import KafkaConnectionError  # noqa: E402
 from pyspark_seglog.broker_client import BrokerClient  # noqa: E402
+from broker_process import subprocess_env  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30
 
 
@@ -58,9 +58,7 @@ class BrokerProcess:
         conf = self.base / f"broker-{self.starts}.properties"
         conf.write_text(f"listeners=PLAINTEXT://127.0.0.1:{self.port}\nlog.dirs={self.root}\n"
                         "num.partitions=1\n")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), str(REPO / "connector"),
-                                                        env.get("PYTHONPATH")) if p)
+        env = subprocess_env()
         err = open(self.base / f"broker-{self.starts}.stderr", "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
                                      stdout=subprocess.PIPE, stderr=err, env=env, cwd=self.base)

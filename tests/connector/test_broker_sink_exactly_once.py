@@ -29,6 +29,7 @@ from logcore.wire.client import KafkaError  # noqa: E402
 from pyspark_seglog.broker_sink import TaskProducer, abort_batch, commit_batch, produce_task  # noqa: E402
 from pyspark_seglog.broker_transaction import TaskTransaction, transactional_id  # noqa: E402
 from pyspark_seglog.sink_options import DeliveryGuarantee, parse_sink_options  # noqa: E402
+from broker_process import subprocess_env  # noqa: E402
 
 COLUMNS = {"key": "key", "value": "value"}
 
@@ -534,10 +535,7 @@ def test_fault_job_400k_rows(request, tmp_path, target):
         pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
                                  "key": pa.array([None if i % 11 == 0 else b"k%d" % i for i in ids], pa.binary()),
                                  "value": pa.array([b"v%d" % i for i in ids])}), str(src / f"part-{f:04d}.parquet"))
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2] / "connector"),
-                                                    str(Path(__file__).resolve().parents[2]),
-                                                    env.get("PYTHONPATH")) if p)
+    env = dict(subprocess_env(), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     counts = {"driver kills": 0, "broker kills": 0, "zombies": 0, "batches": 0}
     try:
         for round_ in range(3):

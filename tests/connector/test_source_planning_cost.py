@@ -10,13 +10,14 @@
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 from logcore.log.log_root import LogRoot
 from logcore.storage.objectstore import ObjectStorage
 from pyspark_seglog.source import SeglogStreamReader
+
+from broker_process import subprocess_env
 
 SCRIPT = """
 import sys
@@ -43,8 +44,7 @@ print(rows, ",".join(loaded))
 
 
 def test_a_root_no_broker_serves_is_planned_and_read_without_the_protocol_client(tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "root")], env=env,
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "root")], env=subprocess_env(),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     rows, _, loaded = done.stdout.strip().partition(" ")

@@ -21,6 +21,8 @@ from logcore.log.log_root import LogRoot
 from pyspark_seglog.partition_reader import open_files, read_files, read_partition
 from pyspark_seglog.source import SeglogBatchReader, SeglogStreamReader
 
+from call_counts import count_calls
+
 VALUE = b"v" * 100
 
 
@@ -28,15 +30,7 @@ VALUE = b"v" * 100
 def requests(monkeypatch):
     """Counts of what reaches the memory:// store, by method (ls: a LIST, info/exists: a HEAD,
     cat_file: a GET)."""
-    counts: Counter = Counter()
-    for name in ("ls", "info", "exists", "cat_file"):
-        real = getattr(MemoryFileSystem, name)
-
-        def counting(self, *args, _real=real, _name=name, **kwargs):
-            counts[_name] += 1
-            return _real(self, *args, **kwargs)
-        monkeypatch.setattr(MemoryFileSystem, name, counting)
-    return counts
+    return count_calls(monkeypatch, MemoryFileSystem, ("ls", "info", "exists", "cat_file"))
 
 
 def _root(config: dict | None = None, commits: int = 1, batches: int = 300) -> str:

@@ -15,7 +15,6 @@ and `seglog dump` must print what Kafka's DumpLogSegments prints for every .log,
 """
 from __future__ import annotations
 
-import os
 import random
 import re
 import signal
@@ -26,10 +25,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from broker_process import subprocess_env
 
 pytestmark = pytest.mark.timeout(900)
 
-REPO = Path(__file__).resolve().parents[2]
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 TOPIC = "kw"              # 2 partitions, 1 MiB segments
 LAT_TOPIC = "lat"         # LogAppendTime, 1 partition
@@ -42,16 +41,9 @@ OPEN_BUG = ("opening a Kafka copy with transaction markers mid-segment fails wit
             "(fixed separately, issue 15)")
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "connector")] +
-                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
 def seglog(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], capture_output=True,
-                          env=_env(), timeout=timeout)
+                          env=subprocess_env(), timeout=timeout)
 
 
 def _value(rng: random.Random, size: int) -> bytes:

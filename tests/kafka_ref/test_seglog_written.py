@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from broker_process import subprocess_env
 
 pytestmark = pytest.mark.timeout(600)
 
-REPO = Path(__file__).resolve().parents[2]
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 DUMPED_SUFFIXES = (".log", ".index", ".timeindex", ".snapshot", ".txnindex")
 DUMP_OPTION_SETS = (
@@ -36,16 +36,9 @@ DUMP_OPTION_SETS = (
 )
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "connector")] +
-                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
 def seglog(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin, capture_output=True,
-                          text=True, env=_env(), timeout=timeout)
+                          text=True, env=subprocess_env(), timeout=timeout)
     return proc
 
 
@@ -72,7 +65,7 @@ def _broker_root(root: Path, workdir: Path) -> Path:
     err_path = workdir / "seglog-broker.stderr"
     with open(err_path, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                                stdout=subprocess.PIPE, stderr=err, env=_env(), cwd=workdir)
+                                stdout=subprocess.PIPE, stderr=err, env=subprocess_env(), cwd=workdir)
     try:
         line = proc.stdout.readline().decode().strip()
         if "listening on PLAINTEXT://" not in line:

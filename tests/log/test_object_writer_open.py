@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import Counter
 
 import pytest
 
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import build_batch
 from logcore.storage.objectstore import ObjectStorage
+
+from call_counts import count_calls
 
 _OPS = ("_read", "_listing", "_exists", "_size", "_read_versioned", "write_atomic",
         "put_if_absent", "put_if_version", "delete")
@@ -26,15 +27,7 @@ _OPS = ("_read", "_listing", "_exists", "_size", "_read_versioned", "write_atomi
 @pytest.fixture
 def requests(monkeypatch):
     """Every request the object storage makes, by kind."""
-    counts: Counter = Counter()
-    for op in _OPS:
-        real = getattr(ObjectStorage, op)
-
-        def counted(self, *args, _real=real, _op=op, **kwargs):
-            counts[_op] += 1
-            return _real(self, *args, **kwargs)
-        monkeypatch.setattr(ObjectStorage, op, counted)
-    return counts
+    return count_calls(monkeypatch, ObjectStorage, _OPS)
 
 
 def _url() -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "kafka_clients")]
 
-from broker_process import subprocess_env  # noqa: E402
+from broker_process import listening_line, subprocess_env  # noqa: E402
 from pki import STORE_PASSWORD, Pki  # noqa: E402
 
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
@@ -26,10 +25,6 @@ SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 def jaas(module: str, **options) -> str:
     return module + " required " + " ".join(f'{k}="{v}"' for k, v in options.items()) + ";"
-
-
-# the environment of a `seglog` subprocess (this checkout first), under the name the tests import
-env = subprocess_env
 
 
 class SecureBroker:
@@ -85,14 +80,8 @@ def start_broker(folder: Path, props: dict[str, str]) -> SecureBroker:
     log = folder / "broker.stderr"
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                                stdout=subprocess.PIPE, stderr=err, env=env(), cwd=folder)
-    deadline = time.monotonic() + 60
-    line = b""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line or proc.poll() is not None:
-            break
-    text = line.decode().strip()
+                                stdout=subprocess.PIPE, stderr=err, env=subprocess_env(), cwd=folder)
+    text = listening_line(proc, 60)
     if "listening on " not in text:
         proc.kill()
         proc.wait()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from kafka_python_round_trip import kafka_python_round_trip
 from secure_broker import PLAIN_MODULE, SCRAM_MODULE, jaas
 from pki import STORE_PASSWORD
 
@@ -106,7 +107,6 @@ def test_librdkafka_refusals_leave_the_broker_serving(secure_broker, pki):
 
 
 def test_kafka_python_on_tls_and_sasl(secure_broker, pki):
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition as KTopicPartition
     b = secure_broker
     cases = {
         "ssl": dict(bootstrap_servers=b.bootstrap("SSL"), security_protocol="SSL", ssl_cafile=str(pki.ca_pem)),
@@ -120,17 +120,7 @@ def test_kafka_python_on_tls_and_sasl(secure_broker, pki):
     }
     for name, conf in cases.items():
         topic = f"kp-{name}"
-        producer = KafkaProducer(**conf)
-        for i in range(3):
-            producer.send(topic, f"{topic}-{i}".encode()).get(timeout=20)
-        producer.close()
-        consumer = KafkaConsumer(**conf, consumer_timeout_ms=10000)
-        tp = KTopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        got = [m.value for _, m in zip(range(3), consumer)]
-        consumer.close()
-        assert got == [f"{topic}-{i}".encode() for i in range(3)], name
+        assert kafka_python_round_trip(conf, topic) == [f"{topic}-{i}".encode() for i in range(3)], name
 
 
 @pytest.mark.soak          # Kafka's Java clients and kafka-configs JVMs, ~30 s: -m soak
@@ -201,7 +191,7 @@ def test_seglog_cli_with_command_config(secure_broker, pki, tmp_path):
     import subprocess
     import sys
 
-    from secure_broker import env
+    from broker_process import subprocess_env
     scram = tmp_path / "scram.properties"
     scram.write_text(f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki.ca_pem}\n"
                      "sasl.mechanism=SCRAM-SHA-512\n"
@@ -212,7 +202,7 @@ def test_seglog_cli_with_command_config(secure_broker, pki, tmp_path):
 
     def seglog(*args, stdin: bytes = b"") -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin, capture_output=True,
-                              env=env(), timeout=120)
+                              env=subprocess_env(), timeout=120)
     done = seglog("topics", "--bootstrap-server", secure_broker.bootstrap("SASL_SSL"), "--command-config", str(scram),
                   "--create", "--topic", "cli-secure", "--partitions", "1")
     assert done.stdout.decode() == "Created topic cli-secure.\n", done.stderr.decode()

@@ -24,6 +24,8 @@ from logcore.security.oauthbearer import client_message, parse_client_message
 from logcore.security.scram import SaslFailure
 from logcore.security.security_config import SecurityConfig
 
+from kafka_python_round_trip import kafka_python_round_trip
+
 ISSUER = "https://issuer.test/realm"
 
 
@@ -270,22 +272,12 @@ def test_kafka_python_with_minted_tokens(oauth_broker, issuer, pki, caplog):
     """kafka-python (its sasl_oauth_token_provider) produces and consumes over SASL_PLAINTEXT and
     SASL_SSL with a token signed by the issuer; an expired one is refused."""
     kafka = pytest.importorskip("kafka")
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka import KafkaProducer
     issuer.keys = {"r1": RSA_KEY}
     for listener in ("OAUTH", "OAUTH_SSL"):
         conf = kafka_python_login(oauth_broker, pki, listener, issuer.sign("r1", sub="kp-app"))
         topic = f"kp-oauth-{listener.lower()}"
-        producer = KafkaProducer(**conf)
-        for i in range(3):
-            producer.send(topic, f"{topic}-{i}".encode()).get(timeout=20)
-        producer.close()
-        consumer = KafkaConsumer(**conf, consumer_timeout_ms=10000)
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        got = [m.value for _, m in zip(range(3), consumer)]
-        consumer.close()
-        assert got == [f"{topic}-{i}".encode() for i in range(3)], listener
+        assert kafka_python_round_trip(conf, topic) == [f"{topic}-{i}".encode() for i in range(3)], listener
     # An expired token: refused with the reason (kafka-python logs the SaslAuthenticate error,
     # then gives up bootstrapping).
     now = int(time.time())

@@ -4,7 +4,6 @@ retries succeed, deletes are idempotent."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -22,6 +21,7 @@ from logcore.tiered.metadata_store import RemoteLogMetadataStore, partition_pref
 from logcore.tiered.orphans import collect_orphans
 from tests.tiered.helpers import (TIP, FaultyS3, FaultyStorage, new_metadata, segment_bytes,
                                   segment_data)
+from broker_process import subprocess_env
 
 CHUNK = 8192
 REPO = Path(__file__).resolve().parents[2]
@@ -130,7 +130,7 @@ else:
 def run_and_kill(target, action: str, tmp_path: Path, after_lines: int, jitter: float) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "connector")]))
+    env = subprocess_env()
     proc = subprocess.Popen([sys.executable, str(script), target.url, json.dumps(target.storage_options),
                              action], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
     try:

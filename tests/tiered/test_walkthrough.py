@@ -11,7 +11,6 @@ the first Spark job adds its Python workers' start (20-50 s on a loaded 2-core m
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -24,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kafka_reference import KafkaUnavailable, resolve_jars  # noqa: E402
 from zookeeper_reference import free_ports, running_zookeeper  # noqa: E402
 from tests.connector.conftest import spark  # noqa: E402,F401 - the session's SparkSession
+from broker_process import subprocess_env  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 TOPIC = "tieredTopic"
 BUCKET = "test-bucket"
 PREFIX = "tiered-storage-demo/"
@@ -121,7 +120,7 @@ class WalkthroughBroker:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "connector")])}
+        env = subprocess_env()
         with open(self.folder / "broker.log", "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config",
                                           str(self.config)], stdout=out, stderr=subprocess.STDOUT,

@@ -7,7 +7,6 @@ cutting; `seglog maintain` skips the partition; `seglog repair` cuts and prints 
 """
 from __future__ import annotations
 
-import os
 import struct
 import subprocess
 import sys
@@ -15,14 +14,13 @@ from pathlib import Path
 
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import iter_batches
+from broker_process import subprocess_env
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _seglog(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin,
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
 
 
 def _build(root: Path) -> None:

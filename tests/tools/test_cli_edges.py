@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import io
-import os
 import socket
 import subprocess
 import sys
@@ -14,15 +13,13 @@ import pytest
 
 from logcore.log.log_root import LogRoot
 from logcore.tools.cli import main
+from broker_process import subprocess_env
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(**extra) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "connector"), env.get("PYTHONPATH", "")])
-    env.update(extra)
-    return env
+    return {**subprocess_env(), **extra}
 
 
 def run_seglog(*argv: str, stdin: bytes | None = None, env: dict | None = None, cwd=None,

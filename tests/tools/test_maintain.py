@@ -16,6 +16,7 @@ from logcore.log.config import LogConfig, MaintenanceConfig, load_properties
 from logcore.log.log_root import LogRoot
 from logcore.maintenance.service import MaintenanceService
 from logcore.tools.cli import main
+from broker_process import subprocess_env
 
 OLD = 1_000_000_000_000          # 2001: far older than any retention.ms used here
 CONFIG = {"segment.bytes": "600", "retention.ms": "3600000", "file.delete.delay.ms": "0"}
@@ -28,16 +29,9 @@ def fill(log, batches, ts=OLD):
         log.commit()
 
 
-def env():
-    e = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    e["PYTHONPATH"] = os.pathsep.join([here, os.path.join(here, "connector"), e.get("PYTHONPATH", "")])
-    return e
-
-
 def seglog(*argv, timeout=60):
     return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *argv], capture_output=True,
-                          text=True, env=env(), timeout=timeout)
+                          text=True, env=subprocess_env(), timeout=timeout)
 
 
 def make_root(url, storage_options=None):
@@ -145,7 +139,7 @@ def test_service_ctrl_c_stops_cleanly(tmp_path):
     conf.write_text("log.retention.check.interval.ms=100\n")
     proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "maintain", "--root",
                              str(tmp_path / "r"), "--config-file", str(conf)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
     deadline = time.time() + 30
     out = ""
     while time.time() < deadline and "total:" not in out:
