@@ -154,13 +154,15 @@ read_into(PyObject *self, PyObject *args)
     char *mem = view.buf;
     size_t done = 0;
     int stop = SSL_ERROR_WANT_READ;
+    read_ex_fn read_ex = ssl_read_ex;           /* as bound now, whatever another bind does */
+    get_error_fn get_error = ssl_get_error;
     /* obj and view stay referenced by the caller and by the buffer export while unlocked. */
     Py_BEGIN_ALLOW_THREADS
     while (done < len) {
         size_t got = 0;
-        int ret = ssl_read_ex(ssl, mem + done, len - done, &got);
+        int ret = read_ex(ssl, mem + done, len - done, &got);
         if (ret <= 0) {
-            stop = ssl_get_error(ssl, ret);     /* peeks at the error queue, leaves it */
+            stop = get_error(ssl, ret);         /* peeks at the error queue, leaves it */
             break;
         }
         done += got;
