@@ -1,7 +1,8 @@
 """The TLS transport's batched record read (logcore/security/_tlsrecords.c, tls_transport.py):
 read_into on real TLS 1.3 connections over memory BIOs (records split at every byte, partial
 records, small and huge buffers, close_notify, a corrupted record, a key update), the self-check
-and its fallback to asyncio's reads, and both policies serving a TLS listener through asyncio."""
+and its fallback to asyncio's reads, and both policies serving a TLS listener through asyncio
+(TLS 1.3, and 1.2)."""
 from __future__ import annotations
 
 import _ssl
@@ -258,8 +259,21 @@ def test_listener_through_asyncio(contexts, reads, policy, step):
     """Both policies serve a TLS listener alike: librdkafka's record pattern and full records
     arrive whole through buffers smaller and larger than a record, and close_notify reaches
     eof_received after the data."""
-    server_ctx, client_ctx = contexts
     chosen = reads if policy == "batched" else tls_transport.OneRecordReads()
+    received, transport = _serve_one(contexts, chosen, step, contexts[1])
+    assert transport == "_SSLProtocolTransport"
+
+
+def test_listener_tls12(contexts, reads):
+    """The same over TLS 1.2 (a listener may allow it: ssl.enabled.protocols)."""
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname, client.verify_mode = False, ssl.CERT_NONE     # the read path is under test
+    client.maximum_version = ssl.TLSVersion.TLSv1_2
+    _serve_one(contexts, reads, 700, client, version="TLSv1.2")
+
+
+def _serve_one(contexts, chosen, step, client_ctx, version="TLSv1.3"):
+    server_ctx = contexts[0]
     pieces = [b"%09d|" % i for i in range(2000)]
     pattern = [p for piece in pieces for p in (piece, piece * 100)] + [os.urandom(16384) for _ in range(20)]
 
@@ -271,11 +285,12 @@ def test_listener_through_asyncio(contexts, reads, policy, step):
             protocols.append(Collect(step))
             return protocols[-1]
         factory, options = chosen.serve(loop, app, server_ctx)
-        assert options == ({} if policy == "batched" else {"ssl": server_ctx})
+        assert options == ({} if chosen.name == "batched" else {"ssl": server_ctx})
         server = await loop.create_server(factory, "127.0.0.1", 0, **options)
         port = server.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx,
                                                        server_hostname="localhost")
+        assert writer.get_extra_info("ssl_object").version() == version
         for piece in pattern:
             writer.write(piece)          # one TLS record per write
         await writer.drain()
@@ -288,4 +303,4 @@ def test_listener_through_asyncio(contexts, reads, policy, step):
 
     received, transport = asyncio.run(run())
     assert received == b"".join(pattern)
-    assert transport == "_SSLProtocolTransport"
+    return received, transport
