@@ -46,8 +46,12 @@ def reads():
 class Pair:
     """A client and a server SSLObject, handshaken over memory BIOs."""
 
-    def __init__(self, contexts):
+    def __init__(self, contexts, version: str = "TLSv1.3"):
         server_ctx, client_ctx = contexts
+        if version != "TLSv1.3":
+            client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            client_ctx.check_hostname, client_ctx.verify_mode = False, ssl.CERT_NONE
+            client_ctx.maximum_version = ssl.TLSVersion[version.replace(".", "_")]
         self.c_in, self.c_out, self.s_in, self.s_out = (ssl.MemoryBIO() for _ in range(4))
         self.client = client_ctx.wrap_bio(self.c_in, self.c_out, server_hostname="localhost")
         self.server = server_ctx.wrap_bio(self.s_in, self.s_out, server_side=True)
@@ -59,7 +63,7 @@ class Pair:
                     pass
             self.s_in.write(self.c_out.read())
             self.c_in.write(self.s_out.read())
-        assert self.server.version() == "TLSv1.3"
+        assert self.server.version() == version
         # The client takes the server's session tickets now, so the server's later reads see only data.
         try:
             self.client.read(1)
@@ -189,6 +193,36 @@ def test_key_update_mid_stream(contexts, reads):
     assert pair.client.read(100) == b"reply"
     pair.s_in.write(pair.send(b"more"))
     assert read_all(reads, pair.server)[0] == b"more"
+
+
+def test_tls12_renegotiation_attempt_read_alike(contexts, reads):
+    """A TLS 1.2 client asks to renegotiate between records: the server side's reads (OpenSSL
+    refuses a client's renegotiation by default and says so with an alert) give the same data,
+    the same end and the same answer to the client with read_into as with SSLObject.read."""
+    def outcome(batched: bool):
+        pair = Pair(contexts, "TLSv1.2")
+        lib, client_ssl = _libssl_and_ssl_pointer(pair.client)
+        lib.SSL_renegotiate.argtypes = [ctypes.c_void_p]
+        first = pair.send(b"a" * 10, b"b" * 1024)
+        assert lib.SSL_renegotiate(client_ssl) == 1
+        with pytest.raises(ssl.SSLWantReadError):
+            pair.client.do_handshake()                # the ClientHello, inside the session
+        pair.s_in.write(first + pair.c_out.read())
+        if batched:
+            data, got = read_all(reads, pair.server)
+            end = "want read" if got >= 0 else "stopped"
+        else:
+            data, end = b"", None
+            while end is None:
+                try:
+                    data += pair.server.read(1 << 20)
+                except ssl.SSLWantReadError:
+                    end = "want read"
+        return data, end, pair.s_out.read()[:5]         # the answer's record header
+    data, end, answer = outcome(True)
+    assert (data, end) == (b"a" * 10 + b"b" * 1024, "want read")
+    assert answer[:1] == b"\x15"                        # an alert record (no_renegotiation)
+    assert outcome(False) == (data, end, answer)
 
 
 def test_self_check_failure_falls_back(contexts, reads, caplog):
