@@ -1,6 +1,6 @@
-"""Build hook for the C accelerators: the record codec and the cleaner's offset map (the rest is
-in pyproject.toml). Both include the headers of logcore/records/: crc32c.h, bigendian.h, varint.h (the
-one C varint codec) and record.h (the one C record parser).
+"""Build hook for the C accelerators: the record codec, the cleaner's offset map (the rest is in
+pyproject.toml) and the TLS record reader. The first two include the headers of logcore/records/:
+crc32c.h, bigendian.h, varint.h (the one C varint codec) and record.h (the one C record parser).
 
 Two additions to setuptools' defaults, both for running Spark from a checkout:
 
@@ -83,6 +83,14 @@ setup(
             sources=["logcore/cleaner/_offsetmap.c"],
             depends=HEADERS,
             extra_compile_args=["-O3"],
+        ),
+        # Needs no OpenSSL headers: it resolves the few functions it calls from the libssl
+        # Python's _ssl module loaded (dlopen/dlsym; libdl for glibc before 2.34).
+        Extension(
+            "logcore.security._tlsrecords",
+            sources=["logcore/security/_tlsrecords.c"],
+            libraries=["dl"],
+            extra_compile_args=["-O2"],
         ),
     ],
 )

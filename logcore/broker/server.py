@@ -30,6 +30,7 @@ from logcore.log.root_owner import OwnerClaim
 from logcore.metrics.broker_metrics import BrokerMetrics
 from logcore.security.tls_context import ServerTls
 from logcore.security.tls_reconfiguration import ListenerTlsUpdates
+from logcore.security.tls_transport import server_reads
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +72,12 @@ class BrokerServer:
                                                                        f" {listener.name}")
             host, port = listener.bind_host, listener.port
             tls = self.tls.get(listener.name)
+            factory, tls_options = lambda l=listener: self.clients.new_connection(l), {}
+            if tls is not None:       # asyncio's TLS protocol, records read in batches where it can
+                factory, tls_options = server_reads().serve(loop, factory, tls.context)
             try:
-                server = await loop.create_server(
-                    lambda l=listener: self.clients.new_connection(l), host, port, reuse_address=True,
-                    start_serving=False, **({} if tls is None else {"ssl": tls.context}))
+                server = await loop.create_server(factory, host, port, reuse_address=True,
+                                                  start_serving=False, **tls_options)
             except OSError as exc:
                 self._close_servers()
                 raise ListenerError(

@@ -1,0 +1,194 @@
+/*
+ * _tlsrecords: decrypt every complete TLS record waiting in a Python SSLObject in one call.
+ *
+ * asyncio's TLS protocol calls SSLObject.read once per TLS record (one GIL release and retake,
+ * one memoryview slice each); librdkafka writes a record's ~10 B header and its 1 KiB value as
+ * two TLS records, so the broker paid that per-call cost twice per produced record. read_into
+ * loops OpenSSL's SSL_read_ex over what has arrived, with the GIL released once.
+ *
+ * No OpenSSL headers are needed to build: SSL is opaque here and the three functions used are
+ * resolved at run time (bind) from the libssl that Python's own _ssl module loaded, so the SSL
+ * object and the functions come from the same library copy. dlopen of _ssl's own file with
+ * RTLD_NOLOAD returns the module already loaded (never a second copy), and dlsym on that handle
+ * searches the module and the libraries it was linked with, which is where its libssl is.
+ *
+ * The SSL* is read from _ssl's object (_ssl._SSLSocket, CPython's Modules/_ssl.c): its struct
+ * starts PyObject_HEAD, PyObject *Socket, SSL *ssl, unchanged from Python 3.7 to 3.14. Before
+ * any read that pointer is checked: _ssl stores the object as the SSL's app data
+ * (SSL_set_app_data, ex_data index 0), so SSL_get_ex_data(ssl, 0) must be the object itself.
+ * Any mismatch (another Python, another layout) and the caller keeps asyncio's own read.
+ *
+ * read_into stops at the first SSL_read_ex that returns no data. "Want read" (no complete
+ * record left) and a full buffer are the normal ends; anything else (close_notify, an error) is
+ * left as OpenSSL left it, error queue included, for the caller's next SSLObject.read to
+ * report exactly as it would have without this module.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stddef.h>
+#include <string.h>
+
+#if PY_VERSION_HEX < 0x03070000 || PY_VERSION_HEX >= 0x030F0000 || defined(Py_GIL_DISABLED)
+#define KNOWN_LAYOUT 0      /* the struct below is not known to hold; bind refuses */
+#else
+#define KNOWN_LAYOUT 1
+#endif
+
+typedef struct ssl_st SSL;                      /* opaque */
+
+#define SSL_ERROR_WANT_READ 2                   /* OpenSSL's ssl.h, stable since 0.9 */
+
+typedef int (*read_ex_fn)(SSL *, void *, size_t, size_t *);
+typedef int (*get_error_fn)(const SSL *, int);
+typedef void *(*get_ex_data_fn)(const SSL *, int);
+
+/* The head of _ssl's PySSLSocket. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *socket_ref;
+    SSL *ssl;
+} ssl_socket_head;
+
+static read_ex_fn ssl_read_ex;
+static get_error_fn ssl_get_error;
+static get_ex_data_fn ssl_get_ex_data;
+static PyTypeObject *ssl_socket_type;           /* _ssl._SSLSocket, from the object bound with */
+
+/* The object's SSL*, or NULL when it is not an _ssl object laid out as expected. */
+static SSL *
+checked_ssl(PyObject *obj)
+{
+    if (ssl_read_ex == NULL || Py_TYPE(obj) != ssl_socket_type)
+        return NULL;
+    SSL *ssl = ((ssl_socket_head *)obj)->ssl;
+    if (ssl == NULL || ssl_get_ex_data(ssl, 0) != (void *)obj)
+        return NULL;
+    return ssl;
+}
+
+PyDoc_STRVAR(bind_doc,
+"bind(ssl_module_path, ssl_socket) -> None or str\n\n"
+"Resolve SSL_read_ex, SSL_get_error and SSL_get_ex_data from the libssl of the loaded module\n"
+"at ssl_module_path (Python's _ssl) and check the layout on ssl_socket (an _ssl._SSLSocket,\n"
+"SSLObject._sslobj). None when read_into can be used; else the reason, and an earlier binding\n"
+"stays as it was.");
+
+static PyObject *
+bind(PyObject *self, PyObject *args)
+{
+    const char *path;
+    PyObject *probe;
+    if (!PyArg_ParseTuple(args, "sO:bind", &path, &probe))
+        return NULL;
+    if (!KNOWN_LAYOUT)
+        return PyUnicode_FromString("this Python's _ssl object layout is not known to this module");
+    if (Py_TYPE(probe)->tp_basicsize < (Py_ssize_t)sizeof(ssl_socket_head)
+        || strcmp(Py_TYPE(probe)->tp_name, "_ssl._SSLSocket") != 0)
+        return PyUnicode_FromFormat("%s is not _ssl's socket object", Py_TYPE(probe)->tp_name);
+    void *module = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (module == NULL) {
+        const char *why = dlerror();
+        return PyUnicode_FromFormat("%s is not loaded: %s", path, why ? why : "dlopen failed");
+    }
+    read_ex_fn read_ex = (read_ex_fn)dlsym(module, "SSL_read_ex");
+    get_error_fn get_error = (get_error_fn)dlsym(module, "SSL_get_error");
+    get_ex_data_fn get_ex_data = (get_ex_data_fn)dlsym(module, "SSL_get_ex_data");
+    if (read_ex == NULL || get_error == NULL || get_ex_data == NULL) {
+        dlclose(module);
+        return PyUnicode_FromFormat("%s's libssl does not export SSL_read_ex, SSL_get_error and"
+                                    " SSL_get_ex_data", path);
+    }
+    SSL *ssl = ((ssl_socket_head *)probe)->ssl;
+    if (ssl == NULL || get_ex_data(ssl, 0) != (void *)probe) {
+        dlclose(module);
+        return PyUnicode_FromString("self-check failed: the SSL* read from _ssl's object does not"
+                                    " point back to it");
+    }
+    /* The handle stays open (the module is loaded for the process's life anyway). */
+    Py_INCREF(Py_TYPE(probe));
+    Py_XSETREF(ssl_socket_type, Py_TYPE(probe));
+    ssl_get_error = get_error;
+    ssl_get_ex_data = get_ex_data;
+    ssl_read_ex = read_ex;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(check_doc,
+"check(ssl_socket) -> bool\n\nWhether read_into can read from this _ssl._SSLSocket.");
+
+static PyObject *
+check(PyObject *self, PyObject *obj)
+{
+    return PyBool_FromLong(checked_ssl(obj) != NULL);
+}
+
+PyDoc_STRVAR(read_into_doc,
+"read_into(ssl_socket, buffer, nbytes) -> int\n\n"
+"Decrypt into buffer (writable, at most nbytes; nbytes <= 0 or beyond it: the whole buffer)\n"
+"every complete TLS record the SSL object holds. n >= 0: n bytes read and the buffer is full\n"
+"or no complete record is left. n < 0: -n - 1 bytes read, then OpenSSL stopped for something\n"
+"else (close_notify, an error): SSLObject.read says what. ValueError if ssl_socket fails the\n"
+"check, RuntimeError before a successful bind.");
+
+static PyObject *
+read_into(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    Py_buffer view;
+    Py_ssize_t nbytes;
+    if (!PyArg_ParseTuple(args, "Ow*n:read_into", &obj, &view, &nbytes))
+        return NULL;
+    if (ssl_read_ex == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_RuntimeError, "_tlsrecords is not bound to a libssl");
+        return NULL;
+    }
+    SSL *ssl = checked_ssl(obj);
+    if (ssl == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "not an _ssl socket object this module can read");
+        return NULL;
+    }
+    size_t len = (nbytes <= 0 || nbytes > view.len) ? (size_t)view.len : (size_t)nbytes;
+    char *mem = view.buf;
+    size_t done = 0;
+    int stop = SSL_ERROR_WANT_READ;
+    read_ex_fn read_ex = ssl_read_ex;           /* as bound now, whatever another bind does */
+    get_error_fn get_error = ssl_get_error;
+    /* obj and view stay referenced by the caller and by the buffer export while unlocked. */
+    Py_BEGIN_ALLOW_THREADS
+    while (done < len) {
+        size_t got = 0;
+        int ret = read_ex(ssl, mem + done, len - done, &got);
+        if (ret <= 0) {
+            stop = get_error(ssl, ret);         /* peeks at the error queue, leaves it */
+            break;
+        }
+        done += got;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (done < len && stop != SSL_ERROR_WANT_READ)
+        return PyLong_FromSsize_t(-(Py_ssize_t)done - 1);
+    return PyLong_FromSize_t(done);
+}
+
+static PyMethodDef methods[] = {
+    {"bind", bind, METH_VARARGS, bind_doc},
+    {"check", check, METH_O, check_doc},
+    {"read_into", read_into, METH_VARARGS, read_into_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_tlsrecords",
+    "Every complete TLS record of a Python SSLObject decrypted in one call (see the C source).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__tlsrecords(void)
+{
+    return PyModule_Create(&module_def);
+}
