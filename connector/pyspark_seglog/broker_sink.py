@@ -8,13 +8,20 @@ each RecordBatch with the producer id, epoch and per-partition sequence numbers 
 transactional attribute), and sends Produce requests with acks=all to each partition's leader
 (from Metadata: on a cluster, partitions are led by different brokers): one batch per partition
 per request, up to `MAX_IN_FLIGHT` requests in flight on each leader's connection. A partition's
-batches are in flight to one broker at a time, so its sequences reach a leader in order. A
-request that fails with a retriable error (a stale leader: NOT_LEADER_OR_FOLLOWER,
-FENCED_LEADER_EPOCH, ...) or a broken connection is sent again, with the same bytes and
-sequences, after every request in flight is drained and Metadata refreshed (the leader may have
-moved: the new one has the producer's state with the replicated batches); a broker answers a
-batch it already has with its original offset instead of appending it twice. `flush()` returns
-once every batch is acknowledged.
+batches are in flight to one broker at a time, so its sequences reach a leader in order.
+
+A partition's pipeline opens only once the leader has acknowledged one of its batches: before
+that, its first batch flies alone. A broker takes any sequence as the first of a producer it does
+not know (Kafka's rule, which seglog follows), so with several batches in flight a refused first
+one (NOT_LEADER_OR_FOLLOWER right after CreateTopics, before the broker has taken the
+leadership) could let a later one in ahead of it: its rows out of order, and the retried first
+batch refused OUT_OF_ORDER_SEQUENCE_NUMBER. A request that fails with a retriable error (a stale
+leader: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...) or a broken connection is sent again,
+with the same bytes and sequences, after every request in flight is drained and Metadata
+refreshed (the leader may have moved: the new one has the producer's state with the replicated
+batches), in sequence order and again one batch at a time per partition until one is
+acknowledged; a broker answers a batch it already has with its original offset instead of
+appending it twice. `flush()` returns once every batch is acknowledged.
 
 Exactly-once (docs/sink-protocol.md): the task leaves its transaction open and reports it; the
 driver's commit ends every task's transaction (`commit_batch`). At-least-once: rows are visible
@@ -62,6 +69,7 @@ SEND_AHEAD_BYTES = 1 << 20
 ACKS_ALL = -1
 REQUEST_TIMEOUT_MS = 30_000
 RETRY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0)
+TOPIC_LISTED_TIMEOUT_S = 30.0
 SEQUENCE_WRAP = 1 << 31
 # The producers' connections, kept for the worker's next task (broker_client.ClientPool).
 _CLIENTS = ClientPool("seglog-spark-sink")
@@ -214,10 +222,19 @@ def ensure_topic(client: BrokerClient, opts: SinkOptions, topic: str) -> int:
             " create it first (seglog topics --create, or any Kafka admin client) or set"
             " autoCreateTopics=true")
     client.create_topic(topic, opts.topic_partitions, opts.topic_config)
-    count = client.partition_counts([topic])[topic]
-    if count is None:
-        raise KafkaError(f"{client.where()} created topic {topic!r} but does not list it")
-    return count
+    # Apache Kafka answers CreateTopics once its controller has the topic; its broker lists it a
+    # moment later (longer on a busy machine).
+    started = time.monotonic()
+    failures = 0
+    while True:
+        count = client.partition_counts([topic])[topic]
+        if count is not None:
+            return count
+        if time.monotonic() - started > TOPIC_LISTED_TIMEOUT_S:
+            raise KafkaError(f"{client.where()} created topic {topic!r} but does not list it after"
+                             f" {TOPIC_LISTED_TIMEOUT_S:.0f} s")
+        failures += 1
+        time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
 
 
 @dataclass
@@ -253,6 +270,8 @@ class TaskProducer(RowRouter):
         self.in_flight: dict[int, deque[tuple[int, list[_Batch]]]] = {}
         self.sent = 0
         self.flying: dict[tuple[str, int], int] = {}         # partition -> the broker its batches fly to
+        # Partitions whose pipeline is open: a batch acknowledged, no retriable error since.
+        self.pipelined: set[tuple[str, int]] = set()
         self.acked: dict[tuple[str, int], int] = {}
 
     def close(self) -> None:
@@ -378,14 +397,19 @@ class TaskProducer(RowRouter):
             self.transaction.add_partitions(tp for tps in ready.values() for tp in tps)
         for node, tps in ready.items():
             window = self.in_flight.setdefault(node, deque())
-            while len(window) < MAX_IN_FLIGHT and any(self.queues[tp] for tp in tps):
+            while len(window) < MAX_IN_FLIGHT and any(self._sendable(tp) for tp in tps):
                 self._send_next(node, tps)
+
+    def _sendable(self, tp: tuple[str, int]) -> bool:
+        """A batch of `tp` may go out now: one is queued, and the partition's pipeline is open or
+        none of its batches is in flight (see the module docstring)."""
+        return bool(self.queues[tp]) and (tp in self.pipelined or tp not in self.flying)
 
     def _send_next(self, node: int, tps: list[tuple[str, int]]) -> None:
         batches, size = [], 0
         for tp in tps:
             queue = self.queues[tp]
-            if queue and (not batches or size + len(queue[0].data) <= MAX_REQUEST_BYTES):
+            if self._sendable(tp) and (not batches or size + len(queue[0].data) <= MAX_REQUEST_BYTES):
                 batch = queue.popleft()
                 batches.append(batch)
                 size += len(batch.data)
@@ -438,11 +462,13 @@ class TaskProducer(RowRouter):
             code = int(r.error_code)
             if code in (NONE, DUPLICATE_SEQUENCE_NUMBER):       # a duplicate is already in the log
                 self.acked[b.tp] = self.acked.get(b.tp, 0) + b.records
+                self.pipelined.add(b.tp)
                 continue
             message = f"{b.tp[0]}-{b.tp[1]}: {error_name(code)} {getattr(r, 'error_message', '') or ''}".rstrip()
             if code in RETRIABLE or (code == OUT_OF_ORDER_SEQUENCE_NUMBER and retrying is not None
                                      and b.tp in retrying):
                 again.append(b)             # (out of order: an earlier batch of it is being retried)
+                self.pipelined.discard(b.tp)
                 reasons.append(f"{message} from {where}")
                 continue
             hint = ""
@@ -481,6 +507,7 @@ class TaskProducer(RowRouter):
         for b in again:
             by_tp.setdefault(b.tp, []).append(b)
         for tp, batches in by_tp.items():
+            self.pipelined.discard(tp)           # one at a time again until one is acknowledged
             batches.sort(key=lambda b: b.ordinal)
             queue = self.queues.setdefault(tp, deque())
             queue.extendleft(reversed(batches))

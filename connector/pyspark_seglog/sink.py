@@ -68,6 +68,13 @@ class SeglogCommitMessage(WriterCommitMessage):
 
 # ------------------------------------------------------------------------------- the writers
 
+def _end_batch_job(storage, job_id: str) -> None:
+    """A committed batch job has one batch and no `_committed.json`: its whole staging folder
+    goes, once its marker is gone (see JOB_MARKER)."""
+    end_job(storage, job_id)
+    storage.delete_dir(staging_path(job_id))
+
+
 class _SeglogWriterBase(abc.ABC):
     streaming = True
 
@@ -211,6 +218,7 @@ class _SeglogWriterBase(abc.ABC):
                                     for tp, found in by_partition.items()})
         root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options)
         pool = shared_publish_pool()
+        published = False
         try:
             logs = {}
             try:
@@ -259,9 +267,15 @@ class _SeglogWriterBase(abc.ABC):
                     if error is not None:
                         raise error
                 held.update((tp, (log.leader_epoch, log.fence.writer_id)) for tp, log in logs.items())
+                published = True
             finally:
                 reads.cancel()
-                run_all(pool, [(log.close,) for log in logs.values()])
+                closes = [(log.close,) for log in logs.values()]
+                if published and not self.streaming:
+                    # Every partition is committed: a batch job's staging is swept while the
+                    # partitions are released (their round trips overlap).
+                    closes.append((_end_batch_job, storage, query_id))
+                run_all(pool, closes)
         finally:
             root.close()
         if self.streaming:
@@ -270,11 +284,6 @@ class _SeglogWriterBase(abc.ABC):
             storage.write_atomic(f"{staging_path(query_id)}/{COMMITTED}",
                                  json.dumps({"batch": batch_id, "epochs": epochs}).encode())
             cleanup(storage, query_id, batch_id)
-        else:
-            # A batch job has one batch and no `_committed.json`: its whole folder goes, once
-            # its marker is gone (see JOB_MARKER).
-            end_job(storage, query_id)
-            storage.delete_dir(staging_path(query_id))
         return True
 
     def _check_owner(self, log, query_id: str) -> None:

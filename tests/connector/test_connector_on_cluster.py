@@ -239,6 +239,56 @@ def test_exactly_once_commit_survives_the_transaction_coordinator_sigkill(cluste
         _all_back(cluster)
 
 
+def test_sink_rides_a_leader_change_mid_pipeline(cluster, caplog):
+    """A task's pipelined batches meet leaders that moved while it produced (each partition's
+    replica list rotated, the new preferred leaders elected): the old leaders refuse a window
+    of in-flight batches NOT_LEADER_OR_FOLLOWER; the task resends them to the new leaders, in
+    order and one at a time until one is acknowledged, and commits. read_committed reads each
+    row once, each partition's rows in the task's order."""
+    import logging
+
+    import test_broker_sink_exactly_once as eos
+    from logcore.tools.kafka_admin import KafkaAdmin
+    from pyspark_seglog.broker_sink import commit_batch
+    from pyspark_seglog.sink_options import parse_sink_options
+
+    topic = "cl-move"
+    cluster.create_topic(topic, partitions=3, rf=3)
+    opts = parse_sink_options(eos.options(cluster.bootstrap, topic, **{"kafka.delivery.timeout.ms": "60000"}))
+    txn, producer = eos.open_attempt(opts, "q-move", 0, 0)
+    try:
+        for batch in eos.rows(0, 3000):
+            producer.add(batch)
+        producer.flush()                         # every partition acknowledged: pipelines open
+        before = cluster.metadata(topic)
+        with KafkaAdmin(cluster.bootstrap) as admin:
+            rotated = {(topic, p): replicas[1:] + replicas[:1] for p, (_l, replicas, _i) in before.items()}
+            assert all(code == 0 for code, _m in admin.alter_partition_reassignments(rotated).values())
+            cluster.wait_for(lambda: not admin.list_partition_reassignments(list(rotated)), 30, "reassignments")
+            admin.elect_leaders("preferred", list(rotated))
+        cluster.wait_for(lambda: all(leader == rotated[(topic, p)][0]
+                                     for p, (leader, _r, _i) in cluster.metadata(topic).items()), 30,
+                         "the preferred leaders elected")
+        with caplog.at_level(logging.WARNING, logger="pyspark_seglog.broker_sink"):
+            for batch in eos.rows(3000, 9000):
+                producer.add(batch)
+            producer.flush()                     # sent first to the old leaders (Metadata cached)
+        assert "NOT_LEADER_OR_FOLLOWER" in caplog.text
+        message = producer.message()
+        message.transaction = txn.open()
+    finally:
+        producer.close()
+        txn.close()
+    assert sum(message.records.values()) == 12000
+    commit_batch(opts, [message], 0)
+    got = sorted(consume_all(cluster, topic, 3))
+    values = [v for _p, _o, _k, v in got]
+    assert sorted(values) == sorted(b"v%d" % i for i in range(12000))           # each row once
+    for p in range(3):
+        ids = [int(v[1:]) for q, _o, _k, v in got if q == p]
+        assert ids == sorted(ids), f"partition {p}: rows out of the task's order"
+
+
 # ------------------------------------------------------------------------------ the source as a sidecar
 
 def _checkpointed(broker, topic: str, ends: dict[int, int]) -> bool:
