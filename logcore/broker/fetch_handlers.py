@@ -15,6 +15,7 @@ from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.cluster_fetch import (DivergedPartition, ElsewherePartition, ThrottledPartition,
                                           reads_any_replica, replica_id_of)
 from logcore.broker.quota_handlers import ThrottledResponse
+from logcore.broker.tail_reads import TailReads
 from logcore.broker.wanted_partition import WantedPartition
 from logcore.errors import CorruptRecordError, SegLogError
 from logcore.log.file_slice import FileSlice
@@ -68,6 +69,7 @@ class FetchHandlers:
         self.membership = membership
         self.topic_metrics = topic_metrics or TopicMetrics()     # bytes out per topic (counted, not exported)
         self.quotas = quotas or ClientQuotas()
+        self.tail_reads = TailReads()      # the last small read of each partition's tail
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, req: Request) -> Result:
@@ -244,8 +246,10 @@ class FetchHandlers:
                 if budget <= 0 and total > 0:
                     fetched = None
                 elif nowait:
-                    fetched = log.read_nowait(p.fetch_offset, max(budget, 0), isolation=isolation,
-                                              min_one_batch=total == 0, zero_copy=True)
+                    # a small range is copied, and the same range asked again (the other
+                    # follower's fetch, then a consumer's) served from that copy
+                    fetched = self.tail_reads.read_nowait(part, log, p.fetch_offset, max(budget, 0), isolation,
+                                                          total == 0, copy_below=SENDFILE_MIN_BYTES)
                     if fetched is None:
                         _close_records(results)
                         return None

@@ -1,0 +1,88 @@
+"""The last small read of each partition's tail, served again to the next fetch of the same range.
+
+At the tail of a replicated partition the same bytes are read several times within a
+millisecond: each follower's fetch reads the batch the leader just appended (from its offset up to
+the LEO), and a consumer's fetch reads it once more when the high watermark has passed it (the
+same offset, up to the HW, which is then the same bound). One such read of a small batch costs
+more than the rest of its fetch (the offset index lookup, the entry's check, the batch headers
+scanned from the entry, the copy), so the second and third are served from the first.
+
+A read is kept only when it was made on the event loop (the active segment, which the cleaner
+never rewrites) and copied (a small range; larger ones go out with sendfile and are not kept).
+It is served again only for the same log, offset, bound (the LEO, HW or LSO value the read
+stopped at), byte budget, first-batch rule, isolation kind, log start offset and truncation
+count, checked under the log's lock: below the bound nothing in the active segment changes but
+by a truncation, which counts, or by the log start moving, which is compared. The high watermark,
+LSO and log start offset of the answer are taken afresh.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from logcore.log.file_slice import FileSlice
+from logcore.log.log_reader import FetchResult
+
+KEPT_PARTITIONS = 64          # entries kept, least recently stored dropped first
+KEPT_BYTES = 64 * 1024        # a read larger than this is not kept (the broker sends it with sendfile)
+
+
+@dataclass(frozen=True)
+class TailRead:
+    """A read copied here: its records and aborted transactions, and the log's HW, LSO and log
+    start offset (as they are now, for a read served again)."""
+    data: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: list
+
+
+@dataclass(frozen=True)
+class _Kept:
+    log: object
+    key: tuple
+    data: bytes
+    aborted: list
+
+
+class TailReads:
+    """The kept reads, one per partition (keyed by the broker's PartitionLog); `served` counts
+    the reads answered from a kept one."""
+
+    def __init__(self, max_partitions: int = KEPT_PARTITIONS):
+        self._kept: OrderedDict = OrderedDict()
+        self._max = max_partitions
+        self.served = 0
+
+    def read_nowait(self, part, log, offset: int, budget: int, isolation: str, min_one_batch: bool,
+                    copy_below: int = KEPT_BYTES) -> FetchResult | TailRead | None:
+        """Log.read_nowait (zero-copy) of `part`'s `log`, a range under `copy_below` bytes copied
+        and kept, and the same range asked again served from it. The log's lock is held from the
+        key to the keep, so that the key is the one the read saw; None, having read nothing, when
+        the lock is busy or the read would block."""
+        if not log.lock.acquire(blocking=False):
+            return None
+        try:
+            key = (offset, log.bound(isolation), budget, min_one_batch, isolation == "read_committed",
+                   log.log_start_offset, log.truncations)
+            kept = self._kept.get(part)
+            if kept is not None and kept.log is log and kept.key == key:
+                self.served += 1
+                return TailRead(kept.data, log.high_watermark, log.last_stable_offset, log.log_start_offset,
+                                kept.aborted)
+            fetched = log.read_nowait(offset, budget, isolation=isolation, min_one_batch=min_one_batch,
+                                      zero_copy=True)
+            if fetched is None or not isinstance(fetched.data, FileSlice) or fetched.data.size >= copy_below:
+                return fetched
+            with fetched.data as data:
+                copied = data.read()
+            if copied and len(copied) <= KEPT_BYTES:
+                self._kept[part] = _Kept(log, key, copied, fetched.aborted)
+                self._kept.move_to_end(part)
+                if len(self._kept) > self._max:
+                    self._kept.popitem(last=False)
+            return TailRead(copied, fetched.high_watermark, fetched.last_stable_offset,
+                            fetched.log_start_offset, fetched.aborted)
+        finally:
+            log.lock.release()

@@ -1,0 +1,143 @@
+"""The kept tail reads (logcore/broker/tail_reads.py): a read served again is the read the log
+would give now, whatever happened to the log in between."""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from logcore.broker.tail_reads import KEPT_BYTES, TailReads
+from logcore.log.log_root import LogRoot
+from logcore.records.control import ControlType
+
+ISOLATIONS = ("log_end", "read_uncommitted", "read_committed")
+
+
+def _open(path, segment_bytes: int = 20000):
+    root = LogRoot.open(str(path), create=True)
+    root.create_topic("t", config={"segment.bytes": str(segment_bytes), "index.interval.bytes": "4096"})
+    return root.log("t", 0, writer=True)
+
+
+def _direct(log, offset, budget, isolation, min_one_batch):
+    """What the log itself answers (a copied read, nothing kept)."""
+    got = log.read(offset, budget, isolation=isolation, min_one_batch=min_one_batch)
+    data = got.data.read() if hasattr(got.data, "read") else bytes(got.data)
+    return (data, got.high_watermark, got.last_stable_offset, got.log_start_offset,
+            [(a.producer_id, a.first_offset) for a in got.aborted])
+
+
+def _through(tail, log, offset, budget, isolation, min_one_batch):
+    got = tail.read_nowait("t-0", log, offset, budget, isolation, min_one_batch)
+    if got is None:
+        return None
+    data = got.data
+    if hasattr(data, "read"):
+        with data:
+            data = data.read()
+    return (bytes(data), got.high_watermark, got.last_stable_offset, got.log_start_offset,
+            [(a.producer_id, a.first_offset) for a in got.aborted])
+
+
+def _records(rng, n, step):
+    return [(b"k%d" % step, os.urandom(rng.randrange(10, 1500)), (), 1_700_000_000_000 + step) for _ in range(n)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_read_served_again_is_what_the_log_answers_now(tmp_path, seed):
+    rng = random.Random(seed)
+    log = _open(tmp_path)
+    tail = TailReads()
+    txn_open = False
+    sequence = 0
+    for step in range(300):
+        op = rng.random()
+        if op < 0.3:
+            log.append_records(_records(rng, rng.randrange(1, 4), step))
+        elif op < 0.38:
+            if not txn_open:
+                log.append_records(_records(rng, 2, step), producer_id=9, producer_epoch=0,
+                                   base_sequence=sequence, is_transactional=True)
+                sequence += 2
+            else:
+                log.append_control(rng.choice([ControlType.COMMIT, ControlType.ABORT]),
+                                   producer_id=9, producer_epoch=0)
+            txn_open = not txn_open
+        elif op < 0.55:
+            log.maybe_increment_high_watermark(rng.randrange(log.high_watermark, log.log_end_offset + 1))
+        elif op < 0.6 and log.log_end_offset > log.high_watermark and not txn_open:
+            log.truncate_to(rng.randrange(log.high_watermark, log.log_end_offset))
+            sequence = 0 if 9 not in log.producer_state.producers else log.producer_state.producers[9].last_seq + 1
+        elif op < 0.62 and log.high_watermark > log.log_start_offset:
+            log.delete_records_before(rng.randrange(log.log_start_offset, log.high_watermark + 1))
+        # A few reads, mostly at the tail and of the same range again (as the followers' and
+        # a consumer's fetches of one batch are), compared with the log's own answer.
+        for _ in range(3):
+            isolation = rng.choice(ISOLATIONS)
+            bound = log.bound(isolation)
+            low = max(log.log_start_offset, bound - 3)
+            if low > bound:
+                continue
+            offset = rng.randint(low, bound)
+            budget = rng.choice([1 << 20, 2000])
+            first = rng.random() < 0.8
+            for _again in range(2):
+                got = _through(tail, log, offset, budget, isolation, first)
+                if got is None:          # before the active segment, or the log's lock busy (a
+                    break                # roll's work in a thread): the broker reads in a thread
+                assert got == _direct(log, offset, budget, isolation, first), (step, offset, isolation)
+    assert tail.served > 50
+
+
+def test_only_small_copied_ranges_are_kept(tmp_path):
+    log = _open(tmp_path, segment_bytes=1 << 20)
+    log.append_records([(None, os.urandom(KEPT_BYTES), (), 1)])
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    tail = TailReads()
+    for _ in range(2):
+        got = tail.read_nowait("t-0", log, 0, 1 << 20, "read_uncommitted", True, copy_below=1 << 20)
+        assert len(got.data) > KEPT_BYTES
+    big = tail.read_nowait("t-0", log, 0, 1 << 20, "read_uncommitted", True, copy_below=1024)
+    assert hasattr(big.data, "close")        # a file range for sendfile, not kept
+    big.data.close()
+    assert tail.served == 0
+
+
+def test_a_busy_log_lock_reads_nothing(tmp_path):
+    import threading
+    log = _open(tmp_path)
+    log.append_records([(None, b"v", (), 1)])
+    log.maybe_increment_high_watermark(1)
+    tail = TailReads()
+    assert tail.read_nowait("t-0", log, 0, 1 << 20, "read_uncommitted", True).data
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with log.lock:
+            held.set()
+            release.wait(10)
+    thread = threading.Thread(target=hold)
+    thread.start()
+    held.wait(10)
+    try:
+        assert tail.read_nowait("t-0", log, 0, 1 << 20, "read_uncommitted", True) is None
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_a_truncation_back_to_the_same_end_is_not_served_from_before(tmp_path):
+    # A follower's log cut above its HW and grown again to the same end offset with other
+    # bytes (a new leader's): the read of that range must give the new bytes.
+    log = _open(tmp_path)
+    log.append_records([(None, b"old", (), 1)])
+    tail = TailReads()
+    before = tail.read_nowait("t-0", log, 0, 1 << 20, "log_end", True)
+    assert b"old" in before.data
+    log.truncate_to(0)
+    log.append_records([(None, b"new", (), 1)])
+    after = tail.read_nowait("t-0", log, 0, 1 << 20, "log_end", True)
+    assert b"new" in after.data and tail.served == 0
+    assert tail.read_nowait("t-0", log, 0, 1 << 20, "log_end", True).data == after.data
+    assert tail.served == 1
