@@ -470,10 +470,15 @@ class PartitionManager:
         (Log.append_and_commit_nowait). None when done, else (jobs, results so far) for the
         blocking path."""
         jobs, part.queue = part.queue, []
-        if not part.is_open or part.evicting:
+        log = part.log_if_open
+        if log is None or part.evicting:
             return jobs, []                     # opening the log blocks: in a worker thread
+        # No pin needed (a working partition is never closed): only its place in the LRU order.
+        with self._lock:
+            if part in self._open:              # closed meanwhile (a topic deleted): the append says so
+                self._open.move_to_end(part)
         try:
-            results, committed = part.log.append_and_commit_nowait([batch for batch, _ in jobs])
+            results, committed = log.append_and_commit_nowait([batch for batch, _ in jobs])
         except Exception as exc:  # noqa: BLE001 - a bug here must not leave the futures unresolved
             if self.storage_failed(exc, f"append to {part.topic}-{part.index}"):
                 self._complete(part, jobs, [exc] * len(jobs), None)
