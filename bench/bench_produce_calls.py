@@ -41,6 +41,7 @@ IN_FLIGHT = 5                   # max.in.flight.requests.per.connection
 TOPIC = "calls"
 _SEQUENCE = struct.Struct(">i")
 _CRC = struct.Struct(">I")
+_TIMESTAMPS = struct.Struct(">qq")     # baseTimestamp, maxTimestamp
 
 
 # ------------------------------------------------------------------------------ the broker side
@@ -105,6 +106,10 @@ class Replay:
     def _batch(self, partition: int, n: int) -> bytes:
         data = self.templates[partition]
         _SEQUENCE.pack_into(data, 53, n * RECORDS_PER_BATCH)
+        # Timestamps move on as the Java client's do (each record's delta is 0): the time index
+        # takes an entry when its maximum moves, as it does under a real producer.
+        now = int(time.time() * 1000)
+        _TIMESTAMPS.pack_into(data, 27, now, now)
         _CRC.pack_into(data, 17, self._crc32c(bytes(data[21:])))
         return bytes(data)
 

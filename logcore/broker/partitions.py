@@ -486,13 +486,22 @@ class PartitionManager:
             logger.exception("append of %s-%d on the event loop failed; retrying in a thread",
                              part.topic, part.index)
             results, committed = [], False
-        failed = next((r for r in results if isinstance(r, BaseException)
-                       and self.storage_failed(r, f"append to {part.topic}-{part.index}")), None)
-        if failed is not None:     # in-process (the broker process has exited): nothing more written
-            self._complete(part, jobs, results + [failed] * (len(jobs) - len(results)), None)
-            return None
+        rejected = False                        # any batch's own error (the common round has none)
+        for r in results:
+            if isinstance(r, BaseException):
+                rejected = True
+                break
+        if rejected:
+            failed = next((r for r in results if isinstance(r, BaseException)
+                           and self.storage_failed(r, f"append to {part.topic}-{part.index}")), None)
+            if failed is not None:     # in-process (the broker process has exited): nothing more written
+                self._complete(part, jobs, results + [failed] * (len(jobs) - len(results)), None)
+                return None
         if committed and len(results) == len(jobs):
-            self._complete(part, jobs, results, None)
+            if rejected:
+                self._complete(part, jobs, results, None)
+            else:
+                self._committed(part, jobs, results)
             return None
         return jobs, results
 
@@ -548,6 +557,15 @@ class PartitionManager:
             elif commit_error is not None:
                 fut.set_exception(commit_error)
             else:
+                fut.set_result(result)
+        self.replication.appended(part)
+        self.notify(part)
+
+    def _committed(self, part: PartitionLog, jobs: list, results: list) -> None:
+        """_complete for a round on the loop in which every batch was appended and committed
+        (no error to report or look at)."""
+        for (_, fut), result in zip(jobs, results):
+            if not fut.done():
                 fut.set_result(result)
         self.replication.appended(part)
         self.notify(part)
