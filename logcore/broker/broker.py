@@ -527,9 +527,10 @@ class Broker:
             return ThrottledResponse(None, throttle) if throttle else None
         if acks == -1 and self.replication.replicates and any(e.appended is not None for e in entries):
             return self._finish_replicated_produce(entries, req, throttle)
-        if all(e.appended is None or e.appended.done() for e in entries):
-            return self._produce_response(entries, req, None, throttle)       # committed on the loop already
-        return self._finish_produce(entries, req, throttle)
+        for e in entries:           # a loop, not all(genexpr): asked once per request
+            if e.appended is not None and not e.appended.done():
+                return self._finish_produce(entries, req, throttle)
+        return self._produce_response(entries, req, None, throttle)       # committed on the loop already
 
     def _submit_all(self, body, req: Request) -> list[ProduceEntry]:
         """Queue every partition's batch now (keeping this connection's order); errors found
