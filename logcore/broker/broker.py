@@ -527,9 +527,10 @@ class Broker:
             return ThrottledResponse(None, throttle) if throttle else None
         if acks == -1 and self.replication.replicates and any(e.appended is not None for e in entries):
             return self._finish_replicated_produce(entries, req, throttle)
-        if all(e.appended is None or e.appended.done() for e in entries):
-            return self._produce_response(entries, req, None, throttle)       # committed on the loop already
-        return self._finish_produce(entries, req, throttle)
+        for e in entries:           # a loop, not all(genexpr): asked once per request
+            if e.appended is not None and not e.appended.done():
+                return self._finish_produce(entries, req, throttle)
+        return self._produce_response(entries, req, None, throttle)       # committed on the loop already
 
     def _submit_all(self, body, req: Request) -> list[ProduceEntry]:
         """Queue every partition's batch now (keeping this connection's order); errors found
@@ -538,6 +539,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         acks_all = body.acks == -1
         produced = self.metrics.topics.produced
+        replication, partitions = self.replication, self.partitions      # looked up once per request
+        get, submit = partitions.get, partitions.submit
         for t in body.topic_data:
             name = t.name
             if not self.access.topic_allowed(req, WRITE, name):
@@ -545,9 +548,9 @@ class Broker:
                     f"{req.principal} is not authorized to WRITE topic {name!r}")) for pd in t.partition_data)
                 continue
             for pd in t.partition_data:
-                part = self.partitions.get(name, pd.index)
+                part = get(name, pd.index)
                 records = pd.records
-                code, message = self.replication.produce_check(name, pd.index, acks_all)
+                code, message = replication.produce_check(name, pd.index, acks_all)
                 if code != E.NONE:
                     out.append(ProduceEntry(name, pd.index, error=code, message=message))
                     continue
@@ -555,7 +558,7 @@ class Broker:
                     out.append(ProduceEntry(name, pd.index, error=E.INVALID_TOPIC_EXCEPTION, message=(
                         f"{name} is internal: only its coordinator writes it")))
                 elif part is None:
-                    self.partitions.refresh_soon()     # created in the root by another process?
+                    partitions.refresh_soon()     # created in the root by another process?
                     out.append(ProduceEntry(name, pd.index, error=E.UNKNOWN_TOPIC_OR_PARTITION,
                                             message=f"{name}-{pd.index} is not a partition of this broker"))
                 elif not records:
@@ -564,11 +567,11 @@ class Broker:
                         body.transactional_id, name, pd.index, records))[0] != E.NONE:
                     out.append(ProduceEntry(name, pd.index, error=verified[0], message=verified[1]))
                 else:
-                    code, message = self.replication.append_check(part, acks_all)
+                    code, message = replication.append_check(part, acks_all)
                     if code != E.NONE:
                         out.append(ProduceEntry(name, pd.index, error=code, message=message))
                     else:
-                        out.append(ProduceEntry(name, pd.index, part, self.partitions.submit(part, records, loop)))
+                        out.append(ProduceEntry(name, pd.index, part, submit(part, records, loop)))
                         produced(name, records)
         return out
 

@@ -470,10 +470,15 @@ class PartitionManager:
         (Log.append_and_commit_nowait). None when done, else (jobs, results so far) for the
         blocking path."""
         jobs, part.queue = part.queue, []
-        if not part.is_open or part.evicting:
+        log = part.log_if_open
+        if log is None or part.evicting:
             return jobs, []                     # opening the log blocks: in a worker thread
+        # No pin needed (a working partition is never closed): only its place in the LRU order.
+        with self._lock:
+            if part in self._open:              # closed meanwhile (a topic deleted): the append says so
+                self._open.move_to_end(part)
         try:
-            results, committed = part.log.append_and_commit_nowait([batch for batch, _ in jobs])
+            results, committed = log.append_and_commit_nowait([batch for batch, _ in jobs])
         except Exception as exc:  # noqa: BLE001 - a bug here must not leave the futures unresolved
             if self.storage_failed(exc, f"append to {part.topic}-{part.index}"):
                 self._complete(part, jobs, [exc] * len(jobs), None)
@@ -481,13 +486,22 @@ class PartitionManager:
             logger.exception("append of %s-%d on the event loop failed; retrying in a thread",
                              part.topic, part.index)
             results, committed = [], False
-        failed = next((r for r in results if isinstance(r, BaseException)
-                       and self.storage_failed(r, f"append to {part.topic}-{part.index}")), None)
-        if failed is not None:     # in-process (the broker process has exited): nothing more written
-            self._complete(part, jobs, results + [failed] * (len(jobs) - len(results)), None)
-            return None
+        rejected = False                        # any batch's own error (the common round has none)
+        for r in results:
+            if isinstance(r, BaseException):
+                rejected = True
+                break
+        if rejected:
+            failed = next((r for r in results if isinstance(r, BaseException)
+                           and self.storage_failed(r, f"append to {part.topic}-{part.index}")), None)
+            if failed is not None:     # in-process (the broker process has exited): nothing more written
+                self._complete(part, jobs, results + [failed] * (len(jobs) - len(results)), None)
+                return None
         if committed and len(results) == len(jobs):
-            self._complete(part, jobs, results, None)
+            if rejected:
+                self._complete(part, jobs, results, None)
+            else:
+                self._committed(part, jobs, results)
             return None
         return jobs, results
 
@@ -543,6 +557,15 @@ class PartitionManager:
             elif commit_error is not None:
                 fut.set_exception(commit_error)
             else:
+                fut.set_result(result)
+        self.replication.appended(part)
+        self.notify(part)
+
+    def _committed(self, part: PartitionLog, jobs: list, results: list) -> None:
+        """_complete for a round on the loop in which every batch was appended and committed
+        (no error to report or look at)."""
+        for (_, fut), result in zip(jobs, results):
+            if not fut.done():
                 fut.set_result(result)
         self.replication.appended(part)
         self.notify(part)

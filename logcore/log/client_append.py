@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from logcore.errors import InvalidRecordError, NotLeaderOrFollowerError, RecordTooLargeError
-from logcore.records.batch import (CONTROL_MASK, LOG_OVERHEAD, TRANSACTIONAL_MASK, BatchHeader, Record,
+from logcore.records.batch import (CONTROL_MASK, LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
+                                   BatchHeader, Record,
                                    TimestampType, build_batch, build_control_batch, parse_header,
                                    set_base_offset, set_log_append_time, set_partition_leader_epoch)
 from logcore.records.compression import CODEC_BY_NAME, Compression
@@ -51,6 +52,8 @@ class ClientAppend:
         self._log_append_time = log.log_append_time()
         self._validator = LogValidator(log.topic, log.partition, config)     # a client batch's checks
         self._nonblocking = False                   # inside append_and_commit_nowait
+        # The open policy is the log's for life: whether a commit moves the HW (single node).
+        self._commit_moves_hw = log.mode.commit_moves_high_watermark
 
     def reconfigure(self, config) -> None:
         """A changed topic config (Log.reconfigure): new hot-path copies and checks."""
@@ -151,7 +154,7 @@ class ClientAppend:
                             results.append(exc)
                 finally:
                     self._nonblocking = False
-                if log.high_watermark < log.log_end_offset and log.mode.commit_moves_high_watermark:
+                if self._commit_moves_hw and log.high_watermark < log.log_end_offset:
                     # A replica's HW moves with replication, and its checkpoint is written on
                     # its own schedule (replica.high.watermark.checkpoint.interval.ms).
                     # A moved recovery point is written durably (fsync); the root files are
@@ -219,10 +222,11 @@ class ClientAppend:
                 return AppendInfo(d.first_offset, d.last_offset, d.timestamp, header.records_count,
                                   duplicate=True)
         self.append_batch_locked(data, header, now, epoch, analysis, next_batch=next_batch)
-        log.local.maybe_flush(now)
-        log_append = now if header.timestamp_type == TimestampType.LOG_APPEND_TIME else -1
-        return AppendInfo(header.base_offset, header.last_offset, header.max_timestamp,
-                          header.records_count, log_append)
+        if not self._nonblocking:       # (non-blocking: append_batch_locked found no flush due)
+            log.local.maybe_flush(now)
+        log_append = now if header.attributes & TIMESTAMP_TYPE_MASK else -1
+        return AppendInfo(header.base_offset, header.base_offset + header.last_offset_delta,
+                          header.max_timestamp, header.records_count, log_append)
 
     def append_batch_locked(self, data, header: BatchHeader, now: int, epoch: int, analysis, *,
                             next_batch: bool = False) -> None:
@@ -234,7 +238,9 @@ class ClientAppend:
         local = log.local
         log_segments = log.log_segments
         active = log_segments.active
-        roll = active.should_roll(header.size, header.max_timestamp, header.last_offset,
+        base_offset = header.base_offset
+        last_offset = base_offset + header.last_offset_delta
+        roll = active.should_roll(header.batch_length + LOG_OVERHEAD, header.max_timestamp, last_offset,
                                   segment_bytes=self._segment_bytes,
                                   segment_ms=self._segment_ms, now_ms=now)
         if self._nonblocking and (roll or local.flush_due(header.records_count, now)):
@@ -244,14 +250,13 @@ class ClientAppend:
                 # An object-store segment is published at commit; rolling it means committing.
                 log.commit_locked()
             else:
-                local.roll_to(header.base_offset)
+                local.roll_to(base_offset)
             active = log_segments.active
-        log.note_epoch_start(epoch, header.base_offset)
+        log.note_epoch_start(epoch, base_offset)
         active.append(data, [header])
         if next_batch:
             log.producer_state.append_next_batch(header.producer_id, header.last_sequence,
-                                                 header.base_offset, header.last_offset,
-                                                 header.max_timestamp)
+                                                 base_offset, last_offset, header.max_timestamp)
         elif analysis is not None:
             self._complete_producer_append(active, analysis, header)
         local.add_unflushed(header.records_count)

@@ -598,16 +598,20 @@ class Log:
 
     def commit_locked(self, marker: dict | None = None, *, durable: bool = True, root: bool = False) -> None:
         durable = self.segment_store.before_commit(durable)
-        leo = self.log_end_offset
         segments = self.log_segments.list
-        first_base = segments[0].base_offset if segments else leo
+        if segments:
+            leo, first_base = segments[-1].next_offset(), segments[0].base_offset
+        else:
+            leo = first_base = self.log_start_offset
         # A replica records its HW as replication moved it; the single-node policy makes
         # everything appended visible once recorded.
-        hw = leo if self.mode.commit_moves_high_watermark else self.high_watermark
+        moves = self.mode.commit_moves_high_watermark
+        hw = leo if moves else self.high_watermark
+        producer_state = self.producer_state
         # The LSO at the new HW, counting every transaction not yet ended as open (a floor).
-        unstable = self.producer_state.first_unstable_offset
+        unstable = producer_state.first_unstable_offset
         # No producer in the state at the HW: the next open replays producer fields from here.
-        empty_at = hw if hw == leo and not self.producer_state.producers else None
+        empty_at = hw if hw == leo and not producer_state.has_producers else None
         self.state_store.commit(high_watermark=hw, log_start_offset=self.log_start_offset,
                                 first_segment_base=first_base, epoch=self.leader_epoch,
                                 recovery_point=self.segment_store.recovery_point_to_record(),
@@ -617,7 +621,7 @@ class Log:
         self.local.recovery_point_recorded()
         self._state_unsynced = not durable
         # The single-node policy: once durable and recorded, everything appended is visible.
-        if self.mode.commit_moves_high_watermark:
+        if moves:
             self.set_high_watermark(leo)
         if marker is not None:
             self.commit_marker = marker

@@ -367,13 +367,18 @@ class OffsetIndex(AbstractIndex):
 
     def append(self, offset: int, position: int) -> None:
         """Add (offset, position); offsets strictly increase, the index must not be full."""
-        self._check_writable()
-        if self.is_full():
+        # The checks inline (an append per produced batch); the helpers raise the errors.
+        if not self.writable or self._closed:
+            self._check_writable()
+        n = self._n
+        if n >= self.max_entries:
             raise InvalidIndexEntryError(
                 f"cannot append offset {offset} to the full {self.KIND} {self._where} "
                 f"({self._n} entries of max {self.max_entries})")
-        rel = self.relative_offset(offset)
-        if self._n and offset <= self.last_offset:
+        rel = offset - self.base_offset
+        if not 0 <= rel <= INT32_MAX:
+            self.relative_offset(offset)
+        if n and rel <= self._keys[n - 1]:
             raise InvalidIndexEntryError(
                 f"cannot append offset {offset} to slot {self._n} of {self.KIND} {self._where}: "
                 f"not larger than the last offset {self.last_offset}")

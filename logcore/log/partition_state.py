@@ -41,6 +41,7 @@ HW_FILE = "high-watermark"
 LOG_START_FILE = "log-start-offset"     # seglog's own record of a log start offset it moved
 ROOT_CHECKPOINT_INTERVAL_MS = 5000      # root files after commits without fsync (Kafka's HW interval)
 _HW_RECORD = struct.Struct(">4sqI")     # magic, high watermark, CRC-32 of the first 12 bytes
+_HW_HEAD, _HW_CRC = struct.Struct(">4sq"), struct.Struct(">I")     # its two parts, written as one
 _HW_MAGIC = b"SGHW"
 _HW_READ_ATTEMPTS = 3                   # a reader may meet a write in progress: read again
 
@@ -123,12 +124,11 @@ class LocalPartitionState:
             os.close(fd)
 
     def _write_hw_file(self, high_watermark: int) -> None:
-        record = _HW_RECORD.pack(_HW_MAGIC, high_watermark, 0)
-        record = record[:12] + struct.pack(">I", zlib.crc32(record[:12]))
+        head = _HW_HEAD.pack(_HW_MAGIC, high_watermark)
         if self._hw_fd is None:     # kept open: the broker commits thousands of times a second
             self._hw_fd = os.open(self.storage.local_path(self._hw_path),
                                   os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        os.pwrite(self._hw_fd, record, 0)
+        os.pwrite(self._hw_fd, head + _HW_CRC.pack(zlib.crc32(head)), 0)
 
     def close(self) -> None:
         """Release the open high-watermark file (the writer closes)."""

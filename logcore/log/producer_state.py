@@ -439,6 +439,11 @@ class ProducerStateManager:
     def producers(self) -> dict[int, ProducerStateEntry]:
         return dict(self._producers)
 
+    @property
+    def has_producers(self) -> bool:
+        """Any producer in the state (a commit asks at every append: no copy)."""
+        return bool(self._producers)
+
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self._producers.get(producer_id)
 
@@ -453,6 +458,8 @@ class ProducerStateManager:
     @property
     def first_unstable_offset(self) -> int | None:
         """First offset of the earliest open (or completed but not yet replicated) transaction."""
+        if not self._unreplicated and not self._ongoing:
+            return None                 # no transaction: the common case, asked at every commit
         candidates = []
         if self._unreplicated:
             candidates.append(min(self._unreplicated))
@@ -567,6 +574,8 @@ class ProducerStateManager:
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         """Completed transactions whose marker is below the HW no longer hold the LSO back."""
+        if not self._unreplicated:
+            return
         for first_offset in [f for f, t in self._unreplicated.items()
                              if t.last_offset < high_watermark]:
             del self._unreplicated[first_offset]

@@ -461,12 +461,13 @@ class LogSegment:
             self.first_batch_timestamp = headers[0].max_timestamp
         if self.max_timestamp_so_far < 0 and position > 0:
             self._load_max_timestamp()
+        offset_index, time_index = self.offset_index, self.time_index
         undo = (self.first_batch_timestamp, self.max_timestamp_so_far, self.offset_of_max_timestamp,
-                self._next_offset, self.index_interval.since, self.offset_index.entries,
-                self.time_index.entries)
+                self._next_offset, self.index_interval.since, offset_index.entries,
+                time_index.entries)
         try:
             self.data.append(data)
-            self._index_batches(position, headers)
+            self._index_batches(position, headers, offset_index, time_index)
         except OSError:
             # A full disk (ENOSPC) or an I/O error in the `.log` or an index: all or nothing,
             # so the segment is left exactly as it was (no torn batch, no index entry for a
@@ -513,17 +514,21 @@ class LogSegment:
             self.offset_of_max_timestamp = int(max_offsets[-1])
         self._next_offset = int(last_offsets[-1]) + 1
 
-    def _index_batches(self, position: int, headers: list[BatchHeader]) -> None:
+    def _index_batches(self, position: int, headers: list[BatchHeader], offset_index, time_index) -> None:
         batch_pos = position
+        due = self.index_interval.due
+        last_offset = None
         for header in headers:
+            size, last_offset = header.size, header.last_offset
             if header.max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = header.max_timestamp
-                self.offset_of_max_timestamp = header.last_offset
-            if self.index_interval.due(header.size):
-                self.offset_index.append(header.last_offset, batch_pos)
-                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
-            batch_pos += header.size
-        self._next_offset = headers[-1].next_offset if headers else self._next_offset
+                self.offset_of_max_timestamp = last_offset
+            if due(size):
+                offset_index.append(last_offset, batch_pos)
+                time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+            batch_pos += size
+        if last_offset is not None:
+            self._next_offset = last_offset + 1
 
     def should_roll(self, batch_size: int, max_timestamp: int, last_offset: int, *,
                     segment_bytes: int, segment_ms: int, now_ms: int, pending_bytes: int = 0,

@@ -91,13 +91,19 @@ class TimeIndex(AbstractIndex):
         An equal timestamp is ignored (the same entry is offered again on roll and close); a
         smaller timestamp or offset is an error.
         """
-        self._check_writable()
-        if not skip_full_check and self.is_full():
+        # The checks inline (offered per produced batch); the helpers raise the errors.
+        if not self.writable or self._closed:
+            self._check_writable()
+        n = self._n
+        if not skip_full_check and n >= self.max_entries - 1:      # one slot kept (is_full)
             raise InvalidIndexEntryError(
                 f"cannot append to the full {self.KIND} {self._where} ({self._n} entries of max "
                 f"{self.max_entries}, one reserved)")
-        last_ts, last_offset = self.last_entry
-        if self._n and offset < last_offset:
+        if n:
+            last_ts, last_offset = int(self._keys[n - 1]), self.base_offset + int(self._values[n - 1])
+        else:
+            last_ts, last_offset = NO_TIMESTAMP, self.base_offset
+        if n and offset < last_offset:
             raise InvalidIndexEntryError(
                 f"cannot append offset {offset} to slot {self._n} of {self.KIND} {self._where}: "
                 f"smaller than the last offset {last_offset}")

@@ -303,6 +303,36 @@ class WriterFence:
         """enter_critical() for a caller that must not wait (an event loop): False, holding
         nothing, when another thread or process is inside a critical section now, or on object
         stores (the check is a GET). A True must be paired with exit_critical()."""
+        lock_fd, pinned = self._lock_fd, self._pinned_key
+        if lock_fd is None or pinned is None or self._epoch_os_path is None:
+            return self._try_enter_first()
+        # The broker's path for every batch, inlined (lock, flock, one stat): check()'s fast case.
+        if not self._thread_lock.acquire(blocking=False):
+            return False
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._thread_lock.release()
+            return False
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        try:
+            try:
+                st = os.stat(self._epoch_os_path)
+            except FileNotFoundError:
+                raise self._fenced(-1) from None
+            if (st.st_ino, st.st_mtime_ns, st.st_size) != pinned:
+                self.check()        # not my file as pinned: the full check (fenced, or re-pin)
+        except BaseException:
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)
+            self._thread_lock.release()
+            raise
+        return True
+
+    def _try_enter_first(self) -> bool:
+        """try_enter_critical() before the fast path applies (nothing pinned or resolved yet,
+        or not local)."""
         self.partition_leader_epoch  # raises if never acquired
         if not self.storage.is_local or self._lock_fd is None:
             return False
@@ -333,10 +363,11 @@ class WriterFence:
         return True
 
     def exit_critical(self) -> None:
-        if not self.storage.is_local or self._lock_fd is None:
+        lock_fd = self._lock_fd
+        if lock_fd is None or not self.storage.is_local:
             return
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)
         finally:
             self._thread_lock.release()
 
