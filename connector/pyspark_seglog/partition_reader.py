@@ -31,9 +31,10 @@ logger = logging.getLogger("pyspark_seglog.source")
 # task's memory and makes each yielded Arrow batch large. A task starts with a small window and
 # grows it, so that a tiny range (a micro-batch of a few records) reads and checks a few KiB.
 FIRST_READ_WINDOW_BYTES = 64 << 10
-# On an object store each read is a round trip: the first window is sized from the offset index
-# to hold the task's whole range (up to the fetch bound), with this much slack for the batches
-# past the last index entry below the range's end (index.interval.bytes is 4 KiB by default).
+# On an object store each read is a round trip: after the first (small: the task's first rows
+# come after one short GET) the next window is sized from the offset index to hold the rest of the
+# range (up to the fetch bound) and read ahead, with this much slack for the batches past the last
+# index entry below the range's end (index.interval.bytes is 4 KiB by default).
 RANGE_SLACK_BYTES = 64 << 10
 
 
@@ -224,10 +225,6 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
         window = min(FIRST_READ_WINDOW_BYTES, p.fetch_bytes)
         if offset < log.log_start_offset:
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
-        if remote and offset < p.until:
-            span = _range_bytes(log, offset, p.until)
-            if span is not None:
-                window = min(p.fetch_bytes, max(window, span))
         rechecked = False
         if broker_bound:
             log.assume_high_watermark(p.until)
@@ -302,6 +299,9 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
                 return
             offset = decoded.next_offset
             if remote and offset < p.until:
+                span = _range_bytes(log, offset, p.until)
+                if span is not None:
+                    window = min(p.fetch_bytes, max(window, span))
                 # The window's bytes are all in Arrow buffers now: its buffer takes the next
                 # window while Spark takes this batch.
                 if len(buffer) < window:
