@@ -94,8 +94,13 @@ def test_a_range_over_the_bound_reads_the_next_window_while_spark_takes_the_batc
     while len(_segment_gets(gets)) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(_segment_gets(gets)) == 2, "no read-ahead while the first batch was being taken"
-    offsets = first.column("offset").to_pylist() + [o for b in rows for o in b.column("offset").to_pylist()]
+    batches = [first] + list(rows)
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
     assert offsets == list(range(RECORDS))
+    # The batches handed on own their bytes: the next window read into the same buffer meanwhile
+    # changed none of them.
+    assert all(v == VALUE for b in batches for v in b.column("value").to_pylist())
+    assert [k for b in batches for k in b.column("key").to_pylist()] == [b"k%d" % (o // 10) for o in offsets]
     windows = _segment_gets(gets)
     assert all(end - start <= 64 << 10 for _p, start, end in windows)
     # consecutive windows: each GET starts where a whole batch of the one before ended
