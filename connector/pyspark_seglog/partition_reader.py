@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql.datasource import InputPartition
 
@@ -30,6 +31,11 @@ logger = logging.getLogger("pyspark_seglog.source")
 # task's memory and makes each yielded Arrow batch large. A task starts with a small window and
 # grows it, so that a tiny range (a micro-batch of a few records) reads and checks a few KiB.
 FIRST_READ_WINDOW_BYTES = 64 << 10
+# On an object store each read is a round trip: after the first (small: the task's first rows
+# come after one short GET) the next window is sized from the offset index to hold the rest of the
+# range (up to the fetch bound) and read ahead, with this much slack for the batches past the last
+# index entry below the range's end (index.interval.bytes is 4 KiB by default).
+RANGE_SLACK_BYTES = 64 << 10
 
 
 class SeglogInputPartition(InputPartition):
@@ -107,6 +113,64 @@ class _WindowBuffers:
 _WINDOW_BUFFERS = _WindowBuffers()
 
 
+class _ReadAhead:
+    """The next window's read on an object store, in flight while the current window's Arrow
+    batch is handed to Spark (which writes it to the JVM): the GET and the hand-off overlap.
+
+    At most one read is in flight per task, and the task's own thread touches the log only
+    after taking its result (`take`), so the log is never read by two threads at once.
+    """
+
+    _pool: ThreadPoolExecutor | None = None
+    _pool_lock = threading.Lock()
+
+    def __init__(self):
+        self._key = None
+        self._future = None
+
+    @classmethod
+    def _executor(cls) -> ThreadPoolExecutor:
+        with cls._pool_lock:
+            if cls._pool is None:
+                cls._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="seglog-read-ahead")
+            return cls._pool
+
+    def start(self, key, read) -> None:
+        self._key, self._future = key, self._executor().submit(read)
+
+    def take(self, key):
+        """The read started for `key` (its result or its exception), or None when none was
+        started for it; a read started for another key is waited for and dropped."""
+        future, started, self._future, self._key = self._future, self._key, None, None
+        if future is None:
+            return None
+        if started != key:
+            future.exception()      # let it finish: the log is the task's again
+            return None
+        return future
+
+    def finish(self) -> None:
+        if self._future is not None:
+            self._future.exception()
+            self._future = self._key = None
+
+
+def _range_bytes(log, offset: int, until: int) -> int | None:
+    """Bytes of the segment holding `offset` from its batch to `until`'s (an estimate from the
+    offset index, with slack), or None when that segment is not open here (tiered)."""
+    segments = log.segments
+    if not segments or offset < segments[0].base_offset:
+        return None
+    seg = next(s for s in reversed(segments) if s.base_offset <= offset)
+    begin = seg.offset_index.lookup(offset)[1]
+    later = [s.base_offset for s in segments if s.base_offset > seg.base_offset]
+    if later and until >= later[0] or until >= log.log_end_offset:
+        end = seg.size()
+    else:
+        end = seg.offset_index.lookup(until)[1] + RANGE_SLACK_BYTES
+    return max(0, end - begin)
+
+
 def read_partition(p: SeglogInputPartition):
     """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until), from
     the files or through the brokers as the option readFrom says (read_path.py)."""
@@ -151,6 +215,8 @@ def _open_range(p: SeglogInputPartition, facts: ReadFacts):
 def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
     schema = arrow_schema(p.include_headers)
     planned = getattr(p, "read_facts", None) is not None
+    remote = not root.storage.is_local
+    ahead = _ReadAhead()
     buffer = None
     try:
         name = f"{p.topic}-{p.partition}"
@@ -164,13 +230,17 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
             log.assume_high_watermark(p.until)
         while offset < p.until:
             try:
-                if buffer is None or len(buffer) < window:
-                    if buffer is not None:
-                        _WINDOW_BUFFERS.give_back(buffer)
-                    buffer = _WINDOW_BUFFERS.take(window)
-                # Read into one reused buffer: the decoder copies what it keeps into Arrow
-                # buffers, so the window's bytes are free again at the next read.
-                fetch = log.read(offset, window, isolation=p.isolation, view=True, buffer=buffer)
+                pending = ahead.take((offset, window))
+                if pending is not None:
+                    fetch = pending.result()
+                else:
+                    if buffer is None or len(buffer) < window:
+                        if buffer is not None:
+                            _WINDOW_BUFFERS.give_back(buffer)
+                        buffer = _WINDOW_BUFFERS.take(window)
+                    # Read into one reused buffer: the decoder copies what it keeps into Arrow
+                    # buffers, so the window's bytes are free again at the next read.
+                    fetch = log.read(offset, window, isolation=p.isolation, view=True, buffer=buffer)
                 window = min(p.fetch_bytes, window * 4)
             except OffsetOutOfRangeError as exc:
                 if exc.log_start_offset is not None and offset < exc.log_start_offset:
@@ -223,12 +293,26 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
             del data, fetch     # no view of the window outlives this read
             batch = decoded.batch
             rows = batch.num_rows
-            if rows:
-                yield constants.rows(batch, schema, p.include_headers)
             if decoded.next_offset <= offset:
+                if rows:
+                    yield constants.rows(batch, schema, p.include_headers)
                 return
             offset = decoded.next_offset
+            if remote and offset < p.until:
+                span = _range_bytes(log, offset, p.until)
+                if span is not None:
+                    window = min(p.fetch_bytes, max(window, span))
+                # The window's bytes are all in Arrow buffers now: its buffer takes the next
+                # window while Spark takes this batch.
+                if len(buffer) < window:
+                    _WINDOW_BUFFERS.give_back(buffer)
+                    buffer = _WINDOW_BUFFERS.take(window)
+                ahead.start((offset, window), lambda at=offset, size=window, into=buffer: log.read(
+                    at, size, isolation=p.isolation, view=True, buffer=into))
+            if rows:
+                yield constants.rows(batch, schema, p.include_headers)
     finally:
+        ahead.finish()
         if buffer is not None:
             _WINDOW_BUFFERS.give_back(buffer)
         root.close()

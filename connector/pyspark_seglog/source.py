@@ -85,6 +85,12 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
         self._latest: dict | None = None            # latest available, for progress (lag)
         self._last_trigger_ms: float | None = None  # for minOffsetsPerTrigger / maxTriggerDelay
         self._committed: dict | None = None
+        # Partitions whose view prepareForTriggerAvailableNow has just refreshed: Spark calls
+        # initialOffset right after it, at the query's start, which resolves the starting offsets
+        # from that view instead of asking the store again (on an object store a LIST and the
+        # partition state per partition). latestOffset always refreshes, so that data lost or
+        # appended since is found while planning.
+        self._just_refreshed: set = set()
 
     # -- limits
     def getDefaultReadLimit(self):
@@ -99,14 +105,20 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
         tps = logs.topic_partitions()
         logs.refresh(tps)
         self._available_now = {tp: logs.latest(tp) for tp in tps}
+        self._just_refreshed = set(tps)
 
     # -- offsets
     def initialOffset(self) -> dict:
         logs = self._driver_logs()
         tps = logs.topic_partitions()
         check_subscription(self.opts, tps)
-        logs.refresh(tps)
+        self._refresh(logs, tps)
         return to_spark(resolve(self.opts.starting, tps, logs, self.opts, starting=True))
+
+    def _refresh(self, logs, tps) -> None:
+        """Refresh the views of `tps`, but for those the previous planning call just refreshed."""
+        logs.refresh([tp for tp in tps if tp not in self._just_refreshed])
+        self._just_refreshed = set()
 
     def latestOffset(self, start: dict, limit) -> dict:
         logs = self._driver_logs()
@@ -116,6 +128,7 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
             live = sorted(self._available_now)
         else:
             live = logs.topic_partitions()
+        self._just_refreshed = set()
         logs.refresh(live)
         latest = {tp: logs.latest(tp) for tp in live}
         begin = {}

@@ -82,3 +82,54 @@ def test_planning_an_object_store_root_reads_the_log_tail_only(tmp_path, monkeyp
     # the last batch of each partition (its LEO): a few KiB of the two logs
     assert sum(read) < size / 4, f"planning read {sum(read)} bytes of .log objects ({len(read)} reads)"
     reader.stop()
+
+
+def _counting(monkeypatch):
+    from collections import Counter
+    from fsspec.implementations.memory import MemoryFileSystem
+    counts: Counter = Counter()
+    for name in ("ls", "info", "exists", "cat_file"):
+        real = getattr(MemoryFileSystem, name)
+
+        def counting(self, *args, _real=real, _name=name, **kwargs):
+            counts[_name] += 1
+            return _real(self, *args, **kwargs)
+        monkeypatch.setattr(MemoryFileSystem, name, counting)
+    return counts
+
+
+def _stream_root(url: str, records: int, new: bool = False) -> None:
+    with LogRoot.open(url, create=True) as root:
+        if new:
+            root.create_topic("t", 2)
+        for p in range(2):
+            log = root.log("t", p, writer=True)
+            log.append_records([(b"k", b"v", (), None)] * records)
+            log.commit()
+            log.close()
+
+
+def test_initial_offset_resolves_from_the_view_available_now_just_read(tmp_path, monkeypatch):
+    """Spark calls prepareForTriggerAvailableNow and then initialOffset at a query's start: the
+    partitions' views are read once for both. latestOffset reads them again (data appended or
+    lost since is found while planning), and without AvailableNow initialOffset reads them."""
+    counts = _counting(monkeypatch)
+    for available_now in (True, False):
+        url = f"memory://{tmp_path.name}-{available_now}/root"
+        _stream_root(url, 3, new=True)
+        reader = SeglogStreamReader({"path": url, "subscribe": "t", "startingoffsets": "earliest"}, None)
+        if available_now:
+            reader.prepareForTriggerAvailableNow()
+        counts.clear()
+        start = reader.initialOffset()
+        if available_now:
+            assert counts["ls"] == 0 and counts["cat_file"] <= 1, dict(counts)   # the topics file at most
+        else:
+            assert counts["ls"] >= 2, "initialOffset did not look at the partitions"
+        _stream_root(url, 2)
+        counts.clear()
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert counts["ls"] >= 2, "latestOffset did not look at the partitions again"
+        # AvailableNow reads up to what was there when the query started
+        assert sum(end["t"].values()) == (6 if available_now else 10)
+        reader.stop()

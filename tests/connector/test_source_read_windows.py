@@ -1,0 +1,137 @@
+"""How a source task reads its range from an object store, counted at the store (fsspec's
+memory filesystem): a short first GET (the task's first rows after one small round trip), then
+the rest of a range that fits the fetch bound in one GET (sized from the offset index, not grown
+4x per read), a small GET for a small range, and the next window's GET in flight while Spark
+takes the current window's Arrow batch (read-ahead), with the same rows and errors as without."""
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+import uuid
+
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+
+from logcore.errors import ResourceNotFoundError
+from logcore.log.log_root import LogRoot
+from pyspark_seglog.partition_reader import open_files, read_files
+from pyspark_seglog.source import SeglogBatchReader
+
+VALUE = b"v" * 100
+RECORDS = 3000          # 300 batches of 10 records, about 1.3 KiB each: ~400 KB in one segment
+
+
+@pytest.fixture
+def gets(monkeypatch):
+    """The (start, end) of every GET that reaches the memory:// store, in order."""
+    seen: list[tuple] = []
+    lock = threading.Lock()
+    real = MemoryFileSystem.cat_file
+
+    def counting(self, path, start=None, end=None, **kwargs):
+        with lock:
+            seen.append((str(path), start, end))
+        return real(self, path, start=start, end=end, **kwargs)
+    monkeypatch.setattr(MemoryFileSystem, "cat_file", counting)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def root_url() -> str:
+    url = f"memory://read-windows-{uuid.uuid4().hex[:8]}/root"
+    with LogRoot.open(url, create=True) as root:
+        root.create_topic("t", 1)
+        log = root.log("t", 0, writer=True)
+        for i in range(RECORDS // 10):
+            log.append_records([(b"k%d" % i, VALUE, (), None)] * 10)
+        log.commit()            # one published segment
+        log.close()
+    return url
+
+
+def _planned(url: str, **options):
+    reader = SeglogBatchReader({"path": url, "subscribe": "t", **options}, None)
+    return [pickle.loads(pickle.dumps(p)) for p in reader.partitions()][0]
+
+
+def _segment_gets(gets) -> list[tuple]:
+    return [(path, start or 0, end) for path, start, end in gets if path.endswith(".log")]
+
+
+def test_a_range_within_the_fetch_bound_is_a_small_get_then_one_for_the_rest(root_url, gets):
+    part = _planned(root_url)
+    opened = open_files(part)
+    gets.clear()
+    batches = list(read_files(part, *opened))
+    windows = _segment_gets(gets)
+    assert len(windows) == 2, f"GETs of the segment: {windows}"
+    (_p, start, end), (_p2, start2, end2) = windows
+    assert end - start <= 64 << 10                  # the first rows after one short GET
+    assert start2 < end and end2 - start2 > 256 << 10   # then the rest in one (not grown 4x per read)
+    assert len(batches) == 2
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(RECORDS))
+
+
+def test_a_small_range_reads_a_small_window(root_url, gets):
+    part = _planned(root_url, startingOffsets='{"t": {"0": 1500}}', endingOffsets='{"t": {"0": 1510}}')
+    opened = open_files(part)
+    gets.clear()
+    offsets = [o for b in read_files(part, *opened) for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(1500, 1510))
+    (_path, start, end), = _segment_gets(gets)
+    assert end - start <= 128 << 10, f"a 10-record range read {end - start:,} bytes"
+
+
+def test_a_range_over_the_bound_reads_the_next_window_while_spark_takes_the_batch(root_url, gets):
+    part = _planned(root_url, **{"kafka.max.partition.fetch.bytes": str(64 << 10)})
+    opened = open_files(part)
+    gets.clear()
+    rows = read_files(part, *opened)
+    first = next(rows)
+    # The consumer holds the first batch: the second window's GET is asked for meanwhile.
+    deadline = time.monotonic() + 10
+    while len(_segment_gets(gets)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(_segment_gets(gets)) == 2, "no read-ahead while the first batch was being taken"
+    batches = [first] + list(rows)
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(RECORDS))
+    # The batches handed on own their bytes: the next window read into the same buffer meanwhile
+    # changed none of them.
+    assert all(v == VALUE for b in batches for v in b.column("value").to_pylist())
+    assert [k for b in batches for k in b.column("key").to_pylist()] == [b"k%d" % (o // 10) for o in offsets]
+    windows = _segment_gets(gets)
+    assert all(end - start <= 64 << 10 for _p, start, end in windows)
+    # consecutive windows: each GET starts where a whole batch of the one before ended
+    assert [s for _p, s, _e in windows] == sorted(s for _p, s, _e in windows)
+
+
+def test_a_task_closed_with_a_read_ahead_in_flight_closes_cleanly(root_url):
+    part = _planned(root_url, **{"kafka.max.partition.fetch.bytes": str(64 << 10)})
+    root, log, bound = open_files(part)
+    rows = read_files(part, root, log, bound)
+    assert next(rows).num_rows > 0
+    rows.close()                # waits for the read in flight, then closes the root
+    assert log.is_closed
+
+
+def test_an_error_of_a_read_ahead_is_the_tasks_error(root_url, monkeypatch):
+    part = _planned(root_url, **{"kafka.max.partition.fetch.bytes": str(64 << 10)})
+    opened = open_files(part)
+    rows = read_files(part, *opened)
+    next(rows)
+    real = MemoryFileSystem.cat_file
+    calls = []
+
+    def failing(self, path, start=None, end=None, **kwargs):
+        if str(path).endswith(".log"):
+            calls.append(threading.current_thread().name)
+            raise FileNotFoundError(path)
+        return real(self, path, start=start, end=end, **kwargs)
+    monkeypatch.setattr(MemoryFileSystem, "cat_file", failing)
+    # A read already in flight may have finished before the patch; whichever read meets the
+    # missing object (the read-ahead's thread or the task's), the task raises its error.
+    with pytest.raises(ResourceNotFoundError):
+        for _ in rows:
+            pass
