@@ -170,11 +170,13 @@ def test_a_writers_open_reads_the_topics_file_and_the_partition_state_once(monke
         paths.clear()
         log = root.log("t", 0, writer=True)
         assert paths.count("seglog-topics.json") == 1, paths
+        assert paths.count("t-0/partition-state.json") == 1, paths
         assert log.high_watermark == 6
         log.close()
         paths.clear()
         reader = root.log("t", 0)
         assert paths.count("seglog-topics.json") == 1, paths
+        assert paths.count("t-0/partition-state.json") == 1, paths
         reader.close()
 
 
