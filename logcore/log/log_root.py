@@ -272,9 +272,22 @@ class LogRoot:
 
     def static_defaults(self) -> dict[str, str]:
         """The root's stored defaults with the opener's (a broker's properties) over them."""
-        base = {} if self.kafka_copy else dict(self._read_doc()[0].get("defaults", {}))
-        base.update(self._defaults_override)
-        return base
+        return self._static_over({} if self.kafka_copy else self._read_doc()[0].get("defaults", {}))
+
+    def _static_over(self, stored: dict) -> dict[str, str]:
+        return {**stored, **self._defaults_override}
+
+    def _topic_and_defaults(self, name: str) -> tuple[TopicInfo, dict[str, str]]:
+        """The topic and the defaults in effect from one read of the topics file (a partition's
+        open on an object store used to read it once for each)."""
+        if self.kafka_copy:
+            topics, stored = self._kafka_topics(), {}
+        else:
+            doc = self._read_doc()[0]
+            topics, stored = doc["topics"], doc.get("defaults", {})
+        if name not in topics:
+            raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
+        return _info(name, topics[name]), {**self._static_over(stored), **self._dynamic_defaults}
 
     def set_dynamic_defaults(self, layer: dict[str, str]) -> None:
         """Defaults changed at runtime (a broker's dynamic configs, kept by the broker, not in
@@ -547,7 +560,7 @@ class LogRoot:
             raise ValueError("LogRoot.log: read_range= is for readers (writer=False)")
         if resume is not None and not writer:
             raise ValueError("LogRoot.log: resume= is for writers (writer=True)")
-        info = self.describe_topic(topic)
+        info, defaults = self._topic_and_defaults(topic)
         if not 0 <= partition < info.partitions:
             raise TopicNotFoundError(
                 f"topic {topic!r} has partitions 0..{info.partitions - 1}; there is no partition {partition}")
@@ -557,7 +570,7 @@ class LogRoot:
             self._require_writable()
             self.check_not_served(f"cannot write {topic}-{partition}")
         d = partition_dir(topic, partition)
-        config = LogConfig.from_props(info.config, self.defaults())
+        config = LogConfig.from_props(info.config, defaults)
         # A reader gets a read-only view of the storage: it can never change what it reads.
         storage = self.storage if writer else self._read_only_storage()
         # The storage kind is asked here once: the log gets the stores that match it.
@@ -581,21 +594,25 @@ class LogRoot:
         else:
             mode = PlainReader()
         fence = WriterFence(storage, d, only_if_free=only_if_free) if writer else None
-        remote = self._remote_view(topic, info.topic_id, partition, config)
+        remote = self._remote_view(topic, info.topic_id, partition, config, defaults)
         log = Log(LogBackend(storage, state, segment_store, fence, remote), d, topic, partition, config, mode)
         self._open_logs.append(log)
         return log
 
-    def _remote_view(self, topic: str, topic_id, partition: int, config: LogConfig):
+    def _remote_view(self, topic: str, topic_id, partition: int, config: LogConfig,
+                     defaults: dict[str, str] | None = None):
         """The partition's remote tier view when `config` tiers it, else None. Remote storage
         turned off with remote.log.delete.on.disable keeps the view until the remote log manager
-        has deleted the remote segments (then it is empty)."""
-        if not (config.remote_storage_enable or (config.remote_log_delete_on_disable
-                                                 and self.remote_tier() is not None)):
+        has deleted the remote segments (then it is empty). defaults: those in effect, when the
+        caller just read them."""
+        if not (config.remote_storage_enable or config.remote_log_delete_on_disable):
             return None
-        tier = self.remote_tier()
+        defaults = self.defaults() if defaults is None else defaults
+        tier = self._remote_tier_for(defaults)
         if tier is None:
-            check_topic_against_root(topic, config, self.defaults())
+            if not config.remote_storage_enable:
+                return None
+            check_topic_against_root(topic, config, defaults)
         return tier.view(topic, topic_id, partition)
 
     def reconfigure_log(self, log: Log, config: LogConfig, topic_id) -> None:
@@ -612,7 +629,9 @@ class LogRoot:
         """The root's tiered storage (the registered `RemoteTier`) when its settings
         enable it (remote.log.storage.system.enable, rsm.config.*), else None. One per root:
         its remote storage manager and caches are shared by the root's partition logs."""
-        defaults = self.defaults()
+        return self._remote_tier_for(self.defaults())
+
+    def _remote_tier_for(self, defaults: dict[str, str]) -> RemoteTier | None:
         if not root_tiering_enabled(defaults):
             return None
         with self._remote_tier_lock:

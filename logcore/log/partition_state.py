@@ -336,8 +336,24 @@ class ObjectPartitionState:
         self.stable: int | None = None  # the last stable offset last read or written
         self.empty_producers: int | None = None     # PartitionState.empty_producers_at, as stored
         self._offsets = (0, 0)          # (high watermark, log start) last read or written
+        # The state read while the log was being built (records_cleaned_list), taken by the
+        # open's load: one GET per open. Taken once, so a later load (a refresh) reads afresh.
+        self._read_ahead: PartitionState | None = None
+
+    def records_cleaned_list(self) -> bool:
+        """Whether the state lists segments the cleaner wrote. The state read here is what
+        this open's load() returns: a writer's take-over is conditional on its version, so a
+        state changed since is read again there."""
+        try:
+            self._read_ahead = self.load()
+        except CorruptIndexError:
+            return True             # the load names the damage; until then, assume gaps
+        return self._read_ahead.cleaned is not None
 
     def load(self) -> PartitionState:
+        ahead, self._read_ahead = self._read_ahead, None
+        if ahead is not None:
+            return ahead
         found = self.storage.read_versioned(self.path)
         if found is None:
             self.version = None

@@ -440,10 +440,8 @@ class ObjectSegmentStore:
         return plan + [(b, None) for b in bases if b >= end], txn_bases
 
     def records_cleaned_list(self) -> bool:
-        try:
-            return b'"cleaned"' in self.storage.read(self.storage.join(self.dir, "partition-state.json"))
-        except ResourceNotFoundError:
-            return False
+        # Asked of the partition state, which keeps what it read for the open's load.
+        return self.log.state_store.records_cleaned_list()
 
     def delete_replaced(self, names: list[str], state) -> None:
         """Originals below the cleaned end and cleaned objects that no list names (a pass that

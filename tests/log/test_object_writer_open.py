@@ -139,3 +139,87 @@ def test_a_published_segments_indexes_are_put_at_the_same_time(monkeypatch):
         assert reader.recovery.rebuilt_indexes == []
         reader.close()
     assert {"00000000000000000000.index", "00000000000000000000.timeindex"} <= set(names)
+
+
+def _reads_by_path(monkeypatch) -> list[str]:
+    """The path of every read (plain or versioned) the object storage makes."""
+    paths: list[str] = []
+    for name in ("_read", "_read_versioned"):
+        real = getattr(ObjectStorage, name)
+
+        def counted(self, path, *args, _real=real, **kwargs):
+            paths.append(path)
+            return _real(self, path, *args, **kwargs)
+        monkeypatch.setattr(ObjectStorage, name, counted)
+    return paths
+
+
+def test_a_writers_open_reads_the_topics_file_and_the_partition_state_once(monkeypatch):
+    """The open used to read the topics file for the topic and again for the defaults, and the
+    partition state for the cleaner's list and again for the load."""
+    url = _url()
+    with LogRoot.open(url, create=True) as root:
+        root.create_topic("t", 1)
+        for _ in range(2):
+            log = root.log("t", 0, writer=True)
+            log.append_records([(b"k", b"v", (), None)] * 3)
+            log.commit()
+            log.close()
+    paths = _reads_by_path(monkeypatch)
+    with LogRoot.open(url) as root:            # as the sink's commit opens its root
+        paths.clear()
+        log = root.log("t", 0, writer=True)
+        assert paths.count("seglog-topics.json") == 1, paths
+        assert paths.count("t-0/partition-state.json") == 1, paths
+        assert log.high_watermark == 6
+        log.close()
+        paths.clear()
+        reader = root.log("t", 0)
+        assert paths.count("seglog-topics.json") == 1, paths
+        assert paths.count("t-0/partition-state.json") == 1, paths
+        reader.close()
+
+
+def test_each_open_sees_what_another_process_changed_since_the_last_one():
+    url = _url()
+    with LogRoot.open(url, create=True) as root, LogRoot.open(url) as other:
+        root.create_topic("t", 1)
+        log = root.log("t", 0, writer=True)
+        log.append_records([(b"k", b"v", (), None)] * 2)
+        log.commit()
+        log.close()
+        theirs = other.log("t", 0, writer=True)
+        theirs.append_records([(b"k", b"v", (), None)] * 3)
+        theirs.commit()
+        theirs.close()
+        other.alter_topic_config("t", {"retention.ms": "12345"})
+        log = root.log("t", 0, writer=True)
+        assert log.high_watermark == 5 and log.log_end_offset == 5
+        assert log.config.retention_ms == 12345
+        log.close()
+
+
+def test_a_commit_landing_between_the_state_read_and_the_take_over_is_kept(monkeypatch):
+    """The open reads the partition state before it takes the writer fence; a writer that
+    commits in between changes the state's version, so the take-over reads it again and the
+    new writer sees (and keeps) that commit."""
+    from logcore.log.writer_fence import WriterFence
+    with LogRoot.open(_url(), create=True) as root:
+        root.create_topic("t", 1)
+        first = root.log("t", 0, writer=True)
+        first.append_records([(b"k", b"v", (), None)] * 4)
+        real = WriterFence.acquire
+
+        def acquire(self, *args, **kwargs):
+            monkeypatch.setattr(WriterFence, "acquire", real)
+            first.commit()                          # after the new open read the state
+            return real(self, *args, **kwargs)
+        monkeypatch.setattr(WriterFence, "acquire", acquire)
+        second = root.log("t", 0, writer=True)
+        assert second.high_watermark == 4 and second.log_end_offset == 4
+        second.append_records([(b"k", b"w", (), None)])
+        second.commit()
+        second.close()
+        reader = root.log("t", 0)
+        assert [r.value for r in reader.read_records(0)] == [b"v"] * 4 + [b"w"]
+        reader.close()
