@@ -31,6 +31,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Iterable
 
 from logcore.errors import DamagedLogError, FencedWriterError, ReadOnlyLogError, ResourceNotFoundError, SegLogError
+from logcore.forwarding import forwarded
 from logcore.records.compression import Compression
 from logcore.records.control import ControlType
 from logcore.log.leader_epoch import LeaderEpochCache
@@ -159,15 +160,10 @@ class Log:
 
     # ------------------------------------------------------------------ what the segment store asks
     # (segment_store.SegmentStoreHost: the store calls the log through these, never its fields)
-    @property
-    def recovery_point(self) -> int:
-        """How far the data is known to be fsynced (LocalLog's)."""
-        return self.local.recovery_point
-
-    @property
-    def recovery_point_unrecorded(self) -> bool:
-        """The recovery point moved since the last commit recorded it."""
-        return self.local.recovery_point_unrecorded
+    recovery_point = forwarded("local.recovery_point",
+                               "How far the data is known to be fsynced (LocalLog's).")
+    recovery_point_unrecorded = forwarded("local.recovery_point_unrecorded",
+                                          "The recovery point moved since the last commit recorded it.")
 
     @property
     def state_unsynced(self) -> bool:
@@ -292,15 +288,9 @@ class Log:
         self.producer_state.on_high_watermark_updated(self.high_watermark)
         self._lso_floor.record_stored(view.stored_lso)   # a newer snapshot may settle it too
 
-    @property
-    def segments(self) -> list[LogSegment]:
-        """The segments, oldest first (read only: `log_segments` changes them)."""
-        return self.log_segments.list
-
-    @property
-    def bases(self) -> list[int]:
-        """The segments' base offsets (read only)."""
-        return self.log_segments.bases
+    segments = forwarded("log_segments.list",
+                         "The segments, oldest first (read only: `log_segments` changes them).")
+    bases = forwarded("log_segments.bases", "The segments' base offsets (read only).")
 
     @property
     def local_log_start_offset(self) -> int:
@@ -640,10 +630,8 @@ class Log:
         return self._follower.append_as_follower_nowait(records, follower_at=follower_at)
 
     # ------------------------------------------------------------------ the replica role (replica_role.py)
-    @property
-    def leader_epoch(self) -> int:
-        """The leader epoch this log leads or follows at (ReplicaRole's)."""
-        return self._role.leader_epoch
+    leader_epoch = forwarded("_role.leader_epoch",
+                             "The leader epoch this log leads or follows at (ReplicaRole's).")
 
     def set_high_watermark(self, offset: int) -> None:
         self.high_watermark = offset

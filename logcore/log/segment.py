@@ -42,7 +42,9 @@ __all__ = ["DELETED_SUFFIX", "INDEX_SUFFIX", "INT32_MAX", "LOG_SUFFIX", "SNAPSHO
 
 log = logging.getLogger(__name__)
 
-FIRST_SCAN_CHUNK = 1024
+# A header scan's first read: the batches of an index interval (4 KiB by default) and the one
+# after it, so a lookup from the offset index's entry costs one read even for 1 KiB batches.
+FIRST_SCAN_CHUNK = 16 * 1024
 INT32_MAX = 2**31 - 1
 _MAP_VERIFY_BYTES = 256 << 10   # a range this large is verified through a map, a smaller one copied
 
@@ -209,7 +211,8 @@ class LogSegment:
             return b""
         return self.data.read(start, end, buffer)
 
-    def scan_headers(self, start: int = 0, end: int | None = None, *, strict: bool = False):
+    def scan_headers(self, start: int = 0, end: int | None = None, *, strict: bool = False,
+                     head: bytes | None = None):
         """Batch headers from `start` (a batch boundary) to `end`, without CRC checks.
 
         Reads in chunks; stops quietly at a partial trailing batch (a torn tail or a batch that
@@ -217,17 +220,22 @@ class LogSegment:
         that must be complete, below the high watermark) raises CorruptRecordError there. Offsets
         are checked whatever `strict`: each batch's base offset above the previous batch's last
         offset and at or above the segment's base (the CRC does not cover the base offset).
+        `head`: the bytes already read at `start` (see `first_scan_chunk`), the first chunk.
         """
         limit = self.size() if end is None else min(end, self.size())
         pos = start
         prev_next = None
         prev = None
         base, contiguous = self.base_offset, self.contiguous
-        # Start small (a lookup usually needs one or two headers past the index entry) and
-        # grow the chunk for long scans.
-        chunk_size = FIRST_SCAN_CHUNK
+        # Start with a lookup's chunk (the headers past the index entry) and grow the chunk
+        # for long scans.
+        chunk_size = self.first_scan_chunk()
         while pos + HEADER_SIZE <= limit:
-            chunk = self.read_bytes(pos, min(limit, pos + chunk_size))
+            if head is not None:
+                chunk = head if len(head) <= limit - pos else head[:limit - pos]
+                head = None
+            else:
+                chunk = self.read_bytes(pos, min(limit, pos + chunk_size))
             chunk_size = min(SCAN_CHUNK, chunk_size * 4)
             off = 0
             while off + HEADER_SIZE <= len(chunk):
@@ -290,31 +298,40 @@ class LogSegment:
                          strict: bool = False) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= offset (strict: see
         scan_headers)."""
-        _, position = self.checked_lookup(offset)
-        for pos, header in self.scan_headers(max(position, start_position), strict=strict):
+        _, position, head = self.checked_lookup(offset)
+        start = max(position, start_position)
+        for pos, header in self.scan_headers(start, strict=strict,
+                                             head=head if start == position else None):
             if header.last_offset >= offset:
                 return pos, header
         return None
 
-    def checked_lookup(self, offset: int) -> tuple[int, int]:
+    def checked_lookup(self, offset: int) -> tuple[int, int, bytes | None]:
         """The offset index's entry for `offset`, checked against the batch it points at: a
         batch whose last offset is the entry's. An entry that does not match means the index
         is corrupt (Kafka's sanity check cannot see a wrong position): it is logged, rebuilt
-        from the `.log` and never used."""
+        from the `.log` and never used. With the entry (offset, position), the bytes read at
+        its position for the check (a header scan's first chunk, so the scan from there does
+        not read them again), or None when none were read."""
         entry_offset, position = self.offset_index.lookup(offset)
         for resume_offset, resume_position in self.resume_points:
             # a reader skipped damage here (failOnDataLoss=false): start past it
             if resume_offset <= offset and resume_position > position:
                 entry_offset, position = resume_offset, resume_position
         if self.resume_points and position in {p for _o, p in self.resume_points}:
-            return entry_offset, position
+            return entry_offset, position, None
         if position == 0 and entry_offset == self.base_offset:
-            return entry_offset, position
-        problem = self.index_entry_problem(entry_offset, position)
+            return entry_offset, position, None
+        head = self.read_bytes(position, position + self.first_scan_chunk())
+        problem = index_entry_problem(head, entry_offset, position, self.size())
         if problem is None:
-            return entry_offset, position
+            return entry_offset, position, head
         self.rebuild_offset_index(problem)
-        return self.offset_index.lookup(offset)
+        return *self.offset_index.lookup(offset), None
+
+    def first_scan_chunk(self) -> int:
+        """Bytes of a header scan's first read: an index interval's batches and the next."""
+        return min(SCAN_CHUNK, max(FIRST_SCAN_CHUNK, 2 * self.index_interval_bytes))
 
     def index_entry_problem(self, entry_offset: int, position: int) -> str | None:
         """Why the offset-index entry (entry_offset, position) is wrong, or None."""
