@@ -6,7 +6,14 @@
  * two TLS records, so the broker paid that per-call cost twice per produced record. read_into
  * loops OpenSSL's SSL_read_ex over what has arrived, with the GIL released once.
  *
- * No OpenSSL headers are needed to build: SSL is opaque here and the three functions used are
+ * read_into also turns on OpenSSL's read-ahead for the connection (SSL_set_read_ahead; the
+ * handshake is over by the first read, so it never sees read-ahead). Without it OpenSSL takes
+ * each record out of the memory BIO in two BIO_read calls, its 5 B header then its body; with it,
+ * one BIO_read fills the record buffer (about 16 KiB: a dozen of librdkafka's records), and the
+ * records are then taken from there. What is read ahead stays in OpenSSL, not in the BIO: asyncio's
+ * later reads (SSLObject.read, unwrap) take it from there as read_into does.
+ *
+ * No OpenSSL headers are needed to build: SSL is opaque here and the four functions used are
  * resolved at run time (bind) from the libssl that Python's own _ssl module loaded, so the SSL
  * object and the functions come from the same library copy. dlopen of _ssl's own file with
  * RTLD_NOLOAD returns the module already loaded (never a second copy), and dlsym on that handle
@@ -42,6 +49,7 @@ typedef struct ssl_st SSL;                      /* opaque */
 typedef int (*read_ex_fn)(SSL *, void *, size_t, size_t *);
 typedef int (*get_error_fn)(const SSL *, int);
 typedef void *(*get_ex_data_fn)(const SSL *, int);
+typedef void (*set_read_ahead_fn)(SSL *, int);
 
 /* The head of _ssl's PySSLSocket. */
 typedef struct {
@@ -53,6 +61,7 @@ typedef struct {
 static read_ex_fn ssl_read_ex;
 static get_error_fn ssl_get_error;
 static get_ex_data_fn ssl_get_ex_data;
+static set_read_ahead_fn ssl_set_read_ahead;
 static PyTypeObject *ssl_socket_type;           /* _ssl._SSLSocket, from the object bound with */
 
 /* The object's SSL*, or NULL when it is not an _ssl object laid out as expected. */
@@ -69,8 +78,8 @@ checked_ssl(PyObject *obj)
 
 PyDoc_STRVAR(bind_doc,
 "bind(ssl_module_path, ssl_socket) -> None or str\n\n"
-"Resolve SSL_read_ex, SSL_get_error and SSL_get_ex_data from the libssl of the loaded module\n"
-"at ssl_module_path (Python's _ssl) and check the layout on ssl_socket (an _ssl._SSLSocket,\n"
+"Resolve SSL_read_ex, SSL_get_error, SSL_get_ex_data and SSL_set_read_ahead from the libssl of\n"
+"the loaded module at ssl_module_path (Python's _ssl) and check the layout on ssl_socket (an _ssl._SSLSocket,\n"
 "SSLObject._sslobj). None when read_into can be used; else the reason, and an earlier binding\n"
 "stays as it was.");
 
@@ -94,10 +103,11 @@ bind(PyObject *self, PyObject *args)
     read_ex_fn read_ex = (read_ex_fn)dlsym(module, "SSL_read_ex");
     get_error_fn get_error = (get_error_fn)dlsym(module, "SSL_get_error");
     get_ex_data_fn get_ex_data = (get_ex_data_fn)dlsym(module, "SSL_get_ex_data");
-    if (read_ex == NULL || get_error == NULL || get_ex_data == NULL) {
+    set_read_ahead_fn set_read_ahead = (set_read_ahead_fn)dlsym(module, "SSL_set_read_ahead");
+    if (read_ex == NULL || get_error == NULL || get_ex_data == NULL || set_read_ahead == NULL) {
         dlclose(module);
-        return PyUnicode_FromFormat("%s's libssl does not export SSL_read_ex, SSL_get_error and"
-                                    " SSL_get_ex_data", path);
+        return PyUnicode_FromFormat("%s's libssl does not export SSL_read_ex, SSL_get_error,"
+                                    " SSL_get_ex_data and SSL_set_read_ahead", path);
     }
     SSL *ssl = ((ssl_socket_head *)probe)->ssl;
     if (ssl == NULL || get_ex_data(ssl, 0) != (void *)probe) {
@@ -110,6 +120,7 @@ bind(PyObject *self, PyObject *args)
     Py_XSETREF(ssl_socket_type, Py_TYPE(probe));
     ssl_get_error = get_error;
     ssl_get_ex_data = get_ex_data;
+    ssl_set_read_ahead = set_read_ahead;
     ssl_read_ex = read_ex;
     Py_RETURN_NONE;
 }
@@ -126,7 +137,7 @@ check(PyObject *self, PyObject *obj)
 PyDoc_STRVAR(read_into_doc,
 "read_into(ssl_socket, buffer, nbytes) -> int\n\n"
 "Decrypt into buffer (writable, at most nbytes; nbytes <= 0 or beyond it: the whole buffer)\n"
-"every complete TLS record the SSL object holds. n >= 0: n bytes read and the buffer is full\n"
+"every complete TLS record the SSL object holds, with OpenSSL's read-ahead on from now on. n >= 0: n bytes read and the buffer is full\n"
 "or no complete record is left. n < 0: -n - 1 bytes read, then OpenSSL stopped for something\n"
 "else (close_notify, an error): SSLObject.read says what. ValueError if ssl_socket fails the\n"
 "check, RuntimeError before a successful bind.");
@@ -156,6 +167,7 @@ read_into(PyObject *self, PyObject *args)
     int stop = SSL_ERROR_WANT_READ;
     read_ex_fn read_ex = ssl_read_ex;           /* as bound now, whatever another bind does */
     get_error_fn get_error = ssl_get_error;
+    ssl_set_read_ahead(ssl, 1);                 /* a field set: the same value every call */
     /* obj and view stay referenced by the caller and by the buffer export while unlocked. */
     Py_BEGIN_ALLOW_THREADS
     while (done < len) {

@@ -6,7 +6,7 @@ record (a GIL release and retake and a memoryview slice each). librdkafka writes
 record's ~10 B header and its 1 KiB value as two TLS records, so the broker's TLS produce paid
 that twice per record. `BatchedReads` serves a TLS listener with a subclass of asyncio's
 SSLProtocol whose buffered read hands the whole buffer to `_tlsrecords.read_into` (C: SSL_read_ex
-in a loop, the GIL released once). Everything else is asyncio's: the handshake, writes, flow
+in a loop, the GIL released once, OpenSSL's read-ahead on). Everything else is asyncio's: the handshake, writes, flow
 control, close_notify and shutdown, key updates. When read_into stops for anything but "no
 complete record left" or "buffer full", asyncio's own read loop goes on from there, so
 close_notify and errors surface exactly as they do without it.

@@ -2,7 +2,8 @@
 so a fetched range of a segment is read and sent through the TLS transport instead of sendfile;
 reading it must not depend on the file position the segment's descriptors share (a consumer
 reading from offset 0 after another one had read the segment got 0 bytes and its connection
-closed: librdkafka's 0018 over SASL_SSL)."""
+closed: librdkafka's 0018 over SASL_SSL). Produce requests over TLS, whose records arrive split
+across TLS records of every size, are read whole."""
 from __future__ import annotations
 
 import time
@@ -167,3 +168,47 @@ def test_a_file_range_over_tls_goes_in_order_and_a_short_one_is_refused(pki, tmp
     got, failure = asyncio.run(send(whole, give_up_after=1 << 16))
     assert isinstance(failure, ConnectionError), failure
     assert whole[1].closed
+
+
+# Produce over TLS through the broker's batched TLS record reads (tls_transport.py, _tlsrecords.c,
+# read-ahead on): librdkafka writes a request's small pieces (a record's header, a value it appends
+# by reference) as TLS records of their own and the rest as full 16 KiB records, so requests of
+# small and large records arrive split across TLS records of every size and across socket reads.
+PRODUCE_TOPIC = "tls-produce"
+# value sizes in turn: librdkafka's small TLS records (header + value), 1 KiB values, and values
+# of many 16 KiB records (the largest fills most of a request: about 55 full TLS records)
+PRODUCE_SIZES = (3, 10, 1024, 5000, 70_000, 900_000)
+PRODUCE_COUNT = 120
+
+
+def _produced_value(i: int) -> bytes:
+    size = PRODUCE_SIZES[i % len(PRODUCE_SIZES)]
+    return f"{i:06d}".encode().ljust(size, bytes([i % 251]))
+
+
+def test_requests_split_across_tls_records_arrive_whole(secure_broker, pki):
+    tls = {"bootstrap.servers": secure_broker.bootstrap("SSL"), "security.protocol": "SSL",
+           "ssl.ca.location": str(pki.ca_pem), "linger.ms": 20, "batch.size": 1 << 20,
+           "acks": "all"}
+    producer = ck.Producer(tls)
+    expected = [_produced_value(i) for i in range(PRODUCE_COUNT)]
+    errors = []
+    for value in expected:
+        producer.produce(PRODUCE_TOPIC, value, on_delivery=lambda err, msg: err and errors.append(err))
+    assert producer.flush(60) == 0 and errors == []
+    consumer = ck.Consumer({"bootstrap.servers": secure_broker.bootstrap("PLAINTEXT"), "group.id": "tls-produce",
+                            "enable.auto.commit": False, "fetch.max.bytes": 4 << 20})
+    try:
+        consumer.assign([ck.TopicPartition(PRODUCE_TOPIC, 0, 0)])
+        values = []
+        while len(values) < PRODUCE_COUNT:
+            msg = consumer.poll(30)
+            assert msg is not None, f"{len(values)} of {PRODUCE_COUNT} records read back"
+            assert msg.error() is None, msg.error()
+            values.append(msg.value())
+    finally:
+        consumer.close()
+    assert values == expected
+    log = secure_broker.log_text()
+    assert "decrypt one TLS record per read" not in log     # the batched reads served the listener
+    assert "closing the connection" not in log

@@ -176,6 +176,32 @@ def _libssl_and_ssl_pointer(sslobj: ssl.SSLObject):
     return lib, ctypes.c_void_p(ptr.value)
 
 
+def test_read_ahead_keeps_records_for_later_reads(contexts, reads):
+    """read_into turns on OpenSSL's read-ahead: its first read takes the whole BIO into
+    OpenSSL, and the records it could not give (a full buffer) come from the next read_into,
+    then from SSLObject.read (asyncio's own loop), and close_notify after them still ends it."""
+    pair = Pair(contexts)
+    lib, server_ssl = _libssl_and_ssl_pointer(pair.server)
+    lib.SSL_get_read_ahead.argtypes = [ctypes.c_void_p]
+    assert lib.SSL_get_read_ahead(server_ssl) == 0
+    pieces = [b"%03d" % i * 4 for i in range(60)]        # 12 B records, as small as librdkafka's
+    pair.s_in.write(pair.send(*pieces))
+    buf = bytearray(30)
+    assert reads.records.read_into(pair.server._sslobj, buf, 0) == 30
+    assert lib.SSL_get_read_ahead(server_ssl) == 1
+    assert pair.s_in.pending == 0                       # read ahead: all of it is in OpenSSL now
+    data = bytes(buf)
+    assert reads.records.read_into(pair.server._sslobj, buf, 0) == 30
+    data += bytes(buf)
+    pair.client.write(b"last")
+    with pytest.raises(ssl.SSLWantReadError):
+        pair.client.unwrap()
+    pair.s_in.write(pair.c_out.read())
+    while chunk := pair.server.read(1000):              # record by record, as asyncio reads
+        data += chunk
+    assert data == b"".join(pieces) + b"last"
+
+
 def test_key_update_mid_stream(contexts, reads):
     """A TLS 1.3 KeyUpdate (update requested) among the records: read_into reads past it, the
     server answers with its own KeyUpdate, and the client reads the server's data after it."""
