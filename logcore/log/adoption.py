@@ -20,6 +20,7 @@ from logcore.records.batch import (CONTROL_MASK, F_BASE_OFFSET, INT32_MAX, batch
 from logcore.log.segment_flusher import sync_all
 from logcore.log.segment import LogSegment
 from logcore.log.clock import now_ms as _now_ms
+from logcore.log.local_log import remove_fenced_leftover
 from logcore.log.segment_data import ObjectData
 
 
@@ -324,12 +325,7 @@ class StagedAdoption:
         if not log.storage.copy_if_absent(path, seg.log_path):
             # A fenced writer's uncommitted leftover at this base is replaced; one of a newer
             # writer fences this one (as LocalLog.publish).
-            log.fence.check()
-            head = log.storage.read(seg.log_path, 0, 61)
-            if len(head) < 61 or parse_header(head).partition_leader_epoch >= log.leader_epoch:
-                raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
-            for leftover in (seg.index_path, seg.time_index_path, seg.txn_index_path, seg.log_path):
-                log.storage.delete(leftover)
+            remove_fenced_leftover(log.storage, log.fence, seg, log.leader_epoch)
             if not log.storage.copy_if_absent(path, seg.log_path):
                 raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
         puts += [index_puts.submit(log.storage.write_atomic, seg.index_path, seg.offset_index.to_bytes()),

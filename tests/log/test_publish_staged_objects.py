@@ -87,3 +87,19 @@ def test_a_stale_writer_cannot_publish_and_a_crashed_writers_leftover_is_not_com
         reader = again.log("t", 0)
         assert [r.value for r in reader.read_records(0)] == [b"new"]
         reader.close()
+
+
+def test_a_fenced_writers_copy_that_landed_after_the_open_is_replaced(root):
+    old = root.log("t", 0, writer=True)
+    new = root.log("t", 0, writer=True)
+    # the fenced writer's copy reached the segment name after the new writer's open listed it
+    _staged(root.storage, "t-0/00000000000000000000.log", 0, old.leader_epoch, [[b"stale"]])
+    mine = _staged(root.storage, "staging/mine", 0, new.leader_epoch, [[b"mine"]])
+    assert new.publish_staged_objects([("staging/mine", mine)]) == [(0, 0)]
+    new.commit()
+    new.close()
+    old.close()
+    with LogRoot.open(root.url) as again:
+        reader = again.log("t", 0)
+        assert [r.value for r in reader.read_records(0)] == [b"mine"]
+        reader.close()
