@@ -38,12 +38,13 @@ from logcore.log.log_root import LogRoot
 import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
 from logcore.storage import open_storage
 
+from pyspark_seglog.offset_reservation import seed_offsets
 from pyspark_seglog.plain_errors import plain_errors
 from pyspark_seglog.publish_pool import run_all, run_each, shared_publish_pool
 from pyspark_seglog.row_router import is_compacted, keyless_rows_error
 from pyspark_seglog.sink_columns import input_columns
 from pyspark_seglog.sink_options import SinkOptions, parse_sink_options
-from pyspark_seglog.staged_part import PartReads, StagedPart, append_parts
+from pyspark_seglog.staged_part import PartReads, StagedPart, append_parts, stamped
 from pyspark_seglog.staging_area import (COMMITTED, JOB_MARKER, MANIFEST, cleanup, end_job, held_epochs,
                                          read_json, staging_path)
 from pyspark_seglog.task_stager import TaskStager
@@ -77,6 +78,8 @@ def _end_batch_job(storage, job_id: str) -> None:
 
 class _SeglogWriterBase(abc.ABC):
     streaming = True
+    topic_partitions: int | None = None     # the `topic` option's partitions (path mode)
+    reserves_offsets = False                # tasks stamp reserved offsets (offset_reservation.py)
 
     def __init__(self, options: dict, schema, overwrite: bool):
         self.opts: SinkOptions = parse_sink_options(options)
@@ -112,7 +115,7 @@ class _SeglogWriterBase(abc.ABC):
                                        f"set option kafka.bootstrap.servers={owner.bootstrap} to"
                                        " write through it")
                 if self.opts.topic is not None:
-                    self.ensure_topic(root, self.opts.topic)
+                    self.topic_partitions = self.ensure_topic(root, self.opts.topic).partitions
                     if "key" not in self.columns:
                         self._check_keys(",".join(root.topic_config(self.opts.topic).cleanup_policy))
             finally:
@@ -214,8 +217,9 @@ class _SeglogWriterBase(abc.ABC):
             by_partition.setdefault((p.topic, p.partition), []).append(p)
         # On an object store the commit copies each part into its partition's log: its first
         # parts are read while the partitions are taken below.
+        # (parts stamped with reserved offsets are copied on the server, not read)
         reads = PartReads(storage, {tp: sorted(found, key=lambda p: (p.task, p.seq))
-                                    for tp, found in by_partition.items()})
+                                    for tp, found in by_partition.items() if not stamped(found)})
         root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options)
         pool = shared_publish_pool()
         published = False
@@ -361,6 +365,10 @@ class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
         if self.opts.bootstrap_servers is None:
             storage = open_storage(self.opts.root, self.opts.storage_options)
             storage.write_atomic(f"{staging_path(self.job_id)}/{JOB_MARKER}", b"", durable=False)
+            if not storage.is_local and self.topic_partitions is not None:
+                # object store: the tasks stamp their parts' final offsets, the commit copies
+                seed_offsets(storage, self.job_id, self.opts.topic, self.topic_partitions)
+                self.reserves_offsets = True
 
     def _identity(self, ctx) -> tuple[str, int]:
         return self.job_id, 0

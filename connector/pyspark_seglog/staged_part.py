@@ -37,9 +37,18 @@ class StagedPart:
     task: int
     seq: int             # order of this part within its task and partition
     size: int = 0        # bytes (0 in manifests written before the field existed)
-    # local disk: the part's batch_fields rows (int64, 9 per batch) as the task encoded them, so
-    # the commit need not scan the part; never in a manifest (a replay scans and checks CRCs)
+    # the part's batch_fields rows (int64, 9 per batch) as the task encoded them, so the commit
+    # need not scan the part (local disk) or read it (an object store's part with reserved
+    # offsets); never in a manifest (a replay scans and checks CRCs)
     batches: bytes | None = None
+    # object store, batch job: the first offset of the range reserved for the part and the
+    # epoch its batches are stamped with (offset_reservation.py); -1: not stamped
+    base: int = -1
+    epoch: int = -1
+
+    def fields(self) -> np.ndarray | None:
+        """`batches` as batch_fields rows."""
+        return None if self.batches is None else np.frombuffer(self.batches, dtype=np.int64).reshape(-1, 9)
 
     def manifest_entry(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "batches"}
@@ -76,6 +85,11 @@ def append_parts(storage, log, parts: list[StagedPart], adopt_bytes: int, verify
     parts big enough to adopt are adopted together (one folder fsync, one roll per run).
     started: on an object store, the reads of the first parts already asked for (PartReads)."""
     if not storage.is_local:
+        if stamped(parts) and all(p.epoch == log.leader_epoch for p in parts):
+            ordered = sorted(parts, key=lambda p: p.base)
+            # copied on the server as segments, unless the log moved past the reserved offsets
+            if log.publish_staged_objects([(p.path, p.fields().copy()) for p in ordered]) is not None:
+                return
         _copy_parts(storage, log, parts, started or [])
         return
     i = 0
@@ -85,14 +99,19 @@ def append_parts(storage, log, parts: list[StagedPart], adopt_bytes: int, verify
             part = parts[i + len(run)]
             if (part.size or storage.size(part.path)) < adopt_bytes:
                 break
-            fields = None if part.batches is None else np.frombuffer(part.batches, dtype=np.int64).reshape(-1, 9)
-            run.append((part.path, fields))
+            run.append((part.path, part.fields()))
         # A task leaves the blocks of its parts' batch headers in the page cache (see
         # task_stager.TaskStager._header_blocks): no need to start reading them first.
         i += len(log.adopt_staged_many(run, verify_crc=verify_crc, headers_cached=True)) if run else 0
         if i < len(parts):           # too small, or not adoptable: copied into the log
             log.append_staged(storage.read(parts[i].path))
             i += 1
+
+
+def stamped(parts: list[StagedPart]) -> bool:
+    """Whether every part carries its reserved offsets (and its batches' fields): the commit may
+    publish them without reading them (offset_reservation.py)."""
+    return bool(parts) and all(p.base >= 0 and p.batches is not None for p in parts)
 
 
 def _copy_parts(storage, log, parts: list[StagedPart], started: list) -> None:

@@ -11,13 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from logcore.log.log_root import LogRoot
-from logcore.records.batch import F_POSITION, batch_fields
+from logcore.log.adoption import stamp_offsets
+from logcore.records.batch import F_LAST_DELTA, F_POSITION, batch_fields
 from logcore.records.compression import CODEC_BY_NAME, Compression
 from logcore.records.encode import encode_batch_run_into, encode_plain_run_into, plain_columns
 from logcore.storage import open_storage
 from logcore.storage.direct_writer import ALIGN, DirectFileWriter
 
 from pyspark_seglog.buffer_pool import AlignedBufferPool
+from pyspark_seglog.offset_reservation import reserve_offsets
 from pyspark_seglog.row_router import RowRouter
 from pyspark_seglog.sink_options import default_batch_size
 from pyspark_seglog.staged_part import StagedPart
@@ -82,6 +84,7 @@ class TaskStager(RowRouter):
         super().__init__(writer.opts, writer.columns, task)
         self.w = writer
         self.prefix = staging_path(query_id, batch_id)
+        self.job_id = query_id
         self.name = f"{task}-{attempt}-{uuid.uuid4().hex[:12]}"
         self.storage = open_storage(self.opts.root, self.opts.storage_options)
         # On local disk a part is a file the task appends to and the commit adopts as a
@@ -253,11 +256,11 @@ class TaskStager(RowRouter):
             out.fill = out.kept = rest
             out.part_base = part.size - rest
         else:
-            data = bytes(out.data[:out.fill])
+            data = bytearray(out.data[:out.fill])
             if puts is None:
-                self.storage.write_atomic(part.path, data, durable=False)
+                self._put_all([(part, data)])
             else:
-                puts.append((part.path, data))
+                puts.append((part, data))
             part.size += out.fill
             out.fill = 0
         part.records += out.records
@@ -279,6 +282,25 @@ class TaskStager(RowRouter):
                 part.batches = b"".join(fields)
         if part is not None:
             self.parts.append(part)
+
+    def _stamp(self, puts: list[tuple[StagedPart, bytearray]]) -> None:
+        """Reserve offsets for these parts (one conditional write for all) and stamp them into
+        their batches, with the epoch of their partition's commit (offset_reservation.py)."""
+        fields = [batch_fields(data, verify_crc=False) for _part, data in puts]
+        offsets = [int((rows[:, F_LAST_DELTA] + 1).sum()) for rows in fields]
+        counts: dict[tuple[str, int], int] = {}
+        for (part, _data), n in zip(puts, offsets):
+            counts[(part.topic, part.partition)] = counts.get((part.topic, part.partition), 0) + n
+        ranges = reserve_offsets(self.storage, self.job_id, counts)
+        for (part, data), rows, n in zip(puts, fields, offsets):
+            tp = (part.topic, part.partition)
+            if tp not in ranges:
+                continue
+            first, epoch = ranges[tp]
+            ranges[tp] = (first + n, epoch)
+            if 0 < len(rows) <= _MAX_KEPT_BATCHES:     # else appended at the commit (not stamped)
+                stamp_offsets(data, rows, first, epoch)
+                part.base, part.epoch, part.batches = first, epoch, rows.tobytes()
 
     @staticmethod
     def _header_blocks(out: _PartBuffer, length: int) -> np.ndarray:
@@ -311,13 +333,16 @@ class TaskStager(RowRouter):
         for tp in sorted(self.open_parts):
             self._finish(tp)
 
-    def _put_all(self, puts: list[tuple[str, bytes]]) -> None:
+    def _put_all(self, puts: list[tuple[StagedPart, bytearray]]) -> None:
         """Write the part objects `puts` concurrently; the first error is raised once all are
         done (the caller's discard then removes every part of the attempt)."""
+        if self.w.reserves_offsets:
+            self._stamp(puts)
         if len(puts) == 1:
-            self.storage.write_atomic(puts[0][0], puts[0][1], durable=False)
+            self.storage.write_atomic(puts[0][0].path, puts[0][1], durable=False)
             return
         with ThreadPoolExecutor(min(len(puts), _PARALLEL_PUTS), thread_name_prefix="seglog-stage-put") as pool:
-            futures = [pool.submit(self.storage.write_atomic, path, data, durable=False) for path, data in puts]
+            futures = [pool.submit(self.storage.write_atomic, part.path, data, durable=False)
+                       for part, data in puts]
         for future in futures:
             future.result()

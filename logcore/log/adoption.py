@@ -1,5 +1,7 @@
 """Appending batches this engine staged earlier (Spark sink tasks): `append_staged` copies them
-in at the LEO; `adopt_staged` / `adopt_staged_many` make staged files segments without copying.
+in at the LEO; `adopt_staged` / `adopt_staged_many` make staged files segments without copying;
+on an object store `publish_staged_objects` makes staged objects whose batches already carry
+their offsets segments by a server-side copy (`stamp_offsets` stamps them when staging).
 
 `StagedAdoption` is a part of `Log` (logcore.log.log), holding the log: every step runs in the
 writer's critical section.
@@ -9,13 +11,17 @@ from __future__ import annotations
 import mmap
 import numpy as np
 import os
+from concurrent.futures import ThreadPoolExecutor
 
-from logcore.errors import RecordTooLargeError, SegLogError
-from logcore.records.batch import (CONTROL_MASK, INT32_MAX, batch_fields, iter_batches, parse_header,
-                                   set_base_offset, set_log_append_time, set_partition_leader_epoch)
+from logcore.errors import FencedWriterError, RecordTooLargeError, SegLogError
+from logcore.records.batch import (CONTROL_MASK, F_BASE_OFFSET, INT32_MAX, batch_fields, iter_batches,
+                                   parse_header, set_base_offset, set_log_append_time,
+                                   set_partition_leader_epoch)
 from logcore.log.segment_flusher import sync_all
 from logcore.log.segment import LogSegment
 from logcore.log.clock import now_ms as _now_ms
+from logcore.log.local_log import remove_fenced_leftover
+from logcore.log.segment_data import ObjectData
 
 
 def _tiles(fields: np.ndarray | None, size: int) -> bool:
@@ -25,6 +31,24 @@ def _tiles(fields: np.ndarray | None, size: int) -> bool:
     positions, sizes = fields[:, 0], fields[:, 1]
     return bool(positions[0] == 0 and (sizes > 0).all() and (positions[1:] == positions[:-1] + sizes[:-1]).all()
                 and positions[-1] + sizes[-1] == size)
+
+
+def stamp_offsets(buf, fields: np.ndarray, first: int, epoch: int) -> np.ndarray:
+    """Give the batches of `buf` (their `batch_fields` rows) consecutive offsets from `first` and
+    the leader epoch `epoch`, in place: the first 16 bytes of each header (baseOffset,
+    batchLength unchanged, partitionLeaderEpoch), which the CRC does not cover. Updates the
+    rows' F_BASE_OFFSET; returns each batch's last offset."""
+    positions, sizes, deltas = fields[:, 0], fields[:, 1], fields[:, 3]
+    bases = first + np.concatenate(([0], np.cumsum(deltas + 1)[:-1]))
+    head = np.empty(len(fields), dtype=[("base", ">i8"), ("length", ">i4"), ("epoch", ">i4")])
+    head["base"] = bases
+    head["length"] = sizes - 12
+    head["epoch"] = epoch
+    view = np.frombuffer(buf, dtype=np.uint8)
+    view[positions[:, None] + np.arange(16)] = head.view(np.uint8).reshape(-1, 16)
+    del view
+    fields[:, F_BASE_OFFSET] = bases
+    return bases + deltas
 
 
 def _prefetch_headers(fd: int, positions: np.ndarray) -> None:
@@ -214,17 +238,7 @@ class StagedAdoption:
             return None
         first = self._log.log_end_offset
         self._log.note_epoch_start(self._log.leader_epoch, first)
-        bases = first + np.concatenate(([0], np.cumsum(counts)[:-1]))
-        last_offsets = bases + deltas
-        # baseOffset, batchLength (unchanged) and partitionLeaderEpoch: the first 16 bytes
-        # of each header, outside the CRC.
-        head = np.empty(len(fields), dtype=[("base", ">i8"), ("length", ">i4"), ("epoch", ">i4")])
-        head["base"] = bases
-        head["length"] = sizes - 12
-        head["epoch"] = self._log.leader_epoch
-        view = np.frombuffer(mm, dtype=np.uint8)
-        view[positions[:, None] + np.arange(16)] = head.view(np.uint8).reshape(-1, 16)
-        del view
+        last_offsets = stamp_offsets(mm, fields, first, self._log.leader_epoch)
         active = self._log.segments[-1]
         if active.size() == 0 and active.base_offset == first and not active.in_memory:
             # The empty active segment has the name the adopted file takes. Its files are
@@ -243,4 +257,81 @@ class StagedAdoption:
         seg.seal(fsync=False)
         written.append(seg)
         self._log.log_segments.add(self._log.new_segment(first, writable=False))
+        return first, int(last_offsets[-1])
+
+    def publish_staged_objects(self, parts: list[tuple[str, np.ndarray]]) -> list[tuple[int, int]] | None:
+        """Object store: make staged objects segments of this log by a server-side copy each,
+        the bytes not passing through this process.
+
+        `parts` are (path, `batch_fields` rows) in offset order; their batches already carry
+        their offsets and this writer's epoch (`stamp_offsets`: a Spark sink task stamped them
+        with a range reserved for it, see the connector's staging area). Offsets must start at
+        or above the LEO and follow each other within a part (gaps between parts are allowed:
+        ranges reserved but never published). Checked before anything is done: None (nothing
+        done) when the parts cannot be published as they are (not an object store, a
+        LogAppendTime topic, producer ids or control batches, offsets below the LEO or
+        overlapping, a part over segment.bytes, appended data not yet published); the caller
+        then appends them with `append_staged`. Each part's `.log` is copied with If-None-Match
+        (as `publish` PUTs one), then its indexes are PUT. Returns each part's (first, last
+        offset). Not committed: the HW moves with the next commit.
+        """
+        log = self._log
+        if log.segment_store.in_place or log.log_append_time() or not parts:
+            return None
+        max_entries = log.config.segment_index_bytes // 12      # the time index's, the smaller
+        with log.critical():
+            if log.is_closed:
+                raise SegLogError(f"{log.topic}-{log.partition} is closed")
+            active = log.segments[-1] if log.segments else None
+            if active is None or not active.in_memory or active.size() != 0:
+                return None
+            end = log.log_end_offset
+            for _path, fields in parts:
+                if not _tiles(fields, int(fields[-1, 0] + fields[-1, 1]) if len(fields) else 0):
+                    return None
+                bases, deltas, producer_ids, attributes = fields[:, 2], fields[:, 3], fields[:, 5], fields[:, 6]
+                size = int(fields[-1, 0] + fields[-1, 1])
+                if (len(fields) >= max_entries - 1 or (producer_ids >= 0).any() or (attributes & CONTROL_MASK).any()
+                        or size > self._segment_bytes or int(bases[0]) < end
+                        or (bases[1:] != bases[:-1] + deltas[:-1] + 1).any()
+                        or int(bases[-1] + deltas[-1] - bases[0]) > INT32_MAX):
+                    return None
+                end = int(bases[-1] + deltas[-1]) + 1
+            log.fence.check()
+            log.log_segments.pop_active()
+            published: list[tuple[int, int]] = []
+            # a segment's indexes are PUT while the next part is copied (after their own `.log`)
+            index_puts = ThreadPoolExecutor(4, thread_name_prefix="segment-index-put")
+            try:
+                puts = []
+                for path, fields in parts:
+                    published.append(self._publish_copy(path, fields, index_puts, puts))
+                for put in puts:
+                    put.result()
+            finally:
+                index_puts.shutdown(wait=True)
+                # appends go to a fresh in-memory segment after what was published
+                log.roll_to(published[-1][1] + 1 if published else active.base_offset)
+        return published
+
+    def _publish_copy(self, path: str, fields: np.ndarray, index_puts, puts: list) -> tuple[int, int]:
+        log = self._log
+        positions, sizes, bases, deltas, max_ts = fields.T[:5]
+        first, last_offsets = int(bases[0]), bases + deltas
+        log.note_epoch_start(log.leader_epoch, first)
+        seg = log.new_segment(first, writable=True, in_memory=True)
+        seg.index_existing(positions, sizes, last_offsets, max_ts)
+        seg.seal()
+        if not log.storage.copy_if_absent(path, seg.log_path):
+            # A fenced writer's uncommitted leftover at this base is replaced; one of a newer
+            # writer fences this one (as LocalLog.publish).
+            remove_fenced_leftover(log.storage, log.fence, seg, log.leader_epoch)
+            if not log.storage.copy_if_absent(path, seg.log_path):
+                raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
+        puts += [index_puts.submit(log.storage.write_atomic, seg.index_path, seg.offset_index.to_bytes()),
+                 index_puts.submit(log.storage.write_atomic, seg.time_index_path, seg.time_index.to_bytes())]
+        seg.data = ObjectData(log.storage, seg.log_path, int(positions[-1] + sizes[-1]))
+        seg.in_memory = False
+        seg.writable = False
+        log.log_segments.add(seg)
         return first, int(last_offsets[-1])

@@ -21,6 +21,20 @@ from logcore.records.batch import parse_header
 logger = logging.getLogger(__name__)
 
 
+def remove_fenced_leftover(storage, fence, seg: LogSegment, epoch: int) -> None:
+    """Object store: a segment object is already at `seg`'s name. Either this writer is fenced
+    (FencedWriterError), or a fenced writer (an older epoch) left an uncommitted segment there,
+    whose objects are deleted so that the caller can publish again."""
+    fence.check()
+    head = storage.read(seg.log_path, 0, 61)
+    if len(head) < 61 or parse_header(head).partition_leader_epoch >= epoch:
+        raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
+    logger.warning("replacing %s left by a fenced writer", seg.log_path)
+    # Its index objects go first: a reader must never pair them with our `.log`.
+    for path in (seg.index_path, seg.time_index_path, seg.txn_index_path, seg.log_path):
+        storage.delete(path)
+
+
 class LocalLog:
     """Segments, roll, flush and recovery point of one log (one per `Log`)."""
 
@@ -150,19 +164,10 @@ class LocalLog:
         try:
             seg.publish()
         except _SegmentExists:
-            # Either we are fenced, or a fenced writer left an uncommitted segment at this base.
-            self._fence.check()
-            head = self._storage.read(seg.log_path, 0, 61)
-            if len(head) == 61 and parse_header(head).partition_leader_epoch < epoch:
-                logger.warning("replacing %s left by a fenced writer", seg.log_path)
-                # Its index objects go first: a reader must never pair them with our `.log`.
-                for path in (seg.index_path, seg.time_index_path, seg.txn_index_path, seg.log_path):
-                    self._storage.delete(path)
-                seg.in_memory = True
-                seg.writable = True
-                seg.publish()
-            else:
-                raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
+            remove_fenced_leftover(self._storage, self._fence, seg, epoch)
+            seg.in_memory = True
+            seg.writable = True
+            seg.publish()
 
     # ------------------------------------------------------------------ flush and recovery point
     def loaded(self, recovery_point: int, recorded: int) -> None:

@@ -535,6 +535,11 @@ class Log:
         """adopt_staged for several staged files as one step (StagedAdoption.adopt_staged_many)."""
         return self._adoption.adopt_staged_many(parts, verify_crc=verify_crc, headers_cached=headers_cached)
 
+    def publish_staged_objects(self, parts: list) -> list[tuple[int, int]] | None:
+        """Object store: staged objects with their offsets made segments by server-side copies
+        (StagedAdoption.publish_staged_objects)."""
+        return self._adoption.publish_staged_objects(parts)
+
     # ------------------------------------------------------------------ flush and commit
     def add_unflushed(self, records: int) -> None:
         """Count records appended outside `append_batch_locked` (staged runs) for flush.messages."""

@@ -116,6 +116,11 @@ class Storage(ABC):
         rewriting identical bytes can leave the version unchanged, so a compare-and-swap
         guards the content, and a writer that needs a change to be seen writes new content."""
 
+    def copy_if_absent(self, src: str, dst: str) -> bool:
+        """Create `dst` with the content of `src` if nothing is there: True, or False if `dst`
+        exists. Object stores copy on the server (S3 CopyObject with If-None-Match)."""
+        raise StorageError(f"cannot copy {self.describe(src)} inside {self.url}: use read and put_if_absent")
+
     @abstractmethod
     def open_write(self, path: str, *, part_size: int | None = None) -> WriteStream:
         """A streamed whole-object write: the object appears complete at commit (a clean `with`

@@ -387,6 +387,33 @@ class ObjectStorage(Storage):
         bucket, key = self._bucket_key(full)
         return self._s3_conditional_put(path, bucket, key, bytes(data), IfMatch=version)
 
+    def copy_if_absent(self, src: str, dst: str) -> bool:
+        self._refuse_if_read_only(dst, "create")
+        full_src, full_dst = self._full(src), self._full(dst)
+        if not self._is_s3:
+            with _EMULATION_LOCK:
+                if self._fs.exists(full_dst):
+                    return False
+                try:
+                    self._fs.pipe_file(full_dst, self._fs.cat_file(full_src))
+                except Exception as exc:
+                    raise self._translate(exc, "copy of", src) from exc
+                return True
+        src_bucket, src_key = self._bucket_key(full_src)
+        bucket, key = self._bucket_key(full_dst)
+        try:
+            self._fs.call_s3("copy_object", Bucket=bucket, Key=key, IfNoneMatch="*",
+                             CopySource={"Bucket": src_bucket, "Key": src_key})
+        except Exception as exc:
+            if is_precondition_failed(exc):
+                return False
+            if _is_retriable(exc):
+                raise CommitStateUnknownError(
+                    f"copy of {self.describe(src)} to {self.describe(dst)}: outcome unknown, re-read"
+                    f" before retrying ({self._redact(f'{type(exc).__name__}: {exc}')})") from exc
+            raise self._translate(exc, "copy of", src) from exc
+        return True
+
     def _s3_conditional_put(self, path: str, bucket: str, key: str, data: bytes,
                             **condition: str) -> str | None:
         for attempt in range(_CONFLICT_RETRIES):

@@ -95,3 +95,21 @@ def test_precondition_failed_recognised_in_all_its_forms():
     seaweed_style = s3fs_error("PreconditionFailed", 412)  # no Condition element in the body
     assert not isinstance(seaweed_style, FileExistsError) and is_precondition_failed(seaweed_style)
     assert not is_precondition_failed(s3fs_error("InvalidArgument", 400))
+
+
+@pytest.mark.parametrize("kind", ["memory", "s3"])
+def test_copy_if_absent_copies_once_and_never_over_an_object(kind, request):
+    if kind == "s3":
+        endpoint, bucket = request.getfixturevalue("s3_endpoint"), request.getfixturevalue("s3_bucket")
+        storage = open_storage(f"s3://{bucket}/copy", endpoint.storage_options())
+    else:
+        storage = open_storage(f"memory://seglog-copy-{request.node.name[-8:]}/copy")
+    storage.write_atomic("staged/a", b"first")
+    storage.write_atomic("staged/b", b"second")
+    assert storage.copy_if_absent("staged/a", "dir/segment") is True
+    assert storage.copy_if_absent("staged/b", "dir/segment") is False     # If-None-Match
+    assert storage.read("dir/segment") == b"first"
+    storage.delete("staged/a")
+    assert storage.read("dir/segment") == b"first"          # a copy, not a reference
+    with pytest.raises(ResourceNotFoundError):
+        storage.copy_if_absent("staged/missing", "dir/other")
