@@ -28,13 +28,14 @@ logger = logging.getLogger("pyspark_seglog.source")
 
 # A task reads and decodes bounded windows of whole batches, at most the option
 # kafka.max.partition.fetch.bytes (8 MiB by default, about 70k rows of 100-byte values): bounds a
-# task's memory and makes each yielded Arrow batch large. A task starts with a small window and
-# grows it, so that a tiny range (a micro-batch of a few records) reads and checks a few KiB.
+# task's memory and makes each yielded Arrow batch large. On local disk a task starts with a small
+# window and grows it, so that a tiny range (a micro-batch of a few records) reads and checks a
+# few KiB.
 FIRST_READ_WINDOW_BYTES = 64 << 10
-# On an object store each read is a round trip: after the first (small: the task's first rows
-# come after one short GET) the next window is sized from the offset index to hold the rest of the
-# range (up to the fetch bound) and read ahead, with this much slack for the batches past the last
-# index entry below the range's end (index.interval.bytes is 4 KiB by default).
+# On an object store each read is a round trip: each window (the first included) is sized from
+# the offset index to hold the rest of the range, up to the fetch bound (the next one read ahead),
+# with this much slack for the batches past the last index entry below the range's end
+# (index.interval.bytes is 4 KiB by default).
 RANGE_SLACK_BYTES = 64 << 10
 
 
@@ -171,6 +172,19 @@ def _range_bytes(log, offset: int, until: int) -> int | None:
     return max(0, end - begin)
 
 
+def _first_window(log, offset: int, until: int, fetch_bytes: int, remote: bool) -> int:
+    """The first read's size. On local disk a small one grown 4x per read (a read there is a copy
+    from the page cache). On an object store the first is sized from the offset index: the
+    whole range when it fits the fetch bound (one GET: the round trip of a short first GET saved),
+    else the bound."""
+    window = min(FIRST_READ_WINDOW_BYTES, fetch_bytes)
+    if remote:
+        span = _range_bytes(log, offset, until)
+        if span is not None:
+            window = min(fetch_bytes, max(window, span))
+    return window
+
+
 def read_partition(p: SeglogInputPartition):
     """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until), from
     the files or through the brokers as the option readFrom says (read_path.py)."""
@@ -222,9 +236,9 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
         name = f"{p.topic}-{p.partition}"
         constants = ConstantColumns(p.topic, p.partition)
         offset = p.start
-        window = min(FIRST_READ_WINDOW_BYTES, p.fetch_bytes)
         if offset < log.log_start_offset:
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
+        window = _first_window(log, offset, p.until, p.fetch_bytes, remote)
         rechecked = False
         if broker_bound:
             log.assume_high_watermark(p.until)
