@@ -37,6 +37,11 @@ FIRST_READ_WINDOW_BYTES = 64 << 10
 # with this much slack for the batches past the last index entry below the range's end
 # (index.interval.bytes is 4 KiB by default).
 RANGE_SLACK_BYTES = 64 << 10
+# On an object store a window is also at most this: the next window's GET and decode (read ahead)
+# then overlap Spark's taking of the current batch. A whole range in one window (up to the 8 MiB
+# fetch bound) left the JVM idle during the task's GET and decode, and the worker idle while the
+# JVM took the one batch.
+STORE_WINDOW_BYTES = 2 << 20
 
 
 class SeglogInputPartition(InputPartition):
@@ -175,8 +180,8 @@ def _range_bytes(log, offset: int, until: int) -> int | None:
 def _first_window(log, offset: int, until: int, fetch_bytes: int, remote: bool) -> int:
     """The first read's size. On local disk a small one grown 4x per read (a read there is a copy
     from the page cache). On an object store the first is sized from the offset index: the
-    whole range when it fits the fetch bound (one GET: the round trip of a short first GET saved),
-    else the bound."""
+    whole range when it fits `fetch_bytes` (one GET: the round trip of a short first GET saved),
+    else that bound."""
     window = min(FIRST_READ_WINDOW_BYTES, fetch_bytes)
     if remote:
         span = _range_bytes(log, offset, until)
@@ -238,7 +243,8 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
         offset = p.start
         if offset < log.log_start_offset:
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
-        window = _first_window(log, offset, p.until, p.fetch_bytes, remote)
+        bound = min(p.fetch_bytes, STORE_WINDOW_BYTES) if remote else p.fetch_bytes
+        window = _first_window(log, offset, p.until, bound, remote)
         rechecked = False
         if broker_bound:
             log.assume_high_watermark(p.until)
@@ -255,7 +261,7 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
                     # Read into one reused buffer: the decoder copies what it keeps into Arrow
                     # buffers, so the window's bytes are free again at the next read.
                     fetch = log.read(offset, window, isolation=p.isolation, view=True, buffer=buffer)
-                window = min(p.fetch_bytes, window * 4)
+                window = min(bound, window * 4)
             except OffsetOutOfRangeError as exc:
                 if exc.log_start_offset is not None and offset < exc.log_start_offset:
                     offset = data_loss(p.topic, p.partition, offset, exc.log_start_offset,
@@ -315,7 +321,7 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
             if remote and offset < p.until:
                 span = _range_bytes(log, offset, p.until)
                 if span is not None:
-                    window = min(p.fetch_bytes, max(window, span))
+                    window = min(bound, max(window, span))
                 # The window's bytes are all in Arrow buffers now: its buffer takes the next
                 # window while Spark takes this batch.
                 if len(buffer) < window:

@@ -1,8 +1,9 @@
 """How a source task reads its range from an object store, counted at the store (fsspec's
-memory filesystem): a range that fits the fetch bound in one GET (sized from the offset index,
-not grown 4x per read from a short first window), a small GET for a small range, and the next
-window's GET in flight while Spark takes the current window's Arrow batch (read-ahead), with the
-same rows and errors as without."""
+memory filesystem): a range that fits the fetch bound and the object-store window in one GET
+(sized from the offset index, not grown 4x per read from a short first window), a longer one in
+windows of that size, a small GET for a small range, and the next window's GET in flight while
+Spark takes the current window's Arrow batch (read-ahead), with the same rows and errors as
+without."""
 from __future__ import annotations
 
 import pickle
@@ -15,6 +16,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from logcore.errors import ResourceNotFoundError
 from logcore.log.log_root import LogRoot
+from pyspark_seglog import partition_reader
 from pyspark_seglog.partition_reader import open_files, read_files
 from pyspark_seglog.source import SeglogBatchReader
 
@@ -81,6 +83,20 @@ def test_a_range_from_the_middle_of_the_segment_is_one_get_of_its_bytes(root_url
     (_p, start, end), = _segment_gets(gets)
     # a third of the segment's ~400 KB, plus the slack past the last index entry below the end
     assert start > 0 and end - start < (400 << 10) // 3 + (80 << 10), (start, end)
+
+
+def test_a_range_over_the_store_window_is_read_in_windows_of_it(root_url, gets, monkeypatch):
+    monkeypatch.setattr(partition_reader, "STORE_WINDOW_BYTES", 128 << 10)
+    part = _planned(root_url)
+    opened = open_files(part)
+    gets.clear()
+    batches = list(read_files(part, *opened))
+    windows = _segment_gets(gets)
+    # ~400 KB in windows of at most 128 KiB, each starting where the one before ended
+    assert 3 <= len(windows) <= 5 and all(end - start <= 128 << 10 for _p, start, end in windows), windows
+    assert [s for _p, s, _e in windows] == sorted(s for _p, s, _e in windows)
+    assert len(batches) == len(windows)
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(RECORDS))
 
 
 def test_a_small_range_reads_a_small_window(root_url, gets):
