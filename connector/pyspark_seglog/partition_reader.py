@@ -28,14 +28,20 @@ logger = logging.getLogger("pyspark_seglog.source")
 
 # A task reads and decodes bounded windows of whole batches, at most the option
 # kafka.max.partition.fetch.bytes (8 MiB by default, about 70k rows of 100-byte values): bounds a
-# task's memory and makes each yielded Arrow batch large. A task starts with a small window and
-# grows it, so that a tiny range (a micro-batch of a few records) reads and checks a few KiB.
+# task's memory and makes each yielded Arrow batch large. On local disk a task starts with a small
+# window and grows it, so that a tiny range (a micro-batch of a few records) reads and checks a
+# few KiB.
 FIRST_READ_WINDOW_BYTES = 64 << 10
-# On an object store each read is a round trip: after the first (small: the task's first rows
-# come after one short GET) the next window is sized from the offset index to hold the rest of the
-# range (up to the fetch bound) and read ahead, with this much slack for the batches past the last
-# index entry below the range's end (index.interval.bytes is 4 KiB by default).
+# On an object store each read is a round trip: each window (the first included) is sized from
+# the offset index to hold the rest of the range, up to the fetch bound (the next one read ahead),
+# with this much slack for the batches past the last index entry below the range's end
+# (index.interval.bytes is 4 KiB by default).
 RANGE_SLACK_BYTES = 64 << 10
+# On an object store a window is also at most this: the next window's GET and decode (read ahead)
+# then overlap Spark's taking of the current batch. A whole range in one window (up to the 8 MiB
+# fetch bound) left the JVM idle during the task's GET and decode, and the worker idle while the
+# JVM took the one batch.
+STORE_WINDOW_BYTES = 2 << 20
 
 
 class SeglogInputPartition(InputPartition):
@@ -171,6 +177,19 @@ def _range_bytes(log, offset: int, until: int) -> int | None:
     return max(0, end - begin)
 
 
+def _first_window(log, offset: int, until: int, fetch_bytes: int, remote: bool) -> int:
+    """The first read's size. On local disk a small one grown 4x per read (a read there is a copy
+    from the page cache). On an object store the first is sized from the offset index: the
+    whole range when it fits `fetch_bytes` (one GET: the round trip of a short first GET saved),
+    else that bound."""
+    window = min(FIRST_READ_WINDOW_BYTES, fetch_bytes)
+    if remote:
+        span = _range_bytes(log, offset, until)
+        if span is not None:
+            window = min(fetch_bytes, max(window, span))
+    return window
+
+
 def read_partition(p: SeglogInputPartition):
     """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until), from
     the files or through the brokers as the option readFrom says (read_path.py)."""
@@ -222,9 +241,10 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
         name = f"{p.topic}-{p.partition}"
         constants = ConstantColumns(p.topic, p.partition)
         offset = p.start
-        window = min(FIRST_READ_WINDOW_BYTES, p.fetch_bytes)
         if offset < log.log_start_offset:
             offset = data_loss(p.topic, p.partition, offset, log.log_start_offset, p.fail_on_data_loss)
+        bound = min(p.fetch_bytes, STORE_WINDOW_BYTES) if remote else p.fetch_bytes
+        window = _first_window(log, offset, p.until, bound, remote)
         rechecked = False
         if broker_bound:
             log.assume_high_watermark(p.until)
@@ -241,7 +261,7 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
                     # Read into one reused buffer: the decoder copies what it keeps into Arrow
                     # buffers, so the window's bytes are free again at the next read.
                     fetch = log.read(offset, window, isolation=p.isolation, view=True, buffer=buffer)
-                window = min(p.fetch_bytes, window * 4)
+                window = min(bound, window * 4)
             except OffsetOutOfRangeError as exc:
                 if exc.log_start_offset is not None and offset < exc.log_start_offset:
                     offset = data_loss(p.topic, p.partition, offset, exc.log_start_offset,
@@ -301,7 +321,7 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
             if remote and offset < p.until:
                 span = _range_bytes(log, offset, p.until)
                 if span is not None:
-                    window = min(p.fetch_bytes, max(window, span))
+                    window = min(bound, max(window, span))
                 # The window's bytes are all in Arrow buffers now: its buffer takes the next
                 # window while Spark takes this batch.
                 if len(buffer) < window:

@@ -88,8 +88,8 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
         # Partitions whose view prepareForTriggerAvailableNow has just refreshed: Spark calls
         # initialOffset right after it, at the query's start, which resolves the starting offsets
         # from that view instead of asking the store again (on an object store a LIST and the
-        # partition state per partition). latestOffset always refreshes, so that data lost or
-        # appended since is found while planning.
+        # partition state per partition). Without AvailableNow latestOffset always refreshes, so
+        # that data lost or appended since is found while planning.
         self._just_refreshed: set = set()
 
     # -- limits
@@ -125,11 +125,17 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
         begin_given = from_spark(start)
         # Partitions that vanished (a deleted topic) are not read; their offsets are carried on.
         if self._available_now is not None:
+            # AvailableNow reads up to what prepareForTriggerAvailableNow found, from the views
+            # it read then: records appended since are not read, so a refresh here could only
+            # find records lost since, which the task finds as it reads (a planned segment gone
+            # makes its open list the partition again; a log now ending below the planned end
+            # is data loss there). On an object store that saves a LIST and the partition
+            # state per partition and trigger.
             live = sorted(self._available_now)
         else:
             live = logs.topic_partitions()
+            logs.refresh(live)
         self._just_refreshed = set()
-        logs.refresh(live)
         latest = {tp: logs.latest(tp) for tp in live}
         begin = {}
         for tp in live:

@@ -308,6 +308,28 @@ def test_stream_data_loss_between_triggers(tmp_path):
     assert (p.start, p.until) == (new_start, 100)          # skipped forward, never rewound
 
 
+def test_available_now_data_lost_after_its_start_is_found_by_the_task(tmp_path):
+    """AvailableNow plans from the views prepareForTriggerAvailableNow read (latestOffset asks
+    the store nothing): offsets lost after that are found when the task reads them."""
+    url = make_root(tmp_path / "r", {"t": 1}, {"segment.bytes": "1000"})
+    append(url, "t", 0, 0, 100)
+    strict = stream_reader(url, subscribe="t", startingOffsets="earliest")
+    lenient = stream_reader(url, subscribe="t", startingOffsets="earliest", failOnDataLoss="false")
+    for reader in (strict, lenient):
+        reader.prepareForTriggerAvailableNow()
+    s1, s2 = strict.initialOffset(), lenient.initialOffset()
+    new_start = retain_from(url, "t", 0, 2)
+    append(url, "t", 0, 100, 10)                    # not read: after the query's start
+    e1 = strict.latestOffset(s1, ReadAllAvailable())
+    assert e1 == {"t": {"0": 100}}
+    [p1] = strict.partitions(s1, e1)
+    with pytest.raises(OffsetOutOfRangeError, match="failOnDataLoss"):
+        list(read_partition(p1))
+    e2 = lenient.latestOffset(s2, ReadAllAvailable())
+    [p2] = lenient.partitions(s2, e2)
+    assert [r["offset"] for r in rows_of(read_partition(p2))] == list(range(new_start, 100))
+
+
 def test_stream_timestamps(tmp_path):
     url = make_root(tmp_path / "r", {"t": 2})
     append(url, "t", 0, 0, 50)

@@ -1,8 +1,9 @@
 """How a source task reads its range from an object store, counted at the store (fsspec's
-memory filesystem): a short first GET (the task's first rows after one small round trip), then
-the rest of a range that fits the fetch bound in one GET (sized from the offset index, not grown
-4x per read), a small GET for a small range, and the next window's GET in flight while Spark
-takes the current window's Arrow batch (read-ahead), with the same rows and errors as without."""
+memory filesystem): a range that fits the fetch bound and the object-store window in one GET
+(sized from the offset index, not grown 4x per read from a short first window), a longer one in
+windows of that size, a small GET for a small range, and the next window's GET in flight while
+Spark takes the current window's Arrow batch (read-ahead), with the same rows and errors as
+without."""
 from __future__ import annotations
 
 import pickle
@@ -15,6 +16,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from logcore.errors import ResourceNotFoundError
 from logcore.log.log_root import LogRoot
+from pyspark_seglog import partition_reader
 from pyspark_seglog.partition_reader import open_files, read_files
 from pyspark_seglog.source import SeglogBatchReader
 
@@ -59,27 +61,44 @@ def _segment_gets(gets) -> list[tuple]:
     return [(path, start or 0, end) for path, start, end in gets if path.endswith(".log")]
 
 
-def test_a_range_within_the_fetch_bound_is_a_small_get_then_one_for_the_rest(root_url, gets):
-    part = _planned(root_url)
+def _read_range(url: str, gets, first: int = 0, until: int = RECORDS) -> tuple[list, list[tuple]]:
+    """A task of offsets [first, until): (its Arrow batches, its GETs of the segment), after
+    checking that the batches hold every offset once, in order."""
+    part = _planned(url, startingOffsets=f'{{"t": {{"0": {first}}}}}', endingOffsets=f'{{"t": {{"0": {until}}}}}')
     opened = open_files(part)
     gets.clear()
     batches = list(read_files(part, *opened))
-    windows = _segment_gets(gets)
-    assert len(windows) == 2, f"GETs of the segment: {windows}"
-    (_p, start, end), (_p2, start2, end2) = windows
-    assert end - start <= 64 << 10                  # the first rows after one short GET
-    assert start2 < end and end2 - start2 > 256 << 10   # then the rest in one (not grown 4x per read)
-    assert len(batches) == 2
-    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(RECORDS))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(first, until))
+    return batches, _segment_gets(gets)
+
+
+def test_a_range_within_the_fetch_bound_is_one_get(root_url, gets):
+    batches, windows = _read_range(root_url, gets)
+    assert len(windows) == 1, f"GETs of the segment: {windows}"
+    (_p, start, end), = windows
+    assert start == 0 and end > 256 << 10           # sized from the offset index, not grown 4x per read
+    assert len(batches) == 1
+
+
+def test_a_range_from_the_middle_of_the_segment_is_one_get_of_its_bytes(root_url, gets):
+    _batches, windows = _read_range(root_url, gets, 1000, 2000)
+    (_p, start, end), = windows
+    # a third of the segment's ~400 KB, plus the slack past the last index entry below the end
+    assert start > 0 and end - start < (400 << 10) // 3 + (80 << 10), (start, end)
+
+
+def test_a_range_over_the_store_window_is_read_in_windows_of_it(root_url, gets, monkeypatch):
+    monkeypatch.setattr(partition_reader, "STORE_WINDOW_BYTES", 128 << 10)
+    batches, windows = _read_range(root_url, gets)
+    # ~400 KB in windows of at most 128 KiB, each starting where the one before ended
+    assert 3 <= len(windows) <= 5 and all(end - start <= 128 << 10 for _p, start, end in windows), windows
+    assert [s for _p, s, _e in windows] == sorted(s for _p, s, _e in windows)
+    assert len(batches) == len(windows)
 
 
 def test_a_small_range_reads_a_small_window(root_url, gets):
-    part = _planned(root_url, startingOffsets='{"t": {"0": 1500}}', endingOffsets='{"t": {"0": 1510}}')
-    opened = open_files(part)
-    gets.clear()
-    offsets = [o for b in read_files(part, *opened) for o in b.column("offset").to_pylist()]
-    assert offsets == list(range(1500, 1510))
-    (_path, start, end), = _segment_gets(gets)
+    _batches, windows = _read_range(root_url, gets, 1500, 1510)
+    (_path, start, end), = windows
     assert end - start <= 128 << 10, f"a 10-record range read {end - start:,} bytes"
 
 

@@ -74,8 +74,8 @@ def test_a_task_opens_its_range_without_a_request_and_reads_a_window_in_one(requ
         f"the first window: {dict(requests)}"
     offsets = first.column("offset").to_pylist() + [o for b in rows for o in b.column("offset").to_pylist()]
     assert offsets == list(range(3000))
-    # A short first window, then the rest in one: one GET each, no header read before it.
-    assert requests["cat_file"] == 2 and requests["ls"] == requests["info"] == requests["exists"] == 0
+    # The range fits the fetch bound: one GET, no header read before it.
+    assert requests["cat_file"] == 1 and requests["ls"] == requests["info"] == requests["exists"] == 0
 
 
 def test_without_the_planners_facts_the_open_asks_each_thing_once(requests):
