@@ -63,6 +63,7 @@ def seglog(*args: str, **kw) -> subprocess.CompletedProcess:
 
 
 def start_broker(folder: str, broker_id: int, port: int, zookeeper: str) -> subprocess.Popen:
+    """Starts a broker process; wait_listening() waits for it (the three start side by side)."""
     config = f"{folder}/broker-{broker_id}.properties"
     with open(config, "w") as f:
         f.write(f"broker.id={broker_id}\nlisteners=PLAINTEXT://127.0.0.1:{port}\n"
@@ -71,14 +72,17 @@ def start_broker(folder: str, broker_id: int, port: int, zookeeper: str) -> subp
                 "min.insync.replicas=2\nreplica.lag.time.max.ms=6000\n"
                 "controlled.shutdown.retry.backoff.ms=500\n")
     log = open(f"{folder}/broker-{broker_id}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", config],
+    return subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", config],
                             stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_listening(folder: str, broker_id: int, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             sys.exit(open(f"{folder}/broker-{broker_id}.log").read())
         if b"listening on" in open(f"{folder}/broker-{broker_id}.log", "rb").read():
-            return proc
+            return
         time.sleep(0.1)
     sys.exit(f"broker {broker_id} did not start")
 
@@ -103,6 +107,8 @@ def main() -> int:
         ports = {i: free_port() for i in (1, 2, 3)}
         for i, port in ports.items():
             procs[i] = start_broker(folder, i, port, zookeeper)
+        for i, proc in procs.items():
+            wait_listening(folder, i, proc)
         bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports.values())
         seglog("topics", "--bootstrap-server", bootstrap, "--create", "--topic", "events",
                "--partitions", "3", "--replication-factor", "3")
@@ -134,8 +140,12 @@ def main() -> int:
               " election included)")
         print(describe(bootstrap))
 
+        # A reader of assigned partitions that commits nothing: with one broker of three down,
+        # __consumer_offsets (replication factor 3) cannot be created, and a consumer that has
+        # offsets to commit waits for a coordinator at close() until its session timeout (45 s).
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "quickstart",
-                             "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+                             "enable.auto.commit": False, "enable.partition.eof": True,
+                             "auto.offset.reset": "earliest"})
         consumer.assign([TopicPartition("events", p, 0) for p in range(3)])
         seen, ends = {}, set()
         deadline = time.monotonic() + 60

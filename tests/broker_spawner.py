@@ -6,6 +6,7 @@ about 2.2 CPU seconds started cold and most of that is imports; the suite starts
 
     proc = popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", path],
                  stdout=..., stderr=..., cwd=..., env=...)
+    done = run([sys.executable, "-m", "logcore.tools.cli", "repair", ...], input=..., timeout=...)
 
 `popen` returns a `SpawnedProcess` (pid, poll, wait, send_signal, terminate, kill, returncode,
 stdout as subprocess.Popen has them). The spawner stays single-threaded (forking is safe), reaps
@@ -238,6 +239,30 @@ def popen(args: list[str], *, stdout=None, stderr=None, stdin=None, cwd=None, en
     finally:
         for fd in opened:           # the child has its copies
             os.close(fd)
+
+
+def run(args: list[str], *, input: str | None = None, cwd=None, env=None,
+        timeout: float | None = None) -> subprocess.CompletedProcess:
+    """subprocess.run(args, input=input, capture_output=True, text=True, ...) through popen: a
+    short CLI command (consume, repair...) without the interpreter's start-up and imports. The
+    streams go through temporary files (popen gives no pipe for stdin or stderr)."""
+    with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout, \
+            tempfile.TemporaryFile() as stderr:
+        if input is not None:
+            stdin.write(input.encode())
+            stdin.seek(0)
+        proc = popen(args, stdin=stdin if input is not None else subprocess.DEVNULL,
+                     stdout=stdout, stderr=stderr, cwd=cwd, env=env)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        stdout.seek(0)
+        stderr.seek(0)
+        return subprocess.CompletedProcess(args, code, stdout.read().decode(errors="replace"),
+                                           stderr.read().decode(errors="replace"))
 
 
 # ------------------------------------------------------------------ the spawner process

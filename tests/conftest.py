@@ -14,7 +14,7 @@ Fixtures for other suites:
   seglog_broker        a `seglog broker` subprocess of the default settings, one per module
   s3_endpoint          S3Endpoint of the session's preferred backend
   s3_storage_options   dict for open_storage / s3fs (endpoint_url, key, secret, client_kwargs)
-  s3_bucket            a fresh bucket per test
+  s3_bucket            a fresh bucket per test (s3_module_bucket: one per module)
   any_storage_url      StorageTarget over local, memory and s3 (the s3 one marked `s3`)
   s3_backend_url       StorageTarget over every S3 backend separately (seaweedfs and moto)
   storage_targets      StorageTargets.make(kind) for tests that need several roots or other kinds
@@ -325,6 +325,14 @@ def _make_bucket(endpoint: S3Endpoint) -> tuple[str, Callable[[], None]]:
 @pytest.fixture
 def s3_bucket(s3_endpoint: S3Endpoint) -> Iterator[str]:
     """A fresh, empty bucket on the session's S3 server."""
+    bucket, cleanup = _make_bucket(s3_endpoint)
+    yield bucket
+    cleanup()
+
+
+@pytest.fixture(scope="module")
+def s3_module_bucket(s3_endpoint: S3Endpoint) -> Iterator[str]:
+    """A fresh, empty bucket on the session's S3 server for one module (its tests keep apart)."""
     bucket, cleanup = _make_bucket(s3_endpoint)
     yield bucket
     cleanup()

@@ -41,6 +41,7 @@ class Broker:
         self.log_dir = self.dir / "logs"
         self.proc: subprocess.Popen | None = None
         self.paused = False
+        self._log_mark = 0          # where log_since_mark() starts (SeglogCluster.mark_logs)
 
     @property
     def address(self) -> str:
@@ -129,6 +130,22 @@ class Broker:
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
+    def log_since_mark(self) -> str:
+        """The log written since the cluster's last mark_logs() (a test's own lines when the
+        cluster is shared by several)."""
+        try:
+            with open(self.dir / "broker.log", "rb") as f:
+                f.seek(self._log_mark)
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def mark_log(self) -> None:
+        try:
+            self._log_mark = (self.dir / "broker.log").stat().st_size
+        except FileNotFoundError:
+            self._log_mark = 0
+
 
 class SeglogCluster:
     def __init__(self, base: Path, zk_hosts: str, size: int = 3, props: dict[str, str] | None = None,
@@ -164,6 +181,32 @@ class SeglogCluster:
         for b in self.brokers.values():
             b.wait_serving()
         return self
+
+    def heal(self, timeout: float = 60.0) -> None:
+        """Every broker serving again (a paused one resumed, a stopped or killed one restarted)
+        and listed by every broker's Metadata: what the next test sharing the cluster starts
+        from."""
+        restarted = []
+        for b in self.brokers.values():
+            if b.paused:
+                b.resume()
+            if not b.alive():
+                b.start(wait=False)
+                restarted.append(b)
+        for b in restarted:
+            b.wait_serving()
+        from logcore.wire.client import KafkaConnection
+
+        def registered(b: Broker) -> bool:
+            with KafkaConnection(b.host, b.port, timeout_s=3.0) as conn:
+                return set(conn.metadata_brokers()[0]) == set(self.brokers)
+        self.wait_for(lambda: all(registered(b) for b in self.brokers.values()), timeout,
+                      "every broker registered and listed by every broker")
+
+    def mark_logs(self) -> None:
+        """Broker.log_since_mark() starts here."""
+        for b in self.brokers.values():
+            b.mark_log()
 
     def close(self) -> None:
         for b in self.brokers.values():

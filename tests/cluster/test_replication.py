@@ -13,11 +13,33 @@ from seglog_cluster import SeglogCluster
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
 
+PROPS = {"min.insync.replicas": "2"}
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(zk_server, tmp_path_factory):
+    """The cluster of the module's settings, shared by the tests that need no others: each uses
+    topics of its own, and `cluster` brings back what the previous one killed, stopped or paused
+    (a start of three brokers costs seconds on two loaded cores)."""
+    with SeglogCluster.running(tmp_path_factory.mktemp("replication"), zk_server.connect_string + "/replication",
+                               size=3, props=PROPS) as c:
+        yield c
+
+
 @pytest.fixture
-def cluster(tmp_path, zk_hosts, request):
+def cluster(request):
+    """A cluster of three: a fresh one for a test marked with settings of its own
+    (cluster_props), else the module's, every broker serving, its logs marked at the test's start."""
     marker = request.node.get_closest_marker("cluster_props")
-    props = marker.args[0] if marker else {}
-    with SeglogCluster.running(tmp_path, zk_hosts, size=3, props={"min.insync.replicas": "2", **props}) as c:
+    if marker is None:
+        shared = request.getfixturevalue("shared_cluster")
+        shared.heal()
+        shared.mark_logs()
+        yield shared
+        print(shared.logs())        # shown when the test failed, as for a cluster of its own
+        return
+    with SeglogCluster.running(request.getfixturevalue("tmp_path"), request.getfixturevalue("zk_hosts"),
+                               size=3, props={**PROPS, **marker.args[0]}) as c:
         yield c
 
 
@@ -169,7 +191,7 @@ def test_paused_follower_leaves_the_isr_and_rejoins(cluster):
         cluster.brokers[follower].resume()
     # Asked of the leader: the resumed broker may still answer from what it knew before.
     cluster.wait_for(lambda: follower in cluster.metadata("s", broker=leader)[0][2], 30, "the ISR expansion")
-    assert "expanding the ISR" in cluster.brokers[leader].log_text()
+    assert "expanding the ISR" in cluster.brokers[leader].log_since_mark()
     cluster.wait_for(lambda: _replicas_identical(cluster, "s", 1), 30, "identical replicas")
 
 
@@ -231,7 +253,7 @@ def test_controlled_shutdown_moves_leadership_first(cluster):
     victim = md[0][0]
     led = [p for p, (leader, _r, _i) in md.items() if leader == victim]
     assert cluster.brokers[victim].stop() == 0
-    log = cluster.brokers[victim].log_text()
+    log = cluster.brokers[victim].log_since_mark()
     assert "controlled shutdown: every leadership moved" in log
     after = cluster.metadata("c")
     for p in led:

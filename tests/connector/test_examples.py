@@ -12,9 +12,11 @@ import os
 import re
 import shutil
 import struct
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,14 +31,92 @@ def _skip_without_java() -> None:
         pytest.skip("no Java runtime (java on PATH or JAVA_HOME) for Spark")
 
 
+class ExampleRun:
+    """`python examples/<name>.py ...` started in a fresh process; its output goes to files (a
+    pipe nobody reads while other examples run would stop it once full)."""
+
+    def __init__(self, name: str, *args: str, cwd: Path, timeout: float, env: dict | None = None,
+                 facts: dict | None = None):
+        _skip_without_java()
+        self.name, self.args, self.timeout = name, args, timeout
+        self.facts = facts or {}            # what its starter saw before it ran
+        self._out = open(cwd / f"{name}.stdout", "w+")
+        self._err = open(cwd / f"{name}.stderr", "w+")
+        self.began = time.monotonic()
+        # a session of its own: a stop takes Spark's JVM with it
+        self.proc = subprocess.Popen([sys.executable, str(EXAMPLES / name), *args], cwd=cwd,
+                                     env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+                                     stdout=self._out, stderr=self._err, text=True, start_new_session=True)
+
+    def result(self) -> tuple[str, str, float]:
+        """(stdout, stderr, seconds from its start to its exit seen here) once it has exited 0."""
+        try:
+            self.proc.wait(timeout=max(0.0, self.began + self.timeout - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            pytest.fail(f"{self.name} did not finish within {self.timeout:.0f} s")
+        elapsed = time.monotonic() - self.began
+        self._out.seek(0)
+        self._err.seek(0)
+        out, err = self._out.read(), self._err.read()
+        assert self.proc.returncode == 0, f"{self.name} exited with {self.proc.returncode}:\n{out[-3000:]}\n{err[-3000:]}"
+        return out, err, elapsed
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        self._out.close()
+        self._err.close()
+
+
 def run_example(name: str, *args: str, cwd: Path, timeout: float, env: dict | None = None):
-    _skip_without_java()
-    began = time.monotonic()
-    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=cwd, env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
-    elapsed = time.monotonic() - began
-    assert proc.returncode == 0, f"{name} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout, proc.stderr, elapsed
+    run = ExampleRun(name, *args, cwd=cwd, timeout=timeout, env=env)
+    try:
+        return run.result()
+    finally:
+        run.stop()
+
+
+# Starters of the examples the tests below check, by test name: every one a test run selects is
+# started at once when the first of them runs (the `started` fixture), and each test then reads
+# its own. An example spends much of its time starting Spark and waiting on its scheduler, so on
+# two cores the three side by side take little more than the longest alone.
+STARTERS: dict[str, Callable[[pytest.FixtureRequest, Path], ExampleRun]] = {}
+
+
+def started_at_once(starter: Callable[[pytest.FixtureRequest, Path], ExampleRun]):
+    def register(test):
+        STARTERS[test.__name__] = starter
+        return test
+    return register
+
+
+@pytest.fixture(scope="module")
+def started(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """{test name: its ExampleRun, or what its starter raised (a skip, an error), which that test
+    alone raises} for the selected tests."""
+    selected = {item.originalname for item in request.session.items if item.module is request.module}
+    runs: dict[str, ExampleRun | BaseException] = {}
+    try:
+        for test, starter in STARTERS.items():
+            if test in selected:
+                try:
+                    runs[test] = starter(request, tmp_path_factory.mktemp(test[:40]))
+                except (pytest.skip.Exception, Exception) as raised:
+                    runs[test] = raised
+        yield runs
+    finally:
+        for run in runs.values():
+            if isinstance(run, ExampleRun):
+                run.stop()
+
+
+def own_run(started: dict, request: pytest.FixtureRequest) -> ExampleRun:
+    run = started[request.node.originalname]
+    if isinstance(run, BaseException):
+        raise run
+    return run
 
 
 def records_in(root: str, topic: str, storage_options: dict | None = None) -> int:
@@ -48,9 +128,15 @@ def records_in(root: str, topic: str, storage_options: dict | None = None) -> in
         return total
 
 
-def test_quickstart_writes_reads_and_aggregates_in_under_two_minutes(tmp_path):
-    root = tmp_path / "quickstart-root"
-    out, _err, elapsed = run_example("quickstart.py", str(root), cwd=tmp_path, timeout=120)
+def _start_quickstart(request, folder: Path) -> ExampleRun:
+    return ExampleRun("quickstart.py", str(folder / "quickstart-root"), cwd=folder, timeout=120)
+
+
+@started_at_once(_start_quickstart)
+def test_quickstart_writes_reads_and_aggregates_in_under_two_minutes(started, request):
+    run = own_run(started, request)
+    root = run.args[0]
+    out, _err, elapsed = run.result()
     assert elapsed < 120
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["written_this_run"] == summary["events_in_log"] == 150_000
@@ -67,7 +153,7 @@ def test_quickstart_writes_reads_and_aggregates_in_under_two_minutes(tmp_path):
     assert sum(read_rows) == 150_000 and len(read_rows) == 4
     assert "latestOffset={\"clicks\"" in out
     # The log itself, read without Spark, holds each event once.
-    assert records_in(str(root), "clicks") == 150_000
+    assert records_in(root, "clicks") == 150_000
 
 
 @pytest.mark.soak          # ~25 s: -m soak
@@ -139,12 +225,19 @@ def _digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_kafka_logdir_copy_is_read_up_to_the_brokers_high_watermark_and_left_untouched(tmp_path):
+def _start_kafka_logdir_copy(request, folder: Path) -> ExampleRun:
     pytest.importorskip("kafka.record.default_records")
-    copy = tmp_path / "kafka-copy"
+    copy = folder / "kafka-copy"
     _make_kafka_logdir(copy)
-    before = _digest(copy)
-    out, _err, _ = run_example("kafka_logdir_copy.py", str(copy), cwd=tmp_path, timeout=240)
+    return ExampleRun("kafka_logdir_copy.py", str(copy), cwd=folder, timeout=240,
+                      facts={"digest": _digest(copy)})
+
+
+@started_at_once(_start_kafka_logdir_copy)
+def test_kafka_logdir_copy_is_read_up_to_the_brokers_high_watermark_and_left_untouched(started, request):
+    run = own_run(started, request)
+    copy, before = Path(run.args[0]), run.facts["digest"]
+    out, _err, _ = run.result()
     assert "a copy of a Kafka log dir, read-only" in out
     assert "payments-0: 30 records, offsets 0..29" in out
     assert "payments-1: 25 records, offsets 0..24" in out      # bounded by the broker's checkpoint
@@ -156,13 +249,21 @@ def test_kafka_logdir_copy_is_read_up_to_the_brokers_high_watermark_and_left_unt
     assert _digest(copy) == before
 
 
-@pytest.mark.s3
-def test_s3_root_example_against_the_session_s3_server(tmp_path, s3_endpoint, s3_bucket):
-    root = f"s3://{s3_bucket}/example-root"
-    out, err, _ = run_example(
+def _start_s3_root(request, folder: Path) -> ExampleRun:
+    s3_endpoint = request.getfixturevalue("s3_endpoint")
+    root = f"s3://{request.getfixturevalue('s3_module_bucket')}/example-root"
+    return ExampleRun(
         "s3_root.py", root, "--endpoint-url", s3_endpoint.endpoint_url, "--region", s3_endpoint.region,
-        cwd=tmp_path, timeout=240,
+        cwd=folder, timeout=240,
         env={"AWS_ACCESS_KEY_ID": s3_endpoint.key, "AWS_SECRET_ACCESS_KEY": s3_endpoint.secret})
+
+
+@pytest.mark.s3
+@started_at_once(_start_s3_root)
+def test_s3_root_example_against_the_session_s3_server(started, request, s3_endpoint):
+    run = own_run(started, request)
+    root = run.args[0]
+    out, err, _ = run.result()
     assert "batch read: 20,000 records in topic 'clicks'" in out
     counts = re.search(r"records per partition: (.*)", out).group(1)
     assert sum(int(n.replace(",", "")) for n in re.findall(r"=([\d,]+)", counts)) == 20_000

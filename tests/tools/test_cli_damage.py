@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import broker_spawner
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import iter_batches
 from broker_process import subprocess_env
@@ -19,8 +20,9 @@ from broker_process import subprocess_env
 
 
 def _seglog(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin,
-                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    # forked from an interpreter with the CLI imported (broker_spawner.py): the same command
+    return broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin,
+                              env=subprocess_env(), timeout=120)
 
 
 def _build(root: Path) -> None:
