@@ -7,6 +7,7 @@ about 2.2 CPU seconds started cold and most of that is imports; the suite starts
     proc = popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", path],
                  stdout=..., stderr=..., cwd=..., env=...)
     done = run([sys.executable, "-m", "logcore.tools.cli", "repair", ...], input=..., timeout=...)
+    done = run([...], input=b"...", text=False)       # bytes in and out
 
 `popen` returns a `SpawnedProcess` (pid, poll, wait, send_signal, terminate, kill, returncode,
 stdout as subprocess.Popen has them). The spawner stays single-threaded (forking is safe), reaps
@@ -241,15 +242,16 @@ def popen(args: list[str], *, stdout=None, stderr=None, stdin=None, cwd=None, en
             os.close(fd)
 
 
-def run(args: list[str], *, input: str | None = None, cwd=None, env=None,
-        timeout: float | None = None) -> subprocess.CompletedProcess:
-    """subprocess.run(args, input=input, capture_output=True, text=True, ...) through popen: a
+def run(args: list[str], *, input: str | bytes | None = None, cwd=None, env=None,
+        timeout: float | None = None, text: bool = True) -> subprocess.CompletedProcess:
+    """subprocess.run(args, input=input, capture_output=True, text=text, ...) through popen: a
     short CLI command (consume, repair...) without the interpreter's start-up and imports. The
-    streams go through temporary files (popen gives no pipe for stdin or stderr)."""
+    streams go through temporary files (popen gives no pipe for stdin or stderr); with
+    text=False, input and the captured streams are bytes."""
     with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout, \
             tempfile.TemporaryFile() as stderr:
         if input is not None:
-            stdin.write(input.encode())
+            stdin.write(input.encode() if text else input)
             stdin.seek(0)
         proc = popen(args, stdin=stdin if input is not None else subprocess.DEVNULL,
                      stdout=stdout, stderr=stderr, cwd=cwd, env=env)
@@ -261,8 +263,10 @@ def run(args: list[str], *, input: str | None = None, cwd=None, env=None,
             raise
         stdout.seek(0)
         stderr.seek(0)
-        return subprocess.CompletedProcess(args, code, stdout.read().decode(errors="replace"),
-                                           stderr.read().decode(errors="replace"))
+        out, err = stdout.read(), stderr.read()
+        if text:
+            out, err = out.decode(errors="replace"), err.decode(errors="replace")
+        return subprocess.CompletedProcess(args, code, out, err)
 
 
 # ------------------------------------------------------------------ the spawner process

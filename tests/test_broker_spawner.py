@@ -26,6 +26,10 @@ if mode == "raise":
     raise ValueError("probe failed")
 if mode == "sleep":
     time.sleep(60)
+if mode == "echo":       # stdin back on stdout as bytes, then a failing exit
+    sys.stdout.flush()
+    sys.stdout.buffer.write(sys.stdin.buffer.read())
+    sys.exit(2)
 if mode == "thread":     # the interpreter waits for a non-daemon thread before it exits
     threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
 """
@@ -83,6 +87,19 @@ def test_signals_poll_wait_and_a_stdout_pipe(probe_env, tmp_path):
     time.sleep(0.2)
     proc.terminate()
     assert proc.wait(10) == -signal.SIGTERM
+
+
+@pytest.mark.parametrize("text, data", [(True, "one\ntwo\n"), (False, b"\x00\xff bytes\n")])
+def test_run_passes_stdin_and_captures_as_a_fresh_process_would(probe_env, tmp_path, monkeypatch, text, data):
+    done = {}
+    for policy in ("exec", "spawner"):
+        monkeypatch.setenv(broker_spawner.POLICY_ENV, policy)
+        done[policy] = broker_spawner.run([sys.executable, "-m", "spawner_probe", "echo"], input=data,
+                                          cwd=str(tmp_path), env=probe_env, timeout=60, text=text)
+    fresh, spawned = done["exec"], done["spawner"]
+    assert spawned.returncode == fresh.returncode == 2
+    assert spawned.stdout == fresh.stdout and spawned.stdout.endswith(data)
+    assert spawned.stderr == fresh.stderr == ("to stderr\n" if text else b"to stderr\n")
 
 
 def test_what_the_spawner_cannot_give_runs_fresh(probe_env, tmp_path, monkeypatch):
