@@ -44,11 +44,12 @@ def probe_env(tmp_path_factory) -> dict:
     return env
 
 
-def _run(monkeypatch, env: dict, cwd: Path, *args: str, policy: str) -> tuple[int, str, str]:
+def _run(monkeypatch, env: dict, cwd: Path, *args: str, policy: str, form: str = "-m") -> tuple[int, str, str]:
     monkeypatch.setenv(broker_spawner.POLICY_ENV, policy)
     out, err = cwd / f"{policy}.out", cwd / f"{policy}.err"
+    main = ["-m", "spawner_probe"] if form == "-m" else ["-c", PROBE]
     with open(out, "wb") as o, open(err, "wb") as e:
-        proc = broker_spawner.popen([sys.executable, "-m", "spawner_probe", *args], stdout=o, stderr=e,
+        proc = broker_spawner.popen([sys.executable, *main, *args], stdout=o, stderr=e,
                                     cwd=str(cwd), env=env)
     if policy == "spawner":
         assert isinstance(proc, broker_spawner.SpawnedProcess)
@@ -56,10 +57,11 @@ def _run(monkeypatch, env: dict, cwd: Path, *args: str, policy: str) -> tuple[in
     return code, out.read_text(), err.read_text()
 
 
+@pytest.mark.parametrize("form", ["-m", "-c"])
 @pytest.mark.parametrize("args", [("exit", "0"), ("exit", "3"), ("raise",), ("thread",)])
-def test_a_spawned_module_sees_prints_and_ends_as_a_fresh_one(probe_env, tmp_path, monkeypatch, args):
-    fresh = _run(monkeypatch, probe_env, tmp_path, *args, policy="exec")
-    spawned = _run(monkeypatch, probe_env, tmp_path, *args, policy="spawner")
+def test_a_spawned_module_sees_prints_and_ends_as_a_fresh_one(probe_env, tmp_path, monkeypatch, args, form):
+    fresh = _run(monkeypatch, probe_env, tmp_path, *args, policy="exec", form=form)
+    spawned = _run(monkeypatch, probe_env, tmp_path, *args, policy="spawner", form=form)
     assert spawned[0] == fresh[0]
     assert spawned[1] == fresh[1]
     # the traceback's runpy frames differ in line numbers only
