@@ -24,6 +24,7 @@ policy; `spawner` is the default).
 from __future__ import annotations
 
 import atexit
+import io
 import json
 import os
 import selectors
@@ -213,7 +214,7 @@ def _fd(spec, default: int) -> tuple[int, object | None]:
 
 
 def popen(args: list[str], *, stdout=None, stderr=None, stdin=None, cwd=None, env=None,
-          preexec_fn=None):
+          preexec_fn=None, text: bool = False):
     """subprocess.Popen(args, ...) for `[sys.executable, "-m", module, ...]` or
     `[sys.executable, "-c", code, ...]` through the spawner; anything else, or the exec policy,
     through subprocess.Popen itself."""
@@ -221,10 +222,12 @@ def popen(args: list[str], *, stdout=None, stderr=None, stdin=None, cwd=None, en
     if (_policy() == "exec" or preexec_fn is not None or len(args) < 3 or args[0] != sys.executable
             or args[1] not in ("-m", "-c") or stderr == subprocess.PIPE or stdin == subprocess.PIPE):
         return subprocess.Popen(args, stdout=stdout, stderr=stderr, stdin=stdin, cwd=cwd, env=env,
-                                preexec_fn=preexec_fn)
+                                preexec_fn=preexec_fn, text=text)
     opened: list[int] = []
     in_fd, _ = _fd(stdin, 0)
     out_fd, out_reader = _fd(stdout, 1)
+    if text and out_reader is not None:          # as Popen's text=True: decoded, universal newlines
+        out_reader = io.TextIOWrapper(out_reader)
     if stderr == subprocess.STDOUT:
         err_fd = out_fd
     else:

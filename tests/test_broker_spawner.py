@@ -90,6 +90,13 @@ def test_signals_poll_wait_and_a_stdout_pipe(probe_env, tmp_path):
     proc.terminate()
     assert proc.wait(10) == -signal.SIGTERM
 
+    proc = broker_spawner.popen([sys.executable, "-c", PROBE, "exit", "0"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, cwd=str(tmp_path), env=probe_env, text=True)
+    assert isinstance(proc, broker_spawner.SpawnedProcess)
+    assert proc.stdout.readline().startswith('{"cwd": ') and proc.stdout.read() == ""   # text, then EOF
+    assert proc.wait(10) == 0
+    proc.stdout.close()
+
 
 @pytest.mark.parametrize("text, data", [(True, "one\ntwo\n"), (False, b"\x00\xff bytes\n")])
 def test_run_passes_stdin_and_captures_as_a_fresh_process_would(probe_env, tmp_path, monkeypatch, text, data):
