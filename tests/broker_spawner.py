@@ -166,7 +166,13 @@ class _Spawner:
         return None
 
     def close(self) -> None:
-        self._sock.close()      # the spawner kills what it still runs and exits
+        # shutdown, not close alone: the reader thread's recv holds the socket open, and the
+        # spawner would not see its end (it kills what it still runs and exits when it does)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:

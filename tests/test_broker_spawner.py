@@ -111,6 +111,29 @@ def test_run_passes_stdin_and_captures_as_a_fresh_process_would(probe_env, tmp_p
     assert spawned.stderr == fresh.stderr == ("to stderr\n" if text else b"to stderr\n")
 
 
+def test_a_closed_spawner_ends_at_once_and_kills_what_it_runs(probe_env, tmp_path):
+    env = dict(probe_env, PROBE="close")        # a spawner of its own
+    proc = broker_spawner.popen([sys.executable, "-m", "spawner_probe", "sleep"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, cwd=str(tmp_path), env=env)
+    assert b'"probe": "close"' in proc.stdout.readline()
+    spawner = broker_spawner._spawner_for(env)
+    started = time.monotonic()
+    spawner.close()
+    assert time.monotonic() - started < 5 and spawner.proc.returncode == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:          # killed: gone, or a zombie of whoever reaps it
+        try:
+            with open(f"/proc/{proc.pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"pid {proc.pid} still runs after its spawner closed")
+    proc.stdout.close()
+
+
 def test_what_the_spawner_cannot_give_runs_fresh(probe_env, tmp_path, monkeypatch):
     proc = broker_spawner.popen([sys.executable, "-m", "spawner_probe", "exit", "0"], stdout=subprocess.DEVNULL,
                                 cwd=str(tmp_path), env=probe_env, preexec_fn=lambda: None)
