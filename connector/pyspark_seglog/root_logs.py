@@ -9,10 +9,12 @@ import logging
 from logcore.errors import ReplicaNotAvailableError, SegLogError, TopicNotFoundError
 from logcore.log.log_root import LogRoot, partition_dir
 from logcore.storage.read_facts import RECORD, ReadFacts
-import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+from logcore.tiered import install_remote_tier
 from logcore.wire.error_codes import NONE
 from pyspark_seglog.replicas import ReplicaLogs
 from pyspark_seglog.source_options import SourceOptions
+
+install_remote_tier()  # roots that enable tiering have a remote tier
 
 # the source's logger, as before this module was split from source.py (users configure it by name)
 logger = logging.getLogger("pyspark_seglog.source")

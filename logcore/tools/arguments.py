@@ -92,7 +92,8 @@ def _unescape_separator(text: str) -> str:
 
 def _open_root(args, *, create: bool = False, read_only: bool = False, defaults: dict | None = None):
     from logcore.log.log_root import LogRoot
-    import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+    from logcore.tiered import install_remote_tier
+    install_remote_tier()
 
     options = parse_storage_options(args.storage_option)
     if not create:

@@ -11,7 +11,6 @@ About 70 s on a loaded 2-core machine: `-m soak` (skipped otherwise).
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 

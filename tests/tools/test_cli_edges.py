@@ -425,7 +425,7 @@ def test_default_outputs_are_git_ignored():
     import shutil as _shutil
 
     from logcore.broker.config import BROKER_KEYS
-    from logcore.log.config import load_properties
+    from logcore.log.properties_file import load_properties
 
     if _shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("not a git checkout (or no git): nothing to check")
