@@ -14,7 +14,8 @@ import time
 from logcore.log.clock import now_ms as _now_ms
 from logcore.log.log_flush import PendingFlushes
 from logcore.log.log_segments import LogSegments
-from logcore.log.segment import LogSegment, _SegmentExists
+from logcore.log.segment import LogSegment
+from logcore.log.segment_data import SegmentExists
 from logcore.errors import FencedWriterError, SegLogError
 from logcore.records.batch import parse_header
 
@@ -149,7 +150,7 @@ class LocalLog:
         fenced writer left at its base is replaced, one of a newer writer fences this one."""
         try:
             seg.publish()
-        except _SegmentExists:
+        except SegmentExists:
             # Either we are fenced, or a fenced writer left an uncommitted segment at this base.
             self._fence.check()
             head = self._storage.read(seg.log_path, 0, 61)
