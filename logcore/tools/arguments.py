@@ -85,6 +85,17 @@ def _properties_file(path: str | None, option: str) -> str | None:
     return path
 
 
+def offset_option(text: str) -> int:
+    """A numeric --offset (the callers handle earliest and latest)."""
+    try:
+        offset = int(text)
+    except ValueError:
+        raise InvalidConfigError(f"--offset must be a number, earliest or latest, got {text!r}") from None
+    if offset < 0:
+        raise InvalidConfigError(f"--offset must be >= 0, got {offset}")
+    return offset
+
+
 def _unescape_separator(text: str) -> str:
     # Lets a shell user type --key-separator '\t' for a tab, as Kafka's properties do.
     return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
