@@ -14,6 +14,7 @@ from logcore.cluster.controller import (Controller, elect_controlled_shutdown, e
 from logcore.cluster.reassignments import elect_reassigned, reassignment_plan
 from logcore.cluster.znode_json import NO_LEADER, LeaderAndIsr
 from logcore.cluster.zookeeper_store import ZooKeeperStore
+from harness import wait_until
 
 
 def test_election_rules():
@@ -50,13 +51,7 @@ def test_election_properties(case):
 
 
 def wait_for(cond, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return wait_until(cond, timeout, what, interval=0.05)
 
 
 class Node:
