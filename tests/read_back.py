@@ -1,5 +1,6 @@
-"""The read-back of a topic through librdkafka: a consumer assigned every partition from offset 0
-(no group offsets) that polls until it has the expected number of records."""
+"""The read-back of a topic through librdkafka: a consumer assigned every partition from its start
+(no group offsets) that polls until it has the expected number of records (`read_back`) or until
+each partition's end (`read_to_eof`)."""
 from __future__ import annotations
 
 import time
@@ -33,3 +34,31 @@ def read_back(bootstrap: str, topic: str, partitions: int, expected: int, row: C
     finally:
         c.close()
     return got
+
+
+def read_to_eof(bootstrap: str, topic: str, partitions: int, row: Callable, *, config: dict,
+                timeout: float, poll_s: float = 0.5) -> list:
+    """`row(message)` of every record from the beginning up to each partition's end (the
+    consumer's end-of-partition event); asserts that every partition reached it. `config`: the
+    consumer's group.id and whatever else the caller's read needs."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "enable.auto.commit": False, "enable.partition.eof": True,
+                  **config})
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        out, done = [], set()
+        deadline = time.monotonic() + timeout
+        while len(done) < partitions and time.monotonic() < deadline:
+            m = c.poll(poll_s)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    done.add(m.partition())
+                    continue
+                raise AssertionError(f"consumer error {m.error()}")
+            out.append(row(m))
+        assert len(done) == partitions, f"did not reach the end of {partitions - len(done)} partitions"
+        return out
+    finally:
+        c.close()

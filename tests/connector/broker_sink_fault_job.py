@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from query_progress import run_printing_progress
+from streaming_query import run_printing_progress
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from query_progress import run_printing_progress
+from streaming_query import run_printing_progress
 
 
 def main() -> None:

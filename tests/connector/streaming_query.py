@@ -1,6 +1,17 @@
-"""What a streaming job run as its own driver process prints for its test: "STARTED <query id>"
-once the query runs, "BATCH <id> rows <n>" after each micro-batch and "DONE" when it ends."""
+"""Streaming queries the connector tests run: an AvailableNow query awaited to its end, and what a
+streaming job run as its own driver process prints for its test ("STARTED <query id>" once the
+query runs, "BATCH <id> rows <n>" after each micro-batch and "DONE" when it ends)."""
 from __future__ import annotations
+
+
+def await_available_now(q, timeout_s: float = 120) -> None:
+    """Wait for an AvailableNow query to finish; its error raised; the query stopped either way."""
+    try:
+        assert q.awaitTermination(timeout_s), "AvailableNow query did not finish"
+        if q.exception():
+            raise q.exception()
+    finally:
+        q.stop()
 
 
 def run_printing_progress(spark, start) -> None:

@@ -29,6 +29,7 @@ from logcore.log.log_root import LogRoot  # noqa: E402
 from logcore.wire.client import KafkaConnectionError  # noqa: E402
 from pyspark_seglog.broker_client import BrokerClient  # noqa: E402
 from read_back import read_back  # noqa: E402
+from streaming_query import await_available_now  # noqa: E402
 from broker_process import subprocess_env  # noqa: E402
 
 START_TIMEOUT = 30
@@ -164,12 +165,7 @@ def spark_stream_available_now(spark, b: BrokerProcess, topic: str, checkpoint: 
 
     q = (reader.load(str(b.root)).writeStream.foreachBatch(collect)
          .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    try:
-        assert q.awaitTermination(120), "AvailableNow query did not finish"
-        if q.exception():
-            raise q.exception()
-    finally:
-        q.stop()
+    await_available_now(q)
     out = set(rows)
     assert len(out) == len(rows), "duplicate rows"
     return out

@@ -16,13 +16,6 @@ from logcore.records.batch import iter_batches
 T0 = 1_700_000_000_000
 
 
-@pytest.fixture
-def root(tmp_path):
-    root = LogRoot.open(str(tmp_path / "root"), create=True)
-    yield root
-    root.close()
-
-
 class SyncCounter:
     """Counts fsync/fdatasync calls on one file (by inode), passing them through."""
 
