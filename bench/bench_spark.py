@@ -74,14 +74,7 @@ def prepare(workdir: str, rows: int) -> dict[str, str]:
         root.create_topic(TOPIC, partitions=PARTITIONS)
         for p in range(PARTITIONS):
             log = root.log(TOPIC, p, writer=True)
-            chunk = []
-            for record in make_records(rows, p):
-                chunk.append(record)
-                if len(chunk) == APPEND_CHUNK:
-                    log.append_records(chunk)
-                    chunk = []
-            if chunk:
-                log.append_records(chunk)
+            append_in_chunks(log, make_records(rows, p))
             log.commit()
             # The same records, decoded from the log itself, for the Parquet and Arrow copies.
             parts, offset = [], 0
@@ -118,6 +111,18 @@ def prepare(workdir: str, rows: int) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------- session
+
+def append_in_chunks(log, records) -> None:
+    """Append `records` in batches of APPEND_CHUNK (the last one shorter)."""
+    chunk = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == APPEND_CHUNK:
+            log.append_records(chunk)
+            chunk = []
+    if chunk:
+        log.append_records(chunk)
+
 
 def spark_builder(app: str):
     """A local[2] SparkSession builder with the settings every Spark benchmark runs with (the

@@ -41,8 +41,8 @@ from pathlib import Path
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
-from bench_spark import (APPEND_CHUNK, PARTITIONS, VALUE_SIZE, add_round_options, make_records, paired,  # noqa: E402
-                         run_rounds, spark_builder)
+from bench_spark import (PARTITIONS, VALUE_SIZE, add_round_options, make_records, paired,  # noqa: E402
+                         append_in_chunks, run_rounds, spark_builder)
 from common import print_table  # noqa: E402
 from kafka_anchor import KafkaBroker, resolve_jars  # noqa: E402
 from spark_kafka_jars import resolve_spark_kafka_jars  # noqa: E402
@@ -183,14 +183,7 @@ def write_seglog_root(path: str, rows: int, ts0: int, storage_options: dict | No
         root.create_topic(TOPIC, partitions=PARTITIONS)
         for part in range(PARTITIONS):
             log = root.log(TOPIC, part, writer=True)
-            chunk = []
-            for record in make_records(rows, part, ts0):
-                chunk.append(record)
-                if len(chunk) == APPEND_CHUNK:
-                    log.append_records(chunk)
-                    chunk = []
-            if chunk:
-                log.append_records(chunk)
+            append_in_chunks(log, make_records(rows, part, ts0))
             log.commit()
             log.close()
 
