@@ -89,7 +89,9 @@ class GroupCoordinator:
         # and has loaded (partition_tenure.py).
         self.placement = placement.SingleNode()
         self.commit_timeout_s = 5.0
-        self.tenure = PartitionTenure(partitions, OT.TOPIC, "groups", logger, read=self._read_partition,
+        # (the read looked up at each load: a test stands in for it on the instance)
+        self.tenure = PartitionTenure(partitions, OT.TOPIC, "groups", logger,
+                                      read=lambda part: self._read_partition(part),
                                       loaded=self._loaded, lost=self._lost, gained=self._load_begins)
         # The committed offsets, transactional ones too; they reach the log through _append.
         self.offsets = GroupOffsets(self.partition_of, self._append, self._group)

@@ -127,7 +127,8 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         # Which __transaction_state partitions a cluster member coordinates (partition_tenure.py).
         self.tenure = PartitionTenure(partitions, TOPIC, "transactional ids", logger,
-                                      read=self._read_partition, loaded=self._loaded, lost=self._unload)
+                                      read=lambda part: self._read_partition(part),
+                                      loaded=self._loaded, lost=self._unload)
         self.tasks: set[asyncio.Task] = set()
         self.topic_ready = False
         self.topic_lock: asyncio.Lock | None = None
