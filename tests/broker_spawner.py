@@ -20,7 +20,6 @@ policy; `spawner` is the default).
 """
 from __future__ import annotations
 
-import array
 import atexit
 import json
 import os

@@ -61,9 +61,11 @@ from logcore.quota.replication_quota import ReplicationQuotas
 from logcore.quota.root_quota_store import RootQuotaStore
 from logcore.security.acl_store import RootAclStore, ZooKeeperAclStore
 from logcore.security.authorizer import authorizer_for
-import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+from logcore.tiered import install_remote_tier
 from logcore.wire.produce_codec import encode_produce_results
 from logcore.security.acl import AclOperation
+
+install_remote_tier()  # roots that enable tiering have a remote tier
 
 WRITE = AclOperation.WRITE
 from logcore.wire.protocol import ZERO_UUID, Request

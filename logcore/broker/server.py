@@ -310,7 +310,7 @@ def run_from_properties(path: str, overrides: dict[str, str] | None = None) -> i
     """
     import sys
 
-    from logcore.log.config import load_properties
+    from logcore.log.properties_file import load_properties
 
     props = load_properties(path)
     props.update(overrides or {})

@@ -6,8 +6,6 @@ subprocess, confluent-kafka and kafka-python clients, raw Kafka frames on one co
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import subprocess
 import sys
