@@ -1,8 +1,8 @@
 """The TLS transport's batched record read (logcore/security/_tlsrecords.c, tls_transport.py):
 read_into on real TLS 1.3 connections over memory BIOs (records split at every byte, partial
 records, small and huge buffers, close_notify, a corrupted record, a key update), the self-check
-and its fallback to asyncio's reads, and both policies serving a TLS listener through asyncio
-(TLS 1.3, and 1.2)."""
+and its fallback to asyncio's reads, and the three policies (OpenSSL reading the socket, batched
+reads from asyncio's memory BIO, asyncio's own) serving a TLS listener (TLS 1.3, and 1.2)."""
 from __future__ import annotations
 
 import _ssl
@@ -18,6 +18,7 @@ import pytest
 from pki import issue, make_ca
 
 from logcore.security import tls_transport
+from logcore.security.tls_socket import SocketListener
 
 _tlsrecords = pytest.importorskip("logcore.security._tlsrecords",
                                   reason="the C TLS record reader is not built (pip install -e .)")
@@ -38,7 +39,7 @@ def contexts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reads():
-    policy = tls_transport.choose_reads()
+    policy = tls_transport.choose_reads(sockets=False)
     assert policy.name == "batched", "the C reader is built, so it must bind on this Python"
     return policy
 
@@ -313,23 +314,30 @@ class Collect(asyncio.BufferedProtocol):
         self.eof.set_result(bytes(self.data))
 
 
-@pytest.mark.parametrize("policy", ["batched", "asyncio"])
+@pytest.mark.parametrize("policy", ["socket", "batched", "asyncio"])
 @pytest.mark.parametrize("step", [700, 256 * 1024])
 def test_listener_through_asyncio(contexts, reads, policy, step):
-    """Both policies serve a TLS listener alike: librdkafka's record pattern and full records
-    arrive whole through buffers smaller and larger than a record, and close_notify reaches
-    eof_received after the data."""
-    chosen = reads if policy == "batched" else tls_transport.OneRecordReads()
+    """The three policies serve a TLS listener alike: librdkafka's record pattern and full
+    records arrive whole through buffers smaller and larger than a record, and close_notify
+    reaches eof_received after the data."""
+    chosen = _policy(reads, policy)
     received, transport = _serve_one(contexts, chosen, step, contexts[1])
-    assert transport == "_SSLProtocolTransport"
+    assert transport == ("SocketTransport" if policy == "socket" else "_SSLProtocolTransport")
 
 
-def test_listener_tls12(contexts, reads):
+def _policy(reads, name: str):
+    if name == "socket":
+        return SocketListener(reads.records)
+    return reads if name == "batched" else tls_transport.OneRecordReads()
+
+
+@pytest.mark.parametrize("policy", ["socket", "batched"])
+def test_listener_tls12(contexts, reads, policy):
     """The same over TLS 1.2 (a listener may allow it: ssl.enabled.protocols)."""
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.check_hostname, client.verify_mode = False, ssl.CERT_NONE     # the read path is under test
     client.maximum_version = ssl.TLSVersion.TLSv1_2
-    _serve_one(contexts, reads, 700, client, version="TLSv1.2")
+    _serve_one(contexts, _policy(reads, policy), 700, client, version="TLSv1.2")
 
 
 def _serve_one(contexts, chosen, step, client_ctx, version="TLSv1.3"):
@@ -345,7 +353,7 @@ def _serve_one(contexts, chosen, step, client_ctx, version="TLSv1.3"):
             protocols.append(Collect(step))
             return protocols[-1]
         factory, options = chosen.serve(loop, app, server_ctx)
-        assert options == ({} if chosen.name == "batched" else {"ssl": server_ctx})
+        assert options == ({"ssl": server_ctx} if chosen.name == "asyncio" else {})
         server = await loop.create_server(factory, "127.0.0.1", 0, **options)
         port = server.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx,
