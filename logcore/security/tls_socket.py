@@ -94,6 +94,9 @@ class SocketTransport(asyncio.Transport):
         self._reader = self._writer = None  # the callbacks registered with the loop now
         self._closing = False
         self._lost = False
+        # OpenSSL's other direction first: a read that must write (a TLS 1.3 key update's answer
+        # to a full socket), a write that must read (TLS 1.2 renegotiation).
+        self._read_needs_write = self._write_needs_read = False
         self._timer = loop.call_later(handshake_timeout, self._handshake_expired, handshake_timeout)
         self._watch(self._handshake, None)
 
@@ -158,8 +161,12 @@ class SocketTransport(asyncio.Transport):
             got = -got - 1
             try:
                 more = self._ssl.recv_into(memoryview(buf)[got:], wants - got) if got < wants else None
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            except ssl.SSLWantReadError:
                 more = None
+            except ssl.SSLWantWriteError:
+                more = None
+                self._read_needs_write = True
+                self._watch(self._reader, self._write_ready)
             except (ssl.SSLError, OSError) as exc:
                 self._deliver(buf, got)
                 self._fatal(exc)
@@ -172,6 +179,9 @@ class SocketTransport(asyncio.Transport):
         self._deliver(buf, got)
         if got == wants and not self._reading_paused and not self._closing:
             self._loop.call_soon(self._read_ready)      # a full buffer: more may be waiting
+        if self._write_needs_read and not self._lost:
+            self._write_needs_read = False
+            self._write_ready()
 
     def _deliver(self, buf, nbytes: int) -> None:
         if not nbytes or self._lost:
@@ -215,7 +225,8 @@ class SocketTransport(asyncio.Transport):
             if sent == len(data):
                 return
             data = memoryview(data).cast("B")[sent:]
-            self._watch(self._reader, self._write_ready)
+            if not self._write_needs_read:
+                self._watch(self._reader, self._write_ready)
         # A retried SSL_write must start with the same bytes: the buffer keeps them first.
         self._write_buf += data
         self._pause_protocol()
@@ -229,19 +240,29 @@ class SocketTransport(asyncio.Transport):
         try:
             while sent < total:
                 sent += self._ssl.send(view[sent:])
-        except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+        except ssl.SSLWantWriteError:
             pass
+        except ssl.SSLWantReadError:
+            self._write_needs_read = True     # retried after the next read, not on writable
         except (ssl.SSLError, OSError) as exc:
             self._fatal(exc)
             return -1
         return sent
 
     def _write_ready(self) -> None:
+        if self._read_needs_write:
+            self._read_needs_write = False
+            self._read_ready()
+            if self._lost:
+                return
         with memoryview(self._write_buf) as view:
             sent = self._send(view)
         if sent < 0:
             return
         del self._write_buf[:sent]
+        if self._write_needs_read:
+            self._watch(self._reader, None)
+            return
         if self._write_buf:
             return
         self._watch(self._reader, None)

@@ -2,10 +2,12 @@
 served through asyncio on loopback: large writes against a slow reader (pause_writing /
 resume_writing) and reads paused and resumed by the protocol, many small requests each split
 across TLS records, a client closing mid-record, a handshake never finished (closed after the
-handshake timeout), and the peer certificate's principal (client auth required)."""
+handshake timeout), the peer certificate's principal (client auth required), and a TLS 1.3 key
+update answered by OpenSSL's write to the socket."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import socket
 import ssl
@@ -198,7 +200,7 @@ def _bio_client(port: int, context: ssl.SSLContext):
             sock.sendall(outgoing.read())
             incoming.write(sock.recv(65536))
     sock.sendall(outgoing.read())
-    return sock, tls, outgoing
+    return sock, tls, incoming, outgoing
 
 
 def test_client_closing_mid_record(pki):
@@ -208,7 +210,7 @@ def test_client_closing_mid_record(pki):
         server, port, apps = await serve(pki)
 
         def client():
-            sock, tls, outgoing = _bio_client(port, client_context(pki))
+            sock, tls, _, outgoing = _bio_client(port, client_context(pki))
             tls.write(b"whole record")
             tls.write(b"h" * 1000)
             ciphertext = outgoing.read()
@@ -278,3 +280,47 @@ def test_peer_certificate_principal_and_a_client_without_one(pki):
         assert not apps[1].made.done()
         server.close()
     asyncio.run(run())
+
+
+def test_key_update_answered_through_the_socket(pki):
+    """A TLS 1.3 KeyUpdate (update requested) between two requests: the server's read answers it
+    with its own KeyUpdate, written to the socket by OpenSSL, and the client reads the server's
+    replies to both requests after it."""
+    from test_tls_records import _libssl_and_ssl_pointer
+
+    def echo(app, chunk):
+        app.transport.write(b"re:" + chunk)
+
+    async def run():
+        server, port, apps = await serve(pki, echo)
+
+        def client():
+            sock, tls, incoming, outgoing = _bio_client(port, client_context(pki))
+            lib, client_ssl = _libssl_and_ssl_pointer(tls)
+            lib.SSL_key_update.argtypes = [ctypes.c_void_p, ctypes.c_int]
+            tls.write(b"one")
+            sock.sendall(outgoing.read())
+            replies = _read_until(sock, tls, incoming, b"re:one")
+            assert lib.SSL_key_update(client_ssl, 1) == 1      # SSL_KEY_UPDATE_REQUESTED
+            tls.write(b"two")
+            sock.sendall(outgoing.read())
+            replies += _read_until(sock, tls, incoming, b"re:two")
+            sock.close()
+            return replies
+        assert await asyncio.to_thread(client) == b"re:onere:two"
+        await asyncio.wait_for(apps[0].lost, 10)
+        server.close()
+    asyncio.run(run())
+
+
+def _read_until(sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO, expected: bytes) -> bytes:
+    got = b""
+    while len(got) < len(expected):
+        try:
+            got += tls.read(1000)
+        except ssl.SSLWantReadError:
+            data = sock.recv(65536)
+            assert data, "closed before the reply"
+            incoming.write(data)
+    assert got == expected
+    return got
