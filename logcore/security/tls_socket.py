@@ -67,8 +67,12 @@ class _Handover(asyncio.Protocol):
             os.close(fd)
             raise
         # The application's protocol is made at accept, as asyncio's TLS transport makes it.
-        SocketTransport(self._loop, raw, self._context, self._app_factory(), self._policy.records,
-                        self._policy.handshake_timeout)
+        try:
+            SocketTransport(self._loop, raw, self._context, self._app_factory(), self._policy.records,
+                            self._policy.handshake_timeout)
+        except OSError as exc:         # reset before it was taken (getpeername: not connected)
+            logger.debug("TLS connection gone at accept: %s", exc)
+            raw.close()
 
 
 class SocketTransport(asyncio.Transport):
@@ -103,13 +107,14 @@ class SocketTransport(asyncio.Transport):
     # ------------------------------------------------------------------ loop registration
     def _watch(self, reader, writer) -> None:
         """Register exactly `reader` for readable and `writer` for writable (None: neither)."""
-        if reader is not self._reader:
+        # != as bound methods compare: each attribute access makes a new one.
+        if reader != self._reader:
             if self._reader is not None:
                 self._loop.remove_reader(self._fd)
             if reader is not None:
                 self._loop.add_reader(self._fd, reader)
             self._reader = reader
-        if writer is not self._writer:
+        if writer != self._writer:
             if self._writer is not None:
                 self._loop.remove_writer(self._fd)
             if writer is not None:
