@@ -265,15 +265,15 @@ class SocketTransport(asyncio.Transport):
         if sent < 0:
             return
         del self._write_buf[:sent]
+        if self._writing_paused and len(self._write_buf) <= self._low and not self._closing:
+            self._writing_paused = False        # at the low-water mark, as asyncio's transports
+            self._protocol.resume_writing()
         if self._write_needs_read:
             self._watch(self._reader, None)
             return
         if self._write_buf:
             return
         self._watch(self._reader, None)
-        if self._writing_paused and not self._closing:
-            self._writing_paused = False
-            self._protocol.resume_writing()
         if self._closing:
             self._shutdown()
 
