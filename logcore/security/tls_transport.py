@@ -106,11 +106,12 @@ class BatchedReadProtocol(sslproto.SSLProtocol):
             self._start_shutdown()
 
 
-def choose_reads(ssl_module_path: str | None = None, probe=None, sockets: bool = True):
+def choose_reads(ssl_module_path: str | None = None, probe=None, sockets: bool = True, socket_probe=None):
     """The policy for TLS listeners in this process: SocketListener if the C reader is built,
     binds to the libssl of Python's _ssl (at `ssl_module_path`, checked on `probe`, an
-    SSLObject; both default to this process's) and reads an SSLSocket's object too (and
-    `sockets`); BatchedReads if only the first holds; else OneRecordReads; why, in the log."""
+    SSLObject; both default to this process's) and reads an SSLSocket's object too (checked on
+    `socket_probe`, a connected SSLSocket, by default one of its own; and `sockets`);
+    BatchedReads if only the first holds; else OneRecordReads; why, in the log."""
     try:
         from logcore.security import _tlsrecords
     except ImportError as exc:
@@ -130,7 +131,7 @@ def choose_reads(ssl_module_path: str | None = None, probe=None, sockets: bool =
         return _fallback(reason)
     if not sockets:
         return BatchedReads(_tlsrecords)
-    if not _reads_sslsocket(_tlsrecords):
+    if not (_reads_sslsocket(_tlsrecords) if socket_probe is None else _checks(_tlsrecords, socket_probe)):
         logger.warning("TLS listeners read through asyncio's memory BIOs: the C reader cannot read"
                        " an ssl.SSLSocket's object in this Python")
         return BatchedReads(_tlsrecords)
@@ -142,15 +143,20 @@ def _reads_sslsocket(records) -> bool:
     """Whether read_into's check passes on a connected SSLSocket's _sslobj."""
     left, right = socket.socketpair()
     try:
-        wrapped = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).wrap_socket(left, server_side=True, do_handshake_on_connect=False)
+        wrapped = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).wrap_socket(left, server_side=True,
+                                                                      do_handshake_on_connect=False)
         try:
-            inner = getattr(wrapped, "_sslobj", None)
-            return inner is not None and records.check(inner)
+            return _checks(records, wrapped)
         finally:
             wrapped.close()
     finally:
         left.close()
         right.close()
+
+
+def _checks(records, ssl_socket: ssl.SSLSocket) -> bool:
+    inner = getattr(ssl_socket, "_sslobj", None)
+    return inner is not None and records.check(inner)
 
 
 def _fallback(reason: str) -> OneRecordReads:

@@ -10,6 +10,7 @@ import asyncio
 import ctypes
 import logging
 import os
+import socket
 import ssl
 import struct
 
@@ -372,3 +373,30 @@ def _serve_one(contexts, chosen, step, client_ctx, version="TLSv1.3"):
     received, transport = asyncio.run(run())
     assert received == b"".join(pattern)
     return received, transport
+
+
+def test_sslsocket_check_failure_keeps_batched_reads(contexts, reads, caplog):
+    """An SSLSocket whose SSL* does not point back at its object: the socket transport is not
+    used, TLS listeners keep asyncio's protocol with batched reads, one warning says so."""
+    left, right = socket.socketpair()
+    wrapped = contexts[0].wrap_socket(left, server_side=True, do_handshake_on_connect=False)
+    try:
+        lib, server_ssl = _libssl_and_ssl_pointer(wrapped)
+        lib.SSL_get_ex_data.restype = ctypes.c_void_p
+        lib.SSL_get_ex_data.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.SSL_set_ex_data.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        assert tls_transport.choose_reads(socket_probe=wrapped).name == "socket"
+        app_data = lib.SSL_get_ex_data(server_ssl, 0)
+        lib.SSL_set_ex_data(server_ssl, 0, None)
+        try:
+            with caplog.at_level(logging.WARNING, logger=tls_transport.__name__):
+                policy = tls_transport.choose_reads(socket_probe=wrapped)
+        finally:
+            lib.SSL_set_ex_data(server_ssl, 0, app_data)
+        assert policy.name == "batched"
+        assert [r.getMessage() for r in caplog.records if r.name == tls_transport.__name__] == [
+            "TLS listeners read through asyncio's memory BIOs: the C reader cannot read an"
+            " ssl.SSLSocket's object in this Python"]
+    finally:
+        wrapped.close()
+        right.close()
