@@ -73,7 +73,7 @@ class BrokerServer:
             host, port = listener.bind_host, listener.port
             tls = self.tls.get(listener.name)
             factory, tls_options = lambda l=listener: self.clients.new_connection(l), {}
-            if tls is not None:       # asyncio's TLS protocol, records read in batches where it can
+            if tls is not None:       # OpenSSL on the socket where it can (tls_transport.server_reads)
                 factory, tls_options = server_reads().serve(loop, factory, tls.context)
             try:
                 server = await loop.create_server(factory, host, port, reuse_address=True,
