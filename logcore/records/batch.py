@@ -13,7 +13,6 @@ from enum import IntEnum
 from typing import Iterable, Iterator
 
 from logcore.errors import CorruptRecordError, InvalidRecordError, UnsupportedMagicError
-from logcore.records import _fastcodec
 from logcore.records.compression import Compression, codec_of, compress, decompress
 from logcore.records.control import ControlType, EndTransactionMarker
 from logcore.records.crc import crc32c
@@ -341,6 +340,8 @@ def batch_fields(buf, *, source: str | None = None, verify_crc: bool = True, all
     last batch ends the scan when allow_partial_tail, else it is an error."""
     import numpy as np
 
+    import logcore.records._fastcodec as _fastcodec
+
     try:
         raw = _fastcodec.scan_batches(buf, verify_crc, allow_partial_tail)
     except _fastcodec.RecordError as exc:
@@ -364,6 +365,10 @@ def check_produced_records(buf, *, source: str | None = None) -> tuple[int, int,
     with a null key or -1, smallest record timestamp, largest record timestamp), or None for a
     compressed batch (validate it through `logcore.records.arrow.record_columns`). The caller
     checks that `buf` holds exactly the batch its header declares."""
+    # Imported here so that the package loads without the C extension until it is needed (the
+    # plain form: `from logcore.records import` costs an import-system call per batch).
+    import logcore.records._fastcodec as _fastcodec
+
     try:
         return _fastcodec.check_produced_batch(buf)
     except _fastcodec.RecordError as exc:

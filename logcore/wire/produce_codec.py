@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from logcore.records import _fastcodec
+from logcore.records import wire_codec
 
 
 @dataclass(slots=True)
@@ -45,7 +45,7 @@ def decode_produce_request(frame, version: int) -> tuple[int, str | None, Produc
     Raises ValueError (with the position) on a malformed frame; trailing bytes are ignored, as
     Kafka's parser and parse_request ignore them.
     """
-    return _fastcodec.decode_produce_request(frame, version, ProduceRequestBody, TopicProduceData,
+    return wire_codec.decode_produce_request(frame, version, ProduceRequestBody, TopicProduceData,
                                              PartitionProduceData)
 
 
@@ -64,4 +64,4 @@ def encode_produce_results(correlation_id: int, version: int, topics: list, thro
     """The whole frame of Produce response `version` from tuples: topics is a list of (name,
     partitions), each partition (index, error_code, base_offset, log_append_time,
     log_start_offset, error_message[, record_errors as (batch_index, message) pairs])."""
-    return _fastcodec.encode_produce_results(correlation_id, version, topics, throttle_time)
+    return wire_codec.encode_produce_results(correlation_id, version, topics, throttle_time)
