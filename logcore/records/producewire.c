@@ -176,75 +176,63 @@ static PyObject *subview(PyObject *whole, Py_ssize_t start, Py_ssize_t n) {
     return out;
 }
 
-static PyObject *read_partitions(reader *r, int flexible, PyObject *whole, PyObject *partition_cls) {
-    Py_ssize_t count, start;
-    long long n;
-    if (read_array_length(r, flexible, &count) < 0)
-        return NULL;
-    PyObject *list = PyList_New(count);
-    for (Py_ssize_t i = 0; list != NULL && i < count; i++) {
-        PyObject *values[2] = {NULL, NULL};
-        if (take(r, 4, &start) < 0 || read_length(r, flexible, 1, &n) < 0)
-            goto fail;
-        values[0] = PyLong_FromLong(be32(r->buf + start));
-        if (n < 0) {
-            values[1] = Py_NewRef(Py_None);
-        } else {
-            if (take(r, n, &start) < 0) {
-                Py_XDECREF(values[0]);
-                goto fail;
-            }
-            values[1] = subview(whole, start, (Py_ssize_t)n);
-        }
-        if (values[0] == NULL || values[1] == NULL) {
-            Py_XDECREF(values[0]);
-            Py_XDECREF(values[1]);
-            goto fail;
-        }
-        PyObject *partition = build(partition_cls, field_names + F_INDEX, values, 2);
-        if (partition == NULL)
-            goto fail;
-        PyList_SET_ITEM(list, i, partition);
-        if (flexible && skip_tagged_fields(r) < 0)
-            goto fail;
-    }
-    return list;
-fail:
-    Py_XDECREF(list);
-    return NULL;
-}
+typedef PyObject *(*read_item)(reader *r, int flexible, PyObject *whole, PyObject *const *classes);
 
-static PyObject *read_topics(reader *r, int flexible, PyObject *whole, PyObject *topic_cls, PyObject *partition_cls) {
+/* An array of structs, each read by `read_one` and followed by its tagged fields when flexible.
+ * `classes`: (topic class, partition class). */
+static PyObject *read_array(reader *r, int flexible, read_item read_one, PyObject *whole, PyObject *const *classes) {
     Py_ssize_t count;
     if (read_array_length(r, flexible, &count) < 0)
         return NULL;
     PyObject *list = PyList_New(count);
     for (Py_ssize_t i = 0; list != NULL && i < count; i++) {
-        PyObject *values[2];
-        values[0] = read_string(r, flexible);
-        if (values[0] == NULL)
-            goto fail;
-        if (values[0] == Py_None) {
-            Py_DECREF(values[0]);
-            PyErr_Format(PyExc_ValueError, "null topic name at byte %zd", r->pos);
-            goto fail;
+        PyObject *item = read_one(r, flexible, whole, classes);
+        if (item == NULL) {
+            Py_CLEAR(list);
+            break;
         }
-        values[1] = read_partitions(r, flexible, whole, partition_cls);
-        if (values[1] == NULL) {
-            Py_DECREF(values[0]);
-            goto fail;
-        }
-        PyObject *topic = build(topic_cls, field_names + F_NAME, values, 2);
-        if (topic == NULL)
-            goto fail;
-        PyList_SET_ITEM(list, i, topic);
+        PyList_SET_ITEM(list, i, item);
         if (flexible && skip_tagged_fields(r) < 0)
-            goto fail;
+            Py_CLEAR(list);
     }
     return list;
-fail:
-    Py_XDECREF(list);
-    return NULL;
+}
+
+/* One partition: its index and its records, a view of the frame (None when null). */
+static PyObject *read_partition(reader *r, int flexible, PyObject *whole, PyObject *const *classes) {
+    Py_ssize_t start;
+    long long n;
+    PyObject *values[2] = {NULL, NULL};
+    if (take(r, 4, &start) < 0 || read_length(r, flexible, 1, &n) < 0)
+        return NULL;
+    values[0] = PyLong_FromLong(be32(r->buf + start));
+    if (n < 0)
+        values[1] = Py_NewRef(Py_None);
+    else if (take(r, n, &start) == 0)
+        values[1] = subview(whole, start, (Py_ssize_t)n);
+    if (values[0] == NULL || values[1] == NULL) {
+        Py_XDECREF(values[0]);
+        Py_XDECREF(values[1]);
+        return NULL;
+    }
+    return build(classes[1], field_names + F_INDEX, values, 2);
+}
+
+/* One topic: its name (never null) and its partitions. */
+static PyObject *read_topic(reader *r, int flexible, PyObject *whole, PyObject *const *classes) {
+    PyObject *values[2];
+    if ((values[0] = read_string(r, flexible)) == NULL)
+        return NULL;
+    if (values[0] == Py_None) {
+        Py_DECREF(values[0]);
+        PyErr_Format(PyExc_ValueError, "null topic name at byte %zd", r->pos);
+        return NULL;
+    }
+    if ((values[1] = read_array(r, flexible, read_partition, whole, classes)) == NULL) {
+        Py_DECREF(values[0]);
+        return NULL;
+    }
+    return build(classes[0], field_names + F_NAME, values, 2);
 }
 
 PyObject *decode_produce_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -291,7 +279,7 @@ PyObject *decode_produce_request(PyObject *self, PyObject *const *args, Py_ssize
     values[1] = PyLong_FromLong(be16(r.buf + start));
     values[2] = PyLong_FromLong(be32(r.buf + start + 2));
     if (values[1] != NULL && values[2] != NULL)
-        values[3] = read_topics(&r, flexible, whole, args[3], args[4]);
+        values[3] = read_array(&r, flexible, read_topic, whole, args + 3);
     if (values[3] == NULL || (flexible && skip_tagged_fields(&r) < 0)) {
         for (int i = 0; i < 4; i++)
             Py_XDECREF(values[i]);
