@@ -411,8 +411,12 @@ static int put_partition(wbuf *b, PyObject *p, int version, int flexible) {
         for (Py_ssize_t i = 0; i < count; i++) {
             PyObject *pair = PySequence_Fast_GET_ITEM(list, i), *batch_message;
             long long batch_index;
-            if (PySequence_Size(pair) != 2 || as_int(pair, 0, INT32_MIN, INT32_MAX, &batch_index) < 0 ||
-                reserve(b, 5) < 0)
+            if (PySequence_Size(pair) != 2) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "a record error is a (batch_index, message) pair");
+                goto partition_done;
+            }
+            if (as_int(pair, 0, INT32_MIN, INT32_MAX, &batch_index) < 0 || reserve(b, 5) < 0)
                 goto partition_done;
             put_int(b, (uint64_t)batch_index, 4);
             if ((batch_message = PySequence_GetItem(pair, 1)) == NULL)
@@ -480,8 +484,10 @@ PyObject *encode_produce_results(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "encode_produce_results(correlation_id, version, topics, throttle_time)");
         return NULL;
     }
-    long correlation_id = PyLong_AsLong(args[0]), version = PyLong_AsLong(args[1]), throttle = PyLong_AsLong(args[3]);
-    if (PyErr_Occurred())
+    long correlation_id, version, throttle;
+    if (((correlation_id = PyLong_AsLong(args[0])) == -1 && PyErr_Occurred()) ||
+        ((version = PyLong_AsLong(args[1])) == -1 && PyErr_Occurred()) ||
+        ((throttle = PyLong_AsLong(args[3])) == -1 && PyErr_Occurred()))
         return NULL;
     if (version < 3 || version > 10) {
         PyErr_Format(PyExc_ValueError, "Produce response version %ld is not encoded here (3..10)", version);

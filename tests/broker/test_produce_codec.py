@@ -100,6 +100,8 @@ def test_encoder_rejects_what_it_cannot_encode():
         encode_produce_results(1, 9, [("t", [(0, 2**15, 5, -1, 0, None)])])     # an int16 error code
     with pytest.raises(TypeError):
         encode_produce_results(1, 9, [("t", [(0, 0, 5, -1, 0, b"bytes, not str")])])
+    with pytest.raises(ValueError, match="pair"):
+        encode_produce_results(1, 9, [("t", [(0, 0, 5, -1, 0, None, [(1, "a", "b")])])])
     with pytest.raises(ValueError, match="6 fields"):
         encode_produce_results(1, 9, [("t", [(0, 0, 5)])])
     with pytest.raises(TypeError):
