@@ -298,10 +298,9 @@ class SocketTransport(asyncio.Transport):
             self._pause_protocol()
 
     def can_write_eof(self) -> bool:
+        # TLS has no half-close (close_notify ends the session), so write_eof is refused, as by
+        # asyncio's own TLS transport (the base class's write_eof).
         return False
-
-    def write_eof(self) -> None:
-        raise NotImplementedError("TLS cannot half-close a connection")
 
     # ------------------------------------------------------------------ closing
     def is_closing(self) -> bool:
