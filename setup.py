@@ -74,8 +74,8 @@ setup(
     ext_modules=[
         Extension(
             "logcore.records._fastcodec",
-            sources=["logcore/records/_fastcodec.c"],
-            depends=HEADERS,
+            sources=["logcore/records/_fastcodec.c", "logcore/records/producewire.c"],
+            depends=HEADERS + ["logcore/records/producewire.h"],
             extra_compile_args=["-O3"],
         ),
         Extension(

@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]    # bench/: when imported as bench.bench_broker
+
+from common import stop_process  # noqa: E402
 
 RECORD = 1024
 TOPIC = "bench"
@@ -289,12 +291,7 @@ def main(argv: list[str] | None = None) -> list[str]:
                     raise
                 skipped[name] = f"workload failed: {type(exc).__name__}: {exc}"
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
+                stop_process(proc)
     return _table(args, results, skipped)
 
 

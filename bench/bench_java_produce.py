@@ -29,6 +29,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from bench_broker import _cpu_of, start_apache_kafka, start_broker  # noqa: E402
+from common import stop_process  # noqa: E402
 from kafka_anchor import resolve_jars  # noqa: E402
 
 PARTITIONS = 4
@@ -171,12 +172,7 @@ def main(argv: list[str] | None = None) -> None:
                             results.setdefault((case, name), []).append(got)
         finally:
             for proc, _ in brokers.values():
-                proc.terminate()
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
+                stop_process(proc, 60)
     _table(args, cases, names, results)
 
 

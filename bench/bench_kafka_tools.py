@@ -51,6 +51,7 @@ for _p in (REPO, REPO / "tests", REPO / "tests" / "cluster", REPO / "bench"):
     sys.path.insert(0, str(_p))
 
 import bench_broker  # noqa: E402
+from common import stop_process  # noqa: E402
 from bench_cluster import Cluster, KafkaClusterRun, SeglogClusterRun, Unavailable  # noqa: E402
 from bench_txn_produce import CLUSTER_TXN, SINGLE_TXN  # noqa: E402
 
@@ -123,12 +124,7 @@ class OneBroker(Cluster):
         return self.proc.poll() is None
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        stop_process(self.proc, 60)
 
     def log_tails(self) -> str:
         return ""

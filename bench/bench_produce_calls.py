@@ -33,6 +33,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 from bench_broker import _cpu_of  # noqa: E402
+from common import stop_process  # noqa: E402
 
 PARTITIONS = 4
 RECORDS_PER_BATCH = 15          # 1 KiB records in the Java client's 16 KiB batch.size
@@ -188,12 +189,7 @@ def main(argv: list[str] | None = None) -> None:
                 stats.dump_stats(args.stats)
             replay.conn.close()
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
     print(f"load average {os.getloadavg()[0]:.1f}; {args.requests} requests of {PARTITIONS} x {RECORDS_PER_BATCH}"
           f" x {RECORD_BYTES} B idempotent batches, acks=all, {IN_FLIGHT} in flight")
     print(f"broker CPU {cpu:.2f} s for {records:,} records: {cpu * 100_000 / records:.2f} s per 100k records;"

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return print_table(
-        f"Sink commit cycle per partition: resumed epoch (seglog) vs a bump per commit (anchor)", [
+        "Sink commit cycle per partition: resumed epoch (seglog) vs a bump per commit (anchor)", [
             (f"leader-epoch entries after {n} commits", kept[3], bump[3], "entries"),
             (f"CPU for {n} commits", kept[0], bump[0], "s"),
             (f"commit ~{n}: wall per commit", kept[1], bump[1], "ms"),

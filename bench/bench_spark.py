@@ -74,14 +74,7 @@ def prepare(workdir: str, rows: int) -> dict[str, str]:
         root.create_topic(TOPIC, partitions=PARTITIONS)
         for p in range(PARTITIONS):
             log = root.log(TOPIC, p, writer=True)
-            chunk = []
-            for record in make_records(rows, p):
-                chunk.append(record)
-                if len(chunk) == APPEND_CHUNK:
-                    log.append_records(chunk)
-                    chunk = []
-            if chunk:
-                log.append_records(chunk)
+            append_in_chunks(log, make_records(rows, p))
             log.commit()
             # The same records, decoded from the log itself, for the Parquet and Arrow copies.
             parts, offset = [], 0
@@ -119,7 +112,21 @@ def prepare(workdir: str, rows: int) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------- session
 
-def spark_session():
+def append_in_chunks(log, records) -> None:
+    """Append `records` in batches of APPEND_CHUNK (the last one shorter)."""
+    chunk = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == APPEND_CHUNK:
+            log.append_records(chunk)
+            chunk = []
+    if chunk:
+        log.append_records(chunk)
+
+
+def spark_builder(app: str):
+    """A local[2] SparkSession builder with the settings every Spark benchmark runs with (the
+    workers' Python and path set up); the caller adds its own and calls getOrCreate()."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -132,22 +139,49 @@ def spark_session():
         p for p in (BENCH_DIR, connector, os.environ.get("PYTHONPATH")) if p)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("seglog-bench")
-             .config("spark.driver.memory", "6g")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.ui.enabled", "false")
-             .config("spark.log.level", "ERROR")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    return (SparkSession.builder.master("local[2]").appName(app)
+            .config("spark.driver.memory", "6g")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.ui.enabled", "false")
+            .config("spark.log.level", "ERROR")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.session.timeZone", "UTC"))
+
+
+def spark_session():
+    spark = spark_builder("seglog-bench").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     from spark_anchors import ArrowCeilingDataSource, CountingSinkDataSource, TinyPythonSource
     spark.dataSource.register(ArrowCeilingDataSource)
     spark.dataSource.register(CountingSinkDataSource)
     spark.dataSource.register(TinyPythonSource)
     return spark
+
+
+def add_round_options(parser, runs: int, scenarios) -> None:
+    """--runs, --warmup and --only (parts of `scenarios`, repeatable) of the Spark benchmarks."""
+    parser.add_argument("--runs", type=int, default=runs, help="measured rounds (after the warm-up ones)")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up rounds (not reported)")
+    parser.add_argument("--only", choices=tuple(scenarios), action="append",
+                        help="run only these parts (repeatable)")
+
+
+def run_rounds(bench, names: list[str], warmup: int, runs: int, unit=lambda name: "rows/s") -> dict:
+    """{name: [figure of each measured round]} of `bench.<name>()`, each round after the warm-up
+    ones printed. Every other round runs in reverse order, so that no figure always runs before
+    its anchors: the JVM is still compiling hot code during the first rounds, which slows
+    whichever query runs first in a round."""
+    results: dict[str, list[float]] = {n: [] for n in names}
+    for round_no in range(warmup + runs):
+        label = "warm-up" if round_no < warmup else f"run {round_no - warmup + 1}"
+        for name in (names if round_no % 2 == 0 else names[::-1]):
+            figure = getattr(bench, name)()
+            print(f"  {label}: {name} {figure:,.0f} {unit(name)}", flush=True)
+            if round_no >= warmup:
+                results[name].append(figure)
+    return results
 
 
 KAFKA_DDL = ("key binary, value binary, topic string, partition int, offset bigint, "
@@ -340,10 +374,7 @@ def paired(results: dict[str, list[float]], name: str, anchor: str) -> tuple[flo
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
-    parser.add_argument("--runs", type=int, default=3, help="measured rounds (after the warm-up ones)")
-    parser.add_argument("--warmup", type=int, default=1, help="warm-up rounds (not reported)")
-    parser.add_argument("--only", choices=tuple(SCENARIOS), action="append",
-                        help="run only these parts (repeatable)")
+    add_round_options(parser, 3, SCENARIOS)
     args = parser.parse_args(argv if argv is not None else [])
     parts = args.only or list(SCENARIOS)
 
@@ -356,18 +387,8 @@ def main(argv: list[str] | None = None) -> list[str]:
         print(f"SparkSession in {time.perf_counter() - t0:.1f} s", flush=True)
         bench = Bench(spark, paths, workdir, args.rows)
         names = [n for part in SCENARIOS if part in parts for n in SCENARIOS[part]]
-        results: dict[str, list[float]] = {n: [] for n in names}
-        for round_no in range(args.warmup + args.runs):
-            label = "warm-up" if round_no < args.warmup else f"run {round_no - args.warmup + 1}"
-            # Every other round runs in reverse order, so that no figure always runs before its
-            # anchors: the JVM is still compiling hot code during the first rounds, which
-            # slows whichever query runs first in a round.
-            for name in (names if round_no % 2 == 0 else names[::-1]):
-                figure = getattr(bench, name)()
-                unit = "ms" if name.startswith("tiny") else "rows/s"
-                print(f"  {label}: {name} {figure:,.0f} {unit}", flush=True)
-                if round_no >= args.warmup:
-                    results[name].append(figure)
+        results = run_rounds(bench, names, args.warmup, args.runs,
+                             unit=lambda name: "ms" if name.startswith("tiny") else "rows/s")
         lines: list[str] = []
         rows_m = f"{args.rows / 1e6:g}M"
         how = f"{args.runs} rounds after {args.warmup} warm-up, figures from the round with the median ratio"

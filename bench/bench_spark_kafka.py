@@ -41,7 +41,8 @@ from pathlib import Path
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
-from bench_spark import APPEND_CHUNK, PARTITIONS, VALUE_SIZE, make_records, paired  # noqa: E402
+from bench_spark import (PARTITIONS, VALUE_SIZE, add_round_options, make_records, paired,  # noqa: E402
+                         append_in_chunks, run_rounds, spark_builder)
 from common import print_table  # noqa: E402
 from kafka_anchor import KafkaBroker, resolve_jars  # noqa: E402
 from spark_kafka_jars import resolve_spark_kafka_jars  # noqa: E402
@@ -182,14 +183,7 @@ def write_seglog_root(path: str, rows: int, ts0: int, storage_options: dict | No
         root.create_topic(TOPIC, partitions=PARTITIONS)
         for part in range(PARTITIONS):
             log = root.log(TOPIC, part, writer=True)
-            chunk = []
-            for record in make_records(rows, part, ts0):
-                chunk.append(record)
-                if len(chunk) == APPEND_CHUNK:
-                    log.append_records(chunk)
-                    chunk = []
-            if chunk:
-                log.append_records(chunk)
+            append_in_chunks(log, make_records(rows, part, ts0))
             log.commit()
             log.close()
 
@@ -217,25 +211,7 @@ def copy_kafka_log_dir(broker: KafkaBroker, dest: str, rows: int) -> None:
 # ------------------------------------------------------------------------------------- session
 
 def spark_session(jars: list[Path]):
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    import pyspark_seglog
-    connector = os.path.dirname(os.path.dirname(os.path.abspath(pyspark_seglog.__file__)))
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (BENCH_DIR, connector, os.environ.get("PYTHONPATH")) if p)
-    from pyspark.sql import SparkSession
-    return (SparkSession.builder.master("local[2]").appName("seglog-bench-kafka")
-            .config("spark.jars", ",".join(str(j) for j in jars))
-            .config("spark.driver.memory", "6g")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.ui.enabled", "false")
-            .config("spark.log.level", "ERROR")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate())
+    return spark_builder("seglog-bench-kafka").config("spark.jars", ",".join(str(j) for j in jars)).getOrCreate()
 
 
 # ----------------------------------------------------------------------------------- scenarios
@@ -377,9 +353,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     import pyspark
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=4_000_000)
-    parser.add_argument("--runs", type=int, default=5, help="measured rounds (after the warm-up ones)")
-    parser.add_argument("--warmup", type=int, default=1, help="warm-up rounds (not reported)")
-    parser.add_argument("--only", choices=tuple(SCENARIOS), action="append")
+    add_round_options(parser, 5, SCENARIOS)
     args = parser.parse_args(argv if argv is not None else [])
     parts = args.only or list(SCENARIOS)
     rows = args.records
@@ -415,14 +389,7 @@ def main(argv: list[str] | None = None) -> list[str]:
             (spark.read.format("seglog").option("subscribe", TOPIC).load(paths["log"])
              .select("key", "value").write.parquet(paths["parquet"]))
         names = [n for part in SCENARIOS if part in parts for n in SCENARIOS[part]]
-        results: dict[str, list[float]] = {n: [] for n in names}
-        for round_no in range(args.warmup + args.runs):
-            label = "warm-up" if round_no < args.warmup else f"run {round_no - args.warmup + 1}"
-            for name in (names if round_no % 2 == 0 else names[::-1]):
-                figure = getattr(bench, name)()
-                print(f"  {label}: {name} {figure:,.0f} rows/s", flush=True)
-                if round_no >= args.warmup:
-                    results[name].append(figure)
+        results = run_rounds(bench, names, args.warmup, args.runs)
         how = (f"{args.runs} rounds after {args.warmup} warm-up, figures from the round with the median"
                f" ratio; Kafka {kafka_jars.version}, spark-sql-kafka-0-10 {connector_version},"
                f" pyspark {pyspark.__version__}")

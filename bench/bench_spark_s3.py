@@ -50,7 +50,7 @@ from pathlib import Path
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 sys.path.insert(0, os.path.dirname(BENCH_DIR))
-from bench_spark import PARTITIONS, VALUE_SIZE, make_records, paired  # noqa: E402
+from bench_spark import PARTITIONS, VALUE_SIZE, add_round_options, make_records, paired, run_rounds  # noqa: E402
 from bench_spark_kafka import (TOPIC, BROKER_OVERRIDES, Bench, DefaultJvmKafka, cluster_id,  # noqa: E402
                                produce_to_kafka, spark_session, write_seglog_root)
 from common import print_table  # noqa: E402
@@ -306,9 +306,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     import pyspark
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=3, help="measured rounds (after the warm-up ones)")
-    parser.add_argument("--warmup", type=int, default=1, help="warm-up rounds (not reported)")
-    parser.add_argument("--only", choices=tuple(SCENARIOS), action="append")
+    add_round_options(parser, 3, SCENARIOS)
     args = parser.parse_args(argv if argv is not None else [])
     parts = args.only or list(SCENARIOS)
     rows = args.records
@@ -353,14 +351,7 @@ def main(argv: list[str] | None = None) -> list[str]:
               flush=True)
 
         names = [n for part in SCENARIOS if part in parts for n in SCENARIOS[part]]
-        results: dict[str, list[float]] = {n: [] for n in names}
-        for round_no in range(args.warmup + args.runs):
-            label = "warm-up" if round_no < args.warmup else f"run {round_no - args.warmup + 1}"
-            for name in (names if round_no % 2 == 0 else names[::-1]):
-                figure = getattr(bench, name)()
-                print(f"  {label}: {name} {figure:,.0f} rows/s", flush=True)
-                if round_no >= args.warmup:
-                    results[name].append(figure)
+        results = run_rounds(bench, names, args.warmup, args.runs)
         fb = (first_bytes(paths["s3_log"], storage_options, bench.storage, buckets["log"], counter)
               if "source" in parts else None)
 

@@ -61,8 +61,8 @@ def run(workdir: str, segments: int) -> None:
     if a.list_segments() != b.list_segments() or len(a.list_segments()) != segments:
         raise SystemExit("the opens with and without the snapshot differ")
     print(f"{segments} remote segments, {writer.next_sequence} records (built in {built:.1f} s)")
-    print_table(f"open of a partition's remote metadata: with a snapshot (seglog) vs the whole "
-                f"history (anchor)",
+    print_table("open of a partition's remote metadata: with a snapshot (seglog) vs the whole "
+                "history (anchor)",
                 [("open time", with_snapshot * 1000, without * 1000, "ms"),
                  ("records replayed", a.records_read, b.records_read, "")])
     print(f"open time without / with the snapshot: {without / with_snapshot:.1f}x")

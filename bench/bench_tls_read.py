@@ -2,9 +2,10 @@
 
     python bench/bench_tls_read.py [--mib 200] [--rounds 3]
 
-A server process per measurement serves one TLS connection with one of the TLS transport's read
+A server process per measurement serves one TLS connection with one of the TLS listener
 policies (logcore/security/tls_transport.py): `asyncio` (asyncio's SSLProtocol, one
-SSLObject.read per TLS record) or `batched` (every complete record in one C call), into a
+SSLObject.read per TLS record), `batched` (asyncio's SSLProtocol, every complete record in one C
+call) or `socket` (tls_socket.py: OpenSSL reads the socket itself, the same C call), into a
 BufferedProtocol that takes 256 KiB at a time and counts the bytes. The client (this process)
 encrypts with an SSLObject over memory BIOs and sends 256 KiB of ciphertext at a time, in one of
 two record patterns: `librdkafka` (each 1 KiB record's ~10 B header and its value written as two
@@ -59,7 +60,7 @@ class Sink(asyncio.BufferedProtocol):
 async def _serve(policy: str, cert: str, key: str) -> None:
     sys.path.insert(0, str(ROOT))
     from logcore.security.tls_transport import OneRecordReads, choose_reads
-    reads = OneRecordReads() if policy == "asyncio" else choose_reads()
+    reads = OneRecordReads() if policy == "asyncio" else choose_reads(sockets=policy == "socket")
     if reads.name != policy:
         raise SystemExit(f"policy {policy} not available")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -140,6 +141,7 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--patterns", default="librdkafka,full")
+    parser.add_argument("--policies", default="asyncio,batched,socket")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--cert", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
@@ -147,7 +149,7 @@ def main() -> None:
     if args.serve:
         asyncio.run(_serve(args.serve, args.cert, args.key))
         return
-    policies = ["asyncio", "batched"]
+    policies = args.policies.split(",")
     results: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as folder:
         pki = _Certs(Path(folder))
@@ -159,14 +161,20 @@ def main() -> None:
                     results.setdefault((pattern, policy), []).append(cpu)
                     print(f"round {r + 1} {pattern:10} {policy:8} server CPU {cpu:.3f} s", flush=True)
         print(f"load at end: {os.getloadavg()[0]:.1f}\n")
-    print(f"| records | server CPU per {args.mib} MiB, asyncio | batched | batched / asyncio |")
-    print("|---|---:|---:|---:|")
+    first = policies[0]
+    print(f"| records | server CPU per {args.mib} MiB: " + " | ".join(policies)
+          + "".join(f" | {p} / {first}" for p in policies[1:]) + " |")
+    print("|---|" + "---:|" * (2 * len(policies) - 1))
     for pattern in args.patterns.split(","):
-        a, b = results[(pattern, "asyncio")], results[(pattern, "batched")]
-        ratios = [y / x for x, y in zip(a, b)]
-        print(f"| {pattern} | {statistics.median(a):.2f} s ({min(a):.2f}-{max(a):.2f}) | "
-              f"{statistics.median(b):.2f} s ({min(b):.2f}-{max(b):.2f}) | "
-              f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |")
+        base = results[(pattern, first)]
+        cells = []
+        for policy in policies:
+            cpu = results[(pattern, policy)]
+            cells.append(f"{statistics.median(cpu):.2f} s ({min(cpu):.2f}-{max(cpu):.2f})")
+        for policy in policies[1:]:
+            ratios = [y / x for x, y in zip(base, results[(pattern, policy)])]
+            cells.append(f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
+        print(f"| {pattern} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""Shared helpers for seglog benchmarks: timing, and the table every benchmark prints."""
+"""Shared helpers for seglog benchmarks: timing, the table every benchmark prints, and stopping
+the servers a benchmark started."""
 from __future__ import annotations
 
+import subprocess
 import time
 
 
@@ -25,3 +27,14 @@ def print_table(title: str, rows: list[tuple[str, float, float, str]]) -> list[s
     text = "\n".join(lines)
     print(text + "\n", flush=True)
     return lines
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """Stop a server this benchmark started: SIGTERM, and SIGKILL when it has not exited after
+    `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

@@ -16,7 +16,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 import kafka_reference  # noqa: E402
-from kafka_reference import KafkaBroker, KafkaJars, KafkaUnavailable, resolve_jars  # noqa: E402,F401
+from kafka_reference import KafkaBroker, KafkaJars, KafkaUnavailable, resolve_jars  # noqa: E402
+
+__all__ = ["KafkaBroker", "KafkaJars", "KafkaUnavailable", "resolve_jars", "set_broker_heap"]
 
 
 def set_broker_heap(heap: str) -> None:

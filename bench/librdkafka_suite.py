@@ -59,6 +59,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from kafka_reference import KafkaBroker, KafkaCluster, resolve_jars  # noqa: E402
+from common import stop_process  # noqa: E402
 
 GITHUB = "https://github.com/confluentinc/librdkafka.git"
 # Kerberos (GSSAPI) and OIDC (curl) are left out of the build: their tests need servers set up
@@ -434,12 +435,7 @@ class SeglogBrokerTarget:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            stop_process(self.proc)
 
 
 class SeglogClusterTarget:

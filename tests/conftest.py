@@ -8,7 +8,7 @@ the reasons each backend gave.
 
 Fixtures for other suites:
   kafka_shared         Apache Kafka's broker shared by the session, cleaned after each module
-                       (tests/kafka_reference.py)
+  kafka_jars, kafka_broker_factory   Kafka's jars; fresh brokers of a module (tests/kafka_reference.py)
   zk_server, zk_hosts, zk_client   the session's ZooKeeper, a fresh chroot per test
                        (tests/zookeeper_reference.py)
   seglog_broker        a `seglog broker` subprocess of the default settings, one per module
@@ -40,10 +40,14 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-# Session fixtures defined here only, so that each is one for the whole run (a conftest that
-# imports a fixture defines it again, for its folder): Apache Kafka's shared broker, ZooKeeper.
-from kafka_reference import kafka_jars, kafka_session_broker, kafka_shared  # noqa: E402,F401
-from zookeeper_reference import zk_client, zk_hosts, zk_server  # noqa: E402,F401
+# Fixtures defined here only, so that each session one is one for the whole run (a conftest or
+# module that imports a fixture defines it again, for its folder or module): Apache Kafka's jars,
+# brokers and shared broker, ZooKeeper. __all__ names them as what this module re-exports.
+from kafka_reference import kafka_broker_factory, kafka_jars, kafka_session_broker, kafka_shared  # noqa: E402
+from zookeeper_reference import zk_client, zk_hosts, zk_server  # noqa: E402
+
+__all__ = ["kafka_broker_factory", "kafka_jars", "kafka_session_broker", "kafka_shared",
+           "zk_client", "zk_hosts", "zk_server"]
 
 BACKEND_ORDER = ("external", "minio", "seaweedfs", "moto")
 SERVER_START_TIMEOUT_S = 60.0

@@ -710,7 +710,7 @@ def kafka_unavailable(reason: str):
     pytest.skip(f"Apache Kafka unavailable: {reason}")
 
 
-# -- pytest fixtures (imported by tests/kafka/conftest.py) ---------------------------------------------
+# -- pytest fixtures (tests/conftest.py alone imports them) -----------------------------------------
 
 def _fixtures():
     import pytest

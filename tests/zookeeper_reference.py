@@ -362,14 +362,36 @@ def running_zookeeper(base: Path, size: int = 1, **options):
         zk.stop()
 
 
-# -- pytest fixtures (tests/conftest.py alone imports them: one ZooKeeper for the session) ---------
-
 SESSION_TIMEOUT = 2.0     # seconds; the servers run with tickTime 500 ms (1 s .. 10 s allowed)
 
 
-def _fixtures():
-    import uuid
+@contextlib.contextmanager
+def started_client(hosts: str, timeout: float = SESSION_TIMEOUT):
+    """A started KazooClient on `hosts`, stopped and closed at exit."""
+    from kazoo.client import KazooClient
+    c = KazooClient(hosts=hosts, timeout=timeout)
+    c.start(timeout=15)
+    try:
+        yield c
+    finally:
+        c.stop()
+        c.close()
 
+
+def fresh_chroot(connect_string: str, prefix: str = "t") -> str:
+    """`connect_string` with a new chroot ("127.0.0.1:p/<prefix>-<hex>"), created, so that tests
+    share a server but never see each other's znodes."""
+    import uuid
+    chroot = f"/{prefix}-{uuid.uuid4().hex[:12]}"
+    with started_client(connect_string) as c:
+        c.ensure_path(chroot)
+    return connect_string + chroot
+
+
+# -- pytest fixtures (tests/conftest.py alone imports them: one ZooKeeper for the session) ---------
+
+
+def _fixtures():
     import pytest
 
     @pytest.fixture(scope="session")
@@ -381,26 +403,14 @@ def _fixtures():
 
     @pytest.fixture
     def zk_hosts(zk_server):
-        """A connect string with a fresh chroot ("127.0.0.1:p/t-<hex>"), so that tests share the
-        server but never see each other's znodes."""
-        from kazoo.client import KazooClient
-        chroot = f"/t-{uuid.uuid4().hex[:12]}"
-        c = KazooClient(hosts=zk_server.connect_string, timeout=SESSION_TIMEOUT)
-        c.start(timeout=15)
-        c.ensure_path(chroot)
-        c.stop()
-        c.close()
-        return zk_server.connect_string + chroot
+        """A connect string with a fresh chroot (fresh_chroot)."""
+        return fresh_chroot(zk_server.connect_string)
 
     @pytest.fixture
     def zk_client(zk_hosts):
         """A started KazooClient on zk_hosts, stopped after the test."""
-        from kazoo.client import KazooClient
-        c = KazooClient(hosts=zk_hosts, timeout=SESSION_TIMEOUT)
-        c.start(timeout=15)
-        yield c
-        c.stop()
-        c.close()
+        with started_client(zk_hosts) as c:
+            yield c
 
     return zk_server, zk_hosts, zk_client
 

@@ -5,8 +5,8 @@ Kafka source plans. The same questions root_logs.RootLogs answers from a log roo
 """
 from __future__ import annotations
 
-from logcore.wire.error_codes import NONE
 from logcore.wire.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from pyspark_seglog.subscription import subscribed_partitions
 
 
 class BrokerLogs:
@@ -21,19 +21,7 @@ class BrokerLogs:
 
     def topic_partitions(self) -> list:
         """The subscribed partitions the cluster has now (internal topics only when named)."""
-        opts, client = self.opts, self._client
-        if opts.strategy == "assign":
-            topics = sorted({t for t, _p in opts.assigned})
-        elif opts.strategy == "subscribe":
-            topics = sorted(opts.topics)
-        else:
-            topics = None
-        codes = client.metadata(topics)
-        if opts.strategy == "assign":
-            return [tp for tp in opts.assigned if tp in client.partitions]
-        names = {t for t, code in codes.items() if code == NONE and t is not None
-                 and (opts.strategy == "subscribe" or (opts.matches(t) and not t.startswith("__")))}
-        return sorted(tp for tp in client.partitions if tp[0] in names)
+        return subscribed_partitions(self.opts, self._client)
 
     def refresh(self, tps) -> None:
         tps = list(tps)

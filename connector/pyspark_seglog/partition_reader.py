@@ -13,7 +13,7 @@ from pyspark.sql.datasource import InputPartition
 
 from logcore.errors import CorruptRecordError, OffsetOutOfRangeError, ResourceNotFoundError
 from logcore.log.log_root import LogRoot, partition_dir
-import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+from logcore.tiered import install_remote_tier
 from logcore.records.arrow import decode_batches
 from logcore.storage.read_facts import REPLAY, ReadFacts
 from pyspark_seglog.data_loss import damaged, data_loss
@@ -22,6 +22,8 @@ from pyspark_seglog.read_path import READ_PATHS
 from pyspark_seglog.replicas import choose_replica
 from pyspark_seglog.schema import arrow_schema
 from pyspark_seglog.source_options import DEFAULT_FETCH_BYTES
+
+install_remote_tier()  # roots that enable tiering have a remote tier
 
 # the source's logger, as before this module was split from source.py (users configure it by name)
 logger = logging.getLogger("pyspark_seglog.source")

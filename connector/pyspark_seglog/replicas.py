@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 from logcore.errors import ReplicaNotAvailableError, SegLogError, TopicNotFoundError
 from logcore.log.log_root import LogRoot
-import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+from logcore.tiered import install_remote_tier
+
+install_remote_tier()  # roots that enable tiering have a remote tier
 
 logger = logging.getLogger("pyspark_seglog.source")
 

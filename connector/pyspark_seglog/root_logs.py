@@ -9,10 +9,12 @@ import logging
 from logcore.errors import ReplicaNotAvailableError, SegLogError, TopicNotFoundError
 from logcore.log.log_root import LogRoot, partition_dir
 from logcore.storage.read_facts import RECORD, ReadFacts
-import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
-from logcore.wire.error_codes import NONE
+from logcore.tiered import install_remote_tier
 from pyspark_seglog.replicas import ReplicaLogs
+from pyspark_seglog.subscription import subscribed_partitions
 from pyspark_seglog.source_options import SourceOptions
+
+install_remote_tier()  # roots that enable tiering have a remote tier
 
 # the source's logger, as before this module was split from source.py (users configure it by name)
 logger = logging.getLogger("pyspark_seglog.source")
@@ -161,19 +163,7 @@ class RootLogs:
 
     def _wanted(self, client) -> list:
         """The subscribed partitions as the cluster has them (topics this root may lack)."""
-        opts = self.opts
-        if opts.strategy == "assign":
-            topics = sorted({t for t, _p in opts.assigned})
-        elif opts.strategy == "subscribe":
-            topics = sorted(opts.topics)
-        else:
-            topics = None
-        codes = client.metadata(topics)
-        if opts.strategy == "assign":
-            return [tp for tp in opts.assigned if tp in client.partitions]
-        names = {t for t, code in codes.items() if code == NONE and t is not None
-                 and (opts.strategy == "subscribe" or (opts.matches(t) and not t.startswith("__")))}
-        return sorted(tp for tp in client.partitions if tp[0] in names)
+        return subscribed_partitions(self.opts, client)
 
     def _check_replicas(self) -> None:
         client = self._metadata_client()

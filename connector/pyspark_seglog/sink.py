@@ -35,7 +35,7 @@ from logcore.errors import (
     TopicNotFoundError,
 )
 from logcore.log.log_root import LogRoot
-import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+from logcore.tiered import install_remote_tier
 from logcore.storage import open_storage
 
 from pyspark_seglog.offset_reservation import seed_offsets
@@ -49,6 +49,8 @@ from pyspark_seglog.staging_area import (COMMITTED, JOB_MARKER, MANIFEST, cleanu
                                          read_json, staging_path)
 from pyspark_seglog.task_stager import TaskStager
 from pyspark_seglog.worker_heap import freeze_import_heap
+
+install_remote_tier()  # roots that enable tiering have a remote tier
 
 logger = logging.getLogger(__name__)
 

@@ -117,8 +117,8 @@ class AdminHandlers:
                     self._check_partition_cap(t.name, partitions, in_request)
                     in_request += partitions
                 if body.validate_only:
-                    from logcore.log.config import (LogConfig, check_topic_against_root,
-                                                    validate_topic_name, validate_topic_overrides)
+                    from logcore.log.config import LogConfig, check_topic_against_root, validate_topic_overrides
+                    from logcore.log.topic_name import validate_topic_name
                     validate_topic_name(t.name)
                     validate_topic_overrides(configs)
                     defaults = self.root.defaults()

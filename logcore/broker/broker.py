@@ -61,9 +61,11 @@ from logcore.quota.replication_quota import ReplicationQuotas
 from logcore.quota.root_quota_store import RootQuotaStore
 from logcore.security.acl_store import RootAclStore, ZooKeeperAclStore
 from logcore.security.authorizer import authorizer_for
-import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+from logcore.tiered import install_remote_tier
 from logcore.wire.produce_codec import encode_produce_results
 from logcore.security.acl import AclOperation
+
+install_remote_tier()  # roots that enable tiering have a remote tier
 
 WRITE = AclOperation.WRITE
 from logcore.wire.protocol import ZERO_UUID, Request
@@ -629,8 +631,8 @@ class Broker:
                 if exc is None:
                     info = fut.result()
                     log = part.log_if_open or part.log   # the log just appended to: no pin needed
-                    result = ProduceResult(index, E.NONE, info.first_offset, info.log_append_time,
-                                           log.log_start_offset)
+                    # a plain tuple in ProduceResult's field order: no constructor call per partition
+                    result = (index, E.NONE, info.first_offset, info.log_append_time, log.log_start_offset, None)
                 elif isinstance(exc, SegLogError):
                     code = E.error_code(exc)
                     logger.info("produce to %s-%d rejected (%s): %s", part.topic, part.index, code, exc)
@@ -639,8 +641,8 @@ class Broker:
                 else:   # an OS error or a bug: this partition only
                     logger.error("produce to %s-%d failed: %r", part.topic, part.index, exc)
                     result = ProduceResult(index, E.error_code(exc), message=str(exc))
-            if result.error_code:
-                self.metrics.requests.error(0, result.error_code)      # Produce's partition errors
+            if result[1]:
+                self.metrics.requests.error(0, result[1])      # Produce's partition errors
             results = by_topic.get(topic)
             if results is None:
                 by_topic[topic] = [result]

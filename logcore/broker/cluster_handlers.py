@@ -230,7 +230,8 @@ class ClusterHandlers:
                     raise _Refused(E.INVALID_REPLICATION_FACTOR,
                                    f"Replication factor: {rf} larger than available brokers: {live}.")
                 if body.validate_only:
-                    from logcore.log.config import validate_topic_name, validate_topic_overrides
+                    from logcore.log.config import validate_topic_overrides
+                    from logcore.log.topic_name import validate_topic_name
                     validate_topic_name(t.name)
                     validate_topic_overrides(configs)
                     if t.name in self.membership.replica_manager.assignments:

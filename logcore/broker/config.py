@@ -14,7 +14,8 @@ from typing import Any
 
 from logcore.errors import InvalidConfigError
 from logcore.log.config import (ConfigKey, ConfigType, Validator, unknown_message, at_least, between,
-                                load_properties, resolve_root_defaults)
+                                resolve_root_defaults)
+from logcore.log.properties_file import load_properties
 from logcore.security.listener import Listener
 from logcore.security.security_config import SECURITY_KEYS, SecurityConfig, is_security_name
 from logcore.tiered.config import TIERED_KEYS, TieredConfig

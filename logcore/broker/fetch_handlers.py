@@ -134,9 +134,14 @@ class FetchHandlers:
             # for the follower's progress only if this broker still leads at that epoch.
             epochs = checks.epochs(wanted)
         while True:
+            # Parked before the read (which may run in a thread): an append meanwhile wakes it.
             # A follower reads to the LEO: a HW move alone gives it nothing to read.
-            waits = [w.part.next_growth() if follower >= 0 else w.part.next_commit()
-                     for w in wanted if w.part is not None]
+            wake = loop.create_future()
+            parked = False
+            for w in wanted:
+                if w.part is not None:
+                    w.part.park_fetch(wake, follower < 0)
+                    parked = True
             if follower >= 0:
                 ends = {w.key: w.part.log_if_open.log_end_offset
                         for w in wanted if w.part is not None and w.part.is_open}
@@ -147,11 +152,16 @@ class FetchHandlers:
             # A consumer sent to another replica is answered at once (as Kafka's delayed fetch).
             failed = failed or any(r["preferred_read_replica"] >= 0 for r in results)
             remaining = deadline - loop.time()
-            if total >= body.min_bytes or failed or remaining <= 0 or not waits:
+            if total >= body.min_bytes or failed or remaining <= 0 or not parked:
+                wake.cancel()                 # left in the partitions' lists: dropped there
                 break
             _close_records(results)           # not enough yet: wait, then read again
             # Any partition with news ends the wait (not all of them), or max_wait does.
-            await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            timer = loop.call_later(remaining, _wake_up, wake)
+            try:
+                await wake
+            finally:
+                timer.cancel()
             # As Kafka's delayed fetch: the role and the leader epoch are checked again
             # before a parked fetch reads, so records of a newer epoch (or of a deposed
             # leader) never answer a request made at an older one.
@@ -282,6 +292,11 @@ class FetchHandlers:
                                                for a in fetched.aborted]
             total += len(data)
         return results, total, failed
+
+
+def _wake_up(wake: asyncio.Future) -> None:
+    if not wake.done():
+        wake.set_result(None)
 
 
 def _close_records(results: list[dict]) -> None:

@@ -55,8 +55,7 @@ class PartitionLog:
     manager: "PartitionManager"
     working: bool = False
     queue: list = field(default_factory=list)           # (batch bytes, future)
-    committed: asyncio.Future | None = None              # resolved at the next commit or HW move
-    grown: asyncio.Future | None = None                  # resolved at the next commit, not at a HW move
+    parked: list = field(default_factory=list)           # (future, wakes at a HW move) of parked fetches
     closed: bool = False
     _log: Log | None = None
     _epoch: int = -1                                     # leader epoch of the last open
@@ -115,18 +114,17 @@ class PartitionLog:
         """Another writer took the partition: the next open starts a new epoch."""
         self._resume = None
 
-    def next_commit(self) -> asyncio.Future:
-        if self.committed is None or self.committed.done():
-            self.committed = asyncio.get_running_loop().create_future()
-        return self.committed
-
-    def next_growth(self) -> asyncio.Future:
-        """A future for what a follower's parked fetch waits on: the log grew, or its state
-        changed (notify), but not a move of the HW alone, which a follower reading to the
-        LEO has no use for (Kafka's delayed fetch: followers wake on the leader's appends)."""
-        if self.grown is None or self.grown.done():
-            self.grown = asyncio.get_running_loop().create_future()
-        return self.grown
+    def park_fetch(self, wake: asyncio.Future, on_high_watermark: bool) -> None:
+        """`wake` is set (here, by the notifier: the parked fetch's task resumes in the next
+        event-loop pass, not two passes on through a shared future's callback and
+        asyncio.wait's) when the log grows or its state changes, and with
+        `on_high_watermark` (a consumer's fetch) when the HW moves too; a follower reading to
+        the LEO has no use for a HW move alone (Kafka's delayed fetch: followers wake on the
+        leader's appends). A fetch that stops waiting cancels `wake`; done ones are dropped here."""
+        parked = self.parked
+        if parked:
+            parked = self.parked = [entry for entry in parked if not entry[0].done()]
+        parked.append((wake, on_high_watermark))
 
 
 class PartitionManager:
@@ -572,14 +570,25 @@ class PartitionManager:
 
     def notify(self, part: PartitionLog) -> None:
         """Wake every fetch parked on the partition: its log grew or its state changed."""
-        self.notify_high_watermark(part)
-        if part.grown is not None and not part.grown.done():
-            part.grown.set_result(None)
+        parked, part.parked = part.parked, []
+        for wake, _ in parked:
+            if not wake.done():
+                wake.set_result(None)
 
     def notify_high_watermark(self, part: PartitionLog) -> None:
         """Wake the consumers' fetches parked on the partition: its HW moved."""
-        if part.committed is not None and not part.committed.done():
-            part.committed.set_result(None)
+        if not part.parked:
+            return
+        keep = []
+        for entry in part.parked:
+            wake, on_high_watermark = entry
+            if wake.done():
+                continue
+            if on_high_watermark:
+                wake.set_result(None)
+            else:
+                keep.append(entry)
+        part.parked = keep
 
 
     def _append_and_commit(self, part: PartitionLog, batches: list[bytes]) -> tuple[list, BaseException | None]:

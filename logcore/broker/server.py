@@ -73,7 +73,7 @@ class BrokerServer:
             host, port = listener.bind_host, listener.port
             tls = self.tls.get(listener.name)
             factory, tls_options = lambda l=listener: self.clients.new_connection(l), {}
-            if tls is not None:       # asyncio's TLS protocol, records read in batches where it can
+            if tls is not None:       # OpenSSL on the socket where it can (tls_transport.server_reads)
                 factory, tls_options = server_reads().serve(loop, factory, tls.context)
             try:
                 server = await loop.create_server(factory, host, port, reuse_address=True,
@@ -310,7 +310,7 @@ def run_from_properties(path: str, overrides: dict[str, str] | None = None) -> i
     """
     import sys
 
-    from logcore.log.config import load_properties
+    from logcore.log.properties_file import load_properties
 
     props = load_properties(path)
     props.update(overrides or {})

@@ -18,7 +18,8 @@ from typing import Protocol, runtime_checkable
 from logcore.cluster.assignment import assign_replicas, check_assignment
 from logcore.cluster.zookeeper_store import ZooKeeperStore
 from logcore.errors import InvalidConfigError, InvalidReplicationFactorError, TopicNotFoundError
-from logcore.log.config import validate_topic_name, validate_topic_overrides
+from logcore.log.config import validate_topic_overrides
+from logcore.log.topic_name import validate_topic_name
 from logcore.log.log_root import TopicInfo
 from logcore.log.partition_metadata import format_topic_id, new_topic_id
 

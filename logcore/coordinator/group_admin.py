@@ -140,12 +140,9 @@ class GroupAdmin:
                 continue            # a KIP-848 group's offsets (its classic entry only holds them)
             expired = self._expired(group_id, group, now)
             if expired:
-                code = await offsets.delete(group_id, expired)
-                if code != E.NONE:
-                    logger.warning("group %s: expiring %d offsets failed: error %d", group_id, len(expired), code)
+                if not await self._delete_expired(group_id, expired):
                     continue
                 removed += len(expired)
-                logger.info("group %s: %d committed offsets expired", group_id, len(expired))
             if (self.coordinator.groups.get(group_id) is group and group.state == EMPTY and not group.members
                     and not group.pending and group.rebalance is None and not offsets.has_offsets(group_id)):
                 code = await offsets.delete(group_id, [], group_too=True)
@@ -170,15 +167,18 @@ class GroupAdmin:
                 continue
             expired = offsets.expired(group_id, now, self.retention_ms, lambda c: c.commit_timestamp,
                                       group.subscribed_names())
-            if not expired:
-                continue
-            code = await offsets.delete(group_id, expired)
-            if code != E.NONE:
-                logger.warning("group %s: expiring %d offsets failed: error %d", group_id, len(expired), code)
-                continue
-            removed += len(expired)
-            logger.info("group %s: %d committed offsets expired", group_id, len(expired))
+            if expired and await self._delete_expired(group_id, expired):
+                removed += len(expired)
         return removed
+
+    async def _delete_expired(self, group_id: str, expired: list) -> bool:
+        """Delete a group's expired offsets (tombstones); False when that failed (logged)."""
+        code = await self.coordinator.offsets.delete(group_id, expired)
+        if code != E.NONE:
+            logger.warning("group %s: expiring %d offsets failed: error %d", group_id, len(expired), code)
+            return False
+        logger.info("group %s: %d committed offsets expired", group_id, len(expired))
+        return True
 
     def _expired(self, group_id: str, group, now: int) -> list[TopicPartition]:
         offsets = self.coordinator.offsets

@@ -49,9 +49,11 @@ from logcore.coordinator.group_admin import GroupAdmin
 from logcore.coordinator.group_answers import join_answer, join_error, sync_answer, sync_error
 from logcore.coordinator.group_timers import GroupTimers, changed
 from logcore.coordinator.group_offsets import GroupOffsets
+from logcore.coordinator.partition_tenure import PartitionTenure
 from logcore.coordinator.transaction_appends import CoordinatorAppender
 from logcore.coordinator.transaction_offsets import LogEntry, replay
 from logcore.errors import SegLogError
+from logcore.forwarding import forwarded
 from logcore.records.batch import build_batch
 
 logger = logging.getLogger(__name__)
@@ -83,15 +85,14 @@ class GroupCoordinator:
         self._topic_ready = False
         self._topic_lock: asyncio.Lock | None = None
         # Which groups this broker may coordinate (placement): all of them, until
-        # attach_cluster. A cluster member: the partitions of __consumer_offsets this broker
-        # leads and has loaded, those it is loading, and a counter per partition bumped at each
-        # change of leadership (a write or a load that began under another tenure is stale).
+        # attach_cluster. A cluster member: those of the __consumer_offsets partitions it leads
+        # and has loaded (partition_tenure.py).
         self.placement = placement.SingleNode()
         self.commit_timeout_s = 5.0
-        self.owned: set[int] = set()
-        self.loading: set[int] = set()
-        self._tenure: dict[int, int] = {}
-        self._loads: dict[int, asyncio.Task] = {}
+        # (the read looked up at each load: a test stands in for it on the instance)
+        self.tenure = PartitionTenure(partitions, OT.TOPIC, "groups", logger,
+                                      read=lambda part: self._read_partition(part),
+                                      loaded=self._loaded, lost=self._lost, gained=self._load_begins)
         # The committed offsets, transactional ones too; they reach the log through _append.
         self.offsets = GroupOffsets(self.partition_of, self._append, self._group)
         self.appender = CoordinatorAppender(partitions)
@@ -106,7 +107,10 @@ class GroupCoordinator:
         self.placement = placement.Cluster(replica_manager, OT.TOPIC)
         self.commit_timeout_s = commit_timeout_ms / 1000
         self._topic_ready = True                  # created through the catalog (FindCoordinator)
-        replica_manager.leadership_listeners.append(self.on_leadership)
+        replica_manager.leadership_listeners.append(self.tenure.on_leadership)
+
+    owned = forwarded("tenure.owned", "The __consumer_offsets partitions coordinated here (loaded).")
+    loading = forwarded("tenure.loading", "The __consumer_offsets partitions being loaded.")
 
     def partition_count(self) -> int:
         """Partitions of __consumer_offsets: the topic's own count once it exists."""
@@ -125,52 +129,14 @@ class GroupCoordinator:
         return self.placement.loads_at_open()
 
     # ------------------------------------------------------------------ leadership (cluster)
-    def on_leadership(self, topic: str, p: int, leader: bool) -> None:
-        """The replica manager's listener (on the loop): this broker started or stopped leading
-        `topic`-`p`."""
-        if topic != OT.TOPIC:
-            return
-        if leader:
-            if p in self.owned or p in self.loading:
-                return                          # a new epoch of the same tenure
-            tenure = self._tenure[p] = self._tenure.get(p, 0) + 1
-            self.offsets.defer_markers(p)
-            self.loading.add(p)
-            self._loads[p] = asyncio.get_running_loop().create_task(
-                self._load_partition(p, tenure), name=f"load-{OT.TOPIC}-{p}")
-            return
-        if p not in self.owned and p not in self.loading:
-            return
-        self._tenure[p] = self._tenure.get(p, 0) + 1
-        self.owned.discard(p)
-        self.loading.discard(p)
-        self.offsets.discard_deferred(p)
-        task = self._loads.pop(p, None)
-        if task is not None:
-            task.cancel()
-        self._unload(p)
+    on_leadership = forwarded("tenure.on_leadership", "The replica manager's leadership listener.")
 
-    async def _load_partition(self, p: int, tenure: int) -> None:
-        """Read the groups of partition p back from the log (up to its end, as Kafka), then
-        coordinate them. A failed read is retried while this tenure lasts."""
-        where = f"{OT.TOPIC}-{p}"
-        started = time.monotonic()
-        delay = 0.2
-        while self._tenure.get(p) == tenure:
-            part = self.partitions.get(OT.TOPIC, p)
-            try:
-                if part is None:
-                    raise SegLogError(f"{where} is not open on this broker")
-                records = await asyncio.to_thread(self._read_partition, part)
-                break
-            except Exception as exc:   # noqa: BLE001 - retried; the groups wait (LOAD_IN_PROGRESS)
-                logger.error("loading the groups of %s failed (retrying in %.1f s): %s", where, delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        else:
-            return
-        if self._tenure.get(p) != tenure:
-            return
+    def _load_begins(self, p: int) -> None:
+        """A load of partition p begins: transaction markers for its offsets wait for it."""
+        self.offsets.defer_markers(p)
+
+    def _loaded(self, p: int, records: list[LogEntry], tenure: int) -> int:
+        """Coordinate the groups read back from partition p; returns how many."""
         self._unload(p)                         # whatever an earlier tenure left
         self.offsets.replay(p, records, self._apply_group_record)
         self.offsets.apply_deferred(p)
@@ -178,11 +144,11 @@ class GroupCoordinator:
         resume(loaded, asyncio.get_running_loop().time())
         if self.consumer_groups is not None:
             self.consumer_groups.resume(lambda gid: self.partition_of(gid) == p, asyncio.get_running_loop().time())
-        self.loading.discard(p)
-        self.owned.add(p)
-        self._loads.pop(p, None)
-        logger.info("coordinating %d groups of %s (%d records loaded in %.2f s)", len(loaded), where,
-                    len(records), time.monotonic() - started)
+        return len(loaded)
+
+    def _lost(self, p: int) -> None:
+        self.offsets.discard_deferred(p)
+        self._unload(p)
 
     def _read_partition(self, part) -> list[LogEntry]:
         """Every record and transaction marker of the partition up to its log end (a thread)."""
@@ -270,7 +236,7 @@ class GroupCoordinator:
         self.admin.stop()
         if self.consumer_groups is not None:
             await self.consumer_groups.stop()
-        for task in self._loads.values():
+        for task in self.tenure.load_tasks():
             task.cancel()
 
     def _group(self, group_id: str) -> Group:
@@ -338,7 +304,7 @@ class GroupCoordinator:
         REQUEST_TIMED_OUT as it is."""
         p = self.partition_of(group_id)
         where = f"{OT.TOPIC}-{p}"
-        tenure = self._tenure.get(p)
+        tenure = self.tenure.current(p)
         code, message = self.placement.write_check(p, self.owned)
         if code != E.NONE:
             if message is not None:
@@ -364,7 +330,7 @@ class GroupCoordinator:
             return E.COORDINATOR_NOT_AVAILABLE
         code = await self.placement.commit(
             p, info.last_offset + 1, self.commit_timeout_s,
-            lambda: self._tenure.get(p) == tenure and p in self.owned)
+            lambda: self.tenure.lasts(p, tenure) and p in self.owned)
         if code != E.NONE:
             logger.info("group %s: records appended to %s at offset %d not acknowledged: error %d",
                         group_id, where, info.last_offset, code)

@@ -43,8 +43,10 @@ from typing import Callable
 from logcore.coordinator import transaction_placement
 from logcore.coordinator.transaction_log import (TOPIC, TxnRecord, TxnRecords, TxnState, encode_key, encode_value,
                                                  group_partitions, partition_for)
+from logcore.coordinator.partition_tenure import PartitionTenure
 from logcore.coordinator.transaction_markers import MarkerWriter
 from logcore.errors import SegLogError
+from logcore.forwarding import forwarded
 from logcore.records.batch import build_batch
 from logcore.wire import error_codes as E
 
@@ -123,10 +125,10 @@ class TransactionCoordinator:
         self.markers = MarkerWriter(partitions, self.placement, on_offsets_marker=on_offsets_marker,
                                     commit_timeout_s=settings.commit_timeout_s)
         self.txns: dict[str, TxnMetadata] = {}
-        self.owned: set[int] = set()
-        self.loading: set[int] = set()
-        self.tenure: dict[int, int] = {}
-        self.loads: dict[int, asyncio.Task] = {}
+        # Which __transaction_state partitions a cluster member coordinates (partition_tenure.py).
+        self.tenure = PartitionTenure(partitions, TOPIC, "transactional ids", logger,
+                                      read=lambda part: self._read_partition(part),
+                                      loaded=self._loaded, lost=self._unload)
         self.tasks: set[asyncio.Task] = set()
         self.topic_ready = False
         self.topic_lock: asyncio.Lock | None = None
@@ -141,7 +143,10 @@ class TransactionCoordinator:
         self.markers.placement = self.placement
         self.markers.connect = connect
         self.topic_ready = True
-        replica_manager.leadership_listeners.append(self.on_leadership)
+        replica_manager.leadership_listeners.append(self.tenure.on_leadership)
+
+    owned = forwarded("tenure.owned", "The __transaction_state partitions coordinated here (loaded).")
+    loading = forwarded("tenure.loading", "The __transaction_state partitions being loaded.")
 
     def partition_count(self) -> int:
         return self.placement.partition_count(self.settings.num_partitions)
@@ -163,12 +168,12 @@ class TransactionCoordinator:
         self.expiry = asyncio.get_running_loop().create_task(self._expire_loop(), name="txn-expiry")
         for meta in self.txns.values():      # loaded at open: finish what a crash left prepared
             if meta.state in PREPARED:
-                self._complete_later(meta, self.tenure.get(self.partition_of(meta.transactional_id)))
+                self._complete_later(meta, self.tenure.current(self.partition_of(meta.transactional_id)))
 
     async def stop(self) -> None:
         if self.expiry is not None:
             self.expiry.cancel()
-        for task in list(self.loads.values()) + list(self.tasks):
+        for task in self.tenure.load_tasks() + list(self.tasks):
             task.cancel()
         self.markers.close()
 
@@ -214,53 +219,17 @@ class TransactionCoordinator:
         return out
 
     # ------------------------------------------------------------------ leadership (cluster)
-    def on_leadership(self, topic: str, p: int, leader: bool) -> None:
-        if topic != TOPIC:
-            return
-        if leader:
-            if p in self.owned or p in self.loading:
-                return
-            tenure = self.tenure[p] = self.tenure.get(p, 0) + 1
-            self.loading.add(p)
-            self.loads[p] = asyncio.get_running_loop().create_task(self._load_partition(p, tenure),
-                                                                   name=f"load-{TOPIC}-{p}")
-            return
-        if p not in self.owned and p not in self.loading:
-            return
-        self.tenure[p] = self.tenure.get(p, 0) + 1
-        self.owned.discard(p)
-        self.loading.discard(p)
-        task = self.loads.pop(p, None)
-        if task is not None:
-            task.cancel()
-        self._unload(p)
+    on_leadership = forwarded("tenure.on_leadership", "The replica manager's leadership listener.")
 
-    async def _load_partition(self, p: int, tenure: int) -> None:
-        delay = 0.2
-        while self.tenure.get(p) == tenure:
-            part = self.partitions.get(TOPIC, p)
-            try:
-                if part is None:
-                    raise SegLogError(f"{TOPIC}-{p} is not open on this broker")
-                records = await asyncio.to_thread(self._read_partition, part)
-                break
-            except Exception as exc:   # noqa: BLE001 - retried while this tenure lasts
-                logger.error("loading the transactions of %s-%d failed (retrying in %.1f s): %s", TOPIC, p, delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        else:
-            return
-        if self.tenure.get(p) != tenure:
-            return
-        self._unload(p)
+    def _loaded(self, p: int, records, tenure: int) -> int:
+        """Coordinate the ids read back from partition p (finishing the prepared ones); returns
+        how many."""
+        self._unload(p)                         # whatever an earlier tenure left
         loaded = self._install(p, records)
-        self.loading.discard(p)
-        self.owned.add(p)
-        self.loads.pop(p, None)
-        logger.info("coordinating %d transactional ids of %s-%d", len(loaded), TOPIC, p)
         for meta in loaded:
             if meta.state in PREPARED:
                 self._complete_later(meta, tenure)
+        return len(loaded)
 
     def _unload(self, p: int) -> None:
         for tid in [tid for tid in self.txns if self.partition_of(tid) == p]:
@@ -288,7 +257,7 @@ class TransactionCoordinator:
         """Append the id's new record (None: its tombstone) and wait for its commit; the error
         code (Kafka's mapping for the coordinator). The caller holds meta.pending."""
         p = self.partition_of(meta.transactional_id)
-        tenure = self.tenure.get(p)
+        tenure = self.tenure.current(p)
         code, message = self.placement.write_check(p, self.owned)
         if code != E.NONE:
             if message:
@@ -306,7 +275,7 @@ class TransactionCoordinator:
             logger.error("transactional id %r: writing to %s-%d failed: %s", meta.transactional_id, TOPIC, p, exc)
             return E.COORDINATOR_NOT_AVAILABLE
         code = await self.placement.commit(p, info.last_offset + 1, self.settings.commit_timeout_s,
-                                           lambda: self.tenure.get(p) == tenure and self.coordinates(meta.transactional_id))
+                                           lambda: self.tenure.lasts(p, tenure) and self.coordinates(meta.transactional_id))
         if code != E.NONE:
             logger.info("transactional id %r: record at %s-%d offset %d not acknowledged: error %d",
                         meta.transactional_id, TOPIC, p, info.last_offset, code)
@@ -498,7 +467,7 @@ class TransactionCoordinator:
         return E.INVALID_TXN_STATE
 
     async def _prepare_end(self, meta: TxnMetadata, record: TxnRecord) -> int:
-        tenure = self.tenure.get(self.partition_of(meta.transactional_id))
+        tenure = self.tenure.current(self.partition_of(meta.transactional_id))
         code = await self._transition(meta, record)
         if code == E.NONE:
             self._complete_later(meta, tenure)
@@ -513,7 +482,7 @@ class TransactionCoordinator:
                     meta.transactional_id, meta.producer_id, meta.producer_epoch, why)
         meta.pending = True
         p = self.partition_of(meta.transactional_id)
-        tenure = self.tenure.get(p)
+        tenure = self.tenure.current(p)
 
         async def run() -> None:
             bumped = min(meta.producer_epoch + 1, MAX_EPOCH - 1)
@@ -537,7 +506,7 @@ class TransactionCoordinator:
         p = self.partition_of(meta.transactional_id)
 
         def still_valid() -> bool:
-            return self.tenure.get(p) == tenure and self.txns.get(meta.transactional_id) is meta
+            return self.tenure.lasts(p, tenure) and self.txns.get(meta.transactional_id) is meta
 
         committed = meta.state == TxnState.PREPARE_COMMIT
         written = await self.markers.write(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,

@@ -25,10 +25,6 @@ from logcore.log.config_rules import (CROSS_FIELD_RULES, check_cross_field_rules
                                       check_turning_off_remote_storage)
 from logcore.log.topic_name import MAX_TOPIC_NAME_LENGTH
 
-# Imported by the callers that take every user-given configuration from this module.
-from logcore.log.properties_file import load_properties  # noqa: F401
-from logcore.log.topic_name import colliding_topic, topic_collision_warning, validate_topic_name  # noqa: F401
-
 _MS_PER_HOUR = 3_600_000
 _MS_PER_MINUTE = 60_000
 

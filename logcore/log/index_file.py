@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+from logcore.errors import ResourceNotFoundError
+
 
 class LocalIndexFile:
     """An index file on local disk: `fd` is open while the index is writable."""
@@ -100,10 +102,30 @@ class LocalIndexFile:
                 pass
 
 
-class ObjectIndexFile:
-    """An index object on an object store: entries live in memory, `flush` publishes them."""
+class EntriesInMemory:
+    """An index whose entries live in memory only until a flush (if any): nothing is opened,
+    preallocated, written in place or cut on a file."""
 
     fd = None
+
+    def open_for_write(self, length: int) -> None:
+        pass
+
+    def resize(self, length: int) -> None:
+        pass
+
+    def write(self, position: int, data: bytes) -> None:
+        pass
+
+    def cut(self, keep: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ObjectIndexFile(EntriesInMemory):
+    """An index object on an object store: entries live in memory, `flush` publishes them."""
 
     def __init__(self, storage, path: str):
         self.storage = storage
@@ -115,27 +137,17 @@ class ObjectIndexFile:
         return self.storage.describe(self.path)
 
     def load(self) -> bytes | None:
-        return self.storage.read(self.path) if self.storage.exists(self.path) else None
-
-    def open_for_write(self, length: int) -> None:
-        pass
-
-    def resize(self, length: int) -> None:
-        pass
-
-    def write(self, position: int, data: bytes) -> None:
-        pass
-
-    def cut(self, keep: int) -> None:
-        pass
+        # One GET: a missing object answers not found (a HEAD first was a second request, and
+        # the loader has just checked that the offset index is there).
+        try:
+            return self.storage.read(self.path)
+        except ResourceNotFoundError:
+            return None
 
     def flush(self, content, entries: int | None = None) -> None:
         data = content()
         self.storage.write_atomic(self.path, data)
         self.length = len(data)
-
-    def close(self) -> None:
-        pass
 
     def rename_to(self, new_path: str) -> None:
         if self.storage.exists(self.path):
@@ -147,10 +159,9 @@ class ObjectIndexFile:
         self.storage.delete(self.path, missing_ok=True)
 
 
-class MemoryIndexFile:
+class MemoryIndexFile(EntriesInMemory):
     """No file: an index rebuilt in memory or decoded from bytes fetched elsewhere."""
 
-    fd = None
     where = None
 
     def __init__(self, path: str | None):
@@ -160,22 +171,7 @@ class MemoryIndexFile:
     def load(self) -> bytes | None:
         return None
 
-    def open_for_write(self, length: int) -> None:
-        pass
-
-    def resize(self, length: int) -> None:
-        pass
-
-    def write(self, position: int, data: bytes) -> None:
-        pass
-
-    def cut(self, keep: int) -> None:
-        pass
-
     def flush(self, content, entries: int | None = None) -> None:
-        pass
-
-    def close(self) -> None:
         pass
 
     def rename_to(self, new_path: str) -> None:

@@ -14,7 +14,8 @@ import time
 from logcore.log.clock import now_ms as _now_ms
 from logcore.log.log_flush import PendingFlushes
 from logcore.log.log_segments import LogSegments
-from logcore.log.segment import LogSegment, _SegmentExists
+from logcore.log.segment import LogSegment
+from logcore.log.segment_data import SegmentExists
 from logcore.errors import FencedWriterError, SegLogError
 from logcore.records.batch import parse_header
 
@@ -163,7 +164,7 @@ class LocalLog:
         fenced writer left at its base is replaced, one of a newer writer fences this one."""
         try:
             seg.publish()
-        except _SegmentExists:
+        except SegmentExists:
             remove_fenced_leftover(self._storage, self._fence, seg, epoch)
             seg.in_memory = True
             seg.writable = True

@@ -1,10 +1,11 @@
-# Just over 700 lines: the partition's offsets and their commit, refresh and reconfigure share one lock and one state; its appends, replica role, cleaner access and local segments are parts of their own (next split: reconfigure with the config it applies).
 """One partition's log (Kafka's UnifiedLog): its offsets (log start, HW, LSO, LEO), epoch cache
 and producer state, opened, refreshed, committed and closed here; the rest is its parts', each
 owning its state: `LocalLog` (segments, roll, flush, recovery point), `ClientAppend` (the client
 append and the one write every batch goes through), `FollowerAppend` (replication.py),
 `ReplicaRole` (leader or follower, epoch, HW moves, truncation), `LogReader`, `LogRetention`,
-`StagedAdoption`, `CleanerAccess` (the log cleaner's), `LogLoader` and `LogRefresh`.
+`StagedAdoption`, `CleanerAccess` (the log cleaner's), `ProducerReplay` (the producer state kept
+in step with the segments), `LogLoader` and `LogRefresh`; a writer's first steps once loaded are
+writer_open.py's.
 
 Visibility (DESIGN section 4): readers never see data at or above the high watermark, and with
 read_committed not at or above the last stable offset. The HW is its own operation (a leader's
@@ -36,28 +37,29 @@ from logcore.records.compression import Compression
 from logcore.records.control import ControlType
 from logcore.log.leader_epoch import LeaderEpochCache
 from logcore.log.checkpoint import LeaderEpochCheckpoint
-from logcore.log.producer_state import ProducerStateManager
 from logcore.log.log_backend import LogBackend
 from logcore.log.open_mode import OpenMode
 from logcore.log.segment import LogSegment
 from logcore.log.log_segments import LogSegments
-from logcore.log.clock import now_ms as _now_ms
 # The parts of Log, by noun, and the names callers import from here.
 from logcore.log.adoption import StagedAdoption
 from logcore.log.cleaner_access import CleanerAccess
 from logcore.log.client_append import AppendInfo, ClientAppend
 from logcore.log.local_log import LocalLog
 from logcore.log.segment_flusher import PendingFlush
-from logcore.log.log_loader import (CLEAN_SHUTDOWN, KAFKA_CLEAN_SHUTDOWN,  # noqa: F401
-                                    LEADER_EPOCH_CHECKPOINT, LoadContext, LoadedLog, LogLoader, RecoveryReport,
-                                    replay_producer_state)
+from logcore.log.log_loader import (CLEAN_SHUTDOWN, KAFKA_CLEAN_SHUTDOWN, LEADER_EPOCH_CHECKPOINT, LoadContext,
+                                    LoadedLog, LogLoader, RecoveryReport)
 from logcore.log.log_reader import _READ_ATTEMPTS, FetchResult, LogReader
 from logcore.log.log_refresh import LogRefresh, RefreshedView
-from logcore.log.range_open import LsoFloor
+from logcore.log.producer_replay import ProducerReplay
+from logcore.log.writer_open import finish_writer_open
 from logcore.log.replica_role import ReplicaRole
 from logcore.log.segment_listing import SegmentListing
 from logcore.log.replication import FollowerAppend
 from logcore.log.retention import LogRetention, RetentionResult
+
+# The names callers import from here (the file names are log_loader's).
+__all__ = ["CLEAN_SHUTDOWN", "KAFKA_CLEAN_SHUTDOWN", "LEADER_EPOCH_CHECKPOINT", "Log"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +79,6 @@ class Log:
         self.mode = mode
         # A reader's range [start, end) (range_open.py): the open prepares only what reading it needs.
         self._read_range = mode.read_range
-        self._producer_state_loaded = mode.read_range is None
-        self._lso_floor = LsoFloor(backend.storage, directory, mode.read_range)
         self.storage = storage
         self.replica = mode.replica
         self._kafka_copy = mode.kafka_copy
@@ -105,7 +105,9 @@ class Log:
         self._role = ReplicaRole(self, leads=mode.leads_when_opened)
         self.high_watermark = 0
         self.log_start_offset = 0
-        self.producer_state = ProducerStateManager(storage, directory, name=f"{topic}-{partition}")
+        # The producer state, kept in step with the segments (a range reader's loaded on need).
+        self._producers = ProducerReplay(self, storage, directory, mode.read_range)
+        self.producer_state = self._producers.state
         self._lock = threading.RLock()
         self._state_unsynced = False                # a commit wrote the HW without fsync
         self._closed = False
@@ -194,71 +196,20 @@ class Log:
         self.local.loaded(loaded.recovery_point, loaded.checkpointed_recovery_point)
         self.high_watermark = loaded.high_watermark
         self.commit_marker = loaded.commit_marker
-        self._lso_floor.record_stored(loaded.stored_lso)
+        self._producers.record_stored(loaded.stored_lso)
         self.recovery = loaded.recovery
 
     def _finish_open(self, loaded: LoadedLog) -> None:
         """What the opened log does before it serves: a reader rebuilds its producer state
-        (unless range-bounded); a writer rolls a first segment into an empty log, brings a stored
-        HW above the LEO down, cuts an uncommitted tail (unless a replica), rebuilds its producer
-        state and takes its epoch at the LEO."""
-        # The load's listing names the producer snapshots unless this writes or deletes some
-        # first (a roll on local disk snapshots, a truncation drops the ones above its cut).
-        listed: tuple[int, ...] | None = loaded.snapshot_offsets
-        if not self.writer:
-            if self._producer_state_loaded:
-                self.rebuild_producer_state(loaded.empty_producers_at, listed)
-            return
-        if not self.segments:
-            self.roll_to(self.log_start_offset)
-            listed = None
-        leo = self.log_end_offset
-        if self.segment_store.in_place and loaded.committed_hw is not None and loaded.committed_hw > leo:
-            # Committed data that a power cut took (it was not fsynced): the stored HW comes
-            # down to the LEO now, or offsets appended from here would count as committed.
-            logger.warning("%s-%d: the committed high watermark %d is above the log end %d",
-                           self.topic, self.partition, loaded.committed_hw, leo)
-            self.state_store.commit(high_watermark=leo, log_start_offset=self.log_start_offset,
-                                    first_segment_base=self.segments[0].base_offset,
-                                    epoch=self.leader_epoch, recovery_point=self.recovery_point)
-        if self.truncate_uncommitted and leo > self.high_watermark:
-            logger.warning("%s-%d: dropping %d uncommitted offsets above the high watermark %d",
-                           self.topic, self.partition, leo - self.high_watermark, self.high_watermark)
-            self.truncate_locked(self.high_watermark)
-            listed = None
-        self.rebuild_producer_state(loaded.empty_producers_at, listed)
-        if not self.mode.leads_when_opened:
-            # A replica: its epoch is the latest it holds until the controller says more.
-            latest = self.epoch_cache.latest_epoch
-            self._role.opened_at(latest if latest is not None else -1)
-        else:
-            self.epoch_cache.assign(self.leader_epoch, self.log_end_offset)
-        self.epoch_cache.flush()        # the truncation above, when assign changed nothing
-        self.segment_store.writer_opened()
+        (unless range-bounded); a writer what writer_open.py says."""
+        if self.writer:
+            finish_writer_open(self, self._role, loaded)
+        elif self._producers.loaded:
+            self.rebuild_producer_state(loaded.empty_producers_at, loaded.snapshot_offsets)
 
-    def rebuild_producer_state(self, empty_at: int | None = None,
-                               listed_snapshots: tuple[int, ...] | None = None) -> None:
-        """Reload the newest usable snapshot, then replay producer fields of later batches.
-
-        Only batch headers are read, plus the one record of each transaction marker. `empty_at`
-        (an open on an object store, which keeps no snapshots: what its last commit recorded):
-        an offset where the producer state was empty, a later start of the replay than the log
-        start when no snapshot is newer; without it an open read every segment's headers.
-        listed_snapshots: the snapshots the open's listing found (None: list the folder again).
-        """
-        state = self.producer_state
-        state.truncate_and_reload(self.log_start_offset, self.log_end_offset, _now_ms(),
-                                  None if listed_snapshots is None else list(listed_snapshots))
-        if (empty_at is not None and not state.producers
-                and state.map_end_offset < empty_at <= self.log_end_offset):
-            state.update_map_end_offset(empty_at)
-        self._replay_producer_state(state.map_end_offset)
-        self.producer_state.on_high_watermark_updated(self.high_watermark)
-
-    def _replay_producer_state(self, start: int) -> None:
-        """Replay the producer fields of batches from `start` to the LEO (headers only)."""
-        replay_producer_state(self.producer_state, self.log_segments, start, self.log_end_offset,
-                              strict=self.writer, name=f"{self.topic}-{self.partition}")
+    rebuild_producer_state = forwarded("_producers.rebuild",
+                                       "Reload the newest usable snapshot and replay later batches"
+                                       " (ProducerReplay.rebuild).")
 
     def refresh(self) -> None:
         """Readers: pick up new segments and the latest committed offsets (another process writes)."""
@@ -283,10 +234,7 @@ class Log:
         hw = view.committed_hw if view.committed_hw is not None else self.log_start_offset
         self.high_watermark = min(max(hw, self.log_start_offset),
                                   self.listing.readable_end(self.segments, hw, self.log_end_offset))
-        if self._producer_state_loaded:
-            self._replay_producer_state(self.producer_state.map_end_offset)
-        self.producer_state.on_high_watermark_updated(self.high_watermark)
-        self._lso_floor.record_stored(view.stored_lso)   # a newer snapshot may settle it too
+        self._producers.refreshed(view.stored_lso)
 
     segments = forwarded("log_segments.list",
                          "The segments, oldest first (read only: `log_segments` changes them).")
@@ -314,20 +262,8 @@ class Log:
             return self.log_start_offset
         return segments[-1].next_offset()
 
-    @property
-    def last_stable_offset(self) -> int:
-        if not self._producer_state_loaded:
-            with self._lock:
-                bounded = self._lso_floor.settle(self.high_watermark, self.log_start_offset)
-                if bounded is not None:
-                    return bounded
-                if not self._producer_state_loaded:     # first need of the exact LSO
-                    self._producer_state_loaded = True
-                    self.rebuild_producer_state()
-        first_unstable = self.producer_state.first_unstable_offset
-        if first_unstable is None:
-            return self.high_watermark
-        return min(first_unstable, self.high_watermark)
+    last_stable_offset = forwarded("_producers.last_stable_offset",
+                                   "The HW, or the first offset of the oldest open transaction below it.")
 
     def assume_high_watermark(self, offset: int) -> None:
         """A reader's view only: take `offset` (capped at the log end) as the HW when the stored

@@ -20,8 +20,9 @@ from typing import Callable
 
 from logcore.errors import CorruptIndexError, CorruptRecordError, DamagedLogError
 from logcore.records.batch import BatchHeader
-from logcore.log.producer_state import ProducerBatch, snapshot_offsets_in
-from logcore.log.segment import LOG_SUFFIX, SNAPSHOT_SUFFIX, LogSegment, parse_segment_name, segment_name
+from logcore.log.producer_snapshot import snapshot_offsets_in
+from logcore.log.producer_state import ProducerBatch
+from logcore.log.segment import LOG_SUFFIX, LogSegment, parse_segment_name, segment_name
 from logcore.log.segment_listing import SegmentListing
 from logcore.log.log_segments import LogSegments
 from logcore.log.range_open import RangePlan

@@ -21,8 +21,10 @@ from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootEr
                             ReadOnlyLogError, ReplicaNotAvailableError, SegLogError, TopicExistsError,
                             TopicNotFoundError)
 from logcore.log.config import (ROOT_TIERING_ENABLE, LogConfig, check_topic_against_root, root_tiering_enabled,
-                               validate_topic_name, validate_topic_overrides)
-from logcore.log.log import KAFKA_CLEAN_SHUTDOWN, Log
+                               validate_topic_overrides)
+from logcore.log.topic_name import validate_topic_name
+from logcore.log.log import Log
+from logcore.log.log_loader import KAFKA_CLEAN_SHUTDOWN
 from logcore.log.log_backend import LogBackend
 from logcore.log.segment_store import LocalSegmentStore, ObjectSegmentStore
 from logcore.log.open_mode import (KafkaCopyReader, OpenMode, PathWriter, PlainReader, RangeReader,

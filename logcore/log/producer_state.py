@@ -1,4 +1,3 @@
-# Just over 700 lines: Kafka's producer state machine (sequences, transactions) and its .snapshot codec.
 """Producer state: idempotent de-duplication, open transactions and `.snapshot` files.
 
 Per producer id the log keeps the epoch, the coordinator epoch, the first offset of the open
@@ -11,57 +10,35 @@ changes when validation fails or the write does not happen:
     ... write the batches to the segment ...
     aborted = state.complete_append(analysis, next_offset)   # AbortedTxn entries for .txnindex
 
-Snapshot file `<20-digit offset>.snapshot` (valid up to that offset), big-endian:
-int16 version (1) | uint32 CRC-32C of bytes [6, end) | int32 count | count x 46-byte entries
-(int64 producerId, int16 epoch, int32 lastSequence, int64 lastOffset, int32 offsetDelta,
-int64 timestamp, int32 coordinatorEpoch, int64 currentTxnFirstOffset or -1).
+What is kept per producer id is producer_entry's; the `.snapshot` file codec is producer_snapshot's.
 """
 from __future__ import annotations
 
 import enum
 import logging
-import re
-import struct
-from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
 from logcore.errors import (
-    CorruptIndexError,
     FencedWriterError,
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
-    ResourceNotFoundError,
 )
+from logcore.log.producer_entry import (NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchMetadata,
+                                        ProducerStateEntry, in_sequence)
+from logcore.log.producer_snapshot import (decode_snapshot, list_snapshot_offsets, load_latest_snapshot,
+                                           snapshot_file_name, write_snapshot)
 from logcore.log.txn_index import AbortedTxn
 from logcore.records.control import ControlType, EndTransactionMarker
-from logcore.records.crc import crc32c
 
 if TYPE_CHECKING:
     from logcore.storage import Storage
 
 log = logging.getLogger(__name__)
 
-NUM_BATCHES_TO_RETAIN = 5
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
-INT32_MAX = 2**31 - 1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000   # producer.id.expiration.ms
-
-SNAPSHOT_VERSION = 1
-SNAPSHOT_SUFFIX = ".snapshot"
-_SNAPSHOT_HEADER = struct.Struct(">hIi")   # version, crc, count
-_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
-_CRC_START = 6                              # the CRC covers everything after version and crc
-_SNAPSHOT_NAME = re.compile(r"([0-9]+)\.snapshot\Z")
-assert _SNAPSHOT_ENTRY.size == 46
-
-
-class CorruptSnapshotError(CorruptIndexError):
-    """A producer state snapshot with a bad version, CRC or layout."""
 
 
 class TransactionCoordinatorFencedError(FencedWriterError):
@@ -72,116 +49,6 @@ class AppendOrigin(enum.Enum):
     CLIENT = "client"            # produce requests: sequence numbers are checked
     REPLICATION = "replication"  # follower fetches and log recovery: no sequence checks
     COORDINATOR = "coordinator"  # transaction markers written by the coordinator
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """sequence + increment with int32 wrap to 0 after INT_MAX."""
-    if sequence > INT32_MAX - increment:
-        return increment - (INT32_MAX - sequence) - 1
-    return sequence + increment
-
-
-def decrement_sequence(sequence: int, decrement: int) -> int:
-    if sequence < decrement:
-        return INT32_MAX - (decrement - sequence) + 1
-    return sequence - decrement
-
-
-def in_sequence(last_seq: int, next_seq: int) -> bool:
-    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
-
-
-@dataclass(frozen=True)
-class BatchMetadata:
-    """What is retained of one appended batch: enough to answer a retry with its offsets."""
-
-    last_seq: int
-    last_offset: int
-    offset_delta: int     # last offset - first offset (= last seq - first seq)
-    timestamp: int        # the batch's max timestamp
-
-    @property
-    def first_seq(self) -> int:
-        return decrement_sequence(self.last_seq, self.offset_delta)
-
-    @property
-    def first_offset(self) -> int:
-        return self.last_offset - self.offset_delta
-
-
-@dataclass
-class ProducerStateEntry:
-    """The state of one producer id."""
-
-    producer_id: int
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    coordinator_epoch: int = -1
-    last_timestamp: int = -1
-    current_txn_first_offset: int | None = None
-    batches: deque[BatchMetadata] = field(default_factory=deque)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.batches
-
-    @property
-    def first_seq(self) -> int:
-        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def first_data_offset(self) -> int:
-        return self.batches[0].first_offset if self.batches else -1
-
-    @property
-    def last_data_offset(self) -> int:
-        return self.batches[-1].last_offset if self.batches else -1
-
-    @property
-    def last_offset_delta(self) -> int:
-        return self.batches[-1].offset_delta if self.batches else 0
-
-    def find_duplicate_batch(self, producer_epoch: int, first_seq: int, last_seq: int
-                             ) -> BatchMetadata | None:
-        if producer_epoch != self.producer_epoch:
-            return None
-        for batch in self.batches:
-            if batch.first_seq == first_seq and batch.last_seq == last_seq:
-                return batch
-        return None
-
-    def maybe_update_producer_epoch(self, producer_epoch: int) -> None:
-        if self.producer_epoch != producer_epoch:
-            self.batches.clear()   # sequences restart with a new epoch
-            self.producer_epoch = producer_epoch
-
-    def add_batch_metadata(self, batch: BatchMetadata) -> None:
-        if len(self.batches) == NUM_BATCHES_TO_RETAIN:
-            self.batches.popleft()
-        self.batches.append(batch)
-
-    def add_batch(self, producer_epoch: int, last_seq: int, last_offset: int, offset_delta: int,
-                  timestamp: int) -> None:
-        self.maybe_update_producer_epoch(producer_epoch)
-        self.add_batch_metadata(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
-        self.last_timestamp = timestamp
-
-    def update_from(self, staged: ProducerStateEntry) -> None:
-        """Apply the result of a staged append (`ProducerAppendInfo`)."""
-        self.maybe_update_producer_epoch(staged.producer_epoch)
-        self.coordinator_epoch = staged.coordinator_epoch
-        self.last_timestamp = staged.last_timestamp
-        self.current_txn_first_offset = staged.current_txn_first_offset
-        for batch in staged.batches:
-            self.add_batch_metadata(batch)
-
-    def staged_copy(self) -> ProducerStateEntry:
-        """Same epochs, timestamp and open transaction; no batches (Kafka's updatedEntry)."""
-        return ProducerStateEntry(self.producer_id, self.producer_epoch, self.coordinator_epoch,
-                                  self.last_timestamp, self.current_txn_first_offset)
 
 
 @dataclass(frozen=True)
@@ -326,93 +193,6 @@ class AppendAnalysis:
     duplicate: DuplicateBatch | None = None
     updates: dict[int, ProducerAppendInfo] = field(default_factory=dict)
     completed_txns: list[CompletedTxn] = field(default_factory=list)
-
-
-# -- snapshot files ------------------------------------------------------------------------------
-
-def snapshot_file_name(offset: int) -> str:
-    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
-
-
-def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
-    """The snapshot file content (entries in producer id order)."""
-    body = []
-    for e in sorted(entries, key=lambda e: e.producer_id):
-        body.append(_SNAPSHOT_ENTRY.pack(
-            e.producer_id, e.producer_epoch, e.last_seq, e.last_data_offset, e.last_offset_delta,
-            e.last_timestamp, e.coordinator_epoch,
-            -1 if e.current_txn_first_offset is None else e.current_txn_first_offset))
-    after_crc = struct.pack(">i", len(body)) + b"".join(body)
-    return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(after_crc)) + after_crc
-
-
-def decode_snapshot(data: bytes, *, source: str | None = None) -> list[ProducerStateEntry]:
-    """The entries of a snapshot; CorruptSnapshotError on a bad version, CRC or size."""
-    if len(data) < _SNAPSHOT_HEADER.size:
-        raise CorruptSnapshotError(f"producer snapshot is {len(data)} bytes, shorter than its "
-                                   f"{_SNAPSHOT_HEADER.size}-byte header", file=source)
-    version, crc, count = _SNAPSHOT_HEADER.unpack_from(data)
-    if version != SNAPSHOT_VERSION:
-        raise CorruptSnapshotError(f"producer snapshot has unknown version {version} (expected "
-                                   f"{SNAPSHOT_VERSION})", file=source)
-    computed = crc32c(memoryview(data)[_CRC_START:])
-    if crc != computed:
-        raise CorruptSnapshotError(f"producer snapshot is corrupt: stored CRC {crc}, computed "
-                                   f"{computed}", file=source)
-    expected = _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size
-    if count < 0 or len(data) != expected:
-        raise CorruptSnapshotError(f"producer snapshot declares {count} entries "
-                                   f"({expected} bytes) but is {len(data)} bytes", file=source)
-    entries = []
-    for (producer_id, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch,
-         txn_first) in _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_SNAPSHOT_HEADER.size:]):
-        entry = ProducerStateEntry(producer_id, epoch, coordinator_epoch, timestamp,
-                                   txn_first if txn_first >= 0 else None)
-        if last_offset >= 0:
-            entry.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
-        entries.append(entry)
-    return entries
-
-
-def snapshot_offsets_in(names: Iterable[str]) -> list[int]:
-    """Offsets of the `.snapshot` files among a folder's file names, ascending."""
-    return sorted(int(match.group(1)) for match in map(_SNAPSHOT_NAME.match, names) if match)
-
-
-def list_snapshot_offsets(storage: Storage, directory: str) -> list[int]:
-    """Offsets of the `.snapshot` files in `directory`, ascending."""
-    return snapshot_offsets_in(storage.list_dir(directory))
-
-
-def write_snapshot(storage: Storage, directory: str, offset: int,
-                   entries: Iterable[ProducerStateEntry], *, durable: bool = True) -> str:
-    """Write `<offset>.snapshot` atomically (fsynced unless not `durable`); returns its path."""
-    path = storage.join(directory, snapshot_file_name(offset))
-    storage.write_atomic(path, encode_snapshot(entries), durable=durable)
-    return path
-
-
-def load_latest_snapshot(storage: Storage, directory: str, upto_offset: int,
-                         above_offset: int = -1, *, offsets: list[int] | None = None
-                         ) -> tuple[int, list[ProducerStateEntry]] | None:
-    """The newest readable snapshot with above_offset < offset <= upto_offset, as
-    (offset, entries). Corrupt ones are skipped with a warning and deleted unless the storage is
-    read-only. offsets: the snapshots a listing just found (None: list the folder)."""
-    if offsets is None:
-        offsets = list_snapshot_offsets(storage, directory)
-    for offset in reversed(offsets):
-        if offset > upto_offset or offset <= above_offset:
-            continue
-        path = storage.join(directory, snapshot_file_name(offset))
-        try:
-            return offset, decode_snapshot(storage.read(path), source=storage.describe(path))
-        except ResourceNotFoundError:
-            continue
-        except CorruptSnapshotError as exc:
-            log.warning("skipping producer snapshot: %s", exc)
-            if not storage.read_only:
-                storage.delete(path)
-    return None
 
 
 # -- the manager ---------------------------------------------------------------------------------

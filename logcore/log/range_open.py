@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 
-from logcore.log.producer_state import load_latest_snapshot
+from logcore.log.producer_snapshot import load_latest_snapshot
 
 
 class RangePlan:

@@ -208,7 +208,7 @@ class ReplicaRole:
             if expected_end is not None and log.log_end_offset != expected_end:
                 return False
             if producer_snapshot is not None:         # checked before anything changes
-                from logcore.log.producer_state import decode_snapshot
+                from logcore.log.producer_snapshot import decode_snapshot
                 decode_snapshot(producer_snapshot, source=snapshot_source)
             log.state_store.commit(high_watermark=offset, log_start_offset=start,
                                    first_segment_base=offset, epoch=self.leader_epoch)

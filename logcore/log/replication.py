@@ -13,7 +13,8 @@ from logcore.errors import InvalidRecordError, RecordTooLargeError
 from logcore.records.batch import iter_batches
 from logcore.log.clock import now_ms as _now_ms
 from logcore.log.log_reader import _end_marker
-from logcore.log.producer_state import AppendOrigin, ProducerBatch, in_sequence
+from logcore.log.producer_entry import in_sequence
+from logcore.log.producer_state import AppendOrigin, ProducerBatch
 from logcore.records.batch import CONTROL_MASK, TRANSACTIONAL_MASK
 
 

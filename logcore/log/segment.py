@@ -1,4 +1,3 @@
-# Just over 700 lines: append, roll rules, recovery, truncation and sealing share the segment's file and index state; its data backends, recovery scan, verification, names and windows are modules of their own.
 """One log segment: a `.log` file of RecordBatch v2 batches plus its offset, time and txn indexes.
 
 A segment is either *active* (the writer appends to it) or *sealed* (immutable). On a local disk
@@ -6,8 +5,9 @@ the active segment is a real file appended in place; on an object store it is he
 published as immutable objects when the writer commits or rolls (object stores have no append).
 Readers in other processes see a local active segment grow; they bound every read by offset
 (the high watermark), never by what happens to be in the file. Its parts, each a module: file
-names (segment_names), where the bytes live (segment_data, chosen once at open), the recovery
-scan, the checks of what is served (segment_verification) and fetch windows (segment_window).
+names (segment_names), where the bytes live (segment_data, chosen once at open), its indexes
+(segment_indexes), the recovery scan, the checks of what is served (segment_verification) and
+fetch windows (segment_window).
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from logcore.errors import CorruptIndexError, CorruptRecordError
 from logcore.records.batch import (F_POSITION, HEADER_SIZE, BatchHeader, batch_fields, first_record_at_or_after,
                                    iter_batches, may_hold_timestamp, parse_header)
 from logcore.log.index_interval import IndexInterval
-from logcore.log.offset_index import OffsetIndex
-from logcore.log.segment_data import SegmentExists as _SegmentExists  # noqa: F401 (log_flush catches it)
+from logcore.forwarding import forwarded
 from logcore.log.segment_data import open_segment_data
+from logcore.log.segment_indexes import SegmentIndexes
 from logcore.log.segment_names import (DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX,
                                        TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, parse_segment_name,
                                        segment_name)
@@ -33,7 +33,6 @@ from logcore.log.segment_verification import (VerifiedRanges, batch_offsets_erro
                                               offset_index_from_headers, verify_mapped)
 from logcore.log.segment_window import locate_window, read_window
 from logcore.log.time_index import TimeIndex
-from logcore.log.txn_index import TransactionIndex
 
 # Callers import the file names and the scan result from here.
 __all__ = ["DELETED_SUFFIX", "INDEX_SUFFIX", "INT32_MAX", "LOG_SUFFIX", "SNAPSHOT_SUFFIX",
@@ -60,7 +59,6 @@ class LogSegment:
         self.dir = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.max_index_size = max_index_size
         self.writable = writable
         self.in_memory = in_memory
         # stem: the file name before the suffix; a cleaned object-store segment has its own
@@ -73,11 +71,10 @@ class LogSegment:
         self.data = open_segment_data(storage, self.log_path, writable=writable, in_memory=in_memory)
         # A read-only view of a file that may have a torn tail: reads stop at `limit_bytes`.
         self.limit_bytes = limit_bytes
-        # Indexes open lazily (as Kafka's LazyIndex): a log of thousands of segments opens fast.
-        self._offset_index: OffsetIndex | None = None
-        self._time_index: TimeIndex | None = None
-        self._txn_index: TransactionIndex | None = None
-        self._index_writable = writable
+        self.indexes = SegmentIndexes(storage, base_offset, index_path=self.index_path,
+                                      time_index_path=self.time_index_path,
+                                      txn_index_path=self.txn_index_path, max_index_size=max_index_size,
+                                      writable=writable, unpublished=in_memory)
         self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
         self.index_interval = IndexInterval(index_interval_bytes)
         self.max_timestamp_so_far = -1
@@ -98,51 +95,13 @@ class LogSegment:
         # A fresh in-memory segment is empty; see next_offset() for why it is set here.
         self._next_offset: int | None = base_offset if in_memory else None
 
-    @property
-    def offset_index(self) -> OffsetIndex:
-        if self._offset_index is None:
-            self._offset_index = self._open_index(OffsetIndex, self.index_path, self._index_writable)
-        return self._offset_index
-
-    @property
-    def time_index(self) -> TimeIndex:
-        if self._time_index is None:
-            self._time_index = self._open_index(TimeIndex, self.time_index_path, self._index_writable)
-        return self._time_index
-
-    @property
-    def txn_index(self) -> TransactionIndex:
-        if self._txn_index is None:
-            self._txn_index = TransactionIndex(self._index_storage, self.txn_index_path,
-                                               self.base_offset, writable=self._index_writable)
-        return self._txn_index
-
-    @property
-    def _index_storage(self):
-        # An unpublished (in-memory) segment starts with empty indexes: objects already at its
-        # paths belong to a segment another (fenced) writer left there, and publish() writes
-        # this segment's own.
-        return None if self.in_memory else self.storage
-
-    def _open_index(self, cls, path: str, writable: bool):
-        index = cls(self._index_storage, path, self.base_offset, max_index_size=self.max_index_size,
-                    writable=writable)
-        if not writable:
-            # A live writer preallocates its active index (zeros past the last entry): only the
-            # leading entries that are in order are real.
-            index.drop_invalid_tail()
-        return index
+    offset_index = forwarded("indexes.offset", "The offset index (opened on first use).")
+    time_index = forwarded("indexes.time", "The time index (opened on first use).")
+    txn_index = forwarded("indexes.txn", "The transaction index (opened on first use).")
 
     def check_index_against_log(self) -> None:
         """Kafka's sanity checks plus: no index entry may point past the end of the `.log`."""
-        self.offset_index.sanity_check()
-        self.time_index.sanity_check()
-        if self.offset_index.entries:
-            _, position = self.offset_index.last_entry
-            if position >= max(self.size(), 1):
-                raise CorruptIndexError(
-                    f"offset index entry points at position {position}, past the end of the"
-                    f" log ({self.size()} bytes)", file=self.index_path)
+        self.indexes.check_against_log(self.size)
 
     # ---------------------------------------------------------------- sizes and offsets
     def size(self) -> int:
@@ -174,8 +133,7 @@ class LogSegment:
         thread, they would race its appends (a stale next offset stored over the one an append
         set, see next_offset; or a second writable index object over the same file, loading the
         first one's zero preallocation as entries)."""
-        self._offset_index = self.offset_index
-        self._time_index = self.time_index
+        self.indexes.load()
         self._next_offset = self.next_offset()
 
     def _read_next_offset(self) -> int:
@@ -192,7 +150,7 @@ class LogSegment:
         """Largest record timestamp in the segment (time index, or a scan of the tail)."""
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
-        if self._time_index is None and not self.writable:
+        if not self.indexes.time_loaded and not self.writable:
             # A sealed segment's last time-index entry holds its largest timestamp: read 12 bytes
             # instead of loading the whole index (timestamp lookups over thousands of segments).
             tail = TimeIndex.last_timestamp_in_file(self.storage, self.time_index_path)
@@ -341,8 +299,7 @@ class LogSegment:
     def rebuild_offset_index(self, problem: str) -> None:
         """Replace a corrupt offset index by one built from the `.log`'s batch headers (in
         memory; on disk too when `persist_rebuilt_index`, the writer of a sealed segment)."""
-        index = OffsetIndex(None, self.index_path, self.base_offset, max_index_size=self.max_index_size,
-                            writable=True)
+        index = self.indexes.empty_offset_index()
         # A damaged `.log` (e.g. a batch's base offset changed) raises here, naming the .log:
         # then the index is not what is wrong.
         offset_index_from_headers(index, self.scan_headers(0), self.index_interval_bytes)
@@ -351,9 +308,7 @@ class LogSegment:
                                     file=self.index_path)
         log.warning("offset index %s is corrupt (%s): rebuilt from %s", self.index_path, problem,
                     self.log_path)
-        old, self._offset_index = self._offset_index, index
-        if old is not None:
-            old.close()
+        self.indexes.replace_offset(index)
         self.index_rebuilds += 1
         if self.persist_rebuilt_index:
             try:
@@ -602,11 +557,7 @@ class LogSegment:
     def flush_calls(self) -> list:
         """What `flush` does, one call per file (the .log and each writable index), for a
         caller that syncs several files at once."""
-        calls = [self.data.flush]
-        for index in (self._offset_index, self._time_index, self._txn_index):
-            if index is not None and index.writable:
-                calls.append(index.flush)
-        return calls
+        return [self.data.flush, *self.indexes.flush_calls()]
 
     def publish(self) -> None:
         """Object store: write this in-memory segment as immutable objects (`.log` first).
@@ -636,6 +587,7 @@ class LogSegment:
                 done.result()
         self.data = published
         self.in_memory = False
+        self.indexes.unpublished = False
         self.writable = False
 
     # ---------------------------------------------------------------- recovery and truncation
@@ -649,15 +601,8 @@ class LogSegment:
         False to leave the bytes as they are (the result then says 0 bytes truncated, with the
         error) or raises.
         """
-        if write:
-            self.offset_index.reset()
-            self.time_index.reset()
-        else:
-            # Read-only copy: rebuild the indexes in memory, never touch the files.
-            self._offset_index = OffsetIndex(None, self.index_path, self.base_offset,
-                                             max_index_size=self.max_index_size, writable=True)
-            self._time_index = TimeIndex(None, self.time_index_path, self.base_offset,
-                                         max_index_size=self.max_index_size, writable=True)
+        # A read-only copy rebuilds the indexes in memory, never touching the files.
+        self.indexes.start_over(in_place=write)
         self.index_interval.reset()
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = -1
@@ -730,9 +675,7 @@ class LogSegment:
         a segment whose files are deleted next or synced elsewhere."""
         if self.writable and not self.in_memory:
             self.seal(fsync=sync)
-        for index in (self._offset_index, self._time_index, self._txn_index):
-            if index is not None:
-                index.close()
+        self.indexes.close()
         self.data.close()
 
     def delete_files(self) -> None:

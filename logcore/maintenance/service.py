@@ -27,8 +27,7 @@ from logcore.errors import (DamagedLogError, FencedWriterError, PartitionInUseEr
                             SegLogError)
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
-import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
-from logcore.tiered.remote_log_manager import RemoteLogManager, TieringResult
+from logcore.tiered.remote_log_manager import RemoteLogManager, TieringResult  # registers the remote tier too
 
 logger = logging.getLogger(__name__)
 

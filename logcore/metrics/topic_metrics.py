@@ -10,9 +10,10 @@ import struct
 
 from prometheus_client.core import CounterMetricFamily
 
-# RecordBatch v2 header: batchLength at 8 (int32, the bytes after offset 12), recordCount at 57.
-_INT32 = struct.Struct(">i")
-_LENGTH_AT, _COUNT_AT, _HEADER = 8, 57, 61
+# RecordBatch v2 header: batchLength at 8 (int32, the bytes after offset 12), recordCount at 57,
+# read in one unpack.
+_LENGTH_COUNT = struct.Struct(">8xi45xi")
+_HEADER = 61
 
 
 def batch_record_count(records) -> int:
@@ -20,10 +21,11 @@ def batch_record_count(records) -> int:
     (one header read per batch; a truncated tail counts nothing)."""
     total, at, end = 0, 0, len(records)
     while at + _HEADER <= end:
-        length = _INT32.unpack_from(records, at + _LENGTH_AT)[0]
+        length, count = _LENGTH_COUNT.unpack_from(records, at)
         if length <= 0:
             break
-        total += max(0, _INT32.unpack_from(records, at + _COUNT_AT)[0])
+        if count > 0:
+            total += count
         at += 12 + length
     return total
 

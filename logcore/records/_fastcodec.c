@@ -17,6 +17,7 @@
 
 #include "bigendian.h"
 #include "crc32c.h"
+#include "producewire.h"
 #include "record.h"
 #include "varint.h"
 
@@ -1309,6 +1310,16 @@ static PyMethodDef methods[] = {
      "column buffer of bounded size (those come back as memoryviews of the bytes used).\n"
      "copy_data=False validates every record but leaves the key and value data out (empty data\n"
      "buffers, zero offsets): for callers that need offsets, timestamps and null counts only."},
+    {"decode_produce_request", (PyCFunction)(void (*)(void))decode_produce_request, METH_FASTCALL,
+     "decode_produce_request(frame, version, body_cls, topic_cls, partition_cls) -> (correlation_id,\n"
+     "client_id, body): a Produce v3..v10 request frame (size prefix removed) into instances of the\n"
+     "three slotted classes, made without their __init__; each partition's records a view of the\n"
+     "frame. ValueError naming the byte position for a malformed frame."},
+    {"encode_produce_results", (PyCFunction)(void (*)(void))encode_produce_results, METH_FASTCALL,
+     "encode_produce_results(correlation_id, version, topics, throttle_time) -> bytes: the whole\n"
+     "Produce v3..v10 response frame (size prefix included); topics as (name, partitions), each\n"
+     "partition (index, error_code, base_offset, log_append_time, log_start_offset, error_message\n"
+     "[, record_errors as (batch_index, message) pairs])."},
     {"scan_batches", scan_batches, METH_VARARGS,
      "scan_batches(buffer, verify_crc, allow_partial_tail=False) -> bytearray of int64 rows\n"
      "(position, size, baseOffset, lastOffsetDelta, maxTimestamp, producerId, attributes,\n"
@@ -1331,6 +1342,10 @@ PyMODINIT_FUNC PyInit__fastcodec(void) {
         return NULL;
     }
     Py_INCREF(RecordError);
+    if (producewire_init() < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     crc32c_init();
     return m;
 }

@@ -340,7 +340,7 @@ def batch_fields(buf, *, source: str | None = None, verify_crc: bool = True, all
     last batch ends the scan when allow_partial_tail, else it is an error."""
     import numpy as np
 
-    from logcore.records import _fastcodec
+    import logcore.records._fastcodec as _fastcodec
 
     try:
         raw = _fastcodec.scan_batches(buf, verify_crc, allow_partial_tail)
@@ -365,7 +365,9 @@ def check_produced_records(buf, *, source: str | None = None) -> tuple[int, int,
     with a null key or -1, smallest record timestamp, largest record timestamp), or None for a
     compressed batch (validate it through `logcore.records.arrow.record_columns`). The caller
     checks that `buf` holds exactly the batch its header declares."""
-    from logcore.records import _fastcodec
+    # Imported here so that the package loads without the C extension until it is needed (the
+    # plain form: `from logcore.records import` costs an import-system call per batch).
+    import logcore.records._fastcodec as _fastcodec
 
     try:
         return _fastcodec.check_produced_batch(buf)

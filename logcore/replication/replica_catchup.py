@@ -56,6 +56,11 @@ def _name(fetcher, followed) -> str:
     return f"broker {fetcher.manager.me}: {followed.replica.topic}-{followed.replica.index}"
 
 
+def _back_off(fetcher, followed) -> None:
+    """This partition's fetches wait the fetcher's backoff before the next try."""
+    followed.delayed_until = time.monotonic() + fetcher.backoff_s
+
+
 async def _truncate_to_shorter_leader(fetcher, conn, followed, log) -> bool | None:
     """Truncate to the leader's LEO when it is below this replica's. True: truncated (or the
     log changed meanwhile), None: the leader did not answer, False: the leader's log is not
@@ -77,21 +82,27 @@ async def _truncate_to_shorter_leader(fetcher, conn, followed, log) -> bool | No
     return True
 
 
-async def handle_out_of_range(fetcher, conn, followed, log) -> None:
+async def _leo_to_catch_up_from(fetcher, conn, followed, log) -> int | None:
+    """The LEO the replica catches up from, or None when nothing more is to be done now: it has
+    truncated to a leader with a shorter log, or asking the leader failed (the fetches then
+    back off)."""
     shorter = await _truncate_to_shorter_leader(fetcher, conn, followed, log)
     if shorter is None:
-        followed.delayed_until = time.monotonic() + fetcher.backoff_s
+        _back_off(fetcher, followed)
+    return None if shorter is None or shorter else log.log_end_offset
+
+
+async def handle_out_of_range(fetcher, conn, followed, log) -> None:
+    leo = await _leo_to_catch_up_from(fetcher, conn, followed, log)
+    if leo is None:
         return
-    if shorter:
-        return
-    leo = log.log_end_offset
     leader_start = await leader_offset(fetcher, conn, followed, EARLIEST_TIMESTAMP)
     if leader_start is None:
-        followed.delayed_until = time.monotonic() + fetcher.backoff_s
+        _back_off(fetcher, followed)
         return
     if leader_start <= leo:
         # The LEO is within the leader's log again (its log start or end moved meanwhile).
-        followed.delayed_until = time.monotonic() + fetcher.backoff_s
+        _back_off(fetcher, followed)
         return
 
     def restart():
@@ -104,17 +115,13 @@ async def handle_out_of_range(fetcher, conn, followed, log) -> None:
 
 async def handle_moved_to_tiered(fetcher, conn, followed, log) -> None:
     name = _name(fetcher, followed)
-    shorter = await _truncate_to_shorter_leader(fetcher, conn, followed, log)
-    if shorter is None:
-        followed.delayed_until = time.monotonic() + fetcher.backoff_s
+    leo = await _leo_to_catch_up_from(fetcher, conn, followed, log)
+    if leo is None:
         return
-    if shorter:
-        return
-    leo = log.log_end_offset
     local_start = await leader_offset(fetcher, conn, followed, EARLIEST_LOCAL_TIMESTAMP)
     leader_start = await leader_offset(fetcher, conn, followed, EARLIEST_TIMESTAMP)
     if local_start is None or leader_start is None or local_start <= leo:
-        followed.delayed_until = time.monotonic() + fetcher.backoff_s
+        _back_off(fetcher, followed)
         return
     try:
         done = await asyncio.to_thread(_build_from_remote, name, log, leo, local_start, leader_start,
@@ -124,7 +131,7 @@ async def handle_moved_to_tiered(fetcher, conn, followed, log) -> None:
                      name, exc)
         done = False
     if not done:
-        followed.delayed_until = time.monotonic() + fetcher.backoff_s
+        _back_off(fetcher, followed)
 
 
 def _build_from_remote(name: str, log, leo: int, local_start: int, leader_start: int,

@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 FETCH_VERSION = 12
 LEADER_CATCH_UP_S = 0.05   # retrying a leader that does not know the followed epoch yet
+_CUT_SHORT = object()      # a round's wait ended by cut_short(), not by the answer
 
 
 @dataclass(eq=False)
@@ -144,7 +145,7 @@ class LeaderFetcher:
         self.switched.set()
         wait = self._round_wait
         if wait is not None and not wait.done():
-            wait.set_result(None)
+            wait.set_result(_CUT_SHORT)
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{self.leader}")
@@ -270,30 +271,32 @@ class LeaderFetcher:
                 "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
                 "forgotten_topics_data": [], "rack_id": ""}
         self.switched.clear()
-        request = await conn.submit(FETCH, body, version=FETCH_VERSION)
-        # One future to wait on, ended by the answer, by cut_short() or by the timeout: one
-        # event-loop callback between the answer and this round's next step, where tasks for
-        # the request and the switch, shield and wait_for took several per round.
+        # One future to wait on, the request's own: set with the answer (or the connection's
+        # failure) by the connection as it reads it, by cut_short(), or failed by the timeout;
+        # the round resumes in the next event-loop pass, where tasks for the request and the
+        # switch, shield and wait_for took several per round.
         loop = asyncio.get_running_loop()
         wait = self._round_wait = loop.create_future()
-        request.add_done_callback(lambda _r: wait.done() or wait.set_result(None))
-        timeout_s = self.timeout_s + self.wait_ms / 1000.0
-        timer = loop.call_later(timeout_s, _time_out, conn, wait, timeout_s)
-        if self.switched.is_set():       # added while the request was being written
-            wait.set_result(None)
         try:
-            await wait
+            await conn.submit(FETCH, body, version=FETCH_VERSION, into=wait)
+            timeout_s = self.timeout_s + self.wait_ms / 1000.0
+            timer = loop.call_later(timeout_s, _time_out, conn, wait, timeout_s)
+            if self.switched.is_set() and not wait.done():      # added while the request was written
+                wait.set_result(_CUT_SHORT)
+            try:
+                await wait
+            finally:
+                timer.cancel()
         finally:
-            timer.cancel()
             self._round_wait = None
-        if not request.done():
+        response = wait.result()           # the connection's failure (a timeout) raises here
+        if response is _CUT_SHORT:
             # A partition was added while this round may sit parked at the leader for up to
             # replica.fetch.wait.max.ms; its connection answers in order, so start afresh.
             if self.conn is conn:
                 conn.close()
                 self.conn = None
             return
-        response = request.result()        # the connection's failure (a timeout) raises here
         if response.error_code != E.NONE:
             raise KafkaError(f"Fetch answered error {int(response.error_code)}", int(response.error_code))
         for topic in response.responses:

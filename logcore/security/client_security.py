@@ -123,17 +123,16 @@ class ClientSecurity:
             raise self._failed(conn, body.error_message or f"error {int(body.error_code)}", int(body.error_code))
         return bytes(body.auth_bytes)
 
-    def authenticate(self, conn) -> float | None:
-        """Log in on a blocking connection (after ApiVersions); the monotonic time to
-        re-authenticate at (None: the session does not expire)."""
-        if not self.sasl:
-            return None
-        self._handshake_checked(conn, conn.request(SASL_HANDSHAKE, {"mechanism": self.mechanism}))
+    def _login(self, conn):
+        """The SASL login as a conversation the connection carries: yields (api key, request
+        body), is sent each response body, and returns the monotonic time to re-authenticate
+        at (None: the session does not expire)."""
+        self._handshake_checked(conn, (yield SASL_HANDSHAKE, {"mechanism": self.mechanism}))
         steps = self._steps()
         token, lifetime = next(steps), 0
         try:
             while True:
-                body = conn.request(SASL_AUTHENTICATE, {"auth_bytes": token})
+                body = yield SASL_AUTHENTICATE, {"auth_bytes": token}
                 answer = self._answer(conn, body)
                 lifetime = _lifetime_ms(body)
                 token = steps.send(answer)
@@ -143,24 +142,30 @@ class ClientSecurity:
             raise self._failed(conn, str(exc)) from None
         return time.monotonic() + lifetime / 1000 * REAUTH_AT if lifetime > 0 else None
 
+    def authenticate(self, conn) -> float | None:
+        """Log in on a blocking connection (after ApiVersions); the monotonic time to
+        re-authenticate at (None: the session does not expire)."""
+        if not self.sasl:
+            return None
+        login, body = self._login(conn), None
+        while True:
+            try:
+                api_key, request = login.send(body)
+            except StopIteration as done:
+                return done.value
+            body = conn.request(api_key, request)
+
     async def authenticate_async(self, conn) -> float | None:
         """authenticate() for an AsyncKafkaConnection."""
         if not self.sasl:
             return None
-        self._handshake_checked(conn, await conn.request(SASL_HANDSHAKE, {"mechanism": self.mechanism}))
-        steps = self._steps()
-        token, lifetime = next(steps), 0
-        try:
-            while True:
-                body = await conn.request(SASL_AUTHENTICATE, {"auth_bytes": token})
-                answer = self._answer(conn, body)
-                lifetime = _lifetime_ms(body)
-                token = steps.send(answer)
-        except StopIteration:
-            pass
-        except SaslFailure as exc:
-            raise self._failed(conn, str(exc)) from None
-        return time.monotonic() + lifetime / 1000 * REAUTH_AT if lifetime > 0 else None
+        login, body = self._login(conn), None
+        while True:
+            try:
+                api_key, request = login.send(body)
+            except StopIteration as done:
+                return done.value
+            body = await conn.request(api_key, request)
 
 
 def _lifetime_ms(body) -> int:

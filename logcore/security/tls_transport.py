@@ -11,6 +11,8 @@ control, close_notify and shutdown, key updates. When read_into stops for anythi
 complete record left" or "buffer full", asyncio's own read loop goes on from there, so
 close_notify and errors surface exactly as they do without it.
 
+`server_reads()` prefers `tls_socket.SocketListener` (OpenSSL reads the socket itself, no memory
+BIO; the same C reader) when read_into can read an SSLSocket's object too, else BatchedReads.
 `OneRecordReads` is asyncio's protocol unchanged (create_server's ssl=), the policy when the C
 reader cannot be used in this process: not built, or its self-check against this Python's _ssl
 failed (`server_reads()` says why, once, in the log).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
 import ssl
 from asyncio import sslproto
 from typing import Callable
@@ -103,10 +106,12 @@ class BatchedReadProtocol(sslproto.SSLProtocol):
             self._start_shutdown()
 
 
-def choose_reads(ssl_module_path: str | None = None, probe=None):
-    """The policy for TLS listeners in this process: BatchedReads if the C reader is built and
+def choose_reads(ssl_module_path: str | None = None, probe=None, sockets: bool = True, socket_probe=None):
+    """The policy for TLS listeners in this process: SocketListener if the C reader is built,
     binds to the libssl of Python's _ssl (at `ssl_module_path`, checked on `probe`, an
-    SSLObject; both default to this process's), else OneRecordReads with the reason logged."""
+    SSLObject; both default to this process's) and reads an SSLSocket's object too (checked on
+    `socket_probe`, a connected SSLSocket, by default one of its own; and `sockets`);
+    BatchedReads if only the first holds; else OneRecordReads; why, in the log."""
     try:
         from logcore.security import _tlsrecords
     except ImportError as exc:
@@ -124,7 +129,34 @@ def choose_reads(ssl_module_path: str | None = None, probe=None):
     reason = _tlsrecords.bind(ssl_module_path, inner)
     if reason is not None:
         return _fallback(reason)
-    return BatchedReads(_tlsrecords)
+    if not sockets:
+        return BatchedReads(_tlsrecords)
+    if not (_reads_sslsocket(_tlsrecords) if socket_probe is None else _checks(_tlsrecords, socket_probe)):
+        logger.warning("TLS listeners read through asyncio's memory BIOs: the C reader cannot read"
+                       " an ssl.SSLSocket's object in this Python")
+        return BatchedReads(_tlsrecords)
+    from logcore.security.tls_socket import SocketListener
+    return SocketListener(_tlsrecords)
+
+
+def _reads_sslsocket(records) -> bool:
+    """Whether read_into's check passes on a connected SSLSocket's _sslobj."""
+    left, right = socket.socketpair()
+    try:
+        wrapped = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).wrap_socket(left, server_side=True,
+                                                                      do_handshake_on_connect=False)
+        try:
+            return _checks(records, wrapped)
+        finally:
+            wrapped.close()
+    finally:
+        left.close()
+        right.close()
+
+
+def _checks(records, ssl_socket: ssl.SSLSocket) -> bool:
+    inner = getattr(ssl_socket, "_sslobj", None)
+    return inner is not None and records.check(inner)
 
 
 def _fallback(reason: str) -> OneRecordReads:
@@ -133,6 +165,6 @@ def _fallback(reason: str) -> OneRecordReads:
 
 
 @functools.cache
-def server_reads() -> OneRecordReads | BatchedReads:
+def server_reads():
     """This process's policy, chosen once."""
     return choose_reads()

@@ -6,6 +6,22 @@ import os
 from logcore.errors import ReadOnlyLogError, ResourceNotFoundError, StorageError
 
 
+def pread_full(fd: int, length: int, start: int) -> bytes:
+    """Up to `length` bytes of `fd` from `start`: fewer only at the end of the file (a short
+    read before it is read on)."""
+    data = os.pread(fd, length, start)
+    if len(data) == length or not data:
+        return data
+    parts, got = [data], len(data)
+    while got < length:
+        more = os.pread(fd, length - got, start + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
 class AppendFile:
     """A local file opened for appending (single writer) and positional reads.
 
@@ -92,19 +108,7 @@ class AppendFile:
         """Up to `length` bytes from `start` (fewer only at the end of the file)."""
         if start < 0 or length < 0:
             raise StorageError(f"bad read of {self._display}: start {start}, length {length}")
-        fd = self._fileno()
-        data = os.pread(fd, length, start)
-        if len(data) == length or not data:
-            return data
-        parts = [data]  # short read before EOF: keep reading
-        got = len(data)
-        while got < length:
-            more = os.pread(fd, length - got, start + got)
-            if not more:
-                break
-            parts.append(more)
-            got += len(more)
-        return b"".join(parts)
+        return pread_full(self._fileno(), length, start)
 
     def truncate(self, size: int) -> None:
         self._refuse_if_read_only("truncate")

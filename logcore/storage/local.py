@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from logcore.errors import ResourceNotFoundError, StorageError
-from logcore.storage.append_file import AppendFile
+from logcore.storage.append_file import AppendFile, pread_full
 from logcore.storage.base import Storage
 from logcore.storage.write_stream import LocalWriteStream
 
@@ -84,17 +84,7 @@ class LocalStorage(Storage):
             length = end - start
             if length <= 0:
                 return b""
-            data = os.pread(fd, length, start)
-            if len(data) == length or not data:
-                return data
-            parts, got = [data], len(data)
-            while got < length:  # short read before EOF
-                more = os.pread(fd, length - got, start + got)
-                if not more:
-                    break
-                parts.append(more)
-                got += len(more)
-            return b"".join(parts)
+            return pread_full(fd, length, start)
         except IsADirectoryError as exc:
             raise StorageError(f"{self.describe(path)} is a folder, not a file") from exc
         finally:

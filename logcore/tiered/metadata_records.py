@@ -192,12 +192,14 @@ def _frame(api_key: int) -> _Writer:
     return w
 
 
-# -- records -----------------------------------------------------------------------------------
+def _framed(w: _Writer) -> bytes:
+    """The record's bytes once its fields are written (the struct's tagged fields end it)."""
+    w.end_struct()
+    return bytes(w.out)
 
-def encode_segment_metadata(meta: RemoteLogSegmentMetadata) -> bytes:
-    """RemoteLogSegmentMetadataRecord (api key 0): a copy attempt as Kafka's RLM adds it."""
-    w = _frame(SEGMENT_METADATA)
-    _write_segment_id(w, meta.segment_id)
+
+def _write_segment_fields(w: _Writer, meta: RemoteLogSegmentMetadata) -> None:
+    """A segment's fields after its id, as the metadata and snapshot records both have them."""
     w.fixed(_I64, meta.start_offset)
     w.fixed(_I64, meta.end_offset)
     w.fixed(_I32, meta.broker_id)
@@ -205,10 +207,22 @@ def encode_segment_metadata(meta: RemoteLogSegmentMetadata) -> bytes:
     w.fixed(_I64, meta.event_timestamp_ms)
     _write_epochs(w, meta.segment_leader_epochs)
     w.fixed(_I32, meta.segment_size_in_bytes)
+    _write_custom_and_state(w, meta)
+
+
+def _write_custom_and_state(w: _Writer, meta: RemoteLogSegmentMetadata) -> None:
     w.nullable_bytes(meta.custom_metadata)
     w.fixed(_I8, int(meta.state))
-    w.end_struct()
-    return bytes(w.out)
+
+
+# -- records -----------------------------------------------------------------------------------
+
+def encode_segment_metadata(meta: RemoteLogSegmentMetadata) -> bytes:
+    """RemoteLogSegmentMetadataRecord (api key 0): a copy attempt as Kafka's RLM adds it."""
+    w = _frame(SEGMENT_METADATA)
+    _write_segment_id(w, meta.segment_id)
+    _write_segment_fields(w, meta)
+    return _framed(w)
 
 
 def encode_segment_update(meta: RemoteLogSegmentMetadata) -> bytes:
@@ -217,10 +231,8 @@ def encode_segment_update(meta: RemoteLogSegmentMetadata) -> bytes:
     _write_segment_id(w, meta.segment_id)
     w.fixed(_I32, meta.broker_id)
     w.fixed(_I64, meta.event_timestamp_ms)
-    w.nullable_bytes(meta.custom_metadata)
-    w.fixed(_I8, int(meta.state))
-    w.end_struct()
-    return bytes(w.out)
+    _write_custom_and_state(w, meta)
+    return _framed(w)
 
 
 def encode_partition_delete(event: PartitionDelete) -> bytes:
@@ -230,25 +242,15 @@ def encode_partition_delete(event: PartitionDelete) -> bytes:
     w.fixed(_I32, event.broker_id)
     w.fixed(_I64, event.event_timestamp_ms)
     w.fixed(_I8, event.state)
-    w.end_struct()
-    return bytes(w.out)
+    return _framed(w)
 
 
 def encode_segment_snapshot(meta: RemoteLogSegmentMetadata) -> bytes:
     """RemoteLogSegmentMetadataSnapshotRecord (api key 3): one segment, without its partition."""
     w = _frame(SEGMENT_SNAPSHOT)
     w.uuid(meta.segment_id.id)
-    w.fixed(_I64, meta.start_offset)
-    w.fixed(_I64, meta.end_offset)
-    w.fixed(_I32, meta.broker_id)
-    w.fixed(_I64, meta.max_timestamp_ms)
-    w.fixed(_I64, meta.event_timestamp_ms)
-    _write_epochs(w, meta.segment_leader_epochs)
-    w.fixed(_I32, meta.segment_size_in_bytes)
-    w.nullable_bytes(meta.custom_metadata)
-    w.fixed(_I8, int(meta.state))
-    w.end_struct()
-    return bytes(w.out)
+    _write_segment_fields(w, meta)
+    return _framed(w)
 
 
 def decode(value: bytes, *, source: str = TOPIC, tip: TopicIdPartition | None = None

@@ -216,20 +216,28 @@ class RemoteLogManager:
         # Readers first: past the new log start offset nobody is sent to a doomed segment.
         log.move_log_start_offset(doomed[-1].end_offset + 1, reason="remote " + reasons[-1])
         for meta in doomed:
-            try:
-                store.update_state(meta.segment_id, S.DELETE_SEGMENT_STARTED, broker_id=self.broker_id)
-                view.rsm.delete_log_segment_data(meta)
-                store.update_state(meta.segment_id, S.DELETE_SEGMENT_FINISHED, broker_id=self.broker_id)
-            except SegLogError as exc:
-                view.metrics.record_delete_error(log.topic)
-                result.error = f"deleting remote segment {meta.segment_id} failed: {exc}"
+            if not self._delete_segment(log, view, meta, result):
                 logger.warning("%s-%d: %s", log.topic, log.partition, result.error)
                 return
-            view.metrics.record_delete(log.topic, meta.segment_size_in_bytes)
-            result.remote_segments_deleted += 1
-            result.remote_bytes_deleted += meta.segment_size_in_bytes
         logger.info("%s-%d: expired %d remote segments (%s); log start offset now %d", log.topic,
                     log.partition, len(doomed), ", ".join(sorted(set(reasons))), log.log_start_offset)
+
+    def _delete_segment(self, log: Log, view: RemotePartition, meta: RemoteLogSegmentMetadata,
+                        result: TieringResult) -> bool:
+        """Delete one remote segment (its state DELETE_SEGMENT_STARTED, then FINISHED); False
+        with `result.error` set when that failed."""
+        try:
+            view.store.update_state(meta.segment_id, S.DELETE_SEGMENT_STARTED, broker_id=self.broker_id)
+            view.rsm.delete_log_segment_data(meta)
+            view.store.update_state(meta.segment_id, S.DELETE_SEGMENT_FINISHED, broker_id=self.broker_id)
+        except SegLogError as exc:
+            view.metrics.record_delete_error(log.topic)
+            result.error = f"deleting remote segment {meta.segment_id} failed: {exc}"
+            return False
+        view.metrics.record_delete(log.topic, meta.segment_size_in_bytes)
+        result.remote_segments_deleted += 1
+        result.remote_bytes_deleted += meta.segment_size_in_bytes
+        return True
 
     # -- remote storage turned off -------------------------------------------------------------
 
@@ -248,17 +256,8 @@ class RemoteLogManager:
         if log.log_start_offset < log.local_log_start_offset:
             log.move_log_start_offset(log.local_log_start_offset, reason="remote storage disabled")
         for meta in segments:
-            try:
-                store.update_state(meta.segment_id, S.DELETE_SEGMENT_STARTED, broker_id=self.broker_id)
-                view.rsm.delete_log_segment_data(meta)
-                store.update_state(meta.segment_id, S.DELETE_SEGMENT_FINISHED, broker_id=self.broker_id)
-            except SegLogError as exc:
-                view.metrics.record_delete_error(log.topic)
-                result.error = f"deleting remote segment {meta.segment_id} failed: {exc}"
+            if not self._delete_segment(log, view, meta, result):
                 return
-            view.metrics.record_delete(log.topic, meta.segment_size_in_bytes)
-            result.remote_segments_deleted += 1
-            result.remote_bytes_deleted += meta.segment_size_in_bytes
         logger.info("%s-%d: remote storage disabled: deleted %d remote segments; log start offset"
                     " now %d", log.topic, log.partition, len(segments), log.log_start_offset)
 

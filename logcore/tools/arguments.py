@@ -85,6 +85,17 @@ def _properties_file(path: str | None, option: str) -> str | None:
     return path
 
 
+def offset_option(text: str) -> int:
+    """A numeric --offset (the callers handle earliest and latest)."""
+    try:
+        offset = int(text)
+    except ValueError:
+        raise InvalidConfigError(f"--offset must be a number, earliest or latest, got {text!r}") from None
+    if offset < 0:
+        raise InvalidConfigError(f"--offset must be >= 0, got {offset}")
+    return offset
+
+
 def _unescape_separator(text: str) -> str:
     # Lets a shell user type --key-separator '\t' for a tab, as Kafka's properties do.
     return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
@@ -92,7 +103,8 @@ def _unescape_separator(text: str) -> str:
 
 def _open_root(args, *, create: bool = False, read_only: bool = False, defaults: dict | None = None):
     from logcore.log.log_root import LogRoot
-    import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
+    from logcore.tiered import install_remote_tier
+    install_remote_tier()
 
     options = parse_storage_options(args.storage_option)
     if not create:

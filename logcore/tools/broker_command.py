@@ -17,7 +17,7 @@ def _check_overrides(path: str, overrides: dict[str, str]) -> None:
     """A configuration refused because of an --override names that --override, not the file
     (the broker's own check names its properties file: right for the file's lines only)."""
     from logcore.broker.config import BrokerConfig
-    from logcore.log.config import load_properties
+    from logcore.log.properties_file import load_properties
 
     if not overrides:
         return

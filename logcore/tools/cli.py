@@ -22,7 +22,7 @@ from typing import Sequence
 
 from logcore import __version__
 from logcore.errors import SegLogError
-from logcore.log.config import load_properties
+from logcore.log.properties_file import load_properties
 from logcore.tools.arguments import CommandParser, parse_storage_options
 from logcore.tools.broker_command import cmd_broker
 from logcore.tools.consume_command import cmd_consume

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import load_properties
+from logcore.log.properties_file import load_properties
 from logcore.security.client_security import CLIENT_SECURITY_KEYS, ClientSecurity
 from logcore.tools.arguments import _configs, _properties_file
 

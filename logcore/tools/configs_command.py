@@ -148,7 +148,9 @@ class RootEntities:
         from logcore.broker.dynamic_config import RootBrokerConfigs
         from logcore.log.log_root import LogRoot
         from logcore.tools.arguments import parse_storage_options
-        import logcore.tiered  # noqa: F401 - the remote tier roots
+        from logcore.tiered import install_remote_tier
+        install_remote_tier()
+
         self.root = LogRoot.open(url, storage_options=parse_storage_options(storage_options))
         self.brokers = RootBrokerConfigs(self.root.storage)
 
@@ -326,7 +328,9 @@ class RootQuotas:
         from logcore.quota.client_quotas import ClientQuotas
         from logcore.quota.root_quota_store import RootQuotaStore
         from logcore.tools.arguments import parse_storage_options
-        import logcore.tiered  # noqa: F401 - the remote tier roots
+        from logcore.tiered import install_remote_tier
+        install_remote_tier()
+
         self.root = LogRoot.open(url, storage_options=parse_storage_options(storage_options))
         self.configs = ClientQuotaConfigs(ClientQuotas(), RootQuotaStore(self.root.storage))
 

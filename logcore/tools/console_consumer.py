@@ -18,7 +18,7 @@ import time
 
 from logcore.errors import InvalidConfigError
 from logcore.records import TimestampType
-from logcore.tools.arguments import _stdout_bytes
+from logcore.tools.arguments import _stdout_bytes, offset_option
 from logcore.tools.client_properties import client_properties, client_security, int_property, timeout_s
 
 # Consumer properties --bootstrap-server applies (--command-config, --consumer-property).
@@ -143,12 +143,7 @@ def _start(args, fetcher, partitions: list[int]) -> None:
         if args.offset in ("earliest", "latest"):
             fetcher.seek_to(partitions, EARLIEST if args.offset == "earliest" else LATEST)
             return
-        try:
-            offset = int(args.offset)
-        except ValueError:
-            raise InvalidConfigError(f"--offset must be a number, earliest or latest, got {args.offset!r}") from None
-        if offset < 0:
-            raise InvalidConfigError(f"--offset must be >= 0, got {offset}")
+        offset = offset_option(args.offset)
         fetcher.positions = {p: offset for p in partitions}
     elif args.timestamp is not None:
         fetcher.seek_to(partitions, args.timestamp)

@@ -6,7 +6,7 @@ import time
 
 from logcore.errors import InvalidConfigError
 from logcore.records import TimestampType
-from logcore.tools.arguments import _configs, _open_root, _stdout_bytes, _unescape_separator
+from logcore.tools.arguments import _configs, _open_root, _stdout_bytes, _unescape_separator, offset_option
 
 
 _TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
@@ -83,13 +83,7 @@ def _start_offset(args, log) -> int:
             return log.log_start_offset
         if args.offset == "latest":
             return log.high_watermark
-        try:
-            offset = int(args.offset)
-        except ValueError:
-            raise InvalidConfigError(f"--offset must be a number, earliest or latest, got {args.offset!r}") from None
-        if offset < 0:
-            raise InvalidConfigError(f"--offset must be >= 0, got {offset}")
-        return offset
+        return offset_option(args.offset)
     if args.timestamp is not None:
         found = log.offset_for_timestamp(args.timestamp)
         return found[0] if found is not None else log.high_watermark

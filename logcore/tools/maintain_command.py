@@ -7,7 +7,7 @@ import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import load_properties
+from logcore.log.properties_file import load_properties
 from logcore.tools.arguments import _properties_file, parse_storage_options
 
 
@@ -17,8 +17,7 @@ def cmd_maintain(args) -> int:
 
     from logcore.log.config import MaintenanceConfig
     from logcore.log.log_root import LogRoot
-    import logcore.tiered  # noqa: F401 - registers the remote tier roots that enable tiering use
-    from logcore.maintenance.service import MaintenanceService
+    from logcore.maintenance.service import MaintenanceService  # registers the remote tier too
 
     props = load_properties(_properties_file(args.config_file, "--config-file")) if args.config_file else {}
     try:

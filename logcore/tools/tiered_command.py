@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import load_properties
+from logcore.log.properties_file import load_properties
 from logcore.tools.arguments import _properties_file, parse_storage_options
 
 

@@ -6,13 +6,9 @@ import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import (
-    colliding_topic,
-    load_properties,
-    topic_collision_warning,
-    validate_topic_name,
-    validate_topic_overrides,
-)
+from logcore.log.config import validate_topic_overrides
+from logcore.log.properties_file import load_properties
+from logcore.log.topic_name import colliding_topic, topic_collision_warning, validate_topic_name
 from logcore.tools.arguments import _configs, _open_root, _properties_file
 
 

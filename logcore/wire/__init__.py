@@ -2,7 +2,7 @@
 
 - `protocol`: the request/response envelope over kio schemas (`parse_request`, `encode_response`,
   `build` a kio dataclass from a dict of Kafka field names).
-- `produce_codec`: Produce v3..v10 decoded and encoded by hand (records stay views of the frame).
+- `produce_codec`: Produce v3..v10 decoded and encoded by hand, in C (records stay views of the frame).
 - `primitives`: Kafka's primitive wire types for the hand-written codecs.
 - `api_keys`, `error_codes`, `list_offsets`, `config_resources`: Kafka's API keys, error codes
   (and which seglog error answers as which), ListOffsets' special timestamps and DescribeConfigs'

@@ -470,14 +470,18 @@ class AsyncKafkaConnection(_Negotiated):
         frame, v, correlation = self._frame(api_key, body, version, window)
         return await self._exchange(api_key, v, lambda _c: frame, timeout_s, correlation=correlation)
 
-    async def submit(self, api_key: int, body: Any, version: int | None = None) -> asyncio.Future:
+    async def submit(self, api_key: int, body: Any, version: int | None = None, *,
+                     into: asyncio.Future | None = None) -> asyncio.Future:
         """Send one request and return the future of its response without waiting for it: for
         a caller that waits its own way (a follower's fetch round, which may also be cut short)
-        and times it out itself, with fail(). The future fails with the connection."""
+        and times it out itself, with fail(). The future fails with the connection. `into`:
+        the caller's own future, set here with the response (or the failure) unless the caller
+        has set it first: its task then resumes in the pass after the response is read, not
+        one later through a done-callback."""
         self._check_open()
         await self._login_if_due()
         frame, v, correlation = self._frame(api_key, body, version, None)
-        fut = self._register(correlation, api_key, v)
+        fut = self._register(correlation, api_key, v, into)
         await self._write(frame, api_key)
         return fut
 
@@ -486,8 +490,10 @@ class AsyncKafkaConnection(_Negotiated):
         if self._protocol is None:
             raise self._failure or KafkaConnectionError(f"not connected to {self.where()}: await connect() first")
 
-    def _register(self, correlation: int, api_key: int, version: int) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
+    def _register(self, correlation: int, api_key: int, version: int,
+                  fut: asyncio.Future | None = None) -> asyncio.Future:
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
         self._waiting[correlation] = (fut, api_key, version)
         return fut
 

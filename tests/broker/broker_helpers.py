@@ -17,6 +17,15 @@ def wait_until(predicate, timeout: float = 30) -> bool:
     return predicate()
 
 
+def earliest(b, topic: str) -> int:
+    """Partition 0's log start offset as the broker answers it (ListOffsets, earliest)."""
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0]
+    finally:
+        c.close()
+
+
 def _admin(b) -> AdminClient:
     return AdminClient({"bootstrap.servers": b.bootstrap})
 

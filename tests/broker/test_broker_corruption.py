@@ -11,7 +11,6 @@ from __future__ import annotations
 import struct
 import time
 
-import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from logcore.log.log_root import LogRoot

@@ -15,7 +15,7 @@ pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Producer  # noqa: E402
 
-from broker_helpers import (api_versions_frame, connect, consume_all, create, parse_response,  # noqa: E402
+from broker_helpers import (api_versions_frame, connect, consume_all, create,  # noqa: E402
                             ping, produce, recv_frame, wait_until)
 from hostile_input import (batch, gzip_bomb, lz4_bomb, produce_error, produce_frame,  # noqa: E402
                            proc_status, zstd_rle_bomb)

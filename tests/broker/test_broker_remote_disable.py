@@ -14,11 +14,11 @@ import time
 import pytest
 
 pytest.importorskip("confluent_kafka")
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException  # noqa: E402
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,  # noqa: E402
                                    ConfigResource)
 
-from broker_helpers import consume_all, create, produce, wait_until  # noqa: E402
+from broker_helpers import consume_all, create, earliest, produce, wait_until  # noqa: E402
 
 from logcore.log.log_root import LogRoot  # noqa: E402
 from logcore.tools.remote_segments import remote_segments  # noqa: E402
@@ -68,14 +68,6 @@ def _alter(admin: AdminClient, topic: str, **settings: str | None) -> None:
     next(iter(futures.values())).result(10)
 
 
-def _earliest(b, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0]
-    finally:
-        c.close()
-
-
 def test_copy_disable_and_remote_storage_off(broker_factory, tmp_path):
     remote_root = tmp_path / "remote"
     settings = {"remote.log.storage.system.enable": "true", "rsm.config.storage.url": str(remote_root),
@@ -102,7 +94,7 @@ def test_copy_disable_and_remote_storage_off(broker_factory, tmp_path):
     got = consume_all(b, "ro", 1, 500, start=OFFSET_BEGINNING, timeout=30)
     assert [o for _, o, *_ in got] == list(range(500))   # the remote part still served
     assert [v for _, _, _, v, _ in got] == _values(0, 500)
-    assert _earliest(b, "ro") == 0
+    assert earliest(b, "ro") == 0
 
     # remote.storage.enable=false alone is refused with Kafka's error.
     with pytest.raises(KafkaException) as refused:
@@ -119,7 +111,7 @@ def test_copy_disable_and_remote_storage_off(broker_factory, tmp_path):
     _alter(admin, "off", remote_storage_enable="false", remote_log_delete_on_disable="true")
     assert wait_until(lambda: not _remote_files(remote_root, topic_id))
     assert _remote(b, settings, "off") == []
-    assert _earliest(b, "off") == local_start
+    assert earliest(b, "off") == local_start
     got = consume_all(b, "off", 1, 300 - local_start, start=OFFSET_BEGINNING, timeout=30)
     assert [o for _, o, *_ in got] == list(range(local_start, 300))
     # No more tiering: new sealed segments stay local, and local retention no longer applies.

@@ -8,7 +8,6 @@ and searched for the configured key and secret: zero hits. A root written by an 
 from __future__ import annotations
 
 import json
-import signal
 
 import pytest
 

@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: 
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
 
 import broker_spawner  # noqa: E402
-from broker_helpers import consume_all, create, produce, wait_until  # noqa: E402
+from broker_helpers import consume_all, create, earliest, produce, wait_until  # noqa: E402
 
 from logcore.broker.config import BrokerConfig  # noqa: E402
 from logcore.errors import InvalidConfigError  # noqa: E402
@@ -58,14 +58,6 @@ def _remote(b, settings: dict[str, str], topic: str) -> list[tuple[int, int]]:
     """(start, end) of the topic's finished remote segments, read from S3 without the broker."""
     with LogRoot.open(str(b.root), read_only=True, defaults=settings) as root:
         return sorted((m.start_offset, m.end_offset) for _, m in remote_segments(root, topic))
-
-
-def _earliest(b, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0]
-    finally:
-        c.close()
 
 
 def _check_all(b, topic: str, values: list[bytes]) -> None:
@@ -117,7 +109,7 @@ def test_broker_tiers_to_s3_and_serves_earliest_from_remote(broker_factory, s3_e
                    for name in configs)          # credentials and endpoints are not reported
 
     # ListOffsets earliest is the remote start; a consumer from there reads everything once.
-    assert _earliest(b, "cold") == 0
+    assert earliest(b, "cold") == 0
     _check_all(b, "cold", values)
 
     # ListOffsets by timestamp finds the offsets only S3 holds (KIP-405), as a search over every
@@ -134,16 +126,16 @@ def test_broker_tiers_to_s3_and_serves_earliest_from_remote(broker_factory, s3_e
     c.close()
 
     # Total retention (remote plus local) moved the log start offset past expired remote segments.
-    assert wait_until(lambda: _earliest(b, "short") > 0 and _remote(b, settings, "short")
-                 and _remote(b, settings, "short")[0][0] == _earliest(b, "short"))
-    start = _earliest(b, "short")
+    assert wait_until(lambda: earliest(b, "short") > 0 and _remote(b, settings, "short")
+                 and _remote(b, settings, "short")[0][0] == earliest(b, "short"))
+    start = earliest(b, "short")
     got = consume_all(b, "short", 1, RECORDS - start, start=OFFSET_BEGINNING, timeout=30)
     assert [o for _, o, *_ in got] == list(range(start, RECORDS))
 
     # After a restart the broker still serves the tiered part, and keeps tiering new data.
     b.stop()
     b2 = broker_factory(b.root, **SERVICE, **settings)
-    assert _earliest(b2, "cold") == 0
+    assert earliest(b2, "cold") == 0
     more = [b"%04d-" % i + b"w" * 195 for i in range(RECORDS, RECORDS + 60)]
     produce(b2, "cold", more, acks="all", **{"batch.num.messages": 5})
     assert wait_until(lambda: _remote(b2, settings, "cold")[-1][1] >= RECORDS)

@@ -9,12 +9,11 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
 
 import pytest
 
 pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaException, Producer  # noqa: E402
+from confluent_kafka import Consumer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 import broker_spawner  # noqa: E402

@@ -35,6 +35,30 @@ def test_a_submitted_request_is_answered_through_its_future(broker):
     assert asyncio.run(run()) == [0]
 
 
+def test_a_submitted_request_answers_into_the_callers_future_unless_it_was_set_first(broker):
+    """The follower's round waits on its own future (`into`), which the connection sets with
+    the answer; a round cut short sets it first, and the answer that comes later is dropped
+    without disturbing the next request on the connection."""
+    pytest.importorskip("confluent_kafka")
+    create(broker, "cut", 1)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        async with AsyncKafkaConnection(broker.host, broker.port, timeout_s=10) as conn:
+            mine = loop.create_future()
+            assert await conn.submit(METADATA, {"topics": None, "allow_auto_topic_creation": False},
+                                     version=9, into=mine) is mine
+            nodes = [b.node_id for b in (await asyncio.wait_for(mine, 10)).brokers]
+            cut = loop.create_future()
+            await conn.submit(FETCH, _parked_fetch("cut", 300), version=12, into=cut)   # parks
+            cut.set_result("cut short")
+            after = await conn.submit(METADATA, {"topics": None, "allow_auto_topic_creation": False}, version=9)
+            answer = await asyncio.wait_for(after, 10)
+            return nodes, cut.result(), [b.node_id for b in answer.brokers], conn.in_flight
+
+    assert asyncio.run(run()) == ([0], "cut short", [0], 0)
+
+
 def test_a_round_past_its_timeout_fails_its_connection(broker):
     pytest.importorskip("confluent_kafka")
     create(broker, "parked", 1)
@@ -42,12 +66,11 @@ def test_a_round_past_its_timeout_fails_its_connection(broker):
     async def run():
         conn = AsyncKafkaConnection(broker.host, broker.port, timeout_s=10)
         await conn.connect()
-        fut = await conn.submit(FETCH, _parked_fetch("parked", 5000), version=12)   # nothing to read: parks
         wait = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(lambda _f: wait.done() or wait.set_result(None))
+        fut = await conn.submit(FETCH, _parked_fetch("parked", 5000), version=12, into=wait)   # parks
         asyncio.get_running_loop().call_later(0.2, _time_out, conn, wait, 0.2)
         started = asyncio.get_running_loop().time()
-        await asyncio.wait_for(wait, 5)
+        await asyncio.wait({wait}, timeout=5)
         return fut, conn.connected, asyncio.get_running_loop().time() - started
 
     fut, connected, took = asyncio.run(run())

@@ -74,18 +74,30 @@ def test_closed_partition_fails_new_batches(manager):
 
 
 def test_a_high_watermark_move_wakes_consumers_fetches_not_followers(manager):
-    """A follower's parked fetch (next_growth) reads to the LEO: a HW move alone (a follower's
-    fetch reported its LEO) leaves it parked; an append, or any other notify, wakes both."""
+    """A follower's parked fetch reads to the LEO: a HW move alone (a follower's fetch reported
+    its LEO) leaves it parked; an append, or any other notify, wakes both. The parked fetches'
+    own futures are set by the notifier (no hop through a shared future's callback)."""
     async def run():
+        loop = asyncio.get_running_loop()
         part = manager.get("plain", 0)
-        consumer, follower = part.next_commit(), part.next_growth()
+        consumer, follower = loop.create_future(), loop.create_future()
+        part.park_fetch(consumer, True)
+        part.park_fetch(follower, False)
         manager.notify_high_watermark(part)
         assert consumer.done() and not follower.done()
-        consumer = part.next_commit()
-        assert part.next_growth() is follower       # still the same parked wait
+        consumer = loop.create_future()
+        part.park_fetch(consumer, True)
+        assert len(part.parked) == 2                # the woken one dropped, the follower still parked
         await manager.submit(part, batch(0))        # an append
-        assert consumer.done() and follower.done()
-        consumer, follower = part.next_commit(), part.next_growth()
+        assert consumer.done() and follower.done() and part.parked == []
+        consumer, follower = loop.create_future(), loop.create_future()
+        part.park_fetch(consumer, True)
+        part.park_fetch(follower, False)
         manager.notify(part)                        # e.g. a new leadership, a moved log start
         assert consumer.done() and follower.done()
+        gone = loop.create_future()
+        part.park_fetch(gone, False)
+        gone.cancel()                               # a fetch that stopped waiting (answered, timed out)
+        part.park_fetch(loop.create_future(), True)
+        assert [entry[0] is gone for entry in part.parked] == [False]
     asyncio.run(run())

@@ -10,7 +10,8 @@ import pytest
 from kio.index import load_request_schema
 
 from logcore.broker.api_versions import windows
-from logcore.wire.produce_codec import decode_produce_request, encode_produce_response
+from logcore.wire.produce_codec import (PartitionProduceData, ProduceRequestBody, TopicProduceData,
+                                        decode_produce_request, encode_produce_response, encode_produce_results)
 from logcore.wire.protocol import ProtocolError, encode_response, parse_request, response
 
 from broker_helpers import request_frame
@@ -86,3 +87,34 @@ def test_encoder_matches_kio(version):
             topics.append({"name": f"topic-{t}", "partition_responses": parts})
         body = {"responses": topics, "throttle_time": rng.choice([0, 7])}
         assert encode_produce_response(i, version, body) == encode_response(i, response(0, version, body))
+
+
+def test_encoder_rejects_what_it_cannot_encode():
+    ok = [("t", [(0, 0, 5, -1, 0, None)])]
+    assert encode_produce_results(1, 9, ok) == encode_produce_response(1, 9, {"responses": [
+        {"name": "t", "partition_responses": [{"index": 0, "error_code": 0, "base_offset": 5,
+                                               "log_append_time": -1, "log_start_offset": 0}]}]})
+    with pytest.raises(ValueError, match="version 11 is not encoded here"):
+        encode_produce_results(1, 11, ok)
+    with pytest.raises(ValueError, match="out of range"):
+        encode_produce_results(1, 9, [("t", [(0, 2**15, 5, -1, 0, None)])])     # an int16 error code
+    with pytest.raises(TypeError):
+        encode_produce_results(1, 9, [("t", [(0, 0, 5, -1, 0, b"bytes, not str")])])
+    with pytest.raises(ValueError, match="pair"):
+        encode_produce_results(1, 9, [("t", [(0, 0, 5, -1, 0, None, [(1, "a", "b")])])])
+    with pytest.raises(ValueError, match="6 fields"):
+        encode_produce_results(1, 9, [("t", [(0, 0, 5)])])
+    with pytest.raises(TypeError):
+        encode_produce_results(1, 9, [(b"t", [])])
+
+
+def test_decoded_request_is_the_codec_classes():
+    body = _kio_request(9, random.Random(4))
+    while not any(t.partition_data for t in body.topic_data):
+        body = _kio_request(9, random.Random(random.random()))
+    _, _, ours = decode_produce_request(request_frame(0, 9, body)[4:], 9)
+    assert type(ours) is ProduceRequestBody and all(type(t) is TopicProduceData for t in ours.topic_data)
+    assert all(type(p) is PartitionProduceData for t in ours.topic_data for p in t.partition_data)
+    assert ours == ProduceRequestBody(ours.transactional_id, ours.acks, ours.timeout_ms, [
+        TopicProduceData(t.name, [PartitionProduceData(p.index, p.records) for p in t.partition_data])
+        for t in ours.topic_data])

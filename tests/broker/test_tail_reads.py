@@ -9,7 +9,7 @@ import pytest
 
 from logcore.broker.tail_reads import KEPT_BYTES, TailReads
 from logcore.log.log_root import LogRoot
-from logcore.records.control import ControlType
+from random_transaction import RandomTransaction, next_sequence
 
 ISOLATIONS = ("log_end", "read_uncommitted", "read_committed")
 
@@ -49,26 +49,18 @@ def test_a_read_served_again_is_what_the_log_answers_now(tmp_path, seed):
     rng = random.Random(seed)
     log = _open(tmp_path)
     tail = TailReads()
-    txn_open = False
-    sequence = 0
+    txn = RandomTransaction(rng)
     for step in range(300):
         op = rng.random()
         if op < 0.3:
             log.append_records(_records(rng, rng.randrange(1, 4), step))
         elif op < 0.38:
-            if not txn_open:
-                log.append_records(_records(rng, 2, step), producer_id=9, producer_epoch=0,
-                                   base_sequence=sequence, is_transactional=True)
-                sequence += 2
-            else:
-                log.append_control(rng.choice([ControlType.COMMIT, ControlType.ABORT]),
-                                   producer_id=9, producer_epoch=0)
-            txn_open = not txn_open
+            txn.step(log, lambda: _records(rng, 2, step))
         elif op < 0.55:
             log.maybe_increment_high_watermark(rng.randrange(log.high_watermark, log.log_end_offset + 1))
-        elif op < 0.6 and log.log_end_offset > log.high_watermark and not txn_open:
+        elif op < 0.6 and log.log_end_offset > log.high_watermark and not txn.open:
             log.truncate_to(rng.randrange(log.high_watermark, log.log_end_offset))
-            sequence = 0 if 9 not in log.producer_state.producers else log.producer_state.producers[9].last_seq + 1
+            txn.sequence = next_sequence(log, txn.producer_id)
         elif op < 0.62 and log.high_watermark > log.log_start_offset:
             log.delete_records_before(rng.randrange(log.log_start_offset, log.high_watermark + 1))
         # A few reads, mostly at the tail and of the same range again (as the followers' and

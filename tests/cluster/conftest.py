@@ -7,6 +7,7 @@
   zk_client     a started KazooClient on zk_hosts, stopped after the test (tests/conftest.py)
   zk_ensemble   a 3-node ensemble of its own (function scope: tests kill its members)
   zk_standalone one server of its own (function scope: tests stop it)
+  stores        `make()` starts a ZooKeeperStore on zk_hosts; all are closed after the test
 
 A test that cannot get ZooKeeper (no java, no jars, kazoo missing, the server would not start)
 is skipped with the reason.
@@ -22,9 +23,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zookeeper_reference import running_zookeeper  # noqa: E402
 
+from logcore.cluster.zookeeper_store import ZooKeeperStore  # noqa: E402
+
 
 def _need_kazoo():
     return pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo)")
+
+
+@pytest.fixture
+def stores(zk_hosts):
+    made = []
+
+    def make():
+        s = ZooKeeperStore(zk_hosts, session_timeout_ms=2000).start()
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        s.close()
 
 
 @pytest.fixture

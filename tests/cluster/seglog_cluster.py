@@ -208,6 +208,14 @@ class SeglogCluster:
         for b in self.brokers.values():
             b.mark_log()
 
+    def add_internal_listener(self) -> None:
+        """Each broker listens on PLAINTEXT (its port) and on an INTERNAL listener of a free port
+        of its own (the listener settings, e.g. inter.broker.listener.name, are the caller's)."""
+        taken = {b.port for b in self.brokers.values()}
+        internal = [p for p in free_ports(6) if p not in taken][:len(self.brokers)]
+        for (i, b), port in zip(sorted(self.brokers.items()), internal):
+            self.per_broker[i] = {"listeners": f"PLAINTEXT://{b.host}:{b.port},INTERNAL://127.0.0.1:{port}"}
+
     def close(self) -> None:
         for b in self.brokers.values():
             if b.alive():

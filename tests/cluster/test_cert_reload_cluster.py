@@ -15,7 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
 
 from pki import STORE_PASSWORD, Pki, issue, make_ca  # noqa: E402
 from seglog_cluster import SeglogCluster  # noqa: E402
-from zookeeper_reference import free_ports  # noqa: E402
 
 pytestmark = pytest.mark.soak   # a 3-broker TLS cluster and a restart, ~30 s: -m soak (one broker: tests/security/test_cert_reload.py)
 INTERNAL = "listener.name.internal."
@@ -48,10 +47,7 @@ def test_inter_broker_ca_rotation_without_restart(zk_hosts, tmp_path):
         "default.replication.factor": "3", "min.insync.replicas": "2",
     }
     cluster = SeglogCluster(tmp_path / "cluster", zk_hosts, props=props)
-    taken = {b.port for b in cluster.brokers.values()}
-    internal = [p for p in free_ports(6) if p not in taken][:3]
-    for (i, b), port in zip(sorted(cluster.brokers.items()), internal):
-        cluster.per_broker[i] = {"listeners": f"PLAINTEXT://{b.host}:{b.port},INTERNAL://127.0.0.1:{port}"}
+    cluster.add_internal_listener()
     new_ca = make_ca("the new CA")
     both = tmp_path / "both-cas.crt"
     both.write_bytes(pki.ca.cert_pem() + new_ca.cert_pem())

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from kafka_reference import kafka_jars  # noqa: F401  (a fixture: Kafka's jars, skips without them)
 from seglog_cluster import SeglogCluster
 
 from logcore.tools.cli import main

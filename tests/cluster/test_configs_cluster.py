@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from logcore.wire.config_resources import BROKER_RESOURCE, OP_SET, TOPIC_RESOURC
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kafka_reference import KafkaUnavailable, kafka_unavailable, resolve_jars  # noqa: E402
+from zookeeper_reference import fresh_chroot, started_client  # noqa: E402
 
 
 pytestmark = pytest.mark.soak   # a 3-broker cluster, ~30 s: -m soak (one broker: tests/broker/test_broker_configs.py)
@@ -31,27 +31,16 @@ pytestmark = pytest.mark.soak   # a 3-broker cluster, ~30 s: -m soak (one broker
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zk_server):
-    from kazoo.client import KazooClient
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    c = KazooClient(hosts=zk_server.connect_string)
-    c.start(timeout=15)
-    c.ensure_path(chroot)
-    c.stop()
-    c.close()
     props = {"log.retention.check.interval.ms": "200", "log.cleaner.backoff.ms": "200"}
-    with SeglogCluster.running(tmp_path_factory.mktemp("cfgcluster"), zk_server.connect_string + chroot,
+    with SeglogCluster.running(tmp_path_factory.mktemp("cfgcluster"), fresh_chroot(zk_server.connect_string),
                                size=3, props=props) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def zk(cluster):
-    from kazoo.client import KazooClient
-    c = KazooClient(hosts=cluster.zk_hosts)
-    c.start(timeout=15)
-    yield c
-    c.stop()
-    c.close()
+    with started_client(cluster.zk_hosts, timeout=10.0) as c:
+        yield c
 
 
 def _described(broker, kind, name):

@@ -20,7 +20,7 @@ sys.path.insert(0, str(HERE.parent / "kafka_clients"))
 
 from group_member import GroupMemberProcess, compile_group_member  # noqa: E402
 from java_program import JavaProgram, JavaUnavailable  # noqa: E402
-from kafka_reference import kafka_jars, kafka_unavailable  # noqa: E402,F401  (a fixture)
+from kafka_reference import kafka_unavailable  # noqa: E402
 from seglog_cluster import SeglogCluster  # noqa: E402
 
 from logcore.wire.client import KafkaConnection  # noqa: E402

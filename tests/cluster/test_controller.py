@@ -14,6 +14,7 @@ from logcore.cluster.controller import (Controller, elect_controlled_shutdown, e
 from logcore.cluster.reassignments import elect_reassigned, reassignment_plan
 from logcore.cluster.znode_json import NO_LEADER, LeaderAndIsr
 from logcore.cluster.zookeeper_store import ZooKeeperStore
+from harness import wait_until
 
 
 def test_election_rules():
@@ -50,13 +51,7 @@ def test_election_properties(case):
 
 
 def wait_for(cond, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return wait_until(cond, timeout, what, interval=0.05)
 
 
 class Node:
@@ -136,7 +131,8 @@ def test_failover_moves_leaders_with_epoch_bumps(nodes, zk_hosts):
 def test_offline_partition_then_unclean_election(nodes, caplog):
     n1 = nodes(1)
     wait_for(lambda: n1.controller.active, what="controller")
-    n2, n3 = nodes(2), nodes(3)
+    n2 = nodes(2)
+    nodes(3)
     n1.store.create_topic("clean", "AAAAAAAAAAAAAAAAAAAAAQ", {0: [2, 3]})
     n1.store.create_topic("dirty", "AAAAAAAAAAAAAAAAAAAAAg", {0: [2, 3]},
                           {"unclean.leader.election.enable": "true"})
@@ -268,7 +264,7 @@ def test_a_broker_registered_after_a_state_was_written_counts_as_failed_for_it(z
         made.append(s1b)
         ctl = Controller(s2, 2).start()              # a controller with no memory of epochs
         wait_for(lambda: state(s2, "t", 0).leader_epoch == 1, what="partition 0 re-elected")
-        p0, p1, solo = state(s2, "t", 0), state(s2, "t", 1), state(s2, "solo", 0)
+        p0 = state(s2, "t", 0)
         assert (p0.leader, p0.isr) == (2, (2, 3)), p0
         wait_for(lambda: state(s2, "t", 1).leader_epoch == 1, what="broker 1 out of partition 1's ISR")
         assert (state(s2, "t", 1).leader, state(s2, "t", 1).isr) == (2, (2, 3))

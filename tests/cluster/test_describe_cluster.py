@@ -19,7 +19,6 @@ from seglog_cluster import SeglogCluster
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixtures)
 
 from logcore.broker.api_versions import advertised, cluster_served  # noqa: E402
 from logcore.wire.api_keys import DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS  # noqa: E402

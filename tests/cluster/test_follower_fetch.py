@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ pytest.importorskip("kazoo", reason="kazoo is not installed (pip install kazoo)"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from seglog_cluster import SeglogCluster  # noqa: E402
+from zookeeper_reference import fresh_chroot  # noqa: E402
 
 from logcore.broker.config import RACK_AWARE_SELECTOR, BrokerConfig  # noqa: E402
 from logcore.errors import InvalidConfigError  # noqa: E402
@@ -41,15 +41,8 @@ RECORDS = 2000
 
 @pytest.fixture(scope="module")
 def cluster(zk_server, tmp_path_factory):
-    from kazoo.client import KazooClient
-    chroot = f"/ff-{uuid.uuid4().hex[:12]}"
-    zk = KazooClient(hosts=zk_server.connect_string, timeout=2.0)
-    zk.start(timeout=15)
-    zk.ensure_path(chroot)
-    zk.stop()
-    zk.close()
     base = tmp_path_factory.mktemp("follower-fetch")
-    with SeglogCluster.running(base, zk_server.connect_string + chroot, size=3,
+    with SeglogCluster.running(base, fresh_chroot(zk_server.connect_string, "ff"), size=3,
                                props={"min.insync.replicas": "2", "replica.selector.class": RACK_AWARE_SELECTOR},
                                per_broker={b: {"broker.rack": r} for b, r in RACKS.items()}) as c:
         _topic_led_by_broker_1(c)

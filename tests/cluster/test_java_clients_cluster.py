@@ -12,7 +12,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka_clients"))
 
 from java_check import run_java_client_check  # noqa: E402
-from kafka_reference import kafka_jars  # noqa: E402,F401  (a fixture)
 from seglog_cluster import SeglogCluster  # noqa: E402
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(420)]   # a cluster and a JVM, ~35 s: -m soak (one broker: tests/kafka_clients/test_java_clients.py)

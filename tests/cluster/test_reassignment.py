@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
-from kafka_reference import kafka_jars  # noqa: F401  (a fixture: Kafka's jars, skips without them)
 from seglog_cluster import SeglogCluster
 
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import re
-import time
 
 import pytest
 

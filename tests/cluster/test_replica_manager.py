@@ -287,7 +287,7 @@ def test_an_isr_write_with_an_unknown_outcome_keeps_counting_the_new_member(tmp_
             unreachable = threading.Event()
 
             def update(*args, **kw):
-                written = apply_then_fail(*args, **kw)
+                apply_then_fail(*args, **kw)
                 unreachable.set()
                 raise CoordinatorUnavailableError("connection lost before the answer (test)")
 

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from seglog_cluster import SeglogCluster
+from read_back import read_to_eof
 
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
@@ -65,27 +66,12 @@ def _produce(cluster, topic, values, *, acks="all", extra=None, timeout=60.0):
 
 def _read_all(cluster, topic, partitions, timeout=60.0):
     """Every record of every partition up to its high watermark: {partition: [(offset, value)]}."""
-    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader", "enable.auto.commit": False,
-                     "auto.offset.reset": "error", "enable.partition.eof": True})
-    try:
-        c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)])
-        out = {p: [] for p in range(partitions)}
-        done = set()
-        deadline = time.monotonic() + timeout
-        while len(done) < partitions and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == ck.KafkaError._PARTITION_EOF:
-                    done.add(m.partition())
-                    continue
-                raise AssertionError(f"consumer error {m.error()}")
-            out[m.partition()].append((m.offset(), m.value()))
-        assert len(done) == partitions, f"did not reach the end of {partitions - len(done)} partitions"
-        return out
-    finally:
-        c.close()
+    out = {p: [] for p in range(partitions)}
+    for p, offset, value in read_to_eof(cluster.bootstrap, topic, partitions,
+                                        lambda m: (m.partition(), m.offset(), m.value()),
+                                        config={"group.id": "reader", "auto.offset.reset": "error"}, timeout=timeout):
+        out[p].append((offset, value))
+    return out
 
 
 def _segment_bytes(broker, topic, partition) -> bytes:

@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from kafka_reference import kafka_jars  # noqa: F401  (a fixture: Kafka's jars, skips without them)
 from seglog_cluster import SeglogCluster
 
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")

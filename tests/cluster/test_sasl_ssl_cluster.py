@@ -14,7 +14,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
 
 from pki import STORE_PASSWORD, Pki  # noqa: E402
 from seglog_cluster import SeglogCluster  # noqa: E402
-from zookeeper_reference import free_ports  # noqa: E402
 
 pytestmark = pytest.mark.soak   # a 3-broker cluster over SASL_SSL, ~30 s: -m soak (one broker: tests/security/test_clients.py)
 
@@ -57,10 +56,7 @@ def test_sasl_ssl_inter_broker_listener_replicates_and_fails_over(zk_hosts, tmp_
         "default.replication.factor": "3", "min.insync.replicas": "2",
     }
     cluster = SeglogCluster(tmp_path / "cluster", zk_hosts, props=props)
-    taken = {b.port for b in cluster.brokers.values()}
-    internal = [p for p in free_ports(6) if p not in taken][:3]
-    for (i, b), port in zip(sorted(cluster.brokers.items()), internal):
-        cluster.per_broker[i] = {"listeners": f"PLAINTEXT://{b.host}:{b.port},INTERNAL://127.0.0.1:{port}"}
+    cluster.add_internal_listener()
     try:
         cluster.start()
         cluster.create_topic("secured", partitions=1, rf=3)

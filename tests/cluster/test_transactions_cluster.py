@@ -16,7 +16,7 @@ from seglog_cluster import SeglogCluster
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
-import confluent_kafka.admin  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
 
 from java_transactions import JavaTransactions, check_java_rows  # noqa: E402
 from transactional_reads import read_values  # noqa: E402
@@ -122,7 +122,7 @@ def test_coordinator_killed_after_prepare_commit(tmp_path, zk_hosts):
         successor = next(b for b in replicas if b != coordinator)
         lone = next(b for b in c.brokers if b not in replicas)
         # p0 lives on `lone` only, p1 on the successor only: the commit's markers go to both.
-        fs = c.admin().create_topics([ck.admin.NewTopic("ft", num_partitions=2, replica_assignment=[[lone], [successor]])])
+        fs = c.admin().create_topics([NewTopic("ft", num_partitions=2, replica_assignment=[[lone], [successor]])])
         fs["ft"].result(30)
         c.wait_for(lambda: all(leader >= 0 for leader, _r, _i in c.metadata("ft").values()), 30, "leaders of ft")
         p.begin_transaction()
@@ -182,7 +182,7 @@ def test_pipelined_produce_waits_behind_a_verification(tmp_path, zk_hosts):
         tid = "pipelined-tx"
         coordinator = _coordinator(c, tid)
         leader, follower = [b for b in sorted(c.brokers) if b != coordinator][:2]
-        fs = c.admin().create_topics([ck.admin.NewTopic("pt", num_partitions=2,
+        fs = c.admin().create_topics([NewTopic("pt", num_partitions=2,
                                                         replica_assignment=[[leader, follower]] * 2)])
         fs["pt"].result(30)
         c.wait_for(lambda: all(v[0] == leader for v in c.metadata("pt").values()), 30, f"broker {leader} leading pt")

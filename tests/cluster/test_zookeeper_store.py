@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 from kazoo.client import KazooClient
@@ -12,31 +11,13 @@ from kazoo.client import KazooClient
 from logcore.cluster.znode_json import LeaderAndIsr
 from logcore.cluster.znode_paths import partition_state_path
 from logcore.cluster.zookeeper_store import ZooKeeperStore
+from harness import wait_until
 from logcore.errors import (BrokerIdInUseError, ControllerMovedError, TopicExistsError,
                             TopicNotFoundError, ZkVersionConflictError)
 
 
 def wait_for(cond, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-@pytest.fixture
-def stores(zk_hosts):
-    made = []
-
-    def make():
-        s = ZooKeeperStore(zk_hosts, session_timeout_ms=2000).start()
-        made.append(s)
-        return s
-    yield make
-    for s in made:
-        s.close()
+    return wait_until(cond, timeout, what, interval=0.05)
 
 
 def expire(store: ZooKeeperStore, hosts: str) -> None:

@@ -4,38 +4,19 @@ read-back of an ISR write whose answer was lost."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from logcore.cluster.compare_and_set import WriteOutcome
 from logcore.cluster.znode_json import LeaderAndIsr
-from logcore.cluster.zookeeper_store import ZooKeeperStore
+from harness import wait_until
 from logcore.errors import CoordinatorUnavailableError
 
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
 
 
 def wait_for(cond, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-@pytest.fixture
-def stores(zk_hosts):
-    made = []
-
-    def make():
-        s = ZooKeeperStore(zk_hosts, session_timeout_ms=2000).start()
-        made.append(s)
-        return s
-    yield make
-    for s in made:
-        s.close()
+    return wait_until(cond, timeout, what, interval=0.05)
 
 
 def test_assignment_watch_follows_changes_and_ends_with_the_topic(stores):

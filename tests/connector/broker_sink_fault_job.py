@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import sys
 
+from streaming_query import run_printing_progress
+
 
 def main() -> None:
     src, bootstrap, ckpt, mode = sys.argv[1:5]
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
-    from pyspark.sql.streaming import StreamingQueryListener
     from pyspark.sql.types import BinaryType
 
     spark = (SparkSession.builder.master("local[2,3]").appName(f"seglog-broker-sink-{mode}")
@@ -46,25 +47,7 @@ def main() -> None:
               .option("topic", "events").option("topic.partitions", "3").option("batch.size", "16384")
               .option("kafka.delivery.timeout.ms", "60000").option("checkpointLocation", ckpt))
     writer = writer.trigger(availableNow=True) if mode == "finish" else writer.trigger(processingTime="0 seconds")
-
-    class Progress(StreamingQueryListener):
-        def onQueryStarted(self, event):
-            pass
-
-        def onQueryProgress(self, event):
-            print(f"BATCH {event.progress.batchId} rows {event.progress.numInputRows}", flush=True)
-
-        def onQueryIdle(self, event):
-            pass
-
-        def onQueryTerminated(self, event):
-            pass
-
-    spark.streams.addListener(Progress())
-    q = writer.start()
-    print(f"STARTED {q.id}", flush=True)
-    q.awaitTermination()
-    print("DONE", flush=True)
+    run_printing_progress(spark, writer.start)
     spark.stop()
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
+from streaming_query import run_printing_progress
+
 
 def main() -> None:
     src, root, ckpt, mode = sys.argv[1:5]
@@ -58,26 +60,7 @@ def main() -> None:
         writer = writer.trigger(processingTime="0 seconds")
     else:
         writer = writer.trigger(availableNow=True)
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    class Progress(StreamingQueryListener):
-        def onQueryStarted(self, event):
-            pass
-
-        def onQueryProgress(self, event):
-            print(f"BATCH {event.progress.batchId} rows {event.progress.numInputRows}", flush=True)
-
-        def onQueryIdle(self, event):
-            pass
-
-        def onQueryTerminated(self, event):
-            pass
-
-    spark.streams.addListener(Progress())
-    q = writer.start(root)
-    print(f"STARTED {q.id}", flush=True)
-    q.awaitTermination()
-    print("DONE", flush=True)
+    run_printing_progress(spark, lambda: writer.start(root))
     spark.stop()
 
 

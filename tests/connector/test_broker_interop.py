@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from logcore.errors import SegLogError, TopicNotFoundError  # noqa: E402
@@ -29,6 +29,8 @@ from logcore.log.log_root import LogRoot  # noqa: E402
 from logcore.wire.client import KafkaConnectionError  # noqa: E402
 from pyspark_seglog.broker_client import BrokerClient  # noqa: E402
 import broker_spawner  # noqa: E402
+from read_back import read_back  # noqa: E402
+from streaming_query import await_available_now  # noqa: E402
 from broker_process import subprocess_env  # noqa: E402
 
 START_TIMEOUT = 30
@@ -125,24 +127,10 @@ def librdkafka_produce(b: BrokerProcess, topic: str, first: int, count: int) -> 
 
 def librdkafka_consume(b: BrokerProcess, topic: str, partitions: int, expected: int,
                        timeout: float = 30) -> list[tuple]:
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "interop-assign",
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 50})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < expected and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            got.append((m.partition(), m.offset(), m.key(), m.value()))
-        # nothing beyond the expected rows arrives
-        extra = c.poll(0.5)
-        assert extra is None, f"unexpected record at {extra.partition()}-{extra.offset()}"
-    finally:
-        c.close()
-    return got
+    """(partition, offset, key, value) of the expected records; nothing beyond them arrives."""
+    return read_back(b.bootstrap, topic, partitions, expected,
+                     lambda m: (m.partition(), m.offset(), m.key(), m.value()),
+                     group="interop-assign", timeout=timeout, quiet_wait=0.5)
 
 
 def broker_hw(b: BrokerProcess, topic: str, partitions: int) -> dict[int, int]:
@@ -178,12 +166,7 @@ def spark_stream_available_now(spark, b: BrokerProcess, topic: str, checkpoint: 
 
     q = (reader.load(str(b.root)).writeStream.foreachBatch(collect)
          .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    try:
-        assert q.awaitTermination(120), "AvailableNow query did not finish"
-        if q.exception():
-            raise q.exception()
-    finally:
-        q.stop()
+    await_available_now(q)
     out = set(rows)
     assert len(out) == len(rows), "duplicate rows"
     return out

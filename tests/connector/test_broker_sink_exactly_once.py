@@ -19,7 +19,6 @@ import pyarrow as pa
 import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_broker_interop import BrokerProcess, _free_port, create_topic  # noqa: E402
@@ -30,6 +29,7 @@ from pyspark_seglog.broker_sink import TaskProducer, abort_batch, commit_batch, 
 from pyspark_seglog.broker_transaction import TaskTransaction, transactional_id  # noqa: E402
 from pyspark_seglog.sink_options import DeliveryGuarantee, parse_sink_options  # noqa: E402
 from broker_process import subprocess_env  # noqa: E402
+from read_back import read_to_eof  # noqa: E402
 
 COLUMNS = {"key": "key", "value": "value"}
 
@@ -57,27 +57,9 @@ def rows(first: int, count: int, chunk: int = 500):
 
 def read_values(bootstrap: str, topic: str, partitions: int, isolation: str = "read_committed") -> list[bytes]:
     """Every value up to each partition's end, as a consumer with `isolation` reads it."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"eos-check-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "isolation.level": isolation,
-                  "enable.partition.eof": True, "fetch.wait.max.ms": 50})
-    try:
-        c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
-        out, done = [], set()
-        deadline = time.monotonic() + 30
-        while len(done) < partitions and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    done.add(m.partition())
-                    continue
-                raise AssertionError(m.error())
-            out.append(m.value())
-        assert len(done) == partitions, f"{partitions - len(done)} partitions did not reach their end"
-        return out
-    finally:
-        c.close()
+    return read_to_eof(bootstrap, topic, partitions, lambda m: m.value(),
+                       config={"group.id": f"eos-check-{time.monotonic_ns()}", "isolation.level": isolation,
+                               "fetch.wait.max.ms": 50}, timeout=30, poll_s=0.2)
 
 
 def exactly(values: list[bytes], ids) -> bool:

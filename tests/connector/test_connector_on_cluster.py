@@ -39,6 +39,7 @@ for folder in (TESTS, TESTS / "cluster"):
         sys.path.insert(0, str(folder))
 
 from seglog_cluster import SeglogCluster  # noqa: E402
+from read_back import read_to_eof  # noqa: E402
 from zookeeper_reference import running_zookeeper  # noqa: E402
 
 from pyspark_seglog.broker_client import BrokerClient  # noqa: E402
@@ -87,28 +88,9 @@ def _all_back(cluster):
 
 def consume_all(cluster, topic: str, partitions: int, timeout: float = 60.0) -> list:
     """Every record of the topic up to each partition's end: [(partition, offset, key, value)]."""
-    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{topic}",
-                                  "enable.auto.commit": False, "auto.offset.reset": "error",
-                                  "enable.partition.eof": True})
-    try:
-        c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
-                  for p in range(partitions)])
-        out, done = [], set()
-        deadline = time.monotonic() + timeout
-        while len(done) < partitions and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    done.add(m.partition())
-                    continue
-                raise AssertionError(f"consumer error {m.error()}")
-            out.append((m.partition(), m.offset(), m.key(), m.value()))
-        assert len(done) == partitions, f"did not reach the end of {partitions - len(done)} partitions"
-        return out
-    finally:
-        c.close()
+    return read_to_eof(cluster.bootstrap, topic, partitions,
+                       lambda m: (m.partition(), m.offset(), m.key(), m.value()),
+                       config={"group.id": f"check-{topic}", "auto.offset.reset": "error"}, timeout=timeout)
 
 
 def produce(cluster, topic: str, values: list[bytes]) -> None:

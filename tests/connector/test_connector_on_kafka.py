@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (pytest fixtures)
 
 from pyspark_seglog.broker_client import BrokerClient  # noqa: E402
+from read_back import read_back  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -157,24 +157,13 @@ def test_source_reads_what_kafka_acknowledged(spark, kafka, tmp_path):
 
 
 def consume_all(kafka, topic: str, partitions: int, expected: int, timeout: float = 60) -> list:
-    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"readback-{topic}",
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 50, "isolation.level": "read_committed"})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < expected and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            headers = tuple((k, v) for k, v in (m.headers() or []))
-            got.append((m.partition(), m.offset(), m.key(), m.value(), headers, m.timestamp()[1]))
-        extra = c.poll(1.0)
-        assert extra is None, f"unexpected record at {extra.partition()}-{extra.offset()}"
-    finally:
-        c.close()
-    return got
+    """(partition, offset, key, value, headers, timestamp) of the expected committed records;
+    nothing beyond them arrives."""
+    def row(m) -> tuple:
+        headers = tuple((k, v) for k, v in (m.headers() or []))
+        return (m.partition(), m.offset(), m.key(), m.value(), headers, m.timestamp()[1])
+    return read_back(kafka.bootstrap, topic, partitions, expected, row, group=f"readback-{topic}",
+                     timeout=timeout, read_committed=True, quiet_wait=1.0)
 
 
 def by_value(row: tuple) -> bytes:
@@ -311,19 +300,5 @@ def committed_rows(kafka, topic: str, partitions: int, expected: int) -> list[tu
     partition's in offset order. (Not read to each partition's end: Kafka writes a transaction's
     markers after answering EndTxn, and until then a read_committed reader's end is the
     transaction's start. A duplicate would take the place of a missing row in the count.)"""
-    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"readback-{topic}",
-                  "enable.auto.commit": False, "isolation.level": "read_committed",
-                  "fetch.wait.max.ms": 50})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(got) < expected and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            got.append((m.partition(), m.value()))
-    finally:
-        c.close()
-    return got
+    return read_back(kafka.bootstrap, topic, partitions, expected, lambda m: (m.partition(), m.value()),
+                     group=f"readback-{topic}", timeout=60, read_committed=True)

@@ -15,6 +15,7 @@ import pytest
 
 from logcore.log.log_root import LogRoot
 from logcore.records.control import ControlType
+from streaming_query import await_available_now
 from test_source_read import T0, append, make_root, retain_from, value_of
 
 LOG_DIR = Path(__file__).resolve().parents[1] / "log"
@@ -58,12 +59,7 @@ class Collector:
 def run_available_now(df, checkpoint, collector, timeout=180):
     q = (df.writeStream.foreachBatch(collector).option("checkpointLocation", str(checkpoint))
          .trigger(availableNow=True).start())
-    try:
-        assert q.awaitTermination(timeout), "AvailableNow query did not finish"
-        if q.exception():
-            raise q.exception()
-    finally:
-        q.stop()
+    await_available_now(q, timeout)
     return q
 
 

@@ -11,6 +11,7 @@ import time
 
 from logcore.cleaner.cleaner import LogCleaner
 from logcore.log.log_root import LogRoot
+from streaming_query import await_available_now
 
 PARTITIONS = 2
 KEYS = 25
@@ -85,12 +86,7 @@ def _available_now(spark, url, checkpoint, sink) -> None:
           .option("maxOffsetsPerTrigger", 600).load(url))
     q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
          .trigger(availableNow=True).start())
-    try:
-        assert q.awaitTermination(120), "AvailableNow query did not finish"
-        if q.exception():
-            raise q.exception()
-    finally:
-        q.stop()
+    await_available_now(q)
 
 
 def test_stream_reads_a_compacted_topic_while_the_cleaner_runs(spark, tmp_path):

@@ -17,7 +17,6 @@ from logcore.errors import InvalidConfigError, OffsetOutOfRangeError
 from logcore.log.log_root import LogRoot
 from logcore.log.segment import parse_segment_name
 from logcore.records.control import ControlType
-from pyspark_seglog import source as source_module
 from pyspark_seglog.schema import arrow_schema
 from pyspark_seglog.partition_reader import SeglogInputPartition, read_partition
 from pyspark_seglog.source import SeglogBatchReader, SeglogStreamReader

@@ -36,7 +36,7 @@ for folder in (TESTS, TESTS / "cluster"):
 
 from seglog_cluster import SeglogCluster  # noqa: E402
 from transactional_reads import read_values  # noqa: E402
-from zookeeper_reference import ZooKeeperCluster, ZooKeeperUnavailable, find_zookeeper  # noqa: E402
+from zookeeper_reference import running_zookeeper  # noqa: E402
 
 from logcore.broker.config import RACK_AWARE_SELECTOR  # noqa: E402
 from logcore.errors import InvalidConfigError  # noqa: E402
@@ -47,25 +47,13 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    try:
-        find_zookeeper()
-    except ZooKeeperUnavailable as exc:
-        pytest.skip(str(exc))
     base = tmp_path_factory.mktemp("through-brokers")
-    zk = ZooKeeperCluster(base / "zk", size=1)
-    try:
-        zk.start()
-    except ZooKeeperUnavailable as exc:
-        zk.stop()
-        pytest.skip(f"ZooKeeper did not start: {exc}")
-    try:
-        with SeglogCluster.running(base, zk.connect_string, size=3,
-                                   props={"min.insync.replicas": "2", "replica.selector.class": RACK_AWARE_SELECTOR,
-                                          "transaction.state.log.num.partitions": "3"},
-                                   per_broker={b: {"broker.rack": r} for b, r in RACKS.items()}) as c:
-            yield c
-    finally:
-        zk.stop()
+    with running_zookeeper(base / "zk") as zk, \
+            SeglogCluster.running(base, zk.connect_string, size=3,
+                                  props={"min.insync.replicas": "2", "replica.selector.class": RACK_AWARE_SELECTOR,
+                                         "transaction.state.log.num.partitions": "3"},
+                                  per_broker={b: {"broker.rack": r} for b, r in RACKS.items()}) as c:
+        yield c
 
 
 def brokers_read(spark, cluster, **options):

@@ -24,7 +24,6 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "broker"))
 sys.path.insert(0, str(TESTS))
 from broker_helpers import create, produce, wait_until  # noqa: E402
-from kafka_reference import kafka_jars  # noqa: E402,F401  (a fixture)
 
 sys.path.insert(0, str(TESTS))
 import broker_process  # noqa: E402

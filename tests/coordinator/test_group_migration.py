@@ -26,7 +26,7 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "broker"))
 sys.path.insert(0, str(TESTS))
 from broker_helpers import create, wait_until  # noqa: E402
-from kafka_reference import kafka_jars, kafka_unavailable  # noqa: E402,F401  (a fixture)
+from kafka_reference import kafka_unavailable  # noqa: E402
 
 sys.path.insert(0, str(TESTS / "kafka_clients"))
 from group_member import GroupMemberProcess, compile_group_member  # noqa: E402

@@ -10,14 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from logcore.wire.client import KafkaConnection
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 from in_process_broker import InProcessBroker  # noqa: E402
-from kafka_reference import kafka_jars  # noqa: E402,F401  (fixtures)
 
 HB, CREATE_TOPICS = 68, 19
 LOADING = {14, 15, 16}       # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from logcore.broker.partitions import PartitionManager
 from logcore.coordinator import transaction_log as TL

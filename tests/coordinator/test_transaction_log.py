@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from logcore.coordinator import transaction_log as TL
 from logcore.coordinator.transaction_log import TxnRecord, TxnState
@@ -20,7 +20,6 @@ from logcore.log.log_root import LogRoot
 from logcore.records.batch import build_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixture)
 
 ids = st.text(min_size=1, max_size=40)
 records = st.builds(

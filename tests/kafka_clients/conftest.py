@@ -10,7 +10,6 @@ import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
-from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixture)
 
 sys.path.insert(0, str(TESTS))
 import broker_process  # noqa: E402

@@ -1,10 +1,18 @@
 """Log tests run against every storage kind: local disk, fsspec memory, a real S3 server
-(SeaweedFS, or MinIO when Docker answers) and moto's S3 server."""
+(SeaweedFS, or MinIO when Docker answers) and moto's S3 server; `root` is a local one."""
 from __future__ import annotations
 
 import pytest
 
 from logcore.log.log_root import LogRoot
+
+
+@pytest.fixture
+def root(tmp_path):
+    """A log root on local disk, closed after the test."""
+    root = LogRoot.open(str(tmp_path / "root"), create=True)
+    yield root
+    root.close()
 
 
 @pytest.fixture(params=["local", "memory",

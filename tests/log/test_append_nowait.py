@@ -14,13 +14,6 @@ from logcore.records.batch import build_batch, iter_batches
 T0 = 1_700_000_000_000
 
 
-@pytest.fixture
-def root(tmp_path):
-    root = LogRoot.open(str(tmp_path / "root"), create=True)
-    yield root
-    root.close()
-
-
 def client_batch(i: int, *, size: int = 10, producer_id: int = -1, sequence: int = -1) -> bytes:
     return build_batch([(b"k%d" % i, b"v" * size, (), T0 + i)], base_offset=0, producer_id=producer_id,
                        producer_epoch=0 if producer_id >= 0 else -1, base_sequence=sequence)

@@ -31,7 +31,7 @@ def test_leo_read_during_the_first_append_after_a_roll(open_root, monkeypatch):
     def append(seg, data, headers):
         if seg.base_offset > 0 and seg.size() == 0 and not rolled.is_set():
             # The first append into the segment the writer just rolled to.
-            seen["filled"] = (seg._offset_index is not None, seg._time_index is not None, seg._next_offset)
+            seen["filled"] = (seg.indexes.offset_loaded, seg.indexes.time_loaded, seg._next_offset)
             rolled.set()
             assert computed.wait(WAIT_S), "the other thread did not read the LEO"
             try:

@@ -10,14 +10,12 @@ from logcore.log import config as cfgmod
 from logcore.log.config import (
     CONFIG_KEYS,
     LogConfig,
-    colliding_topic,
     config_markdown,
-    load_properties,
     resolve_root_defaults,
-    topic_collision_warning,
-    validate_topic_name,
     validate_topic_overrides,
 )
+from logcore.log.properties_file import load_properties
+from logcore.log.topic_name import colliding_topic, topic_collision_warning, validate_topic_name
 
 REPO = Path(__file__).resolve().parents[2]
 LONG_MAX = 2**63 - 1

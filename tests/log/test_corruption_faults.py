@@ -12,16 +12,14 @@ segment; the damaged bytes are put back (S3) or the root copied afresh (local) f
 """
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import struct
-from pathlib import Path
 
 import pytest
 
 from logcore.errors import CorruptRecordError
-from logcore.log.log import CLEAN_SHUTDOWN
+from logcore.log.log_loader import CLEAN_SHUTDOWN
 from logcore.log.log_root import LogRoot
 from logcore.log.file_slice import FileSlice
 from logcore.records.batch import decode_records, iter_batches

@@ -8,19 +8,12 @@ import time
 import pytest
 
 from logcore.log.checkpoint import OffsetCheckpoint
-from logcore.log.log import CLEAN_SHUTDOWN
+from logcore.log.log_loader import CLEAN_SHUTDOWN
 from logcore.log.log_root import LogRoot
 from logcore.log.partition_state import HW_CHECKPOINT, HW_FILE, RECOVERY_POINT_CHECKPOINT
 from logcore.records.batch import iter_batches
 
 T0 = 1_700_000_000_000
-
-
-@pytest.fixture
-def root(tmp_path):
-    root = LogRoot.open(str(tmp_path / "root"), create=True)
-    yield root
-    root.close()
 
 
 class SyncCounter:

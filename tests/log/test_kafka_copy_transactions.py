@@ -255,7 +255,7 @@ def make_copy(root: Path, layouts: list[list[list[tuple]]], *, hw_back: list[int
 
 def _last_batch_of(state: Written, pid: int) -> tuple[int, int, int] | None:
     """(last sequence, last offset, offset delta) of pid's last data batch in `state`."""
-    seq, found = 0, None
+    found = None
     for base, batches in state.segments:
         for batch in batches:
             b_pid = struct.unpack_from(">q", batch, 43)[0]

@@ -359,7 +359,7 @@ def test_a_cluster_members_log_dir_records_the_replicas_it_holds(tmp_path, capsy
     assert ro.broker_record() == {"node_id": 2, "host": "10.0.0.2", "port": 9092}
     assert ro.log("t", 1).high_watermark == 5
     with pytest.raises(ReplicaNotAvailableError,
-                       match=rf"t-0 has no replica in .*broker-2: that log dir is broker 2's, which holds"
+                       match=r"t-0 has no replica in .*broker-2: that log dir is broker 2's, which holds"
                              r" replicas of partitions \[1\] of t \(seglog-topics.json\)"):
         ro.log("t", 0)
     ro.close()

@@ -99,16 +99,21 @@ def test_plain_commits_record_where_the_producer_state_was_empty():
         log.close()
 
 
+def _writer_sessions(root, count: int) -> None:
+    """`count` writers of t-0 one after the other, each appending and committing 3 records."""
+    for _ in range(count):
+        log = root.log("t", 0, writer=True)
+        log.append_records([(b"k", b"v", (), None)] * 3)
+        log.commit()
+        log.close()
+
+
 def test_a_writers_open_lists_the_partition_folder_once(requests):
     """The load's listing also tells the producer state that the folder holds no snapshots: it
     used to list again three times (delete above the LEO, delete below the start, load)."""
     with LogRoot.open(_url(), create=True) as root:
         root.create_topic("t", 1)
-        for _ in range(3):
-            log = root.log("t", 0, writer=True)
-            log.append_records([(b"k", b"v", (), None)] * 3)
-            log.commit()
-            log.close()
+        _writer_sessions(root, 3)
         requests.clear()
         log = root.log("t", 0, writer=True)
         assert requests["_listing"] == 1
@@ -129,10 +134,7 @@ def test_a_published_segments_indexes_are_put_at_the_same_time(monkeypatch):
     with LogRoot.open(_url(), create=True) as root:
         root.create_topic("t", 1)
         monkeypatch.setattr(ObjectStorage, "write_atomic", write_atomic)
-        log = root.log("t", 0, writer=True)
-        log.append_records([(b"k", b"v", (), None)] * 3)
-        log.commit()
-        log.close()
+        _writer_sessions(root, 1)
         names = root.storage.list_dir("t-0")
         reader = root.log("t", 0)
         assert len(list(reader.read_records(0))) == 3
@@ -160,11 +162,7 @@ def test_a_writers_open_reads_the_topics_file_and_the_partition_state_once(monke
     url = _url()
     with LogRoot.open(url, create=True) as root:
         root.create_topic("t", 1)
-        for _ in range(2):
-            log = root.log("t", 0, writer=True)
-            log.append_records([(b"k", b"v", (), None)] * 3)
-            log.commit()
-            log.close()
+        _writer_sessions(root, 2)
     paths = _reads_by_path(monkeypatch)
     with LogRoot.open(url) as root:            # as the sink's commit opens its root
         paths.clear()

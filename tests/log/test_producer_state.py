@@ -8,21 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logcore.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from logcore.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
+from logcore.log.producer_entry import INT32_MAX, BatchMetadata, ProducerStateEntry, increment_sequence
+from logcore.log.producer_snapshot import CorruptSnapshotError, decode_snapshot, encode_snapshot, load_latest_snapshot
 from logcore.log.producer_state import (
-    INT32_MAX,
     AppendOrigin,
-    BatchMetadata,
-    CorruptSnapshotError,
-    InvalidTxnStateError,
     ProducerBatch,
-    ProducerStateEntry,
     ProducerStateManager,
     TransactionCoordinatorFencedError,
-    decode_snapshot,
-    encode_snapshot,
-    increment_sequence,
-    load_latest_snapshot,
 )
 from logcore.log.txn_index import AbortedTxn
 from logcore.records import build_batch, build_control_batch, parse_header

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from logcore.errors import DamagedLogError
-from logcore.log.log import CLEAN_SHUTDOWN
+from logcore.log.log_loader import CLEAN_SHUTDOWN
 from logcore.log.log_root import LogRoot
 from logcore.tools.cli import main as seglog
 from logcore.records.batch import iter_batches

@@ -88,7 +88,8 @@ def test_truncate_fully_with_the_remote_tiers_state(tmp_path):
     # KIP-405: start at the leader's local log start with the log start offset, epochs and
     # producer state of the remote segment before it; reopening keeps all of it.
     import pytest
-    from logcore.log.producer_state import CorruptSnapshotError, ProducerStateEntry, encode_snapshot
+    from logcore.log.producer_entry import ProducerStateEntry
+    from logcore.log.producer_snapshot import CorruptSnapshotError, encode_snapshot
     from tests.tiered.tiered_root import tiering_defaults
     root = LogRoot.open(str(tmp_path / "root"), create=True,
                         defaults=tiering_defaults(str(tmp_path / "remote")))

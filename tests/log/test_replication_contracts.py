@@ -12,6 +12,7 @@ from logcore.errors import FencedWriterError, InvalidRecordError, OffsetOutOfRan
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import iter_batches
 from logcore.records.control import ControlType
+from random_transaction import RandomTransaction, next_sequence
 
 CONFIG = {"segment.bytes": "3000", "segment.index.bytes": "4096", "index.interval.bytes": "200"}
 
@@ -67,11 +68,6 @@ def _epoch_starts(log) -> list[tuple[int, int]]:
     return starts
 
 
-def _next_sequence(log, producer_id: int) -> int:
-    entry = log.producer_state.producers.get(producer_id)
-    return 0 if entry is None or entry.is_empty else entry.last_seq + 1
-
-
 def _records(rng, n, start):
     return [(f"k{start + i}".encode(), os.urandom(rng.randrange(10, 300)), (), 1_700_000_000_000 + start + i)
             for i in range(n)]
@@ -83,8 +79,8 @@ def test_follower_segments_are_the_leaders_bytes(tmp_path, seed, nowait):
     counts = {"appended": 0, "declined": 0} if nowait else None
     _ra, leader = _open(tmp_path / "leader")
     _rb, follower = _open(tmp_path / "follower")
-    sequence = txn_sequence = 0
-    txn_open = False
+    sequence = 0
+    txn = RandomTransaction(rng)
     epoch = leader.leader_epoch
     for step in range(120):
         op = rng.random()
@@ -96,14 +92,7 @@ def test_follower_segments_are_the_leaders_bytes(tmp_path, seed, nowait):
                                   base_sequence=sequence)
             sequence += n
         elif op < 0.75:
-            if not txn_open:
-                leader.append_records(_records(rng, 2, step), producer_id=9, producer_epoch=0,
-                                      base_sequence=txn_sequence, is_transactional=True)
-                txn_sequence += 2
-            else:
-                leader.append_control(rng.choice([ControlType.COMMIT, ControlType.ABORT]),
-                                      producer_id=9, producer_epoch=0)
-            txn_open = not txn_open
+            txn.step(leader, lambda: _records(rng, 2, step))
         elif op < 0.8:
             epoch += 1
             leader.become_leader(epoch)
@@ -118,9 +107,8 @@ def test_follower_segments_are_the_leaders_bytes(tmp_path, seed, nowait):
                 if follower.log_end_offset > leader.log_end_offset:
                     follower.truncate_to(leader.log_end_offset)
                 # the producers go on from what the leader kept
-                sequence, txn_sequence = _next_sequence(leader, 7), _next_sequence(leader, 9)
-                entry = leader.producer_state.producers.get(9)
-                txn_open = entry is not None and entry.current_txn_first_offset is not None
+                sequence = next_sequence(leader, 7)
+                txn.resume_from(leader)
         if rng.random() < 0.5:
             _replicate(leader, follower, counts)
     _replicate(leader, follower, counts)

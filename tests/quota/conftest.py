@@ -9,4 +9,3 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS / "cluster"))
 
-from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (pytest fixtures)

@@ -8,13 +8,13 @@ One cluster for the module (its start dominates the time)."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
 from logcore.wire.client import KafkaConnection
 from quota_tool_session import KAFKA_ANSWERS, session
 from seglog_cluster import SeglogCluster
+from zookeeper_reference import fresh_chroot, started_client
 
 
 pytestmark = pytest.mark.soak   # a 3-broker cluster, ~30 s: -m soak (one broker: test_client_quotas_broker.py)
@@ -22,26 +22,15 @@ pytestmark = pytest.mark.soak   # a 3-broker cluster, ~30 s: -m soak (one broker
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zk_server):
-    from kazoo.client import KazooClient
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    c = KazooClient(hosts=zk_server.connect_string)
-    c.start(timeout=15)
-    c.ensure_path(chroot)
-    c.stop()
-    c.close()
-    with SeglogCluster.running(tmp_path_factory.mktemp("quotacluster"), zk_server.connect_string + chroot,
+    with SeglogCluster.running(tmp_path_factory.mktemp("quotacluster"), fresh_chroot(zk_server.connect_string),
                                size=3) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def zk(cluster):
-    from kazoo.client import KazooClient
-    c = KazooClient(hosts=cluster.zk_hosts)
-    c.start(timeout=15)
-    yield c
-    c.stop()
-    c.close()
+    with started_client(cluster.zk_hosts, timeout=10.0) as c:
+        yield c
 
 
 def _connect(broker, client_id="admin") -> KafkaConnection:

@@ -2,7 +2,7 @@
 rate against its bound over its sample windows."""
 from __future__ import annotations
 
-from logcore.quota.replication_quota import (FOLLOWER_RATE, LEADER_RATE, UNBOUNDED, ReplicationQuota,
+from logcore.quota.replication_quota import (LEADER_RATE, UNBOUNDED, ReplicationQuota,
                                              ReplicationQuotas, throttles)
 
 

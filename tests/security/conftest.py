@@ -10,7 +10,6 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "kafka_clients")]
 
-from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixture)
 from pki import Pki  # noqa: E402
 from secure_broker import SecureBroker, add_scram_users, broker_props, start_broker  # noqa: E402
 

@@ -25,7 +25,6 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS))
 import broker_process  # noqa: E402
-from kafka_reference import kafka_broker_factory, kafka_jars  # noqa: E402,F401  (pytest fixtures)
 
 from logcore.tools.cli import main  # noqa: E402
 

@@ -1,8 +1,8 @@
 """The TLS transport's batched record read (logcore/security/_tlsrecords.c, tls_transport.py):
 read_into on real TLS 1.3 connections over memory BIOs (records split at every byte, partial
 records, small and huge buffers, close_notify, a corrupted record, a key update), the self-check
-and its fallback to asyncio's reads, and both policies serving a TLS listener through asyncio
-(TLS 1.3, and 1.2)."""
+and its fallback to asyncio's reads, and the three policies (OpenSSL reading the socket, batched
+reads from asyncio's memory BIO, asyncio's own) serving a TLS listener (TLS 1.3, and 1.2)."""
 from __future__ import annotations
 
 import _ssl
@@ -10,6 +10,7 @@ import asyncio
 import ctypes
 import logging
 import os
+import socket
 import ssl
 import struct
 
@@ -18,6 +19,7 @@ import pytest
 from pki import issue, make_ca
 
 from logcore.security import tls_transport
+from logcore.security.tls_socket import SocketListener
 
 _tlsrecords = pytest.importorskip("logcore.security._tlsrecords",
                                   reason="the C TLS record reader is not built (pip install -e .)")
@@ -38,7 +40,7 @@ def contexts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reads():
-    policy = tls_transport.choose_reads()
+    policy = tls_transport.choose_reads(sockets=False)
     assert policy.name == "batched", "the C reader is built, so it must bind on this Python"
     return policy
 
@@ -313,23 +315,30 @@ class Collect(asyncio.BufferedProtocol):
         self.eof.set_result(bytes(self.data))
 
 
-@pytest.mark.parametrize("policy", ["batched", "asyncio"])
+@pytest.mark.parametrize("policy", ["socket", "batched", "asyncio"])
 @pytest.mark.parametrize("step", [700, 256 * 1024])
 def test_listener_through_asyncio(contexts, reads, policy, step):
-    """Both policies serve a TLS listener alike: librdkafka's record pattern and full records
-    arrive whole through buffers smaller and larger than a record, and close_notify reaches
-    eof_received after the data."""
-    chosen = reads if policy == "batched" else tls_transport.OneRecordReads()
+    """The three policies serve a TLS listener alike: librdkafka's record pattern and full
+    records arrive whole through buffers smaller and larger than a record, and close_notify
+    reaches eof_received after the data."""
+    chosen = _policy(reads, policy)
     received, transport = _serve_one(contexts, chosen, step, contexts[1])
-    assert transport == "_SSLProtocolTransport"
+    assert transport == ("SocketTransport" if policy == "socket" else "_SSLProtocolTransport")
 
 
-def test_listener_tls12(contexts, reads):
+def _policy(reads, name: str):
+    if name == "socket":
+        return SocketListener(reads.records)
+    return reads if name == "batched" else tls_transport.OneRecordReads()
+
+
+@pytest.mark.parametrize("policy", ["socket", "batched"])
+def test_listener_tls12(contexts, reads, policy):
     """The same over TLS 1.2 (a listener may allow it: ssl.enabled.protocols)."""
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.check_hostname, client.verify_mode = False, ssl.CERT_NONE     # the read path is under test
     client.maximum_version = ssl.TLSVersion.TLSv1_2
-    _serve_one(contexts, reads, 700, client, version="TLSv1.2")
+    _serve_one(contexts, _policy(reads, policy), 700, client, version="TLSv1.2")
 
 
 def _serve_one(contexts, chosen, step, client_ctx, version="TLSv1.3"):
@@ -345,7 +354,7 @@ def _serve_one(contexts, chosen, step, client_ctx, version="TLSv1.3"):
             protocols.append(Collect(step))
             return protocols[-1]
         factory, options = chosen.serve(loop, app, server_ctx)
-        assert options == ({} if chosen.name == "batched" else {"ssl": server_ctx})
+        assert options == ({"ssl": server_ctx} if chosen.name == "asyncio" else {})
         server = await loop.create_server(factory, "127.0.0.1", 0, **options)
         port = server.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx,
@@ -364,3 +373,30 @@ def _serve_one(contexts, chosen, step, client_ctx, version="TLSv1.3"):
     received, transport = asyncio.run(run())
     assert received == b"".join(pattern)
     return received, transport
+
+
+def test_sslsocket_check_failure_keeps_batched_reads(contexts, reads, caplog):
+    """An SSLSocket whose SSL* does not point back at its object: the socket transport is not
+    used, TLS listeners keep asyncio's protocol with batched reads, one warning says so."""
+    left, right = socket.socketpair()
+    wrapped = contexts[0].wrap_socket(left, server_side=True, do_handshake_on_connect=False)
+    try:
+        lib, server_ssl = _libssl_and_ssl_pointer(wrapped)
+        lib.SSL_get_ex_data.restype = ctypes.c_void_p
+        lib.SSL_get_ex_data.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.SSL_set_ex_data.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        assert tls_transport.choose_reads(socket_probe=wrapped).name == "socket"
+        app_data = lib.SSL_get_ex_data(server_ssl, 0)
+        lib.SSL_set_ex_data(server_ssl, 0, None)
+        try:
+            with caplog.at_level(logging.WARNING, logger=tls_transport.__name__):
+                policy = tls_transport.choose_reads(socket_probe=wrapped)
+        finally:
+            lib.SSL_set_ex_data(server_ssl, 0, app_data)
+        assert policy.name == "batched"
+        assert [r.getMessage() for r in caplog.records if r.name == tls_transport.__name__] == [
+            "TLS listeners read through asyncio's memory BIOs: the C reader cannot read an"
+            " ssl.SSLSocket's object in this Python"]
+    finally:
+        wrapped.close()
+        right.close()

@@ -164,3 +164,17 @@ class FaultyS3:
     async def _call_s3(self, method: str, *args: Any, **kwargs: Any) -> Any:
         self._tick(method)
         return await self._fs._call_s3(method, *args, **kwargs)
+
+
+def metadata_topic_props(remote, partitions: int) -> dict[str, str]:
+    """A 3-broker cluster's settings for tiering to the folder `remote` with the topic-based
+    remote log metadata manager (`partitions` partitions of its topic, replicated 3 times), fast
+    retention and tiering passes."""
+    from logcore.tiered.config import TOPIC_BASED_RLMM_CLASS
+    return {"min.insync.replicas": "2", "log.retention.check.interval.ms": "300",
+            "remote.log.manager.task.interval.ms": "200", "log.segment.delete.delay.ms": "0",
+            "remote.log.storage.system.enable": "true", "rsm.config.storage.url": str(remote),
+            "remote.log.metadata.manager.class.name": TOPIC_BASED_RLMM_CLASS,
+            "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+            "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
+            "rlmm.config.remote.log.metadata.topic.num.partitions": str(partitions)}

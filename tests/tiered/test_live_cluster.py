@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 from seglog_cluster import SeglogCluster  # noqa: E402
 from zookeeper_reference import running_zookeeper  # noqa: E402
 
-from logcore.tiered.config import TOPIC_BASED_RLMM_CLASS  # noqa: E402
+from tests.tiered.helpers import metadata_topic_props  # noqa: E402
 from logcore.tiered.metadata import (RemoteLogSegmentState as S,  # noqa: E402
                                      RemotePartitionDeleteState as P, TopicIdPartition)
 from logcore.tiered.metadata_records import (TOPIC as RLMM_TOPIC, PartitionDelete,  # noqa: E402
@@ -45,13 +45,7 @@ def cluster(tmp_path_factory):
     pytest.importorskip("kazoo", reason="kazoo is not installed")
     base = tmp_path_factory.mktemp("live-cluster")
     remote = base / "bucket"
-    props = {"min.insync.replicas": "2", "log.retention.check.interval.ms": "300",
-             "remote.log.manager.task.interval.ms": "200", "log.segment.delete.delay.ms": "0",
-             "remote.log.storage.system.enable": "true", "rsm.config.storage.url": str(remote),
-             "remote.log.metadata.manager.class.name": TOPIC_BASED_RLMM_CLASS,
-             "remote.log.metadata.manager.listener.name": "PLAINTEXT",
-             "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
-             "rlmm.config.remote.log.metadata.topic.num.partitions": str(RLMM_PARTITIONS)}
+    props = metadata_topic_props(remote, RLMM_PARTITIONS)
     with running_zookeeper(base / "zk") as zk, \
             SeglogCluster.running(base, zk.connect_string, size=3, props=props) as running:
         yield running, remote

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import LogConfig, load_properties
+from logcore.log.config import LogConfig
+from logcore.log.properties_file import load_properties
 from logcore.tiered.config import TieredConfig, check_topic_tiering
 from logcore.tiered.fsspec_rsm import FsspecRemoteStorageManager
 from pathlib import Path

@@ -100,14 +100,20 @@ def check_no_debris(root: LogRoot) -> None:
     assert folders == {segment_folder(m) for m in finished}
 
 
-@pytest.mark.parametrize("point,nth", [("after-add", 3), ("before-manifest", 2), ("before-finish", 4)])
-def test_kill_during_upload(tmp_path, point, nth):
+def _tiered_root_of_100_records(tmp_path):
+    """(url, open root) of a tiered root whose t-0 holds 100 records, its writer released."""
     url = str(tmp_path / "root")
     root = LogRoot.open(url, create=True, defaults=tiering_defaults(str(tmp_path / "remote")))
     root.create_topic("t", config=CONFIG)
     log = root.log("t", 0, writer=True)
     produce(log, 100)
     root.release_log(log)
+    return url, root
+
+
+@pytest.mark.parametrize("point,nth", [("after-add", 3), ("before-manifest", 2), ("before-finish", 4)])
+def test_kill_during_upload(tmp_path, point, nth):
+    url, root = _tiered_root_of_100_records(tmp_path)
     root.close()
     run_killed(url, point, nth)
     check_served(url, expect_start=0)                       # readers right after the kill
@@ -124,12 +130,7 @@ def test_kill_during_upload(tmp_path, point, nth):
 @pytest.mark.parametrize("point,nth", [("before-delete-started", 1), ("mid-delete", 2),
                                        ("before-delete-finished", 1)])
 def test_kill_during_remote_deletion(tmp_path, point, nth):
-    url = str(tmp_path / "root")
-    root = LogRoot.open(url, create=True, defaults=tiering_defaults(str(tmp_path / "remote")))
-    root.create_topic("t", config=CONFIG)
-    log = root.log("t", 0, writer=True)
-    produce(log, 100)
-    root.release_log(log)
+    url, root = _tiered_root_of_100_records(tmp_path)
     MaintenanceService(root).run_once()
     _start, hw = check_served(url, expect_start=0)
     root.alter_topic_config("t", {"retention.bytes": "100000"})

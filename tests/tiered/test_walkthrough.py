@@ -22,9 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafka_reference import KafkaUnavailable, resolve_jars  # noqa: E402
 from zookeeper_reference import free_ports, running_zookeeper  # noqa: E402
-from tests.connector.conftest import spark  # noqa: E402,F401 - the session's SparkSession
+from tests.connector.conftest import spark  # noqa: E402 - the session's SparkSession
 import broker_spawner  # noqa: E402
 from broker_process import subprocess_env  # noqa: E402
+
+__all__ = ["spark"]  # a fixture this module takes from the connector tests
 
 TOPIC = "tieredTopic"
 BUCKET = "test-bucket"
@@ -164,7 +166,7 @@ def _remote_objects(client) -> dict[str, int]:
     return found
 
 
-def test_walkthrough(tmp_path, zookeeper, bucket, jars, spark):  # noqa: F811
+def test_walkthrough(tmp_path, zookeeper, bucket, jars, spark):
     import confluent_kafka as ck
 
     endpoint, client = bucket

@@ -11,7 +11,6 @@ About 70 s on a loaded 2-core machine: `-m soak` (skipped otherwise).
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from kafka_reference import KafkaUnavailable, resolve_jars  # noqa: E402
 from seglog_cluster import SeglogCluster  # noqa: E402
 from zookeeper_reference import running_zookeeper  # noqa: E402
 
-from logcore.tiered.config import TOPIC_BASED_RLMM_CLASS  # noqa: E402
+from tests.tiered.helpers import metadata_topic_props  # noqa: E402
 from logcore.tiered.metadata import RemoteLogSegmentState as S, TopicIdPartition  # noqa: E402
 from logcore.tiered.metadata_records import (TOPIC as RLMM_TOPIC, SegmentUpdate, decode,  # noqa: E402
                                              metadata_partition)
@@ -97,13 +96,7 @@ def _show(segments) -> list:
 @pytest.mark.soak
 def test_leader_killed_while_tiering_with_the_metadata_topic(tmp_path, zookeeper):
     remote = tmp_path / "bucket"
-    props = {"min.insync.replicas": "2", "log.retention.check.interval.ms": "300",
-             "remote.log.manager.task.interval.ms": "200", "log.segment.delete.delay.ms": "0",
-             "remote.log.storage.system.enable": "true", "rsm.config.storage.url": str(remote),
-             "remote.log.metadata.manager.class.name": TOPIC_BASED_RLMM_CLASS,
-             "remote.log.metadata.manager.listener.name": "PLAINTEXT",
-             "rlmm.config.remote.log.metadata.topic.replication.factor": "3",
-             "rlmm.config.remote.log.metadata.topic.num.partitions": str(RLMM_PARTITIONS)}
+    props = metadata_topic_props(remote, RLMM_PARTITIONS)
     with SeglogCluster.running(tmp_path, zookeeper.connect_string, size=3, props=props) as cluster:
         from confluent_kafka.admin import NewTopic
         config = {"segment.bytes": str(SEGMENT), "remote.storage.enable": "true",

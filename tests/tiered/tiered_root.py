@@ -6,8 +6,10 @@ from typing import Any
 
 from logcore.log.log import Log
 from logcore.log.log_root import LogRoot
-import logcore.tiered  # noqa: F401 - registers the remote tier these roots use
+from logcore.tiered import install_remote_tier
 from logcore.records.control import ControlType
+
+install_remote_tier()  # roots that enable tiering have a remote tier
 
 TXN_PRODUCER = 7
 

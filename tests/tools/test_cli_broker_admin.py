@@ -11,7 +11,6 @@ import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
-from kafka_reference import kafka_jars  # noqa: E402,F401  (pytest fixtures)
 
 from logcore.log.partition_metadata import PartitionMetadata, format_topic_id  # noqa: E402
 from logcore.tools.cli import main  # noqa: E402

@@ -3,7 +3,6 @@
 `maintain --help` and `dump` say. Through main() and, where the process matters, a subprocess."""
 from __future__ import annotations
 
-import io
 import socket
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 from logcore.log.log_root import LogRoot
 from logcore.tools.cli import main
 from broker_process import subprocess_env
+from test_cli import create, seglog
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,14 +26,6 @@ def run_seglog(*argv: str, stdin: bytes | None = None, env: dict | None = None, 
                timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *argv], input=stdin,
                           capture_output=True, env=env or _env(), cwd=cwd, timeout=timeout)
-
-
-def seglog(capsys, *argv: str, stdin: bytes | None = None, monkeypatch=None) -> tuple[int, str, str]:
-    if stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 # ------------------------------------------------------------------------------------ item 12
@@ -114,13 +106,6 @@ def test_missing_s3_credentials_are_not_transient(tmp_path):
 
 # ------------------------------------------------------------------------------------ item 11
 
-def _create(capsys, root: str, topic: str, partitions: int = 1, *configs: str) -> None:
-    args = ["topics", "--root", root, "--create", topic, "--partitions", str(partitions)]
-    for c in configs:
-        args += ["--config", c]
-    code, _, err = seglog(capsys, *args)
-    assert code == 0, err
-
 
 def _batches(capsys, root: str, topic: str, partition: int = 0) -> list[tuple[int, int]]:
     """(record count, bytes) of every batch of a partition, from `seglog dump`."""
@@ -151,7 +136,7 @@ def _records(root: str, topic: str, partition: int = 0) -> list:
 
 def test_produce_batches_by_bytes_within_segment_bytes(capsys, monkeypatch, tmp_path):
     root = str(tmp_path / "root")
-    _create(capsys, root, "small", 1, "segment.bytes=65536")
+    create(capsys, root, "small", 1, "segment.bytes=65536")
     lines = b"".join(b"line %05d of a file bigger than one segment, a text long enough to fill it\n" % i
                      for i in range(2000))
     assert len(lines) * 1000 // 2000 > 65536        # 1000 records (the old batch) would not fit a segment
@@ -167,8 +152,8 @@ def test_produce_batches_by_bytes_within_segment_bytes(capsys, monkeypatch, tmp_
 
 def test_produce_batch_size_and_topic_caps(capsys, monkeypatch, tmp_path):
     root = str(tmp_path / "root")
-    _create(capsys, root, "t", 1)
-    _create(capsys, root, "capped", 1, "max.message.bytes=2000")
+    create(capsys, root, "t", 1)
+    create(capsys, root, "capped", 1, "max.message.bytes=2000")
     data = b"".join(b"%04d some value text\n" % i for i in range(500))
     code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "t", "--producer-property", "batch.size=1024",
                           stdin=data, monkeypatch=monkeypatch)
@@ -191,7 +176,7 @@ def test_produce_batch_size_and_topic_caps(capsys, monkeypatch, tmp_path):
 
 def test_produce_tombstones_with_null_marker(capsys, monkeypatch, tmp_path):
     root = str(tmp_path / "root")
-    _create(capsys, root, "compacted", 1, "cleanup.policy=compact")
+    create(capsys, root, "compacted", 1, "cleanup.policy=compact")
     code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "compacted", "--key-separator", ":",
                           "--null-marker", "NULL", stdin=b"k1:v1\nk2:v2\nk1:NULL\nk3:NULLS\n", monkeypatch=monkeypatch)
     assert code == 0, err
@@ -210,7 +195,7 @@ def test_produce_tombstones_with_null_marker(capsys, monkeypatch, tmp_path):
 
 def test_produce_values_and_keys_from_files(capsys, monkeypatch, tmp_path):
     root = str(tmp_path / "root")
-    _create(capsys, root, "docs", 2)
+    create(capsys, root, "docs", 2)
     a, b, ka = tmp_path / "a.json", tmp_path / "b.bin", tmp_path / "a.key"
     a.write_bytes(b'{\n  "multi": "line"\n}\n')
     b.write_bytes(bytes(range(256)) * 40)            # binary, newlines and all, 10 KB
@@ -262,7 +247,7 @@ def _produce_keyed(capsys, monkeypatch, root, topic, data: bytes, timestamp: int
 
 
 def _compacted(capsys, root, topic, *extra):
-    _create(capsys, root, topic, 1, "cleanup.policy=compact", "segment.bytes=1024",
+    create(capsys, root, topic, 1, "cleanup.policy=compact", "segment.bytes=1024",
             "min.cleanable.dirty.ratio=0.01", *extra)
 
 
@@ -362,7 +347,7 @@ def test_max_compaction_lag_forces_cleaning_below_the_dirty_ratio(capsys, monkey
     now = int(time.time() * 1000)
     root = str(tmp_path / "root")
     for topic, extra in (("lazy", ()), ("overdue", ("max.compaction.lag.ms=60000",))):
-        _create(capsys, root, topic, 1, "cleanup.policy=compact", "segment.bytes=1024",
+        create(capsys, root, topic, 1, "cleanup.policy=compact", "segment.bytes=1024",
                 "min.cleanable.dirty.ratio=1", *extra)
         _produce_keyed(capsys, monkeypatch, root, topic, _keyed_lines(200, 5), timestamp=now - 3_600_000)
     err = _maintain(capsys, root)
@@ -425,7 +410,7 @@ def test_default_outputs_are_git_ignored():
     import shutil as _shutil
 
     from logcore.broker.config import BROKER_KEYS
-    from logcore.log.config import load_properties
+    from logcore.log.properties_file import load_properties
 
     if _shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("not a git checkout (or no git): nothing to check")

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import LogConfig, MaintenanceConfig, load_properties
+from logcore.log.config import LogConfig, MaintenanceConfig
+from logcore.log.properties_file import load_properties
 from logcore.log.log_root import LogRoot
 from logcore.maintenance.service import MaintenanceService
 from logcore.tools.cli import main

@@ -1,0 +1,326 @@
+"""The TLS transport in which OpenSSL reads the socket itself (logcore/security/tls_socket.py),
+served through asyncio on loopback: large writes against a slow reader (pause_writing /
+resume_writing) and reads paused and resumed by the protocol, many small requests each split
+across TLS records, a client closing mid-record, a handshake never finished (closed after the
+handshake timeout), the peer certificate's principal (client auth required), and a TLS 1.3 key
+update answered by OpenSSL's write to the socket."""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import socket
+import ssl
+import time
+
+import pytest
+
+from pki import issue, make_ca
+
+from logcore.security import tls_transport
+from logcore.security.principal import certificate_principal
+from logcore.security.tls_socket import SocketListener
+
+_tlsrecords = pytest.importorskip("logcore.security._tlsrecords",
+                                  reason="the C TLS record reader is not built (pip install -e .)")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tls-socket")
+    ca = make_ca()
+    ca_pem = folder / "ca.crt"
+    ca_pem.write_bytes(ca.cert_pem())
+    broker = issue(ca, "broker").write_pem(folder, "broker")
+    alice = issue(ca, "alice").write_pem(folder, "alice")
+    return ca_pem, broker, alice
+
+
+def server_context(pki, client_auth: bool = False) -> ssl.SSLContext:
+    ca_pem, (cert, key), _ = pki
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    if client_auth:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(str(ca_pem))
+    return context
+
+
+def client_context(pki, with_cert: bool = False) -> ssl.SSLContext:
+    ca_pem, _, (cert, key) = pki
+    context = ssl.create_default_context(cafile=str(ca_pem))
+    if with_cert:
+        context.load_cert_chain(cert, key)
+    return context
+
+
+class App(asyncio.BufferedProtocol):
+    """Records what the transport tells it; `on_data(app, bytes)` reacts to each delivery."""
+
+    def __init__(self, on_data=None, step: int = 64 * 1024):
+        loop = asyncio.get_running_loop()
+        self.buf = bytearray(step)
+        self.data = bytearray()
+        self.on_data = on_data
+        self.made = loop.create_future()
+        self.lost = loop.create_future()
+        self.eof = False
+        self.pauses = 0
+        self.resumed: asyncio.Future | None = None
+        self.transport = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.made.set_result(transport)
+
+    def get_buffer(self, sizehint):
+        return memoryview(self.buf)
+
+    def buffer_updated(self, nbytes):
+        chunk = bytes(self.buf[:nbytes])
+        self.data += chunk
+        if self.on_data is not None:
+            self.on_data(self, chunk)
+
+    def eof_received(self):
+        self.eof = True
+
+    def pause_writing(self):
+        self.pauses += 1
+        self.resumed = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self):
+        self.resumed.set_result(None)
+
+    def connection_lost(self, exc):
+        self.lost.set_result(exc)
+
+
+async def serve(pki, on_data=None, *, client_auth=False, handshake_timeout=60.0):
+    """A listener with SocketListener; its port and the list of App protocols it made."""
+    loop = asyncio.get_running_loop()
+    apps: list[App] = []
+
+    def app():
+        apps.append(App(on_data))
+        return apps[-1]
+    factory, options = SocketListener(_tlsrecords, handshake_timeout).serve(
+        loop, app, server_context(pki, client_auth))
+    server = await loop.create_server(factory, "127.0.0.1", 0, **options)
+    return server, server.sockets[0].getsockname()[1], apps
+
+
+def test_this_process_serves_tls_listeners_with_it():
+    assert tls_transport.server_reads().name == "socket"
+
+
+def test_large_writes_against_a_slow_reader_and_paused_reads(pki):
+    """8 MiB written by the server while the client does not read: the write buffer passes its
+    high-water mark (pause_writing), the rest goes once the client reads (resume_writing), in
+    order. Then 4 MiB from the client with the server's protocol pausing reads after every
+    delivery: records OpenSSL read ahead while paused still arrive after resume_reading."""
+    blob = os.urandom(8 << 20)
+
+    def pausing(app, chunk):
+        app.transport.pause_reading()
+        asyncio.get_running_loop().call_later(0.001, app.transport.resume_reading)
+
+    async def run():
+        server, port, apps = await serve(pki, pausing)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context(pki),
+                                                       server_hostname="localhost")
+        transport = await asyncio.wait_for(apps[0].made, 10)
+        app = apps[0]
+        for start in range(0, len(blob), 1 << 18):
+            transport.write(blob[start:start + (1 << 18)])
+            if app.resumed is not None and not app.resumed.done():
+                break
+        assert app.pauses == 1 and transport.get_write_buffer_size() > 64 * 1024
+        got = await reader.readexactly(start + (1 << 18))
+        await asyncio.wait_for(app.resumed, 10)
+        for rest in range(start + (1 << 18), len(blob), 1 << 18):
+            transport.write(blob[rest:rest + (1 << 18)])
+            if not app.resumed.done():
+                await asyncio.wait_for(app.resumed, 10)
+        got += await reader.readexactly(len(blob) - len(got))
+        assert got == blob
+        upload = blob[:4 << 20]
+        writer.write(upload)
+        await writer.drain()
+        deadline = time.monotonic() + 20
+        while len(app.data) < len(upload) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert bytes(app.data) == upload
+        writer.close()
+        assert await asyncio.wait_for(app.lost, 10) is None and app.eof
+        server.close()
+    asyncio.run(run())
+
+
+def test_small_requests_split_across_records_each_answered(pki):
+    """2000 requests (a 4 B size, then the body in two writes: three TLS records each), answered
+    one response per request as soon as it is whole; the responses come back in order."""
+    def answering(app, chunk):
+        pending = app.pending = getattr(app, "pending", b"") + chunk
+        while len(pending) >= 4 and len(pending) >= 4 + int.from_bytes(pending[:4], "big"):
+            size = int.from_bytes(pending[:4], "big")
+            app.transport.write(b"ok:" + pending[4:4 + size] + b"\n")
+            pending = pending[4 + size:]
+        app.pending = pending
+
+    async def run():
+        server, port, apps = await serve(pki, answering)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context(pki),
+                                                       server_hostname="localhost")
+        bodies = [b"request %d " % i + b"x" * (i % 300) for i in range(2000)]
+        for body in bodies:
+            writer.write(len(body).to_bytes(4, "big"))
+            writer.write(body[:5])
+            writer.write(body[5:])
+        await writer.drain()
+        for body in bodies:
+            assert await asyncio.wait_for(reader.readline(), 10) == b"ok:" + body + b"\n"
+        writer.close()
+        await asyncio.wait_for(apps[0].lost, 10)
+        server.close()
+    asyncio.run(run())
+
+
+def _bio_client(port: int, context: ssl.SSLContext):
+    """A blocking socket and a client SSLObject over memory BIOs, handshaken: the test sends
+    exactly the ciphertext bytes it chooses."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            sock.sendall(outgoing.read())
+            incoming.write(sock.recv(65536))
+    sock.sendall(outgoing.read())
+    return sock, tls, incoming, outgoing
+
+
+def test_client_closing_mid_record(pki):
+    """A whole record, then half of the next one, then the client's close: the whole record is
+    delivered, the half is not, and the connection ends (eof, then connection_lost)."""
+    async def run():
+        server, port, apps = await serve(pki)
+
+        def client():
+            sock, tls, _, outgoing = _bio_client(port, client_context(pki))
+            tls.write(b"whole record")
+            tls.write(b"h" * 1000)
+            ciphertext = outgoing.read()
+            sock.sendall(ciphertext[:-500])
+            time.sleep(0.2)
+            sock.close()
+        await asyncio.to_thread(client)
+        app = apps[0]
+        await asyncio.wait_for(app.lost, 10)
+        assert bytes(app.data) == b"whole record"
+        assert app.transport.is_closing()
+        server.close()
+    asyncio.run(run())
+
+
+def test_handshake_never_finished_is_closed_after_the_timeout(pki):
+    """A client that connects and sends half a ClientHello: after the handshake timeout the
+    server closes the socket; the application's protocol never hears of the connection."""
+    async def run():
+        server, port, apps = await serve(pki, handshake_timeout=0.3)
+
+        def client():
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            tls = client_context(pki).wrap_bio(incoming, outgoing, server_hostname="localhost")
+            with pytest.raises(ssl.SSLWantReadError):
+                tls.do_handshake()
+            hello = outgoing.read()
+            sock.sendall(hello[:len(hello) // 2])
+            started = time.monotonic()
+            assert sock.recv(100) == b""          # closed by the server
+            sock.close()
+            return time.monotonic() - started
+        waited = await asyncio.to_thread(client)
+        assert 0.2 < waited < 5
+        await asyncio.sleep(0.05)
+        assert not apps[0].made.done() and not apps[0].lost.done()
+        server.close()
+    asyncio.run(run())
+
+
+def test_peer_certificate_principal_and_a_client_without_one(pki):
+    """Client auth required: a client with alice's certificate is served, its principal read
+    from the transport as the broker reads it; one without a certificate never reaches the
+    application and its connection is closed."""
+    async def run():
+        server, port, apps = await serve(pki, client_auth=True)
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_context(pki, with_cert=True), server_hostname="localhost")
+        transport = await asyncio.wait_for(apps[0].made, 10)
+        der = transport.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        assert str(certificate_principal(der)) == "User:CN=alice,O=seglog tests"
+        assert dict(pair[0] for pair in transport.get_extra_info("peercert")["subject"])["commonName"] == "alice"
+        assert transport.get_extra_info("peername")[0] == "127.0.0.1"
+        assert transport.get_extra_info("sslcontext") is not None
+        writer.close()
+        await asyncio.wait_for(apps[0].lost, 10)
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context(pki),
+                                                       server_hostname="localhost")
+        # TLS 1.3: the client's handshake ends before the server checks its (absent) certificate;
+        # the server's alert and close end the connection at the client's first read.
+        with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+            await asyncio.wait_for(reader.readexactly(1), 10)
+        writer.close()
+        await asyncio.sleep(0.05)
+        assert not apps[1].made.done()
+        server.close()
+    asyncio.run(run())
+
+
+def test_key_update_answered_through_the_socket(pki):
+    """A TLS 1.3 KeyUpdate (update requested) between two requests: the server's read answers it
+    with its own KeyUpdate, written to the socket by OpenSSL, and the client reads the server's
+    replies to both requests after it."""
+    from test_tls_records import _libssl_and_ssl_pointer
+
+    def echo(app, chunk):
+        app.transport.write(b"re:" + chunk)
+
+    async def run():
+        server, port, apps = await serve(pki, echo)
+
+        def client():
+            sock, tls, incoming, outgoing = _bio_client(port, client_context(pki))
+            lib, client_ssl = _libssl_and_ssl_pointer(tls)
+            lib.SSL_key_update.argtypes = [ctypes.c_void_p, ctypes.c_int]
+            tls.write(b"one")
+            sock.sendall(outgoing.read())
+            replies = _read_until(sock, tls, incoming, b"re:one")
+            assert lib.SSL_key_update(client_ssl, 1) == 1      # SSL_KEY_UPDATE_REQUESTED
+            tls.write(b"two")
+            sock.sendall(outgoing.read())
+            replies += _read_until(sock, tls, incoming, b"re:two")
+            sock.close()
+            return replies
+        assert await asyncio.to_thread(client) == b"re:onere:two"
+        await asyncio.wait_for(apps[0].lost, 10)
+        server.close()
+    asyncio.run(run())
+
+
+def _read_until(sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO, expected: bytes) -> bytes:
+    got = b""
+    while len(got) < len(expected):
+        try:
+            got += tls.read(1000)
+        except ssl.SSLWantReadError:
+            data = sock.recv(65536)
+            assert data, "closed before the reply"
+            incoming.write(data)
+    assert got == expected
+    return got
