@@ -7,12 +7,15 @@ about 2.2 CPU seconds started cold and most of that is imports; the suite starts
     proc = popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", path],
                  stdout=..., stderr=..., cwd=..., env=...)
     done = run([sys.executable, "-m", "logcore.tools.cli", "repair", ...], input=..., timeout=...)
+    done = run([...], input=b"...", text=False)       # bytes in and out
 
 `popen` returns a `SpawnedProcess` (pid, poll, wait, send_signal, terminate, kill, returncode,
 stdout as subprocess.Popen has them). The spawner stays single-threaded (forking is safe), reaps
 its children and reports each exit status; when the test process goes away it SIGKILLs every
 child it still has. One spawner per interpreter and environment (PYTEST_CURRENT_TEST aside): a
 test that changes the environment gets a spawner of its own.
+
+`python -c CODE ARGS` goes through the spawner too (a crash test's child script).
 
 Whatever popen cannot give as a fresh process would (a preexec_fn, another command form) runs
 through subprocess.Popen, and so does everything when SEGLOG_TEST_BROKER_START=exec (the
@@ -21,6 +24,7 @@ policy; `spawner` is the default).
 from __future__ import annotations
 
 import atexit
+import io
 import json
 import os
 import selectors
@@ -129,12 +133,12 @@ class _Spawner:
         with self._lock:
             return all(pid in self._exits for pid in self._pids)
 
-    def spawn(self, args: list[str], module_args: list[str], fds: list[int], cwd: str,
+    def spawn(self, args: list[str], main_args: list[str], fds: list[int], cwd: str,
               env: dict[str, str], stdout) -> SpawnedProcess:
         with self._lock:
             self._next += 1
             request_id = self._next
-        payload = json.dumps({"id": request_id, "argv": module_args, "cwd": cwd, "env": env}).encode()
+        payload = json.dumps({"id": request_id, "argv": main_args, "cwd": cwd, "env": env}).encode()
         socket.send_fds(self._sock, [payload], fds)
         with self._lock:
             self._lock.wait_for(lambda: request_id in self._spawned or self._gone, timeout=60)
@@ -162,7 +166,13 @@ class _Spawner:
         return None
 
     def close(self) -> None:
-        self._sock.close()      # the spawner kills what it still runs and exits
+        # shutdown, not close alone: the reader thread's recv holds the socket open, and the
+        # spawner would not see its end (it kills what it still runs and exits when it does)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -210,17 +220,20 @@ def _fd(spec, default: int) -> tuple[int, object | None]:
 
 
 def popen(args: list[str], *, stdout=None, stderr=None, stdin=None, cwd=None, env=None,
-          preexec_fn=None):
-    """subprocess.Popen(args, ...) for `[sys.executable, "-m", module, ...]` through the
-    spawner; anything else, or the exec policy, through subprocess.Popen itself."""
+          preexec_fn=None, text: bool = False):
+    """subprocess.Popen(args, ...) for `[sys.executable, "-m", module, ...]` or
+    `[sys.executable, "-c", code, ...]` through the spawner; anything else, or the exec policy,
+    through subprocess.Popen itself."""
     env = dict(os.environ if env is None else env)
     if (_policy() == "exec" or preexec_fn is not None or len(args) < 3 or args[0] != sys.executable
-            or args[1] != "-m" or stderr == subprocess.PIPE or stdin == subprocess.PIPE):
+            or args[1] not in ("-m", "-c") or stderr == subprocess.PIPE or stdin == subprocess.PIPE):
         return subprocess.Popen(args, stdout=stdout, stderr=stderr, stdin=stdin, cwd=cwd, env=env,
-                                preexec_fn=preexec_fn)
+                                preexec_fn=preexec_fn, text=text)
     opened: list[int] = []
     in_fd, _ = _fd(stdin, 0)
     out_fd, out_reader = _fd(stdout, 1)
+    if text and out_reader is not None:          # as Popen's text=True: decoded, universal newlines
+        out_reader = io.TextIOWrapper(out_reader)
     if stderr == subprocess.STDOUT:
         err_fd = out_fd
     else:
@@ -229,7 +242,7 @@ def popen(args: list[str], *, stdout=None, stderr=None, stdin=None, cwd=None, en
         if spec in (subprocess.DEVNULL, subprocess.PIPE):
             opened.append(fd)
     try:
-        return _spawner_for(env).spawn(list(args), list(args[2:]), [in_fd, out_fd, err_fd],
+        return _spawner_for(env).spawn(list(args), list(args[1:]), [in_fd, out_fd, err_fd],
                                        os.path.abspath(cwd or os.getcwd()), env, out_reader)
     except BaseException:
         if out_reader is not None:
@@ -240,15 +253,16 @@ def popen(args: list[str], *, stdout=None, stderr=None, stdin=None, cwd=None, en
             os.close(fd)
 
 
-def run(args: list[str], *, input: str | None = None, cwd=None, env=None,
-        timeout: float | None = None) -> subprocess.CompletedProcess:
-    """subprocess.run(args, input=input, capture_output=True, text=True, ...) through popen: a
+def run(args: list[str], *, input: str | bytes | None = None, cwd=None, env=None,
+        timeout: float | None = None, text: bool = True) -> subprocess.CompletedProcess:
+    """subprocess.run(args, input=input, capture_output=True, text=text, ...) through popen: a
     short CLI command (consume, repair...) without the interpreter's start-up and imports. The
-    streams go through temporary files (popen gives no pipe for stdin or stderr)."""
+    streams go through temporary files (popen gives no pipe for stdin or stderr); with
+    text=False, input and the captured streams are bytes."""
     with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout, \
             tempfile.TemporaryFile() as stderr:
         if input is not None:
-            stdin.write(input.encode())
+            stdin.write(input.encode() if text else input)
             stdin.seek(0)
         proc = popen(args, stdin=stdin if input is not None else subprocess.DEVNULL,
                      stdout=stdout, stderr=stderr, cwd=cwd, env=env)
@@ -260,8 +274,10 @@ def run(args: list[str], *, input: str | None = None, cwd=None, env=None,
             raise
         stdout.seek(0)
         stderr.seek(0)
-        return subprocess.CompletedProcess(args, code, stdout.read().decode(errors="replace"),
-                                           stderr.read().decode(errors="replace"))
+        out, err = stdout.read(), stderr.read()
+        if text:
+            out, err = out.decode(errors="replace"), err.decode(errors="replace")
+        return subprocess.CompletedProcess(args, code, out, err)
 
 
 # ------------------------------------------------------------------ the spawner process
@@ -343,18 +359,27 @@ def _serve(sock_fd: int) -> dict | None:
             reap()
 
 
-def _run_module(request: dict) -> None:
-    """What `python -m MODULE ARGS` does, in a forked child of the spawner."""
+def _run_main(request: dict) -> None:
+    """What `python -m MODULE ARGS` or `python -c CODE ARGS` does, in a forked child of the
+    spawner."""
     import runpy
+    import types
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    flag, target, *args = request["argv"]
+    if flag == "-c":
+        sys.path[0] = ""                     # python -c puts the working folder first, as ''
+        sys.argv = ["-c", *args]
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(target, "<string>", "exec"), main.__dict__)
+        return
     sys.path[0] = request["cwd"]             # python -m puts the working folder first
-    module, *args = request["argv"]
-    sys.argv = [module, *args]               # runpy sets argv[0] to the module's file
+    sys.argv = [target, *args]               # runpy sets argv[0] to the module's file
     # As under `python -m`, the module runs as __main__ only (what it imports stays warm).
-    sys.modules.pop(module, None)
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    sys.modules.pop(target, None)
+    runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":
@@ -366,4 +391,4 @@ if __name__ == "__main__":
         except BaseException:               # noqa: BLE001 - the child reports it as a fresh start would
             pass
     child_request = _serve(int(sys.argv[1]))
-    _run_module(child_request)
+    _run_main(child_request)

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 
+import broker_spawner  # noqa: E402
 from broker_helpers import (connect, consume_all, create, parse_response, produce,  # noqa: E402
                             recv_frame, request_frame, wait_until)
 from logcore.log.log_root import LogRoot  # noqa: E402
@@ -22,8 +23,9 @@ from logcore.log.root_owner import OWNER_FILE  # noqa: E402
 
 
 def seglog(env, *args, stdin: bytes = b"", timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin,
-                          capture_output=True, env=env, timeout=timeout)
+    # forked from an interpreter with the CLI imported (broker_spawner.py): the same command
+    return broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin,
+                              env=env, timeout=timeout, text=False)
 
 
 def _metadata(sock, names, correlation_id, version=9):
@@ -65,8 +67,8 @@ def test_produce_on_a_served_root_is_refused_naming_the_broker(broker_factory, b
     # a second broker on the same root does not start, and names the first
     conf = tmp_path / "second.properties"
     conf.write_text(f"listeners=PLAINTEXT://127.0.0.1:0\nlog.dirs={b.root}\n")
-    second = subprocess.run([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                            capture_output=True, env=broker_env, timeout=60, cwd=tmp_path)
+    second = broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
+                                env=broker_env, timeout=60, cwd=tmp_path, text=False)
     assert second.returncode != 0
     assert f"already served by seglog broker PLAINTEXT://{b.bootstrap}" in second.stderr.decode()
     assert "Traceback" not in second.stderr.decode()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import time
 
@@ -20,6 +19,7 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
 
+import broker_spawner  # noqa: E402
 from broker_helpers import consume_all, create, earliest, produce, wait_until  # noqa: E402
 
 from logcore.broker.config import BrokerConfig  # noqa: E402
@@ -147,8 +147,8 @@ def _start_fails(tmp_path, env: dict, props: dict[str, str]) -> str:
     conf = tmp_path / "bad-broker.properties"
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "logs"), **props}
     conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-    done = subprocess.run([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    done = broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
+                              env=env, cwd=tmp_path, timeout=60)
     assert done.returncode != 0 and "listening on" not in done.stdout, done.stderr
     assert "Traceback" not in done.stderr
     return done.stderr

@@ -16,6 +16,7 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
+import broker_spawner  # noqa: E402
 from broker_helpers import (api_versions_frame, connect, create, parse_response, produce,  # noqa: E402
                             recv_frame, request_frame, wait_until)
 from logcore.log.log_root import LogRoot  # noqa: E402
@@ -146,8 +147,8 @@ def test_kcat_compresses_its_batches(broker, codec, tmp_path):
     assert run.returncode == 0, run.stderr.decode()
     assert b"does not support compression" not in run.stderr, (version, run.stderr.decode())
     segments = sorted((broker.root / f"{topic}-0").glob("*.log"))
-    dump = subprocess.run([sys.executable, "-m", "logcore.tools.cli", "dump", "--files", *map(str, segments)],
-                          capture_output=True, text=True, timeout=60)
+    dump = broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", "dump", "--files", *map(str, segments)],
+                              timeout=60)
     assert dump.returncode == 0, dump.stderr
     codecs = set(re.findall(r"compresscodec: (\w+)", dump.stdout))
     assert codecs == {codec}, (version, dump.stdout[:2000])

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import StorageTarget
 from logcore.log.log_root import LogRoot
 from tests.cleaner.helpers import check_compacted, open_root, read_all, write
+import broker_spawner
 from broker_process import subprocess_env
 
 
@@ -49,7 +50,7 @@ def test_kill_during_cleaning_loses_nothing(tmp_path, seed):
     log.close()
     root.close()
     env = subprocess_env()
-    child = subprocess.Popen([sys.executable, "-c", CHILD, target.url], stdout=subprocess.PIPE, env=env)
+    child = broker_spawner.popen([sys.executable, "-c", CHILD, target.url], stdout=subprocess.PIPE, env=env)
     assert child.stdout.readline().strip() == b"ready"
     time.sleep(random.Random(seed).uniform(0.0, 0.6))
     child.send_signal(signal.SIGKILL)

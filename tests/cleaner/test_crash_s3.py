@@ -17,6 +17,7 @@ import pytest
 from logcore.log.log_root import LogRoot
 from logcore.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from tests.cleaner.helpers import check_compacted, open_root, read_all, write
+import broker_spawner
 from broker_process import subprocess_env
 
 ROUNDS = 4
@@ -74,8 +75,8 @@ def test_kill_during_cleaning_on_s3_loses_nothing(storage_targets):
     # Every record any round committed: a record may later be superseded, never lost unless so.
     history = dict(written)
     for round_ in range(ROUNDS):
-        child = subprocess.Popen([sys.executable, "-c", CHILD, target.url, json.dumps(target.storage_options),
-                                  str(1000 * round_)], stdout=subprocess.PIPE, env=env)
+        child = broker_spawner.popen([sys.executable, "-c", CHILD, target.url, json.dumps(target.storage_options),
+                                      str(1000 * round_)], stdout=subprocess.PIPE, env=env)
         try:
             assert child.stdout.readline().strip() == b"ready"
             time.sleep(rnd.uniform(0.3, 2.5))

@@ -295,12 +295,12 @@ def test_unclean_election_only_when_enabled(cluster):
 
 
 def test_partitions_added_through_the_cli_are_replicated(cluster):
-    import subprocess
     import sys
+
+    import broker_spawner
     cluster.create_topic("g", partitions=2, rf=3)
-    out = subprocess.run([sys.executable, "-m", "logcore.tools.cli", "topics", "--bootstrap-server",
-                          cluster.bootstrap, "--alter", "--topic", "g", "--partitions", "4"],
-                         capture_output=True, text=True, timeout=60)
+    out = broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", "topics", "--bootstrap-server",
+                              cluster.bootstrap, "--alter", "--topic", "g", "--partitions", "4"], timeout=60)
     assert out.returncode == 0, out.stderr
     cluster.wait_for(lambda: len(cluster.metadata("g")) == 4 and all(
         leader >= 0 and len(isr) == 3 for leader, _r, isr in cluster.metadata("g").values()), 30,

@@ -28,6 +28,7 @@ from logcore.errors import SegLogError, TopicNotFoundError  # noqa: E402
 from logcore.log.log_root import LogRoot  # noqa: E402
 from logcore.wire.client import KafkaConnectionError  # noqa: E402
 from pyspark_seglog.broker_client import BrokerClient  # noqa: E402
+import broker_spawner  # noqa: E402
 from read_back import read_back  # noqa: E402
 from streaming_query import await_available_now  # noqa: E402
 from broker_process import subprocess_env  # noqa: E402
@@ -62,8 +63,8 @@ class BrokerProcess:
                         "num.partitions=1\n")
         env = subprocess_env()
         err = open(self.base / f"broker-{self.starts}.stderr", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                                     stdout=subprocess.PIPE, stderr=err, env=env, cwd=self.base)
+        self.proc = broker_spawner.popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config",
+                                          str(conf)], stdout=subprocess.PIPE, stderr=err, env=env, cwd=self.base)
         err.close()
         deadline = time.monotonic() + START_TIMEOUT
         line = b""

@@ -13,12 +13,12 @@ broker does not advertise); a transactional producer commits.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import broker_spawner
 from java_check import TS_BASE, run_java_client_check
 
 from logcore.broker.api_versions import SERVED
@@ -54,8 +54,8 @@ def expected_rows(codec: str) -> list[list]:
 
 def dump_batches(env: dict, root: Path, topic: str, partition: int) -> list[str]:
     seg = root / f"{topic}-{partition}" / f"{0:020d}.log"
-    out = subprocess.run([sys.executable, "-m", "logcore.tools.cli", "dump", "--files", str(seg)],
-                         capture_output=True, text=True, timeout=60, env=env)
+    out = broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", "dump", "--files", str(seg)],
+                             timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     return [line for line in out.stdout.splitlines() if line.startswith("baseOffset:")]
 

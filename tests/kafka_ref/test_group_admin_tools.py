@@ -33,6 +33,7 @@ from logcore.tools import cli  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import group_reset_scenario  # noqa: E402
+import broker_spawner  # noqa: E402
 from broker_process import subprocess_env  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
@@ -57,8 +58,8 @@ def seglog_broker(tmp_path_factory):
         conf.write_text(f"listeners=PLAINTEXT://127.0.0.1:0\nlog.dirs={base / 'logs'}\nnode.id=0\n"
                         "num.partitions=1\ngroup.initial.rebalance.delay.ms=0\noffsets.topic.num.partitions=1\n")
         with open(base / "stderr", "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                                    stdout=subprocess.PIPE, stderr=err, env=subprocess_env())
+            proc = broker_spawner.popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
+                                        stdout=subprocess.PIPE, stderr=err, env=subprocess_env())
         started.append(proc)
         line = proc.stdout.readline().decode()
         assert "listening on PLAINTEXT://" in line, (base / "stderr").read_text()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+import broker_spawner
 from broker_process import subprocess_env
 
 pytestmark = pytest.mark.timeout(900)
@@ -42,8 +43,9 @@ OPEN_BUG = ("opening a Kafka copy with transaction markers mid-segment fails wit
 
 
 def seglog(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], capture_output=True,
-                          env=subprocess_env(), timeout=timeout)
+    # forked from an interpreter with the CLI imported (broker_spawner.py): the same command
+    return broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", *args], env=subprocess_env(),
+                              timeout=timeout, text=False)
 
 
 def _value(rng: random.Random, size: int) -> bytes:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+import broker_spawner
 from broker_process import subprocess_env
 
 pytestmark = pytest.mark.timeout(600)
@@ -37,9 +38,9 @@ DUMP_OPTION_SETS = (
 
 
 def seglog(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin, capture_output=True,
-                          text=True, env=subprocess_env(), timeout=timeout)
-    return proc
+    # forked from an interpreter with the CLI imported (broker_spawner.py): the same command
+    return broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin,
+                              env=subprocess_env(), timeout=timeout)
 
 
 def _cli_root(root: Path) -> Path:
@@ -64,8 +65,8 @@ def _broker_root(root: Path, workdir: Path) -> Path:
                     "group.initial.rebalance.delay.ms=0\n")
     err_path = workdir / "seglog-broker.stderr"
     with open(err_path, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                                stdout=subprocess.PIPE, stderr=err, env=subprocess_env(), cwd=workdir)
+        proc = broker_spawner.popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
+                                    stdout=subprocess.PIPE, stderr=err, env=subprocess_env(), cwd=workdir)
     try:
         line = proc.stdout.readline().decode().strip()
         if "listening on PLAINTEXT://" not in line:

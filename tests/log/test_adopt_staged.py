@@ -7,7 +7,6 @@ both the log (uncommitted data dropped) and the staged file (adoptable again) in
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -18,6 +17,7 @@ from logcore.errors import CorruptRecordError
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import batch_fields, build_batch, iter_batches
 from logcore.records.encode import encode_batches
+import broker_spawner
 
 TOPIC_CONFIG = {"index.interval.bytes": "300", "segment.bytes": "1000000"}
 
@@ -196,8 +196,7 @@ def test_crash_between_adopt_and_commit_keeps_the_staged_file(tmp_path):
             log.append_records([(b"k", b"committed", (), 1)])
             log.commit()
     path = stage(tmp_path, "part", data)
-    out = subprocess.run([sys.executable, "-c", CRASH_AFTER_ADOPT, str(tmp_path), path],
-                         capture_output=True, text=True, timeout=60)
+    out = broker_spawner.run([sys.executable, "-c", CRASH_AFTER_ADOPT, str(tmp_path), path], timeout=60)
     assert out.returncode == 9, out.stderr
     assert out.stdout.strip() == "(1, 500)"
     with open_root(tmp_path) as root:

@@ -24,6 +24,7 @@ from logcore.log.log_loader import CLEAN_SHUTDOWN
 from logcore.log.log_root import LogRoot
 from logcore.tools.cli import main as seglog
 from logcore.records.batch import iter_batches
+import broker_spawner
 
 SEG0 = "00000000000000000000"
 
@@ -230,8 +231,8 @@ def test_kill_minus_nine_while_writing(tmp_path, seed):
     committed = 0
     rng = random.Random(seed)
     for _round in range(3):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(root_dir)], stdout=subprocess.PIPE,
-                                text=True)
+        proc = broker_spawner.popen([sys.executable, "-c", WRITER, str(root_dir)], stdout=subprocess.PIPE,
+                                    text=True)
         deadline = time.time() + rng.uniform(0.3, 1.2)
         while time.time() < deadline:
             line = proc.stdout.readline()

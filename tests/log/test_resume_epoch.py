@@ -4,7 +4,6 @@ commit; a takeover in between makes the next open bump (and fences as always); a
 uncommitted tail left by a crashed commit is still cut when the epoch is resumed."""
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from logcore.errors import FencedWriterError
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import iter_batches
+import broker_spawner
 
 T0 = 1_700_000_000_000
 
@@ -122,8 +122,8 @@ def test_process_killed_before_commit_then_resumed_cuts_the_tail(tmp_path):
     with LogRoot.open(str(tmp_path), create=True) as root:
         root.create_topic("t")
         token, _ = commit_cycle(root, "a", 0, 2, None)
-    out = subprocess.run([sys.executable, "-c", CRASH_BEFORE_COMMIT, str(tmp_path), str(token[0]), token[1]],
-                         capture_output=True, text=True, timeout=60)
+    out = broker_spawner.run([sys.executable, "-c", CRASH_BEFORE_COMMIT, str(tmp_path), str(token[0]), token[1]],
+                             timeout=60)
     assert out.returncode == 9, out.stderr
     assert out.stdout.strip() == "53"
     with LogRoot.open(str(tmp_path)) as root:

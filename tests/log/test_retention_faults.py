@@ -12,6 +12,7 @@ import time
 import pytest
 
 from logcore.log.log_root import LogRoot
+import broker_spawner
 
 CHILD = textwrap.dedent("""
     import sys
@@ -38,7 +39,7 @@ def test_kill_minus_nine_while_applying_retention(tmp_path, seed, delay):
     rng = random.Random(seed)
     acked_hw = acked_start = 0
     for _round in range(4):
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, url], stdout=subprocess.PIPE, text=True)
+        proc = broker_spawner.popen([sys.executable, "-c", CHILD, url], stdout=subprocess.PIPE, text=True)
         run_for = rng.uniform(0.2, 0.9)
         deadline = None                  # counted from the child's first commit, not its start-up
         while deadline is None or time.time() < deadline:

@@ -13,6 +13,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "kafka_clients")]
 
+import broker_spawner  # noqa: E402
 from broker_process import listening_line, subprocess_env  # noqa: E402
 from pki import STORE_PASSWORD, Pki  # noqa: E402
 
@@ -79,8 +80,8 @@ def start_broker(folder: Path, props: dict[str, str]) -> SecureBroker:
     conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     log = folder / "broker.stderr"
     with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
-                                stdout=subprocess.PIPE, stderr=err, env=subprocess_env(), cwd=folder)
+        proc = broker_spawner.popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config", str(conf)],
+                                    stdout=subprocess.PIPE, stderr=err, env=subprocess_env(), cwd=folder)
     text = listening_line(proc, 60)
     if "listening on " not in text:
         proc.kill()

@@ -191,6 +191,7 @@ def test_seglog_cli_with_command_config(secure_broker, pki, tmp_path):
     import subprocess
     import sys
 
+    import broker_spawner
     from broker_process import subprocess_env
     scram = tmp_path / "scram.properties"
     scram.write_text(f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki.ca_pem}\n"
@@ -201,8 +202,8 @@ def test_seglog_cli_with_command_config(secure_broker, pki, tmp_path):
                    f"ssl.truststore.password={STORE_PASSWORD}\n")
 
     def seglog(*args, stdin: bytes = b"") -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin, capture_output=True,
-                              env=subprocess_env(), timeout=120)
+        return broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", *args], input=stdin,
+                                  env=subprocess_env(), timeout=120, text=False)
     done = seglog("topics", "--bootstrap-server", secure_broker.bootstrap("SASL_SSL"), "--command-config", str(scram),
                   "--create", "--topic", "cli-secure", "--partitions", "1")
     assert done.stdout.decode() == "Created topic cli-secure.\n", done.stderr.decode()

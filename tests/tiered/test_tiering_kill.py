@@ -4,7 +4,6 @@ and the next pass leaves no debris (no half-done attempt, no unknown remote fold
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 import textwrap
 
@@ -16,6 +15,7 @@ from logcore.tiered.fsspec_rsm import segment_folder
 from logcore.tiered.metadata import RemoteLogSegmentState as S
 from logcore.tiered.metadata_store import partition_prefix
 from tests.tiered.tiered_root import produce, tiering_defaults
+import broker_spawner
 
 CHILD = textwrap.dedent("""
     import os, signal, sys
@@ -67,8 +67,7 @@ CONFIG = {"remote.storage.enable": "true", "segment.bytes": "16384", "local.rete
 
 
 def run_killed(url: str, point: str, nth: int) -> None:
-    proc = subprocess.run([sys.executable, "-c", CHILD, url, point, str(nth)], capture_output=True,
-                          text=True, timeout=60)
+    proc = broker_spawner.run([sys.executable, "-c", CHILD, url, point, str(nth)], timeout=60)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr[-2000:])
 
 

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kafka_reference import KafkaUnavailable, resolve_jars  # noqa: E402
 from zookeeper_reference import free_ports, running_zookeeper  # noqa: E402
 from tests.connector.conftest import spark  # noqa: E402 - the session's SparkSession
+import broker_spawner  # noqa: E402
 from broker_process import subprocess_env  # noqa: E402
 
 __all__ = ["spark"]  # a fixture this module takes from the connector tests
@@ -124,9 +125,9 @@ class WalkthroughBroker:
     def start(self, timeout: float = 60) -> None:
         env = subprocess_env()
         with open(self.folder / "broker.log", "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config",
-                                          str(self.config)], stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=str(self.folder), env=env)
+            self.proc = broker_spawner.popen([sys.executable, "-m", "logcore.tools.cli", "broker", "--config",
+                                              str(self.config)], stdout=out, stderr=subprocess.STDOUT,
+                                             cwd=str(self.folder), env=env)
         deadline = time.monotonic() + timeout
         while f"listening on PLAINTEXT://{self.bootstrap}" not in self.log():
             if self.proc.poll() is not None or time.monotonic() > deadline:

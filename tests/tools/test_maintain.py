@@ -17,6 +17,7 @@ from logcore.log.properties_file import load_properties
 from logcore.log.log_root import LogRoot
 from logcore.maintenance.service import MaintenanceService
 from logcore.tools.cli import main
+import broker_spawner
 from broker_process import subprocess_env
 
 OLD = 1_000_000_000_000          # 2001: far older than any retention.ms used here
@@ -31,8 +32,9 @@ def fill(log, batches, ts=OLD):
 
 
 def seglog(*argv, timeout=60):
-    return subprocess.run([sys.executable, "-m", "logcore.tools.cli", *argv], capture_output=True,
-                          text=True, env=subprocess_env(), timeout=timeout)
+    # forked from an interpreter with the CLI imported (broker_spawner.py): the same command
+    return broker_spawner.run([sys.executable, "-m", "logcore.tools.cli", *argv], env=subprocess_env(),
+                              timeout=timeout)
 
 
 def make_root(url, storage_options=None):
