@@ -398,8 +398,8 @@ class PartitionManager:
                 pass
             logger.warning("%s-%d: another writer took the partition (its epoch is now %d, this"
                            " broker held %d); a root a broker serves must be written only through"
-                           " it. Taking the partition back: batches in flight are answered"
-                           " NOT_LEADER_OR_FOLLOWER and clients retry", part.topic, part.index,
+                           " it. Taking the partition back: the batches it refused are appended"
+                           " again once taken back", part.topic, part.index,
                            current, part.leader_epoch)
             if old is not None:
                 try:
@@ -511,9 +511,17 @@ class PartitionManager:
                 jobs, results = leftover
                 more, commit_error = await asyncio.to_thread(
                     self._append_and_commit, part, [batch for batch, _ in jobs[len(results):]])
-                self._complete(part, jobs, results + more, commit_error)
-                if isinstance(commit_error, FencedWriterError) or any(
-                        isinstance(r, FencedWriterError) for r in more):
+                results = results + more
+                if _fenced(results, commit_error) and await self._retake(part):
+                    # Nothing of a fenced batch is in the log (refused, or appended uncommitted
+                    # and cut by the takeover): append it again, ahead of anything queued since.
+                    # Answering it NOT_LEADER_OR_FOLLOWER while a later request of the same
+                    # producer is appended would reorder it, and an idempotent producer whose
+                    # later sequence is acknowledged counts the earlier one as written.
+                    results, commit_error = await asyncio.to_thread(
+                        self._append_again, part, jobs, results, commit_error)
+                self._complete(part, jobs, results, commit_error)
+                if _fenced(results, commit_error):   # fenced again, or not taken back
                     await self._retake(part)
                 leftover = self._round_nowait(part) if part.queue and not part.closed else None
             closed = ConnectionAbortedError(f"{part.topic}-{part.index} was closed")
@@ -524,7 +532,8 @@ class PartitionManager:
         finally:
             part.working = False
 
-    async def _retake(self, part: PartitionLog) -> None:
+    async def _retake(self, part: PartitionLog) -> bool:
+        """retake() in a thread; whether the partition was taken back."""
         # At most one takeover a second per partition: a writer that keeps taking the partition
         # back must not turn this into a busy loop (its batches meanwhile fail and are retried).
         wait = part.fenced_at + 1.0 - time.monotonic()
@@ -535,6 +544,21 @@ class PartitionManager:
         except Exception as exc:   # noqa: BLE001 - the next produce tries again
             logger.error("%s-%d: cannot take the partition back: %s", part.topic, part.index, exc)
             part.fenced_at = time.monotonic()
+            return False
+        return True
+
+    def _append_again(self, part: PartitionLog, jobs: list, results: list,
+                      commit_error: BaseException | None) -> tuple[list, BaseException | None]:
+        """In a worker thread, after a takeover: append and commit again the batches of `jobs`
+        that the fence failed (a batch's own error stands); the round's results and commit error."""
+        fenced_commit = isinstance(commit_error, FencedWriterError)
+        again = [i for i, r in enumerate(results)
+                 if isinstance(r, FencedWriterError) or (fenced_commit and not isinstance(r, BaseException))]
+        more, commit_error = self._append_and_commit(part, [jobs[i][0] for i in again])
+        results = list(results)
+        for i, r in zip(again, more):
+            results[i] = r
+        return results, commit_error
 
     def _complete(self, part: PartitionLog, jobs: list, results: list,
                   commit_error: BaseException | None) -> None:
@@ -602,6 +626,11 @@ class PartitionManager:
             return _append_and_commit(log, batches)
         finally:
             self.unpin_thread()
+
+
+def _fenced(results: list, commit_error: BaseException | None) -> bool:
+    """Whether another writer's fence failed a produce round (its commit or a batch's append)."""
+    return isinstance(commit_error, FencedWriterError) or any(isinstance(r, FencedWriterError) for r in results)
 
 
 def _append_and_commit(log: Log, batches: list[bytes]) -> tuple[list, BaseException | None]:

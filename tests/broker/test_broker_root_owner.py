@@ -6,6 +6,7 @@ subprocess, confluent-kafka and kafka-python clients, raw Kafka frames on one co
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import time
 import pytest
 
 pytest.importorskip("confluent_kafka")
+
+from confluent_kafka import Producer  # noqa: E402
 
 import broker_spawner  # noqa: E402
 from broker_helpers import (connect, consume_all, create, parse_response, produce,  # noqa: E402
@@ -174,9 +177,23 @@ def test_unexpected_metadata_state_is_an_error_code_not_a_dropped_connection(bro
 
 
 def test_a_fenced_broker_takes_its_partition_back_and_clients_recover_fast(broker_factory, tmp_path):
+    """An idempotent producer's requests pipelined across the takeover (the broker is stopped
+    while they are sent, so they all wait in its socket): the first one meets the fence, the
+    others queue behind it. All are acknowledged, in the order sent, at offsets that hold them.
+    Before, the first was answered NOT_LEADER_OR_FOLLOWER and the second appended: librdkafka
+    then counted the first as written (a later sequence was) and it was lost."""
     b = broker_factory(tmp_path / "served")
-    create(b, "stolen", 1)
+    create(b, "stolen", 2)
     assert [a[0] for a in produce(b, "stolen", [b"before"], partition=0)] == [None]
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 2, "enable.idempotence": True,
+                  "message.timeout.ms": 15000, "retry.backoff.ms": 100})
+    acked: list[tuple] = []
+
+    def on_delivery(err, msg):
+        acked.append((err, msg.offset(), msg.value()))
+    # warm: connected, producer id and metadata; no producer state on partition 0
+    p.produce("stolen", value=b"warm", partition=1)
+    assert p.flush(10) == 0
 
     # A writer that bypasses the rule (an older seglog, a hand-made LogRoot): it takes the
     # partition from the broker and commits one record.
@@ -188,14 +205,21 @@ def test_a_fenced_broker_takes_its_partition_back_and_clients_recover_fast(broke
     root.close()
 
     started = time.monotonic()
-    acked = produce(b, "stolen", [b"after-%d" % i for i in range(5)], partition=0,
-                    **{"message.timeout.ms": 15000, "retry.backoff.ms": 100})
+    os.kill(b.proc.pid, signal.SIGSTOP)
+    try:
+        for i in range(5):       # one request each (linger.ms=2), all in flight at once
+            p.produce("stolen", value=b"after-%d" % i, partition=0, on_delivery=on_delivery)
+            p.poll(0.01)
+    finally:
+        os.kill(b.proc.pid, signal.SIGCONT)
+    assert p.flush(20) == 0
     elapsed = time.monotonic() - started
     assert [a[0] for a in acked] == [None] * 5, acked
     print(f"5 records acknowledged {elapsed:.2f} s after the intruder committed")
     assert elapsed < 10, f"took {elapsed:.1f} s"
-    values = [r[3] for r in consume_all(b, "stolen", 1, 7)]
-    assert values == [b"before", b"intruder"] + [b"after-%d" % i for i in range(5)]
+    held = {offset: value for _, offset, _, value, _ in consume_all(b, "stolen", 1, 7)}
+    assert [value for _, value in sorted(held.items())] == [b"before", b"intruder"] + [b"after-%d" % i for i in range(5)]
+    assert [(offset, held.get(offset)) for _, offset, value in acked] == [(2 + i, b"after-%d" % i) for i in range(5)]
     time.sleep(1.5)
     log_text = b.log_text()
     assert log_text.count("another writer took the partition") == 1, log_text[-3000:]
