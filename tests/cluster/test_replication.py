@@ -253,7 +253,9 @@ def test_preferred_leader_election_through_elect_leaders(cluster):
     cluster.brokers[preferred].kill()
     cluster.wait_for(lambda: cluster.leader_of("e") not in (-1, preferred), 20, "failover")
     cluster.brokers[preferred].start()
-    cluster.wait_for(lambda: preferred in cluster.metadata("e")[0][2], 30, "the preferred replica back in the ISR")
+    # ElectLeaders is answered from the receiving broker's view: wait until every broker sees it.
+    cluster.wait_for(lambda: all(preferred in cluster.metadata("e", broker=b)[0][2] for b in cluster.brokers),
+                     30, "the preferred replica back in the ISR, as every broker sees it")
     assert cluster.leader_of("e") != preferred
     admin = cluster.admin()
     result = admin.elect_leaders(ElectionType.PREFERRED, [ck.TopicPartition("e", 0)]).result(30)
