@@ -26,10 +26,14 @@ def send(b, topic: str, records: list[tuple[bytes | None, bytes]], *, pause: flo
 
     librdkafka sends a partition's queued records once the first has waited linger.ms, or
     when flush() is called: with a linger longer than flush's timeout only flush() sends, so
-    a stall of this process between two produce() calls cannot send the first records alone."""
+    a stall of this process between two produce() calls cannot send the first records alone.
+    The partition's leader is looked up first: records produced before it is known wait in
+    librdkafka's unassigned queue, moved to the partition one at a time once the metadata
+    arrives, and under flush() its sender may take each of them as a batch of its own."""
     settings = {"bootstrap.servers": b.bootstrap, "linger.ms": 60_000, "acks": "all"}
     settings.update(conf)
     p = Producer(settings)
+    p.list_topics(topic, timeout=10)
     reports: list[tuple] = []
     for i, (key, value) in enumerate(records):
         p.produce(topic, key=key, value=value, partition=0,
