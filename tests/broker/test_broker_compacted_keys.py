@@ -18,16 +18,28 @@ from logcore.wire.error_codes import INVALID_RECORD  # noqa: E402
 T0 = int(time.time() * 1000)
 
 
-def send(b, topic: str, records: list[tuple[bytes | None, bytes]], **conf) -> list[tuple]:
-    """Produce `records` (key, value) with confluent-kafka, all in one batch (one partition, a
-    long linger); returns (error, offset, key) per delivery report in send order."""
-    settings = {"bootstrap.servers": b.bootstrap, "linger.ms": 200, "acks": "all"}
+def send(b, topic: str, records: list[tuple[bytes | None, bytes]], *, pause: float = 0.0,
+         **conf) -> list[tuple]:
+    """Produce `records` (key, value) with confluent-kafka, all in one batch (one partition);
+    returns (error, offset, key) per delivery report in send order. `pause`: seconds between
+    the first record and the others.
+
+    librdkafka sends a partition's queued records once the first has waited linger.ms, or
+    when flush() is called: with a linger longer than flush's timeout only flush() sends, so
+    a stall of this process between two produce() calls cannot send the first records alone.
+    The partition's leader is looked up first: records produced before it is known wait in
+    librdkafka's unassigned queue, moved to the partition one at a time once the metadata
+    arrives, and under flush() its sender may take each of them as a batch of its own."""
+    settings = {"bootstrap.servers": b.bootstrap, "linger.ms": 60_000, "acks": "all"}
     settings.update(conf)
     p = Producer(settings)
+    p.list_topics(topic, timeout=10)
     reports: list[tuple] = []
-    for key, value in records:
+    for i, (key, value) in enumerate(records):
         p.produce(topic, key=key, value=value, partition=0,
                   on_delivery=lambda err, msg: reports.append((err, msg.offset(), msg.key())))
+        if i == 0 and pause:
+            time.sleep(pause)
     assert p.flush(30) == 0
     return reports
 
@@ -52,14 +64,17 @@ def test_confluent_producer_gets_invalid_record_for_keyless_records(broker, poli
     # One batch with keys and two records without one: every record of it fails, none is
     # written. librdkafka reads the response's record errors (KIP-467): the keyless records get
     # INVALID_RECORD, the others _INVALID_DIFFERENT_RECORD ("an invalid record in the same batch").
-    mixed = send(broker, topic, [(b"a", b"1"), (None, b"2"), (b"c", b"3"), (None, b"4")], **conf)
+    # The pause after `a` (the producer learns the partition's leader meanwhile) would send `a`
+    # alone under a linger shorter than it; with send's linger they still go as one batch.
+    mixed = send(broker, topic, [(b"a", b"1"), (None, b"2"), (b"c", b"3"), (None, b"4")],
+                 pause=0.3, **conf)
     assert len(mixed) == 4
     for err, _offset, key in mixed:
-        assert err is not None and not err.retriable(), err
+        assert err is not None and not err.retriable(), mixed     # every report, should one pass
         if key is None:
-            assert err.code() == KafkaError.INVALID_RECORD, err
+            assert err.code() == KafkaError.INVALID_RECORD, mixed
         else:
-            assert err.code() == KafkaError._INVALID_DIFFERENT_RECORD, err
+            assert err.code() == KafkaError._INVALID_DIFFERENT_RECORD, mixed
     # A lone keyless record, in its own batch.
     alone = send(broker, topic, [(None, b"lonely")], **conf)
     assert alone[0][0] is not None and alone[0][0].code() == KafkaError.INVALID_RECORD
