@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import time
 
 import pytest
 
@@ -75,9 +76,19 @@ def _read(cluster, topic: str) -> list[tuple[int, bytes]]:
 
 
 def _earliest(cluster, topic: str) -> int:
+    """The partition's log start offset, asked of its leader. A broker's metadata can name a new
+    leader a moment before that broker has taken the partition over; the leader then answers
+    NOT_LEADER_OR_FOLLOWER, which a client retries (librdkafka's watermark query does not)."""
+    deadline = time.monotonic() + 20
     c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "wm"})
     try:
-        return c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)[0]
+        while True:
+            try:
+                return c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)[0]
+            except ck.KafkaException as exc:
+                if exc.args[0].code() != ck.KafkaError.NOT_LEADER_FOR_PARTITION or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         c.close()
 
