@@ -24,7 +24,9 @@ A warm-up round of every row comes first (not reported), then --runs rounds; in 
 row runs on one side and then the other, the order alternating between rounds. Beside each figure:
 the broker side's CPU seconds during the row (/proc/<pid>/stat) and its peak resident memory
 (VmHWM, reset through /proc/<pid>/clear_refs before the row; summed over a cluster's processes,
-ZooKeeper included on the seglog side).
+ZooKeeper included on the seglog side), and the CPU seconds of the row's tool JVMs (their whole
+lives, start-up included): on a machine of few cores the client's CPU bounds what a broker can
+show.
 
     python bench/bench_kafka_tools.py [--records 300000] [--runs 2] [--sizes 100,1024]
         [--only 'produce-*,e2e'] [--setups single,cluster] [--quick]
@@ -168,6 +170,7 @@ class Usage:
 
     def __init__(self, pids: list[int]):
         self.pids = pids
+        self.client0 = _children_cpu()
         for pid in pids:
             try:     # "5" resets the peak RSS (VmHWM) to the current RSS (Linux 4.0+)
                 Path(f"/proc/{pid}/clear_refs").write_text("5")
@@ -194,7 +197,14 @@ class Usage:
                         peak += int(line.split()[1])
             except OSError:
                 pass
-        return {"cpu": self._cpu() - self.cpu0, "rss": peak / 1024}
+        return {"cpu": self._cpu() - self.cpu0, "rss": peak / 1024, "client_cpu": _children_cpu() - self.client0}
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have ended and been waited for: the tool JVMs
+    of a row (the brokers, also children, are waited for only when the set-up closes)."""
+    t = os.times()
+    return t.children_user + t.children_system
 
 
 # ----------------------------------------------------------------------------------- tools
@@ -426,6 +436,7 @@ def run_round(setup: str, sides: list[Side], tools: Tools, rows: list[Row], args
                 except CouldNotRun as exc:
                     result = {"error": str(exc)}
                 shown = result.get("error") or (f"{result['value']:,.1f}, CPU {result['cpu']:.1f} s,"
+                                                f" client CPU {result['client_cpu']:.1f} s,"
                                                 f" peak RSS {result['rss']:,.0f} MB")
                 print(f"[{setup}] {what} {row.name} {size} B {side.name}: {shown} ({time.monotonic() - t0:.0f} s)",
                       flush=True)
@@ -452,8 +463,9 @@ def report(setup: str, rows: list[Row], args, results: dict, skipped: dict[str, 
     lines = [f"### Kafka's own tools, {title} ({args.records:,} records per produce/consume row, "
              f"{args.partitions} partitions; EndToEndLatency {args.e2e_messages:,} records, 1 partition)", "",
              f"`{cmdline}`; {args.runs} round(s) after a warm-up round; medians, ratio range over the rounds.", "",
-             f"| row | size | {SEGLOG} | {KAFKA} | ratio (rounds) | CPU s {SEGLOG} / Kafka | peak RSS MB {SEGLOG} / Kafka |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             f"| row | size | {SEGLOG} | {KAFKA} | ratio (rounds) | CPU s {SEGLOG} / Kafka | client CPU s {SEGLOG} / Kafka"
+             f" | peak RSS MB {SEGLOG} / Kafka |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         unit = "ms" if row.kind == "e2e" else "MiB/s"
         for size in args.sizes:
@@ -465,7 +477,8 @@ def report(setup: str, rows: list[Row], args, results: dict, skipped: dict[str, 
             lines.append(_row_line(row, size, unit, ours, theirs, skipped))
     lines += ["", "Ratios: throughput seglog / Kafka, latency Kafka / seglog (above 1: seglog ahead); the range is "
               "the per-round ratios'. MiB/s as the tools print them (2^20 bytes). CPU s and peak RSS are the broker "
-              "side's over the row (a cluster's summed over its processes; the seglog cluster's include ZooKeeper)."]
+              "side's over the row (a cluster's summed over its processes; the seglog cluster's include ZooKeeper); client CPU s "
+              "is the row's tool JVMs', start-up included."]
     for name, reason in skipped.items():
         lines.append(f"{name}: not measured ({reason}).")
     lines += [note[0].upper() + note[1:] + "." for note in notes]
@@ -515,6 +528,7 @@ def _row_line(row: Row, size: int, unit: str, ours: list[dict], theirs: list[dic
 
     return (f"| {row.label} | {size:,} B | {cell(ours, SEGLOG)} | {cell(theirs, KAFKA)} | {ratio} | "
             f"{usage(ours, 'cpu', '{:.1f}')} / {usage(theirs, 'cpu', '{:.1f}')} | "
+            f"{usage(ours, 'client_cpu', '{:.1f}')} / {usage(theirs, 'client_cpu', '{:.1f}')} | "
             f"{usage(ours, 'rss', '{:,.0f}')} / {usage(theirs, 'rss', '{:,.0f}')} |")
 
 

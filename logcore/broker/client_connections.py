@@ -383,11 +383,13 @@ async def _send_pieces(writer: ResponseWriter, response: EncodedResponse) -> Non
     (the kernel copies page cache to the socket; asyncio falls back to read+send on transports
     that cannot), after what the writer keeps. The slices are closed whatever happens."""
     loop = asyncio.get_running_loop()
+    ranges = False
     try:
         for piece in response.pieces:
             if isinstance(piece, FileSlice) and writer.transport.get_extra_info("sslcontext") is not None:
                 await _send_encrypted(writer, piece)
             elif isinstance(piece, FileSlice):
+                ranges = True
                 writer.flush()
                 sent = _sendfile_now(writer.transport, piece)
                 if sent < piece.size:
@@ -400,6 +402,11 @@ async def _send_pieces(writer: ResponseWriter, response: EncodedResponse) -> Non
                     raise _ShortSend(f"{piece.source} gave {sent} of {piece.size} bytes from {piece.position}")
             else:
                 writer.write(piece)
+        if ranges:
+            # The bytes after the last range (a few tagged-field bytes) end the frame: the
+            # client can use none of the megabytes before them until they arrive, so they go
+            # now, not at the end of the event-loop pass.
+            writer.flush()
     finally:
         response.close()
 

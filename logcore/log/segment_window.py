@@ -136,11 +136,14 @@ def locate_window(seg, offset: int, max_bytes: int, max_offset: int, min_one_bat
     # Jump to the last index entry whose batch starts at or below `limit` and ends below
     # `max_offset` (entries are (last offset, position) of batch starts): every batch before
     # it is whole within the window. Then walk headers from there.
+    # The keys searched for are the columns' own int32: a Python int makes numpy cast the whole
+    # column to int64 first, a search linear in the index's size (tens of microseconds per
+    # read at a large active segment's tens of thousands of entries).
     index = seg.offset_index
     positions, keys = index.value_column(), index.key_column()
-    k = min(int(np.searchsorted(positions, limit, side="right")),
-            int(np.searchsorted(keys, min(max(max_offset - seg.base_offset, -1), INT32_MAX),
-                                side="left"))) - 1
+    k = min(int(positions.searchsorted(np.int32(min(limit, INT32_MAX)), side="right")),
+            int(keys.searchsorted(np.int32(min(max(max_offset - seg.base_offset, -1), INT32_MAX)),
+                                  side="left"))) - 1
     pos = max(start, int(positions[k])) if k >= 0 else start
     if pos > start:
         problem = seg.index_entry_problem(seg.base_offset + int(keys[k]), pos)

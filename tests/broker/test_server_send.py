@@ -101,3 +101,42 @@ def test_sendfile_now_waits_for_buffered_bytes(tmp_path):
             server.close()
 
     assert asyncio.run(run()) == (0, 0)
+
+
+def test_the_bytes_after_a_range_leave_with_it(tmp_path):
+    """A response with a file range is whole on the socket when its send returns: the bytes after
+    the last range (the frame's last tagged fields) are not kept for the end of the event-loop
+    pass, where the client would wait for them with the megabytes before them unusable. A
+    response of bytes only is still kept, to leave with the other answers of the pass."""
+    path = str(tmp_path / "segment")
+    data = os.urandom(1 << 16)
+    with open(path, "wb") as f:
+        f.write(data)
+
+    async def run() -> tuple[int, int, bytes]:
+        got = bytearray()
+        peer: asyncio.Future = asyncio.get_running_loop().create_future()
+        server = await asyncio.start_server(lambda r, w: peer.set_result((r, w)), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            _r, writer = await asyncio.open_connection("127.0.0.1", port)
+            accepted, _w = await asyncio.wait_for(peer, 10)
+            out = ResponseWriter(writer)
+            await _send_pieces(out, EncodedResponse([b"head", _slice(path, 0, len(data)), b"\0\0\0"]))
+            kept_after_range = out.pending_bytes
+            await _send_pieces(out, EncodedResponse([b"only bytes"]))
+            kept_bytes_only = out.pending_bytes
+            out.flush()
+            while len(got) < 4 + len(data) + 3 + 10:
+                chunk = await asyncio.wait_for(accepted.read(1 << 16), 10)
+                assert chunk
+                got.extend(chunk)
+            writer.close()
+            return kept_after_range, kept_bytes_only, bytes(got)
+        finally:
+            server.close()
+
+    kept_after_range, kept_bytes_only, got = asyncio.run(run())
+    assert kept_after_range == 0
+    assert kept_bytes_only == len(b"only bytes")
+    assert got == b"head" + data + b"\0\0\0" + b"only bytes"

@@ -175,3 +175,32 @@ def test_writer_serves_what_it_appended_without_a_second_check_other_readers_che
     cut = seg.translate_offset(5)[0]
     log.truncate_to(5, below_high_watermark=True)
     assert seg._is_verified(0, cut) and not seg._is_verified(cut, cut + 1)
+
+
+def test_a_window_is_found_with_int32_keys(local_log, monkeypatch):
+    """The offset index's columns are int32: searched with a Python int, numpy casts the whole
+    column to int64 first, a search linear in the index's size on every read. The window's
+    index searches use keys of the column's own type."""
+    import numpy as np
+
+    root, log = local_log
+    _fill(log, random.Random(3), 60)
+    log.commit()
+    seg = log.segments[-1]
+    assert seg.offset_index.entries > 2
+    seen = []
+
+    class Column(np.ndarray):
+        def searchsorted(self, v, side="left", sorter=None):
+            seen.append(type(v))
+            return np.asarray(self).searchsorted(v, side=side, sorter=sorter)
+
+    index = type(seg.offset_index)
+    for name in ("value_column", "key_column"):
+        plain = getattr(index, name)
+        monkeypatch.setattr(index, name, lambda self, plain=plain: plain(self).view(Column))
+    expected = log.read(seg.base_offset, 1500)
+    zero = log.read(seg.base_offset, 1500, zero_copy=True)
+    with zero.data as data:
+        assert data.read() == expected.data
+    assert seen and all(t is np.int32 for t in seen), seen
