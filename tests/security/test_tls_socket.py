@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from in_process_broker import InProcessBroker
 from pki import issue, make_ca
 
 from logcore.security import tls_transport
@@ -298,8 +299,8 @@ def test_listener_shutdown_ends_handshakes_at_once(pki):
             await asyncio.sleep(0.005)
         started = time.monotonic()
         handovers[0].close()
-        assert await asyncio.to_thread(stuck.recv, 100) == b""        # closed by the server
-        assert time.monotonic() - started < 0.5
+        assert await asyncio.to_thread(_closed_by_peer, stuck)            # closed by the server
+        assert time.monotonic() - started < 3      # not the handshake timeout (60 s)
         stuck.close()
         late = await asyncio.to_thread(_half_hello, port, client_context(pki))
         assert await asyncio.to_thread(_closed_by_peer, late)
@@ -316,7 +317,6 @@ def test_listener_shutdown_ends_handshakes_at_once(pki):
 def test_broker_stop_closes_connections_in_their_handshake(tmp_path):
     """A broker's stop closes a TLS connection stuck in its handshake with its listener, not
     after the 60 s handshake timeout (nor never: the loop ends with the broker)."""
-    from in_process_broker import InProcessBroker
     keystore = issue(make_ca(), "broker").write_keystore_pem(tmp_path, "broker")
     running = InProcessBroker({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
                                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL",
@@ -405,7 +405,7 @@ def test_close_sends_close_notify_and_waits_for_the_peers(pki, peer):
         waited = await asyncio.wait_for(task, 10)
         started = time.monotonic()
         assert await asyncio.wait_for(apps[0].lost, 10) is None
-        assert (waited if waited is not None else time.monotonic() - started) < 0.5
+        assert (waited if waited is not None else time.monotonic() - started) < 3      # not the close timeout (30 s)
         assert bytes(apps[0].data) == b""
         server.close()
     asyncio.run(run())
@@ -428,7 +428,7 @@ def test_close_does_not_hang_on_a_silent_peer(pki):
         transport = await asyncio.wait_for(apps_made(apps), 10)
         transport.close()
         waited = await asyncio.wait_for(task, 10)
-        assert 0.1 < waited < 1.0
+        assert 0.15 < waited < 3
         assert await asyncio.wait_for(apps[0].lost, 1) is None
         server.close()
     asyncio.run(run())
