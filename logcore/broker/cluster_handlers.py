@@ -95,6 +95,19 @@ async def create_internal_topic(membership, topic: str, count: int, config: dict
     return None
 
 
+def _preferred_refusal(name: str, p: int, preferred: int, state, live) -> tuple[int, str] | None:
+    """Why ElectLeaders (PREFERRED) elects nothing for `name`-`p` given its `state` and the `live`
+    brokers; None when the controller should move the leadership to `preferred`."""
+    if state.leader == preferred:
+        return E.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
+    if preferred not in live or preferred not in state.isr:
+        return (E.PREFERRED_LEADER_NOT_AVAILABLE,
+                f"Failed to elect leader for partition {name}-{p} under strategy"
+                f" PreferredReplicaPartitionLeaderElectionStrategy: broker {preferred}"
+                " is not alive or not in the ISR")
+    return None
+
+
 class ClusterHandlers:
     """Over the broker's `config`; `membership` holds the replica manager, the catalog and the
     cluster id."""
@@ -336,6 +349,7 @@ class ClusterHandlers:
             wanted = [(t.topic, p) for t in body.topic_partitions for p in t.partitions]
         results: dict[tuple[str, int], tuple[int, str | None]] = {}
         asked = []
+        unsure = {}             # refused from this broker's view: decided again from ZooKeeper's
         for name, p in wanted:
             ta = rm.assignments.get(name)
             state = rm.states.get((name, p))
@@ -344,16 +358,13 @@ class ClusterHandlers:
                 continue
             replicas = ta.partitions[p]
             if kind == PREFERRED:
-                preferred = replicas[0]
-                if state.leader == preferred:
-                    results[(name, p)] = (E.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
-                elif preferred not in rm.brokers or preferred not in state.isr:
-                    results[(name, p)] = (E.PREFERRED_LEADER_NOT_AVAILABLE,
-                                          f"Failed to elect leader for partition {name}-{p} under strategy"
-                                          f" PreferredReplicaPartitionLeaderElectionStrategy: broker {preferred}"
-                                          " is not alive or not in the ISR")
-                else:
+                refusal = _preferred_refusal(name, p, replicas[0], state, rm.brokers)
+                if refusal is None:
                     asked.append((name, p))
+                elif refusal[0] == E.PREFERRED_LEADER_NOT_AVAILABLE:
+                    unsure[(name, p)] = (replicas[0], refusal)
+                else:
+                    results[(name, p)] = refusal
             elif kind == UNCLEAN:
                 if state.leader in rm.brokers:
                     results[(name, p)] = (E.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
@@ -364,6 +375,8 @@ class ClusterHandlers:
                     asked.append((name, p))
             else:
                 return {"throttle_time": 0, "error_code": E.INVALID_REQUEST, "replica_election_results": []}
+        if unsure:
+            asked += await self._recheck_preferred(unsure, results)
         if asked:
             try:
                 await self._request_election(kind, asked, timeout_s)
@@ -391,6 +404,34 @@ class ClusterHandlers:
             by_topic.setdefault(name, []).append({"partition_id": p, "error_code": code, "error_message": message})
         return {"throttle_time": 0, "error_code": E.NONE,
                 "replica_election_results": [{"topic": t, "partition_result": r} for t, r in by_topic.items()]}
+
+    async def _recheck_preferred(self, unsure: dict, results: dict) -> list[tuple[str, int]]:
+        """The partitions of `unsure` ({key: (preferred replica, refusal from this broker's view)})
+        whose preferred replica is live and in the ISR as ZooKeeper has it now; the others'
+        refusals go to `results`. This broker's view follows ZooKeeper's watches and may lag it (a
+        replica just back in the ISR): Kafka's controller decides from its current state."""
+        store = self.membership.replica_manager.store
+
+        def read():
+            # One sync catches this ZooKeeper server up with the ensemble's leader for every read.
+            keys = list(unsure)
+            states = {keys[0]: store.partition_state(*keys[0], sync=True)}
+            states.update((key, store.partition_state(*key)) for key in keys[1:])
+            return store.brokers(), states
+        try:
+            live, states = await asyncio.to_thread(read)
+        except Exception as exc:   # noqa: BLE001 - ZooKeeper away: this broker's view answers
+            logger.warning("ElectLeaders: re-reading %d partition states failed (%s)", len(unsure), exc)
+            live, states = {}, {}
+        elect = []
+        for (name, p), (preferred, refusal) in unsure.items():
+            state = states.get((name, p))
+            fresh = refusal if state is None else _preferred_refusal(name, p, preferred, state, live)
+            if fresh is None:
+                elect.append((name, p))
+            else:
+                results[(name, p)] = fresh
+        return elect
 
     async def _request_election(self, kind: int, partitions, timeout_s: float) -> None:
         """Hand the election to the controller through ZooKeeper (Kafka's

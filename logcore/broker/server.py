@@ -49,6 +49,7 @@ class BrokerServer:
         self.server: asyncio.base_events.Server | None = None      # the first listener's
         self.servers: dict[str, asyncio.base_events.Server] = {}    # every listener's, by name
         self.tls: dict[str, ServerTls] = {}
+        self._accepting: list = []      # TLS listeners' protocol factories (their handshakes)
         self.bound: dict[str, tuple[str, int]] = {}
         self.endpoints: ListenerEndpoints | None = None
         self._stopping: asyncio.Event | None = None
@@ -61,6 +62,12 @@ class BrokerServer:
     def _close_servers(self) -> None:
         for server in self.servers.values():
             server.close()
+        # A TLS listener's connections still in their handshake are known only to its factory
+        # (the application's protocol hears of them once it is done): they end now too.
+        for factory in self._accepting:
+            close = getattr(factory, "close", None)
+            if close is not None:
+                close()
 
     async def _bind(self) -> None:
         """Every listener bound (TLS contexts built first: a bad store fails the start)."""
@@ -75,6 +82,7 @@ class BrokerServer:
             factory, tls_options = lambda l=listener: self.clients.new_connection(l), {}
             if tls is not None:       # OpenSSL on the socket where it can (tls_transport.server_reads)
                 factory, tls_options = server_reads().serve(loop, factory, tls.context)
+                self._accepting.append(factory)
             try:
                 server = await loop.create_server(factory, host, port, reuse_address=True,
                                                   start_serving=False, **tls_options)

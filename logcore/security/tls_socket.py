@@ -12,12 +12,17 @@ get_buffer / buffer_updated, or data_received), with the callbacks asyncio's TLS
 makes: connection_made once the handshake is done (never for a handshake that fails or does
 not finish within `handshake_timeout`), eof_received on close_notify or the peer's close,
 pause_writing / resume_writing around its write buffer's high-water mark, connection_lost.
-close() sends what is buffered, then close_notify, then closes the socket (it does not wait
-for the peer's close_notify).
+close() sends what is buffered, then close_notify, and closes the socket once the peer's
+close_notify (or its close) arrives, what it sent meanwhile read and dropped: a socket closed on
+unread data is reset, which can take our last bytes with it at the peer. A peer that takes none
+of the buffered bytes for `close_timeout`, or does not answer close_notify within it, has its
+socket closed then.
 
 `SocketListener` is the listener policy: a plain asyncio server accepts, and each accepted
 socket is handed to a SocketTransport (the descriptor duplicated, asyncio's plain transport
-aborted before it ever read).
+aborted before it ever read). The protocol factory it gives the server (`Handovers`) knows the
+connections still in their handshake: its close(), as the listener shuts down, ends them at once
+(the application never heard of them; their handshake timeout would keep them for a minute).
 """
 from __future__ import annotations
 
@@ -26,13 +31,17 @@ import logging
 import os
 import socket
 import ssl
+import weakref
 from typing import Callable
 
 logger = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 60.0        # seconds, asyncio's default for TLS servers
+CLOSE_TIMEOUT = 5.0             # seconds of a peer's silence after which a closing connection ends
+DROPPED_READS = 16              # reads in one go of what a peer sends after our close_notify
 HIGH_WATER = 64 * 1024          # write buffer bytes above which the protocol is paused (asyncio's)
 READ_SIZE = 256 * 1024          # buffer for a protocol that is not a BufferedProtocol
+DROP_SIZE = 16 * 1024           # buffer for what a peer sends once the connection closes (a record)
 
 
 class SocketListener:
@@ -40,21 +49,59 @@ class SocketListener:
 
     name = "socket"
 
-    def __init__(self, records, handshake_timeout: float = HANDSHAKE_TIMEOUT):
+    def __init__(self, records, handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 close_timeout: float = CLOSE_TIMEOUT):
         self.records = records
         self.handshake_timeout = handshake_timeout
+        self.close_timeout = close_timeout
 
     def serve(self, loop: asyncio.AbstractEventLoop, app_factory: Callable[[], asyncio.BaseProtocol],
-              context: ssl.SSLContext) -> tuple[Callable[[], asyncio.BaseProtocol], dict]:
+              context: ssl.SSLContext) -> tuple["Handovers", dict]:
         """The protocol factory and the create_server keywords of a TLS listener."""
-        return lambda: _Handover(self, loop, app_factory, context), {}
+        return Handovers(self, loop, app_factory, context), {}
+
+
+class Handovers:
+    """A TLS listener's protocol factory: every accepted socket goes to a SocketTransport.
+    close() (the listener shuts down) ends the connections still in their handshake at once,
+    and any accepted after it."""
+
+    def __init__(self, policy: SocketListener, loop, app_factory, context):
+        self._policy, self._loop, self._app_factory, self._context = policy, loop, app_factory, context
+        self._transports: weakref.WeakSet[SocketTransport] = weakref.WeakSet()
+        self.closed = False
+
+    def __call__(self) -> asyncio.Protocol:
+        return _Handover(self)
+
+    def take(self, raw: socket.socket) -> None:
+        """Serve the accepted socket `raw` (closed at once after close())."""
+        if self.closed:
+            raw.close()
+            return
+        policy = self._policy
+        # The application's protocol is made at accept, as asyncio's TLS transport makes it.
+        try:
+            transport = SocketTransport(self._loop, raw, self._context, self._app_factory(), policy.records,
+                                        policy.handshake_timeout, policy.close_timeout)
+        except OSError as exc:         # reset before it was taken (getpeername: not connected)
+            logger.debug("TLS connection gone at accept: %s", exc)
+            raw.close()
+            return
+        self._transports.add(transport)
+
+    def close(self) -> None:
+        self.closed = True
+        for transport in list(self._transports):
+            if transport.handshaking:
+                transport.abort()
 
 
 class _Handover(asyncio.Protocol):
     """The plain transport's protocol for an instant: it takes the socket and aborts it."""
 
-    def __init__(self, policy: SocketListener, loop, app_factory, context):
-        self._policy, self._loop, self._app_factory, self._context = policy, loop, app_factory, context
+    def __init__(self, handovers: Handovers):
+        self._handovers = handovers
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # asyncio adds its reader after this callback, so the plain transport never reads; the
@@ -66,20 +113,15 @@ class _Handover(asyncio.Protocol):
         except OSError:
             os.close(fd)
             raise
-        # The application's protocol is made at accept, as asyncio's TLS transport makes it.
-        try:
-            SocketTransport(self._loop, raw, self._context, self._app_factory(), self._policy.records,
-                            self._policy.handshake_timeout)
-        except OSError as exc:         # reset before it was taken (getpeername: not connected)
-            logger.debug("TLS connection gone at accept: %s", exc)
-            raw.close()
+        self._handovers.take(raw)
 
 
 class SocketTransport(asyncio.Transport):
     """One server-side TLS connection over a non-blocking SSLSocket (see the module doc)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, raw: socket.socket, context: ssl.SSLContext,
-                 protocol: asyncio.BaseProtocol, records, handshake_timeout: float):
+                 protocol: asyncio.BaseProtocol, records, handshake_timeout: float,
+                 close_timeout: float = CLOSE_TIMEOUT):
         super().__init__()
         raw.setblocking(False)
         self._loop = loop
@@ -98,11 +140,16 @@ class SocketTransport(asyncio.Transport):
         self._reader = self._writer = None  # the callbacks registered with the loop now
         self._closing = False
         self._lost = False
+        self._close_timeout = close_timeout
         # OpenSSL's other direction first: a read that must write (a TLS 1.3 key update's answer
         # to a full socket), a write that must read (TLS 1.2 renegotiation).
         self._read_needs_write = self._write_needs_read = False
         self._timer = loop.call_later(handshake_timeout, self._handshake_expired, handshake_timeout)
         self._watch(self._handshake, None)
+
+    @property
+    def handshaking(self) -> bool:
+        return not self._made and not self._lost
 
     # ------------------------------------------------------------------ loop registration
     def _watch(self, reader, writer) -> None:
@@ -265,6 +312,8 @@ class SocketTransport(asyncio.Transport):
         if sent < 0:
             return
         del self._write_buf[:sent]
+        if self._closing and sent:
+            self._arm_close_timer()         # the peer reads: silence is counted from now
         if self._writing_paused and len(self._write_buf) <= self._low and not self._closing:
             self._writing_paused = False        # at the low-water mark, as asyncio's transports
             self._protocol.resume_writing()
@@ -307,20 +356,97 @@ class SocketTransport(asyncio.Transport):
         return self._closing
 
     def close(self) -> None:
-        """What is buffered goes out, then close_notify, then the socket is closed."""
+        """What is buffered goes out, then close_notify; the socket is closed on the peer's
+        close_notify or close, or after close_timeout of its silence (module doc)."""
         if self._closing:
             return
+        if not self._made:
+            self._force_close(None)     # nothing to flush, no session to end
+            return
         self._closing = True
+        self._arm_close_timer()
         self._watch(None, self._writer)
         if not self._write_buf:
             self._shutdown()
 
-    def _shutdown(self) -> None:
-        try:
-            self._ssl.unwrap()           # sends close_notify; the peer's is not waited for
-        except (ssl.SSLError, OSError, ValueError):
-            pass
+    def _arm_close_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(self._close_timeout, self._close_expired)
+
+    def _close_expired(self) -> None:
+        self._timer = None
+        logger.debug("TLS connection with %s: the peer silent for %.1f s while closing; closed",
+                     self._peername, self._close_timeout)
         self._force_close(None)
+
+    def _shutdown(self) -> None:
+        self._arm_close_timer()
+        self._send_close_notify()
+
+    def _send_close_notify(self) -> None:
+        """close_notify out (again when the socket was full); then the peer's is awaited."""
+        if self._lost:
+            return
+        try:
+            self._ssl.unwrap()          # returns once the peer's close_notify is in too
+        except ssl.SSLWantWriteError:
+            self._watch(None, self._send_close_notify)
+            return
+        except ssl.SSLWantReadError:
+            self._watch(None, None)
+            self._await_close_notify()
+            return
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            # E.g. data the peer sent before it saw ours: OpenSSL ends the session on it.
+            logger.debug("TLS connection with %s: closing: %s", self._peername, exc)
+            self._drain()
+            return
+        self._force_close(None)
+
+    def _await_close_notify(self) -> None:
+        """Ours is out: what the peer still sends is read and dropped until its close_notify
+        (or its close)."""
+        if self._lost:
+            return
+        dropped = bytearray(DROP_SIZE)
+        for _ in range(DROPPED_READS):
+            try:
+                if not self._ssl.recv_into(dropped):
+                    break                           # the peer's close, without close_notify
+            except ssl.SSLWantReadError:
+                self._watch(self._await_close_notify, None)
+                return
+            except ssl.SSLWantWriteError:
+                self._watch(None, self._await_close_notify)
+                return
+            except ssl.SSLZeroReturnError:
+                break                               # the peer's close_notify
+            except (ssl.SSLError, OSError) as exc:
+                logger.debug("TLS connection with %s: closing: %s", self._peername, exc)
+                self._drain()
+                return
+        else:
+            self._loop.call_soon(self._await_close_notify)     # records OpenSSL read ahead
+            return
+        self._force_close(None)
+
+    def _drain(self) -> None:
+        """The session is over: what the peer still sends is taken off the socket and dropped
+        until it closes, as closing on unread data would reset the connection (and with it
+        our last bytes still unread at the peer)."""
+        if self._lost:
+            return
+        try:
+            more = socket.socket.recv(self._ssl, DROP_SIZE) != b""     # the TCP socket itself
+        except (BlockingIOError, InterruptedError):
+            more = True
+        except OSError:
+            more = False
+        if more:
+            self._watch(self._drain, None)
+        else:
+            self._force_close(None)
 
     def abort(self) -> None:
         self._force_close(None)

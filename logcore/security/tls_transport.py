@@ -13,6 +13,8 @@ close_notify and errors surface exactly as they do without it.
 
 `server_reads()` prefers `tls_socket.SocketListener` (OpenSSL reads the socket itself, no memory
 BIO; the same C reader) when read_into can read an SSLSocket's object too, else BatchedReads.
+SocketListener's protocol factory also has close(): the server calls it as the listener closes,
+ending the connections still in their handshake.
 `OneRecordReads` is asyncio's protocol unchanged (create_server's ssl=), the policy when the C
 reader cannot be used in this process: not built, or its self-check against this Python's _ssl
 failed (`server_reads()` says why, once, in the log).

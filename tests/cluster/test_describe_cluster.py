@@ -33,7 +33,13 @@ API_VERSIONS = "org.apache.kafka.tools.BrokerApiVersionsCommand"
 
 
 def produce(bootstrap: str, topic: str, count: int) -> None:
-    p = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    """`count` records, one batch per partition: the sizes compared with Kafka's depend on it.
+    The partitions' leaders are looked up first (records produced before librdkafka knows them
+    wait in its unassigned queue and may be sent as batches of their own once moved out of it),
+    and a linger longer than flush's timeout leaves the sending to flush(), after every record is
+    queued (a stall of this process between two produce() calls cannot send the first alone)."""
+    p = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 60_000})
+    p.list_topics(topic, timeout=10)
     for i in range(count):
         p.produce(topic, key=b"k%d" % i, value=b"v" * 50, partition=i % 2, timestamp=1_700_000_000_000 + i)
     assert p.flush(30) == 0

@@ -248,17 +248,28 @@ def test_controlled_shutdown_moves_leadership_first(cluster):
 
 def test_preferred_leader_election_through_elect_leaders(cluster):
     from confluent_kafka import ElectionType
-    cluster.create_topic("e", partitions=1, rf=3)
-    preferred = cluster.metadata("e")[0][1][0]
-    cluster.brokers[preferred].kill()
-    cluster.wait_for(lambda: cluster.leader_of("e") not in (-1, preferred), 20, "failover")
-    cluster.brokers[preferred].start()
-    # ElectLeaders is answered from the receiving broker's view: wait until every broker sees it.
-    cluster.wait_for(lambda: all(preferred in cluster.metadata("e", broker=b)[0][2] for b in cluster.brokers),
-                     30, "the preferred replica back in the ISR, as every broker sees it")
-    assert cluster.leader_of("e") != preferred
-    admin = cluster.admin()
-    result = admin.elect_leaders(ElectionType.PREFERRED, [ck.TopicPartition("e", 0)]).result(30)
+    from confluent_kafka.admin import NewTopic
+    from logcore.cluster.zookeeper_store import ZooKeeperStore
+    store = ZooKeeperStore(cluster.zk_hosts, session_timeout_ms=4000).start()
+    try:
+        # ElectLeaders goes to the controller: a follower of the partition here, so its view of
+        # the ISR follows ZooKeeper's watches (the leader's own follows its writes).
+        controller = cluster.wait_for(store.controller, 20, "a controller")
+        preferred, leader = [b for b in sorted(cluster.brokers) if b != controller]
+        admin = cluster.admin()
+        made = admin.create_topics([NewTopic("e", num_partitions=1, replica_assignment=[[preferred, leader, controller]])])
+        made["e"].result(30)
+        cluster.wait_for(lambda: cluster.leader_of("e") == preferred, 20, "the preferred leader")
+        cluster.brokers[preferred].kill()
+        cluster.wait_for(lambda: cluster.leader_of("e") == leader, 20, "failover")
+        cluster.brokers[preferred].start()
+        # Asked as soon as ZooKeeper has the replica back in the ISR: the controller's broker
+        # may not have seen it yet, and answers from ZooKeeper's state, not from its view.
+        cluster.wait_for(lambda: preferred in store.partition_state("e", 0).isr, 30,
+                         "the preferred replica back in the ISR", interval=0.005)
+        result = admin.elect_leaders(ElectionType.PREFERRED, [ck.TopicPartition("e", 0)]).result(30)
+    finally:
+        store.close()
     assert all(err is None for err in result.values()), result
     cluster.wait_for(lambda: cluster.leader_of("e") == preferred, 10, "the preferred leader")
     again = admin.elect_leaders(ElectionType.PREFERRED, [ck.TopicPartition("e", 0)]).result(30)

@@ -2,8 +2,10 @@
 served through asyncio on loopback: large writes against a slow reader (pause_writing /
 resume_writing) and reads paused and resumed by the protocol, many small requests each split
 across TLS records, a client closing mid-record, a handshake never finished (closed after the
-handshake timeout), the peer certificate's principal (client auth required), and a TLS 1.3 key
-update answered by OpenSSL's write to the socket."""
+handshake timeout, or at once when the listener or the broker shuts down), close_notify
+exchanged at close (a silent peer closed after the close timeout), the peer certificate's
+principal (client auth required), and a TLS 1.3 key update answered by OpenSSL's write to the
+socket."""
 from __future__ import annotations
 
 import asyncio
@@ -15,6 +17,7 @@ import time
 
 import pytest
 
+from in_process_broker import InProcessBroker
 from pki import issue, make_ca
 
 from logcore.security import tls_transport
@@ -96,16 +99,21 @@ class App(asyncio.BufferedProtocol):
         self.lost.set_result(exc)
 
 
-async def serve(pki, on_data=None, *, client_auth=False, handshake_timeout=60.0):
-    """A listener with SocketListener; its port and the list of App protocols it made."""
+async def serve(pki, on_data=None, *, client_auth=False, handshake_timeout=60.0, close_timeout=5.0,
+                handovers=None):
+    """A listener with SocketListener; its port and the list of App protocols it made.
+    `handovers`, a list, receives the listener's protocol factory."""
+    assert tls_transport.server_reads().name == "socket"       # _tlsrecords bound to this libssl
     loop = asyncio.get_running_loop()
     apps: list[App] = []
 
     def app():
         apps.append(App(on_data))
         return apps[-1]
-    factory, options = SocketListener(_tlsrecords, handshake_timeout).serve(
+    factory, options = SocketListener(_tlsrecords, handshake_timeout, close_timeout).serve(
         loop, app, server_context(pki, client_auth))
+    if handovers is not None:
+        handovers.append(factory)
     server = await loop.create_server(factory, "127.0.0.1", 0, **options)
     return server, server.sockets[0].getsockname()[1], apps
 
@@ -250,6 +258,187 @@ def test_handshake_never_finished_is_closed_after_the_timeout(pki):
         assert not apps[0].made.done() and not apps[0].lost.done()
         server.close()
     asyncio.run(run())
+
+
+def _half_hello(port: int, context: ssl.SSLContext) -> socket.socket:
+    """A connection that sent half of its ClientHello: its handshake cannot finish."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    outgoing = ssl.MemoryBIO()
+    tls = context.wrap_bio(ssl.MemoryBIO(), outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    hello = outgoing.read()
+    sock.sendall(hello[:len(hello) // 2])
+    return sock
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """The peer's close: its FIN, or its reset when it closed with our bytes unread."""
+    try:
+        return sock.recv(100) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_listener_shutdown_ends_handshakes_at_once(pki):
+    """The listener's factory closed (as the broker's listener shuts down): a connection stuck
+    in its handshake is closed at once, not at the handshake timeout, and so is one accepted
+    after; a connection already served is the application's and goes on."""
+    def echo(app, chunk):
+        app.transport.write(b"re:" + chunk)
+
+    async def run():
+        handovers = []
+        server, port, apps = await serve(pki, echo, handovers=handovers)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context(pki),
+                                                       server_hostname="localhost")
+        await asyncio.wait_for(apps[0].made, 10)
+        stuck = await asyncio.to_thread(_half_hello, port, client_context(pki))
+        deadline = time.monotonic() + 10
+        while len(apps) < 2 and time.monotonic() < deadline:     # accepted, in its handshake
+            await asyncio.sleep(0.005)
+        started = time.monotonic()
+        handovers[0].close()
+        assert await asyncio.to_thread(_closed_by_peer, stuck)            # closed by the server
+        assert time.monotonic() - started < 3      # not the handshake timeout (60 s)
+        stuck.close()
+        late = await asyncio.to_thread(_half_hello, port, client_context(pki))
+        assert await asyncio.to_thread(_closed_by_peer, late)
+        late.close()
+        assert not apps[1].made.done() and not apps[1].lost.done()
+        writer.write(b"still served")
+        assert await asyncio.wait_for(reader.readexactly(15), 10) == b"re:still served"
+        writer.close()
+        await asyncio.wait_for(apps[0].lost, 10)
+        server.close()
+    asyncio.run(run())
+
+
+def test_broker_stop_closes_connections_in_their_handshake(tmp_path):
+    """A broker's stop closes a TLS connection stuck in its handshake with its listener, not
+    after the 60 s handshake timeout (nor never: the loop ends with the broker)."""
+    keystore = issue(make_ca(), "broker").write_keystore_pem(tmp_path, "broker")
+    running = InProcessBroker({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                               "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL",
+                               "log.dirs": str(tmp_path / "logs"), "ssl.keystore.type": "PEM",
+                               "ssl.keystore.location": str(keystore)})
+    try:
+        client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        client.check_hostname, client.verify_mode = False, ssl.CERT_NONE     # never gets that far
+        stuck = _half_hello(running.server.bound["SSL"][1], client)
+        time.sleep(0.1)                                     # accepted and handed over
+    finally:
+        started = time.monotonic()
+        running.stop()
+    assert _closed_by_peer(stuck)
+    assert time.monotonic() - started < 5
+    stuck.close()
+
+
+def _read_close_notify(sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO) -> None:
+    """Read until the server's close_notify (SSLObject.read's b"")."""
+    while True:
+        try:
+            assert tls.read(1000) == b"", "data instead of close_notify"
+            return
+        except ssl.SSLWantReadError:
+            data = sock.recv(65536)
+            assert data, "closed without close_notify"
+            incoming.write(data)
+
+
+def _still_open(sock: socket.socket, wait: float) -> bool:
+    sock.settimeout(wait)
+    try:
+        return sock.recv(1) != b""
+    except TimeoutError:
+        return True
+    finally:
+        sock.settimeout(10)
+
+
+@pytest.mark.parametrize("peer", ["close_notify", "tcp_close", "unread_data"])
+def test_close_sends_close_notify_and_waits_for_the_peers(pki, peer):
+    """close(): the client gets close_notify while the server's socket stays open, until the
+    client's close_notify (a record it sent in between is dropped), or its TCP close; then the
+    server closes at once, not at the close timeout (30 s here). unread_data: a record the
+    client sent before, left unread (reads paused), ends OpenSSL's session at the close; the
+    server still reads what comes until the client's close, so that the client sees the close
+    and not a reset."""
+    import threading
+    paused, sent = threading.Event(), threading.Event()
+
+    async def run():
+        server, port, apps = await serve(pki, close_timeout=30.0)
+
+        def client():
+            sock, tls, incoming, outgoing = _bio_client(port, client_context(pki))
+            if peer == "unread_data":
+                assert paused.wait(10)
+                tls.write(b"sent before the server's close_notify")
+                sock.sendall(outgoing.read())
+                sent.set()
+            _read_close_notify(sock, tls, incoming)
+            assert _still_open(sock, 0.1)          # waiting for the client
+            if peer == "tcp_close":
+                sock.close()
+                return None
+            if peer == "close_notify":
+                tls.write(b"sent after the server's close_notify")
+            tls.unwrap()
+            sock.sendall(outgoing.read())
+            if peer == "unread_data":
+                sock.shutdown(socket.SHUT_WR)
+            started = time.monotonic()
+            assert sock.recv(100) == b""                # the server's close, not a reset
+            sock.close()
+            return time.monotonic() - started
+        task = asyncio.ensure_future(asyncio.to_thread(client))
+        transport = await asyncio.wait_for(apps_made(apps), 10)
+        if peer == "unread_data":
+            transport.pause_reading()
+            paused.set()
+            assert await asyncio.to_thread(sent.wait, 10)
+            await asyncio.sleep(0.05)
+        transport.close()
+        assert transport.is_closing() and not apps[0].lost.done()
+        waited = await asyncio.wait_for(task, 10)
+        started = time.monotonic()
+        assert await asyncio.wait_for(apps[0].lost, 10) is None
+        assert (waited if waited is not None else time.monotonic() - started) < 3      # not the close timeout (30 s)
+        assert bytes(apps[0].data) == b""
+        server.close()
+    asyncio.run(run())
+
+
+def test_close_does_not_hang_on_a_silent_peer(pki):
+    """A client that never answers the server's close_notify: its socket is closed after the
+    close timeout (0.2 s here), and the application hears connection_lost then."""
+    async def run():
+        server, port, apps = await serve(pki, close_timeout=0.2)
+
+        def client():
+            sock, tls, incoming, _ = _bio_client(port, client_context(pki))
+            _read_close_notify(sock, tls, incoming)
+            started = time.monotonic()
+            assert sock.recv(100) == b""
+            sock.close()
+            return time.monotonic() - started
+        task = asyncio.ensure_future(asyncio.to_thread(client))
+        transport = await asyncio.wait_for(apps_made(apps), 10)
+        transport.close()
+        waited = await asyncio.wait_for(task, 10)
+        assert 0.15 < waited < 3
+        assert await asyncio.wait_for(apps[0].lost, 1) is None
+        server.close()
+    asyncio.run(run())
+
+
+async def apps_made(apps: list) -> asyncio.Transport:
+    """The first connection's transport, once the application heard of it."""
+    while not apps:
+        await asyncio.sleep(0.005)
+    return await apps[0].made
 
 
 def test_peer_certificate_principal_and_a_client_without_one(pki):
