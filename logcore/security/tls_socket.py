@@ -337,7 +337,8 @@ class SocketTransport(asyncio.Transport):
             self._timer.cancel()
             self._timer = None
         self._watch(None, None)
-        self._write_buf.clear()
+        # A new buffer, not clear(): _write_ready's memoryview of the old one may still be open.
+        self._write_buf = bytearray()
         if self._made:
             self._loop.call_soon(self._connection_lost, exc)
         else:

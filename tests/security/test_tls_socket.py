@@ -3,11 +3,13 @@ served through asyncio on loopback: large writes against a slow reader (pause_wr
 resume_writing) and reads paused and resumed by the protocol, many small requests each split
 across TLS records, a client closing mid-record, a handshake never finished (closed after the
 handshake timeout), the peer certificate's principal (client auth required), and a TLS 1.3 key
-update answered by OpenSSL's write to the socket."""
+update answered by OpenSSL's write to the socket, and a peer resetting the connection while a
+large write is partly unsent."""
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import os
 import socket
 import ssl
@@ -324,3 +326,29 @@ def _read_until(sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO
             incoming.write(data)
     assert got == expected
     return got
+
+
+def test_peer_closing_mid_write(pki, caplog):
+    """The client resets the connection while the server's 8 MiB write is partly unsent: the
+    transport ends the connection with the socket's error (connection_lost gets it, once), its
+    write buffer is emptied, and nothing escapes to the event loop's error handler."""
+    async def run():
+        server, port, apps = await serve(pki)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context(pki),
+                                                       server_hostname="localhost")
+        transport = await asyncio.wait_for(apps[0].made, 10)
+        transport.write(os.urandom(8 << 20))
+        assert transport.get_write_buffer_size() > 0
+        await reader.readexactly(100_000)
+        raw = writer.get_extra_info("socket")
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        writer.transport.abort()            # RST: the unread rest is refused
+        exc = await asyncio.wait_for(apps[0].lost, 10)
+        assert isinstance(exc, OSError)
+        assert transport.is_closing() and transport.get_write_buffer_size() == 0
+        transport.write(b"after the end")   # ignored, as by asyncio's transports
+        await asyncio.sleep(0.05)
+        server.close()
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(run())
+    assert not [r for r in caplog.records if r.name == "asyncio"]
