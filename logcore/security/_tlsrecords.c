@@ -13,11 +13,12 @@
  * records are then taken from there. What is read ahead stays in OpenSSL, not in the BIO: asyncio's
  * later reads (SSLObject.read, unwrap) take it from there as read_into does.
  *
- * No OpenSSL headers are needed to build: SSL is opaque here and the four functions used are
+ * No OpenSSL headers are needed to build: SSL and BIO are opaque here and the functions used are
  * resolved at run time (bind) from the libssl that Python's own _ssl module loaded, so the SSL
  * object and the functions come from the same library copy. dlopen of _ssl's own file with
  * RTLD_NOLOAD returns the module already loaded (never a second copy), and dlsym on that handle
- * searches the module and the libraries it was linked with, which is where its libssl is.
+ * searches the module and the libraries it was linked with, which is where its libssl and
+ * libcrypto are.
  *
  * The SSL* is read from _ssl's object (_ssl._SSLSocket, CPython's Modules/_ssl.c): its struct
  * starts PyObject_HEAD, PyObject *Socket, SSL *ssl, unchanged from Python 3.7 to 3.14. Before
