@@ -13,17 +13,27 @@
  * records are then taken from there. What is read ahead stays in OpenSSL, not in the BIO: asyncio's
  * later reads (SSLObject.read, unwrap) take it from there as read_into does.
  *
- * No OpenSSL headers are needed to build: SSL is opaque here and the four functions used are
+ * No OpenSSL headers are needed to build: SSL and BIO are opaque here and the functions used are
  * resolved at run time (bind) from the libssl that Python's own _ssl module loaded, so the SSL
  * object and the functions come from the same library copy. dlopen of _ssl's own file with
  * RTLD_NOLOAD returns the module already loaded (never a second copy), and dlsym on that handle
- * searches the module and the libraries it was linked with, which is where its libssl is.
+ * searches the module and the libraries it was linked with, which is where its libssl and
+ * libcrypto are.
  *
  * The SSL* is read from _ssl's object (_ssl._SSLSocket, CPython's Modules/_ssl.c): its struct
  * starts PyObject_HEAD, PyObject *Socket, SSL *ssl, unchanged from Python 3.7 to 3.14. Before
  * any read that pointer is checked: _ssl stores the object as the SSL's app data
  * (SSL_set_app_data, ex_data index 0), so SSL_get_ex_data(ssl, 0) must be the object itself.
  * Any mismatch (another Python, another layout) and the caller keeps asyncio's own read.
+ *
+ * buffer_socket puts OpenSSL's buffering BIO (BIO_f_buffer) in front of an SSLSocket's socket
+ * BIO, on either side. Without it OpenSSL makes one system call per TLS record it writes (a
+ * 256 KiB fetch chunk: 16 send()s, each a wake-up of the reader on loopback) and, with read-ahead,
+ * one per ~16 KiB record buffer it fills; with it the records of one write leave in one send() and
+ * reads take up to the buffer's size per recv(). The write buffer is emptied by flush (by OpenSSL
+ * itself when it fills, and for its own messages: handshake, alerts, key updates, which it
+ * flushes). Both sides keep the socket BIO, which is shared: it gets one reference per chain, so
+ * SSL_free's BIO_free_all of each chain frees it once.
  *
  * read_into stops at the first SSL_read_ex that returns no data. "Want read" (no complete
  * record left) and a full buffer are the normal ends; anything else (close_notify, an error) is
@@ -33,6 +43,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -43,13 +54,31 @@
 #endif
 
 typedef struct ssl_st SSL;                      /* opaque */
+typedef struct bio_st BIO;                      /* opaque */
+typedef struct bio_method_st BIO_METHOD;        /* opaque */
 
-#define SSL_ERROR_WANT_READ 2                   /* OpenSSL's ssl.h, stable since 0.9 */
+/* OpenSSL's ssl.h and bio.h, stable since 0.9 (BIO_TYPE_SOCKET: 5 | SOURCE_SINK | DESCRIPTOR) */
+#define SSL_ERROR_WANT_READ 2
+#define BIO_TYPE_SOCKET (5 | 0x0400 | 0x0100)
+#define BIO_CTRL_FLUSH 11
+#define BIO_CTRL_WPENDING 13
+#define BIO_C_SET_BUFF_SIZE 117
+#define BIO_FLAGS_SHOULD_RETRY 0x08
 
 typedef int (*read_ex_fn)(SSL *, void *, size_t, size_t *);
 typedef int (*get_error_fn)(const SSL *, int);
 typedef void *(*get_ex_data_fn)(const SSL *, int);
 typedef void (*set_read_ahead_fn)(SSL *, int);
+typedef BIO *(*get_bio_fn)(const SSL *);
+typedef void (*set0_bio_fn)(SSL *, BIO *);
+typedef const BIO_METHOD *(*bio_f_buffer_fn)(void);
+typedef BIO *(*bio_new_fn)(const BIO_METHOD *);
+typedef BIO *(*bio_push_fn)(BIO *, BIO *);
+typedef int (*bio_up_ref_fn)(BIO *);
+typedef int (*bio_free_fn)(BIO *);
+typedef long (*bio_ctrl_fn)(BIO *, int, long, void *);
+typedef int (*bio_test_flags_fn)(const BIO *, int);
+typedef int (*bio_method_type_fn)(const BIO *);
 
 /* The head of _ssl's PySSLSocket. */
 typedef struct {
@@ -62,6 +91,37 @@ static read_ex_fn ssl_read_ex;
 static get_error_fn ssl_get_error;
 static get_ex_data_fn ssl_get_ex_data;
 static set_read_ahead_fn ssl_set_read_ahead;
+
+/* What buffer_socket and flush use, resolved by bind with the rest. */
+static struct {
+    get_bio_fn get_rbio, get_wbio;
+    set0_bio_fn set0_rbio, set0_wbio;
+    bio_f_buffer_fn f_buffer;
+    bio_new_fn new_bio;
+    bio_push_fn push;
+    bio_up_ref_fn up_ref;
+    bio_free_fn free_bio;
+    bio_ctrl_fn ctrl;
+    bio_test_flags_fn test_flags;
+    bio_method_type_fn method_type;
+} bio_api;
+
+/* (name, where its address goes): the BIO functions bind resolves. */
+static const struct { const char *name; void **slot; } bio_symbols[] = {
+    {"SSL_get_rbio", (void **)&bio_api.get_rbio},
+    {"SSL_get_wbio", (void **)&bio_api.get_wbio},
+    {"SSL_set0_rbio", (void **)&bio_api.set0_rbio},
+    {"SSL_set0_wbio", (void **)&bio_api.set0_wbio},
+    {"BIO_f_buffer", (void **)&bio_api.f_buffer},
+    {"BIO_new", (void **)&bio_api.new_bio},
+    {"BIO_push", (void **)&bio_api.push},
+    {"BIO_up_ref", (void **)&bio_api.up_ref},
+    {"BIO_free", (void **)&bio_api.free_bio},
+    {"BIO_ctrl", (void **)&bio_api.ctrl},
+    {"BIO_test_flags", (void **)&bio_api.test_flags},
+    {"BIO_method_type", (void **)&bio_api.method_type},
+};
+#define N_BIO_SYMBOLS (sizeof(bio_symbols) / sizeof(bio_symbols[0]))
 static PyTypeObject *ssl_socket_type;           /* _ssl._SSLSocket, from the object bound with */
 
 /* The object's SSL*, or NULL when it is not an _ssl object laid out as expected. */
@@ -78,7 +138,8 @@ checked_ssl(PyObject *obj)
 
 PyDoc_STRVAR(bind_doc,
 "bind(ssl_module_path, ssl_socket) -> None or str\n\n"
-"Resolve SSL_read_ex, SSL_get_error, SSL_get_ex_data and SSL_set_read_ahead from the libssl of\n"
+"Resolve SSL_read_ex, SSL_get_error, SSL_get_ex_data, SSL_set_read_ahead and the BIO functions\n"
+"of buffer_socket and flush from the libssl of\n"
 "the loaded module at ssl_module_path (Python's _ssl) and check the layout on ssl_socket (an _ssl._SSLSocket,\n"
 "SSLObject._sslobj). None when read_into can be used; else the reason, and an earlier binding\n"
 "stays as it was.");
@@ -109,6 +170,15 @@ bind(PyObject *self, PyObject *args)
         return PyUnicode_FromFormat("%s's libssl does not export SSL_read_ex, SSL_get_error,"
                                     " SSL_get_ex_data and SSL_set_read_ahead", path);
     }
+    void *bio_found[N_BIO_SYMBOLS];
+    for (size_t i = 0; i < N_BIO_SYMBOLS; i++) {
+        bio_found[i] = dlsym(module, bio_symbols[i].name);
+        if (bio_found[i] == NULL) {
+            dlclose(module);
+            return PyUnicode_FromFormat("%s's libssl and libcrypto do not export %s", path,
+                                        bio_symbols[i].name);
+        }
+    }
     SSL *ssl = ((ssl_socket_head *)probe)->ssl;
     if (ssl == NULL || get_ex_data(ssl, 0) != (void *)probe) {
         dlclose(module);
@@ -121,6 +191,8 @@ bind(PyObject *self, PyObject *args)
     ssl_get_error = get_error;
     ssl_get_ex_data = get_ex_data;
     ssl_set_read_ahead = set_read_ahead;
+    for (size_t i = 0; i < N_BIO_SYMBOLS; i++)
+        *bio_symbols[i].slot = bio_found[i];
     ssl_read_ex = read_ex;
     Py_RETURN_NONE;
 }
@@ -186,10 +258,94 @@ read_into(PyObject *self, PyObject *args)
     return PyLong_FromSize_t(done);
 }
 
+PyDoc_STRVAR(buffer_socket_doc,
+"buffer_socket(ssl_socket, read_size, write_size) -> None\n\n"
+"Put a buffering BIO of read_size bytes in front of the socket BIO on the read side and one of\n"
+"write_size bytes on the write side (0: that side left as it is) of a checked _ssl._SSLSocket\n"
+"whose two sides are still its one socket BIO (after the handshake). What is written stays in\n"
+"the write buffer until it fills or flush is called. ValueError if ssl_socket fails the check\n"
+"or is not on a plain socket BIO, MemoryError if a BIO cannot be made.");
+
+static PyObject *
+buffer_socket(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    int read_size, write_size;
+    if (!PyArg_ParseTuple(args, "Oii:buffer_socket", &obj, &read_size, &write_size))
+        return NULL;
+    SSL *ssl = checked_ssl(obj);
+    BIO *sock = ssl ? bio_api.get_rbio(ssl) : NULL;
+    if (sock == NULL || bio_api.get_wbio(ssl) != sock
+        || bio_api.method_type(sock) != BIO_TYPE_SOCKET || read_size < 0 || write_size < 0) {
+        PyErr_SetString(PyExc_ValueError, "not an _ssl socket object on its own socket BIO");
+        return NULL;
+    }
+    BIO *rbuf = read_size ? bio_api.new_bio(bio_api.f_buffer()) : NULL;
+    BIO *wbuf = write_size ? bio_api.new_bio(bio_api.f_buffer()) : NULL;
+    int read_side = 0, write_side = 1;          /* BIO_set_read/write_buffer_size's argument */
+    if ((read_size && (rbuf == NULL
+                       || bio_api.ctrl(rbuf, BIO_C_SET_BUFF_SIZE, read_size, &read_side) <= 0))
+        || (write_size && (wbuf == NULL
+                           || bio_api.ctrl(wbuf, BIO_C_SET_BUFF_SIZE, write_size, &write_side) <= 0))) {
+        if (rbuf != NULL)
+            bio_api.free_bio(rbuf);
+        if (wbuf != NULL)
+            bio_api.free_bio(wbuf);
+        return PyErr_NoMemory();
+    }
+    /* Each chain takes a reference to the socket BIO; SSL_set0_* drops the one of the side it
+     * replaces (SSL_set_fd gave the socket BIO one per side). */
+    if (wbuf != NULL) {
+        bio_api.up_ref(sock);
+        bio_api.set0_wbio(ssl, bio_api.push(wbuf, sock));
+    }
+    if (rbuf != NULL) {
+        bio_api.up_ref(sock);
+        bio_api.set0_rbio(ssl, bio_api.push(rbuf, sock));
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(flush_doc,
+"flush(ssl_socket) -> int\n\n"
+"Send what the write side's BIOs hold to the socket, as much as it takes now (one send() for a\n"
+"buffer_socket write buffer). Returns the bytes still held (0: all sent; more: the socket is\n"
+"full, flush again when it is writable). OSError for the socket's error (the connection is\n"
+"broken), ValueError if ssl_socket fails the check.");
+
+static PyObject *
+flush(PyObject *self, PyObject *obj)
+{
+    SSL *ssl = checked_ssl(obj);
+    if (ssl == NULL) {
+        PyErr_SetString(PyExc_ValueError, "not an _ssl socket object this module can read");
+        return NULL;
+    }
+    BIO *wbio = bio_api.get_wbio(ssl);
+    if (wbio == NULL)
+        return PyLong_FromLong(0);
+    long ret, left;
+    int retry, err;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    ret = bio_api.ctrl(wbio, BIO_CTRL_FLUSH, 0, NULL);
+    err = errno;
+    retry = bio_api.test_flags(wbio, BIO_FLAGS_SHOULD_RETRY);
+    left = bio_api.ctrl(wbio, BIO_CTRL_WPENDING, 0, NULL);
+    Py_END_ALLOW_THREADS
+    if (ret <= 0 && !retry) {
+        errno = err ? err : EPIPE;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLong(left);
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, bind_doc},
     {"check", check, METH_O, check_doc},
     {"read_into", read_into, METH_VARARGS, read_into_doc},
+    {"buffer_socket", buffer_socket, METH_VARARGS, buffer_socket_doc},
+    {"flush", flush, METH_O, flush_doc},
     {NULL, NULL, 0, NULL},
 };
 

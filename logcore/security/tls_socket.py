@@ -7,6 +7,15 @@ driven by the event loop's add_reader / add_writer: OpenSSL's read-ahead takes c
 the kernel straight into its record buffer, and every complete record is decrypted into the
 protocol's buffer by `_tlsrecords.read_into` in one C call.
 
+After the handshake a buffering BIO goes in front of the socket on each side
+(`_tlsrecords.buffer_socket`): OpenSSL writes each TLS record (16 KiB at most) to its write BIO
+on its own, so on the bare socket a 256 KiB fetch chunk took 16 send() calls, each waking the
+reader on loopback; buffered, a write's records leave in one send() when the write ends
+(`_tlsrecords.flush`), and a read takes what has arrived in one recv() of up to the read
+buffer's size instead of one per ~16 KiB that OpenSSL's read-ahead asks for. Ciphertext the
+socket did not take stays in the write BIO (counted in the write buffer's size) and goes first
+when it is writable.
+
 `SocketTransport` speaks asyncio's transport interface to a protocol (a BufferedProtocol's
 get_buffer / buffer_updated, or data_received), with the callbacks asyncio's TLS transport
 makes: connection_made once the handshake is done (never for a handshake that fails or does
@@ -42,6 +51,8 @@ DROPPED_READS = 16              # reads in one go of what a peer sends after our
 HIGH_WATER = 64 * 1024          # write buffer bytes above which the protocol is paused (asyncio's)
 READ_SIZE = 256 * 1024          # buffer for a protocol that is not a BufferedProtocol
 DROP_SIZE = 16 * 1024           # buffer for what a peer sends once the connection closes (a record)
+READ_BUFFER = 256 * 1024        # ciphertext bytes one recv() may take (buffer_socket)
+WRITE_BUFFER = 256 * 1024       # ciphertext bytes gathered for one send(): a fetch chunk's records
 
 
 class SocketListener:
@@ -50,10 +61,12 @@ class SocketListener:
     name = "socket"
 
     def __init__(self, records, handshake_timeout: float = HANDSHAKE_TIMEOUT,
-                 close_timeout: float = CLOSE_TIMEOUT):
+                 close_timeout: float = CLOSE_TIMEOUT,
+                 read_buffer: int = READ_BUFFER, write_buffer: int = WRITE_BUFFER):
         self.records = records
         self.handshake_timeout = handshake_timeout
         self.close_timeout = close_timeout
+        self.buffers = (read_buffer, write_buffer)      # 0: that side unbuffered
 
     def serve(self, loop: asyncio.AbstractEventLoop, app_factory: Callable[[], asyncio.BaseProtocol],
               context: ssl.SSLContext) -> tuple["Handovers", dict]:
@@ -83,7 +96,7 @@ class Handovers:
         # The application's protocol is made at accept, as asyncio's TLS transport makes it.
         try:
             transport = SocketTransport(self._loop, raw, self._context, self._app_factory(), policy.records,
-                                        policy.handshake_timeout, policy.close_timeout)
+                                        policy.handshake_timeout, policy.close_timeout, policy.buffers)
         except OSError as exc:         # reset before it was taken (getpeername: not connected)
             logger.debug("TLS connection gone at accept: %s", exc)
             raw.close()
@@ -121,7 +134,8 @@ class SocketTransport(asyncio.Transport):
 
     def __init__(self, loop: asyncio.AbstractEventLoop, raw: socket.socket, context: ssl.SSLContext,
                  protocol: asyncio.BaseProtocol, records, handshake_timeout: float,
-                 close_timeout: float = CLOSE_TIMEOUT):
+                 close_timeout: float = CLOSE_TIMEOUT,
+                 buffers: tuple[int, int] = (READ_BUFFER, WRITE_BUFFER)):
         super().__init__()
         raw.setblocking(False)
         self._loop = loop
@@ -133,7 +147,9 @@ class SocketTransport(asyncio.Transport):
         self._sockname = raw.getsockname()
         self._ssl = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
         self._fd = self._ssl.fileno()
-        self._write_buf = bytearray()
+        self._buffers = buffers
+        self._write_buf = bytearray()       # plaintext OpenSSL has not taken yet
+        self._unflushed = 0                 # ciphertext in the write BIO the socket has not taken
         self._high, self._low = HIGH_WATER, HIGH_WATER // 4
         self._writing_paused = False        # the protocol was told pause_writing
         self._reading_paused = False
@@ -185,6 +201,11 @@ class SocketTransport(asyncio.Transport):
         self._timer.cancel()
         self._timer = None
         self._watch(None, None)
+        try:
+            self._records.buffer_socket(self._ssl._sslobj, *self._buffers)
+        except (ValueError, MemoryError) as exc:
+            self._fatal(exc)
+            return
         self._made = True
         self._protocol.connection_made(self)
         if not self._closing:
@@ -270,24 +291,28 @@ class SocketTransport(asyncio.Transport):
     def write(self, data) -> None:
         if self._closing or not data:
             return
-        if not self._write_buf:
-            sent = self._send(memoryview(data).cast("B"))
-            if sent < 0:
-                return
-            if sent == len(data):
-                return
-            data = memoryview(data).cast("B")[sent:]
-            if not self._write_needs_read:
-                self._watch(self._reader, self._write_ready)
-        # A retried SSL_write must start with the same bytes: the buffer keeps them first.
-        self._write_buf += data
+        if self._write_buf or self._unflushed:
+            self._write_buf += data         # behind what waits for the socket
+            self._pause_protocol()
+            return
+        view = memoryview(data).cast("B")
+        sent = self._send(view)
+        if sent < 0:
+            return
+        if sent < len(view):
+            # A retried SSL_write must start with the same bytes: the buffer keeps them first.
+            self._write_buf += view[sent:]
+        if not self._flush():
+            return
+        self._watch_writes()
         self._pause_protocol()
 
     def writelines(self, list_of_data) -> None:
         self.write(b"".join(list_of_data))
 
     def _send(self, view: memoryview) -> int:
-        """Bytes of `view` OpenSSL took (one record per SSL_write); -1 after a fatal error."""
+        """Bytes of `view` OpenSSL took (encrypted into the write BIO, which sends what does not
+        fit); -1 after a fatal error."""
         sent, total = 0, len(view)
         try:
             while sent < total:
@@ -301,38 +326,58 @@ class SocketTransport(asyncio.Transport):
             return -1
         return sent
 
+    def _flush(self) -> bool:
+        """The write BIO's ciphertext to the socket, what it takes now; False after a fatal error."""
+        try:
+            self._unflushed = self._records.flush(self._ssl._sslobj)
+        except OSError as exc:
+            self._fatal(exc)
+            return False
+        return True
+
+    def _watch_writes(self) -> None:
+        """Writable wanted while a read waits to write, ciphertext waits for the socket, or
+        plaintext for OpenSSL (unless that write waits for a read)."""
+        waiting = (self._read_needs_write or self._unflushed
+                   or (self._write_buf and not self._write_needs_read))
+        self._watch(self._reader, self._write_ready if waiting else None)
+
     def _write_ready(self) -> None:
         if self._read_needs_write:
             self._read_needs_write = False
             self._read_ready()
             if self._lost:
                 return
-        with memoryview(self._write_buf) as view:
-            sent = self._send(view)
-        if sent < 0:
-            return
-        del self._write_buf[:sent]
-        if self._closing and sent:
-            self._arm_close_timer()         # the peer reads: silence is counted from now
-        if self._writing_paused and len(self._write_buf) <= self._low and not self._closing:
+        if self._unflushed:
+            if not self._flush():
+                return
+            if self._unflushed:                 # the socket is full again
+                self._watch_writes()
+                return
+        if self._write_buf and not self._write_needs_read:
+            with memoryview(self._write_buf) as view:
+                sent = self._send(view)
+            if sent < 0:
+                return
+            del self._write_buf[:sent]
+            if not self._flush():
+                return
+            if self._closing and sent:
+                self._arm_close_timer()         # the peer reads: silence is counted from now
+        if self._writing_paused and self.get_write_buffer_size() <= self._low and not self._closing:
             self._writing_paused = False        # at the low-water mark, as asyncio's transports
             self._protocol.resume_writing()
-        if self._write_needs_read:
-            self._watch(self._reader, None)
-            return
-        if self._write_buf:
-            return
-        self._watch(self._reader, None)
-        if self._closing:
+        self._watch_writes()
+        if self._closing and not self._lost and not self._write_buf and not self._unflushed:
             self._shutdown()
 
     def _pause_protocol(self) -> None:
-        if not self._writing_paused and len(self._write_buf) > self._high:
+        if not self._writing_paused and self.get_write_buffer_size() > self._high:
             self._writing_paused = True
             self._protocol.pause_writing()
 
     def get_write_buffer_size(self) -> int:
-        return len(self._write_buf)
+        return len(self._write_buf) + self._unflushed
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._low, self._high
@@ -366,7 +411,7 @@ class SocketTransport(asyncio.Transport):
         self._closing = True
         self._arm_close_timer()
         self._watch(None, self._writer)
-        if not self._write_buf:
+        if not self._write_buf and not self._unflushed:
             self._shutdown()
 
     def _arm_close_timer(self) -> None:
@@ -463,7 +508,9 @@ class SocketTransport(asyncio.Transport):
             self._timer.cancel()
             self._timer = None
         self._watch(None, None)
-        self._write_buf.clear()
+        # A new buffer, not clear(): _write_ready's memoryview of the old one may still be open.
+        self._write_buf = bytearray()
+        self._unflushed = 0
         if self._made:
             self._loop.call_soon(self._connection_lost, exc)
         else:

@@ -4,15 +4,20 @@ resume_writing) and reads paused and resumed by the protocol, many small request
 across TLS records, a client closing mid-record, a handshake never finished (closed after the
 handshake timeout, or at once when the listener or the broker shuts down), close_notify
 exchanged at close (a silent peer closed after the close timeout), the peer certificate's
-principal (client auth required), and a TLS 1.3 key update answered by OpenSSL's write to the
-socket."""
+principal (client auth required), a TLS 1.3 key update answered by OpenSSL's write to the
+socket; the buffering BIOs in front of the socket (records kept until flushed, flushes the
+socket takes in part, a peer closing mid-write), and one large write through a small socket
+buffer."""
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import os
+import select
 import socket
 import ssl
+import threading
 import time
 
 import pytest
@@ -22,7 +27,7 @@ from pki import issue, make_ca
 
 from logcore.security import tls_transport
 from logcore.security.principal import certificate_principal
-from logcore.security.tls_socket import SocketListener
+from logcore.security.tls_socket import SocketListener, SocketTransport
 
 _tlsrecords = pytest.importorskip("logcore.security._tlsrecords",
                                   reason="the C TLS record reader is not built (pip install -e .)")
@@ -513,3 +518,168 @@ def _read_until(sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO
             incoming.write(data)
     assert got == expected
     return got
+
+
+def _handshaken_pair(pki) -> tuple[ssl.SSLSocket, ssl.SSLSocket]:
+    """A server SSLSocket (non-blocking, after its handshake) and a client SSLSocket (blocking)
+    on the two ends of a socketpair; the client has read the server's session tickets."""
+    left, right = socket.socketpair()
+    server = server_context(pki).wrap_socket(left, server_side=True, do_handshake_on_connect=False)
+    client = client_context(pki).wrap_socket(right, server_hostname="localhost",
+                                             do_handshake_on_connect=False)
+    shaking = threading.Thread(target=client.do_handshake)
+    shaking.start()
+    server.do_handshake()
+    shaking.join(10)
+    server.setblocking(False)
+    client.setblocking(False)
+    with pytest.raises(ssl.SSLWantReadError):
+        client.recv(1)              # takes the session tickets
+    client.setblocking(True)
+    client.settimeout(10)
+    return server, client
+
+
+def _readable(sock: socket.socket, wait: float) -> bool:
+    return bool(select.select([sock], [], [], wait)[0])
+
+
+def test_write_buffer_keeps_records_until_flushed_and_flushes_in_parts(pki):
+    """Behind buffer_socket, what OpenSSL writes stays in the write BIO until flush: nothing
+    reaches the peer before it, everything after it, in order. Written past what the socket
+    takes, the write BIO is flushed in parts: flush says what it still holds, and a reader
+    draining the socket gets every byte."""
+    server, client = _handshaken_pair(pki)
+    try:
+        _tlsrecords.buffer_socket(server._sslobj, 64 * 1024, 256 * 1024)
+        assert server.send(b"a" * 1000) == 1000 and server.send(b"b" * 20000) == 20000
+        assert not _readable(client, 0.2)
+        assert _tlsrecords.flush(server._sslobj) == 0
+        assert _read_exactly(client, 21000) == b"a" * 1000 + b"b" * 20000
+
+        blob = os.urandom(4 << 20)
+        sent, held = 0, []
+        while sent < len(blob):
+            try:
+                sent += server.send(blob[sent:sent + (1 << 18)])
+            except ssl.SSLWantWriteError:
+                break                      # the socket and the write BIO are full
+        held.append(_tlsrecords.flush(server._sslobj))
+        assert held[0] > 0                 # the socket took part of it
+        got = bytearray()
+        reading = threading.Thread(target=lambda: got.extend(_read_exactly(client, len(blob))))
+        reading.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            held.append(_tlsrecords.flush(server._sslobj))
+            if held[-1] == 0 and sent == len(blob):
+                break
+            if held[-1] == 0:
+                try:
+                    # a retried SSL_write starts with the same bytes, as the transport's buffer keeps them
+                    sent += server.send(blob[sent:sent + (1 << 18)])
+                    continue
+                except ssl.SSLWantWriteError:
+                    pass
+            select.select([], [server], [], 1)
+        reading.join(20)
+        assert bytes(got) == blob and held[-1] == 0
+    finally:
+        server.close()
+        client.close()
+
+
+def test_flush_to_a_closed_peer_raises(pki):
+    """A write buffered while the peer has gone: flush raises the socket's error."""
+    server, client = _handshaken_pair(pki)
+    try:
+        _tlsrecords.buffer_socket(server._sslobj, 0, 256 * 1024)
+        client.close()
+        assert server.send(b"late" * 100) == 400          # into the write BIO
+        with pytest.raises(OSError):
+            _tlsrecords.flush(server._sslobj)
+    finally:
+        server.close()
+
+
+def test_buffer_socket_refuses_what_is_not_on_a_socket_bio(pki):
+    """A memory-BIO SSLObject (asyncio's kind) and a socket already buffered are refused."""
+    bio_obj = client_context(pki).wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_hostname="localhost")
+    with pytest.raises(ValueError):
+        _tlsrecords.buffer_socket(bio_obj._sslobj, 0, 4096)
+    server, client = _handshaken_pair(pki)
+    try:
+        _tlsrecords.buffer_socket(server._sslobj, 4096, 4096)
+        with pytest.raises(ValueError):
+            _tlsrecords.buffer_socket(server._sslobj, 4096, 4096)
+        assert server.send(b"still served") == 12 and _tlsrecords.flush(server._sslobj) == 0
+        assert _read_exactly(client, 12) == b"still served"
+    finally:
+        server.close()
+        client.close()
+
+
+def _read_exactly(sock: ssl.SSLSocket, size: int) -> bytes:
+    got = bytearray()
+    while len(got) < size:
+        chunk = sock.recv(size - len(got))
+        assert chunk, "closed before all of it"
+        got += chunk
+    return bytes(got)
+
+
+def test_one_large_write_through_a_small_socket_buffer(pki):
+    """One 3 MiB write with the server's send buffer and the client's receive buffer small: the
+    socket takes the write BIO's ciphertext in many parts; what waits (plaintext and ciphertext)
+    counts in the write buffer's size, pauses the protocol, and resumes it once flushed; the
+    client reads every byte in order."""
+    blob = os.urandom(3 << 20)
+
+    async def run():
+        server, port, apps = await serve(pki)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        sock.connect(("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection(sock=sock, ssl=client_context(pki),
+                                                       server_hostname="localhost")
+        transport = await asyncio.wait_for(apps[0].made, 10)
+        assert isinstance(transport, SocketTransport)
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
+        transport.write(blob)
+        assert apps[0].pauses == 1 and transport.get_write_buffer_size() > 64 * 1024
+        got = bytearray()
+        while len(got) < len(blob):
+            got += await asyncio.wait_for(reader.read(64 * 1024), 10)
+        assert bytes(got) == blob
+        await asyncio.wait_for(apps[0].resumed, 10)
+        assert transport.get_write_buffer_size() == 0
+        writer.close()
+        await asyncio.wait_for(apps[0].lost, 10)
+        server.close()
+    asyncio.run(run())
+
+
+def test_peer_closing_mid_write(pki, caplog):
+    """The client resets the connection while the server's 8 MiB write is partly unsent: the
+    transport ends the connection with the socket's error (connection_lost gets it, once), its
+    write buffer is emptied, and nothing escapes to the event loop's error handler."""
+    async def run():
+        server, port, apps = await serve(pki)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context(pki),
+                                                       server_hostname="localhost")
+        transport = await asyncio.wait_for(apps[0].made, 10)
+        transport.write(os.urandom(8 << 20))
+        assert transport.get_write_buffer_size() > 0
+        await reader.readexactly(100_000)
+        raw = writer.get_extra_info("socket")
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        writer.transport.abort()            # RST: the unread rest is refused
+        exc = await asyncio.wait_for(apps[0].lost, 10)
+        assert isinstance(exc, OSError)
+        assert transport.is_closing() and transport.get_write_buffer_size() == 0
+        transport.write(b"after the end")   # ignored, as by asyncio's transports
+        await asyncio.sleep(0.05)
+        server.close()
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(run())
+    assert not [r for r in caplog.records if r.name == "asyncio"]
