@@ -115,7 +115,8 @@ class LogRoot:
         answered and kept by it, as its policy says (a Spark source's planner records, its
         tasks replay); ignored on local disk."""
         storage = _remembering(open_storage(url, storage_options, read_only=read_only), read_facts)
-        names = storage.list_dir("") if storage.exists("") else []
+        # (an object store lists a missing prefix as empty: no existence check first)
+        names = storage.list_dir("") if not storage.is_local or storage.exists("") else []
         if TOPICS_FILE in names:
             return cls(storage, kafka_copy=False, defaults=defaults, url=url,
                        storage_options=storage_options)
@@ -145,7 +146,7 @@ class LogRoot:
         doc = {"version": 1, "cluster_id": _new_id(), "defaults": stored, "topics": {}}
         if storage.put_if_absent(TOPICS_FILE, _dump(doc)) is None:
             pass  # someone else created it first: theirs stands
-        if not storage.exists(META_PROPERTIES):
+        if META_PROPERTIES not in names:       # (the listing just taken)
             current = json.loads(storage.read(TOPICS_FILE))
             storage.write_atomic(META_PROPERTIES, (
                 "# seglog log root\nversion=1\n"
