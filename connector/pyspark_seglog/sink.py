@@ -84,6 +84,7 @@ class _SeglogWriterBase(abc.ABC):
     topic_partitions: int | None = None     # the `topic` option's partitions (path mode)
     reserves_offsets = False                # tasks stamp reserved offsets (offset_reservation.py)
     topic_facts: TopicFacts | None = None   # the `topic` option's config, for a batch job's tasks
+    created_topic: str | None = None        # the topic the planning created
 
     def __init__(self, options: dict, schema, overwrite: bool):
         self.opts: SinkOptions = parse_sink_options(options)
@@ -149,7 +150,9 @@ class _SeglogWriterBase(abc.ABC):
                     f"topic {topic!r} does not exist in {root.url} and autoCreateTopics=false:"
                     " create it first (seglog topics --create) or set autoCreateTopics=true") from None
         try:
-            return root.create_topic(topic, self.opts.topic_partitions, self.opts.topic_config)
+            info = root.create_topic(topic, self.opts.topic_partitions, self.opts.topic_config)
+            self.created_topic = topic
+            return info
         except TopicExistsError:         # another task or query created it meanwhile
             return root.describe_topic(topic)
 
@@ -376,7 +379,8 @@ class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
             storage.write_atomic(f"{staging_path(self.job_id)}/{JOB_MARKER}", b"", durable=False)
             if not storage.is_local and self.topic_partitions is not None:
                 # object store: the tasks stamp their parts' final offsets, the commit copies
-                seed_offsets(storage, self.job_id, self.opts.topic, self.topic_partitions)
+                seed_offsets(storage, self.job_id, self.opts.topic, self.topic_partitions,
+                             created=self.created_topic == self.opts.topic)
                 self.reserves_offsets = True
 
     def _identity(self, ctx) -> tuple[str, int]:
