@@ -14,6 +14,7 @@ import re
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -346,9 +347,19 @@ class LogRoot:
             doc["topics"][name] = entry
 
         self._update_doc(add)
-        for p in range(partitions) if held is None else held:
-            self._init_partition(name, p, topic_id)
+        self._init_partitions(name, range(partitions) if held is None else held, topic_id)
         return TopicInfo(name, topic_id, partitions, overrides, None if held is None else tuple(held))
+
+    def _init_partitions(self, topic: str, partitions, topic_id: str) -> None:
+        partitions = list(partitions)
+        if self.storage.is_local or len(partitions) < 2:
+            for p in partitions:
+                self._init_partition(topic, p, topic_id)
+            return
+        # an object store: the partitions' metadata objects are PUT at the same time
+        with ThreadPoolExecutor(min(len(partitions), 8), thread_name_prefix="topic-create") as pool:
+            for future in [pool.submit(self._init_partition, topic, p, topic_id) for p in partitions]:
+                future.result()
 
     def _init_partition(self, topic: str, partition: int, topic_id: str) -> None:
         d = partition_dir(topic, partition)
