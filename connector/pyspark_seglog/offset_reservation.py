@@ -35,11 +35,17 @@ def _next_and_epoch(storage, topic: str, partition: int) -> tuple[int, int]:
     return hw or 0, WriterFence(storage, folder).current_epoch() + 1
 
 
-def seed_offsets(storage, job_id: str, topic: str, partitions: int) -> None:
-    """Planning: each partition's next offset and its commit's epoch, as they are now."""
-    pool = shared_publish_pool()
-    futures = [pool.submit(_next_and_epoch, storage, topic, p) for p in range(partitions)]
-    doc = {"topic": topic, "partitions": {str(p): list(f.result()) for p, f in enumerate(futures)}}
+def seed_offsets(storage, job_id: str, topic: str, partitions: int, *, created: bool = False) -> None:
+    """Planning: each partition's next offset and its commit's epoch, as they are now.
+    created: the planning has just created the topic, so each partition starts at offset 0
+    and epoch 0 (nothing to read; a writer that came first makes the commit append instead)."""
+    if created:
+        seeds = {str(p): [0, 0] for p in range(partitions)}
+    else:
+        pool = shared_publish_pool()
+        futures = [pool.submit(_next_and_epoch, storage, topic, p) for p in range(partitions)]
+        seeds = {str(p): list(f.result()) for p, f in enumerate(futures)}
+    doc = {"topic": topic, "partitions": seeds}
     storage.write_atomic(f"{staging_path(job_id)}/{OFFSETS}", json.dumps(doc).encode(), durable=False)
 
 

@@ -34,6 +34,7 @@ from logcore.errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
+from logcore.log.config import LogConfig
 from logcore.log.log_root import LogRoot
 from logcore.tiered import install_remote_tier
 from logcore.storage import open_storage
@@ -47,7 +48,7 @@ from pyspark_seglog.sink_options import SinkOptions, parse_sink_options
 from pyspark_seglog.staged_part import PartReads, StagedPart, append_parts, stamped
 from pyspark_seglog.staging_area import (COMMITTED, JOB_MARKER, MANIFEST, cleanup, end_job, held_epochs,
                                          read_json, staging_path)
-from pyspark_seglog.task_stager import TaskStager
+from pyspark_seglog.task_stager import TaskStager, TopicFacts
 from pyspark_seglog.worker_heap import freeze_import_heap
 
 install_remote_tier()  # roots that enable tiering have a remote tier
@@ -82,6 +83,8 @@ class _SeglogWriterBase(abc.ABC):
     streaming = True
     topic_partitions: int | None = None     # the `topic` option's partitions (path mode)
     reserves_offsets = False                # tasks stamp reserved offsets (offset_reservation.py)
+    topic_facts: TopicFacts | None = None   # the `topic` option's config, for a batch job's tasks
+    created_topic: str | None = None        # the topic the planning created
 
     def __init__(self, options: dict, schema, overwrite: bool):
         self.opts: SinkOptions = parse_sink_options(options)
@@ -117,9 +120,14 @@ class _SeglogWriterBase(abc.ABC):
                                        f"set option kafka.bootstrap.servers={owner.bootstrap} to"
                                        " write through it")
                 if self.opts.topic is not None:
-                    self.topic_partitions = self.ensure_topic(root, self.opts.topic).partitions
+                    info = self.ensure_topic(root, self.opts.topic)
+                    self.topic_partitions = info.partitions
+                    config = LogConfig.from_props(info.config, root.defaults())
                     if "key" not in self.columns:
-                        self._check_keys(",".join(root.topic_config(self.opts.topic).cleanup_policy))
+                        self._check_keys(",".join(config.cleanup_policy))
+                    if not self.streaming:
+                        # a batch job's tasks take the topic as planned (no root open each)
+                        self.topic_facts = TopicFacts.of(info.partitions, config)
             finally:
                 root.close()
 
@@ -142,7 +150,9 @@ class _SeglogWriterBase(abc.ABC):
                     f"topic {topic!r} does not exist in {root.url} and autoCreateTopics=false:"
                     " create it first (seglog topics --create) or set autoCreateTopics=true") from None
         try:
-            return root.create_topic(topic, self.opts.topic_partitions, self.opts.topic_config)
+            info = root.create_topic(topic, self.opts.topic_partitions, self.opts.topic_config)
+            self.created_topic = topic
+            return info
         except TopicExistsError:         # another task or query created it meanwhile
             return root.describe_topic(topic)
 
@@ -369,7 +379,8 @@ class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
             storage.write_atomic(f"{staging_path(self.job_id)}/{JOB_MARKER}", b"", durable=False)
             if not storage.is_local and self.topic_partitions is not None:
                 # object store: the tasks stamp their parts' final offsets, the commit copies
-                seed_offsets(storage, self.job_id, self.opts.topic, self.topic_partitions)
+                seed_offsets(storage, self.job_id, self.opts.topic, self.topic_partitions,
+                             created=self.created_topic == self.opts.topic)
                 self.reserves_offsets = True
 
     def _identity(self, ctx) -> tuple[str, int]:

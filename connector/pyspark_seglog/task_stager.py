@@ -7,6 +7,7 @@ import logging
 import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,6 +47,21 @@ _MAX_KEPT_BATCHES = 1 << 16     # a part's batch_fields rows sent with its commi
 _FIELD_ROW_BYTES = 9 * 8        # one batch_fields row: 9 int64
 _NO_POSITIONS = np.empty(0, dtype=np.int64)
 _PARALLEL_PUTS = 4              # object store: a task's last parts written at the same time
+
+
+@dataclass(frozen=True)
+class TopicFacts:
+    """What a task needs of a target topic's config (pickled with a batch job's writer)."""
+    partitions: int
+    compression_type: str
+    segment_bytes: int
+    max_message_bytes: int
+    cleanup_policy: str             # as Kafka lists it: "compact,delete"
+
+    @classmethod
+    def of(cls, partitions: int, config) -> TopicFacts:
+        return cls(partitions, config.compression_type, config.segment_bytes, config.max_message_bytes,
+                   ",".join(config.cleanup_policy))
 
 
 class _PartBuffer:
@@ -129,42 +145,48 @@ class TaskStager(RowRouter):
         self.parts.clear()
         self.open_parts.clear()
 
+    def _facts(self, topic: str) -> TopicFacts:
+        """What the task needs of `topic`: as the write's planning read it (a batch job's
+        `topic` option), else from the root (the topic created if missing and allowed)."""
+        planned = self.w.topic_facts
+        if planned is not None and topic == self.opts.topic:
+            return planned
+        if self.root is None:
+            self.root = self.w.open_root()
+        info = self.w.ensure_topic(self.root, topic)
+        return TopicFacts.of(info.partitions, self.root.topic_config(topic))
+
     def _topic(self, topic: str) -> tuple[int, Compression, int, int, int]:
         found = self.topics.get(topic)
         if found is None:
-            if self.root is None:
-                self.root = self.w.open_root()
-            info = self.w.ensure_topic(self.root, topic)
-            config = self.root.topic_config(topic)
+            facts = self._facts(topic)
+            self.policies[topic] = facts.cleanup_policy
             if self.opts.compression is not None:
                 codec = self.opts.compression
             else:
-                codec = CODEC_BY_NAME.get(config.compression_type, Compression.NONE)
+                codec = CODEC_BY_NAME.get(facts.compression_type, Compression.NONE)
             if self.opts.staging_part_bytes is not None:
                 limit = self.opts.staging_part_bytes
             elif self.local:
                 limit = DEFAULT_LOCAL_PART_BYTES
             else:
                 limit = DEFAULT_OBJECT_PART_BYTES
-            batch_bytes = self.opts.batch_size or default_batch_size(config.max_message_bytes)
+            batch_bytes = self.opts.batch_size or default_batch_size(facts.max_message_bytes)
             # A part the commit adopts as a segment must fit one (a batch may overshoot by one
             # batch, so leave room for the largest).
-            limit = max(1, min(limit, config.segment_bytes - 2 * max(batch_bytes, 1 << 20)))
+            limit = max(1, min(limit, facts.segment_bytes - 2 * max(batch_bytes, 1 << 20)))
             chunk = limit
             if self.local:
                 # two buffers per partition, each a chunk plus room for an encode call's batches
                 # (about as much again)
-                per_partition = _STAGING_MEMORY_BYTES // (4 * max(1, info.partitions))
+                per_partition = _STAGING_MEMORY_BYTES // (4 * max(1, facts.partitions))
                 chunk = min(limit, max(_MIN_WRITE_CHUNK_BYTES, min(_WRITE_CHUNK_BYTES, per_partition)))
-            found = self.topics[topic] = (info.partitions, codec, limit, batch_bytes, chunk)
+            found = self.topics[topic] = (facts.partitions, codec, limit, batch_bytes, chunk)
         return found
 
     def _cleanup_policy(self, topic: str) -> str:
-        policy = self.policies.get(topic)
-        if policy is None:
-            self._topic(topic)                  # opens the root
-            policy = self.policies[topic] = ",".join(self.root.topic_config(topic).cleanup_policy)
-        return policy
+        self._topic(topic)
+        return self.policies[topic]
 
     def _encode(self, topic, partition, codec, keys, values, ts, headers, rows) -> None:
         tp = (topic, partition)

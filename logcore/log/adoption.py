@@ -23,6 +23,9 @@ from logcore.log.clock import now_ms as _now_ms
 from logcore.log.local_log import remove_fenced_leftover
 from logcore.log.segment_data import ObjectData
 
+# publish_staged_objects: a partition's part copies and index PUTs in flight at once
+_PUBLISH_THREADS = 8
+
 
 def _tiles(fields: np.ndarray | None, size: int) -> bool:
     """Whether `batch_fields` rows describe batches that exactly tile a file of `size` bytes."""
@@ -300,38 +303,48 @@ class StagedAdoption:
             log.fence.check()
             log.log_segments.pop_active()
             published: list[tuple[int, int]] = []
-            # a segment's indexes are PUT while the next part is copied (after their own `.log`)
-            index_puts = ThreadPoolExecutor(4, thread_name_prefix="segment-index-put")
+            # Every part is copied at the same time (each to its own name, which its
+            # If-None-Match decides); a segment's indexes are PUT once its `.log` is there.
+            pool = ThreadPoolExecutor(min(2 * len(parts), _PUBLISH_THREADS), thread_name_prefix="segment-publish")
             try:
+                segments = [self._sealed_segment(fields) for _path, fields in parts]
+                copies = [pool.submit(log.storage.copy_if_absent, path, seg.log_path)
+                          for (path, _fields), seg in zip(parts, segments)]
                 puts = []
-                for path, fields in parts:
-                    published.append(self._publish_copy(path, fields, index_puts, puts))
+                for (path, fields), seg, copy in zip(parts, segments, copies):
+                    if not copy.result():
+                        # A fenced writer's uncommitted leftover at this base is replaced; one
+                        # of a newer writer fences this one (as LocalLog.publish).
+                        remove_fenced_leftover(log.storage, log.fence, seg, log.leader_epoch)
+                        if not log.storage.copy_if_absent(path, seg.log_path):
+                            raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
+                    puts += [pool.submit(log.storage.write_atomic, seg.index_path, seg.offset_index.to_bytes()),
+                             pool.submit(log.storage.write_atomic, seg.time_index_path, seg.time_index.to_bytes())]
+                    published.append(self._add_published(seg, fields))
                 for put in puts:
                     put.result()
             finally:
-                index_puts.shutdown(wait=True)
+                pool.shutdown(wait=True)
                 # appends go to a fresh in-memory segment after what was published
                 log.roll_to(published[-1][1] + 1 if published else active.base_offset)
         return published
 
-    def _publish_copy(self, path: str, fields: np.ndarray, index_puts, puts: list) -> tuple[int, int]:
+    def _sealed_segment(self, fields: np.ndarray) -> LogSegment:
+        """The segment a staged part becomes, its indexes built from its batches' fields."""
         log = self._log
         positions, sizes, bases, deltas, max_ts = fields.T[:5]
-        first, last_offsets = int(bases[0]), bases + deltas
-        log.note_epoch_start(log.leader_epoch, first)
-        seg = log.new_segment(first, writable=True, in_memory=True)
-        seg.index_existing(positions, sizes, last_offsets, max_ts)
+        seg = log.new_segment(int(bases[0]), writable=True, in_memory=True)
+        seg.index_existing(positions, sizes, bases + deltas, max_ts)
         seg.seal()
-        if not log.storage.copy_if_absent(path, seg.log_path):
-            # A fenced writer's uncommitted leftover at this base is replaced; one of a newer
-            # writer fences this one (as LocalLog.publish).
-            remove_fenced_leftover(log.storage, log.fence, seg, log.leader_epoch)
-            if not log.storage.copy_if_absent(path, seg.log_path):
-                raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
-        puts += [index_puts.submit(log.storage.write_atomic, seg.index_path, seg.offset_index.to_bytes()),
-                 index_puts.submit(log.storage.write_atomic, seg.time_index_path, seg.time_index.to_bytes())]
+        return seg
+
+    def _add_published(self, seg: LogSegment, fields: np.ndarray) -> tuple[int, int]:
+        """A part's segment, copied: in the log from now on (read from its object)."""
+        log = self._log
+        positions, sizes, bases, deltas = fields.T[:4]
+        log.note_epoch_start(log.leader_epoch, int(bases[0]))
         seg.data = ObjectData(log.storage, seg.log_path, int(positions[-1] + sizes[-1]))
         seg.in_memory = False
         seg.writable = False
         log.log_segments.add(seg)
-        return first, int(last_offsets[-1])
+        return int(bases[0]), int(bases[-1] + deltas[-1])

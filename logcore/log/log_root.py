@@ -14,6 +14,7 @@ import re
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -115,7 +116,8 @@ class LogRoot:
         answered and kept by it, as its policy says (a Spark source's planner records, its
         tasks replay); ignored on local disk."""
         storage = _remembering(open_storage(url, storage_options, read_only=read_only), read_facts)
-        names = storage.list_dir("") if storage.exists("") else []
+        # (an object store lists a missing prefix as empty: no existence check first)
+        names = storage.list_dir("") if not storage.is_local or storage.exists("") else []
         if TOPICS_FILE in names:
             return cls(storage, kafka_copy=False, defaults=defaults, url=url,
                        storage_options=storage_options)
@@ -145,7 +147,7 @@ class LogRoot:
         doc = {"version": 1, "cluster_id": _new_id(), "defaults": stored, "topics": {}}
         if storage.put_if_absent(TOPICS_FILE, _dump(doc)) is None:
             pass  # someone else created it first: theirs stands
-        if not storage.exists(META_PROPERTIES):
+        if META_PROPERTIES not in names:       # (the listing just taken)
             current = json.loads(storage.read(TOPICS_FILE))
             storage.write_atomic(META_PROPERTIES, (
                 "# seglog log root\nversion=1\n"
@@ -345,9 +347,19 @@ class LogRoot:
             doc["topics"][name] = entry
 
         self._update_doc(add)
-        for p in range(partitions) if held is None else held:
-            self._init_partition(name, p, topic_id)
+        self._init_partitions(name, range(partitions) if held is None else held, topic_id)
         return TopicInfo(name, topic_id, partitions, overrides, None if held is None else tuple(held))
+
+    def _init_partitions(self, topic: str, partitions, topic_id: str) -> None:
+        partitions = list(partitions)
+        if self.storage.is_local or len(partitions) < 2:
+            for p in partitions:
+                self._init_partition(topic, p, topic_id)
+            return
+        # an object store: the partitions' metadata objects are PUT at the same time
+        with ThreadPoolExecutor(min(len(partitions), 8), thread_name_prefix="topic-create") as pool:
+            for future in [pool.submit(self._init_partition, topic, p, topic_id) for p in partitions]:
+                future.result()
 
     def _init_partition(self, topic: str, partition: int, topic_id: str) -> None:
         d = partition_dir(topic, partition)

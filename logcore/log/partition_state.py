@@ -339,6 +339,7 @@ class ObjectPartitionState:
         # The state read while the log was being built (records_cleaned_list), taken by the
         # open's load: one GET per open. Taken once, so a later load (a refresh) reads afresh.
         self._read_ahead: PartitionState | None = None
+        self._absent = False            # the last load found no state object (a new partition)
 
     def records_cleaned_list(self) -> bool:
         """Whether the state lists segments the cleaner wrote. The state read here is what
@@ -355,6 +356,7 @@ class ObjectPartitionState:
         if ahead is not None:
             return ahead
         found = self.storage.read_versioned(self.path)
+        self._absent = found is None
         if found is None:
             self.version = None
             return PartitionState()
@@ -391,7 +393,9 @@ class ObjectPartitionState:
         loaded: what this object's last load() returned, tried first (the write is conditional
         on that version: a state changed since is read again)."""
         while True:
-            state, loaded = (loaded, None) if loaded is not None and self.version is not None else (self.load(), None)
+            # (a state found absent is created with If-None-Match: no need to look again)
+            known = self.version is not None or self._absent
+            state, loaded = (loaded, None) if loaded is not None and known else (self.load(), None)
             if self.epoch > epoch:
                 raise FencedWriterError(
                     f"partition state {self.path} already has writer epoch {self.epoch}, newer than {epoch}")

@@ -16,7 +16,8 @@ def finish_writer_open(log, role, loaded) -> None:
     listed: tuple[int, ...] | None = loaded.snapshot_offsets
     if not log.segments:
         log.roll_to(log.log_start_offset)
-        listed = None
+        if log.segment_store.in_place:
+            listed = None       # a roll on local disk may snapshot; an object store's writes none
     leo = log.log_end_offset
     if log.segment_store.in_place and loaded.committed_hw is not None and loaded.committed_hw > leo:
         # Committed data that a power cut took (it was not fsynced): the stored HW comes

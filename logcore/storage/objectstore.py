@@ -313,22 +313,37 @@ class ObjectStorage(Storage):
         if full == self._root:
             raise StorageError(f"refusing to delete the storage root {self.url}")
         try:
-            folders = [full]
             if self._is_s3:
-                found = self._fs.find(full, withdirs=True, detail=True)
-                folders += [p for p, info in found.items() if info.get("type") == "directory"]
+                self._s3_delete_tree(path, full)
+                return
             try:
                 self._fs.rm(full, recursive=True)
             except FileNotFoundError:
                 pass
-            if self._is_s3:
-                # SeaweedFS keeps emptied folders as listable prefixes until their "dir/" key is
-                # deleted; on other servers these DELETEs of absent keys are no-ops.
-                for folder in sorted(set(folders), key=len, reverse=True):
-                    bucket, key = self._bucket_key(folder)
-                    self._fs.call_s3("delete_object", Bucket=bucket, Key=key.rstrip("/") + "/")
         except Exception as exc:
             raise self._translate(exc, "delete folder", path) from exc
+
+    def _s3_delete_tree(self, path: str, full: str) -> None:
+        """Everything under `full`: one listing, then bulk deletes of up to 1,000 keys each
+        (s3fs's recursive rm lists twice and checks the folder first). The folders' "dir/" keys
+        go last in the same requests: SeaweedFS keeps an emptied folder as a listable prefix
+        until that key is deleted; on other servers deleting an absent key is a no-op."""
+        found = self._fs.find(full, withdirs=True, detail=True)
+        bucket, prefix = self._bucket_key(full)
+        files = [self._bucket_key(p)[1] for p, info in found.items() if info.get("type") != "directory"]
+        folders = {prefix.rstrip("/")} | {self._bucket_key(p)[1].rstrip("/") for p, info in found.items()
+                                          if info.get("type") == "directory"}
+        keys = sorted(files) + [f + "/" for f in sorted(folders, key=len, reverse=True)]
+        for p in list(found) + [full]:
+            self._fs.invalidate_cache(p)
+        for i in range(0, len(keys), 1000):
+            answer = self._fs.call_s3("delete_objects", Bucket=bucket, Delete={
+                "Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+            failed = [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if failed:
+                raise StorageError(f"delete folder {self.describe(path)}:"
+                                   f" {len(failed)} objects not deleted, e.g. {failed[0].get('Key')}:"
+                                   f" {failed[0].get('Code')} {failed[0].get('Message', '')}")
 
     def write_atomic(self, path: str, data: bytes, *, durable: bool = True) -> None:
         # A single PUT (multipart above s3fs's chunk size) becomes visible whole or not at all.

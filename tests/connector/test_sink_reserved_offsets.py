@@ -124,3 +124,26 @@ def test_guesses_that_no_longer_hold_are_appended_as_before(url, part_reads):
     rs = _records(url)[0]
     assert [r.offset for r in rs] == list(range(43))
     assert [r.value for r in rs] == [b"other"] * 3 + [b"v%d" % i for i in range(40)]
+
+
+def test_a_second_job_reads_the_seeds_and_copies_too(url, part_reads, monkeypatch):
+    """The first job created the topic (its seeds are offset 0, epoch 0, nothing read); the next
+    one seeds from each partition's committed HW and writer epoch, and its parts are copied
+    after the first job's. Neither job's tasks open the root: they take the topic as planned."""
+    opts = {"path": url, "topic": "t", "topic.partitions": "2"}
+    first = SeglogBatchWriter(opts, _schema(), False)
+    opened = []
+    real_open = LogRoot.open.__func__
+    monkeypatch.setattr(LogRoot, "open", classmethod(lambda cls, *a, **k: opened.append(a) or real_open(cls, *a, **k)))
+    first.commit([first.write(iter([_rows(0, 30)])), first.write(iter([_rows(30, 30)]))])
+    second = SeglogBatchWriter(opts, _schema(), False)
+    opened.clear()
+    messages = [second.write(iter([_rows(100, 20)]))]
+    assert opened == []                         # the task used the planning's topic facts
+    assert all(p.base > 0 for m in messages for p in m.parts)
+    second.commit(messages)
+    assert part_reads == []                     # every part of both jobs copied on the server
+    records = _records(url)
+    assert sorted(int(r.value[1:]) for rs in records.values() for r in rs) == list(range(60)) + list(range(100, 120))
+    for rs in records.values():
+        assert [r.offset for r in rs] == list(range(len(rs)))

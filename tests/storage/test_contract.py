@@ -86,9 +86,11 @@ def test_delete(storage):
         storage.delete("x/a", missing_ok=False)
     storage.write_atomic("y/1", b"1")
     storage.write_atomic("y/z/2", b"2")
+    storage.write_atomic("y/z/w/3", b"3")
     storage.delete_dir("y")
     assert storage.list_dir("y") == []
     assert not storage.exists("y/z/2")
+    assert "y" not in storage.list_dir("")     # no emptied folder left listed (SeaweedFS keeps one)
     storage.delete_dir("never-existed")
 
 
