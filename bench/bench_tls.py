@@ -194,7 +194,8 @@ def measure(system: System, secrets: Secrets, client: str, listener: str, args, 
                 continue
             cpu1 = _client_cpu()
             client_cpu = cpu1[0] - cpu0[0] if client == "librdkafka" else cpu1[1] - cpu0[1]
-            out[op] = {"value": value, "client_cpu": client_cpu, **usage.finish()}
+            # after usage.finish(): its own client_cpu counts child processes only (the Java tools)
+            out[op] = {"value": value, **usage.finish(), "client_cpu": client_cpu}
     finally:
         system.side.delete_topic(topic)
     return out
