@@ -28,7 +28,8 @@ from logcore.broker.scram_handlers import ScramHandlers, UserCredentials
 from logcore.security.client_security import inter_broker_security
 from logcore.broker.cluster_fetch import ClusterFetch
 from logcore.broker.config import BrokerConfig
-from logcore.broker.describe_handlers import DescribeHandlers, with_authorized_operations
+from logcore.broker.describe_handlers import (DescribeHandlers, auto_create_asked, failed_topic,
+                                              with_authorized_operations)
 from logcore.broker.error_response import error_response
 from logcore.broker.resources import open_partition_budget
 from logcore.broker.fetch_handlers import FetchHandlers
@@ -423,29 +424,25 @@ class Broker:
                 if name is None and getattr(t, "topic_id", None) not in (None, ZERO_UUID):
                     name = self.partitions.topic_ids.get(t.topic_id.bytes)
                 names.append(name)
-        allow_create = getattr(body, "allow_auto_topic_creation", True) and \
-            self.config["auto.create.topics.enable"]
+        allow_create = auto_create_asked(body, self.config)
         # Topics another process created, grew or removed in the root since the last request.
         await asyncio.to_thread(self.partitions.refresh_topics)
         topics = []
         for name in names:
             if name is None:
-                topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None, "partitions": [],
-                               "topic_authorized_operations": INT32_MIN})
+                topics.append(failed_topic(E.UNKNOWN_TOPIC_ID, None))
                 continue
             error = E.NONE
             if name not in self.partitions.topics:
                 error = E.UNKNOWN_TOPIC_OR_PARTITION
-                if allow_create and body.topics is not None:
+                if allow_create:
                     error = await asyncio.to_thread(self.admin.auto_create, name)
             if error != E.NONE:
-                topics.append({"error_code": error, "name": name, "partitions": [],
-                               "topic_authorized_operations": INT32_MIN})
+                topics.append(failed_topic(error, name))
                 continue
             info = self.partitions.topics.get(name)
             if info is None:      # gone meanwhile (deleted by another request)
-                topics.append({"error_code": E.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": [],
-                               "topic_authorized_operations": INT32_MIN})
+                topics.append(failed_topic(E.UNKNOWN_TOPIC_OR_PARTITION, name))
                 continue
             parts = []
             for p in range(info.partitions):

@@ -24,6 +24,7 @@ from logcore.cluster.zookeeper_store import NO_LEADER
 from logcore.errors import (InvalidConfigError, InvalidReplicationFactorError, SegLogError,
                             TopicExistsError, TopicNotFoundError, ZkVersionConflictError)
 from logcore.log.partition_metadata import parse_topic_id
+from logcore.broker.describe_handlers import auto_create_asked, failed_topic
 
 logger = logging.getLogger("logcore.broker.broker")
 
@@ -133,24 +134,20 @@ class ClusterHandlers:
                     name = next((n for n, ta in rm.assignments.items()
                                  if ta.topic_id and parse_topic_id(ta.topic_id) == t.topic_id), None)
                 names.append(name)
-        allow_create = getattr(body, "allow_auto_topic_creation", True) and \
-            self.config["auto.create.topics.enable"]
+        allow_create = auto_create_asked(body, self.config)
         topics = []
         for name in names:
             if name is None:
-                topics.append({"error_code": E.UNKNOWN_TOPIC_ID, "name": None, "partitions": [],
-                               "topic_authorized_operations": INT32_MIN})
+                topics.append(failed_topic(E.UNKNOWN_TOPIC_ID, None))
                 continue
-            if name not in rm.assignments and allow_create and body.topics is not None:
+            if name not in rm.assignments and allow_create:
                 error = await self._cluster_auto_create(name)
                 if error != E.NONE:
-                    topics.append({"error_code": error, "name": name, "partitions": [],
-                                   "topic_authorized_operations": INT32_MIN})
+                    topics.append(failed_topic(error, name))
                     continue
             ta = rm.assignments.get(name)
             if ta is None:
-                topics.append({"error_code": E.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": [],
-                               "topic_authorized_operations": INT32_MIN})
+                topics.append(failed_topic(E.UNKNOWN_TOPIC_OR_PARTITION, name))
                 continue
             topics.append({"error_code": E.NONE, "name": name, "topic_id": self._cluster_topic_uuid(name),
                            "is_internal": name.startswith("__"), "partitions": self._partitions_metadata(ta),

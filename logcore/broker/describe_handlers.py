@@ -50,6 +50,20 @@ def with_authorized_operations(body, answer: dict) -> dict:
     return answer
 
 
+def failed_topic(error_code: int, name: str | None) -> dict:
+    """A Metadata answer's entry for a topic it cannot describe (an unknown name or id, a failed
+    auto-creation)."""
+    return {"error_code": error_code, "name": name, "partitions": [],
+            "topic_authorized_operations": INT32_MIN}
+
+
+def auto_create_asked(body, config) -> bool:
+    """Whether a Metadata request creates the missing topics it names: the broker allows it
+    (auto.create.topics.enable) and the request does not refuse it (v4+)."""
+    return (getattr(body, "allow_auto_topic_creation", True) and config["auto.create.topics.enable"]
+            and body.topics is not None)
+
+
 class DescribeHandlers:
     """Over the broker's `config`, `advertised` (host, port), log `root`, open `partitions` and
     `membership`."""

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from logcore.cleaner import _offsetmap
 from logcore.errors import InvalidConfigError
+from logcore.records.encode import binary_parts
 
 ENTRY_BYTES = 24            # 16-byte key hash + 8-byte offset
 
@@ -26,17 +27,7 @@ def key_column_parts(keys: pa.Array) -> tuple[np.ndarray, object, np.ndarray | N
         keys = pa.array(keys, type=pa.binary())
     if not (pa.types.is_binary(keys.type) or pa.types.is_string(keys.type)):
         keys = keys.cast(pa.binary())
-    n = len(keys)
-    buffers = keys.buffers()
-    if buffers[1] is None:
-        offsets = np.zeros(n + 1, dtype=np.int32)
-    else:
-        offsets = np.frombuffer(buffers[1], dtype=np.int32, count=n + 1, offset=keys.offset * 4)
-    data = buffers[2] if buffers[2] is not None else b""
-    valid = None
-    if keys.null_count:
-        valid = keys.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
-    return offsets, data, valid
+    return binary_parts(keys)
 
 
 class OffsetMap:

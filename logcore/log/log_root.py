@@ -1,26 +1,19 @@
 """A log root: topics and their partitions in one folder or bucket prefix.
 
-The root is self-describing: `seglog-topics.json` holds what Kafka keeps in its controller (topic
-ids, partition counts, config overrides, root-level defaults), replaced with conditional writes so
-that concurrent admin calls cannot lose each other's changes. A copy of a Kafka broker's log dir
-(no `seglog-topics.json`, but `<topic>-<partition>` folders and Kafka's checkpoints) opens
-read-only: topics and partitions come from the folder names, configs are Kafka's defaults.
+The root is self-describing: its topics file (topics_file.py) holds what Kafka keeps in its
+controller. A copy of a Kafka broker's log dir (no topics file, but `<topic>-<partition>` folders
+and Kafka's checkpoints; kafka_log_dir.py) opens read-only.
 """
 from __future__ import annotations
 
-import json
 import logging
-import re
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
-from logcore.errors import (CommitFailedError, InvalidConfigError, NotALogRootError,
-                            ReadOnlyLogError, ReplicaNotAvailableError, SegLogError, TopicExistsError,
-                            TopicNotFoundError)
+from logcore.errors import (InvalidConfigError, NotALogRootError, ReadOnlyLogError,
+                            ReplicaNotAvailableError, SegLogError, TopicExistsError, TopicNotFoundError)
 from logcore.log.config import (ROOT_TIERING_ENABLE, LogConfig, check_topic_against_root, root_tiering_enabled,
                                validate_topic_overrides)
 from logcore.log.topic_name import validate_topic_name
@@ -31,40 +24,17 @@ from logcore.log.segment_store import LocalSegmentStore, ObjectSegmentStore
 from logcore.log.open_mode import (KafkaCopyReader, OpenMode, PathWriter, PlainReader, RangeReader,
                                    RepairWriter, ReplicaWriter)
 from logcore.log.remote_view import RemoteTier, RemoteTierFactory, registered_remote_tier
+from logcore.log.kafka_log_dir import META_PROPERTIES, kafka_topics, looks_like_kafka_log_dir
+from logcore.log.partition_metadata import FILE_NAME as PARTITION_METADATA
 from logcore.log.partition_metadata import (PartitionMetadataFile, format_topic_id, new_topic_id,
                                            parse_topic_id)
-from logcore.log.partition_state import (HW_CHECKPOINT, LOG_START_CHECKPOINT,
-                                         RECOVERY_POINT_CHECKPOINT, LocalPartitionState,
-                                         ObjectPartitionState)
+from logcore.log.partition_state import LocalPartitionState, ObjectPartitionState
+from logcore.log.topics_file import TOPICS_FILE, TopicInfo, TopicsFile, topic_info
 from logcore.log.writer_fence import WriterFence
 from logcore.storage import open_storage
 from logcore.storage.secrets import split_secrets
 
 logger = logging.getLogger(__name__)
-
-TOPICS_FILE = "seglog-topics.json"
-META_PROPERTIES = "meta.properties"
-PARTITION_METADATA = "partition.metadata"
-_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
-_KAFKA_ROOT_FILES = (HW_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, LOG_START_CHECKPOINT,
-                     "cleaner-offset-checkpoint", META_PROPERTIES, KAFKA_CLEAN_SHUTDOWN)
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    name: str
-    topic_id: str
-    partitions: int
-    config: dict[str, str] = field(default_factory=dict)
-    # The partitions this root holds replicas of (a cluster member's log dir, which holds only
-    # the replicas assigned to its broker); None: every partition (a single broker's root).
-    hosted: tuple[int, ...] | None = None
-
-
-def _info(name: str, t: dict) -> TopicInfo:
-    hosted = t.get("hosted")
-    return TopicInfo(name, t.get("topic_id", ""), int(t["partitions"]), dict(t.get("config", {})),
-                     None if hosted is None else tuple(sorted(int(p) for p in hosted)))
 
 
 def partition_dir(topic: str, partition: int) -> str:
@@ -101,11 +71,11 @@ class LogRoot:
         self._dynamic_defaults: dict[str, str] = {}
         self._remote_tier = None            # built on first need from the root's settings
         self._remote_tier_lock = threading.Lock()
+        self.topics_file = TopicsFile(storage, read_only=self.read_only)
         # The id of this process's claim when it serves the root (a broker): its own writes pass
         # check_not_served; every other process's writes are refused while a live claim stands.
         self.owner_id: str | None = None
         self._unserved_until = 0.0
-        self._migrating = False             # credentials found in the root: handled once
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -121,9 +91,7 @@ class LogRoot:
         if TOPICS_FILE in names:
             return cls(storage, kafka_copy=False, defaults=defaults, url=url,
                        storage_options=storage_options)
-        kafka_like = any(n in _KAFKA_ROOT_FILES for n in names) or any(
-            _PARTITION_DIR.match(n) and storage.exists(storage.join(n, "")) for n in names
-            if _PARTITION_DIR.match(n))
+        kafka_like = looks_like_kafka_log_dir(storage, names)
         if kafka_like and not create:
             if not read_only:
                 logger.info("%s has no %s: opening it read-only as a copy of a Kafka log dir",
@@ -144,14 +112,10 @@ class LogRoot:
         # Credentials never go into the root (any reader of it could read them): they stay in
         # the creator's config, which passes them to every open as `defaults`.
         stored, _ = split_secrets(dict(defaults or {}))
-        doc = {"version": 1, "cluster_id": _new_id(), "defaults": stored, "topics": {}}
-        if storage.put_if_absent(TOPICS_FILE, _dump(doc)) is None:
-            pass  # someone else created it first: theirs stands
+        cluster_id = TopicsFile(storage, read_only=False).create(stored)
         if META_PROPERTIES not in names:       # (the listing just taken)
-            current = json.loads(storage.read(TOPICS_FILE))
             storage.write_atomic(META_PROPERTIES, (
-                "# seglog log root\nversion=1\n"
-                f"cluster.id={current.get('cluster_id', '')}\nnode.id=0\n").encode())
+                f"# seglog log root\nversion=1\ncluster.id={cluster_id}\nnode.id=0\n").encode())
         return cls(storage, kafka_copy=False, defaults=defaults, url=url,
                    storage_options=storage_options)
 
@@ -159,68 +123,17 @@ class LogRoot:
     def url(self) -> str:
         return self.storage.url
 
-    def _take_secrets(self, doc: dict) -> None:
-        """A root written by an earlier seglog may hold credentials in its stored defaults
-        (rsm.config.storage.key/secret, a URL with user:password@): keep them in memory for this
-        process, drop them from `doc`, and, when the root is writable, rewrite the topics file
-        without them (once, with a warning naming the settings, never their values)."""
-        public, private = split_secrets(dict(doc.get("defaults", {})))
-        if not private:
-            return
-        doc["defaults"] = public
-        for name, value in private.items():
-            self._defaults_override.setdefault(name, value)
-        if self._migrating:
-            return
-        self._migrating = True
-        names = ", ".join(sorted(private))
-        if self.read_only:
-            logger.warning("%s/%s holds credentials (%s): they are used but left in place (the root"
-                           " is opened read-only); open it once for writing to remove them, and"
-                           " keep them in the broker's config or the environment instead",
-                           self.storage.url, TOPICS_FILE, names)
-            return
-        self._update_doc(lambda _doc: None)         # _read_doc gives it without them
-        logger.warning("%s/%s held credentials (%s): removed from the root's files and kept in"
-                       " memory for this process; give them in the broker's config (or"
-                       " --config-file), the environment or a referenced file from now on",
-                       self.storage.url, TOPICS_FILE, names)
-
     # ------------------------------------------------------------------ topic metadata
-    def _read_doc(self) -> tuple[dict, str | None]:
-        found = self.storage.read_versioned(TOPICS_FILE)
-        if found is None:
-            return {"version": 1, "defaults": {}, "topics": {}}, None
-        data, version = found
-        try:
-            doc = json.loads(data)
-        except ValueError as exc:
-            raise NotALogRootError(f"{self.storage.url}/{TOPICS_FILE} is not valid JSON: {exc}") from exc
-        if not isinstance(doc, dict) or "topics" not in doc:
-            raise NotALogRootError(f"{self.storage.url}/{TOPICS_FILE} has no topics table")
-        if doc.get("defaults"):
-            self._take_secrets(doc)
-        return doc, version
-
     def cluster_id(self) -> str | None:
         """The root's cluster id (written at creation, also in meta.properties), or None when it
         has none (a Kafka log dir copy). Raises NotALogRootError for an unreadable topics file."""
-        cluster = self._read_doc()[0].get("cluster_id")
+        cluster = self.topics_file.read()[0].get("cluster_id")
         return str(cluster) if cluster else None
 
-    def _update_doc(self, change) -> dict:
-        """Read-modify-write of the topics file with a conditional replace (retried on a lost race)."""
+    def _update_doc(self, change):
+        """A change of the topics file (TopicsFile.update) on a writable root."""
         self._require_writable()
-        for _ in range(50):
-            doc, version = self._read_doc()
-            result = change(doc)
-            data = _dump(doc)
-            new = (self.storage.put_if_absent(TOPICS_FILE, data) if version is None
-                   else self.storage.put_if_version(TOPICS_FILE, data, version))
-            if new is not None:
-                return result
-            time.sleep(0.01)
-        raise CommitFailedError(f"could not update {TOPICS_FILE}: too many concurrent changes")
+        return self.topics_file.update(change)
 
     def _require_writable(self) -> None:
         if self.read_only:
@@ -249,26 +162,10 @@ class LogRoot:
             from logcore.log.root_owner import served_error
             raise served_error(self.storage.url, owner, what, hint)
 
-    def _kafka_topics(self) -> dict[str, dict]:
-        topics: dict[str, dict] = {}
-        for name in self.storage.list_dir(""):
-            m = _PARTITION_DIR.match(name)
-            if not m or "." in name.rsplit("-", 1)[1]:
-                continue
-            t = topics.setdefault(m["topic"], {"partitions": 0, "config": {}, "topic_id": ""})
-            t["partitions"] = max(t["partitions"], int(m["partition"]) + 1)
-            if not t["topic_id"]:
-                try:
-                    meta = PartitionMetadataFile(self.storage, self.storage.join(name, PARTITION_METADATA)).read()
-                    t["topic_id"] = format_topic_id(meta.topic_id) if meta else ""
-                except SegLogError:
-                    pass
-        return topics
-
     def _topics(self) -> dict[str, dict]:
         if self.kafka_copy:
-            return self._kafka_topics()
-        return self._read_doc()[0]["topics"]
+            return kafka_topics(self.storage)
+        return self.topics_file.read()[0]["topics"]
 
     def defaults(self) -> dict[str, str]:
         """The topic defaults in effect: the static ones, then the dynamic layer over them."""
@@ -276,22 +173,22 @@ class LogRoot:
 
     def static_defaults(self) -> dict[str, str]:
         """The root's stored defaults with the opener's (a broker's properties) over them."""
-        return self._static_over({} if self.kafka_copy else self._read_doc()[0].get("defaults", {}))
+        return self._static_over({} if self.kafka_copy else self.topics_file.read()[0].get("defaults", {}))
 
     def _static_over(self, stored: dict) -> dict[str, str]:
-        return {**stored, **self._defaults_override}
+        return {**stored, **self.topics_file.secrets, **self._defaults_override}
 
     def _topic_and_defaults(self, name: str) -> tuple[TopicInfo, dict[str, str]]:
         """The topic and the defaults in effect from one read of the topics file (a partition's
         open on an object store used to read it once for each)."""
         if self.kafka_copy:
-            topics, stored = self._kafka_topics(), {}
+            topics, stored = kafka_topics(self.storage), {}
         else:
-            doc = self._read_doc()[0]
+            doc = self.topics_file.read()[0]
             topics, stored = doc["topics"], doc.get("defaults", {})
         if name not in topics:
             raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
-        return _info(name, topics[name]), {**self._static_over(stored), **self._dynamic_defaults}
+        return topic_info(name, topics[name]), {**self._static_over(stored), **self._dynamic_defaults}
 
     def set_dynamic_defaults(self, layer: dict[str, str]) -> None:
         """Defaults changed at runtime (a broker's dynamic configs, kept by the broker, not in
@@ -303,10 +200,10 @@ class LogRoot:
         Kafka copy or a root without the file): a caller that keeps the version re-reads only
         when another process changed the topics."""
         if self.kafka_copy:
-            doc, version = {"topics": self._kafka_topics()}, None
+            doc, version = {"topics": kafka_topics(self.storage)}, None
         else:
-            doc, version = self._read_doc()
-        return {n: _info(n, t) for n, t in doc["topics"].items()}, version
+            doc, version = self.topics_file.read()
+        return {n: topic_info(n, t) for n, t in doc["topics"].items()}, version
 
     def list_topics(self) -> list[str]:
         return sorted(self._topics())
@@ -315,7 +212,7 @@ class LogRoot:
         topics = self._topics()
         if name not in topics:
             raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
-        return _info(name, topics[name])
+        return topic_info(name, topics[name])
 
     def topic_config(self, name: str) -> LogConfig:
         return LogConfig.from_props(self.describe_topic(name).config, self.defaults())
@@ -420,7 +317,7 @@ class LogRoot:
         ({"node_id", "host", "port"}: its advertised listener), or None."""
         if self.kafka_copy:
             return None
-        record = self._read_doc()[0].get("broker")
+        record = self.topics_file.read()[0].get("broker")
         return dict(record) if isinstance(record, dict) else None
 
     def record_broker(self, node_id: int, host: str, port: int) -> None:
@@ -453,7 +350,7 @@ class LogRoot:
                 raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
             merged = dict(doc["topics"][name].get("config", {}))
             merged.update(overrides)
-            defaults = {**doc.get("defaults", {}), **self._defaults_override}
+            defaults = self._static_over(doc.get("defaults", {}))
             check_topic_against_root(name, LogConfig.from_props(merged, defaults), defaults)
             doc["topics"][name]["config"] = merged
 
@@ -468,7 +365,7 @@ class LogRoot:
         def replace(doc):
             if name not in doc["topics"]:
                 raise TopicNotFoundError(f"topic {name!r} does not exist in {self.storage.url}")
-            defaults = {**doc.get("defaults", {}), **self._defaults_override, **self._dynamic_defaults}
+            defaults = {**self._static_over(doc.get("defaults", {})), **self._dynamic_defaults}
             check_topic_against_root(name, LogConfig.from_props(overrides, defaults), defaults)
             doc["topics"][name]["config"] = overrides
 
@@ -683,15 +580,6 @@ class LogRoot:
 
     def __repr__(self) -> str:
         return f"LogRoot({self.storage.url}{', kafka copy' if self.kafka_copy else ''})"
-
-
-def _dump(doc: dict) -> bytes:
-    return json.dumps(doc, indent=1, sort_keys=True).encode()
-
-
-def _new_id() -> str:
-    import base64
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def _remembering(storage, read_facts):

@@ -30,7 +30,7 @@ _RECORD_OVERHEAD = 21
 _SEQUENCE_WRAP = 1 << 31
 
 
-def _binary_parts(arr: pa.Array):
+def binary_parts(arr: pa.Array):
     """(offsets int32 numpy from row 0, data buffer, validity uint8 numpy or None) of a binary array."""
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
         arr = arr.cast(pa.binary())
@@ -108,8 +108,8 @@ def encode_batches(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray, 
     if batch_bytes < 1:
         raise InvalidRecordError(f"batch_bytes must be >= 1, got {batch_bytes}")
     codec = codec_of(compression)
-    ko, kd, kv = _binary_parts(keys)
-    vo, vd, vv = _binary_parts(values)
+    ko, kd, kv = binary_parts(keys)
+    vo, vd, vv = binary_parts(values)
     ts = np.ascontiguousarray(timestamps_ms, dtype=np.int64)
     sizes = (np.diff(ko).astype(np.int64) + np.diff(vo).astype(np.int64) + _RECORD_OVERHEAD)
     if headers is not None and headers.null_count < n:
@@ -152,8 +152,8 @@ def encode_batch_run(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray
     codec = codec_of(compression)
     if codec is Compression.NONE and (headers is None or headers.null_count == n
                                       or not _has_headers(headers, 0, n)):
-        ko, kd, kv = _binary_parts(keys)
-        vo, vd, vv = _binary_parts(values)
+        ko, kd, kv = binary_parts(keys)
+        vo, vd, vv = binary_parts(values)
         ts = np.ascontiguousarray(timestamps_ms, dtype=np.int64)
         order = None if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
         if batch_bytes < 1:
@@ -200,8 +200,8 @@ def encode_batch_run_into(out: bytearray, pos: int, keys: pa.Array, values: pa.A
         return len(data), count
     if batch_bytes < 1:
         raise InvalidRecordError(f"batch_bytes must be >= 1, got {batch_bytes}")
-    ko, kd, kv = _binary_parts(keys)
-    vo, vd, vv = _binary_parts(values)
+    ko, kd, kv = binary_parts(keys)
+    vo, vd, vv = binary_parts(values)
     ts = np.ascontiguousarray(timestamps_ms, dtype=np.int64)
     order = None if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
     return _fastcodec.encode_batch_run(n, ko, kd, kv, vo, vd, vv, ts, order, batch_bytes, max_records or 0,
@@ -219,8 +219,8 @@ def plain_columns(keys: pa.Array, values: pa.Array, timestamps_ms: np.ndarray,
         return None
     if headers is not None and headers.null_count != n and _has_headers(headers, 0, n):
         return None
-    ko, kd, kv = _binary_parts(keys)
-    vo, vd, vv = _binary_parts(values)
+    ko, kd, kv = binary_parts(keys)
+    vo, vd, vv = binary_parts(values)
     return n, ko, kd, kv, vo, vd, vv, np.ascontiguousarray(timestamps_ms, dtype=np.int64)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from logcore.records import _fastcodec
-from logcore.records.encode import _binary_parts
+from logcore.records.encode import binary_parts
 
 
 def murmur2(data: bytes) -> int:
@@ -28,7 +28,7 @@ def murmur2_partition(key: bytes, partitions: int) -> int:
 
 def murmur2_partitions(keys: pa.Array, partitions: int) -> np.ndarray:
     """Kafka's default partitioner for each key (int32 numpy array); -1 where the key is null."""
-    offsets, data, valid = _binary_parts(keys)
+    offsets, data, valid = binary_parts(keys)
     out = _fastcodec.murmur2_partitions(len(keys), offsets, data, valid, int(partitions))
     return np.frombuffer(out, dtype=np.int32)
 

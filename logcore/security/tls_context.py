@@ -85,6 +85,9 @@ def _server_context(settings: dict[str, str], where: str) -> tuple[ssl.SSLContex
     low, high = tls_versions(settings, where)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version, context.maximum_version = low, high
+    # A TLS 1.2 client's renegotiation is refused, as by Kafka's listeners (and by OpenSSL 3's
+    # default, which an OpenSSL 1.1 build does not have).
+    context.options |= ssl.OP_NO_RENEGOTIATION
     material = load_keystore(settings, where)
     if material is None:
         raise InvalidConfigError(f"{where}: a TLS listener needs a keystore: ssl.keystore.location (PKCS12 or"

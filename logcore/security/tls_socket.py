@@ -27,6 +27,12 @@ unread data is reset, which can take our last bytes with it at the peer. A peer 
 of the buffered bytes for `close_timeout`, or does not answer close_notify within it, has its
 socket closed then.
 
+A TLS 1.2 client's renegotiation is refused (OpenSSL's no_renegotiation alert; the client then
+ends the connection), as Kafka refuses it, whatever the context allowed: a write the socket did
+not take whole leaves OpenSSL's SSL_write half done, and the handshake messages a renegotiation
+makes OpenSSL write from inside a read then fail (BAD_LENGTH), killing the connection with the
+replies still queued in it.
+
 `SocketListener` is the listener policy: a plain asyncio server accepts, and each accepted
 socket is handed to a SocketTransport (the descriptor duplicated, asyncio's plain transport
 aborted before it ever read). The protocol factory it gives the server (`Handovers`) knows the
@@ -70,7 +76,9 @@ class SocketListener:
 
     def serve(self, loop: asyncio.AbstractEventLoop, app_factory: Callable[[], asyncio.BaseProtocol],
               context: ssl.SSLContext) -> tuple["Handovers", dict]:
-        """The protocol factory and the create_server keywords of a TLS listener."""
+        """The protocol factory and the create_server keywords of a TLS listener. The context
+        is set to refuse a client's renegotiation (module doc)."""
+        context.options |= ssl.OP_NO_RENEGOTIATION
         return Handovers(self, loop, app_factory, context), {}
 
 

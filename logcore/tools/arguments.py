@@ -1,5 +1,5 @@
-"""What the `seglog` commands share: their key=value arguments, storage options and
-.properties files, the log root they open, and stdout as bytes.
+"""What the `seglog` commands share: their key=value arguments, storage options, .properties
+and JSON files, the log root they open, and stdout as bytes.
 """
 from __future__ import annotations
 
@@ -83,6 +83,20 @@ def _properties_file(path: str | None, option: str) -> str | None:
     if not os.path.isfile(path):
         raise InvalidConfigError(f"{option} {path}: not a file")
     return path
+
+
+def json_file(path: str, option: str):
+    """The document of a JSON file given as `option` (Kafka's tools take their partition lists
+    so); a file that cannot be read or is not JSON is an error naming both."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise InvalidConfigError(f"{option} {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InvalidConfigError(f"{option} {path}: not JSON: {exc}") from None
 
 
 def offset_option(text: str) -> int:

@@ -9,11 +9,11 @@ partition: `partition: t-0\tlow_watermark: 40`, or `partition: t-1\terror: NAME`
 """
 from __future__ import annotations
 
-import json
 import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
+from logcore.tools.arguments import json_file
 from logcore.tools.broker_routes import BrokerRoutes
 from logcore.wire.client import KafkaError, error_name
 from logcore.wire.error_codes import NONE
@@ -40,13 +40,7 @@ def cmd_delete_records(args, out: TextIO | None = None) -> int:
 
 def read_offsets(path: str) -> dict[tuple[str, int], int]:
     """The partitions and offsets of a kafka-delete-records JSON file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise InvalidConfigError(f"--offset-json-file {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise InvalidConfigError(f"--offset-json-file {path}: not JSON: {exc}") from None
+    data = json_file(path, "--offset-json-file")
     if not isinstance(data, dict) or data.get("version", 1) != 1:
         raise InvalidConfigError(f"--offset-json-file {path}: not supported version field value"
                                  f" {data.get('version') if isinstance(data, dict) else data!r}")

@@ -13,11 +13,11 @@ error naming it.
 """
 from __future__ import annotations
 
-import json
 import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
+from logcore.tools.arguments import json_file
 from logcore.tools.client_properties import client_properties, client_security, timeout_s
 from logcore.tools.kafka_admin import KafkaAdmin
 from logcore.wire.client import KafkaError, error_name
@@ -77,13 +77,7 @@ def _partitions(args) -> list[tuple[str, int]] | None:
 
 def _json_partitions(path: str) -> list[tuple[str, int]]:
     """`{"partitions": [{"topic": "foo", "partition": 1}, ...]}`, as kafka-leader-election reads it."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise InvalidConfigError(f"--path-to-json-file {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise InvalidConfigError(f"--path-to-json-file {path}: not JSON: {exc}") from None
+    data = json_file(path, "--path-to-json-file")
     items = data.get("partitions") if isinstance(data, dict) else None
     if not isinstance(items, list):
         raise InvalidConfigError(f"--path-to-json-file {path}: Replica election data is missing \"partitions\" field")

@@ -24,6 +24,7 @@ import sys
 from typing import TextIO
 
 from logcore.errors import InvalidConfigError
+from logcore.tools.arguments import json_file
 from logcore.tools.client_properties import client_properties, client_security, timeout_s
 from logcore.tools.config_admin import ConfigAdmin
 from logcore.tools.kafka_admin import KafkaAdmin
@@ -177,13 +178,7 @@ def _raise_refused(what: str, results) -> None:
 
 def read_plan(path: str) -> dict[tuple[str, int], list[int]]:
     """Kafka's reassignment JSON: {(topic, partition): replicas}."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise InvalidConfigError(f"--reassignment-json-file {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise InvalidConfigError(f"--reassignment-json-file {path}: not JSON: {exc}") from None
+    data = json_file(path, "--reassignment-json-file")
     items = data.get("partitions") if isinstance(data, dict) else None
     if not isinstance(items, list):
         raise InvalidConfigError(f"--reassignment-json-file {path}: no \"partitions\" list")

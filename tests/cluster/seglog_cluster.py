@@ -157,6 +157,7 @@ class SeglogCluster:
         ports = free_ports(size)
         self.brokers = {i + 1: Broker(self, i + 1, ports[i], (hosts or {}).get(i + 1, "127.0.0.1"))
                         for i in range(size)}
+        self._admin = None              # admin(): one AdminClient, made on first need
 
     @property
     def bootstrap(self) -> str:
@@ -217,6 +218,9 @@ class SeglogCluster:
             self.per_broker[i] = {"listeners": f"PLAINTEXT://{b.host}:{b.port},INTERNAL://127.0.0.1:{port}"}
 
     def close(self) -> None:
+        # The admin client goes first: kept, it would retry the stopped brokers' ports for as
+        # long as this object lives (the brokers refer back to it, so only a gc cycle ends it).
+        self._admin = None
         for b in self.brokers.values():
             if b.alive():
                 b.kill()
@@ -250,7 +254,7 @@ class SeglogCluster:
     def admin(self):
         """One AdminClient for the cluster (its futures need it alive)."""
         from confluent_kafka.admin import AdminClient
-        if getattr(self, "_admin", None) is None:
+        if self._admin is None:
             self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
         return self._admin
 

@@ -199,10 +199,15 @@ def test_small_requests_split_across_records_each_answered(pki):
     asyncio.run(run())
 
 
-def _bio_client(port: int, context: ssl.SSLContext):
-    """A blocking socket and a client SSLObject over memory BIOs, handshaken: the test sends
-    exactly the ciphertext bytes it chooses."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+def _bio_client(port: int, context: ssl.SSLContext, rcvbuf: int | None = None):
+    """A blocking socket (with a receive buffer of `rcvbuf` bytes when given) and a client
+    SSLObject over memory BIOs, handshaken: the test sends exactly the ciphertext bytes it
+    chooses."""
+    sock = socket.socket()
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     tls = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
     while True:

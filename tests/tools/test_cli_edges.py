@@ -68,6 +68,22 @@ def test_missing_config_files_say_no_such_file(capsys, tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("command", [
+    ("reassign-partitions", "--execute", "--reassignment-json-file"),
+    ("leader-election", "--election-type", "preferred", "--path-to-json-file"),
+    ("delete-records", "--offset-json-file"),
+])
+def test_json_files_missing_or_not_json_name_option_and_file(capsys, tmp_path, command):
+    """Checked before any broker is asked (none listens at the bootstrap address)."""
+    *args, option = command
+    missing, garbled = tmp_path / "nope.json", tmp_path / "garbled.json"
+    garbled.write_text("{partitions: ")
+    code, _, err = seglog(capsys, *args, "--bootstrap-server", "127.0.0.1:1", option, str(missing))
+    assert code == 1 and err == f"seglog: error: {option} {missing}: No such file or directory\n"
+    code, _, err = seglog(capsys, *args, "--bootstrap-server", "127.0.0.1:1", option, str(garbled))
+    assert code == 1 and err.startswith(f"seglog: error: {option} {garbled}: not JSON: ")
+
+
 def test_override_without_equals_names_override(capsys, tmp_path):
     conf = tmp_path / "broker.properties"
     conf.write_text("listeners=PLAINTEXT://127.0.0.1:0\n")

@@ -36,6 +36,7 @@ def broker(tmp_path_factory):
     p.begin_transaction()
     p.produce("committed", value=b"v", partition=0)
     p.commit_transaction(15)
+    del p           # destroyed now, not after the broker's stop (it would retry its port)
     yield b
     for x in started:
         x.stop()
