@@ -14,6 +14,14 @@ stopped at), byte budget, first-batch rule, isolation kind, log start offset and
 count, checked under the log's lock: below the bound nothing in the active segment changes but
 by a truncation, which counts, or by the log start moving, which is compared. The high watermark,
 LSO and log start offset of the answer are taken afresh.
+
+The batches a produce round appended on the event loop are kept the same way, as written (their
+offsets and leader epoch stamped), so that the first follower's fetch of them is not a read
+either: served for a read from the run's first offset while the log ends where the run ended
+(the bound, LEO or HW, at that end too: nothing appended since, so the run is still in the
+active segment), nothing truncated since before the append, the log start where it was, the
+run within the read's byte budget and no read_committed read (whose aborted transactions come
+from the index).
 """
 from __future__ import annotations
 
@@ -46,6 +54,16 @@ class _Kept:
     aborted: list
 
 
+@dataclass(frozen=True)
+class _Appended:
+    log: object
+    start: int              # the run's first offset
+    end: int                # the LEO after it
+    truncations: int
+    log_start_offset: int
+    data: bytes
+
+
 class TailReads:
     """The kept reads, one per partition (keyed by the broker's PartitionLog); `served` counts
     the reads answered from a kept one."""
@@ -67,10 +85,18 @@ class TailReads:
             key = (offset, log.bound(isolation), budget, min_one_batch, isolation == "read_committed",
                    log.log_start_offset, log.truncations)
             kept = self._kept.get(part)
-            if kept is not None and kept.log is log and kept.key == key:
-                self.served += 1
-                return TailRead(kept.data, log.high_watermark, log.last_stable_offset, log.log_start_offset,
-                                kept.aborted)
+            if kept is not None and kept.log is log:
+                if type(kept) is _Appended:
+                    if (offset == kept.start and key[1] == kept.end == log.log_end_offset
+                            and len(kept.data) <= budget and not key[4]
+                            and key[5] == kept.log_start_offset and key[6] == kept.truncations):
+                        self.served += 1
+                        return TailRead(kept.data, log.high_watermark, log.last_stable_offset,
+                                        log.log_start_offset, [])
+                elif kept.key == key:
+                    self.served += 1
+                    return TailRead(kept.data, log.high_watermark, log.last_stable_offset,
+                                    log.log_start_offset, kept.aborted)
             fetched = log.read_nowait(offset, budget, isolation=isolation, min_one_batch=min_one_batch,
                                       zero_copy=True)
             if fetched is None or not isinstance(fetched.data, FileSlice) or fetched.data.size >= copy_below:
@@ -78,11 +104,28 @@ class TailReads:
             with fetched.data as data:
                 copied = data.read()
             if copied and len(copied) <= KEPT_BYTES:
-                self._kept[part] = _Kept(log, key, copied, fetched.aborted)
-                self._kept.move_to_end(part)
-                if len(self._kept) > self._max:
-                    self._kept.popitem(last=False)
+                self._keep(part, _Kept(log, key, copied, fetched.aborted))
             return TailRead(copied, fetched.high_watermark, fetched.last_stable_offset,
                             fetched.log_start_offset, fetched.aborted)
         finally:
             log.lock.release()
+
+    def appended(self, part, log, start: int, end: int, written: list, truncations: int) -> None:
+        """Keep the batches `written` (as written, in order) that a produce round appended to
+        `part`'s `log` from offset `start` to `end`, when `truncations` (read before the append)
+        still stands and the log still ends at `end`; copied (they may be views of a request
+        frame). A run over KEPT_BYTES is not kept."""
+        if sum(len(b) for b in written) > KEPT_BYTES or not log.lock.acquire(blocking=False):
+            return
+        try:
+            if log.truncations != truncations or log.log_end_offset != end:
+                return
+            self._keep(part, _Appended(log, start, end, truncations, log.log_start_offset, b"".join(written)))
+        finally:
+            log.lock.release()
+
+    def _keep(self, part, entry) -> None:
+        self._kept[part] = entry
+        self._kept.move_to_end(part)
+        if len(self._kept) > self._max:
+            self._kept.popitem(last=False)
