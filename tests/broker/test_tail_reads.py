@@ -206,17 +206,21 @@ def test_a_follower_reads_a_produced_run_without_a_log_read(tmp_path, monkeypatc
     tail = TailReads()
     rng = random.Random(7)
     results = _append_run(tail, log, _client_batches(rng, 1))
-    start, end = results[0].first_offset, results[-1].last_offset + 1
+    start = results[0].first_offset
+    # A second produce request in flight: its run is appended before the followers' fetches.
+    results = _append_run(tail, log, _client_batches(rng, 2))
+    second, end = results[0].first_offset, results[-1].last_offset + 1
     expected = _direct(log, start, 1 << 20, "log_end", True)
     monkeypatch.setattr(log, "read_nowait", lambda *a, **k: pytest.fail("read the log"))
     for _follower in range(2):
         assert _through(tail, log, start, 1 << 20, "log_end", True) == expected
-    assert tail.served == 2
+    assert _through(tail, log, second, 1 << 20, "log_end", True) == _direct(log, second, 1 << 20, "log_end", True)
+    assert tail.served == 3
     monkeypatch.undo()
     # Anything appended after the run: the run is not the whole answer any more.
     log.append_records([(None, b"after", (), 1_700_000_000_002)])
     assert _through(tail, log, start, 1 << 20, "log_end", True) == _direct(log, start, 1 << 20, "log_end", True)
-    assert log.log_end_offset > end and tail.served == 2
+    assert log.log_end_offset > end and tail.served == 3
 
 
 def test_a_produced_run_cut_and_written_again_to_the_same_end_is_not_served(tmp_path):
