@@ -480,7 +480,7 @@ class PartitionManager:
             if part in self._open:              # closed meanwhile (a topic deleted): the append says so
                 self._open.move_to_end(part)
         truncations = log.truncations
-        written: list = []
+        written: list | None = [] if self.replication.replicates else None
         try:
             results, committed = log.append_and_commit_nowait([batch for batch, _ in jobs], written)
         except Exception as exc:  # noqa: BLE001 - a bug here must not leave the futures unresolved
@@ -505,7 +505,9 @@ class PartitionManager:
             if rejected:
                 self._complete(part, jobs, results, None)
             else:
-                if written and len(written) == len(results):      # no duplicate: one run
+                # Kept for the followers' fetches (a broker alone has none: its consumers'
+                # second read of a range is served by the kept read already). No duplicate: one run.
+                if written and len(written) == len(results):
                     self.tail_reads.appended(part, log, results[0].first_offset, results[-1].last_offset + 1,
                                              written, truncations)
                 self._committed(part, jobs, results)
