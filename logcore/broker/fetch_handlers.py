@@ -69,7 +69,8 @@ class FetchHandlers:
         self.membership = membership
         self.topic_metrics = topic_metrics or TopicMetrics()     # bytes out per topic (counted, not exported)
         self.quotas = quotas or ClientQuotas()
-        self.tail_reads = TailReads()      # the last small read of each partition's tail
+        # The last small read, or appended run, of each partition's tail (kept by the partitions)
+        self.tail_reads: TailReads = partitions.tail_reads
 
     # ------------------------------------------------------------------ Fetch
     async def fetch(self, req: Request) -> Result:

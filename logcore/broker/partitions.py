@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from logcore.broker.log_dir_failure import LogDirFailureChannel, LogDirOfflineError
 from logcore.broker.resources import open_partition_budget
+from logcore.broker.tail_reads import TailReads
 from logcore.errors import DamagedLogError, FencedWriterError
 from logcore.log.log import Log
 from logcore.log.log_root import LogRoot, TopicInfo
@@ -158,6 +159,9 @@ class PartitionManager:
         # Where a failed write of the log dir is reported (the Broker sets its own): the dir goes
         # offline and, being the broker's only one, the broker stops (log_dir_failure.py).
         self.log_dir_failure = LogDirFailureChannel(root.url)
+        # The last small read, or produce round's appended batches, of each partition's tail:
+        # the fetches of the same range (the followers', then a consumer's) served from it.
+        self.tail_reads = TailReads()
 
     def storage_failed(self, exc: BaseException | None, what: str) -> bool:
         """True when `exc` is a failure of the log dir's device or filesystem: reported to the
@@ -475,8 +479,10 @@ class PartitionManager:
         with self._lock:
             if part in self._open:              # closed meanwhile (a topic deleted): the append says so
                 self._open.move_to_end(part)
+        truncations = log.truncations
+        written: list | None = [] if self.replication.replicates else None
         try:
-            results, committed = log.append_and_commit_nowait([batch for batch, _ in jobs])
+            results, committed = log.append_and_commit_nowait([batch for batch, _ in jobs], written)
         except Exception as exc:  # noqa: BLE001 - a bug here must not leave the futures unresolved
             if self.storage_failed(exc, f"append to {part.topic}-{part.index}"):
                 self._complete(part, jobs, [exc] * len(jobs), None)
@@ -499,6 +505,11 @@ class PartitionManager:
             if rejected:
                 self._complete(part, jobs, results, None)
             else:
+                # Kept for the followers' fetches (a broker alone has none: its consumers'
+                # second read of a range is served by the kept read already). No duplicate: one run.
+                if written and len(written) == len(results):
+                    self.tail_reads.appended(part, log, results[0].first_offset, results[-1].last_offset + 1,
+                                             written, truncations)
                 self._committed(part, jobs, results)
             return None
         return jobs, results

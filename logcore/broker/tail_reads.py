@@ -14,6 +14,14 @@ stopped at), byte budget, first-batch rule, isolation kind, log start offset and
 count, checked under the log's lock: below the bound nothing in the active segment changes but
 by a truncation, which counts, or by the log start moving, which is compared. The high watermark,
 LSO and log start offset of the answer are taken afresh.
+
+The batches produce rounds appended on the event loop are kept the same way, as written (their
+offsets and leader epoch stamped), so that the first follower's fetch of them is not a read
+either: served for a read from a run's first offset while the log ends where the last run ended
+(the bound, LEO or HW, at that end too: nothing appended since, so the run is still in the
+active segment), nothing truncated since before the append, the log start where it was, the
+run within the read's byte budget and no read_committed read (whose aborted transactions come
+from the index).
 """
 from __future__ import annotations
 
@@ -46,6 +54,39 @@ class _Kept:
     aborted: list
 
 
+class _Appended:
+    """The runs produce rounds appended one after another, the last ending at `end`: `starts`
+    the first offset of each, `chunks` its bytes as written; the oldest dropped past KEPT_BYTES."""
+    __slots__ = ("log", "starts", "chunks", "size", "end", "truncations", "log_start_offset")
+
+    def __init__(self, log, truncations: int, log_start_offset: int):
+        self.log, self.truncations, self.log_start_offset = log, truncations, log_start_offset
+        self.starts: list[int] = []
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.end = -1
+
+    def add(self, start: int, end: int, data: bytes) -> None:
+        self.starts.append(start)
+        self.chunks.append(data)
+        self.size += len(data)
+        self.end = end
+        while self.size > KEPT_BYTES:
+            self.starts.pop(0)
+            self.size -= len(self.chunks.pop(0))
+
+    def from_offset(self, offset: int, budget: int) -> bytes | None:
+        """The batches from `offset` to the end, if `offset` starts a kept run and they fit."""
+        try:
+            i = self.starts.index(offset)
+        except ValueError:
+            return None
+        chunks = self.chunks[i:]
+        if sum(len(c) for c in chunks) > budget:
+            return None
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 class TailReads:
     """The kept reads, one per partition (keyed by the broker's PartitionLog); `served` counts
     the reads answered from a kept one."""
@@ -67,10 +108,19 @@ class TailReads:
             key = (offset, log.bound(isolation), budget, min_one_batch, isolation == "read_committed",
                    log.log_start_offset, log.truncations)
             kept = self._kept.get(part)
-            if kept is not None and kept.log is log and kept.key == key:
-                self.served += 1
-                return TailRead(kept.data, log.high_watermark, log.last_stable_offset, log.log_start_offset,
-                                kept.aborted)
+            if kept is not None and kept.log is log:
+                if type(kept) is _Appended:
+                    if (key[1] == kept.end == log.log_end_offset and not key[4]
+                            and key[5] == kept.log_start_offset and key[6] == kept.truncations):
+                        data = kept.from_offset(offset, budget)
+                        if data is not None:
+                            self.served += 1
+                            return TailRead(data, log.high_watermark, log.last_stable_offset,
+                                            log.log_start_offset, [])
+                elif kept.key == key:
+                    self.served += 1
+                    return TailRead(kept.data, log.high_watermark, log.last_stable_offset,
+                                    log.log_start_offset, kept.aborted)
             fetched = log.read_nowait(offset, budget, isolation=isolation, min_one_batch=min_one_batch,
                                       zero_copy=True)
             if fetched is None or not isinstance(fetched.data, FileSlice) or fetched.data.size >= copy_below:
@@ -78,11 +128,36 @@ class TailReads:
             with fetched.data as data:
                 copied = data.read()
             if copied and len(copied) <= KEPT_BYTES:
-                self._kept[part] = _Kept(log, key, copied, fetched.aborted)
-                self._kept.move_to_end(part)
-                if len(self._kept) > self._max:
-                    self._kept.popitem(last=False)
+                self._keep(part, _Kept(log, key, copied, fetched.aborted))
             return TailRead(copied, fetched.high_watermark, fetched.last_stable_offset,
                             fetched.log_start_offset, fetched.aborted)
         finally:
             log.lock.release()
+
+    def appended(self, part, log, start: int, end: int, written: list, truncations: int) -> None:
+        """Keep the batches `written` (as written, in order) that a produce round appended to
+        `part`'s `log` from offset `start` to `end`, when `truncations` (read before the append)
+        still stands and the log still ends at `end`; copied (they may be views of a request
+        frame). A run that continues the one kept (it starts at its end, nothing truncated or
+        deleted between) is added to it, so that a follower still at an earlier run's start
+        (several produce requests in flight) is served the runs from there. A run over
+        KEPT_BYTES is not kept."""
+        if sum(len(b) for b in written) > KEPT_BYTES or not log.lock.acquire(blocking=False):
+            return
+        try:
+            if log.truncations != truncations or log.log_end_offset != end:
+                return
+            kept = self._kept.get(part)
+            if not (type(kept) is _Appended and kept.log is log and kept.end == start
+                    and kept.truncations == truncations and kept.log_start_offset == log.log_start_offset):
+                kept = _Appended(log, truncations, log.log_start_offset)     # not a continuation
+            kept.add(start, end, b"".join(written))
+            self._keep(part, kept)
+        finally:
+            log.lock.release()
+
+    def _keep(self, part, entry) -> None:
+        self._kept[part] = entry
+        self._kept.move_to_end(part)
+        if len(self._kept) > self._max:
+            self._kept.popitem(last=False)

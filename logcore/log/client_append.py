@@ -117,13 +117,16 @@ class ClientAppend:
                                         timestamp_ms=_now_ms(), partition_leader_epoch=self._role.leader_epoch)
             return self.append_locked(bytearray(batch), _now_ms(), validated=True)
 
-    def append_and_commit_nowait(self, batches: list[bytes]) -> tuple[list, bool]:
+    def append_and_commit_nowait(self, batches: list[bytes],
+                                 written: list | None = None) -> tuple[list, bool]:
         """append_batch() each of `batches`, then commit(durable=False), for a caller that must
         not block (the broker's event loop): only what takes no fsync, roll, root checkpoint
         write or wait for a lock is done here.
 
         A batch given as a writable buffer (a bytearray, or a writable memoryview such as a
         slice of the request frame) gets its offsets and epoch stamped in place (no copy).
+        `written`, when given, receives the buffer of each batch written, as written (stamped),
+        in log order: a duplicate or a refused batch adds none.
 
         Returns (results, committed): one AppendInfo or exception per batch handled (a prefix
         of `batches`; it stops before a batch that would roll a segment or reach the flush
@@ -147,7 +150,10 @@ class ClientAppend:
                     for batch in batches:
                         try:
                             data = batch if _writable(batch) else bytearray(batch)
-                            results.append(self.append_locked(data, _now_ms(), validated=False))
+                            info = self.append_locked(data, _now_ms(), validated=False)
+                            results.append(info)
+                            if written is not None and not info.duplicate:
+                                written.append(data)
                         except _WouldBlock:
                             return results, False
                         except Exception as exc:  # noqa: BLE001 - that batch's own error

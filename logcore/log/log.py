@@ -378,10 +378,10 @@ class Log:
         """Append one client-built RecordBatch v2 (ClientAppend.append_batch)."""
         return self._append.append_batch(batch)
 
-    def append_and_commit_nowait(self, batches: list[bytes]) -> tuple[list, bool]:
-        """append_batch() each batch, then commit(durable=False), without blocking
-        (ClientAppend.append_and_commit_nowait)."""
-        return self._append.append_and_commit_nowait(batches)
+    def append_and_commit_nowait(self, batches: list[bytes], written: list | None = None) -> tuple[list, bool]:
+        """append_batch() each batch, then commit(durable=False), without blocking; `written`
+        receives the batches as written (ClientAppend.append_and_commit_nowait)."""
+        return self._append.append_and_commit_nowait(batches, written)
 
     def append_locked(self, data: bytearray, now: int, *, validated: bool,
                       assign: bool = False) -> AppendInfo:

@@ -9,6 +9,7 @@ import pytest
 
 from logcore.broker.tail_reads import KEPT_BYTES, TailReads
 from logcore.log.log_root import LogRoot
+from logcore.records.batch import build_batch
 from random_transaction import RandomTransaction, next_sequence
 
 ISOLATIONS = ("log_end", "read_uncommitted", "read_committed")
@@ -133,3 +134,105 @@ def test_a_truncation_back_to_the_same_end_is_not_served_from_before(tmp_path):
     assert b"new" in after.data and tail.served == 0
     assert tail.read_nowait("t-0", log, 0, 1 << 20, "log_end", True).data == after.data
     assert tail.served == 1
+
+
+def _client_batches(rng, step):
+    return [memoryview(bytearray(build_batch(_records(rng, rng.randrange(1, 3), step), base_offset=0)))
+            for _ in range(rng.randrange(1, 4))]
+
+
+def _append_run(tail, log, batches):
+    """A produce round's append as the partitions make it: the run kept as written."""
+    truncations = log.truncations
+    written: list = []
+    results, _committed = log.append_and_commit_nowait(batches, written)
+    if written and len(written) == len(results):
+        tail.appended("t-0", log, results[0].first_offset, results[-1].last_offset + 1, written, truncations)
+    for b in batches:                   # the request frame's bytes are reused after the round
+        b[:] = bytes(len(b))
+    return results
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_an_appended_run_served_is_what_the_log_answers_now(tmp_path, seed):
+    rng = random.Random(seed)
+    log = _open(tmp_path, segment_bytes=30000)
+    tail = TailReads()
+    txn = RandomTransaction(rng)
+    from_runs = 0
+    for step in range(300):
+        op = rng.random()
+        if op < 0.45:
+            results = _append_run(tail, log, _client_batches(rng, step))
+            if results and not isinstance(results[0], Exception):
+                # the first follower's fetch of the run: no read of the log made it
+                served = tail.served
+                start = results[0].first_offset
+                got = _through(tail, log, start, 1 << 20, "log_end", True)
+                if got is not None:      # None: the log's lock busy or a read that would block
+                    assert got == _direct(log, start, 1 << 20, "log_end", True)
+                from_runs += tail.served - served
+        elif op < 0.55:
+            log.append_records(_records(rng, rng.randrange(1, 3), step))
+        elif op < 0.6:
+            txn.step(log, lambda: _records(rng, 2, step))
+        elif op < 0.7:
+            log.maybe_increment_high_watermark(rng.randrange(log.high_watermark, log.log_end_offset + 1))
+        elif op < 0.76 and log.log_end_offset > log.high_watermark and not txn.open:
+            log.truncate_to(rng.randrange(log.high_watermark, log.log_end_offset))
+            txn.sequence = next_sequence(log, txn.producer_id)
+        elif op < 0.78 and log.high_watermark > log.log_start_offset:
+            log.delete_records_before(rng.randrange(log.log_start_offset, log.high_watermark + 1))
+        # The followers' and a consumer's fetches of the tail, as at a leader after a produce.
+        for _ in range(3):
+            isolation = rng.choice(ISOLATIONS)
+            bound = log.bound(isolation)
+            low = max(log.log_start_offset, bound - 4)
+            if low > bound:
+                continue
+            offset = rng.randint(low, bound)
+            budget = rng.choice([1 << 20, 2000])
+            first = rng.random() < 0.8
+            got = _through(tail, log, offset, budget, isolation, first)
+            if got is not None:
+                assert got == _direct(log, offset, budget, isolation, first), (step, offset, isolation)
+    assert from_runs > 60
+
+
+def test_a_follower_reads_a_produced_run_without_a_log_read(tmp_path, monkeypatch):
+    log = _open(tmp_path, segment_bytes=1 << 20)
+    log.append_records([(None, b"before", (), 1_700_000_000_000)])
+    log.commit()                 # the root files written: the next commit is one the loop makes
+    tail = TailReads()
+    rng = random.Random(7)
+    results = _append_run(tail, log, _client_batches(rng, 1))
+    start = results[0].first_offset
+    # A second produce request in flight: its run is appended before the followers' fetches.
+    results = _append_run(tail, log, _client_batches(rng, 2))
+    second, end = results[0].first_offset, results[-1].last_offset + 1
+    expected = _direct(log, start, 1 << 20, "log_end", True)
+    monkeypatch.setattr(log, "read_nowait", lambda *a, **k: pytest.fail("read the log"))
+    for _follower in range(2):
+        assert _through(tail, log, start, 1 << 20, "log_end", True) == expected
+    assert _through(tail, log, second, 1 << 20, "log_end", True) == _direct(log, second, 1 << 20, "log_end", True)
+    assert tail.served == 3
+    monkeypatch.undo()
+    # Anything appended after the run: the run is not the whole answer any more.
+    log.append_records([(None, b"after", (), 1_700_000_000_002)])
+    assert _through(tail, log, start, 1 << 20, "log_end", True) == _direct(log, start, 1 << 20, "log_end", True)
+    assert log.log_end_offset > end and tail.served == 3
+
+
+def test_a_produced_run_cut_and_written_again_to_the_same_end_is_not_served(tmp_path):
+    log = _open(tmp_path, segment_bytes=1 << 20)
+    log.append_records([(None, b"before", (), 1_700_000_000_000)])
+    log.commit()
+    tail = TailReads()
+    results = _append_run(tail, log, [memoryview(bytearray(build_batch([(None, b"old", (), 1_700_000_000_001)],
+                                                                        base_offset=0)))])
+    start = results[0].first_offset
+    log.truncate_to(start, below_high_watermark=True)       # as a deposed leader's log is cut
+    log.append_records([(None, b"new", (), 1_700_000_000_002)])
+    assert log.log_end_offset == results[-1].last_offset + 1
+    got = _through(tail, log, start, 1 << 20, "log_end", True)
+    assert b"new" in got[0] and tail.served == 0
