@@ -21,6 +21,7 @@ from logcore.storage.direct_writer import ALIGN, DirectFileWriter
 
 from pyspark_seglog.buffer_pool import AlignedBufferPool
 from pyspark_seglog.offset_reservation import reserve_offsets
+from pyspark_seglog.part_uploads import PartUploads
 from pyspark_seglog.row_router import RowRouter
 from pyspark_seglog.sink_options import default_batch_size
 from pyspark_seglog.staged_part import StagedPart
@@ -46,7 +47,10 @@ _STAGING_BUFFERS = AlignedBufferPool(keep_bytes=_STAGING_MEMORY_BYTES)
 _MAX_KEPT_BATCHES = 1 << 16     # a part's batch_fields rows sent with its commit message (4.5 MiB)
 _FIELD_ROW_BYTES = 9 * 8        # one batch_fields row: 9 int64
 _NO_POSITIONS = np.empty(0, dtype=np.int64)
-_PARALLEL_PUTS = 4              # object store: a task's last parts written at the same time
+_PARALLEL_PUTS = 4              # object store: parts of a task written at the same time
+# object store: bytes of finished parts a task holds while they are written in the background
+# (part_uploads.py); past that it waits before encoding on
+_UPLOAD_MEMORY_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -117,12 +121,19 @@ class TaskStager(RowRouter):
         self.parts: list[StagedPart] = []
         # local: part files are written on one thread while the task encodes the next chunk
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="seglog-stage") if self.local else None
+        # object store: finished parts are written in the background while the task encodes on
+        self.uploads = None if self.local else PartUploads(
+            self._stamp if writer.reserves_offsets else None, self._put, _PARALLEL_PUTS, _UPLOAD_MEMORY_BYTES)
+        self._ready: list[tuple[StagedPart, bytearray]] = []     # finished parts not handed over
         # the last Arrow batch's plain_columns: (keys, values, ts, headers, codec, columns)
         self._plain: tuple | None = None
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.shutdown(wait=True)     # no write may be running on a closed file
+        if self.uploads is not None:
+            self.uploads.close()                # nor a part PUT after the discard that may follow
+        self._ready.clear()
         for file in self.part_files.values():
             file.abandon()
         self.part_files.clear()
@@ -188,6 +199,18 @@ class TaskStager(RowRouter):
         self._topic(topic)
         return self.policies[topic]
 
+    def add(self, batch) -> None:
+        super().add(batch)
+        if self._ready:
+            # the parts this batch filled (often one per target partition, as rows spread
+            # evenly) go together: one reservation, their PUTs at the same time
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        ready, self._ready = self._ready, []
+        for i in range(0, len(ready), _PARALLEL_PUTS):
+            self.uploads.submit(ready[i:i + _PARALLEL_PUTS])
+
     def _encode(self, topic, partition, codec, keys, values, ts, headers, rows) -> None:
         tp = (topic, partition)
         out = self.pending.get(tp)
@@ -242,9 +265,9 @@ class TaskStager(RowRouter):
         self._plain = (keys, values, ts, headers, codec, columns)
         return columns
 
-    def _write(self, tp, puts: list | None = None) -> None:
+    def _write(self, tp) -> None:
         """Stage the encoded batches of `tp`: append them to its open part (local disk), or
-        write them as one part object (or add (path, bytes) to `puts`, for the caller to write)."""
+        make them one part object, written once handed over (`_hand_over`)."""
         out = self.pending.get(tp)
         if out is None or out.fill == out.kept:
             return
@@ -278,11 +301,7 @@ class TaskStager(RowRouter):
             out.fill = out.kept = rest
             out.part_base = part.size - rest
         else:
-            data = bytearray(out.data[:out.fill])
-            if puts is None:
-                self._put_all([(part, data)])
-            else:
-                puts.append((part, data))
+            self._ready.append((part, bytearray(out.data[:out.fill])))
             part.size += out.fill
             out.fill = 0
         part.records += out.records
@@ -341,30 +360,16 @@ class TaskStager(RowRouter):
         return np.unique(np.concatenate((now // ALIGN, (now + 15) // ALIGN))) * ALIGN
 
     def flush_all(self) -> None:
-        # On an object store the task's last parts (one per target partition, usually all of
-        # them) are PUT together, not one round trip after another.
-        # (_PARALLEL_PUTS at a time: each holds a copy of its bytes meanwhile)
-        puts = None if self.local else []
         for tp in sorted(self.pending):
-            self._write(tp, puts)
-            if puts is not None and len(puts) >= _PARALLEL_PUTS:
-                self._put_all(puts)
-                puts.clear()
-        if puts:
-            self._put_all(puts)
+            self._write(tp)
+        if self.uploads is not None:
+            # the task's last parts (one per target partition, usually all of them) are PUT
+            # together, not one round trip after another; then every part is written
+            self._hand_over()
+            self.uploads.finish()
         for tp in sorted(self.open_parts):
             self._finish(tp)
 
-    def _put_all(self, puts: list[tuple[StagedPart, bytearray]]) -> None:
-        """Write the part objects `puts` concurrently; the first error is raised once all are
-        done (the caller's discard then removes every part of the attempt)."""
-        if self.w.reserves_offsets:
-            self._stamp(puts)
-        if len(puts) == 1:
-            self.storage.write_atomic(puts[0][0].path, puts[0][1], durable=False)
-            return
-        with ThreadPoolExecutor(min(len(puts), _PARALLEL_PUTS), thread_name_prefix="seglog-stage-put") as pool:
-            futures = [pool.submit(self.storage.write_atomic, part.path, data, durable=False)
-                       for part, data in puts]
-        for future in futures:
-            future.result()
+    def _put(self, part: StagedPart, data: bytearray) -> None:
+        """Write one part object (on an upload thread: part_uploads.py)."""
+        self.storage.write_atomic(part.path, data, durable=False)

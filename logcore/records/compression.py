@@ -44,6 +44,7 @@ CODEC_NAMES = {int(c): c.name.lower() for c in Compression}
 
 # Kafka's default levels (CompressionType.*.defaultLevel).
 DEFAULT_LEVELS = {Compression.GZIP: 6, Compression.LZ4: 9, Compression.ZSTD: 3}
+_LZ4_FAST = 0       # lz4.frame's level for LZ4's fast (not high-compression) compressor
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
@@ -80,8 +81,12 @@ def compress(codec: Compression | int, data, level: int | None = None) -> bytes:
     if codec is Compression.SNAPPY:
         return _xerial_snappy_compress(data)
     if codec is Compression.LZ4:
+        # At its default level Kafka compresses with LZ4's fast compressor, and with the
+        # high-compression one (about 20 times slower) only at another level: the same here.
+        if level is None or level == DEFAULT_LEVELS[codec]:
+            level = _LZ4_FAST
         return lz4.frame.compress(
-            data, compression_level=DEFAULT_LEVELS[codec] if level is None else level,
+            data, compression_level=level,
             block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False,
             store_size=False)
     return _zstd_compressor(DEFAULT_LEVELS[codec] if level is None else level).compress(data)

@@ -147,3 +147,50 @@ def test_a_second_job_reads_the_seeds_and_copies_too(url, part_reads, monkeypatc
     assert sorted(int(r.value[1:]) for rs in records.values() for r in rs) == list(range(60)) + list(range(100, 120))
     for rs in records.values():
         assert [r.offset for r in rs] == list(range(len(rs)))
+
+
+def test_parts_written_while_the_task_encodes_keep_each_partitions_row_order(url, part_reads, monkeypatch):
+    """A task hands its finished parts to background uploads (part_uploads.py) and encodes on:
+    each partition's parts still get their reserved offsets in the order of its rows, the task
+    reports every part written, and the commit copies them all in that order."""
+    from pyspark_seglog import task_stager
+    monkeypatch.setattr(task_stager, "_UPLOAD_MEMORY_BYTES", 2000)      # hand-overs also wait
+    opts = {"path": url, "topic": "t", "topic.partitions": "3", "staging.part.bytes": "500"}
+    w = SeglogBatchWriter(opts, _schema(), False)
+    storage = open_storage(url)
+    message = w.write(iter([_rows(i * 40, 40) for i in range(12)]))
+    by_partition = {}
+    for part in message.parts:
+        assert storage.exists(part.path) and part.base >= 0
+        by_partition.setdefault(part.partition, []).append(part)
+    assert all(len(parts) > 3 for parts in by_partition.values())
+    for parts in by_partition.values():
+        ordered = sorted(parts, key=lambda p: p.seq)
+        assert [p.base for p in ordered] == sorted(p.base for p in parts)
+    w.commit([message])
+    assert part_reads == []
+    records = _records(url)
+    assert sorted(int(r.value[1:]) for rs in records.values() for r in rs) == list(range(480))
+    for rs in records.values():
+        ids = [int(r.value[1:]) for r in rs]
+        assert ids == sorted(ids) and [r.offset for r in rs] == list(range(len(rs)))
+
+
+def test_a_part_put_that_fails_fails_the_task_and_leaves_no_part(url, monkeypatch):
+    opts = {"path": url, "topic": "t", "topic.partitions": "2", "staging.part.bytes": "1000"}
+    w = SeglogBatchWriter(opts, _schema(), False)
+    real = ObjectStorage.write_atomic
+    puts = []
+
+    def third_fails(self, path, data, **kwargs):
+        if f"{STAGING_DIR}/{w.job_id}/0/" in path:
+            puts.append(path)
+            if len(puts) == 3:
+                raise OSError("the store refused the part")
+        return real(self, path, data, **kwargs)
+    monkeypatch.setattr(ObjectStorage, "write_atomic", third_fails)
+    with pytest.raises(OSError, match="refused the part"):
+        w.write(iter([_rows(i * 40, 40) for i in range(10)]))
+    storage = open_storage(url)
+    assert [n for n in storage.list_dir(staging_path(w.job_id, 0)) for n in storage.list_dir(
+        f"{staging_path(w.job_id, 0)}/{n}")] == []

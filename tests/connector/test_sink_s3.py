@@ -4,16 +4,22 @@ from __future__ import annotations
 import pytest
 
 from logcore.log.log_root import LogRoot
+from logcore.storage import open_storage
 
 pytestmark = pytest.mark.s3
+
+
+def _spark_options(so: dict) -> dict:
+    """The sink's storage.* options for a target's storage options."""
+    return {"storage.endpoint_url": so["endpoint_url"], "storage.key": so["key"],
+            "storage.secret": so["secret"], "storage.anon": "false",
+            "storage.client_kwargs.region_name": so["client_kwargs"]["region_name"]}
 
 
 def test_stream_and_batch_writes_to_an_s3_root(spark, storage_targets, tmp_path):
     target = storage_targets.make("s3")
     so = target.storage_options
-    options = {"storage.endpoint_url": so["endpoint_url"], "storage.key": so["key"],
-               "storage.secret": so["secret"], "storage.anon": "false",
-               "storage.client_kwargs.region_name": so["client_kwargs"]["region_name"]}
+    options = _spark_options(so)
     rows = [(f"user-{i % 7}", f"event-{i}") for i in range(300)]
     df = spark.createDataFrame(rows, "key string, value string")
     (df.write.format("seglog").options(**options).option("topic", "events")
@@ -48,3 +54,31 @@ def test_stream_and_batch_writes_to_an_s3_root(spark, storage_targets, tmp_path)
     back = (spark.read.format("seglog").options(**options).option("subscribe", "events")
             .load(target.url).selectExpr("CAST(value AS STRING) AS v").collect())
     assert sorted(r.v for r in back) == sorted(values)
+
+
+def test_a_task_with_many_parts_on_s3_keeps_each_partitions_row_order(spark, storage_targets):
+    """One task, parts of about 1 KB: the parts each Arrow batch fills are uploaded while the
+    task encodes on; each partition gets its rows in input order, one segment per part."""
+    target = storage_targets.make("s3")
+    so = target.storage_options
+    options = _spark_options(so)
+    df = spark.createDataFrame([(f"user-{i}", f"row-{i}") for i in range(2000)], "key string, value string")
+    batch_rows = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "200")      # several Arrow batches
+    try:
+        (df.coalesce(1).write.format("seglog").options(**options).option("topic", "t")
+           .option("topic.partitions", "3").option("staging.part.bytes", "1000").mode("append").save(target.url))
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", batch_rows)
+    root = LogRoot.open(target.url, storage_options=so)
+    seen = []
+    for p in range(3):
+        log = root.log("t", p)
+        records = list(log.read_records(0))
+        ids = [int(r.value.decode()[4:]) for r in records]
+        assert ids == sorted(ids) and [r.offset for r in records] == list(range(len(records)))
+        names = open_storage(target.url, so).list_dir(f"t-{p}")
+        assert sum(1 for n in names if n.endswith(".log")) > 3, names
+        seen += ids
+    root.close()
+    assert sorted(seen) == list(range(2000))
