@@ -51,6 +51,7 @@ class ClientAppend:
         self._compact = config.compact
         self._log_append_time = log.log_append_time()
         self._validator = LogValidator(log.topic, log.partition, config)     # a client batch's checks
+        self._stored = _stored_codec(config)
         self._nonblocking = False                   # inside append_and_commit_nowait
         # The open policy is the log's for life: whether a commit moves the HW (single node).
         self._commit_moves_hw = log.mode.commit_moves_high_watermark
@@ -62,12 +63,16 @@ class ClientAppend:
         self._compact = config.compact
         self._log_append_time = getattr(config, "message_timestamp_type", "CreateTime") == "LogAppendTime"
         self._validator = LogValidator(self._log.topic, self._log.partition, config)
+        self._stored = _stored_codec(config)
 
-    def _compression(self, compression) -> Compression:
-        if compression is not None:
-            return Compression(compression)
-        name = getattr(self._log.config, "compression_type", "producer")
-        return CODEC_BY_NAME.get(name, Compression.NONE)
+    def _compression(self, compression) -> tuple[Compression, int | None]:
+        """An appended batch's codec (the caller's, else the topic's compression.type) and level:
+        the topic's compression.<codec>.level when the codec is the topic's, else the default."""
+        stored = self._stored
+        if compression is None:
+            return stored or (Compression.NONE, None)
+        codec = Compression(compression)
+        return codec, stored[1] if stored is not None and stored[0] == codec else None
 
     def append_records(self, records: Iterable, *, compression: Compression | None = None,
                        producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
@@ -92,9 +97,10 @@ class ClientAppend:
             if missing:
                 self._validator.refuse_null_keys(missing, len(items))
         log_append = log.log_append_time()
+        codec, level = self._compression(compression)
         with log.critical():
             batch = build_batch(items, base_offset=log.log_end_offset,
-                                compression=self._compression(compression),
+                                compression=codec, compression_level=level,
                                 producer_id=producer_id, producer_epoch=producer_epoch,
                                 base_sequence=base_sequence, is_transactional=is_transactional,
                                 partition_leader_epoch=self._role.leader_epoch,
@@ -298,6 +304,13 @@ class ClientAppend:
             active.truncate_to(header.base_offset)
             log.rebuild_producer_state()
             raise
+
+
+def _stored_codec(config) -> tuple[Compression, int | None] | None:
+    """The codec and level the topic's compression.type stores batches in; None for `producer`
+    (each batch as its producer compressed it)."""
+    codec = CODEC_BY_NAME.get(getattr(config, "compression_type", "producer"))
+    return None if codec is None else (codec, getattr(config, "compression_level", None))
 
 
 def _writable(buf) -> bool:
