@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from logcore.errors import InvalidRecordError, NotLeaderOrFollowerError, RecordTooLargeError
-from logcore.records.batch import (CONTROL_MASK, LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
-                                   BatchHeader, Record,
+from logcore.records.batch import (ATTRIBUTES_OFFSET, COMPRESSION_MASK, CONTROL_MASK, LOG_OVERHEAD,
+                                   TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader, Record,
                                    TimestampType, build_batch, build_control_batch, parse_header,
-                                   set_base_offset, set_log_append_time, set_partition_leader_epoch)
+                                   recompress_batch, set_base_offset, set_log_append_time,
+                                   set_partition_leader_epoch)
 from logcore.records.compression import CODEC_BY_NAME, Compression
 from logcore.records.control import ControlType
 from logcore.log.clock import now_ms as _now_ms
@@ -202,8 +203,15 @@ class ClientAppend:
             header = parse_header(data)
             size = header.size
         else:
+            stored = self._stored
+            recompress = (stored is not None and len(data) > ATTRIBUTES_OFFSET + 1
+                          and data[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK != stored[0])
+            if recompress and self._nonblocking:
+                raise _WouldBlock()         # CPU work for a thread, not the event loop; nothing changed
             fields = self._validator.validate(data, now, nonblocking=self._nonblocking)
             size = fields[1] + LOG_OVERHEAD
+            if recompress:
+                data, size, fields = self._recompressed(data, stored)
         if size > self._segment_bytes:
             raise RecordTooLargeError(
                 f"batch of {size} bytes exceeds segment.bytes={self._segment_bytes}")
@@ -215,7 +223,7 @@ class ClientAppend:
             if self._log_append_time:
                 set_log_append_time(data, now)
                 header = parse_header(data)
-            elif validated:
+            elif validated or fields is None:
                 header = parse_header(data)
             else:                           # the stamped header without parsing it again
                 header = BatchHeader(leo, fields[1], epoch, *fields[3:])
@@ -239,6 +247,18 @@ class ClientAppend:
         log_append = now if header.attributes & TIMESTAMP_TYPE_MASK else -1
         return AppendInfo(header.base_offset, header.base_offset + header.last_offset_delta,
                           header.max_timestamp, header.records_count, log_append)
+
+    def _recompressed(self, data: bytearray, stored: tuple) -> tuple[bytearray, int, None]:
+        """A checked client batch in the topic's codec at its level, as Kafka's broker stores
+        one produced in another codec (`uncompressed` inflates it): (batch, size, no fields).
+        Its size is checked again, as Kafka's is after recompression."""
+        data = recompress_batch(data, *stored)
+        limit = self._log.config.max_message_bytes
+        if len(data) > limit:
+            raise RecordTooLargeError(
+                f"batch of {len(data)} bytes once in the topic's compression.type="
+                f"{self._log.config.compression_type} exceeds max.message.bytes={limit}")
+        return data, len(data), None
 
     def append_batch_locked(self, data, header: BatchHeader, now: int, epoch: int, analysis, *,
                             next_batch: bool = False) -> None:

@@ -140,7 +140,11 @@ class LogConfig:
         category="records")
     compression_type: str = ConfigKey(
         "compression.type", ConfigType.STRING, "producer",
-        "Codec of stored batches: `producer` keeps the producer's, the others recompress.",
+        "Codec of stored batches: `producer` keeps the producer's. Another: the broker stores a"
+        " produced batch of another codec recompressed into it at the topic's"
+        " compression.<codec>.level (`uncompressed` inflates it), as Kafka's does; the library's"
+        " appends, `seglog produce` into a root and the Spark sink compress with it when not"
+        " given a codec of their own.",
         validator=one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
         broker_names=("compression.type",), category="records")
     compression_gzip_level: int = ConfigKey(
