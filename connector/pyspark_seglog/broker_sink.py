@@ -39,7 +39,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from logcore.errors import TopicNotFoundError
-from logcore.records.compression import CODEC_BY_NAME, Compression
+from logcore.records.compression import CODEC_BY_NAME, LEVEL_CONFIGS, Compression
 from logcore.records.encode import encode_batches
 
 from logcore.wire.api_keys import PRODUCE
@@ -261,7 +261,7 @@ class TaskProducer(RowRouter):
             self.producer_id, self.epoch = transaction.producer_id, transaction.epoch
         else:
             self.producer_id, self.epoch = self._with_retries(self.client.init_producer_id, "InitProducerId")
-        self.topics: dict[str, tuple[int, Compression]] = {}
+        self.topics: dict[str, tuple[int, Compression, int | None]] = {}
         self.policies: dict[str, str] = {}                    # topic -> cleanup.policy
         self.sequences: dict[tuple[str, int], int] = {}       # next row's ordinal per partition
         self.queues: dict[tuple[str, int], deque[_Batch]] = {}
@@ -284,16 +284,19 @@ class TaskProducer(RowRouter):
                                   {f"{t}-{p}": n for (t, p), n in sorted(self.acked.items())})
 
     # ---------------------------------------------------------------- routing and encoding
-    def _topic(self, topic: str) -> tuple[int, Compression]:
+    def _topic(self, topic: str) -> tuple[int, Compression, int | None]:
+        """(partition count, codec, codec level) of the sink's batches into `topic`."""
         found = self.topics.get(topic)
         if found is None:
             count = self._with_retries(lambda: ensure_topic(self.client, self.opts, topic), "Metadata")
-            codec = self.opts.compression
-            if codec is None:
-                config = self._with_retries(lambda: self.client.topic_config(topic, ["compression.type"]),
-                                            "DescribeConfigs")
-                codec = CODEC_BY_NAME.get(config.get("compression.type") or "producer", Compression.NONE)
-            found = self.topics[topic] = (count, codec)
+            topic_type, level = "producer", None
+            if self.opts.uses_topic_compression():
+                names = ["compression.type", *LEVEL_CONFIGS.values()]
+                config = self._with_retries(lambda: self.client.topic_config(topic, names), "DescribeConfigs")
+                topic_type = config.get("compression.type") or "producer"
+                level = config.get(LEVEL_CONFIGS.get(CODEC_BY_NAME.get(topic_type)))
+            found = self.topics[topic] = (count, *self.opts.batch_codec(
+                topic_type, None if level is None else int(level)))
         return found
 
     def _cleanup_policy(self, topic: str) -> str:
@@ -314,7 +317,8 @@ class TaskProducer(RowRouter):
         tp = (topic, partition)
         ordinal = self.sequences.get(tp, 0)
         batches = encode_batches(keys, values, ts, headers=headers, compression=codec,
-                                 batch_bytes=self.opts.batch_size, max_records=self.opts.max_records,
+                                 compression_level=self.topics[topic][2], batch_bytes=self.opts.batch_size,
+                                 max_records=self.opts.max_records,
                                  producer_id=self.producer_id, producer_epoch=self.epoch,
                                  base_sequence=ordinal % SEQUENCE_WRAP)
         queue = self.queues.setdefault(tp, deque())

@@ -2,7 +2,8 @@
 
 Spark lower-cases option names before they reach a Python data source, so every name is matched
 in lower case. Names mirror Spark's Kafka sink and Kafka's producer where one exists
-(`topic`, `compression.type`, `batch.size`). `kafka.bootstrap.servers` sends the rows through
+(`topic`, `compression.type`, `batch.size`; `kafka.compression.<codec>.level`, else the topic's
+compression.<codec>.level when its codec is used). `kafka.bootstrap.servers` sends the rows through
 a `seglog broker` over the Kafka protocol instead of committing them into the root (the path may
 then be omitted); `kafka.delivery.timeout.ms` bounds its retries; `deliveryGuarantee` says whether
 it writes in Kafka transactions (exactly-once, the default; `kafka.transaction.timeout.ms`) or as
@@ -21,8 +22,8 @@ import enum
 from dataclasses import dataclass, field
 
 from logcore.errors import InvalidConfigError
-from logcore.log.config import validate_topic_overrides
-from logcore.records.compression import CODEC_BY_NAME, Compression
+from logcore.log.config import key_for, validate_topic_overrides
+from logcore.records.compression import CODEC_BY_NAME, LEVEL_CONFIGS, Compression
 
 from pyspark_seglog.bootstrap import parse_bootstrap
 from pyspark_seglog.kafka_security import PLAINTEXT, KafkaSecurity, check_security_option
@@ -96,6 +97,24 @@ class SinkOptions:
     delivery: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     security: KafkaSecurity = PLAINTEXT      # kafka.security.protocol, kafka.ssl.*, kafka.sasl.*
+    # codec -> kafka.compression.<codec>.level (Kafka's producer settings since 3.8, KIP-390)
+    compression_levels: dict = field(default_factory=dict)
+
+    def batch_codec(self, topic_compression: str, topic_level: int | None) -> tuple[Compression, int | None]:
+        """The codec and level of the sink's batches into a topic of compression.type
+        `topic_compression` and compression.<codec>.level `topic_level` for that codec: the
+        compression.type option's codec, else the topic's; at kafka.compression.<codec>.level,
+        else at the topic's level when the codec is the topic's, else at the codec's default."""
+        topic_codec = CODEC_BY_NAME.get(topic_compression)       # None: producer
+        codec = self.compression if self.compression is not None else topic_codec or Compression.NONE
+        if codec in self.compression_levels:
+            return codec, self.compression_levels[codec]
+        return codec, topic_level if codec == topic_codec else None
+
+    def uses_topic_compression(self) -> bool:
+        """Whether `batch_codec` depends on the topic's compression configs."""
+        codec = self.compression
+        return codec is None or codec in LEVEL_CONFIGS and codec not in self.compression_levels
 
 
 def default_batch_size(max_message_bytes: int) -> int:
@@ -150,7 +169,7 @@ REFUSED_KAFKA_SETTINGS = {
 # The Kafka producer settings the sink applies; the others tune a producer it does not run.
 APPLIED_KAFKA_SETTINGS = frozenset((
     "bootstrap.servers", "delivery.timeout.ms", "transaction.timeout.ms", "compression.type", "batch.size",
-    "acks", "enable.idempotence", "security.protocol"))
+    "acks", "enable.idempotence", "security.protocol", *LEVEL_CONFIGS.values()))
 
 
 def _applied(setting: str) -> bool:
@@ -181,7 +200,8 @@ def check_unknown(options) -> None:
         raise InvalidConfigError(
             f"unknown seglog sink option {name!r}{hint} Known options: {', '.join(sorted(KNOWN_OPTIONS))},"
             " plus storage.*, topic.config.*, kafka.bootstrap.servers, kafka.delivery.timeout.ms,"
-            " kafka.transaction.timeout.ms, kafka.security.protocol, kafka.ssl.*, kafka.sasl.* and the Kafka"
+            " kafka.transaction.timeout.ms, kafka.compression.<codec>.level, kafka.security.protocol,"
+            " kafka.ssl.*, kafka.sasl.* and the Kafka"
             " producer's other settings as kafka.* (accepted without effect, with a warning)")
 
 
@@ -195,6 +215,23 @@ def _alias(options: dict, name: str) -> None:
         raise InvalidConfigError(
             f"options {name}={given!r} and kafka.{name}={prefixed!r} disagree: give one of them")
     options[name] = prefixed
+
+
+def _levels(options) -> dict[Compression, int]:
+    """kafka.compression.<codec>.level, checked as the topic config of that name (same range)."""
+    levels = {}
+    for codec, name in LEVEL_CONFIGS.items():
+        raw = options.get(f"kafka.{name}")
+        if raw is None:
+            continue
+        key = key_for(name)
+        try:
+            levels[codec] = key.parse(str(raw).strip())
+        except InvalidConfigError:
+            raise InvalidConfigError(
+                f"option kafka.{name}={raw!r} is not a {codec.name.lower()} level: it must be a whole"
+                f" number, {key.validator.allowed}") from None
+    return levels
 
 
 def _guarantee(options, bootstrap) -> DeliveryGuarantee:
@@ -264,4 +301,5 @@ def parse_sink_options(options) -> SinkOptions:
         delivery=_guarantee(options, bootstrap),
         security=KafkaSecurity.from_options(options, has_bootstrap=bootstrap is not None),
         transaction_timeout_ms=_int(options, TRANSACTION_TIMEOUT_OPTION, DEFAULT_TRANSACTION_TIMEOUT_MS, 1),
+        compression_levels=_levels(options),
     )

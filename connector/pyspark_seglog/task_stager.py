@@ -14,7 +14,7 @@ import numpy as np
 from logcore.log.log_root import LogRoot
 from logcore.log.adoption import stamp_offsets
 from logcore.records.batch import F_LAST_DELTA, F_POSITION, batch_fields
-from logcore.records.compression import CODEC_BY_NAME, Compression
+from logcore.records.compression import Compression
 from logcore.records.encode import encode_batch_run_into, encode_plain_run_into, plain_columns
 from logcore.storage import open_storage
 from logcore.storage.direct_writer import ALIGN, DirectFileWriter
@@ -61,11 +61,12 @@ class TopicFacts:
     segment_bytes: int
     max_message_bytes: int
     cleanup_policy: str             # as Kafka lists it: "compact,delete"
+    compression_level: int | None = None    # the topic's level for its codec
 
     @classmethod
     def of(cls, partitions: int, config) -> TopicFacts:
         return cls(partitions, config.compression_type, config.segment_bytes, config.max_message_bytes,
-                   ",".join(config.cleanup_policy))
+                   ",".join(config.cleanup_policy), config.compression_level)
 
 
 class _PartBuffer:
@@ -111,8 +112,8 @@ class TaskStager(RowRouter):
         # segment; on an object store it is one object written whole.
         self.local = self.storage.is_local
         self.root: LogRoot | None = None
-        # topic -> partitions, codec, part limit, batch bytes, write chunk
-        self.topics: dict[str, tuple[int, Compression, int, int, int]] = {}
+        # topic -> partitions, codec, part limit, batch bytes, write chunk, codec level
+        self.topics: dict[str, tuple[int, Compression, int, int, int, int | None]] = {}
         self.policies: dict[str, str] = {}      # topic -> cleanup.policy
         self.pending: dict[tuple[str, int], _PartBuffer] = {}
         self.open_parts: dict[tuple[str, int], StagedPart] = {}
@@ -167,15 +168,12 @@ class TaskStager(RowRouter):
         info = self.w.ensure_topic(self.root, topic)
         return TopicFacts.of(info.partitions, self.root.topic_config(topic))
 
-    def _topic(self, topic: str) -> tuple[int, Compression, int, int, int]:
+    def _topic(self, topic: str) -> tuple[int, Compression, int, int, int, int | None]:
         found = self.topics.get(topic)
         if found is None:
             facts = self._facts(topic)
             self.policies[topic] = facts.cleanup_policy
-            if self.opts.compression is not None:
-                codec = self.opts.compression
-            else:
-                codec = CODEC_BY_NAME.get(facts.compression_type, Compression.NONE)
+            codec, level = self.opts.batch_codec(facts.compression_type, facts.compression_level)
             if self.opts.staging_part_bytes is not None:
                 limit = self.opts.staging_part_bytes
             elif self.local:
@@ -192,7 +190,7 @@ class TaskStager(RowRouter):
                 # (about as much again)
                 per_partition = _STAGING_MEMORY_BYTES // (4 * max(1, facts.partitions))
                 chunk = min(limit, max(_MIN_WRITE_CHUNK_BYTES, min(_WRITE_CHUNK_BYTES, per_partition)))
-            found = self.topics[topic] = (facts.partitions, codec, limit, batch_bytes, chunk)
+            found = self.topics[topic] = (facts.partitions, codec, limit, batch_bytes, chunk, level)
         return found
 
     def _cleanup_policy(self, topic: str) -> str:
@@ -216,7 +214,7 @@ class TaskStager(RowRouter):
         out = self.pending.get(tp)
         if out is None:
             out = self.pending[tp] = _PartBuffer()
-        limit, batch_bytes, threshold = self.topics[topic][2:5]
+        limit, batch_bytes, threshold, level = self.topics[topic][2:6]
         plain = self._plain_columns(codec, keys, values, ts, headers)
         while True:
             if plain is not None:
@@ -226,7 +224,7 @@ class TaskStager(RowRouter):
             else:
                 size, batches = encode_batch_run_into(
                     out.data, out.fill, keys, values, ts, rows=rows, headers=headers, compression=codec,
-                    batch_bytes=batch_bytes, max_records=self.opts.max_records)
+                    compression_level=level, batch_bytes=batch_bytes, max_records=self.opts.max_records)
                 fields = None
             if batches >= 0:
                 break

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from logcore.errors import InvalidRecordError, NotLeaderOrFollowerError, RecordTooLargeError
-from logcore.records.batch import (CONTROL_MASK, LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
-                                   BatchHeader, Record,
+from logcore.records.batch import (ATTRIBUTES_OFFSET, COMPRESSION_MASK, CONTROL_MASK, LOG_OVERHEAD,
+                                   TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader, Record,
                                    TimestampType, build_batch, build_control_batch, parse_header,
-                                   set_base_offset, set_log_append_time, set_partition_leader_epoch)
+                                   recompress_batch, set_base_offset, set_log_append_time,
+                                   set_partition_leader_epoch)
 from logcore.records.compression import CODEC_BY_NAME, Compression
 from logcore.records.control import ControlType
 from logcore.log.clock import now_ms as _now_ms
@@ -51,6 +52,7 @@ class ClientAppend:
         self._compact = config.compact
         self._log_append_time = log.log_append_time()
         self._validator = LogValidator(log.topic, log.partition, config)     # a client batch's checks
+        self._stored = _stored_codec(config)
         self._nonblocking = False                   # inside append_and_commit_nowait
         # The open policy is the log's for life: whether a commit moves the HW (single node).
         self._commit_moves_hw = log.mode.commit_moves_high_watermark
@@ -62,12 +64,16 @@ class ClientAppend:
         self._compact = config.compact
         self._log_append_time = getattr(config, "message_timestamp_type", "CreateTime") == "LogAppendTime"
         self._validator = LogValidator(self._log.topic, self._log.partition, config)
+        self._stored = _stored_codec(config)
 
-    def _compression(self, compression) -> Compression:
-        if compression is not None:
-            return Compression(compression)
-        name = getattr(self._log.config, "compression_type", "producer")
-        return CODEC_BY_NAME.get(name, Compression.NONE)
+    def _compression(self, compression) -> tuple[Compression, int | None]:
+        """An appended batch's codec (the caller's, else the topic's compression.type) and level:
+        the topic's compression.<codec>.level when the codec is the topic's, else the default."""
+        stored = self._stored
+        if compression is None:
+            return stored or (Compression.NONE, None)
+        codec = Compression(compression)
+        return codec, stored[1] if stored is not None and stored[0] == codec else None
 
     def append_records(self, records: Iterable, *, compression: Compression | None = None,
                        producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
@@ -92,9 +98,10 @@ class ClientAppend:
             if missing:
                 self._validator.refuse_null_keys(missing, len(items))
         log_append = log.log_append_time()
+        codec, level = self._compression(compression)
         with log.critical():
             batch = build_batch(items, base_offset=log.log_end_offset,
-                                compression=self._compression(compression),
+                                compression=codec, compression_level=level,
                                 producer_id=producer_id, producer_epoch=producer_epoch,
                                 base_sequence=base_sequence, is_transactional=is_transactional,
                                 partition_leader_epoch=self._role.leader_epoch,
@@ -196,8 +203,15 @@ class ClientAppend:
             header = parse_header(data)
             size = header.size
         else:
+            stored = self._stored
+            recompress = (stored is not None and len(data) > ATTRIBUTES_OFFSET + 1
+                          and data[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK != stored[0])
+            if recompress and self._nonblocking:
+                raise _WouldBlock()         # CPU work for a thread, not the event loop; nothing changed
             fields = self._validator.validate(data, now, nonblocking=self._nonblocking)
             size = fields[1] + LOG_OVERHEAD
+            if recompress:
+                data, size, fields = self._recompressed(data, stored)
         if size > self._segment_bytes:
             raise RecordTooLargeError(
                 f"batch of {size} bytes exceeds segment.bytes={self._segment_bytes}")
@@ -209,7 +223,7 @@ class ClientAppend:
             if self._log_append_time:
                 set_log_append_time(data, now)
                 header = parse_header(data)
-            elif validated:
+            elif validated or fields is None:
                 header = parse_header(data)
             else:                           # the stamped header without parsing it again
                 header = BatchHeader(leo, fields[1], epoch, *fields[3:])
@@ -233,6 +247,18 @@ class ClientAppend:
         log_append = now if header.attributes & TIMESTAMP_TYPE_MASK else -1
         return AppendInfo(header.base_offset, header.base_offset + header.last_offset_delta,
                           header.max_timestamp, header.records_count, log_append)
+
+    def _recompressed(self, data: bytearray, stored: tuple) -> tuple[bytearray, int, None]:
+        """A checked client batch in the topic's codec at its level, as Kafka's broker stores
+        one produced in another codec (`uncompressed` inflates it): (batch, size, no fields).
+        Its size is checked again, as Kafka's is after recompression."""
+        data = recompress_batch(data, *stored)
+        limit = self._log.config.max_message_bytes
+        if len(data) > limit:
+            raise RecordTooLargeError(
+                f"batch of {len(data)} bytes once in the topic's compression.type="
+                f"{self._log.config.compression_type} exceeds max.message.bytes={limit}")
+        return data, len(data), None
 
     def append_batch_locked(self, data, header: BatchHeader, now: int, epoch: int, analysis, *,
                             next_batch: bool = False) -> None:
@@ -298,6 +324,13 @@ class ClientAppend:
             active.truncate_to(header.base_offset)
             log.rebuild_producer_state()
             raise
+
+
+def _stored_codec(config) -> tuple[Compression, int | None] | None:
+    """The codec and level the topic's compression.type stores batches in; None for `producer`
+    (each batch as its producer compressed it)."""
+    codec = CODEC_BY_NAME.get(getattr(config, "compression_type", "producer"))
+    return None if codec is None else (codec, getattr(config, "compression_level", None))
 
 
 def _writable(buf) -> bool:

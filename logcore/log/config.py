@@ -24,6 +24,7 @@ from logcore.log.config_key import (INT64_MAX, ConfigKey, ConfigType, Validator,
 from logcore.log.config_rules import (CROSS_FIELD_RULES, check_cross_field_rules,
                                       check_turning_off_remote_storage)
 from logcore.log.topic_name import MAX_TOPIC_NAME_LENGTH
+from logcore.records.compression import CODEC_BY_NAME, LEVEL_CONFIGS
 
 _MS_PER_HOUR = 3_600_000
 _MS_PER_MINUTE = 60_000
@@ -139,21 +140,29 @@ class LogConfig:
         category="records")
     compression_type: str = ConfigKey(
         "compression.type", ConfigType.STRING, "producer",
-        "Codec of stored batches: `producer` keeps the producer's, the others recompress.",
+        "Codec of stored batches: `producer` keeps the producer's. Another: the broker stores a"
+        " produced batch of another codec recompressed into it at the topic's"
+        " compression.<codec>.level (`uncompressed` inflates it), as Kafka's does; the library's"
+        " appends, `seglog produce` into a root and the Spark sink compress with it when not"
+        " given a codec of their own.",
         validator=one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
         broker_names=("compression.type",), category="records")
     compression_gzip_level: int = ConfigKey(
         "compression.gzip.level", ConfigType.INT, -1,
-        "gzip level when the log recompresses with gzip (-1: zlib's default).",
+        "gzip level of batches compressed with the topic's gzip codec (compression.type=gzip):"
+        " the library's appends, `seglog produce` into a root and the Spark sink (-1: zlib's default, 6).",
         validator=level_or(-1, 1, 9), broker_names=("compression.gzip.level",),
         category="records")
     compression_lz4_level: int = ConfigKey(
         "compression.lz4.level", ConfigType.INT, 9,
-        "lz4 level when the log recompresses with lz4.",
+        "lz4 level of batches compressed with the topic's lz4 codec (compression.type=lz4): the"
+        " library's appends, `seglog produce` into a root and the Spark sink (9: LZ4's fast compressor,"
+        " as Kafka's default; others its high-compression one).",
         validator=between(1, 17), broker_names=("compression.lz4.level",), category="records")
     compression_zstd_level: int = ConfigKey(
         "compression.zstd.level", ConfigType.INT, 3,
-        "zstd level when the log recompresses with zstd.",
+        "zstd level of batches compressed with the topic's zstd codec (compression.type=zstd): the"
+        " library's appends, `seglog produce` into a root and the Spark sink.",
         validator=between(-131072, 22), broker_names=("compression.zstd.level",),
         category="records")
     min_insync_replicas: int = ConfigKey(
@@ -243,6 +252,14 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def compression_level(self) -> int | None:
+        """The level for the codec compression.type names (its compression.<codec>.level), which
+        every batch compressed with the topic's codec gets; None for producer, uncompressed and
+        snappy (no levels)."""
+        name = LEVEL_CONFIGS.get(CODEC_BY_NAME.get(self.compression_type))
+        return None if name is None else self._values[name]
 
     @property
     def effective_local_retention_ms(self) -> int:

@@ -255,6 +255,24 @@ def build_batch(records: Iterable, *, base_offset: int = 0, compression: Compres
                           partition_leader_epoch=partition_leader_epoch)
 
 
+def recompress_batch(batch, codec: Compression | int, level: int | None = None) -> bytearray:
+    """A whole v2 batch with its records section in `codec` (at `level`), every other field kept
+    (the records themselves, offsets and timestamps included): what Kafka's broker stores of a
+    produced batch whose codec is not the topic's compression.type. The batch is checked already
+    (its decompression bounded by the caller)."""
+    h = parse_header(batch)
+    codec = codec_of(codec)
+    section = memoryview(batch)[HEADER_SIZE:h.size]
+    old = h.attributes & COMPRESSION_MASK
+    raw = decompress(old, section) if old else section
+    new = compress(codec, raw, level) if codec is not Compression.NONE else bytes(raw)
+    return bytearray(assemble_batch(
+        new, base_offset=h.base_offset, attributes=(h.attributes & ~COMPRESSION_MASK) | int(codec),
+        last_offset_delta=h.last_offset_delta, base_timestamp=h.base_timestamp, max_timestamp=h.max_timestamp,
+        producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+        records_count=h.records_count, partition_leader_epoch=h.partition_leader_epoch))
+
+
 def build_control_batch(control_type: ControlType | int, *, producer_id: int, producer_epoch: int,
                         coordinator_epoch: int = 0, base_offset: int = 0, timestamp_ms: int,
                         partition_leader_epoch: int = -1) -> bytes:

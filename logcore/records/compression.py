@@ -44,6 +44,8 @@ CODEC_NAMES = {int(c): c.name.lower() for c in Compression}
 
 # Kafka's default levels (CompressionType.*.defaultLevel).
 DEFAULT_LEVELS = {Compression.GZIP: 6, Compression.LZ4: 9, Compression.ZSTD: 3}
+# The topic config (and Kafka producer setting) that sets a codec's level, e.g. compression.zstd.level.
+LEVEL_CONFIGS = {codec: f"compression.{codec.name.lower()}.level" for codec in DEFAULT_LEVELS}
 _LZ4_FAST = 0       # lz4.frame's level for LZ4's fast (not high-compression) compressor
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"

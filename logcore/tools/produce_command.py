@@ -65,10 +65,11 @@ class _Producer:
 
     def __init__(self, sink, topic: str, partitions: int, *, batch_bytes: int, compression,
                  batch_records: int | None = None, max_message_bytes: int | None = None,
-                 topic_compression: str = "producer"):
+                 topic_compression: str = "producer", topic_level: int | None = None):
         self.sink = sink                    # where closed batches go: a root's logs, or the brokers
         self.max_message_bytes = max_message_bytes
         self.topic_compression = topic_compression
+        self.topic_level = topic_level      # the topic's level for its codec (LogConfig.compression_level)
         self.topic = topic
         self.partitions = partitions
         self.batch_bytes = batch_bytes
@@ -112,12 +113,13 @@ class _Producer:
         from logcore.records.compression import Compression
 
         key, value, headers, ts = record
-        codec = self.compression
-        if codec is None:                   # the topic's compression.type decides
-            name = self.topic_compression
-            codec = _compression_arg(name) if name != "producer" else None
+        name = self.topic_compression
+        topic_codec = _compression_arg(name) if name != "producer" else None
+        codec = self.compression if self.compression is not None else topic_codec   # the log's choice too
+        level = self.topic_level if codec is not None and codec == topic_codec else None
         size = len(build_batch([(key, value, headers, 0 if ts is None else ts)], base_offset=0,
-                               compression=codec if codec is not None else Compression.NONE))
+                               compression=codec if codec is not None else Compression.NONE,
+                               compression_level=level))
         if size > self.max_message_bytes:
             raise RecordTooLargeError(
                 f"the record{where} takes {size} bytes as a batch, more than topic {self.topic}'s "
@@ -377,7 +379,8 @@ def _produce_to_root(args, source: _Input, batch_size: int, compression) -> tupl
         producer = _Producer(_RootLogs(root, args.topic), args.topic, info.partitions, batch_bytes=batch_bytes,
                              compression=compression, batch_records=args.batch_records,
                              max_message_bytes=config.max_message_bytes,
-                             topic_compression=config.compression_type)
+                             topic_compression=config.compression_type,
+                             topic_level=config.compression_level)
         try:
             lines = source.feed(producer, _partitioner(args, info.partitions))
         finally:

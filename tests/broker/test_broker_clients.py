@@ -139,3 +139,25 @@ def test_fetch_long_poll_wakes_on_new_data(broker):
     c.close()
     assert m is not None and m.value() == b"wake"
     assert elapsed < 3.0                # woken by the commit, not by fetch.wait.max.ms
+
+
+@pytest.mark.parametrize("topic_codec, produced, stored", [
+    ("gzip", "none", "gzip"), ("uncompressed", "zstd", "none"), ("zstd", "zstd", "zstd"), ("producer", "lz4", "lz4")])
+def test_topic_compression_type_recompresses_produced_batches(broker, topic_codec, produced, stored):
+    """As Kafka's broker: a produced batch in another codec than the topic's compression.type is
+    stored in the topic's codec, at its compression.<codec>.level; `producer` keeps the batch's."""
+    from logcore.records.batch import HEADER_SIZE, iter_batches
+    from logcore.records.compression import codec_of, compress, decompress
+
+    topic = f"codec-{topic_codec}-{produced}"
+    create(broker, topic, 1, {"compression.type": topic_codec, "compression.gzip.level": "1"})
+    values = [b'{"n":%d,"page":"/p/%d"}' % (i, i % 89) for i in range(300)]
+    acked = produce(broker, topic, values, **{"compression.type": produced, "enable.idempotence": True})
+    assert all(a[0] is None for a in acked)
+    assert [v for *_, v, _ in consume_all(broker, topic, 1, 300)] == values
+    data = (broker.root / f"{topic}-0" / "00000000000000000000.log").read_bytes()
+    batches = [(h, data[pos + HEADER_SIZE:pos + h.size]) for pos, h in iter_batches(data)]
+    assert batches and all(h.compression == codec_of(stored) for h, _ in batches)
+    assert sum(h.records_count for h, _ in batches) == 300
+    if topic_codec == "gzip":           # recompressed at the topic's level
+        assert all(s == compress(h.compression, decompress(h.compression, s), 1) for h, s in batches)

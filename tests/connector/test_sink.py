@@ -13,7 +13,7 @@ import pytest
 from logcore.errors import FencedWriterError, InvalidConfigError, TopicNotFoundError
 from logcore.log.log_root import LogRoot
 from logcore.records.batch import iter_batches
-from logcore.records.compression import Compression
+from logcore.records.compression import Compression, compress, decompress
 from logcore.storage import open_storage
 
 from pyspark_seglog.sink import SeglogBatchWriter, SeglogCommitMessage, SeglogStreamWriter
@@ -266,6 +266,20 @@ def test_batch_write_topic_column_partition_column_and_options(spark, tmp_path):
     # a second job appends; nothing of a job is visible before its commit (one HW move per partition)
     df.write.format("seglog").option("topic.partitions", 3).mode("append").save(root)
     assert sum(len(v) for v in read_all(root, "a").values()) == 300
+
+
+def test_batch_write_compresses_at_kafka_compression_zstd_level(spark, tmp_path):
+    root = str(tmp_path / "root")
+    rows = [(f"k{i}", f'{{"user":{i},"event":"click","page":"/item/{i % 97}"}}') for i in range(2000)]
+    df = spark.createDataFrame(rows, "key string, value string").coalesce(1)
+    (df.write.format("seglog").option("topic", "z").option("kafka.compression.type", "zstd")
+     .option("kafka.compression.zstd.level", "19").mode("append").save(root))
+    sections = stored_sections(root, "z", 0)
+    assert sections and all(codec == Compression.ZSTD for codec, _ in sections)
+    for codec, section in sections:
+        raw = decompress(codec, section)
+        assert section == compress(codec, raw, 19) != compress(codec, raw)
+    assert sorted(int(r.key[1:]) for r in read_all(root, "z")[0]) == list(range(2000))
 
 
 def test_batch_write_is_atomic_per_job(spark, tmp_path):
@@ -607,6 +621,56 @@ def test_kafka_producer_settings_of_spark_kafka_sink_are_honoured(tmp_path):
     same = parse_sink_options({"path": str(tmp_path), "topic": "t", "compression.type": "lz4",
                                "kafka.compression.type": "lz4"})
     assert same.compression == Compression.LZ4
+
+
+def test_kafka_compression_levels_are_applied_and_checked(tmp_path, caplog):
+    """kafka.compression.<codec>.level (Kafka's producer settings since 3.8): validated with the
+    topic configs' ranges, not named as without effect, and the level of that codec's batches;
+    without it the topic's level applies when the topic's codec is used."""
+    from pyspark_seglog.sink_options import parse_sink_options
+    base = {"path": str(tmp_path), "topic": "t"}
+    for name, value, allowed in [("gzip", "0", "-1 or between 1 and 9"), ("lz4", "18", "between 1 and 17"),
+                                 ("zstd", "23", "between -131072 and 22"), ("zstd", "high", "between")]:
+        with pytest.raises(InvalidConfigError, match=f"option kafka.compression.{name}.level='{value}' is not"
+                                                     f" a {name} level: .*{allowed}"):
+            parse_sink_options({**base, f"kafka.compression.{name}.level": value})
+    with caplog.at_level("WARNING", logger="pyspark_seglog"):
+        opts = parse_sink_options({**base, "kafka.compression.zstd.level": "7", "kafka.compression.gzip.level": "-1"})
+    assert not [r for r in caplog.records if "without effect" in r.getMessage()]
+    assert opts.compression_levels == {Compression.ZSTD: 7, Compression.GZIP: -1}
+    assert opts.batch_codec("zstd", 5) == (Compression.ZSTD, 7)          # the option's level
+    assert opts.batch_codec("gzip", 1) == (Compression.GZIP, -1)
+    assert opts.batch_codec("lz4", 12) == (Compression.LZ4, 12)         # the topic's codec: its level
+    assert opts.batch_codec("producer", None) == (Compression.NONE, None)
+    lz4 = parse_sink_options({**base, "compression.type": "lz4"})
+    assert lz4.batch_codec("lz4", 12) == (Compression.LZ4, 12)
+    assert lz4.batch_codec("zstd", 5) == (Compression.LZ4, None)        # not the topic's codec: default
+    assert not parse_sink_options({**base, "compression.type": "snappy"}).uses_topic_compression()
+    assert lz4.uses_topic_compression() and opts.uses_topic_compression()
+
+
+def test_the_topics_compression_level_reaches_the_staged_batches(tmp_path):
+    root = str(tmp_path / "root")
+    w = SeglogBatchWriter({"path": root, "topic": "t", "topic.config.compression.type": "gzip",
+                           "topic.config.compression.gzip.level": "1"}, _schema(), False)
+    stager = TaskStager(w, w.job_id, 0, 0, 0)
+    rows = 5000
+    stager.add(pa.RecordBatch.from_arrays([pa.array([b"k%d" % i for i in range(rows)]),
+                                           pa.array([b'{"n":%d,"page":"/p/%d"}' % (i, i % 89) for i in range(rows)])],
+                                          ["key", "value"]))
+    stager.flush_all()
+    w.commit([SeglogCommitMessage(w.job_id, 0, 0, 0, stager.parts)])
+    for codec, section in stored_sections(root, "t", 0):
+        assert codec == Compression.GZIP
+        assert section == compress(codec, decompress(codec, section), 1)
+        assert len(section) > len(compress(codec, decompress(codec, section), 9))
+
+
+def stored_sections(root: str, topic: str, partition: int) -> list[tuple]:
+    """(codec, compressed records section) of each stored batch of a partition's first segment."""
+    from logcore.records.batch import HEADER_SIZE
+    data = open(os.path.join(root, f"{topic}-{partition}", "00000000000000000000.log"), "rb").read()
+    return [(h.compression, data[pos + HEADER_SIZE:pos + h.size]) for pos, h in iter_batches(data)]
 
 
 @pytest.mark.parametrize("topic_config, largest", [({}, 524294), ({"max.message.bytes": "20000"}, 10000)])

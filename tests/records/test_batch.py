@@ -286,3 +286,26 @@ def test_batch_fields_match_iter_batches(specs, flip):
         except CorruptRecordError:
             c_rows = None
         assert py_rows == c_rows
+
+
+@pytest.mark.parametrize("source", list(Compression))
+@pytest.mark.parametrize("target", list(Compression))
+def test_recompress_batch_changes_the_codec_only(source, target):
+    from logcore.records.batch import HEADER_SIZE, recompress_batch
+    from logcore.records.compression import compress, decompress
+    records = [(b"k%d" % i, b"value %d" % i * 3, (("h", b"x"),), 1_700_000_000_000 + 7 * i) for i in range(200)]
+    batch = build_batch(records, compression=source, producer_id=3, producer_epoch=1, base_sequence=40,
+                        is_transactional=True, partition_leader_epoch=5)
+    out = recompress_batch(batch, target, 1 if target in (Compression.GZIP, Compression.ZSTD) else None)
+    [(_, h)] = list(iter_batches(out, allow_partial_tail=False))       # a valid CRC
+    before = parse_header(batch)
+    assert h.compression == target
+    assert h.attributes & ~7 == before.attributes & ~7
+    for name in ("base_offset", "partition_leader_epoch", "last_offset_delta", "base_timestamp", "max_timestamp",
+                 "producer_id", "producer_epoch", "base_sequence", "records_count"):
+        assert getattr(h, name) == getattr(before, name), name
+    assert [(r.key, r.value, r.headers, r.timestamp) for r in decode_records(out, 0)] == \
+        [(r.key, r.value, r.headers, r.timestamp) for r in decode_records(batch, 0)]
+    if target in (Compression.GZIP, Compression.ZSTD):
+        section = bytes(out[HEADER_SIZE:])
+        assert section == compress(target, decompress(target, section), 1)

@@ -93,3 +93,38 @@ def test_lz4_at_the_default_level_uses_the_fast_compressor_as_kafka_does():
     assert high != fast and len(high) < len(fast)
     for out in (fast, high):
         assert decompress(Compression.LZ4, out) == data
+
+
+LEVEL_ROWS = [(b"k%d" % i, b'{"user":%d,"event":"click","page":"/item/%d"}' % (i, i % 97), (), 1_700_000_000_000 + i)
+              for i in range(3000)]
+
+
+@pytest.mark.parametrize("codec, low, high", [(Compression.GZIP, 1, 9), (Compression.ZSTD, 1, 19),
+                                              (Compression.LZ4, 9, 12)])
+def test_the_level_given_to_batch_builders_reaches_the_codec(codec, low, high):
+    """build_batch and encode_batches compress at `compression_level`: the records section is
+    exactly the codec's output at that level, and the higher level is smaller."""
+    import numpy as np
+    import pyarrow as pa
+
+    from logcore.records.batch import HEADER_SIZE, build_batch
+    from logcore.records.encode import encode_batches
+
+    keys = pa.array([k for k, _, _, _ in LEVEL_ROWS], pa.binary())
+    values = pa.array([v for _, v, _, _ in LEVEL_ROWS], pa.binary())
+    ts = np.array([t for *_, t in LEVEL_ROWS], dtype=np.int64)
+    sizes = {}
+    for level in (low, high):
+        built = build_batch(LEVEL_ROWS, compression=codec, compression_level=level)
+        [encoded] = encode_batches(keys, values, ts, compression=codec, compression_level=level, batch_bytes=1 << 24)
+        for batch in (built, encoded):
+            section = batch[HEADER_SIZE:]
+            assert section == compress(codec, decompress(codec, section), level)
+        sizes[level] = len(built)
+    assert sizes[high] < sizes[low]
+
+
+def test_lz4_levels_up_to_kafkas_maximum_compress():
+    data = b"".join(v for _, v, _, _ in LEVEL_ROWS)
+    for level in (1, 17):
+        assert decompress(Compression.LZ4, compress(Compression.LZ4, data, level)) == data

@@ -263,6 +263,27 @@ def test_consume_by_timestamp(capsys, monkeypatch, root):
     assert out == ""
 
 
+def test_produce_into_a_root_compresses_at_the_topics_level(capsys, monkeypatch, root):
+    """Without --compression-type the topic's compression.type is used, at its compression.zstd.level."""
+    from logcore.records.batch import HEADER_SIZE, iter_batches
+    from logcore.records.compression import Compression, compress, decompress
+
+    data = "".join(f'{{"user":{i},"event":"click","page":"/item/{i % 97}"}}\n' for i in range(2000)).encode()
+    sections = {}
+    for level in ("1", "19"):
+        create(capsys, root, f"z{level}", 1, "compression.type=zstd", f"compression.zstd.level={level}")
+        code, _, err = seglog(capsys, "produce", "--root", root, "--topic", f"z{level}", "--batch-size", "1000000",
+                              stdin=data, monkeypatch=monkeypatch)
+        assert code == 0, err
+        log = (Path(root) / f"z{level}-0" / "00000000000000000000.log").read_bytes()
+        [(pos, header)] = list(iter_batches(log))
+        assert header.compression == Compression.ZSTD
+        section = log[pos + HEADER_SIZE:pos + header.size]
+        assert section == compress(Compression.ZSTD, decompress(Compression.ZSTD, section), int(level))
+        sections[level] = section
+    assert len(sections["19"]) < len(sections["1"])
+
+
 def test_produce_compressed_then_dump(capsys, monkeypatch, root):
     create(capsys, root, "z", 1)
     data = "".join(f"key{i % 3}:value {i}\n" for i in range(50)).encode()
