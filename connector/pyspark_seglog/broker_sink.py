@@ -290,7 +290,10 @@ class TaskProducer(RowRouter):
         if found is None:
             count = self._with_retries(lambda: ensure_topic(self.client, self.opts, topic), "Metadata")
             topic_type, level = "producer", None
-            if self.opts.uses_topic_compression():
+            # Only without a codec of its own does the sink ask for the topic's (then at the
+            # topic's level); with one it compresses as a Kafka producer does, at the
+            # kafka.compression.<codec>.level option or the codec's default, asking nothing more.
+            if self.opts.compression is None:
                 names = ["compression.type", *LEVEL_CONFIGS.values()]
                 config = self._with_retries(lambda: self.client.topic_config(topic, names), "DescribeConfigs")
                 topic_type = config.get("compression.type") or "producer"

@@ -111,11 +111,6 @@ class SinkOptions:
             return codec, self.compression_levels[codec]
         return codec, topic_level if codec == topic_codec else None
 
-    def uses_topic_compression(self) -> bool:
-        """Whether `batch_codec` depends on the topic's compression configs."""
-        codec = self.compression
-        return codec is None or codec in LEVEL_CONFIGS and codec not in self.compression_levels
-
 
 def default_batch_size(max_message_bytes: int) -> int:
     """The sink's batch.size for a topic when the option is not given (writing into a root)."""
