@@ -144,6 +144,9 @@ def test_listener_probe_refusals_pauses_and_reinstatement():
             while probe.dead() and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert probe.dead() == {}
+            # the change callback runs on the probe's thread after the dead set is updated
+            while len(changes) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
             assert len(changes) == 2
             # A new registration (larger czxid) of a dead-marked id clears the mark too.
             again.close()
