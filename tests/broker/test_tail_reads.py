@@ -45,6 +45,36 @@ def _records(rng, n, step):
     return [(b"k%d" % step, os.urandom(rng.randrange(10, 1500)), (), 1_700_000_000_000 + step) for _ in range(n)]
 
 
+def _random_change(log, txn, rng, step, op, cuts, most):
+    """One change of the log chosen by `op` against the cumulative `cuts` (append of up to
+    `most` - 1 records, a transaction's step, an HW move, a truncation above the HW, a
+    deletion of records below it); nothing when `op` falls past them or a change cannot apply."""
+    append, transaction, high_watermark, truncate, delete = cuts
+    if op < append:
+        log.append_records(_records(rng, rng.randrange(1, most), step))
+    elif op < transaction:
+        txn.step(log, lambda: _records(rng, 2, step))
+    elif op < high_watermark:
+        log.maybe_increment_high_watermark(rng.randrange(log.high_watermark, log.log_end_offset + 1))
+    elif op < truncate and log.log_end_offset > log.high_watermark and not txn.open:
+        log.truncate_to(rng.randrange(log.high_watermark, log.log_end_offset))
+        txn.sequence = next_sequence(log, txn.producer_id)
+    elif op < delete and log.high_watermark > log.log_start_offset:
+        log.delete_records_before(rng.randrange(log.log_start_offset, log.high_watermark + 1))
+
+
+def _random_read(rng, log, span):
+    """(offset, budget, isolation, min_one_batch) of a read within `span` offsets below its
+    isolation's bound, or None when the log holds none there."""
+    isolation = rng.choice(ISOLATIONS)
+    bound = log.bound(isolation)
+    low = max(log.log_start_offset, bound - span)
+    if low > bound:
+        return None
+    offset = rng.randint(low, bound)
+    return offset, rng.choice([1 << 20, 2000]), isolation, rng.random() < 0.8
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_read_served_again_is_what_the_log_answers_now(tmp_path, seed):
     rng = random.Random(seed)
@@ -52,29 +82,14 @@ def test_a_read_served_again_is_what_the_log_answers_now(tmp_path, seed):
     tail = TailReads()
     txn = RandomTransaction(rng)
     for step in range(300):
-        op = rng.random()
-        if op < 0.3:
-            log.append_records(_records(rng, rng.randrange(1, 4), step))
-        elif op < 0.38:
-            txn.step(log, lambda: _records(rng, 2, step))
-        elif op < 0.55:
-            log.maybe_increment_high_watermark(rng.randrange(log.high_watermark, log.log_end_offset + 1))
-        elif op < 0.6 and log.log_end_offset > log.high_watermark and not txn.open:
-            log.truncate_to(rng.randrange(log.high_watermark, log.log_end_offset))
-            txn.sequence = next_sequence(log, txn.producer_id)
-        elif op < 0.62 and log.high_watermark > log.log_start_offset:
-            log.delete_records_before(rng.randrange(log.log_start_offset, log.high_watermark + 1))
+        _random_change(log, txn, rng, step, rng.random(), (0.3, 0.38, 0.55, 0.6, 0.62), 4)
         # A few reads, mostly at the tail and of the same range again (as the followers' and
         # a consumer's fetches of one batch are), compared with the log's own answer.
         for _ in range(3):
-            isolation = rng.choice(ISOLATIONS)
-            bound = log.bound(isolation)
-            low = max(log.log_start_offset, bound - 3)
-            if low > bound:
+            read = _random_read(rng, log, 3)
+            if read is None:
                 continue
-            offset = rng.randint(low, bound)
-            budget = rng.choice([1 << 20, 2000])
-            first = rng.random() < 0.8
+            offset, budget, isolation, first = read
             for _again in range(2):
                 got = _through(tail, log, offset, budget, isolation, first)
                 if got is None:          # before the active segment, or the log's lock busy (a
@@ -172,27 +187,14 @@ def test_an_appended_run_served_is_what_the_log_answers_now(tmp_path, seed):
                 if got is not None:      # None: the log's lock busy or a read that would block
                     assert got == _direct(log, start, 1 << 20, "log_end", True)
                 from_runs += tail.served - served
-        elif op < 0.55:
-            log.append_records(_records(rng, rng.randrange(1, 3), step))
-        elif op < 0.6:
-            txn.step(log, lambda: _records(rng, 2, step))
-        elif op < 0.7:
-            log.maybe_increment_high_watermark(rng.randrange(log.high_watermark, log.log_end_offset + 1))
-        elif op < 0.76 and log.log_end_offset > log.high_watermark and not txn.open:
-            log.truncate_to(rng.randrange(log.high_watermark, log.log_end_offset))
-            txn.sequence = next_sequence(log, txn.producer_id)
-        elif op < 0.78 and log.high_watermark > log.log_start_offset:
-            log.delete_records_before(rng.randrange(log.log_start_offset, log.high_watermark + 1))
+        else:
+            _random_change(log, txn, rng, step, op, (0.55, 0.6, 0.7, 0.76, 0.78), 3)
         # The followers' and a consumer's fetches of the tail, as at a leader after a produce.
         for _ in range(3):
-            isolation = rng.choice(ISOLATIONS)
-            bound = log.bound(isolation)
-            low = max(log.log_start_offset, bound - 4)
-            if low > bound:
+            read = _random_read(rng, log, 4)
+            if read is None:
                 continue
-            offset = rng.randint(low, bound)
-            budget = rng.choice([1 << 20, 2000])
-            first = rng.random() < 0.8
+            offset, budget, isolation, first = read
             got = _through(tail, log, offset, budget, isolation, first)
             if got is not None:
                 assert got == _direct(log, offset, budget, isolation, first), (step, offset, isolation)
