@@ -18,7 +18,7 @@ from broker_helpers import create, ping  # noqa: E402
 from logcore.log.log_root import LogRoot  # noqa: E402
 
 POLICY_VIOLATION = 44
-NOFILE = 1024
+NOFILE = 512
 
 
 def _create_error(b, topics: list[NewTopic]) -> dict:
@@ -72,12 +72,12 @@ def _low_nofile():
 
 def test_root_with_more_partitions_than_descriptors_opens_and_serves(broker_factory, tmp_path):
     root_dir = tmp_path / "wide-root"
-    partitions = 3000
+    partitions = 1000
     with LogRoot.open(str(root_dir), create=True) as root:    # made on disk, not through the broker
         root.create_topic("wide", partitions)
     b = broker_factory(root_dir, preexec_fn=_low_nofile)
     assert "open on first use" in b.log_text()
-    sample = list(range(0, partitions, 10))                      # 300 partitions: LRU rotates
+    sample = list(range(0, partitions, 5))                       # 200 partitions: LRU rotates
     p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "message.timeout.ms": 240000,
                   "request.timeout.ms": 120000})
     acked = []

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from logcore.log.log_root import LogRoot
+from stack_dump import dump_group
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -53,8 +54,9 @@ class ExampleRun:
         try:
             self.proc.wait(timeout=max(0.0, self.began + self.timeout - time.monotonic()))
         except subprocess.TimeoutExpired:
+            stacks = dump_group(self.proc.pid)
             self.stop()
-            pytest.fail(f"{self.name} did not finish within {self.timeout:.0f} s")
+            pytest.fail(f"{self.name} did not finish within {self.timeout:.0f} s; its processes were at:\n{stacks}")
         elapsed = time.monotonic() - self.began
         self._out.seek(0)
         self._err.seek(0)

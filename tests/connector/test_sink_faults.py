@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from logcore.log.log_root import LogRoot
+from stack_dump import dump_group
 
 pytest.importorskip("pyspark")
 kafka_default = pytest.importorskip("kafka.partitioner.default", reason="kafka-python is not installed")
@@ -62,9 +63,10 @@ def finish(proc: subprocess.Popen, timeout: float) -> str:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        stacks = dump_group(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"job did not finish in {timeout} s: {out}\n{err[-3000:]}")
+        pytest.fail(f"job did not finish in {timeout} s: {out}\n{err[-3000:]}\nits processes were at:\n{stacks}")
     assert proc.returncode == 0 and "DONE" in out, f"exit {proc.returncode}\n{out}\n{err[-5000:]}"
     return out + err
 
