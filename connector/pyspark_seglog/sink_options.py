@@ -111,6 +111,16 @@ class SinkOptions:
             return codec, self.compression_levels[codec]
         return codec, topic_level if codec == topic_codec else None
 
+    def stored_codec(self, topic_compression: str, topic_level: int | None) -> tuple[Compression, int | None]:
+        """The codec and level of the sink's batches written straight into a root, where the
+        sink stores what Kafka's broker would: a codec of its own other than the topic's
+        compression.type (one naming a codec) gives way to the topic's, at the topic's level,
+        as the broker recompresses such a batch; otherwise `batch_codec`."""
+        topic_codec = CODEC_BY_NAME.get(topic_compression)
+        if topic_codec is not None and self.compression is not None and self.compression != topic_codec:
+            return topic_codec, topic_level
+        return self.batch_codec(topic_compression, topic_level)
+
 
 def default_batch_size(max_message_bytes: int) -> int:
     """The sink's batch.size for a topic when the option is not given (writing into a root)."""

@@ -173,7 +173,7 @@ class TaskStager(RowRouter):
         if found is None:
             facts = self._facts(topic)
             self.policies[topic] = facts.cleanup_policy
-            codec, level = self.opts.batch_codec(facts.compression_type, facts.compression_level)
+            codec, level = self.opts.stored_codec(facts.compression_type, facts.compression_level)
             if self.opts.staging_part_bytes is not None:
                 limit = self.opts.staging_part_bytes
             elif self.local:

@@ -67,13 +67,14 @@ class ClientAppend:
         self._stored = _stored_codec(config)
 
     def _compression(self, compression) -> tuple[Compression, int | None]:
-        """An appended batch's codec (the caller's, else the topic's compression.type) and level:
-        the topic's compression.<codec>.level when the codec is the topic's, else the default."""
+        """An appended batch's codec and level, as Kafka's broker stores a produced batch: a
+        topic whose compression.type names a codec holds its batches in that codec at its
+        compression.<codec>.level, whatever the caller's; a `producer` topic keeps the caller's
+        (at the codec's default level; uncompressed when none is given)."""
         stored = self._stored
-        if compression is None:
-            return stored or (Compression.NONE, None)
-        codec = Compression(compression)
-        return codec, stored[1] if stored is not None and stored[0] == codec else None
+        if stored is not None:
+            return stored
+        return (Compression.NONE if compression is None else Compression(compression)), None
 
     def append_records(self, records: Iterable, *, compression: Compression | None = None,
                        producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,

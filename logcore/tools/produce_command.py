@@ -115,8 +115,9 @@ class _Producer:
         key, value, headers, ts = record
         name = self.topic_compression
         topic_codec = _compression_arg(name) if name != "producer" else None
-        codec = self.compression if self.compression is not None else topic_codec   # the log's choice too
-        level = self.topic_level if codec is not None and codec == topic_codec else None
+        # the log's choice too: the topic's codec, when it names one, else the command's
+        codec = topic_codec if topic_codec is not None else self.compression
+        level = self.topic_level if topic_codec is not None else None
         size = len(build_batch([(key, value, headers, 0 if ts is None else ts)], base_offset=0,
                                compression=codec if codec is not None else Compression.NONE,
                                compression_level=level))

@@ -645,12 +645,19 @@ def test_kafka_compression_levels_are_applied_and_checked(tmp_path, caplog):
     lz4 = parse_sink_options({**base, "compression.type": "lz4"})
     assert lz4.batch_codec("lz4", 12) == (Compression.LZ4, 12)
     assert lz4.batch_codec("zstd", 5) == (Compression.LZ4, None)        # not the topic's codec: default
+    # into a root the sink stores what Kafka's broker would: the topic's codec, when it names one
+    assert lz4.stored_codec("zstd", 5) == (Compression.ZSTD, 5)
+    assert lz4.stored_codec("lz4", 12) == (Compression.LZ4, 12)
+    assert lz4.stored_codec("producer", None) == (Compression.LZ4, None)
+    assert opts.stored_codec("gzip", 1) == (Compression.GZIP, -1)        # the topic's codec: the option's level
 
 
-def test_the_topics_compression_level_reaches_the_staged_batches(tmp_path):
+@pytest.mark.parametrize("own_codec", [{}, {"compression.type": "zstd"}])
+def test_the_topics_compression_level_reaches_the_staged_batches(tmp_path, own_codec):
+    """Into a gzip topic, also with a codec of the sink's own: stored as Kafka's broker would."""
     root = str(tmp_path / "root")
     w = SeglogBatchWriter({"path": root, "topic": "t", "topic.config.compression.type": "gzip",
-                           "topic.config.compression.gzip.level": "1"}, _schema(), False)
+                           "topic.config.compression.gzip.level": "1", **own_codec}, _schema(), False)
     stager = TaskStager(w, w.job_id, 0, 0, 0)
     rows = 5000
     stager.add(pa.RecordBatch.from_arrays([pa.array([b"k%d" % i for i in range(rows)]),

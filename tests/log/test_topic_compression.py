@@ -1,6 +1,7 @@
 """A topic's compression.type and compression.<codec>.level (Kafka's topic configs of those
-names): the library's appends compress with the topic's codec at its level, and a client's batch
-(the broker's append) in another codec is stored recompressed into the topic's."""
+names): the library's appends compress with the topic's codec at its level (a caller's own codec
+gives way to it), and a client's batch (the broker's append) in another codec is stored
+recompressed into the topic's."""
 from __future__ import annotations
 
 import pytest
@@ -48,21 +49,33 @@ def test_appends_compress_at_the_topic_level(root, codec, low, high):
     assert sizes[high] < sizes[low]
 
 
-def test_an_altered_level_applies_to_the_next_append_and_another_codec_gets_its_default(root):
+def test_an_altered_level_applies_to_the_next_append_and_a_callers_codec_gives_way(root):
     root.create_topic("t", config={"compression.type": "gzip", "compression.gzip.level": "1"})
     log = root.log("t", 0, writer=True)
     log.append_records(RECORDS)
     root.alter_topic_config("t", {"compression.gzip.level": "9"})
     log.reconfigure(root.topic_config("t"))         # as the broker does on AlterConfigs
     log.append_records(RECORDS)
-    log.append_records(RECORDS, compression=Compression.ZSTD)     # the caller's codec: its default level
+    # the caller's own codec: stored in the topic's, as Kafka's broker stores a produced batch
+    log.append_records(RECORDS, compression=Compression.ZSTD)
     log.commit()
     got = [(h.compression, s) for h, s in stored_sections(log)]
-    assert [c for c, _ in got] == [Compression.GZIP, Compression.GZIP, Compression.ZSTD]
+    assert [c for c, _ in got] == [Compression.GZIP] * 3
     raws = [decompress(c, s) for c, s in got]
     assert [s for _, s in got] == [compress(Compression.GZIP, raws[0], 1), compress(Compression.GZIP, raws[1], 9),
-                                   compress(Compression.ZSTD, raws[2])]
+                                   compress(Compression.GZIP, raws[2], 9)]
     assert len(got[1][1]) < len(got[0][1])
+
+
+def test_a_producer_topic_keeps_the_callers_codec_at_its_default_level(root):
+    root.create_topic("t", config={"compression.type": "producer", "compression.zstd.level": "19"})
+    log = root.log("t", 0, writer=True)
+    log.append_records(RECORDS, compression=Compression.ZSTD)
+    log.append_records(RECORDS)
+    log.commit()
+    got = [(h.compression, s) for h, s in stored_sections(log)]
+    assert [c for c, _ in got] == [Compression.ZSTD, Compression.NONE]
+    assert got[0][1] == compress(Compression.ZSTD, decompress(Compression.ZSTD, got[0][1]))
 
 
 def test_a_client_batch_in_another_codec_is_stored_in_the_topics_codec_at_its_level(root):

@@ -282,6 +282,12 @@ def test_produce_into_a_root_compresses_at_the_topics_level(capsys, monkeypatch,
         assert section == compress(Compression.ZSTD, decompress(Compression.ZSTD, section), int(level))
         sections[level] = section
     assert len(sections["19"]) < len(sections["1"])
+    # --compression-type other than the topic's: stored in the topic's, as Kafka's broker stores it
+    code, _, err = seglog(capsys, "produce", "--root", root, "--topic", "z19", "--batch-size", "1000000",
+                          "--compression-type", "gzip", stdin=data, monkeypatch=monkeypatch)
+    assert code == 0, err
+    log = (Path(root) / "z19-0" / "00000000000000000000.log").read_bytes()
+    assert [h.compression for _, h in iter_batches(log)] == [Compression.ZSTD, Compression.ZSTD]
 
 
 def test_produce_compressed_then_dump(capsys, monkeypatch, root):
