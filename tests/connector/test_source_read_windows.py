@@ -154,3 +154,38 @@ def test_an_error_of_a_read_ahead_is_the_tasks_error(root_url, monkeypatch):
     with pytest.raises(ResourceNotFoundError):
         for _ in rows:
             pass
+
+
+@pytest.mark.s3
+def test_on_s3_each_window_is_read_in_concurrent_parts(storage_targets, monkeypatch):
+    from logcore.storage import objectstore
+    target = storage_targets.make("s3")
+    with LogRoot.open(target.url, storage_options=target.storage_options, create=True) as root:
+        root.create_topic("t", 1)
+        log = root.log("t", 0, writer=True)
+        for i in range(RECORDS // 10):
+            log.append_records([(b"k%d" % i, VALUE, (), None)] * 10)
+        log.commit()
+        log.close()
+    so = target.storage_options
+    part = _planned(target.url, **{"storage.endpoint_url": so["endpoint_url"], "storage.key": so["key"],
+                                   "storage.secret": so["secret"],
+                                   "storage.client_kwargs.region_name": so["client_kwargs"]["region_name"]})
+    monkeypatch.setattr(partition_reader, "STORE_WINDOW_BYTES", 128 << 10)
+    monkeypatch.setattr(objectstore, "PARALLEL_GET_PART_BYTES", 32 << 10)
+    ranges = []
+    real = objectstore.ObjectStorage._s3_get
+
+    async def counting(self, bucket, key, byte_range=None):
+        if key.endswith(".log"):
+            ranges.append(byte_range)
+        return await real(self, bucket, key, byte_range)
+    monkeypatch.setattr(objectstore.ObjectStorage, "_s3_get", counting)
+    batches = list(read_files(part, *open_files(part)))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(RECORDS))
+    assert all(v == VALUE for b in batches for v in b.column("value").to_pylist())
+    # ~400 KB in windows of at most 128 KiB, each fetched as two GETs of its halves
+    spans = sorted(tuple(int(x) for x in r[len("bytes="):].split("-")) for r in ranges)
+    assert len(spans) == 2 * len(batches) and 3 <= len(batches) <= 5, spans
+    assert all(b - a + 1 <= 64 << 10 for a, b in spans), spans
