@@ -189,3 +189,13 @@ def test_on_s3_each_window_is_read_in_concurrent_parts(storage_targets, monkeypa
     spans = sorted(tuple(int(x) for x in r[len("bytes="):].split("-")) for r in ranges)
     assert len(spans) == 2 * len(batches) and 3 <= len(batches) <= 5, spans
     assert all(b - a + 1 <= 64 << 10 for a, b in spans), spans
+
+
+def test_the_first_window_is_short_and_the_next_ones_large(root_url, gets, monkeypatch):
+    monkeypatch.setattr(partition_reader, "FIRST_STORE_WINDOW_BYTES", 64 << 10)
+    monkeypatch.setattr(partition_reader, "STORE_WINDOW_BYTES", 256 << 10)
+    batches, windows = _read_range(root_url, gets)
+    sizes = [end - start for _p, start, end in windows]
+    # the task's first rows after one short GET, the rest (~340 KB) in windows of up to 256 KiB
+    assert sizes[0] <= 64 << 10 and len(windows) == 3 and sizes[1] > 128 << 10, sizes
+    assert len(batches) == len(windows)
