@@ -39,10 +39,8 @@ def gets(monkeypatch):
     return seen
 
 
-@pytest.fixture(scope="module")
-def root_url() -> str:
-    url = f"memory://read-windows-{uuid.uuid4().hex[:8]}/root"
-    with LogRoot.open(url, create=True) as root:
+def _write_root(url: str, storage_options: dict | None = None) -> str:
+    with LogRoot.open(url, storage_options=storage_options, create=True) as root:
         root.create_topic("t", 1)
         log = root.log("t", 0, writer=True)
         for i in range(RECORDS // 10):
@@ -50,6 +48,11 @@ def root_url() -> str:
         log.commit()            # one published segment
         log.close()
     return url
+
+
+@pytest.fixture(scope="module")
+def root_url() -> str:
+    return _write_root(f"memory://read-windows-{uuid.uuid4().hex[:8]}/root")
 
 
 def _planned(url: str, **options):
@@ -160,13 +163,7 @@ def test_an_error_of_a_read_ahead_is_the_tasks_error(root_url, monkeypatch):
 def test_on_s3_each_window_is_read_in_concurrent_parts(storage_targets, monkeypatch):
     from logcore.storage import objectstore
     target = storage_targets.make("s3")
-    with LogRoot.open(target.url, storage_options=target.storage_options, create=True) as root:
-        root.create_topic("t", 1)
-        log = root.log("t", 0, writer=True)
-        for i in range(RECORDS // 10):
-            log.append_records([(b"k%d" % i, VALUE, (), None)] * 10)
-        log.commit()
-        log.close()
+    _write_root(target.url, target.storage_options)
     so = target.storage_options
     part = _planned(target.url, **{"storage.endpoint_url": so["endpoint_url"], "storage.key": so["key"],
                                    "storage.secret": so["secret"],
