@@ -177,10 +177,12 @@ def produce_to_kafka(bootstrap: str, rows: int, ts0: int) -> None:
         raise RuntimeError("Kafka holds a different number of records than produced")
 
 
-def write_seglog_root(path: str, rows: int, ts0: int, storage_options: dict | None = None) -> None:
+def write_seglog_root(path: str, rows: int, ts0: int, storage_options: dict | None = None,
+                      topic_config: dict | None = None) -> None:
+    """The records as a seglog root; `topic_config` (e.g. compression.type) sets the topic's."""
     from logcore.log.log_root import LogRoot
     with LogRoot.open(path, storage_options=storage_options, create=True) as root:
-        root.create_topic(TOPIC, partitions=PARTITIONS)
+        root.create_topic(TOPIC, partitions=PARTITIONS, config=topic_config)
         for part in range(PARTITIONS):
             log = root.log(TOPIC, part, writer=True)
             append_in_chunks(log, make_records(rows, part, ts0))

@@ -15,7 +15,10 @@ Parquet copy (Kafka's schema, written by Spark through s3a) is made from that ro
 
 (a) source -> noop, Trigger.AvailableNow, local checkpoint: `format("seglog")` on the S3 root vs
     Spark's Parquet file stream source on `s3a://` vs `format("kafka")` on the live broker;
-    rows/s = rows / triggerExecution.
+    rows/s = rows / triggerExecution. The seglog source also reads a second root holding the same
+    records in lz4 batches (topic compression.type=lz4, as a Kafka producer with
+    compression.type=lz4 writes them): Parquet's pages are snappy-compressed, and the S3 server
+    moves about five times their bytes for uncompressed batches.
 (b) sink, batch `df.write` of the same key+value DataFrame (local Parquet): the seglog sink into
     a fresh S3 root (path mode, exactly-once) vs `df.write.parquet("s3a://...")` (Spark's default
     commit protocol: the only one pyspark ships, as Spark's hadoop-cloud module is not on Maven
@@ -59,14 +62,15 @@ from spark_kafka_jars import resolve_maven_jars, resolve_spark_kafka_jars  # noq
 from tests.conftest import _free_port, _make_bucket, _start_seaweedfs  # noqa: E402
 
 SCENARIOS = {
-    "source": ("source_seglog_s3", "source_parquet_s3", "source_kafka"),
+    "source": ("source_seglog_s3", "source_seglog_s3_lz4", "source_parquet_s3", "source_kafka"),
     "sink": ("sink_seglog_s3", "sink_seglog_s3_lz4", "sink_parquet_s3", "sink_kafka"),
 }
 # The bucket each scenario's S3 requests go to (the server counts per bucket).
-BUCKETS = {"source_seglog_s3": "log", "source_parquet_s3": "parquet",
+BUCKETS = {"source_seglog_s3": "log", "source_seglog_s3_lz4": "log_lz4", "source_parquet_s3": "parquet",
            "sink_seglog_s3": "log_sink", "sink_seglog_s3_lz4": "log_sink_lz4", "sink_parquet_s3": "parquet_sink"}
 # The sink with the batches compressed (option compression.type), as Parquet's writer compresses
-# (snappy by default): the bytes the S3 server moves three times shrink.
+# (snappy by default): the bytes the S3 server moves three times shrink. The source reads a root
+# of the same records in batches of this codec beside the uncompressed one.
 SINK_CODEC = "lz4"
 FIRST_BYTES_TRIES = 7
 RTT_TRIES = 21
@@ -165,9 +169,15 @@ class S3Bench(Bench):
 
     # (a) sources
     def source_seglog_s3(self) -> float:
-        return self.counted("source_seglog_s3", lambda: self.run_stream(
+        return self._source_seglog("source_seglog_s3", "s3_log")
+
+    def source_seglog_s3_lz4(self) -> float:
+        return self._source_seglog("source_seglog_s3_lz4", "s3_log_lz4")
+
+    def _source_seglog(self, name: str, root: str) -> float:
+        return self.counted(name, lambda: self.run_stream(
             self.spark.readStream.format("seglog").options(**self.storage).option("subscribe", TOPIC)
-            .option("startingOffsets", "earliest").load(self.paths["s3_log"])))
+            .option("startingOffsets", "earliest").load(self.paths[root])))
 
     def source_parquet_s3(self) -> float:
         def run() -> float:
@@ -324,11 +334,12 @@ def main(argv: list[str] | None = None) -> list[str]:
                                              s3_config=s3_identities(Path(workdir)))
         counter = RequestCounter(metrics_port)
         buckets = {role: _make_bucket(endpoint)[0]
-                   for role in ("log", "parquet", "log_sink", "log_sink_lz4", "parquet_sink")}
+                   for role in ("log", "log_lz4", "parquet", "log_sink", "log_sink_lz4", "parquet_sink")}
         storage_options = endpoint.storage_options()
         broker = DefaultJvmKafka.create(kafka_jars, Path(workdir) / "kafka", BROKER_OVERRIDES,
                                         cluster_id=cluster_id()).start()
-        paths = {"s3_log": f"s3://{buckets['log']}/root", "s3_parquet": f"s3a://{buckets['parquet']}/records",
+        paths = {"s3_log": f"s3://{buckets['log']}/root", "s3_log_lz4": f"s3://{buckets['log_lz4']}/root",
+                 "s3_parquet": f"s3a://{buckets['parquet']}/records",
                  "parquet": os.path.join(workdir, "input-parquet")}
         ts0 = int(time.time() * 1000) - rows      # today's timestamps: see bench_spark_kafka.main
         t0 = time.perf_counter()
@@ -338,6 +349,8 @@ def main(argv: list[str] | None = None) -> list[str]:
         t0 = time.perf_counter()
         write_seglog_root(paths["s3_log"], rows, ts0, storage_options)
         print(f"wrote them to a seglog root on S3 in {time.perf_counter() - t0:.1f} s", flush=True)
+        if "source" in parts:
+            write_seglog_root(paths["s3_log_lz4"], rows, ts0, storage_options, {"compression.type": SINK_CODEC})
         spark = spark_session(kafka_connector_jars + s3a_jars)
         configure_s3a(spark, endpoint)
         bench = S3Bench(spark, broker, paths, workdir, rows, endpoint, buckets, counter)
@@ -368,9 +381,15 @@ def main(argv: list[str] | None = None) -> list[str]:
                      *paired(results, "source_seglog_s3", "source_parquet_s3"), "rows/s"),
                     ("seglog source (S3 root) vs format(\"kafka\") (live Kafka)",
                      *paired(results, "source_seglog_s3", "source_kafka"), "rows/s"),
+                    (f"seglog source, {SINK_CODEC} batches vs Parquet file stream (s3a://, snappy)",
+                     *paired(results, "source_seglog_s3_lz4", "source_parquet_s3"), "rows/s"),
+                    (f"seglog source, {SINK_CODEC} batches vs format(\"kafka\") (live Kafka)",
+                     *paired(results, "source_seglog_s3_lz4", "source_kafka"), "rows/s"),
                 ])
             lines += _printed(f"Rounds' ratio range: vs Parquet {_range(results, 'source_seglog_s3', 'source_parquet_s3')},"
-                              f" vs Kafka {_range(results, 'source_seglog_s3', 'source_kafka')}.")
+                              f" vs Kafka {_range(results, 'source_seglog_s3', 'source_kafka')}; {SINK_CODEC} batches:"
+                              f" vs Parquet {_range(results, 'source_seglog_s3_lz4', 'source_parquet_s3')},"
+                              f" vs Kafka {_range(results, 'source_seglog_s3_lz4', 'source_kafka')}.")
         if "sink" in parts:
             lines += print_table(
                 f"Spark sink on S3 ({rows_m} records key+value from local Parquet, batch df.write,"

@@ -39,10 +39,8 @@ def gets(monkeypatch):
     return seen
 
 
-@pytest.fixture(scope="module")
-def root_url() -> str:
-    url = f"memory://read-windows-{uuid.uuid4().hex[:8]}/root"
-    with LogRoot.open(url, create=True) as root:
+def _write_root(url: str, storage_options: dict | None = None) -> str:
+    with LogRoot.open(url, storage_options=storage_options, create=True) as root:
         root.create_topic("t", 1)
         log = root.log("t", 0, writer=True)
         for i in range(RECORDS // 10):
@@ -50,6 +48,11 @@ def root_url() -> str:
         log.commit()            # one published segment
         log.close()
     return url
+
+
+@pytest.fixture(scope="module")
+def root_url() -> str:
+    return _write_root(f"memory://read-windows-{uuid.uuid4().hex[:8]}/root")
 
 
 def _planned(url: str, **options):
@@ -154,3 +157,42 @@ def test_an_error_of_a_read_ahead_is_the_tasks_error(root_url, monkeypatch):
     with pytest.raises(ResourceNotFoundError):
         for _ in rows:
             pass
+
+
+@pytest.mark.s3
+def test_on_s3_each_window_is_read_in_concurrent_parts(storage_targets, monkeypatch):
+    from logcore.storage import objectstore
+    target = storage_targets.make("s3")
+    _write_root(target.url, target.storage_options)
+    so = target.storage_options
+    part = _planned(target.url, **{"storage.endpoint_url": so["endpoint_url"], "storage.key": so["key"],
+                                   "storage.secret": so["secret"],
+                                   "storage.client_kwargs.region_name": so["client_kwargs"]["region_name"]})
+    monkeypatch.setattr(partition_reader, "STORE_WINDOW_BYTES", 128 << 10)
+    monkeypatch.setattr(objectstore, "PARALLEL_GET_PART_BYTES", 32 << 10)
+    ranges = []
+    real = objectstore.ObjectStorage._s3_get
+
+    async def counting(self, bucket, key, byte_range=None):
+        if key.endswith(".log"):
+            ranges.append(byte_range)
+        return await real(self, bucket, key, byte_range)
+    monkeypatch.setattr(objectstore.ObjectStorage, "_s3_get", counting)
+    batches = list(read_files(part, *open_files(part)))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(RECORDS))
+    assert all(v == VALUE for b in batches for v in b.column("value").to_pylist())
+    # ~400 KB in windows of at most 128 KiB, each fetched as two GETs of its halves
+    spans = sorted(tuple(int(x) for x in r[len("bytes="):].split("-")) for r in ranges)
+    assert len(spans) == 2 * len(batches) and 3 <= len(batches) <= 5, spans
+    assert all(b - a + 1 <= 64 << 10 for a, b in spans), spans
+
+
+def test_the_first_window_is_short_and_the_next_ones_large(root_url, gets, monkeypatch):
+    monkeypatch.setattr(partition_reader, "FIRST_STORE_WINDOW_BYTES", 64 << 10)
+    monkeypatch.setattr(partition_reader, "STORE_WINDOW_BYTES", 256 << 10)
+    batches, windows = _read_range(root_url, gets)
+    sizes = [end - start for _p, start, end in windows]
+    # the task's first rows after one short GET, the rest (~340 KB) in windows of up to 256 KiB
+    assert sizes[0] <= 64 << 10 and len(windows) == 3 and sizes[1] > 128 << 10, sizes
+    assert len(batches) == len(windows)
