@@ -143,8 +143,9 @@ class LogConfig:
         "Codec of stored batches: `producer` keeps the producer's. Another: the broker stores a"
         " produced batch of another codec recompressed into it at the topic's"
         " compression.<codec>.level (`uncompressed` inflates it), as Kafka's does; the library's"
-        " appends, `seglog produce` into a root and the Spark sink compress with it when not"
-        " given a codec of their own.",
+        " appends, `seglog produce` into a root and the Spark sink writing into a root store"
+        " their batches in it too, also when given a codec of their own (at the topic's level,"
+        " or the sink's `kafka.compression.<codec>.level` for that codec).",
         validator=one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
         broker_names=("compression.type",), category="records")
     compression_gzip_level: int = ConfigKey(
