@@ -7,7 +7,9 @@ per round for a follower of 1,000 partitions. Packed directly it costs about 0.4
 partition (measured: 6 partitions 7 us against 62; 1,000 partitions 0.44 ms against 6.6). The
 byte layout is Kafka's FetchRequest schema, the same that kio writes
 (tests compare the two for every version here); fields the body leaves out take the schema's
-defaults, as `protocol.build` gives them.
+defaults, as `protocol.build` gives them. A follower's rounds go further (FetchRequestTemplate):
+the request is encoded once for its partitions and only the fields that change are patched
+(two partitions: 1.2 us a round against 10 us encoded afresh from a dict).
 """
 from __future__ import annotations
 
