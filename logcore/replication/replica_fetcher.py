@@ -29,7 +29,10 @@ is not caught up (its LEO below the leader's last HW) and this broker's follower
 over its rate; the bytes received for such partitions count towards it. When only throttled
 partitions are ready, the fetcher waits until the rate is back within the bound.
 A response is applied only if the partition is still followed at the same epoch and its LEO is
-still the offset the request asked for (a truncation or a new state may have come meanwhile).
+still the offset the request asked for (a truncation or a new state may have come meanwhile); an
+idle partition's answer that would change nothing (no records, no error, the HW and log start the
+replica has) is not applied at all. Each round's request is the previous one's template with the
+changing fields patched, and one timer, moved by each round, times the rounds out.
 """
 from __future__ import annotations
 
