@@ -29,12 +29,14 @@ is not caught up (its LEO below the leader's last HW) and this broker's follower
 over its rate; the bytes received for such partitions count towards it. When only throttled
 partitions are ready, the fetcher waits until the rate is back within the bound.
 A response is applied only if the partition is still followed at the same epoch and its LEO is
-still the offset the request asked for (a truncation or a new state may have come meanwhile).
+still the offset the request asked for (a truncation or a new state may have come meanwhile); an
+idle partition's answer that would change nothing (no records, no error, the HW and log start the
+replica has) is not applied at all. Each round's request is the previous one's template with the
+changing fields patched, and one timer, moved by each round, times the rounds out.
 """
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ from logcore.replication import replica_catchup
 from logcore.errors import NotLeaderOrFollowerError, SegLogError
 from logcore.wire.api_keys import FETCH
 from logcore.wire.client import AsyncKafkaConnection, KafkaConnectionError, KafkaError
+from logcore.wire.fetch_request import FetchRequestTemplate
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +89,55 @@ def _time_out(conn: AsyncKafkaConnection, wait: asyncio.Future, timeout_s: float
     """A fetch round not answered in time: its connection fails (and with it the request)."""
     if not wait.done():
         conn.fail(KafkaConnectionError(f"{conn.where()} did not answer Fetch within {timeout_s:g} s"))
+
+
+def _diverging(p):
+    """A partition answer's diverging epoch (epoch, end offset), or None: the schema's
+    default (-1, -1)."""
+    diverging = getattr(p, "diverging_epoch", None)
+    if diverging is None or (diverging.epoch < 0 and diverging.end_offset < 0):
+        return None
+    return diverging
+
+
+class RoundDeadline:
+    """The timeout of a fetcher's round in flight, on one timer re-armed lazily: a round only
+    moves the deadline, and the timer, when it fires before the current round's deadline, is
+    set again for it. A timer per round (armed, then cancelled when the answer comes a
+    millisecond later) cost a heap push and a cancelled handle for the event loop to drop on
+    every round; this costs one timer per timeout period. The round still fails exactly at
+    its own deadline."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self._round: tuple[AsyncKafkaConnection, asyncio.Future] | None = None
+        self._at = 0.0                   # loop time the round in flight times out
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, loop, conn: AsyncKafkaConnection, wait: asyncio.Future) -> None:
+        self._round = (conn, wait)
+        self._at = loop.time() + self.timeout_s
+        if self._timer is None:
+            self._timer = loop.call_at(self._at, self._fire, loop)
+
+    def done(self) -> None:
+        self._round = None
+
+    def cancel(self) -> None:
+        self._round = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fire(self, loop) -> None:
+        self._timer = None
+        if self._round is None:
+            return                       # no round in flight: the next one arms the timer
+        if loop.time() < self._at:
+            self._timer = loop.call_at(self._at, self._fire, loop)
+            return
+        conn, wait = self._round
+        _time_out(conn, wait, self.timeout_s)
 
 
 class ReplicaFetchers:
@@ -138,6 +190,8 @@ class LeaderFetcher:
         self.wait_ms = self.config["replica.fetch.wait.max.ms"]
         self._warned: str | None = None
         self._round_wait: asyncio.Future | None = None    # the round in flight's wait, to cut short
+        self._deadline = RoundDeadline(self.timeout_s + self.wait_ms / 1000.0)
+        self._request: FetchRequestTemplate | None = None  # the last round's, patched for the next
 
     def cut_short(self) -> None:
         """A partition was added: end a round parked at the leader, a backoff or a wait for the
@@ -153,6 +207,7 @@ class LeaderFetcher:
     async def stop(self) -> None:
         if self.task is not None:
             await cancel_and_wait(self.task)
+        self._deadline.cancel()
         if self.conn is not None:
             self.conn.close()
 
@@ -241,52 +296,57 @@ class LeaderFetcher:
         return self.conn
 
     # ------------------------------------------------------------------ one round
-    def _partition_request(self, followed: Followed) -> dict | None:
-        replica = followed.replica
-        log = replica.open_log()
-        if log is None:
-            return None
-        latest = log.epoch_cache.latest_epoch
-        return {"partition": replica.index, "current_leader_epoch": followed.epoch,
-                "fetch_offset": log.log_end_offset, "last_fetched_epoch": -1 if latest is None else latest,
-                "log_start_offset": log.log_start_offset,
-                "partition_max_bytes": self.config["replica.fetch.max.bytes"]}
-
-    async def _round(self, conn: AsyncKafkaConnection, ready: list[Followed]) -> None:
-        topics: dict[str, list] = {}
+    def _prepare(self, conn: AsyncKafkaConnection, ready: list[Followed]):
+        """This round's request and what it asks, per partition (followed, fetch offset): the
+        last round's request patched with each partition's LEO, latest epoch and log start, or
+        a new one when the partitions or the request's own fields changed."""
         asked: dict[tuple[str, int], tuple[Followed, int]] = {}
+        fields = []
+        max_bytes = self.config["replica.fetch.max.bytes"]
         for followed in ready:
-            req = self._partition_request(followed)
-            if req is None:
+            replica = followed.replica
+            log = replica.open_log()
+            if log is None:
                 continue
-            topics.setdefault(followed.replica.topic, []).append(req)
-            asked[followed.replica.key] = (followed, req["fetch_offset"])
+            latest = log.epoch_cache.latest_epoch
+            offset = log.log_end_offset
+            asked[replica.key] = (followed, offset)
+            fields.append((followed.epoch, offset, -1 if latest is None else latest, log.log_start_offset, max_bytes))
         if not asked:
-            await self._backoff()
-            return
-        body = {"replica_id": self.manager.me, "max_wait": datetime.timedelta(milliseconds=self.wait_ms),
+            return None, asked
+        head = {"replica_id": self.manager.me, "max_wait": self.wait_ms,
                 "min_bytes": self.config["replica.fetch.min.bytes"],
                 "max_bytes": self.config["replica.fetch.response.max.bytes"], "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
-                "forgotten_topics_data": [], "rack_id": ""}
+                "session_id": 0, "session_epoch": -1, "rack_id": ""}
+        request = self._request
+        if (request is None or request.partitions != tuple(asked) or request.head != head
+                or request.client_id != conn.client_id):
+            request = self._request = FetchRequestTemplate(conn.client_id, FETCH_VERSION, head, list(asked))
+        for i, values in enumerate(fields):
+            request.set_partition(i, *values)
+        return request, asked
+
+    async def _round(self, conn: AsyncKafkaConnection, ready: list[Followed]) -> None:
+        request, asked = self._prepare(conn, ready)
+        if request is None:
+            await self._backoff()
+            return
         self.switched.clear()
         # One future to wait on, the request's own: set with the answer (or the connection's
-        # failure) by the connection as it reads it, by cut_short(), or failed by the timeout;
+        # failure) by the connection as it reads it, by cut_short(), or failed by the deadline;
         # the round resumes in the next event-loop pass, where tasks for the request and the
         # switch, shield and wait_for took several per round.
         loop = asyncio.get_running_loop()
         wait = self._round_wait = loop.create_future()
         try:
-            await conn.submit(FETCH, body, version=FETCH_VERSION, into=wait)
-            timeout_s = self.timeout_s + self.wait_ms / 1000.0
-            timer = loop.call_later(timeout_s, _time_out, conn, wait, timeout_s)
+            await conn.submit(FETCH, request, version=FETCH_VERSION, into=wait)
+            self._deadline.start(loop, conn, wait)
             if self.switched.is_set() and not wait.done():      # added while the request was written
                 wait.set_result(_CUT_SHORT)
             try:
                 await wait
             finally:
-                timer.cancel()
+                self._deadline.done()
         finally:
             self._round_wait = None
         response = wait.result()           # the connection's failure (a timeout) raises here
@@ -301,11 +361,13 @@ class LeaderFetcher:
             raise KafkaError(f"Fetch answered error {int(response.error_code)}", int(response.error_code))
         for topic in response.responses:
             for p in topic.partitions:
-                entry = asked.get((topic.topic, p.partition_index))
+                key = (topic.topic, p.partition_index)
+                entry = asked.get(key)
                 if entry is None:
                     continue
                 followed, offset = entry
-                key = (topic.topic, p.partition_index)
+                if self._unchanged(followed, offset, p):
+                    continue
                 try:
                     # The replica's io lock: a replica being deleted (reassigned away) waits for
                     # this write, and a write that waited finds it no longer followed.
@@ -326,6 +388,20 @@ class LeaderFetcher:
                                  self.manager.me, topic.topic, p.partition_index, self.leader, exc)
                     followed.delayed_until = time.monotonic() + self.backoff_s
 
+    def _unchanged(self, followed: Followed, offset: int, p) -> bool:
+        """An idle partition's answer that changes nothing: no records, no error, no diverging
+        epoch, and the HW and log start it gives are what this replica has (its HW already
+        min(leader's, own LEO)). Applying it would take the locks and find nothing to do."""
+        if p.records or p.error_code != E.NONE or _diverging(p) is not None:
+            return False
+        log = followed.replica.open_log()
+        if log is None or log.log_end_offset != offset or p.log_start_offset > log.log_start_offset:
+            return False
+        caught_up = offset >= p.high_watermark
+        if followed.caught_up != caught_up:
+            return False
+        return log.high_watermark == max(log.log_start_offset, min(p.high_watermark, offset))
+
     async def _apply(self, conn, followed: Followed, offset: int, p) -> None:
         replica = followed.replica
         code = int(p.error_code)
@@ -333,8 +409,8 @@ class LeaderFetcher:
         if log is None:
             return
         if code == E.NONE:
-            diverging = getattr(p, "diverging_epoch", None)
-            if diverging is not None and (diverging.epoch >= 0 or diverging.end_offset >= 0):
+            diverging = _diverging(p)
+            if diverging is not None:
                 await asyncio.to_thread(self._truncate_on_divergence, followed, log, offset,
                                         diverging.epoch, diverging.end_offset)
                 return

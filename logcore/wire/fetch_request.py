@@ -7,7 +7,9 @@ per round for a follower of 1,000 partitions. Packed directly it costs about 0.4
 partition (measured: 6 partitions 7 us against 62; 1,000 partitions 0.44 ms against 6.6). The
 byte layout is Kafka's FetchRequest schema, the same that kio writes
 (tests compare the two for every version here); fields the body leaves out take the schema's
-defaults, as `protocol.build` gives them.
+defaults, as `protocol.build` gives them. A follower's rounds go further (FetchRequestTemplate):
+the request is encoded once for its partitions and only the fields that change are patched
+(two partitions: 1.2 us a round against 10 us encoded afresh from a dict).
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ FLEXIBLE_FROM = 12
 _HEADER = struct.Struct(">hhi")          # api_key, api_version, correlation_id
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+_CORRELATION = _I32                      # at byte 8: size, api_key, api_version, correlation_id
+_PATCHED = struct.Struct(">iqiqi")       # v12 partition after its index: what a template patches
 _HEAD_V4 = struct.Struct(">iiiib")       # replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level
 _SESSION = struct.Struct(">ii")          # session_id, session_epoch (v7+)
 _MAX_BYTES_DEFAULT = 0x7FFFFFFF
@@ -39,6 +43,18 @@ def encode_fetch_request(correlation_id: int, client_id: str | None, version: in
     fetch_offset, ...). max_wait is a timedelta or milliseconds. Raises ValueError for a version
     outside 4..12, KeyError for a missing field that has no default, struct.error for a value
     out of its field's range."""
+    return bytes(_encode(correlation_id, client_id, version, body)[0])
+
+
+def _partition_format(version: int) -> struct.Struct:
+    """A partition's fixed fields: partition, [current_leader_epoch v9+], fetch_offset,
+    [last_fetched_epoch v12+], [log_start_offset v5+], partition_max_bytes."""
+    return struct.Struct(">i" + ("i" if version >= 9 else "") + "q" + ("i" if version >= 12 else "")
+                         + ("q" if version >= 5 else "") + "i")
+
+
+def _encode(correlation_id: int, client_id: str | None, version: int, body: dict) -> tuple[bytearray, list[int]]:
+    """The frame and where each partition's fixed fields start in it, in request order."""
     if not FIRST_VERSION <= version <= LAST_VERSION:
         raise ValueError(f"Fetch request version {version} is not encoded here"
                          f" ({FIRST_VERSION}..{LAST_VERSION})")
@@ -55,10 +71,8 @@ def encode_fetch_request(correlation_id: int, client_id: str | None, version: in
                          body.get("max_bytes", _MAX_BYTES_DEFAULT), body.get("isolation_level", 0))
     if version >= 7:
         out += _SESSION.pack(body.get("session_id", 0), body.get("session_epoch", -1))
-    # Per partition: partition, [current_leader_epoch v9+], fetch_offset, [last_fetched_epoch
-    # v12+], [log_start_offset v5+], partition_max_bytes.
-    fmt = struct.Struct(">i" + ("i" if version >= 9 else "") + "q" + ("i" if version >= 12 else "")
-                        + ("q" if version >= 5 else "") + "i")
+    fmt = _partition_format(version)
+    positions = []
     topics = body["topics"]
     array_length(out, len(topics), flexible)
     for topic in topics:
@@ -75,6 +89,7 @@ def encode_fetch_request(correlation_id: int, client_id: str | None, version: in
             if version >= 5:
                 fields.append(p.get("log_start_offset", -1))
             fields.append(p["partition_max_bytes"])
+            positions.append(len(out))
             out += fmt.pack(*fields)
             if flexible:
                 out.append(0)                               # partition tagged fields
@@ -104,4 +119,47 @@ def encode_fetch_request(correlation_id: int, client_id: str | None, version: in
             uvarint(out, len(value))
             out += value
     _I32.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    return out, positions
+
+
+class FetchRequestTemplate:
+    """A follower's Fetch request, encoded once for its leader's partitions and patched each
+    round: only the correlation id and each partition's fields (leader epoch, fetch offset,
+    last fetched epoch, log start offset, max bytes) change from round to round, while the
+    partitions and the request's own fields stay as long as the follower's set of partitions.
+    `encode_request` sends it as it sends a Fetch dict (the template's version and client id
+    must be the connection's).
+
+    `head` (the request's own fields, as encode_fetch_request takes them) and `partitions`
+    (the (topic, partition) pairs in order) say what it was built for; `set_partition(i, ...)`
+    patches the i-th partition."""
+
+    def __init__(self, client_id: str | None, version: int, head: dict, partitions: list[tuple[str, int]]):
+        if version < 12:
+            raise ValueError(f"a Fetch request template is for v12 (last_fetched_epoch), not v{version}")
+        self.version = version
+        self.client_id = client_id
+        self.head = dict(head)
+        self.partitions = tuple(partitions)
+        topics: dict[str, list] = {}
+        for topic, index in partitions:
+            topics.setdefault(topic, []).append({"partition": index, "fetch_offset": 0, "partition_max_bytes": 0})
+        self._frame, self._positions = _encode(0, client_id, version, {
+            **head, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+        # The frame groups partitions by topic: where each of `partitions` sits, in its order.
+        at = dict(zip(((t, p["partition"]) for t, ps in topics.items() for p in ps), self._positions))
+        self._positions = [at[key] + 4 for key in partitions]    # past the partition index
+
+    def set_partition(self, i: int, current_leader_epoch: int, fetch_offset: int, last_fetched_epoch: int,
+                      log_start_offset: int, partition_max_bytes: int) -> None:
+        _PATCHED.pack_into(self._frame, self._positions[i], current_leader_epoch, fetch_offset,
+                           last_fetched_epoch, log_start_offset, partition_max_bytes)
+
+    def encode(self, correlation_id: int, client_id: str | None, version: int) -> bytes:
+        """The frame for request `correlation_id` (a copy: the template is patched again while
+        a transport may still hold the bytes)."""
+        if version != self.version or client_id != self.client_id:
+            raise ValueError(f"a Fetch template built for v{self.version} and client id {self.client_id!r}"
+                             f" cannot go out as v{version} for {client_id!r}")
+        _CORRELATION.pack_into(self._frame, 8, correlation_id)
+        return bytes(self._frame)

@@ -26,7 +26,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from logcore.wire.api_keys import FETCH, PRODUCE
-from logcore.wire.fetch_request import encode_fetch_request
+from logcore.wire.fetch_request import FetchRequestTemplate, encode_fetch_request
 from logcore.wire.fetch_request import FIRST_VERSION as FETCH_FIRST, LAST_VERSION as FETCH_LAST
 from logcore.wire.produce_codec import decode_produce_request
 from logcore.errors import SegLogError
@@ -166,6 +166,8 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
                    body: Any) -> bytes:
     """The whole frame (size prefix included) of a request: `body` is the kio request dataclass
     of that version, or a dict of Kafka field names (see `build`)."""
+    if api_key == FETCH and isinstance(body, FetchRequestTemplate):
+        return body.encode(correlation_id, client_id, api_version)      # a follower's, patched
     if api_key == FETCH and FETCH_FIRST <= api_version <= FETCH_LAST and isinstance(body, dict):
         # By hand: a follower sends one per round (see fetch_request).
         try:

@@ -1,6 +1,7 @@
 """The follower's fetch round's building blocks against a real broker: a request submitted
 without waiting (AsyncKafkaConnection.submit) is answered through its future, and a round
-that outlives its timeout fails its connection and with it the request (replica_fetcher)."""
+that outlives its timeout fails its connection and with it the request (replica_fetcher), on
+one timer that the rounds answered in time only move (RoundDeadline)."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,7 @@ import datetime
 import pytest
 
 from broker_helpers import create
-from logcore.replication.replica_fetcher import _time_out
+from logcore.replication.replica_fetcher import RoundDeadline, _time_out
 from logcore.wire.api_keys import FETCH, METADATA
 from logcore.wire.client import AsyncKafkaConnection, KafkaConnectionError
 
@@ -77,3 +78,36 @@ def test_a_round_past_its_timeout_fails_its_connection(broker):
     assert isinstance(fut.exception(), KafkaConnectionError)
     assert "did not answer Fetch within 0.2 s" in str(fut.exception())
     assert not connected and took < 2
+
+
+def test_a_round_fails_at_its_own_deadline_on_a_timer_armed_for_an_earlier_round(broker):
+    """Round 1 is answered at once and leaves the timer armed for its deadline; round 2, parked
+    at the broker, starts later: the timer firing at round 1's deadline is set again for round
+    2's, which then fails the connection, no earlier."""
+    pytest.importorskip("confluent_kafka")
+    create(broker, "late", 1)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        deadline = RoundDeadline(0.4)
+        conn = AsyncKafkaConnection(broker.host, broker.port, timeout_s=10)
+        await conn.connect()
+        first = loop.create_future()
+        await conn.submit(METADATA, {"topics": None, "allow_auto_topic_creation": False}, version=9, into=first)
+        deadline.start(loop, conn, first)
+        await first
+        deadline.done()
+        await asyncio.sleep(0.25)
+        second = loop.create_future()
+        await conn.submit(FETCH, _parked_fetch("late", 5000), version=12, into=second)   # parks
+        deadline.start(loop, conn, second)
+        started = loop.time()
+        await asyncio.wait({second}, timeout=5)
+        took = loop.time() - started
+        deadline.cancel()
+        return second, conn.connected, took
+
+    second, connected, took = asyncio.run(run())
+    assert isinstance(second.exception(), KafkaConnectionError)
+    assert "did not answer Fetch within 0.4 s" in str(second.exception())
+    assert not connected and 0.38 <= took < 2

@@ -1,7 +1,8 @@
 """The replica manager's role changes under the schedules a review suspected: brokers run in this
 process (BrokerServer, one event loop, a real ZooKeeper), so a test can stretch one step of a
 transition (a slow become_follower, a follower append in flight, a parked follower fetch, an ISR
-write whose outcome is unknown) and act inside the gap, as a client or a follower would.
+write whose outcome is unknown) and act inside the gap, as a client or a follower would, or
+watch what a follower's rounds apply.
 
 Leadership moves are made as the controller makes them: a fenced write of the partition's state
 znode with a new leader epoch."""
@@ -406,3 +407,40 @@ def _values(base, broker: int):
         for pos, h in iter_batches(data, source=path, allow_partial_tail=True):
             out += [(h.base_offset, r.value) for r in decode_records(data, pos, h, source=path)]
     return out
+
+
+def test_an_idle_partitions_answers_are_not_applied_each_round(tmp_path, zk_hosts):
+    """A follower fetches an idle partition in every round with a busy one of the same leader:
+    answers that change nothing (no records, the HW it has) are not applied, so no lock or HW
+    update per idle partition per round; once the idle partition has records again, the
+    follower takes them and the leader's HW as before."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "1"})
+            await asyncio.to_thread(c.broker(1).catalog.create_topic, "idle", config={"min.insync.replicas": "1"},
+                                    assignment={0: [1, 2]})
+            await c.leading(1, (1, 2))
+            await c.until(lambda: (c.rm(1).replicas.get(("idle", 0)) is not None
+                                   and c.rm(1).replicas[("idle", 0)].role == "leader"
+                                   and c.broker(2).partitions.get("idle", 0) is not None
+                                   and c.broker(2).partitions.get("idle", 0)._log is not None),
+                          "the idle partition led by broker 1 and open on broker 2")
+            for i in range(5):                  # both followed; the idle one's state settles
+                assert (await c.produce(1, b"warm %d" % i, acks_all=True))[0] == E.NONE
+            idle = c.broker(2).partitions.get("idle", 0)._log
+            applied = []
+            real = idle.update_high_watermark
+
+            def counted(hw, **kw):
+                applied.append(hw)
+                return real(hw, **kw)
+            idle.update_high_watermark = counted
+            for i in range(30):                 # each acks=all produce waits for a follower round
+                assert (await c.produce(1, b"busy %d" % i, acks_all=True))[0] == E.NONE
+            assert applied == [], f"idle answers applied {len(applied)} times in 30 rounds"
+            leader_part = c.broker(1).partitions.get("idle", 0)
+            await c.broker(1).partitions.submit(leader_part, bytearray(build_batch([(b"k", b"v", [], None)])))
+            await c.until(lambda: idle.log_end_offset == 1 and idle.high_watermark == 1,
+                          "the follower's idle partition at LEO 1 and HW 1")
+            assert applied and applied[-1] == 1
+    run(scenario())

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logcore.wire.fetch_request import encode_fetch_request
+from logcore.wire.fetch_request import FetchRequestTemplate, encode_fetch_request
 from logcore.wire.protocol import build, encode_request, parse_request, request_type
 
 I32 = st.integers(-2**31, 2**31 - 1)
@@ -75,3 +75,40 @@ def test_a_version_with_topic_ids_goes_through_kio():
 def test_a_bad_body_is_a_clear_error(body, message):
     with pytest.raises(ValueError, match=message):
         encode_request(1, 12, 1, "c", body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(correlation=I32, client_id=st.one_of(st.none(), NAME), body=fetch_bodies(), data=st.data())
+def test_a_patched_template_is_the_request_encoded_afresh(correlation, client_id, body, data):
+    """A follower's template, patched with each partition's fields, is byte for byte the
+    request encode_fetch_request writes for the same fields (topics in the order their first
+    partition comes, as the fetcher groups them), whatever the partitions' order across
+    topics; patching it again for the next round leaves nothing of the previous one."""
+    head = {k: v for k, v in body.items() if k != "topics"}
+    parts = [(t["topic"], p["partition"]) for t in body["topics"] for p in t["partitions"]]
+    if len(set(parts)) != len(parts):
+        return                                   # one follower fetches a partition once
+    order = data.draw(st.permutations(parts))
+    template = FetchRequestTemplate(client_id, 12, head, order)
+    for _ in range(2):
+        fields = {key: data.draw(st.tuples(I32, I64, I32, I64, I32)) for key in order}
+        for i, key in enumerate(order):
+            template.set_partition(i, *fields[key])
+        names = ("current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset",
+                 "partition_max_bytes")
+        topics: dict[str, list] = {}
+        for topic, index in order:
+            topics.setdefault(topic, []).append({"partition": index, **dict(zip(names, fields[(topic, index)]))})
+        expect = {**head, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+        ours = encode_request(1, 12, correlation, client_id, template)
+        assert ours == encode_fetch_request(correlation, client_id, 12, expect)
+
+
+def test_a_template_goes_out_only_as_built():
+    template = FetchRequestTemplate("replica-fetcher-1", 12, {"max_wait": 500, "min_bytes": 1}, [("t", 0)])
+    with pytest.raises(ValueError, match="built for v12 and client id 'replica-fetcher-1' cannot go out as v11"):
+        encode_request(1, 11, 1, "replica-fetcher-1", template)
+    with pytest.raises(ValueError, match="cannot go out as v12 for 'other'"):
+        encode_request(1, 12, 1, "other", template)
+    with pytest.raises(ValueError, match="for v12"):
+        FetchRequestTemplate("c", 11, {"max_wait": 0, "min_bytes": 1}, [])
