@@ -15,6 +15,7 @@ from logcore.errors import CorruptRecordError, OffsetOutOfRangeError, ResourceNo
 from logcore.log.log_root import LogRoot, partition_dir
 from logcore.tiered import install_remote_tier
 from logcore.records.arrow import decode_batches
+from logcore.records.batch import F_BASE_OFFSET, F_LAST_DELTA, batch_fields
 from logcore.storage.read_facts import REPLAY, ReadFacts
 from pyspark_seglog.data_loss import damaged, data_loss
 from pyspark_seglog.kafka_rows import COLUMN_BUFFERS, ConstantColumns
@@ -39,12 +40,12 @@ FIRST_READ_WINDOW_BYTES = 64 << 10
 # with this much slack for the batches past the last index entry below the range's end
 # (index.interval.bytes is 4 KiB by default).
 RANGE_SLACK_BYTES = 64 << 10
-# On an object store a window is also at most this, the next one read ahead while Spark takes the
-# current batch, and each is fetched as two concurrent ranged GETs
-# (logcore.storage.objectstore.PARALLEL_GETS). At 1M records (30 MB per task) 2 MiB windows of
-# one GET each left a task waiting on the S3 server for 55-70% of its time, and the server spent
-# 1.5-2x the CPU per GB on 2 MiB GETs that it spends on 4-8 MiB ones; 8 MiB windows in two GETs
-# took a task from 0.48-0.57 s to 0.28-0.40 s (SeaweedFS, local[2]).
+# On an object store a window is also at most this, read in one GET, and the next window's GET
+# is sent as soon as the current one's bytes are in, so that it overlaps the decoding and Spark
+# taking the batch. At 1M records (30 MB per task) 2 MiB windows of one GET each left a task
+# waiting on the S3 server for 55-70% of its time, and the server spent 1.5-2x the CPU per GB on
+# 2 MiB GETs that it spends on 8 MiB ones (SeaweedFS, local[2]). A task holds at most two windows'
+# bytes at a time (the one being decoded and the next one arriving): 16 MiB at this bound.
 STORE_WINDOW_BYTES = 8 << 20
 # A task's first window on an object store is at most this (one GET): its first rows come one
 # short round trip after its open (an 8 MiB first window took 37 ms against 14 ms), and the
@@ -128,8 +129,8 @@ _WINDOW_BUFFERS = _WindowBuffers()
 
 
 class _ReadAhead:
-    """The next window's read on an object store, in flight while the current window's Arrow
-    batch is handed to Spark (which writes it to the JVM): the GET and the hand-off overlap.
+    """The next window's read on an object store, in flight while the current window is decoded
+    and its Arrow batch handed to Spark (which writes it to the JVM): the GETs overlap both.
 
     At most one read is in flight per task, and the task's own thread touches the log only
     after taking its result (`take`), so the log is never read by two threads at once.
@@ -198,6 +199,18 @@ def _first_window(log, offset: int, until: int, fetch_bytes: int, remote: bool) 
     return window
 
 
+def _offset_after(data) -> int | None:
+    """The offset after the last whole batch in `data` (its headers scanned in C), or None when
+    it holds none or a damaged header (the decoder then says what is wrong)."""
+    try:
+        fields = batch_fields(data, verify_crc=False, allow_partial_tail=True)
+    except CorruptRecordError:
+        return None
+    if not len(fields):
+        return None
+    return int(fields[-1, F_BASE_OFFSET] + fields[-1, F_LAST_DELTA]) + 1
+
+
 def read_partition(p: SeglogInputPartition):
     """Yield Arrow record batches of the exact Kafka schema for offsets [p.start, p.until), from
     the files or through the brokers as the option readFrom says (read_path.py)."""
@@ -262,6 +275,9 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
                 pending = ahead.take((offset, window))
                 if pending is not None:
                     fetch = pending.result()
+                elif remote:
+                    # An object store's reads allocate their bytes (a GET's body): no buffer.
+                    fetch = log.read(offset, window, isolation=p.isolation, view=True)
                 else:
                     if buffer is None or len(buffer) < window:
                         if buffer is not None:
@@ -304,6 +320,17 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
                         topic=p.topic, partition=p.partition, offset=offset, log_end_offset=bound)
                 logger.warning("failOnDataLoss=false: %s; stopping this range at %d", message, offset)
                 return
+            if remote:
+                # The next window's GETs go out now, before this one is decoded: they overlap
+                # the decoding and Spark taking the batch (its start: after this window's last
+                # whole batch, where the decoder's next offset is).
+                following = _offset_after(data)
+                if following is not None and following < p.until:
+                    span = _range_bytes(log, following, p.until)
+                    if span is not None:
+                        window = min(bound, max(window, span))
+                    ahead.start((following, window), lambda at=following, size=window: log.read(
+                        at, size, isolation=p.isolation, view=True))
             aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in fetch.aborted] or None
             where = {"source": fetch.source or name, "base_position": fetch.position}
             try:
@@ -313,6 +340,7 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
             except CorruptRecordError as exc:
                 good = (exc.position or 0) - fetch.position
                 if exc.file != where["source"] or good <= 0:
+                    ahead.finish()      # the log is the task's alone while it handles the damage
                     offset = damaged(log, offset, exc, p.fail_on_data_loss)
                     continue
                 # the batches before the damaged one are fine: serve them, fail or skip after
@@ -327,17 +355,6 @@ def read_files(p: SeglogInputPartition, root: LogRoot, log, broker_bound: bool):
                     yield constants.rows(batch, schema, p.include_headers)
                 return
             offset = decoded.next_offset
-            if remote and offset < p.until:
-                span = _range_bytes(log, offset, p.until)
-                if span is not None:
-                    window = min(bound, max(window, span))
-                # The window's bytes are all in Arrow buffers now: its buffer takes the next
-                # window while Spark takes this batch.
-                if len(buffer) < window:
-                    _WINDOW_BUFFERS.give_back(buffer)
-                    buffer = _WINDOW_BUFFERS.take(window)
-                ahead.start((offset, window), lambda at=offset, size=window, into=buffer: log.read(
-                    at, size, isolation=p.isolation, view=True, buffer=into))
             if rows:
                 yield constants.rows(batch, schema, p.include_headers)
     finally:

@@ -2,8 +2,8 @@
 memory filesystem): a range that fits the fetch bound and the object-store window in one GET
 (sized from the offset index, not grown 4x per read from a short first window), a longer one in
 windows of that size, a small GET for a small range, and the next window's GET in flight while
-Spark takes the current window's Arrow batch (read-ahead), with the same rows and errors as
-without."""
+the current window is decoded and Spark takes its Arrow batch (read-ahead), with the same rows
+and errors as without."""
 from __future__ import annotations
 
 import pickle
@@ -160,7 +160,7 @@ def test_an_error_of_a_read_ahead_is_the_tasks_error(root_url, monkeypatch):
 
 
 @pytest.mark.s3
-def test_on_s3_each_window_is_read_in_concurrent_parts(storage_targets, monkeypatch):
+def test_on_s3_each_window_is_one_get(storage_targets, monkeypatch):
     from logcore.storage import objectstore
     target = storage_targets.make("s3")
     _write_root(target.url, target.storage_options)
@@ -169,7 +169,6 @@ def test_on_s3_each_window_is_read_in_concurrent_parts(storage_targets, monkeypa
                                    "storage.secret": so["secret"],
                                    "storage.client_kwargs.region_name": so["client_kwargs"]["region_name"]})
     monkeypatch.setattr(partition_reader, "STORE_WINDOW_BYTES", 128 << 10)
-    monkeypatch.setattr(objectstore, "PARALLEL_GET_PART_BYTES", 32 << 10)
     ranges = []
     real = objectstore.ObjectStorage._s3_get
 
@@ -182,10 +181,34 @@ def test_on_s3_each_window_is_read_in_concurrent_parts(storage_targets, monkeypa
     offsets = [o for b in batches for o in b.column("offset").to_pylist()]
     assert offsets == list(range(RECORDS))
     assert all(v == VALUE for b in batches for v in b.column("value").to_pylist())
-    # ~400 KB in windows of at most 128 KiB, each fetched as two GETs of its halves
-    spans = sorted(tuple(int(x) for x in r[len("bytes="):].split("-")) for r in ranges)
-    assert len(spans) == 2 * len(batches) and 3 <= len(batches) <= 5, spans
-    assert all(b - a + 1 <= 64 << 10 for a, b in spans), spans
+    # ~400 KB in windows of at most 128 KiB, each one GET, each starting where the one before ended
+    spans = [tuple(int(x) for x in r[len("bytes="):].split("-")) for r in ranges]
+    assert len(spans) == len(batches) and 3 <= len(batches) <= 5, spans
+    assert all(b - a + 1 <= 128 << 10 for a, b in spans), spans
+    assert [a for a, _b in spans] == sorted(a for a, _b in spans)
+
+
+def test_the_next_windows_get_is_sent_before_the_current_window_is_decoded(root_url, gets, monkeypatch):
+    part = _planned(root_url, **{"kafka.max.partition.fetch.bytes": str(64 << 10)})
+    opened = open_files(part)
+    gets.clear()
+    real = partition_reader.decode_batches
+    seen_at_decode = []
+
+    def decode(*args, **kwargs):
+        # The first window is decoded only once the second window's GET went out (it is sent
+        # from another thread: give it time to arrive).
+        deadline = time.monotonic() + (5 if not seen_at_decode else 0)
+        while len(_segment_gets(gets)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        seen_at_decode.append(len(_segment_gets(gets)))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(partition_reader, "decode_batches", decode)
+    batches = list(read_files(part, *opened))
+    assert seen_at_decode[0] == 2, seen_at_decode
+    assert len(batches) == len(_segment_gets(gets)) > 2
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(RECORDS))
+    assert all(v == VALUE for b in batches for v in b.column("value").to_pylist())
 
 
 def test_the_first_window_is_short_and_the_next_ones_large(root_url, gets, monkeypatch):
