@@ -120,9 +120,10 @@ def log_read_rows(endpoint, tmp: str, size_mib: int) -> list[tuple]:
 
     bucket, _ = _make_bucket(endpoint)
     url = os.path.join(tmp, "root")
-    root = LogRoot.open(url, create=True, defaults=tiering_defaults(
-        f"s3://{bucket}/tier", endpoint.storage_options(), chunk_size=str(4 * MIB),
-        fetch_chunk_cache_memory_size=str(4 * size_mib * MIB)))
+    # A root does not store the remote tier's credentials: every open is given them.
+    defaults = tiering_defaults(f"s3://{bucket}/tier", endpoint.storage_options(), chunk_size=str(4 * MIB),
+                                fetch_chunk_cache_memory_size=str(4 * size_mib * MIB))
+    root = LogRoot.open(url, create=True, defaults=defaults)
     root.create_topic("t", config={"remote.storage.enable": "true", "segment.bytes": str(8 * MIB),
                                    "local.retention.bytes": "1", "retention.bytes": "-1"})
     log = root.log("t", 0, writer=True)
@@ -140,7 +141,7 @@ def log_read_rows(endpoint, tmp: str, size_mib: int) -> list[tuple]:
     mb = 0.0
     timings, gets = [], []
     for _ in range(2):
-        reader_root = LogRoot.open(url, read_only=True)
+        reader_root = LogRoot.open(url, read_only=True, defaults=defaults)
         counted = FaultyStorage(reader_root.remote_tier().rsm.storage)
         reader_root.remote_tier().rsm.storage = counted
         reader = reader_root.log("t", 0)
