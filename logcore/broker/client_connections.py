@@ -33,7 +33,7 @@ from logcore.security.authenticator import SaslAuthenticator
 from logcore.security.principal import certificate_principal
 from logcore.security.session import CLOSE, SASL, SASL_AUTHENTICATE, SASL_HANDSHAKE, ConnectionSession
 from logcore.wire import error_codes as E
-from logcore.wire.api_keys import API_VERSIONS, PRODUCE
+from logcore.wire.api_keys import API_VERSIONS, FETCH, PRODUCE
 from logcore.wire.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                    parse_request, response, response_type)
 
@@ -76,7 +76,7 @@ class ClientConnections:
     def new_connection(self, listener) -> FrameConnection:
         """The protocol of a connection accepted on `listener` (asyncio's protocol factory)."""
         return FrameConnection(self.max_request, lambda conn: self._serve_connection(conn, listener),
-                               self._produce_now, memory=self.memory, read_timeout=self.read_timeout,
+                               self._handle_now, memory=self.memory, read_timeout=self.read_timeout,
                                limits=self.limits)
 
     def _session(self, conn: FrameConnection, listener) -> ConnectionSession:
@@ -98,15 +98,20 @@ class ClientConnections:
                                               oauthbearer=self.sasl.token_validator(listener.name))
         return ConnectionSession(listener.name, host, tls_principal=tls_principal, authenticator=authenticator)
 
-    def _produce_now(self, conn: FrameConnection, frame) -> bool:
-        """A Produce request that arrives while the connection's reader is parked, handled in
-        the protocol callback (no task wake-up, one event-loop round less per request). Its
-        response is written at once when nothing is ahead of it, else queued in order; anything
-        else (another API, a frame that does not parse, a full response queue) is left to the
-        reader, which reports errors as usual."""
+    def _handle_now(self, conn: FrameConnection, frame) -> bool:
+        """A Produce or Fetch request that arrives while the connection's reader is parked,
+        handled in the protocol callback (no wake-up of the reader task, one event-loop pass
+        less per request). A Produce's response is written at once when nothing is ahead of
+        it, else queued in order; a Fetch starts its task from here. Anything else (another
+        API, a frame that does not parse, a full response queue, client quotas in force for a
+        Fetch) is left to the reader, which reports errors as usual."""
         queue, sending, session = conn.responses, conn.sending, conn.session
-        if queue is None or queue.full() or len(frame) < 2 or frame[0] != 0 or frame[1] != PRODUCE \
+        if queue is None or queue.full() or len(frame) < 2 or frame[0] != 0 \
                 or not session.open or sending.muted_until:   # a throttled client: the reader waits
+            return False
+        if frame[1] == FETCH:
+            return self._fetch_now(frame, queue, sending, session)
+        if frame[1] != PRODUCE:
             return False
         started = time.perf_counter()
         try:
@@ -139,6 +144,28 @@ class ClientConnections:
             queue.put_nowait(item)
         return True
 
+    def _fetch_now(self, frame, queue: asyncio.Queue, sending: _Sending, session: ConnectionSession) -> bool:
+        """_handle_now's Fetch: parsed here and its task started, as the reader's _dispatch
+        would (a quota's charge after the handler, and rewritten answers, stay the reader's)."""
+        if self.broker.quotas.active or FETCH in self.endpoints.rewritten:
+            return False
+        started = time.perf_counter()
+        try:
+            request = parse_request(frame, self.windows, session)
+        except (UnsupportedRequest, ProtocolError):
+            return False
+        queue.put_nowait((request, asyncio.ensure_future(
+            self._timed(FETCH, started, self._handled(request), sending))))
+        return True
+
+    async def _handled(self, request):
+        """The broker's answer to a request, awaited to its end (a fetch's long poll)."""
+        result = await self.broker.handle(request)
+        if result is not None and not isinstance(result, (bytes, dict, EncodedResponse)) \
+                and inspect.isawaitable(result):
+            result = await result
+        return result
+
     async def _serve_connection(self, conn: FrameConnection, listener) -> None:
         task = asyncio.current_task()
         self.connections[task] = listener.name
@@ -146,7 +173,7 @@ class ClientConnections:
         session = conn.session = self._session(conn, listener)
         queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
         sending = _Sending(ResponseWriter(conn))
-        conn.responses, conn.sending = queue, sending       # for _produce_now
+        conn.responses, conn.sending = queue, sending       # for _handle_now
         sender = asyncio.get_running_loop().create_task(self._send_responses(queue, sending.out, peer, sending))
         try:
             while True:
