@@ -18,6 +18,7 @@ import logging
 import os
 import struct
 import time
+import types
 
 from logcore.event_wait import cancel_and_wait
 from logcore.broker.api_versions import windows
@@ -110,7 +111,7 @@ class ClientConnections:
                 or not session.open or sending.muted_until:   # a throttled client: the reader waits
             return False
         if frame[1] == FETCH:
-            return self._fetch_now(frame, queue, sending, session)
+            return self._fetch_now(conn, frame, queue, sending, session)
         if frame[1] != PRODUCE:
             return False
         started = time.perf_counter()
@@ -144,7 +145,8 @@ class ClientConnections:
             queue.put_nowait(item)
         return True
 
-    def _fetch_now(self, frame, queue: asyncio.Queue, sending: _Sending, session: ConnectionSession) -> bool:
+    def _fetch_now(self, conn: FrameConnection, frame, queue: asyncio.Queue, sending: _Sending,
+                   session: ConnectionSession) -> bool:
         """_handle_now's Fetch: parsed here and its task started, as the reader's _dispatch
         would (a quota's charge after the handler, and rewritten answers, stay the reader's)."""
         if self.broker.quotas.active or FETCH in self.endpoints.rewritten:
@@ -154,8 +156,28 @@ class ClientConnections:
             request = parse_request(frame, self.windows, session)
         except (UnsupportedRequest, ProtocolError):
             return False
-        queue.put_nowait((request, asyncio.ensure_future(
-            self._timed(FETCH, started, self._handled(request), sending))))
+        # Run here up to its first wait (a long poll's park, a read in a thread): a fetch that
+        # is answered at once (data at hand, or max_wait 0) needs no task and no sender hop.
+        handled = self._handled(request)
+        try:
+            waiting_on = handled.send(None)
+        except StopIteration as answered:
+            result = answered.value
+        except Exception:   # noqa: BLE001 - as the reader's: a bug costs this connection
+            logger.exception("connection %s: unexpected error; closing it", conn.peer)
+            sending.out.close()
+            return True
+        else:
+            queue.put_nowait((request, asyncio.ensure_future(
+                self._timed(FETCH, started, _resumed(handled, waiting_on), sending))))
+            return True
+        self._requests.done(FETCH, started, response_errors(result))
+        if not sending.busy and queue.empty() and not conn.write_paused and type(result) is EncodedResponse \
+                and all(type(piece) is not FileSlice for piece in result.pieces):
+            for piece in result.pieces:      # nothing ahead of it and no file range: written now
+                sending.out.write(piece)
+        elif result is not None:
+            queue.put_nowait((request, result))
         return True
 
     async def _handled(self, request):
@@ -409,6 +431,26 @@ def _ready_frame(item) -> bytes | None:
     if isinstance(result, (asyncio.Future, EncodedResponse)):
         return None
     return _encoded(request, result)
+
+
+@types.coroutine
+def _resumed(coro, waiting_on):
+    """The rest of a coroutine that was run by hand up to its first wait (it yielded
+    `waiting_on`, a future): awaited in a task, which waits on each future the coroutine yields
+    and hands it what the task gets (a value, or an exception such as its cancellation)."""
+    while True:
+        try:
+            sent = yield waiting_on
+        except BaseException as exc:    # noqa: BLE001 - the task's cancellation goes on to the coroutine
+            try:
+                waiting_on = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                waiting_on = coro.send(sent)
+            except StopIteration as done:
+                return done.value
 
 
 class _ShortSend(Exception):
