@@ -103,7 +103,7 @@ class ClientConnections:
         """A Produce or Fetch request that arrives while the connection's reader is parked,
         handled in the protocol callback (no wake-up of the reader task, one event-loop pass
         less per request). A Produce's response is written at once when nothing is ahead of
-        it, else queued in order; a Fetch starts its task from here. Anything else (another
+        it, else queued in order; a Fetch runs here up to its first wait. Anything else (another
         API, a frame that does not parse, a full response queue, client quotas in force for a
         Fetch) is left to the reader, which reports errors as usual."""
         queue, sending, session = conn.responses, conn.sending, conn.session
@@ -147,8 +147,8 @@ class ClientConnections:
 
     def _fetch_now(self, conn: FrameConnection, frame, queue: asyncio.Queue, sending: _Sending,
                    session: ConnectionSession) -> bool:
-        """_handle_now's Fetch: parsed here and its task started, as the reader's _dispatch
-        would (a quota's charge after the handler, and rewritten answers, stay the reader's)."""
+        """_handle_now's Fetch: parsed and handled here as the reader's _dispatch would (a
+        quota's charge after the handler, and rewritten answers, stay the reader's)."""
         if self.broker.quotas.active or FETCH in self.endpoints.rewritten:
             return False
         started = time.perf_counter()
