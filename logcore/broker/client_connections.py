@@ -18,6 +18,7 @@ import logging
 import os
 import struct
 import time
+import types
 
 from logcore.event_wait import cancel_and_wait
 from logcore.broker.api_versions import windows
@@ -33,7 +34,7 @@ from logcore.security.authenticator import SaslAuthenticator
 from logcore.security.principal import certificate_principal
 from logcore.security.session import CLOSE, SASL, SASL_AUTHENTICATE, SASL_HANDSHAKE, ConnectionSession
 from logcore.wire import error_codes as E
-from logcore.wire.api_keys import API_VERSIONS, PRODUCE
+from logcore.wire.api_keys import API_VERSIONS, FETCH, PRODUCE
 from logcore.wire.protocol import (ProtocolError, UnsupportedRequest, build, encode_response,
                                    parse_request, response, response_type)
 
@@ -76,7 +77,7 @@ class ClientConnections:
     def new_connection(self, listener) -> FrameConnection:
         """The protocol of a connection accepted on `listener` (asyncio's protocol factory)."""
         return FrameConnection(self.max_request, lambda conn: self._serve_connection(conn, listener),
-                               self._produce_now, memory=self.memory, read_timeout=self.read_timeout,
+                               self._handle_now, memory=self.memory, read_timeout=self.read_timeout,
                                limits=self.limits)
 
     def _session(self, conn: FrameConnection, listener) -> ConnectionSession:
@@ -98,15 +99,20 @@ class ClientConnections:
                                               oauthbearer=self.sasl.token_validator(listener.name))
         return ConnectionSession(listener.name, host, tls_principal=tls_principal, authenticator=authenticator)
 
-    def _produce_now(self, conn: FrameConnection, frame) -> bool:
-        """A Produce request that arrives while the connection's reader is parked, handled in
-        the protocol callback (no task wake-up, one event-loop round less per request). Its
-        response is written at once when nothing is ahead of it, else queued in order; anything
-        else (another API, a frame that does not parse, a full response queue) is left to the
-        reader, which reports errors as usual."""
+    def _handle_now(self, conn: FrameConnection, frame) -> bool:
+        """A Produce or Fetch request that arrives while the connection's reader is parked,
+        handled in the protocol callback (no wake-up of the reader task, one event-loop pass
+        less per request). A Produce's response is written at once when nothing is ahead of
+        it, else queued in order; a Fetch runs here up to its first wait. Anything else (another
+        API, a frame that does not parse, a full response queue, client quotas in force for a
+        Fetch) is left to the reader, which reports errors as usual."""
         queue, sending, session = conn.responses, conn.sending, conn.session
-        if queue is None or queue.full() or len(frame) < 2 or frame[0] != 0 or frame[1] != PRODUCE \
+        if queue is None or queue.full() or len(frame) < 2 or frame[0] != 0 \
                 or not session.open or sending.muted_until:   # a throttled client: the reader waits
+            return False
+        if frame[1] == FETCH:
+            return self._fetch_now(conn, frame, queue, sending, session)
+        if frame[1] != PRODUCE:
             return False
         started = time.perf_counter()
         try:
@@ -121,6 +127,10 @@ class ClientConnections:
             return True
         if self.broker.quotas.active or type(result) is ThrottledResponse:
             result = self._charged(request, started, result, sending)
+        if type(result) is asyncio.Future:      # an acks=all answer set when the HW passes
+            result.add_done_callback(lambda done: self._answered(PRODUCE, started, done))
+            queue.put_nowait((request, result))
+            return True
         # bytes: the usual answer, committed already (isawaitable is an ABC check)
         if type(result) is not bytes and result is not None and inspect.isawaitable(result):
             queue.put_nowait((request, asyncio.ensure_future(self._timed(PRODUCE, started, result, sending))))
@@ -135,6 +145,49 @@ class ClientConnections:
             queue.put_nowait(item)
         return True
 
+    def _fetch_now(self, conn: FrameConnection, frame, queue: asyncio.Queue, sending: _Sending,
+                   session: ConnectionSession) -> bool:
+        """_handle_now's Fetch: parsed and handled here as the reader's _dispatch would (a
+        quota's charge after the handler, and rewritten answers, stay the reader's)."""
+        if self.broker.quotas.active or FETCH in self.endpoints.rewritten:
+            return False
+        started = time.perf_counter()
+        try:
+            request = parse_request(frame, self.windows, session)
+        except (UnsupportedRequest, ProtocolError):
+            return False
+        # Run here up to its first wait (a long poll's park, a read in a thread): a fetch that
+        # is answered at once (data at hand, or max_wait 0) needs no task and no sender hop.
+        handled = self._handled(request)
+        try:
+            waiting_on = handled.send(None)
+        except StopIteration as answered:
+            result = answered.value
+        except Exception:   # noqa: BLE001 - as the reader's: a bug costs this connection
+            logger.exception("connection %s: unexpected error; closing it", conn.peer)
+            sending.out.close()
+            return True
+        else:
+            queue.put_nowait((request, asyncio.ensure_future(
+                self._timed(FETCH, started, _resumed(handled, waiting_on), sending))))
+            return True
+        self._requests.done(FETCH, started, response_errors(result))
+        if not sending.busy and queue.empty() and not conn.write_paused and type(result) is EncodedResponse \
+                and all(type(piece) is not FileSlice for piece in result.pieces):
+            for piece in result.pieces:      # nothing ahead of it and no file range: written now
+                sending.out.write(piece)
+        elif result is not None:
+            queue.put_nowait((request, result))
+        return True
+
+    async def _handled(self, request):
+        """The broker's answer to a request, awaited to its end (a fetch's long poll)."""
+        result = await self.broker.handle(request)
+        if result is not None and not isinstance(result, (bytes, dict, EncodedResponse)) \
+                and inspect.isawaitable(result):
+            result = await result
+        return result
+
     async def _serve_connection(self, conn: FrameConnection, listener) -> None:
         task = asyncio.current_task()
         self.connections[task] = listener.name
@@ -142,7 +195,7 @@ class ClientConnections:
         session = conn.session = self._session(conn, listener)
         queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
         sending = _Sending(ResponseWriter(conn))
-        conn.responses, conn.sending = queue, sending       # for _produce_now
+        conn.responses, conn.sending = queue, sending       # for _handle_now
         sender = asyncio.get_running_loop().create_task(self._send_responses(queue, sending.out, peer, sending))
         try:
             while True:
@@ -204,6 +257,12 @@ class ClientConnections:
             result = result.response
         self._requests.done(api_key, started, response_errors(result))
         return result
+
+    def _answered(self, api_key: int, started: float, done: asyncio.Future) -> None:
+        """_timed's count for an answer given as a future: when it is set (not when the
+        connection closed and cancelled it)."""
+        if not done.cancelled():
+            self._requests.done(api_key, started, () if done.exception() else response_errors(done.result()))
 
     def _charged(self, request, started: float, result, sending: _Sending):
         """Client quotas in force: the request's handling time counted against its
@@ -372,6 +431,26 @@ def _ready_frame(item) -> bytes | None:
     if isinstance(result, (asyncio.Future, EncodedResponse)):
         return None
     return _encoded(request, result)
+
+
+@types.coroutine
+def _resumed(coro, waiting_on):
+    """The rest of a coroutine that was run by hand up to its first wait (it yielded
+    `waiting_on`, a future): awaited in a task, which waits on each future the coroutine yields
+    and hands it what the task gets (a value, or an exception such as its cancellation)."""
+    while True:
+        try:
+            sent = yield waiting_on
+        except BaseException as exc:    # noqa: BLE001 - the task's cancellation goes on to the coroutine
+            try:
+                waiting_on = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                waiting_on = coro.send(sent)
+            except StopIteration as done:
+                return done.value
 
 
 class _ShortSend(Exception):

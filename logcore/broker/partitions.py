@@ -601,7 +601,12 @@ class PartitionManager:
             if not fut.done():
                 fut.set_result(result)
         self.replication.appended(part)
-        self.notify(part)
+        if self.replication.replicates:
+            # Growth alone gives a consumer nothing: it reads below the HW (or the LSO, which
+            # moves only with it), and the HW's own move wakes it (replica_manager.notify).
+            self._wake_parked(part, False)
+        else:
+            self.notify(part)
 
     def notify(self, part: PartitionLog) -> None:
         """Wake every fetch parked on the partition: its log grew or its state changed."""
@@ -612,6 +617,10 @@ class PartitionManager:
 
     def notify_high_watermark(self, part: PartitionLog) -> None:
         """Wake the consumers' fetches parked on the partition: its HW moved."""
+        self._wake_parked(part, True)
+
+    def _wake_parked(self, part: PartitionLog, consumers: bool) -> None:
+        """Wake the consumers' (`consumers`) or the followers' fetches parked on the partition."""
         if not part.parked:
             return
         keep = []
@@ -619,12 +628,11 @@ class PartitionManager:
             wake, on_high_watermark = entry
             if wake.done():
                 continue
-            if on_high_watermark:
+            if on_high_watermark == consumers:
                 wake.set_result(None)
             else:
                 keep.append(entry)
         part.parked = keep
-
 
     def _append_and_commit(self, part: PartitionLog, batches: list[bytes]) -> tuple[list, BaseException | None]:
         """_append_and_commit on the partition's log (opened here if it is not), in a worker thread."""

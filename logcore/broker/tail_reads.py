@@ -107,6 +107,10 @@ class TailReads:
         try:
             key = (offset, log.bound(isolation), budget, min_one_batch, isolation == "read_committed",
                    log.log_start_offset, log.truncations)
+            if offset == key[1] and offset >= key[5]:
+                # At the bound (a follower at the LEO, a consumer at the HW: a parked fetch's
+                # first read): nothing to read, the log's answer without its read path.
+                return TailRead(b"", log.high_watermark, log.last_stable_offset, key[5], [])
             kept = self._kept.get(part)
             if kept is not None and kept.log is log:
                 if type(kept) is _Appended:

@@ -238,3 +238,19 @@ def test_a_produced_run_cut_and_written_again_to_the_same_end_is_not_served(tmp_
     assert log.log_end_offset == results[-1].last_offset + 1
     got = _through(tail, log, start, 1 << 20, "log_end", True)
     assert b"new" in got[0] and tail.served == 0
+
+
+def test_a_read_at_the_bound_is_answered_on_the_loop_as_the_log_answers_it(tmp_path):
+    """A parked fetch's first read is at its bound (a follower at the LEO, a consumer at the
+    HW): answered empty with the log's HW, LSO and log start offset, also when the HW lies
+    before the active segment (a read there would otherwise go to a thread)."""
+    log = _open(tmp_path, segment_bytes=4096)
+    for step in range(12):
+        log.append_records([(None, os.urandom(1000), (), 1_700_000_000_000 + step)])
+    log.maybe_increment_high_watermark(3)
+    assert len(log.bases) > 2 and log.high_watermark < log.bases[-1]
+    tail = TailReads()
+    for offset, isolation in ((log.log_end_offset, "log_end"), (3, "read_uncommitted"), (3, "read_committed")):
+        got = _through(tail, log, offset, 1 << 20, isolation, True)
+        assert got == _direct(log, offset, 1 << 20, isolation, True) and got[0] == b"", (offset, isolation)
+    assert log.read_nowait(3, 1 << 20, isolation="read_uncommitted") is None    # the log's own: a thread
