@@ -27,7 +27,6 @@ from logcore.broker.config_handlers import ConfigHandlers
 from logcore.broker.scram_handlers import ScramHandlers, UserCredentials
 from logcore.security.client_security import inter_broker_security
 from logcore.broker.cluster_fetch import ClusterFetch
-from logcore.broker.delayed_produce import DelayedProduce
 from logcore.broker.config import BrokerConfig
 from logcore.broker.describe_handlers import (DescribeHandlers, auto_create_asked, failed_topic,
                                               with_authorized_operations)
@@ -491,8 +490,6 @@ class Broker:
             result = self._produce_now(req)
         except Exception as exc:   # noqa: BLE001
             return self._failed(req, exc)
-        if type(result) is asyncio.Future:   # a DelayedProduce's answer: its failures are answered in it
-            return result
         if result is not None and not isinstance(result, (dict, bytes)) and inspect.isawaitable(result):
             return self._guarded(req, result)
         return result
@@ -528,13 +525,7 @@ class Broker:
                     entry.appended.add_done_callback(_consume_exception)   # nobody to tell; logged by the worker
             return ThrottledResponse(None, throttle) if throttle else None
         if acks == -1 and self.replication.replicates and any(e.appended is not None for e in entries):
-            if throttle or any(e.appended is not None and not e.appended.done() for e in entries):
-                return self._finish_replicated_produce(entries, req, throttle)
-            # the common case, every batch appended in submit: answered by the HW's callbacks
-            return DelayedProduce(
-                self.replica_manager.loop, entries, self.replica_manager.replicas, req.body.timeout_ms / 1000.0,
-                lambda entries, overrides: self._produce_response(entries, req, overrides),
-                lambda exc: self._failed(req, exc)).response
+            return self._finish_replicated_produce(entries, req, throttle)
         for e in entries:           # a loop, not all(genexpr): asked once per request
             if e.appended is not None and not e.appended.done():
                 return self._finish_produce(entries, req, throttle)

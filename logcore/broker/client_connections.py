@@ -127,10 +127,6 @@ class ClientConnections:
             return True
         if self.broker.quotas.active or type(result) is ThrottledResponse:
             result = self._charged(request, started, result, sending)
-        if type(result) is asyncio.Future:      # an acks=all answer set when the HW passes
-            result.add_done_callback(lambda done: self._answered(PRODUCE, started, done))
-            queue.put_nowait((request, result))
-            return True
         # bytes: the usual answer, committed already (isawaitable is an ABC check)
         if type(result) is not bytes and result is not None and inspect.isawaitable(result):
             queue.put_nowait((request, asyncio.ensure_future(self._timed(PRODUCE, started, result, sending))))
@@ -257,12 +253,6 @@ class ClientConnections:
             result = result.response
         self._requests.done(api_key, started, response_errors(result))
         return result
-
-    def _answered(self, api_key: int, started: float, done: asyncio.Future) -> None:
-        """_timed's count for an answer given as a future: when it is set (not when the
-        connection closed and cancelled it)."""
-        if not done.cancelled():
-            self._requests.done(api_key, started, () if done.exception() else response_errors(done.result()))
 
     def _charged(self, request, started: float, result, sending: _Sending):
         """Client quotas in force: the request's handling time counted against its

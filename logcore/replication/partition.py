@@ -171,15 +171,14 @@ class Partition:
                 return E.REQUEST_TIMED_OUT
         return fut.result()
 
-    def high_watermark_reached(self, required: int, waiter=None) -> asyncio.Future:
+    def high_watermark_reached(self, required: int) -> asyncio.Future:
         """A future for an acks=all produce appended up to `required` (its last offset + 1),
         set once the HW passes it: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (the HW passed it with
         the ISR below min.insync.replicas) or NOT_LEADER_OR_FOLLOWER (leadership moved; the
         records may survive on the new leader). A caller that stops waiting (its timeout) hands
         it to forget_waiter. Futures, not a coroutine per partition: a produce waits for all of
-        its partitions with one timer. `waiter`: an object used instead of a new future (done,
-        set_result, cancel; delayed_produce.HwWait, whose set_result answers in this step)."""
-        fut = self.manager.loop.create_future() if waiter is None else waiter
+        its partitions with one timer."""
+        fut = self.manager.loop.create_future()
         log = self.open_log()
         if self.role != LEADER or log is None:
             fut.set_result(E.NOT_LEADER_OR_FOLLOWER)
