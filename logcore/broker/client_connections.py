@@ -115,9 +115,8 @@ class ClientConnections:
         if frame[1] != PRODUCE:
             return False
         started = time.perf_counter()
-        try:
-            request = parse_request(frame, self.windows, session)
-        except (UnsupportedRequest, ProtocolError):
+        request = self._parsed_now(frame, session)
+        if request is None:
             return False
         try:
             result = self.broker.produce_now(request)
@@ -141,6 +140,13 @@ class ClientConnections:
             queue.put_nowait(item)
         return True
 
+    def _parsed_now(self, frame, session: ConnectionSession):
+        """The frame's request, or None when it does not parse here (the reader reports it)."""
+        try:
+            return parse_request(frame, self.windows, session)
+        except (UnsupportedRequest, ProtocolError):
+            return None
+
     def _fetch_now(self, conn: FrameConnection, frame, queue: asyncio.Queue, sending: _Sending,
                    session: ConnectionSession) -> bool:
         """_handle_now's Fetch: parsed and handled here as the reader's _dispatch would (a
@@ -148,9 +154,8 @@ class ClientConnections:
         if self.broker.quotas.active or FETCH in self.endpoints.rewritten:
             return False
         started = time.perf_counter()
-        try:
-            request = parse_request(frame, self.windows, session)
-        except (UnsupportedRequest, ProtocolError):
+        request = self._parsed_now(frame, session)
+        if request is None:
             return False
         # Run here up to its first wait (a long poll's park, a read in a thread): a fetch that
         # is answered at once (data at hand, or max_wait 0) needs no task and no sender hop.
