@@ -64,6 +64,12 @@ def check_store(storage, folder: str) -> None:
                 f"option staging.publish=multipart: {storage.url} completed an upload over an existing"
                 " object despite If-None-Match, so two commits could both publish a segment; use"
                 " staging.publish=copy")
+    except InvalidConfigError:
+        raise
+    except SegLogError as exc:
+        raise InvalidConfigError(
+            f"option staging.publish=multipart: {storage.url} refused a conditional multipart upload"
+            f" of {storage.describe(probe)} ({exc}); use staging.publish=copy") from exc
     finally:
         for upload in uploads:
             storage.abort_upload(probe, upload)

@@ -165,3 +165,16 @@ def test_the_policy_is_refused_where_it_cannot_hold(s3, storage_targets, monkeyp
     monkeypatch.setattr(ObjectStorage, "complete_upload_if_absent", ignores_the_condition)
     with pytest.raises(InvalidConfigError, match="despite If-None-Match"):
         SeglogBatchWriter(options, _schema(), False)
+
+
+def test_the_policy_is_refused_on_a_server_that_refuses_the_conditional_complete(s3, monkeypatch):
+    _target, options, _storage = s3
+    from logcore.errors import StorageError
+
+    def refuses(self, path, upload_id, etag):
+        raise StorageError(f"complete upload of {path} failed: NotImplemented: If-None-Match")
+    monkeypatch.setattr(ObjectStorage, "complete_upload_if_absent", refuses)
+    with pytest.raises(InvalidConfigError, match="refused a conditional multipart upload .*NotImplemented"):
+        SeglogBatchWriter(options, _schema(), False)
+    monkeypatch.undo()
+    assert _storage.list_uploads("") == []
