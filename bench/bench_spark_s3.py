@@ -187,6 +187,7 @@ class S3Bench(Bench):
         rate, requests, cpu = self.counter.around(self.buckets[BUCKETS[name]], fn)
         self.requests.setdefault(name, []).append(requests)
         self.server_cpu.setdefault(name, []).append(cpu)
+        print(f"    {name}: S3 server {cpu:.2f} CPU-s, {sum(requests.values())} requests", flush=True)
         return rate
 
     # (a) sources
