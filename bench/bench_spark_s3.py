@@ -23,14 +23,16 @@ Parquet copy (Kafka's schema, written by Spark through s3a) is made from that ro
     a fresh S3 root (path mode, exactly-once) vs `df.write.parquet("s3a://...")` (Spark's default
     commit protocol: the only one pyspark ships, as Spark's hadoop-cloud module is not on Maven
     Central for 4.x) vs `format("kafka")` (acks=all) into a fresh topic; rows/s = rows / wall time.
-    The seglog sink runs twice: with the topic's compression (none) and with
-    `compression.type=lz4` (Parquet's writer compresses with snappy by default).
+    The seglog sink runs three times: with the topic's compression (none), with
+    `compression.type=lz4` (Parquet's writer compresses with snappy by default), and
+    uncompressed with `staging.publish=multipart` (each part uploaded as its segment object and
+    completed by the commit, instead of staged, then copied on the server).
 (c) a task's open and first bytes: one source task's `open_files` (LogRoot.open + the partition's
     bounded open, from the facts the planner hands the task, and without them) and its first
     Arrow batch, timed in this process against one GET of a small object (the S3 round trip)
     through the same client; the server's request count for each step.
 (d) S3 requests per GB of records (key + value bytes), from the server's counters around each
-    scenario of the median round.
+    scenario of the median round, and the S3 server's CPU time (user + system, from /proc) in it.
 
 After `--warmup` rounds (1), `--runs` rounds (3) are measured; every other round runs the
 scenarios in reverse order; each ratio is from the round with the median ratio (bench_spark.paired).
@@ -63,11 +65,14 @@ from tests.conftest import _free_port, _make_bucket, _start_seaweedfs  # noqa: E
 
 SCENARIOS = {
     "source": ("source_seglog_s3", "source_seglog_s3_lz4", "source_parquet_s3", "source_kafka"),
-    "sink": ("sink_seglog_s3", "sink_seglog_s3_lz4", "sink_parquet_s3", "sink_kafka"),
+    "sink": ("sink_seglog_s3", "sink_seglog_s3_lz4", "sink_seglog_s3_mpu", "sink_parquet_s3", "sink_kafka"),
 }
 # The bucket each scenario's S3 requests go to (the server counts per bucket).
 BUCKETS = {"source_seglog_s3": "log", "source_seglog_s3_lz4": "log_lz4", "source_parquet_s3": "parquet",
-           "sink_seglog_s3": "log_sink", "sink_seglog_s3_lz4": "log_sink_lz4", "sink_parquet_s3": "parquet_sink"}
+           "sink_seglog_s3": "log_sink", "sink_seglog_s3_lz4": "log_sink_lz4", "sink_seglog_s3_mpu": "log_sink_mpu",
+           "sink_parquet_s3": "parquet_sink"}
+# The sink's publish policy of the third sink row (the sink's staging.publish option).
+SINK_PUBLISH = {"staging.publish": "multipart"}
 # The sink with the batches compressed (option compression.type), as Parquet's writer compresses
 # (snappy by default): the bytes the S3 server moves three times shrink. The source reads a root
 # of the same records in batches of this codec beside the uncompressed one.
@@ -122,11 +127,26 @@ class RequestCounter:
         return counts
 
     def around(self, bucket: str, fn):
-        """(fn's result, the requests to `bucket` while it ran)."""
-        before = self.snapshot(bucket)
+        """(fn's result, the requests to `bucket` while it ran, the server's CPU seconds meanwhile)."""
+        before, cpu = self.snapshot(bucket), server_cpu_seconds()
         result = fn()
-        after = self.snapshot(bucket)
-        return result, Counter({k: after[k] - before[k] for k in after if after[k] - before[k]})
+        cpu, after = server_cpu_seconds() - cpu, self.snapshot(bucket)
+        return result, Counter({k: after[k] - before[k] for k in after if after[k] - before[k]}), cpu
+
+
+def server_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's `weed` children (the S3 server)."""
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                head, _, rest = f.read().rpartition(")")
+        except OSError:
+            continue
+        fields = rest.split()
+        if head.endswith("(weed") and int(fields[1]) == os.getpid():
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def configure_s3a(spark, endpoint) -> None:
@@ -160,11 +180,14 @@ class S3Bench(Bench):
             "endpoint_url": endpoint.endpoint_url, "key": endpoint.key, "secret": endpoint.secret,
             "client_kwargs.region_name": endpoint.region}.items()}
         self.requests: dict[str, list[Counter]] = {}
+        self.server_cpu: dict[str, list[float]] = {}
         self.parquet_schema = None      # the Parquet copy's, once written
 
     def counted(self, name: str, fn) -> float:
-        rate, requests = self.counter.around(self.buckets[BUCKETS[name]], fn)
+        rate, requests, cpu = self.counter.around(self.buckets[BUCKETS[name]], fn)
         self.requests.setdefault(name, []).append(requests)
+        self.server_cpu.setdefault(name, []).append(cpu)
+        print(f"    {name}: S3 server {cpu:.2f} CPU-s, {sum(requests.values())} requests", flush=True)
         return rate
 
     # (a) sources
@@ -201,6 +224,9 @@ class S3Bench(Bench):
 
     def sink_seglog_s3_lz4(self) -> float:
         return self._sink_seglog("sink_seglog_s3_lz4", "log_sink_lz4", {"compression.type": SINK_CODEC})
+
+    def sink_seglog_s3_mpu(self) -> float:
+        return self._sink_seglog("sink_seglog_s3_mpu", "log_sink_mpu", SINK_PUBLISH)
 
     def _sink_seglog(self, name: str, bucket: str, options: dict) -> float:
         from logcore.log.log_root import LogRoot
@@ -287,18 +313,20 @@ def first_bytes(url: str, storage_options: dict, spark_options: dict, bucket: st
 
 def _request_rows(bench: S3Bench, results: dict, names: list[str], gb: float) -> list[str]:
     """One row per S3 scenario: requests of the median-rate round by type, total, per GB."""
-    lines = ["| scenario | GET (incl. HEAD) | PUT | LIST | DELETE | other | total | per GB of records |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| scenario | GET (incl. HEAD) | PUT | LIST | DELETE | other | total | per GB of records"
+             " | S3 server CPU-s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in names:
         if name not in bench.requests:
             continue
         measured = bench.requests[name][-len(results[name]):]
         order = sorted(range(len(measured)), key=lambda i: results[name][i])
-        req = measured[order[(len(order) - 1) // 2]]
+        median = order[(len(order) - 1) // 2]
+        req = measured[median]
+        cpu = bench.server_cpu[name][-len(results[name]):][median]
         other = sum(v for k, v in req.items() if k not in ("GET", "PUT", "LIST", "DELETE"))
         total = sum(req.values())
         lines.append(f"| {name} | {req['GET']:,} | {req['PUT']:,} | {req['LIST']:,} | {req['DELETE']:,}"
-                     f" | {other:,} | {total:,} | {total / gb:,.0f} |")
+                     f" | {other:,} | {total:,} | {total / gb:,.0f} | {cpu:.2f} |")
     return lines
 
 
@@ -334,7 +362,8 @@ def main(argv: list[str] | None = None) -> list[str]:
                                              s3_config=s3_identities(Path(workdir)))
         counter = RequestCounter(metrics_port)
         buckets = {role: _make_bucket(endpoint)[0]
-                   for role in ("log", "log_lz4", "parquet", "log_sink", "log_sink_lz4", "parquet_sink")}
+                   for role in ("log", "log_lz4", "parquet", "log_sink", "log_sink_lz4", "log_sink_mpu",
+                                "parquet_sink")}
         storage_options = endpoint.storage_options()
         broker = DefaultJvmKafka.create(kafka_jars, Path(workdir) / "kafka", BROKER_OVERRIDES,
                                         cluster_id=cluster_id()).start()
@@ -402,11 +431,20 @@ def main(argv: list[str] | None = None) -> list[str]:
                      *paired(results, "sink_seglog_s3_lz4", "sink_parquet_s3"), "rows/s"),
                     (f"seglog sink, compression.type={SINK_CODEC} vs format(\"kafka\") (acks=all)",
                      *paired(results, "sink_seglog_s3_lz4", "sink_kafka"), "rows/s"),
+                    ("seglog sink, staging.publish=multipart vs df.write.parquet (s3a://)",
+                     *paired(results, "sink_seglog_s3_mpu", "sink_parquet_s3"), "rows/s"),
+                    ("seglog sink, staging.publish=multipart vs format(\"kafka\") (acks=all)",
+                     *paired(results, "sink_seglog_s3_mpu", "sink_kafka"), "rows/s"),
+                    ("seglog sink, staging.publish=multipart vs staging.publish=copy",
+                     *paired(results, "sink_seglog_s3_mpu", "sink_seglog_s3"), "rows/s"),
                 ])
             lines += _printed(f"Rounds' ratio range: vs Parquet {_range(results, 'sink_seglog_s3', 'sink_parquet_s3')},"
                               f" vs Kafka {_range(results, 'sink_seglog_s3', 'sink_kafka')}; with {SINK_CODEC}:"
                               f" vs Parquet {_range(results, 'sink_seglog_s3_lz4', 'sink_parquet_s3')},"
-                              f" vs Kafka {_range(results, 'sink_seglog_s3_lz4', 'sink_kafka')}.")
+                              f" vs Kafka {_range(results, 'sink_seglog_s3_lz4', 'sink_kafka')}; multipart:"
+                              f" vs Parquet {_range(results, 'sink_seglog_s3_mpu', 'sink_parquet_s3')},"
+                              f" vs Kafka {_range(results, 'sink_seglog_s3_mpu', 'sink_kafka')},"
+                              f" vs copy {_range(results, 'sink_seglog_s3_mpu', 'sink_seglog_s3')}.")
         gb = record_bytes(rows) / 1e9
         table = [f"### S3 requests per GB of records ({gb * 1e3:,.0f} MB of keys and values; counted by"
                  " SeaweedFS per bucket, the round with the median rate)", ""]

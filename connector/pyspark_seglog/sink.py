@@ -39,10 +39,12 @@ from logcore.log.log_root import LogRoot
 from logcore.tiered import install_remote_tier
 from logcore.storage import open_storage
 
+from pyspark_seglog import segment_uploads
 from pyspark_seglog.offset_reservation import seed_offsets
 from pyspark_seglog.plain_errors import plain_errors
 from pyspark_seglog.publish_pool import run_all, run_each, shared_publish_pool
 from pyspark_seglog.row_router import is_compacted, keyless_rows_error
+from pyspark_seglog.segment_uploads import MULTIPART
 from pyspark_seglog.sink_columns import input_columns
 from pyspark_seglog.sink_options import SinkOptions, parse_sink_options
 from pyspark_seglog.staged_part import PartReads, StagedPart, append_parts, stamped
@@ -230,8 +232,13 @@ class _SeglogWriterBase(abc.ABC):
         # On an object store the commit copies each part into its partition's log: its first
         # parts are read while the partitions are taken below.
         # (parts stamped with reserved offsets are copied on the server, not read)
-        reads = PartReads(storage, {tp: sorted(found, key=lambda p: (p.task, p.seq))
+        reads = PartReads(storage, {tp: sorted((p for p in found if p.upload_id is None), key=lambda p: (p.task, p.seq))
                                     for tp, found in by_partition.items() if not stamped(found)})
+        # staging.publish=multipart: other uploads under the partitions, listed before they are taken
+        leftovers = []
+        if self.opts.staging_publish == MULTIPART and self.opts.topic is not None:
+            leftovers = segment_uploads.others(storage, self.opts.topic, {p for t, p in by_partition if t == self.opts.topic},
+                                               {p.upload_id for p in parts if p.upload_id is not None})
         root = LogRoot.open(self.opts.root, storage_options=self.opts.storage_options)
         pool = shared_publish_pool()
         published = False
@@ -251,6 +258,7 @@ class _SeglogWriterBase(abc.ABC):
                         errors.append(exc)
                 if errors:
                     raise errors[0]
+                segment_uploads.abort(storage, leftovers)
                 if self.streaming:
                     for log in logs.values():
                         self._check_owner(log, query_id)
@@ -266,6 +274,8 @@ class _SeglogWriterBase(abc.ABC):
                             and marker.get("batch", -1) >= batch_id):
                         continue            # published by an earlier attempt of this commit
                     todo.append((log, sorted(by_partition[tp], key=lambda p: (p.task, p.seq))))
+                # uploaded parts cannot be re-stamped: every partition is checked before any publishes
+                segment_uploads.check_publishable(logs, by_partition)
                 commit_marker = {"query": query_id, "batch": batch_id} if self.streaming else None
                 # Parts this job's tasks staged and reported in this driver's lifetime are as
                 # they wrote them: their CRCs are not read back. A replay of a pinned manifest
@@ -325,6 +335,7 @@ class _SeglogWriterBase(abc.ABC):
         if not msgs:
             return      # nothing known; leftovers go with the next commit's cleanup
         storage = open_storage(self.opts.root, self.opts.storage_options)
+        segment_uploads.abort(storage, segment_uploads.ids([p for m in msgs for p in m.parts]))
         staging = staging_path(msgs[0].query_id, batch_id)
         if storage.exists(f"{staging}/{MANIFEST}"):
             # an earlier commit attempt pinned this batch: its parts must survive for the replay
@@ -343,6 +354,14 @@ class SeglogStreamWriter(_SeglogWriterBase, DataSourceStreamArrowWriter):
     """writeStream.format("seglog"): exactly-once per (query id, batch id)."""
 
     streaming = True
+
+    def __init__(self, options: dict, schema, overwrite: bool):
+        super().__init__(options, schema, overwrite)
+        if self.opts.staging_publish == MULTIPART:
+            raise InvalidConfigError(
+                "option staging.publish=multipart is for a batch df.write with the topic option (its"
+                " tasks reserve their parts' offsets); a streaming query's commit assigns the offsets:"
+                " leave the option out")
 
     def _identity(self, ctx) -> tuple[str, int]:
         query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
@@ -374,11 +393,19 @@ class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
         super().__init__(options, schema, overwrite)
         # made when the write is planned; this instance is pickled to the tasks and to commit()
         self.job_id = f"job-{uuid.uuid4().hex}"
+        multipart = self.opts.staging_publish == MULTIPART
+        if multipart and (self.opts.bootstrap_servers is not None or self.opts.topic is None):
+            raise InvalidConfigError(
+                "option staging.publish=multipart needs the topic option and a root written in path"
+                " mode (not kafka.bootstrap.servers): its tasks reserve offsets of the topic's partitions")
         if self.opts.bootstrap_servers is None:
             storage = open_storage(self.opts.root, self.opts.storage_options)
+            if multipart:
+                segment_uploads.check_store(storage, staging_path(self.job_id))
             storage.write_atomic(f"{staging_path(self.job_id)}/{JOB_MARKER}", b"", durable=False)
             if not storage.is_local and self.topic_partitions is not None:
                 # object store: the tasks stamp their parts' final offsets, the commit copies
+                # them (or completes their uploads: staging.publish=multipart)
                 seed_offsets(storage, self.job_id, self.opts.topic, self.topic_partitions,
                              created=self.created_topic == self.opts.topic)
                 self.reserves_offsets = True
@@ -387,7 +414,16 @@ class SeglogBatchWriter(_SeglogWriterBase, DataSourceArrowWriter):
         return self.job_id, 0
 
     def commit(self, messages) -> None:
-        if not self._commit(messages, 0):
+        try:
+            done = self._commit(messages, 0)
+        except BaseException:
+            if self.opts.staging_publish == MULTIPART:
+                # what was not completed is aborted now (Spark's abort may not follow)
+                storage = open_storage(self.opts.root, self.opts.storage_options)
+                segment_uploads.abort(storage, segment_uploads.ids([p for m in messages if m is not None
+                                                                    for p in m.parts]))
+            raise
+        if not done:
             self._sweep()           # a job none of whose tasks staged anything
 
     def abort(self, messages) -> None:

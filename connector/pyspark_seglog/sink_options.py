@@ -69,6 +69,10 @@ KNOWN_OPTIONS = {
     "takeover": "take a topic whose partitions were last written by another streaming query",
     "staging.part.bytes": "a task stages its encoded batches in parts of about this size",
     "staging.adopt.bytes": "local disk: a staged part of at least this size becomes a segment as it is (no copy)",
+    "staging.publish": "a batch job with the topic option on S3: copy (the default: the commit copies each"
+                       " staged part to its segment, or appends it after another writer's data) or multipart"
+                       " (each task uploads its parts as their segments, the commit completes the uploads:"
+                       " no copy; the job fails, publishing nothing, if another writer appends meanwhile)",
     "deliveryguarantee": "through kafka.bootstrap.servers: exactly-once (Kafka transactions, the default)"
                          " or at-least-once (idempotent producers, as Spark's Kafka sink)",
     "includeheaders": "accepted for Kafka compatibility: a `headers` column is always written",
@@ -92,6 +96,7 @@ class SinkOptions:
     takeover: bool
     staging_part_bytes: int | None        # None: the sink's default for the storage
     staging_adopt_bytes: int
+    staging_publish: str = "copy"            # copy | multipart (segment_uploads.py)
     bootstrap_servers: str | None = None     # produce through this broker instead of the root
     delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS
     delivery: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE
@@ -254,6 +259,14 @@ def _guarantee(options, bootstrap) -> DeliveryGuarantee:
     return value
 
 
+def _publish_policy(options) -> str:
+    raw = options.get("staging.publish", "copy")
+    value = str(raw).strip().lower()
+    if value not in ("copy", "multipart"):
+        raise InvalidConfigError(f"option staging.publish={raw!r}: use copy (the default) or multipart")
+    return value
+
+
 def parse_sink_options(options) -> SinkOptions:
     """Validate every sink option; raises InvalidConfigError naming the option and what is allowed."""
     options = {str(k).lower(): v for k, v in options.items()}
@@ -301,6 +314,7 @@ def parse_sink_options(options) -> SinkOptions:
         takeover=_bool(options, "takeover", False),
         staging_part_bytes=_int(options, "staging.part.bytes", None, 1),
         staging_adopt_bytes=_int(options, "staging.adopt.bytes", DEFAULT_STAGING_ADOPT_BYTES, 1),
+        staging_publish=_publish_policy(options),
         bootstrap_servers=bootstrap,
         delivery_timeout_ms=_int(options, DELIVERY_TIMEOUT_OPTION, DEFAULT_DELIVERY_TIMEOUT_MS, 1),
         delivery=_guarantee(options, bootstrap),

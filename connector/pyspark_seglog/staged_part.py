@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyspark_seglog import segment_uploads
+
 # On an object store the commit reads each copied part back (a GET) before appending it: up to
 # this many parts of a partition are read ahead while the earlier ones are appended, so the
 # GETs' round trips overlap instead of adding up. Bounds the parts held in memory meanwhile.
@@ -45,6 +47,11 @@ class StagedPart:
     # epoch its batches are stamped with (offset_reservation.py); -1: not stamped
     base: int = -1
     epoch: int = -1
+    # staging.publish=multipart: the part is an upload of this segment object (`path` is then
+    # never written), completed by the commit (segment_uploads.py); its upload id and ETag
+    upload_key: str | None = None
+    upload_id: str | None = None
+    etag: str | None = None
 
     def fields(self) -> np.ndarray | None:
         """`batches` as batch_fields rows."""
@@ -85,6 +92,15 @@ def append_parts(storage, log, parts: list[StagedPart], adopt_bytes: int, verify
     parts big enough to adopt are adopted together (one folder fsync, one roll per run).
     started: on an object store, the reads of the first parts already asked for (PartReads)."""
     if not storage.is_local:
+        uploads = segment_uploads.uploaded(parts)
+        if uploads:
+            # completed as segments at their reserved offsets; parts staged as objects (the
+            # reservation did not cover them) follow, appended
+            segment_uploads.publish(storage, log, uploads)
+            parts = [p for p in parts if p.upload_id is None]
+            if parts:
+                _copy_parts(storage, log, parts, started or [])
+            return
         if stamped(parts) and all(p.epoch == log.leader_epoch for p in parts):
             ordered = sorted(parts, key=lambda p: p.base)
             # copied on the server as segments, unless the log moved past the reserved offsets

@@ -22,7 +22,9 @@ from logcore.storage.direct_writer import ALIGN, DirectFileWriter
 from pyspark_seglog.buffer_pool import AlignedBufferPool
 from pyspark_seglog.offset_reservation import reserve_offsets
 from pyspark_seglog.part_uploads import PartUploads
+from pyspark_seglog import segment_uploads
 from pyspark_seglog.row_router import RowRouter
+from pyspark_seglog.segment_uploads import MULTIPART, upload_key
 from pyspark_seglog.sink_options import default_batch_size
 from pyspark_seglog.staged_part import StagedPart
 from pyspark_seglog.staging_area import staging_path
@@ -62,11 +64,21 @@ class TopicFacts:
     max_message_bytes: int
     cleanup_policy: str             # as Kafka lists it: "compact,delete"
     compression_level: int | None = None    # the topic's level for its codec
+    # what decides whether a part can become a segment as the task wrote it (its batches'
+    # timestamps are not the commit's, its batches fit the indexes): staging.publish=multipart
+    log_append_time: bool = False
+    segment_index_bytes: int = 10 << 20
 
     @classmethod
     def of(cls, partitions: int, config) -> TopicFacts:
         return cls(partitions, config.compression_type, config.segment_bytes, config.max_message_bytes,
-                   ",".join(config.cleanup_policy), config.compression_level)
+                   ",".join(config.cleanup_policy), config.compression_level, config.log_append_time,
+                   config.segment_index_bytes)
+
+    def takes_as_segment(self, size: int, batches: int) -> bool:
+        """Whether a part of `size` bytes in `batches` batches, stamped with its offsets, can be
+        a segment as it is (Log.staged_objects_refusal checks the same at the commit)."""
+        return not self.log_append_time and size <= self.segment_bytes and batches < self.segment_index_bytes // 12 - 1
 
 
 class _PartBuffer:
@@ -115,6 +127,11 @@ class TaskStager(RowRouter):
         # topic -> partitions, codec, part limit, batch bytes, write chunk, codec level
         self.topics: dict[str, tuple[int, Compression, int, int, int, int | None]] = {}
         self.policies: dict[str, str] = {}      # topic -> cleanup.policy
+        self.facts: dict[str, TopicFacts] = {}
+        # staging.publish=multipart: partitions a part of which was staged as an object (not
+        # uploaded as its segment); their later parts too, so that the commit, which publishes
+        # the uploads first, keeps the task's order
+        self.uploads_stopped: set[tuple[str, int]] = set()
         self.pending: dict[tuple[str, int], _PartBuffer] = {}
         self.open_parts: dict[tuple[str, int], StagedPart] = {}
         self.part_files: dict[tuple[str, int], DirectFileWriter] = {}    # local: the open part's file
@@ -148,8 +165,12 @@ class TaskStager(RowRouter):
             self.root.close()
 
     def discard(self) -> None:
-        """Delete every part this attempt staged (best effort: it runs on the failure path)."""
+        """Delete every part this attempt staged, abort its uploads (best effort: it runs on
+        the failure path)."""
+        segment_uploads.abort(self.storage, segment_uploads.ids(self.parts))
         for part in self.parts + list(self.open_parts.values()):
+            if part.upload_key is not None:
+                continue
             try:
                 self.storage.delete(part.path, missing_ok=True)
             except Exception as exc:          # noqa: BLE001 - the task's own error matters more
@@ -171,7 +192,7 @@ class TaskStager(RowRouter):
     def _topic(self, topic: str) -> tuple[int, Compression, int, int, int, int | None]:
         found = self.topics.get(topic)
         if found is None:
-            facts = self._facts(topic)
+            facts = self.facts[topic] = self._facts(topic)
             self.policies[topic] = facts.cleanup_policy
             codec, level = self.opts.stored_codec(facts.compression_type, facts.compression_level)
             if self.opts.staging_part_bytes is not None:
@@ -340,6 +361,11 @@ class TaskStager(RowRouter):
             if 0 < len(rows) <= _MAX_KEPT_BATCHES:     # else appended at the commit (not stamped)
                 stamp_offsets(data, rows, first, epoch)
                 part.base, part.epoch, part.batches = first, epoch, rows.tobytes()
+            if self.opts.staging_publish == MULTIPART and tp not in self.uploads_stopped:
+                if part.base >= 0 and self.facts[part.topic].takes_as_segment(len(data), len(rows)):
+                    part.upload_key = upload_key(part.topic, part.partition, part.base)
+                else:
+                    self.uploads_stopped.add(tp)
 
     @staticmethod
     def _header_blocks(out: _PartBuffer, length: int) -> np.ndarray:
@@ -369,5 +395,10 @@ class TaskStager(RowRouter):
             self._finish(tp)
 
     def _put(self, part: StagedPart, data: bytearray) -> None:
-        """Write one part object (on an upload thread: part_uploads.py)."""
-        self.storage.write_atomic(part.path, data, durable=False)
+        """Write one part object, or upload it as its segment (on an upload thread:
+        part_uploads.py). The upload id is kept first, so that a failure aborts it."""
+        if part.upload_key is None:
+            self.storage.write_atomic(part.path, data, durable=False)
+            return
+        part.upload_id = self.storage.start_upload(part.upload_key)
+        part.etag = self.storage.upload_part(part.upload_key, part.upload_id, data)

@@ -1,7 +1,8 @@
 """Appending batches this engine staged earlier (Spark sink tasks): `append_staged` copies them
 in at the LEO; `adopt_staged` / `adopt_staged_many` make staged files segments without copying;
 on an object store `publish_staged_objects` makes staged objects whose batches already carry
-their offsets segments by a server-side copy (`stamp_offsets` stamps them when staging).
+their offsets segments by a server-side copy or by completing their uploads (`stamp_offsets`
+stamps them when staging).
 
 `StagedAdoption` is a part of `Log` (logcore.log.log), holding the log: every step runs in the
 writer's critical section.
@@ -12,6 +13,7 @@ import mmap
 import numpy as np
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 from logcore.errors import FencedWriterError, RecordTooLargeError, SegLogError
 from logcore.records.batch import (CONTROL_MASK, F_BASE_OFFSET, INT32_MAX, batch_fields, iter_batches,
@@ -262,61 +264,44 @@ class StagedAdoption:
         self._log.log_segments.add(self._log.new_segment(first, writable=False))
         return first, int(last_offsets[-1])
 
-    def publish_staged_objects(self, parts: list[tuple[str, np.ndarray]]) -> list[tuple[int, int]] | None:
-        """Object store: make staged objects segments of this log by a server-side copy each,
-        the bytes not passing through this process.
+    def publish_staged_objects(self, parts: list[tuple[object, np.ndarray]],
+                               place: Callable[[object, str], bool] | None = None) -> list[tuple[int, int]] | None:
+        """Object store: make staged objects segments of this log, the bytes not passing
+        through this process.
 
-        `parts` are (path, `batch_fields` rows) in offset order; their batches already carry
+        `parts` are (source, `batch_fields` rows) in offset order; their batches already carry
         their offsets and this writer's epoch (`stamp_offsets`: a Spark sink task stamped them
         with a range reserved for it, see the connector's staging area). Offsets must start at
         or above the LEO and follow each other within a part (gaps between parts are allowed:
-        ranges reserved but never published). Checked before anything is done: None (nothing
-        done) when the parts cannot be published as they are (not an object store, a
-        LogAppendTime topic, producer ids or control batches, offsets below the LEO or
-        overlapping, a part over segment.bytes, appended data not yet published); the caller
-        then appends them with `append_staged`. Each part's `.log` is copied with If-None-Match
-        (as `publish` PUTs one), then its indexes are PUT. Returns each part's (first, last
-        offset). Not committed: the HW moves with the next commit.
+        ranges reserved but never published). Checked before anything is done
+        (`staged_objects_refusal`): None (nothing done) when the parts cannot be published as
+        they are; the caller then appends them with `append_staged`. `place(source, path)`
+        creates a part's `.log` at `path` if nothing is there (True) or returns False; by
+        default `source` is a staged object's path, copied on the server with If-None-Match (as
+        `publish` PUTs one). Then its indexes are PUT. Returns each part's (first, last offset).
+        Not committed: the HW moves with the next commit.
         """
         log = self._log
-        if log.segment_store.in_place or log.log_append_time() or not parts:
-            return None
-        max_entries = log.config.segment_index_bytes // 12      # the time index's, the smaller
+        place = place or log.storage.copy_if_absent
         with log.critical():
-            if log.is_closed:
-                raise SegLogError(f"{log.topic}-{log.partition} is closed")
-            active = log.segments[-1] if log.segments else None
-            if active is None or not active.in_memory or active.size() != 0:
+            if self.staged_objects_refusal([fields for _source, fields in parts]) is not None:
                 return None
-            end = log.log_end_offset
-            for _path, fields in parts:
-                if not _tiles(fields, int(fields[-1, 0] + fields[-1, 1]) if len(fields) else 0):
-                    return None
-                bases, deltas, producer_ids, attributes = fields[:, 2], fields[:, 3], fields[:, 5], fields[:, 6]
-                size = int(fields[-1, 0] + fields[-1, 1])
-                if (len(fields) >= max_entries - 1 or (producer_ids >= 0).any() or (attributes & CONTROL_MASK).any()
-                        or size > self._segment_bytes or int(bases[0]) < end
-                        or (bases[1:] != bases[:-1] + deltas[:-1] + 1).any()
-                        or int(bases[-1] + deltas[-1] - bases[0]) > INT32_MAX):
-                    return None
-                end = int(bases[-1] + deltas[-1]) + 1
             log.fence.check()
-            log.log_segments.pop_active()
+            active = log.log_segments.pop_active()
             published: list[tuple[int, int]] = []
-            # Every part is copied at the same time (each to its own name, which its
+            # Every part is placed at the same time (each at its own name, which its
             # If-None-Match decides); a segment's indexes are PUT once its `.log` is there.
             pool = ThreadPoolExecutor(min(2 * len(parts), _PUBLISH_THREADS), thread_name_prefix="segment-publish")
             try:
-                segments = [self._sealed_segment(fields) for _path, fields in parts]
-                copies = [pool.submit(log.storage.copy_if_absent, path, seg.log_path)
-                          for (path, _fields), seg in zip(parts, segments)]
+                segments = [self._sealed_segment(fields) for _source, fields in parts]
+                placed = [pool.submit(place, source, seg.log_path) for (source, _fields), seg in zip(parts, segments)]
                 puts = []
-                for (path, fields), seg, copy in zip(parts, segments, copies):
-                    if not copy.result():
+                for (source, fields), seg, done in zip(parts, segments, placed):
+                    if not done.result():
                         # A fenced writer's uncommitted leftover at this base is replaced; one
                         # of a newer writer fences this one (as LocalLog.publish).
                         remove_fenced_leftover(log.storage, log.fence, seg, log.leader_epoch)
-                        if not log.storage.copy_if_absent(path, seg.log_path):
+                        if not place(source, seg.log_path):
                             raise FencedWriterError(f"segment {seg.log_path} was published by another writer")
                     puts += [pool.submit(log.storage.write_atomic, seg.index_path, seg.offset_index.to_bytes()),
                              pool.submit(log.storage.write_atomic, seg.time_index_path, seg.time_index.to_bytes())]
@@ -328,6 +313,48 @@ class StagedAdoption:
                 # appends go to a fresh in-memory segment after what was published
                 log.roll_to(published[-1][1] + 1 if published else active.base_offset)
         return published
+
+    def staged_objects_refusal(self, parts: list[np.ndarray]) -> str | None:
+        """Why staged parts (their `batch_fields` rows, in offset order) cannot be published
+        as segments by `publish_staged_objects` now, or None when they can: not an object store,
+        a LogAppendTime topic, producer ids or control batches, offsets below the LEO or
+        overlapping, a part over segment.bytes or with more batches than the indexes hold,
+        appended data not yet published."""
+        log = self._log
+        if log.segment_store.in_place:
+            return "its log is not on an object store"
+        if log.log_append_time():
+            return "the topic has message.timestamp.type=LogAppendTime (the commit stamps the time)"
+        if not parts:
+            return "no part"
+        max_entries = log.config.segment_index_bytes // 12      # the time index's, the smaller
+        with log.critical():
+            if log.is_closed:
+                raise SegLogError(f"{log.topic}-{log.partition} is closed")
+            active = log.segments[-1] if log.segments else None
+            if active is None or not active.in_memory or active.size() != 0:
+                return "it has appended data not yet published"
+            end = log.log_end_offset
+            for fields in parts:
+                size = int(fields[-1, 0] + fields[-1, 1]) if len(fields) else 0
+                if not _tiles(fields, size):
+                    return "a part's batches do not tile it"
+                bases, deltas, producer_ids, attributes = fields[:, 2], fields[:, 3], fields[:, 5], fields[:, 6]
+                if len(fields) >= max_entries - 1 or size > self._segment_bytes:
+                    return (f"a part of {size} bytes in {len(fields)} batches exceeds segment.bytes="
+                            f"{self._segment_bytes} or what segment.index.bytes indexes")
+                if (producer_ids >= 0).any() or (attributes & CONTROL_MASK).any():
+                    return "a part holds producer ids or control batches"
+                if int(bases[0]) < end:
+                    return (f"its log end offset is {log.log_end_offset}, past offset {int(bases[0])}"
+                            " reserved for a part (another writer appended since the job was planned)"
+                            if int(bases[0]) < log.log_end_offset else
+                            f"two parts' reserved offsets overlap at {int(bases[0])}")
+                if ((bases[1:] != bases[:-1] + deltas[:-1] + 1).any()
+                        or int(bases[-1] + deltas[-1] - bases[0]) > INT32_MAX):
+                    return "a part's offsets do not follow each other"
+                end = int(bases[-1] + deltas[-1]) + 1
+        return None
 
     def _sealed_segment(self, fields: np.ndarray) -> LogSegment:
         """The segment a staged part becomes, its indexes built from its batches' fields."""

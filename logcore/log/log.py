@@ -471,10 +471,14 @@ class Log:
         """adopt_staged for several staged files as one step (StagedAdoption.adopt_staged_many)."""
         return self._adoption.adopt_staged_many(parts, verify_crc=verify_crc, headers_cached=headers_cached)
 
-    def publish_staged_objects(self, parts: list) -> list[tuple[int, int]] | None:
-        """Object store: staged objects with their offsets made segments by server-side copies
-        (StagedAdoption.publish_staged_objects)."""
-        return self._adoption.publish_staged_objects(parts)
+    def publish_staged_objects(self, parts: list, place=None) -> list[tuple[int, int]] | None:
+        """Object store: staged objects with their offsets made segments by server-side copies,
+        or by `place` (StagedAdoption.publish_staged_objects)."""
+        return self._adoption.publish_staged_objects(parts, place)
+
+    def staged_objects_refusal(self, parts: list) -> str | None:
+        """Why staged parts cannot be published as they are now (StagedAdoption)."""
+        return self._adoption.staged_objects_refusal(parts)
 
     # ------------------------------------------------------------------ flush and commit
     def add_unflushed(self, records: int) -> None:

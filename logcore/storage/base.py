@@ -121,6 +121,33 @@ class Storage(ABC):
         exists. Object stores copy on the server (S3 CopyObject with If-None-Match)."""
         raise StorageError(f"cannot copy {self.describe(src)} inside {self.url}: use read and put_if_absent")
 
+    # Uploads that outlive the process that started them: a batch sink's task uploads a segment
+    # object's bytes, the job's commit completes the upload with If-None-Match (invisible until
+    # then). Only stores that honour the condition on the complete have them.
+    conditional_uploads = False
+
+    def start_upload(self, path: str) -> str:
+        """Start an upload of the object `path`; its upload id."""
+        raise StorageError(f"{self.url} has no multipart uploads (needed to upload {self.describe(path)})")
+
+    def upload_part(self, path: str, upload_id: str, data: bytes) -> str:
+        """Upload `data` as the one part of upload `upload_id`; the part's ETag."""
+        raise StorageError(f"{self.url} has no multipart uploads (needed to upload {self.describe(path)})")
+
+    def complete_upload_if_absent(self, path: str, upload_id: str, etag: str) -> bool:
+        """Make upload `upload_id` (one part, `etag`) the object `path` if nothing is there:
+        True, or False if `path` exists (the upload stays, as it was)."""
+        raise StorageError(f"{self.url} has no multipart uploads (needed to complete {self.describe(path)})")
+
+    def abort_upload(self, path: str, upload_id: str) -> None:
+        """Drop upload `upload_id` of `path` and its part; nothing if it is gone or complete."""
+        raise StorageError(f"{self.url} has no multipart uploads (needed to abort {self.describe(path)})")
+
+    def list_uploads(self, prefix: str) -> list[tuple[str, str]]:
+        """(path, upload id) of the uploads not completed nor aborted whose path starts with
+        `prefix` (relative to the root, as text: "t-" matches "t-0/...")."""
+        return []
+
     @abstractmethod
     def open_write(self, path: str, *, part_size: int | None = None) -> WriteStream:
         """A streamed whole-object write: the object appears complete at commit (a clean `with`

@@ -435,6 +435,68 @@ class ObjectStorage(Storage):
             raise self._translate(exc, "copy of", src) from exc
         return True
 
+    # -- uploads completed by another process (base.Storage.conditional_uploads) ---------------
+
+    @property
+    def conditional_uploads(self) -> bool:
+        return self._is_s3
+
+    def _upload_call(self, operation: str, path: str, method: str, **kwargs: Any) -> Any:
+        self._refuse_if_read_only(path, operation)
+        if not self._is_s3:
+            return super().start_upload(path)      # raises: no multipart uploads here
+        bucket, key = self._bucket_key(self._full(path))
+        try:
+            return self._fs.call_s3(method, Bucket=bucket, Key=key, **kwargs)
+        except Exception as exc:
+            raise self._translate(exc, operation, path) from exc
+
+    def start_upload(self, path: str) -> str:
+        return self._upload_call("start upload of", path, "create_multipart_upload")["UploadId"]
+
+    def upload_part(self, path: str, upload_id: str, data: bytes) -> str:
+        return self._upload_call("upload part of", path, "upload_part", UploadId=upload_id, PartNumber=1,
+                                 Body=bytes(data))["ETag"]
+
+    def complete_upload_if_absent(self, path: str, upload_id: str, etag: str) -> bool:
+        try:
+            self._upload_call("complete upload of", path, "complete_multipart_upload", UploadId=upload_id,
+                              MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]}, IfNoneMatch="*")
+        except SegLogError as exc:
+            cause = exc.__cause__
+            if cause is not None and is_precondition_failed(cause):
+                return False
+            if isinstance(exc, RetriableStorageError):
+                raise CommitStateUnknownError(
+                    f"complete upload of {self.describe(path)}: outcome unknown, re-read before retrying"
+                    f" ({exc})") from exc
+            raise
+        return True
+
+    def abort_upload(self, path: str, upload_id: str) -> None:
+        try:
+            self._upload_call("abort upload of", path, "abort_multipart_upload", UploadId=upload_id)
+        except SegLogError as exc:
+            if _error_code_and_status(exc.__cause__ or exc)[0] != "NoSuchUpload":
+                raise
+
+    def list_uploads(self, prefix: str) -> list[tuple[str, str]]:
+        if not self._is_s3:
+            return []
+        bucket, root_key = self._bucket_key(self._root)
+        base = f"{root_key}/" if root_key else ""
+        found: list[tuple[str, str]] = []
+        marker: dict[str, str] = {}
+        while True:
+            try:
+                page = self._fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=base + prefix, **marker)
+            except Exception as exc:
+                raise self._translate(exc, "list uploads under", prefix) from exc
+            found += [(u["Key"][len(base):], u["UploadId"]) for u in page.get("Uploads", [])]
+            if not page.get("IsTruncated"):
+                return found
+            marker = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+
     def _s3_conditional_put(self, path: str, bucket: str, key: str, data: bytes,
                             **condition: str) -> str | None:
         for attempt in range(_CONFLICT_RETRIES):

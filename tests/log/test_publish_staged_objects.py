@@ -103,3 +103,26 @@ def test_a_fenced_writers_copy_that_landed_after_the_open_is_replaced(root):
         reader = again.log("t", 0)
         assert [r.value for r in reader.read_records(0)] == [b"mine"]
         reader.close()
+
+
+def test_the_refusal_says_why_and_place_publishes_from_any_source(root):
+    """`staged_objects_refusal` names what stops a publish; `place` is how a part's `.log` gets
+    to its name (here a PUT of bytes held in memory, as a completed upload would be)."""
+    log = root.log("t", 0, writer=True)
+    log.append_records([(b"k", b"x", (), T0)] * 3)
+    log.commit()
+    storage = root.storage
+    below = _staged(storage, "staging/below", 2, log.leader_epoch, [[b"v"]])
+    assert log.staged_objects_refusal([below]).startswith("its log end offset is 3, past offset 2 reserved")
+    held = _staged(storage, "staging/held", 3, log.leader_epoch, [[b"h0", b"h1"]])
+    assert log.staged_objects_refusal([held]) is None
+    placed = []
+
+    def place(source, path):
+        placed.append((source, path))
+        return storage.put_if_absent(path, source) is not None
+    assert log.publish_staged_objects([(storage.read("staging/held"), held)], place) == [(3, 4)]
+    assert [p for _s, p in placed] == ["t-0/00000000000000000003.log"]
+    log.commit()
+    assert [(r.offset, r.value) for r in log.read_records(0)][3:] == [(3, b"h0"), (4, b"h1")]
+    log.close()
