@@ -17,6 +17,7 @@
 
 #include "bigendian.h"
 #include "crc32c.h"
+#include "fetchwire.h"
 #include "producewire.h"
 #include "record.h"
 #include "varint.h"
@@ -1315,6 +1316,11 @@ static PyMethodDef methods[] = {
      "client_id, body): a Produce v3..v10 request frame (size prefix removed) into instances of the\n"
      "three slotted classes, made without their __init__; each partition's records a view of the\n"
      "frame. ValueError naming the byte position for a malformed frame."},
+    {"decode_fetch_request", (PyCFunction)(void (*)(void))decode_fetch_request, METH_FASTCALL,
+     "decode_fetch_request(frame, version, classes) -> (correlation_id, client_id, body): a Fetch\n"
+     "v4..v16 request frame (size prefix removed) into kio's dataclasses of that version, made\n"
+     "without their __init__; classes: (request, topic, partition, forgotten topic, replica state,\n"
+     "uuid.UUID, uuid.SafeUUID.unknown). ValueError naming the byte position for a malformed frame."},
     {"encode_produce_results", (PyCFunction)(void (*)(void))encode_produce_results, METH_FASTCALL,
      "encode_produce_results(correlation_id, version, topics, throttle_time) -> bytes: the whole\n"
      "Produce v3..v10 response frame (size prefix included); topics as (name, partitions), each\n"
@@ -1342,7 +1348,7 @@ PyMODINIT_FUNC PyInit__fastcodec(void) {
         return NULL;
     }
     Py_INCREF(RecordError);
-    if (producewire_init() < 0) {
+    if (producewire_init() < 0 || fetchwire_init() < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,8 +1,10 @@
-"""The Produce request decoder and response encoder in C (producewire.c, compiled into the
-_fastcodec module this package owns), for logcore.wire.produce_codec, which documents them."""
+"""The Produce request decoder and response encoder (producewire.c) and the Fetch request
+decoder (fetchwire.c) in C, compiled into the _fastcodec module this package owns, for
+logcore.wire.produce_codec and logcore.wire.fetch_request, which document them."""
 from __future__ import annotations
 
 from logcore.records import _fastcodec
 
 decode_produce_request = _fastcodec.decode_produce_request
 encode_produce_results = _fastcodec.encode_produce_results
+decode_fetch_request = _fastcodec.decode_fetch_request

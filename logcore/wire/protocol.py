@@ -26,7 +26,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from logcore.wire.api_keys import FETCH, PRODUCE
-from logcore.wire.fetch_request import FetchRequestTemplate, encode_fetch_request
+from logcore.wire.fetch_request import DECODED_FIRST, DECODED_LAST, FetchRequestTemplate, decode_fetch_request
+from logcore.wire.fetch_request import encode_fetch_request
 from logcore.wire.fetch_request import FIRST_VERSION as FETCH_FIRST, LAST_VERSION as FETCH_LAST
 from logcore.wire.produce_codec import decode_produce_request
 from logcore.errors import SegLogError
@@ -92,10 +93,13 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]],
             f"unsupported request: api key {api_key} version {api_version}"
             + ("" if window is None else f" (this broker serves versions {window[0]}..{window[1]})"),
             api_key=api_key, api_version=api_version, correlation_id=correlation_id)
-    if api_key == PRODUCE:
-        # By hand: each partition's records stay a view of the frame (see produce_codec).
+    decode = decode_produce_request if api_key == PRODUCE else \
+        decode_fetch_request if api_key == FETCH and DECODED_FIRST <= api_version <= DECODED_LAST else None
+    if decode is not None:
+        # In C: a Produce's records stay views of the frame (see produce_codec); a Fetch is read
+        # several times per record in a cluster (see fetch_request).
         try:
-            _, client_id, body = decode_produce_request(frame, api_version)
+            _, client_id, body = decode(frame, api_version)
         except (ValueError, struct.error) as exc:
             raise ProtocolError(f"malformed api key {api_key} v{api_version} request"
                                 f" (correlation id {correlation_id}): {exc}") from None
