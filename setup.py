@@ -76,7 +76,7 @@ setup(
             "logcore.records._fastcodec",
             sources=["logcore/records/_fastcodec.c", "logcore/records/producewire.c",
                      "logcore/records/fetchwire.c"],
-            depends=HEADERS + [f"logcore/records/{name}.h" for name in ("producewire", "fetchwire", "wirereader")],
+            depends=HEADERS + [f"logcore/records/{name}.h" for name in ("producewire", "fetchwire", "wirereader", "wirewriter")],
             extra_compile_args=["-O3"],
         ),
         Extension(

@@ -1321,6 +1321,11 @@ static PyMethodDef methods[] = {
      "v4..v16 request frame (size prefix removed) into kio's dataclasses of that version, made\n"
      "without their __init__; classes: (request, topic, partition, forgotten topic, replica state,\n"
      "uuid.UUID, uuid.SafeUUID.unknown). ValueError naming the byte position for a malformed frame."},
+    {"encode_fetch_response", (PyCFunction)(void (*)(void))encode_fetch_response, METH_FASTCALL,
+     "encode_fetch_response(correlation_id, version, body, file_slice_cls, inline_max) -> list of\n"
+     "pieces: the whole Fetch v4..v16 response frame (size prefix included) for the handler's dict\n"
+     "(Kafka field names), as bytes and each partition's records object that is a file_slice_cls\n"
+     "or bytes longer than inline_max, in order."},
     {"encode_produce_results", (PyCFunction)(void (*)(void))encode_produce_results, METH_FASTCALL,
      "encode_produce_results(correlation_id, version, topics, throttle_time) -> bytes: the whole\n"
      "Produce v3..v10 response frame (size prefix included); topics as (name, partitions), each\n"
