@@ -18,6 +18,7 @@
 #include "bigendian.h"
 #include "crc32c.h"
 #include "fetchwire.h"
+#include "wirereader.h"
 #include "producewire.h"
 #include "record.h"
 #include "varint.h"
@@ -1274,7 +1275,29 @@ done:
     return result;
 }
 
+/* build() for Python: a decoded request's envelope is made as its body is (wirereader.h). */
+static PyObject *new_instance(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2]) ||
+        PyTuple_GET_SIZE(args[1]) != PyTuple_GET_SIZE(args[2]) || PyTuple_GET_SIZE(args[1]) > 16) {
+        PyErr_SetString(PyExc_TypeError, "new_instance(cls, names, values): two tuples of one length (at most 16)");
+        return NULL;
+    }
+    PyObject *values[16];
+    int n = (int)PyTuple_GET_SIZE(args[2]);
+    for (int i = 0; i < n; i++)
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(args[1], i))) {
+            PyErr_SetString(PyExc_TypeError, "new_instance: field names must be str");
+            return NULL;
+        }
+    for (int i = 0; i < n; i++)
+        values[i] = Py_NewRef(PyTuple_GET_ITEM(args[2], i));
+    return build(args[0], &PyTuple_GET_ITEM(args[1], 0), values, n);
+}
+
 static PyMethodDef methods[] = {
+    {"new_instance", (PyCFunction)(void (*)(void))new_instance, METH_FASTCALL,
+     "new_instance(cls, names, values) -> an instance of the class `cls` with the fields `names` set\n"
+     "to `values` (tuples of one length) as object.__setattr__ sets them, without its __init__."},
     {"check_produced_batch", check_produced_batch, METH_VARARGS,
      "check_produced_batch(buffer) -> (bad_delta_index, bad_delta, first_null_key, min_timestamp,\n"
      "max_timestamp) or None when compressed: magic, CRC and every record of exactly one batch\n"

@@ -10,3 +10,4 @@ decode_produce_request = _fastcodec.decode_produce_request
 encode_produce_results = _fastcodec.encode_produce_results
 decode_fetch_request = _fastcodec.decode_fetch_request
 encode_fetch_response = _fastcodec.encode_fetch_response
+new_instance = _fastcodec.new_instance

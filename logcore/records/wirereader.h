@@ -7,6 +7,7 @@
 
 #include <Python.h>
 #include <stdint.h>
+#include <structmember.h>
 
 #include "bigendian.h"
 
@@ -129,7 +130,8 @@ static inline int skip_tagged_fields(reader *r) {
 
 /* An instance of the slotted class `cls` with its fields set, without running its __init__ (a
  * Python frame per object otherwise); the fields are set as object.__setattr__ sets them, so a
- * frozen dataclass takes them too. Steals the references in `values`. */
+ * frozen dataclass takes them too. Steals the references in `values` (NULLs are skipped: the
+ * caller's error). */
 static inline PyObject *build(PyObject *cls, PyObject *const *names, PyObject **values, int n) {
     static PyObject *no_args = NULL;
     PyObject *obj = NULL;
@@ -140,9 +142,20 @@ static inline PyObject *build(PyObject *cls, PyObject *const *names, PyObject **
         goto done;
     }
     obj = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
-    for (int i = 0; obj != NULL && i < n; i++)
-        if (PyObject_GenericSetAttr(obj, names[i], values[i]) < 0)
+    for (int i = 0; obj != NULL && i < n; i++) {
+        /* A slot (a member descriptor of an object field, as __slots__ makes): written in place,
+         * as its descriptor's __set__ would; anything else through object.__setattr__. */
+        PyObject *descr = _PyType_Lookup((PyTypeObject *)cls, names[i]);
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+            ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX &&
+            !(((PyMemberDescrObject *)descr)->d_member->flags & READONLY)) {
+            PyObject **slot = (PyObject **)((char *)obj + ((PyMemberDescrObject *)descr)->d_member->offset);
+            Py_XSETREF(*slot, values[i]);
+            values[i] = NULL; /* stolen by the slot */
+        } else if (PyObject_GenericSetAttr(obj, names[i], values[i]) < 0) {
             Py_CLEAR(obj);
+        }
+    }
 done:
     for (int i = 0; i < n; i++)
         Py_XDECREF(values[i]);

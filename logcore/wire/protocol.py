@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import io
 import struct
+import sys
 import uuid
 from functools import cache
 from typing import Any, Callable
@@ -25,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
+from logcore.records import wire_codec
 from logcore.wire.api_keys import FETCH, PRODUCE
 from logcore.wire.fetch_request import DECODED_FIRST, DECODED_LAST, FetchRequestTemplate, decode_fetch_request
 from logcore.wire.fetch_request import encode_fetch_request
@@ -68,6 +70,12 @@ class Request:
     listener: str = ""
 
 
+# A parsed request's Request made without the dataclass's __init__ (a frozen dataclass's __init__
+# sets each of its eight fields through object.__setattr__: 1 us, more than decoding a Fetch).
+_REQUEST_FIELDS = tuple(sys.intern(f.name) for f in dataclasses.fields(Request))
+_new_instance = wire_codec.new_instance
+
+
 def peek_header(frame: bytes) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) of a request frame (without its size prefix)."""
     if len(frame) < _KEY_VERSION_CORRELATION.size:
@@ -103,7 +111,7 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]],
         except (ValueError, struct.error) as exc:
             raise ProtocolError(f"malformed api key {api_key} v{api_version} request"
                                 f" (correlation id {correlation_id}): {exc}") from None
-        return Request(api_key, api_version, correlation_id, client_id, body, *who)
+        return _new_instance(Request, _REQUEST_FIELDS, (api_key, api_version, correlation_id, client_id, body, *who))
     try:
         read_header, read_body = _request_reader(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity) as exc:   # a window wider than kio knows: a bug of ours
@@ -119,7 +127,8 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]],
                             f" (correlation id {correlation_id}): {type(exc).__name__}: {exc}") from None
     # Trailing bytes are ignored, as Kafka's own parser does: librdkafka 2.16 sends Metadata v12
     # with fields that version no longer has.
-    return Request(api_key, api_version, correlation_id, header.client_id, body, *who)
+    return _new_instance(Request, _REQUEST_FIELDS, (api_key, api_version, correlation_id, header.client_id, body,
+                                                    *who))
 
 
 @cache
