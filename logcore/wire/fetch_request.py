@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import struct
+import sys
 import uuid
 from functools import cache
 
@@ -70,7 +71,7 @@ def encode_fetch_request(correlation_id: int, client_id: str | None, version: in
 def _classes(version: int) -> tuple:
     """The kio classes of Fetch request `version`, as the C decoder takes them."""
     request = load_request_schema(FETCH, version)
-    module = __import__(request.__module__, fromlist=["FetchTopic"])
+    module = sys.modules[request.__module__]                # loaded with the request class
     return (request, module.FetchTopic, module.FetchPartition, getattr(module, "ForgottenTopic", None),
             getattr(module, "ReplicaState", None), uuid.UUID, uuid.SafeUUID.unknown)
 
