@@ -74,8 +74,9 @@ setup(
     ext_modules=[
         Extension(
             "logcore.records._fastcodec",
-            sources=["logcore/records/_fastcodec.c", "logcore/records/producewire.c"],
-            depends=HEADERS + ["logcore/records/producewire.h"],
+            sources=["logcore/records/_fastcodec.c", "logcore/records/producewire.c",
+                     "logcore/records/fetchwire.c"],
+            depends=HEADERS + [f"logcore/records/{name}.h" for name in ("producewire", "fetchwire", "wirereader", "wirewriter")],
             extra_compile_args=["-O3"],
         ),
         Extension(

@@ -17,6 +17,8 @@
 
 #include "bigendian.h"
 #include "crc32c.h"
+#include "fetchwire.h"
+#include "wirereader.h"
 #include "producewire.h"
 #include "record.h"
 #include "varint.h"
@@ -1273,7 +1275,29 @@ done:
     return result;
 }
 
+/* build() for Python: a decoded request's envelope is made as its body is (wirereader.h). */
+static PyObject *new_instance(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2]) ||
+        PyTuple_GET_SIZE(args[1]) != PyTuple_GET_SIZE(args[2]) || PyTuple_GET_SIZE(args[1]) > 16) {
+        PyErr_SetString(PyExc_TypeError, "new_instance(cls, names, values): two tuples of one length (at most 16)");
+        return NULL;
+    }
+    PyObject *values[16];
+    int n = (int)PyTuple_GET_SIZE(args[2]);
+    for (int i = 0; i < n; i++)
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(args[1], i))) {
+            PyErr_SetString(PyExc_TypeError, "new_instance: field names must be str");
+            return NULL;
+        }
+    for (int i = 0; i < n; i++)
+        values[i] = Py_NewRef(PyTuple_GET_ITEM(args[2], i));
+    return build(args[0], &PyTuple_GET_ITEM(args[1], 0), values, n);
+}
+
 static PyMethodDef methods[] = {
+    {"new_instance", (PyCFunction)(void (*)(void))new_instance, METH_FASTCALL,
+     "new_instance(cls, names, values) -> an instance of the class `cls` with the fields `names` set\n"
+     "to `values` (tuples of one length) as object.__setattr__ sets them, without its __init__."},
     {"check_produced_batch", check_produced_batch, METH_VARARGS,
      "check_produced_batch(buffer) -> (bad_delta_index, bad_delta, first_null_key, min_timestamp,\n"
      "max_timestamp) or None when compressed: magic, CRC and every record of exactly one batch\n"
@@ -1315,6 +1339,16 @@ static PyMethodDef methods[] = {
      "client_id, body): a Produce v3..v10 request frame (size prefix removed) into instances of the\n"
      "three slotted classes, made without their __init__; each partition's records a view of the\n"
      "frame. ValueError naming the byte position for a malformed frame."},
+    {"decode_fetch_request", (PyCFunction)(void (*)(void))decode_fetch_request, METH_FASTCALL,
+     "decode_fetch_request(frame, version, classes) -> (correlation_id, client_id, body): a Fetch\n"
+     "v4..v16 request frame (size prefix removed) into kio's dataclasses of that version, made\n"
+     "without their __init__; classes: (request, topic, partition, forgotten topic, replica state,\n"
+     "uuid.UUID, uuid.SafeUUID.unknown). ValueError naming the byte position for a malformed frame."},
+    {"encode_fetch_response", (PyCFunction)(void (*)(void))encode_fetch_response, METH_FASTCALL,
+     "encode_fetch_response(correlation_id, version, body, file_slice_cls, inline_max) -> list of\n"
+     "pieces: the whole Fetch v4..v16 response frame (size prefix included) for the handler's dict\n"
+     "(Kafka field names), as bytes and each partition's records object that is a file_slice_cls\n"
+     "or bytes longer than inline_max, in order."},
     {"encode_produce_results", (PyCFunction)(void (*)(void))encode_produce_results, METH_FASTCALL,
      "encode_produce_results(correlation_id, version, topics, throttle_time) -> bytes: the whole\n"
      "Produce v3..v10 response frame (size prefix included); topics as (name, partitions), each\n"
@@ -1342,7 +1376,7 @@ PyMODINIT_FUNC PyInit__fastcodec(void) {
         return NULL;
     }
     Py_INCREF(RecordError);
-    if (producewire_init() < 0) {
+    if (producewire_init() < 0 || fetchwire_init() < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -5,8 +5,7 @@
  * A Java producer's request carries one small batch per partition, so the broker decodes and
  * answers a request for every 16 KiB per partition; done field by field in Python that was
  * about a hundred interpreted calls per request. The byte layouts are Kafka's ProduceRequest
- * and ProduceResponse schemas; the errors are ValueErrors naming the byte position, the same
- * as the Python reader's (logcore.wire.primitives.WireReader).
+ * and ProduceResponse schemas; the request is read with wirereader.h.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -15,143 +14,12 @@
 
 #include "bigendian.h"
 #include "producewire.h"
+#include "wirereader.h"
+#include "wirewriter.h"
 
 #define FLEXIBLE_FROM 9
 
 /* ------------------------------------------------------------------------------ the request */
-
-typedef struct {
-    const uint8_t *buf;
-    Py_ssize_t pos;
-    Py_ssize_t end;
-} reader;
-
-static int take(reader *r, long long n, Py_ssize_t *start) {
-    *start = r->pos;
-    if (n < 0 || r->pos + n > r->end) {
-        PyErr_Format(PyExc_ValueError, "%lld bytes at byte %zd run past the end of the %zd-byte frame", n, r->pos,
-                     r->end);
-        return -1;
-    }
-    r->pos += (Py_ssize_t)n;
-    return 0;
-}
-
-/* An unsigned varint of at most 5 bytes (no zigzag). */
-static int read_uvarint(reader *r, long long *out) {
-    Py_ssize_t pos = r->pos, at = pos;
-    uint64_t raw = 0;
-    for (int i = 0; i < 5; i++) {
-        if (at >= r->end) {
-            PyErr_Format(PyExc_ValueError, "varint runs past the end of the data: at byte %zd of the %zd-byte frame",
-                         pos, r->end);
-            return -1;
-        }
-        uint8_t b = r->buf[at++];
-        raw |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (b < 0x80) {
-            r->pos = at;
-            *out = (long long)raw;
-            return 0;
-        }
-    }
-    PyErr_Format(PyExc_ValueError, "varint longer than 5 bytes: at byte %zd of the %zd-byte frame", pos, r->end);
-    return -1;
-}
-
-/* A length prefix, -1 for null: a varint of length + 1 when flexible, else int32 or int16. */
-static int read_length(reader *r, int flexible, int wide, long long *n) {
-    Py_ssize_t start;
-    if (flexible) {
-        if (read_uvarint(r, n) < 0)
-            return -1;
-        *n -= 1;
-        return 0;
-    }
-    if (take(r, wide ? 4 : 2, &start) < 0)
-        return -1;
-    *n = wide ? be32(r->buf + start) : be16(r->buf + start);
-    if (*n < -1) {
-        PyErr_Format(PyExc_ValueError, "negative length %lld at byte %zd", *n, start);
-        return -1;
-    }
-    return 0;
-}
-
-static int read_array_length(reader *r, int flexible, Py_ssize_t *count) {
-    long long n;
-    if (read_length(r, flexible, 1, &n) < 0)
-        return -1;
-    if (n < 0) {
-        PyErr_Format(PyExc_ValueError, "null array at byte %zd", r->pos);
-        return -1;
-    }
-    if (n > r->end - r->pos) { /* every element takes at least one byte */
-        PyErr_Format(PyExc_ValueError, "array of %lld elements at byte %zd cannot fit the frame", n, r->pos);
-        return -1;
-    }
-    *count = (Py_ssize_t)n;
-    return 0;
-}
-
-/* A nullable string: a new reference (None for null), NULL with an error set. */
-static PyObject *read_string(reader *r, int flexible) {
-    long long n;
-    Py_ssize_t start;
-    if (read_length(r, flexible, 0, &n) < 0)
-        return NULL;
-    if (n < 0)
-        Py_RETURN_NONE;
-    if (take(r, n, &start) < 0)
-        return NULL;
-    PyObject *s = PyUnicode_DecodeUTF8((const char *)r->buf + start, (Py_ssize_t)n, NULL);
-    if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyErr_NormalizeException(&type, &value, &tb);
-        PyErr_Format(PyExc_ValueError, "string at byte %zd is not UTF-8: %S", start, value);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-    }
-    return s;
-}
-
-static int skip_tagged_fields(reader *r) {
-    long long count, tag, size;
-    Py_ssize_t start;
-    if (r->pos < r->end && r->buf[r->pos] == 0) { /* no tagged field: nearly always */
-        r->pos++;
-        return 0;
-    }
-    if (read_uvarint(r, &count) < 0)
-        return -1;
-    for (long long i = 0; i < count; i++)
-        if (read_uvarint(r, &tag) < 0 || read_uvarint(r, &size) < 0 || take(r, size, &start) < 0)
-            return -1;
-    return 0;
-}
-
-/* An instance of the slotted class `cls` with its fields set, without running its __init__ (a
- * Python frame per object otherwise). Steals the references in `values`. */
-static PyObject *build(PyObject *cls, PyObject *const *names, PyObject **values, int n) {
-    static PyObject *no_args = NULL;
-    PyObject *obj = NULL;
-    if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL)
-        goto done;
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "decode_produce_request needs classes");
-        goto done;
-    }
-    obj = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
-    for (int i = 0; obj != NULL && i < n; i++)
-        if (PyObject_SetAttr(obj, names[i], values[i]) < 0)
-            Py_CLEAR(obj);
-done:
-    for (int i = 0; i < n; i++)
-        Py_XDECREF(values[i]);
-    return obj;
-}
 
 static PyObject *field_names[8];
 enum { F_INDEX, F_RECORDS, F_NAME, F_PARTITION_DATA, F_TRANSACTIONAL_ID, F_ACKS, F_TIMEOUT_MS, F_TOPIC_DATA };
@@ -176,30 +44,15 @@ static PyObject *subview(PyObject *whole, Py_ssize_t start, Py_ssize_t n) {
     return out;
 }
 
-typedef PyObject *(*read_item)(reader *r, int flexible, PyObject *whole, PyObject *const *classes);
-
-/* An array of structs, each read by `read_one` and followed by its tagged fields when flexible.
- * `classes`: (topic class, partition class). */
-static PyObject *read_array(reader *r, int flexible, read_item read_one, PyObject *whole, PyObject *const *classes) {
-    Py_ssize_t count;
-    if (read_array_length(r, flexible, &count) < 0)
-        return NULL;
-    PyObject *list = PyList_New(count);
-    for (Py_ssize_t i = 0; list != NULL && i < count; i++) {
-        PyObject *item = read_one(r, flexible, whole, classes);
-        if (item == NULL) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, i, item);
-        if (flexible && skip_tagged_fields(r) < 0)
-            Py_CLEAR(list);
-    }
-    return list;
-}
+/* What the item readers need: the frame's memoryview and (topic class, partition class). */
+typedef struct {
+    PyObject *whole;
+    PyObject *const *classes;
+} produce_ctx;
 
 /* One partition: its index and its records, a view of the frame (None when null). */
-static PyObject *read_partition(reader *r, int flexible, PyObject *whole, PyObject *const *classes) {
+static PyObject *read_partition(reader *r, int flexible, const void *ctx) {
+    const produce_ctx *c = ctx;
     Py_ssize_t start;
     long long n;
     PyObject *values[2] = {NULL, NULL};
@@ -209,17 +62,18 @@ static PyObject *read_partition(reader *r, int flexible, PyObject *whole, PyObje
     if (n < 0)
         values[1] = Py_NewRef(Py_None);
     else if (take(r, n, &start) == 0)
-        values[1] = subview(whole, start, (Py_ssize_t)n);
+        values[1] = subview(c->whole, start, (Py_ssize_t)n);
     if (values[0] == NULL || values[1] == NULL) {
         Py_XDECREF(values[0]);
         Py_XDECREF(values[1]);
         return NULL;
     }
-    return build(classes[1], field_names + F_INDEX, values, 2);
+    return build(c->classes[1], field_names + F_INDEX, values, 2);
 }
 
 /* One topic: its name (never null) and its partitions. */
-static PyObject *read_topic(reader *r, int flexible, PyObject *whole, PyObject *const *classes) {
+static PyObject *read_topic(reader *r, int flexible, const void *ctx) {
+    const produce_ctx *c = ctx;
     PyObject *values[2];
     if ((values[0] = read_string(r, flexible)) == NULL)
         return NULL;
@@ -228,11 +82,11 @@ static PyObject *read_topic(reader *r, int flexible, PyObject *whole, PyObject *
         PyErr_Format(PyExc_ValueError, "null topic name at byte %zd", r->pos);
         return NULL;
     }
-    if ((values[1] = read_array(r, flexible, read_partition, whole, classes)) == NULL) {
+    if ((values[1] = read_array(r, flexible, 0, read_partition, ctx)) == NULL) {
         Py_DECREF(values[0]);
         return NULL;
     }
-    return build(classes[0], field_names + F_NAME, values, 2);
+    return build(c->classes[0], field_names + F_NAME, values, 2);
 }
 
 PyObject *decode_produce_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -254,22 +108,11 @@ PyObject *decode_produce_request(PyObject *self, PyObject *const *args, Py_ssize
     }
     reader r = {view->buf, 0, view->len};
     Py_ssize_t start;
-    if (r.end < 10) {
-        PyErr_Format(PyExc_ValueError, "a %zd-byte frame is shorter than a request header", r.end);
-        goto done;
-    }
-    int32_t correlation_id = be32(r.buf + 4);
-    int16_t n = be16(r.buf + 8); /* header v1/v2: client_id is never compact */
-    r.pos = 10;
-    if (n >= 0) {
-        if (take(&r, n, &start) < 0 || (client_id = PyUnicode_DecodeUTF8((const char *)r.buf + start, n, NULL)) == NULL)
-            goto done;
-    } else {
-        client_id = Py_NewRef(Py_None);
-    }
-    if (flexible && skip_tagged_fields(&r) < 0)
+    int32_t correlation_id;
+    if (read_request_header(&r, flexible, &correlation_id, &client_id) < 0)
         goto done;
     PyObject *values[4] = {NULL, NULL, NULL, NULL};
+    produce_ctx ctx = {whole, args + 3};
     if ((values[0] = read_string(&r, flexible)) == NULL)
         goto done;
     if (take(&r, 6, &start) < 0) {
@@ -279,7 +122,7 @@ PyObject *decode_produce_request(PyObject *self, PyObject *const *args, Py_ssize
     values[1] = PyLong_FromLong(be16(r.buf + start));
     values[2] = PyLong_FromLong(be32(r.buf + start + 2));
     if (values[1] != NULL && values[2] != NULL)
-        values[3] = read_array(&r, flexible, read_topic, whole, args + 3);
+        values[3] = read_array(&r, flexible, 0, read_topic, &ctx);
     if (values[3] == NULL || (flexible && skip_tagged_fields(&r) < 0)) {
         for (int i = 0; i < 4; i++)
             Py_XDECREF(values[i]);
@@ -296,63 +139,6 @@ done:
 }
 
 /* ----------------------------------------------------------------------------- the response */
-
-typedef struct {
-    char *p;
-    Py_ssize_t len;
-    Py_ssize_t cap;
-} wbuf;
-
-static int reserve(wbuf *b, Py_ssize_t more) {
-    if (b->len + more <= b->cap)
-        return 0;
-    Py_ssize_t cap = b->cap * 2 > b->len + more ? b->cap * 2 : b->len + more + 256;
-    char *p = PyMem_Realloc(b->p, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static void put_bytes(wbuf *b, const void *data, Py_ssize_t n) { memcpy(b->p + b->len, data, n), b->len += n; }
-
-static void put_int(wbuf *b, uint64_t v, int width) {
-    for (int i = width - 1; i >= 0; i--)
-        b->p[b->len++] = (char)(v >> (8 * i));
-}
-
-static void put_uvarint(wbuf *b, uint64_t v) {
-    while (v >= 0x80) {
-        b->p[b->len++] = (char)((v & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    b->p[b->len++] = (char)v;
-}
-
-/* An array's (or bytes') length prefix, n < 0 for null; room for it reserved here. */
-static int put_length(wbuf *b, long long n, int flexible, int wide) {
-    if (reserve(b, 10) < 0)
-        return -1;
-    if (flexible)
-        put_uvarint(b, (uint64_t)(n < 0 ? 0 : n + 1));
-    else
-        put_int(b, (uint64_t)(int64_t)n, wide ? 4 : 2);
-    return 0;
-}
-
-static int put_string(wbuf *b, PyObject *value, int flexible) {
-    if (value == Py_None)
-        return put_length(b, -1, flexible, 0);
-    Py_ssize_t n;
-    const char *data = PyUnicode_AsUTF8AndSize(value, &n);
-    if (data == NULL || put_length(b, n, flexible, 0) < 0 || reserve(b, n) < 0)
-        return -1;
-    put_bytes(b, data, n);
-    return 0;
-}
 
 static int as_int(PyObject *seq, Py_ssize_t i, long long lo, long long hi, long long *out) {
     PyObject *item = PySequence_GetItem(seq, i);

@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import io
 import struct
+import sys
 import uuid
 from functools import cache
 from typing import Any, Callable
@@ -25,8 +26,10 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
+from logcore.records import wire_codec
 from logcore.wire.api_keys import FETCH, PRODUCE
-from logcore.wire.fetch_request import FetchRequestTemplate, encode_fetch_request
+from logcore.wire.fetch_request import DECODED_FIRST, DECODED_LAST, FetchRequestTemplate, decode_fetch_request
+from logcore.wire.fetch_request import encode_fetch_request
 from logcore.wire.fetch_request import FIRST_VERSION as FETCH_FIRST, LAST_VERSION as FETCH_LAST
 from logcore.wire.produce_codec import decode_produce_request
 from logcore.errors import SegLogError
@@ -67,6 +70,12 @@ class Request:
     listener: str = ""
 
 
+# A parsed request's Request made without the dataclass's __init__ (a frozen dataclass's __init__
+# sets each of its eight fields through object.__setattr__: 1 us, more than decoding a Fetch).
+_REQUEST_FIELDS = tuple(sys.intern(f.name) for f in dataclasses.fields(Request))
+_new_instance = wire_codec.new_instance
+
+
 def peek_header(frame: bytes) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) of a request frame (without its size prefix)."""
     if len(frame) < _KEY_VERSION_CORRELATION.size:
@@ -92,14 +101,17 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]],
             f"unsupported request: api key {api_key} version {api_version}"
             + ("" if window is None else f" (this broker serves versions {window[0]}..{window[1]})"),
             api_key=api_key, api_version=api_version, correlation_id=correlation_id)
-    if api_key == PRODUCE:
-        # By hand: each partition's records stay a view of the frame (see produce_codec).
+    decode = decode_produce_request if api_key == PRODUCE else \
+        decode_fetch_request if api_key == FETCH and DECODED_FIRST <= api_version <= DECODED_LAST else None
+    if decode is not None:
+        # In C: a Produce's records stay views of the frame (see produce_codec); a Fetch is read
+        # several times per record in a cluster (see fetch_request).
         try:
-            _, client_id, body = decode_produce_request(frame, api_version)
+            _, client_id, body = decode(frame, api_version)
         except (ValueError, struct.error) as exc:
             raise ProtocolError(f"malformed api key {api_key} v{api_version} request"
                                 f" (correlation id {correlation_id}): {exc}") from None
-        return Request(api_key, api_version, correlation_id, client_id, body, *who)
+        return _new_instance(Request, _REQUEST_FIELDS, (api_key, api_version, correlation_id, client_id, body, *who))
     try:
         read_header, read_body = _request_reader(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity) as exc:   # a window wider than kio knows: a bug of ours
@@ -115,7 +127,8 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]],
                             f" (correlation id {correlation_id}): {type(exc).__name__}: {exc}") from None
     # Trailing bytes are ignored, as Kafka's own parser does: librdkafka 2.16 sends Metadata v12
     # with fields that version no longer has.
-    return Request(api_key, api_version, correlation_id, header.client_id, body, *who)
+    return _new_instance(Request, _REQUEST_FIELDS, (api_key, api_version, correlation_id, header.client_id, body,
+                                                    *who))
 
 
 @cache

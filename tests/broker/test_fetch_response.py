@@ -75,3 +75,17 @@ def test_slices_are_separate_pieces(tmp_path):
     assert [type(p) for p in encoded.pieces] == [bytes, FileSlice, bytes]
     encoded.close()
     assert s.closed
+
+
+@pytest.mark.parametrize("body, error, message", [
+    ({"responses": [{"topic": "t", "topic_id": uuid.uuid4(), "partitions": [{"partition_index": 0}]}]},
+     KeyError, "error_code"),
+    ({"responses": [{"topic": "t", "topic_id": uuid.uuid4(), "partitions": [
+        {"partition_index": 2**31, "error_code": 0, "high_watermark": 0, "last_stable_offset": 0,
+         "log_start_offset": 0}]}]}, ValueError, "partition_index: 2147483648 is out of range"),
+    ({"responses": [{"topic_id": b"short", "partitions": []}]}, ValueError, "16 bytes, not 5"),
+    ({"responses": [1]}, TypeError, "must be a dict"),
+])
+def test_a_bad_body_is_a_clear_error(body, error, message):
+    with pytest.raises(error, match=message):
+        encode_fetch_response(1, 13, body)
