@@ -116,7 +116,9 @@ class SeglogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAva
     def initialOffset(self) -> dict:
         if self._initial is None:
             logs = self._driver_logs()
-            tps = logs.topic_partitions()
+            # Right after prepareForTriggerAvailableNow: the partitions it found, which are what
+            # AvailableNow reads (on an object store the topics file is not read again).
+            tps = sorted(self._just_refreshed) if self._just_refreshed else logs.topic_partitions()
             check_subscription(self.opts, tps)
             self._refresh(logs, tps)
             self._initial = to_spark(resolve(self.opts.starting, tps, logs, self.opts, starting=True))
