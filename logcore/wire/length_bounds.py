@@ -167,8 +167,9 @@ def _walk(ops: tuple, buf, pos: int, end: int) -> int:
             if marker != 0xFF:
                 pos = _walk(op[1], buf, pos, end)
         else:                                       # tags
+            at = pos
             n, pos = _uvarint(buf, pos, end)
-            _length("tagged field count", n, pos, pos, end)
+            _length("tagged field count", n, at, pos, end)
             for _ in range(n):
                 tag, pos = _uvarint(buf, pos, end)
                 at = pos
