@@ -6,6 +6,7 @@ aborts (an allocation failure is not an exception in kio's native code). So ever
 decodes, a request the broker receives or a response a client receives, is first walked here
 with the layout kio will read, and an array whose count exceeds the bytes left in the frame is
 refused: Kafka's own generated readers apply the same rule (each element takes a byte at least).
+So is a null array where the schema allows none (kio reads None, which no handler expects).
 Strings, bytes and tagged fields need no check of their own (kio compares their length with the
 buffer before it copies), but their lengths are followed to find where the next count lies.
 
@@ -28,7 +29,7 @@ _I32 = struct.Struct(">i").unpack_from
 
 # Ops of a plan, each a tuple (kind, ...): ("skip", n) fixed-size fields; ("str16",) a legacy
 # string (i16 length, -1 null); ("bytes32",) legacy bytes (i32 length); ("compact",) a compact
-# string or bytes (unsigned varint length + 1, 0 null); ("array", compact, element plan);
+# string or bytes (unsigned varint length + 1, 0 null); ("array", compact, element plan, nullable);
 # ("nullable", plan) an optional entity behind its i8 marker; ("tags", {tag: plan}) the tagged
 # fields of a flexible entity.
 
@@ -59,7 +60,7 @@ def _field_plan(f: dataclasses.Field, flexible: bool, optional: bool) -> tuple:
     if isinstance(c, EntityTupleField | PrimitiveTupleField):
         element = _entity_ops(c.type_) if isinstance(c, EntityTupleField) else \
             _value_ops(f.metadata["kafka_type"], flexible)
-        return (("array", flexible, tuple(element)),)
+        return (("array", flexible, tuple(element), optional),)
     if isinstance(c, EntityField):
         return (("nullable", tuple(_entity_ops(c.type_))),) if optional else tuple(_entity_ops(c.type_))
     return tuple(_value_ops(f.metadata["kafka_type"], flexible))
@@ -153,6 +154,9 @@ def _walk(ops: tuple, buf, pos: int, end: int) -> int:
                 pos += 4
                 if n < -1:
                     raise LengthError(f"array count {n} at byte {at}")
+            if n == -1 and not op[3]:
+                # kio reads it as None, which no handler expects (Kafka refuses it too)
+                raise LengthError(f"null array at byte {at} for a field that cannot be null")
             if n > 0:
                 _length("array count", n, at, pos, end)
                 element = op[2]

@@ -115,3 +115,49 @@ def test_tagged_field_size_past_the_end():
     body = b"\x01\x00\x00" + b"\x01\x05\xff\xff\xff\x0f"         # one tag, size 2^32-1
     with pytest.raises(LengthError, match="tagged field size"):
         check_lengths(MetadataRequest, body, 0)
+
+
+# Counts or lengths far past any frame's end: an i32, 5-byte varints (2^32-1, 2^31), an i16.
+COUNTS = (b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x08", b"\x7f\xff")
+SWEPT = [(3, 4), (3, 12), (18, 3), (19, 5), (8, 8), (11, 5), (11, 9), (14, 5), (32, 4), (36, 2), (2, 7), (10, 4)]
+
+_SWEEP = """
+import io, sys
+from logcore.wire.protocol import ProtocolError, encode_request, parse_request, request_type
+from tests.wire.test_length_bounds import COUNTS, SWEPT, _sample
+refused = 0
+for key, version in SWEPT:
+    frame = encode_request(key, version, 5, "c", _sample(request_type(key, version)))[4:]
+    for at in range(8, len(frame)):
+        for count in COUNTS:
+            bad = frame[:at] + count + frame[at + len(count):]
+            try:
+                parse_request(bad, {key: (0, 20)})
+            except ProtocolError:
+                refused += 1
+print(refused)
+"""
+
+
+def test_a_huge_count_at_every_position_of_several_requests_is_refused():
+    """Every position of a populated request of several APIs overwritten with a count or length
+    far past the frame's end: the decode refuses or reads it, never aborts the process (run in
+    a child, whose exit status tells an abort)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _SWEEP], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, f"exit status {done.returncode}: {done.stderr[-2000:]}"
+    assert int(done.stdout) > 1000
+
+
+def test_null_array_where_the_schema_allows_none():
+    # OffsetCommit v8: group "g", generation 1, member "m", no instance id, topics null (0).
+    frame = _header(8, 8, True) + b"\x02g" + struct.pack(">i", 1) + b"\x02m\x00" + b"\x00\x00"
+    with pytest.raises(ProtocolError, match=r"api key 8 v8 .*null array at byte 21 "):
+        parse_request(frame, {8: (0, 20)})
+    # Metadata's topics may be null (all topics).
+    assert parse_request(_header(3, 12, True) + b"\x00\x00\x00\x00", {3: (0, 20)}).body.topics is None
