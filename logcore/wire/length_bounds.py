@@ -140,9 +140,14 @@ def _walk(ops: tuple, buf, pos: int, end: int) -> int:
             if n > 0:
                 pos = _length("length", n, at, pos, end)
         elif kind == "compact":
-            at = pos
-            n, pos = _uvarint(buf, pos, end)
-            if n > 1:
+            n = buf[pos]                            # a one-byte varint inline: the usual case
+            if n < 0x80:                            # the byte, then n - 1 bytes (0: null)
+                if n > end - pos:
+                    _length("length", n - 1, pos, pos + 1, end)
+                pos += n or 1
+            else:
+                at = pos
+                n, pos = _uvarint(buf, pos, end)
                 pos = _length("length", n - 1, at, pos, end)
         elif kind == "array":
             at = pos
@@ -170,7 +175,9 @@ def _walk(ops: tuple, buf, pos: int, end: int) -> int:
             pos += 1
             if marker != 0xFF:
                 pos = _walk(op[1], buf, pos, end)
-        else:                                       # tags
+        elif buf[pos] == 0:                         # tags: none, the usual case
+            pos += 1
+        else:
             at = pos
             n, pos = _uvarint(buf, pos, end)
             _length("tagged field count", n, at, pos, end)
