@@ -31,6 +31,7 @@ from logcore.wire.api_keys import FETCH, PRODUCE
 from logcore.wire.fetch_request import DECODED_FIRST, DECODED_LAST, FetchRequestTemplate, decode_fetch_request
 from logcore.wire.fetch_request import encode_fetch_request
 from logcore.wire.fetch_request import FIRST_VERSION as FETCH_FIRST, LAST_VERSION as FETCH_LAST
+from logcore.wire.length_bounds import check_lengths
 from logcore.wire.produce_codec import decode_produce_request
 from logcore.errors import SegLogError
 
@@ -86,7 +87,7 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 @cache
 def _request_reader(api_key: int, api_version: int):
     schema = load_request_schema(api_key, api_version)
-    return entity_reader(schema.__header_schema__), entity_reader(schema)
+    return entity_reader(schema.__header_schema__), entity_reader(schema), schema
 
 
 def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]], session=None) -> Request:
@@ -113,7 +114,7 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]],
                                 f" (correlation id {correlation_id}): {exc}") from None
         return _new_instance(Request, _REQUEST_FIELDS, (api_key, api_version, correlation_id, client_id, body, *who))
     try:
-        read_header, read_body = _request_reader(api_key, api_version)
+        read_header, read_body, schema = _request_reader(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity) as exc:   # a window wider than kio knows: a bug of ours
         raise UnsupportedRequest(str(exc), api_key=api_key, api_version=api_version,
                                  correlation_id=correlation_id) from None
@@ -121,6 +122,7 @@ def parse_request(frame: bytes | bytearray, windows: dict[int, tuple[int, int]],
         frame = memoryview(frame).toreadonly()           # kio reads only read-only buffers
     try:
         header, header_size = read_header(frame, 0)      # readers return (value, bytes read)
+        check_lengths(schema, frame, header_size)        # before kio reserves room for a count
         body, body_size = read_body(frame, header_size)
     except Exception as exc:   # kio raises several types (struct, ValueError, its own): all malformed
         raise ProtocolError(f"malformed api key {api_key} v{api_version} request"
@@ -170,9 +172,9 @@ def _request_writers(cls: type) -> tuple[type, Callable, Callable]:
 
 
 @cache
-def _response_readers(api_key: int, api_version: int) -> tuple[Callable, Callable]:
+def _response_readers(api_key: int, api_version: int) -> tuple[Callable, Callable, type]:
     cls = load_response_schema(api_key, api_version)
-    return entity_reader(cls.__header_schema__), entity_reader(cls)
+    return entity_reader(cls.__header_schema__), entity_reader(cls), cls
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
@@ -209,9 +211,10 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
     """(correlation_id, kio response dataclass) of a response frame (size prefix removed).
     Raises ProtocolError naming the API and version when the bytes do not read as that response;
     `records` fields come back as the bytes of the frame, untouched."""
-    read_header, read_body = _response_readers(api_key, api_version)
+    read_header, read_body, cls = _response_readers(api_key, api_version)
     try:
         header, used = read_header(frame, 0)
+        check_lengths(cls, frame, used)                  # a broken broker must not abort us
         body, _ = read_body(frame, used)
     except Exception as exc:     # kio raises several types (struct, ValueError, its own)
         raise ProtocolError(f"unreadable api key {api_key} v{api_version} response of {len(frame)} bytes:"

@@ -128,3 +128,57 @@ def test_pipelined_produce_and_other_requests_keep_their_order(broker):
     assert offsets == list(range(len(offsets)))
     values = [m[3] for m in consume_all(broker, "pipelined", 1, len(offsets))]
     assert values == [b"v%d" % i for i in range(1, 41) if i % 3]
+
+
+def _hostile(key: int, version: int, body: bytes, flexible: bool) -> bytes:
+    """A request frame (size prefix included) with header v1/v2 and `body` as given."""
+    frame = struct.pack(">hhih", key, version, 77, 3) + b"raw" + (b"\0" if flexible else b"") + body
+    return struct.pack(">i", len(frame)) + frame
+
+
+_HUGE = b"\xff\xff\xff\xff\x0f"       # unsigned varint 2^32-1: a compact count or length of 2^32-2
+_HUGE32 = struct.pack(">i", 2**31 - 1)
+
+# Counts and lengths far past the frame's end, of each shape kio reads (each a ~20-byte frame):
+# kio reserved room for an array's count before reading it, so these aborted the process.
+HOSTILE = {
+    "compact array (Metadata v12 topics)": _hostile(3, 12, _HUGE + b"\0\0\0", True),
+    "legacy array (Metadata v4 topics)": _hostile(3, 4, _HUGE32 + b"\0\0", False),
+    "legacy string (Metadata v4 topic name)": _hostile(3, 4, struct.pack(">ih", 1, 0x7FFF), False),
+    "tagged field count (Metadata v12)": _hostile(3, 12, b"\x01\0\0" + _HUGE, True),
+    "tagged field size (Metadata v12)": _hostile(3, 12, b"\x01\0\0\x01\x05" + _HUGE, True),
+    "compact string (ApiVersions v3 client name)": _hostile(18, 3, _HUGE, True),
+    "inner compact array (CreateTopics v5 assignments)":
+        _hostile(19, 5, b"\x02\x02a" + struct.pack(">ih", 1, 1) + _HUGE, True),
+    "compact array (OffsetCommit v8 topics)":
+        _hostile(8, 8, b"\x02g" + struct.pack(">i", 1) + b"\x02m\x00" + _HUGE, True),
+    "legacy array (JoinGroup v5 protocols)":
+        _hostile(11, 5, struct.pack(">h", 1) + b"g" + struct.pack(">iihhh", 1000, 1000, 0, -1, 1) + b"c" + _HUGE32,
+                 False),
+    "legacy bytes (JoinGroup v5 protocol metadata)":
+        _hostile(11, 5, struct.pack(">h", 1) + b"g" + struct.pack(">iihhh", 1000, 1000, 0, -1, 1) + b"c"
+                 + struct.pack(">ih", 1, 1) + b"r" + _HUGE32, False),
+    "compact array (DescribeConfigs v4 resources)": _hostile(32, 4, _HUGE, True),
+    "compact bytes (SaslAuthenticate v2)": _hostile(36, 2, _HUGE, True),
+    "legacy bytes (SaslAuthenticate v1)": _hostile(36, 1, _HUGE32, False),
+}
+
+
+def test_counts_past_the_frame_are_refused_and_the_broker_keeps_serving(broker):
+    healthy = connect(broker)
+    for name, data in HOSTILE.items():
+        with connect(broker) as s:
+            s.sendall(data)
+            assert _closed(s), name
+        assert broker.proc.poll() is None, f"the broker process died on {name}"
+        healthy.sendall(api_versions_frame(12))
+        frame = recv_frame(healthy)
+        assert frame is not None and parse_response(18, 3, frame)[0] == 12, name
+    healthy.close()
+    log = broker.log_text()
+    # The log line names the API, the version and where the count lies.
+    for key, version in ((3, 12), (3, 4), (8, 8), (11, 5), (19, 5), (32, 4)):
+        assert f"malformed api key {key} v{version} request (correlation id 77): LengthError: array count" in log
+    assert "array count 4294967294 at byte 14 exceeds the 3 bytes left in the frame" in log  # Metadata v12
+    assert "tagged field count 4294967295 at byte 17 exceeds" in log and "tagged field size 4294967295" in log
+    assert "malformed api key 36 v2 request (correlation id 77): BufferUnderflow" in log     # before SASL

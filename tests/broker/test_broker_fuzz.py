@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from broker_helpers import (api_versions_frame, connect, consume_all, create, ping, produce,  # noqa: E402
-                            request_frame)
+                            recv_frame, request_frame)
 from logcore.records.batch import build_batch  # noqa: E402
 from logcore.wire.protocol import ZERO_UUID  # noqa: E402
 
@@ -22,9 +22,13 @@ TOPIC = "fuzzed"
 
 def _valid_frames() -> list[bytes]:
     from kio.schema.create_topics.v4 import request as ct
+    from kio.schema.describe_configs.v4 import request as dc
     from kio.schema.fetch.v12 import request as fe
+    from kio.schema.join_group.v5 import request as jg
     from kio.schema.list_offsets.v7 import request as lo
+    from kio.schema.metadata.v4 import request as md4
     from kio.schema.metadata.v12 import request as md
+    from kio.schema.offset_commit.v8 import request as oc
     from kio.schema.produce.v10 import request as pr
 
     batch = build_batch([(b"k", b"fuzz-value", (), 1_700_000_000_000)] * 3)
@@ -48,6 +52,19 @@ def _valid_frames() -> list[bytes]:
         request_frame(19, 4, ct.CreateTopicsRequest(topics=(ct.CreatableTopic(
             name="fuzz-created", num_partitions=1, replication_factor=1, assignments=(), configs=()),),
             timeout=datetime.timedelta(seconds=5), validate_only=True)),
+        request_frame(3, 4, md4.MetadataRequest(topics=(md4.MetadataRequestTopic(name=TOPIC),),
+                                                allow_auto_topic_creation=False)),
+        request_frame(8, 8, oc.OffsetCommitRequest(
+            group_id="fuzz-group", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+            topics=(oc.OffsetCommitRequestTopic(name="fuzz-other", partitions=(oc.OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata=""),)),))),
+        request_frame(11, 5, jg.JoinGroupRequest(
+            group_id="fuzz-join", session_timeout=datetime.timedelta(seconds=10),
+            rebalance_timeout=datetime.timedelta(seconds=10), member_id="", group_instance_id=None,
+            protocol_type="consumer", protocols=(jg.JoinGroupRequestProtocol(name="range", metadata=b"m"),))),
+        request_frame(32, 4, dc.DescribeConfigsRequest(resources=(dc.DescribeConfigsResource(
+            resource_type=2, resource_name=TOPIC, configuration_keys=("retention.ms",)),),
+            include_synonyms=False, include_documentation=False)),
     ]
 
 
@@ -105,3 +122,33 @@ def test_mutated_frames_do_not_crash_hang_or_corrupt(broker):
     assert [by_offset.get(o) for _, _, o, _ in acked] == before
     log = broker.log_text()
     assert "unexpected error" not in log and "failed; closing" not in log   # no handler crashed
+
+
+def test_huge_count_at_every_position_is_refused_and_the_broker_keeps_serving(broker):
+    """A count or length far past the frame's end (a 5-byte varint, an i32) written over each
+    position after the API version of the frames with arrays: kio reserved room for such a
+    count and aborted the broker. Every position rather than drawn ones: a count sits at one
+    byte in forty, which random draws of this size miss (exhaustive, and fast: most close)."""
+    healthy = connect(broker)
+    sent = 0
+    for frame in FRAMES[1:2] + FRAMES[5:]:             # Metadata v12, CreateTopics and after
+        for count in (b"\xff\xff\xff\xff\x0f", b"\x7f\xff\xff\xff"):
+            for at in range(12, len(frame)):
+                bad = bytearray(frame)
+                bad[at:at + len(count)] = count
+                struct.pack_into(">i", bad, 0, len(bad) - 4)
+                with connect(broker, timeout=2) as s:
+                    s.sendall(bad)
+                    s.settimeout(0.3)
+                    try:
+                        s.recv(1 << 16)                 # an answer (the count fitted) or a close
+                    except (TimeoutError, socket.timeout, ConnectionError):
+                        pass
+                sent += 1
+        assert broker.proc.poll() is None, "the broker process died"
+    assert sent > 400
+    healthy.sendall(api_versions_frame(5))
+    assert recv_frame(healthy) is not None, "the broker stopped answering an open connection"
+    healthy.close()
+    log = broker.log_text()
+    assert "LengthError: array count" in log and "unexpected error" not in log

@@ -190,3 +190,23 @@ def test_a_thousand_failed_logins_in_a_row(sasl_broker):
     assert _login(sasl_broker, "alice", PLAIN_USERS["alice"]) == 0
     assert _good_round_trip(sasl_broker) < RTT_BOUND_S
     print(f"1000 failed logins in {elapsed:.1f} s; RSS grew by {grown / 1e6:.1f} MB")
+
+
+def test_huge_counts_before_login_are_refused(sasl_broker):
+    """A request is decoded before the listener's authentication is checked: a Metadata claiming
+    2^32-2 topics (which aborted the broker when the decoder reserved room for them) and a
+    SaslAuthenticate claiming 4 GB of bytes, from a client that never logged in, close only that
+    connection."""
+    header = struct.pack(">hhih", 3, 12, 7, 7) + b"hostile\0"
+    metadata = header + b"\xff\xff\xff\xff\x0f\0\0\0"
+    auth = struct.pack(">hhih", 36, 2, 8, 7) + b"hostile\0" + b"\xff\xff\xff\xff\x0f"
+    for payload in (metadata, auth):
+        with socket.create_connection(_address(sasl_broker), timeout=10) as sock:
+            assert _answered_or_closed(sock, struct.pack(">i", len(payload)) + payload) == "closed"
+    with socket.create_connection(_address(sasl_broker), timeout=10) as sock:   # after a handshake
+        assert _call(sock, 17, 1, {"mechanism": "PLAIN"}).error_code == 0
+        assert _answered_or_closed(sock, struct.pack(">i", len(auth)) + auth) == "closed"
+    assert sasl_broker.proc.poll() is None
+    assert _good_round_trip(sasl_broker) < RTT_BOUND_S
+    assert "malformed api key 3 v12 request (correlation id 7): LengthError: array count 4294967294" \
+        in sasl_broker.log_text()

@@ -124,7 +124,7 @@ def test_a_template_goes_out_only_as_built():
 
 def _kio_read(frame: bytes, version: int):
     """(correlation_id, client_id, body) as kio's reader gives them: the reference."""
-    read_header, read_body = _request_reader(1, version)
+    read_header, read_body, _ = _request_reader(1, version)
     header, used = read_header(frame, 0)
     return header.correlation_id, header.client_id, read_body(frame, used)[0]
 
