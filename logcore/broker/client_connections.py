@@ -257,6 +257,8 @@ class ClientConnections:
             self._requests.throttled(api_key, result.throttle_ms)
             result = result.response
         self._requests.done(api_key, started, response_errors(result))
+        if api_key == FETCH and sending.awaiting is asyncio.current_task() and _written_now(sending.out, result):
+            return None                   # the sender, which waits on this task, skips it
         return result
 
     def _charged(self, request, started: float, result, sending: _Sending):
@@ -341,12 +343,15 @@ class ClientConnections:
                 else:
                     request, result = item
                     if isinstance(result, asyncio.Future):
+                        sending.awaiting = result
                         try:
                             result = await result
                         except Exception:   # noqa: BLE001
                             logger.exception("connection %s: request %d v%d failed; closing the connection",
                                              peer, request.api_key, request.api_version)
                             break
+                        finally:
+                            sending.awaiting = None
                         if result is None:
                             continue
                     if isinstance(result, EncodedResponse):
@@ -398,6 +403,7 @@ class _Sending:
     that time has passed (KIP-219)."""
     busy = False
     muted_until = 0.0             # time.monotonic(); 0: not muted
+    awaiting: asyncio.Future | None = None    # the queued answer the sender task waits for
 
     def __init__(self, out: ResponseWriter):
         self.out = out
@@ -416,6 +422,24 @@ def _encoded(request, result: dict | bytes) -> bytes:
         return result
     body = response_type(request.api_key, request.api_version)
     return encode_response(request.correlation_id, build(body, result))
+
+
+def _written_now(writer: ResponseWriter, result) -> bool:
+    """A parked fetch's answer that the sender task waits for, written and sent by the fetch's
+    own task as it completes (nothing is ahead of it): the sender's wake-up and the end-of-pass
+    flush after it took two event-loop passes more before a follower had the records it waits
+    for. Only copied bytes (a file range goes through the sender's sendfile), and not while the
+    transport is above its high-water mark. A fetch answers alone on its connection (a
+    follower's or a consumer's has one in flight), so nothing is lost of the coalescing of
+    answers that complete together (produces)."""
+    if type(result) is not EncodedResponse or writer.write_paused \
+            or any(type(piece) is FileSlice for piece in result.pieces):
+        return False
+    for piece in result.pieces:
+        writer.write(piece)
+    writer.flush()
+    result.close()
+    return True
 
 
 def _ready_frame(item) -> bytes | None:

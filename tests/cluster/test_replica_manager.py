@@ -20,6 +20,7 @@ import pytest
 
 from harness import cluster_support
 from logcore.wire import error_codes as E
+from logcore.broker import client_connections
 from logcore.broker.config import BrokerConfig
 from logcore.broker.log_dir_failure import LogDirOfflineError
 from logcore.broker.server import BrokerServer
@@ -461,7 +462,8 @@ def _counted_rounds(fetcher) -> list:
 def test_a_followers_answers_are_applied_in_the_protocol_callback(tmp_path, zk_hosts):
     """The common answer (records, no error, the replica's lock free, the append on the event
     loop) is applied where the connection reads it, and the next round's request written from
-    there: the fetcher's task is not resumed per round. Each acks=all produce below waits for a
+    there: the fetcher's task is not resumed per round. At the leader, each answer is written
+    by its parked fetch's task as the append wakes it, not by the connection's sender. Each acks=all produce below waits for a
     follower round that appends its record, and the follower's log ends up as the leader's."""
     async def scenario():
         async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
@@ -470,9 +472,20 @@ def test_a_followers_answers_are_applied_in_the_protocol_callback(tmp_path, zk_h
             for i in range(3):
                 assert (await c.produce(1, b"warm %d" % i, acks_all=True))[0] == E.NONE
             rounds = _counted_rounds(c.rm(2).fetchers.by_leader[1])
-            for i in range(30):
-                assert (await c.produce(1, b"r %d" % i, acks_all=True))[0] == E.NONE
+            written = []
+            real = client_connections._written_now
+
+            def counted(writer, result):        # the leader's answers written by their fetch's task
+                written.append(real(writer, result))
+                return written[-1]
+            client_connections._written_now = counted
+            try:
+                for i in range(30):
+                    assert (await c.produce(1, b"r %d" % i, acks_all=True))[0] == E.NONE
+            finally:
+                client_connections._written_now = real
             assert len(rounds) <= 2, f"the task ran {len(rounds)} of 30 rounds"
+            assert written.count(True) >= 30, f"{written.count(True)} of 30 answers written by their task"
             follower = c.log(2)
             await c.until(lambda: follower.high_watermark == 33, "the follower's HW at 33")
         return _values(tmp_path, 1), _values(tmp_path, 2)
