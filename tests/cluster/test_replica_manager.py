@@ -475,8 +475,8 @@ def test_a_followers_answers_are_applied_in_the_protocol_callback(tmp_path, zk_h
             written = []
             real = client_connections._written_now
 
-            def counted(writer, result):        # the leader's answers written by their fetch's task
-                written.append(real(writer, result))
+            def counted(*args):                 # the leader's answers written by their own task
+                written.append(real(*args))
                 return written[-1]
             client_connections._written_now = counted
             try:
