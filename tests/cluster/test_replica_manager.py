@@ -520,3 +520,28 @@ def test_an_answer_the_callback_cannot_apply_goes_to_the_fetchers_task(tmp_path,
         return _values(tmp_path, 1), _values(tmp_path, 2)
     leader, follower = run(scenario())
     assert len(leader) == 22 and follower == leader
+
+
+def test_the_leader_moves_the_hw_on_a_followers_fetch_only_when_its_leo_moved(tmp_path, zk_hosts):
+    """Per acks=all record the leader computes the HW where it can move: after its own append
+    and at the follower's fetch that reports the new LEO, not again at the parked fetch's read
+    after its wake-up (the same LEO as before; Kafka's updateFollowerFetchState); every
+    produce is still answered by the HW's move, and the HW ends at the LEO."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "2"})
+            await c.leading(1, (1, 2))
+            assert (await c.produce(1, b"warm", acks_all=True))[0] == E.NONE
+            leader = c.rm(1).replicas[KEY]
+            computed = []
+            real = leader.maybe_increment_hw
+
+            def counted():
+                computed.append(c.log(1).high_watermark)
+                return real()
+            leader.maybe_increment_hw = counted
+            for i in range(20):
+                assert (await c.produce(1, b"r %d" % i, acks_all=True))[0] == E.NONE
+            assert c.log(1).high_watermark == c.log(1).log_end_offset == 21
+            assert 40 <= len(computed) <= 44, f"the HW computed {len(computed)} times for 20 records"
+    run(scenario())
