@@ -128,7 +128,7 @@ class ClientConnections:
             result = self._charged(request, started, result, sending)
         # bytes: the usual answer, committed already (isawaitable is an ABC check)
         if type(result) is not bytes and result is not None and inspect.isawaitable(result):
-            queue.put_nowait((request, asyncio.ensure_future(self._timed(PRODUCE, started, result, sending))))
+            queue.put_nowait((request, asyncio.ensure_future(self._timed(request, started, result, sending))))
             return True
         self._requests.done(PRODUCE, started, response_errors(result))
         if result is None:
@@ -170,7 +170,7 @@ class ClientConnections:
             return True
         else:
             queue.put_nowait((request, asyncio.ensure_future(
-                self._timed(FETCH, started, _resumed(handled, waiting_on), sending))))
+                self._timed(request, started, _resumed(handled, waiting_on), sending))))
             return True
         self._requests.done(FETCH, started, response_errors(result))
         if not sending.busy and queue.empty() and not conn.write_paused and type(result) is EncodedResponse \
@@ -195,7 +195,7 @@ class ClientConnections:
         peer = conn.peer
         session = conn.session = self._session(conn, listener)
         queue: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
-        sending = _Sending(ResponseWriter(conn))
+        sending = _Sending(ResponseWriter(conn), queue)
         conn.responses, conn.sending = queue, sending       # for _handle_now
         sender = asyncio.get_running_loop().create_task(self._send_responses(queue, sending.out, peer, sending))
         try:
@@ -243,10 +243,11 @@ class ClientConnections:
             sending.out.close()
             self.connections.pop(task, None)
 
-    async def _timed(self, api_key: int, started: float, pending, sending: _Sending):
+    async def _timed(self, request, started: float, pending, sending: _Sending):
         """A request answered later (a produce waiting for its commit, a long-polling fetch):
-        counted when its response is ready, before the sender can write it; a throttled
-        client's connection muted from then on."""
+        counted when its response is ready, before the sender can write it (or written here,
+        _written_now); a throttled client's connection muted from then on."""
+        api_key = request.api_key
         try:
             result = await pending
         except Exception:
@@ -257,6 +258,8 @@ class ClientConnections:
             self._requests.throttled(api_key, result.throttle_ms)
             result = result.response
         self._requests.done(api_key, started, response_errors(result))
+        if _written_now(sending, request, result):
+            return None                   # the sender, which waits on this task, skips it
         return result
 
     def _charged(self, request, started: float, result, sending: _Sending):
@@ -321,7 +324,7 @@ class ClientConnections:
             self._requests.done(request.api_key, started, response_errors(result))
             return (request, result)
         if inspect.isawaitable(result):
-            return (request, asyncio.ensure_future(self._timed(request.api_key, started, result, sending)))
+            return (request, asyncio.ensure_future(self._timed(request, started, result, sending)))
         self._requests.done(request.api_key, started)
         if result is None:
             return None
@@ -341,12 +344,15 @@ class ClientConnections:
                 else:
                     request, result = item
                     if isinstance(result, asyncio.Future):
+                        sending.awaiting = result
                         try:
                             result = await result
                         except Exception:   # noqa: BLE001
                             logger.exception("connection %s: request %d v%d failed; closing the connection",
                                              peer, request.api_key, request.api_version)
                             break
+                        finally:
+                            sending.awaiting = None
                         if result is None:
                             continue
                     if isinstance(result, EncodedResponse):
@@ -398,9 +404,11 @@ class _Sending:
     that time has passed (KIP-219)."""
     busy = False
     muted_until = 0.0             # time.monotonic(); 0: not muted
+    awaiting: asyncio.Future | None = None    # the queued answer the sender task waits for
 
-    def __init__(self, out: ResponseWriter):
+    def __init__(self, out: ResponseWriter, queue: asyncio.Queue):
         self.out = out
+        self.queue = queue            # what the sender has still to take, in order
 
     def mute(self, throttle_ms: int) -> None:
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000.0)
@@ -416,6 +424,32 @@ def _encoded(request, result: dict | bytes) -> bytes:
         return result
     body = response_type(request.api_key, request.api_version)
     return encode_response(request.correlation_id, build(body, result))
+
+
+def _written_now(sending: _Sending, request, result) -> bool:
+    """An answer given later (a parked fetch's, an acks=all produce's) written and sent by its
+    own task as it completes, when the sender task waits for this very answer and nothing is
+    queued behind it: the sender's wake-up and the end-of-pass flush after it took two
+    event-loop passes more (a follower waits for these records, a producer for this answer).
+    Answers queued behind are left to the sender, which writes those that complete together
+    as one send; so are file ranges (sendfile) and a transport above its high-water mark."""
+    if sending.awaiting is not asyncio.current_task() or not sending.queue.empty():
+        return False
+    writer = sending.out
+    if writer.write_paused:
+        return False
+    if type(result) is EncodedResponse:
+        if any(type(piece) is FileSlice for piece in result.pieces):
+            return False
+        for piece in result.pieces:
+            writer.write(piece)
+        result.close()
+    elif isinstance(result, (bytes, dict)):
+        writer.write(_encoded(request, result))
+    else:
+        return False
+    writer.flush()
+    return True
 
 
 def _ready_frame(item) -> bytes | None:

@@ -136,6 +136,7 @@ class Partition:
         state = self.followers.get(follower)
         if state is None:
             state = self.followers[follower] = FollowerState()
+        moved = state.log_end_offset != fetch_offset
         state.on_fetch(fetch_offset, leader_leo, now_ms())
         state.log_start_offset = log_start
         log = self.open_log()
@@ -150,7 +151,12 @@ class Partition:
                         " to %s", manager.me, self.topic, self.index, follower, fetch_offset,
                         list(self.isr), list(new_isr))
             manager.isr_writer.change_isr(self, new_isr)
-        self.maybe_increment_hw()
+        if moved:
+            # As Kafka's updateFollowerFetchState: a follower's fetch can move the HW only if
+            # its LEO moved (the leader's appends, ISR changes and a new leadership move it
+            # where they happen); a parked fetch's read after its wake-up, or an idle
+            # partition's, leaves it where it is.
+            self.maybe_increment_hw()
 
     # ------------------------------------------------------------------ appends
     def appended(self) -> None:

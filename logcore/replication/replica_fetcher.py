@@ -32,11 +32,14 @@ A response is applied only if the partition is still followed at the same epoch 
 still the offset the request asked for (a truncation or a new state may have come meanwhile); an
 idle partition's answer that would change nothing (no records, no error, the HW and log start the
 replica has) is not applied at all. Each round's request is the previous one's template with the
-changing fields patched, and one timer, moved by each round, times the rounds out.
+changing fields patched, and one timer, moved by each round, times the rounds out. The common
+answer (records or none, no error, nothing to wait for) is applied in the protocol callback that
+reads it, which also writes the next round's request; anything else goes to the fetcher's task.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -55,6 +58,17 @@ logger = logging.getLogger(__name__)
 FETCH_VERSION = 12
 LEADER_CATCH_UP_S = 0.05   # retrying a leader that does not know the followed epoch yet
 _CUT_SHORT = object()      # a round's wait ended by cut_short(), not by the answer
+_APPLIED = object()        # the answer was applied in the protocol callback; no next round sent
+
+
+class _Rest:
+    """A round's answer that the protocol callback applied in part (`applied`: the partition
+    keys done): the fetcher's task applies the rest."""
+    __slots__ = ("response", "applied")
+
+    def __init__(self, response, applied: set):
+        self.response = response
+        self.applied = applied
 
 
 @dataclass(eq=False)
@@ -98,6 +112,10 @@ def _diverging(p):
     if diverging is None or (diverging.epoch < 0 and diverging.end_offset < 0):
         return None
     return diverging
+
+
+class _Later(Exception):
+    """A partition's answer that the protocol callback leaves to the fetcher's task."""
 
 
 class RoundDeadline:
@@ -190,6 +208,7 @@ class LeaderFetcher:
         self.wait_ms = self.config["replica.fetch.wait.max.ms"]
         self._warned: str | None = None
         self._round_wait: asyncio.Future | None = None    # the round in flight's wait, to cut short
+        self._asked: dict = {}           # the round in flight's partitions: key -> (followed, offset)
         self._deadline = RoundDeadline(self.timeout_s + self.wait_ms / 1000.0)
         self._request: FetchRequestTemplate | None = None  # the last round's, patched for the next
 
@@ -338,8 +357,9 @@ class LeaderFetcher:
         # switch, shield and wait_for took several per round.
         loop = asyncio.get_running_loop()
         wait = self._round_wait = loop.create_future()
+        self._asked = asked
         try:
-            await conn.submit(FETCH, request, version=FETCH_VERSION, into=wait)
+            await conn.submit(FETCH, request, version=FETCH_VERSION, into=wait, at_once=self._answered)
             self._deadline.start(loop, conn, wait)
             if self.switched.is_set() and not wait.done():      # added while the request was written
                 wait.set_result(_CUT_SHORT)
@@ -357,36 +377,103 @@ class LeaderFetcher:
                 conn.close()
                 self.conn = None
             return
+        if response is _APPLIED:
+            return
+        applied = ()
+        if type(response) is _Rest:
+            response, applied = response.response, response.applied
         if response.error_code != E.NONE:
             raise KafkaError(f"Fetch answered error {int(response.error_code)}", int(response.error_code))
+        asked = self._asked                # rounds answered in the callback may have come between
         for topic in response.responses:
             for p in topic.partitions:
                 key = (topic.topic, p.partition_index)
                 entry = asked.get(key)
-                if entry is None:
+                if entry is None or key in applied:
                     continue
                 followed, offset = entry
                 if self._unchanged(followed, offset, p):
                     continue
-                try:
-                    # The replica's io lock: a replica being deleted (reassigned away) waits for
-                    # this write, and a write that waited finds it no longer followed.
-                    async with followed.replica.io:
-                        if self.partitions.get(key) is not followed:
-                            continue                # no longer followed here, or at another epoch
+                # The replica's io lock: a replica being deleted (reassigned away) waits for
+                # this write, and a write that waited finds it no longer followed.
+                async with followed.replica.io:
+                    if self.partitions.get(key) is not followed:
+                        continue                # no longer followed here, or at another epoch
+                    with self._answer_errors(followed, key):
                         await self._apply(conn, followed, offset, p)
-                except NotLeaderOrFollowerError as exc:
-                    # The role changed while this answer was in flight: the new state's own
-                    # transition (become leader, or follow at the new epoch) takes over.
-                    logger.info("broker %d: dropped a fetch answer for %s-%d: %s", self.manager.me,
-                                topic.topic, p.partition_index, exc)
-                except (SegLogError, OSError) as exc:
-                    # A failed disk (ENOSPC, EIO, ...) takes the log dir offline: the broker stops.
-                    self.manager.partitions.storage_failed(
-                        exc, f"follower append to {topic.topic}-{p.partition_index}")
-                    logger.error("broker %d: replicating %s-%d from broker %d failed: %s; retrying",
-                                 self.manager.me, topic.topic, p.partition_index, self.leader, exc)
-                    followed.delayed_until = time.monotonic() + self.backoff_s
+
+    @contextlib.contextmanager
+    def _answer_errors(self, followed: Followed, key: tuple[str, int]):
+        """What applying one partition's answer may raise, handled for that partition alone."""
+        try:
+            yield
+        except NotLeaderOrFollowerError as exc:
+            # The role changed while this answer was in flight: the new state's own
+            # transition (become leader, or follow at the new epoch) takes over.
+            logger.info("broker %d: dropped a fetch answer for %s-%d: %s", self.manager.me, key[0], key[1], exc)
+        except (SegLogError, OSError) as exc:
+            # A failed disk (ENOSPC, EIO, ...) takes the log dir offline: the broker stops.
+            self.manager.partitions.storage_failed(exc, f"follower append to {key[0]}-{key[1]}")
+            logger.error("broker %d: replicating %s-%d from broker %d failed: %s; retrying",
+                         self.manager.me, key[0], key[1], self.leader, exc)
+            followed.delayed_until = time.monotonic() + self.backoff_s
+
+    # ------------------------------------------------------------------ in the protocol callback
+    def _answered(self, response) -> bool:
+        """The round's answer, offered by the connection in the protocol callback that read it:
+        applied here when every partition's part is the common case and nothing waits (the
+        replica's io lock free, no error, no divergence, the leader's log start not ahead, the
+        append done on the event loop), and the next round's request written here too; the
+        fetcher's task stays parked on the round's future, and a follower's round costs one
+        event-loop pass (the answer's read) instead of two (the read, then the task). Otherwise
+        the future is set and the task goes on as before: with the answer (nothing applied),
+        with what the callback left (a _Rest), or with _APPLIED when only the next round's
+        request could not be sent from here."""
+        wait, conn = self._round_wait, self.conn
+        if wait is None or wait.done() or conn is None or response.error_code != E.NONE:
+            return False
+        applied = set()
+        try:
+            for topic in response.responses:
+                for p in topic.partitions:
+                    key = (topic.topic, p.partition_index)
+                    entry = self._asked.get(key)
+                    if entry is None:
+                        continue
+                    followed, offset = entry
+                    if not (self._unchanged(followed, offset, p) or self.partitions.get(key) is not followed):
+                        if followed.replica.io.locked():
+                            raise _Later
+                        with self._answer_errors(followed, key):
+                            if not self._apply_now(followed, offset, p):
+                                raise _Later
+                    applied.add(key)
+        except _Later:
+            wait.set_result(_Rest(response, applied))
+            return True
+        self._warned = None
+        if not self._next_round_now(conn, wait):
+            wait.set_result(_APPLIED)      # the task's loop sends the next round
+        return True
+
+    def _next_round_now(self, conn: AsyncKafkaConnection, wait: asyncio.Future) -> bool:
+        """The next round's request written from the protocol callback, as the task's loop
+        would send it; False (nothing sent) where the loop must decide: a reconnect due, no
+        partition ready, the follower throttle holding one back, a login due or the
+        connection's writes paused."""
+        if self.reconnect or self.switched.is_set():
+            return False
+        now = time.monotonic()
+        ready = [f for f in self.partitions.values() if not f.fenced and f.delayed_until <= now]
+        if not ready or self._throttled(ready):
+            return False
+        request, asked = self._prepare(conn, ready)
+        if request is None or not conn.submit_nowait(FETCH, request, version=FETCH_VERSION, into=wait,
+                                                     at_once=self._answered):
+            return False
+        self._asked = asked
+        self._deadline.start(asyncio.get_running_loop(), conn, wait)
+        return True
 
     def _unchanged(self, followed: Followed, offset: int, p) -> bool:
         """An idle partition's answer that changes nothing: no records, no error, no diverging
@@ -402,7 +489,42 @@ class LeaderFetcher:
             return False
         return log.high_watermark == max(log.log_start_offset, min(p.high_watermark, offset))
 
+    def _apply_now(self, followed: Followed, offset: int, p) -> bool:
+        """A partition's answer applied on the event loop when that needs no waiting: no error,
+        no diverging epoch, the leader's log start not ahead, and its records (if any) appended
+        without a thread. False, with nothing changed, when the answer needs _apply."""
+        if p.error_code != E.NONE or _diverging(p) is not None:
+            return False
+        log = followed.replica.open_log()
+        if log is None:
+            return True
+        if p.log_start_offset > log.log_start_offset:
+            return False
+        records = p.records
+        if records:
+            if log.log_end_offset != offset:        # truncated meanwhile: drop this answer
+                return True
+            # On the event loop when nothing slow is due (the usual case: the records go to
+            # the page cache), else in a worker thread (_apply); the next fetch, which tells
+            # the leader this replica's new LEO, goes out as soon as every partition of this
+            # answer is applied. follower_at: written only while this replica still follows at
+            # the epoch the fetch was made at (a become_leader in a worker thread may come first).
+            if log.append_as_follower_nowait(records, follower_at=followed.epoch) is None:
+                return False
+        self._took(followed, log, p)
+        self.manager.notify(followed.replica)
+        return True
+
+    def _took(self, followed: Followed, log, p) -> None:
+        """After a partition's records (if any) are appended: the HW, caught up, the throttle."""
+        log.update_high_watermark(p.high_watermark, follower_at=followed.epoch)
+        followed.caught_up = log.log_end_offset >= p.high_watermark
+        if p.records and self._quota().bounded and self._throttles(followed):
+            self._quota().record(len(p.records))
+
     async def _apply(self, conn, followed: Followed, offset: int, p) -> None:
+        if self._apply_now(followed, offset, p):
+            return
         replica = followed.replica
         code = int(p.error_code)
         log = replica.open_log()
@@ -416,26 +538,14 @@ class LeaderFetcher:
                 return
             records = p.records
             if records:
-                if log.log_end_offset != offset:        # truncated meanwhile: drop this answer
+                def append():
+                    if log.log_end_offset != offset:    # truncated meanwhile: drop this answer
+                        return False
+                    log.append_as_follower(records, follower_at=followed.epoch)
+                    return True
+                if not await asyncio.to_thread(append):
                     return
-                # On the event loop when nothing slow is due (the usual case: the records go
-                # to the page cache), else in a worker thread; the next fetch, which tells
-                # the leader this replica's new LEO, goes out as soon as every partition of
-                # this answer is applied.
-                # follower_at: written only while this replica still follows at the epoch the
-                # fetch was made at (a become_leader in a worker thread may come first).
-                if log.append_as_follower_nowait(records, follower_at=followed.epoch) is None:
-                    def append():
-                        if log.log_end_offset != offset:    # truncated meanwhile: drop this answer
-                            return False
-                        log.append_as_follower(records, follower_at=followed.epoch)
-                        return True
-                    if not await asyncio.to_thread(append):
-                        return
-            log.update_high_watermark(p.high_watermark, follower_at=followed.epoch)
-            followed.caught_up = log.log_end_offset >= p.high_watermark
-            if records and self._quota().bounded and self._throttles(followed):
-                self._quota().record(len(records))
+            self._took(followed, log, p)
             if p.log_start_offset > log.log_start_offset:
                 await asyncio.to_thread(replica_catchup.follow_log_start, log, p.log_start_offset)
             self.manager.notify(replica)

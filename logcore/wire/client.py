@@ -369,7 +369,8 @@ class AsyncKafkaConnection(_Negotiated):
         super().__init__(host, port, timeout_s, client_id, windows, origin, security)
         self._reauthenticating = False
         self._protocol: ResponseFrames | None = None
-        self._waiting: dict[int, tuple[asyncio.Future, int, int]] = {}
+        # correlation id -> (its future, api key, version, the caller's at_once or None)
+        self._waiting: dict[int, tuple[asyncio.Future, int, int, Any]] = {}
         self._unclaimed: collections.deque[tuple[asyncio.Future, int]] = collections.deque()
         self._failure: KafkaError | None = None
 
@@ -471,19 +472,35 @@ class AsyncKafkaConnection(_Negotiated):
         return await self._exchange(api_key, v, lambda _c: frame, timeout_s, correlation=correlation)
 
     async def submit(self, api_key: int, body: Any, version: int | None = None, *,
-                     into: asyncio.Future | None = None) -> asyncio.Future:
+                     into: asyncio.Future | None = None, at_once=None) -> asyncio.Future:
         """Send one request and return the future of its response without waiting for it: for
         a caller that waits its own way (a follower's fetch round, which may also be cut short)
         and times it out itself, with fail(). The future fails with the connection. `into`:
         the caller's own future, set here with the response (or the failure) unless the caller
         has set it first: its task then resumes in the pass after the response is read, not
-        one later through a done-callback."""
+        one later through a done-callback. `at_once(response)`: offered the decoded response
+        first, in the protocol callback that read it; when it returns True it took the
+        response and the future is left as it is."""
         self._check_open()
         await self._login_if_due()
         frame, v, correlation = self._frame(api_key, body, version, None)
-        fut = self._register(correlation, api_key, v, into)
+        fut = self._register(correlation, api_key, v, into, at_once)
         await self._write(frame, api_key)
         return fut
+
+    def submit_nowait(self, api_key: int, body: Any, version: int | None = None, *,
+                      into: asyncio.Future, at_once=None) -> bool:
+        """submit() for a caller that must not wait (a protocol callback): the request written
+        now and True, or False with nothing sent where submit() would wait (a login due, the
+        transport's writes paused) or fail (the connection closed)."""
+        protocol = self._protocol
+        if protocol is None or not protocol.writable() or (
+                self.reauth_at is not None and not self._reauthenticating and time.monotonic() >= self.reauth_at):
+            return False
+        frame, v, correlation = self._frame(api_key, body, version, None)
+        self._register(correlation, api_key, v, into, at_once)
+        protocol.transport.write(frame)
+        return True
 
     # ------------------------------------------------------------------ internals
     def _check_open(self) -> None:
@@ -491,10 +508,10 @@ class AsyncKafkaConnection(_Negotiated):
             raise self._failure or KafkaConnectionError(f"not connected to {self.where()}: await connect() first")
 
     def _register(self, correlation: int, api_key: int, version: int,
-                  fut: asyncio.Future | None = None) -> asyncio.Future:
+                  fut: asyncio.Future | None = None, at_once=None) -> asyncio.Future:
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
-        self._waiting[correlation] = (fut, api_key, version)
+        self._waiting[correlation] = (fut, api_key, version, at_once)
         return fut
 
     async def _exchange(self, api_key: int, version: int, make_frame, timeout_s, *, raw: bool = False,
@@ -531,22 +548,25 @@ class AsyncKafkaConnection(_Negotiated):
         if entry is None:
             raise KafkaError(f"{self.where()} answered correlation id {correlation},"
                              " which no request is waiting for")
-        fut, api_key, version = entry
+        fut, api_key, version, at_once = entry
         if fut.done():
             return
         if version < 0:
             fut.set_result(bytes(frame))
             return
         try:
-            fut.set_result(self._decode(api_key, version, frame)[1])
+            answer = self._decode(api_key, version, frame)[1]
         except KafkaError as exc:
             fut.set_exception(exc)
+            return
+        if at_once is None or not at_once(answer):
+            fut.set_result(answer)
 
     def fail(self, error: KafkaError) -> None:
         """Close the connection and fail every request still waiting with `error`."""
         self._failure = error
         waiting, self._waiting = self._waiting, {}
-        for fut, api_key, _v in waiting.values():
+        for fut, api_key, _v, _at_once in waiting.values():
             if not fut.done():
                 fut.set_exception(KafkaConnectionError(f"{error} (while waiting for {api_name(api_key)})"))
                 fut.exception()       # retrieved here: a waiter that gave up does not warn

@@ -119,6 +119,11 @@ class ResponseFrames(asyncio.BufferedProtocol):
         self._wake_writers()
 
     # ------------------------------------------------------------------ for the connection
+    def writable(self) -> bool:
+        """A write now would neither fail nor wait: open, and below the high-water mark."""
+        return self._lost is None and not self._paused and self.transport is not None \
+            and not self.transport.is_closing()
+
     async def write(self, frame: bytes) -> None:
         if self._lost is not None or self.transport is None or self.transport.is_closing():
             raise ConnectionResetError("the connection is closed")

@@ -80,3 +80,28 @@ def test_a_coroutine_resumed_in_a_task_gets_values_exceptions_and_cancellation()
         fut.set_result(41)
         assert await task == 42
     asyncio.run(scenario())
+
+
+def test_parked_fetches_answered_by_their_own_task_and_through_the_sender(broker):
+    """A parked fetch that an append wakes is answered: a small answer written by the fetch's
+    own task (the sender skips it), a file range (64 KiB and more) through the sender's
+    sendfile; in request order with an answer at hand queued behind each."""
+    from logcore.records.batch import decode_records, iter_batches
+    create(broker, "woken", 1)
+    assert all(a[0] is None for a in produce(broker, "woken", [b"first"], acks="all"))
+    big = bytes(range(256)) * 400                              # 100 KiB: above the sendfile bound
+    with connect(broker, timeout=10) as sock:
+        for cid, value in ((10, b"small"), (20, big)):
+            end = 1 if cid == 10 else 2
+            sock.sendall(_frame("woken", end, 5000, cid) + _frame("woken", 0, 0, cid + 1))  # parks
+            time.sleep(0.2)
+            started = time.monotonic()
+            assert all(a[0] is None for a in produce(broker, "woken", [value], acks="all"))
+            answers = [parse_response(1, 11, recv_frame(sock)) for _ in range(2)]
+            assert [c for c, _ in answers] == [cid, cid + 1]
+            assert time.monotonic() - started < 4                 # woken, not timed out
+            records = answers[0][1].responses[0].partitions[0].records
+            values = [r.value for pos, h in iter_batches(records, source="answer")
+                      for r in decode_records(records, pos, h, source="answer")]
+            assert values == [value]
+            assert answers[1][1].responses[0].partitions[0].records       # from 0: at hand

@@ -20,6 +20,7 @@ import pytest
 
 from harness import cluster_support
 from logcore.wire import error_codes as E
+from logcore.broker import client_connections
 from logcore.broker.config import BrokerConfig
 from logcore.broker.log_dir_failure import LogDirOfflineError
 from logcore.broker.server import BrokerServer
@@ -443,4 +444,104 @@ def test_an_idle_partitions_answers_are_not_applied_each_round(tmp_path, zk_host
             await c.until(lambda: idle.log_end_offset == 1 and idle.high_watermark == 1,
                           "the follower's idle partition at LEO 1 and HW 1")
             assert applied and applied[-1] == 1
+    run(scenario())
+
+
+def _counted_rounds(fetcher) -> list:
+    """The fetcher task's rounds from now on (each entry: one call of its _round)."""
+    rounds = []
+    real = fetcher._round
+
+    async def counted(conn, ready):
+        rounds.append(len(ready))
+        return await real(conn, ready)
+    fetcher._round = counted
+    return rounds
+
+
+def test_a_followers_answers_are_applied_in_the_protocol_callback(tmp_path, zk_hosts):
+    """The common answer (records, no error, the replica's lock free, the append on the event
+    loop) is applied where the connection reads it, and the next round's request written from
+    there: the fetcher's task is not resumed per round. At the leader, each answer is written
+    by its parked fetch's task as the append wakes it, not by the connection's sender. Each acks=all produce below waits for a
+    follower round that appends its record, and the follower's log ends up as the leader's."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "2"})
+            await c.leading(1, (1, 2))
+            for i in range(3):
+                assert (await c.produce(1, b"warm %d" % i, acks_all=True))[0] == E.NONE
+            rounds = _counted_rounds(c.rm(2).fetchers.by_leader[1])
+            written = []
+            real = client_connections._written_now
+
+            def counted(*args):                 # the leader's answers written by their own task
+                written.append(real(*args))
+                return written[-1]
+            client_connections._written_now = counted
+            try:
+                for i in range(30):
+                    assert (await c.produce(1, b"r %d" % i, acks_all=True))[0] == E.NONE
+            finally:
+                client_connections._written_now = real
+            assert len(rounds) <= 2, f"the task ran {len(rounds)} of 30 rounds"
+            assert written.count(True) >= 30, f"{written.count(True)} of 30 answers written by their task"
+            follower = c.log(2)
+            await c.until(lambda: follower.high_watermark == 33, "the follower's HW at 33")
+        return _values(tmp_path, 1), _values(tmp_path, 2)
+    leader, follower = run(scenario())
+    assert len(leader) == 33 and follower == leader
+
+
+def test_an_answer_the_callback_cannot_apply_goes_to_the_fetchers_task(tmp_path, zk_hosts):
+    """While the follower's replica is locked (a write in flight, a deletion) the answer is not
+    applied in the callback: the task takes it, waits for the lock and applies it; later
+    answers go through the callback again."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "2"})
+            await c.leading(1, (1, 2))
+            assert (await c.produce(1, b"warm", acks_all=True))[0] == E.NONE
+            fetcher = c.rm(2).fetchers.by_leader[1]
+            rounds = _counted_rounds(fetcher)
+            follower = c.log(2)
+            replica = c.rm(2).replicas[KEY]
+            async with replica.io:
+                produced = asyncio.ensure_future(c.produce(1, b"held", acks_all=True))
+                await c.until(lambda: c.log(1).log_end_offset == 2, "the leader's append")
+                await asyncio.sleep(0.3)
+                assert follower.log_end_offset == 1 and not produced.done()
+            assert (await produced)[0] == E.NONE
+            assert follower.log_end_offset == 2 and rounds, "the task applied the held answer"
+            taken = len(rounds)
+            for i in range(20):
+                assert (await c.produce(1, b"r %d" % i, acks_all=True))[0] == E.NONE
+            assert len(rounds) - taken <= 2, f"the task ran {len(rounds) - taken} of 20 rounds"
+        return _values(tmp_path, 1), _values(tmp_path, 2)
+    leader, follower = run(scenario())
+    assert len(leader) == 22 and follower == leader
+
+
+def test_the_leader_moves_the_hw_on_a_followers_fetch_only_when_its_leo_moved(tmp_path, zk_hosts):
+    """Per acks=all record the leader computes the HW where it can move: after its own append
+    and at the follower's fetch that reports the new LEO, not again at the parked fetch's read
+    after its wake-up (the same LEO as before; Kafka's updateFollowerFetchState); every
+    produce is still answered by the HW's move, and the HW ends at the LEO."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "2"})
+            await c.leading(1, (1, 2))
+            assert (await c.produce(1, b"warm", acks_all=True))[0] == E.NONE
+            leader = c.rm(1).replicas[KEY]
+            computed = []
+            real = leader.maybe_increment_hw
+
+            def counted():
+                computed.append(c.log(1).high_watermark)
+                return real()
+            leader.maybe_increment_hw = counted
+            for i in range(20):
+                assert (await c.produce(1, b"r %d" % i, acks_all=True))[0] == E.NONE
+            assert c.log(1).high_watermark == c.log(1).log_end_offset == 21
+            assert 40 <= len(computed) <= 44, f"the HW computed {len(computed)} times for 20 records"
     run(scenario())
