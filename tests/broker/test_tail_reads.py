@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 
 import pytest
 
 from logcore.broker.tail_reads import KEPT_BYTES, TailReads
 from logcore.log.log_root import LogRoot
+from logcore.log.segment_flusher import segment_flusher
 from logcore.records.batch import build_batch
 from random_transaction import RandomTransaction, next_sequence
 
@@ -39,6 +41,22 @@ def _through(tail, log, offset, budget, isolation, min_one_batch):
             data = data.read()
     return (bytes(data), got.high_watermark, got.last_stable_offset, got.log_start_offset,
             [(a.producer_id, a.first_offset) for a in got.aborted])
+
+
+class _Marker:
+    """A no-op entry of the flusher's queue: its callback runs once every entry before it ran."""
+    source = "marker"
+
+    def sync(self) -> None:
+        pass
+
+
+def _background_flushes_done():
+    """Wait until the flusher thread has recorded every rolled segment's sync: it takes the
+    log's lock to do so, and a read_nowait that finds the lock busy answers None (a thread)."""
+    done = threading.Event()
+    segment_flusher().submit(_Marker(), lambda _pending: done.set())
+    assert done.wait(30)
 
 
 def _records(rng, n, step):
@@ -249,6 +267,7 @@ def test_a_read_at_the_bound_is_answered_on_the_loop_as_the_log_answers_it(tmp_p
         log.append_records([(None, os.urandom(1000), (), 1_700_000_000_000 + step)])
     log.maybe_increment_high_watermark(3)
     assert len(log.bases) > 2 and log.high_watermark < log.bases[-1]
+    _background_flushes_done()
     tail = TailReads()
     for offset, isolation in ((log.log_end_offset, "log_end"), (3, "read_uncommitted"), (3, "read_committed")):
         got = _through(tail, log, offset, 1 << 20, isolation, True)

@@ -14,6 +14,7 @@ def test_append_read_and_clean_concurrently(tmp_path):
     root = open_root(target, segment_bytes=4000)
     log = root.log("t", 0, writer=True)
     written = {}
+    written_lock = threading.Lock()
     stop = threading.Event()
     errors = []
 
@@ -25,7 +26,8 @@ def test_append_read_and_clean_concurrently(tmp_path):
                     info = log.append_records([(b"k%d" % (i % 23), b"value-%d" % i, (), 1_000_000 + i)])
                     # Offsets are handed out once each, in order: the i-th append gets offset i.
                     assert info.first_offset == i, (info.first_offset, i, log.bases[-3:])
-                    written[info.first_offset] = (b"k%d" % (i % 23), b"value-%d" % i)
+                    with written_lock:
+                        written[info.first_offset] = (b"k%d" % (i % 23), b"value-%d" % i)
                     i += 1
                 log.commit()
         except Exception as exc:     # noqa: BLE001 - reported below
@@ -61,10 +63,12 @@ def test_append_read_and_clean_concurrently(tmp_path):
             # Every key's latest record up to what the reader saw is there, unless the key has a
             # newer record past `last`: the cleaner works up to the writer's HW, which may be
             # ahead of the HW this reader refreshed, and a reader that reads on reaches it.
+            with written_lock:      # a copy made while the writer adds may see the dict resized
+                snapshot = list(written.items())
             newest = {}
-            for offset, (key, _v) in list(written.items()):
+            for offset, (key, _v) in snapshot:
                 newest[key] = max(newest.get(key, -1), offset)
-            for offset, (key, _v) in list(written.items()):
+            for offset, (key, _v) in snapshot:
                 if offset <= last:
                     assert seen.get(key, -1) >= offset or newest[key] > last, (key, offset, last)
             passes += 1
