@@ -15,7 +15,10 @@ Parquet copy (Kafka's schema, written by Spark through s3a) is made from that ro
 
 (a) source -> noop, Trigger.AvailableNow, local checkpoint: `format("seglog")` on the S3 root vs
     Spark's Parquet file stream source on `s3a://` vs `format("kafka")` on the live broker;
-    rows/s = rows / triggerExecution. The seglog source also reads a second root holding the same
+    rows/s = rows / triggerExecution. A third anchor is the floor of any Python data source:
+    bench_spark's Arrow ceiling (a Python source that only yields prebuilt Arrow batches of the
+    same records, from local Arrow IPC files), so that what Spark's Python data source path costs
+    is told apart from what seglog's reads cost. The seglog source also reads a second root holding the same
     records in lz4 batches (topic compression.type=lz4, as a Kafka producer with
     compression.type=lz4 writes them): Parquet's pages are snappy-compressed, and the S3 server
     moves about five times their bytes for uncompressed batches.
@@ -55,16 +58,18 @@ from pathlib import Path
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 sys.path.insert(0, os.path.dirname(BENCH_DIR))
-from bench_spark import PARTITIONS, VALUE_SIZE, add_round_options, make_records, paired, run_rounds  # noqa: E402
+from bench_spark import (IPC_BATCH_ROWS, PARTITIONS, VALUE_SIZE, add_round_options, make_records,  # noqa: E402
+                         paired, run_rounds)
 from bench_spark_kafka import (TOPIC, BROKER_OVERRIDES, Bench, DefaultJvmKafka, cluster_id,  # noqa: E402
                                produce_to_kafka, spark_session, write_seglog_root)
 from common import print_table  # noqa: E402
+from spark_anchors import ArrowCeilingDataSource  # noqa: E402
 from kafka_anchor import resolve_jars  # noqa: E402
 from spark_kafka_jars import resolve_maven_jars, resolve_spark_kafka_jars  # noqa: E402
 from tests.conftest import _free_port, _make_bucket, _start_seaweedfs  # noqa: E402
 
 SCENARIOS = {
-    "source": ("source_seglog_s3", "source_seglog_s3_lz4", "source_parquet_s3", "source_kafka"),
+    "source": ("source_seglog_s3", "source_seglog_s3_lz4", "source_parquet_s3", "source_kafka", "source_ceiling"),
     "sink": ("sink_seglog_s3", "sink_seglog_s3_lz4", "sink_seglog_s3_mpu", "sink_parquet_s3", "sink_kafka"),
 }
 # The bucket each scenario's S3 requests go to (the server counts per bucket).
@@ -202,21 +207,27 @@ class S3Bench(Bench):
             self.spark.readStream.format("seglog").options(**self.storage).option("subscribe", TOPIC)
             .option("startingOffsets", "earliest").load(self.paths[root])))
 
+    def source_ceiling(self) -> float:
+        return self._counted_rows("the Arrow ceiling",
+                                  self.spark.readStream.format("bench_arrow_ceiling").load(self.paths["arrow"]))
+
     def source_parquet_s3(self) -> float:
-        def run() -> float:
-            query = (self.spark.readStream.schema(self.parquet_schema).parquet(self.paths["s3_parquet"])
-                     .writeStream.format("noop").trigger(availableNow=True)
-                     .option("checkpointLocation", self.fresh("ckpt")).start())
-            try:
-                query.awaitTermination()
-            finally:
-                query.stop()
-            batches = [p for p in query.recentProgress if p["numInputRows"]]
-            if sum(p["numInputRows"] for p in batches) != self.rows:
-                raise AssertionError(f"the Parquet stream read {sum(p['numInputRows'] for p in batches):,}"
-                                     f" rows, expected {self.rows:,}")
-            return self.rows / (sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000)
-        return self.counted("source_parquet_s3", run)
+        df = self.spark.readStream.schema(self.parquet_schema).parquet(self.paths["s3_parquet"])
+        return self.counted("source_parquet_s3", lambda: self._counted_rows("the Parquet stream", df))
+
+    def _counted_rows(self, what: str, df) -> float:
+        """rows / triggerExecution of an AvailableNow query into noop whose source counts its rows."""
+        query = (df.writeStream.format("noop").trigger(availableNow=True)
+                 .option("checkpointLocation", self.fresh("ckpt")).start())
+        try:
+            query.awaitTermination()
+        finally:
+            query.stop()
+        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        if sum(p["numInputRows"] for p in batches) != self.rows:
+            raise AssertionError(f"{what} read {sum(p['numInputRows'] for p in batches):,}"
+                                 f" rows, expected {self.rows:,}")
+        return self.rows / (sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000)
 
     # (b) sinks
     def sink_seglog_s3(self) -> float:
@@ -260,6 +271,37 @@ class S3Bench(Bench):
         if n != self.rows:
             raise AssertionError(f"Parquet sink on S3: {n:,} rows, expected {self.rows:,}")
         return rate
+
+
+def write_arrow_copy(url: str, storage_options: dict, folder: str) -> None:
+    """The root's records as Arrow IPC files, one per partition, in the source's Arrow schema
+    (the Arrow ceiling's input), decoded from the root itself."""
+    import pyarrow as pa
+    from logcore.log.log_root import LogRoot
+    from logcore.records import batches_to_arrow
+    from pyspark_seglog.schema import ARROW_SCHEMA
+    os.makedirs(folder)
+    with LogRoot.open(url, storage_options=storage_options, read_only=True) as root:
+        for p in range(PARTITIONS):
+            log = root.log(TOPIC, p)
+            parts, offset = [], log.log_start_offset
+            while offset < log.high_watermark:
+                fetched = log.read(offset, 8 << 20)
+                data = fetched.data.read() if hasattr(fetched.data, "read") else bytes(fetched.data)
+                decoded = batches_to_arrow(data, min_offset=offset, max_offset=log.high_watermark)
+                parts.append(decoded)
+                offset = decoded.column("offset")[-1].as_py() + 1
+            log.close()
+            table = pa.Table.from_batches(parts)
+            n = table.num_rows
+            table = pa.table({
+                "key": table["key"], "value": table["value"], "topic": pa.array([TOPIC] * n, pa.string()),
+                "partition": pa.array([p] * n, pa.int32()), "offset": table["offset"],
+                "timestamp": table["timestamp"], "timestampType": table["timestampType"]}, schema=ARROW_SCHEMA)
+            with pa.OSFile(os.path.join(folder, f"part-{p}.arrow"), "wb") as sink:
+                with pa.ipc.new_file(sink, ARROW_SCHEMA) as writer:
+                    for batch in table.to_batches(max_chunksize=IPC_BATCH_ROWS):
+                        writer.write_batch(batch)
 
 
 def first_bytes(url: str, storage_options: dict, spark_options: dict, bucket: str,
@@ -369,7 +411,7 @@ def main(argv: list[str] | None = None) -> list[str]:
                                         cluster_id=cluster_id()).start()
         paths = {"s3_log": f"s3://{buckets['log']}/root", "s3_log_lz4": f"s3://{buckets['log_lz4']}/root",
                  "s3_parquet": f"s3a://{buckets['parquet']}/records",
-                 "parquet": os.path.join(workdir, "input-parquet")}
+                 "parquet": os.path.join(workdir, "input-parquet"), "arrow": os.path.join(workdir, "arrow")}
         ts0 = int(time.time() * 1000) - rows      # today's timestamps: see bench_spark_kafka.main
         t0 = time.perf_counter()
         produce_to_kafka(broker.bootstrap, rows, ts0)
@@ -380,7 +422,9 @@ def main(argv: list[str] | None = None) -> list[str]:
         print(f"wrote them to a seglog root on S3 in {time.perf_counter() - t0:.1f} s", flush=True)
         if "source" in parts:
             write_seglog_root(paths["s3_log_lz4"], rows, ts0, storage_options, {"compression.type": SINK_CODEC})
+            write_arrow_copy(paths["s3_log"], storage_options, paths["arrow"])
         spark = spark_session(kafka_connector_jars + s3a_jars)
+        spark.dataSource.register(ArrowCeilingDataSource)
         configure_s3a(spark, endpoint)
         bench = S3Bench(spark, broker, paths, workdir, rows, endpoint, buckets, counter)
         records = (spark.read.format("seglog").options(**bench.storage).option("subscribe", TOPIC)
@@ -410,13 +454,20 @@ def main(argv: list[str] | None = None) -> list[str]:
                      *paired(results, "source_seglog_s3", "source_parquet_s3"), "rows/s"),
                     ("seglog source (S3 root) vs format(\"kafka\") (live Kafka)",
                      *paired(results, "source_seglog_s3", "source_kafka"), "rows/s"),
+                    ("seglog source (S3 root) vs Python Arrow source ceiling (local Arrow IPC)",
+                     *paired(results, "source_seglog_s3", "source_ceiling"), "rows/s"),
+                    ("(anchors) Python Arrow source ceiling vs Parquet file stream (s3a://)",
+                     *paired(results, "source_ceiling", "source_parquet_s3"), "rows/s"),
                     (f"seglog source, {SINK_CODEC} batches vs Parquet file stream (s3a://, snappy)",
                      *paired(results, "source_seglog_s3_lz4", "source_parquet_s3"), "rows/s"),
                     (f"seglog source, {SINK_CODEC} batches vs format(\"kafka\") (live Kafka)",
                      *paired(results, "source_seglog_s3_lz4", "source_kafka"), "rows/s"),
                 ])
             lines += _printed(f"Rounds' ratio range: vs Parquet {_range(results, 'source_seglog_s3', 'source_parquet_s3')},"
-                              f" vs Kafka {_range(results, 'source_seglog_s3', 'source_kafka')}; {SINK_CODEC} batches:"
+                              f" vs Kafka {_range(results, 'source_seglog_s3', 'source_kafka')},"
+                              f" vs the Python Arrow ceiling {_range(results, 'source_seglog_s3', 'source_ceiling')};"
+                              f" the ceiling vs Parquet {_range(results, 'source_ceiling', 'source_parquet_s3')};"
+                              f" {SINK_CODEC} batches:"
                               f" vs Parquet {_range(results, 'source_seglog_s3_lz4', 'source_parquet_s3')},"
                               f" vs Kafka {_range(results, 'source_seglog_s3_lz4', 'source_kafka')}.")
         if "sink" in parts:
