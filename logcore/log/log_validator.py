@@ -9,13 +9,11 @@ import numpy as np
 
 from logcore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from logcore.errors import RejectedRecordsError
-from logcore.records.batch import (ATTRIBUTES_OFFSET, CONTROL_MASK, HEADER_SIZE, LOG_OVERHEAD,
-                                   TIMESTAMP_TYPE_MASK, check_produced_records, header_fields)
+from logcore.records.batch import (COMPRESSION_MASK, CONTROL_MASK, HEADER_SIZE, LOG_OVERHEAD,
+                                   TIMESTAMP_TYPE_MASK, check_inflated_records, check_produced_records,
+                                   header_fields)
 from logcore.records.arrow import record_columns
-
-_DELTAS = np.arange(1 << 16, dtype=np.int64)   # expected offset deltas of a produced batch
-
-_SMALL_BATCH = 16                                 # records: checked in a Python loop
+from logcore.records.compression import decompress
 
 # A produced batch's compressed records may inflate to at most this many times the topic's
 # max.message.bytes (which Kafka applies to the compressed batch); past it the batch is refused
@@ -58,8 +56,8 @@ class LogValidator:
             raise CorruptRecordError(f"{len(data)} bytes is shorter than a batch header", file=source,
                                      position=0)
         fields = header_fields(data)
-        (base_offset, batch_length, _epoch, _magic, _crc, attributes, last_offset_delta, _base_ts,
-         _max_ts, producer_id, _producer_epoch, base_sequence, records_count) = fields
+        (_base_offset, batch_length, _epoch, _magic, _crc, attributes, last_offset_delta, base_ts,
+         max_ts, producer_id, _producer_epoch, base_sequence, records_count) = fields
         size = batch_length + LOG_OVERHEAD
         if size != len(data):
             raise InvalidRecordError(
@@ -77,74 +75,55 @@ class LogValidator:
             raise InvalidRecordError(f"producer {producer_id} sent a batch without a sequence number")
         # Magic, CRC and every record in one C call (the rules of decode_records).
         checked = check_produced_records(data, source=source)
-        if checked is None:               # compressed: decompressed and checked as columns
-            cap = max_bytes * MAX_INFLATION
-            if nonblocking and cap > ON_LOOP_INFLATION:
-                # Inflating may take up to MAX_INFLATION x max.message.bytes of work: on the
-                # broker's event loop only up to ON_LOOP_INFLATION (a fraction of a
-                # millisecond); a batch that inflates further is left to the blocking path,
-                # in a thread (nothing has changed yet).
-                try:
-                    self._check_record_columns(data, base_offset, records_count, now, source,
-                                               max_inflated=ON_LOOP_INFLATION)
-                except RecordTooLargeError:
-                    raise _WouldBlock() from None
-            else:
-                self._check_record_columns(data, base_offset, records_count, now, source,
-                                           max_inflated=cap)
-        else:
-            bad, delta, null_key, min_ts, max_ts = checked
-            if bad >= 0:
-                raise InvalidRecordError(f"record {bad} has offset delta {delta}, expected {bad}")
-            if self._compact and null_key >= 0:
-                self.refuse_null_keys(_null_key_rows(record_columns(data, source=source)), records_count)
-            if not attributes & TIMESTAMP_TYPE_MASK:
-                if now - min_ts > self._before_max_ms or max_ts - now > self._after_max_ms:
-                    # out of bounds: the column check names the first record outside
-                    self._check_record_columns(data, base_offset, records_count, now, source)
+        if checked is None:               # compressed: inflated, then the same checks in C
+            checked = self._check_inflated(data, attributes, records_count, base_ts, max_ts, source,
+                                           nonblocking)
+        bad, delta, null_key, min_ts, max_ts = checked
+        if bad >= 0:
+            raise InvalidRecordError(f"record {bad} has offset delta {delta}, expected {bad}")
+        if self._compact and null_key >= 0:
+            self.refuse_null_keys(_null_key_rows(record_columns(data, source=source)), records_count)
+        if not attributes & TIMESTAMP_TYPE_MASK:
+            if now - min_ts > self._before_max_ms or max_ts - now > self._after_max_ms:
+                self._refuse_timestamps(data, now, source)
         if attributes & TIMESTAMP_TYPE_MASK:
             raise InvalidRecordError("producers may not set LogAppendTime timestamps")
         return fields
 
-    def _check_record_columns(self, data, base_offset: int, records_count: int, now: int,
-                              source: str, max_inflated: int | None = None) -> None:
-        """The record checks of _validate_client_batch on decoded columns (compressed batches,
-        and the error message of a timestamp out of bounds)."""
+    def _check_inflated(self, data, attributes: int, records_count: int, base_ts: int, max_ts: int,
+                        source: str, nonblocking: bool) -> tuple[int, int, int, int, int]:
+        """A compressed batch's records inflated and checked (check_inflated_records' answer).
+        Inflating may take up to MAX_INFLATION x max.message.bytes of work: on the broker's
+        event loop (`nonblocking`) only up to ON_LOOP_INFLATION (a fraction of a millisecond); a
+        batch that inflates further raises _WouldBlock, left to the blocking path in a thread
+        (nothing has changed yet)."""
+        cap = self._max_message_bytes * MAX_INFLATION
+        limit = ON_LOOP_INFLATION if nonblocking and cap > ON_LOOP_INFLATION else cap
         try:
-            columns = record_columns(data, source=source, max_inflated=max_inflated)
+            raw = decompress(attributes & COMPRESSION_MASK, memoryview(data)[HEADER_SIZE:], limit)
         except RecordTooLargeError as exc:
+            if limit < cap:
+                raise _WouldBlock() from None
             too_large = str(exc)      # raised below, out of this block: no chained traceback
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(exc.reason, file=source, position=0) from None
         else:
-            too_large = None
-        if too_large is not None:
-            raise RecordTooLargeError(
-                f"batch of {len(data)} bytes: its {too_large} (the limit is {MAX_INFLATION} x"
-                f" max.message.bytes={self._max_message_bytes}); rejected")
-        if columns.rows != records_count:
-            raise InvalidRecordError(
-                f"batch declares {records_count} records but holds {columns.rows}")
-        if columns.rows <= _SMALL_BATCH:    # numpy's fixed cost exceeds the loop's
-            deltas = [o - base_offset for o in columns.offsets.tolist()]
-            bad = next((i for i, d in enumerate(deltas) if d != i), None)
-        else:
-            deltas = columns.offsets - base_offset
-            expected = _DELTAS[:columns.rows] if columns.rows <= len(_DELTAS) else np.arange(columns.rows)
-            bad = None if (deltas == expected).all() else int(np.argmax(deltas != expected))
-        if bad is not None:
-            raise InvalidRecordError(
-                f"record {bad} has offset delta {int(deltas[bad])}, expected {bad}")
-        if self._compact and columns.key_nulls:
-            self.refuse_null_keys(_null_key_rows(columns), columns.rows)
-        if data[ATTRIBUTES_OFFSET + 1] & TIMESTAMP_TYPE_MASK == 0:
-            before = self.config.message_timestamp_before_max_ms
-            after = self.config.message_timestamp_after_max_ms
-            if before < 2**63 - 1 or after < 2**63 - 1:
-                ts = columns.timestamps_ms
-                bad = (now - ts > before) | (ts - now > after)
-                if bad.any():
-                    raise InvalidRecordError(
-                        f"record timestamp {int(ts[np.argmax(bad)])} is outside the allowed range around"
-                        f" {now} (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+            return check_inflated_records(raw, records_count, base_ts, max_ts,
+                                          bool(attributes & TIMESTAMP_TYPE_MASK), source=source)
+        raise self._too_large(len(data), too_large)
+
+    def _too_large(self, size: int, reason: str) -> RecordTooLargeError:
+        return RecordTooLargeError(f"batch of {size} bytes: its {reason} (the limit is {MAX_INFLATION} x"
+                                   f" max.message.bytes={self._max_message_bytes}); rejected")
+
+    def _refuse_timestamps(self, data, now: int, source: str) -> None:
+        """A batch with a record timestamp outside message.timestamp.before/after.max.ms
+        refused, the first such timestamp named (decoded as columns: an error path only)."""
+        ts = record_columns(data, source=source).timestamps_ms
+        bad = (now - ts > self._before_max_ms) | (ts - now > self._after_max_ms)
+        raise InvalidRecordError(
+            f"record timestamp {int(ts[np.argmax(bad)])} is outside the allowed range around"
+            f" {now} (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
 
     def refuse_null_keys(self, missing: list[int], total: int) -> None:
         """Kafka's answer to records without a key on a compacted topic (`compact` or

@@ -1190,17 +1190,55 @@ static PyObject *scan_batches(PyObject *self, PyObject *args) {
 }
 
 
+/* The record-level checks of `count` records filling [p, e) exactly (a produced batch's records
+ * section, or a compressed one's inflated records), as decode_sections validates them: returns
+ * (first record whose offset delta is not its index or -1, that delta, first record with a null
+ * key or -1, smallest and largest record timestamp in ms), or NULL with RecordError(0, record,
+ * message) set. */
+static PyObject *check_record_run(const uint8_t *p, const uint8_t *e, int32_t count, int64_t base_ts,
+                                  int64_t max_ts, int log_append) {
+    const char *errmsg = NULL;
+    long long record_index = 0;
+    long long bad_delta = -1, first_null_key = -1;
+    int32_t bad_delta_value = 0;
+    int64_t min_seen = INT64_MAX, max_seen = INT64_MIN;
+    if (count < 0)
+        CORRUPT("negative record count");
+    for (long long r = 0; r < count; r++) {
+        record_view rv;
+        int64_t ts;
+        record_index = r;
+        if ((errmsg = parse_record(&p, e, &rv)) != NULL)
+            goto corrupt;
+        if (rv.offset_delta != r && bad_delta < 0) {
+            bad_delta = r;
+            bad_delta_value = rv.offset_delta;
+        }
+        if (rv.klen < 0 && first_null_key < 0)
+            first_null_key = r;
+        ts = log_append ? max_ts : (int64_t)((uint64_t)base_ts + (uint64_t)rv.ts_delta);
+        if (ts < min_seen)
+            min_seen = ts;
+        if (ts > max_seen)
+            max_seen = ts;
+    }
+    if (p != e)
+        CORRUPT("trailing bytes after the last record of the batch");
+    return Py_BuildValue("(LiLLL)", bad_delta, (int)bad_delta_value, first_null_key,
+                         (long long)min_seen, (long long)max_seen);
+corrupt:
+    raise_record_error(0, record_index, errmsg);
+    return NULL;
+}
+
 /* check_produced_batch: the record-level checks of one produced, uncompressed batch (the
  * broker's produce path), in one call and without building columns. Magic and CRC as
  * scan_batches (RecordError(-1, 0, message)); every record as decode_sections validates it
- * (RecordError(0, record, message)). Returns (first record whose offset delta is not its index
- * or -1, that delta, first record with a null key or -1, smallest and largest record
- * timestamp in ms), or None for a compressed batch (the caller decompresses). The caller has
- * checked that the buffer holds exactly the batch its header declares. */
+ * (RecordError(0, record, message)). Returns check_record_run's tuple, or None for a compressed
+ * batch (the caller inflates it and calls check_inflated_records). The caller has checked that
+ * the buffer holds exactly the batch its header declares. */
 static PyObject *check_produced_batch(PyObject *self, PyObject *args) {
     Py_buffer view;
-    const char *errmsg = NULL;
-    long long record_index = 0;
     PyObject *result = NULL;
     if (!PyArg_ParseTuple(args, "y*", &view))
         return NULL;
@@ -1232,45 +1270,23 @@ static PyObject *check_produced_batch(PyObject *self, PyObject *args) {
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
-    {
-        const uint8_t *p = buf + BATCH_HEADER_SIZE, *e = buf + size;
-        int64_t base_ts = be64(buf + 27), max_ts = be64(buf + 35);
-        int32_t count = be32(buf + 57);
-        int log_append = (attributes & 0x8) != 0;
-        long long bad_delta = -1, first_null_key = -1;
-        int32_t bad_delta_value = 0;
-        int64_t min_seen = INT64_MAX, max_seen = INT64_MIN;
-        if (count < 0)
-            CORRUPT("negative record count");
-        for (long long r = 0; r < count; r++) {
-            record_view rv;
-            int64_t ts;
-            record_index = r;
-            if ((errmsg = parse_record(&p, e, &rv)) != NULL)
-                goto corrupt;
-            int32_t offset_delta = rv.offset_delta, klen = rv.klen;
-            int64_t ts_delta = rv.ts_delta;
-            if (offset_delta != r && bad_delta < 0) {
-                bad_delta = r;
-                bad_delta_value = offset_delta;
-            }
-            if (klen < 0 && first_null_key < 0)
-                first_null_key = r;
-            ts = log_append ? max_ts : (int64_t)((uint64_t)base_ts + (uint64_t)ts_delta);
-            if (ts < min_seen)
-                min_seen = ts;
-            if (ts > max_seen)
-                max_seen = ts;
-        }
-        if (p != e)
-            CORRUPT("trailing bytes after the last record of the batch");
-        result = Py_BuildValue("(LiLLL)", bad_delta, (int)bad_delta_value, first_null_key,
-                               (long long)min_seen, (long long)max_seen);
-        goto done;
-    }
-corrupt:
-    raise_record_error(0, record_index, errmsg);
-done:
+    result = check_record_run(buf + BATCH_HEADER_SIZE, buf + size, (int32_t)be32(buf + 57),
+                              be64(buf + 27), be64(buf + 35), (attributes & 0x8) != 0);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* check_inflated_records(buffer, count, base_timestamp, max_timestamp, log_append_time): the
+ * checks of check_produced_batch on a compressed batch's records once inflated (its header
+ * and CRC checked by the caller, which passes the header's fields). */
+static PyObject *check_inflated_records(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int count, log_append;
+    long long base_ts, max_ts;
+    if (!PyArg_ParseTuple(args, "y*iLLp", &view, &count, &base_ts, &max_ts, &log_append))
+        return NULL;
+    const uint8_t *buf = view.buf;
+    PyObject *result = check_record_run(buf, buf + view.len, count, base_ts, max_ts, log_append);
     PyBuffer_Release(&view);
     return result;
 }
@@ -1302,6 +1318,10 @@ static PyMethodDef methods[] = {
      "check_produced_batch(buffer) -> (bad_delta_index, bad_delta, first_null_key, min_timestamp,\n"
      "max_timestamp) or None when compressed: magic, CRC and every record of exactly one batch\n"
      "validated; RecordError(-1, 0, message) for the batch, (0, record, message) for a record."},
+    {"check_inflated_records", check_inflated_records, METH_VARARGS,
+     "check_inflated_records(buffer, count, base_timestamp, max_timestamp, log_append_time) ->\n"
+     "check_produced_batch's tuple for the inflated records section of a compressed batch;\n"
+     "RecordError(0, record, message) for a record."},
     {"encode_records", encode_records, METH_VARARGS,
      "encode_records(n, key_offsets, key_data, key_valid, value_offsets, value_data, value_valid,\n"
      "timestamps, base_timestamp, start, end) -> bytes: the records section (no headers) of rows\n"

@@ -397,6 +397,19 @@ def check_produced_records(buf, *, source: str | None = None) -> tuple[int, int,
         raise CorruptRecordError(f"record {where}: {message}", file=source, position=0) from None
 
 
+def check_inflated_records(raw, count: int, base_timestamp: int, max_timestamp: int, log_append_time: bool, *,
+                           source: str | None = None) -> tuple[int, int, int, int, int]:
+    """check_produced_records' checks and answer for a compressed batch's records once inflated
+    (`raw`), with the header fields they depend on; its header and CRC are checked already."""
+    import logcore.records._fastcodec as _fastcodec
+
+    try:
+        return _fastcodec.check_inflated_records(raw, count, base_timestamp, max_timestamp, log_append_time)
+    except _fastcodec.RecordError as exc:
+        _section, where, message = exc.args
+        raise CorruptRecordError(f"record {where}: {message}", file=source, position=0) from None
+
+
 def records_section(buf, pos: int, header: BatchHeader, *, source: str | None = None,
                     base_position: int = 0):
     """The (decompressed) record bytes of the batch at `pos`, as a buffer."""

@@ -9,8 +9,8 @@ import pytest
 
 from logcore.errors import CorruptRecordError, UnsupportedMagicError
 from logcore.records import build_batch
-from logcore.records.batch import check_produced_records, decode_records
-from logcore.records.compression import Compression
+from logcore.records.batch import check_inflated_records, check_produced_records, decode_records, parse_header
+from logcore.records.compression import Compression, decompress
 from logcore.records.crc import crc32c
 
 
@@ -69,3 +69,49 @@ def test_damaged_records_fail_as_decode_records_fails():
         except CorruptRecordError as exc:
             got = exc
         assert (expected is None) == (got is None), (expected, got)
+
+
+def _inflated(batch: bytes) -> tuple:
+    """check_inflated_records' answer for a compressed batch, as the produce path calls it."""
+    header = parse_header(batch)
+    raw = decompress(header.attributes & 0x7, memoryview(batch)[61:])
+    return check_inflated_records(raw, header.records_count, header.base_timestamp, header.max_timestamp,
+                                  bool(header.attributes & 0x8), source="t-0 append")
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
+def test_inflated_records_answer_as_the_same_records_uncompressed(codec):
+    rng = random.Random(int(codec))
+    for _ in range(200):
+        records = [(None if rng.random() < 0.1 else rng.randbytes(rng.randrange(0, 20)),
+                    None if rng.random() < 0.05 else rng.randbytes(rng.randrange(0, 300)),
+                    tuple(("h", rng.randbytes(3)) for _ in range(rng.randrange(3))),
+                    1_700_000_000_000 + rng.randrange(-5000, 5000)) for _ in range(rng.randrange(1, 60))]
+        assert _inflated(build_batch(records, compression=codec)) == check_produced_records(build_batch(records))
+
+
+def test_damaged_inflated_records_fail_as_decode_records_fails():
+    """A records section damaged, given as a compressed batch's inflated records: refused exactly
+    when decode_records refuses the same records in an uncompressed batch."""
+    rng = random.Random(11)
+    base = build_batch([(bytes([i]) * (i % 5), b"v" * (i * 3), (("k", b"x"),) * (i % 3), 1000 + i)
+                        for i in range(12)])
+    for _ in range(1500):
+        buf = bytearray(base)
+        for _ in range(rng.randint(1, 3)):
+            buf[rng.randrange(61, len(buf))] = rng.randrange(256)
+        header = parse_header(buf)
+        try:
+            decode_records(bytes(_recrc(buf)), 0)
+            expected = None
+        except CorruptRecordError as exc:
+            expected = exc
+        try:
+            got = check_inflated_records(bytes(buf[61:]), header.records_count, header.base_timestamp,
+                                         header.max_timestamp, False)
+            got = None
+        except CorruptRecordError as exc:
+            got = exc
+        assert (expected is None) == (got is None), (expected, got)
+        if got is not None:
+            assert str(got).startswith("record ")
