@@ -240,6 +240,40 @@ def _gunzip_bounded(view: memoryview, limit: int, out: bytearray) -> None:
 
 _ZSTD_MAX_RATIO = 1 << 15       # an RLE block: a 3-byte header and 1 byte give 128 KiB
 _ZSTD_MIN_SLICE = 128           # so one slice inflates to at most 4 MiB
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_BLOCK_MAX = 128 << 10     # what one compressed block inflates to at most (RFC 8878)
+_ZSTD_WALKED_BLOCKS = 64        # block headers read for a bound before slicing instead
+
+
+def _zstd_frame_bound(view: memoryview, limit: int) -> int | None:
+    """An upper bound on the bytes the zstd frame at the start of `view` inflates to, read from
+    its block headers (RFC 8878: a raw or RLE block gives its stated size, a compressed one at
+    most 128 KiB), when that bound is at most `limit`; None when it may be more, the frame has
+    more than _ZSTD_WALKED_BLOCKS blocks, or its headers do not parse (the sliced inflation
+    then decides, and reports what is wrong)."""
+    if len(view) < 6 or view[:4] != _ZSTD_MAGIC:
+        return None
+    descriptor = view[4]
+    if descriptor & 0x08:                               # the reserved bit
+        return None
+    single_segment = descriptor >> 5 & 1
+    pos = (5 + (1 - single_segment) + (0, 1, 2, 4)[descriptor & 3]
+           + (single_segment, 2, 4, 8)[descriptor >> 6])
+    bound = 0
+    for _ in range(_ZSTD_WALKED_BLOCKS):
+        if pos + 3 > len(view):
+            return None
+        header = view[pos] | view[pos + 1] << 8 | view[pos + 2] << 16
+        kind, size = header >> 1 & 3, header >> 3
+        if kind == 3:
+            return None
+        bound += _ZSTD_BLOCK_MAX if kind == 2 else size
+        if bound > limit:
+            return None
+        pos += 3 + (1 if kind == 1 else size)
+        if header & 1:
+            return bound
+    return None
 
 
 def _unzstd_bounded(view: memoryview, limit: int, out: bytearray) -> None:
@@ -247,6 +281,13 @@ def _unzstd_bounded(view: memoryview, limit: int, out: bytearray) -> None:
     while True:
         d = dctx.decompressobj(write_size=_OUT_CHUNK // 16)
         pos, end = 0, len(view)
+        if _zstd_frame_bound(view, limit - len(out)) is not None:
+            # The frame cannot inflate past the limit: in one call (a produced batch's usual
+            # frame: one or two blocks), not in slices of a few hundred bytes.
+            out += d.decompress(view)
+            pos = end
+            if len(out) > limit:
+                raise _too_large("zstd", limit)
         while not d.eof:
             if pos >= end:
                 raise CorruptRecordError("truncated zstd stream")

@@ -1,12 +1,13 @@
 import gzip
 import os
+import random
 import struct
 
 import cramjam
 import lz4.frame
 import pytest
 
-from logcore.errors import CorruptRecordError
+from logcore.errors import CorruptRecordError, RecordTooLargeError
 from logcore.records.compression import Compression, codec_of, compress, decompress
 
 PAYLOADS = [b"", b"x", os.urandom(1000), b"abc" * 50_000, os.urandom(70_000) + b"\x00" * 70_000]
@@ -128,3 +129,43 @@ def test_lz4_levels_up_to_kafkas_maximum_compress():
     data = b"".join(v for _, v, _, _ in LEVEL_ROWS)
     for level in (1, 17):
         assert decompress(Compression.LZ4, compress(Compression.LZ4, data, level)) == data
+
+
+def _zstd_frames():
+    """zstd frames as producers write them: with and without the content size and checksum,
+    one block and several, several frames in a row."""
+    import zstandard
+    rng = random.Random(5)
+    letters = bytes(rng.randrange(65, 91) for _ in range(300_000))
+    for size in (0, 1, 1000, 49_152, 131_072, 131_073, 300_000):
+        for content_size in (True, False):
+            for checksum in (True, False):
+                cctx = zstandard.ZstdCompressor(write_content_size=content_size, write_checksum=checksum)
+                yield letters[:size], cctx.compress(letters[:size])
+    cctx = zstandard.ZstdCompressor(write_content_size=False)
+    yield letters[:5000] * 2, cctx.compress(letters[:5000]) + cctx.compress(letters[:5000])
+    yield b"\0" * 200_000, cctx.compress(b"\0" * 200_000)
+
+
+def test_bounded_zstd_inflates_what_zstd_inflates_and_refuses_one_byte_less():
+    from logcore.records.compression import _zstd_frame_bound
+    for payload, frame in _zstd_frames():
+        assert decompress(Compression.ZSTD, frame, max_size=len(payload)) == payload
+        assert decompress(Compression.ZSTD, frame, max_size=1 << 20) == payload
+        bound = _zstd_frame_bound(memoryview(frame), 1 << 30)
+        assert bound is None or bound >= len(payload)
+        if payload:
+            with pytest.raises(RecordTooLargeError):
+                decompress(Compression.ZSTD, frame, max_size=len(payload) - 1)
+
+
+def test_bounded_zstd_refuses_bombs_truncation_and_trailing_garbage():
+    import zstandard
+    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(b"\0" * (256 << 20))
+    with pytest.raises(RecordTooLargeError):
+        decompress(Compression.ZSTD, bomb, max_size=256 << 10)
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(os.urandom(50_000))
+    with pytest.raises(CorruptRecordError, match="truncated"):
+        decompress(Compression.ZSTD, frame[:-10], max_size=1 << 20)
+    with pytest.raises(CorruptRecordError):
+        decompress(Compression.ZSTD, frame + b"xyz", max_size=1 << 20)
