@@ -247,17 +247,22 @@ class Bench:
         self.seq += 1
         return os.path.join(self.workdir, f"{name}-{self.seq}")
 
-    def run_stream(self, df) -> float:
+    def available_now(self, df) -> list[dict]:
+        """The progress reports of `df` run into noop with Trigger.AvailableNow (a fresh checkpoint)."""
         query = (df.writeStream.format("noop").trigger(availableNow=True)
                  .option("checkpointLocation", self.fresh("ckpt")).start())
         try:
             query.awaitTermination()
         finally:
             query.stop()
+        return query.recentProgress
+
+    def run_stream(self, df) -> float:
+        progress = self.available_now(df)
         # Spark's Kafka source reports numInputRows 0 into noop here (connector 4.2.0 on Spark
         # 4.3.0), so the micro-batches are those that moved the source's offsets, and the check
         # is that they cover every record (plus numInputRows where the source reports it).
-        batches = [p for p in query.recentProgress if _span(p) or p["numInputRows"]]
+        batches = [p for p in progress if _span(p) or p["numInputRows"]]
         spanned = sum(_span(p) for p in batches)
         counted = sum(p["numInputRows"] for p in batches)
         if spanned != self.rows or counted not in (0, self.rows):

@@ -217,13 +217,7 @@ class S3Bench(Bench):
 
     def _counted_rows(self, what: str, df) -> float:
         """rows / triggerExecution of an AvailableNow query into noop whose source counts its rows."""
-        query = (df.writeStream.format("noop").trigger(availableNow=True)
-                 .option("checkpointLocation", self.fresh("ckpt")).start())
-        try:
-            query.awaitTermination()
-        finally:
-            query.stop()
-        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        batches = [p for p in self.available_now(df) if p["numInputRows"]]
         if sum(p["numInputRows"] for p in batches) != self.rows:
             raise AssertionError(f"{what} read {sum(p['numInputRows'] for p in batches):,}"
                                  f" rows, expected {self.rows:,}")
