@@ -92,6 +92,19 @@ class InProcessCluster:
                 raise AssertionError(f"timed out waiting for {what}")
             await asyncio.sleep(0.02)
 
+    async def stop_fetching(self, i: int):
+        """Broker i's replica, its fetching stopped once it follows: a follower learns its role
+        from ZooKeeper on its own, possibly after the leader leads with it in the ISR, and
+        becoming follower would start the fetcher a removal made before it had stopped."""
+        def following():
+            replica = self.rm(i).replicas.get(KEY)
+            return (replica is not None and replica.role == "follower"
+                    and any(KEY in f.partitions for f in self.rm(i).fetchers.by_leader.values()))
+        await self.until(following, f"broker {i} following")
+        replica = self.rm(i).replicas[KEY]
+        self.rm(i).fetchers.remove(replica)
+        return replica
+
     async def leading(self, leader: int, isr: tuple[int, ...]) -> int:
         """Wait until `leader` leads with `isr` in its own view; its epoch."""
         def ok():
@@ -214,7 +227,7 @@ def test_a_parked_follower_fetch_does_not_write_the_state_after_deposal(tmp_path
         async with InProcessCluster(tmp_path, zk_hosts, 3, {"replica.lag.time.max.ms": "1000"}) as c:
             await c.create([1, 2, 3], {"min.insync.replicas": "1"})
             await c.leading(1, (1, 2, 3))
-            c.rm(3).fetchers.remove(c.rm(3).replicas[KEY])      # broker 3 stops fetching ...
+            await c.stop_fetching(3)                            # broker 3 stops fetching ...
             assert (await c.produce(1, b"x"))[0] == E.NONE
             epoch = await c.leading(1, (1, 2))                  # ... and leaves the ISR
             conn = AsyncKafkaConnection("127.0.0.1", c.servers[1].broker.port, timeout_s=10)
@@ -280,8 +293,7 @@ def test_an_isr_write_with_an_unknown_outcome_keeps_counting_the_new_member(tmp_
         async with InProcessCluster(tmp_path, zk_hosts, 2, {"replica.lag.time.max.ms": "1000"}) as c:
             await c.create([1, 2], {"min.insync.replicas": "1"})
             await c.leading(1, (1, 2))
-            rm2, replica2 = c.rm(2), c.rm(2).replicas[KEY]
-            rm2.fetchers.remove(replica2)
+            rm2, replica2 = c.rm(2), await c.stop_fetching(2)
             assert (await c.produce(1, b"x"))[0] == E.NONE
             await c.leading(1, (1,))                              # broker 2 left the ISR
             store = c.rm(1).store
