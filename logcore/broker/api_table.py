@@ -26,7 +26,7 @@ STYLES = ("broker", "cli")
 NOTES: dict[int, str] = {
     0: "RecordBatch v2 only; acks 0, 1, -1; one batch per partition; v0-2 answered UNSUPPORTED_VERSION"
        " per partition",
-    1: "v13+ by topic id; no fetch sessions (session_id 0 answered)",
+    1: "v13+ by topic id; incremental fetch sessions (KIP-227)",
     2: "earliest (-2: the log start, remote included), latest (-1), max timestamp (-3), earliest local"
        " (-4: the local log start, KIP-405), by timestamp (remote tier included)",
     3: "alone: one broker, leader of everything; in a cluster: the brokers, leaders and ISRs of"

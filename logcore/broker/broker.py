@@ -56,6 +56,7 @@ from logcore.errors import SegLogError, TopicExistsError
 from logcore.log.config import MaintenanceConfig
 from logcore.log.log_root import LogRoot
 from logcore.metrics.broker_metrics import BrokerMetrics
+from logcore.metrics.fetch_session_metrics import FetchSessionMetrics
 from logcore.quota.client_quota_configs import ClientQuotaConfigs
 from logcore.quota.client_quotas import ClientQuotas
 from logcore.quota.replication_quota import ReplicationQuotas
@@ -190,6 +191,7 @@ class Broker:
         self.offset_api = OffsetHandlers(self.partitions)     # ListOffsets, OffsetForLeaderEpoch
         self.fetching = FetchHandlers(config, self.partitions, self.membership, self.metrics.topics,
                                       self.access, self.quotas)
+        self.metrics.add(FetchSessionMetrics(self.fetching.sessions.cache))
         self.group_api = GroupHandlers(self.groups, config, advertised, self.membership, self.transactions)
         self.cluster_api = ClusterHandlers(config, self.membership)
         self.reassignments = ReassignmentHandlers(self.membership)

@@ -61,6 +61,9 @@ class ElsewherePartition:
         return getattr(self.request, name)
 
 
+_ASKING_ELSEWHERE = (DivergedPartition, ThrottledPartition, ElsewherePartition)
+
+
 def reads_any_replica(version: int) -> bool:
     """Whether a consumer's Fetch of this version may be served by a follower: from v11, the
     version that names the consumer's rack (KIP-392); older consumers read from leaders only."""
@@ -247,6 +250,53 @@ class ClusterFetch:
                 continue
             replica.on_follower_fetch(follower, p.fetch_offset, getattr(p, "log_start_offset", -1),
                                       ends[key], epochs[key])
+
+    # ------------------------------------------------------------------ a follower's session (KIP-227)
+    def settle(self, epochs: dict):
+        """For a follower's session: the note kept with each partition answered without error,
+        (replica, leader epoch, partition log), that quiet_test checks at the next fetch."""
+        replicas = self.manager.replicas
+
+        def settled(w: WantedPartition, res: dict):
+            if w.error != E.NONE or res["error_code"] != E.NONE or type(w.request) in _ASKING_ELSEWHERE:
+                return None
+            replica, epoch = replicas.get(w.key), epochs.get(w.key)
+            return None if replica is None or epoch is None else (replica, epoch, w.part)
+        return settled
+
+    def quiet_test(self, follower: int):
+        """A test of a follower's session partition (fetch_sessions.SessionPartition, settled
+        at its last answer) that its fetch need neither check nor read: this broker still leads
+        it at the epoch it was answered at, the follower is in the ISR and asks for the log end,
+        and the high watermark and log start are those last answered. All the fetch does for it
+        is count the follower's fetch (followed_quiet), as the full path would."""
+        replicas = self.manager.replicas
+
+        def quiet(c) -> bool:
+            replica, epoch, part = c.settled
+            if replica.epoch != epoch or not replica.is_leader or follower not in replica.isr \
+                    or replicas.get(replica.key) is not replica:
+                return False
+            log = part.log_if_open
+            return (log is not None and log.log_end_offset == c.request.fetch_offset
+                    and log.high_watermark == c.high_watermark and log.log_start_offset == c.log_start_offset)
+        return quiet
+
+    @staticmethod
+    def park_quiet(c, wake) -> None:
+        """A set-aside partition wakes its parked fetch as a read one would (a follower's: on
+        appends and state changes)."""
+        c.settled[2].park_fetch(wake, False)
+
+    @staticmethod
+    def followed_quiet(quiet: list, follower: int) -> None:
+        """The follower's fetch counted for each set-aside partition: at its log end, which it
+        asked for (so it stays caught up), at the epoch it was checked at."""
+        for c in quiet:
+            replica, epoch, _ = c.settled
+            p = c.request
+            replica.on_follower_fetch(follower, p.fetch_offset, getattr(p, "log_start_offset", -1),
+                                      p.fetch_offset, epoch)
 
     def annotate(self, wanted: list[WantedPartition], results) -> None:
         """The current leader on answers that send the client elsewhere."""

@@ -281,6 +281,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     ConfigKey("fetch.max.bytes", ConfigType.INT, 57671680,
               "Cap on a fetch response's size whatever the client asks.", validator=at_least(1024),
               category="broker"),
+    ConfigKey("max.incremental.fetch.session.cache.slots", ConfigType.INT, 1000,
+              "Incremental fetch sessions (KIP-227) this broker keeps for followers and consumers; 0:"
+              " every fetch is answered in full, without a session.", validator=at_least(0),
+              category="broker"),
     # client quotas and replication throttles (docs/quotas.md): the windows their rates span
     ConfigKey("quota.window.num", ConfigType.INT, 11,
               "Sample windows a client's quota rate is measured over.", validator=at_least(2),

@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from logcore.wire import error_codes as E
+from logcore.broker.fetch_sessions import FetchSessionCache, FetchSessions, SessionError
 from logcore.broker.fetch_response import EncodedResponse, encode_fetch_response
 from logcore.broker.cluster_fetch import (DivergedPartition, ElsewherePartition, ThrottledPartition,
                                           reads_any_replica, replica_id_of)
@@ -69,6 +70,8 @@ class FetchHandlers:
         self.membership = membership
         self.topic_metrics = topic_metrics or TopicMetrics()     # bytes out per topic (counted, not exported)
         self.quotas = quotas or ClientQuotas()
+        # KIP-227: clients (followers, consumers) that keep a session send and get only what changed
+        self.sessions = FetchSessions(FetchSessionCache(config["max.incremental.fetch.session.cache.slots"]))
         # The last small read, or appended run, of each partition's tail (kept by the partitions)
         self.tail_reads: TailReads = partitions.tail_reads
 
@@ -76,56 +79,46 @@ class FetchHandlers:
     async def fetch(self, req: Request) -> Result:
         body = req.body
         v = req.api_version
-        if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
-            # This broker never creates fetch sessions (it answers session_id 0).
-            return {"throttle_time": 0, "error_code": E.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0,
-                    "responses": []}
-        if self.quotas.active and replica_id_of(body, v) < 0:
-            return self._fetch_within_quota(req)
-        return self._fetch(body, v, req.correlation_id, req)
+        follower = replica_id_of(body, v) >= 0
+        context = self.sessions.context(body, v, follower)
+        if isinstance(context, SessionError):
+            return {"throttle_time": 0, "error_code": context.error_code, "session_id": 0, "responses": []}
+        if self.quotas.active and not follower:
+            return await self._fetch_within_quota(req, context)
+        return await self._fetch(body, v, req.correlation_id, req, context)
 
-    async def _fetch_within_quota(self, req: Request) -> EncodedResponse | ThrottledResponse:
+    async def _fetch_within_quota(self, req: Request, context) -> EncodedResponse | ThrottledResponse:
         """A consumer's fetch under its consumer_byte_rate (followers have none): at most the
         quota's bytes over the measured span, the response's size recorded; over the quota it
         is answered empty with the throttle time, as Kafka does."""
         limit = self.quotas.fetch_limit(req)
-        response = await self._fetch(req.body, req.api_version, req.correlation_id, req, limit)
+        response = await self._fetch(req.body, req.api_version, req.correlation_id, req, context, limit)
         throttle = self.quotas.fetched(req, response.size)
         if not throttle:
             return response
         response.close()
         return ThrottledResponse(encode_fetch_response(req.correlation_id, req.api_version, {
-            "throttle_time": throttle, "error_code": E.NONE, "session_id": 0, "responses": []}), throttle)
+            "throttle_time": throttle, "error_code": E.NONE, "session_id": context.throttled(),
+            "responses": []}), throttle)
 
-    async def _fetch(self, body, v: int, correlation_id: int, req: Request,
+    async def _fetch(self, body, v: int, correlation_id: int, req: Request, context,
                      limit: int | None = None) -> EncodedResponse:
         loop = asyncio.get_running_loop()
         isolation = "read_committed" if getattr(body, "isolation_level", 0) == 1 else "read_uncommitted"
         max_bytes = max(0, min(body.max_bytes, self.config["fetch.max.bytes"], limit or body.max_bytes))
         deadline = loop.time() + max(0.0, body.max_wait.total_seconds())
-        if self._fetch_names_unknown(body, v):
-            await asyncio.to_thread(self.partitions.refresh_topics)   # created by another process?
-        wanted: list[WantedPartition] = []
-        # A consumer needs READ on each topic; a follower was checked for CLUSTER_ACTION before.
-        consumer = self.access is not None and self.access.authorizer.enabled and replica_id(body) < 0
-        for t in body.topics:
-            if v >= 13:
-                name = self.partitions.topic_ids.get(t.topic_id.bytes)
-                tid = t.topic_id
-            else:
-                name, tid = t.topic, self.partitions.topic_uuid(t.topic)
-            if consumer and name is not None and not self.access.topic_allowed(req, READ, name):
-                wanted.extend(WantedPartition(name, tid, p, None, E.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions)
-                continue
-            for p in t.partitions:
-                part = self.partitions.get(name, p.partition) if name else None
-                error = E.NONE if part else (E.UNKNOWN_TOPIC_ID if name is None else E.UNKNOWN_TOPIC_OR_PARTITION)
-                if part is None and (name, p.partition) in self.partitions.damaged:
-                    error = E.KAFKA_STORAGE_ERROR       # damaged committed data: see `seglog repair`
-                wanted.append(WantedPartition(name, tid, p, part, error))
         checks = self.membership.fetch_checks  # a broker alone's, or a cluster member's
         follower = checks.follower_of(body, v)
         any_replica = follower < 0 and reads_any_replica(v)
+        quiet = checks.quiet_test(follower) if follower >= 0 else None
+        if quiet is not None:
+            context.set_aside(quiet)           # a follower's session: partitions with nothing to do
+        entries = context.entries              # (topic name, or topic id from v13; partition entry)
+        if self._names_unknown(entries, v):
+            await asyncio.to_thread(self.partitions.refresh_topics)   # created by another process?
+        # A consumer needs READ on each topic; a follower was checked for CLUSTER_ACTION before.
+        consumer = self.access is not None and self.access.authorizer.enabled and replica_id(body) < 0
+        wanted = self._wanted(entries, v, req, consumer)
         wanted = [checks.check(entry, follower, any_replica) for entry in wanted]
         if any_replica:
             wanted = checks.preferred(wanted, getattr(body, "rack_id", "") or "")
@@ -143,6 +136,9 @@ class FetchHandlers:
                 if w.part is not None:
                     w.part.park_fetch(wake, follower < 0)
                     parked = True
+            for c in context.quiet:
+                checks.park_quiet(c, wake)
+                parked = True
             if follower >= 0:
                 ends = {w.key: w.part.log_if_open.log_end_offset
                         for w in wanted if w.part is not None and w.part.is_open}
@@ -167,15 +163,25 @@ class FetchHandlers:
             # before a parked fetch reads, so records of a newer epoch (or of a deposed
             # leader) never answer a request made at an older one.
             wanted = [checks.check(entry, follower, any_replica) for entry in wanted]
+            if quiet is not None and context.quiet:
+                # Set-aside partitions with news since are read from now on.
+                woken = [checks.check(entry, follower) for entry in
+                         self._wanted(context.woken(quiet), v, req, consumer)]
+                wanted += woken
+                epochs.update(checks.epochs(woken))
             if loop.time() >= deadline:
                 results, total, failed = await self._read_for(wanted, isolation, max_bytes)
                 break
         checks.annotate(wanted, results)
+        settle = None
         if follower >= 0:
             checks.sent(wanted, results)
+            checks.followed_quiet(context.quiet, follower)
+            settle = checks.settle(epochs)
+        session_id, answered = context.answered(list(zip(wanted, results)), settle)
         topics: dict[Any, dict] = {}
         counted = self.topic_metrics.fetched if follower < 0 else None    # consumers' bytes only
-        for w, res in zip(wanted, results):
+        for w, res in answered:
             if counted is not None and res["records"]:
                 counted(w.name, len(res["records"]))
             key = w.topic_id if v >= 13 else w.name
@@ -184,12 +190,38 @@ class FetchHandlers:
                 topic = topics[key] = {"topic": w.name, "topic_id": w.topic_id, "partitions": []}
             topic["partitions"].append(res)
         return encode_fetch_response(correlation_id, v, {
-            "throttle_time": 0, "error_code": E.NONE, "session_id": 0, "responses": list(topics.values())})
+            "throttle_time": 0, "error_code": E.NONE, "session_id": session_id, "responses": list(topics.values())})
 
-    def _fetch_names_unknown(self, body, v: int) -> bool:
-        for t in body.topics:
-            name = self.partitions.topic_ids.get(t.topic_id.bytes) if v >= 13 else t.topic
-            if name is None or any(self.partitions.get(name, p.partition) is None for p in t.partitions):
+    def _wanted(self, entries: list[tuple], v: int, req: Request, consumer: bool) -> list[WantedPartition]:
+        """The partitions of `entries`, resolved: their topic's name and id, their open log, and
+        the error they are answered with when they cannot be read here."""
+        wanted: list[WantedPartition] = []
+        topics_of: dict = {}               # topic key -> (name, topic id, READ refused)
+        for key, p in entries:
+            topic = topics_of.get(key)
+            if topic is None:
+                if v >= 13:
+                    name = self.partitions.topic_ids.get(key.bytes)
+                    tid = key
+                else:
+                    name, tid = key, self.partitions.topic_uuid(key)
+                refused = consumer and name is not None and not self.access.topic_allowed(req, READ, name)
+                topic = topics_of[key] = (name, tid, refused)
+            name, tid, refused = topic
+            if refused:
+                wanted.append(WantedPartition(name, tid, p, None, E.TOPIC_AUTHORIZATION_FAILED))
+                continue
+            part = self.partitions.get(name, p.partition) if name else None
+            error = E.NONE if part else (E.UNKNOWN_TOPIC_ID if name is None else E.UNKNOWN_TOPIC_OR_PARTITION)
+            if part is None and (name, p.partition) in self.partitions.damaged:
+                error = E.KAFKA_STORAGE_ERROR       # damaged committed data: see `seglog repair`
+            wanted.append(WantedPartition(name, tid, p, part, error))
+        return wanted
+
+    def _names_unknown(self, entries: list[tuple], v: int) -> bool:
+        for key, p in entries:
+            name = self.partitions.topic_ids.get(key.bytes) if v >= 13 else key
+            if name is None or self.partitions.get(name, p.partition) is None:
                 return True
         return False
 

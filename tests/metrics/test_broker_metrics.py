@@ -131,6 +131,56 @@ def test_lag_is_the_records_not_yet_committed(served):
     assert value(samples, "kafka_log_logflushstats_logflushrateandtimems_count") >= 0
 
 
+def _fetch_v12(sock, topic: str, partitions: int, session_id: int, epoch: int):
+    """A raw Fetch v12 of `partitions` partitions of `topic` at a session's id and epoch; the
+    response's (error code, session id)."""
+    import datetime
+    import io
+    import struct
+    from kio.index import load_response_schema
+    from kio.schema.fetch.v12 import request as r12
+    from kio.serial import entity_reader, entity_writer
+    body = r12.FetchRequest(replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20,
+                            isolation_level=0, session_id=session_id, session_epoch=epoch,
+                            topics=(r12.FetchTopic(topic=topic, partitions=tuple(
+                                r12.FetchPartition(partition=i, current_leader_epoch=-1, fetch_offset=0,
+                                                   last_fetched_epoch=-1, log_start_offset=-1,
+                                                   partition_max_bytes=1 << 16) for i in range(partitions))),),
+                            forgotten_topics_data=(), rack_id="")
+    buf = io.BytesIO()
+    header = r12.FetchRequest.__header_schema__
+    entity_writer(header)(buf, header(request_api_key=1, request_api_version=12, correlation_id=7, client_id="m"))
+    entity_writer(r12.FetchRequest)(buf, body)
+    sock.sendall(struct.pack(">i", len(buf.getvalue())) + buf.getvalue())
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    frame = sock.recv(size, socket.MSG_WAITALL)
+    schema = load_response_schema(1, 12)
+    _, used = entity_reader(schema.__header_schema__)(frame, 0)
+    response, _ = entity_reader(schema)(frame, used)
+    return response.error_code, response.session_id
+
+
+def test_fetch_sessions_are_counted(served):
+    server, bootstrap, _ = served
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("sessioned", 3, 1)])["sessioned"].result(30)
+    before = scrape(server)
+    host, port = bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        error, session_id = _fetch_v12(sock, "sessioned", 3, 0, 0)       # epoch 0: opens a session
+        assert error == 0 and session_id != 0
+        opened = scrape(server)
+        assert value(opened, "kafka_server_fetchsessioncache_numincrementalfetchsessions") == \
+            value(before, "kafka_server_fetchsessioncache_numincrementalfetchsessions") + 1
+        assert value(opened, "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached") == \
+            value(before, "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached") + 3
+        assert _fetch_v12(sock, "sessioned", 0, session_id, -1) == (0, 0)  # epoch -1: closes it
+    closed = scrape(server)
+    assert value(closed, "kafka_server_fetchsessioncache_numincrementalfetchsessions") == \
+        value(before, "kafka_server_fetchsessioncache_numincrementalfetchsessions")
+    assert ("kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total", ()) in closed
+
+
 def test_listener_setting_is_validated(tmp_path):
     assert parse_listener("http://127.0.0.1:9404") == ("127.0.0.1", 9404)
     assert parse_listener("http://[::1]:0") == ("::1", 0)
