@@ -31,8 +31,11 @@ partitions are ready, the fetcher waits until the rate is back within the bound.
 A response is applied only if the partition is still followed at the same epoch and its LEO is
 still the offset the request asked for (a truncation or a new state may have come meanwhile); an
 idle partition's answer that would change nothing (no records, no error, the HW and log start the
-replica has) is not applied at all. Each round's request is the previous one's template with the
-changing fields patched, and one timer, moved by each round, times the rounds out. The common
+replica has) is not applied at all. The fetcher keeps an incremental fetch session with the
+leader (KIP-227, fetch_session.py): after a full first round, a round names only the partitions
+whose fields changed, and the leader answers only those with news. A full round's request is the
+previous full one's template with the changing fields patched, and one timer, moved by each
+round, times the rounds out. The common
 answer (records or none, no error, nothing to wait for) is applied in the protocol callback that
 reads it, which also writes the next round's request; anything else goes to the fetcher's task.
 """
@@ -52,6 +55,7 @@ from logcore.errors import NotLeaderOrFollowerError, SegLogError
 from logcore.wire.api_keys import FETCH
 from logcore.wire.client import AsyncKafkaConnection, KafkaConnectionError, KafkaError
 from logcore.wire.fetch_request import FetchRequestTemplate
+from logcore.replication.fetch_session import FollowerSession
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +63,23 @@ FETCH_VERSION = 12
 LEADER_CATCH_UP_S = 0.05   # retrying a leader that does not know the followed epoch yet
 _CUT_SHORT = object()      # a round's wait ended by cut_short(), not by the answer
 _APPLIED = object()        # the answer was applied in the protocol callback; no next round sent
+_SESSION_ERRORS = frozenset((E.FETCH_SESSION_ID_NOT_FOUND, E.INVALID_FETCH_SESSION_EPOCH))
+
+
+def _incremental_request(head: dict, plan, fields: dict) -> dict:
+    """An incremental round's Fetch request: the partitions whose fields changed, and the
+    forgotten ones."""
+    topics: dict[str, list] = {}
+    for key in plan.changed:
+        epoch, offset, latest, log_start, max_bytes = fields[key]
+        topics.setdefault(key[0], []).append({
+            "partition": key[1], "current_leader_epoch": epoch, "fetch_offset": offset,
+            "last_fetched_epoch": latest, "log_start_offset": log_start, "partition_max_bytes": max_bytes})
+    forgotten: dict[str, list] = {}
+    for topic, index in plan.forgotten:
+        forgotten.setdefault(topic, []).append(index)
+    return {**head, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()]}
 
 
 class _Rest:
@@ -210,7 +231,9 @@ class LeaderFetcher:
         self._round_wait: asyncio.Future | None = None    # the round in flight's wait, to cut short
         self._asked: dict = {}           # the round in flight's partitions: key -> (followed, offset)
         self._deadline = RoundDeadline(self.timeout_s + self.wait_ms / 1000.0)
-        self._request: FetchRequestTemplate | None = None  # the last round's, patched for the next
+        self._request: FetchRequestTemplate | None = None  # the last full round's, patched for the next
+        self.session = FollowerSession()  # KIP-227: rounds name only what changed
+        self._session_conn: AsyncKafkaConnection | None = None
 
     def cut_short(self) -> None:
         """A partition was added: end a round parked at the leader, a backoff or a wait for the
@@ -255,11 +278,13 @@ class LeaderFetcher:
                 raise
             except KafkaError as exc:
                 self._warn(f"fetching from broker {self.leader} failed: {exc}")
+                self.session.failed()
                 if self.conn is not None:
                     self.conn.close()
                     self.conn = None
                 await self._backoff()
             except Exception:   # noqa: BLE001 - a bug must not stop replication of the others
+                self.session.failed()
                 logger.exception("broker %d: fetcher for leader %d failed; retrying", self.manager.me,
                                  self.leader)
                 await self._backoff()
@@ -316,11 +341,13 @@ class LeaderFetcher:
 
     # ------------------------------------------------------------------ one round
     def _prepare(self, conn: AsyncKafkaConnection, ready: list[Followed]):
-        """This round's request and what it asks, per partition (followed, fetch offset): the
-        last round's request patched with each partition's LEO, latest epoch and log start, or
+        """This round's request, what the leader reads for it per partition (followed, fetch
+        offset) and each partition's fields. In a session (KIP-227) an incremental round names
+        only the partitions whose fields changed (a dict request); a full round is the last
+        full round's request patched with each partition's LEO, latest epoch and log start, or
         a new one when the partitions or the request's own fields changed."""
         asked: dict[tuple[str, int], tuple[Followed, int]] = {}
-        fields = []
+        fields: dict[tuple[str, int], tuple] = {}
         max_bytes = self.config["replica.fetch.max.bytes"]
         for followed in ready:
             replica = followed.replica
@@ -330,27 +357,35 @@ class LeaderFetcher:
             latest = log.epoch_cache.latest_epoch
             offset = log.log_end_offset
             asked[replica.key] = (followed, offset)
-            fields.append((followed.epoch, offset, -1 if latest is None else latest, log.log_start_offset, max_bytes))
+            fields[replica.key] = (followed.epoch, offset, -1 if latest is None else latest, log.log_start_offset,
+                                   max_bytes)
         if not asked:
-            return None, asked
+            return None, asked, fields
+        if conn is not self._session_conn:          # a session lives on one connection here
+            self.session.failed()
+            self._session_conn = conn
+        plan = self.session.next_round(fields)
         head = {"replica_id": self.manager.me, "max_wait": self.wait_ms,
                 "min_bytes": self.config["replica.fetch.min.bytes"],
                 "max_bytes": self.config["replica.fetch.response.max.bytes"], "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1, "rack_id": ""}
+                "session_id": plan.session_id, "session_epoch": plan.epoch, "rack_id": ""}
+        if not plan.full:
+            return _incremental_request(head, plan, fields), asked, fields
         request = self._request
         if (request is None or request.partitions != tuple(asked) or request.head != head
                 or request.client_id != conn.client_id):
             request = self._request = FetchRequestTemplate(conn.client_id, FETCH_VERSION, head, list(asked))
-        for i, values in enumerate(fields):
+        for i, values in enumerate(fields.values()):
             request.set_partition(i, *values)
-        return request, asked
+        return request, asked, fields
 
     async def _round(self, conn: AsyncKafkaConnection, ready: list[Followed]) -> None:
-        request, asked = self._prepare(conn, ready)
+        request, asked, fields = self._prepare(conn, ready)
         if request is None:
             await self._backoff()
             return
         self.switched.clear()
+        self.session.sent(fields)          # a write that fails ends the session (_run)
         # One future to wait on, the request's own: set with the answer (or the connection's
         # failure) by the connection as it reads it, by cut_short(), or failed by the deadline;
         # the round resumes in the next event-loop pass, where tasks for the request and the
@@ -373,6 +408,7 @@ class LeaderFetcher:
         if response is _CUT_SHORT:
             # A partition was added while this round may sit parked at the leader for up to
             # replica.fetch.wait.max.ms; its connection answers in order, so start afresh.
+            self.session.failed()
             if self.conn is conn:
                 conn.close()
                 self.conn = None
@@ -382,6 +418,12 @@ class LeaderFetcher:
         applied = ()
         if type(response) is _Rest:
             response, applied = response.response, response.applied
+        elif response.error_code in _SESSION_ERRORS:
+            # The leader no longer holds this session (evicted, or it restarted): a full round now.
+            self.session.failed()
+            return
+        elif response.error_code == E.NONE:
+            self.session.answered(response.session_id)
         if response.error_code != E.NONE:
             raise KafkaError(f"Fetch answered error {int(response.error_code)}", int(response.error_code))
         asked = self._asked                # rounds answered in the callback may have come between
@@ -432,6 +474,7 @@ class LeaderFetcher:
         wait, conn = self._round_wait, self.conn
         if wait is None or wait.done() or conn is None or response.error_code != E.NONE:
             return False
+        self.session.answered(response.session_id)
         applied = set()
         try:
             for topic in response.responses:
@@ -467,10 +510,11 @@ class LeaderFetcher:
         ready = [f for f in self.partitions.values() if not f.fenced and f.delayed_until <= now]
         if not ready or self._throttled(ready):
             return False
-        request, asked = self._prepare(conn, ready)
+        request, asked, fields = self._prepare(conn, ready)
         if request is None or not conn.submit_nowait(FETCH, request, version=FETCH_VERSION, into=wait,
                                                      at_once=self._answered):
             return False
+        self.session.sent(fields)
         self._asked = asked
         self._deadline.start(asyncio.get_running_loop(), conn, wait)
         return True

@@ -557,3 +557,80 @@ def test_the_leader_moves_the_hw_on_a_followers_fetch_only_when_its_leo_moved(tm
             assert c.log(1).high_watermark == c.log(1).log_end_offset == 21
             assert 40 <= len(computed) <= 44, f"the HW computed {len(computed)} times for 20 records"
     run(scenario())
+
+
+def test_a_followers_rounds_name_only_what_changed(tmp_path, zk_hosts):
+    """Fetch sessions between brokers (KIP-227): after a session's first round (full), a
+    follower's request names only the partitions whose fields moved (the busy one's LEO); the
+    leader answers only the busy one, and sets the idle one aside (no check, no read) while it
+    has nothing new, yet counts the follower's fetch of it, so the follower stays in its ISR.
+    A record on the idle partition reaches the follower at once, through a parked fetch. When
+    the leader loses the session (evicted, restarted), the follower's next round is full again
+    and replication goes on without a backoff."""
+    from logcore.broker.fetch_sessions import IncrementalFetch
+    idle_key = ("idle", 0)
+
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {"replica.lag.time.max.ms": "1500"}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "2"})
+            await asyncio.to_thread(c.broker(1).catalog.create_topic, "idle", config={"min.insync.replicas": "2"},
+                                    assignment={0: [1, 2]})
+            await c.leading(1, (1, 2))
+            await c.until(lambda: (c.rm(1).replicas.get(idle_key) is not None
+                                   and c.rm(1).replicas[idle_key].role == "leader"
+                                   and tuple(sorted(c.rm(1).replicas[idle_key].isr)) == (1, 2)
+                                   and any(idle_key in f.partitions for f in c.rm(2).fetchers.by_leader.values())),
+                          "the idle partition led by broker 1 and followed by broker 2")
+            for i in range(3):
+                assert (await c.produce(1, b"warm %d" % i, acks_all=True))[0] == E.NONE
+            session = c.rm(2).fetchers.by_leader[1].session
+            plans, seen = [], []                # seen: (keys read, keys set aside, keys answered)
+            real_plan, sessions = session.next_round, c.broker(1).fetching.sessions
+            real_context = sessions.context
+
+            def planned(fields):
+                plans.append(real_plan(fields))
+                return plans[-1]
+
+            def context(body, version, follower):
+                ctx = real_context(body, version, follower)
+                if isinstance(ctx, IncrementalFetch):
+                    real_answered = ctx.answered
+
+                    def answered(pairs, settle=None):
+                        out = real_answered(pairs, settle)
+                        seen.append(({(t, p.partition) for t, p in ctx.entries},
+                                     {(q.topic, q.request.partition) for q in ctx.quiet}, [w.key for w, _ in out[1]]))
+                        return out
+                    ctx.answered = answered
+                return ctx
+            session.next_round, sessions.context = planned, context
+            for i in range(20):
+                assert (await c.produce(1, b"busy %d" % i, acks_all=True))[0] == E.NONE
+            await asyncio.sleep(2.0)            # over replica.lag.time.max.ms with the idle one set aside
+            assert tuple(sorted(c.rm(1).replicas[idle_key].isr)) == (1, 2), "the set-aside partition's ISR shrank"
+            # Its follower counts as caught up now, not 2 s ago: an append now does not find it lagging.
+            from logcore.replication.partition import now_ms
+            assert now_ms() - c.rm(1).replicas[idle_key].followers[2].last_caught_up_ms < 1000
+            for i in range(5):
+                assert (await c.produce(1, b"busy again %d" % i, acks_all=True))[0] == E.NONE
+            assert plans and not any(p.full for p in plans), "a full round in a steady session"
+            assert all(set(p.changed) <= {KEY} and not p.forgotten for p in plans)
+            assert sum(KEY in p.changed for p in plans) >= 25         # each record's LEO move was sent
+            assert seen and all(keys in ([], [KEY]) for _, _, keys in seen)   # only the busy one answered
+            assert sum(idle_key in aside for _, aside, _ in seen) >= len(seen) - 1    # the idle one set aside
+            # A record on the set-aside partition: read and answered at once (acks=all waits for it).
+            idle_part = c.broker(1).partitions.get(*idle_key)
+            info = await c.broker(1).partitions.submit(idle_part, bytearray(build_batch([(b"k", b"v", [], None)])))
+            rm = c.rm(1)
+            assert await rm.wait_for_high_watermark(rm.replicas[idle_key], info.last_offset + 1, 5.0) == E.NONE
+            assert any(idle_key in keys for _, _, keys in seen)
+            sessions.cache.sessions.clear()                           # the leader forgets every session
+            for i in range(5):
+                assert (await c.produce(1, b"after %d" % i, acks_all=True))[0] == E.NONE
+            assert any(p.full for p in plans[-12:]), "no full round after the session was lost"
+            follower = c.log(2)
+            await c.until(lambda: follower.high_watermark == 33, "the follower's HW at 33")
+        return _values(tmp_path, 1), _values(tmp_path, 2)
+    leader, follower = run(scenario())
+    assert len(leader) == 33 and follower == leader
