@@ -33,9 +33,9 @@ still the offset the request asked for (a truncation or a new state may have com
 idle partition's answer that would change nothing (no records, no error, the HW and log start the
 replica has) is not applied at all. The fetcher keeps an incremental fetch session with the
 leader (KIP-227, fetch_session.py): after a full first round, a round names only the partitions
-whose fields changed, and the leader answers only those with news. A full round's request is the
-previous full one's template with the changing fields patched, and one timer, moved by each
-round, times the rounds out. The common
+whose fields changed, and the leader answers only those with news. Each round's request is a
+template kept for the set of partitions it names, with the changing fields patched, and one
+timer, moved by each round, times the rounds out. The common
 answer (records or none, no error, nothing to wait for) is applied in the protocol callback that
 reads it, which also writes the next round's request; anything else goes to the fetcher's task.
 """
@@ -64,22 +64,7 @@ LEADER_CATCH_UP_S = 0.05   # retrying a leader that does not know the followed e
 _CUT_SHORT = object()      # a round's wait ended by cut_short(), not by the answer
 _APPLIED = object()        # the answer was applied in the protocol callback; no next round sent
 _SESSION_ERRORS = frozenset((E.FETCH_SESSION_ID_NOT_FOUND, E.INVALID_FETCH_SESSION_EPOCH))
-
-
-def _incremental_request(head: dict, plan, fields: dict) -> dict:
-    """An incremental round's Fetch request: the partitions whose fields changed, and the
-    forgotten ones."""
-    topics: dict[str, list] = {}
-    for key in plan.changed:
-        epoch, offset, latest, log_start, max_bytes = fields[key]
-        topics.setdefault(key[0], []).append({
-            "partition": key[1], "current_leader_epoch": epoch, "fetch_offset": offset,
-            "last_fetched_epoch": latest, "log_start_offset": log_start, "partition_max_bytes": max_bytes})
-    forgotten: dict[str, list] = {}
-    for topic, index in plan.forgotten:
-        forgotten.setdefault(topic, []).append(index)
-    return {**head, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in forgotten.items()]}
+_TEMPLATES = 64            # request templates a fetcher keeps, one per set of partitions a round names
 
 
 class _Rest:
@@ -231,7 +216,9 @@ class LeaderFetcher:
         self._round_wait: asyncio.Future | None = None    # the round in flight's wait, to cut short
         self._asked: dict = {}           # the round in flight's partitions: key -> (followed, offset)
         self._deadline = RoundDeadline(self.timeout_s + self.wait_ms / 1000.0)
-        self._request: FetchRequestTemplate | None = None  # the last full round's, patched for the next
+        self._templates: dict[tuple, FetchRequestTemplate] = {}   # (named, forgotten) -> template
+        self._head: dict | None = None   # the templates' request fields besides the session's
+        self._client_id: str | None = None
         self.session = FollowerSession()  # KIP-227: rounds name only what changed
         self._session_conn: AsyncKafkaConnection | None = None
 
@@ -343,9 +330,10 @@ class LeaderFetcher:
     def _prepare(self, conn: AsyncKafkaConnection, ready: list[Followed]):
         """This round's request, what the leader reads for it per partition (followed, fetch
         offset) and each partition's fields. In a session (KIP-227) an incremental round names
-        only the partitions whose fields changed (a dict request); a full round is the last
-        full round's request patched with each partition's LEO, latest epoch and log start, or
-        a new one when the partitions or the request's own fields changed."""
+        only the partitions whose fields changed and those no longer fetched; a full round
+        names them all. Either is a template kept for that set of partitions (the same few
+        sets come round after round), patched with the session's id and epoch and each named
+        partition's LEO, latest epoch and log start."""
         asked: dict[tuple[str, int], tuple[Followed, int]] = {}
         fields: dict[tuple[str, int], tuple] = {}
         max_bytes = self.config["replica.fetch.max.bytes"]
@@ -365,19 +353,35 @@ class LeaderFetcher:
             self.session.failed()
             self._session_conn = conn
         plan = self.session.next_round(fields)
+        named = tuple(asked) if plan.full else tuple(plan.changed)
+        request = self._template(conn, named, () if plan.full else tuple(plan.forgotten))
+        request.set_session(plan.session_id, plan.epoch)
+        for i, key in enumerate(named):
+            request.set_partition(i, *fields[key])
+        return request, asked, fields
+
+    def _template(self, conn: AsyncKafkaConnection, named: tuple, forgotten: tuple) -> FetchRequestTemplate:
+        """The request template naming `named` and forgetting `forgotten` (built once per set,
+        at most _TEMPLATES kept)."""
         head = {"replica_id": self.manager.me, "max_wait": self.wait_ms,
                 "min_bytes": self.config["replica.fetch.min.bytes"],
                 "max_bytes": self.config["replica.fetch.response.max.bytes"], "isolation_level": 0,
-                "session_id": plan.session_id, "session_epoch": plan.epoch, "rack_id": ""}
-        if not plan.full:
-            return _incremental_request(head, plan, fields), asked, fields
-        request = self._request
-        if (request is None or request.partitions != tuple(asked) or request.head != head
-                or request.client_id != conn.client_id):
-            request = self._request = FetchRequestTemplate(conn.client_id, FETCH_VERSION, head, list(asked))
-        for i, values in enumerate(fields.values()):
-            request.set_partition(i, *values)
-        return request, asked, fields
+                "session_id": 0, "session_epoch": -1, "rack_id": ""}
+        if head != self._head or conn.client_id != self._client_id:
+            self._templates.clear()
+            self._head, self._client_id = head, conn.client_id
+        request = self._templates.get((named, forgotten))
+        if request is None:
+            if len(self._templates) >= _TEMPLATES:
+                self._templates.clear()
+            gone: dict[str, list] = {}
+            for topic, index in forgotten:
+                gone.setdefault(topic, []).append(index)
+            request = self._templates[(named, forgotten)] = FetchRequestTemplate(
+                conn.client_id, FETCH_VERSION,
+                {**head, "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in gone.items()]},
+                list(named))
+        return request
 
     async def _round(self, conn: AsyncKafkaConnection, ready: list[Followed]) -> None:
         request, asked, fields = self._prepare(conn, ready)

@@ -91,8 +91,9 @@ def _partition_format(version: int) -> struct.Struct:
                          + ("q" if version >= 5 else "") + "i")
 
 
-def _encode(correlation_id: int, client_id: str | None, version: int, body: dict) -> tuple[bytearray, list[int]]:
-    """The frame and where each partition's fixed fields start in it, in request order."""
+def _encode(correlation_id: int, client_id: str | None, version: int, body: dict) -> tuple[bytearray, list[int], int]:
+    """The frame, where each partition's fixed fields start in it (in request order) and where
+    the session id and epoch are (v7+)."""
     if not FIRST_VERSION <= version <= LAST_VERSION:
         raise ValueError(f"Fetch request version {version} is not encoded here"
                          f" ({FIRST_VERSION}..{LAST_VERSION})")
@@ -107,6 +108,7 @@ def _encode(correlation_id: int, client_id: str | None, version: int, body: dict
         out.append(0)                                       # request header tagged fields
     out += _HEAD_V4.pack(body.get("replica_id", -1), _ms(body["max_wait"]), body["min_bytes"],
                          body.get("max_bytes", _MAX_BYTES_DEFAULT), body.get("isolation_level", 0))
+    session_at = len(out)
     if version >= 7:
         out += _SESSION.pack(body.get("session_id", 0), body.get("session_epoch", -1))
     fmt = _partition_format(version)
@@ -157,14 +159,16 @@ def _encode(correlation_id: int, client_id: str | None, version: int, body: dict
             uvarint(out, len(value))
             out += value
     _I32.pack_into(out, 0, len(out) - 4)
-    return out, positions
+    return out, positions, session_at
 
 
 class FetchRequestTemplate:
     """A follower's Fetch request, encoded once for its leader's partitions and patched each
     round: only the correlation id and each partition's fields (leader epoch, fetch offset,
     last fetched epoch, log start offset, max bytes) change from round to round, while the
-    partitions and the request's own fields stay as long as the follower's set of partitions.
+    partitions and the request's own fields stay as long as the follower's set of partitions
+    (in a fetch session, as long as the set of partitions a round names: `set_session` patches
+    the session's id and epoch).
     `encode_request` sends it as it sends a Fetch dict (the template's version and client id
     must be the connection's).
 
@@ -182,7 +186,7 @@ class FetchRequestTemplate:
         topics: dict[str, list] = {}
         for topic, index in partitions:
             topics.setdefault(topic, []).append({"partition": index, "fetch_offset": 0, "partition_max_bytes": 0})
-        self._frame, self._positions = _encode(0, client_id, version, {
+        self._frame, self._positions, self._session_at = _encode(0, client_id, version, {
             **head, "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
         # The frame groups partitions by topic: where each of `partitions` sits, in its order.
         at = dict(zip(((t, p["partition"]) for t, ps in topics.items() for p in ps), self._positions))
@@ -192,6 +196,10 @@ class FetchRequestTemplate:
                       log_start_offset: int, partition_max_bytes: int) -> None:
         _PATCHED.pack_into(self._frame, self._positions[i], current_leader_epoch, fetch_offset,
                            last_fetched_epoch, log_start_offset, partition_max_bytes)
+
+    def set_session(self, session_id: int, epoch: int) -> None:
+        """Patches the request's fetch session id and epoch (KIP-227)."""
+        _SESSION.pack_into(self._frame, self._session_at, session_id, epoch)
 
     def encode(self, correlation_id: int, client_id: str | None, version: int) -> bytes:
         """The frame for request `correlation_id` (a copy: the template is patched again while

@@ -100,6 +100,11 @@ def test_a_patched_template_is_the_request_encoded_afresh(correlation, client_id
         fields = {key: data.draw(st.tuples(I32, I64, I32, I64, I32)) for key in order}
         for i, key in enumerate(order):
             template.set_partition(i, *fields[key])
+        session = {}
+        if data.draw(st.booleans()):
+            session = {"session_id": data.draw(I32), "session_epoch": data.draw(I32)}
+            template.set_session(session["session_id"], session["session_epoch"])
+            head = {**head, **session}
         names = ("current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset",
                  "partition_max_bytes")
         topics: dict[str, list] = {}
