@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 
 from in_process_broker import InProcessBroker
+from logcore.records.batch import iter_batches
 from logcore.wire.client import KafkaConnection
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -200,3 +201,71 @@ def test_request_percentage_throttles_and_mutes(broker):
     finally:
         with KafkaConnection(host, port, client_id="admin") as conn:
             _alter(conn, [("client-id", "busy")], [("request_percentage", None)])
+
+
+def _session_fetch(conn, topic: str, offset: int | None, session_id: int, epoch: int):
+    """A Fetch v12 in a session: the partition named at `offset` (None: not named)."""
+    partitions = [] if offset is None else [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+                                             "last_fetched_epoch": -1, "log_start_offset": -1,
+                                             "partition_max_bytes": 64 * 1024}]
+    return conn.request(1, {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                            "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+                            "topics": [{"topic": topic, "partitions": partitions}] if partitions else [],
+                            "forgotten_topics_data": [], "rack_id": ""}, version=12)
+
+
+def test_a_throttled_fetch_session_loses_nothing(broker):
+    """A consumer in a fetch session (KIP-227) held to its consumer_byte_rate: a throttled answer
+    is empty and carries the throttle time; a throttled full fetch opens no session; after a
+    throttled incremental one the session goes on and the records it withheld come next."""
+    host, port, _, server = broker
+    bootstrap = f"{host}:{port}"
+    _produce_for(bootstrap, "quota-session", "fast", 1.0)           # unthrottled: many quotas' worth
+    with KafkaConnection(host, port) as conn:
+        assert _alter(conn, [("client-id", "sessioned")], [("consumer_byte_rate", RATE)]) == (0, None)
+    cache = server.broker.fetching.sessions.cache
+    try:
+        with KafkaConnection(host, port, client_id="sessioned") as conn:
+            # Full fetches until one is throttled: it opens no session.
+            for _ in range(100):
+                held = len(cache)
+                r = _session_fetch(conn, "quota-session", 0, 0, 0)
+                if r.throttle_time.total_seconds() > 0:
+                    break
+                assert r.session_id != 0
+            else:
+                pytest.fail("no full fetch was throttled")
+            assert r.session_id == 0 and not r.responses and len(cache) == held
+            time.sleep(r.throttle_time.total_seconds() + SAMPLES)
+            # A session, then incremental fetches moving on until one is throttled.
+            r = _session_fetch(conn, "quota-session", 0, 0, 0)
+            assert r.throttle_time.total_seconds() == 0 and r.session_id != 0
+            session_id, epoch = r.session_id, 1
+            offset = _last_offset(r.responses[0].partitions[0].records) + 1
+            for _ in range(100):
+                r = _session_fetch(conn, "quota-session", offset, session_id, epoch)
+                epoch += 1
+                if r.throttle_time.total_seconds() > 0:
+                    break
+                assert r.session_id == session_id
+                offset = _last_offset(r.responses[0].partitions[0].records) + 1
+            else:
+                pytest.fail("no incremental fetch was throttled")
+            assert r.session_id == session_id and not r.responses
+            # The session holds `offset`: the next answer (naming nothing) brings the records from it.
+            time.sleep(r.throttle_time.total_seconds() + SAMPLES)
+            r = _session_fetch(conn, "quota-session", None, session_id, epoch)
+            assert r.error_code == 0 and r.session_id == session_id and r.throttle_time.total_seconds() == 0
+            records = r.responses[0].partitions[0].records
+            first = next(iter_batches(bytes(records), source="fetch", allow_partial_tail=True))[1]
+            assert first.base_offset <= offset <= first.base_offset + first.last_offset_delta
+    finally:
+        with KafkaConnection(host, port) as conn:
+            _alter(conn, [("client-id", "sessioned")], [("consumer_byte_rate", None)])
+
+
+def _last_offset(records: bytes) -> int:
+    last = -1
+    for _, header in iter_batches(bytes(records), source="fetch", allow_partial_tail=True):
+        last = header.base_offset + header.last_offset_delta
+    return last
