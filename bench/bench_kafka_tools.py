@@ -132,10 +132,10 @@ class OneBroker(Cluster):
         return ""
 
 
-def single_seglog(workdir: Path) -> OneBroker:
+def single_seglog(workdir: Path, extra: dict[str, str]) -> OneBroker:
     # The reference Kafka broker's settings where they differ from the defaults (tests/kafka_reference.py)
     settings = {**SINGLE_TXN, "group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1",
-                "offsets.topic.replication.factor": "1"}
+                "offsets.topic.replication.factor": "1", **extra}
     try:
         proc, bootstrap = bench_broker.start_broker(str(workdir), settings)
     except SystemExit as exc:
@@ -151,8 +151,8 @@ def single_kafka(workdir: Path) -> OneBroker:
     return OneBroker(f"{KAFKA} broker", proc, bootstrap)
 
 
-def cluster_seglog(workdir: Path) -> Cluster:
-    return SeglogClusterRun(workdir, CLUSTER_TXN)
+def cluster_seglog(workdir: Path, extra: dict[str, str]) -> Cluster:
+    return SeglogClusterRun(workdir, {**CLUSTER_TXN, **extra})
 
 
 def cluster_kafka(workdir: Path) -> Cluster:
@@ -402,7 +402,8 @@ def run_setup(setup: str, rows: list[Row], args) -> tuple[dict, dict[str, str], 
                 workdir = Path(tmp) / name.replace(" ", "-")
                 workdir.mkdir()
                 try:
-                    sides.append(Side(name, starters[name](workdir), rf))
+                    cluster = starters[name](workdir, args.seglog_config) if name == SEGLOG else starters[name](workdir)
+                    sides.append(Side(name, cluster, rf))
                 except Unavailable as exc:
                     if name == SEGLOG:
                         raise
@@ -564,6 +565,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--txn-ms", type=int, default=100, help="--transaction-duration-ms of the transactional row")
     parser.add_argument("--timeout", type=float, default=900, help="seconds for one tool run")
     parser.add_argument("--no-kafka", action="store_true", help="seglog only (no anchor, no ratios)")
+    parser.add_argument("--seglog-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting for seglog's brokers, e.g. event.loop=asyncio (repeatable)")
     parser.add_argument("--quick", action="store_true",
                         help=f"a few minutes: {QUICK['records']:,} records, 1 round, 1 KiB only, rows {QUICK['only']}"
                              " (options given explicitly win)")
@@ -584,6 +587,10 @@ def main(argv: list[str] | None = None) -> list[str]:
     if not setups or any(s not in SETUPS for s in setups):
         parser.error(f"--setups takes {' and/or '.join(SETUPS)}, comma-separated: {args.setups!r}")
     rows = pick_rows(args.only)
+    try:
+        args.seglog_config = dict(kv.split("=", 1) for kv in args.seglog_config)
+    except ValueError:
+        parser.error(f"--seglog-config takes KEY=VALUE: {args.seglog_config!r}")
     cmdline = " ".join(["python bench/bench_kafka_tools.py", *(argv if argv is not None else sys.argv[1:])])
     lines: list[str] = []
     for setup in setups:

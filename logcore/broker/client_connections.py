@@ -504,6 +504,8 @@ async def _send_pieces(writer: ResponseWriter, response: EncodedResponse) -> Non
                     try:
                         sent += await loop.sendfile(writer.transport, piece.file, piece.position + sent,
                                                     piece.size - sent)
+                    except NotImplementedError:      # uvloop has no sendfile: read and written
+                        sent += await _send_read(writer, piece, sent)
                     except RuntimeError as exc:      # the transport is closing
                         raise ConnectionError(str(exc)) from None
                 if sent != piece.size:
@@ -520,6 +522,28 @@ async def _send_pieces(writer: ResponseWriter, response: EncodedResponse) -> Non
 
 
 TLS_CHUNK = 1 << 18     # bytes of a file range read and encrypted at a time (16 TLS records)
+
+
+async def _send_read(writer: ResponseWriter, piece: FileSlice, sent: int) -> int:
+    """The rest of a file range after its first `sent` bytes, read and written through the
+    transport in chunks with a drain between them (a loop without sendfile): the bytes sent."""
+    if sent:
+        writer.flush()
+    fd, position, end = piece.file.fileno(), piece.position + sent, piece.position + piece.size
+    while position < end:
+        if writer.transport.is_closing():
+            raise ConnectionResetError("the connection closed during a fetch response")
+        try:
+            data = os.pread(fd, min(TLS_CHUNK, end - position), position)
+        except OSError as exc:
+            raise _ShortSend(f"{piece.source}: {exc}") from None
+        if not data:
+            break                   # the caller reports the short range
+        writer.write(data)
+        writer.flush()
+        position += len(data)
+        await writer.drain()
+    return position - piece.position - sent
 
 
 async def _send_encrypted(writer: ResponseWriter, piece: FileSlice) -> None:

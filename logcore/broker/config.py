@@ -49,6 +49,12 @@ def _selector_validator():
                      f"empty (the leader serves every consumer) or {RACK_AWARE_SELECTOR}")
 
 
+def _event_loop_validator():
+    from logcore.broker.event_loop import LOOPS
+    from logcore.log.config import Validator
+    return Validator(lambda v: v in LOOPS, " or ".join(LOOPS))
+
+
 def _known_assignors(values: tuple[str, ...]) -> bool:
     from logcore.coordinator.assignors import assignor_name
     try:
@@ -158,6 +164,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {k.name: k for k in (
               " the consumer's rack (client.rack) when the leader is in another rack; followers"
               " serve consumer fetches (v11+) up to their high watermark either way.",
               validator=_selector_validator(), category="cluster"),
+    ConfigKey("event.loop", ConfigType.STRING, "uvloop",
+              "The event loop the broker process runs on (seglog's own setting): uvloop (libuv's"
+              " loop, compiled: less CPU per request) or asyncio (the standard library's loop).",
+              validator=_event_loop_validator(), category="broker"),
     ConfigKey("auto.create.topics.enable", ConfigType.BOOLEAN, True,
               "Create a topic when a client asks Metadata for one that does not exist.",
               category="broker"),

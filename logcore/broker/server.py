@@ -16,7 +16,7 @@ import asyncio
 import logging
 import signal
 
-from logcore.broker import stack_dump
+from logcore.broker import event_loop, stack_dump
 from logcore.broker.api_versions import windows
 from logcore.broker.broker import Broker
 from logcore.broker.client_connections import ClientConnections
@@ -338,5 +338,6 @@ def run_from_properties(path: str, overrides: dict[str, str] | None = None) -> i
 
     # A failed log dir (a full disk, an I/O error) ends the process at once, status 1 (Kafka's
     # Exit.halt when all log dirs have failed): no controlled shutdown, nothing more written.
-    asyncio.run(run_broker(config, ready=ready, on_log_dir_failure=HaltProcess(status=1)))
+    event_loop.run(run_broker(config, ready=ready, on_log_dir_failure=HaltProcess(status=1)),
+                   config["event.loop"])
     return 0

@@ -1,6 +1,7 @@
 """A response's pieces reach the socket whole and in order, whether the socket takes a file range
-at once (os.sendfile straight away) or only part of it (asyncio's sendfile sends the rest), and
-when bytes before a range still wait in the transport."""
+at once (os.sendfile straight away) or only part of it (asyncio's sendfile sends the rest, or on
+uvloop, which has none, reads and writes), and when bytes before a range still wait in the
+transport."""
 from __future__ import annotations
 
 import asyncio
@@ -73,6 +74,25 @@ def test_pieces_arrive_in_order(tmp_path, monkeypatch, sndbuf, read_after_s, res
     got = asyncio.run(_send_and_read(pieces, expected, sndbuf, read_after_s))
     assert got == expected
     assert bool(rests) == rest_by_asyncio, rests
+    assert all(p.closed for p in pieces if isinstance(p, FileSlice))
+
+
+@pytest.mark.parametrize("sndbuf,read_after_s", [(1 << 23, 0.0), (16 << 10, 0.3)])
+def test_pieces_arrive_in_order_on_uvloop(tmp_path, sndbuf, read_after_s):
+    """uvloop (event.loop's default) has no loop.sendfile: what the socket does not take at once
+    is read and written through the transport, still whole and in order."""
+    uvloop = pytest.importorskip("uvloop")
+    data = os.urandom(3 << 20)
+    path = str(tmp_path / "segment")
+    with open(path, "wb") as f:
+        f.write(data)
+    big_bytes = os.urandom(1 << 20)
+    pieces = [b"head", _slice(path, 10, 2 << 20), b"mid", _slice(path, 5, 100), big_bytes,
+              _slice(path, 3 << 19, 1 << 19), b"tail"]
+    expected = (b"head" + data[10:10 + (2 << 20)] + b"mid" + data[5:105] + big_bytes
+                + data[3 << 19:(3 << 19) + (1 << 19)] + b"tail")
+    got = uvloop.run(_send_and_read(pieces, expected, sndbuf, read_after_s))
+    assert got == expected
     assert all(p.closed for p in pieces if isinstance(p, FileSlice))
 
 
