@@ -232,9 +232,10 @@ class ClientAppend:
         next_batch = False
         producer_state = log.producer_state
         if header.producer_id >= 0:
-            next_batch = (not header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK)
+            next_batch = (not header.attributes & CONTROL_MASK
                           and producer_state.is_next_batch(header.producer_id, header.producer_epoch,
-                                                           header.base_sequence))
+                                                           header.base_sequence,
+                                                           bool(header.attributes & TRANSACTIONAL_MASK)))
         if header.producer_id >= 0 and not next_batch:
             marker = _end_marker(data, header, "append", 0) if header.is_control else None
             analysis = producer_state.analyze([ProducerBatch.from_header(header, marker)])

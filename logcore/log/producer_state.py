@@ -293,14 +293,17 @@ class ProducerStateManager:
                 analysis.completed_txns.append(completed)
         return analysis
 
-    def is_next_batch(self, producer_id: int, producer_epoch: int, first_seq: int) -> bool:
-        """A client's non-transactional data batch that simply continues its producer (known
-        id, same epoch, no open transaction, first sequence right after the last one): the
-        common case, which `analyze` would accept, and which cannot be a retry (the retained
-        batches all lie below that sequence). `append_next_batch` records it once written."""
+    def is_next_batch(self, producer_id: int, producer_epoch: int, first_seq: int,
+                      transactional: bool = False) -> bool:
+        """A data batch that simply continues its producer (known id, same epoch, first sequence
+        right after the last one) and its transaction state: a non-transactional batch with no
+        transaction open, or a transactional one inside the producer's open transaction (not its
+        first batch, which starts it). The common case, which `analyze` would accept, and which
+        cannot be a retry (the retained batches all lie below that sequence).
+        `append_next_batch` records it once written."""
         entry = self._producers.get(producer_id)
         return (entry is not None and entry.producer_epoch == producer_epoch and bool(entry.batches)
-                and entry.current_txn_first_offset is None
+                and (entry.current_txn_first_offset is not None) == transactional
                 and in_sequence(entry.batches[-1].last_seq, first_seq))
 
     def append_next_batch(self, producer_id: int, last_seq: int, first_offset: int,

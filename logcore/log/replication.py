@@ -171,22 +171,25 @@ class FollowerAppend:
 
 
 def _next_batches(producer_state, headers) -> bool:
-    """Whether every batch of a run (in log order) that has a producer is a non-transactional
-    data batch continuing its producer, counting the run's earlier batches: the producer
-    state's is_next_batch for each in turn, nothing changed. Their producer state is then what
-    `append_next_batch` records, as an analysis with AppendOrigin.REPLICATION would leave it."""
-    last: dict[int, tuple[int, int]] = {}          # producer id -> (epoch, last sequence) so far
+    """Whether every batch of a run (in log order) that has a producer is a data batch
+    continuing its producer and its transaction state (no control batch: a marker ends a
+    transaction; no transaction's first batch), counting the run's earlier batches: the
+    producer state's is_next_batch for each in turn, nothing changed. Their producer state is
+    then what `append_next_batch` records, as an analysis with AppendOrigin.REPLICATION would
+    leave it."""
+    last: dict[int, tuple[int, int, bool]] = {}    # producer id -> (epoch, last sequence, transactional)
     for h in headers:
         pid = h.producer_id
         if pid < 0:
             continue
-        if h.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
+        if h.attributes & CONTROL_MASK:
             return False
+        transactional = bool(h.attributes & TRANSACTIONAL_MASK)
         seen = last.get(pid)
         if seen is None:
-            if not producer_state.is_next_batch(pid, h.producer_epoch, h.base_sequence):
+            if not producer_state.is_next_batch(pid, h.producer_epoch, h.base_sequence, transactional):
                 return False
-        elif seen[0] != h.producer_epoch or not in_sequence(seen[1], h.base_sequence):
+        elif seen[0] != h.producer_epoch or seen[2] != transactional or not in_sequence(seen[1], h.base_sequence):
             return False
-        last[pid] = (h.producer_epoch, h.last_sequence)
+        last[pid] = (h.producer_epoch, h.last_sequence, transactional)
     return True

@@ -356,9 +356,10 @@ def test_replay_rebuilds_aborted_transactions(state):
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(-2, 3), st.integers(1, 4), st.booleans()),
                 min_size=1, max_size=25))
 def test_next_batch_shortcut_matches_analyze(storage, steps):
-    """is_next_batch/append_next_batch (the log's shortcut for an in-sequence batch) leaves the
-    same state as analyze + complete_append, and accepts only batches that analyze accepts
-    without finding a duplicate."""
+    """is_next_batch/append_next_batch (the log's shortcut for an in-sequence batch, plain or
+    inside its producer's open transaction) leaves the same state as analyze + complete_append,
+    and accepts only batches that analyze accepts without finding a duplicate nor starting a
+    transaction."""
     plain, fast = ProducerStateManager(storage, "p-0"), ProducerStateManager(storage, "f-0")
     offset, next_seq = 0, {}
     for epoch, seq_shift, count, txn in steps:
@@ -368,12 +369,14 @@ def test_next_batch_shortcut_matches_analyze(storage, steps):
         try:
             analysis = plain.analyze([batch])
         except Exception as exc:  # noqa: BLE001 - the shortcut must not accept what analyze refuses
-            assert txn or not fast.is_next_batch(PID, epoch, first_seq), exc
+            assert not fast.is_next_batch(PID, epoch, first_seq, txn), exc
             continue
-        shortcut = not txn and fast.is_next_batch(PID, epoch, first_seq)
+        shortcut = fast.is_next_batch(PID, epoch, first_seq, txn)
         if analysis.duplicate is not None:
             assert not shortcut
             continue
+        if shortcut:
+            assert not next(iter(analysis.updates.values())).started_transactions
         plain.complete_append(analysis, offset + count)
         if shortcut:
             fast.append_next_batch(PID, last_seq, offset, offset + count - 1, 1000 + offset)

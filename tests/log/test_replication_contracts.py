@@ -304,8 +304,9 @@ def test_nowait_append_and_read_decline_what_would_block(tmp_path):
 
 def test_follower_run_of_next_batches_is_one_write(tmp_path, monkeypatch):
     """On the event loop, a follower writes a run of batches that each continue their producer
-    (or have none) in one write; a run with a transactional batch goes batch by batch through
-    the producer state's analysis. Both leave the leader's bytes and producer state."""
+    (or have none, or continue an open transaction) in one write; a run with a transaction's
+    first batch goes batch by batch through the producer state's analysis. Both leave the
+    leader's bytes and producer state."""
     config = {**CONFIG, "segment.bytes": "1000000"}
     _ra, leader = _open(tmp_path / "leader", config)
     _rb, follower = _open(tmp_path / "follower", config)
@@ -333,8 +334,18 @@ def test_follower_run_of_next_batches_is_one_write(tmp_path, monkeypatch):
     assert len(writes) == 2
     assert follower.producer_state.producers == leader.producer_state.producers
     assert follower.producer_state.producers[9].current_txn_first_offset == 8
+    # the same transaction's next batches continue it: one write again
+    for i in range(2):
+        leader.append_records([(b"k", b"t2", (), ts)], producer_id=9, producer_epoch=0, base_sequence=1 + i,
+                              is_transactional=True)
+    writes.clear()
+    assert follower.append_as_follower_nowait(_fetch(leader, 10)) == (10, 11)
+    assert len(writes) == 1
+    assert follower.producer_state.producers == leader.producer_state.producers
+    assert follower.producer_state.producers[9].current_txn_first_offset == 8
+    assert follower.producer_state.ongoing_transactions == leader.producer_state.ongoing_transactions == {8: 9}
     # a producer's new epoch is analysed too, and the states still agree
     leader.append_records([(b"k", b"v", (), ts)], producer_id=7, producer_epoch=1, base_sequence=0)
-    assert follower.append_as_follower_nowait(_fetch(leader, 10)) == (10, 10)
+    assert follower.append_as_follower_nowait(_fetch(leader, 12)) == (12, 12)
     assert follower.producer_state.producers == leader.producer_state.producers
     assert _segment_files(follower) == _segment_files(leader)
