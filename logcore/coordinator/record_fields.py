@@ -7,6 +7,7 @@ own readers of these topics do not reject a key over its bytes.
 """
 from __future__ import annotations
 
+import functools
 import struct
 
 from logcore.errors import CorruptRecordError
@@ -20,13 +21,19 @@ I64 = struct.Struct(">q")
 def partition_for(key: str, partitions: int) -> int:
     """Kafka's choice: Utils.abs(key.hashCode()) % partitions (Java String.hashCode over
     UTF-16 code units)."""
-    data = key.encode("utf-16-be")
+    return _abs_java_hash(key) % partitions
+
+
+@functools.lru_cache(maxsize=4096)
+def _abs_java_hash(key: str) -> int:
+    # Kept per key: a transactional producer's every request asks which partition (so which
+    # coordinator) its id maps to, and the hash walks the id unit by unit in Python.
     h = 0
-    for (unit,) in struct.iter_unpack(">H", data):
+    for (unit,) in struct.iter_unpack(">H", key.encode("utf-16-be")):
         h = (31 * h + unit) & 0xFFFFFFFF
     if h >= 1 << 31:
         h -= 1 << 32
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
+    return 0 if h == -(1 << 31) else abs(h)
 
 
 def string(value: str | None) -> bytes:
