@@ -292,11 +292,11 @@ class ClusterFetch:
     def followed_quiet(quiet: list, follower: int) -> None:
         """The follower's fetch counted for each set-aside partition: at its log end, which it
         asked for (so it stays caught up), at the epoch it was checked at."""
+        now = now_ms()
         for c in quiet:
             replica, epoch, _ = c.settled
             p = c.request
-            replica.on_follower_fetch(follower, p.fetch_offset, getattr(p, "log_start_offset", -1),
-                                      p.fetch_offset, epoch)
+            replica.on_quiet_follower_fetch(follower, p.fetch_offset, getattr(p, "log_start_offset", -1), epoch, now)
 
     def annotate(self, wanted: list[WantedPartition], results) -> None:
         """The current leader on answers that send the client elsewhere."""

@@ -125,6 +125,23 @@ class Partition:
                 low = min(low, state.log_start_offset if state is not None else -1)
         return low
 
+    def on_quiet_follower_fetch(self, follower: int, fetch_offset: int, log_start: int, leader_epoch: int,
+                                now: float) -> None:
+        """on_follower_fetch for a partition a follower's session set aside (fetch_sessions):
+        checked at `leader_epoch` with the follower in the ISR asking for this leader's log end,
+        as it asked last time, and the HW unchanged. So its LEO has not moved, it neither joins
+        the ISR nor moves the HW: only its fetch is counted (caught up at `now`), as the full
+        path would count it."""
+        if self.role != LEADER or self.epoch != leader_epoch:
+            return
+        state = self.followers.get(follower)
+        if state is None or state.log_end_offset != fetch_offset or follower not in self.isr:
+            # changed while the fetch was parked: the full path (it may join the ISR again)
+            self.on_follower_fetch(follower, fetch_offset, log_start, fetch_offset, leader_epoch)
+            return
+        state.on_fetch(fetch_offset, fetch_offset, now)
+        state.log_start_offset = log_start
+
     def on_follower_fetch(self, follower: int, fetch_offset: int, log_start: int, leader_leo: int,
                           leader_epoch: int) -> None:
         """A follower's non-diverging fetch at `fetch_offset` reached the leader (its LEO then
