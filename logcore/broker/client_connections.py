@@ -495,7 +495,10 @@ async def _send_pieces(writer: ResponseWriter, response: EncodedResponse) -> Non
     try:
         for piece in response.pieces:
             if isinstance(piece, FileSlice) and writer.transport.get_extra_info("sslcontext") is not None:
-                await _send_encrypted(writer, piece)
+                sent = await _send_chunks(writer, piece, 0)
+                if sent != piece.size:
+                    raise _ShortSend(f"{piece.source} ended at {piece.position + sent} inside a slice of"
+                                     f" {piece.size} bytes from {piece.position}")
             elif isinstance(piece, FileSlice):
                 ranges = True
                 writer.flush()
@@ -505,7 +508,7 @@ async def _send_pieces(writer: ResponseWriter, response: EncodedResponse) -> Non
                         sent += await loop.sendfile(writer.transport, piece.file, piece.position + sent,
                                                     piece.size - sent)
                     except NotImplementedError:      # uvloop has no sendfile: read and written
-                        sent += await _send_read(writer, piece, sent)
+                        sent += await _send_chunks(writer, piece, sent)
                     except RuntimeError as exc:      # the transport is closing
                         raise ConnectionError(str(exc)) from None
                 if sent != piece.size:
@@ -524,34 +527,14 @@ async def _send_pieces(writer: ResponseWriter, response: EncodedResponse) -> Non
 TLS_CHUNK = 1 << 18     # bytes of a file range read and encrypted at a time (16 TLS records)
 
 
-async def _send_read(writer: ResponseWriter, piece: FileSlice, sent: int) -> int:
-    """The rest of a file range after its first `sent` bytes, read and written through the
-    transport in chunks with a drain between them (a loop without sendfile): the bytes sent."""
-    if sent:
-        writer.flush()
-    fd, position, end = piece.file.fileno(), piece.position + sent, piece.position + piece.size
-    while position < end:
-        if writer.transport.is_closing():
-            raise ConnectionResetError("the connection closed during a fetch response")
-        try:
-            data = os.pread(fd, min(TLS_CHUNK, end - position), position)
-        except OSError as exc:
-            raise _ShortSend(f"{piece.source}: {exc}") from None
-        if not data:
-            break                   # the caller reports the short range
-        writer.write(data)
-        writer.flush()
-        position += len(data)
-        await writer.drain()
-    return position - piece.position - sent
-
-
-async def _send_encrypted(writer: ResponseWriter, piece: FileSlice) -> None:
-    """A file range through a TLS transport, which encrypts in user space (no sendfile), in
-    chunks with a drain between them: the client decrypts one chunk while the next is read
-    and encrypted, where a whole range encrypted at once left it waiting for all of it. Reads
-    are positional: the segment's duplicated descriptors share one file position."""
-    fd, position, end = piece.file.fileno(), piece.position, piece.position + piece.size
+async def _send_chunks(writer: ResponseWriter, piece: FileSlice, start: int) -> int:
+    """A file range from its byte `start` on, read and written through the transport in chunks
+    with a drain between them, where the socket cannot take the file itself: a TLS transport
+    (it encrypts in user space; the client decrypts one chunk while the next is read and
+    encrypted, where a whole range at once left it waiting for all of it), or a loop without
+    sendfile (uvloop). The bytes sent before the file ended (the caller reports a short range).
+    Reads are positional: the segment's duplicated descriptors share one file position."""
+    fd, position, end = piece.file.fileno(), piece.position + start, piece.position + piece.size
     while position < end:
         if writer.transport.is_closing():        # the rest would be read and dropped
             raise ConnectionResetError("the connection closed during a fetch response")
@@ -560,12 +543,12 @@ async def _send_encrypted(writer: ResponseWriter, piece: FileSlice) -> None:
         except OSError as exc:
             raise _ShortSend(f"{piece.source}: {exc}") from None
         if not data:
-            raise _ShortSend(f"{piece.source} ended at {position} inside a slice of {piece.size} bytes"
-                             f" from {piece.position}")
+            break
         writer.write(data)
         position += len(data)
         if position < end:
             await writer.drain()
+    return position - piece.position - start
 
 
 def _sendfile_now(transport: asyncio.Transport, piece: FileSlice) -> int:
