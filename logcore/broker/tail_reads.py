@@ -33,6 +33,11 @@ from logcore.log.log_reader import FetchResult
 
 KEPT_PARTITIONS = 64          # entries kept, least recently stored dropped first
 KEPT_BYTES = 64 * 1024        # a read larger than this is not kept (the broker sends it with sendfile)
+# The produced runs kept per partition: a producer with several requests in flight (the Java
+# client's five, each a 16 KiB batch per partition by default) has its leader append that many
+# runs before a follower's fetch of the first arrives; kept to 64 KiB, a quarter of the
+# followers' fetches missed the oldest run and read the log.
+KEPT_RUNS_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,8 @@ class _Kept:
 
 class _Appended:
     """The runs produce rounds appended one after another, the last ending at `end`: `starts`
-    the first offset of each, `chunks` its bytes as written; the oldest dropped past KEPT_BYTES."""
+    the first offset of each, `chunks` its bytes as written; the oldest dropped past
+    KEPT_RUNS_BYTES."""
     __slots__ = ("log", "starts", "chunks", "size", "end", "truncations", "log_start_offset")
 
     def __init__(self, log, truncations: int, log_start_offset: int):
@@ -71,7 +77,7 @@ class _Appended:
         self.chunks.append(data)
         self.size += len(data)
         self.end = end
-        while self.size > KEPT_BYTES:
+        while self.size > KEPT_RUNS_BYTES:
             self.starts.pop(0)
             self.size -= len(self.chunks.pop(0))
 

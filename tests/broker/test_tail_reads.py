@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from logcore.broker.tail_reads import KEPT_BYTES, TailReads
+from logcore.broker.tail_reads import KEPT_BYTES, KEPT_RUNS_BYTES, TailReads
 from logcore.log.log_root import LogRoot
 from logcore.log.segment_flusher import segment_flusher
 from logcore.records.batch import build_batch
@@ -241,6 +241,34 @@ def test_a_follower_reads_a_produced_run_without_a_log_read(tmp_path, monkeypatc
     log.append_records([(None, b"after", (), 1_700_000_000_002)])
     assert _through(tail, log, start, 1 << 20, "log_end", True) == _direct(log, start, 1 << 20, "log_end", True)
     assert log.log_end_offset > end and tail.served == 3
+
+
+def test_a_follower_behind_five_requests_in_flight_reads_no_log(tmp_path, monkeypatch):
+    """The Java producer's default: five requests in flight, a 16 KiB batch each. The leader
+    appends all five before a follower's fetch from the first arrives: served from the kept runs."""
+    log = _open(tmp_path, segment_bytes=1 << 22)
+    log.append_records([(None, b"before", (), 1_700_000_000_000)])
+    log.commit()
+    tail = TailReads()
+    starts = []
+    for i in range(5):
+        batch = build_batch([(None, os.urandom(1000), (), 1_700_000_000_001 + i) for _ in range(16)],
+                            base_offset=0)
+        starts.append(_append_run(tail, log, [memoryview(bytearray(batch))])[0].first_offset)
+    assert 5 * 16 * 1000 > KEPT_BYTES
+    expected = {s: _direct(log, s, 1 << 20, "log_end", True) for s in starts}
+    monkeypatch.setattr(log, "read_nowait", lambda *a, **k: pytest.fail("read the log"))
+    for s in starts:
+        assert _through(tail, log, s, 1 << 20, "log_end", True) == expected[s]
+    assert tail.served == 5
+    monkeypatch.undo()
+    # Past KEPT_RUNS_BYTES the oldest runs are dropped: a follower that far behind reads the log.
+    for i in range(KEPT_RUNS_BYTES // (16 * 1000) + 1):
+        batch = build_batch([(None, os.urandom(1000), (), 1_700_000_000_010 + i) for _ in range(16)],
+                            base_offset=0)
+        _append_run(tail, log, [memoryview(bytearray(batch))])
+    assert _through(tail, log, starts[0], 1 << 22, "log_end", True) == _direct(log, starts[0], 1 << 22, "log_end", True)
+    assert tail.served == 5
 
 
 def test_a_produced_run_cut_and_written_again_to_the_same_end_is_not_served(tmp_path):
