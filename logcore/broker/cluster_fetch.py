@@ -23,7 +23,7 @@ from logcore.wire import error_codes as E
 from logcore.broker.replica_selector import LeaderSelector, ReplicaView, replica_selector
 from logcore.broker.wanted_partition import WantedPartition
 from logcore.quota.replication_quota import throttles
-from logcore.replication.partition import FOLLOWER, now_ms
+from logcore.replication.partition import FOLLOWER, LEADER, now_ms
 
 
 class DivergedPartition:
@@ -254,14 +254,16 @@ class ClusterFetch:
     # ------------------------------------------------------------------ a follower's session (KIP-227)
     def settle(self, epochs: dict):
         """For a follower's session: the note kept with each partition answered without error,
-        (replica, leader epoch, partition log), that quiet_test checks at the next fetch."""
+        (replica, leader epoch, partition log, partition key), that quiet_test checks at the
+        next fetch."""
         replicas = self.manager.replicas
 
         def settled(w: WantedPartition, res: dict):
             if w.error != E.NONE or res["error_code"] != E.NONE or type(w.request) in _ASKING_ELSEWHERE:
                 return None
-            replica, epoch = replicas.get(w.key), epochs.get(w.key)
-            return None if replica is None or epoch is None else (replica, epoch, w.part)
+            key = w.key
+            replica, epoch = replicas.get(key), epochs.get(key)
+            return None if replica is None or epoch is None else (replica, epoch, w.part, key)
         return settled
 
     def quiet_test(self, follower: int):
@@ -273,9 +275,12 @@ class ClusterFetch:
         replicas = self.manager.replicas
 
         def quiet(c) -> bool:
-            replica, epoch, part = c.settled
-            if replica.epoch != epoch or not replica.is_leader or follower not in replica.isr \
-                    or replicas.get(replica.key) is not replica:
+            # Run for every quiet partition of every follower fetch: the replica's fields are
+            # read directly (its epoch, ISR and role properties are these).
+            replica, epoch, part, key = c.settled
+            state = replica.state
+            if state is None or state.leader_epoch != epoch or replica.role != LEADER \
+                    or follower not in state.isr or replicas.get(key) is not replica:
                 return False
             log = part.log_if_open
             return (log is not None and log.log_end_offset == c.request.fetch_offset
@@ -294,7 +299,7 @@ class ClusterFetch:
         asked for (so it stays caught up), at the epoch it was checked at."""
         now = now_ms()
         for c in quiet:
-            replica, epoch, _ = c.settled
+            replica, epoch, _, _ = c.settled
             p = c.request
             replica.on_quiet_follower_fetch(follower, p.fetch_offset, getattr(p, "log_start_offset", -1), epoch, now)
 

@@ -231,9 +231,9 @@ class IncrementalFetch:
 
     def set_aside(self, test) -> None:
         """Moves the partitions `test` finds quiet from `entries` to `quiet`."""
-        read, quiet = [], []
+        read, quiet, named = [], [], self.named
         for c in self.cached:
-            if c.settled is not None and (c.topic, c.request.partition) not in self.named and test(c):
+            if c.settled is not None and (not named or (c.topic, c.request.partition) not in named) and test(c):
                 quiet.append(c)
             else:
                 read.append(c)

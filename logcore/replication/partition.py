@@ -132,10 +132,11 @@ class Partition:
         as it asked last time, and the HW unchanged. So its LEO has not moved, it neither joins
         the ISR nor moves the HW: only its fetch is counted (caught up at `now`), as the full
         path would count it."""
-        if self.role != LEADER or self.epoch != leader_epoch:
+        leadership = self.state
+        if self.role != LEADER or leadership is None or leadership.leader_epoch != leader_epoch:
             return
         state = self.followers.get(follower)
-        if state is None or state.log_end_offset != fetch_offset or follower not in self.isr:
+        if state is None or state.log_end_offset != fetch_offset or follower not in leadership.isr:
             # changed while the fetch was parked: the full path (it may join the ISR again)
             self.on_follower_fetch(follower, fetch_offset, log_start, fetch_offset, leader_epoch)
             return
