@@ -56,6 +56,7 @@ from logcore.wire.api_keys import FETCH
 from logcore.wire.client import AsyncKafkaConnection, KafkaConnectionError, KafkaError
 from logcore.wire.fetch_request import FetchRequestTemplate
 from logcore.replication.fetch_session import FollowerSession
+from logcore.replication.follower_fields import FollowerFields
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +221,7 @@ class LeaderFetcher:
         self._head: dict | None = None   # the templates' request fields besides the session's
         self._client_id: str | None = None
         self.session = FollowerSession()  # KIP-227: rounds name only what changed
+        self.fields = FollowerFields()    # each partition's fields, read again when they may have changed
         self._session_conn: AsyncKafkaConnection | None = None
 
     def cut_short(self) -> None:
@@ -333,20 +335,9 @@ class LeaderFetcher:
         only the partitions whose fields changed and those no longer fetched; a full round
         names them all. Either is a template kept for that set of partitions (the same few
         sets come round after round), patched with the session's id and epoch and each named
-        partition's LEO, latest epoch and log start."""
-        asked: dict[tuple[str, int], tuple[Followed, int]] = {}
-        fields: dict[tuple[str, int], tuple] = {}
-        max_bytes = self.config["replica.fetch.max.bytes"]
-        for followed in ready:
-            replica = followed.replica
-            log = replica.open_log()
-            if log is None:
-                continue
-            latest = log.epoch_cache.latest_epoch
-            offset = log.log_end_offset
-            asked[replica.key] = (followed, offset)
-            fields[replica.key] = (followed.epoch, offset, -1 if latest is None else latest, log.log_start_offset,
-                                   max_bytes)
+        partition's LEO, latest epoch and log start. The fields come from `self.fields`, read
+        from the logs again only where they may have changed (follower_fields.py)."""
+        asked, fields = self.fields.round(ready, self.config["replica.fetch.max.bytes"])
         if not asked:
             return None, asked, fields
         if conn is not self._session_conn:          # a session lives on one connection here
@@ -431,9 +422,11 @@ class LeaderFetcher:
         if response.error_code != E.NONE:
             raise KafkaError(f"Fetch answered error {int(response.error_code)}", int(response.error_code))
         asked = self._asked                # rounds answered in the callback may have come between
+        answered = self.fields.answered
         for topic in response.responses:
             for p in topic.partitions:
                 key = (topic.topic, p.partition_index)
+                answered(key)
                 entry = asked.get(key)
                 if entry is None or key in applied:
                     continue
@@ -480,10 +473,12 @@ class LeaderFetcher:
             return False
         self.session.answered(response.session_id)
         applied = set()
+        answered = self.fields.answered
         try:
             for topic in response.responses:
                 for p in topic.partitions:
                     key = (topic.topic, p.partition_index)
+                    answered(key)
                     entry = self._asked.get(key)
                     if entry is None:
                         continue
