@@ -635,3 +635,49 @@ def test_a_followers_rounds_name_only_what_changed(tmp_path, zk_hosts):
         return _values(tmp_path, 1), _values(tmp_path, 2)
     leader, follower = run(scenario())
     assert len(leader) == 33 and follower == leader
+
+
+def test_a_set_aside_partitions_record_in_the_same_pass_as_a_busy_ones_is_not_held(tmp_path, zk_hosts):
+    """A follower's parked fetch woken by an append to a partition it names, while a record is
+    appended in the same event-loop pass to a partition its session set aside (whose own
+    wake-up finds the fetch woken already): that record too reaches the follower at once, not
+    after replica.fetch.wait.max.ms."""
+    idle_key = ("idle", 0)
+
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 2, {"replica.fetch.wait.max.ms": "5000",
+                                                              "replica.lag.time.max.ms": "30000"}) as c:
+            await c.create([1, 2], {"min.insync.replicas": "2"})
+            await asyncio.to_thread(c.broker(1).catalog.create_topic, "idle", config={"min.insync.replicas": "2"},
+                                    assignment={0: [1, 2]})
+            await c.leading(1, (1, 2))
+            await c.until(lambda: (c.rm(1).replicas.get(idle_key) is not None
+                                   and c.rm(1).replicas[idle_key].role == "leader"
+                                   and tuple(sorted(c.rm(1).replicas[idle_key].isr)) == (1, 2)
+                                   and any(idle_key in f.partitions for f in c.rm(2).fetchers.by_leader.values())),
+                          "the idle partition led by broker 1 and followed by broker 2")
+            for i in range(10):
+                assert (await c.produce(1, b"warm %d" % i))[0] == E.NONE
+            parts = c.broker(1).partitions
+            busy_part, idle_part = parts.get(*KEY), parts.get(*idle_key)
+            follower_idle = c.broker(2).partitions.get(*idle_key)
+            await c.until(lambda: c.log(2) is not None and c.log(2).log_end_offset == c.log(1).log_end_offset
+                          and follower_idle.log_if_open is not None, "the follower caught up", timeout=30)
+            for round_ in range(5):
+                # A record on the busy partition alone: the follower's fetch after it names the
+                # busy one only (the idle one's fields did not change), and sets the idle one aside.
+                assert (await c.produce(1, b"busy alone %d" % round_))[0] == E.NONE
+                await c.until(lambda: c.log(2).log_end_offset == c.log(1).log_end_offset, "the follower caught up")
+                await asyncio.sleep(0.3)            # the follower's fetch parked, the idle one set aside
+                start = follower_idle.log_if_open.log_end_offset
+                t0 = time.monotonic()
+                # Both in one pass: the busy partition's append wakes the parked fetch first.
+                busy = parts.submit(busy_part, bytearray(build_batch([(b"k", b"busy", [], None)])))
+                idle = parts.submit(idle_part, bytearray(build_batch([(b"k", b"idle", [], None)])))
+                await busy
+                await idle
+                await c.until(lambda: follower_idle.log_if_open.log_end_offset == start + 1,
+                              "the idle partition's record on the follower", timeout=30)
+                assert time.monotonic() - t0 < 2.5, f"round {round_}: held for the fetch's max wait"
+
+    run(scenario())
