@@ -559,6 +559,22 @@ def test_the_leader_moves_the_hw_on_a_followers_fetch_only_when_its_leo_moved(tm
     run(scenario())
 
 
+IDLE_KEY = ("idle", 0)
+
+
+async def _with_idle_partition(c: InProcessCluster) -> None:
+    """KEY and a second partition, IDLE_KEY, both led by broker 1 and followed by broker 2."""
+    await c.create([1, 2], {"min.insync.replicas": "2"})
+    await asyncio.to_thread(c.broker(1).catalog.create_topic, IDLE_KEY[0], config={"min.insync.replicas": "2"},
+                            assignment={0: [1, 2]})
+    await c.leading(1, (1, 2))
+    await c.until(lambda: (c.rm(1).replicas.get(IDLE_KEY) is not None
+                           and c.rm(1).replicas[IDLE_KEY].role == "leader"
+                           and tuple(sorted(c.rm(1).replicas[IDLE_KEY].isr)) == (1, 2)
+                           and any(IDLE_KEY in f.partitions for f in c.rm(2).fetchers.by_leader.values())),
+                  "the idle partition led by broker 1 and followed by broker 2")
+
+
 def test_a_followers_rounds_name_only_what_changed(tmp_path, zk_hosts):
     """Fetch sessions between brokers (KIP-227): after a session's first round (full), a
     follower's request names only the partitions whose fields moved (the busy one's LEO); the
@@ -568,19 +584,11 @@ def test_a_followers_rounds_name_only_what_changed(tmp_path, zk_hosts):
     the leader loses the session (evicted, restarted), the follower's next round is full again
     and replication goes on without a backoff."""
     from logcore.broker.fetch_sessions import IncrementalFetch
-    idle_key = ("idle", 0)
+    idle_key = IDLE_KEY
 
     async def scenario():
         async with InProcessCluster(tmp_path, zk_hosts, 2, {"replica.lag.time.max.ms": "3000"}) as c:
-            await c.create([1, 2], {"min.insync.replicas": "2"})
-            await asyncio.to_thread(c.broker(1).catalog.create_topic, "idle", config={"min.insync.replicas": "2"},
-                                    assignment={0: [1, 2]})
-            await c.leading(1, (1, 2))
-            await c.until(lambda: (c.rm(1).replicas.get(idle_key) is not None
-                                   and c.rm(1).replicas[idle_key].role == "leader"
-                                   and tuple(sorted(c.rm(1).replicas[idle_key].isr)) == (1, 2)
-                                   and any(idle_key in f.partitions for f in c.rm(2).fetchers.by_leader.values())),
-                          "the idle partition led by broker 1 and followed by broker 2")
+            await _with_idle_partition(c)
             for i in range(3):
                 assert (await c.produce(1, b"warm %d" % i, acks_all=True))[0] == E.NONE
             session = c.rm(2).fetchers.by_leader[1].session
@@ -642,20 +650,12 @@ def test_a_set_aside_partitions_record_in_the_same_pass_as_a_busy_ones_is_not_he
     appended in the same event-loop pass to a partition its session set aside (whose own
     wake-up finds the fetch woken already): that record too reaches the follower at once, not
     after replica.fetch.wait.max.ms."""
-    idle_key = ("idle", 0)
+    idle_key = IDLE_KEY
 
     async def scenario():
         async with InProcessCluster(tmp_path, zk_hosts, 2, {"replica.fetch.wait.max.ms": "5000",
                                                               "replica.lag.time.max.ms": "30000"}) as c:
-            await c.create([1, 2], {"min.insync.replicas": "2"})
-            await asyncio.to_thread(c.broker(1).catalog.create_topic, "idle", config={"min.insync.replicas": "2"},
-                                    assignment={0: [1, 2]})
-            await c.leading(1, (1, 2))
-            await c.until(lambda: (c.rm(1).replicas.get(idle_key) is not None
-                                   and c.rm(1).replicas[idle_key].role == "leader"
-                                   and tuple(sorted(c.rm(1).replicas[idle_key].isr)) == (1, 2)
-                                   and any(idle_key in f.partitions for f in c.rm(2).fetchers.by_leader.values())),
-                          "the idle partition led by broker 1 and followed by broker 2")
+            await _with_idle_partition(c)
             for i in range(10):
                 assert (await c.produce(1, b"warm %d" % i))[0] == E.NONE
             parts = c.broker(1).partitions
