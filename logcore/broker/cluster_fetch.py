@@ -270,13 +270,13 @@ class ClusterFetch:
         """A test of a follower's session partition (fetch_sessions.SessionPartition, settled
         at its last answer) that its fetch need neither check nor read: this broker still leads
         it at the epoch it was answered at, the follower is in the ISR and asks for the log end,
-        and the high watermark and log start are those last answered. All the fetch does for it
-        is count the follower's fetch (followed_quiet), as the full path would."""
+        and the high watermark and log start are those last answered. Its fetches are then
+        counted as the full path would count them (count_standing)."""
         replicas = self.manager.replicas
 
         def quiet(c) -> bool:
-            # Run for every quiet partition of every follower fetch: the replica's fields are
-            # read directly (its epoch, ISR and role properties are these).
+            # Run for every partition a follower's fetch may set aside: the replica's fields
+            # are read directly (its epoch, ISR and role properties are these).
             replica, epoch, part, key = c.settled
             state = replica.state
             if state is None or state.leader_epoch != epoch or replica.role != LEADER \
@@ -288,20 +288,21 @@ class ClusterFetch:
         return quiet
 
     @staticmethod
-    def park_quiet(c, wake) -> None:
-        """A set-aside partition wakes its parked fetch as a read one would (a follower's: on
-        appends and state changes)."""
-        c.settled[2].park_fetch(wake, False)
+    def watch(c) -> None:
+        """A set-aside partition hears of its partition's next change (fetch_sessions.StandingPartitions)."""
+        c.settled[2].watch(c)
 
     @staticmethod
-    def followed_quiet(quiet: list, follower: int) -> None:
-        """The follower's fetch counted for each set-aside partition: at its log end, which it
-        asked for (so it stays caught up), at the epoch it was checked at."""
-        now = now_ms()
-        for c in quiet:
-            replica, epoch, _, _ = c.settled
-            p = c.request
-            replica.on_quiet_follower_fetch(follower, p.fetch_offset, getattr(p, "log_start_offset", -1), epoch, now)
+    def unwatch(c) -> None:
+        c.settled[2].unwatch(c)
+
+    @staticmethod
+    def count_standing(c, follower: int, when: float) -> None:
+        """The follower's fetches of a set-aside partition counted, up to its fetch at `when`: at
+        the log end, which it asked for, at the epoch it was checked at."""
+        replica, epoch, _, _ = c.settled
+        p = c.request
+        replica.on_quiet_follower_fetch(follower, p.fetch_offset, getattr(p, "log_start_offset", -1), epoch, when)
 
     def annotate(self, wanted: list[WantedPartition], results) -> None:
         """The current leader on answers that send the client elsewhere."""

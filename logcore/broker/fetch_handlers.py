@@ -110,9 +110,8 @@ class FetchHandlers:
         checks = self.membership.fetch_checks  # a broker alone's, or a cluster member's
         follower = checks.follower_of(body, v)
         any_replica = follower < 0 and reads_any_replica(v)
-        quiet = checks.quiet_test(follower) if follower >= 0 else None
-        if quiet is not None:
-            context.set_aside(quiet)           # a follower's session: partitions with nothing to do
+        if follower >= 0:
+            context.set_aside(checks, follower)    # a follower's session: partitions with nothing to do
         entries = context.entries              # (topic name, or topic id from v13; partition entry)
         if self._names_unknown(entries, v):
             await asyncio.to_thread(self.partitions.refresh_topics)   # created by another process?
@@ -136,8 +135,7 @@ class FetchHandlers:
                 if w.part is not None:
                     w.part.park_fetch(wake, follower < 0)
                     parked = True
-            for c in context.quiet:
-                checks.park_quiet(c, wake)
+            if context.park(wake):             # the set-aside partitions' changes wake it too
                 parked = True
             if follower >= 0:
                 ends = {w.key: w.part.log_if_open.log_end_offset
@@ -163,12 +161,13 @@ class FetchHandlers:
             # before a parked fetch reads, so records of a newer epoch (or of a deposed
             # leader) never answer a request made at an older one.
             wanted = [checks.check(entry, follower, any_replica) for entry in wanted]
-            if quiet is not None and context.quiet:
+            if follower >= 0:
                 # Set-aside partitions with news since are read from now on.
-                woken = [checks.check(entry, follower) for entry in
-                         self._wanted(context.woken(quiet), v, req, consumer)]
-                wanted += woken
-                epochs.update(checks.epochs(woken))
+                back = context.woken()
+                if back:
+                    woken = [checks.check(entry, follower) for entry in self._wanted(back, v, req, consumer)]
+                    wanted += woken
+                    epochs.update(checks.epochs(woken))
             if loop.time() >= deadline:
                 results, total, failed = await self._read_for(wanted, isolation, max_bytes)
                 break
@@ -176,7 +175,6 @@ class FetchHandlers:
         settle = None
         if follower >= 0:
             checks.sent(wanted, results)
-            checks.followed_quiet(context.quiet, follower)
             settle = checks.settle(epochs)
         session_id, answered = context.answered(list(zip(wanted, results)), settle)
         topics: dict[Any, dict] = {}

@@ -46,6 +46,12 @@ class SessionPartition:
     high_watermark: int = -1
     log_start_offset: int = -1
     settled: object = None       # the fetch checks' note of the state last answered (a follower's session)
+    standing: object = None      # its session's StandingPartitions while set aside
+
+    def disturbed(self, wake: bool) -> None:
+        """Its partition changed (partitions.PartitionLog.watch): read again from now on."""
+        if self.standing is not None:
+            self.standing.disturbed(self, wake)
 
     def must_answer(self, res: dict) -> bool:
         """Whether an incremental answer carries this partition's result `res` (Kafka's
@@ -77,6 +83,7 @@ class FetchSession:
         self.partitions = partitions
         self.created_ms = now_ms
         self.last_used_ms = now_ms
+        self.standing: StandingPartitions | None = None    # a follower's, from its first set-aside
 
     def update(self, entries: list[tuple], forgotten: list[tuple]) -> None:
         """An incremental request's partitions added or updated (their cached answer kept),
@@ -87,9 +94,18 @@ class FetchSession:
             if cached is None:
                 self.partitions[key] = SessionPartition(topic, p)
             else:
+                if cached.standing is not None:
+                    cached.standing.release(cached)
                 cached.request = p
         for key in forgotten:
-            self.partitions.pop(key, None)
+            cached = self.partitions.pop(key, None)
+            if cached is not None and cached.standing is not None:
+                cached.standing.release(cached)
+
+    def close(self) -> None:
+        """The session ends: its set-aside partitions stop watching."""
+        if self.standing is not None:
+            self.standing.release_all()
 
     def eviction_key(self) -> tuple:
         return self.privileged, len(self.partitions), self.id
@@ -116,7 +132,9 @@ class FetchSessionCache:
         return self.sessions.get(session_id)
 
     def remove(self, session_id: int) -> None:
-        self.sessions.pop(session_id, None)
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
 
     def touch(self, session: FetchSession) -> None:
         session.last_used_ms = self.clock()
@@ -154,6 +172,7 @@ class FetchSessionCache:
 
     def _evicted(self, session: FetchSession) -> bool:
         del self.sessions[session.id]
+        session.close()
         self.evictions += 1
         return True
 
@@ -173,13 +192,19 @@ def request_entries(body, version: int) -> list[tuple]:
 class SessionlessFetch:
     """A fetch without a session: every partition asked is read and answered."""
     error_code = E.NONE
-    quiet: list = []
 
     def __init__(self, entries: list[tuple]):
         self.entries = entries
 
-    def set_aside(self, test) -> None:
+    def set_aside(self, checks, follower: int) -> None:
         """Only a session knows what its client was told: nothing is set aside."""
+
+    def park(self, wake) -> bool:
+        """Whether partitions set aside wake the fetch (with `wake`) when they change."""
+        return False
+
+    def woken(self) -> list[tuple]:
+        return []
 
     def answered(self, pairs: list[tuple], settle=None) -> tuple[int, list[tuple]]:
         """(session id, the (wanted, result) pairs the answer carries) for the (wanted, result)
@@ -218,38 +243,57 @@ class FullFetch(SessionlessFetch):
 class IncrementalFetch:
     """An incremental fetch of `session`: every partition of the session is read, and only those
     with news are answered. In a follower's session, the partitions the request does not name
-    and that the fetch checks find quiet (`set_aside`: nothing to read, nothing new to tell,
-    checked at the same leadership before) are not read at all while they stay so."""
+    and that the fetch checks find quiet (nothing to read, nothing new to tell, checked at the
+    same leadership before) are set aside, not checked nor read, until they change
+    (StandingPartitions)."""
     error_code = E.NONE
 
     def __init__(self, session: FetchSession, named: set):
         self.session = session
         self.named = named                 # (topic key, partition) of the partitions the request names
-        self.cached = list(session.partitions.values())     # read, in the order of `entries`
+        # read, in the order of `entries`: the session's partitions not set aside
+        self.cached = [c for c in session.partitions.values() if c.standing is None]
         self.entries = [(c.topic, c.request) for c in self.cached]
-        self.quiet: list[SessionPartition] = []
+        self.standing: StandingPartitions | None = None
 
-    def set_aside(self, test) -> None:
-        """Moves the partitions `test` finds quiet from `entries` to `quiet`."""
-        read, quiet, named = [], [], self.named
-        for c in self.cached:
+    def set_aside(self, checks, follower: int) -> None:
+        """A follower's fetch: the partitions `checks` find quiet join the session's standing
+        set and leave `entries`; standing ones that a recheck finds changed join them."""
+        session = self.session
+        standing = session.standing
+        if standing is None or standing.follower != follower:
+            if standing is not None:
+                standing.release_all()      # another replica id on the session: counted for the first
+                self.cached = [c for c in session.partitions.values() if c.standing is None]
+            standing = session.standing = StandingPartitions(session, checks, follower)
+        self.standing = standing
+        cached = self.cached
+        back = standing.begin()
+        if back:
+            cached = cached + back
+        read, named, test = [], self.named, standing.test
+        for c in cached:
             if c.settled is not None and (not named or (c.topic, c.request.partition) not in named) and test(c):
-                quiet.append(c)
+                standing.add(c)
             else:
                 read.append(c)
-        if quiet:
-            self.cached, self.quiet = read, quiet
-            self.entries = [(c.topic, c.request) for c in read]
+        self.cached = read
+        self.entries = [(c.topic, c.request) for c in read]
 
-    def woken(self, test) -> list[tuple]:
-        """The quiet partitions `test` no longer finds quiet (news came while the fetch was
+    def park(self, wake) -> bool:
+        standing = self.standing
+        if standing is None or not standing.members:
+            return False
+        standing.wake = wake
+        return True
+
+    def woken(self) -> list[tuple]:
+        """The standing partitions that changed since the fetch began (news came while it was
         parked), moved to the end of `entries`: their (topic key, partition entry)."""
-        still, woken = [], []
-        for c in self.quiet:
-            (still if test(c) else woken).append(c)
-        if not woken:
+        standing = self.standing
+        if standing is None or not standing.returned:
             return []
-        self.quiet = still
+        woken, standing.returned = standing.returned, []
         self.cached.extend(woken)
         added = [(c.topic, c.request) for c in woken]
         self.entries = self.entries + added
@@ -278,6 +322,85 @@ class IncrementalFetch:
             cached.high_watermark = -1
             cached.settled = None
         return self.session.id
+
+
+RECHECK_MS = 1000.0     # standing partitions tested again (and counted) at least this often
+
+
+class StandingPartitions:
+    """A follower session's partitions set aside across its fetches (the leader's side of
+    KIP-227 between brokers). Each was found quiet at a fetch (`checks.quiet_test`: led here at
+    the epoch last answered, the follower in the ISR asking for the log end, the HW and log
+    start as last answered) and stays aside, its partition watching for it (PartitionLog.watch),
+    until the partition changes (an append, a HW move, a state change), the request names it,
+    or the session ends: a fetch neither checks, nor reads, nor parks on it meanwhile.
+
+    Every fetch of the session is a fetch of these partitions too, and counts for the ISR:
+    the follower asked for the log end. That count is applied when a partition leaves the set
+    (before any reader of the follower's state can see the change that ends its quiet) and at
+    each recheck, at the time of the session's last fetch: the state every fetch would have
+    left. Every RECHECK_MS the members are tested again, for changes that reach no watcher
+    (retention moving a log start, a log closed)."""
+
+    def __init__(self, session: FetchSession, checks, follower: int):
+        self.session = session
+        self.checks = checks               # quiet_test, watch, unwatch, count_standing
+        self.follower = follower
+        self.test = checks.quiet_test(follower)
+        self.members: dict[int, SessionPartition] = {}      # by id()
+        self.returned: list[SessionPartition] = []          # changed since the current fetch began
+        self.wake = None                   # the session's parked fetch, woken by an append
+        self.checked_ms = session.last_used_ms
+
+    def begin(self) -> list[SessionPartition]:
+        """At a fetch's start: the members a due recheck finds changed, to be read by it."""
+        self.returned = []
+        self.wake = None
+        now = self.session.last_used_ms
+        if not self.members or now - self.checked_ms < RECHECK_MS:
+            return []
+        self.checked_ms = now
+        back = []
+        count, follower, test = self.checks.count_standing, self.follower, self.test
+        for c in list(self.members.values()):
+            if test(c):
+                count(c, follower, now)
+            else:                           # changed at an unknown time: counted by its read
+                self._leave(c)
+                back.append(c)
+        return back
+
+    def add(self, c: SessionPartition) -> None:
+        c.standing = self
+        self.members[id(c)] = c
+        self.checks.watch(c)
+
+    def disturbed(self, c: SessionPartition, wake: bool) -> None:
+        """`c`'s partition changed (its watch is spent): counted, read from now on; the parked
+        fetch is woken for it if `wake`."""
+        if self.members.pop(id(c), None) is None:
+            return
+        c.standing = None
+        self.checks.count_standing(c, self.follower, self.session.last_used_ms)
+        self.returned.append(c)
+        wait = self.wake
+        if wake and wait is not None and not wait.done():
+            wait.set_result(None)
+
+    def release(self, c: SessionPartition) -> None:
+        """`c` named by a request or forgotten, or the session ended: counted, no longer aside."""
+        if id(c) in self.members:
+            self.checks.count_standing(c, self.follower, self.session.last_used_ms)
+            self._leave(c)
+
+    def release_all(self) -> None:
+        for c in list(self.members.values()):
+            self.release(c)
+
+    def _leave(self, c: SessionPartition) -> None:
+        del self.members[id(c)]
+        c.standing = None
+        self.checks.unwatch(c)
 
 
 class SessionError:

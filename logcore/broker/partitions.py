@@ -57,6 +57,9 @@ class PartitionLog:
     working: bool = False
     queue: list = field(default_factory=list)           # (batch bytes, future)
     parked: list = field(default_factory=list)           # (future, wakes at a HW move) of parked fetches
+    # Follower sessions' partitions set aside across fetches (fetch_sessions.StandingPartitions),
+    # by id: told of every change that wakes or would wake a parked fetch
+    watchers: dict = field(default_factory=dict)
     closed: bool = False
     _log: Log | None = None
     _epoch: int = -1                                     # leader epoch of the last open
@@ -126,6 +129,15 @@ class PartitionLog:
         if parked:
             parked = self.parked = [entry for entry in parked if not entry[0].done()]
         parked.append((wake, on_high_watermark))
+
+    def watch(self, watcher) -> None:
+        """`watcher.disturbed(wake)` is called once, at the partition's next change: an append or
+        a state change (`wake`: as a parked follower fetch is woken), a HW move or an ISR change
+        (not `wake`: a follower's fetch learns of it at its next read)."""
+        self.watchers[id(watcher)] = watcher
+
+    def unwatch(self, watcher) -> None:
+        self.watchers.pop(id(watcher), None)
 
 
 class PartitionManager:
@@ -610,6 +622,8 @@ class PartitionManager:
 
     def notify(self, part: PartitionLog) -> None:
         """Wake every fetch parked on the partition: its log grew or its state changed."""
+        if part.watchers:
+            _disturb(part, True)
         parked, part.parked = part.parked, []
         for wake, _ in parked:
             if not wake.done():
@@ -619,8 +633,16 @@ class PartitionManager:
         """Wake the consumers' fetches parked on the partition: its HW moved."""
         self._wake_parked(part, True)
 
+    def notify_state(self, part: PartitionLog) -> None:
+        """The partition's ISR changed at the same leader epoch, or it went offline: nothing to
+        read, but no fetch may take it as unchanged."""
+        if part.watchers:
+            _disturb(part, False)
+
     def _wake_parked(self, part: PartitionLog, consumers: bool) -> None:
         """Wake the consumers' (`consumers`) or the followers' fetches parked on the partition."""
+        if part.watchers:
+            _disturb(part, not consumers)
         if not part.parked:
             return
         keep = []
@@ -645,6 +667,12 @@ class PartitionManager:
             return _append_and_commit(log, batches)
         finally:
             self.unpin_thread()
+
+
+def _disturb(part: PartitionLog, wake: bool) -> None:
+    watchers, part.watchers = part.watchers, {}
+    for watcher in watchers.values():
+        watcher.disturbed(wake)
 
 
 def _fenced(results: list, commit_error: BaseException | None) -> bool:

@@ -70,6 +70,7 @@ class IsrWriter:
             if partition.role == LEADER and partition.epoch == state.leader_epoch:
                 partition.state = written
                 manager.state_written(partition.key, written)
+                manager.state_changed(partition)
         except ZkVersionConflictError:
             # Deposed, or the controller changed the ISR: re-read and apply what is there.
             fresh = await asyncio.to_thread(manager.store.partition_state, partition.topic,

@@ -127,18 +127,18 @@ class Partition:
 
     def on_quiet_follower_fetch(self, follower: int, fetch_offset: int, log_start: int, leader_epoch: int,
                                 now: float) -> None:
-        """on_follower_fetch for a partition a follower's session set aside (fetch_sessions):
-        checked at `leader_epoch` with the follower in the ISR asking for this leader's log end,
-        as it asked last time, and the HW unchanged. So its LEO has not moved, it neither joins
-        the ISR nor moves the HW: only its fetch is counted (caught up at `now`), as the full
-        path would count it."""
+        """on_follower_fetch for a partition a follower's session set aside
+        (fetch_sessions.StandingPartitions), counted up to the session's fetch at `now`. It was
+        set aside at `leader_epoch` with the follower in the ISR asking for the log end; if it
+        is still led at that epoch and the follower's LEO is still `fetch_offset`, every fetch
+        since found it caught up: counted as the full path would have (it neither joins the ISR
+        nor moves the HW). Otherwise nothing: the follower's next fetch reads it by the full
+        path."""
         leadership = self.state
         if self.role != LEADER or leadership is None or leadership.leader_epoch != leader_epoch:
             return
         state = self.followers.get(follower)
-        if state is None or state.log_end_offset != fetch_offset or follower not in leadership.isr:
-            # changed while the fetch was parked: the full path (it may join the ISR again)
-            self.on_follower_fetch(follower, fetch_offset, log_start, fetch_offset, leader_epoch)
+        if state is None or state.log_end_offset != fetch_offset:
             return
         state.on_fetch(fetch_offset, fetch_offset, now)
         state.log_start_offset = log_start

@@ -331,6 +331,7 @@ class ReplicaManager:
         if replica.state is not None and state.leader_epoch == replica.epoch and replica.role != OFFLINE:
             if state.zk_version >= replica.state.zk_version:
                 replica.state = state            # the ISR changed at the same epoch
+                self.state_changed(replica)
                 if replica.role == LEADER:
                     replica.maybe_increment_hw()
             return
@@ -439,6 +440,7 @@ class ReplicaManager:
         self.fetchers.remove(replica)
         replica.state = state
         replica.followers = {}
+        self.state_changed(replica)
         if leading:
             # The log stops taking a leader's appends too (batches still queued for it).
             try:
@@ -534,6 +536,13 @@ class ReplicaManager:
         """The ISR writer's own state write succeeded: it is the newest known state."""
         if self.states.get(key, written).zk_version <= written.zk_version:
             self.states[key] = written
+
+    def state_changed(self, replica: Partition) -> None:
+        """The replica's ISR or role changed without an append: a follower's session may no
+        longer set the partition aside (partitions.notify_state)."""
+        part = self.partitions.get(replica.topic, replica.index)
+        if part is not None:
+            self.partitions.notify_state(part)
 
     def notify(self, replica: Partition) -> None:
         """Wake the consumers' fetches parked on the partition (its HW moved); a follower's,

@@ -101,3 +101,36 @@ def test_a_high_watermark_move_wakes_consumers_fetches_not_followers(manager):
         part.park_fetch(loop.create_future(), True)
         assert [entry[0] is gone for entry in part.parked] == [False]
     asyncio.run(run())
+
+
+class Watcher:
+    def __init__(self):
+        self.calls = []
+
+    def disturbed(self, wake: bool) -> None:
+        self.calls.append(wake)
+
+
+def test_a_watch_is_told_of_the_partitions_next_change_once(manager):
+    """A follower session's set-aside partition (PartitionLog.watch) hears of the next change:
+    an append as a wake-up (a parked follower fetch is woken for it), a HW move or a state
+    change as news for the next fetch. A watch is spent once told, or withdrawn."""
+    async def run():
+        part = manager.get("plain", 0)
+        hw, append, state, withdrawn = Watcher(), Watcher(), Watcher(), Watcher()
+        part.watch(hw)
+        manager.notify_high_watermark(part)
+        manager.notify_high_watermark(part)
+        assert hw.calls == [False]
+        part.watch(append)
+        await manager.submit(part, batch(0))
+        assert append.calls == [True]
+        part.watch(state)
+        manager.notify_state(part)
+        manager.notify(part)
+        assert state.calls == [False]
+        part.watch(withdrawn)
+        part.unwatch(withdrawn)
+        await manager.submit(part, batch(1))
+        assert withdrawn.calls == [] and part.watchers == {}
+    asyncio.run(run())
