@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Awaitable, NamedTuple
 
 from logcore.wire import error_codes as E
+from logcore.event_wait import wait_all
 from logcore.broker.api_versions import CLUSTER_SERVED, SERVED, advertised
 from logcore.coordinator import offsets_topic as OT
 from logcore.broker.access_rules import RequestAccess
@@ -107,7 +108,7 @@ async def _appended(entries: list[ProduceEntry]) -> None:
     needs no flush or roll completes in submit)."""
     pending = [e.appended for e in entries if e.appended is not None and not e.appended.done()]
     if pending:
-        await asyncio.wait(pending)
+        await wait_all(pending)
 
 
 class Broker:
@@ -596,7 +597,7 @@ class Broker:
         pending = [w for _, _, w in waits if w is not None and not w.done()]
         if pending:
             try:
-                await asyncio.wait(pending, timeout=max(0.0, req.body.timeout_ms / 1000.0))
+                await wait_all(pending, req.body.timeout_ms / 1000.0)
             finally:
                 for _, replica, w in waits:
                     if w is not None and not w.done():

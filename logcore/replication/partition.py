@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from logcore.cluster.znode_json import NO_LEADER, LeaderAndIsr
 from logcore.replication.follower_state import FollowerState, high_watermark_candidate, may_join
 from logcore.wire import error_codes as E
+from logcore.event_wait import wait_all
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ class Partition:
         code of high_watermark_reached, or REQUEST_TIMED_OUT (the records may still commit)."""
         fut = self.high_watermark_reached(required)
         if not fut.done():
-            await asyncio.wait((fut,), timeout=timeout_s)
+            await wait_all((fut,), timeout_s)
             if not fut.done():
                 self.forget_waiter(fut)
                 return E.REQUEST_TIMED_OUT
