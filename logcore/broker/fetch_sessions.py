@@ -47,11 +47,12 @@ class SessionPartition:
     log_start_offset: int = -1
     settled: object = None       # the fetch checks' note of the state last answered (a follower's session)
     standing: object = None      # its session's StandingPartitions while set aside
+    watched_by: object = None    # the StandingPartitions whose watch its partition holds
 
     def disturbed(self, wake: bool) -> None:
         """Its partition changed (partitions.PartitionLog.watch): read again from now on."""
-        if self.standing is not None:
-            self.standing.disturbed(self, wake)
+        if self.watched_by is not None:
+            self.watched_by.disturbed(self, wake)
 
     def must_answer(self, res: dict) -> bool:
         """Whether an incremental answer carries this partition's result `res` (Kafka's
@@ -94,13 +95,13 @@ class FetchSession:
             if cached is None:
                 self.partitions[key] = SessionPartition(topic, p)
             else:
-                if cached.standing is not None:
-                    cached.standing.release(cached)
+                if cached.watched_by is not None:
+                    cached.watched_by.release(cached)
                 cached.request = p
         for key in forgotten:
             cached = self.partitions.pop(key, None)
-            if cached is not None and cached.standing is not None:
-                cached.standing.release(cached)
+            if cached is not None and cached.watched_by is not None:
+                cached.watched_by.release(cached)
 
     def close(self) -> None:
         """The session ends: its set-aside partitions stop watching."""
@@ -348,6 +349,8 @@ class StandingPartitions:
         self.follower = follower
         self.test = checks.quiet_test(follower)
         self.members: dict[int, SessionPartition] = {}      # by id()
+        self.watched: dict[int, SessionPartition] = {}      # by id(): members, and those a HW move
+        #                                                      took out, until an append spends it
         self.returned: list[SessionPartition] = []          # changed since the current fetch began
         self.wake = None                   # the session's parked fetch, woken by an append
         self.checked_ms = session.last_used_ms
@@ -373,18 +376,25 @@ class StandingPartitions:
     def add(self, c: SessionPartition) -> None:
         c.standing = self
         self.members[id(c)] = c
-        self.checks.watch(c)
+        if id(c) not in self.watched:
+            self.watched[id(c)] = c
+            c.watched_by = self
+            self.checks.watch(c)
 
     def disturbed(self, c: SessionPartition, wake: bool) -> None:
-        """`c`'s partition changed (its watch is spent): counted, read from now on; the parked
-        fetch is woken for it if `wake`."""
-        if self.members.pop(id(c), None) is None:
+        """`c`'s partition changed: counted and read from now on if it was aside. With `wake`
+        (an append; the watch is spent) the parked fetch is woken if it is to read `c`, also
+        when a HW move took `c` out of the set earlier in this fetch: that move woke nothing."""
+        if self.members.pop(id(c), None) is not None:
+            c.standing = None
+            self.checks.count_standing(c, self.follower, self.session.last_used_ms)
+            self.returned.append(c)
+        if not wake:
             return
-        c.standing = None
-        self.checks.count_standing(c, self.follower, self.session.last_used_ms)
-        self.returned.append(c)
+        if self.watched.pop(id(c), None) is not None:
+            c.watched_by = None
         wait = self.wake
-        if wake and wait is not None and not wait.done():
+        if wait is not None and not wait.done() and any(r is c for r in self.returned):
             wait.set_result(None)
 
     def release(self, c: SessionPartition) -> None:
@@ -392,15 +402,20 @@ class StandingPartitions:
         if id(c) in self.members:
             self.checks.count_standing(c, self.follower, self.session.last_used_ms)
             self._leave(c)
+        elif self.watched.pop(id(c), None) is not None:
+            c.watched_by = None
+            self.checks.unwatch(c)
 
     def release_all(self) -> None:
-        for c in list(self.members.values()):
+        for c in list(self.watched.values()):
             self.release(c)
 
     def _leave(self, c: SessionPartition) -> None:
         del self.members[id(c)]
         c.standing = None
-        self.checks.unwatch(c)
+        if self.watched.pop(id(c), None) is not None:
+            c.watched_by = None
+            self.checks.unwatch(c)
 
 
 class SessionError:

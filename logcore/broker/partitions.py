@@ -131,9 +131,10 @@ class PartitionLog:
         parked.append((wake, on_high_watermark))
 
     def watch(self, watcher) -> None:
-        """`watcher.disturbed(wake)` is called once, at the partition's next change: an append or
-        a state change (`wake`: as a parked follower fetch is woken), a HW move or an ISR change
-        (not `wake`: a follower's fetch learns of it at its next read)."""
+        """`watcher.disturbed(wake)` is called at the partition's changes: a HW move or an ISR
+        change (not `wake`: a follower's fetch learns of it at its next read; the watch stays),
+        then an append or a state change (`wake`: as a parked follower fetch is woken; the watch
+        is spent)."""
         self.watchers[id(watcher)] = watcher
 
     def unwatch(self, watcher) -> None:
@@ -670,8 +671,12 @@ class PartitionManager:
 
 
 def _disturb(part: PartitionLog, wake: bool) -> None:
-    watchers, part.watchers = part.watchers, {}
-    for watcher in watchers.values():
+    if wake:                  # spent: the fetch it wakes reads the partition
+        watchers, part.watchers = part.watchers, {}
+        told = watchers.values()
+    else:                     # kept: an append after this HW move must still wake the fetch
+        told = list(part.watchers.values())
+    for watcher in told:
         watcher.disturbed(wake)
 
 

@@ -111,24 +111,26 @@ class Watcher:
         self.calls.append(wake)
 
 
-def test_a_watch_is_told_of_the_partitions_next_change_once(manager):
-    """A follower session's set-aside partition (PartitionLog.watch) hears of the next change:
-    an append as a wake-up (a parked follower fetch is woken for it), a HW move or a state
-    change as news for the next fetch. A watch is spent once told, or withdrawn."""
+def test_a_watch_is_told_of_the_partitions_changes_until_an_append(manager):
+    """A follower session's set-aside partition (PartitionLog.watch) hears of its changes: a HW
+    move or an ISR change as news for the next fetch (the watch stays), an append or a new
+    state as a wake-up (a parked follower fetch is woken for it; the watch is spent). A watch
+    can be withdrawn."""
     async def run():
         part = manager.get("plain", 0)
         hw, append, state, withdrawn = Watcher(), Watcher(), Watcher(), Watcher()
         part.watch(hw)
         manager.notify_high_watermark(part)
         manager.notify_high_watermark(part)
-        assert hw.calls == [False]
+        assert hw.calls == [False, False]
         part.watch(append)
         await manager.submit(part, batch(0))
-        assert append.calls == [True]
+        assert append.calls == [True] and hw.calls == [False, False, True]
         part.watch(state)
         manager.notify_state(part)
         manager.notify(part)
-        assert state.calls == [False]
+        manager.notify(part)
+        assert state.calls == [False, True]
         part.watch(withdrawn)
         part.unwatch(withdrawn)
         await manager.submit(part, batch(1))

@@ -44,8 +44,10 @@ class Checks:
         self.counted.append((_key(c), follower, when))
 
     def change(self, key, wake: bool) -> None:
-        """The partition's notifier: its watch is spent and told."""
-        self.watching.pop(key).disturbed(wake)
+        """The partition's notifier: the watch is told; an append (`wake`) spends it, a HW move
+        leaves it (partitions.PartitionLog.watch)."""
+        c = self.watching.pop(key) if wake else self.watching[key]
+        c.disturbed(wake)
 
 
 def _key(c) -> tuple:
@@ -82,7 +84,9 @@ def test_a_quiet_partition_stays_aside_untested_until_it_changes():
     assert checks.counted == [(A, FOLLOWER, 40)]   # its fetches counted up to the last one
     checks.quiet = set()
     assert _read(_fetch(session, checks, 50)) == {A, B}
-    assert checks.watching == {}
+    assert set(checks.watching) == {A}       # kept until an append spends it, or the session ends
+    checks.change(A, wake=True)
+    assert checks.watching == {} and checks.counted == [(A, FOLLOWER, 40)]
 
 
 def test_a_change_while_the_fetch_is_parked_wakes_it_and_is_read():
@@ -105,6 +109,31 @@ def test_a_change_while_the_fetch_is_parked_wakes_it_and_is_read():
         checks.quiet = set()
         nxt = _fetch(session, checks, 20)
         assert _read(nxt) == {A, B} and not nxt.park(loop.create_future())
+    asyncio.run(run())
+
+
+def test_an_append_after_a_hw_move_still_wakes_the_parked_fetch():
+    """The HW move takes the partition out of the set without waking anyone; the append that
+    follows in the same wait must still wake the fetch (else it waits for max_wait)."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        checks, session = Checks(), _session()
+        checks.quiet = {A, B}
+        fetch = _fetch(session, checks, 10)
+        wake = loop.create_future()
+        assert fetch.park(wake)
+        checks.change(A, wake=False)         # e.g. the append's own HW move, told first
+        assert not wake.done() and set(checks.watching) == {A, B}
+        checks.change(A, wake=True)          # then the append
+        assert wake.done() and set(checks.watching) == {B}
+        assert {(t, p.partition) for t, p in fetch.woken()} == {A}
+        assert checks.counted == [(A, FOLLOWER, 10)]          # counted once
+        # A HW move then an append in a later fetch, which reads A itself: spent, no double wake.
+        checks.quiet = {B}
+        nxt = _fetch(session, checks, 20)
+        assert _read(nxt) == {A}
+        session.close()
+        assert checks.watching == {}
     asyncio.run(run())
 
 

@@ -687,3 +687,49 @@ def test_a_set_aside_partitions_record_in_the_same_pass_as_a_busy_ones_is_not_he
                 assert time.monotonic() - t0 < 2.5, f"round {round_}: held for the fetch's max wait"
 
     run(scenario())
+
+
+def test_an_append_after_a_hw_move_reaches_a_follower_whose_session_set_the_partition_aside(tmp_path, zk_hosts):
+    """Follower 2's session sets the idle partition aside (at its log end, with the HW it was
+    told) while its fetch parks on the busy one; the lagging follower 3 then catches up the idle
+    partition and moves its HW (news for follower 2's next fetch, no wake-up). A record appended
+    to the idle partition right after must still wake follower 2's parked fetch, not reach it
+    after replica.fetch.wait.max.ms."""
+    async def scenario():
+        async with InProcessCluster(tmp_path, zk_hosts, 3, {"replica.fetch.wait.max.ms": "5000",
+                                                              "replica.lag.time.max.ms": "60000"}) as c:
+            await c.create([1, 2, 3], {"min.insync.replicas": "2"})
+            await asyncio.to_thread(c.broker(1).catalog.create_topic, IDLE_KEY[0],
+                                    config={"min.insync.replicas": "2"}, assignment={0: [1, 2, 3]})
+            await c.leading(1, (1, 2, 3))
+
+            def following(i: int) -> bool:
+                replica = c.rm(i).replicas.get(IDLE_KEY)
+                return (replica is not None and replica.role == "follower"
+                        and any(IDLE_KEY in f.partitions for f in c.rm(i).fetchers.by_leader.values()))
+            await c.until(lambda: following(2) and following(3), "the idle partition followed by 2 and 3")
+            parts = c.broker(1).partitions
+            idle_leader = parts.get(*IDLE_KEY)
+            idle2 = c.broker(2).partitions.get(*IDLE_KEY)
+
+            async def append_idle(value: bytes) -> int:
+                info = await parts.submit(idle_leader, bytearray(build_batch([(b"k", value, [], None)])))
+                return info.last_offset + 1
+            for round_ in range(4):
+                idle3 = c.rm(3).replicas[IDLE_KEY]
+                c.rm(3).fetchers.remove(idle3)                    # follower 3 lags on the idle partition
+                end = await append_idle(b"lagging %d" % round_)
+                await c.until(lambda: idle2.log_if_open is not None and idle2.log_if_open.log_end_offset == end,
+                              "follower 2 has the idle partition's record")
+                assert idle_leader.log.high_watermark < end       # follower 3, in the ISR, holds it
+                # A record on the busy partition: follower 2's fetch after it names that one
+                # only, and sets the idle one aside; it then parks.
+                assert (await c.produce(1, b"busy %d" % round_))[0] == E.NONE
+                await asyncio.sleep(0.5)
+                c.rm(3).fetchers.add(idle3, 1)                    # follower 3 catches up: the HW moves
+                await c.until(lambda: idle_leader.log.high_watermark == end, "the idle partition's HW")
+                t0 = time.monotonic()
+                end = await append_idle(b"after %d" % round_)
+                await c.until(lambda: idle2.log_if_open.log_end_offset == end, "the record on follower 2", timeout=30)
+                assert time.monotonic() - t0 < 2.5, f"round {round_}: held for the fetch's max wait"
+    run(scenario())
