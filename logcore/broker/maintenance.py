@@ -22,7 +22,8 @@ import logging
 import threading
 import time
 
-from logcore.broker.partitions import PartitionLog, PartitionManager
+from logcore.broker.partition_log import PartitionLog
+from logcore.broker.partitions import PartitionManager
 from logcore.log.config import MaintenanceConfig
 from logcore.maintenance.service import MaintenanceService, MaintenanceSummary, PartitionOutcome
 

@@ -27,9 +27,9 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 from logcore.broker.log_dir_failure import LogDirFailureChannel, LogDirOfflineError
+from logcore.broker.partition_log import PartitionLog
 from logcore.broker.resources import open_partition_budget
 from logcore.broker.tail_reads import TailReads
 from logcore.errors import DamagedLogError, FencedWriterError
@@ -43,102 +43,6 @@ logger = logging.getLogger(__name__)
 
 # Every Fetch below v13 names its topics, and the answer carries each one's id: parsed once.
 _topic_uuid_of = functools.lru_cache(maxsize=4096)(parse_topic_id)
-
-
-@dataclass(eq=False)
-class PartitionLog:
-    """The broker's handle on one partition's writer Log: opened on first use, closed when idle
-    over the open-log budget, reopened at the same epoch (replication.partition.Partition is the
-    replica's role and ISR; this is only its log). PartitionManager opens and closes it through
-    attach / detach."""
-    topic: str
-    index: int
-    manager: "PartitionManager"
-    working: bool = False
-    queue: list = field(default_factory=list)           # (batch bytes, future)
-    parked: list = field(default_factory=list)           # (future, wakes at a HW move) of parked fetches
-    # Follower sessions' partitions set aside across fetches (fetch_sessions.StandingPartitions),
-    # by id: told of every change that wakes or would wake a parked fetch
-    watchers: dict = field(default_factory=dict)
-    closed: bool = False
-    _log: Log | None = None
-    _epoch: int = -1                                     # leader epoch of the last open
-    _resume: tuple[int, str] | None = None               # (epoch, writer id) to take back
-    pins: int = 0                                        # threads whose last partition this is
-    evicting: bool = False
-    gate: threading.Lock = field(default_factory=threading.Lock)   # open vs. close
-    retakes: int = 0                                     # times another writer fenced this broker
-    fenced_at: float = 0.0                               # monotonic time of the last takeover
-
-    @property
-    def log(self) -> Log:
-        """The partition's writer log, opened now if it is not (blocking); pins it to the
-        calling thread until that thread takes another partition's log."""
-        return self.manager.acquire(self)
-
-    @property
-    def log_if_open(self) -> Log | None:
-        """The writer log if it is open, else None (never opens it, never pins it)."""
-        return self._log
-
-    @property
-    def is_open(self) -> bool:
-        return self._log is not None
-
-    @property
-    def leader_epoch(self) -> int:
-        """The leader epoch without opening the log (-1 if never opened by this broker)."""
-        log = self._log
-        return log.leader_epoch if log is not None else self._epoch
-
-    @property
-    def resume(self) -> tuple[int, str] | None:
-        """(epoch, writer id) a reopen takes back, if nobody took the partition meanwhile."""
-        return self._resume
-
-    def attach(self, log: Log) -> None:
-        """`log` is this partition's open writer log from now on."""
-        self._log, self._epoch, self.evicting = log, log.leader_epoch, False
-
-    def park(self) -> Log:
-        """Let go of the open log (an idle close; returned for closing): a later open takes
-        its epoch back as the same writer, if nobody took the partition meanwhile."""
-        log, self._log = self._log, None
-        self._epoch = log.leader_epoch
-        fence = getattr(log, "fence", None)
-        self._resume = (log.leader_epoch, fence.writer_id) if fence is not None else None
-        return log
-
-    def detach(self) -> Log | None:
-        """Let go of the open log (returned, for closing for good)."""
-        log, self._log = self._log, None
-        return log
-
-    def forget_resume(self) -> None:
-        """Another writer took the partition: the next open starts a new epoch."""
-        self._resume = None
-
-    def park_fetch(self, wake: asyncio.Future, on_high_watermark: bool) -> None:
-        """`wake` is set (here, by the notifier: the parked fetch's task resumes in the next
-        event-loop pass, not two passes on through a shared future's callback and
-        asyncio.wait's) when the log grows or its state changes, and with
-        `on_high_watermark` (a consumer's fetch) when the HW moves too; a follower reading to
-        the LEO has no use for a HW move alone (Kafka's delayed fetch: followers wake on the
-        leader's appends). A fetch that stops waiting cancels `wake`; done ones are dropped here."""
-        parked = self.parked
-        if parked:
-            parked = self.parked = [entry for entry in parked if not entry[0].done()]
-        parked.append((wake, on_high_watermark))
-
-    def watch(self, watcher) -> None:
-        """`watcher.disturbed(wake)` is called at the partition's changes: a HW move or an ISR
-        change (not `wake`: a follower's fetch learns of it at its next read; the watch stays),
-        then an append or a state change (`wake`: as a parked follower fetch is woken; the watch
-        is spent)."""
-        self.watchers[id(watcher)] = watcher
-
-    def unwatch(self, watcher) -> None:
-        self.watchers.pop(id(watcher), None)
 
 
 class PartitionManager:
@@ -624,7 +528,7 @@ class PartitionManager:
     def notify(self, part: PartitionLog) -> None:
         """Wake every fetch parked on the partition: its log grew or its state changed."""
         if part.watchers:
-            _disturb(part, True)
+            part.tell_watchers(True)
         parked, part.parked = part.parked, []
         for wake, _ in parked:
             if not wake.done():
@@ -638,12 +542,12 @@ class PartitionManager:
         """The partition's ISR changed at the same leader epoch, or it went offline: nothing to
         read, but no fetch may take it as unchanged."""
         if part.watchers:
-            _disturb(part, False)
+            part.tell_watchers(False)
 
     def _wake_parked(self, part: PartitionLog, consumers: bool) -> None:
         """Wake the consumers' (`consumers`) or the followers' fetches parked on the partition."""
         if part.watchers:
-            _disturb(part, not consumers)
+            part.tell_watchers(not consumers)
         if not part.parked:
             return
         keep = []
@@ -668,16 +572,6 @@ class PartitionManager:
             return _append_and_commit(log, batches)
         finally:
             self.unpin_thread()
-
-
-def _disturb(part: PartitionLog, wake: bool) -> None:
-    if wake:                  # spent: the fetch it wakes reads the partition
-        watchers, part.watchers = part.watchers, {}
-        told = watchers.values()
-    else:                     # kept: an append after this HW move must still wake the fetch
-        told = list(part.watchers.values())
-    for watcher in told:
-        watcher.disturbed(wake)
 
 
 def _fenced(results: list, commit_error: BaseException | None) -> bool:
