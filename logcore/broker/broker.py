@@ -86,7 +86,7 @@ class ProduceEntry:
     AppendInfo) or refused before appending (`error`, `message`)."""
     topic: str
     index: int
-    part: object = None                          # partitions.PartitionLog, when submitted
+    part: object = None                          # partition_log.PartitionLog, when submitted
     appended: asyncio.Future | None = None
     error: int = E.NONE
     message: str | None = None

@@ -50,7 +50,7 @@ class SessionPartition:
     watched_by: object = None    # the StandingPartitions whose watch its partition holds
 
     def disturbed(self, wake: bool) -> None:
-        """Its partition changed (partitions.PartitionLog.watch): read again from now on."""
+        """Its partition changed (partition_log.PartitionLog.watch): read again from now on."""
         if self.watched_by is not None:
             self.watched_by.disturbed(self, wake)
 

@@ -11,7 +11,7 @@ class WantedPartition:
     name: str | None             # None: a topic id this broker does not know
     topic_id: object             # uuid.UUID, as the response names the topic
     request: object              # the request's partition entry, or a cluster_fetch.DivergedPartition
-    part: object                 # partitions.PartitionLog, None when not served here
+    part: object                 # partition_log.PartitionLog, None when not served here
     error: int                   # the error code it is answered with (NONE: read it)
 
     @property

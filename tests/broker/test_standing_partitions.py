@@ -45,7 +45,7 @@ class Checks:
 
     def change(self, key, wake: bool) -> None:
         """The partition's notifier: the watch is told; an append (`wake`) spends it, a HW move
-        leaves it (partitions.PartitionLog.watch)."""
+        leaves it (partition_log.PartitionLog.watch)."""
         c = self.watching.pop(key) if wake else self.watching[key]
         c.disturbed(wake)
 
