@@ -79,21 +79,46 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+# Ports handed out by this process lately: a server given one may bind it seconds later (a JVM's
+# start-up), and a probe meanwhile would find it free and hand it out again.
+_HANDED: dict[int, float] = {}
+HANDED_HOLD_S = 600.0
+
+
+def _worker_range(low: int) -> tuple[int, int]:
+    """This process's share of [10000, low): under pytest-xdist each worker picks from its own
+    slice, so two workers never hand out the same port while its server is still starting."""
+    try:
+        worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+        workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    except ValueError:
+        worker, workers = 0, 1
+    worker = min(worker, workers - 1)
+    width = (low - 10_000) // workers
+    return 10_000 + worker * width, 10_000 + (worker + 1) * width
+
+
 def free_ports(count: int) -> list[int]:
     """`count` distinct ports that were free on 127.0.0.1 a moment ago, chosen below the kernel's
     ephemeral range: a server started on one later cannot find it taken by an outgoing
     connection's local port meanwhile (a port from bind(0) is an ephemeral one, and the suite's
-    own clients take those all the time)."""
+    own clients take those all the time). Each pytest-xdist worker picks from its own slice of
+    that range, and a port this process handed out in the last HANDED_HOLD_S is not handed out
+    again: a server may take seconds to bind the port it was given."""
     low = _ephemeral_low()
     if low <= 11_000:                       # no room below the range: the kernel's choice
         return _bound_zero_ports(count)
+    first, end = _worker_range(low)
+    now = time.monotonic()
+    for port in [p for p, at in _HANDED.items() if now - at > HANDED_HOLD_S]:
+        del _HANDED[port]
     rng = random.SystemRandom()
     ports: list[int] = []
     for _ in range(100 * count + 100):
         if len(ports) == count:
-            return ports
-        port = rng.randrange(10_000, low)
-        if port in ports:
+            break
+        port = rng.randrange(first, end)
+        if port in ports or port in _HANDED:
             continue
         with socket.socket() as s:
             try:
@@ -101,9 +126,11 @@ def free_ports(count: int) -> list[int]:
             except OSError:
                 continue                    # in use (or lingering): another one
         ports.append(port)
-    if len(ports) == count:
-        return ports
-    raise RuntimeError(f"found only {len(ports)} of {count} free ports below {low} on 127.0.0.1")
+    if len(ports) != count:
+        raise RuntimeError(f"found only {len(ports)} of {count} free ports in [{first}, {end}) on 127.0.0.1")
+    for port in ports:
+        _HANDED[port] = now
+    return ports
 
 
 def _bound_zero_ports(count: int) -> list[int]:
